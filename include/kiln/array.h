@@ -1,0 +1,83 @@
+// Array: concrete data on a device (host memory for the CPU).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/device.h"
+#include "kiln/dtype.h"
+#include "kiln/error.h"
+#include "kiln/shape.h"
+
+namespace kiln {
+
+/// Owned memory of one device; Arrays share it.
+struct Storage {
+  void* data = nullptr;
+  size_t bytes = 0;
+  Device device;
+  std::function<void(void*)> deleter;
+  ~Storage();
+};
+
+class Array {
+ public:
+  Array() = default;
+  /// Uninitialized array (64-byte aligned).
+  static Array empty(const Shape& shape, DType dtype, Device device = Device::cpu());
+  static Array zeros(const Shape& shape, DType dtype);
+  /// Copies `numel(shape)` elements of `dtype` from host memory.
+  static Array from_data(const void* data, const Shape& shape, DType dtype);
+  /// Wraps host memory without copying; `owner` keeps it alive.
+  static Array wrap(void* data, const Shape& shape, DType dtype, std::shared_ptr<void> owner);
+  template <typename T>
+  static Array from_vector(const std::vector<T>& v, const Shape& shape) {
+    if (static_cast<int64_t>(v.size()) != kiln::numel(shape))
+      throw ShapeError("[Array] " + std::to_string(v.size()) + " values do not fill shape " +
+                       to_string(shape));
+    return from_data(v.data(), shape, dtype_of<T>());
+  }
+  template <typename T>
+  static Array scalar(T v) { return from_data(&v, {}, dtype_of<T>()); }
+
+  bool valid() const { return storage_ != nullptr || numel() == 0; }
+  const Shape& shape() const { return shape_; }
+  int rank() const { return static_cast<int>(shape_.size()); }
+  DType dtype() const { return dtype_; }
+  Device device() const;
+  int64_t numel() const { return kiln::numel(shape_); }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * size_of(dtype_); }
+  void* data();
+  const void* data() const;
+  template <typename T> T* data() { check_type(dtype_of<T>()); return static_cast<T*>(data()); }
+  template <typename T> const T* data() const {
+    check_type(dtype_of<T>());
+    return static_cast<const T*>(data());
+  }
+  /// All elements converted to T (host arrays).
+  template <typename T> std::vector<T> to_vector() const;
+  /// A converted copy.
+  Array astype(DType t) const;
+  /// A view with another shape of the same element count.
+  Array reshape(const Shape& shape) const;
+  /// A deep copy.
+  Array copy() const;
+  const std::shared_ptr<Storage>& storage() const { return storage_; }
+
+  /// NumPy .npy files (format 1.0-3.0, little endian, C order).
+  static Array load_npy(const std::string& path);
+  void save_npy(const std::string& path) const;
+
+ private:
+  void check_type(DType t) const;
+  std::shared_ptr<Storage> storage_;
+  size_t offset_ = 0;
+  Shape shape_;
+  DType dtype_ = DType::f32;
+};
+
+/// Converts `n` elements between dtypes on the host (float via double, ints saturate-free C casts).
+void convert(const void* src, DType st, void* dst, DType dt, int64_t n);
+
+}  // namespace kiln

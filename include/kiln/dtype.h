@@ -1,0 +1,113 @@
+// kiln element types and the promotion rules between them.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+namespace kiln {
+
+enum class DType : uint8_t { f32, f16, bf16, f64, i8, u8, i16, i32, i64, boolean };
+
+inline constexpr DType f32 = DType::f32;
+inline constexpr DType f16 = DType::f16;
+inline constexpr DType bf16 = DType::bf16;
+inline constexpr DType f64 = DType::f64;
+inline constexpr DType i8 = DType::i8;
+inline constexpr DType u8 = DType::u8;
+inline constexpr DType i16 = DType::i16;
+inline constexpr DType i32 = DType::i32;
+inline constexpr DType i64 = DType::i64;
+inline constexpr DType boolean = DType::boolean;
+inline constexpr int kNumDTypes = 10;
+
+/// Bytes per element.
+size_t size_of(DType t);
+/// Short name: "f32", "bf16", "bool", ...
+const char* name(DType t);
+/// Parses a short name; throws DTypeError on an unknown one.
+DType parse_dtype(const std::string& s);
+bool is_floating(DType t);  // f16 bf16 f32 f64
+bool is_integer(DType t);   // i8 u8 i16 i32 i64 (not bool)
+bool is_signed(DType t);
+/// Result type of a binary op on a and b: bool < integers < floats; among floats the wider wins
+/// (f16 with bf16 gives f32); an unsigned and a signed integer give the next signed type that
+/// holds both.
+DType promote(DType a, DType b);
+
+/// A set of dtypes as a bit mask, for kernel tables.
+struct DTypeSet {
+  uint32_t bits = 0;
+  constexpr DTypeSet() = default;
+  constexpr DTypeSet(std::initializer_list<DType> ts) {
+    for (DType t : ts) bits |= 1u << static_cast<int>(t);
+  }
+  constexpr bool has(DType t) const { return bits & (1u << static_cast<int>(t)); }
+  constexpr DTypeSet operator|(DTypeSet o) const {
+    DTypeSet r;
+    r.bits = bits | o.bits;
+    return r;
+  }
+  constexpr bool empty() const { return bits == 0; }
+};
+inline constexpr DTypeSet kFloatTypes{f32, f64, f16, bf16};
+inline constexpr DTypeSet kIntTypes{i8, u8, i16, i32, i64};
+inline constexpr DTypeSet kSignedTypes{f32, f64, f16, bf16, i8, i16, i32, i64};
+inline constexpr DTypeSet kNumericTypes = kFloatTypes | kIntTypes;
+inline constexpr DTypeSet kAllTypes = kNumericTypes | DTypeSet{boolean};
+
+/// IEEE half precision storage type; arithmetic goes through float.
+struct float16_t {
+  uint16_t bits = 0;
+  float16_t() = default;
+  explicit float16_t(float f);
+  explicit operator float() const;
+};
+/// bfloat16 storage type (round to nearest even on conversion).
+struct bfloat16_t {
+  uint16_t bits = 0;
+  bfloat16_t() = default;
+  explicit bfloat16_t(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+      bits = static_cast<uint16_t>((u >> 16) | 0x40);  // quiet NaN
+    } else {
+      u += 0x7fffu + ((u >> 16) & 1u);
+      bits = static_cast<uint16_t>(u >> 16);
+    }
+  }
+  explicit operator float() const {
+    uint32_t u = static_cast<uint32_t>(bits) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  }
+};
+
+/// The C++ type of each dtype, and back.
+template <DType T> struct dtype_traits;
+template <> struct dtype_traits<DType::f32> { using type = float; };
+template <> struct dtype_traits<DType::f16> { using type = float16_t; };
+template <> struct dtype_traits<DType::bf16> { using type = bfloat16_t; };
+template <> struct dtype_traits<DType::f64> { using type = double; };
+template <> struct dtype_traits<DType::i8> { using type = int8_t; };
+template <> struct dtype_traits<DType::u8> { using type = uint8_t; };
+template <> struct dtype_traits<DType::i16> { using type = int16_t; };
+template <> struct dtype_traits<DType::i32> { using type = int32_t; };
+template <> struct dtype_traits<DType::i64> { using type = int64_t; };
+template <> struct dtype_traits<DType::boolean> { using type = bool; };
+
+template <typename T> constexpr DType dtype_of();
+template <> constexpr DType dtype_of<float>() { return f32; }
+template <> constexpr DType dtype_of<float16_t>() { return f16; }
+template <> constexpr DType dtype_of<bfloat16_t>() { return bf16; }
+template <> constexpr DType dtype_of<double>() { return f64; }
+template <> constexpr DType dtype_of<int8_t>() { return i8; }
+template <> constexpr DType dtype_of<uint8_t>() { return u8; }
+template <> constexpr DType dtype_of<int16_t>() { return i16; }
+template <> constexpr DType dtype_of<int32_t>() { return i32; }
+template <> constexpr DType dtype_of<int64_t>() { return i64; }
+template <> constexpr DType dtype_of<bool>() { return boolean; }
+
+}  // namespace kiln

@@ -1,0 +1,109 @@
+// Graph and Tensor: build a DAG of ops, then compile it to an Executable.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kiln/array.h"
+#include "kiln/attrs.h"
+#include "kiln/device.h"
+#include "kiln/dtype.h"
+#include "kiln/shape.h"
+
+namespace kiln {
+
+namespace detail {
+struct GraphImpl;
+struct Node;
+}  // namespace detail
+
+class Graph;
+class Executable;
+
+/// A symbolic value: output `index` of node `node` of a graph. Cheap to copy.
+/// The Graph must outlive its Tensors.
+class Tensor {
+ public:
+  Tensor() = default;
+  Tensor(detail::GraphImpl* g, int32_t node, int32_t index) : g_(g), node_(node), index_(index) {}
+
+  bool valid() const { return g_ != nullptr; }
+  Shape shape() const;
+  DType dtype() const;
+  int rank() const;
+  /// Dim `axis` (negative counts from the end); -1 if dynamic.
+  int64_t dim(int axis) const;
+  /// Name of the producing node (placeholders keep the name they were given).
+  std::string name() const;
+  /// Name of the producing op ("add", "conv", ...).
+  std::string op_name() const;
+
+  detail::GraphImpl* graph_impl() const { return g_; }
+  int32_t node_id() const { return node_; }
+  int32_t output_index() const { return index_; }
+  bool operator==(const Tensor& o) const {
+    return g_ == o.g_ && node_ == o.node_ && index_ == o.index_;
+  }
+  bool operator<(const Tensor& o) const {
+    return std::tie(g_, node_, index_) < std::tie(o.g_, o.node_, o.index_);
+  }
+
+ private:
+  detail::GraphImpl* g_ = nullptr;
+  int32_t node_ = -1;
+  int32_t index_ = 0;
+};
+
+/// Placeholder shapes to specialize at compile time.
+using FeedShapes = std::vector<std::pair<Tensor, Shape>>;
+/// Concrete values for placeholders at run time.
+using Feeds = std::vector<std::pair<Tensor, Array>>;
+
+struct CompileOptions {
+  /// Constant folding, common-subexpression elimination and dead-code elimination.
+  bool optimize = true;
+  /// Liveness-based reuse of intermediate buffers; off gives every value its own buffer.
+  bool plan_memory = true;
+  /// Let elementwise ops write over an input whose last reader they are.
+  bool in_place = true;
+  /// Threads for CPU kernels (0: one per core).
+  int num_threads = 0;
+};
+
+class Graph {
+ public:
+  Graph();
+  ~Graph();
+  Graph(Graph&&) noexcept;
+  Graph& operator=(Graph&&) noexcept;
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  /// A graph input. Dims of -1 are fixed when compiling.
+  Tensor placeholder(const Shape& shape, DType dtype, const std::string& name = "");
+  /// A constant holding a copy of `value`'s handle (the data is shared, not copied).
+  Tensor constant(const Array& value, const std::string& name = "");
+  /// A 0-d constant.
+  Tensor scalar(double value, DType dtype = f32);
+
+  /// Compiles the part of the graph that `targets` need for `device`.
+  /// `feeds` gives the concrete shape of every placeholder that has dynamic dims.
+  Executable compile(Device device, const FeedShapes& feeds, const std::vector<Tensor>& targets,
+                     const CompileOptions& options = {}) const;
+
+  /// Number of nodes (for tests and tools).
+  size_t num_nodes() const;
+  /// A readable listing of the nodes.
+  std::string dump() const;
+
+  detail::GraphImpl& impl() const { return *impl_; }
+
+ private:
+  std::unique_ptr<detail::GraphImpl> impl_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,75 @@
+// What a kernel sees, and how kernels are registered for an op and a backend.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "kiln/attrs.h"
+#include "kiln/dtype.h"
+#include "kiln/shape.h"
+
+namespace kiln {
+
+enum class OpId : uint16_t;
+class ThreadPool;
+
+/// A dense row-major tensor in device memory.
+struct TensorView {
+  void* data = nullptr;
+  Shape shape;
+  DType dtype = f32;
+  int64_t numel() const { return kiln::numel(shape); }
+  int rank() const { return static_cast<int>(shape.size()); }
+  template <typename T> T* ptr() const { return static_cast<T*>(data); }
+};
+
+class KernelContext {
+ public:
+  KernelContext(OpId op, const Attrs& attrs, std::vector<TensorView> inputs,
+                std::vector<TensorView> outputs, ThreadPool* pool)
+      : op_(op), attrs_(attrs), inputs_(std::move(inputs)), outputs_(std::move(outputs)),
+        pool_(pool) {}
+  OpId op() const { return op_; }
+  const char* op_name() const;
+  const Attrs& attrs() const { return attrs_; }
+  int num_inputs() const { return static_cast<int>(inputs_.size()); }
+  int num_outputs() const { return static_cast<int>(outputs_.size()); }
+  const TensorView& in(int i) const { return inputs_[i]; }
+  const TensorView& out(int i) const { return outputs_[i]; }
+  /// Runs body(begin, end) over [0, n) in chunks of at least `grain` on the CPU thread pool.
+  void parallel_for(int64_t n, int64_t grain,
+                    const std::function<void(int64_t, int64_t)>& body) const;
+
+ private:
+  OpId op_;
+  const Attrs& attrs_;
+  std::vector<TensorView> inputs_;
+  std::vector<TensorView> outputs_;
+  ThreadPool* pool_;
+};
+
+using KernelFn = void (*)(KernelContext&);
+
+enum class Backend : uint8_t { cpu, cuda };
+inline constexpr int kNumBackends = 2;
+const char* backend_name(Backend b);
+
+struct KernelEntry {
+  KernelFn fn = nullptr;
+  /// dtypes the kernel takes, looked up on input `dtype_input` (-1: output 0).
+  DTypeSet dtypes;
+  int dtype_input = 0;
+  /// When the looked-up dtype is f16/bf16, convert f16/bf16 inputs and outputs to f32 around the
+  /// kernel (which then only sees f32). Off for kernels that handle half types themselves.
+  bool half_via_f32 = true;
+  /// Whether this kernel handles `t` (directly or via f32).
+  bool handles(DType t) const;
+};
+
+/// Registers (or replaces) the kernel of `op` on `backend`.
+void register_kernel(OpId op, Backend backend, KernelEntry entry);
+/// nullptr when the backend has no kernel for the op.
+const KernelEntry* find_kernel(OpId op, Backend backend);
+
+}  // namespace kiln

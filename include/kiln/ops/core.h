@@ -1,0 +1,19 @@
+// Constants and generated tensors.
+#pragma once
+
+#include "kiln/graph.h"
+
+namespace kiln {
+
+/// A constant tensor holding `value` (shared, not copied).
+Tensor constant(Graph& g, const Array& value);
+/// A tensor of `shape` filled with `value`.
+Tensor full(Graph& g, const Shape& shape, double value, DType dtype = f32);
+Tensor zeros(Graph& g, const Shape& shape, DType dtype = f32);
+Tensor ones(Graph& g, const Shape& shape, DType dtype = f32);
+/// Values start, start+step, ... below stop (numpy.arange). Throws ValueError for step 0.
+Tensor arange(Graph& g, double start, double stop, double step = 1, DType dtype = f32);
+/// A 0-d constant of x's dtype on x's graph (for scalar operands).
+Tensor scalar_like(const Tensor& x, double value);
+
+}  // namespace kiln

@@ -1,0 +1,89 @@
+// Elementwise ops. Binary ops broadcast as numpy does and promote dtypes with kiln::promote.
+#pragma once
+
+#include <limits>
+
+#include "kiln/graph.h"
+
+namespace kiln {
+
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+/// True division for floats; integers divide toward negative infinity (numpy floor_divide).
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor pow(const Tensor& a, const Tensor& b);
+Tensor maximum(const Tensor& a, const Tensor& b);  // NaN propagates
+Tensor minimum(const Tensor& a, const Tensor& b);  // NaN propagates
+/// Remainder with the sign of the divisor (numpy.mod / Python %).
+Tensor mod(const Tensor& a, const Tensor& b);
+
+Tensor neg(const Tensor& x);
+Tensor abs(const Tensor& x);
+Tensor sign(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor log1p(const Tensor& x);
+Tensor expm1(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor rsqrt(const Tensor& x);
+Tensor reciprocal(const Tensor& x);
+Tensor sin(const Tensor& x);
+Tensor cos(const Tensor& x);
+Tensor tanh(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+Tensor relu(const Tensor& x);
+Tensor leaky_relu(const Tensor& x, double alpha = 0.01);
+Tensor elu(const Tensor& x, double alpha = 1.0);
+Tensor selu(const Tensor& x);
+enum class GeluApprox { none, tanh };
+Tensor gelu(const Tensor& x, GeluApprox approximate = GeluApprox::none);
+Tensor silu(const Tensor& x);
+/// log(1 + exp(beta x)) / beta; linear above `threshold` (PyTorch semantics).
+Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0);
+Tensor softshrink(const Tensor& x, double lambda = 0.5);
+Tensor hardshrink(const Tensor& x, double lambda = 0.5);
+Tensor hardswish(const Tensor& x);
+/// max(0, min(1, alpha x + beta)).
+Tensor hardsigmoid(const Tensor& x, double alpha = 1.0 / 6.0, double beta = 0.5);
+Tensor erf(const Tensor& x);
+Tensor floor(const Tensor& x);
+Tensor ceil(const Tensor& x);
+/// Round half to even (numpy.round).
+Tensor round(const Tensor& x);
+Tensor clip(const Tensor& x, double lo = -std::numeric_limits<double>::infinity(),
+            double hi = std::numeric_limits<double>::infinity());
+
+Tensor equal(const Tensor& a, const Tensor& b);
+Tensor not_equal(const Tensor& a, const Tensor& b);
+Tensor less(const Tensor& a, const Tensor& b);
+Tensor less_equal(const Tensor& a, const Tensor& b);
+Tensor greater(const Tensor& a, const Tensor& b);
+Tensor greater_equal(const Tensor& a, const Tensor& b);
+/// Logical ops take bool tensors.
+Tensor logical_and(const Tensor& a, const Tensor& b);
+Tensor logical_or(const Tensor& a, const Tensor& b);
+Tensor logical_xor(const Tensor& a, const Tensor& b);
+Tensor logical_not(const Tensor& x);
+/// cond ? x : y, broadcasting all three.
+Tensor where(const Tensor& cond, const Tensor& x, const Tensor& y);
+Tensor cast(const Tensor& x, DType dtype);
+Tensor isnan(const Tensor& x);
+Tensor isinf(const Tensor& x);
+
+// Operators; a double operand becomes a scalar of the tensor's dtype.
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& x);
+Tensor operator+(const Tensor& a, double b);
+Tensor operator-(const Tensor& a, double b);
+Tensor operator*(const Tensor& a, double b);
+Tensor operator/(const Tensor& a, double b);
+Tensor operator+(double a, const Tensor& b);
+Tensor operator-(double a, const Tensor& b);
+Tensor operator*(double a, const Tensor& b);
+Tensor operator/(double a, const Tensor& b);
+
+}  // namespace kiln

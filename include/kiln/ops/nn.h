@@ -1,0 +1,64 @@
+// Matrix products, convolution and pooling (NCHW layouts).
+#pragma once
+
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "kiln/graph.h"
+
+namespace kiln {
+
+/// numpy.matmul: batched, batch dims broadcast, 1-D operands promoted and squeezed back.
+Tensor matmul(const Tensor& a, const Tensor& b);
+/// x · wᵀ + b with w of shape (out_features, in_features).
+Tensor linear(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bias = std::nullopt);
+
+enum class PadMode { explicit_, same_upper, same_lower, valid };
+
+struct ConvOptions {
+  std::vector<int64_t> stride;    // per spatial dim; empty: all 1
+  std::vector<int64_t> padding;   // nd (symmetric) or 2*nd (begins then ends); empty: 0
+  std::vector<int64_t> dilation;  // empty: all 1
+  PadMode pad_mode = PadMode::explicit_;
+  int64_t groups = 1;
+};
+/// x: (N, C, spatial...), w: (O, C/groups, kernel...), bias: (O).
+Tensor conv1d(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bias = std::nullopt,
+              const ConvOptions& opts = {});
+Tensor conv2d(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bias = std::nullopt,
+              const ConvOptions& opts = {});
+Tensor conv3d(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bias = std::nullopt,
+              const ConvOptions& opts = {});
+
+struct ConvTransposeOptions {
+  std::vector<int64_t> stride;
+  std::vector<int64_t> padding;         // nd or 2*nd
+  std::vector<int64_t> output_padding;  // added to the end of each spatial dim
+  std::vector<int64_t> dilation;
+  int64_t groups = 1;
+};
+/// x: (N, C, H, W), w: (C, O/groups, kh, kw) as PyTorch's ConvTranspose2d.
+Tensor conv_transpose2d(const Tensor& x, const Tensor& w,
+                        const std::optional<Tensor>& bias = std::nullopt,
+                        const ConvTransposeOptions& opts = {});
+
+struct PoolOptions {
+  std::vector<int64_t> kernel;    // its length sets 1, 2 or 3 spatial dims
+  std::vector<int64_t> stride;    // empty: same as kernel
+  std::vector<int64_t> padding;   // nd or 2*nd
+  std::vector<int64_t> dilation;  // max pooling only
+  bool ceil_mode = false;
+  bool count_include_pad = false;  // average pooling only
+};
+Tensor max_pool(const Tensor& x, const PoolOptions& opts);
+/// Max pooling that also returns, per output, the flat index of the maximum within its
+/// (n, c) plane (PyTorch's return_indices convention), as i64.
+std::pair<Tensor, Tensor> max_pool_with_indices(const Tensor& x, const PoolOptions& opts);
+Tensor avg_pool(const Tensor& x, const PoolOptions& opts);
+/// Mean over all spatial dims, keeping them as size 1.
+Tensor global_avg_pool(const Tensor& x);
+/// PyTorch's adaptive_avg_pool: `output_size` has one entry per spatial dim.
+Tensor adaptive_avg_pool(const Tensor& x, const std::vector<int64_t>& output_size);
+
+}  // namespace kiln

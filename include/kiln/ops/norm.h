@@ -1,0 +1,34 @@
+// Softmax, normalization layers and dropout.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "kiln/graph.h"
+
+namespace kiln {
+
+Tensor softmax(const Tensor& x, int64_t axis = -1);
+Tensor log_softmax(const Tensor& x, int64_t axis = -1);
+/// Normalizes over dims [begin_axis, rank); weight and bias have those dims' shape.
+Tensor layer_norm(const Tensor& x, const std::optional<Tensor>& weight = std::nullopt,
+                  const std::optional<Tensor>& bias = std::nullopt, int64_t begin_axis = -1,
+                  double eps = 1e-5);
+Tensor rms_norm(const Tensor& x, const std::optional<Tensor>& weight = std::nullopt,
+                int64_t begin_axis = -1, double eps = 1e-6);
+/// Inference batch norm over channel axis 1 with running mean and var of shape (C).
+Tensor batch_norm(const Tensor& x, const Tensor& mean, const Tensor& var,
+                  const std::optional<Tensor>& weight = std::nullopt,
+                  const std::optional<Tensor>& bias = std::nullopt, double eps = 1e-5);
+/// Per (n, c) normalization over spatial dims; weight and bias of shape (C).
+Tensor instance_norm(const Tensor& x, const std::optional<Tensor>& weight = std::nullopt,
+                     const std::optional<Tensor>& bias = std::nullopt, double eps = 1e-5);
+/// Normalization over groups of channels; weight and bias of shape (C).
+Tensor group_norm(const Tensor& x, int64_t groups,
+                  const std::optional<Tensor>& weight = std::nullopt,
+                  const std::optional<Tensor>& bias = std::nullopt, double eps = 1e-5);
+/// Identity unless `training`; then zeroes each element with probability p and scales the rest
+/// by 1/(1-p), drawing from `seed` (the same seed gives the same mask).
+Tensor dropout(const Tensor& x, double p, bool training = false, uint64_t seed = 0);
+
+}  // namespace kiln

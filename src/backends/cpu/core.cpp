@@ -1,0 +1,37 @@
+// CPU kernels of Full and Arange.
+#include "backends/cpu/cpu_common.h"
+#include "backends/cpu/kernels.h"
+
+namespace kiln::cpu {
+
+namespace {
+void full(KernelContext& ctx) {
+  const TensorView& o = ctx.out(0);
+  const double v = ctx.attrs().f("value");
+  dispatch(o.dtype, "full", [&](auto t) {
+    using T = decltype(t);
+    T* p = o.ptr<T>();
+    const T tv = static_cast<T>(v);
+    ctx.parallel_for(o.numel(), 65536, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) p[i] = tv;
+    });
+  });
+}
+
+void arange(KernelContext& ctx) {
+  const TensorView& o = ctx.out(0);
+  const double start = ctx.attrs().f("start"), step = ctx.attrs().f("step");
+  dispatch(o.dtype, "arange", [&](auto t) {
+    using T = decltype(t);
+    T* p = o.ptr<T>();
+    for (int64_t i = 0; i < o.numel(); ++i) p[i] = static_cast<T>(start + static_cast<double>(i) * step);
+  });
+}
+}  // namespace
+
+void register_core_kernels() {
+  register_kernel(OpId::Full, Backend::cpu, {full, kAllTypes, -1});
+  register_kernel(OpId::Arange, Backend::cpu, {arange, kNumericTypes, -1});
+}
+
+}  // namespace kiln::cpu

@@ -1,0 +1,45 @@
+#include "backends/cpu/cpu_common.h"
+
+namespace kiln::cpu {
+
+std::vector<int64_t> broadcast_strides(const Shape& in, const Shape& out) {
+  std::vector<int64_t> s(out.size(), 0);
+  const auto cs = contiguous_strides(in);
+  const size_t off = out.size() - in.size();
+  for (size_t i = 0; i < in.size(); ++i) s[off + i] = in[i] == 1 ? 0 : cs[i];
+  return s;
+}
+
+template <int N>
+BroadcastPlan<N> plan_broadcast(const Shape& out, const std::array<const Shape*, N>& ins) {
+  std::array<std::vector<int64_t>, N> st;
+  for (int k = 0; k < N; ++k) st[k] = broadcast_strides(*ins[k], out);
+  BroadcastPlan<N> p;
+  // drop size-1 dims, then merge dim d into d+1 when every input is contiguous across them
+  for (size_t d = 0; d < out.size(); ++d) {
+    if (out[d] == 1) continue;
+    if (!p.shape.empty()) {
+      bool merge = true;
+      for (int k = 0; k < N && merge; ++k)
+        merge = p.strides[k].back() == st[k][d] * out[d];
+      if (merge) {
+        p.shape.back() *= out[d];
+        for (int k = 0; k < N; ++k) p.strides[k].back() = st[k][d];
+        continue;
+      }
+    }
+    p.shape.push_back(out[d]);
+    for (int k = 0; k < N; ++k) p.strides[k].push_back(st[k][d]);
+  }
+  if (p.shape.empty()) {
+    p.shape.push_back(1);
+    for (int k = 0; k < N; ++k) p.strides[k].push_back(0);
+  }
+  return p;
+}
+
+template BroadcastPlan<1> plan_broadcast<1>(const Shape&, const std::array<const Shape*, 1>&);
+template BroadcastPlan<2> plan_broadcast<2>(const Shape&, const std::array<const Shape*, 2>&);
+template BroadcastPlan<3> plan_broadcast<3>(const Shape&, const std::array<const Shape*, 3>&);
+
+}  // namespace kiln::cpu

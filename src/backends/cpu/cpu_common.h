@@ -1,0 +1,131 @@
+// Helpers of the CPU kernels: dtype dispatch and broadcast iteration.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "core/errors.h"
+#include "core/op_id.h"
+#include "kiln/array.h"
+#include "kiln/kernel.h"
+
+namespace kiln::cpu {
+
+/// Calls f(T{}) with the C++ type of `t` (f16/bf16 never reach kernels: they run as f32).
+template <typename F> void dispatch(DType t, const char* op, F&& f) {
+  switch (t) {
+    case DType::f32: f(float{}); return;
+    case DType::f64: f(double{}); return;
+    case DType::i8: f(int8_t{}); return;
+    case DType::u8: f(uint8_t{}); return;
+    case DType::i16: f(int16_t{}); return;
+    case DType::i32: f(int32_t{}); return;
+    case DType::i64: f(int64_t{}); return;
+    case DType::boolean: f(bool{}); return;
+    default: fail<UnsupportedError>("[{}] cpu kernel got dtype {}", op, name(t));
+  }
+}
+/// Same, restricted to float types.
+template <typename F> void dispatch_float(DType t, const char* op, F&& f) {
+  switch (t) {
+    case DType::f32: f(float{}); return;
+    case DType::f64: f(double{}); return;
+    default: fail<UnsupportedError>("[{}] cpu kernel got dtype {}", op, name(t));
+  }
+}
+/// Index types (i32, i64).
+template <typename F> void dispatch_index(DType t, const char* op, F&& f) {
+  switch (t) {
+    case DType::i32: f(int32_t{}); return;
+    case DType::i64: f(int64_t{}); return;
+    default: fail<UnsupportedError>("[{}] indices must be i32 or i64, got {}", op, name(t));
+  }
+}
+
+/// Strides (in elements) of `in` broadcast to `out`: 0 along broadcast dims.
+std::vector<int64_t> broadcast_strides(const Shape& in, const Shape& out);
+
+/// Output shape and per-input strides with mergeable dims collapsed, for fast N-ary loops.
+template <int N> struct BroadcastPlan {
+  Shape shape;                                   // collapsed output shape (at least 1 dim)
+  std::array<std::vector<int64_t>, N> strides;  // per input
+};
+template <int N>
+BroadcastPlan<N> plan_broadcast(const Shape& out, const std::array<const Shape*, N>& ins);
+
+/// Runs f(out_index, in_offsets) for every output element in parallel, where in_offsets are the
+/// element offsets of each input. The innermost loop is tight for contiguous inputs.
+template <int N, typename F>
+void for_each_broadcast(const KernelContext& ctx, const Shape& out,
+                        const std::array<const Shape*, N>& ins, F&& f) {
+  const int64_t total = numel(out);
+  if (total <= 0) return;
+  BroadcastPlan<N> p = plan_broadcast<N>(out, ins);
+  const int rank = static_cast<int>(p.shape.size());
+  const int64_t inner = p.shape[rank - 1];
+  const int64_t rows = total / inner;
+  std::array<int64_t, N> inner_stride;
+  for (int k = 0; k < N; ++k) inner_stride[k] = p.strides[k][rank - 1];
+  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(inner, 1));
+  ctx.parallel_for(rows, grain, [&](int64_t r0, int64_t r1) {
+    std::vector<int64_t> idx(rank, 0);
+    for (int64_t r = r0; r < r1; ++r) {
+      std::array<int64_t, N> off{};
+      int64_t rem = r;
+      for (int d = rank - 2; d >= 0; --d) {
+        const int64_t i = rem % p.shape[d];
+        rem /= p.shape[d];
+        for (int k = 0; k < N; ++k) off[k] += i * p.strides[k][d];
+      }
+      const int64_t base = r * inner;
+      for (int64_t j = 0; j < inner; ++j) {
+        std::array<int64_t, N> o;
+        for (int k = 0; k < N; ++k) o[k] = off[k] + j * inner_stride[k];
+        f(base + j, o);
+      }
+    }
+  });
+}
+
+/// Elementwise map out[i] = f(in[i]) over contiguous data, in parallel.
+template <typename TI, typename TO, typename F>
+void unary_map(const KernelContext& ctx, const TI* in, TO* out, int64_t n, F&& f) {
+  ctx.parallel_for(n, 16384, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) out[i] = f(in[i]);
+  });
+}
+
+/// Binary op with broadcasting; a fast path when both inputs have the output's shape.
+template <typename TA, typename TB, typename TO, typename F>
+void binary_map(const KernelContext& ctx, const TensorView& a, const TensorView& b,
+                const TensorView& o, F&& f) {
+  const TA* pa = a.ptr<TA>();
+  const TB* pb = b.ptr<TB>();
+  TO* po = o.ptr<TO>();
+  const int64_t n = o.numel();
+  if (a.shape == o.shape && b.shape == o.shape) {
+    ctx.parallel_for(n, 16384, [&](int64_t s, int64_t e) {
+      for (int64_t i = s; i < e; ++i) po[i] = f(pa[i], pb[i]);
+    });
+  } else if (a.shape == o.shape && b.numel() == 1) {
+    const TB bv = pb[0];
+    ctx.parallel_for(n, 16384, [&](int64_t s, int64_t e) {
+      for (int64_t i = s; i < e; ++i) po[i] = f(pa[i], bv);
+    });
+  } else if (b.shape == o.shape && a.numel() == 1) {
+    const TA av = pa[0];
+    ctx.parallel_for(n, 16384, [&](int64_t s, int64_t e) {
+      for (int64_t i = s; i < e; ++i) po[i] = f(av, pb[i]);
+    });
+  } else {
+    for_each_broadcast<2>(ctx, o.shape, {&a.shape, &b.shape},
+                          [&](int64_t i, const std::array<int64_t, 2>& off) {
+                            po[i] = f(pa[off[0]], pb[off[1]]);
+                          });
+  }
+}
+
+}  // namespace kiln::cpu

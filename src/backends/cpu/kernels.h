@@ -1,0 +1,19 @@
+// The CPU backend's kernel families; each registers its kernels in the kernel table.
+#pragma once
+
+namespace kiln::cpu {
+
+void register_core_kernels();
+void register_elementwise_kernels();
+void register_linalg_kernels();
+void register_conv_kernels();
+void register_pool_kernels();
+void register_reduce_kernels();
+void register_norm_kernels();
+void register_transform_kernels();
+void register_loss_kernels();
+
+/// Registers every family above.
+void register_kernels();
+
+}  // namespace kiln::cpu

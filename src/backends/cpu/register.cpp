@@ -1,0 +1,17 @@
+#include "backends/cpu/kernels.h"
+
+namespace kiln::cpu {
+
+void register_kernels() {
+  register_core_kernels();
+  register_elementwise_kernels();
+  register_linalg_kernels();
+  register_conv_kernels();
+  register_pool_kernels();
+  register_reduce_kernels();
+  register_norm_kernels();
+  register_transform_kernels();
+  register_loss_kernels();
+}
+
+}  // namespace kiln::cpu

@@ -1,0 +1,9 @@
+// Linked when kiln is built without CUDA (KILN_CUDA=OFF).
+#include "kiln/device.h"
+
+namespace kiln {
+namespace cuda {
+void register_kernels() {}
+}  // namespace cuda
+int cuda_device_count() { return 0; }
+}  // namespace kiln

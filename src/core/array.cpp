@@ -1,0 +1,152 @@
+#include "kiln/array.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "core/errors.h"
+
+namespace kiln {
+
+Storage::~Storage() {
+  if (deleter && data) deleter(data);
+}
+
+namespace {
+std::shared_ptr<Storage> host_alloc(size_t bytes) {
+  auto s = std::make_shared<Storage>();
+  size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
+  s->data = std::aligned_alloc(64, rounded);
+  if (!s->data) fail<OutOfMemory>("[Array] host allocation of {} bytes failed", bytes);
+  s->bytes = bytes;
+  s->device = Device::cpu();
+  s->deleter = [](void* p) { std::free(p); };
+  return s;
+}
+
+template <typename T> double to_double(T v) {
+  if constexpr (std::is_same_v<T, float16_t> || std::is_same_v<T, bfloat16_t>)
+    return static_cast<double>(static_cast<float>(v));
+  else return static_cast<double>(v);
+}
+template <typename T> T from_double(double v) {
+  if constexpr (std::is_same_v<T, float16_t> || std::is_same_v<T, bfloat16_t>)
+    return T(static_cast<float>(v));
+  else if constexpr (std::is_same_v<T, bool>) return v != 0;
+  else return static_cast<T>(v);
+}
+
+template <typename F> void visit(DType t, F&& f) {
+  switch (t) {
+    case DType::f32: return f(float{});
+    case DType::f16: return f(float16_t{});
+    case DType::bf16: return f(bfloat16_t{});
+    case DType::f64: return f(double{});
+    case DType::i8: return f(int8_t{});
+    case DType::u8: return f(uint8_t{});
+    case DType::i16: return f(int16_t{});
+    case DType::i32: return f(int32_t{});
+    case DType::i64: return f(int64_t{});
+    case DType::boolean: return f(bool{});
+  }
+}
+}  // namespace
+
+void convert(const void* src, DType st, void* dst, DType dt, int64_t n) {
+  if (st == dt) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * size_of(st));
+    return;
+  }
+  visit(st, [&](auto s) {
+    using S = decltype(s);
+    visit(dt, [&](auto d) {
+      using D = decltype(d);
+      const S* in = static_cast<const S*>(src);
+      D* out = static_cast<D*>(dst);
+      if constexpr (std::is_same_v<S, int64_t> && std::is_same_v<D, int32_t>) {
+        for (int64_t i = 0; i < n; ++i) out[i] = static_cast<int32_t>(in[i]);
+      } else {
+        for (int64_t i = 0; i < n; ++i) out[i] = from_double<D>(to_double(in[i]));
+      }
+    });
+  });
+}
+
+Array Array::empty(const Shape& shape, DType dtype, Device device) {
+  if (!is_static(shape)) fail<ShapeError>("[Array] cannot allocate dynamic shape {}", str(shape));
+  if (device.kind != Device::Kind::cpu)
+    fail<UnsupportedError>("[Array] allocation on {} is not available in this build", device.str());
+  Array a;
+  a.shape_ = shape;
+  a.dtype_ = dtype;
+  a.storage_ = host_alloc(a.nbytes());
+  return a;
+}
+
+Array Array::zeros(const Shape& shape, DType dtype) {
+  Array a = empty(shape, dtype);
+  std::memset(a.data(), 0, a.nbytes());
+  return a;
+}
+
+Array Array::from_data(const void* data, const Shape& shape, DType dtype) {
+  Array a = empty(shape, dtype);
+  if (a.nbytes()) std::memcpy(a.data(), data, a.nbytes());
+  return a;
+}
+
+Array Array::wrap(void* data, const Shape& shape, DType dtype, std::shared_ptr<void> owner) {
+  Array a;
+  a.shape_ = shape;
+  a.dtype_ = dtype;
+  auto s = std::make_shared<Storage>();
+  s->data = data;
+  s->bytes = a.nbytes();
+  s->device = Device::cpu();
+  s->deleter = [owner](void*) mutable { owner.reset(); };
+  a.storage_ = std::move(s);
+  return a;
+}
+
+Device Array::device() const { return storage_ ? storage_->device : Device::cpu(); }
+void* Array::data() { return storage_ ? static_cast<char*>(storage_->data) + offset_ : nullptr; }
+const void* Array::data() const {
+  return storage_ ? static_cast<const char*>(storage_->data) + offset_ : nullptr;
+}
+
+void Array::check_type(DType t) const {
+  if (t != dtype_)
+    fail<DTypeError>("[Array] data<{}>() on an array of dtype {}", name(t), name(dtype_));
+}
+
+template <typename T> std::vector<T> Array::to_vector() const {
+  std::vector<T> out(static_cast<size_t>(numel()));
+  if (!out.empty()) convert(data(), dtype_, out.data(), dtype_of<T>(), numel());
+  return out;
+}
+template std::vector<float> Array::to_vector<float>() const;
+template std::vector<double> Array::to_vector<double>() const;
+template std::vector<float16_t> Array::to_vector<float16_t>() const;
+template std::vector<bfloat16_t> Array::to_vector<bfloat16_t>() const;
+template std::vector<int8_t> Array::to_vector<int8_t>() const;
+template std::vector<uint8_t> Array::to_vector<uint8_t>() const;
+template std::vector<int16_t> Array::to_vector<int16_t>() const;
+template std::vector<int32_t> Array::to_vector<int32_t>() const;
+template std::vector<int64_t> Array::to_vector<int64_t>() const;
+
+Array Array::astype(DType t) const {
+  Array a = empty(shape_, t);
+  if (numel()) convert(data(), dtype_, a.data(), t, numel());
+  return a;
+}
+
+Array Array::reshape(const Shape& shape) const {
+  if (kiln::numel(shape) != numel())
+    fail<ShapeError>("[Array] cannot reshape {} to {}", str(shape_), str(shape));
+  Array a = *this;
+  a.shape_ = shape;
+  return a;
+}
+
+Array Array::copy() const { return from_data(data(), shape_, dtype_); }
+
+}  // namespace kiln

@@ -1,0 +1,133 @@
+#include <sstream>
+
+#include "core/errors.h"
+#include "core/graph_impl.h"
+#include "core/op_registry.h"
+#include "kiln/executable.h"
+
+namespace kiln {
+
+namespace detail {
+
+int32_t GraphImpl::add(OpId op, std::vector<ValueRef> inputs, Attrs attrs, std::string name) {
+  const OpDef& def = op_def(op);
+  if (!def.infer) fail<UnsupportedError>("[{}] op has no shape inference registered", op_name(op));
+  std::vector<TensorInfo> in;
+  in.reserve(inputs.size());
+  for (auto v : inputs) in.push_back(info(v));
+  InferContext ctx{op, attrs, in};
+  Node n;
+  n.op = op;
+  n.outputs = def.infer(ctx);
+  n.inputs = std::move(inputs);
+  n.attrs = std::move(attrs);
+  n.name = std::move(name);
+  return add_inferred(std::move(n));
+}
+
+int32_t GraphImpl::add_inferred(Node node) {
+  nodes.push_back(std::move(node));
+  return static_cast<int32_t>(nodes.size() - 1);
+}
+
+std::vector<Tensor> make_node(OpId op, const std::vector<Tensor>& inputs, Attrs attrs) {
+  KILN_ASSERT(!inputs.empty());
+  GraphImpl* g = nullptr;
+  std::vector<ValueRef> refs;
+  refs.reserve(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
+    if (!t.valid()) fail<ValueError>("[{}] input {} is an empty Tensor", op_name(op), i);
+    if (!g) g = t.graph_impl();
+    else if (g != t.graph_impl())
+      fail<ValueError>("[{}] input {} belongs to another graph", op_name(op), i);
+    refs.push_back({t.node_id(), t.output_index()});
+  }
+  int32_t id = g->add(op, std::move(refs), std::move(attrs));
+  std::vector<Tensor> outs;
+  for (size_t i = 0; i < g->nodes[id].outputs.size(); ++i)
+    outs.emplace_back(g, id, static_cast<int32_t>(i));
+  return outs;
+}
+
+Tensor make_node1(OpId op, const std::vector<Tensor>& inputs, Attrs attrs) {
+  return make_node(op, inputs, std::move(attrs))[0];
+}
+
+std::vector<Tensor> make_source_node(GraphImpl& g, OpId op, Attrs attrs) {
+  int32_t id = g.add(op, {}, std::move(attrs));
+  std::vector<Tensor> outs;
+  for (size_t i = 0; i < g.nodes[id].outputs.size(); ++i)
+    outs.emplace_back(&g, id, static_cast<int32_t>(i));
+  return outs;
+}
+
+}  // namespace detail
+
+using detail::GraphImpl;
+
+Shape Tensor::shape() const { return g_->info({node_, index_}).shape; }
+DType Tensor::dtype() const { return g_->info({node_, index_}).dtype; }
+int Tensor::rank() const { return static_cast<int>(g_->info({node_, index_}).shape.size()); }
+int64_t Tensor::dim(int axis) const {
+  const Shape& s = g_->info({node_, index_}).shape;
+  int a = normalize_axis(axis, static_cast<int>(s.size()));
+  if (a < 0) fail<ValueError>("[Tensor] axis {} out of range for shape {}", axis, str(s));
+  return s[a];
+}
+std::string Tensor::name() const { return g_->nodes[node_].name; }
+std::string Tensor::op_name() const { return kiln::op_name(g_->nodes[node_].op); }
+
+Graph::Graph() : impl_(std::make_unique<GraphImpl>()) {}
+Graph::~Graph() = default;
+Graph::Graph(Graph&&) noexcept = default;
+Graph& Graph::operator=(Graph&&) noexcept = default;
+
+Tensor Graph::placeholder(const Shape& shape, DType dtype, const std::string& name) {
+  for (int64_t d : shape)
+    if (d < -1) fail<ShapeError>("[placeholder] '{}': bad dim {} in shape {}", name, d, str(shape));
+  detail::Node n;
+  n.op = OpId::Placeholder;
+  n.outputs = {{shape, dtype}};
+  n.name = name.empty() ? "input" + std::to_string(impl_->nodes.size()) : name;
+  n.attrs.set("shape", shape).set("dtype", dtype);
+  return Tensor(impl_.get(), impl_->add_inferred(std::move(n)), 0);
+}
+
+Tensor Graph::constant(const Array& value, const std::string& name) {
+  if (!value.valid()) fail<ValueError>("[constant] empty Array");
+  if (value.device().kind != Device::Kind::cpu)
+    fail<UnsupportedError>("[constant] constants must be host arrays, got {}", value.device().str());
+  detail::Node n;
+  n.op = OpId::Constant;
+  n.outputs = {{value.shape(), value.dtype()}};
+  n.value = value;
+  n.name = name;
+  return Tensor(impl_.get(), impl_->add_inferred(std::move(n)), 0);
+}
+
+Tensor Graph::scalar(double value, DType dtype) {
+  Array a = Array::scalar(value).astype(dtype);
+  return constant(a);
+}
+
+size_t Graph::num_nodes() const { return impl_->nodes.size(); }
+
+std::string Graph::dump() const {
+  std::ostringstream os;
+  for (size_t i = 0; i < impl_->nodes.size(); ++i) {
+    const auto& n = impl_->nodes[i];
+    os << "%" << i << " = " << op_name(n.op) << "(";
+    for (size_t j = 0; j < n.inputs.size(); ++j)
+      os << (j ? ", " : "") << "%" << n.inputs[j].node
+         << (n.inputs[j].index ? ":" + std::to_string(n.inputs[j].index) : "");
+    os << ")";
+    if (!n.attrs.items().empty()) os << " {" << n.attrs.to_string() << "}";
+    for (auto& o : n.outputs) os << " -> " << name(o.dtype) << to_string(o.shape);
+    if (!n.name.empty()) os << "  '" << n.name << "'";
+    os << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace kiln

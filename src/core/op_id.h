@@ -1,0 +1,32 @@
+// OpId and op names, generated from src/ops/op_list.inc.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+namespace kiln {
+
+enum class OpId : uint16_t {
+#define KILN_OP(Name, snake, id, family) Name = id,
+#include "ops/op_list.inc"
+#undef KILN_OP
+};
+
+/// Every op in list order.
+inline constexpr OpId kAllOps[] = {
+#define KILN_OP(Name, snake, id, family) OpId::Name,
+#include "ops/op_list.inc"
+#undef KILN_OP
+};
+inline constexpr int kOpIdLimit = 256;  // stable ids are below this
+
+/// "add", "conv", ... (the snake name used in the API, docs and errors).
+const char* op_name(OpId op);
+/// "Add", "Conv", ... (the PascalCase name of tests and kernels).
+const char* op_pascal_name(OpId op);
+/// The family file the op lives in ("elementwise", "conv", ...).
+const char* op_family(OpId op);
+/// Looks up by snake name; returns false when unknown.
+bool op_from_name(std::string_view name, OpId& out);
+
+}  // namespace kiln

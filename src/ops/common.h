@@ -1,0 +1,34 @@
+// Shared helpers of the op builders and their shape inference.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "core/errors.h"
+#include "core/graph_impl.h"
+#include "core/op_registry.h"
+#include "kiln/graph.h"
+
+namespace kiln::ops {
+
+using detail::make_node;
+using detail::make_node1;
+
+/// x cast to `t` (x itself when it already has dtype t).
+Tensor cast_to(const Tensor& x, DType t);
+/// Resolves `axis` against `rank`; throws ValueError "[op] axis 3 is out of range for shape ...".
+int resolve_axis(const char* op, int64_t axis, const Shape& shape);
+/// Resolves, sorts and de-duplicates axes (empty = all axes when `empty_means_all`).
+std::vector<int64_t> resolve_axes(const char* op, const std::vector<int64_t>& axes,
+                                  const Shape& shape, bool empty_means_all = true);
+/// numpy broadcast of input infos, or ShapeError naming the op and both shapes.
+Shape broadcast_infer(const InferContext& ctx, int first = 0, int count = -1);
+/// Throws DTypeError "[op] input i has dtype X; expected <what>" unless the dtype is in `ok`.
+void require_dtype(const InferContext& ctx, int input, DTypeSet ok, const char* what);
+/// Throws ShapeError unless input `i` has rank in [lo, hi].
+void require_rank(const InferContext& ctx, int input, int lo, int hi);
+/// Appends optional tensors and records which are present as bool attrs ("has_<name>").
+void add_optional(std::vector<Tensor>& inputs, Attrs& attrs, const char* name,
+                  const std::optional<Tensor>& t);
+
+}  // namespace kiln::ops

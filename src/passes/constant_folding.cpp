@@ -1,0 +1,61 @@
+// Constant folding: a pure node whose inputs are all constants is evaluated at compile time and
+// replaced by a Constant. Generators without inputs (full, arange) are only folded into readers.
+#include "core/op_registry.h"
+#include "passes/program.h"
+
+namespace kiln {
+
+using detail::Node;
+using detail::ValueRef;
+
+namespace {
+constexpr size_t kMaxFoldedBytes = size_t{64} << 20;
+}
+
+Program fold_constants(const Program& p, const NodeEvaluator& eval) {
+  const auto& nodes = p.graph.nodes;
+  // const_values[i]: outputs of node i when it is constant-evaluable
+  std::vector<std::vector<Array>> const_values(nodes.size());
+  std::vector<char> evaluable(nodes.size(), 0);
+  ProgramBuilder b(p);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = nodes[i];
+    if (n.op == OpId::Constant) {
+      evaluable[i] = 1;
+      const_values[i] = {n.value};
+      b.copy(static_cast<int32_t>(i));
+      continue;
+    }
+    bool can = n.op != OpId::Placeholder && op_def(n.op).pure;
+    for (auto v : n.inputs) can = can && evaluable[v.node];
+    size_t bytes = 0;
+    for (auto& o : n.outputs) bytes += static_cast<size_t>(numel(o.shape)) * size_of(o.dtype);
+    can = can && bytes <= kMaxFoldedBytes;
+    if (!can || n.inputs.empty()) {
+      // Generators stay as nodes but may still feed folding when small.
+      if (can && n.inputs.empty()) evaluable[i] = 1;  // evaluated when a reader folds
+      b.copy(static_cast<int32_t>(i));
+      continue;
+    }
+    std::vector<Array> in;
+    for (auto v : n.inputs) {
+      if (const_values[v.node].empty()) const_values[v.node] = eval(nodes[v.node], {});
+      in.push_back(const_values[v.node][v.index]);
+    }
+    const_values[i] = eval(n, in);
+    evaluable[i] = 1;
+    std::vector<ValueRef> vals;
+    for (size_t k = 0; k < n.outputs.size(); ++k) {
+      Node c;
+      c.op = OpId::Constant;
+      c.outputs = {n.outputs[k]};
+      c.value = const_values[i][k];
+      c.name = n.name;
+      vals.push_back({b.graph().add_inferred(std::move(c)), 0});
+    }
+    b.map(static_cast<int32_t>(i), std::move(vals));
+  }
+  return b.finish();
+}
+
+}  // namespace kiln

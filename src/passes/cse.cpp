@@ -1,0 +1,73 @@
+// Common-subexpression elimination: pure nodes with the same op, inputs and attributes merge.
+// Small constants merge by value.
+#include <cstring>
+#include <unordered_map>
+
+#include "core/op_registry.h"
+#include "passes/program.h"
+
+namespace kiln {
+
+using detail::Node;
+using detail::ValueRef;
+
+namespace {
+constexpr size_t kMaxMergedConstantBytes = 4096;
+
+size_t node_key(const Node& n) {
+  size_t h = static_cast<size_t>(n.op) * 1000003u ^ n.attrs.hash();
+  for (auto v : n.inputs) h = h * 31 + static_cast<size_t>(v.node) * 7 + static_cast<size_t>(v.index);
+  if (n.op == OpId::Constant) {
+    const auto* p = static_cast<const unsigned char*>(n.value.data());
+    for (size_t i = 0; i < n.value.nbytes(); ++i) h = h * 131 + p[i];
+    h ^= static_cast<size_t>(n.value.dtype()) << 3;
+    for (auto d : n.value.shape()) h = h * 17 + static_cast<size_t>(d);
+  }
+  return h;
+}
+
+bool same(const Node& a, const Node& b) {
+  if (a.op != b.op || !(a.inputs == b.inputs) || !(a.attrs == b.attrs)) return false;
+  if (a.op != OpId::Constant) return a.outputs == b.outputs;
+  return a.value.dtype() == b.value.dtype() && a.value.shape() == b.value.shape() &&
+         std::memcmp(a.value.data(), b.value.data(), a.value.nbytes()) == 0;
+}
+
+bool mergeable(const Node& n) {
+  if (n.op == OpId::Placeholder) return false;
+  if (n.op == OpId::Constant) return n.value.nbytes() <= kMaxMergedConstantBytes;
+  return op_def(n.op).pure;
+}
+}  // namespace
+
+Program eliminate_common_subexpressions(const Program& p) {
+  ProgramBuilder b(p);
+  std::unordered_multimap<size_t, int32_t> seen;  // key -> new node id
+  for (size_t i = 0; i < p.graph.nodes.size(); ++i) {
+    const Node& src = p.graph.nodes[i];
+    if (mergeable(src)) {
+      Node probe = src;
+      for (auto& v : probe.inputs) v = b.remap(v);
+      const size_t key = node_key(probe);
+      bool merged = false;
+      auto range = seen.equal_range(key);
+      for (auto it = range.first; it != range.second && !merged; ++it) {
+        if (same(b.graph().nodes[it->second], probe)) {
+          std::vector<ValueRef> vals;
+          for (size_t k = 0; k < src.outputs.size(); ++k)
+            vals.push_back({it->second, static_cast<int32_t>(k)});
+          b.map(static_cast<int32_t>(i), std::move(vals));
+          merged = true;
+        }
+      }
+      if (merged) continue;
+      int32_t nid = b.copy(static_cast<int32_t>(i));
+      seen.emplace(key, nid);
+    } else {
+      b.copy(static_cast<int32_t>(i));
+    }
+  }
+  return b.finish();
+}
+
+}  // namespace kiln

@@ -1,0 +1,52 @@
+// What passes transform: a graph (nodes in topological order) and the values it must produce.
+// Every pass is a pure function Program -> Program.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/graph_impl.h"
+
+namespace kiln {
+
+struct Program {
+  detail::GraphImpl graph;
+  std::vector<detail::ValueRef> outputs;
+};
+
+/// Copies the nodes of `g` that `targets` need, in order; each copy records its origin.
+Program extract_program(const detail::GraphImpl& g, const std::vector<detail::ValueRef>& targets);
+/// Fixes placeholder shapes (by origin id) and re-infers every node. Throws ShapeError when a
+/// needed placeholder stays dynamic or a given shape contradicts its declared one.
+void specialize_shapes(Program& p, const std::vector<std::pair<int32_t, Shape>>& shapes);
+/// Checks topological order, input references and inferred infos; throws on a broken program.
+void verify_program(const Program& p, const std::string& after_pass);
+
+/// Evaluates one node on concrete inputs (constant folding runs kernels through this).
+using NodeEvaluator =
+    std::function<std::vector<Array>(const detail::Node&, const std::vector<Array>&)>;
+
+Program fold_constants(const Program& p, const NodeEvaluator& eval);
+Program eliminate_common_subexpressions(const Program& p);
+Program eliminate_dead_code(const Program& p);
+
+/// Helper for passes: copies nodes into a new program with remapped inputs.
+class ProgramBuilder {
+ public:
+  explicit ProgramBuilder(const Program& src) : src_(src), map_(src.graph.nodes.size()) {}
+  /// Copies node `id` of the source with remapped inputs; returns its new id.
+  int32_t copy(int32_t id);
+  /// Maps every output of source node `id` to new values.
+  void map(int32_t id, std::vector<detail::ValueRef> values) { map_[id] = std::move(values); }
+  detail::ValueRef remap(detail::ValueRef v) const { return map_[v.node][v.index]; }
+  detail::GraphImpl& graph() { return out_.graph; }
+  Program finish();
+
+ private:
+  const Program& src_;
+  Program out_;
+  std::vector<std::vector<detail::ValueRef>> map_;
+};
+
+}  // namespace kiln

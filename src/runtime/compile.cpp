@@ -1,0 +1,84 @@
+// Graph::compile: extract, specialize shapes, optimize, place, plan memory.
+#include "core/errors.h"
+#include "core/op_registry.h"
+#include "runtime/executable_impl.h"
+
+namespace kiln {
+
+using detail::Node;
+using detail::ValueRef;
+
+namespace {
+void run_pass(Program& p, const char* name, Program (*pass)(const Program&)) {
+  p = pass(p);
+#ifndef NDEBUG
+  verify_program(p, name);
+#else
+  (void)name;
+#endif
+}
+}  // namespace
+
+Executable Graph::compile(Device device, const FeedShapes& feeds, const std::vector<Tensor>& targets,
+                          const CompileOptions& options) const {
+  if (targets.empty()) fail<ValueError>("[compile] no targets given");
+  if (device.kind != Device::Kind::cpu)
+    fail<UnsupportedError>("[compile] no backend can run graphs on {} in this build yet",
+                           device.str());
+  std::vector<ValueRef> outs;
+  for (size_t i = 0; i < targets.size(); ++i) {
+    if (targets[i].graph_impl() != impl_.get())
+      fail<ValueError>("[compile] target {} belongs to another graph", i);
+    outs.push_back({targets[i].node_id(), targets[i].output_index()});
+  }
+  std::vector<std::pair<int32_t, Shape>> shapes;
+  for (auto& [t, s] : feeds) {
+    if (t.graph_impl() != impl_.get())
+      fail<ValueError>("[compile] feed shape given for a tensor of another graph");
+    if (impl_->nodes[t.node_id()].op != OpId::Placeholder)
+      fail<ValueError>("[compile] feed shape given for '{}', which is a {} and not a placeholder",
+                       t.name(), t.op_name());
+    shapes.emplace_back(t.node_id(), s);
+  }
+
+  auto impl = std::make_shared<detail::ExecutableImpl>();
+  impl->device = device;
+  impl->source = impl_.get();
+  impl->options = options;
+  Program p = extract_program(*impl_, outs);
+  specialize_shapes(p, shapes);
+  if (options.optimize) {
+    p = fold_constants(p, evaluate_node_cpu);
+    run_pass(p, "constant_folding", eliminate_common_subexpressions);
+    run_pass(p, "dce", eliminate_dead_code);
+  }
+  // placement: every executed node needs a CPU kernel for its dtype
+  for (size_t i = 0; i < p.graph.nodes.size(); ++i) {
+    const Node& n = p.graph.nodes[i];
+    if (n.op == OpId::Placeholder) {
+      impl->placeholders.push_back(static_cast<int32_t>(i));
+      continue;
+    }
+    if (n.op == OpId::Constant) continue;
+    const KernelEntry* k = find_kernel(n.op, Backend::cpu);
+    std::vector<TensorInfo> in;
+    for (auto v : n.inputs) in.push_back(p.graph.info(v));
+    if (!k)
+      fail<UnsupportedError>("[compile] op {} (node %{}) has no cpu kernel", op_name(n.op), i);
+    DType t = kernel_dtype(*k, n, in);
+    if (!k->handles(t))
+      fail<UnsupportedError>("[{}] no cpu kernel for dtype {} (node %{})", op_name(n.op), name(t), i);
+    impl->steps.push_back({static_cast<int32_t>(i), k});
+  }
+  impl->plan = plan_memory(p, {options.plan_memory, options.in_place});
+  impl->program = std::move(p);
+  if (options.num_threads > 0) {
+    impl->own_pool = std::make_unique<ThreadPool>(options.num_threads);
+    impl->pool = impl->own_pool.get();
+  } else {
+    impl->pool = &ThreadPool::global();
+  }
+  return Executable(std::move(impl));
+}
+
+}  // namespace kiln

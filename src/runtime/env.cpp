@@ -1,0 +1,21 @@
+#include "runtime/env.h"
+
+#include <cstdlib>
+
+namespace kiln::env {
+
+namespace {
+const char* get(const char* k) {
+  const char* v = std::getenv(k);
+  return (v && *v) ? v : nullptr;
+}
+}  // namespace
+
+const char* device() { return get("KILN_DEVICE"); }
+const char* log_level() { return get("KILN_LOG"); }
+int threads() {
+  const char* v = get("KILN_THREADS");
+  return v ? std::atoi(v) : 0;
+}
+
+}  // namespace kiln::env

@@ -1,0 +1,241 @@
+#include "kiln/executable.h"
+
+#include <cstring>
+#include <sstream>
+
+#include "core/errors.h"
+#include "core/op_registry.h"
+#include "runtime/executable_impl.h"
+
+namespace kiln {
+
+using detail::ExecutableImpl;
+using detail::Node;
+using detail::ValueRef;
+using Where = ValueSlot::Where;
+
+DType kernel_dtype(const KernelEntry& entry, const Node& node, const std::vector<TensorInfo>& in) {
+  if (entry.dtype_input >= 0 && entry.dtype_input < static_cast<int>(in.size()))
+    return in[entry.dtype_input].dtype;
+  return node.outputs.empty() ? f32 : node.outputs[0].dtype;
+}
+
+void run_kernel(const KernelEntry& entry, const Node& node, const std::vector<TensorView>& in,
+                const std::vector<TensorView>& out, ThreadPool* pool) {
+  bool all_empty = !out.empty();
+  for (auto& o : out) all_empty = all_empty && o.numel() == 0;
+  if (all_empty) return;
+  std::vector<TensorInfo> infos;
+  for (auto& v : in) infos.push_back({v.shape, v.dtype});
+  const DType t = kernel_dtype(entry, node, infos);
+  const bool via_f32 = entry.half_via_f32 && (t == f16 || t == bf16);
+  if (!via_f32) {
+    KernelContext ctx(node.op, node.attrs, in, out, pool);
+    entry.fn(ctx);
+    return;
+  }
+  // f16/bf16 through f32
+  std::vector<Array> temps;
+  auto widen = [&](const TensorView& v, bool copy_in) {
+    if (v.dtype != f16 && v.dtype != bf16) return v;
+    Array a = Array::empty(v.shape, f32);
+    if (copy_in) convert(v.data, v.dtype, a.data(), f32, v.numel());
+    temps.push_back(a);
+    return TensorView{a.data(), v.shape, f32};
+  };
+  std::vector<TensorView> in32, out32;
+  for (auto& v : in) in32.push_back(widen(v, true));
+  for (auto& v : out) out32.push_back(widen(v, false));
+  KernelContext ctx(node.op, node.attrs, in32, out32, pool);
+  entry.fn(ctx);
+  for (size_t i = 0; i < out.size(); ++i)
+    if (out[i].dtype != out32[i].dtype)
+      convert(out32[i].data, f32, out[i].data, out[i].dtype, out[i].numel());
+}
+
+std::vector<Array> evaluate_node_cpu(const Node& node, const std::vector<Array>& inputs) {
+  const KernelEntry* k = find_kernel(node.op, Backend::cpu);
+  if (!k) fail<UnsupportedError>("[{}] no cpu kernel to evaluate constants", op_name(node.op));
+  std::vector<TensorView> in, out;
+  for (auto& a : inputs) in.push_back({const_cast<void*>(a.data()), a.shape(), a.dtype()});
+  std::vector<Array> outs;
+  for (auto& o : node.outputs) {
+    outs.push_back(Array::empty(o.shape, o.dtype));
+    out.push_back({outs.back().data(), o.shape, o.dtype});
+  }
+  run_kernel(*k, node, in, out, &ThreadPool::global());
+  return outs;
+}
+
+Executable::Executable() = default;
+Executable::~Executable() = default;
+Executable::Executable(Executable&&) noexcept = default;
+Executable& Executable::operator=(Executable&&) noexcept = default;
+Executable::Executable(std::shared_ptr<ExecutableImpl> impl) : impl_(std::move(impl)) {}
+
+namespace {
+void check_feed(const Node& ph, const Array& a) {
+  const TensorInfo& want = ph.outputs[0];
+  if (a.shape() != want.shape)
+    fail<ShapeError>("[run] placeholder '{}' was compiled for shape {} but the feed has shape {}",
+                     ph.name, str(want.shape), str(a.shape()));
+  if (a.dtype() != want.dtype)
+    fail<DTypeError>("[run] placeholder '{}' has dtype {} but the feed has dtype {}", ph.name,
+                     name(want.dtype), name(a.dtype()));
+  if (a.device().kind != Device::Kind::cpu)
+    fail<UnsupportedError>("[run] feed '{}' lives on {}; this executable runs on cpu", ph.name,
+                           a.device().str());
+}
+
+std::vector<Array> run_impl(ExecutableImpl& x, const std::vector<const Array*>& feed_by_node) {
+  const auto& nodes = x.program.graph.nodes;
+  for (int32_t ph : x.placeholders)
+    if (!feed_by_node[ph]) fail<ValueError>("[run] placeholder '{}' has no feed", nodes[ph].name);
+
+  std::vector<Array> outputs(x.program.outputs.size());
+  for (size_t k = 0; k < x.program.outputs.size(); ++k) {
+    ValueRef v = x.program.outputs[k];
+    const ValueSlot& s = x.plan.slots[v.node][v.index];
+    if (s.where == Where::output && s.index == static_cast<int>(k)) {
+      const TensorInfo& t = nodes[v.node].outputs[v.index];
+      outputs[k] = Array::empty(t.shape, t.dtype);
+    }
+  }
+  std::shared_ptr<Storage> arena;
+  {
+    std::lock_guard<std::mutex> l(x.arena_mu);
+    if (!x.free_arenas.empty()) {
+      arena = std::move(x.free_arenas.back());
+      x.free_arenas.pop_back();
+    }
+  }
+  if (!arena && x.plan.arena_bytes) arena = Array::empty({static_cast<int64_t>(x.plan.arena_bytes)}, u8).storage();
+  char* base = arena ? static_cast<char*>(arena->data) : nullptr;
+
+  auto view = [&](ValueRef v) -> TensorView {
+    const ValueSlot& s = x.plan.slots[v.node][v.index];
+    const TensorInfo& t = nodes[v.node].outputs[v.index];
+    void* p = nullptr;
+    switch (s.where) {
+      case Where::feed: p = const_cast<void*>(feed_by_node[s.index]->data()); break;
+      case Where::constant: p = const_cast<void*>(nodes[s.index].value.data()); break;
+      case Where::arena: p = base + s.offset; break;
+      case Where::output: p = outputs[s.index].data(); break;
+      case Where::none: KILN_ASSERT(false);
+    }
+    return {p, t.shape, t.dtype};
+  };
+
+  for (const Step& st : x.steps) {
+    const Node& n = nodes[st.node];
+    std::vector<TensorView> in, out;
+    in.reserve(n.inputs.size());
+    for (auto v : n.inputs) in.push_back(view(v));
+    for (size_t o = 0; o < n.outputs.size(); ++o) out.push_back(view({st.node, static_cast<int32_t>(o)}));
+    run_kernel(*st.kernel, n, in, out, x.pool);
+  }
+  // outputs that are feeds, constants or repeated targets
+  for (size_t k = 0; k < x.program.outputs.size(); ++k) {
+    if (outputs[k].valid() && outputs[k].storage()) continue;
+    ValueRef v = x.program.outputs[k];
+    const ValueSlot& s = x.plan.slots[v.node][v.index];
+    if (s.where == Where::output) outputs[k] = outputs[s.index];
+    else if (s.where == Where::feed) outputs[k] = *feed_by_node[s.index];
+    else if (s.where == Where::constant) outputs[k] = nodes[s.index].value.copy();
+  }
+  if (arena) {
+    std::lock_guard<std::mutex> l(x.arena_mu);
+    x.free_arenas.push_back(std::move(arena));
+  }
+  return outputs;
+}
+}  // namespace
+
+std::vector<Array> Executable::run(const Feeds& feeds) const {
+  if (!impl_) fail<ValueError>("[run] empty Executable");
+  auto& x = *impl_;
+  std::vector<const Array*> by_node(x.program.graph.nodes.size(), nullptr);
+  for (auto& [t, a] : feeds) {
+    if (t.graph_impl() != x.source)
+      fail<ValueError>("[run] feed for a tensor of another graph");
+    bool used = false;
+    for (int32_t ph : x.placeholders) {
+      const Node& n = x.program.graph.nodes[ph];
+      if (n.origin != t.node_id()) continue;
+      check_feed(n, a);
+      by_node[ph] = &a;
+      used = true;
+    }
+    if (!used && x.source->nodes[t.node_id()].op != OpId::Placeholder)
+      fail<ValueError>("[run] '{}' is a {}, not a placeholder; it cannot be fed", t.name(),
+                       t.op_name());
+  }
+  return run_impl(x, by_node);
+}
+
+std::vector<Array> Executable::run(const std::map<std::string, Array>& feeds) const {
+  if (!impl_) fail<ValueError>("[run] empty Executable");
+  auto& x = *impl_;
+  std::vector<const Array*> by_node(x.program.graph.nodes.size(), nullptr);
+  for (auto& [name, a] : feeds) {
+    bool found = false;
+    for (int32_t ph : x.placeholders) {
+      const Node& n = x.program.graph.nodes[ph];
+      if (n.name != name) continue;
+      check_feed(n, a);
+      by_node[ph] = &a;
+      found = true;
+    }
+    if (!found) {
+      bool declared = false;
+      for (auto& n : x.source->nodes) declared = declared || (n.op == OpId::Placeholder && n.name == name);
+      if (!declared) fail<ValueError>("[run] no placeholder named '{}'", name);
+    }
+  }
+  return run_impl(x, by_node);
+}
+
+Device Executable::device() const { return impl_->device; }
+size_t Executable::peak_intermediate_bytes() const { return impl_->plan.arena_bytes; }
+size_t Executable::num_steps() const { return impl_->steps.size(); }
+
+std::vector<Executable::IoInfo> Executable::inputs() const {
+  std::vector<IoInfo> r;
+  for (int32_t ph : impl_->placeholders) {
+    const Node& n = impl_->program.graph.nodes[ph];
+    r.push_back({n.name, n.outputs[0].shape, n.outputs[0].dtype});
+  }
+  return r;
+}
+
+std::vector<Executable::IoInfo> Executable::outputs() const {
+  std::vector<IoInfo> r;
+  for (auto v : impl_->program.outputs) {
+    const Node& n = impl_->program.graph.nodes[v.node];
+    r.push_back({n.name, n.outputs[v.index].shape, n.outputs[v.index].dtype});
+  }
+  return r;
+}
+
+std::string Executable::dump() const {
+  std::ostringstream os;
+  const auto& nodes = impl_->program.graph.nodes;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = nodes[i];
+    os << "%" << i << " = " << op_name(n.op) << "(";
+    for (size_t j = 0; j < n.inputs.size(); ++j) os << (j ? ", " : "") << "%" << n.inputs[j].node;
+    os << ")";
+    for (size_t o = 0; o < n.outputs.size(); ++o) {
+      const ValueSlot& s = impl_->plan.slots[i][o];
+      os << " -> " << name(n.outputs[o].dtype) << to_string(n.outputs[o].shape);
+      if (s.where == Where::arena) os << " @arena+" << s.offset;
+      else if (s.where == Where::output) os << " @output" << s.index;
+    }
+    os << "\n";
+  }
+  os << "arena: " << impl_->plan.arena_bytes << " bytes in " << impl_->plan.num_buffers
+     << " buffers\n";
+  return os.str();
+}
+
+}  // namespace kiln

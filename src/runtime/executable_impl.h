@@ -1,0 +1,50 @@
+// The compiled plan behind an Executable.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "kiln/executable.h"
+#include "kiln/kernel.h"
+#include "passes/memory_plan.h"
+#include "passes/program.h"
+#include "runtime/thread_pool.h"
+
+namespace kiln {
+
+struct Step {
+  int32_t node = -1;
+  const KernelEntry* kernel = nullptr;
+};
+
+namespace detail {
+struct ExecutableImpl {
+  Device device;
+  const GraphImpl* source = nullptr;  // the user's graph, to match feeds
+  Program program;
+  MemoryPlan plan;
+  std::vector<Step> steps;
+  std::vector<int32_t> placeholders;  // program node ids
+  CompileOptions options;
+  ThreadPool* pool = nullptr;
+  std::unique_ptr<ThreadPool> own_pool;
+
+  // Arenas not in use by a run; concurrent runs each take their own.
+  std::mutex arena_mu;
+  std::vector<std::shared_ptr<Storage>> free_arenas;
+};
+}  // namespace detail
+
+/// Runs `entry` for `node` on the given views, converting f16/bf16 through f32 when the kernel
+/// asks for it. Used by runs and by constant folding.
+void run_kernel(const KernelEntry& entry, const detail::Node& node,
+                const std::vector<TensorView>& in, const std::vector<TensorView>& out,
+                ThreadPool* pool);
+/// Evaluates one node on host arrays with the CPU kernels.
+std::vector<Array> evaluate_node_cpu(const detail::Node& node, const std::vector<Array>& inputs);
+/// The dtype a kernel entry is looked up by for `node`.
+DType kernel_dtype(const KernelEntry& entry, const detail::Node& node,
+                   const std::vector<TensorInfo>& inputs);
+
+}  // namespace kiln

@@ -1,0 +1,88 @@
+#include <cmath>
+#include <limits>
+
+#include "support/reference.h"
+
+namespace kiln {
+namespace {
+using namespace kiln::test;
+
+TEST(DTypeTest, NamesRoundTrip) {
+  for (int i = 0; i < kNumDTypes; ++i) {
+    DType t = static_cast<DType>(i);
+    EXPECT_EQ(parse_dtype(name(t)), t);
+  }
+  expect_error<DTypeError>([] { parse_dtype("f12"); }, {"[dtype]", "f12"});
+}
+
+TEST(DTypeTest, Promotion) {
+  EXPECT_EQ(promote(f32, f32), f32);
+  EXPECT_EQ(promote(boolean, i8), i8);
+  EXPECT_EQ(promote(i32, f16), f16);
+  EXPECT_EQ(promote(f16, bf16), f32);
+  EXPECT_EQ(promote(f16, f32), f32);
+  EXPECT_EQ(promote(f32, f64), f64);
+  EXPECT_EQ(promote(u8, i8), i16);
+  EXPECT_EQ(promote(u8, i32), i32);
+  EXPECT_EQ(promote(i16, i64), i64);
+  for (int a = 0; a < kNumDTypes; ++a)
+    for (int b = 0; b < kNumDTypes; ++b)
+      EXPECT_EQ(promote(static_cast<DType>(a), static_cast<DType>(b)),
+                promote(static_cast<DType>(b), static_cast<DType>(a)));
+}
+
+// f16 conversion against an independent rule: the nearest representable half, ties to even.
+TEST(DTypeTest, HalfConversionRoundsToNearestEven) {
+  // every half bit pattern round-trips exactly
+  for (uint32_t bits = 0; bits < 0x10000; ++bits) {
+    float16_t h;
+    h.bits = static_cast<uint16_t>(bits);
+    float f = static_cast<float>(h);
+    if (std::isnan(f)) continue;
+    EXPECT_EQ(float16_t(f).bits, h.bits) << bits;
+  }
+  std::uniform_real_distribution<float> d(-70000.f, 70000.f);
+  for (int i = 0; i < 20000; ++i) {
+    float f = d(rng());
+    if (i % 2) f *= 1e-4f;
+    float16_t h(f);
+    const double got = static_cast<float>(h);
+    // neighbours of the result must not be closer
+    float16_t up = h, dn = h;
+    up.bits++;
+    dn.bits--;
+    const double e = std::fabs(got - f);
+    if (std::isinf(got)) {
+      EXPECT_GE(std::fabs(f), 65504.0 + 16.0);
+      continue;
+    }
+    EXPECT_LE(e, std::fabs(static_cast<float>(up) - f) + 0.0) << f;
+    EXPECT_LE(e, std::fabs(static_cast<float>(dn) - f) + 0.0) << f;
+  }
+}
+
+TEST(DTypeTest, Bfloat16Conversion) {
+  std::uniform_real_distribution<float> d(-1e6f, 1e6f);
+  for (int i = 0; i < 20000; ++i) {
+    float f = d(rng());
+    bfloat16_t b(f);
+    double got = static_cast<float>(b);
+    EXPECT_LE(std::fabs(got - f), std::fabs(f) * (1.0 / 256.0)) << f;
+  }
+  EXPECT_TRUE(std::isnan(static_cast<float>(bfloat16_t(std::numeric_limits<float>::quiet_NaN()))));
+}
+
+TEST(ShapeTest, Broadcast) {
+  Shape out;
+  EXPECT_TRUE(broadcast_shapes({3, 1}, {1, 4}, out));
+  EXPECT_EQ(out, (Shape{3, 4}));
+  EXPECT_TRUE(broadcast_shapes({}, {2, 2}, out));
+  EXPECT_EQ(out, (Shape{2, 2}));
+  EXPECT_FALSE(broadcast_shapes({3}, {4}, out));
+  EXPECT_EQ(to_string({2, -1}), "(2, ?)");
+  EXPECT_EQ(normalize_axis(-1, 3), 2);
+  EXPECT_EQ(normalize_axis(3, 3), -1);
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,155 @@
+// Compile and run: feed checks, passes, memory planning.
+#include <atomic>
+#include <cmath>
+#include <thread>
+
+#include "support/reference.h"
+
+namespace kiln {
+namespace {
+using namespace kiln::test;
+
+TEST(Compile, FeedShapeMismatchNamesPlaceholderAndShapes) {
+  Graph g;
+  auto x = g.placeholder({-1, 4}, f32, "images");
+  auto exe = g.compile(Device::cpu(), {{x, {2, 4}}}, {relu(x)});
+  expect_error<ShapeError>([&] { exe.run({{x, random_array({3, 4}, f32)}}); },
+                           {"[run]", "images", "(2, 4)", "(3, 4)"});
+  expect_error<DTypeError>([&] { exe.run({{x, random_array({2, 4}, f64)}}); },
+                           {"[run]", "images", "f32", "f64"});
+  expect_error<ValueError>([&] { exe.run(Feeds{}); }, {"images", "no feed"});
+}
+
+TEST(Compile, DynamicPlaceholderNeedsShape) {
+  Graph g;
+  auto x = g.placeholder({-1, 4}, f32, "x");
+  expect_error<ShapeError>([&] { g.compile(Device::cpu(), {}, {relu(x)}); }, {"'x'", "(?, 4)"});
+  expect_error<ShapeError>([&] { g.compile(Device::cpu(), {{x, {2, 5}}}, {relu(x)}); },
+                           {"'x'", "(?, 4)", "(2, 5)"});
+}
+
+TEST(Compile, RunsByName) {
+  Graph g;
+  auto x = g.placeholder({3}, f32, "x");
+  auto exe = g.compile(Device::cpu(), {}, {x * 2.0});
+  Array v = random_array({3}, f32);
+  auto out = exe.run(std::map<std::string, Array>{{"x", v}});
+  std::vector<double> ref;
+  for (double e : to_f64(v)) ref.push_back(2 * e);
+  expect_close(out[0], {3}, ref);
+  expect_error<ValueError>([&] { exe.run(std::map<std::string, Array>{{"y", v}}); }, {"'y'"});
+}
+
+TEST(Compile, ConstantFoldingRemovesConstantWork) {
+  Graph g;
+  auto x = g.placeholder({4}, f32, "x");
+  Array c = random_array({4}, f32);
+  auto k = exp(g.constant(c)) * 3.0;  // all constant
+  auto exe = g.compile(Device::cpu(), {}, {x + k});
+  EXPECT_EQ(exe.num_steps(), 1u) << exe.dump();
+  Array v = random_array({4}, f32);
+  auto vc = to_f64(c), vx = to_f64(v);
+  std::vector<double> ref;
+  for (int i = 0; i < 4; ++i) ref.push_back(vx[i] + std::exp(vc[i]) * 3);
+  expect_close(exe.run({{x, v}})[0], {4}, ref, 1e-6);
+  // the same without optimization runs every op
+  auto plain = g.compile(Device::cpu(), {}, {x + k}, {.optimize = false});
+  EXPECT_EQ(plain.num_steps(), 3u);
+  expect_close(plain.run({{x, v}})[0], {4}, ref, 1e-6);
+}
+
+TEST(Compile, CommonSubexpressionsMerge) {
+  Graph g;
+  auto x = g.placeholder({8}, f32, "x");
+  auto a = exp(x) + 1.0;
+  auto b = exp(x) + 1.0;  // same again
+  auto exe = g.compile(Device::cpu(), {}, {a * b});
+  EXPECT_EQ(exe.num_steps(), 3u) << exe.dump();  // exp, add, mul
+  Array v = random_array({8}, f32);
+  std::vector<double> ref;
+  for (double e : to_f64(v)) ref.push_back((std::exp(e) + 1) * (std::exp(e) + 1));
+  expect_close(exe.run({{x, v}})[0], {8}, ref, 1e-5);
+}
+
+TEST(Compile, DeadCodeIsNotRun) {
+  Graph g;
+  auto x = g.placeholder({8}, f32, "x");
+  auto unused = exp(exp(x));
+  (void)unused;
+  auto exe = g.compile(Device::cpu(), {}, {relu(x)});
+  EXPECT_EQ(exe.num_steps(), 1u);
+}
+
+TEST(Compile, OutputsThatArePlaceholdersOrRepeated) {
+  Graph g;
+  auto x = g.placeholder({5}, f32, "x");
+  auto y = relu(x);
+  auto exe = g.compile(Device::cpu(), {}, {y, x, y});
+  Array v = random_array({5}, f32);
+  auto out = exe.run({{x, v}});
+  ASSERT_EQ(out.size(), 3u);
+  expect_equal(out[1], {5}, to_f64(v));
+  expect_equal(out[2], {5}, to_f64(out[0]));
+}
+
+// A chain of 50 elementwise ops on 1M floats needs at most 3 buffers of intermediates.
+TEST(MemoryPlan, ElementwiseChainReusesBuffers) {
+  const int64_t n = 1 << 20;
+  Graph g;
+  auto x = g.placeholder({n}, f32, "x");
+  Tensor y = x;
+  for (int i = 0; i < 50; ++i) y = (i % 3 == 0) ? relu(y) : (i % 3 == 1) ? y * 0.5 : y + 1.0;
+  auto planned = g.compile(Device::cpu(), {}, {y});
+  auto unplanned = g.compile(Device::cpu(), {}, {y}, {.plan_memory = false});
+  const size_t buf = n * sizeof(float);
+  EXPECT_LE(planned.peak_intermediate_bytes(), 3 * buf) << planned.dump();
+  EXPECT_GE(unplanned.peak_intermediate_bytes(), 40 * buf);
+  Array v = random_array({n}, f32, -4, 4);
+  auto a = planned.run({{x, v}})[0];
+  auto b = unplanned.run({{x, v}})[0];
+  auto va = to_f64(a);
+  expect_equal(b, {n}, va);
+  // and a reference for a few elements
+  auto vx = to_f64(v);
+  for (int64_t i = 0; i < n; i += 4099) {
+    float r = static_cast<float>(vx[i]);
+    for (int k = 0; k < 50; ++k)
+      r = (k % 3 == 0) ? std::max(r, 0.0f) : (k % 3 == 1) ? r * 0.5f : r + 1.0f;
+    EXPECT_EQ(static_cast<float>(va[i]), r) << i;
+  }
+}
+
+TEST(MemoryPlan, InPlaceNeverOverwritesALiveValue) {
+  Graph g;
+  auto x = g.placeholder({1000}, f32, "x");
+  auto a = exp(x);
+  auto b = relu(a);  // a is still read below, so relu must not write over it
+  auto c = a + b;
+  auto exe = g.compile(Device::cpu(), {}, {c});
+  Array v = random_array({1000}, f32, -2, 2);
+  std::vector<double> ref;
+  for (double e : to_f64(v)) ref.push_back(std::exp(e) + std::max(std::exp(e), 0.0));
+  expect_close(exe.run({{x, v}})[0], {1000}, ref, 1e-6);
+}
+
+TEST(MemoryPlan, ConcurrentRunsUseSeparateArenas) {
+  Graph g;
+  auto x = g.placeholder({4096}, f32, "x");
+  Tensor y = x;
+  for (int i = 0; i < 10; ++i) y = exp(y * 0.1);
+  auto exe = g.compile(Device::cpu(), {}, {y});
+  Array v = random_array({4096}, f32);
+  auto want = to_f64(exe.run({{x, v}})[0]);
+  std::vector<std::thread> ts;
+  std::atomic<int> bad{0};
+  for (int t = 0; t < 4; ++t)
+    ts.emplace_back([&] {
+      for (int k = 0; k < 20; ++k)
+        if (to_f64(exe.run({{x, v}})[0]) != want) bad++;
+    });
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(bad.load(), 0);
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,11 @@
+// Subcommands of the kiln CLI.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace kiln::cli {
+
+void add_ops_command(CLI::App& app);
+void add_demo_command(CLI::App& app);
+
+}  // namespace kiln::cli
