@@ -2,6 +2,7 @@
 //   KILN_DEVICE   default device: cpu, cuda, cuda:N
 //   KILN_LOG      log level: error (default), warn, info, debug
 //   KILN_THREADS  threads of the CPU kernel pool (default: one per core)
+//   KILN_TEST_SEED  tests only: replays the random inputs of an earlier test run
 #pragma once
 
 namespace kiln::env {

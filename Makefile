@@ -1,0 +1,55 @@
+# kiln: `make demo` builds and runs the main job; `make test` builds and runs every test.
+# Both install what is missing first (scripts/setup.sh).
+
+BUILD       ?= build
+ASAN_BUILD  ?= build-asan
+CMAKE_FLAGS ?=
+JOBS        ?= $(shell nproc)
+export CCACHE_BASEDIR := $(CURDIR)
+
+.PHONY: all setup configure build demo test test-release test-asan check bench docs format clean
+
+all: build
+
+setup:
+	@scripts/setup.sh
+
+configure: setup
+	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
+
+build: configure
+	@cmake --build $(BUILD) -j $(JOBS)
+
+demo: build
+	$(BUILD)/kiln demo
+
+# Everything: the release build's tests (C++ and Python), then the C++ suite under ASan+UBSan.
+test: test-release test-asan
+
+test-release: build
+	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+	@if ls tests/python/test_*.py >/dev/null 2>&1; then \
+	  KILN_BUILD_DIR=$(abspath $(BUILD)) .venv/bin/python -m pytest -q tests/python; fi
+
+test-asan: setup
+	@cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DKILN_SANITIZE=address,undefined \
+	  -DKILN_CUDA=OFF -DKILN_BENCH=OFF >/dev/null
+	@cmake --build $(ASAN_BUILD) -j $(JOBS) --target kiln_core_tests kiln_op_tests
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS) -L unit
+
+# Quick loop while developing: release build and C++ tests only.
+check: build
+	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+bench: build
+	@scripts/bench.sh $(BUILD)
+
+docs: build
+	$(BUILD)/kiln ops --markdown > docs/ops.md
+
+format:
+	@git ls-files '*.h' '*.cpp' '*.cu' | xargs clang-format -i
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs what kiln's build and tests need, and nothing twice: Debian packages (apt) and a
+# Python virtual environment in .venv with the test tools. Safe to run again and again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(
+  build-essential cmake ninja-build ccache pkg-config
+  libdnnl-dev libfmt-dev nlohmann-json3-dev libcli11-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  python3 python3-venv python3-pip
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+PY_PACKAGES=(numpy pytest)
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv"
+  python3 -m venv .venv
+fi
+if ! .venv/bin/python -c "import numpy, pytest" 2>/dev/null; then
+  echo "setup: installing ${PY_PACKAGES[*]} into .venv"
+  .venv/bin/python -m pip install -q --disable-pip-version-check "${PY_PACKAGES[@]}"
+fi
