@@ -49,7 +49,10 @@ Executable Graph::compile(Device device, const FeedShapes& feeds, const std::vec
   specialize_shapes(p, shapes);
   if (options.optimize) {
     p = fold_constants(p, evaluate_node_cpu);
-    run_pass(p, "constant_folding", eliminate_common_subexpressions);
+#ifndef NDEBUG
+    verify_program(p, "constant_folding");
+#endif
+    run_pass(p, "cse", eliminate_common_subexpressions);
     run_pass(p, "dce", eliminate_dead_code);
   }
   // placement: every executed node needs a CPU kernel for its dtype
