@@ -18,9 +18,12 @@ constexpr DTypeSet kLabelIndexTypes{i32, i64};
 
 const char* reduction_name(Reduction r) {
   switch (r) {
-    case Reduction::none: return "none";
-    case Reduction::mean: return "mean";
-    case Reduction::sum: return "sum";
+    case Reduction::none:
+      return "none";
+    case Reduction::mean:
+      return "mean";
+    case Reduction::sum:
+      return "sum";
   }
   fail<ValueError>("[loss] unknown reduction {}", static_cast<int>(r));
 }
@@ -68,9 +71,10 @@ std::vector<TensorInfo> infer_softmax_cross_entropy(const InferContext& ctx) {
   } else if (lt == ctx.inputs[0].dtype) {
     check_labels(ctx, x, "probability labels");
   } else {
-    fail<DTypeError>("[{}] labels have dtype {}; expected i32/i64 class indices or {} "
-                     "probabilities like the logits of shape {}",
-                     ctx.name(), name(lt), name(ctx.inputs[0].dtype), str(x));
+    fail<DTypeError>(
+        "[{}] labels have dtype {}; expected i32/i64 class indices or {} "
+        "probabilities like the logits of shape {}",
+        ctx.name(), name(lt), name(ctx.inputs[0].dtype), str(x));
   }
   return reduced(ctx, without_axis(x, axis));
 }
@@ -123,9 +127,9 @@ Tensor softmax_cross_entropy(const Tensor& logits, const Tensor& labels, Reducti
 Tensor nll(const Tensor& log_probs, const Tensor& target, Reduction reduction,
            int64_t ignore_index) {
   require_float("nll", log_probs, "log_probs");
-  return make_node1(OpId::Nll, {log_probs, target},
-                    {{"reduction", std::string(reduction_name(reduction))},
-                     {"ignore_index", ignore_index}});
+  return make_node1(
+      OpId::Nll, {log_probs, target},
+      {{"reduction", std::string(reduction_name(reduction))}, {"ignore_index", ignore_index}});
 }
 
 Tensor mse(const Tensor& a, const Tensor& b, Reduction reduction) {

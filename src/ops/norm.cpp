@@ -49,7 +49,9 @@ void check_params(const InferContext& ctx, const std::vector<const char*>& names
   }
 }
 
-void require_float_x(const InferContext& ctx) { require_dtype(ctx, 0, kFloatTypes, "a float dtype"); }
+void require_float_x(const InferContext& ctx) {
+  require_dtype(ctx, 0, kFloatTypes, "a float dtype");
+}
 
 std::vector<TensorInfo> infer_softmax(const InferContext& ctx) {
   require_float_x(ctx);
@@ -89,8 +91,8 @@ std::vector<TensorInfo> infer_group_norm(const InferContext& ctx) {
   auto out = infer_channel_norm(ctx, 2, {});
   const int64_t groups = ctx.attrs.i("groups"), c = ctx.inputs[0].shape[1];
   if (groups <= 0 || (c >= 0 && c % groups != 0))
-    fail<ValueError>("[{}] {} groups do not divide the {} channels of x with shape {}",
-                     ctx.name(), groups, c, str(ctx.inputs[0].shape));
+    fail<ValueError>("[{}] {} groups do not divide the {} channels of x with shape {}", ctx.name(),
+                     groups, c, str(ctx.inputs[0].shape));
   return out;
 }
 
@@ -132,7 +134,8 @@ Tensor softmax_like(OpId op, const Tensor& x, int64_t axis) {
   const char* n = op_name(op);
   require_float(n, x, "x");
   // a scalar is one row of one element
-  const int64_t a = x.rank() == 0 && (axis == 0 || axis == -1) ? 0 : resolve_axis(n, axis, x.shape());
+  const int64_t a =
+      x.rank() == 0 && (axis == 0 || axis == -1) ? 0 : resolve_axis(n, axis, x.shape());
   return make_node1(op, {x}, {{"axis", a}});
 }
 
@@ -192,8 +195,7 @@ Tensor dropout(const Tensor& x, double p, bool training, uint64_t seed) {
     fail<ValueError>("[dropout] p must be in [0, 1), got {} (x has shape {})", p, str(x.shape()));
   require_float("dropout", x, "x");
   if (!training || p == 0) return x;
-  return make_node1(OpId::Dropout, {x},
-                    {{"p", p}, {"seed", static_cast<int64_t>(seed)}});
+  return make_node1(OpId::Dropout, {x}, {{"p", p}, {"seed", static_cast<int64_t>(seed)}});
 }
 
 }  // namespace kiln

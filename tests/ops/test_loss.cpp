@@ -9,10 +9,14 @@ using namespace kiln::test;
 
 double tol(DType t) {
   switch (t) {
-    case DType::f64: return 1e-10;
-    case DType::f32: return 2e-5;
-    case DType::f16: return 2e-3;
-    default: return 1.6e-2;  // bf16
+    case DType::f64:
+      return 1e-10;
+    case DType::f32:
+      return 2e-5;
+    case DType::f16:
+      return 2e-3;
+    default:
+      return 1.6e-2;  // bf16
   }
 }
 
@@ -25,7 +29,9 @@ std::vector<double> reduce(const std::vector<double>& losses, Reduction r, doubl
   for (double l : losses) s += l;
   return {r == Reduction::sum ? s : s / count};
 }
-Shape reduced_shape(const Shape& shape, Reduction r) { return r == Reduction::none ? shape : Shape{}; }
+Shape reduced_shape(const Shape& shape, Reduction r) {
+  return r == Reduction::none ? shape : Shape{};
+}
 
 // Logits (outer, classes, inner) around the class axis.
 struct Split {
@@ -34,9 +40,12 @@ struct Split {
 Split split(const Shape& s, int axis) {
   Split r;
   for (int d = 0; d < static_cast<int>(s.size()); ++d) {
-    if (d < axis) r.outer *= s[d];
-    else if (d == axis) r.classes = s[d];
-    else r.inner *= s[d];
+    if (d < axis)
+      r.outer *= s[d];
+    else if (d == axis)
+      r.classes = s[d];
+    else
+      r.inner *= s[d];
   }
   return r;
 }
@@ -86,9 +95,12 @@ Array random_probs(const Shape& shape, int axis, DType t) {
 }
 
 TEST(SoftmaxCrossEntropy, IndexLabelsAllReductions) {
-  struct Case { Shape shape; int64_t axis; };
-  for (auto c : {Case{{6, 5}, -1}, Case{{2, 4, 3}, 1}, Case{{3, 1, 7}, -1}, Case{{4, 2}, 0},
-                 Case{{5}, 0}}) {
+  struct Case {
+    Shape shape;
+    int64_t axis;
+  };
+  for (auto c :
+       {Case{{6, 5}, -1}, Case{{2, 4, 3}, 1}, Case{{3, 1, 7}, -1}, Case{{4, 2}, 0}, Case{{5}, 0}}) {
     const int axis = normalize_axis(c.axis, static_cast<int>(c.shape.size()));
     const Shape lshape = without(c.shape, axis);
     for (DType t : {f32, f64, bf16}) {
@@ -111,7 +123,10 @@ TEST(SoftmaxCrossEntropy, IndexLabelsAllReductions) {
 }
 
 TEST(SoftmaxCrossEntropy, ProbabilityLabels) {
-  struct Case { Shape shape; int64_t axis; };
+  struct Case {
+    Shape shape;
+    int64_t axis;
+  };
   for (auto c : {Case{{4, 7}, -1}, Case{{4, 7}, 0}, Case{{2, 3, 5}, -2}}) {
     const int axis = normalize_axis(c.axis, static_cast<int>(c.shape.size()));
     for (DType t : {f32, f64, f16}) {
@@ -144,6 +159,23 @@ TEST(SoftmaxCrossEntropy, StableForLargeLogitsAndEmpty) {
   expect_close(eval1(g, softmax_cross_entropy(e, el, Reduction::none), feeds), {0}, {});
 }
 
+TEST(SoftmaxCrossEntropy, DynamicBatch) {
+  Graph g;
+  auto x = g.placeholder({-1, 5}, f32, "x");
+  auto l = g.placeholder({-1}, i64, "l");
+  auto y = softmax_cross_entropy(x, l, Reduction::none);
+  EXPECT_EQ(y.shape(), (Shape{-1}));
+  Array vx = random_array({7, 5}, f32, -3, 3), vl = random_ints({7}, 0, 4);
+  expect_close(eval1(g, y, {{x, vx}, {l, vl}}), {7}, ref_cross_entropy(vx, vl, 1), 2e-5, 2e-5);
+  auto l8 = g.placeholder({-1}, i64, "l8");
+  auto y8 = softmax_cross_entropy(x, l8);
+  expect_error<ShapeError>(
+      [&] {
+        eval1(g, y8, {{x, vx}, {l8, random_ints({8}, 0, 4)}});
+      },
+      {"[softmax_cross_entropy]", "(8,)", "(7,)", "(7, 5)"});
+}
+
 TEST(SoftmaxCrossEntropy, Errors) {
   Graph g;
   auto x = g.placeholder({3, 5}, f32, "x");
@@ -165,7 +197,9 @@ TEST(SoftmaxCrossEntropy, Errors) {
   // labels are only known at run time
   Array bad = Array::from_vector<int64_t>({0, 5, 1}, {3});
   expect_error<ValueError>(
-      [&] { eval1(g, softmax_cross_entropy(x, l3), {{x, random_array({3, 5}, f32)}, {l3, bad}}); },
+      [&] {
+        eval1(g, softmax_cross_entropy(x, l3), {{x, random_array({3, 5}, f32)}, {l3, bad}});
+      },
       {"[softmax_cross_entropy]", "label 5", "5 classes"});
 }
 
@@ -203,8 +237,7 @@ TEST(Nll, IgnoreIndexAndAllReductions) {
           double count = 0;
           auto losses = ref_nll(vx, vt, ignore, count);
           Array out = eval1(g, nll(x, tg, r, ignore), {{x, vx}, {tg, vt}});
-          expect_close(out, reduced_shape(tshape, r), reduce(losses, r, count), tol(t),
-                       tol(t) * 8);
+          expect_close(out, reduced_shape(tshape, r), reduce(losses, r, count), tol(t), tol(t) * 8);
         }
       }
     }
@@ -215,7 +248,8 @@ TEST(Nll, AllIgnoredMeanIsNan) {
   Graph g;
   auto x = g.placeholder({3, 4}, f32, "x");
   auto t = g.placeholder({3}, i64, "t");
-  Feeds feeds{{x, random_array({3, 4}, f32)}, {t, Array::from_vector<int64_t>({-100, -100, -100}, {3})}};
+  Feeds feeds{{x, random_array({3, 4}, f32)},
+              {t, Array::from_vector<int64_t>({-100, -100, -100}, {3})}};
   expect_close(eval1(g, nll(x, t), feeds), {}, {NAN});
   expect_close(eval1(g, nll(x, t, Reduction::sum), feeds), {}, {0.0});
 }
@@ -224,23 +258,31 @@ TEST(Nll, Errors) {
   Graph g;
   auto x = g.placeholder({4, 3, 2}, f32, "x");
   auto t = g.placeholder({4, 3}, i64, "t");
-  expect_error<ShapeError>([&] { nll(x, t); }, {"[nll]", "targets", "(4, 3)", "(4, 2)", "(4, 3, 2)"});
+  expect_error<ShapeError>([&] { nll(x, t); },
+                           {"[nll]", "targets", "(4, 3)", "(4, 2)", "(4, 3, 2)"});
   auto tf = g.placeholder({4, 2}, f32, "tf");
   expect_error<DTypeError>([&] { nll(x, tf); }, {"[nll]", "f32", "(4, 2)"});
-  expect_error<DTypeError>([&] { nll(g.placeholder({4, 3}, i32, "xi"), g.placeholder({4}, i32)); },
-                           {"[nll]", "i32", "(4, 3)"});
+  expect_error<DTypeError>(
+      [&] {
+        nll(g.placeholder({4, 3}, i32, "xi"), g.placeholder({4}, i32));
+      },
+      {"[nll]", "i32", "(4, 3)"});
   expect_error<ShapeError>([&] { nll(g.placeholder({}, f32, "s"), g.placeholder({}, i64)); },
                            {"[nll]", "rank", "()"});
   auto x2 = g.placeholder({2, 3}, f32, "x2");
   auto t2 = g.placeholder({2}, i64, "t2");
   Array bad = Array::from_vector<int64_t>({1, 3}, {2});
   expect_error<ValueError>(
-      [&] { eval1(g, nll(x2, t2), {{x2, random_array({2, 3}, f32)}, {t2, bad}}); },
+      [&] {
+        eval1(g, nll(x2, t2), {{x2, random_array({2, 3}, f32)}, {t2, bad}});
+      },
       {"[nll]", "label 3", "3 classes"});
 }
 
 TEST(Mse, BroadcastingAndAllReductions) {
-  struct Case { Shape a, b, out; };
+  struct Case {
+    Shape a, b, out;
+  };
   for (auto c : {Case{{3, 4}, {3, 4}, {3, 4}}, Case{{3, 1}, {1, 4}, {3, 4}},
                  Case{{2, 3, 4}, {4}, {2, 3, 4}}, Case{{5}, {2, 1, 5}, {2, 1, 5}},
                  Case{{}, {6}, {6}}, Case{{100, 100}, {100, 100}, {100, 100}}}) {
@@ -254,7 +296,8 @@ TEST(Mse, BroadcastingAndAllReductions) {
         std::vector<double> losses;
         for (int64_t i = 0; i < numel(c.out); ++i) {
           auto idx = unravel(i, c.out);
-          const double d = fa[broadcast_offset(idx, c.a, c.out)] - fb[broadcast_offset(idx, c.b, c.out)];
+          const double d =
+              fa[broadcast_offset(idx, c.a, c.out)] - fb[broadcast_offset(idx, c.b, c.out)];
           losses.push_back(d * d);
         }
         // a sum of 10^4 squares in f16 has about 4e-3 relative error

@@ -12,10 +12,14 @@ using namespace kiln::test;
 // Tolerance (relative and absolute) for outputs of magnitude ~1 computed in dtype t.
 double tol(DType t) {
   switch (t) {
-    case DType::f64: return 1e-10;
-    case DType::f32: return 2e-5;
-    case DType::f16: return 2e-3;
-    default: return 1.6e-2;  // bf16
+    case DType::f64:
+      return 1e-10;
+    case DType::f32:
+      return 2e-5;
+    case DType::f16:
+      return 2e-3;
+    default:
+      return 1.6e-2;  // bf16
   }
 }
 
@@ -26,9 +30,12 @@ struct Split {
 Split split(const Shape& s, int axis) {
   Split r;
   for (int d = 0; d < static_cast<int>(s.size()); ++d) {
-    if (d < axis) r.outer *= s[d];
-    else if (d == axis) r.len = s[d];
-    else r.inner *= s[d];
+    if (d < axis)
+      r.outer *= s[d];
+    else if (d == axis)
+      r.len = s[d];
+    else
+      r.inner *= s[d];
   }
   return r;
 }
@@ -51,7 +58,10 @@ std::vector<double> ref_softmax(const Array& x, int axis, bool log) {
 }
 
 TEST(Softmax, MatchesReferenceOverEachAxis) {
-  struct Case { Shape shape; int64_t axis; };
+  struct Case {
+    Shape shape;
+    int64_t axis;
+  };
   for (auto c : {Case{{2, 3, 4}, -1}, Case{{2, 3, 4}, -2}, Case{{2, 3, 4}, 0}, Case{{5, 1, 7}, 1},
                  Case{{3, 5, 130}, 1}, Case{{7}, 0}, Case{{4, 1}, -1}}) {
     for (DType t : {f32, f64, bf16}) {
@@ -87,7 +97,10 @@ TEST(Softmax, Errors) {
 }
 
 TEST(LogSoftmax, MatchesReferenceOverEachAxis) {
-  struct Case { Shape shape; int64_t axis; };
+  struct Case {
+    Shape shape;
+    int64_t axis;
+  };
   for (auto c : {Case{{4, 9}, -1}, Case{{4, 9}, 0}, Case{{2, 1, 3, 5}, -3}, Case{{2, 70, 3}, 1}}) {
     for (DType t : {f32, f64, f16}) {
       Graph g;
@@ -131,7 +144,11 @@ std::vector<double> ref_row_norm(const std::vector<double>& x, int64_t n, double
 }
 
 TEST(LayerNorm, WithAndWithoutWeightAndBias) {
-  struct Case { Shape shape; int64_t begin; Shape params; };
+  struct Case {
+    Shape shape;
+    int64_t begin;
+    Shape params;
+  };
   for (auto c : {Case{{4, 6, 8}, -1, {8}}, Case{{4, 6, 8}, 1, {6, 8}}, Case{{5, 1}, -1, {1}},
                  Case{{3, 17}, 0, {3, 17}}}) {
     for (DType t : {f32, f64, f16}) {
@@ -158,6 +175,16 @@ TEST(LayerNorm, WithAndWithoutWeightAndBias) {
   }
 }
 
+TEST(LayerNorm, DynamicBatch) {
+  Graph g;
+  auto x = g.placeholder({-1, 8}, f64, "x");
+  auto w = g.placeholder({8}, f64, "w");
+  Array vx = random_array({5, 8}, f64), vw = random_array({8}, f64);
+  auto fw = to_f64(vw);
+  expect_close(eval1(g, layer_norm(x, w), {{x, vx}, {w, vw}}), {5, 8},
+               ref_row_norm(to_f64(vx), 8, 1e-5, false, &fw, nullptr), 1e-10, 1e-10);
+}
+
 TEST(LayerNorm, LongRowsWithLargeMeanStayAccurate) {
   // float accumulation would lose the variance of 1000 + noise over 2^17 elements
   Graph g;
@@ -172,8 +199,8 @@ TEST(LayerNorm, Errors) {
   Graph g;
   auto x = g.placeholder({2, 3, 4}, f32, "x");
   auto w3 = g.placeholder({3}, f32, "w");
-  expect_error<ShapeError>([&] { layer_norm(x, w3); }, {"[layer_norm]", "weight", "(3,)", "(4,)",
-                                                        "(2, 3, 4)"});
+  expect_error<ShapeError>([&] { layer_norm(x, w3); },
+                           {"[layer_norm]", "weight", "(3,)", "(4,)", "(2, 3, 4)"});
   auto b = g.placeholder({4, 4}, f32, "b");
   expect_error<ShapeError>([&] { layer_norm(x, std::nullopt, b, -2); },
                            {"[layer_norm]", "bias", "(4, 4)", "(3, 4)"});
@@ -186,7 +213,11 @@ TEST(LayerNorm, Errors) {
 }
 
 TEST(RmsNorm, WithAndWithoutWeight) {
-  struct Case { Shape shape; int64_t begin; Shape params; };
+  struct Case {
+    Shape shape;
+    int64_t begin;
+    Shape params;
+  };
   for (auto c : {Case{{3, 5, 16}, -1, {16}}, Case{{3, 5, 16}, -2, {5, 16}}, Case{{6, 1}, 1, {1}}}) {
     for (DType t : {f32, f64, bf16}) {
       for (bool hw : {false, true}) {
@@ -198,10 +229,10 @@ TEST(RmsNorm, WithAndWithoutWeight) {
         Feeds feeds{{x, vx}};
         if (hw) feeds.push_back({w, vw});
         auto fw = to_f64(vw);
-        expect_close(eval1(g, y, feeds), c.shape,
-                     ref_row_norm(to_f64(vx), numel(c.params), 1e-6, true, hw ? &fw : nullptr,
-                                  nullptr),
-                     tol(t), tol(t) * 4);
+        expect_close(
+            eval1(g, y, feeds), c.shape,
+            ref_row_norm(to_f64(vx), numel(c.params), 1e-6, true, hw ? &fw : nullptr, nullptr),
+            tol(t), tol(t) * 4);
       }
     }
   }
@@ -290,8 +321,8 @@ TEST(BatchNorm, Over2DAnd4DInputs) {
         std::vector<double> ref(d.fx.size());
         for (size_t i = 0; i < ref.size(); ++i) {
           const int64_t c = (static_cast<int64_t>(i) / s) % shape[1];
-          ref[i] = (d.fx[i] - fm[c]) / std::sqrt(fv[c] + 1e-3) * (hw ? d.fw[c] : 1) +
-                   (hb ? d.fb[c] : 0);
+          ref[i] =
+              (d.fx[i] - fm[c]) / std::sqrt(fv[c] + 1e-3) * (hw ? d.fw[c] : 1) + (hb ? d.fb[c] : 0);
         }
         expect_close(eval1(g, y, feeds), shape, ref, tol(t), tol(t) * 4);
       }
@@ -318,9 +349,8 @@ TEST(InstanceNorm, PerSampleAndChannel) {
       for (int mask = 0; mask < 4; ++mask) {
         const bool hw = mask & 1, hb = mask & 2;
         const ChannelData d = channel_data(shape, t);
-        Array out = run_channel_op(d, hw, hb, [](auto x, auto w, auto b) {
-          return instance_norm(x, w, b, 1e-5);
-        });
+        Array out = run_channel_op(
+            d, hw, hb, [](auto x, auto w, auto b) { return instance_norm(x, w, b, 1e-5); });
         expect_close(out, shape, ref_group_norm(d, shape, shape[1], hw, hb, 1e-5), tol(t),
                      tol(t) * 4);
       }
@@ -334,21 +364,26 @@ TEST(InstanceNorm, Errors) {
   auto w = g.placeholder({4}, f32, "w");
   expect_error<ShapeError>([&] { instance_norm(x, w); },
                            {"[instance_norm]", "weight", "(4,)", "(3,)", "(2, 3, 4)"});
-  expect_error<ShapeError>([&] { instance_norm(g.placeholder({2, 3}, f32, "r2")); },
-                           {"[instance_norm]", "rank", "(2, 3)"});
+  expect_error<ShapeError>(
+      [&] {
+        instance_norm(g.placeholder({2, 3}, f32, "r2"));
+      },
+      {"[instance_norm]", "rank", "(2, 3)"});
 }
 
 TEST(GroupNorm, SeveralGroups) {
-  struct Case { Shape shape; int64_t groups; };
+  struct Case {
+    Shape shape;
+    int64_t groups;
+  };
   for (auto c : {Case{{2, 6, 5}, 1}, Case{{2, 6, 5}, 2}, Case{{2, 6, 5}, 3}, Case{{2, 6, 5}, 6},
                  Case{{2, 4, 3, 3}, 2}, Case{{3, 4}, 2}}) {
     for (DType t : {f32, f64, bf16}) {
       for (int mask = 0; mask < 4; ++mask) {
         const bool hw = mask & 1, hb = mask & 2;
         const ChannelData d = channel_data(c.shape, t);
-        Array out = run_channel_op(d, hw, hb, [&](auto x, auto w, auto b) {
-          return group_norm(x, c.groups, w, b, 1e-5);
-        });
+        Array out = run_channel_op(
+            d, hw, hb, [&](auto x, auto w, auto b) { return group_norm(x, c.groups, w, b, 1e-5); });
         expect_close(out, c.shape, ref_group_norm(d, c.shape, c.groups, hw, hb, 1e-5), tol(t),
                      tol(t) * 4);
       }
@@ -365,6 +400,20 @@ TEST(GroupNorm, Errors) {
   auto b = g.placeholder({3}, f32, "b");
   expect_error<ShapeError>([&] { group_norm(x, 2, std::nullopt, b); },
                            {"[group_norm]", "bias", "(3,)", "(6,)"});
+}
+
+TEST(GroupNorm, DynamicChannelsCheckedAtCompile) {
+  Graph g;
+  auto x = g.placeholder({-1, -1, 4}, f32, "x");
+  auto y = group_norm(x, 2);  // channels unknown: accepted until compile
+  const ChannelData d = channel_data({2, 6, 4}, f32);
+  expect_close(eval1(g, y, {{x, d.x}}), {2, 6, 4},
+               ref_group_norm(d, {2, 6, 4}, 2, false, false, 1e-5), tol(f32), tol(f32) * 4);
+  expect_error<ValueError>(
+      [&] {
+        eval1(g, y, {{x, random_array({2, 5, 4}, f32)}});
+      },
+      {"[group_norm]", "2 groups", "5 channels", "(2, 5, 4)"});
 }
 
 TEST(Dropout, IdentityUnlessTrainingWithPositiveP) {
@@ -396,8 +445,10 @@ TEST(Dropout, DropsAboutPAndScalesTheRestExactly) {
       for (int64_t i = 0; i < n; ++i) {
         // 1 - p is exact for these p, so x / (1 - p) rounds the same in the dtype and in f64
         const double kept = t == f32 ? static_cast<float>(fx[i] / (1 - p)) : fx[i] / (1 - p);
-        if (fy[i] == 0) ++zeros;
-        else if (fy[i] != kept) ++bad;
+        if (fy[i] == 0)
+          ++zeros;
+        else if (fy[i] != kept)
+          ++bad;
       }
       EXPECT_EQ(bad, 0);
       // six standard deviations of a binomial fraction: a false failure is ~1e-9 likely

@@ -19,7 +19,8 @@ Reduce reduction(const KernelContext& ctx) {
 }
 
 // Sum of loss(i) for i in [0, n), in blocks of fixed size whose partial sums add up in order.
-template <typename F> double block_sum(const KernelContext& ctx, int64_t n, F&& loss) {
+template <typename F>
+double block_sum(const KernelContext& ctx, int64_t n, F&& loss) {
   constexpr int64_t kBlock = 4096;
   std::vector<double> partial(static_cast<size_t>((n + kBlock - 1) / kBlock), 0.0);
   ctx.parallel_for(static_cast<int64_t>(partial.size()), 1, [&](int64_t b, int64_t e) {
@@ -58,9 +59,12 @@ struct ClassSplit {
 ClassSplit split_classes(const Shape& s, int64_t axis) {
   ClassSplit r;
   for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d) {
-    if (d < axis) r.outer *= s[d];
-    else if (d == axis) r.classes = s[d];
-    else r.inner *= s[d];
+    if (d < axis)
+      r.outer *= s[d];
+    else if (d == axis)
+      r.classes = s[d];
+    else
+      r.inner *= s[d];
   }
   return r;
 }
@@ -82,7 +86,8 @@ int64_t check_indices(const char* op, const L* labels, int64_t n, int64_t classe
 }
 
 // log(sum(exp(x))) over the classes of one position, shifted by the max for stability.
-template <typename T> double logsumexp(const T* x, int64_t classes, int64_t stride) {
+template <typename T>
+double logsumexp(const T* x, int64_t classes, int64_t stride) {
   double mx = -std::numeric_limits<double>::infinity();
   for (int64_t k = 0; k < classes; ++k) mx = std::max(mx, static_cast<double>(x[k * stride]));
   double s = 0;

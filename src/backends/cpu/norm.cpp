@@ -19,9 +19,12 @@ struct AxisSplit {
 AxisSplit split_at(const Shape& s, int64_t axis) {
   AxisSplit r;
   for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d) {
-    if (d < axis) r.outer *= s[d];
-    else if (d == axis) r.len = s[d];
-    else r.inner *= s[d];
+    if (d < axis)
+      r.outer *= s[d];
+    else if (d == axis)
+      r.len = s[d];
+    else
+      r.inner *= s[d];
   }
   return r;
 }
@@ -59,11 +62,13 @@ void softmax_lanes(const T* x, T* y, int64_t len, int64_t inner, int64_t lanes) 
   }
 }
 
-template <bool kLog> void softmax_impl(KernelContext& ctx) {
+template <bool kLog>
+void softmax_impl(KernelContext& ctx) {
   const TensorView &x = ctx.in(0), &y = ctx.out(0);
   const AxisSplit s = split_at(x.shape, ctx.attrs().i("axis"));
   const int64_t blocks = (s.inner + kLanes - 1) / kLanes;
-  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, s.len * std::min(s.inner, kLanes)));
+  const int64_t grain =
+      std::max<int64_t>(1, 16384 / std::max<int64_t>(1, s.len * std::min(s.inner, kLanes)));
   dispatch_float(x.dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
     const T* px = x.ptr<T>();
@@ -89,7 +94,8 @@ struct RowStats {
 
 // Mean and 1/sqrt(var + eps) of a row, two passes for accuracy. RMS norm uses mean 0 and the
 // mean square in place of the variance.
-template <typename T> RowStats row_stats(const T* x, int64_t n, double eps, bool rms) {
+template <typename T>
+RowStats row_stats(const T* x, int64_t n, double eps, bool rms) {
   RowStats r;
   if (!rms) {
     double s = 0;
@@ -106,7 +112,8 @@ template <typename T> RowStats row_stats(const T* x, int64_t n, double eps, bool
 }
 
 // The optional weight and bias inputs after `first`, as recorded by has_weight / has_bias.
-template <typename T> struct Affine {
+template <typename T>
+struct Affine {
   const T* w = nullptr;
   const T* b = nullptr;
   Affine(const KernelContext& ctx, int first) {
