@@ -88,8 +88,8 @@ int64_t check_indices(const char* op, const L* labels, int64_t n, int64_t classe
 // log(sum(exp(x))) over the classes of one position, shifted by the max for stability.
 template <typename T>
 double logsumexp(const T* x, int64_t classes, int64_t stride) {
-  double mx = -std::numeric_limits<double>::infinity();
-  for (int64_t k = 0; k < classes; ++k) mx = std::max(mx, static_cast<double>(x[k * stride]));
+  T mx = -std::numeric_limits<T>::infinity();
+  for (int64_t k = 0; k < classes; ++k) mx = std::max(mx, x[k * stride]);
   double s = 0;
   for (int64_t k = 0; k < classes; ++k) s += std::exp(x[k * stride] - mx);
   return mx + std::log(s);

@@ -50,14 +50,14 @@ void softmax_lanes(const T* x, T* y, int64_t len, int64_t inner, int64_t lanes) 
       sum[l] += e;
     }
   }
-  for (int64_t l = 0; l < lanes; ++l) {
-    // log-softmax stores the shift: x - (max + log(sum))
-    sum[l] = kLog ? static_cast<double>(mx[l]) + std::log(sum[l]) : 1.0 / sum[l];
-  }
+  // log-softmax subtracts max + log(sum); softmax scales by 1 / sum
+  T f[kLanes];
+  for (int64_t l = 0; l < lanes; ++l)
+    f[l] = static_cast<T>(kLog ? mx[l] + std::log(sum[l]) : 1.0 / sum[l]);
   for (int64_t k = 0; k < len; ++k) {
     for (int64_t l = 0; l < lanes; ++l) {
       const int64_t i = k * inner + l;
-      y[i] = kLog ? static_cast<T>(x[i] - sum[l]) : static_cast<T>(y[i] * sum[l]);
+      y[i] = kLog ? x[i] - f[l] : y[i] * f[l];
     }
   }
 }
