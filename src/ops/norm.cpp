@@ -38,6 +38,9 @@ std::vector<const char*> param_names(const InferContext& ctx, std::vector<const 
 void check_params(const InferContext& ctx, const std::vector<const char*>& names,
                   const Shape& want) {
   const TensorInfo& x = ctx.inputs[0];
+  if (ctx.inputs.size() != names.size() + 1)
+    fail<ValueError>("[{}] has {} inputs; its attributes ({}) call for {}", ctx.name(),
+                     ctx.inputs.size(), ctx.attrs.to_string(), names.size() + 1);
   for (size_t i = 1; i < ctx.inputs.size(); ++i) {
     const TensorInfo& p = ctx.inputs[i];
     if (p.dtype != x.dtype)
