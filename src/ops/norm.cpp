@@ -1,8 +1,204 @@
-// Ops of the norm family (see src/ops/op_list.inc).
+// Ops of the norm family: softmax, normalization layers and dropout. Every op takes a float x
+// (f16/bf16/f32/f64) and gives x's shape and dtype; parameters are cast to x's dtype in the
+// builder. Inputs are x then the op's fixed parameters then the optional weight and bias.
+//   softmax / log_softmax: axis (resolved; 0 for a scalar x)
+//   layer_norm: begin_axis (resolved), eps, has_weight, has_bias; params of shape x[begin_axis:]
+//   rms_norm: begin_axis (resolved), eps, has_weight
+//   batch_norm: eps, has_weight, has_bias; inputs x, mean, var[, weight][, bias], params (C)
+//   instance_norm: eps, has_weight, has_bias; params (C)
+//   group_norm: groups, eps, has_weight, has_bias; params (C)
+//   dropout: p in (0, 1), seed (uint64 bits in an int64); only built when training with p > 0
+#include "kiln/ops/norm.h"
+
 #include "ops/common.h"
 
 namespace kiln {
 
-void register_norm_ops() {}
+using namespace ops;
+
+namespace {
+
+bool dims_match(int64_t a, int64_t b) { return a == b || a < 0 || b < 0; }
+
+bool shapes_match(const Shape& a, const Shape& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (!dims_match(a[i], b[i])) return false;
+  return true;
+}
+
+// Names of inputs 1.. : the op's fixed parameters, then the optional ones present.
+std::vector<const char*> param_names(const InferContext& ctx, std::vector<const char*> fixed) {
+  if (ctx.attrs.b("has_weight", false)) fixed.push_back("weight");
+  if (ctx.attrs.b("has_bias", false)) fixed.push_back("bias");
+  return fixed;
+}
+
+// Every parameter must have x's dtype and shape `want`.
+void check_params(const InferContext& ctx, const std::vector<const char*>& names,
+                  const Shape& want) {
+  const TensorInfo& x = ctx.inputs[0];
+  if (ctx.inputs.size() != names.size() + 1)
+    fail<ValueError>("[{}] has {} inputs; its attributes ({}) call for {}", ctx.name(),
+                     ctx.inputs.size(), ctx.attrs.to_string(), names.size() + 1);
+  for (size_t i = 1; i < ctx.inputs.size(); ++i) {
+    const TensorInfo& p = ctx.inputs[i];
+    if (p.dtype != x.dtype)
+      fail<DTypeError>("[{}] {} has dtype {} but x has dtype {}", ctx.name(), names[i - 1],
+                       name(p.dtype), name(x.dtype));
+    if (!shapes_match(p.shape, want))
+      fail<ShapeError>("[{}] {} has shape {}; expected {} for x of shape {}", ctx.name(),
+                       names[i - 1], str(p.shape), str(want), str(x.shape));
+  }
+}
+
+void require_float_x(const InferContext& ctx) {
+  require_dtype(ctx, 0, kFloatTypes, "a float dtype");
+}
+
+std::vector<TensorInfo> infer_softmax(const InferContext& ctx) {
+  require_float_x(ctx);
+  const Shape& x = ctx.inputs[0].shape;
+  const int64_t axis = ctx.attrs.i("axis");
+  if (!(x.empty() ? axis == 0 : axis >= 0 && axis < static_cast<int64_t>(x.size())))
+    fail<ValueError>("[{}] axis {} is out of range for shape {}", ctx.name(), axis, str(x));
+  return {ctx.inputs[0]};
+}
+
+// Layer and RMS norm: parameters have the shape of the normalized trailing dims.
+std::vector<TensorInfo> infer_layer_norm(const InferContext& ctx) {
+  require_float_x(ctx);
+  const Shape& x = ctx.inputs[0].shape;
+  const int64_t begin = ctx.attrs.i("begin_axis");
+  if (begin < 0 || begin >= static_cast<int64_t>(x.size()))
+    fail<ValueError>("[{}] begin_axis {} is out of range for shape {}", ctx.name(), begin, str(x));
+  check_params(ctx, param_names(ctx, {}), Shape(x.begin() + begin, x.end()));
+  return {ctx.inputs[0]};
+}
+
+// Ops over channel axis 1 with (C)-shaped parameters.
+std::vector<TensorInfo> infer_channel_norm(const InferContext& ctx, int min_rank,
+                                           std::vector<const char*> fixed) {
+  require_float_x(ctx);
+  require_rank(ctx, 0, min_rank, 64);
+  check_params(ctx, param_names(ctx, std::move(fixed)), {ctx.inputs[0].shape[1]});
+  return {ctx.inputs[0]};
+}
+std::vector<TensorInfo> infer_batch_norm(const InferContext& ctx) {
+  return infer_channel_norm(ctx, 2, {"mean", "var"});
+}
+std::vector<TensorInfo> infer_instance_norm(const InferContext& ctx) {
+  return infer_channel_norm(ctx, 3, {});
+}
+std::vector<TensorInfo> infer_group_norm(const InferContext& ctx) {
+  auto out = infer_channel_norm(ctx, 2, {});
+  const int64_t groups = ctx.attrs.i("groups"), c = ctx.inputs[0].shape[1];
+  if (groups <= 0 || (c >= 0 && c % groups != 0))
+    fail<ValueError>("[{}] {} groups do not divide the {} channels of x with shape {}", ctx.name(),
+                     groups, c, str(ctx.inputs[0].shape));
+  return out;
+}
+
+std::vector<TensorInfo> infer_dropout(const InferContext& ctx) {
+  require_float_x(ctx);
+  return {ctx.inputs[0]};
+}
+
+// Dtype checks the builder makes before it casts parameters to x's dtype.
+void require_float(const char* op, const Tensor& t, const char* what) {
+  if (!is_floating(t.dtype()))
+    fail<DTypeError>("[{}] {} has dtype {} (shape {}); expected a float dtype", op, what,
+                     name(t.dtype()), str(t.shape()));
+}
+Tensor param(const char* op, const Tensor& p, const Tensor& x, const char* what) {
+  require_float(op, p, what);
+  return cast_to(p, x.dtype());
+}
+std::optional<Tensor> param(const char* op, const std::optional<Tensor>& p, const Tensor& x,
+                            const char* what) {
+  if (!p) return std::nullopt;
+  return param(op, *p, x, what);
+}
+
+// Builds a normalization node: x, fixed params (already cast), then optional weight and bias.
+Tensor norm_node(OpId op, const Tensor& x, std::vector<Tensor> fixed,
+                 const std::optional<Tensor>& weight, const std::optional<Tensor>& bias,
+                 Attrs attrs) {
+  const char* n = op_name(op);
+  require_float(n, x, "x");
+  std::vector<Tensor> inputs{x};
+  inputs.insert(inputs.end(), fixed.begin(), fixed.end());
+  add_optional(inputs, attrs, "weight", param(n, weight, x, "weight"));
+  if (op != OpId::RmsNorm) add_optional(inputs, attrs, "bias", param(n, bias, x, "bias"));
+  return make_node1(op, inputs, std::move(attrs));
+}
+
+Tensor softmax_like(OpId op, const Tensor& x, int64_t axis) {
+  const char* n = op_name(op);
+  require_float(n, x, "x");
+  // a scalar is one row of one element
+  const int64_t a =
+      x.rank() == 0 && (axis == 0 || axis == -1) ? 0 : resolve_axis(n, axis, x.shape());
+  return make_node1(op, {x}, {{"axis", a}});
+}
+
+}  // namespace
+
+void register_norm_ops() {
+  define_op(OpId::Softmax).set_infer(infer_softmax).inplace(0);
+  define_op(OpId::LogSoftmax).set_infer(infer_softmax).inplace(0);
+  // the kernels read each row's statistics before writing the row, so x may be overwritten
+  define_op(OpId::LayerNorm).set_infer(infer_layer_norm).inplace(0);
+  define_op(OpId::RmsNorm).set_infer(infer_layer_norm).inplace(0);
+  define_op(OpId::BatchNorm).set_infer(infer_batch_norm).inplace(0);
+  define_op(OpId::InstanceNorm).set_infer(infer_instance_norm).inplace(0);
+  define_op(OpId::GroupNorm).set_infer(infer_group_norm).inplace(0);
+  define_op(OpId::Dropout).set_infer(infer_dropout).impure().inplace(0);
+}
+
+Tensor softmax(const Tensor& x, int64_t axis) { return softmax_like(OpId::Softmax, x, axis); }
+Tensor log_softmax(const Tensor& x, int64_t axis) {
+  return softmax_like(OpId::LogSoftmax, x, axis);
+}
+
+Tensor layer_norm(const Tensor& x, const std::optional<Tensor>& weight,
+                  const std::optional<Tensor>& bias, int64_t begin_axis, double eps) {
+  const int64_t begin = resolve_axis("layer_norm", begin_axis, x.shape());
+  return norm_node(OpId::LayerNorm, x, {}, weight, bias, {{"begin_axis", begin}, {"eps", eps}});
+}
+
+Tensor rms_norm(const Tensor& x, const std::optional<Tensor>& weight, int64_t begin_axis,
+                double eps) {
+  const int64_t begin = resolve_axis("rms_norm", begin_axis, x.shape());
+  return norm_node(OpId::RmsNorm, x, {}, weight, std::nullopt,
+                   {{"begin_axis", begin}, {"eps", eps}});
+}
+
+Tensor batch_norm(const Tensor& x, const Tensor& mean, const Tensor& var,
+                  const std::optional<Tensor>& weight, const std::optional<Tensor>& bias,
+                  double eps) {
+  require_float("batch_norm", x, "x");
+  return norm_node(OpId::BatchNorm, x,
+                   {param("batch_norm", mean, x, "mean"), param("batch_norm", var, x, "var")},
+                   weight, bias, {{"eps", eps}});
+}
+
+Tensor instance_norm(const Tensor& x, const std::optional<Tensor>& weight,
+                     const std::optional<Tensor>& bias, double eps) {
+  return norm_node(OpId::InstanceNorm, x, {}, weight, bias, {{"eps", eps}});
+}
+
+Tensor group_norm(const Tensor& x, int64_t groups, const std::optional<Tensor>& weight,
+                  const std::optional<Tensor>& bias, double eps) {
+  return norm_node(OpId::GroupNorm, x, {}, weight, bias, {{"groups", groups}, {"eps", eps}});
+}
+
+Tensor dropout(const Tensor& x, double p, bool training, uint64_t seed) {
+  if (!(p >= 0 && p < 1))
+    fail<ValueError>("[dropout] p must be in [0, 1), got {} (x has shape {})", p, str(x.shape()));
+  require_float("dropout", x, "x");
+  if (!training || p == 0) return x;
+  return make_node1(OpId::Dropout, {x}, {{"p", p}, {"seed", static_cast<int64_t>(seed)}});
+}
 
 }  // namespace kiln

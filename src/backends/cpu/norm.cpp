@@ -1,9 +1,250 @@
-// CPU kernels of the norm family.
+// CPU kernels of the norm family. Statistics of a row accumulate in double; rows run in parallel.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
 #include "backends/cpu/cpu_common.h"
 #include "backends/cpu/kernels.h"
 
 namespace kiln::cpu {
 
-void register_norm_kernels() {}
+namespace {
+
+// ---- softmax / log_softmax ----
+
+// x viewed as (outer, len, inner) around `axis` (a scalar is one row of one element).
+struct AxisSplit {
+  int64_t outer = 1, len = 1, inner = 1;
+};
+AxisSplit split_at(const Shape& s, int64_t axis) {
+  AxisSplit r;
+  for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d) {
+    if (d < axis)
+      r.outer *= s[d];
+    else if (d == axis)
+      r.len = s[d];
+    else
+      r.inner *= s[d];
+  }
+  return r;
+}
+
+// Lanes of `inner` processed together, so a softmax over a non-last axis reads whole cache lines.
+constexpr int64_t kLanes = 64;
+
+// Softmax (or log-softmax) of `lanes` interleaved rows of length len with stride `inner`.
+template <typename T, bool kLog>
+void softmax_lanes(const T* x, T* y, int64_t len, int64_t inner, int64_t lanes) {
+  T mx[kLanes];
+  double sum[kLanes];
+  for (int64_t l = 0; l < lanes; ++l) {
+    mx[l] = -std::numeric_limits<T>::infinity();
+    sum[l] = 0;
+  }
+  for (int64_t k = 0; k < len; ++k)
+    for (int64_t l = 0; l < lanes; ++l) mx[l] = std::max(mx[l], x[k * inner + l]);
+  for (int64_t k = 0; k < len; ++k) {
+    for (int64_t l = 0; l < lanes; ++l) {
+      const T e = std::exp(x[k * inner + l] - mx[l]);
+      if constexpr (!kLog) y[k * inner + l] = e;
+      sum[l] += e;
+    }
+  }
+  // log-softmax subtracts max + log(sum); softmax scales by 1 / sum
+  T f[kLanes];
+  for (int64_t l = 0; l < lanes; ++l)
+    f[l] = static_cast<T>(kLog ? mx[l] + std::log(sum[l]) : 1.0 / sum[l]);
+  for (int64_t k = 0; k < len; ++k) {
+    for (int64_t l = 0; l < lanes; ++l) {
+      const int64_t i = k * inner + l;
+      y[i] = kLog ? x[i] - f[l] : y[i] * f[l];
+    }
+  }
+}
+
+template <bool kLog>
+void softmax_impl(KernelContext& ctx) {
+  const TensorView &x = ctx.in(0), &y = ctx.out(0);
+  const AxisSplit s = split_at(x.shape, ctx.attrs().i("axis"));
+  const int64_t blocks = (s.inner + kLanes - 1) / kLanes;
+  const int64_t grain =
+      std::max<int64_t>(1, 16384 / std::max<int64_t>(1, s.len * std::min(s.inner, kLanes)));
+  dispatch_float(x.dtype, ctx.op_name(), [&](auto t) {
+    using T = decltype(t);
+    const T* px = x.ptr<T>();
+    T* py = y.ptr<T>();
+    ctx.parallel_for(s.outer * blocks, grain, [&](int64_t b, int64_t e) {
+      for (int64_t task = b; task < e; ++task) {
+        const int64_t o = task / blocks, j = (task % blocks) * kLanes;
+        const int64_t off = o * s.len * s.inner + j;
+        softmax_lanes<T, kLog>(px + off, py + off, s.len, s.inner, std::min(kLanes, s.inner - j));
+      }
+    });
+  });
+}
+
+void softmax(KernelContext& ctx) { softmax_impl<false>(ctx); }
+void log_softmax(KernelContext& ctx) { softmax_impl<true>(ctx); }
+
+// ---- normalization over contiguous rows ----
+
+struct RowStats {
+  double mean = 0, rstd = 1;
+};
+
+// Mean and 1/sqrt(var + eps) of a row, two passes for accuracy. RMS norm uses mean 0 and the
+// mean square in place of the variance.
+template <typename T>
+RowStats row_stats(const T* x, int64_t n, double eps, bool rms) {
+  RowStats r;
+  if (!rms) {
+    double s = 0;
+    for (int64_t i = 0; i < n; ++i) s += x[i];
+    r.mean = s / static_cast<double>(n);
+  }
+  double ss = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double d = x[i] - r.mean;
+    ss += d * d;
+  }
+  r.rstd = 1.0 / std::sqrt(ss / static_cast<double>(n) + eps);
+  return r;
+}
+
+// The optional weight and bias inputs after `first`, as recorded by has_weight / has_bias.
+template <typename T>
+struct Affine {
+  const T* w = nullptr;
+  const T* b = nullptr;
+  Affine(const KernelContext& ctx, int first) {
+    int i = first;
+    if (ctx.attrs().b("has_weight", false)) w = ctx.in(i++).template ptr<T>();
+    if (ctx.attrs().b("has_bias", false)) b = ctx.in(i).template ptr<T>();
+  }
+  double weight(int64_t c) const { return w ? static_cast<double>(w[c]) : 1.0; }
+  double bias(int64_t c) const { return b ? static_cast<double>(b[c]) : 0.0; }
+};
+
+// Runs body(row) for each of `rows` rows of `row_len` elements in parallel.
+template <typename F>
+void for_rows(const KernelContext& ctx, int64_t rows, int64_t row_len, F&& body) {
+  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, row_len));
+  ctx.parallel_for(rows, grain, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) body(r);
+  });
+}
+
+// Layer and RMS norm: rows are the trailing dims from begin_axis; weight/bias per position.
+void layer_norm_impl(KernelContext& ctx, bool rms) {
+  const TensorView &x = ctx.in(0), &y = ctx.out(0);
+  const int64_t begin = ctx.attrs().i("begin_axis");
+  const int64_t n = numel(Shape(x.shape.begin() + begin, x.shape.end()));
+  const double eps = ctx.attrs().f("eps");
+  dispatch_float(x.dtype, ctx.op_name(), [&](auto t) {
+    using T = decltype(t);
+    const Affine<T> aff(ctx, 1);
+    for_rows(ctx, x.numel() / n, n, [&](int64_t r) {
+      const T* px = x.ptr<T>() + r * n;
+      T* py = y.ptr<T>() + r * n;
+      const RowStats st = row_stats(px, n, eps, rms);
+      for (int64_t i = 0; i < n; ++i)
+        py[i] = static_cast<T>((px[i] - st.mean) * st.rstd * aff.weight(i) + aff.bias(i));
+    });
+  });
+}
+void layer_norm(KernelContext& ctx) { layer_norm_impl(ctx, false); }
+void rms_norm(KernelContext& ctx) { layer_norm_impl(ctx, true); }
+
+// Instance and group norm: a row is one (n, group) block of `channels` channels of `spatial`
+// elements each; weight/bias per channel, folded into one scale and shift per channel.
+void channel_group_norm(KernelContext& ctx, int64_t groups) {
+  const TensorView &x = ctx.in(0), &y = ctx.out(0);
+  const int64_t c = x.shape[1], spatial = numel(Shape(x.shape.begin() + 2, x.shape.end()));
+  const int64_t channels = c / groups, n = channels * spatial;
+  const double eps = ctx.attrs().f("eps");
+  dispatch_float(x.dtype, ctx.op_name(), [&](auto t) {
+    using T = decltype(t);
+    const Affine<T> aff(ctx, 1);
+    for_rows(ctx, x.numel() / n, n, [&](int64_t r) {
+      const T* px = x.ptr<T>() + r * n;
+      T* py = y.ptr<T>() + r * n;
+      const RowStats st = row_stats(px, n, eps, false);
+      for (int64_t k = 0; k < channels; ++k) {
+        const int64_t ch = (r % groups) * channels + k;
+        const double scale = st.rstd * aff.weight(ch), shift = aff.bias(ch) - st.mean * scale;
+        for (int64_t i = k * spatial; i < (k + 1) * spatial; ++i)
+          py[i] = static_cast<T>(px[i] * scale + shift);
+      }
+    });
+  });
+}
+void instance_norm(KernelContext& ctx) { channel_group_norm(ctx, ctx.in(0).shape[1]); }
+void group_norm(KernelContext& ctx) { channel_group_norm(ctx, ctx.attrs().i("groups")); }
+
+// Inference batch norm: y = (x - mean[c]) / sqrt(var[c] + eps) * w[c] + b[c], as one scale and
+// shift per channel.
+void batch_norm(KernelContext& ctx) {
+  const TensorView &x = ctx.in(0), &y = ctx.out(0);
+  const int64_t c = x.shape[1], spatial = numel(Shape(x.shape.begin() + 2, x.shape.end()));
+  const double eps = ctx.attrs().f("eps");
+  dispatch_float(x.dtype, ctx.op_name(), [&](auto t) {
+    using T = decltype(t);
+    const T *mean = ctx.in(1).ptr<T>(), *var = ctx.in(2).ptr<T>();
+    const Affine<T> aff(ctx, 3);
+    std::vector<double> scale(c), shift(c);
+    for (int64_t k = 0; k < c; ++k) {
+      scale[k] = aff.weight(k) / std::sqrt(static_cast<double>(var[k]) + eps);
+      shift[k] = aff.bias(k) - mean[k] * scale[k];
+    }
+    for_rows(ctx, x.numel() / spatial, spatial, [&](int64_t r) {
+      const T* px = x.ptr<T>() + r * spatial;
+      T* py = y.ptr<T>() + r * spatial;
+      const double a = scale[r % c], s = shift[r % c];
+      for (int64_t i = 0; i < spatial; ++i) py[i] = static_cast<T>(px[i] * a + s);
+    });
+  });
+}
+
+// ---- dropout ----
+
+uint64_t splitmix64(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// Element i is dropped when hash(seed, i) < p * 2^64: a counter-based draw, so the mask depends
+// only on the seed and the element index, never on the thread count.
+void dropout(KernelContext& ctx) {
+  const TensorView &x = ctx.in(0), &y = ctx.out(0);
+  const double p = ctx.attrs().f("p");
+  const uint64_t key = splitmix64(static_cast<uint64_t>(ctx.attrs().i("seed")));
+  const auto threshold = static_cast<uint64_t>(std::ldexp(p, 64));
+  dispatch_float(x.dtype, ctx.op_name(), [&](auto t) {
+    using T = decltype(t);
+    const T keep = static_cast<T>(1 - p);
+    const T* px = x.ptr<T>();
+    T* py = y.ptr<T>();
+    ctx.parallel_for(x.numel(), 16384, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i)
+        py[i] = splitmix64(key + static_cast<uint64_t>(i)) < threshold ? T(0) : px[i] / keep;
+    });
+  });
+}
+
+}  // namespace
+
+void register_norm_kernels() {
+  const DTypeSet floats{f32, f64, f16, bf16};
+  register_kernel(OpId::Softmax, Backend::cpu, {softmax, floats});
+  register_kernel(OpId::LogSoftmax, Backend::cpu, {log_softmax, floats});
+  register_kernel(OpId::LayerNorm, Backend::cpu, {layer_norm, floats});
+  register_kernel(OpId::RmsNorm, Backend::cpu, {rms_norm, floats});
+  register_kernel(OpId::BatchNorm, Backend::cpu, {batch_norm, floats});
+  register_kernel(OpId::InstanceNorm, Backend::cpu, {instance_norm, floats});
+  register_kernel(OpId::GroupNorm, Backend::cpu, {group_norm, floats});
+  register_kernel(OpId::Dropout, Backend::cpu, {dropout, floats});
+}
 
 }  // namespace kiln::cpu
