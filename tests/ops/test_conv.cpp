@@ -1,4 +1,6 @@
 // Conv and ConvTranspose against float64 reference loops.
+#include <thread>
+
 #include "support/reference.h"
 
 namespace kiln {
@@ -228,6 +230,30 @@ TEST(Conv, ErrorsNameOpAndShapes) {
       {"[conv]", "padding", "1, 2, 3"});
   expect_error<DTypeError>([&] { conv2d(p({1, 3, 8, 8}, i32), p({4, 3, 3, 3}, i32)); },
                            {"[conv]", "i32"});
+}
+
+TEST(Conv, ConcurrentRunsShareCachedKernels) {
+  // several threads run one executable at once; inputs are drawn up front (the rng is shared)
+  const Shape xs{2, 16, 12, 12}, ws{32, 16, 3, 3};
+  const Geo geo{{1, 1}, {1, 1, 1, 1}, {1, 1}};
+  Graph g;
+  auto x = g.placeholder(xs, f32, "x");
+  auto w = g.placeholder(ws, f32, "w");
+  auto exe = g.compile(Device::cpu(), {}, {conv2d(x, w, std::nullopt, {{}, {1, 1}})});
+  constexpr int kThreads = 4;
+  std::vector<Array> vx, vw, out(kThreads);
+  for (int i = 0; i < kThreads; ++i) {
+    vx.push_back(random_array(xs, f32));
+    vw.push_back(random_array(ws, f32));
+  }
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i)
+    threads.emplace_back([&, i] {
+      for (int rep = 0; rep < 3; ++rep) out[i] = exe.run({{x, vx[i]}, {w, vw[i]}})[0];
+    });
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < kThreads; ++i)
+    expect_close(out[i], conv_shape(xs, ws, geo), ref_conv(vx[i], vw[i], nullptr, geo), 1e-4, 1e-4);
 }
 
 struct ConvTCase {

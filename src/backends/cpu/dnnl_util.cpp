@@ -1,6 +1,8 @@
 #include "backends/cpu/dnnl_util.h"
 
+#include <cstdlib>
 #include <mutex>
+#include <new>
 #include <unordered_map>
 
 #include "core/errors.h"
@@ -30,6 +32,21 @@ Cache& cache() {
   static Cache c;
   return c;
 }
+
+// Room for reordered arguments, kept per thread between calls: touching fresh pages costs as
+// much as the reorder itself. It grows to the largest call the thread has run.
+char* thread_scratch(size_t bytes) {
+  thread_local std::unique_ptr<char, decltype(&std::free)> buf{nullptr, &std::free};
+  thread_local size_t capacity = 0;
+  if (bytes > capacity) {
+    buf.reset(static_cast<char*>(std::aligned_alloc(64, bytes)));
+    if (!buf) throw std::bad_alloc();
+    capacity = bytes;
+  }
+  return buf.get();
+}
+
+size_t round_up(size_t n) { return (n + 63) / 64 * 64; }
 }  // namespace
 
 const dnnl::engine& engine() {
@@ -83,6 +100,11 @@ std::shared_ptr<const CachedPrimitive> cached(const char* op, const Dims& key,
 }
 
 void execute(const CachedPrimitive& p, const std::vector<void*>& buffers) {
+  size_t scratch_bytes = 0;
+  for (const Arg& a : p.args)
+    if (a.reorder) scratch_bytes += round_up(a.chosen.get_size());
+  char* scratch = scratch_bytes ? thread_scratch(scratch_bytes) : nullptr;
+
   dnnl::stream s(engine());
   std::unordered_map<int, dnnl::memory> args;
   std::vector<std::pair<const Arg*, dnnl::memory>> outputs;
@@ -93,7 +115,8 @@ void execute(const CachedPrimitive& p, const std::vector<void*>& buffers) {
       args.emplace(a.id, user);
       continue;
     }
-    dnnl::memory inner(a.chosen, engine());
+    dnnl::memory inner(a.chosen, engine(), scratch);
+    scratch += round_up(a.chosen.get_size());
     if (a.output) outputs.emplace_back(&a, user);
     else a.reorder->execute(s, user, inner);
     args.emplace(a.id, inner);
