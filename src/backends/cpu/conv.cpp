@@ -213,7 +213,7 @@ void conv_dnnl(KernelContext& ctx, const ConvGeom& g) {
   std::vector<void*> buffers{x.data, w.data};
   if (has_bias) buffers.push_back(ctx.in(2).data);
   buffers.push_back(y.data);
-  du::execute(*prim, buffers);
+  du::execute(ctx.op_name(), *prim, buffers);
 }
 
 // oneDNN has no output_padding: it reads it from the output size, which works while it is

@@ -47,6 +47,33 @@ char* thread_scratch(size_t bytes) {
 }
 
 size_t round_up(size_t n) { return (n + 63) / 64 * 64; }
+
+void run(const CachedPrimitive& p, const std::vector<void*>& buffers) {
+  size_t scratch_bytes = 0;
+  for (const Arg& a : p.args)
+    if (a.reorder) scratch_bytes += round_up(a.chosen.get_size());
+  char* scratch = scratch_bytes ? thread_scratch(scratch_bytes) : nullptr;
+
+  dnnl::stream s(engine());
+  std::unordered_map<int, dnnl::memory> args;
+  std::vector<std::pair<const Arg*, dnnl::memory>> outputs;
+  for (size_t i = 0; i < p.args.size(); ++i) {
+    const Arg& a = p.args[i];
+    dnnl::memory user(a.user, engine(), buffers[i]);
+    if (!a.reorder) {
+      args.emplace(a.id, user);
+      continue;
+    }
+    dnnl::memory inner(a.chosen, engine(), scratch);
+    scratch += round_up(a.chosen.get_size());
+    if (a.output) outputs.emplace_back(&a, user);
+    else a.reorder->execute(s, user, inner);
+    args.emplace(a.id, inner);
+  }
+  p.prim.execute(s, args);
+  for (auto& [a, user] : outputs) a->reorder->execute(s, args.at(a->id), user);
+  s.wait();
+}
 }  // namespace
 
 const dnnl::engine& engine() {
@@ -72,10 +99,10 @@ dnnl::memory::desc any_md(const Dims& dims) {
 Arg make_arg(int id, const dnnl::memory::desc& user, const dnnl::memory::desc& chosen,
              bool output) {
   Arg a{id, user, chosen, output, std::nullopt};
-  if (user != chosen) {
-    a.reorder = output ? dnnl::reorder(dnnl::reorder::primitive_desc(engine(), chosen, engine(), user))
-                       : dnnl::reorder(dnnl::reorder::primitive_desc(engine(), user, engine(), chosen));
-  }
+  if (user == chosen) return a;
+  const auto& from = output ? chosen : user;
+  const auto& to = output ? user : chosen;
+  a.reorder = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), from, engine(), to));
   return a;
 }
 
@@ -99,31 +126,12 @@ std::shared_ptr<const CachedPrimitive> cached(const char* op, const Dims& key,
   return c.map.emplace(key, std::move(p)).first->second;
 }
 
-void execute(const CachedPrimitive& p, const std::vector<void*>& buffers) {
-  size_t scratch_bytes = 0;
-  for (const Arg& a : p.args)
-    if (a.reorder) scratch_bytes += round_up(a.chosen.get_size());
-  char* scratch = scratch_bytes ? thread_scratch(scratch_bytes) : nullptr;
-
-  dnnl::stream s(engine());
-  std::unordered_map<int, dnnl::memory> args;
-  std::vector<std::pair<const Arg*, dnnl::memory>> outputs;
-  for (size_t i = 0; i < p.args.size(); ++i) {
-    const Arg& a = p.args[i];
-    dnnl::memory user(a.user, engine(), buffers[i]);
-    if (!a.reorder) {
-      args.emplace(a.id, user);
-      continue;
-    }
-    dnnl::memory inner(a.chosen, engine(), scratch);
-    scratch += round_up(a.chosen.get_size());
-    if (a.output) outputs.emplace_back(&a, user);
-    else a.reorder->execute(s, user, inner);
-    args.emplace(a.id, inner);
+void execute(const char* op, const CachedPrimitive& p, const std::vector<void*>& buffers) {
+  try {
+    run(p, buffers);
+  } catch (const dnnl::error& e) {
+    fail<UnsupportedError>("[{}] oneDNN failed: {}", op, e.what());
   }
-  p.prim.execute(s, args);
-  for (auto& [a, user] : outputs) a->reorder->execute(s, args.at(a->id), user);
-  s.wait();
 }
 
 }  // namespace kiln::cpu::dnnl_util

@@ -44,6 +44,7 @@ std::shared_ptr<const CachedPrimitive> cached(const char* op, const Dims& key,
                                               const std::function<CachedPrimitive()>& make);
 
 /// Runs `p` on kiln's buffers, given in the order of p.args, reordering where layouts differ.
-void execute(const CachedPrimitive& p, const std::vector<void*>& buffers);
+/// oneDNN errors become UnsupportedError naming `op`.
+void execute(const char* op, const CachedPrimitive& p, const std::vector<void*>& buffers);
 
 }  // namespace kiln::cpu::dnnl_util

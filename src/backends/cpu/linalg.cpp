@@ -113,7 +113,7 @@ void matmul_dnnl(KernelContext& ctx, const MatmulDims& d) {
                                {du::make_arg(DNNL_ARG_SRC, s, s), du::make_arg(DNNL_ARG_WEIGHTS, w, w),
                                 du::make_arg(DNNL_ARG_DST, o, o, true)}};
   });
-  du::execute(*p, {ctx.in(0).data, ctx.in(1).data, ctx.out(0).data});
+  du::execute(ctx.op_name(), *p, {ctx.in(0).data, ctx.in(1).data, ctx.out(0).data});
 }
 
 void matmul(KernelContext& ctx) {
@@ -157,7 +157,7 @@ void linear_dnnl(KernelContext& ctx, int64_t M, int64_t K, int64_t N) {
   std::vector<void*> buffers{ctx.in(0).data, ctx.in(1).data};
   if (has_bias) buffers.push_back(ctx.in(2).data);
   buffers.push_back(ctx.out(0).data);
-  du::execute(*p, buffers);
+  du::execute(ctx.op_name(), *p, buffers);
 }
 
 void linear(KernelContext& ctx) {
