@@ -5,7 +5,6 @@
 //   conv_transpose: the same plus output_padding (nd).
 //         Inputs x (N, C, spatial...), w (C, O/groups, kernel...)[, bias (O)].
 #include "kiln/ops/nn.h"
-
 #include "ops/common.h"
 
 namespace kiln {
@@ -81,8 +80,12 @@ Tensor conv_nd(int nd, const char* fn, const Tensor& x, const Tensor& w,
                      fmt::join(o.padding, ", "));
   std::vector<int64_t> pads;
   switch (o.pad_mode) {
-    case PadMode::explicit_: pads = explicit_pads(kConv, o.padding, nd); break;
-    case PadMode::valid: pads.assign(2 * nd, 0); break;
+    case PadMode::explicit_:
+      pads = explicit_pads(kConv, o.padding, nd);
+      break;
+    case PadMode::valid:
+      pads.assign(2 * nd, 0);
+      break;
     case PadMode::same_upper:
     case PadMode::same_lower:
       pads = same_pads(x.shape(), w.shape(), stride, dilation, o.pad_mode == PadMode::same_upper);
@@ -181,9 +184,10 @@ std::vector<TensorInfo> infer_conv(const InferContext& ctx) {
     }
     const int64_t span = in + p[i] + p[nd + i] - (k - 1) * d[i] - 1;
     if (span < 0)
-      fail<ShapeError>("[conv] kernel of weight with shape {} (dilation {}) is larger than the "
-                       "padded input with shape {} (pads {})",
-                       str(w), fmt::join(d, ", "), str(x), fmt::join(p, ", "));
+      fail<ShapeError>(
+          "[conv] kernel of weight with shape {} (dilation {}) is larger than the "
+          "padded input with shape {} (pads {})",
+          str(w), fmt::join(d, ", "), str(x), fmt::join(p, ", "));
     out.push_back(span / s[i] + 1);
   }
   return {{out, ctx.inputs[0].dtype}};
@@ -197,17 +201,19 @@ std::vector<TensorInfo> infer_conv_transpose(const InferContext& ctx) {
   const int nd = check_common(ctx, out_channels);
   check_groups(ctx, groups, x[1], "input");
   if (x[1] >= 0 && w[0] >= 0 && x[1] != w[0])
-    fail<ShapeError>("[conv_transpose] input with shape {} has {} channels but weight with "
-                     "shape {} expects {}",
-                     str(x), x[1], str(w), w[0]);
+    fail<ShapeError>(
+        "[conv_transpose] input with shape {} has {} channels but weight with "
+        "shape {} expects {}",
+        str(x), x[1], str(w), w[0]);
   const auto &s = ctx.attrs.ints("stride"), &d = ctx.attrs.ints("dilation"),
              &p = ctx.attrs.ints("pads"), &op = ctx.attrs.ints("output_padding");
   Shape out{x[0], out_channels};
   for (int i = 0; i < nd; ++i) {
     if (op[i] >= s[i] && op[i] >= d[i])
-      fail<ValueError>("[conv_transpose] output_padding ({}) must be smaller than stride ({}) or "
-                       "dilation ({})",
-                       fmt::join(op, ", "), fmt::join(s, ", "), fmt::join(d, ", "));
+      fail<ValueError>(
+          "[conv_transpose] output_padding ({}) must be smaller than stride ({}) or "
+          "dilation ({})",
+          fmt::join(op, ", "), fmt::join(s, ", "), fmt::join(d, ", "));
     const int64_t in = x[2 + i], k = w[2 + i];
     if (in < 0 || k < 0) {
       out.push_back(-1);
@@ -215,9 +221,10 @@ std::vector<TensorInfo> infer_conv_transpose(const InferContext& ctx) {
     }
     const int64_t size = (in - 1) * s[i] - p[i] - p[nd + i] + (k - 1) * d[i] + op[i] + 1;
     if (size < 0)
-      fail<ShapeError>("[conv_transpose] pads ({}) leave a negative output size for input with "
-                       "shape {} and weight with shape {}",
-                       fmt::join(p, ", "), str(x), str(w));
+      fail<ShapeError>(
+          "[conv_transpose] pads ({}) leave a negative output size for input with "
+          "shape {} and weight with shape {}",
+          fmt::join(p, ", "), str(x), str(w));
     out.push_back(size);
   }
   return {{out, ctx.inputs[0].dtype}};

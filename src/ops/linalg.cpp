@@ -3,7 +3,6 @@
 //   matmul: no attrs. Inputs a (..., M, K) or (K), b (..., K, N) or (K).
 //   linear: has_bias. Inputs x (..., K), w (N, K)[, bias (N)]; out (..., N).
 #include "kiln/ops/nn.h"
-
 #include "ops/common.h"
 
 namespace kiln {
@@ -56,9 +55,10 @@ std::vector<TensorInfo> infer_linear(const InferContext& ctx) {
     fail<ShapeError>("[linear] weight must have rank 2 (out_features, in_features), got shape {}",
                      str(w));
   if (dims_differ(x.back(), w[1]))
-    fail<ShapeError>("[linear] last dimension of input with shape {} must match in_features of "
-                     "weight with shape {}",
-                     str(x), str(w));
+    fail<ShapeError>(
+        "[linear] last dimension of input with shape {} must match in_features of "
+        "weight with shape {}",
+        str(x), str(w));
   if (ctx.attrs.b("has_bias")) {
     const Shape& bias = ctx.inputs[2].shape;
     if (bias.size() != 1 || dims_differ(bias[0], w[0]))

@@ -24,7 +24,8 @@ Shape conv_shape(const Shape& x, const Shape& w, const Geo& p) {
   return out;
 }
 
-// Direct convolution: y[n, o, p] = bias[o] + sum_{c in group, k} x[n, c, p*s - pad + k*d] w[o, c, k].
+// Direct convolution:
+//   y[n, o, p] = bias[o] + sum over c in o's group and k of x[n, c, p*s - pad + k*d] w[o, c, k].
 std::vector<double> ref_conv(const Array& x, const Array& w, const Array* bias, const Geo& p) {
   const Shape xs = x.shape(), ws = w.shape(), ys = conv_shape(xs, ws, p);
   const int nd = spatial(xs);
@@ -309,8 +310,8 @@ TEST(ConvTranspose, MatchesReferenceF32F64) {
 
 TEST(ConvTranspose, HalfTypesAndEmptyBatch) {
   check_conv_transpose(conv_transpose_cases()[0], bf16, true);
-  check_conv_transpose({{0, 4, 5, 4}, {4, 3, 3, 3}, {{2, 2}}, {{2, 2}, {0, 0, 0, 0}, {1, 1}, {0, 0}}},
-                       f32, true);
+  const Geo geo{{2, 2}, {0, 0, 0, 0}, {1, 1}, {0, 0}};
+  check_conv_transpose({{0, 4, 5, 4}, {4, 3, 3, 3}, {{2, 2}}, geo}, f32, true);
 }
 
 TEST(ConvTranspose, ErrorsNameOpAndShapes) {
@@ -325,8 +326,9 @@ TEST(ConvTranspose, ErrorsNameOpAndShapes) {
   expect_error<ShapeError>(
       [&] { conv_transpose2d(p({1, 3, 8, 8}), p({3, 2, 3, 3}), std::nullopt, g2); },
       {"[conv_transpose]", "groups=2", "(1, 3, 8, 8)"});
+  const ConvTransposeOptions too_much{{2, 2}, {}, {2, 0}};
   expect_error<ValueError>(
-      [&] { conv_transpose2d(p({1, 3, 8, 8}), p({3, 2, 3, 3}), std::nullopt, {{2, 2}, {}, {2, 0}}); },
+      [&] { conv_transpose2d(p({1, 3, 8, 8}), p({3, 2, 3, 3}), std::nullopt, too_much); },
       {"[conv_transpose]", "output_padding"});
 }
 

@@ -53,7 +53,8 @@ const void* bias_data(const KernelContext& ctx) {
 }
 
 // y[n, o] = bias[o] + sum over the group's channels and the kernel window, one (n, o) per task.
-template <typename T> void conv_loops(KernelContext& ctx, const ConvGeom& g) {
+template <typename T>
+void conv_loops(KernelContext& ctx, const ConvGeom& g) {
   const T* X = ctx.in(0).ptr<T>();
   const T* W = ctx.in(1).ptr<T>();
   const T* B = static_cast<const T*>(bias_data(ctx));
@@ -79,8 +80,8 @@ template <typename T> void conv_loops(KernelContext& ctx, const ConvGeom& g) {
                   for (int64_t kw = 0; kw < g.k[2]; ++kw) {
                     const int64_t iw = ow * g.stride[2] - g.pad[2] + kw * g.dil[2];
                     if (iw < 0 || iw >= g.in[2]) continue;
-                    acc += x[(id * g.in[1] + ih) * g.in[2] + iw] *
-                           w[(kd * g.k[1] + kh) * g.k[2] + kw];
+                    acc +=
+                        x[(id * g.in[1] + ih) * g.in[2] + iw] * w[(kd * g.k[1] + kh) * g.k[2] + kw];
                   }
                 }
               }
@@ -93,7 +94,8 @@ template <typename T> void conv_loops(KernelContext& ctx, const ConvGeom& g) {
 
 // Scatter form: each input pixel adds its weighted kernel window to the output plane of the
 // task's (n, o), so tasks never write the same memory.
-template <typename T> void conv_transpose_loops(KernelContext& ctx, const ConvGeom& g) {
+template <typename T>
+void conv_transpose_loops(KernelContext& ctx, const ConvGeom& g) {
   const T* X = ctx.in(0).ptr<T>();
   const T* W = ctx.in(1).ptr<T>();
   const T* B = static_cast<const T*>(bias_data(ctx));
@@ -159,8 +161,7 @@ du::CachedPrimitive make_conv_primitive(const ConvGeom& g, const du::Dims& src,
                                         bool has_bias) {
   const auto wei = user_weights_md(g, kernel);
   const auto bias = has_bias ? du::plain_md({g.O}) : dnnl::memory::desc();
-  const auto src_any = du::any_md(src), dst_any = du::any_md(dst),
-             wei_any = du::any_md(wei.dims());
+  const auto src_any = du::any_md(src), dst_any = du::any_md(dst), wei_any = du::any_md(wei.dims());
   dnnl::primitive prim;
   dnnl::memory::desc src_md, wei_md, dst_md;
   if (g.transpose) {
@@ -196,7 +197,7 @@ du::Dims dnnl_dilation(const std::vector<int64_t>& dilation) {
 void conv_dnnl(KernelContext& ctx, const ConvGeom& g) {
   const TensorView &x = ctx.in(0), &w = ctx.in(1), &y = ctx.out(0);
   const int nd = g.nd;
-  const auto &p = ctx.attrs().ints("pads");
+  const auto& p = ctx.attrs().ints("pads");
   const du::Dims kernel(w.shape.begin() + 2, w.shape.end());
   const du::Dims stride = ctx.attrs().ints("stride");
   const du::Dims dil = dnnl_dilation(ctx.attrs().ints("dilation"));
@@ -204,8 +205,7 @@ void conv_dnnl(KernelContext& ctx, const ConvGeom& g) {
   const bool has_bias = ctx.attrs().b("has_bias");
 
   du::Dims key{g.transpose ? 3 : 2, nd, g.G, has_bias};
-  for (const Shape* s : {&x.shape, &w.shape, &y.shape})
-    key.insert(key.end(), s->begin(), s->end());
+  for (const Shape* s : {&x.shape, &w.shape, &y.shape}) key.insert(key.end(), s->begin(), s->end());
   for (const du::Dims* v : {&stride, &dil, &p}) key.insert(key.end(), v->begin(), v->end());
   auto prim = du::cached(ctx.op_name(), key, [&] {
     return make_conv_primitive(g, x.shape, kernel, y.shape, stride, dil, pad_l, pad_r, has_bias);
@@ -232,8 +232,10 @@ void convolve(KernelContext& ctx) {
   if (dnnl_handles(ctx, g)) return conv_dnnl(ctx, g);
   dispatch_float(ctx.in(0).dtype, ctx.op_name(), [&](auto v) {
     using T = decltype(v);
-    if (g.transpose) conv_transpose_loops<T>(ctx, g);
-    else conv_loops<T>(ctx, g);
+    if (g.transpose)
+      conv_transpose_loops<T>(ctx, g);
+    else
+      conv_loops<T>(ctx, g);
   });
 }
 

@@ -66,8 +66,10 @@ void run(const CachedPrimitive& p, const std::vector<void*>& buffers) {
     }
     dnnl::memory inner(a.chosen, engine(), scratch);
     scratch += round_up(a.chosen.get_size());
-    if (a.output) outputs.emplace_back(&a, user);
-    else a.reorder->execute(s, user, inner);
+    if (a.output)
+      outputs.emplace_back(&a, user);
+    else
+      a.reorder->execute(s, user, inner);
     args.emplace(a.id, inner);
   }
   p.prim.execute(s, args);

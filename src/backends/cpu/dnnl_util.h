@@ -4,10 +4,9 @@
 
 #include <functional>
 #include <memory>
+#include <oneapi/dnnl/dnnl.hpp>
 #include <optional>
 #include <vector>
-
-#include <oneapi/dnnl/dnnl.hpp>
 
 namespace kiln::cpu::dnnl_util {
 

@@ -39,8 +39,8 @@ MatmulDims matmul_dims(const TensorView& a, const TensorView& b, const TensorVie
 
 // Rows [r0, r1) of C (M x N, row-major) = A · B, with A and B addressed through strides.
 template <typename T>
-void gemm_rows(const T* A, int64_t a_rs, int64_t a_cs, const T* B, int64_t b_rs, int64_t b_cs,
-               T* C, int64_t r0, int64_t r1, int64_t N, int64_t K) {
+void gemm_rows(const T* A, int64_t a_rs, int64_t a_cs, const T* B, int64_t b_rs, int64_t b_cs, T* C,
+               int64_t r0, int64_t r1, int64_t N, int64_t K) {
   for (int64_t m = r0; m < r1; ++m) {
     T* c = C + m * N;
     const T* a = A + m * a_rs;
@@ -77,7 +77,8 @@ std::vector<int64_t> batch_offsets(const Shape& in, const Shape& batch) {
   return off;
 }
 
-template <typename T> void matmul_loops(KernelContext& ctx, const MatmulDims& d) {
+template <typename T>
+void matmul_loops(KernelContext& ctx, const MatmulDims& d) {
   const T* A = ctx.in(0).ptr<T>();
   const T* B = ctx.in(1).ptr<T>();
   T* C = ctx.out(0).ptr<T>();
@@ -109,9 +110,10 @@ void matmul_dnnl(KernelContext& ctx, const MatmulDims& d) {
   auto p = du::cached(ctx.op_name(), key, [&] {
     auto s = du::plain_md(src), w = du::plain_md(wei), o = du::plain_md(dst);
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(s, w, o), du::engine());
-    return du::CachedPrimitive{dnnl::matmul(pd),
-                               {du::make_arg(DNNL_ARG_SRC, s, s), du::make_arg(DNNL_ARG_WEIGHTS, w, w),
-                                du::make_arg(DNNL_ARG_DST, o, o, true)}};
+    return du::CachedPrimitive{
+        dnnl::matmul(pd),
+        {du::make_arg(DNNL_ARG_SRC, s, s), du::make_arg(DNNL_ARG_WEIGHTS, w, w),
+         du::make_arg(DNNL_ARG_DST, o, o, true)}};
   });
   du::execute(ctx.op_name(), *p, {ctx.in(0).data, ctx.in(1).data, ctx.out(0).data});
 }
@@ -127,7 +129,8 @@ void matmul(KernelContext& ctx) {
   });
 }
 
-template <typename T> void linear_loops(KernelContext& ctx, int64_t M, int64_t K, int64_t N) {
+template <typename T>
+void linear_loops(KernelContext& ctx, int64_t M, int64_t K, int64_t N) {
   const T* X = ctx.in(0).ptr<T>();
   const T* W = ctx.in(1).ptr<T>();
   const T* bias = ctx.attrs().b("has_bias") ? ctx.in(2).ptr<T>() : nullptr;
