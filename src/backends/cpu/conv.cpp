@@ -204,7 +204,7 @@ void conv_dnnl(KernelContext& ctx, const ConvGeom& g) {
   const du::Dims pad_l(p.begin(), p.begin() + nd), pad_r(p.begin() + nd, p.end());
   const bool has_bias = ctx.attrs().b("has_bias");
 
-  du::Dims key{g.transpose ? 3 : 2, nd, g.G, has_bias};
+  du::Dims key{static_cast<int64_t>(ctx.op()), nd, g.G, has_bias};
   for (const Shape* s : {&x.shape, &w.shape, &y.shape}) key.insert(key.end(), s->begin(), s->end());
   for (const du::Dims* v : {&stride, &dil, &p}) key.insert(key.end(), v->begin(), v->end());
   auto prim = du::cached(ctx.op_name(), key, [&] {

@@ -37,7 +37,8 @@ struct CachedPrimitive {
   std::vector<Arg> args;
 };
 
-/// The cached primitive under `key`, made by `make` on a miss. oneDNN errors become
+/// The cached primitive under `key` (the op id, then every shape and attribute the primitive
+/// depends on), made by `make` on a miss. oneDNN errors become
 /// UnsupportedError naming `op`.
 std::shared_ptr<const CachedPrimitive> cached(const char* op, const Dims& key,
                                               const std::function<CachedPrimitive()>& make);

@@ -105,7 +105,7 @@ void matmul_dnnl(KernelContext& ctx, const MatmulDims& d) {
   };
   const Shape src = with(d.batch_a, d.M, d.K), wei = with(d.batch_b, d.K, d.N),
               dst = with(d.batch, d.M, d.N);
-  du::Dims key{0, static_cast<int64_t>(src.size())};
+  du::Dims key{static_cast<int64_t>(ctx.op()), static_cast<int64_t>(src.size())};
   for (const Shape* s : {&src, &wei, &dst}) key.insert(key.end(), s->begin(), s->end());
   auto p = du::cached(ctx.op_name(), key, [&] {
     auto s = du::plain_md(src), w = du::plain_md(wei), o = du::plain_md(dst);
@@ -147,7 +147,8 @@ void linear_loops(KernelContext& ctx, int64_t M, int64_t K, int64_t N) {
 // w (N, K) is read as the K x N weights matrix through its strides: no transposed copy.
 void linear_dnnl(KernelContext& ctx, int64_t M, int64_t K, int64_t N) {
   const bool has_bias = ctx.attrs().b("has_bias");
-  auto p = du::cached(ctx.op_name(), {1, M, K, N, has_bias}, [&] {
+  const du::Dims key{static_cast<int64_t>(ctx.op()), M, K, N, has_bias};
+  auto p = du::cached(ctx.op_name(), key, [&] {
     auto s = du::plain_md({M, K}), w = du::strided_md({K, N}, {1, K}), o = du::plain_md({M, N});
     auto b = has_bias ? du::plain_md({1, N}) : dnnl::memory::desc();
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(s, w, b, o), du::engine());
