@@ -20,6 +20,8 @@ struct ConvOptions {
   std::vector<int64_t> stride;    // per spatial dim; empty: all 1
   std::vector<int64_t> padding;   // nd (symmetric) or 2*nd (begins then ends); empty: 0
   std::vector<int64_t> dilation;  // empty: all 1
+  /// As ONNX auto_pad: same_* pad so that out = ceil(in / stride), the odd pixel at the end
+  /// (same_upper) or the beginning (same_lower); valid: no padding.
   PadMode pad_mode = PadMode::explicit_;
   int64_t groups = 1;
 };
@@ -40,6 +42,14 @@ struct ConvTransposeOptions {
 };
 /// x: (N, C, H, W), w: (C, O/groups, kh, kw) as PyTorch's ConvTranspose2d.
 Tensor conv_transpose2d(const Tensor& x, const Tensor& w,
+                        const std::optional<Tensor>& bias = std::nullopt,
+                        const ConvTransposeOptions& opts = {});
+/// The same over 1 spatial dim: x (N, C, W), w (C, O/groups, kw).
+Tensor conv_transpose1d(const Tensor& x, const Tensor& w,
+                        const std::optional<Tensor>& bias = std::nullopt,
+                        const ConvTransposeOptions& opts = {});
+/// The same over 3 spatial dims: x (N, C, D, H, W), w (C, O/groups, kd, kh, kw).
+Tensor conv_transpose3d(const Tensor& x, const Tensor& w,
                         const std::optional<Tensor>& bias = std::nullopt,
                         const ConvTransposeOptions& opts = {});
 

@@ -1,9 +1,251 @@
-// CPU kernels of the conv family.
+// CPU kernels of the conv family: f32 through oneDNN (cached primitives that pick their own
+// blocked layouts; kiln's NCHW buffers are reordered around them), f64 and degenerate shapes
+// (no input channels, output padding >= stride) through direct loops.
+#include <algorithm>
+#include <array>
+
 #include "backends/cpu/cpu_common.h"
+#include "backends/cpu/dnnl_util.h"
 #include "backends/cpu/kernels.h"
 
 namespace kiln::cpu {
 
-void register_conv_kernels() {}
+namespace {
+namespace du = dnnl_util;
+using Dims3 = std::array<int64_t, 3>;
+
+// Sizes of a convolution; spatial arrays are padded in front to 3 dims (size 1, no padding).
+struct ConvGeom {
+  int nd = 0;
+  bool transpose = false;
+  int64_t N = 0, C = 0, O = 0, G = 1;
+  Dims3 in{1, 1, 1}, k{1, 1, 1}, out{1, 1, 1}, stride{1, 1, 1}, dil{1, 1, 1}, pad{0, 0, 0};
+  int64_t in_size() const { return in[0] * in[1] * in[2]; }
+  int64_t k_size() const { return k[0] * k[1] * k[2]; }
+  int64_t out_size() const { return out[0] * out[1] * out[2]; }
+};
+
+ConvGeom geometry(const KernelContext& ctx) {
+  const TensorView &x = ctx.in(0), &w = ctx.in(1), &y = ctx.out(0);
+  ConvGeom g;
+  g.transpose = ctx.op() == OpId::ConvTranspose;
+  g.nd = x.rank() - 2;
+  g.N = x.shape[0];
+  g.C = x.shape[1];
+  g.O = y.shape[1];
+  g.G = ctx.attrs().i("groups");
+  const auto &s = ctx.attrs().ints("stride"), &d = ctx.attrs().ints("dilation"),
+             &p = ctx.attrs().ints("pads");
+  for (int i = 0; i < g.nd; ++i) {
+    const int j = 3 - g.nd + i;
+    g.in[j] = x.shape[2 + i];
+    g.k[j] = w.shape[2 + i];
+    g.out[j] = y.shape[2 + i];
+    g.stride[j] = s[i];
+    g.dil[j] = d[i];
+    g.pad[j] = p[i];
+  }
+  return g;
+}
+
+const void* bias_data(const KernelContext& ctx) {
+  return ctx.attrs().b("has_bias") ? ctx.in(2).data : nullptr;
+}
+
+// y[n, o] = bias[o] + sum over the group's channels and the kernel window, one (n, o) per task.
+template <typename T>
+void conv_loops(KernelContext& ctx, const ConvGeom& g) {
+  const T* X = ctx.in(0).ptr<T>();
+  const T* W = ctx.in(1).ptr<T>();
+  const T* B = static_cast<const T*>(bias_data(ctx));
+  T* Y = ctx.out(0).ptr<T>();
+  const int64_t Cg = g.C / g.G, Og = g.O / g.G;
+  ctx.parallel_for(g.N * g.O, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t n = t / g.O, o = t % g.O, c0 = (o / Og) * Cg;
+      T* y = Y + t * g.out_size();
+      for (int64_t od = 0; od < g.out[0]; ++od)
+        for (int64_t oh = 0; oh < g.out[1]; ++oh)
+          for (int64_t ow = 0; ow < g.out[2]; ++ow) {
+            T acc = B ? B[o] : T(0);
+            for (int64_t c = 0; c < Cg; ++c) {
+              const T* x = X + (n * g.C + c0 + c) * g.in_size();
+              const T* w = W + (o * Cg + c) * g.k_size();
+              for (int64_t kd = 0; kd < g.k[0]; ++kd) {
+                const int64_t id = od * g.stride[0] - g.pad[0] + kd * g.dil[0];
+                if (id < 0 || id >= g.in[0]) continue;
+                for (int64_t kh = 0; kh < g.k[1]; ++kh) {
+                  const int64_t ih = oh * g.stride[1] - g.pad[1] + kh * g.dil[1];
+                  if (ih < 0 || ih >= g.in[1]) continue;
+                  for (int64_t kw = 0; kw < g.k[2]; ++kw) {
+                    const int64_t iw = ow * g.stride[2] - g.pad[2] + kw * g.dil[2];
+                    if (iw < 0 || iw >= g.in[2]) continue;
+                    acc +=
+                        x[(id * g.in[1] + ih) * g.in[2] + iw] * w[(kd * g.k[1] + kh) * g.k[2] + kw];
+                  }
+                }
+              }
+            }
+            *y++ = acc;
+          }
+    }
+  });
+}
+
+// Scatter form: each input pixel adds its weighted kernel window to the output plane of the
+// task's (n, o), so tasks never write the same memory.
+template <typename T>
+void conv_transpose_loops(KernelContext& ctx, const ConvGeom& g) {
+  const T* X = ctx.in(0).ptr<T>();
+  const T* W = ctx.in(1).ptr<T>();
+  const T* B = static_cast<const T*>(bias_data(ctx));
+  T* Y = ctx.out(0).ptr<T>();
+  const int64_t Cg = g.C / g.G, Og = g.O / g.G;
+  ctx.parallel_for(g.N * g.O, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t n = t / g.O, o = t % g.O, c0 = (o / Og) * Cg, ol = o % Og;
+      T* y = Y + t * g.out_size();
+      std::fill(y, y + g.out_size(), B ? B[o] : T(0));
+      for (int64_t c = c0; c < c0 + Cg; ++c) {
+        const T* x = X + (n * g.C + c) * g.in_size();
+        const T* w = W + (c * Og + ol) * g.k_size();
+        for (int64_t id = 0; id < g.in[0]; ++id)
+          for (int64_t ih = 0; ih < g.in[1]; ++ih)
+            for (int64_t iw = 0; iw < g.in[2]; ++iw) {
+              const T xv = x[(id * g.in[1] + ih) * g.in[2] + iw];
+              for (int64_t kd = 0; kd < g.k[0]; ++kd) {
+                const int64_t od = id * g.stride[0] - g.pad[0] + kd * g.dil[0];
+                if (od < 0 || od >= g.out[0]) continue;
+                for (int64_t kh = 0; kh < g.k[1]; ++kh) {
+                  const int64_t oh = ih * g.stride[1] - g.pad[1] + kh * g.dil[1];
+                  if (oh < 0 || oh >= g.out[1]) continue;
+                  for (int64_t kw = 0; kw < g.k[2]; ++kw) {
+                    const int64_t ow = iw * g.stride[2] - g.pad[2] + kw * g.dil[2];
+                    if (ow < 0 || ow >= g.out[2]) continue;
+                    y[(od * g.out[1] + oh) * g.out[2] + ow] +=
+                        xv * w[(kd * g.k[1] + kh) * g.k[2] + kw];
+                  }
+                }
+              }
+            }
+      }
+    }
+  });
+}
+
+// oneDNN's weights: (O, I, k...) or (G, O/G, I/G, k...), with strides matching kiln's buffer:
+// (O, C/G, k...) for conv and (C, O/G, k...) for conv_transpose.
+dnnl::memory::desc user_weights_md(const ConvGeom& g, const du::Dims& kernel) {
+  const int64_t K = g.k_size(), Cg = g.C / g.G, Og = g.O / g.G;
+  du::Dims dims, strides;
+  if (g.G > 1) {
+    dims = {g.G, Og, Cg};
+    strides = {Og * Cg * K, g.transpose ? K : Cg * K, g.transpose ? Og * K : K};
+  } else {
+    dims = {g.O, g.C};
+    strides = {g.transpose ? K : g.C * K, g.transpose ? g.O * K : K};
+  }
+  int64_t inner = K;
+  for (int64_t e : kernel) {
+    inner /= std::max<int64_t>(e, 1);
+    dims.push_back(e);
+    strides.push_back(inner);
+  }
+  return du::strided_md(dims, strides);
+}
+
+du::CachedPrimitive make_conv_primitive(const ConvGeom& g, const du::Dims& src,
+                                        const du::Dims& kernel, const du::Dims& dst,
+                                        const du::Dims& stride, const du::Dims& dil,
+                                        const du::Dims& pad_l, const du::Dims& pad_r,
+                                        bool has_bias) {
+  const auto wei = user_weights_md(g, kernel);
+  const auto bias = has_bias ? du::plain_md({g.O}) : dnnl::memory::desc();
+  const auto src_any = du::any_md(src), dst_any = du::any_md(dst), wei_any = du::any_md(wei.dims());
+  dnnl::primitive prim;
+  dnnl::memory::desc src_md, wei_md, dst_md;
+  if (g.transpose) {
+    dnnl::deconvolution_forward::desc d(dnnl::prop_kind::forward_inference,
+                                        dnnl::algorithm::deconvolution_direct, src_any, wei_any,
+                                        bias, dst_any, stride, dil, pad_l, pad_r);
+    dnnl::deconvolution_forward::primitive_desc pd(d, du::engine());
+    prim = dnnl::deconvolution_forward(pd);
+    src_md = pd.src_desc(), wei_md = pd.weights_desc(), dst_md = pd.dst_desc();
+  } else {
+    dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference,
+                                      dnnl::algorithm::convolution_direct, src_any, wei_any, bias,
+                                      dst_any, stride, dil, pad_l, pad_r);
+    dnnl::convolution_forward::primitive_desc pd(d, du::engine());
+    prim = dnnl::convolution_forward(pd);
+    src_md = pd.src_desc(), wei_md = pd.weights_desc(), dst_md = pd.dst_desc();
+  }
+  du::CachedPrimitive c{prim,
+                        {du::make_arg(DNNL_ARG_SRC, du::plain_md(src), src_md),
+                         du::make_arg(DNNL_ARG_WEIGHTS, wei, wei_md)}};
+  if (has_bias) c.args.push_back(du::make_arg(DNNL_ARG_BIAS, bias, bias));
+  c.args.push_back(du::make_arg(DNNL_ARG_DST, du::plain_md(dst), dst_md, true));
+  return c;
+}
+
+// oneDNN counts the gaps between kernel taps.
+du::Dims dnnl_dilation(const std::vector<int64_t>& dilation) {
+  du::Dims r;
+  for (int64_t d : dilation) r.push_back(d - 1);
+  return r;
+}
+
+void conv_dnnl(KernelContext& ctx, const ConvGeom& g) {
+  const TensorView &x = ctx.in(0), &w = ctx.in(1), &y = ctx.out(0);
+  const int nd = g.nd;
+  const auto& p = ctx.attrs().ints("pads");
+  const du::Dims kernel(w.shape.begin() + 2, w.shape.end());
+  const du::Dims stride = ctx.attrs().ints("stride");
+  const du::Dims dil = dnnl_dilation(ctx.attrs().ints("dilation"));
+  const du::Dims pad_l(p.begin(), p.begin() + nd), pad_r(p.begin() + nd, p.end());
+  const bool has_bias = ctx.attrs().b("has_bias");
+
+  du::Dims key{static_cast<int64_t>(ctx.op()), nd, g.G, has_bias};
+  for (const Shape* s : {&x.shape, &w.shape, &y.shape}) key.insert(key.end(), s->begin(), s->end());
+  for (const du::Dims* v : {&stride, &dil, &p}) key.insert(key.end(), v->begin(), v->end());
+  auto prim = du::cached(ctx.op_name(), key, [&] {
+    return make_conv_primitive(g, x.shape, kernel, y.shape, stride, dil, pad_l, pad_r, has_bias);
+  });
+  std::vector<void*> buffers{x.data, w.data};
+  if (has_bias) buffers.push_back(ctx.in(2).data);
+  buffers.push_back(y.data);
+  du::execute(ctx.op_name(), *prim, buffers);
+}
+
+// oneDNN has no output_padding: it reads it from the output size, which works while it is
+// smaller than the stride.
+bool dnnl_handles(const KernelContext& ctx, const ConvGeom& g) {
+  if (ctx.in(0).dtype != f32 || ctx.in(0).numel() == 0 || ctx.in(1).numel() == 0) return false;
+  if (!g.transpose) return true;
+  const auto &op = ctx.attrs().ints("output_padding"), &s = ctx.attrs().ints("stride");
+  for (int i = 0; i < g.nd; ++i)
+    if (op[i] >= s[i]) return false;
+  return true;
+}
+
+void convolve(KernelContext& ctx) {
+  const ConvGeom g = geometry(ctx);
+  if (dnnl_handles(ctx, g)) return conv_dnnl(ctx, g);
+  dispatch_float(ctx.in(0).dtype, ctx.op_name(), [&](auto v) {
+    using T = decltype(v);
+    if (g.transpose)
+      conv_transpose_loops<T>(ctx, g);
+    else
+      conv_loops<T>(ctx, g);
+  });
+}
+
+void conv(KernelContext& ctx) { convolve(ctx); }
+void conv_transpose(KernelContext& ctx) { convolve(ctx); }
+}  // namespace
+
+void register_conv_kernels() {
+  register_kernel(OpId::Conv, Backend::cpu, {conv, DTypeSet{f32, f64}});
+  register_kernel(OpId::ConvTranspose, Backend::cpu, {conv_transpose, DTypeSet{f32, f64}});
+}
 
 }  // namespace kiln::cpu

@@ -1,9 +1,183 @@
-// CPU kernels of the linalg family.
+// CPU kernels of the linalg family: f32 through oneDNN matmul (primitives cached per shape),
+// other dtypes and degenerate shapes (K = 0) through plain loops.
+#include <algorithm>
+
 #include "backends/cpu/cpu_common.h"
+#include "backends/cpu/dnnl_util.h"
 #include "backends/cpu/kernels.h"
 
 namespace kiln::cpu {
 
-void register_linalg_kernels() {}
+namespace {
+namespace du = dnnl_util;
+
+// oneDNN matmul takes at most 12 dims.
+constexpr int kMaxDnnlRank = 12;
+
+// a (..., M, K) times b (..., K, N) with 1-D operands promoted; batches padded to one rank.
+struct MatmulDims {
+  Shape batch_a, batch_b, batch;
+  int64_t M = 1, K = 1, N = 1;
+};
+
+MatmulDims matmul_dims(const TensorView& a, const TensorView& b, const TensorView& out) {
+  MatmulDims d;
+  d.K = a.shape.back();
+  d.M = a.rank() >= 2 ? a.shape[a.rank() - 2] : 1;
+  d.N = b.rank() >= 2 ? b.shape.back() : 1;
+  const int rank = out.rank() - (a.rank() >= 2) - (b.rank() >= 2);
+  d.batch.assign(out.shape.begin(), out.shape.begin() + rank);
+  auto pad = [rank](const Shape& s) {
+    Shape p(s.begin(), s.end() - std::min<int>(2, static_cast<int>(s.size())));
+    p.insert(p.begin(), rank - p.size(), 1);
+    return p;
+  };
+  d.batch_a = pad(a.shape);
+  d.batch_b = pad(b.shape);
+  return d;
+}
+
+// Rows [r0, r1) of C (M x N, row-major) = A · B, with A and B addressed through strides.
+template <typename T>
+void gemm_rows(const T* A, int64_t a_rs, int64_t a_cs, const T* B, int64_t b_rs, int64_t b_cs, T* C,
+               int64_t r0, int64_t r1, int64_t N, int64_t K) {
+  for (int64_t m = r0; m < r1; ++m) {
+    T* c = C + m * N;
+    const T* a = A + m * a_rs;
+    if (b_cs == 1) {  // rows of B are contiguous: accumulate row by row
+      std::fill(c, c + N, T(0));
+      for (int64_t k = 0; k < K; ++k) {
+        const T av = a[k * a_cs];
+        const T* b = B + k * b_rs;
+        for (int64_t n = 0; n < N; ++n) c[n] += av * b[n];
+      }
+    } else {  // B is transposed in memory: dot products
+      for (int64_t n = 0; n < N; ++n) {
+        T acc = 0;
+        const T* b = B + n * b_cs;
+        for (int64_t k = 0; k < K; ++k) acc += a[k * a_cs] * b[k * b_rs];
+        c[n] = acc;
+      }
+    }
+  }
+}
+
+// Element offsets of each batch of `in` (broadcast to `batch`), in units of whole matrices.
+std::vector<int64_t> batch_offsets(const Shape& in, const Shape& batch) {
+  const std::vector<int64_t> strides = broadcast_strides(in, batch);
+  const int64_t count = numel(batch);
+  std::vector<int64_t> off(count, 0);
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t rem = i;
+    for (int d = static_cast<int>(batch.size()) - 1; d >= 0; --d) {
+      off[i] += (rem % batch[d]) * strides[d];
+      rem /= batch[d];
+    }
+  }
+  return off;
+}
+
+template <typename T>
+void matmul_loops(KernelContext& ctx, const MatmulDims& d) {
+  const T* A = ctx.in(0).ptr<T>();
+  const T* B = ctx.in(1).ptr<T>();
+  T* C = ctx.out(0).ptr<T>();
+  const auto a_off = batch_offsets(d.batch_a, d.batch);
+  const auto b_off = batch_offsets(d.batch_b, d.batch);
+  const int64_t rows = numel(d.batch) * d.M;
+  const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(d.N * d.K, 1));
+  ctx.parallel_for(rows, grain, [&](int64_t r0, int64_t r1) {
+    while (r0 < r1) {  // split the range at batch boundaries
+      const int64_t bi = r0 / d.M, m0 = r0 % d.M;
+      const int64_t m1 = std::min(d.M, m0 + (r1 - r0));
+      gemm_rows(A + a_off[bi] * d.M * d.K, d.K, 1, B + b_off[bi] * d.K * d.N, d.N, 1,
+                C + bi * d.M * d.N, m0, m1, d.N, d.K);
+      r0 += m1 - m0;
+    }
+  });
+}
+
+void matmul_dnnl(KernelContext& ctx, const MatmulDims& d) {
+  auto with = [](Shape s, int64_t x, int64_t y) {
+    s.push_back(x);
+    s.push_back(y);
+    return s;
+  };
+  const Shape src = with(d.batch_a, d.M, d.K), wei = with(d.batch_b, d.K, d.N),
+              dst = with(d.batch, d.M, d.N);
+  du::Dims key{static_cast<int64_t>(ctx.op()), static_cast<int64_t>(src.size())};
+  for (const Shape* s : {&src, &wei, &dst}) key.insert(key.end(), s->begin(), s->end());
+  auto p = du::cached(ctx.op_name(), key, [&] {
+    auto s = du::plain_md(src), w = du::plain_md(wei), o = du::plain_md(dst);
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(s, w, o), du::engine());
+    return du::CachedPrimitive{
+        dnnl::matmul(pd),
+        {du::make_arg(DNNL_ARG_SRC, s, s), du::make_arg(DNNL_ARG_WEIGHTS, w, w),
+         du::make_arg(DNNL_ARG_DST, o, o, true)}};
+  });
+  du::execute(ctx.op_name(), *p, {ctx.in(0).data, ctx.in(1).data, ctx.out(0).data});
+}
+
+void matmul(KernelContext& ctx) {
+  const MatmulDims d = matmul_dims(ctx.in(0), ctx.in(1), ctx.out(0));
+  const DType t = ctx.in(0).dtype;
+  if (t == f32 && d.K > 0 && static_cast<int>(d.batch.size()) + 2 <= kMaxDnnlRank)
+    return matmul_dnnl(ctx, d);
+  dispatch(t, ctx.op_name(), [&](auto v) {
+    using T = decltype(v);
+    if constexpr (!std::is_same_v<T, bool>) matmul_loops<T>(ctx, d);
+  });
+}
+
+template <typename T>
+void linear_loops(KernelContext& ctx, int64_t M, int64_t K, int64_t N) {
+  const T* X = ctx.in(0).ptr<T>();
+  const T* W = ctx.in(1).ptr<T>();
+  const T* bias = ctx.attrs().b("has_bias") ? ctx.in(2).ptr<T>() : nullptr;
+  T* Y = ctx.out(0).ptr<T>();
+  const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(N * K, 1));
+  ctx.parallel_for(M, grain, [&](int64_t r0, int64_t r1) {
+    gemm_rows(X, K, 1, W, 1, K, Y, r0, r1, N, K);
+    if (bias)
+      for (int64_t m = r0; m < r1; ++m)
+        for (int64_t n = 0; n < N; ++n) Y[m * N + n] += bias[n];
+  });
+}
+
+// w (N, K) is read as the K x N weights matrix through its strides: no transposed copy.
+void linear_dnnl(KernelContext& ctx, int64_t M, int64_t K, int64_t N) {
+  const bool has_bias = ctx.attrs().b("has_bias");
+  const du::Dims key{static_cast<int64_t>(ctx.op()), M, K, N, has_bias};
+  auto p = du::cached(ctx.op_name(), key, [&] {
+    auto s = du::plain_md({M, K}), w = du::strided_md({K, N}, {1, K}), o = du::plain_md({M, N});
+    auto b = has_bias ? du::plain_md({1, N}) : dnnl::memory::desc();
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(s, w, b, o), du::engine());
+    du::CachedPrimitive c{dnnl::matmul(pd),
+                          {du::make_arg(DNNL_ARG_SRC, s, s), du::make_arg(DNNL_ARG_WEIGHTS, w, w)}};
+    if (has_bias) c.args.push_back(du::make_arg(DNNL_ARG_BIAS, b, b));
+    c.args.push_back(du::make_arg(DNNL_ARG_DST, o, o, true));
+    return c;
+  });
+  std::vector<void*> buffers{ctx.in(0).data, ctx.in(1).data};
+  if (has_bias) buffers.push_back(ctx.in(2).data);
+  buffers.push_back(ctx.out(0).data);
+  du::execute(ctx.op_name(), *p, buffers);
+}
+
+void linear(KernelContext& ctx) {
+  const int64_t K = ctx.in(0).shape.back(), N = ctx.in(1).shape[0];
+  const int64_t rows = ctx.out(0).numel() / std::max<int64_t>(N, 1);
+  if (ctx.in(0).dtype == f32 && K > 0) return linear_dnnl(ctx, rows, K, N);
+  dispatch(ctx.in(0).dtype, ctx.op_name(), [&](auto v) {
+    using T = decltype(v);
+    if constexpr (!std::is_same_v<T, bool>) linear_loops<T>(ctx, rows, K, N);
+  });
+}
+}  // namespace
+
+void register_linalg_kernels() {
+  register_kernel(OpId::Matmul, Backend::cpu, {matmul, kNumericTypes});
+  register_kernel(OpId::Linear, Backend::cpu, {linear, kNumericTypes});
+}
 
 }  // namespace kiln::cpu

@@ -1,0 +1,139 @@
+#include "backends/cpu/dnnl_util.h"
+
+#include <cstdlib>
+#include <mutex>
+#include <new>
+#include <unordered_map>
+
+#include "core/errors.h"
+
+namespace kiln::cpu::dnnl_util {
+
+namespace {
+using dt = dnnl::memory::data_type;
+
+struct KeyHash {
+  size_t operator()(const Dims& k) const {
+    size_t h = k.size();
+    for (int64_t v : k) h ^= std::hash<int64_t>{}(v) + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    return h;
+  }
+};
+
+// Enough for the distinct shapes of a few models; on overflow start over (entries in use stay
+// alive through their shared_ptr).
+constexpr size_t kMaxCached = 512;
+
+struct Cache {
+  std::mutex mu;
+  std::unordered_map<Dims, std::shared_ptr<const CachedPrimitive>, KeyHash> map;
+};
+Cache& cache() {
+  static Cache c;
+  return c;
+}
+
+// Room for reordered arguments, kept per thread between calls: touching fresh pages costs as
+// much as the reorder itself. It grows to the largest call the thread has run.
+char* thread_scratch(size_t bytes) {
+  thread_local std::unique_ptr<char, decltype(&std::free)> buf{nullptr, &std::free};
+  thread_local size_t capacity = 0;
+  if (bytes > capacity) {
+    buf.reset(static_cast<char*>(std::aligned_alloc(64, bytes)));
+    if (!buf) throw std::bad_alloc();
+    capacity = bytes;
+  }
+  return buf.get();
+}
+
+size_t round_up(size_t n) { return (n + 63) / 64 * 64; }
+
+void run(const CachedPrimitive& p, const std::vector<void*>& buffers) {
+  size_t scratch_bytes = 0;
+  for (const Arg& a : p.args)
+    if (a.reorder) scratch_bytes += round_up(a.chosen.get_size());
+  char* scratch = scratch_bytes ? thread_scratch(scratch_bytes) : nullptr;
+
+  dnnl::stream s(engine());
+  std::unordered_map<int, dnnl::memory> args;
+  std::vector<std::pair<const Arg*, dnnl::memory>> outputs;
+  for (size_t i = 0; i < p.args.size(); ++i) {
+    const Arg& a = p.args[i];
+    dnnl::memory user(a.user, engine(), buffers[i]);
+    if (!a.reorder) {
+      args.emplace(a.id, user);
+      continue;
+    }
+    dnnl::memory inner(a.chosen, engine(), scratch);
+    scratch += round_up(a.chosen.get_size());
+    if (a.output)
+      outputs.emplace_back(&a, user);
+    else
+      a.reorder->execute(s, user, inner);
+    args.emplace(a.id, inner);
+  }
+  p.prim.execute(s, args);
+  for (auto& [a, user] : outputs) a->reorder->execute(s, args.at(a->id), user);
+  s.wait();
+}
+}  // namespace
+
+const dnnl::engine& engine() {
+  static const dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+dnnl::memory::desc plain_md(const Dims& dims) {
+  Dims strides(dims.size(), 1);
+  for (int i = static_cast<int>(dims.size()) - 2; i >= 0; --i)
+    strides[i] = strides[i + 1] * std::max<int64_t>(dims[i + 1], 1);
+  return strided_md(dims, strides);
+}
+
+dnnl::memory::desc strided_md(const Dims& dims, const Dims& strides) {
+  return dnnl::memory::desc(dims, dt::f32, strides);
+}
+
+dnnl::memory::desc any_md(const Dims& dims) {
+  return dnnl::memory::desc(dims, dt::f32, dnnl::memory::format_tag::any);
+}
+
+Arg make_arg(int id, const dnnl::memory::desc& user, const dnnl::memory::desc& chosen,
+             bool output) {
+  Arg a{id, user, chosen, output, std::nullopt};
+  if (user == chosen) return a;
+  const auto& from = output ? chosen : user;
+  const auto& to = output ? user : chosen;
+  a.reorder = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), from, engine(), to));
+  return a;
+}
+
+std::shared_ptr<const CachedPrimitive> cached(const char* op, const Dims& key,
+                                              const std::function<CachedPrimitive()>& make) {
+  Cache& c = cache();
+  {
+    std::lock_guard<std::mutex> l(c.mu);
+    auto it = c.map.find(key);
+    if (it != c.map.end()) return it->second;
+  }
+  // made outside the lock: two threads may both make it, and one copy wins
+  std::shared_ptr<const CachedPrimitive> p;
+  try {
+    p = std::make_shared<const CachedPrimitive>(make());
+  } catch (const dnnl::error& e) {
+    fail<UnsupportedError>("[{}] oneDNN could not create a primitive: {}", op, e.what());
+  }
+  std::lock_guard<std::mutex> l(c.mu);
+  if (c.map.size() >= kMaxCached) c.map.clear();
+  return c.map.emplace(key, std::move(p)).first->second;
+}
+
+void execute(const char* op, const CachedPrimitive& p, const std::vector<void*>& buffers) {
+  try {
+    run(p, buffers);
+  } catch (const dnnl::error& e) {
+    fail<UnsupportedError>("[{}] oneDNN failed: {}", op, e.what());
+  }
+}
+
+}  // namespace kiln::cpu::dnnl_util

@@ -1,0 +1,50 @@
+// oneDNN glue of the CPU kernels: one engine, memory descriptors for kiln's row-major buffers,
+// and a process-wide cache of primitives (creating one costs far more than running a small op).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <optional>
+#include <vector>
+
+namespace kiln::cpu::dnnl_util {
+
+using Dims = std::vector<int64_t>;
+
+/// The CPU engine (index 0) shared by all kernels.
+const dnnl::engine& engine();
+/// f32 descriptor of a row-major buffer of `dims`.
+dnnl::memory::desc plain_md(const Dims& dims);
+/// f32 descriptor with explicit strides (in elements).
+dnnl::memory::desc strided_md(const Dims& dims, const Dims& strides);
+/// Same dims with format `any`, letting the primitive choose a (blocked) layout.
+dnnl::memory::desc any_md(const Dims& dims);
+
+/// One argument of a cached primitive: the layout of kiln's buffer and the one the primitive
+/// wants; when they differ, `reorder` converts between them around each execution.
+struct Arg {
+  int id = 0;  // DNNL_ARG_*
+  dnnl::memory::desc user, chosen;
+  bool output = false;
+  std::optional<dnnl::reorder> reorder;
+};
+Arg make_arg(int id, const dnnl::memory::desc& user, const dnnl::memory::desc& chosen,
+             bool output = false);
+
+struct CachedPrimitive {
+  dnnl::primitive prim;
+  std::vector<Arg> args;
+};
+
+/// The cached primitive under `key` (the op id, then every shape and attribute the primitive
+/// depends on), made by `make` on a miss. oneDNN errors become
+/// UnsupportedError naming `op`.
+std::shared_ptr<const CachedPrimitive> cached(const char* op, const Dims& key,
+                                              const std::function<CachedPrimitive()>& make);
+
+/// Runs `p` on kiln's buffers, given in the order of p.args, reordering where layouts differ.
+/// oneDNN errors become UnsupportedError naming `op`.
+void execute(const char* op, const CachedPrimitive& p, const std::vector<void*>& buffers);
+
+}  // namespace kiln::cpu::dnnl_util

@@ -1,0 +1,336 @@
+// Conv and ConvTranspose against float64 reference loops.
+#include <thread>
+
+#include "support/reference.h"
+
+namespace kiln {
+namespace {
+using namespace kiln::test;
+
+// Everything a reference needs, with padding as begins then ends.
+struct Geo {
+  std::vector<int64_t> stride, pads, dilation, output_padding;
+  int64_t groups = 1;
+};
+
+int spatial(const Shape& s) { return static_cast<int>(s.size()) - 2; }
+
+Shape conv_shape(const Shape& x, const Shape& w, const Geo& p) {
+  const int nd = spatial(x);
+  Shape out{x[0], w[0]};
+  for (int i = 0; i < nd; ++i)
+    out.push_back((x[2 + i] + p.pads[i] + p.pads[nd + i] - p.dilation[i] * (w[2 + i] - 1) - 1) /
+                      p.stride[i] + 1);
+  return out;
+}
+
+// Direct convolution:
+//   y[n, o, p] = bias[o] + sum over c in o's group and k of x[n, c, p*s - pad + k*d] w[o, c, k].
+std::vector<double> ref_conv(const Array& x, const Array& w, const Array* bias, const Geo& p) {
+  const Shape xs = x.shape(), ws = w.shape(), ys = conv_shape(xs, ws, p);
+  const int nd = spatial(xs);
+  const auto vx = to_f64(x), vw = to_f64(w);
+  const auto vb = bias ? to_f64(*bias) : std::vector<double>(ws[0], 0.0);
+  const int64_t Cg = ws[1], Og = ws[0] / p.groups;
+  const Shape kernel(ws.begin() + 2, ws.end());
+  std::vector<double> r(numel(ys));
+  for (int64_t i = 0; i < numel(ys); ++i) {
+    const auto yi = unravel(i, ys);
+    const int64_t n = yi[0], o = yi[1];
+    double acc = vb[o];
+    for (int64_t c = 0; c < Cg; ++c)
+      for (int64_t k = 0; k < numel(kernel); ++k) {
+        const auto ki = unravel(k, kernel);
+        std::vector<int64_t> xi{n, (o / Og) * Cg + c};
+        bool inside = true;
+        for (int d = 0; d < nd; ++d) {
+          const int64_t pos = yi[2 + d] * p.stride[d] - p.pads[d] + ki[d] * p.dilation[d];
+          inside = inside && pos >= 0 && pos < xs[2 + d];
+          xi.push_back(pos);
+        }
+        if (!inside) continue;
+        std::vector<int64_t> wi{o, c};
+        wi.insert(wi.end(), ki.begin(), ki.end());
+        acc += vx[ravel(xi, xs)] * vw[ravel(wi, ws)];
+      }
+    r[i] = acc;
+  }
+  return r;
+}
+
+Shape conv_transpose_shape(const Shape& x, const Shape& w, const Geo& p) {
+  const int nd = spatial(x);
+  Shape out{x[0], w[1] * p.groups};
+  for (int i = 0; i < nd; ++i)
+    out.push_back((x[2 + i] - 1) * p.stride[i] - p.pads[i] - p.pads[nd + i] +
+                  p.dilation[i] * (w[2 + i] - 1) + p.output_padding[i] + 1);
+  return out;
+}
+
+// Gather form of the transposed convolution: y[n, o, q] sums x[n, c, i] w[c, o, k] over all
+// (i, k) with i*s - pad + k*d == q.
+std::vector<double> ref_conv_transpose(const Array& x, const Array& w, const Array* bias,
+                                       const Geo& p) {
+  const Shape xs = x.shape(), ws = w.shape(), ys = conv_transpose_shape(xs, ws, p);
+  const int nd = spatial(xs);
+  const auto vx = to_f64(x), vw = to_f64(w);
+  const int64_t Og = ws[1], Cg = xs[1] / p.groups;
+  const auto vb = bias ? to_f64(*bias) : std::vector<double>(Og * p.groups, 0.0);
+  const Shape kernel(ws.begin() + 2, ws.end());
+  std::vector<double> r(numel(ys));
+  for (int64_t i = 0; i < numel(ys); ++i) {
+    const auto yi = unravel(i, ys);
+    const int64_t n = yi[0], o = yi[1];
+    double acc = vb[o];
+    for (int64_t c = (o / Og) * Cg; c < (o / Og + 1) * Cg; ++c)
+      for (int64_t k = 0; k < numel(kernel); ++k) {
+        const auto ki = unravel(k, kernel);
+        std::vector<int64_t> xi{n, c};
+        bool hit = true;
+        for (int d = 0; d < nd; ++d) {
+          const int64_t num = yi[2 + d] + p.pads[d] - ki[d] * p.dilation[d];
+          hit = hit && num >= 0 && num % p.stride[d] == 0 && num / p.stride[d] < xs[2 + d];
+          xi.push_back(num / p.stride[d]);
+        }
+        if (!hit) continue;
+        std::vector<int64_t> wi{c, o % Og};
+        wi.insert(wi.end(), ki.begin(), ki.end());
+        acc += vx[ravel(xi, xs)] * vw[ravel(wi, ws)];
+      }
+    r[i] = acc;
+  }
+  return r;
+}
+
+Tensor build_conv(const Tensor& x, const Tensor& w, const std::optional<Tensor>& b,
+                  const ConvOptions& o) {
+  switch (x.shape().size()) {
+    case 3: return conv1d(x, w, b, o);
+    case 4: return conv2d(x, w, b, o);
+    default: return conv3d(x, w, b, o);
+  }
+}
+Tensor build_conv_transpose(const Tensor& x, const Tensor& w, const std::optional<Tensor>& b,
+                            const ConvTransposeOptions& o) {
+  switch (x.shape().size()) {
+    case 3: return conv_transpose1d(x, w, b, o);
+    case 4: return conv_transpose2d(x, w, b, o);
+    default: return conv_transpose3d(x, w, b, o);
+  }
+}
+
+double tol_for(DType t) { return t == f64 ? 1e-10 : t == f32 ? 1e-4 : 2e-2; }
+
+struct ConvCase {
+  Shape x, w;
+  ConvOptions opts;
+  Geo ref;  // the same options in explicit form
+};
+
+void check_conv(const ConvCase& c, DType t, bool with_bias) {
+  SCOPED_TRACE(::testing::Message() << "conv x " << to_string(c.x) << " w " << to_string(c.w)
+                                    << " " << name(t) << (with_bias ? " bias" : ""));
+  Graph g;
+  auto x = g.placeholder(c.x, t, "x");
+  auto w = g.placeholder(c.w, t, "w");
+  auto b = g.placeholder({c.w[0]}, t, "b");
+  Array vx = random_array(c.x, t), vw = random_array(c.w, t), vb = random_array({c.w[0]}, t);
+  Feeds feeds{{x, vx}, {w, vw}};
+  if (with_bias) feeds.push_back({b, vb});
+  auto y = build_conv(x, w, with_bias ? std::optional<Tensor>(b) : std::nullopt, c.opts);
+  const double tol = tol_for(t);
+  expect_close(eval1(g, y, feeds), conv_shape(c.x, c.w, c.ref),
+               ref_conv(vx, vw, with_bias ? &vb : nullptr, c.ref), tol, tol);
+}
+
+const std::vector<ConvCase>& conv_cases() {
+  static const std::vector<ConvCase> cases = {
+      // 2-D: strides, asymmetric padding, dilation
+      {{2, 3, 7, 6}, {4, 3, 3, 2}, {{2, 1}, {1, 0, 2, 1}, {1, 2}}, {{2, 1}, {1, 0, 2, 1}, {1, 2}}},
+      // 1-D with groups and symmetric padding
+      {{2, 4, 11}, {6, 2, 3}, {{2}, {1}, {}, PadMode::explicit_, 2}, {{2}, {1, 1}, {1}, {}, 2}},
+      // 3-D
+      {{1, 2, 5, 6, 4}, {3, 2, 2, 3, 2}, {{1, 2, 1}, {1, 0, 1}, {2, 1, 1}},
+       {{1, 2, 1}, {1, 0, 1, 1, 0, 1}, {2, 1, 1}}},
+      // depthwise with a channel multiplier of 2
+      {{2, 6, 8, 8}, {12, 1, 3, 3}, {{1, 1}, {1, 1}, {}, PadMode::explicit_, 6},
+       {{1, 1}, {1, 1, 1, 1}, {1, 1}, {}, 6}},
+      // pointwise and a larger 3x3 (blocked layouts chosen by oneDNN)
+      {{2, 32, 14, 14}, {16, 32, 1, 1}, {}, {{1, 1}, {0, 0, 0, 0}, {1, 1}}},
+      {{2, 16, 12, 12}, {32, 16, 3, 3}, {{1, 1}, {1, 1}}, {{1, 1}, {1, 1, 1, 1}, {1, 1}}},
+      // size-1 dims
+      {{1, 1, 1, 1}, {1, 1, 1, 1}, {}, {{1, 1}, {0, 0, 0, 0}, {1, 1}}},
+      // valid: no padding
+      {{1, 3, 6, 5}, {2, 3, 3, 3}, {{2, 2}, {}, {}, PadMode::valid},
+       {{2, 2}, {0, 0, 0, 0}, {1, 1}}},
+  };
+  return cases;
+}
+
+TEST(Conv, MatchesReferenceF32F64) {
+  for (const ConvCase& c : conv_cases())
+    for (DType t : {f32, f64})
+      for (bool bias : {false, true}) check_conv(c, t, bias);
+}
+
+TEST(Conv, HalfTypesComputeInF32) {
+  check_conv(conv_cases()[0], bf16, true);
+  check_conv(conv_cases()[3], f16, true);
+}
+
+TEST(Conv, SamePaddingPutsTheOddPixelAtTheRightEnd) {
+  // input 7x8, kernel 4x3, stride 2: totals 3 (rows) and 1 (cols); out = ceil(in / 2)
+  const Shape xs{1, 2, 7, 8}, ws{3, 2, 4, 3};
+  ConvCase upper{xs, ws, {{2, 2}, {}, {}, PadMode::same_upper}, {{2, 2}, {1, 0, 2, 1}, {1, 1}}};
+  ConvCase lower{xs, ws, {{2, 2}, {}, {}, PadMode::same_lower}, {{2, 2}, {2, 1, 1, 0}, {1, 1}}};
+  EXPECT_EQ(conv_shape(xs, ws, upper.ref), (Shape{1, 3, 4, 4}));
+  for (DType t : {f32, f64}) {
+    check_conv(upper, t, true);
+    check_conv(lower, t, false);
+  }
+  // stride 1 with dilation: the total pad is (k - 1) * d, even for dynamic sizes
+  Graph g;
+  auto x = g.placeholder({-1, 2, -1, -1}, f32, "x");
+  auto w = g.placeholder({3, 2, 3, 3}, f32, "w");
+  auto y = conv2d(x, w, std::nullopt, {{}, {}, {2, 1}, PadMode::same_lower});
+  EXPECT_EQ(y.shape(), (Shape{-1, 3, -1, -1}));
+  check_conv({{2, 2, 9, 5}, {3, 2, 3, 3}, {{}, {}, {2, 1}, PadMode::same_lower},
+              {{1, 1}, {2, 1, 2, 1}, {2, 1}}},
+             f32, false);
+}
+
+TEST(Conv, EmptyBatchAndNoInputChannels) {
+  check_conv({{0, 3, 5, 5}, {4, 3, 3, 3}, {}, {{1, 1}, {0, 0, 0, 0}, {1, 1}}}, f32, true);
+  // no input channels: the output is the bias alone
+  check_conv({{2, 0, 5, 5}, {4, 0, 3, 3}, {}, {{1, 1}, {0, 0, 0, 0}, {1, 1}}}, f32, true);
+}
+
+TEST(Conv, ErrorsNameOpAndShapes) {
+  Graph g;
+  auto p = [&](const Shape& s, DType t = f32) { return g.placeholder(s, t); };
+  expect_error<ShapeError>([&] { conv2d(p({1, 3, 8, 8}), p({4, 2, 3, 3})); },
+                           {"[conv]", "(1, 3, 8, 8)", "(4, 2, 3, 3)"});
+  expect_error<ShapeError>([&] { conv2d(p({1, 3, 8, 8}), p({4, 3, 3})); },
+                           {"[conv]", "conv2d", "(4, 3, 3)"});
+  expect_error<ShapeError>([&] { conv2d(p({1, 3, 8}), p({4, 3, 3, 3})); },
+                           {"[conv]", "conv2d", "(1, 3, 8)"});
+  ConvOptions g3;
+  g3.groups = 3;
+  expect_error<ShapeError>([&] { conv2d(p({1, 4, 8, 8}), p({6, 2, 3, 3}), std::nullopt, g3); },
+                           {"[conv]", "groups=3", "(1, 4, 8, 8)"});
+  expect_error<ShapeError>([&] { conv2d(p({1, 6, 8, 8}), p({4, 2, 3, 3}), std::nullopt, g3); },
+                           {"[conv]", "groups=3", "(4, 2, 3, 3)"});
+  expect_error<ShapeError>([&] { conv2d(p({1, 1, 2, 2}), p({1, 1, 3, 3})); },
+                           {"[conv]", "(1, 1, 2, 2)", "(1, 1, 3, 3)"});
+  expect_error<ShapeError>([&] { conv2d(p({1, 3, 8, 8}), p({4, 3, 3, 3}), p({5})); },
+                           {"[conv]", "(5,)"});
+  expect_error<ValueError>([&] { conv2d(p({1, 3, 8, 8}), p({4, 3, 3, 3}), std::nullopt, {{1}}); },
+                           {"[conv]", "stride"});
+  expect_error<ValueError>(
+      [&] { conv2d(p({1, 3, 8, 8}), p({4, 3, 3, 3}), std::nullopt, {{}, {1, 2, 3}}); },
+      {"[conv]", "padding", "1, 2, 3"});
+  expect_error<DTypeError>([&] { conv2d(p({1, 3, 8, 8}, i32), p({4, 3, 3, 3}, i32)); },
+                           {"[conv]", "i32"});
+}
+
+TEST(Conv, ConcurrentRunsShareCachedKernels) {
+  // several threads run one executable at once; inputs are drawn up front (the rng is shared)
+  const Shape xs{2, 16, 12, 12}, ws{32, 16, 3, 3};
+  const Geo geo{{1, 1}, {1, 1, 1, 1}, {1, 1}};
+  Graph g;
+  auto x = g.placeholder(xs, f32, "x");
+  auto w = g.placeholder(ws, f32, "w");
+  auto exe = g.compile(Device::cpu(), {}, {conv2d(x, w, std::nullopt, {{}, {1, 1}})});
+  constexpr int kThreads = 4;
+  std::vector<Array> vx, vw, out(kThreads);
+  for (int i = 0; i < kThreads; ++i) {
+    vx.push_back(random_array(xs, f32));
+    vw.push_back(random_array(ws, f32));
+  }
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i)
+    threads.emplace_back([&, i] {
+      for (int rep = 0; rep < 3; ++rep) out[i] = exe.run({{x, vx[i]}, {w, vw[i]}})[0];
+    });
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < kThreads; ++i)
+    expect_close(out[i], conv_shape(xs, ws, geo), ref_conv(vx[i], vw[i], nullptr, geo), 1e-4, 1e-4);
+}
+
+struct ConvTCase {
+  Shape x, w;
+  ConvTransposeOptions opts;
+  Geo ref;
+};
+
+void check_conv_transpose(const ConvTCase& c, DType t, bool with_bias) {
+  SCOPED_TRACE(::testing::Message() << "conv_transpose x " << to_string(c.x) << " w "
+                                    << to_string(c.w) << " " << name(t)
+                                    << (with_bias ? " bias" : ""));
+  Graph g;
+  const int64_t O = c.w[1] * c.ref.groups;
+  auto x = g.placeholder(c.x, t, "x");
+  auto w = g.placeholder(c.w, t, "w");
+  auto b = g.placeholder({O}, t, "b");
+  Array vx = random_array(c.x, t), vw = random_array(c.w, t), vb = random_array({O}, t);
+  Feeds feeds{{x, vx}, {w, vw}};
+  if (with_bias) feeds.push_back({b, vb});
+  auto y = build_conv_transpose(x, w, with_bias ? std::optional<Tensor>(b) : std::nullopt, c.opts);
+  const double tol = tol_for(t);
+  expect_close(eval1(g, y, feeds), conv_transpose_shape(c.x, c.w, c.ref),
+               ref_conv_transpose(vx, vw, with_bias ? &vb : nullptr, c.ref), tol, tol);
+}
+
+const std::vector<ConvTCase>& conv_transpose_cases() {
+  static const std::vector<ConvTCase> cases = {
+      // stride with output padding
+      {{2, 4, 5, 4}, {4, 3, 3, 3}, {{2, 2}, {1, 0}, {1, 0}},
+       {{2, 2}, {1, 0, 1, 0}, {1, 1}, {1, 0}}},
+      // groups, dilation, asymmetric padding
+      {{1, 6, 4, 5}, {6, 2, 2, 3}, {{2, 3}, {0, 1, 1, 2}, {}, {1, 2}, 3},
+       {{2, 3}, {0, 1, 1, 2}, {1, 2}, {0, 0}, 3}},
+      // output padding >= stride, allowed because it is below the dilation
+      {{1, 2, 4, 4}, {2, 3, 3, 3}, {{1, 1}, {}, {1, 1}, {2, 2}},
+       {{1, 1}, {0, 0, 0, 0}, {2, 2}, {1, 1}}},
+      // 1-D and 3-D
+      {{2, 3, 7}, {3, 2, 4}, {{3}, {2}, {2}}, {{3}, {2, 2}, {1}, {2}}},
+      {{1, 2, 3, 4, 3}, {2, 2, 2, 2, 3}, {{2, 1, 2}, {0, 1, 1}, {1, 0, 0}},
+       {{2, 1, 2}, {0, 1, 1, 0, 1, 1}, {1, 1, 1}, {1, 0, 0}}},
+      // size-1 dims
+      {{1, 1, 1, 1}, {1, 1, 1, 1}, {}, {{1, 1}, {0, 0, 0, 0}, {1, 1}, {0, 0}}},
+  };
+  return cases;
+}
+
+TEST(ConvTranspose, MatchesReferenceF32F64) {
+  for (const ConvTCase& c : conv_transpose_cases())
+    for (DType t : {f32, f64})
+      for (bool bias : {false, true}) check_conv_transpose(c, t, bias);
+}
+
+TEST(ConvTranspose, HalfTypesAndEmptyBatch) {
+  check_conv_transpose(conv_transpose_cases()[0], bf16, true);
+  const Geo geo{{2, 2}, {0, 0, 0, 0}, {1, 1}, {0, 0}};
+  check_conv_transpose({{0, 4, 5, 4}, {4, 3, 3, 3}, {{2, 2}}, geo}, f32, true);
+}
+
+TEST(ConvTranspose, ErrorsNameOpAndShapes) {
+  Graph g;
+  auto p = [&](const Shape& s) { return g.placeholder(s, f32); };
+  expect_error<ShapeError>([&] { conv_transpose2d(p({1, 3, 8, 8}), p({4, 2, 3, 3})); },
+                           {"[conv_transpose]", "(1, 3, 8, 8)", "(4, 2, 3, 3)"});
+  expect_error<ShapeError>([&] { conv_transpose2d(p({1, 3, 8, 8}), p({3, 2, 3})); },
+                           {"[conv_transpose]", "(3, 2, 3)"});
+  ConvTransposeOptions g2;
+  g2.groups = 2;
+  expect_error<ShapeError>(
+      [&] { conv_transpose2d(p({1, 3, 8, 8}), p({3, 2, 3, 3}), std::nullopt, g2); },
+      {"[conv_transpose]", "groups=2", "(1, 3, 8, 8)"});
+  const ConvTransposeOptions too_much{{2, 2}, {}, {2, 0}};
+  expect_error<ValueError>(
+      [&] { conv_transpose2d(p({1, 3, 8, 8}), p({3, 2, 3, 3}), std::nullopt, too_much); },
+      {"[conv_transpose]", "output_padding"});
+}
+
+}  // namespace
+}  // namespace kiln
