@@ -115,11 +115,12 @@ void check_axis_sets(const Builder& build, DType t, F ref, double lo, double hi,
   }
 }
 
-// Large inputs exercise the split (few outputs) and lane (kept last dim) paths.
+// Large inputs exercise the split (few outputs) and lane (kept last dim, in blocks) paths.
 template <typename F> void check_large(const Builder& build, DType t, F ref, double lo, double hi) {
   struct Case { Shape shape; Axes axes; };
   for (const Case& c : {Case{{300001}, {}}, Case{{3, 70001}, {1}}, Case{{90001, 3}, {0}},
-                        Case{{41, 67, 37}, {0, 2}}, Case{{5, 20000, 2}, {0, 1}}}) {
+                        Case{{41, 67, 37}, {0, 2}}, Case{{5, 20000, 2}, {0, 1}},
+                        Case{{2100, 1030}, {0}}, Case{{3, 1500, 2}, {1}}}) {
     SCOPED_TRACE(fmt::format("shape {} axes ({})", to_string(c.shape), fmt::join(c.axes, ", ")));
     Graph g;
     auto x = g.placeholder(c.shape, t, "x");

@@ -2,7 +2,9 @@
 // spatial dims of size 1), in parallel over output rows (n, c, od, oh).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <vector>
 
 #include "backends/cpu/cpu_common.h"
 #include "backends/cpu/kernels.h"
@@ -52,12 +54,21 @@ Taps valid_taps(int64_t start, int64_t k, int64_t dil, int64_t size) {
   return {lo, std::max(lo, hi)};
 }
 
-// Runs body(plane, od, oh) over all output rows in parallel.
+// Output row r, counted over (plane, od, oh).
+struct Row {
+  int64_t plane, od, oh;
+};
+Row row_at(const PoolGeom& g, int64_t r) {
+  return {r / (g.out[0] * g.out[1]), r / g.out[1] % g.out[0], r % g.out[1]};
+}
+int64_t row_grain(const PoolGeom& g) {
+  return std::max<int64_t>(1, 32768 / std::max<int64_t>(1, g.out[2] * g.k[0] * g.k[1] * g.k[2]));
+}
+
+// Runs body(row) over all output rows in parallel.
 template <typename F> void for_rows(const KernelContext& ctx, const PoolGeom& g, F&& body) {
-  const int64_t per_row = std::max<int64_t>(1, g.out[2] * g.k[0] * g.k[1] * g.k[2]);
-  ctx.parallel_for(g.rows(), std::max<int64_t>(1, 32768 / per_row), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r)
-      body(r / (g.out[0] * g.out[1]), r / g.out[1] % g.out[0], r % g.out[1]);
+  ctx.parallel_for(g.rows(), row_grain(g), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) body(row_at(g, r));
   });
 }
 
@@ -68,14 +79,14 @@ template <typename T> bool takes_max(T v, T best) {
   else return v > best;
 }
 
-// One output row of max pooling: windows fully inside along W run tap by tap across the row
-// (a branch-free inner loop); the few border windows run one by one.
+// One output row of max pooling. Windows inside the input along W share one list of tap
+// offsets; the few border windows clip their taps one by one.
 template <typename T> struct MaxPoolRow {
   const PoolGeom& g;
-  const T* x;      // this plane
-  T* y;            // this output row
-  int64_t* arg;    // its indices
-  Taps td, th;     // valid taps along D and H for this row
+  const T* x;        // this plane
+  T* y;              // this output row
+  int64_t* arg;      // its indices
+  Taps td, th;       // valid taps along D and H for this row
   int64_t id0, ih0;  // window start along D and H
 
   int64_t tap_offset(int64_t kd, int64_t kh) const {
@@ -99,31 +110,63 @@ template <typename T> struct MaxPoolRow {
     y[ow] = best;
     arg[ow] = where;
   }
-  // Outputs [lo, hi), whose windows lie inside the input along W.
-  void interior(int64_t lo, int64_t hi) const {
-    const int64_t sw = g.s[2];
-    bool first = true;
+  // Offsets of the window taps of output 0 in (kd, kh, kw) order; output ow adds ow * stride.
+  void list_taps(std::vector<int64_t>& taps) const {
+    taps.clear();
     for (int64_t kd = td.lo; kd < td.hi; ++kd)
       for (int64_t kh = th.lo; kh < th.hi; ++kh)
-        for (int64_t kw = 0; kw < g.k[2]; ++kw) {
-          const int64_t base = tap_offset(kd, kh) + kw * g.dil[2] - g.pad[2];
-          if (first) {
-            for (int64_t ow = lo; ow < hi; ++ow) {
-              y[ow] = x[base + ow * sw];
-              arg[ow] = base + ow * sw;
-            }
-            first = false;
-            continue;
-          }
-          for (int64_t ow = lo; ow < hi; ++ow) {
-            const T v = x[base + ow * sw];
-            const bool take = takes_max(v, y[ow]);
-            y[ow] = take ? v : y[ow];
-            arg[ow] = take ? base + ow * sw : arg[ow];
-          }
-        }
+        for (int64_t kw = 0; kw < g.k[2]; ++kw)
+          taps.push_back(tap_offset(kd, kh) + kw * g.dil[2] - g.pad[2]);
+  }
+  // An output whose window is inside the input along W; the first maximum wins.
+  void interior(int64_t ow, const std::vector<int64_t>& taps) const {
+    const int64_t at = ow * g.s[2];
+    size_t best = 0;
+    for (size_t k = 1; k < taps.size(); ++k)
+      if (takes_max(x[taps[k] + at], x[taps[best] + at])) best = k;
+    y[ow] = x[taps[best] + at];
+    arg[ow] = taps[best] + at;
   }
 };
+
+using f32x4 = float __attribute__((vector_size(16)));
+using i32x4 = int32_t __attribute__((vector_size(16)));
+
+f32x4 load_strided(const float* p, int64_t stride) {
+  if (stride == 1) {
+    f32x4 v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  }
+  return f32x4{p[0], p[stride], p[2 * stride], p[3 * stride]};
+}
+
+// Interior f32 outputs [lo, hi) eight at a time in SIMD lanes, each lane keeping its running
+// maximum and tap number (compare and select, no branches). Returns where it stopped.
+int64_t max_pool_simd(const MaxPoolRow<float>& r, const std::vector<int64_t>& taps, int64_t lo,
+                      int64_t hi) {
+  const int64_t s = r.g.s[2];
+  int64_t ow = lo;
+  for (; ow + 8 <= hi; ow += 8) {
+    f32x4 best[2];
+    i32x4 tap[2] = {};
+    for (int h = 0; h < 2; ++h) best[h] = load_strided(r.x + (taps[0] + (ow + 4 * h) * s), s);
+    for (size_t k = 1; k < taps.size(); ++k) {
+      const i32x4 kk = i32x4{} + static_cast<int32_t>(k);
+      for (int h = 0; h < 2; ++h) {
+        const f32x4 v = load_strided(r.x + (taps[k] + (ow + 4 * h) * s), s);
+        const i32x4 take = (v > best[h]) | (v != v);  // NaN wins, as in takes_max
+        best[h] = take ? v : best[h];
+        tap[h] = take ? kk : tap[h];
+      }
+    }
+    for (int u = 0; u < 8; ++u) {
+      r.y[ow + u] = best[u / 4][u % 4];
+      r.arg[ow + u] = taps[tap[u / 4][u % 4]] + (ow + u) * s;
+    }
+  }
+  return ow;
+}
 
 template <typename T> void max_pool_typed(KernelContext& ctx) {
   const PoolGeom g = pool_geom(ctx);
@@ -135,17 +178,23 @@ template <typename T> void max_pool_typed(KernelContext& ctx) {
   const int64_t last = g.in[2] - 1 - (g.k[2] - 1) * g.dil[2] + g.pad[2];
   const int64_t lo = std::min(ow_count, (g.pad[2] + g.s[2] - 1) / g.s[2]);
   const int64_t hi = std::clamp(last < 0 ? 0 : last / g.s[2] + 1, lo, ow_count);
-  for_rows(ctx, g, [&](int64_t plane, int64_t od, int64_t oh) {
-    const int64_t row = (plane * g.out[0] + od) * g.out[1] + oh;
-    const int64_t id0 = od * g.s[0] - g.pad[0], ih0 = oh * g.s[1] - g.pad[1];
-    MaxPoolRow<T> r{g, x + plane * g.in_plane(), y + row * ow_count, arg + row * ow_count,
-                    valid_taps(id0, g.k[0], g.dil[0], g.in[0]),
-                    valid_taps(ih0, g.k[1], g.dil[1], g.in[1]), id0, ih0};
-    const bool rows_valid = r.td.lo < r.td.hi && r.th.lo < r.th.hi;
-    for (int64_t ow = 0; ow < (rows_valid ? lo : ow_count); ++ow) r.border(ow);
-    if (!rows_valid) return;
-    r.interior(lo, hi);
-    for (int64_t ow = hi; ow < ow_count; ++ow) r.border(ow);
+  ctx.parallel_for(g.rows(), row_grain(g), [&](int64_t r0, int64_t r1) {
+    std::vector<int64_t> taps;
+    for (int64_t ri = r0; ri < r1; ++ri) {
+      const Row rw = row_at(g, ri);
+      const int64_t out_row = ri * ow_count;
+      const int64_t id0 = rw.od * g.s[0] - g.pad[0], ih0 = rw.oh * g.s[1] - g.pad[1];
+      const MaxPoolRow<T> r{g, x + rw.plane * g.in_plane(), y + out_row, arg + out_row,
+                            valid_taps(id0, g.k[0], g.dil[0], g.in[0]),
+                            valid_taps(ih0, g.k[1], g.dil[1], g.in[1]), id0, ih0};
+      r.list_taps(taps);
+      for (int64_t ow = 0; ow < (taps.empty() ? ow_count : lo); ++ow) r.border(ow);
+      if (taps.empty()) continue;
+      int64_t ow = lo;
+      if constexpr (std::is_same_v<T, float>) ow = max_pool_simd(r, taps, lo, hi);
+      for (; ow < hi; ++ow) r.interior(ow, taps);
+      for (ow = hi; ow < ow_count; ++ow) r.border(ow);
+    }
   });
 }
 
@@ -187,10 +236,10 @@ template <typename T> void avg_pool_typed(KernelContext& ctx) {
   const bool include_pad = ctx.attrs().b("count_include_pad");
   const T* x = ctx.in(0).ptr<T>();
   T* y = ctx.out(0).ptr<T>();
-  for_rows(ctx, g, [&](int64_t plane, int64_t od, int64_t oh) {
-    const AvgWindow wd = avg_window(g, 0, od), wh = avg_window(g, 1, oh);
-    const T* xp = x + plane * g.in_plane();
-    T* yr = y + ((plane * g.out[0] + od) * g.out[1] + oh) * g.out[2];
+  for_rows(ctx, g, [&](const Row& r) {
+    const AvgWindow wd = avg_window(g, 0, r.od), wh = avg_window(g, 1, r.oh);
+    const T* xp = x + r.plane * g.in_plane();
+    T* yr = y + ((r.plane * g.out[0] + r.od) * g.out[1] + r.oh) * g.out[2];
     for (int64_t ow = 0; ow < g.out[2]; ++ow) {
       const AvgWindow ww = avg_window(g, 2, ow);
       const double sum = window_sum(g, xp, wd, wh, ww);
@@ -219,10 +268,10 @@ template <typename T> void adaptive_avg_pool_typed(KernelContext& ctx) {
   for (int e = 0; e < 3; ++e) g.k[e] = (g.in[e] + g.out[e] - 1) / g.out[e];  // work estimate
   const T* x = ctx.in(0).ptr<T>();
   T* y = ctx.out(0).ptr<T>();
-  for_rows(ctx, g, [&](int64_t plane, int64_t od, int64_t oh) {
-    const AvgWindow wd = adaptive_window(g, 0, od), wh = adaptive_window(g, 1, oh);
-    const T* xp = x + plane * g.in_plane();
-    T* yr = y + ((plane * g.out[0] + od) * g.out[1] + oh) * g.out[2];
+  for_rows(ctx, g, [&](const Row& r) {
+    const AvgWindow wd = adaptive_window(g, 0, r.od), wh = adaptive_window(g, 1, r.oh);
+    const T* xp = x + r.plane * g.in_plane();
+    T* yr = y + ((r.plane * g.out[0] + r.od) * g.out[1] + r.oh) * g.out[2];
     for (int64_t ow = 0; ow < g.out[2]; ++ow) {
       const AvgWindow ww = adaptive_window(g, 2, ow);
       const double sum = window_sum(g, xp, wd, wh, ww);

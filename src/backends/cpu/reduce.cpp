@@ -95,25 +95,36 @@ template <typename F> void for_runs(const ReducePlan& p, int64_t r0, int64_t r1,
   }
 }
 
+constexpr int64_t kLaneBlock = 1024;  // kept lanes one task reduces side by side
+
+// How a reduction is cut into tasks: rows x lane blocks x splits of the reduced elements.
+struct ReduceTasks {
+  int64_t blocks = 1, splits = 1;
+  int64_t count() const { return blocks * splits; }  // per row
+};
 // Few outputs over a long reduction: split the reduction so that all threads get work. The
-// split depends only on the shape, so results do not depend on the thread count.
-int64_t choose_splits(const ReducePlan& p) {
-  if (p.rows >= 64 || p.rows * p.count * p.lanes < (int64_t{1} << 17)) return 1;
-  return std::clamp<int64_t>(p.count / 1024, 1, (64 + p.rows - 1) / p.rows);
+// cut depends only on the shape, so results do not depend on the thread count.
+ReduceTasks cut_tasks(const ReducePlan& p) {
+  ReduceTasks t;
+  t.blocks = (p.lanes + kLaneBlock - 1) / kLaneBlock;
+  const int64_t units = p.rows * t.blocks;
+  if (units < 64 && units * p.count * std::min(p.lanes, kLaneBlock) >= (int64_t{1} << 17))
+    t.splits = std::clamp<int64_t>(p.count / 1024, 1, (64 + units - 1) / units);
+  return t;
 }
 
 // ---- the reduction driver ----
 
-// Adds reduced elements [r0, r1) of the row starting at x into acc[0..lanes).
+// Adds reduced elements [r0, r1) of the row starting at x into acc[0..width) (lanes j of x).
 template <typename T, typename Op>
 void reduce_range(const ReducePlan& p, const Op& op, const T* x, int64_t r0, int64_t r1,
-                  typename Op::Acc* acc) {
+                  typename Op::Acc* acc, int64_t width) {
   using Acc = typename Op::Acc;
   for_runs(p, r0, r1, [&](int64_t off, int64_t len) {
     const T* s = x + off;
     if (p.lanes > 1) {
       for (int64_t k = 0; k < len; ++k, s += p.run_stride)
-        for (int64_t j = 0; j < p.lanes; ++j) op.add(acc[j], s[j]);
+        for (int64_t j = 0; j < width; ++j) op.add(acc[j], s[j]);
       return;
     }
     // eight independent accumulators hide the latency of the add chain
@@ -131,37 +142,39 @@ template <typename T, typename Op> void reduce_with(KernelContext& ctx, const Op
   using Acc = typename Op::Acc;
   const T* x = ctx.in(0).ptr<T>();
   T* y = ctx.out(0).ptr<T>();
-  const int64_t n_out = ctx.out(0).numel();
   const ReducePlan p = plan_reduce(ctx.in(0).shape, ctx.attrs().ints("axes"));
   if (p.count == 0) {
-    std::fill(y, y + n_out, op.finish(op.init(), 0));
+    std::fill(y, y + ctx.out(0).numel(), op.finish(op.init(), 0));
     return;
   }
-  const int64_t splits = choose_splits(p);
-  std::vector<Acc> partial(splits > 1 ? static_cast<size_t>(n_out * splits) : 0);
-  const int64_t work = std::max<int64_t>(1, p.count / splits * p.lanes);
-  ctx.parallel_for(p.rows * splits, std::max<int64_t>(1, 32768 / work), [&](int64_t t0,
-                                                                            int64_t t1) {
-    std::unique_ptr<Acc[]> acc(new Acc[p.lanes]);  // not a vector: Acc may be bool
+  const ReduceTasks cut = cut_tasks(p);
+  const int64_t block = std::min(p.lanes, kLaneBlock), splits = cut.splits;
+  std::vector<Acc> partial(splits > 1 ? static_cast<size_t>(p.rows * cut.count() * block) : 0);
+  const int64_t work = std::max<int64_t>(1, p.count / splits * block);
+  ctx.parallel_for(p.rows * cut.count(), std::max<int64_t>(1, 32768 / work),
+                   [&](int64_t t0, int64_t t1) {
+    std::unique_ptr<Acc[]> acc(new Acc[block]);  // not a vector: Acc may be bool
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t row = t / splits, s = t % splits;
-      std::fill(acc.get(), acc.get() + p.lanes, op.init());
-      reduce_range(p, op, x + offset_of(row, p.row_sizes, p.row_strides), p.count * s / splits,
-                   p.count * (s + 1) / splits, acc.get());
-      if (splits == 1) {
-        for (int64_t j = 0; j < p.lanes; ++j) y[row * p.lanes + j] = op.finish(acc[j], p.count);
-      } else {
-        std::copy(acc.get(), acc.get() + p.lanes, partial.begin() + t * p.lanes);
+      const int64_t row = t / cut.count(), j0 = t / splits % cut.blocks * block, s = t % splits;
+      const int64_t width = std::min(block, p.lanes - j0);
+      std::fill(acc.get(), acc.get() + width, op.init());
+      reduce_range(p, op, x + offset_of(row, p.row_sizes, p.row_strides) + j0,
+                   p.count * s / splits, p.count * (s + 1) / splits, acc.get(), width);
+      if (splits > 1) {
+        std::copy(acc.get(), acc.get() + width, partial.begin() + t * block);
+        continue;
       }
+      for (int64_t j = 0; j < width; ++j) y[row * p.lanes + j0 + j] = op.finish(acc[j], p.count);
     }
   });
   if (splits == 1) return;
   // merge the partial results of each output in split order
-  for (int64_t row = 0; row < p.rows; ++row) {
-    for (int64_t j = 0; j < p.lanes; ++j) {
-      Acc a = partial[row * splits * p.lanes + j];
-      for (int64_t s = 1; s < splits; ++s) op.merge(a, partial[(row * splits + s) * p.lanes + j]);
-      y[row * p.lanes + j] = op.finish(a, p.count);
+  for (int64_t unit = 0; unit < p.rows * cut.blocks; ++unit) {
+    const int64_t j0 = unit % cut.blocks * block, width = std::min(block, p.lanes - j0);
+    for (int64_t j = 0; j < width; ++j) {
+      Acc a = partial[unit * splits * block + j];
+      for (int64_t s = 1; s < splits; ++s) op.merge(a, partial[(unit * splits + s) * block + j]);
+      y[unit / cut.blocks * p.lanes + j0 + j] = op.finish(a, p.count);
     }
   }
 }
