@@ -327,6 +327,9 @@ AxisView axis_view(const Shape& s, int64_t axis) {
   return v;
 }
 constexpr int64_t kColumns = 256;  // inner elements one task carries along the axis
+int64_t column_grain(const AxisView& v) {
+  return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, v.n * std::min(v.inner, kColumns)));
+}
 
 // Whether x replaces the current best (strictly better: the first occurrence wins; NaN wins).
 template <bool kMax, typename T> bool better(T x, T best) {
@@ -344,8 +347,23 @@ template <bool kMax> void arg_reduce(KernelContext& ctx) {
   dispatch(ctx.in(0).dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
     const T* x = ctx.in(0).ptr<T>();
-    ctx.parallel_for(v.outer * blocks, std::max<int64_t>(1, 16384 / (v.n * kColumns)),
-                     [&](int64_t t0, int64_t t1) {
+    if (v.inner == 1) {  // contiguous rows: one plain scan each
+      ctx.parallel_for(v.outer, std::max<int64_t>(1, 16384 / v.n), [&](int64_t o0, int64_t o1) {
+        for (int64_t o = o0; o < o1; ++o) {
+          const T* row = x + o * v.n;
+          T best = row[0];
+          int64_t where = 0;
+          for (int64_t i = 1; i < v.n; ++i) {
+            if (!better<kMax>(row[i], best)) continue;
+            best = row[i];
+            where = i;
+          }
+          y[o] = where;
+        }
+      });
+      return;
+    }
+    ctx.parallel_for(v.outer * blocks, column_grain(v), [&](int64_t t0, int64_t t1) {
       T best[kColumns];
       for (int64_t task = t0; task < t1; ++task) {
         const int64_t o = task / blocks, c0 = task % blocks * kColumns;
@@ -378,8 +396,21 @@ void cumsum(KernelContext& ctx) {
     using Acc = WideAcc<T>;
     const T* x = ctx.in(0).ptr<T>();
     T* y = ctx.out(0).ptr<T>();
-    ctx.parallel_for(v.outer * blocks, std::max<int64_t>(1, 16384 / (v.n * kColumns)),
-                     [&](int64_t t0, int64_t t1) {
+    if (v.inner == 1) {  // contiguous rows: one plain scan each
+      ctx.parallel_for(v.outer, std::max<int64_t>(1, 16384 / v.n), [&](int64_t o0, int64_t o1) {
+        for (int64_t o = o0; o < o1; ++o) {
+          Acc acc = 0;
+          for (int64_t s = 0; s < v.n; ++s) {
+            const int64_t i = o * v.n + (reverse ? v.n - 1 - s : s);
+            const Acc before = acc;
+            acc += static_cast<Acc>(x[i]);
+            y[i] = static_cast<T>(exclusive ? before : acc);
+          }
+        }
+      });
+      return;
+    }
+    ctx.parallel_for(v.outer * blocks, column_grain(v), [&](int64_t t0, int64_t t1) {
       Acc acc[kColumns];
       for (int64_t task = t0; task < t1; ++task) {
         const int64_t o = task / blocks, c0 = task % blocks * kColumns;
