@@ -275,7 +275,8 @@ template <typename T> void adaptive_avg_pool_typed(KernelContext& ctx) {
     for (int64_t ow = 0; ow < g.out[2]; ++ow) {
       const AvgWindow ww = adaptive_window(g, 2, ow);
       const double sum = window_sum(g, xp, wd, wh, ww);
-      yr[ow] = static_cast<T>(sum / static_cast<double>(wd.padded * wh.padded * ww.padded));
+      const int64_t count = (wd.hi - wd.lo) * (wh.hi - wh.lo) * (ww.hi - ww.lo);
+      yr[ow] = static_cast<T>(sum / static_cast<double>(count));
     }
   });
 }

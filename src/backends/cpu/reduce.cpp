@@ -77,10 +77,13 @@ int64_t offset_of(int64_t i, const Shape& sizes, const std::vector<int64_t>& str
 template <typename F> void for_runs(const ReducePlan& p, int64_t r0, int64_t r1, F&& f) {
   const Shape& sizes = p.outer_sizes;
   const std::vector<int64_t>& strides = p.outer_strides;
-  int64_t k = r0 % p.run;
-  int64_t off = offset_of(r0 / p.run, sizes, strides);
-  std::vector<int64_t> idx(sizes.size());
-  for (size_t d = sizes.size(), q = r0 / p.run; d-- > 0; q /= sizes[d]) idx[d] = q % sizes[d];
+  int64_t k = r0 % p.run, q = r0 / p.run, off = 0;
+  std::vector<int64_t> idx(sizes.size());  // odometer over the other reduced groups
+  for (size_t d = sizes.size(); d-- > 0;) {
+    idx[d] = q % sizes[d];
+    q /= sizes[d];
+    off += idx[d] * strides[d];
+  }
   while (r0 < r1) {
     const int64_t len = std::min(p.run - k, r1 - r0);
     f(off + k * p.run_stride, len);
