@@ -1,8 +1,163 @@
-// Ops of the pool family (see src/ops/op_list.inc).
+// Pooling over 1-3 spatial dims of an (N, C, spatial...) input; the kernel size sets how many.
+//   max_pool: kernel, stride, pads (2*nd: begins then ends), dilation (ints), ceil_mode (bool).
+//             Two outputs: the maxima and their i64 flat indices within each (n, c) plane.
+//   avg_pool: kernel, stride, pads, ceil_mode, count_include_pad (bool)
+//   adaptive_avg_pool: output_size (ints)
+// Output sizes follow PyTorch: floor (or ceil) of (in + pads - dilation*(k-1) - 1) / stride + 1,
+// where with ceil_mode the last window must start inside the input or the begin padding.
+#include "kiln/ops/nn.h"
+
 #include "ops/common.h"
 
 namespace kiln {
 
-void register_pool_ops() {}
+using namespace ops;
+
+namespace {
+// Checks rank == nd + 2 and that spatial dims are not empty.
+void require_spatial(const InferContext& ctx, int64_t nd, const char* what,
+                     const std::vector<int64_t>& sizes) {
+  const Shape& s = ctx.inputs[0].shape;
+  if (static_cast<int64_t>(s.size()) != nd + 2)
+    fail<ShapeError>("[{}] {} {} needs an input of rank {} (N, C, spatial...), got shape {}",
+                     ctx.name(), what, str(sizes), nd + 2, str(s));
+  for (int64_t d = 2; d < nd + 2; ++d)
+    if (s[d] == 0) fail<ShapeError>("[{}] input shape {} has an empty spatial dim", ctx.name(), str(s));
+}
+
+void require_at_least(const InferContext& ctx, const char* key, int64_t lo) {
+  for (int64_t v : ctx.attrs.ints(key))
+    if (v < lo)
+      fail<ValueError>("[{}] {} {} must be >= {} (input shape {})", ctx.name(), key,
+                       str(ctx.attrs.ints(key)), lo, str(ctx.inputs[0].shape));
+}
+
+// Output shape of max or average pooling, validating the window attributes against the input.
+Shape pooled_shape(const InferContext& ctx, const std::vector<int64_t>& dilation) {
+  const auto& kernel = ctx.attrs.ints("kernel");
+  const auto& stride = ctx.attrs.ints("stride");
+  const auto& pads = ctx.attrs.ints("pads");
+  const int64_t nd = static_cast<int64_t>(kernel.size());
+  const Shape& in = ctx.inputs[0].shape;
+  require_spatial(ctx, nd, "kernel", kernel);
+  require_at_least(ctx, "kernel", 1);
+  require_at_least(ctx, "stride", 1);
+  require_at_least(ctx, "pads", 0);
+  const bool ceil_mode = ctx.attrs.b("ceil_mode");
+  Shape out{in[0], in[1]};
+  for (int64_t d = 0; d < nd; ++d) {
+    const int64_t eff = dilation[d] * (kernel[d] - 1) + 1, pb = pads[d], pe = pads[nd + d];
+    if (pb > eff / 2 || pe > eff / 2)
+      fail<ValueError>("[{}] padding {} must be at most half the kernel {} (input shape {})",
+                       ctx.name(), str(pads), str(kernel), str(in));
+    if (in[2 + d] < 0) {
+      out.push_back(kDynamic);
+      continue;
+    }
+    const int64_t span = in[2 + d] + pb + pe - eff;
+    if (span < 0)
+      fail<ShapeError>("[{}] kernel {} (dilation {}) is larger than the padded input: shape {} "
+                       "with padding {}", ctx.name(), str(kernel), str(dilation), str(in),
+                       str(pads));
+    int64_t o = (ceil_mode ? (span + stride[d] - 1) / stride[d] : span / stride[d]) + 1;
+    if (ceil_mode && (o - 1) * stride[d] >= in[2 + d] + pb) --o;
+    out.push_back(o);
+  }
+  return out;
+}
+
+std::vector<TensorInfo> infer_max_pool(const InferContext& ctx) {
+  require_dtype(ctx, 0, kNumericTypes, "a numeric dtype");
+  require_at_least(ctx, "dilation", 1);
+  Shape out = pooled_shape(ctx, ctx.attrs.ints("dilation"));
+  return {{out, ctx.inputs[0].dtype}, {out, i64}};
+}
+std::vector<TensorInfo> infer_avg_pool(const InferContext& ctx) {
+  require_dtype(ctx, 0, kFloatTypes, "a float dtype");
+  return {{pooled_shape(ctx, std::vector<int64_t>(ctx.attrs.ints("kernel").size(), 1)),
+           ctx.inputs[0].dtype}};
+}
+std::vector<TensorInfo> infer_adaptive_avg_pool(const InferContext& ctx) {
+  require_dtype(ctx, 0, kFloatTypes, "a float dtype");
+  const auto& size = ctx.attrs.ints("output_size");
+  require_spatial(ctx, static_cast<int64_t>(size.size()), "output_size", size);
+  require_at_least(ctx, "output_size", 1);
+  Shape out{ctx.inputs[0].shape[0], ctx.inputs[0].shape[1]};
+  out.insert(out.end(), size.begin(), size.end());
+  return {{out, ctx.inputs[0].dtype}};
+}
+
+// nd entries, or `dflt` repeated when empty.
+std::vector<int64_t> per_dim(const char* op, const char* key, const std::vector<int64_t>& v,
+                             const std::vector<int64_t>& dflt) {
+  if (v.empty()) return dflt;
+  if (v.size() != dflt.size())
+    fail<ValueError>("[{}] {} has {} entries; expected {} (one per spatial dim)", op, key,
+                     v.size(), dflt.size());
+  return v;
+}
+
+void check_kernel(const char* op, const std::vector<int64_t>& kernel) {
+  if (kernel.empty() || kernel.size() > 3)
+    fail<ValueError>("[{}] kernel {} must have 1 to 3 entries (one per spatial dim)", op,
+                     str(kernel));
+}
+
+// The attributes shared by max and average pooling, with defaults filled in.
+Attrs window_attrs(const char* op, const PoolOptions& o) {
+  check_kernel(op, o.kernel);
+  const size_t nd = o.kernel.size();
+  std::vector<int64_t> pads = o.padding;
+  if (pads.empty()) pads.assign(2 * nd, 0);
+  else if (pads.size() == nd) pads.insert(pads.end(), o.padding.begin(), o.padding.end());
+  else if (pads.size() != 2 * nd)
+    fail<ValueError>("[{}] padding has {} entries; expected {} or {} for kernel {}", op,
+                     pads.size(), nd, 2 * nd, str(o.kernel));
+  return {{"kernel", o.kernel},
+          {"stride", per_dim(op, "stride", o.stride, o.kernel)},
+          {"pads", pads},
+          {"ceil_mode", o.ceil_mode}};
+}
+}  // namespace
+
+void register_pool_ops() {
+  define_op(OpId::MaxPool).set_infer(infer_max_pool);
+  define_op(OpId::AvgPool).set_infer(infer_avg_pool);
+  define_op(OpId::AdaptiveAvgPool).set_infer(infer_adaptive_avg_pool);
+}
+
+std::pair<Tensor, Tensor> max_pool_with_indices(const Tensor& x, const PoolOptions& opts) {
+  Attrs attrs = window_attrs("max_pool", opts);
+  attrs.set("dilation", per_dim("max_pool", "dilation", opts.dilation,
+                                std::vector<int64_t>(opts.kernel.size(), 1)));
+  auto outs = make_node(OpId::MaxPool, {x}, attrs);
+  return {outs[0], outs[1]};
+}
+
+Tensor max_pool(const Tensor& x, const PoolOptions& opts) {
+  return max_pool_with_indices(x, opts).first;
+}
+
+Tensor avg_pool(const Tensor& x, const PoolOptions& opts) {
+  Attrs attrs = window_attrs("avg_pool", opts);
+  for (int64_t d : opts.dilation)
+    if (d != 1) fail<ValueError>("[avg_pool] dilation {} is not supported", str(opts.dilation));
+  attrs.set("count_include_pad", opts.count_include_pad);
+  return make_node1(OpId::AvgPool, {x}, attrs);
+}
+
+Tensor adaptive_avg_pool(const Tensor& x, const std::vector<int64_t>& output_size) {
+  if (output_size.empty() || output_size.size() > 3)
+    fail<ValueError>("[adaptive_avg_pool] output_size {} must have 1 to 3 entries",
+                     str(output_size));
+  return make_node1(OpId::AdaptiveAvgPool, {x}, {{"output_size", output_size}});
+}
+
+Tensor global_avg_pool(const Tensor& x) {
+  if (x.rank() < 3 || x.rank() > 5)
+    fail<ShapeError>("[global_avg_pool] input must have rank 3 to 5 (N, C, spatial...), got "
+                     "shape {}", str(x.shape()));
+  return adaptive_avg_pool(x, std::vector<int64_t>(x.rank() - 2, 1));
+}
 
 }  // namespace kiln

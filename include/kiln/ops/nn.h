@@ -53,18 +53,22 @@ Tensor conv_transpose3d(const Tensor& x, const Tensor& w,
                         const std::optional<Tensor>& bias = std::nullopt,
                         const ConvTransposeOptions& opts = {});
 
+/// Pooling windows over x: (N, C, spatial...). Output sizes follow PyTorch; each padding side may
+/// be at most half the (dilated) kernel.
 struct PoolOptions {
   std::vector<int64_t> kernel;    // its length sets 1, 2 or 3 spatial dims
   std::vector<int64_t> stride;    // empty: same as kernel
   std::vector<int64_t> padding;   // nd or 2*nd
   std::vector<int64_t> dilation;  // max pooling only
-  bool ceil_mode = false;
-  bool count_include_pad = false;  // average pooling only
+  bool ceil_mode = false;          // round output sizes up (a window must start before the end pad)
+  bool count_include_pad = false;  // average pooling only: divide by the window size with padding
 };
+/// Max pooling (numeric dtypes); padded positions never win, NaN does.
 Tensor max_pool(const Tensor& x, const PoolOptions& opts);
 /// Max pooling that also returns, per output, the flat index of the maximum within its
 /// (n, c) plane (PyTorch's return_indices convention), as i64.
 std::pair<Tensor, Tensor> max_pool_with_indices(const Tensor& x, const PoolOptions& opts);
+/// Average pooling (float dtypes).
 Tensor avg_pool(const Tensor& x, const PoolOptions& opts);
 /// Mean over all spatial dims, keeping them as size 1.
 Tensor global_avg_pool(const Tensor& x);

@@ -1,9 +1,297 @@
-// CPU kernels of the pool family.
+// CPU kernels of the pool family. Every op runs as 3-D pooling (1-D and 2-D get leading
+// spatial dims of size 1), in parallel over output rows (n, c, od, oh).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
 #include "backends/cpu/cpu_common.h"
 #include "backends/cpu/kernels.h"
 
 namespace kiln::cpu {
 
-void register_pool_kernels() {}
+namespace {
+
+// Pooling geometry over (D, H, W); unused leading dims have size 1 and a 1-wide window.
+struct PoolGeom {
+  int64_t planes = 1;  // N * C
+  int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1};
+  int64_t k[3] = {1, 1, 1}, s[3] = {1, 1, 1}, pad[3] = {0, 0, 0}, pad_end[3] = {0, 0, 0};
+  int64_t dil[3] = {1, 1, 1};
+  int64_t in_plane() const { return in[0] * in[1] * in[2]; }
+  int64_t rows() const { return planes * out[0] * out[1]; }
+};
+
+PoolGeom pool_geom(const KernelContext& ctx) {
+  const Shape& x = ctx.in(0).shape;
+  const Shape& y = ctx.out(0).shape;
+  const int nd = static_cast<int>(x.size()) - 2;
+  const Attrs& a = ctx.attrs();
+  PoolGeom g;
+  g.planes = x[0] * x[1];
+  for (int d = 0; d < nd; ++d) {
+    const int e = 3 - nd + d;
+    g.in[e] = x[2 + d];
+    g.out[e] = y[2 + d];
+    if (!a.has("kernel")) continue;  // adaptive pooling
+    g.k[e] = a.ints("kernel")[d];
+    g.s[e] = a.ints("stride")[d];
+    g.pad[e] = a.ints("pads")[d];
+    g.pad_end[e] = a.ints("pads")[nd + d];
+    if (a.has("dilation")) g.dil[e] = a.ints("dilation")[d];
+  }
+  return g;
+}
+
+// Taps [lo, hi) of a window starting at `start` (step `dil`) that fall inside [0, size).
+struct Taps {
+  int64_t lo, hi;
+};
+Taps valid_taps(int64_t start, int64_t k, int64_t dil, int64_t size) {
+  const int64_t lo = start < 0 ? (-start + dil - 1) / dil : 0;
+  const int64_t hi = start >= size ? 0 : std::min(k, (size - start + dil - 1) / dil);
+  return {lo, std::max(lo, hi)};
+}
+
+// Output row r, counted over (plane, od, oh).
+struct Row {
+  int64_t plane, od, oh;
+};
+Row row_at(const PoolGeom& g, int64_t r) {
+  return {r / (g.out[0] * g.out[1]), r / g.out[1] % g.out[0], r % g.out[1]};
+}
+int64_t row_grain(const PoolGeom& g) {
+  return std::max<int64_t>(1, 32768 / std::max<int64_t>(1, g.out[2] * g.k[0] * g.k[1] * g.k[2]));
+}
+
+// Runs body(row) over all output rows in parallel.
+template <typename F> void for_rows(const KernelContext& ctx, const PoolGeom& g, F&& body) {
+  ctx.parallel_for(g.rows(), row_grain(g), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) body(row_at(g, r));
+  });
+}
+
+// ---- max pooling ----
+
+template <typename T> bool takes_max(T v, T best) {
+  if constexpr (std::is_floating_point_v<T>) return v > best || std::isnan(v);
+  else return v > best;
+}
+
+// One output row of max pooling. Windows inside the input along W share one list of tap
+// offsets; the few border windows clip their taps one by one.
+template <typename T> struct MaxPoolRow {
+  const PoolGeom& g;
+  const T* x;        // this plane
+  T* y;              // this output row
+  int64_t* arg;      // its indices
+  Taps td, th;       // valid taps along D and H for this row
+  int64_t id0, ih0;  // window start along D and H
+
+  int64_t tap_offset(int64_t kd, int64_t kh) const {
+    return ((id0 + kd * g.dil[0]) * g.in[1] + ih0 + kh * g.dil[1]) * g.in[2];
+  }
+  // A single output ow, over its own valid W taps.
+  void border(int64_t ow) const {
+    const int64_t iw0 = ow * g.s[2] - g.pad[2];
+    const Taps tw = valid_taps(iw0, g.k[2], g.dil[2], g.in[2]);
+    T best = std::numeric_limits<T>::lowest();
+    int64_t where = -1;
+    for (int64_t kd = td.lo; kd < td.hi; ++kd)
+      for (int64_t kh = th.lo; kh < th.hi; ++kh)
+        for (int64_t kw = tw.lo; kw < tw.hi; ++kw) {
+          const int64_t i = tap_offset(kd, kh) + iw0 + kw * g.dil[2];
+          if (where < 0 || takes_max(x[i], best)) {
+            best = x[i];
+            where = i;
+          }
+        }
+    y[ow] = best;
+    arg[ow] = where;
+  }
+  // Offsets of the window taps of output 0 in (kd, kh, kw) order; output ow adds ow * stride.
+  void list_taps(std::vector<int64_t>& taps) const {
+    taps.clear();
+    for (int64_t kd = td.lo; kd < td.hi; ++kd)
+      for (int64_t kh = th.lo; kh < th.hi; ++kh)
+        for (int64_t kw = 0; kw < g.k[2]; ++kw)
+          taps.push_back(tap_offset(kd, kh) + kw * g.dil[2] - g.pad[2]);
+  }
+  // An output whose window is inside the input along W; the first maximum wins.
+  void interior(int64_t ow, const std::vector<int64_t>& taps) const {
+    const int64_t at = ow * g.s[2];
+    size_t best = 0;
+    for (size_t k = 1; k < taps.size(); ++k)
+      if (takes_max(x[taps[k] + at], x[taps[best] + at])) best = k;
+    y[ow] = x[taps[best] + at];
+    arg[ow] = taps[best] + at;
+  }
+};
+
+using f32x4 = float __attribute__((vector_size(16)));
+using i32x4 = int32_t __attribute__((vector_size(16)));
+
+f32x4 load_strided(const float* p, int64_t stride) {
+  if (stride == 1) {
+    f32x4 v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  }
+  return f32x4{p[0], p[stride], p[2 * stride], p[3 * stride]};
+}
+
+// Interior f32 outputs [lo, hi) eight at a time in SIMD lanes, each lane keeping its running
+// maximum and tap number (compare and select, no branches). Returns where it stopped.
+int64_t max_pool_simd(const MaxPoolRow<float>& r, const std::vector<int64_t>& taps, int64_t lo,
+                      int64_t hi) {
+  const int64_t s = r.g.s[2];
+  int64_t ow = lo;
+  for (; ow + 8 <= hi; ow += 8) {
+    f32x4 best[2];
+    i32x4 tap[2] = {};
+    for (int h = 0; h < 2; ++h) best[h] = load_strided(r.x + (taps[0] + (ow + 4 * h) * s), s);
+    for (size_t k = 1; k < taps.size(); ++k) {
+      const i32x4 kk = i32x4{} + static_cast<int32_t>(k);
+      for (int h = 0; h < 2; ++h) {
+        const f32x4 v = load_strided(r.x + (taps[k] + (ow + 4 * h) * s), s);
+        const i32x4 take = (v > best[h]) | (v != v);  // NaN wins, as in takes_max
+        best[h] = take ? v : best[h];
+        tap[h] = take ? kk : tap[h];
+      }
+    }
+    for (int u = 0; u < 8; ++u) {
+      r.y[ow + u] = best[u / 4][u % 4];
+      r.arg[ow + u] = taps[tap[u / 4][u % 4]] + (ow + u) * s;
+    }
+  }
+  return ow;
+}
+
+template <typename T> void max_pool_typed(KernelContext& ctx) {
+  const PoolGeom g = pool_geom(ctx);
+  const T* x = ctx.in(0).ptr<T>();
+  T* y = ctx.out(0).ptr<T>();
+  int64_t* arg = ctx.out(1).ptr<int64_t>();
+  const int64_t ow_count = g.out[2];
+  // outputs whose W window is inside the input: ow*s - pad >= 0 and its last tap < in
+  const int64_t last = g.in[2] - 1 - (g.k[2] - 1) * g.dil[2] + g.pad[2];
+  const int64_t lo = std::min(ow_count, (g.pad[2] + g.s[2] - 1) / g.s[2]);
+  const int64_t hi = std::clamp(last < 0 ? 0 : last / g.s[2] + 1, lo, ow_count);
+  ctx.parallel_for(g.rows(), row_grain(g), [&](int64_t r0, int64_t r1) {
+    std::vector<int64_t> taps;
+    for (int64_t ri = r0; ri < r1; ++ri) {
+      const Row rw = row_at(g, ri);
+      const int64_t out_row = ri * ow_count;
+      const int64_t id0 = rw.od * g.s[0] - g.pad[0], ih0 = rw.oh * g.s[1] - g.pad[1];
+      const MaxPoolRow<T> r{g, x + rw.plane * g.in_plane(), y + out_row, arg + out_row,
+                            valid_taps(id0, g.k[0], g.dil[0], g.in[0]),
+                            valid_taps(ih0, g.k[1], g.dil[1], g.in[1]), id0, ih0};
+      r.list_taps(taps);
+      for (int64_t ow = 0; ow < (taps.empty() ? ow_count : lo); ++ow) r.border(ow);
+      if (taps.empty()) continue;
+      int64_t ow = lo;
+      if constexpr (std::is_same_v<T, float>) ow = max_pool_simd(r, taps, lo, hi);
+      for (; ow < hi; ++ow) r.interior(ow, taps);
+      for (ow = hi; ow < ow_count; ++ow) r.border(ow);
+    }
+  });
+}
+
+void max_pool(KernelContext& ctx) {
+  dispatch(ctx.in(0).dtype, ctx.op_name(), [&](auto t) {
+    using T = decltype(t);
+    if constexpr (!std::is_same_v<T, bool>) max_pool_typed<T>(ctx);
+  });
+}
+
+// ---- average pooling ----
+
+// Window of output o along one dim: the clipped input range and the size counted as padding
+// included (clipped to the padded input, as PyTorch does).
+struct AvgWindow {
+  int64_t lo, hi, padded;
+};
+AvgWindow avg_window(const PoolGeom& g, int e, int64_t o) {
+  const int64_t start = o * g.s[e] - g.pad[e];
+  const int64_t end = std::min(start + g.k[e], g.in[e] + g.pad_end[e]);
+  return {std::max<int64_t>(start, 0), std::min(end, g.in[e]), end - start};
+}
+
+// Sum of one plane's inputs in the box given by three windows.
+template <typename T>
+double window_sum(const PoolGeom& g, const T* xp, const AvgWindow& wd, const AvgWindow& wh,
+                  const AvgWindow& ww) {
+  double sum = 0;
+  for (int64_t id = wd.lo; id < wd.hi; ++id)
+    for (int64_t ih = wh.lo; ih < wh.hi; ++ih) {
+      const T* line = xp + (id * g.in[1] + ih) * g.in[2];
+      for (int64_t iw = ww.lo; iw < ww.hi; ++iw) sum += line[iw];
+    }
+  return sum;
+}
+
+template <typename T> void avg_pool_typed(KernelContext& ctx) {
+  const PoolGeom g = pool_geom(ctx);
+  const bool include_pad = ctx.attrs().b("count_include_pad");
+  const T* x = ctx.in(0).ptr<T>();
+  T* y = ctx.out(0).ptr<T>();
+  for_rows(ctx, g, [&](const Row& r) {
+    const AvgWindow wd = avg_window(g, 0, r.od), wh = avg_window(g, 1, r.oh);
+    const T* xp = x + r.plane * g.in_plane();
+    T* yr = y + ((r.plane * g.out[0] + r.od) * g.out[1] + r.oh) * g.out[2];
+    for (int64_t ow = 0; ow < g.out[2]; ++ow) {
+      const AvgWindow ww = avg_window(g, 2, ow);
+      const double sum = window_sum(g, xp, wd, wh, ww);
+      const int64_t count = include_pad ? wd.padded * wh.padded * ww.padded
+                                        : (wd.hi - wd.lo) * (wh.hi - wh.lo) * (ww.hi - ww.lo);
+      yr[ow] = static_cast<T>(sum / static_cast<double>(count));
+    }
+  });
+}
+
+void avg_pool(KernelContext& ctx) {
+  dispatch_float(ctx.in(0).dtype, ctx.op_name(), [&](auto t) { avg_pool_typed<decltype(t)>(ctx); });
+}
+
+// ---- adaptive average pooling ----
+
+// Output o of `out` covers inputs [floor(o*in/out), ceil((o+1)*in/out)).
+AvgWindow adaptive_window(const PoolGeom& g, int e, int64_t o) {
+  const int64_t lo = o * g.in[e] / g.out[e];
+  const int64_t hi = ((o + 1) * g.in[e] + g.out[e] - 1) / g.out[e];
+  return {lo, hi, hi - lo};
+}
+
+template <typename T> void adaptive_avg_pool_typed(KernelContext& ctx) {
+  PoolGeom g = pool_geom(ctx);
+  for (int e = 0; e < 3; ++e) g.k[e] = (g.in[e] + g.out[e] - 1) / g.out[e];  // work estimate
+  const T* x = ctx.in(0).ptr<T>();
+  T* y = ctx.out(0).ptr<T>();
+  for_rows(ctx, g, [&](const Row& r) {
+    const AvgWindow wd = adaptive_window(g, 0, r.od), wh = adaptive_window(g, 1, r.oh);
+    const T* xp = x + r.plane * g.in_plane();
+    T* yr = y + ((r.plane * g.out[0] + r.od) * g.out[1] + r.oh) * g.out[2];
+    for (int64_t ow = 0; ow < g.out[2]; ++ow) {
+      const AvgWindow ww = adaptive_window(g, 2, ow);
+      const double sum = window_sum(g, xp, wd, wh, ww);
+      const int64_t count = (wd.hi - wd.lo) * (wh.hi - wh.lo) * (ww.hi - ww.lo);
+      yr[ow] = static_cast<T>(sum / static_cast<double>(count));
+    }
+  });
+}
+
+void adaptive_avg_pool(KernelContext& ctx) {
+  dispatch_float(ctx.in(0).dtype, ctx.op_name(),
+                 [&](auto t) { adaptive_avg_pool_typed<decltype(t)>(ctx); });
+}
+
+}  // namespace
+
+void register_pool_kernels() {
+  register_kernel(OpId::MaxPool, Backend::cpu, {max_pool, kNumericTypes});
+  register_kernel(OpId::AvgPool, Backend::cpu, {avg_pool, kFloatTypes});
+  register_kernel(OpId::AdaptiveAvgPool, Backend::cpu, {adaptive_avg_pool, kFloatTypes});
+}
 
 }  // namespace kiln::cpu
