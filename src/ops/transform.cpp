@@ -44,9 +44,10 @@ std::vector<TensorInfo> infer_reshape(const InferContext& ctx) {
   for (size_t i = 0; i < out.size(); ++i) {
     if (!from.empty() && from[i] >= 0) out[i] = in[from[i]];
     else if (out[i] == -1 && infer_at >= 0)
-      fail<ValueError>("[reshape] shape {} has more than one -1", str(want));
+      fail<ValueError>("[reshape] shape ({}) has more than one -1", fmt::join(want, ", "));
     else if (out[i] == -1) infer_at = static_cast<int>(i);
-    else if (out[i] < 0) fail<ValueError>("[reshape] bad dim {} in shape {}", out[i], str(want));
+    else if (out[i] < 0)
+      fail<ValueError>("[reshape] bad dim {} in shape ({})", out[i], fmt::join(want, ", "));
     if (static_cast<int>(i) == infer_at) continue;
     if (out[i] < 0) dynamic = true;
     else known *= out[i];
@@ -55,7 +56,8 @@ std::vector<TensorInfo> infer_reshape(const InferContext& ctx) {
   const int64_t n = numel(in);
   const bool fits = infer_at >= 0 ? known > 0 && n % known == 0 : known == n;
   if (!fits)
-    fail<ShapeError>("[reshape] cannot reshape {} ({} elements) into {}", str(in), n, str(want));
+    fail<ShapeError>("[reshape] cannot reshape {} ({} elements) into ({})", str(in), n,
+                     fmt::join(want, ", "));
   if (infer_at >= 0) out[infer_at] = n / known;
   return {{out, ctx.inputs[0].dtype}};
 }
