@@ -129,6 +129,22 @@ TEST(Transpose, MatchesReferenceForAllPaths) {
   }
 }
 
+TEST(Transpose, LargeRunsInParallel) {
+  struct Case { Shape in; std::vector<int64_t> perm; DType t; };
+  for (auto c : {Case{{3, 257, 300}, {0, 2, 1}, f32}, Case{{2, 64, 3, 50}, {3, 1, 2, 0}, u8},
+                 Case{{300, 2, 129}, {2, 0, 1}, i64}}) {
+    Array x;
+    Array y = run1(c.in, c.t, [&](const Tensor& v) { return permute(v, c.perm); }, &x);
+    Shape out;
+    for (int64_t p : c.perm) out.push_back(c.in[p]);
+    expect_equal(y, out, ref_map(x, out, [&](const std::vector<int64_t>& o) {
+                   std::vector<int64_t> s(o.size());
+                   for (size_t d = 0; d < o.size(); ++d) s[c.perm[d]] = o[d];
+                   return s;
+                 }));
+  }
+}
+
 TEST(Transpose, EmptyPermReversesAndErrors) {
   Graph g;
   auto x = g.placeholder({2, 3, 4}, i32, "x");

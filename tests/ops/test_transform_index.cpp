@@ -55,6 +55,17 @@ TEST(Gather, ErrorsNameOpAndShapes) {
   expect_error<DTypeError>([&] { gather(x, g.placeholder({3}, f32, "f"), 0); }, {"[gather]", "f32"});
 }
 
+TEST(Gather, LargeReportsFirstBadIndexByPosition) {
+  Graph g;
+  auto x = g.placeholder({1000, 64}, f32, "x");
+  auto idx = g.placeholder({5000}, i64, "idx");
+  Array vi = random_ints({5000}, -1000, 999);
+  vi.data<int64_t>()[4000] = 1000;
+  vi.data<int64_t>()[1200] = -1001;
+  expect_error<ValueError>([&] { eval1(g, gather(x, idx), {{x, random_array({1000, 64}, f32)}, {idx, vi}}); },
+                           {"[gather]", "index -1001 out of range for axis 0 of size 1000"});
+}
+
 // x[..., wrap(idx), ...] along axis at every index position.
 std::vector<double> ref_gather_elements(const Array& x, const Array& idx, int axis) {
   const auto fx = to_f64(x), fi = to_f64(idx);
@@ -133,6 +144,24 @@ TEST(ScatterElements, AllReductionsWithDuplicates) {
       expect_close(y, sx, ref, rounded ? 2e-2 : 1e-6, rounded ? 5e-2 : 1e-6);
     }
   }
+}
+
+TEST(ScatterElements, LargeLinesRunInParallel) {
+  const Shape sx{300, 200}, si{250, 500};
+  Graph g;
+  auto x = g.placeholder(sx, i64, "x");
+  auto idx = g.placeholder(si, i32, "idx");
+  auto upd = g.placeholder(si, i64, "upd");
+  Array vx = random_ints(sx, -9, 9), vi = random_ints(si, -200, 199, i32), vu = random_ints(si, -9, 9);
+  Array y = eval1(g, scatter_elements(x, idx, upd, -1, ScatterReduction::add), {{x, vx}, {idx, vi}, {upd, vu}});
+  auto ref = to_f64(vx);
+  const auto fi = to_f64(vi), fu = to_f64(vu);
+  for (int64_t i = 0; i < numel(si); ++i) {
+    auto o = unravel(i, si);
+    o[1] = wrap(fi[i], 200);
+    ref[ravel(o, sx)] += fu[i];
+  }
+  expect_equal(y, sx, ref);
 }
 
 TEST(ScatterElements, ErrorsNameOpAndShapes) {

@@ -113,6 +113,15 @@ TEST(Sort, StableWithDuplicateKeys) {
   }
 }
 
+TEST(Sort, LargeRunsInParallel) {
+  Graph g;
+  auto x = g.placeholder({64, 1000}, i32, "x");
+  Array v = random_ints({64, 1000}, -50, 50, i32);
+  auto outs = eval(g, {sort(x, 1, true), argsort(x, 0)}, {{x, v}});
+  expect_equal(outs[0], {64, 1000}, ref_sort(v, 1, true, 1000).values);
+  expect_equal(outs[1], {64, 1000}, ref_sort(v, 0, false, 64).indices);
+}
+
 TEST(Sort, NanSortsAboveNumbers) {
   Graph g;
   auto x = g.placeholder({5}, f32, "x");
