@@ -201,9 +201,11 @@ void slice(KernelContext& ctx) {
   const TensorView &in = ctx.in(0), &out = ctx.out(0);
   const auto &starts = ctx.attrs().ints("starts"), &stops = ctx.attrs().ints("stops"),
              &steps = ctx.attrs().ints("steps");
+  std::vector<int64_t> first;
+  for (size_t d = 0; d < in.shape.size(); ++d)
+    first.push_back(transform::slice_dim(in.shape[d], starts[d], stops[d], steps[d]).start);
   remap(ctx, in, out, make_maps(in.shape, out.shape, [&](size_t d, int64_t i) {
-          const auto s = transform::slice_dim(in.shape[d], starts[d], stops[d], steps[d]);
-          return s.start + i * steps[d];
+          return first[d] + i * steps[d];
         }));
 }
 

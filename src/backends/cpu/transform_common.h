@@ -23,18 +23,6 @@ template <typename F> void dispatch_size(size_t bytes, F&& f) {
   }
 }
 
-/// Calls f(T{}) with the C++ type of an integer (index) dtype.
-template <typename F> void dispatch_int(DType t, const char* op, F&& f) {
-  switch (t) {
-    case DType::i8: f(int8_t{}); return;
-    case DType::u8: f(uint8_t{}); return;
-    case DType::i16: f(int16_t{}); return;
-    case DType::i32: f(int32_t{}); return;
-    case DType::i64: f(int64_t{}); return;
-    default: fail<UnsupportedError>("[{}] indices must be integers, got {}", op, name(t));
-  }
-}
-
 /// A shape seen as (outer, n, inner) around `axis`.
 struct AxisView {
   int64_t outer = 1, n = 1, inner = 1;
@@ -59,8 +47,5 @@ class FirstBadIndex {
   static constexpr int64_t kNone = std::numeric_limits<int64_t>::max();
   std::atomic<int64_t> pos_{kNone};
 };
-
-/// Reads element `pos` of an integer tensor as int64 (for error messages).
-int64_t index_at(const TensorView& idx, int64_t pos);
 
 }  // namespace kiln::cpu

@@ -9,6 +9,18 @@
 namespace kiln::cpu {
 
 namespace {
+// Calls f(T{}) with the C++ type of an integer dtype.
+template <typename F> void dispatch_int(DType t, const char* op, F&& f) {
+  switch (t) {
+    case DType::i8: f(int8_t{}); return;
+    case DType::u8: f(uint8_t{}); return;
+    case DType::i16: f(int16_t{}); return;
+    case DType::i32: f(int32_t{}); return;
+    case DType::i64: f(int64_t{}); return;
+    default: fail<UnsupportedError>("[{}] expected an integer dtype, got {}", op, name(t));
+  }
+}
+
 char* bytes(const TensorView& v) { return static_cast<char*>(v.data); }
 
 // Indices as int64, whatever their integer dtype.
@@ -16,6 +28,13 @@ std::vector<int64_t> load_indices(const TensorView& idx) {
   std::vector<int64_t> r(static_cast<size_t>(idx.numel()));
   convert(idx.data, idx.dtype, r.data(), i64, idx.numel());
   return r;
+}
+
+// Element `pos` of an integer tensor as int64.
+int64_t index_at(const TensorView& idx, int64_t pos) {
+  int64_t v = 0;
+  convert(static_cast<const char*>(idx.data) + pos * size_of(idx.dtype), idx.dtype, &v, i64, 1);
+  return v;
 }
 
 [[noreturn]] void fail_index(const KernelContext& ctx, const TensorView& x, const TensorView& idx,
@@ -209,12 +228,6 @@ void hamming_distance(KernelContext& ctx) {
   });
 }
 }  // namespace
-
-int64_t index_at(const TensorView& idx, int64_t pos) {
-  int64_t v = 0;
-  convert(static_cast<const char*>(idx.data) + pos * size_of(idx.dtype), idx.dtype, &v, i64, 1);
-  return v;
-}
 
 void register_transform_index_kernels() {
   register_kernel(OpId::Gather, Backend::cpu, {gather, kAllTypes, 0, false});
