@@ -66,6 +66,15 @@ TEST(Reshape, ViewOfIntermediateAndCopyAsOutput) {
   }
 }
 
+TEST(Reshape, SharesItsInputBuffer) {
+  Graph g;
+  auto x = g.placeholder({4, 6}, f32, "x");
+  auto y = reshape(x * 2.0, {24}) + 1.0;
+  Executable exe = g.compile(Device::cpu(), {}, {y});
+  // one 96-byte intermediate (64-byte aligned): the product and its reshape share it
+  EXPECT_EQ(exe.peak_intermediate_bytes(), 128u);
+}
+
 TEST(Reshape, DynamicDimsResolveAtCompile) {
   Graph g;
   auto x = g.placeholder({-1, -1, 4}, f32, "x");
