@@ -361,7 +361,8 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, PadKind kind, doub
   const char* mode = kind == PadKind::constant ? "constant"
                      : kind == PadKind::reflect ? "reflect"
                                                 : "edge";
-  return make_node1(OpId::Pad, {x}, {{"pads", pads}, {"mode", std::string(mode)}, {"value", value}});
+  return make_node1(OpId::Pad, {x},
+                    {{"pads", pads}, {"mode", std::string(mode)}, {"value", value}});
 }
 
 Tensor tile(const Tensor& x, const std::vector<int64_t>& reps) {

@@ -33,13 +33,17 @@ Array run1(const Shape& shape, DType t, const std::function<Tensor(const Tensor&
 }
 
 TEST(Reshape, InfersMinusOneForEveryDtype) {
-  struct Case { Shape in, want, out; };
-  for (auto c : {Case{{2, 3, 4}, {4, -1}, {4, 6}}, Case{{2, 3, 4}, {-1}, {24}},
-                 Case{{6}, {1, -1, 1, 2}, {1, 3, 1, 2}}, Case{{}, {1, 1}, {1, 1}},
-                 Case{{1, 1}, {}, {}}, Case{{0, 3}, {-1, 3}, {0, 3}}, Case{{0, 3}, {3, 0}, {3, 0}}}) {
+  struct Case {
+    Shape in, want, out;
+  };
+  for (auto c :
+       {Case{{2, 3, 4}, {4, -1}, {4, 6}}, Case{{2, 3, 4}, {-1}, {24}},
+        Case{{6}, {1, -1, 1, 2}, {1, 3, 1, 2}}, Case{{}, {1, 1}, {1, 1}}, Case{{1, 1}, {}, {}},
+        Case{{0, 3}, {-1, 3}, {0, 3}}, Case{{0, 3}, {3, 0}, {3, 0}}}) {
     for (DType t : kMoveTypes) {
       Array x;
-      Array y = run1(c.in, t, [&](const Tensor& v) { return reshape(v, c.want); }, &x);
+      Array y = run1(
+          c.in, t, [&](const Tensor& v) { return reshape(v, c.want); }, &x);
       EXPECT_EQ(y.dtype(), t);
       expect_equal(y, c.out, to_f64(x));
     }
@@ -111,12 +115,18 @@ TEST(Reshape, ErrorsNameOpAndShapes) {
   expect_error<ValueError>([&] { reshape(x, {-1, -1}); }, {"[reshape]", "more than one -1"});
   auto d = g.placeholder({-1, 3}, f32, "d");
   auto y = reshape(d, {5, 2});  // checked when the shape is known
-  expect_error<ShapeError>([&] { eval1(g, y, {{d, random_array({3, 3}, f32)}}); },
-                           {"[reshape]", "(3, 3)", "(5, 2)"});
+  expect_error<ShapeError>(
+      [&] {
+        eval1(g, y, {{d, random_array({3, 3}, f32)}});
+      },
+      {"[reshape]", "(3, 3)", "(5, 2)"});
 }
 
 TEST(Transpose, MatchesReferenceForAllPaths) {
-  struct Case { Shape in; std::vector<int64_t> perm; };
+  struct Case {
+    Shape in;
+    std::vector<int64_t> perm;
+  };
   // small, tiled (large strided last dim), row-copy, size-1 dims, empty, scalar
   for (auto c : {Case{{2, 3}, {1, 0}}, Case{{3, 67, 45}, {0, 2, 1}}, Case{{70, 130}, {-1, -2}},
                  Case{{2, 3, 4, 5}, {3, 1, 0, 2}}, Case{{4, 3, 5}, {1, 0, 2}},
@@ -124,7 +134,8 @@ TEST(Transpose, MatchesReferenceForAllPaths) {
                  Case{{33, 1, 40}, {2, 1, 0}}}) {
     for (DType t : kMoveTypes) {
       Array x;
-      Array y = run1(c.in, t, [&](const Tensor& v) { return permute(v, c.perm); }, &x);
+      Array y = run1(
+          c.in, t, [&](const Tensor& v) { return permute(v, c.perm); }, &x);
       Shape out;
       std::vector<int64_t> perm;
       for (int64_t p : c.perm) perm.push_back(p < 0 ? p + static_cast<int64_t>(c.in.size()) : p);
@@ -139,11 +150,16 @@ TEST(Transpose, MatchesReferenceForAllPaths) {
 }
 
 TEST(Transpose, LargeRunsInParallel) {
-  struct Case { Shape in; std::vector<int64_t> perm; DType t; };
+  struct Case {
+    Shape in;
+    std::vector<int64_t> perm;
+    DType t;
+  };
   for (auto c : {Case{{3, 257, 300}, {0, 2, 1}, f32}, Case{{2, 64, 3, 50}, {3, 1, 2, 0}, u8},
                  Case{{300, 2, 129}, {2, 0, 1}, i64}}) {
     Array x;
-    Array y = run1(c.in, c.t, [&](const Tensor& v) { return permute(v, c.perm); }, &x);
+    Array y = run1(
+        c.in, c.t, [&](const Tensor& v) { return permute(v, c.perm); }, &x);
     Shape out;
     for (int64_t p : c.perm) out.push_back(c.in[p]);
     expect_equal(y, out, ref_map(x, out, [&](const std::vector<int64_t>& o) {
@@ -158,7 +174,11 @@ TEST(Transpose, EmptyPermReversesAndErrors) {
   Graph g;
   auto x = g.placeholder({2, 3, 4}, i32, "x");
   EXPECT_EQ(transpose(x).shape(), (Shape{4, 3, 2}));
-  expect_error<ValueError>([&] { transpose(x, {0, 0, 1}); }, {"[transpose]", "(0, 0, 1)", "(2, 3, 4)"});
+  expect_error<ValueError>(
+      [&] {
+        transpose(x, {0, 0, 1});
+      },
+      {"[transpose]", "(0, 0, 1)", "(2, 3, 4)"});
   expect_error<ValueError>([&] { permute(x, {1, 0}); }, {"[transpose]", "(1, 0)", "(2, 3, 4)"});
 }
 
@@ -179,7 +199,8 @@ TEST(Split, PartsAndSizes) {
                    }));
     const int64_t begin[] = {0, 1, 1}, len[] = {1, 0, 3};
     for (int k = 0; k < 3; ++k)
-      expect_equal(outs[3 + k], {len[k], 6, 3}, ref_map(v, {len[k], 6, 3}, [&](std::vector<int64_t> o) {
+      expect_equal(outs[3 + k], {len[k], 6, 3},
+                   ref_map(v, {len[k], 6, 3}, [&](std::vector<int64_t> o) {
                      o[0] += begin[k];
                      return o;
                    }));
@@ -190,8 +211,11 @@ TEST(Split, ErrorsNameOpAndShapes) {
   Graph g;
   auto x = g.placeholder({2, 5}, f32, "x");
   expect_error<ShapeError>([&] { split(x, 3, 1); }, {"[split]", "(2, 5)", "3 equal parts"});
-  expect_error<ShapeError>([&] { split(x, std::vector<int64_t>{1, 2}, 1); },
-                           {"[split]", "(1, 2)", "(2, 5)"});
+  expect_error<ShapeError>(
+      [&] {
+        split(x, std::vector<int64_t>{1, 2}, 1);
+      },
+      {"[split]", "(1, 2)", "(2, 5)"});
   expect_error<ValueError>([&] { split(x, 1, 2); }, {"[split]", "axis 2", "(2, 5)"});
 }
 
@@ -202,7 +226,8 @@ TEST(Concat, MatchesReferenceAndPromotes) {
     auto a = g.placeholder(sa, t, "a");
     auto b = g.placeholder(sb, t, "b");
     auto c = g.placeholder(sc, t, "c");
-    Array va = random_array(sa, t, 0, 50), vb = random_array(sb, t, 0, 50), vc = random_array(sc, t);
+    Array va = random_array(sa, t, 0, 50), vb = random_array(sb, t, 0, 50),
+          vc = random_array(sc, t);
     Array y = eval1(g, concat({a, c, b}, -2), {{a, va}, {b, vb}, {c, vc}});
     auto fa = to_f64(va), fb = to_f64(vb);
     std::vector<double> ref;
@@ -231,8 +256,11 @@ TEST(Concat, StackInsertsAxis) {
     ref.push_back(fb[i]);
   }
   expect_equal(y, {2, 3, 2}, ref);
-  expect_error<ShapeError>([&] { stack({a, g.placeholder({3, 2}, f16, "c")}); },
-                           {"[stack]", "(3, 2)", "(2, 3)"});
+  expect_error<ShapeError>(
+      [&] {
+        stack({a, g.placeholder({3, 2}, f16, "c")});
+      },
+      {"[stack]", "(3, 2)", "(2, 3)"});
 }
 
 TEST(Concat, ErrorsNameOpAndShapes) {
@@ -240,8 +268,11 @@ TEST(Concat, ErrorsNameOpAndShapes) {
   auto a = g.placeholder({2, 3}, f32, "a");
   auto b = g.placeholder({3, 4}, f32, "b");
   expect_error<ShapeError>([&] { concat({a, b}, 1); }, {"[concat]", "(2, 3)", "(3, 4)"});
-  expect_error<ShapeError>([&] { concat({a, g.placeholder({2}, f32, "c")}, 0); },
-                           {"[concat]", "(2, 3)", "(2,)"});
+  expect_error<ShapeError>(
+      [&] {
+        concat({a, g.placeholder({2}, f32, "c")}, 0);
+      },
+      {"[concat]", "(2, 3)", "(2,)"});
   expect_error<ValueError>([&] { concat({a, a}, -3); }, {"[concat]", "axis -3", "(2, 3)"});
 }
 
@@ -270,7 +301,8 @@ TEST(Slice, RandomPythonSlices) {
     }
     const DType t = kMoveTypes[trial % 9];
     Array x;
-    Array y = run1(in, t, [&](const Tensor& v) { return slice(v, starts, stops, steps, axes); }, &x);
+    Array y = run1(
+        in, t, [&](const Tensor& v) { return slice(v, starts, stops, steps, axes); }, &x);
     std::vector<std::vector<int64_t>> pos(in.size());
     for (size_t d = 0; d < in.size(); ++d) pos[d] = py_slice(in[d], 0, in[d], 1);
     const size_t skip = in.size() - starts.size();
@@ -329,7 +361,8 @@ TEST(Pad, AllModesWithCropping) {
         }
       const DType t = kMoveTypes[trial % 9];
       Array x;
-      Array y = run1(in, t, [&](const Tensor& v) { return pad(v, pads, kind, 1.5); }, &x);
+      Array y = run1(
+          in, t, [&](const Tensor& v) { return pad(v, pads, kind, 1.5); }, &x);
       std::vector<std::vector<int64_t>> pos;
       Shape out;
       for (size_t d = 0; d < in.size(); ++d) {
@@ -337,23 +370,33 @@ TEST(Pad, AllModesWithCropping) {
         out.push_back(static_cast<int64_t>(pos.back().size()));
       }
       const double fill = is_floating(t) ? 1.5 : 1;
-      expect_equal(y, out, ref_map(x, out, [&](const std::vector<int64_t>& o) {
-                     std::vector<int64_t> s(o.size());
-                     for (size_t d = 0; d < o.size(); ++d) {
-                       s[d] = pos[d][o[d]];
-                       if (s[d] < 0) return std::vector<int64_t>{-1};
-                     }
-                     return s;
-                   }, fill));
+      expect_equal(y, out,
+                   ref_map(
+                       x, out,
+                       [&](const std::vector<int64_t>& o) {
+                         std::vector<int64_t> s(o.size());
+                         for (size_t d = 0; d < o.size(); ++d) {
+                           s[d] = pos[d][o[d]];
+                           if (s[d] < 0) return std::vector<int64_t>{-1};
+                         }
+                         return s;
+                       },
+                       fill));
     }
   }
 }
 
 TEST(Pad, EmptyAndScalar) {
   Array x;
-  expect_equal(run1({0, 2}, f32, [](const Tensor& v) { return pad(v, {1, 1, 0, 1}, PadKind::constant, 7); }, &x),
+  expect_equal(run1(
+                   {0, 2}, f32,
+                   [](const Tensor& v) {
+                     return pad(v, {1, 1, 0, 1}, PadKind::constant, 7);
+                   },
+                   &x),
                {2, 3}, std::vector<double>(6, 7.0));
-  Array y = run1({}, i64, [](const Tensor& v) { return pad(v, {}); }, &x);
+  Array y = run1(
+      {}, i64, [](const Tensor& v) { return pad(v, {}); }, &x);
   expect_equal(y, {}, to_f64(x));
 }
 
@@ -361,21 +404,32 @@ TEST(Pad, ErrorsNameOpAndShapes) {
   Graph g;
   auto x = g.placeholder({2, 3}, f32, "x");
   expect_error<ValueError>([&] { pad(x, {1, 1}); }, {"[pad]", "(2, 3)", "4"});
-  expect_error<ValueError>([&] { pad(x, {2, 0, 0, 0}, PadKind::reflect); },
-                           {"[pad]", "reflect", "(2, 3)"});
+  expect_error<ValueError>(
+      [&] {
+        pad(x, {2, 0, 0, 0}, PadKind::reflect);
+      },
+      {"[pad]", "reflect", "(2, 3)"});
   expect_error<ShapeError>([&] { pad(x, {-2, -1, 0, 0}); }, {"[pad]", "(2, 3)"});
-  expect_error<ValueError>([&] { pad(g.placeholder({0}, f32, "e"), {1, 0}, PadKind::edge); },
-                           {"[pad]", "edge", "(0,)"});
+  expect_error<ValueError>(
+      [&] {
+        pad(g.placeholder({0}, f32, "e"), {1, 0}, PadKind::edge);
+      },
+      {"[pad]", "edge", "(0,)"});
 }
 
 TEST(Tile, MatchesNumpy) {
-  struct Case { Shape in; std::vector<int64_t> reps; Shape out; };
-  for (auto c : {Case{{2, 3}, {2, 3}, {4, 9}}, Case{{2, 3}, {2}, {2, 6}},
-                 Case{{3}, {2, 1, 2}, {2, 1, 6}}, Case{{1, 4}, {3, 0}, {3, 0}},
-                 Case{{}, {4}, {4}}, Case{{2, 1, 3}, {1, 5, 1}, {2, 5, 3}}}) {
+  struct Case {
+    Shape in;
+    std::vector<int64_t> reps;
+    Shape out;
+  };
+  for (auto c :
+       {Case{{2, 3}, {2, 3}, {4, 9}}, Case{{2, 3}, {2}, {2, 6}}, Case{{3}, {2, 1, 2}, {2, 1, 6}},
+        Case{{1, 4}, {3, 0}, {3, 0}}, Case{{}, {4}, {4}}, Case{{2, 1, 3}, {1, 5, 1}, {2, 5, 3}}}) {
     for (DType t : {f32, u8, boolean, f16, i64}) {
       Array x;
-      Array y = run1(c.in, t, [&](const Tensor& v) { return tile(v, c.reps); }, &x);
+      Array y = run1(
+          c.in, t, [&](const Tensor& v) { return tile(v, c.reps); }, &x);
       expect_equal(y, c.out, ref_map(x, c.out, [&](const std::vector<int64_t>& o) {
                      std::vector<int64_t> s;
                      const size_t lead = o.size() - c.in.size();
@@ -389,13 +443,16 @@ TEST(Tile, MatchesNumpy) {
 }
 
 TEST(BroadcastTo, MatchesNumpy) {
-  struct Case { Shape in, want, out; };
+  struct Case {
+    Shape in, want, out;
+  };
   for (auto c : {Case{{3, 1}, {2, 3, 4}, {2, 3, 4}}, Case{{1}, {5}, {5}}, Case{{}, {2, 2}, {2, 2}},
                  Case{{4, 1, 3}, {-1, 2, -1}, {4, 2, 3}}, Case{{2, 1}, {2, 0}, {2, 0}},
                  Case{{1, 6}, {7, 6}, {7, 6}}}) {
     for (DType t : {f64, i32, boolean, bf16}) {
       Array x;
-      Array y = run1(c.in, t, [&](const Tensor& v) { return broadcast_to(v, c.want); }, &x);
+      Array y = run1(
+          c.in, t, [&](const Tensor& v) { return broadcast_to(v, c.want); }, &x);
       expect_equal(y, c.out, ref_map(x, c.out, [&](const std::vector<int64_t>& o) {
                      std::vector<int64_t> s;
                      const size_t lead = o.size() - c.in.size();
@@ -407,17 +464,26 @@ TEST(BroadcastTo, MatchesNumpy) {
   }
   Graph g;
   auto x = g.placeholder({2, 3}, f32, "x");
-  expect_error<ShapeError>([&] { broadcast_to(x, {4, 3, 3}); }, {"[broadcast_to]", "(2, 3)", "(4, 3, 3)"});
+  expect_error<ShapeError>(
+      [&] {
+        broadcast_to(x, {4, 3, 3});
+      },
+      {"[broadcast_to]", "(2, 3)", "(4, 3, 3)"});
   expect_error<ShapeError>([&] { broadcast_to(x, {3}); }, {"[broadcast_to]", "(2, 3)", "(3,)"});
 }
 
 TEST(Flip, AxesNegativeAndAll) {
-  struct Case { Shape in; std::vector<int64_t> axes; std::vector<int> flipped; };
+  struct Case {
+    Shape in;
+    std::vector<int64_t> axes;
+    std::vector<int> flipped;
+  };
   for (auto c : {Case{{3, 4}, {0}, {1, 0}}, Case{{2, 3, 5}, {-1, 0}, {1, 0, 1}},
                  Case{{2, 3}, {}, {1, 1}}, Case{{1, 0, 2}, {1}, {0, 1, 0}}, Case{{}, {}, {}}}) {
     for (DType t : kMoveTypes) {
       Array x;
-      Array y = run1(c.in, t, [&](const Tensor& v) { return flip(v, c.axes); }, &x);
+      Array y = run1(
+          c.in, t, [&](const Tensor& v) { return flip(v, c.axes); }, &x);
       expect_equal(y, c.in, ref_map(x, c.in, [&](std::vector<int64_t> o) {
                      for (size_t d = 0; d < o.size(); ++d)
                        if (c.flipped[d]) o[d] = c.in[d] - 1 - o[d];
@@ -426,8 +492,11 @@ TEST(Flip, AxesNegativeAndAll) {
     }
   }
   Graph g;
-  expect_error<ValueError>([&] { flip(g.placeholder({2, 3}, f32, "x"), {2}); },
-                           {"[flip]", "axis 2", "(2, 3)"});
+  expect_error<ValueError>(
+      [&] {
+        flip(g.placeholder({2, 3}, f32, "x"), {2});
+      },
+      {"[flip]", "axis 2", "(2, 3)"});
 }
 
 }  // namespace

@@ -8,10 +8,15 @@ namespace kiln {
 namespace {
 using namespace kiln::test;
 
-int64_t wrap(double k, int64_t n) { return k < 0 ? static_cast<int64_t>(k) + n : static_cast<int64_t>(k); }
+int64_t wrap(double k, int64_t n) {
+  return k < 0 ? static_cast<int64_t>(k) + n : static_cast<int64_t>(k);
+}
 
 TEST(Gather, NumpyTakeWithNegativeIndices) {
-  struct Case { Shape x, idx; int64_t axis; };
+  struct Case {
+    Shape x, idx;
+    int64_t axis;
+  };
   for (auto c : {Case{{3, 5, 4}, {2, 3}, 1}, Case{{3, 5, 4}, {7}, -1}, Case{{6}, {}, 0},
                  Case{{4, 3}, {0}, 0}, Case{{2, 1, 3}, {4, 1}, -2}}) {
     for (DType t : {f32, i64, boolean, f16, u8}) {
@@ -49,10 +54,13 @@ TEST(Gather, ErrorsNameOpAndShapes) {
   auto y = gather(x, idx, 1);
   const int32_t bad[] = {1, 7, -9};
   expect_error<ValueError>(
-      [&] { eval1(g, y, {{x, random_array({2, 5}, f32)}, {idx, Array::from_data(bad, {3}, i32)}}); },
+      [&] {
+        eval1(g, y, {{x, random_array({2, 5}, f32)}, {idx, Array::from_data(bad, {3}, i32)}});
+      },
       {"[gather]", "index 7 out of range for axis 1 of size 5", "(2, 5)", "(3,)"});
   expect_error<ValueError>([&] { gather(x, idx, 2); }, {"[gather]", "axis 2", "(2, 5)"});
-  expect_error<DTypeError>([&] { gather(x, g.placeholder({3}, f32, "f"), 0); }, {"[gather]", "f32"});
+  expect_error<DTypeError>([&] { gather(x, g.placeholder({3}, f32, "f"), 0); },
+                           {"[gather]", "f32"});
 }
 
 TEST(Gather, LargeReportsFirstBadIndexByPosition) {
@@ -62,8 +70,11 @@ TEST(Gather, LargeReportsFirstBadIndexByPosition) {
   Array vi = random_ints({5000}, -1000, 999);
   vi.data<int64_t>()[4000] = 1000;
   vi.data<int64_t>()[1200] = -1001;
-  expect_error<ValueError>([&] { eval1(g, gather(x, idx), {{x, random_array({1000, 64}, f32)}, {idx, vi}}); },
-                           {"[gather]", "index -1001 out of range for axis 0 of size 1000"});
+  expect_error<ValueError>(
+      [&] {
+        eval1(g, gather(x, idx), {{x, random_array({1000, 64}, f32)}, {idx, vi}});
+      },
+      {"[gather]", "index -1001 out of range for axis 0 of size 1000"});
 }
 
 // x[..., wrap(idx), ...] along axis at every index position.
@@ -79,9 +90,12 @@ std::vector<double> ref_gather_elements(const Array& x, const Array& idx, int ax
 }
 
 TEST(GatherElements, MatchesReference) {
-  struct Case { Shape x, idx; int axis; };
-  for (auto c : {Case{{4, 5, 3}, {4, 7, 3}, 1}, Case{{4, 5, 3}, {2, 3, 1}, -1},
-                 Case{{6}, {9}, 0}, Case{{3, 4}, {3, 0}, 1}}) {
+  struct Case {
+    Shape x, idx;
+    int axis;
+  };
+  for (auto c : {Case{{4, 5, 3}, {4, 7, 3}, 1}, Case{{4, 5, 3}, {2, 3, 1}, -1}, Case{{6}, {9}, 0},
+                 Case{{3, 4}, {3, 0}, 1}}) {
     for (DType t : {f64, i32, boolean, bf16}) {
       Graph g;
       auto x = g.placeholder(c.x, t, "x");
@@ -100,14 +114,19 @@ TEST(GatherElements, ErrorsNameOpAndShapes) {
   auto x = g.placeholder({2, 3}, f32, "x");
   expect_error<ShapeError>([&] { gather_elements(x, g.placeholder({2}, i64, "i"), 0); },
                            {"[gather_elements]", "(2,)", "(2, 3)"});
-  expect_error<ShapeError>([&] { gather_elements(x, g.placeholder({3, 3}, i64, "j"), 1); },
-                           {"[gather_elements]", "(3, 3)", "(2, 3)"});
+  expect_error<ShapeError>(
+      [&] {
+        gather_elements(x, g.placeholder({3, 3}, i64, "j"), 1);
+      },
+      {"[gather_elements]", "(3, 3)", "(2, 3)"});
   auto idx = g.placeholder({2, 2}, i64, "idx");
   const int64_t bad[] = {0, 1, 2, 3};
-  expect_error<ValueError>([&] {
-    eval1(g, gather_elements(x, idx, 1),
-          {{x, random_array({2, 3}, f32)}, {idx, Array::from_data(bad, {2, 2}, i64)}});
-  }, {"[gather_elements]", "index 3 out of range for axis 1 of size 3"});
+  expect_error<ValueError>(
+      [&] {
+        eval1(g, gather_elements(x, idx, 1),
+              {{x, random_array({2, 3}, f32)}, {idx, Array::from_data(bad, {2, 2}, i64)}});
+      },
+      {"[gather_elements]", "index 3 out of range for axis 1 of size 3"});
 }
 
 TEST(ScatterElements, AllReductionsWithDuplicates) {
@@ -132,11 +151,21 @@ TEST(ScatterElements, AllReductionsWithDuplicates) {
         o[1] = wrap(fi[i], 5);
         double& d = ref[ravel(o, sx)];
         switch (r) {
-          case ScatterReduction::none: d = fu[i]; break;
-          case ScatterReduction::add: d += fu[i]; break;
-          case ScatterReduction::mul: d *= fu[i]; break;
-          case ScatterReduction::max: d = std::max(d, fu[i]); break;
-          case ScatterReduction::min: d = std::min(d, fu[i]); break;
+          case ScatterReduction::none:
+            d = fu[i];
+            break;
+          case ScatterReduction::add:
+            d += fu[i];
+            break;
+          case ScatterReduction::mul:
+            d *= fu[i];
+            break;
+          case ScatterReduction::max:
+            d = std::max(d, fu[i]);
+            break;
+          case ScatterReduction::min:
+            d = std::min(d, fu[i]);
+            break;
         }
       }
       // f16 rounds each partial result of add/mul, so compare loosely there
@@ -152,8 +181,10 @@ TEST(ScatterElements, LargeLinesRunInParallel) {
   auto x = g.placeholder(sx, i64, "x");
   auto idx = g.placeholder(si, i32, "idx");
   auto upd = g.placeholder(si, i64, "upd");
-  Array vx = random_ints(sx, -9, 9), vi = random_ints(si, -200, 199, i32), vu = random_ints(si, -9, 9);
-  Array y = eval1(g, scatter_elements(x, idx, upd, -1, ScatterReduction::add), {{x, vx}, {idx, vi}, {upd, vu}});
+  Array vx = random_ints(sx, -9, 9), vi = random_ints(si, -200, 199, i32),
+        vu = random_ints(si, -9, 9);
+  Array y = eval1(g, scatter_elements(x, idx, upd, -1, ScatterReduction::add),
+                  {{x, vx}, {idx, vi}, {upd, vu}});
   auto ref = to_f64(vx);
   const auto fi = to_f64(vi), fu = to_f64(vu);
   for (int64_t i = 0; i < numel(si); ++i) {
@@ -168,22 +199,31 @@ TEST(ScatterElements, ErrorsNameOpAndShapes) {
   Graph g;
   auto x = g.placeholder({3, 4}, f32, "x");
   auto idx = g.placeholder({2, 2}, i64, "idx");
-  expect_error<ShapeError>([&] { scatter_elements(x, idx, g.placeholder({2, 3}, f32, "u"), 0); },
-                           {"[scatter_elements]", "(2, 3)", "(2, 2)"});
+  expect_error<ShapeError>(
+      [&] {
+        scatter_elements(x, idx, g.placeholder({2, 3}, f32, "u"), 0);
+      },
+      {"[scatter_elements]", "(2, 3)", "(2, 2)"});
   auto upd = g.placeholder({2, 2}, f32, "upd");
   const int64_t bad[] = {0, 1, -5, 2};
-  expect_error<ValueError>([&] {
-    eval1(g, scatter_elements(x, idx, upd, 0, ScatterReduction::add),
-          {{x, random_array({3, 4}, f32)},
-           {idx, Array::from_data(bad, {2, 2}, i64)},
-           {upd, random_array({2, 2}, f32)}});
-  }, {"[scatter_elements]", "index -5 out of range for axis 0 of size 3"});
+  expect_error<ValueError>(
+      [&] {
+        eval1(g, scatter_elements(x, idx, upd, 0, ScatterReduction::add),
+              {{x, random_array({3, 4}, f32)},
+               {idx, Array::from_data(bad, {2, 2}, i64)},
+               {upd, random_array({2, 2}, f32)}});
+      },
+      {"[scatter_elements]", "index -5 out of range for axis 0 of size 3"});
 }
 
 TEST(OneHot, AxesDtypesAndOutOfRange) {
-  struct Case { Shape idx; int64_t axis; Shape out; };
-  for (auto c : {Case{{3, 4}, -1, {3, 4, 5}}, Case{{3, 4}, 0, {5, 3, 4}}, Case{{3, 4}, 1, {3, 5, 4}},
-                 Case{{}, -1, {5}}, Case{{0}, 0, {5, 0}}}) {
+  struct Case {
+    Shape idx;
+    int64_t axis;
+    Shape out;
+  };
+  for (auto c : {Case{{3, 4}, -1, {3, 4, 5}}, Case{{3, 4}, 0, {5, 3, 4}},
+                 Case{{3, 4}, 1, {3, 5, 4}}, Case{{}, -1, {5}}, Case{{0}, 0, {5, 0}}}) {
     for (DType it : {i32, i64, u8}) {
       for (DType t : {f32, i64, boolean, bf16}) {
         Graph g;
@@ -213,7 +253,8 @@ TEST(OneHot, AxesDtypesAndOutOfRange) {
 
 TEST(CoordinateAlongAxis, EachAxisAndDtype) {
   for (Shape s : {Shape{3, 4, 5}, Shape{1, 7}, Shape{4}, Shape{2, 0, 3}}) {
-    for (int64_t axis = -static_cast<int64_t>(s.size()); axis < static_cast<int64_t>(s.size()); ++axis) {
+    for (int64_t axis = -static_cast<int64_t>(s.size()); axis < static_cast<int64_t>(s.size());
+         ++axis) {
       for (DType t : {i32, i64, f32, f16}) {
         Graph g;
         auto x = g.placeholder(s, boolean, "x");
@@ -241,7 +282,9 @@ int popcount_ref(uint64_t v, int bits) {
 }
 
 TEST(HammingDistance, BroadcastsLeadingDims) {
-  struct Case { Shape a, b, out; };
+  struct Case {
+    Shape a, b, out;
+  };
   for (auto c : {Case{{3, 1, 4}, {5, 4}, {3, 5}}, Case{{6}, {6}, {}}, Case{{2, 3}, {1, 3}, {2}},
                  Case{{2, 0}, {2, 0}, {2}}}) {
     for (DType t : {i8, u8, i16, i32, i64}) {
@@ -257,7 +300,8 @@ TEST(HammingDistance, BroadcastsLeadingDims) {
         }
         Array y = eval1(g, hamming_distance(a, b, out), {{a, va}, {b, vb}});
         EXPECT_EQ(y.dtype(), out);
-        const auto ia = va.astype(i64).to_vector<int64_t>(), ib = vb.astype(i64).to_vector<int64_t>();
+        const auto ia = va.astype(i64).to_vector<int64_t>(),
+                   ib = vb.astype(i64).to_vector<int64_t>();
         const int64_t n = c.a.back();
         const int bits = static_cast<int>(size_of(t) * 8);
         const Shape la(c.a.begin(), c.a.end() - 1), lb(c.b.begin(), c.b.end() - 1);
@@ -279,12 +323,21 @@ TEST(HammingDistance, BroadcastsLeadingDims) {
 TEST(HammingDistance, ErrorsNameOpAndShapes) {
   Graph g;
   auto a = g.placeholder({2, 4}, i32, "a");
-  expect_error<ShapeError>([&] { hamming_distance(a, g.placeholder({2, 3}, i32, "b")); },
-                           {"[hamming_distance]", "(2, 4)", "(2, 3)"});
-  expect_error<DTypeError>([&] { hamming_distance(a, g.placeholder({2, 4}, f32, "c")); },
-                           {"[hamming_distance]", "f32"});
-  expect_error<DTypeError>([&] { hamming_distance(a, g.placeholder({2, 4}, i64, "d")); },
-                           {"[hamming_distance]", "i32", "i64"});
+  expect_error<ShapeError>(
+      [&] {
+        hamming_distance(a, g.placeholder({2, 3}, i32, "b"));
+      },
+      {"[hamming_distance]", "(2, 4)", "(2, 3)"});
+  expect_error<DTypeError>(
+      [&] {
+        hamming_distance(a, g.placeholder({2, 4}, f32, "c"));
+      },
+      {"[hamming_distance]", "f32"});
+  expect_error<DTypeError>(
+      [&] {
+        hamming_distance(a, g.placeholder({2, 4}, i64, "d"));
+      },
+      {"[hamming_distance]", "i32", "i64"});
 }
 
 }  // namespace

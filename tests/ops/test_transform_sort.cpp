@@ -64,7 +64,10 @@ Sorted ref_sort(const Array& x, int axis, bool descending, int64_t k) {
 }
 
 TEST(Topk, TiesKeepLowerIndex) {
-  struct Case { Shape x; int64_t k, axis; };
+  struct Case {
+    Shape x;
+    int64_t k, axis;
+  };
   for (auto c : {Case{{4, 9}, 3, -1}, Case{{7, 3, 2}, 7, 0}, Case{{5, 6}, 0, 1},
                  Case{{1, 40}, 39, -1}, Case{{3, 0}, 0, 1}}) {
     for (DType t : {f32, i32, f64, bf16}) {
@@ -94,15 +97,18 @@ TEST(Topk, ErrorsNameOpAndShapes) {
 }
 
 TEST(Sort, StableWithDuplicateKeys) {
-  struct Case { Shape x; int64_t axis; };
+  struct Case {
+    Shape x;
+    int64_t axis;
+  };
   for (auto c : {Case{{5, 17}, -1}, Case{{12, 3, 2}, 0}, Case{{1}, 0}, Case{{4, 0}, 1}}) {
     for (DType t : {f32, i64, u8, f16, boolean}) {
       for (bool descending : {false, true}) {
         Graph g;
         auto x = g.placeholder(c.x, t, "x");
         Array v = random_ints(c.x, t == u8 ? 0 : -4, 4, t);
-        auto outs = eval(g, {sort(x, c.axis, descending), argsort(x, c.axis, descending)},
-                         {{x, v}});
+        auto outs =
+            eval(g, {sort(x, c.axis, descending), argsort(x, c.axis, descending)}, {{x, v}});
         const int axis = static_cast<int>(c.axis < 0 ? c.axis + c.x.size() : c.axis);
         const Sorted ref = ref_sort(v, axis, descending, c.x[axis]);
         expect_equal(outs[0], c.x, ref.values);

@@ -81,18 +81,18 @@ void for_each_line(const KernelContext& ctx, const Shape& idx_shape, const Shape
   const AxisView v(idx_shape, axis);
   const auto xs = contiguous_strides(x_shape);
   const int rank = static_cast<int>(idx_shape.size());
-  ctx.parallel_for(v.outer * v.inner, std::max<int64_t>(1, 4096 / std::max<int64_t>(v.n, 1)),
-                   [&](int64_t b, int64_t e) {
-                     for (int64_t l = b; l < e; ++l) {
-                       int64_t rem = l, xb = 0;
-                       for (int d = rank - 1; d >= 0; --d) {
-                         if (d == axis) continue;
-                         xb += rem % idx_shape[d] * xs[d];
-                         rem /= idx_shape[d];
-                       }
-                       f(l / v.inner * v.n * v.inner + l % v.inner, xb);
-                     }
-                   });
+  const int64_t grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(v.n, 1));
+  ctx.parallel_for(v.outer * v.inner, grain, [&](int64_t b, int64_t e) {
+    for (int64_t l = b; l < e; ++l) {
+      int64_t rem = l, xb = 0;
+      for (int d = rank - 1; d >= 0; --d) {
+        if (d == axis) continue;
+        xb += rem % idx_shape[d] * xs[d];
+        rem /= idx_shape[d];
+      }
+      f(l / v.inner * v.n * v.inner + l % v.inner, xb);
+    }
+  });
 }
 
 void gather_elements(KernelContext& ctx) {

@@ -10,7 +10,8 @@
 namespace kiln::cpu {
 
 namespace {
-template <typename T> bool less(T a, T b) {
+template <typename T>
+bool less(T a, T b) {
   if constexpr (std::is_floating_point_v<T>) {
     if (std::isnan(a)) return false;
     if (std::isnan(b)) return true;
@@ -18,32 +19,38 @@ template <typename T> bool less(T a, T b) {
   return a < b;
 }
 
-// Orders each line of x along `axis` and calls emit(line_index, values, order), where order lists
-// the line's positions sorted (stably; descending keeps equal values in index order). With
-// k < line length only the first k positions of order are valid.
+// Fills order with the positions of line sorted stably (descending keeps equal values in index
+// order); when k < line size only the first k entries are sorted.
+template <typename T>
+void order_line(const std::vector<T>& line, bool descending, int64_t k,
+                std::vector<int64_t>& order) {
+  auto before = [&](int64_t i, int64_t j) {
+    return descending ? less(line[j], line[i]) : less(line[i], line[j]);
+  };
+  std::iota(order.begin(), order.end(), int64_t{0});
+  if (k >= static_cast<int64_t>(order.size())) {
+    std::stable_sort(order.begin(), order.end(), before);
+    return;
+  }
+  // partial_sort is not stable: break ties by position
+  std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                    [&](int64_t i, int64_t j) { return before(i, j) || (!before(j, i) && i < j); });
+}
+
+// Orders each line of x along `axis` in parallel and calls emit(line_index, values, order).
 template <typename T, typename Emit>
 void sort_lines(const KernelContext& ctx, const TensorView& x, int axis, bool descending, int64_t k,
                 Emit&& emit) {
   const AxisView v(x.shape, axis);
   const T* xp = x.ptr<T>();
-  ctx.parallel_for(v.outer * v.inner, std::max<int64_t>(1, 4096 / std::max<int64_t>(v.n, 1)),
-                   [&](int64_t b, int64_t e) {
+  const int64_t grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(v.n, 1));
+  ctx.parallel_for(v.outer * v.inner, grain, [&](int64_t b, int64_t e) {
     std::vector<T> line(v.n);
     std::vector<int64_t> order(v.n);
-    auto before = [&](int64_t i, int64_t j) {
-      return descending ? less(line[j], line[i]) : less(line[i], line[j]);
-    };
     for (int64_t l = b; l < e; ++l) {
       const int64_t base = l / v.inner * v.n * v.inner + l % v.inner;
       for (int64_t j = 0; j < v.n; ++j) line[j] = xp[base + j * v.inner];
-      std::iota(order.begin(), order.end(), int64_t{0});
-      if (k < v.n) {
-        std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int64_t i, int64_t j) {
-          return before(i, j) || (!before(j, i) && i < j);
-        });
-      } else {
-        std::stable_sort(order.begin(), order.end(), before);
-      }
+      order_line(line, descending, k, order);
       emit(l, line, order);
     }
   });
@@ -78,7 +85,8 @@ void argsort(KernelContext& ctx) {
     using T = decltype(t);
     sort_lines<T>(ctx, x, axis, ctx.attrs().b("descending"), v.n,
                   [&](int64_t l, const std::vector<T>&, const std::vector<int64_t>& order) {
-                    for (int64_t j = 0; j < v.n; ++j) op[line_offset(l, j, v.n, v.inner)] = order[j];
+                    for (int64_t j = 0; j < v.n; ++j)
+                      op[line_offset(l, j, v.n, v.inner)] = order[j];
                   });
   });
 }
