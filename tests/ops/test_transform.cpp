@@ -207,6 +207,24 @@ TEST(Split, PartsAndSizes) {
   }
 }
 
+TEST(Split, DynamicDimsResolveAtCompile) {
+  Graph g;
+  auto x = g.placeholder({-1, 6}, i32, "x");
+  auto parts = split(x, 2, 0);
+  auto joined = concat({parts[1], parts[0]}, 0);
+  auto padded = pad(joined, {1, 0, 0, 2});
+  EXPECT_EQ(parts[0].shape(), (Shape{-1, 6}));
+  EXPECT_EQ(joined.shape(), (Shape{-1, 6}));
+  EXPECT_EQ(padded.shape(), (Shape{-1, 8}));
+  Array v = random_array({4, 6}, i32, -9, 9);
+  expect_equal(eval1(g, padded, {{x, v}}), {5, 8}, ref_map(v, {5, 8}, [](std::vector<int64_t> o) {
+                 if (o[0] == 0 || o[1] >= 6) return std::vector<int64_t>{-1};
+                 return std::vector<int64_t>{(o[0] + 1) % 4, o[1]};
+               }));
+  expect_error<ShapeError>([&] { eval1(g, parts[0], {{x, random_array({3, 6}, i32)}}); },
+                           {"[split]", "(3, 6)", "2 equal parts"});
+}
+
 TEST(Split, ErrorsNameOpAndShapes) {
   Graph g;
   auto x = g.placeholder({2, 5}, f32, "x");
