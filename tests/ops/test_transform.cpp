@@ -221,8 +221,11 @@ TEST(Split, DynamicDimsResolveAtCompile) {
                  if (o[0] == 0 || o[1] >= 6) return std::vector<int64_t>{-1};
                  return std::vector<int64_t>{(o[0] + 1) % 4, o[1]};
                }));
-  expect_error<ShapeError>([&] { eval1(g, parts[0], {{x, random_array({3, 6}, i32)}}); },
-                           {"[split]", "(3, 6)", "2 equal parts"});
+  expect_error<ShapeError>(
+      [&] {
+        eval1(g, parts[0], {{x, random_array({3, 6}, i32)}});
+      },
+      {"[split]", "(3, 6)", "2 equal parts"});
 }
 
 TEST(Split, ErrorsNameOpAndShapes) {
