@@ -1,8 +1,393 @@
-// Ops of the transform family (see src/ops/op_list.inc).
+// Ops of the transform family that move data without looking at it (indexing and sorting live in
+// transform_index.cpp). Attrs:
+//   reshape:      shape (ints; one -1 is inferred), input_dims (ints, optional: an entry k >= 0
+//                 takes input dim k, so squeeze/expand_dims keep dynamic dims)
+//   transpose:    perm (ints, a permutation of the dims)
+//   split:        axis, sizes (ints; empty means `parts` equal pieces), parts
+//   concat:       axis
+//   slice:        starts, stops, steps (ints, one per dim; Python semantics, resolved against the
+//                 concrete shape by transform::slice_dim)
+//   pad:          pads (ints, begin/end per dim; a negative pad crops), mode ("constant" |
+//                 "reflect" | "edge"), value (float). Reflect mirrors about the input's edges and
+//                 needs pads < dim size; edge needs a non-empty dim.
+//   tile:         reps (ints, one per dim)
+//   broadcast_to: shape (ints; -1 keeps x's dim)
+//   flip:         axes (ints, resolved)
+// All of them take every dtype; none is differentiable yet.
+#include "kiln/ops/transform.h"
+
+#include <algorithm>
+#include <limits>
+#include <numeric>
+
 #include "ops/common.h"
+#include "ops/transform_util.h"
 
 namespace kiln {
 
-void register_transform_ops() {}
+using namespace ops;
+
+namespace {
+constexpr int64_t kMaxIndex = std::numeric_limits<int64_t>::max();
+
+// ---- reshape
+
+std::vector<TensorInfo> infer_reshape(const InferContext& ctx) {
+  const Shape& in = ctx.inputs[0].shape;
+  const Shape& want = ctx.attrs.ints("shape");
+  const std::vector<int64_t> none;
+  const auto& from = ctx.attrs.has("input_dims") ? ctx.attrs.ints("input_dims") : none;
+  Shape out = want;
+  int infer_at = -1;
+  int64_t known = 1;
+  bool dynamic = !is_static(in);
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (!from.empty() && from[i] >= 0) out[i] = in[from[i]];
+    else if (out[i] == -1 && infer_at >= 0)
+      fail<ValueError>("[reshape] shape ({}) has more than one -1", fmt::join(want, ", "));
+    else if (out[i] == -1) infer_at = static_cast<int>(i);
+    else if (out[i] < 0)
+      fail<ValueError>("[reshape] bad dim {} in shape ({})", out[i], fmt::join(want, ", "));
+    if (static_cast<int>(i) == infer_at) continue;
+    if (out[i] < 0) dynamic = true;
+    else known *= out[i];
+  }
+  if (dynamic) return {{out, ctx.inputs[0].dtype}};
+  const int64_t n = numel(in);
+  const bool fits = infer_at >= 0 ? known > 0 && n % known == 0 : known == n;
+  if (!fits)
+    fail<ShapeError>("[reshape] cannot reshape {} ({} elements) into ({})", str(in), n,
+                     fmt::join(want, ", "));
+  if (infer_at >= 0) out[infer_at] = n / known;
+  return {{out, ctx.inputs[0].dtype}};
+}
+
+Tensor reshape_keeping(const Tensor& x, const Shape& shape, const std::vector<int64_t>& from) {
+  return make_node1(OpId::Reshape, {x}, {{"shape", shape}, {"input_dims", from}});
+}
+
+// ---- transpose
+
+// Resolves negative entries; throws unless perm is a permutation of x's dims.
+std::vector<int64_t> check_perm(const char* op, const std::vector<int64_t>& perm,
+                                const Shape& shape) {
+  const int rank = static_cast<int>(shape.size());
+  std::vector<int64_t> r;
+  std::vector<char> seen(rank, 0);
+  bool ok = static_cast<int>(perm.size()) == rank;
+  for (size_t i = 0; ok && i < perm.size(); ++i) {
+    const int a = normalize_axis(perm[i], rank);
+    ok = a >= 0 && !seen[a];
+    if (ok) seen[a] = 1;
+    r.push_back(a);
+  }
+  if (!ok)
+    fail<ValueError>("[{}] perm ({}) is not a permutation of the dims of shape {}", op,
+                     fmt::join(perm, ", "), str(shape));
+  return r;
+}
+
+std::vector<TensorInfo> infer_transpose(const InferContext& ctx) {
+  const Shape& in = ctx.inputs[0].shape;
+  const auto perm = check_perm(ctx.name(), ctx.attrs.ints("perm"), in);
+  Shape out;
+  for (int64_t p : perm) out.push_back(in[p]);
+  return {{out, ctx.inputs[0].dtype}};
+}
+
+// ---- split and concat
+
+std::vector<TensorInfo> infer_split(const InferContext& ctx) {
+  const Shape& in = ctx.inputs[0].shape;
+  const int axis = resolve_axis(ctx.name(), ctx.attrs.i("axis"), in);
+  const int64_t n = in[axis];
+  std::vector<int64_t> sizes = ctx.attrs.ints("sizes");
+  if (sizes.empty()) {
+    const int64_t parts = ctx.attrs.i("parts");
+    if (n >= 0 && n % parts != 0)
+      fail<ShapeError>("[split] cannot split axis {} of shape {} into {} equal parts", axis,
+                       str(in), parts);
+    sizes.assign(parts, n < 0 ? -1 : n / parts);
+  } else {
+    const int64_t sum = std::accumulate(sizes.begin(), sizes.end(), int64_t{0});
+    if (n >= 0 && sum != n)
+      fail<ShapeError>("[split] sizes ({}) sum to {} but axis {} of shape {} has size {}",
+                       fmt::join(sizes, ", "), sum, axis, str(in), n);
+  }
+  std::vector<TensorInfo> outs;
+  for (int64_t s : sizes) {
+    Shape o = in;
+    o[axis] = s;
+    outs.push_back({o, ctx.inputs[0].dtype});
+  }
+  return outs;
+}
+
+std::vector<TensorInfo> infer_concat(const InferContext& ctx) {
+  const Shape& first = ctx.inputs[0].shape;
+  const int axis = resolve_axis(ctx.name(), ctx.attrs.i("axis"), first);
+  Shape out = first;
+  for (size_t i = 1; i < ctx.inputs.size(); ++i) {
+    const Shape& s = ctx.inputs[i].shape;
+    if (ctx.inputs[i].dtype != ctx.inputs[0].dtype)
+      fail<DTypeError>("[concat] input {} has dtype {} but input 0 has {}", i,
+                       name(ctx.inputs[i].dtype), name(ctx.inputs[0].dtype));
+    bool ok = s.size() == first.size();
+    for (size_t d = 0; ok && d < s.size(); ++d) {
+      if (static_cast<int>(d) == axis) out[d] = out[d] < 0 || s[d] < 0 ? -1 : out[d] + s[d];
+      else if (out[d] < 0) out[d] = s[d];
+      else ok = s[d] < 0 || s[d] == out[d];
+    }
+    if (!ok)
+      fail<ShapeError>("[concat] input {} has shape {} but input 0 has shape {}; all dims but "
+                       "axis {} must match",
+                       i, str(s), str(first), axis);
+  }
+  return {{out, ctx.inputs[0].dtype}};
+}
+
+// ---- slice, pad, tile, broadcast_to, flip
+
+std::vector<TensorInfo> infer_slice(const InferContext& ctx) {
+  const Shape& in = ctx.inputs[0].shape;
+  const auto &starts = ctx.attrs.ints("starts"), &stops = ctx.attrs.ints("stops"),
+             &steps = ctx.attrs.ints("steps");
+  KILN_ASSERT(starts.size() == in.size() && stops.size() == in.size() && steps.size() == in.size());
+  Shape out = in;
+  for (size_t d = 0; d < in.size(); ++d)
+    if (in[d] >= 0) out[d] = transform::slice_dim(in[d], starts[d], stops[d], steps[d]).count;
+  return {{out, ctx.inputs[0].dtype}};
+}
+
+std::vector<TensorInfo> infer_pad(const InferContext& ctx) {
+  const Shape& in = ctx.inputs[0].shape;
+  const auto& pads = ctx.attrs.ints("pads");
+  const std::string& mode = ctx.attrs.str("mode");
+  if (pads.size() != 2 * in.size())
+    fail<ValueError>("[pad] needs 2 pads per dim ({} for shape {}), got {}", 2 * in.size(),
+                     str(in), pads.size());
+  if (mode != "constant" && mode != "reflect" && mode != "edge")
+    fail<ValueError>("[pad] unknown mode '{}'", mode);
+  Shape out = in;
+  for (size_t d = 0; d < in.size(); ++d) {
+    const int64_t n = in[d], b = pads[2 * d], e = pads[2 * d + 1];
+    if (n < 0) continue;
+    out[d] = n + b + e;
+    if (out[d] < 0)
+      fail<ShapeError>("[pad] pads ({}) crop more than shape {} has", fmt::join(pads, ", "),
+                       str(in));
+    if (mode == "reflect" && ((b > 0 && b >= n) || (e > 0 && e >= n)))
+      fail<ValueError>("[pad] reflect pads ({}) must be smaller than the dims of shape {}",
+                       fmt::join(pads, ", "), str(in));
+    if (mode == "edge" && n == 0 && (b > 0 || e > 0))
+      fail<ValueError>("[pad] edge mode cannot pad empty dim {} of shape {}", d, str(in));
+  }
+  return {{out, ctx.inputs[0].dtype}};
+}
+
+std::vector<TensorInfo> infer_tile(const InferContext& ctx) {
+  const Shape& in = ctx.inputs[0].shape;
+  const auto& reps = ctx.attrs.ints("reps");
+  KILN_ASSERT(reps.size() == in.size());
+  Shape out = in;
+  for (size_t d = 0; d < in.size(); ++d) out[d] = in[d] < 0 ? -1 : in[d] * reps[d];
+  return {{out, ctx.inputs[0].dtype}};
+}
+
+std::vector<TensorInfo> infer_broadcast_to(const InferContext& ctx) {
+  const Shape& in = ctx.inputs[0].shape;
+  const Shape& want = ctx.attrs.ints("shape");
+  auto bad = [&] {
+    fail<ShapeError>("[broadcast_to] cannot broadcast shape {} to {}", str(in), str(want));
+  };
+  if (want.size() < in.size()) bad();
+  const size_t lead = want.size() - in.size();
+  Shape out = want;
+  for (size_t d = 0; d < want.size(); ++d) {
+    const int64_t s = d < lead ? 1 : in[d - lead];
+    if (want[d] < -1) bad();
+    if (want[d] == -1) out[d] = s;
+    else if (s >= 0 && s != 1 && s != want[d]) bad();
+  }
+  return {{out, ctx.inputs[0].dtype}};
+}
+
+std::vector<TensorInfo> infer_flip(const InferContext& ctx) {
+  for (int64_t a : ctx.attrs.ints("axes")) resolve_axis(ctx.name(), a, ctx.inputs[0].shape);
+  return {ctx.inputs[0]};
+}
+}  // namespace
+
+void register_transform_ops() {
+  define_op(OpId::Reshape).set_infer(infer_reshape).alias();
+  define_op(OpId::Transpose).set_infer(infer_transpose);
+  define_op(OpId::Split).set_infer(infer_split);
+  define_op(OpId::Concat).set_infer(infer_concat);
+  define_op(OpId::Slice).set_infer(infer_slice);
+  define_op(OpId::Pad).set_infer(infer_pad);
+  define_op(OpId::Tile).set_infer(infer_tile);
+  define_op(OpId::BroadcastTo).set_infer(infer_broadcast_to);
+  define_op(OpId::Flip).set_infer(infer_flip);
+  register_transform_index_ops();
+}
+
+Tensor reshape(const Tensor& x, const Shape& shape) {
+  return make_node1(OpId::Reshape, {x}, {{"shape", shape}});
+}
+
+Tensor transpose(const Tensor& x, const std::vector<int64_t>& perm) {
+  if (!perm.empty()) return permute(x, perm);
+  std::vector<int64_t> rev(x.rank());
+  std::iota(rev.rbegin(), rev.rend(), int64_t{0});
+  return make_node1(OpId::Transpose, {x}, {{"perm", rev}});
+}
+
+Tensor permute(const Tensor& x, const std::vector<int64_t>& perm) {
+  return make_node1(OpId::Transpose, {x}, {{"perm", check_perm("transpose", perm, x.shape())}});
+}
+
+Tensor expand_dims(const Tensor& x, const std::vector<int64_t>& axes) {
+  const int out_rank = x.rank() + static_cast<int>(axes.size());
+  std::vector<char> inserted(out_rank, 0);
+  for (int64_t a : axes) {
+    const int r = normalize_axis(a, out_rank);
+    if (r < 0 || inserted[r])
+      fail<ValueError>("[expand_dims] axes ({}) are out of range or repeated for result rank {} "
+                       "(input shape {})",
+                       fmt::join(axes, ", "), out_rank, str(x.shape()));
+    inserted[r] = 1;
+  }
+  Shape shape;
+  std::vector<int64_t> from;
+  int64_t k = 0;
+  for (int d = 0; d < out_rank; ++d) {
+    shape.push_back(inserted[d] ? 1 : x.shape()[k]);
+    from.push_back(inserted[d] ? -1 : k++);
+  }
+  return reshape_keeping(x, shape, from);
+}
+
+Tensor squeeze(const Tensor& x, const std::vector<int64_t>& axes) {
+  const Shape in = x.shape();
+  std::vector<char> drop(in.size(), 0);
+  for (size_t d = 0; d < in.size() && axes.empty(); ++d) drop[d] = in[d] == 1;
+  for (int64_t a : resolve_axes("squeeze", axes, in, false)) {
+    if (in[a] != 1)
+      fail<ShapeError>("[squeeze] cannot squeeze axis {} of shape {}: its size is not 1", a,
+                       str(in));
+    drop[a] = 1;
+  }
+  Shape shape;
+  std::vector<int64_t> from;
+  for (size_t d = 0; d < in.size(); ++d) {
+    if (drop[d]) continue;
+    shape.push_back(in[d]);
+    from.push_back(static_cast<int64_t>(d));
+  }
+  return reshape_keeping(x, shape, from);
+}
+
+std::vector<Tensor> split(const Tensor& x, int64_t parts, int64_t axis) {
+  if (parts < 1) fail<ValueError>("[split] parts must be at least 1, got {}", parts);
+  const int a = resolve_axis("split", axis, x.shape());
+  return make_node(OpId::Split, {x},
+                   {{"axis", int64_t{a}}, {"sizes", std::vector<int64_t>{}}, {"parts", parts}});
+}
+
+std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t axis) {
+  const int a = resolve_axis("split", axis, x.shape());
+  if (sizes.empty() || std::any_of(sizes.begin(), sizes.end(), [](int64_t s) { return s < 0; }))
+    fail<ValueError>("[split] sizes ({}) must be non-empty and non-negative for shape {}",
+                     fmt::join(sizes, ", "), str(x.shape()));
+  return make_node(OpId::Split, {x},
+                   {{"axis", int64_t{a}}, {"sizes", sizes}, {"parts", int64_t(sizes.size())}});
+}
+
+Tensor concat(const std::vector<Tensor>& xs, int64_t axis) {
+  if (xs.empty()) fail<ValueError>("[concat] needs at least one input");
+  DType t = xs[0].dtype();
+  for (auto& x : xs) t = promote(t, x.dtype());
+  std::vector<Tensor> ins;
+  for (auto& x : xs) ins.push_back(cast_to(x, t));
+  const int a = resolve_axis("concat", axis, xs[0].shape());
+  return make_node1(OpId::Concat, ins, {{"axis", int64_t{a}}});
+}
+
+Tensor stack(const std::vector<Tensor>& xs, int64_t axis) {
+  if (xs.empty()) fail<ValueError>("[stack] needs at least one input");
+  for (size_t i = 1; i < xs.size(); ++i)
+    if (xs[i].shape() != xs[0].shape())
+      fail<ShapeError>("[stack] input {} has shape {} but input 0 has shape {}", i,
+                       str(xs[i].shape()), str(xs[0].shape()));
+  const int out_rank = xs[0].rank() + 1;
+  const int a = normalize_axis(axis, out_rank);
+  if (a < 0)
+    fail<ValueError>("[stack] axis {} is out of range for result rank {} (input shape {})", axis,
+                     out_rank, str(xs[0].shape()));
+  std::vector<Tensor> expanded;
+  for (auto& x : xs) expanded.push_back(expand_dims(x, {a}));
+  return concat(expanded, a);
+}
+
+Tensor slice(const Tensor& x, const std::vector<int64_t>& starts, const std::vector<int64_t>& stops,
+             const std::vector<int64_t>& steps, const std::vector<int64_t>& axes) {
+  const Shape in = x.shape();
+  const size_t n = starts.size();
+  std::vector<int64_t> ax = axes;
+  if (ax.empty())
+    for (size_t i = 0; i < n; ++i) ax.push_back(static_cast<int64_t>(i));
+  if (stops.size() != n || (!steps.empty() && steps.size() != n) || ax.size() != n)
+    fail<ValueError>("[slice] starts ({}), stops ({}), steps ({}) and axes ({}) differ in length "
+                     "for shape {}",
+                     fmt::join(starts, ", "), fmt::join(stops, ", "), fmt::join(steps, ", "),
+                     fmt::join(axes, ", "), str(in));
+  std::vector<int64_t> b(in.size(), 0), e(in.size(), kMaxIndex), s(in.size(), 1);
+  std::vector<char> seen(in.size(), 0);
+  for (size_t i = 0; i < n; ++i) {
+    const int a = resolve_axis("slice", ax[i], in);
+    const int64_t step = steps.empty() ? 1 : steps[i];
+    if (seen[a]) fail<ValueError>("[slice] axis {} given twice for shape {}", a, str(in));
+    if (step == 0 || step == std::numeric_limits<int64_t>::min())
+      fail<ValueError>("[slice] bad step {} on axis {} of shape {}", step, a, str(in));
+    seen[a] = 1;
+    b[a] = starts[i];
+    e[a] = stops[i];
+    s[a] = step;
+  }
+  return make_node1(OpId::Slice, {x}, {{"starts", b}, {"stops", e}, {"steps", s}});
+}
+
+Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, PadKind kind, double value) {
+  const char* mode = kind == PadKind::constant ? "constant"
+                     : kind == PadKind::reflect ? "reflect"
+                                                : "edge";
+  return make_node1(OpId::Pad, {x},
+                    {{"pads", pads}, {"mode", std::string(mode)}, {"value", value}});
+}
+
+Tensor tile(const Tensor& x, const std::vector<int64_t>& reps) {
+  for (int64_t r : reps)
+    if (r < 0)
+      fail<ValueError>("[tile] reps ({}) must be non-negative (shape {})", fmt::join(reps, ", "),
+                       str(x.shape()));
+  // numpy: the shorter of x's dims and reps is padded with leading 1s
+  std::vector<int64_t> r = reps;
+  if (r.size() < static_cast<size_t>(x.rank())) r.insert(r.begin(), x.rank() - r.size(), 1);
+  Tensor y = x;
+  if (r.size() > static_cast<size_t>(x.rank())) {
+    std::vector<int64_t> lead(r.size() - x.rank());
+    std::iota(lead.begin(), lead.end(), int64_t{0});
+    y = expand_dims(x, lead);
+  }
+  return make_node1(OpId::Tile, {y}, {{"reps", r}});
+}
+
+Tensor broadcast_to(const Tensor& x, const Shape& shape) {
+  return make_node1(OpId::BroadcastTo, {x}, {{"shape", shape}});
+}
+
+Tensor flip(const Tensor& x, const std::vector<int64_t>& axes) {
+  return make_node1(OpId::Flip, {x}, {{"axes", resolve_axes("flip", axes, x.shape())}});
+}
 
 }  // namespace kiln

@@ -9,7 +9,8 @@
 
 namespace kiln {
 
-/// One dim of `shape` may be -1 and is inferred.
+/// One dim of `shape` may be -1 and is inferred. The result is a view of x's buffer when the
+/// memory planner can make it one (no copy).
 Tensor reshape(const Tensor& x, const Shape& shape);
 /// `perm` empty reverses the dims.
 Tensor transpose(const Tensor& x, const std::vector<int64_t>& perm = {});
@@ -18,38 +19,53 @@ Tensor permute(const Tensor& x, const std::vector<int64_t>& perm);
 Tensor expand_dims(const Tensor& x, const std::vector<int64_t>& axes);
 /// Removes size-1 dims at `axes` (all size-1 dims when empty).
 Tensor squeeze(const Tensor& x, const std::vector<int64_t>& axes = {});
-/// Splits into `parts` equal pieces along `axis`.
+/// Splits into `parts` equal pieces along `axis` (one node with `parts` outputs).
 std::vector<Tensor> split(const Tensor& x, int64_t parts, int64_t axis = 0);
 /// Splits into pieces of `sizes` along `axis`.
 std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t axis);
+/// Joins equally shaped tensors along a new axis `axis` of the result.
 Tensor stack(const std::vector<Tensor>& xs, int64_t axis = 0);
+/// Joins along `axis`; dtypes are promoted, all other dims must match.
 Tensor concat(const std::vector<Tensor>& xs, int64_t axis = 0);
 /// Python slicing per axis; `axes` empty means 0..n-1; `steps` empty means 1.
 /// Negative starts/stops count from the end; out-of-range values clamp.
 Tensor slice(const Tensor& x, const std::vector<int64_t>& starts, const std::vector<int64_t>& stops,
              const std::vector<int64_t>& steps = {}, const std::vector<int64_t>& axes = {});
 enum class PadKind { constant, reflect, edge };
-/// `pads` = (begin_0, end_0, begin_1, end_1, ...) for every dim.
+/// `pads` = (begin_0, end_0, begin_1, end_1, ...) for every dim; a negative pad crops. Reflect
+/// mirrors about the input's edges (numpy "reflect") and needs each positive pad < the dim size;
+/// edge repeats the border element and needs a non-empty dim.
 Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, PadKind kind = PadKind::constant,
            double value = 0);
+/// numpy.tile: x repeated reps[d] times along each dim (missing leading reps or dims count as 1).
 Tensor tile(const Tensor& x, const std::vector<int64_t>& reps);
+/// numpy broadcasting of x to `shape`; a -1 in `shape` keeps x's dim.
 Tensor broadcast_to(const Tensor& x, const Shape& shape);
+/// Reverses the order of elements along `axes` (every axis when empty).
 Tensor flip(const Tensor& x, const std::vector<int64_t>& axes);
-/// numpy.take(x, indices, axis); negative indices count from the end.
+/// numpy.take(x, indices, axis); indices of any integer dtype; negative indices count from the
+/// end. An index out of range throws ValueError when the graph runs.
 Tensor gather(const Tensor& x, const Tensor& indices, int64_t axis = 0);
-/// out[i][j][k] = x[i][indices[i][j][k]][k] for axis 1 (ONNX GatherElements).
+/// out[i][j][k] = x[i][indices[i][j][k]][k] for axis 1 (ONNX GatherElements); indices have x's
+/// rank and fit inside x on the other axes. Index rules as for gather.
 Tensor gather_elements(const Tensor& x, const Tensor& indices, int64_t axis);
 enum class ScatterReduction { none, add, mul, max, min };
-/// ONNX ScatterElements: a copy of x with updates written at indices along axis.
+/// ONNX ScatterElements: a copy of x with updates written (or combined by `reduction`) at indices
+/// along axis; duplicates apply in index order (the last one wins for none). Index rules as for
+/// gather; updates are cast to x's dtype.
 Tensor scatter_elements(const Tensor& x, const Tensor& indices, const Tensor& updates,
                         int64_t axis, ScatterReduction reduction = ScatterReduction::none);
-/// A new axis of size `depth` at `axis`, on_value where index matches, else off_value.
+/// A new axis of size `depth` at `axis`, on_value where index matches, else off_value. Indices of
+/// any integer dtype; an index outside [0, depth) gives a row of off_value.
 Tensor one_hot(const Tensor& indices, int64_t depth, int64_t axis = -1, DType dtype = f32,
                double on_value = 1, double off_value = 0);
 /// The k largest (or smallest) values along axis with their i64 indices; ties keep lower index.
+/// k larger than the dim is a ShapeError. NaN counts as larger than every number.
 std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t axis = -1, bool largest = true);
-/// Stable sort along axis.
+/// Stable sort along axis (equal values keep their order, also when descending); NaN sorts above
+/// every number.
 Tensor sort(const Tensor& x, int64_t axis = -1, bool descending = false);
+/// The i64 positions that sort x along axis (stable, as sort).
 Tensor argsort(const Tensor& x, int64_t axis = -1, bool descending = false);
 /// Each element's coordinate along `axis`, for a tensor of x's shape (MPSGraph's
 /// coordinateAlongAxis).

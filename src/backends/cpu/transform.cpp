@@ -1,9 +1,279 @@
-// CPU kernels of the transform family.
-#include "backends/cpu/cpu_common.h"
+// CPU kernels of the transform family's layout ops. They only move bytes, so they dispatch on the
+// element size and take every dtype without going through f32.
+#include <algorithm>
+
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/transform_common.h"
+#include "ops/transform_util.h"
 
 namespace kiln::cpu {
 
-void register_transform_kernels() {}
+namespace {
+using Maps = std::vector<std::vector<int64_t>>;
+constexpr int64_t kFill = std::numeric_limits<int64_t>::min();
+
+char* bytes(const TensorView& v) { return static_cast<char*>(v.data); }
+
+// out[i_0, ..., i_k] = in[maps[0][i_0] + ... + maps[k][i_k]], where maps[d] holds input element
+// offsets along output dim d, or kFill for an element that takes `fill`.
+template <typename U>
+void remap_typed(const KernelContext& ctx, const U* src, U* dst, const Shape& shape,
+                 const Maps& maps, U fill) {
+  const int rank = static_cast<int>(shape.size());
+  if (rank == 0) {
+    dst[0] = src[0];
+    return;
+  }
+  const int64_t inner = shape[rank - 1], rows = numel(shape) / inner;
+  const auto& last = maps[rank - 1];
+  bool contiguous = last[0] != kFill;
+  for (int64_t j = 1; contiguous && j < inner; ++j) contiguous = last[j] == last[0] + j;
+  ctx.parallel_for(rows, std::max<int64_t>(1, 16384 / inner), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      int64_t base = 0, rem = r;
+      bool filled = false;
+      for (int d = rank - 2; d >= 0; --d) {
+        const int64_t o = maps[d][rem % shape[d]];
+        rem /= shape[d];
+        filled = filled || o == kFill;
+        base += o == kFill ? 0 : o;
+      }
+      U* row = dst + r * inner;
+      if (filled) {
+        std::fill(row, row + inner, fill);
+      } else if (contiguous) {
+        std::memcpy(row, src + base + last[0], inner * sizeof(U));
+      } else {
+        for (int64_t j = 0; j < inner; ++j) row[j] = last[j] == kFill ? fill : src[base + last[j]];
+      }
+    }
+  });
+}
+
+// `fill` points at one element of out's dtype (or is null when no map holds kFill).
+void remap(const KernelContext& ctx, const TensorView& in, const TensorView& out, const Maps& maps,
+           const void* fill = nullptr) {
+  dispatch_size(size_of(out.dtype), [&](auto u) {
+    using U = decltype(u);
+    U f{};
+    if (fill) std::memcpy(&f, fill, sizeof(U));
+    remap_typed<U>(ctx, in.ptr<U>(), out.ptr<U>(), out.shape, maps, f);
+  });
+}
+
+// maps[d][i] = f(d, i) * (input stride of d).
+template <typename F> Maps make_maps(const Shape& in, const Shape& out, F&& f) {
+  const auto strides = contiguous_strides(in);
+  Maps maps(out.size());
+  for (size_t d = 0; d < out.size(); ++d) {
+    maps[d].resize(out[d]);
+    for (int64_t i = 0; i < out[d]; ++i) {
+      const int64_t s = f(d, i);
+      maps[d][i] = s == kFill ? kFill : s * strides[d];
+    }
+  }
+  return maps;
+}
+
+void reshape(KernelContext& ctx) {
+  const TensorView &in = ctx.in(0), &out = ctx.out(0);
+  // the memory planner usually makes the output a view of the input
+  if (out.data != in.data) std::memcpy(out.data, in.data, in.numel() * size_of(in.dtype));
+}
+
+// Copies count blocks of `len` bytes from src + i*src_pitch to dst + i*dst_pitch.
+void copy_blocks(const KernelContext& ctx, char* dst, int64_t dst_pitch, const char* src,
+                 int64_t src_pitch, int64_t count, int64_t len) {
+  if (len == 0) return;
+  ctx.parallel_for(count, std::max<int64_t>(1, 65536 / len), [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) std::memcpy(dst + i * dst_pitch, src + i * src_pitch, len);
+  });
+}
+
+void split(KernelContext& ctx) {
+  const TensorView& in = ctx.in(0);
+  const int axis = static_cast<int>(ctx.attrs().i("axis"));
+  const AxisView v(in.shape, axis);
+  const int64_t row = v.inner * static_cast<int64_t>(size_of(in.dtype));
+  int64_t offset = 0;
+  for (int k = 0; k < ctx.num_outputs(); ++k) {
+    const int64_t len = ctx.out(k).shape[axis] * row;
+    copy_blocks(ctx, bytes(ctx.out(k)), len, bytes(in) + offset, v.n * row, v.outer, len);
+    offset += len;
+  }
+}
+
+void concat(KernelContext& ctx) {
+  const TensorView& out = ctx.out(0);
+  const int axis = static_cast<int>(ctx.attrs().i("axis"));
+  const AxisView v(out.shape, axis);
+  const int64_t row = v.inner * static_cast<int64_t>(size_of(out.dtype));
+  int64_t offset = 0;
+  for (int k = 0; k < ctx.num_inputs(); ++k) {
+    const int64_t len = ctx.in(k).shape[axis] * row;
+    copy_blocks(ctx, bytes(out) + offset, v.n * row, bytes(ctx.in(k)), len, v.outer, len);
+    offset += len;
+  }
+}
+
+// ---- transpose
+
+// Output dims with their input strides, size-1 dims dropped and dims that stay adjacent merged.
+struct StridedDims {
+  Shape dims;
+  std::vector<int64_t> strides;
+};
+StridedDims collapse_transpose(const Shape& in, const std::vector<int64_t>& perm) {
+  const auto in_strides = contiguous_strides(in);
+  StridedDims r;
+  for (int64_t p : perm) {
+    const int64_t n = in[p], s = in_strides[p];
+    if (n == 1) continue;
+    if (!r.dims.empty() && r.strides.back() == s * n) {
+      r.dims.back() *= n;
+      r.strides.back() = s;
+    } else {
+      r.dims.push_back(n);
+      r.strides.push_back(s);
+    }
+  }
+  return r;
+}
+
+// Copies in tiles of the output's last dim and the input's contiguous dim `p`, so both the reads
+// and the writes of a tile stay within a few cache lines.
+template <typename U>
+void transpose_tiled(const KernelContext& ctx, const U* src, U* dst, const StridedDims& sd, int p) {
+  constexpr int64_t T = 32;
+  const int rank = static_cast<int>(sd.dims.size()), q = rank - 1;
+  const auto out_strides = contiguous_strides(sd.dims);
+  std::vector<int> outer;
+  for (int d = 0; d < q; ++d)
+    if (d != p) outer.push_back(d);
+  const int64_t np = sd.dims[p], nq = sd.dims[q];
+  const int64_t tp = (np + T - 1) / T, tq = (nq + T - 1) / T;
+  const int64_t tasks = numel(sd.dims) / (np * nq) * tp * tq;
+  const int64_t out_p = out_strides[p], in_q = sd.strides[q];
+  ctx.parallel_for(tasks, 16, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      int64_t rem = t / (tp * tq), in_base = 0, out_base = 0;
+      for (auto it = outer.rbegin(); it != outer.rend(); ++it) {
+        const int64_t i = rem % sd.dims[*it];
+        rem /= sd.dims[*it];
+        in_base += i * sd.strides[*it];
+        out_base += i * out_strides[*it];
+      }
+      const int64_t p0 = (t % (tp * tq)) / tq * T, q0 = t % tq * T;
+      const int64_t p1 = std::min(p0 + T, np), q1 = std::min(q0 + T, nq);
+      for (int64_t ip = p0; ip < p1; ++ip) {
+        U* o = dst + out_base + ip * out_p;
+        const U* s = src + in_base + ip;
+        for (int64_t iq = q0; iq < q1; ++iq) o[iq] = s[iq * in_q];
+      }
+    }
+  });
+}
+
+void transpose(KernelContext& ctx) {
+  const TensorView &in = ctx.in(0), &out = ctx.out(0);
+  const StridedDims sd = collapse_transpose(in.shape, ctx.attrs().ints("perm"));
+  const int rank = static_cast<int>(sd.dims.size());
+  const auto p = std::find(sd.strides.begin(), sd.strides.end(), 1) - sd.strides.begin();
+  if (rank >= 2 && p < rank - 1) {
+    dispatch_size(size_of(in.dtype), [&](auto u) {
+      using U = decltype(u);
+      transpose_tiled<U>(ctx, in.ptr<U>(), out.ptr<U>(), sd, static_cast<int>(p));
+    });
+    return;
+  }
+  // the output's last dim is contiguous in the input: whole rows copy
+  const auto& perm = ctx.attrs().ints("perm");
+  const auto in_strides = contiguous_strides(in.shape);
+  Maps maps(out.shape.size());
+  for (size_t d = 0; d < maps.size(); ++d)
+    for (int64_t i = 0; i < out.shape[d]; ++i) maps[d].push_back(i * in_strides[perm[d]]);
+  remap(ctx, in, out, maps);
+}
+
+// ---- slice, pad, tile, broadcast_to, flip
+
+void slice(KernelContext& ctx) {
+  const TensorView &in = ctx.in(0), &out = ctx.out(0);
+  const auto &starts = ctx.attrs().ints("starts"), &stops = ctx.attrs().ints("stops"),
+             &steps = ctx.attrs().ints("steps");
+  std::vector<int64_t> first;
+  for (size_t d = 0; d < in.shape.size(); ++d)
+    first.push_back(transform::slice_dim(in.shape[d], starts[d], stops[d], steps[d]).start);
+  remap(ctx, in, out, make_maps(in.shape, out.shape, [&](size_t d, int64_t i) {
+          return first[d] + i * steps[d];
+        }));
+}
+
+// Input index of output index i along a dim of size n padded by b in front, or kFill.
+int64_t pad_source(const std::string& mode, int64_t i, int64_t n, int64_t b) {
+  const int64_t s = i - b;
+  if (s >= 0 && s < n) return s;
+  if (mode == "constant") return kFill;
+  if (mode == "edge") return std::clamp<int64_t>(s, 0, n - 1);
+  return s < 0 ? -s : 2 * (n - 1) - s;  // reflect (pads < n, checked by inference)
+}
+
+void pad(KernelContext& ctx) {
+  const TensorView &in = ctx.in(0), &out = ctx.out(0);
+  const auto& pads = ctx.attrs().ints("pads");
+  const std::string& mode = ctx.attrs().str("mode");
+  const double value = ctx.attrs().f("value");
+  uint64_t fill = 0;
+  convert(&value, f64, &fill, out.dtype, 1);
+  remap(ctx, in, out, make_maps(in.shape, out.shape, [&](size_t d, int64_t i) {
+          return pad_source(mode, i, in.shape[d], pads[2 * d]);
+        }),
+        &fill);
+}
+
+void tile(KernelContext& ctx) {
+  const TensorView &in = ctx.in(0), &out = ctx.out(0);
+  remap(ctx, in, out,
+        make_maps(in.shape, out.shape, [&](size_t d, int64_t i) { return i % in.shape[d]; }));
+}
+
+void broadcast_to(KernelContext& ctx) {
+  const TensorView &in = ctx.in(0), &out = ctx.out(0);
+  const size_t lead = out.shape.size() - in.shape.size();
+  const auto strides = contiguous_strides(in.shape);
+  Maps maps(out.shape.size());
+  for (size_t d = 0; d < maps.size(); ++d) {
+    const bool same = d >= lead && in.shape[d - lead] != 1;
+    for (int64_t i = 0; i < out.shape[d]; ++i) maps[d].push_back(same ? i * strides[d - lead] : 0);
+  }
+  remap(ctx, in, out, maps);
+}
+
+void flip(KernelContext& ctx) {
+  const TensorView &in = ctx.in(0), &out = ctx.out(0);
+  std::vector<char> flipped(in.shape.size(), 0);
+  for (int64_t a : ctx.attrs().ints("axes")) flipped[a] = 1;
+  remap(ctx, in, out, make_maps(in.shape, out.shape, [&](size_t d, int64_t i) {
+          return flipped[d] ? in.shape[d] - 1 - i : i;
+        }));
+}
+}  // namespace
+
+void register_transform_kernels() {
+  auto reg = [](OpId op, KernelFn fn) {
+    register_kernel(op, Backend::cpu, {fn, kAllTypes, 0, /*half_via_f32=*/false});
+  };
+  reg(OpId::Reshape, reshape);
+  reg(OpId::Transpose, transpose);
+  reg(OpId::Split, split);
+  reg(OpId::Concat, concat);
+  reg(OpId::Slice, slice);
+  reg(OpId::Pad, pad);
+  reg(OpId::Tile, tile);
+  reg(OpId::BroadcastTo, broadcast_to);
+  reg(OpId::Flip, flip);
+  register_transform_index_kernels();
+  register_transform_sort_kernels();
+}
 
 }  // namespace kiln::cpu

@@ -1,0 +1,32 @@
+// Shape math shared by the transform ops' inference and their CPU kernels (header only, so the
+// kernels resolve slices exactly as inference did).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+namespace kiln {
+
+/// Registers the indexing and sorting half of the transform family (transform_index.cpp).
+void register_transform_index_ops();
+
+namespace transform {
+
+struct SliceDim {
+  int64_t start = 0;  // first input index taken
+  int64_t count = 0;  // number of elements taken
+};
+
+/// Python slicing of a dim of size n: negative start/stop count from the end, out-of-range values
+/// clamp. step must not be 0.
+inline SliceDim slice_dim(int64_t n, int64_t start, int64_t stop, int64_t step) {
+  const int64_t lo = step > 0 ? 0 : -1, hi = step > 0 ? n : n - 1;
+  auto resolve = [&](int64_t v) { return std::clamp(v < 0 ? v + n : v, lo, hi); };
+  const int64_t b = resolve(start), e = resolve(stop);
+  const int64_t span = step > 0 ? e - b : b - e;
+  const int64_t s = step > 0 ? step : -step;
+  return {b, span > 0 ? (span + s - 1) / s : 0};
+}
+
+}  // namespace transform
+}  // namespace kiln
