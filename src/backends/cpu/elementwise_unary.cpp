@@ -36,8 +36,9 @@ void sign(KernelContext& ctx) {
     return static_cast<T>((T(0) < x) - (x < T(0)));
   });
 }
+// NaN passes through (NaN < 0 is false), as in PyTorch.
 void relu(KernelContext& ctx) {
-  unary_same(ctx, [](auto x) { return x > decltype(x)(0) ? x : decltype(x)(0); });
+  unary_same(ctx, [](auto x) { return x < decltype(x)(0) ? decltype(x)(0) : x; });
 }
 
 // Rounding is the identity on integers.
@@ -166,7 +167,8 @@ void hardsigmoid(KernelContext& ctx) {
   const double alpha = ctx.attrs().f("alpha"), beta = ctx.attrs().f("beta");
   unary_float(ctx, [=](auto x) {
     using T = decltype(x);
-    return std::max(T(0), std::min(T(1), static_cast<T>(alpha) * x + static_cast<T>(beta)));
+    const T v = static_cast<T>(alpha) * x + static_cast<T>(beta);
+    return v < T(0) ? T(0) : (v > T(1) ? T(1) : v);  // NaN passes through
   });
 }
 }  // namespace
