@@ -78,6 +78,31 @@ double min_ref(double a, double b) {
   return std::isnan(a) || std::isnan(b) ? kNaN : std::fmin(a, b);
 }
 
+TEST(Add, IntegerOverflowWraps) {
+  const double big = std::numeric_limits<int32_t>::max();
+  expect_values(add, i32, {big, -big}, {1, -2}, {-big - 1, big});
+  expect_values(mul, i8, {100, -128}, {3, -1}, {44, -128});
+  expect_values(sub, i16, {-32768}, {1}, {32767});
+}
+
+TEST(Sub, AllDtypesBroadcast) {
+  auto ref = [](double a, double b) { return a - b; };
+  check_binary(sub, ref, f32, {-10, 10, false}, 1e-6, 1e-6);
+  check_binary(sub, ref, i64, {-1000, 1000, false}, 0, 0);
+  // u8 wraps below zero, as numpy
+  check_binary(sub, [](double a, double b) { return std::fmod(a - b + 256, 256); }, u8,
+               {100, 200, false}, 0, 0);
+  check_binary(sub, ref, f16, {-10, 10, false}, 1e-3, 1e-2);
+}
+
+TEST(Mul, AllDtypesBroadcast) {
+  auto ref = [](double a, double b) { return a * b; };
+  check_binary(mul, ref, f64, {-10, 10, false}, 1e-12, 0);
+  check_binary(mul, ref, i32, {-1000, 1000, false}, 0, 0);
+  check_binary(mul, ref, i8, {-11, 11, false}, 0, 0);
+  check_binary(mul, ref, bf16, {-10, 10, false}, 1e-2, 1e-2);
+}
+
 TEST(Div, FloatsDivideTruly) {
   auto ref = [](double a, double b) { return a / b; };
   check_binary(div, ref, f32, {-10, 10, true}, 1e-6, 1e-7);

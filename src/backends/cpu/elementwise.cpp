@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 
 #include "backends/cpu/kernels.h"
 
@@ -57,24 +58,31 @@ template <typename T> T int_pow(T base, T e) {
   return static_cast<T>(r);
 }
 
-void add(KernelContext& ctx) { binary_same(ctx, [](auto a, auto b) { return a + b; }); }
-void sub(KernelContext& ctx) { binary_same(ctx, [](auto a, auto b) { return a - b; }); }
-void mul(KernelContext& ctx) { binary_same(ctx, [](auto a, auto b) { return a * b; }); }
+// a op b for floats; wraps on integer overflow.
+template <typename Op> void arithmetic(KernelContext& ctx, Op op) {
+  binary_same(ctx, [&](auto a, auto b) {
+    if constexpr (kFloat<decltype(a)>) return op(a, b);
+    else return wrapping(a, b, op);
+  });
+}
+void add(KernelContext& ctx) { arithmetic(ctx, std::plus<>()); }
+void sub(KernelContext& ctx) { arithmetic(ctx, std::minus<>()); }
+void mul(KernelContext& ctx) { arithmetic(ctx, std::multiplies<>()); }
 void div(KernelContext& ctx) {
   binary_same(ctx, [](auto a, auto b) {
-    if constexpr (std::is_floating_point_v<decltype(a)>) return a / b;
+    if constexpr (kFloat<decltype(a)>) return a / b;
     else return floor_div(a, b);
   });
 }
 void mod(KernelContext& ctx) {
   binary_same(ctx, [](auto a, auto b) {
-    if constexpr (std::is_floating_point_v<decltype(a)>) return float_mod(a, b);
+    if constexpr (kFloat<decltype(a)>) return float_mod(a, b);
     else return int_mod(a, b);
   });
 }
 void pow(KernelContext& ctx) {
   binary_same(ctx, [](auto a, auto b) {
-    if constexpr (std::is_floating_point_v<decltype(a)>) return std::pow(a, b);
+    if constexpr (kFloat<decltype(a)>) return std::pow(a, b);
     else return int_pow(a, b);
   });
 }
@@ -152,7 +160,7 @@ template <typename F> void classify(KernelContext& ctx, F f) {
   dispatch(ctx.in(0).dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
     unary_map(ctx, ctx.in(0).ptr<T>(), ctx.out(0).ptr<bool>(), ctx.in(0).numel(), [&](T x) {
-      if constexpr (std::is_floating_point_v<T>) return static_cast<bool>(f(x));
+      if constexpr (kFloat<T>) return static_cast<bool>(f(x));
       else return false;
     });
   });

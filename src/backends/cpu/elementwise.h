@@ -13,6 +13,15 @@ template <typename T> T wrap_neg(T x) {
   return static_cast<T>(U(0) - static_cast<U>(x));
 }
 
+template <typename T> constexpr bool kFloat = std::is_floating_point_v<T>;
+
+/// op(a, b) for integers in unsigned arithmetic (at least int wide), so overflow wraps like numpy
+/// instead of being undefined.
+template <typename T, typename Op> T wrapping(T a, T b, Op op) {
+  using U = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
+  return static_cast<T>(op(static_cast<U>(a), static_cast<U>(b)));
+}
+
 /// out = f(a, b) of the dtype of input 0 (bool excluded) with broadcasting.
 template <typename F> void binary_same(KernelContext& ctx, F f) {
   dispatch(ctx.in(0).dtype, ctx.op_name(), [&](auto t) {

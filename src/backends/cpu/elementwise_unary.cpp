@@ -10,8 +10,6 @@
 namespace kiln::cpu {
 
 namespace {
-template <typename T> constexpr bool kFloat = std::is_floating_point_v<T>;
-
 void neg(KernelContext& ctx) {
   unary_same(ctx, [](auto x) {
     if constexpr (kFloat<decltype(x)>) return -x;
