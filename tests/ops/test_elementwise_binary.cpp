@@ -1,6 +1,7 @@
 // Binary elementwise ops (div pow maximum minimum mod), comparisons and logic: float64
 // references on fresh random inputs, numpy's integer semantics, broadcasting both ways, empty
 // and scalar operands, and errors.
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -83,6 +84,18 @@ TEST(Add, IntegerOverflowWraps) {
   expect_values(add, i32, {big, -big}, {1, -2}, {-big - 1, big});
   expect_values(mul, i8, {100, -128}, {3, -1}, {44, -128});
   expect_values(sub, i16, {-32768}, {1}, {32767});
+}
+
+TEST(Add, DynamicDimsResolveAtCompile) {
+  Graph g;
+  auto a = g.placeholder({-1, 3}, f32, "a");
+  auto b = g.placeholder({3}, f32, "b");
+  auto y = maximum(a, b) + exp(a);
+  EXPECT_EQ(to_string(y.shape()), to_string(Shape{-1, 3}));
+  Array va = random_array({4, 3}, f32), vb = random_array({3}, f32);
+  auto ref = ref_binary(va, vb, {4, 3},
+                        [](double x, double z) { return std::max(x, z) + std::exp(x); });
+  expect_close(eval1(g, y, {{a, va}, {b, vb}}), {4, 3}, ref, 1e-6, 1e-6);
 }
 
 TEST(Sub, AllDtypesBroadcast) {

@@ -7,13 +7,14 @@
 
 namespace kiln::cpu {
 
+/// Whether a kernel's element type is a float (f32, f64); otherwise it is an integer or bool.
+template <typename T> constexpr bool kFloat = std::is_floating_point_v<T>;
+
 /// -x for integers with two's complement wrap-around (no UB on the minimum value).
 template <typename T> T wrap_neg(T x) {
   using U = std::make_unsigned_t<T>;
   return static_cast<T>(U(0) - static_cast<U>(x));
 }
-
-template <typename T> constexpr bool kFloat = std::is_floating_point_v<T>;
 
 /// op(a, b) for integers in unsigned arithmetic (at least int wide), so overflow wraps like numpy
 /// instead of being undefined.
