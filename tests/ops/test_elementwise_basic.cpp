@@ -1,5 +1,5 @@
-// Add, Sub, Mul, Neg, Exp, Relu, Cast: the first elementwise tests (the family grows in
-// test_elementwise.cpp).
+// Add, Sub, Mul, Neg, Exp, Relu, Cast: the first elementwise tests (the rest of the family is in
+// test_elementwise_unary.cpp, _binary.cpp and _select.cpp).
 #include <cmath>
 
 #include "support/reference.h"

@@ -1,4 +1,6 @@
 // Elementwise ops. Binary ops broadcast as numpy does and promote dtypes with kiln::promote.
+// Integer arithmetic wraps on overflow (as numpy). Float-only ops (exp through sigmoid, and
+// leaky_relu through erf) throw DTypeError for integer inputs. f16/bf16 compute in f32.
 #pragma once
 
 #include <limits>
@@ -10,16 +12,20 @@ namespace kiln {
 Tensor add(const Tensor& a, const Tensor& b);
 Tensor sub(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);
-/// True division for floats; integers divide toward negative infinity (numpy floor_divide).
+/// True division for floats; integers divide toward negative infinity (numpy floor_divide),
+/// and integer x / 0 = 0 (numpy warns and gives 0).
 Tensor div(const Tensor& a, const Tensor& b);
+/// Integers to a negative power truncate: 1 and -1 keep their value, other bases give 0.
 Tensor pow(const Tensor& a, const Tensor& b);
 Tensor maximum(const Tensor& a, const Tensor& b);  // NaN propagates
 Tensor minimum(const Tensor& a, const Tensor& b);  // NaN propagates
-/// Remainder with the sign of the divisor (numpy.mod / Python %).
+/// Remainder with the sign of the divisor (numpy.mod / Python %); integer x mod 0 = 0, and
+/// float x mod 0 = NaN.
 Tensor mod(const Tensor& a, const Tensor& b);
 
-Tensor neg(const Tensor& x);
+Tensor neg(const Tensor& x);  // signed dtypes
 Tensor abs(const Tensor& x);
+/// -1, 0 or 1 (NaN stays NaN).
 Tensor sign(const Tensor& x);
 Tensor exp(const Tensor& x);
 Tensor log(const Tensor& x);
@@ -32,7 +38,7 @@ Tensor sin(const Tensor& x);
 Tensor cos(const Tensor& x);
 Tensor tanh(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
-Tensor relu(const Tensor& x);
+Tensor relu(const Tensor& x);  // signed dtypes; NaN stays NaN
 Tensor leaky_relu(const Tensor& x, double alpha = 0.01);
 Tensor elu(const Tensor& x, double alpha = 1.0);
 Tensor selu(const Tensor& x);
@@ -49,11 +55,14 @@ Tensor hardsigmoid(const Tensor& x, double alpha = 1.0 / 6.0, double beta = 0.5)
 Tensor erf(const Tensor& x);
 Tensor floor(const Tensor& x);
 Tensor ceil(const Tensor& x);
-/// Round half to even (numpy.round).
+/// Round half to even (numpy.round). floor, ceil and round keep integers as they are.
 Tensor round(const Tensor& x);
+/// min(max(x, lo), hi); needs lo <= hi (ValueError otherwise). On integers the bounds become the
+/// nearest representable values inside [lo, hi]. NaN stays NaN.
 Tensor clip(const Tensor& x, double lo = -std::numeric_limits<double>::infinity(),
             double hi = std::numeric_limits<double>::infinity());
 
+/// Comparisons promote both inputs, then compare; the result is bool (NaN compares unequal).
 Tensor equal(const Tensor& a, const Tensor& b);
 Tensor not_equal(const Tensor& a, const Tensor& b);
 Tensor less(const Tensor& a, const Tensor& b);
@@ -65,9 +74,10 @@ Tensor logical_and(const Tensor& a, const Tensor& b);
 Tensor logical_or(const Tensor& a, const Tensor& b);
 Tensor logical_xor(const Tensor& a, const Tensor& b);
 Tensor logical_not(const Tensor& x);
-/// cond ? x : y, broadcasting all three.
+/// cond ? x : y, broadcasting all three; cond is bool, x and y are promoted.
 Tensor where(const Tensor& cond, const Tensor& x, const Tensor& y);
 Tensor cast(const Tensor& x, DType dtype);
+/// bool results; always false for integers.
 Tensor isnan(const Tensor& x);
 Tensor isinf(const Tensor& x);
 

@@ -90,11 +90,24 @@ void for_each_broadcast(const KernelContext& ctx, const Shape& out,
   });
 }
 
+/// body(i) for i in [b, e), for elementwise loops whose output and inputs are disjoint or the very
+/// same buffer (in-place): no iteration depends on another. Constant-length blocks plus ivdep let
+/// GCC's -O2 cost model vectorize without runtime alias checks or a vector epilogue.
+template <typename B> inline void elementwise_loop(int64_t b, int64_t e, B&& body) {
+  constexpr int64_t kBlock = 16;
+  int64_t i = b;
+  for (; i + kBlock <= e; i += kBlock) {
+#pragma GCC ivdep
+    for (int64_t j = 0; j < kBlock; ++j) body(i + j);
+  }
+  for (; i < e; ++i) body(i);
+}
+
 /// Elementwise map out[i] = f(in[i]) over contiguous data, in parallel.
 template <typename TI, typename TO, typename F>
 void unary_map(const KernelContext& ctx, const TI* in, TO* out, int64_t n, F&& f) {
   ctx.parallel_for(n, 16384, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) out[i] = f(in[i]);
+    elementwise_loop(b, e, [&](int64_t i) { out[i] = f(in[i]); });
   });
 }
 
@@ -108,17 +121,17 @@ void binary_map(const KernelContext& ctx, const TensorView& a, const TensorView&
   const int64_t n = o.numel();
   if (a.shape == o.shape && b.shape == o.shape) {
     ctx.parallel_for(n, 16384, [&](int64_t s, int64_t e) {
-      for (int64_t i = s; i < e; ++i) po[i] = f(pa[i], pb[i]);
+      elementwise_loop(s, e, [&](int64_t i) { po[i] = f(pa[i], pb[i]); });
     });
   } else if (a.shape == o.shape && b.numel() == 1) {
     const TB bv = pb[0];
     ctx.parallel_for(n, 16384, [&](int64_t s, int64_t e) {
-      for (int64_t i = s; i < e; ++i) po[i] = f(pa[i], bv);
+      elementwise_loop(s, e, [&](int64_t i) { po[i] = f(pa[i], bv); });
     });
   } else if (b.shape == o.shape && a.numel() == 1) {
     const TA av = pa[0];
     ctx.parallel_for(n, 16384, [&](int64_t s, int64_t e) {
-      for (int64_t i = s; i < e; ++i) po[i] = f(av, pb[i]);
+      elementwise_loop(s, e, [&](int64_t i) { po[i] = f(av, pb[i]); });
     });
   } else {
     for_each_broadcast<2>(ctx, o.shape, {&a.shape, &b.shape},
