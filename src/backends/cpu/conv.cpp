@@ -163,25 +163,28 @@ du::CachedPrimitive make_conv_primitive(const ConvGeom& g, const du::Dims& src,
   const auto bias = has_bias ? du::plain_md({g.O}) : dnnl::memory::desc();
   const auto src_any = du::any_md(src), dst_any = du::any_md(dst), wei_any = du::any_md(wei.dims());
   dnnl::primitive prim;
-  dnnl::memory::desc src_md, wei_md, dst_md;
+  dnnl::memory::desc src_md, wei_md, dst_md, scratch_md;
   if (g.transpose) {
     dnnl::deconvolution_forward::desc d(dnnl::prop_kind::forward_inference,
                                         dnnl::algorithm::deconvolution_direct, src_any, wei_any,
                                         bias, dst_any, stride, dil, pad_l, pad_r);
-    dnnl::deconvolution_forward::primitive_desc pd(d, du::engine());
+    dnnl::deconvolution_forward::primitive_desc pd(d, du::attr(), du::engine());
     prim = dnnl::deconvolution_forward(pd);
     src_md = pd.src_desc(), wei_md = pd.weights_desc(), dst_md = pd.dst_desc();
+    scratch_md = pd.scratchpad_desc();
   } else {
     dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference,
                                       dnnl::algorithm::convolution_direct, src_any, wei_any, bias,
                                       dst_any, stride, dil, pad_l, pad_r);
-    dnnl::convolution_forward::primitive_desc pd(d, du::engine());
+    dnnl::convolution_forward::primitive_desc pd(d, du::attr(), du::engine());
     prim = dnnl::convolution_forward(pd);
     src_md = pd.src_desc(), wei_md = pd.weights_desc(), dst_md = pd.dst_desc();
+    scratch_md = pd.scratchpad_desc();
   }
   du::CachedPrimitive c{prim,
                         {du::make_arg(DNNL_ARG_SRC, du::plain_md(src), src_md),
-                         du::make_arg(DNNL_ARG_WEIGHTS, wei, wei_md)}};
+                         du::make_arg(DNNL_ARG_WEIGHTS, wei, wei_md)},
+                        scratch_md};
   if (has_bias) c.args.push_back(du::make_arg(DNNL_ARG_BIAS, bias, bias));
   c.args.push_back(du::make_arg(DNNL_ARG_DST, du::plain_md(dst), dst_md, true));
   return c;

@@ -52,11 +52,17 @@ void run(const CachedPrimitive& p, const std::vector<void*>& buffers) {
   size_t scratch_bytes = 0;
   for (const Arg& a : p.args)
     if (a.reorder) scratch_bytes += round_up(a.chosen.get_size());
+  const size_t pad_bytes = round_up(p.scratchpad.get_size());
+  scratch_bytes += pad_bytes;
   char* scratch = scratch_bytes ? thread_scratch(scratch_bytes) : nullptr;
 
   dnnl::stream s(engine());
   std::unordered_map<int, dnnl::memory> args;
   std::vector<std::pair<const Arg*, dnnl::memory>> outputs;
+  if (pad_bytes) {
+    args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(p.scratchpad, engine(), scratch));
+    scratch += pad_bytes;
+  }
   for (size_t i = 0; i < p.args.size(); ++i) {
     const Arg& a = p.args[i];
     dnnl::memory user(a.user, engine(), buffers[i]);
@@ -77,6 +83,15 @@ void run(const CachedPrimitive& p, const std::vector<void*>& buffers) {
   s.wait();
 }
 }  // namespace
+
+const dnnl::primitive_attr& attr() {
+  static const dnnl::primitive_attr a = [] {
+    dnnl::primitive_attr r;
+    r.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    return r;
+  }();
+  return a;
+}
 
 const dnnl::engine& engine() {
   static const dnnl::engine e(dnnl::engine::kind::cpu, 0);

@@ -35,7 +35,13 @@ Arg make_arg(int id, const dnnl::memory::desc& user, const dnnl::memory::desc& c
 struct CachedPrimitive {
   dnnl::primitive prim;
   std::vector<Arg> args;
+  /// The primitive's scratchpad, given per call from per-thread memory so that several threads
+  /// can run one primitive at once (the library-managed scratchpad is shared).
+  dnnl::memory::desc scratchpad;
 };
+
+/// Attributes every kiln primitive is made with (user-managed scratchpad).
+const dnnl::primitive_attr& attr();
 
 /// The cached primitive under `key` (the op id, then every shape and attribute the primitive
 /// depends on), made by `make` on a miss. oneDNN errors become

@@ -109,11 +109,12 @@ void matmul_dnnl(KernelContext& ctx, const MatmulDims& d) {
   for (const Shape* s : {&src, &wei, &dst}) key.insert(key.end(), s->begin(), s->end());
   auto p = du::cached(ctx.op_name(), key, [&] {
     auto s = du::plain_md(src), w = du::plain_md(wei), o = du::plain_md(dst);
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(s, w, o), du::engine());
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(s, w, o), du::attr(), du::engine());
     return du::CachedPrimitive{
         dnnl::matmul(pd),
         {du::make_arg(DNNL_ARG_SRC, s, s), du::make_arg(DNNL_ARG_WEIGHTS, w, w),
-         du::make_arg(DNNL_ARG_DST, o, o, true)}};
+         du::make_arg(DNNL_ARG_DST, o, o, true)},
+        pd.scratchpad_desc()};
   });
   du::execute(ctx.op_name(), *p, {ctx.in(0).data, ctx.in(1).data, ctx.out(0).data});
 }
@@ -151,9 +152,10 @@ void linear_dnnl(KernelContext& ctx, int64_t M, int64_t K, int64_t N) {
   auto p = du::cached(ctx.op_name(), key, [&] {
     auto s = du::plain_md({M, K}), w = du::strided_md({K, N}, {1, K}), o = du::plain_md({M, N});
     auto b = has_bias ? du::plain_md({1, N}) : dnnl::memory::desc();
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(s, w, b, o), du::engine());
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(s, w, b, o), du::attr(), du::engine());
     du::CachedPrimitive c{dnnl::matmul(pd),
-                          {du::make_arg(DNNL_ARG_SRC, s, s), du::make_arg(DNNL_ARG_WEIGHTS, w, w)}};
+                          {du::make_arg(DNNL_ARG_SRC, s, s), du::make_arg(DNNL_ARG_WEIGHTS, w, w)},
+                          pd.scratchpad_desc()};
     if (has_bias) c.args.push_back(du::make_arg(DNNL_ARG_BIAS, b, b));
     c.args.push_back(du::make_arg(DNNL_ARG_DST, o, o, true));
     return c;
