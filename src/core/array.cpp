@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/errors.h"
+#include "core/host_allocator.h"
 
 namespace kiln {
 
@@ -14,12 +15,10 @@ Storage::~Storage() {
 namespace {
 std::shared_ptr<Storage> host_alloc(size_t bytes) {
   auto s = std::make_shared<Storage>();
-  size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
-  s->data = std::aligned_alloc(64, rounded);
-  if (!s->data) fail<OutOfMemory>("[Array] host allocation of {} bytes failed", bytes);
+  s->data = host::allocate(bytes);
   s->bytes = bytes;
   s->device = Device::cpu();
-  s->deleter = [](void* p) { std::free(p); };
+  s->deleter = [bytes](void* p) { host::release(p, bytes); };
   return s;
 }
 
