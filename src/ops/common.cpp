@@ -62,6 +62,15 @@ void require_rank(const InferContext& ctx, int input, int lo, int hi) {
   }
 }
 
+bool dims_match(int64_t a, int64_t b) { return a == b || a < 0 || b < 0; }
+
+bool shapes_match(const Shape& a, const Shape& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (!dims_match(a[i], b[i])) return false;
+  return true;
+}
+
 void add_optional(std::vector<Tensor>& inputs, Attrs& attrs, const char* name,
                   const std::optional<Tensor>& t) {
   attrs.set(std::string("has_") + name, t.has_value());

@@ -27,6 +27,10 @@ Shape broadcast_infer(const InferContext& ctx, int first = 0, int count = -1);
 void require_dtype(const InferContext& ctx, int input, DTypeSet ok, const char* what);
 /// Throws ShapeError unless input `i` has rank in [lo, hi].
 void require_rank(const InferContext& ctx, int input, int lo, int hi);
+/// Dims equal, or either unknown (-1) until compile.
+bool dims_match(int64_t a, int64_t b);
+/// Same rank and every pair of dims matches.
+bool shapes_match(const Shape& a, const Shape& b);
 /// Appends optional tensors and records which are present as bool attrs ("has_<name>").
 void add_optional(std::vector<Tensor>& inputs, Attrs& attrs, const char* name,
                   const std::optional<Tensor>& t);

@@ -36,14 +36,6 @@ std::vector<TensorInfo> reduced(const InferContext& ctx, Shape shape) {
   return {{r == "none" ? std::move(shape) : Shape{}, ctx.inputs[0].dtype}};
 }
 
-bool dims_match(int64_t a, int64_t b) { return a == b || a < 0 || b < 0; }
-bool shapes_match(const Shape& a, const Shape& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (!dims_match(a[i], b[i])) return false;
-  return true;
-}
-
 Shape without_axis(const Shape& s, int64_t axis) {
   Shape r = s;
   r.erase(r.begin() + axis);

@@ -18,15 +18,6 @@ using namespace ops;
 
 namespace {
 
-bool dims_match(int64_t a, int64_t b) { return a == b || a < 0 || b < 0; }
-
-bool shapes_match(const Shape& a, const Shape& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (!dims_match(a[i], b[i])) return false;
-  return true;
-}
-
 // Names of inputs 1.. : the op's fixed parameters, then the optional ones present.
 std::vector<const char*> param_names(const InferContext& ctx, std::vector<const char*> fixed) {
   if (ctx.attrs.b("has_weight", false)) fixed.push_back("weight");

@@ -2,6 +2,16 @@
 
 namespace kiln::cpu {
 
+AxisSplit split_at(const Shape& s, int64_t axis) {
+  AxisSplit r;
+  for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d) {
+    if (d < axis) r.outer *= s[d];
+    else if (d == axis) r.len = s[d];
+    else r.inner *= s[d];
+  }
+  return r;
+}
+
 std::vector<int64_t> broadcast_strides(const Shape& in, const Shape& out) {
   std::vector<int64_t> s(out.size(), 0);
   const auto cs = contiguous_strides(in);

@@ -45,6 +45,14 @@ template <typename F> void dispatch_index(DType t, const char* op, F&& f) {
   }
 }
 
+/// A dense tensor viewed as (outer, len, inner) around one axis; element (o, i, j) is at
+/// (o * len + i) * inner + j, and position p = o * inner + j starts its row at base(p).
+struct AxisSplit {
+  int64_t outer = 1, len = 1, inner = 1;
+  int64_t base(int64_t p) const { return (p / inner) * len * inner + p % inner; }
+};
+AxisSplit split_at(const Shape& s, int64_t axis);
+
 /// Strides (in elements) of `in` broadcast to `out`: 0 along broadcast dims.
 std::vector<int64_t> broadcast_strides(const Shape& in, const Shape& out);
 

@@ -51,24 +51,6 @@ void write_losses(const KernelContext& ctx, int64_t n, int64_t count, F&& loss) 
 
 // ---- softmax_cross_entropy ----
 
-// Logits (outer, classes, inner) around the class axis; position p = o * inner + j.
-struct ClassSplit {
-  int64_t outer = 1, classes = 1, inner = 1;
-  int64_t base(int64_t p) const { return (p / inner) * classes * inner + p % inner; }
-};
-ClassSplit split_classes(const Shape& s, int64_t axis) {
-  ClassSplit r;
-  for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d) {
-    if (d < axis)
-      r.outer *= s[d];
-    else if (d == axis)
-      r.classes = s[d];
-    else
-      r.inner *= s[d];
-  }
-  return r;
-}
-
 // Checked before the parallel loops: labels index a class, or equal ignore_index when allowed.
 template <typename L>
 int64_t check_indices(const char* op, const L* labels, int64_t n, int64_t classes,
@@ -97,7 +79,7 @@ double logsumexp(const T* x, int64_t classes, int64_t stride) {
 
 void softmax_cross_entropy(KernelContext& ctx) {
   const TensorView &x = ctx.in(0), &labels = ctx.in(1);
-  const ClassSplit s = split_classes(x.shape, ctx.attrs().i("axis"));
+  const AxisSplit s = split_at(x.shape, ctx.attrs().i("axis"));
   const int64_t n = s.outer * s.inner;
   dispatch_float(x.dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
@@ -107,9 +89,9 @@ void softmax_cross_entropy(KernelContext& ctx) {
       const T* pl = labels.ptr<T>();
       write_losses<T>(ctx, n, n, [&](int64_t p) {
         const int64_t b = s.base(p);
-        const double lse = logsumexp(px + b, s.classes, s.inner);
+        const double lse = logsumexp(px + b, s.len, s.inner);
         double l = 0;
-        for (int64_t k = 0; k < s.classes; ++k)
+        for (int64_t k = 0; k < s.len; ++k)
           l += pl[b + k * s.inner] * (lse - px[b + k * s.inner]);
         return l;
       });
@@ -118,10 +100,10 @@ void softmax_cross_entropy(KernelContext& ctx) {
     dispatch_index(labels.dtype, ctx.op_name(), [&](auto li) {
       using L = decltype(li);
       const L* pl = labels.ptr<L>();
-      check_indices(ctx.op_name(), pl, n, s.classes, std::nullopt);
+      check_indices(ctx.op_name(), pl, n, s.len, std::nullopt);
       write_losses<T>(ctx, n, n, [&](int64_t p) {
         const int64_t b = s.base(p);
-        return logsumexp(px + b, s.classes, s.inner) - px[b + pl[p] * s.inner];
+        return logsumexp(px + b, s.len, s.inner) - px[b + pl[p] * s.inner];
       });
     });
   });
@@ -131,7 +113,7 @@ void softmax_cross_entropy(KernelContext& ctx) {
 
 void nll(KernelContext& ctx) {
   const TensorView &x = ctx.in(0), &target = ctx.in(1);
-  const ClassSplit s = split_classes(x.shape, x.rank() == 1 ? 0 : 1);
+  const AxisSplit s = split_at(x.shape, x.rank() == 1 ? 0 : 1);
   const int64_t n = s.outer * s.inner, ignore = ctx.attrs().i("ignore_index");
   dispatch_float(x.dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
@@ -139,7 +121,7 @@ void nll(KernelContext& ctx) {
     dispatch_index(target.dtype, ctx.op_name(), [&](auto ti) {
       using L = decltype(ti);
       const L* pt = target.ptr<L>();
-      const int64_t counted = check_indices(ctx.op_name(), pt, n, s.classes, ignore);
+      const int64_t counted = check_indices(ctx.op_name(), pt, n, s.len, ignore);
       write_losses<T>(ctx, n, counted, [&](int64_t p) {
         return pt[p] == ignore ? 0.0 : -static_cast<double>(px[s.base(p) + pt[p] * s.inner]);
       });

@@ -12,23 +12,6 @@ namespace {
 
 // ---- softmax / log_softmax ----
 
-// x viewed as (outer, len, inner) around `axis` (a scalar is one row of one element).
-struct AxisSplit {
-  int64_t outer = 1, len = 1, inner = 1;
-};
-AxisSplit split_at(const Shape& s, int64_t axis) {
-  AxisSplit r;
-  for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d) {
-    if (d < axis)
-      r.outer *= s[d];
-    else if (d == axis)
-      r.len = s[d];
-    else
-      r.inner *= s[d];
-  }
-  return r;
-}
-
 // Lanes of `inner` processed together, so a softmax over a non-last axis reads whole cache lines.
 constexpr int64_t kLanes = 64;
 
