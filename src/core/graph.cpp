@@ -118,9 +118,10 @@ std::string Graph::dump() const {
   for (size_t i = 0; i < impl_->nodes.size(); ++i) {
     const auto& n = impl_->nodes[i];
     os << "%" << i << " = " << op_name(n.op) << "(";
-    for (size_t j = 0; j < n.inputs.size(); ++j)
-      os << (j ? ", " : "") << "%" << n.inputs[j].node
-         << (n.inputs[j].index ? ":" + std::to_string(n.inputs[j].index) : "");
+    for (size_t j = 0; j < n.inputs.size(); ++j) {
+      os << (j ? ", " : "") << "%" << n.inputs[j].node;
+      if (n.inputs[j].index) os << ":" << n.inputs[j].index;
+    }
     os << ")";
     if (!n.attrs.items().empty()) os << " {" << n.attrs.to_string() << "}";
     for (auto& o : n.outputs) os << " -> " << name(o.dtype) << to_string(o.shape);
