@@ -6,6 +6,7 @@
 #include "kiln/device.h"
 #include "kiln/dtype.h"
 #include "kiln/error.h"
+#include "kiln/autodiff.h"
 #include "kiln/executable.h"
 #include "kiln/graph.h"
 #include "kiln/ops/core.h"

@@ -1,6 +1,7 @@
 // The op registry: one OpDef per op of op_list.inc, filled by the family files in src/ops/.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,25 @@ struct InferContext {
 };
 using InferFn = std::vector<TensorInfo> (*)(const InferContext&);
 
+/// What a gradient rule sees: the node's inputs and outputs as Tensors, its attributes, and the
+/// incoming gradient of each output (nullopt where none flows).
+struct VjpContext {
+  OpId op;
+  Attrs attrs;
+  std::vector<Tensor> inputs;
+  std::vector<Tensor> outputs;
+  std::vector<std::optional<Tensor>> cotangents;
+  const char* name() const { return op_name(op); }
+  /// The cotangent of output i, or zeros of its shape.
+  Tensor cotangent_or_zeros(int i) const;
+};
+/// Returns one gradient per input, written with kiln ops (nullopt: none, e.g. for indices).
+/// Each gradient must have its input's shape; autodiff casts it to the input's dtype.
+using VjpFn = std::vector<std::optional<Tensor>> (*)(const VjpContext&);
+
+/// Whether an op has a gradient rule. Every op must decide: `undecided` fails a test.
+enum class GradKind : uint8_t { undecided, rule, none };
+
 struct OpDef {
   OpId id{};
   InferFn infer = nullptr;
@@ -28,7 +48,13 @@ struct OpDef {
   /// Output 0 is a view of input 0 (same bytes, another shape): no copy, no new buffer.
   bool alias_input0 = false;
 
+  /// The gradient rule (or GradKind::none for ops whose outputs are not differentiable).
+  GradKind grad_kind = GradKind::undecided;
+  VjpFn vjp = nullptr;
+
   OpDef& set_infer(InferFn f) { infer = f; return *this; }
+  OpDef& grad(VjpFn f) { vjp = f; grad_kind = GradKind::rule; return *this; }
+  OpDef& not_differentiable() { grad_kind = GradKind::none; return *this; }
   OpDef& impure() { pure = false; return *this; }
   OpDef& inplace(int input) { inplace_input = input; return *this; }
   OpDef& alias() { alias_input0 = true; return *this; }

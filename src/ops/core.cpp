@@ -31,10 +31,11 @@ std::vector<TensorInfo> infer_arange(const InferContext& ctx) {
 }  // namespace
 
 void register_core_ops() {
-  define_op(OpId::Placeholder).set_infer(infer_placeholder);
-  define_op(OpId::Constant).set_infer(infer_constant);
-  define_op(OpId::Full).set_infer(infer_full);
-  define_op(OpId::Arange).set_infer(infer_arange);
+  // sources: nothing to differentiate through
+  define_op(OpId::Placeholder).set_infer(infer_placeholder).not_differentiable();
+  define_op(OpId::Constant).set_infer(infer_constant).not_differentiable();
+  define_op(OpId::Full).set_infer(infer_full).not_differentiable();
+  define_op(OpId::Arange).set_infer(infer_arange).not_differentiable();
 }
 
 Tensor constant(Graph& g, const Array& value) { return g.constant(value); }

@@ -11,6 +11,7 @@
 
 #include <cmath>
 
+#include "kiln/autodiff.h"
 #include "kiln/ops/core.h"
 #include "ops/common.h"
 
@@ -116,6 +117,31 @@ Tensor binary(OpId op, const Tensor& a, const Tensor& b) {
   DType t = promote(a.dtype(), b.dtype());
   return make_node1(op, {cast_to(a, t), cast_to(b, t)});
 }
+
+// ---- gradient rules (written with kiln ops; broadcasting's gradient is sum_to_shape) ----
+
+using Grads = std::vector<std::optional<Tensor>>;
+
+Grads vjp_add(const VjpContext& c) {
+  const Tensor& g = *c.cotangents[0];
+  return {sum_to_shape(g, c.inputs[0].shape()), sum_to_shape(g, c.inputs[1].shape())};
+}
+Grads vjp_sub(const VjpContext& c) {
+  const Tensor& g = *c.cotangents[0];
+  return {sum_to_shape(g, c.inputs[0].shape()), sum_to_shape(-g, c.inputs[1].shape())};
+}
+Grads vjp_mul(const VjpContext& c) {
+  const Tensor& g = *c.cotangents[0];
+  return {sum_to_shape(g * c.inputs[1], c.inputs[0].shape()),
+          sum_to_shape(g * c.inputs[0], c.inputs[1].shape())};
+}
+Grads vjp_neg(const VjpContext& c) { return {-*c.cotangents[0]}; }
+Grads vjp_exp(const VjpContext& c) { return {*c.cotangents[0] * c.outputs[0]}; }
+// float <-> float casts pass the gradient back; from integers there is none to pass
+Grads vjp_cast(const VjpContext& c) {
+  if (!is_floating(c.inputs[0].dtype())) return {std::nullopt};
+  return {cast(*c.cotangents[0], c.inputs[0].dtype())};
+}
 }  // namespace
 
 void register_elementwise_ops() {
@@ -147,6 +173,13 @@ void register_elementwise_ops() {
   define_op(OpId::Cast).set_infer(infer_cast);
   define_op(OpId::IsNan).set_infer(infer_classify);
   define_op(OpId::IsInf).set_infer(infer_classify);
+
+  define_op(OpId::Add).grad(vjp_add);
+  define_op(OpId::Sub).grad(vjp_sub);
+  define_op(OpId::Mul).grad(vjp_mul);
+  define_op(OpId::Neg).grad(vjp_neg);
+  define_op(OpId::Exp).grad(vjp_exp);
+  define_op(OpId::Cast).grad(vjp_cast);
 }
 
 Tensor add(const Tensor& a, const Tensor& b) { return binary(OpId::Add, a, b); }

@@ -10,6 +10,7 @@
 #include "kiln/ops/reduce.h"
 
 #include "kiln/ops/elementwise.h"
+#include "kiln/ops/transform.h"
 #include "ops/common.h"
 
 namespace kiln {
@@ -88,6 +89,19 @@ std::vector<TensorInfo> infer_cumsum(const InferContext& ctx) {
 // Sum-like ops of bool count in i64, as numpy does.
 Tensor widen_bool(const Tensor& x) { return x.dtype() == boolean ? cast(x, i64) : x; }
 
+// ---- gradient rules ----
+
+using Grads = std::vector<std::optional<Tensor>>;
+
+// The cotangent of a reduction reshaped to keepdims form and broadcast back to the input.
+Tensor expand_back(const VjpContext& c, const Tensor& g) {
+  const Shape in = c.inputs[0].shape();
+  Shape kept = reduced_shape(in, c.attrs.ints("axes"), /*keepdims=*/true);
+  Tensor k = g.shape() == kept ? g : reshape(g, kept);
+  return broadcast_to(k, in);
+}
+Grads vjp_sum(const VjpContext& c) { return {expand_back(c, *c.cotangents[0])}; }
+
 Tensor reduce(OpId op, const Tensor& x, const Axes& axes, bool keepdims) {
   auto resolved = resolve_axes(op_name(op), axes, x.shape());
   return make_node1(op, {x}, {{"axes", resolved}, {"keepdims", keepdims}});
@@ -99,7 +113,7 @@ Tensor arg_reduce(OpId op, const Tensor& x, int64_t axis, bool keepdims) {
 }  // namespace
 
 void register_reduce_ops() {
-  define_op(OpId::Sum).set_infer(infer_reduce_numeric);
+  define_op(OpId::Sum).set_infer(infer_reduce_numeric).grad(vjp_sum);
   define_op(OpId::Prod).set_infer(infer_reduce_numeric);
   define_op(OpId::Mean).set_infer(infer_reduce_float);
   define_op(OpId::Logsumexp).set_infer(infer_reduce_float);
