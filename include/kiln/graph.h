@@ -90,10 +90,30 @@ class Graph {
   /// A 0-d constant.
   Tensor scalar(double value, DType dtype = f32);
 
+  /// A variable: a value that lives across runs, starting as a copy of `initial`. Every
+  /// executable compiled from this graph reads and updates the same data (see kiln::assign).
+  /// Names are unique within a graph (empty: "variable<N>").
+  Tensor variable(const Array& initial, const std::string& name = "");
+  /// Every variable of the graph, in creation order.
+  std::vector<Tensor> variables() const;
+  /// A copy of the variable's current value.
+  Array read_variable(const Tensor& variable) const;
+  /// Replaces the variable's value (same shape and dtype). Not while a run is in flight.
+  void write_variable(const Tensor& variable, const Array& value);
+  /// Writes every variable (name, dtype, shape, data) to a checkpoint file.
+  void save_variables(const std::string& path) const;
+  /// Restores variables from a checkpoint by name. Throws IoError/FormatError on a bad file and
+  /// ShapeError/DTypeError/ValueError when a variable is missing or does not match.
+  void load_variables(const std::string& path);
+
   /// Compiles the part of the graph that `targets` need for `device`.
   /// `feeds` gives the concrete shape of every placeholder that has dynamic dims.
   Executable compile(Device device, const FeedShapes& feeds, const std::vector<Tensor>& targets,
                      const CompileOptions& options = {}) const;
+  /// Same, also running `updates` (assign results, optimizer steps) each run without returning
+  /// them.
+  Executable compile(Device device, const FeedShapes& feeds, const std::vector<Tensor>& targets,
+                     const std::vector<Tensor>& updates, const CompileOptions& options = {}) const;
 
   /// Number of nodes (for tests and tools).
   size_t num_nodes() const;

@@ -1,9 +1,14 @@
-// Placeholder, Constant, Full, Arange.
+// Placeholder, Constant, Full, Arange, Variable, Assign.
 //   full:   attrs shape (ints), value (float), dtype
 //   arange: attrs start, stop, step (floats), dtype
+//   variable: no attrs; its data lives in the node (shared by every executable of the graph)
+//   assign: inputs (variable, value); writes value into the variable when the run reaches it
+//           (after every other reader of the variable) and yields the variable's new value
 #include <cmath>
 
 #include "kiln/ops/core.h"
+#include "kiln/ops/elementwise.h"
+#include "kiln/ops/transform.h"
 #include "ops/common.h"
 
 namespace kiln {
@@ -28,6 +33,13 @@ std::vector<TensorInfo> infer_arange(const InferContext& ctx) {
   double start = ctx.attrs.f("start"), stop = ctx.attrs.f("stop"), step = ctx.attrs.f("step");
   return {{{arange_count(start, stop, step)}, ctx.attrs.dtype("dtype")}};
 }
+std::vector<TensorInfo> infer_assign(const InferContext& ctx) {
+  const TensorInfo &var = ctx.inputs[0], &val = ctx.inputs[1];
+  if (var.shape != val.shape || var.dtype != val.dtype)
+    fail<ShapeError>("[assign] value {} {} does not match variable {} {}", name(val.dtype),
+                     str(val.shape), name(var.dtype), str(var.shape));
+  return {var};
+}
 }  // namespace
 
 void register_core_ops() {
@@ -36,6 +48,9 @@ void register_core_ops() {
   define_op(OpId::Constant).set_infer(infer_constant).not_differentiable();
   define_op(OpId::Full).set_infer(infer_full).not_differentiable();
   define_op(OpId::Arange).set_infer(infer_arange).not_differentiable();
+  // a variable's value changes between runs: never folded or merged
+  define_op(OpId::Variable).set_infer(infer_constant).impure().not_differentiable();
+  define_op(OpId::Assign).set_infer(infer_assign).impure().alias().not_differentiable();
 }
 
 Tensor constant(Graph& g, const Array& value) { return g.constant(value); }
@@ -57,6 +72,14 @@ Tensor arange(Graph& g, double start, double stop, double step, DType dtype) {
   return detail::make_source_node(
       g.impl(), OpId::Arange,
       {{"start", start}, {"stop", stop}, {"step", step}, {"dtype", dtype}})[0];
+}
+
+Tensor assign(const Tensor& variable, const Tensor& value) {
+  if (!variable.valid() || variable.graph_impl()->nodes[variable.node_id()].op != OpId::Variable)
+    fail<ValueError>("[assign] the first input must be a variable made by Graph::variable");
+  Tensor v = value.dtype() == variable.dtype() ? value : cast(value, variable.dtype());
+  if (v.shape() != variable.shape()) v = broadcast_to(v, variable.shape());
+  return make_node1(OpId::Assign, {variable, v});
 }
 
 Tensor scalar_like(const Tensor& x, double value) {

@@ -75,7 +75,7 @@ MemoryPlan plan_memory(const Program& p, const MemoryPlanOptions& opts) {
   plan.slots.resize(nodes.size());
   for (size_t i = 0; i < nodes.size(); ++i) plan.slots[i].resize(nodes[i].outputs.size());
 
-  for (size_t k = 0; k < p.outputs.size(); ++k) {
+  for (size_t k = 0; k < p.num_returned; ++k) {
     ValueSlot& s = plan.slots[p.outputs[k].node][p.outputs[k].index];
     if (s.where == Where::none) s = {Where::output, 0, static_cast<int>(k), -1};
   }
@@ -98,7 +98,11 @@ MemoryPlan plan_memory(const Program& p, const MemoryPlanOptions& opts) {
     for (size_t o = 0; o < n.outputs.size(); ++o) {
       ValueSlot& s = plan.slots[i][o];
       if (n.op == OpId::Placeholder) { s.where = Where::feed; s.index = static_cast<int>(i); continue; }
-      if (n.op == OpId::Constant) { s.where = Where::constant; s.index = static_cast<int>(i); continue; }
+      if (n.op == OpId::Constant || n.op == OpId::Variable) {
+        s.where = Where::constant;  // read where it lives
+        s.index = static_cast<int>(i);
+        continue;
+      }
       if (s.where == Where::output) continue;
       if (o == 0 && def.alias_input0) {
         const ValueSlot& in = plan.slots[n.inputs[0].node][n.inputs[0].index];

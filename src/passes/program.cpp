@@ -22,6 +22,7 @@ int32_t ProgramBuilder::copy(int32_t id) {
 Program ProgramBuilder::finish() {
   out_.outputs.clear();
   for (auto v : src_.outputs) out_.outputs.push_back(remap(v));
+  out_.num_returned = src_.num_returned;
   return std::move(out_);
 }
 
@@ -34,6 +35,7 @@ Program extract_program(const detail::GraphImpl& g, const std::vector<ValueRef>&
   Program src;
   src.graph = g;  // ProgramBuilder reads from a Program
   src.outputs = targets;
+  src.num_returned = targets.size();
   for (size_t i = 0; i < src.graph.nodes.size(); ++i) src.graph.nodes[i].origin = static_cast<int32_t>(i);
   ProgramBuilder b(src);
   for (size_t i = 0; i < g.nodes.size(); ++i)
@@ -61,12 +63,29 @@ void specialize_shapes(Program& p, const std::vector<std::pair<int32_t, Shape>>&
                          n.name, str(s));
       continue;
     }
-    if (n.op == OpId::Constant) continue;
+    if (n.op == OpId::Constant || n.op == OpId::Variable) continue;
     std::vector<TensorInfo> in;
     for (auto v : n.inputs) in.push_back(p.graph.info(v));
     InferContext ctx{n.op, n.attrs, in};
     n.outputs = op_def(n.op).infer(ctx);
   }
+}
+
+Program order_assignments(const Program& p) {
+  const auto& nodes = p.graph.nodes;
+  std::vector<char> late(nodes.size(), 0);
+  bool any = false;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    late[i] = nodes[i].op == OpId::Assign;
+    for (auto v : nodes[i].inputs) late[i] = late[i] || late[v.node];
+    any = any || late[i];
+  }
+  if (!any) return p;
+  ProgramBuilder b(p);
+  for (int pass = 0; pass < 2; ++pass)
+    for (size_t i = 0; i < nodes.size(); ++i)
+      if (late[i] == pass) b.copy(static_cast<int32_t>(i));
+  return b.finish();
 }
 
 void verify_program(const Program& p, const std::string& after_pass) {
@@ -78,7 +97,7 @@ void verify_program(const Program& p, const std::string& after_pass) {
           v.index >= static_cast<int32_t>(nodes[v.node].outputs.size()))
         fail<Error>("[verify] after {}: node %{} ({}) reads invalid value %{}:{}", after_pass, i,
                     op_name(n.op), v.node, v.index);
-    if (n.op == OpId::Placeholder || n.op == OpId::Constant) continue;
+    if (n.op == OpId::Placeholder || n.op == OpId::Constant || n.op == OpId::Variable) continue;
     std::vector<TensorInfo> in;
     for (auto v : n.inputs) in.push_back(p.graph.info(v));
     InferContext ctx{n.op, n.attrs, in};

@@ -12,7 +12,10 @@ namespace kiln {
 
 struct Program {
   detail::GraphImpl graph;
+  /// Values to produce: the first `num_returned` are returned by runs; the rest (updates) only
+  /// keep their nodes alive.
   std::vector<detail::ValueRef> outputs;
+  size_t num_returned = 0;
 };
 
 /// Copies the nodes of `g` that `targets` need, in order; each copy records its origin.
@@ -30,6 +33,9 @@ using NodeEvaluator =
 Program fold_constants(const Program& p, const NodeEvaluator& eval);
 Program eliminate_common_subexpressions(const Program& p);
 Program eliminate_dead_code(const Program& p);
+/// Moves every assign (and whatever reads its result) after all other nodes, so each read of a
+/// variable in a run sees the value it had when the run started.
+Program order_assignments(const Program& p);
 
 /// Helper for passes: copies nodes into a new program with remapped inputs.
 class ProgramBuilder {

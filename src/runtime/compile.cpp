@@ -21,16 +21,24 @@ void run_pass(Program& p, const char* name, Program (*pass)(const Program&)) {
 
 Executable Graph::compile(Device device, const FeedShapes& feeds, const std::vector<Tensor>& targets,
                           const CompileOptions& options) const {
-  if (targets.empty()) fail<ValueError>("[compile] no targets given");
+  return compile(device, feeds, targets, {}, options);
+}
+
+Executable Graph::compile(Device device, const FeedShapes& feeds, const std::vector<Tensor>& targets,
+                          const std::vector<Tensor>& updates, const CompileOptions& options) const {
+  if (targets.empty() && updates.empty()) fail<ValueError>("[compile] no targets given");
   if (device.kind != Device::Kind::cpu)
     fail<UnsupportedError>("[compile] no backend can run graphs on {} in this build yet",
                            device.str());
   std::vector<ValueRef> outs;
-  for (size_t i = 0; i < targets.size(); ++i) {
-    if (targets[i].graph_impl() != impl_.get())
-      fail<ValueError>("[compile] target {} belongs to another graph", i);
-    outs.push_back({targets[i].node_id(), targets[i].output_index()});
-  }
+  for (const auto* list : {&targets, &updates})
+    for (size_t i = 0; i < list->size(); ++i) {
+      const Tensor& t = (*list)[i];
+      if (t.graph_impl() != impl_.get())
+        fail<ValueError>("[compile] {} {} belongs to another graph",
+                         list == &targets ? "target" : "update", i);
+      outs.push_back({t.node_id(), t.output_index()});
+    }
   std::vector<std::pair<int32_t, Shape>> shapes;
   for (auto& [t, s] : feeds) {
     if (t.graph_impl() != impl_.get())
@@ -46,6 +54,7 @@ Executable Graph::compile(Device device, const FeedShapes& feeds, const std::vec
   impl->source = impl_.get();
   impl->options = options;
   Program p = extract_program(*impl_, outs);
+  p.num_returned = targets.size();
   specialize_shapes(p, shapes);
   if (options.optimize) {
     p = fold_constants(p, evaluate_node_cpu);
@@ -55,6 +64,7 @@ Executable Graph::compile(Device device, const FeedShapes& feeds, const std::vec
     run_pass(p, "cse", eliminate_common_subexpressions);
     run_pass(p, "dce", eliminate_dead_code);
   }
+  run_pass(p, "order_assignments", order_assignments);
   // placement: every executed node needs a CPU kernel for its dtype
   for (size_t i = 0; i < p.graph.nodes.size(); ++i) {
     const Node& n = p.graph.nodes[i];
@@ -62,7 +72,7 @@ Executable Graph::compile(Device device, const FeedShapes& feeds, const std::vec
       impl->placeholders.push_back(static_cast<int32_t>(i));
       continue;
     }
-    if (n.op == OpId::Constant) continue;
+    if (n.op == OpId::Constant || n.op == OpId::Variable) continue;
     const KernelEntry* k = find_kernel(n.op, Backend::cpu);
     std::vector<TensorInfo> in;
     for (auto v : n.inputs) in.push_back(p.graph.info(v));

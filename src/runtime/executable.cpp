@@ -92,8 +92,8 @@ std::vector<Array> run_impl(ExecutableImpl& x, const std::vector<const Array*>& 
   for (int32_t ph : x.placeholders)
     if (!feed_by_node[ph]) fail<ValueError>("[run] placeholder '{}' has no feed", nodes[ph].name);
 
-  std::vector<Array> outputs(x.program.outputs.size());
-  for (size_t k = 0; k < x.program.outputs.size(); ++k) {
+  std::vector<Array> outputs(x.program.num_returned);
+  for (size_t k = 0; k < x.program.num_returned; ++k) {
     ValueRef v = x.program.outputs[k];
     const ValueSlot& s = x.plan.slots[v.node][v.index];
     if (s.where == Where::output && s.index == static_cast<int>(k)) {
@@ -135,7 +135,7 @@ std::vector<Array> run_impl(ExecutableImpl& x, const std::vector<const Array*>& 
     run_kernel(*st.kernel, n, in, out, x.pool);
   }
   // outputs that are feeds, constants or repeated targets
-  for (size_t k = 0; k < x.program.outputs.size(); ++k) {
+  for (size_t k = 0; k < x.program.num_returned; ++k) {
     if (outputs[k].valid() && outputs[k].storage()) continue;
     ValueRef v = x.program.outputs[k];
     const ValueSlot& s = x.plan.slots[v.node][v.index];
@@ -210,7 +210,8 @@ std::vector<Executable::IoInfo> Executable::inputs() const {
 
 std::vector<Executable::IoInfo> Executable::outputs() const {
   std::vector<IoInfo> r;
-  for (auto v : impl_->program.outputs) {
+  for (size_t k = 0; k < impl_->program.num_returned; ++k) {
+    const ValueRef v = impl_->program.outputs[k];
     const Node& n = impl_->program.graph.nodes[v.node];
     r.push_back({n.name, n.outputs[v.index].shape, n.outputs[v.index].dtype});
   }

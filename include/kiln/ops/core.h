@@ -13,6 +13,10 @@ Tensor zeros(Graph& g, const Shape& shape, DType dtype = f32);
 Tensor ones(Graph& g, const Shape& shape, DType dtype = f32);
 /// Values start, start+step, ... below stop (numpy.arange). Throws ValueError for step 0.
 Tensor arange(Graph& g, double start, double stop, double step = 1, DType dtype = f32);
+/// Writes `value` (cast and broadcast to the variable's dtype and shape) into `variable` when a
+/// run reaches it: after every other op of that run that reads the variable. Returns the new
+/// value. Pass it to compile as a target or an update.
+Tensor assign(const Tensor& variable, const Tensor& value);
 /// A 0-d constant of x's dtype on x's graph (for scalar operands).
 Tensor scalar_like(const Tensor& x, double value);
 

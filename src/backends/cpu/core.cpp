@@ -27,11 +27,20 @@ void arange(KernelContext& ctx) {
     for (int64_t i = 0; i < o.numel(); ++i) p[i] = static_cast<T>(start + static_cast<double>(i) * step);
   });
 }
+// Input 0 is the variable's own storage; output 0 is the same bytes unless the new value is
+// also returned (then a separate output array).
+void assign(KernelContext& ctx) {
+  const TensorView &var = ctx.in(0), &val = ctx.in(1), &out = ctx.out(0);
+  const size_t bytes = static_cast<size_t>(var.numel()) * size_of(var.dtype);
+  if (var.data != val.data) std::memmove(var.data, val.data, bytes);
+  if (out.data != var.data) std::memcpy(out.data, var.data, bytes);
+}
 }  // namespace
 
 void register_core_kernels() {
   register_kernel(OpId::Full, Backend::cpu, {full, kAllTypes, -1});
   register_kernel(OpId::Arange, Backend::cpu, {arange, kNumericTypes, -1});
+  register_kernel(OpId::Assign, Backend::cpu, {assign, kAllTypes, 0, false});
 }
 
 }  // namespace kiln::cpu
