@@ -16,4 +16,5 @@
 #include "kiln/ops/norm.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/transform.h"
+#include "kiln/optim.h"
 #include "kiln/version.h"
