@@ -10,7 +10,6 @@
 //   dropout: p in (0, 1), seed (uint64 bits in an int64); only built when training with p > 0
 #include "kiln/ops/norm.h"
 
-#include "kiln/autodiff.h"
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/transform.h"

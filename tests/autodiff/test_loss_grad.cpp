@@ -1,4 +1,6 @@
 // Gradients of the loss family against finite differences: cross entropy, nll, mse.
+#include <cmath>
+
 #include "support/gradcheck.h"
 
 namespace kiln {
