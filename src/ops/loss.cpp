@@ -6,6 +6,12 @@
 //   mse: reduction; inputs a, b of one dtype that broadcast
 #include "kiln/ops/loss.h"
 
+#include "kiln/autodiff.h"
+#include "kiln/ops/core.h"
+#include "kiln/ops/elementwise.h"
+#include "kiln/ops/norm.h"
+#include "kiln/ops/reduce.h"
+#include "kiln/ops/transform.h"
 #include "ops/common.h"
 
 namespace kiln {
@@ -98,12 +104,76 @@ void require_float(const char* op, const Tensor& t, const char* what) {
                      name(t.dtype()), str(t.shape()));
 }
 
+// ---- gradient rules (written with kiln ops) ----
+
+using Grads = std::vector<std::optional<Tensor>>;
+
+// The incoming gradient of each position's loss, broadcastable against the input: g with a
+// size-1 class axis (if any) for "none", else the scalar g, divided by count() for "mean".
+template <typename Count>
+Tensor position_grad(const VjpContext& c, std::optional<int64_t> class_axis, Count&& count) {
+  const Tensor& g = *c.cotangents[0];
+  const std::string& r = c.attrs.str("reduction");
+  if (r == "none") return class_axis ? expand_dims(g, {*class_axis}) : g;
+  return r == "mean" ? g / count() : g;
+}
+
+// A "mean" divides by the number of positions: static here, as gradients need static shapes.
+Tensor static_count(const VjpContext& c, const Shape& positions) {
+  if (!is_static(positions))
+    fail<ShapeError>("[gradients] {} with reduction mean over dynamic shape {} needs it static",
+                     c.name(), str(positions));
+  return scalar_like(c.inputs[0], static_cast<double>(numel(positions)));
+}
+
+// Index labels: g * (softmax - one_hot). Probability labels p (need not sum to one): the loss
+// is -sum_k p_k * log_softmax_k, so dlogits = g * (softmax * sum_k p_k - p), dp = -g * log_softmax.
+Grads vjp_softmax_cross_entropy(const VjpContext& c) {
+  const Tensor &x = c.inputs[0], &labels = c.inputs[1];
+  const int64_t axis = c.attrs.i("axis");
+  if (is_floating(labels.dtype())) {
+    const Tensor g =
+        position_grad(c, axis, [&] { return static_count(c, without_axis(x.shape(), axis)); });
+    return {g * (softmax(x, axis) * sum(labels, {axis}, true) - labels), -g * log_softmax(x, axis)};
+  }
+  const Tensor p = one_hot(labels, x.shape()[axis], axis, x.dtype());
+  // every in-range label has one 1, so sum(p) counts the positions, also for a dynamic batch
+  const Tensor g = position_grad(c, axis, [&] { return sum(p); });
+  return {g * (softmax(x, axis) - p), std::nullopt};
+}
+
+// -g at each counted position's target class; ignored positions (which may name a class) get 0.
+Grads vjp_nll(const VjpContext& c) {
+  const Tensor &x = c.inputs[0], &target = c.inputs[1];
+  const int64_t axis = nll_class_axis(x.shape());
+  const Tensor counted =
+      cast(not_equal(target, scalar_like(target, static_cast<double>(c.attrs.i("ignore_index")))),
+           x.dtype());
+  const Tensor g = position_grad(c, axis, [&] { return sum(counted); });
+  const Tensor pick =
+      one_hot(target, x.shape()[axis], axis, x.dtype()) * expand_dims(counted, {axis});
+  return {-g * pick, std::nullopt};
+}
+
+// d/da (a - b)^2 = 2 (a - b); broadcasting is undone with sum_to_shape.
+Grads vjp_mse(const VjpContext& c) {
+  const Tensor &a = c.inputs[0], &b = c.inputs[1];
+  const Tensor d = a - b;
+  const Tensor g = position_grad(c, std::nullopt, [&] { return static_count(c, d.shape()); });
+  const Tensor ga = g * d * 2.0;
+  return {sum_to_shape(ga, a.shape()), sum_to_shape(-ga, b.shape())};
+}
+
 }  // namespace
 
 void register_loss_ops() {
   define_op(OpId::SoftmaxCrossEntropy).set_infer(infer_softmax_cross_entropy);
   define_op(OpId::Nll).set_infer(infer_nll);
   define_op(OpId::Mse).set_infer(infer_mse);
+
+  define_op(OpId::SoftmaxCrossEntropy).grad(vjp_softmax_cross_entropy);
+  define_op(OpId::Nll).grad(vjp_nll);
+  define_op(OpId::Mse).grad(vjp_mse);
 }
 
 Tensor softmax_cross_entropy(const Tensor& logits, const Tensor& labels, Reduction reduction,

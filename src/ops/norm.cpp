@@ -10,6 +10,9 @@
 //   dropout: p in (0, 1), seed (uint64 bits in an int64); only built when training with p > 0
 #include "kiln/ops/norm.h"
 
+#include "kiln/ops/elementwise.h"
+#include "kiln/ops/reduce.h"
+#include "kiln/ops/transform.h"
 #include "ops/common.h"
 
 namespace kiln {
@@ -133,6 +136,145 @@ Tensor softmax_like(OpId op, const Tensor& x, int64_t axis) {
   return make_node1(op, {x}, {{"axis", a}});
 }
 
+// ---- gradient rules (written with kiln ops) ----
+
+using Grads = std::vector<std::optional<Tensor>>;
+
+Axes axis_range(int64_t begin, int64_t end) {
+  Axes a;
+  for (int64_t i = begin; i < end; ++i) a.push_back(i);
+  return a;
+}
+
+// Sum along the softmax axis, kept; a scalar x is its own single-element row.
+Tensor row_sum(const Tensor& t, int64_t axis) { return t.rank() == 0 ? t : sum(t, {axis}, true); }
+
+Grads vjp_softmax(const VjpContext& c) {
+  const Tensor &g = *c.cotangents[0], &y = c.outputs[0];
+  return {y * (g - row_sum(g * y, c.attrs.i("axis")))};
+}
+Grads vjp_log_softmax(const VjpContext& c) {
+  const Tensor &g = *c.cotangents[0], &y = c.outputs[0];
+  return {g - exp(y) * row_sum(g, c.attrs.i("axis"))};
+}
+
+// x normalized over `axes`: xhat = (x - mean) * rstd, or x * rstd without centering (RMS).
+// Recomputed rather than taken from the output, which would need a division by the weight.
+struct Normalized {
+  Tensor xhat, rstd;
+};
+Normalized normalize(const Tensor& x, const Axes& axes, double eps, bool center) {
+  const Tensor xc = center ? x - mean(x, axes, true) : x;
+  const Tensor rstd = rsqrt(mean(xc * xc, axes, true) + eps);
+  return {xc * rstd, rstd};
+}
+// dx from dxhat: rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), the mean term only
+// when centered.
+Tensor normalize_backward(const Tensor& dxhat, const Normalized& n, const Axes& axes, bool center) {
+  Tensor r = dxhat - n.xhat * mean(dxhat * n.xhat, axes, true);
+  if (center) r = r - mean(dxhat, axes, true);
+  return n.rstd * r;
+}
+
+// How a norm's parameters meet x: `shape` broadcasts against x, and summing a tensor of x's
+// shape over `reduce_axes` gives the parameter's shape.
+struct ParamLayout {
+  Shape shape;
+  Axes reduce_axes;
+  Tensor expand(const Tensor& p) const { return p.shape() == shape ? p : reshape(p, shape); }
+  Tensor reduce(const Tensor& t) const { return reduce_axes.empty() ? t : sum(t, reduce_axes); }
+};
+// Trailing dims x[begin:] (layer and RMS norm).
+ParamLayout trailing_layout(const Tensor& x, int64_t begin) {
+  const Shape s = x.shape();
+  return {Shape(s.begin() + begin, s.end()), axis_range(0, begin)};
+}
+// Channel axis 1 (batch, instance and group norm): params (C) act as (1, C, 1, ...).
+ParamLayout channel_layout(const Tensor& x) {
+  Shape s(x.rank(), 1);
+  s[1] = x.shape()[1];
+  Axes axes{0};
+  for (int64_t i = 2; i < x.rank(); ++i) axes.push_back(i);
+  return {s, axes};
+}
+
+// For y = xhat * weight + bias: appends the gradients of the weight and bias the node has (the
+// weight is input `weight_input`) and returns d/dxhat.
+Tensor affine_backward(const VjpContext& c, size_t weight_input, const ParamLayout& p,
+                       const Tensor& xhat, Grads& grads) {
+  const Tensor& g = *c.cotangents[0];
+  Tensor dxhat = g;
+  if (c.attrs.b("has_weight", false)) {
+    grads.push_back(p.reduce(g * xhat));
+    dxhat = g * p.expand(c.inputs[weight_input]);
+  }
+  if (c.attrs.b("has_bias", false)) grads.push_back(p.reduce(g));
+  return dxhat;
+}
+
+// Layer norm (centered) and RMS norm: statistics over dims [begin_axis, rank).
+Grads row_norm_grads(const VjpContext& c, bool center) {
+  const Tensor& x = c.inputs[0];
+  const int64_t begin = c.attrs.i("begin_axis");
+  const Axes axes = axis_range(begin, x.rank());
+  const Normalized n = normalize(x, axes, c.attrs.f("eps"), center);
+  Grads grads{std::nullopt};
+  const Tensor dxhat = affine_backward(c, 1, trailing_layout(x, begin), n.xhat, grads);
+  grads[0] = normalize_backward(dxhat, n, axes, center);
+  return grads;
+}
+Grads vjp_layer_norm(const VjpContext& c) { return row_norm_grads(c, true); }
+Grads vjp_rms_norm(const VjpContext& c) { return row_norm_grads(c, false); }
+
+// Inference batch norm: y = (x - mean) * s * w + b with s = 1/sqrt(var + eps) per channel.
+Grads vjp_batch_norm(const VjpContext& c) {
+  const Tensor &x = c.inputs[0], &m = c.inputs[1], &var = c.inputs[2];
+  const ParamLayout p = channel_layout(x);
+  const Tensor s = rsqrt(var + c.attrs.f("eps"));
+  const Tensor xc = x - p.expand(m);
+  Grads grads{std::nullopt, std::nullopt, std::nullopt};
+  const Tensor dxhat = affine_backward(c, 3, p, xc * p.expand(s), grads);
+  grads[0] = dxhat * p.expand(s);
+  grads[1] = -p.reduce(dxhat) * s;
+  // d s / d var = -s^3 / 2
+  grads[2] = p.reduce(dxhat * xc) * (s * s * s) * -0.5;
+  return grads;
+}
+
+// Instance norm: per (n, c) statistics over the spatial dims.
+Grads vjp_instance_norm(const VjpContext& c) {
+  const Tensor& x = c.inputs[0];
+  const Axes axes = axis_range(2, x.rank());
+  const Normalized n = normalize(x, axes, c.attrs.f("eps"), true);
+  Grads grads{std::nullopt};
+  const Tensor dxhat = affine_backward(c, 1, channel_layout(x), n.xhat, grads);
+  grads[0] = normalize_backward(dxhat, n, axes, true);
+  return grads;
+}
+
+// Group norm: x viewed as (N, groups, C / groups, spatial...) is normalized over dims 2...
+Grads vjp_group_norm(const VjpContext& c) {
+  const Tensor& x = c.inputs[0];
+  const int64_t groups = c.attrs.i("groups");
+  Shape grouped = x.shape();
+  grouped[1] = groups;
+  grouped.insert(grouped.begin() + 2, x.shape()[1] / groups);
+  const Axes axes = axis_range(2, x.rank() + 1);
+  const Normalized n = normalize(reshape(x, grouped), axes, c.attrs.f("eps"), true);
+  Grads grads{std::nullopt};
+  const Tensor xhat = reshape(n.xhat, x.shape());
+  const Tensor dxhat = affine_backward(c, 1, channel_layout(x), xhat, grads);
+  grads[0] = reshape(normalize_backward(reshape(dxhat, grouped), n, axes, true), x.shape());
+  return grads;
+}
+
+// The mask depends only on the seed and the element index, so the same seed drops the same
+// elements of g: dx = mask * g / (1 - p).
+Grads vjp_dropout(const VjpContext& c) {
+  return {
+      dropout(*c.cotangents[0], c.attrs.f("p"), true, static_cast<uint64_t>(c.attrs.i("seed")))};
+}
+
 }  // namespace
 
 void register_norm_ops() {
@@ -145,6 +287,15 @@ void register_norm_ops() {
   define_op(OpId::InstanceNorm).set_infer(infer_instance_norm).inplace(0);
   define_op(OpId::GroupNorm).set_infer(infer_group_norm).inplace(0);
   define_op(OpId::Dropout).set_infer(infer_dropout).impure().inplace(0);
+
+  define_op(OpId::Softmax).grad(vjp_softmax);
+  define_op(OpId::LogSoftmax).grad(vjp_log_softmax);
+  define_op(OpId::LayerNorm).grad(vjp_layer_norm);
+  define_op(OpId::RmsNorm).grad(vjp_rms_norm);
+  define_op(OpId::BatchNorm).grad(vjp_batch_norm);
+  define_op(OpId::InstanceNorm).grad(vjp_instance_norm);
+  define_op(OpId::GroupNorm).grad(vjp_group_norm);
+  define_op(OpId::Dropout).grad(vjp_dropout);
 }
 
 Tensor softmax(const Tensor& x, int64_t axis) { return softmax_like(OpId::Softmax, x, axis); }
