@@ -7,7 +7,7 @@ CMAKE_FLAGS ?=
 JOBS        ?= $(shell nproc)
 export CCACHE_BASEDIR := $(CURDIR)
 
-.PHONY: all setup configure build demo test test-release test-asan check bench docs format clean
+.PHONY: all setup configure build data demo test test-release test-asan check bench docs format clean
 
 all: build
 
@@ -20,13 +20,17 @@ configure: setup
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
-demo: build
-	$(BUILD)/kiln demo
+# The digits dataset that scikit-learn ships, as .npy files for the demo.
+data: setup
+	@.venv/bin/python scripts/digits.py $(BUILD)/data
+
+demo: build data
+	$(BUILD)/kiln demo --data $(BUILD)/data --checkpoint $(BUILD)/demo.ckpt
 
 # Everything: the release build's tests (C++ and Python), then the C++ suite under ASan+UBSan.
 test: test-release test-asan
 
-test-release: build
+test-release: build data
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 	@if ls tests/python/test_*.py >/dev/null 2>&1; then \
 	  KILN_BUILD_DIR=$(abspath $(BUILD)) .venv/bin/python -m pytest -q tests/python; fi
