@@ -13,6 +13,7 @@
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/transform.h"
+#include "kiln/ops/core.h"
 #include "ops/common.h"
 
 namespace kiln {
@@ -323,6 +324,36 @@ Tensor batch_norm(const Tensor& x, const Tensor& mean, const Tensor& var,
   return norm_node(OpId::BatchNorm, x,
                    {param("batch_norm", mean, x, "mean"), param("batch_norm", var, x, "var")},
                    weight, bias, {{"eps", eps}});
+}
+
+// Composed of differentiable ops, so its gradient needs no rule of its own.
+BatchNormTraining batch_norm_training(const Tensor& x, const Tensor& running_mean,
+                                      const Tensor& running_var, const std::optional<Tensor>& weight,
+                                      const std::optional<Tensor>& bias, double momentum,
+                                      double eps) {
+  require_float("batch_norm_training", x, "x");
+  const Shape s = x.shape();
+  if (s.size() < 2 || !is_static(s))
+    fail<ShapeError>("[batch_norm_training] x must have a static shape of rank >= 2, got {}",
+                     str(s));
+  const int64_t c = s[1], count = numel(s) / std::max<int64_t>(c, 1);
+  if (count < 2)
+    fail<ShapeError>("[batch_norm_training] needs more than one value per channel, x is {}", str(s));
+  Shape bshape(s.size(), 1);
+  bshape[1] = c;
+  std::vector<int64_t> axes;
+  for (size_t i = 0; i < s.size(); ++i)
+    if (i != 1) axes.push_back(static_cast<int64_t>(i));
+  const Tensor m = mean(x, axes, true), v = variance(x, axes, true);
+  Tensor y = (x - m) * rsqrt(v + eps);
+  if (weight) y = y * reshape(param("batch_norm_training", *weight, x, "weight"), bshape);
+  if (bias) y = y + reshape(param("batch_norm_training", *bias, x, "bias"), bshape);
+  const double unbias = static_cast<double>(count) / static_cast<double>(count - 1);
+  const Tensor bm = reshape(m, {c}), bv = reshape(v, {c}) * unbias;
+  std::vector<Tensor> updates{
+      assign(running_mean, running_mean * (1 - momentum) + cast_to(bm, running_mean.dtype()) * momentum),
+      assign(running_var, running_var * (1 - momentum) + cast_to(bv, running_var.dtype()) * momentum)};
+  return {y, updates};
 }
 
 Tensor instance_norm(const Tensor& x, const std::optional<Tensor>& weight,

@@ -489,3 +489,50 @@ TEST(Dropout, Errors) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+using namespace kiln::test;
+
+// Training batch norm against float64 loops: batch statistics and running-average updates.
+TEST(BatchNorm, TrainingModeUsesBatchStatisticsAndUpdatesRunningAverages) {
+  const int64_t n = 4, c = 3, h = 2, w = 5;
+  Graph g;
+  Array xv = random_array({n, c, h, w}, f64, -2, 3);
+  Array rm0 = random_array({c}, f64), rv0 = random_array({c}, f64, 0.5, 2);
+  Array wv = random_array({c}, f64), bv = random_array({c}, f64);
+  auto x = g.placeholder({n, c, h, w}, f64, "x");
+  auto rm = g.variable(rm0, "bn.running_mean"), rv = g.variable(rv0, "bn.running_var");
+  auto bn = batch_norm_training(x, rm, rv, g.constant(wv), g.constant(bv), 0.1, 1e-5);
+  auto exe = g.compile(Device::cpu(), {}, {bn.y}, bn.updates);
+  auto y = exe.run({{x, xv}})[0];
+
+  auto xs = to_f64(xv), ws = to_f64(wv), bs = to_f64(bv), m0 = to_f64(rm0), v0 = to_f64(rv0);
+  std::vector<double> ref(xs.size()), want_m(c), want_v(c);
+  const int64_t per = n * h * w;
+  for (int64_t ch = 0; ch < c; ++ch) {
+    double mean = 0, var = 0;
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t k = 0; k < h * w; ++k) mean += xs[(i * c + ch) * h * w + k] / per;
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t k = 0; k < h * w; ++k) {
+        double d = xs[(i * c + ch) * h * w + k] - mean;
+        var += d * d / per;
+      }
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t k = 0; k < h * w; ++k) {
+        const int64_t at = (i * c + ch) * h * w + k;
+        ref[at] = (xs[at] - mean) / std::sqrt(var + 1e-5) * ws[ch] + bs[ch];
+      }
+    want_m[ch] = 0.9 * m0[ch] + 0.1 * mean;
+    want_v[ch] = 0.9 * v0[ch] + 0.1 * var * per / (per - 1);
+  }
+  expect_close(y, {n, c, h, w}, ref, 1e-10, 1e-10);
+  expect_close(g.read_variable(rm), {c}, want_m, 1e-12, 1e-12);
+  expect_close(g.read_variable(rv), {c}, want_v, 1e-12, 1e-12);
+  expect_error<ShapeError>([&] { batch_norm_training(g.placeholder({1, 3}, f32), rm, rv); },
+                           {"[batch_norm_training]", "(1, 3)"});
+}
+
+}  // namespace
+}  // namespace kiln

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "kiln/graph.h"
 
@@ -20,6 +21,19 @@ Tensor rms_norm(const Tensor& x, const std::optional<Tensor>& weight = std::null
 Tensor batch_norm(const Tensor& x, const Tensor& mean, const Tensor& var,
                   const std::optional<Tensor>& weight = std::nullopt,
                   const std::optional<Tensor>& bias = std::nullopt, double eps = 1e-5);
+/// Batch norm in training mode: normalizes with the batch's own mean and (biased) variance over
+/// every axis but 1, and returns the assigns that move the running statistics (variables of shape
+/// (C)) towards the batch's: new = (1 - momentum) * old + momentum * batch, with the unbiased
+/// variance for running_var (PyTorch's convention). Pass `updates` to compile as updates.
+struct BatchNormTraining {
+  Tensor y;
+  std::vector<Tensor> updates;
+};
+BatchNormTraining batch_norm_training(const Tensor& x, const Tensor& running_mean,
+                                      const Tensor& running_var,
+                                      const std::optional<Tensor>& weight = std::nullopt,
+                                      const std::optional<Tensor>& bias = std::nullopt,
+                                      double momentum = 0.1, double eps = 1e-5);
 /// Per (n, c) normalization over spatial dims; weight and bias of shape (C).
 Tensor instance_norm(const Tensor& x, const std::optional<Tensor>& weight = std::nullopt,
                      const std::optional<Tensor>& bias = std::nullopt, double eps = 1e-5);
