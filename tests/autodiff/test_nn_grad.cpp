@@ -32,33 +32,39 @@ TEST(LinearGrad, WithAndWithoutBias) {
   auto no_bias = [](const std::vector<Tensor>& x) { return linear(x[0], x[1]); };
   auto with_bias = [](const std::vector<Tensor>& x) { return linear(x[0], x[1], x[2]); };
   check_gradients(no_bias, {random_array({3, 4}, f64), random_array({5, 4}, f64)});
-  check_gradients(with_bias, {random_array({3, 4}, f64), random_array({5, 4}, f64),
-                              random_array({5}, f64)});
+  check_gradients(with_bias,
+                  {random_array({3, 4}, f64), random_array({5, 4}, f64), random_array({5}, f64)});
 }
 
 TEST(LinearGrad, AnyRankOfX) {
   auto with_bias = [](const std::vector<Tensor>& x) { return linear(x[0], x[1], x[2]); };
-  check_gradients(with_bias, {random_array({2, 3, 4}, f64), random_array({5, 4}, f64),
-                              random_array({5}, f64)});
-  check_gradients(with_bias, {random_array({4}, f64), random_array({3, 4}, f64),
-                              random_array({3}, f64)});
+  check_gradients(
+      with_bias, {random_array({2, 3, 4}, f64), random_array({5, 4}, f64), random_array({5}, f64)});
+  check_gradients(with_bias,
+                  {random_array({4}, f64), random_array({3, 4}, f64), random_array({3}, f64)});
 }
 
 Tensor conv_any(const Tensor& x, const Tensor& w, const std::optional<Tensor>& b,
                 const ConvOptions& o) {
   switch (x.shape().size()) {
-    case 3: return conv1d(x, w, b, o);
-    case 4: return conv2d(x, w, b, o);
-    default: return conv3d(x, w, b, o);
+    case 3:
+      return conv1d(x, w, b, o);
+    case 4:
+      return conv2d(x, w, b, o);
+    default:
+      return conv3d(x, w, b, o);
   }
 }
 
 Tensor conv_transpose_any(const Tensor& x, const Tensor& w, const std::optional<Tensor>& b,
                           const ConvTransposeOptions& o) {
   switch (x.shape().size()) {
-    case 3: return conv_transpose1d(x, w, b, o);
-    case 4: return conv_transpose2d(x, w, b, o);
-    default: return conv_transpose3d(x, w, b, o);
+    case 3:
+      return conv_transpose1d(x, w, b, o);
+    case 4:
+      return conv_transpose2d(x, w, b, o);
+    default:
+      return conv_transpose3d(x, w, b, o);
   }
 }
 
@@ -67,8 +73,8 @@ Tensor conv_transpose_any(const Tensor& x, const Tensor& w, const std::optional<
 template <typename Options, typename Build>
 void check_conv_like(Build build, const Shape& xs, const Shape& ws, int64_t out_channels,
                      const Options& o, bool bias) {
-  SCOPED_TRACE(::testing::Message() << "x " << to_string(xs) << " w " << to_string(ws)
-                                    << (bias ? " bias" : ""));
+  SCOPED_TRACE(::testing::Message()
+               << "x " << to_string(xs) << " w " << to_string(ws) << (bias ? " bias" : ""));
   std::vector<Array> in{random_array(xs, f64), random_array(ws, f64)};
   if (bias) in.push_back(random_array({out_channels}, f64));
   check_gradients(
@@ -98,9 +104,7 @@ TEST(ConvGrad, Conv2dStrideDilationPadding) {
   check_conv({1, 2, 5, 4}, {2, 2, 2, 2}, {{1, 1}, {}, {}, PadMode::same_upper}, false);
 }
 
-TEST(ConvGrad, Conv3d) {
-  check_conv({1, 2, 4, 3, 4}, {2, 2, 2, 2, 2}, {{1, 2, 1}, {1, 0, 1}, {}});
-}
+TEST(ConvGrad, Conv3d) { check_conv({1, 2, 4, 3, 4}, {2, 2, 2, 2, 2}, {{1, 2, 1}, {1, 0, 1}, {}}); }
 
 TEST(ConvGrad, Depthwise) {
   check_conv({1, 3, 5, 5}, {6, 1, 3, 3}, {{2, 2}, {1, 1}, {}, PadMode::explicit_, 3});
@@ -127,11 +131,10 @@ TEST(ConvTransposeGrad, Depthwise) {
 
 // Both inputs: dy's shape is the conv output of x for a weight of `ws`.
 void check_grad_weight(const Shape& xs, const Shape& ys, const Shape& ws, const ConvOptions& o) {
-  SCOPED_TRACE(::testing::Message() << "conv_grad_weight x " << to_string(xs) << " dy "
-                                    << to_string(ys));
-  check_gradients(
-      [&](const std::vector<Tensor>& x) { return conv_grad_weight(x[0], x[1], ws, o); },
-      {random_array(xs, f64), random_array(ys, f64)});
+  SCOPED_TRACE(::testing::Message()
+               << "conv_grad_weight x " << to_string(xs) << " dy " << to_string(ys));
+  check_gradients([&](const std::vector<Tensor>& x) { return conv_grad_weight(x[0], x[1], ws, o); },
+                  {random_array(xs, f64), random_array(ys, f64)});
 }
 
 TEST(ConvGradWeightGrad, FiniteDifferences) {
