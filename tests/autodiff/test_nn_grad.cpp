@@ -110,6 +110,21 @@ TEST(ConvGrad, Depthwise) {
   check_conv({1, 3, 5, 5}, {6, 1, 3, 3}, {{2, 2}, {1, 1}, {}, PadMode::explicit_, 3});
 }
 
+// The f32 gradients run through oneDNN (conv_transpose, backward weights): same values as f64.
+TEST(ConvGrad, F32MatchesF64) {
+  const Array x = random_array({2, 4, 7, 6}, f64), w = random_array({6, 2, 3, 2}, f64);
+  const ConvOptions o{{2, 1}, {1, 0, 2, 1}, {1, 2}, PadMode::explicit_, 2};
+  auto grads = [&](DType t) {
+    Graph g;
+    auto px = g.placeholder(x.shape(), t, "x");
+    auto pw = g.placeholder(w.shape(), t, "w");
+    auto y = conv2d(px, pw, std::nullopt, o);
+    return eval(g, gradients(sum(y * y), {px, pw}), {{px, x.astype(t)}, {pw, w.astype(t)}});
+  };
+  const auto g32 = grads(f32), g64 = grads(f64);
+  for (int i = 0; i < 2; ++i) expect_close(g32[i], g64[i].shape(), to_f64(g64[i]), 1e-4, 1e-4);
+}
+
 TEST(ConvTransposeGrad, ConvTranspose2dStrideOutputPaddingGroups) {
   check_conv_transpose({1, 4, 3, 3}, {4, 2, 3, 3}, {{2, 3}, {0, 1, 1, 2}, {1, 2}, {1, 2}, 2});
   check_conv_transpose({1, 2, 3, 2}, {2, 3, 2, 2}, {}, false);
