@@ -73,6 +73,8 @@ std::vector<TensorInfo> infer_linear(const InferContext& ctx) {
   out.push_back(w[0]);
   return {{out, ctx.inputs[0].dtype}};
 }
+
+// ---- gradient rules ----
 using Grads = std::vector<std::optional<Tensor>>;
 
 // The last two dims swapped.
