@@ -4,7 +4,11 @@
 //         Inputs x (N, C, spatial...), w (O, C/groups, kernel...)[, bias (O)].
 //   conv_transpose: the same plus output_padding (nd).
 //         Inputs x (N, C, spatial...), w (C, O/groups, kernel...)[, bias (O)].
+//   conv_grad_weight: conv's stride, pads, dilation, groups plus weight_shape; inputs x and the
+//         conv output's gradient dy (N, O, out...); out dW of weight_shape.
 #include "kiln/ops/nn.h"
+#include "kiln/ops/reduce.h"
+#include "kiln/ops/transform.h"
 #include "ops/common.h"
 
 namespace kiln {
@@ -68,32 +72,38 @@ std::vector<int64_t> same_pads(const Shape& x, const Shape& w, const std::vector
   return pads;
 }
 
-Tensor conv_nd(int nd, const char* fn, const Tensor& x, const Tensor& w,
-               const std::optional<Tensor>& bias, const ConvOptions& o) {
-  check_rank(kConv, fn, "input", x, nd);
-  check_rank(kConv, fn, "weight", w, nd);
-  const auto stride = per_dim(kConv, "stride", o.stride, nd, 1, 1);
-  const auto dilation = per_dim(kConv, "dilation", o.dilation, nd, 1, 1);
-  if (o.groups < 1) fail<ValueError>("[conv] groups must be >= 1, got {}", o.groups);
+// conv's options as node attributes (stride, pads, dilation, groups) for input x and weight w.
+Attrs conv_attrs(const char* op, const Shape& x, const Shape& w, const ConvOptions& o) {
+  const int nd = static_cast<int>(x.size()) - 2;
+  const auto stride = per_dim(op, "stride", o.stride, nd, 1, 1);
+  const auto dilation = per_dim(op, "dilation", o.dilation, nd, 1, 1);
+  if (o.groups < 1) fail<ValueError>("[{}] groups must be >= 1, got {}", op, o.groups);
   if (o.pad_mode != PadMode::explicit_ && !o.padding.empty())
-    fail<ValueError>("[conv] padding ({}) is given with a pad mode other than explicit",
+    fail<ValueError>("[{}] padding ({}) is given with a pad mode other than explicit", op,
                      fmt::join(o.padding, ", "));
   std::vector<int64_t> pads;
   switch (o.pad_mode) {
     case PadMode::explicit_:
-      pads = explicit_pads(kConv, o.padding, nd);
+      pads = explicit_pads(op, o.padding, nd);
       break;
     case PadMode::valid:
       pads.assign(2 * nd, 0);
       break;
     case PadMode::same_upper:
     case PadMode::same_lower:
-      pads = same_pads(x.shape(), w.shape(), stride, dilation, o.pad_mode == PadMode::same_upper);
+      pads = same_pads(x, w, stride, dilation, o.pad_mode == PadMode::same_upper);
   }
+  return {{"stride", stride}, {"pads", pads}, {"dilation", dilation}, {"groups", o.groups}};
+}
+
+Tensor conv_nd(int nd, const char* fn, const Tensor& x, const Tensor& w,
+               const std::optional<Tensor>& bias, const ConvOptions& o) {
+  check_rank(kConv, fn, "input", x, nd);
+  check_rank(kConv, fn, "weight", w, nd);
+  Attrs attrs = conv_attrs(kConv, x.shape(), w.shape(), o);
   DType t = promote(x.dtype(), w.dtype());
   if (bias) t = promote(t, bias->dtype());
   std::vector<Tensor> inputs{cast_to(x, t), cast_to(w, t)};
-  Attrs attrs{{"stride", stride}, {"pads", pads}, {"dilation", dilation}, {"groups", o.groups}};
   add_optional(inputs, attrs, "bias", bias ? std::optional<Tensor>(cast_to(*bias, t)) : bias);
   return make_node1(OpId::Conv, inputs, attrs);
 }
@@ -115,6 +125,25 @@ Tensor conv_transpose_nd(int nd, const char* fn, const Tensor& x, const Tensor& 
   return make_node1(OpId::ConvTranspose, inputs, attrs);
 }
 
+// Nodes may come from packages: check what the builders guarantee.
+void check_attr(const InferContext& ctx, const char* key, int n, int64_t min) {
+  const auto& v = ctx.attrs.ints(key);
+  bool ok = static_cast<int>(v.size()) == n;
+  for (int64_t e : v) ok = ok && e >= min;
+  if (!ok)
+    fail<ValueError>("[{}] attribute {} ({}) needs {} values >= {} for input with shape {}",
+                     ctx.name(), key, fmt::join(v, ", "), n, min, str(ctx.inputs[0].shape));
+}
+
+void check_geometry_attrs(const InferContext& ctx, int nd) {
+  check_attr(ctx, "stride", nd, 1);
+  check_attr(ctx, "dilation", nd, 1);
+  check_attr(ctx, "pads", 2 * nd, 0);
+  if (ctx.op == OpId::ConvTranspose) check_attr(ctx, "output_padding", nd, 0);
+  if (ctx.attrs.i("groups") < 1)
+    fail<ValueError>("[{}] groups must be >= 1, got {}", ctx.name(), ctx.attrs.i("groups"));
+}
+
 // What both inferences check: dtypes, ranks, attribute lengths and the bias.
 int check_common(const InferContext& ctx, int64_t out_channels) {
   require_rank(ctx, 0, 3, 5);
@@ -129,21 +158,7 @@ int check_common(const InferContext& ctx, int64_t out_channels) {
       fail<DTypeError>("[{}] input 0 has dtype {} but input {} has dtype {}", ctx.name(),
                        name(ctx.inputs[0].dtype), i, name(ctx.inputs[i].dtype));
   const int nd = static_cast<int>(x.size()) - 2;
-  // nodes may come from packages: check what the builders guarantee
-  auto check = [&](const char* key, int n, int64_t min) {
-    const auto& v = ctx.attrs.ints(key);
-    bool ok = static_cast<int>(v.size()) == n;
-    for (int64_t e : v) ok = ok && e >= min;
-    if (!ok)
-      fail<ValueError>("[{}] attribute {} ({}) needs {} values >= {} for input with shape {}",
-                       ctx.name(), key, fmt::join(v, ", "), n, min, str(x));
-  };
-  check("stride", nd, 1);
-  check("dilation", nd, 1);
-  check("pads", 2 * nd, 0);
-  if (ctx.op == OpId::ConvTranspose) check("output_padding", nd, 0);
-  if (ctx.attrs.i("groups") < 1)
-    fail<ValueError>("[{}] groups must be >= 1, got {}", ctx.name(), ctx.attrs.i("groups"));
+  check_geometry_attrs(ctx, nd);
   if (ctx.attrs.b("has_bias")) {
     const Shape& b = ctx.inputs[2].shape;
     if (b.size() != 1 || (b[0] >= 0 && out_channels >= 0 && b[0] != out_channels))
@@ -229,11 +244,135 @@ std::vector<TensorInfo> infer_conv_transpose(const InferContext& ctx) {
   }
   return {{out, ctx.inputs[0].dtype}};
 }
+std::vector<TensorInfo> infer_conv_grad_weight(const InferContext& ctx) {
+  require_rank(ctx, 0, 3, 5);
+  require_dtype(ctx, 0, kFloatTypes, "a float dtype");
+  if (ctx.inputs[1].dtype != ctx.inputs[0].dtype)
+    fail<DTypeError>("[conv_grad_weight] input has dtype {} but output gradient has dtype {}",
+                     name(ctx.inputs[0].dtype), name(ctx.inputs[1].dtype));
+  const Shape& x = ctx.inputs[0].shape;
+  const Shape& dy = ctx.inputs[1].shape;
+  const Shape& w = ctx.attrs.ints("weight_shape");
+  const int64_t groups = ctx.attrs.i("groups");
+  if (dy.size() != x.size() || w.size() != x.size())
+    fail<ShapeError>(
+        "[conv_grad_weight] input with shape {}, output gradient with shape {} and weight "
+        "shape {} must have one rank",
+        str(x), str(dy), str(w));
+  check_geometry_attrs(ctx, static_cast<int>(x.size()) - 2);
+  bool ok = w[0] % groups == 0 && dims_match(x[1], w[1] * groups) && dims_match(dy[1], w[0]) &&
+            dims_match(x[0], dy[0]);
+  for (int64_t e : w) ok = ok && e >= 0;
+  if (!ok)
+    fail<ShapeError>(
+        "[conv_grad_weight] input with shape {} and output gradient with shape {} do not fit "
+        "weight shape {} with groups={}",
+        str(x), str(dy), str(w), groups);
+  return {{w, ctx.inputs[0].dtype}};
+}
+
+// ---- gradients: each conv's adjoint is the other conv with the same geometry ----
+using Grads = std::vector<std::optional<Tensor>>;
+
+int spatial_dims(const Tensor& t) { return static_cast<int>(t.shape().size()) - 2; }
+
+ConvOptions options_of(const Attrs& a) {
+  ConvOptions o;
+  o.stride = a.ints("stride");
+  o.padding = a.ints("pads");
+  o.dilation = a.ints("dilation");
+  o.groups = a.i("groups");
+  return o;
+}
+
+// conv(x, w) cropped to the spatial size of `out`: a conv_transpose whose output_padding reached
+// the dilation (not the stride) has inputs past the end that no output position reads.
+Tensor conv_to(const Tensor& x, const Tensor& w, const Attrs& a, const Shape& out) {
+  const int nd = spatial_dims(x);
+  Tensor y = conv_nd(nd, kConv, x, w, std::nullopt, options_of(a));
+  std::vector<int64_t> starts(nd, 0), stops, axes;
+  bool crop = false;
+  for (int i = 0; i < nd; ++i) {
+    stops.push_back(out[2 + i]);
+    axes.push_back(2 + i);
+    crop = crop || y.shape()[2 + i] != out[2 + i];
+  }
+  return crop ? slice(y, starts, stops, {}, axes) : y;
+}
+
+// The adjoint of conv(., w): conv_transpose of dy with the output_padding that gives back the
+// spatial size of x (positions that the stride skipped at the end get no gradient).
+Tensor conv_transpose_to(const Tensor& dy, const Tensor& w, const Attrs& a, const Shape& x) {
+  const int nd = spatial_dims(dy);
+  const auto &s = a.ints("stride"), &d = a.ints("dilation"), &p = a.ints("pads");
+  const Shape &ys = dy.shape(), &ws = w.shape();
+  ConvTransposeOptions o{s, p, {}, d, a.i("groups")};
+  for (int i = 0; i < nd; ++i) {
+    if (x[2 + i] < 0 || ys[2 + i] < 0 || ws[2 + i] < 0)
+      fail<UnsupportedError>(
+          "[gradients] the input gradient of a convolution needs static spatial sizes, got "
+          "input {}, weight {} and output gradient {}",
+          str(x), str(ws), str(ys));
+    const int64_t size = (ys[2 + i] - 1) * s[i] - p[i] - p[nd + i] + (ws[2 + i] - 1) * d[i] + 1;
+    o.output_padding.push_back(x[2 + i] - size);
+  }
+  return conv_transpose_nd(nd, kConvT, dy, w, std::nullopt, o);
+}
+
+// The bias adds to every (n, spatial) position.
+Tensor bias_grad(const Tensor& g) {
+  std::vector<int64_t> axes{0};
+  for (int i = 2; i < static_cast<int>(g.shape().size()); ++i) axes.push_back(i);
+  return sum(g, axes);
+}
+
+Grads vjp_conv(const VjpContext& c) {
+  const Tensor& g = *c.cotangents[0];
+  const Tensor &x = c.inputs[0], &w = c.inputs[1];
+  Grads r{conv_transpose_to(g, w, c.attrs, x.shape()),
+          conv_grad_weight(x, g, w.shape(), options_of(c.attrs))};
+  if (c.attrs.b("has_bias")) r.push_back(bias_grad(g));
+  return r;
+}
+
+// y = conv_transpose(x, w) is the adjoint of x -> conv(., w), so dx = conv(dy, w); per group,
+// dw[c, o, k] = sum x[n, c, i] dy[n, o, i*s - pad + k*d] is conv's weight gradient with the
+// conv input dy and output gradient x.
+Grads vjp_conv_transpose(const VjpContext& c) {
+  const Tensor& g = *c.cotangents[0];
+  const Tensor &x = c.inputs[0], &w = c.inputs[1];
+  Grads r{conv_to(g, w, c.attrs, x.shape()),
+          conv_grad_weight(g, x, w.shape(), options_of(c.attrs))};
+  if (c.attrs.b("has_bias")) r.push_back(bias_grad(g));
+  return r;
+}
+
+// dW(x, dy) is linear in each input: <G, dW> = <x, conv_transpose(dy, G)> = <dy, conv(x, G)>.
+Grads vjp_conv_grad_weight(const VjpContext& c) {
+  const Tensor& g = *c.cotangents[0];
+  const Tensor &x = c.inputs[0], &dy = c.inputs[1];
+  return {conv_transpose_to(dy, g, c.attrs, x.shape()), conv_to(x, g, c.attrs, dy.shape())};
+}
 }  // namespace
 
 void register_conv_ops() {
-  define_op(OpId::Conv).set_infer(infer_conv);
-  define_op(OpId::ConvTranspose).set_infer(infer_conv_transpose);
+  define_op(OpId::Conv).set_infer(infer_conv).grad(vjp_conv);
+  define_op(OpId::ConvTranspose).set_infer(infer_conv_transpose).grad(vjp_conv_transpose);
+  define_op(OpId::ConvGradWeight).set_infer(infer_conv_grad_weight).grad(vjp_conv_grad_weight);
+}
+
+Tensor conv_grad_weight(const Tensor& x, const Tensor& dy, const Shape& weight_shape,
+                        const ConvOptions& opts) {
+  const int nd = static_cast<int>(x.shape().size()) - 2;
+  if (nd < 1 || nd > 3 || weight_shape.size() != x.shape().size())
+    fail<ShapeError>(
+        "[conv_grad_weight] expects an input of rank 3 to 5 and a weight shape of its rank, got "
+        "input with shape {} and weight shape {}",
+        str(x.shape()), str(weight_shape));
+  Attrs attrs = conv_attrs("conv_grad_weight", x.shape(), weight_shape, opts);
+  attrs.set("weight_shape", weight_shape);
+  const DType t = promote(x.dtype(), dy.dtype());
+  return make_node1(OpId::ConvGradWeight, {cast_to(x, t), cast_to(dy, t)}, attrs);
 }
 
 Tensor conv1d(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bias,

@@ -2,7 +2,11 @@
 // node (numpy semantics), so kernels read broadcast batches in place instead of copying them.
 //   matmul: no attrs. Inputs a (..., M, K) or (K), b (..., K, N) or (K).
 //   linear: has_bias. Inputs x (..., K), w (N, K)[, bias (N)]; out (..., N).
+#include <numeric>
+
+#include "kiln/autodiff.h"
 #include "kiln/ops/nn.h"
+#include "kiln/ops/transform.h"
 #include "ops/common.h"
 
 namespace kiln {
@@ -69,11 +73,47 @@ std::vector<TensorInfo> infer_linear(const InferContext& ctx) {
   out.push_back(w[0]);
   return {{out, ctx.inputs[0].dtype}};
 }
+
+// ---- gradient rules ----
+using Grads = std::vector<std::optional<Tensor>>;
+
+// The last two dims swapped.
+Tensor transpose_last2(const Tensor& x) {
+  std::vector<int64_t> perm(x.shape().size());
+  std::iota(perm.begin(), perm.end(), 0);
+  std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
+  return transpose(x, perm);
+}
+
+// numpy promotes a 1-D a to (1, K) and a 1-D b to (K, 1) and drops those dims from the result:
+// the rule works on the promoted forms, and sum_to_shape undoes the batch broadcast.
+Grads vjp_matmul(const VjpContext& c) {
+  const Tensor &a = c.inputs[0], &b = c.inputs[1];
+  const bool a1 = a.shape().size() == 1, b1 = b.shape().size() == 1;
+  const Tensor a2 = a1 ? expand_dims(a, {0}) : a;
+  const Tensor b2 = b1 ? expand_dims(b, {1}) : b;
+  Tensor g = *c.cotangents[0];
+  if (b1) g = expand_dims(g, {static_cast<int64_t>(g.shape().size())});
+  if (a1) g = expand_dims(g, {static_cast<int64_t>(g.shape().size()) - 1});
+  const Tensor da = sum_to_shape(matmul(g, transpose_last2(b2)), a2.shape());
+  const Tensor db = sum_to_shape(matmul(transpose_last2(a2), g), b2.shape());
+  return {a1 ? reshape(da, a.shape()) : da, b1 ? reshape(db, b.shape()) : db};
+}
+
+// y = x wᵀ + bias over any leading dims of x: dx = g w; dw = gᵀ x with those dims flattened.
+Grads vjp_linear(const VjpContext& c) {
+  const Tensor &x = c.inputs[0], &w = c.inputs[1];
+  const Tensor& g = *c.cotangents[0];
+  const int64_t n = w.shape()[0], k = w.shape()[1];
+  Grads r{matmul(g, w), matmul(transpose(reshape(g, {-1, n})), reshape(x, {-1, k}))};
+  if (c.attrs.b("has_bias")) r.push_back(sum_to_shape(g, {n}));
+  return r;
+}
 }  // namespace
 
 void register_linalg_ops() {
-  define_op(OpId::Matmul).set_infer(infer_matmul);
-  define_op(OpId::Linear).set_infer(infer_linear);
+  define_op(OpId::Matmul).set_infer(infer_matmul).grad(vjp_matmul);
+  define_op(OpId::Linear).set_infer(infer_linear).grad(vjp_linear);
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {

@@ -1,4 +1,4 @@
-// Conv and ConvTranspose against float64 reference loops.
+// Conv, ConvTranspose and ConvGradWeight against float64 reference loops.
 #include <thread>
 
 #include "support/reference.h"
@@ -330,6 +330,79 @@ TEST(ConvTranspose, ErrorsNameOpAndShapes) {
   expect_error<ValueError>(
       [&] { conv_transpose2d(p({1, 3, 8, 8}), p({3, 2, 3, 3}), std::nullopt, too_much); },
       {"[conv_transpose]", "output_padding"});
+}
+
+// Conv's weight gradient:
+//   dw[o, c, k] = sum over n and p of dy[n, o, p] x[n, c in o's group, p*s - pad + k*d].
+std::vector<double> ref_conv_grad_weight(const Array& x, const Array& dy, const Shape& ws,
+                                         const Geo& p) {
+  const Shape xs = x.shape(), ys = dy.shape();
+  const int nd = spatial(xs);
+  const auto vx = to_f64(x), vy = to_f64(dy);
+  const int64_t Cg = ws[1], Og = ws[0] / p.groups;
+  const Shape plane(ys.begin() + 2, ys.end());
+  std::vector<double> r(numel(ws));
+  for (int64_t i = 0; i < numel(ws); ++i) {
+    const auto wi = unravel(i, ws);
+    const int64_t o = wi[0], c = (o / Og) * Cg + wi[1];
+    double acc = 0;
+    for (int64_t n = 0; n < ys[0]; ++n)
+      for (int64_t q = 0; q < numel(plane); ++q) {
+        const auto yi = unravel(q, plane);
+        std::vector<int64_t> xi{n, c};
+        bool inside = true;
+        for (int d = 0; d < nd; ++d) {
+          const int64_t pos = yi[d] * p.stride[d] - p.pads[d] + wi[2 + d] * p.dilation[d];
+          inside = inside && pos >= 0 && pos < xs[2 + d];
+          xi.push_back(pos);
+        }
+        if (inside) acc += vy[(n * ys[1] + o) * numel(plane) + q] * vx[ravel(xi, xs)];
+      }
+    r[i] = acc;
+  }
+  return r;
+}
+
+void check_conv_grad_weight(const Shape& xs, const Shape& ys, const Shape& ws,
+                            const ConvOptions& opts, const Geo& ref, DType t) {
+  SCOPED_TRACE(::testing::Message() << "conv_grad_weight x " << to_string(xs) << " dy "
+                                    << to_string(ys) << " w " << to_string(ws) << " " << name(t));
+  Graph g;
+  auto x = g.placeholder(xs, t, "x");
+  auto dy = g.placeholder(ys, t, "dy");
+  Array vx = random_array(xs, t), vy = random_array(ys, t);
+  const double tol = t == f64 ? 1e-10 : t == f32 ? 1e-3 : 5e-2;
+  expect_close(eval1(g, conv_grad_weight(x, dy, ws, opts), {{x, vx}, {dy, vy}}), ws,
+               ref_conv_grad_weight(vx, vy, ws, ref), tol, tol);
+}
+
+TEST(ConvGradWeight, MatchesReferenceF32F64) {
+  for (const ConvCase& c : conv_cases())
+    for (DType t : {f32, f64})
+      check_conv_grad_weight(c.x, conv_shape(c.x, c.w, c.ref), c.w, c.opts, c.ref, t);
+}
+
+TEST(ConvGradWeight, HalfTypesComputeInF32) {
+  const ConvCase& c = conv_cases()[3];
+  for (DType t : {f16, bf16})
+    check_conv_grad_weight(c.x, conv_shape(c.x, c.w, c.ref), c.w, c.opts, c.ref, t);
+}
+
+TEST(ConvGradWeight, OutputGradientSmallerThanTheInputCovers) {
+  // a conv_transpose's weight gradient with output_padding >= stride: dy is one row short of
+  // what x and the kernel would give, so the oneDNN path cannot take it
+  const Geo geo{{1, 1}, {0, 0, 0, 0}, {2, 2}, {}};
+  for (DType t : {f32, f64})
+    check_conv_grad_weight({1, 2, 8, 8}, {1, 3, 3, 3}, {3, 2, 3, 3}, {{1, 1}, {}, {2, 2}}, geo, t);
+}
+
+TEST(ConvGradWeight, ErrorsNameOpAndShapes) {
+  Graph g;
+  auto p = [&](const Shape& s) { return g.placeholder(s, f32); };
+  auto dw = [&](const Shape& w) { conv_grad_weight(p({1, 3, 8, 8}), p({1, 4, 6, 6}), w); };
+  expect_error<ShapeError>([&] { dw({4, 2, 3, 3}); },
+                           {"[conv_grad_weight]", "(1, 3, 8, 8)", "(4, 2, 3, 3)"});
+  expect_error<ShapeError>([&] { dw({4, 3, 3}); }, {"[conv_grad_weight]", "(4, 3, 3)"});
 }
 
 }  // namespace

@@ -33,6 +33,12 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bia
 Tensor conv3d(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bias = std::nullopt,
               const ConvOptions& opts = {});
 
+/// The gradient of a convolution's weight: dW of `weight_shape` (O, C/groups, kernel...) from
+/// the conv's input x (N, C, spatial...) and its output gradient dy (N, O, out...); pad modes
+/// resolve as for a conv with a weight of `weight_shape`.
+Tensor conv_grad_weight(const Tensor& x, const Tensor& dy, const Shape& weight_shape,
+                        const ConvOptions& opts = {});
+
 struct ConvTransposeOptions {
   std::vector<int64_t> stride;
   std::vector<int64_t> padding;         // nd or 2*nd

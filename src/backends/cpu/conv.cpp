@@ -1,6 +1,7 @@
 // CPU kernels of the conv family: f32 through oneDNN (cached primitives that pick their own
 // blocked layouts; kiln's NCHW buffers are reordered around them), f64 and degenerate shapes
-// (no input channels, output padding >= stride) through direct loops.
+// (no input channels, output padding >= stride) through direct loops. ConvGradWeight (conv's
+// weight gradient) likewise: oneDNN's backward-weights primitive for f32, loops otherwise.
 #include <algorithm>
 #include <array>
 
@@ -25,27 +26,31 @@ struct ConvGeom {
   int64_t out_size() const { return out[0] * out[1] * out[2]; }
 };
 
-ConvGeom geometry(const KernelContext& ctx) {
-  const TensorView &x = ctx.in(0), &w = ctx.in(1), &y = ctx.out(0);
+// x: the conv's input, w: its weight, y: its output (for conv_transpose, the transposed one's).
+ConvGeom geometry_of(const KernelContext& ctx, const Shape& x, const Shape& w, const Shape& y) {
   ConvGeom g;
   g.transpose = ctx.op() == OpId::ConvTranspose;
-  g.nd = x.rank() - 2;
-  g.N = x.shape[0];
-  g.C = x.shape[1];
-  g.O = y.shape[1];
+  g.nd = static_cast<int>(x.size()) - 2;
+  g.N = x[0];
+  g.C = x[1];
+  g.O = y[1];
   g.G = ctx.attrs().i("groups");
   const auto &s = ctx.attrs().ints("stride"), &d = ctx.attrs().ints("dilation"),
              &p = ctx.attrs().ints("pads");
   for (int i = 0; i < g.nd; ++i) {
     const int j = 3 - g.nd + i;
-    g.in[j] = x.shape[2 + i];
-    g.k[j] = w.shape[2 + i];
-    g.out[j] = y.shape[2 + i];
+    g.in[j] = x[2 + i];
+    g.k[j] = w[2 + i];
+    g.out[j] = y[2 + i];
     g.stride[j] = s[i];
     g.dil[j] = d[i];
     g.pad[j] = p[i];
   }
   return g;
+}
+
+ConvGeom geometry(const KernelContext& ctx) {
+  return geometry_of(ctx, ctx.in(0).shape, ctx.in(1).shape, ctx.out(0).shape);
 }
 
 const void* bias_data(const KernelContext& ctx) {
@@ -244,11 +249,115 @@ void convolve(KernelContext& ctx) {
 
 void conv(KernelContext& ctx) { convolve(ctx); }
 void conv_transpose(KernelContext& ctx) { convolve(ctx); }
+
+// ---- ConvGradWeight: inputs x (conv input) and dy (conv output gradient), output dw ----
+
+// dw[o, c, k] = sum over n and output positions p of dy[n, o, p] x[n, c, p*s - pad + k*d],
+// one (o, c) per task.
+template <typename T>
+void conv_grad_weight_loops(KernelContext& ctx, const ConvGeom& g) {
+  const T* X = ctx.in(0).ptr<T>();
+  const T* DY = ctx.in(1).ptr<T>();
+  T* DW = ctx.out(0).ptr<T>();
+  const int64_t Cg = g.C / g.G, Og = g.O / g.G;
+  ctx.parallel_for(g.O * Cg, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t o = t / Cg, c = (o / Og) * Cg + t % Cg;
+      T* dw = DW + t * g.k_size();
+      for (int64_t kd = 0; kd < g.k[0]; ++kd)
+        for (int64_t kh = 0; kh < g.k[1]; ++kh)
+          for (int64_t kw = 0; kw < g.k[2]; ++kw) {
+            T acc = 0;
+            for (int64_t n = 0; n < g.N; ++n) {
+              const T* x = X + (n * g.C + c) * g.in_size();
+              const T* dy = DY + (n * g.O + o) * g.out_size();
+              for (int64_t od = 0; od < g.out[0]; ++od) {
+                const int64_t id = od * g.stride[0] - g.pad[0] + kd * g.dil[0];
+                if (id < 0 || id >= g.in[0]) continue;
+                for (int64_t oh = 0; oh < g.out[1]; ++oh) {
+                  const int64_t ih = oh * g.stride[1] - g.pad[1] + kh * g.dil[1];
+                  if (ih < 0 || ih >= g.in[1]) continue;
+                  for (int64_t ow = 0; ow < g.out[2]; ++ow) {
+                    const int64_t iw = ow * g.stride[2] - g.pad[2] + kw * g.dil[2];
+                    if (iw < 0 || iw >= g.in[2]) continue;
+                    acc += dy[(od * g.out[1] + oh) * g.out[2] + ow] *
+                           x[(id * g.in[1] + ih) * g.in[2] + iw];
+                  }
+                }
+              }
+            }
+            *dw++ = acc;
+          }
+    }
+  });
+}
+
+// oneDNN's backward-weights primitive needs a forward primitive_desc as a hint.
+du::CachedPrimitive make_grad_weight_primitive(const ConvGeom& g, const du::Dims& src,
+                                               const du::Dims& kernel, const du::Dims& dst,
+                                               const du::Dims& stride, const du::Dims& dil,
+                                               const du::Dims& pad_l, const du::Dims& pad_r) {
+  const auto wei = user_weights_md(g, kernel);
+  const auto src_any = du::any_md(src), dst_any = du::any_md(dst), wei_any = du::any_md(wei.dims());
+  dnnl::convolution_forward::desc fd(dnnl::prop_kind::forward_training,
+                                     dnnl::algorithm::convolution_direct, src_any, wei_any,
+                                     dnnl::memory::desc(), dst_any, stride, dil, pad_l, pad_r);
+  dnnl::convolution_forward::primitive_desc hint(fd, du::attr(), du::engine());
+  dnnl::convolution_backward_weights::desc d(dnnl::algorithm::convolution_direct, src_any, wei_any,
+                                             dst_any, stride, dil, pad_l, pad_r);
+  dnnl::convolution_backward_weights::primitive_desc pd(d, du::attr(), du::engine(), hint);
+  return {dnnl::convolution_backward_weights(pd),
+          {du::make_arg(DNNL_ARG_SRC, du::plain_md(src), pd.src_desc()),
+           du::make_arg(DNNL_ARG_DIFF_DST, du::plain_md(dst), pd.diff_dst_desc()),
+           du::make_arg(DNNL_ARG_DIFF_WEIGHTS, wei, pd.diff_weights_desc(), true)},
+          pd.scratchpad_desc()};
+}
+
+void conv_grad_weight_dnnl(KernelContext& ctx, const ConvGeom& g) {
+  const TensorView &x = ctx.in(0), &dy = ctx.in(1), &dw = ctx.out(0);
+  const int nd = g.nd;
+  const auto& p = ctx.attrs().ints("pads");
+  const du::Dims kernel(dw.shape.begin() + 2, dw.shape.end());
+  const du::Dims stride = ctx.attrs().ints("stride");
+  const du::Dims dil = dnnl_dilation(ctx.attrs().ints("dilation"));
+  const du::Dims pad_l(p.begin(), p.begin() + nd), pad_r(p.begin() + nd, p.end());
+  du::Dims key{static_cast<int64_t>(ctx.op()), nd, g.G};
+  for (const Shape* s : {&x.shape, &dy.shape, &dw.shape})
+    key.insert(key.end(), s->begin(), s->end());
+  for (const du::Dims* v : {&stride, &dil, &p}) key.insert(key.end(), v->begin(), v->end());
+  auto prim = du::cached(ctx.op_name(), key, [&] {
+    return make_grad_weight_primitive(g, x.shape, kernel, dy.shape, stride, dil, pad_l, pad_r);
+  });
+  du::execute(ctx.op_name(), *prim, {x.data, dy.data, dw.data});
+}
+
+// oneDNN wants dy's size to follow from x's exactly; a conv_transpose's weight gradient with
+// output_padding >= stride (allowed below the dilation) breaks that, and loops take it.
+bool dnnl_handles_grad_weight(const KernelContext& ctx, const ConvGeom& g) {
+  if (ctx.in(0).dtype != f32 || ctx.in(0).numel() == 0 || ctx.in(1).numel() == 0 ||
+      ctx.out(0).numel() == 0)
+    return false;
+  const auto& p = ctx.attrs().ints("pads");
+  for (int i = 0; i < g.nd; ++i) {
+    const int j = 3 - g.nd + i;
+    const int64_t span = g.in[j] + p[i] + p[g.nd + i] - (g.k[j] - 1) * g.dil[j] - 1;
+    if (span < 0 || span / g.stride[j] + 1 != g.out[j]) return false;
+  }
+  return true;
+}
+
+void conv_grad_weight(KernelContext& ctx) {
+  const ConvGeom g = geometry_of(ctx, ctx.in(0).shape, ctx.out(0).shape, ctx.in(1).shape);
+  if (dnnl_handles_grad_weight(ctx, g)) return conv_grad_weight_dnnl(ctx, g);
+  dispatch_float(ctx.in(0).dtype, ctx.op_name(),
+                 [&](auto v) { conv_grad_weight_loops<decltype(v)>(ctx, g); });
+}
 }  // namespace
 
 void register_conv_kernels() {
   register_kernel(OpId::Conv, Backend::cpu, {conv, DTypeSet{f32, f64}});
   register_kernel(OpId::ConvTranspose, Backend::cpu, {conv_transpose, DTypeSet{f32, f64}});
+  register_kernel(OpId::ConvGradWeight, Backend::cpu, {conv_grad_weight, DTypeSet{f32, f64}});
 }
 
 }  // namespace kiln::cpu
