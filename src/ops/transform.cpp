@@ -236,7 +236,8 @@ Grads vjp_transpose(const VjpContext& c) {
 
 Grads vjp_split(const VjpContext& c) {
   std::vector<Tensor> parts;
-  for (size_t i = 0; i < c.outputs.size(); ++i) parts.push_back(c.cotangent_or_zeros(int(i)));
+  for (int i = 0; i < static_cast<int>(c.outputs.size()); ++i)
+    parts.push_back(c.cotangent_or_zeros(i));
   return {concat(parts, c.attrs.i("axis"))};
 }
 
@@ -265,7 +266,8 @@ Grads vjp_slice(const VjpContext& c) {
   Shape interleaved, dilated;
   for (size_t d = 0; d < in.size(); ++d) {
     const auto taken = transform::slice_dim(in[d], starts[d], stops[d], steps[d]);
-    const int64_t s = std::abs(steps[d]);
+    // one element taken: its step is irrelevant (and may be huge), so no zeros in between
+    const int64_t s = taken.count > 1 ? std::abs(steps[d]) : 1;
     const int64_t first = steps[d] > 0 ? taken.start : taken.start - (taken.count - 1) * s;
     if (steps[d] < 0) flipped.push_back(static_cast<int64_t>(d));
     interleaved.push_back(taken.count);
@@ -278,7 +280,8 @@ Grads vjp_slice(const VjpContext& c) {
     pads.insert(pads.end(), {first, in[d] - first - taken.count * s});
   }
   if (!flipped.empty()) g = flip(g, flipped);
-  if (interleaved.size() > in.size()) g = reshape(pad(reshape(g, interleaved), interleave_pads), dilated);
+  if (interleaved.size() > in.size())
+    g = reshape(pad(reshape(g, interleaved), interleave_pads), dilated);
   return {pad(g, pads)};
 }
 
@@ -294,7 +297,7 @@ Tensor fold_padded_dim(const Tensor& g, int d, int64_t n, int64_t begin, const s
                           ScatterReduction::add);
 }
 
-// Constant mode: padding g by the negated pads crops what was added and zero-fills what was cropped.
+// Constant mode: padding g by -pads crops what was added and zero-fills what was cropped.
 Grads vjp_pad(const VjpContext& c) {
   const Shape in = static_input_shape(c);
   const auto& pads = c.attrs.ints("pads");

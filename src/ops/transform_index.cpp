@@ -184,12 +184,8 @@ Grads vjp_scatter_none(const VjpContext& c, const Tensor& g, int64_t axis) {
   const Tensor &x = c.inputs[0], &idx = c.inputs[1], &u = c.inputs[2];
   const Tensor dx = scatter_elements(g, idx, zeros_like(u), axis);
   const Shape us = static_input_shape(c, 2);
-  const Tensor ids = reshape(detail::make_source_node(*u.graph_impl(), OpId::Arange,
-                                                      {{"start", 1.0},
-                                                       {"stop", static_cast<double>(numel(us) + 1)},
-                                                       {"step", 1.0},
-                                                       {"dtype", i64}})[0],
-                             us);
+  const Attrs range{{"start", 1.0}, {"stop", numel(us) + 1.0}, {"step", 1.0}, {"dtype", i64}};
+  const Tensor ids = reshape(detail::make_source_node(*u.graph_impl(), OpId::Arange, range)[0], us);
   const Tensor last = scatter_elements(full_on(x, static_input_shape(c), 0, i64), idx, ids, axis);
   const Tensor won = equal(gather_elements(last, idx, axis), ids);
   return {dx, std::nullopt, where(won, gather_elements(g, idx, axis), zeros_like(u))};

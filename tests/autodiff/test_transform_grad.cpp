@@ -21,7 +21,9 @@ Array distinct_array(const Shape& shape) {
   return Array::from_vector(v, shape);
 }
 
-Array ints(const std::vector<int64_t>& v, const Shape& shape) { return Array::from_vector(v, shape); }
+Array ints(const std::vector<int64_t>& v, const Shape& shape) {
+  return Array::from_vector(v, shape);
+}
 
 TEST(ReshapeGrad, FiniteDifferences) {
   check_gradients([](const Ts& x) { return reshape(x[0], {3, -1}); },
@@ -69,6 +71,9 @@ TEST(SliceGrad, LargeAndNegativeSteps) {
                   {random_array({5, 8}, f64)});
   check_gradients([](const Ts& x) { return slice(x[0], {-2, 1}, {-100, 4}, {-2, 1}); },
                   {random_array({6, 4}, f64)});
+  // a step past the end takes one element
+  check_gradients([](const Ts& x) { return slice(x[0], {2, -1}, {5, -5}, {1000, -(1LL << 62)}); },
+                  {random_array({5, 3}, f64)});
 }
 
 TEST(SliceGrad, EmptySliceGivesZeros) {
@@ -150,7 +155,9 @@ std::vector<Array> scatter_inputs(bool nonzero = false) {
           nonzero ? random_nonzero({2, 3}, f64, 0.5, 1.5) : random_array({2, 3}, f64)};
 }
 
-Tensor scatter_with(ScatterReduction r, const Ts& x) { return scatter_elements(x[0], x[1], x[2], 1, r); }
+Tensor scatter_with(ScatterReduction r, const Ts& x) {
+  return scatter_elements(x[0], x[1], x[2], 1, r);
+}
 
 TEST(ScatterElementsGrad, NoneKeepsLastDuplicate) {
   check_gradients([](const Ts& x) { return scatter_with(ScatterReduction::none, x); },
