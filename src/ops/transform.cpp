@@ -13,13 +13,16 @@
 //   tile:         reps (ints, one per dim)
 //   broadcast_to: shape (ints; -1 keeps x's dim)
 //   flip:         axes (ints, resolved)
-// All of them take every dtype; none is differentiable yet.
+// All of them take every dtype. Their gradients move g back the way the data came.
 #include "kiln/ops/transform.h"
 
 #include <algorithm>
 #include <limits>
 #include <numeric>
 
+#include "kiln/autodiff.h"
+#include "kiln/ops/elementwise.h"
+#include "kiln/ops/reduce.h"
 #include "ops/common.h"
 #include "ops/transform_util.h"
 
@@ -216,18 +219,146 @@ std::vector<TensorInfo> infer_flip(const InferContext& ctx) {
   for (int64_t a : ctx.attrs.ints("axes")) resolve_axis(ctx.name(), a, ctx.inputs[0].shape);
   return {ctx.inputs[0]};
 }
+
+// ---- gradient rules (written with kiln ops, so they are differentiable themselves)
+
+using Grads = std::vector<std::optional<Tensor>>;
+using transform::static_input_shape;
+
+Grads vjp_reshape(const VjpContext& c) { return {reshape(*c.cotangents[0], c.inputs[0].shape())}; }
+
+Grads vjp_transpose(const VjpContext& c) {
+  const auto& perm = c.attrs.ints("perm");
+  std::vector<int64_t> inverse(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) inverse[perm[i]] = static_cast<int64_t>(i);
+  return {permute(*c.cotangents[0], inverse)};
+}
+
+Grads vjp_split(const VjpContext& c) {
+  std::vector<Tensor> parts;
+  for (int i = 0; i < static_cast<int>(c.outputs.size()); ++i)
+    parts.push_back(c.cotangent_or_zeros(i));
+  return {concat(parts, c.attrs.i("axis"))};
+}
+
+Grads vjp_concat(const VjpContext& c) {
+  const int64_t axis = c.attrs.i("axis");
+  Grads grads;
+  int64_t at = 0;
+  for (size_t i = 0; i < c.inputs.size(); ++i) {
+    const int64_t n = static_input_shape(c, static_cast<int>(i))[axis];
+    grads.push_back(slice(*c.cotangents[0], {at}, {at + n}, {1}, {axis}));
+    at += n;
+  }
+  return grads;
+}
+
+// g goes back to the positions slicing took, zeros elsewhere. Negative steps are flipped into
+// positive ones; a step s > 1 puts s-1 zeros after each element (reshape to (k, 1), pad to (k, s),
+// reshape to k*s); a last pad moves the run to its first position and crops the trailing zeros.
+Grads vjp_slice(const VjpContext& c) {
+  const Shape in = static_input_shape(c);
+  const auto &starts = c.attrs.ints("starts"), &stops = c.attrs.ints("stops"),
+             &steps = c.attrs.ints("steps");
+  Tensor g = *c.cotangents[0];
+  if (numel(g.shape()) == 0) return {zeros_like(c.inputs[0])};
+  std::vector<int64_t> flipped, interleave_pads, pads;
+  Shape interleaved, dilated;
+  for (size_t d = 0; d < in.size(); ++d) {
+    const auto taken = transform::slice_dim(in[d], starts[d], stops[d], steps[d]);
+    // one element taken: its step is irrelevant (and may be huge), so no zeros in between
+    const int64_t s = taken.count > 1 ? std::abs(steps[d]) : 1;
+    const int64_t first = steps[d] > 0 ? taken.start : taken.start - (taken.count - 1) * s;
+    if (steps[d] < 0) flipped.push_back(static_cast<int64_t>(d));
+    interleaved.push_back(taken.count);
+    interleave_pads.insert(interleave_pads.end(), {0, 0});
+    if (s > 1) {
+      interleaved.push_back(1);
+      interleave_pads.insert(interleave_pads.end(), {0, s - 1});
+    }
+    dilated.push_back(taken.count * s);
+    pads.insert(pads.end(), {first, in[d] - first - taken.count * s});
+  }
+  if (!flipped.empty()) g = flip(g, flipped);
+  if (interleaved.size() > in.size())
+    g = reshape(pad(reshape(g, interleaved), interleave_pads), dilated);
+  return {pad(g, pads)};
+}
+
+// Adds up g's entries along dim d that reflect/edge padding copied from the same input position:
+// a scatter-add of g with each output position's source (the map is separable, so dim by dim).
+Tensor fold_padded_dim(const Tensor& g, int d, int64_t n, int64_t begin, const std::string& mode) {
+  const Tensor s = coordinate_along_axis(g, d, i64) - static_cast<double>(begin);
+  const double last = static_cast<double>(n - 1);
+  const Tensor source = mode == "edge" ? clip(s, 0, last) : last - abs(last - abs(s));
+  Shape shape = g.shape();
+  shape[d] = n;
+  return scatter_elements(transform::full_on(g, shape, 0, g.dtype()), source, g, d,
+                          ScatterReduction::add);
+}
+
+// Constant mode: padding g by -pads crops what was added and zero-fills what was cropped.
+Grads vjp_pad(const VjpContext& c) {
+  const Shape in = static_input_shape(c);
+  const auto& pads = c.attrs.ints("pads");
+  const std::string& mode = c.attrs.str("mode");
+  Tensor g = *c.cotangents[0];
+  if (mode == "constant") {
+    std::vector<int64_t> negated;
+    for (int64_t p : pads) negated.push_back(-p);
+    return {pad(g, negated)};
+  }
+  for (size_t d = 0; d < in.size(); ++d)
+    if (pads[2 * d] != 0 || pads[2 * d + 1] != 0)
+      g = fold_padded_dim(g, static_cast<int>(d), in[d], pads[2 * d], mode);
+  return {g};
+}
+
+// tile's output seen as (reps_0, n_0, reps_1, n_1, ...): summing the reps axes adds up the copies.
+Grads vjp_tile(const VjpContext& c) {
+  const Shape in = static_input_shape(c);
+  const auto& reps = c.attrs.ints("reps");
+  Shape blocks;
+  Axes copies;
+  for (size_t d = 0; d < in.size(); ++d) {
+    copies.push_back(static_cast<int64_t>(blocks.size()));
+    blocks.insert(blocks.end(), {reps[d], in[d]});
+  }
+  return {sum(reshape(*c.cotangents[0], blocks), copies)};
+}
+
+Grads vjp_broadcast_to(const VjpContext& c) {
+  return {sum_to_shape(*c.cotangents[0], c.inputs[0].shape())};
+}
+
+Grads vjp_flip(const VjpContext& c) { return {flip(*c.cotangents[0], c.attrs.ints("axes"))}; }
 }  // namespace
 
+namespace transform {
+Shape static_input_shape(const VjpContext& c, int i) {
+  Shape s = c.inputs[i].shape();
+  if (!is_static(s))
+    fail<ShapeError>("[gradients] the gradient of {} needs a static shape for input {}, got {}",
+                     c.name(), i, str(s));
+  return s;
+}
+
+Tensor full_on(const Tensor& on, const Shape& shape, double value, DType dtype) {
+  return detail::make_source_node(*on.graph_impl(), OpId::Full,
+                                  {{"shape", shape}, {"value", value}, {"dtype", dtype}})[0];
+}
+}  // namespace transform
+
 void register_transform_ops() {
-  define_op(OpId::Reshape).set_infer(infer_reshape).alias();
-  define_op(OpId::Transpose).set_infer(infer_transpose);
-  define_op(OpId::Split).set_infer(infer_split);
-  define_op(OpId::Concat).set_infer(infer_concat);
-  define_op(OpId::Slice).set_infer(infer_slice);
-  define_op(OpId::Pad).set_infer(infer_pad);
-  define_op(OpId::Tile).set_infer(infer_tile);
-  define_op(OpId::BroadcastTo).set_infer(infer_broadcast_to);
-  define_op(OpId::Flip).set_infer(infer_flip);
+  define_op(OpId::Reshape).set_infer(infer_reshape).alias().grad(vjp_reshape);
+  define_op(OpId::Transpose).set_infer(infer_transpose).grad(vjp_transpose);
+  define_op(OpId::Split).set_infer(infer_split).grad(vjp_split);
+  define_op(OpId::Concat).set_infer(infer_concat).grad(vjp_concat);
+  define_op(OpId::Slice).set_infer(infer_slice).grad(vjp_slice);
+  define_op(OpId::Pad).set_infer(infer_pad).grad(vjp_pad);
+  define_op(OpId::Tile).set_infer(infer_tile).grad(vjp_tile);
+  define_op(OpId::BroadcastTo).set_infer(infer_broadcast_to).grad(vjp_broadcast_to);
+  define_op(OpId::Flip).set_infer(infer_flip).grad(vjp_flip);
   register_transform_index_ops();
 }
 

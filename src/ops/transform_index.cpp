@@ -9,9 +9,12 @@
 //   sort, argsort:            axis, descending (stable; NaN sorts above every number)
 //   coordinate_along_axis:    axis, dtype
 //   hamming_distance:         dtype
-// None is differentiable yet.
+// Gradients scatter-add g back to the positions the values came from; argsort, one_hot and
+// hamming_distance have integer outputs or inputs and are not differentiable.
 #include <algorithm>
 
+#include "kiln/autodiff.h"
+#include "kiln/ops/elementwise.h"
 #include "kiln/ops/transform.h"
 #include "ops/common.h"
 #include "ops/transform_util.h"
@@ -148,18 +151,103 @@ std::vector<TensorInfo> infer_hamming_distance(const InferContext& ctx) {
                      str(a.shape), str(b.shape));
   return {{out, t}};
 }
+
+// ---- gradient rules (written with kiln ops, so they are differentiable themselves)
+
+using Grads = std::vector<std::optional<Tensor>>;
+using transform::full_on;
+using transform::static_input_shape;
+
+// take's gradient: x seen as (pre, n, post) and the indices broadcast over pre and post make it
+// one scatter-add along axis 1 (repeated indices add up, negative ones count from the end).
+Grads vjp_gather(const VjpContext& c) {
+  const Shape x = static_input_shape(c), idx = static_input_shape(c, 1);
+  const int axis = static_cast<int>(c.attrs.i("axis"));
+  const int64_t pre = numel(Shape(x.begin(), x.begin() + axis));
+  const int64_t post = numel(Shape(x.begin() + axis + 1, x.end())), taken = numel(idx);
+  const Tensor g = reshape(*c.cotangents[0], {pre, taken, post});
+  const Tensor at = broadcast_to(reshape(c.inputs[1], {1, taken, 1}), {pre, taken, post});
+  const Tensor dx = scatter_elements(full_on(g, {pre, x[axis], post}, 0, g.dtype()), at, g, 1,
+                                     ScatterReduction::add);
+  return {reshape(dx, x), std::nullopt};
+}
+
+Grads vjp_gather_elements(const VjpContext& c) {
+  return {scatter_elements(zeros_like(c.inputs[0]), c.inputs[1], *c.cotangents[0],
+                           c.attrs.i("axis"), ScatterReduction::add),
+          std::nullopt};
+}
+
+// reduction none: written-over entries of x get no gradient, and of updates with the same target
+// only the one that was written last (in index order) does; it is found by scattering flat ids.
+Grads vjp_scatter_none(const VjpContext& c, const Tensor& g, int64_t axis) {
+  const Tensor &x = c.inputs[0], &idx = c.inputs[1], &u = c.inputs[2];
+  const Tensor dx = scatter_elements(g, idx, zeros_like(u), axis);
+  const Shape us = static_input_shape(c, 2);
+  const Attrs range{{"start", 1.0}, {"stop", numel(us) + 1.0}, {"step", 1.0}, {"dtype", i64}};
+  const Tensor ids = reshape(detail::make_source_node(*u.graph_impl(), OpId::Arange, range)[0], us);
+  const Tensor last = scatter_elements(full_on(x, static_input_shape(c), 0, i64), idx, ids, axis);
+  const Tensor won = equal(gather_elements(last, idx, axis), ids);
+  return {dx, std::nullopt, where(won, gather_elements(g, idx, axis), zeros_like(u))};
+}
+
+// max/min: the gradient goes to whichever of x and the updates gave the result, split evenly
+// between ties (as PyTorch's scatter_reduce amax/amin).
+Grads vjp_scatter_extremum(const VjpContext& c, const Tensor& g, int64_t axis) {
+  const Tensor &x = c.inputs[0], &idx = c.inputs[1], &u = c.inputs[2], &out = c.outputs[0];
+  const Tensor from_x = cast(equal(x, out), x.dtype());
+  const Tensor from_u = cast(equal(u, gather_elements(out, idx, axis)), x.dtype());
+  const Tensor share = g / scatter_elements(from_x, idx, from_u, axis, ScatterReduction::add);
+  return {share * from_x, std::nullopt, gather_elements(share, idx, axis) * from_u};
+}
+
+// mul: d out / d x is the product of the updates, scattered exactly; an update's own gradient
+// divides it out again, so it is undefined (inf/nan) where that update is 0.
+Grads vjp_scatter_mul(const VjpContext& c, const Tensor& g, int64_t axis) {
+  const Tensor &idx = c.inputs[1], &u = c.inputs[2];
+  return {scatter_elements(g, idx, u, axis, ScatterReduction::mul), std::nullopt,
+          gather_elements(g * c.outputs[0], idx, axis) / u};
+}
+
+Grads vjp_scatter_elements(const VjpContext& c) {
+  const Tensor& g = *c.cotangents[0];
+  const int64_t axis = c.attrs.i("axis");
+  const std::string& r = c.attrs.str("reduction");
+  if (r == "none") return vjp_scatter_none(c, g, axis);
+  if (r == "add") return {g, std::nullopt, gather_elements(g, c.inputs[1], axis)};
+  if (r == "mul") return vjp_scatter_mul(c, g, axis);
+  return vjp_scatter_extremum(c, g, axis);
+}
+
+// The values came from x at the indices output; the indices themselves carry no gradient.
+Grads vjp_topk(const VjpContext& c) {
+  return {scatter_elements(zeros_like(c.inputs[0]), c.outputs[1], *c.cotangents[0],
+                           c.attrs.i("axis"), ScatterReduction::add)};
+}
+
+// sort does not output its permutation: argsort (stable, like sort) recomputes it.
+Grads vjp_sort(const VjpContext& c) {
+  const int64_t axis = c.attrs.i("axis");
+  const Tensor perm = argsort(c.inputs[0], axis, c.attrs.b("descending"));
+  return {scatter_elements(zeros_like(c.inputs[0]), perm, *c.cotangents[0], axis)};
+}
+
+// The coordinates depend on x's shape only, never on its values.
+Grads vjp_coordinate_along_axis(const VjpContext&) { return {std::nullopt}; }
 }  // namespace
 
 void register_transform_index_ops() {
-  define_op(OpId::Gather).set_infer(infer_gather);
-  define_op(OpId::GatherElements).set_infer(infer_gather_elements);
-  define_op(OpId::ScatterElements).set_infer(infer_scatter_elements);
-  define_op(OpId::OneHot).set_infer(infer_one_hot);
-  define_op(OpId::Topk).set_infer(infer_topk);
-  define_op(OpId::Sort).set_infer(infer_sort);
-  define_op(OpId::Argsort).set_infer(infer_argsort);
-  define_op(OpId::CoordinateAlongAxis).set_infer(infer_coordinate_along_axis);
-  define_op(OpId::HammingDistance).set_infer(infer_hamming_distance);
+  define_op(OpId::Gather).set_infer(infer_gather).grad(vjp_gather);
+  define_op(OpId::GatherElements).set_infer(infer_gather_elements).grad(vjp_gather_elements);
+  define_op(OpId::ScatterElements).set_infer(infer_scatter_elements).grad(vjp_scatter_elements);
+  define_op(OpId::OneHot).set_infer(infer_one_hot).not_differentiable();
+  define_op(OpId::Topk).set_infer(infer_topk).grad(vjp_topk);
+  define_op(OpId::Sort).set_infer(infer_sort).grad(vjp_sort);
+  define_op(OpId::Argsort).set_infer(infer_argsort).not_differentiable();
+  define_op(OpId::CoordinateAlongAxis)
+      .set_infer(infer_coordinate_along_axis)
+      .grad(vjp_coordinate_along_axis);
+  define_op(OpId::HammingDistance).set_infer(infer_hamming_distance).not_differentiable();
 }
 
 Tensor gather(const Tensor& x, const Tensor& indices, int64_t axis) {

@@ -5,10 +5,25 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "kiln/dtype.h"
+#include "kiln/shape.h"
+
 namespace kiln {
+
+class Tensor;
+struct VjpContext;
 
 /// Registers the indexing and sorting half of the transform family (transform_index.cpp).
 void register_transform_index_ops();
+
+namespace transform {
+// Helpers of the family's gradient rules (transform.cpp).
+
+/// Input i's shape; throws ShapeError naming the op when it has dynamic dims.
+Shape static_input_shape(const VjpContext& c, int i = 0);
+/// A tensor of `shape` filled with `value`, on the graph of `on`.
+Tensor full_on(const Tensor& on, const Shape& shape, double value, DType dtype);
+}  // namespace transform
 
 namespace transform {
 
