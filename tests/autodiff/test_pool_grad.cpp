@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "core/graph_impl.h"
 #include "support/gradcheck.h"
 
 namespace kiln {
@@ -58,6 +59,22 @@ TEST(MaxPoolGrad, IndicesOutputCarriesNoGradient) {
       {distinct_array(c.x)});
 }
 
+TEST(MaxPoolGrad, ReusesForwardIndices) {
+  // the gradient scatters at the forward node's own indices output: no second max_pool
+  Graph g;
+  auto x = g.placeholder({2, 3, 8, 8}, f32, "x");
+  auto y = max_pool(x, {{3, 3}, {2, 2}, {1, 1}});
+  auto dx = gradients(sum(y), {x})[0];
+  const auto& nodes = g.impl().nodes;
+  const auto& grad_node = nodes[dx.node_id()];
+  ASSERT_EQ(grad_node.op, OpId::MaxPoolGrad);
+  EXPECT_EQ(grad_node.inputs[1].node, y.node_id());
+  EXPECT_EQ(grad_node.inputs[1].index, 1);
+  EXPECT_EQ(std::count_if(nodes.begin(), nodes.end(),
+                          [](const auto& n) { return n.op == OpId::MaxPool; }),
+            1);
+}
+
 TEST(AvgPoolGrad, FiniteDifferences) {
   for (const Case& base : cases(false)) {
     for (bool include_pad : {false, true}) {
@@ -95,6 +112,34 @@ TEST(MaxPoolGradGrad, FiniteDifferences) {
     check_gradients([&](const std::vector<Tensor>& in) { return max_pool_grad(in[0], in[1], x); },
                     {random_array(y, f64), random_ints(y, 0, plane - 1)}, {.wrt = {0}});
   }
+}
+
+// Double backward: the gradient of sum(pool(x)^2) is differentiated again.
+template <typename Pool> void check_double_backward(const Shape& shape, Pool pool, Array x) {
+  SCOPED_TRACE(to_string(shape));
+  check_gradients(
+      [&](const std::vector<Tensor>& in) {
+        Tensor y = pool(in[0]);
+        return gradients(sum(y * y), {in[0]})[0];
+      },
+      {x});
+}
+
+TEST(MaxPoolGradGrad, DoubleBackward) {
+  for (const Case& c : cases(true))
+    check_double_backward(c.x, [&](const Tensor& x) { return max_pool(x, c.o); },
+                          distinct_array(c.x));
+}
+
+TEST(AvgPoolGradGrad, DoubleBackward) {
+  for (const Case& c : cases(false))
+    check_double_backward(c.x, [&](const Tensor& x) { return avg_pool(x, c.o); },
+                          random_array(c.x, f64));
+}
+
+TEST(AdaptiveAvgPoolGradGrad, DoubleBackward) {
+  check_double_backward({1, 2, 5, 7}, [](const Tensor& x) { return adaptive_avg_pool(x, {3, 4}); },
+                        random_array({1, 2, 5, 7}, f64));
 }
 
 TEST(AvgPoolGradGrad, FiniteDifferences) {
