@@ -96,20 +96,17 @@ Tensor widen_bool(const Tensor& x) { return x.dtype() == boolean ? cast(x, i64) 
 
 using Grads = std::vector<std::optional<Tensor>>;
 
-// The cotangent of a reduction reshaped to keepdims form and broadcast back to the input.
-Tensor expand_back(const VjpContext& c, const Tensor& g) {
-  const Shape in = c.inputs[0].shape();
-  Shape kept = reduced_shape(in, c.attrs.ints("axes"), /*keepdims=*/true);
-  Tensor k = g.shape() == kept ? g : reshape(g, kept);
-  return broadcast_to(k, in);
-}
-Grads vjp_sum(const VjpContext& c) { return {expand_back(c, *c.cotangents[0])}; }
-
 // A reduction's output (or any tensor of its shape) in keepdims form, to broadcast against x.
 Tensor kept(const VjpContext& c, const Tensor& t) {
   Shape k = reduced_shape(c.inputs[0].shape(), c.attrs.ints("axes"), /*keepdims=*/true);
   return t.shape() == k ? t : reshape(t, k);
 }
+// The cotangent of a reduction reshaped to keepdims form and broadcast back to the input.
+Tensor expand_back(const VjpContext& c, const Tensor& g) {
+  return broadcast_to(kept(c, g), c.inputs[0].shape());
+}
+Grads vjp_sum(const VjpContext& c) { return {expand_back(c, *c.cotangents[0])}; }
+
 // Number of elements reduced into each output (the reduced dims must be static).
 int64_t reduced_count(const VjpContext& c) {
   const Shape in = c.inputs[0].shape();
