@@ -3,10 +3,14 @@
 //             Two outputs: the maxima and their i64 flat indices within each (n, c) plane.
 //   avg_pool: kernel, stride, pads, ceil_mode, count_include_pad (bool)
 //   adaptive_avg_pool: output_size (ints)
+// Their gradients are ops of their own, with `input_shape` (ints, static) the forward input's:
+//   max_pool_grad(dy, indices): dy added at the forward pass's flat in-plane indices
+//   avg_pool_grad(dy): avg_pool's attributes; adaptive_avg_pool_grad(dy): output size from dy
 // Output sizes follow PyTorch: floor (or ceil) of (in + pads - dilation*(k-1) - 1) / stride + 1,
 // where with ceil_mode the last window must start inside the input or the begin padding.
 #include "kiln/ops/nn.h"
 
+#include "kiln/ops/transform.h"
 #include "ops/common.h"
 
 namespace kiln {
@@ -87,6 +91,97 @@ std::vector<TensorInfo> infer_adaptive_avg_pool(const InferContext& ctx) {
   return {{out, ctx.inputs[0].dtype}};
 }
 
+// ---- gradient ops ----
+
+// The forward input's shape of a gradient op: static, rank of dy, same N and C as dy.
+Shape grad_input_shape(const InferContext& ctx) {
+  require_dtype(ctx, 0, kFloatTypes, "a float dtype");
+  require_rank(ctx, 0, 3, 5);
+  const Shape& dy = ctx.inputs[0].shape;
+  const auto& in = ctx.attrs.ints("input_shape");
+  if (in.size() != dy.size() || !is_static(in) || !dims_match(in[0], dy[0]) ||
+      !dims_match(in[1], dy[1]))
+    fail<ShapeError>("[{}] input_shape {} must be static, with the rank, N and C of the gradient "
+                     "of shape {}", ctx.name(), str(in), str(dy));
+  return in;
+}
+
+std::vector<TensorInfo> infer_max_pool_grad(const InferContext& ctx) {
+  Shape in = grad_input_shape(ctx);
+  require_dtype(ctx, 1, DTypeSet{i32, i64}, "i32 or i64 indices");
+  if (!shapes_match(ctx.inputs[1].shape, ctx.inputs[0].shape))
+    fail<ShapeError>("[{}] indices of shape {} must have the gradient's shape {}", ctx.name(),
+                     str(ctx.inputs[1].shape), str(ctx.inputs[0].shape));
+  return {{in, ctx.inputs[0].dtype}};
+}
+
+std::vector<TensorInfo> infer_avg_pool_grad(const InferContext& ctx) {
+  Shape in = grad_input_shape(ctx);
+  // the forward pass's inference on input_shape must give dy's shape
+  const std::vector<TensorInfo> fwd_inputs{{in, ctx.inputs[0].dtype}};
+  const InferContext fwd{ctx.op, ctx.attrs, fwd_inputs};
+  const Shape expect = pooled_shape(fwd, std::vector<int64_t>(in.size() - 2, 1));
+  if (!shapes_match(expect, ctx.inputs[0].shape))
+    fail<ShapeError>("[{}] gradient of shape {} does not match the pooled shape {} of input "
+                     "shape {}", ctx.name(), str(ctx.inputs[0].shape), str(expect), str(in));
+  return {{in, ctx.inputs[0].dtype}};
+}
+
+std::vector<TensorInfo> infer_adaptive_avg_pool_grad(const InferContext& ctx) {
+  Shape in = grad_input_shape(ctx);
+  const Shape& dy = ctx.inputs[0].shape;
+  for (size_t d = 2; d < dy.size(); ++d)
+    if (dy[d] < 1 || in[d] < 1)
+      fail<ShapeError>("[{}] gradient shape {} and input_shape {} need static, non-empty "
+                       "spatial dims", ctx.name(), str(dy), str(in));
+  return {{in, ctx.inputs[0].dtype}};
+}
+
+// ---- gradient rules ----
+
+using Grads = std::vector<std::optional<Tensor>>;
+
+// Spatial dims of t (adaptive pooling's output size).
+std::vector<int64_t> spatial(const Tensor& t) {
+  const Shape s = t.shape();
+  return {s.begin() + 2, s.end()};
+}
+
+// Scatters dy into the argmax positions the forward pass recorded (output 1), never recomputing
+// them; the i64 indices output carries no cotangent.
+Grads vjp_max_pool(const VjpContext& c) {
+  return {max_pool_grad(c.cotangent_or_zeros(0), c.outputs[1], c.inputs[0].shape())};
+}
+Grads vjp_avg_pool(const VjpContext& c) {
+  Attrs attrs = c.attrs;
+  attrs.set("input_shape", c.inputs[0].shape());
+  return {make_node1(OpId::AvgPoolGrad, {*c.cotangents[0]}, attrs)};
+}
+Grads vjp_adaptive_avg_pool(const VjpContext& c) {
+  return {adaptive_avg_pool_grad(*c.cotangents[0], c.inputs[0].shape())};
+}
+
+// max_pool_grad is linear in dy; its transpose gathers g at the indices, plane by plane.
+// (input_shape is static, and dy's N and C match it.)
+Grads vjp_max_pool_grad(const VjpContext& c) {
+  const Shape in = c.attrs.ints("input_shape");
+  Shape dy = c.inputs[0].shape();
+  dy[0] = in[0], dy[1] = in[1];
+  const Tensor g = reshape(*c.cotangents[0], {in[0], in[1], -1});
+  const Tensor idx = reshape(c.inputs[1], {in[0], in[1], -1});
+  return {reshape(gather_elements(g, idx, 2), dy), std::nullopt};
+}
+// The pooling ops are linear, so the gradient of their gradient op is the pooling itself.
+Grads vjp_avg_pool_grad(const VjpContext& c) {
+  Attrs attrs;
+  for (const auto& [key, value] : c.attrs.items())
+    if (key != "input_shape") attrs.set(key, value);
+  return {make_node1(OpId::AvgPool, {*c.cotangents[0]}, attrs)};
+}
+Grads vjp_adaptive_avg_pool_grad(const VjpContext& c) {
+  return {adaptive_avg_pool(*c.cotangents[0], spatial(c.inputs[0]))};
+}
+
 // nd entries, or `dflt` repeated when empty.
 std::vector<int64_t> per_dim(const char* op, const char* key, const std::vector<int64_t>& v,
                              const std::vector<int64_t>& dflt) {
@@ -118,12 +213,34 @@ Attrs window_attrs(const char* op, const PoolOptions& o) {
           {"pads", pads},
           {"ceil_mode", o.ceil_mode}};
 }
+
+// Average pooling's attributes: the window's plus count_include_pad; no dilation.
+Attrs avg_attrs(const char* op, const PoolOptions& o) {
+  Attrs attrs = window_attrs(op, o);
+  for (int64_t d : o.dilation)
+    if (d != 1) fail<ValueError>("[{}] dilation {} is not supported", op, str(o.dilation));
+  attrs.set("count_include_pad", o.count_include_pad);
+  return attrs;
+}
+
+// Gradient ops: the forward input's shape must be static to size their output.
+Shape static_input_shape(const char* op, const Shape& input_shape) {
+  if (!is_static(input_shape))
+    fail<ShapeError>("[{}] input_shape {} must be static", op, str(input_shape));
+  return input_shape;
+}
+
 }  // namespace
 
 void register_pool_ops() {
-  define_op(OpId::MaxPool).set_infer(infer_max_pool);
-  define_op(OpId::AvgPool).set_infer(infer_avg_pool);
-  define_op(OpId::AdaptiveAvgPool).set_infer(infer_adaptive_avg_pool);
+  define_op(OpId::MaxPool).set_infer(infer_max_pool).grad(vjp_max_pool);
+  define_op(OpId::AvgPool).set_infer(infer_avg_pool).grad(vjp_avg_pool);
+  define_op(OpId::AdaptiveAvgPool).set_infer(infer_adaptive_avg_pool).grad(vjp_adaptive_avg_pool);
+  define_op(OpId::MaxPoolGrad).set_infer(infer_max_pool_grad).grad(vjp_max_pool_grad);
+  define_op(OpId::AvgPoolGrad).set_infer(infer_avg_pool_grad).grad(vjp_avg_pool_grad);
+  define_op(OpId::AdaptiveAvgPoolGrad)
+      .set_infer(infer_adaptive_avg_pool_grad)
+      .grad(vjp_adaptive_avg_pool_grad);
 }
 
 std::pair<Tensor, Tensor> max_pool_with_indices(const Tensor& x, const PoolOptions& opts) {
@@ -139,11 +256,7 @@ Tensor max_pool(const Tensor& x, const PoolOptions& opts) {
 }
 
 Tensor avg_pool(const Tensor& x, const PoolOptions& opts) {
-  Attrs attrs = window_attrs("avg_pool", opts);
-  for (int64_t d : opts.dilation)
-    if (d != 1) fail<ValueError>("[avg_pool] dilation {} is not supported", str(opts.dilation));
-  attrs.set("count_include_pad", opts.count_include_pad);
-  return make_node1(OpId::AvgPool, {x}, attrs);
+  return make_node1(OpId::AvgPool, {x}, avg_attrs("avg_pool", opts));
 }
 
 Tensor adaptive_avg_pool(const Tensor& x, const std::vector<int64_t>& output_size) {
@@ -158,6 +271,22 @@ Tensor global_avg_pool(const Tensor& x) {
     fail<ShapeError>("[global_avg_pool] input must have rank 3 to 5 (N, C, spatial...), got "
                      "shape {}", str(x.shape()));
   return adaptive_avg_pool(x, std::vector<int64_t>(x.rank() - 2, 1));
+}
+
+Tensor max_pool_grad(const Tensor& grad, const Tensor& indices, const Shape& input_shape) {
+  return make_node1(OpId::MaxPoolGrad, {grad, indices},
+                    {{"input_shape", static_input_shape("max_pool_grad", input_shape)}});
+}
+
+Tensor avg_pool_grad(const Tensor& grad, const Shape& input_shape, const PoolOptions& opts) {
+  Attrs attrs = avg_attrs("avg_pool_grad", opts);
+  attrs.set("input_shape", static_input_shape("avg_pool_grad", input_shape));
+  return make_node1(OpId::AvgPoolGrad, {grad}, attrs);
+}
+
+Tensor adaptive_avg_pool_grad(const Tensor& grad, const Shape& input_shape) {
+  return make_node1(OpId::AdaptiveAvgPoolGrad, {grad},
+                    {{"input_shape", static_input_shape("adaptive_avg_pool_grad", input_shape)}});
 }
 
 }  // namespace kiln

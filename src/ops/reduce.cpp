@@ -9,6 +9,9 @@
 // prod of nothing 1.
 #include "kiln/ops/reduce.h"
 
+#include <algorithm>
+
+#include "kiln/ops/core.h"
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/transform.h"
 #include "ops/common.h"
@@ -93,14 +96,92 @@ Tensor widen_bool(const Tensor& x) { return x.dtype() == boolean ? cast(x, i64) 
 
 using Grads = std::vector<std::optional<Tensor>>;
 
+// A reduction's output (or any tensor of its shape) in keepdims form, to broadcast against x.
+Tensor kept(const VjpContext& c, const Tensor& t) {
+  Shape k = reduced_shape(c.inputs[0].shape(), c.attrs.ints("axes"), /*keepdims=*/true);
+  return t.shape() == k ? t : reshape(t, k);
+}
 // The cotangent of a reduction reshaped to keepdims form and broadcast back to the input.
 Tensor expand_back(const VjpContext& c, const Tensor& g) {
-  const Shape in = c.inputs[0].shape();
-  Shape kept = reduced_shape(in, c.attrs.ints("axes"), /*keepdims=*/true);
-  Tensor k = g.shape() == kept ? g : reshape(g, kept);
-  return broadcast_to(k, in);
+  return broadcast_to(kept(c, g), c.inputs[0].shape());
 }
 Grads vjp_sum(const VjpContext& c) { return {expand_back(c, *c.cotangents[0])}; }
+
+// Number of elements reduced into each output (the reduced dims must be static).
+int64_t reduced_count(const VjpContext& c) {
+  const Shape in = c.inputs[0].shape();
+  int64_t n = 1;
+  for (int64_t a : c.attrs.ints("axes")) {
+    if (in[a] < 0)
+      fail<ShapeError>("[gradients] {} over axis {} of shape {} needs that dim static",
+                       c.name(), a, str(in));
+    n *= in[a];
+  }
+  return n;
+}
+
+Grads vjp_mean(const VjpContext& c) {
+  return {expand_back(c, *c.cotangents[0] / static_cast<double>(reduced_count(c)))};
+}
+
+// Max and min: the gradient goes to the inputs equal to the result, split evenly among ties
+// (as TensorFlow and PyTorch's amax do), so it sums to the incoming gradient.
+Grads vjp_extreme(const VjpContext& c) {
+  const Tensor& x = c.inputs[0];
+  const Tensor hit = equal(x, kept(c, c.outputs[0]));
+  const Tensor ties = sum(cast(hit, x.dtype()), c.attrs.ints("axes"), /*keepdims=*/true);
+  return {where(hit, kept(c, *c.cotangents[0]) / ties, scalar_like(x, 0))};
+}
+
+// Prod: d/dx_i is the product of the others. Written as prod/x_i only where x has no zero in
+// the reduced group; with one zero, only that position gets the product of the nonzero
+// elements; with two or more, the gradient is zero everywhere. Exact for any input.
+Grads vjp_prod(const VjpContext& c) {
+  const Tensor& x = c.inputs[0];
+  const auto& axes = c.attrs.ints("axes");
+  const Tensor zero = scalar_like(x, 0), one = scalar_like(x, 1);
+  const Tensor is_zero = equal(x, zero);
+  const Tensor zeros = sum(cast(is_zero, x.dtype()), axes, /*keepdims=*/true);
+  const Tensor nonzero = where(is_zero, one, x);
+  const Tensor others = prod(nonzero, axes, /*keepdims=*/true);  // of the nonzero elements
+  const Tensor at_zero = where(equal(zeros, one), others, zero);
+  const Tensor elsewhere = where(equal(zeros, zero), others / nonzero, zero);
+  return {kept(c, *c.cotangents[0]) * where(is_zero, at_zero, elsewhere)};
+}
+
+// d logsumexp / dx = exp(x - logsumexp): the softmax over the reduced axes.
+Grads vjp_logsumexp(const VjpContext& c) {
+  return {kept(c, *c.cotangents[0]) * exp(c.inputs[0] - kept(c, c.outputs[0]))};
+}
+
+// 2 (x - mean) / (n - correction); with n <= correction the forward gives inf or NaN and so
+// does this.
+Grads vjp_variance(const VjpContext& c) {
+  const Tensor& x = c.inputs[0];
+  const int64_t dof = std::max<int64_t>(reduced_count(c) - c.attrs.i("correction"), 0);
+  const Tensor centered = x - mean(x, c.attrs.ints("axes"), /*keepdims=*/true);
+  return {kept(c, *c.cotangents[0]) * centered * (2.0 / static_cast<double>(dof))};
+}
+
+// sign(x), so the subgradient at 0 is 0 (as PyTorch).
+Grads vjp_norm_l1(const VjpContext& c) {
+  return {kept(c, *c.cotangents[0]) * sign(c.inputs[0])};
+}
+
+// x / norm; a zero norm (x all zeros) gives 0, as PyTorch's subgradient.
+Grads vjp_norm_l2(const VjpContext& c) {
+  const Tensor& x = c.inputs[0];
+  const Tensor norm = kept(c, c.outputs[0]);
+  const Tensor safe = where(equal(norm, scalar_like(x, 0)), scalar_like(x, 1), norm);
+  return {kept(c, *c.cotangents[0]) * (x / safe)};
+}
+
+// Each input reaches the outputs after it (before it when reversed), so its gradient is the
+// cumsum of the cotangent the other way, with the same exclusiveness.
+Grads vjp_cumsum(const VjpContext& c) {
+  return {cumsum(*c.cotangents[0], c.attrs.i("axis"), c.attrs.b("exclusive"),
+                 !c.attrs.b("reverse"))};
+}
 
 Tensor reduce(OpId op, const Tensor& x, const Axes& axes, bool keepdims) {
   auto resolved = resolve_axes(op_name(op), axes, x.shape());
@@ -114,17 +195,17 @@ Tensor arg_reduce(OpId op, const Tensor& x, int64_t axis, bool keepdims) {
 
 void register_reduce_ops() {
   define_op(OpId::Sum).set_infer(infer_reduce_numeric).grad(vjp_sum);
-  define_op(OpId::Prod).set_infer(infer_reduce_numeric);
-  define_op(OpId::Mean).set_infer(infer_reduce_float);
-  define_op(OpId::Logsumexp).set_infer(infer_reduce_float);
-  define_op(OpId::NormL1).set_infer(infer_reduce_float);
-  define_op(OpId::NormL2).set_infer(infer_reduce_float);
-  define_op(OpId::Max).set_infer(infer_reduce_extreme);
-  define_op(OpId::Min).set_infer(infer_reduce_extreme);
-  define_op(OpId::Variance).set_infer(infer_variance);
-  define_op(OpId::Argmax).set_infer(infer_arg);
-  define_op(OpId::Argmin).set_infer(infer_arg);
-  define_op(OpId::Cumsum).set_infer(infer_cumsum);
+  define_op(OpId::Prod).set_infer(infer_reduce_numeric).grad(vjp_prod);
+  define_op(OpId::Mean).set_infer(infer_reduce_float).grad(vjp_mean);
+  define_op(OpId::Logsumexp).set_infer(infer_reduce_float).grad(vjp_logsumexp);
+  define_op(OpId::NormL1).set_infer(infer_reduce_float).grad(vjp_norm_l1);
+  define_op(OpId::NormL2).set_infer(infer_reduce_float).grad(vjp_norm_l2);
+  define_op(OpId::Max).set_infer(infer_reduce_extreme).grad(vjp_extreme);
+  define_op(OpId::Min).set_infer(infer_reduce_extreme).grad(vjp_extreme);
+  define_op(OpId::Variance).set_infer(infer_variance).grad(vjp_variance);
+  define_op(OpId::Argmax).set_infer(infer_arg).not_differentiable();
+  define_op(OpId::Argmin).set_infer(infer_arg).not_differentiable();
+  define_op(OpId::Cumsum).set_infer(infer_cumsum).grad(vjp_cumsum);
 }
 
 Tensor sum(const Tensor& x, const Axes& axes, bool keepdims) {

@@ -343,5 +343,169 @@ TEST(AdaptiveAvgPool, ErrorsNameOpAndShapes) {
                            {"[adaptive_avg_pool]", "(1, 1, 0)"});
 }
 
+// ---- gradient ops ----
+
+// dx of a pooling whose output o spreads dy[o] * weight(taps) over its window's taps.
+std::vector<double> ref_spread(const Shape& x, const PoolOptions& o, const std::vector<double>& dy,
+                               bool include_pad) {
+  const int64_t plane = numel(Shape(x.begin() + 2, x.end()));
+  std::vector<double> dx(static_cast<size_t>(numel(x)), 0.0);
+  for_windows(x, o, [&](int64_t p, int64_t out, const std::vector<Tap>& taps) {
+    int64_t real = 0, padded = 0;
+    for (const Tap& t : taps) real += t.index >= 0, padded += t.in_padded;
+    const double v = dy[out] / static_cast<double>(include_pad ? padded : real);
+    for (const Tap& t : taps)
+      if (t.index >= 0) dx[p * plane + t.index] += v;
+  });
+  return dx;
+}
+
+// dy[o] added at plane position indices[o].
+std::vector<double> ref_scatter(const Shape& x, const Shape& y, const std::vector<double>& dy,
+                                const std::vector<double>& indices) {
+  const int64_t in_plane = numel(Shape(x.begin() + 2, x.end()));
+  const int64_t out_plane = numel(Shape(y.begin() + 2, y.end()));
+  std::vector<double> dx(static_cast<size_t>(numel(x)), 0.0);
+  for (size_t o = 0; o < dy.size(); ++o)
+    dx[o / out_plane * in_plane + static_cast<int64_t>(indices[o])] += dy[o];
+  return dx;
+}
+
+TEST(MaxPoolGrad, ScattersAtForwardIndices) {
+  for (const Case& c : window_cases(true)) {
+    for (DType t : {f32, f64, f16}) {
+      SCOPED_TRACE(describe(c) + " " + name(t));
+      Graph g;
+      auto x = g.placeholder(c.x, t, "x");
+      const Shape out = ref_out_shape(c.x, c.o);
+      auto dy = g.placeholder(out, t, "dy");
+      auto dx = max_pool_grad(dy, max_pool_with_indices(x, c.o).second, c.x);
+      Array vx = distinct_array(c.x, t), vdy = random_array(out, t);
+      Array got = eval1(g, dx, {{x, vx}, {dy, vdy}});
+      EXPECT_EQ(got.dtype(), t);
+      const double tol = t == f16 ? 2e-3 : 1e-6;
+      expect_close(got, c.x, ref_scatter(c.x, out, to_f64(vdy), ref_max_pool(vx, c.o).second),
+                   tol, tol);
+    }
+  }
+}
+
+TEST(MaxPoolGrad, RepeatedIndicesAddUpInParallel) {
+  // i32 indices drawn at random (many repeats), on enough planes to split across threads
+  const Shape x{4, 16, 9, 11}, y{4, 16, 5, 5};
+  Graph g;
+  auto dy = g.placeholder(y, f64, "dy");
+  auto idx = g.placeholder(y, i32, "idx");
+  Array vdy = random_array(y, f64), vidx = random_ints(y, 0, 98, i32);
+  Array got = eval1(g, max_pool_grad(dy, idx, x), {{dy, vdy}, {idx, vidx}});
+  expect_close(got, x, ref_scatter(x, y, to_f64(vdy), to_f64(vidx)), 1e-12, 1e-12);
+}
+
+TEST(MaxPoolGrad, ErrorsNameOpAndShapes) {
+  Graph g;
+  auto dy = g.placeholder({1, 2, 2, 2}, f32, "dy");
+  auto idx = g.placeholder({1, 2, 2, 2}, i64, "idx");
+  expect_error<ShapeError>([&] { max_pool_grad(dy, idx, {1, 2, -1, 4}); },
+                           {"[max_pool_grad]", "(1, 2, ?, 4)", "static"});
+  expect_error<ShapeError>([&] { max_pool_grad(dy, idx, {1, 3, 4, 4}); },
+                           {"[max_pool_grad]", "(1, 3, 4, 4)", "(1, 2, 2, 2)"});
+  expect_error<ShapeError>(
+      [&] { max_pool_grad(dy, g.placeholder({1, 2, 2}, i64, "i3"), {1, 2, 4, 4}); },
+      {"[max_pool_grad]", "(1, 2, 2)", "(1, 2, 2, 2)"});
+  expect_error<DTypeError>(
+      [&] { max_pool_grad(dy, g.placeholder({1, 2, 2, 2}, f32, "fi"), {1, 2, 4, 4}); },
+      {"[max_pool_grad]", "f32"});
+  Array bad = random_ints({1, 2, 2, 2}, 0, 15);
+  bad.data<int64_t>()[5] = 16;
+  expect_error<ValueError>(
+      [&] {
+        eval1(g, max_pool_grad(dy, idx, {1, 2, 4, 4}),
+              {{dy, random_array({1, 2, 2, 2}, f32)}, {idx, bad}});
+      },
+      {"[max_pool_grad]", "index 16", "16 elements"});
+}
+
+TEST(AvgPoolGrad, MatchesReference) {
+  for (const Case& base : window_cases(false)) {
+    for (bool include_pad : {false, true}) {
+      Case c = base;
+      c.o.count_include_pad = include_pad;
+      for (DType t : {f32, f64}) {
+        SCOPED_TRACE(describe(c) + " " + name(t));
+        const Shape out = ref_out_shape(c.x, c.o);
+        Graph g;
+        auto dy = g.placeholder(out, t, "dy");
+        Array vdy = random_array(out, t);
+        Array got = eval1(g, avg_pool_grad(dy, c.x, c.o), {{dy, vdy}});
+        EXPECT_EQ(got.dtype(), t);
+        expect_close(got, c.x, ref_spread(c.x, c.o, to_f64(vdy), include_pad), 1e-6, 1e-6);
+      }
+    }
+  }
+}
+
+TEST(AvgPoolGrad, ErrorsNameOpAndShapes) {
+  Graph g;
+  auto dy = g.placeholder({1, 1, 2, 2}, f32, "dy");
+  expect_error<ShapeError>([&] { avg_pool_grad(dy, {1, 1, 6, 6}, {{2, 2}}); },
+                           {"[avg_pool_grad]", "(1, 1, 2, 2)", "(1, 1, 3, 3)", "(1, 1, 6, 6)"});
+  expect_error<ValueError>(
+      [&] { avg_pool_grad(dy, {1, 1, 4, 4}, {.kernel = {2, 2}, .dilation = {2, 2}}); },
+      {"[avg_pool_grad]", "dilation"});
+  expect_error<DTypeError>(
+      [&] { avg_pool_grad(g.placeholder({1, 1, 2, 2}, i32, "i"), {1, 1, 4, 4}, {{2, 2}}); },
+      {"[avg_pool_grad]", "i32"});
+}
+
+std::vector<double> ref_adaptive_grad(const Shape& x, const Shape& out_sp,
+                                      const std::vector<double>& dy) {
+  const Shape in_sp(x.begin() + 2, x.end());
+  std::vector<double> dx(static_cast<size_t>(numel(x)), 0.0);
+  for (int64_t p = 0; p < x[0] * x[1]; ++p)
+    for (int64_t oi = 0; oi < numel(out_sp); ++oi) {
+      auto o = unravel(oi, out_sp);
+      std::vector<int64_t> members;
+      for (int64_t i = 0; i < numel(in_sp); ++i) {
+        auto idx = unravel(i, in_sp);
+        bool inside = true;
+        for (size_t d = 0; d < in_sp.size(); ++d) {
+          const double a = static_cast<double>(in_sp[d]) / static_cast<double>(out_sp[d]);
+          inside = inside && idx[d] >= std::floor(o[d] * a) && idx[d] < std::ceil((o[d] + 1) * a);
+        }
+        if (inside) members.push_back(i);
+      }
+      const double v = dy[p * numel(out_sp) + oi] / static_cast<double>(members.size());
+      for (int64_t i : members) dx[p * numel(in_sp) + i] += v;
+    }
+  return dx;
+}
+
+TEST(AdaptiveAvgPoolGrad, NonDivisibleSizes) {
+  struct AdaptiveCase { Shape x, out; };
+  for (const AdaptiveCase& c : {AdaptiveCase{{2, 3, 7, 10}, {3, 4}}, AdaptiveCase{{2, 5, 13}, {5}},
+                                AdaptiveCase{{1, 2, 5, 7, 3}, {2, 3, 2}},
+                                AdaptiveCase{{1, 1, 3, 4}, {5, 7}}}) {
+    for (DType t : {f32, f64}) {
+      SCOPED_TRACE(to_string(c.x) + " -> " + to_string(c.out) + " " + name(t));
+      Shape out{c.x[0], c.x[1]};
+      out.insert(out.end(), c.out.begin(), c.out.end());
+      Graph g;
+      auto dy = g.placeholder(out, t, "dy");
+      Array vdy = random_array(out, t);
+      expect_close(eval1(g, adaptive_avg_pool_grad(dy, c.x), {{dy, vdy}}), c.x,
+                   ref_adaptive_grad(c.x, c.out, to_f64(vdy)), 1e-6, 1e-6);
+    }
+  }
+}
+
+TEST(AdaptiveAvgPoolGrad, ErrorsNameOpAndShapes) {
+  Graph g;
+  auto dy = g.placeholder({2, 3, 4}, f32, "dy");
+  expect_error<ShapeError>([&] { adaptive_avg_pool_grad(dy, {2, 3, 4, 4}); },
+                           {"[adaptive_avg_pool_grad]", "(2, 3, 4, 4)", "(2, 3, 4)"});
+  expect_error<ShapeError>([&] { adaptive_avg_pool_grad(dy, {2, 3, -1}); },
+                           {"[adaptive_avg_pool_grad]", "static"});
+}
+
 }  // namespace
 }  // namespace kiln

@@ -1,5 +1,6 @@
 // CPU kernels of the pool family. Every op runs as 3-D pooling (1-D and 2-D get leading
-// spatial dims of size 1), in parallel over output rows (n, c, od, oh).
+// spatial dims of size 1), in parallel over output rows (n, c, od, oh); the gradient ops scatter
+// into the input, so they run in parallel over (n, c) planes instead.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -8,6 +9,7 @@
 
 #include "backends/cpu/cpu_common.h"
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/transform_common.h"
 
 namespace kiln::cpu {
 
@@ -23,9 +25,8 @@ struct PoolGeom {
   int64_t rows() const { return planes * out[0] * out[1]; }
 };
 
-PoolGeom pool_geom(const KernelContext& ctx) {
-  const Shape& x = ctx.in(0).shape;
-  const Shape& y = ctx.out(0).shape;
+// Geometry of pooling input x to output y (for the gradient ops: dx to dy).
+PoolGeom pool_geom(const KernelContext& ctx, const Shape& x, const Shape& y) {
   const int nd = static_cast<int>(x.size()) - 2;
   const Attrs& a = ctx.attrs();
   PoolGeom g;
@@ -42,6 +43,9 @@ PoolGeom pool_geom(const KernelContext& ctx) {
     if (a.has("dilation")) g.dil[e] = a.ints("dilation")[d];
   }
   return g;
+}
+PoolGeom pool_geom(const KernelContext& ctx) {
+  return pool_geom(ctx, ctx.in(0).shape, ctx.out(0).shape);
 }
 
 // Taps [lo, hi) of a window starting at `start` (step `dil`) that fall inside [0, size).
@@ -286,12 +290,108 @@ void adaptive_avg_pool(KernelContext& ctx) {
                  [&](auto t) { adaptive_avg_pool_typed<decltype(t)>(ctx); });
 }
 
+// ---- gradients ----
+
+int64_t plane_grain(const PoolGeom& g) {
+  return std::max<int64_t>(1, 65536 / std::max<int64_t>(1, g.in_plane()));
+}
+PoolGeom grad_geom(const KernelContext& ctx) {
+  return pool_geom(ctx, ctx.out(0).shape, ctx.in(0).shape);
+}
+
+// dx plane = zeros, then dy[o] added at index[o]: the argmax the forward pass recorded.
+template <typename T, typename I> void max_pool_grad_typed(KernelContext& ctx) {
+  const PoolGeom g = grad_geom(ctx);
+  const int64_t in_plane = g.in_plane(), out_plane = g.out[0] * g.out[1] * g.out[2];
+  const T* dy = ctx.in(0).ptr<T>();
+  const I* idx = ctx.in(1).ptr<I>();
+  T* dx = ctx.out(0).ptr<T>();
+  FirstBadIndex bad;
+  ctx.parallel_for(g.planes, plane_grain(g), [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      T* d = dx + p * in_plane;
+      std::fill(d, d + in_plane, T(0));
+      const T* gp = dy + p * out_plane;
+      const I* ip = idx + p * out_plane;
+      for (int64_t o = 0; o < out_plane; ++o) {
+        const auto i = static_cast<uint64_t>(ip[o]);
+        if (i < static_cast<uint64_t>(in_plane)) d[i] += gp[o];
+        else bad.record(p * out_plane + o);
+      }
+    }
+  });
+  if (bad.any())
+    fail<ValueError>("[{}] index {} out of range for an input plane of {} elements (input shape "
+                     "{}, indices shape {})", ctx.op_name(), static_cast<int64_t>(idx[bad.pos()]),
+                     in_plane, str(ctx.out(0).shape), str(ctx.in(1).shape));
+}
+
+void max_pool_grad(KernelContext& ctx) {
+  dispatch_float(ctx.in(0).dtype, ctx.op_name(), [&](auto t) {
+    dispatch_index(ctx.in(1).dtype, ctx.op_name(), [&](auto i) {
+      max_pool_grad_typed<decltype(t), decltype(i)>(ctx);
+    });
+  });
+}
+
+// The transpose of averaging: each dy element divided by its window's count and added to every
+// input of the window. window(e, o) is output o's box along dim e; count(wd, wh, ww) the divisor.
+template <typename T, typename Window, typename Count>
+void spread_windows(const KernelContext& ctx, const PoolGeom& g, Window&& window, Count&& count) {
+  const int64_t in_plane = g.in_plane(), out_plane = g.out[0] * g.out[1] * g.out[2];
+  const T* dy = ctx.in(0).ptr<T>();
+  T* dx = ctx.out(0).ptr<T>();
+  ctx.parallel_for(g.planes, plane_grain(g), [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      T* xp = dx + p * in_plane;
+      std::fill(xp, xp + in_plane, T(0));
+      const T* gp = dy + p * out_plane;
+      for (int64_t od = 0; od < g.out[0]; ++od)
+        for (int64_t oh = 0; oh < g.out[1]; ++oh)
+          for (int64_t ow = 0; ow < g.out[2]; ++ow) {
+            const AvgWindow wd = window(0, od), wh = window(1, oh), ww = window(2, ow);
+            const T v = static_cast<T>(*gp++ / static_cast<double>(count(wd, wh, ww)));
+            for (int64_t id = wd.lo; id < wd.hi; ++id)
+              for (int64_t ih = wh.lo; ih < wh.hi; ++ih) {
+                T* line = xp + (id * g.in[1] + ih) * g.in[2];
+                for (int64_t iw = ww.lo; iw < ww.hi; ++iw) line[iw] += v;
+              }
+          }
+    }
+  });
+}
+
+int64_t box_size(const AvgWindow& wd, const AvgWindow& wh, const AvgWindow& ww) {
+  return (wd.hi - wd.lo) * (wh.hi - wh.lo) * (ww.hi - ww.lo);
+}
+
+void avg_pool_grad(KernelContext& ctx) {
+  const PoolGeom g = grad_geom(ctx);
+  const bool include_pad = ctx.attrs().b("count_include_pad");
+  auto window = [&](int e, int64_t o) { return avg_window(g, e, o); };
+  auto count = [&](const AvgWindow& wd, const AvgWindow& wh, const AvgWindow& ww) {
+    return include_pad ? wd.padded * wh.padded * ww.padded : box_size(wd, wh, ww);
+  };
+  dispatch_float(ctx.in(0).dtype, ctx.op_name(),
+                 [&](auto t) { spread_windows<decltype(t)>(ctx, g, window, count); });
+}
+
+void adaptive_avg_pool_grad(KernelContext& ctx) {
+  const PoolGeom g = grad_geom(ctx);
+  auto window = [&](int e, int64_t o) { return adaptive_window(g, e, o); };
+  dispatch_float(ctx.in(0).dtype, ctx.op_name(),
+                 [&](auto t) { spread_windows<decltype(t)>(ctx, g, window, box_size); });
+}
+
 }  // namespace
 
 void register_pool_kernels() {
   register_kernel(OpId::MaxPool, Backend::cpu, {max_pool, kNumericTypes});
   register_kernel(OpId::AvgPool, Backend::cpu, {avg_pool, kFloatTypes});
   register_kernel(OpId::AdaptiveAvgPool, Backend::cpu, {adaptive_avg_pool, kFloatTypes});
+  register_kernel(OpId::MaxPoolGrad, Backend::cpu, {max_pool_grad, kFloatTypes});
+  register_kernel(OpId::AvgPoolGrad, Backend::cpu, {avg_pool_grad, kFloatTypes});
+  register_kernel(OpId::AdaptiveAvgPoolGrad, Backend::cpu, {adaptive_avg_pool_grad, kFloatTypes});
 }
 
 }  // namespace kiln::cpu
