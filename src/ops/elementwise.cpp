@@ -7,6 +7,8 @@
 // Integer semantics: div is floor division and x / 0 = 0; mod takes the divisor's sign and
 // x mod 0 = 0; pow to a negative exponent truncates (1 and -1 keep their value, others give 0);
 // overflow wraps.
+// Gradients: maximum/minimum split ties evenly; pow passes none to the exponent where the base is
+// <= 0; sign, floor, ceil and round give zeros; bool-valued ops are not differentiable.
 #include "kiln/ops/elementwise.h"
 
 #include <cmath>
@@ -169,7 +171,8 @@ Grads vjp_pow(const VjpContext& c) {
 Grads minmax_grads(const VjpContext& c, const Tensor& a_wins) {
   const Tensor &g = *c.cotangents[0], &a = c.inputs[0];
   const Tensor tie = equal(a, c.inputs[1]);
-  const Tensor w = where(a_wins, scalar_like(a, 1), where(tie, scalar_like(a, 0.5), scalar_like(a, 0)));
+  const Tensor w =
+      where(a_wins, scalar_like(a, 1), where(tie, scalar_like(a, 0.5), scalar_like(a, 0)));
   const Tensor ga = g * w;
   return binary_grads(c, ga, g - ga);
 }
@@ -213,8 +216,8 @@ Grads vjp_erf(const VjpContext& c) {
   return {*c.cotangents[0] * exp(-(x * x)) * 1.1283791670955126};
 }
 
-// Activations: kinks (relu at 0, shrink at +-lambda, ...) take the gradient of the flat side,
-// as PyTorch does.
+// At kinks (relu at 0, shrink at +-lambda, clip at its bounds) the rules take the side PyTorch
+// takes.
 Grads vjp_relu(const VjpContext& c) { return {masked(gt(c.inputs[0], 0), *c.cotangents[0])}; }
 Grads vjp_leaky_relu(const VjpContext& c) {
   const Tensor& g = *c.cotangents[0];
@@ -229,8 +232,7 @@ constexpr double kSeluAlpha = 1.6732632423543772848170429916717;
 constexpr double kSeluScale = 1.0507009873554804934193349852946;
 Grads vjp_selu(const VjpContext& c) {
   const Tensor& g = *c.cotangents[0];
-  return {where(gt(c.inputs[0], 0), g * kSeluScale,
-                g * (c.outputs[0] + kSeluScale * kSeluAlpha))};
+  return {where(gt(c.inputs[0], 0), g * kSeluScale, g * (c.outputs[0] + kSeluScale * kSeluAlpha))};
 }
 // gelu(x) = x Phi(x): derivative Phi(x) + x phi(x)
 Tensor gelu_erf_slope(const Tensor& x) {
@@ -269,8 +271,8 @@ Grads vjp_shrink(const VjpContext& c) {
 // hardswish = x relu6(x + 3) / 6: 0 below -3, 1 above 3, x/3 + 1/2 between
 Grads vjp_hardswish(const VjpContext& c) {
   const Tensor& x = c.inputs[0];
-  const Tensor slope = where(lt(x, -3), scalar_like(x, 0),
-                             where(gt(x, 3), scalar_like(x, 1), x / 3.0 + 0.5));
+  const Tensor slope =
+      where(lt(x, -3), scalar_like(x, 0), where(gt(x, 3), scalar_like(x, 1), x / 3.0 + 0.5));
   return {*c.cotangents[0] * slope};
 }
 // alpha where the output is strictly inside (0, 1), 0 where it is clamped

@@ -12,7 +12,9 @@ using namespace kiln::test;
 
 const Shape kShape{3, 4};
 
-Array uniform(double lo, double hi, const Shape& s = kShape) { return random_array(s, f64, lo, hi); }
+Array uniform(double lo, double hi, const Shape& s = kShape) {
+  return random_array(s, f64, lo, hi);
+}
 
 // Uniform in [-range, range), redrawn while within 0.05 of a kink.
 Array away(const std::vector<double>& kinks, double range = 2.0, const Shape& s = kShape) {
@@ -59,9 +61,9 @@ void check_unary(Tensor (*f)(const Tensor&), const Array& x) {
 }
 
 // One test per unary op: INPUT is an expression (parenthesize commas), the rest is f(x).
-#define UNARY_GRAD(Suite, INPUT, ...)                                                 \
-  TEST(Suite, FiniteDifferences) {                                                    \
-    check_unary([](const Tensor& x) -> Tensor { return __VA_ARGS__; }, INPUT);       \
+#define UNARY_GRAD(Suite, INPUT, ...)                                          \
+  TEST(Suite, FiniteDifferences) {                                             \
+    check_unary([](const Tensor& x) -> Tensor { return __VA_ARGS__; }, INPUT); \
   }
 
 UNARY_GRAD(AbsGrad, (away({0.0})), abs(x))
@@ -117,9 +119,9 @@ TEST(HardsigmoidGrad, FiniteDifferences) {
 TEST(ClipGrad, FiniteDifferences) {
   check_unary([](const Tensor& x) { return clip(x, -0.5, 0.7); }, away({-0.5, 0.7}, 1.5));
   check_unary([](const Tensor& x) { return clip(x, 0.3); }, away({0.3}, 1.5));
-  check_unary([](const Tensor& x) {
-    return clip(x, -std::numeric_limits<double>::infinity(), -0.2);
-  }, away({-0.2}, 1.5));
+  check_unary(
+      [](const Tensor& x) { return clip(x, -std::numeric_limits<double>::infinity(), -0.2); },
+      away({-0.2}, 1.5));
 }
 
 // ---- binary ops, with broadcasting ----
@@ -161,8 +163,8 @@ TEST(MinimumGrad, FiniteDifferences) {
   check_gradients(f, {grid({4, 1}, -0.05), grid({1, 3}, 0.05)});
 }
 // Ties split the gradient evenly between both inputs.
-void expect_grads_at_ties(Tensor (*op)(const Tensor&, const Tensor&),
-                          const std::vector<double>& ga, const std::vector<double>& gb) {
+void expect_grads_at_ties(Tensor (*op)(const Tensor&, const Tensor&), const std::vector<double>& ga,
+                          const std::vector<double>& gb) {
   Graph g;
   auto a = g.placeholder({3}, f64, "a");
   auto b = g.placeholder({3}, f64, "b");
@@ -186,39 +188,73 @@ TEST(WhereGrad, FiniteDifferences) {
     return std::vector<Tensor>{where(x[0], x[1], x[2])};
   };
   // cond, x and y each broadcast along some axis of the (2, 3, 4) result
-  check_gradients(f, {random_array({2, 3, 1}, boolean), random_array({3, 4}, f64),
-                      random_array({4}, f64)}, {.wrt = {1, 2}});
-  check_gradients(f, {random_array({4}, boolean), random_array({2, 3, 1}, f64),
-                      random_array({2, 1, 4}, f64)}, {.wrt = {1, 2}});
+  check_gradients(
+      f, {random_array({2, 3, 1}, boolean), random_array({3, 4}, f64), random_array({4}, f64)},
+      {.wrt = {1, 2}});
+  check_gradients(
+      f, {random_array({4}, boolean), random_array({2, 3, 1}, f64), random_array({2, 1, 4}, f64)},
+      {.wrt = {1, 2}});
 }
 
 // ---- second derivatives: check_gradients of first derivatives built with gradients() ----
 
 TEST(TanhGrad, SecondDerivative) {
-  check_gradients([](Graph&, const std::vector<Tensor>& x) {
-    return gradients(sum(tanh(x[0])), {x[0]});
-  }, {uniform(-2, 2)});
+  check_gradients(
+      [](Graph&, const std::vector<Tensor>& x) { return gradients(sum(tanh(x[0])), {x[0]}); },
+      {uniform(-2, 2)});
 }
 TEST(GeluGrad, SecondDerivative) {
-  check_gradients([](Graph&, const std::vector<Tensor>& x) {
-    return std::vector<Tensor>{gradients(sum(gelu(x[0])), {x[0]})[0],
-                               gradients(sum(gelu(x[0], GeluApprox::tanh)), {x[0]})[0]};
-  }, {uniform(-3, 3)});
+  check_gradients(
+      [](Graph&, const std::vector<Tensor>& x) {
+        return std::vector<Tensor>{gradients(sum(gelu(x[0])), {x[0]})[0],
+                                   gradients(sum(gelu(x[0], GeluApprox::tanh)), {x[0]})[0]};
+      },
+      {uniform(-3, 3)});
 }
 TEST(SoftplusGrad, SecondDerivative) {
-  check_gradients([](Graph&, const std::vector<Tensor>& x) {
-    return gradients(sum(softplus(x[0], 2.0, 1.0)), {x[0]});
-  }, {away({0.5})});
+  check_gradients(
+      [](Graph&, const std::vector<Tensor>& x) {
+        return gradients(sum(softplus(x[0], 2.0, 1.0)), {x[0]});
+      },
+      {away({0.5})});
 }
 TEST(DivGrad, SecondDerivative) {
-  check_gradients([](Graph&, const std::vector<Tensor>& x) {
-    return gradients(sum(x[0] / x[1]), {x[0], x[1]});
-  }, {random_array({2, 3}, f64), random_nonzero({1, 3}, f64)});
+  check_gradients(
+      [](Graph&, const std::vector<Tensor>& x) {
+        return gradients(sum(x[0] / x[1]), {x[0], x[1]});
+      },
+      {random_array({2, 3}, f64), random_nonzero({1, 3}, f64)});
 }
 TEST(PowGrad, SecondDerivative) {
-  check_gradients([](Graph&, const std::vector<Tensor>& x) {
-    return gradients(sum(pow(x[0], x[1])), {x[0], x[1]});
-  }, {uniform(0.3, 2, {2, 3}), uniform(-2, 2, {2, 3})});
+  check_gradients(
+      [](Graph&, const std::vector<Tensor>& x) {
+        return gradients(sum(pow(x[0], x[1])), {x[0], x[1]});
+      },
+      {uniform(0.3, 2, {2, 3}), uniform(-2, 2, {2, 3})});
+}
+
+// ---- other dtypes: the rules build their constants in the input's dtype ----
+
+TEST(ElementwiseGrad, Float32MatchesFloat64) {
+  using Op = Tensor (*)(const Tensor&);
+  const std::vector<Op> ops = {
+      [](const Tensor& x) { return gelu(x, GeluApprox::tanh); },
+      [](const Tensor& x) { return softplus(x, 2.0, 1.0); },
+      [](const Tensor& x) { return hardswish(x); },
+      [](const Tensor& x) { return clip(x, -0.5, 0.7); },
+      [](const Tensor& x) { return maximum(x, scalar_like(x, 0.5)); },
+      [](const Tensor& x) { return pow(abs(x), scalar_like(x, 1.5)); },
+  };
+  const Array v = away({-0.5, 0.0, 0.5, 0.7}, 4);
+  for (Op op : ops) {
+    Graph g;
+    auto x64 = g.placeholder(kShape, f64, "x64");
+    auto x32 = g.placeholder(kShape, f32, "x32");
+    auto out = eval(g, {gradients(sum(op(x64)), {x64})[0], gradients(sum(op(x32)), {x32})[0]},
+                    {{x64, v}, {x32, v.astype(f32)}});
+    ASSERT_EQ(out[1].dtype(), f32);
+    expect_close(out[1], kShape, to_f64(out[0]), 1e-5, 1e-6);
+  }
 }
 
 // ---- no gradient through bool outputs ----
