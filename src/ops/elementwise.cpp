@@ -7,6 +7,8 @@
 // Integer semantics: div is floor division and x / 0 = 0; mod takes the divisor's sign and
 // x mod 0 = 0; pow to a negative exponent truncates (1 and -1 keep their value, others give 0);
 // overflow wraps.
+// Gradients: maximum/minimum split ties evenly; pow passes none to the exponent where the base is
+// <= 0; sign, floor, ceil and round give zeros; bool-valued ops are not differentiable.
 #include "kiln/ops/elementwise.h"
 
 #include <cmath>
@@ -142,6 +144,157 @@ Grads vjp_cast(const VjpContext& c) {
   if (!is_floating(c.inputs[0].dtype())) return {std::nullopt};
   return {cast(*c.cotangents[0], c.inputs[0].dtype())};
 }
+
+// Shorthands for the rules below: comparisons against a constant, masking with zeros.
+Tensor gt(const Tensor& x, double v) { return greater(x, scalar_like(x, v)); }
+Tensor lt(const Tensor& x, double v) { return less(x, scalar_like(x, v)); }
+Tensor masked(const Tensor& keep, const Tensor& g) { return where(keep, g, scalar_like(g, 0)); }
+// Gradients of both inputs of a binary op, each summed back to its input's shape.
+Grads binary_grads(const VjpContext& c, const Tensor& ga, const Tensor& gb) {
+  return {sum_to_shape(ga, c.inputs[0].shape()), sum_to_shape(gb, c.inputs[1].shape())};
+}
+
+Grads vjp_div(const VjpContext& c) {
+  const Tensor &g = *c.cotangents[0], &b = c.inputs[1];
+  return binary_grads(c, g / b, -(g * c.outputs[0]) / b);
+}
+// The base's gradient is 0 where the exponent is 0 (0^0 has no 0 * inf), and the exponent's is
+// 0 where the base is <= 0 (log undefined there; PyTorch gives 0 at 0 and NaN below).
+Grads vjp_pow(const VjpContext& c) {
+  const Tensor &g = *c.cotangents[0], &a = c.inputs[0], &b = c.inputs[1];
+  const Tensor da = masked(not_equal(b, scalar_like(b, 0)), b * pow(a, b - 1.0));
+  const Tensor pos = gt(a, 0);
+  const Tensor db = c.outputs[0] * masked(pos, log(where(pos, a, scalar_like(a, 1))));
+  return binary_grads(c, g * da, g * db);
+}
+// The gradient goes to the selected input; ties split it evenly (as PyTorch).
+Grads minmax_grads(const VjpContext& c, const Tensor& a_wins) {
+  const Tensor &g = *c.cotangents[0], &a = c.inputs[0];
+  const Tensor tie = equal(a, c.inputs[1]);
+  const Tensor w =
+      where(a_wins, scalar_like(a, 1), where(tie, scalar_like(a, 0.5), scalar_like(a, 0)));
+  const Tensor ga = g * w;
+  return binary_grads(c, ga, g - ga);
+}
+Grads vjp_maximum(const VjpContext& c) {
+  return minmax_grads(c, greater(c.inputs[0], c.inputs[1]));
+}
+Grads vjp_minimum(const VjpContext& c) { return minmax_grads(c, less(c.inputs[0], c.inputs[1])); }
+// a mod b = a - b * floor(a / b)
+Grads vjp_mod(const VjpContext& c) {
+  const Tensor &g = *c.cotangents[0], &a = c.inputs[0], &b = c.inputs[1];
+  return binary_grads(c, g, -(g * floor(a / b)));
+}
+
+Grads vjp_abs(const VjpContext& c) { return {*c.cotangents[0] * sign(c.inputs[0])}; }
+// floor, ceil, round, sign: piecewise constant, so zeros (as PyTorch)
+Grads vjp_zero(const VjpContext& c) { return {zeros_like(c.inputs[0])}; }
+Grads vjp_log(const VjpContext& c) { return {*c.cotangents[0] / c.inputs[0]}; }
+Grads vjp_log1p(const VjpContext& c) { return {*c.cotangents[0] / (c.inputs[0] + 1.0)}; }
+Grads vjp_expm1(const VjpContext& c) { return {*c.cotangents[0] * (c.outputs[0] + 1.0)}; }
+Grads vjp_sqrt(const VjpContext& c) { return {*c.cotangents[0] / (c.outputs[0] * 2.0)}; }
+// d/dx x^-1/2 = -1/2 x^-3/2 = -1/2 * out / x
+Grads vjp_rsqrt(const VjpContext& c) {
+  return {*c.cotangents[0] * c.outputs[0] / c.inputs[0] * -0.5};
+}
+Grads vjp_reciprocal(const VjpContext& c) {
+  return {-(*c.cotangents[0] * c.outputs[0] * c.outputs[0])};
+}
+Grads vjp_sin(const VjpContext& c) { return {*c.cotangents[0] * cos(c.inputs[0])}; }
+Grads vjp_cos(const VjpContext& c) { return {-(*c.cotangents[0] * sin(c.inputs[0]))}; }
+Grads vjp_tanh(const VjpContext& c) {
+  const Tensor& y = c.outputs[0];
+  return {*c.cotangents[0] * (1.0 - y * y)};
+}
+Grads vjp_sigmoid(const VjpContext& c) {
+  const Tensor& y = c.outputs[0];
+  return {*c.cotangents[0] * y * (1.0 - y)};
+}
+// d/dx erf(x) = 2/sqrt(pi) exp(-x^2)
+Grads vjp_erf(const VjpContext& c) {
+  const Tensor& x = c.inputs[0];
+  return {*c.cotangents[0] * exp(-(x * x)) * 1.1283791670955126};
+}
+
+// At kinks (relu at 0, shrink at +-lambda, clip at its bounds) the rules take the side PyTorch
+// takes.
+Grads vjp_relu(const VjpContext& c) { return {masked(gt(c.inputs[0], 0), *c.cotangents[0])}; }
+Grads vjp_leaky_relu(const VjpContext& c) {
+  const Tensor& g = *c.cotangents[0];
+  return {where(gt(c.inputs[0], 0), g, g * c.attrs.f("alpha"))};
+}
+// Below 0, elu = alpha (e^x - 1), whose derivative alpha e^x is out + alpha.
+Grads vjp_elu(const VjpContext& c) {
+  const Tensor& g = *c.cotangents[0];
+  return {where(gt(c.inputs[0], 0), g, g * (c.outputs[0] + c.attrs.f("alpha")))};
+}
+constexpr double kSeluAlpha = 1.6732632423543772848170429916717;
+constexpr double kSeluScale = 1.0507009873554804934193349852946;
+Grads vjp_selu(const VjpContext& c) {
+  const Tensor& g = *c.cotangents[0];
+  return {where(gt(c.inputs[0], 0), g * kSeluScale, g * (c.outputs[0] + kSeluScale * kSeluAlpha))};
+}
+// gelu(x) = x Phi(x): derivative Phi(x) + x phi(x)
+Tensor gelu_erf_slope(const Tensor& x) {
+  const Tensor cdf = (erf(x * 0.7071067811865476) + 1.0) * 0.5;
+  const Tensor pdf = exp(x * x * -0.5) * 0.3989422804014327;  // 1 / sqrt(2 pi)
+  return cdf + x * pdf;
+}
+// gelu(x) = x/2 (1 + tanh(u)), u = k (x + 0.044715 x^3)
+Tensor gelu_tanh_slope(const Tensor& x) {
+  constexpr double k = 0.7978845608028654;  // sqrt(2 / pi)
+  const Tensor x2 = x * x;
+  const Tensor t = tanh((x + x * x2 * 0.044715) * k);
+  const Tensor du = (x2 * (3 * 0.044715) + 1.0) * k;
+  return (t + 1.0) * 0.5 + x * 0.5 * (1.0 - t * t) * du;
+}
+Grads vjp_gelu(const VjpContext& c) {
+  const Tensor& x = c.inputs[0];
+  const bool tanh_form = c.attrs.str("approximate") == "tanh";
+  return {*c.cotangents[0] * (tanh_form ? gelu_tanh_slope(x) : gelu_erf_slope(x))};
+}
+// silu = x s with s = sigmoid(x): derivative s + x s (1 - s) = s + out (1 - s)
+Grads vjp_silu(const VjpContext& c) {
+  const Tensor s = sigmoid(c.inputs[0]);
+  return {*c.cotangents[0] * (s + c.outputs[0] * (1.0 - s))};
+}
+// Below the threshold the derivative is sigmoid(beta x); above it softplus is x.
+Grads vjp_softplus(const VjpContext& c) {
+  const Tensor& g = *c.cotangents[0];
+  const Tensor bx = c.inputs[0] * c.attrs.f("beta");
+  return {where(gt(bx, c.attrs.f("threshold")), g, g * sigmoid(bx))};
+}
+// Both shrinks pass the gradient where |x| > lambda and block it inside.
+Grads vjp_shrink(const VjpContext& c) {
+  return {masked(gt(abs(c.inputs[0]), c.attrs.f("lambda")), *c.cotangents[0])};
+}
+// hardswish = x relu6(x + 3) / 6: 0 below -3, 1 above 3, x/3 + 1/2 between
+Grads vjp_hardswish(const VjpContext& c) {
+  const Tensor& x = c.inputs[0];
+  const Tensor slope =
+      where(lt(x, -3), scalar_like(x, 0), where(gt(x, 3), scalar_like(x, 1), x / 3.0 + 0.5));
+  return {*c.cotangents[0] * slope};
+}
+// alpha where the output is strictly inside (0, 1), 0 where it is clamped
+Grads vjp_hardsigmoid(const VjpContext& c) {
+  const Tensor& y = c.outputs[0];
+  const Tensor inside = logical_and(gt(y, 0), lt(y, 1));
+  return {masked(inside, *c.cotangents[0] * c.attrs.f("alpha"))};
+}
+// The gradient passes where min <= x <= max (bounds included, as PyTorch).
+Grads vjp_clip(const VjpContext& c) {
+  const Tensor& x = c.inputs[0];
+  const Tensor inside = logical_and(greater_equal(x, scalar_like(x, c.attrs.f("min"))),
+                                    less_equal(x, scalar_like(x, c.attrs.f("max"))));
+  return {masked(inside, *c.cotangents[0])};
+}
+// None for the condition; x gets the gradient where it was chosen, y elsewhere.
+Grads vjp_where(const VjpContext& c) {
+  const Tensor &g = *c.cotangents[0], &cond = c.inputs[0];
+  const Tensor zero = scalar_like(g, 0);
+  return {std::nullopt, sum_to_shape(where(cond, g, zero), c.inputs[1].shape()),
+          sum_to_shape(where(cond, zero, g), c.inputs[2].shape())};
+}
 }  // namespace
 
 void register_elementwise_ops() {
@@ -180,6 +333,42 @@ void register_elementwise_ops() {
   define_op(OpId::Neg).grad(vjp_neg);
   define_op(OpId::Exp).grad(vjp_exp);
   define_op(OpId::Cast).grad(vjp_cast);
+  define_op(OpId::Div).grad(vjp_div);
+  define_op(OpId::Pow).grad(vjp_pow);
+  define_op(OpId::Maximum).grad(vjp_maximum);
+  define_op(OpId::Minimum).grad(vjp_minimum);
+  define_op(OpId::Mod).grad(vjp_mod);
+  define_op(OpId::Abs).grad(vjp_abs);
+  for (OpId op : {OpId::Sign, OpId::Floor, OpId::Ceil, OpId::Round}) define_op(op).grad(vjp_zero);
+  define_op(OpId::Log).grad(vjp_log);
+  define_op(OpId::Log1p).grad(vjp_log1p);
+  define_op(OpId::Expm1).grad(vjp_expm1);
+  define_op(OpId::Sqrt).grad(vjp_sqrt);
+  define_op(OpId::Rsqrt).grad(vjp_rsqrt);
+  define_op(OpId::Reciprocal).grad(vjp_reciprocal);
+  define_op(OpId::Sin).grad(vjp_sin);
+  define_op(OpId::Cos).grad(vjp_cos);
+  define_op(OpId::Tanh).grad(vjp_tanh);
+  define_op(OpId::Sigmoid).grad(vjp_sigmoid);
+  define_op(OpId::Erf).grad(vjp_erf);
+  define_op(OpId::Relu).grad(vjp_relu);
+  define_op(OpId::LeakyRelu).grad(vjp_leaky_relu);
+  define_op(OpId::Elu).grad(vjp_elu);
+  define_op(OpId::Selu).grad(vjp_selu);
+  define_op(OpId::Gelu).grad(vjp_gelu);
+  define_op(OpId::Silu).grad(vjp_silu);
+  define_op(OpId::Softplus).grad(vjp_softplus);
+  define_op(OpId::Softshrink).grad(vjp_shrink);
+  define_op(OpId::Hardshrink).grad(vjp_shrink);
+  define_op(OpId::Hardswish).grad(vjp_hardswish);
+  define_op(OpId::Hardsigmoid).grad(vjp_hardsigmoid);
+  define_op(OpId::Clip).grad(vjp_clip);
+  define_op(OpId::Where).grad(vjp_where);
+  // bool or integer outputs
+  for (OpId op : {OpId::Equal, OpId::NotEqual, OpId::Less, OpId::LessEqual, OpId::Greater,
+                  OpId::GreaterEqual, OpId::LogicalAnd, OpId::LogicalOr, OpId::LogicalXor,
+                  OpId::LogicalNot, OpId::IsNan, OpId::IsInf})
+    define_op(op).not_differentiable();
 }
 
 Tensor add(const Tensor& a, const Tensor& b) { return binary(OpId::Add, a, b); }
