@@ -63,6 +63,15 @@ using FeedShapes = std::vector<std::pair<Tensor, Shape>>;
 /// Concrete values for placeholders at run time.
 using Feeds = std::vector<std::pair<Tensor, Array>>;
 
+/// Ops a run executes for their effect on variables (assign results, optimizer steps) without
+/// returning them.
+struct Updates {
+  std::vector<Tensor> ops;
+  Updates() = default;
+  Updates(std::vector<Tensor> t) : ops(std::move(t)) {}
+  Updates(std::initializer_list<Tensor> t) : ops(t) {}
+};
+
 struct CompileOptions {
   /// Constant folding, common-subexpression elimination and dead-code elimination.
   bool optimize = true;
@@ -113,7 +122,7 @@ class Graph {
   /// Same, also running `updates` (assign results, optimizer steps) each run without returning
   /// them.
   Executable compile(Device device, const FeedShapes& feeds, const std::vector<Tensor>& targets,
-                     const std::vector<Tensor>& updates, const CompileOptions& options = {}) const;
+                     const Updates& updates, const CompileOptions& options = {}) const;
 
   /// Number of nodes (for tests and tools).
   size_t num_nodes() const;

@@ -21,11 +21,12 @@ void run_pass(Program& p, const char* name, Program (*pass)(const Program&)) {
 
 Executable Graph::compile(Device device, const FeedShapes& feeds, const std::vector<Tensor>& targets,
                           const CompileOptions& options) const {
-  return compile(device, feeds, targets, {}, options);
+  return compile(device, feeds, targets, Updates{}, options);
 }
 
 Executable Graph::compile(Device device, const FeedShapes& feeds, const std::vector<Tensor>& targets,
-                          const std::vector<Tensor>& updates, const CompileOptions& options) const {
+                          const Updates& update_ops, const CompileOptions& options) const {
+  const std::vector<Tensor>& updates = update_ops.ops;
   if (targets.empty() && updates.empty()) fail<ValueError>("[compile] no targets given");
   if (device.kind != Device::Kind::cpu)
     fail<UnsupportedError>("[compile] no backend can run graphs on {} in this build yet",
