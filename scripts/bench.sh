@@ -4,3 +4,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
 "$BUILD/bench/kiln_bench_cpu" "${@:2}"
+"$BUILD/bench/kiln_bench_train" "${@:2}"
