@@ -11,22 +11,11 @@
 #include <random>
 #include <vector>
 
+#include "bench/timing.h"
 #include "kiln/kiln.h"
 
 namespace {
-using clock_type = std::chrono::steady_clock;
-
-double median_ms(const std::function<void()>& f, int reps) {
-  f();
-  std::vector<double> t;
-  for (int i = 0; i < reps; ++i) {
-    auto t0 = clock_type::now();
-    f();
-    t.push_back(std::chrono::duration<double, std::milli>(clock_type::now() - t0).count());
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
+using kiln::bench::median_ms;
 
 kiln::Array random(const kiln::Shape& s, float scale = 1.0f) {
   static std::mt19937 g(42);
