@@ -67,9 +67,9 @@ std::vector<Tensor> apply_if(const Tensor& condition, const std::vector<Tensor>&
 /// divided by it again before the optimizer sees them.
 struct LossScaleOptions {
   double initial = 65536;
-  double growth = 2;              // the scale grows by this factor ...
-  int64_t growth_interval = 2000;  // ... after this many finite steps in a row
-  double backoff = 0.5;           // the scale shrinks by this factor on a non-finite step
+  double growth = 2;                // the scale grows by this factor ...
+  int64_t growth_interval = 2000;   // ... after this many finite steps in a row
+  double backoff = 0.5;             // the scale shrinks by this factor on a non-finite step
   std::string name = "loss_scale";  // names of the scale variable and its counter
 };
 

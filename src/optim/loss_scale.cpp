@@ -28,15 +28,17 @@ void check_options(const Tensor& loss, const std::vector<Tensor>& vars, const Lo
   if (vars.empty()) fail<ValueError>("[loss_scale] no variables given");
   if (!(o.initial > 0) || !(o.growth >= 1) || !(o.backoff > 0 && o.backoff < 1) ||
       o.growth_interval < 1)
-    fail<ValueError>("[loss_scale] needs initial > 0, growth >= 1, 0 < backoff < 1 and "
-                     "growth_interval >= 1; got {}, {}, {}, {}",
-                     o.initial, o.growth, o.backoff, o.growth_interval);
+    fail<ValueError>(
+        "[loss_scale] needs initial > 0, growth >= 1, 0 < backoff < 1 and "
+        "growth_interval >= 1; got {}, {}, {}, {}",
+        o.initial, o.growth, o.backoff, o.growth_interval);
 }
 
 // Assigns of the next scale and counter: back off on a skipped step, grow after a run of good ones.
 std::vector<Tensor> update_scale(const LossScaled& s, const LossScaleOptions& o) {
   const Tensor next = s.good_steps + 1.0;
-  const Tensor grow = greater_equal(next, scalar_like(next, static_cast<double>(o.growth_interval)));
+  const Tensor grow =
+      greater_equal(next, scalar_like(next, static_cast<double>(o.growth_interval)));
   const Tensor zero = scalar_like(next, 0);
   const Tensor ok_scale = where(grow, s.scale * o.growth, s.scale);
   return {assign(s.scale, where(s.finite, ok_scale, s.scale * o.backoff)),

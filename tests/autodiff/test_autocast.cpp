@@ -55,8 +55,8 @@ void expect_casts_only_around_low_ops(const Program& p, DType low) {
       for (auto& o : n.outputs) EXPECT_NE(o.dtype, low) << at;
     }
   }
-  for (OpId op : {OpId::Matmul, OpId::Linear, OpId::Conv, OpId::ConvTranspose,
-                  OpId::ConvGradWeight})
+  for (OpId op :
+       {OpId::Matmul, OpId::Linear, OpId::Conv, OpId::ConvTranspose, OpId::ConvGradWeight})
     EXPECT_GT(low_nodes[op], 0) << op_name(op) << " missing from the test graph";
 }
 
@@ -75,10 +75,10 @@ struct CastGraph {
     auto wm = g.variable(random_array({5, 4}, f32), "wm");
     ConvOptions same;
     same.padding = {1, 1};
-    Tensor h = relu(conv2d(x, w, b, same));                // (2, 3, 6, 6)
-    h = conv_transpose2d(h, wt);                           // (2, 2, 7, 7)
-    h = linear(reshape(h, {2, 2 * 7 * 7}), wl);            // (2, 5)
-    loss = mean(softmax(matmul(tanh(h), wm)));             // (2, 4) -> ()
+    Tensor h = relu(conv2d(x, w, b, same));      // (2, 3, 6, 6)
+    h = conv_transpose2d(h, wt);                 // (2, 2, 7, 7)
+    h = linear(reshape(h, {2, 2 * 7 * 7}), wl);  // (2, 5)
+    loss = mean(softmax(matmul(tanh(h), wm)));   // (2, 4) -> ()
     std::vector<Tensor> vars{w, b, wt, wm};
     step = optim::sgd(g, vars, gradients(loss, vars), {.lr = 0.1});
   }
@@ -89,8 +89,8 @@ TEST(Autocast, CastsOnlyAroundMatmulsAndConvolutions) {
     CastGraph c;
     for (bool optimize : {false, true}) {
       SCOPED_TRACE(fmt::format("{}, optimize={}", name(low), optimize));
-      auto exe = c.g.compile(Device::cpu(), {}, {c.loss}, c.step,
-                             {.optimize = optimize, .autocast = low});
+      auto exe =
+          c.g.compile(Device::cpu(), {}, {c.loss}, c.step, {.optimize = optimize, .autocast = low});
       expect_casts_only_around_low_ops(exe.impl().program, low);
       exe.run({{c.x, random_array({2, 1, 6, 6}, f32)}});
     }
@@ -244,8 +244,8 @@ Digits split(const Array& images, const Array& labels) {
   std::vector<int64_t> order(n);
   std::iota(order.begin(), order.end(), 0);
   std::shuffle(order.begin(), order.end(), std::mt19937(7));
-  std::vector<int64_t> test(order.begin(), order.begin() + n / 5), train(order.begin() + n / 5,
-                                                                          order.end());
+  std::vector<int64_t> test(order.begin(), order.begin() + n / 5),
+      train(order.begin() + n / 5, order.end());
   return {take_rows(images, train), take_rows(labels, train), take_rows(images, test),
           take_rows(labels, test)};
 }
@@ -360,26 +360,26 @@ struct ScaledMlp {
   }
 };
 
-const std::vector<std::pair<const char*, MakeStep>>& optimizers() {
-  static const std::vector<std::pair<const char*, MakeStep>> all{
-      {"sgd", [](Graph& g, auto& v, auto& gr) {
-         return optim::sgd(g, v, gr, {.lr = 0.1, .momentum = 0.9});
-       }},
-      {"adam", [](Graph& g, auto& v, auto& gr) { return optim::adam(g, v, gr, {.lr = 0.02}); }},
-      {"adamw", [](Graph& g, auto& v, auto& gr) {
-         return optim::adamw(g, v, gr, {.lr = 0.02, .weight_decay = 0.01});
-       }},
-      {"rmsprop", [](Graph& g, auto& v, auto& gr) {
-         return optim::rmsprop(g, v, gr, {.lr = 0.005, .momentum = 0.5});
-       }},
-  };
-  return all;
+using Vars = std::vector<Tensor>;
+Vars sgd_step(Graph& g, const Vars& v, const Vars& gr) {
+  return optim::sgd(g, v, gr, {.lr = 0.1, .momentum = 0.9});
 }
+Vars adam_step(Graph& g, const Vars& v, const Vars& gr) {
+  return optim::adam(g, v, gr, {.lr = 0.02});
+}
+Vars adamw_step(Graph& g, const Vars& v, const Vars& gr) {
+  return optim::adamw(g, v, gr, {.lr = 0.02, .weight_decay = 0.01});
+}
+Vars rmsprop_step(Graph& g, const Vars& v, const Vars& gr) {
+  return optim::rmsprop(g, v, gr, {.lr = 0.005, .momentum = 0.5});
+}
+const std::vector<std::pair<const char*, MakeStep>> kOptimizers{
+    {"sgd", sgd_step}, {"adam", adam_step}, {"adamw", adamw_step}, {"rmsprop", rmsprop_step}};
 
 // A scale of 2^40 overflows f16 in the backward pass: steps are skipped, the scale halves until
 // the gradients fit, then training converges; an injected inf input is skipped the same way.
 TEST(LossScale, F16SkipsOverflowingStepsAndConverges) {
-  for (const auto& [opt, make] : optimizers()) {
+  for (const auto& [opt, make] : kOptimizers) {
     SCOPED_TRACE(opt);
     ScaledMlp m(make, {.initial = 0x1p40});
     auto before = m.state();
@@ -410,7 +410,7 @@ TEST(LossScale, F16SkipsOverflowingStepsAndConverges) {
 }
 
 TEST(LossScale, GrowsAfterIntervalOfFiniteSteps) {
-  ScaledMlp m(optimizers()[0].second, {.initial = 256, .growth_interval = 3});
+  ScaledMlp m(sgd_step, {.initial = 256, .growth_interval = 3});
   const std::vector<double> scales{256, 256, 512, 512, 512, 1024};
   const std::vector<double> counts{1, 2, 0, 1, 2, 0};
   for (size_t s = 0; s < scales.size(); ++s) {
@@ -424,11 +424,11 @@ TEST(LossScale, RejectsBadArguments) {
   Graph g;
   auto w = g.variable(random_array({3}, f32), "w");
   auto loss = sum(w * w);
-  auto sgd = optimizers()[0].second;
-  expect_error<ValueError>([&] { optim::scale_loss_and_step(g, w * w, {w}, sgd); },
+  expect_error<ValueError>([&] { optim::scale_loss_and_step(g, w * w, {w}, sgd_step); },
                            {"[loss_scale]", "0-d", "(3,)"});
-  expect_error<ValueError>([&] { optim::scale_loss_and_step(g, loss, {w}, sgd, {.backoff = 2}); },
-                           {"[loss_scale]", "backoff"});
+  expect_error<ValueError>(
+      [&] { optim::scale_loss_and_step(g, loss, {w}, sgd_step, {.backoff = 2}); },
+      {"[loss_scale]", "backoff"});
   auto ok = greater(sum(w), scalar_like(sum(w), 0));
   expect_error<ValueError>([&] { optim::apply_if(ok, {w * 2.0}); },
                            {"[apply_if]", "update 0", "mul", "not an assign"});
