@@ -56,10 +56,10 @@ struct RmsPropOptions {
 std::vector<Tensor> rmsprop(Graph& g, const std::vector<Tensor>& variables,
                             const std::vector<Tensor>& grads, const RmsPropOptions& opts = {});
 
-/// Makes the assign ops `updates` (an optimizer step) conditional: each assigns
-/// where(condition, new value, current value), so when the 0-d bool `condition` is false at run
-/// time every variable they update, optimizer state included, keeps its value. Throws ValueError
-/// for a tensor that is not an assign.
+/// Conditional copies of the assign ops `updates` (an optimizer step), to compile instead of them:
+/// each assigns where(condition, new value, current value), so when the 0-d bool `condition` is
+/// false at run time every variable they update, optimizer state included, keeps its value.
+/// Throws ValueError for a tensor that is not an assign.
 std::vector<Tensor> apply_if(const Tensor& condition, const std::vector<Tensor>& updates);
 
 /// Dynamic loss scaling for f16 training (PyTorch's GradScaler). The loss is multiplied by a
