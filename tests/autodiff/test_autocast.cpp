@@ -60,6 +60,17 @@ void expect_casts_only_around_low_ops(const Program& p, DType low) {
     EXPECT_GT(low_nodes[op], 0) << op_name(op) << " missing from the test graph";
 }
 
+// Autocast runs before constant folding: the constant weight is stored in `low`, not cast per run.
+void expect_constant_casts_folded(const Program& p, DType low) {
+  int low_constants = 0;
+  for (const Node& n : p.graph.nodes) {
+    low_constants += n.op == OpId::Constant && n.outputs[0].dtype == low;
+    if (n.op == OpId::Cast)
+      EXPECT_NE(p.graph.nodes[n.inputs[0].node].op, OpId::Constant) << "a cast of a constant";
+  }
+  EXPECT_GT(low_constants, 0);
+}
+
 // A training step touching every listed op: conv, conv_transpose, linear with a constant weight
 // (its cast folds), matmul, and their gradients (conv_grad_weight among them).
 struct CastGraph {
@@ -92,6 +103,7 @@ TEST(Autocast, CastsOnlyAroundMatmulsAndConvolutions) {
       auto exe =
           c.g.compile(Device::cpu(), {}, {c.loss}, c.step, {.optimize = optimize, .autocast = low});
       expect_casts_only_around_low_ops(exe.impl().program, low);
+      if (optimize) expect_constant_casts_folded(exe.impl().program, low);
       exe.run({{c.x, random_array({2, 1, 6, 6}, f32)}});
     }
     // the pass alone keeps shapes and references valid
