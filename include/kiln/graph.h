@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -81,6 +82,10 @@ struct CompileOptions {
   bool in_place = true;
   /// Threads for CPU kernels (0: one per core).
   int num_threads = 0;
+  /// Mixed precision: f16 or bf16 runs matmul, linear and the convolutions (forward and
+  /// gradient) whose inputs are f32 in that precision; every other op and every variable stays
+  /// f32. Other dtypes throw ValueError.
+  std::optional<DType> autocast;
 };
 
 class Graph {

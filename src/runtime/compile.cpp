@@ -1,4 +1,6 @@
-// Graph::compile: extract, specialize shapes, optimize, place, plan memory.
+// Graph::compile: extract, specialize shapes, autocast, optimize, place, plan memory.
+#include <functional>
+
 #include "core/errors.h"
 #include "core/op_registry.h"
 #include "runtime/executable_impl.h"
@@ -9,7 +11,7 @@ using detail::Node;
 using detail::ValueRef;
 
 namespace {
-void run_pass(Program& p, const char* name, Program (*pass)(const Program&)) {
+void run_pass(Program& p, const char* name, const std::function<Program(const Program&)>& pass) {
   p = pass(p);
 #ifndef NDEBUG
   verify_program(p, name);
@@ -28,6 +30,8 @@ Executable Graph::compile(Device device, const FeedShapes& feeds, const std::vec
                           const Updates& update_ops, const CompileOptions& options) const {
   const std::vector<Tensor>& updates = update_ops.ops;
   if (targets.empty() && updates.empty()) fail<ValueError>("[compile] no targets given");
+  if (options.autocast && *options.autocast != f16 && *options.autocast != bf16)
+    fail<ValueError>("[compile] autocast takes f16 or bf16, got {}", name(*options.autocast));
   if (device.kind != Device::Kind::cpu)
     fail<UnsupportedError>("[compile] no backend can run graphs on {} in this build yet",
                            device.str());
@@ -57,11 +61,12 @@ Executable Graph::compile(Device device, const FeedShapes& feeds, const std::vec
   Program p = extract_program(*impl_, outs);
   p.num_returned = targets.size();
   specialize_shapes(p, shapes);
+  // before folding, so the casts of constant weights fold
+  if (const auto low = options.autocast)
+    run_pass(p, "autocast", [low](const Program& q) { return autocast(q, *low); });
   if (options.optimize) {
-    p = fold_constants(p, evaluate_node_cpu);
-#ifndef NDEBUG
-    verify_program(p, "constant_folding");
-#endif
+    run_pass(p, "constant_folding",
+             [](const Program& q) { return fold_constants(q, evaluate_node_cpu); });
     run_pass(p, "cse", eliminate_common_subexpressions);
     run_pass(p, "dce", eliminate_dead_code);
   }

@@ -1,7 +1,9 @@
 // `kiln demo`: the main job. Trains a small convnet on the 8x8 handwritten digits that
 // scikit-learn ships (written as .npy by scripts/digits.py), on the default device, and reports
 // the loss per epoch, test accuracy, time per step and the device. Then it saves the trained
-// variables, reloads them into a fresh graph and checks that accuracy is unchanged.
+// variables, reloads them into a fresh graph and checks that accuracy is unchanged. With
+// --autocast the convolutions and the linear layer run in bf16, or in f16 with dynamic loss
+// scaling.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -10,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <numeric>
+#include <optional>
 #include <random>
 
 #include "kiln/kiln.h"
@@ -29,7 +32,24 @@ struct DemoOptions {
   int batch = 32;
   double lr = 0.05;
   std::string checkpoint = "build/demo.ckpt";
+  std::string autocast;  // "", "bf16" or "f16"
 };
+
+std::optional<DType> low_precision(const std::string& autocast) {
+  if (autocast.empty()) return std::nullopt;
+  return autocast == "f16" ? f16 : bf16;
+}
+
+// SGD with momentum; under f16 through loss scaling, so small gradients survive f16.
+std::vector<Tensor> training_step(Graph& g, const Tensor& loss, const std::vector<Tensor>& params,
+                                  const DemoOptions& o) {
+  auto sgd = [&o](Graph& gr, const std::vector<Tensor>& vars, const std::vector<Tensor>& grads) {
+    return optim::sgd(gr, vars, grads, {.lr = o.lr, .momentum = 0.9});
+  };
+  if (low_precision(o.autocast) == f16)
+    return optim::scale_loss_and_step(g, loss, params, sgd).updates;
+  return sgd(g, params, gradients(loss, params));
+}
 
 Array kaiming(const Shape& shape, double fan_in, std::mt19937& rng) {
   std::normal_distribution<float> d(0.0f, static_cast<float>(std::sqrt(2.0 / fan_in)));
@@ -102,8 +122,9 @@ void run_demo(const DemoOptions& o) {
   std::vector<int64_t> test_idx(order.begin(), order.begin() + n_test);
   std::vector<int64_t> train_idx(order.begin() + n_test, order.end());
   Array test_x = take_rows(images, test_idx), test_y = take_rows(labels, test_idx);
-  fmt::print("kiln {} demo: training a convnet on {} 8x8 digits ({} train, {} test) on {}\n",
-             version(), n, train_idx.size(), n_test, dev.str());
+  fmt::print("kiln {} demo: training a convnet on {} 8x8 digits ({} train, {} test) on {}{}\n",
+             version(), n, train_idx.size(), n_test, dev.str(),
+             o.autocast.empty() ? "" : " with autocast " + o.autocast);
 
   auto t0 = clock_type::now();
   Graph g;
@@ -114,10 +135,9 @@ void run_demo(const DemoOptions& o) {
   auto xe = g.placeholder({n_test, 1, 8, 8}, f32, "test_images");
   auto logits = model.logits(x);
   auto loss = softmax_cross_entropy(logits, y);
-  auto grads = gradients(loss, model.params());
-  auto step = optim::sgd(g, model.params(), grads, {.lr = o.lr, .momentum = 0.9});
-  auto train = g.compile(dev, {}, {loss}, step);
-  auto eval = g.compile(dev, {}, {argmax(model.logits(xe), -1)});
+  const CompileOptions copts{.autocast = low_precision(o.autocast)};
+  auto train = g.compile(dev, {}, {loss}, training_step(g, loss, model.params(), o), copts);
+  auto eval = g.compile(dev, {}, {argmax(model.logits(xe), -1)}, copts);
   fmt::print("built and compiled training ({} kernels) and evaluation ({} kernels) in {:.1f} ms\n",
              train.num_steps(), eval.num_steps(), ms_since(t0));
 
@@ -153,7 +173,7 @@ void run_demo(const DemoOptions& o) {
   auto fx = fresh.placeholder({n_test, 1, 8, 8}, f32, "test_images");
   auto fpred = argmax(reloaded.logits(fx), -1);
   fresh.load_variables(o.checkpoint);
-  auto fresh_eval = fresh.compile(dev, {}, {fpred});
+  auto fresh_eval = fresh.compile(dev, {}, {fpred}, copts);
   const double acc2 = accuracy(fresh_eval, fx, test_x, test_y);
   fmt::print("saved the variables to {} and reloaded them: test accuracy {:.1f}% (was {:.1f}%)\n",
              o.checkpoint, acc2, acc);
@@ -170,6 +190,9 @@ void add_demo_command(CLI::App& app) {
   cmd->add_option("--batch", opts.batch, "Batch size")->check(CLI::Range(1, 1024));
   cmd->add_option("--lr", opts.lr, "Learning rate (SGD with momentum 0.9)");
   cmd->add_option("--checkpoint", opts.checkpoint, "Where to save the trained variables");
+  cmd->add_option("--autocast", opts.autocast,
+                  "Mixed precision: bf16, or f16 with dynamic loss scaling")
+      ->check(CLI::IsMember({"bf16", "f16"}));
   cmd->callback([] { run_demo(opts); });
 }
 
