@@ -1,39 +1,28 @@
-// A fork-join pool for CPU kernels: parallel_for splits a range over the workers and the caller.
+// Parallel loops of the CPU kernels. They run on OpenMP's threads, the same threads oneDNN uses,
+// so kiln's own kernels and oneDNN's never compete for the cores (two runtimes, each spinning
+// while the other works, made mixed graphs several times slower).
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <mutex>
-#include <thread>
-#include <vector>
 
 namespace kiln {
 
 class ThreadPool {
  public:
-  /// `threads` = 0: one per hardware thread.
+  /// `threads` = 0: KILN_THREADS, else one per hardware thread.
   explicit ThreadPool(int threads = 0);
-  ~ThreadPool();
-  int size() const { return static_cast<int>(workers_.size()) + 1; }
+  int size() const { return threads_; }
   /// Runs body(begin, end) over [0, n) in at most size() chunks of at least `grain` items.
-  /// Calls from inside a running body run serially (no nested parallelism).
+  /// Calls from inside a running body run serially (no nested parallelism). An exception thrown
+  /// by a chunk is rethrown here after every chunk has finished.
   void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& body);
 
   /// The process-wide pool.
   static ThreadPool& global();
 
  private:
-  void worker(int index);
-  std::vector<std::thread> workers_;
-  std::mutex mu_;
-  std::mutex run_mu_;  // one parallel_for at a time
-  std::condition_variable cv_, done_cv_;
-  const std::function<void(int64_t, int64_t)>* body_ = nullptr;
-  int64_t n_ = 0, chunk_ = 0;
-  uint64_t generation_ = 0;
-  int pending_ = 0;
-  bool stop_ = false;
+  int threads_;
 };
 
 }  // namespace kiln
