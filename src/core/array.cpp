@@ -61,8 +61,14 @@ void convert(const void* src, DType st, void* dst, DType dt, int64_t n) {
       using D = decltype(d);
       const S* in = static_cast<const S*>(src);
       D* out = static_cast<D*>(dst);
+      constexpr bool half_s = std::is_same_v<S, float16_t> || std::is_same_v<S, bfloat16_t>;
+      constexpr bool half_d = std::is_same_v<D, float16_t> || std::is_same_v<D, bfloat16_t>;
       if constexpr (std::is_same_v<S, int64_t> && std::is_same_v<D, int32_t>) {
         for (int64_t i = 0; i < n; ++i) out[i] = static_cast<int32_t>(in[i]);
+      } else if constexpr (half_s && std::is_same_v<D, float>) {
+        for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(in[i]);  // the autocast path
+      } else if constexpr (std::is_same_v<S, float> && half_d) {
+        for (int64_t i = 0; i < n; ++i) out[i] = D(in[i]);
       } else {
         for (int64_t i = 0; i < n; ++i) out[i] = from_double<D>(to_double(in[i]));
       }

@@ -34,12 +34,20 @@ void run_kernel(const KernelEntry& entry, const Node& node, const std::vector<Te
     entry.fn(ctx);
     return;
   }
-  // f16/bf16 through f32
+  // f16/bf16 through f32; the conversions are split over the pool like any kernel
+  auto convert_all = [&](const void* src, DType st, void* dst, DType dt, int64_t n) {
+    auto run = [&](int64_t b, int64_t e) {
+      convert(static_cast<const char*>(src) + b * size_of(st), st,
+              static_cast<char*>(dst) + b * size_of(dt), dt, e - b);
+    };
+    if (pool) pool->parallel_for(n, 32768, run);
+    else run(0, n);
+  };
   std::vector<Array> temps;
   auto widen = [&](const TensorView& v, bool copy_in) {
     if (v.dtype != f16 && v.dtype != bf16) return v;
     Array a = Array::empty(v.shape, f32);
-    if (copy_in) convert(v.data, v.dtype, a.data(), f32, v.numel());
+    if (copy_in) convert_all(v.data, v.dtype, a.data(), f32, v.numel());
     temps.push_back(a);
     return TensorView{a.data(), v.shape, f32};
   };
@@ -50,7 +58,7 @@ void run_kernel(const KernelEntry& entry, const Node& node, const std::vector<Te
   entry.fn(ctx);
   for (size_t i = 0; i < out.size(); ++i)
     if (out[i].dtype != out32[i].dtype)
-      convert(out32[i].data, f32, out[i].data, out[i].dtype, out[i].numel());
+      convert_all(out32[i].data, f32, out[i].data, out[i].dtype, out[i].numel());
 }
 
 std::vector<Array> evaluate_node_cpu(const Node& node, const std::vector<Array>& inputs) {
