@@ -7,19 +7,6 @@ namespace kiln {
 namespace {
 using namespace kiln::test;
 
-double tol(DType t) {
-  switch (t) {
-    case DType::f64:
-      return 1e-10;
-    case DType::f32:
-      return 2e-5;
-    case DType::f16:
-      return 2e-3;
-    default:
-      return 1.6e-2;  // bf16
-  }
-}
-
 const Reduction kReductions[] = {Reduction::none, Reduction::mean, Reduction::sum};
 
 // Reduces per-position losses like the op: mean divides by `count`.
@@ -115,7 +102,7 @@ TEST(SoftmaxCrossEntropy, IndexLabelsAllReductions) {
           Array out = eval1(g, softmax_cross_entropy(x, l, r, c.axis), {{x, vx}, {l, vl}});
           EXPECT_EQ(out.dtype(), t);
           expect_close(out, reduced_shape(lshape, r),
-                       reduce(losses, r, static_cast<double>(losses.size())), tol(t), tol(t) * 8);
+                       reduce(losses, r, static_cast<double>(losses.size())), tolerance(t), tolerance(t) * 8);
         }
       }
     }
@@ -138,7 +125,7 @@ TEST(SoftmaxCrossEntropy, ProbabilityLabels) {
         auto losses = ref_cross_entropy(vx, vl.astype(t), axis);
         expect_close(eval1(g, softmax_cross_entropy(x, l, r, c.axis), {{x, vx}, {l, vl}}),
                      reduced_shape(without(c.shape, axis), r),
-                     reduce(losses, r, static_cast<double>(losses.size())), tol(t), tol(t) * 8);
+                     reduce(losses, r, static_cast<double>(losses.size())), tolerance(t), tolerance(t) * 8);
       }
     }
   }
@@ -237,7 +224,7 @@ TEST(Nll, IgnoreIndexAndAllReductions) {
           double count = 0;
           auto losses = ref_nll(vx, vt, ignore, count);
           Array out = eval1(g, nll(x, tg, r, ignore), {{x, vx}, {tg, vt}});
-          expect_close(out, reduced_shape(tshape, r), reduce(losses, r, count), tol(t), tol(t) * 8);
+          expect_close(out, reduced_shape(tshape, r), reduce(losses, r, count), tolerance(t), tolerance(t) * 8);
         }
       }
     }
@@ -301,9 +288,9 @@ TEST(Mse, BroadcastingAndAllReductions) {
           losses.push_back(d * d);
         }
         // a sum of 10^4 squares in f16 has about 4e-3 relative error
-        const double rt = r == Reduction::sum && t == f16 ? 4e-3 : tol(t);
+        const double rt = r == Reduction::sum && t == f16 ? 4e-3 : tolerance(t);
         expect_close(eval1(g, mse(a, b, r), {{a, va}, {b, vb}}), reduced_shape(c.out, r),
-                     reduce(losses, r, static_cast<double>(losses.size())), rt, tol(t));
+                     reduce(losses, r, static_cast<double>(losses.size())), rt, tolerance(t));
       }
     }
   }

@@ -9,20 +9,6 @@ namespace kiln {
 namespace {
 using namespace kiln::test;
 
-// Tolerance (relative and absolute) for outputs of magnitude ~1 computed in dtype t.
-double tol(DType t) {
-  switch (t) {
-    case DType::f64:
-      return 1e-10;
-    case DType::f32:
-      return 2e-5;
-    case DType::f16:
-      return 2e-3;
-    default:
-      return 1.6e-2;  // bf16
-  }
-}
-
 // x viewed as (outer, len, inner) around `axis`.
 struct Split {
   int64_t outer = 1, len = 1, inner = 1;
@@ -70,7 +56,7 @@ TEST(Softmax, MatchesReferenceOverEachAxis) {
       Array v = random_array(c.shape, t, -4, 4);
       const int axis = normalize_axis(c.axis, static_cast<int>(c.shape.size()));
       expect_close(eval1(g, softmax(x, c.axis), {{x, v}}), c.shape, ref_softmax(v, axis, false),
-                   tol(t), tol(t));
+                   tolerance(t), tolerance(t));
     }
   }
 }
@@ -108,7 +94,7 @@ TEST(LogSoftmax, MatchesReferenceOverEachAxis) {
       Array v = random_array(c.shape, t, -3, 3);
       const int axis = normalize_axis(c.axis, static_cast<int>(c.shape.size()));
       expect_close(eval1(g, log_softmax(x, c.axis), {{x, v}}), c.shape, ref_softmax(v, axis, true),
-                   tol(t), tol(t));
+                   tolerance(t), tolerance(t));
     }
   }
 }
@@ -169,7 +155,7 @@ TEST(LayerNorm, WithAndWithoutWeightAndBias) {
         expect_close(eval1(g, y, feeds), c.shape,
                      ref_row_norm(to_f64(vx), numel(c.params), 1e-5, false, hw ? &fw : nullptr,
                                   hb ? &fb : nullptr),
-                     tol(t), tol(t) * 4);
+                     tolerance(t), tolerance(t) * 4);
       }
     }
   }
@@ -232,7 +218,7 @@ TEST(RmsNorm, WithAndWithoutWeight) {
         expect_close(
             eval1(g, y, feeds), c.shape,
             ref_row_norm(to_f64(vx), numel(c.params), 1e-6, true, hw ? &fw : nullptr, nullptr),
-            tol(t), tol(t) * 4);
+            tolerance(t), tolerance(t) * 4);
       }
     }
   }
@@ -324,7 +310,7 @@ TEST(BatchNorm, Over2DAnd4DInputs) {
           ref[i] =
               (d.fx[i] - fm[c]) / std::sqrt(fv[c] + 1e-3) * (hw ? d.fw[c] : 1) + (hb ? d.fb[c] : 0);
         }
-        expect_close(eval1(g, y, feeds), shape, ref, tol(t), tol(t) * 4);
+        expect_close(eval1(g, y, feeds), shape, ref, tolerance(t), tolerance(t) * 4);
       }
     }
   }
@@ -351,8 +337,8 @@ TEST(InstanceNorm, PerSampleAndChannel) {
         const ChannelData d = channel_data(shape, t);
         Array out = run_channel_op(
             d, hw, hb, [](auto x, auto w, auto b) { return instance_norm(x, w, b, 1e-5); });
-        expect_close(out, shape, ref_group_norm(d, shape, shape[1], hw, hb, 1e-5), tol(t),
-                     tol(t) * 4);
+        expect_close(out, shape, ref_group_norm(d, shape, shape[1], hw, hb, 1e-5), tolerance(t),
+                     tolerance(t) * 4);
       }
     }
   }
@@ -384,8 +370,8 @@ TEST(GroupNorm, SeveralGroups) {
         const ChannelData d = channel_data(c.shape, t);
         Array out = run_channel_op(
             d, hw, hb, [&](auto x, auto w, auto b) { return group_norm(x, c.groups, w, b, 1e-5); });
-        expect_close(out, c.shape, ref_group_norm(d, c.shape, c.groups, hw, hb, 1e-5), tol(t),
-                     tol(t) * 4);
+        expect_close(out, c.shape, ref_group_norm(d, c.shape, c.groups, hw, hb, 1e-5), tolerance(t),
+                     tolerance(t) * 4);
       }
     }
   }
@@ -408,7 +394,7 @@ TEST(GroupNorm, DynamicChannelsCheckedAtCompile) {
   auto y = group_norm(x, 2);  // channels unknown: accepted until compile
   const ChannelData d = channel_data({2, 6, 4}, f32);
   expect_close(eval1(g, y, {{x, d.x}}), {2, 6, 4},
-               ref_group_norm(d, {2, 6, 4}, 2, false, false, 1e-5), tol(f32), tol(f32) * 4);
+               ref_group_norm(d, {2, 6, 4}, 2, false, false, 1e-5), tolerance(f32), tolerance(f32) * 4);
   expect_error<ValueError>(
       [&] {
         eval1(g, y, {{x, random_array({2, 5, 4}, f32)}});

@@ -81,6 +81,15 @@ void expect_close(const Array& actual, const Shape& shape, const std::vector<dou
   EXPECT_EQ(bad, 0) << bad << " of " << expected.size() << " elements differ";
 }
 
+double tolerance(DType t) {
+  switch (t) {
+    case DType::f64: return 1e-10;
+    case DType::f32: return 2e-5;
+    case DType::f16: return 2e-3;
+    default: return 1.6e-2;  // bf16
+  }
+}
+
 void expect_equal(const Array& actual, const Shape& shape, const std::vector<double>& expected) {
   expect_close(actual, shape, expected, 0.0, 0.0);
 }

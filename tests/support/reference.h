@@ -32,6 +32,9 @@ std::vector<double> to_f64(const Array& a);
 /// and the given shape.
 void expect_close(const Array& actual, const Shape& shape, const std::vector<double>& expected,
                   double rtol = 1e-5, double atol = 1e-6);
+/// Relative (and absolute) tolerance for results of magnitude ~1 of an op computed in dtype t
+/// from exactly representable inputs: f64 1e-10, f32 2e-5, f16 2e-3, bf16 1.6e-2.
+double tolerance(DType t);
 /// Exact equality (integers, bools, indices).
 void expect_equal(const Array& actual, const Shape& shape, const std::vector<double>& expected);
 
