@@ -63,6 +63,9 @@ class Array {
   Array reshape(const Shape& shape) const;
   /// A deep copy.
   Array copy() const;
+  /// A new array of the rows `rows` of the first dim, in that order (batching on the host).
+  /// Throws ValueError for an index out of range.
+  Array take_rows(const std::vector<int64_t>& rows) const;
   const std::shared_ptr<Storage>& storage() const { return storage_; }
 
   /// NumPy .npy files (format 1.0-3.0, little endian, C order).

@@ -154,4 +154,19 @@ Array Array::reshape(const Shape& shape) const {
 
 Array Array::copy() const { return from_data(data(), shape_, dtype_); }
 
+Array Array::take_rows(const std::vector<int64_t>& rows) const {
+  if (shape_.empty()) fail<ShapeError>("[Array] take_rows needs rank >= 1, got a scalar");
+  Shape s = shape_;
+  s[0] = static_cast<int64_t>(rows.size());
+  Array out = empty(s, dtype_);
+  const size_t row = shape_[0] ? nbytes() / static_cast<size_t>(shape_[0]) : 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i] < 0 || rows[i] >= shape_[0])
+      fail<ValueError>("[Array] row {} out of range for shape {}", rows[i], str(shape_));
+    std::memcpy(static_cast<char*>(out.data()) + i * row,
+                static_cast<const char*>(data()) + rows[i] * row, row);
+  }
+  return out;
+}
+
 }  // namespace kiln

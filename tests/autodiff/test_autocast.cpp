@@ -234,18 +234,6 @@ TEST(Autocast, MatmulLinearConvMatchFloat64OnRoundedInputs) {
 
 // ---- bf16 training on the digits ----
 
-// Rows `idx` of a (N, ...) array.
-Array take_rows(const Array& a, const std::vector<int64_t>& idx) {
-  Shape s = a.shape();
-  s[0] = static_cast<int64_t>(idx.size());
-  Array out = Array::empty(s, a.dtype());
-  const size_t row = a.nbytes() / static_cast<size_t>(a.shape()[0]);
-  for (size_t i = 0; i < idx.size(); ++i)
-    std::memcpy(static_cast<char*>(out.data()) + i * row,
-                static_cast<const char*>(a.data()) + idx[i] * row, row);
-  return out;
-}
-
 struct Digits {
   Array train_x, train_y, test_x, test_y;
 };
@@ -258,8 +246,8 @@ Digits split(const Array& images, const Array& labels) {
   std::shuffle(order.begin(), order.end(), std::mt19937(7));
   std::vector<int64_t> test(order.begin(), order.begin() + n / 5),
       train(order.begin() + n / 5, order.end());
-  return {take_rows(images, train), take_rows(labels, train), take_rows(images, test),
-          take_rows(labels, test)};
+  return {images.take_rows(train), labels.take_rows(train), images.take_rows(test),
+          labels.take_rows(test)};
 }
 
 // Trains a small convnet (fixed seeds) for `epochs` and returns the test accuracy in percent.
@@ -301,7 +289,7 @@ double train_digits(const Digits& d, std::optional<DType> autocast, int epochs) 
     std::shuffle(idx.begin(), idx.end(), shuffle);
     for (size_t s = 0; s + kBatch <= idx.size(); s += kBatch) {
       std::vector<int64_t> rows(idx.begin() + s, idx.begin() + s + kBatch);
-      train.run({{x, take_rows(d.train_x, rows)}, {y, take_rows(d.train_y, rows)}});
+      train.run({{x, d.train_x.take_rows(rows)}, {y, d.train_y.take_rows(rows)}});
     }
   }
   const auto pred = eval.run({{xe, d.test_x}})[0].to_vector<int64_t>();

@@ -26,3 +26,21 @@ TEST(HostAllocator, ReusesLargeBlocksAndKeepsDataSeparate) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+TEST(ArrayTest, TakeRowsCopiesRowsInOrder) {
+  Array a = test::random_array({5, 3}, f32);
+  Array t = a.take_rows({4, 0, 4});
+  auto va = test::to_f64(a);
+  std::vector<double> want;
+  for (int r : {4, 0, 4})
+    for (int c = 0; c < 3; ++c) want.push_back(va[r * 3 + c]);
+  test::expect_equal(t, {3, 3}, want);
+  test::expect_error<ValueError>([&] { a.take_rows({5}); }, {"[Array]", "5", "(5, 3)"});
+  test::expect_error<ShapeError>([&] { Array::scalar(1.0f).take_rows({0}); }, {"[Array]"});
+}
+
+}  // namespace
+}  // namespace kiln

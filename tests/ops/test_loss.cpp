@@ -20,22 +20,6 @@ Shape reduced_shape(const Shape& shape, Reduction r) {
   return r == Reduction::none ? shape : Shape{};
 }
 
-// Logits (outer, classes, inner) around the class axis.
-struct Split {
-  int64_t outer = 1, classes = 1, inner = 1;
-};
-Split split(const Shape& s, int axis) {
-  Split r;
-  for (int d = 0; d < static_cast<int>(s.size()); ++d) {
-    if (d < axis)
-      r.outer *= s[d];
-    else if (d == axis)
-      r.classes = s[d];
-    else
-      r.inner *= s[d];
-  }
-  return r;
-}
 Shape without(Shape s, int axis) {
   s.erase(s.begin() + axis);
   return s;
@@ -46,18 +30,18 @@ Shape without(Shape s, int axis) {
 std::vector<double> ref_cross_entropy(const Array& logits, const Array& labels, int axis) {
   const auto x = to_f64(logits), l = to_f64(labels);
   const bool probs = labels.shape() == logits.shape();
-  const Split s = split(logits.shape(), axis);
+  const AxisView s = split_axis(logits.shape(), axis);
   std::vector<double> r;
   for (int64_t o = 0; o < s.outer; ++o) {
     for (int64_t j = 0; j < s.inner; ++j) {
-      auto at = [&](int64_t k) { return (o * s.classes + k) * s.inner + j; };
+      auto at = [&](int64_t k) { return (o * s.len + k) * s.inner + j; };
       double mx = -INFINITY, sum = 0;
-      for (int64_t k = 0; k < s.classes; ++k) mx = std::max(mx, x[at(k)]);
-      for (int64_t k = 0; k < s.classes; ++k) sum += std::exp(x[at(k)] - mx);
+      for (int64_t k = 0; k < s.len; ++k) mx = std::max(mx, x[at(k)]);
+      for (int64_t k = 0; k < s.len; ++k) sum += std::exp(x[at(k)] - mx);
       const double lse = mx + std::log(sum);
       double loss = 0;
       if (probs) {
-        for (int64_t k = 0; k < s.classes; ++k) loss += l[at(k)] * (lse - x[at(k)]);
+        for (int64_t k = 0; k < s.len; ++k) loss += l[at(k)] * (lse - x[at(k)]);
       } else {
         loss = lse - x[at(static_cast<int64_t>(l[o * s.inner + j]))];
       }
@@ -70,12 +54,12 @@ std::vector<double> ref_cross_entropy(const Array& logits, const Array& labels, 
 // Random probability rows along `axis` (each sums to 1).
 Array random_probs(const Shape& shape, int axis, DType t) {
   auto v = to_f64(random_array(shape, f64, 0.05, 1));
-  const Split s = split(shape, axis);
+  const AxisView s = split_axis(shape, axis);
   for (int64_t o = 0; o < s.outer; ++o) {
     for (int64_t j = 0; j < s.inner; ++j) {
       double sum = 0;
-      for (int64_t k = 0; k < s.classes; ++k) sum += v[(o * s.classes + k) * s.inner + j];
-      for (int64_t k = 0; k < s.classes; ++k) v[(o * s.classes + k) * s.inner + j] /= sum;
+      for (int64_t k = 0; k < s.len; ++k) sum += v[(o * s.len + k) * s.inner + j];
+      for (int64_t k = 0; k < s.len; ++k) v[(o * s.len + k) * s.inner + j] /= sum;
     }
   }
   return Array::from_vector(v, shape).astype(t);
@@ -193,13 +177,13 @@ TEST(SoftmaxCrossEntropy, Errors) {
 // Per-position nll over (N, C, d...) with class axis 1 (0 for a single row).
 std::vector<double> ref_nll(const Array& x, const Array& target, int64_t ignore, double& count) {
   const auto v = to_f64(x), t = to_f64(target);
-  const Split s = split(x.shape(), x.rank() == 1 ? 0 : 1);
+  const AxisView s = split_axis(x.shape(), x.rank() == 1 ? 0 : 1);
   std::vector<double> r;
   count = 0;
   for (int64_t o = 0; o < s.outer; ++o) {
     for (int64_t j = 0; j < s.inner; ++j) {
       const auto k = static_cast<int64_t>(t[o * s.inner + j]);
-      r.push_back(k == ignore ? 0 : -v[(o * s.classes + k) * s.inner + j]);
+      r.push_back(k == ignore ? 0 : -v[(o * s.len + k) * s.inner + j]);
       count += k != ignore;
     }
   }

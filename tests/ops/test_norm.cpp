@@ -9,26 +9,9 @@ namespace kiln {
 namespace {
 using namespace kiln::test;
 
-// x viewed as (outer, len, inner) around `axis`.
-struct Split {
-  int64_t outer = 1, len = 1, inner = 1;
-};
-Split split(const Shape& s, int axis) {
-  Split r;
-  for (int d = 0; d < static_cast<int>(s.size()); ++d) {
-    if (d < axis)
-      r.outer *= s[d];
-    else if (d == axis)
-      r.len = s[d];
-    else
-      r.inner *= s[d];
-  }
-  return r;
-}
-
 std::vector<double> ref_softmax(const Array& x, int axis, bool log) {
   const auto v = to_f64(x);
-  const Split s = split(x.shape(), axis);
+  const AxisView s = split_axis(x.shape(), axis);
   std::vector<double> r(v.size());
   for (int64_t o = 0; o < s.outer; ++o) {
     for (int64_t j = 0; j < s.inner; ++j) {

@@ -106,6 +106,16 @@ Array eval1(const Graph& g, const Tensor& out, const Feeds& feeds) {
   return eval(g, {out}, feeds)[0];
 }
 
+AxisView split_axis(const Shape& s, int axis) {
+  AxisView r;
+  for (int d = 0; d < static_cast<int>(s.size()); ++d) {
+    if (d < axis) r.outer *= s[d];
+    else if (d == axis) r.len = s[d];
+    else r.inner *= s[d];
+  }
+  return r;
+}
+
 std::vector<int64_t> unravel(int64_t i, const Shape& shape) {
   std::vector<int64_t> idx(shape.size());
   for (int d = static_cast<int>(shape.size()) - 1; d >= 0; --d) {

@@ -61,6 +61,11 @@ void expect_error(const std::function<void()>& f, const std::vector<std::string>
 }
 
 // Index helpers for reference loops.
+/// A shape viewed as (outer, len, inner) around `axis`.
+struct AxisView {
+  int64_t outer = 1, len = 1, inner = 1;
+};
+AxisView split_axis(const Shape& s, int axis);
 std::vector<int64_t> unravel(int64_t i, const Shape& shape);
 int64_t ravel(const std::vector<int64_t>& idx, const Shape& shape);
 /// Offset in `in` (broadcast to `out`) of output multi-index `idx`.

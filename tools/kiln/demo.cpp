@@ -84,18 +84,6 @@ struct Model {
   }
 };
 
-// Rows `idx` of a (N, ...) array.
-Array take_rows(const Array& a, const std::vector<int64_t>& idx) {
-  Shape s = a.shape();
-  s[0] = static_cast<int64_t>(idx.size());
-  Array out = Array::empty(s, a.dtype());
-  const size_t row = a.nbytes() / static_cast<size_t>(a.shape()[0]);
-  for (size_t i = 0; i < idx.size(); ++i)
-    std::memcpy(static_cast<char*>(out.data()) + i * row,
-                static_cast<const char*>(a.data()) + idx[i] * row, row);
-  return out;
-}
-
 double accuracy(const Executable& eval, const Tensor& x, const Array& images, const Array& labels) {
   auto pred = eval.run({{x, images}})[0].to_vector<int64_t>();
   auto want = labels.to_vector<int64_t>();
@@ -121,7 +109,7 @@ void run_demo(const DemoOptions& o) {
   const int64_t n_test = n / 5;
   std::vector<int64_t> test_idx(order.begin(), order.begin() + n_test);
   std::vector<int64_t> train_idx(order.begin() + n_test, order.end());
-  Array test_x = take_rows(images, test_idx), test_y = take_rows(labels, test_idx);
+  Array test_x = images.take_rows(test_idx), test_y = labels.take_rows(test_idx);
   fmt::print("kiln {} demo: training a convnet on {} 8x8 digits ({} train, {} test) on {}{}\n",
              version(), n, train_idx.size(), n_test, dev.str(),
              o.autocast.empty() ? "" : " with autocast " + o.autocast);
@@ -150,7 +138,7 @@ void run_demo(const DemoOptions& o) {
     double total = 0;
     for (int64_t s = 0; s < steps_per_epoch; ++s) {
       std::vector<int64_t> idx(train_idx.begin() + s * o.batch, train_idx.begin() + (s + 1) * o.batch);
-      Array bx = take_rows(images, idx), by = take_rows(labels, idx);
+      Array bx = images.take_rows(idx), by = labels.take_rows(idx);
       auto ts = clock_type::now();
       total += train.run({{x, bx}, {y, by}})[0].to_vector<double>()[0];
       step_ms += ms_since(ts);
