@@ -24,8 +24,10 @@ struct Storage {
 class Array {
  public:
   Array() = default;
-  /// Uninitialized array (64-byte aligned).
+  /// Uninitialized array (64-byte aligned on the host, 256 on a GPU).
   static Array empty(const Shape& shape, DType dtype, Device device = Device::cpu());
+  /// An array over existing storage (which must hold nbytes of the shape).
+  static Array adopt(std::shared_ptr<Storage> storage, const Shape& shape, DType dtype);
   static Array zeros(const Shape& shape, DType dtype);
   /// Copies `numel(shape)` elements of `dtype` from host memory.
   static Array from_data(const void* data, const Shape& shape, DType dtype);
@@ -48,14 +50,18 @@ class Array {
   Device device() const;
   int64_t numel() const { return kiln::numel(shape_); }
   size_t nbytes() const { return static_cast<size_t>(numel()) * size_of(dtype_); }
+  /// The first element: a host pointer for CPU arrays, a device pointer otherwise.
   void* data();
   const void* data() const;
+  /// Typed host access; throws UnsupportedError for arrays on a GPU (copy them with to()).
   template <typename T> T* data() { check_type(dtype_of<T>()); return static_cast<T*>(data()); }
   template <typename T> const T* data() const {
     check_type(dtype_of<T>());
     return static_cast<const T*>(data());
   }
-  /// All elements converted to T (host arrays).
+  /// This array on `device`: itself when it is there already, else a copy (complete on return).
+  Array to(Device device) const;
+  /// All elements converted to T, copied to the host first when the array lives on a GPU.
   template <typename T> std::vector<T> to_vector() const;
   /// A converted copy.
   Array astype(DType t) const;

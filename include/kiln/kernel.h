@@ -24,12 +24,27 @@ struct TensorView {
   template <typename T> T* ptr() const { return static_cast<T*>(data); }
 };
 
+/// Where a kernel runs: its device's native stream and a stream-ordered allocator for scratch
+/// memory. CPU kernels get none (stream() is nullptr).
+struct KernelEnv {
+  int device = 0;
+  /// cudaStream_t on CUDA.
+  void* stream = nullptr;
+  /// Device memory usable by work enqueued on `stream`, and its release (stream-ordered: a block
+  /// released after enqueueing work is only reused by work enqueued later on the same stream).
+  void* (*allocate)(int device, size_t bytes, void* stream) = nullptr;
+  void (*release)(int device, void* ptr) = nullptr;
+};
+
 class KernelContext {
  public:
   KernelContext(OpId op, const Attrs& attrs, std::vector<TensorView> inputs,
-                std::vector<TensorView> outputs, ThreadPool* pool)
+                std::vector<TensorView> outputs, ThreadPool* pool, const KernelEnv* env = nullptr)
       : op_(op), attrs_(attrs), inputs_(std::move(inputs)), outputs_(std::move(outputs)),
-        pool_(pool) {}
+        pool_(pool), env_(env) {}
+  ~KernelContext();
+  KernelContext(const KernelContext&) = delete;
+  KernelContext& operator=(const KernelContext&) = delete;
   OpId op() const { return op_; }
   const char* op_name() const;
   const Attrs& attrs() const { return attrs_; }
@@ -40,6 +55,15 @@ class KernelContext {
   /// Runs body(begin, end) over [0, n) in chunks of at least `grain` on the CPU thread pool.
   void parallel_for(int64_t n, int64_t grain,
                     const std::function<void(int64_t, int64_t)>& body) const;
+  /// The native stream GPU kernels enqueue all their work on (cudaStream_t); nullptr on the CPU.
+  /// Kernels never synchronize it.
+  void* stream() const { return env_ ? env_->stream : nullptr; }
+  /// Index of the device the kernel runs on.
+  int device() const { return env_ ? env_->device : 0; }
+  /// Scratch memory of `bytes` on the kernel's device (256-byte aligned), valid for the work the
+  /// kernel enqueues on stream(); it returns to the allocator when the context ends. On the CPU,
+  /// host memory valid until the context ends.
+  void* scratch(size_t bytes);
 
  private:
   OpId op_;
@@ -47,6 +71,8 @@ class KernelContext {
   std::vector<TensorView> inputs_;
   std::vector<TensorView> outputs_;
   ThreadPool* pool_;
+  const KernelEnv* env_;
+  std::vector<void*> scratch_;
 };
 
 using KernelFn = void (*)(KernelContext&);

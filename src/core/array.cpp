@@ -5,6 +5,7 @@
 
 #include "core/errors.h"
 #include "core/host_allocator.h"
+#include "core/device_backend.h"
 
 namespace kiln {
 
@@ -78,13 +79,43 @@ void convert(const void* src, DType st, void* dst, DType dt, int64_t n) {
 
 Array Array::empty(const Shape& shape, DType dtype, Device device) {
   if (!is_static(shape)) fail<ShapeError>("[Array] cannot allocate dynamic shape {}", str(shape));
-  if (device.kind != Device::Kind::cpu)
-    fail<UnsupportedError>("[Array] allocation on {} is not available in this build", device.str());
   Array a;
   a.shape_ = shape;
   a.dtype_ = dtype;
-  a.storage_ = host_alloc(a.nbytes());
+  if (device.kind == Device::Kind::cpu) {
+    a.storage_ = host_alloc(a.nbytes());
+    return a;
+  }
+  DeviceBackend* b = backend_of(device);
+  auto s = std::make_shared<Storage>();
+  s->data = b->allocate(device.index, a.nbytes(), nullptr);
+  s->bytes = a.nbytes();
+  s->device = device;
+  s->deleter = [b, i = device.index](void* p) { b->release(i, p); };
+  a.storage_ = std::move(s);
   return a;
+}
+
+Array Array::adopt(std::shared_ptr<Storage> storage, const Shape& shape, DType dtype) {
+  Array a;
+  a.shape_ = shape;
+  a.dtype_ = dtype;
+  KILN_ASSERT(!storage || storage->bytes >= a.nbytes());
+  a.storage_ = std::move(storage);
+  return a;
+}
+
+Array Array::to(Device device) const {
+  const Device from = this->device();
+  if (from == device) return *this;
+  Array out = empty(shape_, dtype_, device);
+  if (nbytes() == 0) return out;
+  const Device gpu = from.kind == Device::Kind::cpu ? device : from;
+  DeviceBackend* b = backend_of(gpu);
+  b->copy_async(gpu.index, out.data(), device.kind == Device::Kind::cpu, data(),
+                from.kind == Device::Kind::cpu, nbytes(), nullptr);
+  b->synchronize(gpu.index, nullptr);
+  return out;
 }
 
 Array Array::zeros(const Shape& shape, DType dtype) {
@@ -119,11 +150,15 @@ const void* Array::data() const {
 }
 
 void Array::check_type(DType t) const {
+  if (device().kind != Device::Kind::cpu)
+    fail<UnsupportedError>("[Array] typed host access to an array on {}; copy it with "
+                           "to(Device::cpu()) first", device().str());
   if (t != dtype_)
     fail<DTypeError>("[Array] data<{}>() on an array of dtype {}", name(t), name(dtype_));
 }
 
 template <typename T> std::vector<T> Array::to_vector() const {
+  if (device().kind != Device::Kind::cpu) return to(Device::cpu()).to_vector<T>();
   std::vector<T> out(static_cast<size_t>(numel()));
   if (!out.empty()) convert(data(), dtype_, out.data(), dtype_of<T>(), numel());
   return out;
@@ -139,6 +174,7 @@ template std::vector<int32_t> Array::to_vector<int32_t>() const;
 template std::vector<int64_t> Array::to_vector<int64_t>() const;
 
 Array Array::astype(DType t) const {
+  if (device().kind != Device::Kind::cpu) return to(Device::cpu()).astype(t).to(device());
   Array a = empty(shape_, t);
   if (numel()) convert(data(), dtype_, a.data(), t, numel());
   return a;
@@ -152,10 +188,18 @@ Array Array::reshape(const Shape& shape) const {
   return a;
 }
 
-Array Array::copy() const { return from_data(data(), shape_, dtype_); }
+Array Array::copy() const {
+  if (device().kind == Device::Kind::cpu) return from_data(data(), shape_, dtype_);
+  Array out = empty(shape_, dtype_, device());
+  DeviceBackend* b = backend_of(device());
+  b->copy_async(device().index, out.data(), false, data(), false, nbytes(), nullptr);
+  b->synchronize(device().index, nullptr);
+  return out;
+}
 
 Array Array::take_rows(const std::vector<int64_t>& rows) const {
   if (shape_.empty()) fail<ShapeError>("[Array] take_rows needs rank >= 1, got a scalar");
+  if (device().kind != Device::Kind::cpu) return to(Device::cpu()).take_rows(rows).to(device());
   Shape s = shape_;
   s[0] = static_cast<int64_t>(rows.size());
   Array out = empty(s, dtype_);

@@ -6,6 +6,7 @@
 
 #include "core/errors.h"
 #include "kiln/device.h"
+#include "core/device_backend.h"
 #include "runtime/env.h"
 
 namespace kiln {
@@ -23,6 +24,16 @@ Device Device::parse(const std::string& s) {
 
 std::string Device::str() const {
   return kind == Kind::cpu ? "cpu" : "cuda:" + std::to_string(index);
+}
+
+DeviceBackend* backend_of(Device device) {
+  if (device.kind == Device::Kind::cpu) return nullptr;
+  DeviceBackend* b = cuda_backend();
+  const int n = cuda_device_count();
+  if (!b || device.index < 0 || device.index >= n)
+    fail<UnsupportedError>("[device] {} is not available: {} CUDA devices visible{}", device.str(),
+                           n, b || n ? "" : " (kiln was built without CUDA or no GPU is present)");
+  return b;
 }
 
 Device default_device() {

@@ -1,4 +1,7 @@
+#include <algorithm>
 #include <array>
+#include <cstdlib>
+#include <new>
 #include <mutex>
 
 #include "core/op_id.h"
@@ -30,6 +33,25 @@ Table& table() {
   return t;
 }
 }  // namespace
+
+KernelContext::~KernelContext() {
+  for (void* p : scratch_) {
+    if (env_ && env_->release) env_->release(env_->device, p);
+    else std::free(p);
+  }
+}
+
+void* KernelContext::scratch(size_t bytes) {
+  void* p = nullptr;
+  if (env_ && env_->allocate) {
+    p = env_->allocate(env_->device, bytes, env_->stream);
+  } else {
+    p = std::aligned_alloc(256, (std::max<size_t>(bytes, 1) + 255) / 256 * 256);
+    if (!p) throw std::bad_alloc();
+  }
+  scratch_.push_back(p);
+  return p;
+}
 
 void register_kernel(OpId op, Backend backend, KernelEntry entry) {
   table()[static_cast<int>(backend)][static_cast<int>(op)] = entry;

@@ -1,20 +1,33 @@
-// CUDA backend: device discovery. Kernels arrive with the CUDA backend work; until then the
-// backend registers none and graphs compile for the CPU.
+// CUDA backend: device discovery and the kernel tables.
 #include <cuda_runtime.h>
 
+#include "backends/cuda/kernels.h"
 #include "kiln/device.h"
 
 namespace kiln {
 namespace cuda {
-void register_kernels() {}
+void register_kernels() {
+  register_core_kernels();
+  register_elementwise_kernels();
+  register_linalg_kernels();
+  register_conv_kernels();
+  register_pool_kernels();
+  register_reduce_kernels();
+  register_norm_kernels();
+  register_transform_kernels();
+  register_loss_kernels();
+}
 }  // namespace cuda
 
 int cuda_device_count() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky "no device" error
-    return 0;
-  }
+  static const int n = [] {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+      cudaGetLastError();  // clear the sticky "no device" error
+      return 0;
+    }
+    return count;
+  }();
   return n;
 }
 

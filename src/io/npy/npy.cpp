@@ -136,6 +136,7 @@ Array Array::load_npy(const std::string& path) {
 }
 
 void Array::save_npy(const std::string& path) const {
+  if (device().kind != Device::Kind::cpu) return to(Device::cpu()).save_npy(path);
   std::string shp = "(";
   for (size_t i = 0; i < shape_.size(); ++i) shp += std::to_string(shape_[i]) + ", ";
   if (shape_.size() > 1) shp.resize(shp.size() - 2);

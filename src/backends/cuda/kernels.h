@@ -1,0 +1,16 @@
+// Registration of the CUDA kernels, one function per op family (each in its own file).
+#pragma once
+
+namespace kiln::cuda {
+
+void register_core_kernels();         // core.cu: full, arange, assign
+void register_elementwise_kernels();  // elementwise.cu
+void register_linalg_kernels();       // linalg.cu: matmul, linear (cuBLASLt)
+void register_conv_kernels();         // conv.cu: conv, conv_transpose, conv_grad_weight (cuDNN)
+void register_pool_kernels();         // pool.cu
+void register_reduce_kernels();       // reduce.cu
+void register_norm_kernels();         // norm.cu
+void register_transform_kernels();    // transform.cu, transform_sort.cu
+void register_loss_kernels();         // loss.cu
+
+}  // namespace kiln::cuda

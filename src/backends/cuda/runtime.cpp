@@ -1,0 +1,179 @@
+// The CUDA backend's DeviceBackend: caching allocators, streams, and host<->device copies through
+// pinned staging buffers.
+#include <cuda_runtime.h>
+
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "backends/cuda/allocator.h"
+#include "backends/cuda/cuda_check.h"
+#include "core/errors.h"
+#include "core/device_backend.h"
+
+namespace kiln::cuda {
+
+namespace {
+constexpr size_t kStagingChunk = size_t{8} << 20;  // bytes per pinned staging buffer
+constexpr size_t kMaxStaging = 8;                  // buffers per device
+
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    KILN_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (previous_ != device) KILN_CUDA_CHECK(cudaSetDevice(device));
+  }
+  ~DeviceScope() { cudaSetDevice(previous_); }
+
+ private:
+  int previous_ = 0;
+};
+
+// Pinned host buffers for copies from pageable memory: the host copies into a free buffer, the
+// device copies from it asynchronously, and an event says when the buffer may be refilled.
+class StagingPool {
+ public:
+  ~StagingPool() {
+    for (auto& b : buffers_) {
+      cudaEventSynchronize(b.done);
+      cudaEventDestroy(b.done);
+      cudaFreeHost(b.ptr);
+    }
+  }
+  // Copies `bytes` (≤ kStagingChunk) from host `src` to device `dst` on `stream`.
+  void upload(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
+    std::lock_guard<std::mutex> l(mu_);
+    Buffer& b = acquire_locked();
+    std::memcpy(b.ptr, src, bytes);
+    KILN_CUDA_CHECK(cudaMemcpyAsync(dst, b.ptr, bytes, cudaMemcpyHostToDevice, stream));
+    KILN_CUDA_CHECK(cudaEventRecord(b.done, stream));
+  }
+
+ private:
+  struct Buffer {
+    void* ptr = nullptr;
+    cudaEvent_t done = nullptr;
+  };
+  Buffer& acquire_locked() {
+    for (auto& b : buffers_)
+      if (cudaEventQuery(b.done) == cudaSuccess) return b;
+    cudaGetLastError();  // cudaErrorNotReady is not an error
+    if (buffers_.size() < kMaxStaging) {
+      Buffer b;
+      KILN_CUDA_CHECK(cudaHostAlloc(&b.ptr, kStagingChunk, cudaHostAllocDefault));
+      KILN_CUDA_CHECK(cudaEventCreateWithFlags(&b.done, cudaEventDisableTiming));
+      buffers_.push_back(b);
+      return buffers_.back();
+    }
+    // every buffer is in flight: wait for the oldest one (round robin)
+    Buffer& b = buffers_[next_++ % buffers_.size()];
+    KILN_CUDA_CHECK(cudaEventSynchronize(b.done));
+    return b;
+  }
+  std::mutex mu_;
+  std::vector<Buffer> buffers_;
+  size_t next_ = 0;
+};
+
+struct PerDevice {
+  std::unique_ptr<CachingAllocator> allocator;
+  std::unique_ptr<StagingPool> staging;
+};
+
+class CudaBackend final : public DeviceBackend {
+ public:
+  CudaBackend() : devices_(static_cast<size_t>(cuda_device_count())) {}
+
+  PerDevice& dev(int device) {
+    if (device < 0 || device >= static_cast<int>(devices_.size()))
+      fail<UnsupportedError>("[cuda] no device cuda:{} ({} CUDA devices visible)", device,
+                             devices_.size());
+    std::lock_guard<std::mutex> l(mu_);
+    PerDevice& d = devices_[device];
+    if (!d.allocator) {
+      d.allocator = std::make_unique<CachingAllocator>(device);
+      d.staging = std::make_unique<StagingPool>();
+    }
+    return d;
+  }
+
+  void* allocate(int device, size_t bytes, void* stream) override {
+    return dev(device).allocator->allocate(bytes, static_cast<cudaStream_t>(stream));
+  }
+  void release(int device, void* ptr) override { dev(device).allocator->release(ptr); }
+
+  void copy_async(int device, void* dst, bool dst_host, const void* src, bool src_host,
+                  size_t bytes, void* stream) override {
+    if (bytes == 0) return;
+    DeviceScope g(device);
+    auto s = static_cast<cudaStream_t>(stream);
+    if (src_host && !dst_host) {
+      StagingPool& pool = *dev(device).staging;
+      for (size_t off = 0; off < bytes; off += kStagingChunk)
+        pool.upload(static_cast<char*>(dst) + off, static_cast<const char*>(src) + off,
+                    std::min(kStagingChunk, bytes - off), s);
+      return;
+    }
+    if (dst_host && !src_host) {
+      // into pageable memory the copy completes before it returns
+      KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s));
+      KILN_CUDA_CHECK(cudaStreamSynchronize(s));
+      return;
+    }
+    KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s));
+  }
+
+  void memset_async(int device, void* dst, int value, size_t bytes, void* stream) override {
+    DeviceScope g(device);
+    KILN_CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, static_cast<cudaStream_t>(stream)));
+  }
+
+  void* create_stream(int device) override {
+    dev(device);
+    DeviceScope g(device);
+    cudaStream_t s = nullptr;
+    KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    return s;
+  }
+  void destroy_stream(int device, void* stream) override {
+    DeviceScope g(device);
+    cudaStreamSynchronize(static_cast<cudaStream_t>(stream));
+    cudaStreamDestroy(static_cast<cudaStream_t>(stream));
+  }
+  void synchronize(int device, void* stream) override {
+    DeviceScope g(device);
+    KILN_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
+  }
+  KernelEnv kernel_env(int device, void* stream) override {
+    KernelEnv e;
+    e.device = device;
+    e.stream = stream;
+    e.allocate = [](int d, size_t bytes, void* s) { return cuda_backend()->allocate(d, bytes, s); };
+    e.release = [](int d, void* p) { cuda_backend()->release(d, p); };
+    return e;
+  }
+  void memory_info(int device, size_t* free, size_t* total) override {
+    DeviceScope g(device);
+    KILN_CUDA_CHECK(cudaMemGetInfo(free, total));
+  }
+  AllocatorStats stats(int device) { return dev(device).allocator->stats(); }
+  void empty_cache(int device) { dev(device).allocator->empty_cache(); }
+
+ private:
+  std::mutex mu_;
+  std::vector<PerDevice> devices_;
+};
+}  // namespace
+
+}  // namespace kiln::cuda
+
+namespace kiln {
+
+DeviceBackend* cuda_backend() {
+  if (cuda_device_count() == 0) return nullptr;
+  static cuda::CudaBackend backend;
+  return &backend;
+}
+
+}  // namespace kiln

@@ -1,0 +1,41 @@
+// Memory, copies and streams of a non-CPU device kind, provided by its backend (the CUDA backend
+// in src/backends/cuda/runtime.cpp; nullptr when kiln is built without it). The core and the
+// runtime reach devices only through this interface.
+#pragma once
+
+#include <cstddef>
+
+#include "kiln/device.h"
+#include "kiln/kernel.h"
+
+namespace kiln {
+
+class DeviceBackend {
+ public:
+  virtual ~DeviceBackend() = default;
+  /// Device memory for work on `stream` (stream-ordered reuse; nullptr stream: the default one).
+  /// Throws OutOfMemory.
+  virtual void* allocate(int device, size_t bytes, void* stream) = 0;
+  virtual void release(int device, void* ptr) = 0;
+  /// Enqueues a copy on `stream`. `dst_host`/`src_host` say which side is host memory (pageable
+  /// host memory goes through pinned staging buffers).
+  virtual void copy_async(int device, void* dst, bool dst_host, const void* src, bool src_host,
+                          size_t bytes, void* stream) = 0;
+  virtual void memset_async(int device, void* dst, int value, size_t bytes, void* stream) = 0;
+  virtual void* create_stream(int device) = 0;
+  virtual void destroy_stream(int device, void* stream) = 0;
+  /// Blocks until all work on `stream` has finished; rethrows an asynchronous error as DeviceError.
+  virtual void synchronize(int device, void* stream) = 0;
+  /// The environment kernels of `device` get when running on `stream`.
+  virtual KernelEnv kernel_env(int device, void* stream) = 0;
+  /// Bytes free on the device and its total memory.
+  virtual void memory_info(int device, size_t* free, size_t* total) = 0;
+};
+
+/// The CUDA backend's device interface; nullptr without CUDA.
+DeviceBackend* cuda_backend();
+/// The backend of `device`, or nullptr for the CPU. Throws UnsupportedError when the device does
+/// not exist in this build or on this machine.
+DeviceBackend* backend_of(Device device);
+
+}  // namespace kiln
