@@ -86,6 +86,9 @@ struct CompileOptions {
   /// gradient) whose inputs are f32 in that precision; every other op and every variable stays
   /// f32. Other dtypes throw ValueError.
   std::optional<DType> autocast;
+  /// Every op must run on the compiled device: an op whose backend lacks a kernel for its dtype
+  /// throws UnsupportedError instead of falling back to the CPU.
+  bool strict_placement = false;
 };
 
 class Graph {
