@@ -43,6 +43,17 @@ class Executable {
   };
   std::vector<IoInfo> inputs() const;
   std::vector<IoInfo> outputs() const;
+  /// Where each kernel of a run executes; `fallback_reason` says why a step of a GPU executable
+  /// runs on the CPU (its inputs and outputs are then copied between host and device).
+  struct StepInfo {
+    int node = -1;
+    std::string op;
+    std::string backend;  // "cpu" or "cuda"
+    std::string fallback_reason;
+  };
+  std::vector<StepInfo> placement() const;
+  /// A readable report: the device, kernels per backend, and every CPU fallback with its reason.
+  std::string report() const;
   /// A readable listing of the optimized program and its memory plan.
   std::string dump() const;
 

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 #include "core/errors.h"
 #include "core/host_allocator.h"
@@ -94,6 +95,22 @@ Array Array::empty(const Shape& shape, DType dtype, Device device) {
   s->deleter = [b, i = device.index](void* p) { b->release(i, p); };
   a.storage_ = std::move(s);
   return a;
+}
+
+void move_storage(Storage& s, Device device) {
+  static std::mutex mu;
+  std::lock_guard<std::mutex> l(mu);
+  if (s.device == device) return;
+  Array src = Array::wrap(s.data, {static_cast<int64_t>(s.bytes)}, u8, nullptr);
+  src.storage()->device = s.device;
+  Array dst = src.to(device);
+  // take over dst's block and hand the old one to its deleter
+  if (s.deleter && s.data) s.deleter(s.data);
+  s.data = dst.storage()->data;
+  s.deleter = std::move(dst.storage()->deleter);
+  s.device = device;
+  dst.storage()->data = nullptr;
+  dst.storage()->deleter = nullptr;
 }
 
 Array Array::adopt(std::shared_ptr<Storage> storage, const Shape& shape, DType dtype) {

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 
+#include "kiln/array.h"
 #include "kiln/device.h"
 #include "kiln/kernel.h"
 
@@ -31,6 +32,10 @@ class DeviceBackend {
   /// Bytes free on the device and its total memory.
   virtual void memory_info(int device, size_t* free, size_t* total) = 0;
 };
+
+/// Moves the bytes of `storage` to `device` in place (every Array sharing it follows): how a
+/// graph's variables follow the executables that use them. No-op when already there.
+void move_storage(Storage& storage, Device device);
 
 /// The CUDA backend's device interface; nullptr without CUDA.
 DeviceBackend* cuda_backend();

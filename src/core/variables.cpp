@@ -8,6 +8,7 @@
 #include <fstream>
 #include <map>
 
+#include "core/device_backend.h"
 #include "core/errors.h"
 #include "core/graph_impl.h"
 
@@ -78,7 +79,9 @@ std::vector<Tensor> Graph::variables() const {
 }
 
 Array Graph::read_variable(const Tensor& v) const {
-  return variable_node(*impl_, v, "read_variable").value.copy();
+  const Array& value = variable_node(*impl_, v, "read_variable").value;
+  // a host copy wherever the variable lives now
+  return value.device().kind == Device::Kind::cpu ? value.copy() : value.to(Device::cpu());
 }
 
 void Graph::write_variable(const Tensor& v, const Array& value) {
@@ -90,7 +93,10 @@ void Graph::write_variable(const Tensor& v, const Array& value) {
     fail<DTypeError>("[write_variable] '{}' has dtype {}, the value {}", n.name,
                      name(n.value.dtype()), name(value.dtype()));
   // in place: executables compiled earlier keep reading the same storage
-  std::memcpy(n.value.data(), value.data(), value.nbytes());
+  // (moved back to the host first; GPU executables move it up again on their next run)
+  move_storage(*n.value.storage(), Device::cpu());
+  const Array host = value.to(Device::cpu());
+  std::memcpy(n.value.data(), host.data(), value.nbytes());
 }
 
 void Graph::save_variables(const std::string& path) const {
@@ -110,7 +116,8 @@ void Graph::save_variables(const std::string& path) const {
       put<uint32_t>(f, static_cast<uint32_t>(n.value.rank()));
       for (int64_t d : n.value.shape()) put<int64_t>(f, d);
       put<uint64_t>(f, n.value.nbytes());
-      f.write(static_cast<const char*>(n.value.data()), static_cast<std::streamsize>(n.value.nbytes()));
+      const Array host = n.value.to(Device::cpu());
+      f.write(static_cast<const char*>(host.data()), static_cast<std::streamsize>(host.nbytes()));
     }
     if (!f) fail<IoError>("[checkpoint] write to '{}' failed", tmp);
   }

@@ -1,6 +1,9 @@
 // Graph::compile: extract, specialize shapes, autocast, optimize, place, plan memory.
 #include <functional>
 
+#include <fmt/format.h>
+
+#include "core/device_backend.h"
 #include "core/errors.h"
 #include "core/op_registry.h"
 #include "runtime/executable_impl.h"
@@ -19,6 +22,49 @@ void run_pass(Program& p, const char* name, const std::function<Program(const Pr
   (void)name;
 #endif
 }
+// Placement: each executed node runs on the device's backend when it has a kernel for the
+// node's dtype, else on the CPU with copies around it (marked with the reason), unless the
+// options forbid fallbacks.
+void place(const Program& p, Device device, bool strict, detail::ExecutableImpl& impl) {
+  const Backend target = device.kind == Device::Kind::cpu ? Backend::cpu : Backend::cuda;
+  for (size_t i = 0; i < p.graph.nodes.size(); ++i) {
+    const Node& n = p.graph.nodes[i];
+    const auto id = static_cast<int32_t>(i);
+    if (n.op == OpId::Placeholder) {
+      impl.placeholders.push_back(id);
+      continue;
+    }
+    if (n.op == OpId::Constant || n.op == OpId::Variable) continue;
+    std::vector<TensorInfo> in;
+    for (auto v : n.inputs) in.push_back(p.graph.info(v));
+    std::string reason;
+    if (target != Backend::cpu) {
+      const KernelEntry* k = find_kernel(n.op, target);
+      if (k && k->handles(kernel_dtype(*k, n, in))) {
+        impl.steps.push_back({id, k, target, {}});
+        continue;
+      }
+      reason = k ? fmt::format("no {} kernel for dtype {}", backend_name(target),
+                               name(kernel_dtype(*k, n, in)))
+                 : fmt::format("no {} kernel", backend_name(target));
+      if (strict)
+        fail<UnsupportedError>("[compile] op {} (node %{}) cannot run on {}: {}, and "
+                               "strict_placement forbids the cpu fallback",
+                               op_name(n.op), i, device.str(), reason);
+      // the fallback writes the variable through host copies only for inputs, so assignments
+      // must run on the device
+      if (n.op == OpId::Assign)
+        fail<UnsupportedError>("[compile] assign (node %{}) cannot run on {}: {}", i, device.str(),
+                               reason);
+    }
+    const KernelEntry* k = find_kernel(n.op, Backend::cpu);
+    if (!k) fail<UnsupportedError>("[compile] op {} (node %{}) has no cpu kernel", op_name(n.op), i);
+    const DType t = kernel_dtype(*k, n, in);
+    if (!k->handles(t))
+      fail<UnsupportedError>("[{}] no cpu kernel for dtype {} (node %{})", op_name(n.op), name(t), i);
+    impl.steps.push_back({id, k, Backend::cpu, reason});
+  }
+}
 }  // namespace
 
 Executable Graph::compile(Device device, const FeedShapes& feeds, const std::vector<Tensor>& targets,
@@ -32,9 +78,7 @@ Executable Graph::compile(Device device, const FeedShapes& feeds, const std::vec
   if (targets.empty() && updates.empty()) fail<ValueError>("[compile] no targets given");
   if (options.autocast && *options.autocast != f16 && *options.autocast != bf16)
     fail<ValueError>("[compile] autocast takes f16 or bf16, got {}", name(*options.autocast));
-  if (device.kind != Device::Kind::cpu)
-    fail<UnsupportedError>("[compile] no backend can run graphs on {} in this build yet",
-                           device.str());
+  DeviceBackend* backend = backend_of(device);  // throws when the device is not there
   std::vector<ValueRef> outs;
   for (const auto* list : {&targets, &updates})
     for (size_t i = 0; i < list->size(); ++i) {
@@ -71,25 +115,15 @@ Executable Graph::compile(Device device, const FeedShapes& feeds, const std::vec
     run_pass(p, "dce", eliminate_dead_code);
   }
   run_pass(p, "order_assignments", order_assignments);
-  // placement: every executed node needs a CPU kernel for its dtype
-  for (size_t i = 0; i < p.graph.nodes.size(); ++i) {
-    const Node& n = p.graph.nodes[i];
-    if (n.op == OpId::Placeholder) {
-      impl->placeholders.push_back(static_cast<int32_t>(i));
-      continue;
-    }
-    if (n.op == OpId::Constant || n.op == OpId::Variable) continue;
-    const KernelEntry* k = find_kernel(n.op, Backend::cpu);
-    std::vector<TensorInfo> in;
-    for (auto v : n.inputs) in.push_back(p.graph.info(v));
-    if (!k)
-      fail<UnsupportedError>("[compile] op {} (node %{}) has no cpu kernel", op_name(n.op), i);
-    DType t = kernel_dtype(*k, n, in);
-    if (!k->handles(t))
-      fail<UnsupportedError>("[{}] no cpu kernel for dtype {} (node %{})", op_name(n.op), name(t), i);
-    impl->steps.push_back({static_cast<int32_t>(i), k});
-  }
+  place(p, device, options.strict_placement, *impl);
   impl->plan = plan_memory(p, {options.plan_memory, options.in_place});
+  impl->backend = backend;
+  // constants live on the device; variables move to the device of the executable that runs
+  for (size_t i = 0; i < p.graph.nodes.size(); ++i) {
+    Node& n = p.graph.nodes[i];
+    if (n.op == OpId::Constant) n.value = n.value.to(device);
+    else if (n.op == OpId::Variable) impl->variables.push_back(static_cast<int32_t>(i));
+  }
   impl->program = std::move(p);
   if (options.num_threads > 0) {
     impl->own_pool = std::make_unique<ThreadPool>(options.num_threads);

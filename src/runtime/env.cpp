@@ -1,6 +1,7 @@
 #include "runtime/env.h"
 
 #include <cstdlib>
+#include <string>
 
 namespace kiln::env {
 
@@ -16,6 +17,14 @@ const char* log_level() { return get("KILN_LOG"); }
 int threads() {
   const char* v = get("KILN_THREADS");
   return v ? std::atoi(v) : 0;
+}
+
+bool validate_on_cpu() {
+  static const bool on = [] {
+    const char* v = get("KILN_VALIDATE");
+    return v && std::string(v) == "cpu";
+  }();
+  return on;
 }
 
 }  // namespace kiln::env

@@ -2,6 +2,8 @@
 //   KILN_DEVICE   default device: cpu, cuda, cuda:N
 //   KILN_LOG      log level: error (default), warn, info, debug
 //   KILN_THREADS  threads of the CPU kernel pool (default: one per core)
+//   KILN_VALIDATE "cpu": GPU runs re-run every kernel on the CPU and stop at the first op whose
+//                 results disagree
 //   KILN_TEST_SEED  tests only: replays the random inputs of an earlier test run
 #pragma once
 
@@ -13,5 +15,7 @@ const char* device();
 const char* log_level();
 /// KILN_THREADS parsed, or 0.
 int threads();
+/// Whether KILN_VALIDATE=cpu (read once).
+bool validate_on_cpu();
 
 }  // namespace kiln::env

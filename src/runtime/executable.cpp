@@ -1,10 +1,13 @@
 #include "kiln/executable.h"
 
+#include <cmath>
 #include <cstring>
 #include <sstream>
 
 #include "core/errors.h"
 #include "core/op_registry.h"
+#include "core/device_backend.h"
+#include "runtime/env.h"
 #include "runtime/executable_impl.h"
 
 namespace kiln {
@@ -21,7 +24,7 @@ DType kernel_dtype(const KernelEntry& entry, const Node& node, const std::vector
 }
 
 void run_kernel(const KernelEntry& entry, const Node& node, const std::vector<TensorView>& in,
-                const std::vector<TensorView>& out, ThreadPool* pool) {
+                const std::vector<TensorView>& out, ThreadPool* pool, const KernelEnv* env) {
   bool all_empty = !out.empty();
   for (auto& o : out) all_empty = all_empty && o.numel() == 0;
   if (all_empty) return;
@@ -30,7 +33,7 @@ void run_kernel(const KernelEntry& entry, const Node& node, const std::vector<Te
   const DType t = kernel_dtype(entry, node, infos);
   const bool via_f32 = entry.half_via_f32 && (t == f16 || t == bf16);
   if (!via_f32) {
-    KernelContext ctx(node.op, node.attrs, in, out, pool);
+    KernelContext ctx(node.op, node.attrs, in, out, pool, env);
     entry.fn(ctx);
     return;
   }
@@ -82,7 +85,7 @@ Executable& Executable::operator=(Executable&&) noexcept = default;
 Executable::Executable(std::shared_ptr<ExecutableImpl> impl) : impl_(std::move(impl)) {}
 
 namespace {
-void check_feed(const Node& ph, const Array& a) {
+void check_feed(const Node& ph, const Array& a, Device device) {
   const TensorInfo& want = ph.outputs[0];
   if (a.shape() != want.shape)
     fail<ShapeError>("[run] placeholder '{}' was compiled for shape {} but the feed has shape {}",
@@ -90,13 +93,66 @@ void check_feed(const Node& ph, const Array& a) {
   if (a.dtype() != want.dtype)
     fail<DTypeError>("[run] placeholder '{}' has dtype {} but the feed has dtype {}", ph.name,
                      name(want.dtype), name(a.dtype()));
-  if (a.device().kind != Device::Kind::cpu)
-    fail<UnsupportedError>("[run] feed '{}' lives on {}; this executable runs on cpu", ph.name,
-                           a.device().str());
+  if (a.device().kind != Device::Kind::cpu && a.device() != device)
+    fail<UnsupportedError>("[run] feed '{}' lives on {}; this executable runs on {} (host feeds "
+                           "are copied there)", ph.name, a.device().str(), device.str());
 }
 
+// The first element where `got` (from the GPU) and `want` (from the CPU) differ beyond the
+// tolerance of their dtype, or -1.
+int64_t first_mismatch(const Array& got, const Array& want, double* g, double* w) {
+  const auto a = got.to_vector<double>(), b = want.to_vector<double>();
+  double tol = 0;
+  switch (got.dtype()) {
+    case f64: tol = 1e-9; break;
+    case f32: tol = 1e-4; break;
+    case f16: tol = 1e-2; break;
+    case bf16: tol = 5e-2; break;
+    default: break;
+  }
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i]) && std::isnan(b[i])) continue;
+    if (a[i] == b[i]) continue;
+    if (std::abs(a[i] - b[i]) <= tol * (1 + std::abs(b[i]))) continue;
+    *g = a[i];
+    *w = b[i];
+    return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+// Runs a CPU kernel inside a GPU run: inputs are copied to the host (waiting for the stream),
+// outputs back to the device.
+void run_on_host(const KernelEntry& k, const Node& n, const std::vector<TensorView>& in,
+                 const std::vector<TensorView>& out, DeviceBackend& b, int dev, void* stream,
+                 ThreadPool* pool, std::vector<Array>* host_outputs = nullptr) {
+  std::vector<Array> hin, hout;
+  std::vector<TensorView> vin, vout;
+  for (auto& v : in) {
+    hin.push_back(Array::empty(v.shape, v.dtype));
+    b.copy_async(dev, hin.back().data(), true, v.data, false, hin.back().nbytes(), stream);
+    vin.push_back({hin.back().data(), v.shape, v.dtype});
+  }
+  for (auto& v : out) {
+    hout.push_back(Array::empty(v.shape, v.dtype));
+    vout.push_back({hout.back().data(), v.shape, v.dtype});
+  }
+  run_kernel(k, n, vin, vout, pool);
+  if (host_outputs) {
+    *host_outputs = std::move(hout);
+    return;
+  }
+  for (size_t i = 0; i < out.size(); ++i)
+    b.copy_async(dev, out[i].data, false, hout[i].data(), true, hout[i].nbytes(), stream);
+}
+
+std::vector<Array> run_device(ExecutableImpl& x, const std::vector<const Array*>& feed_by_node);
+
 std::vector<Array> run_impl(ExecutableImpl& x, const std::vector<const Array*>& feed_by_node) {
+  if (x.backend) return run_device(x, feed_by_node);
   const auto& nodes = x.program.graph.nodes;
+  for (int32_t v : x.variables)
+    if (auto& st = nodes[v].value.storage()) move_storage(*st, x.device);
   for (int32_t ph : x.placeholders)
     if (!feed_by_node[ph]) fail<ValueError>("[run] placeholder '{}' has no feed", nodes[ph].name);
 
@@ -157,7 +213,138 @@ std::vector<Array> run_impl(ExecutableImpl& x, const std::vector<const Array*>& 
   }
   return outputs;
 }
+std::vector<Array> run_device(ExecutableImpl& x, const std::vector<const Array*>& feed_by_node) {
+  const auto& nodes = x.program.graph.nodes;
+  for (int32_t ph : x.placeholders)
+    if (!feed_by_node[ph]) fail<ValueError>("[run] placeholder '{}' has no feed", nodes[ph].name);
+  DeviceBackend& b = *x.backend;
+  const int dev = x.device.index;
+
+  // a (stream, arena) pair of its own; back to the pool however the run ends
+  ExecutableImpl::DeviceSlot slot;
+  {
+    std::lock_guard<std::mutex> l(x.arena_mu);
+    if (!x.free_slots.empty()) {
+      slot = std::move(x.free_slots.back());
+      x.free_slots.pop_back();
+    }
+  }
+  struct GiveBack {
+    ExecutableImpl& x;
+    ExecutableImpl::DeviceSlot& slot;
+    ~GiveBack() {
+      if (!slot.stream) return;
+      std::lock_guard<std::mutex> l(x.arena_mu);
+      x.free_slots.push_back(std::move(slot));
+    }
+  } give_back{x, slot};
+  if (!slot.stream) slot.stream = b.create_stream(dev);
+  void* stream = slot.stream;
+  auto device_array = [&](const Shape& shape, DType t) {
+    auto st = std::make_shared<Storage>();
+    st->bytes = static_cast<size_t>(numel(shape)) * size_of(t);
+    st->data = b.allocate(dev, st->bytes, stream);
+    st->device = x.device;
+    st->deleter = [&b, dev](void* p) { b.release(dev, p); };
+    return Array::adopt(std::move(st), shape, t);
+  };
+  if (!slot.arena && x.plan.arena_bytes)
+    slot.arena = device_array({static_cast<int64_t>(x.plan.arena_bytes)}, u8).storage();
+  char* base = slot.arena ? static_cast<char*>(slot.arena->data) : nullptr;
+
+  // feeds from the host go up on the run's stream
+  std::vector<Array> feeds(nodes.size());
+  for (int32_t ph : x.placeholders) {
+    const Array& a = *feed_by_node[ph];
+    if (a.device() == x.device) {
+      feeds[ph] = a;
+      continue;
+    }
+    feeds[ph] = device_array(a.shape(), a.dtype());
+    b.copy_async(dev, feeds[ph].data(), false, a.data(), true, a.nbytes(), stream);
+  }
+  // variables follow the executables that use them
+  for (int32_t v : x.variables)
+    if (auto& st = nodes[v].value.storage()) move_storage(*st, x.device);
+
+  std::vector<Array> outputs(x.program.num_returned);
+  for (size_t k = 0; k < x.program.num_returned; ++k) {
+    ValueRef v = x.program.outputs[k];
+    const ValueSlot& s = x.plan.slots[v.node][v.index];
+    if (s.where == Where::output && s.index == static_cast<int>(k)) {
+      const TensorInfo& t = nodes[v.node].outputs[v.index];
+      outputs[k] = device_array(t.shape, t.dtype);
+    }
+  }
+  auto view = [&](ValueRef v) -> TensorView {
+    const ValueSlot& s = x.plan.slots[v.node][v.index];
+    const TensorInfo& t = nodes[v.node].outputs[v.index];
+    void* p = nullptr;
+    switch (s.where) {
+      case Where::feed: p = feeds[s.index].data(); break;
+      case Where::constant: p = const_cast<void*>(nodes[s.index].value.data()); break;
+      case Where::arena: p = base + s.offset; break;
+      case Where::output: p = outputs[s.index].data(); break;
+      case Where::none: KILN_ASSERT(false);
+    }
+    return {p, t.shape, t.dtype};
+  };
+
+  const KernelEnv kenv = b.kernel_env(dev, stream);
+  const bool validate = env::validate_on_cpu();
+  for (const Step& st : x.steps) {
+    const Node& n = nodes[st.node];
+    std::vector<TensorView> in, out;
+    in.reserve(n.inputs.size());
+    for (auto v : n.inputs) in.push_back(view(v));
+    for (size_t o = 0; o < n.outputs.size(); ++o) out.push_back(view({st.node, static_cast<int32_t>(o)}));
+    if (st.backend == Backend::cpu) {
+      run_on_host(*st.kernel, n, in, out, b, dev, stream, x.pool);
+      continue;
+    }
+    if (!validate) {
+      run_kernel(*st.kernel, n, in, out, x.pool, &kenv);
+      continue;
+    }
+    // KILN_VALIDATE=cpu: the same node on the CPU, from the same inputs (read before the GPU
+    // kernel, which may write over them)
+    std::vector<Array> want;
+    const KernelEntry* cpu = find_kernel(n.op, Backend::cpu);
+    if (cpu) run_on_host(*cpu, n, in, out, b, dev, stream, x.pool, &want);
+    run_kernel(*st.kernel, n, in, out, x.pool, &kenv);
+    for (size_t o = 0; cpu && o < out.size(); ++o) {
+      Array got = Array::empty(out[o].shape, out[o].dtype);
+      b.copy_async(dev, got.data(), true, out[o].data, false, got.nbytes(), stream);
+      double g = 0, w = 0;
+      const int64_t i = first_mismatch(got, want[o], &g, &w);
+      if (i >= 0)
+        fail<DeviceError>("[validate] node %{} ({}) output {} {} {} disagrees with the cpu at "
+                          "element {}: {} on {}, {} on the cpu",
+                          st.node, op_name(n.op), o, name(out[o].dtype), str(out[o].shape), i, g,
+                          x.device.str(), w);
+    }
+  }
+  b.synchronize(dev, stream);
+  for (size_t k = 0; k < x.program.num_returned; ++k) {
+    if (outputs[k].valid() && outputs[k].storage()) continue;
+    ValueRef v = x.program.outputs[k];
+    const ValueSlot& s = x.plan.slots[v.node][v.index];
+    if (s.where == Where::output) outputs[k] = outputs[s.index];
+    else if (s.where == Where::feed) outputs[k] = feeds[s.index];
+    else if (s.where == Where::constant) outputs[k] = nodes[s.index].value.copy();
+  }
+  return outputs;
+}
 }  // namespace
+
+namespace detail {
+ExecutableImpl::~ExecutableImpl() {
+  for (auto& s : free_slots) {
+    s.arena.reset();
+    if (backend && s.stream) backend->destroy_stream(device.index, s.stream);
+  }
+}
+}  // namespace detail
 
 std::vector<Array> Executable::run(const Feeds& feeds) const {
   if (!impl_) fail<ValueError>("[run] empty Executable");
@@ -170,7 +357,7 @@ std::vector<Array> Executable::run(const Feeds& feeds) const {
     for (int32_t ph : x.placeholders) {
       const Node& n = x.program.graph.nodes[ph];
       if (n.origin != t.node_id()) continue;
-      check_feed(n, a);
+      check_feed(n, a, x.device);
       by_node[ph] = &a;
       used = true;
     }
@@ -190,7 +377,7 @@ std::vector<Array> Executable::run(const std::map<std::string, Array>& feeds) co
     for (int32_t ph : x.placeholders) {
       const Node& n = x.program.graph.nodes[ph];
       if (n.name != name) continue;
-      check_feed(n, a);
+      check_feed(n, a, x.device);
       by_node[ph] = &a;
       found = true;
     }
@@ -226,6 +413,30 @@ std::vector<Executable::IoInfo> Executable::outputs() const {
   return r;
 }
 
+std::vector<Executable::StepInfo> Executable::placement() const {
+  std::vector<StepInfo> r;
+  for (const Step& st : impl_->steps)
+    r.push_back({st.node, op_name(impl_->program.graph.nodes[st.node].op), backend_name(st.backend),
+                 st.fallback_reason});
+  return r;
+}
+
+std::string Executable::report() const {
+  const auto steps = placement();
+  size_t fallbacks = 0;
+  for (auto& s : steps) fallbacks += !s.fallback_reason.empty();
+  std::ostringstream os;
+  os << "device " << impl_->device.str() << ": " << steps.size() << " kernels, "
+     << steps.size() - fallbacks << " on " << (impl_->backend ? "cuda" : "cpu");
+  if (impl_->backend) os << ", " << fallbacks << " cpu fallbacks";
+  os << "; arena " << impl_->plan.arena_bytes << " bytes\n";
+  for (auto& s : steps)
+    if (!s.fallback_reason.empty())
+      os << "  cpu fallback: %" << s.node << " " << s.op << " (" << s.fallback_reason
+         << "; inputs copied to the host, outputs back)\n";
+  return os.str();
+}
+
 std::string Executable::dump() const {
   std::ostringstream os;
   const auto& nodes = impl_->program.graph.nodes;
@@ -234,6 +445,9 @@ std::string Executable::dump() const {
     os << "%" << i << " = " << op_name(n.op) << "(";
     for (size_t j = 0; j < n.inputs.size(); ++j) os << (j ? ", " : "") << "%" << n.inputs[j].node;
     os << ")";
+    for (const Step& st : impl_->steps)
+      if (st.node == static_cast<int32_t>(i) && st.backend != Backend::cpu) os << " [" << backend_name(st.backend) << "]";
+      else if (st.node == static_cast<int32_t>(i) && impl_->backend) os << " [cpu fallback: " << st.fallback_reason << "]";
     for (size_t o = 0; o < n.outputs.size(); ++o) {
       const ValueSlot& s = impl_->plan.slots[i][o];
       os << " -> " << name(n.outputs[o].dtype) << to_string(n.outputs[o].shape);

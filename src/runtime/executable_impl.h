@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "kiln/executable.h"
@@ -16,7 +17,13 @@ namespace kiln {
 struct Step {
   int32_t node = -1;
   const KernelEntry* kernel = nullptr;
+  /// Where the kernel runs: the executable's backend, or the CPU as a fallback (with copies).
+  Backend backend = Backend::cpu;
+  /// Why a step of a GPU executable runs on the CPU (empty otherwise).
+  std::string fallback_reason;
 };
+
+class DeviceBackend;
 
 namespace detail {
 struct ExecutableImpl {
@@ -33,6 +40,17 @@ struct ExecutableImpl {
   // Arenas not in use by a run; concurrent runs each take their own.
   std::mutex arena_mu;
   std::vector<std::shared_ptr<Storage>> free_arenas;
+
+  // GPU executables: the device's backend, the variables to keep on the device, and the
+  // (stream, arena) pairs not in use by a run.
+  DeviceBackend* backend = nullptr;
+  std::vector<int32_t> variables;  // program node ids
+  struct DeviceSlot {
+    void* stream = nullptr;
+    std::shared_ptr<Storage> arena;
+  };
+  std::vector<DeviceSlot> free_slots;
+  ~ExecutableImpl();
 };
 }  // namespace detail
 
@@ -40,7 +58,7 @@ struct ExecutableImpl {
 /// asks for it. Used by runs and by constant folding.
 void run_kernel(const KernelEntry& entry, const detail::Node& node,
                 const std::vector<TensorView>& in, const std::vector<TensorView>& out,
-                ThreadPool* pool);
+                ThreadPool* pool, const KernelEnv* env = nullptr);
 /// Evaluates one node on host arrays with the CPU kernels.
 std::vector<Array> evaluate_node_cpu(const detail::Node& node, const std::vector<Array>& inputs);
 /// The dtype a kernel entry is looked up by for `node`.
