@@ -7,7 +7,7 @@ CMAKE_FLAGS ?=
 JOBS        ?= $(shell nproc)
 export CCACHE_BASEDIR := $(CURDIR)
 
-.PHONY: all setup configure build data demo test test-release test-asan check bench docs format clean
+.PHONY: all setup configure build data demo test test-release test-asan test-gpu gpu-bundle check bench docs format clean
 
 all: build
 
@@ -41,6 +41,14 @@ test-asan: setup
 	@cmake --build $(ASAN_BUILD) -j $(JOBS) --target kiln_core_tests kiln_op_tests kiln_autodiff_tests
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS) -L unit
+
+# The GPU machine cannot build: `make gpu-bundle` builds the CUDA suites here (the toolkit is
+# enough) into build-gpu/bundle.tar.xz; copy the checkout with it and run `make test-gpu` there.
+gpu-bundle: setup
+	@scripts/gpu-bundle.sh build-gpu
+
+test-gpu:
+	@scripts/test-gpu.sh build-gpu
 
 # Quick loop while developing: release build and C++ tests only.
 check: build

@@ -38,8 +38,7 @@ DeviceBackend* backend_of(Device device) {
 
 Device default_device() {
   if (const char* d = env::device()) return Device::parse(d);
-  // The CUDA backend runs graphs once its kernels exist; until then the CPU is the default.
-  return Device::cpu();
+  return cuda_device_count() > 0 ? Device::cuda(0) : Device::cpu();
 }
 
 struct Queue::Impl {

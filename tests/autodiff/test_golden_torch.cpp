@@ -1,5 +1,7 @@
 // Gradients of composite models against PyTorch in float64: golden data made by
 // scripts/golden_grads.py (committed under tests/data/golden).
+#include <cstdlib>
+
 #include "support/reference.h"
 
 #ifndef KILN_TEST_DATA_DIR
@@ -11,7 +13,9 @@ namespace {
 using namespace kiln::test;
 
 Array golden(const std::string& name) {
-  return Array::load_npy(std::string(KILN_TEST_DATA_DIR) + "/golden/" + name + ".npy");
+  // KILN_TEST_DATA_DIR in the environment wins (suites run from a copied build elsewhere)
+  const char* env = std::getenv("KILN_TEST_DATA_DIR");
+  return Array::load_npy(std::string(env ? env : KILN_TEST_DATA_DIR) + "/golden/" + name + ".npy");
 }
 Array golden64(const std::string& name) { return golden(name).astype(f64); }
 

@@ -38,7 +38,7 @@ double tolerance(DType t);
 /// Exact equality (integers, bools, indices).
 void expect_equal(const Array& actual, const Shape& shape, const std::vector<double>& expected);
 
-/// Compiles `outs` for the CPU (all placeholders fed) and runs once.
+/// Compiles `outs` for default_device() (all placeholders fed), runs once, returns host arrays.
 std::vector<Array> eval(const Graph& g, const std::vector<Tensor>& outs, const Feeds& feeds = {},
                         const CompileOptions& opts = {});
 Array eval1(const Graph& g, const Tensor& out, const Feeds& feeds = {});

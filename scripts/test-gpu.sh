@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine (`make test-gpu`), from the bundle scripts/gpu-bundle.sh made: the C++
+# suites with KILN_DEVICE=cuda, the CUDA runtime tests (also under KILN_VALIDATE=cpu), the
+# cross-backend harness, compute-sanitizer memcheck over the harness, and the demo on CUDA.
+# Logs go to LOGS (default: BUILD/gpu-logs); a summary table is printed last.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${1:-build-gpu}
+LOGS=${2:-$BUILD/gpu-logs}
+B="$BUILD/bundle"
+[ -d "$B" ] || tar -C "$BUILD" -xJf "$BUILD/bundle.tar.xz"
+source scripts/gpu-env.sh
+export LD_LIBRARY_PATH="$PWD/$B/lib:$LD_LIBRARY_PATH"
+export KILN_DIGITS_DIR="$PWD/$B/data" KILN_TEST_DATA_DIR="$PWD/tests/data"
+mkdir -p "$LOGS"
+summary=()
+step() {  # name, command...
+  local name=$1; shift
+  local t0=$SECONDS
+  if timeout 900 "$@" >"$LOGS/$name.log" 2>&1; then r=pass; else r="FAIL($?)"; fi
+  local tail_line
+  tail_line=$(grep -E '^\[  PASSED  \]|^\[  FAILED  \]|tests? ran|ERROR SUMMARY|backend_ops:|demo done' "$LOGS/$name.log" | tr '\n' ' ' | cut -c1-150)
+  summary+=("$(printf '%-28s %-9s %4ss  %s' "$name" "$r" $((SECONDS - t0)) "$tail_line")")
+}
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$LOGS/gpu.txt" 2>&1
+for s in core op autodiff; do
+  step "suite-$s-on-cuda" env KILN_DEVICE=cuda "$B/tests/kiln_${s}_tests" --gtest_brief=1
+done
+step cuda-runtime "$B/tests/kiln_cuda_tests" --gtest_brief=1
+step cuda-validate env KILN_VALIDATE=cpu "$B/tests/kiln_cuda_tests" --gtest_brief=1 --gtest_filter='CudaRuntime.*'
+if [ -x "$B/tests/kiln_backend_ops" ]; then
+  step backend-ops "$B/tests/kiln_backend_ops"
+  step memcheck-backend-ops compute-sanitizer --tool memcheck --error-exitcode 3 \
+    "$B/tests/kiln_backend_ops"
+fi
+step demo-cuda env KILN_DEVICE=cuda "$B/kiln" demo --data "$B/data" --checkpoint "$LOGS/demo.ckpt"
+echo "GPU: $(cat "$LOGS/gpu.txt")"
+printf '%s\n' "${summary[@]}"
+! printf '%s\n' "${summary[@]}" | grep -q FAIL
