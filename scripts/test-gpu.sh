@@ -33,7 +33,20 @@ if [ -x "$B/tests/kiln_backend_ops" ]; then
   step memcheck-backend-ops compute-sanitizer --tool memcheck --error-exitcode 3 \
     "$B/tests/kiln_backend_ops"
 fi
-step demo-cuda env KILN_DEVICE=cuda "$B/kiln" demo --data "$B/data" --checkpoint "$LOGS/demo.ckpt"
+step demo-cuda "$B/kiln" demo --device cuda --data "$B/data" --checkpoint "$LOGS/demo.ckpt"
+step demo-cpu "$B/kiln" demo --device cpu --data "$B/data" --checkpoint "$LOGS/demo-cpu.ckpt"
+# the CUDA demo's loss trajectory must follow the CPU's
+step demo-trajectory python3 - "$LOGS/demo-cuda.log" "$LOGS/demo-cpu.log" <<'PY'
+import re, sys
+def losses(p):
+    return [float(m) for m in re.findall(r"epoch +\d+: loss ([0-9.]+)", open(p).read())]
+g, c = losses(sys.argv[1]), losses(sys.argv[2])
+print("cuda", g); print("cpu ", c)
+assert g and len(g) == len(c), "missing epochs"
+bad = [(i, a, b) for i, (a, b) in enumerate(zip(g, c)) if abs(a - b) > 0.02 + 0.1 * b]
+assert not bad, f"epochs differ: {bad}"
+print("demo done: loss trajectories agree")
+PY
 echo "GPU: $(cat "$LOGS/gpu.txt")"
 printf '%s\n' "${summary[@]}"
 ! printf '%s\n' "${summary[@]}" | grep -q FAIL

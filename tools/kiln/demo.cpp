@@ -33,6 +33,7 @@ struct DemoOptions {
   double lr = 0.05;
   std::string checkpoint = "build/demo.ckpt";
   std::string autocast;  // "", "bf16" or "f16"
+  std::string device;    // "": default_device()
 };
 
 std::optional<DType> low_precision(const std::string& autocast) {
@@ -93,7 +94,7 @@ double accuracy(const Executable& eval, const Tensor& x, const Array& images, co
 }
 
 void run_demo(const DemoOptions& o) {
-  const Device dev = default_device();
+  const Device dev = o.device.empty() ? default_device() : Device::parse(o.device);
   const std::string images_path = o.data + "/digits_images.npy";
   if (!std::filesystem::exists(images_path))
     throw IoError(fmt::format("[demo] {} is missing: `make demo` writes it (scripts/digits.py)",
@@ -178,6 +179,7 @@ void add_demo_command(CLI::App& app) {
   cmd->add_option("--batch", opts.batch, "Batch size")->check(CLI::Range(1, 1024));
   cmd->add_option("--lr", opts.lr, "Learning rate (SGD with momentum 0.9)");
   cmd->add_option("--checkpoint", opts.checkpoint, "Where to save the trained variables");
+  cmd->add_option("--device", opts.device, "cpu, cuda or cuda:N (default: the first GPU, else cpu)");
   cmd->add_option("--autocast", opts.autocast,
                   "Mixed precision: bf16, or f16 with dynamic loss scaling")
       ->check(CLI::IsMember({"bf16", "f16"}));
