@@ -1,9 +1,711 @@
-// CUDA kernels of the transform family.
+// CUDA kernels of the transform family's layout ops (reshape ... flip) and of gather,
+// gather_elements, one_hot, coordinate_along_axis and hamming_distance; the sorting ops and
+// scatter_elements are in transform_sort.cu. Layout ops only move bytes: they become one strided
+// copy, dispatched on the element size or on a wider unit (up to 16 bytes) where rows allow it.
+// Out-of-range indices of gather/gather_elements cannot throw from the device (the CPU raises
+// ValueError after its loop): the GPU writes zeros there, as the CPU does before it throws.
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
 #include "backends/cuda/cuda_common.cuh"
 #include "backends/cuda/kernels.h"
+#include "kiln/array.h"
+#include "ops/transform_util.h"
 
 namespace kiln::cuda {
 
-void register_transform_kernels() {}
+// Shared with transform_sort.cu.
+void register_transform_sort_kernels();
+const int64_t* indices_as_i64(KernelContext& ctx, const TensorView& idx);
+BroadcastIndex elements_index(const Shape& idx, const Shape& x, int axis, const char* op);
+
+namespace {
+
+/// Calls f(U{}) with an unsigned unit of `bytes` bytes (uint4 for 16).
+template <typename F> void dispatch_unit(size_t bytes, F&& f) {
+  switch (bytes) {
+    case 1: f(uint8_t{}); return;
+    case 2: f(uint16_t{}); return;
+    case 4: f(uint32_t{}); return;
+    case 8: f(uint64_t{}); return;
+    case 16: f(uint4{}); return;
+    default: fail<UnsupportedError>("[transform] cuda kernels got element size {}", bytes);
+  }
+}
+
+/// Calls f(U{}) with an unsigned type of one element of `bytes` bytes (1, 2, 4 or 8).
+template <typename F> void dispatch_elem(size_t bytes, F&& f) {
+  switch (bytes) {
+    case 1: f(uint8_t{}); return;
+    case 2: f(uint16_t{}); return;
+    case 4: f(uint32_t{}); return;
+    case 8: f(uint64_t{}); return;
+    default: fail<UnsupportedError>("[transform] cuda kernels got element size {}", bytes);
+  }
+}
+
+/// The widest unit in {16, 8, 4, 2, 1} bytes that divides every byte count and address given.
+size_t widest_unit(std::initializer_list<int64_t> byte_counts) {
+  for (size_t w = 16; w > 1; w /= 2) {
+    bool ok = true;
+    for (int64_t c : byte_counts) ok = ok && c % static_cast<int64_t>(w) == 0;
+    if (ok) return w;
+  }
+  return 1;
+}
+
+int64_t addr(const void* p) { return static_cast<int64_t>(reinterpret_cast<uintptr_t>(p)); }
+
+/// Launch shape of a (rows, inner) walk: threads in x along a row, in y across rows.
+struct RowGrid {
+  dim3 grid, block;
+};
+RowGrid row_grid(int64_t rows, int64_t inner) {
+  const int bx = static_cast<int>(std::clamp<int64_t>(inner, 1, kThreads));
+  const int by = std::max(1, kThreads / bx);
+  const int64_t gy = std::clamp<int64_t>((rows + by - 1) / by, 1, 65535);
+  const int64_t gx = std::clamp<int64_t>((inner + bx - 1) / bx, 1, std::max<int64_t>(1, (1 << 20) / gy));
+  return {dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)), dim3(bx, by)};
+}
+
+// ---- strided copy: dst[dbase + sum i_d dmul_d] = src[sbase + sum i_d smul_d] over dims n
+
+constexpr int kMaxCopyDims = 16;  // tile splits each of up to kMaxRank dims in two
+
+struct CopyPlan {
+  int rank = 0;
+  int64_t n[kMaxCopyDims] = {}, smul[kMaxCopyDims] = {}, dmul[kMaxCopyDims] = {};
+  int64_t sbase = 0, dbase = 0;
+};
+
+template <typename U, typename Idx>
+__global__ void copy_kernel(const U* __restrict__ src, U* __restrict__ dst, CopyPlan p, Idx rows,
+                            Idx inner) {
+  const int last = p.rank - 1;
+  const int64_t sl = p.smul[last], dl = p.dmul[last];
+  for (Idx r = blockIdx.y * blockDim.y + threadIdx.y; r < rows; r += gridDim.y * blockDim.y) {
+    int64_t so = p.sbase, dof = p.dbase;
+    Idx rem = r;
+    for (int d = last - 1; d >= 0; --d) {
+      const Idx nd = static_cast<Idx>(p.n[d]), q = rem / nd;
+      const int64_t i = static_cast<int64_t>(rem - q * nd);
+      so += i * p.smul[d];
+      dof += i * p.dmul[d];
+      rem = q;
+    }
+    for (Idx j = blockIdx.x * blockDim.x + threadIdx.x; j < inner; j += gridDim.x * blockDim.x)
+      dst[dof + static_cast<int64_t>(j) * dl] = src[so + static_cast<int64_t>(j) * sl];
+  }
+}
+
+/// Dims of a strided copy, in element units; launch() drops size-1 dims, merges dims that stay
+/// adjacent on both sides and widens the unit where the last dim is contiguous on both sides.
+struct StridedCopy {
+  std::vector<int64_t> n, s, d;
+  int64_t sbase = 0, dbase = 0;
+  void add(int64_t size, int64_t smul, int64_t dmul) {
+    n.push_back(size);
+    s.push_back(smul);
+    d.push_back(dmul);
+  }
+  // A dense destination: dmul are the contiguous strides of the dims added so far.
+  void dense_destination() {
+    int64_t stride = 1;
+    for (size_t k = n.size(); k-- > 0;) {
+      d[k] = stride;
+      stride *= n[k];
+    }
+  }
+  void launch(cudaStream_t stream, const void* src, void* dst, size_t esize, const char* op) const;
+};
+
+void StridedCopy::launch(cudaStream_t stream, const void* src, void* dst, size_t esize,
+                         const char* op) const {
+  CopyPlan p;
+  p.sbase = sbase;
+  p.dbase = dbase;
+  std::vector<int64_t> cn, cs, cd;
+  for (size_t k = 0; k < n.size(); ++k) {
+    if (n[k] == 0) return;
+    if (n[k] == 1) continue;
+    if (!cn.empty() && cs.back() == s[k] * n[k] && cd.back() == d[k] * n[k]) {
+      cn.back() *= n[k];
+      cs.back() = s[k];
+      cd.back() = d[k];
+    } else {
+      cn.push_back(n[k]);
+      cs.push_back(s[k]);
+      cd.push_back(d[k]);
+    }
+  }
+  if (cn.empty()) {
+    cn = {1};
+    cs = {1};
+    cd = {1};
+  }
+  if (cn.size() > kMaxCopyDims)
+    fail<UnsupportedError>("[{}] cuda kernel takes at most {} non-mergeable dims, got {}", op,
+                           kMaxCopyDims, cn.size());
+  const size_t last = cn.size() - 1;
+  size_t unit = esize;
+  if (cs[last] == 1 && cd[last] == 1) {
+    const int64_t e = static_cast<int64_t>(esize);
+    std::vector<int64_t> counts = {cn[last] * e, sbase * e, dbase * e, addr(src), addr(dst)};
+    for (size_t k = 0; k < last; ++k) {
+      counts.push_back(cs[k] * e);
+      counts.push_back(cd[k] * e);
+    }
+    for (size_t w = 16; w > esize; w /= 2) {
+      bool ok = true;
+      for (int64_t c : counts) ok = ok && c % static_cast<int64_t>(w) == 0;
+      if (ok) {
+        unit = w;
+        break;
+      }
+    }
+  }
+  const int64_t k = static_cast<int64_t>(unit / esize);
+  p.rank = static_cast<int>(cn.size());
+  for (size_t i = 0; i < cn.size(); ++i) {
+    const bool l = i == last;
+    p.n[i] = l ? cn[i] / k : cn[i];
+    p.smul[i] = l ? cs[i] : cs[i] / k;
+    p.dmul[i] = l ? cd[i] : cd[i] / k;
+  }
+  p.sbase /= k;
+  p.dbase /= k;
+  const int64_t inner = p.n[last];
+  int64_t rows = 1;
+  for (size_t i = 0; i < last; ++i) rows *= p.n[i];
+  const RowGrid g = row_grid(rows, inner);
+  constexpr int64_t kSmall = int64_t{1} << 31;
+  dispatch_unit(unit, [&](auto u) {
+    using U = decltype(u);
+    if (rows < kSmall && inner < kSmall)
+      copy_kernel<U, uint32_t><<<g.grid, g.block, 0, stream>>>(
+          static_cast<const U*>(src), static_cast<U*>(dst), p, static_cast<uint32_t>(rows),
+          static_cast<uint32_t>(inner));
+    else
+      copy_kernel<U, int64_t><<<g.grid, g.block, 0, stream>>>(
+          static_cast<const U*>(src), static_cast<U*>(dst), p, rows, inner);
+  });
+  check_launch(op);
+}
+
+void copy_bytes(KernelContext& ctx, void* dst, const void* src, size_t bytes) {
+  if (bytes == 0 || dst == src) return;
+  KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_of(ctx)));
+}
+
+void reshape(KernelContext& ctx) {
+  const TensorView &in = ctx.in(0), &out = ctx.out(0);
+  // the memory planner usually makes the output a view of the input
+  copy_bytes(ctx, out.data, in.data, static_cast<size_t>(in.numel()) * size_of(in.dtype));
+}
+
+void split(KernelContext& ctx) {
+  const TensorView& in = ctx.in(0);
+  const int axis = static_cast<int>(ctx.attrs().i("axis"));
+  const AxisSplit v = split_at(in.shape, axis);
+  int64_t offset = 0;
+  for (int k = 0; k < ctx.num_outputs(); ++k) {
+    const int64_t len = ctx.out(k).shape[axis] * v.inner;
+    StridedCopy c;
+    c.add(v.outer, v.len * v.inner, len);
+    c.add(len, 1, 1);
+    c.sbase = offset;
+    c.launch(stream_of(ctx), in.data, ctx.out(k).data, size_of(in.dtype), "split");
+    offset += len;
+  }
+}
+
+void concat(KernelContext& ctx) {
+  const TensorView& out = ctx.out(0);
+  const int axis = static_cast<int>(ctx.attrs().i("axis"));
+  const AxisSplit v = split_at(out.shape, axis);
+  int64_t offset = 0;
+  for (int k = 0; k < ctx.num_inputs(); ++k) {
+    const int64_t len = ctx.in(k).shape[axis] * v.inner;
+    StridedCopy c;
+    c.add(v.outer, len, v.len * v.inner);
+    c.add(len, 1, 1);
+    c.dbase = offset;
+    c.launch(stream_of(ctx), ctx.in(k).data, out.data, size_of(out.dtype), "concat");
+    offset += len;
+  }
+}
+
+// ---- transpose
+
+// A 32x32 tile goes through shared memory: reads run along the input's contiguous dim p, writes
+// along the output's last dim q. Other dims are batch dims.
+constexpr int kTile = 32, kTileRows = 8;
+
+struct TransposePlan {
+  int nb = 0;
+  int64_t bdims[kMaxRank] = {}, bin[kMaxRank] = {}, bout[kMaxRank] = {};
+  int64_t np = 1, nq = 1, in_q = 1, out_p = 1, tiles_p = 1, tiles_q = 1;
+};
+
+template <typename U>
+__global__ void transpose_tiled_kernel(const U* __restrict__ src, U* __restrict__ dst,
+                                       TransposePlan p, int64_t tasks) {
+  __shared__ U tile[kTile][kTile + 1];
+  const int64_t per_batch = p.tiles_p * p.tiles_q;
+  for (int64_t t = blockIdx.x; t < tasks; t += gridDim.x) {
+    int64_t b = t / per_batch;
+    const int64_t rest = t - b * per_batch;
+    const int64_t p0 = rest / p.tiles_q * kTile, q0 = rest % p.tiles_q * kTile;
+    int64_t ib = 0, ob = 0;
+    for (int d = p.nb - 1; d >= 0; --d) {
+      const int64_t i = b % p.bdims[d];
+      b /= p.bdims[d];
+      ib += i * p.bin[d];
+      ob += i * p.bout[d];
+    }
+    for (int r = threadIdx.y; r < kTile; r += kTileRows) {
+      const int64_t ip = p0 + threadIdx.x, iq = q0 + r;
+      if (ip < p.np && iq < p.nq) tile[r][threadIdx.x] = src[ib + ip + iq * p.in_q];
+    }
+    __syncthreads();
+    for (int r = threadIdx.y; r < kTile; r += kTileRows) {
+      const int64_t ip = p0 + r, iq = q0 + threadIdx.x;
+      if (ip < p.np && iq < p.nq) dst[ob + ip * p.out_p + iq] = tile[threadIdx.x][r];
+    }
+    __syncthreads();
+  }
+}
+
+void transpose(KernelContext& ctx) {
+  const TensorView &in = ctx.in(0), &out = ctx.out(0);
+  if (out.numel() == 0) return;
+  const auto& perm = ctx.attrs().ints("perm");
+  const auto in_strides = contiguous_strides(in.shape);
+  // output dims with their input strides, size-1 dims dropped, adjacent dims merged
+  Shape dims;
+  std::vector<int64_t> strides;
+  for (int64_t a : perm) {
+    const int64_t n = in.shape[a], s = in_strides[a];
+    if (n == 1) continue;
+    if (!dims.empty() && strides.back() == s * n) {
+      dims.back() *= n;
+      strides.back() = s;
+    } else {
+      dims.push_back(n);
+      strides.push_back(s);
+    }
+  }
+  const int rank = static_cast<int>(dims.size());
+  const int p = static_cast<int>(std::find(strides.begin(), strides.end(), 1) - strides.begin());
+  const size_t esize = size_of(in.dtype);
+  if (rank < 2 || p >= rank - 1) {  // the output's last dim is contiguous in the input
+    StridedCopy c;
+    for (int d = 0; d < rank; ++d) c.add(dims[d], strides[d], 0);
+    c.dense_destination();
+    c.launch(stream_of(ctx), in.data, out.data, esize, "transpose");
+    return;
+  }
+  if (rank > kMaxRank + 2)
+    fail<UnsupportedError>("[transpose] cuda kernel takes rank <= {}, got {}", kMaxRank, rank);
+  const int q = rank - 1;
+  const auto out_strides = contiguous_strides(dims);
+  TransposePlan tp;
+  for (int d = 0; d < q; ++d) {
+    if (d == p) continue;
+    tp.bdims[tp.nb] = dims[d];
+    tp.bin[tp.nb] = strides[d];
+    tp.bout[tp.nb] = out_strides[d];
+    ++tp.nb;
+  }
+  tp.np = dims[p];
+  tp.nq = dims[q];
+  tp.in_q = strides[q];
+  tp.out_p = out_strides[p];
+  tp.tiles_p = (tp.np + kTile - 1) / kTile;
+  tp.tiles_q = (tp.nq + kTile - 1) / kTile;
+  const int64_t tasks = numel(dims) / (tp.np * tp.nq) * tp.tiles_p * tp.tiles_q;
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(tasks, 65535 * 32));
+  dispatch_elem(esize, [&](auto u) {
+    using U = decltype(u);
+    transpose_tiled_kernel<U><<<blocks, dim3(kTile, kTileRows), 0, stream_of(ctx)>>>(
+        in.ptr<U>(), out.ptr<U>(), tp, tasks);
+  });
+  check_launch("transpose");
+}
+
+// ---- slice, tile, broadcast_to, flip: strided copies into a dense output
+
+void slice(KernelContext& ctx) {
+  const TensorView &in = ctx.in(0), &out = ctx.out(0);
+  const auto &starts = ctx.attrs().ints("starts"), &stops = ctx.attrs().ints("stops"),
+             &steps = ctx.attrs().ints("steps");
+  const auto strides = contiguous_strides(in.shape);
+  StridedCopy c;
+  for (size_t d = 0; d < in.shape.size(); ++d) {
+    c.sbase += transform::slice_dim(in.shape[d], starts[d], stops[d], steps[d]).start * strides[d];
+    c.add(out.shape[d], steps[d] * strides[d], 0);
+  }
+  c.dense_destination();
+  c.launch(stream_of(ctx), in.data, out.data, size_of(in.dtype), "slice");
+}
+
+void tile(KernelContext& ctx) {
+  const TensorView &in = ctx.in(0), &out = ctx.out(0);
+  const auto strides = contiguous_strides(in.shape), out_strides = contiguous_strides(out.shape);
+  StridedCopy c;
+  for (size_t d = 0; d < in.shape.size(); ++d) {
+    // output dim d seen as (reps, n): the repeat index reads the same input
+    const int64_t n = in.shape[d], reps = n == 0 ? 0 : out.shape[d] / n;
+    c.add(reps, 0, n * out_strides[d]);
+    c.add(n, strides[d], out_strides[d]);
+  }
+  c.launch(stream_of(ctx), in.data, out.data, size_of(in.dtype), "tile");
+}
+
+void broadcast_to(KernelContext& ctx) {
+  const TensorView &in = ctx.in(0), &out = ctx.out(0);
+  const size_t lead = out.shape.size() - in.shape.size();
+  const auto strides = contiguous_strides(in.shape);
+  StridedCopy c;
+  for (size_t d = 0; d < out.shape.size(); ++d) {
+    const bool same = d >= lead && in.shape[d - lead] != 1;
+    c.add(out.shape[d], same ? strides[d - lead] : 0, 0);
+  }
+  c.dense_destination();
+  c.launch(stream_of(ctx), in.data, out.data, size_of(in.dtype), "broadcast_to");
+}
+
+void flip(KernelContext& ctx) {
+  const TensorView &in = ctx.in(0), &out = ctx.out(0);
+  std::vector<char> flipped(in.shape.size(), 0);
+  for (int64_t a : ctx.attrs().ints("axes")) flipped[a] = 1;
+  const auto strides = contiguous_strides(in.shape);
+  StridedCopy c;
+  for (size_t d = 0; d < in.shape.size(); ++d) {
+    if (flipped[d] && in.shape[d] > 0) c.sbase += (in.shape[d] - 1) * strides[d];
+    c.add(in.shape[d], flipped[d] ? -strides[d] : strides[d], 0);
+  }
+  c.dense_destination();
+  c.launch(stream_of(ctx), in.data, out.data, size_of(in.dtype), "flip");
+}
+
+// ---- pad
+
+enum class PadMode { constant, edge, reflect };
+
+struct PadPlan {
+  int rank = 0;
+  int64_t on[kMaxRank] = {}, in_n[kMaxRank] = {}, before[kMaxRank] = {}, stride[kMaxRank] = {};
+};
+
+// Input index of output index i along a dim of size n padded by b in front, or -1 (fill).
+template <PadMode M> __device__ inline int64_t pad_source(int64_t i, int64_t n, int64_t b) {
+  const int64_t s = i - b;
+  if (s >= 0 && s < n) return s;
+  if constexpr (M == PadMode::constant) return -1;
+  else if constexpr (M == PadMode::edge) return s < 0 ? 0 : n - 1;
+  else return s < 0 ? -s : 2 * (n - 1) - s;  // reflect (pads < n, checked by inference)
+}
+
+template <typename U, PadMode M>
+__global__ void pad_kernel(const U* __restrict__ src, U* __restrict__ dst, PadPlan p,
+                           int64_t rows, U fill) {
+  const int last = p.rank - 1;
+  const int64_t inner = p.on[last];
+  for (int64_t r = blockIdx.y * blockDim.y + threadIdx.y; r < rows;
+       r += int64_t{gridDim.y} * blockDim.y) {
+    int64_t base = 0, rem = r;
+    bool filled = false;
+    for (int d = last - 1; d >= 0; --d) {
+      const int64_t s = pad_source<M>(rem % p.on[d], p.in_n[d], p.before[d]);
+      rem /= p.on[d];
+      filled = filled || s < 0;
+      base += s * p.stride[d];
+    }
+    U* row = dst + r * inner;
+    for (int64_t j = blockIdx.x * blockDim.x + threadIdx.x; j < inner;
+         j += int64_t{gridDim.x} * blockDim.x) {
+      const int64_t s = pad_source<M>(j, p.in_n[last], p.before[last]);
+      row[j] = filled || s < 0 ? fill : src[base + s];
+    }
+  }
+}
+
+void pad(KernelContext& ctx) {
+  const TensorView &in = ctx.in(0), &out = ctx.out(0);
+  if (out.numel() == 0) return;
+  const size_t esize = size_of(in.dtype);
+  if (out.rank() == 0) {
+    copy_bytes(ctx, out.data, in.data, esize);
+    return;
+  }
+  if (out.rank() > kMaxRank)
+    fail<UnsupportedError>("[pad] cuda kernel takes rank <= {}, got {}", kMaxRank, out.rank());
+  const auto& pads = ctx.attrs().ints("pads");
+  const std::string& mode = ctx.attrs().str("mode");
+  const double value = ctx.attrs().f("value");
+  uint64_t fill_bits = 0;
+  convert(&value, f64, &fill_bits, out.dtype, 1);
+  const auto strides = contiguous_strides(in.shape);
+  PadPlan p;
+  p.rank = out.rank();
+  for (int d = 0; d < p.rank; ++d) {
+    p.on[d] = out.shape[d];
+    p.in_n[d] = in.shape[d];
+    p.before[d] = pads[2 * d];
+    p.stride[d] = strides[d];
+  }
+  const int64_t inner = out.shape.back(), rows = out.numel() / inner;
+  const RowGrid g = row_grid(rows, inner);
+  dispatch_elem(esize, [&](auto u) {
+    using U = decltype(u);
+    U fill{};
+    std::memcpy(&fill, &fill_bits, sizeof(U));
+    auto run = [&](auto kernel) {
+      kernel<<<g.grid, g.block, 0, stream_of(ctx)>>>(in.ptr<U>(), out.ptr<U>(), p, rows, fill);
+    };
+    if (mode == "edge") run(pad_kernel<U, PadMode::edge>);
+    else if (mode == "reflect") run(pad_kernel<U, PadMode::reflect>);
+    else run(pad_kernel<U, PadMode::constant>);
+  });
+  check_launch("pad");
+}
+
+// ---- gather, gather_elements
+
+template <typename I>
+__global__ void to_i64_kernel(const I* __restrict__ in, int64_t* __restrict__ out, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x)
+    out[i] = static_cast<int64_t>(in[i]);
+}
+
+template <typename U>
+__global__ void gather_kernel(const U* __restrict__ x, const int64_t* __restrict__ ids,
+                              U* __restrict__ out, int64_t rows, int64_t m, int64_t nx,
+                              int64_t row_units) {
+  for (int64_t r = blockIdx.y * blockDim.y + threadIdx.y; r < rows;
+       r += int64_t{gridDim.y} * blockDim.y) {
+    int64_t k = ids[r % m];
+    if (k < 0) k += nx;
+    const bool bad = k < 0 || k >= nx;  // the CPU throws ValueError; zeros here
+    const U* s = x + (r / m * nx + (bad ? 0 : k)) * row_units;
+    U* d = out + r * row_units;
+    for (int64_t j = blockIdx.x * blockDim.x + threadIdx.x; j < row_units;
+         j += int64_t{gridDim.x} * blockDim.x)
+      d[j] = bad ? U{} : s[j];
+  }
+}
+
+void gather(KernelContext& ctx) {
+  const TensorView &x = ctx.in(0), &idx = ctx.in(1), &out = ctx.out(0);
+  if (out.numel() == 0) return;
+  const int axis = static_cast<int>(ctx.attrs().i("axis"));
+  const AxisSplit v = split_at(x.shape, axis);
+  const int64_t m = idx.numel(), row = v.inner * static_cast<int64_t>(size_of(x.dtype));
+  const int64_t* ids = indices_as_i64(ctx, idx);
+  const size_t unit = widest_unit({row, addr(x.data), addr(out.data)});
+  const int64_t row_units = row / static_cast<int64_t>(unit), rows = v.outer * m;
+  const RowGrid g = row_grid(rows, row_units);
+  dispatch_unit(unit, [&](auto u) {
+    using U = decltype(u);
+    gather_kernel<U><<<g.grid, g.block, 0, stream_of(ctx)>>>(x.ptr<U>(), ids, out.ptr<U>(), rows,
+                                                             m, v.len, row_units);
+  });
+  check_launch("gather");
+}
+
+template <typename U>
+__global__ void gather_elements_kernel(const U* __restrict__ x, const int64_t* __restrict__ ids,
+                                       U* __restrict__ out, BroadcastIndex lines, int64_t total,
+                                       int64_t nx, int64_t stride) {
+  for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; t < total;
+       t += int64_t{gridDim.x} * blockDim.x) {
+    int64_t j = ids[t];
+    if (j < 0) j += nx;
+    const bool bad = j < 0 || j >= nx;  // the CPU throws ValueError; zero here
+    out[t] = bad ? U{} : x[lines.offset(t) + j * stride];
+  }
+}
+
+void gather_elements(KernelContext& ctx) {
+  const TensorView &x = ctx.in(0), &idx = ctx.in(1), &out = ctx.out(0);
+  const int64_t total = out.numel();
+  if (total == 0) return;
+  const int axis = static_cast<int>(ctx.attrs().i("axis"));
+  const BroadcastIndex lines = elements_index(idx.shape, x.shape, axis, "gather_elements");
+  const int64_t stride = contiguous_strides(x.shape)[axis];
+  const int64_t* ids = indices_as_i64(ctx, idx);
+  dispatch_elem(size_of(x.dtype), [&](auto u) {
+    using U = decltype(u);
+    gather_elements_kernel<U><<<blocks_for(total), kThreads, 0, stream_of(ctx)>>>(
+        x.ptr<U>(), ids, out.ptr<U>(), lines, total, x.shape[axis], stride);
+  });
+  check_launch("gather_elements");
+}
+
+// ---- one_hot, coordinate_along_axis, hamming_distance
+
+template <typename T>
+__global__ void one_hot_kernel(const int64_t* __restrict__ ids, T* __restrict__ out,
+                               int64_t total, int64_t depth, int64_t inner, T on, T off) {
+  for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; t < total;
+       t += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t r = t / inner, i = t - r * inner, o = r / depth, k = r - o * depth;
+    out[t] = ids[o * inner + i] == k ? on : off;  // indices outside [0, depth) match no k
+  }
+}
+
+void one_hot(KernelContext& ctx) {
+  const TensorView &idx = ctx.in(0), &out = ctx.out(0);
+  const int64_t total = out.numel();
+  if (total == 0) return;
+  const AxisSplit v = split_at(out.shape, ctx.attrs().i("axis"));
+  const double on = ctx.attrs().f("on_value"), off = ctx.attrs().f("off_value");
+  const int64_t* ids = indices_as_i64(ctx, idx);
+  dispatch(out.dtype, "one_hot", [&](auto t) {
+    using T = decltype(t);
+    // half types go through f32 as on the CPU
+    const T on_t = from_acc<T>(static_cast<acc_t<T>>(on)),
+            off_t = from_acc<T>(static_cast<acc_t<T>>(off));
+    one_hot_kernel<T><<<blocks_for(total), kThreads, 0, stream_of(ctx)>>>(
+        ids, out.ptr<T>(), total, v.len, v.inner, on_t, off_t);
+  });
+  check_launch("one_hot");
+}
+
+template <typename T>
+__global__ void coordinate_kernel(T* __restrict__ out, int64_t total, int64_t n, int64_t inner) {
+  for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; t < total;
+       t += int64_t{gridDim.x} * blockDim.x)
+    out[t] = from_acc<T>(static_cast<acc_t<T>>(t / inner % n));
+}
+
+void coordinate_along_axis(KernelContext& ctx) {
+  const TensorView& out = ctx.out(0);
+  const int64_t total = out.numel();
+  if (total == 0) return;
+  const AxisSplit v = split_at(out.shape, ctx.attrs().i("axis"));
+  dispatch(out.dtype, "coordinate_along_axis", [&](auto t) {
+    using T = decltype(t);
+    coordinate_kernel<T><<<blocks_for(total), kThreads, 0, stream_of(ctx)>>>(out.ptr<T>(), total,
+                                                                            v.len, v.inner);
+  });
+  check_launch("coordinate_along_axis");
+}
+
+__device__ inline int popc_xor(uint8_t a, uint8_t b) { return __popc(uint32_t{a} ^ b); }
+__device__ inline int popc_xor(uint16_t a, uint16_t b) { return __popc(uint32_t{a} ^ b); }
+__device__ inline int popc_xor(uint32_t a, uint32_t b) { return __popc(a ^ b); }
+__device__ inline int popc_xor(uint64_t a, uint64_t b) { return __popcll(a ^ b); }
+__device__ inline int popc_xor(uint4 a, uint4 b) {
+  return __popc(a.x ^ b.x) + __popc(a.y ^ b.y) + __popc(a.z ^ b.z) + __popc(a.w ^ b.w);
+}
+
+// Bit counts do not depend on how a row's bytes group into elements, so rows are read in the
+// widest unit their length and alignment allow.
+template <typename U, typename O>
+__global__ void hamming_kernel(const U* __restrict__ a, const U* __restrict__ b,
+                               O* __restrict__ out, BroadcastIndex ia, BroadcastIndex ib,
+                               int64_t total, int64_t units) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const U *ra = a + ia.offset(i) * units, *rb = b + ib.offset(i) * units;
+    int64_t c = 0;
+    for (int64_t k = 0; k < units; ++k) c += popc_xor(ra[k], rb[k]);
+    out[i] = from_acc<O>(c);
+  }
+}
+
+void hamming_distance(KernelContext& ctx) {
+  const TensorView &a = ctx.in(0), &b = ctx.in(1), &out = ctx.out(0);
+  const int64_t total = out.numel();
+  if (total == 0) return;
+  const int64_t row = a.shape.back() * static_cast<int64_t>(size_of(a.dtype));
+  const Shape la(a.shape.begin(), a.shape.end() - 1), lb(b.shape.begin(), b.shape.end() - 1);
+  const BroadcastIndex ia = make_broadcast_index(la, out.shape, "hamming_distance");
+  const BroadcastIndex ib = make_broadcast_index(lb, out.shape, "hamming_distance");
+  const size_t unit = widest_unit({row, addr(a.data), addr(b.data)});
+  const int64_t units = row / static_cast<int64_t>(unit);
+  dispatch_unit(unit, [&](auto u) {
+    using U = decltype(u);
+    auto run = [&](auto o) {
+      using O = decltype(o);
+      hamming_kernel<U, O><<<blocks_for(total), kThreads, 0, stream_of(ctx)>>>(
+          a.ptr<U>(), b.ptr<U>(), out.ptr<O>(), ia, ib, total, units);
+    };
+    switch (out.dtype) {
+      case DType::i8: run(int8_t{}); break;
+      case DType::u8: run(uint8_t{}); break;
+      case DType::i16: run(int16_t{}); break;
+      case DType::i32: run(int32_t{}); break;
+      case DType::i64: run(int64_t{}); break;
+      case DType::f32: run(float{}); break;
+      case DType::f64: run(double{}); break;
+      default:
+        fail<UnsupportedError>("[hamming_distance] cuda kernel got result dtype {}",
+                               name(out.dtype));
+    }
+  });
+  check_launch("hamming_distance");
+}
+}  // namespace
+
+const int64_t* indices_as_i64(KernelContext& ctx, const TensorView& idx) {
+  const int64_t n = idx.numel();
+  if (idx.dtype == DType::i64 || n == 0) return idx.ptr<int64_t>();
+  auto* out = static_cast<int64_t*>(ctx.scratch(static_cast<size_t>(n) * sizeof(int64_t)));
+  auto run = [&](auto i) {
+    using I = decltype(i);
+    to_i64_kernel<I><<<blocks_for(n), kThreads, 0, stream_of(ctx)>>>(idx.ptr<I>(), out, n);
+  };
+  switch (idx.dtype) {
+    case DType::i8: run(int8_t{}); break;
+    case DType::u8: run(uint8_t{}); break;
+    case DType::i16: run(int16_t{}); break;
+    case DType::i32: run(int32_t{}); break;
+    default:
+      fail<UnsupportedError>("[{}] indices must have an integer dtype, got {}", ctx.op_name(),
+                             name(idx.dtype));
+  }
+  check_launch(ctx.op_name());
+  return out;
+}
+
+BroadcastIndex elements_index(const Shape& idx, const Shape& x, int axis, const char* op) {
+  if (idx.size() > kMaxRank)
+    fail<UnsupportedError>("[{}] cuda kernel takes rank <= {}, got {}", op, kMaxRank, idx.size());
+  BroadcastIndex b;
+  b.rank = static_cast<int>(idx.size());
+  const auto xs = contiguous_strides(x);
+  for (int d = 0; d < b.rank; ++d) {
+    b.dims[d] = idx[d];
+    b.strides[d] = d == axis ? 0 : xs[d];
+  }
+  return b;
+}
+
+void register_transform_kernels() {
+  auto reg = [](OpId op, KernelFn fn, DTypeSet types = kAllTypes, int dtype_input = 0) {
+    register_kernel(op, Backend::cuda, {fn, types, dtype_input, /*half_via_f32=*/false});
+  };
+  reg(OpId::Reshape, reshape);
+  reg(OpId::Transpose, transpose);
+  reg(OpId::Split, split);
+  reg(OpId::Concat, concat);
+  reg(OpId::Slice, slice);
+  reg(OpId::Pad, pad);
+  reg(OpId::Tile, tile);
+  reg(OpId::BroadcastTo, broadcast_to);
+  reg(OpId::Flip, flip);
+  reg(OpId::Gather, gather);
+  reg(OpId::GatherElements, gather_elements);
+  reg(OpId::OneHot, one_hot, kAllTypes, -1);
+  reg(OpId::CoordinateAlongAxis, coordinate_along_axis, kNumericTypes, -1);
+  reg(OpId::HammingDistance, hamming_distance, kIntTypes);
+  register_transform_sort_kernels();
+}
 
 }  // namespace kiln::cuda
