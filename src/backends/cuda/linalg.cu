@@ -45,7 +45,8 @@ MatmulDims matmul_dims(const TensorView& a, const TensorView& b, const TensorVie
 
 // ---- cuBLASLt ----
 
-template <typename T, void (*Destroy)(T)> struct LtHandle {
+template <typename T, void (*Destroy)(T)>
+struct LtHandle {
   T h = nullptr;
   LtHandle() = default;
   LtHandle(const LtHandle&) = delete;
@@ -88,11 +89,16 @@ struct GemmPlan {
 
 cudaDataType_t cuda_type(DType t) {
   switch (t) {
-    case DType::f32: return CUDA_R_32F;
-    case DType::f16: return CUDA_R_16F;
-    case DType::bf16: return CUDA_R_16BF;
-    case DType::f64: return CUDA_R_64F;
-    default: fail<UnsupportedError>("[matmul] cuBLASLt kernel got dtype {}", name(t));
+    case DType::f32:
+      return CUDA_R_32F;
+    case DType::f16:
+      return CUDA_R_16F;
+    case DType::bf16:
+      return CUDA_R_16BF;
+    case DType::f64:
+      return CUDA_R_64F;
+    default:
+      fail<UnsupportedError>("[matmul] cuBLASLt kernel got dtype {}", name(t));
   }
 }
 
@@ -122,8 +128,8 @@ void make_desc(MatmulDesc& desc, const GemmKey& k, const void* bias) {
   }
 }
 
-void make_layout(Layout& l, cudaDataType_t t, int64_t rows, int64_t cols, int64_t ld,
-                 int64_t batch, int64_t stride) {
+void make_layout(Layout& l, cudaDataType_t t, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
+                 int64_t stride) {
   KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l.h, t, static_cast<uint64_t>(rows),
                                                static_cast<uint64_t>(cols), ld));
   if (batch > 1) {
@@ -138,8 +144,7 @@ void make_layout(Layout& l, cudaDataType_t t, int64_t rows, int64_t cols, int64_
 std::shared_ptr<const GemmPlan> build_plan(const GemmKey& k) {
   auto plan = std::make_shared<GemmPlan>();
   const cudaDataType_t t = cuda_type(k.dtype);
-  make_layout(plan->a, t, k.trans_a ? k.k : k.m, k.trans_a ? k.m : k.k, k.lda, k.batch,
-              k.stride_a);
+  make_layout(plan->a, t, k.trans_a ? k.k : k.m, k.trans_a ? k.m : k.k, k.lda, k.batch, k.stride_a);
   make_layout(plan->b, t, k.k, k.n, k.ldb, k.batch, k.stride_b);
   make_layout(plan->d, t, k.m, k.n, k.ldd, k.batch, k.stride_d);
   MatmulDesc desc;
@@ -251,9 +256,9 @@ __global__ void add_bias_rows(T* out, const T* bias, int64_t total, int64_t n) {
 // + bias; a_off/b_off map a batch to its matrix (in elements).
 constexpr int kTile = 16;
 template <typename T>
-__global__ void int_gemm(const T* A, int64_t a_rs, int64_t a_cs, BroadcastIndex a_bi,
-                         int64_t a_mat, const T* B, int64_t b_rs, int64_t b_cs, BroadcastIndex b_bi,
-                         int64_t b_mat, const T* bias, T* C, int64_t M, int64_t N, int64_t K) {
+__global__ void int_gemm(const T* A, int64_t a_rs, int64_t a_cs, BroadcastIndex a_bi, int64_t a_mat,
+                         const T* B, int64_t b_rs, int64_t b_cs, BroadcastIndex b_bi, int64_t b_mat,
+                         const T* bias, T* C, int64_t M, int64_t N, int64_t K) {
   __shared__ uint64_t as[kTile][kTile + 1];
   __shared__ uint64_t bs[kTile][kTile + 1];
   const int64_t z = blockIdx.z;
@@ -292,8 +297,8 @@ void launch_int_gemm(const char* op, cudaStream_t stream, const T* A, int64_t a_
   if (batch > 65535)
     fail<UnsupportedError>("[{}] integer kernel takes at most 65535 batches, got {}", op, batch);
   const auto tiles = [](int64_t n) {
-    return static_cast<unsigned>(std::min<int64_t>(std::max<int64_t>((n + kTile - 1) / kTile, 1),
-                                                   65535));
+    return static_cast<unsigned>(
+        std::min<int64_t>(std::max<int64_t>((n + kTile - 1) / kTile, 1), 65535));
   };
   const dim3 grid(tiles(N), tiles(M), static_cast<unsigned>(batch));
   int_gemm<T><<<grid, dim3(kTile, kTile), 0, stream>>>(A, a_rs, a_cs, a_bi, a_mat, B, b_rs, b_cs,
@@ -369,8 +374,7 @@ void matmul(KernelContext& ctx) {
   if (out.numel() == 0) return;
   const MatmulDims d = matmul_dims(a, b, out);
   if (d.K == 0) {
-    KILN_CUDA_CHECK(cudaMemsetAsync(out.data, 0, out.numel() * size_of(out.dtype),
-                                    stream_of(ctx)));
+    KILN_CUDA_CHECK(cudaMemsetAsync(out.data, 0, out.numel() * size_of(out.dtype), stream_of(ctx)));
     return;
   }
   if (is_float(a.dtype)) return matmul_float(ctx, d);
@@ -380,8 +384,8 @@ void matmul(KernelContext& ctx) {
     using T = decltype(x);
     if constexpr (!std::is_same_v<T, bool> && std::is_integral_v<T>)
       launch_int_gemm<T>(ctx.op_name(), stream_of(ctx), a.ptr<T>(), d.K, 1, a_bi, d.M * d.K,
-                         b.ptr<T>(), d.N, 1, b_bi, d.K * d.N, nullptr, out.ptr<T>(),
-                         numel(d.batch), d.M, d.N, d.K);
+                         b.ptr<T>(), d.N, 1, b_bi, d.K * d.N, nullptr, out.ptr<T>(), numel(d.batch),
+                         d.M, d.N, d.K);
   });
 }
 
@@ -397,8 +401,7 @@ void linear(KernelContext& ctx) {
   const DType t = x.dtype;
   const cudaStream_t stream = stream_of(ctx);
   auto bias_only = [&](bool zero_first) {
-    if (zero_first)
-      KILN_CUDA_CHECK(cudaMemsetAsync(out.data, 0, out.numel() * size_of(t), stream));
+    if (zero_first) KILN_CUDA_CHECK(cudaMemsetAsync(out.data, 0, out.numel() * size_of(t), stream));
     if (!has_bias) return;
     dispatch(t, ctx.op_name(), [&](auto v) {
       using T = decltype(v);
@@ -415,8 +418,8 @@ void linear(KernelContext& ctx) {
     dispatch(t, ctx.op_name(), [&](auto v) {
       using T = decltype(v);
       if constexpr (!std::is_same_v<T, bool> && std::is_integral_v<T>)
-        launch_int_gemm<T>(ctx.op_name(), stream, x.ptr<T>(), K, 1, none, 0, w.ptr<T>(), 1, K,
-                           none, 0, static_cast<const T*>(bias), out.ptr<T>(), 1, rows, N, K);
+        launch_int_gemm<T>(ctx.op_name(), stream, x.ptr<T>(), K, 1, none, 0, w.ptr<T>(), 1, K, none,
+                           0, static_cast<const T*>(bias), out.ptr<T>(), 1, rows, N, K);
     });
     return;
   }
