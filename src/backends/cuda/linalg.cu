@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <tuple>
 #include <vector>
 
 #include "backends/cuda/cuda_common.cuh"
@@ -162,6 +163,12 @@ std::shared_ptr<const GemmPlan> build_plan(const GemmKey& k) {
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, k.align_d}};
   for (const auto& [attr, v] : aligns)
     KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.h, attr, &v, sizeof(v)));
+  if (k.dtype == DType::f16 || k.dtype == DType::bf16) {
+    // split-K partial sums stay in f32: no reduction in (or in place of) the half output
+    const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref.h, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof(schemes)));
+  }
   cublasLtMatmulHeuristicResult_t result{};
   int count = 0;
   const cublasStatus_t s =
@@ -231,7 +238,7 @@ void require_int_batch(const char* op, int64_t batch) {
 
 // ---- small kernels ----
 
-// dst[i] = src[i * inner .. ] for whole matrices: matrix i of dst is matrix off(i) of src.
+// Whole matrices of `size` elements: matrix i of dst is matrix bi.offset(i) of src.
 template <typename T>
 __global__ void gather_matrices(const T* src, T* dst, BroadcastIndex bi, int64_t count,
                                 int64_t size) {
@@ -253,40 +260,41 @@ __global__ void add_bias_rows(T* out, const T* bias, int64_t total, int64_t n) {
 
 // Integer products wrap like the CPU loops: accumulate modulo 2^64, then truncate to T.
 // C[z] (M x N) = A[z] (M x K, row stride a_rs, col stride a_cs) · B[z] (K x N, b_rs, b_cs)
-// + bias; a_off/b_off map a batch to its matrix (in elements).
+// + bias; a_bi/b_bi map a batch to its matrix, a_mat/b_mat are the matrix sizes.
 constexpr int kTile = 16;
+template <typename T>
+__device__ uint64_t widen(T v) {
+  return static_cast<uint64_t>(static_cast<int64_t>(v));
+}
 template <typename T>
 __global__ void int_gemm(const T* A, int64_t a_rs, int64_t a_cs, BroadcastIndex a_bi, int64_t a_mat,
                          const T* B, int64_t b_rs, int64_t b_cs, BroadcastIndex b_bi, int64_t b_mat,
-                         const T* bias, T* C, int64_t M, int64_t N, int64_t K) {
+                         const T* bias, T* C, int64_t batch, int64_t M, int64_t N, int64_t K) {
   __shared__ uint64_t as[kTile][kTile + 1];
   __shared__ uint64_t bs[kTile][kTile + 1];
-  const int64_t z = blockIdx.z;
-  const T* a = A + a_bi.offset(z) * a_mat;
-  const T* b = B + b_bi.offset(z) * b_mat;
   const int tx = threadIdx.x, ty = threadIdx.y;
-  for (int64_t m0 = int64_t(blockIdx.y) * kTile; m0 < M; m0 += int64_t(gridDim.y) * kTile)
-    for (int64_t n0 = int64_t(blockIdx.x) * kTile; n0 < N; n0 += int64_t(gridDim.x) * kTile) {
-      const int64_t m = m0 + ty, n = n0 + tx;
-      uint64_t acc = 0;
-      for (int64_t k0 = 0; k0 < K; k0 += kTile) {
-        const int64_t ka = k0 + tx, kb = k0 + ty;
-        as[ty][tx] = (m < M && ka < K)
-                         ? static_cast<uint64_t>(static_cast<int64_t>(a[m * a_rs + ka * a_cs]))
-                         : 0;
-        bs[ty][tx] = (kb < K && n < N)
-                         ? static_cast<uint64_t>(static_cast<int64_t>(b[kb * b_rs + n * b_cs]))
-                         : 0;
-        __syncthreads();
+  for (int64_t z = blockIdx.z; z < batch; z += gridDim.z) {
+    const T* a = A + a_bi.offset(z) * a_mat;
+    const T* b = B + b_bi.offset(z) * b_mat;
+    for (int64_t m0 = int64_t(blockIdx.y) * kTile; m0 < M; m0 += int64_t(gridDim.y) * kTile)
+      for (int64_t n0 = int64_t(blockIdx.x) * kTile; n0 < N; n0 += int64_t(gridDim.x) * kTile) {
+        const int64_t m = m0 + ty, n = n0 + tx;
+        uint64_t acc = 0;
+        for (int64_t k0 = 0; k0 < K; k0 += kTile) {
+          const int64_t ka = k0 + tx, kb = k0 + ty;
+          as[ty][tx] = (m < M && ka < K) ? widen(a[m * a_rs + ka * a_cs]) : 0;
+          bs[ty][tx] = (kb < K && n < N) ? widen(b[kb * b_rs + n * b_cs]) : 0;
+          __syncthreads();
 #pragma unroll
-        for (int j = 0; j < kTile; ++j) acc += as[ty][j] * bs[j][tx];
-        __syncthreads();
+          for (int j = 0; j < kTile; ++j) acc += as[ty][j] * bs[j][tx];
+          __syncthreads();
+        }
+        if (m < M && n < N) {
+          if (bias) acc += widen(bias[n]);
+          C[(z * M + m) * N + n] = static_cast<T>(static_cast<int64_t>(acc));
+        }
       }
-      if (m < M && n < N) {
-        if (bias) acc += static_cast<uint64_t>(static_cast<int64_t>(bias[n]));
-        C[z * M * N + m * N + n] = static_cast<T>(static_cast<int64_t>(acc));
-      }
-    }
+  }
 }
 
 template <typename T>
@@ -294,15 +302,13 @@ void launch_int_gemm(const char* op, cudaStream_t stream, const T* A, int64_t a_
                      const BroadcastIndex& a_bi, int64_t a_mat, const T* B, int64_t b_rs,
                      int64_t b_cs, const BroadcastIndex& b_bi, int64_t b_mat, const T* bias, T* C,
                      int64_t batch, int64_t M, int64_t N, int64_t K) {
-  if (batch > 65535)
-    fail<UnsupportedError>("[{}] integer kernel takes at most 65535 batches, got {}", op, batch);
   const auto tiles = [](int64_t n) {
     return static_cast<unsigned>(
         std::min<int64_t>(std::max<int64_t>((n + kTile - 1) / kTile, 1), 65535));
   };
-  const dim3 grid(tiles(N), tiles(M), static_cast<unsigned>(batch));
+  const dim3 grid(tiles(N), tiles(M), static_cast<unsigned>(std::min<int64_t>(batch, 65535)));
   int_gemm<T><<<grid, dim3(kTile, kTile), 0, stream>>>(A, a_rs, a_cs, a_bi, a_mat, B, b_rs, b_cs,
-                                                       b_bi, b_mat, bias, C, M, N, K);
+                                                       b_bi, b_mat, bias, C, batch, M, N, K);
   check_launch(op);
 }
 
@@ -429,12 +435,14 @@ void linear(KernelContext& ctx) {
   key.trans_a = true;
   key.m = N, key.n = rows, key.k = K;
   key.lda = K, key.ldb = K, key.ldd = N;
-  key.bias = has_bias;
-  if (try_gemm(ctx, key, {w.data, x.data, out.data, bias})) return;
-  if (has_bias) {  // no algorithm with the bias epilogue: add the bias afterwards
+  // the bias epilogue where an algorithm takes it (and the bias is aligned for its vector
+  // loads); otherwise the bias is added afterwards
+  if (has_bias && alignment_of(bias) >= 16) {
+    key.bias = true;
+    if (try_gemm(ctx, key, {w.data, x.data, out.data, bias})) return;
     key.bias = false;
-    if (try_gemm(ctx, key, {w.data, x.data, out.data, nullptr})) return bias_only(false);
   }
+  if (try_gemm(ctx, key, {w.data, x.data, out.data, nullptr})) return bias_only(false);
   fail<UnsupportedError>("[linear] cuBLASLt has no algorithm for input {} and weight {} in {}",
                          str(x.shape), str(w.shape), name(t));
 }
