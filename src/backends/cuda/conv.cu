@@ -234,18 +234,20 @@ std::optional<Algo> pick(Pass pass, DType t, const Perf* perf, int count, Worksp
       if (t == DType::f32 && r.mathType != CUDNN_FMA_MATH && r.mathType != CUDNN_DEFAULT_MATH)
         continue;
       if (need_determinism && r.determinism != CUDNN_DETERMINISTIC) continue;
-      const std::optional<size_t> ws = workspace(r.algo);
-      if (!ws || *ws > kMaxWorkspace) continue;
       // f32 keeps FMA math whatever the heuristic reports
-      return Algo{static_cast<int>(r.algo), *ws, t == DType::f32 ? CUDNN_FMA_MATH : r.mathType};
+      const cudnnMathType_t math = t == DType::f32 ? CUDNN_FMA_MATH : r.mathType;
+      const std::optional<size_t> ws = workspace(r.algo, math);
+      if (!ws || *ws > kMaxWorkspace) continue;
+      return Algo{static_cast<int>(r.algo), *ws, math};
     }
   return std::nullopt;
 }
 
 // The bytes a workspace query wrote, when it succeeded.
 template <typename Query>
-std::optional<size_t> workspace_of(Query&& query) {
+std::optional<size_t> workspace_of(const Descriptors& d, cudnnMathType_t math, Query&& query) {
   size_t bytes = 0;
+  KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, math));
   if (query(&bytes) != CUDNN_STATUS_SUCCESS) return std::nullopt;
   return bytes;
 }
@@ -258,8 +260,8 @@ std::optional<Algo> find_algo(cudnnHandle_t h, Pass pass, DType t, const Descrip
       cudnnConvolutionFwdAlgoPerf_t perf[kMax];
       KILN_CUDNN_CHECK(
           cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, kMax, &count, perf));
-      return pick(pass, t, perf, count, [&](cudnnConvolutionFwdAlgo_t a) {
-        return workspace_of([&](size_t* b) {
+      return pick(pass, t, perf, count, [&](cudnnConvolutionFwdAlgo_t a, cudnnMathType_t m) {
+        return workspace_of(d, m, [&](size_t* b) {
           return cudnnGetConvolutionForwardWorkspaceSize(h, d.x, d.w, d.conv, d.y, a, b);
         });
       });
@@ -268,8 +270,8 @@ std::optional<Algo> find_algo(cudnnHandle_t h, Pass pass, DType t, const Descrip
       cudnnConvolutionBwdDataAlgoPerf_t perf[kMax];
       KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.y, d.conv, d.x, kMax,
                                                                    &count, perf));
-      return pick(pass, t, perf, count, [&](cudnnConvolutionBwdDataAlgo_t a) {
-        return workspace_of([&](size_t* b) {
+      return pick(pass, t, perf, count, [&](cudnnConvolutionBwdDataAlgo_t a, cudnnMathType_t m) {
+        return workspace_of(d, m, [&](size_t* b) {
           return cudnnGetConvolutionBackwardDataWorkspaceSize(h, d.w, d.y, d.conv, d.x, a, b);
         });
       });
@@ -278,8 +280,8 @@ std::optional<Algo> find_algo(cudnnHandle_t h, Pass pass, DType t, const Descrip
       cudnnConvolutionBwdFilterAlgoPerf_t perf[kMax];
       KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x, d.y, d.conv, d.w, kMax,
                                                                      &count, perf));
-      return pick(pass, t, perf, count, [&](cudnnConvolutionBwdFilterAlgo_t a) {
-        return workspace_of([&](size_t* b) {
+      return pick(pass, t, perf, count, [&](cudnnConvolutionBwdFilterAlgo_t a, cudnnMathType_t m) {
+        return workspace_of(d, m, [&](size_t* b) {
           return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, d.x, d.y, d.conv, d.w, a, b);
         });
       });
@@ -489,7 +491,7 @@ void conv_transpose(KernelContext& ctx) {
   const void* bias = bias_of(ctx);
   if (x.numel() == 0 || w.numel() == 0) return launch_channel_bias(ctx, y, bias, false);
   // as the transposed conv: input y (N, O, ...), output x (N, C, ...), weight (C, O/G, k)
-  Geometry g = geometry(ctx, y.shape, w.shape, x.shape);
+  const Geometry g = geometry(ctx, y.shape, w.shape, x.shape);
   bool direct = true;
   for (int i = 0; i < g.nd; ++i) direct = direct && cudnn_fits(g, i, g.in[i], g.pb[i], g.out[i]);
   if (direct) {
