@@ -1,9 +1,548 @@
-// CUDA kernels of the conv family.
+// CUDA kernels of the conv family through cuDNN's convolution API: Conv is
+// cudnnConvolutionForward, ConvTranspose is the backward-data pass of the conv it transposes, and
+// ConvGradWeight is the backward-filter pass. 1-D convolutions run as 2-D ones of height 1.
+// cuDNN pads symmetrically and wants the output size that follows from the input size; other
+// geometries (asymmetric pads, output_padding) go through a zero-padded or cropped copy made by
+// window_copy. f32 and f64 use exactly summing algorithms only (no TF32, FFT or Winograd), so
+// results match the CPU; f16/bf16 compute in f32 and may use any algorithm.
+#include <algorithm>
+#include <array>
+#include <climits>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <vector>
+
 #include "backends/cuda/cuda_common.cuh"
+#include "backends/cuda/handles.h"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/library_check.h"
 
 namespace kiln::cuda {
 
-void register_conv_kernels() {}
+namespace {
+
+constexpr size_t kMaxWorkspace = size_t{1} << 30;
+
+// ---- small kernels ----
+
+struct Dims3 {
+  int64_t v[3] = {1, 1, 1};
+};
+
+// dst (rows, ds) = src (rows, ss) moved by `shift` per spatial dim (dst[p] = src[p - shift],
+// zero outside src), plus bias[row % channels] when bias is given.
+template <typename T>
+__global__ void window_copy(const T* src, T* dst, int64_t total, Dims3 ss, Dims3 ds, Dims3 shift,
+                            const T* bias, int64_t channels) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t r = i;
+    const int64_t p2 = r % ds.v[2];
+    r /= ds.v[2];
+    const int64_t p1 = r % ds.v[1];
+    r /= ds.v[1];
+    const int64_t p0 = r % ds.v[0];
+    const int64_t row = r / ds.v[0];
+    const int64_t s0 = p0 - shift.v[0], s1 = p1 - shift.v[1], s2 = p2 - shift.v[2];
+    acc_t<T> v = 0;
+    if (s0 >= 0 && s0 < ss.v[0] && s1 >= 0 && s1 < ss.v[1] && s2 >= 0 && s2 < ss.v[2])
+      v = to_acc(src[((row * ss.v[0] + s0) * ss.v[1] + s1) * ss.v[2] + s2]);
+    if (bias) v += to_acc(bias[row % channels]);
+    dst[i] = from_acc<T>(v);
+  }
+}
+
+// y (N, O, S): y = bias[o] (+ y when accumulate); bias may be null (then y = 0 unless accumulate).
+template <typename T>
+__global__ void channel_bias(T* y, const T* bias, int64_t total, int64_t S, int64_t O,
+                             bool accumulate) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    acc_t<T> v = bias ? to_acc(bias[(i / S) % O]) : acc_t<T>(0);
+    if (accumulate) v += to_acc(y[i]);
+    y[i] = from_acc<T>(v);
+  }
+}
+
+void launch_channel_bias(KernelContext& ctx, const TensorView& y, const void* bias,
+                         bool accumulate) {
+  const int64_t total = y.numel(), O = y.shape[1];
+  if (total == 0) return;
+  const int64_t S = total / (y.shape[0] * O);
+  dispatch_float(y.dtype, ctx.op_name(), [&](auto v) {
+    using T = decltype(v);
+    channel_bias<T><<<blocks_for(total), kThreads, 0, stream_of(ctx)>>>(
+        y.ptr<T>(), static_cast<const T*>(bias), total, S, O, accumulate);
+    check_launch(ctx.op_name());
+  });
+}
+
+// ---- the cuDNN problem ----
+
+enum class Pass { forward, backward_data, backward_filter };
+
+// The convolution as cuDNN sees it: x (N, C, in), w (O, C/G, k), y (N, O, out), symmetric pads.
+// 1-D problems get a leading spatial dim of 1, so nd is 2 or 3.
+struct Problem {
+  int nd = 2;
+  int64_t N = 0, C = 0, O = 0, G = 1;
+  std::array<int64_t, 3> in{1, 1, 1}, k{1, 1, 1}, out{1, 1, 1}, pad{}, stride{1, 1, 1},
+      dil{1, 1, 1};
+  int64_t in_size() const { return in[0] * in[1] * in[2]; }
+  int64_t out_size() const { return out[0] * out[1] * out[2]; }
+  int64_t k_size() const { return k[0] * k[1] * k[2]; }
+};
+
+// kiln's spatial values (nd of them) right-aligned in three, others left at `fill`.
+std::array<int64_t, 3> place(const int64_t* v, int nd, int64_t fill) {
+  std::array<int64_t, 3> r{fill, fill, fill};
+  for (int i = 0; i < nd; ++i) r[3 - nd + i] = v[i];
+  return r;
+}
+
+int checked_int(int64_t v, const char* op) {
+  if (v > INT_MAX)
+    fail<UnsupportedError>("[{}] cuDNN takes sizes up to {}, got {}", op, INT_MAX, v);
+  return static_cast<int>(v);
+}
+
+cudnnDataType_t cudnn_type(DType t, const char* op) {
+  switch (t) {
+    case DType::f32:
+      return CUDNN_DATA_FLOAT;
+    case DType::f16:
+      return CUDNN_DATA_HALF;
+    case DType::bf16:
+      return CUDNN_DATA_BFLOAT16;
+    case DType::f64:
+      return CUDNN_DATA_DOUBLE;
+    default:
+      fail<UnsupportedError>("[{}] cuDNN kernel got dtype {}", op, name(t));
+  }
+}
+
+// f32 runs on FMA kernels only: CUDNN_DEFAULT_MATH would let Ampere and later GPUs use TF32.
+cudnnMathType_t requested_math(DType t) {
+  switch (t) {
+    case DType::f32:
+      return CUDNN_FMA_MATH;
+    case DType::f64:
+      return CUDNN_DEFAULT_MATH;
+    default:
+      return CUDNN_TENSOR_OP_MATH;
+  }
+}
+
+struct Descriptors {
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  Descriptors() = default;
+  Descriptors(const Descriptors&) = delete;
+  Descriptors& operator=(const Descriptors&) = delete;
+  ~Descriptors() {
+    if (x) cudnnDestroyTensorDescriptor(x);
+    if (y) cudnnDestroyTensorDescriptor(y);
+    if (w) cudnnDestroyFilterDescriptor(w);
+    if (conv) cudnnDestroyConvolutionDescriptor(conv);
+  }
+};
+
+void set_tensor(cudnnTensorDescriptor_t d, cudnnDataType_t t, int64_t n, int64_t c,
+                const std::array<int64_t, 3>& sp, int nd, const char* op) {
+  std::array<int64_t, 5> dims{n, c};
+  for (int i = 0; i < nd; ++i) dims[2 + i] = sp[3 - nd + i];
+  const int rank = nd + 2;
+  int idims[5], istrides[5];
+  int64_t stride = 1;
+  for (int i = rank - 1; i >= 0; --i) {
+    idims[i] = checked_int(dims[i], op);
+    istrides[i] = checked_int(stride, op);
+    stride *= dims[i];
+  }
+  checked_int(stride, op);
+  KILN_CUDNN_CHECK(cudnnSetTensorNdDescriptor(d, t, rank, idims, istrides));
+}
+
+void make_descriptors(Descriptors& d, const Problem& p, DType t, cudnnMathType_t math,
+                      const char* op) {
+  const cudnnDataType_t dt = cudnn_type(t, op);
+  KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d.x));
+  KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d.y));
+  KILN_CUDNN_CHECK(cudnnCreateFilterDescriptor(&d.w));
+  KILN_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&d.conv));
+  set_tensor(d.x, dt, p.N, p.C, p.in, p.nd, op);
+  set_tensor(d.y, dt, p.N, p.O, p.out, p.nd, op);
+  int wdims[5] = {checked_int(p.O, op), checked_int(p.C / p.G, op)};
+  int pad[3], stride[3], dil[3];
+  for (int i = 0; i < p.nd; ++i) {
+    const int j = 3 - p.nd + i;
+    wdims[2 + i] = checked_int(p.k[j], op);
+    pad[i] = checked_int(p.pad[j], op);
+    stride[i] = checked_int(p.stride[j], op);
+    dil[i] = checked_int(p.dil[j], op);
+  }
+  checked_int(p.O * (p.C / p.G) * p.k_size(), op);
+  KILN_CUDNN_CHECK(cudnnSetFilterNdDescriptor(d.w, dt, CUDNN_TENSOR_NCHW, p.nd + 2, wdims));
+  KILN_CUDNN_CHECK(
+      cudnnSetConvolutionNdDescriptor(d.conv, p.nd, pad, stride, dil, CUDNN_CROSS_CORRELATION,
+                                      t == DType::f64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT));
+  KILN_CUDNN_CHECK(cudnnSetConvolutionGroupCount(d.conv, checked_int(p.G, op)));
+  KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, math));
+}
+
+// ---- algorithm choice, once per problem ----
+
+struct Algo {
+  int algo = 0;
+  size_t workspace = 0;
+  cudnnMathType_t math = CUDNN_DEFAULT_MATH;
+};
+
+// FFT and Winograd algorithms round differently from a direct sum.
+bool exact(Pass pass, int algo) {
+  switch (pass) {
+    case Pass::forward:
+      return algo != CUDNN_CONVOLUTION_FWD_ALGO_FFT &&
+             algo != CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING &&
+             algo != CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD &&
+             algo != CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
+    case Pass::backward_data:
+      return algo != CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT &&
+             algo != CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING &&
+             algo != CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD &&
+             algo != CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
+    case Pass::backward_filter:
+      return algo != CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT &&
+             algo != CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING &&
+             algo != CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
+  }
+  return false;
+}
+
+// The heuristics' first usable result, preferring deterministic ones; `workspace` asks cuDNN
+// for an algorithm's workspace (nullopt: not supported here).
+template <typename Perf, typename Workspace>
+std::optional<Algo> pick(Pass pass, DType t, const Perf* perf, int count, Workspace&& workspace) {
+  const bool precise = t == DType::f32 || t == DType::f64;
+  for (const bool need_determinism : {true, false})
+    for (int i = 0; i < count; ++i) {
+      const Perf& r = perf[i];
+      if (r.status != CUDNN_STATUS_SUCCESS) continue;
+      if (precise && !exact(pass, static_cast<int>(r.algo))) continue;
+      if (t == DType::f32 && r.mathType != CUDNN_FMA_MATH && r.mathType != CUDNN_DEFAULT_MATH)
+        continue;
+      if (need_determinism && r.determinism != CUDNN_DETERMINISTIC) continue;
+      // f32 keeps FMA math whatever the heuristic reports
+      const cudnnMathType_t math = t == DType::f32 ? CUDNN_FMA_MATH : r.mathType;
+      const std::optional<size_t> ws = workspace(r.algo, math);
+      if (!ws || *ws > kMaxWorkspace) continue;
+      return Algo{static_cast<int>(r.algo), *ws, math};
+    }
+  return std::nullopt;
+}
+
+// The bytes a workspace query wrote, when it succeeded.
+template <typename Query>
+std::optional<size_t> workspace_of(const Descriptors& d, cudnnMathType_t math, Query&& query) {
+  size_t bytes = 0;
+  KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, math));
+  if (query(&bytes) != CUDNN_STATUS_SUCCESS) return std::nullopt;
+  return bytes;
+}
+
+std::optional<Algo> find_algo(cudnnHandle_t h, Pass pass, DType t, const Descriptors& d) {
+  constexpr int kMax = 16;
+  int count = 0;
+  switch (pass) {
+    case Pass::forward: {
+      cudnnConvolutionFwdAlgoPerf_t perf[kMax];
+      KILN_CUDNN_CHECK(
+          cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, kMax, &count, perf));
+      return pick(pass, t, perf, count, [&](cudnnConvolutionFwdAlgo_t a, cudnnMathType_t m) {
+        return workspace_of(d, m, [&](size_t* b) {
+          return cudnnGetConvolutionForwardWorkspaceSize(h, d.x, d.w, d.conv, d.y, a, b);
+        });
+      });
+    }
+    case Pass::backward_data: {
+      cudnnConvolutionBwdDataAlgoPerf_t perf[kMax];
+      KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.y, d.conv, d.x, kMax,
+                                                                   &count, perf));
+      return pick(pass, t, perf, count, [&](cudnnConvolutionBwdDataAlgo_t a, cudnnMathType_t m) {
+        return workspace_of(d, m, [&](size_t* b) {
+          return cudnnGetConvolutionBackwardDataWorkspaceSize(h, d.w, d.y, d.conv, d.x, a, b);
+        });
+      });
+    }
+    case Pass::backward_filter: {
+      cudnnConvolutionBwdFilterAlgoPerf_t perf[kMax];
+      KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x, d.y, d.conv, d.w, kMax,
+                                                                     &count, perf));
+      return pick(pass, t, perf, count, [&](cudnnConvolutionBwdFilterAlgo_t a, cudnnMathType_t m) {
+        return workspace_of(d, m, [&](size_t* b) {
+          return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, d.x, d.y, d.conv, d.w, a, b);
+        });
+      });
+    }
+  }
+  return std::nullopt;
+}
+
+std::vector<int64_t> problem_key(Pass pass, int device, DType t, const Problem& p) {
+  std::vector<int64_t> key{
+      static_cast<int64_t>(pass), device, static_cast<int64_t>(t), p.nd, p.N, p.C, p.O, p.G};
+  for (const auto* a : {&p.in, &p.k, &p.out, &p.pad, &p.stride, &p.dil})
+    key.insert(key.end(), a->begin(), a->end());
+  return key;
+}
+
+// The algorithm of a problem, chosen by cuDNN's heuristics on first use (no device work).
+std::optional<Algo> algo_for(cudnnHandle_t h, Pass pass, int device, DType t, const Problem& p,
+                             const Descriptors& d) {
+  static std::mutex mu;
+  static std::map<std::vector<int64_t>, std::optional<Algo>> algos;
+  const auto key = problem_key(pass, device, t, p);
+  {
+    std::lock_guard<std::mutex> l(mu);
+    auto it = algos.find(key);
+    if (it != algos.end()) return it->second;
+  }
+  const auto a = find_algo(h, pass, t, d);
+  std::lock_guard<std::mutex> l(mu);
+  return algos.emplace(key, a).first->second;
+}
+
+// Runs one pass on dense buffers: forward y = conv(x, w); backward_data x = convᵀ(y, w);
+// backward_filter w = dW(x, y). The batch is split where a tensor passes cuDNN's int sizes
+// (weight gradients of later chunks accumulate).
+void run_pass(KernelContext& ctx, Pass pass, const Problem& full, DType t, const void* x,
+              const void* w, const void* y, void* out) {
+  const char* op = ctx.op_name();
+  const int64_t per_sample = std::max(full.C * full.in_size(), full.O * full.out_size());
+  const int64_t chunk = std::min<int64_t>(full.N, INT_MAX / std::max<int64_t>(per_sample, 1));
+  if (chunk < 1)
+    fail<UnsupportedError>("[{}] cuDNN takes at most {} elements per sample, got {}", op, INT_MAX,
+                           per_sample);
+  const size_t es = size_of(t);
+  const cudnnHandle_t h = cudnn_handle(ctx.device(), stream_of(ctx));
+  const float one = 1.f, zero = 0.f;
+  const double one_d = 1.0, zero_d = 0.0;
+  const bool f64 = t == DType::f64;
+  const void* alpha = f64 ? static_cast<const void*>(&one_d) : &one;
+  for (int64_t n0 = 0; n0 < full.N; n0 += chunk) {
+    Problem p = full;
+    p.N = std::min(chunk, full.N - n0);
+    const void* beta = (pass == Pass::backward_filter && n0 > 0)
+                           ? alpha
+                           : (f64 ? static_cast<const void*>(&zero_d) : &zero);
+    Descriptors d;
+    make_descriptors(d, p, t, requested_math(t), op);
+    const auto a = algo_for(h, pass, ctx.device(), t, p, d);
+    if (!a)
+      fail<UnsupportedError>(
+          "[{}] cuDNN has no algorithm for input {}x{}x({}), weight {}x{}x({}), groups {} in {}",
+          op, p.N, p.C, fmt::join(p.in, ", "), p.O, p.C / p.G, fmt::join(p.k, ", "), p.G, name(t));
+    KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, a->math));
+    void* ws = a->workspace ? ctx.scratch(a->workspace) : nullptr;
+    const size_t x_off = n0 * full.C * full.in_size() * es;
+    const size_t y_off = n0 * full.O * full.out_size() * es;
+    switch (pass) {
+      case Pass::forward:
+        KILN_CUDNN_CHECK(
+            cudnnConvolutionForward(h, alpha, d.x, static_cast<const char*>(x) + x_off, d.w, w,
+                                    d.conv, static_cast<cudnnConvolutionFwdAlgo_t>(a->algo), ws,
+                                    a->workspace, beta, d.y, static_cast<char*>(out) + y_off));
+        break;
+      case Pass::backward_data:
+        KILN_CUDNN_CHECK(cudnnConvolutionBackwardData(
+            h, alpha, d.w, w, d.y, static_cast<const char*>(y) + y_off, d.conv,
+            static_cast<cudnnConvolutionBwdDataAlgo_t>(a->algo), ws, a->workspace, beta, d.x,
+            static_cast<char*>(out) + x_off));
+        break;
+      case Pass::backward_filter:
+        KILN_CUDNN_CHECK(
+            cudnnConvolutionBackwardFilter(h, alpha, d.x, static_cast<const char*>(x) + x_off, d.y,
+                                           static_cast<const char*>(y) + y_off, d.conv,
+                                           static_cast<cudnnConvolutionBwdFilterAlgo_t>(a->algo),
+                                           ws, a->workspace, beta, d.w, out));
+        break;
+    }
+  }
+}
+
+// ---- geometry ----
+
+// kiln's attributes and the sizes of the conv's input x, weight w and output y (for
+// conv_transpose: of the conv it transposes, whose input is conv_transpose's output).
+struct Geometry {
+  int nd = 0;
+  int64_t N = 0, C = 0, O = 0, G = 1;
+  std::vector<int64_t> in, k, out, stride, dil, pb, pe;
+};
+
+Geometry geometry(const KernelContext& ctx, const Shape& x, const Shape& w, const Shape& y) {
+  Geometry g;
+  g.nd = static_cast<int>(x.size()) - 2;
+  g.N = x[0];
+  g.C = x[1];
+  g.O = y[1];
+  g.G = ctx.attrs().i("groups");
+  g.in.assign(x.begin() + 2, x.end());
+  g.k.assign(w.begin() + 2, w.end());
+  g.out.assign(y.begin() + 2, y.end());
+  g.stride = ctx.attrs().ints("stride");
+  g.dil = ctx.attrs().ints("dilation");
+  const auto& p = ctx.attrs().ints("pads");
+  g.pb.assign(p.begin(), p.begin() + g.nd);
+  g.pe.assign(p.begin() + g.nd, p.end());
+  return g;
+}
+
+int64_t extent(const Geometry& g, int i) { return (g.k[i] - 1) * g.dil[i] + 1; }
+
+// Whether cuDNN, padding `pad` on both sides of `in`, gives `out` positions along dim i.
+bool cudnn_fits(const Geometry& g, int i, int64_t in, int64_t pad, int64_t out) {
+  const int64_t span = in + 2 * pad - extent(g, i);
+  return span >= 0 && span / g.stride[i] + 1 == out;
+}
+
+// The cuDNN problem with input sizes `in` and symmetric pads `pad` (kiln order, nd values).
+Problem problem(const Geometry& g, const std::vector<int64_t>& in,
+                const std::vector<int64_t>& pad) {
+  Problem p;
+  p.nd = std::max(2, g.nd);
+  p.N = g.N, p.C = g.C, p.O = g.O, p.G = g.G;
+  p.in = place(in.data(), g.nd, 1);
+  p.k = place(g.k.data(), g.nd, 1);
+  p.out = place(g.out.data(), g.nd, 1);
+  p.pad = place(pad.data(), g.nd, 0);
+  p.stride = place(g.stride.data(), g.nd, 1);
+  p.dil = place(g.dil.data(), g.nd, 1);
+  return p;
+}
+
+Dims3 dims3(const std::vector<int64_t>& v, int64_t fill) {
+  Dims3 d;
+  const int nd = static_cast<int>(v.size());
+  for (int i = 0; i < 3; ++i) d.v[i] = fill;
+  for (int i = 0; i < nd; ++i) d.v[3 - nd + i] = v[i];
+  return d;
+}
+
+// dst (rows, ds) from src (rows, ss) moved by shift, plus a per-channel bias (see window_copy).
+void launch_window_copy(KernelContext& ctx, DType t, const void* src, void* dst, int64_t rows,
+                        const std::vector<int64_t>& ss, const std::vector<int64_t>& ds,
+                        const std::vector<int64_t>& shift, const void* bias, int64_t channels) {
+  const Dims3 s3 = dims3(ss, 1), d3 = dims3(ds, 1), sh3 = dims3(shift, 0);
+  const int64_t total = rows * d3.v[0] * d3.v[1] * d3.v[2];
+  if (total == 0) return;
+  dispatch_float(t, ctx.op_name(), [&](auto v) {
+    using T = decltype(v);
+    window_copy<T><<<blocks_for(total), kThreads, 0, stream_of(ctx)>>>(
+        static_cast<const T*>(src), static_cast<T*>(dst), total, s3, d3, sh3,
+        static_cast<const T*>(bias), channels);
+    check_launch(ctx.op_name());
+  });
+}
+
+int64_t prod(const std::vector<int64_t>& v) {
+  int64_t r = 1;
+  for (int64_t e : v) r *= e;
+  return r;
+}
+
+const void* bias_of(const KernelContext& ctx) {
+  return ctx.attrs().b("has_bias") ? ctx.in(2).data : nullptr;
+}
+
+// ---- the kernels ----
+
+void conv(KernelContext& ctx) {
+  const TensorView &x = ctx.in(0), &w = ctx.in(1), &y = ctx.out(0);
+  if (y.numel() == 0) return;
+  const void* bias = bias_of(ctx);
+  if (x.numel() == 0 || w.numel() == 0) return launch_channel_bias(ctx, y, bias, false);
+  const Geometry g = geometry(ctx, x.shape, w.shape, y.shape);
+  bool direct = true;
+  for (int i = 0; i < g.nd; ++i) direct = direct && cudnn_fits(g, i, g.in[i], g.pb[i], g.out[i]);
+  if (direct) {
+    run_pass(ctx, Pass::forward, problem(g, g.in, g.pb), x.dtype, x.data, w.data, nullptr, y.data);
+  } else {
+    // pad the input by what the symmetric pads lack
+    std::vector<int64_t> pad(g.nd), in(g.nd), shift(g.nd);
+    for (int i = 0; i < g.nd; ++i) {
+      pad[i] = std::min(g.pb[i], g.pe[i]);
+      shift[i] = g.pb[i] - pad[i];
+      in[i] = g.in[i] + g.pb[i] + g.pe[i] - 2 * pad[i];
+    }
+    void* xp = ctx.scratch(static_cast<size_t>(g.N * g.C * prod(in)) * size_of(x.dtype));
+    launch_window_copy(ctx, x.dtype, x.data, xp, g.N * g.C, g.in, in, shift, nullptr, 1);
+    run_pass(ctx, Pass::forward, problem(g, in, pad), x.dtype, xp, w.data, nullptr, y.data);
+  }
+  if (bias) launch_channel_bias(ctx, y, bias, true);
+}
+
+// conv_transpose(x, w) is the backward-data pass of the conv from its output y to its input x.
+void conv_transpose(KernelContext& ctx) {
+  const TensorView &x = ctx.in(0), &w = ctx.in(1), &y = ctx.out(0);
+  if (y.numel() == 0) return;
+  const void* bias = bias_of(ctx);
+  if (x.numel() == 0 || w.numel() == 0) return launch_channel_bias(ctx, y, bias, false);
+  // as the transposed conv: input y (N, O, ...), output x (N, C, ...), weight (C, O/G, k)
+  const Geometry g = geometry(ctx, y.shape, w.shape, x.shape);
+  bool direct = true;
+  for (int i = 0; i < g.nd; ++i) direct = direct && cudnn_fits(g, i, g.in[i], g.pb[i], g.out[i]);
+  if (direct) {
+    run_pass(ctx, Pass::backward_data, problem(g, g.in, g.pb), x.dtype, nullptr, w.data, x.data,
+             y.data);
+    if (bias) launch_channel_bias(ctx, y, bias, true);
+    return;
+  }
+  // the unpadded ("full") result, cropped by the begin pads; output_padding beyond it is zero
+  std::vector<int64_t> full(g.nd), zero(g.nd, 0), shift(g.nd);
+  for (int i = 0; i < g.nd; ++i) {
+    full[i] = (g.out[i] - 1) * g.stride[i] + extent(g, i);
+    shift[i] = -g.pb[i];
+  }
+  void* yf = ctx.scratch(static_cast<size_t>(g.N * g.C * prod(full)) * size_of(x.dtype));
+  run_pass(ctx, Pass::backward_data, problem(g, full, zero), x.dtype, nullptr, w.data, x.data, yf);
+  launch_window_copy(ctx, x.dtype, yf, y.data, g.N * g.C, full, g.in, shift, bias, g.C);
+}
+
+// dW of the conv from x (N, C, in) to dy (N, O, out): the backward-filter pass.
+void conv_grad_weight(KernelContext& ctx) {
+  const TensorView &x = ctx.in(0), &dy = ctx.in(1), &dw = ctx.out(0);
+  if (dw.numel() == 0) return;
+  if (x.numel() == 0 || dy.numel() == 0) {
+    KILN_CUDA_CHECK(cudaMemsetAsync(dw.data, 0, dw.numel() * size_of(dw.dtype), stream_of(ctx)));
+    return;
+  }
+  const Geometry g = geometry(ctx, x.shape, dw.shape, dy.shape);
+  bool direct = true;
+  for (int i = 0; i < g.nd; ++i) direct = direct && cudnn_fits(g, i, g.in[i], g.pb[i], g.out[i]);
+  if (direct) {
+    run_pass(ctx, Pass::backward_filter, problem(g, g.in, g.pb), x.dtype, x.data, nullptr, dy.data,
+             dw.data);
+    return;
+  }
+  // the input window the outputs read, begin pads included, with no pads left for cuDNN
+  std::vector<int64_t> in(g.nd), zero(g.nd, 0);
+  for (int i = 0; i < g.nd; ++i) in[i] = (g.out[i] - 1) * g.stride[i] + extent(g, i);
+  void* xp = ctx.scratch(static_cast<size_t>(g.N * g.C * prod(in)) * size_of(x.dtype));
+  launch_window_copy(ctx, x.dtype, x.data, xp, g.N * g.C, g.in, in, g.pb, nullptr, 1);
+  run_pass(ctx, Pass::backward_filter, problem(g, in, zero), x.dtype, xp, nullptr, dy.data,
+           dw.data);
+}
+
+}  // namespace
+
+void register_conv_kernels() {
+  constexpr DTypeSet kTypes{f32, f64, f16, bf16};
+  register_kernel(OpId::Conv, Backend::cuda, {conv, kTypes, 0, false});
+  register_kernel(OpId::ConvTranspose, Backend::cuda, {conv_transpose, kTypes, 0, false});
+  register_kernel(OpId::ConvGradWeight, Backend::cuda, {conv_grad_weight, kTypes, 0, false});
+}
 
 }  // namespace kiln::cuda

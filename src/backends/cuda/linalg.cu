@@ -1,9 +1,457 @@
-// CUDA kernels of the linalg family.
+// CUDA kernels of the linalg family. Float types go through cuBLASLt (f32 in true f32 — no TF32;
+// f16/bf16 with f32 accumulation; f64 in f64); Linear adds its bias in cuBLASLt's epilogue where
+// an algorithm takes it. Integer types use a tiled kernel that wraps like the CPU loops.
+// Row-major C = A·B is computed as the column-major product Cᵀ = Bᵀ·Aᵀ, so no copies are made.
+#include <algorithm>
+#include <climits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+#include <vector>
+
 #include "backends/cuda/cuda_common.cuh"
+#include "backends/cuda/handles.h"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/library_check.h"
 
 namespace kiln::cuda {
 
-void register_linalg_kernels() {}
+namespace {
+
+constexpr size_t kMaxWorkspace = size_t{32} << 20;
+
+// a (..., M, K) times b (..., K, N) with 1-D operands promoted; batches padded to one rank.
+struct MatmulDims {
+  Shape batch_a, batch_b, batch;
+  int64_t M = 1, K = 1, N = 1;
+};
+
+MatmulDims matmul_dims(const TensorView& a, const TensorView& b, const TensorView& out) {
+  MatmulDims d;
+  d.K = a.shape.back();
+  d.M = a.rank() >= 2 ? a.shape[a.rank() - 2] : 1;
+  d.N = b.rank() >= 2 ? b.shape.back() : 1;
+  const int rank = out.rank() - (a.rank() >= 2) - (b.rank() >= 2);
+  d.batch.assign(out.shape.begin(), out.shape.begin() + rank);
+  auto pad = [rank](const Shape& s) {
+    Shape p(s.begin(), s.end() - std::min<int>(2, static_cast<int>(s.size())));
+    p.insert(p.begin(), rank - p.size(), 1);
+    return p;
+  };
+  d.batch_a = pad(a.shape);
+  d.batch_b = pad(b.shape);
+  return d;
+}
+
+// ---- cuBLASLt ----
+
+template <typename T, void (*Destroy)(T)>
+struct LtHandle {
+  T h = nullptr;
+  LtHandle() = default;
+  LtHandle(const LtHandle&) = delete;
+  LtHandle& operator=(const LtHandle&) = delete;
+  ~LtHandle() {
+    if (h) Destroy(h);
+  }
+};
+void destroy_desc(cublasLtMatmulDesc_t d) { cublasLtMatmulDescDestroy(d); }
+void destroy_layout(cublasLtMatrixLayout_t l) { cublasLtMatrixLayoutDestroy(l); }
+void destroy_pref(cublasLtMatmulPreference_t p) { cublasLtMatmulPreferenceDestroy(p); }
+using MatmulDesc = LtHandle<cublasLtMatmulDesc_t, destroy_desc>;
+using Layout = LtHandle<cublasLtMatrixLayout_t, destroy_layout>;
+using Preference = LtHandle<cublasLtMatmulPreference_t, destroy_pref>;
+
+// One column-major product D (m x n) = op(A) (m x k) · B (k x n), batched with element strides
+// (0: the operand is shared by every batch). Everything a heuristic result depends on.
+struct GemmKey {
+  int device = 0;
+  DType dtype = f32;
+  bool trans_a = false;
+  int64_t m = 0, n = 0, k = 0, batch = 1;
+  int64_t lda = 0, ldb = 0, ldd = 0, stride_a = 0, stride_b = 0, stride_d = 0;
+  bool bias = false;
+  uint32_t align_a = 0, align_b = 0, align_d = 0, align_bias = 0;
+  auto tie() const {
+    return std::tie(device, dtype, trans_a, m, n, k, batch, lda, ldb, ldd, stride_a, stride_b,
+                    stride_d, bias, align_a, align_b, align_d, align_bias);
+  }
+  bool operator<(const GemmKey& o) const { return tie() < o.tie(); }
+};
+
+// The layouts of A, B and D and the chosen algorithm; immutable once built, shared by threads.
+struct GemmPlan {
+  Layout a, b, d;
+  cublasLtMatmulAlgo_t algo{};
+  size_t workspace = 0;
+  bool found = false;
+};
+
+cudaDataType_t cuda_type(DType t) {
+  switch (t) {
+    case DType::f32:
+      return CUDA_R_32F;
+    case DType::f16:
+      return CUDA_R_16F;
+    case DType::bf16:
+      return CUDA_R_16BF;
+    case DType::f64:
+      return CUDA_R_64F;
+    default:
+      fail<UnsupportedError>("[matmul] cuBLASLt kernel got dtype {}", name(t));
+  }
+}
+
+uint32_t alignment_of(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  uint32_t r = 256;
+  while (r > 1 && a % r != 0) r /= 2;
+  return r;
+}
+
+// A matmul descriptor is made per call: the bias pointer lives in it.
+void make_desc(MatmulDesc& desc, const GemmKey& k, const void* bias) {
+  const bool f64 = k.dtype == DType::f64;
+  KILN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.h, f64 ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F,
+                                             f64 ? CUDA_R_64F : CUDA_R_32F));
+  const cublasOperation_t ta = k.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = CUBLAS_OP_N;
+  KILN_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(desc.h, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+  KILN_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(desc.h, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  if (k.bias) {
+    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    KILN_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(desc.h, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+    KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.h, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                     &bias, sizeof(bias)));
+  }
+}
+
+void make_layout(Layout& l, cudaDataType_t t, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
+                 int64_t stride) {
+  KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l.h, t, static_cast<uint64_t>(rows),
+                                               static_cast<uint64_t>(cols), ld));
+  if (batch > 1) {
+    const int32_t count = static_cast<int32_t>(batch);
+    KILN_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l.h, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                                                       &count, sizeof(count)));
+    KILN_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
+        l.h, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
+  }
+}
+
+std::shared_ptr<const GemmPlan> build_plan(const GemmKey& k) {
+  auto plan = std::make_shared<GemmPlan>();
+  const cudaDataType_t t = cuda_type(k.dtype);
+  make_layout(plan->a, t, k.trans_a ? k.k : k.m, k.trans_a ? k.m : k.k, k.lda, k.batch, k.stride_a);
+  make_layout(plan->b, t, k.k, k.n, k.ldb, k.batch, k.stride_b);
+  make_layout(plan->d, t, k.m, k.n, k.ldd, k.batch, k.stride_d);
+  MatmulDesc desc;
+  const int dummy = 0;
+  make_desc(desc, k, k.bias ? &dummy : nullptr);
+  Preference pref;
+  KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref.h));
+  const size_t ws = kMaxWorkspace;
+  KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref.h, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> aligns[] = {
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, k.align_a},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, k.align_b},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, k.align_d},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, k.align_d}};
+  for (const auto& [attr, v] : aligns)
+    KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.h, attr, &v, sizeof(v)));
+  if (k.dtype == DType::f16 || k.dtype == DType::bf16) {
+    // split-K partial sums stay in f32: no reduction in (or in place of) the half output
+    const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref.h, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof(schemes)));
+  }
+  cublasLtMatmulHeuristicResult_t result{};
+  int count = 0;
+  const cublasStatus_t s =
+      cublasLtMatmulAlgoGetHeuristic(cublaslt_handle(k.device), desc.h, plan->a.h, plan->b.h,
+                                     plan->d.h, plan->d.h, pref.h, 1, &result, &count);
+  if (s == CUBLAS_STATUS_SUCCESS && count > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
+    plan->algo = result.algo;
+    plan->workspace = result.workspaceSize;
+    plan->found = true;
+  } else if (s != CUBLAS_STATUS_SUCCESS && s != CUBLAS_STATUS_NOT_SUPPORTED) {
+    throw_cublas_error(s, "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__);
+  }
+  return plan;
+}
+
+// Plans per key, built once (a plan without an algorithm is remembered too).
+std::shared_ptr<const GemmPlan> plan_for(const GemmKey& k) {
+  static std::mutex mu;
+  static std::map<GemmKey, std::shared_ptr<const GemmPlan>> plans;
+  {
+    std::lock_guard<std::mutex> l(mu);
+    auto it = plans.find(k);
+    if (it != plans.end()) return it->second;
+  }
+  auto plan = build_plan(k);
+  std::lock_guard<std::mutex> l(mu);
+  return plans.emplace(k, std::move(plan)).first->second;
+}
+
+struct GemmArgs {
+  const void* a = nullptr;
+  const void* b = nullptr;
+  void* d = nullptr;
+  const void* bias = nullptr;
+};
+
+GemmKey with_alignments(GemmKey k, const GemmArgs& g) {
+  k.align_a = alignment_of(g.a);
+  k.align_b = alignment_of(g.b);
+  k.align_d = alignment_of(g.d);
+  k.align_bias = g.bias ? alignment_of(g.bias) : 0;
+  return k;
+}
+
+// Runs the product when an algorithm exists; false otherwise (nothing was enqueued).
+bool try_gemm(KernelContext& ctx, GemmKey key, const GemmArgs& g) {
+  key = with_alignments(key, g);
+  const auto plan = plan_for(key);
+  if (!plan->found) return false;
+  MatmulDesc desc;
+  make_desc(desc, key, g.bias);
+  void* ws = plan->workspace ? ctx.scratch(plan->workspace) : nullptr;
+  const float one = 1.f, zero = 0.f;
+  const double one_d = 1.0, zero_d = 0.0;
+  const bool f64 = key.dtype == DType::f64;
+  KILN_CUBLAS_CHECK(cublasLtMatmul(
+      cublaslt_handle(ctx.device()), desc.h, f64 ? static_cast<const void*>(&one_d) : &one, g.a,
+      plan->a.h, g.b, plan->b.h, f64 ? static_cast<const void*>(&zero_d) : &zero, g.d, plan->d.h,
+      g.d, plan->d.h, &plan->algo, ws, plan->workspace, stream_of(ctx)));
+  return true;
+}
+
+void require_int_batch(const char* op, int64_t batch) {
+  if (batch > INT_MAX)
+    fail<UnsupportedError>("[{}] cuBLASLt takes at most {} batches, got {}", op, INT_MAX, batch);
+}
+
+// ---- small kernels ----
+
+// Whole matrices of `size` elements: matrix i of dst is matrix bi.offset(i) of src.
+template <typename T>
+__global__ void gather_matrices(const T* src, T* dst, BroadcastIndex bi, int64_t count,
+                                int64_t size) {
+  const int64_t n = count * size;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t mat = i / size;
+    dst[i] = src[bi.offset(mat) * size + (i - mat * size)];
+  }
+}
+
+// out (rows, n) += bias (n)
+template <typename T>
+__global__ void add_bias_rows(T* out, const T* bias, int64_t total, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = from_acc<T>(to_acc(out[i]) + to_acc(bias[i % n]));
+}
+
+// Integer products wrap like the CPU loops: accumulate modulo 2^64, then truncate to T.
+// C[z] (M x N) = A[z] (M x K, row stride a_rs, col stride a_cs) · B[z] (K x N, b_rs, b_cs)
+// + bias; a_bi/b_bi map a batch to its matrix, a_mat/b_mat are the matrix sizes.
+constexpr int kTile = 16;
+template <typename T>
+__device__ uint64_t widen(T v) {
+  return static_cast<uint64_t>(static_cast<int64_t>(v));
+}
+template <typename T>
+__global__ void int_gemm(const T* A, int64_t a_rs, int64_t a_cs, BroadcastIndex a_bi, int64_t a_mat,
+                         const T* B, int64_t b_rs, int64_t b_cs, BroadcastIndex b_bi, int64_t b_mat,
+                         const T* bias, T* C, int64_t batch, int64_t M, int64_t N, int64_t K) {
+  __shared__ uint64_t as[kTile][kTile + 1];
+  __shared__ uint64_t bs[kTile][kTile + 1];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  for (int64_t z = blockIdx.z; z < batch; z += gridDim.z) {
+    const T* a = A + a_bi.offset(z) * a_mat;
+    const T* b = B + b_bi.offset(z) * b_mat;
+    for (int64_t m0 = int64_t(blockIdx.y) * kTile; m0 < M; m0 += int64_t(gridDim.y) * kTile)
+      for (int64_t n0 = int64_t(blockIdx.x) * kTile; n0 < N; n0 += int64_t(gridDim.x) * kTile) {
+        const int64_t m = m0 + ty, n = n0 + tx;
+        uint64_t acc = 0;
+        for (int64_t k0 = 0; k0 < K; k0 += kTile) {
+          const int64_t ka = k0 + tx, kb = k0 + ty;
+          as[ty][tx] = (m < M && ka < K) ? widen(a[m * a_rs + ka * a_cs]) : 0;
+          bs[ty][tx] = (kb < K && n < N) ? widen(b[kb * b_rs + n * b_cs]) : 0;
+          __syncthreads();
+#pragma unroll
+          for (int j = 0; j < kTile; ++j) acc += as[ty][j] * bs[j][tx];
+          __syncthreads();
+        }
+        if (m < M && n < N) {
+          if (bias) acc += widen(bias[n]);
+          C[(z * M + m) * N + n] = static_cast<T>(static_cast<int64_t>(acc));
+        }
+      }
+  }
+}
+
+template <typename T>
+void launch_int_gemm(const char* op, cudaStream_t stream, const T* A, int64_t a_rs, int64_t a_cs,
+                     const BroadcastIndex& a_bi, int64_t a_mat, const T* B, int64_t b_rs,
+                     int64_t b_cs, const BroadcastIndex& b_bi, int64_t b_mat, const T* bias, T* C,
+                     int64_t batch, int64_t M, int64_t N, int64_t K) {
+  const auto tiles = [](int64_t n) {
+    return static_cast<unsigned>(
+        std::min<int64_t>(std::max<int64_t>((n + kTile - 1) / kTile, 1), 65535));
+  };
+  const dim3 grid(tiles(N), tiles(M), static_cast<unsigned>(std::min<int64_t>(batch, 65535)));
+  int_gemm<T><<<grid, dim3(kTile, kTile), 0, stream>>>(A, a_rs, a_cs, a_bi, a_mat, B, b_rs, b_cs,
+                                                       b_bi, b_mat, bias, C, batch, M, N, K);
+  check_launch(op);
+}
+
+bool is_float(DType t) {
+  return t == DType::f32 || t == DType::f16 || t == DType::bf16 || t == DType::f64;
+}
+
+// ---- matmul ----
+
+// An operand's batch stride: whole when its batch is the output's, 0 when it has one matrix;
+// otherwise (mixed broadcasting) -1: the operand is gathered to the full batch first.
+int64_t batch_stride(const Shape& in, const Shape& out, int64_t matrix) {
+  if (in == out) return matrix;
+  if (numel(in) == 1) return 0;
+  return -1;
+}
+
+void matmul_float(KernelContext& ctx, const MatmulDims& d) {
+  const TensorView &a = ctx.in(0), &b = ctx.in(1), &out = ctx.out(0);
+  const DType t = a.dtype;
+  const int64_t batch = numel(d.batch);
+  const size_t esize = size_of(t);
+  const void* pa = a.data;
+  const void* pb = b.data;
+  int64_t sa = batch_stride(d.batch_a, d.batch, d.M * d.K);
+  int64_t sb = batch_stride(d.batch_b, d.batch, d.K * d.N);
+
+  // Gathers an operand to the full batch (mixed broadcasting, or stride 0 without an algorithm).
+  auto gather = [&](const TensorView& v, const Shape& vb, int64_t size) -> const void* {
+    void* dst = ctx.scratch(static_cast<size_t>(batch * size) * esize);
+    const BroadcastIndex bi = make_broadcast_index(vb, d.batch, ctx.op_name());
+    dispatch_float(t, ctx.op_name(), [&](auto x) {
+      using T = decltype(x);
+      gather_matrices<T><<<blocks_for(batch * size), kThreads, 0, stream_of(ctx)>>>(
+          static_cast<const T*>(v.data), static_cast<T*>(dst), bi, batch, size);
+      check_launch(ctx.op_name());
+    });
+    return dst;
+  };
+  if (sa < 0) pa = gather(a, d.batch_a, d.M * d.K), sa = d.M * d.K;
+  if (sb < 0) pb = gather(b, d.batch_b, d.K * d.N), sb = d.K * d.N;
+
+  GemmKey key;
+  key.device = ctx.device();
+  key.dtype = t;
+  key.ldb = d.K;
+  if (sb == 0 && sa != 0) {
+    // one b for every batch: fold the batch into the rows of a (Cᵀ = Bᵀ · [A_0ᵀ A_1ᵀ ...])
+    key.m = d.N, key.n = batch * d.M, key.k = d.K, key.batch = 1;
+  } else {
+    require_int_batch(ctx.op_name(), batch);
+    key.m = d.N, key.n = d.M, key.k = d.K, key.batch = batch;
+    key.stride_a = sb, key.stride_b = sa, key.stride_d = d.M * d.N;
+  }
+  key.lda = d.N, key.ldd = d.N;
+  if (try_gemm(ctx, key, {pb, pa, out.data, nullptr})) return;
+  // no algorithm for a shared (stride 0) operand: gather it and retry
+  if (key.batch > 1 && (sa == 0 || sb == 0)) {
+    if (sa == 0) pa = gather(a, d.batch_a, d.M * d.K), key.stride_b = d.M * d.K;
+    if (sb == 0) pb = gather(b, d.batch_b, d.K * d.N), key.stride_a = d.K * d.N;
+    if (try_gemm(ctx, key, {pb, pa, out.data, nullptr})) return;
+  }
+  fail<UnsupportedError>("[matmul] cuBLASLt has no algorithm for {} x {} in {}", str(a.shape),
+                         str(b.shape), name(t));
+}
+
+void matmul(KernelContext& ctx) {
+  const TensorView &a = ctx.in(0), &b = ctx.in(1), &out = ctx.out(0);
+  if (out.numel() == 0) return;
+  const MatmulDims d = matmul_dims(a, b, out);
+  if (d.K == 0) {
+    KILN_CUDA_CHECK(cudaMemsetAsync(out.data, 0, out.numel() * size_of(out.dtype), stream_of(ctx)));
+    return;
+  }
+  if (is_float(a.dtype)) return matmul_float(ctx, d);
+  const BroadcastIndex a_bi = make_broadcast_index(d.batch_a, d.batch, ctx.op_name());
+  const BroadcastIndex b_bi = make_broadcast_index(d.batch_b, d.batch, ctx.op_name());
+  dispatch(a.dtype, ctx.op_name(), [&](auto x) {
+    using T = decltype(x);
+    if constexpr (!std::is_same_v<T, bool> && std::is_integral_v<T>)
+      launch_int_gemm<T>(ctx.op_name(), stream_of(ctx), a.ptr<T>(), d.K, 1, a_bi, d.M * d.K,
+                         b.ptr<T>(), d.N, 1, b_bi, d.K * d.N, nullptr, out.ptr<T>(), numel(d.batch),
+                         d.M, d.N, d.K);
+  });
+}
+
+// ---- linear: y (rows, N) = x (rows, K) · wᵀ + bias, i.e. yᵀ = w · xᵀ in column-major ----
+
+void linear(KernelContext& ctx) {
+  const TensorView &x = ctx.in(0), &w = ctx.in(1), &out = ctx.out(0);
+  const bool has_bias = ctx.attrs().b("has_bias");
+  const void* bias = has_bias ? ctx.in(2).data : nullptr;
+  const int64_t K = x.shape.back(), N = w.shape[0];
+  if (out.numel() == 0) return;
+  const int64_t rows = out.numel() / N;
+  const DType t = x.dtype;
+  const cudaStream_t stream = stream_of(ctx);
+  auto bias_only = [&](bool zero_first) {
+    if (zero_first) KILN_CUDA_CHECK(cudaMemsetAsync(out.data, 0, out.numel() * size_of(t), stream));
+    if (!has_bias) return;
+    dispatch(t, ctx.op_name(), [&](auto v) {
+      using T = decltype(v);
+      if constexpr (!std::is_same_v<T, bool>) {
+        add_bias_rows<T><<<blocks_for(out.numel()), kThreads, 0, stream>>>(
+            out.ptr<T>(), static_cast<const T*>(bias), out.numel(), N);
+        check_launch(ctx.op_name());
+      }
+    });
+  };
+  if (K == 0) return bias_only(true);
+  if (!is_float(t)) {
+    const BroadcastIndex none = make_broadcast_index({}, {}, ctx.op_name());
+    dispatch(t, ctx.op_name(), [&](auto v) {
+      using T = decltype(v);
+      if constexpr (!std::is_same_v<T, bool> && std::is_integral_v<T>)
+        launch_int_gemm<T>(ctx.op_name(), stream, x.ptr<T>(), K, 1, none, 0, w.ptr<T>(), 1, K, none,
+                           0, static_cast<const T*>(bias), out.ptr<T>(), 1, rows, N, K);
+    });
+    return;
+  }
+  GemmKey key;
+  key.device = ctx.device();
+  key.dtype = t;
+  key.trans_a = true;
+  key.m = N, key.n = rows, key.k = K;
+  key.lda = K, key.ldb = K, key.ldd = N;
+  // the bias epilogue where an algorithm takes it (and the bias is aligned for its vector
+  // loads); otherwise the bias is added afterwards
+  if (has_bias && alignment_of(bias) >= 16) {
+    key.bias = true;
+    if (try_gemm(ctx, key, {w.data, x.data, out.data, bias})) return;
+    key.bias = false;
+  }
+  if (try_gemm(ctx, key, {w.data, x.data, out.data, nullptr})) return bias_only(false);
+  fail<UnsupportedError>("[linear] cuBLASLt has no algorithm for input {} and weight {} in {}",
+                         str(x.shape), str(w.shape), name(t));
+}
+
+}  // namespace
+
+void register_linalg_kernels() {
+  register_kernel(OpId::Matmul, Backend::cuda, {matmul, kNumericTypes, 0, false});
+  register_kernel(OpId::Linear, Backend::cuda, {linear, kNumericTypes, 0, false});
+}
 
 }  // namespace kiln::cuda
