@@ -1,9 +1,390 @@
-// CUDA kernels of the norm family.
+// CUDA kernels of the norm family. A row's statistics take one pass (online max/sum for softmax,
+// Welford for the norms) reduced across a warp (short rows) or a block (long rows), then a second
+// pass writes the row; arithmetic in float for half types, double for f64.
+#include <cmath>
+#include <limits>
+
 #include "backends/cuda/cuda_common.cuh"
 #include "backends/cuda/kernels.h"
 
 namespace kiln::cuda {
 
-void register_norm_kernels() {}
+namespace {
+
+constexpr int kRowBlock = 512;     // threads of a block that owns one long row
+constexpr int64_t kWarpRow = 1024;  // rows up to this length go to one warp each
+
+template <typename A> __device__ A neg_inf() { return -std::numeric_limits<A>::infinity(); }
+
+__device__ inline float shfl_xor(float v, int m) { return __shfl_xor_sync(0xffffffffu, v, m); }
+__device__ inline double shfl_xor(double v, int m) { return __shfl_xor_sync(0xffffffffu, v, m); }
+__device__ inline int64_t shfl_xor(int64_t v, int m) {
+  return __shfl_xor_sync(0xffffffffu, static_cast<long long>(v), m);
+}
+__device__ inline float shfl0(float v) { return __shfl_sync(0xffffffffu, v, 0); }
+__device__ inline double shfl0(double v) { return __shfl_sync(0xffffffffu, v, 0); }
+__device__ inline int64_t shfl0(int64_t v) {
+  return __shfl_sync(0xffffffffu, static_cast<long long>(v), 0);
+}
+
+// Running softmax statistics: max m and sum of exp(x - m).
+template <typename A> struct MaxSum {
+  A m, s;
+  __device__ static MaxSum empty() { return {neg_inf<A>(), A(0)}; }
+  // fmax ignores NaN (as std::max on the host does); a NaN still makes s NaN through exp
+  __device__ void add(A x) {
+    const A mn = fmax(m, x);
+    s = (m == mn ? s : s * exp(m - mn)) + (x == neg_inf<A>() ? A(0) : exp(x - mn));
+    m = mn;
+  }
+  __device__ static MaxSum combine(const MaxSum& a, const MaxSum& b) {
+    const A mn = fmax(a.m, b.m);
+    return {mn, (a.m == mn ? a.s : a.s * exp(a.m - mn)) + (b.m == mn ? b.s : b.s * exp(b.m - mn))};
+  }
+  __device__ MaxSum shfl(int mask) const { return {shfl_xor(m, mask), shfl_xor(s, mask)}; }
+  __device__ MaxSum bcast() const { return {shfl0(m), shfl0(s)}; }
+};
+
+// Welford statistics: count, mean and sum of squared deviations (or of squares for RMS).
+template <typename A> struct Moments {
+  int64_t n;
+  A mean, m2;
+  __device__ static Moments empty() { return {0, A(0), A(0)}; }
+  __device__ void add(A x) {
+    ++n;
+    const A d = x - mean;
+    mean += d / static_cast<A>(n);
+    m2 += d * (x - mean);
+  }
+  __device__ static Moments combine(const Moments& a, const Moments& b) {
+    if (a.n == 0) return b;
+    if (b.n == 0) return a;
+    const int64_t n = a.n + b.n;
+    const A d = b.mean - a.mean, fb = static_cast<A>(b.n) / static_cast<A>(n);
+    return {n, a.mean + d * fb, a.m2 + b.m2 + d * d * static_cast<A>(a.n) * fb};
+  }
+  __device__ Moments shfl(int mask) const {
+    return {shfl_xor(n, mask), shfl_xor(mean, mask), shfl_xor(m2, mask)};
+  }
+  __device__ Moments bcast() const { return {shfl0(n), shfl0(mean), shfl0(m2)}; }
+};
+// Sum of squares, for RMS norm.
+template <typename A> struct SquareSum {
+  A s;
+  __device__ static SquareSum empty() { return {A(0)}; }
+  __device__ void add(A x) { s += x * x; }
+  __device__ static SquareSum combine(const SquareSum& a, const SquareSum& b) { return {a.s + b.s}; }
+  __device__ SquareSum shfl(int mask) const { return {shfl_xor(s, mask)}; }
+  __device__ SquareSum bcast() const { return {shfl0(s)}; }
+};
+
+// Reduces v over a group of G threads (a warp, or the whole block when G > 32); every thread of
+// the group gets the same result. `smem` holds a slot per warp.
+template <int G, typename S> __device__ S group_reduce(S v, S* smem) {
+  for (int o = 16; o > 0; o >>= 1) v = S::combine(v, v.shfl(o));
+  v = v.bcast();  // lanes may differ in the last bits; take lane 0's
+  if constexpr (G > 32) {
+    const int warp = threadIdx.x >> 5;
+    __syncthreads();  // earlier readers of smem are done
+    if ((threadIdx.x & 31) == 0) smem[warp] = v;
+    __syncthreads();
+    v = smem[0];
+    for (int w = 1; w < G / 32; ++w) v = S::combine(v, smem[w]);
+  }
+  return v;
+}
+
+// Row geometry for G threads per row: the group's row slot, lane and the grid's row stride.
+template <int G> struct RowGroup {
+  int64_t first, step;
+  int lane;
+  __device__ RowGroup() {
+    const int per_block = G >= 32 && G < kRowBlock ? blockDim.x / G : 1;
+    first = static_cast<int64_t>(blockIdx.x) * per_block + threadIdx.x / G;
+    step = static_cast<int64_t>(gridDim.x) * per_block;
+    lane = threadIdx.x % G;
+  }
+};
+
+// ---- softmax / log_softmax ----
+
+template <typename T, bool kLog, int G>
+__global__ void softmax_rows(const T* x, T* y, int64_t rows, int64_t len) {
+  using A = acc_t<T>;
+  __shared__ MaxSum<A> smem[32];
+  const RowGroup<G> g;
+  for (int64_t r = g.first; r < rows; r += g.step) {
+    const T* px = x + r * len;
+    T* py = y + r * len;
+    MaxSum<A> st = MaxSum<A>::empty();
+    for (int64_t i = g.lane; i < len; i += G) st.add(to_acc(px[i]));
+    st = group_reduce<G>(st, smem);
+    const A f = kLog ? st.m + log(st.s) : A(1) / st.s;
+    for (int64_t i = g.lane; i < len; i += G) {
+      const A v = to_acc(px[i]);
+      py[i] = from_acc<T>(kLog ? v - f : exp(v - st.m) * f);
+    }
+  }
+}
+
+// Softmax along a non-last axis: one thread per (outer, inner) column, stride `inner`.
+template <typename T, bool kLog>
+__global__ void softmax_columns(const T* x, T* y, int64_t outer, int64_t len, int64_t inner) {
+  using A = acc_t<T>;
+  const int64_t cols = outer * inner;
+  for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < cols;
+       c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t base = (c / inner) * len * inner + c % inner;
+    MaxSum<A> st = MaxSum<A>::empty();
+    for (int64_t k = 0; k < len; ++k) st.add(to_acc(x[base + k * inner]));
+    const A f = kLog ? st.m + log(st.s) : A(1) / st.s;
+    for (int64_t k = 0; k < len; ++k) {
+      const A v = to_acc(x[base + k * inner]);
+      y[base + k * inner] = from_acc<T>(kLog ? v - f : exp(v - st.m) * f);
+    }
+  }
+}
+
+// Launches a row kernel with a warp per row for short rows, a block per row for long ones.
+template <template <int> class Launch, typename... Args>
+void launch_rows(cudaStream_t stream, int64_t rows, int64_t len, Args... args) {
+  if (len <= kWarpRow) {
+    const int per_block = kThreads / 32;
+    const unsigned grid = blocks_for(rows, per_block);
+    Launch<32>::run(grid, kThreads, stream, args...);
+  } else {
+    const unsigned grid = static_cast<unsigned>(rows < 65535 * 8 ? rows : 65535 * 8);
+    Launch<kRowBlock>::run(grid, kRowBlock, stream, args...);
+  }
+}
+
+template <typename T, bool kLog> struct SoftmaxLaunch {
+  template <int G> struct At {
+    static void run(unsigned grid, int threads, cudaStream_t s, const T* x, T* y, int64_t rows,
+                    int64_t len) {
+      softmax_rows<T, kLog, G><<<grid, threads, 0, s>>>(x, y, rows, len);
+    }
+  };
+};
+
+template <bool kLog> void softmax_impl(KernelContext& ctx) {
+  const TensorView &x = ctx.in(0), &y = ctx.out(0);
+  if (x.numel() == 0) return;
+  const AxisSplit s = split_at(x.shape, ctx.attrs().i("axis"));
+  cudaStream_t stream = stream_of(ctx);
+  dispatch_float(x.dtype, ctx.op_name(), [&](auto t) {
+    using T = decltype(t);
+    if (s.inner == 1) {
+      launch_rows<SoftmaxLaunch<T, kLog>::template At>(stream, s.outer, s.len, x.ptr<T>(),
+                                                         y.ptr<T>(), s.outer, s.len);
+    } else {
+      softmax_columns<T, kLog><<<blocks_for(s.outer * s.inner), kThreads, 0, stream>>>(
+          x.ptr<T>(), y.ptr<T>(), s.outer, s.len, s.inner);
+    }
+  });
+  check_launch(ctx.op_name());
+}
+
+void softmax(KernelContext& ctx) { softmax_impl<false>(ctx); }
+void log_softmax(KernelContext& ctx) { softmax_impl<true>(ctx); }
+
+// ---- layer / RMS / instance / group norm ----
+
+// Optional weight and bias pointers after input `first`, as has_weight / has_bias record.
+template <typename T> struct Affine {
+  const T* w = nullptr;
+  const T* b = nullptr;
+};
+template <typename T> Affine<T> affine_of(const KernelContext& ctx, int first) {
+  Affine<T> a;
+  int i = first;
+  if (ctx.attrs().b("has_weight", false)) a.w = ctx.in(i++).template ptr<T>();
+  if (ctx.attrs().b("has_bias", false)) a.b = ctx.in(i).template ptr<T>();
+  return a;
+}
+
+// Normalizes rows of `len` elements: y = (x - mean) * rstd * w + b. Weight and bias are indexed by
+// position in the row (layer/RMS norm, `spatial` = 1, groups = 1) or by channel
+// (r % groups) * (len / spatial) + i / spatial (instance and group norm).
+template <typename T, bool kRms, int G>
+__global__ void norm_rows(const T* x, T* y, int64_t rows, int64_t len, int64_t spatial,
+                          int64_t groups, Affine<T> aff, double eps) {
+  using A = acc_t<T>;
+  using Stats = std::conditional_t<kRms, SquareSum<A>, Moments<A>>;
+  __shared__ Stats smem[32];
+  const RowGroup<G> g;
+  const int64_t channels = len / spatial;
+  for (int64_t r = g.first; r < rows; r += g.step) {
+    const T* px = x + r * len;
+    T* py = y + r * len;
+    Stats st = Stats::empty();
+    for (int64_t i = g.lane; i < len; i += G) st.add(to_acc(px[i]));
+    st = group_reduce<G>(st, smem);
+    A mean, var;
+    if constexpr (kRms) {
+      mean = A(0);
+      var = st.s / static_cast<A>(len);
+    } else {
+      mean = st.mean;
+      var = st.m2 / static_cast<A>(len);
+    }
+    const A rstd = A(1) / sqrt(var + static_cast<A>(eps));
+    const int64_t ch0 = (r % groups) * channels;
+    for (int64_t i = g.lane; i < len; i += G) {
+      A v = (to_acc(px[i]) - mean) * rstd;
+      if (aff.w || aff.b) {
+        const int64_t c = spatial == 1 ? i : ch0 + i / spatial;
+        if (aff.w) v *= to_acc(aff.w[c]);
+        if (aff.b) v += to_acc(aff.b[c]);
+      }
+      py[i] = from_acc<T>(v);
+    }
+  }
+}
+
+template <typename T, bool kRms> struct NormLaunch {
+  template <int G> struct At {
+    static void run(unsigned grid, int threads, cudaStream_t s, const T* x, T* y, int64_t rows,
+                    int64_t len, int64_t spatial, int64_t groups, Affine<T> aff, double eps) {
+      norm_rows<T, kRms, G><<<grid, threads, 0, s>>>(x, y, rows, len, spatial, groups, aff, eps);
+    }
+  };
+};
+
+// Rows of `len` elements; see norm_rows for spatial and groups.
+template <bool kRms>
+void norm_impl(KernelContext& ctx, int64_t len, int64_t spatial, int64_t groups) {
+  const TensorView &x = ctx.in(0), &y = ctx.out(0);
+  if (x.numel() == 0) return;
+  const double eps = ctx.attrs().f("eps");
+  const int64_t rows = x.numel() / len;
+  cudaStream_t stream = stream_of(ctx);
+  dispatch_float(x.dtype, ctx.op_name(), [&](auto t) {
+    using T = decltype(t);
+    launch_rows<NormLaunch<T, kRms>::template At>(stream, rows, len, x.ptr<T>(), y.ptr<T>(), rows,
+                                                  len, spatial, groups, affine_of<T>(ctx, 1), eps);
+  });
+  check_launch(ctx.op_name());
+}
+
+int64_t trailing(const Shape& s, int64_t begin) {
+  int64_t n = 1;
+  for (size_t d = static_cast<size_t>(begin); d < s.size(); ++d) n *= s[d];
+  return n;
+}
+
+void layer_norm(KernelContext& ctx) {
+  const int64_t n = trailing(ctx.in(0).shape, ctx.attrs().i("begin_axis"));
+  norm_impl<false>(ctx, n, 1, 1);
+}
+void rms_norm(KernelContext& ctx) {
+  const int64_t n = trailing(ctx.in(0).shape, ctx.attrs().i("begin_axis"));
+  norm_impl<true>(ctx, n, 1, 1);
+}
+// A row is one (n, group) block of C / groups channels of `spatial` elements each.
+void channel_group_norm(KernelContext& ctx, int64_t groups) {
+  const Shape& s = ctx.in(0).shape;
+  const int64_t spatial = trailing(s, 2);
+  norm_impl<false>(ctx, s[1] / groups * spatial, spatial, groups);
+}
+void instance_norm(KernelContext& ctx) { channel_group_norm(ctx, ctx.in(0).shape[1]); }
+void group_norm(KernelContext& ctx) { channel_group_norm(ctx, ctx.attrs().i("groups")); }
+
+// ---- batch norm ----
+
+// Per channel: scale = w / sqrt(var + eps), shift = b - mean * scale.
+template <typename T>
+__global__ void batch_norm_params(const T* mean, const T* var, Affine<T> aff, int64_t c,
+                                  double eps, acc_t<T>* scale, acc_t<T>* shift) {
+  using A = acc_t<T>;
+  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < c;
+       k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const A w = aff.w ? to_acc(aff.w[k]) : A(1), b = aff.b ? to_acc(aff.b[k]) : A(0);
+    const A a = w / sqrt(to_acc(var[k]) + static_cast<A>(eps));
+    scale[k] = a;
+    shift[k] = b - to_acc(mean[k]) * a;
+  }
+}
+
+template <typename T>
+__global__ void batch_norm_apply(const T* x, T* y, int64_t n, int64_t spatial, int64_t c,
+                                 const acc_t<T>* scale, const acc_t<T>* shift) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t k = (i / spatial) % c;
+    y[i] = from_acc<T>(to_acc(x[i]) * scale[k] + shift[k]);
+  }
+}
+
+void batch_norm(KernelContext& ctx) {
+  const TensorView &x = ctx.in(0), &y = ctx.out(0);
+  const int64_t c = x.shape[1], spatial = trailing(x.shape, 2), n = x.numel();
+  if (n == 0) return;
+  const double eps = ctx.attrs().f("eps");
+  cudaStream_t stream = stream_of(ctx);
+  dispatch_float(x.dtype, ctx.op_name(), [&](auto t) {
+    using T = decltype(t);
+    using A = acc_t<T>;
+    A* scale = static_cast<A*>(ctx.scratch(2 * static_cast<size_t>(c) * sizeof(A)));
+    A* shift = scale + c;
+    batch_norm_params<T><<<blocks_for(c), kThreads, 0, stream>>>(
+        ctx.in(1).ptr<T>(), ctx.in(2).ptr<T>(), affine_of<T>(ctx, 3), c, eps, scale, shift);
+    check_launch(ctx.op_name());
+    batch_norm_apply<T><<<blocks_for(n), kThreads, 0, stream>>>(x.ptr<T>(), y.ptr<T>(), n, spatial,
+                                                                c, scale, shift);
+  });
+  check_launch(ctx.op_name());
+}
+
+// ---- dropout ----
+
+// The CPU's generator, bit for bit: element i is dropped when splitmix64(key + i) < threshold.
+__device__ __host__ inline uint64_t splitmix64(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// Kept elements are x / (1 - p), divided (not multiplied by a reciprocal) as the CPU does, with
+// 1 - p rounded to the arithmetic type first.
+template <typename T>
+__global__ void dropout_kernel(const T* x, T* y, int64_t n, uint64_t key, uint64_t threshold,
+                               acc_t<T> keep) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const bool drop = splitmix64(key + static_cast<uint64_t>(i)) < threshold;
+    y[i] = drop ? from_acc<T>(acc_t<T>(0)) : from_acc<T>(to_acc(x[i]) / keep);
+  }
+}
+
+void dropout(KernelContext& ctx) {
+  const TensorView &x = ctx.in(0), &y = ctx.out(0);
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  const double p = ctx.attrs().f("p");
+  const uint64_t key = splitmix64(static_cast<uint64_t>(ctx.attrs().i("seed")));
+  const auto threshold = static_cast<uint64_t>(std::ldexp(p, 64));
+  dispatch_float(x.dtype, ctx.op_name(), [&](auto t) {
+    using T = decltype(t);
+    dropout_kernel<T><<<blocks_for(n), kThreads, 0, stream_of(ctx)>>>(
+        x.ptr<T>(), y.ptr<T>(), n, key, threshold, static_cast<acc_t<T>>(1 - p));
+  });
+  check_launch(ctx.op_name());
+}
+
+}  // namespace
+
+void register_norm_kernels() {
+  const DTypeSet floats{f32, f64, f16, bf16};
+  register_kernel(OpId::Softmax, Backend::cuda, {softmax, floats, 0, false});
+  register_kernel(OpId::LogSoftmax, Backend::cuda, {log_softmax, floats, 0, false});
+  register_kernel(OpId::LayerNorm, Backend::cuda, {layer_norm, floats, 0, false});
+  register_kernel(OpId::RmsNorm, Backend::cuda, {rms_norm, floats, 0, false});
+  register_kernel(OpId::BatchNorm, Backend::cuda, {batch_norm, floats, 0, false});
+  register_kernel(OpId::InstanceNorm, Backend::cuda, {instance_norm, floats, 0, false});
+  register_kernel(OpId::GroupNorm, Backend::cuda, {group_norm, floats, 0, false});
+  register_kernel(OpId::Dropout, Backend::cuda, {dropout, floats, 0, false});
+}
 
 }  // namespace kiln::cuda
