@@ -2,7 +2,10 @@
 // Welford for the norms) reduced across a warp (short rows) or a block (long rows), then a second
 // pass writes the row; arithmetic in float for half types, double for f64.
 #include <cmath>
+#include <cstdint>
+#include <initializer_list>
 #include <limits>
+#include <type_traits>
 
 #include "backends/cuda/cuda_common.cuh"
 #include "backends/cuda/kernels.h"
@@ -15,6 +18,25 @@ constexpr int kRowBlock = 512;     // threads of a block that owns one long row
 constexpr int64_t kWarpRow = 1024;  // rows up to this length go to one warp each
 
 template <typename A> __device__ A neg_inf() { return -std::numeric_limits<A>::infinity(); }
+
+// V elements loaded or stored as one access (16 bytes when V = 16 / sizeof(T)).
+template <typename T, int V> struct alignas(sizeof(T) * V) Vec {
+  T v[V];
+};
+// Whether 16-byte accesses fit: every pointer 16-byte aligned and `len` (0: any) a multiple of
+// the elements per access.
+template <typename T> bool vectorizable(int64_t len, std::initializer_list<const void*> ptrs) {
+  constexpr int64_t v = 16 / sizeof(T);
+  if (len % v != 0) return false;
+  for (const void* p : ptrs)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  return true;
+}
+// Calls f(std::integral_constant<int, V>) with V = 16 / sizeof(T) when `vec`, else V = 1.
+template <typename T, typename F> void with_width(bool vec, F&& f) {
+  if (vec) f(std::integral_constant<int, static_cast<int>(16 / sizeof(T))>{});
+  else f(std::integral_constant<int, 1>{});
+}
 
 __device__ inline float shfl_xor(float v, int m) { return __shfl_xor_sync(0xffffffffu, v, m); }
 __device__ inline double shfl_xor(double v, int m) { return __shfl_xor_sync(0xffffffffu, v, m); }
@@ -108,21 +130,34 @@ template <int G> struct RowGroup {
 
 // ---- softmax / log_softmax ----
 
-template <typename T, bool kLog, int G>
+// Rows of len = V * (len / V) elements, read and written V at a time.
+template <typename T, bool kLog, int G, int V>
 __global__ void softmax_rows(const T* x, T* y, int64_t rows, int64_t len) {
   using A = acc_t<T>;
+  using W = Vec<T, V>;
   __shared__ MaxSum<A> smem[32];
   const RowGroup<G> g;
+  const int64_t nv = len / V;
   for (int64_t r = g.first; r < rows; r += g.step) {
-    const T* px = x + r * len;
-    T* py = y + r * len;
+    const W* px = reinterpret_cast<const W*>(x + r * len);
+    W* py = reinterpret_cast<W*>(y + r * len);
     MaxSum<A> st = MaxSum<A>::empty();
-    for (int64_t i = g.lane; i < len; i += G) st.add(to_acc(px[i]));
+    for (int64_t j = g.lane; j < nv; j += G) {
+      const W in = px[j];
+#pragma unroll
+      for (int u = 0; u < V; ++u) st.add(to_acc(in.v[u]));
+    }
     st = group_reduce<G>(st, smem);
     const A f = kLog ? st.m + log(st.s) : A(1) / st.s;
-    for (int64_t i = g.lane; i < len; i += G) {
-      const A v = to_acc(px[i]);
-      py[i] = from_acc<T>(kLog ? v - f : exp(v - st.m) * f);
+    for (int64_t j = g.lane; j < nv; j += G) {
+      const W in = px[j];
+      W out;
+#pragma unroll
+      for (int u = 0; u < V; ++u) {
+        const A v = to_acc(in.v[u]);
+        out.v[u] = from_acc<T>(kLog ? v - f : exp(v - st.m) * f);
+      }
+      py[j] = out;
     }
   }
 }
@@ -158,11 +193,11 @@ void launch_rows(cudaStream_t stream, int64_t rows, int64_t len, Args... args) {
   }
 }
 
-template <typename T, bool kLog> struct SoftmaxLaunch {
+template <typename T, bool kLog, int V> struct SoftmaxLaunch {
   template <int G> struct At {
     static void run(unsigned grid, int threads, cudaStream_t s, const T* x, T* y, int64_t rows,
                     int64_t len) {
-      softmax_rows<T, kLog, G><<<grid, threads, 0, s>>>(x, y, rows, len);
+      softmax_rows<T, kLog, G, V><<<grid, threads, 0, s>>>(x, y, rows, len);
     }
   };
 };
@@ -175,8 +210,10 @@ template <bool kLog> void softmax_impl(KernelContext& ctx) {
   dispatch_float(x.dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
     if (s.inner == 1) {
-      launch_rows<SoftmaxLaunch<T, kLog>::template At>(stream, s.outer, s.len, x.ptr<T>(),
-                                                         y.ptr<T>(), s.outer, s.len);
+      with_width<T>(vectorizable<T>(s.len, {x.data, y.data}), [&](auto v) {
+        launch_rows<SoftmaxLaunch<T, kLog, decltype(v)::value>::template At>(
+            stream, s.outer, s.len, x.ptr<T>(), y.ptr<T>(), s.outer, s.len);
+      });
     } else {
       softmax_columns<T, kLog><<<blocks_for(s.outer * s.inner), kThreads, 0, stream>>>(
           x.ptr<T>(), y.ptr<T>(), s.outer, s.len, s.inner);
@@ -206,19 +243,25 @@ template <typename T> Affine<T> affine_of(const KernelContext& ctx, int first) {
 // Normalizes rows of `len` elements: y = (x - mean) * rstd * w + b. Weight and bias are indexed by
 // position in the row (layer/RMS norm, `spatial` = 1, groups = 1) or by channel
 // (r % groups) * (len / spatial) + i / spatial (instance and group norm).
-template <typename T, bool kRms, int G>
+// Elements are read and written V at a time (V divides len).
+template <typename T, bool kRms, int G, int V>
 __global__ void norm_rows(const T* x, T* y, int64_t rows, int64_t len, int64_t spatial,
                           int64_t groups, Affine<T> aff, double eps) {
   using A = acc_t<T>;
+  using W = Vec<T, V>;
   using Stats = std::conditional_t<kRms, SquareSum<A>, Moments<A>>;
   __shared__ Stats smem[32];
   const RowGroup<G> g;
-  const int64_t channels = len / spatial;
+  const int64_t channels = len / spatial, nv = len / V;
   for (int64_t r = g.first; r < rows; r += g.step) {
-    const T* px = x + r * len;
-    T* py = y + r * len;
+    const W* px = reinterpret_cast<const W*>(x + r * len);
+    W* py = reinterpret_cast<W*>(y + r * len);
     Stats st = Stats::empty();
-    for (int64_t i = g.lane; i < len; i += G) st.add(to_acc(px[i]));
+    for (int64_t j = g.lane; j < nv; j += G) {
+      const W in = px[j];
+#pragma unroll
+      for (int u = 0; u < V; ++u) st.add(to_acc(in.v[u]));
+    }
     st = group_reduce<G>(st, smem);
     A mean, var;
     if constexpr (kRms) {
@@ -230,23 +273,30 @@ __global__ void norm_rows(const T* x, T* y, int64_t rows, int64_t len, int64_t s
     }
     const A rstd = A(1) / sqrt(var + static_cast<A>(eps));
     const int64_t ch0 = (r % groups) * channels;
-    for (int64_t i = g.lane; i < len; i += G) {
-      A v = (to_acc(px[i]) - mean) * rstd;
-      if (aff.w || aff.b) {
-        const int64_t c = spatial == 1 ? i : ch0 + i / spatial;
-        if (aff.w) v *= to_acc(aff.w[c]);
-        if (aff.b) v += to_acc(aff.b[c]);
+    for (int64_t j = g.lane; j < nv; j += G) {
+      const W in = px[j];
+      W out;
+#pragma unroll
+      for (int u = 0; u < V; ++u) {
+        const int64_t i = j * V + u;
+        A v = (to_acc(in.v[u]) - mean) * rstd;
+        if (aff.w || aff.b) {
+          const int64_t c = spatial == 1 ? i : ch0 + i / spatial;
+          if (aff.w) v *= to_acc(aff.w[c]);
+          if (aff.b) v += to_acc(aff.b[c]);
+        }
+        out.v[u] = from_acc<T>(v);
       }
-      py[i] = from_acc<T>(v);
+      py[j] = out;
     }
   }
 }
 
-template <typename T, bool kRms> struct NormLaunch {
+template <typename T, bool kRms, int V> struct NormLaunch {
   template <int G> struct At {
     static void run(unsigned grid, int threads, cudaStream_t s, const T* x, T* y, int64_t rows,
                     int64_t len, int64_t spatial, int64_t groups, Affine<T> aff, double eps) {
-      norm_rows<T, kRms, G><<<grid, threads, 0, s>>>(x, y, rows, len, spatial, groups, aff, eps);
+      norm_rows<T, kRms, G, V><<<grid, threads, 0, s>>>(x, y, rows, len, spatial, groups, aff, eps);
     }
   };
 };
@@ -261,8 +311,11 @@ void norm_impl(KernelContext& ctx, int64_t len, int64_t spatial, int64_t groups)
   cudaStream_t stream = stream_of(ctx);
   dispatch_float(x.dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
-    launch_rows<NormLaunch<T, kRms>::template At>(stream, rows, len, x.ptr<T>(), y.ptr<T>(), rows,
-                                                  len, spatial, groups, affine_of<T>(ctx, 1), eps);
+    with_width<T>(vectorizable<T>(len, {x.data, y.data}), [&](auto v) {
+      launch_rows<NormLaunch<T, kRms, decltype(v)::value>::template At>(
+          stream, rows, len, x.ptr<T>(), y.ptr<T>(), rows, len, spatial, groups,
+          affine_of<T>(ctx, 1), eps);
+    });
   });
   check_launch(ctx.op_name());
 }
@@ -290,7 +343,32 @@ void channel_group_norm(KernelContext& ctx, int64_t groups) {
 void instance_norm(KernelContext& ctx) { channel_group_norm(ctx, ctx.in(0).shape[1]); }
 void group_norm(KernelContext& ctx) { channel_group_norm(ctx, ctx.attrs().i("groups")); }
 
-// ---- batch norm ----
+// ---- elementwise: batch norm and dropout ----
+
+// y[i] = f(x[i], i) over n elements, V at a time (16-byte accesses), the last n % V one by one.
+template <typename T, int V, typename F>
+__global__ void map_kernel(const T* x, T* y, int64_t n, F f) {
+  using W = Vec<T, V>;
+  const int64_t nv = n / V, stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  for (int64_t j = t; j < nv; j += stride) {
+    const W in = reinterpret_cast<const W*>(x)[j];
+    W out;
+#pragma unroll
+    for (int u = 0; u < V; ++u) out.v[u] = from_acc<T>(f(to_acc(in.v[u]), j * V + u));
+    reinterpret_cast<W*>(y)[j] = out;
+  }
+  for (int64_t i = nv * V + t; i < n; i += stride) y[i] = from_acc<T>(f(to_acc(x[i]), i));
+}
+
+template <typename T, typename F>
+void launch_map(const KernelContext& ctx, const T* x, T* y, int64_t n, F f) {
+  with_width<T>(vectorizable<T>(0, {x, y}), [&](auto v) {
+    constexpr int V = decltype(v)::value;
+    map_kernel<T, V><<<blocks_for((n + V - 1) / V), kThreads, 0, stream_of(ctx)>>>(x, y, n, f);
+  });
+  check_launch(ctx.op_name());
+}
 
 // Per channel: scale = w / sqrt(var + eps), shift = b - mean * scale.
 template <typename T>
@@ -306,37 +384,32 @@ __global__ void batch_norm_params(const T* mean, const T* var, Affine<T> aff, in
   }
 }
 
-template <typename T>
-__global__ void batch_norm_apply(const T* x, T* y, int64_t n, int64_t spatial, int64_t c,
-                                 const acc_t<T>* scale, const acc_t<T>* shift) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+template <typename A> struct BatchNormApply {
+  const A* scale;
+  const A* shift;
+  int64_t spatial, c;
+  __device__ A operator()(A v, int64_t i) const {
     const int64_t k = (i / spatial) % c;
-    y[i] = from_acc<T>(to_acc(x[i]) * scale[k] + shift[k]);
+    return v * scale[k] + shift[k];
   }
-}
+};
 
 void batch_norm(KernelContext& ctx) {
   const TensorView &x = ctx.in(0), &y = ctx.out(0);
   const int64_t c = x.shape[1], spatial = trailing(x.shape, 2), n = x.numel();
   if (n == 0) return;
   const double eps = ctx.attrs().f("eps");
-  cudaStream_t stream = stream_of(ctx);
   dispatch_float(x.dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
     using A = acc_t<T>;
     A* scale = static_cast<A*>(ctx.scratch(2 * static_cast<size_t>(c) * sizeof(A)));
     A* shift = scale + c;
-    batch_norm_params<T><<<blocks_for(c), kThreads, 0, stream>>>(
+    batch_norm_params<T><<<blocks_for(c), kThreads, 0, stream_of(ctx)>>>(
         ctx.in(1).ptr<T>(), ctx.in(2).ptr<T>(), affine_of<T>(ctx, 3), c, eps, scale, shift);
     check_launch(ctx.op_name());
-    batch_norm_apply<T><<<blocks_for(n), kThreads, 0, stream>>>(x.ptr<T>(), y.ptr<T>(), n, spatial,
-                                                                c, scale, shift);
+    launch_map(ctx, x.ptr<T>(), y.ptr<T>(), n, BatchNormApply<A>{scale, shift, spatial, c});
   });
-  check_launch(ctx.op_name());
 }
-
-// ---- dropout ----
 
 // The CPU's generator, bit for bit: element i is dropped when splitmix64(key + i) < threshold.
 __device__ __host__ inline uint64_t splitmix64(uint64_t z) {
@@ -348,15 +421,13 @@ __device__ __host__ inline uint64_t splitmix64(uint64_t z) {
 
 // Kept elements are x / (1 - p), divided (not multiplied by a reciprocal) as the CPU does, with
 // 1 - p rounded to the arithmetic type first.
-template <typename T>
-__global__ void dropout_kernel(const T* x, T* y, int64_t n, uint64_t key, uint64_t threshold,
-                               acc_t<T> keep) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const bool drop = splitmix64(key + static_cast<uint64_t>(i)) < threshold;
-    y[i] = drop ? from_acc<T>(acc_t<T>(0)) : from_acc<T>(to_acc(x[i]) / keep);
+template <typename A> struct DropoutApply {
+  uint64_t key, threshold;
+  A keep;
+  __device__ A operator()(A v, int64_t i) const {
+    return splitmix64(key + static_cast<uint64_t>(i)) < threshold ? A(0) : v / keep;
   }
-}
+};
 
 void dropout(KernelContext& ctx) {
   const TensorView &x = ctx.in(0), &y = ctx.out(0);
@@ -367,10 +438,10 @@ void dropout(KernelContext& ctx) {
   const auto threshold = static_cast<uint64_t>(std::ldexp(p, 64));
   dispatch_float(x.dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
-    dropout_kernel<T><<<blocks_for(n), kThreads, 0, stream_of(ctx)>>>(
-        x.ptr<T>(), y.ptr<T>(), n, key, threshold, static_cast<acc_t<T>>(1 - p));
+    using A = acc_t<T>;
+    launch_map(ctx, x.ptr<T>(), y.ptr<T>(), n,
+               DropoutApply<A>{key, threshold, static_cast<A>(1 - p)});
   });
-  check_launch(ctx.op_name());
 }
 
 }  // namespace
