@@ -2,8 +2,10 @@
 // does); "mean" and "sum" reduce them deterministically: fixed per-block partial sums in double,
 // then one block adds the partials in order. Labels the CPU rejects (out of range) give NaN here,
 // since a kernel cannot read device data on the host to raise an error.
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
 
 #include "backends/cuda/cuda_common.cuh"
 #include "backends/cuda/kernels.h"

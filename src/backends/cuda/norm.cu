@@ -240,29 +240,34 @@ template <typename T> Affine<T> affine_of(const KernelContext& ctx, int first) {
   return a;
 }
 
+// A row's statistics: Welford moments, or the sum of squares for RMS norm.
+template <typename A, bool kRms> using NormStats = std::conditional_t<kRms, SquareSum<A>, Moments<A>>;
+
+// Adds the V-wide elements [j0, j1) (step `step`) of a row to st.
+template <typename T, int V, typename S>
+__device__ void add_span(S& st, const Vec<T, V>* px, int64_t j0, int64_t j1, int64_t step) {
+  for (int64_t j = j0; j < j1; j += step) {
+    const Vec<T, V> in = px[j];
+#pragma unroll
+    for (int u = 0; u < V; ++u) st.add(to_acc(in.v[u]));
+  }
+}
+
 // Normalizes rows of `len` elements: y = (x - mean) * rstd * w + b. Weight and bias are indexed by
 // position in the row (layer/RMS norm, `spatial` = 1, groups = 1) or by channel
 // (r % groups) * (len / spatial) + i / spatial (instance and group norm).
-// Elements are read and written V at a time (V divides len).
-template <typename T, bool kRms, int G, int V>
-__global__ void norm_rows(const T* x, T* y, int64_t rows, int64_t len, int64_t spatial,
-                          int64_t groups, Affine<T> aff, double eps) {
-  using A = acc_t<T>;
-  using W = Vec<T, V>;
-  using Stats = std::conditional_t<kRms, SquareSum<A>, Moments<A>>;
-  __shared__ Stats smem[32];
-  const RowGroup<G> g;
-  const int64_t channels = len / spatial, nv = len / V;
-  for (int64_t r = g.first; r < rows; r += g.step) {
-    const W* px = reinterpret_cast<const W*>(x + r * len);
-    W* py = reinterpret_cast<W*>(y + r * len);
-    Stats st = Stats::empty();
-    for (int64_t j = g.lane; j < nv; j += G) {
-      const W in = px[j];
-#pragma unroll
-      for (int u = 0; u < V; ++u) st.add(to_acc(in.v[u]));
-    }
-    st = group_reduce<G>(st, smem);
+template <typename T> struct NormRow {
+  const T* x;
+  T* y;
+  int64_t len, spatial, groups;
+  Affine<T> aff;
+  double eps;
+
+  // Writes the V-wide elements [j0, j1) (step `step`) of row r from the row's statistics.
+  template <int V, bool kRms>
+  __device__ void write(int64_t r, const NormStats<acc_t<T>, kRms>& st, int64_t j0, int64_t j1,
+                        int64_t step) const {
+    using A = acc_t<T>;
     A mean, var;
     if constexpr (kRms) {
       mean = A(0);
@@ -272,10 +277,12 @@ __global__ void norm_rows(const T* x, T* y, int64_t rows, int64_t len, int64_t s
       var = st.m2 / static_cast<A>(len);
     }
     const A rstd = A(1) / sqrt(var + static_cast<A>(eps));
-    const int64_t ch0 = (r % groups) * channels;
-    for (int64_t j = g.lane; j < nv; j += G) {
-      const W in = px[j];
-      W out;
+    const int64_t ch0 = (r % groups) * (len / spatial);
+    const auto* px = reinterpret_cast<const Vec<T, V>*>(x + r * len);
+    auto* py = reinterpret_cast<Vec<T, V>*>(y + r * len);
+    for (int64_t j = j0; j < j1; j += step) {
+      const Vec<T, V> in = px[j];
+      Vec<T, V> out;
 #pragma unroll
       for (int u = 0; u < V; ++u) {
         const int64_t i = j * V + u;
@@ -290,31 +297,82 @@ __global__ void norm_rows(const T* x, T* y, int64_t rows, int64_t len, int64_t s
       py[j] = out;
     }
   }
+};
+
+// G threads per row; elements are read and written V at a time (V divides len).
+template <typename T, bool kRms, int G, int V>
+__global__ void norm_rows(NormRow<T> nr, int64_t rows) {
+  using Stats = NormStats<acc_t<T>, kRms>;
+  __shared__ Stats smem[32];
+  const RowGroup<G> g;
+  const int64_t nv = nr.len / V;
+  for (int64_t r = g.first; r < rows; r += g.step) {
+    Stats st = Stats::empty();
+    add_span<T, V>(st, reinterpret_cast<const Vec<T, V>*>(nr.x + r * nr.len), g.lane, nv, G);
+    st = group_reduce<G>(st, smem);
+    nr.template write<V, kRms>(r, st, g.lane, nv, G);
+  }
+}
+
+// Few long rows: each row splits into chunks of kChunk elements, a block per (chunk, row).
+// norm_chunk_stats writes each chunk's statistics; norm_chunk_apply combines a row's chunks in
+// order (the same result in every block) and writes its own chunk.
+constexpr int64_t kChunk = 16384;
+
+template <typename T, bool kRms, int V>
+__global__ void norm_chunk_stats(NormRow<T> nr, NormStats<acc_t<T>, kRms>* part) {
+  using Stats = NormStats<acc_t<T>, kRms>;
+  __shared__ Stats smem[32];
+  const int64_t r = blockIdx.y, j0 = blockIdx.x * (kChunk / V);
+  const int64_t j1 = min(nr.len / V, j0 + kChunk / V);
+  Stats st = Stats::empty();
+  add_span<T, V>(st, reinterpret_cast<const Vec<T, V>*>(nr.x + r * nr.len), j0 + threadIdx.x, j1,
+                 blockDim.x);
+  st = group_reduce<kRowBlock>(st, smem);
+  if (threadIdx.x == 0) part[r * gridDim.x + blockIdx.x] = st;
+}
+
+template <typename T, bool kRms, int V>
+__global__ void norm_chunk_apply(NormRow<T> nr, const NormStats<acc_t<T>, kRms>* part) {
+  using Stats = NormStats<acc_t<T>, kRms>;
+  const int64_t r = blockIdx.y, j0 = blockIdx.x * (kChunk / V);
+  const int64_t j1 = min(nr.len / V, j0 + kChunk / V);
+  Stats st = part[r * gridDim.x];
+  for (unsigned c = 1; c < gridDim.x; ++c) st = Stats::combine(st, part[r * gridDim.x + c]);
+  nr.template write<V, kRms>(r, st, j0 + threadIdx.x, j1, blockDim.x);
 }
 
 template <typename T, bool kRms, int V> struct NormLaunch {
   template <int G> struct At {
-    static void run(unsigned grid, int threads, cudaStream_t s, const T* x, T* y, int64_t rows,
-                    int64_t len, int64_t spatial, int64_t groups, Affine<T> aff, double eps) {
-      norm_rows<T, kRms, G, V><<<grid, threads, 0, s>>>(x, y, rows, len, spatial, groups, aff, eps);
+    static void run(unsigned grid, int threads, cudaStream_t s, NormRow<T> nr, int64_t rows) {
+      norm_rows<T, kRms, G, V><<<grid, threads, 0, s>>>(nr, rows);
     }
   };
 };
 
-// Rows of `len` elements; see norm_rows for spatial and groups.
+// Rows of `len` elements; see NormRow for spatial and groups.
 template <bool kRms>
 void norm_impl(KernelContext& ctx, int64_t len, int64_t spatial, int64_t groups) {
   const TensorView &x = ctx.in(0), &y = ctx.out(0);
   if (x.numel() == 0) return;
   const double eps = ctx.attrs().f("eps");
-  const int64_t rows = x.numel() / len;
+  const int64_t rows = x.numel() / len, chunks = (len + kChunk - 1) / kChunk;
   cudaStream_t stream = stream_of(ctx);
   dispatch_float(x.dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
+    const NormRow<T> nr{x.ptr<T>(), y.ptr<T>(), len, spatial, groups, affine_of<T>(ctx, 1), eps};
     with_width<T>(vectorizable<T>(len, {x.data, y.data}), [&](auto v) {
-      launch_rows<NormLaunch<T, kRms, decltype(v)::value>::template At>(
-          stream, rows, len, x.ptr<T>(), y.ptr<T>(), rows, len, spatial, groups,
-          affine_of<T>(ctx, 1), eps);
+      constexpr int V = decltype(v)::value;
+      if (chunks >= 4 && rows < 256) {  // too few rows to fill the GPU a block per row
+        using Stats = NormStats<acc_t<T>, kRms>;
+        auto* part = static_cast<Stats*>(ctx.scratch(rows * chunks * sizeof(Stats)));
+        const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(rows));
+        norm_chunk_stats<T, kRms, V><<<grid, kRowBlock, 0, stream>>>(nr, part);
+        check_launch(ctx.op_name());
+        norm_chunk_apply<T, kRms, V><<<grid, kRowBlock, 0, stream>>>(nr, part);
+      } else {
+        launch_rows<NormLaunch<T, kRms, V>::template At>(stream, rows, len, nr, rows);
+      }
     });
   });
   check_launch(ctx.op_name());
