@@ -1,9 +1,380 @@
-// CUDA kernels of the pool family.
+// CUDA kernels of the pool family. Every op runs as 3-D pooling (1-D and 2-D get leading spatial
+// dims of size 1). Forward ops give each output a thread (small windows) or a warp (large ones);
+// average-pool gradients gather, each input summing the outputs whose windows hold it; the
+// max-pool gradient scatters with atomics (its indices are data), so its sums are order-dependent
+// in rounding only.
+#include <algorithm>
+#include <limits>
+
 #include "backends/cuda/cuda_common.cuh"
 #include "backends/cuda/kernels.h"
 
 namespace kiln::cuda {
 
-void register_pool_kernels() {}
+namespace {
+
+// Windows of at least this many taps get a warp per output.
+constexpr int64_t kWarpWindow = 64;
+
+// Pooling geometry over (D, H, W); unused leading dims have size 1 and a 1-wide window.
+struct PoolGeom {
+  int64_t planes = 1;  // N * C
+  int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1};
+  int64_t k[3] = {1, 1, 1}, s[3] = {1, 1, 1}, pad[3] = {0, 0, 0}, pad_end[3] = {0, 0, 0};
+  int64_t dil[3] = {1, 1, 1};
+  __host__ __device__ int64_t in_plane() const { return in[0] * in[1] * in[2]; }
+  __host__ __device__ int64_t out_plane() const { return out[0] * out[1] * out[2]; }
+};
+
+// Geometry of pooling input x to output y (for the gradient ops: dx to dy).
+PoolGeom pool_geom(const KernelContext& ctx, const Shape& x, const Shape& y) {
+  const int nd = static_cast<int>(x.size()) - 2;
+  const Attrs& a = ctx.attrs();
+  PoolGeom g;
+  g.planes = x[0] * x[1];
+  for (int d = 0; d < nd; ++d) {
+    const int e = 3 - nd + d;
+    g.in[e] = x[2 + d];
+    g.out[e] = y[2 + d];
+    if (!a.has("kernel")) continue;  // adaptive pooling
+    g.k[e] = a.ints("kernel")[d];
+    g.s[e] = a.ints("stride")[d];
+    g.pad[e] = a.ints("pads")[d];
+    g.pad_end[e] = a.ints("pads")[nd + d];
+    if (a.has("dilation")) g.dil[e] = a.ints("dilation")[d];
+  }
+  return g;
+}
+
+// Input coordinates base + j * step for j in [0, count) along one dim.
+struct Span {
+  int64_t base, step, count;
+};
+
+// Max pooling's taps along dim e for output o: the window's taps inside the input.
+__device__ Span max_span(const PoolGeom& g, int e, int64_t o) {
+  const int64_t start = o * g.s[e] - g.pad[e], dil = g.dil[e], size = g.in[e];
+  const int64_t lo = start < 0 ? (-start + dil - 1) / dil : 0;
+  int64_t hi = start >= size ? 0 : (size - start + dil - 1) / dil;
+  hi = hi < g.k[e] ? hi : g.k[e];
+  return {start + lo * dil, dil, hi > lo ? hi - lo : 0};
+}
+
+// Average pooling's window along dim e: the clipped input range and the size counted with
+// padding included (clipped to the padded input, as PyTorch does).
+struct AvgWindow {
+  int64_t lo, hi, padded;
+};
+__host__ __device__ AvgWindow avg_window(const PoolGeom& g, int e, int64_t o) {
+  const int64_t start = o * g.s[e] - g.pad[e];
+  const int64_t end = min(start + g.k[e], g.in[e] + g.pad_end[e]);
+  return {max(start, int64_t{0}), min(end, g.in[e]), end - start};
+}
+// Adaptive pooling: output o of `out` covers inputs [floor(o*in/out), ceil((o+1)*in/out)).
+__host__ __device__ AvgWindow adaptive_window(const PoolGeom& g, int e, int64_t o) {
+  const int64_t lo = o * g.in[e] / g.out[e];
+  const int64_t hi = ((o + 1) * g.in[e] + g.out[e] - 1) / g.out[e];
+  return {lo, hi, hi - lo};
+}
+
+// Output (od, oh, ow) of flat in-plane output index r.
+struct Pos {
+  int64_t d, h, w;
+};
+__device__ Pos pos_at(const int64_t* dims, int64_t r) {
+  return {r / (dims[1] * dims[2]), r / dims[2] % dims[1], r % dims[2]};
+}
+
+// Calls f(flat in-plane index) for the box of three spans, the taps split over G lanes in
+// (d, h, w) order: lane l takes taps l, l + G, ...
+template <int G, typename F>
+__device__ void for_box(const PoolGeom& g, const Span& sd, const Span& sh, const Span& sw, int lane,
+                        F&& f) {
+  if constexpr (G == 1) {
+    for (int64_t a = 0; a < sd.count; ++a) {
+      const int64_t rd = (sd.base + a * sd.step) * g.in[1];
+      for (int64_t b = 0; b < sh.count; ++b) {
+        const int64_t rh = (rd + sh.base + b * sh.step) * g.in[2];
+        for (int64_t c = 0; c < sw.count; ++c) f(rh + sw.base + c * sw.step);
+      }
+    }
+  } else {
+    const int64_t total = sd.count * sh.count * sw.count;
+    for (int64_t t = lane; t < total; t += G) {
+      const int64_t c = t % sw.count, q = t / sw.count, b = q % sh.count, a = q / sh.count;
+      f(((sd.base + a * sd.step) * g.in[1] + sh.base + b * sh.step) * g.in[2] + sw.base +
+        c * sw.step);
+    }
+  }
+}
+
+template <typename T> __device__ bool is_nan(T v) {
+  if constexpr (std::is_floating_point_v<T>) return v != v;
+  else return false;
+}
+
+// Running maximum with its flat index; `where` < 0 when no tap was seen. NaN wins over numbers
+// and the later NaN over an earlier one; among equal values the earlier index wins (the CPU's
+// sequential rule `v > best || isnan(v)` over taps in index order).
+template <typename A> struct MaxAt {
+  A v;
+  int64_t where;
+  __device__ static MaxAt combine(const MaxAt& a, const MaxAt& b) {
+    if (a.where < 0) return b;
+    if (b.where < 0) return a;
+    const bool na = is_nan(a.v), nb = is_nan(b.v);
+    if (na || nb) return na && nb ? (a.where > b.where ? a : b) : (na ? a : b);
+    if (a.v > b.v) return a;
+    if (b.v > a.v) return b;
+    return a.where < b.where ? a : b;
+  }
+};
+
+template <typename V> __device__ V shfl_down(V v, int d) {
+  if constexpr (sizeof(V) == 1) return static_cast<V>(__shfl_down_sync(0xffffffffu, static_cast<int>(v), d));
+  else if constexpr (sizeof(V) == 2 && std::is_integral_v<V>)
+    return static_cast<V>(__shfl_down_sync(0xffffffffu, static_cast<int>(v), d));
+  else if constexpr (std::is_same_v<V, int64_t>)
+    return __shfl_down_sync(0xffffffffu, static_cast<long long>(v), d);
+  else return __shfl_down_sync(0xffffffffu, v, d);
+}
+
+// ---- max pooling ----
+
+template <typename T, int G>
+__global__ void max_pool_kernel(const T* x, T* y, int64_t* arg, PoolGeom g) {
+  using A = acc_t<T>;
+  const int64_t per_block = blockDim.x / G, n = g.planes * g.out_plane();
+  const int lane = threadIdx.x % G;
+  for (int64_t o = blockIdx.x * per_block + threadIdx.x / G; o < n;
+       o += static_cast<int64_t>(gridDim.x) * per_block) {
+    const int64_t plane = o / g.out_plane();
+    const Pos p = pos_at(g.out, o % g.out_plane());
+    const T* xp = x + plane * g.in_plane();
+    MaxAt<A> best{std::numeric_limits<A>::lowest(), -1};
+    for_box<G>(g, max_span(g, 0, p.d), max_span(g, 1, p.h), max_span(g, 2, p.w), lane,
+               [&](int64_t i) { best = MaxAt<A>::combine(best, {to_acc(xp[i]), i}); });
+    if constexpr (G > 1) {
+      for (int d = G / 2; d > 0; d >>= 1) {
+        const MaxAt<A> other{shfl_down(best.v, d), shfl_down(best.where, d)};
+        best = MaxAt<A>::combine(best, other);
+      }
+    }
+    if (lane == 0) {
+      y[o] = from_acc<T>(best.v);
+      arg[o] = best.where;
+    }
+  }
+}
+
+// Window taps of the largest window (for the thread-or-warp choice).
+int64_t window_taps(const PoolGeom& g) { return g.k[0] * g.k[1] * g.k[2]; }
+
+unsigned groups_grid(int64_t n, int group) { return blocks_for(n, kThreads / group); }
+
+void max_pool(KernelContext& ctx) {
+  const PoolGeom g = pool_geom(ctx, ctx.in(0).shape, ctx.out(0).shape);
+  const int64_t n = ctx.out(0).numel();
+  if (n == 0) return;
+  cudaStream_t stream = stream_of(ctx);
+  dispatch(ctx.in(0).dtype, ctx.op_name(), [&](auto t) {
+    using T = decltype(t);
+    if constexpr (!std::is_same_v<T, bool>) {
+      const T* x = ctx.in(0).ptr<T>();
+      T* y = ctx.out(0).ptr<T>();
+      int64_t* arg = ctx.out(1).ptr<int64_t>();
+      if (window_taps(g) >= kWarpWindow)
+        max_pool_kernel<T, 32><<<groups_grid(n, 32), kThreads, 0, stream>>>(x, y, arg, g);
+      else
+        max_pool_kernel<T, 1><<<blocks_for(n), kThreads, 0, stream>>>(x, y, arg, g);
+    } else {
+      fail<UnsupportedError>("[{}] cuda kernel got dtype bool", ctx.op_name());
+    }
+  });
+  check_launch(ctx.op_name());
+}
+
+// ---- average pooling ----
+
+template <typename T, bool kAdaptive, int G>
+__global__ void avg_pool_kernel(const T* x, T* y, PoolGeom g, bool include_pad) {
+  using A = acc_t<T>;
+  const int64_t per_block = blockDim.x / G, n = g.planes * g.out_plane();
+  const int lane = threadIdx.x % G;
+  for (int64_t o = blockIdx.x * per_block + threadIdx.x / G; o < n;
+       o += static_cast<int64_t>(gridDim.x) * per_block) {
+    const int64_t plane = o / g.out_plane();
+    const Pos p = pos_at(g.out, o % g.out_plane());
+    const T* xp = x + plane * g.in_plane();
+    AvgWindow w[3];
+    const int64_t at[3] = {p.d, p.h, p.w};
+    for (int e = 0; e < 3; ++e) w[e] = kAdaptive ? adaptive_window(g, e, at[e]) : avg_window(g, e, at[e]);
+    A sum = 0;
+    for_box<G>(g, {w[0].lo, 1, w[0].hi - w[0].lo}, {w[1].lo, 1, w[1].hi - w[1].lo},
+               {w[2].lo, 1, w[2].hi - w[2].lo}, lane, [&](int64_t i) { sum += to_acc(xp[i]); });
+    if constexpr (G > 1)
+      for (int d = G / 2; d > 0; d >>= 1) sum += shfl_down(sum, d);
+    if (lane == 0) {
+      const int64_t count =
+          include_pad ? w[0].padded * w[1].padded * w[2].padded
+                      : (w[0].hi - w[0].lo) * (w[1].hi - w[1].lo) * (w[2].hi - w[2].lo);
+      y[o] = from_acc<T>(sum / static_cast<A>(count));
+    }
+  }
+}
+
+template <bool kAdaptive> void avg_pool_impl(KernelContext& ctx) {
+  PoolGeom g = pool_geom(ctx, ctx.in(0).shape, ctx.out(0).shape);
+  const int64_t n = ctx.out(0).numel();
+  if (n == 0) return;
+  const bool include_pad = !kAdaptive && ctx.attrs().b("count_include_pad");
+  if (kAdaptive)  // the largest window, for the thread-or-warp choice
+    for (int e = 0; e < 3; ++e) g.k[e] = (g.in[e] + g.out[e] - 1) / g.out[e] + 1;
+  const bool warp = window_taps(g) >= kWarpWindow;
+  if (kAdaptive)
+    for (int e = 0; e < 3; ++e) g.k[e] = 1;
+  cudaStream_t stream = stream_of(ctx);
+  dispatch_float(ctx.in(0).dtype, ctx.op_name(), [&](auto t) {
+    using T = decltype(t);
+    const T* x = ctx.in(0).ptr<T>();
+    T* y = ctx.out(0).ptr<T>();
+    if (warp)
+      avg_pool_kernel<T, kAdaptive, 32>
+          <<<groups_grid(n, 32), kThreads, 0, stream>>>(x, y, g, include_pad);
+    else
+      avg_pool_kernel<T, kAdaptive, 1><<<blocks_for(n), kThreads, 0, stream>>>(x, y, g, include_pad);
+  });
+  check_launch(ctx.op_name());
+}
+
+void avg_pool(KernelContext& ctx) { avg_pool_impl<false>(ctx); }
+void adaptive_avg_pool(KernelContext& ctx) { avg_pool_impl<true>(ctx); }
+
+// ---- gradients ----
+
+PoolGeom grad_geom(const KernelContext& ctx) {
+  return pool_geom(ctx, ctx.out(0).shape, ctx.in(0).shape);
+}
+
+// Each dx element sums dy[o] / count(o) over the outputs o whose windows hold it.
+template <typename T, bool kAdaptive>
+__global__ void avg_pool_grad_kernel(const T* dy, T* dx, PoolGeom g, bool include_pad) {
+  using A = acc_t<T>;
+  const int64_t n = g.planes * g.in_plane();
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t plane = i / g.in_plane();
+    const Pos p = pos_at(g.in, i % g.in_plane());
+    const int64_t at[3] = {p.d, p.h, p.w};
+    int64_t lo[3], hi[3];  // candidate outputs [lo, hi] along each dim
+    for (int e = 0; e < 3; ++e) {
+      if (kAdaptive) {
+        lo[e] = at[e] * g.out[e] / g.in[e];
+        hi[e] = ((at[e] + 1) * g.out[e] + g.in[e] - 1) / g.in[e] - 1;
+      } else {
+        const int64_t first = at[e] + g.pad[e] - g.k[e] + 1;
+        lo[e] = first <= 0 ? 0 : (first + g.s[e] - 1) / g.s[e];
+        hi[e] = (at[e] + g.pad[e]) / g.s[e];
+      }
+      lo[e] = max(lo[e], int64_t{0});
+      hi[e] = min(hi[e], g.out[e] - 1);
+    }
+    const T* gp = dy + plane * g.out_plane();
+    A sum = 0;
+    for (int64_t od = lo[0]; od <= hi[0]; ++od) {
+      const AvgWindow wd = kAdaptive ? adaptive_window(g, 0, od) : avg_window(g, 0, od);
+      if (at[0] < wd.lo || at[0] >= wd.hi) continue;
+      for (int64_t oh = lo[1]; oh <= hi[1]; ++oh) {
+        const AvgWindow wh = kAdaptive ? adaptive_window(g, 1, oh) : avg_window(g, 1, oh);
+        if (at[1] < wh.lo || at[1] >= wh.hi) continue;
+        for (int64_t ow = lo[2]; ow <= hi[2]; ++ow) {
+          const AvgWindow ww = kAdaptive ? adaptive_window(g, 2, ow) : avg_window(g, 2, ow);
+          if (at[2] < ww.lo || at[2] >= ww.hi) continue;
+          const int64_t count = include_pad
+                                    ? wd.padded * wh.padded * ww.padded
+                                    : (wd.hi - wd.lo) * (wh.hi - wh.lo) * (ww.hi - ww.lo);
+          sum += to_acc(gp[(od * g.out[1] + oh) * g.out[2] + ow]) / static_cast<A>(count);
+        }
+      }
+    }
+    dx[i] = from_acc<T>(sum);
+  }
+}
+
+template <bool kAdaptive> void avg_pool_grad_impl(KernelContext& ctx) {
+  const PoolGeom g = grad_geom(ctx);
+  const int64_t n = ctx.out(0).numel();
+  if (n == 0) return;
+  const bool include_pad = !kAdaptive && ctx.attrs().b("count_include_pad");
+  cudaStream_t stream = stream_of(ctx);
+  dispatch_float(ctx.in(0).dtype, ctx.op_name(), [&](auto t) {
+    using T = decltype(t);
+    avg_pool_grad_kernel<T, kAdaptive><<<blocks_for(n), kThreads, 0, stream>>>(
+        ctx.in(0).ptr<T>(), ctx.out(0).ptr<T>(), g, include_pad);
+  });
+  check_launch(ctx.op_name());
+}
+
+void avg_pool_grad(KernelContext& ctx) { avg_pool_grad_impl<false>(ctx); }
+void adaptive_avg_pool_grad(KernelContext& ctx) { avg_pool_grad_impl<true>(ctx); }
+
+// dx (zeroed) += dy at the recorded in-plane indices; out-of-range indices are skipped.
+template <typename T, typename I, typename D>
+__global__ void max_pool_grad_scatter(const T* dy, const I* idx, D* dx, int64_t n,
+                                      int64_t out_plane, int64_t in_plane) {
+  for (int64_t o = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; o < n;
+       o += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const auto i = static_cast<uint64_t>(static_cast<int64_t>(idx[o]));
+    if (i < static_cast<uint64_t>(in_plane))
+      atomicAdd(dx + (o / out_plane) * in_plane + static_cast<int64_t>(i),
+                static_cast<D>(to_acc(dy[o])));
+  }
+}
+
+template <typename T>
+__global__ void narrow_kernel(const float* src, T* dst, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    dst[i] = from_acc<T>(src[i]);
+}
+
+void max_pool_grad(KernelContext& ctx) {
+  const TensorView &dy = ctx.in(0), &idx = ctx.in(1), &dx = ctx.out(0);
+  const int64_t n_in = dx.numel(), n_out = dy.numel();
+  if (n_in == 0) return;
+  const PoolGeom g = grad_geom(ctx);
+  cudaStream_t stream = stream_of(ctx);
+  dispatch_float(dy.dtype, ctx.op_name(), [&](auto t) {
+    using T = decltype(t);
+    // half types accumulate in a float buffer, rounded once at the end
+    using D = std::conditional_t<std::is_same_v<acc_t<T>, T>, T, float>;
+    D* acc = std::is_same_v<D, T> ? reinterpret_cast<D*>(dx.ptr<T>())
+                                  : static_cast<D*>(ctx.scratch(n_in * sizeof(D)));
+    KILN_CUDA_CHECK(cudaMemsetAsync(acc, 0, n_in * sizeof(D), stream));
+    if (n_out > 0)
+      dispatch_index(idx.dtype, ctx.op_name(), [&](auto it) {
+        using I = decltype(it);
+        max_pool_grad_scatter<T, I, D><<<blocks_for(n_out), kThreads, 0, stream>>>(
+            dy.ptr<T>(), idx.ptr<I>(), acc, n_out, g.out_plane(), g.in_plane());
+        check_launch(ctx.op_name());
+      });
+    if constexpr (!std::is_same_v<D, T>)
+      narrow_kernel<T><<<blocks_for(n_in), kThreads, 0, stream>>>(acc, dx.ptr<T>(), n_in);
+  });
+  check_launch(ctx.op_name());
+}
+
+}  // namespace
+
+void register_pool_kernels() {
+  const DTypeSet floats{f32, f64, f16, bf16};
+  register_kernel(OpId::MaxPool, Backend::cuda, {max_pool, kNumericTypes, 0, false});
+  register_kernel(OpId::AvgPool, Backend::cuda, {avg_pool, floats, 0, false});
+  register_kernel(OpId::AdaptiveAvgPool, Backend::cuda, {adaptive_avg_pool, floats, 0, false});
+  register_kernel(OpId::MaxPoolGrad, Backend::cuda, {max_pool_grad, floats, 0, false});
+  register_kernel(OpId::AvgPoolGrad, Backend::cuda, {avg_pool_grad, floats, 0, false});
+  register_kernel(OpId::AdaptiveAvgPoolGrad, Backend::cuda,
+                  {adaptive_avg_pool_grad, floats, 0, false});
+}
 
 }  // namespace kiln::cuda
