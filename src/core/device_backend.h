@@ -27,7 +27,8 @@ class DeviceBackend {
   virtual void destroy_stream(int device, void* stream) = 0;
   /// Blocks until all work on `stream` has finished; rethrows an asynchronous error as DeviceError.
   virtual void synchronize(int device, void* stream) = 0;
-  /// The environment kernels of `device` get when running on `stream`.
+  /// The environment kernels of `device` get when running on `stream`; makes `device` current
+  /// on the calling thread.
   virtual KernelEnv kernel_env(int device, void* stream) = 0;
   /// Bytes free on the device and its total memory.
   virtual void memory_info(int device, size_t* free, size_t* total) = 0;

@@ -146,6 +146,8 @@ class CudaBackend final : public DeviceBackend {
     KILN_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
   }
   KernelEnv kernel_env(int device, void* stream) override {
+    // the run's thread launches every kernel (and library call) on this device
+    KILN_CUDA_CHECK(cudaSetDevice(device));
     KernelEnv e;
     e.device = device;
     e.stream = stream;
