@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <array>
-
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -64,7 +63,19 @@ Gen off_ties(DType t, int64_t lo, int64_t hi) {
     std::uniform_real_distribution<double> f(0.1, 0.4);
     std::bernoulli_distribution upper(0.5);
     std::vector<double> v(static_cast<size_t>(numel(s)));
-    for (auto& x : v) x = static_cast<double>(k(test::rng())) + f(test::rng()) + (upper(test::rng()) ? 0.5 : 0);
+    for (auto& x : v)
+      x = static_cast<double>(k(test::rng())) + f(test::rng()) + (upper(test::rng()) ? 0.5 : 0);
+    return from_f64(v, s, t);
+  };
+}
+
+Gen with_nans(DType t, Gen base) {
+  if (!is_floating(t)) return base;
+  return [t, base](const Shape& s) {
+    std::vector<double> v = test::to_f64(base(s));
+    std::bernoulli_distribution nan(1.0 / 6);
+    for (auto& x : v)
+      if (nan(test::rng())) x = NAN;
     return from_f64(v, s, t);
   };
 }
@@ -112,36 +123,40 @@ Tensor Case::rand(const Shape& shape, DType t, double lo, double hi, Layout layo
 Tensor Case::nonzero(const Shape& shape, DType t, double min_abs, double max_abs, Layout layout) {
   if (t == u8)
     return input(shape, t, uniform(t, std::max(1.0, min_abs), std::max(2.0, max_abs)), layout);
-  return input(shape, t, [=](const Shape& s) {
-    return test::random_nonzero(s, t, min_abs, max_abs);
-  }, layout);
+  return input(
+      shape, t, [=](const Shape& s) { return test::random_nonzero(s, t, min_abs, max_abs); },
+      layout);
 }
 
 Tensor Case::ints(const Shape& shape, int64_t lo, int64_t hi, DType t, Layout layout) {
-  return input(shape, t, [=](const Shape& s) { return test::random_ints(s, lo, hi, t); }, layout);
+  return input(
+      shape, t, [=](const Shape& s) { return test::random_ints(s, lo, hi, t); }, layout);
 }
 
 Tensor Case::distinct(const Shape& shape, DType t, Layout layout) {
   if (!is_floating(t)) return rand(shape, t, layout);
-  return input(shape, t, [=](const Shape& s) {
-    // Blocks of shuffled integers centred on 0, scaled by a power of two: exact in the dtype.
-    // A block is the whole array when the dtype holds that many distinct integers, else the
-    // last two dims, else the last dim.
-    const int64_t exact = t == bf16 ? 513 : t == f16 ? 4097 : int64_t{1} << 24;
-    const int r = static_cast<int>(s.size());
-    const int64_t n = numel(s), last = r ? s[r - 1] : 1, last2 = r > 1 ? last * s[r - 2] : last;
-    const int64_t block = n <= exact ? n : last2 <= exact ? last2 : last;
-    std::vector<double> v;
-    std::vector<int64_t> perm(static_cast<size_t>(block));
-    double scale = 1;
-    while (scale < static_cast<double>(block / 2)) scale *= 2;
-    for (int64_t b = 0; block && b < n / block; ++b) {
-      std::iota(perm.begin(), perm.end(), int64_t{0});
-      std::shuffle(perm.begin(), perm.end(), test::rng());
-      for (int64_t x : perm) v.push_back(static_cast<double>(x - block / 2) / scale);
-    }
-    return from_f64(v, s, t);
-  }, layout);
+  return input(
+      shape, t,
+      [=](const Shape& s) {
+        // Blocks of shuffled integers centred on 0, scaled by a power of two: exact in the dtype.
+        // A block is the whole array when the dtype holds that many distinct integers, else the
+        // last two dims, else the last dim.
+        const int64_t exact = t == bf16 ? 513 : t == f16 ? 4097 : int64_t{1} << 24;
+        const int r = static_cast<int>(s.size());
+        const int64_t n = numel(s), last = r ? s[r - 1] : 1, last2 = r > 1 ? last * s[r - 2] : last;
+        const int64_t block = n <= exact ? n : last2 <= exact ? last2 : last;
+        std::vector<double> v;
+        std::vector<int64_t> perm(static_cast<size_t>(block));
+        double scale = 1;
+        while (scale < static_cast<double>(block / 2)) scale *= 2;
+        for (int64_t b = 0; block && b < n / block; ++b) {
+          std::iota(perm.begin(), perm.end(), int64_t{0});
+          std::shuffle(perm.begin(), perm.end(), test::rng());
+          for (int64_t x : perm) v.push_back(static_cast<double>(x - block / 2) / scale);
+        }
+        return from_f64(v, s, t);
+      },
+      layout);
 }
 
 namespace {
@@ -159,9 +174,10 @@ std::string target_unavailable() {
   if (d.kind != Device::Kind::cuda) return "";
   const int n = cuda_device_count();
   if (n == 0)
-    return fmt::format("target {} but no CUDA device is visible (set KILN_HARNESS_DEVICE=cpu to "
-                       "exercise the cases on the CPU)",
-                       d.str());
+    return fmt::format(
+        "target {} but no CUDA device is visible (set KILN_HARNESS_DEVICE=cpu to "
+        "exercise the cases on the CPU)",
+        d.str());
   if (d.index >= n) return fmt::format("target {} but only {} CUDA devices", d.str(), n);
   return "";
 }
@@ -209,19 +225,24 @@ std::string compare(const Array& want, const Array& got, double tol) {
   int64_t bad = 0, first = -1;
   for (size_t i = 0; i < e.size(); ++i) {
     bool ok;
-    if (exact) ok = e[i] == a[i];
-    else if (std::isnan(e[i])) ok = std::isnan(a[i]);
-    else if (std::isinf(e[i])) ok = a[i] == e[i];
-    else ok = std::fabs(a[i] - e[i]) <= tol * (std::fabs(e[i]) + mean_abs);
+    if (exact)
+      ok = e[i] == a[i];
+    else if (std::isnan(e[i]))
+      ok = std::isnan(a[i]);
+    else if (std::isinf(e[i]))
+      ok = a[i] == e[i];
+    else
+      ok = std::fabs(a[i] - e[i]) <= tol * (std::fabs(e[i]) + mean_abs);
     if (!ok && bad++ == 0) first = static_cast<int64_t>(i);
   }
   if (!bad) return "";
   std::string idx;
-  for (int64_t k : test::unravel(first, want.shape())) idx += (idx.empty() ? "" : ", ") + std::to_string(k);
-  return fmt::format("{} of {} elements differ; first at [{}] (flat {}): cpu {}, target {} "
-                     "(tolerance {} relative to |cpu| + mean |cpu| {})",
-                     bad, e.size(), idx, first, show(e[first]), show(a[first]),
-                     exact ? 0.0 : tol, show(mean_abs));
+  for (int64_t k : test::unravel(first, want.shape()))
+    idx += (idx.empty() ? "" : ", ") + std::to_string(k);
+  return fmt::format(
+      "{} of {} elements differ; first at [{}] (flat {}): cpu {}, target {} "
+      "(tolerance {} relative to |cpu| + mean |cpu| {})",
+      bad, e.size(), idx, first, show(e[first]), show(a[first]), exact ? 0.0 : tol, show(mean_abs));
 }
 
 FeedShapes shapes_of(const Feeds& feeds) {
@@ -253,7 +274,8 @@ std::string run_both(const Graph& g, const Feeds& feeds, const std::vector<Tenso
     return fmt::format("{} outputs on the CPU, {} on the target", want.size(), got.size());
   std::string msg;
   for (size_t k = 0; k < want.size(); ++k) {
-    const double tol = is_floating(want[k].dtype()) ? test::tolerance(want[k].dtype()) * tol_scale : 0;
+    const double tol =
+        is_floating(want[k].dtype()) ? test::tolerance(want[k].dtype()) * tol_scale : 0;
     std::string m = compare(want[k], got[k], tol);
     if (!m.empty()) msg += fmt::format("{}output {}: {}", msg.empty() ? "" : "\n", k, m);
   }
@@ -330,8 +352,10 @@ void run_op(OpId op) {
       }
       ran += n;
       std::string m = run_both(c.g, c.feeds, c.outs, c.tol_scale);
-      if (m.empty()) ++s.passed;
-      else ++s.failed, ADD_FAILURE() << where << " (" << c.label << "): " << m;
+      if (m.empty())
+        ++s.passed;
+      else
+        ++s.failed, ADD_FAILURE() << where << " (" << c.label << "): " << m;
       if (!with_grad) continue;
       std::optional<GradCase> gc;
       try {
@@ -346,17 +370,20 @@ void run_op(OpId op) {
         continue;
       }
       m = run_both(c.g, gc->feeds, gc->grads, c.tol_scale * 2);
-      if (m.empty()) ++s.passed;
-      else ++s.failed, ADD_FAILURE() << where << " gradient (" << c.label << "): " << m;
+      if (m.empty())
+        ++s.passed;
+      else
+        ++s.failed, ADD_FAILURE() << where << " gradient (" << c.label << "): " << m;
     }
   }
   if (!unavailable.empty()) GTEST_SKIP() << unavailable;
   if (!no_kernel.empty())
     std::printf("[backend_ops] %s: no %s kernel for %s; %d cases skipped\n", op_name(op),
-                backend_name(backend_of(target)), fmt::format("{}", fmt::join(no_kernel, " ")).c_str(),
-                skipped);
-  if (ran == 0) GTEST_SKIP() << op_name(op) << " has no " << backend_name(backend_of(target))
-                             << " kernel for any dtype it takes";
+                backend_name(backend_of(target)),
+                fmt::format("{}", fmt::join(no_kernel, " ")).c_str(), skipped);
+  if (ran == 0)
+    GTEST_SKIP() << op_name(op) << " has no " << backend_name(backend_of(target))
+                 << " kernel for any dtype it takes";
 }
 
 bool is_source(OpId op) {
@@ -394,9 +421,7 @@ INSTANTIATE_TEST_SUITE_P(Op, BackendOps, ::testing::ValuesIn(tested_ops()),
 // from CudaKernelCoverage. Empty so far: every op should get CUDA kernels for f32, f16 and bf16.
 constexpr std::array<OpId, 0> kCpuOnly{};
 
-bool cpu_only(OpId op) {
-  return std::find(kCpuOnly.begin(), kCpuOnly.end(), op) != kCpuOnly.end();
-}
+bool cpu_only(OpId op) { return std::find(kCpuOnly.begin(), kCpuOnly.end(), op) != kCpuOnly.end(); }
 
 TEST(Harness, ComparisonNamesTheFirstMismatch) {
   const Array a = from_f64({1, 2, 3, 4, 5, 6}, {2, 3}, f32);
@@ -404,7 +429,8 @@ TEST(Harness, ComparisonNamesTheFirstMismatch) {
   const Array b = from_f64({1, 2, 3, 4, 5.5, 6}, {2, 3}, f32);
   const std::string m = compare(a, b, 1e-5);
   EXPECT_NE(m.find("1 of 6 elements differ; first at [1, 1] (flat 4): cpu 5, target 5.5"),
-            std::string::npos) << m;
+            std::string::npos)
+      << m;
   EXPECT_NE(compare(from_f64({1, 2}, {2}, i32), from_f64({1, 3}, {2}, i32), 0), "");
   EXPECT_NE(compare(a, a.astype(f16), 1e-5), "");
   EXPECT_EQ(compare(from_f64({NAN, 1}, {2}, f32), from_f64({NAN, 1}, {2}, f32), 1e-5), "");
@@ -440,7 +466,8 @@ TEST(Harness, CudaKernelCoverage) {
     const KernelEntry* cuda = find_kernel(op, Backend::cuda);
     std::string lacks;
     for (DType t : {f32, f16, bf16})
-      if (cpu && cpu->handles(t) && !(cuda && cuda->handles(t))) lacks += std::string(" ") + name(t);
+      if (cpu && cpu->handles(t) && !(cuda && cuda->handles(t)))
+        lacks += std::string(" ") + name(t);
     if (lacks.empty()) continue;
     std::printf("[backend_ops] no CUDA kernel: %s:%s%s\n", op_name(op), lacks.c_str(),
                 cpu_only(op) ? " (CPU only by design)" : "");

@@ -49,7 +49,8 @@ class Case {
   /// Integers in [lo, hi] stored as `t` (index inputs, small exact values).
   Tensor ints(const Shape& shape, int64_t lo, int64_t hi, DType t = i64,
               Layout layout = Layout::dense);
-  /// Values distinct along the last fed dim (no ties for argmax, sort, max pooling indices);
+  /// Floats without ties (for argmax, sort, max pooling indices): distinct over the whole array
+  /// when the dtype holds enough exact values, else over the last two fed dims, else the last;
   /// random integers for integer and bool dtypes.
   Tensor distinct(const Shape& shape, DType t, Layout layout = Layout::dense);
   /// Adds `label` text ("; " separated).
@@ -82,6 +83,8 @@ Gen uniform(DType t, double lo, double hi);
 /// Floats k + f with integer k in [lo, hi] and f in [0.1, 0.4] or [0.6, 0.9]: away from the
 /// ties of floor, ceil, round and casts.
 Gen off_ties(DType t, int64_t lo, int64_t hi);
+/// `base` with about one float element in six replaced by NaN (other dtypes unchanged).
+Gen with_nans(DType t, Gen base);
 /// Host array from doubles.
 Array from_f64(const std::vector<double>& v, const Shape& shape, DType t);
 
