@@ -376,7 +376,8 @@ void run_op(OpId op) {
       if (m.empty())
         ++s.passed;
       else
-        ++s.failed, ADD_FAILURE() << where << " (" << c.label << "): " << m;
+        ++s.failed, ADD_FAILURE() << where << " (" << c.label << "): " << m << " (seed "
+                                  << test::seed() << ")";
       if (!with_grad) continue;
       std::optional<GradCase> gc;
       try {
@@ -394,7 +395,8 @@ void run_op(OpId op) {
       if (m.empty())
         ++s.passed;
       else
-        ++s.failed, ADD_FAILURE() << where << " gradient (" << c.label << "): " << m;
+        ++s.failed, ADD_FAILURE() << where << " gradient (" << c.label << "): " << m << " (seed "
+                                  << test::seed() << ")";
     }
   }
   if (!unavailable.empty()) GTEST_SKIP() << unavailable;

@@ -2,8 +2,21 @@
 // every dtype its CPU kernel takes, runs through a table of cases on the CPU and on the target
 // device (KILN_HARNESS_DEVICE, default cuda:0), and every output and gradient must agree.
 //
-// One registration per op: a builder fills a Case (graph, fed placeholders, outputs) for a dtype
-// and a case index, or returns false when that case does not apply to the dtype.
+// One registration per op (cases_<family>.cpp): a builder fills a Case (graph, fed placeholders,
+// outputs) for a dtype and a case index, or returns false when that case does not apply to the
+// dtype. A new op of op_list.inc fails Harness.EveryOpHasCases until it is registered.
+//
+// Each case compiles twice without graph optimization (constant folding would run the op on the
+// CPU): for the CPU and for the target with strict placement. Float outputs agree within
+// tolerance(dtype) * tol_scale relative to |cpu| + mean |cpu| of the output; integer and bool
+// outputs exactly. For ops with a gradient rule, f32 and f16 cases also compare the gradients of
+// sum_k sum(out_k * w_k) (fresh random w_k) with respect to every float input. Cases whose op has
+// no target kernel for the dtype, or that need another op without a target kernel, are skipped
+// (Harness.CudaKernelCoverage fails for the missing f32/f16/bf16 kernels). Every run prints
+// "backend_ops: N cases, M passed, K failed, S skipped" at the end; KILN_TEST_SEED replays one.
+//
+//   KILN_HARNESS_DEVICE=cpu kiln_backend_ops          # every case on the CPU, twice
+//   kiln_backend_ops --gtest_filter='*/Softmax'       # one op on cuda:0 (skips without a GPU)
 #pragma once
 
 #include <functional>
