@@ -65,6 +65,7 @@ const BinShape kBinShapes[] = {
     {{33, 65}, {33, 65}, kT, kS, "transposed and strided"},
     {{0, 7}, {7}, kDense, kDense, "empty"},
     {{2, 1, 3, 33}, {5, 1, 33}, kDense, kDense, "rank broadcast"},
+    {{5, 4099}, {4099}, kDense, kDense, "multi-block row broadcast"},
 };
 constexpr int kNumBin = static_cast<int>(std::size(kBinShapes));
 

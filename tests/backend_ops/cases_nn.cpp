@@ -18,7 +18,7 @@ Tensor operand(Case& c, const Shape& s, DType t, Layout l = kDense) {
 // ---- linalg ----
 
 const bool kMatmul =
-    register_cases({OpId::Matmul, 10, [](Case& c, DType t, int i) {
+    register_cases({OpId::Matmul, 12, [](Case& c, DType t, int i) {
                       struct S {
                         Shape a, b;
                         Layout la, lb;
@@ -32,7 +32,9 @@ const bool kMatmul =
                                      {{5, 129}, {129}, kDense, kDense},
                                      {{33, 65}, {65, 31}, kT, kT},
                                      {{4, 0}, {0, 5}, kDense, kDense},
-                                     {{0, 7}, {7, 3}, kDense, kDense}};
+                                     {{0, 7}, {7, 3}, kDense, kDense},
+                                     {{4, 4099}, {4099, 3}, kDense, kDense},
+                                     {{130, 257}, {257, 129}, kDense, kDense}};
                       Tensor a = operand(c, s[i].a, t, s[i].la), b = operand(c, s[i].b, t, s[i].lb);
                       c.outs = {matmul(a, b)};
                       c.tol_scale = 2;
@@ -286,7 +288,7 @@ const bool kMaxPoolGrad =
 const bool kSoftmax = [] {
   for (OpId op : {OpId::Softmax, OpId::LogSoftmax}) {
     register_cases(
-        {op, 7, [op](Case& c, DType t, int i) {
+        {op, 8, [op](Case& c, DType t, int i) {
            struct S {
              Shape x;
              int64_t axis;
@@ -294,7 +296,7 @@ const bool kSoftmax = [] {
            };
            const S s[] = {{{4, 31}, -1, kDense}, {{3, 128}, -1, kDense}, {{2, 257}, 1, kDense},
                           {{33, 65}, 0, kDense}, {{5, 129}, -1, kT},     {{2, 3, 33}, 1, kDense},
-                          {{0, 7}, -1, kDense}};
+                          {{0, 7}, -1, kDense},  {{2, 4097}, -1, kDense}};
            Tensor x = c.rand(s[i].x, t, -4, 4, s[i].l);
            c.outs = {op == OpId::Softmax ? softmax(x, s[i].axis) : log_softmax(x, s[i].axis)};
            c.note(fmt::format("x {} axis {}{}", to_string(s[i].x), s[i].axis,
@@ -314,10 +316,12 @@ struct NormShape {
 const NormShape kNormShapes[] = {
     {{4, 31}, -1, true, true, kDense},   {{3, 128}, -1, false, false, kDense},
     {{2, 257}, -1, true, false, kDense}, {{2, 3, 33}, -2, true, true, kDense},
-    {{5, 129}, -1, true, true, kT},      {{0, 16}, -1, true, true, kDense}};
+    {{5, 129}, -1, true, true, kT},      {{0, 16}, -1, true, true, kDense},
+    {{2, 4097}, -1, true, true, kDense}};
+constexpr int kNumNormShapes = static_cast<int>(std::size(kNormShapes));
 
 const bool kLayerNorm =
-    register_cases({OpId::LayerNorm, 6, [](Case& c, DType t, int i) {
+    register_cases({OpId::LayerNorm, kNumNormShapes, [](Case& c, DType t, int i) {
                       const NormShape& s = kNormShapes[i];
                       Tensor x = c.rand(s.x, t, -2, 3, s.l);
                       const Shape ws(s.x.end() + s.begin, s.x.end());
@@ -332,7 +336,7 @@ const bool kLayerNorm =
                     }});
 
 const bool kRmsNorm = register_cases(
-    {OpId::RmsNorm, 6, [](Case& c, DType t, int i) {
+    {OpId::RmsNorm, kNumNormShapes, [](Case& c, DType t, int i) {
        const NormShape& s = kNormShapes[i];
        Tensor x = c.rand(s.x, t, -2, 3, s.l);
        const Shape ws(s.x.end() + s.begin, s.x.end());
