@@ -1,0 +1,363 @@
+// Cases of the core and elementwise ops.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+
+#include "backend_ops/harness.h"
+
+namespace kiln::harness {
+namespace {
+
+constexpr Layout kDense = Layout::dense, kT = Layout::transposed, kS = Layout::strided;
+
+// ---- core ----
+
+double fill_value(DType t) { return t == boolean ? 1 : is_floating(t) ? 1.75 : 7; }
+
+const bool kFull = register_cases({OpId::Full, 4, [](Case& c, DType t, int i) {
+                                     const Shape shapes[] = {{257}, {33, 31}, {0, 4}, {}};
+                                     c.outs = {full(c.g, shapes[i], fill_value(t), t)};
+                                     c.note("shape " + to_string(shapes[i]));
+                                     return true;
+                                   }});
+
+const bool kArange = register_cases(
+    {OpId::Arange, 4, [](Case& c, DType t, int i) {
+       struct R {
+         double start, stop, step;
+         bool float_only;
+       };
+       const R r[] = {
+           {0, 257, 1, false}, {-3, 29, 0.25, true}, {5, -60, -3, false}, {10, 10, 1, false}};
+       if (r[i].float_only && !is_floating(t)) return false;
+       if (t == u8 && r[i].stop < 0) return false;
+       if ((t == i8) && r[i].stop > 127) return false;
+       c.outs = {arange(c.g, r[i].start, r[i].stop, r[i].step, t)};
+       c.note(fmt::format("arange({}, {}, {})", r[i].start, r[i].stop, r[i].step));
+       return true;
+     }});
+
+const bool kAssign = register_cases(
+    {OpId::Assign, 3, [](Case& c, DType t, int i) {
+       Tensor v = c.g.variable(test::random_array({33, 65}, t, 0, 5), "v");
+       Tensor value = i == 0   ? c.rand({65}, t)
+                      : i == 1 ? c.rand({33, 65}, t, kT)
+                               : c.ints({33, 1}, 0, 1, f32);
+       c.outs = {assign(v, value)};
+       c.note(i == 0 ? "broadcast row" : i == 1 ? "transposed value" : "cast and broadcast");
+       return true;
+     }});
+
+// ---- binary ----
+
+struct BinShape {
+  Shape a, b;
+  Layout la, lb;
+  const char* what;
+};
+const BinShape kBinShapes[] = {
+    {{31}, {31}, kDense, kDense, "31"},
+    {{4, 128}, {4, 128}, kDense, kDense, "4x128"},
+    {{3, 257}, {257}, kDense, kDense, "row broadcast"},
+    {{33, 1}, {1, 129}, kDense, kDense, "outer broadcast"},
+    {{}, {255}, kDense, kDense, "scalar and 255"},
+    {{33, 65}, {33, 65}, kT, kS, "transposed and strided"},
+    {{0, 7}, {7}, kDense, kDense, "empty"},
+    {{2, 1, 3, 33}, {5, 1, 33}, kDense, kDense, "rank broadcast"},
+    {{5, 4099}, {4099}, kDense, kDense, "multi-block row broadcast"},
+};
+constexpr int kNumBin = static_cast<int>(std::size(kBinShapes));
+
+using BinaryFn = Tensor (*)(const Tensor&, const Tensor&);
+// Generators of the two operands for a dtype.
+using GenFor = Gen (*)(DType t, bool second);
+
+Gen default_gen(DType t, bool) {
+  if (is_floating(t)) return uniform(t, -1, 1);
+  int64_t lo, hi;
+  int_range(t, lo, hi);
+  return uniform(t, static_cast<double>(lo), static_cast<double>(hi));
+}
+Gen nonzero_gen(DType t) {
+  if (t == u8) return uniform(t, 1, 9);
+  return [t](const Shape& s) { return test::random_nonzero(s, t, is_floating(t) ? 0.25 : 1, 9); };
+}
+Gen div_gen(DType t, bool second) { return second ? nonzero_gen(t) : default_gen(t, false); }
+Gen pow_gen(DType t, bool second) {
+  if (is_floating(t)) return second ? uniform(t, -2, 2) : uniform(t, 0.5, 2);
+  if (second) return uniform(t, t == u8 ? 0 : -2, 3);
+  return uniform(t, t == u8 ? 0 : -3, 3);
+}
+// Divisors +-0.5, 1, 2 and dividends k + f away from multiples of them.
+Gen mod_gen(DType t, bool second) {
+  if (!is_floating(t)) return div_gen(t, second);
+  if (!second) return off_ties(t, -4, 4);
+  return [t](const Shape& s) {
+    const double d[] = {0.5, 1, 2, -0.5, -1, -2};
+    std::uniform_int_distribution<int> pick(0, 5);
+    std::vector<double> v(static_cast<size_t>(numel(s)));
+    for (auto& x : v) x = d[pick(test::rng())];
+    return from_f64(v, s, t);
+  };
+}
+// Small integers, so that equal elements are common.
+Gen compare_gen(DType t, bool) {
+  if (t == boolean) return uniform(t, 0, 1);
+  return [t](const Shape& s) {
+    return test::random_ints(s, t == u8 ? 0 : -3, t == u8 ? 5 : 3, f64).astype(t);
+  };
+}
+
+bool binary_case(Case& c, DType t, int i, BinaryFn f, GenFor gen) {
+  if (i == kNumBin) {  // NaN propagation
+    if (!is_floating(t)) return false;
+    Tensor a = c.input({4, 33}, t, with_nans(t, gen(t, false)));
+    Tensor b = c.input({33}, t, with_nans(t, gen(t, true)));
+    c.outs = {f(a, b)};
+    c.grad = false;
+    c.note("NaNs in both operands (4, 33) (33)");
+    return true;
+  }
+  const BinShape& s = kBinShapes[i];
+  Tensor a = c.input(s.a, t, gen(t, false), s.la);
+  Tensor b = c.input(s.b, t, gen(t, true), s.lb);
+  c.outs = {f(a, b)};
+  c.note(fmt::format("{} {} {}", s.what, to_string(s.a), to_string(s.b)));
+  return true;
+}
+
+// nan_case: one more case with NaNs (ops whose NaN handling GPUs tend to get wrong)
+void binary(OpId op, BinaryFn f, GenFor gen, bool nan_case = false) {
+  register_cases({op, kNumBin + nan_case,
+                  [f, gen](Case& c, DType t, int i) { return binary_case(c, t, i, f, gen); }});
+}
+
+const bool kBinary = [] {
+  binary(OpId::Add, add, default_gen);
+  binary(OpId::Sub, sub, default_gen);
+  binary(OpId::Mul, mul, default_gen);
+  binary(OpId::Div, div, div_gen);
+  binary(OpId::Pow, pow, pow_gen);
+  binary(OpId::Maximum, maximum, default_gen, true);
+  binary(OpId::Minimum, minimum, default_gen, true);
+  binary(OpId::Mod, mod, mod_gen);
+  binary(OpId::Equal, equal, compare_gen);
+  binary(OpId::NotEqual, not_equal, compare_gen);
+  binary(OpId::Less, less, compare_gen);
+  binary(OpId::LessEqual, less_equal, compare_gen);
+  binary(OpId::Greater, greater, compare_gen);
+  binary(OpId::GreaterEqual, greater_equal, compare_gen);
+  binary(OpId::LogicalAnd, logical_and, compare_gen);
+  binary(OpId::LogicalOr, logical_or, compare_gen);
+  binary(OpId::LogicalXor, logical_xor, compare_gen);
+  return true;
+}();
+
+// ---- unary ----
+
+struct UnShape {
+  Shape s;
+  Layout l;
+};
+const UnShape kUnShapes[] = {{{31}, kDense},  {{128}, kDense}, {{3, 257}, kDense}, {{33, 65}, kT},
+                             {{17, 129}, kS}, {{0}, kDense},   {{}, kDense}};
+constexpr int kNumUn = static_cast<int>(std::size(kUnShapes));
+
+// Float inputs of an op: uniform in [lo, hi), or `gen` when set.
+struct UnaryDef {
+  OpId op;
+  std::function<Tensor(const Tensor&, int)> f;  // (x, case index): attrs vary with the index
+  double lo = -4, hi = 4;
+  Gen (*gen)(DType) = nullptr;
+  const char* attrs[2] = {"", ""};  // label of the attrs at even and odd indices
+};
+
+void unary(const UnaryDef& d) {
+  register_cases({d.op, kNumUn + 1, [d](Case& c, DType t, int i) {
+                    const bool nans = i == kNumUn;  // the last case: NaN propagation
+                    if (nans && !is_floating(t)) return false;
+                    const UnShape& s = nans ? kUnShapes[2] : kUnShapes[i];
+                    Gen g;
+                    if (d.gen)
+                      g = d.gen(t);
+                    else if (is_floating(t))
+                      g = uniform(t, d.lo, d.hi);
+                    else
+                      g = default_gen(t, false);
+                    if (nans) g = with_nans(t, g), c.grad = false, c.note("NaNs");
+                    Tensor x = c.input(s.s, t, g, s.l);
+                    c.outs = {d.f(x, i)};
+                    c.note(fmt::format("{}{} {}", to_string(s.s),
+                                       s.l == kT   ? " transposed"
+                                       : s.l == kS ? " strided"
+                                                   : "",
+                                       d.attrs[i % 2]));
+                    return true;
+                  }});
+}
+
+Gen sign_gen(DType t) { return is_floating(t) ? nonzero_gen(t) : default_gen(t, false); }
+Gen round_gen(DType t) { return is_floating(t) ? off_ties(t, -5, 5) : default_gen(t, false); }
+Gen recip_gen(DType t) { return nonzero_gen(t); }
+
+template <Tensor (*F)(const Tensor&)>
+Tensor plain(const Tensor& x, int) {
+  return F(x);
+}
+
+const bool kUnary = [] {
+  unary({OpId::Neg, plain<neg>});
+  unary({OpId::Abs, plain<abs>});
+  unary({OpId::Sign, plain<sign>, -4, 4, sign_gen});
+  unary({OpId::Exp, plain<exp>, -5, 5});
+  unary({OpId::Log, plain<log>, 0.1, 4});
+  unary({OpId::Log1p, plain<log1p>, -0.5, 3});
+  unary({OpId::Expm1, plain<expm1>, -3, 3});
+  unary({OpId::Sqrt, plain<sqrt>, 0.1, 4});
+  unary({OpId::Rsqrt, plain<rsqrt>, 0.1, 4});
+  unary({OpId::Reciprocal, plain<reciprocal>, -4, 4, recip_gen});
+  unary({OpId::Sin, plain<sin>});
+  unary({OpId::Cos, plain<cos>});
+  unary({OpId::Tanh, plain<tanh>});
+  unary({OpId::Sigmoid, plain<sigmoid>, -6, 6});
+  unary({OpId::Relu, plain<relu>});
+  unary({OpId::LeakyRelu,
+         [](const Tensor& x, int i) { return leaky_relu(x, i % 2 ? 0.2 : 0.01); },
+         -4,
+         4,
+         nullptr,
+         {"alpha 0.01", "alpha 0.2"}});
+  unary({OpId::Elu,
+         [](const Tensor& x, int i) { return elu(x, i % 2 ? 0.5 : 1.0); },
+         -4,
+         4,
+         nullptr,
+         {"alpha 1", "alpha 0.5"}});
+  unary({OpId::Selu, plain<selu>});
+  unary(
+      {OpId::Gelu,
+       [](const Tensor& x, int i) { return gelu(x, i % 2 ? GeluApprox::tanh : GeluApprox::none); },
+       -4,
+       4,
+       nullptr,
+       {"exact", "tanh approximation"}});
+  unary({OpId::Silu, plain<silu>});
+  unary({OpId::Softplus,
+         [](const Tensor& x, int i) { return i % 2 ? softplus(x, 2.0, 3.0) : softplus(x); },
+         -4,
+         4,
+         nullptr,
+         {"beta 1 threshold 20", "beta 2 threshold 3"}});
+  unary({OpId::Softshrink,
+         [](const Tensor& x, int i) { return softshrink(x, i % 2 ? 1.5 : 0.5); },
+         -4,
+         4,
+         nullptr,
+         {"lambda 0.5", "lambda 1.5"}});
+  unary({OpId::Hardshrink,
+         [](const Tensor& x, int i) { return hardshrink(x, i % 2 ? 1.5 : 0.5); },
+         -4,
+         4,
+         nullptr,
+         {"lambda 0.5", "lambda 1.5"}});
+  unary({OpId::Hardswish, plain<hardswish>});
+  unary({OpId::Hardsigmoid,
+         [](const Tensor& x, int i) { return i % 2 ? hardsigmoid(x, 0.25, 0.3) : hardsigmoid(x); },
+         -4,
+         4,
+         nullptr,
+         {"alpha 1/6 beta 0.5", "alpha 0.25 beta 0.3"}});
+  unary({OpId::Erf, plain<erf>, -3, 3});
+  unary({OpId::Floor, plain<floor>, -5, 5, round_gen});
+  unary({OpId::Ceil, plain<ceil>, -5, 5, round_gen});
+  unary({OpId::Round, plain<round>, -5, 5, round_gen});
+  unary(
+      {OpId::Clip,
+       [](const Tensor& x, int i) {
+         const double inf = std::numeric_limits<double>::infinity();
+         if (!is_floating(x.dtype())) return i % 2 ? clip(x, 0, 10) : clip(x, -5, 5);
+         return i % 3 == 0 ? clip(x, -1, 1) : i % 3 == 1 ? clip(x, -inf, 0.5) : clip(x, -0.5, inf);
+       },
+       -2,
+       2,
+       nullptr,
+       {"bounds by case", "bounds by case"}});
+  unary({OpId::LogicalNot, plain<logical_not>});
+  return true;
+}();
+
+// ---- select, cast, classification ----
+
+const bool kWhere = register_cases({OpId::Where, 5, [](Case& c, DType t, int i) {
+                                      struct S {
+                                        Shape cond, x, y;
+                                        Layout lx, ly;
+                                      };
+                                      const S s[] = {{{257}, {257}, {257}, kDense, kDense},
+                                                     {{33, 1}, {1, 129}, {33, 129}, kDense, kDense},
+                                                     {{}, {17, 33}, {17, 33}, kT, kS},
+                                                     {{0, 3}, {0, 3}, {3}, kDense, kDense},
+                                                     {{4, 31}, {}, {4, 31}, kDense, kDense}};
+                                      Tensor cond = c.rand(s[i].cond, boolean);
+                                      Tensor x = c.rand(s[i].x, t, s[i].lx);
+                                      Tensor y = c.rand(s[i].y, t, s[i].ly);
+                                      c.outs = {where(cond, x, y)};
+                                      c.note(fmt::format("cond {} x {} y {}", to_string(s[i].cond),
+                                                         to_string(s[i].x), to_string(s[i].y)));
+                                      return true;
+                                    }});
+
+const bool kCast = register_cases(
+    {OpId::Cast, 2 * static_cast<int>(std::size(kHarnessTypes)), [](Case& c, DType t, int i) {
+       const int n = static_cast<int>(std::size(kHarnessTypes));
+       const DType to = kHarnessTypes[i % n];
+       if (to == t) return false;  // no node
+       const Shape shape = i < n ? Shape{257} : Shape{33, 65};
+       const Layout l = i < n ? kDense : kT;
+       // non-negative values in range of every dtype, away from integer ties
+       Tensor x = is_floating(t) ? c.input(shape, t, off_ties(t, 0, 99), l)
+                  : t == boolean ? c.rand(shape, t, l)
+                                 : c.ints(shape, 0, 100, t, l);
+       c.outs = {cast(x, to)};
+       c.grad = is_floating(to);
+       c.note(fmt::format("to {} {}{}", name(to), to_string(shape), l == kT ? " transposed" : ""));
+       return true;
+     }});
+
+// Random values with NaN, +inf and -inf mixed in (floats).
+Gen specials(DType t) {
+  return [t](const Shape& s) {
+    std::vector<double> v = test::to_f64(test::random_array(s, f64, -3, 3));
+    const double inf = std::numeric_limits<double>::infinity();
+    for (size_t k = 0; k < v.size(); ++k) {
+      if (k % 7 == 3)
+        v[k] = NAN;
+      else if (k % 11 == 5)
+        v[k] = inf;
+      else if (k % 13 == 2)
+        v[k] = -inf;
+    }
+    if (!is_floating(t)) return test::random_array(s, t, 0, 9);
+    return from_f64(v, s, t);
+  };
+}
+
+void classify(OpId op, Tensor (*f)(const Tensor&)) {
+  register_cases({op, 3, [f](Case& c, DType t, int i) {
+                    const Shape shapes[] = {{257}, {33, 65}, {0}};
+                    Tensor x = c.input(shapes[i], t, specials(t), i == 1 ? kT : kDense);
+                    c.outs = {f(x)};
+                    c.note(to_string(shapes[i]));
+                    return true;
+                  }});
+}
+
+const bool kClassify = [] {
+  classify(OpId::IsNan, isnan);
+  classify(OpId::IsInf, isinf);
+  return true;
+}();
+
+}  // namespace
+}  // namespace kiln::harness
