@@ -74,7 +74,10 @@ template <int N> struct Bcast {
 #pragma unroll
     for (int k = 0; k < N; ++k) off[k] = 0;
     for (int d = rank - 1; d >= 0; --d) {
-      const int64_t q = i / dims[d];
+      // 32-bit division while the index fits (64-bit division is emulated and slow).
+      const int64_t q = (i | dims[d]) <= INT32_MAX
+                            ? static_cast<uint32_t>(i) / static_cast<uint32_t>(dims[d])
+                            : i / dims[d];
       const int64_t r = i - q * dims[d];
 #pragma unroll
       for (int k = 0; k < N; ++k) off[k] += r * strides[k][d];
