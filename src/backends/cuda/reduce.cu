@@ -311,12 +311,21 @@ template <typename T, bool kMax> struct ArgOp {
 
 // ---- reduction kernels ----
 
-// Contiguous-free rows (lanes == 1): W threads per output (1, 32 or kThreads), each (output,
-// split) unit reducing [r0, r1) of its output's reduced elements.
+// 16 bytes of T, loaded at once.
+template <typename T> struct alignas(16) Vec16 {
+  static constexpr int kSize = 16 / sizeof(T);
+  T v[kSize];
+};
+
+// Rows without lanes (lanes == 1): W threads per output (1, 32 or kThreads), each (output,
+// split) unit reducing [r0, r1) of its output's reduced elements. `vec`: contiguous rows of a
+// multiple of 16 bytes, 16-byte aligned, read 16 bytes at a time.
 template <typename Op, int W>
 __global__ void __launch_bounds__(kThreads)
     reduce_rows(const typename Op::In* x, typename Op::Out* y, typename Op::Acc* partial, Geom g,
-                int64_t splits, Op op) {
+                int64_t splits, bool vec, Op op) {
+  using In = typename Op::In;
+  constexpr int V = Vec16<In>::kSize;
   using Acc = typename Op::Acc;
   constexpr int G = kThreads / W;
   __shared__ alignas(16) unsigned char smem[(W > 32 ? W / 32 : 1) * sizeof(Acc)];
@@ -334,7 +343,23 @@ __global__ void __launch_bounds__(kThreads)
       const int64_t r0 = g.count * s / splits, r1 = g.count * (s + 1) / splits;
       const auto* base = x + g.base(o);
       int64_t r = r0 + lane;
-      if (contiguous) {
+      if (vec) {
+        const int64_t nv = g.count / V, v1 = nv * (s + 1) / splits;
+        const auto* vb = reinterpret_cast<const Vec16<In>*>(base);
+        int64_t q = nv * s / splits + lane;
+        for (; q + W < v1; q += 2 * W) {  // two 16-byte loads in flight
+          const Vec16<In> p0 = vb[q], p1 = vb[q + W];
+#pragma unroll
+          for (int k = 0; k < V; ++k) op.add(a, p0.v[k], q * V + k);
+#pragma unroll
+          for (int k = 0; k < V; ++k) op.add(a, p1.v[k], (q + W) * V + k);
+        }
+        for (; q < v1; q += W) {
+          const Vec16<In> p0 = vb[q];
+#pragma unroll
+          for (int k = 0; k < V; ++k) op.add(a, p0.v[k], q * V + k);
+        }
+      } else if (contiguous) {
         for (; r + 3 * W < r1; r += 4 * W) {  // four loads in flight
           const auto v0 = base[r], v1 = base[r + W], v2 = base[r + 2 * W], v3 = base[r + 3 * W];
           op.add(a, v0, r);
@@ -403,15 +428,18 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Merges each output's partials in split order.
+// Merges each output's partials (a warp per output, in a fixed order).
 template <typename Op>
 __global__ void reduce_partials(const typename Op::Acc* partial, typename Op::Out* y,
                                 int64_t outputs, int64_t splits, int64_t count, Op op) {
-  for (int64_t o = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; o < outputs;
-       o += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    typename Op::Acc a = partial[o * splits];
-    for (int64_t s = 1; s < splits; ++s) op.merge(a, partial[o * splits + s]);
-    y[o] = op.finish(a, count);
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * blockDim.x / 32;
+  for (int64_t o = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
+       o < outputs; o += warps) {
+    typename Op::Acc a = op.init();
+    for (int64_t s = lane; s < splits; s += 32) op.merge(a, partial[o * splits + s]);
+    a = warp_merge(op, a);
+    if (lane == 0) y[o] = op.finish(a, count);
   }
 }
 
@@ -449,15 +477,18 @@ void run_reduce(KernelContext& ctx, const std::vector<int64_t>& axes, const Op& 
       partial = static_cast<Acc*>(ctx.scratch(sizeof(Acc) * g.outputs * splits));
   };
   if (g.lanes == 1) {
+    const bool vec = g.red.n == 0 && g.run_stride == 1 && g.count % Vec16<In>::kSize == 0 &&
+                     reinterpret_cast<uintptr_t>(x) % 16 == 0;
     if (g.count <= 8) {
-      reduce_rows<Op, 1><<<blocks_for(g.outputs), kThreads, 0, stream>>>(x, y, partial, g, 1, op);
+      reduce_rows<Op, 1>
+          <<<blocks_for(g.outputs), kThreads, 0, stream>>>(x, y, partial, g, 1, false, op);
     } else if (g.count <= 2048) {
       reduce_rows<Op, 32>
-          <<<blocks_for(g.outputs * 32), kThreads, 0, stream>>>(x, y, partial, g, 1, op);
+          <<<blocks_for(g.outputs * 32), kThreads, 0, stream>>>(x, y, partial, g, 1, vec, op);
     } else {
       cut(g.outputs, kThreads, kThreads * 16);
       reduce_rows<Op, kThreads><<<blocks_for(g.outputs * splits * kThreads), kThreads, 0, stream>>>(
-          x, y, partial, g, splits, op);
+          x, y, partial, g, splits, vec, op);
     }
   } else {
     int tx = pow2_at_least(g.lanes, 32);
@@ -471,8 +502,8 @@ void run_reduce(KernelContext& ctx, const std::vector<int64_t>& axes, const Op& 
   }
   check_launch(name);
   if (splits > 1) {
-    reduce_partials<<<blocks_for(g.outputs), kThreads, 0, stream>>>(partial, y, g.outputs, splits,
-                                                                    g.count, op);
+    reduce_partials<<<blocks_for(g.outputs * 32), kThreads, 0, stream>>>(partial, y, g.outputs,
+                                                                         splits, g.count, op);
     check_launch(name);
   }
 }
