@@ -317,9 +317,9 @@ template <typename T> struct alignas(16) Vec16 {
   T v[kSize];
 };
 
-// Rows without lanes (lanes == 1): W threads per output (1, 32 or kThreads), each (output,
-// split) unit reducing [r0, r1) of its output's reduced elements. `vec`: contiguous rows of a
-// multiple of 16 bytes, 16-byte aligned, read 16 bytes at a time.
+// W threads per output (1, 32 or kThreads), each (output, split) unit reducing [r0, r1) of its
+// output's reduced elements; W > 1 only for rows without lanes (lanes == 1). `vec`: contiguous
+// rows of a multiple of 16 bytes, 16-byte aligned, read 16 bytes at a time.
 template <typename Op, int W>
 __global__ void __launch_bounds__(kThreads)
     reduce_rows(const typename Op::In* x, typename Op::Out* y, typename Op::Acc* partial, Geom g,
@@ -494,6 +494,12 @@ void run_reduce(KernelContext& ctx, const std::vector<int64_t>& axes, const Op& 
     int tx = pow2_at_least(g.lanes, 32);
     const int ty = pow2_at_least(g.count, kThreads / tx);
     if (tx * ty < kThreads) tx = pow2_at_least(g.lanes, kThreads / ty);
+    if (tx * ty < kThreads) {  // few lanes and a short reduction: a thread per output
+      reduce_rows<Op, 1>
+          <<<blocks_for(g.outputs), kThreads, 0, stream>>>(x, y, partial, g, 1, false, op);
+      check_launch(name);
+      return;
+    }
     const int64_t lane_blocks = ceil_div(g.lanes, tx), rows = g.outputs / g.lanes;
     cut(rows * lane_blocks, int64_t{tx} * ty, int64_t{ty} * 16);
     const int64_t units = rows * lane_blocks * splits;
