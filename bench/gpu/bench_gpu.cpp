@@ -1,0 +1,466 @@
+// GPU benchmark: kiln on cuda:0 on the workloads of the peer table in the GPU machine notes
+// (ResNet-50 inference and training, an MLP Adam step, max-pool forward+backward, 1000 dependent
+// tiny adds, ResNet-50 compile time). bench/gpu/run.py runs PyTorch on the same workloads beside
+// it and prints the ratios.
+//
+// Each workload prints friendly lines starting with "#" and one machine-readable line:
+//   kiln <name> <ms>            median wall time of one run (or the compile time), milliseconds
+//   kiln <name> error <text>    the workload failed
+// Timing: the inputs are on the device before timing (Array::to), and Executable::run
+// synchronizes once at its end, so the wall clock around run() is the run's time.
+// --device cpu runs the same graphs on the CPU (a smoke test on machines without a GPU).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kiln/kiln.h"
+
+namespace {
+using namespace kiln;
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  Device device = Device::cuda(0);
+  int reps = 30;
+  int warmup = 3;
+  double max_seconds = 20;  // per workload: stop repeating after this much timing
+  std::vector<std::string> only;
+};
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// Median wall time of one call of f, after warm-up calls; a slow workload stops warming up after
+// a quarter of max_seconds and timing after max_seconds (at least one timed run).
+struct Timing {
+  double median_ms = 0;
+  int runs = 0;
+};
+Timing time_runs(const std::function<void()>& f, const Options& o) {
+  const auto warm = Clock::now();
+  for (int i = 0; i < o.warmup; ++i) {
+    f();
+    if (ms_since(warm) > o.max_seconds * 250) break;  // a slow workload: a quarter is enough
+  }
+  std::vector<double> t;
+  const auto start = Clock::now();
+  for (int i = 0; i < std::max(o.reps, 1); ++i) {
+    const auto t0 = Clock::now();
+    f();
+    t.push_back(ms_since(t0));
+    if (ms_since(start) > o.max_seconds * 1000) break;
+  }
+  std::sort(t.begin(), t.end());
+  return {t[t.size() / 2], static_cast<int>(t.size())};
+}
+
+// Deterministic uniform values with standard deviation `stddev` (fast enough for 25M weights).
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : s_(seed) {}
+  float uniform() {  // in [-1, 1)
+    s_ += 0x9E3779B97F4A7C15ull;
+    uint64_t z = s_;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return static_cast<float>(z >> 40) / static_cast<float>(1 << 23) - 1.0f;
+  }
+  Array array(const Shape& s, float stddev, float mean = 0) {
+    Array a = Array::empty(s, f32);
+    float* p = a.data<float>();
+    const float half_width = stddev * 1.7320508f;  // uniform on [-w, w] has stddev w/sqrt(3)
+    for (int64_t i = 0; i < a.numel(); ++i) p[i] = mean + half_width * uniform();
+    return a;
+  }
+
+ private:
+  uint64_t s_;
+};
+
+Array labels(int64_t n, int64_t classes) {
+  Array a = Array::empty({n}, i64);
+  for (int64_t i = 0; i < n; ++i) a.data<int64_t>()[i] = (i * 7919) % classes;
+  return a;
+}
+
+Array filled(const Shape& s, float v) {
+  Array a = Array::empty(s, f32);
+  std::fill(a.data<float>(), a.data<float>() + a.numel(), v);
+  return a;
+}
+
+// One line on where the kernels run: the count, and the CPU fallbacks by op and reason.
+std::string placement_summary(const Executable& exe) {
+  const auto steps = exe.placement();
+  std::map<std::string, int> fallbacks;
+  int on_cpu = 0;
+  for (const auto& s : steps)
+    if (!s.fallback_reason.empty()) {
+      ++on_cpu;
+      ++fallbacks[s.op + " (" + s.fallback_reason + ")"];
+    }
+  std::string r = fmt::format("{} kernels on {}", steps.size(), exe.device().str());
+  if (on_cpu == 0) return r;
+  r += fmt::format(", {} fall back to the cpu:", on_cpu);
+  for (const auto& [what, n] : fallbacks) r += fmt::format(" {} x{};", what, n);
+  return r;
+}
+
+void report(const std::string& name, const std::string& what, double compile_ms,
+            const Executable& exe, const Timing& t, const std::string& extra = "") {
+  fmt::print("# {}: {}\n", name, what);
+  fmt::print("#   {:.3f} ms median of {} runs{}; compile {:.0f} ms; {}\n", t.median_ms, t.runs,
+             extra, compile_ms, placement_summary(exe));
+  fmt::print("kiln {} {:.4f}\n", name, t.median_ms);
+}
+
+// ---- ResNet-50 (torchvision's architecture: v1.5 bottlenecks, stride on the 3x3 conv) ----
+
+class ResNet50 {
+ public:
+  // Training graphs hold parameters as variables and use batch statistics; inference graphs hold
+  // them as constants and use running statistics.
+  ResNet50(Graph& g, bool training, uint64_t seed = 1) : g_(g), training_(training), rng_(seed) {}
+
+  Tensor forward(const Tensor& x) {
+    const int64_t n = x.dim(0);
+    Tensor h = relu(bn(conv(x, 3, 64, 7, 2, 3, "conv1"), 64, "bn1"));
+    PoolOptions pool;
+    pool.kernel = {3, 3};
+    pool.stride = {2, 2};
+    pool.padding = {1, 1};
+    h = max_pool(h, pool);
+    int64_t cin = 64;
+    const int64_t blocks[4] = {3, 4, 6, 3};
+    for (int layer = 0; layer < 4; ++layer) {
+      const int64_t width = int64_t{64} << layer;
+      for (int64_t b = 0; b < blocks[layer]; ++b) {
+        const int64_t stride = (layer > 0 && b == 0) ? 2 : 1;
+        h = bottleneck(h, cin, width, stride, fmt::format("layer{}.{}", layer + 1, b));
+        cin = width * 4;
+      }
+    }
+    h = reshape(adaptive_avg_pool(h, {1, 1}), {n, 2048});
+    const float bound = 1.0f / std::sqrt(2048.0f);
+    Tensor w = param(rng_.array({1000, 2048}, bound / 1.7320508f), "fc.weight");
+    Tensor b = param(rng_.array({1000}, bound / 1.7320508f), "fc.bias");
+    return linear(h, w, b);
+  }
+
+  const std::vector<Tensor>& params() const { return params_; }
+  const std::vector<Tensor>& bn_updates() const { return bn_updates_; }
+
+ private:
+  Tensor param(const Array& a, const std::string& name) {
+    if (!training_) return g_.constant(a, name);
+    Tensor v = g_.variable(a, name);
+    params_.push_back(v);
+    return v;
+  }
+
+  Tensor conv(const Tensor& x, int64_t cin, int64_t cout, int64_t k, int64_t stride, int64_t pad,
+              const std::string& name) {
+    // kaiming normal, fan_out, as torchvision initializes
+    const float stddev = std::sqrt(2.0f / static_cast<float>(cout * k * k));
+    Tensor w = param(rng_.array({cout, cin, k, k}, stddev), name + ".weight");
+    ConvOptions o;
+    o.stride = {stride, stride};
+    o.padding = {pad, pad};
+    return conv2d(x, w, std::nullopt, o);
+  }
+
+  Tensor bn(const Tensor& x, int64_t c, const std::string& name) {
+    Tensor w = param(filled({c}, 1.0f), name + ".weight");
+    Tensor b = param(filled({c}, 0.0f), name + ".bias");
+    if (training_) {
+      Tensor mean = g_.variable(filled({c}, 0.0f), name + ".running_mean");
+      Tensor var = g_.variable(filled({c}, 1.0f), name + ".running_var");
+      auto r = batch_norm_training(x, mean, var, w, b);
+      bn_updates_.insert(bn_updates_.end(), r.updates.begin(), r.updates.end());
+      return r.y;
+    }
+    Tensor mean = g_.constant(rng_.array({c}, 0.05f), name + ".running_mean");
+    Tensor var = g_.constant(rng_.array({c}, 0.25f, 1.0f), name + ".running_var");
+    return batch_norm(x, mean, var, w, b);
+  }
+
+  Tensor bottleneck(const Tensor& x, int64_t cin, int64_t width, int64_t stride,
+                    const std::string& name) {
+    const int64_t cout = width * 4;
+    Tensor h = relu(bn(conv(x, cin, width, 1, 1, 0, name + ".conv1"), width, name + ".bn1"));
+    h = relu(bn(conv(h, width, width, 3, stride, 1, name + ".conv2"), width, name + ".bn2"));
+    h = bn(conv(h, width, cout, 1, 1, 0, name + ".conv3"), cout, name + ".bn3");
+    Tensor identity = x;
+    if (stride != 1 || cin != cout)
+      identity = bn(conv(x, cin, cout, 1, stride, 0, name + ".downsample.0"), cout,
+                    name + ".downsample.1");
+    return relu(h + identity);
+  }
+
+  Graph& g_;
+  bool training_;
+  Rng rng_;
+  std::vector<Tensor> params_;
+  std::vector<Tensor> bn_updates_;
+};
+
+const char* kBf16Note =
+    "bf16 via CompileOptions::autocast (convolutions and linear in bf16, "
+    "batch norm, activations and variables f32)";
+
+CompileOptions precision(bool use_bf16) {
+  CompileOptions c;
+  if (use_bf16) c.autocast = bf16;
+  return c;
+}
+
+void resnet_infer(const Options& o, const std::string& name, int64_t batch, bool use_bf16) {
+  Graph g;
+  auto x = g.placeholder({batch, 3, 224, 224}, f32, "x");
+  ResNet50 net(g, /*training=*/false);
+  auto logits = net.forward(x);
+  const auto t0 = Clock::now();
+  auto exe = g.compile(o.device, {}, {logits}, precision(use_bf16));
+  const double compile_ms = ms_since(t0);
+  Array xv = Rng(7).array({batch, 3, 224, 224}, 1.0f).to(o.device);
+  const Timing t = time_runs([&] { exe.run({{x, xv}}); }, o);
+  report(name,
+         fmt::format("ResNet-50 inference, batch {}, {}", batch, use_bf16 ? kBf16Note : "f32"),
+         compile_ms, exe, t);
+}
+
+void resnet_train(const Options& o, const std::string& name, bool use_bf16) {
+  constexpr int64_t batch = 32;
+  Graph g;
+  auto x = g.placeholder({batch, 3, 224, 224}, f32, "x");
+  auto y = g.placeholder({batch}, i64, "y");
+  ResNet50 net(g, /*training=*/true);
+  auto loss = softmax_cross_entropy(net.forward(x), y);
+  auto grads = gradients(loss, net.params());
+  std::vector<Tensor> updates = optim::sgd(g, net.params(), grads, {.lr = 0.01, .momentum = 0.9});
+  updates.insert(updates.end(), net.bn_updates().begin(), net.bn_updates().end());
+  const auto t0 = Clock::now();
+  auto exe = g.compile(o.device, {}, {loss}, updates, precision(use_bf16));
+  const double compile_ms = ms_since(t0);
+  Array xv = Rng(7).array({batch, 3, 224, 224}, 1.0f).to(o.device);
+  Array yv = labels(batch, 1000).to(o.device);
+  const Timing t = time_runs([&] { exe.run({{x, xv}, {y, yv}}); }, o);
+  report(name,
+         fmt::format("ResNet-50 training step (batch-norm training, cross entropy, SGD momentum "
+                     "0.9), batch 32, {}",
+                     use_bf16 ? kBf16Note : "f32"),
+         compile_ms, exe, t);
+}
+
+void resnet_compile(const Options& o, const std::string& name) {
+  Graph g;
+  auto x = g.placeholder({32, 3, 224, 224}, f32, "x");
+  ResNet50 net(g, /*training=*/false);
+  auto logits = net.forward(x);
+  Array::empty({1}, f32).to(o.device);  // starts the device, so its start-up is not counted
+  auto t0 = Clock::now();
+  auto exe = g.compile(o.device, {}, {logits});
+  const double first_ms = ms_since(t0);
+  t0 = Clock::now();
+  auto again = g.compile(o.device, {}, {logits});
+  const double second_ms = ms_since(t0);
+  fmt::print("# {}: compile of ResNet-50 inference, batch 32, f32, for {} (graph built before)\n",
+             name, o.device.str());
+  fmt::print("#   first compile {:.0f} ms, second {:.0f} ms; {}\n", first_ms, second_ms,
+             placement_summary(exe));
+  fmt::print("kiln {} {:.4f}\n", name, first_ms);
+}
+
+// ---- small workloads ----
+
+void mlp_adam(const Options& o, const std::string& name) {
+  Graph g;
+  Rng rng(3);
+  auto x = g.placeholder({256, 784}, f32, "x");
+  auto y = g.placeholder({256}, i64, "y");
+  const float b1 = 1.0f / std::sqrt(784.0f) / 1.7320508f, b2 = 1.0f / 16.0f / 1.7320508f;
+  auto w1 = g.variable(rng.array({256, 784}, b1), "w1");
+  auto c1 = g.variable(rng.array({256}, b1), "b1");
+  auto w2 = g.variable(rng.array({10, 256}, b2), "w2");
+  auto c2 = g.variable(rng.array({10}, b2), "b2");
+  auto loss = softmax_cross_entropy(linear(softshrink(linear(x, w1, c1)), w2, c2), y);
+  std::vector<Tensor> params{w1, c1, w2, c2};
+  auto step = optim::adam(g, params, gradients(loss, params), {.lr = 1e-3});
+  const auto t0 = Clock::now();
+  auto exe = g.compile(o.device, {}, {loss}, step);
+  const double compile_ms = ms_since(t0);
+  Array xv = rng.array({256, 784}, 1.0f).to(o.device);
+  Array yv = labels(256, 10).to(o.device);
+  const Timing t = time_runs([&] { exe.run({{x, xv}, {y, yv}}); }, o);
+  report(name, "MLP 784-256(Softshrink)-10, cross entropy, Adam step, batch 256, f32", compile_ms,
+         exe, t);
+}
+
+void maxpool_fwd_bwd(const Options& o, const std::string& name) {
+  const Shape in{32, 64, 112, 112};
+  PoolOptions p;
+  p.kernel = {3, 3};
+  p.stride = {2, 2};
+  p.padding = {1, 1};
+  Graph g;
+  auto x = g.placeholder(in, f32, "x");
+  auto [yv_t, idx] = max_pool_with_indices(x, p);
+  auto gy = g.placeholder(yv_t.shape(), f32, "gy");  // the incoming gradient, as backward(gy)
+  auto dx = max_pool_grad(gy, idx, in);
+  const auto t0 = Clock::now();
+  auto exe = g.compile(o.device, {}, {yv_t, dx});
+  const double compile_ms = ms_since(t0);
+  Rng rng(5);
+  Array xv = rng.array(in, 1.0f).to(o.device);
+  Array gv = rng.array(yv_t.shape(), 1.0f).to(o.device);
+  const Timing t = time_runs([&] { exe.run({{x, xv}, {gy, gv}}); }, o);
+  report(name,
+         "max-pool 3x3 s2 p1 forward with indices + backward (max_pool_grad), 32x64x112x112 f32",
+         compile_ms, exe, t);
+}
+
+void tiny_adds(const Options& o, const std::string& name) {
+  constexpr int kOps = 1000;
+  Graph g;
+  auto x = g.placeholder({1}, f32, "x");
+  auto one = g.constant(filled({1}, 1.0f), "one");
+  Tensor h = x;
+  for (int i = 0; i < kOps; ++i) h = h + one;
+  // optimize=false: nothing may fold or merge the chain; every add is a kernel of its own
+  CompileOptions c;
+  c.optimize = false;
+  const auto t0 = Clock::now();
+  auto exe = g.compile(o.device, {}, {h}, c);
+  const double compile_ms = ms_since(t0);
+  Array xv = filled({1}, 0.0f).to(o.device);
+  const Timing t = time_runs([&] { exe.run({{x, xv}}); }, o);
+  const float result = exe.run({{x, xv}})[0].to_vector<float>()[0];
+  if (result != static_cast<float>(kOps))
+    throw Error(fmt::format("[bench] the chain of adds gave {} instead of {}", result, kOps));
+  report(name, "1000 dependent adds x = x + 1 on a 1-element f32 tensor (optimize=false)",
+         compile_ms, exe, t, fmt::format(" = {:.2f} us per op", t.median_ms * 1000 / kOps));
+}
+
+struct Workload {
+  std::string name;
+  std::function<void(const Options&, const std::string&)> run;
+};
+
+std::vector<Workload> workloads() {
+  using O = const Options&;
+  using S = const std::string&;
+  return {
+      {"resnet50_infer_bs1_f32", [](O o, S n) { resnet_infer(o, n, 1, false); }},
+      {"resnet50_infer_bs1_bf16", [](O o, S n) { resnet_infer(o, n, 1, true); }},
+      {"resnet50_infer_bs32_f32", [](O o, S n) { resnet_infer(o, n, 32, false); }},
+      {"resnet50_infer_bs32_bf16", [](O o, S n) { resnet_infer(o, n, 32, true); }},
+      {"resnet50_train_bs32_f32", [](O o, S n) { resnet_train(o, n, false); }},
+      {"resnet50_train_bs32_bf16", [](O o, S n) { resnet_train(o, n, true); }},
+      {"resnet50_compile", resnet_compile},
+      {"mlp_adam_bs256", mlp_adam},
+      {"maxpool_fwd_bwd", maxpool_fwd_bwd},
+      {"tiny_add_x1000", tiny_adds},
+  };
+}
+
+// A workload runs when no --only was given, or when a selector is a prefix of its name.
+bool selected(const Options& o, const std::string& name) {
+  if (o.only.empty()) return true;
+  for (const auto& s : o.only)
+    if (name.rfind(s, 0) == 0) return true;
+  return false;
+}
+
+std::string one_line(std::string s) {
+  std::replace(s.begin(), s.end(), '\n', ' ');
+  std::replace(s.begin(), s.end(), '\r', ' ');
+  return s;
+}
+
+void usage() {
+  fmt::print(
+      "kiln_bench_gpu [--device cuda:0|cpu] [--reps N] [--warmup N] [--max-seconds S]\n"
+      "               [--only NAME[,NAME...]] [--list]\n"
+      "Times kiln workloads on a device. --only takes names or name prefixes (e.g. "
+      "resnet50_infer).\n"
+      "Prints '# ...' lines for people and 'kiln <name> <ms>' (or 'kiln <name> error <text>').\n");
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IONBF, 0);  // a hung device call must not swallow the output
+  Options o;
+  bool list = false;
+  try {
+    for (int i = 1; i < argc; ++i) {
+      const std::string a = argv[i];
+      auto value = [&]() -> std::string {
+        if (i + 1 >= argc) throw ValueError("[bench] " + a + " needs a value");
+        return argv[++i];
+      };
+      if (a == "--device")
+        o.device = Device::parse(value());
+      else if (a == "--reps")
+        o.reps = std::stoi(value());
+      else if (a == "--warmup")
+        o.warmup = std::stoi(value());
+      else if (a == "--max-seconds")
+        o.max_seconds = std::stod(value());
+      else if (a == "--list")
+        list = true;
+      else if (a == "--only") {
+        std::stringstream ss(value());
+        for (std::string s; std::getline(ss, s, ',');)
+          if (!s.empty()) o.only.push_back(s);
+      } else if (a == "-h" || a == "--help") {
+        usage();
+        return 0;
+      } else {
+        throw ValueError("[bench] unknown argument " + a);
+      }
+    }
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "{}\n", e.what());
+    usage();
+    return 2;
+  }
+  const auto all = workloads();
+  if (list) {
+    for (const auto& w : all) fmt::print("{}\n", w.name);
+    return 0;
+  }
+  bool any = false;
+  for (const auto& w : all) any = any || selected(o, w.name);
+  if (!any) {
+    fmt::print(stderr, "[bench] --only matches no workload (see --list)\n");
+    return 2;
+  }
+  fmt::print(
+      "# kiln {} on {}: median of {} runs after {} warm-up runs, wall clock around "
+      "Executable::run (which synchronizes); inputs already on the device\n",
+      version(), o.device.str(), o.reps, o.warmup);
+  int failed = 0;
+  for (const auto& w : all) {
+    if (!selected(o, w.name)) continue;
+    try {
+      w.run(o, w.name);
+    } catch (const std::exception& e) {
+      ++failed;
+      fmt::print("kiln {} error {}\n", w.name, one_line(e.what()));
+    }
+  }
+  return failed == 0 ? 0 : 1;
+}

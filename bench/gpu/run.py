@@ -1,0 +1,369 @@
+#!/usr/bin/env python3
+"""kiln beside PyTorch eager on one GPU, in one call on the GPU machine.
+
+Runs the PyTorch versions of the workloads of kiln_bench_gpu (eager, timed with CUDA events,
+median of --reps runs after warm-up), then the kiln binary once per workload (so one failing or
+hanging workload cannot take the others with it), and prints a markdown table:
+
+    workload | kiln ms | PyTorch eager ms | ratio (kiln/PyTorch) | best peer in DEVICE.md
+
+The table also goes to --out, followed by the notes and kiln's own report lines.
+
+    python3 bench/gpu/run.py --out gpu-bench.md [--kiln build-gpu/bundle/bench/kiln_bench_gpu]
+"""
+import argparse
+import glob
+import os
+import site
+import statistics
+import subprocess
+import sys
+import tarfile
+import time
+import traceback
+
+REPO = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+DEFAULT_KILN = "build-gpu/bundle/bench/kiln_bench_gpu"
+
+# name, what, best figure of the peer table in DEVICE.md (ms, where it comes from)
+WORKLOADS = [
+    ("resnet50_infer_bs1_f32", "ResNet-50 inference bs1 f32",
+     (0.912, "torch.compile reduce-overhead, TF32 (eager 4.68)")),
+    ("resnet50_infer_bs1_bf16", "ResNet-50 inference bs1 bf16",
+     (0.740, "torch.compile reduce-overhead, bf16 channels-last")),
+    ("resnet50_infer_bs32_f32", "ResNet-50 inference bs32 f32",
+     (3.83, "torch.compile reduce-overhead, TF32 (eager 7.84, eager TF32 6.06)")),
+    ("resnet50_infer_bs32_bf16", "ResNet-50 inference bs32 bf16",
+     (1.96, "torch.compile max-autotune, bf16 channels-last (eager 7.83)")),
+    ("resnet50_train_bs32_f32", "ResNet-50 training step bs32 f32, SGD",
+     (24.1, "eager")),
+    ("resnet50_train_bs32_bf16", "ResNet-50 training step bs32 bf16 autocast, SGD",
+     (22.0, "eager autocast (compiled forward: 31.9)")),
+    ("resnet50_compile", "ResNet-50 compile for the GPU (bs32 f32)",
+     (15.3e3, "torch.compile reduce-overhead bs32 f32 (default mode, first call: 24.8 s)")),
+    ("mlp_adam_bs256", "MLP 784-256(Softshrink)-10 Adam step bs256",
+     (1.12, "eager")),
+    ("maxpool_fwd_bwd", "max-pool 3x3 s2 p1 fwd+bwd with indices, 32x64x112x112 f32",
+     (0.512, "eager")),
+    ("tiny_add_x1000", "1000 dependent tiny adds (ms per 1000 = µs per op)",
+     (1.14, "one CUDA graph replay (eager 10.6)")),
+]
+NAMES = [w[0] for w in WORKLOADS]
+
+
+# ---- PyTorch ----
+
+def strict_f32(torch):
+    """Turns TF32 off for matmuls and convolutions, so f32 rows compare true f32 math."""
+    try:
+        cudnn_conv = getattr(torch.backends.cudnn, "conv", None)
+        if cudnn_conv is not None and hasattr(cudnn_conv, "fp32_precision"):
+            torch.backends.cuda.matmul.fp32_precision = "ieee"
+            cudnn_conv.fp32_precision = "ieee"
+            return "fp32_precision = ieee (TF32 off)"
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        return "allow_tf32 = False (TF32 off)"
+    except Exception as e:  # the rows still come, with PyTorch's default precision
+        return f"TF32 setting failed ({e}), PyTorch defaults"
+
+
+def cuda_median_ms(torch, fn, reps, warmup):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def torch_workloads(torch):
+    """name -> function(reps, warmup) giving the median ms of the PyTorch version."""
+    import torch.nn as nn
+    import torch.nn.functional as F
+    import torchvision
+
+    dev = "cuda"
+
+    def resnet_infer(batch, bf16):
+        def bench(reps, warmup):
+            model = torchvision.models.resnet50().to(dev).eval()
+            x = torch.randn(batch, 3, 224, 224, device=dev)
+            if bf16:  # as the peer: the whole model in bf16, channels-last
+                model = model.to(memory_format=torch.channels_last, dtype=torch.bfloat16)
+                x = x.to(memory_format=torch.channels_last, dtype=torch.bfloat16)
+            with torch.inference_mode():
+                return cuda_median_ms(torch, lambda: model(x), reps, warmup)
+        return bench
+
+    def resnet_train(bf16):
+        def bench(reps, warmup):
+            model = torchvision.models.resnet50().to(dev).train()
+            opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+            x = torch.randn(32, 3, 224, 224, device=dev)
+            y = torch.randint(0, 1000, (32,), device=dev)
+
+            def step():
+                opt.zero_grad(set_to_none=True)
+                with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+                    loss = F.cross_entropy(model(x), y)
+                loss.backward()
+                opt.step()
+            return cuda_median_ms(torch, step, reps, warmup)
+        return bench
+
+    def mlp(reps, warmup):
+        model = nn.Sequential(nn.Linear(784, 256), nn.Softshrink(), nn.Linear(256, 10)).to(dev)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        x = torch.randn(256, 784, device=dev)
+        y = torch.randint(0, 10, (256,), device=dev)
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+        return cuda_median_ms(torch, step, reps, warmup)
+
+    def maxpool(reps, warmup):
+        x = torch.randn(32, 64, 112, 112, device=dev, requires_grad=True)
+        gy = torch.randn(32, 64, 56, 56, device=dev)
+
+        def fwd_bwd():
+            y, _ = F.max_pool2d(x, 3, 2, 1, return_indices=True)
+            torch.autograd.grad(y, x, gy)
+        return cuda_median_ms(torch, fwd_bwd, reps, warmup)
+
+    def tiny(reps, warmup):
+        x0 = torch.zeros(1, device=dev)
+
+        def chain():
+            x = x0
+            for _ in range(1000):
+                x = x + 1
+            return x
+        return cuda_median_ms(torch, chain, reps, warmup)
+
+    return {
+        "resnet50_infer_bs1_f32": resnet_infer(1, False),
+        "resnet50_infer_bs1_bf16": resnet_infer(1, True),
+        "resnet50_infer_bs32_f32": resnet_infer(32, False),
+        "resnet50_infer_bs32_bf16": resnet_infer(32, True),
+        "resnet50_train_bs32_f32": resnet_train(False),
+        "resnet50_train_bs32_bf16": resnet_train(True),
+        "mlp_adam_bs256": mlp,
+        "maxpool_fwd_bwd": maxpool,
+        "tiny_add_x1000": tiny,
+    }
+
+
+def run_torch(names, reps, warmup, notes):
+    """name -> ms (float) or an error text."""
+    results = {}
+    try:
+        import torch
+        import torchvision
+        if not torch.cuda.is_available():
+            raise RuntimeError("torch.cuda.is_available() is False")
+        notes.append(f"PyTorch {torch.__version__}, torchvision {torchvision.__version__}, "
+                     f"{torch.cuda.get_device_name(0)}; eager, cudnn.benchmark="
+                     f"{torch.backends.cudnn.benchmark}; f32 rows: {strict_f32(torch)}; "
+                     "CUDA events, median of "
+                     f"{reps} after {warmup} warm-up runs")
+        benches = torch_workloads(torch)
+    except Exception as e:  # no torch: the kiln column still comes
+        for n in names:
+            results[n] = f"PyTorch unavailable: {e}"
+        return results
+    for n in names:
+        if n not in benches:
+            continue
+        try:
+            t0 = time.time()
+            results[n] = benches[n](reps, warmup)
+            print(f"torch {n} {results[n]:.4f}   ({time.time() - t0:.1f} s)", flush=True)
+        except Exception as e:
+            results[n] = f"{type(e).__name__}: {e}".splitlines()[0][:200]
+            print(f"torch {n} error {results[n]}", flush=True)
+            traceback.print_exc()
+        finally:
+            torch.cuda.empty_cache()
+    return results
+
+
+# ---- kiln ----
+
+def kiln_binary(path):
+    """The binary's absolute path; unpacks the GPU bundle when only its archive is there."""
+    candidates = [path]
+    if not os.path.isabs(path):
+        candidates = [os.path.abspath(path), os.path.join(REPO, path)]
+    for p in candidates:
+        if os.path.isfile(p):
+            return p
+    for p in candidates:  # .../BUILD/bundle/bench/kiln_bench_gpu <- .../BUILD/bundle.tar.xz
+        build = os.path.dirname(os.path.dirname(os.path.dirname(p)))
+        archive = os.path.join(build, "bundle.tar.xz")
+        if os.path.isfile(archive):
+            with tarfile.open(archive) as t:
+                t.extractall(build)
+            if os.path.isfile(p):
+                return p
+    return candidates[-1]
+
+
+def kiln_env(binary):
+    """The bundle's own libraries, then the CUDA libraries of the Python environment."""
+    libs = []
+    bundle_lib = os.path.normpath(os.path.join(os.path.dirname(binary), "..", "lib"))
+    if os.path.isdir(bundle_lib):
+        libs.append(bundle_lib)
+    for sp in site.getsitepackages():
+        libs += sorted(glob.glob(os.path.join(sp, "nvidia", "*", "lib")))
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = ":".join(libs + [env.get("LD_LIBRARY_PATH", "")])
+    return env
+
+
+def run_kiln(binary, device, names, reps, per_timeout, budget_s, log):
+    """name -> ms (float) or an error text. One process per workload."""
+    results = {}
+    binary = kiln_binary(binary)
+    if not os.path.isfile(binary):
+        return {n: f"kiln binary not found: {binary}" for n in names}
+    env = kiln_env(binary)
+    deadline = time.time() + budget_s
+    for n in names:
+        left = deadline - time.time()
+        if left < 5:
+            results[n] = "skipped: the time budget for kiln ran out"
+            continue
+        timeout = min(per_timeout, left)
+        cmd = [binary, "--device", device, "--only", n, "--reps", str(reps)]
+        t0 = time.time()
+        try:
+            p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+            out, err, rc = p.stdout, p.stderr, p.returncode
+        except subprocess.TimeoutExpired as e:
+            def text(b):
+                return (b.decode(errors="replace") if isinstance(b, bytes) else b) or ""
+            out, err, rc = text(e.stdout), text(e.stderr), None
+        except OSError as e:
+            out, err, rc = "", str(e), -1
+        log.append(f"$ {' '.join(cmd)}   ({time.time() - t0:.1f} s, exit {rc})")
+        log += out.splitlines()
+        log += ["stderr: " + line for line in err.splitlines()[-20:]]
+        results[n] = parse_kiln(n, out, err, rc, timeout)
+        shown = results[n] if isinstance(results[n], str) else f"{results[n]:.4f}"
+        print(f"kiln {n} {shown}   ({time.time() - t0:.1f} s)", flush=True)
+    return results
+
+
+def parse_kiln(name, out, err, rc, timeout):
+    for line in out.splitlines():
+        parts = line.split(None, 3)
+        if len(parts) >= 3 and parts[0] == "kiln" and parts[1] == name:
+            if parts[2] == "error":
+                return "error: " + (parts[3] if len(parts) > 3 else "")
+            try:
+                return float(parts[2])
+            except ValueError:
+                return f"unreadable line: {line[:200]}"
+    if rc is None:
+        return f"timed out after {timeout:.0f} s"
+    last = (err.strip().splitlines() or out.strip().splitlines() or ["no output"])[-1]
+    return f"exit {rc}: {last[:200]}"
+
+
+# ---- table ----
+
+def fmt_ms(v):
+    if v >= 1000:
+        return f"{v:,.0f}"
+    if v >= 10:
+        return f"{v:.2f}"
+    return f"{v:.3f}"
+
+
+def cell(v):
+    if v is None:
+        return "—"
+    if isinstance(v, str):
+        return "**" + v.replace("|", "/").replace("\n", " ") + "**"
+    return fmt_ms(v)
+
+
+def table(names, kiln, torch_ms):
+    rows = ["| workload | kiln ms | PyTorch eager ms | ratio (kiln/PyTorch) "
+            "| DEVICE.md best peer |",
+            "|---|---|---|---|---|"]
+    for name, what, (peer_ms, peer_src) in WORKLOADS:
+        if name not in names:
+            continue
+        k, t = kiln.get(name), torch_ms.get(name)
+        ratio = f"{k / t:.2f}" if isinstance(k, float) and isinstance(t, float) and t > 0 else "—"
+        peer = (f"{peer_ms / 1000:.1f} s" if peer_ms >= 1000 else f"{fmt_ms(peer_ms)} ms")
+        rows.append(f"| {what} (`{name}`) | {cell(k)} | {cell(t)} | {ratio} | "
+                    f"{peer} ({peer_src}) |")
+    return "\n".join(rows)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--kiln", default=DEFAULT_KILN, help="the kiln_bench_gpu binary")
+    ap.add_argument("--out", help="also write the table (and the logs) to this markdown file")
+    ap.add_argument("--only", help="comma-separated workload names (default: all)")
+    ap.add_argument("--kiln-device", default="cuda:0", help="cpu: a smoke test without a GPU")
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=5, help="PyTorch warm-up runs")
+    ap.add_argument("--kiln-timeout", type=float, default=90, help="seconds per kiln workload")
+    ap.add_argument("--kiln-budget", type=float, default=210, help="seconds for all of kiln")
+    ap.add_argument("--skip-torch", action="store_true")
+    ap.add_argument("--skip-kiln", action="store_true")
+    args = ap.parse_args()
+
+    names = NAMES
+    if args.only:
+        wanted = [s for s in args.only.split(",") if s]
+        unknown = [s for s in wanted if s not in NAMES]
+        if unknown:
+            ap.error(f"unknown workloads {unknown}; known: {', '.join(NAMES)}")
+        names = [n for n in NAMES if n in wanted]
+
+    notes, log = [], []
+    t0 = time.time()
+    torch_ms = {} if args.skip_torch else run_torch(names, args.reps, args.warmup, notes)
+    t_torch = time.time() - t0
+    kiln = {} if args.skip_kiln else run_kiln(args.kiln, args.kiln_device, names, args.reps,
+                                               args.kiln_timeout, args.kiln_budget, log)
+    notes.append(f"kiln: {os.path.relpath(kiln_binary(args.kiln), REPO)}, one process per "
+                 f"workload, wall clock around Executable::run (synchronizing), median of "
+                 f"{args.reps}; bf16 = CompileOptions::autocast (convs and linear in bf16)")
+    notes.append("PyTorch bf16 inference: model and input in bf16, channels-last; bf16 training: "
+                 "torch.autocast(bfloat16), NCHW")
+    notes.append(f"PyTorch part {t_torch:.0f} s, kiln part {time.time() - t0 - t_torch:.0f} s")
+
+    result = table(names, kiln, torch_ms)
+    text = result + "\n\n" + "\n".join("- " + n for n in notes) + "\n"
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+            f.write("\n<details><summary>kiln output</summary>\n\n```\n")
+            f.write("\n".join(log) + "\n```\n</details>\n")
+    print()
+    for line in log:
+        if line.startswith("#") or line.startswith("$") or " error " in line:
+            print(line)
+    print()
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
