@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build-gpu}
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON >/dev/null
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON -DKILN_SHARED=ON >/dev/null
 cmake --build "$BUILD"
 .venv/bin/python scripts/digits.py "$BUILD/data" >/dev/null
 stage="$BUILD/bundle"
@@ -15,11 +15,12 @@ cp "$BUILD/kiln" "$stage/"
 cp "$BUILD"/tests/kiln_*tests "$stage/tests/"
 [ -x "$BUILD/tests/kiln_backend_ops" ] && cp "$BUILD/tests/kiln_backend_ops" "$stage/tests/"
 for b in "$BUILD"/bench/kiln_bench_*; do [ -x "$b" ] && cp "$b" "$stage/bench/"; done
-strip "$stage/kiln" "$stage"/tests/* "$stage"/bench/* 2>/dev/null || true
+cp "$BUILD/libkiln.so" "$stage/lib/"
+strip "$stage/kiln" "$stage"/tests/* "$stage"/bench/* "$stage/lib/libkiln.so" 2>/dev/null || true
 cp -r "$BUILD/data" "$stage/data"
 # shared libraries from Debian that the GPU machine lacks (CUDA's own come from its Python env)
 ldd "$stage/kiln" "$stage"/tests/* | awk '/=> \// {print $3}' | sort -u |
-  grep -E 'libdnnl|libfmt|libgomp|libOpenCL|libbenchmark|libgtest|libgmock' |
+  grep -E 'libdnnl|libfmt|libgomp|libOpenCL|libbenchmark|libgtest|libgmock' | grep -v "$BUILD" |
   xargs -r -I{} cp -L {} "$stage/lib/"
 tar -C "$BUILD" -cJf "$BUILD/bundle.tar.xz" bundle
 ls -la "$BUILD/bundle.tar.xz"

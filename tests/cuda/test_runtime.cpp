@@ -3,6 +3,7 @@
 // Skipped without a GPU.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -167,7 +168,9 @@ std::vector<double> train_losses(Device device, int steps, Graph& g, Tensor* w1_
     std::vector<int64_t> ys(32);
     std::uniform_real_distribution<float> u(-1, 1);
     for (auto& v : xs) v = u(data);
-    for (auto& v : ys) v = static_cast<int64_t>(data() % 5);
+    // learnable labels: the largest of the first five features
+    for (int i = 0; i < 32; ++i)
+      ys[i] = std::max_element(xs.begin() + i * 20, xs.begin() + i * 20 + 5) - (xs.begin() + i * 20);
     auto r = exe.run({{x, Array::from_vector(xs, {32, 20})}, {y, Array::from_vector(ys, {32})}});
     losses.push_back(r[0].to_vector<double>()[0]);
   }
@@ -187,7 +190,7 @@ TEST(CudaRuntime, TrainingMatchesTheCpuTrajectory) {
   ASSERT_EQ(cpu.size(), gpu.size());
   for (size_t i = 0; i < cpu.size(); ++i)
     EXPECT_NEAR(gpu[i], cpu[i], 1e-3 * (1 + std::abs(cpu[i]))) << "step " << i;
-  EXPECT_LT(gpu.back(), gpu.front());
+  EXPECT_LT(gpu.back(), 0.6 * gpu.front());  // it learns
   // variables come back to the host on request and match the CPU's
   Array a = gc.read_variable(wc), b = gg.read_variable(wg);
   EXPECT_EQ(b.device(), Device::cpu());
