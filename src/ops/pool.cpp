@@ -167,8 +167,17 @@ Grads vjp_max_pool_grad(const VjpContext& c) {
   const Shape in = c.attrs.ints("input_shape");
   Shape dy = c.inputs[0].shape();
   dy[0] = in[0], dy[1] = in[1];
-  const Tensor g = reshape(*c.cotangents[0], {in[0], in[1], -1});
-  const Tensor idx = reshape(c.inputs[1], {in[0], in[1], -1});
+  // planes flattened with explicit sizes: -1 cannot be inferred for an empty batch
+  auto plane = [](const Shape& s) {
+    int64_t p = 1;
+    for (size_t d = 2; d < s.size(); ++d) {
+      if (s[d] < 0) return int64_t{-1};
+      p *= s[d];
+    }
+    return p;
+  };
+  const Tensor g = reshape(*c.cotangents[0], {in[0], in[1], plane(in)});
+  const Tensor idx = reshape(c.inputs[1], {in[0], in[1], plane(dy)});
   return {reshape(gather_elements(g, idx, 2), dy), std::nullopt};
 }
 // The pooling ops are linear, so the gradient of their gradient op is the pooling itself.

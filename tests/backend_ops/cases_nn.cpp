@@ -275,10 +275,6 @@ const bool kMaxPoolGrad =
                       // indices anywhere in the plane, repeats included (they accumulate)
                       Tensor idx = c.ints(gs, 0, plane - 1, i % 2 ? i32 : i64);
                       c.outs = {max_pool_grad(c.rand(gs, t), idx, k.x)};
-                      // max_pool_grad's own gradient cannot be built for an empty batch yet: its
-                      // reshape to (0, C, -1) throws "cannot reshape (0, 2, 6, 6) (0 elements) into
-                      // (0, 2, -1)"
-                      if (numel(k.x) == 0) c.grad = false;
                       c.note(pool_label(k, true) + (i % 2 ? " i32 indices" : " i64 indices"));
                       return true;
                     }});

@@ -129,6 +129,10 @@ void run_demo(const DemoOptions& o) {
   auto eval = g.compile(dev, {}, {argmax(model.logits(xe), -1)}, copts);
   fmt::print("built and compiled training ({} kernels) and evaluation ({} kernels) in {:.1f} ms\n",
              train.num_steps(), eval.num_steps(), ms_since(t0));
+  for (const Executable* e : {&train, &eval})
+    for (auto& s : e->placement())
+      if (!s.fallback_reason.empty())
+        fmt::print("  cpu fallback: %{} {} ({})\n", s.node, s.op, s.fallback_reason);
 
   std::mt19937 rng(11);
   const int64_t steps_per_epoch = static_cast<int64_t>(train_idx.size()) / o.batch;
