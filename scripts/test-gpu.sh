@@ -3,6 +3,7 @@
 # suites with KILN_DEVICE=cuda, the CUDA runtime tests (also under KILN_VALIDATE=cpu), the
 # cross-backend harness, compute-sanitizer memcheck over the harness, and the demo on CUDA.
 # Logs go to LOGS (default: BUILD/gpu-logs); a summary table is printed last.
+# STEPS (an extended regex, default: all) picks the steps to run by name, e.g. STEPS=memcheck.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build-gpu}
@@ -16,6 +17,7 @@ mkdir -p "$LOGS"
 summary=()
 step() {  # name, command...
   local name=$1; shift
+  [[ "$name" =~ ${STEPS:-.} ]] || return 0
   local t0=$SECONDS
   if timeout 900 "$@" >"$LOGS/$name.log" 2>&1; then r=pass; else r="FAIL($?)"; fi
   local tail_line

@@ -34,7 +34,19 @@ struct KernelEnv {
   /// released after enqueueing work is only reused by work enqueued later on the same stream).
   void* (*allocate)(int device, size_t bytes, void* stream) = nullptr;
   void (*release)(int device, void* ptr) = nullptr;
+  /// This step's error slot in device memory, for kernels registered with `reports_errors`: a
+  /// GPU kernel that meets an input the CPU would reject at run time (an index out of range)
+  /// records it there instead of throwing; the runtime copies the slots back with the run's
+  /// outputs and throws ValueError naming the op, the first bad position and its value.
+  /// Words: [0] min over bad positions of (position << 32 | low 32 bits of the value), all ones
+  /// when none; [1] the full value when it does not fit 32 bits. nullptr on the CPU.
+  int64_t* errors = nullptr;
+  /// Host words the kernel's host code fills while encoding, to say what a report means:
+  /// [0] ErrorKind, [1] the axis, [2] the size the value must be below.
+  int64_t* error_info = nullptr;
 };
+
+enum class ErrorKind : int64_t { index_on_axis = 0, label = 1, plane_index = 2 };
 
 class KernelContext {
  public:
@@ -64,6 +76,9 @@ class KernelContext {
   /// kernel enqueues on stream(); it returns to the allocator when the context ends. On the CPU,
   /// host memory valid until the context ends.
   void* scratch(size_t bytes);
+  /// See KernelEnv::errors (nullptr on the CPU, where kernels throw).
+  int64_t* error_slot() const { return env_ ? env_->errors : nullptr; }
+  int64_t* error_info() const { return env_ ? env_->error_info : nullptr; }
 
  private:
   OpId op_;
@@ -89,6 +104,8 @@ struct KernelEntry {
   /// When the looked-up dtype is f16/bf16, convert f16/bf16 inputs and outputs to f32 around the
   /// kernel (which then only sees f32). Off for kernels that handle half types themselves.
   bool half_via_f32 = true;
+  /// The kernel may report rejected inputs through KernelContext::error_slot (GPU kernels).
+  bool reports_errors = false;
   /// Whether this kernel handles `t` (directly or via f32).
   bool handles(DType t) const;
 };

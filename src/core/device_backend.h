@@ -30,6 +30,9 @@ class DeviceBackend {
   /// The environment kernels of `device` get when running on `stream`; makes `device` current
   /// on the calling thread.
   virtual KernelEnv kernel_env(int device, void* stream) = 0;
+  /// Pinned host memory the device can write directly (zeroed), and its release.
+  virtual void* allocate_mapped(size_t bytes) = 0;
+  virtual void release_mapped(void* ptr) = 0;
   /// Bytes free on the device and its total memory.
   virtual void memory_info(int device, size_t* free, size_t* total) = 0;
 };

@@ -42,6 +42,7 @@ void place(const Program& p, Device device, bool strict, detail::ExecutableImpl&
       const KernelEntry* k = find_kernel(n.op, target);
       if (k && k->handles(kernel_dtype(*k, n, in))) {
         impl.steps.push_back({id, k, target, {}});
+        impl.reports_errors = impl.reports_errors || k->reports_errors;
         continue;
       }
       reason = k ? fmt::format("no {} kernel for dtype {}", backend_name(target),

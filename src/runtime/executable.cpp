@@ -1,6 +1,9 @@
 #include "kiln/executable.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
+#include <exception>
 #include <cstring>
 #include <sstream>
 
@@ -213,6 +216,37 @@ std::vector<Array> run_impl(ExecutableImpl& x, const std::vector<const Array*>& 
   }
   return outputs;
 }
+// Inputs the CPU would have rejected (indices out of range), reported by GPU kernels: a
+// ValueError like the CPU kernel's for the first bad position of the first step that reported.
+void check_error_slots(const ExecutableImpl& x, const ExecutableImpl::DeviceSlot& slot) {
+  for (size_t k = 0; k < x.steps.size(); ++k) {
+    const auto packed = static_cast<uint64_t>(slot.errors_host[2 * k]);
+    if (packed == ~uint64_t{0}) continue;
+    const int64_t pos = static_cast<int64_t>(packed >> 32);
+    const auto low = static_cast<uint32_t>(packed);
+    const int64_t value =
+        low == 0x80000000u ? slot.errors_host[2 * k + 1] : static_cast<int32_t>(low);
+    const int64_t* info = slot.error_info.data() + 3 * k;
+    const Node& n = x.program.graph.nodes[x.steps[k].node];
+    std::string shapes;
+    for (auto v : n.inputs) shapes += (shapes.empty() ? "" : ", ") + str(x.program.graph.info(v).shape);
+    const std::string where = fmt::format("(position {} of node %{} with inputs {}; found on {})",
+                                          pos, x.steps[k].node, shapes, x.device.str());
+    switch (static_cast<ErrorKind>(info[0])) {
+      case ErrorKind::label:
+        fail<ValueError>("[{}] label {} at position {} is out of range for {} classes {}",
+                         op_name(n.op), value, pos, info[2], where);
+      case ErrorKind::plane_index:
+        fail<ValueError>("[{}] index {} out of range for an input plane of {} elements {}",
+                         op_name(n.op), value, info[2], where);
+      case ErrorKind::index_on_axis:
+        break;
+    }
+    fail<ValueError>("[{}] index {} out of range for axis {} of size {} {}", op_name(n.op), value,
+                     info[1], info[2], where);
+  }
+}
+
 std::vector<Array> run_device(ExecutableImpl& x, const std::vector<const Array*>& feed_by_node) {
   const auto& nodes = x.program.graph.nodes;
   for (int32_t ph : x.placeholders)
@@ -234,6 +268,13 @@ std::vector<Array> run_device(ExecutableImpl& x, const std::vector<const Array*>
     ExecutableImpl::DeviceSlot& slot;
     ~GiveBack() {
       if (!slot.stream) return;
+      // a failed run may have left work in flight: let it finish before the slot is reused
+      if (std::uncaught_exceptions() > 0) {
+        try {
+          x.backend->synchronize(x.device.index, slot.stream);
+        } catch (...) {
+        }
+      }
       std::lock_guard<std::mutex> l(x.arena_mu);
       x.free_slots.push_back(std::move(slot));
     }
@@ -251,6 +292,15 @@ std::vector<Array> run_device(ExecutableImpl& x, const std::vector<const Array*>
   if (!slot.arena && x.plan.arena_bytes)
     slot.arena = device_array({static_cast<int64_t>(x.plan.arena_bytes)}, u8).storage();
   char* base = slot.arena ? static_cast<char*>(slot.arena->data) : nullptr;
+  const size_t error_bytes = 2 * sizeof(int64_t) * x.steps.size();
+  if (x.reports_errors) {
+    if (!slot.errors) {
+      slot.errors = device_array({static_cast<int64_t>(2 * x.steps.size())}, i64).storage();
+      slot.errors_host = static_cast<int64_t*>(b.allocate_mapped(error_bytes));
+      slot.error_info.assign(3 * x.steps.size(), 0);
+    }
+    b.memset_async(dev, slot.errors->data, 0xff, error_bytes, stream);  // all ones: no report
+  }
 
   // feeds from the host go up on the run's stream
   std::vector<Array> feeds(nodes.size());
@@ -290,10 +340,17 @@ std::vector<Array> run_device(ExecutableImpl& x, const std::vector<const Array*>
     return {p, t.shape, t.dtype};
   };
 
-  const KernelEnv kenv = b.kernel_env(dev, stream);
+  KernelEnv kenv = b.kernel_env(dev, stream);
   const bool validate = env::validate_on_cpu();
-  for (const Step& st : x.steps) {
+  for (size_t k = 0; k < x.steps.size(); ++k) {
+    const Step& st = x.steps[k];
     const Node& n = nodes[st.node];
+    if (x.reports_errors && st.kernel->reports_errors) {
+      kenv.errors = static_cast<int64_t*>(slot.errors->data) + 2 * k;
+      kenv.error_info = slot.error_info.data() + 3 * k;
+    } else {
+      kenv.errors = kenv.error_info = nullptr;
+    }
     std::vector<TensorView> in, out;
     in.reserve(n.inputs.size());
     for (auto v : n.inputs) in.push_back(view(v));
@@ -324,7 +381,10 @@ std::vector<Array> run_device(ExecutableImpl& x, const std::vector<const Array*>
                           x.device.str(), w);
     }
   }
+  if (x.reports_errors)  // waits for the stream
+    b.copy_async(dev, slot.errors_host, true, slot.errors->data, false, error_bytes, stream);
   b.synchronize(dev, stream);
+  if (x.reports_errors) check_error_slots(x, slot);
   for (size_t k = 0; k < x.program.num_returned; ++k) {
     if (outputs[k].valid() && outputs[k].storage()) continue;
     ValueRef v = x.program.outputs[k];
@@ -342,6 +402,8 @@ ExecutableImpl::~ExecutableImpl() {
   for (auto& s : free_slots) {
     s.arena.reset();
     if (backend && s.stream) backend->destroy_stream(device.index, s.stream);
+    s.errors.reset();
+    if (backend && s.errors_host) backend->release_mapped(s.errors_host);
   }
 }
 }  // namespace detail

@@ -48,7 +48,13 @@ struct ExecutableImpl {
   struct DeviceSlot {
     void* stream = nullptr;
     std::shared_ptr<Storage> arena;
+    // error slots (KernelEnv::errors): 2 words per step on the device, their copy in pinned
+    // host memory, and the host words kernels fill while encoding (3 per step)
+    std::shared_ptr<Storage> errors;
+    int64_t* errors_host = nullptr;
+    std::vector<int64_t> error_info;
   };
+  bool reports_errors = false;  // some step's kernel may report rejected inputs
   std::vector<DeviceSlot> free_slots;
   ~ExecutableImpl();
 };

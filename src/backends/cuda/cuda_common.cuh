@@ -91,6 +91,26 @@ inline void check_launch(const char* op) {
   if (e != cudaSuccess) throw_cuda_error(e, op, __FILE__, __LINE__);
 }
 
+/// Records, from device code, the value at `position` of an input the CPU kernel would reject at
+/// run time (see KernelEnv::errors); the first position wins. The runtime throws ValueError
+/// after the run.
+__device__ inline void report_bad_value(int64_t* slot, int64_t position, int64_t value) {
+  if (!slot) return;
+  const bool fits = value > INT32_MIN && value <= INT32_MAX;
+  if (!fits) slot[1] = value;
+  const uint64_t pos = position < 0xffffffffll ? static_cast<uint64_t>(position) : 0xfffffffeull;
+  const uint64_t low = fits ? static_cast<uint32_t>(static_cast<int32_t>(value)) : 0x80000000u;
+  atomicMin(reinterpret_cast<unsigned long long*>(slot), (pos << 32) | low);
+}
+/// Host side, while encoding: what the step's error slot will mean if a kernel reports.
+inline void describe_errors(const KernelContext& ctx, ErrorKind kind, int64_t axis, int64_t size) {
+  if (int64_t* info = ctx.error_info()) {
+    info[0] = static_cast<int64_t>(kind);
+    info[1] = axis;
+    info[2] = size;
+  }
+}
+
 constexpr int kMaxRank = 8;
 
 /// Output-index -> input-offset map of one input broadcast to an output shape, passed by value

@@ -1,7 +1,7 @@
 // CUDA kernels of the loss family. Per-position losses are computed in double sums (as the CPU
 // does); "mean" and "sum" reduce them deterministically: fixed per-block partial sums in double,
-// then one block adds the partials in order. Labels the CPU rejects (out of range) give NaN here,
-// since a kernel cannot read device data on the host to raise an error.
+// then one block adds the partials in order. Labels the CPU rejects (out of range) give NaN and
+// are reported in the step's error slot: the runtime throws ValueError after the run.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -114,7 +114,8 @@ __device__ inline int64_t base_of(const AxisSplit& s, int64_t p) {
 // axis is strided): lse = max + log(sum exp(x - max)), the sum in double; then lse - x[label], or
 // sum_k p_k * (lse - x_k) for probability labels (L = T).
 template <typename T, typename L, int G>
-__global__ void sce_positions(const T* x, const L* labels, AxisSplit s, double* loss) {
+__global__ void sce_positions(const T* x, const L* labels, AxisSplit s, double* loss,
+                              int64_t* err) {
   using A = acc_t<T>;
   const int64_t n = s.outer * s.inner, per_block = blockDim.x / G;
   const int lane = threadIdx.x % G;
@@ -139,6 +140,7 @@ __global__ void sce_positions(const T* x, const L* labels, AxisSplit s, double* 
       if constexpr (G > 1) l = warp_sum(l);
     } else {
       const auto c = static_cast<int64_t>(labels[p]);
+      if ((c < 0 || c >= s.len) && lane == 0) report_bad_value(err, p, c);
       l = c >= 0 && c < s.len ? lse - static_cast<double>(to_acc(x[b + c * s.inner]))
                               : std::numeric_limits<double>::quiet_NaN();
     }
@@ -156,6 +158,7 @@ void softmax_cross_entropy(KernelContext& ctx) {
   const AxisSplit s = split_at(x.shape, ctx.attrs().i("axis"));
   const int64_t n = s.outer * s.inner;
   double* loss = static_cast<double*>(ctx.scratch(std::max<int64_t>(n, 1) * sizeof(double)));
+  describe_errors(ctx, ErrorKind::label, ctx.attrs().i("axis"), s.len);
   cudaStream_t stream = stream_of(ctx);
   dispatch_float(x.dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
@@ -164,10 +167,10 @@ void softmax_cross_entropy(KernelContext& ctx) {
       if (n == 0) return;
       if (s.inner == 1)
         sce_positions<T, L, 32><<<blocks_for(n, kThreads / 32), kThreads, 0, stream>>>(
-            x.ptr<T>(), labels.ptr<L>(), s, loss);
+            x.ptr<T>(), labels.ptr<L>(), s, loss, ctx.error_slot());
       else
-        sce_positions<T, L, 1><<<blocks_for(n), kThreads, 0, stream>>>(x.ptr<T>(),
-                                                                       labels.ptr<L>(), s, loss);
+        sce_positions<T, L, 1><<<blocks_for(n), kThreads, 0, stream>>>(
+            x.ptr<T>(), labels.ptr<L>(), s, loss, ctx.error_slot());
       check_launch(ctx.op_name());
     };
     if (is_floating(labels.dtype)) positions(T{});
@@ -183,10 +186,14 @@ template <typename T, typename L> struct NllLoss {
   const L* target;
   AxisSplit s;
   int64_t ignore;
+  int64_t* err;
   __device__ LossCount operator()(int64_t p) const {
     const auto c = static_cast<int64_t>(target[p]);
     if (c == ignore) return {0, 0};
-    if (c < 0 || c >= s.len) return {std::numeric_limits<double>::quiet_NaN(), 1};
+    if (c < 0 || c >= s.len) {
+      report_bad_value(err, p, c);
+      return {std::numeric_limits<double>::quiet_NaN(), 1};
+    }
     return {-static_cast<double>(to_acc(x[base_of(s, p) + c * s.inner])), 1};
   }
 };
@@ -195,11 +202,12 @@ void nll(KernelContext& ctx) {
   const TensorView &x = ctx.in(0), &target = ctx.in(1);
   const AxisSplit s = split_at(x.shape, x.rank() == 1 ? 0 : 1);
   const int64_t n = s.outer * s.inner, ignore = ctx.attrs().i("ignore_index");
+  describe_errors(ctx, ErrorKind::label, x.rank() == 1 ? 0 : 1, s.len);
   dispatch_float(x.dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
     dispatch_index(target.dtype, ctx.op_name(), [&](auto ti) {
       using L = decltype(ti);
-      emit<T>(ctx, n, NllLoss<T, L>{x.ptr<T>(), target.ptr<L>(), s, ignore});
+      emit<T>(ctx, n, NllLoss<T, L>{x.ptr<T>(), target.ptr<L>(), s, ignore, ctx.error_slot()});
     });
   });
 }
@@ -260,8 +268,8 @@ void mse(KernelContext& ctx) {
 void register_loss_kernels() {
   const DTypeSet floats{f32, f64, f16, bf16};
   register_kernel(OpId::SoftmaxCrossEntropy, Backend::cuda,
-                  {softmax_cross_entropy, floats, 0, false});
-  register_kernel(OpId::Nll, Backend::cuda, {nll, floats, 0, false});
+                  {softmax_cross_entropy, floats, 0, false, /*reports_errors=*/true});
+  register_kernel(OpId::Nll, Backend::cuda, {nll, floats, 0, false, /*reports_errors=*/true});
   register_kernel(OpId::Mse, Backend::cuda, {mse, floats, 0, false});
 }
 

@@ -288,7 +288,7 @@ template <typename T> struct NormRow {
         const int64_t i = j * V + u;
         A v = (to_acc(in.v[u]) - mean) * rstd;
         if (aff.w || aff.b) {
-          const int64_t c = spatial == 1 ? i : ch0 + i / spatial;
+          const int64_t c = ch0 + (spatial == 1 ? i : i / spatial);
           if (aff.w) v *= to_acc(aff.w[c]);
           if (aff.b) v += to_acc(aff.b[c]);
         }

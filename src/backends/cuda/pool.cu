@@ -303,6 +303,7 @@ __global__ void avg_pool_grad_kernel(const T* dy, T* dx, PoolGeom g, bool includ
 
 template <bool kAdaptive> void avg_pool_grad_impl(KernelContext& ctx) {
   const PoolGeom g = grad_geom(ctx);
+  describe_errors(ctx, ErrorKind::plane_index, 0, g.in_plane());
   const int64_t n = ctx.out(0).numel();
   if (n == 0) return;
   const bool include_pad = !kAdaptive && ctx.attrs().b("count_include_pad");
@@ -318,14 +319,16 @@ template <bool kAdaptive> void avg_pool_grad_impl(KernelContext& ctx) {
 void avg_pool_grad(KernelContext& ctx) { avg_pool_grad_impl<false>(ctx); }
 void adaptive_avg_pool_grad(KernelContext& ctx) { avg_pool_grad_impl<true>(ctx); }
 
-// dx (zeroed) += dy at the recorded in-plane indices; out-of-range indices are skipped.
+// dx (zeroed) += dy at the recorded in-plane indices; out-of-range indices are skipped and
+// reported (ValueError after the run, as on the CPU).
 template <typename T, typename I, typename D>
 __global__ void max_pool_grad_scatter(const T* dy, const I* idx, D* dx, int64_t n,
-                                      int64_t out_plane, int64_t in_plane) {
+                                      int64_t out_plane, int64_t in_plane, int64_t* err) {
   for (int64_t o = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; o < n;
        o += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const auto i = static_cast<uint64_t>(static_cast<int64_t>(idx[o]));
-    if (i < static_cast<uint64_t>(in_plane))
+    if (i >= static_cast<uint64_t>(in_plane)) report_bad_value(err, o, static_cast<int64_t>(idx[o]));
+    else
       atomicAdd(dx + (o / out_plane) * in_plane + static_cast<int64_t>(i),
                 static_cast<D>(to_acc(dy[o])));
   }
@@ -355,7 +358,7 @@ void max_pool_grad(KernelContext& ctx) {
       dispatch_index(idx.dtype, ctx.op_name(), [&](auto it) {
         using I = decltype(it);
         max_pool_grad_scatter<T, I, D><<<blocks_for(n_out), kThreads, 0, stream>>>(
-            dy.ptr<T>(), idx.ptr<I>(), acc, n_out, g.out_plane(), g.in_plane());
+            dy.ptr<T>(), idx.ptr<I>(), acc, n_out, g.out_plane(), g.in_plane(), ctx.error_slot());
         check_launch(ctx.op_name());
       });
     if constexpr (!std::is_same_v<D, T>)
@@ -371,7 +374,8 @@ void register_pool_kernels() {
   register_kernel(OpId::MaxPool, Backend::cuda, {max_pool, kNumericTypes, 0, false});
   register_kernel(OpId::AvgPool, Backend::cuda, {avg_pool, floats, 0, false});
   register_kernel(OpId::AdaptiveAvgPool, Backend::cuda, {adaptive_avg_pool, floats, 0, false});
-  register_kernel(OpId::MaxPoolGrad, Backend::cuda, {max_pool_grad, floats, 0, false});
+  register_kernel(OpId::MaxPoolGrad, Backend::cuda, {max_pool_grad, floats, 0, false,
+                                                         /*reports_errors=*/true});
   register_kernel(OpId::AvgPoolGrad, Backend::cuda, {avg_pool_grad, floats, 0, false});
   register_kernel(OpId::AdaptiveAvgPoolGrad, Backend::cuda,
                   {adaptive_avg_pool_grad, floats, 0, false});

@@ -155,6 +155,13 @@ class CudaBackend final : public DeviceBackend {
     e.release = [](int d, void* p) { cuda_backend()->release(d, p); };
     return e;
   }
+  void* allocate_mapped(size_t bytes) override {
+    void* p = nullptr;
+    KILN_CUDA_CHECK(cudaHostAlloc(&p, std::max<size_t>(bytes, 16), cudaHostAllocMapped));
+    std::memset(p, 0, std::max<size_t>(bytes, 16));
+    return p;
+  }
+  void release_mapped(void* ptr) override { cudaFreeHost(ptr); }
   void memory_info(int device, size_t* free, size_t* total) override {
     DeviceScope g(device);
     KILN_CUDA_CHECK(cudaMemGetInfo(free, total));

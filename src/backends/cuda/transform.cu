@@ -2,8 +2,9 @@
 // gather_elements, one_hot, coordinate_along_axis and hamming_distance; the sorting ops and
 // scatter_elements are in transform_sort.cu. Layout ops only move bytes: they become one strided
 // copy, dispatched on the element size or on a wider unit (up to 16 bytes) where rows allow it.
-// Out-of-range indices of gather/gather_elements cannot throw from the device (the CPU raises
-// ValueError after its loop): the GPU writes zeros there, as the CPU does before it throws.
+// Out-of-range indices of gather/gather_elements cannot throw from the device: the GPU writes
+// zeros there and reports the index in the step's error slot; the runtime throws ValueError
+// after the run, as the CPU does after its loop.
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -485,12 +486,13 @@ __global__ void to_i64_kernel(const I* __restrict__ in, int64_t* __restrict__ ou
 template <typename U>
 __global__ void gather_kernel(const U* __restrict__ x, const int64_t* __restrict__ ids,
                               U* __restrict__ out, int64_t rows, int64_t m, int64_t nx,
-                              int64_t row_units) {
+                              int64_t row_units, int64_t* err) {
   for (int64_t r = blockIdx.y * blockDim.y + threadIdx.y; r < rows;
        r += int64_t{gridDim.y} * blockDim.y) {
     int64_t k = ids[r % m];
     if (k < 0) k += nx;
-    const bool bad = k < 0 || k >= nx;  // the CPU throws ValueError; zeros here
+    const bool bad = k < 0 || k >= nx;  // zeros here, and reported (ValueError after the run)
+    if (bad && threadIdx.x == 0 && blockIdx.x == 0) report_bad_value(err, r % m, ids[r % m]);
     const U* s = x + (r / m * nx + (bad ? 0 : k)) * row_units;
     U* d = out + r * row_units;
     for (int64_t j = blockIdx.x * blockDim.x + threadIdx.x; j < row_units;
@@ -506,13 +508,15 @@ void gather(KernelContext& ctx) {
   const AxisSplit v = split_at(x.shape, axis);
   const int64_t m = idx.numel(), row = v.inner * static_cast<int64_t>(size_of(x.dtype));
   const int64_t* ids = indices_as_i64(ctx, idx);
+  describe_errors(ctx, ErrorKind::index_on_axis, axis, v.len);
   const size_t unit = widest_unit({row, addr(x.data), addr(out.data)});
   const int64_t row_units = row / static_cast<int64_t>(unit), rows = v.outer * m;
   const RowGrid g = row_grid(rows, row_units);
   dispatch_unit(unit, [&](auto u) {
     using U = decltype(u);
     gather_kernel<U><<<g.grid, g.block, 0, stream_of(ctx)>>>(x.ptr<U>(), ids, out.ptr<U>(), rows,
-                                                             m, v.len, row_units);
+                                                             m, v.len, row_units,
+                                                             ctx.error_slot());
   });
   check_launch("gather");
 }
@@ -520,12 +524,13 @@ void gather(KernelContext& ctx) {
 template <typename U>
 __global__ void gather_elements_kernel(const U* __restrict__ x, const int64_t* __restrict__ ids,
                                        U* __restrict__ out, BroadcastIndex lines, int64_t total,
-                                       int64_t nx, int64_t stride) {
+                                       int64_t nx, int64_t stride, int64_t* err) {
   for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; t < total;
        t += int64_t{gridDim.x} * blockDim.x) {
     int64_t j = ids[t];
     if (j < 0) j += nx;
-    const bool bad = j < 0 || j >= nx;  // the CPU throws ValueError; zero here
+    const bool bad = j < 0 || j >= nx;  // zero here, and reported (ValueError after the run)
+    if (bad) report_bad_value(err, t, ids[t]);
     out[t] = bad ? U{} : x[lines.offset(t) + j * stride];
   }
 }
@@ -538,10 +543,11 @@ void gather_elements(KernelContext& ctx) {
   const BroadcastIndex lines = elements_index(idx.shape, x.shape, axis, "gather_elements");
   const int64_t stride = contiguous_strides(x.shape)[axis];
   const int64_t* ids = indices_as_i64(ctx, idx);
+  describe_errors(ctx, ErrorKind::index_on_axis, axis, x.shape[axis]);
   dispatch_elem(size_of(x.dtype), [&](auto u) {
     using U = decltype(u);
     gather_elements_kernel<U><<<blocks_for(total), kThreads, 0, stream_of(ctx)>>>(
-        x.ptr<U>(), ids, out.ptr<U>(), lines, total, x.shape[axis], stride);
+        x.ptr<U>(), ids, out.ptr<U>(), lines, total, x.shape[axis], stride, ctx.error_slot());
   });
   check_launch("gather_elements");
 }
@@ -700,8 +706,10 @@ void register_transform_kernels() {
   reg(OpId::Tile, tile);
   reg(OpId::BroadcastTo, broadcast_to);
   reg(OpId::Flip, flip);
-  reg(OpId::Gather, gather);
-  reg(OpId::GatherElements, gather_elements);
+  // gather and gather_elements report out-of-range indices (KernelContext::error_slot)
+  for (OpId op : {OpId::Gather, OpId::GatherElements})
+    register_kernel(op, Backend::cuda,
+                    {op == OpId::Gather ? gather : gather_elements, kAllTypes, 0, false, true});
   reg(OpId::OneHot, one_hot, kAllTypes, -1);
   reg(OpId::CoordinateAlongAxis, coordinate_along_axis, kNumericTypes, -1);
   reg(OpId::HammingDistance, hamming_distance, kIntTypes);

@@ -202,15 +202,18 @@ void topk(KernelContext& ctx) {
 // ---- scatter_elements
 
 // Key of each update: the flat offset of its target in out, or `none` (out.numel()) for an
-// out-of-range index, which sorts last and is skipped (the CPU skips it and throws ValueError
-// after its loop; the GPU cannot throw, so such updates are dropped silently).
+// out-of-range index, which sorts last, is skipped and is reported in the step's error slot
+// (the runtime throws ValueError after the run, as the CPU does after its loop).
 __global__ void scatter_keys_kernel(const int64_t* __restrict__ ids, uint64_t* __restrict__ keys,
                                     int64_t* __restrict__ values, BroadcastIndex lines,
-                                    int64_t total, int64_t nx, int64_t stride, uint64_t none) {
+                                    int64_t total, int64_t nx, int64_t stride, uint64_t none,
+                                    int64_t* err) {
   KILN_GRID_LOOP(t, total) {
     int64_t j = ids[t];
     if (j < 0) j += nx;
-    keys[t] = j < 0 || j >= nx ? none : static_cast<uint64_t>(lines.offset(t) + j * stride);
+    const bool bad = j < 0 || j >= nx;
+    if (bad) report_bad_value(err, t, ids[t]);
+    keys[t] = bad ? none : static_cast<uint64_t>(lines.offset(t) + j * stride);
     values[t] = t;
   }
 }
@@ -258,10 +261,11 @@ void scatter_elements(KernelContext& ctx) {
   const BroadcastIndex lines = elements_index(idx.shape, out.shape, axis, "scatter_elements");
   const uint64_t none = static_cast<uint64_t>(out.numel());
   const int64_t* ids = indices_as_i64(ctx, idx);
+  describe_errors(ctx, ErrorKind::index_on_axis, axis, out.shape[axis]);
   RadixSort rs(ctx, total);
   scatter_keys_kernel<<<blocks_for(total), kThreads, 0, s>>>(
       ids, rs.keys(), rs.values(), lines, total, out.shape[axis],
-      contiguous_strides(out.shape)[axis], none);
+      contiguous_strides(out.shape)[axis], none, ctx.error_slot());
   check_launch("scatter_elements");
   rs.sort(bits_for(none));
   dispatch(x.dtype, "scatter_elements", [&](auto t) {
@@ -288,7 +292,8 @@ void register_transform_sort_kernels() {
   reg(OpId::Topk, topk);
   reg(OpId::Sort, sort);
   reg(OpId::Argsort, argsort);
-  reg(OpId::ScatterElements, scatter_elements);
+  register_kernel(OpId::ScatterElements, Backend::cuda,
+                  {scatter_elements, kAllTypes, 0, /*half_via_f32=*/false, /*reports_errors=*/true});
 }
 
 }  // namespace kiln::cuda
