@@ -27,4 +27,9 @@ bool validate_on_cpu() {
   return on;
 }
 
+bool step_times() {
+  static const bool on = get("KILN_STEP_TIMES") != nullptr;
+  return on;
+}
+
 }  // namespace kiln::env

@@ -4,6 +4,8 @@
 //   KILN_THREADS  threads of the CPU kernel pool (default: one per core)
 //   KILN_VALIDATE "cpu": GPU runs re-run every kernel on the CPU and stop at the first op whose
 //                 results disagree
+//   KILN_STEP_TIMES  diagnostics: GPU runs synchronize after every kernel and the executable
+//                 prints the time per op (host and device together) to stderr when destroyed
 //   KILN_TEST_SEED  tests only: replays the random inputs of an earlier test run
 #pragma once
 
@@ -17,5 +19,7 @@ const char* log_level();
 int threads();
 /// Whether KILN_VALIDATE=cpu (read once).
 bool validate_on_cpu();
+/// Whether KILN_STEP_TIMES is set (read once).
+bool step_times();
 
 }  // namespace kiln::env

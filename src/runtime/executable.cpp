@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <exception>
 #include <cstring>
@@ -342,6 +344,18 @@ std::vector<Array> run_device(ExecutableImpl& x, const std::vector<const Array*>
 
   KernelEnv kenv = b.kernel_env(dev, stream);
   const bool validate = env::validate_on_cpu();
+  const bool timed = env::step_times();
+  auto t_step = std::chrono::steady_clock::now();
+  auto record = [&](const Node& n) {
+    b.synchronize(dev, stream);
+    const auto now = std::chrono::steady_clock::now();
+    std::lock_guard<std::mutex> l(x.times_mu);
+    auto& [ms, calls] = x.step_ms[op_name(n.op)];
+    ms += std::chrono::duration<double, std::milli>(now - t_step).count();
+    ++calls;
+    t_step = now;
+  };
+  if (timed) b.synchronize(dev, stream), t_step = std::chrono::steady_clock::now();
   for (size_t k = 0; k < x.steps.size(); ++k) {
     const Step& st = x.steps[k];
     const Node& n = nodes[st.node];
@@ -357,10 +371,12 @@ std::vector<Array> run_device(ExecutableImpl& x, const std::vector<const Array*>
     for (size_t o = 0; o < n.outputs.size(); ++o) out.push_back(view({st.node, static_cast<int32_t>(o)}));
     if (st.backend == Backend::cpu) {
       run_on_host(*st.kernel, n, in, out, b, dev, stream, x.pool);
+      if (timed) record(n);
       continue;
     }
     if (!validate) {
       run_kernel(*st.kernel, n, in, out, x.pool, &kenv);
+      if (timed) record(n);
       continue;
     }
     // KILN_VALIDATE=cpu: the same node on the CPU, from the same inputs (read before the GPU
@@ -399,6 +415,17 @@ std::vector<Array> run_device(ExecutableImpl& x, const std::vector<const Array*>
 
 namespace detail {
 ExecutableImpl::~ExecutableImpl() {
+  if (!step_ms.empty()) {
+    std::vector<std::pair<double, std::string>> rows;
+    double total = 0;
+    for (auto& [op, t] : step_ms) {
+      rows.emplace_back(t.first, fmt::format("{:>10.3f} ms {:>8} calls  {}", t.first, t.second, op));
+      total += t.first;
+    }
+    std::sort(rows.rbegin(), rows.rend());
+    fmt::print(stderr, "[kiln] KILN_STEP_TIMES on {}: {:.3f} ms in all\n", device.str(), total);
+    for (auto& r : rows) fmt::print(stderr, "  {}\n", r.second);
+  }
   for (auto& s : free_slots) {
     s.arena.reset();
     if (backend && s.stream) backend->destroy_stream(device.index, s.stream);

@@ -1,6 +1,7 @@
 // The compiled plan behind an Executable.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -55,6 +56,9 @@ struct ExecutableImpl {
     std::vector<int64_t> error_info;
   };
   bool reports_errors = false;  // some step's kernel may report rejected inputs
+  // KILN_STEP_TIMES: milliseconds and calls per op name, over every run
+  std::mutex times_mu;
+  std::map<std::string, std::pair<double, int64_t>> step_ms;
   std::vector<DeviceSlot> free_slots;
   ~ExecutableImpl();
 };

@@ -303,7 +303,6 @@ __global__ void avg_pool_grad_kernel(const T* dy, T* dx, PoolGeom g, bool includ
 
 template <bool kAdaptive> void avg_pool_grad_impl(KernelContext& ctx) {
   const PoolGeom g = grad_geom(ctx);
-  describe_errors(ctx, ErrorKind::plane_index, 0, g.in_plane());
   const int64_t n = ctx.out(0).numel();
   if (n == 0) return;
   const bool include_pad = !kAdaptive && ctx.attrs().b("count_include_pad");
@@ -346,6 +345,7 @@ void max_pool_grad(KernelContext& ctx) {
   const int64_t n_in = dx.numel(), n_out = dy.numel();
   if (n_in == 0) return;
   const PoolGeom g = grad_geom(ctx);
+  describe_errors(ctx, ErrorKind::plane_index, 0, g.in_plane());
   cudaStream_t stream = stream_of(ctx);
   dispatch_float(dy.dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
