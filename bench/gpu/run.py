@@ -344,7 +344,8 @@ def main():
                                                args.kiln_timeout, args.kiln_budget, log)
     notes.append(f"kiln: {os.path.relpath(kiln_binary(args.kiln), REPO)}, one process per "
                  f"workload, wall clock around Executable::run (synchronizing), median of "
-                 f"{args.reps}; bf16 = CompileOptions::autocast (convs and linear in bf16)")
+                 f"{args.reps}; bf16 inference: the whole model in bf16 (NCHW); bf16 training: "
+                 f"CompileOptions::autocast (convs and linear in bf16)")
     notes.append("PyTorch bf16 inference: model and input in bf16, channels-last; bf16 training: "
                  "torch.autocast(bfloat16), NCHW")
     notes.append(f"PyTorch part {t_torch:.0f} s, kiln part {time.time() - t0 - t_torch:.0f} s")

@@ -290,6 +290,73 @@ std::optional<Algo> find_algo(cudnnHandle_t h, Pass pass, DType t, const Descrip
   return std::nullopt;
 }
 
+// Measured choice: cuDNN runs the candidate algorithms on the step's own buffers (writing its
+// output, which the step then computes again) and reports them fastest first. The fastest usable
+// one wins; a deterministic one is preferred when it is at most 15% slower.
+template <typename Perf>
+std::optional<Algo> pick_measured(Pass pass, DType t, const Perf* perf, int count,
+                                  size_t workspace_limit) {
+  const bool precise = t == DType::f32 || t == DType::f64;
+  std::optional<Algo> fastest, deterministic;
+  float fastest_ms = 0;
+  for (int i = 0; i < count; ++i) {
+    const Perf& r = perf[i];
+    if (r.status != CUDNN_STATUS_SUCCESS || r.memory > workspace_limit) continue;
+    if (precise && !exact(pass, static_cast<int>(r.algo))) continue;
+    if (t == DType::f32 && r.mathType != CUDNN_FMA_MATH) continue;
+    const Algo a{static_cast<int>(r.algo), r.memory, r.mathType};
+    if (!fastest) {
+      fastest = a;
+      fastest_ms = r.time;
+    }
+    if (r.determinism == CUDNN_DETERMINISTIC) {
+      if (r.time <= 1.15f * fastest_ms) deterministic = a;
+      break;
+    }
+  }
+  return deterministic ? deterministic : fastest;
+}
+
+// Buffers of a step for a measured choice.
+struct FindBuffers {
+  const void* x;
+  const void* w;
+  const void* y;
+  void* out;
+  void* workspace;
+  size_t workspace_bytes;
+};
+
+std::optional<Algo> measure_algo(cudnnHandle_t h, Pass pass, DType t, const Descriptors& d,
+                                 const FindBuffers& b) {
+  constexpr int kMax = 16;
+  int count = 0;
+  switch (pass) {
+    case Pass::forward: {
+      cudnnConvolutionFwdAlgoPerf_t perf[kMax];
+      KILN_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, d.x, b.x, d.w, b.w, d.conv, d.y,
+                                                              b.out, kMax, &count, perf,
+                                                              b.workspace, b.workspace_bytes));
+      return pick_measured(pass, t, perf, count, b.workspace_bytes);
+    }
+    case Pass::backward_data: {
+      cudnnConvolutionBwdDataAlgoPerf_t perf[kMax];
+      KILN_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
+          h, d.w, b.w, d.y, b.y, d.conv, d.x, b.out, kMax, &count, perf, b.workspace,
+          b.workspace_bytes));
+      return pick_measured(pass, t, perf, count, b.workspace_bytes);
+    }
+    case Pass::backward_filter: {
+      cudnnConvolutionBwdFilterAlgoPerf_t perf[kMax];
+      KILN_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+          h, d.x, b.x, d.y, b.y, d.conv, d.w, b.out, kMax, &count, perf, b.workspace,
+          b.workspace_bytes));
+      return pick_measured(pass, t, perf, count, b.workspace_bytes);
+    }
+  }
+  return std::nullopt;
+}
+
 std::vector<int64_t> problem_key(Pass pass, int device, DType t, const Problem& p) {
   std::vector<int64_t> key{
       static_cast<int64_t>(pass), device, static_cast<int64_t>(t), p.nd, p.N, p.C, p.O, p.G};
@@ -298,9 +365,10 @@ std::vector<int64_t> problem_key(Pass pass, int device, DType t, const Problem& 
   return key;
 }
 
-// The algorithm of a problem, chosen by cuDNN's heuristics on first use (no device work).
+// The algorithm of a problem, chosen on its first run: measured on the step's buffers when
+// `find` is given (this waits for the stream once per problem), else by cuDNN's heuristics.
 std::optional<Algo> algo_for(cudnnHandle_t h, Pass pass, int device, DType t, const Problem& p,
-                             const Descriptors& d) {
+                             const Descriptors& d, const FindBuffers* find, KernelContext& ctx) {
   static std::mutex mu;
   static std::map<std::vector<int64_t>, std::optional<Algo>> algos;
   const auto key = problem_key(pass, device, t, p);
@@ -309,7 +377,15 @@ std::optional<Algo> algo_for(cudnnHandle_t h, Pass pass, int device, DType t, co
     auto it = algos.find(key);
     if (it != algos.end()) return it->second;
   }
-  const auto a = find_algo(h, pass, t, d);
+  std::optional<Algo> a;
+  if (find) {
+    FindBuffers b = *find;
+    b.workspace = ctx.scratch(b.workspace_bytes);  // only on the first run of a problem
+    a = measure_algo(h, pass, t, d, b);
+    // the candidates ran with other math types: the step's own setting again
+    KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, requested_math(t)));
+  }
+  if (!a) a = find_algo(h, pass, t, d);
   std::lock_guard<std::mutex> l(mu);
   return algos.emplace(key, a).first->second;
 }
@@ -339,15 +415,26 @@ void run_pass(KernelContext& ctx, Pass pass, const Problem& full, DType t, const
                            : (f64 ? static_cast<const void*>(&zero_d) : &zero);
     Descriptors d;
     make_descriptors(d, p, t, requested_math(t), op);
-    const auto a = algo_for(h, pass, ctx.device(), t, p, d);
+    const size_t x_off = n0 * full.C * full.in_size() * es;
+    const size_t y_off = n0 * full.O * full.out_size() * es;
+    // the first chunk may be measured: later ones accumulate into the weight gradient
+    std::optional<FindBuffers> find;
+    if (n0 == 0) {
+      const size_t bytes = size_t{256} << 20;
+      find = FindBuffers{static_cast<const char*>(x) + x_off, w,
+                         static_cast<const char*>(y) + y_off,
+                         pass == Pass::forward         ? static_cast<char*>(out) + y_off
+                         : pass == Pass::backward_data ? static_cast<char*>(out) + x_off
+                                                       : out,
+                         nullptr, bytes};
+    }
+    const auto a = algo_for(h, pass, ctx.device(), t, p, d, find ? &*find : nullptr, ctx);
     if (!a)
       fail<UnsupportedError>(
           "[{}] cuDNN has no algorithm for input {}x{}x({}), weight {}x{}x({}), groups {} in {}",
           op, p.N, p.C, fmt::join(p.in, ", "), p.O, p.C / p.G, fmt::join(p.k, ", "), p.G, name(t));
     KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, a->math));
     void* ws = a->workspace ? ctx.scratch(a->workspace) : nullptr;
-    const size_t x_off = n0 * full.C * full.in_size() * es;
-    const size_t y_off = n0 * full.O * full.out_size() * es;
     switch (pass) {
       case Pass::forward:
         KILN_CUDNN_CHECK(
