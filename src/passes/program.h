@@ -33,6 +33,9 @@ using NodeEvaluator =
 Program fold_constants(const Program& p, const NodeEvaluator& eval);
 Program eliminate_common_subexpressions(const Program& p);
 Program eliminate_dead_code(const Program& p);
+/// Folds inference batch norms whose parameters are constants into the convolution before them
+/// (when nothing else reads the convolution's output).
+Program fold_batch_norms(const Program& p);
 /// Runs Matmul, Linear, Conv, ConvTranspose and ConvGradWeight nodes whose inputs are f32 in
 /// `low` (f16 or bf16): casts their inputs to `low` (once per value) and their outputs back to f32.
 Program autocast(const Program& p, DType low);

@@ -1,0 +1,75 @@
+// Inference batch norms folded into the convolutions before them (the fold_batch_norms pass).
+#include <fmt/format.h>
+
+#include "support/reference.h"
+
+namespace kiln {
+namespace {
+using namespace kiln::test;
+
+struct BnModel {
+  Tensor x, conv_out, out;
+};
+
+// x -> conv (constant weight, optional bias) -> batch_norm (constant stats and affine) -> relu
+BnModel build(Graph& g, DType t, bool conv_bias, bool affine, bool stats_as_variables) {
+  BnModel m;
+  m.x = g.placeholder({2, 3, 9, 9}, t, "x");
+  auto w = g.constant(random_array({8, 3, 3, 3}, t), "w");
+  std::optional<Tensor> b;
+  if (conv_bias) b = g.constant(random_array({8}, t), "b");
+  ConvOptions o;
+  o.padding = {1, 1};
+  m.conv_out = conv2d(m.x, w, b, o);
+  auto mean = g.constant(random_array({8}, t), "mean");
+  Tensor var = stats_as_variables ? g.variable(random_array({8}, t, 0.5, 2.0), "var")
+                                  : g.constant(random_array({8}, t, 0.5, 2.0), "var");
+  std::optional<Tensor> gamma, beta;
+  if (affine) {
+    gamma = g.constant(random_array({8}, t), "gamma");
+    beta = g.constant(random_array({8}, t), "beta");
+  }
+  m.out = relu(batch_norm(m.conv_out, mean, var, gamma, beta, 1e-3));
+  return m;
+}
+
+TEST(FoldBatchNorm, FoldsIntoTheConvAndKeepsResults) {
+  for (DType t : {f32, f64})
+    for (int mask = 0; mask < 4; ++mask) {
+      SCOPED_TRACE(fmt::format("{} mask {}", name(t), mask));
+      Graph g;
+      const BnModel m = build(g, t, mask & 1, mask & 2, false);
+      Array xv = random_array({2, 3, 9, 9}, t);
+      auto folded = g.compile(Device::cpu(), {}, {m.out});
+      auto plain = g.compile(Device::cpu(), {}, {m.out}, CompileOptions{.optimize = false});
+      EXPECT_EQ(folded.num_steps(), 2u) << folded.dump();  // conv, relu
+      EXPECT_EQ(plain.num_steps(), 3u);
+      const Array want = plain.run({{m.x, xv}})[0];
+      expect_close(folded.run({{m.x, xv}})[0], want.shape(), to_f64(want), tolerance(t) * 10,
+                   tolerance(t) * 10);
+    }
+}
+
+TEST(FoldBatchNorm, LeavesSharedConvsAndVariablesAlone) {
+  {
+    // the conv output is also returned: folding would change what that reader sees
+    Graph g;
+    const BnModel m = build(g, f32, true, true, false);
+    auto exe = g.compile(Device::cpu(), {}, {m.out, m.conv_out});
+    EXPECT_EQ(exe.num_steps(), 3u) << exe.dump();
+    Array xv = random_array({2, 3, 9, 9}, f32);
+    auto plain =
+        g.compile(Device::cpu(), {}, {m.out, m.conv_out}, CompileOptions{.optimize = false});
+    auto a = exe.run({{m.x, xv}}), b = plain.run({{m.x, xv}});
+    for (int k = 0; k < 2; ++k) expect_close(a[k], b[k].shape(), to_f64(b[k]), 1e-6, 1e-6);
+  }
+  {
+    // statistics in a variable can change between runs: not folded
+    Graph g;
+    const BnModel m = build(g, f32, false, true, true);
+    EXPECT_EQ(g.compile(Device::cpu(), {}, {m.out}).num_steps(), 3u);
+  }
+}
+
+}  // namespace
+}  // namespace kiln
