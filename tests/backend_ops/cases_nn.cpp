@@ -351,10 +351,11 @@ struct ChannelCase {
 };
 const ChannelCase kChannel[] = {{{2, 3, 5, 7}, true, kDense}, {{4, 33}, false, kDense},
                                 {{2, 4, 31}, true, kDense},   {{1, 6, 8, 9}, true, kT},
-                                {{3, 2, 129}, false, kDense}, {{0, 4, 3}, true, kDense}};
+                                {{3, 2, 129}, false, kDense}, {{0, 4, 3}, true, kDense},
+                                {{3, 2, 1}, true, kDense}};  // one element per channel
 
 const bool kBatchNorm =
-    register_cases({OpId::BatchNorm, 6, [](Case& c, DType t, int i) {
+    register_cases({OpId::BatchNorm, 7, [](Case& c, DType t, int i) {
                       const ChannelCase& k = kChannel[i];
                       const int64_t ch = k.x[1];
                       Tensor x = c.rand(k.x, t, -2, 2, k.l);
@@ -367,7 +368,7 @@ const bool kBatchNorm =
                     }});
 
 const bool kInstanceNorm =
-    register_cases({OpId::InstanceNorm, 6, [](Case& c, DType t, int i) {
+    register_cases({OpId::InstanceNorm, 7, [](Case& c, DType t, int i) {
                       const ChannelCase& k = kChannel[i];
                       if (k.x.size() < 3) return false;
                       const int64_t ch = k.x[1];
@@ -381,7 +382,7 @@ const bool kInstanceNorm =
                     }});
 
 const bool kGroupNorm =
-    register_cases({OpId::GroupNorm, 5, [](Case& c, DType t, int i) {
+    register_cases({OpId::GroupNorm, 6, [](Case& c, DType t, int i) {
                       struct S {
                         Shape x;
                         int64_t groups;
@@ -392,7 +393,8 @@ const bool kGroupNorm =
                                      {{2, 6, 33}, 3, false, kDense},
                                      {{1, 8, 4, 9}, 8, true, kT},
                                      {{2, 4, 129}, 1, true, kDense},
-                                     {{0, 4, 3}, 2, true, kDense}};
+                                     {{0, 4, 3}, 2, true, kDense},
+                                     {{3, 4, 1}, 2, true, kDense}};
                       const int64_t ch = s[i].x[1];
                       Tensor x = c.rand(s[i].x, t, -2, 2, s[i].l);
                       std::optional<Tensor> w, b;
