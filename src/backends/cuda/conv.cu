@@ -9,6 +9,7 @@
 #include <array>
 #include <climits>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <vector>
@@ -365,18 +366,28 @@ std::vector<int64_t> problem_key(Pass pass, int device, DType t, const Problem& 
   return key;
 }
 
+// A problem's descriptors (with the chosen math type) and algorithm, made on its first run and
+// then only read, so runs pay no descriptor set-up.
+struct ConvPlan {
+  Descriptors d;
+  std::optional<Algo> algo;
+};
+
 // The algorithm of a problem, chosen on its first run: measured on the step's buffers when
 // `find` is given (this waits for the stream once per problem), else by cuDNN's heuristics.
-std::optional<Algo> algo_for(cudnnHandle_t h, Pass pass, int device, DType t, const Problem& p,
-                             const Descriptors& d, const FindBuffers* find, KernelContext& ctx) {
+const ConvPlan& plan_for(cudnnHandle_t h, Pass pass, int device, DType t, const Problem& p,
+                         const FindBuffers* find, KernelContext& ctx) {
   static std::mutex mu;
-  static std::map<std::vector<int64_t>, std::optional<Algo>> algos;
+  static std::map<std::vector<int64_t>, std::unique_ptr<ConvPlan>> plans;
   const auto key = problem_key(pass, device, t, p);
   {
     std::lock_guard<std::mutex> l(mu);
-    auto it = algos.find(key);
-    if (it != algos.end()) return it->second;
+    auto it = plans.find(key);
+    if (it != plans.end()) return *it->second;
   }
+  auto plan = std::make_unique<ConvPlan>();
+  const Descriptors& d = plan->d;
+  make_descriptors(plan->d, p, t, requested_math(t), ctx.op_name());
   std::optional<Algo> a;
   if (find) {
     FindBuffers b = *find;
@@ -386,8 +397,10 @@ std::optional<Algo> algo_for(cudnnHandle_t h, Pass pass, int device, DType t, co
     KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, requested_math(t)));
   }
   if (!a) a = find_algo(h, pass, t, d);
+  if (a) KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, a->math));
+  plan->algo = a;
   std::lock_guard<std::mutex> l(mu);
-  return algos.emplace(key, a).first->second;
+  return *plans.emplace(key, std::move(plan)).first->second;  // the first one made wins
 }
 
 // Runs one pass on dense buffers: forward y = conv(x, w); backward_data x = convᵀ(y, w);
@@ -413,8 +426,6 @@ void run_pass(KernelContext& ctx, Pass pass, const Problem& full, DType t, const
     const void* beta = (pass == Pass::backward_filter && n0 > 0)
                            ? alpha
                            : (f64 ? static_cast<const void*>(&zero_d) : &zero);
-    Descriptors d;
-    make_descriptors(d, p, t, requested_math(t), op);
     const size_t x_off = n0 * full.C * full.in_size() * es;
     const size_t y_off = n0 * full.O * full.out_size() * es;
     // the first chunk may be measured: later ones accumulate into the weight gradient
@@ -428,12 +439,13 @@ void run_pass(KernelContext& ctx, Pass pass, const Problem& full, DType t, const
                                                        : out,
                          nullptr, bytes};
     }
-    const auto a = algo_for(h, pass, ctx.device(), t, p, d, find ? &*find : nullptr, ctx);
+    const ConvPlan& plan = plan_for(h, pass, ctx.device(), t, p, find ? &*find : nullptr, ctx);
+    const Descriptors& d = plan.d;
+    const std::optional<Algo>& a = plan.algo;
     if (!a)
       fail<UnsupportedError>(
           "[{}] cuDNN has no algorithm for input {}x{}x({}), weight {}x{}x({}), groups {} in {}",
           op, p.N, p.C, fmt::join(p.in, ", "), p.O, p.C / p.G, fmt::join(p.k, ", "), p.G, name(t));
-    KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, a->math));
     void* ws = a->workspace ? ctx.scratch(a->workspace) : nullptr;
     switch (pass) {
       case Pass::forward:
