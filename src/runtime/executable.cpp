@@ -33,9 +33,10 @@ void run_kernel(const KernelEntry& entry, const Node& node, const std::vector<Te
   bool all_empty = !out.empty();
   for (auto& o : out) all_empty = all_empty && o.numel() == 0;
   if (all_empty) return;
-  std::vector<TensorInfo> infos;
-  for (auto& v : in) infos.push_back({v.shape, v.dtype});
-  const DType t = kernel_dtype(entry, node, infos);
+  // the dtype the entry is looked up by (kernel_dtype, without building infos on the hot path)
+  const DType t = entry.dtype_input >= 0 && entry.dtype_input < static_cast<int>(in.size())
+                      ? in[entry.dtype_input].dtype
+                      : (node.outputs.empty() ? f32 : node.outputs[0].dtype);
   const bool via_f32 = entry.half_via_f32 && (t == f16 || t == bf16);
   if (!via_f32) {
     KernelContext ctx(node.op, node.attrs, in, out, pool, env);
