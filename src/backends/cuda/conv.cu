@@ -8,10 +8,12 @@
 #include <algorithm>
 #include <array>
 #include <climits>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 #include "backends/cuda/cuda_common.cuh"
@@ -55,14 +57,22 @@ __global__ void window_copy(const T* src, T* dst, int64_t total, Dims3 ss, Dims3
 }
 
 // y (N, O, S): y = bias[o] (+ y when accumulate); bias may be null (then y = 0 unless accumulate).
-template <typename T>
-__global__ void channel_bias(T* y, const T* bias, int64_t total, int64_t S, int64_t O,
-                             bool accumulate) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    acc_t<T> v = bias ? to_acc(bias[(i / S) % O]) : acc_t<T>(0);
-    if (accumulate) v += to_acc(y[i]);
-    y[i] = from_acc<T>(v);
+// V elements of one channel per thread (16-byte accesses when S allows), and 32-bit index math
+// when the sizes fit (I): a bandwidth-bound pass.
+template <typename T, int V> struct alignas(sizeof(T) * V) Pack {
+  T v[V];
+};
+template <typename T, int V, typename I>
+__global__ void channel_bias(T* y, const T* bias, I packs, I S_packs, I O, bool accumulate) {
+  for (I i = blockIdx.x * I(blockDim.x) + threadIdx.x; i < packs; i += I(gridDim.x) * blockDim.x) {
+    const acc_t<T> b = bias ? to_acc(bias[(i / S_packs) % O]) : acc_t<T>(0);
+    auto* p = reinterpret_cast<Pack<T, V>*>(y) + i;
+    Pack<T, V> out;
+    if (accumulate) out = *p;
+#pragma unroll
+    for (int u = 0; u < V; ++u)
+      out.v[u] = from_acc<T>(accumulate ? b + to_acc(out.v[u]) : b);
+    *p = out;
   }
 }
 
@@ -73,8 +83,23 @@ void launch_channel_bias(KernelContext& ctx, const TensorView& y, const void* bi
   const int64_t S = total / (y.shape[0] * O);
   dispatch_float(y.dtype, ctx.op_name(), [&](auto v) {
     using T = decltype(v);
-    channel_bias<T><<<blocks_for(total), kThreads, 0, stream_of(ctx)>>>(
-        y.ptr<T>(), static_cast<const T*>(bias), total, S, O, accumulate);
+    constexpr int kV = 16 / sizeof(T) > 0 ? static_cast<int>(16 / sizeof(T)) : 1;
+    const bool wide = S % kV == 0 && reinterpret_cast<uintptr_t>(y.data) % 16 == 0;
+    auto run = [&](auto width, auto index) {
+      constexpr int W = decltype(width)::value;
+      using I = decltype(index);
+      const int64_t packs = total / W;
+      channel_bias<T, W, I><<<blocks_for(packs), kThreads, 0, stream_of(ctx)>>>(
+          y.ptr<T>(), static_cast<const T*>(bias), static_cast<I>(packs), static_cast<I>(S / W),
+          static_cast<I>(O), accumulate);
+    };
+    const bool small = total < (int64_t{1} << 31);
+    using W1 = std::integral_constant<int, 1>;
+    using WV = std::integral_constant<int, kV>;
+    if (wide && small) run(WV{}, int32_t{});
+    else if (wide) run(WV{}, int64_t{});
+    else if (small) run(W1{}, int32_t{});
+    else run(W1{}, int64_t{});
     check_launch(ctx.op_name());
   });
 }
@@ -304,8 +329,11 @@ std::optional<Algo> pick_measured(Pass pass, DType t, const Perf* perf, int coun
     const Perf& r = perf[i];
     if (r.status != CUDNN_STATUS_SUCCESS || r.memory > workspace_limit) continue;
     if (precise && !exact(pass, static_cast<int>(r.algo))) continue;
-    if (t == DType::f32 && r.mathType != CUDNN_FMA_MATH) continue;
-    const Algo a{static_cast<int>(r.algo), r.memory, r.mathType};
+    // measured under the FMA descriptor; some report the default math type for the same kernels
+    if (t == DType::f32 && r.mathType != CUDNN_FMA_MATH && r.mathType != CUDNN_DEFAULT_MATH)
+      continue;
+    const Algo a{static_cast<int>(r.algo), r.memory,
+                 t == DType::f32 ? CUDNN_FMA_MATH : r.mathType};
     if (!fastest) {
       fastest = a;
       fastest_ms = r.time;
