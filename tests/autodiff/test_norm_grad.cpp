@@ -68,6 +68,58 @@ TEST(BatchNormGrad, FiniteDifferences) {
   }
 }
 
+// The rule of batch_norm_train (the suite also names the op batch_norm_train_grad, which is not
+// differentiable: its kernel is checked in tests/ops/test_norm.cpp).
+TEST(BatchNormTrainGrad, OutputYThroughTheFusedBackward) {
+  for (const Shape& shape :
+       {Shape{4, 3}, Shape{2, 3, 4}, Shape{2, 3, 2, 2}, Shape{2, 2, 1, 2, 2}}) {
+    const int64_t c = shape[1];
+    const Array x = random_array(shape, f64, -2, 2), w = random_array({c}, f64, 0.5, 1.5),
+                b = random_array({c}, f64);
+    check_gradients([](const Inputs& x) { return batch_norm_train(x[0], x[1], x[2]).y; },
+                    {x, w, b});
+    check_gradients([](const Inputs& x) { return batch_norm_train(x[0]).y; }, {x});
+    check_gradients([](const Inputs& x) { return batch_norm_train(x[0], x[1]).y; }, {x, w});
+    check_gradients([](const Inputs& x) { return batch_norm_train(x[0], std::nullopt, x[1]).y; },
+                    {x, b});
+  }
+}
+
+TEST(BatchNormTrainGrad, LossesThatReadTheMeanAndVar) {
+  for (const Shape& shape : {Shape{5, 3}, Shape{2, 3, 4}}) {
+    const Array x = random_array(shape, f64, -2, 2), w = random_array({3}, f64, 0.5, 1.5),
+                b = random_array({3}, f64);
+    // every output weighted
+    check_gradients(
+        [](Graph&, const Inputs& x) {
+          auto r = batch_norm_train(x[0], x[1], x[2]);
+          return std::vector<Tensor>{r.y, r.mean, r.var};
+        },
+        {x, w, b});
+    // the statistics alone (no gradient reaches y)
+    check_gradients(
+        [](Graph&, const Inputs& x) {
+          auto r = batch_norm_train(x[0], x[1]);
+          return std::vector<Tensor>{r.mean, r.var};
+        },
+        {x, w});
+    check_gradients([](const Inputs& x) { return batch_norm_train(x[0]).mean; }, {x});
+    check_gradients([](const Inputs& x) { return batch_norm_train(x[0]).var; }, {x});
+  }
+}
+
+TEST(BatchNormTrainGrad, BatchNormTrainingAsBefore) {
+  // batch_norm_training's y, built on batch_norm_train, with its running-stat updates unused
+  const Shape shape{3, 2, 2, 3};
+  check_gradients(
+      [](Graph& g, const Inputs& x) {
+        auto rm = g.variable(Array::zeros({2}, f64), "rm");
+        auto rv = g.variable(random_array({2}, f64, 0.5, 1.5), "rv");
+        return std::vector<Tensor>{batch_norm_training(x[0], rm, rv, x[1], x[2]).y};
+      },
+      {random_array(shape, f64, -2, 2), random_array({2}, f64), random_array({2}, f64)});
+}
+
 TEST(InstanceNormGrad, FiniteDifferences) {
   for (const Shape& shape : {Shape{2, 3, 5}, Shape{1, 2, 3, 3}}) {
     const int64_t c = shape[1];
