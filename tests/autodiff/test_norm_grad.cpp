@@ -1,4 +1,7 @@
 // Gradients of the norm family against finite differences: softmax, normalization layers, dropout.
+#include <map>
+#include <string>
+
 #include "support/gradcheck.h"
 
 namespace kiln {
@@ -118,6 +121,22 @@ TEST(BatchNormTrainGrad, BatchNormTrainingAsBefore) {
         return std::vector<Tensor>{batch_norm_training(x[0], rm, rv, x[1], x[2]).y};
       },
       {random_array(shape, f64, -2, 2), random_array({2}, f64), random_array({2}, f64)});
+}
+
+TEST(BatchNormTrainGrad, TrainingStepRunsOneFusedNodeEachWay) {
+  Graph g;
+  auto x = g.placeholder({4, 3, 5}, f32, "x");
+  auto w = g.variable(random_array({3}, f32), "w"), b = g.variable(random_array({3}, f32), "b");
+  auto rm = g.variable(random_array({3}, f32), "rm");
+  auto rv = g.variable(random_array({3}, f32, 0.5, 1.5), "rv");
+  auto bn = batch_norm_training(x, rm, rv, w, b);
+  auto grads = gradients(sum(bn.y * bn.y), {x, w, b});
+  auto exe = g.compile(Device::cpu(), {}, grads, bn.updates);
+  std::map<std::string, int> count;
+  for (const auto& step : exe.placement()) ++count[step.op];
+  EXPECT_EQ(count["batch_norm_train"], 1) << exe.dump();
+  EXPECT_EQ(count["batch_norm_train_grad"], 1) << exe.dump();
+  EXPECT_EQ(count["mean"] + count["variance"] + count["rsqrt"], 0) << exe.dump();
 }
 
 TEST(InstanceNormGrad, FiniteDifferences) {
