@@ -8,6 +8,10 @@
 //   instance_norm: eps, has_weight, has_bias; params (C)
 //   group_norm: groups, eps, has_weight, has_bias; params (C)
 //   dropout: p in (0, 1), seed (uint64 bits in an int64); only built when training with p > 0
+//   batch_norm_train: eps, has_weight, has_bias; inputs x[, weight][, bias]; outputs y, and the
+//     batch's mean and biased var (C) in x's dtype
+//   batch_norm_train_grad: eps, has_weight; inputs dy, x, mean, var[, weight]; outputs dx and
+//     dweight, dbias (C), the last two always computed
 #include "kiln/ops/norm.h"
 
 #include "kiln/ops/elementwise.h"
@@ -92,6 +96,54 @@ std::vector<TensorInfo> infer_group_norm(const InferContext& ctx) {
     fail<ValueError>("[{}] {} groups do not divide the {} channels of x with shape {}", ctx.name(),
                      groups, c, str(ctx.inputs[0].shape));
   return out;
+}
+
+// Values per channel: every dim but 1 (-1 while any is unknown).
+int64_t per_channel(const Shape& x) {
+  int64_t m = 1;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (i == 1) continue;
+    if (x[i] < 0) return -1;
+    m *= x[i];
+  }
+  return m;
+}
+
+std::vector<TensorInfo> infer_batch_norm_train(const InferContext& ctx) {
+  infer_channel_norm(ctx, 2, {});
+  const TensorInfo& x = ctx.inputs[0];
+  if (per_channel(x.shape) == 0)
+    fail<ShapeError>("[{}] needs at least one value per channel, x has shape {}", ctx.name(),
+                     str(x.shape));
+  const TensorInfo stat{{x.shape[1]}, x.dtype};
+  return {x, stat, stat};
+}
+
+// Inputs dy, x, mean, var[, weight]: dy has x's shape, the rest (C); all in x's dtype.
+std::vector<TensorInfo> infer_batch_norm_train_grad(const InferContext& ctx) {
+  require_dtype(ctx, 1, kFloatTypes, "a float dtype");
+  require_rank(ctx, 1, 2, 64);
+  const TensorInfo &dy = ctx.inputs[0], &x = ctx.inputs[1];
+  if (dy.dtype != x.dtype || !shapes_match(dy.shape, x.shape))
+    fail<ShapeError>("[{}] dy ({}, {}) must have the shape and dtype of x ({}, {})", ctx.name(),
+                     str(dy.shape), name(dy.dtype), str(x.shape), name(x.dtype));
+  std::vector<const char*> names{"mean", "var"};
+  if (ctx.attrs.b("has_weight", false)) names.push_back("weight");
+  if (ctx.inputs.size() != names.size() + 2)
+    fail<ValueError>("[{}] has {} inputs; its attributes ({}) call for {}", ctx.name(),
+                     ctx.inputs.size(), ctx.attrs.to_string(), names.size() + 2);
+  const Shape want{x.shape[1]};
+  for (size_t i = 2; i < ctx.inputs.size(); ++i) {
+    const TensorInfo& p = ctx.inputs[i];
+    if (p.dtype != x.dtype)
+      fail<DTypeError>("[{}] {} has dtype {} but x has dtype {}", ctx.name(), names[i - 2],
+                       name(p.dtype), name(x.dtype));
+    if (!shapes_match(p.shape, want))
+      fail<ShapeError>("[{}] {} has shape {}; expected {} for x of shape {}", ctx.name(),
+                       names[i - 2], str(p.shape), str(want), str(x.shape));
+  }
+  const TensorInfo stat{want, x.dtype};
+  return {x, stat, stat};
 }
 
 std::vector<TensorInfo> infer_dropout(const InferContext& ctx) {
@@ -242,6 +294,43 @@ Grads vjp_batch_norm(const VjpContext& c) {
   return grads;
 }
 
+// Training batch norm: y's gradient through one fused batch_norm_train_grad node; gradients of
+// the mean and var outputs (only when a loss reads them) with plain ops: d mean / dx = 1 / M and
+// d var / dx = 2 (x - mean) / M.
+Grads vjp_batch_norm_train(const VjpContext& c) {
+  const Tensor &x = c.inputs[0], &m = c.outputs[1], &var = c.outputs[2];
+  const bool hw = c.attrs.b("has_weight", false), hb = c.attrs.b("has_bias", false);
+  Grads grads(c.inputs.size());
+  std::optional<Tensor> dx;
+  if (c.cotangents[0]) {
+    const std::optional<Tensor> w = hw ? std::optional(c.inputs[1]) : std::nullopt;
+    const BatchNormTrainGradResult r =
+        batch_norm_train_grad(*c.cotangents[0], x, m, var, w, c.attrs.f("eps"));
+    dx = r.dx;
+    size_t i = 1;
+    if (hw) grads[i++] = r.dweight;
+    if (hb) grads[i] = r.dbias;
+  }
+  if (c.cotangents[1] || c.cotangents[2]) {
+    if (!is_static(x.shape()))
+      fail<UnsupportedError>(
+          "[{}] gradients of the mean and var outputs need a static shape, x is {}", c.name(),
+          str(x.shape()));
+    const ParamLayout p = channel_layout(x);
+    const double inv_m =
+        1.0 / static_cast<double>(numel(x.shape()) / std::max<int64_t>(1, x.shape()[1]));
+    std::optional<Tensor> d;
+    if (c.cotangents[1]) d = p.expand(*c.cotangents[1] * inv_m);
+    if (c.cotangents[2]) {
+      const Tensor t = (x - p.expand(m)) * p.expand(*c.cotangents[2] * (2 * inv_m));
+      d = d ? *d + t : t;
+    }
+    dx = dx ? *dx + *d : broadcast_to(*d, x.shape());
+  }
+  grads[0] = dx;
+  return grads;
+}
+
 // Instance norm: per (n, c) statistics over the spatial dims.
 Grads vjp_instance_norm(const VjpContext& c) {
   const Tensor& x = c.inputs[0];
@@ -288,6 +377,9 @@ void register_norm_ops() {
   define_op(OpId::InstanceNorm).set_infer(infer_instance_norm).inplace(0);
   define_op(OpId::GroupNorm).set_infer(infer_group_norm).inplace(0);
   define_op(OpId::Dropout).set_infer(infer_dropout).impure().inplace(0);
+  // y (dx) is written over x (dy) channel by channel after the channel's statistics are read
+  define_op(OpId::BatchNormTrain).set_infer(infer_batch_norm_train).inplace(0);
+  define_op(OpId::BatchNormTrainGrad).set_infer(infer_batch_norm_train_grad).inplace(0);
 
   define_op(OpId::Softmax).grad(vjp_softmax);
   define_op(OpId::LogSoftmax).grad(vjp_log_softmax);
@@ -297,6 +389,9 @@ void register_norm_ops() {
   define_op(OpId::InstanceNorm).grad(vjp_instance_norm);
   define_op(OpId::GroupNorm).grad(vjp_group_norm);
   define_op(OpId::Dropout).grad(vjp_dropout);
+  define_op(OpId::BatchNormTrain).grad(vjp_batch_norm_train);
+  // double backward through batch norm is not supported yet
+  define_op(OpId::BatchNormTrainGrad).not_differentiable();
 }
 
 Tensor softmax(const Tensor& x, int64_t axis) { return softmax_like(OpId::Softmax, x, axis); }
@@ -326,7 +421,33 @@ Tensor batch_norm(const Tensor& x, const Tensor& mean, const Tensor& var,
                    weight, bias, {{"eps", eps}});
 }
 
-// Composed of differentiable ops, so its gradient needs no rule of its own.
+BatchNormTrainResult batch_norm_train(const Tensor& x, const std::optional<Tensor>& weight,
+                                      const std::optional<Tensor>& bias, double eps) {
+  const char* n = "batch_norm_train";
+  require_float(n, x, "x");
+  std::vector<Tensor> inputs{x};
+  Attrs attrs{{"eps", eps}};
+  add_optional(inputs, attrs, "weight", param(n, weight, x, "weight"));
+  add_optional(inputs, attrs, "bias", param(n, bias, x, "bias"));
+  auto out = make_node(OpId::BatchNormTrain, inputs, std::move(attrs));
+  return {out[0], out[1], out[2]};
+}
+
+BatchNormTrainGradResult batch_norm_train_grad(const Tensor& dy, const Tensor& x,
+                                               const Tensor& mean, const Tensor& var,
+                                               const std::optional<Tensor>& weight, double eps) {
+  const char* n = "batch_norm_train_grad";
+  require_float(n, x, "x");
+  require_float(n, dy, "dy");
+  std::vector<Tensor> inputs{cast_to(dy, x.dtype()), x, param(n, mean, x, "mean"),
+                             param(n, var, x, "var")};
+  Attrs attrs{{"eps", eps}};
+  add_optional(inputs, attrs, "weight", param(n, weight, x, "weight"));
+  auto out = make_node(OpId::BatchNormTrainGrad, inputs, std::move(attrs));
+  return {out[0], out[1], out[2]};
+}
+
+// One fused batch_norm_train node; its gradient is the fused batch_norm_train_grad.
 BatchNormTraining batch_norm_training(const Tensor& x, const Tensor& running_mean,
                                       const Tensor& running_var, const std::optional<Tensor>& weight,
                                       const std::optional<Tensor>& bias, double momentum,
@@ -339,21 +460,17 @@ BatchNormTraining batch_norm_training(const Tensor& x, const Tensor& running_mea
   const int64_t c = s[1], count = numel(s) / std::max<int64_t>(c, 1);
   if (count < 2)
     fail<ShapeError>("[batch_norm_training] needs more than one value per channel, x is {}", str(s));
-  Shape bshape(s.size(), 1);
-  bshape[1] = c;
-  std::vector<int64_t> axes;
-  for (size_t i = 0; i < s.size(); ++i)
-    if (i != 1) axes.push_back(static_cast<int64_t>(i));
-  const Tensor m = mean(x, axes, true), v = variance(x, axes, true);
-  Tensor y = (x - m) * rsqrt(v + eps);
-  if (weight) y = y * reshape(param("batch_norm_training", *weight, x, "weight"), bshape);
-  if (bias) y = y + reshape(param("batch_norm_training", *bias, x, "bias"), bshape);
+  const char* n = "batch_norm_training";
+  const BatchNormTrainResult r =
+      batch_norm_train(x, param(n, weight, x, "weight"), param(n, bias, x, "bias"), eps);
   const double unbias = static_cast<double>(count) / static_cast<double>(count - 1);
-  const Tensor bm = reshape(m, {c}), bv = reshape(v, {c}) * unbias;
+  const Tensor bv = r.var * unbias;
   std::vector<Tensor> updates{
-      assign(running_mean, running_mean * (1 - momentum) + cast_to(bm, running_mean.dtype()) * momentum),
-      assign(running_var, running_var * (1 - momentum) + cast_to(bv, running_var.dtype()) * momentum)};
-  return {y, updates};
+      assign(running_mean,
+             running_mean * (1 - momentum) + cast_to(r.mean, running_mean.dtype()) * momentum),
+      assign(running_var,
+             running_var * (1 - momentum) + cast_to(bv, running_var.dtype()) * momentum)};
+  return {r.y, updates};
 }
 
 Tensor instance_norm(const Tensor& x, const std::optional<Tensor>& weight,

@@ -1,4 +1,7 @@
 // Gradients of the norm family against finite differences: softmax, normalization layers, dropout.
+#include <map>
+#include <string>
+
 #include "support/gradcheck.h"
 
 namespace kiln {
@@ -66,6 +69,74 @@ TEST(BatchNormGrad, FiniteDifferences) {
         [](const Inputs& x) { return batch_norm(x[0], x[1], x[2], std::nullopt, x[3]); },
         {x, m, v, b});
   }
+}
+
+// The rule of batch_norm_train (the suite also names the op batch_norm_train_grad, which is not
+// differentiable: its kernel is checked in tests/ops/test_norm.cpp).
+TEST(BatchNormTrainGrad, OutputYThroughTheFusedBackward) {
+  for (const Shape& shape :
+       {Shape{4, 3}, Shape{2, 3, 4}, Shape{2, 3, 2, 2}, Shape{2, 2, 1, 2, 2}}) {
+    const int64_t c = shape[1];
+    const Array x = random_array(shape, f64, -2, 2), w = random_array({c}, f64, 0.5, 1.5),
+                b = random_array({c}, f64);
+    check_gradients([](const Inputs& x) { return batch_norm_train(x[0], x[1], x[2]).y; },
+                    {x, w, b});
+    check_gradients([](const Inputs& x) { return batch_norm_train(x[0]).y; }, {x});
+    check_gradients([](const Inputs& x) { return batch_norm_train(x[0], x[1]).y; }, {x, w});
+    check_gradients([](const Inputs& x) { return batch_norm_train(x[0], std::nullopt, x[1]).y; },
+                    {x, b});
+  }
+}
+
+TEST(BatchNormTrainGrad, LossesThatReadTheMeanAndVar) {
+  for (const Shape& shape : {Shape{5, 3}, Shape{2, 3, 4}}) {
+    const Array x = random_array(shape, f64, -2, 2), w = random_array({3}, f64, 0.5, 1.5),
+                b = random_array({3}, f64);
+    // every output weighted
+    check_gradients(
+        [](Graph&, const Inputs& x) {
+          auto r = batch_norm_train(x[0], x[1], x[2]);
+          return std::vector<Tensor>{r.y, r.mean, r.var};
+        },
+        {x, w, b});
+    // the statistics alone (no gradient reaches y)
+    check_gradients(
+        [](Graph&, const Inputs& x) {
+          auto r = batch_norm_train(x[0], x[1]);
+          return std::vector<Tensor>{r.mean, r.var};
+        },
+        {x, w});
+    check_gradients([](const Inputs& x) { return batch_norm_train(x[0]).mean; }, {x});
+    check_gradients([](const Inputs& x) { return batch_norm_train(x[0]).var; }, {x});
+  }
+}
+
+TEST(BatchNormTrainGrad, BatchNormTrainingAsBefore) {
+  // batch_norm_training's y, built on batch_norm_train, with its running-stat updates unused
+  const Shape shape{3, 2, 2, 3};
+  check_gradients(
+      [](Graph& g, const Inputs& x) {
+        auto rm = g.variable(Array::zeros({2}, f64), "rm");
+        auto rv = g.variable(random_array({2}, f64, 0.5, 1.5), "rv");
+        return std::vector<Tensor>{batch_norm_training(x[0], rm, rv, x[1], x[2]).y};
+      },
+      {random_array(shape, f64, -2, 2), random_array({2}, f64), random_array({2}, f64)});
+}
+
+TEST(BatchNormTrainGrad, TrainingStepRunsOneFusedNodeEachWay) {
+  Graph g;
+  auto x = g.placeholder({4, 3, 5}, f32, "x");
+  auto w = g.variable(random_array({3}, f32), "w"), b = g.variable(random_array({3}, f32), "b");
+  auto rm = g.variable(random_array({3}, f32), "rm");
+  auto rv = g.variable(random_array({3}, f32, 0.5, 1.5), "rv");
+  auto bn = batch_norm_training(x, rm, rv, w, b);
+  auto grads = gradients(sum(bn.y * bn.y), {x, w, b});
+  auto exe = g.compile(Device::cpu(), {}, grads, bn.updates);
+  std::map<std::string, int> count;
+  for (const auto& step : exe.placement()) ++count[step.op];
+  EXPECT_EQ(count["batch_norm_train"], 1) << exe.dump();
+  EXPECT_EQ(count["batch_norm_train_grad"], 1) << exe.dump();
+  EXPECT_EQ(count["mean"] + count["variance"] + count["rsqrt"], 0) << exe.dump();
 }
 
 TEST(InstanceNormGrad, FiniteDifferences) {

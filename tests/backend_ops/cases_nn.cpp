@@ -367,6 +367,50 @@ const bool kBatchNorm =
                       return true;
                     }});
 
+// Training batch norm: spatial 1, one channel, 31/32/33 values and channels, a ResNet-sized map.
+struct TrainCase {
+  Shape x;
+  bool weight, bias;
+  Layout l;
+};
+const TrainCase kTrain[] = {
+    {{8, 3}, true, true, kDense},          {{16, 1, 5}, true, false, kDense},
+    {{4, 33, 1, 1}, false, true, kDense},  {{2, 32, 31}, true, true, kDense},
+    {{3, 31, 4, 8}, false, false, kT},     {{33, 5, 2, 2, 2}, true, true, kDense},
+    {{8, 64, 56, 56}, true, true, kDense}, {{64, 3, 33}, true, false, kDense}};
+constexpr int kNumTrain = sizeof(kTrain) / sizeof(kTrain[0]);
+
+const bool kBatchNormTrain =
+    register_cases({OpId::BatchNormTrain, kNumTrain, [](Case& c, DType t, int i) {
+                      const TrainCase& k = kTrain[i];
+                      const int64_t ch = k.x[1];
+                      Tensor x = c.rand(k.x, t, -2, 3, k.l);
+                      std::optional<Tensor> w, b;
+                      if (k.weight) w = c.rand({ch}, t, 0.5, 1.5);
+                      if (k.bias) b = c.rand({ch}, t);
+                      auto r = batch_norm_train(x, w, b);
+                      c.outs = {r.y, r.mean, r.var};
+                      c.tol_scale = 2;
+                      c.note(fmt::format("x {}{}{}", to_string(k.x), k.weight ? " weight" : "",
+                                         k.bias ? " bias" : ""));
+                      return true;
+                    }});
+
+const bool kBatchNormTrainGrad =
+    register_cases({OpId::BatchNormTrainGrad, kNumTrain, [](Case& c, DType t, int i) {
+                      const TrainCase& k = kTrain[i];
+                      const int64_t ch = k.x[1];
+                      Tensor dy = c.rand(k.x, t, -1, 1, k.l), x = c.rand(k.x, t, -2, 3);
+                      Tensor mean = c.rand({ch}, t, 0, 1), var = c.rand({ch}, t, 0.5, 2);
+                      std::optional<Tensor> w;
+                      if (k.weight) w = c.rand({ch}, t, 0.5, 1.5);
+                      auto r = batch_norm_train_grad(dy, x, mean, var, w);
+                      c.outs = {r.dx, r.dweight, r.dbias};
+                      c.tol_scale = 4;
+                      c.note(fmt::format("x {}{}", to_string(k.x), k.weight ? " weight" : ""));
+                      return true;
+                    }});
+
 const bool kInstanceNorm =
     register_cases({OpId::InstanceNorm, 7, [](Case& c, DType t, int i) {
                       const ChannelCase& k = kChannel[i];

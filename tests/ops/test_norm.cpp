@@ -1,5 +1,5 @@
-// Softmax, LogSoftmax, LayerNorm, RmsNorm, BatchNorm, InstanceNorm, GroupNorm, Dropout against
-// float64 reference loops.
+// Softmax, LogSoftmax, LayerNorm, RmsNorm, BatchNorm, InstanceNorm, GroupNorm, Dropout,
+// BatchNormTrain and BatchNormTrainGrad against float64 reference loops.
 #include <cmath>
 #include <optional>
 
@@ -501,6 +501,159 @@ TEST(BatchNorm, TrainingModeUsesBatchStatisticsAndUpdatesRunningAverages) {
   expect_close(g.read_variable(rv), {c}, want_v, 1e-12, 1e-12);
   expect_error<ShapeError>([&] { batch_norm_training(g.placeholder({1, 3}, f32), rm, rv); },
                            {"[batch_norm_training]", "(1, 3)"});
+}
+
+// ---- fused training batch norm ----
+
+// Channel ch's element offsets of an (N, C, spatial...) shape.
+std::vector<int64_t> channel_offsets(const Shape& shape, int64_t ch) {
+  const int64_t n = shape[0], c = shape[1], s = numel(shape) / std::max<int64_t>(1, n * c);
+  std::vector<int64_t> r;
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t k = 0; k < s; ++k) r.push_back((i * c + ch) * s + k);
+  return r;
+}
+
+// Absolute tolerance for outputs that are sums of many terms: dtype tolerance times their scale.
+double sum_atol(DType t, const std::vector<double>& ref) {
+  double m = 0;
+  for (double v : ref) m += std::abs(v) / static_cast<double>(std::max<size_t>(1, ref.size()));
+  return tolerance(t) * 4 * (1 + m);
+}
+
+const Shape kTrainShapes[] = {{8, 3},          {2, 3, 4, 5}, {2, 1, 7},
+                              {3, 2, 2, 3, 2}, {5, 4, 1},    {2, 33, 3}};
+
+TEST(BatchNormTrain, BatchStatisticsAndOutputMatchReference) {
+  for (const Shape& shape : kTrainShapes) {
+    for (DType t : {f32, f64, f16}) {
+      for (int mask = 0; mask < 4; ++mask) {
+        const bool hw = mask & 1, hb = mask & 2;
+        const ChannelData d = channel_data(shape, t);
+        const int64_t c = shape[1];
+        Graph g;
+        auto x = g.placeholder(shape, t, "x");
+        auto w = g.placeholder({c}, t, "w");
+        auto b = g.placeholder({c}, t, "b");
+        auto r = batch_norm_train(x, hw ? std::optional(w) : std::nullopt,
+                                  hb ? std::optional(b) : std::nullopt, 1e-3);
+        Feeds feeds{{x, d.x}};
+        if (hw) feeds.push_back({w, d.w});
+        if (hb) feeds.push_back({b, d.b});
+        std::vector<double> ry(d.fx.size()), rm(c), rv(c);
+        for (int64_t ch = 0; ch < c; ++ch) {
+          const auto at = channel_offsets(shape, ch);
+          for (int64_t i : at) rm[ch] += d.fx[i] / static_cast<double>(at.size());
+          for (int64_t i : at) rv[ch] += std::pow(d.fx[i] - rm[ch], 2) / at.size();
+          for (int64_t i : at)
+            ry[i] = (d.fx[i] - rm[ch]) / std::sqrt(rv[ch] + 1e-3) * (hw ? d.fw[ch] : 1) +
+                    (hb ? d.fb[ch] : 0);
+        }
+        auto out = eval(g, {r.y, r.mean, r.var}, feeds);
+        SCOPED_TRACE(to_string(shape) + " " + name(t) + (hw ? " weight" : "") +
+                     (hb ? " bias" : ""));
+        expect_close(out[0], shape, ry, tolerance(t), tolerance(t) * 4);
+        expect_close(out[1], {c}, rm, tolerance(t), tolerance(t) * 4);
+        expect_close(out[2], {c}, rv, tolerance(t), tolerance(t) * 4);
+      }
+    }
+  }
+}
+
+TEST(BatchNormTrain, LargeMeanKeepsVarianceAccurate) {
+  // values far from 0 with a small spread: a naive sum of squares would cancel
+  Graph g;
+  const Shape shape{16, 2, 9};
+  auto x = g.placeholder(shape, f32, "x");
+  Array v = random_array(shape, f32, 1000, 1001);
+  auto r = batch_norm_train(x);
+  auto out = eval(g, {r.y, r.var}, {{x, v}});
+  const auto fx = to_f64(v);
+  std::vector<double> rv(2);
+  for (int64_t ch = 0; ch < 2; ++ch) {
+    const auto at = channel_offsets(shape, ch);
+    double m = 0;
+    for (int64_t i : at) m += fx[i] / at.size();
+    for (int64_t i : at) rv[ch] += std::pow(fx[i] - m, 2) / at.size();
+  }
+  expect_close(out[1], {2}, rv, 1e-3, 1e-5);
+}
+
+TEST(BatchNormTrain, Errors) {
+  Graph g;
+  auto x = g.placeholder({2, 3, 4}, f32, "x");
+  auto c4 = g.placeholder({4}, f32, "c4");
+  expect_error<ShapeError>([&] { batch_norm_train(x, c4); },
+                           {"[batch_norm_train]", "weight", "(4,)", "(2, 3, 4)"});
+  expect_error<ShapeError>([&] { batch_norm_train(g.placeholder({3}, f32, "r1")); },
+                           {"[batch_norm_train]", "rank", "(3,)"});
+  expect_error<ShapeError>(
+      [&] {
+        batch_norm_train(g.placeholder({0, 3}, f32, "e"));
+      },
+      {"[batch_norm_train]", "(0, 3)"});
+  expect_error<DTypeError>(
+      [&] {
+        batch_norm_train(g.placeholder({2, 3}, i32, "i"));
+      },
+      {"[batch_norm_train]", "i32", "(2, 3)"});
+}
+
+// The backward of batch_norm_train for arbitrary mean and var (the formula is the op).
+TEST(BatchNormTrainGrad, MatchesReference) {
+  for (const Shape& shape : kTrainShapes) {
+    for (DType t : {f32, f64, f16}) {
+      for (bool hw : {false, true}) {
+        const int64_t c = shape[1];
+        const ChannelData d = channel_data(shape, t);
+        const Array dyv = random_array(shape, t), mv = random_array({c}, t, 0, 1),
+                    vv = random_array({c}, t, 0.5, 2);
+        const auto fdy = to_f64(dyv), fm = to_f64(mv), fv = to_f64(vv);
+        Graph g;
+        auto dy = g.placeholder(shape, t, "dy");
+        auto x = g.placeholder(shape, t, "x");
+        auto m = g.placeholder({c}, t, "m");
+        auto v = g.placeholder({c}, t, "v");
+        auto w = g.placeholder({c}, t, "w");
+        auto r = batch_norm_train_grad(dy, x, m, v, hw ? std::optional(w) : std::nullopt, 1e-3);
+        Feeds feeds{{dy, dyv}, {x, d.x}, {m, mv}, {v, vv}};
+        if (hw) feeds.push_back({w, d.w});
+        std::vector<double> rdx(d.fx.size()), rdw(c), rdb(c);
+        for (int64_t ch = 0; ch < c; ++ch) {
+          const auto at = channel_offsets(shape, ch);
+          const double mm = static_cast<double>(at.size()), rstd = 1 / std::sqrt(fv[ch] + 1e-3);
+          for (int64_t i : at) {
+            rdb[ch] += fdy[i];
+            rdw[ch] += fdy[i] * (d.fx[i] - fm[ch]) * rstd;
+          }
+          for (int64_t i : at)
+            rdx[i] = (hw ? d.fw[ch] : 1) * rstd / mm *
+                     (mm * fdy[i] - rdb[ch] - (d.fx[i] - fm[ch]) * rstd * rdw[ch]);
+        }
+        auto out = eval(g, {r.dx, r.dweight, r.dbias}, feeds);
+        SCOPED_TRACE(to_string(shape) + " " + name(t) + (hw ? " weight" : ""));
+        expect_close(out[0], shape, rdx, tolerance(t), sum_atol(t, rdx));
+        expect_close(out[1], {c}, rdw, tolerance(t), sum_atol(t, rdw));
+        expect_close(out[2], {c}, rdb, tolerance(t), sum_atol(t, rdb));
+      }
+    }
+  }
+}
+
+TEST(BatchNormTrainGrad, Errors) {
+  Graph g;
+  auto x = g.placeholder({2, 3, 4}, f32, "x");
+  auto c3 = g.placeholder({3}, f32, "c3");
+  auto c4 = g.placeholder({4}, f32, "c4");
+  expect_error<ShapeError>(
+      [&] {
+        batch_norm_train_grad(g.placeholder({2, 3, 5}, f32, "dy"), x, c3, c3);
+      },
+      {"[batch_norm_train_grad]", "(2, 3, 5)", "(2, 3, 4)"});
+  expect_error<ShapeError>([&] { batch_norm_train_grad(x, x, c4, c3); },
+                           {"[batch_norm_train_grad]", "mean", "(4,)", "(2, 3, 4)"});
+  expect_error<ShapeError>([&] { batch_norm_train_grad(x, x, c3, c3, c4); },
+                           {"[batch_norm_train_grad]", "weight", "(4,)"});
 }
 
 }  // namespace

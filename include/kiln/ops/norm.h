@@ -34,6 +34,27 @@ BatchNormTraining batch_norm_training(const Tensor& x, const Tensor& running_mea
                                       const std::optional<Tensor>& weight = std::nullopt,
                                       const std::optional<Tensor>& bias = std::nullopt,
                                       double momentum = 0.1, double eps = 1e-5);
+/// The fused training batch norm that batch_norm_training builds: y normalized with the batch's
+/// own statistics over every axis but 1, and those statistics, mean and biased var of shape (C),
+/// all in x's dtype (the kernels compute in f32 for half types, f64 for f64).
+struct BatchNormTrainResult {
+  Tensor y, mean, var;
+};
+BatchNormTrainResult batch_norm_train(const Tensor& x,
+                                      const std::optional<Tensor>& weight = std::nullopt,
+                                      const std::optional<Tensor>& bias = std::nullopt,
+                                      double eps = 1e-5);
+/// The backward of batch_norm_train for y's gradient dy, from x and the batch's mean and var:
+/// with xhat = (x - mean) * rstd and M values per channel, dbias = sum(dy),
+/// dweight = sum(dy * xhat), dx = w * rstd / M * (M * dy - dbias - xhat * dweight) (w = 1 without
+/// a weight). dweight and dbias (C) are always computed.
+struct BatchNormTrainGradResult {
+  Tensor dx, dweight, dbias;
+};
+BatchNormTrainGradResult batch_norm_train_grad(const Tensor& dy, const Tensor& x,
+                                               const Tensor& mean, const Tensor& var,
+                                               const std::optional<Tensor>& weight = std::nullopt,
+                                               double eps = 1e-5);
 /// Per (n, c) normalization over spatial dims; weight and bias of shape (C).
 Tensor instance_norm(const Tensor& x, const std::optional<Tensor>& weight = std::nullopt,
                      const std::optional<Tensor>& bias = std::nullopt, double eps = 1e-5);

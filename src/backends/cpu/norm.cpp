@@ -188,6 +188,89 @@ void batch_norm(KernelContext& ctx) {
   });
 }
 
+// ---- training batch norm ----
+
+// x as (N, C, S): channel c's values are N runs of S elements, run n at (n * C + c) * S.
+struct ChannelRuns {
+  int64_t n, c, s;
+  explicit ChannelRuns(const Shape& x)
+      : n(x[0]), c(x[1]), s(numel(Shape(x.begin() + 2, x.end()))) {}
+  int64_t per_channel() const { return n * s; }
+  // Calls f(i) for every element offset of channel ch.
+  template <typename F>
+  void each(int64_t ch, F&& f) const {
+    for (int64_t k = 0; k < n; ++k)
+      for (int64_t i = (k * c + ch) * s, e = i + s; i < e; ++i) f(i);
+  }
+};
+
+// Channels in parallel: each reads its values twice (statistics, then the output).
+template <typename F>
+void for_channels(const KernelContext& ctx, const ChannelRuns& r, F&& body) {
+  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, r.per_channel()));
+  ctx.parallel_for(r.c, grain, [&](int64_t b, int64_t e) {
+    for (int64_t ch = b; ch < e; ++ch) body(ch);
+  });
+}
+
+// Forward: mean and biased var per channel from sums shifted by the channel's first value (one
+// pass, accurate while the values sit near it), then y = (x - mean) * rstd * w + b.
+void batch_norm_train(KernelContext& ctx) {
+  const TensorView& x = ctx.in(0);
+  const ChannelRuns r(x.shape);
+  const double eps = ctx.attrs().f("eps"), m = static_cast<double>(r.per_channel());
+  dispatch_float(x.dtype, ctx.op_name(), [&](auto t) {
+    using T = decltype(t);
+    const Affine<T> aff(ctx, 1);
+    const T* px = x.ptr<T>();
+    T *py = ctx.out(0).ptr<T>(), *pm = ctx.out(1).ptr<T>(), *pv = ctx.out(2).ptr<T>();
+    for_channels(ctx, r, [&](int64_t ch) {
+      const double x0 = px[ch * r.s];
+      double s1 = 0, s2 = 0;
+      r.each(ch, [&](int64_t i) {
+        const double d = static_cast<double>(px[i]) - x0;
+        s1 += d;
+        s2 += d * d;
+      });
+      const double dm = s1 / m, mean = x0 + dm, var = std::max(0.0, s2 / m - dm * dm);
+      const double scale = aff.weight(ch) / std::sqrt(var + eps), b = aff.bias(ch);
+      pm[ch] = static_cast<T>(mean);
+      pv[ch] = static_cast<T>(var);
+      r.each(ch, [&](int64_t i) { py[i] = static_cast<T>((px[i] - mean) * scale + b); });
+    });
+  });
+}
+
+// Backward: with xhat = (x - mean) * rstd, dbias = sum(dy), dweight = sum(dy * xhat) and
+// dx = w * rstd * (dy - dbias / M - xhat * dweight / M).
+void batch_norm_train_grad(KernelContext& ctx) {
+  const TensorView &dy = ctx.in(0), &x = ctx.in(1);
+  const ChannelRuns r(x.shape);
+  const double eps = ctx.attrs().f("eps"), m = static_cast<double>(r.per_channel());
+  const bool hw = ctx.attrs().b("has_weight", false);
+  dispatch_float(x.dtype, ctx.op_name(), [&](auto t) {
+    using T = decltype(t);
+    const T *pdy = dy.ptr<T>(), *px = x.ptr<T>(), *pm = ctx.in(2).ptr<T>(),
+            *pv = ctx.in(3).ptr<T>(), *pw = hw ? ctx.in(4).ptr<T>() : nullptr;
+    T *pdx = ctx.out(0).ptr<T>(), *pdw = ctx.out(1).ptr<T>(), *pdb = ctx.out(2).ptr<T>();
+    for_channels(ctx, r, [&](int64_t ch) {
+      const double mean = pm[ch], rstd = 1.0 / std::sqrt(static_cast<double>(pv[ch]) + eps);
+      double sdy = 0, sdyx = 0;
+      r.each(ch, [&](int64_t i) {
+        const double g = pdy[i];
+        sdy += g;
+        sdyx += g * (px[i] - mean);
+      });
+      const double dweight = sdyx * rstd, w = pw ? static_cast<double>(pw[ch]) : 1.0;
+      const double k = w * rstd, a = sdy / m, b = dweight / m * rstd;
+      pdw[ch] = static_cast<T>(dweight);
+      pdb[ch] = static_cast<T>(sdy);
+      r.each(ch,
+             [&](int64_t i) { pdx[i] = static_cast<T>(k * (pdy[i] - a - (px[i] - mean) * b)); });
+    });
+  });
+}
+
 // ---- dropout ----
 
 uint64_t splitmix64(uint64_t z) {
@@ -228,6 +311,8 @@ void register_norm_kernels() {
   register_kernel(OpId::InstanceNorm, Backend::cpu, {instance_norm, floats});
   register_kernel(OpId::GroupNorm, Backend::cpu, {group_norm, floats});
   register_kernel(OpId::Dropout, Backend::cpu, {dropout, floats});
+  register_kernel(OpId::BatchNormTrain, Backend::cpu, {batch_norm_train, floats});
+  register_kernel(OpId::BatchNormTrainGrad, Backend::cpu, {batch_norm_train_grad, floats, 1});
 }
 
 }  // namespace kiln::cpu

@@ -1,6 +1,7 @@
 // CUDA kernels of the norm family. A row's statistics take one pass (online max/sum for softmax,
 // Welford for the norms) reduced across a warp (short rows) or a block (long rows), then a second
 // pass writes the row; arithmetic in float for half types, double for f64.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
@@ -469,6 +470,229 @@ void batch_norm(KernelContext& ctx) {
   });
 }
 
+// ---- training batch norm ----
+
+// x as (N, C, S): channel c's M = N * S values are N runs of S elements, run n at
+// (n * C + c) * S. A block owns channel blockIdx.x and the span [j0, j1) of its values
+// (j = n * S + s); there are gridDim.y spans per channel. The first kernel of each direction
+// writes one partial reduction per (channel, span); the second combines a channel's partials in
+// span order (the same result in every block, no atomics) and writes its span.
+struct ChannelSpan {
+  int64_t c, s, m, span;
+  __device__ int64_t j0() const { return blockIdx.y * span; }
+  __device__ int64_t j1() const { return min(m, j0() + span); }
+  // Calls f(offset) for this thread's values of the span, stride blockDim.x, without a division
+  // per value.
+  template <typename F>
+  __device__ void each(F&& f) const {
+    const int64_t ch = blockIdx.x, end = j1(), step_n = blockDim.x / s, step_s = blockDim.x % s;
+    int64_t j = j0() + threadIdx.x;
+    if (j >= end) return;
+    int64_t n = j / s, k = j - n * s;
+    for (; j < end; j += blockDim.x) {
+      f((n * c + ch) * s + k);
+      n += step_n;
+      k += step_s;
+      if (k >= s) {
+        k -= s;
+        ++n;
+      }
+    }
+  }
+};
+
+// Sums of dy and dy * (x - mean), for the backward.
+template <typename A>
+struct Sum2 {
+  A a, b;
+  __device__ static Sum2 empty() { return {A(0), A(0)}; }
+  __device__ static Sum2 combine(const Sum2& x, const Sum2& y) { return {x.a + y.a, x.b + y.b}; }
+  __device__ Sum2 shfl(int mask) const { return {shfl_xor(a, mask), shfl_xor(b, mask)}; }
+  __device__ Sum2 bcast() const { return {shfl0(a), shfl0(b)}; }
+};
+
+// A channel's partials combined by the first warp in a fixed order (lane l takes spans l, l + 32,
+// ..., then a shuffle tree), so every block of the channel gets the same result.
+template <typename S>
+__device__ S combine_spans(const S* part) {
+  __shared__ S total;
+  if (threadIdx.x < 32) {
+    const S* p = part + static_cast<int64_t>(blockIdx.x) * gridDim.y;
+    S st = S::empty();
+    for (unsigned i = threadIdx.x; i < gridDim.y; i += 32) st = S::combine(st, p[i]);
+    for (int o = 16; o > 0; o >>= 1) st = S::combine(st, st.shfl(o));
+    if (threadIdx.x == 0) total = st;
+  }
+  __syncthreads();
+  return total;
+}
+
+template <typename T>
+struct BnTrainArgs {
+  ChannelSpan cs;
+  const T* x;
+  const T* w;  // nullptr: no weight
+  const T* b;  // nullptr: no bias
+  T* y;
+  T* mean;
+  T* var;
+  double eps;
+};
+
+template <typename T>
+__global__ void bn_train_stats(BnTrainArgs<T> a, Moments<acc_t<T>>* part) {
+  using A = acc_t<T>;
+  __shared__ Moments<A> smem[32];
+  Moments<A> st = Moments<A>::empty();
+  a.cs.each([&](int64_t i) { st.add(to_acc(a.x[i])); });
+  st = group_reduce<kThreads>(st, smem);
+  if (threadIdx.x == 0) part[static_cast<int64_t>(blockIdx.x) * gridDim.y + blockIdx.y] = st;
+}
+
+template <typename T>
+__global__ void bn_train_apply(BnTrainArgs<T> a, const Moments<acc_t<T>>* part) {
+  using A = acc_t<T>;
+  const int64_t ch = blockIdx.x;
+  const Moments<A> st = combine_spans(part);
+  const A mean = st.mean, var = st.m2 / static_cast<A>(a.cs.m);
+  const A scale = (a.w ? to_acc(a.w[ch]) : A(1)) / sqrt(var + static_cast<A>(a.eps));
+  const A shift = a.b ? to_acc(a.b[ch]) : A(0);
+  if (blockIdx.y == 0 && threadIdx.x == 0) {
+    a.mean[ch] = from_acc<T>(mean);
+    a.var[ch] = from_acc<T>(var);
+  }
+  a.cs.each([&](int64_t i) { a.y[i] = from_acc<T>((to_acc(a.x[i]) - mean) * scale + shift); });
+}
+
+template <typename T>
+struct BnGradArgs {
+  ChannelSpan cs;
+  const T* dy;
+  const T* x;
+  const T* mean;
+  const T* var;
+  const T* w;  // nullptr: no weight
+  T* dx;
+  T* dweight;
+  T* dbias;
+  double eps;
+};
+
+template <typename T>
+__global__ void bn_train_grad_sums(BnGradArgs<T> a, Sum2<acc_t<T>>* part) {
+  using A = acc_t<T>;
+  __shared__ Sum2<A> smem[32];
+  const A mean = to_acc(a.mean[blockIdx.x]);
+  Sum2<A> st = Sum2<A>::empty();
+  a.cs.each([&](int64_t i) {
+    const A g = to_acc(a.dy[i]);
+    st.a += g;
+    st.b += g * (to_acc(a.x[i]) - mean);
+  });
+  st = group_reduce<kThreads>(st, smem);
+  if (threadIdx.x == 0) part[static_cast<int64_t>(blockIdx.x) * gridDim.y + blockIdx.y] = st;
+}
+
+// dbias = sum(dy), dweight = sum(dy * xhat), dx = w * rstd * (dy - dbias / M - xhat * dweight / M).
+template <typename T>
+__global__ void bn_train_grad_apply(BnGradArgs<T> a, const Sum2<acc_t<T>>* part) {
+  using A = acc_t<T>;
+  const int64_t ch = blockIdx.x;
+  const Sum2<A> st = combine_spans(part);
+  const A mean = to_acc(a.mean[ch]);
+  const A rstd = A(1) / sqrt(to_acc(a.var[ch]) + static_cast<A>(a.eps));
+  const A dweight = st.b * rstd, m = static_cast<A>(a.cs.m);
+  const A k = (a.w ? to_acc(a.w[ch]) : A(1)) * rstd, da = st.a / m, db = dweight / m * rstd;
+  if (blockIdx.y == 0 && threadIdx.x == 0) {
+    a.dweight[ch] = from_acc<T>(dweight);
+    a.dbias[ch] = from_acc<T>(st.a);
+  }
+  a.cs.each([&](int64_t i) {
+    a.dx[i] = from_acc<T>(k * (to_acc(a.dy[i]) - da - (to_acc(a.x[i]) - mean) * db));
+  });
+}
+
+// Spans per channel: one when the channels alone give enough blocks, else up to enough to fill
+// the GPU, each of at least kMinSpan values.
+constexpr int64_t kMinSpan = 4 * kThreads;
+constexpr int64_t kTargetBlocks = 1024;
+
+ChannelSpan channel_span(const Shape& x, int64_t& spans) {
+  const int64_t c = x[1], s = trailing(x, 2), m = x[0] * s;
+  spans = 1;
+  if (c < kTargetBlocks) {
+    const int64_t by_size = (m + kMinSpan - 1) / kMinSpan;
+    spans = std::max<int64_t>(1, std::min<int64_t>(by_size, (kTargetBlocks + c - 1) / c));
+  }
+  const int64_t span = (m + spans - 1) / spans;
+  spans = (m + span - 1) / span;  // every span non-empty
+  return {c, s, m, span};
+}
+
+void check_channels(const char* op, const Shape& x) {
+  if (x[1] > std::numeric_limits<int32_t>::max())
+    fail<UnsupportedError>("[{}] {} channels are more than a cuda grid holds (x is {})", op, x[1],
+                           str(x));
+}
+
+void batch_norm_train(KernelContext& ctx) {
+  const TensorView& x = ctx.in(0);
+  if (x.numel() == 0) return;
+  check_channels(ctx.op_name(), x.shape);
+  int64_t spans = 1;
+  const ChannelSpan cs = channel_span(x.shape, spans);
+  const dim3 grid(static_cast<unsigned>(cs.c), static_cast<unsigned>(spans));
+  cudaStream_t stream = stream_of(ctx);
+  dispatch_float(x.dtype, ctx.op_name(), [&](auto t) {
+    using T = decltype(t);
+    using Stats = Moments<acc_t<T>>;
+    const Affine<T> aff = affine_of<T>(ctx, 1);
+    const BnTrainArgs<T> a{cs,
+                           x.ptr<T>(),
+                           aff.w,
+                           aff.b,
+                           ctx.out(0).ptr<T>(),
+                           ctx.out(1).ptr<T>(),
+                           ctx.out(2).ptr<T>(),
+                           ctx.attrs().f("eps")};
+    auto* part = static_cast<Stats*>(ctx.scratch(cs.c * spans * sizeof(Stats)));
+    bn_train_stats<T><<<grid, kThreads, 0, stream>>>(a, part);
+    check_launch(ctx.op_name());
+    bn_train_apply<T><<<grid, kThreads, 0, stream>>>(a, part);
+  });
+  check_launch(ctx.op_name());
+}
+
+void batch_norm_train_grad(KernelContext& ctx) {
+  const TensorView& x = ctx.in(1);
+  if (x.numel() == 0) return;
+  check_channels(ctx.op_name(), x.shape);
+  int64_t spans = 1;
+  const ChannelSpan cs = channel_span(x.shape, spans);
+  const dim3 grid(static_cast<unsigned>(cs.c), static_cast<unsigned>(spans));
+  cudaStream_t stream = stream_of(ctx);
+  const bool hw = ctx.attrs().b("has_weight", false);
+  dispatch_float(x.dtype, ctx.op_name(), [&](auto t) {
+    using T = decltype(t);
+    using Sums = Sum2<acc_t<T>>;
+    const BnGradArgs<T> a{cs,
+                          ctx.in(0).ptr<T>(),
+                          x.ptr<T>(),
+                          ctx.in(2).ptr<T>(),
+                          ctx.in(3).ptr<T>(),
+                          hw ? ctx.in(4).ptr<T>() : nullptr,
+                          ctx.out(0).ptr<T>(),
+                          ctx.out(1).ptr<T>(),
+                          ctx.out(2).ptr<T>(),
+                          ctx.attrs().f("eps")};
+    auto* part = static_cast<Sums*>(ctx.scratch(cs.c * spans * sizeof(Sums)));
+    bn_train_grad_sums<T><<<grid, kThreads, 0, stream>>>(a, part);
+    check_launch(ctx.op_name());
+    bn_train_grad_apply<T><<<grid, kThreads, 0, stream>>>(a, part);
+  });
+  check_launch(ctx.op_name());
+}
+
 // The CPU's generator, bit for bit: element i is dropped when splitmix64(key + i) < threshold.
 __device__ __host__ inline uint64_t splitmix64(uint64_t z) {
   z += 0x9e3779b97f4a7c15ull;
@@ -514,6 +738,9 @@ void register_norm_kernels() {
   register_kernel(OpId::InstanceNorm, Backend::cuda, {instance_norm, floats, 0, false});
   register_kernel(OpId::GroupNorm, Backend::cuda, {group_norm, floats, 0, false});
   register_kernel(OpId::Dropout, Backend::cuda, {dropout, floats, 0, false});
+  register_kernel(OpId::BatchNormTrain, Backend::cuda, {batch_norm_train, floats, 0, false});
+  register_kernel(OpId::BatchNormTrainGrad, Backend::cuda,
+                  {batch_norm_train_grad, floats, 1, false});
 }
 
 }  // namespace kiln::cuda
