@@ -5,6 +5,7 @@
 #include "backends/cpu/cpu_common.h"
 #include "backends/cpu/dnnl_util.h"
 #include "backends/cpu/kernels.h"
+#include "backends/geometry.h"
 
 namespace kiln::cpu {
 
@@ -14,28 +15,6 @@ namespace du = dnnl_util;
 // oneDNN matmul takes at most 12 dims.
 constexpr int kMaxDnnlRank = 12;
 
-// a (..., M, K) times b (..., K, N) with 1-D operands promoted; batches padded to one rank.
-struct MatmulDims {
-  Shape batch_a, batch_b, batch;
-  int64_t M = 1, K = 1, N = 1;
-};
-
-MatmulDims matmul_dims(const TensorView& a, const TensorView& b, const TensorView& out) {
-  MatmulDims d;
-  d.K = a.shape.back();
-  d.M = a.rank() >= 2 ? a.shape[a.rank() - 2] : 1;
-  d.N = b.rank() >= 2 ? b.shape.back() : 1;
-  const int rank = out.rank() - (a.rank() >= 2) - (b.rank() >= 2);
-  d.batch.assign(out.shape.begin(), out.shape.begin() + rank);
-  auto pad = [rank](const Shape& s) {
-    Shape p(s.begin(), s.end() - std::min<int>(2, static_cast<int>(s.size())));
-    p.insert(p.begin(), rank - p.size(), 1);
-    return p;
-  };
-  d.batch_a = pad(a.shape);
-  d.batch_b = pad(b.shape);
-  return d;
-}
 
 // Rows [r0, r1) of C (M x N, row-major) = A · B, with A and B addressed through strides.
 template <typename T>

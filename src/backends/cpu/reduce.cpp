@@ -8,6 +8,7 @@
 
 #include "backends/cpu/cpu_common.h"
 #include "backends/cpu/kernels.h"
+#include "backends/geometry.h"
 
 namespace kiln::cpu {
 
@@ -15,53 +16,6 @@ namespace {
 
 // ---- the shape of a reduction ----
 
-struct ReducePlan {
-  int64_t rows = 1;        // outputs / lanes
-  int64_t lanes = 1;       // kept innermost elements, reduced side by side (last dim kept)
-  int64_t run = 1;         // size of the innermost reduced group
-  int64_t run_stride = 1;  // its stride (1 when lanes == 1)
-  int64_t count = 1;       // reduced elements per output
-  Shape row_sizes;         // other kept groups, outermost first
-  std::vector<int64_t> row_strides;
-  Shape outer_sizes;       // other reduced groups, outermost first
-  std::vector<int64_t> outer_strides;
-};
-
-ReducePlan plan_reduce(const Shape& shape, const std::vector<int64_t>& axes) {
-  struct Group { int64_t size, stride; bool reduced; };
-  const std::vector<int64_t> strides = contiguous_strides(shape);
-  std::vector<Group> groups;
-  ReducePlan p;
-  for (size_t d = 0; d < shape.size(); ++d) {
-    const bool r = std::find(axes.begin(), axes.end(), static_cast<int64_t>(d)) != axes.end();
-    if (r) p.count *= shape[d];
-    if (shape[d] == 1) continue;
-    // adjacent dims of one kind form one dim of a dense tensor
-    if (!groups.empty() && groups.back().reduced == r) {
-      groups.back().size *= shape[d];
-      groups.back().stride = strides[d];
-    } else {
-      groups.push_back({shape[d], strides[d], r});
-    }
-  }
-  if (!groups.empty() && !groups.back().reduced) {
-    p.lanes = groups.back().size;
-    groups.pop_back();
-  }
-  for (size_t i = groups.size(); i-- > 0;) {
-    if (!groups[i].reduced) continue;
-    p.run = groups[i].size;
-    p.run_stride = groups[i].stride;
-    groups.erase(groups.begin() + static_cast<int64_t>(i));
-    break;
-  }
-  for (const Group& g : groups) {
-    (g.reduced ? p.outer_sizes : p.row_sizes).push_back(g.size);
-    (g.reduced ? p.outer_strides : p.row_strides).push_back(g.stride);
-  }
-  for (int64_t s : p.row_sizes) p.rows *= s;
-  return p;
-}
 
 int64_t offset_of(int64_t i, const Shape& sizes, const std::vector<int64_t>& strides) {
   int64_t off = 0;

@@ -13,6 +13,7 @@
 #include "backends/cuda/cuda_common.cuh"
 #include "backends/cuda/handles.h"
 #include "backends/cuda/kernels.h"
+#include "backends/geometry.h"
 #include "backends/cuda/library_check.h"
 
 namespace kiln::cuda {
@@ -21,28 +22,6 @@ namespace {
 
 constexpr size_t kMaxWorkspace = size_t{32} << 20;
 
-// a (..., M, K) times b (..., K, N) with 1-D operands promoted; batches padded to one rank.
-struct MatmulDims {
-  Shape batch_a, batch_b, batch;
-  int64_t M = 1, K = 1, N = 1;
-};
-
-MatmulDims matmul_dims(const TensorView& a, const TensorView& b, const TensorView& out) {
-  MatmulDims d;
-  d.K = a.shape.back();
-  d.M = a.rank() >= 2 ? a.shape[a.rank() - 2] : 1;
-  d.N = b.rank() >= 2 ? b.shape.back() : 1;
-  const int rank = out.rank() - (a.rank() >= 2) - (b.rank() >= 2);
-  d.batch.assign(out.shape.begin(), out.shape.begin() + rank);
-  auto pad = [rank](const Shape& s) {
-    Shape p(s.begin(), s.end() - std::min<int>(2, static_cast<int>(s.size())));
-    p.insert(p.begin(), rank - p.size(), 1);
-    return p;
-  };
-  d.batch_a = pad(a.shape);
-  d.batch_b = pad(b.shape);
-  return d;
-}
 
 // ---- cuBLASLt ----
 

@@ -12,6 +12,7 @@
 
 #include "backends/cuda/cuda_common.cuh"
 #include "backends/cuda/kernels.h"
+#include "backends/geometry.h"
 
 namespace kiln::cuda {
 
@@ -105,50 +106,27 @@ struct RedIter {
   }
 };
 
+// The shared plan (backends/geometry.h) in fixed-size form for the device.
 Geom plan_reduce(const Shape& shape, const std::vector<int64_t>& axes, const char* op) {
-  struct Group {
-    int64_t size, stride;
-    bool reduced;
-  };
-  std::vector<int64_t> strides(shape.size());
-  int64_t st = 1;
-  for (size_t d = shape.size(); d-- > 0;) {
-    strides[d] = st;
-    st *= shape[d];
-  }
+  const ReducePlan p = ::kiln::plan_reduce(shape, axes);
   Geom g;
-  std::vector<Group> groups;
-  for (size_t d = 0; d < shape.size(); ++d) {
-    const bool r = std::find(axes.begin(), axes.end(), static_cast<int64_t>(d)) != axes.end();
-    if (r) g.count *= shape[d];
-    else g.outputs *= shape[d];
-    if (shape[d] == 1) continue;
-    if (!groups.empty() && groups.back().reduced == r) {  // adjacent dims of one kind merge
-      groups.back().size *= shape[d];
-      groups.back().stride = strides[d];
-    } else {
-      groups.push_back({shape[d], strides[d], r});
-    }
-  }
-  if (!groups.empty() && !groups.back().reduced) {
-    g.lanes = groups.back().size;
-    groups.pop_back();
-  }
-  for (size_t i = groups.size(); i-- > 0;) {
-    if (!groups[i].reduced) continue;
-    g.run = groups[i].size;
-    g.run_stride = groups[i].stride;
-    groups.erase(groups.begin() + static_cast<int64_t>(i));
-    break;
-  }
-  for (const Group& gr : groups) {
-    Strided& s = gr.reduced ? g.red : g.rows;
-    if (s.n == kMaxRank)
+  g.outputs = p.rows * p.lanes;
+  g.lanes = p.lanes;
+  g.count = p.count;
+  g.run = p.run;
+  g.run_stride = p.run_stride;
+  auto fill = [&](Strided& s, const Shape& sizes, const std::vector<int64_t>& strides) {
+    if (sizes.size() > static_cast<size_t>(kMaxRank))
       fail<UnsupportedError>("[{}] cuda kernel takes at most {} groups of kept or reduced dims, "
                              "shape {}", op, kMaxRank, str(shape));
-    s.sizes[s.n] = gr.size;
-    s.strides[s.n++] = gr.stride;
-  }
+    s.n = static_cast<int>(sizes.size());
+    for (int d = 0; d < s.n; ++d) {
+      s.sizes[d] = sizes[d];
+      s.strides[d] = strides[d];
+    }
+  };
+  fill(g.rows, p.row_sizes, p.row_strides);
+  fill(g.red, p.outer_sizes, p.outer_strides);
   return g;
 }
 
