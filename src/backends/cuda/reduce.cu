@@ -60,21 +60,8 @@ int sm_count(int device) {
 
 // ---- the shape of a reduction ----
 
-// Sizes and strides of merged dims, outermost first.
-struct Strided {
-  int n = 0;
-  int64_t sizes[kMaxRank] = {};
-  int64_t strides[kMaxRank] = {};
-  __host__ __device__ int64_t offset(int64_t i) const {
-    int64_t off = 0;
-    for (int d = n - 1; d >= 0; --d) {
-      const int64_t q = i / sizes[d];
-      off += (i - q * sizes[d]) * strides[d];
-      i = q;
-    }
-    return off;
-  }
-};
+// Sizes and strides of merged dims, outermost first: the same index map as a broadcast input's.
+using Strided = BroadcastIndex;
 
 struct Geom {
   int64_t outputs = 1;     // rows * lanes
@@ -119,9 +106,9 @@ Geom plan_reduce(const Shape& shape, const std::vector<int64_t>& axes, const cha
     if (sizes.size() > static_cast<size_t>(kMaxRank))
       fail<UnsupportedError>("[{}] cuda kernel takes at most {} groups of kept or reduced dims, "
                              "shape {}", op, kMaxRank, str(shape));
-    s.n = static_cast<int>(sizes.size());
-    for (int d = 0; d < s.n; ++d) {
-      s.sizes[d] = sizes[d];
+    s.rank = static_cast<int>(sizes.size());
+    for (int d = 0; d < s.rank; ++d) {
+      s.dims[d] = sizes[d];
       s.strides[d] = strides[d];
     }
   };
@@ -310,7 +297,7 @@ __global__ void __launch_bounds__(kThreads)
   Acc* warp_acc = reinterpret_cast<Acc*>(smem);
   const int lane = static_cast<int>(threadIdx.x) % W, grp = static_cast<int>(threadIdx.x) / W;
   const int64_t units = g.outputs * splits;
-  const bool contiguous = g.red.n == 0 && g.run_stride == 1;
+  const bool contiguous = g.red.rank == 0 && g.run_stride == 1;
   for (int64_t u = static_cast<int64_t>(blockIdx.x) * G + grp; u - grp < units;
        u += static_cast<int64_t>(gridDim.x) * G) {
     Acc a = op.init();
@@ -455,7 +442,7 @@ void run_reduce(KernelContext& ctx, const std::vector<int64_t>& axes, const Op& 
       partial = static_cast<Acc*>(ctx.scratch(sizeof(Acc) * g.outputs * splits));
   };
   if (g.lanes == 1) {
-    const bool vec = g.red.n == 0 && g.run_stride == 1 && g.count % Vec16<In>::kSize == 0 &&
+    const bool vec = g.red.rank == 0 && g.run_stride == 1 && g.count % Vec16<In>::kSize == 0 &&
                      reinterpret_cast<uintptr_t>(x) % 16 == 0;
     if (g.count <= 8) {
       reduce_rows<Op, 1>
