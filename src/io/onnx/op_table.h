@@ -1,0 +1,110 @@
+// The ONNX op table: one entry per (op_type, since_version) mapping an ONNX node onto kiln ops.
+// An entry applies from its since_version up to the next entry of the same op type; a node is
+// mapped by the newest entry whose since_version is <= the schema version of the node's op at
+// the model's opset (schema_versions.inc).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/array.h"
+#include "kiln/graph.h"
+
+namespace onnx {
+class NodeProto;
+class AttributeProto;
+}  // namespace onnx
+
+namespace kiln::onnx::detail {
+
+class Importer;
+
+/// What a mapping function sees of one node: its inputs as kiln tensors (and their values when
+/// known while importing), its attributes, and the graph to add ops to.
+class NodeContext {
+ public:
+  NodeContext(Importer& imp, const ::onnx::NodeProto& node, int schema_version)
+      : imp_(imp), node_(node), version_(schema_version) {}
+
+  Graph& graph();
+  /// Schema version of this node's op (the since_version the model's opset selects).
+  int version() const { return version_; }
+  const std::string& op_type() const;
+
+  /// Declared inputs, counting empty names (omitted optional inputs).
+  int num_inputs() const;
+  /// Input i is given (present and non-empty).
+  bool has_input(int i) const;
+  /// Input i; throws ValueError naming the node when it is missing.
+  Tensor input(int i) const;
+  /// Input i's value when it is known while importing (initializer, Constant, folded), else null.
+  const Array* constant(int i) const;
+  /// A known input as int64 values (any integer dtype); throws UnsupportedError naming the node
+  /// when the value is only known at run time.
+  std::vector<int64_t> ints(int i) const;
+  /// A known input as doubles (any numeric dtype).
+  std::vector<double> doubles(int i) const;
+  /// Declared outputs, counting empty names.
+  int num_outputs() const;
+  bool has_output(int i) const;
+
+  bool has_attr(const std::string& name) const;
+  int64_t attr_int(const std::string& name, int64_t fallback) const;
+  float attr_float(const std::string& name, float fallback) const;
+  std::string attr_string(const std::string& name, const std::string& fallback) const;
+  std::vector<int64_t> attr_ints(const std::string& name,
+                                 const std::vector<int64_t>& fallback = {}) const;
+  std::vector<float> attr_floats(const std::string& name) const;
+  /// A tensor attribute; throws ValueError when missing.
+  Array attr_tensor(const std::string& name) const;
+  /// Throws ValueError when the attribute is missing.
+  int64_t required_int(const std::string& name) const;
+
+  /// "node 'conv_3' (Conv)": for error messages.
+  std::string where() const;
+  /// Throws ValueError "[onnx] node '...' (Op): message".
+  [[noreturn]] void fail(const std::string& message) const;
+  /// Throws UnsupportedError "[onnx] node '...' (Op): message".
+  [[noreturn]] void unsupported(const std::string& message) const;
+
+  const ::onnx::NodeProto& proto() const { return node_; }
+  Importer& importer() { return imp_; }
+
+ private:
+  const ::onnx::AttributeProto* attr(const std::string& name) const;
+  Importer& imp_;
+  const ::onnx::NodeProto& node_;
+  int version_;
+};
+
+/// Maps a node; returns its outputs in order (fewer than declared when trailing optional outputs
+/// are not produced; an invalid Tensor for an output the mapping does not produce).
+using MapFn = std::vector<Tensor> (*)(NodeContext&);
+
+struct OpEntry {
+  const char* op_type;
+  int since_version;
+  MapFn map;
+};
+
+/// The families' tables; each is defined in ops_<family>.cpp.
+void add_elementwise_ops(std::vector<OpEntry>& table);
+void add_nn_ops(std::vector<OpEntry>& table);
+void add_tensor_ops(std::vector<OpEntry>& table);
+void add_reduce_ops(std::vector<OpEntry>& table);
+
+/// The whole table, sorted by (op_type, since_version).
+const std::vector<OpEntry>& op_table();
+/// Schema since_versions of a default-domain op (ascending), empty when ONNX has no such op.
+const std::vector<int>& schema_versions(const std::string& op_type);
+/// The entry that maps `op_type` at `opset`, or null; `schema_version` receives the version.
+const OpEntry* find_entry(const std::string& op_type, int64_t opset, int* schema_version);
+
+/// ONNX TensorProto data type -> kiln dtype; nullopt for types kiln lacks.
+std::optional<DType> from_onnx_dtype(int32_t onnx_type);
+/// Name of an ONNX data type ("FLOAT", "UINT32", ...).
+const char* onnx_dtype_name(int32_t onnx_type);
+
+}  // namespace kiln::onnx::detail
