@@ -51,6 +51,11 @@ void with_node_context(const ::onnx::NodeProto& n, F&& f) {
     throw FormatError(context(e));
   } catch (const IoError& e) {
     throw IoError(context(e));
+  } catch (const Error&) {
+    throw;
+  } catch (const std::logic_error& e) {  // a malformed node (an attribute or list too short)
+    throw FormatError(fmt::format("[onnx] node '{}' ({}) is malformed: {}", node_label(n),
+                                  n.op_type(), e.what()));
   }
 }
 
