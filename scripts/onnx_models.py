@@ -32,10 +32,33 @@ RNG = np.random.default_rng(0)
 
 # ---- models ----
 
+def resnet_small():
+    """torchvision's ResNet with BasicBlocks, one per stage, at a quarter of the width."""
+    from torchvision.models.resnet import BasicBlock, ResNet
+
+    class Small(ResNet):
+        def __init__(self):
+            super().__init__(BasicBlock, [1, 1, 1, 1], num_classes=10)
+            self.inplanes = 16
+            self.conv1 = nn.Conv2d(3, 16, 7, 2, 3, bias=False)
+            self.bn1 = nn.BatchNorm2d(16)
+            self.layer1 = self._make_layer(BasicBlock, 16, 1)
+            self.layer2 = self._make_layer(BasicBlock, 32, 1, stride=2)
+            self.layer3 = self._make_layer(BasicBlock, 64, 1, stride=2)
+            self.layer4 = self._make_layer(BasicBlock, 128, 1, stride=2)
+            self.fc = nn.Linear(128, 10)
+
+    m = Small()
+    for mod in m.modules():  # random running statistics, so batch norm does real work
+        if isinstance(mod, nn.BatchNorm2d):
+            mod.running_mean.uniform_(-0.5, 0.5)
+            mod.running_var.uniform_(0.5, 2.0)
+    return m, (torch.randn(2, 3, 64, 64),), ["image"]
+
+
 def cnn(name):
     import torchvision.models as tv
     m = {
-        "resnet18": lambda: tv.resnet18(num_classes=10),
         "mobilenet_v3_small": lambda: tv.mobilenet_v3_small(num_classes=10),
         "squeezenet1_1": lambda: tv.squeezenet1_1(num_classes=10),
         "shufflenet_v2_x0_5": lambda: tv.shufflenet_v2_x0_5(num_classes=10),
@@ -119,7 +142,7 @@ def style():
 
 
 MODELS = {
-    "resnet18": lambda: cnn("resnet18"),
+    "resnet_small": resnet_small,
     "mobilenet_v3_small": lambda: cnn("mobilenet_v3_small"),
     "squeezenet1_1": lambda: cnn("squeezenet1_1"),
     "shufflenet_v2_x0_5": lambda: cnn("shufflenet_v2_x0_5"),
