@@ -43,7 +43,9 @@ double default_beta(const std::string& n) {
 }
 
 // The activations of every direction, `per_dir` each; activation_alpha/beta are consumed in
-// order by the activations that take them (the others take none), defaults where they run out.
+// order by the activations that take them (the others take none, as onnxruntime reads them),
+// defaults where they run out: the ONNX operators' (LeakyRelu 0.01, HardSigmoid 0.2/0.5, Elu 1,
+// ThresholdedRelu 1), Affine 1/0 and ScaledTanh 1/1.
 std::vector<Act> activations(NodeContext& c, int per_dir, int dirs,
                              const std::vector<std::string>& defaults) {
   std::vector<std::string> names;
@@ -104,8 +106,10 @@ struct Layer {
 Tensor clipped(const Layer& l, const Tensor& x) {
   return l.clip ? clip(x, -*l.clip, *l.clip) : x;
 }
-Tensor act(const Layer& l, int dir, int i, const Tensor& x) {
-  return activate(l.acts[static_cast<size_t>(dir * l.per_dir + i)], clipped(l, x));
+// Activation i of direction `dir` on the clipped x (clip bounds the gates' inputs only: LSTM's
+// h(C) sees the cell state as it is, as in onnxruntime).
+Tensor act(const Layer& l, int dir, int i, const Tensor& x, bool clip_input = true) {
+  return activate(l.acts[static_cast<size_t>(dir * l.per_dir + i)], clip_input ? clipped(l, x) : x);
 }
 
 // Per-step pieces of a (T, B, N) tensor, each (B, N).
@@ -193,7 +197,7 @@ DirResult run_direction(const Layer& l, int d, const std::vector<Tensor>& xw,
       if (cst) c_new = add(c_new, mul(f, *cst));
       if (peep) go = add(go, mul(p_o, c_new));
       Tensor o = act(l, d, 0, go);
-      h_new = mul(o, act(l, d, 2, c_new));
+      h_new = mul(o, act(l, d, 2, c_new, false));
     }
     if (!mask.empty()) {
       const Tensor& m = mask[t];
