@@ -64,8 +64,14 @@ Outs quantize_linear(NodeContext& c) {
   if (out != u8 && out != i8 && out != i16)
     c.unsupported(fmt::format("quantizing to {}", name(out)));
   scale = per_axis(c, scale, x.rank(), axis, "y_scale");
-  // x / scale in x's float type (numpy's promotion: integers divide in f64)
-  if (!is_floating(x.dtype())) {
+  // x / scale in x's float type (numpy's promotion: integers divide in f64), or in `precision`
+  if (c.has_attr("precision") && c.attr_int("precision", 0) != 0) {
+    const int32_t p = static_cast<int32_t>(c.attr_int("precision", 0));
+    const auto t = from_onnx_dtype(p);
+    if (!t || !is_floating(*t)) c.unsupported(fmt::format("precision {}", onnx_dtype_name(p)));
+    x = cast(x, *t);
+    scale = cast(scale, *t);
+  } else if (!is_floating(x.dtype())) {
     x = cast(x, f64);
     scale = cast(scale, f64);
   }

@@ -56,18 +56,19 @@ std::vector<Act> activations(NodeContext& c, int per_dir, int dirs,
   if (static_cast<int>(names.size()) == per_dir && dirs == 2)
     names.insert(names.end(), names.begin(), names.end());
   if (static_cast<int>(names.size()) != per_dir * dirs)
-    c.fail(fmt::format("activations has {} names; {} directions need {}", names.size(), dirs,
+    c.fail(fmt::format("activations has {} names; {} direction(s) need {}", names.size(), dirs,
                        per_dir * dirs));
   const auto alphas = c.attr_floats("activation_alpha"), betas = c.attr_floats("activation_beta");
   size_t ai = 0, bi = 0;
   std::vector<Act> acts;
-  for (auto n : names) {
+  for (const auto& given : names) {
+    std::string n = given;
     for (auto& ch : n) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
     static const char* known_names[] = {"relu",       "tanh",        "sigmoid", "affine",
                                         "leakyrelu",  "thresholdedrelu", "scaledtanh",
                                         "hardsigmoid", "elu",        "softsign", "softplus"};
     if (std::find(std::begin(known_names), std::end(known_names), n) == std::end(known_names))
-      c.unsupported(fmt::format("activation '{}'", n));
+      c.unsupported(fmt::format("activation '{}'", given));
     Act a{n, 0, 0};
     if (uses_alpha(n)) a.alpha = ai < alphas.size() ? alphas[ai++] : default_alpha(n);
     if (uses_beta(n)) a.beta = bi < betas.size() ? betas[bi++] : default_beta(n);
