@@ -66,6 +66,18 @@ def cnn(name):
     return m, (torch.randn(2, 3, 64, 64),), ["image"]
 
 
+class Hidden(nn.Module):
+    """A transformers model called with keyword arguments, returning its last hidden state (the
+    TorchScript exporter passes inputs positionally)."""
+
+    def __init__(self, model, names):
+        super().__init__()
+        self.model, self.names = model, names
+
+    def forward(self, *args):
+        return self.model(**dict(zip(self.names, args))).last_hidden_state
+
+
 def bert():
     from transformers import BertConfig, BertModel
     cfg = BertConfig(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -74,14 +86,15 @@ def bert():
     ids = torch.randint(0, 1000, (2, 16))
     mask = torch.ones(2, 16, dtype=torch.int64)
     mask[1, 12:] = 0
-    return m, (ids, mask), ["input_ids", "attention_mask"]
+    names = ["input_ids", "attention_mask"]
+    return Hidden(m, names), (ids, mask), names
 
 
 def gpt2():
     from transformers import GPT2Config, GPT2Model
     cfg = GPT2Config(vocab_size=1000, n_embd=64, n_layer=2, n_head=4, n_positions=64, use_cache=False)
     m = GPT2Model(cfg)
-    return m, (torch.randint(0, 1000, (2, 16)),), ["input_ids"]
+    return Hidden(m, ["input_ids"]), (torch.randint(0, 1000, (2, 16)),), ["input_ids"]
 
 
 def vit():
@@ -89,7 +102,7 @@ def vit():
     cfg = ViTConfig(image_size=32, patch_size=8, hidden_size=64, num_hidden_layers=2,
                     num_attention_heads=4, intermediate_size=128)
     m = ViTModel(cfg, add_pooling_layer=False)
-    return m, (torch.randn(2, 3, 32, 32),), ["pixel_values"]
+    return Hidden(m, ["pixel_values"]), (torch.randn(2, 3, 32, 32),), ["pixel_values"]
 
 
 class Tagger(nn.Module):
