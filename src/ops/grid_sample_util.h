@@ -64,7 +64,8 @@ KILN_GRID_HD inline int64_t resolve(const Params& p, int64_t i, int64_t len) {
     case Padding::border: return i < 0 ? 0 : len - 1;
     case Padding::reflection: {
       const double lo = p.align_corners ? 0.0 : -0.5;
-      const double hi = p.align_corners ? static_cast<double>(len) - 1 : static_cast<double>(len) - 0.5;
+      const double hi =
+          p.align_corners ? static_cast<double>(len) - 1 : static_cast<double>(len) - 0.5;
       const int64_t r = static_cast<int64_t>(reflect(static_cast<double>(i), lo, hi));
       return r < 0 ? 0 : r >= len ? len - 1 : r;
     }

@@ -78,7 +78,8 @@ KILN_RESIZE_HD inline double source_coordinate(const Params& p, const Dim& d, in
 /// Whether output coordinate x takes the extrapolation value (tf_crop_and_resize outside the
 /// input).
 KILN_RESIZE_HD inline bool extrapolates(const Params& p, const Dim& d, double x_ori) {
-  return p.coord == Coord::tf_crop_and_resize && (x_ori < 0 || x_ori > static_cast<double>(d.in - 1));
+  return p.coord == Coord::tf_crop_and_resize &&
+         (x_ori < 0 || x_ori > static_cast<double>(d.in - 1));
 }
 
 KILN_RESIZE_HD inline int64_t clamp_index(int64_t i, int64_t n) {

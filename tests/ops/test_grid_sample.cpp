@@ -57,7 +57,8 @@ struct RefSampler {
   double interp_1d(const std::vector<double>& line, double x) const {
     const int64_t x0 = static_cast<int64_t>(std::floor(x));
     const double f = x - x0;
-    if (o.mode == GridSampleMode::linear) return (1 - f) * pixel(line, x0) + f * pixel(line, x0 + 1);
+    if (o.mode == GridSampleMode::linear)
+      return (1 - f) * pixel(line, x0) + f * pixel(line, x0 + 1);
     double r = 0;
     for (int k = 0; k < 4; ++k) r += cubic(f - (k - 1)) * pixel(line, x0 - 1 + k);
     return r;
@@ -68,10 +69,12 @@ struct RefSampler {
     const int64_t stride = numel(Shape(dims.begin() + d + 1, dims.end()));
     std::vector<double> line;
     for (int64_t i = 0; i < dims[d]; ++i)
-      line.push_back(d + 1 == dims.size() ? x[base + i] : interp_nd(x, dims, at, d + 1, base + i * stride));
+      line.push_back(d + 1 == dims.size() ? x[base + i]
+                                          : interp_nd(x, dims, at, d + 1, base + i * stride));
     return interp_1d(line, at[d]);
   }
-  double nearest_nd(const std::vector<double>& x, const Shape& dims, const std::vector<double>& at) const {
+  double nearest_nd(const std::vector<double>& x, const Shape& dims,
+                    const std::vector<double>& at) const {
     int64_t off = 0;
     for (size_t d = 0; d < dims.size(); ++d) {
       const int64_t i = static_cast<int64_t>(at[d]), len = dims[d];
@@ -158,7 +161,8 @@ TEST(GridSample, MatchesOnnxReference) {
                               static_cast<GridSamplePadding>(pad), align};
           // beyond [-1, 1] too, so every padding mode is exercised
           const Array vx = random_array(c.x, f64, -2, 2), vg = random_array(c.grid, f64, -1.6, 1.6);
-          SCOPED_TRACE(fmt::format("x {} mode {} padding {} align {}", to_string(c.x), mode, pad, align));
+          SCOPED_TRACE(
+              fmt::format("x {} mode {} padding {} align {}", to_string(c.x), mode, pad, align));
           Shape out{c.x[0], c.x[1]};
           out.insert(out.end(), c.grid.begin() + 1, c.grid.end() - 1);
           expect_close(run_grid_sample(vx, vg, o), out, ref_grid_sample(vx, vg, o), 1e-10, 1e-10);
@@ -168,7 +172,8 @@ TEST(GridSample, MatchesOnnxReference) {
 
 TEST(GridSample, HalfTypes) {
   for (DType t : {f32, f16, bf16}) {
-    const Array vx = random_array({2, 3, 6, 5}, t, -1, 1), vg = random_array({2, 4, 3, 2}, t, -1.2, 1.2);
+    const Array vx = random_array({2, 3, 6, 5}, t, -1, 1),
+                vg = random_array({2, 4, 3, 2}, t, -1.2, 1.2);
     GridSampleOptions o;
     o.mode = GridSampleMode::cubic;
     o.padding_mode = GridSamplePadding::reflection;
@@ -185,7 +190,9 @@ TEST(GridSample, ErrorsNameOpAndShapes) {
   expect_error<ShapeError>([&] { grid_sample(x, g.placeholder({1, 4, 4, 2}, f32, "g")); },
                            {"[grid_sample]", "(1, 4, 4, 2)"});
   expect_error<DTypeError>(
-      [&] { grid_sample(g.placeholder({1, 1, 2, 2}, i32, "i"), g.placeholder({1, 1, 1, 2}, f32, "g")); },
+      [&] {
+        grid_sample(g.placeholder({1, 1, 2, 2}, i32, "i"), g.placeholder({1, 1, 1, 2}, f32, "g"));
+      },
       {"[grid_sample]", "i32"});
 }
 

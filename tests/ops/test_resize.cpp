@@ -88,7 +88,8 @@ double interpolate_1d(const std::vector<double>& data, double scale, int64_t out
       break;
     case ResizeCoordinates::asymmetric: xo = xd / scale; break;
     case ResizeCoordinates::tf_crop_and_resize:
-      xo = out_len == 1 ? (roi1 - roi0) * (in - 1) / 2 : xd * (roi1 - roi0) * (in - 1) / (out_len - 1);
+      xo = out_len == 1 ? (roi1 - roi0) * (in - 1) / 2
+                        : xd * (roi1 - roi0) * (in - 1) / (out_len - 1);
       xo += roi0 * (in - 1);
       if (xo < 0 || xo > in - 1) return o.extrapolation_value;
       break;
@@ -101,7 +102,8 @@ double interpolate_1d(const std::vector<double>& data, double scale, int64_t out
   std::vector<int64_t> idx(static_cast<size_t>(data.size() + 2 * pad));
   for (size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<int64_t>(i);
   std::stable_sort(idx.begin(), idx.end(), [&](int64_t a, int64_t b) {
-    return std::abs(xo - static_cast<double>(a - pad)) < std::abs(xo - static_cast<double>(b - pad));
+    return std::abs(xo - static_cast<double>(a - pad)) <
+           std::abs(xo - static_cast<double>(b - pad));
   });
   idx.resize(static_cast<size_t>(n));
   std::sort(idx.begin(), idx.end());
@@ -163,10 +165,11 @@ TEST(Resize, HandComputedFromSpec) {
   const double d22[] = {1, 2, 3, 4};
   const Array x22 = Array::from_data(d22, {1, 1, 2, 2}, f64);
   // ONNX doc: upsample linear, half_pixel: x_ori = (x + 0.5) / 2 - 0.5 = -0.25, 0.25, 0.75, 1.25
-  expect_close(run_resize(x22, {1, 1, 4, 4}, opts(ResizeMode::linear, ResizeCoordinates::half_pixel)),
-               {1, 1, 4, 4},
-               {1, 1.25, 1.75, 2, 1.5, 1.75, 2.25, 2.5, 2.5, 2.75, 3.25, 3.5, 3, 3.25, 3.75, 4},
-               1e-12, 1e-12);
+  expect_close(
+      run_resize(x22, {1, 1, 4, 4}, opts(ResizeMode::linear, ResizeCoordinates::half_pixel)),
+      {1, 1, 4, 4},
+      {1, 1.25, 1.75, 2, 1.5, 1.75, 2.25, 2.5, 2.5, 2.75, 3.25, 3.5, 3, 3.25, 3.75, 4}, 1e-12,
+      1e-12);
   // align_corners: x_ori = x / 3
   const double t = 1.0 / 3;
   expect_close(
@@ -235,8 +238,8 @@ TEST(Resize, MatchesOnnxReferenceEveryMode) {
           o.extrapolation_value = -3.5;
         }
         const Array vx = random_array(c.x, f64, -2, 2);
-        SCOPED_TRACE(fmt::format("x {} -> {} mode {} coord {}", to_string(c.x), to_string(c.out), mode,
-                                 kCoordNames[coord]));
+        SCOPED_TRACE(fmt::format("x {} -> {} mode {} coord {}", to_string(c.x), to_string(c.out),
+                                 mode, kCoordNames[coord]));
         expect_close(run_resize(vx, c.out, o), c.out, ref_resize(vx, c.out, o), 1e-10, 1e-10);
       }
     }

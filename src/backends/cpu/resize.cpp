@@ -47,8 +47,8 @@ void resize_nearest(KernelContext& ctx, const resize_math::Params& p,
 
 // One pass along dim d: (outer, in, inner) -> (outer, out, inner).
 template <typename T>
-void resize_pass(const KernelContext& ctx, const resize_math::Params& p, const resize_math::Dim& dim,
-                 const T* src, T* dst, int64_t outer, int64_t inner) {
+void resize_pass(const KernelContext& ctx, const resize_math::Params& p,
+                 const resize_math::Dim& dim, const T* src, T* dst, int64_t outer, int64_t inner) {
   struct Row {
     bool extrapolate = false;
     std::vector<int64_t> idx;
@@ -95,7 +95,8 @@ void resize(KernelContext& ctx) {
   const resize_math::Params p = resize_math::params_from(ctx.attrs());
   const int r = out.rank();
   std::vector<resize_math::Dim> dims;
-  for (int d = 0; d < r; ++d) dims.push_back(resize_math::dim_from(ctx.attrs(), x.shape, out.shape, d));
+  for (int d = 0; d < r; ++d)
+    dims.push_back(resize_math::dim_from(ctx.attrs(), x.shape, out.shape, d));
   if (out.numel() == 0) return;
   if (p.mode == resize_math::Mode::nearest) return resize_nearest(ctx, p, dims);
   dispatch_float(x.dtype, ctx.op_name(), [&](auto t) {
@@ -127,47 +128,52 @@ void resize(KernelContext& ctx) {
   });
 }
 
+// Sum over every combination of the dims' taps of weight * x (a tap that reads 0 adds nothing).
+template <typename T>
+double sum_taps(const T* src, const grid_math::AxisTaps* taps, int k,
+                const std::vector<int64_t>& strides) {
+  double acc = 0;
+  int at[grid_math::kMaxSpatial] = {};
+  while (true) {
+    double w = 1;
+    int64_t off = 0;
+    for (int d = 0; d < k && off >= 0; ++d) {
+      const int64_t i = taps[d].idx[at[d]];
+      w *= taps[d].w[at[d]];
+      off = i < 0 ? -1 : off + i * strides[d];
+    }
+    if (off >= 0) acc += w * static_cast<double>(src[off]);
+    int d = k - 1;
+    while (d >= 0 && ++at[d] == taps[d].n) at[d--] = 0;
+    if (d < 0) return acc;
+  }
+}
+
 void grid_sample(KernelContext& ctx) {
   const TensorView &x = ctx.in(0), &grid = ctx.in(1), &out = ctx.out(0);
   const int k = x.rank() - 2;
   const grid_math::Params p = grid_math::params_from(ctx.attrs(), k);
-  const int64_t channels = x.shape[1], points = numel(Shape(out.shape.begin() + 2, out.shape.end()));
-  const int64_t plane = numel(Shape(x.shape.begin() + 2, x.shape.end()));
-  const auto xs = contiguous_strides(Shape(x.shape.begin() + 2, x.shape.end()));
+  const Shape spatial(x.shape.begin() + 2, x.shape.end());
+  const int64_t channels = x.shape[1], plane = numel(spatial);
+  const int64_t points = numel(Shape(out.shape.begin() + 2, out.shape.end()));
+  const auto xs = contiguous_strides(spatial);
   dispatch_float(x.dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
     const T *xp = x.ptr<T>(), *gp = grid.ptr<T>();
     T* op = out.ptr<T>();
     // one task per (batch, output point): its taps serve every channel
-    ctx.parallel_for(x.shape[0] * points, std::max<int64_t>(1, 1024 / std::max<int64_t>(channels, 1)),
-                     [&](int64_t b, int64_t e) {
-                       for (int64_t q = b; q < e; ++q) {
-                         const int64_t n = q / points, pt = q % points;
-                         grid_math::AxisTaps taps[grid_math::kMaxSpatial];
-                         for (int d = 0; d < k; ++d)  // the grid lists the innermost dim first
-                           taps[d] = grid_math::axis_taps(p, static_cast<double>(gp[q * k + k - 1 - d]),
-                                                            x.shape[2 + d]);
-                         for (int64_t c = 0; c < channels; ++c) {
-                           const T* src = xp + (n * channels + c) * plane;
-                           double acc = 0;
-                           int at[grid_math::kMaxSpatial] = {};
-                           while (true) {  // every combination of the dims' taps
-                             double w = 1;
-                             int64_t off = 0;
-                             for (int d = 0; d < k && off >= 0; ++d) {
-                               const int64_t i = taps[d].idx[at[d]];
-                               w *= taps[d].w[at[d]];
-                               off = i < 0 ? -1 : off + i * xs[d];
-                             }
-                             if (off >= 0) acc += w * static_cast<double>(src[off]);
-                             int d = k - 1;
-                             while (d >= 0 && ++at[d] == taps[d].n) at[d--] = 0;
-                             if (d < 0) break;
-                           }
-                           op[(n * channels + c) * points + pt] = static_cast<T>(acc);
-                         }
-                       }
-                     });
+    const int64_t grain = std::max<int64_t>(1, 1024 / std::max<int64_t>(channels, 1));
+    ctx.parallel_for(x.shape[0] * points, grain, [&](int64_t b, int64_t e) {
+      for (int64_t q = b; q < e; ++q) {
+        const int64_t n = q / points, pt = q % points;
+        grid_math::AxisTaps taps[grid_math::kMaxSpatial];
+        for (int d = 0; d < k; ++d)  // the grid lists the innermost dim first
+          taps[d] = grid_math::axis_taps(p, static_cast<double>(gp[q * k + k - 1 - d]), spatial[d]);
+        for (int64_t c = 0; c < channels; ++c)
+          op[(n * channels + c) * points + pt] =
+              static_cast<T>(sum_taps(xp + (n * channels + c) * plane, taps, k, xs));
+      }
+    });
   });
 }
 }  // namespace
