@@ -1,0 +1,403 @@
+// ONNX import: parse the ModelProto, check every op and dtype first (one error lists all that
+// kiln lacks), then map nodes in topological order, folding what is known while importing.
+#include "io/onnx/importer.h"
+
+#include <google/protobuf/io/coded_stream.h>
+#include <onnx/onnx_pb.h>
+
+#include <climits>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "core/errors.h"
+#include "io/onnx/op_table.h"
+#include "kiln/executable.h"
+#include "kiln/ops/elementwise.h"
+
+namespace kiln::onnx {
+namespace detail {
+
+namespace {
+
+bool default_domain(const std::string& d) { return d.empty() || d == "ai.onnx"; }
+
+std::string node_label(const ::onnx::NodeProto& n) {
+  if (!n.name().empty()) return n.name();
+  return n.output_size() ? n.output(0) : std::string("<unnamed>");
+}
+
+// Re-throws a kiln error raised while mapping a node with the node named, keeping its type.
+template <typename F>
+void with_node_context(const ::onnx::NodeProto& n, F&& f) {
+  auto context = [&](const Error& e) {
+    const std::string what = e.what();
+    if (what.rfind("[onnx]", 0) == 0) return what;
+    return fmt::format("[onnx] node '{}' ({}): {}", node_label(n), n.op_type(), what);
+  };
+  try {
+    f();
+  } catch (const ShapeError& e) {
+    throw ShapeError(context(e));
+  } catch (const DTypeError& e) {
+    throw DTypeError(context(e));
+  } catch (const UnsupportedError& e) {
+    throw UnsupportedError(context(e));
+  } catch (const ValueError& e) {
+    throw ValueError(context(e));
+  } catch (const FormatError& e) {
+    throw FormatError(context(e));
+  } catch (const IoError& e) {
+    throw IoError(context(e));
+  }
+}
+
+// Node indices in an order where every input is produced before it is read.
+std::vector<int> topological_order(const ::onnx::GraphProto& g,
+                                   const std::set<std::string>& known) {
+  const int n = g.node_size();
+  std::map<std::string, int> producer;
+  for (int i = 0; i < n; ++i)
+    for (const auto& o : g.node(i).output())
+      if (!o.empty()) producer[o] = i;
+  std::vector<int> order, state(n, 0);  // 0 new, 1 visiting, 2 done
+  std::vector<std::pair<int, int>> stack;
+  for (int root = 0; root < n; ++root) {
+    if (state[root]) continue;
+    stack.push_back({root, 0});
+    state[root] = 1;
+    while (!stack.empty()) {
+      auto& [i, next] = stack.back();
+      const auto& node = g.node(i);
+      if (next < node.input_size()) {
+        const std::string& in = node.input(next++);
+        if (in.empty() || known.count(in)) continue;
+        auto it = producer.find(in);
+        if (it == producer.end())
+          fail<FormatError>("[onnx] node '{}' ({}) reads '{}', which no node, input or "
+                            "initializer produces",
+                            node_label(node), node.op_type(), in);
+        if (state[it->second] == 1)
+          fail<FormatError>("[onnx] the graph has a cycle through node '{}' ({})",
+                            node_label(node), node.op_type());
+        if (state[it->second] == 0) {
+          state[it->second] = 1;
+          stack.push_back({it->second, 0});
+        }
+        continue;
+      }
+      state[i] = 2;
+      order.push_back(i);
+      stack.pop_back();
+    }
+  }
+  return order;
+}
+
+}  // namespace
+
+Importer::Importer(const ::onnx::ModelProto& model, const ImportOptions& options)
+    : proto_(model), options_(options) {}
+
+const Value* Importer::find(const std::string& name) const {
+  auto it = values_.find(name);
+  return it == values_.end() ? nullptr : &it->second;
+}
+
+Tensor Importer::constant(const Array& value) {
+  Tensor t = model_.graph.constant(value);
+  known_[{t.node_id(), t.output_index()}] = value;
+  return t;
+}
+
+Array Importer::tensor(const ::onnx::TensorProto& t) const {
+  return read_tensor(t, options_.external_data_dir);
+}
+
+void Importer::check_supported(const ::onnx::GraphProto& g) {
+  // op type -> (opset, node names); everything kiln lacks is reported at once
+  std::map<std::string, std::pair<std::string, std::vector<std::string>>> missing;
+  std::map<std::string, int64_t> opsets;
+  for (const auto& o : proto_.opset_import()) opsets[o.domain() == "ai.onnx" ? "" : o.domain()] = o.version();
+  for (const auto& node : g.node()) {
+    ++model_.op_histogram[default_domain(node.domain()) ? node.op_type()
+                                                         : node.domain() + "." + node.op_type()];
+    std::string key, why;
+    if (!default_domain(node.domain())) {
+      key = node.domain() + "." + node.op_type();
+      why = fmt::format("domain {}", node.domain());
+    } else if (!find_entry(node.op_type(), model_.opset, nullptr)) {
+      key = node.op_type();
+      why = schema_versions(node.op_type()).empty() ? std::string("not an ONNX op")
+                                                     : fmt::format("opset {}", model_.opset);
+    } else {
+      continue;
+    }
+    auto& m = missing[key];
+    m.first = why;
+    m.second.push_back(node_label(node));
+  }
+  std::vector<std::string> dtypes;
+  auto check_dtype = [&](int32_t t, const std::string& what) {
+    if (!from_onnx_dtype(t))
+      dtypes.push_back(fmt::format("{} ({})", what, onnx_dtype_name(t)));
+  };
+  for (const auto& in : g.input()) {
+    if (!in.type().has_tensor_type()) {
+      dtypes.push_back(fmt::format("input '{}' (not a tensor)", in.name()));
+      continue;
+    }
+    check_dtype(in.type().tensor_type().elem_type(), fmt::format("input '{}'", in.name()));
+  }
+  for (const auto& t : g.initializer()) check_dtype(t.data_type(), fmt::format("initializer '{}'", t.name()));
+  if (missing.empty() && dtypes.empty()) return;
+  std::string msg = "[onnx] the model uses what kiln does not support:";
+  for (const auto& [op, info] : missing) {
+    std::string nodes;
+    for (size_t i = 0; i < info.second.size() && i < 5; ++i)
+      nodes += (i ? ", " : "") + info.second[i];
+    if (info.second.size() > 5) nodes += fmt::format(", and {} more", info.second.size() - 5);
+    msg += fmt::format("\n  op {} ({}): {}", op, info.first, nodes);
+  }
+  for (const auto& d : dtypes) msg += fmt::format("\n  element type of {}", d);
+  throw UnsupportedError(msg);
+}
+
+void Importer::add_inputs(const ::onnx::GraphProto& g) {
+  for (const auto& init : g.initializer()) {
+    if (init.name().empty()) fail<FormatError>("[onnx] an initializer has no name");
+    Array a = tensor(init);
+    model_.parameter_count += a.numel();
+    model_.parameter_bytes += static_cast<int64_t>(a.nbytes());
+    values_[init.name()] = {model_.graph.constant(a, init.name()), a};
+  }
+  std::set<std::string> given;
+  for (const auto& in : g.input()) {
+    if (values_.count(in.name())) continue;  // an initializer listed as an input
+    const auto& tt = in.type().tensor_type();
+    ValueInfo info;
+    info.name = in.name();
+    info.dtype = *from_onnx_dtype(tt.elem_type());
+    if (!tt.has_shape())
+      fail<UnsupportedError>("[onnx] input '{}' has no shape; kiln needs every input's rank",
+                             in.name());
+    for (const auto& d : tt.shape().dim()) {
+      info.shape.push_back(d.has_dim_value() ? d.dim_value() : options_.default_dim);
+      info.dim_params.push_back(d.has_dim_param() ? d.dim_param() : "");
+      if (d.has_dim_value() && d.dim_value() < 0)
+        fail<FormatError>("[onnx] input '{}' has a negative dim {}", in.name(), d.dim_value());
+    }
+    if (auto it = options_.input_shapes.find(in.name()); it != options_.input_shapes.end()) {
+      const Shape& s = it->second;
+      if (s.size() != info.shape.size())
+        fail<ShapeError>("[onnx] input '{}' has rank {} ({}); the given shape {} has rank {}",
+                         in.name(), info.shape.size(), str(info.shape), str(s), s.size());
+      for (size_t i = 0; i < s.size(); ++i) {
+        const bool fixed = tt.shape().dim(static_cast<int>(i)).has_dim_value();
+        if (fixed && s[i] != info.shape[i])
+          fail<ShapeError>("[onnx] input '{}' has shape {}; the given shape {} differs in dim {}",
+                           in.name(), str(info.shape), str(s), i);
+        info.shape[i] = s[i];
+      }
+      given.insert(in.name());
+    }
+    info.tensor = model_.graph.placeholder(info.shape, info.dtype, info.name);
+    values_[info.name] = {info.tensor, std::nullopt};
+    model_.inputs.push_back(std::move(info));
+  }
+  for (const auto& [name, shape] : options_.input_shapes)
+    if (!given.count(name))
+      fail<ValueError>("[onnx] the model has no input '{}' (a shape was given for it)", name);
+}
+
+void Importer::add_node(int index) {
+  const auto& node = proto_.graph().node(index);
+  int version = 0;
+  const OpEntry* entry = find_entry(node.op_type(), model_.opset, &version);
+  KILN_ASSERT(entry);
+  for (const auto& in : node.input())
+    if (!in.empty() && !values_.at(in).tensor.valid())
+      fail<UnsupportedError>("[onnx] node '{}' ({}) reads '{}', an output kiln's mapping of its "
+                             "producer does not compute",
+                             node_label(node), node.op_type(), in);
+  NodeContext ctx(*this, node, version);
+  std::vector<Tensor> outs;
+  with_node_context(node, [&] { outs = entry->map(ctx); });
+  bool all_known = true;
+  for (const auto& in : node.input())
+    if (!in.empty() && !values_.at(in).data) all_known = false;
+  std::vector<std::string> produced;
+  for (int i = 0; i < node.output_size(); ++i) {
+    const std::string& name = node.output(i);
+    if (name.empty()) continue;
+    Value v;
+    if (i < static_cast<int>(outs.size()) && outs[i].valid()) {
+      v.tensor = outs[i];
+      if (auto it = known_.find({outs[i].node_id(), outs[i].output_index()}); it != known_.end())
+        v.data = it->second;
+      produced.push_back(name);
+    }
+    values_[name] = std::move(v);
+  }
+  if (node.op_type() == "Constant")
+    for (const auto& name : produced) {
+      model_.parameter_count += values_[name].data ? values_[name].data->numel() : 0;
+      model_.parameter_bytes += values_[name].data ? static_cast<int64_t>(values_[name].data->nbytes()) : 0;
+    }
+  if (all_known) with_node_context(node, [&] { fold(produced); });
+}
+
+// Computes values whose inputs are all known (shape arithmetic, constant subgraphs) on the CPU.
+void Importer::fold(const std::vector<std::string>& names) {
+  constexpr int64_t kMaxFold = int64_t{1} << 22;
+  std::vector<std::string> todo;
+  std::vector<Tensor> targets;
+  int64_t total = 0;
+  for (const auto& name : names) {
+    Value& v = values_[name];
+    if (v.data) continue;
+    const Shape s = v.tensor.shape();
+    if (!is_static(s)) return;
+    total += numel(s);
+    todo.push_back(name);
+    targets.push_back(v.tensor);
+  }
+  if (todo.empty() || total > kMaxFold) return;
+  CompileOptions opts;
+  opts.optimize = false;
+  opts.num_threads = 1;
+  const auto results = model_.graph.compile(Device::cpu(), {}, targets, opts).run(Feeds{});
+  for (size_t i = 0; i < todo.size(); ++i) {
+    Array a = results[i].to(Device::cpu());
+    values_[todo[i]] = {constant(a), a};
+  }
+}
+
+Model Importer::run() {
+  if (!proto_.has_graph() || proto_.opset_import_size() == 0)
+    fail<FormatError>("[onnx] not an ONNX model: it has no graph or no opset_import");
+  model_.ir_version = proto_.ir_version();
+  model_.producer = proto_.producer_name() +
+                    (proto_.producer_version().empty() ? "" : " " + proto_.producer_version());
+  model_.opset = -1;
+  for (const auto& o : proto_.opset_import())
+    if (default_domain(o.domain())) model_.opset = o.version();
+  if (model_.opset < 0)
+    fail<UnsupportedError>("[onnx] the model imports no default-domain opset");
+  if (model_.opset < 7)
+    fail<UnsupportedError>("[onnx] the model's opset {} is older than kiln supports (7 to 21)",
+                           model_.opset);
+  const auto& g = proto_.graph();
+  check_supported(g);
+  add_inputs(g);
+  std::set<std::string> known;
+  for (const auto& [name, v] : values_) known.insert(name);
+  for (int i : topological_order(g, known)) add_node(i);
+  for (const auto& out : g.output()) {
+    const Value* v = find(out.name());
+    if (!v) fail<FormatError>("[onnx] graph output '{}' is not produced by any node", out.name());
+    if (!v->tensor.valid())
+      fail<UnsupportedError>("[onnx] graph output '{}' is an output kiln's mapping does not compute",
+                             out.name());
+    ValueInfo info;
+    info.name = out.name();
+    info.tensor = v->tensor;
+    if (out.type().has_tensor_type()) {
+      const auto dt = from_onnx_dtype(out.type().tensor_type().elem_type());
+      if (dt && *dt != info.tensor.dtype()) info.tensor = cast(info.tensor, *dt);
+      for (const auto& d : out.type().tensor_type().shape().dim())
+        info.dim_params.push_back(d.has_dim_param() ? d.dim_param() : "");
+    }
+    info.dtype = info.tensor.dtype();
+    info.shape = info.tensor.shape();
+    model_.outputs.push_back(std::move(info));
+  }
+  return std::move(model_);
+}
+
+}  // namespace detail
+
+namespace {
+
+Model import_proto(const void* data, size_t size, const ImportOptions& options) {
+  if (size > static_cast<size_t>(INT_MAX))
+    fail<UnsupportedError>("[onnx] the model is {} bytes; protobuf reads at most 2 GiB (keep "
+                           "large weights in external data)",
+                           size);
+  ::onnx::ModelProto model;
+  google::protobuf::io::CodedInputStream in(static_cast<const uint8_t*>(data),
+                                            static_cast<int>(size));
+  in.SetRecursionLimit(64);
+  if (!model.ParseFromCodedStream(&in) || !in.ConsumedEntireMessage())
+    fail<FormatError>("[onnx] not an ONNX model: the protobuf does not parse ({} bytes)", size);
+  detail::Importer imp(model, options);
+  return imp.run();
+}
+
+}  // namespace
+
+Model import_bytes(const void* data, size_t size, const ImportOptions& options) {
+  return import_proto(data, size, options);
+}
+
+Model import(const std::string& path, const ImportOptions& options) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f || std::filesystem::is_directory(path))
+    fail<IoError>("[onnx] cannot open '{}'", path);
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  if (!f && !f.eof()) fail<IoError>("[onnx] cannot read '{}'", path);
+  const std::string bytes = ss.str();
+  ImportOptions opts = options;
+  if (opts.external_data_dir.empty()) {
+    const auto dir = std::filesystem::path(path).parent_path();
+    opts.external_data_dir = dir.empty() ? "." : dir.string();
+  }
+  try {
+    return import_proto(bytes.data(), bytes.size(), opts);
+  } catch (const FormatError& e) {
+    throw FormatError(fmt::format("{} (file '{}')", e.what(), path));
+  }
+}
+
+std::vector<Tensor> Model::output_tensors() const {
+  std::vector<Tensor> r;
+  for (const auto& o : outputs) r.push_back(o.tensor);
+  return r;
+}
+
+Feeds Model::feeds(const std::map<std::string, Array>& by_name) const {
+  Feeds r;
+  for (const auto& [name, a] : by_name) {
+    const ValueInfo* info = nullptr;
+    for (const auto& in : inputs)
+      if (in.name == name) info = &in;
+    if (!info) fail<ValueError>("[onnx] the model has no input '{}'", name);
+    if (a.dtype() != info->dtype)
+      fail<DTypeError>("[onnx] input '{}' takes {}, got {}", name, kiln::name(info->dtype),
+                       kiln::name(a.dtype()));
+    bool fits = a.rank() == static_cast<int>(info->shape.size());
+    for (int i = 0; fits && i < a.rank(); ++i)
+      fits = info->shape[i] < 0 || info->shape[i] == a.shape()[i];
+    if (!fits)
+      fail<ShapeError>("[onnx] input '{}' takes shape {}, got {}", name, str(info->shape),
+                       str(a.shape()));
+    r.push_back({info->tensor, a});
+  }
+  for (const auto& in : inputs)
+    if (!by_name.count(in.name)) fail<ValueError>("[onnx] input '{}' is missing", in.name);
+  return r;
+}
+
+FeedShapes Model::feed_shapes(const std::map<std::string, Shape>& by_name) const {
+  FeedShapes r;
+  for (const auto& in : inputs) {
+    Shape s = in.shape;
+    if (auto it = by_name.find(in.name); it != by_name.end()) s = it->second;
+    r.push_back({in.tensor, s});
+  }
+  return r;
+}
+
+}  // namespace kiln::onnx

@@ -1,0 +1,56 @@
+// The ONNX importer's state while it walks one model: the value of every ONNX name as a kiln
+// tensor, plus its data when known while importing (initializers, Constant nodes, folded
+// shape arithmetic).
+#pragma once
+
+#include <map>
+#include <utility>
+#include <vector>
+#include <optional>
+#include <string>
+
+#include "kiln/onnx.h"
+
+namespace onnx {
+class ModelProto;
+class TensorProto;
+class GraphProto;
+}  // namespace onnx
+
+namespace kiln::onnx::detail {
+
+struct Value {
+  Tensor tensor;
+  std::optional<Array> data;
+};
+
+class Importer {
+ public:
+  Importer(const ::onnx::ModelProto& model, const ImportOptions& options);
+  Model run();
+
+  Graph& graph() { return model_.graph; }
+  const Value* find(const std::string& name) const;
+  /// A constant tensor for `value`, remembered as known data.
+  Tensor constant(const Array& value);
+  /// Reads a TensorProto (external data from the options' directory) into a host Array.
+  Array tensor(const ::onnx::TensorProto& t) const;
+
+ private:
+  void check_supported(const ::onnx::GraphProto& g);
+  void add_inputs(const ::onnx::GraphProto& g);
+  void add_node(int index);
+  void fold(const std::vector<std::string>& names);
+
+  const ::onnx::ModelProto& proto_;
+  const ImportOptions& options_;
+  Model model_;
+  std::map<std::string, Value> values_;
+  // data of the constants this import created, by (node, output)
+  std::map<std::pair<int32_t, int32_t>, Array> known_;
+};
+
+/// Converts a TensorProto to an Array; `external_dir` confines external data (empty: refused).
+Array read_tensor(const ::onnx::TensorProto& t, const std::string& external_dir);
+
+}  // namespace kiln::onnx::detail

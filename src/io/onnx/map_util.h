@@ -1,0 +1,39 @@
+// Small helpers shared by the op-table families.
+#pragma once
+
+#include <vector>
+
+#include "core/errors.h"
+#include "io/onnx/importer.h"
+#include "io/onnx/op_table.h"
+#include "kiln/ops/core.h"
+#include "kiln/ops/elementwise.h"
+#include "kiln/ops/loss.h"
+#include "kiln/ops/nn.h"
+#include "kiln/ops/norm.h"
+#include "kiln/ops/reduce.h"
+#include "kiln/ops/transform.h"
+
+namespace kiln::onnx::detail {
+
+using Outs = std::vector<Tensor>;
+
+/// A 0-d constant of x's dtype.
+inline Tensor scalar_of(const Tensor& x, double v) { return scalar_like(x, v); }
+
+/// Axis in [0, rank) or a ValueError naming the node.
+inline int64_t axis_of(NodeContext& c, int64_t axis, int rank) {
+  const int a = normalize_axis(axis, rank);
+  if (a < 0) c.fail(fmt::format("axis {} is out of range for rank {}", axis, rank));
+  return a;
+}
+
+/// A known value as a kiln constant remembered by the importer.
+inline Tensor known(NodeContext& c, const Array& a) { return c.importer().constant(a); }
+
+/// Int64 list as a 1-D i64 constant.
+inline Tensor known_ints(NodeContext& c, const std::vector<int64_t>& v) {
+  return known(c, Array::from_vector(v, {static_cast<int64_t>(v.size())}));
+}
+
+}  // namespace kiln::onnx::detail

@@ -1,0 +1,204 @@
+// The op table and ONNX's schema versions; NodeContext's accessors.
+#include "io/onnx/op_table.h"
+
+#include <onnx/onnx_pb.h>
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "core/errors.h"
+#include "io/onnx/importer.h"
+
+namespace kiln::onnx::detail {
+
+namespace {
+// kiln maps default-domain opsets up to this one (schema versions above it are not mapped).
+constexpr int kMaxOpset = 21;
+
+const std::unordered_map<std::string, std::vector<int>>& schema_table() {
+  static const auto* table = [] {
+    auto* t = new std::unordered_map<std::string, std::vector<int>>;
+#define KILN_ONNX_SCHEMA(name, ...) (*t)[name] = {__VA_ARGS__};
+#include "io/onnx/schema_versions.inc"
+#undef KILN_ONNX_SCHEMA
+    return t;
+  }();
+  return *table;
+}
+}  // namespace
+
+const std::vector<OpEntry>& op_table() {
+  static const std::vector<OpEntry> table = [] {
+    std::vector<OpEntry> t;
+    add_elementwise_ops(t);
+    add_nn_ops(t);
+    add_tensor_ops(t);
+    add_reduce_ops(t);
+    std::sort(t.begin(), t.end(), [](const OpEntry& a, const OpEntry& b) {
+      const int c = std::string_view(a.op_type).compare(b.op_type);
+      return c != 0 ? c < 0 : a.since_version < b.since_version;
+    });
+    return t;
+  }();
+  return table;
+}
+
+const std::vector<int>& schema_versions(const std::string& op_type) {
+  static const std::vector<int> none;
+  auto it = schema_table().find(op_type);
+  return it == schema_table().end() ? none : it->second;
+}
+
+const OpEntry* find_entry(const std::string& op_type, int64_t opset, int* schema_version) {
+  int version = 0;
+  for (int v : schema_versions(op_type))
+    if (v <= opset) version = v;
+  if (schema_version) *schema_version = version;
+  if (version == 0 || version > kMaxOpset) return nullptr;
+  const OpEntry* best = nullptr;
+  for (const OpEntry& e : op_table())
+    if (op_type == e.op_type && e.since_version <= version) best = &e;
+  return best;
+}
+
+std::optional<DType> from_onnx_dtype(int32_t t) {
+  switch (t) {
+    case ::onnx::TensorProto::FLOAT: return f32;
+    case ::onnx::TensorProto::UINT8: return u8;
+    case ::onnx::TensorProto::INT8: return i8;
+    case ::onnx::TensorProto::INT16: return i16;
+    case ::onnx::TensorProto::INT32: return i32;
+    case ::onnx::TensorProto::INT64: return i64;
+    case ::onnx::TensorProto::BOOL: return boolean;
+    case ::onnx::TensorProto::FLOAT16: return f16;
+    case ::onnx::TensorProto::DOUBLE: return f64;
+    case ::onnx::TensorProto::BFLOAT16: return bf16;
+    default: return std::nullopt;
+  }
+}
+
+const char* onnx_dtype_name(int32_t t) {
+  static const char* names[] = {"UNDEFINED", "FLOAT",        "UINT8",          "INT8",
+                                "UINT16",    "INT16",        "INT32",          "INT64",
+                                "STRING",    "BOOL",         "FLOAT16",        "DOUBLE",
+                                "UINT32",    "UINT64",       "COMPLEX64",      "COMPLEX128",
+                                "BFLOAT16",  "FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2",
+                                "FLOAT8E5M2FNUZ", "UINT4",   "INT4",           "FLOAT4E2M1"};
+  if (t >= 0 && t < static_cast<int32_t>(std::size(names))) return names[t];
+  return "an unknown type";
+}
+
+// ---- NodeContext ----
+
+Graph& NodeContext::graph() { return imp_.graph(); }
+const std::string& NodeContext::op_type() const { return node_.op_type(); }
+int NodeContext::num_inputs() const { return node_.input_size(); }
+bool NodeContext::has_input(int i) const {
+  return i >= 0 && i < node_.input_size() && !node_.input(i).empty();
+}
+int NodeContext::num_outputs() const { return node_.output_size(); }
+bool NodeContext::has_output(int i) const {
+  return i >= 0 && i < node_.output_size() && !node_.output(i).empty();
+}
+
+Tensor NodeContext::input(int i) const {
+  if (!has_input(i)) fail(fmt::format("input {} is missing", i));
+  const Value* v = imp_.find(node_.input(i));
+  KILN_ASSERT(v);
+  return v->tensor;
+}
+
+const Array* NodeContext::constant(int i) const {
+  if (!has_input(i)) return nullptr;
+  const Value* v = imp_.find(node_.input(i));
+  return v && v->data ? &*v->data : nullptr;
+}
+
+std::vector<int64_t> NodeContext::ints(int i) const {
+  const Array* a = constant(i);
+  if (!a) {
+    if (!has_input(i)) fail(fmt::format("input {} is missing", i));
+    unsupported(fmt::format("input {} ('{}') must be known while importing (a constant or shape "
+                            "arithmetic on static shapes); give the model's inputs static shapes",
+                            i, node_.input(i)));
+  }
+  if (is_floating(a->dtype()) || a->dtype() == boolean)
+    fail(fmt::format("input {} ('{}') must hold integers, not {}", i, node_.input(i),
+                     name(a->dtype())));
+  return a->astype(i64).to_vector<int64_t>();
+}
+
+std::vector<double> NodeContext::doubles(int i) const {
+  const Array* a = constant(i);
+  if (!a) {
+    if (!has_input(i)) fail(fmt::format("input {} is missing", i));
+    unsupported(fmt::format("input {} ('{}') must be known while importing", i, node_.input(i)));
+  }
+  return a->astype(f64).to_vector<double>();
+}
+
+const ::onnx::AttributeProto* NodeContext::attr(const std::string& name) const {
+  for (const auto& a : node_.attribute())
+    if (a.name() == name) return &a;
+  return nullptr;
+}
+
+bool NodeContext::has_attr(const std::string& name) const { return attr(name) != nullptr; }
+
+int64_t NodeContext::attr_int(const std::string& name, int64_t fallback) const {
+  const auto* a = attr(name);
+  return a ? a->i() : fallback;
+}
+int64_t NodeContext::required_int(const std::string& name) const {
+  const auto* a = attr(name);
+  if (!a) fail(fmt::format("attribute '{}' is required", name));
+  return a->i();
+}
+float NodeContext::attr_float(const std::string& name, float fallback) const {
+  const auto* a = attr(name);
+  return a ? a->f() : fallback;
+}
+std::string NodeContext::attr_string(const std::string& name, const std::string& fallback) const {
+  const auto* a = attr(name);
+  return a ? a->s() : fallback;
+}
+std::vector<int64_t> NodeContext::attr_ints(const std::string& name,
+                                            const std::vector<int64_t>& fallback) const {
+  const auto* a = attr(name);
+  return a ? std::vector<int64_t>(a->ints().begin(), a->ints().end()) : fallback;
+}
+std::vector<float> NodeContext::attr_floats(const std::string& name) const {
+  const auto* a = attr(name);
+  return a ? std::vector<float>(a->floats().begin(), a->floats().end()) : std::vector<float>{};
+}
+Array NodeContext::attr_tensor(const std::string& name) const {
+  const auto* a = attr(name);
+  if (!a || !a->has_t()) fail(fmt::format("tensor attribute '{}' is missing", name));
+  return imp_.tensor(a->t());
+}
+
+std::string NodeContext::where() const {
+  return fmt::format("node '{}' ({})", node_.name().empty() ? node_.output_size() ? node_.output(0) : "" : node_.name(), node_.op_type());
+}
+void NodeContext::fail(const std::string& message) const {
+  throw ValueError(fmt::format("[onnx] {}: {}", where(), message));
+}
+void NodeContext::unsupported(const std::string& message) const {
+  throw UnsupportedError(fmt::format("[onnx] {}: {}", where(), message));
+}
+
+}  // namespace kiln::onnx::detail
+
+namespace kiln::onnx {
+
+std::vector<OpSupport> supported_ops() {
+  std::vector<OpSupport> r;
+  for (const auto& e : detail::op_table()) r.push_back({e.op_type, e.since_version});
+  return r;
+}
+
+bool is_supported(const std::string& op_type, int64_t opset) {
+  return detail::find_entry(op_type, opset, nullptr) != nullptr;
+}
+
+}  // namespace kiln::onnx

@@ -1,0 +1,92 @@
+// ONNX reductions, arg-reductions and cumulative sums.
+#include "io/onnx/map_util.h"
+
+namespace kiln::onnx::detail {
+
+namespace {
+
+// The axes to reduce: an attribute before `input_since`, the optional second input from then on.
+// Empty (and noop_with_empty_axes unset) means every axis.
+std::optional<Axes> reduce_axes(NodeContext& c, int input_since) {
+  Axes axes;
+  if (c.version() < input_since) {
+    axes = c.attr_ints("axes");
+  } else if (c.has_input(1)) {
+    axes = c.ints(1);
+  }
+  if (axes.empty() && c.version() >= input_since && c.attr_int("noop_with_empty_axes", 0))
+    return std::nullopt;
+  const int rank = c.input(0).rank();
+  for (auto& a : axes) a = axis_of(c, a, rank);
+  return axes;
+}
+
+enum class Red { sum, mean, max, min, prod, l1, l2, log_sum, log_sum_exp, sum_square };
+
+template <Red R, int InputSince>
+Outs reduce(NodeContext& c) {
+  Tensor x = c.input(0);
+  const auto axes = reduce_axes(c, InputSince);
+  if (!axes) return {x};
+  const bool keep = c.attr_int("keepdims", 1) != 0;
+  const DType dt = x.dtype();
+  Tensor y;
+  switch (R) {
+    case Red::sum: y = sum(x, *axes, keep); break;
+    case Red::mean: y = mean(x, *axes, keep); break;
+    case Red::max: y = max(x, *axes, keep); break;
+    case Red::min: y = min(x, *axes, keep); break;
+    case Red::prod: y = prod(x, *axes, keep); break;
+    case Red::l1: y = sum(abs(x), *axes, keep); break;
+    case Red::l2: y = sqrt(sum(mul(x, x), *axes, keep)); break;
+    case Red::log_sum: y = log(sum(x, *axes, keep)); break;
+    case Red::log_sum_exp: y = logsumexp(x, *axes, keep); break;
+    case Red::sum_square: y = sum(mul(x, x), *axes, keep); break;
+  }
+  return {y.dtype() == dt ? y : cast(y, dt)};
+}
+
+template <bool Max>
+Outs arg_reduce(NodeContext& c) {
+  Tensor x = c.input(0);
+  const int64_t axis = axis_of(c, c.attr_int("axis", 0), x.rank());
+  const bool keep = c.attr_int("keepdims", 1) != 0;
+  if (c.attr_int("select_last_index", 0)) {
+    // the last extreme is the first one of the reversed axis
+    Tensor r = Max ? argmax(flip(x, {axis}), axis, keep) : argmin(flip(x, {axis}), axis, keep);
+    const int64_t n = x.dim(static_cast<int>(axis));
+    if (n < 0) c.unsupported("select_last_index needs the axis' size while importing");
+    return {sub(scalar_of(r, static_cast<double>(n - 1)), r)};
+  }
+  return {Max ? argmax(x, axis, keep) : argmin(x, axis, keep)};
+}
+
+Outs cumsum_op(NodeContext& c) {
+  Tensor x = c.input(0);
+  const auto axis = c.ints(1);
+  if (axis.size() != 1) c.fail("axis must hold one value");
+  return {cumsum(x, axis_of(c, axis[0], x.rank()), c.attr_int("exclusive", 0) != 0,
+                 c.attr_int("reverse", 0) != 0)};
+}
+
+}  // namespace
+
+void add_reduce_ops(std::vector<OpEntry>& t) {
+  t.insert(t.end(), {
+      {"ReduceSum", 1, reduce<Red::sum, 13>},
+      {"ReduceMean", 1, reduce<Red::mean, 18>},
+      {"ReduceMax", 1, reduce<Red::max, 18>},
+      {"ReduceMin", 1, reduce<Red::min, 18>},
+      {"ReduceProd", 1, reduce<Red::prod, 18>},
+      {"ReduceL1", 1, reduce<Red::l1, 18>},
+      {"ReduceL2", 1, reduce<Red::l2, 18>},
+      {"ReduceLogSum", 1, reduce<Red::log_sum, 18>},
+      {"ReduceLogSumExp", 1, reduce<Red::log_sum_exp, 18>},
+      {"ReduceSumSquare", 1, reduce<Red::sum_square, 18>},
+      {"ArgMax", 1, arg_reduce<true>},
+      {"ArgMin", 1, arg_reduce<false>},
+      {"CumSum", 11, cumsum_op},
+  });
+}
+
+}  // namespace kiln::onnx::detail

@@ -1,0 +1,353 @@
+// ONNX tensor ops: shapes, constants, reshaping, slicing, indexing, sorting.
+#include <cstring>
+#include <numeric>
+
+#include <onnx/onnx_pb.h>
+
+#include "io/onnx/map_util.h"
+
+namespace kiln::onnx::detail {
+
+namespace {
+
+Shape static_shape(NodeContext& c, const Tensor& x, const char* why) {
+  Shape s = x.shape();
+  if (!is_static(s))
+    c.unsupported(fmt::format("{} needs the static shape of '{}', which is {}; give the model's "
+                              "inputs static shapes",
+                              why, c.proto().input(0), str(s)));
+  return s;
+}
+
+Outs constant_op(NodeContext& c) {
+  if (c.has_attr("value")) return {known(c, c.attr_tensor("value"))};
+  if (c.has_attr("value_float"))
+    return {known(c, Array::scalar(c.attr_float("value_float", 0)))};
+  if (c.has_attr("value_floats")) {
+    auto v = c.attr_floats("value_floats");
+    return {known(c, Array::from_vector(v, {static_cast<int64_t>(v.size())}))};
+  }
+  if (c.has_attr("value_int")) return {known(c, Array::scalar<int64_t>(c.attr_int("value_int", 0)))};
+  if (c.has_attr("value_ints")) return {known_ints(c, c.attr_ints("value_ints"))};
+  c.unsupported("only tensor, float(s) and int(s) values are supported");
+}
+
+Outs shape_op(NodeContext& c) {
+  const Shape s = static_shape(c, c.input(0), "Shape");
+  const int64_t r = static_cast<int64_t>(s.size());
+  int64_t start = c.attr_int("start", 0), end = c.attr_int("end", r);
+  if (start < 0) start += r;
+  if (end < 0) end += r;
+  start = std::clamp<int64_t>(start, 0, r);
+  end = std::clamp<int64_t>(end, start, r);
+  return {known_ints(c, Shape(s.begin() + start, s.begin() + end))};
+}
+
+Outs size_op(NodeContext& c) {
+  return {known(c, Array::scalar<int64_t>(numel(static_shape(c, c.input(0), "Size"))))};
+}
+
+Outs reshape_op(NodeContext& c) {
+  Tensor x = c.input(0);
+  Shape target = c.version() < 5 ? c.attr_ints("shape") : c.ints(1);
+  const bool allow_zero = c.attr_int("allowzero", 0) != 0;
+  for (size_t i = 0; i < target.size(); ++i)
+    if (target[i] == 0 && !allow_zero) {
+      if (static_cast<int>(i) >= x.rank()) c.fail("a 0 in the shape has no input dim to copy");
+      target[i] = x.dim(static_cast<int>(i));
+      if (target[i] < 0) static_shape(c, x, "Reshape with 0 (copy a dim)");
+    }
+  return {reshape(x, target)};
+}
+
+Outs flatten_op(NodeContext& c) {
+  Tensor x = c.input(0);
+  const int64_t axis = c.attr_int("axis", 1);
+  const int a = static_cast<int>(axis < 0 ? axis + x.rank() : axis);  // in [-r, r]
+  if (a < 0 || a > x.rank()) c.fail(fmt::format("axis {} is out of range for rank {}", axis, x.rank()));
+  const Shape s = x.shape();
+  int64_t outer = 1;
+  for (int i = 0; i < a; ++i) {
+    if (s[i] < 0) return {reshape(x, {-1, numel(Shape(s.begin() + a, s.end()))})};
+    outer *= s[i];
+  }
+  return {reshape(x, {outer, -1})};
+}
+
+Outs transpose_op(NodeContext& c) { return {transpose(c.input(0), c.attr_ints("perm"))}; }
+
+std::vector<int64_t> axes_of(NodeContext& c, int input_since, int input) {
+  if (c.version() < input_since) return c.attr_ints("axes");
+  return c.has_input(input) ? c.ints(input) : std::vector<int64_t>{};
+}
+
+Outs squeeze_op(NodeContext& c) { return {squeeze(c.input(0), axes_of(c, 13, 1))}; }
+
+Outs unsqueeze_op(NodeContext& c) {
+  auto axes = axes_of(c, 13, 1);
+  Tensor x = c.input(0);
+  const int rank = x.rank() + static_cast<int>(axes.size());
+  for (auto& a : axes) a = axis_of(c, a, rank);
+  std::sort(axes.begin(), axes.end());
+  return {expand_dims(x, axes)};
+}
+
+Outs concat_op(NodeContext& c) {
+  std::vector<Tensor> xs;
+  for (int i = 0; i < c.num_inputs(); ++i)
+    if (c.has_input(i)) xs.push_back(c.input(i));
+  return {concat(xs, c.required_int("axis"))};
+}
+
+Outs split_op(NodeContext& c) {
+  Tensor x = c.input(0);
+  const int64_t axis = axis_of(c, c.attr_int("axis", 0), x.rank());
+  std::vector<int64_t> sizes =
+      c.version() < 13 ? c.attr_ints("split") : (c.has_input(1) ? c.ints(1) : std::vector<int64_t>{});
+  const int64_t n = x.dim(static_cast<int>(axis));
+  if (sizes.empty()) {
+    const int64_t parts = c.version() >= 18 && c.has_attr("num_outputs")
+                              ? c.attr_int("num_outputs", 1)
+                              : c.num_outputs();
+    if (n < 0) return split(x, parts, axis);
+    // ONNX 18: the last chunk is smaller when the dim does not divide evenly
+    const int64_t chunk = (n + parts - 1) / parts;
+    for (int64_t left = n; left > 0; left -= chunk) sizes.push_back(std::min(chunk, left));
+    while (static_cast<int64_t>(sizes.size()) < parts) sizes.push_back(0);
+  }
+  return split(x, sizes, axis);
+}
+
+Outs slice_op(NodeContext& c) {
+  Tensor x = c.input(0);
+  std::vector<int64_t> starts, ends, axes, steps;
+  if (c.version() < 10) {
+    starts = c.attr_ints("starts");
+    ends = c.attr_ints("ends");
+    axes = c.attr_ints("axes");
+  } else {
+    starts = c.ints(1);
+    ends = c.ints(2);
+    if (c.has_input(3)) axes = c.ints(3);
+    if (c.has_input(4)) steps = c.ints(4);
+  }
+  if (axes.empty()) {
+    axes.resize(starts.size());
+    std::iota(axes.begin(), axes.end(), 0);
+  }
+  for (auto& a : axes) a = axis_of(c, a, x.rank());
+  return {slice(x, starts, ends, steps, axes)};
+}
+
+Outs gather_op(NodeContext& c) { return {gather(c.input(0), c.input(1), c.attr_int("axis", 0))}; }
+Outs gather_elements_op(NodeContext& c) {
+  return {gather_elements(c.input(0), c.input(1), c.attr_int("axis", 0))};
+}
+
+Outs scatter_elements_op(NodeContext& c) {
+  const std::string r = c.attr_string("reduction", "none");
+  ScatterReduction red = ScatterReduction::none;
+  if (r == "add") red = ScatterReduction::add;
+  else if (r == "mul") red = ScatterReduction::mul;
+  else if (r == "max") red = ScatterReduction::max;
+  else if (r == "min") red = ScatterReduction::min;
+  else if (r != "none") c.fail(fmt::format("unknown reduction '{}'", r));
+  return {scatter_elements(c.input(0), c.input(1), c.input(2), c.attr_int("axis", 0), red)};
+}
+
+Outs expand_op(NodeContext& c) {
+  Tensor x = c.input(0);
+  const Shape want = c.ints(1);
+  Shape out;
+  if (!broadcast_shapes(x.shape(), want, out))
+    c.fail(fmt::format("shape {} does not broadcast with {}", str(x.shape()), str(want)));
+  return {broadcast_to(x, out)};
+}
+
+Outs tile_op(NodeContext& c) { return {tile(c.input(0), c.ints(1))}; }
+
+Outs pad_op(NodeContext& c) {
+  Tensor x = c.input(0);
+  const int rank = x.rank();
+  std::vector<int64_t> onnx_pads = c.version() < 11 ? c.attr_ints("pads") : c.ints(1);
+  double value = c.version() < 11 ? c.attr_float("value", 0.0f) : 0.0;
+  if (c.version() >= 11 && c.has_input(2)) value = c.doubles(2).at(0);
+  std::vector<int64_t> axes;
+  if (c.version() >= 18 && c.has_input(3)) axes = c.ints(3);
+  if (axes.empty()) {
+    axes.resize(rank);
+    std::iota(axes.begin(), axes.end(), 0);
+  }
+  const size_t n = axes.size();
+  if (onnx_pads.size() != 2 * n)
+    c.fail(fmt::format("pads has {} values; {} axes need {}", onnx_pads.size(), n, 2 * n));
+  std::vector<int64_t> pads(2 * rank, 0);  // kiln: (begin, end) per dim
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t a = axis_of(c, axes[i], rank);
+    pads[2 * a] = onnx_pads[i];
+    pads[2 * a + 1] = onnx_pads[i + n];
+  }
+  const std::string mode = c.attr_string("mode", "constant");
+  PadKind kind = PadKind::constant;
+  if (mode == "reflect") kind = PadKind::reflect;
+  else if (mode == "edge") kind = PadKind::edge;
+  else if (mode != "constant") c.unsupported(fmt::format("mode '{}'", mode));
+  return {pad(x, pads, kind, value)};
+}
+
+Outs constant_of_shape(NodeContext& c) {
+  const Shape s = c.ints(0);
+  Array v = c.has_attr("value") ? c.attr_tensor("value") : Array::scalar(0.0f);
+  if (v.numel() != 1) c.fail("value must hold one element");
+  const double x = v.astype(f64).to_vector<double>()[0];
+  return {full(c.graph(), s, x, v.dtype())};
+}
+
+Outs range_op(NodeContext& c) {
+  const DType t = c.input(0).dtype();
+  const double start = c.doubles(0).at(0), limit = c.doubles(1).at(0), delta = c.doubles(2).at(0);
+  if (delta == 0) c.fail("delta is 0");
+  const int64_t n = std::max<int64_t>(0, static_cast<int64_t>(std::ceil((limit - start) / delta)));
+  return {arange(c.graph(), start, start + static_cast<double>(n) * delta - delta / 2, delta, t)};
+}
+
+Outs one_hot_op(NodeContext& c) {
+  const auto depth = c.doubles(1);
+  const auto values = c.doubles(2);
+  if (depth.size() != 1 || values.size() != 2) c.fail("depth must hold 1 value and values 2");
+  Tensor idx = c.input(0);
+  const int64_t d = static_cast<int64_t>(depth[0]);
+  // ONNX: negative indices count from the end
+  if (is_signed(idx.dtype())) {
+    Tensor idx64 = cast(idx, i64);
+    idx = where(less(idx64, scalar_of(idx64, 0)), add(idx64, scalar_of(idx64, d)), idx64);
+  }
+  return {one_hot(idx, d, c.attr_int("axis", -1), c.input(2).dtype(), values[1], values[0])};
+}
+
+Outs topk_op(NodeContext& c) {
+  const int64_t k = c.version() < 10 ? c.required_int("k") : c.ints(1).at(0);
+  auto [v, i] = topk(c.input(0), k, c.attr_int("axis", -1), c.attr_int("largest", 1) != 0);
+  return {v, i};
+}
+
+Outs eye_like(NodeContext& c) {
+  const Shape s = static_shape(c, c.input(0), "EyeLike");
+  if (s.size() != 2) c.fail("the input must be 2-D");
+  const int64_t k = c.attr_int("k", 0);
+  DType t = c.input(0).dtype();
+  if (c.has_attr("dtype")) {
+    auto d = from_onnx_dtype(static_cast<int32_t>(c.attr_int("dtype", 1)));
+    if (!d) c.unsupported("dtype");
+    t = *d;
+  }
+  Array a = Array::zeros(s, f64);
+  double* p = a.data<double>();
+  for (int64_t i = 0; i < s[0]; ++i)
+    if (i + k >= 0 && i + k < s[1]) p[i * s[1] + i + k] = 1;
+  return {known(c, a.astype(t))};
+}
+
+Outs trilu_op(NodeContext& c) {
+  Tensor x = c.input(0);
+  const Shape s = static_shape(c, x, "Trilu");
+  if (s.size() < 2) c.fail("the input needs rank >= 2");
+  const int64_t k = c.has_input(1) ? c.ints(1).at(0) : 0;
+  const bool upper = c.attr_int("upper", 1) != 0;
+  const int64_t rows = s[s.size() - 2], cols = s[s.size() - 1];
+  Array mask = Array::zeros({rows, cols}, boolean);
+  auto* m = static_cast<uint8_t*>(mask.data());
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) m[i * cols + j] = upper ? j - i >= k : j - i <= k;
+  return {where(known(c, mask), x, scalar_of(x, 0))};
+}
+
+Outs depth_to_space(NodeContext& c) {
+  Tensor x = c.input(0);
+  const Shape s = static_shape(c, x, "DepthToSpace");
+  if (s.size() != 4) c.fail("the input must be 4-D");
+  const int64_t b = c.required_int("blocksize"), n = s[0], ch = s[1], h = s[2], w = s[3];
+  if (b <= 0 || ch % (b * b)) c.fail("channels must divide by blocksize^2");
+  const int64_t oc = ch / (b * b);
+  Tensor y;
+  if (c.attr_string("mode", "DCR") == "DCR")
+    y = transpose(reshape(x, {n, b, b, oc, h, w}), {0, 3, 4, 1, 5, 2});
+  else
+    y = transpose(reshape(x, {n, oc, b, b, h, w}), {0, 1, 4, 2, 5, 3});
+  return {reshape(y, {n, oc, h * b, w * b})};
+}
+
+Outs space_to_depth(NodeContext& c) {
+  Tensor x = c.input(0);
+  const Shape s = static_shape(c, x, "SpaceToDepth");
+  if (s.size() != 4) c.fail("the input must be 4-D");
+  const int64_t b = c.required_int("blocksize"), n = s[0], ch = s[1], h = s[2], w = s[3];
+  if (b <= 0 || h % b || w % b) c.fail("height and width must divide by blocksize");
+  Tensor y = transpose(reshape(x, {n, ch, h / b, b, w / b, b}), {0, 3, 5, 1, 2, 4});
+  return {reshape(y, {n, ch * b * b, h / b, w / b})};
+}
+
+Outs compress_op(NodeContext& c) {
+  const auto cond = c.ints(1);
+  Tensor x = c.input(0);
+  std::vector<int64_t> idx;
+  for (size_t i = 0; i < cond.size(); ++i)
+    if (cond[i]) idx.push_back(static_cast<int64_t>(i));
+  if (!c.has_attr("axis")) x = reshape(x, {-1});
+  const int64_t axis = c.has_attr("axis") ? axis_of(c, c.attr_int("axis", 0), x.rank()) : 0;
+  return {gather(x, known_ints(c, idx), axis)};
+}
+
+Outs nonzero_op(NodeContext& c) {
+  const Array* a = c.constant(0);
+  if (!a) c.unsupported("the number of nonzeros is known only at run time (output shape)");
+  const Shape s = a->shape();
+  const auto v = a->astype(f64).to_vector<double>();
+  std::vector<int64_t> hits;
+  for (size_t i = 0; i < v.size(); ++i)
+    if (v[i] != 0) hits.push_back(static_cast<int64_t>(i));
+  const int64_t r = static_cast<int64_t>(s.size()), n = static_cast<int64_t>(hits.size());
+  Array out = Array::zeros({r, n}, i64);
+  auto* o = out.data<int64_t>();
+  const auto strides = contiguous_strides(s);
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t d = 0; d < r; ++d) o[d * n + j] = (hits[j] / strides[d]) % s[d];
+  return {known(c, out)};
+}
+
+}  // namespace
+
+void add_tensor_ops(std::vector<OpEntry>& t) {
+  t.insert(t.end(), {
+      {"Constant", 1, constant_op},
+      {"Shape", 1, shape_op},
+      {"Size", 1, size_op},
+      {"Reshape", 1, reshape_op},
+      {"Flatten", 1, flatten_op},
+      {"Transpose", 1, transpose_op},
+      {"Squeeze", 1, squeeze_op},
+      {"Unsqueeze", 1, unsqueeze_op},
+      {"Concat", 4, concat_op},
+      {"Split", 2, split_op},
+      {"Slice", 1, slice_op},
+      {"Gather", 1, gather_op},
+      {"GatherElements", 11, gather_elements_op},
+      {"ScatterElements", 11, scatter_elements_op},
+      {"Scatter", 9, scatter_elements_op},
+      {"Expand", 8, expand_op},
+      {"Tile", 6, tile_op},
+      {"Pad", 2, pad_op},
+      {"ConstantOfShape", 9, constant_of_shape},
+      {"Range", 11, range_op},
+      {"OneHot", 9, one_hot_op},
+      {"TopK", 1, topk_op},
+      {"EyeLike", 9, eye_like},
+      {"Trilu", 14, trilu_op},
+      {"DepthToSpace", 1, depth_to_space},
+      {"SpaceToDepth", 1, space_to_depth},
+      {"Compress", 9, compress_op},
+      {"NonZero", 9, nonzero_op},
+  });
+}
+
+}  // namespace kiln::onnx::detail

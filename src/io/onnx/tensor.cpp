@@ -1,0 +1,170 @@
+// TensorProto -> Array, including external data confined to the model's directory.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <onnx/onnx_pb.h>
+
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#include "core/errors.h"
+#include "io/onnx/importer.h"
+#include "io/onnx/op_table.h"
+
+namespace kiln::onnx::detail {
+
+namespace {
+
+std::string tensor_name(const ::onnx::TensorProto& t) {
+  return t.name().empty() ? std::string("<unnamed>") : t.name();
+}
+
+int64_t checked_numel(const ::onnx::TensorProto& t, Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : t.dims()) {
+    if (d < 0) fail<FormatError>("[onnx] tensor '{}' has a negative dim {}", tensor_name(t), d);
+    if (d != 0 && n > (int64_t{1} << 50) / d)
+      fail<FormatError>("[onnx] tensor '{}' is too large ({} dims)", tensor_name(t), t.dims_size());
+    n *= d;
+    shape.push_back(d);
+  }
+  return n;
+}
+
+uint64_t parse_u64(const std::string& s, const ::onnx::TensorProto& t, const char* key) {
+  if (s.empty() || s.size() > 19 || s.find_first_not_of("0123456789") != std::string::npos)
+    fail<IoError>("[onnx] tensor '{}': external data {} '{}' is not a number", tensor_name(t),
+                  key, s);
+  return std::strtoull(s.c_str(), nullptr, 10);
+}
+
+// Reads `bytes` of external data for `t`, refusing anything outside `dir`.
+std::string read_external(const ::onnx::TensorProto& t, const std::string& dir, size_t bytes) {
+  std::string location;
+  uint64_t offset = 0, length = UINT64_MAX;
+  for (const auto& kv : t.external_data()) {
+    if (kv.key() == "location") location = kv.value();
+    else if (kv.key() == "offset") offset = parse_u64(kv.value(), t, "offset");
+    else if (kv.key() == "length") length = parse_u64(kv.value(), t, "length");
+  }
+  const std::string name = tensor_name(t);
+  if (dir.empty())
+    fail<IoError>("[onnx] tensor '{}' keeps its data in an external file, and a model read from "
+                  "bytes has no directory to read it from (set ImportOptions::external_data_dir)",
+                  name);
+  if (location.empty()) fail<IoError>("[onnx] tensor '{}': external data has no location", name);
+  namespace fs = std::filesystem;
+  const fs::path rel(location);
+  if (rel.is_absolute() || location.find('\\') != std::string::npos ||
+      location.find('\0') != std::string::npos)
+    fail<IoError>("[onnx] tensor '{}': external data location '{}' must be a relative path "
+                  "inside the model's directory",
+                  name, location);
+  for (const auto& part : rel)
+    if (part == "..")
+      fail<IoError>("[onnx] tensor '{}': external data location '{}' leaves the model's directory",
+                    name, location);
+  std::error_code ec;
+  const fs::path root = fs::canonical(dir, ec);
+  if (ec) fail<IoError>("[onnx] cannot open the model directory '{}': {}", dir, ec.message());
+  const fs::path file = fs::canonical(root / rel, ec);
+  if (ec)
+    fail<IoError>("[onnx] tensor '{}': cannot open external data file '{}': {}", name, location,
+                  ec.message());
+  const std::string root_s = root.string() + "/", file_s = file.string();
+  if (file_s.compare(0, root_s.size(), root_s) != 0)
+    fail<IoError>("[onnx] tensor '{}': external data file '{}' resolves outside the model's "
+                  "directory",
+                  name, location);
+  const int fd = ::open(file_s.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    fail<IoError>("[onnx] tensor '{}': cannot open external data file '{}': {}", name, location,
+                  std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    fail<IoError>("[onnx] tensor '{}': external data '{}' is not a regular file", name, location);
+  }
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (length == UINT64_MAX) length = offset <= size ? size - offset : 0;
+  if (offset > size || length > size - offset) {
+    ::close(fd);
+    fail<IoError>("[onnx] tensor '{}': external data range [{}, +{}) is past the end of '{}' "
+                  "({} bytes)",
+                  name, offset, length, location, size);
+  }
+  if (length != bytes) {
+    ::close(fd);
+    fail<IoError>("[onnx] tensor '{}': external data holds {} bytes, its shape needs {}", name,
+                  length, bytes);
+  }
+  std::string data(bytes, '\0');
+  size_t done = 0;
+  while (done < bytes) {
+    const ssize_t r = ::pread(fd, data.data() + done, bytes - done, static_cast<off_t>(offset + done));
+    if (r <= 0) {
+      ::close(fd);
+      fail<IoError>("[onnx] tensor '{}': reading external data '{}' failed", name, location);
+    }
+    done += static_cast<size_t>(r);
+  }
+  ::close(fd);
+  return data;
+}
+
+template <typename Src, typename Dst>
+void copy_field(const google::protobuf::RepeatedField<Src>& f, int64_t n, void* out,
+                const ::onnx::TensorProto& t) {
+  if (f.size() != n)
+    fail<FormatError>("[onnx] tensor '{}' has {} values, its shape needs {}", tensor_name(t),
+                      f.size(), n);
+  Dst* o = static_cast<Dst*>(out);
+  for (int64_t i = 0; i < n; ++i) o[i] = static_cast<Dst>(f.Get(static_cast<int>(i)));
+}
+
+}  // namespace
+
+Array read_tensor(const ::onnx::TensorProto& t, const std::string& external_dir) {
+  const auto dtype = from_onnx_dtype(t.data_type());
+  if (!dtype)
+    fail<UnsupportedError>("[onnx] tensor '{}' has element type {}, which kiln does not have",
+                           tensor_name(t), onnx_dtype_name(t.data_type()));
+  Shape shape;
+  const int64_t n = checked_numel(t, shape);
+  Array a = Array::empty(shape, *dtype);
+  const size_t bytes = a.nbytes();
+  if (t.data_location() == ::onnx::TensorProto::EXTERNAL) {
+    const std::string data = read_external(t, external_dir, bytes);
+    if (bytes) std::memcpy(a.data(), data.data(), bytes);
+  } else if (t.has_raw_data()) {
+    if (t.raw_data().size() != bytes)
+      fail<FormatError>("[onnx] tensor '{}' has {} bytes of raw data, its shape {} of {} needs {}",
+                        tensor_name(t), t.raw_data().size(), str(shape), name(*dtype), bytes);
+    if (bytes) std::memcpy(a.data(), t.raw_data().data(), bytes);
+  } else {
+    void* out = a.data();
+    switch (*dtype) {
+      case DType::f32: copy_field<float, float>(t.float_data(), n, out, t); break;
+      case DType::f64: copy_field<double, double>(t.double_data(), n, out, t); break;
+      case DType::i64: copy_field<int64_t, int64_t>(t.int64_data(), n, out, t); break;
+      case DType::i32: copy_field<int32_t, int32_t>(t.int32_data(), n, out, t); break;
+      case DType::i16: copy_field<int32_t, int16_t>(t.int32_data(), n, out, t); break;
+      case DType::i8: copy_field<int32_t, int8_t>(t.int32_data(), n, out, t); break;
+      case DType::u8:
+      case DType::boolean: copy_field<int32_t, uint8_t>(t.int32_data(), n, out, t); break;
+      // f16 and bf16 travel as their bit patterns in int32_data
+      case DType::f16:
+      case DType::bf16: copy_field<int32_t, uint16_t>(t.int32_data(), n, out, t); break;
+    }
+  }
+  if (*dtype == DType::boolean) {  // any nonzero byte is true
+    auto* b = static_cast<uint8_t*>(a.data());
+    for (int64_t i = 0; i < n; ++i) b[i] = b[i] != 0;
+  }
+  return a;
+}
+
+}  // namespace kiln::onnx::detail
