@@ -1,6 +1,7 @@
 // kiln: the command-line tool.
 #include <cstdio>
 #include <exception>
+#include <sstream>
 #include <string>
 
 #include "kiln/error.h"
@@ -8,11 +9,17 @@
 #include "tools/kiln/commands.h"
 
 namespace {
-// Errors are one line on stderr: "error: ..." (multi-line messages are joined with "; ").
-int fail(std::string message) {
-  for (size_t i; (i = message.find('\n')) != std::string::npos;)
-    message.replace(i, 1, i + 1 < message.size() ? "; " : "");
-  std::fprintf(stderr, "error: %s\n", message.c_str());
+// Errors are one line on stderr: "error: ..." (the lines of a longer message are joined).
+int fail(const std::string& message) {
+  std::string line, part;
+  std::istringstream lines(message);
+  while (std::getline(lines, part)) {
+    part.erase(0, part.find_first_not_of(" \t"));
+    if (part.empty()) continue;
+    if (!line.empty()) line += line.back() == ':' ? " " : "; ";
+    line += part;
+  }
+  std::fprintf(stderr, "error: %s\n", line.c_str());
   return 1;
 }
 }  // namespace

@@ -107,8 +107,11 @@ std::string describe_shape(const Shape& shape, const std::vector<std::string>& d
 std::string safe_file_name(const std::string& name) {
   std::string r;
   for (unsigned char c : name) r += (std::isalnum(c) || c == '.' || c == '_' || c == '-') ? char(c) : '_';
-  if (r.find_first_not_of('.') == std::string::npos) r = "_" + r;  // "", ".", ".."
-  return r;
+  for (char& c : r) {  // no hidden files, no "." or ".."
+    if (c != '.') break;
+    c = '_';
+  }
+  return r.empty() ? "_" : r;
 }
 
 Array random_array(const Shape& shape, DType dtype, std::mt19937_64& rng) {

@@ -34,7 +34,7 @@ std::map<std::string, Shape> concrete_shapes(const onnx::Model& model,
 
 /// "(batch=1, 3, 224, 224)": dims with their dim_param names.
 std::string describe_shape(const Shape& shape, const std::vector<std::string>& dim_params);
-/// A file name safe to write inside a directory: only [A-Za-z0-9._-], never "", "." or "..".
+/// A file name safe to write inside a directory: only [A-Za-z0-9._-], no leading '.', never "".
 std::string safe_file_name(const std::string& name);
 /// Random values: floats uniform in [-1, 1), integers in [0, 4), bools fair coins.
 Array random_array(const Shape& shape, DType dtype, std::mt19937_64& rng);
