@@ -466,6 +466,7 @@ int main(int argc, char** argv) {
                       {"skip_by_reason", skips},
                       {"op_types_supported", supported_ops.size()},
                       {"op_types_in_suite", suite_ops.size()},
+                      {"supported_op_types", std::vector<std::string>(supported_ops.begin(), supported_ops.end())},
                       {"cases_all_ops_supported", all_supported},
                       {"pass_all_ops_supported", pass_supported}};
       nlohmann::ordered_json cases = nlohmann::ordered_json::array();
