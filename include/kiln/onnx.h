@@ -25,6 +25,9 @@ struct ImportOptions {
   /// Concrete shapes of graph inputs by name. They fix dim_params (and must agree with the
   /// model's fixed dims).
   std::map<std::string, Shape> input_shapes;
+  /// Values of graph inputs that kiln needs while importing (axes, shapes, pads or repeats that
+  /// a model takes as inputs): they become constants and are no longer inputs of the Model.
+  std::map<std::string, Array> input_values;
   /// Value given to every dim_param that input_shapes does not fix; -1 keeps it dynamic.
   int64_t default_dim = -1;
   /// Directory that external data files are read from; import(path) uses the model's directory.
@@ -45,8 +48,11 @@ struct ValueInfo {
 
 struct Model {
   Graph graph;
-  /// Graph inputs that are not initializers, in model order.
+  /// Graph inputs that are not initializers, in model order (without those fixed by
+  /// ImportOptions::input_values).
   std::vector<ValueInfo> inputs;
+  /// Names of the inputs whose values ImportOptions::input_values fixed.
+  std::vector<std::string> fixed_inputs;
   std::vector<ValueInfo> outputs;
   int64_t ir_version = 0;
   /// Default-domain opset.
@@ -60,8 +66,8 @@ struct Model {
 
   /// Output tensors in model order (compile targets).
   std::vector<Tensor> output_tensors() const;
-  /// Pairs each array with the input of that name. Throws ValueError for an unknown or missing
-  /// name, ShapeError/DTypeError when an array does not fit the input.
+  /// Pairs each array with the input of that name (arrays for fixed inputs are skipped). Throws
+  /// ValueError for an unknown or missing name, ShapeError/DTypeError when an array does not fit.
   Feeds feeds(const std::map<std::string, Array>& by_name) const;
   /// Shapes of the inputs, for Graph::compile (dynamic dims must be fixed by `by_name`).
   FeedShapes feed_shapes(const std::map<std::string, Shape>& by_name = {}) const;

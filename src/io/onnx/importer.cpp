@@ -5,6 +5,7 @@
 #include <google/protobuf/io/coded_stream.h>
 #include <onnx/onnx_pb.h>
 
+#include <algorithm>
 #include <climits>
 #include <filesystem>
 #include <fstream>
@@ -176,6 +177,20 @@ void Importer::add_inputs(const ::onnx::GraphProto& g) {
   for (const auto& in : g.input()) {
     if (values_.count(in.name())) continue;  // an initializer listed as an input
     const auto& tt = in.type().tensor_type();
+    if (auto it = options_.input_values.find(in.name()); it != options_.input_values.end()) {
+      Array a = it->second.to(Device::cpu());
+      const DType want = *from_onnx_dtype(tt.elem_type());
+      if (a.dtype() != want)
+        fail<DTypeError>("[onnx] input '{}' takes {}; its given value is {}", in.name(),
+                         name(want), name(a.dtype()));
+      if (tt.has_shape() && tt.shape().dim_size() != a.rank())
+        fail<ShapeError>("[onnx] input '{}' has rank {}; its given value has shape {}", in.name(),
+                         tt.shape().dim_size(), str(a.shape()));
+      values_[in.name()] = {constant(a), a};
+      model_.fixed_inputs.push_back(in.name());
+      given.insert(in.name());
+      continue;
+    }
     ValueInfo info;
     info.name = in.name();
     info.dtype = *from_onnx_dtype(tt.elem_type());
@@ -209,6 +224,9 @@ void Importer::add_inputs(const ::onnx::GraphProto& g) {
   for (const auto& [name, shape] : options_.input_shapes)
     if (!given.count(name))
       fail<ValueError>("[onnx] the model has no input '{}' (a shape was given for it)", name);
+  for (const auto& [name, value] : options_.input_values)
+    if (!given.count(name))
+      fail<ValueError>("[onnx] the model has no input '{}' (a value was given for it)", name);
 }
 
 void Importer::add_node(int index) {
@@ -370,6 +388,7 @@ std::vector<Tensor> Model::output_tensors() const {
 Feeds Model::feeds(const std::map<std::string, Array>& by_name) const {
   Feeds r;
   for (const auto& [name, a] : by_name) {
+    if (std::find(fixed_inputs.begin(), fixed_inputs.end(), name) != fixed_inputs.end()) continue;
     const ValueInfo* info = nullptr;
     for (const auto& in : inputs)
       if (in.name == name) info = &in;

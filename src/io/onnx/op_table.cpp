@@ -34,6 +34,10 @@ const std::vector<OpEntry>& op_table() {
     add_nn_ops(t);
     add_tensor_ops(t);
     add_reduce_ops(t);
+    add_misc_ops(t);
+    add_signal_ops(t);
+    add_quant_ops(t);
+    add_rnn_ops(t);
     std::sort(t.begin(), t.end(), [](const OpEntry& a, const OpEntry& b) {
       const int c = std::string_view(a.op_type).compare(b.op_type);
       return c != 0 ? c < 0 : a.since_version < b.since_version;
@@ -118,11 +122,12 @@ std::vector<int64_t> NodeContext::ints(int i) const {
   const Array* a = constant(i);
   if (!a) {
     if (!has_input(i)) fail(fmt::format("input {} is missing", i));
-    unsupported(fmt::format("input {} ('{}') must be known while importing (a constant or shape "
-                            "arithmetic on static shapes); give the model's inputs static shapes",
+    unsupported(fmt::format("input {} ('{}') must be known while importing: make it a constant "
+                            "or shape arithmetic on static shapes, or give the graph input it "
+                            "comes from a value (ImportOptions::input_values)",
                             i, node_.input(i)));
   }
-  if (is_floating(a->dtype()) || a->dtype() == boolean)
+  if (is_floating(a->dtype()))
     fail(fmt::format("input {} ('{}') must hold integers, not {}", i, node_.input(i),
                      name(a->dtype())));
   return a->astype(i64).to_vector<int64_t>();
@@ -132,7 +137,10 @@ std::vector<double> NodeContext::doubles(int i) const {
   const Array* a = constant(i);
   if (!a) {
     if (!has_input(i)) fail(fmt::format("input {} is missing", i));
-    unsupported(fmt::format("input {} ('{}') must be known while importing", i, node_.input(i)));
+    unsupported(fmt::format("input {} ('{}') must be known while importing: make it a constant, "
+                            "or give the graph input it comes from a value "
+                            "(ImportOptions::input_values)",
+                            i, node_.input(i)));
   }
   return a->astype(f64).to_vector<double>();
 }

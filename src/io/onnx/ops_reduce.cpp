@@ -1,4 +1,7 @@
 // ONNX reductions, arg-reductions and cumulative sums.
+#include <algorithm>
+#include <cmath>
+
 #include "io/onnx/map_util.h"
 
 namespace kiln::onnx::detail {
@@ -21,6 +24,32 @@ std::optional<Axes> reduce_axes(NodeContext& c, int input_since) {
   return axes;
 }
 
+// The lowest value of a dtype (-inf for floats).
+double lowest(DType t) {
+  switch (t) {
+    case DType::i8: return -128;
+    case DType::i16: return -32768;
+    case DType::i32: return -2147483648.0;
+    case DType::i64: return -9223372036854775808.0;
+    case DType::u8:
+    case DType::boolean: return 0;
+    default: return -INFINITY;
+  }
+}
+
+// The highest value of a dtype (+inf for floats; i64 stops at the largest double below 2^63).
+double highest(DType t) {
+  switch (t) {
+    case DType::i8: return 127;
+    case DType::i16: return 32767;
+    case DType::i32: return 2147483647.0;
+    case DType::i64: return 9223372036854774784.0;
+    case DType::u8: return 255;
+    case DType::boolean: return 1;
+    default: return INFINITY;
+  }
+}
+
 enum class Red { sum, mean, max, min, prod, l1, l2, log_sum, log_sum_exp, sum_square };
 
 template <Red R, int InputSince>
@@ -30,6 +59,22 @@ Outs reduce(NodeContext& c) {
   if (!axes) return {x};
   const bool keep = c.attr_int("keepdims", 1) != 0;
   const DType dt = x.dtype();
+  if constexpr (R == Red::max || R == Red::min) {
+    // ONNX: the max of an empty set is the lowest value, the min the highest
+    const Shape s = x.shape();
+    bool empty = false;
+    for (int64_t a : axes->empty() ? Axes{} : *axes) empty |= s[a] == 0;
+    if (axes->empty()) empty = numel(s) == 0;
+    if (empty && is_static(s)) {
+      Shape out;
+      for (int i = 0; i < x.rank(); ++i) {
+        const bool reduced = axes->empty() || std::find(axes->begin(), axes->end(), i) != axes->end();
+        if (!reduced) out.push_back(s[i]);
+        else if (keep) out.push_back(1);
+      }
+      return {full(c.graph(), out, R == Red::max ? lowest(dt) : highest(dt), dt)};
+    }
+  }
   Tensor y;
   switch (R) {
     case Red::sum: y = sum(x, *axes, keep); break;

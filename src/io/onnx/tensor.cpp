@@ -125,6 +125,20 @@ void copy_field(const google::protobuf::RepeatedField<Src>& f, int64_t n, void* 
   for (int64_t i = 0; i < n; ++i) o[i] = static_cast<Dst>(f.Get(static_cast<int>(i)));
 }
 
+// The typed field that holds `dtype`'s values must hold exactly n of them.
+void check_count(const ::onnx::TensorProto& t, DType dtype, int64_t n) {
+  int64_t have = 0;
+  switch (dtype) {
+    case DType::f32: have = t.float_data_size(); break;
+    case DType::f64: have = t.double_data_size(); break;
+    case DType::i64: have = t.int64_data_size(); break;
+    default: have = t.int32_data_size(); break;
+  }
+  if (have != n)
+    fail<FormatError>("[onnx] tensor '{}' has {} values, its shape needs {}", tensor_name(t), have,
+                      n);
+}
+
 }  // namespace
 
 Array read_tensor(const ::onnx::TensorProto& t, const std::string& external_dir) {
@@ -134,15 +148,19 @@ Array read_tensor(const ::onnx::TensorProto& t, const std::string& external_dir)
                            tensor_name(t), onnx_dtype_name(t.data_type()));
   Shape shape;
   const int64_t n = checked_numel(t, shape);
-  Array a = Array::empty(shape, *dtype);
-  const size_t bytes = a.nbytes();
+  const size_t bytes = static_cast<size_t>(n) * size_of(*dtype);
+  // the data is checked against the shape before anything is allocated
   if (t.data_location() == ::onnx::TensorProto::EXTERNAL) {
     const std::string data = read_external(t, external_dir, bytes);
-    if (bytes) std::memcpy(a.data(), data.data(), bytes);
-  } else if (t.has_raw_data()) {
-    if (t.raw_data().size() != bytes)
-      fail<FormatError>("[onnx] tensor '{}' has {} bytes of raw data, its shape {} of {} needs {}",
-                        tensor_name(t), t.raw_data().size(), str(shape), name(*dtype), bytes);
+    Array a = Array::from_data(data.data(), shape, *dtype);
+    return *dtype == DType::boolean ? a.astype(u8).astype(boolean) : a;
+  }
+  if (t.has_raw_data() && t.raw_data().size() != bytes)
+    fail<FormatError>("[onnx] tensor '{}' has {} bytes of raw data, its shape {} of {} needs {}",
+                      tensor_name(t), t.raw_data().size(), str(shape), name(*dtype), bytes);
+  if (!t.has_raw_data()) check_count(t, *dtype, n);
+  Array a = Array::empty(shape, *dtype);
+  if (t.has_raw_data()) {
     if (bytes) std::memcpy(a.data(), t.raw_data().data(), bytes);
   } else {
     void* out = a.data();

@@ -1,0 +1,282 @@
+// ONNX ops lowered onto several kiln ops: Einsum, CenterCropPad, MaxUnpool, ReverseSequence,
+// AffineGrid.
+#include <onnx/onnx_pb.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "io/onnx/map_util.h"
+
+namespace kiln::onnx::detail {
+
+namespace {
+
+// ---- Einsum: diagonals and lone letters reduce first, then operands contract pairwise through
+// batched matmuls ----
+
+struct Term {
+  Tensor t;
+  std::string letters;  // one letter per dim of t
+};
+
+// Takes the diagonal of every letter repeated within one operand.
+Term take_diagonals(NodeContext& c, Term x) {
+  for (size_t i = 0; i < x.letters.size(); ++i) {
+    for (size_t j = i + 1; j < x.letters.size(); ++j) {
+      if (x.letters[i] != x.letters[j]) continue;
+      const int64_t n = x.t.dim(static_cast<int>(i));
+      if (n < 0 || n != x.t.dim(static_cast<int>(j))) c.fail("a repeated index needs equal static dims");
+      Array eye = Array::zeros({n, n}, x.t.dtype());
+      Array ones = Array::zeros({n, n}, f64);
+      for (int64_t k = 0; k < n; ++k) ones.data<double>()[k * n + k] = 1;
+      eye = ones.astype(x.t.dtype());
+      Shape s(x.letters.size(), 1);
+      s[i] = n;
+      s[j] = n;
+      x.t = sum(mul(x.t, reshape(known(c, eye), s)), {static_cast<int64_t>(j)});
+      x.letters.erase(j, 1);
+      --j;
+    }
+  }
+  return x;
+}
+
+// Sums the dims whose letters no one else needs.
+Term sum_unneeded(Term x, const std::string& needed) {
+  Axes axes;
+  std::string keep;
+  for (size_t i = 0; i < x.letters.size(); ++i) {
+    if (needed.find(x.letters[i]) == std::string::npos) axes.push_back(static_cast<int64_t>(i));
+    else keep += x.letters[i];
+  }
+  if (!axes.empty()) x.t = sum(x.t, axes);
+  x.letters = keep;
+  return x;
+}
+
+Term permute_to(const Term& x, const std::string& order) {
+  std::vector<int64_t> perm;
+  for (char ch : order) perm.push_back(static_cast<int64_t>(x.letters.find(ch)));
+  bool identity = true;
+  for (size_t i = 0; i < perm.size(); ++i) identity &= perm[i] == static_cast<int64_t>(i);
+  return {identity ? x.t : transpose(x.t, perm), order};
+}
+
+Term contract(NodeContext& c, const Term& a, const Term& b, const std::string& keep) {
+  std::string batch, left, right, inner;
+  for (char ch : a.letters) {
+    const bool in_b = b.letters.find(ch) != std::string::npos;
+    const bool kept = keep.find(ch) != std::string::npos;
+    if (in_b && kept) batch += ch;
+    else if (in_b) inner += ch;
+    else left += ch;
+  }
+  for (char ch : b.letters)
+    if (a.letters.find(ch) == std::string::npos) right += ch;
+  Term pa = permute_to(a, batch + left + inner), pb = permute_to(b, batch + inner + right);
+  auto dims = [&](const Term& t, const std::string& ls) {
+    Shape s;
+    for (char ch : ls) s.push_back(t.t.dim(static_cast<int>(t.letters.find(ch))));
+    return s;
+  };
+  // batch dims broadcast (an ellipsis of size 1 against n)
+  Shape bs_a = dims(pa, batch), bs_b = dims(pb, batch), bs;
+  if (!broadcast_shapes(bs_a, bs_b, bs)) c.fail("operands' shared dims do not match");
+  const Shape ls = dims(pa, left), is = dims(pb, inner), rs = dims(pb, right);
+  auto prod = [](const Shape& s) { return std::accumulate(s.begin(), s.end(), int64_t{1}, std::multiplies<>()); };
+  auto with = [](Shape a, const Shape& b) { a.insert(a.end(), b.begin(), b.end()); return a; };
+  Tensor ta = broadcast_to(pa.t, with(with(bs, ls), dims(pa, inner)));
+  Tensor tb = broadcast_to(pb.t, with(with(bs, is), rs));
+  ta = reshape(ta, {prod(bs), prod(ls), prod(is)});
+  tb = reshape(tb, {prod(bs), prod(is), prod(rs)});
+  Tensor y = reshape(matmul(ta, tb), with(with(bs, ls), rs));
+  return {y, batch + left + right};
+}
+
+Outs einsum_op(NodeContext& c) {
+  std::string eq;
+  for (char ch : c.attr_string("equation", "")) if (ch != ' ') eq += ch;
+  const size_t arrow = eq.find("->");
+  std::string lhs = eq.substr(0, arrow), out;
+  std::vector<std::string> specs;
+  for (size_t p = 0;;) {
+    const size_t q = lhs.find(',', p);
+    specs.push_back(lhs.substr(p, q == std::string::npos ? std::string::npos : q - p));
+    if (q == std::string::npos) break;
+    p = q + 1;
+  }
+  if (static_cast<int>(specs.size()) != c.num_inputs())
+    c.fail(fmt::format("the equation names {} operands, the node has {}", specs.size(), c.num_inputs()));
+  // an ellipsis becomes digits '0'.. aligned from the right (numpy broadcasting)
+  int ell = 0;
+  std::vector<Term> terms;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    Tensor t = c.input(static_cast<int>(i));
+    std::string s = specs[i];
+    if (const size_t e = s.find("..."); e != std::string::npos) {
+      const int n = t.rank() - static_cast<int>(s.size() - 3);
+      if (n < 0 || n > 10) c.fail("the ellipsis does not fit the operand's rank");
+      ell = std::max(ell, n);
+      std::string digits;
+      for (int k = 0; k < n; ++k) digits += static_cast<char>('0' + (10 - n + k));
+      s = s.substr(0, e) + digits + s.substr(e + 3);
+    }
+    if (static_cast<int>(s.size()) != t.rank())
+      c.fail(fmt::format("operand {} has rank {}, its subscripts '{}' name {}", i, t.rank(), specs[i], s.size()));
+    terms.push_back({t, s});
+  }
+  std::string ell_digits;
+  for (int k = 0; k < ell; ++k) ell_digits += static_cast<char>('0' + (10 - ell + k));
+  if (arrow == std::string::npos) {
+    std::string all;
+    for (const auto& t : terms) all += t.letters;
+    out = ell_digits;
+    std::string letters;
+    for (char ch : all)
+      if (std::isalpha(static_cast<unsigned char>(ch)) && std::count(all.begin(), all.end(), ch) == 1) letters += ch;
+    std::sort(letters.begin(), letters.end());
+    out += letters;
+  } else {
+    out = eq.substr(arrow + 2);
+    if (const size_t e = out.find("..."); e != std::string::npos) out = out.substr(0, e) + ell_digits + out.substr(e + 3);
+  }
+  auto needed_after = [&](size_t from) {
+    std::string n = out;
+    for (size_t j = from; j < terms.size(); ++j) n += terms[j].letters;
+    return n;
+  };
+  for (size_t i = 0; i < terms.size(); ++i) {
+    terms[i] = take_diagonals(c, terms[i]);
+    std::string others = out;
+    for (size_t j = 0; j < terms.size(); ++j) if (j != i) others += terms[j].letters;
+    terms[i] = sum_unneeded(terms[i], others);
+  }
+  Term acc = terms[0];
+  for (size_t i = 1; i < terms.size(); ++i) {
+    acc = contract(c, acc, terms[i], needed_after(i + 1));
+    acc = sum_unneeded(acc, needed_after(i + 1));
+  }
+  acc = sum_unneeded(acc, out);
+  for (char ch : out)
+    if (acc.letters.find(ch) == std::string::npos) c.fail(fmt::format("output index '{}' is in no operand", ch));
+  return {permute_to(acc, out).t};
+}
+
+// ---- the rest ----
+
+Outs center_crop_pad(NodeContext& c) {
+  Tensor x = c.input(0);
+  const auto want = c.ints(1);
+  std::vector<int64_t> axes = c.attr_ints("axes");
+  if (axes.empty()) {
+    axes.resize(x.rank());
+    std::iota(axes.begin(), axes.end(), 0);
+  }
+  if (want.size() != axes.size()) c.fail("shape must have one value per axis");
+  std::vector<int64_t> pads(2 * x.rank(), 0);
+  bool padding = false;
+  for (size_t i = 0; i < axes.size(); ++i) {
+    const int64_t a = axis_of(c, axes[i], x.rank());
+    const int64_t n = x.dim(static_cast<int>(a));
+    if (n < 0) c.unsupported("needs static dims");
+    if (want[i] < n) {
+      const int64_t start = (n - want[i]) / 2;
+      x = slice(x, {start}, {start + want[i]}, {}, {a});
+    } else if (want[i] > n) {
+      pads[2 * a] = (want[i] - n) / 2;
+      pads[2 * a + 1] = want[i] - n - pads[2 * a];
+      padding = true;
+    }
+  }
+  return {padding ? pad(x, pads) : x};
+}
+
+Outs max_unpool(NodeContext& c) {
+  Tensor x = c.input(0), idx = c.input(1);
+  const Shape s = x.shape();
+  if (!is_static(s)) c.unsupported("needs static shapes");
+  // scatter into the shape the pooling came from; output_shape then pads at the ends
+  const auto k = c.attr_ints("kernel_shape");
+  const size_t nd = k.size();
+  const auto st = c.attr_ints("strides", std::vector<int64_t>(nd, 1));
+  const auto p = c.attr_ints("pads", std::vector<int64_t>(2 * nd, 0));
+  if (nd + 2 != s.size() || st.size() != nd || p.size() != 2 * nd)
+    c.fail("kernel_shape, strides and pads do not match the input's rank");
+  Shape inferred{s[0], s[1]};
+  for (size_t i = 0; i < nd; ++i) inferred.push_back((s[2 + i] - 1) * st[i] + k[i] - p[i] - p[i + nd]);
+  Tensor flat = full(c.graph(), {numel(inferred)}, 0.0, x.dtype());
+  Tensor y = reshape(scatter_elements(flat, reshape(idx, {-1}), reshape(x, {-1}), 0), inferred);
+  if (!c.has_input(2)) return {y};
+  const Shape out = c.ints(2);
+  if (out.size() != inferred.size()) c.fail("output_shape has the wrong rank");
+  std::vector<int64_t> pads(2 * out.size(), 0);
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i] < inferred[i]) c.fail("output_shape is smaller than the unpooled shape");
+    pads[2 * i + 1] = out[i] - inferred[i];
+  }
+  return {pad(y, pads)};
+}
+
+Outs reverse_sequence(NodeContext& c) {
+  Tensor x = c.input(0), lens = cast(c.input(1), i64);
+  const int64_t bax = axis_of(c, c.attr_int("batch_axis", 1), x.rank());
+  const int64_t tax = axis_of(c, c.attr_int("time_axis", 0), x.rank());
+  const int64_t steps = x.dim(static_cast<int>(tax));
+  if (steps < 0) c.unsupported("needs the time axis' size while importing");
+  Shape ts(x.rank(), 1), bs(x.rank(), 1);
+  ts[tax] = steps;
+  bs[bax] = x.dim(static_cast<int>(bax));
+  Tensor t = reshape(arange(c.graph(), 0, static_cast<double>(steps), 1, i64), ts);
+  Tensor len = reshape(lens, bs);
+  Tensor src = where(less(t, len), sub(sub(len, scalar_of(len, 1)), t), t);
+  return {gather_elements(x, broadcast_to(src, x.shape()), tax)};
+}
+
+Outs affine_grid(NodeContext& c) {
+  Tensor theta = c.input(0);
+  const auto size = c.ints(1);
+  const bool align = c.attr_int("align_corners", 0) != 0;
+  const size_t nd = size.size() - 2;
+  if (nd != 2 && nd != 3) c.fail("size must be (N, C, H, W) or (N, C, D, H, W)");
+  auto coords = [&](int64_t n) {
+    std::vector<double> v(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i)
+      v[i] = align ? (n > 1 ? -1.0 + 2.0 * static_cast<double>(i) / static_cast<double>(n - 1) : 0.0)
+                   : -1.0 + (2.0 * static_cast<double>(i) + 1.0) / static_cast<double>(n);
+    return v;
+  };
+  // base grid rows (x, y[, z], 1), x varying fastest
+  const int64_t D = nd == 3 ? size[2] : 1, H = size[nd == 3 ? 3 : 2], W = size[nd == 3 ? 4 : 3];
+  const auto xs = coords(W), ys = coords(H), zs = coords(D);
+  const int64_t cols = static_cast<int64_t>(nd) + 1, rows = D * H * W;
+  Array base = Array::zeros({rows, cols}, f64);
+  double* b = base.data<double>();
+  for (int64_t d = 0; d < D; ++d)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t w = 0; w < W; ++w) {
+        double* r = b + ((d * H + h) * W + w) * cols;
+        r[0] = xs[w];
+        r[1] = ys[h];
+        if (nd == 3) r[2] = zs[d];
+        r[cols - 1] = 1;
+      }
+  Tensor g = matmul(known(c, base.astype(theta.dtype())), transpose(theta, {0, 2, 1}));
+  Shape out{size[0]};
+  if (nd == 3) out.push_back(D);
+  out.insert(out.end(), {H, W, static_cast<int64_t>(nd)});
+  return {reshape(g, out)};
+}
+
+}  // namespace
+
+void add_misc_ops(std::vector<OpEntry>& t) {
+  t.insert(t.end(), {
+      {"Einsum", 12, einsum_op},
+      {"CenterCropPad", 18, center_crop_pad},
+      {"MaxUnpool", 9, max_unpool},
+      {"ReverseSequence", 10, reverse_sequence},
+      {"AffineGrid", 20, affine_grid},
+  });
+}
+
+}  // namespace kiln::onnx::detail
