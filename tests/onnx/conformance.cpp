@@ -157,7 +157,6 @@ std::vector<fs::path> numbered(const fs::path& dir, const std::string& prefix) {
 
 struct DataSet {
   std::vector<Array> inputs, outputs;
-  std::vector<onnx::TensorProto> input_protos;
 };
 
 onnx::TensorProto read_proto(const fs::path& path) {
@@ -167,7 +166,9 @@ onnx::TensorProto read_proto(const fs::path& path) {
   return t;
 }
 
-// Inputs that hold parameters rather than data: integers, bools and single values.
+// Inputs that hold parameters rather than data: integers, bools and single values. A case that
+// fails as given runs again with these as ImportOptions::input_values (the backend tests feed
+// axes, shapes, pads and depths as inputs; kiln needs them while importing).
 bool parameter_like(const Array& a) {
   return kiln::is_integer(a.dtype()) || a.dtype() == kiln::boolean || a.numel() <= 1;
 }
@@ -203,42 +204,21 @@ std::string compare(const Array& got, const Array& want, const std::string& name
                      bad, w.size(), first, g[first], w[first], worst);
 }
 
-// The model with its parameter-like inputs replaced by initializers holding the data set's
-// values (the backend tests feed axes, shapes, pads and depths as inputs; kiln needs them at
-// import).
-std::string freeze_inputs(const onnx::ModelProto& model, const std::vector<std::string>& input_names,
-                          const DataSet& ds) {
-  onnx::ModelProto m = model;
-  auto* g = m.mutable_graph();
-  for (size_t i = 0; i < ds.inputs.size() && i < input_names.size(); ++i) {
-    if (!parameter_like(ds.inputs[i])) continue;
-    for (int k = 0; k < g->input_size(); ++k)
-      if (g->input(k).name() == input_names[i]) {
-        g->mutable_input()->DeleteSubrange(k, 1);
-        break;
-      }
-    onnx::TensorProto* t = g->add_initializer();
-    *t = ds.input_protos[i];
-    t->set_name(input_names[i]);
-  }
-  return m.SerializeAsString();
-}
-
 // Runs every data set of a case (in the forked child); "" on success, else the reason.
-std::string run_case(const fs::path& dir, const onnx::ModelProto& proto, const std::vector<std::string>& input_names,
+std::string run_case(const fs::path& dir, const std::vector<std::string>& input_names,
                      const std::vector<DataSet>& sets, bool freeze) {
   for (const DataSet& ds : sets) {
     kiln::onnx::ImportOptions options;
-    options.external_data_dir = dir.string();
     std::map<std::string, Array> feeds;
     for (size_t i = 0; i < ds.inputs.size() && i < input_names.size(); ++i) {
-      if (freeze && parameter_like(ds.inputs[i])) continue;
+      if (freeze && parameter_like(ds.inputs[i])) {
+        options.input_values[input_names[i]] = ds.inputs[i];
+        continue;
+      }
       options.input_shapes[input_names[i]] = ds.inputs[i].shape();
       feeds[input_names[i]] = ds.inputs[i];
     }
-    const std::string bytes = freeze ? freeze_inputs(proto, input_names, ds) : std::string();
-    const kiln::onnx::Model model = freeze ? kiln::onnx::import_bytes(bytes.data(), bytes.size(), options)
-                                           : kiln::onnx::import((dir / "model.onnx").string(), options);
+    const kiln::onnx::Model model = kiln::onnx::import((dir / "model.onnx").string(), options);
     std::map<std::string, kiln::Shape> shapes;
     for (const auto& [n, a] : feeds) shapes[n] = a.shape();
     const kiln::Executable exe =
@@ -342,19 +322,16 @@ CaseResult classify_and_run(const fs::path& dir, bool fork_cases) {
     std::vector<DataSet> sets;
     for (const auto& sd : set_dirs) {
       DataSet ds;
-      for (const auto& p : numbered(sd, "input")) {
-        ds.input_protos.push_back(read_proto(p));
-        ds.inputs.push_back(to_array(ds.input_protos.back()));
-      }
+      for (const auto& p : numbered(sd, "input")) ds.inputs.push_back(to_array(read_proto(p)));
       for (const auto& p : numbered(sd, "output")) ds.outputs.push_back(to_array(read_proto(p)));
       sets.push_back(std::move(ds));
     }
-    auto [ok, msg] = isolated([&] { return run_case(dir, model, input_names, sets, false); }, fork_cases);
+    auto [ok, msg] = isolated([&] { return run_case(dir, input_names, sets, false); }, fork_cases);
     bool has_frozen = false;
     for (const auto& ds : sets)
       for (const auto& a : ds.inputs) has_frozen = has_frozen || parameter_like(a);
     if (!ok && has_frozen) {  // again with parameter-like inputs as constants
-      auto [ok2, msg2] = isolated([&] { return run_case(dir, model, input_names, sets, true); }, fork_cases);
+      auto [ok2, msg2] = isolated([&] { return run_case(dir, input_names, sets, true); }, fork_cases);
       res.frozen = true;
       ok = ok2;
       msg = ok2 ? "" : msg2 + " (with parameter inputs frozen; as given: " + msg + ")";
