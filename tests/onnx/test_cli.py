@@ -151,3 +151,24 @@ def test_convert(mlp, tmp_path):
     assert_one_line_error(r, "packages are not available yet", "imported and validated")
     assert "MatMul" in r.stdout  # the report came first
     assert not (tmp_path / "mlp.kiln").exists()
+
+
+def test_value_fixes_an_input_needed_while_importing(tmp_path):
+    """Reshape whose target shape is a graph input: --value gives it while importing."""
+    g = helper.make_graph([helper.make_node("Reshape", ["X", "S"], ["Y"])], "rs",
+                          [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 6]),
+                           helper.make_tensor_value_info("S", TensorProto.INT64, [2])],
+                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [3, 4])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    path = save(m, tmp_path / "rs.onnx")
+    x = RNG.standard_normal((2, 6)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "s.npy", np.array([3, 4], np.int64))
+    r = kiln("run", path, "-i", f"X={tmp_path / 'x.npy'}", "--value", f"S={tmp_path / 's.npy'}", "-o", tmp_path,
+             "--device", "cpu")
+    assert r.returncode == 0, r.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "Y.npy"), x.reshape(3, 4))
+    assert_one_line_error(kiln("inspect", path, "--device", "cpu"), "S")
+    r = kiln("inspect", path, "--value", f"S={tmp_path / 's.npy'}", "--device", "cpu")
+    assert r.returncode == 0 and "(3, 4)" in r.stdout, r.stdout + r.stderr

@@ -18,6 +18,7 @@ struct BenchOptions {
   int warmup = 10;
   std::vector<std::string> inputs;
   std::vector<std::string> shapes;
+  std::vector<std::string> values;
   std::string device;
   uint64_t seed = 0;
 };
@@ -34,7 +35,7 @@ void bench_model(const BenchOptions& o) {
   std::map<std::string, Array> arrays = load_inputs(o.inputs);
   std::map<std::string, Shape> shapes = parse_shapes(o.shapes);
   for (const auto& [n, a] : arrays) shapes[n] = a.shape();
-  const onnx::Model model = import_model(o.model, shapes, 1);
+  const onnx::Model model = import_model(o.model, shapes, load_inputs(o.values, "--value"), 1);
   std::vector<std::string> names;
   for (const auto& [n, a] : arrays) names.push_back(n);
   check_input_names(model, names, "--input");
@@ -88,6 +89,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--warmup,-w", o->warmup, "Untimed runs first")->capture_default_str();
   cmd->add_option("--input,-i", o->inputs, "NAME=FILE.npy: use this input instead of random values");
   cmd->add_option("--shape", o->shapes, "NAME=1,3,224,224: shape of a random input (dim_params default to 1)");
+  cmd->add_option("--value", o->values, kValueHelp);
   cmd->add_option("--device", o->device, "cpu, cuda or cuda:N (default: KILN_DEVICE or the first GPU)");
   cmd->add_option("--seed", o->seed, "Seed of the random inputs")->capture_default_str();
   cmd->callback([o] { bench_model(*o); });

@@ -14,11 +14,12 @@ struct ConvertOptions {
   std::string model;
   std::string output;
   std::vector<std::string> shapes;
+  std::vector<std::string> values;
 };
 
 void convert_model(const ConvertOptions& o) {
   const std::map<std::string, Shape> shapes = parse_shapes(o.shapes);
-  const onnx::Model model = import_model(o.model, shapes, 1);
+  const onnx::Model model = import_model(o.model, shapes, load_inputs(o.values, "--value"), 1);
   print_model_summary(model);
   const Executable exe = model.graph.compile(Device::cpu(), model.feed_shapes(concrete_shapes(model, shapes)),
                                              model.output_tensors());
@@ -37,6 +38,7 @@ void add_convert_command(CLI::App& app) {
   cmd->add_option("model", o->model, "ONNX model file")->required();
   cmd->add_option("-o,--output", o->output, "Package to write (not available yet: exits non-zero)");
   cmd->add_option("--shape", o->shapes, "NAME=1,3,224,224: shape of an input (dim_params default to 1)");
+  cmd->add_option("--value", o->values, kValueHelp);
   cmd->callback([o] { convert_model(*o); });
 }
 

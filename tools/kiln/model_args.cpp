@@ -45,11 +45,11 @@ std::map<std::string, Shape> parse_shapes(const std::vector<std::string>& args) 
   return shapes;
 }
 
-std::map<std::string, Array> load_inputs(const std::vector<std::string>& args) {
+std::map<std::string, Array> load_inputs(const std::vector<std::string>& args, const std::string& option) {
   std::map<std::string, Array> inputs;
   for (const std::string& a : args) {
-    auto [name, file] = split_assignment(a, "--input");
-    if (inputs.count(name)) throw ValueError(fmt::format("[--input] '{}' is given twice", name));
+    auto [name, file] = split_assignment(a, option);
+    if (inputs.count(name)) throw ValueError(fmt::format("[{}] '{}' is given twice", option, name));
     inputs[name] = Array::load_npy(file);
   }
   return inputs;
@@ -68,9 +68,10 @@ void check_input_names(const onnx::Model& model, const std::vector<std::string>&
 }
 
 onnx::Model import_model(const std::string& path, const std::map<std::string, Shape>& shapes,
-                         int64_t default_dim) {
+                         const std::map<std::string, Array>& values, int64_t default_dim) {
   onnx::ImportOptions options;
   options.input_shapes = shapes;
+  options.input_values = values;
   options.default_dim = default_dim;
   onnx::Model model = onnx::import(path, options);
   std::vector<std::string> names;

@@ -18,13 +18,18 @@ std::pair<std::string, std::string> split_assignment(const std::string& arg, con
 Shape parse_dims(const std::string& dims, const std::string& option);
 /// --shape NAME=dims, repeated.
 std::map<std::string, Shape> parse_shapes(const std::vector<std::string>& args);
-/// --input NAME=FILE.npy, repeated: loads every file.
-std::map<std::string, Array> load_inputs(const std::vector<std::string>& args);
+/// --input NAME=FILE.npy (or --value), repeated: loads every file.
+std::map<std::string, Array> load_inputs(const std::vector<std::string>& args,
+                                         const std::string& option = "--input");
 
-/// Imports `path` with input shapes fixed by `shapes`; dim_params nothing fixes get
-/// `default_dim` (-1 keeps them dynamic). Throws ValueError for a name the model lacks.
+/// Imports `path` with input shapes fixed by `shapes` and input values by `values` (--value:
+/// axes or shapes a model takes as inputs); dim_params nothing fixes get `default_dim` (-1 keeps
+/// them dynamic). Throws ValueError for a name the model lacks.
 onnx::Model import_model(const std::string& path, const std::map<std::string, Shape>& shapes,
-                         int64_t default_dim);
+                         const std::map<std::string, Array>& values, int64_t default_dim);
+/// The --value option's help.
+inline constexpr const char* kValueHelp =
+    "NAME=FILE.npy: fix an input's value while importing (axes, shapes or pads a model takes as inputs)";
 /// Checks that every name in `names` is a model input.
 void check_input_names(const onnx::Model& model, const std::vector<std::string>& names,
                        const std::string& option);

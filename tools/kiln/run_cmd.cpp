@@ -17,6 +17,7 @@ struct RunOptions {
   std::string model;
   std::vector<std::string> inputs;
   std::vector<std::string> shapes;
+  std::vector<std::string> values;
   std::string output_dir = ".";
   std::string device;
 };
@@ -25,7 +26,7 @@ void run_model(const RunOptions& o) {
   std::map<std::string, Array> arrays = load_inputs(o.inputs);
   std::map<std::string, Shape> shapes = parse_shapes(o.shapes);
   for (const auto& [n, a] : arrays) shapes[n] = a.shape();
-  const onnx::Model model = import_model(o.model, shapes, -1);
+  const onnx::Model model = import_model(o.model, shapes, load_inputs(o.values, "--value"), -1);
   std::vector<std::string> names;
   for (const auto& [n, a] : arrays) names.push_back(n);
   check_input_names(model, names, "--input");
@@ -64,6 +65,7 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("model", o->model, "ONNX model file")->required();
   cmd->add_option("--input,-i", o->inputs, "NAME=FILE.npy for every model input (its shape fixes dim_params)");
   cmd->add_option("--shape", o->shapes, "NAME=1,3,224,224: shape of an input (checked against its .npy)");
+  cmd->add_option("--value", o->values, kValueHelp);
   cmd->add_option("--output-dir,-o", o->output_dir, "Directory the outputs are written to (NAME.npy)")
       ->capture_default_str();
   cmd->add_option("--device", o->device, "cpu, cuda or cuda:N (default: KILN_DEVICE or the first GPU)");
