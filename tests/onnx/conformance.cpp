@@ -7,12 +7,12 @@
 // a non-default domain, opset < 7, or an element type kiln lacks). Cases run in a forked child,
 // so a crash or a hang fails that case only. The run fails when a case fails that the
 // expectations file does not list, or a listed case passes (the list only shrinks).
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <onnx/onnx_pb.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
 #include <csignal>
@@ -62,7 +62,8 @@ std::string one_line(std::string s) {
 
 bool default_domain(const std::string& d) { return d.empty() || d == "ai.onnx"; }
 
-void collect_ops(const onnx::GraphProto& g, std::set<std::string>& ops, std::set<std::string>& domains) {
+void collect_ops(const onnx::GraphProto& g, std::set<std::string>& ops,
+                 std::set<std::string>& domains) {
   for (const auto& n : g.node()) {
     if (default_domain(n.domain()))
       ops.insert(n.op_type());
@@ -78,20 +79,32 @@ void collect_ops(const onnx::GraphProto& g, std::set<std::string>& ops, std::set
 DType kiln_dtype(int32_t t) {
   using TP = onnx::TensorProto;
   switch (t) {
-    case TP::FLOAT: return kiln::f32;
-    case TP::DOUBLE: return kiln::f64;
-    case TP::FLOAT16: return kiln::f16;
-    case TP::BFLOAT16: return kiln::bf16;
-    case TP::INT8: return kiln::i8;
-    case TP::UINT8: return kiln::u8;
-    case TP::INT16: return kiln::i16;
-    case TP::INT32: return kiln::i32;
-    case TP::INT64: return kiln::i64;
-    case TP::BOOL: return kiln::boolean;
+    case TP::FLOAT:
+      return kiln::f32;
+    case TP::DOUBLE:
+      return kiln::f64;
+    case TP::FLOAT16:
+      return kiln::f16;
+    case TP::BFLOAT16:
+      return kiln::bf16;
+    case TP::INT8:
+      return kiln::i8;
+    case TP::UINT8:
+      return kiln::u8;
+    case TP::INT16:
+      return kiln::i16;
+    case TP::INT32:
+      return kiln::i32;
+    case TP::INT64:
+      return kiln::i64;
+    case TP::BOOL:
+      return kiln::boolean;
     default:
-      throw Skip{"dtype", fmt::format("element type {} ({})", onnx::TensorProto::DataType_Name(
-                                                                 static_cast<onnx::TensorProto::DataType>(t)),
-                                      t)};
+      throw Skip{
+          "dtype",
+          fmt::format("element type {} ({})",
+                      onnx::TensorProto::DataType_Name(static_cast<onnx::TensorProto::DataType>(t)),
+                      t)};
   }
 }
 
@@ -100,19 +113,21 @@ Array to_array(const onnx::TensorProto& t) {
   const DType dt = kiln_dtype(t.data_type());
   kiln::Shape shape(t.dims().begin(), t.dims().end());
   const int64_t n = kiln::numel(shape);
-  if (t.data_location() == onnx::TensorProto::EXTERNAL) throw Skip{"dtype", "external data in a .pb"};
+  if (t.data_location() == onnx::TensorProto::EXTERNAL)
+    throw Skip{"dtype", "external data in a .pb"};
   Array a = Array::empty(shape, dt);
   const size_t bytes = a.nbytes();
   if (t.has_raw_data()) {
     if (t.raw_data().size() != bytes)
-      throw std::runtime_error(fmt::format("tensor '{}': raw_data holds {} bytes, shape needs {}", t.name(),
-                                           t.raw_data().size(), bytes));
+      throw std::runtime_error(fmt::format("tensor '{}': raw_data holds {} bytes, shape needs {}",
+                                           t.name(), t.raw_data().size(), bytes));
     std::memcpy(a.data(), t.raw_data().data(), bytes);
     return a;
   }
   auto check = [&](int64_t have) {
     if (have != n)
-      throw std::runtime_error(fmt::format("tensor '{}': {} values for {} elements", t.name(), have, n));
+      throw std::runtime_error(
+          fmt::format("tensor '{}': {} values for {} elements", t.name(), have, n));
   };
   using TP = onnx::TensorProto;
   switch (t.data_type()) {
@@ -132,7 +147,8 @@ Array to_array(const onnx::TensorProto& t) {
     case TP::BFLOAT16: {  // 16-bit patterns in int32_data
       check(t.int32_data_size());
       auto* p = static_cast<uint16_t*>(a.data());
-      for (int64_t i = 0; i < n; ++i) p[i] = static_cast<uint16_t>(t.int32_data(static_cast<int>(i)));
+      for (int64_t i = 0; i < n; ++i)
+        p[i] = static_cast<uint16_t>(t.int32_data(static_cast<int>(i)));
       break;
     }
     default: {  // INT32, INT16, INT8, UINT8, BOOL: values in int32_data
@@ -143,7 +159,6 @@ Array to_array(const onnx::TensorProto& t) {
   }
   return a;
 }
-
 
 std::vector<fs::path> numbered(const fs::path& dir, const std::string& prefix) {
   std::vector<fs::path> files;
@@ -162,7 +177,8 @@ struct DataSet {
 onnx::TensorProto read_proto(const fs::path& path) {
   onnx::TensorProto t;
   std::ifstream f(path, std::ios::binary);
-  if (!f || !t.ParseFromIstream(&f)) throw Skip{"dtype", "not a TensorProto: " + path.filename().string()};
+  if (!f || !t.ParseFromIstream(&f))
+    throw Skip{"dtype", "not a TensorProto: " + path.filename().string()};
   return t;
 }
 
@@ -184,7 +200,8 @@ std::string compare(const Array& got, const Array& want, const std::string& name
   if (!kiln::is_floating(want.dtype())) {
     const auto g = got.to_vector<int64_t>(), w = want.to_vector<int64_t>();
     for (size_t i = 0; i < w.size(); ++i)
-      if (g[i] != w[i]) return fmt::format("output '{}'[{}]: {} vs expected {}", name, i, g[i], w[i]);
+      if (g[i] != w[i])
+        return fmt::format("output '{}'[{}]: {} vs expected {}", name, i, g[i], w[i]);
     return "";
   }
   const auto g = got.to_vector<double>(), w = want.to_vector<double>();
@@ -200,8 +217,9 @@ std::string compare(const Array& got, const Array& want, const std::string& name
     }
   }
   if (bad == 0) return "";
-  return fmt::format("output '{}': {} of {} values differ, first [{}] {} vs expected {}, max abs error {:.3g}", name,
-                     bad, w.size(), first, g[first], w[first], worst);
+  return fmt::format(
+      "output '{}': {} of {} values differ, first [{}] {} vs expected {}, max abs error {:.3g}",
+      name, bad, w.size(), first, g[first], w[first], worst);
 }
 
 // Runs every data set of a case (in the forked child); "" on success, else the reason.
@@ -331,13 +349,17 @@ CaseResult classify_and_run(const fs::path& dir, bool fork_cases) {
     for (const auto& ds : sets)
       for (const auto& a : ds.inputs) has_frozen = has_frozen || parameter_like(a);
     if (!ok && has_frozen) {  // again with parameter-like inputs as constants
-      auto [ok2, msg2] = isolated([&] { return run_case(dir, input_names, sets, true); }, fork_cases);
+      auto [ok2, msg2] =
+          isolated([&] { return run_case(dir, input_names, sets, true); }, fork_cases);
       res.frozen = true;
       ok = ok2;
       msg = ok2 ? "" : msg2 + " (with parameter inputs frozen; as given: " + msg + ")";
     }
     res.status = ok ? "pass" : "fail";
-    res.category = ok ? "" : msg.rfind("crash:", 0) == 0 ? "crash" : msg.rfind("output", 0) == 0 ? "mismatch" : "error";
+    res.category = ok                            ? ""
+                   : msg.rfind("crash:", 0) == 0 ? "crash"
+                   : msg.rfind("output", 0) == 0 ? "mismatch"
+                                                 : "error";
     res.reason = one_line(msg);
   } catch (const Skip& s) {
     res.status = s.category == "error" ? "fail" : "skip";
@@ -376,7 +398,8 @@ int main(int argc, char** argv) {
   app.add_option("--expected", expected_path, "Expected failures (`case  # reason` lines)");
   app.add_option("--filter", filter, "Only cases whose name matches this regex (search)");
   app.add_option("--json", json_path, "Write per-case results as JSON");
-  app.add_option("--write-expected", write_expected, "Write the current failures as an expectations file");
+  app.add_option("--write-expected", write_expected,
+                 "Write the current failures as an expectations file");
   app.add_flag("--no-fork", no_fork, "Run cases in this process (for debuggers)");
   app.add_flag("-v,--verbose", verbose, "Print every case");
   CLI11_PARSE(app, argc, argv);
@@ -390,7 +413,8 @@ int main(int argc, char** argv) {
         dirs.push_back(e.path());
     std::sort(dirs.begin(), dirs.end());
     if (dirs.empty()) throw std::runtime_error("no test cases under " + data);
-    const std::set<std::string> expected = expected_path.empty() ? std::set<std::string>{} : read_expected(expected_path);
+    const std::set<std::string> expected =
+        expected_path.empty() ? std::set<std::string>{} : read_expected(expected_path);
 
     std::vector<CaseResult> results;
     for (const auto& d : dirs) {
@@ -402,7 +426,8 @@ int main(int argc, char** argv) {
     }
 
     std::map<std::string, int> count, skips;
-    int fail_expected = 0, fail_unexpected = 0, all_supported = 0, pass_supported = 0, pass_frozen = 0;
+    int fail_expected = 0, fail_unexpected = 0, all_supported = 0, pass_supported = 0,
+        pass_frozen = 0;
     std::vector<std::string> now_passing;
     std::set<std::string> suite_ops, supported_ops;
     for (const auto& r : results) {
@@ -421,15 +446,20 @@ int main(int argc, char** argv) {
         pass_supported += r.status == "pass";
       }
     }
-    for (const auto& n : now_passing) fmt::print("{:<60} pass, but listed as an expected failure\n", n);
+    for (const auto& n : now_passing)
+      fmt::print("{:<60} pass, but listed as an expected failure\n", n);
     fmt::print("cases: {}\n", results.size());
-    fmt::print("pass: {} ({} only with integer, bool and one-value inputs frozen as constants)\n", count["pass"], pass_frozen);
-    fmt::print("fail: {} (expected {}, unexpected {})\n", count["fail"], fail_expected, fail_unexpected);
+    fmt::print("pass: {} ({} only with integer, bool and one-value inputs frozen as constants)\n",
+               count["pass"], pass_frozen);
+    fmt::print("fail: {} (expected {}, unexpected {})\n", count["fail"], fail_expected,
+               fail_unexpected);
     fmt::print("skip: {}", count["skip"]);
     for (const auto& [k, n] : skips) fmt::print(" {}={}", k, n);
-    fmt::print("\nop types: {} supported of {} distinct in the suite\n", supported_ops.size(), suite_ops.size());
-    fmt::print("pass rate over cases whose op types are all supported: {}/{} = {:.1f}%\n", pass_supported,
-               all_supported, all_supported ? 100.0 * pass_supported / all_supported : 0.0);
+    fmt::print("\nop types: {} supported of {} distinct in the suite\n", supported_ops.size(),
+               suite_ops.size());
+    fmt::print("pass rate over cases whose op types are all supported: {}/{} = {:.1f}%\n",
+               pass_supported, all_supported,
+               all_supported ? 100.0 * pass_supported / all_supported : 0.0);
 
     if (!json_path.empty()) {
       nlohmann::ordered_json j;
@@ -443,19 +473,21 @@ int main(int argc, char** argv) {
                       {"skip_by_reason", skips},
                       {"op_types_supported", supported_ops.size()},
                       {"op_types_in_suite", suite_ops.size()},
-                      {"supported_op_types", std::vector<std::string>(supported_ops.begin(), supported_ops.end())},
+                      {"supported_op_types",
+                       std::vector<std::string>(supported_ops.begin(), supported_ops.end())},
                       {"cases_all_ops_supported", all_supported},
                       {"pass_all_ops_supported", pass_supported}};
       nlohmann::ordered_json cases = nlohmann::ordered_json::array();
       for (const auto& r : results)
-        cases.push_back({{"name", r.name},
-                         {"status", r.status},
-                         {"category", r.category},
-                         {"reason", r.reason},
-                         {"opset", r.opset},
-                         {"frozen_inputs", r.frozen},
-                         {"op_types", std::vector<std::string>(r.op_types.begin(), r.op_types.end())},
-                         {"expected_failure", r.expected_failure}});
+        cases.push_back(
+            {{"name", r.name},
+             {"status", r.status},
+             {"category", r.category},
+             {"reason", r.reason},
+             {"opset", r.opset},
+             {"frozen_inputs", r.frozen},
+             {"op_types", std::vector<std::string>(r.op_types.begin(), r.op_types.end())},
+             {"expected_failure", r.expected_failure}});
       j["cases"] = cases;
       std::ofstream(json_path) << j.dump(1) << "\n";
     }
@@ -468,8 +500,9 @@ int main(int argc, char** argv) {
         if (r.status == "fail") f << r.name << "  # " << r.reason << "\n";
     }
     if (fail_unexpected || !now_passing.empty()) {
-      fmt::print("FAILED: {} unexpected failures, {} listed cases now pass (remove them from the list)\n",
-                 fail_unexpected, now_passing.size());
+      fmt::print(
+          "FAILED: {} unexpected failures, {} listed cases now pass (remove them from the list)\n",
+          fail_unexpected, now_passing.size());
       return 1;
     }
     fmt::print("OK\n");

@@ -19,7 +19,8 @@ class TempDir {
  public:
   TempDir() {
     std::random_device rd;
-    path_ = fs::temp_directory_path() / ("kiln_onnx_" + std::to_string(rd()) + std::to_string(rd()));
+    path_ =
+        fs::temp_directory_path() / ("kiln_onnx_" + std::to_string(rd()) + std::to_string(rd()));
     fs::create_directories(path_);
   }
   ~TempDir() {
@@ -78,7 +79,8 @@ onnx::ModelProto add_model(const std::vector<float>& w) {
 const std::vector<float> kW = {0.5f, -1.25f, 2.0f, 3.5f, -0.75f, 1.125f};
 
 // Moves W to external data at `location` (with optional offset and length).
-onnx::ModelProto external_model(const std::string& location, int64_t offset = -1, int64_t length = -1) {
+onnx::ModelProto external_model(const std::string& location, int64_t offset = -1,
+                                int64_t length = -1) {
   onnx::ModelProto m = add_model(kW);
   auto* init = m.mutable_graph()->mutable_initializer(0);
   init->clear_raw_data();
@@ -188,14 +190,16 @@ TEST(OnnxExternalData, ValidFileImportsWithItsValues) {
   const std::vector<float> x = {1.5f, -2.0f, 0.25f, 4.0f, -3.0f, 0.5f};
   kiln::Executable exe =
       model.graph.compile(kiln::Device::cpu(), model.feed_shapes(), model.output_tensors());
-  auto y = exe.run(model.feeds({{"X", kiln::Array::from_vector(x, {2, 3})}}))[0].to_vector<double>();
+  auto y =
+      exe.run(model.feeds({{"X", kiln::Array::from_vector(x, {2, 3})}}))[0].to_vector<double>();
   for (size_t i = 0; i < 6; ++i) EXPECT_NEAR(y[i], double(x[i]) + double(kW[i]), 1e-6) << i;
 }
 
 TEST(OnnxExternalData, WholeFileWithoutOffsetOrLength) {
   TempDir dir;
   write_file(dir.path() / "w.bin", float_bytes(kW));
-  kiln::onnx::Model model = kiln::onnx::import(save_model(dir.path(), external_model("w.bin")).string());
+  kiln::onnx::Model model =
+      kiln::onnx::import(save_model(dir.path(), external_model("w.bin")).string());
   EXPECT_EQ(model.parameter_bytes, 24);
 }
 
@@ -231,7 +235,8 @@ TEST(OnnxExternalData, RangePastTheFileEndIsIoError) {
   write_file(dir.path() / "weights.bin", float_bytes(kW));  // 24 bytes
   for (auto [offset, length] : {std::pair<int64_t, int64_t>{8, 24}, {0, 48}, {100, 24}, {32, -1}}) {
     const fs::path p = save_model(dir.path(), external_model("weights.bin", offset, length));
-    EXPECT_THROW(kiln::onnx::import(p.string()), kiln::IoError) << "offset " << offset << " length " << length;
+    EXPECT_THROW(kiln::onnx::import(p.string()), kiln::IoError)
+        << "offset " << offset << " length " << length;
   }
 }
 

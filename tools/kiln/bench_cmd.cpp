@@ -44,7 +44,8 @@ void bench_model(const BenchOptions& o) {
   for (const auto& in : model.inputs)
     if (!arrays.count(in.name)) arrays[in.name] = random_array(concrete.at(in.name), in.dtype, rng);
   const Device device = pick_device(o.device);
-  const Executable exe = model.graph.compile(device, model.feed_shapes(concrete), model.output_tensors());
+  const Executable exe =
+      model.graph.compile(device, model.feed_shapes(concrete), model.output_tensors());
   Feeds feeds = model.feeds(arrays);
   for (auto& [t, a] : feeds) a = a.to(device);
 
@@ -69,15 +70,17 @@ void bench_model(const BenchOptions& o) {
   if (!model.inputs.empty() && !concrete.at(model.inputs[0].name).empty())
     batch = concrete.at(model.inputs[0].name)[0];
 
-  fmt::print("{} on {}: {} iterations after {} warmup\n", o.model, device.str(), o.iterations, o.warmup);
+  fmt::print("{} on {}: {} iterations after {} warmup\n", o.model, device.str(), o.iterations,
+             o.warmup);
   for (const auto& in : model.inputs)
-    fmt::print("  input {:<20} {:<5} {}{}\n", in.name, name(in.dtype), to_string(concrete.at(in.name)),
-               std::find(names.begin(), names.end(), in.name) != names.end() ? " (given)" : " (random)");
+    fmt::print(
+        "  input {:<20} {:<5} {}{}\n", in.name, name(in.dtype), to_string(concrete.at(in.name)),
+        std::find(names.begin(), names.end(), in.name) != names.end() ? " (given)" : " (random)");
   fmt::print("latency ms: p50 {:.3f}  p90 {:.3f}  p99 {:.3f}  mean {:.3f}  min {:.3f}\n",
              percentile(ms, 0.5), percentile(ms, 0.9), percentile(ms, 0.99), mean, ms.front());
   const double runs = static_cast<double>(o.iterations) / total_s;
-  fmt::print("throughput: {:.1f} runs/s, {:.1f} items/s (batch {})\n", runs, runs * static_cast<double>(batch),
-             batch);
+  fmt::print("throughput: {:.1f} runs/s, {:.1f} items/s (batch {})\n", runs,
+             runs * static_cast<double>(batch), batch);
 }
 }  // namespace
 
@@ -87,10 +90,13 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("model", o->model, "ONNX model file")->required();
   cmd->add_option("--iterations,-n", o->iterations, "Timed runs")->capture_default_str();
   cmd->add_option("--warmup,-w", o->warmup, "Untimed runs first")->capture_default_str();
-  cmd->add_option("--input,-i", o->inputs, "NAME=FILE.npy: use this input instead of random values");
-  cmd->add_option("--shape", o->shapes, "NAME=1,3,224,224: shape of a random input (dim_params default to 1)");
+  cmd->add_option("--input,-i", o->inputs,
+                  "NAME=FILE.npy: use this input instead of random values");
+  cmd->add_option("--shape", o->shapes,
+                  "NAME=1,3,224,224: shape of a random input (dim_params default to 1)");
   cmd->add_option("--value", o->values, kValueHelp);
-  cmd->add_option("--device", o->device, "cpu, cuda or cuda:N (default: KILN_DEVICE or the first GPU)");
+  cmd->add_option("--device", o->device,
+                  "cpu, cuda or cuda:N (default: KILN_DEVICE or the first GPU)");
   cmd->add_option("--seed", o->seed, "Seed of the random inputs")->capture_default_str();
   cmd->callback([o] { bench_model(*o); });
 }

@@ -25,11 +25,12 @@ Shape parse_dims(const std::string& dims, const std::string& option) {
     size_t end = dims.find_first_of(",x", start);
     if (end == std::string::npos) end = dims.size();
     const std::string part = dims.substr(start, end - start);
-    const bool digits = !part.empty() && part.size() < 19 &&
-                        std::all_of(part.begin(), part.end(), [](unsigned char c) { return std::isdigit(c); });
+    const bool digits =
+        !part.empty() && part.size() < 19 &&
+        std::all_of(part.begin(), part.end(), [](unsigned char c) { return std::isdigit(c); });
     if (!digits)
-      throw ValueError(fmt::format("[{}] bad dims '{}': expected non-negative integers like 1,3,224,224",
-                                   option, dims));
+      throw ValueError(fmt::format(
+          "[{}] bad dims '{}': expected non-negative integers like 1,3,224,224", option, dims));
     shape.push_back(std::stoll(part));
     start = end + 1;
   }
@@ -45,7 +46,8 @@ std::map<std::string, Shape> parse_shapes(const std::vector<std::string>& args) 
   return shapes;
 }
 
-std::map<std::string, Array> load_inputs(const std::vector<std::string>& args, const std::string& option) {
+std::map<std::string, Array> load_inputs(const std::vector<std::string>& args,
+                                         const std::string& option) {
   std::map<std::string, Array> inputs;
   for (const std::string& a : args) {
     auto [name, file] = split_assignment(a, option);
@@ -63,7 +65,8 @@ void check_input_names(const onnx::Model& model, const std::vector<std::string>&
     if (found) continue;
     std::string known;
     for (const auto& in : model.inputs) known += (known.empty() ? "" : ", ") + in.name;
-    throw ValueError(fmt::format("[{}] the model has no input '{}' (inputs: {})", option, n, known));
+    throw ValueError(
+        fmt::format("[{}] the model has no input '{}' (inputs: {})", option, n, known));
   }
 }
 
@@ -107,7 +110,8 @@ std::string describe_shape(const Shape& shape, const std::vector<std::string>& d
 
 std::string safe_file_name(const std::string& name) {
   std::string r;
-  for (unsigned char c : name) r += (std::isalnum(c) || c == '.' || c == '_' || c == '-') ? char(c) : '_';
+  for (unsigned char c : name)
+    r += (std::isalnum(c) || c == '.' || c == '_' || c == '-') ? char(c) : '_';
   for (char& c : r) {  // no hidden files, no "." or ".."
     if (c != '.') break;
     c = '_';
@@ -139,17 +143,21 @@ void print_model_summary(const onnx::Model& model) {
              model.producer.empty() ? "(none)" : model.producer);
   fmt::print("inputs:\n");
   for (const auto& in : model.inputs)
-    fmt::print("  {:<24} {:<5} {}\n", in.name, name(in.dtype), describe_shape(in.shape, in.dim_params));
+    fmt::print("  {:<24} {:<5} {}\n", in.name, name(in.dtype),
+               describe_shape(in.shape, in.dim_params));
   fmt::print("outputs:\n");
   for (const auto& out : model.outputs)
-    fmt::print("  {:<24} {:<5} {}\n", out.name, name(out.dtype), describe_shape(out.shape, out.dim_params));
+    fmt::print("  {:<24} {:<5} {}\n", out.name, name(out.dtype),
+               describe_shape(out.shape, out.dim_params));
   int64_t nodes = 0;
   for (const auto& [op, n] : model.op_histogram) nodes += n;
   fmt::print("parameters: {} ({:.2f} MiB)\n", model.parameter_count,
              static_cast<double>(model.parameter_bytes) / (1024.0 * 1024.0));
   fmt::print("nodes: {} ({} op types)\n", nodes, model.op_histogram.size());
-  std::vector<std::pair<std::string, int64_t>> ops(model.op_histogram.begin(), model.op_histogram.end());
-  std::stable_sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  std::vector<std::pair<std::string, int64_t>> ops(model.op_histogram.begin(),
+                                                   model.op_histogram.end());
+  std::stable_sort(ops.begin(), ops.end(),
+                   [](const auto& a, const auto& b) { return a.second > b.second; });
   for (const auto& [op, n] : ops) fmt::print("  {:<24} {}\n", op, n);
 }
 

@@ -13,7 +13,8 @@
 namespace kiln::cli {
 
 /// Splits "NAME=VALUE" at the last '=' (names may hold '='); throws ValueError naming `option`.
-std::pair<std::string, std::string> split_assignment(const std::string& arg, const std::string& option);
+std::pair<std::string, std::string> split_assignment(const std::string& arg,
+                                                     const std::string& option);
 /// "1,3,224,224" (or "1x3x224x224") -> {1, 3, 224, 224}; "" or "scalar" -> {}.
 Shape parse_dims(const std::string& dims, const std::string& option);
 /// --shape NAME=dims, repeated.
@@ -29,7 +30,8 @@ onnx::Model import_model(const std::string& path, const std::map<std::string, Sh
                          const std::map<std::string, Array>& values, int64_t default_dim);
 /// The --value option's help.
 inline constexpr const char* kValueHelp =
-    "NAME=FILE.npy: fix an input's value while importing (axes, shapes or pads a model takes as inputs)";
+    "NAME=FILE.npy: fix an input's value while importing (axes, shapes or pads a model takes as "
+    "inputs)";
 /// Checks that every name in `names` is a model input.
 void check_input_names(const onnx::Model& model, const std::vector<std::string>& names,
                        const std::string& option);

@@ -37,12 +37,13 @@ void run_model(const RunOptions& o) {
   const Feeds feeds = model.feeds(arrays);
 
   const Device device = pick_device(o.device);
-  const Executable exe =
-      model.graph.compile(device, model.feed_shapes(concrete_shapes(model, shapes)), model.output_tensors());
+  const Executable exe = model.graph.compile(
+      device, model.feed_shapes(concrete_shapes(model, shapes)), model.output_tensors());
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<Array> outputs = exe.run(feeds);
   for (Array& a : outputs) a = a.to(Device::cpu());
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 
   std::filesystem::create_directories(o.output_dir);
   std::set<std::string> used;
@@ -61,14 +62,19 @@ void run_model(const RunOptions& o) {
 
 void add_run_command(CLI::App& app) {
   auto o = std::make_shared<RunOptions>();
-  auto* cmd = app.add_subcommand("run", "Run an ONNX model on .npy inputs and write its outputs as .npy");
+  auto* cmd =
+      app.add_subcommand("run", "Run an ONNX model on .npy inputs and write its outputs as .npy");
   cmd->add_option("model", o->model, "ONNX model file")->required();
-  cmd->add_option("--input,-i", o->inputs, "NAME=FILE.npy for every model input (its shape fixes dim_params)");
-  cmd->add_option("--shape", o->shapes, "NAME=1,3,224,224: shape of an input (checked against its .npy)");
+  cmd->add_option("--input,-i", o->inputs,
+                  "NAME=FILE.npy for every model input (its shape fixes dim_params)");
+  cmd->add_option("--shape", o->shapes,
+                  "NAME=1,3,224,224: shape of an input (checked against its .npy)");
   cmd->add_option("--value", o->values, kValueHelp);
-  cmd->add_option("--output-dir,-o", o->output_dir, "Directory the outputs are written to (NAME.npy)")
+  cmd->add_option("--output-dir,-o", o->output_dir,
+                  "Directory the outputs are written to (NAME.npy)")
       ->capture_default_str();
-  cmd->add_option("--device", o->device, "cpu, cuda or cuda:N (default: KILN_DEVICE or the first GPU)");
+  cmd->add_option("--device", o->device,
+                  "cpu, cuda or cuda:N (default: KILN_DEVICE or the first GPU)");
   cmd->callback([o] { run_model(*o); });
 }
 
