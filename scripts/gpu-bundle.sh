@@ -13,6 +13,7 @@ stage="$BUILD/bundle"
 rm -rf "$stage" && mkdir -p "$stage/lib" "$stage/tests" "$stage/bench"
 cp "$BUILD/kiln" "$stage/"
 cp "$BUILD"/tests/kiln_*tests "$stage/tests/"
+for t in kiln_onnx_conformance kiln_onnx_tests; do [ -x "$BUILD/tests/$t" ] && cp "$BUILD/tests/$t" "$stage/tests/"; done
 [ -x "$BUILD/tests/kiln_backend_ops" ] && cp "$BUILD/tests/kiln_backend_ops" "$stage/tests/"
 for b in "$BUILD"/bench/kiln_bench_*; do [ -x "$b" ] && cp "$b" "$stage/bench/"; done
 cp "$BUILD/libkiln.so" "$stage/lib/"
@@ -20,7 +21,7 @@ strip "$stage/kiln" "$stage"/tests/* "$stage"/bench/* "$stage/lib/libkiln.so" 2>
 cp -r "$BUILD/data" "$stage/data"
 # shared libraries from Debian that the GPU machine lacks (CUDA's own come from its Python env)
 ldd "$stage/kiln" "$stage"/tests/* | awk '/=> \// {print $3}' | sort -u |
-  grep -E 'libdnnl|libfmt|libgomp|libOpenCL|libbenchmark|libgtest|libgmock' | grep -v "$BUILD" |
+  grep -E 'libdnnl|libfmt|libgomp|libOpenCL|libbenchmark|libgtest|libgmock|libonnx|libprotobuf' | grep -v "$BUILD" |
   xargs -r -I{} cp -L {} "$stage/lib/"
 tar -C "$BUILD" -cJf "$BUILD/bundle.tar.xz" bundle
 ls -la "$BUILD/bundle.tar.xz"

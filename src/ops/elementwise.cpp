@@ -4,11 +4,13 @@
 //   leaky_relu: alpha   elu: alpha   gelu: approximate ("none" | "tanh")
 //   softplus: beta (> 0), threshold   softshrink/hardshrink: lambda (>= 0)
 //   hardsigmoid: alpha, beta   clip: min, max (min <= max)   cast: dtype
+//   bit_shift: left (bool; false shifts right)
 // Integer semantics: div is floor division and x / 0 = 0; mod takes the divisor's sign and
 // x mod 0 = 0; pow to a negative exponent truncates (1 and -1 keep their value, others give 0);
-// overflow wraps.
+// overflow wraps. Bitwise ops take integers of one dtype (no promotion); shifts by amounts outside
+// [0, bits) give 0, or -1 for a right shift of a negative value (numpy).
 // Gradients: maximum/minimum split ties evenly; pow passes none to the exponent where the base is
-// <= 0; sign, floor, ceil and round give zeros; bool-valued ops are not differentiable.
+// <= 0; sign, floor, ceil and round give zeros; bool-valued and bitwise ops are not differentiable.
 #include "kiln/ops/elementwise.h"
 
 #include <cmath>
@@ -50,6 +52,19 @@ std::vector<TensorInfo> infer_where(const InferContext& ctx) {
   require_dtype(ctx, 0, kBool, "a bool condition");
   require_same_dtypes(ctx, 1, 2);
   return {{broadcast_infer(ctx), ctx.inputs[1].dtype}};
+}
+std::vector<TensorInfo> infer_bitwise(const InferContext& ctx) {
+  require_same_dtypes(ctx, 0, 2);
+  require_dtype(ctx, 0, kIntTypes, "an integer dtype");
+  return {{broadcast_infer(ctx), ctx.inputs[0].dtype}};
+}
+std::vector<TensorInfo> infer_unary_int(const InferContext& ctx) {
+  require_dtype(ctx, 0, kIntTypes, "an integer dtype");
+  return {ctx.inputs[0]};
+}
+std::vector<TensorInfo> infer_bit_shift(const InferContext& ctx) {
+  (void)ctx.attrs.b("left");  // present and a bool
+  return infer_bitwise(ctx);
 }
 std::vector<TensorInfo> infer_unary_float(const InferContext& ctx) {
   require_dtype(ctx, 0, kFloatTypes, "a float dtype");
@@ -210,6 +225,39 @@ Grads vjp_sigmoid(const VjpContext& c) {
   const Tensor& y = c.outputs[0];
   return {*c.cotangents[0] * y * (1.0 - y)};
 }
+// tan' = 1 + tan^2; sinh' = cosh; cosh' = sinh
+Grads vjp_tan(const VjpContext& c) {
+  const Tensor& y = c.outputs[0];
+  return {*c.cotangents[0] * (y * y + 1.0)};
+}
+Grads vjp_sinh(const VjpContext& c) { return {*c.cotangents[0] * cosh(c.inputs[0])}; }
+Grads vjp_cosh(const VjpContext& c) { return {*c.cotangents[0] * sinh(c.inputs[0])}; }
+// asin' = 1/sqrt(1 - x^2) = -acos'; atan' = 1/(1 + x^2)
+Grads vjp_asin(const VjpContext& c) {
+  const Tensor& x = c.inputs[0];
+  return {*c.cotangents[0] * rsqrt(1.0 - x * x)};
+}
+Grads vjp_acos(const VjpContext& c) {
+  const Tensor& x = c.inputs[0];
+  return {-(*c.cotangents[0] * rsqrt(1.0 - x * x))};
+}
+Grads vjp_atan(const VjpContext& c) {
+  const Tensor& x = c.inputs[0];
+  return {*c.cotangents[0] / (x * x + 1.0)};
+}
+// asinh' = 1/sqrt(x^2 + 1); acosh' = 1/sqrt((x - 1)(x + 1)); atanh' = 1/(1 - x^2)
+Grads vjp_asinh(const VjpContext& c) {
+  const Tensor& x = c.inputs[0];
+  return {*c.cotangents[0] * rsqrt(x * x + 1.0)};
+}
+Grads vjp_acosh(const VjpContext& c) {
+  const Tensor& x = c.inputs[0];
+  return {*c.cotangents[0] * rsqrt((x - 1.0) * (x + 1.0))};
+}
+Grads vjp_atanh(const VjpContext& c) {
+  const Tensor& x = c.inputs[0];
+  return {*c.cotangents[0] / (1.0 - x * x)};
+}
 // d/dx erf(x) = 2/sqrt(pi) exp(-x^2)
 Grads vjp_erf(const VjpContext& c) {
   const Tensor& x = c.inputs[0];
@@ -312,8 +360,13 @@ void register_elementwise_ops() {
     define_op(op).set_infer(infer_unary_numeric).inplace(0);
   for (OpId op : {OpId::Exp, OpId::Log, OpId::Log1p, OpId::Expm1, OpId::Sqrt, OpId::Rsqrt,
                   OpId::Reciprocal, OpId::Sin, OpId::Cos, OpId::Tanh, OpId::Sigmoid, OpId::Selu,
-                  OpId::Silu, OpId::Hardswish, OpId::Erf})
+                  OpId::Silu, OpId::Hardswish, OpId::Erf, OpId::Tan, OpId::Asin, OpId::Acos,
+                  OpId::Atan, OpId::Sinh, OpId::Cosh, OpId::Asinh, OpId::Acosh, OpId::Atanh})
     define_op(op).set_infer(infer_unary_float).inplace(0);
+  for (OpId op : {OpId::BitwiseAnd, OpId::BitwiseOr, OpId::BitwiseXor})
+    define_op(op).set_infer(infer_bitwise).inplace(0);
+  define_op(OpId::BitwiseNot).set_infer(infer_unary_int).inplace(0);
+  define_op(OpId::BitShift).set_infer(infer_bit_shift).inplace(0);
   define_op(OpId::LeakyRelu).set_infer(infer_alpha).inplace(0);
   define_op(OpId::Elu).set_infer(infer_alpha).inplace(0);
   define_op(OpId::Gelu).set_infer(infer_gelu).inplace(0);
@@ -351,6 +404,15 @@ void register_elementwise_ops() {
   define_op(OpId::Tanh).grad(vjp_tanh);
   define_op(OpId::Sigmoid).grad(vjp_sigmoid);
   define_op(OpId::Erf).grad(vjp_erf);
+  define_op(OpId::Tan).grad(vjp_tan);
+  define_op(OpId::Asin).grad(vjp_asin);
+  define_op(OpId::Acos).grad(vjp_acos);
+  define_op(OpId::Atan).grad(vjp_atan);
+  define_op(OpId::Sinh).grad(vjp_sinh);
+  define_op(OpId::Cosh).grad(vjp_cosh);
+  define_op(OpId::Asinh).grad(vjp_asinh);
+  define_op(OpId::Acosh).grad(vjp_acosh);
+  define_op(OpId::Atanh).grad(vjp_atanh);
   define_op(OpId::Relu).grad(vjp_relu);
   define_op(OpId::LeakyRelu).grad(vjp_leaky_relu);
   define_op(OpId::Elu).grad(vjp_elu);
@@ -367,7 +429,8 @@ void register_elementwise_ops() {
   // bool or integer outputs
   for (OpId op : {OpId::Equal, OpId::NotEqual, OpId::Less, OpId::LessEqual, OpId::Greater,
                   OpId::GreaterEqual, OpId::LogicalAnd, OpId::LogicalOr, OpId::LogicalXor,
-                  OpId::LogicalNot, OpId::IsNan, OpId::IsInf})
+                  OpId::LogicalNot, OpId::IsNan, OpId::IsInf, OpId::BitwiseAnd, OpId::BitwiseOr,
+                  OpId::BitwiseXor, OpId::BitwiseNot, OpId::BitShift})
     define_op(op).not_differentiable();
 }
 
@@ -425,6 +488,15 @@ Tensor round(const Tensor& x) { return make_node1(OpId::Round, {x}); }
 Tensor clip(const Tensor& x, double lo, double hi) {
   return make_node1(OpId::Clip, {x}, {{"min", lo}, {"max", hi}});
 }
+Tensor tan(const Tensor& x) { return make_node1(OpId::Tan, {x}); }
+Tensor asin(const Tensor& x) { return make_node1(OpId::Asin, {x}); }
+Tensor acos(const Tensor& x) { return make_node1(OpId::Acos, {x}); }
+Tensor atan(const Tensor& x) { return make_node1(OpId::Atan, {x}); }
+Tensor sinh(const Tensor& x) { return make_node1(OpId::Sinh, {x}); }
+Tensor cosh(const Tensor& x) { return make_node1(OpId::Cosh, {x}); }
+Tensor asinh(const Tensor& x) { return make_node1(OpId::Asinh, {x}); }
+Tensor acosh(const Tensor& x) { return make_node1(OpId::Acosh, {x}); }
+Tensor atanh(const Tensor& x) { return make_node1(OpId::Atanh, {x}); }
 
 Tensor equal(const Tensor& a, const Tensor& b) { return binary(OpId::Equal, a, b); }
 Tensor not_equal(const Tensor& a, const Tensor& b) { return binary(OpId::NotEqual, a, b); }
@@ -451,6 +523,18 @@ Tensor cast(const Tensor& x, DType dtype) {
 }
 Tensor isnan(const Tensor& x) { return make_node1(OpId::IsNan, {x}); }
 Tensor isinf(const Tensor& x) { return make_node1(OpId::IsInf, {x}); }
+
+Tensor bitwise_and(const Tensor& a, const Tensor& b) {
+  return make_node1(OpId::BitwiseAnd, {a, b});
+}
+Tensor bitwise_or(const Tensor& a, const Tensor& b) { return make_node1(OpId::BitwiseOr, {a, b}); }
+Tensor bitwise_xor(const Tensor& a, const Tensor& b) {
+  return make_node1(OpId::BitwiseXor, {a, b});
+}
+Tensor bitwise_not(const Tensor& x) { return make_node1(OpId::BitwiseNot, {x}); }
+Tensor bit_shift(const Tensor& x, const Tensor& y, bool left) {
+  return make_node1(OpId::BitShift, {x, y}, {{"left", left}});
+}
 
 Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }

@@ -109,6 +109,26 @@ Gen compare_gen(DType t, bool) {
   };
 }
 
+// Integers over the dtype's range (i64: +-2^53, exact in the doubles the generator draws).
+Gen bits_gen(DType t, bool) {
+  const double lo = t == i8    ? -128
+                    : t == u8  ? 0
+                    : t == i16 ? -32768
+                    : t == i32 ? -2147483648.0
+                               : -9007199254740992.0;
+  const double hi = t == i8    ? 127
+                    : t == u8  ? 255
+                    : t == i16 ? 32767
+                    : t == i32 ? 2147483647.0
+                               : 9007199254740992.0;
+  return uniform(t, lo, hi);
+}
+// Shift amounts in [-2, bits + 2] (negative ones only for signed dtypes): in and out of range.
+Gen shift_gen(DType t, bool second) {
+  if (!second) return bits_gen(t, false);
+  return uniform(t, t == u8 ? 0 : -2, static_cast<double>(size_of(t) * 8 + 2));
+}
+
 bool binary_case(Case& c, DType t, int i, BinaryFn f, GenFor gen) {
   if (i == kNumBin) {  // NaN propagation
     if (!is_floating(t)) return false;
@@ -151,8 +171,22 @@ const bool kBinary = [] {
   binary(OpId::LogicalAnd, logical_and, compare_gen);
   binary(OpId::LogicalOr, logical_or, compare_gen);
   binary(OpId::LogicalXor, logical_xor, compare_gen);
+  binary(OpId::BitwiseAnd, bitwise_and, bits_gen);
+  binary(OpId::BitwiseOr, bitwise_or, bits_gen);
+  binary(OpId::BitwiseXor, bitwise_xor, bits_gen);
   return true;
 }();
+
+// bit_shift: cases 0..kNumBin-1 shift left, the rest right.
+Tensor shift_left(const Tensor& a, const Tensor& b) { return bit_shift(a, b, true); }
+Tensor shift_right(const Tensor& a, const Tensor& b) { return bit_shift(a, b, false); }
+const bool kBitShift = register_cases({OpId::BitShift, 2 * kNumBin, [](Case& c, DType t, int i) {
+                                         const bool left = i < kNumBin;
+                                         c.note(left ? "left" : "right");
+                                         return binary_case(c, t, i % kNumBin,
+                                                            left ? shift_left : shift_right,
+                                                            shift_gen);
+                                       }});
 
 // ---- unary ----
 
@@ -283,7 +317,17 @@ const bool kUnary = [] {
        2,
        nullptr,
        {"bounds by case", "bounds by case"}});
+  unary({OpId::Tan, plain<tan>, -1.2, 1.2});
+  unary({OpId::Asin, plain<asin>, -0.95, 0.95});
+  unary({OpId::Acos, plain<acos>, -0.95, 0.95});
+  unary({OpId::Atan, plain<atan>, -6, 6});
+  unary({OpId::Sinh, plain<sinh>, -4, 4});
+  unary({OpId::Cosh, plain<cosh>, -4, 4});
+  unary({OpId::Asinh, plain<asinh>, -8, 8});
+  unary({OpId::Acosh, plain<acosh>, 1.05, 8});
+  unary({OpId::Atanh, plain<atanh>, -0.95, 0.95});
   unary({OpId::LogicalNot, plain<logical_not>});
+  unary({OpId::BitwiseNot, plain<bitwise_not>});
   return true;
 }();
 

@@ -118,6 +118,16 @@ KILN_UNARY_TEST(Floor, floor(x), std::floor(x), -20, 20, true, "floor")
 KILN_UNARY_TEST(Ceil, ceil(x), std::ceil(x), -20, 20, true, "ceil")
 KILN_UNARY_TEST(Round, round(x), std::nearbyint(x), -20, 20, true, "round")
 KILN_UNARY_TEST(Clip, clip(x, -1, 2), std::clamp(x, -1.0, 2.0), -3, 3, true, "clip")
+// trigonometric and hyperbolic: inputs inside each domain (tan away from its poles)
+KILN_UNARY_TEST(Tan, tan(x), std::tan(x), -1.4, 1.4, false, "tan")
+KILN_UNARY_TEST(Asin, asin(x), std::asin(x), -0.99, 0.99, false, "asin")
+KILN_UNARY_TEST(Acos, acos(x), std::acos(x), -0.99, 0.99, false, "acos")
+KILN_UNARY_TEST(Atan, atan(x), std::atan(x), -6, 6, false, "atan")
+KILN_UNARY_TEST(Sinh, sinh(x), std::sinh(x), -4, 4, false, "sinh")
+KILN_UNARY_TEST(Cosh, cosh(x), std::cosh(x), -4, 4, false, "cosh")
+KILN_UNARY_TEST(Asinh, asinh(x), std::asinh(x), -10, 10, false, "asinh")
+KILN_UNARY_TEST(Acosh, acosh(x), std::acosh(x), 1.01, 10, false, "acosh")
+KILN_UNARY_TEST(Atanh, atanh(x), std::atanh(x), -0.99, 0.99, false, "atanh")
 
 // Expects op(values) == expected exactly, in dtype t.
 void expect_values(const UnaryOp& op, DType t, const std::vector<double>& in,
@@ -163,6 +173,28 @@ TEST(Reciprocal, ZeroGivesInf) { expect_values(reciprocal, f32, {0.0, -0.0}, {kI
 TEST(Rsqrt, ZeroGivesInf) { expect_values(rsqrt, f64, {0.0, 0.25}, {kInf, 2}); }
 TEST(Sigmoid, Saturates) { expect_values(sigmoid, f32, {-200, 200, 0}, {0, 1, 0.5}); }
 TEST(Tanh, Saturates) { expect_values(tanh, f64, {-kInf, kInf}, {-1, 1}); }
+
+// Outside their domains the inverse functions give NaN; atanh(+-1) is +-inf.
+TEST(Asin, OutsideDomain) {
+  for (DType t : {f32, f64}) {
+    expect_values(asin, t, {2, -1.5, 0, kNaN}, {kNaN, kNaN, 0, kNaN});
+    expect_values(acos, t, {2, -1.5, 1}, {kNaN, kNaN, 0});
+    expect_values(acosh, t, {0.5, -2, 1, kInf}, {kNaN, kNaN, 0, kInf});
+    expect_values(atanh, t, {1, -1, 2, 0}, {kInf, -kInf, kNaN, 0});
+  }
+}
+TEST(Sinh, Overflows) {
+  expect_values(sinh, f32, {-kInf, 100, 0}, {-kInf, kInf, 0});
+  expect_values(cosh, f32, {-kInf, -100, 0}, {kInf, kInf, 1});
+  expect_values(asinh, f64, {-kInf, 0, kNaN}, {-kInf, 0, kNaN});
+  expect_values(tan, f64, {0, kInf}, {0, kNaN});
+}
+TEST(Atan, Saturates) {
+  check_unary_dtype({[](const Tensor& x) { return atan(x); }, [](double x) { return std::atan(x); },
+                     -1e6, 1e6, false, "atan"},
+                    f32, {300});
+  expect_values(atan, f64, {-kInf, kInf}, {-kPi / 2, kPi / 2});
+}
 
 TEST(Relu, KeepsNaN) {
   expect_values(relu, f32, {-1, kNaN, 2, -kInf}, {0, kNaN, 2, 0});

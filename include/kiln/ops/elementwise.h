@@ -1,6 +1,7 @@
 // Elementwise ops. Binary ops broadcast as numpy does and promote dtypes with kiln::promote.
-// Integer arithmetic wraps on overflow (as numpy). Float-only ops (exp through sigmoid, and
-// leaky_relu through erf) throw DTypeError for integer inputs. f16/bf16 compute in f32.
+// Integer arithmetic wraps on overflow (as numpy). Float-only ops (exp through sigmoid, leaky_relu
+// through erf, and tan through atanh) throw DTypeError for integer inputs; bitwise ops take
+// integers only. f16/bf16 compute in f32.
 #pragma once
 
 #include <limits>
@@ -61,6 +62,17 @@ Tensor round(const Tensor& x);
 /// nearest representable values inside [lo, hi]. NaN stays NaN.
 Tensor clip(const Tensor& x, double lo = -std::numeric_limits<double>::infinity(),
             double hi = std::numeric_limits<double>::infinity());
+/// Trigonometric and hyperbolic functions and their inverses (std:: semantics: NaN outside the
+/// domain, e.g. asin/acos beyond [-1, 1], acosh below 1; atanh(+-1) = +-inf).
+Tensor tan(const Tensor& x);
+Tensor asin(const Tensor& x);
+Tensor acos(const Tensor& x);
+Tensor atan(const Tensor& x);
+Tensor sinh(const Tensor& x);
+Tensor cosh(const Tensor& x);
+Tensor asinh(const Tensor& x);
+Tensor acosh(const Tensor& x);
+Tensor atanh(const Tensor& x);
 
 /// Comparisons promote both inputs, then compare; the result is bool (NaN compares unequal).
 Tensor equal(const Tensor& a, const Tensor& b);
@@ -80,6 +92,18 @@ Tensor cast(const Tensor& x, DType dtype);
 /// bool results; always false for integers.
 Tensor isnan(const Tensor& x);
 Tensor isinf(const Tensor& x);
+
+/// Bitwise ops on integer tensors (i8 u8 i16 i32 i64) of the same dtype (DTypeError otherwise; no
+/// promotion), broadcasting as numpy.
+Tensor bitwise_and(const Tensor& a, const Tensor& b);
+Tensor bitwise_or(const Tensor& a, const Tensor& b);
+Tensor bitwise_xor(const Tensor& a, const Tensor& b);
+Tensor bitwise_not(const Tensor& x);
+/// x << y (left) or x >> y (right), elementwise with broadcasting; x and y share an integer dtype
+/// (ONNX BitShift, numpy left_shift/right_shift). Right shifts of signed values are arithmetic
+/// (they keep the sign); left shifts wrap. Amounts outside [0, bit width) give 0, except a right
+/// shift of a negative signed value, which gives -1 (all sign bits), as numpy.
+Tensor bit_shift(const Tensor& x, const Tensor& y, bool left);
 
 // Operators; a double operand becomes a scalar of the tensor's dtype.
 Tensor operator+(const Tensor& a, const Tensor& b);

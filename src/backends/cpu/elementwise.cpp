@@ -1,6 +1,6 @@
 // CPU kernels of the elementwise family: binary arithmetic, comparisons, logic, where, cast,
-// isnan/isinf. Unary math lives in elementwise_unary.cpp. Integer semantics are documented in
-// src/ops/elementwise.cpp.
+// isnan/isinf, bitwise ops and shifts. Unary math lives in elementwise_unary.cpp. Integer
+// semantics are documented in src/ops/elementwise.cpp.
 #include "backends/cpu/elementwise.h"
 
 #include <cmath>
@@ -167,6 +167,47 @@ template <typename F> void classify(KernelContext& ctx, F f) {
 }
 void isnan(KernelContext& ctx) { classify(ctx, [](auto x) { return std::isnan(x); }); }
 void isinf(KernelContext& ctx) { classify(ctx, [](auto x) { return std::isinf(x); }); }
+
+// out = f(a, b) for integer dtypes, broadcasting.
+template <typename F> void bitwise(KernelContext& ctx, F f) {
+  dispatch(ctx.in(0).dtype, ctx.op_name(), [&](auto t) {
+    using T = decltype(t);
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
+      binary_map<T, T, T>(ctx, ctx.in(0), ctx.in(1), ctx.out(0),
+                          [&](T a, T b) { return static_cast<T>(f(a, b)); });
+  });
+}
+void bitwise_and(KernelContext& ctx) { bitwise(ctx, [](auto a, auto b) { return a & b; }); }
+void bitwise_or(KernelContext& ctx) { bitwise(ctx, [](auto a, auto b) { return a | b; }); }
+void bitwise_xor(KernelContext& ctx) { bitwise(ctx, [](auto a, auto b) { return a ^ b; }); }
+void bitwise_not(KernelContext& ctx) {
+  dispatch(ctx.in(0).dtype, ctx.op_name(), [&](auto t) {
+    using T = decltype(t);
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
+      unary_map(ctx, ctx.in(0).ptr<T>(), ctx.out(0).ptr<T>(), ctx.in(0).numel(),
+                [](T x) { return static_cast<T>(~x); });
+  });
+}
+
+// numpy's shifts: the amount is compared as unsigned, so negative amounts are out of range too;
+// out of range gives 0, or -1 for a right shift of a negative value. Left shifts wrap.
+template <typename T> T shift_left(T a, T b) {
+  if (static_cast<uint64_t>(b) >= sizeof(T) * 8) return 0;
+  using U = std::make_unsigned_t<T>;
+  using W = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, U>;
+  return static_cast<T>(static_cast<W>(static_cast<U>(a)) << b);
+}
+template <typename T> T shift_right(T a, T b) {
+  if (static_cast<uint64_t>(b) >= sizeof(T) * 8) {
+    if constexpr (std::is_signed_v<T>) return a < 0 ? T(-1) : T(0);
+    else return 0;
+  }
+  return static_cast<T>(a >> b);  // arithmetic for signed T (C++20)
+}
+void bit_shift(KernelContext& ctx) {
+  if (ctx.attrs().b("left")) bitwise(ctx, [](auto a, auto b) { return shift_left(a, b); });
+  else bitwise(ctx, [](auto a, auto b) { return shift_right(a, b); });
+}
 }  // namespace
 
 void register_elementwise_kernels() {
@@ -192,6 +233,11 @@ void register_elementwise_kernels() {
   register_kernel(OpId::Cast, Backend::cpu, {cast, kAllTypes, 0, false});
   register_kernel(OpId::IsNan, Backend::cpu, {isnan, kNumericTypes});
   register_kernel(OpId::IsInf, Backend::cpu, {isinf, kNumericTypes});
+  register_kernel(OpId::BitwiseAnd, Backend::cpu, {bitwise_and, kIntTypes});
+  register_kernel(OpId::BitwiseOr, Backend::cpu, {bitwise_or, kIntTypes});
+  register_kernel(OpId::BitwiseXor, Backend::cpu, {bitwise_xor, kIntTypes});
+  register_kernel(OpId::BitwiseNot, Backend::cpu, {bitwise_not, kIntTypes});
+  register_kernel(OpId::BitShift, Backend::cpu, {bit_shift, kIntTypes});
   register_elementwise_unary_kernels();
 }
 

@@ -1,5 +1,6 @@
 // CPU kernels of the unary elementwise ops: sign/rounding ops (all numeric dtypes), float math
-// and activations (f32/f64; f16/bf16 arrive as f32). Attribute keys: src/ops/elementwise.cpp.
+// (trigonometric and hyperbolic included) and activations (f32/f64; f16/bf16 arrive as f32).
+// Attribute keys: src/ops/elementwise.cpp.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -92,6 +93,15 @@ void sin(KernelContext& ctx) { unary_float(ctx, [](auto x) { return std::sin(x);
 void cos(KernelContext& ctx) { unary_float(ctx, [](auto x) { return std::cos(x); }); }
 void tanh(KernelContext& ctx) { unary_float(ctx, [](auto x) { return std::tanh(x); }); }
 void erf(KernelContext& ctx) { unary_float(ctx, [](auto x) { return std::erf(x); }); }
+void tan(KernelContext& ctx) { unary_float(ctx, [](auto x) { return std::tan(x); }); }
+void asin(KernelContext& ctx) { unary_float(ctx, [](auto x) { return std::asin(x); }); }
+void acos(KernelContext& ctx) { unary_float(ctx, [](auto x) { return std::acos(x); }); }
+void atan(KernelContext& ctx) { unary_float(ctx, [](auto x) { return std::atan(x); }); }
+void sinh(KernelContext& ctx) { unary_float(ctx, [](auto x) { return std::sinh(x); }); }
+void cosh(KernelContext& ctx) { unary_float(ctx, [](auto x) { return std::cosh(x); }); }
+void asinh(KernelContext& ctx) { unary_float(ctx, [](auto x) { return std::asinh(x); }); }
+void acosh(KernelContext& ctx) { unary_float(ctx, [](auto x) { return std::acosh(x); }); }
+void atanh(KernelContext& ctx) { unary_float(ctx, [](auto x) { return std::atanh(x); }); }
 void sigmoid(KernelContext& ctx) {
   unary_float(ctx, [](auto x) { return decltype(x)(1) / (decltype(x)(1) + std::exp(-x)); });
 }
@@ -192,6 +202,15 @@ void register_elementwise_unary_kernels() {
   register_kernel(OpId::Cos, Backend::cpu, {cos, kF});
   register_kernel(OpId::Tanh, Backend::cpu, {tanh, kF});
   register_kernel(OpId::Erf, Backend::cpu, {erf, kF});
+  register_kernel(OpId::Tan, Backend::cpu, {tan, kF});
+  register_kernel(OpId::Asin, Backend::cpu, {asin, kF});
+  register_kernel(OpId::Acos, Backend::cpu, {acos, kF});
+  register_kernel(OpId::Atan, Backend::cpu, {atan, kF});
+  register_kernel(OpId::Sinh, Backend::cpu, {sinh, kF});
+  register_kernel(OpId::Cosh, Backend::cpu, {cosh, kF});
+  register_kernel(OpId::Asinh, Backend::cpu, {asinh, kF});
+  register_kernel(OpId::Acosh, Backend::cpu, {acosh, kF});
+  register_kernel(OpId::Atanh, Backend::cpu, {atanh, kF});
   register_kernel(OpId::Sigmoid, Backend::cpu, {sigmoid, kF});
   register_kernel(OpId::Silu, Backend::cpu, {silu, kF});
   register_kernel(OpId::LeakyRelu, Backend::cpu, {leaky_relu, kF});

@@ -352,18 +352,9 @@ template <typename S, typename D> struct CastF {
   __device__ D operator()(S v) const { return ew::convert_value<S, D>(v); }
 };
 
-// ---- adapters from element types to the arithmetic type and back ----
-
-template <typename Out, typename F> struct Acc1 {
-  F f;
-  template <typename In> __device__ Out operator()(In x) const { return from_acc<Out>(f(to_acc(x))); }
-};
-template <typename Out, typename F> struct Acc2 {
-  F f;
-  template <typename In> __device__ Out operator()(In a, In b) const {
-    return from_acc<Out>(f(to_acc(a), to_acc(b)));
-  }
-};
+using ew::Acc1;
+using ew::Acc2;
+using ew::unary_float;
 
 [[noreturn]] void bad_dtype(const KernelContext& ctx, DType t) {
   fail<UnsupportedError>("[{}] cuda kernel got dtype {}", ctx.op_name(), name(t));
@@ -411,16 +402,6 @@ template <template <typename> class Op, typename... P> void unary_same(KernelCon
       ew::launch_unary<T, T>(ctx.in(0), ctx.out(0), Acc1<T, Op<A>>{Op<A>{static_cast<A>(params)...}},
                              stream_of(ctx), ctx.op_name());
     }
-  });
-}
-
-// Same for float-only math, so integer instantiations are never built.
-template <template <typename> class Op, typename... P> void unary_float(KernelContext& ctx, P... params) {
-  dispatch_float(ctx.in(0).dtype, ctx.op_name(), [&](auto t) {
-    using T = decltype(t);
-    using A = acc_t<T>;
-    ew::launch_unary<T, T>(ctx.in(0), ctx.out(0), Acc1<T, Op<A>>{Op<A>{static_cast<A>(params)...}},
-                           stream_of(ctx), ctx.op_name());
   });
 }
 

@@ -1,5 +1,5 @@
 // Launchers of the elementwise CUDA kernels (unary, binary, where) and the value conversions of
-// Array::convert, shared by core.cu and elementwise.cu. A launch takes a functor on raw element
+// Array::convert, shared by core.cu and elementwise*.cu. A launch takes a functor on raw element
 // values; flat (same-shape or scalar) inputs run with 16-byte vector loads/stores when aligned,
 // other broadcasts through a collapsed index map.
 #pragma once
@@ -214,6 +214,30 @@ void launch_binary(const TensorView& a, const TensorView& b, const TensorView& o
     binary_bcast<A, B, Out><<<blocks_for(n), kThreads, 0, s>>>(pa, pb, po, n, m, f);
   }
   check_launch(op);
+}
+
+// ---- adapters from element types to the arithmetic type (acc_t) and back ----
+
+template <typename Out, typename F> struct Acc1 {
+  F f;
+  template <typename In> __device__ Out operator()(In x) const { return from_acc<Out>(f(to_acc(x))); }
+};
+template <typename Out, typename F> struct Acc2 {
+  F f;
+  template <typename In> __device__ Out operator()(In a, In b) const {
+    return from_acc<Out>(f(to_acc(a), to_acc(b)));
+  }
+};
+
+/// out = Op<A>(x) for float dtypes (A = acc_t of the element type); `params` initialize Op's
+/// members in order.
+template <template <typename> class Op, typename... P> void unary_float(KernelContext& ctx, P... params) {
+  dispatch_float(ctx.in(0).dtype, ctx.op_name(), [&](auto t) {
+    using T = decltype(t);
+    using A = acc_t<T>;
+    launch_unary<T, T>(ctx.in(0), ctx.out(0), Acc1<T, Op<A>>{Op<A>{static_cast<A>(params)...}},
+                       stream_of(ctx), ctx.op_name());
+  });
 }
 
 // ---- where ----

@@ -51,6 +51,11 @@ void with_node_context(const ::onnx::NodeProto& n, F&& f) {
     throw FormatError(context(e));
   } catch (const IoError& e) {
     throw IoError(context(e));
+  } catch (const Error&) {
+    throw;
+  } catch (const std::logic_error& e) {  // a malformed node (an attribute or list too short)
+    throw FormatError(fmt::format("[onnx] node '{}' ({}) is malformed: {}", node_label(n),
+                                  n.op_type(), e.what()));
   }
 }
 
@@ -121,7 +126,21 @@ void Importer::check_supported(const ::onnx::GraphProto& g) {
   std::map<std::string, std::pair<std::string, std::vector<std::string>>> missing;
   std::map<std::string, int64_t> opsets;
   for (const auto& o : proto_.opset_import()) opsets[o.domain() == "ai.onnx" ? "" : o.domain()] = o.version();
-  for (const auto& node : g.node()) {
+  std::vector<const ::onnx::NodeProto*> nodes;
+  std::vector<const ::onnx::GraphProto*> graphs{&g};
+  while (!graphs.empty()) {  // the graph and every subgraph (If branches, Loop bodies)
+    const auto* sub = graphs.back();
+    graphs.pop_back();
+    for (const auto& node : sub->node()) {
+      nodes.push_back(&node);
+      for (const auto& a : node.attribute()) {
+        if (a.has_g()) graphs.push_back(&a.g());
+        for (const auto& gg : a.graphs()) graphs.push_back(&gg);
+      }
+    }
+  }
+  for (const auto* np : nodes) {
+    const auto& node = *np;
     ++model_.op_histogram[default_domain(node.domain()) ? node.op_type()
                                                          : node.domain() + "." + node.op_type()];
     std::string key, why;
@@ -229,8 +248,25 @@ void Importer::add_inputs(const ::onnx::GraphProto& g) {
       fail<ValueError>("[onnx] the model has no input '{}' (a value was given for it)", name);
 }
 
-void Importer::add_node(int index) {
-  const auto& node = proto_.graph().node(index);
+std::vector<Tensor> Importer::inline_graph(const ::onnx::GraphProto& g) {
+  for (const auto& init : g.initializer()) {
+    Array a = tensor(init);
+    values_[init.name()] = {constant(a), a};
+  }
+  std::set<std::string> known;
+  for (const auto& [name, v] : values_) known.insert(name);
+  for (int i : topological_order(g, known)) add_node(g.node(i));
+  std::vector<Tensor> outs;
+  for (const auto& o : g.output()) {
+    const Value* v = find(o.name());
+    if (!v || !v->tensor.valid())
+      fail<FormatError>("[onnx] subgraph output '{}' is not produced", o.name());
+    outs.push_back(v->tensor);
+  }
+  return outs;
+}
+
+void Importer::add_node(const ::onnx::NodeProto& node) {
   int version = 0;
   const OpEntry* entry = find_entry(node.op_type(), model_.opset, &version);
   KILN_ASSERT(entry);
@@ -263,7 +299,8 @@ void Importer::add_node(int index) {
       model_.parameter_count += values_[name].data ? values_[name].data->numel() : 0;
       model_.parameter_bytes += values_[name].data ? static_cast<int64_t>(values_[name].data->nbytes()) : 0;
     }
-  if (all_known) with_node_context(node, [&] { fold(produced); });
+  // (an If's branch reads values its node does not list as inputs)
+  if (all_known && node.op_type() != "If") with_node_context(node, [&] { fold(produced); });
 }
 
 // Computes values whose inputs are all known (shape arithmetic, constant subgraphs) on the CPU.
@@ -311,7 +348,7 @@ Model Importer::run() {
   add_inputs(g);
   std::set<std::string> known;
   for (const auto& [name, v] : values_) known.insert(name);
-  for (int i : topological_order(g, known)) add_node(i);
+  for (int i : topological_order(g, known)) add_node(g.node(i));
   for (const auto& out : g.output()) {
     const Value* v = find(out.name());
     if (!v) fail<FormatError>("[onnx] graph output '{}' is not produced by any node", out.name());

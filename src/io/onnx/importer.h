@@ -15,6 +15,7 @@ namespace onnx {
 class ModelProto;
 class TensorProto;
 class GraphProto;
+class NodeProto;
 }  // namespace onnx
 
 namespace kiln::onnx::detail {
@@ -35,11 +36,14 @@ class Importer {
   Tensor constant(const Array& value);
   /// Reads a TensorProto (external data from the options' directory) into a host Array.
   Array tensor(const ::onnx::TensorProto& t) const;
+  /// Maps a subgraph's nodes into this graph (names from enclosing scopes resolve); returns its
+  /// outputs.
+  std::vector<Tensor> inline_graph(const ::onnx::GraphProto& g);
 
  private:
   void check_supported(const ::onnx::GraphProto& g);
   void add_inputs(const ::onnx::GraphProto& g);
-  void add_node(int index);
+  void add_node(const ::onnx::NodeProto& node);
   void fold(const std::vector<std::string>& names);
 
   const ::onnx::ModelProto& proto_;

@@ -185,6 +185,12 @@ Array NodeContext::attr_tensor(const std::string& name) const {
   return imp_.tensor(a->t());
 }
 
+const ::onnx::GraphProto& NodeContext::attr_graph(const std::string& name) const {
+  const auto* a = attr(name);
+  if (!a || !a->has_g()) fail(fmt::format("graph attribute '{}' is missing", name));
+  return a->g();
+}
+
 std::string NodeContext::where() const {
   return fmt::format("node '{}' ({})", node_.name().empty() ? node_.output_size() ? node_.output(0) : "" : node_.name(), node_.op_type());
 }

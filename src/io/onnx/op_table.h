@@ -15,6 +15,7 @@
 namespace onnx {
 class NodeProto;
 class AttributeProto;
+class GraphProto;
 }  // namespace onnx
 
 namespace kiln::onnx::detail {
@@ -59,6 +60,8 @@ class NodeContext {
   std::vector<float> attr_floats(const std::string& name) const;
   /// A tensor attribute; throws ValueError when missing.
   Array attr_tensor(const std::string& name) const;
+  /// A graph attribute (If branches); throws ValueError when missing.
+  const ::onnx::GraphProto& attr_graph(const std::string& name) const;
   /// Throws ValueError when the attribute is missing.
   int64_t required_int(const std::string& name) const;
 

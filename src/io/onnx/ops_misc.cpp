@@ -267,6 +267,14 @@ Outs affine_grid(NodeContext& c) {
   return {reshape(g, out)};
 }
 
+// If with a condition known while importing: the taken branch is mapped in place.
+Outs if_op(NodeContext& c) {
+  if (!c.constant(0))
+    c.unsupported("the condition must be known while importing (kiln has no run-time branches)");
+  const bool cond = c.ints(0).at(0) != 0;
+  return c.importer().inline_graph(c.attr_graph(cond ? "then_branch" : "else_branch"));
+}
+
 }  // namespace
 
 void add_misc_ops(std::vector<OpEntry>& t) {
@@ -276,6 +284,7 @@ void add_misc_ops(std::vector<OpEntry>& t) {
       {"MaxUnpool", 9, max_unpool},
       {"ReverseSequence", 10, reverse_sequence},
       {"AffineGrid", 20, affine_grid},
+      {"If", 1, if_op},
   });
 }
 

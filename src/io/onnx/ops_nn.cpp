@@ -201,10 +201,72 @@ Outs max_pool_op(NodeContext& c) {
   return {y, add(idx, off)};
 }
 
+// Sums of every pooling window, and how many positions each averages over, from one strided
+// slice per kernel offset: for what kiln's pooling kernels do not take (dilated average pooling).
+// Windows of ceil_mode that run past the padded input see zeros there, counted as padding.
+std::pair<Tensor, Tensor> window_sums(NodeContext& c, const Tensor& x, const PoolOptions& o,
+                                      bool count_pad) {
+  const Shape s = static_shape(c, x);
+  const size_t nd = o.kernel.size();
+  std::vector<int64_t> out(nd), pads(2 * s.size(), 0);
+  for (size_t i = 0; i < nd; ++i) {
+    const int64_t d = o.dilation.empty() ? 1 : o.dilation[i];
+    const int64_t span = (o.kernel[i] - 1) * d + 1, padded = s[2 + i] + o.padding[i] + o.padding[i + nd];
+    if (padded < span) c.fail("the window is larger than the padded input");
+    out[i] = (padded - span) / o.stride[i] + 1;
+    if (o.ceil_mode && (padded - span) % o.stride[i] != 0 &&
+        out[i] * o.stride[i] < s[2 + i] + o.padding[i])
+      ++out[i];
+    const int64_t extra = std::max<int64_t>(0, (out[i] - 1) * o.stride[i] + span - padded);
+    pads[2 * (2 + i)] = o.padding[i];
+    pads[2 * (2 + i) + 1] = o.padding[i + nd] + extra;
+  }
+  Tensor xp = pad(x, pads);
+  // which padded positions count: the real input, or the input and its pads
+  Shape ms(s.size(), 1);
+  std::vector<int64_t> mpads(2 * s.size(), 0);
+  for (size_t i = 0; i < nd; ++i) {
+    ms[2 + i] = count_pad ? s[2 + i] + pads[2 * (2 + i)] + pads[2 * (2 + i) + 1] : s[2 + i];
+    mpads[2 * (2 + i)] = count_pad ? 0 : o.padding[i];
+    mpads[2 * (2 + i) + 1] = count_pad ? 0 : pads[2 * (2 + i) + 1];
+  }
+  Tensor mask = pad(full(c.graph(), ms, 1.0, x.dtype()), mpads);
+  Tensor sum, count;
+  std::vector<int64_t> k(nd, 0);
+  while (true) {
+    std::vector<int64_t> starts, stops, steps, axes;
+    for (size_t i = 0; i < nd; ++i) {
+      const int64_t d = o.dilation.empty() ? 1 : o.dilation[i];
+      starts.push_back(k[i] * d);
+      stops.push_back(k[i] * d + (out[i] - 1) * o.stride[i] + 1);
+      steps.push_back(o.stride[i]);
+      axes.push_back(static_cast<int64_t>(2 + i));
+    }
+    Tensor part = slice(xp, starts, stops, steps, axes), m = slice(mask, starts, stops, steps, axes);
+    sum = sum.valid() ? add(sum, part) : part;
+    count = count.valid() ? add(count, m) : m;
+    size_t i = 0;
+    for (; i < nd && ++k[i] == o.kernel[i]; ++i) k[i] = 0;
+    if (i == nd) break;
+  }
+  return {sum, count};
+}
+
+bool dilated(const PoolOptions& o) {
+  for (int64_t d : o.dilation)
+    if (d != 1) return true;
+  return false;
+}
+
 Outs avg_pool_op(NodeContext& c) {
   Tensor x = c.input(0);
-  PoolOptions o = pool_options(c, x, false);
+  PoolOptions o = pool_options(c, x, true);
   o.count_include_pad = c.attr_int("count_include_pad", 0) != 0;
+  if (dilated(o)) {
+    auto [sum, count] = window_sums(c, x, o, o.count_include_pad);
+    return {div(sum, count)};
+  }
+  o.dilation.clear();
   if (!pads_too_large(o)) return {avg_pool(x, o)};
   if (o.ceil_mode) c.unsupported("ceil_mode with pads larger than half the kernel");
   const bool include = o.count_include_pad;
@@ -221,8 +283,14 @@ Outs avg_pool_op(NodeContext& c) {
 
 Outs lp_pool_op(NodeContext& c) {
   Tensor x = c.input(0);
-  PoolOptions o = pool_options(c, x, false);
+  PoolOptions o = pool_options(c, x, true);
   o.count_include_pad = true;
+  if (dilated(o)) {
+    const double p = static_cast<double>(c.attr_int("p", 2));
+    auto [sum, count] = window_sums(c, pow(abs(x), scalar_of(x, p)), o, true);
+    return {pow(sum, scalar_of(x, 1.0 / p))};
+  }
+  o.dilation.clear();
   if (pads_too_large(o)) x = pad_explicitly(x, o, 0);
   const double p = static_cast<double>(c.attr_int("p", 2));
   int64_t k = 1;

@@ -1,8 +1,276 @@
 // ONNX quantization ops (QuantizeLinear, DequantizeLinear, integer matmul and conv), lowered onto kiln ops.
+//
+// Integer results follow ONNX's reference exactly: integer products accumulate in i32 (matmul)
+// or f64 (conv, exact for these sizes), requantization scales multiply in f64 and round half to
+// even before saturating to the output type's range.
+#include <cmath>
+
 #include "io/onnx/map_util.h"
 
 namespace kiln::onnx::detail {
 
-void add_quant_ops(std::vector<OpEntry>& t) {}
+namespace {
+
+std::pair<double, double> int_range(NodeContext& c, DType t) {
+  switch (t) {
+    case DType::u8: return {0, 255};
+    case DType::i8: return {-128, 127};
+    case DType::i16: return {-32768, 32767};
+    case DType::i32: return {-2147483648.0, 2147483647.0};
+    default: c.unsupported(fmt::format("quantized type {}", name(t)));
+  }
+}
+
+// A scale or zero point shaped to broadcast against a rank-`rank` tensor: a scalar (or one
+// value) per tensor, a 1-D tensor along `axis`.
+Tensor per_axis(NodeContext& c, const Tensor& v, int rank, int64_t axis, const char* what) {
+  if (v.rank() == 0) return v;
+  if (v.rank() != 1)
+    c.unsupported(fmt::format("{} of shape {} (blocked quantization)", what, str(v.shape())));
+  if (v.dim(0) == 1) return reshape(v, {});
+  const int64_t a = axis_of(c, axis, rank);
+  Shape s(static_cast<size_t>(rank), 1);
+  s[static_cast<size_t>(a)] = v.dim(0);
+  return reshape(v, s);
+}
+
+// round half to even, then add the zero point and saturate to `t`'s range, in f64; NaN gives
+// the range's low end.
+Tensor requantize(NodeContext& c, const Tensor& scaled, const std::optional<Tensor>& zp, DType t) {
+  const auto [lo, hi] = int_range(c, t);
+  Tensor r = cast(round(scaled), f64);
+  if (zp) r = add(r, cast(*zp, f64));
+  r = where(isnan(r), scalar_of(r, lo), clip(r, lo, hi));
+  return cast(r, t);
+}
+
+Outs quantize_linear(NodeContext& c) {
+  Tensor x = c.input(0), scale = c.input(1);
+  if (c.attr_int("block_size", 0) > 0) c.unsupported("blocked quantization (block_size > 0)");
+  const int64_t axis = c.version() >= 13 ? c.attr_int("axis", 1) : 1;
+  if (c.version() < 13 && scale.rank() > 0 && !(scale.rank() == 1 && scale.dim(0) == 1))
+    c.fail(fmt::format("y_scale must be a scalar before opset 13, got {}", str(scale.shape())));
+  std::optional<Tensor> zp;
+  DType out = u8;
+  if (c.has_input(2)) {
+    zp = per_axis(c, c.input(2), x.rank(), axis, "y_zero_point");
+    out = zp->dtype();
+  } else if (c.has_attr("output_dtype") && c.attr_int("output_dtype", 0) != 0) {
+    const int32_t od = static_cast<int32_t>(c.attr_int("output_dtype", 0));
+    const auto t = from_onnx_dtype(od);
+    if (!t) c.unsupported(fmt::format("output_dtype {}", onnx_dtype_name(od)));
+    out = *t;
+  }
+  if (out != u8 && out != i8 && out != i16)
+    c.unsupported(fmt::format("quantizing to {}", name(out)));
+  scale = per_axis(c, scale, x.rank(), axis, "y_scale");
+  // x / scale in x's float type (numpy's promotion: integers divide in f64), or in `precision`
+  if (c.has_attr("precision") && c.attr_int("precision", 0) != 0) {
+    const int32_t p = static_cast<int32_t>(c.attr_int("precision", 0));
+    const auto t = from_onnx_dtype(p);
+    if (!t || !is_floating(*t)) c.unsupported(fmt::format("precision {}", onnx_dtype_name(p)));
+    x = cast(x, *t);
+    scale = cast(scale, *t);
+  } else if (!is_floating(x.dtype())) {
+    x = cast(x, f64);
+    scale = cast(scale, f64);
+  }
+  return {requantize(c, div(x, scale), zp, out)};
+}
+
+Outs dequantize_linear(NodeContext& c) {
+  Tensor x = c.input(0), scale = c.input(1);
+  if (c.attr_int("block_size", 0) > 0) c.unsupported("blocked quantization (block_size > 0)");
+  const int64_t axis = c.version() >= 13 ? c.attr_int("axis", 1) : 1;
+  if (!is_integer(x.dtype()))
+    c.fail(fmt::format("x must be an integer tensor, got {}", name(x.dtype())));
+  DType out = scale.dtype();
+  if (c.has_attr("output_dtype") && c.attr_int("output_dtype", 0) != 0) {
+    const int32_t od = static_cast<int32_t>(c.attr_int("output_dtype", 0));
+    const auto t = from_onnx_dtype(od);
+    if (!t || !is_floating(*t)) c.unsupported(fmt::format("output_dtype {}", onnx_dtype_name(od)));
+    out = *t;
+  }
+  scale = per_axis(c, scale, x.rank(), axis, "x_scale");
+  // (x as f32 - zero point) * scale, as the reference computes it (f64 for i32 zero points)
+  Tensor d = cast(x, f32);
+  if (c.has_input(2)) {
+    Tensor zp = per_axis(c, c.input(2), x.rank(), axis, "x_zero_point");
+    if (zp.dtype() != x.dtype())
+      c.fail(fmt::format("x_zero_point is {}, x is {}", name(zp.dtype()), name(x.dtype())));
+    if (zp.dtype() == i32 || zp.dtype() == i64) d = cast(d, f64);
+    d = sub(d, cast(zp, d.dtype()));
+  }
+  Tensor y = mul(d, scale);
+  return {y.dtype() == out ? y : cast(y, out)};
+}
+
+Outs dynamic_quantize_linear(NodeContext& c) {
+  Tensor x = c.input(0);
+  if (x.dtype() != f32) c.fail(fmt::format("x must be FLOAT, got {}", name(x.dtype())));
+  Tensor zero = scalar_of(x, 0);
+  Tensor mx = maximum(max(x), zero), mn = minimum(min(x), zero);
+  Tensor range = where(equal(mx, mn), scalar_of(x, 1), sub(mx, mn));
+  Tensor scale = div(range, scalar_of(x, 255));
+  Tensor zp = round(clip(sub(zero, div(mn, scale)), 0, 255));
+  Tensor y = clip(add(round(div(x, scale)), zp), 0, 255);
+  return {cast(y, u8), scale, cast(zp, u8)};
+}
+
+// A scale or zero point for an operand of rank `rank`: a scalar or one value applies to the whole
+// operand, a 1-D tensor runs along `axis` (negative counts from the end: rows of A are -2,
+// columns of B -1, output channels of W 0), an N-D one broadcasts as it is.
+Tensor along(NodeContext& c, const Tensor& v, int rank, int axis) {
+  if (v.rank() == 0) return v;
+  if (v.rank() == 1 && v.dim(0) == 1) return reshape(v, {});
+  if (v.rank() != 1) return v;
+  const int a = axis < 0 ? rank + axis : axis;
+  if (a < 0 || a >= rank)
+    c.fail(fmt::format("a 1-D scale or zero point of {} values needs an operand of rank > {}, got {}",
+                       v.dim(0), a, rank));
+  Shape s(static_cast<size_t>(rank), 1);
+  s[static_cast<size_t>(a)] = v.dim(0);
+  return reshape(v, s);
+}
+
+// An operand minus its zero point (input `zp_input`, optional), in dtype `t`.
+Tensor minus_zero_point(NodeContext& c, const Tensor& v, int zp_input, int axis, DType t) {
+  Tensor r = cast(v, t);
+  if (!c.has_input(zp_input)) return r;
+  Tensor zp = c.input(zp_input);
+  if (zp.dtype() != v.dtype())
+    c.fail(fmt::format("zero point is {}, its operand {}", name(zp.dtype()), name(v.dtype())));
+  return sub(r, cast(along(c, zp, std::max(v.rank(), 1), axis), t));
+}
+
+// A per-tensor scale or zero point (one value).
+Tensor one_value(NodeContext& c, int input) {
+  Tensor v = c.input(input);
+  if (v.rank() == 0) return v;
+  if (v.rank() == 1 && v.dim(0) == 1) return reshape(v, {});
+  c.fail(fmt::format("input {} must be a scalar, got shape {}", input, str(v.shape())));
+}
+
+void check_int8(NodeContext& c, const Tensor& t, const char* what) {
+  if (t.dtype() != u8 && t.dtype() != i8)
+    c.fail(fmt::format("{} must be UINT8 or INT8, got {}", what, name(t.dtype())));
+}
+
+Outs matmul_integer(NodeContext& c) {
+  Tensor a = c.input(0), b = c.input(1);
+  check_int8(c, a, "A");
+  check_int8(c, b, "B");
+  // a_zero_point per row of A (axis -2), b_zero_point per column of B (axis -1)
+  Tensor a32 = minus_zero_point(c, a, 2, a.rank() >= 2 ? -2 : 0, i32);
+  Tensor b32 = minus_zero_point(c, b, 3, -1, i32);
+  return {matmul(a32, b32)};
+}
+
+ConvOptions conv_options(NodeContext& c, int nd) {
+  ConvOptions o;
+  o.stride = c.attr_ints("strides", std::vector<int64_t>(static_cast<size_t>(nd), 1));
+  o.dilation = c.attr_ints("dilations", std::vector<int64_t>(static_cast<size_t>(nd), 1));
+  o.padding = c.attr_ints("pads", std::vector<int64_t>(2 * static_cast<size_t>(nd), 0));
+  o.groups = c.attr_int("group", 1);
+  const std::string ap = c.attr_string("auto_pad", "NOTSET");
+  if (ap == "SAME_UPPER") {
+    o.pad_mode = PadMode::same_upper;
+  } else if (ap == "SAME_LOWER") {
+    o.pad_mode = PadMode::same_lower;
+  } else if (ap == "VALID") {
+    o.pad_mode = PadMode::valid;
+  } else if (ap != "NOTSET") {
+    c.fail(fmt::format("unknown auto_pad '{}'", ap));
+  }
+  if (o.pad_mode != PadMode::explicit_) o.padding.clear();
+  return o;
+}
+
+// Exact integer convolution of (x - x_zp) and (w - w_zp) (+ bias), computed in f64.
+Tensor integer_conv(NodeContext& c, int x_in, int xzp_in, int w_in, int wzp_in,
+                    const std::optional<Tensor>& bias) {
+  Tensor x = c.input(x_in), w = c.input(w_in);
+  check_int8(c, x, "x");
+  check_int8(c, w, "w");
+  if (w.rank() < 3 || w.rank() > 5) c.unsupported(fmt::format("{}-D weights", w.rank()));
+  if (x.rank() != w.rank())
+    c.fail(fmt::format("x {} and w {} differ in rank", str(x.shape()), str(w.shape())));
+  Tensor xf = minus_zero_point(c, x, xzp_in, 1, f64);
+  Tensor wf = minus_zero_point(c, w, wzp_in, 0, f64);
+  std::optional<Tensor> bf;
+  if (bias) bf = cast(*bias, f64);
+  const ConvOptions o = conv_options(c, w.rank() - 2);
+  switch (w.rank()) {
+    case 3: return conv1d(xf, wf, bf, o);
+    case 4: return conv2d(xf, wf, bf, o);
+    default: return conv3d(xf, wf, bf, o);
+  }
+}
+
+Outs conv_integer(NodeContext& c) {
+  return {cast(integer_conv(c, 0, 2, 1, 3, std::nullopt), i32)};
+}
+
+// The requantization multiplier a_scale * b_scale / y_scale in the scales' type, as f64.
+Tensor multiplier(const Tensor& sa, const Tensor& sb, const Tensor& sy) {
+  return cast(div(mul(sa, sb), sy), f64);
+}
+
+Outs qlinear_matmul(NodeContext& c) {
+  Tensor a = c.input(0), b = c.input(3);
+  check_int8(c, a, "a");
+  check_int8(c, b, "b");
+  const int ra = std::max(a.rank(), 2), rb = std::max(b.rank(), 2);
+  // a's scale and zero point per row, b's per column, y's per row
+  Tensor a32 = minus_zero_point(c, a, 2, a.rank() >= 2 ? -2 : 0, i32);
+  Tensor b32 = minus_zero_point(c, b, 5, -1, i32);
+  Tensor acc = cast(matmul(a32, b32), f64);
+  Tensor sa = along(c, c.input(1), ra, -2), sb = along(c, c.input(4), rb, -1),
+         sy = along(c, c.input(6), ra, -2);
+  std::optional<Tensor> yzp;
+  DType out = a.dtype();
+  if (c.has_input(7)) {
+    yzp = along(c, c.input(7), ra, -2);
+    out = yzp->dtype();
+  }
+  return {requantize(c, mul(acc, multiplier(sa, sb, sy)), yzp, out)};
+}
+
+Outs qlinear_conv(NodeContext& c) {
+  Tensor x = c.input(0), w = c.input(3);
+  std::optional<Tensor> bias;
+  if (c.has_input(8)) bias = c.input(8);
+  Tensor acc = integer_conv(c, 0, 2, 3, 5, bias);  // f64, exact
+  // w_scale per output channel: channel axis 1 of the result
+  Tensor sx = one_value(c, 1), sy = one_value(c, 6), sw = along(c, c.input(4), w.rank(), 1);
+  std::optional<Tensor> yzp;
+  DType out = x.dtype();
+  if (c.has_input(7)) {
+    yzp = one_value(c, 7);
+    out = yzp->dtype();
+  }
+  return {requantize(c, mul(acc, multiplier(sx, sw, sy)), yzp, out)};
+}
+
+}  // namespace
+
+void add_quant_ops(std::vector<OpEntry>& t) {
+  t.insert(t.end(), {
+      {"QuantizeLinear", 10, quantize_linear},
+      {"QuantizeLinear", 13, quantize_linear},
+      {"QuantizeLinear", 19, quantize_linear},
+      {"QuantizeLinear", 21, quantize_linear},
+      {"DequantizeLinear", 10, dequantize_linear},
+      {"DequantizeLinear", 13, dequantize_linear},
+      {"DequantizeLinear", 19, dequantize_linear},
+      {"DequantizeLinear", 21, dequantize_linear},
+      {"DynamicQuantizeLinear", 11, dynamic_quantize_linear},
+      {"MatMulInteger", 10, matmul_integer},
+      {"ConvInteger", 10, conv_integer},
+      {"QLinearMatMul", 10, qlinear_matmul},
+      {"QLinearMatMul", 21, qlinear_matmul},
+      {"QLinearConv", 10, qlinear_conv},
+  });
+}
 
 }  // namespace kiln::onnx::detail

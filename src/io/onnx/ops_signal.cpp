@@ -24,7 +24,7 @@ int64_t known_scalar(NodeContext& c, int i) {
 template <int Kind>  // 0 Hann, 1 Hamming, 2 Blackman
 Outs window_op(NodeContext& c) {
   const int64_t n = known_scalar(c, 0);
-  if (n < 0) c.fail("size is negative");
+  if (n < 0 || n > (int64_t{1} << 24)) c.fail(fmt::format("size {} is out of range", n));
   const bool periodic = c.attr_int("periodic", 1) != 0;
   const double denom = periodic ? static_cast<double>(n) : static_cast<double>(n - 1);
   std::vector<double> w(static_cast<size_t>(n));
@@ -54,7 +54,8 @@ Tensor dft(NodeContext& c, Tensor x, int64_t axis, int64_t length, bool onesided
   Tensor xt = transpose(x, perm);
   const int64_t n = xt.dim(-2);
   if (n < 0) c.unsupported("needs the signal length while importing");
-  if (length <= 0) c.fail("dft_length must be positive");
+  if (length <= 0 || length > (int64_t{1} << 14))
+    c.unsupported(fmt::format("dft_length {} (kiln's DFT is a matmul: 1 to 16384 points)", length));
   auto fit = [&](Tensor v) {  // v (..., n) -> (..., length): truncate or zero-pad
     if (length < n) return slice(v, {0}, {length}, {}, {v.rank() - 1});
     if (length > n) {
@@ -141,7 +142,8 @@ Outs stft_op(NodeContext& c) {
 Outs mel_weight_matrix(NodeContext& c) {
   const int64_t bins = known_scalar(c, 0), length = known_scalar(c, 1), rate = known_scalar(c, 2);
   const double lo = c.doubles(3).at(0), hi = c.doubles(4).at(0);
-  if (bins <= 0 || length <= 0 || rate <= 0) c.fail("bins, dft_length and sample_rate must be positive");
+  if (bins <= 0 || length <= 0 || rate <= 0 || bins > (1 << 16) || length > (1 << 20))
+    c.fail("bins, dft_length and sample_rate must be positive (and not huge)");
   const int64_t spec = length / 2 + 1;
   const double lo_mel = 2595 * std::log1p(lo / 700) / std::log(10.0);
   const double hi_mel = 2595 * std::log1p(hi / 700) / std::log(10.0);

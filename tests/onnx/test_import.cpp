@@ -1,0 +1,282 @@
+// The ONNX importer on models built here with ONNX's protobuf classes: values against float64
+// references, shape folding, dynamic dims, one error for every unsupported op, input_values.
+#include <gtest/gtest.h>
+#include <onnx/onnx_pb.h>
+
+#include <cmath>
+#include <random>
+
+#include "kiln/error.h"
+#include "kiln/executable.h"
+#include "kiln/onnx.h"
+
+namespace {
+
+using kiln::Array;
+
+// Builds a ModelProto node by node.
+struct ModelBuilder {
+  ::onnx::ModelProto m;
+  ::onnx::GraphProto* g;
+  explicit ModelBuilder(int64_t opset = 17) {
+    m.set_ir_version(8);
+    m.set_producer_name("kiln-test");
+    m.add_opset_import()->set_version(opset);
+    g = m.mutable_graph();
+    g->set_name("test");
+  }
+  void input(const std::string& name, int32_t type, const std::vector<int64_t>& dims,
+             const std::vector<std::string>& params = {}) {
+    auto* v = g->add_input();
+    v->set_name(name);
+    auto* t = v->mutable_type()->mutable_tensor_type();
+    t->set_elem_type(type);
+    auto* s = t->mutable_shape();
+    for (size_t i = 0; i < dims.size(); ++i) {
+      auto* d = s->add_dim();
+      if (i < params.size() && !params[i].empty()) d->set_dim_param(params[i]);
+      else d->set_dim_value(dims[i]);
+    }
+  }
+  void output(const std::string& name) { g->add_output()->set_name(name); }
+  void init_f32(const std::string& name, const std::vector<int64_t>& dims, const std::vector<float>& v) {
+    auto* t = g->add_initializer();
+    t->set_name(name);
+    t->set_data_type(::onnx::TensorProto::FLOAT);
+    for (int64_t d : dims) t->add_dims(d);
+    for (float x : v) t->add_float_data(x);
+  }
+  void init_i64(const std::string& name, const std::vector<int64_t>& v) {
+    auto* t = g->add_initializer();
+    t->set_name(name);
+    t->set_data_type(::onnx::TensorProto::INT64);
+    t->add_dims(static_cast<int64_t>(v.size()));
+    for (int64_t x : v) t->add_int64_data(x);
+  }
+  ::onnx::NodeProto* node(const std::string& op, const std::vector<std::string>& in,
+                          const std::vector<std::string>& out, const std::string& name = "") {
+    auto* n = g->add_node();
+    n->set_op_type(op);
+    n->set_name(name.empty() ? out.at(0) + "_node" : name);
+    for (const auto& i : in) n->add_input(i);
+    for (const auto& o : out) n->add_output(o);
+    return n;
+  }
+  static void attr_int(::onnx::NodeProto* n, const std::string& name, int64_t v) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(::onnx::AttributeProto::INT);
+    a->set_i(v);
+  }
+  kiln::onnx::Model import(const kiln::onnx::ImportOptions& o = {}) const {
+    const std::string bytes = m.SerializeAsString();
+    return kiln::onnx::import_bytes(bytes.data(), bytes.size(), o);
+  }
+};
+
+std::vector<float> random_vector(size_t n, std::mt19937& rng) {
+  std::normal_distribution<float> d(0.f, 1.f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+std::vector<Array> run_cpu(const kiln::onnx::Model& model, const std::map<std::string, Array>& feeds) {
+  auto exe = model.graph.compile(kiln::Device::cpu(), model.feed_shapes(), model.output_tensors());
+  return exe.run(model.feeds(feeds));
+}
+
+TEST(OnnxImport, MlpMatchesFloat64Reference) {
+  std::mt19937 rng(std::random_device{}());
+  const int64_t n = 5, in = 7, hidden = 6, out = 4;
+  const auto w1 = random_vector(hidden * in, rng), b1 = random_vector(hidden, rng);
+  const auto w2 = random_vector(hidden * out, rng), x = random_vector(n * in, rng);
+  ModelBuilder b;
+  b.input("x", ::onnx::TensorProto::FLOAT, {n, in});
+  b.init_f32("w1", {hidden, in}, w1);
+  b.init_f32("b1", {hidden}, b1);
+  b.init_f32("w2", {hidden, out}, w2);
+  auto* gemm = b.node("Gemm", {"x", "w1", "b1"}, {"h"});
+  ModelBuilder::attr_int(gemm, "transB", 1);
+  b.node("Relu", {"h"}, {"r"});
+  b.node("MatMul", {"r", "w2"}, {"logits"});
+  auto* sm = b.node("Softmax", {"logits"}, {"y"});
+  ModelBuilder::attr_int(sm, "axis", -1);
+  b.output("y");
+  auto model = b.import();
+  EXPECT_EQ(model.parameter_count, hidden * in + hidden + hidden * out);
+  EXPECT_EQ(model.op_histogram.at("Gemm"), 1);
+  const auto y = run_cpu(model, {{"x", Array::from_vector(x, {n, in})}})[0].to_vector<float>();
+  for (int64_t r = 0; r < n; ++r) {
+    std::vector<double> logits(out, 0.0);
+    for (int64_t j = 0; j < hidden; ++j) {
+      double h = b1[j];
+      for (int64_t k = 0; k < in; ++k) h += double(x[r * in + k]) * w1[j * in + k];
+      h = std::max(h, 0.0);
+      for (int64_t o = 0; o < out; ++o) logits[o] += h * w2[j * out + o];
+    }
+    double mx = *std::max_element(logits.begin(), logits.end()), z = 0;
+    for (double l : logits) z += std::exp(l - mx);
+    for (int64_t o = 0; o < out; ++o)
+      EXPECT_NEAR(y[r * out + o], std::exp(logits[o] - mx) / z, 1e-5) << r << "," << o;
+  }
+}
+
+// Shape -> Gather -> Unsqueeze -> Concat -> Reshape: folded while importing.
+void add_flatten_by_shape(ModelBuilder& b) {
+  b.init_i64("zero", {0});
+  b.init_i64("minus_one", {-1});
+  b.node("Shape", {"x"}, {"s"});
+  auto* g = b.node("Gather", {"s", "zero"}, {"n"});
+  ModelBuilder::attr_int(g, "axis", 0);
+  auto* c = b.node("Concat", {"n", "minus_one"}, {"target"});
+  ModelBuilder::attr_int(c, "axis", 0);
+  b.node("Reshape", {"x", "target"}, {"y"});
+  b.output("y");
+}
+
+TEST(OnnxImport, ShapeSubgraphFoldsWithStaticShapes) {
+  ModelBuilder b;
+  b.input("x", ::onnx::TensorProto::FLOAT, {2, 3, 4});
+  add_flatten_by_shape(b);
+  auto model = b.import();
+  ASSERT_EQ(model.outputs.size(), 1u);
+  EXPECT_EQ(model.outputs[0].shape, (kiln::Shape{2, 12}));
+  std::mt19937 rng(1);
+  const auto x = random_vector(24, rng);
+  EXPECT_EQ(run_cpu(model, {{"x", Array::from_vector(x, {2, 3, 4})}})[0].to_vector<float>(), x);
+}
+
+TEST(OnnxImport, DimParamsTakeGivenShapesOrSayWhichInputToFix) {
+  ModelBuilder b;
+  b.input("x", ::onnx::TensorProto::FLOAT, {0, 3, 4}, {"batch"});
+  add_flatten_by_shape(b);
+  try {
+    b.import();
+    FAIL() << "a Shape of a dynamic dim imported";
+  } catch (const kiln::UnsupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find("static shape"), std::string::npos) << e.what();
+  }
+  auto model = b.import({.input_shapes = {{"x", {5, 3, 4}}}});
+  EXPECT_EQ(model.outputs[0].shape, (kiln::Shape{5, 12}));
+  EXPECT_EQ(model.inputs[0].dim_params[0], "batch");
+  auto fixed = b.import({.default_dim = 2});
+  EXPECT_EQ(fixed.outputs[0].shape, (kiln::Shape{2, 12}));
+  // a given shape must agree with the model's fixed dims
+  EXPECT_THROW(b.import({.input_shapes = {{"x", {5, 3, 5}}}}), kiln::ShapeError);
+  EXPECT_THROW(b.import({.input_shapes = {{"nope", {5, 3, 4}}}}), kiln::ValueError);
+}
+
+TEST(OnnxImport, OneErrorListsEveryUnsupportedOp) {
+  ModelBuilder b;
+  b.input("x", ::onnx::TensorProto::FLOAT, {2});
+  b.node("FancyOp", {"x"}, {"a"}, "fancy_1");
+  b.node("Relu", {"a"}, {"b"});
+  b.node("FancyOp", {"b"}, {"c"}, "fancy_2");
+  b.node("Unique", {"c"}, {"y"}, "unique_1");
+  b.output("y");
+  try {
+    b.import();
+    FAIL() << "imported";
+  } catch (const kiln::UnsupportedError& e) {
+    const std::string w = e.what();
+    for (const char* s : {"FancyOp", "fancy_1", "fancy_2", "not an ONNX op", "Unique", "unique_1", "opset 17"})
+      EXPECT_NE(w.find(s), std::string::npos) << s << " missing from: " << w;
+  }
+}
+
+TEST(OnnxImport, OpsetRange) {
+  for (int64_t opset : {5, 6}) {
+    ModelBuilder b(opset);
+    b.input("x", ::onnx::TensorProto::FLOAT, {2});
+    b.node("Relu", {"x"}, {"y"});
+    b.output("y");
+    EXPECT_THROW(b.import(), kiln::UnsupportedError) << opset;
+  }
+  // opset 23: Relu and Add did not change after 21, so the model imports
+  ModelBuilder b(23);
+  b.input("x", ::onnx::TensorProto::FLOAT, {2});
+  b.node("Relu", {"x"}, {"r"});
+  b.node("Add", {"r", "x"}, {"y"});
+  b.output("y");
+  auto model = b.import();
+  const auto y = run_cpu(model, {{"x", Array::from_vector<float>({-1.f, 2.f}, {2})}})[0];
+  EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{-1.f, 4.f}));
+  EXPECT_TRUE(kiln::onnx::is_supported("Conv", 21));
+  EXPECT_FALSE(kiln::onnx::is_supported("Conv", 6 - 6));
+}
+
+TEST(OnnxImport, InputValuesFixInputsNeededWhileImporting) {
+  ModelBuilder b(18);
+  b.input("x", ::onnx::TensorProto::FLOAT, {3, 4});
+  b.input("axes", ::onnx::TensorProto::INT64, {1});
+  b.node("ReduceSum", {"x", "axes"}, {"y"});
+  b.output("y");
+  try {
+    b.import();
+    FAIL() << "imported";
+  } catch (const kiln::UnsupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find("'axes'"), std::string::npos) << e.what();
+  }
+  auto model = b.import({.input_values = {{"axes", Array::from_vector<int64_t>({1}, {1})}}});
+  ASSERT_EQ(model.inputs.size(), 1u);
+  EXPECT_EQ(model.fixed_inputs, std::vector<std::string>{"axes"});
+  std::mt19937 rng(2);
+  const auto x = random_vector(12, rng);
+  const auto y = run_cpu(model, {{"x", Array::from_vector(x, {3, 4})},
+                                 {"axes", Array::from_vector<int64_t>({1}, {1})}})[0]
+                     .to_vector<float>();
+  for (int r = 0; r < 3; ++r)
+    EXPECT_NEAR(y[r], double(x[r * 4]) + x[r * 4 + 1] + x[r * 4 + 2] + x[r * 4 + 3], 1e-5);
+}
+
+TEST(OnnxImport, ErrorsNameTheNode) {
+  ModelBuilder b;
+  b.input("x", ::onnx::TensorProto::FLOAT, {2, 3});
+  b.input("z", ::onnx::TensorProto::FLOAT, {4, 5});
+  b.node("Add", {"x", "z"}, {"y"}, "the_bad_add");
+  b.output("y");
+  try {
+    b.import();
+    FAIL() << "imported";
+  } catch (const kiln::ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("the_bad_add"), std::string::npos) << e.what();
+  }
+}
+
+TEST(OnnxImport, FeedsAreChecked) {
+  ModelBuilder b;
+  b.input("x", ::onnx::TensorProto::FLOAT, {2, 3});
+  b.node("Relu", {"x"}, {"y"});
+  b.output("y");
+  auto model = b.import();
+  EXPECT_THROW(model.feeds({}), kiln::ValueError);
+  EXPECT_THROW(model.feeds({{"x", Array::zeros({2, 4}, kiln::f32)}}), kiln::ShapeError);
+  EXPECT_THROW(model.feeds({{"x", Array::zeros({2, 3}, kiln::f64)}}), kiln::DTypeError);
+  EXPECT_THROW(model.feeds({{"x", Array::zeros({2, 3}, kiln::f32)}, {"w", Array::zeros({1}, kiln::f32)}}),
+               kiln::ValueError);
+}
+
+TEST(OnnxImport, GraphsOutOfOrderAndBrokenReferences) {
+  ModelBuilder b;
+  b.input("x", ::onnx::TensorProto::FLOAT, {2});
+  b.node("Relu", {"a"}, {"y"});  // reads a value produced below
+  b.node("Neg", {"x"}, {"a"});
+  b.output("y");
+  auto model = b.import();
+  EXPECT_EQ(run_cpu(model, {{"x", Array::from_vector<float>({1.f, -2.f}, {2})}})[0].to_vector<float>(),
+            (std::vector<float>{0.f, 2.f}));
+  ModelBuilder broken;
+  broken.input("x", ::onnx::TensorProto::FLOAT, {2});
+  broken.node("Relu", {"missing"}, {"y"});
+  broken.output("y");
+  EXPECT_THROW(broken.import(), kiln::FormatError);
+  ModelBuilder cycle;
+  cycle.input("x", ::onnx::TensorProto::FLOAT, {2});
+  cycle.node("Add", {"x", "b"}, {"a"});
+  cycle.node("Relu", {"a"}, {"b"});
+  cycle.output("b");
+  EXPECT_THROW(cycle.import(), kiln::FormatError);
+}
+
+}  // namespace
