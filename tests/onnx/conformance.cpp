@@ -353,7 +353,10 @@ CaseResult classify_and_run(const fs::path& dir, bool fork_cases) {
           isolated([&] { return run_case(dir, input_names, sets, true); }, fork_cases);
       res.frozen = true;
       ok = ok2;
-      msg = ok2 ? "" : msg2 + " (with parameter inputs frozen; as given: " + msg + ")";
+      if (ok2)
+        msg = "";
+      else if (msg2 != msg)
+        msg = msg2 + " (with parameter inputs frozen; as given: " + msg + ")";
     }
     res.status = ok ? "pass" : "fail";
     res.category = ok                            ? ""
