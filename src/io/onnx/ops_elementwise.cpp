@@ -162,6 +162,12 @@ Outs sum_op(NodeContext& c) { return variadic<add>(c); }
 
 Tensor relu_any(const Tensor& x) { return relu(x); }
 
+Outs bit_shift_op(NodeContext& c) {
+  const std::string dir = c.attr_string("direction", "");
+  if (dir != "LEFT" && dir != "RIGHT") c.fail(fmt::format("direction '{}' is not LEFT or RIGHT", dir));
+  return {bit_shift(c.input(0), c.input(1), dir == "LEFT")};
+}
+
 }  // namespace
 
 void add_elementwise_ops(std::vector<OpEntry>& t) {
@@ -221,6 +227,20 @@ void add_elementwise_ops(std::vector<OpEntry>& t) {
       {"Gelu", 20, gelu_op},
       {"Shrink", 9, shrink_op},
       {"PRelu", 7, prelu_op},
+      {"Tan", 7, unary<tan>},
+      {"Asin", 7, unary<asin>},
+      {"Acos", 7, unary<acos>},
+      {"Atan", 7, unary<atan>},
+      {"Sinh", 9, unary<sinh>},
+      {"Cosh", 9, unary<cosh>},
+      {"Asinh", 9, unary<asinh>},
+      {"Acosh", 9, unary<acosh>},
+      {"Atanh", 9, unary<atanh>},
+      {"BitwiseAnd", 18, binary<bitwise_and>},
+      {"BitwiseOr", 18, binary<bitwise_or>},
+      {"BitwiseXor", 18, binary<bitwise_xor>},
+      {"BitwiseNot", 18, unary<bitwise_not>},
+      {"BitShift", 11, bit_shift_op},
   });
 }
 
