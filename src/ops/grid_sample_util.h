@@ -1,7 +1,7 @@
 // The sampling math of grid_sample (ONNX GridSample, opset 20), shared by the CPU and CUDA
 // kernels (host and device). Along one spatial dim of `len` elements, a normalized grid value g
 // in [-1, 1] maps to x = (g + 1) / 2 (len - 1) with align_corners, else ((g + 1) len - 1) / 2.
-// nearest rounds x (half to even; half away from zero for 3 spatial dims, as PyTorch). A
+// nearest rounds x half to even (ONNX's reference, for every spatial rank). A
 // coordinate outside the border ([0, len - 1] with align_corners, else [-0.5, len - 0.5]) is
 // clamped to [0, len - 1] (border) or reflected into the border (reflection). The taps are then
 // x0 = floor(x) (+0, +1 for linear; -1 .. +2 for cubic, Keys A = -0.75), and each tap index is
@@ -85,7 +85,7 @@ KILN_GRID_HD inline double cubic_weight(double t) {
 KILN_GRID_HD inline AxisTaps axis_taps(const Params& p, double g, int64_t len) {
   const double l = static_cast<double>(len);
   double x = p.align_corners ? (g + 1) / 2 * (l - 1) : ((g + 1) * l - 1) / 2;
-  if (p.mode == Mode::nearest) x = p.spatial == 3 ? ::round(x) : ::rint(x);
+  if (p.mode == Mode::nearest) x = ::rint(x);
   const double lo = p.align_corners ? 0.0 : -0.5, hi = p.align_corners ? l - 1 : l - 0.5;
   if (!::isfinite(x)) x = lo - 4;  // NaN and inf sample outside
   if (x < lo || x > hi) {

@@ -63,8 +63,11 @@ KILN_RESIZE_HD inline double source_coordinate(const Params& p, const Dim& d, in
       return in / 2 * (1 - adjustment) + (xd + 0.5) / d.scale - 0.5;
     }
     case Coord::pytorch_half_pixel: return d.out > 1 ? (xd + 0.5) / d.scale - 0.5 : 0.0;
-    case Coord::align_corners:
-      return d.out > 1 ? xd * (in - 1) / static_cast<double>(d.out - 1) : 0.0;
+    case Coord::align_corners: {
+      // the resized length is in * scale (not rounded), as ONNX's reference has it
+      const double len = static_cast<double>(d.in) * d.scale;
+      return d.out > 1 && len > 1 ? xd * (in - 1) / (len - 1) : 0.0;
+    }
     case Coord::asymmetric: return xd / d.scale;
     case Coord::tf_crop_and_resize:
       // summed in the ONNX reference's order

@@ -20,6 +20,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -33,8 +34,10 @@ using kiln::DType;
 
 namespace {
 
-constexpr double kRtol = 1e-3;
-constexpr double kAtol = 1e-7;
+// the suite's tolerances unless --rtol/--atol say otherwise (the model tests use 1e-4)
+double kRtol = 1e-3;
+double kAtol = 1e-7;
+kiln::Device g_device = kiln::Device::cpu();
 constexpr unsigned kCaseSeconds = 120;
 
 struct CaseResult {
@@ -184,7 +187,8 @@ onnx::TensorProto read_proto(const fs::path& path) {
 
 // Inputs that hold parameters rather than data: integers, bools and single values. A case that
 // fails as given runs again with these as ImportOptions::input_values (the backend tests feed
-// axes, shapes, pads and depths as inputs; kiln needs them while importing).
+// axes, shapes, pads, scales and depths as inputs; kiln needs them while importing), and with
+// any other input an import error names as needed while importing.
 bool parameter_like(const Array& a) {
   return kiln::is_integer(a.dtype()) || a.dtype() == kiln::boolean || a.numel() <= 1;
 }
@@ -226,27 +230,48 @@ std::string compare(const Array& got, const Array& want, const std::string& name
 std::string run_case(const fs::path& dir, const std::vector<std::string>& input_names,
                      const std::vector<DataSet>& sets, bool freeze) {
   for (const DataSet& ds : sets) {
-    kiln::onnx::ImportOptions options;
-    std::map<std::string, Array> feeds;
-    for (size_t i = 0; i < ds.inputs.size() && i < input_names.size(); ++i) {
-      if (freeze && parameter_like(ds.inputs[i])) {
-        options.input_values[input_names[i]] = ds.inputs[i];
+    // frozen: parameter-like inputs, then every input an import error names as needed
+    std::set<std::string> frozen;
+    for (size_t i = 0; freeze && i < ds.inputs.size() && i < input_names.size(); ++i)
+      if (parameter_like(ds.inputs[i])) frozen.insert(input_names[i]);
+    for (int attempt = 0;; ++attempt) {
+      kiln::onnx::ImportOptions options;
+      std::map<std::string, Array> feeds;
+      for (size_t i = 0; i < ds.inputs.size() && i < input_names.size(); ++i) {
+        if (frozen.count(input_names[i])) {
+          options.input_values[input_names[i]] = ds.inputs[i];
+          continue;
+        }
+        options.input_shapes[input_names[i]] = ds.inputs[i].shape();
+        feeds[input_names[i]] = ds.inputs[i];
+      }
+      std::optional<kiln::onnx::Model> model;
+      try {
+        model.emplace(kiln::onnx::import((dir / "model.onnx").string(), options));
+      } catch (const kiln::UnsupportedError& e) {
+        const std::string w = e.what();
+        const size_t at = w.find("must be known while importing"), a = w.find("('"),
+                     b = w.find("')", a == std::string::npos ? 0 : a);
+        if (!freeze || attempt > 8 || at == std::string::npos || a == std::string::npos ||
+            b == std::string::npos)
+          throw;
+        const std::string name = w.substr(a + 2, b - a - 2);
+        if (!feeds.count(name)) throw;
+        frozen.insert(name);
         continue;
       }
-      options.input_shapes[input_names[i]] = ds.inputs[i].shape();
-      feeds[input_names[i]] = ds.inputs[i];
-    }
-    const kiln::onnx::Model model = kiln::onnx::import((dir / "model.onnx").string(), options);
-    std::map<std::string, kiln::Shape> shapes;
-    for (const auto& [n, a] : feeds) shapes[n] = a.shape();
-    const kiln::Executable exe =
-        model.graph.compile(kiln::Device::cpu(), model.feed_shapes(shapes), model.output_tensors());
-    const std::vector<Array> out = exe.run(model.feeds(feeds));
-    if (out.size() != ds.outputs.size())
-      return fmt::format("{} outputs vs {} expected", out.size(), ds.outputs.size());
-    for (size_t i = 0; i < out.size(); ++i) {
-      std::string r = compare(out[i], ds.outputs[i], model.outputs[i].name);
-      if (!r.empty()) return r;
+      std::map<std::string, kiln::Shape> shapes;
+      for (const auto& [n, a] : feeds) shapes[n] = a.shape();
+      const kiln::Executable exe =
+          model->graph.compile(g_device, model->feed_shapes(shapes), model->output_tensors());
+      const std::vector<Array> out = exe.run(model->feeds(feeds));
+      if (out.size() != ds.outputs.size())
+        return fmt::format("{} outputs vs {} expected", out.size(), ds.outputs.size());
+      for (size_t i = 0; i < out.size(); ++i) {
+        std::string r = compare(out[i], ds.outputs[i], model->outputs[i].name);
+        if (!r.empty()) return r;
+      }
+      break;
     }
   }
   return "";
@@ -345,10 +370,10 @@ CaseResult classify_and_run(const fs::path& dir, bool fork_cases) {
       sets.push_back(std::move(ds));
     }
     auto [ok, msg] = isolated([&] { return run_case(dir, input_names, sets, false); }, fork_cases);
-    bool has_frozen = false;
+    bool has_frozen = msg.find("must be known while importing") != std::string::npos;
     for (const auto& ds : sets)
       for (const auto& a : ds.inputs) has_frozen = has_frozen || parameter_like(a);
-    if (!ok && has_frozen) {  // again with parameter-like inputs as constants
+    if (!ok && has_frozen) {  // again with parameter-like (and needed) inputs as constants
       auto [ok2, msg2] =
           isolated([&] { return run_case(dir, input_names, sets, true); }, fork_cases);
       res.frozen = true;
@@ -403,9 +428,19 @@ int main(int argc, char** argv) {
   app.add_option("--json", json_path, "Write per-case results as JSON");
   app.add_option("--write-expected", write_expected,
                  "Write the current failures as an expectations file");
+  std::string device = "cpu";
+  app.add_option("--rtol", kRtol, "Relative tolerance (default: the suite's 1e-3)");
+  app.add_option("--atol", kAtol, "Absolute tolerance (default: the suite's 1e-7)");
+  app.add_option("--device", device, "Device to compile for: cpu, cuda or cuda:N");
   app.add_flag("--no-fork", no_fork, "Run cases in this process (for debuggers)");
   app.add_flag("-v,--verbose", verbose, "Print every case");
   CLI11_PARSE(app, argc, argv);
+  try {
+    g_device = kiln::Device::parse(device);
+  } catch (const kiln::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
 
   try {
     std::vector<fs::path> dirs;

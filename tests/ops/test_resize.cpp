@@ -84,7 +84,8 @@ double interpolate_1d(const std::vector<double>& data, double scale, int64_t out
       xo = out_len > 1 ? (xd + 0.5) / scale - 0.5 : 0;
       break;
     case ResizeCoordinates::align_corners:
-      xo = out_len == 1 ? 0 : xd * (in - 1) / (out_len - 1);
+      // the resized length is in * scale, not rounded (ONNX's reference)
+      xo = out_len == 1 || in * scale <= 1 ? 0 : xd * (in - 1) / (in * scale - 1);
       break;
     case ResizeCoordinates::asymmetric: xo = xd / scale; break;
     case ResizeCoordinates::tf_crop_and_resize:

@@ -308,8 +308,10 @@ Outs resize_op(NodeContext& c) {
   } else if (v10) {
     scales = c.doubles(1);
   } else {
-    if (c.has_input(3) && c.constant(3) && c.constant(3)->numel() > 0) sizes = c.ints(3);
-    else if (c.has_input(2)) scales = c.doubles(2);
+    // an empty tensor stands for an omitted input
+    auto given = [&](int i) { return c.has_input(i) && !(c.constant(i) && c.constant(i)->numel() == 0); };
+    if (given(3)) sizes = c.ints(3);
+    else if (given(2)) scales = c.doubles(2);
   }
   if (v10) {  // Upsample's convention: out = floor(in * scale), asymmetric, nearest floors
     o.coordinate_transformation_mode = ResizeCoordinates::asymmetric;
@@ -370,7 +372,7 @@ Outs resize_op(NodeContext& c) {
   }
   o.scales = full_scales;
   if (o.coordinate_transformation_mode == ResizeCoordinates::tf_crop_and_resize && c.has_input(1) &&
-      c.constant(1) && c.constant(1)->numel() > 0) {
+      !(c.constant(1) && c.constant(1)->numel() == 0)) {
     const auto roi = c.doubles(1);
     if (roi.size() != 2 * n) c.fail("roi needs a start and an end per axis");
     std::vector<double> full_roi(2 * r);

@@ -188,6 +188,20 @@ Outs pad_op(NodeContext& c) {
     pads[2 * a + 1] = onnx_pads[i + n];
   }
   const std::string mode = c.attr_string("mode", "constant");
+  if (mode == "wrap") {  // circular: each side takes the opposite end's elements
+    for (int a = 0; a < rank; ++a) {
+      const int64_t b = pads[2 * a], e = pads[2 * a + 1], n = x.dim(a);
+      if (b == 0 && e == 0) continue;
+      if (n < 0 || b < 0 || e < 0 || b > n || e > n)
+        c.unsupported("wrap padding needs static dims and 0 <= pads <= the dim");
+      std::vector<Tensor> parts;
+      if (b) parts.push_back(slice(x, {n - b}, {n}, {}, {a}));
+      parts.push_back(x);
+      if (e) parts.push_back(slice(x, {0}, {e}, {}, {a}));
+      x = concat(parts, a);
+    }
+    return {x};
+  }
   PadKind kind = PadKind::constant;
   if (mode == "reflect") kind = PadKind::reflect;
   else if (mode == "edge") kind = PadKind::edge;
