@@ -244,13 +244,14 @@ template <typename T> Affine<T> affine_of(const KernelContext& ctx, int first) {
 // A row's statistics: Welford moments, or the sum of squares for RMS norm.
 template <typename A, bool kRms> using NormStats = std::conditional_t<kRms, SquareSum<A>, Moments<A>>;
 
-// Adds the V-wide elements [j0, j1) (step `step`) of a row to st.
-template <typename T, int V, typename S>
-__device__ void add_span(S& st, const Vec<T, V>* px, int64_t j0, int64_t j1, int64_t step) {
+// Adds the V-wide elements [j0, j1) (step `step`) of a row, less `shift`, to st.
+template <typename T, int V, typename S, typename A>
+__device__ void add_span(S& st, const Vec<T, V>* px, int64_t j0, int64_t j1, int64_t step,
+                         A shift) {
   for (int64_t j = j0; j < j1; j += step) {
     const Vec<T, V> in = px[j];
 #pragma unroll
-    for (int u = 0; u < V; ++u) st.add(to_acc(in.v[u]));
+    for (int u = 0; u < V; ++u) st.add(to_acc(in.v[u]) - shift);
   }
 }
 
@@ -263,6 +264,13 @@ template <typename T> struct NormRow {
   int64_t len, spatial, groups;
   Affine<T> aff;
   double eps;
+
+  // The statistics are of x - shift, with the row's first element as the shift: a row whose
+  // mean is large next to its spread keeps the spread's precision in float (shifted data).
+  template <bool kRms> __device__ acc_t<T> shift(int64_t r) const {
+    if constexpr (kRms) return acc_t<T>(0);
+    else return len > 0 ? to_acc(x[r * len]) : acc_t<T>(0);
+  }
 
   // Writes the V-wide elements [j0, j1) (step `step`) of row r from the row's statistics.
   template <int V, bool kRms>
@@ -278,6 +286,7 @@ template <typename T> struct NormRow {
       var = st.m2 / static_cast<A>(len);
     }
     const A rstd = A(1) / sqrt(var + static_cast<A>(eps));
+    const A k = shift<kRms>(r);
     const int64_t ch0 = (r % groups) * (len / spatial);
     const auto* px = reinterpret_cast<const Vec<T, V>*>(x + r * len);
     auto* py = reinterpret_cast<Vec<T, V>*>(y + r * len);
@@ -287,7 +296,7 @@ template <typename T> struct NormRow {
 #pragma unroll
       for (int u = 0; u < V; ++u) {
         const int64_t i = j * V + u;
-        A v = (to_acc(in.v[u]) - mean) * rstd;
+        A v = ((to_acc(in.v[u]) - k) - mean) * rstd;
         if (aff.w || aff.b) {
           const int64_t c = ch0 + (spatial == 1 ? i : i / spatial);
           if (aff.w) v *= to_acc(aff.w[c]);
@@ -309,7 +318,8 @@ __global__ void norm_rows(NormRow<T> nr, int64_t rows) {
   const int64_t nv = nr.len / V;
   for (int64_t r = g.first; r < rows; r += g.step) {
     Stats st = Stats::empty();
-    add_span<T, V>(st, reinterpret_cast<const Vec<T, V>*>(nr.x + r * nr.len), g.lane, nv, G);
+    add_span<T, V>(st, reinterpret_cast<const Vec<T, V>*>(nr.x + r * nr.len), g.lane, nv, G,
+                   nr.template shift<kRms>(r));
     st = group_reduce<G>(st, smem);
     nr.template write<V, kRms>(r, st, g.lane, nv, G);
   }
@@ -328,7 +338,7 @@ __global__ void norm_chunk_stats(NormRow<T> nr, NormStats<acc_t<T>, kRms>* part)
   const int64_t j1 = min(nr.len / V, j0 + kChunk / V);
   Stats st = Stats::empty();
   add_span<T, V>(st, reinterpret_cast<const Vec<T, V>*>(nr.x + r * nr.len), j0 + threadIdx.x, j1,
-                 blockDim.x);
+                 blockDim.x, nr.template shift<kRms>(r));
   st = group_reduce<kRowBlock>(st, smem);
   if (threadIdx.x == 0) part[r * gridDim.x + blockIdx.x] = st;
 }
