@@ -29,8 +29,9 @@ data: setup
 demo: build data
 	$(BUILD)/kiln demo --data $(BUILD)/data --checkpoint $(BUILD)/demo.ckpt
 
-# Everything: the release build's tests (C++ and Python), then the C++ suite under ASan+UBSan.
-test: test-release test-asan
+# Everything: the release build's tests (C++ and Python), the C++ suite under ASan+UBSan, and
+# a minute of fuzzing the ONNX importer.
+test: test-release test-asan fuzz
 
 test-release: build data
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)

@@ -9,6 +9,7 @@ PACKAGES=(
   libdnnl-dev libfmt-dev nlohmann-json3-dev libcli11-dev
   libonnx-dev libprotobuf-dev protobuf-compiler
   libgtest-dev libgmock-dev libbenchmark-dev
+  clang-14 libclang-rt-14-dev
   python3 python3-venv python3-pip
 )
 
