@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <mutex>
 
 #include "core/errors.h"
@@ -33,7 +34,13 @@ template <typename T> T from_double(double v) {
   if constexpr (std::is_same_v<T, float16_t> || std::is_same_v<T, bfloat16_t>)
     return T(static_cast<float>(v));
   else if constexpr (std::is_same_v<T, bool>) return v != 0;
-  else return static_cast<T>(v);
+  else if constexpr (std::is_integral_v<T>) {
+    // float to integer truncates toward zero and saturates; NaN gives 0 (as CUDA's conversions)
+    if (!(v == v)) return T(0);
+    if (v <= static_cast<double>(std::numeric_limits<T>::min())) return std::numeric_limits<T>::min();
+    if (v >= static_cast<double>(std::numeric_limits<T>::max())) return std::numeric_limits<T>::max();
+    return static_cast<T>(v);
+  } else return static_cast<T>(v);
 }
 
 template <typename F> void visit(DType t, F&& f) {

@@ -134,5 +134,29 @@ TEST(Cast, BetweenAllDtypes) {
   }
 }
 
+TEST(Cast, FloatToIntegerSaturatesAndNanGivesZero) {
+  const std::vector<double> vals{1e10, -1e10, NAN, INFINITY, -INFINITY, 2.7, -2.7, 127.9, -128.9,
+                                 255.5, 3e38, -3e38};
+  for (DType from : {f32, f64}) {
+    for (DType to : {i8, u8, i16, i32, i64}) {
+      Graph g;
+      auto x = g.placeholder({static_cast<int64_t>(vals.size())}, from, "x");
+      // the limits of `to`, as doubles
+      const double lo = to == u8 ? 0 : to == i8 ? -128 : to == i16 ? -32768 : to == i32 ? -2147483648.0 : -9223372036854775808.0;
+      const double hi = to == u8 ? 255 : to == i8 ? 127 : to == i16 ? 32767 : to == i32 ? 2147483647.0 : 9223372036854775807.0;
+      std::vector<double> ref;
+      for (double e : vals) {
+        const double v = from == f32 ? static_cast<double>(static_cast<float>(e)) : e;
+        ref.push_back(std::isnan(v) ? 0 : v <= lo ? lo : v >= hi ? hi : std::trunc(v));
+      }
+      const Array got = eval1(g, cast(x, to), {{x, Array::from_vector(vals, {static_cast<int64_t>(vals.size())}).astype(from)}});
+      const auto g64 = got.astype(i64).to_vector<int64_t>();
+      for (size_t i = 0; i < vals.size(); ++i)
+        EXPECT_EQ(g64[i], static_cast<int64_t>(ref[i] >= 9.2e18 ? 9223372036854775807LL : ref[i]))
+            << name(from) << "->" << name(to) << " of " << vals[i];
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kiln

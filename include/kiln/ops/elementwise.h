@@ -88,6 +88,7 @@ Tensor logical_xor(const Tensor& a, const Tensor& b);
 Tensor logical_not(const Tensor& x);
 /// cond ? x : y, broadcasting all three; cond is bool, x and y are promoted.
 Tensor where(const Tensor& cond, const Tensor& x, const Tensor& y);
+/// Float to integer truncates toward zero and saturates at the integer's limits; NaN gives 0.
 Tensor cast(const Tensor& x, DType dtype);
 /// bool results; always false for integers.
 Tensor isnan(const Tensor& x);
