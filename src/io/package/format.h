@@ -40,8 +40,8 @@
 //
 // READING a file that may come from anyone. The reader
 //   1. checks the magic, then min_reader_version against its own version (kReaderVersion),
-//      then header_xxh3, file_size against the real size, and that the manifest lies inside the
-//      file at a multiple of 8;
+//      then header_xxh3, the reserved bytes, file_size against the real size, and that the
+//      manifest lies inside the file at a multiple of 8;
 //   2. always checks manifest_xxh3, then runs the FlatBuffers verifier over the manifest;
 //   3. checks every section with overflow-safe arithmetic: inside the file, 64-byte aligned,
 //      its size equal to the bytes of its node's dtype and shape; and its XXH3 unless
