@@ -195,6 +195,8 @@ TEST(Package, OutputNamesAndRunByNameOnly) {
   const std::string path = temp_path("names");
   expect_error<ValueError>([&] { exe.save(path, {.output_names = {"only_one"}}); },
                            {"[package]", "1 output names", "2 returned"});
+  expect_error<IoError>([&] { exe.save(testing::TempDir() + "no/such/dir/x.kiln"); },
+                        {"[package]", "cannot open"});
   exe.save(path, {.output_names = {"square", "double"}});
   auto loaded = Executable::load(path, Device::cpu());
   std::filesystem::remove(path);

@@ -36,7 +36,8 @@
 //   steps         the schedule: node and backend of every kernel, and why a step of a GPU
 //                 executable falls back to the CPU. Kernels are code, not data: the reader looks
 //                 them up again by (op, backend, dtype).
-//   placeholders, variables   program node ids, in program order
+//   placeholders, variables   program node ids, in program order (for tools; the reader
+//                 derives both from the nodes)
 //
 // READING a file that may come from anyone. The reader
 //   1. checks the magic, then min_reader_version against its own version (kReaderVersion),
@@ -101,8 +102,8 @@ struct Bytes {
   std::string what;             // the file name (or "<memory>") for messages
 };
 
-/// Maps a file read-only. Throws IoError.
-Bytes map_file(const std::string& path);
+/// Maps a file read-only (`populate`: all pages now rather than on first use). Throws IoError.
+Bytes map_file(const std::string& path, bool populate);
 /// Copies `size` bytes into 64-byte aligned memory.
 Bytes copy_bytes(const void* data, size_t size);
 

@@ -27,7 +27,7 @@ using detail::Node;
 using detail::ValueRef;
 namespace fb = kiln::package::fb;
 
-Bytes map_file(const std::string& path) {
+Bytes map_file(const std::string& path, bool populate) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail<IoError>("[package] cannot open '{}': {}", path, std::strerror(errno));
   struct stat st{};
@@ -42,7 +42,8 @@ Bytes map_file(const std::string& path) {
     ::close(fd);
     return b;
   }
-  void* p = ::mmap(nullptr, b.size, PROT_READ, MAP_PRIVATE, fd, 0);
+  // populate: every page is read soon (checksums), so map them all at once
+  void* p = ::mmap(nullptr, b.size, PROT_READ, MAP_PRIVATE | (populate ? MAP_POPULATE : 0), fd, 0);
   ::close(fd);
   if (p == MAP_FAILED) fail<IoError>("[package] cannot map '{}': {}", path, std::strerror(errno));
   b.data = static_cast<const uint8_t*>(p);
@@ -323,7 +324,7 @@ std::shared_ptr<detail::ExecutableImpl> Reader::read() {
   o.optimize = meta.optimize();
   o.plan_memory = meta.plan_memory();
   o.in_place = meta.in_place();
-  o.num_threads = std::clamp(meta.num_threads(), 0, 1024);
+  o.num_threads = std::clamp(meta.num_threads(), 0, 256);
   if (meta.autocast() != kNoAutocast) {
     if (meta.autocast() >= kNumDTypes) bad("manifest metadata", at(&meta), "unknown autocast dtype {}", meta.autocast());
     o.autocast = static_cast<DType>(meta.autocast());

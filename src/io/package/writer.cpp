@@ -10,7 +10,6 @@
 #include "kiln/version.h"
 #include "runtime/executable_impl.h"
 
-#define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
 
 namespace kiln::package {
@@ -154,10 +153,15 @@ void write(const detail::ExecutableImpl& x, const std::string& path, const Packa
     for (auto& d : data) write_at(d.offset, d.host.data(), d.host.nbytes());
     write_at(manifest_offset, mbytes, msize);
     f.close();
-    if (!f) fail<IoError>("[package] writing '{}' failed", tmp);
+    if (!f) {
+      std::remove(tmp.c_str());
+      fail<IoError>("[package] writing '{}' failed", tmp);
+    }
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
     fail<IoError>("[package] cannot rename '{}' to '{}'", tmp, path);
+  }
 }
 
 }  // namespace kiln::package
