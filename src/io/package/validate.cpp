@@ -2,7 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <climits>
+#include <cmath>
+#include <cstdint>
 #include <exception>
 
 #include "core/errors.h"
@@ -79,6 +82,89 @@ void arity(const Node& n, int& lo, int& hi) {
   }
 }
 
+// Inference and kernels trust attributes that op builders made: before inference sees a stored
+// node, its attributes are held to what builders give, where inference would otherwise index,
+// divide or overflow with them. Integers are bounded so that products of a dim and an attribute
+// fit in 64 bits.
+constexpr int64_t kMaxDim = int64_t{1} << 40;      // dims and most integer attributes
+constexpr int64_t kMaxGeometry = int64_t{1} << 20;  // strides, pads, kernels, groups, repeats
+
+std::string check_attrs(const Node& n, const std::vector<TensorInfo>& in) {
+  const Attrs& a = n.attrs;
+  for (auto& [key, v] : a.items()) {
+    const bool slice_bounds = n.op == OpId::Slice && (key == "starts" || key == "stops");
+    if (auto* x = std::get_if<int64_t>(&v); x && key != "seed" && (*x > kMaxDim || *x < -kMaxDim))
+      return fmt::format("attribute {} = {} is out of range", key, *x);
+    if (auto* x = std::get_if<std::vector<int64_t>>(&v); x && !slice_bounds)
+      for (int64_t e : *x)
+        if (e > kMaxDim || e < -kMaxDim) return fmt::format("attribute {} holds {}, out of range", key, e);
+    if (auto* x = std::get_if<double>(&v); x && !std::isfinite(*x) && n.op == OpId::Arange)
+      return fmt::format("attribute {} = {} is not finite", key, *x);
+  }
+  const size_t rank = in.empty() ? 0 : in[0].shape.size();
+  auto sized = [&](const char* key, size_t want, int64_t lo, int64_t hi) -> std::string {
+    if (!a.has(key)) return {};
+    const auto& v = a.ints(key);
+    if (v.size() != want) return fmt::format("attribute {} has {} values; {} expected", key, v.size(), want);
+    for (int64_t e : v)
+      if (e < lo || e > hi) return fmt::format("attribute {} holds {}, outside [{}, {}]", key, e, lo, hi);
+    return {};
+  };
+  std::string why;
+  switch (n.op) {
+    case OpId::Conv: case OpId::ConvTranspose: case OpId::ConvGradWeight: {
+      if (rank < 3 || rank > 5 || (n.op != OpId::ConvGradWeight && in[1].shape.size() != rank))
+        return "convolution inputs of ranks other than 3 to 5, or of two ranks";
+      const size_t nd = rank - 2;
+      for (const char* k : {"stride", "dilation", "output_padding"})
+        if (!(why = sized(k, nd, 0, kMaxGeometry)).empty()) return why;
+      if (!(why = sized("pads", 2 * nd, 0, kMaxGeometry)).empty()) return why;
+      if (a.i("groups") < 1 || a.i("groups") > kMaxGeometry) return "groups out of range";
+      return {};
+    }
+    case OpId::MaxPool: case OpId::AvgPool: case OpId::AvgPoolGrad: {
+      const size_t nd = a.ints("kernel").size();
+      if (!(why = sized("kernel", nd, 1, kMaxGeometry)).empty()) return why;
+      for (const char* k : {"stride", "dilation"})
+        if (!(why = sized(k, nd, 1, kMaxGeometry)).empty()) return why;
+      return sized("pads", 2 * nd, 0, kMaxGeometry);
+    }
+    case OpId::Tile:
+      return sized("reps", rank, 0, kMaxGeometry);
+    case OpId::Slice:
+      if (!(why = sized("starts", rank, INT64_MIN, INT64_MAX)).empty()) return why;
+      if (!(why = sized("stops", rank, INT64_MIN, INT64_MAX)).empty()) return why;
+      if (!(why = sized("steps", rank, -kMaxDim, kMaxDim)).empty()) return why;
+      for (int64_t e : a.ints("steps"))
+        if (e == 0) return "a slice step of 0";
+      return {};
+    case OpId::Split:
+      if (a.ints("sizes").empty() && a.i("parts") < 1) return "split into fewer than 1 part";
+      for (int64_t e : a.ints("sizes"))
+        if (e < 0) return "a negative split size";
+      return {};
+    case OpId::Reshape: {
+      const auto& shape = a.ints("shape");
+      uint64_t prod = 1;
+      for (int64_t d : shape) {
+        if (d < -1) return fmt::format("reshape to a dim of {}", d);
+        if (d > 0) prod = static_cast<uint64_t>(d) > kMaxBytes / prod ? kMaxBytes : prod * d;
+      }
+      if (prod >= kMaxBytes) return "reshape to too many elements";
+      if (a.has("input_dims"))
+        return sized("input_dims", shape.size(), -1, static_cast<int64_t>(rank) - 1);
+      return {};
+    }
+    case OpId::Arange: {
+      const double step = a.f("step"), count = std::ceil((a.f("stop") - a.f("start")) / step);
+      if (step == 0 || !(count < static_cast<double>(kMaxDim))) return "arange of too many values";
+      return {};
+    }
+    default:
+      return {};
+  }
+}
+
 std::string infos(const std::vector<TensorInfo>& v) {
   std::string s;
   for (auto& t : v) s += (s.empty() ? "" : ", ") + std::string(name(t.dtype)) + str(t.shape);
@@ -88,6 +174,8 @@ std::string infos(const std::vector<TensorInfo>& v) {
 
 std::string check_shape(const TensorInfo& info) {
   if (info.shape.size() > 64) return fmt::format("rank {} is above 64", info.shape.size());
+  for (int64_t d : info.shape)
+    if (d > kMaxDim) return fmt::format("shape {} has a dim above 2^40", str(info.shape));
   uint64_t n = size_of(info.dtype);
   for (int64_t d : info.shape) {
     if (d < 0) return fmt::format("shape {} has a negative dim", str(info.shape));
@@ -121,6 +209,7 @@ std::string check_node(const detail::GraphImpl& g, size_t i) {
   for (auto v : n.inputs) in.push_back(g.info(v));
   std::vector<TensorInfo> out;
   try {
+    if (std::string why = check_attrs(n, in); !why.empty()) return why;
     out = def.infer(InferContext{n.op, n.attrs, in});
   } catch (const std::exception& e) {
     return fmt::format("inputs {} and attributes ({}) are rejected: {}", infos(in),
@@ -178,6 +267,15 @@ std::string check_plan(const Program& p, const MemoryPlan& plan) {
     }
     return what + " has an unknown kind";
   };
+  // no plan needs more than a buffer of its own for every value
+  uint64_t most = 0;
+  for (const Node& n : nodes)
+    for (const TensorInfo& t : n.outputs) {
+      const uint64_t b = std::max<uint64_t>((bytes_of(t) + 63) / 64 * 64, 64);
+      most = b > UINT64_MAX - most ? UINT64_MAX : most + b;  // saturating
+    }
+  if (plan.arena_bytes > most)
+    return fmt::format("an arena of {} bytes is more than the {} all values need", plan.arena_bytes, most);
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node& n = nodes[i];
     const auto id = static_cast<int32_t>(i);
