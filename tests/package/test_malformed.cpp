@@ -286,6 +286,15 @@ TEST(PackageMalformed, ManifestEditsWithValidChecksums) {
          }
        },
        {"outside the arena"}},
+      {"misaligned arena offset",
+       [&](fb::Manifest& m, const Bytes&) {
+         for (uint32_t i = 0; i < m.slots()->size(); ++i) {
+           auto* r = m.mutable_slots()->GetMutableObject(i)->mutable_slots();
+           for (uint32_t o = 0; o < r->size(); ++o)
+             if (r->Get(o)->where() == 3) return r->GetMutableObject(o)->mutate_offset(4), void();
+         }
+       },
+       {"arena offset 4", "not 64-byte aligned"}},
       {"arena larger than its values", [&](fb::Manifest& m, const Bytes&) { m.mutate_arena_bytes(uint64_t{1} << 50); },
        {"more than the", "all values need"}},
       {"arena too small", [&](fb::Manifest& m, const Bytes&) { m.mutate_arena_bytes(16); }, {"outside the arena"}},

@@ -97,6 +97,12 @@ class Reader {
   void read_sections(const fb::Manifest& m, Program& p);
   MemoryPlan read_plan(const fb::Manifest& m, const Program& p);
   void read_steps(const fb::Manifest& m, const Program& p, detail::ExecutableImpl& impl, Backend target);
+  // The verifier checks vectors' length fields, not that 8-byte elements are 8-byte aligned.
+  template <typename V> const V* aligned(const V* v, const std::string& where) const {
+    if (v && reinterpret_cast<uintptr_t>(v->Data()) % 8 != 0)
+      bad(where, at(v), "a vector of 8-byte values is not 8-byte aligned");
+    return v;
+  }
   // where manifest object `p` starts in the file, for messages
   uint64_t at(const void* p) const {
     return static_cast<uint64_t>(static_cast<const uint8_t*>(p) - b_.data);
@@ -187,11 +193,11 @@ Program Reader::read_program(const fb::Manifest& m) {
           case fb::AttrKind_Int: n.attrs.set(key, static_cast<int64_t>(a->i())); break;
           case fb::AttrKind_Float: n.attrs.set(key, a->f()); break;
           case fb::AttrKind_Ints:
-            n.attrs.set(key, a->ints() ? std::vector<int64_t>(a->ints()->begin(), a->ints()->end())
+            n.attrs.set(key, aligned(a->ints(), where) ? std::vector<int64_t>(a->ints()->begin(), a->ints()->end())
                                        : std::vector<int64_t>{});
             break;
           case fb::AttrKind_Floats:
-            n.attrs.set(key, a->floats() ? std::vector<double>(a->floats()->begin(), a->floats()->end())
+            n.attrs.set(key, aligned(a->floats(), where) ? std::vector<double>(a->floats()->begin(), a->floats()->end())
                                          : std::vector<double>{});
             break;
           case fb::AttrKind_String: n.attrs.set(key, a->s() ? a->s()->str() : std::string()); break;
@@ -207,7 +213,7 @@ Program Reader::read_program(const fb::Manifest& m) {
         TensorInfo info;
         if (t->dtype() >= kNumDTypes) bad(where, at(t), "unknown dtype {}", t->dtype());
         info.dtype = static_cast<DType>(t->dtype());
-        if (t->shape()) info.shape.assign(t->shape()->begin(), t->shape()->end());
+        if (aligned(t->shape(), where)) info.shape.assign(t->shape()->begin(), t->shape()->end());
         if (const std::string why = check_shape(info); !why.empty()) bad(where, at(t), "{}", why);
         n.outputs.push_back(std::move(info));
       }
@@ -230,7 +236,7 @@ Program Reader::read_program(const fb::Manifest& m) {
 
 void Reader::read_sections(const fb::Manifest& m, Program& p) {
   auto& nodes = p.graph.nodes;
-  const uint32_t count = m.sections() ? m.sections()->size() : 0;
+  const uint32_t count = aligned(m.sections(), "manifest sections") ? m.sections()->size() : 0;
   std::vector<char> used(count, 0);
   for (size_t i = 0; i < nodes.size(); ++i) {
     Node& n = nodes[i];
@@ -276,7 +282,7 @@ MemoryPlan Reader::read_plan(const fb::Manifest& m, const Program& p) {
   plan.slots.resize(nodes.size());
   for (uint32_t i = 0; i < rows.size(); ++i) {
     const fb::NodeSlots& r = *rows.Get(i);
-    const uint32_t count = r.slots() ? r.slots()->size() : 0;
+    const uint32_t count = aligned(r.slots(), "manifest plan") ? r.slots()->size() : 0;
     if (count != nodes[i].outputs.size())
       bad("manifest plan", at(&r), "node %{} has {} outputs but {} slots", i, nodes[i].outputs.size(), count);
     for (uint32_t o = 0; o < count; ++o) {

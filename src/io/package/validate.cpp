@@ -249,6 +249,8 @@ std::string check_plan(const Program& p, const MemoryPlan& plan) {
         return {};
       }
       case Where::arena:
+        if (s.offset % 64 != 0)
+          return fmt::format("{} at arena offset {} is not 64-byte aligned", what, s.offset);
         if (s.offset > plan.arena_bytes || bytes > plan.arena_bytes - s.offset)
           return fmt::format("{} [{}, +{}) is outside the arena of {} bytes", what, s.offset, bytes,
                              plan.arena_bytes);
