@@ -282,7 +282,7 @@ TEST(PackageMalformed, ManifestEditsWithValidChecksums) {
          for (uint32_t i = 0; i < m.slots()->size(); ++i) {
            auto* r = m.mutable_slots()->GetMutableObject(i)->mutable_slots();
            for (uint32_t o = 0; o < r->size(); ++o)
-             if (r->Get(o)->where() == 3) return r->GetMutableObject(o)->mutate_offset(~uint64_t{0} - 8), void();
+             if (r->Get(o)->where() == 3) return r->GetMutableObject(o)->mutate_offset(~uint64_t{0} - 63), void();
          }
        },
        {"outside the arena"}},

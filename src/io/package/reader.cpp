@@ -99,7 +99,7 @@ class Reader {
   void read_steps(const fb::Manifest& m, const Program& p, detail::ExecutableImpl& impl, Backend target);
   // The verifier checks vectors' length fields, not that 8-byte elements are 8-byte aligned.
   template <typename V> const V* aligned(const V* v, const std::string& where) const {
-    if (v && reinterpret_cast<uintptr_t>(v->Data()) % 8 != 0)
+    if (v && v->size() > 0 && reinterpret_cast<uintptr_t>(v->Data()) % 8 != 0)
       bad(where, at(v), "a vector of 8-byte values is not 8-byte aligned");
     return v;
   }
