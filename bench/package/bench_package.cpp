@@ -37,7 +37,8 @@ double median(std::vector<double> v) {
 Array input(const Shape& s) {
   Array a = Array::empty(s, f32);
   float* p = a.data<float>();
-  for (int64_t i = 0; i < a.numel(); ++i) p[i] = static_cast<float>((i * 2654435761u) % 1000) / 500.0f - 1;
+  for (int64_t i = 0; i < a.numel(); ++i)
+    p[i] = static_cast<float>((i * 2654435761u) % 1000) / 500.0f - 1;
   return a;
 }
 
@@ -52,9 +53,12 @@ int main(int argc, char** argv) {
   int reps = 5;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--device" && i + 1 < argc) device = Device::parse(argv[++i]);
-    else if (a == "--reps" && i + 1 < argc) reps = std::max(1, std::atoi(argv[++i]));
-    else model_path = a;
+    if (a == "--device" && i + 1 < argc)
+      device = Device::parse(argv[++i]);
+    else if (a == "--reps" && i + 1 < argc)
+      reps = std::max(1, std::atoi(argv[++i]));
+    else
+      model_path = a;
   }
   if (model_path.empty()) {
     fmt::print(stderr, "usage: kiln_bench_package MODEL.onnx [--device cpu] [--reps N]\n");
@@ -104,15 +108,17 @@ int main(int argc, char** argv) {
       t_load_nocheck.push_back(ms_since(t0));
     }
     const double imp = median(t_import), comp = median(t_compile), first = median(t_first);
-    const double load = median(t_load), lfirst = median(t_load_first), nocheck = median(t_load_nocheck);
+    const double load = median(t_load), lfirst = median(t_load_first),
+                 nocheck = median(t_load_nocheck);
     const double cold = imp + comp + first, warm = load + lfirst;
     fmt::print("# {} on {}, median of {} starts\n", model_path, device.str(), reps);
     fmt::print("#   import {:.1f} ms + compile {:.1f} ms + first run {:.1f} ms = {:.1f} ms\n", imp,
                comp, first, cold);
     fmt::print("#   load {:.1f} ms + first run {:.1f} ms = {:.1f} ms\n", load, lfirst, warm);
     fmt::print("#   load without weight checksums: {:.2f} ms\n", nocheck);
-    fmt::print("#   start from the package is {:.1f}x faster (startup before the first run: {:.1f}x)\n",
-               cold / warm, (imp + comp) / load);
+    fmt::print(
+        "#   start from the package is {:.1f}x faster (startup before the first run: {:.1f}x)\n",
+        cold / warm, (imp + comp) / load);
     fmt::print("kiln package_import_compile_first_run_ms {:.2f}\n", cold);
     fmt::print("kiln package_load_first_run_ms {:.2f}\n", warm);
     fmt::print("kiln package_load_ms {:.2f}\n", load);

@@ -30,7 +30,7 @@ class DeviceBackend;
 namespace detail {
 struct ExecutableImpl {
   Device device;
-  const GraphImpl* source = nullptr;  // the user's graph, to match feeds
+  const GraphImpl* source = nullptr;  // the user's graph, to match feeds (none when loaded)
   Program program;
   MemoryPlan plan;
   std::vector<Step> steps;

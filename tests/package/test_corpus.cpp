@@ -1,6 +1,7 @@
 // Seeds of the package loader's fuzz target (tests/fuzz/package_corpus): small valid packages
 // that between them use every section kind, attribute kind, slot kind and several ops.
-// Regenerate with: kiln_package_tests --gtest_also_run_disabled_tests --gtest_filter=PackageCorpus.*
+// Regenerate with: kiln_package_tests --gtest_also_run_disabled_tests
+// --gtest_filter=PackageCorpus.*
 #include <filesystem>
 
 #include "support/reference.h"
@@ -15,16 +16,16 @@ TEST(PackageCorpus, DISABLED_WriteFuzzSeeds) {
   {
     Graph g;
     auto x = g.placeholder({2, 3}, f32, "x");
-    auto y = softmax(linear(relu(linear(x, g.constant(random_array({4, 3}, f32)),
-                                        g.constant(random_array({4}, f32)))),
-                            g.constant(random_array({2, 4}, f32))));
+    auto y = softmax(linear(
+        relu(linear(x, g.constant(random_array({4, 3}, f32)), g.constant(random_array({4}, f32)))),
+        g.constant(random_array({2, 4}, f32))));
     g.compile(Device::cpu(), {}, {y}).save(dir + "mlp.kiln");
   }
   {
     Graph g;
     auto x = g.placeholder({1, 2, 5, 5}, f32, "image");
-    auto h = conv2d(x, g.constant(random_array({3, 2, 3, 3}, f32)), g.constant(random_array({3}, f32)),
-                    {.padding = {1, 1}});
+    auto h = conv2d(x, g.constant(random_array({3, 2, 3, 3}, f32)),
+                    g.constant(random_array({3}, f32)), {.padding = {1, 1}});
     h = max_pool(relu(h), {.kernel = {2, 2}});
     g.compile(Device::cpu(), {}, {reshape(global_avg_pool(h), {1, 3})}).save(dir + "conv.kiln");
   }
@@ -34,8 +35,8 @@ TEST(PackageCorpus, DISABLED_WriteFuzzSeeds) {
     auto a = cast(leaky_relu(gelu(x, GeluApprox::tanh), 0.2), f64);
     auto [vals, idx] = topk(x, 2, 1);
     auto parts = split(x, 2, 1);
-    g.compile(Device::cpu(), {}, {sum(a, {1}, true), softmax(transpose(a, {1, 0}), 0), vals, idx,
-                                  parts[1], x})
+    g.compile(Device::cpu(), {},
+              {sum(a, {1}, true), softmax(transpose(a, {1, 0}), 0), vals, idx, parts[1], x})
         .save(dir + "attrs_multi.kiln");
   }
   {

@@ -1,14 +1,13 @@
 // Malformed packages: truncated files, flipped bytes in each section, offsets past the end, huge
 // sizes, too-new versions and edited manifests with valid checksums all give FormatError (never
 // a crash: these run under ASan+UBSan in the sanitizer build).
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
-
-#include <fmt/format.h>
 
 #include "core/op_id.h"
 #include "io/package/format.h"
@@ -22,12 +21,16 @@ using namespace kiln::test;
 namespace fb = kiln::package::fb;
 using Bytes = std::vector<uint8_t>;
 
-template <typename T> T get(const Bytes& b, size_t off) {
+template <typename T>
+T get(const Bytes& b, size_t off) {
   T v;
   std::memcpy(&v, b.data() + off, sizeof v);
   return v;
 }
-template <typename T> void put(Bytes& b, size_t off, T v) { std::memcpy(b.data() + off, &v, sizeof v); }
+template <typename T>
+void put(Bytes& b, size_t off, T v) {
+  std::memcpy(b.data() + off, &v, sizeof v);
+}
 
 // A small package (an MLP with a variable) and its feeds.
 struct Fixture {
@@ -42,7 +45,8 @@ const Fixture& fixture() {
     Graph g;
     auto x = g.placeholder({2, 4}, f32, "x");
     auto v = g.variable(random_array({3}, f32), "bias");
-    auto h = relu(linear(x, g.constant(random_array({5, 4}, f32)), g.constant(random_array({5}, f32))));
+    auto h =
+        relu(linear(x, g.constant(random_array({5, 4}, f32)), g.constant(random_array({5}, f32))));
     auto y = add(linear(h, g.constant(random_array({3, 5}, f32))), v);
     auto exe = g.compile(Device::cpu(), {}, {y, reshape(h, {10})});
     const std::string path =
@@ -62,7 +66,9 @@ Executable load(const Bytes& b, const LoadOptions& o = {}) {
   return Executable::load_bytes(b.data(), b.size(), Device::cpu(), o);
 }
 
-uint64_t manifest_offset(const Bytes& b) { return get<uint64_t>(b, package::header::manifest_offset); }
+uint64_t manifest_offset(const Bytes& b) {
+  return get<uint64_t>(b, package::header::manifest_offset);
+}
 
 fb::Manifest* manifest(Bytes& b) { return fb::GetMutableManifest(b.data() + manifest_offset(b)); }
 
@@ -71,7 +77,8 @@ void fix_checksums(Bytes& b) {
   const uint64_t off = manifest_offset(b), size = get<uint64_t>(b, package::header::manifest_size);
   if (off <= b.size() && size <= b.size() - off)
     put<uint64_t>(b, package::header::manifest_xxh3, package::xxh3(b.data() + off, size));
-  put<uint64_t>(b, package::header::header_xxh3, package::xxh3(b.data(), package::header::header_xxh3));
+  put<uint64_t>(b, package::header::header_xxh3,
+                package::xxh3(b.data(), package::header::header_xxh3));
 }
 
 void expect_format_error(const Bytes& b, const std::vector<std::string>& parts,
@@ -92,7 +99,8 @@ TEST(PackageMalformed, TruncatedAnywhere) {
   const Bytes& full = fixture().bytes;
   std::vector<size_t> cuts;
   for (size_t n = 0; n <= package::kHeaderBytes; ++n) cuts.push_back(n);
-  for (size_t n = package::kHeaderBytes; n < full.size(); n += std::max<size_t>(1, full.size() / 300))
+  for (size_t n = package::kHeaderBytes; n < full.size();
+       n += std::max<size_t>(1, full.size() / 300))
     cuts.push_back(n);
   cuts.push_back(full.size() - 1);
   for (size_t n : cuts) {
@@ -203,10 +211,13 @@ TEST(PackageMalformed, ManifestEditsWithValidChecksums) {
   const auto linear_id = static_cast<uint16_t>(OpId::Linear);
   const auto relu_id = static_cast<uint16_t>(OpId::Relu);
   const std::vector<Case> cases = {
-      {"unknown op", [&](fb::Manifest& m, const Bytes&) { find(m, relu_id)->mutate_op(9999); },
+      {"unknown op",
+       [&](fb::Manifest& m, const Bytes&) { find(m, relu_id)->mutate_op(9999); },
        {"unknown op id 9999"}},
       {"op of another arity",
-       [&](fb::Manifest& m, const Bytes&) { find(m, relu_id)->mutate_op(static_cast<uint16_t>(OpId::Add)); },
+       [&](fb::Manifest& m, const Bytes&) {
+         find(m, relu_id)->mutate_op(static_cast<uint16_t>(OpId::Add));
+       },
        {"(add", "has 1 inputs; the op takes 2"}},
       {"op with other outputs",
        [&](fb::Manifest& m, const Bytes&) {
@@ -226,24 +237,40 @@ TEST(PackageMalformed, ManifestEditsWithValidChecksums) {
        {"has no output 3"}},
       {"negative dim",
        [&](fb::Manifest& m, const Bytes&) {
-         m.mutable_nodes()->GetMutableObject(0)->mutable_outputs()->GetMutableObject(0)->mutable_shape()->Mutate(0, -2);
+         m.mutable_nodes()
+             ->GetMutableObject(0)
+             ->mutable_outputs()
+             ->GetMutableObject(0)
+             ->mutable_shape()
+             ->Mutate(0, -2);
        },
        {"negative dim"}},
       {"huge dims",
        [&](fb::Manifest& m, const Bytes&) {
-         auto* s = m.mutable_nodes()->GetMutableObject(0)->mutable_outputs()->GetMutableObject(0)->mutable_shape();
+         auto* s = m.mutable_nodes()
+                       ->GetMutableObject(0)
+                       ->mutable_outputs()
+                       ->GetMutableObject(0)
+                       ->mutable_shape();
          s->Mutate(0, int64_t{1} << 40);
          s->Mutate(1, int64_t{1} << 40);
        },
        {"too large"}},
       {"unknown dtype",
        [&](fb::Manifest& m, const Bytes&) {
-         m.mutable_nodes()->GetMutableObject(0)->mutable_outputs()->GetMutableObject(0)->mutate_dtype(200);
+         m.mutable_nodes()
+             ->GetMutableObject(0)
+             ->mutable_outputs()
+             ->GetMutableObject(0)
+             ->mutate_dtype(200);
        },
        {"unknown dtype 200"}},
       {"unknown attribute kind",
        [&](fb::Manifest& m, const Bytes&) {
-         find(m, linear_id)->mutable_attrs()->GetMutableObject(0)->mutate_kind(static_cast<fb::AttrKind>(42));
+         find(m, linear_id)
+             ->mutable_attrs()
+             ->GetMutableObject(0)
+             ->mutate_kind(static_cast<fb::AttrKind>(42));
        },
        {"unknown kind 42"}},
       {"section past the end",
@@ -257,7 +284,9 @@ TEST(PackageMalformed, ManifestEditsWithValidChecksums) {
        },
        {"section 1 (", "outside the file"}},
       {"section of a huge size",
-       [&](fb::Manifest& m, const Bytes&) { m.mutable_sections()->GetMutableObject(0)->mutate_size(uint64_t{1} << 62); },
+       [&](fb::Manifest& m, const Bytes&) {
+         m.mutable_sections()->GetMutableObject(0)->mutate_size(uint64_t{1} << 62);
+       },
        {"section 0 (", "bytes;"}},
       {"misaligned section",
        [&](fb::Manifest& m, const Bytes&) {
@@ -266,7 +295,9 @@ TEST(PackageMalformed, ManifestEditsWithValidChecksums) {
        },
        {"section 2 (", "multiple of 64"}},
       {"section of another node",
-       [&](fb::Manifest& m, const Bytes&) { m.mutable_sections()->GetMutableObject(0)->mutate_node(0); },
+       [&](fb::Manifest& m, const Bytes&) {
+         m.mutable_sections()->GetMutableObject(0)->mutate_node(0);
+       },
        {"section 0 (", "belongs to node %0"}},
       {"node naming a missing section",
        [&](fb::Manifest& m, const Bytes&) {
@@ -282,7 +313,8 @@ TEST(PackageMalformed, ManifestEditsWithValidChecksums) {
          for (uint32_t i = 0; i < m.slots()->size(); ++i) {
            auto* r = m.mutable_slots()->GetMutableObject(i)->mutable_slots();
            for (uint32_t o = 0; o < r->size(); ++o)
-             if (r->Get(o)->where() == 3) return r->GetMutableObject(o)->mutate_offset(~uint64_t{0} - 63), void();
+             if (r->Get(o)->where() == 3)
+               return r->GetMutableObject(o)->mutate_offset(~uint64_t{0} - 63), void();
          }
        },
        {"outside the arena"}},
@@ -295,12 +327,16 @@ TEST(PackageMalformed, ManifestEditsWithValidChecksums) {
          }
        },
        {"arena offset 4", "not 64-byte aligned"}},
-      {"arena larger than its values", [&](fb::Manifest& m, const Bytes&) { m.mutate_arena_bytes(uint64_t{1} << 50); },
+      {"arena larger than its values",
+       [&](fb::Manifest& m, const Bytes&) { m.mutate_arena_bytes(uint64_t{1} << 50); },
        {"more than the", "all values need"}},
-      {"arena too small", [&](fb::Manifest& m, const Bytes&) { m.mutate_arena_bytes(16); }, {"outside the arena"}},
+      {"arena too small",
+       [&](fb::Manifest& m, const Bytes&) { m.mutate_arena_bytes(16); },
+       {"outside the arena"}},
       {"unknown slot kind",
        [&](fb::Manifest& m, const Bytes&) {
-         m.mutable_slots()->GetMutableObject(0)->mutable_slots()->GetMutableObject(0)->mutate_where(9);
+         m.mutable_slots()->GetMutableObject(0)->mutable_slots()->GetMutableObject(0)->mutate_where(
+             9);
        },
        {"unknown kind 9"}},
       {"a step writing into a constant",
@@ -316,30 +352,47 @@ TEST(PackageMalformed, ManifestEditsWithValidChecksums) {
        {"would write into constant"}},
       {"a feed slot naming a constant",
        [&](fb::Manifest& m, const Bytes&) {
-         m.mutable_slots()->GetMutableObject(0)->mutable_slots()->GetMutableObject(0)->mutate_index(1000);
+         m.mutable_slots()->GetMutableObject(0)->mutable_slots()->GetMutableObject(0)->mutate_index(
+             1000);
        },
        {"does not name the node itself"}},
       {"output slot of another output",
        [&](fb::Manifest& m, const Bytes&) {
          auto v = *m.outputs()->Get(0);
-         m.mutable_slots()->GetMutableObject(v.node())->mutable_slots()->GetMutableObject(v.index())->mutate_index(1);
+         m.mutable_slots()
+             ->GetMutableObject(v.node())
+             ->mutable_slots()
+             ->GetMutableObject(v.index())
+             ->mutate_index(1);
        },
        {"output 1"}},
       {"step of another node",
-       [&](fb::Manifest& m, const Bytes&) { m.mutable_steps()->GetMutableObject(0)->mutate_node(0); },
+       [&](fb::Manifest& m, const Bytes&) {
+         m.mutable_steps()->GetMutableObject(0)->mutate_node(0);
+       },
        {"manifest steps", "should run node"}},
       {"step node out of range",
-       [&](fb::Manifest& m, const Bytes&) { m.mutable_steps()->GetMutableObject(0)->mutate_node(-5); },
+       [&](fb::Manifest& m, const Bytes&) {
+         m.mutable_steps()->GetMutableObject(0)->mutate_node(-5);
+       },
        {"manifest steps", "node %-5"}},
       {"step on cuda in a cpu package",
-       [&](fb::Manifest& m, const Bytes&) { m.mutable_steps()->GetMutableObject(0)->mutate_backend(1); },
+       [&](fb::Manifest& m, const Bytes&) {
+         m.mutable_steps()->GetMutableObject(0)->mutate_backend(1);
+       },
        {"runs on cuda"}},
       {"unknown backend",
-       [&](fb::Manifest& m, const Bytes&) { m.mutable_steps()->GetMutableObject(0)->mutate_backend(9); },
+       [&](fb::Manifest& m, const Bytes&) {
+         m.mutable_steps()->GetMutableObject(0)->mutate_backend(9);
+       },
        {"unknown backend 9"}},
-      {"too many returned", [&](fb::Manifest& m, const Bytes&) { m.mutate_num_returned(100); }, {"100 returned"}},
+      {"too many returned",
+       [&](fb::Manifest& m, const Bytes&) { m.mutate_num_returned(100); },
+       {"100 returned"}},
       {"output past the nodes",
-       [&](fb::Manifest& m, const Bytes&) { m.mutable_outputs()->GetMutableObject(0)->mutate_node(1 << 30); },
+       [&](fb::Manifest& m, const Bytes&) {
+         m.mutable_outputs()->GetMutableObject(0)->mutate_node(1 << 30);
+       },
        {"manifest outputs", "not a value"}},
       {"unknown device kind",
        [&](fb::Manifest& m, const Bytes&) { m.mutable_metadata()->mutate_device_kind(5); },

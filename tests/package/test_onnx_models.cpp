@@ -30,8 +30,8 @@ TEST_P(PackageOnnxModel, RoundTripIsBitIdentical) {
   for (const auto& in : exe.inputs())
     feeds[in.name] = is_floating(in.dtype) ? random_array(in.shape, in.dtype)
                                            : random_ints(in.shape, 0, 1, in.dtype);
-  const std::string path = testing::TempDir() + "kiln_pkg_onnx_" + std::to_string(::getpid()) + "_" +
-                           GetParam() + ".kiln";
+  const std::string path = testing::TempDir() + "kiln_pkg_onnx_" + std::to_string(::getpid()) +
+                           "_" + GetParam() + ".kiln";
   exe.save(path, {.producer = "kiln tests", .source_hash = GetParam()});
   Executable loaded = Executable::load(path, Device::cpu());
   std::filesystem::remove(path);

@@ -35,8 +35,8 @@ void expect_same_program(const Executable& a, const Executable& b) {
   for (size_t i = 0; i < na.size(); ++i) {
     EXPECT_EQ(na[i].op, nb[i].op) << "node " << i;
     EXPECT_EQ(na[i].inputs, nb[i].inputs) << "node " << i;
-    EXPECT_TRUE(na[i].attrs == nb[i].attrs) << "node " << i << ": " << na[i].attrs.to_string()
-                                            << " vs " << nb[i].attrs.to_string();
+    EXPECT_TRUE(na[i].attrs == nb[i].attrs)
+        << "node " << i << ": " << na[i].attrs.to_string() << " vs " << nb[i].attrs.to_string();
     EXPECT_EQ(na[i].outputs, nb[i].outputs) << "node " << i;
     EXPECT_EQ(na[i].name, nb[i].name) << "node " << i;
     EXPECT_EQ(na[i].origin, nb[i].origin) << "node " << i;
@@ -108,8 +108,8 @@ TEST(Package, MlpRoundTripMatchesCompiledAndReference) {
   const Array w2 = random_array({C, H}, f32), b2 = random_array({C}, f32);
   Graph g;
   auto x = g.placeholder({-1, I}, f32, "x");
-  auto y = softmax(linear(relu(linear(x, g.constant(w1), g.constant(b1))), g.constant(w2),
-                          g.constant(b2)));
+  auto y = softmax(
+      linear(relu(linear(x, g.constant(w1), g.constant(b1))), g.constant(w2), g.constant(b2)));
   auto exe = g.compile(Device::cpu(), {{x, {N, I}}}, {y});
   const Array xs = random_array({N, I}, f32, -2, 2);
   Executable loaded = round_trip(exe, {{"x", xs}}, "mlp");
@@ -157,14 +157,14 @@ TEST(Package, ConvNetRoundTrip) {
 TEST(Package, EveryAttributeKindRoundTrips) {
   Graph g;
   auto x = g.placeholder({4, 6}, f32, "x");
-  auto a = gelu(x, GeluApprox::tanh);                   // string
-  auto b = cast(leaky_relu(a, 0.2), f64);                // double, dtype
-  auto c = sum(b, {1}, true);                            // ints, bool
-  auto d = softmax(transpose(b, {1, 0}), 0);             // int, ints
+  auto a = gelu(x, GeluApprox::tanh);         // string
+  auto b = cast(leaky_relu(a, 0.2), f64);     // double, dtype
+  auto c = sum(b, {1}, true);                 // ints, bool
+  auto d = softmax(transpose(b, {1, 0}), 0);  // int, ints
   // a floats attribute: no op takes one yet, and nodes keep attributes they do not read
-  auto e = detail::make_node1(OpId::Relu, {x}, {{"scales", std::vector<double>{0.5, -1.25, 3e300}},
-                                                {"flag", true},
-                                                {"kind", DType::bf16}});
+  auto e = detail::make_node1(
+      OpId::Relu, {x},
+      {{"scales", std::vector<double>{0.5, -1.25, 3e300}}, {"flag", true}, {"kind", DType::bf16}});
   auto exe = g.compile(Device::cpu(), {}, {c, d, e}, CompileOptions{.optimize = false});
   bool seen_floats = false;
   for (auto& n : exe.impl().program.graph.nodes) seen_floats = seen_floats || n.attrs.has("scales");
@@ -203,15 +203,22 @@ TEST(Package, OutputNamesAndRunByNameOnly) {
   EXPECT_EQ(loaded.outputs()[0].name, "square");
   EXPECT_EQ(loaded.outputs()[1].name, "double");
   // no source graph: tensors cannot feed it, names can
-  expect_error<ValueError>([&] { loaded.run(Feeds{{x, random_array({2, 2}, f32)}}); },
-                           {"[run]", "by name"});
   expect_error<ValueError>(
-      [&] { loaded.run(std::map<std::string, Array>{{"nope", random_array({2, 2}, f32)}}); },
+      [&] {
+        loaded.run(Feeds{{x, random_array({2, 2}, f32)}});
+      },
+      {"[run]", "by name"});
+  expect_error<ValueError>(
+      [&] {
+        loaded.run(std::map<std::string, Array>{{"nope", random_array({2, 2}, f32)}});
+      },
       {"[run]", "no placeholder named 'nope'"});
   expect_error<ValueError>([&] { loaded.run(std::map<std::string, Array>{}); },
                            {"[run]", "'x' has no feed"});
   expect_error<ShapeError>(
-      [&] { loaded.run(std::map<std::string, Array>{{"x", random_array({3, 2}, f32)}}); },
+      [&] {
+        loaded.run(std::map<std::string, Array>{{"x", random_array({3, 2}, f32)}});
+      },
       {"[run]", "'x'", "(2, 2)", "(3, 2)"});
   // a package of a package is the same package
   const std::string again = temp_path("names_again");
@@ -270,7 +277,8 @@ TEST(Package, TrainingResumedFromPackageMatchesUninterruptedRun) {
   std::vector<Array> want;
   for (int s = 0; s < kSteps; ++s) want.push_back(full.exe.run(feeds(s))[0]);
 
-  for (int s = 0; s < kSaveAt; ++s) expect_bitwise_equal(part.exe.run(feeds(s))[0], want[s], "before");
+  for (int s = 0; s < kSaveAt; ++s)
+    expect_bitwise_equal(part.exe.run(feeds(s))[0], want[s], "before");
   const std::string path = temp_path("training");
   part.exe.save(path);
   Executable resumed = Executable::load(path, Device::cpu());
@@ -303,8 +311,11 @@ TEST(Package, VariablesCanBeReadAndWritten) {
   loaded.write_variable("v", Array::from_vector<float>({5, 6, 7}, {3}));
   expect_equal(loaded.run(std::map<std::string, Array>{{"x", zeros}})[0], {3}, {5, 6, 7});
   expect_error<ValueError>([&] { loaded.read_variable("w"); }, {"[read_variable]", "'w'"});
-  expect_error<ShapeError>([&] { loaded.write_variable("v", zeros.reshape({1, 3})); },
-                           {"[write_variable]", "'v'"});
+  expect_error<ShapeError>(
+      [&] {
+        loaded.write_variable("v", zeros.reshape({1, 3}));
+      },
+      {"[write_variable]", "'v'"});
   expect_error<DTypeError>([&] { loaded.write_variable("v", Array::zeros({3}, f64)); },
                            {"[write_variable]", "f64"});
   // the graph's own executable sees the graph's variable, untouched by the loaded one

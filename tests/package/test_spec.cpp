@@ -24,7 +24,9 @@ TEST(PackageSpec, DocsMatchTheReadersHeader) {
   std::string spec;
   std::istringstream in(header);
   for (std::string line; std::getline(in, line) && line.rfind("#pragma", 0) != 0;)
-    spec += (line.rfind("// ", 0) == 0 ? line.substr(3) : line.substr(std::min<size_t>(2, line.size()))) + "\n";
+    spec += (line.rfind("// ", 0) == 0 ? line.substr(3)
+                                       : line.substr(std::min<size_t>(2, line.size()))) +
+            "\n";
   while (!spec.empty() && spec[spec.size() - 2] == '\n') spec.pop_back();
   EXPECT_NE(doc.find("```text\n" + spec + "```"), std::string::npos)
       << "docs/package-format.md does not hold format.h's header comment verbatim";

@@ -16,7 +16,8 @@ void Executable::save(const std::string& path, const PackageOptions& options) co
 }
 
 Executable Executable::load(const std::string& path, Device device, const LoadOptions& options) {
-  return Executable(package::read(package::map_file(path, options.verify_weights), device, options));
+  return Executable(
+      package::read(package::map_file(path, options.verify_weights), device, options));
 }
 
 Executable Executable::load_bytes(const void* data, size_t size, Device device,

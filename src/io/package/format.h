@@ -108,7 +108,8 @@ Bytes map_file(const std::string& path, bool populate);
 Bytes copy_bytes(const void* data, size_t size);
 
 /// Writes `impl` as a package to `path` (through a temporary file renamed into place).
-void write(const detail::ExecutableImpl& impl, const std::string& path, const PackageOptions& options);
+void write(const detail::ExecutableImpl& impl, const std::string& path,
+           const PackageOptions& options);
 /// Checks and loads a package for `device`.
 std::shared_ptr<detail::ExecutableImpl> read(const Bytes& bytes, Device device,
                                              const LoadOptions& options);

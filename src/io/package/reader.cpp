@@ -30,7 +30,7 @@ namespace fb = kiln::package::fb;
 Bytes map_file(const std::string& path, bool populate) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail<IoError>("[package] cannot open '{}': {}", path, std::strerror(errno));
-  struct stat st{};
+  struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
     fail<IoError>("[package] '{}' is not a regular file", path);
@@ -67,7 +67,8 @@ Bytes copy_bytes(const void* data, size_t size) {
 }
 
 namespace {
-template <typename T> T get(const uint8_t* p) {
+template <typename T>
+T get(const uint8_t* p) {
   static_assert(std::endian::native == std::endian::little, "kiln packages are little endian");
   T v;
   std::memcpy(&v, p, sizeof v);
@@ -86,8 +87,8 @@ class Reader {
 
  private:
   template <typename... Args>
-  [[noreturn]] void bad(const std::string& where, uint64_t offset,
-                        fmt::format_string<Args...> f, Args&&... args) const {
+  [[noreturn]] void bad(const std::string& where, uint64_t offset, fmt::format_string<Args...> f,
+                        Args&&... args) const {
     throw FormatError(fmt::format("[package] {}: {} at offset {}: {}", b_.what, where, offset,
                                   fmt::format(f, std::forward<Args>(args)...)));
   }
@@ -96,9 +97,11 @@ class Reader {
   Program read_program(const fb::Manifest& m);
   void read_sections(const fb::Manifest& m, Program& p);
   MemoryPlan read_plan(const fb::Manifest& m, const Program& p);
-  void read_steps(const fb::Manifest& m, const Program& p, detail::ExecutableImpl& impl, Backend target);
+  void read_steps(const fb::Manifest& m, const Program& p, detail::ExecutableImpl& impl,
+                  Backend target);
   // The verifier checks vectors' length fields, not that 8-byte elements are 8-byte aligned.
-  template <typename V> const V* aligned(const V* v, const std::string& where) const {
+  template <typename V>
+  const V* aligned(const V* v, const std::string& where) const {
     if (v && v->size() > 0 && reinterpret_cast<uintptr_t>(v->Data()) % 8 != 0)
       bad(where, at(v), "a vector of 8-byte values is not 8-byte aligned");
     return v;
@@ -122,7 +125,8 @@ void Reader::read_header() {
   const uint8_t* d = b_.data;
   if (b_.size < kHeaderBytes)
     bad("header", 0, "the file has {} bytes; a package has at least {}", b_.size, kHeaderBytes);
-  if (std::memcmp(d + header::magic, kMagic, 8) != 0) bad("header", 0, "not a kiln package (bad magic)");
+  if (std::memcmp(d + header::magic, kMagic, 8) != 0)
+    bad("header", 0, "not a kiln package (bad magic)");
   const auto version = get<uint32_t>(d + header::format_version);
   const auto min_reader = get<uint32_t>(d + header::min_reader_version);
   if (min_reader > kReaderVersion)
@@ -130,18 +134,25 @@ void Reader::read_header() {
         "format version {} needs a reader of version {} or newer; this kiln ({}) reads versions "
         "up to {}",
         version, min_reader, kiln::version(), kReaderVersion);
-  if (const uint64_t want = get<uint64_t>(d + header::header_xxh3); xxh3(d, header::header_xxh3) != want)
+  if (const uint64_t want = get<uint64_t>(d + header::header_xxh3);
+      xxh3(d, header::header_xxh3) != want)
     bad("header", header::header_xxh3, "checksum mismatch");
-  if (get<uint64_t>(d + header::reserved) != 0) bad("header", header::reserved, "reserved bytes are not 0");
-  if (version < min_reader) bad("header", header::format_version, "format version {} < minimum reader version {}", version, min_reader);
+  if (get<uint64_t>(d + header::reserved) != 0)
+    bad("header", header::reserved, "reserved bytes are not 0");
+  if (version < min_reader)
+    bad("header", header::format_version, "format version {} < minimum reader version {}", version,
+        min_reader);
   if (const uint64_t size = get<uint64_t>(d + header::file_size); size != b_.size)
-    bad("header", header::file_size, "the header says the file has {} bytes but it has {} "
-        "(truncated or extended)", size, b_.size);
+    bad("header", header::file_size,
+        "the header says the file has {} bytes but it has {} "
+        "(truncated or extended)",
+        size, b_.size);
   manifest_offset_ = get<uint64_t>(d + header::manifest_offset);
   manifest_size_ = get<uint64_t>(d + header::manifest_size);
   if (manifest_offset_ < kHeaderBytes || !fits(manifest_offset_, manifest_size_, b_.size))
-    bad("header", header::manifest_offset, "manifest range [{}, +{}) is outside the file of {} bytes",
-        manifest_offset_, manifest_size_, b_.size);
+    bad("header", header::manifest_offset,
+        "manifest range [{}, +{}) is outside the file of {} bytes", manifest_offset_,
+        manifest_size_, b_.size);
   if (manifest_offset_ % kManifestAlign != 0)
     bad("header", header::manifest_offset, "manifest offset {} is not a multiple of {}",
         manifest_offset_, kManifestAlign);
@@ -158,7 +169,8 @@ const fb::Manifest* Reader::read_manifest() {
     bad("manifest", manifest_offset_, "does not pass the FlatBuffers verifier");
   const fb::Manifest* man = fb::GetManifest(m);
   if (!man->metadata() || !man->nodes() || !man->outputs() || !man->slots() || !man->steps())
-    bad("manifest", manifest_offset_, "a required table (metadata, nodes, outputs, slots, steps) is missing");
+    bad("manifest", manifest_offset_,
+        "a required table (metadata, nodes, outputs, slots, steps) is missing");
   return man;
 }
 
@@ -189,23 +201,36 @@ Program Reader::read_program(const fb::Manifest& m) {
       for (const fb::Attr* a : *f.attrs()) {
         const std::string key = a->key()->str();
         switch (a->kind()) {
-          case fb::AttrKind_Bool: n.attrs.set(key, a->i() != 0); break;
-          case fb::AttrKind_Int: n.attrs.set(key, static_cast<int64_t>(a->i())); break;
-          case fb::AttrKind_Float: n.attrs.set(key, a->f()); break;
+          case fb::AttrKind_Bool:
+            n.attrs.set(key, a->i() != 0);
+            break;
+          case fb::AttrKind_Int:
+            n.attrs.set(key, static_cast<int64_t>(a->i()));
+            break;
+          case fb::AttrKind_Float:
+            n.attrs.set(key, a->f());
+            break;
           case fb::AttrKind_Ints:
-            n.attrs.set(key, aligned(a->ints(), where) ? std::vector<int64_t>(a->ints()->begin(), a->ints()->end())
-                                       : std::vector<int64_t>{});
+            n.attrs.set(key, aligned(a->ints(), where)
+                                 ? std::vector<int64_t>(a->ints()->begin(), a->ints()->end())
+                                 : std::vector<int64_t>{});
             break;
           case fb::AttrKind_Floats:
-            n.attrs.set(key, aligned(a->floats(), where) ? std::vector<double>(a->floats()->begin(), a->floats()->end())
-                                         : std::vector<double>{});
+            n.attrs.set(key, aligned(a->floats(), where)
+                                 ? std::vector<double>(a->floats()->begin(), a->floats()->end())
+                                 : std::vector<double>{});
             break;
-          case fb::AttrKind_String: n.attrs.set(key, a->s() ? a->s()->str() : std::string()); break;
+          case fb::AttrKind_String:
+            n.attrs.set(key, a->s() ? a->s()->str() : std::string());
+            break;
           case fb::AttrKind_DType:
-            if (a->i() < 0 || a->i() >= kNumDTypes) bad(where, at(a), "attribute '{}': unknown dtype {}", key, a->i());
+            if (a->i() < 0 || a->i() >= kNumDTypes)
+              bad(where, at(a), "attribute '{}': unknown dtype {}", key, a->i());
             n.attrs.set(key, static_cast<DType>(a->i()));
             break;
-          default: bad(where, at(a), "attribute '{}' of unknown kind {}", key, static_cast<int>(a->kind()));
+          default:
+            bad(where, at(a), "attribute '{}' of unknown kind {}", key,
+                static_cast<int>(a->kind()));
         }
       }
     if (f.outputs())
@@ -229,7 +254,8 @@ Program Reader::read_program(const fb::Manifest& m) {
     p.outputs.push_back({v->node(), v->index()});
   }
   if (m.num_returned() > p.outputs.size())
-    bad("manifest outputs", at(m.outputs()), "{} returned of {} outputs", m.num_returned(), p.outputs.size());
+    bad("manifest outputs", at(m.outputs()), "{} returned of {} outputs", m.num_returned(),
+        p.outputs.size());
   p.num_returned = m.num_returned();
   return p;
 }
@@ -243,25 +269,32 @@ void Reader::read_sections(const fb::Manifest& m, Program& p) {
     const int32_t k = m.nodes()->Get(static_cast<uint32_t>(i))->section();
     const bool has_data = n.op == OpId::Constant || n.op == OpId::Variable;
     if (!has_data) {
-      if (k != -1) bad(node_where(p, i), at(m.nodes()->Get(static_cast<uint32_t>(i))), "only constants and variables have data sections");
+      if (k != -1)
+        bad(node_where(p, i), at(m.nodes()->Get(static_cast<uint32_t>(i))),
+            "only constants and variables have data sections");
       continue;
     }
     if (k < 0 || static_cast<uint32_t>(k) >= count || used[k])
-      bad(node_where(p, i), at(m.nodes()->Get(static_cast<uint32_t>(i))), "data section {} is not a section of the file's {} (or is used twice)", k, count);
+      bad(node_where(p, i), at(m.nodes()->Get(static_cast<uint32_t>(i))),
+          "data section {} is not a section of the file's {} (or is used twice)", k, count);
     used[k] = 1;
     const fb::Section& s = *m.sections()->Get(static_cast<uint32_t>(k));
     const std::string where = fmt::format("section {} ({} '{}')", k, op_name(n.op), n.name);
-    if (s.node() != static_cast<int32_t>(i)) bad(where, s.offset(), "belongs to node %{}, not %{}", s.node(), i);
+    if (s.node() != static_cast<int32_t>(i))
+      bad(where, s.offset(), "belongs to node %{}, not %{}", s.node(), i);
     const TensorInfo& t = n.outputs[0];
     const uint64_t want = static_cast<uint64_t>(numel(t.shape)) * size_of(t.dtype);
     if (s.size() != want)
-      bad(where, s.offset(), "{} bytes; {} {} needs {}", s.size(), name(t.dtype), str(t.shape), want);
+      bad(where, s.offset(), "{} bytes; {} {} needs {}", s.size(), name(t.dtype), str(t.shape),
+          want);
     if (s.offset() < kHeaderBytes || !fits(s.offset(), s.size(), b_.size))
-      bad(where, s.offset(), "range [{}, +{}) is outside the file of {} bytes", s.offset(), s.size(), b_.size);
+      bad(where, s.offset(), "range [{}, +{}) is outside the file of {} bytes", s.offset(),
+          s.size(), b_.size);
     if (s.offset() % kSectionAlign != 0)
       bad(where, s.offset(), "offset is not a multiple of {}", kSectionAlign);
     const uint8_t* data = b_.data + s.offset();
-    if (options_.verify_weights && xxh3(data, s.size()) != s.xxh3()) bad(where, s.offset(), "checksum mismatch");
+    if (options_.verify_weights && xxh3(data, s.size()) != s.xxh3())
+      bad(where, s.offset(), "checksum mismatch");
     if (n.op == OpId::Variable) {
       // a loaded executable owns its variables and updates them
       n.value = Array::from_data(data, t.shape, t.dtype);
@@ -284,15 +317,18 @@ MemoryPlan Reader::read_plan(const fb::Manifest& m, const Program& p) {
     const fb::NodeSlots& r = *rows.Get(i);
     const uint32_t count = aligned(r.slots(), "manifest plan") ? r.slots()->size() : 0;
     if (count != nodes[i].outputs.size())
-      bad("manifest plan", at(&r), "node %{} has {} outputs but {} slots", i, nodes[i].outputs.size(), count);
+      bad("manifest plan", at(&r), "node %{} has {} outputs but {} slots", i,
+          nodes[i].outputs.size(), count);
     for (uint32_t o = 0; o < count; ++o) {
       const fb::Slot& s = *r.slots()->Get(o);
       if (s.where() > static_cast<uint8_t>(ValueSlot::Where::output))
         bad("manifest plan", at(&s), "slot of %{}:{} has unknown kind {}", i, o, s.where());
-      plan.slots[i].push_back({static_cast<ValueSlot::Where>(s.where()), static_cast<size_t>(s.offset()), s.index(), s.storage()});
+      plan.slots[i].push_back({static_cast<ValueSlot::Where>(s.where()),
+                               static_cast<size_t>(s.offset()), s.index(), s.storage()});
     }
   }
-  if (const std::string why = check_plan(p, plan); !why.empty()) bad("manifest plan", at(&rows), "{}", why);
+  if (const std::string why = check_plan(p, plan); !why.empty())
+    bad("manifest plan", at(&rows), "{}", why);
   return plan;
 }
 
@@ -310,7 +346,8 @@ void Reader::read_steps(const fb::Manifest& m, const Program& p, detail::Executa
     if (f->fallback_reason()) st.fallback_reason = f->fallback_reason()->str();
     impl.steps.push_back(std::move(st));
   }
-  if (const std::string why = check_steps(p, impl.steps, target); !why.empty()) bad("manifest steps", at(m.steps()), "{}", why);
+  if (const std::string why = check_steps(p, impl.steps, target); !why.empty())
+    bad("manifest steps", at(m.steps()), "{}", why);
   for (int32_t i = 0; i < static_cast<int32_t>(nodes.size()); ++i)
     if (nodes[i].op == OpId::Placeholder) impl.placeholders.push_back(i);
   for (Step& st : impl.steps) {
@@ -332,13 +369,15 @@ std::shared_ptr<detail::ExecutableImpl> Reader::read() {
   o.in_place = meta.in_place();
   o.num_threads = std::clamp(meta.num_threads(), 0, 256);
   if (meta.autocast() != kNoAutocast) {
-    if (meta.autocast() >= kNumDTypes) bad("manifest metadata", at(&meta), "unknown autocast dtype {}", meta.autocast());
+    if (meta.autocast() >= kNumDTypes)
+      bad("manifest metadata", at(&meta), "unknown autocast dtype {}", meta.autocast());
     o.autocast = static_cast<DType>(meta.autocast());
   }
   o.strict_placement = meta.strict_placement();
   if (meta.device_kind() > static_cast<uint8_t>(Device::Kind::cuda))
     bad("manifest metadata", at(&meta), "unknown device kind {}", meta.device_kind());
-  const Device compiled_for{static_cast<Device::Kind>(meta.device_kind()), std::max(0, meta.device_index())};
+  const Device compiled_for{static_cast<Device::Kind>(meta.device_kind()),
+                            std::max(0, meta.device_index())};
 
   PackageInfo info;
   info.path = b_.what;
@@ -352,14 +391,15 @@ std::shared_ptr<detail::ExecutableImpl> Reader::read() {
   read_sections(m, p);
   if (m.output_names()) {
     if (m.output_names()->size() != p.num_returned)
-      bad("manifest outputs", at(m.output_names()), "{} names for {} returned values", m.output_names()->size(), p.num_returned);
+      bad("manifest outputs", at(m.output_names()), "{} names for {} returned values",
+          m.output_names()->size(), p.num_returned);
     for (const auto* s : *m.output_names()) impl->output_names.push_back(s->str());
   }
   // the stored plan is checked even when it is replaced below
   impl->plan = read_plan(m, p);
-  const std::string msg = fmt::format(
-      "[package] {}: compiled for {}, loaded for {}: placing and planning it again", b_.what,
-      compiled_for.str(), device_.str());
+  const std::string msg =
+      fmt::format("[package] {}: compiled for {}, loaded for {}: placing and planning it again",
+                  b_.what, compiled_for.str(), device_.str());
   if (compiled_for.kind != device_.kind && options_.strict)
     fail<UnsupportedError>("{} is not allowed with LoadOptions::strict", msg);
   impl->backend = backend_of(device_);  // throws when the device is not there
@@ -378,7 +418,8 @@ std::shared_ptr<detail::ExecutableImpl> Reader::read() {
 }
 }  // namespace
 
-std::shared_ptr<detail::ExecutableImpl> read(const Bytes& bytes, Device device, const LoadOptions& options) {
+std::shared_ptr<detail::ExecutableImpl> read(const Bytes& bytes, Device device,
+                                             const LoadOptions& options) {
   return Reader(bytes, device, options).read();
 }
 

@@ -39,20 +39,28 @@ void arity(const Node& n, int& lo, int& hi) {
   auto opt = [&](const char* key) { return n.attrs.b(key, false) ? 1 : 0; };
   lo = hi = 1;
   switch (n.op) {
-    case OpId::Placeholder: case OpId::Constant: case OpId::Full: case OpId::Arange:
+    case OpId::Placeholder:
+    case OpId::Constant:
+    case OpId::Full:
+    case OpId::Arange:
     case OpId::Variable:
       lo = hi = 0;
       return;
     case OpId::Concat:
       hi = INT_MAX;
       return;
-    case OpId::Where: case OpId::ScatterElements:
+    case OpId::Where:
+    case OpId::ScatterElements:
       lo = hi = 3;
       return;
-    case OpId::Conv: case OpId::ConvTranspose: case OpId::Linear:
+    case OpId::Conv:
+    case OpId::ConvTranspose:
+    case OpId::Linear:
       lo = hi = 2 + opt("has_bias");
       return;
-    case OpId::LayerNorm: case OpId::InstanceNorm: case OpId::GroupNorm:
+    case OpId::LayerNorm:
+    case OpId::InstanceNorm:
+    case OpId::GroupNorm:
       lo = hi = 1 + opt("has_weight") + opt("has_bias");
       return;
     case OpId::RmsNorm:
@@ -67,14 +75,37 @@ void arity(const Node& n, int& lo, int& hi) {
     case OpId::BatchNormTrainGrad:
       lo = hi = 4 + opt("has_weight");
       return;
-    case OpId::Assign: case OpId::Add: case OpId::Sub: case OpId::Mul: case OpId::Div:
-    case OpId::Pow: case OpId::Maximum: case OpId::Minimum: case OpId::Mod: case OpId::Equal:
-    case OpId::NotEqual: case OpId::Less: case OpId::LessEqual: case OpId::Greater:
-    case OpId::GreaterEqual: case OpId::LogicalAnd: case OpId::LogicalOr: case OpId::LogicalXor:
-    case OpId::BitwiseAnd: case OpId::BitwiseOr: case OpId::BitwiseXor: case OpId::BitShift:
-    case OpId::Matmul: case OpId::ConvGradWeight: case OpId::MaxPoolGrad: case OpId::Gather:
-    case OpId::GatherElements: case OpId::HammingDistance: case OpId::SoftmaxCrossEntropy:
-    case OpId::Nll: case OpId::Mse:
+    case OpId::Assign:
+    case OpId::Add:
+    case OpId::Sub:
+    case OpId::Mul:
+    case OpId::Div:
+    case OpId::Pow:
+    case OpId::Maximum:
+    case OpId::Minimum:
+    case OpId::Mod:
+    case OpId::Equal:
+    case OpId::NotEqual:
+    case OpId::Less:
+    case OpId::LessEqual:
+    case OpId::Greater:
+    case OpId::GreaterEqual:
+    case OpId::LogicalAnd:
+    case OpId::LogicalOr:
+    case OpId::LogicalXor:
+    case OpId::BitwiseAnd:
+    case OpId::BitwiseOr:
+    case OpId::BitwiseXor:
+    case OpId::BitShift:
+    case OpId::Matmul:
+    case OpId::ConvGradWeight:
+    case OpId::MaxPoolGrad:
+    case OpId::Gather:
+    case OpId::GatherElements:
+    case OpId::HammingDistance:
+    case OpId::SoftmaxCrossEntropy:
+    case OpId::Nll:
+    case OpId::Mse:
       lo = hi = 2;
       return;
     default:
@@ -86,7 +117,7 @@ void arity(const Node& n, int& lo, int& hi) {
 // node, its attributes are held to what builders give, where inference would otherwise index,
 // divide or overflow with them. Integers are bounded so that products of a dim and an attribute
 // fit in 64 bits.
-constexpr int64_t kMaxDim = int64_t{1} << 40;      // dims and most integer attributes
+constexpr int64_t kMaxDim = int64_t{1} << 40;       // dims and most integer attributes
 constexpr int64_t kMaxGeometry = int64_t{1} << 20;  // strides, pads, kernels, groups, repeats
 
 std::string check_attrs(const Node& n, const std::vector<TensorInfo>& in) {
@@ -97,7 +128,8 @@ std::string check_attrs(const Node& n, const std::vector<TensorInfo>& in) {
       return fmt::format("attribute {} = {} is out of range", key, *x);
     if (auto* x = std::get_if<std::vector<int64_t>>(&v); x && !slice_bounds)
       for (int64_t e : *x)
-        if (e > kMaxDim || e < -kMaxDim) return fmt::format("attribute {} holds {}, out of range", key, e);
+        if (e > kMaxDim || e < -kMaxDim)
+          return fmt::format("attribute {} holds {}, out of range", key, e);
     if (auto* x = std::get_if<double>(&v); x && !std::isfinite(*x) && n.op == OpId::Arange)
       return fmt::format("attribute {} = {} is not finite", key, *x);
   }
@@ -105,14 +137,18 @@ std::string check_attrs(const Node& n, const std::vector<TensorInfo>& in) {
   auto sized = [&](const char* key, size_t want, int64_t lo, int64_t hi) -> std::string {
     if (!a.has(key)) return {};
     const auto& v = a.ints(key);
-    if (v.size() != want) return fmt::format("attribute {} has {} values; {} expected", key, v.size(), want);
+    if (v.size() != want)
+      return fmt::format("attribute {} has {} values; {} expected", key, v.size(), want);
     for (int64_t e : v)
-      if (e < lo || e > hi) return fmt::format("attribute {} holds {}, outside [{}, {}]", key, e, lo, hi);
+      if (e < lo || e > hi)
+        return fmt::format("attribute {} holds {}, outside [{}, {}]", key, e, lo, hi);
     return {};
   };
   std::string why;
   switch (n.op) {
-    case OpId::Conv: case OpId::ConvTranspose: case OpId::ConvGradWeight: {
+    case OpId::Conv:
+    case OpId::ConvTranspose:
+    case OpId::ConvGradWeight: {
       if (rank < 3 || rank > 5 || (n.op != OpId::ConvGradWeight && in[1].shape.size() != rank))
         return "convolution inputs of ranks other than 3 to 5, or of two ranks";
       const size_t nd = rank - 2;
@@ -122,7 +158,9 @@ std::string check_attrs(const Node& n, const std::vector<TensorInfo>& in) {
       if (a.i("groups") < 1 || a.i("groups") > kMaxGeometry) return "groups out of range";
       return {};
     }
-    case OpId::MaxPool: case OpId::AvgPool: case OpId::AvgPoolGrad: {
+    case OpId::MaxPool:
+    case OpId::AvgPool:
+    case OpId::AvgPoolGrad: {
       const size_t nd = a.ints("kernel").size();
       if (!(why = sized("kernel", nd, 1, kMaxGeometry)).empty()) return why;
       for (const char* k : {"stride", "dilation"})
@@ -216,8 +254,8 @@ std::string check_node(const detail::GraphImpl& g, size_t i) {
                        n.attrs.to_string(), e.what());
   }
   if (out != n.outputs)
-    return fmt::format("outputs {} differ from {} that inputs {} give", infos(n.outputs), infos(out),
-                       infos(in));
+    return fmt::format("outputs {} differ from {} that inputs {} give", infos(n.outputs),
+                       infos(out), infos(in));
   return {};
 }
 
@@ -237,7 +275,8 @@ std::string check_plan(const Program& p, const MemoryPlan& plan) {
         return what + " is empty but a run uses it";
       case Where::feed:
       case Where::constant: {
-        if (s.index < 0 || s.index >= n_nodes) return fmt::format("{} names node %{}", what, s.index);
+        if (s.index < 0 || s.index >= n_nodes)
+          return fmt::format("{} names node %{}", what, s.index);
         const Node& src = nodes[s.index];
         const bool ok = s.where == Where::feed
                             ? src.op == OpId::Placeholder
@@ -277,7 +316,8 @@ std::string check_plan(const Program& p, const MemoryPlan& plan) {
       most = b > UINT64_MAX - most ? UINT64_MAX : most + b;  // saturating
     }
   if (plan.arena_bytes > most)
-    return fmt::format("an arena of {} bytes is more than the {} all values need", plan.arena_bytes, most);
+    return fmt::format("an arena of {} bytes is more than the {} all values need", plan.arena_bytes,
+                       most);
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node& n = nodes[i];
     const auto id = static_cast<int32_t>(i);
@@ -323,7 +363,8 @@ std::string check_steps(const Program& p, const std::vector<Step>& steps, Backen
     if (n.op == OpId::Assign && st.backend != target)
       return fmt::format("assign %{} must run on {}", i, backend_name(target));
     const KernelEntry* kernel = find_kernel(n.op, st.backend);
-    if (!kernel) return fmt::format("no {} kernel for %{} ({})", backend_name(st.backend), i, op_name(n.op));
+    if (!kernel)
+      return fmt::format("no {} kernel for %{} ({})", backend_name(st.backend), i, op_name(n.op));
     std::vector<TensorInfo> in;
     for (auto v : n.inputs) in.push_back(p.graph.info(v));
     const DType t = kernel_dtype(*kernel, n, in);

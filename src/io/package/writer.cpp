@@ -1,4 +1,6 @@
 // Writes packages (format: format.h).
+#include <xxhash.h>
+
 #include <bit>
 #include <cstdio>
 #include <cstring>
@@ -10,8 +12,6 @@
 #include "kiln/version.h"
 #include "runtime/executable_impl.h"
 
-#include <xxhash.h>
-
 namespace kiln::package {
 
 using detail::Node;
@@ -20,7 +20,8 @@ namespace fb = kiln::package::fb;
 uint64_t xxh3(const void* data, size_t size) { return XXH3_64bits(data, size); }
 
 namespace {
-template <typename T> void put(uint8_t* p, T v) {
+template <typename T>
+void put(uint8_t* p, T v) {
   static_assert(std::endian::native == std::endian::little, "kiln packages are little endian");
   std::memcpy(p, &v, sizeof v);
 }
@@ -49,7 +50,8 @@ flatbuffers::Offset<fb::Attr> write_attr(flatbuffers::FlatBufferBuilder& b, cons
 }
 }  // namespace
 
-void write(const detail::ExecutableImpl& x, const std::string& path, const PackageOptions& options) {
+void write(const detail::ExecutableImpl& x, const std::string& path,
+           const PackageOptions& options) {
   const auto& nodes = x.program.graph.nodes;
   if (!options.output_names.empty() && options.output_names.size() != x.program.num_returned)
     fail<ValueError>("[package] {} output names given for {} returned values",
@@ -83,7 +85,7 @@ void write(const detail::ExecutableImpl& x, const std::string& path, const Packa
   if (names.empty())
     for (size_t k = 0; k < x.program.num_returned; ++k)
       names.push_back(k < x.output_names.size() ? x.output_names[k]
-                                                 : nodes[x.program.outputs[k].node].name);
+                                                : nodes[x.program.outputs[k].node].name);
   std::vector<fb::Section> sections;
   for (auto& d : data)
     sections.emplace_back(d.offset, d.host.nbytes(), xxh3(d.host.data(), d.host.nbytes()), d.node);
@@ -98,7 +100,8 @@ void write(const detail::ExecutableImpl& x, const std::string& path, const Packa
       for (auto& [k, v] : n.attrs.items()) attrs.push_back(write_attr(b, k, v));
       std::vector<flatbuffers::Offset<fb::TensorInfo>> outs;
       for (auto& t : n.outputs)
-        outs.push_back(fb::CreateTensorInfo(b, static_cast<uint8_t>(t.dtype), b.CreateVector(t.shape)));
+        outs.push_back(
+            fb::CreateTensorInfo(b, static_cast<uint8_t>(t.dtype), b.CreateVector(t.shape)));
       fn.push_back(fb::CreateNodeDirect(b, static_cast<uint16_t>(n.op), &inputs, &attrs, &outs,
                                         n.name.c_str(), n.origin, section_of[i]));
     }
@@ -106,7 +109,8 @@ void write(const detail::ExecutableImpl& x, const std::string& path, const Packa
     std::vector<flatbuffers::Offset<fb::NodeSlots>> sl;
     for (auto& row : x.plan.slots) {
       std::vector<fb::Slot> r;
-      for (auto& s : row) r.emplace_back(s.offset, s.index, s.storage, static_cast<uint8_t>(s.where));
+      for (auto& s : row)
+        r.emplace_back(s.offset, s.index, s.storage, static_cast<uint8_t>(s.where));
       sl.push_back(fb::CreateNodeSlotsDirect(b, &r));
     }
     std::vector<flatbuffers::Offset<fb::Step>> st;
@@ -115,14 +119,14 @@ void write(const detail::ExecutableImpl& x, const std::string& path, const Packa
                                         s.fallback_reason.c_str()));
     auto m = fb::CreateMetadataDirect(
         b, options.producer.c_str(), version(), options.source_hash.c_str(),
-        static_cast<uint8_t>(x.device.kind), x.device.index, o.optimize, o.plan_memory,
-        o.in_place, o.num_threads, o.autocast ? static_cast<uint8_t>(*o.autocast) : kNoAutocast,
+        static_cast<uint8_t>(x.device.kind), x.device.index, o.optimize, o.plan_memory, o.in_place,
+        o.num_threads, o.autocast ? static_cast<uint8_t>(*o.autocast) : kNoAutocast,
         o.strict_placement);
-    auto root = fb::CreateManifest(
-        b, m, b.CreateVector(fn), b.CreateVectorOfStructs(outputs),
-        static_cast<uint32_t>(x.program.num_returned), fnames, b.CreateVector(sl),
-        x.plan.arena_bytes, x.plan.num_buffers, b.CreateVector(st), b.CreateVector(x.placeholders),
-        b.CreateVector(x.variables), b.CreateVectorOfStructs(sections));
+    auto root = fb::CreateManifest(b, m, b.CreateVector(fn), b.CreateVectorOfStructs(outputs),
+                                   static_cast<uint32_t>(x.program.num_returned), fnames,
+                                   b.CreateVector(sl), x.plan.arena_bytes, x.plan.num_buffers,
+                                   b.CreateVector(st), b.CreateVector(x.placeholders),
+                                   b.CreateVector(x.variables), b.CreateVectorOfStructs(sections));
     fb::FinishManifestBuffer(b, root);
   }
   const uint8_t* mbytes = b.GetBufferPointer();
