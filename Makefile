@@ -3,11 +3,13 @@
 
 BUILD       ?= build
 ASAN_BUILD  ?= build-asan
+FUZZ_BUILD  ?= build-fuzz
+FUZZ_SECONDS ?= 60
 CMAKE_FLAGS ?=
 JOBS        ?= $(shell nproc)
 export CCACHE_BASEDIR := $(CURDIR)
 
-.PHONY: all setup configure build data demo test test-release test-asan test-gpu gpu-bundle check bench docs format clean
+.PHONY: all setup configure build data demo test test-release test-asan test-gpu gpu-bundle check bench docs format clean fuzz
 
 all: build
 
@@ -41,6 +43,17 @@ test-asan: setup
 	@cmake --build $(ASAN_BUILD) -j $(JOBS) --target kiln_core_tests kiln_op_tests kiln_autodiff_tests
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS) -L unit
+
+# libFuzzer over the ONNX importer (clang-14, ASan+UBSan) for FUZZ_SECONDS, from the seeds in
+# tests/fuzz/corpus (tests/fuzz/make_corpus.py writes them); new inputs go to $(FUZZ_BUILD)/corpus
+# and crashes to $(FUZZ_BUILD)/crash-*. CI runs `make fuzz` (60 s).
+fuzz: setup
+	@CC=clang-14 CXX=clang++-14 cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DKILN_CUDA=OFF -DKILN_FUZZ=ON -DKILN_BENCH=OFF -DKILN_SANITIZE=address,undefined >/dev/null
+	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_onnx_import
+	@mkdir -p $(FUZZ_BUILD)/corpus
+	UBSAN_OPTIONS=print_stacktrace=1 $(FUZZ_BUILD)/tests/fuzz/fuzz_onnx_import -max_total_time=$(FUZZ_SECONDS) \
+	  -max_len=65536 -rss_limit_mb=4096 -artifact_prefix=$(FUZZ_BUILD)/ $(FUZZ_BUILD)/corpus tests/fuzz/corpus
 
 # The GPU machine cannot build: `make gpu-bundle` builds the CUDA suites here (the toolkit is
 # enough) into build-gpu/bundle.tar.xz; copy the checkout with it and run `make test-gpu` there.

@@ -26,12 +26,13 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-PY_PACKAGES=(numpy pytest scikit-learn)
+PY_PACKAGES=(numpy pytest scikit-learn onnx==1.16.2 onnxruntime)
 if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv"
   python3 -m venv .venv
 fi
-if ! .venv/bin/python -c "import numpy, pytest, sklearn" 2>/dev/null; then
+if ! .venv/bin/python -c "import numpy, pytest, sklearn, onnxruntime, onnx
+assert onnx.__version__ == '1.16.2'" 2>/dev/null; then
   echo "setup: installing ${PY_PACKAGES[*]} into .venv"
   .venv/bin/python -m pip install -q --disable-pip-version-check "${PY_PACKAGES[@]}"
 fi

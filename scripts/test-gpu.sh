@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (`make test-gpu`), from the bundle scripts/gpu-bundle.sh made: the C++
 # suites with KILN_DEVICE=cuda, the CUDA runtime tests (also under KILN_VALIDATE=cpu), the
-# cross-backend harness, compute-sanitizer memcheck over the harness, and the demo on CUDA.
+# cross-backend harness, compute-sanitizer memcheck over the harness, ONNX models on CUDA, and the
+# demo on CUDA.
 # Logs go to LOGS (default: BUILD/gpu-logs); a summary table is printed last.
 # STEPS (an extended regex, default: all) picks the steps to run by name, e.g. STEPS=memcheck.
 set -uo pipefail
@@ -21,7 +22,7 @@ step() {  # name, command...
   local t0=$SECONDS
   if timeout 900 "$@" >"$LOGS/$name.log" 2>&1; then r=pass; else r="FAIL($?)"; fi
   local tail_line
-  tail_line=$(grep -E '^\[  PASSED  \]|^\[  FAILED  \]|tests? ran|ERROR SUMMARY|backend_ops:|demo done' "$LOGS/$name.log" | tr '\n' ' ' | cut -c1-150)
+  tail_line=$(grep -E '^\[  PASSED  \]|^\[  FAILED  \]|tests? ran|ERROR SUMMARY|backend_ops:|demo done|^pass: |^fail: ' "$LOGS/$name.log" | tr '\n' ' ' | cut -c1-150)
   summary+=("$(printf '%-28s %-9s %4ss  %s' "$name" "$r" $((SECONDS - t0)) "$tail_line")")
 }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$LOGS/gpu.txt" 2>&1
@@ -34,6 +35,13 @@ if [ -x "$B/tests/kiln_backend_ops" ]; then
   step backend-ops "$B/tests/kiln_backend_ops"
   step memcheck-backend-ops compute-sanitizer --tool memcheck --error-exitcode 3 \
     "$B/tests/kiln_backend_ops"
+fi
+# ONNX models (tests/data/onnx_models, and MODELS_DIR when given) against ONNX Runtime, on CUDA
+if [ -x "$B/tests/kiln_onnx_conformance" ]; then
+  step onnx-models-cuda "$B/tests/kiln_onnx_conformance" --data tests/data/onnx_models \
+    --rtol 1e-4 --atol 1e-5 --device cuda -v
+  [ -n "${MODELS_DIR:-}" ] && step onnx-more-models-cuda "$B/tests/kiln_onnx_conformance" \
+    --data "$MODELS_DIR" --rtol 1e-4 --atol 1e-5 --device cuda -v
 fi
 step demo-cuda "$B/kiln" demo --device cuda --data "$B/data" --checkpoint "$LOGS/demo.ckpt"
 step demo-cpu "$B/kiln" demo --device cpu --data "$B/data" --checkpoint "$LOGS/demo-cpu.ckpt"

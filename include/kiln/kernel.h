@@ -46,7 +46,9 @@ struct KernelEnv {
   int64_t* error_info = nullptr;
 };
 
-enum class ErrorKind : int64_t { index_on_axis = 0, label = 1, plane_index = 2 };
+/// What an error slot report means. index_tuple: a component of an index tuple (gather_nd,
+/// scatter_nd); error_info [1] is the dim the first component indexes, [2] the tuple length.
+enum class ErrorKind : int64_t { index_on_axis = 0, label = 1, plane_index = 2, index_tuple = 3 };
 
 class KernelContext {
  public:

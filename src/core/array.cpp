@@ -66,7 +66,7 @@ void convert(const void* src, DType st, void* dst, DType dt, int64_t n) {
       constexpr bool half_s = std::is_same_v<S, float16_t> || std::is_same_v<S, bfloat16_t>;
       constexpr bool half_d = std::is_same_v<D, float16_t> || std::is_same_v<D, bfloat16_t>;
       if constexpr (std::is_same_v<S, int64_t> && std::is_same_v<D, int32_t>) {
-        for (int64_t i = 0; i < n; ++i) out[i] = static_cast<int32_t>(in[i]);
+        for (int64_t i = 0; i < n; ++i) out[i] = static_cast<D>(in[i]);
       } else if constexpr (half_s && std::is_same_v<D, float>) {
         for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(in[i]);  // the autocast path
       } else if constexpr (std::is_same_v<S, float> && half_d) {

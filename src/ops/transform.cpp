@@ -360,6 +360,8 @@ void register_transform_ops() {
   define_op(OpId::BroadcastTo).set_infer(infer_broadcast_to).grad(vjp_broadcast_to);
   define_op(OpId::Flip).set_infer(infer_flip).grad(vjp_flip);
   register_transform_index_ops();
+  register_transform_nd_ops();
+  register_resize_ops();
 }
 
 Tensor reshape(const Tensor& x, const Shape& shape) {

@@ -15,6 +15,10 @@ struct VjpContext;
 
 /// Registers the indexing and sorting half of the transform family (transform_index.cpp).
 void register_transform_index_ops();
+/// Registers gather_nd and scatter_nd (transform_nd.cpp).
+void register_transform_nd_ops();
+/// Registers resize and grid_sample (resize.cpp).
+void register_resize_ops();
 
 namespace transform {
 // Helpers of the family's gradient rules (transform.cpp).

@@ -242,6 +242,13 @@ void check_error_slots(const ExecutableImpl& x, const ExecutableImpl::DeviceSlot
       case ErrorKind::plane_index:
         fail<ValueError>("[{}] index {} out of range for an input plane of {} elements {}",
                          op_name(n.op), value, info[2], where);
+      case ErrorKind::index_tuple: {
+        const int64_t axis = info[1] + pos % std::max<int64_t>(info[2], 1);
+        const Shape& xs = x.program.graph.info(n.inputs[0]).shape;
+        fail<ValueError>("[{}] index {} out of range for axis {} of size {} {}", op_name(n.op),
+                         value, axis, axis < static_cast<int64_t>(xs.size()) ? xs[axis] : -1,
+                         where);
+      }
       case ErrorKind::index_on_axis:
         break;
     }

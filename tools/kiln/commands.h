@@ -7,5 +7,9 @@ namespace kiln::cli {
 
 void add_ops_command(CLI::App& app);
 void add_demo_command(CLI::App& app);
+void add_run_command(CLI::App& app);
+void add_inspect_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
+void add_convert_command(CLI::App& app);
 
 }  // namespace kiln::cli

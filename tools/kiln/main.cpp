@@ -1,9 +1,28 @@
 // kiln: the command-line tool.
 #include <cstdio>
+#include <exception>
+#include <sstream>
+#include <string>
 
 #include "kiln/error.h"
 #include "kiln/version.h"
 #include "tools/kiln/commands.h"
+
+namespace {
+// Errors are one line on stderr: "error: ..." (the lines of a longer message are joined).
+int fail(const std::string& message) {
+  std::string line, part;
+  std::istringstream lines(message);
+  while (std::getline(lines, part)) {
+    part.erase(0, part.find_first_not_of(" \t"));
+    if (part.empty()) continue;
+    if (!line.empty()) line += line.back() == ':' ? " " : "; ";
+    line += part;
+  }
+  std::fprintf(stderr, "error: %s\n", line.c_str());
+  return 1;
+}
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"kiln: build, compile and run machine-learning compute graphs"};
@@ -12,13 +31,17 @@ int main(int argc, char** argv) {
   app.add_flag("--version", show_version, "Print the version and exit");
   kiln::cli::add_ops_command(app);
   kiln::cli::add_demo_command(app);
+  kiln::cli::add_run_command(app);
+  kiln::cli::add_inspect_command(app);
+  kiln::cli::add_bench_command(app);
+  kiln::cli::add_convert_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  } catch (const kiln::Error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    return fail(e.what());
+  } catch (const std::exception& e) {  // kiln::Error and anything else
+    return fail(e.what());
   }
   if (show_version) {
     std::printf("kiln %s\n", kiln::version());

@@ -55,6 +55,59 @@ enum class ScatterReduction { none, add, mul, max, min };
 /// gather; updates are cast to x's dtype.
 Tensor scatter_elements(const Tensor& x, const Tensor& indices, const Tensor& updates,
                         int64_t axis, ScatterReduction reduction = ScatterReduction::none);
+/// ONNX GatherND: indices (..., m) address slices of x; the first `batch_dims` dims of x and
+/// indices are batch dims and must match. The result has shape indices.shape[:-1] +
+/// x.shape[batch_dims + m:]. Negative indices count from the end; an index out of range throws
+/// ValueError when the graph runs.
+Tensor gather_nd(const Tensor& x, const Tensor& indices, int64_t batch_dims = 0);
+/// ONNX ScatterND: a copy of x with slices of updates (shape indices.shape[:-1] + x.shape[m:])
+/// written (or combined by `reduction`) at the m-tuples of indices; duplicates apply in index
+/// order. Index rules as for gather_nd; updates are cast to x's dtype.
+Tensor scatter_nd(const Tensor& x, const Tensor& indices, const Tensor& updates,
+                  ScatterReduction reduction = ScatterReduction::none);
+enum class ResizeMode { nearest, linear, cubic };
+enum class ResizeCoordinates {
+  half_pixel,
+  half_pixel_symmetric,
+  pytorch_half_pixel,
+  align_corners,
+  asymmetric,
+  tf_crop_and_resize
+};
+enum class NearestMode { round_prefer_floor, round_prefer_ceil, floor, ceil };
+struct ResizeOptions {
+  ResizeMode mode = ResizeMode::nearest;
+  ResizeCoordinates coordinate_transformation_mode = ResizeCoordinates::half_pixel;
+  NearestMode nearest_mode = NearestMode::round_prefer_floor;
+  double cubic_coeff_a = -0.75;
+  /// Taps outside the input get weight 0 and the others renormalize (linear, cubic).
+  bool exclude_outside = false;
+  /// The value of outputs whose source lies outside the input (tf_crop_and_resize).
+  double extrapolation_value = 0;
+  /// Widens the linear/cubic kernel by 1/scale when downsampling.
+  bool antialias = false;
+  /// Per-dim scales the coordinate transformation uses (ONNX `scales`); empty: sizes / x dims.
+  std::vector<double> scales;
+  /// ONNX roi for tf_crop_and_resize: starts of every dim, then ends (fractions of the input);
+  /// empty: the whole input.
+  std::vector<double> roi;
+};
+/// ONNX Resize (opset 19) of x to `sizes` (every dim): nearest, N-linear or N-cubic
+/// interpolation over every resized dim, separably. Integer and bool x take nearest only.
+Tensor resize(const Tensor& x, const Shape& sizes, const ResizeOptions& options = {});
+enum class GridSampleMode { linear, nearest, cubic };
+enum class GridSamplePadding { zeros, border, reflection };
+struct GridSampleOptions {
+  /// linear and cubic are ONNX opset 16's bilinear and bicubic.
+  GridSampleMode mode = GridSampleMode::linear;
+  GridSamplePadding padding_mode = GridSamplePadding::zeros;
+  bool align_corners = false;
+};
+/// ONNX GridSample (opset 20): x (N, C, D1, ..., Dk) sampled at the normalized coordinates of
+/// grid (N, O1, ..., Ok, k) (the last dim lists (x_k, ..., x_1): the innermost dim first), for
+/// k = 1, 2 or 3 spatial dims; the result is (N, C, O1, ..., Ok). grid is cast to x's float
+/// dtype. Not differentiable.
+Tensor grid_sample(const Tensor& x, const Tensor& grid, const GridSampleOptions& options = {});
 /// A new axis of size `depth` at `axis`, on_value where index matches, else off_value. Indices of
 /// any integer dtype; an index outside [0, depth) gives a row of off_value.
 Tensor one_hot(const Tensor& indices, int64_t depth, int64_t axis = -1, DType dtype = f32,

@@ -274,6 +274,8 @@ void register_transform_kernels() {
   reg(OpId::Flip, flip);
   register_transform_index_kernels();
   register_transform_sort_kernels();
+  register_transform_nd_kernels();
+  register_resize_kernels();
 }
 
 }  // namespace kiln::cpu

@@ -10,6 +10,8 @@ namespace kiln::cpu {
 
 void register_transform_index_kernels();
 void register_transform_sort_kernels();
+void register_transform_nd_kernels();
+void register_resize_kernels();
 
 /// Calls f(U{}) with an unsigned type of `bytes` bytes: moving data needs only the element size,
 /// so f16/bf16 and bool move untouched.

@@ -16,6 +16,8 @@ void register_kernels() {
   register_reduce_kernels();
   register_norm_kernels();
   register_transform_kernels();
+  register_transform_nd_kernels();
+  register_resize_kernels();
   register_loss_kernels();
 }
 }  // namespace cuda

@@ -12,6 +12,8 @@ void register_pool_kernels();         // pool.cu
 void register_reduce_kernels();       // reduce.cu
 void register_norm_kernels();         // norm.cu
 void register_transform_kernels();    // transform.cu, transform_sort.cu
+void register_transform_nd_kernels();  // transform_nd.cu: gather_nd, scatter_nd
+void register_resize_kernels();        // resize.cu
 void register_loss_kernels();         // loss.cu
 
 }  // namespace kiln::cuda

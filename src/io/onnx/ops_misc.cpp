@@ -1,8 +1,9 @@
-// ONNX ops lowered onto several kiln ops: Einsum, CenterCropPad, MaxUnpool, ReverseSequence,
-// AffineGrid.
+// ONNX ops lowered onto several kiln ops (Einsum, CenterCropPad, MaxUnpool, ReverseSequence,
+// AffineGrid), If with a known condition, and the indexing, resizing and sampling ops.
 #include <onnx/onnx_pb.h>
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "io/onnx/map_util.h"
@@ -267,6 +268,140 @@ Outs affine_grid(NodeContext& c) {
   return {reshape(g, out)};
 }
 
+// ---- indexing, resizing, sampling ----
+
+ScatterReduction reduction_of(NodeContext& c) {
+  const std::string r = c.attr_string("reduction", "none");
+  if (r == "none") return ScatterReduction::none;
+  if (r == "add") return ScatterReduction::add;
+  if (r == "mul") return ScatterReduction::mul;
+  if (r == "max") return ScatterReduction::max;
+  if (r == "min") return ScatterReduction::min;
+  c.fail(fmt::format("unknown reduction '{}'", r));
+}
+
+Outs gather_nd_op(NodeContext& c) {
+  return {gather_nd(c.input(0), c.input(1), c.attr_int("batch_dims", 0))};
+}
+Outs scatter_nd_op(NodeContext& c) {
+  return {scatter_nd(c.input(0), c.input(1), c.input(2), reduction_of(c))};
+}
+
+// Resize (10 to 19) and Upsample (7, 9): output sizes from `sizes` or `scales`, per axis.
+Outs resize_op(NodeContext& c) {
+  Tensor x = c.input(0);
+  const Shape in = x.shape();
+  if (!is_static(in)) c.unsupported("needs x's static shape");
+  const int r = x.rank();
+  const bool upsample = c.op_type() == "Upsample";
+  const bool v10 = upsample || c.version() < 11;
+  ResizeOptions o;
+  const std::string mode = c.attr_string("mode", "nearest");
+  if (mode == "nearest") o.mode = ResizeMode::nearest;
+  else if (mode == "linear" || mode == "bilinear") o.mode = ResizeMode::linear;
+  else if (mode == "cubic" && !v10) o.mode = ResizeMode::cubic;
+  else c.fail(fmt::format("unknown mode '{}'", mode));
+  std::vector<double> scales;
+  std::vector<int64_t> sizes;
+  if (upsample && c.version() < 9) {
+    for (float f : c.attr_floats("scales")) scales.push_back(f);
+  } else if (v10) {
+    scales = c.doubles(1);
+  } else {
+    // an empty tensor stands for an omitted input
+    auto given = [&](int i) { return c.has_input(i) && !(c.constant(i) && c.constant(i)->numel() == 0); };
+    if (given(3)) sizes = c.ints(3);
+    else if (given(2)) scales = c.doubles(2);
+  }
+  if (v10) {  // Upsample's convention: out = floor(in * scale), asymmetric, nearest floors
+    o.coordinate_transformation_mode = ResizeCoordinates::asymmetric;
+    o.nearest_mode = NearestMode::floor;
+  } else {
+    const std::string ct = c.attr_string("coordinate_transformation_mode", "half_pixel");
+    if (ct == "half_pixel") o.coordinate_transformation_mode = ResizeCoordinates::half_pixel;
+    else if (ct == "half_pixel_symmetric") o.coordinate_transformation_mode = ResizeCoordinates::half_pixel_symmetric;
+    else if (ct == "pytorch_half_pixel") o.coordinate_transformation_mode = ResizeCoordinates::pytorch_half_pixel;
+    else if (ct == "align_corners") o.coordinate_transformation_mode = ResizeCoordinates::align_corners;
+    else if (ct == "asymmetric") o.coordinate_transformation_mode = ResizeCoordinates::asymmetric;
+    else if (ct == "tf_crop_and_resize") o.coordinate_transformation_mode = ResizeCoordinates::tf_crop_and_resize;
+    else c.fail(fmt::format("unknown coordinate_transformation_mode '{}'", ct));
+    const std::string nm = c.attr_string("nearest_mode", "round_prefer_floor");
+    if (nm == "round_prefer_floor") o.nearest_mode = NearestMode::round_prefer_floor;
+    else if (nm == "round_prefer_ceil") o.nearest_mode = NearestMode::round_prefer_ceil;
+    else if (nm == "floor") o.nearest_mode = NearestMode::floor;
+    else if (nm == "ceil") o.nearest_mode = NearestMode::ceil;
+    else c.fail(fmt::format("unknown nearest_mode '{}'", nm));
+    o.cubic_coeff_a = c.attr_float("cubic_coeff_a", -0.75f);
+    o.exclude_outside = c.attr_int("exclude_outside", 0) != 0;
+    o.extrapolation_value = c.attr_float("extrapolation_value", 0.0f);
+    o.antialias = c.attr_int("antialias", 0) != 0;
+  }
+  std::vector<int64_t> axes = c.attr_ints("axes");
+  if (axes.empty()) {
+    axes.resize(r);
+    std::iota(axes.begin(), axes.end(), 0);
+  }
+  for (auto& a : axes) a = axis_of(c, a, r);
+  const size_t n = axes.size();
+  if (!sizes.empty() && sizes.size() != n) c.fail(fmt::format("sizes has {} values for {} axes", sizes.size(), n));
+  if (!scales.empty() && scales.size() != n) c.fail(fmt::format("scales has {} values for {} axes", scales.size(), n));
+  if (sizes.empty() && scales.empty()) c.fail("needs scales or sizes");
+  std::vector<double> full_scales(r, 1.0);
+  Shape out = in;
+  if (!sizes.empty()) {
+    for (size_t i = 0; i < n; ++i) full_scales[axes[i]] = double(sizes[i]) / double(in[axes[i]]);
+    const std::string policy = c.attr_string("keep_aspect_ratio_policy", "stretch");
+    if (policy != "stretch") {
+      double sc = policy == "not_larger" ? INFINITY : 0;
+      if (policy != "not_larger" && policy != "not_smaller")
+        c.fail(fmt::format("unknown keep_aspect_ratio_policy '{}'", policy));
+      for (int64_t a : axes) sc = policy == "not_larger" ? std::min(sc, full_scales[a]) : std::max(sc, full_scales[a]);
+      for (int64_t a : axes) {
+        full_scales[a] = sc;
+        out[a] = static_cast<int64_t>(sc * double(in[a]) + 0.5);
+      }
+    } else {
+      for (size_t i = 0; i < n; ++i) out[axes[i]] = sizes[i];
+    }
+  } else {
+    for (size_t i = 0; i < n; ++i) {
+      if (!(scales[i] > 0)) c.fail("scales must be positive");
+      full_scales[axes[i]] = scales[i];
+      out[axes[i]] = static_cast<int64_t>(scales[i] * double(in[axes[i]]));
+    }
+  }
+  o.scales = full_scales;
+  if (o.coordinate_transformation_mode == ResizeCoordinates::tf_crop_and_resize && c.has_input(1) &&
+      !(c.constant(1) && c.constant(1)->numel() == 0)) {
+    const auto roi = c.doubles(1);
+    if (roi.size() != 2 * n) c.fail("roi needs a start and an end per axis");
+    std::vector<double> full_roi(2 * r);
+    for (int i = 0; i < r; ++i) full_roi[i] = 0, full_roi[r + i] = 1;
+    for (size_t i = 0; i < n; ++i) {
+      full_roi[axes[i]] = roi[i];
+      full_roi[r + axes[i]] = roi[n + i];
+    }
+    o.roi = full_roi;
+  }
+  return {resize(x, out, o)};
+}
+
+Outs grid_sample_op(NodeContext& c) {
+  GridSampleOptions o;
+  const std::string mode = c.attr_string("mode", c.version() >= 20 ? "linear" : "bilinear");
+  if (mode == "bilinear" || mode == "linear") o.mode = GridSampleMode::linear;
+  else if (mode == "nearest") o.mode = GridSampleMode::nearest;
+  else if (mode == "bicubic" || mode == "cubic") o.mode = GridSampleMode::cubic;
+  else c.fail(fmt::format("unknown mode '{}'", mode));
+  const std::string pad = c.attr_string("padding_mode", "zeros");
+  if (pad == "zeros") o.padding_mode = GridSamplePadding::zeros;
+  else if (pad == "border") o.padding_mode = GridSamplePadding::border;
+  else if (pad == "reflection") o.padding_mode = GridSamplePadding::reflection;
+  else c.fail(fmt::format("unknown padding_mode '{}'", pad));
+  o.align_corners = c.attr_int("align_corners", 0) != 0;
+  return {grid_sample(c.input(0), c.input(1), o)};
+}
+
 // If with a condition known while importing: the taken branch is mapped in place.
 Outs if_op(NodeContext& c) {
   if (!c.constant(0))
@@ -285,6 +420,11 @@ void add_misc_ops(std::vector<OpEntry>& t) {
       {"ReverseSequence", 10, reverse_sequence},
       {"AffineGrid", 20, affine_grid},
       {"If", 1, if_op},
+      {"GatherND", 11, gather_nd_op},
+      {"ScatterND", 11, scatter_nd_op},
+      {"Resize", 10, resize_op},
+      {"Upsample", 7, resize_op},
+      {"GridSample", 16, grid_sample_op},
   });
 }
 

@@ -308,7 +308,15 @@ Outs global_avg_pool_op(NodeContext& c) { return {mean(c.input(0), spatial_axes(
 Outs global_max_pool_op(NodeContext& c) { return {max(c.input(0), spatial_axes(c.input(0)), true)}; }
 
 Outs batch_norm_op(NodeContext& c) {
-  if (c.attr_int("training_mode", 0) != 0) c.unsupported("training_mode=1");
+  if (c.attr_int("training_mode", 0) != 0) {
+    // normalize with the batch's statistics; also return the moved running statistics
+    Tensor x = c.input(0), mean = c.input(3), var = c.input(4);
+    const double m = c.attr_float("momentum", 0.9f);
+    auto r = batch_norm_train(x, c.input(1), c.input(2), c.attr_float("epsilon", 1e-5f));
+    Tensor run_mean = add(mul(mean, scalar_of(mean, m)), mul(cast(r.mean, mean.dtype()), scalar_of(mean, 1 - m)));
+    Tensor run_var = add(mul(var, scalar_of(var, m)), mul(cast(r.var, var.dtype()), scalar_of(var, 1 - m)));
+    return {r.y, run_mean, run_var};
+  }
   return {batch_norm(c.input(0), c.input(3), c.input(4), c.input(1), c.input(2),
                      c.attr_float("epsilon", 1e-5f))};
 }

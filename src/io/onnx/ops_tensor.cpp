@@ -188,6 +188,20 @@ Outs pad_op(NodeContext& c) {
     pads[2 * a + 1] = onnx_pads[i + n];
   }
   const std::string mode = c.attr_string("mode", "constant");
+  if (mode == "wrap") {  // circular: each side takes the opposite end's elements
+    for (int a = 0; a < rank; ++a) {
+      const int64_t b = pads[2 * a], e = pads[2 * a + 1], n = x.dim(a);
+      if (b == 0 && e == 0) continue;
+      if (n < 0 || b < 0 || e < 0 || b > n || e > n)
+        c.unsupported("wrap padding needs static dims and 0 <= pads <= the dim");
+      std::vector<Tensor> parts;
+      if (b) parts.push_back(slice(x, {n - b}, {n}, {}, {a}));
+      parts.push_back(x);
+      if (e) parts.push_back(slice(x, {0}, {e}, {}, {a}));
+      x = concat(parts, a);
+    }
+    return {x};
+  }
   PadKind kind = PadKind::constant;
   if (mode == "reflect") kind = PadKind::reflect;
   else if (mode == "edge") kind = PadKind::edge;
@@ -213,16 +227,24 @@ Outs range_op(NodeContext& c) {
 
 Outs one_hot_op(NodeContext& c) {
   const auto depth = c.doubles(1);
-  const auto values = c.doubles(2);
-  if (depth.size() != 1 || values.size() != 2) c.fail("depth must hold 1 value and values 2");
-  Tensor idx = c.input(0);
+  if (depth.size() != 1) c.fail("depth must hold one value");
+  Tensor idx = c.input(0), values = c.input(2);
+  if (values.rank() != 1 || values.dim(0) != 2) c.fail("values must hold (off, on)");
   const int64_t d = static_cast<int64_t>(depth[0]);
   // ONNX: negative indices count from the end
   if (is_signed(idx.dtype())) {
     Tensor idx64 = cast(idx, i64);
     idx = where(less(idx64, scalar_of(idx64, 0)), add(idx64, scalar_of(idx64, d)), idx64);
   }
-  return {one_hot(idx, d, c.attr_int("axis", -1), c.input(2).dtype(), values[1], values[0])};
+  const int64_t axis = c.attr_int("axis", -1);
+  if (const Array* v = c.constant(2)) {
+    const auto vals = v->astype(f64).to_vector<double>();
+    return {one_hot(idx, d, axis, values.dtype(), vals[1], vals[0])};
+  }
+  // values known only at run time: off + hot * (on - off)
+  Tensor hot = one_hot(idx, d, axis, values.dtype(), 1, 0);
+  Tensor off = reshape(slice(values, {0}, {1}), {}), on = reshape(slice(values, {1}, {2}), {});
+  return {add(off, mul(hot, sub(on, off)))};
 }
 
 Outs topk_op(NodeContext& c) {

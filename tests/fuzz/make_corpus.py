@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""Writes the fuzz seed corpus: a few tiny valid ONNX models (elementwise, matmul + bias, conv,
+a shape subgraph feeding Reshape, dim_params, an If) and truncated and bit-flipped variants of
+each. Deterministic (fixed seed). Usage: make_corpus.py OUT_DIR"""
+import os
+import random
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+def model(nodes, inputs, outputs, inits=(), opset=17):
+    g = helper.make_graph(nodes, "seed", inputs, outputs, list(inits))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], producer_name="kiln-fuzz")
+    m.ir_version = 8
+    return m
+
+
+def vi(name, shape, t=TensorProto.FLOAT):
+    return helper.make_tensor_value_info(name, t, shape)
+
+
+def seeds():
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3)).astype(np.float32), "W")
+    b = numpy_helper.from_array(rng.standard_normal((3,)).astype(np.float32), "B")
+    k = numpy_helper.from_array(rng.standard_normal((2, 1, 3, 3)).astype(np.float32), "K")
+    yield "relu_add", model([helper.make_node("Relu", ["X"], ["R"]), helper.make_node("Add", ["R", "X"], ["Y"])],
+                            [vi("X", [2, 3])], [vi("Y", [2, 3])])
+    yield "gemm", model([helper.make_node("MatMul", ["X", "W"], ["M"]), helper.make_node("Add", ["M", "B"], ["Y"])],
+                        [vi("X", ["batch", 4])], [vi("Y", ["batch", 3])], [w, b])
+    yield "conv", model([helper.make_node("Conv", ["X", "K"], ["C"], pads=[1, 1, 1, 1]),
+                         helper.make_node("MaxPool", ["C"], ["Y"], kernel_shape=[2, 2], strides=[2, 2])],
+                        [vi("X", [1, 1, 4, 4])], [vi("Y", [1, 2, 2, 2])], [k])
+    shape = numpy_helper.from_array(np.array([-1], dtype=np.int64), "S")
+    yield "reshape", model([helper.make_node("Shape", ["X"], ["Sh"]),
+                            helper.make_node("ReduceProd", ["Sh"], ["N"], keepdims=1),
+                            helper.make_node("Reshape", ["X", "N"], ["F"]),
+                            helper.make_node("Reshape", ["F", "S"], ["Y"]),],
+                           [vi("X", [2, "n"])], [vi("Y", [None])], [shape])
+    then_g = helper.make_graph([helper.make_node("Neg", ["X"], ["T"])], "then", [], [vi("T", [2])])
+    else_g = helper.make_graph([helper.make_node("Abs", ["X"], ["E"])], "else", [], [vi("E", [2])])
+    yield "if", model([helper.make_node("If", ["C"], ["Y"], then_branch=then_g, else_branch=else_g)],
+                      [vi("C", [], TensorProto.BOOL), vi("X", [2])], [vi("Y", [2])])
+    yield "softmax_cast", model([helper.make_node("Softmax", ["X"], ["S"], axis=-1),
+                                 helper.make_node("Cast", ["S"], ["Y"], to=TensorProto.FLOAT16)],
+                                [vi("X", [2, 5])], [vi("Y", [2, 5], TensorProto.FLOAT16)])
+
+
+def main():
+    out = sys.argv[1]
+    os.makedirs(out, exist_ok=True)
+    rnd = random.Random(1234)
+    for name, m in seeds():
+        onnx.checker.check_model(m)
+        data = m.SerializeToString()
+        variants = {name: data, name + "_trunc_half": data[: len(data) // 2], name + "_trunc_tail": data[:-3]}
+        for i in range(3):
+            b = bytearray(data)
+            for _ in range(1 + i):
+                pos = rnd.randrange(len(b))
+                b[pos] ^= 1 << rnd.randrange(8)
+            variants[f"{name}_flip{i}"] = bytes(b)
+        for vname, vdata in variants.items():
+            with open(os.path.join(out, vname + ".onnx"), "wb") as f:
+                f.write(vdata)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,555 @@
+// kiln_onnx_conformance: runs ONNX's backend node tests (onnx/backend/test/data/node: one
+// directory per case with model.onnx and test_data_set_*/{input,output}_*.pb) through the
+// importer on the CPU and compares with the expected outputs at the onnx backend runner's
+// tolerances (rtol 1e-3, atol 1e-7; integers and bools exact; NaN equals NaN).
+//
+// Each case passes, fails (with a one-line reason) or is skipped (an op type kiln does not map,
+// a non-default domain, opset < 7, or an element type kiln lacks). Cases run in a forked child,
+// so a crash or a hang fails that case only. The run fails when a case fails that the
+// expectations file does not list, or a listed case passes (the list only shrinks).
+#include <fmt/format.h>
+#include <onnx/onnx_pb.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cmath>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "kiln/executable.h"
+#include "kiln/onnx.h"
+
+namespace fs = std::filesystem;
+using kiln::Array;
+using kiln::DType;
+
+namespace {
+
+// the suite's tolerances unless --rtol/--atol say otherwise (the model tests use 1e-4)
+double kRtol = 1e-3;
+double kAtol = 1e-7;
+kiln::Device g_device = kiln::Device::cpu();
+constexpr unsigned kCaseSeconds = 120;
+
+struct CaseResult {
+  std::string name;
+  std::string status;    // pass, fail, skip
+  std::string category;  // skip: op, domain, opset, dtype; fail: error, mismatch, crash
+  std::string reason;
+  int64_t opset = 0;
+  std::set<std::string> op_types;  // default domain, subgraphs included
+  bool expected_failure = false;
+  // ran again with its parameter-like inputs (integer, bool, one value) frozen into initializers
+  bool frozen = false;
+};
+
+// A skip or a failure found before running, as an exception.
+struct Skip {
+  std::string category, reason;
+};
+
+std::string one_line(std::string s) {
+  std::replace(s.begin(), s.end(), '\n', ' ');
+  if (s.size() > 400) s = s.substr(0, 397) + "...";
+  return s;
+}
+
+bool default_domain(const std::string& d) { return d.empty() || d == "ai.onnx"; }
+
+void collect_ops(const onnx::GraphProto& g, std::set<std::string>& ops,
+                 std::set<std::string>& domains) {
+  for (const auto& n : g.node()) {
+    if (default_domain(n.domain()))
+      ops.insert(n.op_type());
+    else
+      domains.insert(n.domain() + "." + n.op_type());
+    for (const auto& a : n.attribute()) {
+      if (a.has_g()) collect_ops(a.g(), ops, domains);
+      for (const auto& sg : a.graphs()) collect_ops(sg, ops, domains);
+    }
+  }
+}
+
+DType kiln_dtype(int32_t t) {
+  using TP = onnx::TensorProto;
+  switch (t) {
+    case TP::FLOAT:
+      return kiln::f32;
+    case TP::DOUBLE:
+      return kiln::f64;
+    case TP::FLOAT16:
+      return kiln::f16;
+    case TP::BFLOAT16:
+      return kiln::bf16;
+    case TP::INT8:
+      return kiln::i8;
+    case TP::UINT8:
+      return kiln::u8;
+    case TP::INT16:
+      return kiln::i16;
+    case TP::INT32:
+      return kiln::i32;
+    case TP::INT64:
+      return kiln::i64;
+    case TP::BOOL:
+      return kiln::boolean;
+    default:
+      throw Skip{
+          "dtype",
+          fmt::format("element type {} ({})",
+                      onnx::TensorProto::DataType_Name(static_cast<onnx::TensorProto::DataType>(t)),
+                      t)};
+  }
+}
+
+// A TensorProto (raw_data or typed fields) as a host Array.
+Array to_array(const onnx::TensorProto& t) {
+  const DType dt = kiln_dtype(t.data_type());
+  kiln::Shape shape(t.dims().begin(), t.dims().end());
+  const int64_t n = kiln::numel(shape);
+  if (t.data_location() == onnx::TensorProto::EXTERNAL)
+    throw Skip{"dtype", "external data in a .pb"};
+  Array a = Array::empty(shape, dt);
+  const size_t bytes = a.nbytes();
+  if (t.has_raw_data()) {
+    if (t.raw_data().size() != bytes)
+      throw std::runtime_error(fmt::format("tensor '{}': raw_data holds {} bytes, shape needs {}",
+                                           t.name(), t.raw_data().size(), bytes));
+    std::memcpy(a.data(), t.raw_data().data(), bytes);
+    return a;
+  }
+  auto check = [&](int64_t have) {
+    if (have != n)
+      throw std::runtime_error(
+          fmt::format("tensor '{}': {} values for {} elements", t.name(), have, n));
+  };
+  using TP = onnx::TensorProto;
+  switch (t.data_type()) {
+    case TP::FLOAT:
+      check(t.float_data_size());
+      std::memcpy(a.data(), t.float_data().data(), bytes);
+      break;
+    case TP::DOUBLE:
+      check(t.double_data_size());
+      std::memcpy(a.data(), t.double_data().data(), bytes);
+      break;
+    case TP::INT64:
+      check(t.int64_data_size());
+      std::memcpy(a.data(), t.int64_data().data(), bytes);
+      break;
+    case TP::FLOAT16:
+    case TP::BFLOAT16: {  // 16-bit patterns in int32_data
+      check(t.int32_data_size());
+      auto* p = static_cast<uint16_t*>(a.data());
+      for (int64_t i = 0; i < n; ++i)
+        p[i] = static_cast<uint16_t>(t.int32_data(static_cast<int>(i)));
+      break;
+    }
+    default: {  // INT32, INT16, INT8, UINT8, BOOL: values in int32_data
+      check(t.int32_data_size());
+      std::vector<int64_t> v(t.int32_data().begin(), t.int32_data().end());
+      kiln::convert(v.data(), kiln::i64, a.data(), dt, n);
+    }
+  }
+  return a;
+}
+
+std::vector<fs::path> numbered(const fs::path& dir, const std::string& prefix) {
+  std::vector<fs::path> files;
+  for (int i = 0;; ++i) {
+    fs::path p = dir / fmt::format("{}_{}.pb", prefix, i);
+    if (!fs::exists(p)) break;
+    files.push_back(p);
+  }
+  return files;
+}
+
+struct DataSet {
+  std::vector<Array> inputs, outputs;
+};
+
+onnx::TensorProto read_proto(const fs::path& path) {
+  onnx::TensorProto t;
+  std::ifstream f(path, std::ios::binary);
+  if (!f || !t.ParseFromIstream(&f))
+    throw Skip{"dtype", "not a TensorProto: " + path.filename().string()};
+  return t;
+}
+
+// Inputs that hold parameters rather than data: integers, bools and single values. A case that
+// fails as given runs again with these as ImportOptions::input_values (the backend tests feed
+// axes, shapes, pads, scales and depths as inputs; kiln needs them while importing), and with
+// any other input an import error names as needed while importing.
+bool parameter_like(const Array& a) {
+  return kiln::is_integer(a.dtype()) || a.dtype() == kiln::boolean || a.numel() <= 1;
+}
+
+// Compares one output; "" when it matches.
+std::string compare(const Array& got, const Array& want, const std::string& name) {
+  if (got.shape() != want.shape())
+    return fmt::format("output '{}': shape {} vs expected {}", name, kiln::to_string(got.shape()),
+                       kiln::to_string(want.shape()));
+  if (got.dtype() != want.dtype())
+    return fmt::format("output '{}': dtype {} vs expected {}", name, kiln::name(got.dtype()),
+                       kiln::name(want.dtype()));
+  if (!kiln::is_floating(want.dtype())) {
+    const auto g = got.to_vector<int64_t>(), w = want.to_vector<int64_t>();
+    for (size_t i = 0; i < w.size(); ++i)
+      if (g[i] != w[i])
+        return fmt::format("output '{}'[{}]: {} vs expected {}", name, i, g[i], w[i]);
+    return "";
+  }
+  const auto g = got.to_vector<double>(), w = want.to_vector<double>();
+  size_t bad = 0, first = 0;
+  double worst = 0;
+  for (size_t i = 0; i < w.size(); ++i) {
+    if (std::isnan(w[i]) && std::isnan(g[i])) continue;
+    if (g[i] == w[i]) continue;  // infinities
+    const double err = std::abs(g[i] - w[i]);
+    if (!(err <= kAtol + kRtol * std::abs(w[i]))) {
+      if (bad++ == 0) first = i;
+      worst = std::isnan(err) ? err : std::max(worst, err);
+    }
+  }
+  if (bad == 0) return "";
+  return fmt::format(
+      "output '{}': {} of {} values differ, first [{}] {} vs expected {}, max abs error {:.3g}",
+      name, bad, w.size(), first, g[first], w[first], worst);
+}
+
+// Runs every data set of a case (in the forked child); "" on success, else the reason.
+std::string run_case(const fs::path& dir, const std::vector<std::string>& input_names,
+                     const std::vector<DataSet>& sets, bool freeze) {
+  for (const DataSet& ds : sets) {
+    // frozen: parameter-like inputs, then every input an import error names as needed
+    std::set<std::string> frozen;
+    for (size_t i = 0; freeze && i < ds.inputs.size() && i < input_names.size(); ++i)
+      if (parameter_like(ds.inputs[i])) frozen.insert(input_names[i]);
+    for (int attempt = 0;; ++attempt) {
+      kiln::onnx::ImportOptions options;
+      std::map<std::string, Array> feeds;
+      for (size_t i = 0; i < ds.inputs.size() && i < input_names.size(); ++i) {
+        if (frozen.count(input_names[i])) {
+          options.input_values[input_names[i]] = ds.inputs[i];
+          continue;
+        }
+        options.input_shapes[input_names[i]] = ds.inputs[i].shape();
+        feeds[input_names[i]] = ds.inputs[i];
+      }
+      std::optional<kiln::onnx::Model> model;
+      try {
+        model.emplace(kiln::onnx::import((dir / "model.onnx").string(), options));
+      } catch (const kiln::UnsupportedError& e) {
+        const std::string w = e.what();
+        const size_t at = w.find("must be known while importing"), a = w.find("('"),
+                     b = w.find("')", a == std::string::npos ? 0 : a);
+        if (!freeze || attempt > 8 || at == std::string::npos || a == std::string::npos ||
+            b == std::string::npos)
+          throw;
+        const std::string name = w.substr(a + 2, b - a - 2);
+        if (!feeds.count(name)) throw;
+        frozen.insert(name);
+        continue;
+      }
+      std::map<std::string, kiln::Shape> shapes;
+      for (const auto& [n, a] : feeds) shapes[n] = a.shape();
+      const kiln::Executable exe =
+          model->graph.compile(g_device, model->feed_shapes(shapes), model->output_tensors());
+      const std::vector<Array> out = exe.run(model->feeds(feeds));
+      if (out.size() != ds.outputs.size())
+        return fmt::format("{} outputs vs {} expected", out.size(), ds.outputs.size());
+      for (size_t i = 0; i < out.size(); ++i) {
+        std::string r = compare(out[i], ds.outputs[i], model->outputs[i].name);
+        if (!r.empty()) return r;
+      }
+      break;
+    }
+  }
+  return "";
+}
+
+// Runs `fn` in a child process with a time limit; returns {ok, message}.
+std::pair<bool, std::string> isolated(const std::function<std::string()>& fn, bool fork_cases) {
+  auto guarded = [&]() -> std::pair<bool, std::string> {
+    try {
+      std::string r = fn();
+      return {r.empty(), r};
+    } catch (const kiln::Error& e) {
+      return {false, e.what()};
+    } catch (const std::exception& e) {
+      return {false, std::string("exception: ") + e.what()};
+    }
+  };
+  if (!fork_cases) return guarded();
+  int pipefd[2];
+  if (pipe(pipefd) != 0) throw std::runtime_error("pipe failed");
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid == 0) {
+    close(pipefd[0]);
+    alarm(kCaseSeconds);
+    auto [ok, msg] = guarded();
+    const std::string out = (ok ? "1" : "0") + one_line(msg);
+    ssize_t w = write(pipefd[1], out.data(), out.size());
+    (void)w;
+    _exit(0);
+  }
+  close(pipefd[1]);
+  std::string got;
+  char buf[4096];
+  ssize_t r;
+  while ((r = read(pipefd[0], buf, sizeof buf)) > 0) got.append(buf, static_cast<size_t>(r));
+  close(pipefd[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    return {false, sig == SIGALRM ? fmt::format("crash: timed out after {} s", kCaseSeconds)
+                                  : fmt::format("crash: signal {} ({})", sig, strsignal(sig))};
+  }
+  if (got.empty()) return {false, "crash: the case exited without a result"};
+  return {got[0] == '1', got.substr(1)};
+}
+
+CaseResult classify_and_run(const fs::path& dir, bool fork_cases) {
+  CaseResult res;
+  res.name = dir.filename().string();
+  try {
+    onnx::ModelProto model;
+    {
+      std::ifstream f(dir / "model.onnx", std::ios::binary);
+      if (!f || !model.ParseFromIstream(&f)) throw Skip{"error", "model.onnx does not parse"};
+    }
+    for (const auto& o : model.opset_import())
+      if (default_domain(o.domain())) res.opset = o.version();
+    std::set<std::string> foreign;
+    collect_ops(model.graph(), res.op_types, foreign);
+    if (!foreign.empty()) throw Skip{"domain", "non-default domain: " + *foreign.begin()};
+    if (res.opset < 7) throw Skip{"opset", fmt::format("opset {} < 7", res.opset)};
+    std::vector<std::string> unsupported;
+    for (const auto& op : res.op_types)
+      if (!kiln::onnx::is_supported(op, res.opset)) unsupported.push_back(op);
+    if (!unsupported.empty())
+      throw Skip{"op", fmt::format("op type not supported: {}", fmt::join(unsupported, ", "))};
+
+    std::set<std::string> initializers;
+    for (const auto& t : model.graph().initializer()) initializers.insert(t.name());
+    std::vector<std::string> input_names;
+    auto check_type = [](const onnx::ValueInfoProto& v) {
+      if (!v.type().has_tensor_type()) throw Skip{"dtype", "non-tensor value '" + v.name() + "'"};
+      kiln_dtype(v.type().tensor_type().elem_type());
+    };
+    for (const auto& v : model.graph().input()) {
+      if (initializers.count(v.name())) continue;
+      check_type(v);
+      input_names.push_back(v.name());
+    }
+    for (const auto& v : model.graph().output()) check_type(v);
+
+    std::vector<fs::path> set_dirs;
+    for (const auto& e : fs::directory_iterator(dir))
+      if (e.is_directory() && e.path().filename().string().rfind("test_data_set_", 0) == 0)
+        set_dirs.push_back(e.path());
+    std::sort(set_dirs.begin(), set_dirs.end());
+    std::vector<DataSet> sets;
+    for (const auto& sd : set_dirs) {
+      DataSet ds;
+      for (const auto& p : numbered(sd, "input")) ds.inputs.push_back(to_array(read_proto(p)));
+      for (const auto& p : numbered(sd, "output")) ds.outputs.push_back(to_array(read_proto(p)));
+      sets.push_back(std::move(ds));
+    }
+    auto [ok, msg] = isolated([&] { return run_case(dir, input_names, sets, false); }, fork_cases);
+    bool has_frozen = msg.find("must be known while importing") != std::string::npos;
+    for (const auto& ds : sets)
+      for (const auto& a : ds.inputs) has_frozen = has_frozen || parameter_like(a);
+    if (!ok && has_frozen) {  // again with parameter-like (and needed) inputs as constants
+      auto [ok2, msg2] =
+          isolated([&] { return run_case(dir, input_names, sets, true); }, fork_cases);
+      res.frozen = true;
+      ok = ok2;
+      if (ok2)
+        msg = "";
+      else if (msg2 != msg)
+        msg = msg2 + " (with parameter inputs frozen; as given: " + msg + ")";
+    }
+    res.status = ok ? "pass" : "fail";
+    res.category = ok                            ? ""
+                   : msg.rfind("crash:", 0) == 0 ? "crash"
+                   : msg.rfind("output", 0) == 0 ? "mismatch"
+                                                 : "error";
+    res.reason = one_line(msg);
+  } catch (const Skip& s) {
+    res.status = s.category == "error" ? "fail" : "skip";
+    res.category = s.category;
+    res.reason = one_line(s.reason);
+  } catch (const std::exception& e) {
+    res.status = "fail";
+    res.category = "error";
+    res.reason = one_line(e.what());
+  }
+  return res;
+}
+
+// `case_name  # reason` per line; blank lines and comment lines are ignored.
+std::set<std::string> read_expected(const std::string& path) {
+  std::set<std::string> names;
+  std::ifstream f(path);
+  if (!f) throw std::runtime_error("cannot read expectations file " + path);
+  std::string line;
+  while (std::getline(f, line)) {
+    line = line.substr(0, line.find('#'));
+    std::istringstream words(line);
+    std::string name;
+    if (words >> name) names.insert(name);
+  }
+  return names;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Runs ONNX's backend node tests through kiln's importer on the CPU"};
+  std::string data, expected_path, filter, json_path, write_expected;
+  bool no_fork = false, verbose = false;
+  app.add_option("--data", data, "onnx/backend/test/data/node directory")->required();
+  app.add_option("--expected", expected_path, "Expected failures (`case  # reason` lines)");
+  app.add_option("--filter", filter, "Only cases whose name matches this regex (search)");
+  app.add_option("--json", json_path, "Write per-case results as JSON");
+  app.add_option("--write-expected", write_expected,
+                 "Write the current failures as an expectations file");
+  std::string device = "cpu";
+  app.add_option("--rtol", kRtol, "Relative tolerance (default: the suite's 1e-3)");
+  app.add_option("--atol", kAtol, "Absolute tolerance (default: the suite's 1e-7)");
+  app.add_option("--device", device, "Device to compile for: cpu, cuda or cuda:N");
+  app.add_flag("--no-fork", no_fork, "Run cases in this process (for debuggers)");
+  app.add_flag("-v,--verbose", verbose, "Print every case");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    g_device = kiln::Device::parse(device);
+  } catch (const kiln::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
+
+  try {
+    std::vector<fs::path> dirs;
+    const std::regex re(filter.empty() ? ".*" : filter);
+    for (const auto& e : fs::directory_iterator(data))
+      if (e.is_directory() && fs::exists(e.path() / "model.onnx") &&
+          std::regex_search(e.path().filename().string(), re))
+        dirs.push_back(e.path());
+    std::sort(dirs.begin(), dirs.end());
+    if (dirs.empty()) throw std::runtime_error("no test cases under " + data);
+    const std::set<std::string> expected =
+        expected_path.empty() ? std::set<std::string>{} : read_expected(expected_path);
+
+    std::vector<CaseResult> results;
+    for (const auto& d : dirs) {
+      CaseResult r = classify_and_run(d, !no_fork);
+      r.expected_failure = expected.count(r.name) > 0;
+      if (verbose || (r.status == "fail" && !r.expected_failure))
+        fmt::print("{:<60} {}{}\n", r.name, r.status, r.reason.empty() ? "" : ": " + r.reason);
+      results.push_back(std::move(r));
+    }
+
+    std::map<std::string, int> count, skips;
+    int fail_expected = 0, fail_unexpected = 0, all_supported = 0, pass_supported = 0,
+        pass_frozen = 0;
+    std::vector<std::string> now_passing;
+    std::set<std::string> suite_ops, supported_ops;
+    for (const auto& r : results) {
+      count[r.status]++;
+      if (r.status == "skip") skips[r.category]++;
+      if (r.status == "pass" && r.frozen) pass_frozen++;
+      if (r.status == "fail") (r.expected_failure ? fail_expected : fail_unexpected)++;
+      if (r.status == "pass" && r.expected_failure) now_passing.push_back(r.name);
+      for (const auto& op : r.op_types) {
+        suite_ops.insert(op);
+        // supported: kiln maps the op type at some opset it reads (a type may appear in the
+        // suite only in cases of an older opset)
+        for (int v = 7; v <= 21 && !supported_ops.count(op); ++v)
+          if (kiln::onnx::is_supported(op, v)) supported_ops.insert(op);
+      }
+      const bool runnable = r.status != "skip" || r.category == "dtype";
+      if (runnable && r.category != "domain" && r.category != "opset") {
+        all_supported++;
+        pass_supported += r.status == "pass";
+      }
+    }
+    for (const auto& n : now_passing)
+      fmt::print("{:<60} pass, but listed as an expected failure\n", n);
+    fmt::print("cases: {}\n", results.size());
+    fmt::print("pass: {} ({} only with integer, bool and one-value inputs frozen as constants)\n",
+               count["pass"], pass_frozen);
+    fmt::print("fail: {} (expected {}, unexpected {})\n", count["fail"], fail_expected,
+               fail_unexpected);
+    fmt::print("skip: {}", count["skip"]);
+    for (const auto& [k, n] : skips) fmt::print(" {}={}", k, n);
+    fmt::print("\nop types: {} supported of {} distinct in the suite\n", supported_ops.size(),
+               suite_ops.size());
+    fmt::print("pass rate over cases whose op types are all supported: {}/{} = {:.1f}%\n",
+               pass_supported, all_supported,
+               all_supported ? 100.0 * pass_supported / all_supported : 0.0);
+
+    if (!json_path.empty()) {
+      nlohmann::ordered_json j;
+      j["summary"] = {{"cases", results.size()},
+                      {"pass", count["pass"]},
+                      {"pass_frozen_inputs", pass_frozen},
+                      {"fail", count["fail"]},
+                      {"fail_expected", fail_expected},
+                      {"fail_unexpected", fail_unexpected},
+                      {"skip", count["skip"]},
+                      {"skip_by_reason", skips},
+                      {"op_types_supported", supported_ops.size()},
+                      {"op_types_in_suite", suite_ops.size()},
+                      {"supported_op_types",
+                       std::vector<std::string>(supported_ops.begin(), supported_ops.end())},
+                      {"cases_all_ops_supported", all_supported},
+                      {"pass_all_ops_supported", pass_supported}};
+      nlohmann::ordered_json cases = nlohmann::ordered_json::array();
+      for (const auto& r : results)
+        cases.push_back(
+            {{"name", r.name},
+             {"status", r.status},
+             {"category", r.category},
+             {"reason", r.reason},
+             {"opset", r.opset},
+             {"frozen_inputs", r.frozen},
+             {"op_types", std::vector<std::string>(r.op_types.begin(), r.op_types.end())},
+             {"expected_failure", r.expected_failure}});
+      j["cases"] = cases;
+      std::ofstream(json_path) << j.dump(1) << "\n";
+    }
+    if (!write_expected.empty()) {
+      std::ofstream f(write_expected);
+      f << "# ONNX backend node tests that fail on kiln's CPU backend (kiln_onnx_conformance).\n"
+           "# One case per line, `case_name  # reason`. Refresh: kiln_onnx_conformance --data DIR\n"
+           "# --write-expected tests/onnx/expected_failures.txt\n";
+      for (const auto& r : results)
+        if (r.status == "fail") f << r.name << "  # " << r.reason << "\n";
+    }
+    if (fail_unexpected || !now_passing.empty()) {
+      fmt::print(
+          "FAILED: {} unexpected failures, {} listed cases now pass (remove them from the list)\n",
+          fail_unexpected, now_passing.size());
+      return 1;
+    }
+    fmt::print("OK\n");
+    return 0;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "error: {}\n", one_line(e.what()));
+    return 2;
+  }
+}
