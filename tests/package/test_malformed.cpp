@@ -12,6 +12,7 @@
 #include "core/op_id.h"
 #include "io/package/format.h"
 #include "io/package/manifest_generated.h"
+#include "io/package/validate.h"
 #include "runtime/executable_impl.h"
 #include "support/reference.h"
 
@@ -84,6 +85,16 @@ void fix_checksums(Bytes& b) {
 void expect_format_error(const Bytes& b, const std::vector<std::string>& parts,
                          const LoadOptions& o = {}) {
   expect_error<FormatError>([&] { load(b, o); }, parts);
+}
+
+// Packages check the number of inputs of every node before inference reads them: each op of
+// op_list.inc needs a rule in src/io/package/validate.cpp.
+TEST(PackageMalformed, EveryOpHasAnInputCountRule) {
+  for (OpId op : kAllOps) {
+    int lo = -1, hi = -1;
+    EXPECT_TRUE(package::arity(op, Attrs{}, lo, hi)) << op_name(op) << " has no rule";
+    EXPECT_LE(lo, hi) << op_name(op);
+  }
 }
 
 TEST(PackageMalformed, TheFixtureLoadsAndRuns) {

@@ -33,84 +33,73 @@ uint64_t bytes_of(const TensorInfo& t) {
   return static_cast<uint64_t>(numel(t.shape)) * size_of(t.dtype);
 }
 
-// The inputs an op takes: [lo, hi]. Ops with optional inputs record them as bool attributes
-// has_<name> (ops::add_optional), which inference and kernels read to index their inputs.
-void arity(const Node& n, int& lo, int& hi) {
-  auto opt = [&](const char* key) { return n.attrs.b(key, false) ? 1 : 0; };
+// The inputs an op takes: [lo, hi]; false for an op without a rule here (which no package may
+// then use: every op of op_list.inc needs one, a test checks). Ops with optional inputs record
+// them as bool attributes has_<name> (ops::add_optional), which inference and kernels read to
+// index their inputs.
+bool arity_rule(OpId op, const Attrs& attrs, int& lo, int& hi) {
+  auto opt = [&](const char* key) { return attrs.b(key, false) ? 1 : 0; };
   lo = hi = 1;
-  switch (n.op) {
-    case OpId::Placeholder:
-    case OpId::Constant:
-    case OpId::Full:
-    case OpId::Arange:
+  switch (op) {
+    case OpId::Placeholder: case OpId::Constant: case OpId::Full: case OpId::Arange:
     case OpId::Variable:
       lo = hi = 0;
-      return;
+      return true;
+    case OpId::Neg: case OpId::Abs: case OpId::Sign: case OpId::Exp: case OpId::Log:
+    case OpId::Log1p: case OpId::Expm1: case OpId::Sqrt: case OpId::Rsqrt: case OpId::Reciprocal:
+    case OpId::Sin: case OpId::Cos: case OpId::Tanh: case OpId::Sigmoid: case OpId::Relu:
+    case OpId::LeakyRelu: case OpId::Elu: case OpId::Selu: case OpId::Gelu: case OpId::Silu:
+    case OpId::Softplus: case OpId::Softshrink: case OpId::Hardshrink: case OpId::Hardswish:
+    case OpId::Hardsigmoid: case OpId::Erf: case OpId::Floor: case OpId::Ceil: case OpId::Round:
+    case OpId::Clip: case OpId::Tan: case OpId::Asin: case OpId::Acos: case OpId::Atan:
+    case OpId::Sinh: case OpId::Cosh: case OpId::Asinh: case OpId::Acosh: case OpId::Atanh:
+    case OpId::LogicalNot: case OpId::Cast: case OpId::IsNan: case OpId::IsInf:
+    case OpId::BitwiseNot: case OpId::AdaptiveAvgPool: case OpId::AdaptiveAvgPoolGrad:
+    case OpId::Sum: case OpId::Mean: case OpId::Max: case OpId::Min: case OpId::Prod:
+    case OpId::Argmax: case OpId::Argmin: case OpId::Logsumexp: case OpId::Variance:
+    case OpId::NormL1: case OpId::NormL2: case OpId::Cumsum: case OpId::Softmax:
+    case OpId::LogSoftmax: case OpId::Dropout: case OpId::Transpose: case OpId::Pad:
+    case OpId::BroadcastTo: case OpId::Flip: case OpId::OneHot: case OpId::Topk: case OpId::Sort:
+    case OpId::Argsort: case OpId::CoordinateAlongAxis: case OpId::Tile: case OpId::Slice:
+    case OpId::Split: case OpId::Reshape: case OpId::MaxPool: case OpId::AvgPool:
+    case OpId::AvgPoolGrad: case OpId::Resize:
+      return true;
     case OpId::Concat:
       hi = INT_MAX;
-      return;
-    case OpId::Where:
-    case OpId::ScatterElements:
+      return true;
+    case OpId::Where: case OpId::ScatterElements: case OpId::ScatterNd:
       lo = hi = 3;
-      return;
-    case OpId::Conv:
-    case OpId::ConvTranspose:
-    case OpId::Linear:
+      return true;
+    case OpId::Conv: case OpId::ConvTranspose: case OpId::Linear:
       lo = hi = 2 + opt("has_bias");
-      return;
-    case OpId::LayerNorm:
-    case OpId::InstanceNorm:
-    case OpId::GroupNorm:
+      return true;
+    case OpId::LayerNorm: case OpId::InstanceNorm: case OpId::GroupNorm:
       lo = hi = 1 + opt("has_weight") + opt("has_bias");
-      return;
+      return true;
     case OpId::RmsNorm:
       lo = hi = 1 + opt("has_weight");
-      return;
+      return true;
     case OpId::BatchNorm:
       lo = hi = 3 + opt("has_weight") + opt("has_bias");
-      return;
+      return true;
     case OpId::BatchNormTrain:
       lo = hi = 1 + opt("has_weight") + opt("has_bias");
-      return;
+      return true;
     case OpId::BatchNormTrainGrad:
       lo = hi = 4 + opt("has_weight");
-      return;
-    case OpId::Assign:
-    case OpId::Add:
-    case OpId::Sub:
-    case OpId::Mul:
-    case OpId::Div:
-    case OpId::Pow:
-    case OpId::Maximum:
-    case OpId::Minimum:
-    case OpId::Mod:
-    case OpId::Equal:
-    case OpId::NotEqual:
-    case OpId::Less:
-    case OpId::LessEqual:
-    case OpId::Greater:
-    case OpId::GreaterEqual:
-    case OpId::LogicalAnd:
-    case OpId::LogicalOr:
-    case OpId::LogicalXor:
-    case OpId::BitwiseAnd:
-    case OpId::BitwiseOr:
-    case OpId::BitwiseXor:
-    case OpId::BitShift:
-    case OpId::Matmul:
-    case OpId::ConvGradWeight:
-    case OpId::MaxPoolGrad:
-    case OpId::Gather:
-    case OpId::GatherElements:
-    case OpId::HammingDistance:
-    case OpId::SoftmaxCrossEntropy:
-    case OpId::Nll:
-    case OpId::Mse:
+      return true;
+    case OpId::Assign: case OpId::Add: case OpId::Sub: case OpId::Mul: case OpId::Div:
+    case OpId::Pow: case OpId::Maximum: case OpId::Minimum: case OpId::Mod: case OpId::Equal:
+    case OpId::NotEqual: case OpId::Less: case OpId::LessEqual: case OpId::Greater:
+    case OpId::GreaterEqual: case OpId::LogicalAnd: case OpId::LogicalOr: case OpId::LogicalXor:
+    case OpId::BitwiseAnd: case OpId::BitwiseOr: case OpId::BitwiseXor: case OpId::BitShift:
+    case OpId::Matmul: case OpId::ConvGradWeight: case OpId::MaxPoolGrad: case OpId::Gather:
+    case OpId::GatherElements: case OpId::HammingDistance: case OpId::SoftmaxCrossEntropy:
+    case OpId::Nll: case OpId::Mse: case OpId::GatherNd: case OpId::GridSample:
       lo = hi = 2;
-      return;
-    default:
-      return;
+      return true;
   }
+  return false;
 }
 
 // Inference and kernels trust attributes that op builders made: before inference sees a stored
@@ -132,6 +121,9 @@ std::string check_attrs(const Node& n, const std::vector<TensorInfo>& in) {
           return fmt::format("attribute {} holds {}, out of range", key, e);
     if (auto* x = std::get_if<double>(&v); x && !std::isfinite(*x) && n.op == OpId::Arange)
       return fmt::format("attribute {} = {} is not finite", key, *x);
+    if (auto* x = std::get_if<std::vector<double>>(&v))
+      for (double e : *x)
+        if (!std::isfinite(e)) return fmt::format("attribute {} holds {}", key, e);
   }
   const size_t rank = in.empty() ? 0 : in[0].shape.size();
   auto sized = [&](const char* key, size_t want, int64_t lo, int64_t hi) -> std::string {
@@ -210,6 +202,8 @@ std::string infos(const std::vector<TensorInfo>& v) {
 }
 }  // namespace
 
+bool arity(OpId op, const Attrs& attrs, int& lo, int& hi) { return arity_rule(op, attrs, lo, hi); }
+
 std::string check_shape(const TensorInfo& info) {
   if (info.shape.size() > 64) return fmt::format("rank {} is above 64", info.shape.size());
   for (int64_t d : info.shape)
@@ -228,7 +222,7 @@ std::string check_node(const detail::GraphImpl& g, size_t i) {
   const Node& n = g.nodes[i];
   int lo = 0, hi = 0;
   try {
-    arity(n, lo, hi);
+    if (!arity(n.op, n.attrs, lo, hi)) return "the op cannot be loaded from packages yet";
   } catch (const std::exception& e) {
     return e.what();
   }

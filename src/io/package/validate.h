@@ -13,6 +13,8 @@ namespace kiln::package {
 
 /// The op with stable id `id` (op_list.inc); false when no op has it.
 bool op_from_id(uint16_t id, OpId& out);
+/// The inputs `op` takes with `attrs` ([lo, hi]); false when packages do not know the op yet.
+bool arity(OpId op, const Attrs& attrs, int& lo, int& hi);
 /// Dims non-negative, rank at most 64, bytes representable (below 2^62).
 std::string check_shape(const TensorInfo& info);
 /// Node `i` of `g` (its inputs already checked to name earlier values): the number of inputs its
