@@ -25,7 +25,6 @@ namespace kiln::package {
 
 using detail::Node;
 using detail::ValueRef;
-namespace fb = kiln::package::fb;
 
 Bytes map_file(const std::string& path, bool populate) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);

@@ -15,7 +15,6 @@
 namespace kiln::package {
 
 using detail::Node;
-namespace fb = kiln::package::fb;
 
 uint64_t xxh3(const void* data, size_t size) { return XXH3_64bits(data, size); }
 
