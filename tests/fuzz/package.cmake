@@ -2,6 +2,8 @@
 # clang), which instruments libkiln with -fsanitize=fuzzer-no-link.
 add_executable(fuzz_package_load ${CMAKE_CURRENT_LIST_DIR}/fuzz_package_load.cpp)
 target_link_libraries(fuzz_package_load PRIVATE kiln)
+# the format's constants and checksum (src/io/package/format.h)
+target_include_directories(fuzz_package_load PRIVATE ${PROJECT_SOURCE_DIR}/src)
 target_compile_options(fuzz_package_load PRIVATE -fsanitize=fuzzer)
 target_link_options(fuzz_package_load PRIVATE -fsanitize=fuzzer)
 
