@@ -16,6 +16,35 @@ namespace detail {
 struct ExecutableImpl;
 }
 
+/// What Executable::save writes besides the compiled program.
+struct PackageOptions {
+  /// Who wrote the package ("kiln convert", an application's name).
+  std::string producer;
+  /// An identifier of the source model (e.g. its SHA-256 in hex), for tools to compare.
+  std::string source_hash;
+  /// Names of the returned values, in order (empty: the names they have now).
+  std::vector<std::string> output_names;
+};
+
+struct LoadOptions {
+  /// Check the checksum of every constant and variable (the manifest's is always checked).
+  bool verify_weights = true;
+  /// A package compiled for another kind of device throws UnsupportedError instead of being
+  /// placed and planned again for `device`.
+  bool strict = false;
+};
+
+/// Where a loaded executable came from.
+struct PackageInfo {
+  std::string path;
+  std::string producer;
+  std::string kiln_version;  // of the writer
+  std::string source_hash;
+  std::string compiled_for;  // the device it was compiled for ("cpu", "cuda:0")
+  uint32_t format_version = 0;
+  bool replanned = false;  // placed and planned again for another kind of device
+};
+
 class Executable {
  public:
   Executable();
@@ -56,6 +85,27 @@ class Executable {
   std::string report() const;
   /// A readable listing of the optimized program and its memory plan.
   std::string dump() const;
+
+  /// Writes the executable as a package (format: docs/package-format.md): the optimized
+  /// program, its memory plan and schedule, constants, and variables' current values.
+  /// Throws IoError when the file cannot be written.
+  void save(const std::string& path, const PackageOptions& options = {}) const;
+  /// Loads a package for `device` without compiling. Safe on untrusted files: a malformed file
+  /// throws FormatError naming the section and offset; a format too new throws FormatError
+  /// naming the versions. A loaded executable has no source graph: feed it by placeholder name.
+  static Executable load(const std::string& path, Device device, const LoadOptions& options = {});
+  /// The same from bytes in memory (copied).
+  static Executable load_bytes(const void* data, size_t size, Device device,
+                               const LoadOptions& options = {});
+  /// Set for executables made by load(): where they came from.
+  const PackageInfo* package_info() const;
+
+  /// Names of the variables the program reads or updates, in program order.
+  std::vector<std::string> variable_names() const;
+  /// A host copy of a variable's current value. Throws ValueError for an unknown name.
+  Array read_variable(const std::string& name) const;
+  /// Replaces a variable's value (same shape and dtype). Not while a run is in flight.
+  void write_variable(const std::string& name, const Array& value);
 
   const detail::ExecutableImpl& impl() const { return *impl_; }
 

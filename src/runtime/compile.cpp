@@ -22,6 +22,8 @@ void run_pass(Program& p, const char* name, const std::function<Program(const Pr
   (void)name;
 #endif
 }
+}  // namespace
+
 // Placement: each executed node runs on the device's backend when it has a kernel for the
 // node's dtype, else on the CPU with copies around it (marked with the reason), unless the
 // options forbid fallbacks.
@@ -66,7 +68,23 @@ void place(const Program& p, Device device, bool strict, detail::ExecutableImpl&
     impl.steps.push_back({id, k, Backend::cpu, reason});
   }
 }
-}  // namespace
+
+void attach_program(detail::ExecutableImpl& impl, Program p) {
+  // constants live on the device; variables move to the device of the executable that runs
+  impl.variables.clear();
+  for (size_t i = 0; i < p.graph.nodes.size(); ++i) {
+    Node& n = p.graph.nodes[i];
+    if (n.op == OpId::Constant) n.value = n.value.to(impl.device);
+    else if (n.op == OpId::Variable) impl.variables.push_back(static_cast<int32_t>(i));
+  }
+  impl.program = std::move(p);
+  if (impl.options.num_threads > 0) {
+    impl.own_pool = std::make_unique<ThreadPool>(impl.options.num_threads);
+    impl.pool = impl.own_pool.get();
+  } else {
+    impl.pool = &ThreadPool::global();
+  }
+}
 
 Executable Graph::compile(Device device, const FeedShapes& feeds, const std::vector<Tensor>& targets,
                           const CompileOptions& options) const {
@@ -120,19 +138,7 @@ Executable Graph::compile(Device device, const FeedShapes& feeds, const std::vec
   place(p, device, options.strict_placement, *impl);
   impl->plan = plan_memory(p, {options.plan_memory, options.in_place});
   impl->backend = backend;
-  // constants live on the device; variables move to the device of the executable that runs
-  for (size_t i = 0; i < p.graph.nodes.size(); ++i) {
-    Node& n = p.graph.nodes[i];
-    if (n.op == OpId::Constant) n.value = n.value.to(device);
-    else if (n.op == OpId::Variable) impl->variables.push_back(static_cast<int32_t>(i));
-  }
-  impl->program = std::move(p);
-  if (options.num_threads > 0) {
-    impl->own_pool = std::make_unique<ThreadPool>(options.num_threads);
-    impl->pool = impl->own_pool.get();
-  } else {
-    impl->pool = &ThreadPool::global();
-  }
+  attach_program(*impl, std::move(p));
   return Executable(std::move(impl));
 }
 

@@ -447,6 +447,9 @@ std::vector<Array> Executable::run(const Feeds& feeds) const {
   if (!impl_) fail<ValueError>("[run] empty Executable");
   auto& x = *impl_;
   std::vector<const Array*> by_node(x.program.graph.nodes.size(), nullptr);
+  if (!x.source && !feeds.empty())
+    fail<ValueError>("[run] this executable was loaded from a package and has no graph: feed its "
+                     "placeholders by name");
   for (auto& [t, a] : feeds) {
     if (t.graph_impl() != x.source)
       fail<ValueError>("[run] feed for a tensor of another graph");
@@ -480,7 +483,9 @@ std::vector<Array> Executable::run(const std::map<std::string, Array>& feeds) co
     }
     if (!found) {
       bool declared = false;
-      for (auto& n : x.source->nodes) declared = declared || (n.op == OpId::Placeholder && n.name == name);
+      // a placeholder of the source graph that the targets do not need may be fed too
+      if (x.source)
+        for (auto& n : x.source->nodes) declared = declared || (n.op == OpId::Placeholder && n.name == name);
       if (!declared) fail<ValueError>("[run] no placeholder named '{}'", name);
     }
   }
@@ -505,7 +510,8 @@ std::vector<Executable::IoInfo> Executable::outputs() const {
   for (size_t k = 0; k < impl_->program.num_returned; ++k) {
     const ValueRef v = impl_->program.outputs[k];
     const Node& n = impl_->program.graph.nodes[v.node];
-    r.push_back({n.name, n.outputs[v.index].shape, n.outputs[v.index].dtype});
+    const std::string& name = k < impl_->output_names.size() ? impl_->output_names[k] : n.name;
+    r.push_back({name, n.outputs[v.index].shape, n.outputs[v.index].dtype});
   }
   return r;
 }
@@ -527,6 +533,9 @@ std::string Executable::report() const {
      << steps.size() - fallbacks << " on " << (impl_->backend ? "cuda" : "cpu");
   if (impl_->backend) os << ", " << fallbacks << " cpu fallbacks";
   os << "; arena " << impl_->plan.arena_bytes << " bytes\n";
+  if (const auto& pk = impl_->package)
+    os << "  loaded from " << pk->path << " (compiled for " << pk->compiled_for
+       << (pk->replanned ? "; placed and planned again" : "") << ")\n";
   for (auto& s : steps)
     if (!s.fallback_reason.empty())
       os << "  cpu fallback: %" << s.node << " " << s.op << " (" << s.fallback_reason

@@ -4,6 +4,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,7 +30,7 @@ class DeviceBackend;
 namespace detail {
 struct ExecutableImpl {
   Device device;
-  const GraphImpl* source = nullptr;  // the user's graph, to match feeds
+  const GraphImpl* source = nullptr;  // the user's graph, to match feeds (none when loaded)
   Program program;
   MemoryPlan plan;
   std::vector<Step> steps;
@@ -60,9 +61,19 @@ struct ExecutableImpl {
   std::mutex times_mu;
   std::map<std::string, std::pair<double, int64_t>> step_ms;
   std::vector<DeviceSlot> free_slots;
+  // loaded from a package: where from, and the names of the returned values (empty: node names)
+  std::optional<PackageInfo> package;
+  std::vector<std::string> output_names;
   ~ExecutableImpl();
 };
 }  // namespace detail
+
+/// Chooses the backend and kernel of every executed node of `p` for `device` (impl.steps,
+/// impl.placeholders). Throws UnsupportedError for a node without a kernel.
+void place(const Program& p, Device device, bool strict, detail::ExecutableImpl& impl);
+/// Moves `p` into `impl` (impl.device and impl.options set): constants to the device, the list of
+/// variables, the thread pool.
+void attach_program(detail::ExecutableImpl& impl, Program p);
 
 /// Runs `entry` for `node` on the given views, converting f16/bf16 through f32 when the kernel
 /// asks for it. Used by runs and by constant folding.

@@ -1,0 +1,120 @@
+// kiln packages (.kiln): a compiled Executable, saved so that loading skips compilation.
+//
+// FORMAT, version 1. Every integer is little endian.
+//
+//   offset 0     header, 64 bytes
+//   offset 64    data sections, each at an offset that is a multiple of 64
+//   ...          the manifest (FlatBuffers, schema src/io/package/manifest.fbs), at a multiple of 8
+//   file_size    end of file
+//
+// Header:
+//   0   u8[8]  magic "KILNPKG\0"
+//   8   u32    format_version       the version that wrote the file (1)
+//   12  u32    min_reader_version   the oldest reader version that can read it (1)
+//   16  u64    file_size            bytes of the whole file
+//   24  u64    manifest_offset
+//   32  u64    manifest_size
+//   40  u64    manifest_xxh3        XXH3-64 (seed 0) of the manifest bytes
+//   48  u64    header_xxh3          XXH3-64 (seed 0) of header bytes [0, 48)
+//   56  u64    reserved, 0
+//
+// Data sections hold the raw bytes (C order, the dtype's little-endian encoding) of each
+// constant and each variable of the program, one section per node. Manifest.sections lists them:
+// offset, size, XXH3-64 of the bytes, and the node they belong to. Sections are numbered by their
+// position in that list.
+//
+// The manifest (root table Manifest, file identifier "KLNM") holds:
+//   metadata      producer, kiln version, source-model hash, the device kind and index the
+//                 package was compiled for, and the CompileOptions used
+//   nodes         the optimized program in topological order: stable op id (op_list.inc), inputs
+//                 (node, output index) of earlier nodes, attributes (every AttrValue kind), output
+//                 dtypes and shapes, name, origin, and the data section of constants and variables
+//   outputs       the values the program produces; the first num_returned are returned by runs
+//                 (output_names names them), the rest are updates run for their effect
+//   slots         the memory plan: one slot per node output (where: none, feed, constant, arena,
+//                 output; arena byte offset; index; buffer group), arena_bytes, num_buffers
+//   steps         the schedule: node and backend of every kernel, and why a step of a GPU
+//                 executable falls back to the CPU. Kernels are code, not data: the reader looks
+//                 them up again by (op, backend, dtype).
+//   placeholders, variables   program node ids, in program order (for tools; the reader
+//                 derives both from the nodes)
+//
+// READING a file that may come from anyone. The reader
+//   1. checks the magic, then min_reader_version against its own version (kReaderVersion),
+//      then header_xxh3, the reserved bytes, file_size against the real size, and that the
+//      manifest lies inside the file at a multiple of 8;
+//   2. always checks manifest_xxh3, then runs the FlatBuffers verifier over the manifest;
+//   3. checks every section with overflow-safe arithmetic: inside the file, 64-byte aligned,
+//      its size equal to the bytes of its node's dtype and shape; and its XXH3 unless
+//      LoadOptions::verify_weights is false;
+//   4. checks the program before anything uses it: known op ids and dtypes, shapes with
+//      non-negative dims and sizes that fit in 64 bits, the number of inputs each op takes, every
+//      input naming an output of an earlier node, every output dtype and shape equal to what the
+//      op's inference gives for its inputs and attributes, assigns writing only to variables;
+//   5. checks the plan and schedule against the program: one slot per node output; every value a
+//      step reads or writes, and every returned value, has a slot whose arena range lies inside
+//      the arena, whose feed or constant index names a placeholder or a constant/variable at
+//      least as large, whose output index names a returned value of the same dtype and shape; a
+//      step writes to a feed or constant only as a view of its input; steps are exactly the
+//      executed nodes in order, each with a kernel for its dtype on its backend.
+// Every failure is a kiln::FormatError "[package] <file>: <section> at offset <n>: <what>".
+//
+// DEVICES. A package compiled for one kind of device (CPU, CUDA) and loaded for another is
+// placed and memory-planned again from its stored program (a warning with KILN_LOG=warn or more;
+// LoadOptions::strict makes it an UnsupportedError). On the CPU, constants are views of the
+// mapped file; on a GPU they are copied to the device. Variables are always copied: a loaded
+// executable owns them and updates them in its runs.
+//
+// VERSIONS. A reader reads every file whose min_reader_version is at most kReaderVersion.
+// Writers raise format_version for additions older readers may ignore (new manifest fields), and
+// min_reader_version only for changes they cannot.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "kiln/executable.h"
+
+namespace kiln::package {
+
+inline constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'P', 'K', 'G', '\0'};
+inline constexpr uint32_t kFormatVersion = 1;
+inline constexpr uint32_t kReaderVersion = 1;  // the newest min_reader_version this reader reads
+inline constexpr size_t kHeaderBytes = 64;
+inline constexpr size_t kSectionAlign = 64;
+inline constexpr size_t kManifestAlign = 8;
+inline constexpr uint8_t kNoAutocast = 255;
+
+/// Byte offsets of the header fields.
+namespace header {
+inline constexpr size_t magic = 0, format_version = 8, min_reader_version = 12, file_size = 16,
+                        manifest_offset = 24, manifest_size = 32, manifest_xxh3 = 40,
+                        header_xxh3 = 48, reserved = 56;
+}
+
+/// Read-only bytes of a package: a file mapping or a copy in memory.
+struct Bytes {
+  const uint8_t* data = nullptr;
+  size_t size = 0;
+  std::shared_ptr<void> owner;  // keeps `data` alive
+  std::string what;             // the file name (or "<memory>") for messages
+};
+
+/// Maps a file read-only (`populate`: all pages now rather than on first use). Throws IoError.
+Bytes map_file(const std::string& path, bool populate);
+/// Copies `size` bytes into 64-byte aligned memory.
+Bytes copy_bytes(const void* data, size_t size);
+
+/// Writes `impl` as a package to `path` (through a temporary file renamed into place).
+void write(const detail::ExecutableImpl& impl, const std::string& path,
+           const PackageOptions& options);
+/// Checks and loads a package for `device`.
+std::shared_ptr<detail::ExecutableImpl> read(const Bytes& bytes, Device device,
+                                             const LoadOptions& options);
+
+/// XXH3-64 with seed 0.
+uint64_t xxh3(const void* data, size_t size);
+
+}  // namespace kiln::package

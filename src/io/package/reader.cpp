@@ -1,0 +1,425 @@
+// Reads packages (format and the checks in order: format.h). Nothing from the file is used
+// before it has been checked: a malformed file gives a FormatError, never a crash.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <bit>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+#include "core/device_backend.h"
+#include "core/errors.h"
+#include "core/op_registry.h"
+#include "io/package/format.h"
+#include "io/package/manifest_generated.h"
+#include "io/package/validate.h"
+#include "kiln/version.h"
+#include "runtime/env.h"
+#include "runtime/executable_impl.h"
+
+namespace kiln::package {
+
+using detail::Node;
+using detail::ValueRef;
+
+Bytes map_file(const std::string& path, bool populate) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail<IoError>("[package] cannot open '{}': {}", path, std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    fail<IoError>("[package] '{}' is not a regular file", path);
+  }
+  Bytes b;
+  b.what = path;
+  b.size = static_cast<size_t>(st.st_size);
+  if (b.size == 0) {
+    ::close(fd);
+    return b;
+  }
+  // populate: every page is read soon (checksums), so map them all at once
+  void* p = ::mmap(nullptr, b.size, PROT_READ, MAP_PRIVATE | (populate ? MAP_POPULATE : 0), fd, 0);
+  ::close(fd);
+  if (p == MAP_FAILED) fail<IoError>("[package] cannot map '{}': {}", path, std::strerror(errno));
+  b.data = static_cast<const uint8_t*>(p);
+  const size_t size = b.size;
+  b.owner = std::shared_ptr<void>(p, [size](void* q) { ::munmap(q, size); });
+  return b;
+}
+
+Bytes copy_bytes(const void* data, size_t size) {
+  Bytes b;
+  b.what = "<memory>";
+  b.size = size;
+  if (size == 0) return b;
+  const size_t rounded = (size + kSectionAlign - 1) / kSectionAlign * kSectionAlign;
+  void* p = std::aligned_alloc(kSectionAlign, rounded);
+  if (!p) fail<OutOfMemory>("[package] cannot allocate {} bytes", size);
+  std::memcpy(p, data, size);
+  b.data = static_cast<const uint8_t*>(p);
+  b.owner = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+  return b;
+}
+
+namespace {
+template <typename T>
+T get(const uint8_t* p) {
+  static_assert(std::endian::native == std::endian::little, "kiln packages are little endian");
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// a + b <= limit without overflow
+bool fits(uint64_t a, uint64_t b, uint64_t limit) { return a <= limit && b <= limit - a; }
+
+class Reader {
+ public:
+  Reader(const Bytes& bytes, Device device, const LoadOptions& options)
+      : b_(bytes), device_(device), options_(options) {}
+
+  std::shared_ptr<detail::ExecutableImpl> read();
+
+ private:
+  template <typename... Args>
+  [[noreturn]] void bad(const std::string& where, uint64_t offset, fmt::format_string<Args...> f,
+                        Args&&... args) const {
+    throw FormatError(fmt::format("[package] {}: {} at offset {}: {}", b_.what, where, offset,
+                                  fmt::format(f, std::forward<Args>(args)...)));
+  }
+  void read_header();
+  const fb::Manifest* read_manifest();
+  Program read_program(const fb::Manifest& m);
+  void read_sections(const fb::Manifest& m, Program& p);
+  MemoryPlan read_plan(const fb::Manifest& m, const Program& p);
+  void read_steps(const fb::Manifest& m, const Program& p, detail::ExecutableImpl& impl,
+                  Backend target);
+  // The verifier checks vectors' length fields, not that 8-byte elements are 8-byte aligned.
+  template <typename V>
+  const V* aligned(const V* v, const std::string& where) const {
+    if (v && v->size() > 0 && reinterpret_cast<uintptr_t>(v->Data()) % 8 != 0)
+      bad(where, at(v), "a vector of 8-byte values is not 8-byte aligned");
+    return v;
+  }
+  // where manifest object `p` starts in the file, for messages
+  uint64_t at(const void* p) const {
+    return static_cast<uint64_t>(static_cast<const uint8_t*>(p) - b_.data);
+  }
+  std::string node_where(const Program& p, size_t i) const {
+    return fmt::format("manifest node %{} ({} '{}')", i, op_name(p.graph.nodes[i].op),
+                       p.graph.nodes[i].name);
+  }
+
+  const Bytes& b_;
+  Device device_;
+  LoadOptions options_;
+  uint64_t manifest_offset_ = 0, manifest_size_ = 0;
+};
+
+void Reader::read_header() {
+  const uint8_t* d = b_.data;
+  if (b_.size < kHeaderBytes)
+    bad("header", 0, "the file has {} bytes; a package has at least {}", b_.size, kHeaderBytes);
+  if (std::memcmp(d + header::magic, kMagic, 8) != 0)
+    bad("header", 0, "not a kiln package (bad magic)");
+  const auto version = get<uint32_t>(d + header::format_version);
+  const auto min_reader = get<uint32_t>(d + header::min_reader_version);
+  if (min_reader > kReaderVersion)
+    bad("header", header::min_reader_version,
+        "format version {} needs a reader of version {} or newer; this kiln ({}) reads versions "
+        "up to {}",
+        version, min_reader, kiln::version(), kReaderVersion);
+  if (const uint64_t want = get<uint64_t>(d + header::header_xxh3);
+      xxh3(d, header::header_xxh3) != want)
+    bad("header", header::header_xxh3, "checksum mismatch");
+  if (get<uint64_t>(d + header::reserved) != 0)
+    bad("header", header::reserved, "reserved bytes are not 0");
+  if (version < min_reader)
+    bad("header", header::format_version, "format version {} < minimum reader version {}", version,
+        min_reader);
+  if (const uint64_t size = get<uint64_t>(d + header::file_size); size != b_.size)
+    bad("header", header::file_size,
+        "the header says the file has {} bytes but it has {} "
+        "(truncated or extended)",
+        size, b_.size);
+  manifest_offset_ = get<uint64_t>(d + header::manifest_offset);
+  manifest_size_ = get<uint64_t>(d + header::manifest_size);
+  if (manifest_offset_ < kHeaderBytes || !fits(manifest_offset_, manifest_size_, b_.size))
+    bad("header", header::manifest_offset,
+        "manifest range [{}, +{}) is outside the file of {} bytes", manifest_offset_,
+        manifest_size_, b_.size);
+  if (manifest_offset_ % kManifestAlign != 0)
+    bad("header", header::manifest_offset, "manifest offset {} is not a multiple of {}",
+        manifest_offset_, kManifestAlign);
+}
+
+const fb::Manifest* Reader::read_manifest() {
+  const uint8_t* m = b_.data + manifest_offset_;
+  if (xxh3(m, manifest_size_) != get<uint64_t>(b_.data + header::manifest_xxh3))
+    bad("manifest", manifest_offset_, "checksum mismatch");
+  if (manifest_size_ >= FLATBUFFERS_MAX_BUFFER_SIZE)
+    bad("manifest", manifest_offset_, "{} bytes is more than FlatBuffers allows", manifest_size_);
+  flatbuffers::Verifier v(m, manifest_size_, /*max_depth=*/64, /*max_tables=*/1u << 26);
+  if (!fb::VerifyManifestBuffer(v))
+    bad("manifest", manifest_offset_, "does not pass the FlatBuffers verifier");
+  const fb::Manifest* man = fb::GetManifest(m);
+  if (!man->metadata() || !man->nodes() || !man->outputs() || !man->slots() || !man->steps())
+    bad("manifest", manifest_offset_,
+        "a required table (metadata, nodes, outputs, slots, steps) is missing");
+  return man;
+}
+
+Program Reader::read_program(const fb::Manifest& m) {
+  Program p;
+  auto& nodes = p.graph.nodes;
+  const auto& fnodes = *m.nodes();
+  if (fnodes.size() > static_cast<uint32_t>(std::numeric_limits<int32_t>::max()))
+    bad("manifest", at(&fnodes), "{} nodes", fnodes.size());
+  nodes.reserve(fnodes.size());
+  for (uint32_t i = 0; i < fnodes.size(); ++i) {
+    const fb::Node& f = *fnodes.Get(i);
+    Node n;
+    const std::string where = fmt::format("manifest node %{}", i);
+    if (!op_from_id(f.op(), n.op)) bad(where, at(&f), "unknown op id {}", f.op());
+    if (f.name()) n.name = f.name()->str();
+    n.origin = f.origin();
+    if (f.inputs())
+      for (const fb::ValueRef* v : *f.inputs()) {
+        if (v->node() < 0 || static_cast<uint32_t>(v->node()) >= i)
+          bad(where, at(v), "input %{} is not an earlier node", v->node());
+        const Node& src = nodes[v->node()];
+        if (v->index() < 0 || static_cast<size_t>(v->index()) >= src.outputs.size())
+          bad(where, at(v), "input %{} has no output {}", v->node(), v->index());
+        n.inputs.push_back({v->node(), v->index()});
+      }
+    if (f.attrs())
+      for (const fb::Attr* a : *f.attrs()) {
+        const std::string key = a->key()->str();
+        switch (a->kind()) {
+          case fb::AttrKind_Bool:
+            n.attrs.set(key, a->i() != 0);
+            break;
+          case fb::AttrKind_Int:
+            n.attrs.set(key, static_cast<int64_t>(a->i()));
+            break;
+          case fb::AttrKind_Float:
+            n.attrs.set(key, a->f());
+            break;
+          case fb::AttrKind_Ints:
+            n.attrs.set(key, aligned(a->ints(), where)
+                                 ? std::vector<int64_t>(a->ints()->begin(), a->ints()->end())
+                                 : std::vector<int64_t>{});
+            break;
+          case fb::AttrKind_Floats:
+            n.attrs.set(key, aligned(a->floats(), where)
+                                 ? std::vector<double>(a->floats()->begin(), a->floats()->end())
+                                 : std::vector<double>{});
+            break;
+          case fb::AttrKind_String:
+            n.attrs.set(key, a->s() ? a->s()->str() : std::string());
+            break;
+          case fb::AttrKind_DType:
+            if (a->i() < 0 || a->i() >= kNumDTypes)
+              bad(where, at(a), "attribute '{}': unknown dtype {}", key, a->i());
+            n.attrs.set(key, static_cast<DType>(a->i()));
+            break;
+          default:
+            bad(where, at(a), "attribute '{}' of unknown kind {}", key,
+                static_cast<int>(a->kind()));
+        }
+      }
+    if (f.outputs())
+      for (const fb::TensorInfo* t : *f.outputs()) {
+        TensorInfo info;
+        if (t->dtype() >= kNumDTypes) bad(where, at(t), "unknown dtype {}", t->dtype());
+        info.dtype = static_cast<DType>(t->dtype());
+        if (aligned(t->shape(), where)) info.shape.assign(t->shape()->begin(), t->shape()->end());
+        if (const std::string why = check_shape(info); !why.empty()) bad(where, at(t), "{}", why);
+        n.outputs.push_back(std::move(info));
+      }
+    nodes.push_back(std::move(n));
+    if (const std::string why = check_node(p.graph, i); !why.empty())
+      bad(fmt::format("manifest node %{} ({} '{}')", i, op_name(nodes[i].op), nodes[i].name),
+          at(&f), "{}", why);
+  }
+  for (const fb::ValueRef* v : *m.outputs()) {
+    if (v->node() < 0 || static_cast<uint32_t>(v->node()) >= nodes.size() || v->index() < 0 ||
+        static_cast<size_t>(v->index()) >= nodes[v->node()].outputs.size())
+      bad("manifest outputs", at(v), "%{}:{} is not a value of the program", v->node(), v->index());
+    p.outputs.push_back({v->node(), v->index()});
+  }
+  if (m.num_returned() > p.outputs.size())
+    bad("manifest outputs", at(m.outputs()), "{} returned of {} outputs", m.num_returned(),
+        p.outputs.size());
+  p.num_returned = m.num_returned();
+  return p;
+}
+
+void Reader::read_sections(const fb::Manifest& m, Program& p) {
+  auto& nodes = p.graph.nodes;
+  const uint32_t count = aligned(m.sections(), "manifest sections") ? m.sections()->size() : 0;
+  std::vector<char> used(count, 0);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    Node& n = nodes[i];
+    const int32_t k = m.nodes()->Get(static_cast<uint32_t>(i))->section();
+    const bool has_data = n.op == OpId::Constant || n.op == OpId::Variable;
+    if (!has_data) {
+      if (k != -1)
+        bad(node_where(p, i), at(m.nodes()->Get(static_cast<uint32_t>(i))),
+            "only constants and variables have data sections");
+      continue;
+    }
+    if (k < 0 || static_cast<uint32_t>(k) >= count || used[k])
+      bad(node_where(p, i), at(m.nodes()->Get(static_cast<uint32_t>(i))),
+          "data section {} is not a section of the file's {} (or is used twice)", k, count);
+    used[k] = 1;
+    const fb::Section& s = *m.sections()->Get(static_cast<uint32_t>(k));
+    const std::string where = fmt::format("section {} ({} '{}')", k, op_name(n.op), n.name);
+    if (s.node() != static_cast<int32_t>(i))
+      bad(where, s.offset(), "belongs to node %{}, not %{}", s.node(), i);
+    const TensorInfo& t = n.outputs[0];
+    const uint64_t want = static_cast<uint64_t>(numel(t.shape)) * size_of(t.dtype);
+    if (s.size() != want)
+      bad(where, s.offset(), "{} bytes; {} {} needs {}", s.size(), name(t.dtype), str(t.shape),
+          want);
+    if (s.offset() < kHeaderBytes || !fits(s.offset(), s.size(), b_.size))
+      bad(where, s.offset(), "range [{}, +{}) is outside the file of {} bytes", s.offset(),
+          s.size(), b_.size);
+    if (s.offset() % kSectionAlign != 0)
+      bad(where, s.offset(), "offset is not a multiple of {}", kSectionAlign);
+    const uint8_t* data = b_.data + s.offset();
+    if (options_.verify_weights && xxh3(data, s.size()) != s.xxh3())
+      bad(where, s.offset(), "checksum mismatch");
+    if (n.op == OpId::Variable) {
+      // a loaded executable owns its variables and updates them
+      n.value = Array::from_data(data, t.shape, t.dtype);
+    } else {
+      n.value = Array::wrap(const_cast<uint8_t*>(data), t.shape, t.dtype, b_.owner);
+    }
+  }
+}
+
+MemoryPlan Reader::read_plan(const fb::Manifest& m, const Program& p) {
+  const auto& nodes = p.graph.nodes;
+  MemoryPlan plan;
+  const auto& rows = *m.slots();
+  if (rows.size() != nodes.size())
+    bad("manifest plan", at(&rows), "{} rows of slots for {} nodes", rows.size(), nodes.size());
+  plan.arena_bytes = m.arena_bytes();
+  plan.num_buffers = m.num_buffers();
+  plan.slots.resize(nodes.size());
+  for (uint32_t i = 0; i < rows.size(); ++i) {
+    const fb::NodeSlots& r = *rows.Get(i);
+    const uint32_t count = aligned(r.slots(), "manifest plan") ? r.slots()->size() : 0;
+    if (count != nodes[i].outputs.size())
+      bad("manifest plan", at(&r), "node %{} has {} outputs but {} slots", i,
+          nodes[i].outputs.size(), count);
+    for (uint32_t o = 0; o < count; ++o) {
+      const fb::Slot& s = *r.slots()->Get(o);
+      if (s.where() > static_cast<uint8_t>(ValueSlot::Where::output))
+        bad("manifest plan", at(&s), "slot of %{}:{} has unknown kind {}", i, o, s.where());
+      plan.slots[i].push_back({static_cast<ValueSlot::Where>(s.where()),
+                               static_cast<size_t>(s.offset()), s.index(), s.storage()});
+    }
+  }
+  if (const std::string why = check_plan(p, plan); !why.empty())
+    bad("manifest plan", at(&rows), "{}", why);
+  return plan;
+}
+
+void Reader::read_steps(const fb::Manifest& m, const Program& p, detail::ExecutableImpl& impl,
+                        Backend target) {
+  const auto& nodes = p.graph.nodes;
+  for (const fb::Step* f : *m.steps()) {
+    Step st;
+    st.node = f->node();
+    if (st.node < 0 || static_cast<size_t>(st.node) >= nodes.size())
+      bad("manifest steps", at(f), "node %{} is not a node of the program", st.node);
+    if (f->backend() > static_cast<uint8_t>(Backend::cuda))
+      bad("manifest steps", at(f), "unknown backend {}", f->backend());
+    st.backend = static_cast<Backend>(f->backend());
+    if (f->fallback_reason()) st.fallback_reason = f->fallback_reason()->str();
+    impl.steps.push_back(std::move(st));
+  }
+  if (const std::string why = check_steps(p, impl.steps, target); !why.empty())
+    bad("manifest steps", at(m.steps()), "{}", why);
+  for (int32_t i = 0; i < static_cast<int32_t>(nodes.size()); ++i)
+    if (nodes[i].op == OpId::Placeholder) impl.placeholders.push_back(i);
+  for (Step& st : impl.steps) {
+    st.kernel = find_kernel(nodes[st.node].op, st.backend);
+    impl.reports_errors = impl.reports_errors || st.kernel->reports_errors;
+  }
+}
+
+std::shared_ptr<detail::ExecutableImpl> Reader::read() {
+  read_header();
+  const fb::Manifest& m = *read_manifest();
+  const fb::Metadata& meta = *m.metadata();
+
+  auto impl = std::make_shared<detail::ExecutableImpl>();
+  impl->device = device_;
+  CompileOptions& o = impl->options;
+  o.optimize = meta.optimize();
+  o.plan_memory = meta.plan_memory();
+  o.in_place = meta.in_place();
+  o.num_threads = std::clamp(meta.num_threads(), 0, 256);
+  if (meta.autocast() != kNoAutocast) {
+    if (meta.autocast() >= kNumDTypes)
+      bad("manifest metadata", at(&meta), "unknown autocast dtype {}", meta.autocast());
+    o.autocast = static_cast<DType>(meta.autocast());
+  }
+  o.strict_placement = meta.strict_placement();
+  if (meta.device_kind() > static_cast<uint8_t>(Device::Kind::cuda))
+    bad("manifest metadata", at(&meta), "unknown device kind {}", meta.device_kind());
+  const Device compiled_for{static_cast<Device::Kind>(meta.device_kind()),
+                            std::max(0, meta.device_index())};
+
+  PackageInfo info;
+  info.path = b_.what;
+  if (meta.producer()) info.producer = meta.producer()->str();
+  if (meta.kiln_version()) info.kiln_version = meta.kiln_version()->str();
+  if (meta.source_hash()) info.source_hash = meta.source_hash()->str();
+  info.compiled_for = compiled_for.str();
+  info.format_version = get<uint32_t>(b_.data + header::format_version);
+
+  Program p = read_program(m);
+  read_sections(m, p);
+  if (m.output_names()) {
+    if (m.output_names()->size() != p.num_returned)
+      bad("manifest outputs", at(m.output_names()), "{} names for {} returned values",
+          m.output_names()->size(), p.num_returned);
+    for (const auto* s : *m.output_names()) impl->output_names.push_back(s->str());
+  }
+  // the stored plan is checked even when it is replaced below
+  impl->plan = read_plan(m, p);
+  const std::string msg =
+      fmt::format("[package] {}: compiled for {}, loaded for {}: placing and planning it again",
+                  b_.what, compiled_for.str(), device_.str());
+  if (compiled_for.kind != device_.kind && options_.strict)
+    fail<UnsupportedError>("{} is not allowed with LoadOptions::strict", msg);
+  impl->backend = backend_of(device_);  // throws when the device is not there
+  if (compiled_for.kind == device_.kind) {
+    read_steps(m, p, *impl, device_.kind == Device::Kind::cpu ? Backend::cpu : Backend::cuda);
+  } else {
+    if (const char* level = env::log_level(); level && std::string(level) != "error")
+      fmt::print(stderr, "{}\n", msg);
+    place(p, device_, o.strict_placement, *impl);
+    impl->plan = plan_memory(p, {o.plan_memory, o.in_place});
+    info.replanned = true;
+  }
+  impl->package = std::move(info);
+  attach_program(*impl, std::move(p));
+  return impl;
+}
+}  // namespace
+
+std::shared_ptr<detail::ExecutableImpl> read(const Bytes& bytes, Device device,
+                                             const LoadOptions& options) {
+  return Reader(bytes, device, options).read();
+}
+
+}  // namespace kiln::package

@@ -1,0 +1,170 @@
+// Writes packages (format: format.h).
+#include <xxhash.h>
+
+#include <bit>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include "core/errors.h"
+#include "io/package/format.h"
+#include "io/package/manifest_generated.h"
+#include "kiln/version.h"
+#include "runtime/executable_impl.h"
+
+namespace kiln::package {
+
+using detail::Node;
+
+uint64_t xxh3(const void* data, size_t size) { return XXH3_64bits(data, size); }
+
+namespace {
+template <typename T>
+void put(uint8_t* p, T v) {
+  static_assert(std::endian::native == std::endian::little, "kiln packages are little endian");
+  std::memcpy(p, &v, sizeof v);
+}
+
+flatbuffers::Offset<fb::Attr> write_attr(flatbuffers::FlatBufferBuilder& b, const std::string& key,
+                                         const AttrValue& v) {
+  auto k = b.CreateString(key);
+  const auto kind = static_cast<fb::AttrKind>(v.index());
+  flatbuffers::Offset<flatbuffers::Vector<int64_t>> ints;
+  flatbuffers::Offset<flatbuffers::Vector<double>> floats;
+  flatbuffers::Offset<flatbuffers::String> s;
+  if (auto* x = std::get_if<std::vector<int64_t>>(&v)) ints = b.CreateVector(*x);
+  if (auto* x = std::get_if<std::vector<double>>(&v)) floats = b.CreateVector(*x);
+  if (auto* x = std::get_if<std::string>(&v)) s = b.CreateString(*x);
+  fb::AttrBuilder a(b);
+  a.add_key(k);
+  a.add_kind(kind);
+  if (auto* x = std::get_if<bool>(&v)) a.add_i(*x ? 1 : 0);
+  if (auto* x = std::get_if<int64_t>(&v)) a.add_i(*x);
+  if (auto* x = std::get_if<DType>(&v)) a.add_i(static_cast<int64_t>(*x));
+  if (auto* x = std::get_if<double>(&v)) a.add_f(*x);
+  if (!ints.IsNull()) a.add_ints(ints);
+  if (!floats.IsNull()) a.add_floats(floats);
+  if (!s.IsNull()) a.add_s(s);
+  return a.Finish();
+}
+}  // namespace
+
+void write(const detail::ExecutableImpl& x, const std::string& path,
+           const PackageOptions& options) {
+  const auto& nodes = x.program.graph.nodes;
+  if (!options.output_names.empty() && options.output_names.size() != x.program.num_returned)
+    fail<ValueError>("[package] {} output names given for {} returned values",
+                     options.output_names.size(), x.program.num_returned);
+
+  // data sections: constants and variables in program order, on the host
+  struct Data {
+    Array host;
+    uint64_t offset = 0;
+    int32_t node = -1;
+  };
+  std::vector<Data> data;
+  std::vector<int32_t> section_of(nodes.size(), -1);
+  uint64_t end = kHeaderBytes;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = nodes[i];
+    if (n.op != OpId::Constant && n.op != OpId::Variable) continue;
+    Array host = n.value.device().kind == Device::Kind::cpu ? n.value : n.value.to(Device::cpu());
+    const uint64_t off = (end + kSectionAlign - 1) / kSectionAlign * kSectionAlign;
+    section_of[i] = static_cast<int32_t>(data.size());
+    end = off + host.nbytes();
+    data.push_back({std::move(host), off, static_cast<int32_t>(i)});
+  }
+  const uint64_t manifest_offset = (end + kManifestAlign - 1) / kManifestAlign * kManifestAlign;
+
+  flatbuffers::FlatBufferBuilder b(1 << 16);
+  b.ForceDefaults(true);  // every field present: tools can patch them in place
+  std::vector<fb::ValueRef> outputs;
+  for (auto v : x.program.outputs) outputs.emplace_back(v.node, v.index);
+  std::vector<std::string> names = options.output_names;
+  if (names.empty())
+    for (size_t k = 0; k < x.program.num_returned; ++k)
+      names.push_back(k < x.output_names.size() ? x.output_names[k]
+                                                : nodes[x.program.outputs[k].node].name);
+  std::vector<fb::Section> sections;
+  for (auto& d : data)
+    sections.emplace_back(d.offset, d.host.nbytes(), xxh3(d.host.data(), d.host.nbytes()), d.node);
+  const CompileOptions& o = x.options;
+  {
+    std::vector<flatbuffers::Offset<fb::Node>> fn;
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      const Node& n = nodes[i];
+      std::vector<fb::ValueRef> inputs;
+      for (auto v : n.inputs) inputs.emplace_back(v.node, v.index);
+      std::vector<flatbuffers::Offset<fb::Attr>> attrs;
+      for (auto& [k, v] : n.attrs.items()) attrs.push_back(write_attr(b, k, v));
+      std::vector<flatbuffers::Offset<fb::TensorInfo>> outs;
+      for (auto& t : n.outputs)
+        outs.push_back(
+            fb::CreateTensorInfo(b, static_cast<uint8_t>(t.dtype), b.CreateVector(t.shape)));
+      fn.push_back(fb::CreateNodeDirect(b, static_cast<uint16_t>(n.op), &inputs, &attrs, &outs,
+                                        n.name.c_str(), n.origin, section_of[i]));
+    }
+    auto fnames = b.CreateVectorOfStrings(names);
+    std::vector<flatbuffers::Offset<fb::NodeSlots>> sl;
+    for (auto& row : x.plan.slots) {
+      std::vector<fb::Slot> r;
+      for (auto& s : row)
+        r.emplace_back(s.offset, s.index, s.storage, static_cast<uint8_t>(s.where));
+      sl.push_back(fb::CreateNodeSlotsDirect(b, &r));
+    }
+    std::vector<flatbuffers::Offset<fb::Step>> st;
+    for (auto& s : x.steps)
+      st.push_back(fb::CreateStepDirect(b, s.node, static_cast<uint8_t>(s.backend),
+                                        s.fallback_reason.c_str()));
+    auto m = fb::CreateMetadataDirect(
+        b, options.producer.c_str(), version(), options.source_hash.c_str(),
+        static_cast<uint8_t>(x.device.kind), x.device.index, o.optimize, o.plan_memory, o.in_place,
+        o.num_threads, o.autocast ? static_cast<uint8_t>(*o.autocast) : kNoAutocast,
+        o.strict_placement);
+    auto root = fb::CreateManifest(b, m, b.CreateVector(fn), b.CreateVectorOfStructs(outputs),
+                                   static_cast<uint32_t>(x.program.num_returned), fnames,
+                                   b.CreateVector(sl), x.plan.arena_bytes, x.plan.num_buffers,
+                                   b.CreateVector(st), b.CreateVector(x.placeholders),
+                                   b.CreateVector(x.variables), b.CreateVectorOfStructs(sections));
+    fb::FinishManifestBuffer(b, root);
+  }
+  const uint8_t* mbytes = b.GetBufferPointer();
+  const uint64_t msize = b.GetSize();
+
+  uint8_t head[kHeaderBytes] = {};
+  std::memcpy(head + header::magic, kMagic, 8);
+  put<uint32_t>(head + header::format_version, kFormatVersion);
+  put<uint32_t>(head + header::min_reader_version, 1);
+  put<uint64_t>(head + header::file_size, manifest_offset + msize);
+  put<uint64_t>(head + header::manifest_offset, manifest_offset);
+  put<uint64_t>(head + header::manifest_size, msize);
+  put<uint64_t>(head + header::manifest_xxh3, xxh3(mbytes, msize));
+  put<uint64_t>(head + header::header_xxh3, xxh3(head, header::header_xxh3));
+
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) fail<IoError>("[package] cannot open '{}' for writing", tmp);
+    uint64_t pos = 0;
+    static const char zeros[kSectionAlign] = {};
+    auto write_at = [&](uint64_t off, const void* p, uint64_t n) {
+      f.write(zeros, static_cast<std::streamsize>(off - pos));
+      f.write(static_cast<const char*>(p), static_cast<std::streamsize>(n));
+      pos = off + n;
+    };
+    write_at(0, head, kHeaderBytes);
+    for (auto& d : data) write_at(d.offset, d.host.data(), d.host.nbytes());
+    write_at(manifest_offset, mbytes, msize);
+    f.close();
+    if (!f) {
+      std::remove(tmp.c_str());
+      fail<IoError>("[package] writing '{}' failed", tmp);
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    fail<IoError>("[package] cannot rename '{}' to '{}'", tmp, path);
+  }
+}
+
+}  // namespace kiln::package
