@@ -30,7 +30,7 @@ demo: build data
 	$(BUILD)/kiln demo --data $(BUILD)/data --checkpoint $(BUILD)/demo.ckpt
 
 # Everything: the release build's tests (C++ and Python), the C++ suite under ASan+UBSan, and
-# a minute of fuzzing the ONNX importer.
+# a minute each of fuzzing the ONNX importer and the package loader.
 test: test-release test-asan fuzz
 
 test-release: build data
@@ -45,16 +45,20 @@ test-asan: setup
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS) -L unit
 
-# libFuzzer over the ONNX importer (clang-14, ASan+UBSan) for FUZZ_SECONDS, from the seeds in
-# tests/fuzz/corpus (tests/fuzz/make_corpus.py writes them); new inputs go to $(FUZZ_BUILD)/corpus
+# libFuzzer over the ONNX importer and the package loader (clang-14, ASan+UBSan), FUZZ_SECONDS each,
+# from the seeds in
+# tests/fuzz/corpus and tests/fuzz/package_corpus; new inputs go to $(FUZZ_BUILD)/corpus
 # and crashes to $(FUZZ_BUILD)/crash-*. CI runs `make fuzz` (60 s).
 fuzz: setup
 	@CC=clang-14 CXX=clang++-14 cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DKILN_CUDA=OFF -DKILN_FUZZ=ON -DKILN_BENCH=OFF -DKILN_SANITIZE=address,undefined >/dev/null
-	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_onnx_import
-	@mkdir -p $(FUZZ_BUILD)/corpus
+	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_onnx_import fuzz_package_load
+	@mkdir -p $(FUZZ_BUILD)/corpus $(FUZZ_BUILD)/package_corpus
 	UBSAN_OPTIONS=print_stacktrace=1 $(FUZZ_BUILD)/tests/fuzz/fuzz_onnx_import -max_total_time=$(FUZZ_SECONDS) \
 	  -max_len=65536 -rss_limit_mb=4096 -artifact_prefix=$(FUZZ_BUILD)/ $(FUZZ_BUILD)/corpus tests/fuzz/corpus
+	UBSAN_OPTIONS=print_stacktrace=1 $(FUZZ_BUILD)/tests/fuzz/fuzz_package_load -max_total_time=$(FUZZ_SECONDS) \
+	  -max_len=65536 -rss_limit_mb=4096 -artifact_prefix=$(FUZZ_BUILD)/package- \
+	  $(FUZZ_BUILD)/package_corpus tests/fuzz/package_corpus
 
 # The GPU machine cannot build: `make gpu-bundle` builds the CUDA suites here (the toolkit is
 # enough) into build-gpu/bundle.tar.xz; copy the checkout with it and run `make test-gpu` there.

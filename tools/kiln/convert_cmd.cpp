@@ -1,7 +1,8 @@
-// `kiln convert`: imports an ONNX model and validates it by compiling it for the CPU. Writing a
-// kiln package is not available yet, so -o fails after the report.
+// `kiln convert`: imports an ONNX model, validates it by compiling it for the CPU, and with -o
+// writes the compiled executable as a kiln package (Executable::save).
 #include <fmt/format.h>
 
+#include <fstream>
 #include <memory>
 
 #include "tools/kiln/commands.h"
@@ -10,6 +11,17 @@
 namespace kiln::cli {
 
 namespace {
+// FNV-1a of the model file, recorded in the package as its source's identity.
+std::string file_hash(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  uint64_t h = 1469598103934665603ull;
+  char buf[1 << 16];
+  while (f.read(buf, sizeof buf) || f.gcount() > 0)
+    for (std::streamsize i = 0; i < f.gcount(); ++i)
+      h = (h ^ static_cast<unsigned char>(buf[i])) * 1099511628211ull;
+  return fmt::format("fnv1a64:{:016x}", h);
+}
+
 struct ConvertOptions {
   std::string model;
   std::string output;
@@ -24,21 +36,23 @@ void convert_model(const ConvertOptions& o) {
   const Executable exe = model.graph.compile(
       Device::cpu(), model.feed_shapes(concrete_shapes(model, shapes)), model.output_tensors());
   print_placement(exe);
-  if (!o.output.empty())
-    throw UnsupportedError(
-        fmt::format("[convert] packages are not available yet; the model imported and validated, "
-                    "{} was not written",
-                    o.output));
   fmt::print("valid: the model imported and compiled for the CPU\n");
+  if (o.output.empty()) return;
+  PackageOptions po;
+  po.producer = "kiln convert";
+  po.source_hash = file_hash(o.model);
+  for (const auto& out : model.outputs) po.output_names.push_back(out.name);
+  exe.save(o.output, po);
+  fmt::print("wrote {}\n", o.output);
 }
 }  // namespace
 
 void add_convert_command(CLI::App& app) {
   auto o = std::make_shared<ConvertOptions>();
   auto* cmd =
-      app.add_subcommand("convert", "Import an ONNX model and validate it (packages: not yet)");
+      app.add_subcommand("convert", "Import an ONNX model, validate it, and write a kiln package");
   cmd->add_option("model", o->model, "ONNX model file")->required();
-  cmd->add_option("-o,--output", o->output, "Package to write (not available yet: exits non-zero)");
+  cmd->add_option("-o,--output", o->output, "Package (.kiln) to write, compiled for the CPU");
   cmd->add_option("--shape", o->shapes,
                   "NAME=1,3,224,224: shape of an input (dim_params default to 1)");
   cmd->add_option("--value", o->values, kValueHelp);
