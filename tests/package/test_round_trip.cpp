@@ -154,6 +154,32 @@ TEST(Package, ConvNetRoundTrip) {
   round_trip(exe, {{"image", random_array({2, 3, 16, 16}, f32)}}, "convnet");
 }
 
+// On a GPU: a package compiled for cuda:0 loads for cuda:0 and gives the in-memory executable's
+// outputs bit for bit, and loads for the CPU (recompiled placement) within float tolerance.
+TEST(Package, CudaRoundTripAndCrossDeviceLoad) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  Graph g;
+  auto x = g.placeholder({4, 3, 16, 16}, f32, "image");
+  auto h = conv2d(x, g.constant(random_array({8, 3, 3, 3}, f32, -0.5, 0.5)),
+                  g.constant(random_array({8}, f32)), {.padding = {1, 1}});
+  h = max_pool(relu(h), {.kernel = {2, 2}});
+  h = reshape(global_avg_pool(h), {4, 8});
+  auto y = softmax(linear(h, g.constant(random_array({5, 8}, f32))));
+  auto exe = g.compile(Device::cuda(0), {}, {y});
+  const std::string path = temp_path("cuda");
+  exe.save(path);
+  const Array in = random_array({4, 3, 16, 16}, f32);
+  const Array want = exe.run({{"image", in}})[0];
+  auto loaded = Executable::load(path, Device::cuda(0));
+  EXPECT_EQ(loaded.device(), Device::cuda(0));
+  expect_bitwise_equal(loaded.run({{"image", in}})[0], want, "cuda package on cuda");
+  auto on_cpu = Executable::load(path, Device::cpu());
+  const auto got = on_cpu.run({{"image", in}})[0].to_vector<float>(), w = want.to_vector<float>();
+  ASSERT_EQ(got.size(), w.size());
+  for (size_t i = 0; i < w.size(); ++i) EXPECT_NEAR(got[i], w[i], 1e-5) << i;
+  std::filesystem::remove(path);
+}
+
 TEST(Package, EveryAttributeKindRoundTrips) {
   Graph g;
   auto x = g.placeholder({4, 6}, f32, "x");
