@@ -60,6 +60,7 @@ template <typename F> void visit(DType t, F&& f) {
 }  // namespace
 
 void convert(const void* src, DType st, void* dst, DType dt, int64_t n) {
+  if (n <= 0) return;  // empty views may carry null pointers
   if (st == dt) {
     std::memcpy(dst, src, static_cast<size_t>(n) * size_of(st));
     return;
