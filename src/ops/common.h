@@ -8,6 +8,7 @@
 #include "core/graph_impl.h"
 #include "core/op_registry.h"
 #include "kiln/graph.h"
+#include "kiln/ops/transform.h"
 
 namespace kiln::ops {
 
@@ -34,5 +35,17 @@ bool shapes_match(const Shape& a, const Shape& b);
 /// Appends optional tensors and records which are present as bool attrs ("has_<name>").
 void add_optional(std::vector<Tensor>& inputs, Attrs& attrs, const char* name,
                   const std::optional<Tensor>& t);
+
+/// The attribute value of a scatter reduction ("none", "add", ...).
+inline const char* reduction_name(ScatterReduction r) {
+  switch (r) {
+    case ScatterReduction::none: return "none";
+    case ScatterReduction::add: return "add";
+    case ScatterReduction::mul: return "mul";
+    case ScatterReduction::max: return "max";
+    case ScatterReduction::min: return "min";
+  }
+  return "none";
+}
 
 }  // namespace kiln::ops

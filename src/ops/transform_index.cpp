@@ -24,17 +24,6 @@ namespace kiln {
 using namespace ops;
 
 namespace {
-const char* reduction_name(ScatterReduction r) {
-  switch (r) {
-    case ScatterReduction::none: return "none";
-    case ScatterReduction::add: return "add";
-    case ScatterReduction::mul: return "mul";
-    case ScatterReduction::max: return "max";
-    case ScatterReduction::min: return "min";
-  }
-  return "none";
-}
-
 int axis_attr(const InferContext& ctx, const Shape& shape) {
   return resolve_axis(ctx.name(), ctx.attrs.i("axis"), shape);
 }

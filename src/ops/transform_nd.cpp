@@ -17,17 +17,6 @@ namespace kiln {
 using namespace ops;
 
 namespace {
-const char* reduction_name(ScatterReduction r) {
-  switch (r) {
-    case ScatterReduction::none: return "none";
-    case ScatterReduction::add: return "add";
-    case ScatterReduction::mul: return "mul";
-    case ScatterReduction::max: return "max";
-    case ScatterReduction::min: return "min";
-  }
-  return "none";
-}
-
 // The tuple length m = indices.shape[-1], checked against x's rank past `batch`.
 int64_t tuple_length(const InferContext& ctx, int64_t batch) {
   require_dtype(ctx, 1, kIntTypes, "an integer dtype for indices");

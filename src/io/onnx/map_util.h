@@ -36,4 +36,15 @@ inline Tensor known_ints(NodeContext& c, const std::vector<int64_t>& v) {
   return known(c, Array::from_vector(v, {static_cast<int64_t>(v.size())}));
 }
 
+/// The `reduction` attribute of ScatterElements and ScatterND.
+inline ScatterReduction reduction_of(NodeContext& c) {
+  const std::string r = c.attr_string("reduction", "none");
+  if (r == "none") return ScatterReduction::none;
+  if (r == "add") return ScatterReduction::add;
+  if (r == "mul") return ScatterReduction::mul;
+  if (r == "max") return ScatterReduction::max;
+  if (r == "min") return ScatterReduction::min;
+  c.fail(fmt::format("unknown reduction '{}'", r));
+}
+
 }  // namespace kiln::onnx::detail

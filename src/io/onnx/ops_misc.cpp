@@ -270,16 +270,6 @@ Outs affine_grid(NodeContext& c) {
 
 // ---- indexing, resizing, sampling ----
 
-ScatterReduction reduction_of(NodeContext& c) {
-  const std::string r = c.attr_string("reduction", "none");
-  if (r == "none") return ScatterReduction::none;
-  if (r == "add") return ScatterReduction::add;
-  if (r == "mul") return ScatterReduction::mul;
-  if (r == "max") return ScatterReduction::max;
-  if (r == "min") return ScatterReduction::min;
-  c.fail(fmt::format("unknown reduction '{}'", r));
-}
-
 Outs gather_nd_op(NodeContext& c) {
   return {gather_nd(c.input(0), c.input(1), c.attr_int("batch_dims", 0))};
 }

@@ -145,14 +145,8 @@ Outs gather_elements_op(NodeContext& c) {
 }
 
 Outs scatter_elements_op(NodeContext& c) {
-  const std::string r = c.attr_string("reduction", "none");
-  ScatterReduction red = ScatterReduction::none;
-  if (r == "add") red = ScatterReduction::add;
-  else if (r == "mul") red = ScatterReduction::mul;
-  else if (r == "max") red = ScatterReduction::max;
-  else if (r == "min") red = ScatterReduction::min;
-  else if (r != "none") c.fail(fmt::format("unknown reduction '{}'", r));
-  return {scatter_elements(c.input(0), c.input(1), c.input(2), c.attr_int("axis", 0), red)};
+  return {scatter_elements(c.input(0), c.input(1), c.input(2), c.attr_int("axis", 0),
+                           reduction_of(c))};
 }
 
 Outs expand_op(NodeContext& c) {
