@@ -11,6 +11,7 @@ PACKAGES=(
   libflatbuffers-dev flatbuffers-compiler libxxhash-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang-14 libclang-rt-14-dev
+  libopenmpi-dev openmpi-bin
   python3 python3-venv python3-pip
 )
 

@@ -17,4 +17,5 @@
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/transform.h"
 #include "kiln/optim.h"
+#include "kiln/dist.h"
 #include "kiln/version.h"

@@ -18,7 +18,11 @@ inline constexpr OpId kAllOps[] = {
 #include "ops/op_list.inc"
 #undef KILN_OP
 };
-inline constexpr int kOpIdLimit = 256;  // stable ids are below this
+inline constexpr int kOpIdLimit = 512;  // stable ids are below this (tables are this long)
+#define KILN_OP(Name, snake, id, family) \
+  static_assert(id > 0 && id < kOpIdLimit, "op " #snake ": stable id out of range");
+#include "ops/op_list.inc"
+#undef KILN_OP
 
 /// "add", "conv", ... (the snake name used in the API, docs and errors).
 const char* op_name(OpId op);

@@ -70,6 +70,7 @@ const OpDef& op_def(OpId op) {
     register_norm_ops();
     register_transform_ops();
     register_loss_ops();
+    register_dist_ops();
   });
   return defs_storage()[static_cast<int>(op)];
 }

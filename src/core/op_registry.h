@@ -75,5 +75,6 @@ void register_reduce_ops();
 void register_norm_ops();
 void register_transform_ops();
 void register_loss_ops();
+void register_dist_ops();
 
 }  // namespace kiln

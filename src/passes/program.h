@@ -43,6 +43,10 @@ Program autocast(const Program& p, DType low);
 /// variable in a run sees the value it had when the run started.
 Program order_assignments(const Program& p);
 
+/// Runs every all_reduce start as early and every collective wait as late as dependencies
+/// allow, so communication overlaps computation.
+Program schedule_collectives(const Program& p);
+
 /// Helper for passes: copies nodes into a new program with remapped inputs.
 class ProgramBuilder {
  public:

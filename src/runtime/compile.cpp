@@ -134,6 +134,7 @@ Executable Graph::compile(Device device, const FeedShapes& feeds, const std::vec
     run_pass(p, "cse", eliminate_common_subexpressions);
     run_pass(p, "dce", eliminate_dead_code);
   }
+  run_pass(p, "schedule_collectives", schedule_collectives);
   run_pass(p, "order_assignments", order_assignments);
   place(p, device, options.strict_placement, *impl);
   impl->plan = plan_memory(p, {options.plan_memory, options.in_place});

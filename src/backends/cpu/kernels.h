@@ -12,6 +12,7 @@ void register_reduce_kernels();
 void register_norm_kernels();
 void register_transform_kernels();
 void register_loss_kernels();
+void register_dist_kernels();
 
 /// Registers every family above.
 void register_kernels();

@@ -12,6 +12,7 @@ void register_kernels() {
   register_norm_kernels();
   register_transform_kernels();
   register_loss_kernels();
+  register_dist_kernels();
 }
 
 }  // namespace kiln::cpu

@@ -19,6 +19,7 @@ void register_kernels() {
   register_transform_nd_kernels();
   register_resize_kernels();
   register_loss_kernels();
+  register_dist_kernels();
 }
 }  // namespace cuda
 

@@ -62,7 +62,7 @@ bool arity_rule(OpId op, const Attrs& attrs, int& lo, int& hi) {
     case OpId::BroadcastTo: case OpId::Flip: case OpId::OneHot: case OpId::Topk: case OpId::Sort:
     case OpId::Argsort: case OpId::CoordinateAlongAxis: case OpId::Tile: case OpId::Slice:
     case OpId::Split: case OpId::Reshape: case OpId::MaxPool: case OpId::AvgPool:
-    case OpId::AvgPoolGrad: case OpId::Resize:
+    case OpId::AvgPoolGrad: case OpId::Resize: case OpId::AllReduce: case OpId::CollectiveWait:
       return true;
     case OpId::Concat:
       hi = INT_MAX;
