@@ -1,6 +1,7 @@
 """`kiln run`, `inspect` and `bench` on kiln packages written by `kiln convert -o`: outputs are
 compared with ONNX Runtime and, bit for bit, with the same commands on the ONNX file. KILN names
 the kiln binary (ctest sets it)."""
+import json
 import os
 import shutil
 import subprocess
@@ -172,6 +173,30 @@ def test_inspect_package(mlp):
     assert [o.split()[:2] for o in outputs] == [["mlp/relu", "f32"], ["../affine", "f32"], ["twice", "f32"]]
     r = kiln("inspect", pkg, "--device", "cpu", "--dump", "--no-verify-weights")
     assert r.returncode == 0 and "program:" in r.stdout and "@output0" in r.stdout, r.stdout + r.stderr
+
+
+def test_inspect_json(mlp):
+    onnx_path, pkg = mlp
+    r = kiln("inspect", pkg, "--json", "--device", "cpu")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert j["format"] == "kiln-package" and j["format_version"] == 1 and j["producer"] == "kiln convert"
+    assert j["source_hash"] == fnv1a64(onnx_path) and j["compiled_for"] == "cpu" and j["replanned"] is False
+    assert j["inputs"] == [{"name": "X", "dtype": "f32", "shape": [5, 4]}]
+    assert [(o["name"], o["shape"]) for o in j["outputs"]] == [("mlp/relu", [5, 3]), ("../affine", [5, 3]),
+                                                               ("twice", [5, 4])]
+    assert j["variables"] == [] and j["sizes"]["file"] == pkg.stat().st_size
+    assert j["kernels"] == sum(j["kernels_per_backend"].values()) and j["cpu_fallbacks"] == []
+    r = kiln("inspect", CORPUS / "variable.kiln", "--json", "--device", "cpu")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["variables"] == [{"name": "v", "dtype": "f32", "shape": [3], "bytes": 12}]
+    r = kiln("inspect", onnx_path, "--json", "--shape", "X=2,4", "--device", "cpu")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert j["format"] == "onnx" and j["opset"] == 17 and j["producer"] == "kiln-test"
+    assert j["inputs"] == [{"name": "X", "dtype": "f32", "shape": [2, 4], "dim_params": ["batch", ""]}]
+    assert j["op_histogram"] == {"Add": 1, "MatMul": 1, "Mul": 1, "Relu": 1}
+    assert j["parameters"] == {"count": 16, "bytes": 64}
 
 
 def test_inspect_package_with_a_variable():

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "tools/kiln/commands.h"
 #include "tools/kiln/model_args.h"
@@ -16,8 +17,79 @@ struct InspectOptions {
   std::vector<std::string> values;
   std::string device;
   bool dump = false;
+  bool json = false;
   PackageFlags package;
 };
+
+using Json = nlohmann::ordered_json;
+
+Json io_json(const std::string& name, DType dtype, const Shape& shape) {
+  return {{"name", name}, {"dtype", kiln::name(dtype)}, {"shape", shape}};
+}
+
+// What the text report says, as one JSON object (docs/cli.md lists the keys).
+Json inspect_json(const std::string& path, const PreparedModel& model) {
+  Json j;
+  j["path"] = path;
+  Json inputs = Json::array(), outputs = Json::array();
+  if (const onnx::Model* m = model.onnx ? &*model.onnx : nullptr) {
+    j["format"] = "onnx";
+    j["opset"] = m->opset;
+    j["ir_version"] = m->ir_version;
+    j["producer"] = m->producer;
+    for (const auto& in : m->inputs) {
+      inputs.push_back(io_json(in.name, in.dtype, in.shape));
+      inputs.back()["dim_params"] = in.dim_params;
+    }
+    for (const auto& out : m->outputs) {
+      outputs.push_back(io_json(out.name, out.dtype, out.shape));
+      outputs.back()["dim_params"] = out.dim_params;
+    }
+    j["inputs"] = inputs;
+    j["outputs"] = outputs;
+    j["parameters"] = {{"count", m->parameter_count}, {"bytes", m->parameter_bytes}};
+    j["op_histogram"] = m->op_histogram;
+  } else {
+    const PackageInfo& p = *model.exe.package_info();
+    j["format"] = "kiln-package";
+    j["format_version"] = p.format_version;
+    j["kiln_version"] = p.kiln_version;
+    j["producer"] = p.producer;
+    j["source_hash"] = p.source_hash;
+    j["compiled_for"] = p.compiled_for;
+    j["replanned"] = p.replanned;
+    for (const auto& in : model.inputs) inputs.push_back(io_json(in.name, in.dtype, in.shape));
+    for (const auto& out : model.outputs)
+      outputs.push_back(io_json(out.name, out.dtype, out.shape));
+    j["inputs"] = inputs;
+    j["outputs"] = outputs;
+    j["variables"] = Json::array();
+    for (const std::string& v : model.exe.variable_names()) {
+      const Array value = model.exe.read_variable(v);
+      j["variables"].push_back(io_json(v, value.dtype(), value.shape()));
+      j["variables"].back()["bytes"] = value.nbytes();
+    }
+    if (const auto sizes = package_sizes(p.path))
+      j["sizes"] = {{"file", sizes->file}, {"data", sizes->data}, {"manifest", sizes->manifest}};
+  }
+  j["device"] = model.exe.device().str();
+  std::map<std::string, int> per_backend;
+  std::map<std::string, std::map<std::string, int>> per_op;
+  Json fallbacks = Json::array();
+  const auto steps = model.exe.placement();
+  for (const auto& s : steps) {
+    per_backend[s.backend]++;
+    per_op[s.op][s.backend]++;
+    if (!s.fallback_reason.empty())
+      fallbacks.push_back({{"node", s.node}, {"op", s.op}, {"reason", s.fallback_reason}});
+  }
+  j["kernels"] = steps.size();
+  j["kernels_per_backend"] = per_backend;
+  j["kernels_per_op"] = per_op;
+  j["cpu_fallbacks"] = fallbacks;
+  j["intermediate_bytes"] = model.exe.peak_intermediate_bytes();
+  return j;
+}
 
 void inspect_model(const InspectOptions& o) {
   ModelArgs args;
@@ -26,6 +98,12 @@ void inspect_model(const InspectOptions& o) {
   args.values = load_inputs(o.values, "--value");
   args.package = o.package;
   const PreparedModel model = prepare_model(o.model, args, pick_device(o.device));
+  if (o.json) {
+    Json j = inspect_json(o.model, model);
+    if (o.dump) j["program"] = model.exe.dump();
+    fmt::print("{}\n", j.dump(2));
+    return;
+  }
   if (model.onnx)
     print_model_summary(*model.onnx);
   else
@@ -53,6 +131,7 @@ void add_inspect_command(CLI::App& app) {
   cmd->add_flag("--dump", o->dump,
                 "Also print the optimized program: every node with its backend, output dtypes "
                 "and shapes, and memory plan");
+  cmd->add_flag("--json", o->json, "Print the report as one JSON object");
   add_package_flags(cmd, o->package);
   cmd->callback([o] { inspect_model(*o); });
 }

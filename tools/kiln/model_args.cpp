@@ -347,6 +347,18 @@ uint64_t header_u64(const unsigned char* h, size_t offset) {
 }
 }  // namespace
 
+std::optional<PackageSizes> package_sizes(const std::string& path) {
+  unsigned char h[package::kHeaderBytes] = {};
+  std::ifstream f(path, std::ios::binary);
+  f.read(reinterpret_cast<char*>(h), sizeof h);
+  if (f.gcount() != sizeof h) return std::nullopt;
+  PackageSizes r;
+  r.file = header_u64(h, package::header::file_size);
+  r.data = header_u64(h, package::header::manifest_offset) - package::kHeaderBytes;
+  r.manifest = header_u64(h, package::header::manifest_size);
+  return r;
+}
+
 void print_package_summary(const Executable& exe) {
   const PackageInfo* p = exe.package_info();
   if (!p) throw ValueError("[inspect] the executable was not loaded from a package");
@@ -387,17 +399,9 @@ void print_package_summary(const Executable& exe) {
     fmt::print("  {:<24} {}\n", op, where);
   }
 
-  // sizes, from the header (the reader has checked it)
-  unsigned char h[package::kHeaderBytes] = {};
-  std::ifstream f(p->path, std::ios::binary);
-  f.read(reinterpret_cast<char*>(h), sizeof h);
-  if (f.gcount() == sizeof h) {
-    const uint64_t file_size = header_u64(h, package::header::file_size);
-    const uint64_t manifest_offset = header_u64(h, package::header::manifest_offset);
-    const uint64_t manifest_size = header_u64(h, package::header::manifest_size);
-    fmt::print("file: {} bytes: data sections {}, manifest {}\n", file_size,
-               bytes_str(manifest_offset - package::kHeaderBytes), bytes_str(manifest_size));
-  }
+  if (const auto sizes = package_sizes(p->path))
+    fmt::print("file: {} bytes: data sections {}, manifest {}\n", sizes->file,
+               bytes_str(sizes->data), bytes_str(sizes->manifest));
 }
 
 void print_placement(const Executable& exe) {
