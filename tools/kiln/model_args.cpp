@@ -173,6 +173,13 @@ void add_package_flags(CLI::App* cmd, PackageFlags& flags) {
                 "manifest is always checked)");
 }
 
+std::vector<Executable::IoInfo> package_outputs(const Executable& exe) {
+  std::vector<Executable::IoInfo> r = exe.outputs();
+  for (size_t i = 0; i < r.size(); ++i)
+    if (r[i].name.empty()) r[i].name = fmt::format("output{}", i);
+  return r;
+}
+
 namespace {
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -185,16 +192,6 @@ std::string dims_arg(const Shape& s) {
   return r.empty() ? "scalar" : r;
 }
 
-}  // namespace
-
-std::vector<Executable::IoInfo> package_outputs(const Executable& exe) {
-  std::vector<Executable::IoInfo> r = exe.outputs();
-  for (size_t i = 0; i < r.size(); ++i)
-    if (r[i].name.empty()) r[i].name = fmt::format("output{}", i);
-  return r;
-}
-
-namespace {
 PreparedModel load_package(const std::string& path, const ModelArgs& a, Device device) {
   const std::string& cmd = a.command;
   if (!a.values.empty())
@@ -221,24 +218,27 @@ PreparedModel load_package(const std::string& path, const ModelArgs& a, Device d
   m.outputs = package_outputs(m.exe);
   std::vector<std::string> names;
   for (const auto& in : m.inputs) names.push_back(in.name);
+  auto compiled = [&](const std::string& n, const char* option) -> const Executable::IoInfo& {
+    check_input_names(names, {n}, option);
+    return *std::find_if(m.inputs.begin(), m.inputs.end(),
+                         [&](const auto& i) { return i.name == n; });
+  };
   for (const auto& [n, s] : a.shapes) {
-    check_input_names(names, {n}, a.inputs.count(n) ? "--input" : "--shape");
-    const auto& in =
-        *std::find_if(m.inputs.begin(), m.inputs.end(), [&](const auto& i) { return i.name == n; });
-    if (s == in.shape) continue;
-    if (a.inputs.count(n))
+    if (a.inputs.count(n)) continue;  // the array's shape, checked below
+    const Executable::IoInfo& in = compiled(n, "--shape");
+    if (s != in.shape)
+      throw ValueError(fmt::format(
+          "[{}] --shape {}={}: '{}' is a kiln package compiled for {} {}; a package's shapes are "
+          "fixed when it is compiled (kiln convert --shape {}={})",
+          cmd, n, dims_arg(s), path, n, to_string(in.shape), n, dims_arg(s)));
+  }
+  for (const auto& [n, arr] : a.inputs) {
+    const Executable::IoInfo& in = compiled(n, "--input");
+    if (arr.shape() != in.shape)
       throw ShapeError(fmt::format(
           "[{}] --input {}: the array has shape {}, but '{}' is a kiln package compiled for {} {}; "
           "a package's shapes are fixed when it is compiled (kiln convert --shape {}={})",
-          cmd, n, to_string(s), path, n, to_string(in.shape), n, dims_arg(s)));
-    throw ValueError(fmt::format(
-        "[{}] --shape {}={}: '{}' is a kiln package compiled for {} {}; a package's shapes are "
-        "fixed when it is compiled (kiln convert --shape {}={})",
-        cmd, n, dims_arg(s), path, n, to_string(in.shape), n, dims_arg(s)));
-  }
-  for (const auto& [n, arr] : a.inputs) {
-    const auto& in =
-        *std::find_if(m.inputs.begin(), m.inputs.end(), [&](const auto& i) { return i.name == n; });
+          cmd, n, to_string(arr.shape()), path, n, to_string(in.shape), n, dims_arg(arr.shape())));
     if (arr.dtype() != in.dtype)
       throw DTypeError(fmt::format("[{}] --input {}: the array has dtype {}, the package input {}",
                                    cmd, n, name(arr.dtype()), name(in.dtype)));

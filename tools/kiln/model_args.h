@@ -91,7 +91,8 @@ struct PreparedModel {
   const char* prepare_what() const { return onnx ? "import + compile" : "load"; }
   /// Runs with inputs by name (already on the executable's device, or on the host).
   std::vector<Array> run(const std::map<std::string, Array>& inputs) const;
-  /// The same, with the inputs matched to the model once (for timing many runs).
+  /// The same, with the inputs matched to the model once (for timing many runs); the function
+  /// refers to this PreparedModel, which must outlive it.
   std::function<std::vector<Array>()> bind(const std::map<std::string, Array>& inputs) const;
 };
 
