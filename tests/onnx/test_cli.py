@@ -1,5 +1,6 @@
 """The kiln model commands (run, inspect, bench, convert) on tiny ONNX models made here with the
-onnx package; outputs are checked against numpy. KILN names the kiln binary (ctest sets it)."""
+onnx package; outputs are checked against numpy. KILN names the kiln binary (ctest sets it).
+The same commands on kiln packages: test_cli_package.py."""
 import os
 import subprocess
 
@@ -107,7 +108,6 @@ def test_run_errors_are_one_line(mlp, tmp_path):
     np.save(tmp_path / "wrong_shape.npy", RNG.standard_normal((2, 5)).astype(np.float32))
     np.save(tmp_path / "wrong_dtype.npy", RNG.standard_normal((2, 4)))  # float64
     x = f"X={tmp_path / 'x.npy'}"
-    assert_one_line_error(kiln("run", path, "--device", "cpu"), "X")  # missing input
     assert_one_line_error(kiln("run", path, "-i", f"X={tmp_path / 'wrong_shape.npy'}", "--device", "cpu"))
     assert_one_line_error(kiln("run", path, "-i", f"X={tmp_path / 'wrong_dtype.npy'}", "--device", "cpu"))
     assert_one_line_error(kiln("run", path, "-i", x, "-i", f"Q={tmp_path / 'x.npy'}", "--device", "cpu"), "Q")
@@ -118,6 +118,23 @@ def test_run_errors_are_one_line(mlp, tmp_path):
     (tmp_path / "text.onnx").write_text("not a model\n")
     assert_one_line_error(kiln("run", tmp_path / "text.onnx", "-i", x, "--device", "cpu"))
     assert_one_line_error(kiln("run"))  # a CLI11 parse error is one line too
+
+
+def test_run_random_inputs(mlp, tmp_path):
+    """Inputs not given are random (seeded, dim_params 1 unless --shape fixes them)."""
+    path, w, b = mlp
+    r = kiln("run", path, "--shape", "X=3,4", "--seed", 5, "-o", tmp_path / "a", "--device", "cpu")
+    assert r.returncode == 0, r.stderr
+    assert "input X" in r.stdout and "(3, 4) (random)" in r.stdout, r.stdout
+    x = np.load(tmp_path / "a" / "___twice.npy") / 2  # the random input, recovered exactly
+    assert x.shape == (3, 4) and np.all(np.abs(x) <= 1) and len(np.unique(x)) == 12, x
+    ref = np.maximum(x.astype(np.float64) @ w.astype(np.float64) + b, 0.0)
+    np.testing.assert_allclose(np.load(tmp_path / "a" / "mlp_relu.npy"), ref, rtol=1e-5, atol=1e-6)
+    r = kiln("run", path, "--seed", 5, "-o", tmp_path / "b", "--device", "cpu")
+    assert r.returncode == 0 and "(1, 4) (random)" in r.stdout, r.stdout + r.stderr
+    r = kiln("run", path, "--shape", "X=3,4", "--seed", 6, "-o", tmp_path / "c", "--device", "cpu")
+    assert r.returncode == 0, r.stderr
+    assert not np.array_equal(np.load(tmp_path / "c" / "___twice.npy"), 2 * x)
 
 
 def test_inspect(mlp):

@@ -5,7 +5,13 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <set>
+
+#include "io/package/format.h"
 
 namespace kiln::cli {
 
@@ -57,17 +63,22 @@ std::map<std::string, Array> load_inputs(const std::vector<std::string>& args,
   return inputs;
 }
 
+void check_input_names(const std::vector<std::string>& inputs,
+                       const std::vector<std::string>& names, const std::string& option) {
+  for (const std::string& n : names) {
+    if (std::find(inputs.begin(), inputs.end(), n) != inputs.end()) continue;
+    std::string known;
+    for (const auto& in : inputs) known += (known.empty() ? "" : ", ") + in;
+    throw ValueError(fmt::format("[{}] the model has no input '{}' (inputs: {})", option, n,
+                                 known.empty() ? "none" : known));
+  }
+}
+
 void check_input_names(const onnx::Model& model, const std::vector<std::string>& names,
                        const std::string& option) {
-  for (const std::string& n : names) {
-    bool found = false;
-    for (const auto& in : model.inputs) found = found || in.name == n;
-    if (found) continue;
-    std::string known;
-    for (const auto& in : model.inputs) known += (known.empty() ? "" : ", ") + in.name;
-    throw ValueError(
-        fmt::format("[{}] the model has no input '{}' (inputs: {})", option, n, known));
-  }
+  std::vector<std::string> inputs;
+  for (const auto& in : model.inputs) inputs.push_back(in.name);
+  check_input_names(inputs, names, option);
 }
 
 onnx::Model import_model(const std::string& path, const std::map<std::string, Shape>& shapes,
@@ -138,6 +149,166 @@ Device pick_device(const std::string& device) {
   return device.empty() ? default_device() : Device::parse(device);
 }
 
+bool is_package(const std::string& path, const std::string& command) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw IoError(fmt::format("[{}] '{}' is a directory, not a model file", command, path));
+  std::ifstream f(path, std::ios::binary);
+  if (!f)
+    throw IoError(fmt::format("[{}] cannot open '{}': {}", command, path, std::strerror(errno)));
+  char magic[sizeof package::kMagic] = {};
+  f.read(magic, sizeof magic);
+  // a package cut short inside its magic counts too: the reader then says it is truncated
+  const size_t n = static_cast<size_t>(f.gcount());
+  if (n >= 4 && std::memcmp(magic, package::kMagic, n) == 0) return true;
+  return std::filesystem::path(path).extension() == ".kiln";
+}
+
+void add_package_flags(CLI::App* cmd, PackageFlags& flags) {
+  cmd->add_flag("--strict", flags.strict,
+                "Package only: fail when it was compiled for another kind of device instead of "
+                "placing and planning it again");
+  cmd->add_flag("--no-verify-weights", flags.no_verify_weights,
+                "Package only: skip the checksums of constants and variables (faster load; the "
+                "manifest is always checked)");
+}
+
+std::vector<Executable::IoInfo> package_outputs(const Executable& exe) {
+  std::vector<Executable::IoInfo> r = exe.outputs();
+  for (size_t i = 0; i < r.size(); ++i)
+    if (r[i].name.empty()) r[i].name = fmt::format("output{}", i);
+  return r;
+}
+
+namespace {
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// "5,4" (as --shape takes it; "scalar" for a 0-d shape).
+std::string dims_arg(const Shape& s) {
+  std::string r;
+  for (int64_t d : s) r += (r.empty() ? "" : ",") + std::to_string(d);
+  return r.empty() ? "scalar" : r;
+}
+
+PreparedModel load_package(const std::string& path, const ModelArgs& a, Device device) {
+  const std::string& cmd = a.command;
+  if (!a.values.empty())
+    throw ValueError(fmt::format(
+        "[{}] --value is for ONNX models: '{}' is a kiln package, whose input values and shapes "
+        "were fixed when it was compiled",
+        cmd, path));
+  LoadOptions lo;
+  lo.strict = a.package.strict;
+  lo.verify_weights = !a.package.no_verify_weights;
+  PreparedModel m;
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    m.exe = Executable::load(path, device, lo);
+  } catch (const UnsupportedError& e) {
+    std::string msg = e.what();
+    const std::string api = "LoadOptions::strict";
+    if (const size_t at = msg.find(api); at != std::string::npos)
+      msg.replace(at, api.size(), "--strict");
+    throw UnsupportedError(msg);
+  }
+  m.prepare_ms = ms_since(t0);
+  m.inputs = m.exe.inputs();
+  m.outputs = package_outputs(m.exe);
+  std::vector<std::string> names;
+  for (const auto& in : m.inputs) names.push_back(in.name);
+  auto compiled = [&](const std::string& n, const char* option) -> const Executable::IoInfo& {
+    check_input_names(names, {n}, option);
+    return *std::find_if(m.inputs.begin(), m.inputs.end(),
+                         [&](const auto& i) { return i.name == n; });
+  };
+  for (const auto& [n, s] : a.shapes) {
+    if (a.inputs.count(n)) continue;  // the array's shape, checked below
+    const Executable::IoInfo& in = compiled(n, "--shape");
+    if (s != in.shape)
+      throw ValueError(fmt::format(
+          "[{}] --shape {}={}: '{}' is a kiln package compiled for {} {}; a package's shapes are "
+          "fixed when it is compiled (kiln convert --shape {}={})",
+          cmd, n, dims_arg(s), path, n, to_string(in.shape), n, dims_arg(s)));
+  }
+  for (const auto& [n, arr] : a.inputs) {
+    const Executable::IoInfo& in = compiled(n, "--input");
+    if (arr.shape() != in.shape)
+      throw ShapeError(fmt::format(
+          "[{}] --input {}: the array has shape {}, but '{}' is a kiln package compiled for {} {}; "
+          "a package's shapes are fixed when it is compiled (kiln convert --shape {}={})",
+          cmd, n, to_string(arr.shape()), path, n, to_string(in.shape), n, dims_arg(arr.shape())));
+    if (arr.dtype() != in.dtype)
+      throw DTypeError(fmt::format("[{}] --input {}: the array has dtype {}, the package input {}",
+                                   cmd, n, name(arr.dtype()), name(in.dtype)));
+  }
+  return m;
+}
+
+PreparedModel import_and_compile(const std::string& path, const ModelArgs& a, Device device) {
+  const std::string& cmd = a.command;
+  if (a.package.strict || a.package.no_verify_weights)
+    throw ValueError(fmt::format("[{}] {} is for kiln packages, and '{}' is an ONNX model", cmd,
+                                 a.package.strict ? "--strict" : "--no-verify-weights", path));
+  PreparedModel m;
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    m.onnx = import_model(path, a.shapes, a.values, a.default_dim);
+  } catch (const FormatError& e) {
+    const std::string msg = e.what();
+    if (msg.find("not an ONNX model") == std::string::npos) throw;
+    throw FormatError(fmt::format(
+        "[{}] '{}' is neither a kiln package (it does not start with \"KILNPKG\") nor an ONNX "
+        "model: {}",
+        cmd, path, msg));
+  }
+  const onnx::Model& model = *m.onnx;
+  std::vector<std::string> given;
+  for (const auto& [n, arr] : a.inputs) given.push_back(n);
+  check_input_names(model, given, "--input");
+  const std::map<std::string, Shape> concrete = concrete_shapes(model, a.shapes);
+  m.exe = model.graph.compile(device, model.feed_shapes(concrete), model.output_tensors());
+  m.prepare_ms = ms_since(t0);
+  for (const auto& in : model.inputs) m.inputs.push_back({in.name, concrete.at(in.name), in.dtype});
+  const auto outs = m.exe.outputs();
+  for (size_t i = 0; i < model.outputs.size() && i < outs.size(); ++i)
+    m.outputs.push_back({model.outputs[i].name, outs[i].shape, outs[i].dtype});
+  return m;
+}
+}  // namespace
+
+PreparedModel prepare_model(const std::string& path, const ModelArgs& args, Device device) {
+  return is_package(path, args.command) ? load_package(path, args, device)
+                                        : import_and_compile(path, args, device);
+}
+
+std::vector<Array> PreparedModel::run(const std::map<std::string, Array>& by_name) const {
+  return onnx ? exe.run(onnx->feeds(by_name)) : exe.run(by_name);
+}
+
+std::function<std::vector<Array>()> PreparedModel::bind(
+    const std::map<std::string, Array>& by_name) const {
+  if (onnx) return [this, feeds = onnx->feeds(by_name)] { return exe.run(feeds); };
+  return [this, by_name] { return exe.run(by_name); };
+}
+
+std::map<std::string, Array> complete_inputs(const PreparedModel& model,
+                                             const std::map<std::string, Array>& given,
+                                             uint64_t seed) {
+  std::map<std::string, Array> r = given;
+  std::mt19937_64 rng(seed);
+  for (const auto& in : model.inputs)
+    if (!r.count(in.name)) r[in.name] = random_array(in.shape, in.dtype, rng);
+  return r;
+}
+
+void print_inputs(const PreparedModel& model, const std::map<std::string, Array>& given) {
+  for (const auto& in : model.inputs)
+    fmt::print("  input {:<20} {:<5} {}{}\n", in.name, name(in.dtype), to_string(in.shape),
+               given.count(in.name) ? " (given)" : " (random)");
+}
+
 void print_model_summary(const onnx::Model& model) {
   fmt::print("opset {}, ir_version {}, producer {}\n", model.opset, model.ir_version,
              model.producer.empty() ? "(none)" : model.producer);
@@ -161,11 +332,84 @@ void print_model_summary(const onnx::Model& model) {
   for (const auto& [op, n] : ops) fmt::print("  {:<24} {}\n", op, n);
 }
 
+namespace {
+std::string bytes_str(uint64_t bytes) {
+  if (bytes < 1024) return fmt::format("{} bytes", bytes);
+  if (bytes < 1024 * 1024) return fmt::format("{:.1f} KiB", static_cast<double>(bytes) / 1024.0);
+  return fmt::format("{:.2f} MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+}
+
+// A little-endian u64 of the package header.
+uint64_t header_u64(const unsigned char* h, size_t offset) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | h[offset + static_cast<size_t>(i)];
+  return v;
+}
+}  // namespace
+
+std::optional<PackageSizes> package_sizes(const std::string& path) {
+  unsigned char h[package::kHeaderBytes] = {};
+  std::ifstream f(path, std::ios::binary);
+  f.read(reinterpret_cast<char*>(h), sizeof h);
+  if (f.gcount() != sizeof h) return std::nullopt;
+  PackageSizes r;
+  r.file = header_u64(h, package::header::file_size);
+  r.data = header_u64(h, package::header::manifest_offset) - package::kHeaderBytes;
+  r.manifest = header_u64(h, package::header::manifest_size);
+  return r;
+}
+
+void print_package_summary(const Executable& exe) {
+  const PackageInfo* p = exe.package_info();
+  if (!p) throw ValueError("[inspect] the executable was not loaded from a package");
+  fmt::print("kiln package {}: format version {}, written by kiln {}\n", p->path, p->format_version,
+             p->kiln_version.empty() ? "(unknown)" : p->kiln_version);
+  fmt::print("producer {}, source hash {}\n", p->producer.empty() ? "(none)" : p->producer,
+             p->source_hash.empty() ? "(none)" : p->source_hash);
+  if (p->replanned)
+    fmt::print("compiled for {}, loaded for {}: placed and planned again\n", p->compiled_for,
+               exe.device().str());
+  else
+    fmt::print("compiled for {}, loaded for {} as compiled\n", p->compiled_for, exe.device().str());
+  fmt::print("inputs:\n");
+  for (const auto& in : exe.inputs())
+    fmt::print("  {:<24} {:<5} {}\n", in.name, name(in.dtype), to_string(in.shape));
+  fmt::print("outputs:\n");
+  for (const auto& out : package_outputs(exe))
+    fmt::print("  {:<24} {:<5} {}\n", out.name, name(out.dtype), to_string(out.shape));
+  std::vector<std::pair<std::string, Array>> variables;
+  uint64_t variable_bytes = 0;
+  for (const std::string& v : exe.variable_names()) {
+    variables.emplace_back(v, exe.read_variable(v));
+    variable_bytes += variables.back().second.nbytes();
+  }
+  if (variables.empty())
+    fmt::print("variables: none\n");
+  else
+    fmt::print("variables: {} ({})\n", variables.size(), bytes_str(variable_bytes));
+  for (const auto& [v, value] : variables)
+    fmt::print("  {:<24} {:<5} {}\n", v, name(value.dtype()), to_string(value.shape()));
+  std::map<std::string, std::map<std::string, int>> per_op;  // op -> backend -> kernels
+  for (const auto& s : exe.placement()) per_op[s.op][s.backend]++;
+  fmt::print("kernels per op:\n");
+  for (const auto& [op, backends] : per_op) {
+    std::string where;
+    for (const auto& [b, n] : backends)
+      where += fmt::format("{}{} on {}", where.empty() ? "" : ", ", n, b);
+    fmt::print("  {:<24} {}\n", op, where);
+  }
+
+  if (const auto sizes = package_sizes(p->path))
+    fmt::print("file: {} bytes: data sections {}, manifest {}\n", sizes->file,
+               bytes_str(sizes->data), bytes_str(sizes->manifest));
+}
+
 void print_placement(const Executable& exe) {
   const auto steps = exe.placement();
   std::map<std::string, int> per_backend;
   for (const auto& s : steps) per_backend[s.backend]++;
-  fmt::print("compiled for {}: {} kernels", exe.device().str(), steps.size());
+  fmt::print("{} {}: {} kernels", exe.package_info() ? "planned for" : "compiled for",
+             exe.device().str(), steps.size());
   for (const auto& [b, n] : per_backend) fmt::print(", {} on {}", n, b);
   fmt::print("\n");
   int fallbacks = 0;
