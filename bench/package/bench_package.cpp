@@ -2,11 +2,16 @@
 // starting it from a package (load + first run), on a ResNet-50-sized model.
 //
 //   .venv/bin/python bench/package/make_resnet50_onnx.py resnet50.onnx
-//   build/bench/package/kiln_bench_package resnet50.onnx [--device cpu] [--reps 5]
+//   build/bench/package/kiln_bench_package resnet50.onnx [--device cpu|cuda] [--reps 5]
 //
 // Prints the median of `reps` cold starts of each path (the package file is in the page cache,
 // as it is when an app starts again), the load time without the weights' checksums (the weights
 // are memory-mapped and only read by the first run), and the ratios.
+//
+// On a GPU every start begins with no tuning decisions in the process, as a new process does:
+// the compiled executable's first run measures the cuDNN convolution algorithms; the package,
+// saved after a run, carries them, so its first run measures nothing. A package saved before any
+// run (no tuning stored) shows what the stored tuning saves.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -18,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "core/device_backend.h"
 #include "kiln/kiln.h"
 #include "kiln/onnx.h"
 
@@ -45,6 +51,15 @@ Array input(const Shape& s) {
 bool same(const Array& a, const Array& b) {
   return a.shape() == b.shape() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
 }
+
+// A start as in a new process: no tuning decisions made yet (GPU backends).
+void forget_tuning(Device device) {
+  if (DeviceBackend* b = backend_of(device)) b->clear_tuning();
+}
+int64_t measured(Device device) {
+  DeviceBackend* b = backend_of(device);
+  return b ? b->tuning_stats().measured : 0;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -61,15 +76,20 @@ int main(int argc, char** argv) {
       model_path = a;
   }
   if (model_path.empty()) {
-    fmt::print(stderr, "usage: kiln_bench_package MODEL.onnx [--device cpu] [--reps N]\n");
+    fmt::print(stderr, "usage: kiln_bench_package MODEL.onnx [--device cpu|cuda] [--reps N]\n");
     return 2;
   }
   const std::string package_path = model_path + ".kiln";
+  const std::string untuned_path = model_path + ".untuned.kiln";
+  const bool gpu = device.kind != Device::Kind::cpu;
   try {
-    std::vector<double> t_import, t_compile, t_first, t_load, t_load_first, t_load_nocheck;
+    std::vector<double> t_import, t_compile, t_first, t_load, t_load_first, t_load_nocheck,
+        t_untuned_first;
+    int64_t compiled_measured = 0, loaded_measured = 0, untuned_measured = 0;
     Array x, want;
     std::string input_name;
     for (int r = 0; r < reps; ++r) {
+      forget_tuning(device);
       auto t0 = Clock::now();
       onnx::Model m = onnx::import(model_path);
       t_import.push_back(ms_since(t0));
@@ -79,10 +99,13 @@ int main(int argc, char** argv) {
       if (r == 0) {
         input_name = exe.inputs().at(0).name;
         x = input(exe.inputs().at(0).shape);
+        if (gpu) exe.save(untuned_path);  // before any run: no tuning to store
       }
+      const int64_t m0 = measured(device);
       t0 = Clock::now();
       Array y = exe.run(std::map<std::string, Array>{{input_name, x}})[0].to(Device::cpu());
       t_first.push_back(ms_since(t0));
+      compiled_measured = measured(device) - m0;
       if (r == 0) {
         want = y;
         t0 = Clock::now();
@@ -93,12 +116,15 @@ int main(int argc, char** argv) {
       }
     }
     for (int r = 0; r < reps; ++r) {
+      forget_tuning(device);
+      const int64_t m0 = measured(device);
       auto t0 = Clock::now();
       Executable exe = Executable::load(package_path, device);
       t_load.push_back(ms_since(t0));
       t0 = Clock::now();
       Array y = exe.run(std::map<std::string, Array>{{input_name, x}})[0].to(Device::cpu());
       t_load_first.push_back(ms_since(t0));
+      loaded_measured = measured(device) - m0;
       if (!same(y, want)) {
         fmt::print(stderr, "the loaded executable's output differs from the compiled one's\n");
         return 1;
@@ -106,6 +132,15 @@ int main(int argc, char** argv) {
       t0 = Clock::now();
       Executable fast = Executable::load(package_path, device, {.verify_weights = false});
       t_load_nocheck.push_back(ms_since(t0));
+      if (gpu) {
+        forget_tuning(device);
+        const int64_t m1 = measured(device);
+        Executable untuned = Executable::load(untuned_path, device);
+        t0 = Clock::now();
+        untuned.run(std::map<std::string, Array>{{input_name, x}})[0].to(Device::cpu());
+        t_untuned_first.push_back(ms_since(t0));
+        untuned_measured = measured(device) - m1;
+      }
     }
     const double imp = median(t_import), comp = median(t_compile), first = median(t_first);
     const double load = median(t_load), lfirst = median(t_load_first),
@@ -116,6 +151,13 @@ int main(int argc, char** argv) {
                comp, first, cold);
     fmt::print("#   load {:.1f} ms + first run {:.1f} ms = {:.1f} ms\n", load, lfirst, warm);
     fmt::print("#   load without weight checksums: {:.2f} ms\n", nocheck);
+    if (gpu) {
+      fmt::print("#   cuDNN algorithms measured by a first run: compiled {}, loaded {}, loaded "
+                 "without stored tuning {}\n",
+                 compiled_measured, loaded_measured, untuned_measured);
+      fmt::print("#   first run of a package without stored tuning: {:.1f} ms\n",
+                 median(t_untuned_first));
+    }
     fmt::print(
         "#   start from the package is {:.1f}x faster (startup before the first run: {:.1f}x)\n",
         cold / warm, (imp + comp) / load);
@@ -124,10 +166,15 @@ int main(int argc, char** argv) {
     fmt::print("kiln package_load_ms {:.2f}\n", load);
     fmt::print("kiln package_load_no_weight_check_ms {:.3f}\n", nocheck);
     fmt::print("kiln package_speedup {:.2f}\n", cold / warm);
+    if (gpu) {
+      fmt::print("kiln package_untuned_first_run_ms {:.2f}\n", median(t_untuned_first));
+      fmt::print("kiln package_first_run_measurements {}\n", loaded_measured);
+    }
   } catch (const Error& e) {
     fmt::print(stderr, "{}\n", e.what());
     return 1;
   }
   std::filesystem::remove(package_path);
+  std::filesystem::remove(untuned_path);
   return 0;
 }

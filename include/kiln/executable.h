@@ -30,7 +30,8 @@ struct LoadOptions {
   /// Check the checksum of every constant and variable (the manifest's is always checked).
   bool verify_weights = true;
   /// A package compiled for another kind of device throws UnsupportedError instead of being
-  /// placed and planned again for `device`.
+  /// placed and planned again for `device`; so do tuning decisions made on another GPU, SM
+  /// architecture or library version, instead of being measured again.
   bool strict = false;
 };
 

@@ -4,12 +4,32 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <vector>
 
+#include "core/graph_impl.h"
+#include "core/op_id.h"
+#include "core/tuning.h"
 #include "kiln/array.h"
 #include "kiln/device.h"
 #include "kiln/kernel.h"
 
 namespace kiln {
+
+/// A kernel call of an executable as a backend sees it for tuning: the op, its attributes, and
+/// the types of its inputs and outputs.
+struct KernelCall {
+  OpId op{};
+  const Attrs* attrs = nullptr;
+  std::vector<TensorInfo> inputs, outputs;
+};
+
+/// How the tuning decisions of a process were made.
+struct TuningStats {
+  int64_t measured = 0;   // by running candidates (cudnnFind...)
+  int64_t seeded = 0;     // taken from a package
+  int64_t heuristic = 0;  // from the library's heuristics, without running
+};
 
 class DeviceBackend {
  public:
@@ -35,6 +55,31 @@ class DeviceBackend {
   virtual void release_mapped(void* ptr) = 0;
   /// Bytes free on the device and its total memory.
   virtual void memory_info(int device, size_t* free, size_t* total) = 0;
+
+  // Tuning decisions (library algorithms chosen per problem, e.g. by measuring on a first run),
+  // so that a package can carry them (src/core/tuning.h). Backends without any keep the defaults.
+
+  /// What decisions made on `device` hold for (its name, architecture, library versions).
+  virtual TuningIdentity tuning_identity(int device) { return {}; }
+  /// The decisions made so far on `device` for the problems of `calls` (the executable's steps on
+  /// this backend). Measures nothing: problems not run yet are absent.
+  virtual std::vector<TuningRecord> export_tuning(int device,
+                                                  const std::vector<KernelCall>& calls) {
+    return {};
+  }
+  /// Seeds the decisions of `device` with `records` (of a matching identity), so that their
+  /// problems are not measured again; decisions already made are kept, records of unknown kinds
+  /// are skipped. Returns why a record is invalid ("record 3: ..."; nothing is seeded then), or
+  /// an empty string. `seeded` counts the records taken.
+  virtual std::string import_tuning(int device, const std::vector<TuningRecord>& records,
+                                    size_t* seeded) {
+    if (seeded) *seeded = 0;
+    return {};
+  }
+  /// Counts of the decisions this process made, for tests and benchmarks.
+  virtual TuningStats tuning_stats() { return {}; }
+  /// Forgets every decision and seed (tests and benchmarks: the next run measures again).
+  virtual void clear_tuning() {}
 };
 
 /// Moves the bytes of `storage` to `device` in place (every Array sharing it follows): how a

@@ -3,7 +3,9 @@
 // Regenerate with: kiln_package_tests --gtest_also_run_disabled_tests
 // --gtest_filter=PackageCorpus.*
 #include <filesystem>
+#include <fstream>
 
+#include "package/tuned_package.h"
 #include "support/reference.h"
 
 namespace kiln {
@@ -45,6 +47,16 @@ TEST(PackageCorpus, DISABLED_WriteFuzzSeeds) {
     auto x = g.placeholder({3}, f32, "x");
     g.compile(Device::cpu(), {}, {add(x, v)}, {assign(v, mul(v, g.scalar(0.5)))})
         .save(dir + "variable.kiln");
+  }
+  {
+    // a tuning section for CUDA (the fuzzer loads on the CPU, which checks and parses it)
+    Graph g;
+    auto x = g.placeholder({2, 3}, f32, "x");
+    auto exe = g.compile(Device::cpu(), {}, {relu(x)});
+    const auto bytes = save_with_tuning(exe, sample_identity(), sample_conv_records());
+    std::ofstream out(dir + "tuned.kiln", std::ios::binary);
+    out.write(reinterpret_cast<const char*>(bytes.data()),
+              static_cast<std::streamsize>(bytes.size()));
   }
   for (auto& e : std::filesystem::directory_iterator(dir))
     EXPECT_LT(std::filesystem::file_size(e.path()), 8192u) << e.path();

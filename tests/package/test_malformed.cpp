@@ -13,6 +13,7 @@
 #include "io/package/format.h"
 #include "io/package/manifest_generated.h"
 #include "io/package/validate.h"
+#include "package/tuned_package.h"
 #include "runtime/executable_impl.h"
 #include "support/reference.h"
 
@@ -40,26 +41,37 @@ struct Fixture {
   std::vector<Array> want;
 };
 
-const Fixture& fixture() {
-  static const Fixture f = [] {
-    Fixture r;
-    Graph g;
-    auto x = g.placeholder({2, 4}, f32, "x");
-    auto v = g.variable(random_array({3}, f32), "bias");
-    auto h =
-        relu(linear(x, g.constant(random_array({5, 4}, f32)), g.constant(random_array({5}, f32))));
-    auto y = add(linear(h, g.constant(random_array({3, 5}, f32))), v);
-    auto exe = g.compile(Device::cpu(), {}, {y, reshape(h, {10})});
+Fixture make_fixture(bool tuned) {
+  Fixture r;
+  Graph g;
+  auto x = g.placeholder({2, 4}, f32, "x");
+  auto v = g.variable(random_array({3}, f32), "bias");
+  auto h =
+      relu(linear(x, g.constant(random_array({5, 4}, f32)), g.constant(random_array({5}, f32))));
+  auto y = add(linear(h, g.constant(random_array({3, 5}, f32))), v);
+  auto exe = g.compile(Device::cpu(), {}, {y, reshape(h, {10})});
+  if (tuned) {
+    r.bytes = save_with_tuning(exe, sample_identity(), sample_conv_records());
+  } else {
     const std::string path =
         testing::TempDir() + "kiln_pkg_malformed_" + std::to_string(::getpid()) + ".kiln";
     exe.save(path);
     std::ifstream in(path, std::ios::binary);
     r.bytes.assign(std::istreambuf_iterator<char>(in), {});
     std::filesystem::remove(path);
-    r.feeds = {{"x", random_array({2, 4}, f32)}};
-    r.want = exe.run(r.feeds);
-    return r;
-  }();
+  }
+  r.feeds = {{"x", random_array({2, 4}, f32)}};
+  r.want = exe.run(r.feeds);
+  return r;
+}
+
+const Fixture& fixture() {
+  static const Fixture f = make_fixture(false);
+  return f;
+}
+// The same with a tuning section for CUDA (made without a GPU), which the CPU checks and skips.
+const Fixture& tuned_fixture() {
+  static const Fixture f = make_fixture(true);
   return f;
 }
 
@@ -107,21 +119,24 @@ TEST(PackageMalformed, TheFixtureLoadsAndRuns) {
 }
 
 TEST(PackageMalformed, TruncatedAnywhere) {
-  const Bytes& full = fixture().bytes;
-  std::vector<size_t> cuts;
-  for (size_t n = 0; n <= package::kHeaderBytes; ++n) cuts.push_back(n);
-  for (size_t n = package::kHeaderBytes; n < full.size();
-       n += std::max<size_t>(1, full.size() / 300))
-    cuts.push_back(n);
-  cuts.push_back(full.size() - 1);
-  for (size_t n : cuts) {
-    SCOPED_TRACE("cut at " + std::to_string(n));
-    expect_error<FormatError>([&] { load(Bytes(full.begin(), full.begin() + n)); }, {"[package]"});
+  for (const Fixture* f : {&fixture(), &tuned_fixture()}) {
+    const Bytes& full = f->bytes;
+    std::vector<size_t> cuts;
+    for (size_t n = 0; n <= package::kHeaderBytes; ++n) cuts.push_back(n);
+    for (size_t n = package::kHeaderBytes; n < full.size();
+         n += std::max<size_t>(1, full.size() / 300))
+      cuts.push_back(n);
+    cuts.push_back(full.size() - 1);
+    for (size_t n : cuts) {
+      SCOPED_TRACE("cut at " + std::to_string(n));
+      expect_error<FormatError>([&] { load(Bytes(full.begin(), full.begin() + n)); },
+                                {"[package]"});
+    }
+    // longer than it says
+    Bytes longer = full;
+    longer.push_back(0);
+    expect_format_error(longer, {"header", "truncated or extended"});
   }
-  // longer than it says
-  Bytes longer = full;
-  longer.push_back(0);
-  expect_format_error(longer, {"header", "truncated or extended"});
 }
 
 TEST(PackageMalformed, FlippedByteInHeader) {
@@ -449,6 +464,122 @@ TEST(PackageMalformed, RandomManifestEditsNeverCrash) {
   }
   EXPECT_GT(rejected, 0);
   std::printf("random manifest edits: %d loaded, %d rejected\n", loaded, rejected);
+}
+
+// ---- the tuning section ----
+
+fb::Tuning* tuning(Bytes& b) { return manifest(b)->mutable_tuning()->GetMutableObject(0); }
+
+TEST(PackageMalformed, TheTunedFixtureLoadsAndRuns) {
+  const Fixture& f = tuned_fixture();
+  Bytes b = f.bytes;
+  ASSERT_EQ(manifest(b)->tuning()->size(), 1u);
+  auto exe = load(b, {.strict = true});
+  const auto got = exe.run(f.feeds);
+  ASSERT_EQ(got.size(), f.want.size());
+  for (size_t k = 0; k < got.size(); ++k)
+    EXPECT_EQ(std::memcmp(got[k].data(), f.want[k].data(), got[k].nbytes()), 0);
+  // packages without GPU tuning have none
+  Bytes plain = fixture().bytes;
+  EXPECT_EQ(manifest(plain)->tuning()->size(), 0u);
+}
+
+TEST(PackageMalformed, FlippedByteInTuningSection) {
+  Bytes clean = tuned_fixture().bytes;
+  const uint64_t off = tuning(clean)->offset(), size = tuning(clean)->size();
+  ASSERT_GT(size, 16u);
+  for (uint64_t i = off; i < off + size; i += 3) {
+    SCOPED_TRACE("byte " + std::to_string(i));
+    Bytes b = clean;
+    b[i] ^= 0x04;
+    // checked whether or not the weights are
+    for (bool verify : {true, false})
+      expect_format_error(b, {"tuning section 0 (cuda)", fmt::format("offset {}", off),
+                              "checksum mismatch"},
+                          {.verify_weights = verify});
+  }
+}
+
+// Edits of the tuning entry or of its blob with every checksum valid.
+TEST(PackageMalformed, TuningEditsWithValidChecksums) {
+  struct Case {
+    const char* name;
+    std::function<void(fb::Tuning&, Bytes&)> edit;  // the blob's checksum is fixed after it
+    std::vector<std::string> expect;
+  };
+  auto put_blob = [](Bytes& b, const fb::Tuning& t, uint64_t at, auto v) {
+    std::memcpy(b.data() + t.offset() + at, &v, sizeof v);
+  };
+  Bytes clean = tuned_fixture().bytes;
+  const uint64_t off = tuning(clean)->offset(), size = clean.size();
+  const std::vector<Case> cases = {
+      {"past the end", [&](fb::Tuning& t, Bytes&) { t.mutate_offset(size + 64); },
+       {"tuning section 0 (cuda)", "outside the file"}},
+      {"offset overflows", [&](fb::Tuning& t, Bytes&) { t.mutate_offset(~uint64_t{0} - 63); },
+       {"tuning section 0 (cuda)", "outside the file"}},
+      {"inside the header", [&](fb::Tuning& t, Bytes&) { t.mutate_offset(0); },
+       {"tuning section 0 (cuda)", "outside the file"}},
+      {"huge size", [&](fb::Tuning& t, Bytes&) { t.mutate_size(uint64_t{1} << 62); },
+       {"tuning section 0 (cuda)", "at most 16777216"}},
+      {"misaligned", [&](fb::Tuning& t, Bytes&) { t.mutate_offset(t.offset() - 8); },
+       {"tuning section 0 (cuda)", "multiple of 64"}},
+      {"unknown backend", [&](fb::Tuning& t, Bytes&) { t.mutate_backend(7); },
+       {"tuning section 0", "unknown backend 7"}},
+      {"huge record count",
+       [&](fb::Tuning& t, Bytes& b) { put_blob(b, t, 8, uint32_t{0xffffffff}); },
+       {"tuning section 0 (cuda)", fmt::format("offset {}", off + 8), "do not fit"}},
+      {"huge key count", [&](fb::Tuning& t, Bytes& b) { put_blob(b, t, 18, uint16_t{60000}); },
+       {fmt::format("offset {}", off + 16), "record 0 has 60000 key"}},
+      {"a record cut off", [&](fb::Tuning& t, Bytes& b) { t.mutate_size(t.size() - 8); },
+       {"tuning section 0 (cuda)", "record 2 of 3 is cut off"}},
+      {"bytes after the records", [&](fb::Tuning& t, Bytes& b) { put_blob(b, t, 8, uint32_t{2}); },
+       {"bytes after the last record"}},
+      {"bad magic", [&](fb::Tuning& t, Bytes& b) { put_blob(b, t, 0, uint32_t{0}); },
+       {fmt::format("offset {}", off), "bad magic"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Bytes b = clean;
+    fb::Tuning& t = *tuning(b);
+    c.edit(t, b);
+    if (t.offset() == off && t.size() <= b.size() - off)
+      t.mutate_xxh3(package::xxh3(b.data() + off, t.size()));
+    fix_checksums(b);
+    std::vector<std::string> parts = c.expect;
+    parts.push_back("[package] <memory>: ");
+    expect_format_error(b, parts);
+  }
+  // a blob of a later version is skipped, not an error
+  Bytes newer = clean;
+  fb::Tuning& t = *tuning(newer);
+  std::memcpy(newer.data() + off + 4, "\x05\0\0\0", 4);
+  t.mutate_xxh3(package::xxh3(newer.data() + off, t.size()));
+  fix_checksums(newer);
+  load(newer, {.strict = true}).run(tuned_fixture().feeds);
+}
+
+// Random bytes in the blob with valid checksums: the loader rejects or loads, never crashes.
+TEST(PackageMalformed, RandomTuningEditsNeverCrash) {
+  const Fixture& f = tuned_fixture();
+  Bytes clean = f.bytes;
+  const uint64_t off = tuning(clean)->offset(), size = tuning(clean)->size();
+  std::uniform_int_distribution<uint64_t> pos(off, off + size - 1);
+  std::uniform_int_distribution<int> byte(0, 255), count(1, 4);
+  int loaded = 0, rejected = 0;
+  for (int it = 0; it < 1000; ++it) {
+    Bytes b = clean;
+    for (int k = count(rng()); k > 0; --k) b[pos(rng())] = static_cast<uint8_t>(byte(rng()));
+    tuning(b)->mutate_xxh3(package::xxh3(b.data() + off, size));
+    fix_checksums(b);
+    try {
+      load(b).run(f.feeds);
+      ++loaded;
+    } catch (const FormatError&) {
+      ++rejected;
+    }
+  }
+  EXPECT_GT(rejected, 0);
+  EXPECT_GT(loaded, 0);  // edits of keys and values are records the CPU does not read
 }
 
 TEST(PackageMalformed, NotAFile) {

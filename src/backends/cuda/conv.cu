@@ -20,6 +20,7 @@
 #include "backends/cuda/handles.h"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/library_check.h"
+#include "backends/cuda/tuning.h"
 
 namespace kiln::cuda {
 
@@ -403,34 +404,91 @@ struct ConvPlan {
   std::optional<Algo> algo;
 };
 
-// The algorithm of a problem, chosen on its first run: measured on the step's buffers when
-// `find` is given (this waits for the stream once per problem), else by cuDNN's heuristics.
+// Every problem's plan in the process, keyed by problem_key, and the choices seeded from packages
+// for problems not run yet.
+struct PlanCache {
+  std::mutex mu;
+  std::map<std::vector<int64_t>, std::unique_ptr<ConvPlan>> plans;
+  std::map<std::vector<int64_t>, Algo> seeds;
+  TuningStats stats;
+};
+PlanCache& plan_cache() {
+  static PlanCache c;
+  return c;
+}
+
+// The workspace `algo` needs with `math` on problem `d` (nullopt: cuDNN refuses it).
+std::optional<size_t> workspace_for(cudnnHandle_t h, Pass pass, const Descriptors& d, int algo,
+                                    cudnnMathType_t math) {
+  return workspace_of(d, math, [&](size_t* b) {
+    switch (pass) {
+      case Pass::forward:
+        return cudnnGetConvolutionForwardWorkspaceSize(
+            h, d.x, d.w, d.conv, d.y, static_cast<cudnnConvolutionFwdAlgo_t>(algo), b);
+      case Pass::backward_data:
+        return cudnnGetConvolutionBackwardDataWorkspaceSize(
+            h, d.w, d.y, d.conv, d.x, static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), b);
+      case Pass::backward_filter:
+        return cudnnGetConvolutionBackwardFilterWorkspaceSize(
+            h, d.x, d.y, d.conv, d.w, static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), b);
+    }
+    return CUDNN_STATUS_BAD_PARAM;
+  });
+}
+
+// The algorithm of a problem, chosen on its first run: a seed from a package when cuDNN takes it,
+// else measured on the step's buffers when `find` is given (this waits for the stream once per
+// problem), else by cuDNN's heuristics.
 const ConvPlan& plan_for(cudnnHandle_t h, Pass pass, int device, DType t, const Problem& p,
                          const FindBuffers* find, KernelContext& ctx) {
-  static std::mutex mu;
-  static std::map<std::vector<int64_t>, std::unique_ptr<ConvPlan>> plans;
+  PlanCache& cache = plan_cache();
   const auto key = problem_key(pass, device, t, p);
+  std::optional<Algo> seed;
   {
-    std::lock_guard<std::mutex> l(mu);
-    auto it = plans.find(key);
-    if (it != plans.end()) return *it->second;
+    std::lock_guard<std::mutex> l(cache.mu);
+    auto it = cache.plans.find(key);
+    if (it != cache.plans.end()) return *it->second;
+    if (auto s = cache.seeds.find(key); s != cache.seeds.end()) seed = s->second;
   }
   auto plan = std::make_unique<ConvPlan>();
   const Descriptors& d = plan->d;
   make_descriptors(plan->d, p, t, requested_math(t), ctx.op_name());
   std::optional<Algo> a;
-  if (find) {
+  enum { heuristic, seeded, measured } how = heuristic;
+  if (seed) {
+    // the workspace is asked of cuDNN again: the file says only which algorithm
+    if (auto ws = workspace_for(h, pass, d, seed->algo, seed->math); ws && *ws <= kMaxWorkspace) {
+      a = Algo{seed->algo, *ws, seed->math};
+      how = seeded;
+    }
+    KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, requested_math(t)));
+  }
+  if (!a && find) {
     FindBuffers b = *find;
     b.workspace = ctx.scratch(b.workspace_bytes);  // only on the first run of a problem
     a = measure_algo(h, pass, t, d, b);
+    how = measured;
     // the candidates ran with other math types: the step's own setting again
     KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, requested_math(t)));
   }
   if (!a) a = find_algo(h, pass, t, d);
   if (a) KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, a->math));
   plan->algo = a;
-  std::lock_guard<std::mutex> l(mu);
-  return *plans.emplace(key, std::move(plan)).first->second;  // the first one made wins
+  std::lock_guard<std::mutex> l(cache.mu);
+  ++(how == seeded ? cache.stats.seeded
+    : how == measured ? cache.stats.measured
+                      : cache.stats.heuristic);
+  return *cache.plans.emplace(key, std::move(plan)).first->second;  // the first one made wins
+}
+
+// Samples per cuDNN call: the batch is split where a tensor passes cuDNN's int sizes.
+int64_t batch_chunk(const Problem& full, const char* op) {
+  const int64_t per_sample = std::max(full.C * full.in_size(), full.O * full.out_size());
+  const int64_t chunk = std::min<int64_t>(full.N, INT_MAX / std::max<int64_t>(per_sample, 1));
+  if (chunk < 1)
+    fail<UnsupportedError>("[{}] cuDNN takes at most {} elements per sample, got {}", op, INT_MAX,
+                           per_sample);
+  return chunk;
 }
 
 // Runs one pass on dense buffers: forward y = conv(x, w); backward_data x = convᵀ(y, w);
@@ -439,11 +497,7 @@ const ConvPlan& plan_for(cudnnHandle_t h, Pass pass, int device, DType t, const 
 void run_pass(KernelContext& ctx, Pass pass, const Problem& full, DType t, const void* x,
               const void* w, const void* y, void* out) {
   const char* op = ctx.op_name();
-  const int64_t per_sample = std::max(full.C * full.in_size(), full.O * full.out_size());
-  const int64_t chunk = std::min<int64_t>(full.N, INT_MAX / std::max<int64_t>(per_sample, 1));
-  if (chunk < 1)
-    fail<UnsupportedError>("[{}] cuDNN takes at most {} elements per sample, got {}", op, INT_MAX,
-                           per_sample);
+  const int64_t chunk = batch_chunk(full, op);
   const size_t es = size_of(t);
   const cudnnHandle_t h = cudnn_handle(ctx.device(), stream_of(ctx));
   const float one = 1.f, zero = 0.f;
@@ -511,19 +565,19 @@ struct Geometry {
   std::vector<int64_t> in, k, out, stride, dil, pb, pe;
 };
 
-Geometry geometry(const KernelContext& ctx, const Shape& x, const Shape& w, const Shape& y) {
+Geometry geometry(const Attrs& attrs, const Shape& x, const Shape& w, const Shape& y) {
   Geometry g;
   g.nd = static_cast<int>(x.size()) - 2;
   g.N = x[0];
   g.C = x[1];
   g.O = y[1];
-  g.G = ctx.attrs().i("groups");
+  g.G = attrs.i("groups");
   g.in.assign(x.begin() + 2, x.end());
   g.k.assign(w.begin() + 2, w.end());
   g.out.assign(y.begin() + 2, y.end());
-  g.stride = ctx.attrs().ints("stride");
-  g.dil = ctx.attrs().ints("dilation");
-  const auto& p = ctx.attrs().ints("pads");
+  g.stride = attrs.ints("stride");
+  g.dil = attrs.ints("dilation");
+  const auto& p = attrs.ints("pads");
   g.pb.assign(p.begin(), p.begin() + g.nd);
   g.pe.assign(p.begin() + g.nd, p.end());
   return g;
@@ -586,6 +640,60 @@ const void* bias_of(const KernelContext& ctx) {
   return ctx.attrs().b("has_bias") ? ctx.in(2).data : nullptr;
 }
 
+// What a conv-family op runs: one cuDNN pass on problem p, either on the step's own buffers
+// (direct) or through a copy of sizes `window` moved by `shift` (launch_window_copy): for conv
+// the zero-padded input, for conv_transpose the uncropped output, for conv_grad_weight the input
+// window the outputs read.
+struct ConvCall {
+  Pass pass = Pass::forward;
+  Geometry g;
+  bool direct = true;
+  Problem p;
+  std::vector<int64_t> window, shift;
+};
+
+// in0, in1, out0: the op's first two inputs and its output (x, w, y; for conv_grad_weight x, dy,
+// dw). Shared by the kernels and by export_conv_tuning, so both name the same problems.
+ConvCall conv_call(OpId op, const Attrs& attrs, const Shape& in0, const Shape& in1,
+                   const Shape& out0) {
+  ConvCall c;
+  Geometry& g = c.g;
+  switch (op) {
+    case OpId::ConvTranspose:  // as the transposed conv: input y (N, O, ...), output x (N, C, ...)
+      c.pass = Pass::backward_data;
+      g = geometry(attrs, out0, in1, in0);
+      break;
+    case OpId::ConvGradWeight:
+      c.pass = Pass::backward_filter;
+      g = geometry(attrs, in0, out0, in1);
+      break;
+    default:
+      c.pass = Pass::forward;
+      g = geometry(attrs, in0, in1, out0);
+  }
+  for (int i = 0; i < g.nd; ++i)
+    c.direct = c.direct && cudnn_fits(g, i, g.in[i], g.pb[i], g.out[i]);
+  if (c.direct) {
+    c.p = problem(g, g.in, g.pb);
+    return c;
+  }
+  std::vector<int64_t> pad(g.nd, 0);
+  c.window.resize(g.nd);
+  c.shift.resize(g.nd);
+  for (int i = 0; i < g.nd; ++i) {
+    if (c.pass == Pass::forward) {  // pad the input by what the symmetric pads lack
+      pad[i] = std::min(g.pb[i], g.pe[i]);
+      c.shift[i] = g.pb[i] - pad[i];
+      c.window[i] = g.in[i] + g.pb[i] + g.pe[i] - 2 * pad[i];
+    } else {  // the full extent the outputs touch, begin pads included, no pads left for cuDNN
+      c.window[i] = (g.out[i] - 1) * g.stride[i] + extent(g, i);
+      c.shift[i] = c.pass == Pass::backward_data ? -g.pb[i] : g.pb[i];
+    }
+  }
+  c.p = problem(g, c.window, pad);
+  return c;
+}
+
 // ---- the kernels ----
 
 void conv(KernelContext& ctx) {
@@ -593,22 +701,14 @@ void conv(KernelContext& ctx) {
   if (y.numel() == 0) return;
   const void* bias = bias_of(ctx);
   if (x.numel() == 0 || w.numel() == 0) return launch_channel_bias(ctx, y, bias, false);
-  const Geometry g = geometry(ctx, x.shape, w.shape, y.shape);
-  bool direct = true;
-  for (int i = 0; i < g.nd; ++i) direct = direct && cudnn_fits(g, i, g.in[i], g.pb[i], g.out[i]);
-  if (direct) {
-    run_pass(ctx, Pass::forward, problem(g, g.in, g.pb), x.dtype, x.data, w.data, nullptr, y.data);
+  const ConvCall c = conv_call(OpId::Conv, ctx.attrs(), x.shape, w.shape, y.shape);
+  const Geometry& g = c.g;
+  if (c.direct) {
+    run_pass(ctx, Pass::forward, c.p, x.dtype, x.data, w.data, nullptr, y.data);
   } else {
-    // pad the input by what the symmetric pads lack
-    std::vector<int64_t> pad(g.nd), in(g.nd), shift(g.nd);
-    for (int i = 0; i < g.nd; ++i) {
-      pad[i] = std::min(g.pb[i], g.pe[i]);
-      shift[i] = g.pb[i] - pad[i];
-      in[i] = g.in[i] + g.pb[i] + g.pe[i] - 2 * pad[i];
-    }
-    void* xp = ctx.scratch(static_cast<size_t>(g.N * g.C * prod(in)) * size_of(x.dtype));
-    launch_window_copy(ctx, x.dtype, x.data, xp, g.N * g.C, g.in, in, shift, nullptr, 1);
-    run_pass(ctx, Pass::forward, problem(g, in, pad), x.dtype, xp, w.data, nullptr, y.data);
+    void* xp = ctx.scratch(static_cast<size_t>(g.N * g.C * prod(c.window)) * size_of(x.dtype));
+    launch_window_copy(ctx, x.dtype, x.data, xp, g.N * g.C, g.in, c.window, c.shift, nullptr, 1);
+    run_pass(ctx, Pass::forward, c.p, x.dtype, xp, w.data, nullptr, y.data);
   }
   if (bias) launch_channel_bias(ctx, y, bias, true);
 }
@@ -619,25 +719,17 @@ void conv_transpose(KernelContext& ctx) {
   if (y.numel() == 0) return;
   const void* bias = bias_of(ctx);
   if (x.numel() == 0 || w.numel() == 0) return launch_channel_bias(ctx, y, bias, false);
-  // as the transposed conv: input y (N, O, ...), output x (N, C, ...), weight (C, O/G, k)
-  const Geometry g = geometry(ctx, y.shape, w.shape, x.shape);
-  bool direct = true;
-  for (int i = 0; i < g.nd; ++i) direct = direct && cudnn_fits(g, i, g.in[i], g.pb[i], g.out[i]);
-  if (direct) {
-    run_pass(ctx, Pass::backward_data, problem(g, g.in, g.pb), x.dtype, nullptr, w.data, x.data,
-             y.data);
+  const ConvCall c = conv_call(OpId::ConvTranspose, ctx.attrs(), x.shape, w.shape, y.shape);
+  const Geometry& g = c.g;
+  if (c.direct) {
+    run_pass(ctx, Pass::backward_data, c.p, x.dtype, nullptr, w.data, x.data, y.data);
     if (bias) launch_channel_bias(ctx, y, bias, true);
     return;
   }
   // the unpadded ("full") result, cropped by the begin pads; output_padding beyond it is zero
-  std::vector<int64_t> full(g.nd), zero(g.nd, 0), shift(g.nd);
-  for (int i = 0; i < g.nd; ++i) {
-    full[i] = (g.out[i] - 1) * g.stride[i] + extent(g, i);
-    shift[i] = -g.pb[i];
-  }
-  void* yf = ctx.scratch(static_cast<size_t>(g.N * g.C * prod(full)) * size_of(x.dtype));
-  run_pass(ctx, Pass::backward_data, problem(g, full, zero), x.dtype, nullptr, w.data, x.data, yf);
-  launch_window_copy(ctx, x.dtype, yf, y.data, g.N * g.C, full, g.in, shift, bias, g.C);
+  void* yf = ctx.scratch(static_cast<size_t>(g.N * g.C * prod(c.window)) * size_of(x.dtype));
+  run_pass(ctx, Pass::backward_data, c.p, x.dtype, nullptr, w.data, x.data, yf);
+  launch_window_copy(ctx, x.dtype, yf, y.data, g.N * g.C, c.window, g.in, c.shift, bias, g.C);
 }
 
 // dW of the conv from x (N, C, in) to dy (N, O, out): the backward-filter pass.
@@ -648,24 +740,146 @@ void conv_grad_weight(KernelContext& ctx) {
     KILN_CUDA_CHECK(cudaMemsetAsync(dw.data, 0, dw.numel() * size_of(dw.dtype), stream_of(ctx)));
     return;
   }
-  const Geometry g = geometry(ctx, x.shape, dw.shape, dy.shape);
-  bool direct = true;
-  for (int i = 0; i < g.nd; ++i) direct = direct && cudnn_fits(g, i, g.in[i], g.pb[i], g.out[i]);
-  if (direct) {
-    run_pass(ctx, Pass::backward_filter, problem(g, g.in, g.pb), x.dtype, x.data, nullptr, dy.data,
-             dw.data);
+  const ConvCall c = conv_call(OpId::ConvGradWeight, ctx.attrs(), x.shape, dy.shape, dw.shape);
+  const Geometry& g = c.g;
+  if (c.direct) {
+    run_pass(ctx, Pass::backward_filter, c.p, x.dtype, x.data, nullptr, dy.data, dw.data);
     return;
   }
-  // the input window the outputs read, begin pads included, with no pads left for cuDNN
-  std::vector<int64_t> in(g.nd), zero(g.nd, 0);
-  for (int i = 0; i < g.nd; ++i) in[i] = (g.out[i] - 1) * g.stride[i] + extent(g, i);
-  void* xp = ctx.scratch(static_cast<size_t>(g.N * g.C * prod(in)) * size_of(x.dtype));
-  launch_window_copy(ctx, x.dtype, x.data, xp, g.N * g.C, g.in, in, g.pb, nullptr, 1);
-  run_pass(ctx, Pass::backward_filter, problem(g, in, zero), x.dtype, xp, nullptr, dy.data,
-           dw.data);
+  void* xp = ctx.scratch(static_cast<size_t>(g.N * g.C * prod(c.window)) * size_of(x.dtype));
+  launch_window_copy(ctx, x.dtype, x.data, xp, g.N * g.C, g.in, c.window, c.shift, nullptr, 1);
+  run_pass(ctx, Pass::backward_filter, c.p, x.dtype, xp, nullptr, dy.data, dw.data);
+}
+
+// ---- tuning records (tuning.h) ----
+
+constexpr size_t kKeySize = 24, kValueSize = 3;
+
+int algo_count(Pass pass) {
+  switch (pass) {
+    case Pass::forward:
+      return CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
+    case Pass::backward_data:
+      return CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT;
+    case Pass::backward_filter:
+      return CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
+  }
+  return 0;
+}
+
+// Why a record of a conv pass is not one this backend could have chosen (empty: it could).
+std::string check_record(const TuningRecord& r) {
+  const auto pass = static_cast<Pass>(r.kind);
+  if (r.key.size() != kKeySize || r.value.size() != kValueSize)
+    return fmt::format("{} key and {} value entries; a convolution record has {} and {}",
+                       r.key.size(), r.value.size(), kKeySize, kValueSize);
+  const int64_t t = r.key[0], algo = r.value[0], math = r.value[1], ws = r.value[2];
+  if (t != static_cast<int64_t>(DType::f32) && t != static_cast<int64_t>(DType::f64) &&
+      t != static_cast<int64_t>(DType::f16) && t != static_cast<int64_t>(DType::bf16))
+    return fmt::format("dtype {} is not one cuDNN convolutions take", t);
+  if (algo < 0 || algo >= algo_count(pass))
+    return fmt::format("algorithm {} is not one of cuDNN's {}", algo, algo_count(pass));
+  if (math != CUDNN_DEFAULT_MATH && math != CUDNN_TENSOR_OP_MATH &&
+      math != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION && math != CUDNN_FMA_MATH)
+    return fmt::format("unknown math type {}", math);
+  if (t == static_cast<int64_t>(DType::f64) && !exact(pass, static_cast<int>(algo)))
+    return fmt::format("algorithm {} does not sum exactly, as f64 needs", algo);
+  if (t == static_cast<int64_t>(DType::f32) && math != CUDNN_FMA_MATH)
+    return fmt::format("f32 with math type {} instead of FMA", math);
+  if (ws < 0 || static_cast<uint64_t>(ws) > kMaxWorkspace)
+    return fmt::format("a workspace of {} bytes", ws);
+  return {};
 }
 
 }  // namespace
+
+TuningIdentity conv_tuning_identity(int device) {
+  static std::mutex mu;
+  static std::map<int, TuningIdentity> known;  // asked once per device: loads ask every time
+  std::lock_guard<std::mutex> l(mu);
+  if (auto it = known.find(device); it != known.end()) return it->second;
+  cudaDeviceProp prop{};
+  KILN_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  return known[device] = {prop.name, fmt::format("sm_{}{}", prop.major, prop.minor),
+                          fmt::format("cudnn {}", cudnnGetVersion())};
+}
+
+std::vector<TuningRecord> export_conv_tuning(int device, const std::vector<KernelCall>& calls) {
+  std::vector<std::vector<int64_t>> keys;
+  for (const KernelCall& k : calls) {
+    if (k.op != OpId::Conv && k.op != OpId::ConvTranspose && k.op != OpId::ConvGradWeight)
+      continue;
+    if (k.inputs.size() < 2 || k.outputs.empty() || !k.attrs) continue;
+    const Shape &in0 = k.inputs[0].shape, &in1 = k.inputs[1].shape, &out0 = k.outputs[0].shape;
+    if (numel(in0) == 0 || numel(in1) == 0 || numel(out0) == 0) continue;  // no cuDNN call
+    const DType t = k.inputs[0].dtype;
+    try {
+      const ConvCall c = conv_call(k.op, *k.attrs, in0, in1, out0);
+      const int64_t chunk = batch_chunk(c.p, op_name(k.op));
+      // the batch's chunks: full ones and the rest (run_pass)
+      for (const int64_t n : {chunk, c.p.N % chunk}) {
+        if (n == 0) continue;
+        Problem p = c.p;
+        p.N = n;
+        keys.push_back(problem_key(c.pass, device, t, p));
+      }
+    } catch (const Error&) {
+      // a call the kernel rejects has no choice to export
+    }
+  }
+  std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  std::vector<TuningRecord> out;
+  PlanCache& cache = plan_cache();
+  std::lock_guard<std::mutex> l(cache.mu);
+  for (const auto& key : keys) {
+    auto it = cache.plans.find(key);
+    if (it == cache.plans.end() || !it->second->algo) continue;
+    const Algo& a = *it->second->algo;
+    TuningRecord r;
+    r.kind = static_cast<uint16_t>(key[0]);
+    r.key.assign(key.begin() + 2, key.end());  // without pass and device
+    r.value = {a.algo, static_cast<int64_t>(a.math), static_cast<int64_t>(a.workspace)};
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+std::string import_conv_tuning(int device, const std::vector<TuningRecord>& records,
+                               size_t* seeded) {
+  if (seeded) *seeded = 0;
+  constexpr uint16_t kConvKinds = 3;
+  for (size_t i = 0; i < records.size(); ++i)
+    if (records[i].kind < kConvKinds)
+      if (std::string why = check_record(records[i]); !why.empty())
+        return fmt::format("record {} (convolution pass {}): {}", i, records[i].kind, why);
+  PlanCache& cache = plan_cache();
+  std::lock_guard<std::mutex> l(cache.mu);
+  for (const TuningRecord& r : records) {
+    if (r.kind >= kConvKinds) continue;
+    std::vector<int64_t> key{r.kind, device};
+    key.insert(key.end(), r.key.begin(), r.key.end());
+    if (cache.plans.count(key)) continue;  // chosen in this process already
+    cache.seeds[key] = Algo{static_cast<int>(r.value[0]), static_cast<size_t>(r.value[2]),
+                            static_cast<cudnnMathType_t>(r.value[1])};
+    if (seeded) ++*seeded;
+  }
+  return {};
+}
+
+TuningStats conv_tuning_stats() {
+  PlanCache& cache = plan_cache();
+  std::lock_guard<std::mutex> l(cache.mu);
+  return cache.stats;
+}
+
+void clear_conv_tuning() {
+  PlanCache& cache = plan_cache();
+  std::lock_guard<std::mutex> l(cache.mu);
+  cache.plans.clear();
+  cache.seeds.clear();
+  cache.stats = {};
+}
 
 void register_conv_kernels() {
   constexpr DTypeSet kTypes{f32, f64, f16, bf16};

@@ -9,6 +9,7 @@
 
 #include "backends/cuda/allocator.h"
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/tuning.h"
 #include "core/errors.h"
 #include "core/device_backend.h"
 
@@ -166,6 +167,20 @@ class CudaBackend final : public DeviceBackend {
     DeviceScope g(device);
     KILN_CUDA_CHECK(cudaMemGetInfo(free, total));
   }
+  TuningIdentity tuning_identity(int device) override {
+    dev(device);
+    return conv_tuning_identity(device);
+  }
+  std::vector<TuningRecord> export_tuning(int device,
+                                          const std::vector<KernelCall>& calls) override {
+    return export_conv_tuning(device, calls);
+  }
+  std::string import_tuning(int device, const std::vector<TuningRecord>& records,
+                            size_t* seeded) override {
+    return import_conv_tuning(device, records, seeded);
+  }
+  TuningStats tuning_stats() override { return conv_tuning_stats(); }
+  void clear_tuning() override { clear_conv_tuning(); }
   AllocatorStats stats(int device) { return dev(device).allocator->stats(); }
   void empty_cache(int device) { dev(device).allocator->empty_cache(); }
 

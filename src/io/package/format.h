@@ -1,15 +1,16 @@
 // kiln packages (.kiln): a compiled Executable, saved so that loading skips compilation.
 //
-// FORMAT, version 1. Every integer is little endian.
+// FORMAT, version 2. Every integer is little endian.
 //
 //   offset 0     header, 64 bytes
 //   offset 64    data sections, each at an offset that is a multiple of 64
+//   ...          tuning sections (GPU packages), at a multiple of 64
 //   ...          the manifest (FlatBuffers, schema src/io/package/manifest.fbs), at a multiple of 8
 //   file_size    end of file
 //
 // Header:
 //   0   u8[8]  magic "KILNPKG\0"
-//   8   u32    format_version       the version that wrote the file (1)
+//   8   u32    format_version       the version that wrote the file (2)
 //   12  u32    min_reader_version   the oldest reader version that can read it (1)
 //   16  u64    file_size            bytes of the whole file
 //   24  u64    manifest_offset
@@ -38,6 +39,16 @@
 //                 them up again by (op, backend, dtype).
 //   placeholders, variables   program node ids, in program order (for tools; the reader
 //                 derives both from the nodes)
+//   tuning        (version 2) per backend, at most one each: the backend, the identity its
+//                 decisions hold for (device name, architecture "sm_90", library "cudnn 90100"),
+//                 and the offset, size (at most 16 MiB) and XXH3-64 of its tuning section
+//
+// TUNING. A tuning section is a blob (src/core/tuning.h) of the decisions a backend made for the
+// executable's steps: for CUDA, the cuDNN algorithm, math type and workspace of each convolution
+// problem (src/backends/cuda/tuning.h), which the backend otherwise measures on the first run.
+// Saving measures nothing: it stores the decisions of the runs made before it (none when the
+// executable never ran; the section is then empty and the loaded executable measures on its
+// first run, as a compiled one does).
 //
 // READING a file that may come from anyone. The reader
 //   1. checks the magic, then min_reader_version against its own version (kReaderVersion),
@@ -46,7 +57,8 @@
 //   2. always checks manifest_xxh3, then runs the FlatBuffers verifier over the manifest;
 //   3. checks every section with overflow-safe arithmetic: inside the file, 64-byte aligned,
 //      its size equal to the bytes of its node's dtype and shape; and its XXH3 unless
-//      LoadOptions::verify_weights is false;
+//      LoadOptions::verify_weights is false; every tuning section likewise, always with its
+//      XXH3, and parses its blob with every count bounded by the bytes there are;
 //   4. checks the program before anything uses it: known op ids and dtypes, shapes with
 //      non-negative dims and sizes that fit in 64 bits, the number of inputs each op takes, every
 //      input naming an output of an earlier node, every output dtype and shape equal to what the
@@ -59,6 +71,14 @@
 //      executed nodes in order, each with a kernel for its dtype on its backend.
 // Every failure is a kiln::FormatError "[package] <file>: <section> at offset <n>: <what>".
 //
+// On a device of a tuning section's backend whose identity equals the stored one, the records
+// are checked like the backend's own choices (a CUDA record's algorithm within cuDNN's enum, the
+// precision rules of its dtype: a FormatError naming the record otherwise) and seed the
+// backend's choices, so the first run measures nothing. Another identity (other GPU,
+// architecture or library version) or blob version: the section is not used (a warning with
+// KILN_LOG=warn or more; LoadOptions::strict makes it an UnsupportedError). Other devices only
+// check the section.
+//
 // DEVICES. A package compiled for one kind of device (CPU, CUDA) and loaded for another is
 // placed and memory-planned again from its stored program (a warning with KILN_LOG=warn or more;
 // LoadOptions::strict makes it an UnsupportedError). On the CPU, constants are views of the
@@ -67,7 +87,8 @@
 //
 // VERSIONS. A reader reads every file whose min_reader_version is at most kReaderVersion.
 // Writers raise format_version for additions older readers may ignore (new manifest fields), and
-// min_reader_version only for changes they cannot.
+// min_reader_version only for changes they cannot. Version 2 added the tuning sections (a
+// version 1 reader skips them); its files have min_reader_version 1.
 #pragma once
 
 #include <cstddef>
@@ -80,7 +101,7 @@
 namespace kiln::package {
 
 inline constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'P', 'K', 'G', '\0'};
-inline constexpr uint32_t kFormatVersion = 1;
+inline constexpr uint32_t kFormatVersion = 2;
 inline constexpr uint32_t kReaderVersion = 1;  // the newest min_reader_version this reader reads
 inline constexpr size_t kHeaderBytes = 64;
 inline constexpr size_t kSectionAlign = 64;

@@ -14,6 +14,7 @@
 #include "core/device_backend.h"
 #include "core/errors.h"
 #include "core/op_registry.h"
+#include "core/tuning.h"
 #include "io/package/format.h"
 #include "io/package/manifest_generated.h"
 #include "io/package/validate.h"
@@ -98,6 +99,9 @@ class Reader {
   MemoryPlan read_plan(const fb::Manifest& m, const Program& p);
   void read_steps(const fb::Manifest& m, const Program& p, detail::ExecutableImpl& impl,
                   Backend target);
+  // Checks the tuning sections; on a device of their backend, seeds its choices when they hold
+  // for the device, else warns (strict: throws).
+  void read_tuning(const fb::Manifest& m, detail::ExecutableImpl& impl);
   // The verifier checks vectors' length fields, not that 8-byte elements are 8-byte aligned.
   template <typename V>
   const V* aligned(const V* v, const std::string& where) const {
@@ -355,6 +359,62 @@ void Reader::read_steps(const fb::Manifest& m, const Program& p, detail::Executa
   }
 }
 
+void Reader::read_tuning(const fb::Manifest& m, detail::ExecutableImpl& impl) {
+  if (!m.tuning()) return;
+  constexpr uint64_t kMaxTuningBytes = uint64_t{16} << 20;
+  std::vector<char> seen(kNumBackends, 0);
+  for (uint32_t i = 0; i < m.tuning()->size(); ++i) {
+    const fb::Tuning& t = *m.tuning()->Get(i);
+    if (t.backend() >= kNumBackends)
+      bad(fmt::format("tuning section {}", i), at(&t), "unknown backend {}", t.backend());
+    const auto backend = static_cast<Backend>(t.backend());
+    const std::string where = fmt::format("tuning section {} ({})", i, backend_name(backend));
+    if (seen[t.backend()]++) bad(where, at(&t), "a second tuning section for the backend");
+    if (t.size() > kMaxTuningBytes)
+      bad(where, t.offset(), "{} bytes; tuning sections hold at most {}", t.size(),
+          kMaxTuningBytes);
+    if (t.offset() < kHeaderBytes || !fits(t.offset(), t.size(), b_.size))
+      bad(where, t.offset(), "range [{}, +{}) is outside the file of {} bytes", t.offset(),
+          t.size(), b_.size);
+    if (t.offset() % kSectionAlign != 0)
+      bad(where, t.offset(), "offset is not a multiple of {}", kSectionAlign);
+    const uint8_t* data = b_.data + t.offset();
+    if (xxh3(data, t.size()) != t.xxh3()) bad(where, t.offset(), "checksum mismatch");
+    TuningParse parsed = parse_tuning(data, t.size());
+    if (!parsed.error.empty()) bad(where, t.offset() + parsed.error_offset, "{}", parsed.error);
+    TuningIdentity stored;
+    if (t.device()) stored.device = t.device()->str();
+    if (t.arch()) stored.arch = t.arch()->str();
+    if (t.library()) stored.library = t.library()->str();
+
+    // only a device of the section's backend uses it (a CPU load checks it and goes on)
+    if (!impl.backend || backend != Backend::cuda || device_.kind != Device::Kind::cuda) continue;
+    if (parsed.version == kTuningVersion && parsed.records.empty()) continue;  // nothing to use
+    const TuningIdentity here = impl.backend->tuning_identity(device_.index);
+    std::string why;
+    if (parsed.version != kTuningVersion)
+      why = fmt::format("its blob is of version {}; this kiln reads {}", parsed.version,
+                        kTuningVersion);
+    else if (!(stored == here))
+      why = fmt::format("they were chosen on {}, not on {}", stored.str(), here.str());
+    if (why.empty()) {
+      size_t seeded = 0;
+      if (std::string bad_record = impl.backend->import_tuning(device_.index, parsed.records,
+                                                               &seeded);
+          !bad_record.empty())
+        bad(where, t.offset(), "{}", bad_record);
+      continue;
+    }
+    const std::string msg = fmt::format(
+        "[package] {}: the tuning decisions in {} are not used on {}: {}; the first run measures "
+        "again",
+        b_.what, where, device_.str(), why);
+    if (options_.strict) fail<UnsupportedError>("{} (not allowed with LoadOptions::strict)", msg);
+    if (const char* level = env::log_level(); level && std::string(level) != "error")
+      fmt::print(stderr, "{}\n", msg);
+  }
+}
+
 std::shared_ptr<detail::ExecutableImpl> Reader::read() {
   read_header();
   const fb::Manifest& m = *read_manifest();
@@ -411,6 +471,7 @@ std::shared_ptr<detail::ExecutableImpl> Reader::read() {
     impl->plan = plan_memory(p, {o.plan_memory, o.in_place});
     info.replanned = true;
   }
+  read_tuning(m, *impl);
   impl->package = std::move(info);
   attach_program(*impl, std::move(p));
   return impl;

@@ -5,8 +5,11 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <optional>
 
+#include "core/device_backend.h"
 #include "core/errors.h"
+#include "core/tuning.h"
 #include "io/package/format.h"
 #include "io/package/manifest_generated.h"
 #include "kiln/version.h"
@@ -74,6 +77,28 @@ void write(const detail::ExecutableImpl& x, const std::string& path,
     end = off + host.nbytes();
     data.push_back({std::move(host), off, static_cast<int32_t>(i)});
   }
+  // the tuning section of a GPU executable: the choices its runs made so far (none measured here)
+  struct TuningData {
+    TuningIdentity identity;
+    std::vector<uint8_t> blob;
+    uint64_t offset = 0;
+  };
+  std::optional<TuningData> tuning;
+  if (x.backend) {
+    std::vector<KernelCall> calls;
+    for (const Step& st : x.steps) {
+      if (st.backend == Backend::cpu) continue;
+      const Node& n = nodes[st.node];
+      KernelCall c{n.op, &n.attrs, {}, n.outputs};
+      for (auto v : n.inputs) c.inputs.push_back(x.program.graph.info(v));
+      calls.push_back(std::move(c));
+    }
+    tuning.emplace();
+    tuning->identity = x.backend->tuning_identity(x.device.index);
+    tuning->blob = write_tuning(x.backend->export_tuning(x.device.index, calls));
+    tuning->offset = (end + kSectionAlign - 1) / kSectionAlign * kSectionAlign;
+    end = tuning->offset + tuning->blob.size();
+  }
   const uint64_t manifest_offset = (end + kManifestAlign - 1) / kManifestAlign * kManifestAlign;
 
   flatbuffers::FlatBufferBuilder b(1 << 16);
@@ -121,11 +146,18 @@ void write(const detail::ExecutableImpl& x, const std::string& path,
         static_cast<uint8_t>(x.device.kind), x.device.index, o.optimize, o.plan_memory, o.in_place,
         o.num_threads, o.autocast ? static_cast<uint8_t>(*o.autocast) : kNoAutocast,
         o.strict_placement);
+    std::vector<flatbuffers::Offset<fb::Tuning>> tu;
+    if (tuning)
+      tu.push_back(fb::CreateTuningDirect(
+          b, static_cast<uint8_t>(Backend::cuda), tuning->identity.device.c_str(),
+          tuning->identity.arch.c_str(), tuning->identity.library.c_str(), tuning->offset,
+          tuning->blob.size(), xxh3(tuning->blob.data(), tuning->blob.size())));
     auto root = fb::CreateManifest(b, m, b.CreateVector(fn), b.CreateVectorOfStructs(outputs),
                                    static_cast<uint32_t>(x.program.num_returned), fnames,
                                    b.CreateVector(sl), x.plan.arena_bytes, x.plan.num_buffers,
                                    b.CreateVector(st), b.CreateVector(x.placeholders),
-                                   b.CreateVector(x.variables), b.CreateVectorOfStructs(sections));
+                                   b.CreateVector(x.variables), b.CreateVectorOfStructs(sections),
+                                   b.CreateVector(tu));
     fb::FinishManifestBuffer(b, root);
   }
   const uint8_t* mbytes = b.GetBufferPointer();
@@ -154,6 +186,7 @@ void write(const detail::ExecutableImpl& x, const std::string& path,
     };
     write_at(0, head, kHeaderBytes);
     for (auto& d : data) write_at(d.offset, d.host.data(), d.host.nbytes());
+    if (tuning) write_at(tuning->offset, tuning->blob.data(), tuning->blob.size());
     write_at(manifest_offset, mbytes, msize);
     f.close();
     if (!f) {
