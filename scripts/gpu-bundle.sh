@@ -15,7 +15,8 @@ cp "$BUILD/kiln" "$stage/"
 cp "$BUILD"/tests/kiln_*tests "$stage/tests/"
 for t in kiln_onnx_conformance kiln_onnx_tests; do [ -x "$BUILD/tests/$t" ] && cp "$BUILD/tests/$t" "$stage/tests/"; done
 [ -x "$BUILD/tests/kiln_backend_ops" ] && cp "$BUILD/tests/kiln_backend_ops" "$stage/tests/"
-for b in "$BUILD"/bench/kiln_bench_*; do [ -x "$b" ] && cp "$b" "$stage/bench/"; done
+[ -x "$BUILD/tests/kiln_dp_train_nccl" ] && cp "$BUILD/tests/kiln_dp_train_nccl" "$stage/tests/"
+for b in "$BUILD"/bench/kiln_bench_*; do [[ -x "$b" && "$b" != *_mpi ]] && cp "$b" "$stage/bench/"; done
 cp "$BUILD/libkiln.so" "$stage/lib/"
 strip "$stage/kiln" "$stage"/tests/* "$stage"/bench/* "$stage/lib/libkiln.so" 2>/dev/null || true
 cp -r "$BUILD/data" "$stage/data"

@@ -57,6 +57,25 @@ bad = [(i, a, b) for i, (a, b) in enumerate(zip(g, c)) if abs(a - b) > 0.02 + 0.
 assert not bad, f"epochs differ: {bad}"
 print("demo done: loss trajectories agree")
 PY
+# distributed training over NCCL: one rank per GPU of this machine (and one rank alone), every
+# collective against references, and the digits convnet against one process with the whole batch
+NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || echo 1)
+DP="$B/tests/kiln_dp_train_nccl"
+step dist-nccl-selftest "$B/kiln" launch -n "$NGPU" -- "$DP" --transport nccl --selftest
+step dist-single-cuda "$DP" --data "$B/data" --transport none --device cuda:0 --out "$LOGS/dp-single.txt"
+step dist-nccl-1 "$B/kiln" launch -n 1 -- "$DP" --data "$B/data" --transport nccl --out "$LOGS/dp-nccl-1.txt"
+step dist-nccl-all "$B/kiln" launch -n "$NGPU" -- "$DP" --data "$B/data" --transport nccl --out "$LOGS/dp-nccl-all.txt"
+step dist-trajectory python3 - "$LOGS/dp-single.txt" "$LOGS/dp-nccl-1.txt" "$LOGS/dp-nccl-all.txt" <<'PY'
+import sys
+runs = [[float(l) for l in open(p)] for p in sys.argv[1:]]
+one = runs[0]
+for path, r in zip(sys.argv[2:], runs[1:]):
+    assert len(r) == len(one), f"{path}: {len(r)} steps, expected {len(one)}"
+    worst = max(abs(a - b) / (1e-5 + abs(b)) for a, b in zip(r, one))
+    print(f"{path}: worst relative loss difference {worst:.2e}")
+    assert worst < 1e-3, f"{path} does not follow the single process"
+print("pass: data-parallel losses follow the single process")
+PY
 echo "GPU: $(cat "$LOGS/gpu.txt")"
 printf '%s\n' "${summary[@]}"
 ! printf '%s\n' "${summary[@]}" | grep -q FAIL

@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstring>
 #include <cstdlib>
 #include <filesystem>
@@ -39,16 +40,22 @@ std::string describe(int status) {
   return fmt::format("exited with status {}", WEXITSTATUS(status));
 }
 
+volatile std::sig_atomic_t g_signal = 0;
+void on_signal(int sig) { g_signal = sig; }
+
 int launch(const LaunchOptions& o) {
   if (o.command.empty()) throw ValueError("[launch] no program given (kiln launch -n 2 -- PROGRAM ARGS)");
   char pattern[] = "/tmp/kiln-rendezvous-XXXXXX";
   if (!::mkdtemp(pattern)) throw IoError("[launch] cannot create a rendezvous folder in /tmp");
   const std::string dir = pattern;
   std::map<pid_t, int> ranks;
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
   for (int r = 0; r < o.nproc; ++r) {
     const pid_t pid = ::fork();
     if (pid < 0) throw Error(fmt::format("[launch] fork failed for rank {}", r));
     if (pid == 0) {
+      ::setpgid(0, 0);  // a group per rank: stopping a rank stops what it started
       ::setenv("KILN_RANK", std::to_string(r).c_str(), 1);
       ::setenv("KILN_LOCAL_RANK", std::to_string(r).c_str(), 1);
       ::setenv("KILN_WORLD_SIZE", std::to_string(o.nproc).c_str(), 1);
@@ -60,6 +67,7 @@ int launch(const LaunchOptions& o) {
       std::fprintf(stderr, "[launch] cannot run %s: %s\n", argv[0], std::strerror(errno));
       std::_Exit(127);
     }
+    ::setpgid(pid, pid);
     ranks[pid] = r;
   }
   int result = 0;
@@ -67,7 +75,7 @@ int launch(const LaunchOptions& o) {
   auto deadline = std::chrono::steady_clock::time_point::max();
   while (!ranks.empty()) {
     int status = 0;
-    const pid_t pid = ::waitpid(-1, &status, stopping ? WNOHANG : 0);
+    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
     if (pid > 0) {
       const int rank = ranks[pid];
       ranks.erase(pid);
@@ -75,7 +83,7 @@ int launch(const LaunchOptions& o) {
         result = exit_status(status);
         std::fprintf(stderr, "[launch] rank %d %s; stopping the other %zu rank(s)\n", rank,
                      describe(status).c_str(), ranks.size());
-        for (auto& [p, _] : ranks) ::kill(p, SIGTERM);
+        for (auto& [p, _] : ranks) ::kill(-p, SIGTERM);
         stopping = true;
         deadline = std::chrono::steady_clock::now() +
                    std::chrono::milliseconds(static_cast<int64_t>(o.grace * 1000));
@@ -83,8 +91,16 @@ int launch(const LaunchOptions& o) {
       continue;
     }
     if (pid < 0 && errno != EINTR) break;
+    if (g_signal && !stopping) {  // launch itself was asked to stop: so are the ranks
+      std::fprintf(stderr, "[launch] signal %d: stopping the ranks\n", static_cast<int>(g_signal));
+      for (auto& [p, _] : ranks) ::kill(-p, SIGTERM);
+      stopping = true;
+      result = 128 + g_signal;
+      deadline = std::chrono::steady_clock::now() +
+                 std::chrono::milliseconds(static_cast<int64_t>(o.grace * 1000));
+    }
     if (stopping && std::chrono::steady_clock::now() > deadline) {
-      for (auto& [p, _] : ranks) ::kill(p, SIGKILL);
+      for (auto& [p, _] : ranks) ::kill(-p, SIGKILL);
       deadline = std::chrono::steady_clock::time_point::max();
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
