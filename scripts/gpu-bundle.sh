@@ -17,6 +17,7 @@ for t in kiln_onnx_conformance kiln_onnx_tests; do [ -x "$BUILD/tests/$t" ] && c
 [ -x "$BUILD/tests/kiln_backend_ops" ] && cp "$BUILD/tests/kiln_backend_ops" "$stage/tests/"
 [ -x "$BUILD/tests/kiln_dp_train_nccl" ] && cp "$BUILD/tests/kiln_dp_train_nccl" "$stage/tests/"
 for b in "$BUILD"/bench/kiln_bench_*; do [[ -x "$b" && "$b" != *_mpi ]] && cp "$b" "$stage/bench/"; done
+[ -x "$BUILD/bench/package/kiln_bench_package" ] && cp "$BUILD/bench/package/kiln_bench_package" "$stage/bench/"
 cp "$BUILD/libkiln.so" "$stage/lib/"
 strip "$stage/kiln" "$stage"/tests/* "$stage"/bench/* "$stage/lib/libkiln.so" 2>/dev/null || true
 cp -r "$BUILD/data" "$stage/data"

@@ -162,6 +162,8 @@ struct GradientReduceOptions {
   /// Gradients are packed into buckets of about this many bytes, one collective each, in reverse
   /// order of `grads` (the last layers' gradients are ready first in a backward pass).
   int64_t bucket_bytes = 25 << 20;
+  /// The first bucket (the last layers' gradients) is smaller, so communication starts early.
+  int64_t first_bucket_bytes = 1 << 20;
   Reduction op = Reduction::mean;
   std::string group = "world";
 };

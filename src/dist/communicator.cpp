@@ -400,13 +400,14 @@ std::vector<std::shared_ptr<Communicator>> local_group(int size) {
 
 std::vector<Tensor> all_reduce_gradients(const std::vector<Tensor>& grads,
                                          const GradientReduceOptions& opts) {
-  if (opts.bucket_bytes <= 0)
-    fail<ValueError>("[all_reduce_gradients] bucket_bytes must be positive, got {}",
-                     opts.bucket_bytes);
+  if (opts.bucket_bytes <= 0 || opts.first_bucket_bytes <= 0)
+    fail<ValueError>("[all_reduce_gradients] bucket sizes must be positive, got {} and {}",
+                     opts.first_bucket_bytes, opts.bucket_bytes);
   const AllReduceOptions ar{opts.op, opts.group};
   std::vector<Tensor> out(grads.size());
   std::vector<size_t> bucket;
   int64_t bucket_bytes = 0;
+  int64_t limit = opts.first_bucket_bytes;
   auto flush = [&] {
     if (bucket.size() == 1) {
       out[bucket[0]] = all_reduce(grads[bucket[0]], ar);
@@ -421,6 +422,7 @@ std::vector<Tensor> all_reduce_gradients(const std::vector<Tensor>& grads,
       for (size_t k = 0; k < bucket.size(); ++k)
         out[bucket[k]] = reshape(parts[k], grads[bucket[k]].shape());
     }
+    if (!bucket.empty()) limit = opts.bucket_bytes;
     bucket.clear();
     bucket_bytes = 0;
   };
@@ -437,7 +439,7 @@ std::vector<Tensor> all_reduce_gradients(const std::vector<Tensor>& grads,
     }
     const int64_t bytes = numel(s) * static_cast<int64_t>(size_of(g.dtype()));
     if (!bucket.empty() &&
-        (grads[bucket[0]].dtype() != g.dtype() || bucket_bytes + bytes > opts.bucket_bytes))
+        (grads[bucket[0]].dtype() != g.dtype() || bucket_bytes + bytes > limit))
       flush();
     bucket.push_back(j);
     bucket_bytes += bytes;

@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -125,13 +126,30 @@ class NcclCommunicator final : public Communicator {
     cuda_check(cudaSetDevice(device.index), "cudaSetDevice");
     static std::atomic<int> made{0};
     const ncclUniqueId id = exchange_id(info, fmt::format("nccl-{}.id", made++), timeout());
-    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = 0;  // so that a missing peer times out instead of blocking forever
-    ncclResult_t r = ncclCommInitRankConfig(&comm_, size_, id, rank_, &config);
-    if (r != ncclSuccess && r != ncclInProgress)
-      fail<CommError>("[dist] nccl: ncclCommInitRankConfig failed on rank {} of {}: {}", rank_,
-                      size_, ncclGetErrorString(r));
-    settle("ncclCommInitRankConfig");
+    // A blocking communicator (collectives enqueue without polling), set up on a thread of its
+    // own so that a peer that never joins times out instead of blocking this one forever.
+    auto init = std::make_shared<InitState>();
+    std::thread([init, id, dev = device.index, n = size_, r = rank_] {
+      cudaSetDevice(dev);
+      ncclComm_t c = nullptr;
+      const ncclResult_t res = ncclCommInitRank(&c, n, id, r);
+      std::lock_guard<std::mutex> l(init->mu);
+      init->comm = c;
+      init->result = res;
+      init->done = true;
+      init->cv.notify_all();
+    }).detach();
+    {
+      std::unique_lock<std::mutex> l(init->mu);
+      if (!init->cv.wait_for(l, timeout(), [&] { return init->done; }))
+        fail<CommError>("[dist] nccl: setting up the communicator did not complete within {:.1f} s "
+                        "on rank {} of {}: another rank died or never joined",
+                        timeout().count() / 1e3, rank_, size_);
+      if (init->result != ncclSuccess)
+        fail<CommError>("[dist] nccl: ncclCommInitRank failed on rank {} of {}: {}", rank_, size_,
+                        ncclGetErrorString(init->result));
+      comm_ = init->comm;
+    }
     cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     cuda_check(cudaStreamCreateWithFlags(&host_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     cuda_check(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming), "cudaEventCreate");
@@ -202,10 +220,9 @@ class NcclCommunicator final : public Communicator {
         r = ncclReduceScatter(a.send, a.recv, count, t, nccl_op(a.op), comm_, stream_);
         break;
     }
-    if (r != ncclSuccess && r != ncclInProgress)
+    if (r != ncclSuccess)
       fail<CommError>("[dist] nccl: {} failed on rank {} of {}: {}", collective_name(a.kind), rank_,
                       size_, ncclGetErrorString(r));
-    if (r == ncclInProgress) settle(collective_name(a.kind));
     cudaEvent_t done = take_event();
     cuda_check(cudaEventRecord(done, stream_), "cudaEventRecord");
     const uint64_t ticket = next_ticket_++;
@@ -258,35 +275,18 @@ class NcclCommunicator final : public Communicator {
   }
 
  private:
+  struct InitState {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    ncclComm_t comm = nullptr;
+    ncclResult_t result = ncclSuccess;
+  };
   struct InFlight {
     cudaEvent_t done;
     clock_type::time_point deadline;
     const char* what;
   };
-
-  // Polls a non-blocking communicator until the call in progress is done.
-  void settle(const char* what) {
-    const auto deadline = clock_type::now() + timeout();
-    for (;;) {
-      ncclResult_t state = ncclSuccess;
-      ncclCommGetAsyncError(comm_, &state);
-      if (state == ncclSuccess) return;
-      if (state != ncclInProgress) {
-        ncclCommAbort(comm_);
-        broken_ = fmt::format("[dist] nccl: {} failed on rank {} of {}: {}", what, rank_, size_,
-                              ncclGetErrorString(state));
-        throw CommError(broken_);
-      }
-      if (clock_type::now() > deadline) {
-        ncclCommAbort(comm_);
-        broken_ = fmt::format("[dist] nccl: {} did not complete within {:.1f} s on rank {} of {}: "
-                              "another rank died or never joined",
-                              what, timeout().count() / 1e3, rank_, size_);
-        throw CommError(broken_);
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
-    }
-  }
 
   cudaEvent_t take_event() {
     if (!free_events_.empty()) {

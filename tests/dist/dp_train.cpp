@@ -178,7 +178,7 @@ int train(const Options& o) {
   Tensor h = max_pool(relu(conv2d(x, w1, b1, same)), pool2);
   h = max_pool(relu(conv2d(h, w2, b2, same)), pool2);
   Tensor loss = softmax_cross_entropy(linear(reshape(h, {-1, 128}), wf, bf), y);
-  auto grads = dist::all_reduce_gradients(gradients(loss, params), {.bucket_bytes = o.bucket_bytes});
+  auto grads = dist::all_reduce_gradients(gradients(loss, params), {.bucket_bytes = o.bucket_bytes, .first_bucket_bytes = o.bucket_bytes});
   Tensor global_loss = dist::all_reduce(loss, {.op = dist::Reduction::mean});
   Executable step = g.compile(device, {}, {global_loss},
                               optim::sgd(g, params, grads, {.lr = o.lr, .momentum = 0.9}));

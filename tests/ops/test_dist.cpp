@@ -202,7 +202,7 @@ TEST(CollectiveWait, StartsRunDuringTheBackwardPassAndWaitsAtTheEnd) {
   Graph g;
   Mlp m(g, 8, 1);
   // one bucket per gradient: each can start as soon as its layer's backward is done
-  auto grads = dist::all_reduce_gradients(gradients(m.loss, m.params), {.bucket_bytes = 1});
+  auto grads = dist::all_reduce_gradients(gradients(m.loss, m.params), {.bucket_bytes = 1, .first_bucket_bytes = 1});
   Executable e = g.compile(Device::cpu(), {}, {m.loss}, optim::sgd(g, m.params, grads, {.lr = 0.1}));
   const auto ops = step_ops(e);
   auto first = [&](const std::string& op) {
