@@ -302,3 +302,10 @@ def test_help_names_packages():
     for cmd in ["run", "inspect", "bench"]:
         r = kiln(cmd, "--help")
         assert r.returncode == 0 and ".kiln" in r.stdout and "--strict" in r.stdout, r.stdout
+
+
+def test_convert_refuses_a_package(mlp, tmp_path):
+    _, pkg = mlp
+    assert_clean_error(kiln("convert", pkg, "-o", tmp_path / "again.kiln"), "already a kiln package",
+                       pkg.name)
+    assert not (tmp_path / "again.kiln").exists()

@@ -30,6 +30,10 @@ struct ConvertOptions {
 };
 
 void convert_model(const ConvertOptions& o) {
+  if (is_package(o.model, "convert"))
+    throw ValueError(fmt::format("[convert] '{}' is already a kiln package: convert takes an ONNX "
+                                 "model (run, inspect and bench take the package itself)",
+                                 o.model));
   const std::map<std::string, Shape> shapes = parse_shapes(o.shapes);
   const onnx::Model model = import_model(o.model, shapes, load_inputs(o.values, "--value"), 1);
   print_model_summary(model);

@@ -8,22 +8,21 @@
 #include <array>
 #include <climits>
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 
 #include "backends/cuda/cuda_common.cuh"
 
 namespace kiln::cuda::ew {
 
-// ---- conversions, exactly as Array::convert on an x86-64 host ----
+// ---- conversions, exactly as Array::convert ----
 
-// cvttsd2si: NaN and out-of-range values give the minimum; narrower integers truncate an int32.
-__device__ inline int32_t x86_i32(double v) {
-  return (v != v || v >= 2147483648.0 || v <= -2147483649.0) ? INT32_MIN : static_cast<int32_t>(v);
-}
-__device__ inline int64_t x86_i64(double v) {
-  return (v != v || v >= 9223372036854775808.0 || v < -9223372036854775808.0)
-             ? INT64_MIN
-             : static_cast<int64_t>(v);
+// To an integer: truncation toward zero, saturating at the type's range; NaN gives 0.
+template <typename D> __device__ inline D saturate(double v) {
+  if (!(v == v)) return D(0);
+  if (v <= static_cast<double>(std::numeric_limits<D>::min())) return std::numeric_limits<D>::min();
+  if (v >= static_cast<double>(std::numeric_limits<D>::max())) return std::numeric_limits<D>::max();
+  return static_cast<D>(v);
 }
 
 template <typename T> constexpr bool kHalf = std::is_same_v<T, half> || std::is_same_v<T, bf16_t>;
@@ -37,8 +36,7 @@ template <typename D> __device__ inline D from_double(double v) {
   if constexpr (kHalf<D>) return from_acc<D>(static_cast<float>(v));
   else if constexpr (std::is_same_v<D, bool>) return v != 0;
   else if constexpr (std::is_floating_point_v<D>) return static_cast<D>(v);
-  else if constexpr (std::is_same_v<D, int64_t>) return x86_i64(v);
-  else return static_cast<D>(x86_i32(v));
+  else return saturate<D>(v);
 }
 /// One element of convert(S -> D), S != D.
 template <typename S, typename D> __device__ inline D convert_value(S v) {
