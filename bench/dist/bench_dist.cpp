@@ -18,6 +18,9 @@
 #include <vector>
 
 #include "bench/resnet50.h"
+#ifdef KILN_BENCH_MPI
+#include <mpi.h>
+#endif
 #include "kiln/kiln.h"
 
 namespace {
@@ -68,6 +71,23 @@ void allreduce(dist::Communicator& comm, int64_t max_bytes) {
     const double busbw = algbw * 2.0 * (n - 1) / n;
     if (comm.rank() == 0)
       fmt::print("kiln allreduce {} {} {:.4f} {:.2f} {:.2f}\n", n, bytes, ms, algbw, busbw);
+#ifdef KILN_BENCH_MPI
+    // the peer on the CPU: the same all-reduces as blocking MPI_Allreduce calls (kiln's worker
+    // thread is idle now, so the calls stay serialized)
+    if (comm.backend() == "mpi") {
+      Array h = Array::zeros({count}, f32);
+      MPI_Barrier(MPI_COMM_WORLD);
+      const auto p0 = Clock::now();
+      for (int i = 0; i < iters; ++i)
+        MPI_Allreduce(MPI_IN_PLACE, h.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM,
+                      MPI_COMM_WORLD);
+      const double pms = ms_since(p0) / iters;
+      const double pbus = static_cast<double>(bytes) / (pms * 1e-3) / 1e9 * 2.0 * (n - 1) / n;
+      if (comm.rank() == 0)
+        fmt::print("peer MPI_Allreduce {} {} {:.4f} busbw {:.2f}; kiln/peer time {:.2f}\n", n,
+                   bytes, pms, pbus, ms / pms);
+    }
+#endif
   }
 }
 
