@@ -5,11 +5,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <limits>
+#include <numeric>
 
 #include "core/device_backend.h"
 #include "core/errors.h"
@@ -21,6 +25,7 @@
 #include "kiln/version.h"
 #include "runtime/env.h"
 #include "runtime/executable_impl.h"
+#include "runtime/thread_pool.h"
 
 namespace kiln::package {
 
@@ -78,6 +83,53 @@ T get(const uint8_t* p) {
 // a + b <= limit without overflow
 bool fits(uint64_t a, uint64_t b, uint64_t limit) { return a <= limit && b <= limit - a; }
 
+// A weight section whose place and size have been checked, and the XXH3 it must have.
+struct WeightCheck {
+  const uint8_t* data;
+  uint64_t size, xxh3, offset;
+  size_t node;
+  int32_t section;
+};
+
+// Below this many bytes per thread, hashing on more threads costs more than it saves.
+constexpr uint64_t kHashBytesPerThread = uint64_t{1} << 20;
+
+// The index of the first check (in `checks`' order) whose bytes do not have its XXH3, or
+// checks.size() when all do. Sections are hashed on the global pool, each whole by one thread
+// (the stored value is the XXH3 of the whole section), the largest first so that the threads end
+// together; the answer does not depend on the threads' timing.
+size_t first_mismatch(const std::vector<WeightCheck>& checks) {
+  const size_t n = checks.size();
+  uint64_t total = 0;
+  for (const WeightCheck& c : checks) total += c.size;
+  ThreadPool& pool = ThreadPool::global();
+  const auto workers = static_cast<int64_t>(
+      std::min<uint64_t>({static_cast<uint64_t>(std::max(pool.size(), 1)), n,
+                          std::max<uint64_t>(total / kHashBytesPerThread, 1)}));
+  if (workers <= 1) {
+    for (size_t i = 0; i < n; ++i)
+      if (xxh3(checks[i].data, checks[i].size) != checks[i].xxh3) return i;
+    return n;
+  }
+  std::vector<size_t> order(n);
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return checks[a].size > checks[b].size; });
+  std::atomic<size_t> next{0}, first_bad{n};
+  pool.parallel_for(workers, 1, [&](int64_t, int64_t) {
+    for (size_t j; (j = next.fetch_add(1, std::memory_order_relaxed)) < n;) {
+      const size_t i = order[j];
+      // a later section cannot be the first bad one once an earlier one is known bad
+      if (i > first_bad.load(std::memory_order_relaxed)) continue;
+      if (xxh3(checks[i].data, checks[i].size) == checks[i].xxh3) continue;
+      size_t seen = first_bad.load(std::memory_order_relaxed);
+      while (i < seen && !first_bad.compare_exchange_weak(seen, i, std::memory_order_relaxed)) {
+      }
+    }
+  });
+  return first_bad.load();
+}
+
 class Reader {
  public:
   Reader(const Bytes& bytes, Device device, const LoadOptions& options)
@@ -102,6 +154,8 @@ class Reader {
   // Checks the tuning sections; on a device of their backend, seeds its choices when they hold
   // for the device, else warns (strict: throws).
   void read_tuning(const fb::Manifest& m, detail::ExecutableImpl& impl);
+  // On a GPU, copies the constants to it (attach_program then finds them there).
+  void upload_constants(Program& p);
   // The verifier checks vectors' length fields, not that 8-byte elements are 8-byte aligned.
   template <typename V>
   const V* aligned(const V* v, const std::string& where) const {
@@ -115,6 +169,10 @@ class Reader {
   }
   std::string node_where(const Program& p, size_t i) const {
     return fmt::format("manifest node %{} ({} '{}')", i, op_name(p.graph.nodes[i].op),
+                       p.graph.nodes[i].name);
+  }
+  static std::string section_where(const Program& p, size_t i, int32_t k) {
+    return fmt::format("section {} ({} '{}')", k, op_name(p.graph.nodes[i].op),
                        p.graph.nodes[i].name);
   }
 
@@ -267,42 +325,60 @@ void Reader::read_sections(const fb::Manifest& m, Program& p) {
   auto& nodes = p.graph.nodes;
   const uint32_t count = aligned(m.sections(), "manifest sections") ? m.sections()->size() : 0;
   std::vector<char> used(count, 0);
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    Node& n = nodes[i];
-    const int32_t k = m.nodes()->Get(static_cast<uint32_t>(i))->section();
-    const bool has_data = n.op == OpId::Constant || n.op == OpId::Variable;
-    if (!has_data) {
-      if (k != -1)
-        bad(node_where(p, i), at(m.nodes()->Get(static_cast<uint32_t>(i))),
-            "only constants and variables have data sections");
-      continue;
+  // First every section's place and size, in node order; the checksums after, in parallel. The
+  // error reported is the one the node-order loop "place, size, then checksum of each node" meets
+  // first: a checksum mismatch of an earlier node before a bad place of a later one.
+  std::vector<WeightCheck> checks;
+  std::exception_ptr bad_place;
+  for (size_t i = 0; i < nodes.size() && !bad_place; ++i) {
+    try {
+      Node& n = nodes[i];
+      const fb::Node& f = *m.nodes()->Get(static_cast<uint32_t>(i));
+      const int32_t k = f.section();
+      const bool has_data = n.op == OpId::Constant || n.op == OpId::Variable;
+      if (!has_data) {
+        if (k != -1)
+          bad(node_where(p, i), at(&f), "only constants and variables have data sections");
+        continue;
+      }
+      if (k < 0 || static_cast<uint32_t>(k) >= count || used[k])
+        bad(node_where(p, i), at(&f),
+            "data section {} is not a section of the file's {} (or is used twice)", k, count);
+      used[k] = 1;
+      const fb::Section& s = *m.sections()->Get(static_cast<uint32_t>(k));
+      if (s.node() != static_cast<int32_t>(i))
+        bad(section_where(p, i, k), s.offset(), "belongs to node %{}, not %{}", s.node(), i);
+      const TensorInfo& t = n.outputs[0];
+      const uint64_t want = static_cast<uint64_t>(numel(t.shape)) * size_of(t.dtype);
+      if (s.size() != want)
+        bad(section_where(p, i, k), s.offset(), "{} bytes; {} {} needs {}", s.size(), name(t.dtype),
+            str(t.shape), want);
+      if (s.offset() < kHeaderBytes || !fits(s.offset(), s.size(), b_.size))
+        bad(section_where(p, i, k), s.offset(), "range [{}, +{}) is outside the file of {} bytes",
+            s.offset(), s.size(), b_.size);
+      if (s.offset() % kSectionAlign != 0)
+        bad(section_where(p, i, k), s.offset(), "offset is not a multiple of {}", kSectionAlign);
+      checks.push_back({b_.data + s.offset(), s.size(), s.xxh3(), s.offset(), i, k});
+    } catch (...) {
+      bad_place = std::current_exception();
     }
-    if (k < 0 || static_cast<uint32_t>(k) >= count || used[k])
-      bad(node_where(p, i), at(m.nodes()->Get(static_cast<uint32_t>(i))),
-          "data section {} is not a section of the file's {} (or is used twice)", k, count);
-    used[k] = 1;
-    const fb::Section& s = *m.sections()->Get(static_cast<uint32_t>(k));
-    const std::string where = fmt::format("section {} ({} '{}')", k, op_name(n.op), n.name);
-    if (s.node() != static_cast<int32_t>(i))
-      bad(where, s.offset(), "belongs to node %{}, not %{}", s.node(), i);
+  }
+  if (options_.verify_weights) {
+    const size_t first_bad = first_mismatch(checks);
+    if (first_bad < checks.size()) {
+      const WeightCheck& c = checks[first_bad];
+      bad(section_where(p, c.node, c.section), c.offset, "checksum mismatch");
+    }
+  }
+  if (bad_place) std::rethrow_exception(bad_place);
+  for (const WeightCheck& c : checks) {
+    Node& n = nodes[c.node];
     const TensorInfo& t = n.outputs[0];
-    const uint64_t want = static_cast<uint64_t>(numel(t.shape)) * size_of(t.dtype);
-    if (s.size() != want)
-      bad(where, s.offset(), "{} bytes; {} {} needs {}", s.size(), name(t.dtype), str(t.shape),
-          want);
-    if (s.offset() < kHeaderBytes || !fits(s.offset(), s.size(), b_.size))
-      bad(where, s.offset(), "range [{}, +{}) is outside the file of {} bytes", s.offset(),
-          s.size(), b_.size);
-    if (s.offset() % kSectionAlign != 0)
-      bad(where, s.offset(), "offset is not a multiple of {}", kSectionAlign);
-    const uint8_t* data = b_.data + s.offset();
-    if (options_.verify_weights && xxh3(data, s.size()) != s.xxh3())
-      bad(where, s.offset(), "checksum mismatch");
     if (n.op == OpId::Variable) {
       // a loaded executable owns its variables and updates them
-      n.value = Array::from_data(data, t.shape, t.dtype);
+      n.value = Array::from_data(c.data, t.shape, t.dtype);
     } else {
-      n.value = Array::wrap(const_cast<uint8_t*>(data), t.shape, t.dtype, b_.owner);
+      n.value = Array::wrap(const_cast<uint8_t*>(c.data), t.shape, t.dtype, b_.owner);
     }
   }
 }
@@ -415,6 +491,23 @@ void Reader::read_tuning(const fb::Manifest& m, detail::ExecutableImpl& impl) {
   }
 }
 
+void Reader::upload_constants(Program& p) {
+  if (device_.kind == Device::Kind::cpu) return;
+  // The uploads are enqueued one after another and waited for once: the backend stages pageable
+  // memory (the mapped file) through pinned buffers, so copying one constant into them overlaps
+  // the transfer of the one before (Array::to waits for each).
+  DeviceBackend* b = backend_of(device_);
+  for (Node& n : p.graph.nodes) {
+    if (n.op != OpId::Constant || n.value.device().kind != Device::Kind::cpu) continue;
+    Array d = Array::empty(n.value.shape(), n.value.dtype(), device_);
+    if (d.nbytes() > 0)
+      b->copy_async(device_.index, d.data(), /*dst_host=*/false, n.value.data(), /*src_host=*/true,
+                    d.nbytes(), nullptr);
+    n.value = std::move(d);
+  }
+  b->synchronize(device_.index, nullptr);
+}
+
 std::shared_ptr<detail::ExecutableImpl> Reader::read() {
   read_header();
   const fb::Manifest& m = *read_manifest();
@@ -473,6 +566,7 @@ std::shared_ptr<detail::ExecutableImpl> Reader::read() {
   }
   read_tuning(m, *impl);
   impl->package = std::move(info);
+  upload_constants(p);
   attach_program(*impl, std::move(p));
   return impl;
 }

@@ -19,7 +19,20 @@ namespace kiln::package {
 
 using detail::Node;
 
-uint64_t xxh3(const void* data, size_t size) { return XXH3_64bits(data, size); }
+// libxxhash built with its x86 dispatcher (Debian's and Ubuntu's) exports XXH3_64bits_dispatch,
+// the same hash with AVX2 / AVX-512 chosen at run time: 1.5x (weights from memory) to 2.7x (in
+// cache) faster than XXH3_64bits, which is SSE2 there. A weak reference: builds against a library
+// without it link, and hash with XXH3_64bits.
+#if defined(__ELF__)
+extern "C" XXH64_hash_t XXH3_64bits_dispatch(const void* data, size_t size) __attribute__((weak));
+#endif
+
+uint64_t xxh3(const void* data, size_t size) {
+#if defined(__ELF__)
+  if (XXH3_64bits_dispatch) return XXH3_64bits_dispatch(data, size);
+#endif
+  return XXH3_64bits(data, size);
+}
 
 namespace {
 template <typename T>
