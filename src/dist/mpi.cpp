@@ -1,9 +1,11 @@
 // The MPI communicator (library kiln::dist_mpi): CPU processes launched by mpirun.
 //
-// One worker thread per process issues every MPI call (MPI_THREAD_SERIALIZED is enough) as a
-// non-blocking collective and polls it against the communicator's timeout, so a dead or hung peer
-// turns into CommError on every waiting thread instead of a hang. Collectives run in the order
-// they were started; start() returns at once and wait() blocks until the ticket completes.
+// One worker thread per process issues the collectives, as blocking MPI calls (Open MPI's tuned
+// algorithms; its non-blocking ones are slower), in the order they were started; start() returns
+// at once and wait() blocks until the ticket completes. A waiter that sees the worker stuck in one
+// collective for longer than the timeout (a dead or hung peer) closes the communicator: every
+// waiting thread gets CommError instead of hanging, and at exit the job is aborted, since the
+// worker cannot be called back out of MPI (MPI_THREAD_MULTIPLE, so the abort may run meanwhile).
 // f16 and bf16 (which MPI lacks) reduce through f32 copies. At exit the worker stops and MPI is
 // finalized; after a failure the job is aborted (MPI_Abort) so no rank is left hanging.
 #include <mpi.h>
@@ -82,11 +84,11 @@ class MpiCommunicator final : public Communicator {
     MPI_Initialized(&initialized);
     if (!initialized) {
       int provided = 0;
-      if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
+      if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
         fail<CommError>("[dist] mpi: MPI_Init_thread failed");
-      if (provided < MPI_THREAD_SERIALIZED)
+      if (provided < MPI_THREAD_MULTIPLE)
         fail<CommError>("[dist] mpi: the MPI library gives thread level {}; kiln needs "
-                        "MPI_THREAD_SERIALIZED",
+                        "MPI_THREAD_MULTIPLE",
                         provided);
       own_mpi_ = true;
     }
@@ -121,7 +123,20 @@ class MpiCommunicator final : public Communicator {
 
   void wait(uint64_t ticket, void* stream) override {
     std::unique_lock<std::mutex> l(mu_);
-    done_cv_.wait(l, [&] { return completed_ >= ticket || !broken_.empty(); });
+    while (completed_ < ticket && broken_.empty()) {
+      done_cv_.wait_for(l, std::chrono::milliseconds(50));
+      if (completed_ >= ticket || !broken_.empty() || !busy_) continue;
+      const auto stuck = std::chrono::steady_clock::now() - busy_since_;
+      if (stuck > timeout()) {
+        broken_ = fmt::format(
+            "[dist] mpi: {} of {} {} elements did not complete within {:.1f} s on rank {} of {}: "
+            "another rank died, hung, or issued different collectives (timeout: "
+            "Communicator::set_timeout or KILN_DIST_TIMEOUT)",
+            busy_what_, busy_count_, name(busy_dtype_), timeout().count() / 1e3, rank_, size_);
+        stuck_ = true;
+        done_cv_.notify_all();
+      }
+    }
     if (completed_ < ticket) throw CommError(broken_);
   }
 
@@ -145,7 +160,11 @@ class MpiCommunicator final : public Communicator {
       stopping_ = true;
       cv_.notify_all();
     }
-    if (worker_.joinable()) worker_.join();
+    if (stuck_) {  // the worker is inside a collective that will never return
+      worker_.detach();
+    } else if (worker_.joinable()) {
+      worker_.join();
+    }
     if (!own_mpi_) return;
     int finalized = 0;
     MPI_Finalized(&finalized);
@@ -176,6 +195,11 @@ class MpiCommunicator final : public Communicator {
         if (queue_.empty() || !broken_.empty()) return;
         job = queue_.front();
         queue_.pop_front();
+        busy_ = true;
+        busy_since_ = std::chrono::steady_clock::now();
+        busy_what_ = job.barrier ? "barrier" : collective_name(job.a.kind);
+        busy_count_ = job.a.count;
+        busy_dtype_ = job.a.dtype;
       }
       std::string error;
       try {
@@ -184,6 +208,8 @@ class MpiCommunicator final : public Communicator {
         error = e.what();
       }
       std::lock_guard<std::mutex> l(mu_);
+      busy_ = false;
+      if (!broken_.empty()) return;  // a waiter gave up on this collective
       if (!error.empty()) {
         broken_ = error;
         queue_.clear();
@@ -195,10 +221,9 @@ class MpiCommunicator final : public Communicator {
     }
   }
 
-  // Issues one non-blocking collective and polls it until it completes or times out.
+  // Runs one collective (blocking; the waiters watch the time it takes).
   void run(const Job& job) {
     const CollectiveArgs& a = job.a;
-    MPI_Request req = MPI_REQUEST_NULL;
     const int64_t elem = static_cast<int64_t>(size_of(a.dtype));
     std::vector<float> send32, recv32;  // f16/bf16 reductions
     auto check_count = [&](int64_t n) {
@@ -210,40 +235,39 @@ class MpiCommunicator final : public Communicator {
     const char* what = job.barrier ? "barrier" : collective_name(a.kind);
     int rc = MPI_SUCCESS;
     if (job.barrier) {
-      rc = MPI_Ibarrier(comm_, &req);
+      rc = MPI_Barrier(comm_);
     } else if (a.count == 0) {
       return;
     } else if (a.kind == Collective::all_reduce) {
       if (is_half(a.dtype)) {
         send32.resize(a.count);
         to_f32(a.dtype, a.send, send32.data(), a.count);
-        rc = MPI_Iallreduce(MPI_IN_PLACE, send32.data(), check_count(a.count), MPI_FLOAT,
-                            mpi_op(a.op), comm_, &req);
+        rc = MPI_Allreduce(MPI_IN_PLACE, send32.data(), check_count(a.count), MPI_FLOAT,
+                           mpi_op(a.op), comm_);
       } else {
-        rc = MPI_Iallreduce(a.send == a.recv ? MPI_IN_PLACE : a.send, a.recv,
-                            check_count(a.count), mpi_type(a.dtype), mpi_op(a.op), comm_, &req);
+        rc = MPI_Allreduce(a.send == a.recv ? MPI_IN_PLACE : a.send, a.recv,
+                           check_count(a.count), mpi_type(a.dtype), mpi_op(a.op), comm_);
       }
     } else if (a.kind == Collective::broadcast) {
       if (a.send != a.recv && rank_ == a.root)
         std::memcpy(a.recv, a.send, static_cast<size_t>(a.count * elem));
-      rc = MPI_Ibcast(a.recv, check_count(a.count * elem), MPI_BYTE, a.root, comm_, &req);
+      rc = MPI_Bcast(a.recv, check_count(a.count * elem), MPI_BYTE, a.root, comm_);
     } else if (a.kind == Collective::all_gather) {
-      rc = MPI_Iallgather(a.send, check_count(a.count * elem), MPI_BYTE, a.recv,
-                          check_count(a.count * elem), MPI_BYTE, comm_, &req);
+      rc = MPI_Allgather(a.send, check_count(a.count * elem), MPI_BYTE, a.recv,
+                         check_count(a.count * elem), MPI_BYTE, comm_);
     } else {  // reduce_scatter
       if (is_half(a.dtype)) {
         send32.resize(a.count * size_);
         recv32.resize(a.count);
         to_f32(a.dtype, a.send, send32.data(), a.count * size_);
-        rc = MPI_Ireduce_scatter_block(send32.data(), recv32.data(), check_count(a.count),
-                                       MPI_FLOAT, mpi_op(a.op), comm_, &req);
+        rc = MPI_Reduce_scatter_block(send32.data(), recv32.data(), check_count(a.count),
+                                      MPI_FLOAT, mpi_op(a.op), comm_);
       } else {
-        rc = MPI_Ireduce_scatter_block(a.send, a.recv, check_count(a.count), mpi_type(a.dtype),
-                                       mpi_op(a.op), comm_, &req);
+        rc = MPI_Reduce_scatter_block(a.send, a.recv, check_count(a.count), mpi_type(a.dtype),
+                                      mpi_op(a.op), comm_);
       }
     }
-    if (rc != MPI_SUCCESS) fail<CommError>("[dist] mpi: {} failed to start (error {})", what, rc);
-    poll(req, what, a);
+    if (rc != MPI_SUCCESS) fail<CommError>("[dist] mpi: {} failed (error {})", what, rc);
     // finish what MPI does not do itself
     const bool reduced = !job.barrier && (a.kind == Collective::all_reduce ||
                                           a.kind == Collective::reduce_scatter);
@@ -258,26 +282,6 @@ class MpiCommunicator final : public Communicator {
     }
   }
 
-  void poll(MPI_Request& req, const char* what, const CollectiveArgs& a) {
-    const auto t0 = std::chrono::steady_clock::now();
-    const auto deadline = t0 + timeout();
-    for (;;) {
-      int flag = 0;
-      if (MPI_Test(&req, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS)
-        fail<CommError>("[dist] mpi: {} failed on rank {} of {}", what, rank_, size_);
-      if (flag) return;
-      const auto now = std::chrono::steady_clock::now();
-      if (now > deadline)
-        fail<CommError>("[dist] mpi: {} of {} {} elements did not complete within {:.1f} s on rank "
-                        "{} of {}: another rank died, hung, or issued different collectives "
-                        "(timeout: Communicator::set_timeout or KILN_DIST_TIMEOUT)",
-                        what, a.count, name(a.dtype), timeout().count() / 1e3, rank_, size_);
-      // MPI moves a large message only while it is tested, a fragment per call: keep testing,
-      // yielding the core between tests (a blocking MPI call polls the same way)
-      std::this_thread::yield();
-    }
-  }
-
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
   bool own_mpi_ = false;
@@ -288,6 +292,12 @@ class MpiCommunicator final : public Communicator {
   uint64_t next_ticket_ = 1, completed_ = 0;
   bool stopping_ = false;
   std::string broken_;
+  // the collective the worker is in, for the waiters' timeout
+  bool busy_ = false, stuck_ = false;
+  std::chrono::steady_clock::time_point busy_since_;
+  const char* busy_what_ = "";
+  int64_t busy_count_ = 0;
+  DType busy_dtype_ = f32;
 };
 
 MpiCommunicator* g_world = nullptr;
