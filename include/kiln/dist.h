@@ -40,6 +40,7 @@ const char* reduction_name(Reduction r);
 /// all_reduce and broadcast: `count` in send and recv; all_gather: `count` per rank in send,
 /// size() * count in recv (rank-major); reduce_scatter: size() * count in send, `count` in recv.
 enum class Collective : uint8_t { all_reduce, broadcast, all_gather, reduce_scatter };
+const char* collective_name(Collective c);
 struct CollectiveArgs {
   Collective kind = Collective::all_reduce;
   const void* send = nullptr;

@@ -30,16 +30,6 @@ namespace kiln::dist {
 
 namespace {
 
-const char* collective_name(Collective c) {
-  switch (c) {
-    case Collective::all_reduce: return "all_reduce";
-    case Collective::broadcast: return "broadcast";
-    case Collective::all_gather: return "all_gather";
-    case Collective::reduce_scatter: return "reduce_scatter";
-  }
-  return "collective";
-}
-
 MPI_Datatype mpi_type(DType t) {
   switch (t) {
     case DType::f32: return MPI_FLOAT;

@@ -40,16 +40,6 @@ void cuda_check(cudaError_t e, const char* what) {
     fail<DeviceError>("[dist] nccl: {} failed: {}", what, cudaGetErrorString(e));
 }
 
-const char* collective_name(Collective c) {
-  switch (c) {
-    case Collective::all_reduce: return "all_reduce";
-    case Collective::broadcast: return "broadcast";
-    case Collective::all_gather: return "all_gather";
-    case Collective::reduce_scatter: return "reduce_scatter";
-  }
-  return "collective";
-}
-
 bool nccl_type(DType t, ncclDataType_t& out) {
   switch (t) {
     case DType::f32: out = ncclFloat32; return true;

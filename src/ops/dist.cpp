@@ -65,6 +65,16 @@ const char* reduction_name(Reduction r) {
   return "sum";
 }
 
+const char* collective_name(Collective c) {
+  switch (c) {
+    case Collective::all_reduce: return "all_reduce";
+    case Collective::broadcast: return "broadcast";
+    case Collective::all_gather: return "all_gather";
+    case Collective::reduce_scatter: return "reduce_scatter";
+  }
+  return "collective";
+}
+
 Tensor all_reduce(const Tensor& x, const AllReduceOptions& opts) {
   if (opts.group.empty()) fail<ValueError>("[all_reduce] empty group name");
   Tensor started = make_node1(OpId::AllReduce, {x},
