@@ -146,9 +146,23 @@ class MpiCommunicator final : public Communicator {
   // blocked in a collective with this one do not hang).
   void shutdown() {
     {
-      std::lock_guard<std::mutex> l(mu_);
+      std::unique_lock<std::mutex> l(mu_);
       stopping_ = true;
       cv_.notify_all();
+      // the worker finishes what was started; a collective that no peer completes (a rank
+      // that left early or died) must not hang the exit
+      const auto deadline = std::chrono::steady_clock::now() + timeout();
+      while ((busy_ || !queue_.empty()) && broken_.empty()) {
+        if (done_cv_.wait_until(l, deadline) == std::cv_status::timeout &&
+            (busy_ || !queue_.empty()) && broken_.empty()) {
+          broken_ = fmt::format("[dist] mpi: at exit, {} did not complete within {:.1f} s on rank "
+                                "{} of {}: another rank died, hung, or stopped issuing "
+                                "collectives",
+                                busy_ ? busy_what_ : "a queued collective",
+                                timeout().count() / 1e3, rank_, size_);
+          stuck_ = busy_;
+        }
+      }
     }
     if (stuck_) {  // the worker is inside a collective that will never return
       worker_.detach();

@@ -7,7 +7,7 @@
 //   NCCL (GPUs):  kiln launch -n 2 -- kiln_dp_train --data DIR --transport nccl --out losses.txt
 //
 // Failure drills for the tests: --kill-rank R --fail-step S makes rank R die (SIGKILL) at step S;
-// --hang-rank R makes it stop answering instead.
+// --hang-rank R makes it stop answering instead, --exit-rank R makes it leave quietly.
 #include <fmt/format.h>
 #include <signal.h>
 #include <unistd.h>
@@ -35,7 +35,7 @@ struct Options {
   int steps = 40;
   int global_batch = 32;
   int checkpoint_step = -1;
-  int kill_rank = -1, hang_rank = -1, fail_step = 5;
+  int kill_rank = -1, hang_rank = -1, exit_rank = -1, fail_step = 5;
   double lr = 0.05;
   std::string device;  // default: cuda:LOCAL_RANK for nccl, else cpu
   bool selftest = false;
@@ -200,6 +200,10 @@ int train(const Options& o) {
       std::fprintf(stderr, "[dp_train] rank %d: dying at step %d (drill)\n", rank, s);
       ::raise(SIGKILL);
     }
+    if (s == o.fail_step && rank == o.exit_rank) {
+      std::fprintf(stderr, "[dp_train] rank %d: leaving early at step %d (drill)\n", rank, s);
+      std::exit(0);  // without telling the others: their next collective never completes
+    }
     if (s == o.fail_step && rank == o.hang_rank) {
       std::fprintf(stderr, "[dp_train] rank %d: hanging at step %d (drill)\n", rank, s);
       std::this_thread::sleep_for(std::chrono::hours(1));
@@ -244,6 +248,7 @@ int main(int argc, char** argv) {
   app.add_flag("--selftest", o.selftest, "Check every collective against references and exit");
   app.add_option("--kill-rank", o.kill_rank);
   app.add_option("--hang-rank", o.hang_rank);
+  app.add_option("--exit-rank", o.exit_rank);
   app.add_option("--fail-step", o.fail_step);
   CLI11_PARSE(app, argc, argv);
   try {

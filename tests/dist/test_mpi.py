@@ -134,3 +134,13 @@ def test_every_collective_matches_its_reference(ranks):
     p, _ = mpirun(ranks, ["--transport", "mpi", "--selftest"], timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
     assert f"selftest passed: every collective on {ranks} rank(s) of mpi" in p.stdout
+
+
+def test_a_rank_that_leaves_early_does_not_hang_the_others():
+    p, seconds = mpirun(2, ["--transport", "mpi", "--steps", "1000", "--exit-rank", "1",
+                            "--fail-step", "5"], timeout=120, extra_env={"KILN_DIST_TIMEOUT": "3"})
+    assert p.returncode != 0
+    assert seconds < 60
+    text = p.stdout + p.stderr
+    assert "leaving early at step 5" in text
+    assert "did not complete within 3.0 s" in text, text
