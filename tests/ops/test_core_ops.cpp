@@ -61,6 +61,14 @@ TEST(Arange, MatchesNumpyRule) {
   }
   Graph g;
   expect_equal(eval1(g, arange(g, 0, 5, 1, i64)), {5}, {0, 1, 2, 3, 4});
+  // integers past the dtype's range wrap, as numpy's integer arange does: 256 -> 0 in u8,
+  // 128 -> -128 in i8; fractional values truncate toward zero first
+  std::vector<double> u8_ref, i8_ref;
+  for (int64_t i = 0; i < 300; ++i) u8_ref.push_back(static_cast<double>(i % 256));
+  for (int64_t i = 120; i < 140; ++i) i8_ref.push_back(static_cast<double>(i < 128 ? i : i - 256));
+  expect_equal(eval1(g, arange(g, 0, 300, 1, u8)), {300}, u8_ref);
+  expect_equal(eval1(g, arange(g, 120, 140, 1, i8)), {20}, i8_ref);
+  expect_equal(eval1(g, arange(g, -1.5, 1.6, 0.75, i32)), {5}, {-1, 0, 0, 0, 1});
   expect_error<ValueError>([&] { arange(g, 0, 1, 0); }, {"[arange]", "step"});
 }
 

@@ -24,7 +24,12 @@ void arange(KernelContext& ctx) {
   dispatch(o.dtype, "arange", [&](auto t) {
     using T = decltype(t);
     T* p = o.ptr<T>();
-    for (int64_t i = 0; i < o.numel(); ++i) p[i] = static_cast<T>(start + static_cast<double>(i) * step);
+    // integers: the value truncated to int64, then wrapped to T (as numpy's integer arange)
+    for (int64_t i = 0; i < o.numel(); ++i) {
+      const double v = start + static_cast<double>(i) * step;
+      if constexpr (std::is_integral_v<T>) p[i] = static_cast<T>(static_cast<int64_t>(v));
+      else p[i] = static_cast<T>(v);
+    }
   });
 }
 // Input 0 is the variable's own storage; output 0 is the same bytes unless the new value is

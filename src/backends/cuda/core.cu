@@ -60,11 +60,15 @@ void full(KernelContext& ctx) {
   });
 }
 
-// start + i * step in double without contraction to fma, as on the host.
+// start + i * step in double without contraction to fma, as on the host; integers truncate to
+// int64 and wrap to T, as on the host.
 template <typename T> __global__ void arange_kernel(T* p, int64_t n, double start, double step) {
   const int64_t stride = ew::grid_stride();
-  for (int64_t i = ew::thread_index(); i < n; i += stride)
-    p[i] = ew::from_double<T>(__dadd_rn(start, __dmul_rn(static_cast<double>(i), step)));
+  for (int64_t i = ew::thread_index(); i < n; i += stride) {
+    const double v = __dadd_rn(start, __dmul_rn(static_cast<double>(i), step));
+    if constexpr (std::is_integral_v<T>) p[i] = static_cast<T>(static_cast<int64_t>(v));
+    else p[i] = ew::from_double<T>(v);
+  }
 }
 
 void arange(KernelContext& ctx) {
