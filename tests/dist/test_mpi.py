@@ -83,23 +83,24 @@ def test_rank_zero_writes_the_checkpoint(tmp_path):
     assert "conv1.weight" in info.stdout
 
 
-def test_a_killed_rank_ends_the_job_instead_of_hanging():
-    p, seconds = mpirun(2, ["--transport", "mpi", "--steps", "1000", "--kill-rank", "1",
-                            "--fail-step", "5"], timeout=120, extra_env={"KILN_DIST_TIMEOUT": "10"})
+def drill(flag, timeout_seconds):
+    """Rank 1 fails at step 5 as `flag` says; the job must end with an error within a minute."""
+    p, seconds = mpirun(2, ["--transport", "mpi", "--steps", "1000", flag, "1", "--fail-step", "5"],
+                        timeout=120, extra_env={"KILN_DIST_TIMEOUT": str(timeout_seconds)})
     assert p.returncode != 0
     assert seconds < 60
-    text = p.stdout + p.stderr
+    return p.stdout + p.stderr
+
+
+def test_a_killed_rank_ends_the_job_instead_of_hanging():
+    text = drill("--kill-rank", 10)
     assert "dying at step 5" in text
     # mpirun names the dead rank, or kiln's timeout does on the survivor
     assert ("signal 9" in text) or ("Killed" in text) or ("did not complete within" in text), text
 
 
 def test_a_hung_rank_times_out_with_a_clear_error():
-    p, seconds = mpirun(2, ["--transport", "mpi", "--steps", "1000", "--hang-rank", "1",
-                            "--fail-step", "5"], timeout=120, extra_env={"KILN_DIST_TIMEOUT": "3"})
-    assert p.returncode != 0
-    assert seconds < 60
-    text = p.stdout + p.stderr
+    text = drill("--hang-rank", 3)
     assert "did not complete within 3.0 s on rank 0 of 2" in text, text
     assert "another rank died, hung" in text
 
@@ -137,10 +138,6 @@ def test_every_collective_matches_its_reference(ranks):
 
 
 def test_a_rank_that_leaves_early_does_not_hang_the_others():
-    p, seconds = mpirun(2, ["--transport", "mpi", "--steps", "1000", "--exit-rank", "1",
-                            "--fail-step", "5"], timeout=120, extra_env={"KILN_DIST_TIMEOUT": "3"})
-    assert p.returncode != 0
-    assert seconds < 60
-    text = p.stdout + p.stderr
+    text = drill("--exit-rank", 3)
     assert "leaving early at step 5" in text
     assert "did not complete within 3.0 s" in text, text
