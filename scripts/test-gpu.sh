@@ -33,6 +33,8 @@ step cuda-runtime "$B/tests/kiln_cuda_tests" --gtest_brief=1
 step cuda-validate env KILN_VALIDATE=cpu "$B/tests/kiln_cuda_tests" --gtest_brief=1 --gtest_filter='CudaRuntime.*'
 if [ -x "$B/tests/kiln_backend_ops" ]; then
   step backend-ops "$B/tests/kiln_backend_ops"
+  # the same without recorded runs (every GPU case runs twice; the second replays by default)
+  step backend-ops-nocapture env KILN_CAPTURE=0 "$B/tests/kiln_backend_ops"
   step memcheck-backend-ops compute-sanitizer --tool memcheck --error-exitcode 3 \
     "$B/tests/kiln_backend_ops"
 fi

@@ -210,7 +210,7 @@ void maxpool_fwd_bwd(const Options& o, const std::string& name) {
          compile_ms, exe, t);
 }
 
-void tiny_adds(const Options& o, const std::string& name) {
+void tiny_adds(const Options& o, const std::string& name, bool recorded) {
   constexpr int kOps = 1000;
   Graph g;
   auto x = g.placeholder({1}, f32, "x");
@@ -220,6 +220,7 @@ void tiny_adds(const Options& o, const std::string& name) {
   // optimize=false: nothing may fold or merge the chain; every add is a kernel of its own
   CompileOptions c;
   c.optimize = false;
+  c.capture = recorded;
   const auto t0 = Clock::now();
   auto exe = g.compile(o.device, {}, {h}, c);
   const double compile_ms = ms_since(t0);
@@ -228,7 +229,9 @@ void tiny_adds(const Options& o, const std::string& name) {
   const float result = exe.run({{x, xv}})[0].to_vector<float>()[0];
   if (result != static_cast<float>(kOps))
     throw Error(fmt::format("[bench] the chain of adds gave {} instead of {}", result, kOps));
-  report(name, "1000 dependent adds x = x + 1 on a 1-element f32 tensor (optimize=false)",
+  report(name,
+         fmt::format("1000 dependent adds x = x + 1 on a 1-element f32 tensor (optimize=false), "
+                     "{}", recorded ? "replayed as one CUDA graph" : "launched one by one"),
          compile_ms, exe, t, fmt::format(" = {:.2f} us per op", t.median_ms * 1000 / kOps));
 }
 
@@ -250,7 +253,8 @@ std::vector<Workload> workloads() {
       {"resnet50_compile", resnet_compile},
       {"mlp_adam_bs256", mlp_adam},
       {"maxpool_fwd_bwd", maxpool_fwd_bwd},
-      {"tiny_add_x1000", tiny_adds},
+      {"tiny_add_x1000", [](O o, S n) { tiny_adds(o, n, true); }},
+      {"tiny_add_x1000_plain", [](O o, S n) { tiny_adds(o, n, false); }},
   };
 }
 

@@ -45,8 +45,10 @@ WORKLOADS = [
      (1.12, "eager")),
     ("maxpool_fwd_bwd", "max-pool 3x3 s2 p1 fwd+bwd with indices, 32x64x112x112 f32",
      (0.512, "eager")),
-    ("tiny_add_x1000", "1000 dependent tiny adds (ms per 1000 = µs per op)",
+    ("tiny_add_x1000", "1000 dependent tiny adds, replayed graph (µs per op; peer: CUDA graph)",
      (1.14, "one CUDA graph replay (eager 10.6)")),
+    ("tiny_add_x1000_plain", "1000 dependent tiny adds, one launch each (µs per op; peer: eager)",
+     (10.6, "eager")),
 ]
 NAMES = [w[0] for w in WORKLOADS]
 
@@ -150,6 +152,23 @@ def torch_workloads(torch):
             return x
         return cuda_median_ms(torch, chain, reps, warmup)
 
+    def tiny_graph(reps, warmup):
+        x0 = torch.zeros(1, device=dev)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm up off the default stream, as capture requires
+            for _ in range(3):
+                x = x0
+                for _ in range(1000):
+                    x = x + 1
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            x = x0
+            for _ in range(1000):
+                x = x + 1
+        return cuda_median_ms(torch, graph.replay, reps, warmup)
+
     return {
         "resnet50_infer_bs1_f32": resnet_infer(1, False),
         "resnet50_infer_bs1_bf16": resnet_infer(1, True),
@@ -159,7 +178,8 @@ def torch_workloads(torch):
         "resnet50_train_bs32_bf16": resnet_train(True),
         "mlp_adam_bs256": mlp,
         "maxpool_fwd_bwd": maxpool,
-        "tiny_add_x1000": tiny,
+        "tiny_add_x1000": tiny_graph,
+        "tiny_add_x1000_plain": tiny,
     }
 
 

@@ -65,6 +65,11 @@ class Executable {
   size_t peak_intermediate_bytes() const;
   /// Number of kernels one run executes.
   size_t num_steps() const;
+  /// GPU executables: how many runs were replayed from a recording (CompileOptions::capture).
+  int64_t replayed_runs() const;
+  /// Whether runs are recorded and replayed, or why not ("off: ..."; "not run yet" before the
+  /// first run decides).
+  std::string capture_status() const;
   /// Names of the placeholders the executable reads, with their compiled shapes and dtypes.
   struct IoInfo {
     std::string name;

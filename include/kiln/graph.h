@@ -89,6 +89,11 @@ struct CompileOptions {
   /// Every op must run on the compiled device: an op whose backend lacks a kernel for its dtype
   /// throws UnsupportedError instead of falling back to the CPU.
   bool strict_placement = false;
+  /// GPU executables: from the second run on, a run is recorded once as a CUDA graph and then
+  /// replayed with a single launch (feeds are copied into the recording's own input buffers
+  /// and outputs out of its output buffers). Runs with CPU fallbacks, collectives,
+  /// KILN_VALIDATE or KILN_STEP_TIMES are never recorded; KILN_CAPTURE=0 turns it off.
+  bool capture = true;
 };
 
 class Graph {

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/graph_impl.h"
@@ -55,6 +56,19 @@ class DeviceBackend {
   virtual void release_mapped(void* ptr) = 0;
   /// Bytes free on the device and its total memory.
   virtual void memory_info(int device, size_t* free, size_t* total) = 0;
+
+  // Recorded runs (CUDA graphs): the work the calling thread enqueues on `stream` between
+  // begin_capture and end_capture is recorded instead of run, then replayed by launch_graph.
+  // Backends without them return false from can_capture.
+
+  virtual bool can_capture() { return false; }
+  virtual void begin_capture(int device, void* stream) {}
+  /// Ends the recording on `stream` and prepares it for replay. Returns nullptr, with the reason
+  /// in `error`, when the recording failed (some call could not be recorded); the stream is
+  /// usable again either way.
+  virtual void* end_capture(int device, void* stream, std::string* error) { return nullptr; }
+  virtual void launch_graph(int device, void* graph, void* stream) {}
+  virtual void destroy_graph(int device, void* graph) {}
 
   // Tuning decisions (library algorithms chosen per problem, e.g. by measuring on a first run),
   // so that a package can carry them (src/core/tuning.h). Backends without any keep the defaults.

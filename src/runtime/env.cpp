@@ -32,4 +32,10 @@ bool step_times() {
   return on;
 }
 
+int capture() {
+  const char* v = get("KILN_CAPTURE");
+  if (!v) return -1;
+  return std::string(v) == "0" ? 0 : 1;
+}
+
 }  // namespace kiln::env

@@ -6,6 +6,8 @@
 //                 results disagree
 //   KILN_STEP_TIMES  diagnostics: GPU runs synchronize after every kernel and the executable
 //                 prints the time per op (host and device together) to stderr when destroyed
+//   KILN_CAPTURE  "0": GPU runs are never recorded and replayed as CUDA graphs, whatever
+//                 CompileOptions::capture says ("1": recorded whenever possible)
 //   KILN_TEST_SEED  tests only: replays the random inputs of an earlier test run
 #pragma once
 
@@ -21,5 +23,7 @@ int threads();
 bool validate_on_cpu();
 /// Whether KILN_STEP_TIMES is set (read once).
 bool step_times();
+/// KILN_CAPTURE: 0 or 1, or -1 when unset (read at every compile).
+int capture();
 
 }  // namespace kiln::env

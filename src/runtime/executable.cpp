@@ -257,6 +257,204 @@ void check_error_slots(const ExecutableImpl& x, const ExecutableImpl::DeviceSlot
   }
 }
 
+// Why the runs of `x` are not recorded as CUDA graphs; empty when they are.
+std::string capture_blocker(const ExecutableImpl& x) {
+  const int forced = env::capture();
+  if (forced == 0) return "KILN_CAPTURE=0";
+  if (forced < 0 && !x.options.capture) return "CompileOptions::capture is off";
+  if (!x.backend->can_capture()) return "the backend cannot record runs";
+  if (env::validate_on_cpu()) return "KILN_VALIDATE=cpu";
+  if (env::step_times()) return "KILN_STEP_TIMES";
+  for (const Step& st : x.steps) {
+    const OpId op = x.program.graph.nodes[st.node].op;
+    if (st.backend == Backend::cpu)
+      return fmt::format("%{} {} falls back to the cpu", st.node, op_name(op));
+    if (op == OpId::AllReduce || op == OpId::CollectiveWait)
+      return fmt::format("%{} {} talks to other ranks", st.node, op_name(op));
+  }
+  return {};
+}
+
+Array device_array(DeviceBackend& b, Device device, const Shape& shape, DType t, void* stream) {
+  auto st = std::make_shared<Storage>();
+  st->bytes = static_cast<size_t>(numel(shape)) * size_of(t);
+  const int dev = device.index;
+  st->data = b.allocate(dev, st->bytes, stream);
+  st->device = device;
+  st->deleter = [&b, dev](void* p) { b.release(dev, p); };
+  return Array::adopt(std::move(st), shape, t);
+}
+
+// The input and output views of step `k`, and its error slot in `kenv`.
+template <typename View>
+void step_io(const ExecutableImpl& x, ExecutableImpl::DeviceSlot& slot, size_t k, View&& view,
+             KernelEnv& kenv, std::vector<TensorView>& in, std::vector<TensorView>& out) {
+  const Step& st = x.steps[k];
+  const Node& n = x.program.graph.nodes[st.node];
+  if (x.reports_errors && st.kernel->reports_errors) {
+    kenv.errors = static_cast<int64_t*>(slot.errors->data) + 2 * k;
+    kenv.error_info = slot.error_info.data() + 3 * k;
+  } else {
+    kenv.errors = kenv.error_info = nullptr;
+  }
+  in.clear();
+  out.clear();
+  for (auto v : n.inputs) in.push_back(view(v));
+  for (size_t o = 0; o < n.outputs.size(); ++o)
+    out.push_back(view({st.node, static_cast<int32_t>(o)}));
+}
+
+// Scratch memory of kernels while a run is recorded: blocks are reused only within the recording
+// (its kernels run in order on one stream) and kept for as long as it can be replayed.
+thread_local ExecutableImpl::Recording* t_recording = nullptr;
+
+void* recording_allocate(int device, size_t bytes, void* stream) {
+  auto& r = *t_recording;
+  size_t best = r.free_scratch.size();
+  for (size_t i = 0; i < r.free_scratch.size(); ++i) {
+    const size_t have = r.scratch[r.free_scratch[i]].first;
+    if (have >= bytes && (best == r.free_scratch.size() ||
+                          have < r.scratch[r.free_scratch[best]].first))
+      best = i;
+  }
+  if (best < r.free_scratch.size()) {
+    void* p = r.scratch[r.free_scratch[best]].second;
+    r.free_scratch.erase(r.free_scratch.begin() + static_cast<std::ptrdiff_t>(best));
+    return p;
+  }
+  void* p = r.backend->allocate(device, bytes, stream);
+  r.scratch.emplace_back(bytes, p);
+  return p;
+}
+
+void recording_release(int, void* p) {
+  auto& r = *t_recording;
+  for (size_t i = 0; i < r.scratch.size(); ++i)
+    if (r.scratch[i].second == p) r.free_scratch.push_back(i);
+}
+
+// Records every step of `x` on the slot's stream into a new recording with buffers of its own for
+// feeds and outputs. Returns nullptr, with the reason in `why`, when some call cannot be
+// recorded; nothing has run then.
+std::shared_ptr<ExecutableImpl::Recording> record_run(ExecutableImpl& x,
+                                                      ExecutableImpl::DeviceSlot& slot,
+                                                      std::vector<void*> signature,
+                                                      std::string* why) {
+  const auto& nodes = x.program.graph.nodes;
+  DeviceBackend& b = *x.backend;
+  const int dev = x.device.index;
+  void* stream = slot.stream;
+  auto rec = std::make_shared<ExecutableImpl::Recording>(&b, dev);
+  rec->signature = std::move(signature);
+  rec->feeds.resize(nodes.size());
+  for (int32_t ph : x.placeholders)
+    rec->feeds[ph] = device_array(b, x.device, nodes[ph].outputs[0].shape,
+                                  nodes[ph].outputs[0].dtype, stream);
+  rec->outputs.resize(x.program.num_returned);
+  for (size_t k = 0; k < x.program.num_returned; ++k) {
+    ValueRef v = x.program.outputs[k];
+    const ValueSlot& s = x.plan.slots[v.node][v.index];
+    if (s.where == Where::output && s.index == static_cast<int>(k)) {
+      const TensorInfo& t = nodes[v.node].outputs[v.index];
+      rec->outputs[k] = device_array(b, x.device, t.shape, t.dtype, stream);
+    }
+  }
+  char* base = slot.arena ? static_cast<char*>(slot.arena->data) : nullptr;
+  auto view = [&](ValueRef v) -> TensorView {
+    const ValueSlot& s = x.plan.slots[v.node][v.index];
+    const TensorInfo& t = nodes[v.node].outputs[v.index];
+    void* p = nullptr;
+    switch (s.where) {
+      case Where::feed: p = rec->feeds[s.index].data(); break;
+      case Where::constant: p = const_cast<void*>(nodes[s.index].value.data()); break;
+      case Where::arena: p = base + s.offset; break;
+      case Where::output: p = rec->outputs[s.index].data(); break;
+      case Where::none: KILN_ASSERT(false);
+    }
+    return {p, t.shape, t.dtype};
+  };
+  KernelEnv kenv = b.kernel_env(dev, stream);
+  kenv.allocate = recording_allocate;
+  kenv.release = recording_release;
+  std::vector<TensorView> in, out;
+  b.begin_capture(dev, stream);
+  t_recording = rec.get();
+  try {
+    for (size_t k = 0; k < x.steps.size(); ++k) {
+      step_io(x, slot, k, view, kenv, in, out);
+      run_kernel(*x.steps[k].kernel, nodes[x.steps[k].node], in, out, x.pool, &kenv);
+    }
+  } catch (const std::exception& e) {
+    t_recording = nullptr;
+    std::string ignored;
+    if (void* g = b.end_capture(dev, stream, &ignored)) b.destroy_graph(dev, g);
+    *why = fmt::format("recording the run failed: {}", e.what());
+    return nullptr;
+  }
+  t_recording = nullptr;
+  rec->graph = b.end_capture(dev, stream, why);
+  if (!rec->graph) return nullptr;
+  return rec;
+}
+
+// A run replayed from the slot's recording (made now when there is none, or when a variable has
+// moved since). Returns false, with x.capture_off set, when the run cannot be recorded.
+bool run_recorded(ExecutableImpl& x, ExecutableImpl::DeviceSlot& slot,
+                  const std::vector<const Array*>& feed_by_node, std::vector<Array>& outputs) {
+  const auto& nodes = x.program.graph.nodes;
+  DeviceBackend& b = *x.backend;
+  const int dev = x.device.index;
+  void* stream = slot.stream;
+  std::vector<void*> signature;
+  signature.reserve(x.variables.size());
+  for (int32_t v : x.variables) signature.push_back(nodes[v].value.storage() ? nodes[v].value.storage()->data : nullptr);
+  if (!slot.recording || slot.recording->signature != signature) {
+    slot.recording.reset();
+    std::string why;
+    slot.recording = record_run(x, slot, std::move(signature), &why);
+    if (!slot.recording) {
+      std::lock_guard<std::mutex> l(x.arena_mu);
+      x.capture_off = why;
+      return false;
+    }
+  }
+  auto& rec = *slot.recording;
+  for (int32_t ph : x.placeholders) {
+    const Array& a = *feed_by_node[ph];
+    b.copy_async(dev, rec.feeds[ph].data(), false, a.data(), a.device().kind == Device::Kind::cpu,
+                 a.nbytes(), stream);
+  }
+  const size_t error_bytes = 2 * sizeof(int64_t) * x.steps.size();
+  if (x.reports_errors) b.memset_async(dev, slot.errors->data, 0xff, error_bytes, stream);
+  b.launch_graph(dev, rec.graph, stream);
+  outputs.assign(x.program.num_returned, Array());
+  for (size_t k = 0; k < x.program.num_returned; ++k) {
+    ValueRef v = x.program.outputs[k];
+    const ValueSlot& s = x.plan.slots[v.node][v.index];
+    const Array* from = nullptr;
+    if (s.where == Where::output && s.index == static_cast<int>(k)) from = &rec.outputs[k];
+    else if (s.where == Where::feed && feed_by_node[s.index]->device() != x.device)
+      from = &rec.feeds[s.index];
+    if (!from) continue;
+    outputs[k] = device_array(b, x.device, from->shape(), from->dtype(), stream);
+    b.copy_async(dev, outputs[k].data(), false, from->data(), false, from->nbytes(), stream);
+  }
+  if (x.reports_errors)  // waits for the stream
+    b.copy_async(dev, slot.errors_host, true, slot.errors->data, false, error_bytes, stream);
+  b.synchronize(dev, stream);
+  ++x.replays;
+  if (x.reports_errors) check_error_slots(x, slot);
+  for (size_t k = 0; k < x.program.num_returned; ++k) {
+    if (outputs[k].valid() && outputs[k].storage()) continue;
+    ValueRef v = x.program.outputs[k];
+    const ValueSlot& s = x.plan.slots[v.node][v.index];
+    if (s.where == Where::output) outputs[k] = outputs[s.index];
+    else if (s.where == Where::feed) outputs[k] = *feed_by_node[s.index];
+    else if (s.where == Where::constant) outputs[k] = nodes[s.index].value.copy();
+  }
+  return true;
+}
+
 std::vector<Array> run_device(ExecutableImpl& x, const std::vector<const Array*>& feed_by_node) {
   const auto& nodes = x.program.graph.nodes;
   for (int32_t ph : x.placeholders)
@@ -266,8 +464,11 @@ std::vector<Array> run_device(ExecutableImpl& x, const std::vector<const Array*>
 
   // a (stream, arena) pair of its own; back to the pool however the run ends
   ExecutableImpl::DeviceSlot slot;
+  bool may_record = false;
   {
     std::lock_guard<std::mutex> l(x.arena_mu);
+    if (!x.capture_off) x.capture_off = capture_blocker(x);
+    may_record = x.capture_off->empty();
     if (!x.free_slots.empty()) {
       slot = std::move(x.free_slots.back());
       x.free_slots.pop_back();
@@ -284,6 +485,8 @@ std::vector<Array> run_device(ExecutableImpl& x, const std::vector<const Array*>
           x.backend->synchronize(x.device.index, slot.stream);
         } catch (...) {
         }
+      } else {
+        ++slot.runs;
       }
       std::lock_guard<std::mutex> l(x.arena_mu);
       x.free_slots.push_back(std::move(slot));
@@ -292,12 +495,7 @@ std::vector<Array> run_device(ExecutableImpl& x, const std::vector<const Array*>
   if (!slot.stream) slot.stream = b.create_stream(dev);
   void* stream = slot.stream;
   auto device_array = [&](const Shape& shape, DType t) {
-    auto st = std::make_shared<Storage>();
-    st->bytes = static_cast<size_t>(numel(shape)) * size_of(t);
-    st->data = b.allocate(dev, st->bytes, stream);
-    st->device = x.device;
-    st->deleter = [&b, dev](void* p) { b.release(dev, p); };
-    return Array::adopt(std::move(st), shape, t);
+    return kiln::device_array(b, x.device, shape, t, stream);
   };
   if (!slot.arena && x.plan.arena_bytes)
     slot.arena = device_array({static_cast<int64_t>(x.plan.arena_bytes)}, u8).storage();
@@ -309,8 +507,17 @@ std::vector<Array> run_device(ExecutableImpl& x, const std::vector<const Array*>
       slot.errors_host = static_cast<int64_t*>(b.allocate_mapped(error_bytes));
       slot.error_info.assign(3 * x.steps.size(), 0);
     }
-    b.memset_async(dev, slot.errors->data, 0xff, error_bytes, stream);  // all ones: no report
   }
+  // variables follow the executables that use them
+  for (int32_t v : x.variables)
+    if (auto& st = nodes[v].value.storage()) move_storage(*st, x.device);
+  // from the second run on a slot: one launch of the slot's recording
+  if (may_record && slot.runs > 0) {
+    std::vector<Array> outputs;
+    if (run_recorded(x, slot, feed_by_node, outputs)) return outputs;
+  }
+  if (x.reports_errors)  // all ones: no report
+    b.memset_async(dev, slot.errors->data, 0xff, error_bytes, stream);
 
   // feeds from the host go up on the run's stream
   std::vector<Array> feeds(nodes.size());
@@ -323,9 +530,6 @@ std::vector<Array> run_device(ExecutableImpl& x, const std::vector<const Array*>
     feeds[ph] = device_array(a.shape(), a.dtype());
     b.copy_async(dev, feeds[ph].data(), false, a.data(), true, a.nbytes(), stream);
   }
-  // variables follow the executables that use them
-  for (int32_t v : x.variables)
-    if (auto& st = nodes[v].value.storage()) move_storage(*st, x.device);
 
   std::vector<Array> outputs(x.program.num_returned);
   for (size_t k = 0; k < x.program.num_returned; ++k) {
@@ -364,19 +568,11 @@ std::vector<Array> run_device(ExecutableImpl& x, const std::vector<const Array*>
     t_step = now;
   };
   if (timed) b.synchronize(dev, stream), t_step = std::chrono::steady_clock::now();
+  std::vector<TensorView> in, out;
   for (size_t k = 0; k < x.steps.size(); ++k) {
     const Step& st = x.steps[k];
     const Node& n = nodes[st.node];
-    if (x.reports_errors && st.kernel->reports_errors) {
-      kenv.errors = static_cast<int64_t*>(slot.errors->data) + 2 * k;
-      kenv.error_info = slot.error_info.data() + 3 * k;
-    } else {
-      kenv.errors = kenv.error_info = nullptr;
-    }
-    std::vector<TensorView> in, out;
-    in.reserve(n.inputs.size());
-    for (auto v : n.inputs) in.push_back(view(v));
-    for (size_t o = 0; o < n.outputs.size(); ++o) out.push_back(view({st.node, static_cast<int32_t>(o)}));
+    step_io(x, slot, k, view, kenv, in, out);
     if (st.backend == Backend::cpu) {
       run_on_host(*st.kernel, n, in, out, b, dev, stream, x.pool);
       if (timed) record(n);
@@ -423,6 +619,11 @@ std::vector<Array> run_device(ExecutableImpl& x, const std::vector<const Array*>
 }  // namespace
 
 namespace detail {
+ExecutableImpl::Recording::~Recording() {
+  if (graph) backend->destroy_graph(device, graph);
+  for (auto& [bytes, p] : scratch) backend->release(device, p);
+}
+
 ExecutableImpl::~ExecutableImpl() {
   if (!step_ms.empty()) {
     std::vector<std::pair<double, std::string>> rows;
@@ -438,6 +639,7 @@ ExecutableImpl::~ExecutableImpl() {
   for (auto& s : free_slots) {
     s.arena.reset();
     if (backend && s.stream) backend->destroy_stream(device.index, s.stream);
+    s.recording.reset();
     s.errors.reset();
     if (backend && s.errors_host) backend->release_mapped(s.errors_host);
   }
@@ -496,6 +698,15 @@ std::vector<Array> Executable::run(const std::map<std::string, Array>& feeds) co
 Device Executable::device() const { return impl_->device; }
 size_t Executable::peak_intermediate_bytes() const { return impl_->plan.arena_bytes; }
 size_t Executable::num_steps() const { return impl_->steps.size(); }
+int64_t Executable::replayed_runs() const { return impl_->replays.load(); }
+std::string Executable::capture_status() const {
+  auto& x = *impl_;
+  if (!x.backend) return "cpu executable: runs are not recorded";
+  std::lock_guard<std::mutex> l(x.arena_mu);
+  if (!x.capture_off) return "not run yet";
+  if (x.capture_off->empty()) return "recorded once, replayed from the second run";
+  return "off: " + *x.capture_off;
+}
 
 std::vector<Executable::IoInfo> Executable::inputs() const {
   std::vector<IoInfo> r;
@@ -534,6 +745,7 @@ std::string Executable::report() const {
      << steps.size() - fallbacks << " on " << (impl_->backend ? "cuda" : "cpu");
   if (impl_->backend) os << ", " << fallbacks << " cpu fallbacks";
   os << "; arena " << impl_->plan.arena_bytes << " bytes\n";
+  if (impl_->backend) os << "  runs as a CUDA graph: " << capture_status() << "\n";
   if (const auto& pk = impl_->package)
     os << "  loaded from " << pk->path << " (compiled for " << pk->compiled_for
        << (pk->replanned ? "; placed and planned again" : "") << ")\n";

@@ -1,6 +1,7 @@
 // The compiled plan behind an Executable.
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -47,7 +48,26 @@ struct ExecutableImpl {
   // (stream, arena) pairs not in use by a run.
   DeviceBackend* backend = nullptr;
   std::vector<int32_t> variables;  // program node ids
+  // A run recorded on a slot's stream (CompileOptions::capture): the CUDA graph, the variable
+  // pointers it was recorded with, the input and output buffers it reads and writes, and the
+  // scratch blocks its kernels use (kept until the recording is dropped).
+  struct Recording {
+    DeviceBackend* backend = nullptr;
+    int device = 0;
+    void* graph = nullptr;
+    std::vector<void*> signature;
+    std::vector<Array> feeds;    // by program node id (placeholders)
+    std::vector<Array> outputs;  // by returned index
+    std::vector<std::pair<size_t, void*>> scratch;
+    std::vector<size_t> free_scratch;  // indices into scratch released while recording
+    Recording(DeviceBackend* b, int dev) : backend(b), device(dev) {}
+    Recording(const Recording&) = delete;
+    Recording& operator=(const Recording&) = delete;
+    ~Recording();
+  };
   struct DeviceSlot {
+    int64_t runs = 0;  // finished runs on this slot
+    std::shared_ptr<Recording> recording;
     void* stream = nullptr;
     std::shared_ptr<Storage> arena;
     // error slots (KernelEnv::errors): 2 words per step on the device, their copy in pinned
@@ -61,6 +81,10 @@ struct ExecutableImpl {
   std::mutex times_mu;
   std::map<std::string, std::pair<double, int64_t>> step_ms;
   std::vector<DeviceSlot> free_slots;
+  // why runs are not recorded (CompileOptions::capture); decided on the first run (under
+  // arena_mu): empty when they are
+  std::optional<std::string> capture_off;
+  std::atomic<int64_t> replays{0};  // runs replayed from a recording
   // loaded from a package: where from, and the names of the returned values (empty: node names)
   std::optional<PackageInfo> package;
   std::vector<std::string> output_names;

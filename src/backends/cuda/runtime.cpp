@@ -1,6 +1,7 @@
 // The CUDA backend's DeviceBackend: caching allocators, streams, and host<->device copies through
 // pinned staging buffers.
 #include <cuda_runtime.h>
+#include <fmt/format.h>
 
 #include <cstring>
 #include <memory>
@@ -166,6 +167,42 @@ class CudaBackend final : public DeviceBackend {
   void memory_info(int device, size_t* free, size_t* total) override {
     DeviceScope g(device);
     KILN_CUDA_CHECK(cudaMemGetInfo(free, total));
+  }
+  bool can_capture() override { return true; }
+  void begin_capture(int device, void* stream) override {
+    DeviceScope g(device);
+    // relaxed: the caching allocator may call cudaMalloc while a run is recorded
+    KILN_CUDA_CHECK(
+        cudaStreamBeginCapture(static_cast<cudaStream_t>(stream), cudaStreamCaptureModeRelaxed));
+  }
+  void* end_capture(int device, void* stream, std::string* error) override {
+    DeviceScope g(device);
+    cudaGraph_t graph = nullptr;
+    cudaError_t e = cudaStreamEndCapture(static_cast<cudaStream_t>(stream), &graph);
+    cudaGetLastError();  // a failed recording is reported here, not left behind
+    if (e != cudaSuccess || !graph) {
+      if (error) *error = fmt::format("recording the run failed: {}", cudaGetErrorString(e));
+      if (graph) cudaGraphDestroy(graph);
+      return nullptr;
+    }
+    cudaGraphExec_t exec = nullptr;
+    e = cudaGraphInstantiateWithFlags(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      if (error) *error = fmt::format("preparing the recorded run failed: {}", cudaGetErrorString(e));
+      return nullptr;
+    }
+    return exec;
+  }
+  void launch_graph(int device, void* graph, void* stream) override {
+    DeviceScope g(device);
+    KILN_CUDA_CHECK(
+        cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), static_cast<cudaStream_t>(stream)));
+  }
+  void destroy_graph(int device, void* graph) override {
+    DeviceScope g(device);
+    cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph));
   }
   TuningIdentity tuning_identity(int device) override {
     dev(device);
