@@ -44,6 +44,18 @@ class DeviceBackend {
   virtual void copy_async(int device, void* dst, bool dst_host, const void* src, bool src_host,
                           size_t bytes, void* stream) = 0;
   virtual void memset_async(int device, void* dst, int value, size_t bytes, void* stream) = 0;
+  /// One host-to-device copy of upload_all.
+  struct HostUpload {
+    void* dst = nullptr;
+    const void* src = nullptr;
+    size_t bytes = 0;
+  };
+  /// Copies every upload from (pageable) host memory to the device and waits for them, staging
+  /// through pinned buffers from several host threads at once (a package's weights).
+  virtual void upload_all(int device, const std::vector<HostUpload>& uploads) {
+    for (const auto& u : uploads) copy_async(device, u.dst, false, u.src, true, u.bytes, nullptr);
+    synchronize(device, nullptr);
+  }
   virtual void* create_stream(int device) = 0;
   virtual void destroy_stream(int device, void* stream) = 0;
   /// Blocks until all work on `stream` has finished; rethrows an asynchronous error as DeviceError.

@@ -3,6 +3,8 @@
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -13,6 +15,7 @@
 #include "backends/cuda/tuning.h"
 #include "core/errors.h"
 #include "core/device_backend.h"
+#include "runtime/thread_pool.h"
 
 namespace kiln::cuda {
 
@@ -78,9 +81,44 @@ class StagingPool {
   size_t next_ = 0;
 };
 
+// Upload lanes of upload_all: each has a stream and two pinned buffers, filled by one host thread
+// while the other is in flight.
+constexpr size_t kLaneChunk = size_t{2} << 20;
+constexpr int kMaxLanes = 8;
+struct UploadLanes {
+  struct Lane {
+    cudaStream_t stream = nullptr;
+    void* buf[2] = {nullptr, nullptr};
+    cudaEvent_t done[2] = {nullptr, nullptr};
+  };
+  std::mutex mu;  // one upload_all at a time per device
+  std::vector<Lane> lanes;
+  ~UploadLanes() {
+    for (auto& l : lanes) {
+      if (l.stream) cudaStreamSynchronize(l.stream), cudaStreamDestroy(l.stream);
+      for (int k = 0; k < 2; ++k) {
+        if (l.done[k]) cudaEventDestroy(l.done[k]);
+        if (l.buf[k]) cudaFreeHost(l.buf[k]);
+      }
+    }
+  }
+  void ensure(int n) {
+    while (static_cast<int>(lanes.size()) < n) {
+      Lane l;
+      KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&l.stream, cudaStreamNonBlocking));
+      for (int k = 0; k < 2; ++k) {
+        KILN_CUDA_CHECK(cudaHostAlloc(&l.buf[k], kLaneChunk, cudaHostAllocDefault));
+        KILN_CUDA_CHECK(cudaEventCreateWithFlags(&l.done[k], cudaEventDisableTiming));
+      }
+      lanes.push_back(l);
+    }
+  }
+};
+
 struct PerDevice {
   std::unique_ptr<CachingAllocator> allocator;
   std::unique_ptr<StagingPool> staging;
+  std::unique_ptr<UploadLanes> lanes;
 };
 
 class CudaBackend final : public DeviceBackend {
@@ -96,6 +134,7 @@ class CudaBackend final : public DeviceBackend {
     if (!d.allocator) {
       d.allocator = std::make_unique<CachingAllocator>(device);
       d.staging = std::make_unique<StagingPool>();
+      d.lanes = std::make_unique<UploadLanes>();
     }
     return d;
   }
@@ -124,6 +163,49 @@ class CudaBackend final : public DeviceBackend {
       return;
     }
     KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s));
+  }
+
+  void upload_all(int device, const std::vector<HostUpload>& uploads) override {
+    struct Chunk {
+      char* dst;
+      const char* src;
+      size_t bytes;
+    };
+    std::vector<Chunk> chunks;
+    size_t total = 0;
+    for (const auto& u : uploads)
+      for (size_t off = 0; off < u.bytes; off += kLaneChunk) {
+        chunks.push_back({static_cast<char*>(u.dst) + off, static_cast<const char*>(u.src) + off,
+                          std::min(kLaneChunk, u.bytes - off)});
+        total += chunks.back().bytes;
+      }
+    if (chunks.empty()) return;
+    DeviceScope g(device);
+    // the lanes' streams do not wait for the default stream, where the destinations were allocated
+    KILN_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+    UploadLanes& lanes = *dev(device).lanes;
+    std::lock_guard<std::mutex> l(lanes.mu);
+    ThreadPool& pool = ThreadPool::global();
+    const int n = static_cast<int>(
+        std::clamp<size_t>(total / (4 * kLaneChunk), 1, std::min(kMaxLanes, pool.size())));
+    lanes.ensure(n);
+    std::atomic<size_t> next{0};
+    pool.parallel_for(n, 1, [&](int64_t begin, int64_t end) {
+      KILN_CUDA_CHECK(cudaSetDevice(device));
+      for (int64_t k = begin; k < end; ++k) {
+        UploadLanes::Lane& lane = lanes.lanes[k];
+        int turn = 0;
+        for (size_t i; (i = next.fetch_add(1)) < chunks.size(); turn ^= 1) {
+          // the buffer's previous transfer must be done before it is refilled
+          KILN_CUDA_CHECK(cudaEventSynchronize(lane.done[turn]));
+          std::memcpy(lane.buf[turn], chunks[i].src, chunks[i].bytes);
+          KILN_CUDA_CHECK(cudaMemcpyAsync(chunks[i].dst, lane.buf[turn], chunks[i].bytes,
+                                          cudaMemcpyHostToDevice, lane.stream));
+          KILN_CUDA_CHECK(cudaEventRecord(lane.done[turn], lane.stream));
+        }
+        KILN_CUDA_CHECK(cudaStreamSynchronize(lane.stream));
+      }
+    });
   }
 
   void memset_async(int device, void* dst, int value, size_t bytes, void* stream) override {

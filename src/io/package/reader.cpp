@@ -493,19 +493,19 @@ void Reader::read_tuning(const fb::Manifest& m, detail::ExecutableImpl& impl) {
 
 void Reader::upload_constants(Program& p) {
   if (device_.kind == Device::Kind::cpu) return;
-  // The uploads are enqueued one after another and waited for once: the backend stages pageable
-  // memory (the mapped file) through pinned buffers, so copying one constant into them overlaps
-  // the transfer of the one before (Array::to waits for each).
+  // One batch: the backend stages the mapped file through pinned buffers from several threads,
+  // overlapping the host copies with the transfers, and waits once.
   DeviceBackend* b = backend_of(device_);
+  std::vector<DeviceBackend::HostUpload> uploads;
+  std::vector<Array> keep;  // the mapped host values until the copies are done
   for (Node& n : p.graph.nodes) {
     if (n.op != OpId::Constant || n.value.device().kind != Device::Kind::cpu) continue;
     Array d = Array::empty(n.value.shape(), n.value.dtype(), device_);
-    if (d.nbytes() > 0)
-      b->copy_async(device_.index, d.data(), /*dst_host=*/false, n.value.data(), /*src_host=*/true,
-                    d.nbytes(), nullptr);
+    if (d.nbytes() > 0) uploads.push_back({d.data(), n.value.data(), d.nbytes()});
+    keep.push_back(std::move(n.value));
     n.value = std::move(d);
   }
-  b->synchronize(device_.index, nullptr);
+  b->upload_all(device_.index, uploads);
 }
 
 std::shared_ptr<detail::ExecutableImpl> Reader::read() {
