@@ -82,6 +82,13 @@ class DeviceBackend {
   virtual void launch_graph(int device, void* graph, void* stream) {}
   virtual void destroy_graph(int device, void* graph) {}
 
+  // Timing events (KILN_STEP_TIMES=device): recorded on a stream without waiting; the device
+  // time between two of them once both have completed.
+  virtual void* create_timing_event(int device) { return nullptr; }
+  virtual void record_event(int device, void* event, void* stream) {}
+  virtual double elapsed_ms(int device, void* start, void* end) { return 0; }
+  virtual void destroy_event(int device, void* event) {}
+
   // Tuning decisions (library algorithms chosen per problem, e.g. by measuring on a first run),
   // so that a package can carry them (src/core/tuning.h). Backends without any keep the defaults.
 

@@ -32,6 +32,14 @@ bool step_times() {
   return on;
 }
 
+bool step_times_device() {
+  static const bool on = [] {
+    const char* v = get("KILN_STEP_TIMES");
+    return v && std::string(v) == "device";
+  }();
+  return on;
+}
+
 int capture() {
   const char* v = get("KILN_CAPTURE");
   if (!v) return -1;

@@ -5,7 +5,9 @@
 //   KILN_VALIDATE "cpu": GPU runs re-run every kernel on the CPU and stop at the first op whose
 //                 results disagree
 //   KILN_STEP_TIMES  diagnostics: GPU runs synchronize after every kernel and the executable
-//                 prints the time per op (host and device together) to stderr when destroyed
+//                 prints the time per op (host and device together) to stderr when destroyed;
+//                 "device": CUDA events around every kernel instead, no synchronization, device
+//                 time only, runs after the first on each stream (no algorithm measurements)
 //   KILN_CAPTURE  "0": GPU runs are never recorded and replayed as CUDA graphs, whatever
 //                 CompileOptions::capture says ("1": recorded whenever possible)
 //   KILN_TEST_SEED  tests only: replays the random inputs of an earlier test run
@@ -23,6 +25,8 @@ int threads();
 bool validate_on_cpu();
 /// Whether KILN_STEP_TIMES is set (read once).
 bool step_times();
+/// Whether KILN_STEP_TIMES=device (read once).
+bool step_times_device();
 /// KILN_CAPTURE: 0 or 1, or -1 when unset (read at every compile).
 int capture();
 

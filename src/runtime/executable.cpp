@@ -556,7 +556,21 @@ std::vector<Array> run_device(ExecutableImpl& x, const std::vector<const Array*>
 
   KernelEnv kenv = b.kernel_env(dev, stream);
   const bool validate = env::validate_on_cpu();
-  const bool timed = env::step_times();
+  // KILN_STEP_TIMES=device: an event before every step and one after the last
+  const bool on_device = env::step_times_device();
+  const bool timed = env::step_times() && !on_device;
+  std::vector<void*> events;
+  struct DropEvents {
+    DeviceBackend& b;
+    int dev;
+    std::vector<void*>& events;
+    ~DropEvents() {
+      for (void* e : events) b.destroy_event(dev, e);
+    }
+  } drop_events{b, dev, events};
+  if (on_device && slot.runs > 0) {
+    for (size_t k = 0; k <= x.steps.size(); ++k) events.push_back(b.create_timing_event(dev));
+  }
   auto t_step = std::chrono::steady_clock::now();
   auto record = [&](const Node& n) {
     b.synchronize(dev, stream);
@@ -573,6 +587,7 @@ std::vector<Array> run_device(ExecutableImpl& x, const std::vector<const Array*>
     const Step& st = x.steps[k];
     const Node& n = nodes[st.node];
     step_io(x, slot, k, view, kenv, in, out);
+    if (!events.empty()) b.record_event(dev, events[k], stream);
     if (st.backend == Backend::cpu) {
       run_on_host(*st.kernel, n, in, out, b, dev, stream, x.pool);
       if (timed) record(n);
@@ -602,9 +617,18 @@ std::vector<Array> run_device(ExecutableImpl& x, const std::vector<const Array*>
                           x.device.str(), w);
     }
   }
+  if (!events.empty()) b.record_event(dev, events.back(), stream);
   if (x.reports_errors)  // waits for the stream
     b.copy_async(dev, slot.errors_host, true, slot.errors->data, false, error_bytes, stream);
   b.synchronize(dev, stream);
+  if (!events.empty()) {
+    std::lock_guard<std::mutex> l(x.times_mu);
+    for (size_t k = 0; k < x.steps.size(); ++k) {
+      auto& [ms, calls] = x.step_ms[op_name(nodes[x.steps[k].node].op)];
+      ms += b.elapsed_ms(dev, events[k], events[k + 1]);
+      ++calls;
+    }
+  }
   if (x.reports_errors) check_error_slots(x, slot);
   for (size_t k = 0; k < x.program.num_returned; ++k) {
     if (outputs[k].valid() && outputs[k].storage()) continue;
@@ -633,7 +657,8 @@ ExecutableImpl::~ExecutableImpl() {
       total += t.first;
     }
     std::sort(rows.rbegin(), rows.rend());
-    fmt::print(stderr, "[kiln] KILN_STEP_TIMES on {}: {:.3f} ms in all\n", device.str(), total);
+    fmt::print(stderr, "[kiln] KILN_STEP_TIMES on {}{}: {:.3f} ms in all\n", device.str(),
+               env::step_times_device() ? " (device time, runs after the first)" : "", total);
     for (auto& r : rows) fmt::print(stderr, "  {}\n", r.second);
   }
   for (auto& s : free_slots) {

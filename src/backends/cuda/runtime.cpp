@@ -286,6 +286,25 @@ class CudaBackend final : public DeviceBackend {
     DeviceScope g(device);
     cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph));
   }
+  void* create_timing_event(int device) override {
+    DeviceScope g(device);
+    cudaEvent_t e = nullptr;
+    KILN_CUDA_CHECK(cudaEventCreate(&e));
+    return e;
+  }
+  void record_event(int device, void* event, void* stream) override {
+    KILN_CUDA_CHECK(
+        cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream)));
+  }
+  double elapsed_ms(int device, void* start, void* end) override {
+    float ms = 0;
+    KILN_CUDA_CHECK(
+        cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start), static_cast<cudaEvent_t>(end)));
+    return ms;
+  }
+  void destroy_event(int device, void* event) override {
+    cudaEventDestroy(static_cast<cudaEvent_t>(event));
+  }
   TuningIdentity tuning_identity(int device) override {
     dev(device);
     return conv_tuning_identity(device);
