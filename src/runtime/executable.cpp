@@ -413,6 +413,8 @@ bool run_recorded(ExecutableImpl& x, ExecutableImpl::DeviceSlot& slot,
     std::string why;
     slot.recording = record_run(x, slot, std::move(signature), &why);
     if (!slot.recording) {
+      if (const char* level = env::log_level(); level && std::string(level) != "error")
+        fmt::print(stderr, "[run] runs on {} go on without CUDA graphs: {}\n", x.device.str(), why);
       std::lock_guard<std::mutex> l(x.arena_mu);
       x.capture_off = why;
       return false;
