@@ -154,6 +154,20 @@ void run_on_host(const KernelEntry& k, const Node& n, const std::vector<TensorVi
 
 std::vector<Array> run_device(ExecutableImpl& x, const std::vector<const Array*>& feed_by_node);
 
+// The returned values no step wrote: feeds (`feed(placeholder)`), constants (copied) and values
+// returned more than once.
+template <typename Feed>
+void fill_aliases(const ExecutableImpl& x, std::vector<Array>& outputs, Feed&& feed) {
+  for (size_t k = 0; k < x.program.num_returned; ++k) {
+    if (outputs[k].valid() && outputs[k].storage()) continue;
+    ValueRef v = x.program.outputs[k];
+    const ValueSlot& s = x.plan.slots[v.node][v.index];
+    if (s.where == Where::output) outputs[k] = outputs[s.index];
+    else if (s.where == Where::feed) outputs[k] = feed(s.index);
+    else if (s.where == Where::constant) outputs[k] = x.program.graph.nodes[s.index].value.copy();
+  }
+}
+
 std::vector<Array> run_impl(ExecutableImpl& x, const std::vector<const Array*>& feed_by_node) {
   if (x.backend) return run_device(x, feed_by_node);
   const auto& nodes = x.program.graph.nodes;
@@ -205,14 +219,7 @@ std::vector<Array> run_impl(ExecutableImpl& x, const std::vector<const Array*>& 
     run_kernel(*st.kernel, n, in, out, x.pool);
   }
   // outputs that are feeds, constants or repeated targets
-  for (size_t k = 0; k < x.program.num_returned; ++k) {
-    if (outputs[k].valid() && outputs[k].storage()) continue;
-    ValueRef v = x.program.outputs[k];
-    const ValueSlot& s = x.plan.slots[v.node][v.index];
-    if (s.where == Where::output) outputs[k] = outputs[s.index];
-    else if (s.where == Where::feed) outputs[k] = *feed_by_node[s.index];
-    else if (s.where == Where::constant) outputs[k] = nodes[s.index].value.copy();
-  }
+  fill_aliases(x, outputs, [&](int32_t ph) { return *feed_by_node[ph]; });
   if (arena) {
     std::lock_guard<std::mutex> l(x.arena_mu);
     x.free_arenas.push_back(std::move(arena));
@@ -446,14 +453,7 @@ bool run_recorded(ExecutableImpl& x, ExecutableImpl::DeviceSlot& slot,
   b.synchronize(dev, stream);
   ++x.replays;
   if (x.reports_errors) check_error_slots(x, slot);
-  for (size_t k = 0; k < x.program.num_returned; ++k) {
-    if (outputs[k].valid() && outputs[k].storage()) continue;
-    ValueRef v = x.program.outputs[k];
-    const ValueSlot& s = x.plan.slots[v.node][v.index];
-    if (s.where == Where::output) outputs[k] = outputs[s.index];
-    else if (s.where == Where::feed) outputs[k] = *feed_by_node[s.index];
-    else if (s.where == Where::constant) outputs[k] = nodes[s.index].value.copy();
-  }
+  fill_aliases(x, outputs, [&](int32_t ph) { return *feed_by_node[ph]; });
   return true;
 }
 
@@ -632,14 +632,7 @@ std::vector<Array> run_device(ExecutableImpl& x, const std::vector<const Array*>
     }
   }
   if (x.reports_errors) check_error_slots(x, slot);
-  for (size_t k = 0; k < x.program.num_returned; ++k) {
-    if (outputs[k].valid() && outputs[k].storage()) continue;
-    ValueRef v = x.program.outputs[k];
-    const ValueSlot& s = x.plan.slots[v.node][v.index];
-    if (s.where == Where::output) outputs[k] = outputs[s.index];
-    else if (s.where == Where::feed) outputs[k] = feeds[s.index];
-    else if (s.where == Where::constant) outputs[k] = nodes[s.index].value.copy();
-  }
+  fill_aliases(x, outputs, [&](int32_t ph) { return feeds[ph]; });
   return outputs;
 }
 }  // namespace

@@ -218,7 +218,7 @@ TEST(CudaRuntime, ConcurrentRunsKeepTheirBuffersApart) {
   std::vector<int> failures(4, 0);
   for (int t = 0; t < 4; ++t)
     threads.emplace_back([&, t] {
-      for (int it = 0; it < 20; ++it) {
+      for (int it = 0; it < 30; ++it) {
         std::vector<float> xs(4096);
         for (size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>(t * 1000 + it) + 0.001f * i;
         auto r = exe.run({{x, Array::from_vector(xs, {4096})}})[0].to_vector<float>();
@@ -230,6 +230,8 @@ TEST(CudaRuntime, ConcurrentRunsKeepTheirBuffersApart) {
     });
   for (auto& th : threads) th.join();
   for (int t = 0; t < 4; ++t) EXPECT_EQ(failures[t], 0) << "thread " << t;
+  // each concurrent run has its own stream, buffers and CUDA graph (recorded on its second run)
+  EXPECT_GT(exe.replayed_runs(), 0);
 }
 
 }  // namespace
