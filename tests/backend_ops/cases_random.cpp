@@ -64,15 +64,18 @@ const bool kState = register_cases({OpId::RandomPhiloxState, 2, [](Case& c, DTyp
                                     },
                                     {i32}});
 
-#define KILN_RANDOM_CASES(Op)                                                                 \
+const std::vector<DType> kFloats = {f32, f16, bf16, f64};
+const std::vector<DType> kInts = {i32, i64, i8, u8};
+
+#define KILN_RANDOM_CASES(Op, types)                                                          \
   const bool k##Op = register_cases(                                                          \
-      {OpId::Op, 3, [](Case& c, DType t, int i) { return draw(c, t, i, OpId::Op); }});
-KILN_RANDOM_CASES(RandomUniform)
-KILN_RANDOM_CASES(RandomNormal)
-KILN_RANDOM_CASES(RandomTruncatedNormal)
-KILN_RANDOM_CASES(RandomBernoulli)
-KILN_RANDOM_CASES(RandomDropoutMask)
-KILN_RANDOM_CASES(RandomInteger)
+      {OpId::Op, 3, [](Case& c, DType t, int i) { return draw(c, t, i, OpId::Op); }, types});
+KILN_RANDOM_CASES(RandomUniform, kFloats)
+KILN_RANDOM_CASES(RandomNormal, kFloats)
+KILN_RANDOM_CASES(RandomTruncatedNormal, kFloats)
+KILN_RANDOM_CASES(RandomBernoulli, (std::vector<DType>{f32, f16, bf16, f64, i32, i64, i8, u8, boolean}))
+KILN_RANDOM_CASES(RandomDropoutMask, (std::vector<DType>{f32, f16, bf16, f64, boolean}))
+KILN_RANDOM_CASES(RandomInteger, kInts)
 #undef KILN_RANDOM_CASES
 
 }  // namespace

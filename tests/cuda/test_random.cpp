@@ -49,7 +49,9 @@ TEST(CudaRandom, SameBitsAsCpu) {
 
 // Normals use log, sin and cos: the device rounds double-precision results to float (the
 // correctly rounded value), the CPU uses libm's float functions as TensorFlow does; they differ
-// only where libm's float result is not correctly rounded, by 1 ulp.
+// only where libm's float result is not correctly rounded, by 1 ulp: glibc 2.36's logf and
+// sincosf are off in about 1.5% of Box-Muller outputs (15650 of 1048576 for seed (5, 6), measured
+// on the host with double log/sin/cos rounded to float).
 TEST(CudaRandom, NormalsMatchCpuToOneUlp) {
   REQUIRE_GPU();
   const int64_t n = 1 << 20;
@@ -68,8 +70,8 @@ TEST(CudaRandom, NormalsMatchCpuToOneUlp) {
       EXPECT_LE(std::fabs(a[i] - b[i]), 2 * std::fabs(std::nextafter(a[i], 0.0f) - a[i]) + 1e-30)
           << "output " << k << " element " << i;
     }
-    // a rejection decision can flip only where a value sits within 1 ulp of the bound
-    EXPECT_LT(diff, n / 1000) << "output " << k;
+    // (a rejection decision can flip only where a value sits within 1 ulp of the bound)
+    EXPECT_LT(diff, n / 25) << "output " << k;
     std::printf("CudaRandom: output %zu: %lld of %lld elements differ from the CPU by 1 ulp\n",
                 k, static_cast<long long>(diff), static_cast<long long>(n));
   }

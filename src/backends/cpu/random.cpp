@@ -64,9 +64,12 @@ void random_draw(KernelContext& ctx) {
 
 void register_random_kernels() {
   register_kernel(OpId::RandomPhiloxState, Backend::cpu, {philox_state, DTypeSet{i32}, -1});
-  for (OpId op : {OpId::RandomUniform, OpId::RandomNormal, OpId::RandomTruncatedNormal,
-                  OpId::RandomBernoulli, OpId::RandomDropoutMask, OpId::RandomInteger})
-    register_kernel(op, Backend::cpu, {random_draw, kAllTypes, -1});
+  for (OpId op : {OpId::RandomUniform, OpId::RandomNormal, OpId::RandomTruncatedNormal})
+    register_kernel(op, Backend::cpu, {random_draw, kFloatTypes, -1});
+  register_kernel(OpId::RandomBernoulli, Backend::cpu, {random_draw, kAllTypes, -1});
+  register_kernel(OpId::RandomDropoutMask, Backend::cpu,
+                  {random_draw, kFloatTypes | DTypeSet{boolean}, -1});
+  register_kernel(OpId::RandomInteger, Backend::cpu, {random_draw, kIntTypes, -1});
 }
 
 }  // namespace kiln::cpu

@@ -111,9 +111,14 @@ void random_draw(KernelContext& ctx) {
 void register_random_kernels() {
   register_kernel(OpId::RandomPhiloxState, Backend::cuda,
                   {philox_state, DTypeSet{i32}, -1, /*half_via_f32=*/false});
-  for (OpId op : {OpId::RandomUniform, OpId::RandomNormal, OpId::RandomTruncatedNormal,
-                  OpId::RandomBernoulli, OpId::RandomDropoutMask, OpId::RandomInteger})
-    register_kernel(op, Backend::cuda, {random_draw, kAllTypes, -1, /*half_via_f32=*/false});
+  auto reg = [](OpId op, DTypeSet types) {
+    register_kernel(op, Backend::cuda, {random_draw, types, -1, /*half_via_f32=*/false});
+  };
+  for (OpId op : {OpId::RandomUniform, OpId::RandomNormal, OpId::RandomTruncatedNormal})
+    reg(op, kFloatTypes);
+  reg(OpId::RandomBernoulli, kAllTypes);
+  reg(OpId::RandomDropoutMask, kFloatTypes | DTypeSet{boolean});
+  reg(OpId::RandomInteger, kIntTypes);
 }
 
 }  // namespace kiln::cuda
