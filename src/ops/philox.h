@@ -203,7 +203,7 @@ template <typename A>
 KILN_PHILOX_FN void real_group(Dist d, const Params<A>& p, Block ctr, Key key, uint64_t g,
                                A* out, int count) {
   constexpr bool wide = sizeof(A) == 8;
-  A v[4];
+  A v[4] = {};
   if (d == Dist::truncated_normal) {
     Stream s{skip(ctr, g * blocks_per_group(d, wide)), key, Block{}, 4};
     int k = 0;
