@@ -168,13 +168,14 @@ KILN_PHILOX_FN uint64_t blocks_for(Dist d, bool wide, int64_t n) {
 }
 
 /// Parameters of a draw, in the arithmetic type A (float or double) where they are real.
-template <typename A> struct Params {
-  A a = 0, b = 1;         // uniform: min, max; normal: mean, std; truncated: mean, std
-  A lo = -2, hi = 2;      // truncated: accepted range of the standard normal (open)
-  A min = -2, max = 2;    // truncated: the result's clamp (absolute)
-  A scale = 1;            // dropout mask: 1 / keep
-  uint64_t threshold = 0; // bernoulli, dropout mask: uint32 x < threshold is a 1
-  int64_t low = 0;        // integer: [low, low + range)
+template <typename A>
+struct Params {
+  A a = 0, b = 1;          // uniform: min, max; normal: mean, std; truncated: mean, std
+  A lo = -2, hi = 2;       // truncated: accepted range of the standard normal (open)
+  A min = -2, max = 2;     // truncated: the result's clamp (absolute)
+  A scale = 1;             // dropout mask: 1 / keep
+  uint64_t threshold = 0;  // bernoulli, dropout mask: uint32 x < threshold is a 1
+  int64_t low = 0;         // integer: [low, low + range)
   uint64_t range = 1;
 };
 
@@ -200,8 +201,8 @@ constexpr int kMaxTruncatedPairs = 1 << 20;
 
 /// Writes group g's outputs (count <= group size) for a value type A (float or double).
 template <typename A>
-KILN_PHILOX_FN void real_group(Dist d, const Params<A>& p, Block ctr, Key key, uint64_t g,
-                               A* out, int count) {
+KILN_PHILOX_FN void real_group(Dist d, const Params<A>& p, Block ctr, Key key, uint64_t g, A* out,
+                               int count) {
   constexpr bool wide = sizeof(A) == 8;
   A v[4] = {};
   if (d == Dist::truncated_normal) {
@@ -229,11 +230,14 @@ KILN_PHILOX_FN void real_group(Dist d, const Params<A>& p, Block ctr, Key key, u
   const Block x = philox4x32_10(skip(ctr, g), key);
   if (d == Dist::uniform) {
     for (int i = 0; i < group_size(wide); ++i)
-      if constexpr (wide) v[i] = to_unit_double(x.w[2 * i], x.w[2 * i + 1]);
-      else v[i] = to_unit_float(x.w[i]);
+      if constexpr (wide)
+        v[i] = to_unit_double(x.w[2 * i], x.w[2 * i + 1]);
+      else
+        v[i] = to_unit_float(x.w[i]);
     for (int i = 0; i < count; ++i) out[i] = add_rn(mul_rn(v[i], p.b - p.a), p.a);
   } else if (d == Dist::normal) {
-    if constexpr (wide) box_muller(x.w[0], x.w[1], x.w[2], x.w[3], v[0], v[1]);
+    if constexpr (wide)
+      box_muller(x.w[0], x.w[1], x.w[2], x.w[3], v[0], v[1]);
     else {
       box_muller(x.w[0], x.w[1], v[0], v[1]);
       box_muller(x.w[2], x.w[3], v[2], v[3]);

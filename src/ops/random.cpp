@@ -27,9 +27,10 @@ namespace {
 void check_state(const InferContext& ctx) {
   const TensorInfo& s = ctx.inputs[0];
   if (s.dtype != i32 || !shapes_match(s.shape, {6}))
-    fail<ValueError>("[{}] state must be an i32 tensor of shape (6) (random_philox_state), got "
-                     "{} {}",
-                     ctx.name(), name(s.dtype), str(s.shape));
+    fail<ValueError>(
+        "[{}] state must be an i32 tensor of shape (6) (random_philox_state), got "
+        "{} {}",
+        ctx.name(), name(s.dtype), str(s.shape));
 }
 
 void check_finite(const InferContext& ctx, const char* what, double v) {
@@ -80,12 +81,12 @@ std::vector<TensorInfo> infer_random(const InferContext& ctx) {
         const double lo = a.f("lo"), hi = a.f("hi");
         if (!(lo < hi) || std::isnan(a.f("min")) || std::isnan(a.f("max")) ||
             !(a.f("min") < a.f("max")))
-          fail<ValueError>("[{}] min {} must be below max {}", ctx.name(), a.f("min"),
-                           a.f("max"));
+          fail<ValueError>("[{}] min {} must be below max {}", ctx.name(), a.f("min"), a.f("max"));
         if (!(normal_mass(lo, hi) >= 1e-3))
-          fail<ValueError>("[{}] [{}, {}] holds {} of the normal's probability (at least 0.001 "
-                           "needed for rejection sampling)",
-                           ctx.name(), a.f("min"), a.f("max"), normal_mass(lo, hi));
+          fail<ValueError>(
+              "[{}] [{}, {}] holds {} of the normal's probability (at least 0.001 "
+              "needed for rejection sampling)",
+              ctx.name(), a.f("min"), a.f("max"), normal_mass(lo, hi));
       }
       break;
     case OpId::RandomBernoulli:
@@ -104,11 +105,21 @@ std::vector<TensorInfo> infer_random(const InferContext& ctx) {
       const int64_t low = a.i("low"), high = a.i("high");
       int64_t tmin = 0, tmax = 0;
       switch (t) {
-        case i8: tmin = INT8_MIN, tmax = INT8_MAX; break;
-        case u8: tmin = 0, tmax = UINT8_MAX; break;
-        case i16: tmin = INT16_MIN, tmax = INT16_MAX; break;
-        case i32: tmin = INT32_MIN, tmax = INT32_MAX; break;
-        default: tmin = INT64_MIN, tmax = INT64_MAX; break;
+        case i8:
+          tmin = INT8_MIN, tmax = INT8_MAX;
+          break;
+        case u8:
+          tmin = 0, tmax = UINT8_MAX;
+          break;
+        case i16:
+          tmin = INT16_MIN, tmax = INT16_MAX;
+          break;
+        case i32:
+          tmin = INT32_MIN, tmax = INT32_MAX;
+          break;
+        default:
+          tmin = INT64_MIN, tmax = INT64_MAX;
+          break;
       }
       if (!(low < high))
         fail<ValueError>("[{}] low {} must be below high {}", ctx.name(), low, high);
@@ -120,7 +131,8 @@ std::vector<TensorInfo> infer_random(const InferContext& ctx) {
                          name(t));
       break;
     }
-    default: break;
+    default:
+      break;
   }
   return {{shape, t}, {{6}, i32}};
 }
@@ -163,7 +175,8 @@ Tensor random_philox_state_from(Graph& g, uint64_t counter_low, uint64_t counter
   auto lo32 = [](uint64_t v) { return static_cast<uint32_t>(v); };
   auto hi32 = [](uint64_t v) { return static_cast<uint32_t>(v >> 32); };
   return state_node(
-      g, philox::Block{{lo32(counter_low), hi32(counter_low), lo32(counter_high), hi32(counter_high)}},
+      g,
+      philox::Block{{lo32(counter_low), hi32(counter_low), lo32(counter_high), hi32(counter_high)}},
       philox::Key{{lo32(key), hi32(key)}});
 }
 

@@ -13,12 +13,18 @@ namespace kiln::random_util {
 
 inline philox::Dist dist_of(OpId op) {
   switch (op) {
-    case OpId::RandomNormal: return philox::Dist::normal;
-    case OpId::RandomTruncatedNormal: return philox::Dist::truncated_normal;
-    case OpId::RandomBernoulli: return philox::Dist::bernoulli;
-    case OpId::RandomDropoutMask: return philox::Dist::dropout_mask;
-    case OpId::RandomInteger: return philox::Dist::integer;
-    default: return philox::Dist::uniform;
+    case OpId::RandomNormal:
+      return philox::Dist::normal;
+    case OpId::RandomTruncatedNormal:
+      return philox::Dist::truncated_normal;
+    case OpId::RandomBernoulli:
+      return philox::Dist::bernoulli;
+    case OpId::RandomDropoutMask:
+      return philox::Dist::dropout_mask;
+    case OpId::RandomInteger:
+      return philox::Dist::integer;
+    default:
+      return philox::Dist::uniform;
   }
 }
 
@@ -29,7 +35,8 @@ inline bool is_wide(philox::Dist d, DType t) {
 }
 
 /// The distribution's parameters in arithmetic type A.
-template <typename A> philox::Params<A> params(const Attrs& a, philox::Dist d) {
+template <typename A>
+philox::Params<A> params(const Attrs& a, philox::Dist d) {
   philox::Params<A> p;
   switch (d) {
     case philox::Dist::uniform:

@@ -40,7 +40,9 @@ bool draw(Case& c, DType t, int i, OpId op) {
       if (!flt) return false;
       r = random_truncated_normal(s, shape, 0, 1, -1, 2, t);
       break;
-    case OpId::RandomBernoulli: r = random_bernoulli(s, shape, 0.35, t); break;
+    case OpId::RandomBernoulli:
+      r = random_bernoulli(s, shape, 0.35, t);
+      break;
     case OpId::RandomDropoutMask:
       if (!flt && t != boolean) return false;
       r = random_dropout_mask(s, shape, 0.8, t);
@@ -56,24 +58,28 @@ bool draw(Case& c, DType t, int i, OpId op) {
   return true;
 }
 
-const bool kState = register_cases({OpId::RandomPhiloxState, 2, [](Case& c, DType, int i) {
-                                      c.outs = {i == 0 ? random_philox_state(c.g, 7, -9)
-                                                       : random_philox_state_from(c.g, ~0ull, 1, 2)};
-                                      c.grad = false;
-                                      return true;
-                                    },
-                                    {i32}});
+const bool kState =
+    register_cases({OpId::RandomPhiloxState,
+                    2,
+                    [](Case& c, DType, int i) {
+                      c.outs = {i == 0 ? random_philox_state(c.g, 7, -9)
+                                       : random_philox_state_from(c.g, ~0ull, 1, 2)};
+                      c.grad = false;
+                      return true;
+                    },
+                    {i32}});
 
 const std::vector<DType> kFloats = {f32, f16, bf16, f64};
 const std::vector<DType> kInts = {i32, i64, i8, u8};
 
-#define KILN_RANDOM_CASES(Op, types)                                                          \
-  const bool k##Op = register_cases(                                                          \
+#define KILN_RANDOM_CASES(Op, types) \
+  const bool k##Op = register_cases( \
       {OpId::Op, 3, [](Case& c, DType t, int i) { return draw(c, t, i, OpId::Op); }, types});
 KILN_RANDOM_CASES(RandomUniform, kFloats)
 KILN_RANDOM_CASES(RandomNormal, kFloats)
 KILN_RANDOM_CASES(RandomTruncatedNormal, kFloats)
-KILN_RANDOM_CASES(RandomBernoulli, (std::vector<DType>{f32, f16, bf16, f64, i32, i64, i8, u8, boolean}))
+KILN_RANDOM_CASES(RandomBernoulli,
+                  (std::vector<DType>{f32, f16, bf16, f64, i32, i64, i8, u8, boolean}))
 KILN_RANDOM_CASES(RandomDropoutMask, (std::vector<DType>{f32, f16, bf16, f64, boolean}))
 KILN_RANDOM_CASES(RandomInteger, kInts)
 #undef KILN_RANDOM_CASES

@@ -72,8 +72,8 @@ TEST(CudaRandom, NormalsMatchCpuToOneUlp) {
     }
     // (a rejection decision can flip only where a value sits within 1 ulp of the bound)
     EXPECT_LT(diff, n / 25) << "output " << k;
-    std::printf("CudaRandom: output %zu: %lld of %lld elements differ from the CPU by 1 ulp\n",
-                k, static_cast<long long>(diff), static_cast<long long>(n));
+    std::printf("CudaRandom: output %zu: %lld of %lld elements differ from the CPU by 1 ulp\n", k,
+                static_cast<long long>(diff), static_cast<long long>(n));
   }
   const double* a = cpu[2].data<double>();
   const double* b = gpu[2].data<double>();

@@ -5,8 +5,8 @@
 #include <cstring>
 #include <filesystem>
 
-#include "kiln/ops/core.h"
 #include "kiln/kiln.h"
+#include "kiln/ops/core.h"
 #include "ops/philox.h"
 #include "support/reference.h"
 
@@ -42,11 +42,14 @@ TEST(RandomPhiloxState, Philox4x32_10KnownAnswers) {
     Block want;
   };
   const Kat kats[] = {
-      {{{0x00000000, 0x00000000, 0x00000000, 0x00000000}}, {{0x00000000, 0x00000000}},
+      {{{0x00000000, 0x00000000, 0x00000000, 0x00000000}},
+       {{0x00000000, 0x00000000}},
        {{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}}},
-      {{{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}}, {{0xffffffff, 0xffffffff}},
+      {{{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}},
+       {{0xffffffff, 0xffffffff}},
        {{0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}}},
-      {{{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}}, {{0xa4093822, 0x299f31d0}},
+      {{{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}},
+       {{0xa4093822, 0x299f31d0}},
        {{0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}}},
   };
   for (const Kat& k : kats) {
@@ -190,8 +193,8 @@ TEST(RandomUniform, SameBitsForAnyThreadCountAndRun) {
   for (size_t k = 0; k < outs.size(); ++k) {
     const auto ref = bits_of(run_cpu(g, outs, 1, k));
     for (int threads : {2, 4, 4})
-      EXPECT_EQ(bits_of(run_cpu(g, outs, threads, k)), ref) << "output " << k << ", " << threads
-                                                       << " threads";
+      EXPECT_EQ(bits_of(run_cpu(g, outs, threads, k)), ref)
+          << "output " << k << ", " << threads << " threads";
   }
 }
 
@@ -284,18 +287,16 @@ void expect_moments(const std::vector<double>& x, double mean, double var, const
 double phi(double x) { return 0.5 * std::erfc(-x / std::sqrt(2.0)); }
 
 TEST(RandomUniform, Statistics) {
-  const auto x = sample([](Graph& g) {
-    return random_uniform(random_philox_state(g, 11, 0), {kN}, -2, 6).values;
-  });
+  const auto x = sample(
+      [](Graph& g) { return random_uniform(random_philox_state(g, 11, 0), {kN}, -2, 6).values; });
   for (double e : x) ASSERT_TRUE(e >= -2 && e < 6) << e;
   expect_moments(x, 2, 64.0 / 12, "uniform");
   EXPECT_LT(ks_statistic(x, [](double v) { return (v + 2) / 8; }), kKsCritical);
 }
 
 TEST(RandomNormal, Statistics) {
-  const auto x = sample([](Graph& g) {
-    return random_normal(random_philox_state(g, 12, 0), {kN}, 0.5, 3).values;
-  });
+  const auto x = sample(
+      [](Graph& g) { return random_normal(random_philox_state(g, 12, 0), {kN}, 0.5, 3).values; });
   expect_moments(x, 0.5, 9, "normal");
   EXPECT_LT(ks_statistic(x, [](double v) { return phi((v - 0.5) / 3); }), kKsCritical);
 }
@@ -316,9 +317,8 @@ TEST(RandomTruncatedNormal, Statistics) {
 }
 
 TEST(RandomBernoulli, Rate) {
-  const auto x = sample([](Graph& g) {
-    return random_bernoulli(random_philox_state(g, 14, 0), {kN}, 0.3).values;
-  });
+  const auto x = sample(
+      [](Graph& g) { return random_bernoulli(random_philox_state(g, 14, 0), {kN}, 0.3).values; });
   double ones = 0;
   for (double e : x) {
     ASSERT_TRUE(e == 0 || e == 1) << e;
@@ -342,8 +342,8 @@ TEST(RandomBernoulli, MatchesPhiloxThreshold) {
   Tensor s = random_philox_state_from(g, 123, 0, 456);
   const auto x = to_f64(run_cpu(g, {random_bernoulli(s, {37}, 0.6, u8).values}, 1));
   for (int i = 0; i < 37; ++i) {
-    const Block blk = philox::philox4x32_10(Block{{static_cast<uint32_t>(123 + i / 4), 0, 0, 0}},
-                                            Key{{456, 0}});
+    const Block blk =
+        philox::philox4x32_10(Block{{static_cast<uint32_t>(123 + i / 4), 0, 0, 0}}, Key{{456, 0}});
     EXPECT_EQ(x[i], blk.w[i % 4] < std::llround(0.6 * 4294967296.0) ? 1 : 0) << i;
   }
 }
@@ -371,8 +371,8 @@ TEST(RandomInteger, RangeAndTensorFlowRule) {
   const auto x = to_f64(run_cpu(g, {random_integer(s, {4001}, -10, 7).values}, 2));
   std::vector<int> hits(17, 0);
   for (size_t i = 0; i < x.size(); ++i) {
-    const Block blk = philox::philox4x32_10(Block{{static_cast<uint32_t>(7 + i / 4), 0, 0, 0}},
-                                            Key{{99, 0}});
+    const Block blk =
+        philox::philox4x32_10(Block{{static_cast<uint32_t>(7 + i / 4), 0, 0, 0}}, Key{{99, 0}});
     ASSERT_EQ(x[i], -10 + static_cast<double>(blk.w[i % 4] % 17)) << i;
     ++hits[static_cast<int>(x[i]) + 10];
   }
@@ -384,8 +384,8 @@ TEST(RandomInteger, RangeAndTensorFlowRule) {
   const Array v = run_cpu(g2, {random_integer(s2, {5}, lo, hi, i64).values}, 1);
   const int64_t* p = v.data<int64_t>();
   for (int i = 0; i < 5; ++i) {
-    const Block blk = philox::philox4x32_10(Block{{static_cast<uint32_t>(7 + i / 2), 0, 0, 0}},
-                                            Key{{99, 0}});
+    const Block blk =
+        philox::philox4x32_10(Block{{static_cast<uint32_t>(7 + i / 2), 0, 0, 0}}, Key{{99, 0}});
     const uint64_t bits = blk.w[2 * (i % 2)] | (uint64_t{blk.w[2 * (i % 2) + 1]} << 32);
     EXPECT_EQ(p[i], static_cast<int64_t>(static_cast<uint64_t>(lo) + bits % (uint64_t{1} << 63)));
   }

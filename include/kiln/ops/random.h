@@ -35,11 +35,11 @@ Tensor random_philox_state_from(Graph& g, uint64_t counter_low, uint64_t counter
 
 /// Uniform values in [min, max): u * (max - min) + min with u in [0, 1) (float types). Throws
 /// ValueError for min > max or non-finite bounds.
-RandomResult random_uniform(const Tensor& state, const Shape& shape, double min = 0,
-                            double max = 1, DType dtype = f32);
+RandomResult random_uniform(const Tensor& state, const Shape& shape, double min = 0, double max = 1,
+                            DType dtype = f32);
 /// Normal values: z * std + mean with z from Box-Muller (float types). std > 0.
-RandomResult random_normal(const Tensor& state, const Shape& shape, double mean = 0,
-                           double std = 1, DType dtype = f32);
+RandomResult random_normal(const Tensor& state, const Shape& shape, double mean = 0, double std = 1,
+                           DType dtype = f32);
 /// Normal values truncated to [min, max] (absolute bounds, as MPSGraph's descriptor) by
 /// rejection: standard normals outside ((min - mean) / std, (max - mean) / std) are redrawn.
 /// Throws ValueError for min >= max or when the range holds less than 0.1% of the probability.
@@ -47,8 +47,7 @@ RandomResult random_truncated_normal(const Tensor& state, const Shape& shape, do
                                      double std = 1, double min = -2, double max = 2,
                                      DType dtype = f32);
 /// 1 with probability p, else 0 (any dtype; true/false for bool). p in [0, 1].
-RandomResult random_bernoulli(const Tensor& state, const Shape& shape, double p,
-                              DType dtype = f32);
+RandomResult random_bernoulli(const Tensor& state, const Shape& shape, double p, DType dtype = f32);
 /// A dropout mask keeping each element with probability `keep` in (0, 1]: 1 / keep for kept
 /// elements and 0 for dropped ones in float types (x * mask is inverted dropout), true/false for
 /// bool.
@@ -60,11 +59,11 @@ RandomResult random_integer(const Tensor& state, const Shape& shape, int64_t low
                             DType dtype = i32);
 
 /// tf.random.stateless_uniform(shape, seed, minval=min, maxval=max, dtype) for float dtypes.
-Tensor stateless_uniform(Graph& g, const Shape& shape, std::array<int64_t, 2> seed,
-                         double min = 0, double max = 1, DType dtype = f32);
+Tensor stateless_uniform(Graph& g, const Shape& shape, std::array<int64_t, 2> seed, double min = 0,
+                         double max = 1, DType dtype = f32);
 /// tf.random.stateless_normal(shape, seed, mean, stddev, dtype).
-Tensor stateless_normal(Graph& g, const Shape& shape, std::array<int64_t, 2> seed,
-                        double mean = 0, double std = 1, DType dtype = f32);
+Tensor stateless_normal(Graph& g, const Shape& shape, std::array<int64_t, 2> seed, double mean = 0,
+                        double std = 1, DType dtype = f32);
 /// tf.random.stateless_truncated_normal(shape, seed, mean, stddev, dtype): standard normals in
 /// (-2, 2), scaled.
 Tensor stateless_truncated_normal(Graph& g, const Shape& shape, std::array<int64_t, 2> seed,

@@ -19,12 +19,14 @@ void philox_state(KernelContext& ctx) {
 }
 
 // Runs group(g, out + g * size, count) for every group of n outputs, in parallel.
-template <typename T, typename F> void for_groups(KernelContext& ctx, int64_t n, int size, F&& f) {
+template <typename T, typename F>
+void for_groups(KernelContext& ctx, int64_t n, int size, F&& f) {
   T* out = ctx.out(0).ptr<T>();
   const int64_t groups = (n + size - 1) / size;
   ctx.parallel_for(groups, 1024, [&](int64_t b, int64_t e) {
     for (int64_t g = b; g < e; ++g)
-      f(static_cast<uint64_t>(g), out + g * size, static_cast<int>(std::min<int64_t>(size, n - g * size)));
+      f(static_cast<uint64_t>(g), out + g * size,
+        static_cast<int>(std::min<int64_t>(size, n - g * size)));
   });
 }
 

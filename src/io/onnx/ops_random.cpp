@@ -2,9 +2,9 @@
 // Philox ops (include/kiln/ops/random.h). The float `seed` attribute's bits seed the state; a node
 // without one is seeded from its first output's name, so each node draws its own numbers and
 // every import of a model draws the same ones. The values differ from other runtimes' generators.
-#include <cstring>
-
 #include <onnx/onnx_pb.h>
+
+#include <cstring>
 
 #include "io/onnx/map_util.h"
 #include "kiln/ops/random.h"
@@ -43,7 +43,8 @@ Shape shape_of_like(NodeContext& c) {
   return s;
 }
 
-template <bool Normal, bool Like> Outs random_op(NodeContext& c) {
+template <bool Normal, bool Like>
+Outs random_op(NodeContext& c) {
   const Shape shape = Like ? shape_of_like(c) : Shape(c.attr_ints("shape"));
   if (!Like && !c.has_attr("shape")) c.fail("the shape attribute is required");
   const DType t = dtype_attr(c, Like ? c.input(0).dtype() : f32);
@@ -72,12 +73,12 @@ Outs bernoulli_op(NodeContext& c) {
 
 void add_random_ops(std::vector<OpEntry>& t) {
   t.insert(t.end(), {
-      {"RandomUniform", 1, random_op<false, false>},
-      {"RandomNormal", 1, random_op<true, false>},
-      {"RandomUniformLike", 1, random_op<false, true>},
-      {"RandomNormalLike", 1, random_op<true, true>},
-      {"Bernoulli", 15, bernoulli_op},
-  });
+                        {"RandomUniform", 1, random_op<false, false>},
+                        {"RandomNormal", 1, random_op<true, false>},
+                        {"RandomUniformLike", 1, random_op<false, true>},
+                        {"RandomNormalLike", 1, random_op<true, true>},
+                        {"Bernoulli", 15, bernoulli_op},
+                    });
 }
 
 }  // namespace kiln::onnx::detail
