@@ -14,6 +14,7 @@
 #include "kiln/ops/loss.h"
 #include "kiln/ops/nn.h"
 #include "kiln/ops/norm.h"
+#include "kiln/ops/random.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/transform.h"
 #include "kiln/optim.h"

@@ -42,7 +42,7 @@ bool arity_rule(OpId op, const Attrs& attrs, int& lo, int& hi) {
   lo = hi = 1;
   switch (op) {
     case OpId::Placeholder: case OpId::Constant: case OpId::Full: case OpId::Arange:
-    case OpId::Variable:
+    case OpId::Variable: case OpId::RandomPhiloxState:
       lo = hi = 0;
       return true;
     case OpId::Neg: case OpId::Abs: case OpId::Sign: case OpId::Exp: case OpId::Log:
@@ -63,6 +63,8 @@ bool arity_rule(OpId op, const Attrs& attrs, int& lo, int& hi) {
     case OpId::Argsort: case OpId::CoordinateAlongAxis: case OpId::Tile: case OpId::Slice:
     case OpId::Split: case OpId::Reshape: case OpId::MaxPool: case OpId::AvgPool:
     case OpId::AvgPoolGrad: case OpId::Resize: case OpId::AllReduce: case OpId::CollectiveWait:
+    case OpId::RandomUniform: case OpId::RandomNormal: case OpId::RandomTruncatedNormal:
+    case OpId::RandomBernoulli: case OpId::RandomDropoutMask: case OpId::RandomInteger:
       return true;
     case OpId::Concat:
       hi = INT_MAX;
@@ -113,7 +115,9 @@ std::string check_attrs(const Node& n, const std::vector<TensorInfo>& in) {
   const Attrs& a = n.attrs;
   for (auto& [key, v] : a.items()) {
     const bool slice_bounds = n.op == OpId::Slice && (key == "starts" || key == "stops");
-    if (auto* x = std::get_if<int64_t>(&v); x && key != "seed" && (*x > kMaxDim || *x < -kMaxDim))
+    // seeds and random_integer's bounds span all of int64
+    const bool any_int = key == "seed" || n.op == OpId::RandomInteger;
+    if (auto* x = std::get_if<int64_t>(&v); x && !any_int && (*x > kMaxDim || *x < -kMaxDim))
       return fmt::format("attribute {} = {} is out of range", key, *x);
     if (auto* x = std::get_if<std::vector<int64_t>>(&v); x && !slice_bounds)
       for (int64_t e : *x)
