@@ -89,6 +89,8 @@ struct CompileOptions {
   /// Every op must run on the compiled device: an op whose backend lacks a kernel for its dtype
   /// throws UnsupportedError instead of falling back to the CPU.
   bool strict_placement = false;
+  /// With optimize: chains of elementwise ops run as one generated kernel (KILN_FUSION=0 disables).
+  bool fuse_elementwise = true;
 };
 
 class Graph {

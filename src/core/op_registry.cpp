@@ -71,6 +71,7 @@ const OpDef& op_def(OpId op) {
     register_transform_ops();
     register_loss_ops();
     register_dist_ops();
+    register_fused_elementwise_ops();
   });
   return defs_storage()[static_cast<int>(op)];
 }

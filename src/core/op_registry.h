@@ -76,5 +76,6 @@ void register_norm_ops();
 void register_transform_ops();
 void register_loss_ops();
 void register_dist_ops();
+void register_fused_elementwise_ops();
 
 }  // namespace kiln

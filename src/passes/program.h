@@ -43,6 +43,10 @@ Program autocast(const Program& p, DType low);
 /// variable in a run sees the value it had when the run started.
 Program order_assignments(const Program& p);
 
+/// Replaces connected groups of two or more elementwise nodes of one output shape, whose
+/// intermediate values are read only inside the group, by one fused_elementwise node each.
+Program fuse_elementwise(const Program& p);
+
 /// Runs every all_reduce start as early and every collective wait as late as dependencies
 /// allow, so communication overlaps computation.
 Program schedule_collectives(const Program& p);

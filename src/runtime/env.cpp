@@ -32,4 +32,12 @@ bool step_times() {
   return on;
 }
 
+bool fusion_enabled() {
+  static const bool on = [] {
+    const char* v = get("KILN_FUSION");
+    return !(v && std::string(v) == "0");
+  }();
+  return on;
+}
+
 }  // namespace kiln::env

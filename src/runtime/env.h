@@ -6,6 +6,7 @@
 //                 results disagree
 //   KILN_STEP_TIMES  diagnostics: GPU runs synchronize after every kernel and the executable
 //                 prints the time per op (host and device together) to stderr when destroyed
+//   KILN_FUSION   "0": compiling never fuses elementwise chains (CompileOptions::fuse_elementwise)
 //   KILN_TEST_SEED  tests only: replays the random inputs of an earlier test run
 #pragma once
 
@@ -21,5 +22,7 @@ int threads();
 bool validate_on_cpu();
 /// Whether KILN_STEP_TIMES is set (read once).
 bool step_times();
+/// False when KILN_FUSION=0 (read once).
+bool fusion_enabled();
 
 }  // namespace kiln::env

@@ -13,6 +13,7 @@ void register_norm_kernels();
 void register_transform_kernels();
 void register_loss_kernels();
 void register_dist_kernels();
+void register_fused_elementwise_kernels();
 
 /// Registers every family above.
 void register_kernels();

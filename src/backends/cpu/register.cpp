@@ -13,6 +13,7 @@ void register_kernels() {
   register_transform_kernels();
   register_loss_kernels();
   register_dist_kernels();
+  register_fused_elementwise_kernels();
 }
 
 }  // namespace kiln::cpu

@@ -20,6 +20,7 @@ void register_kernels() {
   register_resize_kernels();
   register_loss_kernels();
   register_dist_kernels();
+  register_fused_elementwise_kernels();
 }
 }  // namespace cuda
 

@@ -16,5 +16,6 @@ void register_transform_nd_kernels();  // transform_nd.cu: gather_nd, scatter_nd
 void register_resize_kernels();        // resize.cu
 void register_loss_kernels();         // loss.cu
 void register_dist_kernels();         // dist.cu: all_reduce, collective_wait
+void register_fused_elementwise_kernels();  // fused_elementwise.cpp: NVRTC-generated kernels
 
 }  // namespace kiln::cuda
