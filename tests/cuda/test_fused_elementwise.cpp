@@ -6,7 +6,9 @@
 #include <cstring>
 #include <thread>
 
+#include "backends/cuda/fused_elementwise.h"
 #include "kiln/kiln.h"
+#include "ops/fused_elementwise.h"
 #include "support/reference.h"
 
 namespace kiln {
@@ -87,6 +89,72 @@ TEST(CudaFusedElementwise, CompilesOncePerProgramAcrossThreads) {
     });
   for (auto& th : threads) th.join();
   for (int k = 0; k < 4; ++k) EXPECT_EQ(ok[k], 1);
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// Every fusable op in every dtype its inference takes, and every cast, generated and compiled
+// by NVRTC for sm_90 (no GPU needed): one program per dtype.
+TEST(CudaFusedElementwiseCodegen, EveryOpCompiles) {
+  for (DType t : {f32, f16, bf16, f64, i8, u8, i16, i32, i64, boolean}) {
+    SCOPED_TRACE(name(t));
+    fused::Program p;
+    p.num_inputs = 3;
+    const std::vector<DType> ins{t, t, boolean};
+    int count = 0;
+    for (OpId op : kAllOps) {
+      const int ar = fused::arity(op);
+      if (ar == 0 || op == OpId::Cast) continue;
+      fused::Instr in;
+      in.op = op;
+      in.a = op == OpId::Where ? 2 : 0;
+      in.b = ar >= 2 ? (op == OpId::Where ? 0 : 1) : -1;
+      in.c = ar == 3 ? 1 : -1;
+      if (op == OpId::LeakyRelu || op == OpId::Elu) in.p0 = 0.25;
+      if (op == OpId::Softplus) in.p0 = 1, in.p1 = 20;
+      if (op == OpId::Softshrink || op == OpId::Hardshrink) in.p0 = 0.5;
+      if (op == OpId::Hardsigmoid) in.p0 = 0.2, in.p1 = 0.5;
+      if (op == OpId::Clip) in.p0 = -1.5, in.p1 = 2.5;
+      // the dtype its inference gives, or skip when it rejects t
+      bool ok = false;
+      for (DType r : {t, boolean}) {
+        in.dtype = r;
+        fused::Program one;
+        one.num_inputs = 3;
+        one.instrs = {in};
+        try {
+          fused::decode(fused::encode(one), ins);
+          ok = true;
+          break;
+        } catch (const ValueError&) {
+        }
+      }
+      if (!ok) continue;
+      p.instrs.push_back(in);
+      ++count;
+    }
+    for (int d = 0; d < kNumDTypes; ++d) p.instrs.push_back({OpId::Cast, static_cast<DType>(d), 0});
+    // the last value combines two others, so the output depends on the chain
+    p.instrs.push_back({OpId::Cast, t, 3 + count - 1});
+    EXPECT_GT(count, 3);
+    const std::string src =
+        cuda::fused_elementwise_source(fused::encode(p), {{{64, 33}, t}, {{33}, t}, {{}, boolean}},
+                                       {{64, 33}, t});
+    try {
+      EXPECT_FALSE(cuda::fused_elementwise_cubin(src, 90).empty());
+    } catch (const Error& e) {
+      ADD_FAILURE() << e.what() << "\nsource:\n" << src;
+    }
+  }
+}
+
+TEST(CudaFusedElementwiseCodegen, CompilerErrorsCarryTheLog) {
+  expect_error<DeviceError>([] { cuda::fused_elementwise_cubin("this is not C++", 90); },
+                            {"[fused_elementwise]", "nvrtcCompileProgram", "compiler log"});
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include <mutex>
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/fused_elementwise.h"
 #include "backends/cuda/kernels.h"
 #include "core/errors.h"
 #include "ops/fused_elementwise.h"
@@ -146,7 +147,10 @@ template <class A> __device__ inline A k_hardshrink(A x, A l) { return (x > l ||
 template <class A> __device__ inline A k_hardswish(A x) { A m = x + A(3); m = m < A(0) ? A(0) : m; m = A(6) < m ? A(6) : m; return x * m / A(6); }
 template <class A> __device__ inline A k_hardsigmoid(A x, A alpha, A beta) { const A v = alpha * x + beta; return v < A(0) ? A(0) : (v > A(1) ? A(1) : v); }
 template <class A> __device__ inline bool k_isnan(A x) { if constexpr (IsF<A>::v) return x != x; else return false; }
-template <class A> __device__ inline bool k_isinf(A x) { if constexpr (IsF<A>::v) return x == (A)(1.0 / 0.0) || x == -(A)(1.0 / 0.0); else return false; }
+template <class A> __device__ inline bool k_isinf(A x) {
+  if constexpr (IsF<A>::v) { const A inf = (A)__longlong_as_double(0x7ff0000000000000LL); return x == inf || x == -inf; }
+  else return false;
+}
 template <class T> __device__ inline T k_shl(T a, T b) {
   if ((u64)b >= sizeof(T) * 8) return 0;
   return (T)((typename U<T>::t)(a) << b);
@@ -589,6 +593,14 @@ void prepare_fused_elementwise(const Attrs& attrs, const std::vector<TensorInfo>
   KILN_CUDA_CHECK(cudaSetDevice(previous));
 }
 }  // namespace
+
+std::string fused_elementwise_source(const Attrs& attrs, const std::vector<TensorInfo>& inputs,
+                                     const TensorInfo& output) {
+  return plan(attrs, inputs, output).source;
+}
+std::vector<char> fused_elementwise_cubin(const std::string& source, int arch) {
+  return compile_cubin(source, arch);
+}
 
 void register_fused_elementwise_kernels() {
   register_kernel(OpId::FusedElementwise, Backend::cuda,
