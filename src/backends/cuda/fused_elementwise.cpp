@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <type_traits>
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/fused_elementwise.h"
@@ -380,14 +381,54 @@ std::string generate(const fused::Program& p, const std::vector<DType>& types, D
   return s;
 }
 
+// Driver API entry points through the runtime (cudaGetDriverEntryPointByVersion), so libkiln does
+// not link libcuda, which machines without a GPU driver lack.
+struct Driver {
+  CUresult (*get_error_string)(CUresult, const char**) = nullptr;
+  CUresult (*stream_get_ctx)(CUstream, CUcontext*) = nullptr;
+  CUresult (*ctx_get_current)(CUcontext*) = nullptr;
+  CUresult (*ctx_push_current)(CUcontext) = nullptr;
+  CUresult (*ctx_pop_current)(CUcontext*) = nullptr;
+  CUresult (*module_load_data)(CUmodule*, const void*) = nullptr;
+  CUresult (*module_unload)(CUmodule) = nullptr;
+  CUresult (*module_get_function)(CUfunction*, CUmodule, const char*) = nullptr;
+  CUresult (*launch_kernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                            unsigned, CUstream, void**, void**) = nullptr;
+};
+const Driver& driver() {
+  static const Driver d = [] {
+    Driver r;
+    auto get = [](const char* sym, auto& fn) {
+      void* p = nullptr;
+      cudaDriverEntryPointQueryResult q{};
+      const cudaError_t e = cudaGetDriverEntryPointByVersion(sym, &p, 12000, cudaEnableDefault, &q);
+      if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || !p)
+        fail<DeviceError>("[fused_elementwise] the CUDA driver has no entry point {} ({})", sym,
+                          e != cudaSuccess ? cudaGetErrorString(e) : "symbol not found");
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(p);
+    };
+    get("cuGetErrorString", r.get_error_string);
+    get("cuStreamGetCtx", r.stream_get_ctx);
+    get("cuCtxGetCurrent", r.ctx_get_current);
+    get("cuCtxPushCurrent", r.ctx_push_current);
+    get("cuCtxPopCurrent", r.ctx_pop_current);
+    get("cuModuleLoadData", r.module_load_data);
+    get("cuModuleUnload", r.module_unload);
+    get("cuModuleGetFunction", r.module_get_function);
+    get("cuLaunchKernel", r.launch_kernel);
+    return r;
+  }();
+  return d;
+}
+
 [[noreturn]] void driver_fail(CUresult r, const char* expr) {
   const char* msg = nullptr;
-  cuGetErrorString(r, &msg);
+  driver().get_error_string(r, &msg);
   fail<DeviceError>("[fused_elementwise] {} failed: {}", expr, msg ? msg : "unknown CUDA driver error");
 }
-#define KILN_CU_CHECK(expr)                                \
-  do {                                                     \
-    const CUresult kiln_cu_ = (expr);                      \
+#define KILN_CU_CHECK(expr)                                     \
+  do {                                                          \
+    const CUresult kiln_cu_ = (expr);                           \
     if (kiln_cu_ != CUDA_SUCCESS) driver_fail(kiln_cu_, #expr); \
   } while (0)
 
@@ -453,8 +494,8 @@ int device_arch(int device) {
 
 CUfunction get_kernel(const std::string& src, int device, CUstream stream) {
   CUcontext cu_ctx = nullptr;
-  if (stream) KILN_CU_CHECK(cuStreamGetCtx(stream, &cu_ctx));
-  else KILN_CU_CHECK(cuCtxGetCurrent(&cu_ctx));
+  if (stream) KILN_CU_CHECK(driver().stream_get_ctx(stream, &cu_ctx));
+  else KILN_CU_CHECK(driver().ctx_get_current(&cu_ctx));
   if (!cu_ctx) fail<DeviceError>("[fused_elementwise] no CUDA context on device {}", device);
   const int arch = device_arch(device);
   const std::string keyed = src + "\n// sm_" + std::to_string(arch);
@@ -469,15 +510,15 @@ CUfunction get_kernel(const std::string& src, int device, CUstream stream) {
   std::lock_guard<std::mutex> l(e->mu);
   if (e->fn) return e->fn;
   const std::vector<char> cubin = compile_cubin(src, arch);
-  KILN_CU_CHECK(cuCtxPushCurrent(cu_ctx));
+  KILN_CU_CHECK(driver().ctx_push_current(cu_ctx));
   CUmodule mod = nullptr;
-  CUresult r = cuModuleLoadData(&mod, cubin.data());
+  CUresult r = driver().module_load_data(&mod, cubin.data());
   CUfunction fn = nullptr;
-  if (r == CUDA_SUCCESS) r = cuModuleGetFunction(&fn, mod, "kiln_fused");
+  if (r == CUDA_SUCCESS) r = driver().module_get_function(&fn, mod, "kiln_fused");
   CUcontext popped;
-  cuCtxPopCurrent(&popped);
+  driver().ctx_pop_current(&popped);
   if (r != CUDA_SUCCESS) {
-    if (mod) cuModuleUnload(mod);
+    if (mod) driver().module_unload(mod);
     driver_fail(r, "cuModuleLoadData / cuModuleGetFunction");
   }
   e->module = mod;
@@ -571,7 +612,7 @@ void fused_elementwise(KernelContext& ctx) {
   const int64_t items = vec ? n / pl.vec : n;
   const int64_t blocks = std::min<int64_t>(std::max<int64_t>((items + kBlock - 1) / kBlock, 1), 65535 * 8);
   void* args[] = {&p};
-  KILN_CU_CHECK(cuLaunchKernel(fn, static_cast<unsigned>(blocks), 1, 1, kBlock, 1, 1, 0, stream,
+  KILN_CU_CHECK(driver().launch_kernel(fn, static_cast<unsigned>(blocks), 1, 1, kBlock, 1, 1, 0, stream,
                                args, nullptr));
 }
 }  // namespace
