@@ -38,8 +38,14 @@ TEST(FusedElementwise, MatchesFloat64Reference) {
     const Array got = eval1(g, out, {{a, av}, {b, bv}, {c, cv}});
     const auto A = to_f64(av), B = to_f64(bv), C = to_f64(cv);
     std::vector<double> want(A.size());
+    // every instruction rounds to the dtype, so the branch sees the rounded value
+    auto rnd = [t](double v) {
+      if (t == f16) return static_cast<double>(static_cast<float>(float16_t(static_cast<float>(v))));
+      if (t == bf16) return static_cast<double>(static_cast<float>(bfloat16_t(static_cast<float>(v))));
+      return t == f32 ? static_cast<double>(static_cast<float>(v)) : v;
+    };
     for (size_t i = 0; i < A.size(); ++i) {
-      const double r = std::max(A[i] * B[i % 33] + C[0], 0.0);
+      const double r = std::max(rnd(rnd(A[i] * B[i % 33]) + C[0]), 0.0);
       want[i] = r < C[0] ? (r > 0 ? r : 0.3 * std::expm1(r)) : A[i];
     }
     // half types round after every instruction

@@ -13,7 +13,7 @@
 namespace kiln::cpu {
 
 namespace {
-constexpr int64_t kChunk = 4096;
+constexpr int64_t kChunk = 8192;
 
 bool is_half(DType t) { return t == f16 || t == bf16; }
 // The dtype a value is computed and held in.
