@@ -7,6 +7,7 @@
 #include "core/op_registry.h"
 #include "ops/fused_elementwise.h"
 #include "passes/program.h"
+#include "runtime/executable_impl.h"
 
 namespace kiln {
 
@@ -54,7 +55,7 @@ bool build_program(const Program& p, Group& g) {
 }
 }  // namespace
 
-Program fuse_elementwise(const Program& p) {
+Program fuse_elementwise(const Program& p, Backend target) {
   const auto& nodes = p.graph.nodes;
   const size_t n = nodes.size();
   // reads of each node's output 0 (fusable nodes have one output), outputs counting as reads
@@ -70,12 +71,20 @@ Program fuse_elementwise(const Program& p) {
     }
   }
   for (ValueRef v : p.outputs) escapes[v.node] = 1;
+  // an op the target has no kernel for stays a node of its own (placement falls back for it)
+  const KernelEntry* fused_kernel = find_kernel(OpId::FusedElementwise, target);
   auto fusable = [&](int32_t i) {
     const Node& nd = nodes[i];
     fused::Instr tmp;
-    return fused::arity(nd.op) > 0 && nd.outputs.size() == 1 &&
-           nd.inputs.size() == static_cast<size_t>(fused::arity(nd.op)) &&
-           fused::pack_params(nd.op, nd.attrs, tmp);
+    if (fused::arity(nd.op) == 0 || nd.outputs.size() != 1 ||
+        nd.inputs.size() != static_cast<size_t>(fused::arity(nd.op)) ||
+        !fused::pack_params(nd.op, nd.attrs, tmp) || !fused_kernel)
+      return false;
+    const KernelEntry* k = find_kernel(nd.op, target);
+    std::vector<TensorInfo> in;
+    for (ValueRef v : nd.inputs) in.push_back(p.graph.info(v));
+    return k && k->handles(kernel_dtype(*k, nd, in)) &&
+           fused_kernel->handles(nd.outputs[0].dtype);
   };
 
   std::vector<int32_t> group_of(n, -1);

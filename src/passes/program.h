@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/graph_impl.h"
+#include "kiln/kernel.h"
 
 namespace kiln {
 
@@ -44,8 +45,9 @@ Program autocast(const Program& p, DType low);
 Program order_assignments(const Program& p);
 
 /// Replaces connected groups of two or more elementwise nodes of one output shape, whose
-/// intermediate values are read only inside the group, by one fused_elementwise node each.
-Program fuse_elementwise(const Program& p);
+/// intermediate values are read only inside the group, by one fused_elementwise node each. Only
+/// nodes whose op has a kernel on `target` for their dtype join a group.
+Program fuse_elementwise(const Program& p, Backend target);
 
 /// Runs every all_reduce start as early and every collective wait as late as dependencies
 /// allow, so communication overlaps computation.

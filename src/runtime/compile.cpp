@@ -139,7 +139,9 @@ Executable Graph::compile(Device device, const FeedShapes& feeds, const std::vec
   run_pass(p, "schedule_collectives", schedule_collectives);
   run_pass(p, "order_assignments", order_assignments);
   if (options.optimize && options.fuse_elementwise && env::fusion_enabled())
-    run_pass(p, "fuse_elementwise", fuse_elementwise);
+    run_pass(p, "fuse_elementwise", [&device](const Program& q) {
+      return fuse_elementwise(q, device.kind == Device::Kind::cpu ? Backend::cpu : Backend::cuda);
+    });
   place(p, device, options.strict_placement, *impl);
   // generated kernels compile now, so no run waits for them
   for (const Step& st : impl->steps) {
