@@ -180,6 +180,26 @@ TEST(FuseElementwise, TrainingStepIsUnchanged) {
   for (size_t i = 0; i < results[0].size(); ++i) expect_same(results[0][i], results[1][i]);
 }
 
+// Reads of a variable before its assignment never join nodes that run after it.
+TEST(FuseElementwise, ReadsBeforeAnAssignmentStayBeforeIt) {
+  Graph g;
+  auto x = g.placeholder({300}, f32, "x");
+  const Array v0 = random_array({300}, f32);
+  auto v = g.variable(v0.copy(), "v");
+  auto before = exp(v * 2.0);               // the value at the start of the run
+  auto updated = assign(v, v + x);           // runs last
+  auto out = tanh(updated * 3.0) + before;   // mixes both
+  auto exe = g.compile(Device::cpu(), {}, {out}, kFused);
+  const Array xv = random_array({300}, f32);
+  const Array got = exe.run({{x, xv}})[0];
+  const auto V = to_f64(v0), X = to_f64(xv);
+  std::vector<double> want(V.size());
+  for (size_t i = 0; i < V.size(); ++i)
+    want[i] = std::tanh((V[i] + X[i]) * 3.0) + std::exp(V[i] * 2.0);
+  expect_close(got, {300}, want, 1e-5, 1e-5);
+  EXPECT_GE(fused_nodes(exe), 1) << exe.dump();
+}
+
 TEST(FuseElementwise, PackageRoundTrip) {
   Graph g;
   auto x = g.placeholder({7, 300}, f32, "x");
