@@ -326,8 +326,11 @@ std::string generate(const fused::Program& p, const std::vector<DType>& types, D
   for (int k = 0; k < p.num_inputs; ++k) any_bcast = any_bcast || kind[k] == Kind::bcast;
   if (any_bcast) {
     s += "  long long off[" + std::to_string(p.num_inputs) + "] = {0};\n";
+    // 32-bit division while the index fits (64-bit division is emulated and slow)
     s += "  long long r = i;\n  for (int d = p.rank - 1; d >= 0; --d) {\n"
-         "    const long long q = r / p.dims[d], m = r - q * p.dims[d];\n";
+         "    const long long q = (r | p.dims[d]) <= 0x7fffffffLL\n"
+         "        ? (long long)((unsigned)r / (unsigned)p.dims[d]) : r / p.dims[d];\n"
+         "    const long long m = r - q * p.dims[d];\n";
     for (int k = 0; k < p.num_inputs; ++k)
       if (kind[k] == Kind::bcast) s += fmt::format("    off[{0}] += m * p.strides[{0}][d];\n", k);
     s += "    r = q;\n  }\n";
