@@ -19,8 +19,8 @@ int main(int argc, char** argv) {
       Graph g;
       auto x = g.placeholder({n / cols, cols}, t, "x");
       auto b = g.placeholder({cols}, t, "b");
-      auto y = tanh(x * b + 0.5) * x;                       // mul, add, tanh, mul
-      auto out = clip(sigmoid(y) - relu(x), -0.25, 0.75);   // sigmoid, relu, sub, clip
+      auto y = tanh(x * b + 0.5) * x;                      // mul, add, tanh, mul
+      auto out = clip(sigmoid(y) - relu(x), -0.25, 0.75);  // sigmoid, relu, sub, clip
       const Array xv = Array::from_vector(std::vector<float>(n, 0.3f), {n / cols, cols}).astype(t);
       const Array bv = Array::from_vector(std::vector<float>(cols, -0.7f), {cols}).astype(t);
       double ms[2];

@@ -17,12 +17,20 @@ struct ParamKeys {
 };
 ParamKeys param_keys(OpId op) {
   switch (op) {
-    case OpId::LeakyRelu: case OpId::Elu: return {"alpha"};
-    case OpId::Softplus: return {"beta", "threshold"};
-    case OpId::Softshrink: case OpId::Hardshrink: return {"lambda"};
-    case OpId::Hardsigmoid: return {"alpha", "beta"};
-    case OpId::Clip: return {"min", "max"};
-    default: return {};
+    case OpId::LeakyRelu:
+    case OpId::Elu:
+      return {"alpha"};
+    case OpId::Softplus:
+      return {"beta", "threshold"};
+    case OpId::Softshrink:
+    case OpId::Hardshrink:
+      return {"lambda"};
+    case OpId::Hardsigmoid:
+      return {"alpha", "beta"};
+    case OpId::Clip:
+      return {"min", "max"};
+    default:
+      return {};
   }
 }
 
@@ -34,14 +42,32 @@ ParamKeys param_keys(OpId op) {
 int arity(OpId op) {
   if (std::strcmp(op_family(op), "elementwise") != 0) return 0;
   switch (op) {
-    case OpId::Where: return 3;
-    case OpId::Add: case OpId::Sub: case OpId::Mul: case OpId::Div: case OpId::Pow:
-    case OpId::Maximum: case OpId::Minimum: case OpId::Mod: case OpId::Equal:
-    case OpId::NotEqual: case OpId::Less: case OpId::LessEqual: case OpId::Greater:
-    case OpId::GreaterEqual: case OpId::LogicalAnd: case OpId::LogicalOr: case OpId::LogicalXor:
-    case OpId::BitwiseAnd: case OpId::BitwiseOr: case OpId::BitwiseXor: case OpId::BitShift:
+    case OpId::Where:
+      return 3;
+    case OpId::Add:
+    case OpId::Sub:
+    case OpId::Mul:
+    case OpId::Div:
+    case OpId::Pow:
+    case OpId::Maximum:
+    case OpId::Minimum:
+    case OpId::Mod:
+    case OpId::Equal:
+    case OpId::NotEqual:
+    case OpId::Less:
+    case OpId::LessEqual:
+    case OpId::Greater:
+    case OpId::GreaterEqual:
+    case OpId::LogicalAnd:
+    case OpId::LogicalOr:
+    case OpId::LogicalXor:
+    case OpId::BitwiseAnd:
+    case OpId::BitwiseOr:
+    case OpId::BitwiseXor:
+    case OpId::BitShift:
       return 2;
-    default: return 1;
+    default:
+      return 1;
   }
 }
 
@@ -63,9 +89,12 @@ bool pack_params(OpId op, const Attrs& attrs, Instr& out) {
 
 Attrs op_attrs(const Instr& in) {
   Attrs a;
-  if (in.op == OpId::Gelu) a.set("approximate", std::string(in.p0 != 0 ? "tanh" : "none"));
-  else if (in.op == OpId::BitShift) a.set("left", in.p0 != 0);
-  else if (in.op == OpId::Cast) a.set("dtype", in.dtype);
+  if (in.op == OpId::Gelu)
+    a.set("approximate", std::string(in.p0 != 0 ? "tanh" : "none"));
+  else if (in.op == OpId::BitShift)
+    a.set("left", in.p0 != 0);
+  else if (in.op == OpId::Cast)
+    a.set("dtype", in.dtype);
   const ParamKeys k = param_keys(in.op);
   if (k.k0) a.set(k.k0, in.p0);
   if (k.k1) a.set(k.k1, in.p1);
@@ -76,8 +105,8 @@ Attrs encode(const Program& p) {
   std::vector<int64_t> code;
   std::vector<double> params;
   for (const Instr& in : p.instrs) {
-    code.insert(code.end(), {static_cast<int64_t>(in.op), static_cast<int64_t>(in.dtype), in.a,
-                             in.b, in.c});
+    code.insert(code.end(),
+                {static_cast<int64_t>(in.op), static_cast<int64_t>(in.dtype), in.a, in.b, in.c});
     params.insert(params.end(), {in.p0, in.p1});
   }
   Attrs a;
@@ -94,9 +123,10 @@ Program decode(const Attrs& attrs, const std::vector<DType>& input_dtypes) {
   if (p.num_inputs < 1 || p.num_inputs > kMaxInputs)
     fail<ValueError>("[fused_elementwise] takes 1 to {} inputs, got {}", kMaxInputs, p.num_inputs);
   if (code.empty() || code.size() % 5 != 0 || code.size() / 5 > kMaxInstrs)
-    fail<ValueError>("[fused_elementwise] code must hold 5 ints per instruction for 1 to {} "
-                     "instructions, got {} ints",
-                     kMaxInstrs, code.size());
+    fail<ValueError>(
+        "[fused_elementwise] code must hold 5 ints per instruction for 1 to {} "
+        "instructions, got {} ints",
+        kMaxInstrs, code.size());
   const size_t n = code.size() / 5;
   if (params.size() != 2 * n)
     fail<ValueError>("[fused_elementwise] params must hold 2 floats per instruction ({}), got {}",
@@ -122,7 +152,8 @@ Program decode(const Attrs& attrs, const std::vector<DType>& input_dtypes) {
                              op_name(in.op), j, v, defined - 1));
         operands.push_back({Shape{}, types[v]});
       } else if (v != -1) {
-        bad(k, fmt::format("{} takes {} operands, but operand {} is %{}", op_name(in.op), ar, j, v));
+        bad(k,
+            fmt::format("{} takes {} operands, but operand {} is %{}", op_name(in.op), ar, j, v));
       }
     }
     in.a = static_cast<int32_t>(c[2]);

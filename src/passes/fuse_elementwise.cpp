@@ -83,8 +83,7 @@ Program fuse_elementwise(const Program& p, Backend target) {
     const KernelEntry* k = find_kernel(nd.op, target);
     std::vector<TensorInfo> in;
     for (ValueRef v : nd.inputs) in.push_back(p.graph.info(v));
-    return k && k->handles(kernel_dtype(*k, nd, in)) &&
-           fused_kernel->handles(nd.outputs[0].dtype);
+    return k && k->handles(kernel_dtype(*k, nd, in)) && fused_kernel->handles(nd.outputs[0].dtype);
   };
 
   std::vector<int32_t> group_of(n, -1);
@@ -101,8 +100,8 @@ Program fuse_elementwise(const Program& p, Backend target) {
       for (size_t k = 0; k < members.size() && members.size() < fused::kMaxInstrs; ++k)
         for (ValueRef v : nodes[members[k]].inputs) {
           const int32_t q = v.node;
-          if (in_group(q) || group_of[q] >= 0 || escapes[q] || late[q] != late[r] ||
-              !fusable(q) || nodes[q].outputs[0].shape != shape)
+          if (in_group(q) || group_of[q] >= 0 || escapes[q] || late[q] != late[r] || !fusable(q) ||
+              nodes[q].outputs[0].shape != shape)
             continue;
           int from_group = 0;
           for (int32_t m : members)

@@ -17,25 +17,32 @@ const bool kFused = register_cases(
        if (t == boolean) {
          // (a > b) && !c over f32 inputs
          ins = {c.rand(big, f32), c.rand(small, f32), c.rand(big, boolean)};
-         p.instrs = {{OpId::Greater, boolean, 0, 1}, {OpId::LogicalNot, boolean, 2},
+         p.instrs = {{OpId::Greater, boolean, 0, 1},
+                     {OpId::LogicalNot, boolean, 2},
                      {OpId::LogicalAnd, boolean, 3, 4}};
        } else if (!is_floating(t)) {
          // maximum(a * b + a, b) - abs(a) (small values: no overflow)
          ins = {c.ints(big, -9, 9, t == u8 ? i64 : t), c.ints(small, -9, 9, t == u8 ? i64 : t)};
          if (t == u8) {
            ins = {c.ints(big, 0, 9, u8), c.ints(small, 0, 9, u8)};
-           p.instrs = {{OpId::Mul, t, 0, 1}, {OpId::Add, t, 2, 0}, {OpId::Maximum, t, 3, 1},
+           p.instrs = {{OpId::Mul, t, 0, 1},
+                       {OpId::Add, t, 2, 0},
+                       {OpId::Maximum, t, 3, 1},
                        {OpId::Abs, t, 4}};
          } else {
-           p.instrs = {{OpId::Mul, t, 0, 1}, {OpId::Add, t, 2, 0}, {OpId::Maximum, t, 3, 1},
-                       {OpId::Abs, t, 0}, {OpId::Sub, t, 4, 5}};
+           p.instrs = {{OpId::Mul, t, 0, 1},
+                       {OpId::Add, t, 2, 0},
+                       {OpId::Maximum, t, 3, 1},
+                       {OpId::Abs, t, 0},
+                       {OpId::Sub, t, 4, 5}};
          }
        } else {
          // where(a > 0, tanh(a * b + 1.5 - b), elu(b, 0.5)) through casts to f32 and back
          ins = {c.rand(big, t, -2, 2), c.rand(small, t, -2, 2)};
-         p.instrs = {{OpId::Cast, f32, 0}, {OpId::Cast, f32, 1}, {OpId::Mul, f32, 2, 3},
-                     {OpId::Sub, f32, 4, 3}, {OpId::Tanh, f32, 5}, {OpId::Elu, f32, 3, -1, -1, 0.5},
-                     {OpId::Sigmoid, f32, 2}, {OpId::Greater, boolean, 8, 4},
+         p.instrs = {{OpId::Cast, f32, 0},        {OpId::Cast, f32, 1},
+                     {OpId::Mul, f32, 2, 3},      {OpId::Sub, f32, 4, 3},
+                     {OpId::Tanh, f32, 5},        {OpId::Elu, f32, 3, -1, -1, 0.5},
+                     {OpId::Sigmoid, f32, 2},     {OpId::Greater, boolean, 8, 4},
                      {OpId::Where, f32, 9, 6, 7}, {OpId::Cast, t, 10}};
        }
        p.num_inputs = static_cast<int>(ins.size());

@@ -71,8 +71,10 @@ TEST(CudaFusedElementwise, MatchesUnfusedCudaAndCpu) {
           << "fused and unfused CUDA results differ";
       const Array ref = cpu.run(f)[0];
       const double tol = t == f16 ? 2e-2 : t == bf16 ? 1e-1 : fl ? tolerance(t) * 20 : 0;
-      if (fl) expect_close(got, shape, to_f64(ref), tol, tol);
-      else expect_equal(got, shape, to_f64(ref));
+      if (fl)
+        expect_close(got, shape, to_f64(ref), tol, tol);
+      else
+        expect_equal(got, shape, to_f64(ref));
     }
 }
 
@@ -141,9 +143,8 @@ TEST(CudaFusedElementwiseCodegen, EveryOpCompiles) {
     // the last value combines two others, so the output depends on the chain
     p.instrs.push_back({OpId::Cast, t, 3 + count - 1});
     EXPECT_GT(count, 3);
-    const std::string src =
-        cuda::fused_elementwise_source(fused::encode(p), {{{64, 33}, t}, {{33}, t}, {{}, boolean}},
-                                       {{64, 33}, t});
+    const std::string src = cuda::fused_elementwise_source(
+        fused::encode(p), {{{64, 33}, t}, {{33}, t}, {{}, boolean}}, {{64, 33}, t});
     try {
       EXPECT_FALSE(cuda::fused_elementwise_cubin(src, 90).empty());
     } catch (const Error& e) {

@@ -17,9 +17,9 @@ Tensor fused_node(const std::vector<Tensor>& ins, const fused::Program& p) {
 fused::Program example(DType t) {
   fused::Program p;
   p.num_inputs = 3;
-  p.instrs = {{OpId::Mul, t, 0, 1}, {OpId::Add, t, 3, 2}, {OpId::Relu, t, 4},
-              {OpId::Elu, t, 5, -1, -1, 0.3}, {OpId::Less, boolean, 5, 2},
-              {OpId::Where, t, 7, 6, 0}};
+  p.instrs = {{OpId::Mul, t, 0, 1},        {OpId::Add, t, 3, 2},
+              {OpId::Relu, t, 4},          {OpId::Elu, t, 5, -1, -1, 0.3},
+              {OpId::Less, boolean, 5, 2}, {OpId::Where, t, 7, 6, 0}};
   return p;
 }
 
@@ -40,8 +40,10 @@ TEST(FusedElementwise, MatchesFloat64Reference) {
     std::vector<double> want(A.size());
     // every instruction rounds to the dtype, so the branch sees the rounded value
     auto rnd = [t](double v) {
-      if (t == f16) return static_cast<double>(static_cast<float>(float16_t(static_cast<float>(v))));
-      if (t == bf16) return static_cast<double>(static_cast<float>(bfloat16_t(static_cast<float>(v))));
+      if (t == f16)
+        return static_cast<double>(static_cast<float>(float16_t(static_cast<float>(v))));
+      if (t == bf16)
+        return static_cast<double>(static_cast<float>(bfloat16_t(static_cast<float>(v))));
       return t == f32 ? static_cast<double>(static_cast<float>(v)) : v;
     };
     for (size_t i = 0; i < A.size(); ++i) {

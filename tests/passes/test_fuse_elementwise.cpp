@@ -52,7 +52,8 @@ TEST(FuseElementwise, ChainBecomesOneNode) {
     std::vector<double> want(xv.size());
     for (size_t i = 0; i < xv.size(); ++i) {
       const double zz = 1 / (1 + std::exp(-(std::tanh(std::exp(xv[i] * 0.5) - yv[i]) * yv[i] + 1)));
-      const double gl = 0.5 * zz * (1 + std::tanh(0.7978845608028654 * (zz + 0.044715 * zz * zz * zz)));
+      const double gl =
+          0.5 * zz * (1 + std::tanh(0.7978845608028654 * (zz + 0.044715 * zz * zz * zz)));
       want[i] = gl > 0 ? gl : 0.1 * gl;
     }
     expect_close(fused.run(f)[0], {333, 77}, want, tolerance(t) * 10, tolerance(t) * 10);
@@ -62,9 +63,9 @@ TEST(FuseElementwise, ChainBecomesOneNode) {
 TEST(FuseElementwise, EscapingIntermediatesStayOutside) {
   Graph g;
   auto x = g.placeholder({50, 40}, f32, "x");
-  auto a = x + 1.0;           // read by the sum below and returned: stays a node
-  auto b = exp(a) * 3.0;      // exp and mul fuse
-  auto c = sum(a);            // a reduction is no elementwise op
+  auto a = x + 1.0;       // read by the sum below and returned: stays a node
+  auto b = exp(a) * 3.0;  // exp and mul fuse
+  auto c = sum(a);        // a reduction is no elementwise op
   auto fused = g.compile(Device::cpu(), {}, {b, a, c}, kFused);
   EXPECT_EQ(fused_nodes(fused), 1) << fused.dump();
   EXPECT_EQ(count(fused.dump(), "= add("), 1) << fused.dump();
@@ -157,7 +158,8 @@ TEST(FuseElementwise, SwitchedOffByTheOption) {
 TEST(FuseElementwise, TrainingStepIsUnchanged) {
   std::vector<std::vector<Array>> results;
   const Array xv = random_array({32, 20}, f32), yv = random_array({32, 4}, f32);
-  const Array w1v = random_array({20, 16}, f32, -0.5, 0.5), w2v = random_array({16, 4}, f32, -0.5, 0.5);
+  const Array w1v = random_array({20, 16}, f32, -0.5, 0.5),
+              w2v = random_array({16, 4}, f32, -0.5, 0.5);
   for (const CompileOptions& opts : {kFused, kUnfused}) {
     Graph g;
     auto x = g.placeholder({32, 20}, f32, "x");
@@ -168,9 +170,9 @@ TEST(FuseElementwise, TrainingStepIsUnchanged) {
     auto p = tanh(matmul(h, w2));
     auto loss = mean((p - y) * (p - y));
     auto grads = gradients(loss, {w1, w2});
-    auto exe = g.compile(Device::cpu(), {}, {loss, grads[0], grads[1]},
-                         Updates{{assign(w1, w1 - grads[0] * 0.1), assign(w2, w2 - grads[1] * 0.1)}},
-                         opts);
+    auto exe = g.compile(
+        Device::cpu(), {}, {loss, grads[0], grads[1]},
+        Updates{{assign(w1, w1 - grads[0] * 0.1), assign(w2, w2 - grads[1] * 0.1)}}, opts);
     if (&opts == &kFused) EXPECT_GE(fused_nodes(exe), 1) << exe.dump();
     std::vector<Array> r = exe.run({{x, xv}, {y, yv}});
     r.push_back(exe.read_variable("w1"));
@@ -187,8 +189,8 @@ TEST(FuseElementwise, ReadsBeforeAnAssignmentStayBeforeIt) {
   const Array v0 = random_array({300}, f32);
   auto v = g.variable(v0.copy(), "v");
   auto before = exp(v * 2.0);               // the value at the start of the run
-  auto updated = assign(v, v + x);           // runs last
-  auto out = tanh(updated * 3.0) + before;   // mixes both
+  auto updated = assign(v, v + x);          // runs last
+  auto out = tanh(updated * 3.0) + before;  // mixes both
   auto exe = g.compile(Device::cpu(), {}, {out}, kFused);
   const Array xv = random_array({300}, f32);
   const Array got = exe.run({{x, xv}})[0];

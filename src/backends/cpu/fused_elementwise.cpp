@@ -3,12 +3,13 @@
 // kernel on the chunk (one tight loop), so results equal the unfused graph's exactly; values stay
 // in cache between instructions. f16/bf16 values live as f32 and are rounded to their dtype after
 // every instruction, as the unfused kernels round their outputs.
+#include "ops/fused_elementwise.h"
+
 #include <cstring>
 #include <memory>
 
 #include "backends/cpu/cpu_common.h"
 #include "backends/cpu/kernels.h"
-#include "ops/fused_elementwise.h"
 
 namespace kiln::cpu {
 
@@ -52,10 +53,18 @@ void gather(const E* src, const Shape& out, const std::vector<int64_t>& strides,
 void gather_bytes(const void* src, size_t esize, const Shape& out,
                   const std::vector<int64_t>& strides, int64_t s, int64_t len, void* dst) {
   switch (esize) {
-    case 1: gather(static_cast<const uint8_t*>(src), out, strides, s, len, static_cast<uint8_t*>(dst)); return;
-    case 2: gather(static_cast<const uint16_t*>(src), out, strides, s, len, static_cast<uint16_t*>(dst)); return;
-    case 4: gather(static_cast<const uint32_t*>(src), out, strides, s, len, static_cast<uint32_t*>(dst)); return;
-    default: gather(static_cast<const uint64_t*>(src), out, strides, s, len, static_cast<uint64_t*>(dst)); return;
+    case 1:
+      gather(static_cast<const uint8_t*>(src), out, strides, s, len, static_cast<uint8_t*>(dst));
+      return;
+    case 2:
+      gather(static_cast<const uint16_t*>(src), out, strides, s, len, static_cast<uint16_t*>(dst));
+      return;
+    case 4:
+      gather(static_cast<const uint32_t*>(src), out, strides, s, len, static_cast<uint32_t*>(dst));
+      return;
+    default:
+      gather(static_cast<const uint64_t*>(src), out, strides, s, len, static_cast<uint64_t*>(dst));
+      return;
   }
 }
 
@@ -99,8 +108,8 @@ void fused_elementwise(KernelContext& ctx) {
     std::vector<size_t> offset(n_values, SIZE_MAX);
     size_t bytes = 0;
     for (int v = 0; v < n_values; ++v) {
-      const bool in_place = (v < n_in && kind[v] == Kind::dense && !is_half(types[v])) ||
-                            (v == last && out_direct);
+      const bool in_place =
+          (v < n_in && kind[v] == Kind::dense && !is_half(types[v])) || (v == last && out_direct);
       if (in_place) continue;
       offset[v] = bytes;
       bytes += (kChunk * size_of(compute_type(types[v])) + 63) / 64 * 64;
@@ -125,8 +134,10 @@ void fused_elementwise(KernelContext& ctx) {
         const size_t es = size_of(in.dtype);
         const char* src = static_cast<const char*>(in.data);
         if (kind[i] == Kind::dense) {
-          if (is_half(in.dtype)) convert(src + s * es, in.dtype, ptr[i], f32, len);
-          else ptr[i] = const_cast<char*>(src) + s * es;
+          if (is_half(in.dtype))
+            convert(src + s * es, in.dtype, ptr[i], f32, len);
+          else
+            ptr[i] = const_cast<char*>(src) + s * es;
         } else if (kind[i] == Kind::bcast) {
           if (is_half(in.dtype)) {
             raw.resize(kChunk * es);
@@ -155,8 +166,8 @@ void fused_elementwise(KernelContext& ctx) {
           const int32_t u = in.operand(j);
           ins.push_back({ptr[u], Shape{len}, compute_type(types[u])});
         }
-        KernelContext kc(in.op, steps[k].attrs, std::move(ins), {{ptr[v], Shape{len}, compute_type(t)}},
-                         nullptr);
+        KernelContext kc(in.op, steps[k].attrs, std::move(ins),
+                         {{ptr[v], Shape{len}, compute_type(t)}}, nullptr);
         steps[k].kernel->fn(kc);
         if (is_half(t) && v != last) round_half(res, t, len);
       }

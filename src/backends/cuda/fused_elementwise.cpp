@@ -5,6 +5,8 @@
 // functors of elementwise.cu and elementwise_extra.cu (f16/bf16 computed in f32 and rounded after
 // every instruction; add/sub/mul through __f*_rn so no multiply-add contracts across ops), so a
 // fused node gives what the unfused kernels give.
+#include "backends/cuda/fused_elementwise.h"
+
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <nvrtc.h>
@@ -19,7 +21,6 @@
 #include <type_traits>
 
 #include "backends/cuda/cuda_check.h"
-#include "backends/cuda/fused_elementwise.h"
 #include "backends/cuda/kernels.h"
 #include "core/errors.h"
 #include "ops/fused_elementwise.h"
@@ -166,14 +167,24 @@ bool is_half(DType t) { return t == f16 || t == bf16; }
 // C type a value is held in inside the kernel (half types as rounded float).
 const char* ctype(DType t) {
   switch (t) {
-    case f32: case f16: case bf16: return "float";
-    case f64: return "double";
-    case i8: return "signed char";
-    case u8: return "unsigned char";
-    case i16: return "short";
-    case i32: return "int";
-    case i64: return "long long";
-    case boolean: return "bool";
+    case f32:
+    case f16:
+    case bf16:
+      return "float";
+    case f64:
+      return "double";
+    case i8:
+      return "signed char";
+    case u8:
+      return "unsigned char";
+    case i16:
+      return "short";
+    case i32:
+      return "int";
+    case i64:
+      return "long long";
+    case boolean:
+      return "bool";
   }
   return "float";
 }
@@ -186,24 +197,34 @@ std::string lit(double v, const char* t) {
   return fmt::format("(({})__longlong_as_double({}LL))", t, bits);
 }
 // Nearest in-range integer bound of clip (as elementwise.cu's clip_bound).
-template <typename T> std::string int_bound(double v, bool upper) {
+template <typename T>
+std::string int_bound(double v, bool upper) {
   constexpr double kMin = static_cast<double>(std::numeric_limits<T>::min());
   constexpr double kMax = static_cast<double>(std::numeric_limits<T>::max());
   const double r = upper ? std::floor(v) : std::ceil(v);
   T b;
-  if (r <= kMin) b = std::numeric_limits<T>::min();
-  else if (r >= kMax) b = std::numeric_limits<T>::max();
-  else b = static_cast<T>(r);
+  if (r <= kMin)
+    b = std::numeric_limits<T>::min();
+  else if (r >= kMax)
+    b = std::numeric_limits<T>::max();
+  else
+    b = static_cast<T>(r);
   return fmt::format("(({}){}LL)", ctype(DType::i64), static_cast<int64_t>(b));
 }
 std::string clip_bound(DType t, double v, bool upper) {
   switch (t) {
-    case i8: return int_bound<int8_t>(v, upper);
-    case u8: return int_bound<uint8_t>(v, upper);
-    case i16: return int_bound<int16_t>(v, upper);
-    case i32: return int_bound<int32_t>(v, upper);
-    case i64: return int_bound<int64_t>(v, upper);
-    default: return lit(v, ctype(t));
+    case i8:
+      return int_bound<int8_t>(v, upper);
+    case u8:
+      return int_bound<uint8_t>(v, upper);
+    case i16:
+      return int_bound<int16_t>(v, upper);
+    case i32:
+      return int_bound<int32_t>(v, upper);
+    case i64:
+      return int_bound<int64_t>(v, upper);
+    default:
+      return lit(v, ctype(t));
   }
 }
 
@@ -221,71 +242,133 @@ std::string expr(const fused::Instr& in, const std::vector<DType>& types) {
   auto call = [&](const char* f) { return fmt::format("{}<{}>({})", f, A, v(0)); };
   auto call2 = [&](const char* f) { return fmt::format("{}<{}>({}, {})", f, A, v(0), v(1)); };
   switch (in.op) {
-    case OpId::Add: return call2("k_add");
-    case OpId::Sub: return call2("k_sub");
-    case OpId::Mul: return call2("k_mul");
-    case OpId::Div: return call2("k_div");
-    case OpId::Pow: return call2("k_pow");
-    case OpId::Maximum: return call2("k_maximum");
-    case OpId::Minimum: return call2("k_minimum");
-    case OpId::Mod: return call2("k_mod");
-    case OpId::Equal: return fmt::format("({} == {})", v(0), v(1));
-    case OpId::NotEqual: return fmt::format("({} != {})", v(0), v(1));
-    case OpId::Less: return fmt::format("({} < {})", v(0), v(1));
-    case OpId::LessEqual: return fmt::format("({} <= {})", v(0), v(1));
-    case OpId::Greater: return fmt::format("({} > {})", v(0), v(1));
-    case OpId::GreaterEqual: return fmt::format("({} >= {})", v(0), v(1));
-    case OpId::LogicalAnd: return fmt::format("({} && {})", v(0), v(1));
-    case OpId::LogicalOr: return fmt::format("({} || {})", v(0), v(1));
-    case OpId::LogicalXor: return fmt::format("({} != {})", v(0), v(1));
-    case OpId::LogicalNot: return fmt::format("(!{})", v(0));
-    case OpId::Where: return fmt::format("({} ? {} : {})", v(0), v(1), v(2));
-    case OpId::IsNan: return call("k_isnan");
-    case OpId::IsInf: return call("k_isinf");
-    case OpId::BitwiseAnd: return fmt::format("({})({} & {})", A, v(0), v(1));
-    case OpId::BitwiseOr: return fmt::format("({})({} | {})", A, v(0), v(1));
-    case OpId::BitwiseXor: return fmt::format("({})({} ^ {})", A, v(0), v(1));
-    case OpId::BitwiseNot: return fmt::format("({})(~{})", A, v(0));
-    case OpId::BitShift: return call2(in.p0 != 0 ? "k_shl" : "k_shr");
-    case OpId::Neg: return call("k_neg");
-    case OpId::Abs: return call("k_abs");
-    case OpId::Sign: return call("k_sign");
-    case OpId::Relu: return call("k_relu");
-    case OpId::Floor: return call("k_floor");
-    case OpId::Ceil: return call("k_ceil");
-    case OpId::Round: return call("k_round");
+    case OpId::Add:
+      return call2("k_add");
+    case OpId::Sub:
+      return call2("k_sub");
+    case OpId::Mul:
+      return call2("k_mul");
+    case OpId::Div:
+      return call2("k_div");
+    case OpId::Pow:
+      return call2("k_pow");
+    case OpId::Maximum:
+      return call2("k_maximum");
+    case OpId::Minimum:
+      return call2("k_minimum");
+    case OpId::Mod:
+      return call2("k_mod");
+    case OpId::Equal:
+      return fmt::format("({} == {})", v(0), v(1));
+    case OpId::NotEqual:
+      return fmt::format("({} != {})", v(0), v(1));
+    case OpId::Less:
+      return fmt::format("({} < {})", v(0), v(1));
+    case OpId::LessEqual:
+      return fmt::format("({} <= {})", v(0), v(1));
+    case OpId::Greater:
+      return fmt::format("({} > {})", v(0), v(1));
+    case OpId::GreaterEqual:
+      return fmt::format("({} >= {})", v(0), v(1));
+    case OpId::LogicalAnd:
+      return fmt::format("({} && {})", v(0), v(1));
+    case OpId::LogicalOr:
+      return fmt::format("({} || {})", v(0), v(1));
+    case OpId::LogicalXor:
+      return fmt::format("({} != {})", v(0), v(1));
+    case OpId::LogicalNot:
+      return fmt::format("(!{})", v(0));
+    case OpId::Where:
+      return fmt::format("({} ? {} : {})", v(0), v(1), v(2));
+    case OpId::IsNan:
+      return call("k_isnan");
+    case OpId::IsInf:
+      return call("k_isinf");
+    case OpId::BitwiseAnd:
+      return fmt::format("({})({} & {})", A, v(0), v(1));
+    case OpId::BitwiseOr:
+      return fmt::format("({})({} | {})", A, v(0), v(1));
+    case OpId::BitwiseXor:
+      return fmt::format("({})({} ^ {})", A, v(0), v(1));
+    case OpId::BitwiseNot:
+      return fmt::format("({})(~{})", A, v(0));
+    case OpId::BitShift:
+      return call2(in.p0 != 0 ? "k_shl" : "k_shr");
+    case OpId::Neg:
+      return call("k_neg");
+    case OpId::Abs:
+      return call("k_abs");
+    case OpId::Sign:
+      return call("k_sign");
+    case OpId::Relu:
+      return call("k_relu");
+    case OpId::Floor:
+      return call("k_floor");
+    case OpId::Ceil:
+      return call("k_ceil");
+    case OpId::Round:
+      return call("k_round");
     case OpId::Clip:
       return fmt::format("k_clip<{}>({}, {}, {})", A, v(0), clip_bound(types[in.a], in.p0, false),
                          clip_bound(types[in.a], in.p1, true));
-    case OpId::Exp: return "m_exp(" + v(0) + ")";
-    case OpId::Log: return "m_log(" + v(0) + ")";
-    case OpId::Log1p: return "m_log1p(" + v(0) + ")";
-    case OpId::Expm1: return "m_expm1(" + v(0) + ")";
-    case OpId::Sqrt: return "m_sqrt(" + v(0) + ")";
-    case OpId::Sin: return "m_sin(" + v(0) + ")";
-    case OpId::Cos: return "m_cos(" + v(0) + ")";
-    case OpId::Tanh: return "m_tanh(" + v(0) + ")";
-    case OpId::Erf: return "m_erf(" + v(0) + ")";
-    case OpId::Tan: return "m_tan(" + v(0) + ")";
-    case OpId::Asin: return "m_asin(" + v(0) + ")";
-    case OpId::Acos: return "m_acos(" + v(0) + ")";
-    case OpId::Atan: return "m_atan(" + v(0) + ")";
-    case OpId::Sinh: return "m_sinh(" + v(0) + ")";
-    case OpId::Cosh: return "m_cosh(" + v(0) + ")";
-    case OpId::Asinh: return "m_asinh(" + v(0) + ")";
-    case OpId::Acosh: return "m_acosh(" + v(0) + ")";
-    case OpId::Atanh: return "m_atanh(" + v(0) + ")";
-    case OpId::Rsqrt: return call("k_rsqrt");
-    case OpId::Reciprocal: return call("k_reciprocal");
-    case OpId::Sigmoid: return call("k_sigmoid");
-    case OpId::Silu: return call("k_silu");
-    case OpId::Selu: return call("k_selu");
-    case OpId::Hardswish: return call("k_hardswish");
-    case OpId::Gelu: return call(in.p0 != 0 ? "k_gelu_tanh" : "k_gelu");
-    case OpId::LeakyRelu: return fmt::format("k_leaky_relu<{0}>({1}, {2})", A, v(0), lit(in.p0, A));
-    case OpId::Elu: return fmt::format("k_elu<{0}>({1}, {2})", A, v(0), lit(in.p0, A));
-    case OpId::Softshrink: return fmt::format("k_softshrink<{0}>({1}, {2})", A, v(0), lit(in.p0, A));
-    case OpId::Hardshrink: return fmt::format("k_hardshrink<{0}>({1}, {2})", A, v(0), lit(in.p0, A));
+    case OpId::Exp:
+      return "m_exp(" + v(0) + ")";
+    case OpId::Log:
+      return "m_log(" + v(0) + ")";
+    case OpId::Log1p:
+      return "m_log1p(" + v(0) + ")";
+    case OpId::Expm1:
+      return "m_expm1(" + v(0) + ")";
+    case OpId::Sqrt:
+      return "m_sqrt(" + v(0) + ")";
+    case OpId::Sin:
+      return "m_sin(" + v(0) + ")";
+    case OpId::Cos:
+      return "m_cos(" + v(0) + ")";
+    case OpId::Tanh:
+      return "m_tanh(" + v(0) + ")";
+    case OpId::Erf:
+      return "m_erf(" + v(0) + ")";
+    case OpId::Tan:
+      return "m_tan(" + v(0) + ")";
+    case OpId::Asin:
+      return "m_asin(" + v(0) + ")";
+    case OpId::Acos:
+      return "m_acos(" + v(0) + ")";
+    case OpId::Atan:
+      return "m_atan(" + v(0) + ")";
+    case OpId::Sinh:
+      return "m_sinh(" + v(0) + ")";
+    case OpId::Cosh:
+      return "m_cosh(" + v(0) + ")";
+    case OpId::Asinh:
+      return "m_asinh(" + v(0) + ")";
+    case OpId::Acosh:
+      return "m_acosh(" + v(0) + ")";
+    case OpId::Atanh:
+      return "m_atanh(" + v(0) + ")";
+    case OpId::Rsqrt:
+      return call("k_rsqrt");
+    case OpId::Reciprocal:
+      return call("k_reciprocal");
+    case OpId::Sigmoid:
+      return call("k_sigmoid");
+    case OpId::Silu:
+      return call("k_silu");
+    case OpId::Selu:
+      return call("k_selu");
+    case OpId::Hardswish:
+      return call("k_hardswish");
+    case OpId::Gelu:
+      return call(in.p0 != 0 ? "k_gelu_tanh" : "k_gelu");
+    case OpId::LeakyRelu:
+      return fmt::format("k_leaky_relu<{0}>({1}, {2})", A, v(0), lit(in.p0, A));
+    case OpId::Elu:
+      return fmt::format("k_elu<{0}>({1}, {2})", A, v(0), lit(in.p0, A));
+    case OpId::Softshrink:
+      return fmt::format("k_softshrink<{0}>({1}, {2})", A, v(0), lit(in.p0, A));
+    case OpId::Hardshrink:
+      return fmt::format("k_hardshrink<{0}>({1}, {2})", A, v(0), lit(in.p0, A));
     case OpId::Softplus:
       return fmt::format("k_softplus<{0}>({1}, {2}, {3})", A, v(0), lit(in.p0, A), lit(in.p1, A));
     case OpId::Hardsigmoid:
@@ -302,7 +385,8 @@ std::string expr(const fused::Instr& in, const std::vector<DType>& types) {
       if (d == f32 || d == f64) return fmt::format("({})(double){}", ctype(d), v(0));
       return fmt::format("sat<{}>((double){})", ctype(d), v(0));
     }
-    default: break;
+    default:
+      break;
   }
   fail<UnsupportedError>("[fused_elementwise] no CUDA code for {}", op_name(in.op));
 }
@@ -346,9 +430,12 @@ std::string generate(const fused::Program& p, const std::vector<DType>& types, D
     const fused::Instr& in = p.instrs[k];
     const int v = p.num_inputs + static_cast<int>(k);
     std::string e = expr(in, types);
-    if (in.dtype == f16) e = "rh(" + e + ")";
-    else if (in.dtype == bf16) e = "rb(" + e + ")";
-    else e = fmt::format("({})({})", ctype(in.dtype), e);
+    if (in.dtype == f16)
+      e = "rh(" + e + ")";
+    else if (in.dtype == bf16)
+      e = "rb(" + e + ")";
+    else
+      e = fmt::format("({})({})", ctype(in.dtype), e);
     s += fmt::format("  const {} v{} = {};\n", ctype(in.dtype), v, e);
   }
   s += fmt::format("  return v{};\n}}\n", p.num_values() - 1);
@@ -427,7 +514,8 @@ const Driver& driver() {
 [[noreturn]] void driver_fail(CUresult r, const char* expr) {
   const char* msg = nullptr;
   driver().get_error_string(r, &msg);
-  fail<DeviceError>("[fused_elementwise] {} failed: {}", expr, msg ? msg : "unknown CUDA driver error");
+  fail<DeviceError>("[fused_elementwise] {} failed: {}", expr,
+                    msg ? msg : "unknown CUDA driver error");
 }
 #define KILN_CU_CHECK(expr)                                     \
   do {                                                          \
@@ -439,9 +527,9 @@ const Driver& driver() {
   fail<DeviceError>("[fused_elementwise] {} failed: {}{}{}", expr, nvrtcGetErrorString(r),
                     log.empty() ? "" : "; compiler log:\n", log);
 }
-#define KILN_NVRTC_CHECK(expr)                              \
-  do {                                                      \
-    const nvrtcResult kiln_nv_ = (expr);                    \
+#define KILN_NVRTC_CHECK(expr)                                  \
+  do {                                                          \
+    const nvrtcResult kiln_nv_ = (expr);                        \
     if (kiln_nv_ != NVRTC_SUCCESS) nvrtc_fail(kiln_nv_, #expr); \
   } while (0)
 
@@ -449,9 +537,8 @@ const Driver& driver() {
 std::vector<char> compile_cubin(const std::string& src, int arch) {
   nvrtcProgram prog;
   KILN_NVRTC_CHECK(nvrtcCreateProgram(&prog, src.c_str(), "kiln_fused.cu", 0, nullptr, nullptr));
-  std::unique_ptr<nvrtcProgram, void (*)(nvrtcProgram*)> guard(&prog, [](nvrtcProgram* p) {
-    nvrtcDestroyProgram(p);
-  });
+  std::unique_ptr<nvrtcProgram, void (*)(nvrtcProgram*)> guard(
+      &prog, [](nvrtcProgram* p) { nvrtcDestroyProgram(p); });
   const std::string arch_opt = fmt::format("--gpu-architecture=sm_{}", arch);
   const char* opts[] = {arch_opt.c_str(), "--std=c++17"};
   const nvrtcResult r = nvrtcCompileProgram(prog, 2, opts);
@@ -497,8 +584,10 @@ int device_arch(int device) {
 
 CUfunction get_kernel(const std::string& src, int device, CUstream stream) {
   CUcontext cu_ctx = nullptr;
-  if (stream) KILN_CU_CHECK(driver().stream_get_ctx(stream, &cu_ctx));
-  else KILN_CU_CHECK(driver().ctx_get_current(&cu_ctx));
+  if (stream)
+    KILN_CU_CHECK(driver().stream_get_ctx(stream, &cu_ctx));
+  else
+    KILN_CU_CHECK(driver().ctx_get_current(&cu_ctx));
   if (!cu_ctx) fail<DeviceError>("[fused_elementwise] no CUDA context on device {}", device);
   const int arch = device_arch(device);
   const std::string keyed = src + "\n// sm_" + std::to_string(arch);
@@ -613,10 +702,11 @@ void fused_elementwise(KernelContext& ctx) {
     if (pl.kind[i] == Kind::dense) vec = vec && aligned(ctx.in(i).data, size_of(ctx.in(i).dtype));
   p.vec = vec ? 1 : 0;
   const int64_t items = vec ? n / pl.vec : n;
-  const int64_t blocks = std::min<int64_t>(std::max<int64_t>((items + kBlock - 1) / kBlock, 1), 65535 * 8);
+  const int64_t blocks =
+      std::min<int64_t>(std::max<int64_t>((items + kBlock - 1) / kBlock, 1), 65535 * 8);
   void* args[] = {&p};
-  KILN_CU_CHECK(driver().launch_kernel(fn, static_cast<unsigned>(blocks), 1, 1, kBlock, 1, 1, 0, stream,
-                               args, nullptr));
+  KILN_CU_CHECK(driver().launch_kernel(fn, static_cast<unsigned>(blocks), 1, 1, kBlock, 1, 1, 0,
+                                       stream, args, nullptr));
 }
 }  // namespace
 
@@ -647,8 +737,7 @@ std::vector<char> fused_elementwise_cubin(const std::string& source, int arch) {
 }
 
 void register_fused_elementwise_kernels() {
-  register_kernel(OpId::FusedElementwise, Backend::cuda,
-                  {fused_elementwise, kAllTypes, -1, false});
+  register_kernel(OpId::FusedElementwise, Backend::cuda, {fused_elementwise, kAllTypes, -1, false});
   fused::set_prepare(Backend::cuda, prepare_fused_elementwise);
 }
 
