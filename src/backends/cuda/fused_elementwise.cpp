@@ -674,13 +674,36 @@ Plan plan(const Attrs& attrs, const std::vector<TensorInfo>& ins, const TensorIn
   return pl;
 }
 
+// Plans by the exact bytes of what they depend on (program attributes, input kinds and dtypes,
+// output dtype), so runs skip decoding and code generation.
+const Plan& cached_plan(const Attrs& attrs, const std::vector<TensorInfo>& ins,
+                        const TensorInfo& out) {
+  const auto& code = attrs.ints("code");
+  const auto& params = attrs.floats("params");
+  const int64_t n = numel(out.shape);
+  std::string key(reinterpret_cast<const char*>(code.data()), code.size() * sizeof(int64_t));
+  key.append(reinterpret_cast<const char*>(params.data()), params.size() * sizeof(double));
+  for (const TensorInfo& t : ins) {
+    const int64_t m = numel(t.shape);
+    key += static_cast<char>(t.dtype);
+    key += m == n ? 'd' : m == 1 ? 's' : 'b';
+  }
+  key += static_cast<char>(out.dtype);
+  static std::mutex mu;
+  static auto* plans = new std::map<std::string, std::unique_ptr<const Plan>>();
+  std::lock_guard<std::mutex> l(mu);
+  auto& slot = (*plans)[key];
+  if (!slot) slot = std::make_unique<const Plan>(plan(attrs, ins, out));
+  return *slot;
+}
+
 void fused_elementwise(KernelContext& ctx) {
   const TensorView& o = ctx.out(0);
   const int64_t n = o.numel();
   if (n == 0) return;
   std::vector<TensorInfo> ins;
   for (int i = 0; i < ctx.num_inputs(); ++i) ins.push_back({ctx.in(i).shape, ctx.in(i).dtype});
-  const Plan pl = plan(ctx.attrs(), ins, {o.shape, o.dtype});
+  const Plan& pl = cached_plan(ctx.attrs(), ins, {o.shape, o.dtype});
   auto stream = static_cast<CUstream>(ctx.stream());
   CUfunction fn = get_kernel(pl.source, ctx.device(), stream);
   Params p{};
