@@ -25,5 +25,10 @@ cp -r "$BUILD/data" "$stage/data"
 ldd "$stage/kiln" "$stage"/tests/* | awk '/=> \// {print $3}' | sort -u |
   grep -E 'libdnnl|libfmt|libgomp|libOpenCL|libbenchmark|libgtest|libgmock|libonnx|libprotobuf' | grep -v "$BUILD" |
   xargs -r -I{} cp -L {} "$stage/lib/"
+# NVRTC (fused elementwise kernels) and its builtins, which it opens at run time
+for lib in $(ldd "$stage/kiln" | awk '/libnvrtc/ {print $3}'); do
+  cp -L "$lib" "$stage/lib/"
+  cp -L "$(dirname "$lib")"/libnvrtc-builtins.so* "$stage/lib/" 2>/dev/null || true
+done
 tar -C "$BUILD" -cJf "$BUILD/bundle.tar.xz" bundle
 ls -la "$BUILD/bundle.tar.xz"

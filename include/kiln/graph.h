@@ -94,6 +94,8 @@ struct CompileOptions {
   /// and outputs out of its output buffers). Runs with CPU fallbacks, collectives,
   /// KILN_VALIDATE or KILN_STEP_TIMES are never recorded; KILN_CAPTURE=0 turns it off.
   bool capture = true;
+  /// With optimize: chains of elementwise ops run as one generated kernel (KILN_FUSION=0 disables).
+  bool fuse_elementwise = true;
 };
 
 class Graph {

@@ -72,6 +72,7 @@ const OpDef& op_def(OpId op) {
     register_loss_ops();
     register_dist_ops();
     register_random_ops();
+    register_fused_elementwise_ops();
   });
   return defs_storage()[static_cast<int>(op)];
 }

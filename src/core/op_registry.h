@@ -77,5 +77,6 @@ void register_transform_ops();
 void register_loss_ops();
 void register_dist_ops();
 void register_random_ops();
+void register_fused_elementwise_ops();
 
 }  // namespace kiln

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/graph_impl.h"
+#include "kiln/kernel.h"
 
 namespace kiln {
 
@@ -42,6 +43,11 @@ Program autocast(const Program& p, DType low);
 /// Moves every assign (and whatever reads its result) after all other nodes, so each read of a
 /// variable in a run sees the value it had when the run started.
 Program order_assignments(const Program& p);
+
+/// Replaces connected groups of two or more elementwise nodes of one output shape, whose
+/// intermediate values are read only inside the group, by one fused_elementwise node each. Only
+/// nodes whose op has a kernel on `target` for their dtype join a group.
+Program fuse_elementwise(const Program& p, Backend target);
 
 /// Runs every all_reduce start as early and every collective wait as late as dependencies
 /// allow, so communication overlaps computation.

@@ -6,6 +6,8 @@
 #include "core/device_backend.h"
 #include "core/errors.h"
 #include "core/op_registry.h"
+#include "ops/fused_elementwise.h"
+#include "runtime/env.h"
 #include "runtime/executable_impl.h"
 
 namespace kiln {
@@ -136,7 +138,21 @@ Executable Graph::compile(Device device, const FeedShapes& feeds, const std::vec
   }
   run_pass(p, "schedule_collectives", schedule_collectives);
   run_pass(p, "order_assignments", order_assignments);
+  if (options.optimize && options.fuse_elementwise && env::fusion_enabled())
+    run_pass(p, "fuse_elementwise", [&device](const Program& q) {
+      return fuse_elementwise(q, device.kind == Device::Kind::cpu ? Backend::cpu : Backend::cuda);
+    });
   place(p, device, options.strict_placement, *impl);
+  // generated kernels compile now, so no run waits for them
+  for (const Step& st : impl->steps) {
+    const Node& n = p.graph.nodes[st.node];
+    if (n.op != OpId::FusedElementwise) continue;
+    if (const fused::PrepareFn prep = fused::prepare(st.backend)) {
+      std::vector<TensorInfo> in;
+      for (auto v : n.inputs) in.push_back(p.graph.info(v));
+      prep(n.attrs, in, n.outputs[0], device.index);
+    }
+  }
   impl->plan = plan_memory(p, {options.plan_memory, options.in_place});
   impl->backend = backend;
   attach_program(*impl, std::move(p));

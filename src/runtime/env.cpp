@@ -40,6 +40,14 @@ bool step_times_device() {
   return on;
 }
 
+bool fusion_enabled() {
+  static const bool on = [] {
+    const char* v = get("KILN_FUSION");
+    return !(v && std::string(v) == "0");
+  }();
+  return on;
+}
+
 int capture() {
   const char* v = get("KILN_CAPTURE");
   if (!v) return -1;

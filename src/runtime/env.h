@@ -10,6 +10,8 @@
 //                 time only, runs after the first on each stream (no algorithm measurements)
 //   KILN_CAPTURE  "0": GPU runs are never recorded and replayed as CUDA graphs, whatever
 //                 CompileOptions::capture says ("1": recorded whenever possible)
+//                 prints the time per op (host and device together) to stderr when destroyed
+//   KILN_FUSION   "0": compiling never fuses elementwise chains (CompileOptions::fuse_elementwise)
 //   KILN_TEST_SEED  tests only: replays the random inputs of an earlier test run
 #pragma once
 
@@ -29,5 +31,7 @@ bool step_times();
 bool step_times_device();
 /// KILN_CAPTURE: 0 or 1, or -1 when unset (read at every compile).
 int capture();
+/// False when KILN_FUSION=0 (read once).
+bool fusion_enabled();
 
 }  // namespace kiln::env

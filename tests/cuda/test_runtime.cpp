@@ -124,7 +124,8 @@ TEST(CudaRuntime, ValidateFindsAWrongKernel) {
   Graph g;
   auto x = g.placeholder({100}, f32, "x");
   auto out = exp(x) - relu(x);
-  auto exe = g.compile(kGpu, {}, {out});
+  // unfused, so the relu kernel runs (a fused node would not call it)
+  auto exe = g.compile(kGpu, {}, {out}, {.fuse_elementwise = false});
   Array xv = random_array({100}, f32, 0.5, 1.0);
   expect_error<DeviceError>([&] { exe.run({{x, xv}}); }, {"[validate]", "relu", "element 0"});
   register_kernel(OpId::Relu, Backend::cuda, saved);

@@ -63,7 +63,7 @@ TEST(Compile, CommonSubexpressionsMerge) {
   auto x = g.placeholder({8}, f32, "x");
   auto a = exp(x) + 1.0;
   auto b = exp(x) + 1.0;  // same again
-  auto exe = g.compile(Device::cpu(), {}, {a * b});
+  auto exe = g.compile(Device::cpu(), {}, {a * b}, {.fuse_elementwise = false});
   EXPECT_EQ(exe.num_steps(), 3u) << exe.dump();  // exp, add, mul
   Array v = random_array({8}, f32);
   std::vector<double> ref;
@@ -99,8 +99,10 @@ TEST(MemoryPlan, ElementwiseChainReusesBuffers) {
   auto x = g.placeholder({n}, f32, "x");
   Tensor y = x;
   for (int i = 0; i < 50; ++i) y = (i % 3 == 0) ? relu(y) : (i % 3 == 1) ? y * 0.5 : y + 1.0;
-  auto planned = g.compile(Device::cpu(), {}, {y});
-  auto unplanned = g.compile(Device::cpu(), {}, {y}, {.plan_memory = false});
+  // unfused, so there are intermediates to plan (fused, the chain is one node)
+  auto planned = g.compile(Device::cpu(), {}, {y}, {.fuse_elementwise = false});
+  auto unplanned =
+      g.compile(Device::cpu(), {}, {y}, {.plan_memory = false, .fuse_elementwise = false});
   const size_t buf = n * sizeof(float);
   EXPECT_LE(planned.peak_intermediate_bytes(), 3 * buf) << planned.dump();
   EXPECT_GE(unplanned.peak_intermediate_bytes(), 40 * buf);

@@ -14,6 +14,7 @@ void register_transform_kernels();
 void register_loss_kernels();
 void register_dist_kernels();
 void register_random_kernels();
+void register_fused_elementwise_kernels();
 
 /// Registers every family above.
 void register_kernels();

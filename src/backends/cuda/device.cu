@@ -21,6 +21,7 @@ void register_kernels() {
   register_loss_kernels();
   register_dist_kernels();
   register_random_kernels();
+  register_fused_elementwise_kernels();
 }
 }  // namespace cuda
 

@@ -1,0 +1,186 @@
+// CPU kernel of fused_elementwise: interprets the program (src/ops/fused_elementwise.h) over
+// chunks of the output, in parallel over chunks. Each instruction runs the unfused op's own CPU
+// kernel on the chunk (one tight loop), so results equal the unfused graph's exactly; values stay
+// in cache between instructions. f16/bf16 values live as f32 and are rounded to their dtype after
+// every instruction, as the unfused kernels round their outputs.
+#include "ops/fused_elementwise.h"
+
+#include <cstring>
+#include <memory>
+
+#include "backends/cpu/cpu_common.h"
+#include "backends/cpu/kernels.h"
+
+namespace kiln::cpu {
+
+namespace {
+constexpr int64_t kChunk = 8192;
+
+bool is_half(DType t) { return t == f16 || t == bf16; }
+// The dtype a value is computed and held in.
+DType compute_type(DType t) { return is_half(t) ? f32 : t; }
+
+// Rounds n f32 values to `t` (f16/bf16) and back, in place.
+void round_half(float* v, DType t, int64_t n) {
+  uint16_t tmp[kChunk];
+  convert(v, f32, tmp, t, n);
+  convert(tmp, t, v, f32, n);
+}
+
+// Copies elements [s, s + len) of `in` broadcast to `out` (strides from broadcast_strides) into
+// `dst`, element by element.
+template <typename E>
+void gather(const E* src, const Shape& out, const std::vector<int64_t>& strides, int64_t s,
+            int64_t len, E* dst) {
+  const int rank = static_cast<int>(out.size());
+  std::vector<int64_t> idx(rank, 0);
+  int64_t off = 0, rem = s;
+  for (int d = rank - 1; d >= 0; --d) {
+    idx[d] = rem % out[d];
+    rem /= out[d];
+    off += idx[d] * strides[d];
+  }
+  for (int64_t j = 0; j < len; ++j) {
+    dst[j] = src[off];
+    for (int d = rank - 1; d >= 0; --d) {
+      off += strides[d];
+      if (++idx[d] < out[d]) break;
+      off -= strides[d] * out[d];
+      idx[d] = 0;
+    }
+  }
+}
+void gather_bytes(const void* src, size_t esize, const Shape& out,
+                  const std::vector<int64_t>& strides, int64_t s, int64_t len, void* dst) {
+  switch (esize) {
+    case 1:
+      gather(static_cast<const uint8_t*>(src), out, strides, s, len, static_cast<uint8_t*>(dst));
+      return;
+    case 2:
+      gather(static_cast<const uint16_t*>(src), out, strides, s, len, static_cast<uint16_t*>(dst));
+      return;
+    case 4:
+      gather(static_cast<const uint32_t*>(src), out, strides, s, len, static_cast<uint32_t*>(dst));
+      return;
+    default:
+      gather(static_cast<const uint64_t*>(src), out, strides, s, len, static_cast<uint64_t*>(dst));
+      return;
+  }
+}
+
+void fused_elementwise(KernelContext& ctx) {
+  const int n_in = ctx.num_inputs();
+  std::vector<DType> in_types;
+  for (int i = 0; i < n_in; ++i) in_types.push_back(ctx.in(i).dtype);
+  const fused::Program prog = fused::decode(ctx.attrs(), in_types);
+  const std::vector<DType> types = fused::value_dtypes(prog, in_types);
+  const int n_values = prog.num_values();
+  const TensorView& o = ctx.out(0);
+  const int64_t total = o.numel();
+  if (total == 0) return;
+
+  struct Step {
+    const KernelEntry* kernel;
+    Attrs attrs;
+  };
+  std::vector<Step> steps;
+  for (const fused::Instr& in : prog.instrs) {
+    const KernelEntry* k = find_kernel(in.op, Backend::cpu);
+    if (!k) fail<UnsupportedError>("[fused_elementwise] no cpu kernel for {}", op_name(in.op));
+    steps.push_back({k, fused::op_attrs(in)});
+  }
+  // inputs: dense of the output's numel (read in place when held in their own dtype), a single
+  // value, or broadcast through strides
+  enum class Kind { dense, scalar, bcast };
+  std::vector<Kind> kind(n_in);
+  std::vector<std::vector<int64_t>> strides(n_in);
+  for (int i = 0; i < n_in; ++i) {
+    const int64_t m = ctx.in(i).numel();
+    kind[i] = m == total ? Kind::dense : m == 1 ? Kind::scalar : Kind::bcast;
+    if (kind[i] == Kind::bcast) strides[i] = broadcast_strides(ctx.in(i).shape, o.shape);
+  }
+  const int last = n_values - 1;
+  const bool out_direct = !is_half(o.dtype);
+
+  const int64_t chunks = (total + kChunk - 1) / kChunk;
+  ctx.parallel_for(chunks, std::max<int64_t>(1, 16384 / kChunk), [&](int64_t c0, int64_t c1) {
+    // one buffer per value that is not read or written in place
+    std::vector<size_t> offset(n_values, SIZE_MAX);
+    size_t bytes = 0;
+    for (int v = 0; v < n_values; ++v) {
+      const bool in_place =
+          (v < n_in && kind[v] == Kind::dense && !is_half(types[v])) || (v == last && out_direct);
+      if (in_place) continue;
+      offset[v] = bytes;
+      bytes += (kChunk * size_of(compute_type(types[v])) + 63) / 64 * 64;
+    }
+    std::unique_ptr<char[]> buf(new char[bytes + 64]);
+    char* base = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(buf.get()) + 63) / 64 * 64);
+    std::vector<char*> ptr(n_values, nullptr);
+    for (int v = 0; v < n_values; ++v)
+      if (offset[v] != SIZE_MAX) ptr[v] = base + offset[v];
+    // single values are filled once
+    for (int i = 0; i < n_in; ++i)
+      if (kind[i] == Kind::scalar) {
+        const size_t es = size_of(compute_type(types[i]));
+        convert(ctx.in(i).data, types[i], ptr[i], compute_type(types[i]), 1);
+        for (int64_t j = 1; j < kChunk; ++j) std::memcpy(ptr[i] + j * es, ptr[i], es);
+      }
+    std::vector<char> raw;
+    for (int64_t c = c0; c < c1; ++c) {
+      const int64_t s = c * kChunk, len = std::min(kChunk, total - s);
+      for (int i = 0; i < n_in; ++i) {
+        const TensorView& in = ctx.in(i);
+        const size_t es = size_of(in.dtype);
+        const char* src = static_cast<const char*>(in.data);
+        if (kind[i] == Kind::dense) {
+          if (is_half(in.dtype))
+            convert(src + s * es, in.dtype, ptr[i], f32, len);
+          else
+            ptr[i] = const_cast<char*>(src) + s * es;
+        } else if (kind[i] == Kind::bcast) {
+          if (is_half(in.dtype)) {
+            raw.resize(kChunk * es);
+            gather_bytes(src, es, o.shape, strides[i], s, len, raw.data());
+            convert(raw.data(), in.dtype, ptr[i], f32, len);
+          } else {
+            gather_bytes(src, es, o.shape, strides[i], s, len, ptr[i]);
+          }
+        }
+      }
+      if (out_direct) ptr[last] = static_cast<char*>(o.data) + s * size_of(o.dtype);
+      for (size_t k = 0; k < prog.instrs.size(); ++k) {
+        const fused::Instr& in = prog.instrs[k];
+        const int v = n_in + static_cast<int>(k);
+        const DType t = types[v];
+        float* res = reinterpret_cast<float*>(ptr[v]);
+        if (in.op == OpId::Cast && is_half(t)) {
+          // straight to the half type, as the unfused cast converts
+          uint16_t tmp[kChunk];
+          convert(ptr[in.a], compute_type(types[in.a]), tmp, t, len);
+          convert(tmp, t, res, f32, len);
+          continue;
+        }
+        std::vector<TensorView> ins;
+        for (int j = 0; j < fused::arity(in.op); ++j) {
+          const int32_t u = in.operand(j);
+          ins.push_back({ptr[u], Shape{len}, compute_type(types[u])});
+        }
+        KernelContext kc(in.op, steps[k].attrs, std::move(ins),
+                         {{ptr[v], Shape{len}, compute_type(t)}}, nullptr);
+        steps[k].kernel->fn(kc);
+        if (is_half(t) && v != last) round_half(res, t, len);
+      }
+      if (!out_direct)
+        convert(ptr[last], f32, static_cast<char*>(o.data) + s * size_of(o.dtype), o.dtype, len);
+    }
+  });
+}
+}  // namespace
+
+void register_fused_elementwise_kernels() {
+  // f16/bf16 handled here (rounded per instruction), not through the f32 wrapper
+  register_kernel(OpId::FusedElementwise, Backend::cpu, {fused_elementwise, kAllTypes, -1, false});
+}
+
+}  // namespace kiln::cpu

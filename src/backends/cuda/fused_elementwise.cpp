@@ -1,0 +1,767 @@
+// CUDA kernel of fused_elementwise: generates CUDA C++ for the program (src/ops/
+// fused_elementwise.h), compiles it with NVRTC to a cubin for the device's architecture, loads it
+// with the driver API and launches it on the step's stream. Kernels are cached in memory by
+// (context, xxh3 of source and architecture), each compiled once. The generated math mirrors the
+// functors of elementwise.cu and elementwise_extra.cu (f16/bf16 computed in f32 and rounded after
+// every instruction; add/sub/mul through __f*_rn so no multiply-add contracts across ops), so a
+// fused node gives what the unfused kernels give.
+#include "backends/cuda/fused_elementwise.h"
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <nvrtc.h>
+#include <xxhash.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <type_traits>
+
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/kernels.h"
+#include "core/errors.h"
+#include "ops/fused_elementwise.h"
+
+namespace kiln::cuda {
+
+namespace {
+constexpr int kRank = 8;  // broadcast dims after collapsing
+constexpr int kBlock = 256;
+
+// Kernel parameters; the generated source declares the same struct.
+struct Params {
+  const void* in[fused::kMaxInputs];
+  void* out;
+  long long n;
+  int rank;
+  int vec;
+  long long dims[kRank];
+  long long strides[fused::kMaxInputs][kRank];
+};
+
+// Shared device code: conversions, integer helpers and one function per op (as elementwise.cu).
+const char* kPrelude = R"(
+typedef long long i64; typedef unsigned long long u64;
+template <class T> struct IsF { static constexpr bool v = false; };
+template <> struct IsF<float> { static constexpr bool v = true; };
+template <> struct IsF<double> { static constexpr bool v = true; };
+template <class T> struct IsS { static constexpr bool v = T(-1) < T(0); };
+template <class T> struct U { typedef unsigned int t; };
+template <> struct U<i64> { typedef u64 t; };
+template <> struct U<u64> { typedef u64 t; };
+template <class T> struct Lim;
+template <> struct Lim<signed char> { static constexpr double lo = -128, hi = 127; };
+template <> struct Lim<unsigned char> { static constexpr double lo = 0, hi = 255; };
+template <> struct Lim<short> { static constexpr double lo = -32768, hi = 32767; };
+template <> struct Lim<int> { static constexpr double lo = -2147483648.0, hi = 2147483647.0; };
+template <> struct Lim<i64> { static constexpr double lo = -9223372036854775808.0, hi = 9223372036854775807.0; };
+__device__ inline float h2f(unsigned short h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
+__device__ inline unsigned short f2h(float f) { unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
+__device__ inline float b2f(unsigned short b) { return __uint_as_float(((unsigned)b) << 16); }
+__device__ inline unsigned short f2b(float f) {
+#if __CUDA_ARCH__ >= 800
+  unsigned short b; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(b) : "f"(f)); return b;
+#else
+  unsigned u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fff;
+  u += 0x7fffu + ((u >> 16) & 1u); return (unsigned short)(u >> 16);
+#endif
+}
+__device__ inline float rh(float f) { return h2f(f2h(f)); }
+__device__ inline float rb(float f) { return b2f(f2b(f)); }
+template <class D> __device__ inline D sat(double v) {
+  if (!(v == v)) return D(0);
+  if (v <= Lim<D>::lo) return (D)Lim<D>::lo;
+  if (v >= Lim<D>::hi) return D(Lim<D>::hi == 9223372036854775807.0 ? 9223372036854775807LL : (i64)Lim<D>::hi);
+  return (D)v;
+}
+#define M1(n) __device__ inline float m_##n(float x) { return n##f(x); } __device__ inline double m_##n(double x) { return n(x); }
+M1(exp) M1(log) M1(log1p) M1(expm1) M1(sqrt) M1(sin) M1(cos) M1(tanh) M1(erf) M1(floor) M1(ceil)
+M1(rint) M1(fabs) M1(tan) M1(asin) M1(acos) M1(atan) M1(sinh) M1(cosh) M1(asinh) M1(acosh) M1(atanh)
+#define M2(n) __device__ inline float m_##n(float x, float y) { return n##f(x, y); } __device__ inline double m_##n(double x, double y) { return n(x, y); }
+M2(pow) M2(fmod) M2(copysign)
+__device__ inline float add_rn(float a, float b) { return __fadd_rn(a, b); }
+__device__ inline double add_rn(double a, double b) { return __dadd_rn(a, b); }
+__device__ inline float sub_rn(float a, float b) { return __fsub_rn(a, b); }
+__device__ inline double sub_rn(double a, double b) { return __dsub_rn(a, b); }
+__device__ inline float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+__device__ inline double mul_rn(double a, double b) { return __dmul_rn(a, b); }
+template <class T> __device__ inline T wneg(T x) { return (T)((typename U<T>::t)0 - (typename U<T>::t)x); }
+template <class A> __device__ inline A k_add(A a, A b) { if constexpr (IsF<A>::v) return add_rn(a, b); else return (A)((typename U<A>::t)a + (typename U<A>::t)b); }
+template <class A> __device__ inline A k_sub(A a, A b) { if constexpr (IsF<A>::v) return sub_rn(a, b); else return (A)((typename U<A>::t)a - (typename U<A>::t)b); }
+template <class A> __device__ inline A k_mul(A a, A b) { if constexpr (IsF<A>::v) return mul_rn(a, b); else return (A)((typename U<A>::t)a * (typename U<A>::t)b); }
+template <class A> __device__ inline A k_div(A a, A b) {
+  if constexpr (IsF<A>::v) { return a / b; } else {
+    if (b == 0) return 0;
+    if constexpr (IsS<A>::v) { if (b == -1) return wneg(a); const A q = (A)(a / b); return (a % b != 0 && ((a < 0) != (b < 0))) ? (A)(q - 1) : q; }
+    else return (A)(a / b);
+  }
+}
+template <class A> __device__ inline A k_mod(A a, A b) {
+  if constexpr (IsF<A>::v) { A r = m_fmod(a, b); if (r != 0) { if ((r < 0) != (b < 0)) r += b; } else { r = m_copysign(A(0), b); } return r; }
+  else {
+    if (b == 0) return 0;
+    if constexpr (IsS<A>::v) { if (b == -1) return 0; const A r = (A)(a % b); return (r != 0 && ((r < 0) != (b < 0))) ? (A)(r + b) : r; }
+    else return (A)(a % b);
+  }
+}
+template <class A> __device__ inline A k_pow(A a, A e) {
+  if constexpr (IsF<A>::v) { return m_pow(a, e); } else {
+    if constexpr (IsS<A>::v) { if (e < 0) return a == 1 ? 1 : a == -1 ? ((e & 1) ? -1 : 1) : 0; }
+    u64 r = 1, b = (u64)a, n = (u64)e;
+    for (; n; n >>= 1, b *= b) if (n & 1) r *= b;
+    return (A)r;
+  }
+}
+template <class A> __device__ inline A k_maximum(A a, A b) { return (a > b || a != a) ? a : b; }
+template <class A> __device__ inline A k_minimum(A a, A b) { return (a < b || a != a) ? a : b; }
+template <class A> __device__ inline A k_neg(A x) { if constexpr (IsF<A>::v) return -x; else return wneg(x); }
+template <class A> __device__ inline A k_abs(A x) { if constexpr (IsF<A>::v) return m_fabs(x); else if constexpr (IsS<A>::v) return x < 0 ? wneg(x) : x; else return x; }
+template <class A> __device__ inline A k_sign(A x) {
+  if constexpr (IsF<A>::v) { if (x != x) return x; }
+  if constexpr (!IsS<A>::v) return (A)(x != 0); else return (A)((A(0) < x) - (x < A(0)));
+}
+template <class A> __device__ inline A k_relu(A x) { if constexpr (!IsS<A>::v) return x; else return x < A(0) ? A(0) : x; }
+template <class A> __device__ inline A k_floor(A x) { if constexpr (IsF<A>::v) return m_floor(x); else return x; }
+template <class A> __device__ inline A k_ceil(A x) { if constexpr (IsF<A>::v) return m_ceil(x); else return x; }
+template <class A> __device__ inline A k_round(A x) { if constexpr (IsF<A>::v) return m_rint(x); else return x; }
+template <class A> __device__ inline A k_clip(A x, A lo, A hi) { return x < lo ? lo : (x > hi ? hi : x); }
+template <class A> __device__ inline A k_rsqrt(A x) { return A(1) / m_sqrt(x); }
+template <class A> __device__ inline A k_reciprocal(A x) { return A(1) / x; }
+template <class A> __device__ inline A k_sigmoid(A x) { return A(1) / (A(1) + m_exp(-x)); }
+template <class A> __device__ inline A k_silu(A x) { return x / (A(1) + m_exp(-x)); }
+template <class A> __device__ inline A k_leaky_relu(A x, A alpha) { return x > 0 ? x : alpha * x; }
+template <class A> __device__ inline A k_elu(A x, A alpha) { return x > 0 ? x : alpha * m_expm1(x); }
+template <class A> __device__ inline A k_selu(A x) {
+  return (A)1.0507009873554804934193349852946 * (x > 0 ? x : (A)1.6732632423543772848170429916717 * m_expm1(x));
+}
+template <class A> __device__ inline A k_gelu(A x) { return A(0.5) * x * (A(1) + m_erf(x * (A)0.7071067811865476)); }
+template <class A> __device__ inline A k_gelu_tanh(A x) {
+  const A k = (A)0.7978845608028654;
+  return A(0.5) * x * (A(1) + m_tanh(k * (x + A(0.044715) * x * x * x)));
+}
+template <class A> __device__ inline A k_softplus(A x, A beta, A threshold) { const A bx = beta * x; return bx > threshold ? x : m_log1p(m_exp(bx)) / beta; }
+template <class A> __device__ inline A k_softshrink(A x, A l) { return x > l ? x - l : (x < -l ? x + l : A(0)); }
+template <class A> __device__ inline A k_hardshrink(A x, A l) { return (x > l || x < -l) ? x : A(0); }
+template <class A> __device__ inline A k_hardswish(A x) { A m = x + A(3); m = m < A(0) ? A(0) : m; m = A(6) < m ? A(6) : m; return x * m / A(6); }
+template <class A> __device__ inline A k_hardsigmoid(A x, A alpha, A beta) { const A v = alpha * x + beta; return v < A(0) ? A(0) : (v > A(1) ? A(1) : v); }
+template <class A> __device__ inline bool k_isnan(A x) { if constexpr (IsF<A>::v) return x != x; else return false; }
+template <class A> __device__ inline bool k_isinf(A x) {
+  if constexpr (IsF<A>::v) { const A inf = (A)__longlong_as_double(0x7ff0000000000000LL); return x == inf || x == -inf; }
+  else return false;
+}
+template <class T> __device__ inline T k_shl(T a, T b) {
+  if ((u64)b >= sizeof(T) * 8) return 0;
+  return (T)((typename U<T>::t)(a) << b);
+}
+template <class T> __device__ inline T k_shr(T a, T b) {
+  if ((u64)b >= sizeof(T) * 8) { if constexpr (IsS<T>::v) return a < 0 ? T(-1) : T(0); else return 0; }
+  return (T)(a >> b);
+}
+)";
+
+bool is_half(DType t) { return t == f16 || t == bf16; }
+// C type a value is held in inside the kernel (half types as rounded float).
+const char* ctype(DType t) {
+  switch (t) {
+    case f32:
+    case f16:
+    case bf16:
+      return "float";
+    case f64:
+      return "double";
+    case i8:
+      return "signed char";
+    case u8:
+      return "unsigned char";
+    case i16:
+      return "short";
+    case i32:
+      return "int";
+    case i64:
+      return "long long";
+    case boolean:
+      return "bool";
+  }
+  return "float";
+}
+// C type of the stored element.
+const char* stype(DType t) { return is_half(t) ? "unsigned short" : ctype(t); }
+// Exact literal of a double in type `t`.
+std::string lit(double v, const char* t) {
+  int64_t bits;
+  std::memcpy(&bits, &v, 8);
+  return fmt::format("(({})__longlong_as_double({}LL))", t, bits);
+}
+// Nearest in-range integer bound of clip (as elementwise.cu's clip_bound).
+template <typename T>
+std::string int_bound(double v, bool upper) {
+  constexpr double kMin = static_cast<double>(std::numeric_limits<T>::min());
+  constexpr double kMax = static_cast<double>(std::numeric_limits<T>::max());
+  const double r = upper ? std::floor(v) : std::ceil(v);
+  T b;
+  if (r <= kMin)
+    b = std::numeric_limits<T>::min();
+  else if (r >= kMax)
+    b = std::numeric_limits<T>::max();
+  else
+    b = static_cast<T>(r);
+  return fmt::format("(({}){}LL)", ctype(DType::i64), static_cast<int64_t>(b));
+}
+std::string clip_bound(DType t, double v, bool upper) {
+  switch (t) {
+    case i8:
+      return int_bound<int8_t>(v, upper);
+    case u8:
+      return int_bound<uint8_t>(v, upper);
+    case i16:
+      return int_bound<int16_t>(v, upper);
+    case i32:
+      return int_bound<int32_t>(v, upper);
+    case i64:
+      return int_bound<int64_t>(v, upper);
+    default:
+      return lit(v, ctype(t));
+  }
+}
+
+// Expression loading input i at element index `idx` (dense) or offset `off`.
+std::string load(DType t, const std::string& ptr) {
+  if (t == f16) return "h2f(" + ptr + ")";
+  if (t == bf16) return "b2f(" + ptr + ")";
+  return ptr;
+}
+
+// The expression of one instruction over values v<k>.
+std::string expr(const fused::Instr& in, const std::vector<DType>& types) {
+  const char* A = ctype(types[in.a]);
+  auto v = [&](int j) { return fmt::format("v{}", in.operand(j)); };
+  auto call = [&](const char* f) { return fmt::format("{}<{}>({})", f, A, v(0)); };
+  auto call2 = [&](const char* f) { return fmt::format("{}<{}>({}, {})", f, A, v(0), v(1)); };
+  switch (in.op) {
+    case OpId::Add:
+      return call2("k_add");
+    case OpId::Sub:
+      return call2("k_sub");
+    case OpId::Mul:
+      return call2("k_mul");
+    case OpId::Div:
+      return call2("k_div");
+    case OpId::Pow:
+      return call2("k_pow");
+    case OpId::Maximum:
+      return call2("k_maximum");
+    case OpId::Minimum:
+      return call2("k_minimum");
+    case OpId::Mod:
+      return call2("k_mod");
+    case OpId::Equal:
+      return fmt::format("({} == {})", v(0), v(1));
+    case OpId::NotEqual:
+      return fmt::format("({} != {})", v(0), v(1));
+    case OpId::Less:
+      return fmt::format("({} < {})", v(0), v(1));
+    case OpId::LessEqual:
+      return fmt::format("({} <= {})", v(0), v(1));
+    case OpId::Greater:
+      return fmt::format("({} > {})", v(0), v(1));
+    case OpId::GreaterEqual:
+      return fmt::format("({} >= {})", v(0), v(1));
+    case OpId::LogicalAnd:
+      return fmt::format("({} && {})", v(0), v(1));
+    case OpId::LogicalOr:
+      return fmt::format("({} || {})", v(0), v(1));
+    case OpId::LogicalXor:
+      return fmt::format("({} != {})", v(0), v(1));
+    case OpId::LogicalNot:
+      return fmt::format("(!{})", v(0));
+    case OpId::Where:
+      return fmt::format("({} ? {} : {})", v(0), v(1), v(2));
+    case OpId::IsNan:
+      return call("k_isnan");
+    case OpId::IsInf:
+      return call("k_isinf");
+    case OpId::BitwiseAnd:
+      return fmt::format("({})({} & {})", A, v(0), v(1));
+    case OpId::BitwiseOr:
+      return fmt::format("({})({} | {})", A, v(0), v(1));
+    case OpId::BitwiseXor:
+      return fmt::format("({})({} ^ {})", A, v(0), v(1));
+    case OpId::BitwiseNot:
+      return fmt::format("({})(~{})", A, v(0));
+    case OpId::BitShift:
+      return call2(in.p0 != 0 ? "k_shl" : "k_shr");
+    case OpId::Neg:
+      return call("k_neg");
+    case OpId::Abs:
+      return call("k_abs");
+    case OpId::Sign:
+      return call("k_sign");
+    case OpId::Relu:
+      return call("k_relu");
+    case OpId::Floor:
+      return call("k_floor");
+    case OpId::Ceil:
+      return call("k_ceil");
+    case OpId::Round:
+      return call("k_round");
+    case OpId::Clip:
+      return fmt::format("k_clip<{}>({}, {}, {})", A, v(0), clip_bound(types[in.a], in.p0, false),
+                         clip_bound(types[in.a], in.p1, true));
+    case OpId::Exp:
+      return "m_exp(" + v(0) + ")";
+    case OpId::Log:
+      return "m_log(" + v(0) + ")";
+    case OpId::Log1p:
+      return "m_log1p(" + v(0) + ")";
+    case OpId::Expm1:
+      return "m_expm1(" + v(0) + ")";
+    case OpId::Sqrt:
+      return "m_sqrt(" + v(0) + ")";
+    case OpId::Sin:
+      return "m_sin(" + v(0) + ")";
+    case OpId::Cos:
+      return "m_cos(" + v(0) + ")";
+    case OpId::Tanh:
+      return "m_tanh(" + v(0) + ")";
+    case OpId::Erf:
+      return "m_erf(" + v(0) + ")";
+    case OpId::Tan:
+      return "m_tan(" + v(0) + ")";
+    case OpId::Asin:
+      return "m_asin(" + v(0) + ")";
+    case OpId::Acos:
+      return "m_acos(" + v(0) + ")";
+    case OpId::Atan:
+      return "m_atan(" + v(0) + ")";
+    case OpId::Sinh:
+      return "m_sinh(" + v(0) + ")";
+    case OpId::Cosh:
+      return "m_cosh(" + v(0) + ")";
+    case OpId::Asinh:
+      return "m_asinh(" + v(0) + ")";
+    case OpId::Acosh:
+      return "m_acosh(" + v(0) + ")";
+    case OpId::Atanh:
+      return "m_atanh(" + v(0) + ")";
+    case OpId::Rsqrt:
+      return call("k_rsqrt");
+    case OpId::Reciprocal:
+      return call("k_reciprocal");
+    case OpId::Sigmoid:
+      return call("k_sigmoid");
+    case OpId::Silu:
+      return call("k_silu");
+    case OpId::Selu:
+      return call("k_selu");
+    case OpId::Hardswish:
+      return call("k_hardswish");
+    case OpId::Gelu:
+      return call(in.p0 != 0 ? "k_gelu_tanh" : "k_gelu");
+    case OpId::LeakyRelu:
+      return fmt::format("k_leaky_relu<{0}>({1}, {2})", A, v(0), lit(in.p0, A));
+    case OpId::Elu:
+      return fmt::format("k_elu<{0}>({1}, {2})", A, v(0), lit(in.p0, A));
+    case OpId::Softshrink:
+      return fmt::format("k_softshrink<{0}>({1}, {2})", A, v(0), lit(in.p0, A));
+    case OpId::Hardshrink:
+      return fmt::format("k_hardshrink<{0}>({1}, {2})", A, v(0), lit(in.p0, A));
+    case OpId::Softplus:
+      return fmt::format("k_softplus<{0}>({1}, {2}, {3})", A, v(0), lit(in.p0, A), lit(in.p1, A));
+    case OpId::Hardsigmoid:
+      return fmt::format("k_hardsigmoid<{0}>({1}, {2}, {3})", A, v(0), lit(in.p0, A),
+                         lit(in.p1, A));
+    case OpId::Cast: {
+      // as ew::convert_value: i64 -> i32 wraps; to half through float; to bool != 0; to other
+      // integers saturating from double; floats through double
+      const DType s = types[in.a], d = in.dtype;
+      if (s == d || (is_half(s) && d == f32)) return v(0);
+      if (s == i64 && d == i32) return "(int)" + v(0);
+      if (d == boolean) return fmt::format("((double){} != 0)", v(0));
+      if (is_half(d)) return fmt::format("(float)(double){}", v(0));
+      if (d == f32 || d == f64) return fmt::format("({})(double){}", ctype(d), v(0));
+      return fmt::format("sat<{}>((double){})", ctype(d), v(0));
+    }
+    default:
+      break;
+  }
+  fail<UnsupportedError>("[fused_elementwise] no CUDA code for {}", op_name(in.op));
+}
+
+// Input layouts the source depends on: dense (numel of the output), a single value, or strided.
+enum class Kind { dense, scalar, bcast };
+
+std::string generate(const fused::Program& p, const std::vector<DType>& types, DType out,
+                     const std::vector<Kind>& kind, int vec) {
+  std::string s = kPrelude;
+  s += fmt::format(
+      "struct Params {{ const void* in[{}]; void* out; long long n; int rank; int vec; "
+      "long long dims[{}]; long long strides[{}][{}]; }};\n",
+      fused::kMaxInputs, kRank, fused::kMaxInputs, kRank);
+  // value of element `i` from inputs and the program
+  s += "__device__ inline " + std::string(ctype(out)) + " elem(const Params& p, long long i";
+  for (int k = 0; k < p.num_inputs; ++k)
+    if (kind[k] == Kind::dense) s += fmt::format(", {} x{}", stype(types[k]), k);
+  s += ") {\n";
+  bool any_bcast = false;
+  for (int k = 0; k < p.num_inputs; ++k) any_bcast = any_bcast || kind[k] == Kind::bcast;
+  if (any_bcast) {
+    s += "  long long off[" + std::to_string(p.num_inputs) + "] = {0};\n";
+    // 32-bit division while the index fits (64-bit division is emulated and slow)
+    s += "  long long r = i;\n  for (int d = p.rank - 1; d >= 0; --d) {\n"
+         "    const long long q = (r | p.dims[d]) <= 0x7fffffffLL\n"
+         "        ? (long long)((unsigned)r / (unsigned)p.dims[d]) : r / p.dims[d];\n"
+         "    const long long m = r - q * p.dims[d];\n";
+    for (int k = 0; k < p.num_inputs; ++k)
+      if (kind[k] == Kind::bcast) s += fmt::format("    off[{0}] += m * p.strides[{0}][d];\n", k);
+    s += "    r = q;\n  }\n";
+  }
+  for (int k = 0; k < p.num_inputs; ++k) {
+    const std::string ptr = fmt::format("((const {}*)p.in[{}])", stype(types[k]), k);
+    const std::string e = kind[k] == Kind::dense    ? fmt::format("x{}", k)
+                          : kind[k] == Kind::scalar ? ptr + "[0]"
+                                                    : fmt::format("{}[off[{}]]", ptr, k);
+    s += fmt::format("  const {} v{} = {};\n", ctype(types[k]), k, load(types[k], e));
+  }
+  for (size_t k = 0; k < p.instrs.size(); ++k) {
+    const fused::Instr& in = p.instrs[k];
+    const int v = p.num_inputs + static_cast<int>(k);
+    std::string e = expr(in, types);
+    if (in.dtype == f16)
+      e = "rh(" + e + ")";
+    else if (in.dtype == bf16)
+      e = "rb(" + e + ")";
+    else
+      e = fmt::format("({})({})", ctype(in.dtype), e);
+    s += fmt::format("  const {} v{} = {};\n", ctype(in.dtype), v, e);
+  }
+  s += fmt::format("  return v{};\n}}\n", p.num_values() - 1);
+  const std::string store = out == f16 ? "f2h" : out == bf16 ? "f2b" : "";
+  const std::string st = stype(out);
+  // grid-stride loop; with p.vec every dense input and the output move `vec` elements at a time
+  // B-byte chunks for vector loads and stores
+  s += "template <int B> struct alignas(B) Pk { unsigned char b[B]; };\n";
+  s += "extern \"C\" __global__ void kiln_fused(Params p) {\n"
+       "  const long long step = (long long)blockDim.x * gridDim.x;\n"
+       "  const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+       "  long long start = 0;\n";
+  if (vec > 1) {
+    s += fmt::format("  if (p.vec) {{\n    const long long nv = p.n / {};\n", vec);
+    s += "    for (long long j = t; j < nv; j += step) {\n";
+    for (int k = 0; k < p.num_inputs; ++k)
+      if (kind[k] == Kind::dense)
+        s += fmt::format("      const Pk<{0}> a{1} = ((const Pk<{0}>*)p.in[{1}])[j];\n",
+                         vec * size_of(types[k]), k);
+    s += fmt::format("      Pk<{}> r;\n", vec * size_of(out));
+    s += fmt::format("      for (int l = 0; l < {}; ++l) (({}*)r.b)[l] = {}(elem(p, j * {} + l",
+                     vec, st, store, vec);
+    for (int k = 0; k < p.num_inputs; ++k)
+      if (kind[k] == Kind::dense) s += fmt::format(", ((const {}*)a{}.b)[l]", stype(types[k]), k);
+    s += fmt::format("));\n      ((Pk<{}>*)p.out)[j] = r;\n    }}\n", vec * size_of(out));
+    s += fmt::format("    start = nv * {};\n  }}\n", vec);
+  }
+  s += "  for (long long i = start + t; i < p.n; i += step)\n";
+  s += fmt::format("    (({}*)p.out)[i] = {}(elem(p, i", st, store);
+  for (int k = 0; k < p.num_inputs; ++k)
+    if (kind[k] == Kind::dense) s += fmt::format(", ((const {}*)p.in[{}])[i]", stype(types[k]), k);
+  s += "));\n}\n";
+  return s;
+}
+
+// Driver API entry points through the runtime (cudaGetDriverEntryPointByVersion), so libkiln does
+// not link libcuda, which machines without a GPU driver lack.
+struct Driver {
+  CUresult (*get_error_string)(CUresult, const char**) = nullptr;
+  CUresult (*stream_get_ctx)(CUstream, CUcontext*) = nullptr;
+  CUresult (*ctx_get_current)(CUcontext*) = nullptr;
+  CUresult (*ctx_push_current)(CUcontext) = nullptr;
+  CUresult (*ctx_pop_current)(CUcontext*) = nullptr;
+  CUresult (*module_load_data)(CUmodule*, const void*) = nullptr;
+  CUresult (*module_unload)(CUmodule) = nullptr;
+  CUresult (*module_get_function)(CUfunction*, CUmodule, const char*) = nullptr;
+  CUresult (*launch_kernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                            unsigned, CUstream, void**, void**) = nullptr;
+};
+const Driver& driver() {
+  static const Driver d = [] {
+    Driver r;
+    auto get = [](const char* sym, auto& fn) {
+      void* p = nullptr;
+      cudaDriverEntryPointQueryResult q{};
+      const cudaError_t e = cudaGetDriverEntryPointByVersion(sym, &p, 12000, cudaEnableDefault, &q);
+      if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || !p)
+        fail<DeviceError>("[fused_elementwise] the CUDA driver has no entry point {} ({})", sym,
+                          e != cudaSuccess ? cudaGetErrorString(e) : "symbol not found");
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(p);
+    };
+    get("cuGetErrorString", r.get_error_string);
+    get("cuStreamGetCtx", r.stream_get_ctx);
+    get("cuCtxGetCurrent", r.ctx_get_current);
+    get("cuCtxPushCurrent", r.ctx_push_current);
+    get("cuCtxPopCurrent", r.ctx_pop_current);
+    get("cuModuleLoadData", r.module_load_data);
+    get("cuModuleUnload", r.module_unload);
+    get("cuModuleGetFunction", r.module_get_function);
+    get("cuLaunchKernel", r.launch_kernel);
+    return r;
+  }();
+  return d;
+}
+
+[[noreturn]] void driver_fail(CUresult r, const char* expr) {
+  const char* msg = nullptr;
+  driver().get_error_string(r, &msg);
+  fail<DeviceError>("[fused_elementwise] {} failed: {}", expr,
+                    msg ? msg : "unknown CUDA driver error");
+}
+#define KILN_CU_CHECK(expr)                                     \
+  do {                                                          \
+    const CUresult kiln_cu_ = (expr);                           \
+    if (kiln_cu_ != CUDA_SUCCESS) driver_fail(kiln_cu_, #expr); \
+  } while (0)
+
+[[noreturn]] void nvrtc_fail(nvrtcResult r, const char* expr, const std::string& log = {}) {
+  fail<DeviceError>("[fused_elementwise] {} failed: {}{}{}", expr, nvrtcGetErrorString(r),
+                    log.empty() ? "" : "; compiler log:\n", log);
+}
+#define KILN_NVRTC_CHECK(expr)                                  \
+  do {                                                          \
+    const nvrtcResult kiln_nv_ = (expr);                        \
+    if (kiln_nv_ != NVRTC_SUCCESS) nvrtc_fail(kiln_nv_, #expr); \
+  } while (0)
+
+// Source -> cubin for sm_<arch>.
+std::vector<char> compile_cubin(const std::string& src, int arch) {
+  nvrtcProgram prog;
+  KILN_NVRTC_CHECK(nvrtcCreateProgram(&prog, src.c_str(), "kiln_fused.cu", 0, nullptr, nullptr));
+  std::unique_ptr<nvrtcProgram, void (*)(nvrtcProgram*)> guard(
+      &prog, [](nvrtcProgram* p) { nvrtcDestroyProgram(p); });
+  const std::string arch_opt = fmt::format("--gpu-architecture=sm_{}", arch);
+  const char* opts[] = {arch_opt.c_str(), "--std=c++17"};
+  const nvrtcResult r = nvrtcCompileProgram(prog, 2, opts);
+  if (r != NVRTC_SUCCESS) {
+    size_t n = 0;
+    std::string log;
+    if (nvrtcGetProgramLogSize(prog, &n) == NVRTC_SUCCESS && n > 1) {
+      log.resize(n);
+      if (nvrtcGetProgramLog(prog, log.data()) != NVRTC_SUCCESS) log.clear();
+      while (!log.empty() && (log.back() == '\0' || log.back() == '\n')) log.pop_back();
+    }
+    nvrtc_fail(r, "nvrtcCompileProgram", log);
+  }
+  size_t size = 0;
+  KILN_NVRTC_CHECK(nvrtcGetCUBINSize(prog, &size));
+  std::vector<char> cubin(size);
+  KILN_NVRTC_CHECK(nvrtcGetCUBIN(prog, cubin.data()));
+  return cubin;
+}
+
+// Compiled kernels by (context, hash of source and architecture); each compiles once.
+struct Entry {
+  std::mutex mu;
+  CUmodule module = nullptr;
+  CUfunction fn = nullptr;
+};
+std::mutex& cache_mu() {
+  static std::mutex m;
+  return m;
+}
+std::map<std::pair<CUcontext, uint64_t>, std::shared_ptr<Entry>>& cache() {
+  // modules live until the process ends (contexts outlive executables)
+  static auto* c = new std::map<std::pair<CUcontext, uint64_t>, std::shared_ptr<Entry>>();
+  return *c;
+}
+
+int device_arch(int device) {
+  int major = 0, minor = 0;
+  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  return major * 10 + minor;
+}
+
+CUfunction get_kernel(const std::string& src, int device, CUstream stream) {
+  CUcontext cu_ctx = nullptr;
+  if (stream)
+    KILN_CU_CHECK(driver().stream_get_ctx(stream, &cu_ctx));
+  else
+    KILN_CU_CHECK(driver().ctx_get_current(&cu_ctx));
+  if (!cu_ctx) fail<DeviceError>("[fused_elementwise] no CUDA context on device {}", device);
+  const int arch = device_arch(device);
+  const std::string keyed = src + "\n// sm_" + std::to_string(arch);
+  const uint64_t h = XXH3_64bits(keyed.data(), keyed.size());
+  std::shared_ptr<Entry> e;
+  {
+    std::lock_guard<std::mutex> l(cache_mu());
+    auto& slot = cache()[{cu_ctx, h}];
+    if (!slot) slot = std::make_shared<Entry>();
+    e = slot;
+  }
+  std::lock_guard<std::mutex> l(e->mu);
+  if (e->fn) return e->fn;
+  const std::vector<char> cubin = compile_cubin(src, arch);
+  KILN_CU_CHECK(driver().ctx_push_current(cu_ctx));
+  CUmodule mod = nullptr;
+  CUresult r = driver().module_load_data(&mod, cubin.data());
+  CUfunction fn = nullptr;
+  if (r == CUDA_SUCCESS) r = driver().module_get_function(&fn, mod, "kiln_fused");
+  CUcontext popped;
+  driver().ctx_pop_current(&popped);
+  if (r != CUDA_SUCCESS) {
+    if (mod) driver().module_unload(mod);
+    driver_fail(r, "cuModuleLoadData / cuModuleGetFunction");
+  }
+  e->module = mod;
+  e->fn = fn;
+  return fn;
+}
+
+// Output dims and per-input strides with size-1 dims dropped and mergeable dims merged.
+bool collapse(const Shape& out, const std::vector<const Shape*>& ins, Params& p) {
+  const int n = static_cast<int>(ins.size()), rank = static_cast<int>(out.size());
+  std::vector<std::vector<int64_t>> st(n, std::vector<int64_t>(rank, 0));
+  for (int k = 0; k < n; ++k) {
+    const Shape& s = *ins[k];
+    int64_t acc = 1;
+    for (int d = static_cast<int>(s.size()) - 1; d >= 0; --d) {
+      st[k][rank - static_cast<int>(s.size()) + d] = s[d] == 1 ? 0 : acc;
+      acc *= s[d];
+    }
+  }
+  p.rank = 0;
+  for (int d = 0; d < rank; ++d) {
+    if (out[d] == 1) continue;
+    if (p.rank > 0) {
+      bool merge = true;
+      for (int k = 0; k < n; ++k) merge = merge && p.strides[k][p.rank - 1] == st[k][d] * out[d];
+      if (merge) {
+        p.dims[p.rank - 1] *= out[d];
+        for (int k = 0; k < n; ++k) p.strides[k][p.rank - 1] = st[k][d];
+        continue;
+      }
+    }
+    if (p.rank == kRank) return false;
+    p.dims[p.rank] = out[d];
+    for (int k = 0; k < n; ++k) p.strides[k][p.rank] = st[k][d];
+    ++p.rank;
+  }
+  return true;
+}
+
+struct Plan {
+  std::string source;
+  int vec = 1;
+  std::vector<Kind> kind;
+};
+
+Plan plan(const Attrs& attrs, const std::vector<TensorInfo>& ins, const TensorInfo& out) {
+  std::vector<DType> in_types;
+  for (auto& t : ins) in_types.push_back(t.dtype);
+  const fused::Program prog = fused::decode(attrs, in_types);
+  const std::vector<DType> types = fused::value_dtypes(prog, in_types);
+  const int64_t n = numel(out.shape);
+  Plan pl;
+  size_t widest = size_of(out.dtype);
+  for (auto& t : ins) {
+    const int64_t m = numel(t.shape);
+    pl.kind.push_back(m == n ? Kind::dense : m == 1 ? Kind::scalar : Kind::bcast);
+    if (pl.kind.back() == Kind::dense) widest = std::max(widest, size_of(t.dtype));
+  }
+  pl.vec = static_cast<int>(16 / widest);
+  pl.source = generate(prog, types, out.dtype, pl.kind, pl.vec);
+  return pl;
+}
+
+// Plans by the exact bytes of what they depend on (program attributes, input kinds and dtypes,
+// output dtype), so runs skip decoding and code generation.
+const Plan& cached_plan(const Attrs& attrs, const std::vector<TensorInfo>& ins,
+                        const TensorInfo& out) {
+  const auto& code = attrs.ints("code");
+  const auto& params = attrs.floats("params");
+  const int64_t n = numel(out.shape);
+  std::string key(reinterpret_cast<const char*>(code.data()), code.size() * sizeof(int64_t));
+  key.append(reinterpret_cast<const char*>(params.data()), params.size() * sizeof(double));
+  for (const TensorInfo& t : ins) {
+    const int64_t m = numel(t.shape);
+    key += static_cast<char>(t.dtype);
+    key += m == n ? 'd' : m == 1 ? 's' : 'b';
+  }
+  key += static_cast<char>(out.dtype);
+  static std::mutex mu;
+  static auto* plans = new std::map<std::string, std::unique_ptr<const Plan>>();
+  std::lock_guard<std::mutex> l(mu);
+  auto& slot = (*plans)[key];
+  if (!slot) slot = std::make_unique<const Plan>(plan(attrs, ins, out));
+  return *slot;
+}
+
+void fused_elementwise(KernelContext& ctx) {
+  const TensorView& o = ctx.out(0);
+  const int64_t n = o.numel();
+  if (n == 0) return;
+  std::vector<TensorInfo> ins;
+  for (int i = 0; i < ctx.num_inputs(); ++i) ins.push_back({ctx.in(i).shape, ctx.in(i).dtype});
+  const Plan& pl = cached_plan(ctx.attrs(), ins, {o.shape, o.dtype});
+  auto stream = static_cast<CUstream>(ctx.stream());
+  CUfunction fn = get_kernel(pl.source, ctx.device(), stream);
+  Params p{};
+  std::vector<const Shape*> shapes;
+  for (int i = 0; i < ctx.num_inputs(); ++i) {
+    p.in[i] = ctx.in(i).data;
+    shapes.push_back(&ctx.in(i).shape);
+  }
+  p.out = o.data;
+  p.n = n;
+  if (!collapse(o.shape, shapes, p))
+    fail<UnsupportedError>("[fused_elementwise] output shape {} broadcasts over more than {} dims",
+                           str(o.shape), kRank);
+  auto aligned = [&](const void* ptr, size_t es) {
+    return reinterpret_cast<uintptr_t>(ptr) % (es * pl.vec) == 0;
+  };
+  bool vec = pl.vec > 1 && n >= 4096 && aligned(o.data, size_of(o.dtype));
+  for (int i = 0; i < ctx.num_inputs(); ++i)
+    if (pl.kind[i] == Kind::dense) vec = vec && aligned(ctx.in(i).data, size_of(ctx.in(i).dtype));
+  p.vec = vec ? 1 : 0;
+  const int64_t items = vec ? n / pl.vec : n;
+  const int64_t blocks =
+      std::min<int64_t>(std::max<int64_t>((items + kBlock - 1) / kBlock, 1), 65535 * 8);
+  void* args[] = {&p};
+  KILN_CU_CHECK(driver().launch_kernel(fn, static_cast<unsigned>(blocks), 1, 1, kBlock, 1, 1, 0,
+                                       stream, args, nullptr));
+}
+}  // namespace
+
+namespace {
+void prepare_fused_elementwise(const Attrs& attrs, const std::vector<TensorInfo>& ins,
+                               const TensorInfo& out, int device) {
+  if (numel(out.shape) == 0) return;
+  int previous = 0;
+  KILN_CUDA_CHECK(cudaGetDevice(&previous));
+  KILN_CUDA_CHECK(cudaSetDevice(device));
+  try {
+    KILN_CUDA_CHECK(cudaFree(nullptr));  // makes the device's primary context current
+    get_kernel(plan(attrs, ins, out).source, device, nullptr);
+  } catch (...) {
+    cudaSetDevice(previous);
+    throw;
+  }
+  KILN_CUDA_CHECK(cudaSetDevice(previous));
+}
+}  // namespace
+
+std::string fused_elementwise_source(const Attrs& attrs, const std::vector<TensorInfo>& inputs,
+                                     const TensorInfo& output) {
+  return plan(attrs, inputs, output).source;
+}
+std::vector<char> fused_elementwise_cubin(const std::string& source, int arch) {
+  return compile_cubin(source, arch);
+}
+
+void register_fused_elementwise_kernels() {
+  register_kernel(OpId::FusedElementwise, Backend::cuda, {fused_elementwise, kAllTypes, -1, false});
+  fused::set_prepare(Backend::cuda, prepare_fused_elementwise);
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,71 @@
+// fused_elementwise: a chain of elementwise ops run as one node (built only by the
+// fuse_elementwise pass, src/passes/fuse_elementwise.cpp; not part of the public ops API).
+//
+// The node carries a small expression program. Values are numbered: 0 .. num_inputs-1 are the
+// node's inputs (each broadcasts to the output shape), num_inputs + k is the result of
+// instruction k; the last instruction's value is the node's output. Attributes:
+//   code    ints, 5 per instruction: [stable op id, result dtype, operand a, b, c]
+//           (unused operands -1; the op is one of the elementwise family, op_list.inc)
+//   params  floats, 2 per instruction: the op's attributes (alpha, min/max, beta/threshold,
+//           lambda; gelu: 1 for the tanh form; bit_shift: 1 for left) or 0
+// Every instruction computes over the whole output shape and rounds to its dtype (f16/bf16 values
+// are computed in f32 and rounded after each instruction, as the unfused kernels do), so a fused
+// node gives the results of the ops it replaced. Inference checks each instruction with its op's
+// own inference; a malformed program is a ValueError naming the instruction.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/graph_impl.h"
+#include "core/op_id.h"
+#include "kiln/attrs.h"
+#include "kiln/dtype.h"
+#include "kiln/kernel.h"
+
+namespace kiln::fused {
+
+struct Instr {
+  OpId op{};
+  DType dtype = f32;
+  int32_t a = -1, b = -1, c = -1;
+  double p0 = 0, p1 = 0;
+  int32_t operand(int i) const { return i == 0 ? a : i == 1 ? b : c; }
+};
+
+struct Program {
+  int num_inputs = 0;
+  std::vector<Instr> instrs;
+  int num_values() const { return num_inputs + static_cast<int>(instrs.size()); }
+};
+
+inline constexpr int kMaxInputs = 32;
+inline constexpr int kMaxInstrs = 256;
+
+/// Number of operands the op takes inside a program (1 to 3), or 0 when it cannot be fused.
+int arity(OpId op);
+/// Packs a node's attributes of a fusable op into p0/p1. False when they cannot be carried
+/// (a non-finite value, which packages would reject).
+bool pack_params(OpId op, const Attrs& attrs, Instr& out);
+/// The op's own attributes of an instruction (inverse of pack_params).
+Attrs op_attrs(const Instr& in);
+
+/// The node attributes of a program.
+Attrs encode(const Program& p);
+/// Decodes and validates a program against its input dtypes; throws ValueError naming the
+/// instruction on a malformed one.
+Program decode(const Attrs& attrs, const std::vector<DType>& input_dtypes);
+/// The dtype of every value (inputs, then instruction results).
+std::vector<DType> value_dtypes(const Program& p, const std::vector<DType>& input_dtypes);
+/// Stable text of a program and its input dtypes ("%2 = add.f32(%0, %1); ..."), a cache key.
+std::string text(const Program& p, const std::vector<DType>& input_dtypes);
+
+/// Compiles a node's kernel ahead of runs (the CUDA backend registers NVRTC compilation here), so
+/// Graph::compile, not the first run, waits for it.
+using PrepareFn = void (*)(const Attrs& attrs, const std::vector<TensorInfo>& inputs,
+                           const TensorInfo& output, int device);
+void set_prepare(Backend backend, PrepareFn fn);
+/// The backend's hook, or nullptr.
+PrepareFn prepare(Backend backend);
+
+}  // namespace kiln::fused

@@ -1,0 +1,60 @@
+// Cases of fused_elementwise (programs built here as the fuse_elementwise pass builds them).
+#include "backend_ops/harness.h"
+#include "core/graph_impl.h"
+#include "ops/fused_elementwise.h"
+
+namespace kiln::harness {
+namespace {
+
+using fused::Instr;
+
+const bool kFused = register_cases(
+    {OpId::FusedElementwise, 3, [](Case& c, DType t, int i) {
+       const Shape big = i == 2 ? Shape{4099} : Shape{33, 65};
+       const Shape small = i == 0 ? big : i == 1 ? Shape{65} : Shape{};
+       fused::Program p;
+       std::vector<Tensor> ins;
+       if (t == boolean) {
+         // (a > b) && !c over f32 inputs
+         ins = {c.rand(big, f32), c.rand(small, f32), c.rand(big, boolean)};
+         p.instrs = {{OpId::Greater, boolean, 0, 1},
+                     {OpId::LogicalNot, boolean, 2},
+                     {OpId::LogicalAnd, boolean, 3, 4}};
+       } else if (!is_floating(t)) {
+         // maximum(a * b + a, b) - abs(a) (small values: no overflow)
+         ins = {c.ints(big, -9, 9, t == u8 ? i64 : t), c.ints(small, -9, 9, t == u8 ? i64 : t)};
+         if (t == u8) {
+           ins = {c.ints(big, 0, 9, u8), c.ints(small, 0, 9, u8)};
+           p.instrs = {{OpId::Mul, t, 0, 1},
+                       {OpId::Add, t, 2, 0},
+                       {OpId::Maximum, t, 3, 1},
+                       {OpId::Abs, t, 4}};
+         } else {
+           p.instrs = {{OpId::Mul, t, 0, 1},
+                       {OpId::Add, t, 2, 0},
+                       {OpId::Maximum, t, 3, 1},
+                       {OpId::Abs, t, 0},
+                       {OpId::Sub, t, 4, 5}};
+         }
+       } else {
+         // where(a > 0, tanh(a * b + 1.5 - b), elu(b, 0.5)) through casts to f32 and back
+         ins = {c.rand(big, t, -2, 2), c.rand(small, t, -2, 2)};
+         p.instrs = {{OpId::Cast, f32, 0},        {OpId::Cast, f32, 1},
+                     {OpId::Mul, f32, 2, 3},      {OpId::Sub, f32, 4, 3},
+                     {OpId::Tanh, f32, 5},        {OpId::Elu, f32, 3, -1, -1, 0.5},
+                     {OpId::Sigmoid, f32, 2},     {OpId::Greater, boolean, 8, 4},
+                     {OpId::Where, f32, 9, 6, 7}, {OpId::Cast, t, 10}};
+       }
+       p.num_inputs = static_cast<int>(ins.size());
+       c.outs = {detail::make_node1(OpId::FusedElementwise, ins, fused::encode(p))};
+       c.note("program " + fused::text(p, [&] {
+                std::vector<DType> d;
+                for (auto& x : ins) d.push_back(x.dtype());
+                return d;
+              }()));
+       c.grad = false;
+       return true;
+     }});
+
+}  // namespace
+}  // namespace kiln::harness
