@@ -210,16 +210,16 @@ void maxpool_fwd_bwd(const Options& o, const std::string& name) {
          compile_ms, exe, t);
 }
 
-void tiny_adds(const Options& o, const std::string& name, bool recorded) {
+void tiny_adds(const Options& o, const std::string& name, bool recorded, bool fused = false) {
   constexpr int kOps = 1000;
   Graph g;
   auto x = g.placeholder({1}, f32, "x");
   auto one = g.constant(filled({1}, 1.0f), "one");
   Tensor h = x;
   for (int i = 0; i < kOps; ++i) h = h + one;
-  // optimize=false: nothing may fold or merge the chain; every add is a kernel of its own
+  // optimize=false: nothing may fold, merge or fuse the chain; every add is a kernel of its own
   CompileOptions c;
-  c.optimize = false;
+  c.optimize = fused;  // fusion runs with the optimizing passes
   c.capture = recorded;
   const auto t0 = Clock::now();
   auto exe = g.compile(o.device, {}, {h}, c);
@@ -230,8 +230,10 @@ void tiny_adds(const Options& o, const std::string& name, bool recorded) {
   if (result != static_cast<float>(kOps))
     throw Error(fmt::format("[bench] the chain of adds gave {} instead of {}", result, kOps));
   report(name,
-         fmt::format("1000 dependent adds x = x + 1 on a 1-element f32 tensor (optimize=false), "
-                     "{}", recorded ? "replayed as one CUDA graph" : "launched one by one"),
+         fmt::format("1000 dependent adds x = x + 1 on a 1-element f32 tensor, {}",
+                     fused      ? "fused into one generated kernel"
+                     : recorded ? "replayed as one CUDA graph (optimize=false)"
+                                : "launched one by one (optimize=false)"),
          compile_ms, exe, t, fmt::format(" = {:.2f} us per op", t.median_ms * 1000 / kOps));
 }
 
@@ -255,6 +257,7 @@ std::vector<Workload> workloads() {
       {"maxpool_fwd_bwd", maxpool_fwd_bwd},
       {"tiny_add_x1000", [](O o, S n) { tiny_adds(o, n, true); }},
       {"tiny_add_x1000_plain", [](O o, S n) { tiny_adds(o, n, false); }},
+      {"tiny_add_x1000_fused", [](O o, S n) { tiny_adds(o, n, false, true); }},
   };
 }
 

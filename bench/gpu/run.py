@@ -49,6 +49,8 @@ WORKLOADS = [
      (1.14, "one CUDA graph replay (eager 10.6)")),
     ("tiny_add_x1000_plain", "1000 dependent tiny adds, one launch each (µs per op; peer: eager)",
      (10.6, "eager")),
+    ("tiny_add_x1000_fused", "1000 dependent tiny adds, fused (µs per op; peer: CUDA graph)",
+     (1.14, "one CUDA graph replay (eager 10.6)")),
 ]
 NAMES = [w[0] for w in WORKLOADS]
 
@@ -180,6 +182,7 @@ def torch_workloads(torch):
         "maxpool_fwd_bwd": maxpool,
         "tiny_add_x1000": tiny_graph,
         "tiny_add_x1000_plain": tiny,
+        "tiny_add_x1000_fused": tiny_graph,
     }
 
 
