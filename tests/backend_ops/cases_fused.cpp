@@ -52,6 +52,9 @@ const bool kFused = register_cases(
                 for (auto& x : ins) d.push_back(x.dtype());
                 return d;
               }()));
+       // float programs compute in f32 whatever their input dtype: f64 cases compare at f32's
+       // tolerance (the CPU's and the GPU's tanh, exp round differently in f32)
+       if (t == f64) c.tol_scale = test::tolerance(f32) / test::tolerance(f64);
        c.grad = false;
        return true;
      }});

@@ -232,7 +232,7 @@ TEST(CudaRuntime, ConcurrentRunsKeepTheirBuffersApart) {
   for (auto& th : threads) th.join();
   for (int t = 0; t < 4; ++t) EXPECT_EQ(failures[t], 0) << "thread " << t;
   // each concurrent run has its own stream, buffers and CUDA graph (recorded on its second run)
-  EXPECT_GT(exe.replayed_runs(), 0);
+  if (!env::validate_on_cpu()) EXPECT_GT(exe.replayed_runs(), 0);  // KILN_VALIDATE: not recorded
 }
 
 }  // namespace
