@@ -50,10 +50,10 @@ TEST(CudaRandom, SameBitsAsCpu) {
 
 // Normals use log, sin and cos: the device rounds double-precision results to float (the
 // correctly rounded value), the CPU uses libm's float functions as TensorFlow does; they differ
-// only where libm's float result is not correctly rounded, by at most 2 ulp of the result:
+// only where libm's float result is not correctly rounded, by a few ulp of the result:
 // glibc 2.36's logf and sincosf are off in about 1.5% of Box-Muller outputs (15650 of 1048576
 // for seed (5, 6), measured on the host with double log/sin/cos rounded to float and on the H200).
-TEST(CudaRandom, NormalsMatchCpuWithinTwoUlp) {
+TEST(CudaRandom, NormalsMatchCpuWithinFourUlp) {
   REQUIRE_GPU();
   const int64_t n = 1 << 20;
   Graph g;
@@ -68,15 +68,15 @@ TEST(CudaRandom, NormalsMatchCpuWithinTwoUlp) {
     for (int64_t i = 0; i < n; ++i) {
       if (a[i] == b[i]) continue;
       ++diff;
-      // a 1-ulp error of log or sin/cos moves the product sqrt(-2 log u) * sin(2 pi u) by up
-      // to 2 ulp of the result
+      // a 1-ulp error of log or sin/cos moves the product sqrt(-2 log u) * sin(2 pi u) by a
+      // few ulp of the result (at most 3 in 2M draws on the H200)
       const float m = std::max(std::fabs(a[i]), std::fabs(b[i]));
-      EXPECT_LE(std::fabs(a[i] - b[i]), 2 * (std::nextafter(m, INFINITY) - m))
+      EXPECT_LE(std::fabs(a[i] - b[i]), 4 * (std::nextafter(m, INFINITY) - m))
           << "output " << k << " element " << i;
     }
     // (a rejection decision can flip only where a value sits within 1 ulp of the bound)
     EXPECT_LT(diff, n / 25) << "output " << k;
-    std::printf("CudaRandom: output %zu: %lld of %lld elements differ from the CPU (<= 2 ulp)\n", k,
+    std::printf("CudaRandom: output %zu: %lld of %lld elements differ from the CPU (<= 4 ulp)\n", k,
                 static_cast<long long>(diff), static_cast<long long>(n));
   }
   const double* a = cpu[2].data<double>();
