@@ -8,14 +8,18 @@
 #include <vector>
 
 #include "kiln/kiln.h"
+#include "runtime/env.h"
 #include "support/reference.h"
 
 namespace kiln {
 namespace {
 using namespace kiln::test;
 
-#define REQUIRE_GPU() \
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device"
+// (KILN_VALIDATE, KILN_STEP_TIMES and KILN_CAPTURE=0 turn recording off for the process)
+#define REQUIRE_GPU()                                                                 \
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";                     \
+  if (env::validate_on_cpu() || env::step_times() || env::capture() == 0) \
+  GTEST_SKIP() << "runs are not recorded in this environment"
 
 const Device kGpu = Device::cuda(0);
 
