@@ -25,6 +25,14 @@ struct KernelCall {
   std::vector<TensorInfo> inputs, outputs;
 };
 
+/// A generated kernel's binary: built for `arch`, named by `key` (a hash of its source and
+/// architecture).
+struct KernelBinary {
+  std::string arch;
+  uint64_t key = 0;
+  std::vector<char> bytes;
+};
+
 /// How the tuning decisions of a process were made.
 struct TuningStats {
   int64_t measured = 0;   // by running candidates (cudnnFind...)
@@ -113,6 +121,26 @@ class DeviceBackend {
   virtual TuningStats tuning_stats() { return {}; }
   /// Forgets every decision and seed (tests and benchmarks: the next run measures again).
   virtual void clear_tuning() {}
+
+  // Device code kiln generated (fused elementwise kernels), so that a package can carry it.
+
+  /// The binaries of the generated kernels that `calls` run on `device`, compiling any not
+  /// compiled yet; `arch` names what each runs on (e.g. "sm_90"), `key` names its source.
+  virtual std::vector<KernelBinary> export_kernels(int device,
+                                                   const std::vector<KernelCall>& calls) {
+    return {};
+  }
+  /// Offers binaries to `device`: those built for its architecture are used instead of compiling
+  /// their source again (a binary the driver rejects is compiled afresh); others are skipped.
+  /// Returns how many were taken.
+  virtual size_t import_kernels(int device, const std::vector<KernelBinary>& binaries) {
+    return 0;
+  }
+  /// Forgets every generated kernel, compiled or imported (tests and benchmarks: the next run
+  /// starts as a new process would). Not while a run is in flight.
+  virtual void forget_kernels() {}
+  /// How many kernels the process has compiled from source (tests and benchmarks).
+  virtual int64_t kernels_compiled() { return 0; }
 };
 
 /// Moves the bytes of `storage` to `device` in place (every Array sharing it follows): how a

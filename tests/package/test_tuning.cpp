@@ -251,6 +251,62 @@ void fix_checksums(Bytes& b) {
   std::memcpy(b.data() + package::header::header_xxh3, &hx, 8);
 }
 
+// On a GPU: the kernels kiln generated (fused elementwise chains) travel in the package. A
+// process that never compiled them loads the package and runs without compiling any; a flipped
+// byte in a kernel section is a FormatError naming it; a binary for another architecture is
+// skipped and the kernel compiled from its source; a CPU load checks the sections and runs.
+TEST(PackageTuning, CudaGeneratedKernelsTravelInThePackage) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  DeviceBackend& backend = *cuda_backend();
+  Graph g;
+  auto x = g.placeholder({64, 48}, f32, "x");
+  auto w = g.constant(random_array({48, 32}, f32, -0.5, 0.5));
+  auto y = tanh(relu(matmul(x, w)) * 0.5 + 1.0) - 0.25;  // one fused chain after the matmul
+  auto exe = g.compile(Device::cuda(0), {}, {y});
+  ASSERT_NE(exe.dump().find("fused_elementwise"), std::string::npos) << exe.dump();
+  const Array in = random_array({64, 48}, f32);
+  const Array want = exe.run({{"x", in}})[0].to(Device::cpu());
+  const std::string path = temp_path("kernels");
+  exe.save(path);
+  Bytes bytes = read_file(path);
+  uint64_t off;
+  std::memcpy(&off, bytes.data() + package::header::manifest_offset, 8);
+  const fb::Manifest* m = fb::GetManifest(bytes.data() + off);
+  ASSERT_NE(m->kernels(), nullptr);
+  ASSERT_EQ(m->kernels()->size(), 1u);
+  const fb::Kernel* k = m->kernels()->Get(0);
+  EXPECT_EQ(k->arch()->str().rfind("sm_", 0), 0u);
+  EXPECT_EQ(k->offset() % package::kSectionAlign, 0u);
+
+  backend.forget_kernels();  // as a new process: nothing compiled or loaded
+  int64_t before = backend.kernels_compiled();
+  auto loaded = Executable::load(path, Device::cuda(0), {.strict = true});
+  expect_close(loaded.run({{"x", in}})[0].to(Device::cpu()), want.shape(), to_f64(want), 0, 0);
+  EXPECT_EQ(backend.kernels_compiled(), before) << "the loaded package compiled its kernel again";
+
+  // a binary for another architecture: skipped, the kernel compiled from its source
+  Bytes other = bytes;
+  auto* mk = fb::GetMutableManifest(other.data() + off)->mutable_kernels()->GetMutableObject(0);
+  mk->mutable_arch()->Mutate(3, '0');  // "sm_90" -> "sm_00"
+  fix_checksums(other);
+  backend.forget_kernels();
+  before = backend.kernels_compiled();
+  auto recompiled = Executable::load_bytes(other.data(), other.size(), Device::cuda(0));
+  expect_close(recompiled.run({{"x", in}})[0].to(Device::cpu()), want.shape(), to_f64(want), 0, 0);
+  EXPECT_EQ(backend.kernels_compiled(), before + 1);
+
+  // a flipped byte in the binary: the checksum says so, on every device
+  Bytes flipped = bytes;
+  flipped[k->offset() + k->size() / 2] ^= 0x40;
+  for (Device d : {Device::cuda(0), Device::cpu()})
+    expect_error<FormatError>([&] { Executable::load_bytes(flipped.data(), flipped.size(), d); },
+                              {"[package]", "kernel section 0", "checksum mismatch"});
+  auto on_cpu = Executable::load(path, Device::cpu());
+  const auto got = on_cpu.run({{"x", in}})[0].to_vector<float>(), wv = want.to_vector<float>();
+  for (size_t i = 0; i < wv.size(); ++i) EXPECT_NEAR(got[i], wv[i], 1e-5) << i;
+  std::filesystem::remove(path);
+}
+
 TEST(PackageTuning, CudaConvPackageRunsWithoutMeasuring) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   DeviceBackend& backend = *cuda_backend();

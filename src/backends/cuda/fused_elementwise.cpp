@@ -15,7 +15,9 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <atomic>
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <type_traits>
@@ -575,6 +577,32 @@ std::map<std::pair<CUcontext, uint64_t>, std::shared_ptr<Entry>>& cache() {
   return *c;
 }
 
+// Binaries by key (XXH3-64 of the source and architecture): compiled here or imported from a
+// package; a context without the module loads it from here instead of compiling.
+std::map<uint64_t, std::shared_ptr<const std::vector<char>>>& binaries() {
+  static auto* b = new std::map<uint64_t, std::shared_ptr<const std::vector<char>>>();
+  return *b;
+}
+std::atomic<int64_t> compiled{0};
+
+uint64_t kernel_key(const std::string& src, int arch) {
+  const std::string keyed = src + "\n// sm_" + std::to_string(arch);
+  return XXH3_64bits(keyed.data(), keyed.size());
+}
+
+// The binary of `src` for sm_<arch>: imported, compiled before, or compiled now.
+std::shared_ptr<const std::vector<char>> binary_for(const std::string& src, int arch,
+                                                    uint64_t key) {
+  {
+    std::lock_guard<std::mutex> l(cache_mu());
+    if (auto it = binaries().find(key); it != binaries().end()) return it->second;
+  }
+  auto bin = std::make_shared<const std::vector<char>>(compile_cubin(src, arch));
+  ++compiled;
+  std::lock_guard<std::mutex> l(cache_mu());
+  return binaries().emplace(key, bin).first->second;  // the first one stored wins
+}
+
 int device_arch(int device) {
   int major = 0, minor = 0;
   KILN_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
@@ -590,8 +618,7 @@ CUfunction get_kernel(const std::string& src, int device, CUstream stream) {
     KILN_CU_CHECK(driver().ctx_get_current(&cu_ctx));
   if (!cu_ctx) fail<DeviceError>("[fused_elementwise] no CUDA context on device {}", device);
   const int arch = device_arch(device);
-  const std::string keyed = src + "\n// sm_" + std::to_string(arch);
-  const uint64_t h = XXH3_64bits(keyed.data(), keyed.size());
+  const uint64_t h = kernel_key(src, arch);
   std::shared_ptr<Entry> e;
   {
     std::lock_guard<std::mutex> l(cache_mu());
@@ -601,17 +628,28 @@ CUfunction get_kernel(const std::string& src, int device, CUstream stream) {
   }
   std::lock_guard<std::mutex> l(e->mu);
   if (e->fn) return e->fn;
-  const std::vector<char> cubin = compile_cubin(src, arch);
-  KILN_CU_CHECK(driver().ctx_push_current(cu_ctx));
+  auto load = [&](const std::vector<char>& cubin, CUmodule* mod, CUfunction* fn) {
+    KILN_CU_CHECK(driver().ctx_push_current(cu_ctx));
+    CUresult r = driver().module_load_data(mod, cubin.data());
+    if (r == CUDA_SUCCESS) r = driver().module_get_function(fn, *mod, "kiln_fused");
+    CUcontext popped;
+    driver().ctx_pop_current(&popped);
+    if (r != CUDA_SUCCESS && *mod) driver().module_unload(*mod), *mod = nullptr;
+    return r;
+  };
   CUmodule mod = nullptr;
-  CUresult r = driver().module_load_data(&mod, cubin.data());
   CUfunction fn = nullptr;
-  if (r == CUDA_SUCCESS) r = driver().module_get_function(&fn, mod, "kiln_fused");
-  CUcontext popped;
-  driver().ctx_pop_current(&popped);
+  CUresult r = load(*binary_for(src, arch, h), &mod, &fn);
   if (r != CUDA_SUCCESS) {
-    if (mod) driver().module_unload(mod);
-    driver_fail(r, "cuModuleLoadData / cuModuleGetFunction");
+    // an imported binary the driver rejects: compile the source afresh
+    auto fresh = std::make_shared<const std::vector<char>>(compile_cubin(src, arch));
+    ++compiled;
+    {
+      std::lock_guard<std::mutex> g(cache_mu());
+      binaries()[h] = fresh;
+    }
+    r = load(*fresh, &mod, &fn);
+    if (r != CUDA_SUCCESS) driver_fail(r, "cuModuleLoadData / cuModuleGetFunction");
   }
   e->module = mod;
   e->fn = fn;
@@ -758,6 +796,47 @@ std::string fused_elementwise_source(const Attrs& attrs, const std::vector<Tenso
 std::vector<char> fused_elementwise_cubin(const std::string& source, int arch) {
   return compile_cubin(source, arch);
 }
+
+std::vector<KernelBinary> export_fused_kernels(int device, const std::vector<KernelCall>& calls) {
+  const int arch = device_arch(device);
+  std::vector<KernelBinary> out;
+  std::set<uint64_t> seen;
+  for (const KernelCall& c : calls) {
+    if (c.op != OpId::FusedElementwise || c.outputs.empty() || numel(c.outputs[0].shape) == 0)
+      continue;
+    const std::string src = plan(*c.attrs, c.inputs, c.outputs[0]).source;
+    const uint64_t key = kernel_key(src, arch);
+    if (!seen.insert(key).second) continue;
+    out.push_back({"sm_" + std::to_string(arch), key, *binary_for(src, arch, key)});
+  }
+  return out;
+}
+
+size_t import_fused_kernels(int device, const std::vector<KernelBinary>& bins) {
+  const std::string arch = "sm_" + std::to_string(device_arch(device));
+  size_t taken = 0;
+  std::lock_guard<std::mutex> l(cache_mu());
+  for (const KernelBinary& b : bins) {
+    if (b.arch != arch || b.bytes.empty()) continue;
+    taken += binaries().emplace(b.key, std::make_shared<const std::vector<char>>(b.bytes)).second;
+  }
+  return taken;
+}
+
+void forget_fused_kernels() {
+  std::lock_guard<std::mutex> l(cache_mu());
+  for (auto& [k, e] : cache()) {
+    if (!e->module) continue;
+    if (driver().ctx_push_current(k.first) != CUDA_SUCCESS) continue;
+    driver().module_unload(e->module);
+    CUcontext popped;
+    driver().ctx_pop_current(&popped);
+  }
+  cache().clear();
+  binaries().clear();
+}
+
+int64_t fused_kernels_compiled() { return compiled.load(); }
 
 void register_fused_elementwise_kernels() {
   register_kernel(OpId::FusedElementwise, Backend::cuda, {fused_elementwise, kAllTypes, -1, false});

@@ -12,6 +12,7 @@
 
 #include "backends/cuda/allocator.h"
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/fused_elementwise.h"
 #include "backends/cuda/tuning.h"
 #include "core/errors.h"
 #include "core/device_backend.h"
@@ -319,6 +320,16 @@ class CudaBackend final : public DeviceBackend {
   }
   TuningStats tuning_stats() override { return conv_tuning_stats(); }
   void clear_tuning() override { clear_conv_tuning(); }
+  std::vector<KernelBinary> export_kernels(int device,
+                                           const std::vector<KernelCall>& calls) override {
+    DeviceScope g(device);
+    return export_fused_kernels(device, calls);
+  }
+  size_t import_kernels(int device, const std::vector<KernelBinary>& binaries) override {
+    return import_fused_kernels(device, binaries);
+  }
+  void forget_kernels() override { forget_fused_kernels(); }
+  int64_t kernels_compiled() override { return fused_kernels_compiled(); }
   AllocatorStats stats(int device) { return dev(device).allocator->stats(); }
   void empty_cache(int device) { dev(device).allocator->empty_cache(); }
 

@@ -1,16 +1,17 @@
 // kiln packages (.kiln): a compiled Executable, saved so that loading skips compilation.
 //
-// FORMAT, version 2. Every integer is little endian.
+// FORMAT, version 3. Every integer is little endian.
 //
 //   offset 0     header, 64 bytes
 //   offset 64    data sections, each at an offset that is a multiple of 64
 //   ...          tuning sections (GPU packages), at a multiple of 64
+//   ...          kernel sections (GPU packages with generated kernels), at a multiple of 64
 //   ...          the manifest (FlatBuffers, schema src/io/package/manifest.fbs), at a multiple of 8
 //   file_size    end of file
 //
 // Header:
 //   0   u8[8]  magic "KILNPKG\0"
-//   8   u32    format_version       the version that wrote the file (2)
+//   8   u32    format_version       the version that wrote the file (3)
 //   12  u32    min_reader_version   the oldest reader version that can read it (1)
 //   16  u64    file_size            bytes of the whole file
 //   24  u64    manifest_offset
@@ -42,6 +43,10 @@
 //   tuning        (version 2) per backend, at most one each: the backend, the identity its
 //                 decisions hold for (device name, architecture "sm_90", library "cudnn 90100"),
 //                 and the offset, size (at most 16 MiB) and XXH3-64 of its tuning section
+//   kernels       (version 3) the binaries of the kernels kiln generated for the steps
+//                 (fused_elementwise on CUDA): backend, architecture ("sm_90"), key (XXH3-64 of
+//                 the generated source and architecture), and the offset, size (1 byte to 64 MiB)
+//                 and XXH3-64 of the binary's section
 //
 // TUNING. A tuning section is a blob (src/core/tuning.h) of the decisions a backend made for the
 // executable's steps: for CUDA, the cuDNN algorithm, math type and workspace of each convolution
@@ -49,6 +54,12 @@
 // Saving measures nothing: it stores the decisions of the runs made before it (none when the
 // executable never ran; the section is then empty and the loaded executable measures on its
 // first run, as a compiled one does).
+//
+// KERNELS. A kernel section holds a cubin NVRTC built from source kiln generated for a step. A
+// reader on a device of the same architecture loads it instead of compiling the source on the
+// first run; a key no step asks for is never loaded, a binary of another architecture is
+// skipped (the step compiles its source), and a binary the driver rejects is compiled afresh.
+// Saving compiles the kernels of steps that never ran.
 //
 // READING a file that may come from anyone. The reader
 //   1. checks the magic, then min_reader_version against its own version (kReaderVersion),
@@ -58,7 +69,8 @@
 //   3. checks every section with overflow-safe arithmetic: inside the file, 64-byte aligned,
 //      its size equal to the bytes of its node's dtype and shape; and its XXH3 unless
 //      LoadOptions::verify_weights is false; every tuning section likewise, always with its
-//      XXH3, and parses its blob with every count bounded by the bytes there are;
+//      XXH3, and parses its blob with every count bounded by the bytes there are; every kernel
+//      section likewise, always with its XXH3 (the driver gets only checked bytes);
 //   4. checks the program before anything uses it: known op ids and dtypes, shapes with
 //      non-negative dims and sizes that fit in 64 bits, the number of inputs each op takes, every
 //      input naming an output of an earlier node, every output dtype and shape equal to what the
@@ -87,8 +99,9 @@
 //
 // VERSIONS. A reader reads every file whose min_reader_version is at most kReaderVersion.
 // Writers raise format_version for additions older readers may ignore (new manifest fields), and
-// min_reader_version only for changes they cannot. Version 2 added the tuning sections (a
-// version 1 reader skips them); its files have min_reader_version 1.
+// min_reader_version only for changes they cannot. Version 2 added the tuning sections and
+// version 3 the kernel sections (older readers skip them; their steps compile their source); the
+// files have min_reader_version 1.
 #pragma once
 
 #include <cstddef>
@@ -101,7 +114,7 @@
 namespace kiln::package {
 
 inline constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'P', 'K', 'G', '\0'};
-inline constexpr uint32_t kFormatVersion = 2;
+inline constexpr uint32_t kFormatVersion = 3;
 inline constexpr uint32_t kReaderVersion = 1;  // the newest min_reader_version this reader reads
 inline constexpr size_t kHeaderBytes = 64;
 inline constexpr size_t kSectionAlign = 64;

@@ -154,6 +154,9 @@ class Reader {
   // Checks the tuning sections; on a device of their backend, seeds its choices when they hold
   // for the device, else warns (strict: throws).
   void read_tuning(const fb::Manifest& m, detail::ExecutableImpl& impl);
+  // Checks the kernel binaries; on a device of their backend, offers them to it, so that its
+  // generated kernels are loaded instead of compiled.
+  void read_kernels(const fb::Manifest& m, detail::ExecutableImpl& impl);
   // On a GPU, copies the constants to it (attach_program then finds them there).
   void upload_constants(Program& p);
   // The verifier checks vectors' length fields, not that 8-byte elements are 8-byte aligned.
@@ -491,6 +494,31 @@ void Reader::read_tuning(const fb::Manifest& m, detail::ExecutableImpl& impl) {
   }
 }
 
+void Reader::read_kernels(const fb::Manifest& m, detail::ExecutableImpl& impl) {
+  if (!m.kernels()) return;
+  constexpr uint64_t kMaxKernelBytes = uint64_t{64} << 20;
+  std::vector<KernelBinary> offered;
+  for (uint32_t i = 0; i < m.kernels()->size(); ++i) {
+    const fb::Kernel& k = *m.kernels()->Get(i);
+    const std::string where = fmt::format("kernel section {}", i);
+    if (k.backend() != static_cast<uint8_t>(Backend::cuda))
+      bad(where, at(&k), "unknown backend {} for a generated kernel", k.backend());
+    if (k.size() == 0 || k.size() > kMaxKernelBytes)
+      bad(where, k.offset(), "{} bytes; kernel sections hold 1 to {}", k.size(), kMaxKernelBytes);
+    if (k.offset() < kHeaderBytes || !fits(k.offset(), k.size(), b_.size))
+      bad(where, k.offset(), "range [{}, +{}) is outside the file of {} bytes", k.offset(),
+          k.size(), b_.size);
+    if (k.offset() % kSectionAlign != 0)
+      bad(where, k.offset(), "offset is not a multiple of {}", kSectionAlign);
+    const uint8_t* data = b_.data + k.offset();
+    if (xxh3(data, k.size()) != k.xxh3()) bad(where, k.offset(), "checksum mismatch");
+    if (!impl.backend || device_.kind != Device::Kind::cuda) continue;  // checked, not used
+    offered.push_back({k.arch() ? k.arch()->str() : std::string(), k.key(),
+                       std::vector<char>(data, data + k.size())});
+  }
+  if (!offered.empty()) impl.backend->import_kernels(device_.index, offered);
+}
+
 void Reader::upload_constants(Program& p) {
   if (device_.kind == Device::Kind::cpu) return;
   // One batch: the backend stages the mapped file through pinned buffers from several threads,
@@ -565,6 +593,7 @@ std::shared_ptr<detail::ExecutableImpl> Reader::read() {
     info.replanned = true;
   }
   read_tuning(m, *impl);
+  read_kernels(m, *impl);
   impl->package = std::move(info);
   upload_constants(p);
   attach_program(*impl, std::move(p));

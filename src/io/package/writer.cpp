@@ -97,6 +97,11 @@ void write(const detail::ExecutableImpl& x, const std::string& path,
     uint64_t offset = 0;
   };
   std::optional<TuningData> tuning;
+  struct KernelData {
+    KernelBinary bin;
+    uint64_t offset = 0;
+  };
+  std::vector<KernelData> kernels;
   if (x.backend) {
     std::vector<KernelCall> calls;
     for (const Step& st : x.steps) {
@@ -111,6 +116,12 @@ void write(const detail::ExecutableImpl& x, const std::string& path,
     tuning->blob = write_tuning(x.backend->export_tuning(x.device.index, calls));
     tuning->offset = (end + kSectionAlign - 1) / kSectionAlign * kSectionAlign;
     end = tuning->offset + tuning->blob.size();
+    // the binaries of the kernels kiln generated for the steps (compiled now if they were not)
+    for (KernelBinary& k : x.backend->export_kernels(x.device.index, calls)) {
+      const uint64_t off = (end + kSectionAlign - 1) / kSectionAlign * kSectionAlign;
+      end = off + k.bytes.size();
+      kernels.push_back({std::move(k), off});
+    }
   }
   const uint64_t manifest_offset = (end + kManifestAlign - 1) / kManifestAlign * kManifestAlign;
 
@@ -165,12 +176,18 @@ void write(const detail::ExecutableImpl& x, const std::string& path,
           b, static_cast<uint8_t>(Backend::cuda), tuning->identity.device.c_str(),
           tuning->identity.arch.c_str(), tuning->identity.library.c_str(), tuning->offset,
           tuning->blob.size(), xxh3(tuning->blob.data(), tuning->blob.size())));
+    std::vector<flatbuffers::Offset<fb::Kernel>> ke;
+    for (const KernelData& k : kernels)
+      ke.push_back(fb::CreateKernelDirect(b, static_cast<uint8_t>(Backend::cuda),
+                                          k.bin.arch.c_str(), k.bin.key, k.offset,
+                                          k.bin.bytes.size(),
+                                          xxh3(k.bin.bytes.data(), k.bin.bytes.size())));
     auto root = fb::CreateManifest(b, m, b.CreateVector(fn), b.CreateVectorOfStructs(outputs),
                                    static_cast<uint32_t>(x.program.num_returned), fnames,
                                    b.CreateVector(sl), x.plan.arena_bytes, x.plan.num_buffers,
                                    b.CreateVector(st), b.CreateVector(x.placeholders),
                                    b.CreateVector(x.variables), b.CreateVectorOfStructs(sections),
-                                   b.CreateVector(tu));
+                                   b.CreateVector(tu), b.CreateVector(ke));
     fb::FinishManifestBuffer(b, root);
   }
   const uint8_t* mbytes = b.GetBufferPointer();
@@ -200,6 +217,7 @@ void write(const detail::ExecutableImpl& x, const std::string& path,
     write_at(0, head, kHeaderBytes);
     for (auto& d : data) write_at(d.offset, d.host.data(), d.host.nbytes());
     if (tuning) write_at(tuning->offset, tuning->blob.data(), tuning->blob.size());
+    for (const KernelData& k : kernels) write_at(k.offset, k.bin.bytes.data(), k.bin.bytes.size());
     write_at(manifest_offset, mbytes, msize);
     f.close();
     if (!f) {
