@@ -153,6 +153,10 @@ class Reader {
                   Backend target);
   // Checks the tuning sections; on a device of their backend, seeds its choices when they hold
   // for the device, else warns (strict: throws).
+  // The bytes of a tuning or kernel section after checking its range (inside the file, after
+  // the header, 64-byte aligned, at most `max` bytes, at least `min`) and its XXH3.
+  const uint8_t* checked_section(const std::string& where, uint64_t offset, uint64_t size,
+                                 uint64_t xxh3_sum, uint64_t min, uint64_t max, const char* kind);
   void read_tuning(const fb::Manifest& m, detail::ExecutableImpl& impl);
   // Checks the kernel binaries; on a device of their backend, offers them to it, so that its
   // generated kernels are loaded instead of compiled.
@@ -438,6 +442,21 @@ void Reader::read_steps(const fb::Manifest& m, const Program& p, detail::Executa
   }
 }
 
+const uint8_t* Reader::checked_section(const std::string& where, uint64_t offset, uint64_t size,
+                                      uint64_t xxh3_sum, uint64_t min, uint64_t max,
+                                      const char* kind) {
+  if (size < min || size > max)
+    bad(where, offset, "{} bytes; {} sections hold {}{}", size, kind,
+        min == 0 ? "at most " : fmt::format("{} to ", min), max);
+  if (offset < kHeaderBytes || !fits(offset, size, b_.size))
+    bad(where, offset, "range [{}, +{}) is outside the file of {} bytes", offset, size, b_.size);
+  if (offset % kSectionAlign != 0)
+    bad(where, offset, "offset is not a multiple of {}", kSectionAlign);
+  const uint8_t* data = b_.data + offset;
+  if (xxh3(data, size) != xxh3_sum) bad(where, offset, "checksum mismatch");
+  return data;
+}
+
 void Reader::read_tuning(const fb::Manifest& m, detail::ExecutableImpl& impl) {
   if (!m.tuning()) return;
   constexpr uint64_t kMaxTuningBytes = uint64_t{16} << 20;
@@ -449,16 +468,8 @@ void Reader::read_tuning(const fb::Manifest& m, detail::ExecutableImpl& impl) {
     const auto backend = static_cast<Backend>(t.backend());
     const std::string where = fmt::format("tuning section {} ({})", i, backend_name(backend));
     if (seen[t.backend()]++) bad(where, at(&t), "a second tuning section for the backend");
-    if (t.size() > kMaxTuningBytes)
-      bad(where, t.offset(), "{} bytes; tuning sections hold at most {}", t.size(),
-          kMaxTuningBytes);
-    if (t.offset() < kHeaderBytes || !fits(t.offset(), t.size(), b_.size))
-      bad(where, t.offset(), "range [{}, +{}) is outside the file of {} bytes", t.offset(),
-          t.size(), b_.size);
-    if (t.offset() % kSectionAlign != 0)
-      bad(where, t.offset(), "offset is not a multiple of {}", kSectionAlign);
-    const uint8_t* data = b_.data + t.offset();
-    if (xxh3(data, t.size()) != t.xxh3()) bad(where, t.offset(), "checksum mismatch");
+    const uint8_t* data =
+        checked_section(where, t.offset(), t.size(), t.xxh3(), 0, kMaxTuningBytes, "tuning");
     TuningParse parsed = parse_tuning(data, t.size());
     if (!parsed.error.empty()) bad(where, t.offset() + parsed.error_offset, "{}", parsed.error);
     TuningIdentity stored;
@@ -503,15 +514,8 @@ void Reader::read_kernels(const fb::Manifest& m, detail::ExecutableImpl& impl) {
     const std::string where = fmt::format("kernel section {}", i);
     if (k.backend() != static_cast<uint8_t>(Backend::cuda))
       bad(where, at(&k), "unknown backend {} for a generated kernel", k.backend());
-    if (k.size() == 0 || k.size() > kMaxKernelBytes)
-      bad(where, k.offset(), "{} bytes; kernel sections hold 1 to {}", k.size(), kMaxKernelBytes);
-    if (k.offset() < kHeaderBytes || !fits(k.offset(), k.size(), b_.size))
-      bad(where, k.offset(), "range [{}, +{}) is outside the file of {} bytes", k.offset(),
-          k.size(), b_.size);
-    if (k.offset() % kSectionAlign != 0)
-      bad(where, k.offset(), "offset is not a multiple of {}", kSectionAlign);
-    const uint8_t* data = b_.data + k.offset();
-    if (xxh3(data, k.size()) != k.xxh3()) bad(where, k.offset(), "checksum mismatch");
+    const uint8_t* data =
+        checked_section(where, k.offset(), k.size(), k.xxh3(), 1, kMaxKernelBytes, "kernel");
     if (!impl.backend || device_.kind != Device::Kind::cuda) continue;  // checked, not used
     offered.push_back({k.arch() ? k.arch()->str() : std::string(), k.key(),
                        std::vector<char>(data, data + k.size())});
