@@ -200,6 +200,24 @@ TEST(CudaCapture, FeedsAndConstantsReturnedAsOutputs) {
   EXPECT_EQ(exe.replayed_runs(), 2);
 }
 
+// Runs whose device feeds and outputs are large for their few steps are launched step by step:
+// copying them in and out of a recording would cost more than the launches it saves.
+TEST(CudaCapture, FewStepsOverLargeTensorsAreNotReplayed) {
+  REQUIRE_GPU();
+  Graph g;
+  auto x = g.placeholder({1 << 22}, f32, "x");  // 16 MiB
+  auto y = x * 2.0;
+  auto exe = g.compile(kGpu, {}, {y}, capture(true));
+  const Array xv = random_array({1 << 22}, f32);
+  const Array xd = xv.to(kGpu);
+  for (int run = 0; run < 3; ++run) {
+    const auto r = exe.run({{x, xd}})[0].to_vector<float>();
+    const auto xs = xv.to_vector<float>();
+    for (size_t i = 0; i < xs.size(); i += 4099) ASSERT_EQ(r[i], 2 * xs[i]) << i;
+  }
+  EXPECT_EQ(exe.replayed_runs(), 0);
+}
+
 TEST(CudaCapture, CpuExecutablesSayTheyAreNotRecorded) {
   Graph g;
   auto x = g.placeholder({3}, f32, "x");
