@@ -138,7 +138,8 @@ void gelu(KernelContext& ctx) {
   } else {
     unary_float(ctx, [](auto x) {
       using T = decltype(x);
-      return T(0.5) * x * (T(1) + std::erf(x * static_cast<T>(0.7071067811865476)));
+      // Φ(x) as erfc(-x/√2) / 2: 1 + erf(x/√2) cancels for negative x (4 digits lost near -3)
+      return T(0.5) * x * std::erfc(-x * static_cast<T>(0.7071067811865476));
     });
   }
 }

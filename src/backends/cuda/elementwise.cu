@@ -29,6 +29,7 @@ KILN_EW_MATH1(sin)
 KILN_EW_MATH1(cos)
 KILN_EW_MATH1(tanh)
 KILN_EW_MATH1(erf)
+KILN_EW_MATH1(erfc)
 KILN_EW_MATH1(floor)
 KILN_EW_MATH1(ceil)
 KILN_EW_MATH1(rint)
@@ -296,7 +297,8 @@ template <typename A> struct SeluF {
 };
 template <typename A> struct GeluF {
   __device__ A operator()(A x) const {
-    return A(0.5) * x * (A(1) + m_erf(x * static_cast<A>(0.7071067811865476)));
+    // Φ(x) as erfc(-x/√2) / 2: 1 + erf(x/√2) cancels for negative x (4 digits lost near -3)
+    return A(0.5) * x * m_erfc(-x * static_cast<A>(0.7071067811865476));
   }
 };
 template <typename A> struct GeluTanhF {

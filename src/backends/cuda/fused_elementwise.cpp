@@ -81,7 +81,7 @@ template <class D> __device__ inline D sat(double v) {
   return (D)v;
 }
 #define M1(n) __device__ inline float m_##n(float x) { return n##f(x); } __device__ inline double m_##n(double x) { return n(x); }
-M1(exp) M1(log) M1(log1p) M1(expm1) M1(sqrt) M1(sin) M1(cos) M1(tanh) M1(erf) M1(floor) M1(ceil)
+M1(exp) M1(log) M1(log1p) M1(expm1) M1(sqrt) M1(sin) M1(cos) M1(tanh) M1(erf) M1(erfc) M1(floor) M1(ceil)
 M1(rint) M1(fabs) M1(tan) M1(asin) M1(acos) M1(atan) M1(sinh) M1(cosh) M1(asinh) M1(acosh) M1(atanh)
 #define M2(n) __device__ inline float m_##n(float x, float y) { return n##f(x, y); } __device__ inline double m_##n(double x, double y) { return n(x, y); }
 M2(pow) M2(fmod) M2(copysign)
@@ -140,7 +140,7 @@ template <class A> __device__ inline A k_elu(A x, A alpha) { return x > 0 ? x : 
 template <class A> __device__ inline A k_selu(A x) {
   return (A)1.0507009873554804934193349852946 * (x > 0 ? x : (A)1.6732632423543772848170429916717 * m_expm1(x));
 }
-template <class A> __device__ inline A k_gelu(A x) { return A(0.5) * x * (A(1) + m_erf(x * (A)0.7071067811865476)); }
+template <class A> __device__ inline A k_gelu(A x) { return A(0.5) * x * m_erfc(-x * (A)0.7071067811865476); }
 template <class A> __device__ inline A k_gelu_tanh(A x) {
   const A k = (A)0.7978845608028654;
   return A(0.5) * x * (A(1) + m_tanh(k * (x + A(0.044715) * x * x * x)));
