@@ -3,13 +3,14 @@
 
 BUILD       ?= build
 ASAN_BUILD  ?= build-asan
+TSAN_BUILD  ?= build-tsan
 FUZZ_BUILD  ?= build-fuzz
 FUZZ_SECONDS ?= 60
 CMAKE_FLAGS ?=
 JOBS        ?= $(shell nproc)
 export CCACHE_BASEDIR := $(CURDIR)
 
-.PHONY: all setup configure build data demo test test-release test-asan test-gpu gpu-bundle check bench docs format clean fuzz
+.PHONY: all setup configure build data demo test test-release test-asan test-tsan test-gpu gpu-bundle check bench docs format clean fuzz
 
 all: build
 
@@ -29,9 +30,10 @@ data: setup
 demo: build data
 	$(BUILD)/kiln demo --data $(BUILD)/data --checkpoint $(BUILD)/demo.ckpt
 
-# Everything: the release build's tests (C++ and Python), the C++ suite under ASan+UBSan, and
-# a minute each of fuzzing the ONNX importer and the package loader.
-test: test-release test-asan fuzz
+# Everything: the release build's tests (C++ and Python), the C++ suite under ASan+UBSan, the
+# queue and event tests under ThreadSanitizer, and a minute each of fuzzing the ONNX importer and
+# the package loader.
+test: test-release test-asan test-tsan fuzz
 
 test-release: build data
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
@@ -45,6 +47,15 @@ test-asan: setup
 	  kiln_cli kiln_onnx_tests kiln_onnx_conformance kiln_package_tests
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS) -L unit
+
+# Queues, events and asynchronous runs under ThreadSanitizer. Kernels run on the calling thread
+# (KILN_THREADS=1): the OpenMP runtime and oneDNN are not instrumented.
+test-tsan: setup
+	@cmake -S . -B $(TSAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_SANITIZE=thread \
+	  -DKILN_CUDA=OFF -DKILN_BENCH=OFF >/dev/null
+	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target kiln_core_tests
+	KILN_THREADS=1 OMP_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+	  $(TSAN_BUILD)/tests/kiln_core_tests --gtest_filter='Devices/Async.*:Event.*:QueueTest.*'
 
 # libFuzzer over the ONNX importer and the package loader (clang-14, ASan+UBSan), FUZZ_SECONDS each,
 # from the seeds in
@@ -83,4 +94,4 @@ format:
 	@git ls-files '*.h' '*.cpp' '*.cu' | xargs clang-format -i
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)

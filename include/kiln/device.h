@@ -26,21 +26,33 @@ int cuda_device_count();
 /// KILN_DEVICE if set, else the first device whose backend can run graphs (CPU without a GPU).
 Device default_device();
 
-/// An in-order work queue of one device. On the CPU, a worker thread runs submitted work in order.
+/// An in-order work queue of one device (MTLCommandQueue's role). Executables run on it with
+/// Executable::run_async; host work runs on it with submit. A CPU queue has a thread that runs its
+/// work in order. A GPU queue has a CUDA stream of its own, a thread that submits work to it in
+/// order, and a thread that finishes runs once the GPU has passed them. Any number of queues may
+/// exist per device; work on different queues is unordered unless events order it.
+/// Destroying a queue waits for everything submitted to it.
 class Queue {
  public:
+  /// Throws UnsupportedError for a device this build or machine does not have.
   explicit Queue(Device device = Device::cpu());
   ~Queue();
   Queue(Queue&&) noexcept;
   Queue& operator=(Queue&&) noexcept;
   Device device() const;
-  /// Enqueues work; it runs after everything submitted before it.
+  /// Enqueues host work: it runs on a kiln thread after everything submitted before it has
+  /// completed (on a GPU queue: the device work too), and before later work starts. An exception
+  /// it throws is reported on stderr and does not stop the queue.
   void submit(std::function<void()> work);
-  /// Blocks until everything submitted so far has run.
+  /// Blocks until everything submitted so far has completed (device work included).
   void wait();
+  /// The native handle of a GPU queue (cudaStream_t); nullptr for a CPU queue.
+  void* native_handle() const;
+
+  struct Impl;
+  Impl& impl() const { return *impl_; }
 
  private:
-  struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 

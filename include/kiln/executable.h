@@ -2,12 +2,17 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
+#include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "kiln/array.h"
+#include "kiln/device.h"
+#include "kiln/event.h"
 #include "kiln/graph.h"
 
 namespace kiln {
@@ -46,6 +51,29 @@ struct PackageInfo {
   bool replanned = false;  // placed and planned again for another kind of device
 };
 
+/// How an asynchronous run is ordered and reported (Executable::run_async).
+struct ExecutionDescriptor {
+  struct Wait {
+    Event event;
+    uint64_t value = 0;
+  };
+  struct Signal {
+    Event event;
+    uint64_t value = 0;
+    Stage stage = Stage::completed;
+  };
+  /// The run starts only once every event has reached its value.
+  std::vector<Wait> wait_events;
+  /// Events set to their values when the run reaches the stage (failed: see Event).
+  std::vector<Signal> signal_events;
+  /// Called exactly once, on a kiln thread, when the run is scheduled on its queue, or with the
+  /// error that stopped it before.
+  std::function<void(std::exception_ptr)> scheduled_handler;
+  /// Called exactly once, on a kiln thread, when the run has completed: with its outputs, or with
+  /// no outputs and the error it failed with.
+  std::function<void(const std::vector<Array>&, std::exception_ptr)> completed_handler;
+};
+
 class Executable {
  public:
   Executable();
@@ -59,6 +87,19 @@ class Executable {
   std::vector<Array> run(const Feeds& feeds) const;
   /// Same, with placeholders named by their names.
   std::vector<Array> run(const std::map<std::string, Array>& feeds) const;
+
+  /// Runs on `queue` (of the executable's device) after the work submitted to it before, and
+  /// returns at once: a future of the outputs, set when the run has completed (or with the error
+  /// it failed with). Feeds are checked now (ShapeError / DTypeError / ValueError are thrown
+  /// here) and read when the run starts: keep their contents unchanged until it has completed.
+  /// Outputs live on the executable's device. One executable may run on several queues at once:
+  /// each run in flight takes an intermediate-memory arena of its own from the executable's pool
+  /// (a run started while all are busy adds one), and gives it back when it completes.
+  std::future<std::vector<Array>> run_async(Queue& queue, const Feeds& feeds,
+                                            ExecutionDescriptor descriptor = {}) const;
+  std::future<std::vector<Array>> run_async(Queue& queue,
+                                            const std::map<std::string, Array>& feeds,
+                                            ExecutionDescriptor descriptor = {}) const;
 
   Device device() const;
   /// Bytes of the intermediate-buffer arena (peak intermediate memory of one run).

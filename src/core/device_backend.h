@@ -51,6 +51,11 @@ class DeviceBackend {
   /// host memory goes through pinned staging buffers).
   virtual void copy_async(int device, void* dst, bool dst_host, const void* src, bool src_host,
                           size_t bytes, void* stream) = 0;
+  /// Enqueues a copy from the device into pinned host memory (allocate_mapped) without waiting.
+  virtual void copy_to_pinned_async(int device, void* dst, const void* src, size_t bytes,
+                                    void* stream) {
+    copy_async(device, dst, true, src, false, bytes, stream);
+  }
   virtual void memset_async(int device, void* dst, int value, size_t bytes, void* stream) = 0;
   /// One host-to-device copy of upload_all.
   struct HostUpload {
@@ -96,6 +101,14 @@ class DeviceBackend {
   virtual void record_event(int device, void* event, void* stream) {}
   virtual double elapsed_ms(int device, void* start, void* end) { return 0; }
   virtual void destroy_event(int device, void* event) {}
+
+  // Ordering between streams and with the host (Event, Queue): an event without timing, recorded
+  // on a stream with record_event and destroyed with destroy_event; a stream made to wait for the
+  // work before an event's last record; a function run once a stream has passed what came before
+  // it (on the driver's thread: it must not call the backend).
+  virtual void* create_sync_event(int device) { return nullptr; }
+  virtual void stream_wait_event(int device, void* stream, void* event) {}
+  virtual void launch_host_func(int device, void* stream, void (*fn)(void*), void* arg) {}
 
   // Tuning decisions (library algorithms chosen per problem, e.g. by measuring on a first run),
   // so that a package can carry them (src/core/tuning.h). Backends without any keep the defaults.

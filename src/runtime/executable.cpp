@@ -14,6 +14,7 @@
 #include "core/device_backend.h"
 #include "runtime/env.h"
 #include "runtime/executable_impl.h"
+#include "runtime/queue_impl.h"
 
 namespace kiln {
 
@@ -152,7 +153,13 @@ void run_on_host(const KernelEntry& k, const Node& n, const std::vector<TensorVi
     b.copy_async(dev, out[i].data, false, hout[i].data(), true, hout[i].nbytes(), stream);
 }
 
-std::vector<Array> run_device(ExecutableImpl& x, const std::vector<const Array*>& feed_by_node);
+// What is left of a GPU run once its work is on a stream: called after the stream has passed it,
+// it checks the error slots, fills the returned aliases, gives the slot back and returns the
+// outputs (or throws the run's error).
+using Finish = std::function<std::vector<Array>()>;
+
+std::vector<Array> run_device(ExecutableImpl& x, const std::vector<const Array*>& feed_by_node,
+                              void* on_stream = nullptr, Finish* deferred = nullptr);
 
 // The returned values no step wrote: feeds (`feed(placeholder)`), constants (copied) and values
 // returned more than once.
@@ -340,17 +347,16 @@ void recording_release(int, void* p) {
     if (r.scratch[i].second == p) r.free_scratch.push_back(i);
 }
 
-// Records every step of `x` on the slot's stream into a new recording with buffers of its own for
+// Records every step of `x` on `stream` into a new recording with buffers of its own for
 // feeds and outputs. Returns nullptr, with the reason in `why`, when some call cannot be
 // recorded; nothing has run then.
 std::shared_ptr<ExecutableImpl::Recording> record_run(ExecutableImpl& x,
                                                       ExecutableImpl::DeviceSlot& slot,
-                                                      std::vector<void*> signature,
+                                                      void* stream, std::vector<void*> signature,
                                                       std::string* why) {
   const auto& nodes = x.program.graph.nodes;
   DeviceBackend& b = *x.backend;
   const int dev = x.device.index;
-  void* stream = slot.stream;
   auto rec = std::make_shared<ExecutableImpl::Recording>(&b, dev);
   rec->signature = std::move(signature);
   rec->feeds.resize(nodes.size());
@@ -421,21 +427,76 @@ bool recording_pays(const ExecutableImpl& x, const std::vector<const Array*>& fe
   return bytes <= kBytesPerStep * x.steps.size();
 }
 
+// A slot taken from the executable's pool for one run, given back when the run has ended: after
+// waiting for the run's stream when it failed (work may still be in flight).
+struct SlotLease {
+  ExecutableImpl& x;
+  ExecutableImpl::DeviceSlot slot;
+  void* stream = nullptr;  // the run's
+  bool ok = false;
+  explicit SlotLease(ExecutableImpl& e) : x(e) {}
+  SlotLease(const SlotLease&) = delete;
+  SlotLease& operator=(const SlotLease&) = delete;
+  ~SlotLease() {
+    if (!slot.stream) return;
+    if (ok) {
+      ++slot.runs;
+    } else if (stream) {
+      try {
+        x.backend->synchronize(x.device.index, stream);
+      } catch (...) {
+      }
+    }
+    std::lock_guard<std::mutex> l(x.arena_mu);
+    x.free_slots.push_back(std::move(slot));
+  }
+};
+
+// The end of a run whose work is on `stream`: the error slots come back to the host, then (once
+// the stream has passed the run) they are checked, the returned aliases filled (`alias` gives a
+// placeholder's value) and the slot given back. Without `deferred` this waits for the stream and
+// returns the outputs; with it, it returns nothing and leaves that to *deferred.
+template <typename Alias>
+std::vector<Array> end_run(std::shared_ptr<SlotLease> lease, std::vector<Array> outputs,
+                           Alias alias, Finish* deferred) {
+  ExecutableImpl& x = lease->x;
+  auto& slot = lease->slot;
+  DeviceBackend& b = *x.backend;
+  const int dev = x.device.index;
+  const size_t error_bytes = 2 * sizeof(int64_t) * x.steps.size();
+  if (x.reports_errors)
+    b.copy_to_pinned_async(dev, slot.errors_host, slot.errors->data, error_bytes, lease->stream);
+  Finish finish = [lease, outputs = std::move(outputs), alias = std::move(alias)]() mutable {
+    if (lease->x.reports_errors) check_error_slots(lease->x, lease->slot);
+    lease->ok = true;
+    fill_aliases(lease->x, outputs, alias);
+    return std::move(outputs);
+  };
+  if (deferred) {
+    *deferred = std::move(finish);
+    return {};
+  }
+  b.synchronize(dev, lease->stream);
+  return finish();
+}
+
 // A run replayed from the slot's recording (made now when there is none, or when a variable has
 // moved since). Returns false, with x.capture_off set, when the run cannot be recorded.
-bool run_recorded(ExecutableImpl& x, ExecutableImpl::DeviceSlot& slot,
-                  const std::vector<const Array*>& feed_by_node, std::vector<Array>& outputs) {
+bool run_recorded(std::shared_ptr<SlotLease> lease, const std::vector<const Array*>& feed_by_node,
+                  std::vector<Array>& result, Finish* deferred) {
+  ExecutableImpl& x = lease->x;
+  auto& slot = lease->slot;
   const auto& nodes = x.program.graph.nodes;
   DeviceBackend& b = *x.backend;
   const int dev = x.device.index;
-  void* stream = slot.stream;
+  void* stream = lease->stream;
   std::vector<void*> signature;
   signature.reserve(x.variables.size());
   for (int32_t v : x.variables) signature.push_back(nodes[v].value.storage() ? nodes[v].value.storage()->data : nullptr);
   if (!slot.recording || slot.recording->signature != signature) {
     slot.recording.reset();
     std::string why;
-    slot.recording = record_run(x, slot, std::move(signature), &why);
+    slot.recording = record_run(x, slot, stream, std::move(signature), &why);
     if (!slot.recording) {
       if (const char* level = env::log_level(); level && std::string(level) != "error")
         fmt::print(stderr, "[run] runs on {} go on without CUDA graphs: {}\n", x.device.str(), why);
@@ -453,7 +514,7 @@ bool run_recorded(ExecutableImpl& x, ExecutableImpl::DeviceSlot& slot,
   const size_t error_bytes = 2 * sizeof(int64_t) * x.steps.size();
   if (x.reports_errors) b.memset_async(dev, slot.errors->data, 0xff, error_bytes, stream);
   b.launch_graph(dev, rec.graph, stream);
-  outputs.assign(x.program.num_returned, Array());
+  std::vector<Array> outputs(x.program.num_returned);
   for (size_t k = 0; k < x.program.num_returned; ++k) {
     ValueRef v = x.program.outputs[k];
     const ValueSlot& s = x.plan.slots[v.node][v.index];
@@ -465,16 +526,14 @@ bool run_recorded(ExecutableImpl& x, ExecutableImpl::DeviceSlot& slot,
     outputs[k] = device_array(b, x.device, from->shape(), from->dtype(), stream);
     b.copy_async(dev, outputs[k].data(), false, from->data(), false, from->nbytes(), stream);
   }
-  if (x.reports_errors)  // waits for the stream
-    b.copy_async(dev, slot.errors_host, true, slot.errors->data, false, error_bytes, stream);
-  b.synchronize(dev, stream);
   ++x.replays;
-  if (x.reports_errors) check_error_slots(x, slot);
-  fill_aliases(x, outputs, [&](int32_t ph) { return *feed_by_node[ph]; });
+  result = end_run(std::move(lease), std::move(outputs),
+                   [feed_by_node](int32_t ph) { return *feed_by_node[ph]; }, deferred);
   return true;
 }
 
-std::vector<Array> run_device(ExecutableImpl& x, const std::vector<const Array*>& feed_by_node) {
+std::vector<Array> run_device(ExecutableImpl& x, const std::vector<const Array*>& feed_by_node,
+                              void* on_stream, Finish* deferred) {
   const auto& nodes = x.program.graph.nodes;
   for (int32_t ph : x.placeholders)
     if (!feed_by_node[ph]) fail<ValueError>("[run] placeholder '{}' has no feed", nodes[ph].name);
@@ -482,7 +541,8 @@ std::vector<Array> run_device(ExecutableImpl& x, const std::vector<const Array*>
   const int dev = x.device.index;
 
   // a (stream, arena) pair of its own; back to the pool however the run ends
-  ExecutableImpl::DeviceSlot slot;
+  auto lease = std::make_shared<SlotLease>(x);
+  auto& slot = lease->slot;
   bool may_record = false;
   {
     std::lock_guard<std::mutex> l(x.arena_mu);
@@ -493,26 +553,9 @@ std::vector<Array> run_device(ExecutableImpl& x, const std::vector<const Array*>
       x.free_slots.pop_back();
     }
   }
-  struct GiveBack {
-    ExecutableImpl& x;
-    ExecutableImpl::DeviceSlot& slot;
-    ~GiveBack() {
-      if (!slot.stream) return;
-      // a failed run may have left work in flight: let it finish before the slot is reused
-      if (std::uncaught_exceptions() > 0) {
-        try {
-          x.backend->synchronize(x.device.index, slot.stream);
-        } catch (...) {
-        }
-      } else {
-        ++slot.runs;
-      }
-      std::lock_guard<std::mutex> l(x.arena_mu);
-      x.free_slots.push_back(std::move(slot));
-    }
-  } give_back{x, slot};
   if (!slot.stream) slot.stream = b.create_stream(dev);
-  void* stream = slot.stream;
+  // the run's work goes on the caller's queue, or on the slot's own stream
+  void* stream = lease->stream = on_stream ? on_stream : slot.stream;
   auto device_array = [&](const Shape& shape, DType t) {
     return kiln::device_array(b, x.device, shape, t, stream);
   };
@@ -530,11 +573,16 @@ std::vector<Array> run_device(ExecutableImpl& x, const std::vector<const Array*>
   // variables follow the executables that use them
   for (int32_t v : x.variables)
     if (auto& st = nodes[v].value.storage()) move_storage(*st, x.device);
+  // debugging modes wait for steps on the host: they finish the run now
+  const bool validate = env::validate_on_cpu();
+  const bool on_device = env::step_times_device();
+  const bool timed = env::step_times() && !on_device;
+  if (validate || env::step_times()) deferred = nullptr;
   // from the second run on a slot: one launch of the slot's recording, unless copying this run's
   // device feeds in and its outputs out would cost more than the launches it saves
   if (may_record && slot.runs > 0 && recording_pays(x, feed_by_node)) {
     std::vector<Array> outputs;
-    if (run_recorded(x, slot, feed_by_node, outputs)) return outputs;
+    if (run_recorded(lease, feed_by_node, outputs, deferred)) return outputs;
   }
   if (x.reports_errors)  // all ones: no report
     b.memset_async(dev, slot.errors->data, 0xff, error_bytes, stream);
@@ -575,10 +623,7 @@ std::vector<Array> run_device(ExecutableImpl& x, const std::vector<const Array*>
   };
 
   KernelEnv kenv = b.kernel_env(dev, stream);
-  const bool validate = env::validate_on_cpu();
   // KILN_STEP_TIMES=device: an event before every step and one after the last
-  const bool on_device = env::step_times_device();
-  const bool timed = env::step_times() && !on_device;
   std::vector<void*> events;
   struct DropEvents {
     DeviceBackend& b;
@@ -637,11 +682,9 @@ std::vector<Array> run_device(ExecutableImpl& x, const std::vector<const Array*>
                           x.device.str(), w);
     }
   }
-  if (!events.empty()) b.record_event(dev, events.back(), stream);
-  if (x.reports_errors)  // waits for the stream
-    b.copy_async(dev, slot.errors_host, true, slot.errors->data, false, error_bytes, stream);
-  b.synchronize(dev, stream);
   if (!events.empty()) {
+    b.record_event(dev, events.back(), stream);
+    b.synchronize(dev, stream);
     std::lock_guard<std::mutex> l(x.times_mu);
     for (size_t k = 0; k < x.steps.size(); ++k) {
       auto& [ms, calls] = x.step_ms[op_name(nodes[x.steps[k].node].op)];
@@ -649,9 +692,8 @@ std::vector<Array> run_device(ExecutableImpl& x, const std::vector<const Array*>
       ++calls;
     }
   }
-  if (x.reports_errors) check_error_slots(x, slot);
-  fill_aliases(x, outputs, [&](int32_t ph) { return feeds[ph]; });
-  return outputs;
+  return end_run(std::move(lease), std::move(outputs),
+                 [feeds = std::move(feeds)](int32_t ph) { return feeds[ph]; }, deferred);
 }
 }  // namespace
 
@@ -684,9 +726,9 @@ ExecutableImpl::~ExecutableImpl() {
 }
 }  // namespace detail
 
-std::vector<Array> Executable::run(const Feeds& feeds) const {
-  if (!impl_) fail<ValueError>("[run] empty Executable");
-  auto& x = *impl_;
+namespace {
+// The feed of every placeholder of the program, by program node id (nullptr: not fed).
+std::vector<const Array*> bind_feeds(const ExecutableImpl& x, const Feeds& feeds) {
   std::vector<const Array*> by_node(x.program.graph.nodes.size(), nullptr);
   if (!x.source && !feeds.empty())
     fail<ValueError>("[run] this executable was loaded from a package and has no graph: feed its "
@@ -706,12 +748,11 @@ std::vector<Array> Executable::run(const Feeds& feeds) const {
       fail<ValueError>("[run] '{}' is a {}, not a placeholder; it cannot be fed", t.name(),
                        t.op_name());
   }
-  return run_impl(x, by_node);
+  return by_node;
 }
 
-std::vector<Array> Executable::run(const std::map<std::string, Array>& feeds) const {
-  if (!impl_) fail<ValueError>("[run] empty Executable");
-  auto& x = *impl_;
+std::vector<const Array*> bind_feeds(const ExecutableImpl& x,
+                                     const std::map<std::string, Array>& feeds) {
   std::vector<const Array*> by_node(x.program.graph.nodes.size(), nullptr);
   for (auto& [name, a] : feeds) {
     bool found = false;
@@ -730,7 +771,137 @@ std::vector<Array> Executable::run(const std::map<std::string, Array>& feeds) co
       if (!declared) fail<ValueError>("[run] no placeholder named '{}'", name);
     }
   }
-  return run_impl(x, by_node);
+  return by_node;
+}
+
+// A run submitted to a queue, from submission until its handlers have been called.
+struct AsyncRun {
+  std::shared_ptr<ExecutableImpl> x;
+  std::vector<Array> feeds;  // by program node id (invalid: not fed)
+  ExecutionDescriptor desc;
+  std::promise<std::vector<Array>> promise;
+  bool scheduled = false;
+
+  std::vector<const Array*> feed_pointers() const {
+    std::vector<const Array*> p(feeds.size(), nullptr);
+    for (size_t i = 0; i < feeds.size(); ++i)
+      if (feeds[i].valid()) p[i] = &feeds[i];
+    return p;
+  }
+  static void call(const char* which, const std::function<void()>& fn) {
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "[run_async] the {} handler threw: {}\n", which, e.what());
+    } catch (...) {
+      fmt::print(stderr, "[run_async] the {} handler threw\n", which);
+    }
+  }
+  void mark_scheduled() {
+    scheduled = true;
+    for (auto& s : desc.signal_events)
+      if (s.stage == Stage::scheduled) s.event.signal(s.value);
+    if (desc.scheduled_handler) call("scheduled", [&] { desc.scheduled_handler(nullptr); });
+  }
+  void complete(std::vector<Array> outputs) {
+    for (auto& s : desc.signal_events)
+      if (s.stage == Stage::completed) s.event.signal(s.value);
+    if (desc.completed_handler) call("completed", [&] { desc.completed_handler(outputs, nullptr); });
+    promise.set_value(std::move(outputs));
+  }
+  // the run failed: every stage it had not reached fails with `error`
+  void fail_with(std::exception_ptr error) {
+    for (auto& s : desc.signal_events)
+      if (s.stage == Stage::completed || !scheduled) s.event.state()->advance(s.value, error);
+    if (!scheduled && desc.scheduled_handler)
+      call("scheduled", [&] { desc.scheduled_handler(error); });
+    if (desc.completed_handler) call("completed", [&] { desc.completed_handler({}, error); });
+    promise.set_exception(error);
+  }
+  // on a GPU queue the waits were chained on the device: a run that failed to signal one of them
+  // fails this run too
+  void check_waits() const {
+    for (auto& w : desc.wait_events) w.event.state()->host_wait(w.value);
+  }
+};
+
+// On the queue's submission thread: waits, then the run (encoded on a GPU queue's stream, whose
+// completion finishes it; executed on a CPU queue).
+void start_async(const std::shared_ptr<AsyncRun>& job, Queue::Impl& q) {
+  try {
+    for (auto& w : job->desc.wait_events) q.wait_event(w.event, w.value);
+    ExecutableImpl& x = *job->x;
+    if (!x.backend) {
+      job->mark_scheduled();
+      std::vector<Array> outputs = run_impl(x, job->feed_pointers());
+      job->complete(std::move(outputs));
+      return;
+    }
+    Finish finish;
+    std::vector<Array> outputs = run_device(x, job->feed_pointers(), q.stream, &finish);
+    for (auto& s : job->desc.signal_events)
+      if (s.stage == Stage::completed) s.event.state()->add_pending(s.value, *x.backend, x.device.index, q.stream);
+    job->mark_scheduled();
+    q.after_device([job, finish = std::move(finish), outputs = std::move(outputs)]() mutable {
+      try {
+        if (finish) outputs = finish();
+        job->check_waits();
+      } catch (...) {
+        job->fail_with(std::current_exception());
+        return;
+      }
+      job->complete(std::move(outputs));
+    });
+  } catch (...) {
+    job->fail_with(std::current_exception());
+  }
+}
+
+std::future<std::vector<Array>> submit_async(const std::shared_ptr<ExecutableImpl>& impl,
+                                             Queue& queue,
+                                             const std::vector<const Array*>& by_node,
+                                             ExecutionDescriptor desc) {
+  const ExecutableImpl& x = *impl;
+  if (queue.device() != x.device)
+    fail<ValueError>("[run_async] the executable runs on {} but the queue is of {}", x.device.str(),
+                     queue.device().str());
+  for (int32_t ph : x.placeholders)
+    if (!by_node[ph])
+      fail<ValueError>("[run] placeholder '{}' has no feed", x.program.graph.nodes[ph].name);
+  auto job = std::make_shared<AsyncRun>();
+  job->x = impl;
+  job->feeds.resize(by_node.size());
+  for (size_t i = 0; i < by_node.size(); ++i)
+    if (by_node[i]) job->feeds[i] = *by_node[i];
+  job->desc = std::move(desc);
+  auto future = job->promise.get_future();
+  Queue::Impl& q = queue.impl();
+  q.enqueue([job, &q] { start_async(job, q); });
+  return future;
+}
+}  // namespace
+
+std::vector<Array> Executable::run(const Feeds& feeds) const {
+  if (!impl_) fail<ValueError>("[run] empty Executable");
+  return run_impl(*impl_, bind_feeds(*impl_, feeds));
+}
+
+std::vector<Array> Executable::run(const std::map<std::string, Array>& feeds) const {
+  if (!impl_) fail<ValueError>("[run] empty Executable");
+  return run_impl(*impl_, bind_feeds(*impl_, feeds));
+}
+
+std::future<std::vector<Array>> Executable::run_async(Queue& queue, const Feeds& feeds,
+                                                      ExecutionDescriptor descriptor) const {
+  if (!impl_) fail<ValueError>("[run_async] empty Executable");
+  return submit_async(impl_, queue, bind_feeds(*impl_, feeds), std::move(descriptor));
+}
+
+std::future<std::vector<Array>> Executable::run_async(Queue& queue,
+                                                      const std::map<std::string, Array>& feeds,
+                                                      ExecutionDescriptor descriptor) const {
+  if (!impl_) fail<ValueError>("[run_async] empty Executable");
+  return submit_async(impl_, queue, bind_feeds(*impl_, feeds), std::move(descriptor));
 }
 
 Device Executable::device() const { return impl_->device; }

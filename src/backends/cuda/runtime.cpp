@@ -209,6 +209,13 @@ class CudaBackend final : public DeviceBackend {
     });
   }
 
+  void copy_to_pinned_async(int device, void* dst, const void* src, size_t bytes,
+                            void* stream) override {
+    if (bytes == 0) return;
+    DeviceScope g(device);
+    KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost,
+                                    static_cast<cudaStream_t>(stream)));
+  }
   void memset_async(int device, void* dst, int value, size_t bytes, void* stream) override {
     DeviceScope g(device);
     KILN_CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, static_cast<cudaStream_t>(stream)));
@@ -305,6 +312,21 @@ class CudaBackend final : public DeviceBackend {
   }
   void destroy_event(int device, void* event) override {
     cudaEventDestroy(static_cast<cudaEvent_t>(event));
+  }
+  void* create_sync_event(int device) override {
+    DeviceScope g(device);
+    cudaEvent_t e = nullptr;
+    KILN_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    return e;
+  }
+  void stream_wait_event(int device, void* stream, void* event) override {
+    DeviceScope g(device);
+    KILN_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream),
+                                        static_cast<cudaEvent_t>(event), 0));
+  }
+  void launch_host_func(int device, void* stream, void (*fn)(void*), void* arg) override {
+    DeviceScope g(device);
+    KILN_CUDA_CHECK(cudaLaunchHostFunc(static_cast<cudaStream_t>(stream), fn, arg));
   }
   TuningIdentity tuning_identity(int device) override {
     dev(device);
