@@ -8,6 +8,8 @@
 //
 // Failure drills for the tests: --kill-rank R --fail-step S makes rank R die (SIGKILL) at step S;
 // --hang-rank R makes it stop answering instead, --exit-rank R makes it leave quietly.
+// --queue runs the steps (and their collectives) asynchronously on a kiln Queue: the next batch is
+// gathered while a step runs, and an event that each step signals orders the checkpoint after it.
 #include <fmt/format.h>
 #include <signal.h>
 #include <unistd.h>
@@ -18,6 +20,8 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <future>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -39,6 +43,7 @@ struct Options {
   double lr = 0.05;
   std::string device;  // default: cuda:LOCAL_RANK for nccl, else cpu
   bool selftest = false;
+  bool queue = false;
   int64_t bucket_bytes = 16 << 10;
 };
 
@@ -195,6 +200,15 @@ int train(const Options& o) {
   std::shuffle(perm.begin(), perm.end(), std::mt19937(7));
   const dist::Shard mine = dist::shard(o.global_batch, rank, size);
   const auto t0 = std::chrono::steady_clock::now();
+  std::optional<Queue> queue;
+  if (o.queue) queue.emplace(step.device());
+  Event steps_done;
+  std::future<std::vector<Array>> in_flight;
+  auto write_loss = [&] {
+    if (!in_flight.valid()) return;
+    const double l = in_flight.get()[0].to(Device::cpu()).to_vector<double>()[0];
+    if (out) std::fprintf(out, "%.9g\n", l);
+  };
   for (int s = 0; s < o.steps; ++s) {
     if (s == o.fail_step && rank == o.kill_rank) {
       std::fprintf(stderr, "[dp_train] rank %d: dying at step %d (drill)\n", rank, s);
@@ -211,14 +225,24 @@ int train(const Options& o) {
     std::vector<int64_t> idx;
     for (int64_t i = mine.begin; i < mine.end; ++i)
       idx.push_back(perm[(static_cast<int64_t>(s) * o.global_batch + i) % n]);
-    const double l =
-        step.run({{x, images.take_rows(idx)}, {y, labels.take_rows(idx)}})[0].to_vector<double>()[0];
-    if (out) std::fprintf(out, "%.9g\n", l);
+    const Feeds feeds = {{x, images.take_rows(idx)}, {y, labels.take_rows(idx)}};
+    if (queue) {
+      ExecutionDescriptor d;
+      d.signal_events = {{steps_done, static_cast<uint64_t>(s) + 1}};
+      auto next = step.run_async(*queue, feeds, d);
+      write_loss();  // the previous step's, while this one runs
+      in_flight = std::move(next);
+      if (s == o.checkpoint_step) steps_done.wait(static_cast<uint64_t>(s) + 1);
+    } else {
+      in_flight = std::async(std::launch::deferred, [&] { return step.run(feeds); });
+      write_loss();
+    }
     if (s == o.checkpoint_step && !o.checkpoint.empty()) {
       if (comm) dist::save_checkpoint(step, *comm, o.checkpoint);
       else step.save(o.checkpoint);
     }
   }
+  write_loss();
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (out) std::fclose(out);
   if (rank == 0)
@@ -245,6 +269,7 @@ int main(int argc, char** argv) {
   app.add_option("--checkpoint", o.checkpoint, "Package written by rank 0 at --checkpoint-step");
   app.add_option("--checkpoint-step", o.checkpoint_step);
   app.add_option("--device", o.device, "cpu or cuda:N (default: cuda:LOCAL_RANK for nccl)");
+  app.add_flag("--queue", o.queue, "Run the steps with run_async on a queue");
   app.add_flag("--selftest", o.selftest, "Check every collective against references and exit");
   app.add_option("--kill-rank", o.kill_rank);
   app.add_option("--hang-rank", o.hang_rank);

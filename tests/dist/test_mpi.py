@@ -70,6 +70,15 @@ def test_data_parallel_matches_one_process_with_the_combined_batch(single, tmp_p
     assert got[-5:].mean() < 0.5 * got[:5].mean()
 
 
+def test_steps_on_a_kiln_queue_give_the_same_trajectory(single, tmp_path):
+    # the steps and their all-reduces run asynchronously on a Queue, ordered by an Event
+    out = tmp_path / "losses.txt"
+    p, _ = mpirun(2, ["--transport", "mpi", "--queue", "--steps", str(STEPS), "--global-batch",
+                      str(BATCH), "--out", str(out)])
+    assert p.returncode == 0, p.stdout + p.stderr
+    np.testing.assert_allclose(losses(out), single, rtol=2e-4, atol=1e-5)
+
+
 def test_rank_zero_writes_the_checkpoint(tmp_path):
     ckpt = tmp_path / "step10.kiln"
     p, _ = mpirun(2, ["--transport", "mpi", "--steps", "12", "--checkpoint", str(ckpt),
