@@ -109,6 +109,10 @@ class DeviceBackend {
   virtual void* create_sync_event(int device) { return nullptr; }
   virtual void stream_wait_event(int device, void* stream, void* event) {}
   virtual void launch_host_func(int device, void* stream, void (*fn)(void*), void* arg) {}
+  /// An event whose host waits sleep instead of spinning (recorded with record_event), and the
+  /// host wait for its last record.
+  virtual void* create_blocking_event(int device) { return nullptr; }
+  virtual void host_wait_event(int device, void* event) {}
 
   // Tuning decisions (library algorithms chosen per problem, e.g. by measuring on a first run),
   // so that a package can carry them (src/core/tuning.h). Backends without any keep the defaults.

@@ -4,7 +4,9 @@
 // What must happen once the device has passed a point (finishing a run, signaling an event at
 // its completed stage, host work) is handed from a CUDA host function to the queue's completion
 // thread: host functions run on the driver's thread and must not call CUDA themselves.
+#include <cstdlib>
 #include <future>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -149,7 +151,7 @@ void report_thrown(const char* what) {
   fmt::print(stderr, "[queue] work submitted to a queue threw: {}\n", what);
 }
 
-// what a host function hands to its queue's completion thread
+// what a host function hands to its queue's completion thread (KILN_QUEUE_HOSTFUNC=1)
 struct DeviceCallback {
   Queue::Impl* queue;
   std::function<void()> fn;
@@ -158,10 +160,17 @@ void run_from_device(void* arg) {
   auto* c = static_cast<DeviceCallback*>(arg);
   {
     std::lock_guard<std::mutex> l(c->queue->done_mu);
-    c->queue->done.push_back(std::move(c->fn));
+    c->queue->done.push_back({nullptr, std::move(c->fn)});
   }
   c->queue->done_cv.notify_all();
   delete c;
+}
+bool use_host_functions() {
+  static const bool on = [] {
+    const char* v = std::getenv("KILN_QUEUE_HOSTFUNC");
+    return v && std::string(v) == "1";
+  }();
+  return on;
 }
 }  // namespace
 
@@ -192,17 +201,23 @@ void Queue::Impl::loop() {
 }
 
 void Queue::Impl::done_loop() {
+  backend->kernel_env(device.index, stream);  // this thread's device
   for (;;) {
-    std::function<void()> fn;
+    Done d;
     {
       std::unique_lock<std::mutex> l(done_mu);
       done_cv.wait(l, [&] { return done_stop || !done.empty(); });
       if (done.empty()) return;
-      fn = std::move(done.front());
+      d = std::move(done.front());
       done.pop_front();
     }
     try {
-      fn();
+      if (d.event) backend->host_wait_event(device.index, d.event);  // sleeps, does not spin
+    } catch (const std::exception& e) {
+      report_thrown(e.what());  // the run's finish meets the device error again
+    }
+    try {
+      d.fn();
     } catch (const std::exception& e) {
       report_thrown(e.what());
     } catch (...) {
@@ -210,6 +225,7 @@ void Queue::Impl::done_loop() {
     }
     {
       std::lock_guard<std::mutex> l(done_mu);
+      if (d.event) free_events.push_back(d.event);
       --in_flight;
     }
     done_cv.notify_all();
@@ -229,21 +245,46 @@ void Queue::Impl::after_device(std::function<void()> fn) {
     fn();
     return;
   }
-  auto* c = new DeviceCallback{this, std::move(fn)};
+  if (use_host_functions()) {
+    auto* c = new DeviceCallback{this, std::move(fn)};
+    {
+      std::lock_guard<std::mutex> l(done_mu);
+      ++in_flight;
+    }
+    try {
+      backend->launch_host_func(device.index, stream, run_from_device, c);
+    } catch (...) {
+      {
+        std::lock_guard<std::mutex> l(done_mu);
+        --in_flight;
+      }
+      delete c;
+      throw;
+    }
+    return;
+  }
+  // the completion thread sleeps on an event recorded here, then runs fn
+  void* e = nullptr;
+  {
+    std::lock_guard<std::mutex> l(done_mu);
+    if (!free_events.empty()) {
+      e = free_events.back();
+      free_events.pop_back();
+    }
+  }
+  if (!e) e = backend->create_blocking_event(device.index);
+  try {
+    backend->record_event(device.index, e, stream);
+  } catch (...) {
+    backend->destroy_event(device.index, e);
+    throw;
+  }
   {
     std::lock_guard<std::mutex> l(done_mu);
     ++in_flight;
+    done.push_back({e, std::move(fn)});
   }
-  try {
-    backend->launch_host_func(device.index, stream, run_from_device, c);
-  } catch (...) {
-    {
-      std::lock_guard<std::mutex> l(done_mu);
-      --in_flight;
-    }
-    delete c;
-    throw;
-  }
+  done_cv.notify_all();
 }
 
 void Queue::Impl::drain_device() {
@@ -284,6 +325,7 @@ Queue::Impl::~Impl() {
   }
   done_cv.notify_all();
   if (done_thread.joinable()) done_thread.join();
+  for (void* e : free_events) backend->destroy_event(device.index, e);
   if (stream) backend->destroy_stream(device.index, stream);
 }
 

@@ -75,7 +75,13 @@ struct Queue::Impl {
 
   std::mutex done_mu;
   std::condition_variable done_cv;
-  std::deque<std::function<void()>> done;
+  // what the completion thread runs, each once the device has passed its event (nullptr: now)
+  struct Done {
+    void* event = nullptr;
+    std::function<void()> fn;
+  };
+  std::deque<Done> done;
+  std::vector<void*> free_events;  // blocking-sync events to record again
   int64_t in_flight = 0;  // device callbacks enqueued, not yet run
   bool done_stop = false;
   std::thread done_thread;

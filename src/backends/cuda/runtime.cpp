@@ -324,6 +324,15 @@ class CudaBackend final : public DeviceBackend {
     KILN_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream),
                                         static_cast<cudaEvent_t>(event), 0));
   }
+  void* create_blocking_event(int device) override {
+    DeviceScope g(device);
+    cudaEvent_t e = nullptr;
+    KILN_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming | cudaEventBlockingSync));
+    return e;
+  }
+  void host_wait_event(int device, void* event) override {
+    KILN_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
+  }
   void launch_host_func(int device, void* stream, void (*fn)(void*), void* arg) override {
     DeviceScope g(device);
     KILN_CUDA_CHECK(cudaLaunchHostFunc(static_cast<cudaStream_t>(stream), fn, arg));
