@@ -87,6 +87,19 @@ TEST(DepthToSpace, DcrAndCrdOrders) {
                {0, 4, 1, 5, 2, 6, 3, 7});
 }
 
+TEST(DepthToSpace, DynamicDims) {
+  // unknown batch and height until compile; the channel dim is checked once known
+  Graph g;
+  auto x = g.placeholder({-1, 8, -1, 3}, f32, "x");
+  auto y = depth_to_space(x, 2, {SpaceDepthMode::crd});
+  EXPECT_EQ(y.shape(), (Shape{-1, 2, -1, 6}));
+  auto z = space_to_depth(y, 2, {SpaceDepthMode::crd});
+  EXPECT_EQ(z.shape(), (Shape{-1, 8, -1, 3}));
+  Array vx = random_array({3, 8, 5, 3}, f32);
+  expect_equal(eval1(g, y, {{x, vx}}), {3, 2, 10, 6}, ref_depth_to_space(vx, 2, true, false));
+  expect_equal(eval1(g, z, {{x, vx}}), {3, 8, 5, 3}, to_f64(vx));
+}
+
 TEST(DepthToSpace, ErrorsNameOpAndShapes) {
   Graph g;
   auto x = g.placeholder({2, 6, 3, 3}, f32, "x");
@@ -556,6 +569,22 @@ TEST(NonMaxSuppression, TiesNanAndHalfScores) {
     if (i != 3 && i != 7) want.insert(want.end(), {0, 0, double(i)});
   EXPECT_EQ(run_nms(boxes, scores, 12, o), want);
   EXPECT_EQ(run_nms(boxes.astype(f16), scores.astype(f16), 12, o), want);
+}
+
+TEST(NonMaxSuppression, DynamicBoxCount) {
+  // the result's row count is known once N is
+  Graph g;
+  auto b = g.placeholder({2, -1, 4}, f32, "b");
+  auto s = g.placeholder({2, 3, -1}, f32, "s");
+  auto [sel, count] = non_max_suppression(b, s, 4);
+  EXPECT_EQ(sel.shape(), (Shape{-1, 3}));
+  const Array boxes = random_boxes(2, 7, f32, false), scores = random_array({2, 3, 7}, f32, 0, 1);
+  const auto r = eval(g, {sel, count}, {{b, boxes}, {s, scores}});
+  EXPECT_EQ(r[0].shape(), (Shape{24, 3}));
+  const int64_t k = r[1].to_vector<int64_t>().at(0);
+  auto rows = to_f64(r[0]);
+  rows.resize(static_cast<size_t>(3 * k));
+  EXPECT_EQ(rows, ref_nms(boxes, scores, 4, {}));
 }
 
 TEST(NonMaxSuppression, ErrorsNameOpAndShapes) {
