@@ -91,6 +91,17 @@ KILN_XFORM_HD inline void box_extent(const T* p, bool center, T& y0, T& x0, T& y
   }
 }
 
+/// a * b rounded on its own: device code never fuses it into an add (nvcc contracts a * b + c
+/// into an fma by default, the host compiler does not), so both backends decide alike.
+template <typename T> KILN_XFORM_HD inline T mul_rn(T a, T b) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (sizeof(T) == 4) return __fmul_rn(a, b);
+  else return __dmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
 template <typename T>
 KILN_XFORM_HD inline bool suppresses(const T* a, const T* b, bool center, T iou_threshold) {
   T ay0, ax0, ay1, ax1, by0, bx0, by1, bx1;
@@ -100,8 +111,8 @@ KILN_XFORM_HD inline bool suppresses(const T* a, const T* b, bool center, T iou_
   if (!(ix1 > ix0)) return false;
   const T iy0 = ay0 > by0 ? ay0 : by0, iy1 = ay1 < by1 ? ay1 : by1;
   if (!(iy1 > iy0)) return false;
-  const T inter = (ix1 - ix0) * (iy1 - iy0);
-  const T area_a = (ax1 - ax0) * (ay1 - ay0), area_b = (bx1 - bx0) * (by1 - by0);
+  const T inter = mul_rn(ix1 - ix0, iy1 - iy0);
+  const T area_a = mul_rn(ax1 - ax0, ay1 - ay0), area_b = mul_rn(bx1 - bx0, by1 - by0);
   const T uni = area_a + area_b - inter;
   if (!(inter > T(0)) || !(area_a > T(0)) || !(area_b > T(0)) || !(uni > T(0))) return false;
   return inter / uni > iou_threshold;
