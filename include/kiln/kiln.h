@@ -17,6 +17,7 @@
 #include "kiln/ops/random.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/transform.h"
+#include "kiln/ops/transform_extra.h"
 #include "kiln/optim.h"
 #include "kiln/dist.h"
 #include "kiln/version.h"

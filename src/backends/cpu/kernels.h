@@ -15,6 +15,7 @@ void register_loss_kernels();
 void register_dist_kernels();
 void register_random_kernels();
 void register_fused_elementwise_kernels();
+void register_transform_extra_kernels();  // transform_extra.cpp
 
 /// Registers every family above.
 void register_kernels();

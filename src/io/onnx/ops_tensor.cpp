@@ -5,6 +5,8 @@
 #include <onnx/onnx_pb.h>
 
 #include "io/onnx/map_util.h"
+#include "kiln/executable.h"
+#include "kiln/ops/transform_extra.h"
 
 namespace kiln::onnx::detail {
 
@@ -278,29 +280,52 @@ Outs trilu_op(NodeContext& c) {
   return {where(known(c, mask), x, scalar_of(x, 0))};
 }
 
-Outs depth_to_space(NodeContext& c) {
-  Tensor x = c.input(0);
-  const Shape s = static_shape(c, x, "DepthToSpace");
-  if (s.size() != 4) c.fail("the input must be 4-D");
-  const int64_t b = c.required_int("blocksize"), n = s[0], ch = s[1], h = s[2], w = s[3];
-  if (b <= 0 || ch % (b * b)) c.fail("channels must divide by blocksize^2");
-  const int64_t oc = ch / (b * b);
-  Tensor y;
-  if (c.attr_string("mode", "DCR") == "DCR")
-    y = transpose(reshape(x, {n, b, b, oc, h, w}), {0, 3, 4, 1, 5, 2});
-  else
-    y = transpose(reshape(x, {n, oc, b, b, h, w}), {0, 1, 4, 2, 5, 3});
-  return {reshape(y, {n, oc, h * b, w * b})};
+Outs depth_to_space_op(NodeContext& c) {
+  const std::string mode = c.attr_string("mode", "DCR");
+  if (mode != "DCR" && mode != "CRD") c.fail(fmt::format("unknown mode '{}'", mode));
+  return {depth_to_space(c.input(0), c.required_int("blocksize"),
+                         {mode == "CRD" ? SpaceDepthMode::crd : SpaceDepthMode::dcr, false})};
 }
 
-Outs space_to_depth(NodeContext& c) {
-  Tensor x = c.input(0);
-  const Shape s = static_shape(c, x, "SpaceToDepth");
-  if (s.size() != 4) c.fail("the input must be 4-D");
-  const int64_t b = c.required_int("blocksize"), n = s[0], ch = s[1], h = s[2], w = s[3];
-  if (b <= 0 || h % b || w % b) c.fail("height and width must divide by blocksize");
-  Tensor y = transpose(reshape(x, {n, ch, h / b, b, w / b, b}), {0, 3, 5, 1, 2, 4});
-  return {reshape(y, {n, ch * b * b, h / b, w / b})};
+Outs space_to_depth_op(NodeContext& c) {
+  return {space_to_depth(c.input(0), c.required_int("blocksize"))};
+}
+
+// The first value of a known optional input, or `fallback` when the input is absent.
+double first_value(NodeContext& c, int i, double fallback) {
+  if (!c.has_input(i)) return fallback;
+  const auto v = c.doubles(i);
+  if (v.size() != 1) c.fail(fmt::format("input {} must hold one value, got {}", i, v.size()));
+  return v[0];
+}
+
+// The number of selected boxes is data-dependent: the node folds on known boxes and scores (kiln
+// runs non_max_suppression on the CPU while importing and keeps selected[:count]).
+Outs non_max_suppression_op(NodeContext& c) {
+  NonMaxSuppressionOptions o;
+  const int64_t max_out = static_cast<int64_t>(first_value(c, 2, 0));
+  o.iou_threshold = first_value(c, 3, 0);
+  if (c.has_input(4)) o.score_threshold = first_value(c, 4, 0);
+  o.center_point_box = c.attr_int("center_point_box", 0) != 0;
+  for (int i : {0, 1})
+    if (!c.constant(i))
+      c.unsupported(fmt::format(
+          "input {} ('{}') must be known while importing: the number of selected boxes (the "
+          "output's shape) depends on the data; kiln::non_max_suppression gives a fixed-size "
+          "result and a count instead",
+          i, c.proto().input(i)));
+  Graph g;
+  auto [sel, count] =
+      non_max_suppression(kiln::constant(g, *c.constant(0)), kiln::constant(g, *c.constant(1)),
+                          std::max<int64_t>(max_out, 0), o);
+  CompileOptions opts;
+  opts.optimize = false;
+  opts.num_threads = 1;
+  const auto r = g.compile(Device::cpu(), {}, {sel, count}, opts).run(Feeds{});
+  const int64_t k = r[1].to(Device::cpu()).astype(i64).to_vector<int64_t>().at(0);
+  auto rows = r[0].to(Device::cpu()).to_vector<int64_t>();
+  rows.resize(static_cast<size_t>(3 * k));
+  return {known(c, Array::from_vector(rows, {k, 3}))};
 }
 
 Outs compress_op(NodeContext& c) {
@@ -359,8 +384,9 @@ void add_tensor_ops(std::vector<OpEntry>& t) {
       {"TopK", 1, topk_op},
       {"EyeLike", 9, eye_like},
       {"Trilu", 14, trilu_op},
-      {"DepthToSpace", 1, depth_to_space},
-      {"SpaceToDepth", 1, space_to_depth},
+      {"DepthToSpace", 1, depth_to_space_op},
+      {"SpaceToDepth", 1, space_to_depth_op},
+      {"NonMaxSuppression", 10, non_max_suppression_op},
       {"Compress", 9, compress_op},
       {"NonZero", 9, nonzero_op},
   });

@@ -65,6 +65,7 @@ bool arity_rule(OpId op, const Attrs& attrs, int& lo, int& hi) {
     case OpId::AvgPoolGrad: case OpId::Resize: case OpId::AllReduce: case OpId::CollectiveWait:
     case OpId::RandomUniform: case OpId::RandomNormal: case OpId::RandomTruncatedNormal:
     case OpId::RandomBernoulli: case OpId::RandomDropoutMask: case OpId::RandomInteger:
+    case OpId::DepthToSpace: case OpId::SpaceToDepth: case OpId::Roll:
       return true;
     case OpId::Concat:
       hi = INT_MAX;
@@ -101,6 +102,8 @@ bool arity_rule(OpId op, const Attrs& attrs, int& lo, int& hi) {
     case OpId::Matmul: case OpId::ConvGradWeight: case OpId::MaxPoolGrad: case OpId::Gather:
     case OpId::GatherElements: case OpId::HammingDistance: case OpId::SoftmaxCrossEntropy:
     case OpId::Nll: case OpId::Mse: case OpId::GatherNd: case OpId::GridSample:
+    case OpId::Embedding: case OpId::EmbeddingGrad: case OpId::MaskedFill:
+    case OpId::NonMaxSuppression:
       lo = hi = 2;
       return true;
   }
