@@ -15,6 +15,7 @@ void register_loss_kernels();
 void register_dist_kernels();
 void register_random_kernels();
 void register_fused_elementwise_kernels();
+void register_rnn_kernels();
 
 /// Registers every family above.
 void register_kernels();

@@ -22,6 +22,7 @@ void register_kernels() {
   register_dist_kernels();
   register_random_kernels();
   register_fused_elementwise_kernels();
+  register_rnn_kernels();
 }
 }  // namespace cuda
 

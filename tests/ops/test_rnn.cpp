@@ -1,0 +1,450 @@
+// lstm, gru, rnn and rnn_grad against a float64 reference written here with plain loops (ONNX's
+// equations, one batch row and one step at a time), on fresh random data; gradients against
+// central differences. Tolerances: f64 1e-9 relative + absolute, f32 2e-5 relative + 1e-5
+// absolute (values are O(1); the recurrences are short).
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "kiln/ops/rnn.h"
+#include "support/gradcheck.h"
+#include "support/reference.h"
+
+namespace kiln {
+namespace {
+using namespace kiln::test;
+using K = RnnActivationKind;
+
+// ---- the reference
+
+double ref_act(const RnnActivation& a, double x) {
+  switch (a.kind) {
+    case K::sigmoid: return 1 / (1 + std::exp(-x));
+    case K::tanh: return std::tanh(x);
+    case K::relu: return std::max(x, 0.0);
+    case K::affine: return a.alpha * x + a.beta;
+    case K::leaky_relu: return x >= 0 ? x : a.alpha * x;
+    case K::thresholded_relu: return x > a.alpha ? x : 0;
+    case K::scaled_tanh: return a.alpha * std::tanh(a.beta * x);
+    case K::hard_sigmoid: return std::min(1.0, std::max(0.0, a.alpha * x + a.beta));
+    case K::elu: return x >= 0 ? x : a.alpha * (std::exp(x) - 1);
+    case K::softsign: return x / (1 + std::fabs(x));
+    case K::softplus: return std::log(1 + std::exp(x));
+  }
+  return 0;
+}
+
+struct Cfg {
+  RnnCell cell = RnnCell::lstm;
+  int layers = 1;
+  RnnDirection dir = RnnDirection::forward;
+  bool batch_first = false, init = false, lens = false, bias = true, peep = false;
+  DType dtype = f64;
+  double clip = 0;
+  bool input_forget = false, lbr = false;
+  std::vector<RnnActivation> acts;  // one direction's; empty: defaults
+  int64_t T = 4, B = 3, I = 5, H = 3;
+
+  int64_t D() const { return dir == RnnDirection::bidirectional ? 2 : 1; }
+  int64_t G() const { return cell == RnnCell::lstm ? 4 : cell == RnnCell::gru ? 3 : 1; }
+  std::string str() const {
+    return fmt::format("cell {} layers {} dir {} batch_first {} init {} lens {} bias {} peep {} "
+                       "{} clip {} input_forget {} lbr {} acts {}",
+                       static_cast<int>(cell), layers, static_cast<int>(dir), batch_first, init,
+                       lens, bias, peep, name(dtype), clip, input_forget, lbr, acts.size());
+  }
+};
+
+// The inputs in the order: x, then per layer w, r[, b][, p], then [h0][, c0 (lstm)][, lens].
+struct Data {
+  std::vector<Array> arrays;
+  int n_layer_inputs = 0;
+};
+
+Data make_data(const Cfg& c) {
+  Data d;
+  const int64_t D = c.D(), GH = c.G() * c.H;
+  d.arrays.push_back(random_array(c.batch_first ? Shape{c.B, c.T, c.I} : Shape{c.T, c.B, c.I},
+                                  c.dtype, -1, 1));
+  for (int l = 0; l < c.layers; ++l) {
+    const int64_t in = l == 0 ? c.I : D * c.H;
+    d.arrays.push_back(random_array({D, GH, in}, c.dtype, -0.6, 0.6));
+    d.arrays.push_back(random_array({D, GH, c.H}, c.dtype, -0.6, 0.6));
+    if (c.bias) d.arrays.push_back(random_array({D, 2 * GH}, c.dtype, -0.5, 0.5));
+    if (c.peep) d.arrays.push_back(random_array({D, 3 * c.H}, c.dtype, -0.5, 0.5));
+  }
+  d.n_layer_inputs = 2 + c.bias + c.peep;
+  if (c.init) {
+    d.arrays.push_back(random_array({c.layers * D, c.B, c.H}, c.dtype, -1, 1));
+    if (c.cell == RnnCell::lstm) d.arrays.push_back(random_array({c.layers * D, c.B, c.H}, c.dtype, -1, 1));
+  }
+  if (c.lens) {
+    std::vector<int64_t> lens(static_cast<size_t>(c.B));
+    for (int64_t b = 0; b < c.B; ++b) lens[b] = (b == 0) ? c.T : (b == 1 ? 0 : 1 + static_cast<int64_t>(rng()() % c.T));
+    d.arrays.push_back(Array::from_vector(lens, {c.B}));
+  }
+  return d;
+}
+
+RnnOptions options(const Cfg& c) {
+  RnnOptions o;
+  o.direction = c.dir;
+  o.batch_first = c.batch_first;
+  o.activations = c.acts;
+  o.clip = c.clip;
+  o.input_forget = c.input_forget;
+  o.linear_before_reset = c.lbr;
+  return o;
+}
+
+std::vector<Tensor> build(const Cfg& c, const std::vector<Tensor>& t, bool training = false) {
+  size_t k = 1;
+  std::vector<RnnLayerWeights> layers;
+  for (int l = 0; l < c.layers; ++l) {
+    RnnLayerWeights w{t[k], t[k + 1], std::nullopt, std::nullopt};
+    k += 2;
+    if (c.bias) w.b = t[k++];
+    if (c.peep) w.p = t[k++];
+    layers.push_back(w);
+  }
+  std::optional<Tensor> h0, c0, lens;
+  if (c.init) {
+    h0 = t[k++];
+    if (c.cell == RnnCell::lstm) c0 = t[k++];
+  }
+  if (c.lens) lens = t[k++];
+  RnnOptions o = options(c);
+  o.training = training;
+  RnnResult r = c.cell == RnnCell::lstm ? lstm(t[0], layers, h0, c0, lens, o)
+                : c.cell == RnnCell::gru ? gru(t[0], layers, h0, lens, o)
+                                         : rnn(t[0], layers, h0, lens, o);
+  std::vector<Tensor> out{r.y, r.h};
+  if (r.c) out.push_back(*r.c);
+  return out;
+}
+
+struct RefOut {
+  std::vector<double> y, h, c;  // y in the output layout
+};
+
+RefOut reference(const Cfg& c, const Data& data) {
+  const int64_t T = c.T, B = c.B, H = c.H, D = c.D(), G = c.G(), GH = G * H;
+  const int per_dir = c.cell == RnnCell::lstm ? 3 : c.cell == RnnCell::gru ? 2 : 1;
+  std::vector<RnnActivation> acts = c.acts;
+  if (acts.empty()) {
+    if (c.cell == RnnCell::lstm) acts = {{K::sigmoid}, {K::tanh}, {K::tanh}};
+    else if (c.cell == RnnCell::gru) acts = {{K::sigmoid}, {K::tanh}};
+    else acts = {{K::tanh}};
+  }
+  auto clipv = [&](double v) { return c.clip > 0 ? std::min(c.clip, std::max(-c.clip, v)) : v; };
+  // x as (T, B, In)
+  const std::vector<double> x0 = to_f64(data.arrays[0]);
+  int64_t in = c.I;
+  std::vector<double> xin(static_cast<size_t>(T * B * in));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t i = 0; i < in; ++i)
+        xin[(t * B + b) * in + i] = x0[c.batch_first ? (b * T + t) * in + i : (t * B + b) * in + i];
+  size_t k = 1 + static_cast<size_t>(c.layers * data.n_layer_inputs);
+  std::vector<double> h0, c0;
+  if (c.init) {
+    h0 = to_f64(data.arrays[k++]);
+    if (c.cell == RnnCell::lstm) c0 = to_f64(data.arrays[k++]);
+  }
+  std::vector<int64_t> lens(static_cast<size_t>(B), T);
+  if (c.lens) {
+    const auto v = to_f64(data.arrays[k++]);
+    for (int64_t b = 0; b < B; ++b) lens[b] = static_cast<int64_t>(v[b]);
+  }
+  RefOut out;
+  std::vector<double> y;
+  for (int l = 0; l < c.layers; ++l) {
+    const size_t base = 1 + static_cast<size_t>(l * data.n_layer_inputs);
+    const auto w = to_f64(data.arrays[base]), r = to_f64(data.arrays[base + 1]);
+    const auto bias = c.bias ? to_f64(data.arrays[base + 2]) : std::vector<double>(D * 2 * GH, 0);
+    const auto p = c.peep ? to_f64(data.arrays[base + 2 + c.bias]) : std::vector<double>(D * 3 * H, 0);
+    y.assign(static_cast<size_t>(T * B * D * H), 0);
+    for (int64_t d = 0; d < D; ++d) {
+      const bool rev = c.dir == RnnDirection::reverse || d == 1;
+      // the same list for both directions
+      auto A = [&](int64_t i) { return acts[static_cast<size_t>(i % per_dir)]; };
+      for (int64_t b = 0; b < B; ++b) {
+        std::vector<double> h(H, 0), cs(H, 0);
+        const int64_t sidx = (l * D + d) * B + b;
+        for (int64_t j = 0; j < H; ++j) {
+          if (!h0.empty()) h[j] = h0[sidx * H + j];
+          if (!c0.empty()) cs[j] = c0[sidx * H + j];
+        }
+        for (int64_t s = 0; s < lens[b]; ++s) {
+          const int64_t t = rev ? lens[b] - 1 - s : s;
+          const double* xt = &xin[(t * B + b) * in];
+          // per gate row: x·W + Wb and H·R + Rb
+          std::vector<double> xw(GH), hr(GH);
+          for (int64_t g = 0; g < GH; ++g) {
+            double a = bias[d * 2 * GH + g], e = bias[d * 2 * GH + GH + g];
+            for (int64_t i = 0; i < in; ++i) a += w[(d * GH + g) * in + i] * xt[i];
+            for (int64_t i = 0; i < H; ++i) e += r[(d * GH + g) * H + i] * h[i];
+            xw[g] = a;
+            hr[g] = e;
+          }
+          std::vector<double> hn(H), cn(H);
+          if (c.cell == RnnCell::lstm) {
+            const double* P = &p[d * 3 * H];
+            for (int64_t j = 0; j < H; ++j) {
+              const double i_ = ref_act(A(d * 3), clipv(xw[j] + hr[j] + P[j] * cs[j]));
+              const double f_ = c.input_forget ? 1 - i_
+                                : ref_act(A(d * 3), clipv(xw[2 * H + j] + hr[2 * H + j] + P[2 * H + j] * cs[j]));
+              const double cc = ref_act(A(d * 3 + 1), clipv(xw[3 * H + j] + hr[3 * H + j]));
+              cn[j] = f_ * cs[j] + i_ * cc;
+              const double o_ = ref_act(A(d * 3), clipv(xw[H + j] + hr[H + j] + P[H + j] * cn[j]));
+              hn[j] = o_ * ref_act(A(d * 3 + 2), cn[j]);
+            }
+          } else if (c.cell == RnnCell::gru) {
+            std::vector<double> z(H), rg(H);
+            for (int64_t j = 0; j < H; ++j) {
+              z[j] = ref_act(A(d * 2), clipv(xw[j] + hr[j]));
+              rg[j] = ref_act(A(d * 2), clipv(xw[H + j] + hr[H + j]));
+            }
+            for (int64_t j = 0; j < H; ++j) {
+              double u;
+              if (c.lbr) {
+                u = xw[2 * H + j] + rg[j] * hr[2 * H + j];
+              } else {
+                u = xw[2 * H + j] + bias[d * 2 * GH + GH + 2 * H + j];
+                for (int64_t i = 0; i < H; ++i) u += r[(d * GH + 2 * H + j) * H + i] * rg[i] * h[i];
+              }
+              const double hh = ref_act(A(d * 2 + 1), clipv(u));
+              hn[j] = (1 - z[j]) * hh + z[j] * h[j];
+            }
+          } else {
+            for (int64_t j = 0; j < H; ++j) hn[j] = ref_act(A(d), clipv(xw[j] + hr[j]));
+          }
+          h = hn;
+          if (c.cell == RnnCell::lstm) cs = cn;
+          for (int64_t j = 0; j < H; ++j) y[((t * B + b) * D + d) * H + j] = h[j];
+        }
+        for (int64_t j = 0; j < H; ++j) {
+          out.h.push_back(h[j]);
+          if (c.cell == RnnCell::lstm) out.c.push_back(cs[j]);
+        }
+      }
+    }
+    in = D * H;
+    xin = y;
+  }
+  // out.h was filled layer, direction, batch, unit: the (L*D, B, H) order
+  out.y.resize(y.size());
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t e = 0; e < D * H; ++e)
+        out.y[c.batch_first ? (b * T + t) * D * H + e : (t * B + b) * D * H + e] =
+            y[(t * B + b) * D * H + e];
+  return out;
+}
+
+void check_forward(const Cfg& c) {
+  SCOPED_TRACE(c.str());
+  const Data data = make_data(c);
+  Graph g;
+  std::vector<Tensor> t;
+  Feeds feeds;
+  for (size_t i = 0; i < data.arrays.size(); ++i) {
+    t.push_back(g.placeholder(data.arrays[i].shape(), data.arrays[i].dtype(), fmt::format("in{}", i)));
+    feeds.emplace_back(t.back(), data.arrays[i]);
+  }
+  const auto outs = eval(g, build(c, t), feeds);
+  const RefOut want = reference(c, data);
+  const double rtol = c.dtype == f64 ? 1e-9 : 2e-5, atol = c.dtype == f64 ? 1e-9 : 1e-5;
+  const int64_t D = c.D();
+  expect_close(outs[0], c.batch_first ? Shape{c.B, c.T, D, c.H} : Shape{c.T, c.B, D, c.H}, want.y,
+               rtol, atol);
+  expect_close(outs[1], {c.layers * D, c.B, c.H}, want.h, rtol, atol);
+  if (c.cell == RnnCell::lstm) expect_close(outs[2], {c.layers * D, c.B, c.H}, want.c, rtol, atol);
+}
+
+// Every combination of layers, direction, layout, initial state and lengths, f32 and f64.
+void sweep(RnnCell cell, const std::function<void(Cfg&)>& tweak = {}) {
+  int n = 0;
+  for (int layers : {1, 2})
+    for (RnnDirection dir : {RnnDirection::forward, RnnDirection::reverse, RnnDirection::bidirectional})
+      for (bool bf : {false, true})
+        for (bool init : {false, true})
+          for (bool lens : {false, true}) {
+            Cfg c;
+            c.cell = cell;
+            c.layers = layers;
+            c.dir = dir;
+            c.batch_first = bf;
+            c.init = init;
+            c.lens = lens;
+            c.dtype = (n++ % 2) ? f32 : f64;
+            if (tweak) tweak(c);
+            check_forward(c);
+          }
+}
+
+TEST(Lstm, MatchesReference) { sweep(RnnCell::lstm); }
+
+TEST(Lstm, PeepholesClipInputForgetActivations) {
+  for (bool input_forget : {false, true})
+    for (DType t : {f64, f32}) {
+      Cfg c;
+      c.peep = true;
+      c.clip = 0.7;
+      c.input_forget = input_forget;
+      c.dtype = t;
+      c.lens = c.init = true;
+      c.dir = RnnDirection::bidirectional;
+      c.acts = {RnnActivation{K::hard_sigmoid, 0.3, 0.45}, RnnActivation{K::scaled_tanh, 0.9, 1.3},
+                RnnActivation{K::softsign}};
+      check_forward(c);
+      c.acts = {RnnActivation{K::sigmoid}, RnnActivation{K::elu, 0.8}, RnnActivation{K::affine, 0.7, 0.2}};
+      c.dir = RnnDirection::reverse;
+      c.bias = false;
+      check_forward(c);
+    }
+}
+
+TEST(Lstm, BadShapesAreShapeErrors) {
+  Graph g;
+  auto x = g.placeholder({4, 2, 5}, f32, "x");
+  auto w = g.placeholder({1, 9, 5}, f32, "w");  // 3 gates: not an LSTM
+  auto r = g.placeholder({1, 9, 3}, f32, "r");
+  expect_error<ShapeError>([&] { lstm(x, {{w, r}}); }, {"[lstm]", "(1, 9, 5)", "(1, 12, 5)"});
+  auto w4 = w, r4 = r;
+  auto h0 = g.placeholder({1, 3, 3}, f32, "h0");  // B is 2
+  expect_error<ShapeError>([&] { gru(x, {{w4, r4}}, h0); }, {"[gru]", "h0"});
+  expect_error<ValueError>(
+      [&] {
+        RnnOptions o;
+        o.activations = {RnnActivation{K::tanh}};
+        gru(x, {{w4, r4}}, std::nullopt, std::nullopt, o);
+      },
+      {"[gru]", "activations"});
+}
+
+TEST(Lstm, SeqLensOutOfRangeIsAValueError) {
+  Graph g;
+  auto x = g.placeholder({3, 2, 2}, f32, "x");
+  auto lens = g.placeholder({2}, i64, "lens");
+  auto w = g.constant(random_array({1, 8, 2}, f32));
+  auto r = g.constant(random_array({1, 8, 2}, f32));
+  auto y = lstm(x, {{w, r}}, std::nullopt, std::nullopt, lens).y;
+  expect_error<ValueError>(
+      [&] {
+        eval(g, {y}, {{x, random_array({3, 2, 2}, f32)}, {lens, Array::from_vector<int64_t>({3, 4}, {2})}});
+      },
+      {"seq_lens", "4"});
+}
+
+TEST(Gru, MatchesReference) { sweep(RnnCell::gru); }
+
+TEST(Gru, LinearBeforeResetBothWays) {
+  for (bool lbr : {false, true})
+    for (DType t : {f64, f32}) {
+      Cfg c;
+      c.cell = RnnCell::gru;
+      c.lbr = lbr;
+      c.dtype = t;
+      c.init = c.lens = true;
+      c.dir = RnnDirection::bidirectional;
+      c.clip = 0.9;
+      check_forward(c);
+      c.acts = {RnnActivation{K::leaky_relu, 0.1}, RnnActivation{K::softplus}};
+      c.layers = 2;
+      c.batch_first = true;
+      check_forward(c);
+    }
+}
+
+TEST(Rnn, MatchesReference) { sweep(RnnCell::rnn); }
+
+TEST(Rnn, Activations) {
+  for (RnnActivation a : {RnnActivation{K::relu}, RnnActivation{K::thresholded_relu, 0.2},
+                          RnnActivation{K::sigmoid}, RnnActivation::of(K::hard_sigmoid)}) {
+    Cfg c;
+    c.cell = RnnCell::rnn;
+    c.acts = {a};
+    c.init = true;
+    c.dir = RnnDirection::bidirectional;
+    check_forward(c);
+  }
+}
+
+// ---- gradients
+
+void check_grad(Cfg c, bool training = false) {
+  SCOPED_TRACE(c.str() + (training ? " training" : ""));
+  c.dtype = f64;
+  c.T = 3;
+  c.B = 3;
+  c.I = 2;
+  c.H = 2;
+  const Data data = make_data(c);
+  GradCheckOptions o;
+  o.atol = 1e-6;
+  o.rtol = 1e-5;
+  check_gradients([&](Graph&, const std::vector<Tensor>& t) { return build(c, t, training); },
+                  data.arrays, o);
+}
+
+TEST(RnnGrad, LstmFiniteDifferences) {
+  Cfg c;
+  c.init = c.lens = true;
+  check_grad(c);
+  c.dir = RnnDirection::bidirectional;
+  c.layers = 2;
+  c.batch_first = true;
+  check_grad(c, true);
+  c.layers = 1;
+  c.peep = true;
+  c.clip = 0.8;
+  c.dir = RnnDirection::reverse;
+  check_grad(c);
+  c.input_forget = true;
+  c.acts = {RnnActivation{K::hard_sigmoid, 0.3, 0.45}, RnnActivation{K::scaled_tanh, 0.9, 1.3},
+            RnnActivation{K::softsign}};
+  check_grad(c);
+}
+
+TEST(RnnGrad, GruFiniteDifferences) {
+  for (bool lbr : {false, true}) {
+    Cfg c;
+    c.cell = RnnCell::gru;
+    c.lbr = lbr;
+    c.init = c.lens = true;
+    c.dir = RnnDirection::bidirectional;
+    check_grad(c);
+    c.layers = 2;
+    c.init = false;
+    c.clip = 0.9;
+    c.acts = {RnnActivation{K::leaky_relu, 0.1}, RnnActivation{K::elu, 0.8}};
+    check_grad(c, true);
+  }
+}
+
+TEST(RnnGrad, RnnFiniteDifferences) {
+  Cfg c;
+  c.cell = RnnCell::rnn;
+  c.init = c.lens = true;
+  c.dir = RnnDirection::bidirectional;
+  check_grad(c);
+  c.layers = 2;
+  c.acts = {RnnActivation{K::softplus}};
+  c.batch_first = true;
+  check_grad(c, true);
+}
+
+TEST(RnnGrad, OnlyHiddenStateOutputUsed) {
+  // a loss on h alone: y's cotangent is zeros
+  Cfg c;
+  c.cell = RnnCell::gru;
+  c.init = true;
+  c.dtype = f64;
+  const Data data = make_data(c);
+  check_gradients([&](Graph&, const std::vector<Tensor>& t) { return std::vector<Tensor>{build(c, t)[1]}; },
+                  data.arrays);
+}
+
+}  // namespace
+}  // namespace kiln
