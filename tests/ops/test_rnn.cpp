@@ -6,13 +6,17 @@
 
 #include <fmt/format.h>
 
+#include "core/graph_impl.h"
+#include "core/op_id.h"
 #include "kiln/ops/rnn.h"
+#include "ops/rnn_cases.h"
 #include "support/gradcheck.h"
 #include "support/reference.h"
 
 namespace kiln {
 namespace {
 using namespace kiln::test;
+using namespace kiln::rnn_test;
 using K = RnnActivationKind;
 
 // ---- the reference
@@ -32,95 +36,6 @@ double ref_act(const RnnActivation& a, double x) {
     case K::softplus: return std::log(1 + std::exp(x));
   }
   return 0;
-}
-
-struct Cfg {
-  RnnCell cell = RnnCell::lstm;
-  int layers = 1;
-  RnnDirection dir = RnnDirection::forward;
-  bool batch_first = false, init = false, lens = false, bias = true, peep = false;
-  DType dtype = f64;
-  double clip = 0;
-  bool input_forget = false, lbr = false;
-  std::vector<RnnActivation> acts;  // one direction's; empty: defaults
-  int64_t T = 4, B = 3, I = 5, H = 3;
-
-  int64_t D() const { return dir == RnnDirection::bidirectional ? 2 : 1; }
-  int64_t G() const { return cell == RnnCell::lstm ? 4 : cell == RnnCell::gru ? 3 : 1; }
-  std::string str() const {
-    return fmt::format("cell {} layers {} dir {} batch_first {} init {} lens {} bias {} peep {} "
-                       "{} clip {} input_forget {} lbr {} acts {}",
-                       static_cast<int>(cell), layers, static_cast<int>(dir), batch_first, init,
-                       lens, bias, peep, name(dtype), clip, input_forget, lbr, acts.size());
-  }
-};
-
-// The inputs in the order: x, then per layer w, r[, b][, p], then [h0][, c0 (lstm)][, lens].
-struct Data {
-  std::vector<Array> arrays;
-  int n_layer_inputs = 0;
-};
-
-Data make_data(const Cfg& c) {
-  Data d;
-  const int64_t D = c.D(), GH = c.G() * c.H;
-  d.arrays.push_back(random_array(c.batch_first ? Shape{c.B, c.T, c.I} : Shape{c.T, c.B, c.I},
-                                  c.dtype, -1, 1));
-  for (int l = 0; l < c.layers; ++l) {
-    const int64_t in = l == 0 ? c.I : D * c.H;
-    d.arrays.push_back(random_array({D, GH, in}, c.dtype, -0.6, 0.6));
-    d.arrays.push_back(random_array({D, GH, c.H}, c.dtype, -0.6, 0.6));
-    if (c.bias) d.arrays.push_back(random_array({D, 2 * GH}, c.dtype, -0.5, 0.5));
-    if (c.peep) d.arrays.push_back(random_array({D, 3 * c.H}, c.dtype, -0.5, 0.5));
-  }
-  d.n_layer_inputs = 2 + c.bias + c.peep;
-  if (c.init) {
-    d.arrays.push_back(random_array({c.layers * D, c.B, c.H}, c.dtype, -1, 1));
-    if (c.cell == RnnCell::lstm) d.arrays.push_back(random_array({c.layers * D, c.B, c.H}, c.dtype, -1, 1));
-  }
-  if (c.lens) {
-    std::vector<int64_t> lens(static_cast<size_t>(c.B));
-    for (int64_t b = 0; b < c.B; ++b) lens[b] = (b == 0) ? c.T : (b == 1 ? 0 : 1 + static_cast<int64_t>(rng()() % c.T));
-    d.arrays.push_back(Array::from_vector(lens, {c.B}));
-  }
-  return d;
-}
-
-RnnOptions options(const Cfg& c) {
-  RnnOptions o;
-  o.direction = c.dir;
-  o.batch_first = c.batch_first;
-  o.activations = c.acts;
-  o.clip = c.clip;
-  o.input_forget = c.input_forget;
-  o.linear_before_reset = c.lbr;
-  return o;
-}
-
-std::vector<Tensor> build(const Cfg& c, const std::vector<Tensor>& t, bool training = false) {
-  size_t k = 1;
-  std::vector<RnnLayerWeights> layers;
-  for (int l = 0; l < c.layers; ++l) {
-    RnnLayerWeights w{t[k], t[k + 1], std::nullopt, std::nullopt};
-    k += 2;
-    if (c.bias) w.b = t[k++];
-    if (c.peep) w.p = t[k++];
-    layers.push_back(w);
-  }
-  std::optional<Tensor> h0, c0, lens;
-  if (c.init) {
-    h0 = t[k++];
-    if (c.cell == RnnCell::lstm) c0 = t[k++];
-  }
-  if (c.lens) lens = t[k++];
-  RnnOptions o = options(c);
-  o.training = training;
-  RnnResult r = c.cell == RnnCell::lstm ? lstm(t[0], layers, h0, c0, lens, o)
-                : c.cell == RnnCell::gru ? gru(t[0], layers, h0, lens, o)
-                                         : rnn(t[0], layers, h0, lens, o);
-  std::vector<Tensor> out{r.y, r.h};
-  if (r.c) out.push_back(*r.c);
-  return out;
 }
 
 struct RefOut {
@@ -337,6 +252,33 @@ TEST(Lstm, SeqLensOutOfRangeIsAValueError) {
       {"seq_lens", "4"});
 }
 
+// Attributes, optional inputs and the reserve survive a package: a GRU layer with lengths and
+// its gradients, saved and loaded, gives the very same values.
+TEST(Gru, PackageRoundTrip) {
+  Graph g;
+  auto x = g.placeholder({4, 2, 3}, f32, "x");
+  auto lens = g.placeholder({2}, i32, "lens");
+  auto w = g.constant(random_array({2, 6, 3}, f32, -0.5, 0.5));
+  auto r = g.constant(random_array({2, 6, 2}, f32, -0.5, 0.5));
+  auto b = g.constant(random_array({2, 12}, f32, -0.5, 0.5));
+  RnnOptions o;
+  o.direction = RnnDirection::bidirectional;
+  o.training = true;
+  o.clip = 2;
+  RnnResult res = gru(x, {{w, r, b, std::nullopt}}, std::nullopt, lens, o);
+  auto grads = gradients(sum(res.y), {x, w, r, b});
+  std::vector<Tensor> outs{res.y, res.h, res.reserve[0]};
+  outs.insert(outs.end(), grads.begin(), grads.end());
+  Executable exe = g.compile(Device::cpu(), {}, outs);
+  const Array xv = random_array({4, 2, 3}, f32), lv = Array::from_vector<int32_t>({4, 2}, {2});
+  const auto want = exe.run(Feeds{{x, xv}, {lens, lv}});
+  const std::string path = ::testing::TempDir() + "/kiln_rnn_roundtrip.kiln";
+  exe.save(path);
+  const auto got = Executable::load(path, Device::cpu()).run({{"x", xv}, {"lens", lv}});
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) expect_close(got[i], want[i].shape(), to_f64(want[i]), 0, 0);
+}
+
 TEST(Gru, MatchesReference) { sweep(RnnCell::gru); }
 
 TEST(Gru, LinearBeforeResetBothWays) {
@@ -371,69 +313,7 @@ TEST(Rnn, Activations) {
   }
 }
 
-// ---- gradients
-
-void check_grad(Cfg c, bool training = false) {
-  SCOPED_TRACE(c.str() + (training ? " training" : ""));
-  c.dtype = f64;
-  c.T = 3;
-  c.B = 3;
-  c.I = 2;
-  c.H = 2;
-  const Data data = make_data(c);
-  GradCheckOptions o;
-  o.atol = 1e-6;
-  o.rtol = 1e-5;
-  check_gradients([&](Graph&, const std::vector<Tensor>& t) { return build(c, t, training); },
-                  data.arrays, o);
-}
-
-TEST(RnnGrad, LstmFiniteDifferences) {
-  Cfg c;
-  c.init = c.lens = true;
-  check_grad(c);
-  c.dir = RnnDirection::bidirectional;
-  c.layers = 2;
-  c.batch_first = true;
-  check_grad(c, true);
-  c.layers = 1;
-  c.peep = true;
-  c.clip = 0.8;
-  c.dir = RnnDirection::reverse;
-  check_grad(c);
-  c.input_forget = true;
-  c.acts = {RnnActivation{K::hard_sigmoid, 0.3, 0.45}, RnnActivation{K::scaled_tanh, 0.9, 1.3},
-            RnnActivation{K::softsign}};
-  check_grad(c);
-}
-
-TEST(RnnGrad, GruFiniteDifferences) {
-  for (bool lbr : {false, true}) {
-    Cfg c;
-    c.cell = RnnCell::gru;
-    c.lbr = lbr;
-    c.init = c.lens = true;
-    c.dir = RnnDirection::bidirectional;
-    check_grad(c);
-    c.layers = 2;
-    c.init = false;
-    c.clip = 0.9;
-    c.acts = {RnnActivation{K::leaky_relu, 0.1}, RnnActivation{K::elu, 0.8}};
-    check_grad(c, true);
-  }
-}
-
-TEST(RnnGrad, RnnFiniteDifferences) {
-  Cfg c;
-  c.cell = RnnCell::rnn;
-  c.init = c.lens = true;
-  c.dir = RnnDirection::bidirectional;
-  check_grad(c);
-  c.layers = 2;
-  c.acts = {RnnActivation{K::softplus}};
-  c.batch_first = true;
-  check_grad(c, true);
-}
+// ---- rnn_grad (finite-difference checks of every input: tests/autodiff/test_rnn_grad.cpp)
 
 TEST(RnnGrad, OnlyHiddenStateOutputUsed) {
   // a loss on h alone: y's cotangent is zeros
@@ -444,6 +324,32 @@ TEST(RnnGrad, OnlyHiddenStateOutputUsed) {
   const Data data = make_data(c);
   check_gradients([&](Graph&, const std::vector<Tensor>& t) { return std::vector<Tensor>{build(c, t)[1]}; },
                   data.arrays);
+}
+
+// A training layer's gradient reads its own reserve: one lstm node in the graph; without
+// training, the gradient adds a training twin. Both give the same gradient.
+TEST(RnnGrad, ReusesTheTrainingReserve) {
+  const Array xv = random_array({3, 2, 2}, f32), wv = random_array({1, 8, 2}, f32),
+              rv = random_array({1, 8, 2}, f32);
+  std::vector<Array> dx;
+  for (bool training : {true, false}) {
+    Graph g;
+    auto x = g.placeholder({3, 2, 2}, f32, "x");
+    RnnOptions o;
+    o.training = training;
+    RnnResult res =
+        lstm(x, {{g.constant(wv), g.constant(rv)}}, std::nullopt, std::nullopt, std::nullopt, o);
+    auto d = gradients(sum(res.y), {x})[0];
+    int lstm_nodes = 0, grad_nodes = 0;
+    for (const auto& n : g.impl().nodes) {
+      lstm_nodes += n.op == OpId::Lstm;
+      grad_nodes += n.op == OpId::RnnGrad;
+    }
+    EXPECT_EQ(lstm_nodes, training ? 1 : 2);
+    EXPECT_EQ(grad_nodes, 1);
+    dx.push_back(eval(g, {d}, {{x, xv}}, {.optimize = false})[0]);
+  }
+  expect_close(dx[1], {3, 2, 2}, to_f64(dx[0]), 0, 0);
 }
 
 }  // namespace
