@@ -2,13 +2,19 @@
 // the ops take (all activations, clip, peepholes, input_forget, both GRU variants, lengths), as
 // the CPU kernels compute them: one GEMM for every step's input projection, then per step a
 // recurrent GEMM and one gate kernel over (batch row, unit); the backward pass mirrors the CPU's.
-// The GEMMs are plain one-thread-per-output kernels: simple and exact first (cuDNN's RNN API is
-// the planned fast path for the configurations it supports; see docs/rnn.md). Half types run as
-// f32. seq_lens values are clamped to [0, T] here (the CPU kernel rejects them).
+// The GEMMs are plain one-thread-per-output kernels: simple and exact first. Inference layers in
+// the configurations cuDNN supports run through cudnnRNNForward instead (see cudnn_supports).
+// Half types run as f32. seq_lens values are clamped to [0, T] here (the CPU kernel rejects
+// them).
+#include <algorithm>
+#include <climits>
+#include <type_traits>
 #include <vector>
 
 #include "backends/cuda/cuda_common.cuh"
+#include "backends/cuda/handles.h"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/library_check.h"
 #include "ops/rnn_util.h"
 
 namespace kiln::cuda {
@@ -235,8 +241,134 @@ template <typename T> T* scratch_of(KernelContext& ctx, int64_t n) {
   return static_cast<T*>(ctx.scratch(sizeof(T) * static_cast<size_t>(std::max<int64_t>(n, 1))));
 }
 
+// ---- cuDNN (inference)
+
+// cuDNN's cells are ONNX's with the default activations, no clip, peepholes or input_forget, the
+// GRU with linear_before_reset, forward or bidirectional; lengths must be known on the host, so
+// only layers without seq_lens. Training layers keep the kernels above (rnn_grad reads their
+// reserve layout).
+bool cudnn_supports(const KernelContext& ctx, int cell, const Inputs& in) {
+  const Attrs& a = ctx.attrs();
+  if (a.b("training", false) || in.lens >= 0 || in.p >= 0 || in.reverse_only || in.clip > 0 ||
+      in.input_forget || (cell == 1 && !in.lbr) || in.T <= 0 || in.B <= 0 || in.I <= 0)
+    return false;
+  if (in.T > INT32_MAX || in.B > INT32_MAX || in.I > INT32_MAX || in.H > INT32_MAX) return false;
+  const int per = rm::acts_per_dir(cell);
+  for (int64_t d = 0; d < in.D; ++d)
+    for (int k = 0; k < per; ++k) {
+      const int kind = in.acts[static_cast<size_t>(d * per + k)].kind;
+      const int want = cell == 2 ? kind : (k == 0 ? rm::sigmoid : rm::tanh_);
+      if (cell == 2 ? (kind != rm::tanh_ && kind != rm::relu) : kind != want) return false;
+    }
+  if (cell == 2 && in.D == 2 && in.acts[0].kind != in.acts[1].kind) return false;
+  return true;
+}
+
+struct CudnnRnn {
+  cudnnRNNDescriptor_t rnn = nullptr;
+  cudnnDropoutDescriptor_t dropout = nullptr;
+  cudnnRNNDataDescriptor_t x = nullptr, y = nullptr;
+  cudnnTensorDescriptor_t h = nullptr, m = nullptr, b = nullptr;
+  CudnnRnn() {
+    KILN_CUDNN_CHECK(cudnnCreateRNNDescriptor(&rnn));
+    KILN_CUDNN_CHECK(cudnnCreateDropoutDescriptor(&dropout));
+    KILN_CUDNN_CHECK(cudnnCreateRNNDataDescriptor(&x));
+    KILN_CUDNN_CHECK(cudnnCreateRNNDataDescriptor(&y));
+    KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&h));
+    KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&m));
+    KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&b));
+  }
+  ~CudnnRnn() {
+    cudnnDestroyTensorDescriptor(b);
+    cudnnDestroyTensorDescriptor(m);
+    cudnnDestroyTensorDescriptor(h);
+    cudnnDestroyRNNDataDescriptor(y);
+    cudnnDestroyRNNDataDescriptor(x);
+    cudnnDestroyDropoutDescriptor(dropout);
+    cudnnDestroyRNNDescriptor(rnn);
+  }
+  CudnnRnn(const CudnnRnn&) = delete;
+  CudnnRnn& operator=(const CudnnRnn&) = delete;
+};
+
+__global__ void fill_lengths_kernel(int32_t* lens, int64_t B, int32_t T) {
+  KILN_RNN_LOOP(b, B) lens[b] = T;
+}
+
+// kiln's gate block of each cuDNN linear layer (input side; recurrent ones repeat the order):
+// cuDNN LSTM i, f, c, o and GRU r, z, h against kiln's LSTM i, o, f, c and GRU z, r, h.
+int kiln_block(int cell, int lin) {
+  static const int lstm[] = {0, 2, 3, 1}, gru[] = {1, 0, 2};
+  return cell == 0 ? lstm[lin] : cell == 1 ? gru[lin] : 0;
+}
+
+template <typename T> void forward_cudnn(KernelContext& ctx, int cell, const Inputs& in) {
+  cudaStream_t st = stream_of(ctx);
+  const cudnnHandle_t handle = cudnn_handle(ctx.device(), st);
+  const cudnnDataType_t dt = std::is_same_v<T, double> ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
+  const int T_ = static_cast<int>(in.T), B = static_cast<int>(in.B), I = static_cast<int>(in.I),
+            H = static_cast<int>(in.H), D = static_cast<int>(in.D), G = static_cast<int>(in.G);
+  const cudnnRNNMode_t mode = cell == 0   ? CUDNN_LSTM
+                              : cell == 1 ? CUDNN_GRU
+                              : in.acts[0].kind == rm::relu ? CUDNN_RNN_RELU
+                                                            : CUDNN_RNN_TANH;
+  CudnnRnn d;
+  KILN_CUDNN_CHECK(cudnnSetDropoutDescriptor(d.dropout, handle, 0.0f, nullptr, 0, 0));
+  KILN_CUDNN_CHECK(cudnnSetRNNDescriptor_v8(
+      d.rnn, CUDNN_RNN_ALGO_STANDARD, mode, CUDNN_RNN_DOUBLE_BIAS,
+      D == 2 ? CUDNN_BIDIRECTIONAL : CUDNN_UNIDIRECTIONAL, CUDNN_LINEAR_INPUT, dt, dt,
+      std::is_same_v<T, double> ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH, I, H, H, 1, d.dropout, CUDNN_RNN_PADDED_IO_ENABLED));
+  const std::vector<int> host_lens(static_cast<size_t>(B), T_);
+  const cudnnRNNDataLayout_t layout = in.bf ? CUDNN_RNN_DATA_LAYOUT_BATCH_MAJOR_UNPACKED
+                                            : CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED;
+  KILN_CUDNN_CHECK(cudnnSetRNNDataDescriptor(d.x, dt, layout, T_, B, I, host_lens.data(), nullptr));
+  KILN_CUDNN_CHECK(
+      cudnnSetRNNDataDescriptor(d.y, dt, layout, T_, B, D * H, host_lens.data(), nullptr));
+  const int hdims[3] = {D, B, H}, hstrides[3] = {B * H, H, 1};
+  KILN_CUDNN_CHECK(cudnnSetTensorNdDescriptor(d.h, dt, 3, hdims, hstrides));
+
+  // weights: kiln's blocks of H rows copied into cuDNN's packed space (zero biases when none)
+  size_t wbytes = 0, work = 0, reserve = 0;
+  KILN_CUDNN_CHECK(cudnnGetRNNWeightSpaceSize(handle, d.rnn, &wbytes));
+  KILN_CUDNN_CHECK(
+      cudnnGetRNNTempSpaceSizes(handle, d.rnn, CUDNN_FWD_MODE_INFERENCE, d.x, &work, &reserve));
+  void* wspace = ctx.scratch(std::max<size_t>(wbytes, 1));
+  void* workspace = ctx.scratch(std::max<size_t>(work, 1));
+  KILN_CUDA_CHECK(cudaMemsetAsync(wspace, 0, wbytes, st));
+  const T* w = ctx.in(1).ptr<T>();
+  const T* r = ctx.in(2).ptr<T>();
+  const T* bias = in.b >= 0 ? ctx.in(in.b).ptr<T>() : nullptr;
+  const int64_t GH = static_cast<int64_t>(G) * H;
+  for (int dir = 0; dir < D; ++dir)
+    for (int lin = 0; lin < 2 * G; ++lin) {
+      const bool rec = lin >= G;
+      const int blk = kiln_block(cell, lin % G);
+      void *maddr = nullptr, *baddr = nullptr;
+      KILN_CUDNN_CHECK(cudnnGetRNNWeightParams(handle, d.rnn, dir, wbytes, wspace, lin, d.m,
+                                               &maddr, d.b, &baddr));
+      const int64_t cols = rec ? H : I;
+      const T* src = (rec ? r + dir * GH * H : w + dir * GH * I) + blk * int64_t{H} * cols;
+      if (maddr)
+        KILN_CUDA_CHECK(cudaMemcpyAsync(maddr, src, sizeof(T) * H * cols,
+                                        cudaMemcpyDeviceToDevice, st));
+      if (baddr && bias)
+        KILN_CUDA_CHECK(cudaMemcpyAsync(baddr, bias + dir * 2 * GH + (rec ? GH : 0) + blk * H,
+                                        sizeof(T) * H, cudaMemcpyDeviceToDevice, st));
+    }
+  auto* dev_lens = static_cast<int32_t*>(ctx.scratch(sizeof(int32_t) * B));
+  fill_lengths_kernel<<<blocks_for(B), kThreads, 0, st>>>(dev_lens, B, T_);
+  check_launch(ctx.op_name());
+  const void* hx = in.h0 >= 0 ? ctx.in(in.h0).data : nullptr;
+  const void* cx = in.c0 >= 0 ? ctx.in(in.c0).data : nullptr;
+  void* cy = cell == 0 ? ctx.out(2).data : nullptr;
+  KILN_CUDNN_CHECK(cudnnRNNForward(handle, d.rnn, CUDNN_FWD_MODE_INFERENCE, dev_lens, d.x,
+                                   ctx.in(0).data, d.y, ctx.out(0).data, d.h, hx, ctx.out(1).data,
+                                   d.h, cx, cy, wbytes, wspace, work, workspace, 0, nullptr));
+}
+
 template <typename T> void forward(KernelContext& ctx, int cell) {
   const Inputs in = read_inputs(ctx, cell, false);
+  if (cudnn_supports(ctx, cell, in)) return forward_cudnn<T>(ctx, cell, in);
   cudaStream_t st = stream_of(ctx);
   const int64_t T_ = in.T, B = in.B, I = in.I, H = in.H, D = in.D, GH = in.G * H, rows = T_ * B;
   for (int o = 0; o < ctx.num_outputs(); ++o)
