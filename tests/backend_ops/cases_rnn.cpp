@@ -13,16 +13,19 @@ const std::vector<DType> kFloats = {f32, f16, bf16, f64};
 
 struct Config {
   RnnDirection dir;
-  bool batch_first, init, lens, extras;  // extras: LSTM peepholes + clip, GRU linear_before_reset
+  bool batch_first, init, lens, extras;  // extras: LSTM peepholes, clip
   int layers;
+  bool lbr = false, relu = false;  // GRU linear_before_reset; RNN relu
 };
+// CUDA runs configs 0 and 4 (LSTM, RNN; GRU in 4) through cuDNN, the others through its kernels
 const Config kConfigs[] = {
     {RnnDirection::forward, false, false, false, false, 1},
-    {RnnDirection::bidirectional, true, true, true, true, 1},
+    {RnnDirection::bidirectional, true, true, true, true, 1, true},
     {RnnDirection::reverse, false, true, true, false, 1},
-    {RnnDirection::bidirectional, false, false, false, true, 2},
+    {RnnDirection::bidirectional, false, false, false, true, 2, true},
+    {RnnDirection::bidirectional, true, true, false, false, 1, true, true},
 };
-constexpr int kNumConfigs = 4;
+constexpr int kNumConfigs = 5;
 
 std::vector<Tensor> layer(Case& c, DType t, RnnCell cell, const Config& k, bool training) {
   const int64_t T = 5, B = 3, I = 4, H = 3, D = k.dir == RnnDirection::bidirectional ? 2 : 1;
@@ -47,16 +50,16 @@ std::vector<Tensor> layer(Case& c, DType t, RnnCell cell, const Config& k, bool 
   o.direction = k.dir;
   o.batch_first = k.batch_first;
   o.training = training;
-  if (k.extras) {
-    o.clip = 1.5;
-    o.linear_before_reset = true;
-  }
+  if (k.extras) o.clip = 1.5;
+  o.linear_before_reset = k.lbr;
+  if (cell == RnnCell::rnn && k.relu) o.activations = {RnnActivation{RnnActivationKind::relu}};
   RnnResult r = cell == RnnCell::lstm ? lstm(x, layers, h0, c0, lens, o)
                 : cell == RnnCell::gru ? gru(x, layers, h0, lens, o)
                                        : rnn(x, layers, h0, lens, o);
-  c.note(fmt::format("cell {} dir {} batch_first {} init {} lens {} extras {} layers {}",
+  c.note(fmt::format("cell {} dir {} batch_first {} init {} lens {} extras {} layers {} lbr {} "
+                     "relu {}",
                      static_cast<int>(cell), static_cast<int>(k.dir), k.batch_first, k.init,
-                     k.lens, k.extras, k.layers));
+                     k.lens, k.extras, k.layers, k.lbr, k.relu));
   c.tol_scale = 4;
   std::vector<Tensor> outs{r.y, r.h};
   if (r.c) outs.push_back(*r.c);
