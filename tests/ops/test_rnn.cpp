@@ -279,6 +279,79 @@ TEST(Gru, PackageRoundTrip) {
   for (size_t i = 0; i < got.size(); ++i) expect_close(got[i], want[i].shape(), to_f64(want[i]), 0, 0);
 }
 
+// torch_rnn_weights against PyTorch's own equations and gate order, written out here
+// (nn.LSTM: i, f, g, o; nn.GRU: r, z, n with b_hn inside r * (...)): one bidirectional layer.
+std::vector<double> torch_reference(RnnCell cell, const std::vector<std::vector<double>>& p,
+                                    const std::vector<double>& x, int64_t T, int64_t B, int64_t I,
+                                    int64_t H) {
+  auto sig = [](double v) { return 1 / (1 + std::exp(-v)); };
+  std::vector<double> y(static_cast<size_t>(T * B * 2 * H));
+  for (int d = 0; d < 2; ++d) {
+    const auto &wih = p[4 * d], &whh = p[4 * d + 1], &bih = p[4 * d + 2], &bhh = p[4 * d + 3];
+    for (int64_t b = 0; b < B; ++b) {
+      std::vector<double> h(H, 0), c(H, 0);
+      for (int64_t s = 0; s < T; ++s) {
+        const int64_t t = d ? T - 1 - s : s;
+        const int64_t G = cell == RnnCell::lstm ? 4 : 3;
+        std::vector<double> gi(G * H), gh(G * H);  // W_i* x + b_i*, W_h* h + b_h*
+        for (int64_t k = 0; k < G * H; ++k) {
+          gi[k] = bih[k];
+          gh[k] = bhh[k];
+          for (int64_t i = 0; i < I; ++i) gi[k] += wih[k * I + i] * x[(t * B + b) * I + i];
+          for (int64_t i = 0; i < H; ++i) gh[k] += whh[k * H + i] * h[i];
+        }
+        std::vector<double> hn(H);
+        for (int64_t j = 0; j < H; ++j) {
+          if (cell == RnnCell::lstm) {
+            const double ig = sig(gi[j] + gh[j]), fg = sig(gi[H + j] + gh[H + j]),
+                         gg = std::tanh(gi[2 * H + j] + gh[2 * H + j]),
+                         og = sig(gi[3 * H + j] + gh[3 * H + j]);
+            c[j] = fg * c[j] + ig * gg;
+            hn[j] = og * std::tanh(c[j]);
+          } else {
+            const double r = sig(gi[j] + gh[j]), z = sig(gi[H + j] + gh[H + j]);
+            const double n = std::tanh(gi[2 * H + j] + r * gh[2 * H + j]);
+            hn[j] = (1 - z) * n + z * h[j];
+          }
+        }
+        h = hn;
+        for (int64_t j = 0; j < H; ++j) y[((t * B + b) * 2 + d) * H + j] = h[j];
+      }
+    }
+  }
+  return y;
+}
+
+TEST(Gru, TorchWeightsFollowPyTorchGateOrder) {
+  const int64_t T = 4, B = 2, I = 3, H = 2;
+  for (RnnCell cell : {RnnCell::lstm, RnnCell::gru}) {
+    SCOPED_TRACE(cell == RnnCell::lstm ? "lstm" : "gru");
+    const int64_t G = cell == RnnCell::lstm ? 4 : 3;
+    Graph g;
+    std::vector<Array> arrays;
+    std::vector<std::vector<double>> p;
+    std::vector<Tensor> wih, whh, bih, bhh;
+    for (int d = 0; d < 2; ++d)
+      for (const Shape& s : {Shape{G * H, I}, Shape{G * H, H}, Shape{G * H}, Shape{G * H}}) {
+        arrays.push_back(random_array(s, f64, -0.7, 0.7));
+        p.push_back(to_f64(arrays.back()));
+        Tensor t = g.constant(arrays.back());
+        const size_t k = (arrays.size() - 1) % 4;
+        (k == 0 ? wih : k == 1 ? whh : k == 2 ? bih : bhh).push_back(t);
+      }
+    const Array xv = random_array({T, B, I}, f64);
+    RnnOptions o;
+    o.direction = RnnDirection::bidirectional;
+    o.linear_before_reset = true;
+    const RnnLayerWeights lw = torch_rnn_weights(cell, wih, whh, bih, bhh);
+    const Tensor x = g.constant(xv);
+    const Tensor y = cell == RnnCell::lstm ? lstm(x, {lw}, std::nullopt, std::nullopt, std::nullopt, o).y
+                                           : gru(x, {lw}, std::nullopt, std::nullopt, o).y;
+    expect_close(eval1(g, y), {T, B, 2, H}, torch_reference(cell, p, to_f64(xv), T, B, I, H), 1e-12,
+                 1e-12);
+  }
+}
+
 TEST(Gru, MatchesReference) { sweep(RnnCell::gru); }
 
 TEST(Gru, LinearBeforeResetBothWays) {
