@@ -75,11 +75,13 @@ Dims check_layer(const InferContext& ctx, size_t& next, bool grad, int cell) {
     if (ctx.inputs[i].dtype != x.dtype)
       fail<DTypeError>("[{}] input {} has dtype {}; x has {}", ctx.name(), i,
                        name(ctx.inputs[i].dtype), name(x.dtype));
-  if (!shapes_match(w.shape, {d.D, d.G * d.H, d.I}) || !shapes_match(r.shape, {d.D, d.G * d.H, d.H}))
-    fail<ShapeError>("[{}] w {} and r {} do not fit x {} with {} direction(s) of {} gates and "
-                     "hidden_size {}: expected ({}, {}, {}) and ({}, {}, {})",
-                     ctx.name(), str(w.shape), str(r.shape), str(x.shape), d.D, d.G, d.H, d.D,
-                     d.G * d.H, d.I, d.D, d.G * d.H, d.H);
+  if (!shapes_match(w.shape, {d.D, d.G * d.H, d.I}) ||
+      !shapes_match(r.shape, {d.D, d.G * d.H, d.H}))
+    fail<ShapeError>(
+        "[{}] w {} and r {} do not fit x {} with {} direction(s) of {} gates and "
+        "hidden_size {}: expected ({}, {}, {}) and ({}, {}, {})",
+        ctx.name(), str(w.shape), str(r.shape), str(x.shape), d.D, d.G, d.H, d.D, d.G * d.H, d.I,
+        d.D, d.G * d.H, d.H);
   const size_t acts = static_cast<size_t>(rnn_math::acts_per_dir(cell) * d.D);
   const auto& codes = ctx.attrs.ints("activations");
   if (codes.size() != acts || ctx.attrs.floats("activation_alpha").size() != acts ||
@@ -148,8 +150,8 @@ std::vector<TensorInfo> infer_grad(const InferContext& ctx) {
   check(next + 1, "dy", bf ? Shape{d.B, d.T, d.D, d.H} : Shape{d.T, d.B, d.D, d.H});
   check(next + 2, "dh", state);
   if (cell == 0) check(next + 3, "dc", state);
-  std::vector<TensorInfo> out{ctx.inputs[0], ctx.inputs[1], ctx.inputs[2],
-                              {{d.D, 2 * d.G * d.H}, t}, {state, t}};
+  std::vector<TensorInfo> out{
+      ctx.inputs[0], ctx.inputs[1], ctx.inputs[2], {{d.D, 2 * d.G * d.H}, t}, {state, t}};
   if (cell == 0) {
     out.push_back({state, t});
     out.push_back({{d.D, 3 * d.H}, t});
@@ -223,8 +225,8 @@ std::vector<RnnActivation> default_acts(RnnCell cell) {
 
 Tensor cast_param(const char* op, const Tensor& t, const Tensor& x, const char* what) {
   if (!is_floating(t.dtype()))
-    fail<DTypeError>("[{}] {} must be a float tensor, got {} (shape {})", op, what,
-                     name(t.dtype()), str(t.shape()));
+    fail<DTypeError>("[{}] {} must be a float tensor, got {} (shape {})", op, what, name(t.dtype()),
+                     str(t.shape()));
   return cast_to(t, x.dtype());
 }
 
@@ -340,11 +342,18 @@ Tensor reorder_gates(const Tensor& t, RnnCell cell) {
 RnnActivation RnnActivation::of(RnnActivationKind k) {
   using K = RnnActivationKind;
   switch (k) {
-    case K::leaky_relu: return {k, 0.01, 0};
-    case K::hard_sigmoid: return {k, 0.2, 0.5};
-    case K::affine: case K::elu: case K::thresholded_relu: return {k, 1, 0};
-    case K::scaled_tanh: return {k, 1, 1};
-    default: return {k, 0, 0};
+    case K::leaky_relu:
+      return {k, 0.01, 0};
+    case K::hard_sigmoid:
+      return {k, 0.2, 0.5};
+    case K::affine:
+    case K::elu:
+    case K::thresholded_relu:
+      return {k, 1, 0};
+    case K::scaled_tanh:
+      return {k, 1, 1};
+    default:
+      return {k, 0, 0};
   }
 }
 
@@ -378,9 +387,10 @@ RnnLayerWeights torch_rnn_weights(RnnCell cell, const std::vector<Tensor>& weigh
   const size_t D = weight_ih.size();
   if (D < 1 || D > 2 || weight_hh.size() != D || bias_ih.size() != bias_hh.size() ||
       (!bias_ih.empty() && bias_ih.size() != D))
-    fail<ValueError>("[torch_rnn_weights] needs 1 or 2 directions of weight_ih and weight_hh "
-                     "(and both biases or none), got {}, {}, {} and {}",
-                     weight_ih.size(), weight_hh.size(), bias_ih.size(), bias_hh.size());
+    fail<ValueError>(
+        "[torch_rnn_weights] needs 1 or 2 directions of weight_ih and weight_hh "
+        "(and both biases or none), got {}, {}, {} and {}",
+        weight_ih.size(), weight_hh.size(), bias_ih.size(), bias_hh.size());
   std::vector<Tensor> w, r, b;
   for (size_t d = 0; d < D; ++d) {
     w.push_back(reorder_gates(weight_ih[d], cell));

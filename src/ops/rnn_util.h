@@ -26,36 +26,60 @@ using std::log1p;
 using std::tanh;
 
 // Activation codes: the values of kiln::RnnActivationKind.
-enum Act : int { sigmoid, tanh_, relu, affine, leaky_relu, thresholded_relu, scaled_tanh,
-                 hard_sigmoid, elu, softsign, softplus, kNumActs };
+enum Act : int {
+  sigmoid,
+  tanh_,
+  relu,
+  affine,
+  leaky_relu,
+  thresholded_relu,
+  scaled_tanh,
+  hard_sigmoid,
+  elu,
+  softsign,
+  softplus,
+  kNumActs
+};
 
 struct ActParams {
   int kind = tanh_;
   double alpha = 0, beta = 0;
 };
 
-template <typename T> KILN_RNN_HD inline T activate(const ActParams& a, T x) {
+template <typename T>
+KILN_RNN_HD inline T activate(const ActParams& a, T x) {
   const T al = static_cast<T>(a.alpha), be = static_cast<T>(a.beta);
   switch (a.kind) {
-    case sigmoid: return T(1) / (T(1) + exp(-x));
-    case tanh_: return tanh(x);
-    case relu: return x > T(0) ? x : T(0);
-    case affine: return al * x + be;
-    case leaky_relu: return x >= T(0) ? x : al * x;
-    case thresholded_relu: return x > al ? x : T(0);
-    case scaled_tanh: return al * tanh(be * x);
+    case sigmoid:
+      return T(1) / (T(1) + exp(-x));
+    case tanh_:
+      return tanh(x);
+    case relu:
+      return x > T(0) ? x : T(0);
+    case affine:
+      return al * x + be;
+    case leaky_relu:
+      return x >= T(0) ? x : al * x;
+    case thresholded_relu:
+      return x > al ? x : T(0);
+    case scaled_tanh:
+      return al * tanh(be * x);
     case hard_sigmoid: {
       const T v = al * x + be;
       return v < T(0) ? T(0) : v > T(1) ? T(1) : v;
     }
-    case elu: return x >= T(0) ? x : al * (exp(x) - T(1));
-    case softsign: return x / (T(1) + fabs(x));
-    default: return (x > T(0) ? x : T(0)) + log1p(exp(-fabs(x)));  // softplus
+    case elu:
+      return x >= T(0) ? x : al * (exp(x) - T(1));
+    case softsign:
+      return x / (T(1) + fabs(x));
+    default:
+      return (x > T(0) ? x : T(0)) + log1p(exp(-fabs(x)));  // softplus
   }
 }
 
 /// d activate / dx at x.
-template <typename T> KILN_RNN_HD inline T activate_grad(const ActParams& a, T x) {
+template <typename T>
+KILN_RNN_HD inline T activate_grad(const ActParams& a, T x) {
   const T al = static_cast<T>(a.alpha), be = static_cast<T>(a.beta);
   switch (a.kind) {
     case sigmoid: {
@@ -66,10 +90,14 @@ template <typename T> KILN_RNN_HD inline T activate_grad(const ActParams& a, T x
       const T t = tanh(x);
       return T(1) - t * t;
     }
-    case relu: return x > T(0) ? T(1) : T(0);
-    case affine: return al;
-    case leaky_relu: return x >= T(0) ? T(1) : al;
-    case thresholded_relu: return x > al ? T(1) : T(0);
+    case relu:
+      return x > T(0) ? T(1) : T(0);
+    case affine:
+      return al;
+    case leaky_relu:
+      return x >= T(0) ? T(1) : al;
+    case thresholded_relu:
+      return x > al ? T(1) : T(0);
     case scaled_tanh: {
       const T t = tanh(be * x);
       return al * be * (T(1) - t * t);
@@ -78,25 +106,29 @@ template <typename T> KILN_RNN_HD inline T activate_grad(const ActParams& a, T x
       const T v = al * x + be;
       return v > T(0) && v < T(1) ? al : T(0);
     }
-    case elu: return x >= T(0) ? T(1) : al * exp(x);
+    case elu:
+      return x >= T(0) ? T(1) : al * exp(x);
     case softsign: {
       const T d = T(1) + fabs(x);
       return T(1) / (d * d);
     }
-    default: return T(1) / (T(1) + exp(-x));  // softplus
+    default:
+      return T(1) / (T(1) + exp(-x));  // softplus
   }
 }
 
 /// The gate input after clipping (clip <= 0: none), and whether its gradient passes.
-template <typename T> KILN_RNN_HD inline T clip_gate(T x, T clip) {
+template <typename T>
+KILN_RNN_HD inline T clip_gate(T x, T clip) {
   if (clip <= T(0)) return x;
   return x < -clip ? -clip : x > clip ? clip : x;
 }
-template <typename T> KILN_RNN_HD inline T clip_pass(T x, T clip) {
+template <typename T>
+KILN_RNN_HD inline T clip_pass(T x, T clip) {
   return clip <= T(0) || (x >= -clip && x <= clip) ? T(1) : T(0);
 }
 
-inline int gates_of(int cell) { return cell == 0 ? 4 : cell == 1 ? 3 : 1; }        // lstm gru rnn
+inline int gates_of(int cell) { return cell == 0 ? 4 : cell == 1 ? 3 : 1; }  // lstm gru rnn
 inline int acts_per_dir(int cell) { return cell == 0 ? 3 : cell == 1 ? 2 : 1; }
 inline int reserve_width(int cell) { return cell == 0 ? 6 : cell == 1 ? 5 : 2; }  // times H
 

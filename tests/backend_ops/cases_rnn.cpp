@@ -53,13 +53,14 @@ std::vector<Tensor> layer(Case& c, DType t, RnnCell cell, const Config& k, bool 
   if (k.extras) o.clip = 1.5;
   o.linear_before_reset = k.lbr;
   if (cell == RnnCell::rnn && k.relu) o.activations = {RnnActivation{RnnActivationKind::relu}};
-  RnnResult r = cell == RnnCell::lstm ? lstm(x, layers, h0, c0, lens, o)
+  RnnResult r = cell == RnnCell::lstm  ? lstm(x, layers, h0, c0, lens, o)
                 : cell == RnnCell::gru ? gru(x, layers, h0, lens, o)
                                        : rnn(x, layers, h0, lens, o);
-  c.note(fmt::format("cell {} dir {} batch_first {} init {} lens {} extras {} layers {} lbr {} "
-                     "relu {}",
-                     static_cast<int>(cell), static_cast<int>(k.dir), k.batch_first, k.init,
-                     k.lens, k.extras, k.layers, k.lbr, k.relu));
+  c.note(
+      fmt::format("cell {} dir {} batch_first {} init {} lens {} extras {} layers {} lbr {} "
+                  "relu {}",
+                  static_cast<int>(cell), static_cast<int>(k.dir), k.batch_first, k.init, k.lens,
+                  k.extras, k.layers, k.lbr, k.relu));
   c.tol_scale = 4;
   std::vector<Tensor> outs{r.y, r.h};
   if (r.c) outs.push_back(*r.c);
@@ -83,7 +84,8 @@ const bool kRnn = register_cases(
 
 // rnn_grad: gradients of every float input of one layer, as outputs (compared like any output).
 const bool kRnnGrad = register_cases(
-    {OpId::RnnGrad, 3 * 2, [](Case& c, DType t, int i) {
+    {OpId::RnnGrad, 3 * 2,
+     [](Case& c, DType t, int i) {
        const RnnCell cell = static_cast<RnnCell>(i / 2);
        const Config& k = kConfigs[1 + i % 2];
        std::vector<Tensor> outs = layer(c, t, cell, k, true);

@@ -26,10 +26,11 @@ struct Cfg {
   int64_t D() const { return dir == RnnDirection::bidirectional ? 2 : 1; }
   int64_t G() const { return cell == RnnCell::lstm ? 4 : cell == RnnCell::gru ? 3 : 1; }
   std::string str() const {
-    return fmt::format("cell {} layers {} dir {} batch_first {} init {} lens {} bias {} peep {} "
-                       "{} clip {} input_forget {} lbr {} acts {}",
-                       static_cast<int>(cell), layers, static_cast<int>(dir), batch_first, init,
-                       lens, bias, peep, name(dtype), clip, input_forget, lbr, acts.size());
+    return fmt::format(
+        "cell {} layers {} dir {} batch_first {} init {} lens {} bias {} peep {} "
+        "{} clip {} input_forget {} lbr {} acts {}",
+        static_cast<int>(cell), layers, static_cast<int>(dir), batch_first, init, lens, bias, peep,
+        name(dtype), clip, input_forget, lbr, acts.size());
   }
 };
 
@@ -42,8 +43,8 @@ struct Data {
 inline Data make_data(const Cfg& c) {
   Data d;
   const int64_t D = c.D(), GH = c.G() * c.H;
-  d.arrays.push_back(random_array(c.batch_first ? Shape{c.B, c.T, c.I} : Shape{c.T, c.B, c.I},
-                                  c.dtype, -1, 1));
+  d.arrays.push_back(
+      random_array(c.batch_first ? Shape{c.B, c.T, c.I} : Shape{c.T, c.B, c.I}, c.dtype, -1, 1));
   for (int l = 0; l < c.layers; ++l) {
     const int64_t in = l == 0 ? c.I : D * c.H;
     d.arrays.push_back(random_array({D, GH, in}, c.dtype, -0.6, 0.6));
@@ -54,11 +55,13 @@ inline Data make_data(const Cfg& c) {
   d.n_layer_inputs = 2 + c.bias + c.peep;
   if (c.init) {
     d.arrays.push_back(random_array({c.layers * D, c.B, c.H}, c.dtype, -1, 1));
-    if (c.cell == RnnCell::lstm) d.arrays.push_back(random_array({c.layers * D, c.B, c.H}, c.dtype, -1, 1));
+    if (c.cell == RnnCell::lstm)
+      d.arrays.push_back(random_array({c.layers * D, c.B, c.H}, c.dtype, -1, 1));
   }
   if (c.lens) {
     std::vector<int64_t> lens(static_cast<size_t>(c.B));
-    for (int64_t b = 0; b < c.B; ++b) lens[b] = (b == 0) ? c.T : (b == 1 ? 0 : 1 + static_cast<int64_t>(rng()() % c.T));
+    for (int64_t b = 0; b < c.B; ++b)
+      lens[b] = (b == 0) ? c.T : (b == 1 ? 0 : 1 + static_cast<int64_t>(rng()() % c.T));
     d.arrays.push_back(Array::from_vector(lens, {c.B}));
   }
   return d;
@@ -75,7 +78,8 @@ inline RnnOptions options(const Cfg& c) {
   return o;
 }
 
-inline std::vector<Tensor> build(const Cfg& c, const std::vector<Tensor>& t, bool training = false) {
+inline std::vector<Tensor> build(const Cfg& c, const std::vector<Tensor>& t,
+                                 bool training = false) {
   size_t k = 1;
   std::vector<RnnLayerWeights> layers;
   for (int l = 0; l < c.layers; ++l) {
@@ -93,7 +97,7 @@ inline std::vector<Tensor> build(const Cfg& c, const std::vector<Tensor>& t, boo
   if (c.lens) lens = t[k++];
   RnnOptions o = options(c);
   o.training = training;
-  RnnResult r = c.cell == RnnCell::lstm ? lstm(t[0], layers, h0, c0, lens, o)
+  RnnResult r = c.cell == RnnCell::lstm  ? lstm(t[0], layers, h0, c0, lens, o)
                 : c.cell == RnnCell::gru ? gru(t[0], layers, h0, lens, o)
                                          : rnn(t[0], layers, h0, lens, o);
   std::vector<Tensor> out{r.y, r.h};

@@ -2,9 +2,9 @@
 // equations, one batch row and one step at a time), on fresh random data; gradients against
 // central differences. Tolerances: f64 1e-9 relative + absolute, f32 2e-5 relative + 1e-5
 // absolute (values are O(1); the recurrences are short).
-#include <cmath>
-
 #include <fmt/format.h>
+
+#include <cmath>
 
 #include "core/graph_impl.h"
 #include "core/op_id.h"
@@ -23,17 +23,28 @@ using K = RnnActivationKind;
 
 double ref_act(const RnnActivation& a, double x) {
   switch (a.kind) {
-    case K::sigmoid: return 1 / (1 + std::exp(-x));
-    case K::tanh: return std::tanh(x);
-    case K::relu: return std::max(x, 0.0);
-    case K::affine: return a.alpha * x + a.beta;
-    case K::leaky_relu: return x >= 0 ? x : a.alpha * x;
-    case K::thresholded_relu: return x > a.alpha ? x : 0;
-    case K::scaled_tanh: return a.alpha * std::tanh(a.beta * x);
-    case K::hard_sigmoid: return std::min(1.0, std::max(0.0, a.alpha * x + a.beta));
-    case K::elu: return x >= 0 ? x : a.alpha * (std::exp(x) - 1);
-    case K::softsign: return x / (1 + std::fabs(x));
-    case K::softplus: return std::log(1 + std::exp(x));
+    case K::sigmoid:
+      return 1 / (1 + std::exp(-x));
+    case K::tanh:
+      return std::tanh(x);
+    case K::relu:
+      return std::max(x, 0.0);
+    case K::affine:
+      return a.alpha * x + a.beta;
+    case K::leaky_relu:
+      return x >= 0 ? x : a.alpha * x;
+    case K::thresholded_relu:
+      return x > a.alpha ? x : 0;
+    case K::scaled_tanh:
+      return a.alpha * std::tanh(a.beta * x);
+    case K::hard_sigmoid:
+      return std::min(1.0, std::max(0.0, a.alpha * x + a.beta));
+    case K::elu:
+      return x >= 0 ? x : a.alpha * (std::exp(x) - 1);
+    case K::softsign:
+      return x / (1 + std::fabs(x));
+    case K::softplus:
+      return std::log(1 + std::exp(x));
   }
   return 0;
 }
@@ -47,9 +58,12 @@ RefOut reference(const Cfg& c, const Data& data) {
   const int per_dir = c.cell == RnnCell::lstm ? 3 : c.cell == RnnCell::gru ? 2 : 1;
   std::vector<RnnActivation> acts = c.acts;
   if (acts.empty()) {
-    if (c.cell == RnnCell::lstm) acts = {{K::sigmoid}, {K::tanh}, {K::tanh}};
-    else if (c.cell == RnnCell::gru) acts = {{K::sigmoid}, {K::tanh}};
-    else acts = {{K::tanh}};
+    if (c.cell == RnnCell::lstm)
+      acts = {{K::sigmoid}, {K::tanh}, {K::tanh}};
+    else if (c.cell == RnnCell::gru)
+      acts = {{K::sigmoid}, {K::tanh}};
+    else
+      acts = {{K::tanh}};
   }
   auto clipv = [&](double v) { return c.clip > 0 ? std::min(c.clip, std::max(-c.clip, v)) : v; };
   // x as (T, B, In)
@@ -77,7 +91,8 @@ RefOut reference(const Cfg& c, const Data& data) {
     const size_t base = 1 + static_cast<size_t>(l * data.n_layer_inputs);
     const auto w = to_f64(data.arrays[base]), r = to_f64(data.arrays[base + 1]);
     const auto bias = c.bias ? to_f64(data.arrays[base + 2]) : std::vector<double>(D * 2 * GH, 0);
-    const auto p = c.peep ? to_f64(data.arrays[base + 2 + c.bias]) : std::vector<double>(D * 3 * H, 0);
+    const auto p =
+        c.peep ? to_f64(data.arrays[base + 2 + c.bias]) : std::vector<double>(D * 3 * H, 0);
     y.assign(static_cast<size_t>(T * B * D * H), 0);
     for (int64_t d = 0; d < D; ++d) {
       const bool rev = c.dir == RnnDirection::reverse || d == 1;
@@ -107,8 +122,10 @@ RefOut reference(const Cfg& c, const Data& data) {
             const double* P = &p[d * 3 * H];
             for (int64_t j = 0; j < H; ++j) {
               const double i_ = ref_act(A(d * 3), clipv(xw[j] + hr[j] + P[j] * cs[j]));
-              const double f_ = c.input_forget ? 1 - i_
-                                : ref_act(A(d * 3), clipv(xw[2 * H + j] + hr[2 * H + j] + P[2 * H + j] * cs[j]));
+              const double f_ = c.input_forget
+                                    ? 1 - i_
+                                    : ref_act(A(d * 3), clipv(xw[2 * H + j] + hr[2 * H + j] +
+                                                              P[2 * H + j] * cs[j]));
               const double cc = ref_act(A(d * 3 + 1), clipv(xw[3 * H + j] + hr[3 * H + j]));
               cn[j] = f_ * cs[j] + i_ * cc;
               const double o_ = ref_act(A(d * 3), clipv(xw[H + j] + hr[H + j] + P[H + j] * cn[j]));
@@ -164,7 +181,8 @@ void check_forward(const Cfg& c) {
   std::vector<Tensor> t;
   Feeds feeds;
   for (size_t i = 0; i < data.arrays.size(); ++i) {
-    t.push_back(g.placeholder(data.arrays[i].shape(), data.arrays[i].dtype(), fmt::format("in{}", i)));
+    t.push_back(
+        g.placeholder(data.arrays[i].shape(), data.arrays[i].dtype(), fmt::format("in{}", i)));
     feeds.emplace_back(t.back(), data.arrays[i]);
   }
   const auto outs = eval(g, build(c, t), feeds);
@@ -181,7 +199,8 @@ void check_forward(const Cfg& c) {
 void sweep(RnnCell cell, const std::function<void(Cfg&)>& tweak = {}) {
   int n = 0;
   for (int layers : {1, 2})
-    for (RnnDirection dir : {RnnDirection::forward, RnnDirection::reverse, RnnDirection::bidirectional})
+    for (RnnDirection dir :
+         {RnnDirection::forward, RnnDirection::reverse, RnnDirection::bidirectional})
       for (bool bf : {false, true})
         for (bool init : {false, true})
           for (bool lens : {false, true}) {
@@ -213,7 +232,8 @@ TEST(Lstm, PeepholesClipInputForgetActivations) {
       c.acts = {RnnActivation{K::hard_sigmoid, 0.3, 0.45}, RnnActivation{K::scaled_tanh, 0.9, 1.3},
                 RnnActivation{K::softsign}};
       check_forward(c);
-      c.acts = {RnnActivation{K::sigmoid}, RnnActivation{K::elu, 0.8}, RnnActivation{K::affine, 0.7, 0.2}};
+      c.acts = {RnnActivation{K::sigmoid}, RnnActivation{K::elu, 0.8},
+                RnnActivation{K::affine, 0.7, 0.2}};
       c.dir = RnnDirection::reverse;
       c.bias = false;
       check_forward(c);
@@ -247,7 +267,8 @@ TEST(Lstm, SeqLensOutOfRangeIsAValueError) {
   auto y = lstm(x, {{w, r}}, std::nullopt, std::nullopt, lens).y;
   expect_error<ValueError>(
       [&] {
-        eval(g, {y}, {{x, random_array({3, 2, 2}, f32)}, {lens, Array::from_vector<int64_t>({3, 4}, {2})}});
+        eval(g, {y},
+             {{x, random_array({3, 2, 2}, f32)}, {lens, Array::from_vector<int64_t>({3, 4}, {2})}});
       },
       {"seq_lens", "4"});
 }
@@ -276,7 +297,8 @@ TEST(Gru, PackageRoundTrip) {
   exe.save(path);
   const auto got = Executable::load(path, Device::cpu()).run({{"x", xv}, {"lens", lv}});
   ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) expect_close(got[i], want[i].shape(), to_f64(want[i]), 0, 0);
+  for (size_t i = 0; i < got.size(); ++i)
+    expect_close(got[i], want[i].shape(), to_f64(want[i]), 0, 0);
 }
 
 // torch_rnn_weights against PyTorch's own equations and gate order, written out here
@@ -345,8 +367,9 @@ TEST(Gru, TorchWeightsFollowPyTorchGateOrder) {
     o.linear_before_reset = true;
     const RnnLayerWeights lw = torch_rnn_weights(cell, wih, whh, bih, bhh);
     const Tensor x = g.constant(xv);
-    const Tensor y = cell == RnnCell::lstm ? lstm(x, {lw}, std::nullopt, std::nullopt, std::nullopt, o).y
-                                           : gru(x, {lw}, std::nullopt, std::nullopt, o).y;
+    const Tensor y = cell == RnnCell::lstm
+                         ? lstm(x, {lw}, std::nullopt, std::nullopt, std::nullopt, o).y
+                         : gru(x, {lw}, std::nullopt, std::nullopt, o).y;
     expect_close(eval1(g, y), {T, B, 2, H}, torch_reference(cell, p, to_f64(xv), T, B, I, H), 1e-12,
                  1e-12);
   }
@@ -395,8 +418,9 @@ TEST(RnnGrad, OnlyHiddenStateOutputUsed) {
   c.init = true;
   c.dtype = f64;
   const Data data = make_data(c);
-  check_gradients([&](Graph&, const std::vector<Tensor>& t) { return std::vector<Tensor>{build(c, t)[1]}; },
-                  data.arrays);
+  check_gradients(
+      [&](Graph&, const std::vector<Tensor>& t) { return std::vector<Tensor>{build(c, t)[1]}; },
+      data.arrays);
 }
 
 // A training layer's gradient reads its own reserve: one lstm node in the graph; without

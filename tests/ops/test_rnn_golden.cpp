@@ -2,12 +2,12 @@
 // gradients of every input and parameter, from golden data that tests/data/rnn/make_golden.py
 // writes (into tests/data/rnn/golden). Skips while that data is missing.
 // Tolerances: f64 1e-9 relative + absolute; f32 1e-4 relative + 1e-5 absolute.
+#include <fmt/format.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-
-#include <fmt/format.h>
 
 #include "kiln/ops/rnn.h"
 #include "support/reference.h"
@@ -36,8 +36,8 @@ TEST(RnnTorchGolden, MatchesPyTorch) {
   const std::string dir = golden_dir();
   std::ifstream list(dir + "/cases.txt");
   if (!list)
-    GTEST_SKIP() << "no golden data in " << dir
-                 << " (run tests/data/rnn/make_golden.py " << dir << " where torch is installed)";
+    GTEST_SKIP() << "no golden data in " << dir << " (run tests/data/rnn/make_golden.py " << dir
+                 << " where torch is installed)";
   std::string line;
   int n = 0;
   while (std::getline(list, line)) {
@@ -51,8 +51,9 @@ TEST(RnnTorchGolden, MatchesPyTorch) {
     auto load = [&](const std::string& key) {
       return Array::load_npy(dir + "/" + c.name + "_" + key + ".npy");
     };
-    const RnnCell cell = c.cell == "lstm" ? RnnCell::lstm : c.cell == "gru" ? RnnCell::gru
-                                                                            : RnnCell::rnn;
+    const RnnCell cell = c.cell == "lstm"  ? RnnCell::lstm
+                         : c.cell == "gru" ? RnnCell::gru
+                                           : RnnCell::rnn;
     Graph g;
     std::vector<Tensor> wrt;
     std::vector<std::string> names;
@@ -84,7 +85,7 @@ TEST(RnnTorchGolden, MatchesPyTorch) {
     o.direction = c.bidi ? RnnDirection::bidirectional : RnnDirection::forward;
     o.batch_first = c.bf;
     o.linear_before_reset = true;  // PyTorch's GRU
-    RnnResult r = cell == RnnCell::lstm ? lstm(x, layers, h0, c0, std::nullopt, o)
+    RnnResult r = cell == RnnCell::lstm  ? lstm(x, layers, h0, c0, std::nullopt, o)
                   : cell == RnnCell::gru ? gru(x, layers, h0, std::nullopt, o)
                                          : rnn(x, layers, h0, std::nullopt, o);
     const Shape ys = r.y.shape();

@@ -54,8 +54,17 @@ enum class RnnDirection { forward, reverse, bidirectional };
 /// thresholded_relu x if x > alpha else 0; scaled_tanh alpha*tanh(beta*x); hard_sigmoid
 /// clamp(alpha*x + beta, 0, 1); elu alpha.
 enum class RnnActivationKind : int64_t {
-  sigmoid, tanh, relu, affine, leaky_relu, thresholded_relu, scaled_tanh, hard_sigmoid, elu,
-  softsign, softplus
+  sigmoid,
+  tanh,
+  relu,
+  affine,
+  leaky_relu,
+  thresholded_relu,
+  scaled_tanh,
+  hard_sigmoid,
+  elu,
+  softsign,
+  softplus
 };
 struct RnnActivation {
   RnnActivationKind kind = RnnActivationKind::tanh;
@@ -87,9 +96,9 @@ struct RnnLayerWeights {
 };
 
 struct RnnResult {
-  Tensor y;                  // last layer's hidden states (T, B, D, H) / (B, T, D, H)
-  Tensor h;                  // (L*D, B, H), layer-major as PyTorch's h_n
-  std::optional<Tensor> c;   // LSTM: (L*D, B, H)
+  Tensor y;                     // last layer's hidden states (T, B, D, H) / (B, T, D, H)
+  Tensor h;                     // (L*D, B, H), layer-major as PyTorch's h_n
+  std::optional<Tensor> c;      // LSTM: (L*D, B, H)
   std::vector<Tensor> reserve;  // with training: one per layer, (T, D, B, S) in x's dtype
 };
 

@@ -3,9 +3,10 @@
 // step then runs the recurrent GEMM and the gate math of every batch row. The backward pass
 // walks the steps in reverse, collects the gradients of the gate inputs of every step, and
 // finishes dx, dw and the input biases with one GEMM (or sum) each. Half types run as f32.
+#include <oneapi/dnnl/dnnl.h>
+
 #include <algorithm>
 #include <cstring>
-#include <oneapi/dnnl/dnnl.h>
 #include <vector>
 
 #include "backends/cpu/cpu_common.h"
@@ -25,15 +26,16 @@ void gemm(const KernelContext& ctx, bool ta, bool tb, int64_t M, int64_t N, int6
   if (M <= 0 || N <= 0) return;
   if constexpr (std::is_same_v<T, float>) {
     if (K > 0) {
-      const dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda,
-                                          B, ldb, beta, C, ldc);
+      const dnnl_status_t st =
+          dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
       if (st != dnnl_success)
         fail<UnsupportedError>("[{}] oneDNN sgemm failed ({}x{}x{}, status {})", ctx.op_name(), M,
                                N, K, static_cast<int>(st));
       return;
     }
   }
-  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, N * std::max<int64_t>(K, 1)));
+  const int64_t grain =
+      std::max<int64_t>(1, 16384 / std::max<int64_t>(1, N * std::max<int64_t>(K, 1)));
   ctx.parallel_for(M, grain, [&](int64_t m0, int64_t m1) {
     std::vector<T> acc(static_cast<size_t>(N));
     for (int64_t m = m0; m < m1; ++m) {
@@ -49,14 +51,14 @@ void gemm(const KernelContext& ctx, bool ta, bool tb, int64_t M, int64_t N, int6
         }
       }
       T* c = C + m * ldc;
-      for (int64_t n = 0; n < N; ++n)
-        c[n] = alpha * acc[n] + (beta == T(0) ? T(0) : beta * c[n]);
+      for (int64_t n = 0; n < N; ++n) c[n] = alpha * acc[n] + (beta == T(0) ? T(0) : beta * c[n]);
     }
   });
 }
 
 // Everything a kernel of a layer reads, with the positions of the optional inputs.
-template <typename T> struct Layer {
+template <typename T>
+struct Layer {
   int cell = 0;
   int64_t T_ = 0, B = 0, I = 0, H = 0, D = 1, G = 1, S = 0;
   bool bf = false, reverse_only = false, lbr = false, input_forget = false;
@@ -81,7 +83,8 @@ template <typename T> struct Layer {
   }
 };
 
-template <typename T> Layer<T> read_layer(const KernelContext& ctx, int cell, bool grad) {
+template <typename T>
+Layer<T> read_layer(const KernelContext& ctx, int cell, bool grad) {
   const Attrs& a = ctx.attrs();
   Layer<T> l;
   l.cell = cell;
@@ -115,8 +118,8 @@ template <typename T> Layer<T> read_layer(const KernelContext& ctx, int cell, bo
       for (int64_t i = 0; i < l.B; ++i) {
         const int64_t n = static_cast<int64_t>(s.ptr<I>()[i]);
         if (n < 0 || n > l.T_)
-          fail<ValueError>("[{}] seq_lens[{}] = {} is outside [0, {}] (x shape {})",
-                           ctx.op_name(), i, n, l.T_, str(x.shape));
+          fail<ValueError>("[{}] seq_lens[{}] = {} is outside [0, {}] (x shape {})", ctx.op_name(),
+                           i, n, l.T_, str(x.shape));
         l.lens[static_cast<size_t>(i)] = n;
       }
     });
@@ -130,7 +133,8 @@ template <typename T> Layer<T> read_layer(const KernelContext& ctx, int cell, bo
 
 // ---- forward
 
-template <typename T> void forward(KernelContext& ctx, int cell) {
+template <typename T>
+void forward(KernelContext& ctx, int cell) {
   const Layer<T> l = read_layer<T>(ctx, cell, false);
   const int64_t T_ = l.T_, B = l.B, I = l.I, H = l.H, D = l.D, GH = l.G * H, rows = T_ * B;
   T* y = ctx.out(0).ptr<T>();
@@ -155,10 +159,14 @@ template <typename T> void forward(KernelContext& ctx, int cell) {
     const T* R = l.r + d * GH * H;
     const T* Rb = l.b ? l.b + d * 2 * GH + GH : nullptr;
     const T* P = l.p ? l.p + d * 3 * H : nullptr;
-    if (l.h0) std::copy(l.h0 + d * B * H, l.h0 + (d + 1) * B * H, h.begin());
-    else std::fill(h.begin(), h.end(), T(0));
-    if (l.c0) std::copy(l.c0 + d * B * H, l.c0 + (d + 1) * B * H, c.begin());
-    else std::fill(c.begin(), c.end(), T(0));
+    if (l.h0)
+      std::copy(l.h0 + d * B * H, l.h0 + (d + 1) * B * H, h.begin());
+    else
+      std::fill(h.begin(), h.end(), T(0));
+    if (l.c0)
+      std::copy(l.c0 + d * B * H, l.c0 + (d + 1) * B * H, c.begin());
+    else
+      std::fill(c.begin(), c.end(), T(0));
     const rm::ActParams &fa = l.act(d, 0), &ga = l.act(d, cell == 2 ? 0 : 1),
                         &ha = l.act(d, cell == 0 ? 2 : 0);
     for (int64_t s = 0; s < T_; ++s) {
@@ -247,11 +255,11 @@ template <typename T> void forward(KernelContext& ctx, int cell) {
 
 // ---- backward
 
-template <typename T> void backward(KernelContext& ctx) {
+template <typename T>
+void backward(KernelContext& ctx) {
   const int cell = static_cast<int>(ctx.attrs().i("cell"));
   const Layer<T> l = read_layer<T>(ctx, cell, true);
-  const int64_t T_ = l.T_, B = l.B, I = l.I, H = l.H, D = l.D, G = l.G, GH = G * H,
-                rows = T_ * B;
+  const int64_t T_ = l.T_, B = l.B, I = l.I, H = l.H, D = l.D, G = l.G, GH = G * H, rows = T_ * B;
   int k = l.next;
   const T* res = ctx.in(k++).ptr<T>();
   const T* dy = ctx.in(k++).ptr<T>();
@@ -284,8 +292,10 @@ template <typename T> void backward(KernelContext& ctx) {
                         &ha = l.act(d, cell == 0 ? 2 : 0);
     std::fill(dg.begin(), dg.end(), T(0));
     std::copy(dhn + d * B * H, dhn + (d + 1) * B * H, dh.begin());
-    if (dcn) std::copy(dcn + d * B * H, dcn + (d + 1) * B * H, dc.begin());
-    else std::fill(dc.begin(), dc.end(), T(0));
+    if (dcn)
+      std::copy(dcn + d * B * H, dcn + (d + 1) * B * H, dc.begin());
+    else
+      std::fill(dc.begin(), dc.end(), T(0));
     for (int64_t s = T_ - 1; s >= 0; --s) {
       // previous states of every running row (zeros for the others)
       for (int64_t b_ = 0; b_ < B; ++b_) {
@@ -331,14 +341,17 @@ template <typename T> void backward(KernelContext& ctx) {
               const T ig = rm::activate(fa, ai), og = rm::activate(fa, ao),
                       fg = l.input_forget ? T(1) - ig : rm::activate(fa, af),
                       cc = rm::activate(ga, ac);
-              const T duo = dH * rm::activate(ha, cn) * rm::activate_grad(fa, ao) *
-                            rm::clip_pass(uo, l.clip);
-              const T dC = dcs[j] + dH * og * rm::activate_grad(ha, cn) + (P ? duo * P[H + j] : T(0));
+              const T duo =
+                  dH * rm::activate(ha, cn) * rm::activate_grad(fa, ao) * rm::clip_pass(uo, l.clip);
+              const T dC =
+                  dcs[j] + dH * og * rm::activate_grad(ha, cn) + (P ? duo * P[H + j] : T(0));
               T di = dC * cc;
               const T dfg = dC * cpv;
               T duf = 0;
-              if (l.input_forget) di -= dfg;
-              else duf = dfg * rm::activate_grad(fa, af) * rm::clip_pass(uf, l.clip);
+              if (l.input_forget)
+                di -= dfg;
+              else
+                duf = dfg * rm::activate_grad(fa, af) * rm::clip_pass(uf, l.clip);
               const T dui = di * rm::activate_grad(fa, ai) * rm::clip_pass(ui, l.clip);
               const T duc = dC * ig * rm::activate_grad(ga, ac) * rm::clip_pass(uc, l.clip);
               dcs[j] = dC * fg + (P ? dui * P[j] + duf * P[2 * H + j] : T(0));
@@ -354,7 +367,8 @@ template <typename T> void backward(KernelContext& ctx) {
               const T zg = rm::activate(fa, az), rg = rm::activate(fa, ar),
                       hc = rm::activate(ga, ah);
               const T dz = dH * (hps[j] - hc);
-              const T duh = dH * (T(1) - zg) * rm::activate_grad(ga, ah) * rm::clip_pass(uh, l.clip);
+              const T duh =
+                  dH * (T(1) - zg) * rm::activate_grad(ga, ah) * rm::clip_pass(uh, l.clip);
               dhps[j] = dH * zg;
               g[j] = q[j] = dz * rm::activate_grad(fa, az) * rm::clip_pass(uz, l.clip);
               g[2 * H + j] = duh;
@@ -428,7 +442,8 @@ template <typename T> void backward(KernelContext& ctx) {
   }
 }
 
-template <int Cell> void layer_kernel(KernelContext& ctx) {
+template <int Cell>
+void layer_kernel(KernelContext& ctx) {
   dispatch_float(ctx.in(0).dtype, ctx.op_name(), [&](auto v) { forward<decltype(v)>(ctx, Cell); });
 }
 void rnn_grad(KernelContext& ctx) {

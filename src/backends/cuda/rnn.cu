@@ -24,15 +24,14 @@ void register_rnn_kernels();
 namespace {
 namespace rm = rnn_math;
 
-#define KILN_RNN_LOOP(i, n)                                                  \
+#define KILN_RNN_LOOP(i, n)                                                 \
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); \
        i += int64_t{gridDim.x} * blockDim.x)
 
 // C (M x N, ld ldc) = alpha * op(A) · op(B) + beta * C (row-major; ta/tb: stored transposed).
 template <typename T>
-__global__ void gemm_kernel(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha,
-                            const T* A, int64_t lda, const T* B, int64_t ldb, T beta, T* C,
-                            int64_t ldc) {
+__global__ void gemm_kernel(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
+                            int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
   KILN_RNN_LOOP(idx, M * N) {
     const int64_t m = idx / N, n = idx % N;
     T acc = 0;
@@ -91,8 +90,12 @@ __global__ void add_rows_kernel(T* hr, const T* rb, int64_t B, int64_t ld, int64
   }
 }
 
-template <typename T> __device__ T act(const rm::ActParams& a, T x) { return rm::activate(a, x); }
-template <typename T> __device__ T act_grad(const rm::ActParams& a, T x) {
+template <typename T>
+__device__ T act(const rm::ActParams& a, T x) {
+  return rm::activate(a, x);
+}
+template <typename T>
+__device__ T act_grad(const rm::ActParams& a, T x) {
   return rm::activate_grad(a, x);
 }
 
@@ -227,8 +230,8 @@ int64_t* device_lens(KernelContext& ctx, const Inputs& in) {
   if (in.lens >= 0) {
     dispatch_index(ctx.in(in.lens).dtype, ctx.op_name(), [&](auto v) {
       using I = decltype(v);
-      lens_kernel<I><<<blocks_for(in.B), kThreads, 0, st>>>(ctx.in(in.lens).ptr<I>(), lens, in.B,
-                                                             in.T);
+      lens_kernel<I>
+          <<<blocks_for(in.B), kThreads, 0, st>>>(ctx.in(in.lens).ptr<I>(), lens, in.B, in.T);
     });
   } else {
     lens_kernel<int32_t><<<blocks_for(in.B), kThreads, 0, st>>>(nullptr, lens, in.B, in.T);
@@ -237,7 +240,8 @@ int64_t* device_lens(KernelContext& ctx, const Inputs& in) {
   return lens;
 }
 
-template <typename T> T* scratch_of(KernelContext& ctx, int64_t n) {
+template <typename T>
+T* scratch_of(KernelContext& ctx, int64_t n) {
   return static_cast<T*>(ctx.scratch(sizeof(T) * static_cast<size_t>(std::max<int64_t>(n, 1))));
 }
 
@@ -302,14 +306,15 @@ int kiln_block(int cell, int lin) {
   return cell == 0 ? lstm[lin] : cell == 1 ? gru[lin] : 0;
 }
 
-template <typename T> void forward_cudnn(KernelContext& ctx, int cell, const Inputs& in) {
+template <typename T>
+void forward_cudnn(KernelContext& ctx, int cell, const Inputs& in) {
   cudaStream_t st = stream_of(ctx);
   const cudnnHandle_t handle = cudnn_handle(ctx.device(), st);
   const cudnnDataType_t dt = std::is_same_v<T, double> ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
   const int T_ = static_cast<int>(in.T), B = static_cast<int>(in.B), I = static_cast<int>(in.I),
             H = static_cast<int>(in.H), D = static_cast<int>(in.D), G = static_cast<int>(in.G);
-  const cudnnRNNMode_t mode = cell == 0   ? CUDNN_LSTM
-                              : cell == 1 ? CUDNN_GRU
+  const cudnnRNNMode_t mode = cell == 0                     ? CUDNN_LSTM
+                              : cell == 1                   ? CUDNN_GRU
                               : in.acts[0].kind == rm::relu ? CUDNN_RNN_RELU
                                                             : CUDNN_RNN_TANH;
   CudnnRnn d;
@@ -317,10 +322,11 @@ template <typename T> void forward_cudnn(KernelContext& ctx, int cell, const Inp
   KILN_CUDNN_CHECK(cudnnSetRNNDescriptor_v8(
       d.rnn, CUDNN_RNN_ALGO_STANDARD, mode, CUDNN_RNN_DOUBLE_BIAS,
       D == 2 ? CUDNN_BIDIRECTIONAL : CUDNN_UNIDIRECTIONAL, CUDNN_LINEAR_INPUT, dt, dt,
-      std::is_same_v<T, double> ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH, I, H, H, 1, d.dropout, CUDNN_RNN_PADDED_IO_ENABLED));
+      std::is_same_v<T, double> ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH, I, H, H, 1, d.dropout,
+      CUDNN_RNN_PADDED_IO_ENABLED));
   const std::vector<int> host_lens(static_cast<size_t>(B), T_);
-  const cudnnRNNDataLayout_t layout = in.bf ? CUDNN_RNN_DATA_LAYOUT_BATCH_MAJOR_UNPACKED
-                                            : CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED;
+  const cudnnRNNDataLayout_t layout =
+      in.bf ? CUDNN_RNN_DATA_LAYOUT_BATCH_MAJOR_UNPACKED : CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED;
   KILN_CUDNN_CHECK(cudnnSetRNNDataDescriptor(d.x, dt, layout, T_, B, I, host_lens.data(), nullptr));
   KILN_CUDNN_CHECK(
       cudnnSetRNNDataDescriptor(d.y, dt, layout, T_, B, D * H, host_lens.data(), nullptr));
@@ -344,13 +350,13 @@ template <typename T> void forward_cudnn(KernelContext& ctx, int cell, const Inp
       const bool rec = lin >= G;
       const int blk = kiln_block(cell, lin % G);
       void *maddr = nullptr, *baddr = nullptr;
-      KILN_CUDNN_CHECK(cudnnGetRNNWeightParams(handle, d.rnn, dir, wbytes, wspace, lin, d.m,
-                                               &maddr, d.b, &baddr));
+      KILN_CUDNN_CHECK(cudnnGetRNNWeightParams(handle, d.rnn, dir, wbytes, wspace, lin, d.m, &maddr,
+                                               d.b, &baddr));
       const int64_t cols = rec ? H : I;
       const T* src = (rec ? r + dir * GH * H : w + dir * GH * I) + blk * int64_t{H} * cols;
       if (maddr)
-        KILN_CUDA_CHECK(cudaMemcpyAsync(maddr, src, sizeof(T) * H * cols,
-                                        cudaMemcpyDeviceToDevice, st));
+        KILN_CUDA_CHECK(
+            cudaMemcpyAsync(maddr, src, sizeof(T) * H * cols, cudaMemcpyDeviceToDevice, st));
       if (baddr && bias)
         KILN_CUDA_CHECK(cudaMemcpyAsync(baddr, bias + dir * 2 * GH + (rec ? GH : 0) + blk * H,
                                         sizeof(T) * H, cudaMemcpyDeviceToDevice, st));
@@ -366,7 +372,8 @@ template <typename T> void forward_cudnn(KernelContext& ctx, int cell, const Inp
                                    d.h, cx, cy, wbytes, wspace, work, workspace, 0, nullptr));
 }
 
-template <typename T> void forward(KernelContext& ctx, int cell) {
+template <typename T>
+void forward(KernelContext& ctx, int cell) {
   const Inputs in = read_inputs(ctx, cell, false);
   if (cudnn_supports(ctx, cell, in)) return forward_cudnn<T>(ctx, cell, in);
   cudaStream_t st = stream_of(ctx);
@@ -403,11 +410,13 @@ template <typename T> void forward(KernelContext& ctx, int cell) {
     if (in.h0 >= 0)
       KILN_CUDA_CHECK(cudaMemcpyAsync(h, ctx.in(in.h0).ptr<T>() + d * B * H, state_bytes,
                                       cudaMemcpyDeviceToDevice, st));
-    else KILN_CUDA_CHECK(cudaMemsetAsync(h, 0, state_bytes, st));
+    else
+      KILN_CUDA_CHECK(cudaMemsetAsync(h, 0, state_bytes, st));
     if (in.c0 >= 0)
       KILN_CUDA_CHECK(cudaMemcpyAsync(c, ctx.in(in.c0).ptr<T>() + d * B * H, state_bytes,
                                       cudaMemcpyDeviceToDevice, st));
-    else KILN_CUDA_CHECK(cudaMemsetAsync(c, 0, state_bytes, st));
+    else
+      KILN_CUDA_CHECK(cudaMemsetAsync(c, 0, state_bytes, st));
     for (int64_t s = 0; s < T_; ++s) {
       const int64_t g_now = cell == 1 && !in.lbr ? 2 * H : GH;
       gemm<T>(st, false, true, B, g_now, H, T(1), h, H, R, H, T(0), hr, GH);
@@ -438,8 +447,8 @@ template <typename T> void forward(KernelContext& ctx, int cell) {
 
 // Previous states of every running row at step s (zeros for the others).
 template <typename T>
-__global__ void prev_state_kernel(Geo g, int64_t s, const int64_t* lens, const T* res,
-                                  const T* h0, const T* c0, T* hp, T* cp) {
+__global__ void prev_state_kernel(Geo g, int64_t s, const int64_t* lens, const T* res, const T* h0,
+                                  const T* c0, T* hp, T* cp) {
   KILN_RNN_LOOP(i, g.B * g.H) {
     const int64_t b = i / g.H, j = i % g.H;
     T hv = 0, cv = 0;
@@ -459,9 +468,9 @@ __global__ void prev_state_kernel(Geo g, int64_t s, const int64_t* lens, const T
 }
 
 template <typename T>
-__global__ void grad_gates_kernel(Geo g, int64_t s, const int64_t* lens, const T* res,
-                                  const T* dy, const T* P, const T* hp, const T* cp, T* dh,
-                                  T* dc, T* dg, T* dgr, T* dhp, T* rhp) {
+__global__ void grad_gates_kernel(Geo g, int64_t s, const int64_t* lens, const T* res, const T* dy,
+                                  const T* P, const T* hp, const T* cp, T* dh, T* dc, T* dg, T* dgr,
+                                  T* dhp, T* rhp) {
   KILN_RNN_LOOP(i, g.B * g.H) {
     const int64_t b = i / g.H, j = i % g.H, H = g.H;
     if (s >= lens[b]) continue;
@@ -483,8 +492,10 @@ __global__ void grad_gates_kernel(Geo g, int64_t s, const int64_t* lens, const T
       T di = dC * cc;
       const T dfg = dC * cpv;
       T duf = 0;
-      if (g.input_forget) di -= dfg;
-      else duf = dfg * act_grad(g.fa, af) * rm::clip_pass(uf, clip);
+      if (g.input_forget)
+        di -= dfg;
+      else
+        duf = dfg * act_grad(g.fa, af) * rm::clip_pass(uf, clip);
       const T dui = di * act_grad(g.fa, ai) * rm::clip_pass(ui, clip);
       const T duc = dC * ig * act_grad(g.ga, ac) * rm::clip_pass(uc, clip);
       dc[i] = dC * fg + (P ? dui * P[j] + duf * P[2 * H + j] : T(0));
@@ -565,7 +576,8 @@ __global__ void sums_kernel(Geo g, int64_t s, const int64_t* lens, const T* res,
   }
 }
 
-template <typename T> __global__ void col_sums_kernel(const T* a, int64_t rows, int64_t n, T* out) {
+template <typename T>
+__global__ void col_sums_kernel(const T* a, int64_t rows, int64_t n, T* out) {
   KILN_RNN_LOOP(j, n) {
     T acc = 0;
     for (int64_t i = 0; i < rows; ++i) acc += a[i * n + j];
@@ -573,7 +585,8 @@ template <typename T> __global__ void col_sums_kernel(const T* a, int64_t rows, 
   }
 }
 
-template <typename T> void backward(KernelContext& ctx) {
+template <typename T>
+void backward(KernelContext& ctx) {
   const int cell = static_cast<int>(ctx.attrs().i("cell"));
   const Inputs in = read_inputs(ctx, cell, true);
   cudaStream_t st = stream_of(ctx);
@@ -625,13 +638,14 @@ template <typename T> void backward(KernelContext& ctx) {
     if (dcn)
       KILN_CUDA_CHECK(
           cudaMemcpyAsync(dc, dcn + d * B * H, state_bytes, cudaMemcpyDeviceToDevice, st));
-    else KILN_CUDA_CHECK(cudaMemsetAsync(dc, 0, state_bytes, st));
+    else
+      KILN_CUDA_CHECK(cudaMemsetAsync(dc, 0, state_bytes, st));
     for (int64_t s = T_ - 1; s >= 0; --s) {
       prev_state_kernel<T><<<nb, kThreads, 0, st>>>(g, s, lens, res, h0, c0, hp, cp);
       check_launch(ctx.op_name());
       KILN_CUDA_CHECK(cudaMemsetAsync(dgr, 0, sizeof(T) * B * GH, st));
-      grad_gates_kernel<T><<<nb, kThreads, 0, st>>>(g, s, lens, res, dy, P, hp, cp, dh, dc, dg,
-                                                    dgr, dhp, rhp);
+      grad_gates_kernel<T>
+          <<<nb, kThreads, 0, st>>>(g, s, lens, res, dy, P, hp, cp, dh, dc, dg, dgr, dhp, rhp);
       check_launch(ctx.op_name());
       if (cell == 1 && !in.lbr) {
         gemm<T>(st, false, false, B, H, H, T(1), dgr + 2 * H, GH, R + 2 * H * H, H, T(0), drh, H);
@@ -649,7 +663,8 @@ template <typename T> void backward(KernelContext& ctx) {
       carry_kernel<T><<<nb, kThreads, 0, st>>>(g, s, lens, dhp, dh);
       check_launch(ctx.op_name());
     }
-    KILN_CUDA_CHECK(cudaMemcpyAsync(dh0 + d * B * H, dh, state_bytes, cudaMemcpyDeviceToDevice, st));
+    KILN_CUDA_CHECK(
+        cudaMemcpyAsync(dh0 + d * B * H, dh, state_bytes, cudaMemcpyDeviceToDevice, st));
     if (dc0)
       KILN_CUDA_CHECK(
           cudaMemcpyAsync(dc0 + d * B * H, dc, state_bytes, cudaMemcpyDeviceToDevice, st));
@@ -660,7 +675,8 @@ template <typename T> void backward(KernelContext& ctx) {
   }
 }
 
-template <int Cell> void layer_kernel(KernelContext& ctx) {
+template <int Cell>
+void layer_kernel(KernelContext& ctx) {
   const DType t = ctx.in(0).dtype;
   if (t == f64) return forward<double>(ctx, Cell);
   if (t == f32) return forward<float>(ctx, Cell);

@@ -2,11 +2,11 @@
 // which take ONNX's weights, gate orders, activations, clip, input_forget, linear_before_reset,
 // peepholes and run-time sequence_lens as they are. layout = 1 is the op's batch_first for X and
 // Y; the states (B, D, H) are transposed to the op's (D, B, H) and back.
+#include <onnx/onnx_pb.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-
-#include <onnx/onnx_pb.h>
 
 #include "io/onnx/map_util.h"
 #include "kiln/ops/rnn.h"
@@ -60,9 +60,9 @@ std::vector<Act> activations(NodeContext& c, int per_dir, int dirs,
   for (const auto& given : names) {
     std::string n = given;
     for (auto& ch : n) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    static const char* known_names[] = {"relu",       "tanh",        "sigmoid", "affine",
-                                        "leakyrelu",  "thresholdedrelu", "scaledtanh",
-                                        "hardsigmoid", "elu",        "softsign", "softplus"};
+    static const char* known_names[] = {
+        "relu",       "tanh",        "sigmoid", "affine",   "leakyrelu", "thresholdedrelu",
+        "scaledtanh", "hardsigmoid", "elu",     "softsign", "softplus"};
     if (std::find(std::begin(known_names), std::end(known_names), n) == std::end(known_names))
       c.unsupported(fmt::format("activation '{}'", given));
     Act a{n, 0, 0};
@@ -75,13 +75,17 @@ std::vector<Act> activations(NodeContext& c, int per_dir, int dirs,
 
 RnnActivation to_kiln(const Act& a) {
   using K = RnnActivationKind;
-  static const std::pair<const char*, K> kinds[] = {
-      {"relu", K::relu},          {"tanh", K::tanh},
-      {"sigmoid", K::sigmoid},    {"affine", K::affine},
-      {"leakyrelu", K::leaky_relu}, {"thresholdedrelu", K::thresholded_relu},
-      {"scaledtanh", K::scaled_tanh}, {"hardsigmoid", K::hard_sigmoid},
-      {"elu", K::elu},            {"softsign", K::softsign},
-      {"softplus", K::softplus}};
+  static const std::pair<const char*, K> kinds[] = {{"relu", K::relu},
+                                                    {"tanh", K::tanh},
+                                                    {"sigmoid", K::sigmoid},
+                                                    {"affine", K::affine},
+                                                    {"leakyrelu", K::leaky_relu},
+                                                    {"thresholdedrelu", K::thresholded_relu},
+                                                    {"scaledtanh", K::scaled_tanh},
+                                                    {"hardsigmoid", K::hard_sigmoid},
+                                                    {"elu", K::elu},
+                                                    {"softsign", K::softsign},
+                                                    {"softplus", K::softplus}};
   for (const auto& [n, k] : kinds)
     if (a.name == n) return {k, a.alpha, a.beta};
   return {K::tanh, 0, 0};  // unreachable: activations() rejects unknown names
@@ -121,21 +125,22 @@ Outs recurrent_op(NodeContext& c) {
     o.activations.push_back(to_kiln(a));
 
   Tensor x = c.input(0), w = c.input(1), r = c.input(2);
-  if (!is_floating(x.dtype())) c.fail(fmt::format("X must be a float tensor, got {}", name(x.dtype())));
+  if (!is_floating(x.dtype()))
+    c.fail(fmt::format("X must be a float tensor, got {}", name(x.dtype())));
   if (x.rank() != 3 || w.rank() != 3 || r.rank() != 3)
-    c.fail(fmt::format("X, W and R must be 3-D, got {}, {} and {}", str(x.shape()),
-                       str(w.shape()), str(r.shape())));
+    c.fail(fmt::format("X, W and R must be 3-D, got {}, {} and {}", str(x.shape()), str(w.shape()),
+                       str(r.shape())));
   const Shape ws = w.shape(), rs = r.shape();
   if (!is_static(ws) || !is_static(rs))
-    c.unsupported(fmt::format("needs the static shapes of W and R, which are {} and {}", str(ws),
-                              str(rs)));
+    c.unsupported(
+        fmt::format("needs the static shapes of W and R, which are {} and {}", str(ws), str(rs)));
   const int64_t hs = c.attr_int("hidden_size", rs[2]), gh = gates * hs;
   if (ws[0] != D || rs[0] != D || ws[1] != gh || rs[1] != gh || rs[2] != hs)
     c.fail(fmt::format("W {} and R {} do not fit {} direction(s) of {} gates with hidden_size {}",
                        str(ws), str(rs), D, gates, hs));
   if (x.dim(2) >= 0 && x.dim(2) != ws[2])
-    c.fail(fmt::format("X {} has input size {}, W {} expects {}", str(x.shape()), x.dim(2),
-                       str(ws), ws[2]));
+    c.fail(fmt::format("X {} has input size {}, W {} expects {}", str(x.shape()), x.dim(2), str(ws),
+                       ws[2]));
   const int64_t T = x.dim(layout1 ? 1 : 0);
 
   RnnLayerWeights lw{w, r, std::nullopt, std::nullopt};
@@ -166,7 +171,7 @@ Outs recurrent_op(NodeContext& c) {
     if (s.rank() != 3) c.fail(fmt::format("initial states must be 3-D, got {}", str(s.shape())));
     return layout1 ? transpose(s, {1, 0, 2}) : s;
   };
-  RnnResult res = K == Kind::lstm ? lstm(x, {lw}, state(5), state(6), lens, o)
+  RnnResult res = K == Kind::lstm  ? lstm(x, {lw}, state(5), state(6), lens, o)
                   : K == Kind::gru ? gru(x, {lw}, state(5), lens, o)
                                    : rnn(x, {lw}, state(5), lens, o);
   Outs out(K == Kind::lstm ? 3 : 2);
@@ -183,13 +188,13 @@ Outs recurrent_op(NodeContext& c) {
 
 void add_rnn_ops(std::vector<OpEntry>& t) {
   t.insert(t.end(), {
-      {"RNN", 7, recurrent_op<Kind::rnn>},
-      {"RNN", 14, recurrent_op<Kind::rnn>},
-      {"GRU", 7, recurrent_op<Kind::gru>},
-      {"GRU", 14, recurrent_op<Kind::gru>},
-      {"LSTM", 7, recurrent_op<Kind::lstm>},
-      {"LSTM", 14, recurrent_op<Kind::lstm>},
-  });
+                        {"RNN", 7, recurrent_op<Kind::rnn>},
+                        {"RNN", 14, recurrent_op<Kind::rnn>},
+                        {"GRU", 7, recurrent_op<Kind::gru>},
+                        {"GRU", 14, recurrent_op<Kind::gru>},
+                        {"LSTM", 7, recurrent_op<Kind::lstm>},
+                        {"LSTM", 14, recurrent_op<Kind::lstm>},
+                    });
 }
 
 }  // namespace kiln::onnx::detail
