@@ -16,6 +16,7 @@
 #include "kiln/ops/norm.h"
 #include "kiln/ops/random.h"
 #include "kiln/ops/reduce.h"
+#include "kiln/ops/rnn.h"
 #include "kiln/ops/transform.h"
 #include "kiln/ops/transform_extra.h"
 #include "kiln/optim.h"

@@ -78,5 +78,6 @@ void register_loss_ops();
 void register_dist_ops();
 void register_random_ops();
 void register_fused_elementwise_ops();
+void register_rnn_ops();
 
 }  // namespace kiln

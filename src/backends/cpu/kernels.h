@@ -16,6 +16,7 @@ void register_dist_kernels();
 void register_random_kernels();
 void register_fused_elementwise_kernels();
 void register_transform_extra_kernels();  // transform_extra.cpp
+void register_rnn_kernels();
 
 /// Registers every family above.
 void register_kernels();

@@ -16,6 +16,7 @@ void register_kernels() {
   register_random_kernels();
   register_fused_elementwise_kernels();
   register_transform_extra_kernels();
+  register_rnn_kernels();
 }
 
 }  // namespace kiln::cpu

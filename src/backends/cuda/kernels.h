@@ -19,5 +19,6 @@ void register_dist_kernels();         // dist.cu: all_reduce, collective_wait
 void register_random_kernels();       // random.cu: random_philox_state, random_*
 void register_fused_elementwise_kernels();  // fused_elementwise.cpp: NVRTC-generated kernels
 void register_transform_extra_kernels();  // transform_extra.cu: depth_to_space, embedding, nms, ...
+void register_rnn_kernels();          // rnn.cu: lstm, gru, rnn, rnn_grad
 
 }  // namespace kiln::cuda

@@ -94,6 +94,17 @@ bool arity_rule(OpId op, const Attrs& attrs, int& lo, int& hi) {
     case OpId::BatchNormTrainGrad:
       lo = hi = 4 + opt("has_weight");
       return true;
+    case OpId::Lstm:
+      lo = hi = 3 + opt("has_b") + opt("has_seq_lens") + opt("has_h0") + opt("has_c0") +
+                opt("has_p");
+      return true;
+    case OpId::Gru: case OpId::Rnn:
+      lo = hi = 3 + opt("has_b") + opt("has_seq_lens") + opt("has_h0");
+      return true;
+    case OpId::RnnGrad:  // x, w, r, the optional ones, reserve, dy, dh[, dc]
+      lo = hi = 6 + opt("has_seq_lens") + opt("has_h0") + opt("has_c0") + opt("has_p") +
+                (attrs.i("cell", 0) == 0 ? 1 : 0);
+      return true;
     case OpId::Assign: case OpId::Add: case OpId::Sub: case OpId::Mul: case OpId::Div:
     case OpId::Pow: case OpId::Maximum: case OpId::Minimum: case OpId::Mod: case OpId::Equal:
     case OpId::NotEqual: case OpId::Less: case OpId::LessEqual: case OpId::Greater:

@@ -1,0 +1,700 @@
+// CUDA kernels of the rnn family (ops/rnn.cpp): lstm, gru, rnn and rnn_grad, every configuration
+// the ops take (all activations, clip, peepholes, input_forget, both GRU variants, lengths), as
+// the CPU kernels compute them: one GEMM for every step's input projection, then per step a
+// recurrent GEMM and one gate kernel over (batch row, unit); the backward pass mirrors the CPU's.
+// The GEMMs are plain one-thread-per-output kernels: simple and exact first. Inference layers in
+// the configurations cuDNN supports run through cudnnRNNForward instead (see cudnn_supports).
+// Half types run as f32. seq_lens values are clamped to [0, T] here (the CPU kernel rejects
+// them).
+#include <algorithm>
+#include <climits>
+#include <type_traits>
+#include <vector>
+
+#include "backends/cuda/cuda_common.cuh"
+#include "backends/cuda/handles.h"
+#include "backends/cuda/kernels.h"
+#include "backends/cuda/library_check.h"
+#include "ops/rnn_util.h"
+
+namespace kiln::cuda {
+
+void register_rnn_kernels();
+
+namespace {
+namespace rm = rnn_math;
+
+#define KILN_RNN_LOOP(i, n)                                                 \
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); \
+       i += int64_t{gridDim.x} * blockDim.x)
+
+// C (M x N, ld ldc) = alpha * op(A) · op(B) + beta * C (row-major; ta/tb: stored transposed).
+template <typename T>
+__global__ void gemm_kernel(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
+                            int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+  KILN_RNN_LOOP(idx, M * N) {
+    const int64_t m = idx / N, n = idx % N;
+    T acc = 0;
+    for (int64_t k = 0; k < K; ++k)
+      acc += (ta ? A[k * lda + m] : A[m * lda + k]) * (tb ? B[n * ldb + k] : B[k * ldb + n]);
+    T* c = C + m * ldc + n;
+    *c = alpha * acc + (beta == T(0) ? T(0) : beta * *c);
+  }
+}
+
+template <typename T>
+void gemm(cudaStream_t st, bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
+          int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  gemm_kernel<T><<<blocks_for(M * N), kThreads, 0, st>>>(ta, tb, M, N, K, alpha, A, lda, B, ldb,
+                                                         beta, C, ldc);
+  check_launch("rnn gemm");
+}
+
+// What the device kernels read: dims, flags and the activations of the running direction.
+struct Geo {
+  int cell = 0;
+  int64_t T = 0, B = 0, H = 0, D = 1, GH = 0, S = 0, d = 0;
+  bool bf = false, rev = false, lbr = false, input_forget = false;
+  double clip = 0;
+  rm::ActParams fa, ga, ha;
+  __device__ int64_t row(int64_t t, int64_t b) const { return bf ? b * T + t : t * B + b; }
+  __device__ int64_t time(int64_t s, int64_t b, const int64_t* lens) const {
+    return rev ? lens[b] - 1 - s : s;
+  }
+  __device__ int64_t res_off(int64_t t, int64_t b) const { return ((t * D + d) * B + b) * S; }
+};
+
+template <typename I>
+__global__ void lens_kernel(const I* in, int64_t* out, int64_t B, int64_t T) {
+  KILN_RNN_LOOP(b, B) {
+    const int64_t v = in ? static_cast<int64_t>(in[b]) : T;
+    out[b] = v < 0 ? 0 : v > T ? T : v;
+  }
+}
+
+template <typename T>
+__global__ void add_bias_kernel(T* xw, const T* b, int64_t rows, int64_t D, int64_t GH) {
+  KILN_RNN_LOOP(i, rows * D * GH) {
+    const int64_t j = i % GH, d = (i / GH) % D;
+    xw[i] += b[d * 2 * GH + j];
+  }
+}
+
+// hr[b, off + j] += rb[off + j] for j < n.
+template <typename T>
+__global__ void add_rows_kernel(T* hr, const T* rb, int64_t B, int64_t ld, int64_t off, int64_t n) {
+  KILN_RNN_LOOP(i, B * n) {
+    const int64_t b = i / n, j = i % n;
+    hr[b * ld + off + j] += rb[off + j];
+  }
+}
+
+template <typename T>
+__device__ T act(const rm::ActParams& a, T x) {
+  return rm::activate(a, x);
+}
+template <typename T>
+__device__ T act_grad(const rm::ActParams& a, T x) {
+  return rm::activate_grad(a, x);
+}
+
+// GRU without linear_before_reset: rh = r ⊙ H (r from this step's gate inputs).
+template <typename T>
+__global__ void gru_rh_kernel(Geo g, int64_t s, const int64_t* lens, const T* xw, const T* hr,
+                              const T* h, T* rh) {
+  KILN_RNN_LOOP(i, g.B * g.H) {
+    const int64_t b = i / g.H, j = i % g.H;
+    const bool on = s < lens[b];
+    const T* x = xw + (g.row(on ? g.time(s, b, lens) : 0, b) * g.D + g.d) * g.GH;
+    const T ur = x[g.H + j] + hr[b * g.GH + g.H + j];
+    rh[i] = act(g.fa, rm::clip_gate(ur, T(g.clip))) * h[i];
+  }
+}
+
+template <typename T>
+__global__ void gates_kernel(Geo g, int64_t s, const int64_t* lens, const T* xw, const T* hr,
+                             const T* P, T* h, T* c, T* y, T* res) {
+  KILN_RNN_LOOP(i, g.B * g.H) {
+    const int64_t b = i / g.H, j = i % g.H, H = g.H;
+    if (s >= lens[b]) continue;
+    const int64_t t = g.time(s, b, lens);
+    const T* x = xw + (g.row(t, b) * g.D + g.d) * g.GH;
+    const T* q = hr + b * g.GH;
+    T* rr = res ? res + g.res_off(t, b) : nullptr;
+    const T clip = T(g.clip);
+    T hnew;
+    if (g.cell == 0) {
+      const T cp = c[i];
+      const T ui = x[j] + q[j] + (P ? P[j] * cp : T(0));
+      const T uf = x[2 * H + j] + q[2 * H + j] + (P ? P[2 * H + j] * cp : T(0));
+      const T uc = x[3 * H + j] + q[3 * H + j];
+      const T ig = act(g.fa, rm::clip_gate(ui, clip));
+      const T fg = g.input_forget ? T(1) - ig : act(g.fa, rm::clip_gate(uf, clip));
+      const T cc = act(g.ga, rm::clip_gate(uc, clip));
+      const T cn = fg * cp + ig * cc;
+      const T uo = x[H + j] + q[H + j] + (P ? P[H + j] * cn : T(0));
+      hnew = act(g.fa, rm::clip_gate(uo, clip)) * act(g.ha, cn);
+      c[i] = cn;
+      if (rr) {
+        rr[j] = ui;
+        rr[H + j] = uo;
+        rr[2 * H + j] = uf;
+        rr[3 * H + j] = uc;
+        rr[4 * H + j] = cn;
+      }
+    } else if (g.cell == 1) {
+      const T uz = x[j] + q[j], ur = x[H + j] + q[H + j];
+      const T zg = act(g.fa, rm::clip_gate(uz, clip)), rg = act(g.fa, rm::clip_gate(ur, clip));
+      const T uh = g.lbr ? x[2 * H + j] + rg * q[2 * H + j] : x[2 * H + j] + q[2 * H + j];
+      hnew = (T(1) - zg) * act(g.ga, rm::clip_gate(uh, clip)) + zg * h[i];
+      if (rr) {
+        rr[j] = uz;
+        rr[H + j] = ur;
+        rr[2 * H + j] = uh;
+        rr[3 * H + j] = g.lbr ? q[2 * H + j] : T(0);
+      }
+    } else {
+      const T u = x[j] + q[j];
+      hnew = act(g.fa, rm::clip_gate(u, clip));
+      if (rr) rr[j] = u;
+    }
+    h[i] = hnew;
+    y[(g.row(t, b) * g.D + g.d) * H + j] = hnew;
+    if (rr) rr[g.S - H + j] = hnew;
+  }
+}
+
+struct Inputs {
+  int64_t T = 0, B = 0, I = 0, H = 0, D = 1, G = 1;
+  bool bf = false, reverse_only = false, lbr = false, input_forget = false;
+  double clip = 0;
+  std::vector<rm::ActParams> acts;
+  int b = -1, lens = -1, h0 = -1, c0 = -1, p = -1, next = 3;
+};
+
+Inputs read_inputs(const KernelContext& ctx, int cell, bool grad) {
+  const Attrs& a = ctx.attrs();
+  Inputs in;
+  in.bf = a.b("batch_first", false);
+  const Shape& xs = ctx.in(0).shape;
+  in.T = xs[in.bf ? 1 : 0];
+  in.B = xs[in.bf ? 0 : 1];
+  in.I = xs[2];
+  in.H = a.i("hidden_size");
+  in.D = a.str("direction") == "bidirectional" ? 2 : 1;
+  in.reverse_only = a.str("direction") == "reverse";
+  in.G = rm::gates_of(cell);
+  in.lbr = a.b("linear_before_reset", false);
+  in.input_forget = a.b("input_forget", false);
+  in.clip = a.f("clip");
+  const auto& codes = a.ints("activations");
+  for (size_t i = 0; i < codes.size(); ++i)
+    in.acts.push_back({static_cast<int>(codes[i]), a.floats("activation_alpha")[i],
+                       a.floats("activation_beta")[i]});
+  int k = 3;
+  if (!grad && a.b("has_b", false)) in.b = k++;
+  if (a.b("has_seq_lens", false)) in.lens = k++;
+  if (a.b("has_h0", false)) in.h0 = k++;
+  if (cell == 0 && a.b("has_c0", false)) in.c0 = k++;
+  if (cell == 0 && a.b("has_p", false)) in.p = k++;
+  in.next = k;
+  return in;
+}
+
+Geo geo_of(const Inputs& in, int cell, int64_t d) {
+  Geo g;
+  g.cell = cell;
+  g.T = in.T;
+  g.B = in.B;
+  g.H = in.H;
+  g.D = in.D;
+  g.GH = in.G * in.H;
+  g.S = rm::reserve_width(cell) * in.H;
+  g.d = d;
+  g.bf = in.bf;
+  g.rev = in.reverse_only || d == 1;
+  g.lbr = in.lbr;
+  g.input_forget = in.input_forget;
+  g.clip = in.clip;
+  const int per = rm::acts_per_dir(cell);
+  g.fa = in.acts[static_cast<size_t>(d * per)];
+  g.ga = in.acts[static_cast<size_t>(d * per + (cell == 2 ? 0 : 1))];
+  g.ha = in.acts[static_cast<size_t>(d * per + (cell == 0 ? 2 : 0))];
+  return g;
+}
+
+int64_t* device_lens(KernelContext& ctx, const Inputs& in) {
+  auto* lens = static_cast<int64_t*>(ctx.scratch(sizeof(int64_t) * std::max<int64_t>(in.B, 1)));
+  cudaStream_t st = stream_of(ctx);
+  if (in.lens >= 0) {
+    dispatch_index(ctx.in(in.lens).dtype, ctx.op_name(), [&](auto v) {
+      using I = decltype(v);
+      lens_kernel<I>
+          <<<blocks_for(in.B), kThreads, 0, st>>>(ctx.in(in.lens).ptr<I>(), lens, in.B, in.T);
+    });
+  } else {
+    lens_kernel<int32_t><<<blocks_for(in.B), kThreads, 0, st>>>(nullptr, lens, in.B, in.T);
+  }
+  check_launch(ctx.op_name());
+  return lens;
+}
+
+template <typename T>
+T* scratch_of(KernelContext& ctx, int64_t n) {
+  return static_cast<T*>(ctx.scratch(sizeof(T) * static_cast<size_t>(std::max<int64_t>(n, 1))));
+}
+
+// ---- cuDNN (inference)
+
+// cuDNN's cells are ONNX's with the default activations, no clip, peepholes or input_forget, the
+// GRU with linear_before_reset, forward or bidirectional; lengths must be known on the host, so
+// only layers without seq_lens. Training layers keep the kernels above (rnn_grad reads their
+// reserve layout).
+bool cudnn_supports(const KernelContext& ctx, int cell, const Inputs& in) {
+  const Attrs& a = ctx.attrs();
+  if (a.b("training", false) || in.lens >= 0 || in.p >= 0 || in.reverse_only || in.clip > 0 ||
+      in.input_forget || (cell == 1 && !in.lbr) || in.T <= 0 || in.B <= 0 || in.I <= 0)
+    return false;
+  if (in.T > INT32_MAX || in.B > INT32_MAX || in.I > INT32_MAX || in.H > INT32_MAX) return false;
+  const int per = rm::acts_per_dir(cell);
+  for (int64_t d = 0; d < in.D; ++d)
+    for (int k = 0; k < per; ++k) {
+      const int kind = in.acts[static_cast<size_t>(d * per + k)].kind;
+      const int want = cell == 2 ? kind : (k == 0 ? rm::sigmoid : rm::tanh_);
+      if (cell == 2 ? (kind != rm::tanh_ && kind != rm::relu) : kind != want) return false;
+    }
+  if (cell == 2 && in.D == 2 && in.acts[0].kind != in.acts[1].kind) return false;
+  return true;
+}
+
+struct CudnnRnn {
+  cudnnRNNDescriptor_t rnn = nullptr;
+  cudnnDropoutDescriptor_t dropout = nullptr;
+  cudnnRNNDataDescriptor_t x = nullptr, y = nullptr;
+  cudnnTensorDescriptor_t h = nullptr, m = nullptr, b = nullptr;
+  CudnnRnn() {
+    KILN_CUDNN_CHECK(cudnnCreateRNNDescriptor(&rnn));
+    KILN_CUDNN_CHECK(cudnnCreateDropoutDescriptor(&dropout));
+    KILN_CUDNN_CHECK(cudnnCreateRNNDataDescriptor(&x));
+    KILN_CUDNN_CHECK(cudnnCreateRNNDataDescriptor(&y));
+    KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&h));
+    KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&m));
+    KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&b));
+  }
+  ~CudnnRnn() {
+    cudnnDestroyTensorDescriptor(b);
+    cudnnDestroyTensorDescriptor(m);
+    cudnnDestroyTensorDescriptor(h);
+    cudnnDestroyRNNDataDescriptor(y);
+    cudnnDestroyRNNDataDescriptor(x);
+    cudnnDestroyDropoutDescriptor(dropout);
+    cudnnDestroyRNNDescriptor(rnn);
+  }
+  CudnnRnn(const CudnnRnn&) = delete;
+  CudnnRnn& operator=(const CudnnRnn&) = delete;
+};
+
+__global__ void fill_lengths_kernel(int32_t* lens, int64_t B, int32_t T) {
+  KILN_RNN_LOOP(b, B) lens[b] = T;
+}
+
+// kiln's gate block of each cuDNN linear layer (input side; recurrent ones repeat the order):
+// cuDNN LSTM i, f, c, o and GRU r, z, h against kiln's LSTM i, o, f, c and GRU z, r, h.
+int kiln_block(int cell, int lin) {
+  static const int lstm[] = {0, 2, 3, 1}, gru[] = {1, 0, 2};
+  return cell == 0 ? lstm[lin] : cell == 1 ? gru[lin] : 0;
+}
+
+template <typename T>
+void forward_cudnn(KernelContext& ctx, int cell, const Inputs& in) {
+  cudaStream_t st = stream_of(ctx);
+  const cudnnHandle_t handle = cudnn_handle(ctx.device(), st);
+  const cudnnDataType_t dt = std::is_same_v<T, double> ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
+  const int T_ = static_cast<int>(in.T), B = static_cast<int>(in.B), I = static_cast<int>(in.I),
+            H = static_cast<int>(in.H), D = static_cast<int>(in.D), G = static_cast<int>(in.G);
+  const cudnnRNNMode_t mode = cell == 0                     ? CUDNN_LSTM
+                              : cell == 1                   ? CUDNN_GRU
+                              : in.acts[0].kind == rm::relu ? CUDNN_RNN_RELU
+                                                            : CUDNN_RNN_TANH;
+  CudnnRnn d;
+  KILN_CUDNN_CHECK(cudnnSetDropoutDescriptor(d.dropout, handle, 0.0f, nullptr, 0, 0));
+  KILN_CUDNN_CHECK(cudnnSetRNNDescriptor_v8(
+      d.rnn, CUDNN_RNN_ALGO_STANDARD, mode, CUDNN_RNN_DOUBLE_BIAS,
+      D == 2 ? CUDNN_BIDIRECTIONAL : CUDNN_UNIDIRECTIONAL, CUDNN_LINEAR_INPUT, dt, dt,
+      std::is_same_v<T, double> ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH, I, H, H, 1, d.dropout,
+      CUDNN_RNN_PADDED_IO_ENABLED));
+  const std::vector<int> host_lens(static_cast<size_t>(B), T_);
+  const cudnnRNNDataLayout_t layout =
+      in.bf ? CUDNN_RNN_DATA_LAYOUT_BATCH_MAJOR_UNPACKED : CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED;
+  KILN_CUDNN_CHECK(cudnnSetRNNDataDescriptor(d.x, dt, layout, T_, B, I, host_lens.data(), nullptr));
+  KILN_CUDNN_CHECK(
+      cudnnSetRNNDataDescriptor(d.y, dt, layout, T_, B, D * H, host_lens.data(), nullptr));
+  const int hdims[3] = {D, B, H}, hstrides[3] = {B * H, H, 1};
+  KILN_CUDNN_CHECK(cudnnSetTensorNdDescriptor(d.h, dt, 3, hdims, hstrides));
+
+  // weights: kiln's blocks of H rows copied into cuDNN's packed space (zero biases when none)
+  size_t wbytes = 0, work = 0, reserve = 0;
+  KILN_CUDNN_CHECK(cudnnGetRNNWeightSpaceSize(handle, d.rnn, &wbytes));
+  KILN_CUDNN_CHECK(
+      cudnnGetRNNTempSpaceSizes(handle, d.rnn, CUDNN_FWD_MODE_INFERENCE, d.x, &work, &reserve));
+  void* wspace = ctx.scratch(std::max<size_t>(wbytes, 1));
+  void* workspace = ctx.scratch(std::max<size_t>(work, 1));
+  KILN_CUDA_CHECK(cudaMemsetAsync(wspace, 0, wbytes, st));
+  const T* w = ctx.in(1).ptr<T>();
+  const T* r = ctx.in(2).ptr<T>();
+  const T* bias = in.b >= 0 ? ctx.in(in.b).ptr<T>() : nullptr;
+  const int64_t GH = static_cast<int64_t>(G) * H;
+  for (int dir = 0; dir < D; ++dir)
+    for (int lin = 0; lin < 2 * G; ++lin) {
+      const bool rec = lin >= G;
+      const int blk = kiln_block(cell, lin % G);
+      void *maddr = nullptr, *baddr = nullptr;
+      KILN_CUDNN_CHECK(cudnnGetRNNWeightParams(handle, d.rnn, dir, wbytes, wspace, lin, d.m, &maddr,
+                                               d.b, &baddr));
+      const int64_t cols = rec ? H : I;
+      const T* src = (rec ? r + dir * GH * H : w + dir * GH * I) + blk * int64_t{H} * cols;
+      if (maddr)
+        KILN_CUDA_CHECK(
+            cudaMemcpyAsync(maddr, src, sizeof(T) * H * cols, cudaMemcpyDeviceToDevice, st));
+      if (baddr && bias)
+        KILN_CUDA_CHECK(cudaMemcpyAsync(baddr, bias + dir * 2 * GH + (rec ? GH : 0) + blk * H,
+                                        sizeof(T) * H, cudaMemcpyDeviceToDevice, st));
+    }
+  auto* dev_lens = static_cast<int32_t*>(ctx.scratch(sizeof(int32_t) * B));
+  fill_lengths_kernel<<<blocks_for(B), kThreads, 0, st>>>(dev_lens, B, T_);
+  check_launch(ctx.op_name());
+  const void* hx = in.h0 >= 0 ? ctx.in(in.h0).data : nullptr;
+  const void* cx = in.c0 >= 0 ? ctx.in(in.c0).data : nullptr;
+  void* cy = cell == 0 ? ctx.out(2).data : nullptr;
+  KILN_CUDNN_CHECK(cudnnRNNForward(handle, d.rnn, CUDNN_FWD_MODE_INFERENCE, dev_lens, d.x,
+                                   ctx.in(0).data, d.y, ctx.out(0).data, d.h, hx, ctx.out(1).data,
+                                   d.h, cx, cy, wbytes, wspace, work, workspace, 0, nullptr));
+}
+
+template <typename T>
+void forward(KernelContext& ctx, int cell) {
+  const Inputs in = read_inputs(ctx, cell, false);
+  if (cudnn_supports(ctx, cell, in)) return forward_cudnn<T>(ctx, cell, in);
+  cudaStream_t st = stream_of(ctx);
+  const int64_t T_ = in.T, B = in.B, I = in.I, H = in.H, D = in.D, GH = in.G * H, rows = T_ * B;
+  for (int o = 0; o < ctx.num_outputs(); ++o)
+    KILN_CUDA_CHECK(cudaMemsetAsync(ctx.out(o).data, 0, ctx.out(o).numel() * sizeof(T), st));
+  if (B == 0) return;
+  const bool training = ctx.attrs().b("training", false);
+  T* y = ctx.out(0).ptr<T>();
+  T* hn = ctx.out(1).ptr<T>();
+  T* cn = cell == 0 ? ctx.out(2).ptr<T>() : nullptr;
+  T* res = training ? ctx.out(ctx.num_outputs() - 1).ptr<T>() : nullptr;
+  const T* x = ctx.in(0).ptr<T>();
+  const T* w = ctx.in(1).ptr<T>();
+  const T* r = ctx.in(2).ptr<T>();
+  const T* bias = in.b >= 0 ? ctx.in(in.b).ptr<T>() : nullptr;
+  const int64_t* lens = device_lens(ctx, in);
+  T* xw = scratch_of<T>(ctx, rows * D * GH);
+  T* h = scratch_of<T>(ctx, B * H);
+  T* c = scratch_of<T>(ctx, B * H);
+  T* hr = scratch_of<T>(ctx, B * GH);
+  T* rh = scratch_of<T>(ctx, B * H);
+  gemm<T>(st, false, true, rows, D * GH, I, T(1), x, I, w, I, T(0), xw, D * GH);
+  if (bias && rows > 0) {
+    add_bias_kernel<T><<<blocks_for(rows * D * GH), kThreads, 0, st>>>(xw, bias, rows, D, GH);
+    check_launch(ctx.op_name());
+  }
+  const size_t state_bytes = sizeof(T) * B * H;
+  for (int64_t d = 0; d < D; ++d) {
+    const Geo g = geo_of(in, cell, d);
+    const T* R = r + d * GH * H;
+    const T* Rb = bias ? bias + d * 2 * GH + GH : nullptr;
+    const T* P = in.p >= 0 ? ctx.in(in.p).ptr<T>() + d * 3 * H : nullptr;
+    if (in.h0 >= 0)
+      KILN_CUDA_CHECK(cudaMemcpyAsync(h, ctx.in(in.h0).ptr<T>() + d * B * H, state_bytes,
+                                      cudaMemcpyDeviceToDevice, st));
+    else
+      KILN_CUDA_CHECK(cudaMemsetAsync(h, 0, state_bytes, st));
+    if (in.c0 >= 0)
+      KILN_CUDA_CHECK(cudaMemcpyAsync(c, ctx.in(in.c0).ptr<T>() + d * B * H, state_bytes,
+                                      cudaMemcpyDeviceToDevice, st));
+    else
+      KILN_CUDA_CHECK(cudaMemsetAsync(c, 0, state_bytes, st));
+    for (int64_t s = 0; s < T_; ++s) {
+      const int64_t g_now = cell == 1 && !in.lbr ? 2 * H : GH;
+      gemm<T>(st, false, true, B, g_now, H, T(1), h, H, R, H, T(0), hr, GH);
+      if (Rb) {
+        add_rows_kernel<T><<<blocks_for(B * g_now), kThreads, 0, st>>>(hr, Rb, B, GH, 0, g_now);
+        check_launch(ctx.op_name());
+      }
+      if (cell == 1 && !in.lbr) {
+        gru_rh_kernel<T><<<blocks_for(B * H), kThreads, 0, st>>>(g, s, lens, xw, hr, h, rh);
+        check_launch(ctx.op_name());
+        gemm<T>(st, false, true, B, H, H, T(1), rh, H, R + 2 * H * H, H, T(0), hr + 2 * H, GH);
+        if (Rb) {
+          add_rows_kernel<T><<<blocks_for(B * H), kThreads, 0, st>>>(hr, Rb, B, GH, 2 * H, H);
+          check_launch(ctx.op_name());
+        }
+      }
+      gates_kernel<T><<<blocks_for(B * H), kThreads, 0, st>>>(g, s, lens, xw, hr, P, h, c, y, res);
+      check_launch(ctx.op_name());
+    }
+    KILN_CUDA_CHECK(cudaMemcpyAsync(hn + d * B * H, h, state_bytes, cudaMemcpyDeviceToDevice, st));
+    if (cn)
+      KILN_CUDA_CHECK(
+          cudaMemcpyAsync(cn + d * B * H, c, state_bytes, cudaMemcpyDeviceToDevice, st));
+  }
+}
+
+// ---- backward
+
+// Previous states of every running row at step s (zeros for the others).
+template <typename T>
+__global__ void prev_state_kernel(Geo g, int64_t s, const int64_t* lens, const T* res, const T* h0,
+                                  const T* c0, T* hp, T* cp) {
+  KILN_RNN_LOOP(i, g.B * g.H) {
+    const int64_t b = i / g.H, j = i % g.H;
+    T hv = 0, cv = 0;
+    if (s < lens[b]) {
+      if (s == 0) {
+        if (h0) hv = h0[(g.d * g.B + b) * g.H + j];
+        if (c0) cv = c0[(g.d * g.B + b) * g.H + j];
+      } else {
+        const T* pr = res + g.res_off(g.time(s - 1, b, lens), b);
+        hv = pr[g.S - g.H + j];
+        if (g.cell == 0) cv = pr[4 * g.H + j];
+      }
+    }
+    hp[i] = hv;
+    cp[i] = cv;
+  }
+}
+
+template <typename T>
+__global__ void grad_gates_kernel(Geo g, int64_t s, const int64_t* lens, const T* res, const T* dy,
+                                  const T* P, const T* hp, const T* cp, T* dh, T* dc, T* dg, T* dgr,
+                                  T* dhp, T* rhp) {
+  KILN_RNN_LOOP(i, g.B * g.H) {
+    const int64_t b = i / g.H, j = i % g.H, H = g.H;
+    if (s >= lens[b]) continue;
+    const int64_t t = g.time(s, b, lens);
+    const T* rr = res + g.res_off(t, b);
+    T* gg = dg + g.row(t, b) * g.GH;
+    T* q = dgr + b * g.GH;
+    const T clip = T(g.clip);
+    const T dH = dh[i] + dy[(g.row(t, b) * g.D + g.d) * H + j];
+    if (g.cell == 0) {
+      const T ui = rr[j], uo = rr[H + j], uf = rr[2 * H + j], uc = rr[3 * H + j],
+              cn = rr[4 * H + j], cpv = cp[i];
+      const T ai = rm::clip_gate(ui, clip), ao = rm::clip_gate(uo, clip),
+              af = rm::clip_gate(uf, clip), ac = rm::clip_gate(uc, clip);
+      const T ig = act(g.fa, ai), og = act(g.fa, ao),
+              fg = g.input_forget ? T(1) - ig : act(g.fa, af), cc = act(g.ga, ac);
+      const T duo = dH * act(g.ha, cn) * act_grad(g.fa, ao) * rm::clip_pass(uo, clip);
+      const T dC = dc[i] + dH * og * act_grad(g.ha, cn) + (P ? duo * P[H + j] : T(0));
+      T di = dC * cc;
+      const T dfg = dC * cpv;
+      T duf = 0;
+      if (g.input_forget)
+        di -= dfg;
+      else
+        duf = dfg * act_grad(g.fa, af) * rm::clip_pass(uf, clip);
+      const T dui = di * act_grad(g.fa, ai) * rm::clip_pass(ui, clip);
+      const T duc = dC * ig * act_grad(g.ga, ac) * rm::clip_pass(uc, clip);
+      dc[i] = dC * fg + (P ? dui * P[j] + duf * P[2 * H + j] : T(0));
+      gg[j] = q[j] = dui;
+      gg[H + j] = q[H + j] = duo;
+      gg[2 * H + j] = q[2 * H + j] = duf;
+      gg[3 * H + j] = q[3 * H + j] = duc;
+      dhp[i] = 0;
+    } else if (g.cell == 1) {
+      const T uz = rr[j], ur = rr[H + j], uh = rr[2 * H + j];
+      const T az = rm::clip_gate(uz, clip), ar = rm::clip_gate(ur, clip),
+              ah = rm::clip_gate(uh, clip);
+      const T zg = act(g.fa, az), rg = act(g.fa, ar), hc = act(g.ga, ah);
+      const T dz = dH * (hp[i] - hc);
+      const T duh = dH * (T(1) - zg) * act_grad(g.ga, ah) * rm::clip_pass(uh, clip);
+      dhp[i] = dH * zg;
+      gg[j] = q[j] = dz * act_grad(g.fa, az) * rm::clip_pass(uz, clip);
+      gg[2 * H + j] = duh;
+      if (g.lbr) {
+        gg[H + j] = q[H + j] = duh * rr[3 * H + j] * act_grad(g.fa, ar) * rm::clip_pass(ur, clip);
+        q[2 * H + j] = duh * rg;
+      } else {
+        q[2 * H + j] = duh;
+        rhp[i] = rg * hp[i];
+      }
+    } else {
+      const T u = rr[j];
+      gg[j] = q[j] = dH * act_grad(g.fa, rm::clip_gate(u, clip)) * rm::clip_pass(u, clip);
+      dhp[i] = 0;
+    }
+  }
+}
+
+// GRU without linear_before_reset, after drh = duh · Rh: dr and the direct part of dH_prev.
+template <typename T>
+__global__ void gru_reset_grad_kernel(Geo g, int64_t s, const int64_t* lens, const T* res,
+                                      const T* hp, const T* drh, T* dg, T* dgr, T* dhp) {
+  KILN_RNN_LOOP(i, g.B * g.H) {
+    const int64_t b = i / g.H, j = i % g.H, H = g.H;
+    if (s >= lens[b]) continue;
+    const int64_t t = g.time(s, b, lens);
+    const T* rr = res + g.res_off(t, b);
+    const T ur = rr[H + j], ar = rm::clip_gate(ur, T(g.clip)), rg = act(g.fa, ar);
+    dhp[i] += drh[i] * rg;
+    const T v = drh[i] * hp[i] * act_grad(g.fa, ar) * rm::clip_pass(ur, T(g.clip));
+    dg[g.row(t, b) * g.GH + H + j] = v;
+    dgr[b * g.GH + H + j] = v;
+  }
+}
+
+// Running rows take dH_prev as their carried dH.
+template <typename T>
+__global__ void carry_kernel(Geo g, int64_t s, const int64_t* lens, const T* dhp, T* dh) {
+  KILN_RNN_LOOP(i, g.B * g.H) {
+    if (s < lens[i / g.H]) dh[i] = dhp[i];
+  }
+}
+
+// Per gate row j: dRb += Σ_b dgr (running rows); LSTM peepholes too.
+template <typename T>
+__global__ void sums_kernel(Geo g, int64_t s, const int64_t* lens, const T* res, const T* dgr,
+                            const T* dg, const T* cp, T* dRb, T* dP) {
+  KILN_RNN_LOOP(j, g.GH) {
+    T acc = 0, pacc = 0;
+    const int64_t H = g.H;
+    for (int64_t b = 0; b < g.B; ++b) {
+      if (s >= lens[b]) continue;
+      acc += dgr[b * g.GH + j];
+      if (dP && j < 3 * H) {
+        const int64_t t = g.time(s, b, lens);
+        const T gv = dg[g.row(t, b) * g.GH + j];
+        const int64_t u = j % H;
+        pacc += j / H == 1 ? gv * res[g.res_off(t, b) + 4 * H + u] : gv * cp[b * H + u];
+      }
+    }
+    dRb[j] += acc;
+    if (dP && j < 3 * H) dP[j] += pacc;
+  }
+}
+
+template <typename T>
+__global__ void col_sums_kernel(const T* a, int64_t rows, int64_t n, T* out) {
+  KILN_RNN_LOOP(j, n) {
+    T acc = 0;
+    for (int64_t i = 0; i < rows; ++i) acc += a[i * n + j];
+    out[j] += acc;
+  }
+}
+
+template <typename T>
+void backward(KernelContext& ctx) {
+  const int cell = static_cast<int>(ctx.attrs().i("cell"));
+  const Inputs in = read_inputs(ctx, cell, true);
+  cudaStream_t st = stream_of(ctx);
+  const int64_t T_ = in.T, B = in.B, I = in.I, H = in.H, D = in.D, GH = in.G * H, rows = T_ * B;
+  for (int o = 0; o < ctx.num_outputs(); ++o)
+    KILN_CUDA_CHECK(cudaMemsetAsync(ctx.out(o).data, 0, ctx.out(o).numel() * sizeof(T), st));
+  if (B == 0) return;
+  int k = in.next;
+  const T* res = ctx.in(k++).ptr<T>();
+  const T* dy = ctx.in(k++).ptr<T>();
+  const T* dhn = ctx.in(k++).ptr<T>();
+  const T* dcn = cell == 0 ? ctx.in(k++).ptr<T>() : nullptr;
+  const T* x = ctx.in(0).ptr<T>();
+  const T* w = ctx.in(1).ptr<T>();
+  const T* r = ctx.in(2).ptr<T>();
+  const T* h0 = in.h0 >= 0 ? ctx.in(in.h0).ptr<T>() : nullptr;
+  const T* c0 = in.c0 >= 0 ? ctx.in(in.c0).ptr<T>() : nullptr;
+  T* dx = ctx.out(0).ptr<T>();
+  T* dw = ctx.out(1).ptr<T>();
+  T* dr = ctx.out(2).ptr<T>();
+  T* db = ctx.out(3).ptr<T>();
+  T* dh0 = ctx.out(4).ptr<T>();
+  T* dc0 = cell == 0 ? ctx.out(5).ptr<T>() : nullptr;
+  T* dp = cell == 0 ? ctx.out(6).ptr<T>() : nullptr;
+  const int64_t* lens = device_lens(ctx, in);
+  T* dg = scratch_of<T>(ctx, rows * GH);
+  T* dgr = scratch_of<T>(ctx, B * GH);
+  T* hp = scratch_of<T>(ctx, B * H);
+  T* cp = scratch_of<T>(ctx, B * H);
+  T* rhp = scratch_of<T>(ctx, B * H);
+  T* dh = scratch_of<T>(ctx, B * H);
+  T* dc = scratch_of<T>(ctx, B * H);
+  T* dhp = scratch_of<T>(ctx, B * H);
+  T* drh = scratch_of<T>(ctx, B * H);
+  const size_t state_bytes = sizeof(T) * B * H;
+  const unsigned nb = blocks_for(B * H);
+  for (int64_t d = 0; d < D; ++d) {
+    const Geo g = geo_of(in, cell, d);
+    const T* W = w + d * GH * I;
+    const T* R = r + d * GH * H;
+    const T* P = in.p >= 0 ? ctx.in(in.p).ptr<T>() + d * 3 * H : nullptr;
+    T* dR = dr + d * GH * H;
+    T* dWb = db + d * 2 * GH;
+    T* dRb = dWb + GH;
+    T* dP = dp ? dp + d * 3 * H : nullptr;
+    KILN_CUDA_CHECK(cudaMemsetAsync(dg, 0, sizeof(T) * std::max<int64_t>(rows * GH, 1), st));
+    KILN_CUDA_CHECK(
+        cudaMemcpyAsync(dh, dhn + d * B * H, state_bytes, cudaMemcpyDeviceToDevice, st));
+    if (dcn)
+      KILN_CUDA_CHECK(
+          cudaMemcpyAsync(dc, dcn + d * B * H, state_bytes, cudaMemcpyDeviceToDevice, st));
+    else
+      KILN_CUDA_CHECK(cudaMemsetAsync(dc, 0, state_bytes, st));
+    for (int64_t s = T_ - 1; s >= 0; --s) {
+      prev_state_kernel<T><<<nb, kThreads, 0, st>>>(g, s, lens, res, h0, c0, hp, cp);
+      check_launch(ctx.op_name());
+      KILN_CUDA_CHECK(cudaMemsetAsync(dgr, 0, sizeof(T) * B * GH, st));
+      grad_gates_kernel<T>
+          <<<nb, kThreads, 0, st>>>(g, s, lens, res, dy, P, hp, cp, dh, dc, dg, dgr, dhp, rhp);
+      check_launch(ctx.op_name());
+      if (cell == 1 && !in.lbr) {
+        gemm<T>(st, false, false, B, H, H, T(1), dgr + 2 * H, GH, R + 2 * H * H, H, T(0), drh, H);
+        gru_reset_grad_kernel<T><<<nb, kThreads, 0, st>>>(g, s, lens, res, hp, drh, dg, dgr, dhp);
+        check_launch(ctx.op_name());
+        gemm<T>(st, true, false, 2 * H, H, B, T(1), dgr, GH, hp, H, T(1), dR, H);
+        gemm<T>(st, true, false, H, H, B, T(1), dgr + 2 * H, GH, rhp, H, T(1), dR + 2 * H * H, H);
+        gemm<T>(st, false, false, B, H, 2 * H, T(1), dgr, GH, R, H, T(1), dhp, H);
+      } else {
+        gemm<T>(st, true, false, GH, H, B, T(1), dgr, GH, hp, H, T(1), dR, H);
+        gemm<T>(st, false, false, B, H, GH, T(1), dgr, GH, R, H, T(1), dhp, H);
+      }
+      sums_kernel<T><<<blocks_for(GH), kThreads, 0, st>>>(g, s, lens, res, dgr, dg, cp, dRb, dP);
+      check_launch(ctx.op_name());
+      carry_kernel<T><<<nb, kThreads, 0, st>>>(g, s, lens, dhp, dh);
+      check_launch(ctx.op_name());
+    }
+    KILN_CUDA_CHECK(
+        cudaMemcpyAsync(dh0 + d * B * H, dh, state_bytes, cudaMemcpyDeviceToDevice, st));
+    if (dc0)
+      KILN_CUDA_CHECK(
+          cudaMemcpyAsync(dc0 + d * B * H, dc, state_bytes, cudaMemcpyDeviceToDevice, st));
+    gemm<T>(st, false, false, rows, I, GH, T(1), dg, GH, W, I, T(1), dx, I);
+    gemm<T>(st, true, false, GH, I, rows, T(1), dg, GH, x, I, T(0), dw + d * GH * I, I);
+    col_sums_kernel<T><<<blocks_for(GH), kThreads, 0, st>>>(dg, rows, GH, dWb);
+    check_launch(ctx.op_name());
+  }
+}
+
+template <int Cell>
+void layer_kernel(KernelContext& ctx) {
+  const DType t = ctx.in(0).dtype;
+  if (t == f64) return forward<double>(ctx, Cell);
+  if (t == f32) return forward<float>(ctx, Cell);
+  fail<UnsupportedError>("[{}] cuda kernel got dtype {}", ctx.op_name(), name(t));
+}
+void rnn_grad(KernelContext& ctx) {
+  const DType t = ctx.in(0).dtype;
+  if (t == f64) return backward<double>(ctx);
+  if (t == f32) return backward<float>(ctx);
+  fail<UnsupportedError>("[{}] cuda kernel got dtype {}", ctx.op_name(), name(t));
+}
+}  // namespace
+
+void register_rnn_kernels() {
+  register_kernel(OpId::Lstm, Backend::cuda, {layer_kernel<0>, kFloatTypes});
+  register_kernel(OpId::Gru, Backend::cuda, {layer_kernel<1>, kFloatTypes});
+  register_kernel(OpId::Rnn, Backend::cuda, {layer_kernel<2>, kFloatTypes});
+  register_kernel(OpId::RnnGrad, Backend::cuda, {rnn_grad, kFloatTypes});
+}
+
+}  // namespace kiln::cuda
