@@ -17,6 +17,8 @@
 #include "kiln/ops/random.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/transform.h"
+#include "kiln/ops/attention.h"
+#include "kiln/ops/linalg_extra.h"
 #include "kiln/optim.h"
 #include "kiln/dist.h"
 #include "kiln/version.h"

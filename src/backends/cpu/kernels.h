@@ -15,6 +15,8 @@ void register_loss_kernels();
 void register_dist_kernels();
 void register_random_kernels();
 void register_fused_elementwise_kernels();
+void register_attention_kernels();     // attention.cpp
+void register_linalg_extra_kernels();  // linalg_extra.cpp
 
 /// Registers every family above.
 void register_kernels();

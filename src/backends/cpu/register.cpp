@@ -15,6 +15,8 @@ void register_kernels() {
   register_dist_kernels();
   register_random_kernels();
   register_fused_elementwise_kernels();
+  register_attention_kernels();
+  register_linalg_extra_kernels();
 }
 
 }  // namespace kiln::cpu

@@ -93,6 +93,17 @@ bool arity_rule(OpId op, const Attrs& attrs, int& lo, int& hi) {
     case OpId::BatchNormTrainGrad:
       lo = hi = 4 + opt("has_weight");
       return true;
+    case OpId::ScaledDotProductAttention:
+      lo = hi = 3 + opt("has_mask");
+      return true;
+    case OpId::ScaledDotProductAttentionGrad:
+      lo = hi = 5 + opt("has_mask");
+      return true;
+    case OpId::Cholesky:
+      return true;
+    case OpId::TriangularSolve:
+      lo = hi = 2;
+      return true;
     case OpId::Assign: case OpId::Add: case OpId::Sub: case OpId::Mul: case OpId::Div:
     case OpId::Pow: case OpId::Maximum: case OpId::Minimum: case OpId::Mod: case OpId::Equal:
     case OpId::NotEqual: case OpId::Less: case OpId::LessEqual: case OpId::Greater:
