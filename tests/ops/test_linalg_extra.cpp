@@ -58,7 +58,7 @@ Array with_junk(const Array& a, bool upper) {
   Array r = a.copy();
   const int64_t n = a.shape().back();
   double* p = r.data<double>();
-  for (int64_t b = 0; b < a.numel() / (n * n); ++b)
+  for (int64_t b = 0; b < a.numel() / std::max<int64_t>(1, n * n); ++b)
     for (int64_t i = 0; i < n; ++i)
       for (int64_t j = 0; j < n; ++j)
         if (upper ? j < i : j > i) p[(b * n + i) * n + j] = 100.0 + static_cast<double>(i - j);

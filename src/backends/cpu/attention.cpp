@@ -42,7 +42,7 @@ template <typename T> struct Problem {
     scale = static_cast<T>(attention::scale_of(ctx.attrs(), e));
     causal = ctx.attrs().b("causal");
     if (ctx.attrs().b("has_mask")) {
-      const TensorView& m = ctx.in(iq + 3);
+      const TensorView& m = ctx.in(iq == 0 ? 3 : 5);  // the grad op: after dout, q, k, v, out
       if (m.dtype == DType::boolean) bmask = m.ptr<bool>();
       else amask = m.ptr<T>();
       attention::mask_layout(m.shape, Shape(tq.shape.begin(), tq.shape.end() - 2), lq, lk, ml);

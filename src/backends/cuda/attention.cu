@@ -312,7 +312,7 @@ template <typename T> Args<T> args_of(const KernelContext& ctx, int iq) {
   a.scale = attention::scale_of(ctx.attrs(), a.e);
   a.causal = ctx.attrs().b("causal");
   if (ctx.attrs().b("has_mask")) {
-    const TensorView& m = ctx.in(iq + 3);
+    const TensorView& m = ctx.in(iq == 0 ? 3 : 5);  // the grad op: after dout, q, k, v, out
     if (m.dtype == DType::boolean) a.bmask = m.ptr<bool>();
     else a.amask = m.ptr<T>();
     if (!attention::mask_layout(m.shape, batch, a.lq, a.lk, a.ml))
