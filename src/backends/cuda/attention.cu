@@ -88,7 +88,7 @@ __device__ inline void load_rows(C* dst, int ld, const T* x, int64_t b, int64_t 
 
 template <typename T, typename C, int kChunks>
 __global__ void forward_kernel(Args<T> a, T* out, int64_t d0, int dn, int64_t row_blocks) {
-  extern __shared__ unsigned char smem_raw[];
+  extern __shared__ __align__(16) unsigned char smem_raw[];
   C* smem = reinterpret_cast<C*>(smem_raw);
   const int lde = padded(a.e);
   C* qs = smem;                             // [kWarps][lde]
@@ -143,7 +143,7 @@ __global__ void forward_kernel(Args<T> a, T* out, int64_t d0, int dn, int64_t ro
 template <typename T, typename C, int kChunks>
 __global__ void backward_q_kernel(Args<T> a, T* dq, T* dmask, C* lse, C* dd, int64_t d0, int dn,
                                   int64_t row_blocks) {
-  extern __shared__ unsigned char smem_raw[];
+  extern __shared__ __align__(16) unsigned char smem_raw[];
   C* smem = reinterpret_cast<C*>(smem_raw);
   const int lde = padded(a.e), ldv = padded(a.ev);
   C* qs = smem;                    // [kWarps][lde]
@@ -157,6 +157,7 @@ __global__ void backward_q_kernel(Args<T> a, T* dq, T* dmask, C* lse, C* dd, int
   const int64_t moff = (a.bmask || a.amask) ? a.ml.batch_offset(b) : 0;
   load_rows<T, C>(qs, lde, a.q, b, a.lq, a.e, i0, kWarps);
   load_rows<T, C>(dos, ldv, a.dout, b, a.lq, a.ev, i0, kWarps);
+  __syncthreads();
   const int64_t kend = a.causal ? min(a.lk, i0 + kWarps) : a.lk;
   // pass 1: the row's max and sum
   C m = neg_inf<C>(), l = 0;
@@ -231,7 +232,7 @@ __global__ void backward_q_kernel(Args<T> a, T* dq, T* dmask, C* lse, C* dd, int
 template <typename T, typename C, int kChunks>
 __global__ void backward_kv_kernel(Args<T> a, T* dk, T* dv, const C* lse, const C* dd, int64_t d0,
                                    int dn, int64_t row_blocks) {
-  extern __shared__ unsigned char smem_raw[];
+  extern __shared__ __align__(16) unsigned char smem_raw[];
   C* smem = reinterpret_cast<C*>(smem_raw);
   const int lde = padded(a.e), ldv = padded(a.ev);
   C* ks = smem;                    // [kWarps][lde]
