@@ -231,31 +231,6 @@ TEST(ScaledDotProductAttention, PromotesAndRejectsBadInputs) {
       {"[scaled_dot_product_attention]", "rank"});
 }
 
-TEST(ScaledDotProductAttention, GradientsFiniteDifferences) {
-  const AttentionOptions plain{}, causal{true, 0.6};
-  check_gradients([&](const Ts& x) { return scaled_dot_product_attention(x[0], x[1], x[2]); },
-                  {random_array({2, 3, 4}, f64), random_array({2, 5, 4}, f64),
-                   random_array({2, 5, 3}, f64)});
-  check_gradients(
-      [&](const Ts& x) {
-        return scaled_dot_product_attention(x[0], x[1], x[2], std::nullopt, causal);
-      },
-      {random_array({1, 6, 3}, f64), random_array({1, 4, 3}, f64),
-       random_array({1, 4, 2}, f64)});
-  // additive mask (broadcast over the batch): its gradient too
-  check_gradients(
-      [&](const Ts& x) { return scaled_dot_product_attention(x[0], x[1], x[2], x[3], causal); },
-      {random_array({2, 4, 3}, f64), random_array({2, 5, 3}, f64),
-       random_array({2, 5, 2}, f64), random_array({4, 5}, f64, -1, 1)});
-  // bool mask with a fully masked row: not differentiated, the rest checks
-  Array keep = Array::zeros({3, 4}, DType::boolean);
-  for (int i = 0; i < 12; ++i) keep.data<bool>()[i] = i >= 4 && i % 3 != 1;
-  check_gradients(
-      [&](const Ts& x) { return scaled_dot_product_attention(x[0], x[1], x[2], x[3]); },
-      {random_array({2, 3, 5}, f64), random_array({2, 4, 5}, f64),
-       random_array({2, 4, 2}, f64), keep});
-}
-
 // The grad op against dq = scale dS k, dk = scale dSᵀ q, dv = Pᵀ dO with
 // dS = P ∘ (dO vᵀ - rowsum(dO ∘ O)), and dS itself as the mask's gradient.
 TEST(ScaledDotProductAttentionGrad, MatchesReference) {

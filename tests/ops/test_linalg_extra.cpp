@@ -96,20 +96,6 @@ TEST(Cholesky, NotPositiveDefiniteGivesNaN) {
   for (int i = 9; i < 18; ++i) EXPECT_TRUE(std::isnan(y[i])) << i;
 }
 
-TEST(Cholesky, GradientsFiniteDifferences) {
-  for (bool upper : {false, true}) {
-    check_gradients([&](const Ts& x) { return cholesky(x[0], upper); },
-                    {with_junk(random_spd({2}, 4), upper)});
-    // through a symmetric input built from x: gradients reach both triangles
-    check_gradients(
-        [&](const Ts& x) {
-          auto s = matmul(x[0], transpose(x[0], {0, 2, 1})) + 3.0;
-          return cholesky(s, upper);
-        },
-        {random_array({1, 3, 3}, f64)});
-  }
-}
-
 TEST(Cholesky, RejectsBadInputs) {
   Graph g;
   expect_error<ShapeError>([&] { cholesky(g.placeholder({3, 4}, f32, "a")); },
@@ -221,16 +207,6 @@ TEST(TriangularSolve, MatchesReference) {
         const double tol = t == f32 ? 5e-5 : 1e-10;
         expect_close(y, out, ref, tol, tol);
       }
-}
-
-TEST(TriangularSolve, GradientsFiniteDifferences) {
-  for (const auto& o : all_options()) {
-    SCOPED_TRACE(::testing::Message() << "upper " << o.upper << " left " << o.left
-                                      << " transpose " << o.transpose << " unit "
-                                      << o.unit_diagonal);
-    check_gradients([&](const Ts& x) { return triangular_solve(x[0], x[1], o); },
-                    {random_triangular({2, 3, 3}), random_array({1, 3, 3}, f64)});
-  }
 }
 
 TEST(TriangularSolve, RejectsBadInputs) {
