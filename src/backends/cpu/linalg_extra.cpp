@@ -123,9 +123,10 @@ void triangular_solve(KernelContext& ctx) {
 }  // namespace
 
 void register_linalg_extra_kernels() {
+  // f32 and f64 only (no f16/bf16 through f32: inference rejects them)
   const DTypeSet types{f32, f64};
-  register_kernel(OpId::Cholesky, Backend::cpu, {cholesky, types});
-  register_kernel(OpId::TriangularSolve, Backend::cpu, {triangular_solve, types});
+  register_kernel(OpId::Cholesky, Backend::cpu, {cholesky, types, 0, false});
+  register_kernel(OpId::TriangularSolve, Backend::cpu, {triangular_solve, types, 0, false});
 }
 
 }  // namespace kiln::cpu
