@@ -19,6 +19,8 @@
 #include "kiln/ops/rnn.h"
 #include "kiln/ops/transform.h"
 #include "kiln/ops/transform_extra.h"
+#include "kiln/ops/attention.h"
+#include "kiln/ops/linalg_extra.h"
 #include "kiln/optim.h"
 #include "kiln/dist.h"
 #include "kiln/version.h"

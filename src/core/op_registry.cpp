@@ -74,6 +74,8 @@ const OpDef& op_def(OpId op) {
     register_random_ops();
     register_fused_elementwise_ops();
     register_rnn_ops();
+    register_attention_ops();
+    register_linalg_extra_ops();
   });
   return defs_storage()[static_cast<int>(op)];
 }

@@ -79,5 +79,7 @@ void register_dist_ops();
 void register_random_ops();
 void register_fused_elementwise_ops();
 void register_rnn_ops();
+void register_attention_ops();     // src/ops/attention.cpp
+void register_linalg_extra_ops();  // src/ops/linalg_extra.cpp
 
 }  // namespace kiln

@@ -17,6 +17,8 @@ void register_random_kernels();
 void register_fused_elementwise_kernels();
 void register_transform_extra_kernels();  // transform_extra.cpp
 void register_rnn_kernels();
+void register_attention_kernels();     // attention.cpp
+void register_linalg_extra_kernels();  // linalg_extra.cpp
 
 /// Registers every family above.
 void register_kernels();

@@ -24,6 +24,8 @@ void register_kernels() {
   register_fused_elementwise_kernels();
   register_transform_extra_kernels();
   register_rnn_kernels();
+  register_attention_kernels();
+  register_linalg_extra_kernels();
 }
 }  // namespace cuda
 

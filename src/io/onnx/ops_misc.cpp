@@ -7,160 +7,18 @@
 #include <numeric>
 
 #include "io/onnx/map_util.h"
+#include "kiln/ops/linalg_extra.h"
 
 namespace kiln::onnx::detail {
 
 namespace {
 
-// ---- Einsum: diagonals and lone letters reduce first, then operands contract pairwise through
-// batched matmuls ----
-
-struct Term {
-  Tensor t;
-  std::string letters;  // one letter per dim of t
-};
-
-// Takes the diagonal of every letter repeated within one operand.
-Term take_diagonals(NodeContext& c, Term x) {
-  for (size_t i = 0; i < x.letters.size(); ++i) {
-    for (size_t j = i + 1; j < x.letters.size(); ++j) {
-      if (x.letters[i] != x.letters[j]) continue;
-      const int64_t n = x.t.dim(static_cast<int>(i));
-      if (n < 0 || n != x.t.dim(static_cast<int>(j))) c.fail("a repeated index needs equal static dims");
-      Array eye = Array::zeros({n, n}, x.t.dtype());
-      Array ones = Array::zeros({n, n}, f64);
-      for (int64_t k = 0; k < n; ++k) ones.data<double>()[k * n + k] = 1;
-      eye = ones.astype(x.t.dtype());
-      Shape s(x.letters.size(), 1);
-      s[i] = n;
-      s[j] = n;
-      x.t = sum(mul(x.t, reshape(known(c, eye), s)), {static_cast<int64_t>(j)});
-      x.letters.erase(j, 1);
-      --j;
-    }
-  }
-  return x;
-}
-
-// Sums the dims whose letters no one else needs.
-Term sum_unneeded(Term x, const std::string& needed) {
-  Axes axes;
-  std::string keep;
-  for (size_t i = 0; i < x.letters.size(); ++i) {
-    if (needed.find(x.letters[i]) == std::string::npos) axes.push_back(static_cast<int64_t>(i));
-    else keep += x.letters[i];
-  }
-  if (!axes.empty()) x.t = sum(x.t, axes);
-  x.letters = keep;
-  return x;
-}
-
-Term permute_to(const Term& x, const std::string& order) {
-  std::vector<int64_t> perm;
-  for (char ch : order) perm.push_back(static_cast<int64_t>(x.letters.find(ch)));
-  bool identity = true;
-  for (size_t i = 0; i < perm.size(); ++i) identity &= perm[i] == static_cast<int64_t>(i);
-  return {identity ? x.t : transpose(x.t, perm), order};
-}
-
-Term contract(NodeContext& c, const Term& a, const Term& b, const std::string& keep) {
-  std::string batch, left, right, inner;
-  for (char ch : a.letters) {
-    const bool in_b = b.letters.find(ch) != std::string::npos;
-    const bool kept = keep.find(ch) != std::string::npos;
-    if (in_b && kept) batch += ch;
-    else if (in_b) inner += ch;
-    else left += ch;
-  }
-  for (char ch : b.letters)
-    if (a.letters.find(ch) == std::string::npos) right += ch;
-  Term pa = permute_to(a, batch + left + inner), pb = permute_to(b, batch + inner + right);
-  auto dims = [&](const Term& t, const std::string& ls) {
-    Shape s;
-    for (char ch : ls) s.push_back(t.t.dim(static_cast<int>(t.letters.find(ch))));
-    return s;
-  };
-  // batch dims broadcast (an ellipsis of size 1 against n)
-  Shape bs_a = dims(pa, batch), bs_b = dims(pb, batch), bs;
-  if (!broadcast_shapes(bs_a, bs_b, bs)) c.fail("operands' shared dims do not match");
-  const Shape ls = dims(pa, left), is = dims(pb, inner), rs = dims(pb, right);
-  auto prod = [](const Shape& s) { return std::accumulate(s.begin(), s.end(), int64_t{1}, std::multiplies<>()); };
-  auto with = [](Shape a, const Shape& b) { a.insert(a.end(), b.begin(), b.end()); return a; };
-  Tensor ta = broadcast_to(pa.t, with(with(bs, ls), dims(pa, inner)));
-  Tensor tb = broadcast_to(pb.t, with(with(bs, is), rs));
-  ta = reshape(ta, {prod(bs), prod(ls), prod(is)});
-  tb = reshape(tb, {prod(bs), prod(is), prod(rs)});
-  Tensor y = reshape(matmul(ta, tb), with(with(bs, ls), rs));
-  return {y, batch + left + right};
-}
+// ---- Einsum: kiln::einsum (src/ops/einsum.cpp) ----
 
 Outs einsum_op(NodeContext& c) {
-  std::string eq;
-  for (char ch : c.attr_string("equation", "")) if (ch != ' ') eq += ch;
-  const size_t arrow = eq.find("->");
-  std::string lhs = eq.substr(0, arrow), out;
-  std::vector<std::string> specs;
-  for (size_t p = 0;;) {
-    const size_t q = lhs.find(',', p);
-    specs.push_back(lhs.substr(p, q == std::string::npos ? std::string::npos : q - p));
-    if (q == std::string::npos) break;
-    p = q + 1;
-  }
-  if (static_cast<int>(specs.size()) != c.num_inputs())
-    c.fail(fmt::format("the equation names {} operands, the node has {}", specs.size(), c.num_inputs()));
-  // an ellipsis becomes digits '0'.. aligned from the right (numpy broadcasting)
-  int ell = 0;
-  std::vector<Term> terms;
-  for (size_t i = 0; i < specs.size(); ++i) {
-    Tensor t = c.input(static_cast<int>(i));
-    std::string s = specs[i];
-    if (const size_t e = s.find("..."); e != std::string::npos) {
-      const int n = t.rank() - static_cast<int>(s.size() - 3);
-      if (n < 0 || n > 10) c.fail("the ellipsis does not fit the operand's rank");
-      ell = std::max(ell, n);
-      std::string digits;
-      for (int k = 0; k < n; ++k) digits += static_cast<char>('0' + (10 - n + k));
-      s = s.substr(0, e) + digits + s.substr(e + 3);
-    }
-    if (static_cast<int>(s.size()) != t.rank())
-      c.fail(fmt::format("operand {} has rank {}, its subscripts '{}' name {}", i, t.rank(), specs[i], s.size()));
-    terms.push_back({t, s});
-  }
-  std::string ell_digits;
-  for (int k = 0; k < ell; ++k) ell_digits += static_cast<char>('0' + (10 - ell + k));
-  if (arrow == std::string::npos) {
-    std::string all;
-    for (const auto& t : terms) all += t.letters;
-    out = ell_digits;
-    std::string letters;
-    for (char ch : all)
-      if (std::isalpha(static_cast<unsigned char>(ch)) && std::count(all.begin(), all.end(), ch) == 1) letters += ch;
-    std::sort(letters.begin(), letters.end());
-    out += letters;
-  } else {
-    out = eq.substr(arrow + 2);
-    if (const size_t e = out.find("..."); e != std::string::npos) out = out.substr(0, e) + ell_digits + out.substr(e + 3);
-  }
-  auto needed_after = [&](size_t from) {
-    std::string n = out;
-    for (size_t j = from; j < terms.size(); ++j) n += terms[j].letters;
-    return n;
-  };
-  for (size_t i = 0; i < terms.size(); ++i) {
-    terms[i] = take_diagonals(c, terms[i]);
-    std::string others = out;
-    for (size_t j = 0; j < terms.size(); ++j) if (j != i) others += terms[j].letters;
-    terms[i] = sum_unneeded(terms[i], others);
-  }
-  Term acc = terms[0];
-  for (size_t i = 1; i < terms.size(); ++i) {
-    acc = contract(c, acc, terms[i], needed_after(i + 1));
-    acc = sum_unneeded(acc, needed_after(i + 1));
-  }
-  acc = sum_unneeded(acc, out);
-  for (char ch : out)
-    if (acc.letters.find(ch) == std::string::npos) c.fail(fmt::format("output index '{}' is in no operand", ch));
-  return {permute_to(acc, out).t};
+  std::vector<Tensor> operands;
+  for (int i = 0; i < c.num_inputs(); ++i) operands.push_back(c.input(i));
+  return {einsum(c.attr_string("equation", ""), operands)};
 }
 
 // ---- the rest ----

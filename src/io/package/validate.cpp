@@ -105,6 +105,17 @@ bool arity_rule(OpId op, const Attrs& attrs, int& lo, int& hi) {
       lo = hi = 6 + opt("has_seq_lens") + opt("has_h0") + opt("has_c0") + opt("has_p") +
                 (attrs.i("cell", 0) == 0 ? 1 : 0);
       return true;
+    case OpId::ScaledDotProductAttention:
+      lo = hi = 3 + opt("has_mask");
+      return true;
+    case OpId::ScaledDotProductAttentionGrad:
+      lo = hi = 5 + opt("has_mask");
+      return true;
+    case OpId::Cholesky:
+      return true;
+    case OpId::TriangularSolve:
+      lo = hi = 2;
+      return true;
     case OpId::Assign: case OpId::Add: case OpId::Sub: case OpId::Mul: case OpId::Div:
     case OpId::Pow: case OpId::Maximum: case OpId::Minimum: case OpId::Mod: case OpId::Equal:
     case OpId::NotEqual: case OpId::Less: case OpId::LessEqual: case OpId::Greater:

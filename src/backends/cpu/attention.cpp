@@ -1,0 +1,211 @@
+// CPU kernels of scaled_dot_product_attention and its gradient: blocks of queries in parallel on
+// the pool, each streaming over blocks of keys with an online (max-subtracted) softmax, so no
+// (Lq, Lk) matrix is formed. f16/bf16 run as f32 (half_via_f32). A query that sees no key gets
+// zeros and passes no gradient.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "backends/cpu/cpu_common.h"
+#include "backends/cpu/kernels.h"
+#include "ops/attention_util.h"
+
+namespace kiln::cpu {
+
+namespace {
+
+constexpr int64_t kQueryBlock = 16;
+constexpr int64_t kKeyBlock = 64;
+
+// The problem of one node: dims, scale, causality and the mask's layout.
+template <typename T> struct Problem {
+  const T *q, *k, *v;
+  int64_t batch = 1, lq = 0, lk = 0, e = 0, ev = 0;
+  T scale{};
+  bool causal = false;
+  const bool* bmask = nullptr;  // keep-mask
+  const T* amask = nullptr;     // additive
+  attention::MaskLayout ml;
+
+  Problem(const KernelContext& ctx, int iq) {
+    const TensorView &tq = ctx.in(iq), &tk = ctx.in(iq + 1), &tv = ctx.in(iq + 2);
+    const int r = tq.rank();
+    lq = tq.shape[r - 2];
+    e = tq.shape[r - 1];
+    lk = tk.shape[r - 2];
+    ev = tv.shape[r - 1];
+    batch = numel(Shape(tq.shape.begin(), tq.shape.end() - 2));
+    q = tq.ptr<T>();
+    k = tk.ptr<T>();
+    v = tv.ptr<T>();
+    scale = static_cast<T>(attention::scale_of(ctx.attrs(), e));
+    causal = ctx.attrs().b("causal");
+    if (ctx.attrs().b("has_mask")) {
+      const TensorView& m = ctx.in(iq == 0 ? 3 : 5);  // the grad op: after dout, q, k, v, out
+      if (m.dtype == DType::boolean) bmask = m.ptr<bool>();
+      else amask = m.ptr<T>();
+      attention::mask_layout(m.shape, Shape(tq.shape.begin(), tq.shape.end() - 2), lq, lk, ml);
+    }
+  }
+  /// Keys [0, end) can be visible to query i.
+  int64_t key_end(int64_t i) const { return causal ? std::min(lk, i + 1) : lk; }
+  /// scale · q_i · k_j + mask, or -inf where masked.
+  T score(int64_t b, int64_t i, int64_t j, int64_t moff) const {
+    constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+    const int64_t mo = moff + i * ml.sq + j * ml.sk;
+    if (bmask && !bmask[mo]) return kNegInf;
+    const T* qi = q + (b * lq + i) * e;
+    const T* kj = k + (b * lk + j) * e;
+    T s = 0;
+    for (int64_t d = 0; d < e; ++d) s += qi[d] * kj[d];
+    s *= scale;
+    if (amask) s += amask[mo];
+    return s;
+  }
+  int64_t mask_offset(int64_t b) const { return (bmask || amask) ? ml.batch_offset(b) : 0; }
+};
+
+template <typename T> void forward(KernelContext& ctx) {
+  const Problem<T> p(ctx, 0);
+  T* out = ctx.out(0).ptr<T>();
+  const int64_t qblocks = (p.lq + kQueryBlock - 1) / kQueryBlock;
+  ctx.parallel_for(p.batch * qblocks, 1, [&](int64_t w0, int64_t w1) {
+    std::vector<T> acc(static_cast<size_t>(kQueryBlock * p.ev)), s(kKeyBlock);
+    T m[kQueryBlock], l[kQueryBlock];
+    for (int64_t w = w0; w < w1; ++w) {
+      const int64_t b = w / qblocks, i0 = (w % qblocks) * kQueryBlock;
+      const int64_t i1 = std::min(p.lq, i0 + kQueryBlock), moff = p.mask_offset(b);
+      std::fill(acc.begin(), acc.end(), T(0));
+      std::fill(m, m + kQueryBlock, -std::numeric_limits<T>::infinity());
+      std::fill(l, l + kQueryBlock, T(0));
+      const int64_t kend = p.key_end(i1 - 1);
+      for (int64_t j0 = 0; j0 < kend; j0 += kKeyBlock) {
+        for (int64_t i = i0; i < i1; ++i) {
+          const int64_t j1 = std::min(p.key_end(i), j0 + kKeyBlock);
+          if (j1 <= j0) continue;
+          T mx = m[i - i0];
+          for (int64_t j = j0; j < j1; ++j) {
+            s[j - j0] = p.score(b, i, j, moff);
+            mx = std::max(mx, s[j - j0]);
+          }
+          if (mx == -std::numeric_limits<T>::infinity()) continue;  // nothing visible yet
+          const T alpha = std::exp(m[i - i0] - mx);  // 0 when m was -inf
+          T* a = acc.data() + (i - i0) * p.ev;
+          T sum = 0;
+          for (int64_t d = 0; d < p.ev; ++d) a[d] *= alpha;
+          for (int64_t j = j0; j < j1; ++j) {
+            const T pj = std::exp(s[j - j0] - mx);
+            sum += pj;
+            if (pj == T(0)) continue;
+            const T* vj = p.v + (b * p.lk + j) * p.ev;
+            for (int64_t d = 0; d < p.ev; ++d) a[d] += pj * vj[d];
+          }
+          l[i - i0] = l[i - i0] * alpha + sum;
+          m[i - i0] = mx;
+        }
+      }
+      for (int64_t i = i0; i < i1; ++i) {
+        const T inv = l[i - i0] > 0 ? T(1) / l[i - i0] : T(0);
+        const T* a = acc.data() + (i - i0) * p.ev;
+        T* o = out + (b * p.lq + i) * p.ev;
+        for (int64_t d = 0; d < p.ev; ++d) o[d] = a[d] * inv;
+      }
+    }
+  });
+}
+
+void scaled_dot_product_attention(KernelContext& ctx) {
+  dispatch_float(ctx.in(0).dtype, ctx.op_name(), [&](auto t) { forward<decltype(t)>(ctx); });
+}
+
+// Gradient. Pass 1 (queries in parallel): the row's log-sum-exp (+inf when no key is visible,
+// so every probability is 0), D_i = dO_i · O_i, and dq_i = scale Σ_j ds_ij k_j with
+// ds_ij = p_ij (dO_i · v_j - D_i) (or ds itself as the mask's gradient). Pass 2 (keys in
+// parallel): dk_j = scale Σ_i ds_ij q_i and dv_j = Σ_i p_ij dO_i.
+template <typename T> void backward(KernelContext& ctx) {
+  const Problem<T> p(ctx, 1);
+  const T* dout = ctx.in(0).ptr<T>();
+  const T* o = ctx.in(4).ptr<T>();
+  const bool mask_grad = ctx.attrs().b("mask_grad", false);
+  const int64_t rows = p.batch * p.lq;
+  std::vector<T> lse(static_cast<size_t>(rows)), dd(static_cast<size_t>(rows));
+  T* dq = mask_grad ? nullptr : ctx.out(0).ptr<T>();
+  T* dmask = mask_grad ? ctx.out(0).ptr<T>() : nullptr;
+  constexpr T kInf = std::numeric_limits<T>::infinity();
+  auto dot = [](const T* a, const T* b, int64_t n) {
+    T s = 0;
+    for (int64_t d = 0; d < n; ++d) s += a[d] * b[d];
+    return s;
+  };
+  ctx.parallel_for(rows, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, p.lk)),
+                   [&](int64_t r0, int64_t r1) {
+    std::vector<T> s(static_cast<size_t>(p.lk));
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t b = r / p.lq, i = r % p.lq, moff = p.mask_offset(b), kend = p.key_end(i);
+      T mx = -kInf;
+      for (int64_t j = 0; j < kend; ++j) mx = std::max(mx, s[j] = p.score(b, i, j, moff));
+      T sum = 0;
+      if (mx != -kInf)
+        for (int64_t j = 0; j < kend; ++j) sum += std::exp(s[j] - mx);
+      const T ls = mx == -kInf ? kInf : mx + std::log(sum);
+      const T* doi = dout + r * p.ev;
+      const T di = dot(doi, o + r * p.ev, p.ev);
+      lse[r] = ls;
+      dd[r] = di;
+      T* dqi = dq ? dq + r * p.e : nullptr;
+      if (dqi) std::fill(dqi, dqi + p.e, T(0));
+      T* dmi = dmask ? dmask + r * p.lk : nullptr;
+      if (dmi) std::fill(dmi, dmi + p.lk, T(0));
+      for (int64_t j = 0; j < kend; ++j) {
+        const T pj = std::exp(s[j] - ls);
+        if (pj == T(0)) continue;
+        const T ds = pj * (dot(doi, p.v + (b * p.lk + j) * p.ev, p.ev) - di);
+        if (dmi) dmi[j] = ds;
+        if (dqi) {
+          const T* kj = p.k + (b * p.lk + j) * p.e;
+          for (int64_t d = 0; d < p.e; ++d) dqi[d] += p.scale * ds * kj[d];
+        }
+      }
+    }
+  });
+  if (mask_grad) return;
+  T *dk = ctx.out(1).ptr<T>(), *dv = ctx.out(2).ptr<T>();
+  ctx.parallel_for(p.batch * p.lk, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, p.lq)),
+                   [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t b = r / p.lk, j = r % p.lk, moff = p.mask_offset(b);
+      T* dkj = dk + r * p.e;
+      T* dvj = dv + r * p.ev;
+      std::fill(dkj, dkj + p.e, T(0));
+      std::fill(dvj, dvj + p.ev, T(0));
+      const T* vj = p.v + r * p.ev;
+      for (int64_t i = p.causal ? std::min(j, p.lq) : 0; i < p.lq; ++i) {
+        const int64_t qi = b * p.lq + i;
+        const T pij = std::exp(p.score(b, i, j, moff) - lse[qi]);
+        if (pij == T(0)) continue;
+        const T* doi = dout + qi * p.ev;
+        const T ds = pij * (dot(doi, vj, p.ev) - dd[qi]);
+        const T* q = p.q + qi * p.e;
+        for (int64_t d = 0; d < p.ev; ++d) dvj[d] += pij * doi[d];
+        for (int64_t d = 0; d < p.e; ++d) dkj[d] += p.scale * ds * q[d];
+      }
+    }
+  });
+}
+
+void scaled_dot_product_attention_grad(KernelContext& ctx) {
+  dispatch_float(ctx.in(1).dtype, ctx.op_name(), [&](auto t) { backward<decltype(t)>(ctx); });
+}
+
+}  // namespace
+
+void register_attention_kernels() {
+  const DTypeSet floats{f32, f64, f16, bf16};
+  register_kernel(OpId::ScaledDotProductAttention, Backend::cpu,
+                  {scaled_dot_product_attention, floats});
+  register_kernel(OpId::ScaledDotProductAttentionGrad, Backend::cpu,
+                  {scaled_dot_product_attention_grad, floats, 1});
+}
+
+}  // namespace kiln::cpu
