@@ -30,6 +30,11 @@ for s in core op autodiff; do
   step "suite-$s-on-cuda" env KILN_DEVICE=cuda "$B/tests/kiln_${s}_tests" --gtest_brief=1
 done
 step cuda-runtime "$B/tests/kiln_cuda_tests" --gtest_brief=1
+# queues and events on cuda:0, and the shared-events example
+step async-on-cuda "$B/tests/kiln_core_tests" --gtest_brief=1 \
+  --gtest_filter='Devices/Async.*:Event.*:QueueTest.*'
+[ -x "$B/kiln_example_shared_events" ] &&
+  step example-shared-events "$B/kiln_example_shared_events" --device cuda:0 --batches 2000
 step cuda-validate env KILN_VALIDATE=cpu "$B/tests/kiln_cuda_tests" --gtest_brief=1 --gtest_filter='CudaRuntime.*'
 if [ -x "$B/tests/kiln_backend_ops" ]; then
   step backend-ops "$B/tests/kiln_backend_ops"

@@ -104,7 +104,8 @@ struct KernelEntry {
   DTypeSet dtypes;
   int dtype_input = 0;
   /// When the looked-up dtype is f16/bf16, convert f16/bf16 inputs and outputs to f32 around the
-  /// kernel (which then only sees f32). Off for kernels that handle half types themselves.
+  /// kernel (which then only sees f32; a device kernel's conversions run on its stream, through
+  /// the device's cast kernel). Off for kernels that handle half types themselves.
   bool half_via_f32 = true;
   /// The kernel may report rejected inputs through KernelContext::error_slot (GPU kernels).
   bool reports_errors = false;

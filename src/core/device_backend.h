@@ -104,11 +104,9 @@ class DeviceBackend {
 
   // Ordering between streams and with the host (Event, Queue): an event without timing, recorded
   // on a stream with record_event and destroyed with destroy_event; a stream made to wait for the
-  // work before an event's last record; a function run once a stream has passed what came before
-  // it (on the driver's thread: it must not call the backend).
+  // work before an event's last record.
   virtual void* create_sync_event(int device) { return nullptr; }
   virtual void stream_wait_event(int device, void* stream, void* event) {}
-  virtual void launch_host_func(int device, void* stream, void (*fn)(void*), void* arg) {}
   /// An event whose host waits sleep instead of spinning (recorded with record_event), and the
   /// host wait for its last record.
   virtual void* create_blocking_event(int device) { return nullptr; }

@@ -29,6 +29,46 @@ DType kernel_dtype(const KernelEntry& entry, const Node& node, const std::vector
   return node.outputs.empty() ? f32 : node.outputs[0].dtype;
 }
 
+namespace {
+// A device kernel of f32 run for f16/bf16 values: the device's cast kernel widens the half inputs
+// into scratch memory and narrows the outputs back, all on the kernel's stream.
+void run_kernel_via_f32_on_device(const KernelEntry& entry, const Node& node,
+                                  const std::vector<TensorView>& in,
+                                  const std::vector<TensorView>& out, ThreadPool* pool,
+                                  const KernelEnv& env) {
+  const KernelEntry* cast = find_kernel(OpId::Cast, Backend::cuda);
+  KILN_ASSERT(cast && env.allocate && env.release);
+  const Attrs none;
+  std::vector<void*> temps;
+  auto run_cast = [&](const TensorView& from, const TensorView& to) {
+    KernelContext c(OpId::Cast, none, {from}, {to}, pool, &env);
+    cast->fn(c);
+  };
+  auto widen = [&](const TensorView& v, bool copy_in) {
+    if ((v.dtype != f16 && v.dtype != bf16) || v.numel() == 0) return v;
+    void* p = env.allocate(env.device, static_cast<size_t>(v.numel()) * sizeof(float), env.stream);
+    temps.push_back(p);
+    TensorView w{p, v.shape, f32};
+    if (copy_in) run_cast(v, w);
+    return w;
+  };
+  struct Release {
+    const KernelEnv& env;
+    std::vector<void*>& temps;
+    ~Release() {
+      for (void* p : temps) env.release(env.device, p);  // stream-ordered: after the kernel
+    }
+  } release{env, temps};
+  std::vector<TensorView> in32, out32;
+  for (auto& v : in) in32.push_back(widen(v, true));
+  for (auto& v : out) out32.push_back(widen(v, false));
+  KernelContext ctx(node.op, node.attrs, in32, out32, pool, &env);
+  entry.fn(ctx);
+  for (size_t i = 0; i < out.size(); ++i)
+    if (out[i].dtype != out32[i].dtype) run_cast(out32[i], out[i]);
+}
+}  // namespace
+
 void run_kernel(const KernelEntry& entry, const Node& node, const std::vector<TensorView>& in,
                 const std::vector<TensorView>& out, ThreadPool* pool, const KernelEnv* env) {
   bool all_empty = !out.empty();
@@ -42,6 +82,10 @@ void run_kernel(const KernelEntry& entry, const Node& node, const std::vector<Te
   if (!via_f32) {
     KernelContext ctx(node.op, node.attrs, in, out, pool, env);
     entry.fn(ctx);
+    return;
+  }
+  if (env) {  // a device kernel: the conversions run on its stream, in scratch memory
+    run_kernel_via_f32_on_device(entry, node, in, out, pool, *env);
     return;
   }
   // f16/bf16 through f32; the conversions are split over the pool like any kernel

@@ -2,11 +2,11 @@
 //
 // A GPU queue's stream is fed by one submission thread, so work lands on it in submission order.
 // What must happen once the device has passed a point (finishing a run, signaling an event at
-// its completed stage, host work) is handed from a CUDA host function to the queue's completion
-// thread: host functions run on the driver's thread and must not call CUDA themselves.
-#include <cstdlib>
+// its completed stage, host work) is handed to the queue's completion thread with a blocking-sync
+// CUDA event recorded at that point; the thread sleeps in cudaEventSynchronize until the device
+// has passed it (this wakes sooner than a cudaLaunchHostFunc callback handing work to a thread:
+// 43 against 62 us from a one-kernel run to a host waiter on the H200).
 #include <future>
-#include <string>
 
 #include <fmt/format.h>
 
@@ -151,27 +151,6 @@ void report_thrown(const char* what) {
   fmt::print(stderr, "[queue] work submitted to a queue threw: {}\n", what);
 }
 
-// what a host function hands to its queue's completion thread (KILN_QUEUE_HOSTFUNC=1)
-struct DeviceCallback {
-  Queue::Impl* queue;
-  std::function<void()> fn;
-};
-void run_from_device(void* arg) {
-  auto* c = static_cast<DeviceCallback*>(arg);
-  {
-    std::lock_guard<std::mutex> l(c->queue->done_mu);
-    c->queue->done.push_back({nullptr, std::move(c->fn)});
-  }
-  c->queue->done_cv.notify_all();
-  delete c;
-}
-bool use_host_functions() {
-  static const bool on = [] {
-    const char* v = std::getenv("KILN_QUEUE_HOSTFUNC");
-    return v && std::string(v) == "1";
-  }();
-  return on;
-}
 }  // namespace
 
 void Queue::Impl::loop() {
@@ -243,24 +222,6 @@ void Queue::Impl::enqueue(std::function<void()> fn) {
 void Queue::Impl::after_device(std::function<void()> fn) {
   if (!backend) {
     fn();
-    return;
-  }
-  if (use_host_functions()) {
-    auto* c = new DeviceCallback{this, std::move(fn)};
-    {
-      std::lock_guard<std::mutex> l(done_mu);
-      ++in_flight;
-    }
-    try {
-      backend->launch_host_func(device.index, stream, run_from_device, c);
-    } catch (...) {
-      {
-        std::lock_guard<std::mutex> l(done_mu);
-        --in_flight;
-      }
-      delete c;
-      throw;
-    }
     return;
   }
   // the completion thread sleeps on an event recorded here, then runs fn

@@ -333,10 +333,6 @@ class CudaBackend final : public DeviceBackend {
   void host_wait_event(int device, void* event) override {
     KILN_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
   }
-  void launch_host_func(int device, void* stream, void (*fn)(void*), void* arg) override {
-    DeviceScope g(device);
-    KILN_CUDA_CHECK(cudaLaunchHostFunc(static_cast<cudaStream_t>(stream), fn, arg));
-  }
   TuningIdentity tuning_identity(int device) override {
     dev(device);
     return conv_tuning_identity(device);
