@@ -18,8 +18,9 @@ for t in kiln_onnx_conformance kiln_onnx_tests; do [ -x "$BUILD/tests/$t" ] && c
 [ -x "$BUILD/tests/kiln_dp_train_nccl" ] && cp "$BUILD/tests/kiln_dp_train_nccl" "$stage/tests/"
 for b in "$BUILD"/bench/kiln_bench_*; do [[ -x "$b" && "$b" != *_mpi ]] && cp "$b" "$stage/bench/"; done
 [ -x "$BUILD/bench/package/kiln_bench_package" ] && cp "$BUILD/bench/package/kiln_bench_package" "$stage/bench/"
+cp "$BUILD"/kiln_example_* "$stage/" 2>/dev/null || true
 cp "$BUILD/libkiln.so" "$stage/lib/"
-strip "$stage/kiln" "$stage"/tests/* "$stage"/bench/* "$stage/lib/libkiln.so" 2>/dev/null || true
+strip "$stage"/kiln* "$stage"/tests/* "$stage"/bench/* "$stage/lib/libkiln.so" 2>/dev/null || true
 cp -r "$BUILD/data" "$stage/data"
 # shared libraries from Debian that the GPU machine lacks (CUDA's own come from its Python env)
 ldd "$stage/kiln" "$stage"/tests/* | awk '/=> \// {print $3}' | sort -u |
