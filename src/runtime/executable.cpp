@@ -45,7 +45,8 @@ void run_kernel_via_f32_on_device(const KernelEntry& entry, const Node& node,
     cast->fn(c);
   };
   auto widen = [&](const TensorView& v, bool copy_in) {
-    if ((v.dtype != f16 && v.dtype != bf16) || v.numel() == 0) return v;
+    if (v.dtype != f16 && v.dtype != bf16) return v;
+    if (v.numel() == 0) return TensorView{v.data, v.shape, f32};  // nothing to convert
     void* p = env.allocate(env.device, static_cast<size_t>(v.numel()) * sizeof(float), env.stream);
     temps.push_back(p);
     TensorView w{p, v.shape, f32};
