@@ -252,7 +252,7 @@ TEST(Embedding, ErrorsNameOpAndShapes) {
         eval1(g, embedding(w, idx),
               {{w, random_array({5, 3}, f32)}, {idx, Array::from_data(bad, {4}, i32)}});
       },
-      {"[embedding]", "index 5", "position 2", "5 rows"});
+      {"[embedding]", "index 5", "position 2", "axis 0 of size 5"});
   const int32_t neg[] = {1, -1, 0, 0};
   expect_error<ValueError>(
       [&] {
@@ -332,7 +332,7 @@ TEST(EmbeddingGrad, ErrorsNameOpAndShapes) {
         eval1(g, embedding_grad(idx, gr, 6),
               {{idx, Array::from_data(bad, {4}, i64)}, {gr, random_array({4, 2}, f32)}});
       },
-      {"[embedding_grad]", "index 7", "6 rows"});
+      {"[embedding_grad]", "index 7", "axis 0 of size 6"});
 }
 
 // ---- masked_fill

@@ -49,9 +49,10 @@ std::vector<int64_t> load_indices(const TensorView& idx) {
 
 [[noreturn]] void fail_row(const KernelContext& ctx, const TensorView& idx, int64_t pos,
                            int64_t value, int64_t rows) {
-  fail<ValueError>("[{}] index {} at position {} of indices shape {} is not a row of a table of "
-                   "{} rows",
-                   ctx.op_name(), value, pos, str(idx.shape), rows);
+  // worded as the CUDA kernels' reports (runtime check_error_slots)
+  fail<ValueError>("[{}] index {} out of range for axis 0 of size {} (position {} of indices "
+                   "shape {})",
+                   ctx.op_name(), value, rows, pos, str(idx.shape));
 }
 
 void embedding(KernelContext& ctx) {
