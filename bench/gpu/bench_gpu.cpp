@@ -187,6 +187,56 @@ void mlp_adam(const Options& o, const std::string& name) {
          exe, t);
 }
 
+// LSTM 2 layers x 512, seq 100, batch 64, f32: forward (training mode) + backward to the
+// weights and the input, as nn.LSTM's forward + backward.
+void lstm_train(const Options& o, const std::string& name) {
+  constexpr int64_t T = 100, B = 64, I = 512, H = 512;
+  Graph g;
+  Rng rng(11);
+  auto x = g.placeholder({T, B, I}, f32, "x");
+  auto gy = g.placeholder({T, B, 1, H}, f32, "gy");
+  const float k = 1.0f / std::sqrt(static_cast<float>(H)) / 1.7320508f;
+  std::vector<RnnLayerWeights> layers;
+  std::vector<Tensor> wrt;
+  for (int64_t l = 0; l < 2; ++l) {
+    auto w = g.variable(rng.array({1, 4 * H, l == 0 ? I : H}, k));
+    auto r = g.variable(rng.array({1, 4 * H, H}, k));
+    auto b = g.variable(rng.array({1, 8 * H}, k));
+    layers.push_back({w, r, b, std::nullopt});
+    wrt.insert(wrt.end(), {w, r, b});
+  }
+  RnnOptions ro;
+  ro.training = true;
+  auto res = lstm(x, layers, std::nullopt, std::nullopt, std::nullopt, ro);
+  wrt.push_back(x);
+  auto grads = gradients(sum(res.y * gy), wrt);
+  const auto t0 = Clock::now();
+  auto exe = g.compile(o.device, {}, grads);
+  const double compile_ms = ms_since(t0);
+  Array xv = rng.array({T, B, I}, 1.0f).to(o.device);
+  Array gv = rng.array({T, B, 1, H}, 1.0f).to(o.device);
+  const Timing t = time_runs([&] { exe.run({{x, xv}, {gy, gv}}); }, o);
+  report(name, "LSTM 2 layers x 512, seq 100, batch 64, f32, forward + backward", compile_ms,
+         exe, t);
+}
+
+// Attention as in BERT-base: batch 32, 12 heads, 128 tokens, head dim 64, bf16, forward.
+void sdpa_bf16(const Options& o, const std::string& name) {
+  const Shape s{32, 12, 128, 64};
+  Graph g;
+  Rng rng(13);
+  auto q = g.placeholder(s, bf16, "q"), k = g.placeholder(s, bf16, "k"),
+       v = g.placeholder(s, bf16, "v");
+  const auto t0 = Clock::now();
+  auto exe = g.compile(o.device, {}, {scaled_dot_product_attention(q, k, v)});
+  const double compile_ms = ms_since(t0);
+  Array qv = rng.array(s, 1.0f).astype(bf16).to(o.device);
+  Array kv = rng.array(s, 1.0f).astype(bf16).to(o.device);
+  Array vv = rng.array(s, 1.0f).astype(bf16).to(o.device);
+  const Timing t = time_runs([&] { exe.run({{q, qv}, {k, kv}, {v, vv}}); }, o);
+  report(name, "scaled dot-product attention 32x12x128x64 bf16, forward", compile_ms, exe, t);
+}
+
 void maxpool_fwd_bwd(const Options& o, const std::string& name) {
   const Shape in{32, 64, 112, 112};
   PoolOptions p;
@@ -255,6 +305,8 @@ std::vector<Workload> workloads() {
       {"resnet50_compile", resnet_compile},
       {"mlp_adam_bs256", mlp_adam},
       {"maxpool_fwd_bwd", maxpool_fwd_bwd},
+      {"lstm_train", lstm_train},
+      {"sdpa_bf16", sdpa_bf16},
       {"tiny_add_x1000", [](O o, S n) { tiny_adds(o, n, true); }},
       {"tiny_add_x1000_plain", [](O o, S n) { tiny_adds(o, n, false); }},
       {"tiny_add_x1000_fused", [](O o, S n) { tiny_adds(o, n, false, true); }},

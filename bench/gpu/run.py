@@ -45,6 +45,10 @@ WORKLOADS = [
      (1.12, "eager")),
     ("maxpool_fwd_bwd", "max-pool 3x3 s2 p1 fwd+bwd with indices, 32x64x112x112 f32",
      (0.512, "eager")),
+    ("lstm_train", "LSTM 2 layers x 512, seq 100, batch 64, f32, fwd+bwd",
+     (9.04, "nn.LSTM on cuDNN, eager")),
+    ("sdpa_bf16", "attention 32x12x128x64 bf16, forward",
+     (None, "F.scaled_dot_product_attention")),
     ("tiny_add_x1000", "1000 dependent tiny adds, replayed graph (µs per op; peer: CUDA graph)",
      (1.14, "one CUDA graph replay (eager 10.6)")),
     ("tiny_add_x1000_plain", "1000 dependent tiny adds, one launch each (µs per op; peer: eager)",
@@ -144,6 +148,22 @@ def torch_workloads(torch):
             torch.autograd.grad(y, x, gy)
         return cuda_median_ms(torch, fwd_bwd, reps, warmup)
 
+    def lstm(reps, warmup):
+        m = nn.LSTM(512, 512, 2).to(dev)
+        x = torch.randn(100, 64, 512, device=dev, requires_grad=True)
+        gy = torch.randn(100, 64, 512, device=dev)
+
+        def step():
+            y, _ = m(x)
+            torch.autograd.grad(y, [x] + list(m.parameters()), gy)
+        return cuda_median_ms(torch, step, reps, warmup)
+
+    def sdpa(reps, warmup):
+        q, k, v = (torch.randn(32, 12, 128, 64, device=dev, dtype=torch.bfloat16)
+                   for _ in range(3))
+        return cuda_median_ms(torch, lambda: F.scaled_dot_product_attention(q, k, v), reps,
+                              warmup)
+
     def tiny(reps, warmup):
         x0 = torch.zeros(1, device=dev)
 
@@ -180,6 +200,8 @@ def torch_workloads(torch):
         "resnet50_train_bs32_bf16": resnet_train(True),
         "mlp_adam_bs256": mlp,
         "maxpool_fwd_bwd": maxpool,
+        "lstm_train": lstm,
+        "sdpa_bf16": sdpa,
         "tiny_add_x1000": tiny_graph,
         "tiny_add_x1000_plain": tiny,
         "tiny_add_x1000_fused": tiny_graph,
@@ -331,7 +353,10 @@ def table(names, kiln, torch_ms):
             continue
         k, t = kiln.get(name), torch_ms.get(name)
         ratio = f"{k / t:.2f}" if isinstance(k, float) and isinstance(t, float) and t > 0 else "—"
-        peer = (f"{peer_ms / 1000:.1f} s" if peer_ms >= 1000 else f"{fmt_ms(peer_ms)} ms")
+        if peer_ms is None:
+            peer = "—"
+        else:
+            peer = (f"{peer_ms / 1000:.1f} s" if peer_ms >= 1000 else f"{fmt_ms(peer_ms)} ms")
         rows.append(f"| {what} (`{name}`) | {cell(k)} | {cell(t)} | {ratio} | "
                     f"{peer} ({peer_src}) |")
     return "\n".join(rows)
