@@ -11,6 +11,8 @@
 #include <type_traits>
 #include <vector>
 
+#include <cublas_v2.h>
+
 #include "backends/cuda/cuda_common.cuh"
 #include "backends/cuda/handles.h"
 #include "backends/cuda/kernels.h"
@@ -42,13 +44,52 @@ __global__ void gemm_kernel(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T
   }
 }
 
+// The calling thread's cuBLAS handle for the current device (destroyed with the thread).
+cublasHandle_t blas_handle() {
+  struct Handles {
+    std::vector<cublasHandle_t> by_device;
+    ~Handles() {
+      for (auto h : by_device)
+        if (h) cublasDestroy(h);
+    }
+  };
+  thread_local Handles handles;
+  int device = 0;
+  KILN_CUDA_CHECK(cudaGetDevice(&device));
+  if (static_cast<int>(handles.by_device.size()) <= device)
+    handles.by_device.resize(static_cast<size_t>(device) + 1, nullptr);
+  cublasHandle_t& h = handles.by_device[static_cast<size_t>(device)];
+  if (!h && cublasCreate(&h) != CUBLAS_STATUS_SUCCESS)
+    fail<DeviceError>("[rnn] cublasCreate failed on cuda:{}", device);
+  return h;
+}
+
+// Row-major C = alpha op(A) op(B) + beta C through cuBLAS (column-major: C^T = op(B)^T op(A)^T).
+// f32 stays f32 (cuBLAS's default math mode: no TF32).
 template <typename T>
 void gemm(cudaStream_t st, bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
           int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
   if (M <= 0 || N <= 0) return;
-  gemm_kernel<T><<<blocks_for(M * N), kThreads, 0, st>>>(ta, tb, M, N, K, alpha, A, lda, B, ldb,
-                                                         beta, C, ldc);
-  check_launch("rnn gemm");
+  const bool fits = std::max({M, N, K, lda, ldb, ldc}) <= INT_MAX;
+  if (K <= 0 || !fits) {
+    gemm_kernel<T><<<blocks_for(M * N), kThreads, 0, st>>>(ta, tb, M, N, K, alpha, A, lda, B,
+                                                           ldb, beta, C, ldc);
+    check_launch("rnn gemm");
+    return;
+  }
+  cublasHandle_t h = blas_handle();
+  if (cublasSetStream(h, st) != CUBLAS_STATUS_SUCCESS)
+    fail<DeviceError>("[rnn] cublasSetStream failed");
+  const cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const int m = static_cast<int>(M), n = static_cast<int>(N), k = static_cast<int>(K);
+  cublasStatus_t r;
+  if constexpr (std::is_same_v<T, double>)
+    r = cublasDgemm(h, opb, opa, n, m, k, &alpha, B, static_cast<int>(ldb), A,
+                    static_cast<int>(lda), &beta, C, static_cast<int>(ldc));
+  else
+    r = cublasSgemm(h, opb, opa, n, m, k, &alpha, B, static_cast<int>(ldb), A,
+                    static_cast<int>(lda), &beta, C, static_cast<int>(ldc));
+  if (r != CUBLAS_STATUS_SUCCESS) fail<DeviceError>("[rnn] cuBLAS gemm failed (status {})", static_cast<int>(r));
 }
 
 // What the device kernels read: dims, flags and the activations of the running direction.
