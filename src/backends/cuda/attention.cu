@@ -7,14 +7,24 @@
 // accumulator (lanes own output dims, in registers). f16/bf16 load and store in their type and
 // compute in float. Output dims beyond 32·kChunks run as further launches over dim slices.
 //
+// Forward on tensor cores (f16/bf16, head dims e == ev of 32, 64 or 128): a block of 4 warps
+// owns 64 query rows and streams over tiles of 64 keys; each warp owns 16 of the rows, so only
+// the K/V tile loads are block-wide. S = Q Kᵀ and O += P V run as 16x16x16 WMMA products with
+// float accumulation; the warp's scores go through shared memory (float) for the online softmax
+// (scale, masks and causality applied there), its probabilities are rounded to the input type for
+// the P V product, and its output accumulator stays in shared memory (float) between tiles.
+//
 // Backward (recomputing the probabilities, flash-attention style): kernel 1 (warp per query row)
 // recomputes the row's log-sum-exp, D = dO·O, and dq (or the mask's gradient); kernel 2 (warp per
 // key row) streams over query tiles for dk and dv. A query that sees no key outputs zeros and
 // passes no gradient.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <type_traits>
+
+#include <mma.h>
 
 #include "backends/cuda/cuda_common.cuh"
 #include "backends/cuda/kernels.h"
@@ -295,6 +305,171 @@ __global__ void backward_kv_kernel(Args<T> a, T* dk, T* dv, const C* lse, const 
   }
 }
 
+
+// ---- forward on tensor cores ----
+
+namespace wmma = nvcuda::wmma;
+
+constexpr int kTcRows = 64;   // query rows per block (16 per warp)
+constexpr int kTcKeys = 64;   // keys per tile
+constexpr int kTcWarps = 4;
+
+// Shared-memory layout of the tensor-core kernel. Row strides are padded (odd multiples of 16
+// bytes for 16-bit rows) against bank conflicts, and every 16-row fragment starts 32-byte aligned
+// as WMMA loads need.
+template <int D> struct TcLayout {
+  static constexpr int ldh = D + 8;          // q, k, v rows (16-bit)
+  static constexpr int ldp = kTcKeys + 8;    // probabilities (16-bit)
+  static constexpr int lds = kTcKeys + 4;    // scores (float)
+  static constexpr int ldo = D + 4;          // output accumulator (float)
+  static constexpr size_t q = 0;
+  static constexpr size_t k = q + 2 * kTcRows * ldh;
+  static constexpr size_t v = k + 2 * kTcKeys * ldh;
+  static constexpr size_t p = v + 2 * kTcKeys * ldh;
+  static constexpr size_t s = p + 2 * kTcRows * ldp;
+  static constexpr size_t o = s + 4 * kTcRows * lds;
+  static constexpr size_t bytes = o + 4 * kTcRows * ldo;
+};
+
+// Copies rows [r0, r0 + n) of the contiguous (rows, D) matrix x of batch entry b into shared
+// memory with row stride ld, 16 bytes at a time; rows past `rows` become zeros. Whole block.
+template <typename T, int D>
+__device__ inline void copy_rows16(T* dst, int ld, const T* x, int64_t b, int64_t rows,
+                                   int64_t r0, int n) {
+  constexpr int kVec = 8;  // 16-bit values per 16 bytes
+  for (int t = threadIdx.x; t < n * (D / kVec); t += blockDim.x) {
+    const int r = t / (D / kVec), c = (t % (D / kVec)) * kVec;
+    uint4 val = make_uint4(0, 0, 0, 0);
+    if (r0 + r < rows) val = *reinterpret_cast<const uint4*>(x + (b * rows + r0 + r) * D + c);
+    *reinterpret_cast<uint4*>(dst + r * ld + c) = val;
+  }
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kTcWarps * 32)
+    forward_tc_kernel(Args<T> a, T* out, int64_t row_blocks) {
+  using L = TcLayout<D>;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  T* qs = reinterpret_cast<T*>(smem_raw + L::q);
+  T* ks = reinterpret_cast<T*>(smem_raw + L::k);
+  T* vs = reinterpret_cast<T*>(smem_raw + L::v);
+  T* ps = reinterpret_cast<T*>(smem_raw + L::p);
+  float* ss = reinterpret_cast<float*>(smem_raw + L::s);
+  float* os = reinterpret_cast<float*>(smem_raw + L::o);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t b = blockIdx.x / row_blocks, i0 = (blockIdx.x % row_blocks) * kTcRows;
+  const int64_t moff = (a.bmask || a.amask) ? a.ml.batch_offset(b) : 0;
+  const int wr = warp * 16;  // the warp's first row in the block
+  copy_rows16<T, D>(qs, L::ldh, a.q, b, a.lq, i0, kTcRows);
+  for (int t = lane; t < 16 * D; t += 32) os[(wr + t / D) * L::ldo + t % D] = 0.f;
+  __syncthreads();
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fq[D / 16];
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk)
+    wmma::load_matrix_sync(fq[kk], qs + wr * L::ldh + 16 * kk, L::ldh);
+  float m[16], l[16];
+#pragma unroll
+  for (int r = 0; r < 16; ++r) m[r] = -INFINITY, l[r] = 0.f;
+  const float scale = static_cast<float>(a.scale);
+  const int64_t kend = a.causal ? min(a.lk, i0 + kTcRows) : a.lk;
+  for (int64_t j0 = 0; j0 < kend; j0 += kTcKeys) {
+    __syncthreads();  // the previous tile is consumed
+    copy_rows16<T, D>(ks, L::ldh, a.k, b, a.lk, j0, kTcKeys);
+    copy_rows16<T, D>(vs, L::ldh, a.v, b, a.lk, j0, kTcKeys);
+    __syncthreads();
+    // S = Q Kᵀ for the warp's 16 rows
+    {
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> fk;
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> fs;
+#pragma unroll
+      for (int n = 0; n < kTcKeys / 16; ++n) {
+        wmma::fill_fragment(fs, 0.f);
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+          wmma::load_matrix_sync(fk, ks + 16 * n * L::ldh + 16 * kk, L::ldh);
+          wmma::mma_sync(fs, fq[kk], fk, fs);
+        }
+        wmma::store_matrix_sync(ss + wr * L::lds + 16 * n, fs, L::lds, wmma::mem_row_major);
+      }
+    }
+    __syncwarp();
+    // online softmax over the tile, row by row; lanes own keys lane and lane + 32
+#pragma unroll
+    for (int r = 0; r < 16; ++r) {
+      const int64_t i = i0 + wr + r;
+      float s2[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t j = j0 + lane + 32 * h;
+        float s = ss[(wr + r) * L::lds + lane + 32 * h] * scale;
+        if (j >= a.lk || i >= a.lq || (a.causal && j > i)) {
+          s = -INFINITY;
+        } else if (a.bmask || a.amask) {
+          const int64_t mo = moff + i * a.ml.sq + j * a.ml.sk;
+          if (a.bmask) s = a.bmask[mo] ? s : -INFINITY;
+          else s += to_acc(a.amask[mo]);
+        }
+        s2[h] = s;
+      }
+      const float mn = fmaxf(m[r], warp_max(fmaxf(s2[0], s2[1])));
+      float alpha = 1.f, p0 = 0.f, p1 = 0.f;
+      if (mn != -INFINITY) {
+        alpha = m[r] == -INFINITY ? 0.f : __expf(m[r] - mn);
+        p0 = s2[0] == -INFINITY ? 0.f : __expf(s2[0] - mn);
+        p1 = s2[1] == -INFINITY ? 0.f : __expf(s2[1] - mn);
+        m[r] = mn;
+      }
+      l[r] = l[r] * alpha + warp_sum(p0 + p1);
+      ps[(wr + r) * L::ldp + lane] = from_acc<T>(p0);
+      ps[(wr + r) * L::ldp + lane + 32] = from_acc<T>(p1);
+      if (alpha != 1.f)
+        for (int d = lane; d < D; d += 32) os[(wr + r) * L::ldo + d] *= alpha;
+    }
+    __syncwarp();
+    // O += P V for the warp's 16 rows
+    {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fp[kTcKeys / 16];
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> fv;
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> fo;
+#pragma unroll
+      for (int kk = 0; kk < kTcKeys / 16; ++kk)
+        wmma::load_matrix_sync(fp[kk], ps + wr * L::ldp + 16 * kk, L::ldp);
+#pragma unroll
+      for (int n = 0; n < D / 16; ++n) {
+        float* o = os + wr * L::ldo + 16 * n;
+        wmma::load_matrix_sync(fo, o, L::ldo, wmma::mem_row_major);
+#pragma unroll
+        for (int kk = 0; kk < kTcKeys / 16; ++kk) {
+          wmma::load_matrix_sync(fv, vs + 16 * kk * L::ldh + 16 * n, L::ldh);
+          wmma::mma_sync(fo, fp[kk], fv, fo);
+        }
+        wmma::store_matrix_sync(o, fo, L::ldo, wmma::mem_row_major);
+      }
+    }
+    __syncwarp();
+  }
+#pragma unroll
+  for (int r = 0; r < 16; ++r) {
+    const int64_t i = i0 + wr + r;
+    if (i >= a.lq) break;
+    const float inv = l[r] > 0.f ? 1.f / l[r] : 0.f;
+    for (int d = lane; d < D; d += 32)
+      out[(b * a.lq + i) * D + d] = from_acc<T>(os[(wr + r) * L::ldo + d] * inv);
+  }
+}
+
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Whether the tensor-core kernel takes this attention: 16-bit inputs, equal head dims of 32, 64
+// or 128.
+template <typename T> bool tensor_core_forward(const Args<T>& a) {
+  if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bf16_t>)
+    return a.e == a.ev && (a.e == 32 || a.e == 64 || a.e == 128) && aligned16(a.q) &&
+           aligned16(a.k) && aligned16(a.v);
+  else
+    return false;
+}
+
 // ---- host side ----
 
 template <typename T> Args<T> args_of(const KernelContext& ctx, int iq) {
@@ -365,6 +540,22 @@ template <typename T> void forward(KernelContext& ctx) {
   Args<T> a = args_of<T>(ctx, 0);
   T* out = ctx.out(0).ptr<T>();
   if (a.batch * a.lq * a.ev == 0) return;
+  if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bf16_t>) {
+    if (tensor_core_forward(a)) {
+      const int64_t blocks = (a.lq + kTcRows - 1) / kTcRows;
+      auto launch = [&](auto kernel, size_t smem) {
+        KILN_CUDA_CHECK(cudaFuncSetAttribute(
+            kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+        kernel<<<static_cast<unsigned>(a.batch * blocks), kTcWarps * 32, smem, stream_of(ctx)>>>(
+            a, out, blocks);
+        check_launch(ctx.op_name());
+      };
+      if (a.e == 32) launch(forward_tc_kernel<T, 32>, TcLayout<32>::bytes);
+      else if (a.e == 64) launch(forward_tc_kernel<T, 64>, TcLayout<64>::bytes);
+      else launch(forward_tc_kernel<T, 128>, TcLayout<128>::bytes);
+      return;
+    }
+  }
   const int64_t row_blocks = (a.lq + kWarps - 1) / kWarps;
   const int64_t slice = 32 * kMaxChunks;
   for (int64_t d0 = 0; d0 < a.ev; d0 += slice) {
