@@ -1,6 +1,8 @@
 // Cases of the recurrent ops (lstm, gru, rnn, rnn_grad): each layer kind in a few
 // configurations (directions, layouts, initial states, lengths, peepholes and clip, both GRU
 // variants, two layers). rnn_grad's cases are the gradients of a training layer's outputs.
+#include <cmath>
+
 #include <fmt/format.h>
 
 #include "backend_ops/harness.h"
@@ -16,6 +18,7 @@ struct Config {
   bool batch_first, init, lens, extras;  // extras: LSTM peepholes, clip
   int layers;
   bool lbr = false, relu = false;  // GRU linear_before_reset; RNN relu
+  int64_t hidden = 3;
 };
 // CUDA runs configs 0 and 4 (LSTM, RNN; GRU in 4) through cuDNN, the others through its kernels
 const Config kConfigs[] = {
@@ -24,18 +27,23 @@ const Config kConfigs[] = {
     {RnnDirection::reverse, false, true, true, false, 1},
     {RnnDirection::bidirectional, false, false, false, true, 2, true},
     {RnnDirection::bidirectional, true, true, false, false, 1, true, true},
+    // hidden sizes where CUDA splits the recurrent products (split-K) and gathers dR's product
+    {RnnDirection::bidirectional, false, true, true, false, 1, true, false, 256},
+    {RnnDirection::forward, true, false, false, false, 1, false, false, 512},
 };
-constexpr int kNumConfigs = 5;
+constexpr int kNumConfigs = 7;
+constexpr int kGradConfigs[] = {1, 2, 5, 6};
 
 std::vector<Tensor> layer(Case& c, DType t, RnnCell cell, const Config& k, bool training) {
-  const int64_t T = 5, B = 3, I = 4, H = 3, D = k.dir == RnnDirection::bidirectional ? 2 : 1;
+  const int64_t T = 5, B = 3, I = 4, H = k.hidden, D = k.dir == RnnDirection::bidirectional ? 2 : 1;
   const int64_t G = cell == RnnCell::lstm ? 4 : cell == RnnCell::gru ? 3 : 1;
   Tensor x = c.rand(k.batch_first ? Shape{B, T, I} : Shape{T, B, I}, t, -1, 1,
                     k.batch_first ? Layout::dense : Layout::transposed);
   std::vector<RnnLayerWeights> layers;
   for (int l = 0; l < k.layers; ++l) {
     const int64_t in = l == 0 ? I : D * H;
-    RnnLayerWeights w{c.rand({D, G * H, in}, t, -0.6, 0.6), c.rand({D, G * H, H}, t, -0.6, 0.6),
+    const double wr = 0.6 * std::sqrt(3.0 / static_cast<double>(H));  // 0.6 at H = 3
+    RnnLayerWeights w{c.rand({D, G * H, in}, t, -0.6, 0.6), c.rand({D, G * H, H}, t, -wr, wr),
                       c.rand({D, 2 * G * H}, t, -0.5, 0.5), std::nullopt};
     if (cell == RnnCell::lstm && k.extras) w.p = c.rand({D, 3 * H}, t, -0.5, 0.5);
     layers.push_back(w);
@@ -58,9 +66,9 @@ std::vector<Tensor> layer(Case& c, DType t, RnnCell cell, const Config& k, bool 
                                        : rnn(x, layers, h0, lens, o);
   c.note(
       fmt::format("cell {} dir {} batch_first {} init {} lens {} extras {} layers {} lbr {} "
-                  "relu {}",
+                  "relu {} hidden {}",
                   static_cast<int>(cell), static_cast<int>(k.dir), k.batch_first, k.init, k.lens,
-                  k.extras, k.layers, k.lbr, k.relu));
+                  k.extras, k.layers, k.lbr, k.relu, k.hidden));
   c.tol_scale = 4;
   std::vector<Tensor> outs{r.y, r.h};
   if (r.c) outs.push_back(*r.c);
@@ -84,10 +92,10 @@ const bool kRnn = register_cases(
 
 // rnn_grad: gradients of every float input of one layer, as outputs (compared like any output).
 const bool kRnnGrad = register_cases(
-    {OpId::RnnGrad, 3 * 2,
+    {OpId::RnnGrad, 3 * 4,
      [](Case& c, DType t, int i) {
-       const RnnCell cell = static_cast<RnnCell>(i / 2);
-       const Config& k = kConfigs[1 + i % 2];
+       const RnnCell cell = static_cast<RnnCell>(i / 4);
+       const Config& k = kConfigs[kGradConfigs[i % 4]];
        std::vector<Tensor> outs = layer(c, t, cell, k, true);
        Tensor loss;
        for (const Tensor& o : outs) {

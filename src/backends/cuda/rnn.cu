@@ -92,6 +92,66 @@ void gemm(cudaStream_t st, bool ta, bool tb, int64_t M, int64_t N, int64_t K, T 
   if (r != CUBLAS_STATUS_SUCCESS) fail<DeviceError>("[rnn] cuBLAS gemm failed (status {})", static_cast<int>(r));
 }
 
+// Row-major P[c] = A[:, c·kc, (c+1)·kc) · op(B)[c·kc, (c+1)·kc), :] for c < splits (A: M x
+// splits·kc with ld lda, B with ld ldb, stored transposed when tb; P[c] dense M x N, one after
+// another): a split-K product whose partial sums the caller adds. Products with few output tiles
+// and a long K (dH_prev = dG · R with K = G·H; h · Rᵀ at batch 64) would otherwise run on a
+// handful of SMs.
+template <typename T>
+void gemm_split_k(cudaStream_t st, bool tb, int64_t M, int64_t N, int64_t kc, int splits,
+                  const T* A, int64_t lda, const T* B, int64_t ldb, T* P) {
+  cublasHandle_t h = blas_handle();
+  if (cublasSetStream(h, st) != CUBLAS_STATUS_SUCCESS)
+    fail<DeviceError>("[rnn] cublasSetStream failed");
+  const T one = 1, zero = 0;
+  const int m = static_cast<int>(M), n = static_cast<int>(N), k = static_cast<int>(kc);
+  const cublasOperation_t opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const long long stride_b = tb ? kc : kc * ldb;
+  cublasStatus_t r;
+  if constexpr (std::is_same_v<T, double>)
+    r = cublasDgemmStridedBatched(h, opb, CUBLAS_OP_N, n, m, k, &one, B, static_cast<int>(ldb),
+                                  stride_b, A, static_cast<int>(lda), kc, &zero, P, n, M * N,
+                                  splits);
+  else
+    r = cublasSgemmStridedBatched(h, opb, CUBLAS_OP_N, n, m, k, &one, B, static_cast<int>(ldb),
+                                  stride_b, A, static_cast<int>(lda), kc, &zero, P, n, M * N,
+                                  splits);
+  if (r != CUBLAS_STATUS_SUCCESS)
+    fail<DeviceError>("[rnn] cuBLAS batched gemm failed (status {})", static_cast<int>(r));
+}
+
+template <typename T>
+__global__ void col_sums_kernel(const T* a, int64_t rows, int64_t n, T* out) {
+  KILN_RNN_LOOP(j, n) {
+    T acc = 0;
+    for (int64_t i = 0; i < rows; ++i) acc += a[i * n + j];
+    out[j] += acc;
+  }
+}
+
+// out[j] += Σ_i a[i, j] for the row-major (rows, n) matrix a, through cuBLAS (ones: rows ones).
+template <typename T>
+void add_col_sums(cudaStream_t st, const T* a, int64_t rows, int64_t n, const T* ones, T* out) {
+  if (std::max(rows, n) > INT_MAX) {
+    col_sums_kernel<T><<<blocks_for(n), kThreads, 0, st>>>(a, rows, n, out);
+    check_launch("rnn column sums");
+    return;
+  }
+  cublasHandle_t h = blas_handle();
+  if (cublasSetStream(h, st) != CUBLAS_STATUS_SUCCESS)
+    fail<DeviceError>("[rnn] cublasSetStream failed");
+  const T one = 1;
+  cublasStatus_t r;
+  if constexpr (std::is_same_v<T, double>)
+    r = cublasDgemv(h, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(rows), &one, a,
+                    static_cast<int>(n), ones, 1, &one, out, 1);
+  else
+    r = cublasSgemv(h, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(rows), &one, a,
+                    static_cast<int>(n), ones, 1, &one, out, 1);
+  if (r != CUBLAS_STATUS_SUCCESS)
+    fail<DeviceError>("[rnn] cuBLAS gemv failed (status {})", static_cast<int>(r));
+}
+
 // What the device kernels read: dims, flags and the activations of the running direction.
 struct Geo {
   int cell = 0;
@@ -114,11 +174,13 @@ __global__ void lens_kernel(const I* in, int64_t* out, int64_t B, int64_t T) {
   }
 }
 
+// xw += the input bias (and the recurrent one too when `both`: cells whose recurrent bias adds
+// straight to the gate).
 template <typename T>
-__global__ void add_bias_kernel(T* xw, const T* b, int64_t rows, int64_t D, int64_t GH) {
+__global__ void add_bias_kernel(T* xw, const T* b, int64_t rows, int64_t D, int64_t GH, bool both) {
   KILN_RNN_LOOP(i, rows * D * GH) {
     const int64_t j = i % GH, d = (i / GH) % D;
-    xw[i] += b[d * 2 * GH + j];
+    xw[i] += b[d * 2 * GH + j] + (both ? b[d * 2 * GH + GH + j] : T(0));
   }
 }
 
@@ -153,15 +215,27 @@ __global__ void gru_rh_kernel(Geo g, int64_t s, const int64_t* lens, const T* xw
   }
 }
 
+// The recurrent products of one batch row: the sum of `n` split-K partials `stride` apart.
+template <typename T> struct Parts {
+  const T* p;
+  int n;
+  int64_t stride;
+  __device__ T operator[](int64_t k) const {
+    T v = p[k];
+    for (int c = 1; c < n; ++c) v += p[c * stride + k];
+    return v;
+  }
+};
+
 template <typename T>
 __global__ void gates_kernel(Geo g, int64_t s, const int64_t* lens, const T* xw, const T* hr,
-                             const T* P, T* h, T* c, T* y, T* res) {
+                             int splits, const T* P, T* h, T* c, T* y, T* res) {
   KILN_RNN_LOOP(i, g.B * g.H) {
     const int64_t b = i / g.H, j = i % g.H, H = g.H;
     if (s >= lens[b]) continue;
     const int64_t t = g.time(s, b, lens);
     const T* x = xw + (g.row(t, b) * g.D + g.d) * g.GH;
-    const T* q = hr + b * g.GH;
+    const Parts<T> q{hr + b * g.GH, splits, g.B * g.GH};
     T* rr = res ? res + g.res_off(t, b) : nullptr;
     const T clip = T(g.clip);
     T hnew;
@@ -185,15 +259,15 @@ __global__ void gates_kernel(Geo g, int64_t s, const int64_t* lens, const T* xw,
         rr[4 * H + j] = cn;
       }
     } else if (g.cell == 1) {
-      const T uz = x[j] + q[j], ur = x[H + j] + q[H + j];
+      const T uz = x[j] + q[j], ur = x[H + j] + q[H + j], qh = q[2 * H + j];
       const T zg = act(g.fa, rm::clip_gate(uz, clip)), rg = act(g.fa, rm::clip_gate(ur, clip));
-      const T uh = g.lbr ? x[2 * H + j] + rg * q[2 * H + j] : x[2 * H + j] + q[2 * H + j];
+      const T uh = g.lbr ? x[2 * H + j] + rg * qh : x[2 * H + j] + qh;
       hnew = (T(1) - zg) * act(g.ga, rm::clip_gate(uh, clip)) + zg * h[i];
       if (rr) {
         rr[j] = uz;
         rr[H + j] = ur;
         rr[2 * H + j] = uh;
-        rr[3 * H + j] = g.lbr ? q[2 * H + j] : T(0);
+        rr[3 * H + j] = g.lbr ? qh : T(0);
       }
     } else {
       const T u = x[j] + q[j];
@@ -435,18 +509,26 @@ void forward(KernelContext& ctx, int cell) {
   T* xw = scratch_of<T>(ctx, rows * D * GH);
   T* h = scratch_of<T>(ctx, B * H);
   T* c = scratch_of<T>(ctx, B * H);
-  T* hr = scratch_of<T>(ctx, B * GH);
+  // h · Rᵀ per step as a split-K product (see gemm_split_k); GRU without linear_before_reset
+  // fills the h gate's columns with a second product and stays whole
+  const bool gru_rh = cell == 1 && !in.lbr;
+  const int splits = !gru_rh && H % 128 == 0 && std::max(B, GH) <= INT_MAX
+                         ? static_cast<int>(std::min<int64_t>(H / 128, 4))
+                         : 1;
+  T* hr = scratch_of<T>(ctx, splits * B * GH);
   T* rh = scratch_of<T>(ctx, B * H);
   gemm<T>(st, false, true, rows, D * GH, I, T(1), x, I, w, I, T(0), xw, D * GH);
+  const bool fold_rb = cell != 1;  // LSTM and RNN: the recurrent bias joins the input bias
   if (bias && rows > 0) {
-    add_bias_kernel<T><<<blocks_for(rows * D * GH), kThreads, 0, st>>>(xw, bias, rows, D, GH);
+    add_bias_kernel<T>
+        <<<blocks_for(rows * D * GH), kThreads, 0, st>>>(xw, bias, rows, D, GH, fold_rb);
     check_launch(ctx.op_name());
   }
   const size_t state_bytes = sizeof(T) * B * H;
   for (int64_t d = 0; d < D; ++d) {
     const Geo g = geo_of(in, cell, d);
     const T* R = r + d * GH * H;
-    const T* Rb = bias ? bias + d * 2 * GH + GH : nullptr;
+    const T* Rb = bias && !fold_rb ? bias + d * 2 * GH + GH : nullptr;
     const T* P = in.p >= 0 ? ctx.in(in.p).ptr<T>() + d * 3 * H : nullptr;
     if (in.h0 >= 0)
       KILN_CUDA_CHECK(cudaMemcpyAsync(h, ctx.in(in.h0).ptr<T>() + d * B * H, state_bytes,
@@ -459,8 +541,11 @@ void forward(KernelContext& ctx, int cell) {
     else
       KILN_CUDA_CHECK(cudaMemsetAsync(c, 0, state_bytes, st));
     for (int64_t s = 0; s < T_; ++s) {
-      const int64_t g_now = cell == 1 && !in.lbr ? 2 * H : GH;
-      gemm<T>(st, false, true, B, g_now, H, T(1), h, H, R, H, T(0), hr, GH);
+      const int64_t g_now = gru_rh ? 2 * H : GH;
+      if (splits > 1)
+        gemm_split_k<T>(st, true, B, GH, H / splits, splits, h, H, R, H, hr);
+      else
+        gemm<T>(st, false, true, B, g_now, H, T(1), h, H, R, H, T(0), hr, GH);
       if (Rb) {
         add_rows_kernel<T><<<blocks_for(B * g_now), kThreads, 0, st>>>(hr, Rb, B, GH, 0, g_now);
         check_launch(ctx.op_name());
@@ -474,7 +559,8 @@ void forward(KernelContext& ctx, int cell) {
           check_launch(ctx.op_name());
         }
       }
-      gates_kernel<T><<<blocks_for(B * H), kThreads, 0, st>>>(g, s, lens, xw, hr, P, h, c, y, res);
+      gates_kernel<T>
+          <<<blocks_for(B * H), kThreads, 0, st>>>(g, s, lens, xw, hr, splits, P, h, c, y, res);
       check_launch(ctx.op_name());
     }
     KILN_CUDA_CHECK(cudaMemcpyAsync(hn + d * B * H, h, state_bytes, cudaMemcpyDeviceToDevice, st));
@@ -489,7 +575,7 @@ void forward(KernelContext& ctx, int cell) {
 // Previous states of every running row at step s (zeros for the others).
 template <typename T>
 __global__ void prev_state_kernel(Geo g, int64_t s, const int64_t* lens, const T* res, const T* h0,
-                                  const T* c0, T* hp, T* cp) {
+                                  const T* c0, T* hp, T* cp, T* hp_all) {
   KILN_RNN_LOOP(i, g.B * g.H) {
     const int64_t b = i / g.H, j = i % g.H;
     T hv = 0, cv = 0;
@@ -505,6 +591,7 @@ __global__ void prev_state_kernel(Geo g, int64_t s, const int64_t* lens, const T
     }
     hp[i] = hv;
     cp[i] = cv;
+    if (hp_all && s < lens[b]) hp_all[g.row(g.time(s, b, lens), b) * g.H + j] = hv;
   }
 }
 
@@ -587,12 +674,22 @@ __global__ void gru_reset_grad_kernel(Geo g, int64_t s, const int64_t* lens, con
   }
 }
 
-// Running rows take dH_prev as their carried dH.
+// Running rows take dH_prev as their carried dH: dhp plus the `splits` partial products in part.
 template <typename T>
-__global__ void carry_kernel(Geo g, int64_t s, const int64_t* lens, const T* dhp, T* dh) {
-  KILN_RNN_LOOP(i, g.B * g.H) {
-    if (s < lens[i / g.H]) dh[i] = dhp[i];
+__global__ void carry_kernel(Geo g, int64_t s, const int64_t* lens, const T* dhp, const T* part,
+                             int splits, T* dh) {
+  const int64_t n = g.B * g.H;
+  KILN_RNN_LOOP(i, n) {
+    if (s >= lens[i / g.H]) continue;
+    T v = dhp[i];
+    for (int c = 0; c < splits; ++c) v += part[c * n + i];
+    dh[i] = v;
   }
+}
+
+template <typename T>
+__global__ void fill_kernel(T* x, int64_t n, T v) {
+  KILN_RNN_LOOP(i, n) x[i] = v;
 }
 
 // Per gate row j: dRb += Σ_b dgr (running rows); LSTM peepholes too.
@@ -614,15 +711,6 @@ __global__ void sums_kernel(Geo g, int64_t s, const int64_t* lens, const T* res,
     }
     dRb[j] += acc;
     if (dP && j < 3 * H) dP[j] += pacc;
-  }
-}
-
-template <typename T>
-__global__ void col_sums_kernel(const T* a, int64_t rows, int64_t n, T* out) {
-  KILN_RNN_LOOP(j, n) {
-    T acc = 0;
-    for (int64_t i = 0; i < rows; ++i) acc += a[i * n + j];
-    out[j] += acc;
   }
 }
 
@@ -664,6 +752,19 @@ void backward(KernelContext& ctx) {
   T* drh = scratch_of<T>(ctx, B * H);
   const size_t state_bytes = sizeof(T) * B * H;
   const unsigned nb = blocks_for(B * H);
+  // LSTM without peepholes and the single-gate RNN use the same gate gradients on the input and
+  // recurrent sides: dR and the recurrent bias come after the loop as one product over all steps
+  // (previous states gathered in hp_all) instead of a small product and a reduction per step.
+  const bool late_dr = cell != 1 && in.p < 0;
+  T* hp_all = late_dr ? scratch_of<T>(ctx, rows * H) : nullptr;
+  T* ones = scratch_of<T>(ctx, rows);
+  fill_kernel<T><<<blocks_for(rows), kThreads, 0, st>>>(ones, rows, T(1));
+  check_launch(ctx.op_name());
+  // dH_prev = dgr · R as a split-K product (K = G·H is long, the B x H result small)
+  const bool cublas_ok = std::max({B, H, GH}) <= INT_MAX;
+  const int splits = cublas_ok && GH % 256 == 0 ? static_cast<int>(std::min<int64_t>(GH / 256, 8))
+                                                 : 0;
+  T* part = splits ? scratch_of<T>(ctx, splits * B * H) : nullptr;
   for (int64_t d = 0; d < D; ++d) {
     const Geo g = geo_of(in, cell, d);
     const T* W = w + d * GH * I;
@@ -674,6 +775,7 @@ void backward(KernelContext& ctx) {
     T* dRb = dWb + GH;
     T* dP = dp ? dp + d * 3 * H : nullptr;
     KILN_CUDA_CHECK(cudaMemsetAsync(dg, 0, sizeof(T) * std::max<int64_t>(rows * GH, 1), st));
+    if (hp_all) KILN_CUDA_CHECK(cudaMemsetAsync(hp_all, 0, sizeof(T) * rows * H, st));
     KILN_CUDA_CHECK(
         cudaMemcpyAsync(dh, dhn + d * B * H, state_bytes, cudaMemcpyDeviceToDevice, st));
     if (dcn)
@@ -682,12 +784,13 @@ void backward(KernelContext& ctx) {
     else
       KILN_CUDA_CHECK(cudaMemsetAsync(dc, 0, state_bytes, st));
     for (int64_t s = T_ - 1; s >= 0; --s) {
-      prev_state_kernel<T><<<nb, kThreads, 0, st>>>(g, s, lens, res, h0, c0, hp, cp);
+      prev_state_kernel<T><<<nb, kThreads, 0, st>>>(g, s, lens, res, h0, c0, hp, cp, hp_all);
       check_launch(ctx.op_name());
       KILN_CUDA_CHECK(cudaMemsetAsync(dgr, 0, sizeof(T) * B * GH, st));
       grad_gates_kernel<T>
           <<<nb, kThreads, 0, st>>>(g, s, lens, res, dy, P, hp, cp, dh, dc, dg, dgr, dhp, rhp);
       check_launch(ctx.op_name());
+      int used = 0;
       if (cell == 1 && !in.lbr) {
         gemm<T>(st, false, false, B, H, H, T(1), dgr + 2 * H, GH, R + 2 * H * H, H, T(0), drh, H);
         gru_reset_grad_kernel<T><<<nb, kThreads, 0, st>>>(g, s, lens, res, hp, drh, dg, dgr, dhp);
@@ -696,12 +799,19 @@ void backward(KernelContext& ctx) {
         gemm<T>(st, true, false, H, H, B, T(1), dgr + 2 * H, GH, rhp, H, T(1), dR + 2 * H * H, H);
         gemm<T>(st, false, false, B, H, 2 * H, T(1), dgr, GH, R, H, T(1), dhp, H);
       } else {
-        gemm<T>(st, true, false, GH, H, B, T(1), dgr, GH, hp, H, T(1), dR, H);
-        gemm<T>(st, false, false, B, H, GH, T(1), dgr, GH, R, H, T(1), dhp, H);
+        if (!late_dr) gemm<T>(st, true, false, GH, H, B, T(1), dgr, GH, hp, H, T(1), dR, H);
+        if (splits) {
+          gemm_split_k<T>(st, false, B, H, GH / splits, splits, dgr, GH, R, H, part);
+          used = splits;
+        } else {
+          gemm<T>(st, false, false, B, H, GH, T(1), dgr, GH, R, H, T(1), dhp, H);
+        }
       }
-      sums_kernel<T><<<blocks_for(GH), kThreads, 0, st>>>(g, s, lens, res, dgr, dg, cp, dRb, dP);
-      check_launch(ctx.op_name());
-      carry_kernel<T><<<nb, kThreads, 0, st>>>(g, s, lens, dhp, dh);
+      if (!late_dr) {
+        sums_kernel<T><<<blocks_for(GH), kThreads, 0, st>>>(g, s, lens, res, dgr, dg, cp, dRb, dP);
+        check_launch(ctx.op_name());
+      }
+      carry_kernel<T><<<nb, kThreads, 0, st>>>(g, s, lens, dhp, part, used, dh);
       check_launch(ctx.op_name());
     }
     KILN_CUDA_CHECK(
@@ -709,10 +819,13 @@ void backward(KernelContext& ctx) {
     if (dc0)
       KILN_CUDA_CHECK(
           cudaMemcpyAsync(dc0 + d * B * H, dc, state_bytes, cudaMemcpyDeviceToDevice, st));
+    if (late_dr) {
+      gemm<T>(st, true, false, GH, H, rows, T(1), dg, GH, hp_all, H, T(1), dR, H);
+      add_col_sums<T>(st, dg, rows, GH, ones, dRb);
+    }
     gemm<T>(st, false, false, rows, I, GH, T(1), dg, GH, W, I, T(1), dx, I);
     gemm<T>(st, true, false, GH, I, rows, T(1), dg, GH, x, I, T(0), dw + d * GH * I, I);
-    col_sums_kernel<T><<<blocks_for(GH), kThreads, 0, st>>>(dg, rows, GH, dWb);
-    check_launch(ctx.op_name());
+    add_col_sums<T>(st, dg, rows, GH, ones, dWb);
   }
 }
 
