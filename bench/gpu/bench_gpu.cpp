@@ -189,8 +189,11 @@ void mlp_adam(const Options& o, const std::string& name) {
 
 // LSTM 2 layers x 512, seq 100, batch 64, f32: forward (training mode) + backward to the
 // weights and the input, as nn.LSTM's forward + backward.
-void lstm_train(const Options& o, const std::string& name) {
+// A 2-layer recurrent stack of 512 units (LSTM, or GRU as PyTorch's: linear_before_reset),
+// seq 100, batch 64, f32: forward in training mode and the gradients of every weight and x.
+void recurrent_train(const Options& o, const std::string& name, RnnCell cell) {
   constexpr int64_t T = 100, B = 64, I = 512, H = 512;
+  const int64_t G = cell == RnnCell::lstm ? 4 : 3;
   Graph g;
   Rng rng(11);
   auto x = g.placeholder({T, B, I}, f32, "x");
@@ -199,15 +202,18 @@ void lstm_train(const Options& o, const std::string& name) {
   std::vector<RnnLayerWeights> layers;
   std::vector<Tensor> wrt;
   for (int64_t l = 0; l < 2; ++l) {
-    auto w = g.variable(rng.array({1, 4 * H, l == 0 ? I : H}, k));
-    auto r = g.variable(rng.array({1, 4 * H, H}, k));
-    auto b = g.variable(rng.array({1, 8 * H}, k));
+    auto w = g.variable(rng.array({1, G * H, l == 0 ? I : H}, k));
+    auto r = g.variable(rng.array({1, G * H, H}, k));
+    auto b = g.variable(rng.array({1, 2 * G * H}, k));
     layers.push_back({w, r, b, std::nullopt});
     wrt.insert(wrt.end(), {w, r, b});
   }
   RnnOptions ro;
   ro.training = true;
-  auto res = lstm(x, layers, std::nullopt, std::nullopt, std::nullopt, ro);
+  ro.linear_before_reset = true;
+  auto res = cell == RnnCell::lstm
+                 ? lstm(x, layers, std::nullopt, std::nullopt, std::nullopt, ro)
+                 : gru(x, layers, std::nullopt, std::nullopt, ro);
   wrt.push_back(x);
   auto grads = gradients(sum(res.y * gy), wrt);
   const auto t0 = Clock::now();
@@ -216,8 +222,16 @@ void lstm_train(const Options& o, const std::string& name) {
   Array xv = rng.array({T, B, I}, 1.0f).to(o.device);
   Array gv = rng.array({T, B, 1, H}, 1.0f).to(o.device);
   const Timing t = time_runs([&] { exe.run({{x, xv}, {gy, gv}}); }, o);
-  report(name, "LSTM 2 layers x 512, seq 100, batch 64, f32, forward + backward", compile_ms,
-         exe, t);
+  report(name,
+         fmt::format("{} 2 layers x 512, seq 100, batch 64, f32, forward + backward",
+                     cell == RnnCell::lstm ? "LSTM" : "GRU"),
+         compile_ms, exe, t);
+}
+void lstm_train(const Options& o, const std::string& name) {
+  recurrent_train(o, name, RnnCell::lstm);
+}
+void gru_train(const Options& o, const std::string& name) {
+  recurrent_train(o, name, RnnCell::gru);
 }
 
 // Attention as in BERT-base: batch 32, 12 heads, 128 tokens, head dim 64, bf16, forward.
@@ -307,6 +321,7 @@ std::vector<Workload> workloads() {
       {"maxpool_fwd_bwd", maxpool_fwd_bwd},
       {"lstm_train", lstm_train},
       {"sdpa_bf16", sdpa_bf16},
+      {"gru_train", gru_train},
       {"tiny_add_x1000", [](O o, S n) { tiny_adds(o, n, true); }},
       {"tiny_add_x1000_plain", [](O o, S n) { tiny_adds(o, n, false); }},
       {"tiny_add_x1000_fused", [](O o, S n) { tiny_adds(o, n, false, true); }},

@@ -47,6 +47,8 @@ WORKLOADS = [
      (0.512, "eager")),
     ("lstm_train", "LSTM 2 layers x 512, seq 100, batch 64, f32, fwd+bwd",
      (9.04, "nn.LSTM on cuDNN, eager")),
+    ("gru_train", "GRU 2 layers x 512, seq 100, batch 64, f32, fwd+bwd",
+     (None, "nn.GRU on cuDNN, eager")),
     ("sdpa_bf16", "attention 32x12x128x64 bf16, forward",
      (None, "F.scaled_dot_product_attention")),
     ("tiny_add_x1000", "1000 dependent tiny adds, replayed graph (µs per op; peer: CUDA graph)",
@@ -148,6 +150,18 @@ def torch_workloads(torch):
             torch.autograd.grad(y, x, gy)
         return cuda_median_ms(torch, fwd_bwd, reps, warmup)
 
+    def recurrent(cls):
+        def run(reps, warmup):
+            m = cls(512, 512, 2).to(dev)
+            x = torch.randn(100, 64, 512, device=dev, requires_grad=True)
+            gy = torch.randn(100, 64, 512, device=dev)
+
+            def step():
+                y, _ = m(x)
+                torch.autograd.grad(y, [x] + list(m.parameters()), gy)
+            return cuda_median_ms(torch, step, reps, warmup)
+        return run
+
     def lstm(reps, warmup):
         m = nn.LSTM(512, 512, 2).to(dev)
         x = torch.randn(100, 64, 512, device=dev, requires_grad=True)
@@ -201,6 +215,7 @@ def torch_workloads(torch):
         "mlp_adam_bs256": mlp,
         "maxpool_fwd_bwd": maxpool,
         "lstm_train": lstm,
+        "gru_train": recurrent(nn.GRU),
         "sdpa_bf16": sdpa,
         "tiny_add_x1000": tiny_graph,
         "tiny_add_x1000_plain": tiny,

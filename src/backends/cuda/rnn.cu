@@ -572,40 +572,39 @@ void forward(KernelContext& ctx, int cell) {
 
 // ---- backward
 
-// Previous states of every running row at step s (zeros for the others).
 template <typename T>
-__global__ void prev_state_kernel(Geo g, int64_t s, const int64_t* lens, const T* res, const T* h0,
-                                  const T* c0, T* hp, T* cp, T* hp_all) {
-  KILN_RNN_LOOP(i, g.B * g.H) {
-    const int64_t b = i / g.H, j = i % g.H;
-    T hv = 0, cv = 0;
-    if (s < lens[b]) {
-      if (s == 0) {
-        if (h0) hv = h0[(g.d * g.B + b) * g.H + j];
-        if (c0) cv = c0[(g.d * g.B + b) * g.H + j];
-      } else {
-        const T* pr = res + g.res_off(g.time(s - 1, b, lens), b);
-        hv = pr[g.S - g.H + j];
-        if (g.cell == 0) cv = pr[4 * g.H + j];
-      }
-    }
-    hp[i] = hv;
-    cp[i] = cv;
-    if (hp_all && s < lens[b]) hp_all[g.row(g.time(s, b, lens), b) * g.H + j] = hv;
-  }
-}
-
-template <typename T>
+// Step s of the backward pass, one thread per (batch row, unit): the previous states (hp, cp, and
+// hp_all at the row's time when given; zeros for rows not running), then the gate gradients into
+// dg (all steps) and dgr (this step; zeros for rows not running), dc, and the direct part of
+// dH_prev in dhp.
 __global__ void grad_gates_kernel(Geo g, int64_t s, const int64_t* lens, const T* res, const T* dy,
-                                  const T* P, const T* hp, const T* cp, T* dh, T* dc, T* dg, T* dgr,
-                                  T* dhp, T* rhp) {
+                                  const T* P, const T* h0, const T* c0, T* hp, T* cp, T* hp_all,
+                                  T* dh, T* dc, T* dg, T* dgr, T* dhp, T* rhp) {
   KILN_RNN_LOOP(i, g.B * g.H) {
     const int64_t b = i / g.H, j = i % g.H, H = g.H;
-    if (s >= lens[b]) continue;
+    T* q = dgr + b * g.GH;
+    if (s >= lens[b]) {
+      hp[i] = cp[i] = T(0);
+      for (int64_t k = j; k < g.GH; k += H) q[k] = T(0);
+      continue;
+    }
     const int64_t t = g.time(s, b, lens);
+    {
+      T hv = 0, cv = 0;
+      if (s == 0) {
+        if (h0) hv = h0[(g.d * g.B + b) * H + j];
+        if (c0) cv = c0[(g.d * g.B + b) * H + j];
+      } else {
+        const T* pr = res + g.res_off(g.time(s - 1, b, lens), b);
+        hv = pr[g.S - H + j];
+        if (g.cell == 0) cv = pr[4 * H + j];
+      }
+      hp[i] = hv;
+      cp[i] = cv;
+      if (hp_all) hp_all[g.row(t, b) * H + j] = hv;
+    }
     const T* rr = res + g.res_off(t, b);
     T* gg = dg + g.row(t, b) * g.GH;
-    T* q = dgr + b * g.GH;
     const T clip = T(g.clip);
     const T dH = dh[i] + dy[(g.row(t, b) * g.D + g.d) * H + j];
     if (g.cell == 0) {
@@ -675,15 +674,23 @@ __global__ void gru_reset_grad_kernel(Geo g, int64_t s, const int64_t* lens, con
 }
 
 // Running rows take dH_prev as their carried dH: dhp plus the `splits` partial products in part.
+// When given, the step's recurrent gate gradients go to dgr_all and r ⊙ H_prev to rhp_all, at the
+// row's time (for dR's product over all steps).
 template <typename T>
 __global__ void carry_kernel(Geo g, int64_t s, const int64_t* lens, const T* dhp, const T* part,
-                             int splits, T* dh) {
+                             int splits, T* dh, const T* dgr, T* dgr_all, const T* rhp,
+                             T* rhp_all) {
   const int64_t n = g.B * g.H;
   KILN_RNN_LOOP(i, n) {
-    if (s >= lens[i / g.H]) continue;
+    const int64_t b = i / g.H, j = i % g.H;
+    if (s >= lens[b]) continue;
     T v = dhp[i];
     for (int c = 0; c < splits; ++c) v += part[c * n + i];
     dh[i] = v;
+    const int64_t row = g.row(g.time(s, b, lens), b);
+    if (dgr_all)
+      for (int64_t k = j; k < g.GH; k += g.H) dgr_all[row * g.GH + k] = dgr[b * g.GH + k];
+    if (rhp_all) rhp_all[row * g.H + j] = rhp[i];
   }
 }
 
@@ -752,11 +759,16 @@ void backward(KernelContext& ctx) {
   T* drh = scratch_of<T>(ctx, B * H);
   const size_t state_bytes = sizeof(T) * B * H;
   const unsigned nb = blocks_for(B * H);
-  // LSTM without peepholes and the single-gate RNN use the same gate gradients on the input and
-  // recurrent sides: dR and the recurrent bias come after the loop as one product over all steps
-  // (previous states gathered in hp_all) instead of a small product and a reduction per step.
-  const bool late_dr = cell != 1 && in.p < 0;
+  // dR and the recurrent bias come after the loop as one product and one reduction over all steps
+  // instead of a small product and a reduction per step: the previous states gathered in hp_all
+  // (and r ⊙ H_prev in rhp_all for GRU without linear_before_reset), the recurrent gate gradients
+  // in dgr_all (dg itself for LSTM and RNN, whose input and recurrent gate gradients agree).
+  // LSTM peepholes keep the per-step sums.
+  const bool late_dr = in.p < 0;
+  const bool gru_rh = cell == 1 && !in.lbr;
   T* hp_all = late_dr ? scratch_of<T>(ctx, rows * H) : nullptr;
+  T* dgr_all = late_dr && cell == 1 ? scratch_of<T>(ctx, rows * GH) : late_dr ? dg : nullptr;
+  T* rhp_all = late_dr && gru_rh ? scratch_of<T>(ctx, rows * H) : nullptr;
   T* ones = scratch_of<T>(ctx, rows);
   fill_kernel<T><<<blocks_for(rows), kThreads, 0, st>>>(ones, rows, T(1));
   check_launch(ctx.op_name());
@@ -776,6 +788,9 @@ void backward(KernelContext& ctx) {
     T* dP = dp ? dp + d * 3 * H : nullptr;
     KILN_CUDA_CHECK(cudaMemsetAsync(dg, 0, sizeof(T) * std::max<int64_t>(rows * GH, 1), st));
     if (hp_all) KILN_CUDA_CHECK(cudaMemsetAsync(hp_all, 0, sizeof(T) * rows * H, st));
+    if (dgr_all && dgr_all != dg)
+      KILN_CUDA_CHECK(cudaMemsetAsync(dgr_all, 0, sizeof(T) * rows * GH, st));
+    if (rhp_all) KILN_CUDA_CHECK(cudaMemsetAsync(rhp_all, 0, sizeof(T) * rows * H, st));
     KILN_CUDA_CHECK(
         cudaMemcpyAsync(dh, dhn + d * B * H, state_bytes, cudaMemcpyDeviceToDevice, st));
     if (dcn)
@@ -784,19 +799,19 @@ void backward(KernelContext& ctx) {
     else
       KILN_CUDA_CHECK(cudaMemsetAsync(dc, 0, state_bytes, st));
     for (int64_t s = T_ - 1; s >= 0; --s) {
-      prev_state_kernel<T><<<nb, kThreads, 0, st>>>(g, s, lens, res, h0, c0, hp, cp, hp_all);
-      check_launch(ctx.op_name());
-      KILN_CUDA_CHECK(cudaMemsetAsync(dgr, 0, sizeof(T) * B * GH, st));
-      grad_gates_kernel<T>
-          <<<nb, kThreads, 0, st>>>(g, s, lens, res, dy, P, hp, cp, dh, dc, dg, dgr, dhp, rhp);
+      grad_gates_kernel<T><<<nb, kThreads, 0, st>>>(g, s, lens, res, dy, P, h0, c0, hp, cp, hp_all,
+                                                     dh, dc, dg, dgr, dhp, rhp);
       check_launch(ctx.op_name());
       int used = 0;
-      if (cell == 1 && !in.lbr) {
+      if (gru_rh) {
         gemm<T>(st, false, false, B, H, H, T(1), dgr + 2 * H, GH, R + 2 * H * H, H, T(0), drh, H);
         gru_reset_grad_kernel<T><<<nb, kThreads, 0, st>>>(g, s, lens, res, hp, drh, dg, dgr, dhp);
         check_launch(ctx.op_name());
-        gemm<T>(st, true, false, 2 * H, H, B, T(1), dgr, GH, hp, H, T(1), dR, H);
-        gemm<T>(st, true, false, H, H, B, T(1), dgr + 2 * H, GH, rhp, H, T(1), dR + 2 * H * H, H);
+        if (!late_dr) {
+          gemm<T>(st, true, false, 2 * H, H, B, T(1), dgr, GH, hp, H, T(1), dR, H);
+          gemm<T>(st, true, false, H, H, B, T(1), dgr + 2 * H, GH, rhp, H, T(1),
+                  dR + 2 * H * H, H);
+        }
         gemm<T>(st, false, false, B, H, 2 * H, T(1), dgr, GH, R, H, T(1), dhp, H);
       } else {
         if (!late_dr) gemm<T>(st, true, false, GH, H, B, T(1), dgr, GH, hp, H, T(1), dR, H);
@@ -811,7 +826,8 @@ void backward(KernelContext& ctx) {
         sums_kernel<T><<<blocks_for(GH), kThreads, 0, st>>>(g, s, lens, res, dgr, dg, cp, dRb, dP);
         check_launch(ctx.op_name());
       }
-      carry_kernel<T><<<nb, kThreads, 0, st>>>(g, s, lens, dhp, part, used, dh);
+      carry_kernel<T><<<nb, kThreads, 0, st>>>(g, s, lens, dhp, part, used, dh, dgr,
+                                               dgr_all != dg ? dgr_all : nullptr, rhp, rhp_all);
       check_launch(ctx.op_name());
     }
     KILN_CUDA_CHECK(
@@ -820,8 +836,14 @@ void backward(KernelContext& ctx) {
       KILN_CUDA_CHECK(
           cudaMemcpyAsync(dc0 + d * B * H, dc, state_bytes, cudaMemcpyDeviceToDevice, st));
     if (late_dr) {
-      gemm<T>(st, true, false, GH, H, rows, T(1), dg, GH, hp_all, H, T(1), dR, H);
-      add_col_sums<T>(st, dg, rows, GH, ones, dRb);
+      if (gru_rh) {
+        gemm<T>(st, true, false, 2 * H, H, rows, T(1), dgr_all, GH, hp_all, H, T(1), dR, H);
+        gemm<T>(st, true, false, H, H, rows, T(1), dgr_all + 2 * H, GH, rhp_all, H, T(1),
+                dR + 2 * H * H, H);
+      } else {
+        gemm<T>(st, true, false, GH, H, rows, T(1), dgr_all, GH, hp_all, H, T(1), dR, H);
+      }
+      add_col_sums<T>(st, dgr_all, rows, GH, ones, dRb);
     }
     gemm<T>(st, false, false, rows, I, GH, T(1), dg, GH, W, I, T(1), dx, I);
     gemm<T>(st, true, false, GH, I, rows, T(1), dg, GH, x, I, T(0), dw + d * GH * I, I);
