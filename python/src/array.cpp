@@ -56,13 +56,13 @@ DType from_dl_dtype(nb::dlpack::dtype d) {
 }
 
 // The DLPack view of an array's memory, owned by a copy of the Array handle.
-nb::ndarray<> dl_view(const Array& a) {
+nb::ndarray<nb::array_api> dl_view(const Array& a) {
   auto* keep = new Array(a);
   nb::capsule owner(keep, [](void* p) noexcept { delete static_cast<Array*>(p); });
   std::vector<size_t> shape(a.shape().begin(), a.shape().end());
   const Device d = a.device();
   const int dev_type = d.kind == Device::Kind::cuda ? nb::device::cuda::value : nb::device::cpu::value;
-  return nb::ndarray<>(const_cast<void*>(keep->data()), shape.size(), shape.data(), owner,
+  return nb::ndarray<nb::array_api>(const_cast<void*>(keep->data()), shape.size(), shape.data(), owner,
                        nullptr, dl_dtype(a.dtype()), dev_type, d.index);
 }
 
@@ -126,10 +126,11 @@ Array to_array(nb::handle value, std::optional<DType> dtype) {
     return dtype && *dtype != a.dtype() ? a.astype(*dtype) : a;
   }
   nb::object np = numpy();
-  nb::object arr = dtype ? np.attr("ascontiguousarray")(value, numpy_dtype(*dtype))
-                         : np.attr("ascontiguousarray")(value);
+  // (asarray, not ascontiguousarray, which makes 0-d arrays 1-d)
+  nb::object arr = dtype ? np.attr("asarray")(value, numpy_dtype(*dtype)) : np.attr("asarray")(value);
   const DType dt = dtype_from_numpy(arr.attr("dtype"));
   Shape shape = nb::cast<Shape>(arr.attr("shape"));
+  arr = np.attr("ascontiguousarray")(arr);
   nb::object bytes = arr.attr("reshape")(-1).attr("view")(np.attr("uint8"));
   auto buf = nb::cast<nb::ndarray<nb::ro, uint8_t, nb::ndim<1>, nb::device::cpu>>(bytes);
   return Array::from_data(buf.data(), shape, dt);

@@ -6,6 +6,10 @@ namespace kiln::py {
 
 namespace {
 constexpr auto ka = nb::keep_alive<0, 1>();
+// The first item of a sequence (none when empty), for results to keep alive.
+nb::object first_of(nb::handle xs) {
+  return nb::len(xs) > 0 ? nb::object(xs[0]) : nb::none();
+}
 }
 
 #define KILN_UNARY(fn) \
@@ -95,8 +99,18 @@ void bind_ops(nb::module_& m) {
         },
         nb::arg("x"), nb::arg("parts"), nb::arg("axis") = 0,
         "Splits into `parts` equal pieces (an int) or pieces of the given sizes (a list).");
-  m.def("stack", &kiln::stack, nb::arg("xs"), nb::arg("axis") = 0);
-  m.def("concat", &kiln::concat, nb::arg("xs"), nb::arg("axis") = 0);
+  m.def("stack",
+        [](nb::handle xs, int64_t axis) {
+          auto ts = nb::cast<std::vector<Tensor>>(xs);
+          return tensor_object(kiln::stack(ts, axis), first_of(xs));
+        },
+        nb::arg("xs"), nb::arg("axis") = 0);
+  m.def("concat",
+        [](nb::handle xs, int64_t axis) {
+          auto ts = nb::cast<std::vector<Tensor>>(xs);
+          return tensor_object(kiln::concat(ts, axis), first_of(xs));
+        },
+        nb::arg("xs"), nb::arg("axis") = 0);
   m.def("slice", &kiln::slice, nb::arg("x"), nb::arg("starts"), nb::arg("stops"),
         nb::arg("steps") = std::vector<int64_t>{}, nb::arg("axes") = std::vector<int64_t>{}, ka);
   nb::enum_<PadKind>(m, "PadKind")
@@ -175,6 +189,8 @@ void bind_ops(nb::module_& m) {
   m.def("pixel_unshuffle", &kiln::pixel_unshuffle, nb::arg("x"), nb::arg("downscale_factor"), ka);
   m.def("embedding", &kiln::embedding, nb::arg("weight"), nb::arg("indices"),
         nb::arg("padding_idx") = nb::none(), ka);
+  m.def("embedding_grad", &kiln::embedding_grad, nb::arg("indices"), nb::arg("grad"),
+        nb::arg("num_embeddings"), nb::arg("padding_idx") = -1, ka);
   m.def("masked_fill", &kiln::masked_fill, nb::arg("x"), nb::arg("mask"), nb::arg("value"), ka);
   m.def("roll", &kiln::roll, nb::arg("x"), nb::arg("shifts"), nb::arg("axes") = std::vector<int64_t>{}, ka);
   m.def("non_max_suppression",
@@ -197,7 +213,12 @@ void bind_ops(nb::module_& m) {
         },
         nb::arg("a"), nb::arg("b"), nb::arg("upper") = false, nb::arg("left") = true,
         nb::arg("transpose") = false, nb::arg("unit_diagonal") = false, ka);
-  m.def("einsum", &kiln::einsum, nb::arg("equation"), nb::arg("operands"));
+  m.def("einsum",
+        [](const std::string& eq, nb::handle xs) {
+          auto ts = nb::cast<std::vector<Tensor>>(xs);
+          return tensor_object(kiln::einsum(eq, ts), first_of(xs));
+        },
+        nb::arg("equation"), nb::arg("operands"));
 }
 
 }  // namespace kiln::py

@@ -101,6 +101,33 @@ void bind_ops_nn(nb::module_& m) {
   m.def("global_avg_pool", &kiln::global_avg_pool, nb::arg("x"), ka);
   m.def("adaptive_avg_pool", &kiln::adaptive_avg_pool, nb::arg("x"), nb::arg("output_size"), ka);
 
+  m.def("conv_grad_weight",
+        [](const Tensor& x, const Tensor& dy, nb::handle weight_shape, Ints stride, Ints padding,
+           Ints dilation, int64_t groups) {
+          return kiln::conv_grad_weight(x, dy, to_shape(weight_shape),
+                                        conv_options(stride, padding, dilation, groups, PadMode::explicit_));
+        },
+        nb::arg("x"), nb::arg("dy"), nb::arg("weight_shape"), nb::arg("stride") = Ints{},
+        nb::arg("padding") = Ints{}, nb::arg("dilation") = Ints{}, nb::arg("groups") = 1, ka,
+        "The gradient of a convolution's weight from its input and output gradient.");
+  m.def("max_pool_grad",
+        [](const Tensor& g, const Tensor& idx, nb::handle shape) {
+          return kiln::max_pool_grad(g, idx, to_shape(shape));
+        },
+        nb::arg("grad"), nb::arg("indices"), nb::arg("input_shape"), ka);
+  m.def("avg_pool_grad",
+        [](const Tensor& g, nb::handle shape, Ints kernel, Ints stride, Ints padding, bool ceil_mode,
+           bool count_include_pad) {
+          return kiln::avg_pool_grad(g, to_shape(shape),
+                                     pool_options(kernel, stride, padding, {}, ceil_mode, count_include_pad));
+        },
+        nb::arg("grad"), nb::arg("input_shape"), nb::arg("kernel"), nb::arg("stride") = Ints{},
+        nb::arg("padding") = Ints{}, nb::arg("ceil_mode") = false,
+        nb::arg("count_include_pad") = false, ka);
+  m.def("adaptive_avg_pool_grad",
+        [](const Tensor& g, nb::handle shape) { return kiln::adaptive_avg_pool_grad(g, to_shape(shape)); },
+        nb::arg("grad"), nb::arg("input_shape"), ka);
+
   // normalization
   m.def("softmax", &kiln::softmax, nb::arg("x"), nb::arg("axis") = -1, ka);
   m.def("log_softmax", &kiln::log_softmax, nb::arg("x"), nb::arg("axis") = -1, ka);
@@ -123,6 +150,25 @@ void bind_ops_nn(nb::module_& m) {
         nb::arg("eps") = 1e-5,
         "Training batch norm: (y, updates); pass updates to compile to move the running "
         "statistics.");
+  m.def("batch_norm_train",
+        [](const Tensor& x, const OptT& w, const OptT& b, double eps) {
+          auto r = kiln::batch_norm_train(x, w, b, eps);
+          nb::object xo = nb::cast(x);
+          return nb::make_tuple(tensor_object(r.y, xo), tensor_object(r.mean, xo),
+                                tensor_object(r.var, xo));
+        },
+        nb::arg("x"), nb::arg("weight") = nb::none(), nb::arg("bias") = nb::none(),
+        nb::arg("eps") = 1e-5, "(y, batch mean, biased batch var) of training batch norm.");
+  m.def("batch_norm_train_grad",
+        [](const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& var, const OptT& w,
+           double eps) {
+          auto r = kiln::batch_norm_train_grad(dy, x, mean, var, w, eps);
+          nb::object xo = nb::cast(x);
+          return nb::make_tuple(tensor_object(r.dx, xo), tensor_object(r.dweight, xo),
+                                tensor_object(r.dbias, xo));
+        },
+        nb::arg("dy"), nb::arg("x"), nb::arg("mean"), nb::arg("var"),
+        nb::arg("weight") = nb::none(), nb::arg("eps") = 1e-5, "(dx, dweight, dbias).");
   m.def("instance_norm", &kiln::instance_norm, nb::arg("x"), nb::arg("weight") = nb::none(),
         nb::arg("bias") = nb::none(), nb::arg("eps") = 1e-5, ka);
   m.def("group_norm", &kiln::group_norm, nb::arg("x"), nb::arg("groups"),

@@ -1,0 +1,827 @@
+"""A torch.compile backend that runs captured graphs on kiln.
+
+    model = torch.compile(model, backend=kiln.torch.backend)
+
+AOTAutograd traces the model to ATen graphs (a forward graph, and a backward graph when
+gradients are needed). Each graph is split into the parts kiln can lower and the rest: the
+supported parts become kiln graphs compiled for the inputs' device (kiln's CUDA device for CUDA
+tensors, the CPU otherwise), fed and read back through DLPack without copies; the rest stays
+with PyTorch. `kiln.torch.report()` lists what ran where, including every op handed back to
+PyTorch. A kiln graph is compiled per input signature (shapes, dtypes, device) on first use.
+
+Backward ops (convolution_backward, native_layer_norm_backward, ...) are lowered through kiln's
+own gradients of the matching forward op, so a training step runs on kiln too.
+"""
+from __future__ import annotations
+
+import logging
+import operator
+from collections import Counter
+from typing import Any, Callable
+
+import kiln
+
+log = logging.getLogger("kiln.torch")
+
+try:
+    import torch
+    import torch.fx
+except ImportError:  # pragma: no cover - the module imports without PyTorch; backend() needs it
+    torch = None
+
+_TORCH_TO_KILN = {}
+if torch is not None:
+    _TORCH_TO_KILN = {
+        torch.float32: kiln.f32, torch.float16: kiln.f16, torch.bfloat16: kiln.bf16,
+        torch.float64: kiln.f64, torch.int8: kiln.i8, torch.uint8: kiln.u8,
+        torch.int16: kiln.i16, torch.int32: kiln.i32, torch.int64: kiln.i64,
+        torch.bool: kiln.bool_,
+    }
+
+# Counts of what the backend lowered and what it handed back to PyTorch (report()).
+_stats = {"kiln_nodes": Counter(), "fallback_ops": Counter(), "failed": []}
+
+
+def report() -> dict:
+    """What the backend did since the last reset(): ops run by kiln, ops handed back to PyTorch
+    (unsupported), and partitions whose lowering failed (with the error; they ran on PyTorch)."""
+    return {
+        "kiln_ops": dict(_stats["kiln_nodes"]),
+        "fallback_ops": dict(_stats["fallback_ops"]),
+        "failed_partitions": list(_stats["failed"]),
+    }
+
+
+def reset() -> None:
+    """Clears report()."""
+    _stats["kiln_nodes"].clear()
+    _stats["fallback_ops"].clear()
+    _stats["failed"].clear()
+
+
+class LoweringError(kiln.UnsupportedError):
+    """A node the lowering cannot express in kiln (the partition falls back to PyTorch)."""
+
+
+# ------------------------------------------------------------------------------------------------
+# ATen -> kiln, one function per op. Each takes (ctx, *args, **kwargs) with fx nodes already
+# replaced by kiln tensors (or lists of them) and returns a kiln tensor or a tuple of them.
+
+_LOWERINGS: dict[Any, Callable] = {}
+
+
+def _op_name(target) -> str:
+    return str(getattr(target, "__name__", target))
+
+
+def _lowers(*names):
+    def register(fn):
+        for n in names:
+            _LOWERINGS[n] = fn
+        return fn
+    return register
+
+
+class _Ctx:
+    def __init__(self, graph: "kiln.Graph"):
+        self.g = graph
+
+    def t(self, v, like=None, dtype=None):
+        """A kiln tensor from a lowered value or a Python number (as a scalar of like's dtype)."""
+        if isinstance(v, kiln.Tensor):
+            return v
+        if dtype is None:
+            if like is not None and (like.dtype.is_floating or isinstance(v, (bool, int))):
+                dtype = like.dtype
+            elif isinstance(v, bool):
+                dtype = kiln.bool_
+            elif isinstance(v, int):
+                dtype = kiln.i64
+            else:
+                dtype = kiln.f32
+        return self.g.scalar(float(v), dtype)
+
+
+def _axes(dims, rank):
+    if dims is None:
+        return list(range(rank))
+    if isinstance(dims, int):
+        dims = [dims]
+    return [d % rank if rank else 0 for d in dims]
+
+
+def _binary(fn):
+    def lower(ctx, a, b, *args, alpha=1, **kw):
+        if not isinstance(a, kiln.Tensor):
+            a = ctx.t(a, like=b)
+        b = ctx.t(b, like=a)
+        if alpha != 1:
+            b = kiln.mul(b, ctx.t(alpha, like=b))
+        return fn(a, b)
+    return lower
+
+
+for _name, _fn in {
+    "add": kiln.add, "sub": kiln.sub, "mul": kiln.mul, "div": kiln.div, "pow": kiln.pow,
+    "maximum": kiln.maximum, "minimum": kiln.minimum, "eq": kiln.equal, "ne": kiln.not_equal,
+    "lt": kiln.less, "le": kiln.less_equal, "gt": kiln.greater, "ge": kiln.greater_equal,
+    "logical_and": kiln.logical_and, "logical_or": kiln.logical_or, "fmod": kiln.mod,
+    "remainder": kiln.mod,
+}.items():
+    _lowers(*[f"{_name}.{o}" for o in ("Tensor", "Scalar", "Tensor_Scalar", "Tensor_Tensor", "default", "self")])(
+        _binary(_fn))
+
+
+@_lowers("rsub.Scalar", "rsub.Tensor")
+def _rsub(ctx, a, b, alpha=1):
+    if alpha != 1:
+        a = kiln.mul(a, ctx.t(alpha, like=a))
+    return kiln.sub(ctx.t(b, like=a), a)
+
+
+@_lowers("pow.Scalar")
+def _pow_scalar(ctx, a, b):
+    return kiln.pow(ctx.t(a, like=b), b)
+
+
+for _name, _fn in {
+    "relu": kiln.relu, "neg": kiln.neg, "exp": kiln.exp, "log": kiln.log, "sqrt": kiln.sqrt,
+    "rsqrt": kiln.rsqrt, "tanh": kiln.tanh, "sigmoid": kiln.sigmoid, "abs": kiln.abs,
+    "sin": kiln.sin, "cos": kiln.cos, "erf": kiln.erf, "reciprocal": kiln.reciprocal,
+    "silu": kiln.silu, "logical_not": kiln.logical_not, "log1p": kiln.log1p,
+    "expm1": kiln.expm1, "floor": kiln.floor, "ceil": kiln.ceil, "sign": kiln.sign,
+    "isnan": kiln.isnan, "hardswish": kiln.hardswish,
+}.items():
+    _lowers(f"{_name}.default")(lambda ctx, x, _fn=_fn: _fn(x))
+
+
+@_lowers("gelu.default")
+def _gelu(ctx, x, approximate="none"):
+    return kiln.gelu(x, kiln.GeluApprox.tanh if approximate == "tanh" else kiln.GeluApprox.none)
+
+
+@_lowers("leaky_relu.default")
+def _leaky_relu(ctx, x, negative_slope=0.01):
+    return kiln.leaky_relu(x, negative_slope)
+
+
+@_lowers("clamp.default", "hardtanh.default", "clamp_min.default", "clamp_max.default")
+def _clamp(ctx, x, lo=None, hi=None):
+    return kiln.clip(x, float("-inf") if lo is None else lo, float("inf") if hi is None else hi)
+
+
+@_lowers("where.self", "where.ScalarOther", "where.ScalarSelf", "where.Scalar")
+def _where(ctx, c, a, b):
+    like = a if isinstance(a, kiln.Tensor) else b if isinstance(b, kiln.Tensor) else None
+    return kiln.where(c, ctx.t(a, like=like), ctx.t(b, like=like))
+
+
+@_lowers("masked_fill.Scalar")
+def _masked_fill(ctx, x, mask, value):
+    return kiln.masked_fill(x, mask, value)
+
+
+@_lowers("_to_copy.default", "to.dtype", "_to_copy", "convert_element_type.default")
+def _to_copy(ctx, x, dtype=None, **kw):
+    if dtype is None:
+        return x
+    return kiln.cast(x, _TORCH_TO_KILN[dtype])
+
+
+@_lowers("clone.default", "alias.default", "detach.default", "lift_fresh_copy.default",
+         "contiguous.default", "_assert_tensor_metadata.default")
+def _identity(ctx, x, *args, **kw):
+    return x
+
+
+@_lowers("view.default", "_unsafe_view.default", "reshape.default", "view_copy.default")
+def _view(ctx, x, shape):
+    return kiln.reshape(x, list(shape))
+
+
+@_lowers("permute.default")
+def _permute(ctx, x, dims):
+    return kiln.permute(x, [d % x.ndim for d in dims])
+
+
+@_lowers("t.default")
+def _t(ctx, x):
+    return x if x.ndim < 2 else kiln.transpose(x, [1, 0])
+
+
+@_lowers("transpose.int")
+def _transpose(ctx, x, a, b):
+    perm = list(range(x.ndim))
+    a, b = a % x.ndim, b % x.ndim
+    perm[a], perm[b] = perm[b], perm[a]
+    return kiln.permute(x, perm)
+
+
+@_lowers("unsqueeze.default")
+def _unsqueeze(ctx, x, dim):
+    return kiln.expand_dims(x, [dim % (x.ndim + 1)])
+
+
+@_lowers("squeeze.dim", "squeeze.dims", "squeeze.default")
+def _squeeze(ctx, x, dims=None):
+    axes = [a for a in _axes(dims, x.ndim) if x.shape[a] == 1] if dims is not None else []
+    if dims is not None and not axes:
+        return x
+    return kiln.squeeze(x, axes)
+
+
+@_lowers("expand.default", "expand_copy.default")
+def _expand(ctx, x, sizes, implicit=False):
+    lead = len(sizes) - x.ndim
+    shape = [x.shape[i - lead] if s == -1 else s for i, s in enumerate(sizes)]
+    return kiln.broadcast_to(x, shape)
+
+
+@_lowers("cat.default")
+def _cat(ctx, xs, dim=0):
+    xs = [x for x in xs if not (x.ndim == 1 and x.shape[0] == 0)]
+    return kiln.concat(xs, dim % xs[0].ndim)
+
+
+@_lowers("stack.default")
+def _stack(ctx, xs, dim=0):
+    return kiln.stack(xs, dim % (xs[0].ndim + 1))
+
+
+@_lowers("split.Tensor", "split_with_sizes.default")
+def _split(ctx, x, sizes, dim=0):
+    dim = dim % x.ndim
+    n = x.shape[dim]
+    if isinstance(sizes, int):
+        sizes = [min(sizes, n - i) for i in range(0, n, sizes)]
+    return tuple(kiln.split(x, list(sizes), dim)) if len(sizes) > 1 else (x,)
+
+
+@_lowers("select.int")
+def _select(ctx, x, dim, index):
+    dim = dim % x.ndim
+    index = index % x.shape[dim]
+    return kiln.squeeze(kiln.slice(x, [index], [index + 1], [1], [dim]), [dim])
+
+
+@_lowers("slice.Tensor")
+def _slice(ctx, x, dim=0, start=None, end=None, step=1):
+    dim = dim % x.ndim
+    n = x.shape[dim]
+    start = 0 if start is None else start
+    end = n if end is None or end > n else end
+    return kiln.slice(x, [start], [end], [step], [dim])
+
+
+@_lowers("sum.dim_IntList", "sum.default")
+def _sum(ctx, x, dims=None, keepdim=False, dtype=None):
+    if dtype is not None:
+        x = kiln.cast(x, _TORCH_TO_KILN[dtype])
+    return kiln.sum(x, _axes(dims or None, x.ndim), keepdim)
+
+
+@_lowers("mean.dim", "mean.default")
+def _mean(ctx, x, dims=None, keepdim=False, dtype=None):
+    if dtype is not None:
+        x = kiln.cast(x, _TORCH_TO_KILN[dtype])
+    return kiln.mean(x, _axes(dims or None, x.ndim), keepdim)
+
+
+@_lowers("amax.default")
+def _amax(ctx, x, dims=(), keepdim=False):
+    return kiln.max(x, _axes(list(dims) or None, x.ndim), keepdim)
+
+
+@_lowers("amin.default")
+def _amin(ctx, x, dims=(), keepdim=False):
+    return kiln.min(x, _axes(list(dims) or None, x.ndim), keepdim)
+
+
+@_lowers("var.correction", "var.dim")
+def _var(ctx, x, dims=None, unbiased=None, keepdim=False, correction=None):
+    c = correction if correction is not None else (1 if unbiased in (None, True) else 0)
+    return kiln.variance(x, _axes(dims, x.ndim), keepdim, int(c))
+
+
+@_lowers("var_mean.correction")
+def _var_mean(ctx, x, dims=None, correction=None, keepdim=False):
+    c = 1 if correction is None else int(correction)
+    axes = _axes(dims, x.ndim)
+    return kiln.variance(x, axes, keepdim, c), kiln.mean(x, axes, keepdim)
+
+
+@_lowers("argmax.default")
+def _argmax(ctx, x, dim=None, keepdim=False):
+    if dim is None:
+        return kiln.argmax(kiln.reshape(x, [-1]), 0)
+    return kiln.argmax(x, dim, keepdim)
+
+
+@_lowers("mm.default", "bmm.default", "matmul.default")
+def _mm(ctx, a, b):
+    return kiln.matmul(a, b)
+
+
+@_lowers("addmm.default")
+def _addmm(ctx, bias, a, b, beta=1, alpha=1):
+    y = kiln.matmul(a, b)
+    if alpha != 1:
+        y = kiln.mul(y, ctx.t(alpha, like=y))
+    if beta != 1:
+        bias = kiln.mul(bias, ctx.t(beta, like=bias))
+    return kiln.add(y, bias)
+
+
+@_lowers("linear.default")
+def _linear(ctx, x, w, b=None):
+    return kiln.linear(x, w, b)
+
+
+@_lowers("convolution.default")
+def _convolution(ctx, x, w, b, stride, padding, dilation, transposed, output_padding, groups):
+    nd = x.ndim - 2
+    if transposed:
+        fn = {1: kiln.conv_transpose1d, 2: kiln.conv_transpose2d, 3: kiln.conv_transpose3d}[nd]
+        return fn(x, w, b, list(stride), list(padding), list(output_padding), list(dilation), groups)
+    fn = {1: kiln.conv1d, 2: kiln.conv2d, 3: kiln.conv3d}[nd]
+    return fn(x, w, b, list(stride), list(padding), list(dilation), groups)
+
+
+@_lowers("convolution_backward.default")
+def _convolution_backward(ctx, dy, x, w, bias_sizes, stride, padding, dilation, transposed,
+                          output_padding, groups, output_mask):
+    y = _convolution(ctx, x, w, None, stride, padding, dilation, transposed, output_padding, groups)
+    dx, dw = kiln.gradients(y, [x, w], dy)
+    db = kiln.sum(dy, [0] + list(range(2, dy.ndim))) if output_mask[2] else None
+    return (dx if output_mask[0] else None, dw if output_mask[1] else None, db)
+
+
+@_lowers("_native_batch_norm_legit_no_training.default")
+def _bn_eval(ctx, x, w, b, rm, rv, momentum, eps):
+    y = kiln.batch_norm(x, rm, rv, w, b, eps)
+    return y, _empty(ctx, x), _empty(ctx, x)
+
+
+def _empty(ctx, like):
+    return kiln.zeros(ctx.g, [0], like.dtype)
+
+
+@_lowers("_native_batch_norm_legit_functional.default", "native_batch_norm.default",
+         "_native_batch_norm_legit.default", "_native_batch_norm_legit_no_stats.default")
+def _bn(ctx, x, w, b, rm, rv, training, momentum, eps):
+    if not training:
+        y = kiln.batch_norm(x, rm, rv, w, b, eps)
+        out = (y, _empty(ctx, x), _empty(ctx, x))
+        return out + (rm, rv) if ctx.functional_bn else out
+    y, mean, var = kiln.batch_norm_train(x, w, b, eps)
+    invstd = kiln.rsqrt(kiln.add(var, ctx.t(eps, like=var)))
+    out = (y, mean, invstd)
+    if rm is None:
+        return out
+    n = x.shape[0]
+    for d in x.shape[2:]:
+        n *= d
+    m = ctx.t(momentum, like=rm)
+    keep = ctx.t(1 - momentum, like=rm)
+    new_rm = kiln.add(kiln.mul(rm, keep), kiln.mul(kiln.cast(mean, rm.dtype), m))
+    unbiased = kiln.mul(kiln.cast(var, rv.dtype), ctx.t(n / max(n - 1, 1), like=rv))
+    new_rv = kiln.add(kiln.mul(rv, keep), kiln.mul(unbiased, m))
+    return out + (new_rm, new_rv)
+
+
+@_lowers("native_batch_norm_backward.default")
+def _bn_backward(ctx, dy, x, w, rm, rv, save_mean, save_invstd, train, eps, output_mask):
+    if train:
+        y, _, _ = kiln.batch_norm_train(x, w, None, eps)
+    else:
+        y = kiln.batch_norm(x, rm, rv, w, None, eps)
+    wrt = [x] + ([w] if w is not None else [])
+    grads = kiln.gradients(y, wrt, dy)
+    dw = grads[1] if w is not None and output_mask[1] else None
+    db = kiln.sum(dy, [0] + list(range(2, dy.ndim))) if output_mask[2] else None
+    return grads[0] if output_mask[0] else None, dw, db
+
+
+@_lowers("native_layer_norm.default")
+def _layer_norm(ctx, x, shape, w, b, eps):
+    axes = list(range(x.ndim - len(shape), x.ndim))
+    y = kiln.layer_norm(x, w, b, -len(shape), eps)
+    mean = kiln.mean(x, axes, True)
+    rstd = kiln.rsqrt(kiln.add(kiln.variance(x, axes, True), ctx.t(eps, like=x)))
+    return y, mean, rstd
+
+
+@_lowers("native_layer_norm_backward.default")
+def _layer_norm_backward(ctx, dy, x, shape, mean, rstd, w, b, output_mask):
+    # from the saved mean and rstd: xhat = (x - mean) rstd, g = dy w,
+    # dx = rstd / N (N g - sum(g) - xhat sum(g xhat)) over the normalized dims
+    axes = list(range(x.ndim - len(shape), x.ndim))
+    lead = list(range(x.ndim - len(shape)))
+    n = 1
+    for d in shape:
+        n *= d
+    xhat = kiln.mul(kiln.sub(x, mean), rstd)
+    g = kiln.mul(dy, w) if w is not None else dy
+    sg = kiln.sum(g, axes, True)
+    sgx = kiln.sum(kiln.mul(g, xhat), axes, True)
+    dx = kiln.mul(kiln.mul(rstd, ctx.t(1.0 / n, like=x)),
+                  kiln.sub(kiln.sub(kiln.mul(g, ctx.t(float(n), like=x)), sg), kiln.mul(xhat, sgx)))
+    dw = kiln.sum(kiln.mul(dy, xhat), lead) if (w is not None and output_mask[1]) else None
+    db = kiln.sum(dy, lead) if (b is not None and output_mask[2]) else None
+    return dx if output_mask[0] else None, dw, db
+
+
+@_lowers("_safe_softmax.default")
+def _safe_softmax(ctx, x, dim, dtype=None):
+    if dtype is not None:
+        x = kiln.cast(x, _TORCH_TO_KILN[dtype])
+    return kiln.softmax(x, dim)
+
+
+@_lowers("_softmax.default", "softmax.int")
+def _softmax(ctx, x, dim, half_to_float=False):
+    return kiln.softmax(x, dim)
+
+
+@_lowers("_log_softmax.default", "log_softmax.int")
+def _log_softmax(ctx, x, dim, half_to_float=False):
+    return kiln.log_softmax(x, dim)
+
+
+@_lowers("_softmax_backward_data.default")
+def _softmax_backward(ctx, g, y, dim, input_dtype):
+    s = kiln.sum(kiln.mul(g, y), [dim % y.ndim], True)
+    return kiln.mul(y, kiln.sub(g, s))
+
+
+@_lowers("_log_softmax_backward_data.default")
+def _log_softmax_backward(ctx, g, y, dim, input_dtype):
+    return kiln.sub(g, kiln.mul(kiln.exp(y), kiln.sum(g, [dim % y.ndim], True)))
+
+
+@_lowers("threshold_backward.default")
+def _threshold_backward(ctx, g, x, threshold):
+    return kiln.where(kiln.less_equal(x, ctx.t(threshold, like=x)), ctx.t(0, like=g), g)
+
+
+@_lowers("gelu_backward.default")
+def _gelu_backward(ctx, g, x, approximate="none"):
+    return kiln.gradients(_gelu(ctx, x, approximate), [x], g)[0]
+
+
+@_lowers("tanh_backward.default")
+def _tanh_backward(ctx, g, y):
+    return kiln.mul(g, kiln.sub(ctx.t(1, like=y), kiln.mul(y, y)))
+
+
+@_lowers("sigmoid_backward.default")
+def _sigmoid_backward(ctx, g, y):
+    return kiln.mul(g, kiln.mul(y, kiln.sub(ctx.t(1, like=y), y)))
+
+
+@_lowers("embedding.default")
+def _embedding(ctx, w, idx, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    return kiln.embedding(w, idx)
+
+
+@_lowers("embedding_dense_backward.default")
+def _embedding_backward(ctx, g, idx, num_weights, padding_idx, scale_grad_by_freq):
+    if scale_grad_by_freq:
+        raise LoweringError("[kiln.torch] embedding with scale_grad_by_freq")
+    return kiln.embedding_grad(idx, g, num_weights, padding_idx)
+
+
+def _pool_args(kernel, stride, padding, nd):
+    k = list(kernel) * (nd if len(kernel) == 1 else 1)
+    s = list(stride) if stride else k
+    s = s * (nd if len(s) == 1 else 1)
+    p = list(padding) * (nd if len(padding) == 1 else 1)
+    return k, s, p
+
+
+@_lowers("max_pool2d_with_indices.default", "max_pool3d_with_indices.default")
+def _max_pool(ctx, x, kernel, stride=(), padding=(0,), dilation=(1,), ceil_mode=False):
+    nd = x.ndim - 2
+    k, s, p = _pool_args(kernel, stride, padding, nd)
+    d = list(dilation) * (nd if len(dilation) == 1 else 1)
+    return tuple(kiln.max_pool_with_indices(x, k, s, p, d, ceil_mode))
+
+
+@_lowers("max_pool2d_with_indices_backward.default", "max_pool3d_with_indices_backward.default")
+def _max_pool_backward(ctx, g, x, kernel, stride, padding, dilation, ceil_mode, indices):
+    return kiln.max_pool_grad(g, indices, list(x.shape))
+
+
+@_lowers("avg_pool2d.default")
+def _avg_pool(ctx, x, kernel, stride=(), padding=(0,), ceil_mode=False, count_include_pad=True,
+              divisor_override=None):
+    if divisor_override is not None:
+        raise LoweringError("[kiln.torch] avg_pool2d with divisor_override")
+    k, s, p = _pool_args(kernel, stride, padding, x.ndim - 2)
+    return kiln.avg_pool(x, k, s, p, ceil_mode, count_include_pad)
+
+
+@_lowers("avg_pool2d_backward.default")
+def _avg_pool_backward(ctx, g, x, kernel, stride, padding, ceil_mode, count_include_pad,
+                       divisor_override):
+    if divisor_override is not None:
+        raise LoweringError("[kiln.torch] avg_pool2d with divisor_override")
+    k, s, p = _pool_args(kernel, stride, padding, x.ndim - 2)
+    return kiln.avg_pool_grad(g, list(x.shape), k, s, p, ceil_mode, count_include_pad)
+
+
+@_lowers("_adaptive_avg_pool2d.default", "adaptive_avg_pool2d.default")
+def _adaptive_avg_pool(ctx, x, size):
+    return kiln.adaptive_avg_pool(x, list(size))
+
+
+@_lowers("_adaptive_avg_pool2d_backward.default")
+def _adaptive_avg_pool_backward(ctx, g, x):
+    return kiln.adaptive_avg_pool_grad(g, list(x.shape))
+
+
+@_lowers("native_dropout.default")
+def _native_dropout(ctx, x, p, train):
+    if train and p > 0:
+        raise LoweringError("[kiln.torch] dropout in training mode (random masks stay with PyTorch)")
+    return x, kiln.broadcast_to(ctx.g.scalar(1, kiln.bool_), list(x.shape))
+
+
+@_lowers("native_dropout_backward.default")
+def _native_dropout_backward(ctx, g, mask, scale):
+    return kiln.mul(kiln.where(mask, g, ctx.t(0, like=g)), ctx.t(scale, like=g))
+
+
+def _sdpa_lower(ctx, q, k, v, mask=None, causal=False, scale=None):
+    return kiln.scaled_dot_product_attention(q, k, v, mask, causal, scale)
+
+
+@_lowers("scaled_dot_product_attention.default")
+def _sdpa(ctx, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    if dropout_p:
+        raise LoweringError("[kiln.torch] attention dropout")
+    return _sdpa_lower(ctx, q, k, v, attn_mask, is_causal, scale)
+
+
+@_lowers("full.default", "new_full.default")
+def _full(ctx, *args, dtype=None, **kw):
+    size, value = (args[-2], args[-1])
+    return kiln.full(ctx.g, list(size), value, _TORCH_TO_KILN[dtype] if dtype else ctx.out_dtype())
+
+
+@_lowers("zeros.default", "new_zeros.default", "empty.memory_format", "new_empty.default")
+def _zeros(ctx, *args, dtype=None, **kw):
+    return kiln.zeros(ctx.g, list(args[-1]), _TORCH_TO_KILN[dtype] if dtype else ctx.out_dtype())
+
+
+@_lowers("ones.default", "new_ones.default")
+def _ones(ctx, *args, dtype=None, **kw):
+    return kiln.ones(ctx.g, list(args[-1]), _TORCH_TO_KILN[dtype] if dtype else ctx.out_dtype())
+
+
+@_lowers("zeros_like.default", "empty_like.default")
+def _zeros_like(ctx, x, dtype=None, **kw):
+    return kiln.zeros(ctx.g, list(x.shape), _TORCH_TO_KILN[dtype] if dtype else x.dtype)
+
+
+@_lowers("ones_like.default")
+def _ones_like(ctx, x, dtype=None, **kw):
+    return kiln.ones(ctx.g, list(x.shape), _TORCH_TO_KILN[dtype] if dtype else x.dtype)
+
+
+@_lowers("full_like.default")
+def _full_like(ctx, x, value, dtype=None, **kw):
+    return kiln.full(ctx.g, list(x.shape), value, _TORCH_TO_KILN[dtype] if dtype else x.dtype)
+
+
+@_lowers("scalar_tensor.default")
+def _scalar_tensor(ctx, value, dtype=None, **kw):
+    return ctx.g.scalar(float(value), _TORCH_TO_KILN[dtype] if dtype else kiln.f32)
+
+
+@_lowers("arange.start_step", "arange.default", "arange.start")
+def _arange(ctx, *args, dtype=None, **kw):
+    start, end, step = (0, args[0], 1) if len(args) == 1 else (args + (1,))[:3]
+    return kiln.arange(ctx.g, start, end, step, _TORCH_TO_KILN[dtype] if dtype else ctx.out_dtype())
+
+
+def _target_key(target) -> str | None:
+    """'add.Tensor' for torch.ops.aten.add.Tensor; getitem for operator.getitem."""
+    if target is operator.getitem:
+        return "getitem"
+    name = getattr(target, "_name", None)  # OpOverload: "aten::add.Tensor"
+    if name and name.startswith("aten::"):
+        key = name[len("aten::"):]
+        return key if "." in key else key + ".default"
+    return None
+
+
+def supported(node) -> bool:
+    """Whether the backend lowers this fx node."""
+    if node.op != "call_function":
+        return True
+    key = _target_key(node.target)
+    if key == "getitem":
+        return True
+    if key not in _LOWERINGS:
+        return False
+    val = node.meta.get("val")
+    vals = val if isinstance(val, (tuple, list)) else [val]
+    for v in vals:
+        if v is not None and hasattr(v, "dtype") and v.dtype not in _TORCH_TO_KILN:
+            return False
+    return True
+
+
+# ------------------------------------------------------------------------------------------------
+# One fx graph whose every node is supported -> a kiln graph, compiled per input signature.
+
+class _LoweredGraph:
+    def __init__(self, gm: "torch.fx.GraphModule", device: "kiln.Device", inputs):
+        g = kiln.Graph()
+        ctx = _Ctx(g)
+        ctx.functional_bn = True
+        env: dict = {}
+        self.placeholders = []
+        it = iter(inputs)
+        for n in gm.graph.nodes:
+            ctx.current = _target_key(n.target) if n.op == "call_function" else n.op
+            ctx.out_dtype = lambda n=n: _meta_dtype(n) or kiln.f32
+            if n.op == "placeholder":
+                x = next(it)
+                if not isinstance(x, torch.Tensor):
+                    raise LoweringError(f"[kiln.torch] input {n.name} is not a tensor ({type(x).__name__})")
+                t = g.placeholder(list(x.shape), _TORCH_TO_KILN[x.dtype], n.name)
+                self.placeholders.append(t)
+                env[n] = t
+            elif n.op == "get_attr":
+                v = _fetch_attr(gm, n.target)
+                env[n] = g.constant(kiln.from_dlpack(v.detach().cpu().contiguous()).copy(), n.name)
+            elif n.op == "call_function":
+                key = _target_key(n.target)
+                args = torch.fx.node.map_arg(n.args, lambda a: env[a])
+                kwargs = torch.fx.node.map_arg(n.kwargs, lambda a: env[a])
+                kwargs = {k: v for k, v in kwargs.items()
+                          if k not in ("device", "layout", "pin_memory", "memory_format", "non_blocking")}
+                if key == "getitem":
+                    env[n] = args[0][args[1]]
+                    continue
+                out = _LOWERINGS[key](ctx, *args, **kwargs)
+                env[n] = _match_meta(ctx, n, out)
+                _stats["kiln_nodes"][key] += 1
+            elif n.op == "output":
+                outs = n.args[0]
+                self.single = not isinstance(outs, (tuple, list))
+                outs = [outs] if self.single else list(outs)
+                self.outputs = [env[o] if isinstance(o, torch.fx.Node) else o for o in outs]
+            else:
+                raise LoweringError(f"[kiln.torch] fx node kind {n.op}")
+        # each output: ("kiln", index of the target), ("input", index of the placeholder) or
+        # ("value", a constant such as None)
+        inputs_at = {t: i for i, t in enumerate(self.placeholders)}
+        targets, self.spec = [], []
+        for o in self.outputs:
+            if isinstance(o, kiln.Tensor) and o in inputs_at:
+                self.spec.append(("input", inputs_at[o]))
+            elif isinstance(o, kiln.Tensor):
+                self.spec.append(("kiln", len(targets)))
+                targets.append(o)
+            else:
+                self.spec.append(("value", o))
+        self.graph = g
+        self.exe = g.compile(targets, device=device) if targets else None
+        self.device = device
+
+    def __call__(self, args):
+        feeds = {}
+        for t, x in zip(self.placeholders, args):
+            feeds[t] = kiln.from_dlpack(x.detach().contiguous())
+        if self.device.kind == kiln.DeviceKind.cuda:
+            torch.cuda.current_stream().synchronize()  # inputs written on PyTorch's stream
+        results = self.exe.run(feeds) if self.exe is not None else []
+        outs = []
+        for kind, v in self.spec:
+            if kind == "kiln":
+                outs.append(torch.from_dlpack(results[v]))
+            elif kind == "input":
+                outs.append(args[v])
+            else:
+                outs.append(v)
+        return outs[0] if self.single else outs
+
+
+def _fetch_attr(gm, target: str):
+    obj = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _meta_dtype(n, i=None):
+    val = n.meta.get("val")
+    if i is not None and isinstance(val, (tuple, list)):
+        val = val[i]
+    if val is None or not hasattr(val, "dtype"):
+        return None
+    return _TORCH_TO_KILN.get(val.dtype)
+
+
+def _match_meta(ctx, n, out):
+    """Casts results to the dtypes PyTorch infers (0-d tensors do not promote in PyTorch) and
+    checks their shapes."""
+    val = n.meta.get("val")
+    if val is None:
+        return out
+    if isinstance(out, (tuple, list)):
+        vals = val if isinstance(val, (tuple, list)) else [val]
+        return tuple(_match_one(o, v, n) for o, v in zip(out, vals)) + tuple(out[len(vals):])
+    return _match_one(out, val, n)
+
+
+def _match_one(o, v, n):
+    if not isinstance(o, kiln.Tensor) or v is None or not hasattr(v, "shape"):
+        return o
+    shape = tuple(int(d) for d in v.shape)
+    if tuple(o.shape) != shape:
+        raise LoweringError(f"[kiln.torch] {n.name} ({n.target}): kiln shape {tuple(o.shape)}, "
+                            f"PyTorch shape {shape}")
+    want = _TORCH_TO_KILN.get(v.dtype)
+    if want is not None and o.dtype != want:
+        o = kiln.cast(o, want)
+    return o
+
+
+class _KilnPartition(torch.nn.Module if torch is not None else object):
+    """Runs an fx graph on kiln, compiled per input signature; falls back to the graph itself
+    when lowering fails (recorded in report())."""
+
+    def __init__(self, gm):
+        super().__init__()
+        self.gm = gm
+        self.cache = {}
+
+    def forward(self, *args):
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        dev = tensors[0].device if tensors else torch.device("cpu")
+        key = tuple((tuple(a.shape), a.dtype, a.device) if isinstance(a, torch.Tensor) else repr(a)
+                    for a in args)
+        lowered = self.cache.get(key)
+        if lowered is None:
+            try:
+                if dev.type == "cuda":
+                    if kiln.cuda_device_count() == 0:
+                        raise LoweringError("[kiln.torch] this kiln build has no CUDA device")
+                    device = kiln.Device.cuda(dev.index or 0)
+                else:
+                    device = kiln.Device.cpu()
+                lowered = _LoweredGraph(self.gm, device, args)
+            except Exception as e:  # noqa: BLE001 - any failure leaves the partition to PyTorch
+                log.warning("kiln.torch: partition falls back to PyTorch: %s", e)
+                _stats["failed"].append(f"{type(e).__name__}: {e}")
+                lowered = False
+            self.cache[key] = lowered
+        if lowered is False:
+            return self.gm(*args)
+        return lowered(args)
+
+
+def _partition(gm):
+    """gm with its supported parts replaced by _KilnPartition modules."""
+    unsupported = [n for n in gm.graph.nodes if not supported(n)]
+    for n in unsupported:
+        _stats["fallback_ops"][_target_key(n.target) or _op_name(n.target)] += 1
+    if unsupported:
+        log.warning("kiln.torch: ops left to PyTorch: %s",
+                    sorted({_target_key(n.target) or _op_name(n.target) for n in unsupported}))
+    if not unsupported:
+        return _KilnPartition(gm)
+    from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+    from torch.fx.passes.operator_support import OperatorSupportBase
+
+    class _Support(OperatorSupportBase):
+        def is_node_supported(self, submodules, node):
+            return node.op == "call_function" and supported(node)
+
+    partitioner = CapabilityBasedPartitioner(gm, _Support(), allows_single_node_partition=True)
+    fused = partitioner.partition_and_fuse()
+    for name, mod in list(fused.named_children()):
+        if name.startswith("fused_"):
+            setattr(fused, name, _KilnPartition(mod))
+    fused.recompile()
+    return fused
+
+
+def _compiler(gm, example_inputs):
+    from torch._functorch.aot_autograd import make_boxed_func
+    return make_boxed_func(_partition(gm))
+
+
+def backend(gm, example_inputs):
+    """The torch.compile backend: torch.compile(model, backend=kiln.torch.backend)."""
+    if torch is None:
+        raise kiln.UnsupportedError("[kiln.torch] PyTorch is not installed")
+    from torch._dynamo.backends.common import aot_autograd
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    # attention traced in its math form (matmul, softmax), which kiln lowers with its backward
+    with sdpa_kernel([SDPBackend.MATH]):
+        return aot_autograd(fw_compiler=_compiler, bw_compiler=_compiler)(gm, example_inputs)
