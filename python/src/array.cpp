@@ -258,8 +258,18 @@ void bind_array(nb::module_& m) {
       .def("to", &Array::to, nb::arg("device"), nb::call_guard<nb::gil_scoped_release>(),
            "This array on `device` (itself when already there, else a copy).")
       .def("astype", &Array::astype, nb::arg("dtype"), "A converted copy.")
-      .def("reshape", [](const Array& a, nb::handle shape) { return a.reshape(to_shape(shape)); },
-           nb::arg("shape"), "A view with another shape of the same element count.")
+      .def("reshape",
+           [](const Array& a, nb::handle shape) {
+             Shape s = to_shape(shape);
+             int64_t known = 1, unknown = -1;
+             for (size_t i = 0; i < s.size(); ++i) {
+               if (s[i] == kDynamic) unknown = static_cast<int64_t>(i);
+               else known *= s[i];
+             }
+             if (unknown >= 0 && known > 0 && a.numel() % known == 0) s[unknown] = a.numel() / known;
+             return a.reshape(s);
+           },
+           nb::arg("shape"), "A view with another shape of the same element count (one dim may be -1).")
       .def("copy", &Array::copy, "A deep copy.")
       .def("take_rows", &Array::take_rows, nb::arg("rows"),
            "A new array of the given rows of the first dim.")
