@@ -116,13 +116,18 @@ void bind_graph(nb::module_& m) {
   binary<greater_equal>(t, "__ge__", nullptr);
 
   nb::class_<CompileOptions>(m, "CompileOptions", "Options of Graph.compile.")
-      .def(nb::init<>())
-      .def("__init__",
-           [](CompileOptions* o, nb::kwargs kw) {
-             new (o) CompileOptions();
-             nb::object self = nb::cast(o, nb::rv_policy::reference);
-             for (auto [k, v] : kw) nb::setattr(self, k, v);
-           })
+      .def(
+          "__init__",
+          [](CompileOptions* o, bool optimize, bool plan_memory, bool in_place, int num_threads,
+             std::optional<DType> autocast, bool strict_placement, bool capture,
+             bool fuse_elementwise) {
+            new (o) CompileOptions{optimize, plan_memory, in_place, num_threads, autocast,
+                                   strict_placement, capture, fuse_elementwise};
+          },
+          nb::arg("optimize") = true, nb::arg("plan_memory") = true, nb::arg("in_place") = true,
+          nb::arg("num_threads") = 0, nb::arg("autocast") = nb::none(),
+          nb::arg("strict_placement") = false, nb::arg("capture") = true,
+          nb::arg("fuse_elementwise") = true)
       .def_rw("optimize", &CompileOptions::optimize)
       .def_rw("plan_memory", &CompileOptions::plan_memory)
       .def_rw("in_place", &CompileOptions::in_place)
