@@ -125,11 +125,20 @@ for _name, _fn in {
     "add": kiln.add, "sub": kiln.sub, "mul": kiln.mul, "div": kiln.div, "pow": kiln.pow,
     "maximum": kiln.maximum, "minimum": kiln.minimum, "eq": kiln.equal, "ne": kiln.not_equal,
     "lt": kiln.less, "le": kiln.less_equal, "gt": kiln.greater, "ge": kiln.greater_equal,
-    "logical_and": kiln.logical_and, "logical_or": kiln.logical_or, "fmod": kiln.mod,
-    "remainder": kiln.mod,
+    "logical_and": kiln.logical_and, "logical_or": kiln.logical_or, "remainder": kiln.mod,
 }.items():
     _lowers(*[f"{_name}.{o}" for o in ("Tensor", "Scalar", "Tensor_Scalar", "Tensor_Tensor", "default", "self")])(
         _binary(_fn))
+
+
+def _true_div(a, b):
+    # PyTorch's div is true division for integers too (kiln's floors)
+    if not a.dtype.is_floating and not b.dtype.is_floating:
+        a, b = kiln.cast(a, kiln.f32), kiln.cast(b, kiln.f32)
+    return kiln.div(a, b)
+
+
+_lowers("div.Tensor", "div.Scalar")(_binary(_true_div))
 
 
 @_lowers("rsub.Scalar", "rsub.Tensor")
@@ -165,9 +174,28 @@ def _leaky_relu(ctx, x, negative_slope=0.01):
     return kiln.leaky_relu(x, negative_slope)
 
 
-@_lowers("clamp.default", "hardtanh.default", "clamp_min.default", "clamp_max.default")
-def _clamp(ctx, x, lo=None, hi=None):
+def _clip(x, lo, hi):
     return kiln.clip(x, float("-inf") if lo is None else lo, float("inf") if hi is None else hi)
+
+
+@_lowers("clamp.default")
+def _clamp(ctx, x, min=None, max=None):  # noqa: A002 - the schema's names
+    return _clip(x, min, max)
+
+
+@_lowers("hardtanh.default")
+def _hardtanh(ctx, x, min_val=-1.0, max_val=1.0):
+    return _clip(x, min_val, max_val)
+
+
+@_lowers("clamp_min.default")
+def _clamp_min(ctx, x, min):  # noqa: A002
+    return _clip(x, min, None)
+
+
+@_lowers("clamp_max.default")
+def _clamp_max(ctx, x, max):  # noqa: A002
+    return _clip(x, None, max)
 
 
 @_lowers("where.self", "where.ScalarOther", "where.ScalarSelf", "where.Scalar")
@@ -273,6 +301,54 @@ def _slice(ctx, x, dim=0, start=None, end=None, step=1):
     return kiln.slice(x, [start], [end], [step], [dim])
 
 
+@_lowers("select_backward.default")
+def _select_backward(ctx, g, input_sizes, dim, index):
+    dim = dim % len(input_sizes)
+    index = index % input_sizes[dim]
+    pads = [0] * (2 * len(input_sizes))
+    pads[2 * dim], pads[2 * dim + 1] = index, input_sizes[dim] - index - 1
+    return kiln.pad(kiln.expand_dims(g, [dim]), pads)
+
+
+@_lowers("slice_backward.default")
+def _slice_backward(ctx, g, input_sizes, dim, start, end, step):
+    dim = dim % len(input_sizes)
+    n = input_sizes[dim]
+    start = max(0, start + n if start < 0 else start)
+    if step != 1:
+        raise LoweringError("[kiln.torch] slice_backward with a step")
+    pads = [0] * (2 * len(input_sizes))
+    pads[2 * dim], pads[2 * dim + 1] = start, n - start - g.shape[dim]
+    return kiln.pad(g, pads)
+
+
+_REDUCTIONS = {0: "none", 1: "mean", 2: "sum"}
+
+
+@_lowers("nll_loss_forward.default")
+def _nll_loss(ctx, x, target, weight, reduction, ignore_index):
+    if weight is not None:
+        raise LoweringError("[kiln.torch] nll_loss with class weights")
+    red = getattr(kiln.Reduction, _REDUCTIONS[reduction])
+    out = kiln.nll(x, target, red, ignore_index)
+    valid = kiln.not_equal(target, ctx.t(ignore_index, like=target))
+    total = kiln.sum(kiln.cast(valid, x.dtype))
+    return out, total
+
+
+@_lowers("nll_loss_backward.default")
+def _nll_loss_backward(ctx, g, x, target, weight, reduction, ignore_index, total_weight):
+    if weight is not None or x.ndim != 2:
+        raise LoweringError("[kiln.torch] nll_loss backward beyond (N, C) without weights")
+    hot = kiln.one_hot(target, x.shape[1], 1, x.dtype)
+    valid = kiln.cast(kiln.not_equal(target, ctx.t(ignore_index, like=target)), x.dtype)
+    hot = kiln.mul(hot, kiln.expand_dims(valid, [1]))
+    gb = kiln.expand_dims(g, [1]) if g.ndim == 1 else g
+    if reduction == 1:
+        gb = kiln.div(gb, total_weight)
+    return kiln.neg(kiln.mul(hot, gb))
+
+
 @_lowers("sum.dim_IntList", "sum.default")
 def _sum(ctx, x, dims=None, keepdim=False, dtype=None):
     if dtype is not None:
@@ -367,7 +443,7 @@ def _empty(ctx, like):
 
 
 @_lowers("_native_batch_norm_legit_functional.default", "native_batch_norm.default",
-         "_native_batch_norm_legit.default", "_native_batch_norm_legit_no_stats.default")
+         "_native_batch_norm_legit.default")
 def _bn(ctx, x, w, b, rm, rv, training, momentum, eps):
     if not training:
         y = kiln.batch_norm(x, rm, rv, w, b, eps)
@@ -389,17 +465,27 @@ def _bn(ctx, x, w, b, rm, rv, training, momentum, eps):
     return out + (new_rm, new_rv)
 
 
+def _per_channel(t, like):
+    """A (C) tensor shaped to broadcast over axis 1 of `like`."""
+    return kiln.reshape(t, [-1] + [1] * (like.ndim - 2))
+
+
 @_lowers("native_batch_norm_backward.default")
 def _bn_backward(ctx, dy, x, w, rm, rv, save_mean, save_invstd, train, eps, output_mask):
+    axes = [0] + list(range(2, x.ndim))
     if train:
-        y, _, _ = kiln.batch_norm_train(x, w, None, eps)
+        _, mean, var = kiln.batch_norm_train(x, w, None, eps)
+        dx, dw, db = kiln.batch_norm_train_grad(dy, x, mean, var, w, eps)
     else:
-        y = kiln.batch_norm(x, rm, rv, w, None, eps)
-    wrt = [x] + ([w] if w is not None else [])
-    grads = kiln.gradients(y, wrt, dy)
-    dw = grads[1] if w is not None and output_mask[1] else None
-    db = kiln.sum(dy, [0] + list(range(2, dy.ndim))) if output_mask[2] else None
-    return grads[0] if output_mask[0] else None, dw, db
+        invstd = kiln.rsqrt(kiln.add(rv, ctx.t(eps, like=rv)))
+        scale = kiln.mul(invstd, w) if w is not None else invstd
+        dx = kiln.mul(dy, _per_channel(kiln.cast(scale, dy.dtype), dy))
+        xhat = kiln.mul(kiln.sub(x, _per_channel(kiln.cast(rm, x.dtype), x)),
+                        _per_channel(kiln.cast(invstd, x.dtype), x))
+        dw = kiln.sum(kiln.mul(dy, xhat), axes)
+        db = kiln.sum(dy, axes)
+    return (dx if output_mask[0] else None, dw if (w is not None and output_mask[1]) else None,
+            db if output_mask[2] else None)
 
 
 @_lowers("native_layer_norm.default")
@@ -642,6 +728,7 @@ class _LoweredGraph:
         ctx = _Ctx(g)
         ctx.functional_bn = True
         env: dict = {}
+        lowered = Counter()
         self.placeholders = []
         it = iter(inputs)
         for n in gm.graph.nodes:
@@ -668,7 +755,7 @@ class _LoweredGraph:
                     continue
                 out = _LOWERINGS[key](ctx, *args, **kwargs)
                 env[n] = _match_meta(ctx, n, out)
-                _stats["kiln_nodes"][key] += 1
+                lowered[key] += 1
             elif n.op == "output":
                 outs = n.args[0]
                 self.single = not isinstance(outs, (tuple, list))
@@ -691,6 +778,7 @@ class _LoweredGraph:
         self.graph = g
         self.exe = g.compile(targets, device=device) if targets else None
         self.device = device
+        _stats["kiln_nodes"].update(lowered)
 
     def __call__(self, args):
         feeds = {}
