@@ -707,8 +707,9 @@ def supported(node) -> bool:
     if node.op != "call_function":
         return True
     key = _target_key(node.target)
-    if key == "getitem":
-        return True
+    if key == "getitem":  # an item of a supported op's tuple
+        src = node.args[0]
+        return not isinstance(src, torch.fx.Node) or supported(src)
     if key not in _LOWERINGS:
         return False
     val = node.meta.get("val")
