@@ -2,6 +2,7 @@
 // kiln values, and the bind_* entry points of each source file.
 #pragma once
 
+#include <kiln/kiln.h>
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/array.h>
@@ -13,8 +14,6 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
-
-#include <kiln/kiln.h>
 
 #include <string>
 #include <vector>

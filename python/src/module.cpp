@@ -14,8 +14,7 @@ NB_MODULE(_kiln, m) {
     nb::list b;
     if (nb::hasattr(m, "Error")) b.append(m.attr("Error"));
     for (PyObject* p : bases) b.append(nb::borrow(p));
-    nb::object t = nb::module_::import_("builtins").attr("type")(
-        name, nb::tuple(b), nb::dict());
+    nb::object t = nb::module_::import_("builtins").attr("type")(name, nb::tuple(b), nb::dict());
     t.attr("__module__") = "kiln";
     m.attr(name) = t;
     return t.release();
@@ -29,11 +28,9 @@ NB_MODULE(_kiln, m) {
   static nb::handle oom = sub("OutOfMemory", {PyExc_MemoryError});
   static nb::handle device_error = sub("DeviceError", {});
   static nb::handle value_error = sub("ValueError", {PyExc_ValueError});
-  
+
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
-    auto raise = [](nb::handle t, const std::exception& e) {
-      PyErr_SetString(t.ptr(), e.what());
-    };
+    auto raise = [](nb::handle t, const std::exception& e) { PyErr_SetString(t.ptr(), e.what()); };
     try {
       std::rethrow_exception(p);
     } catch (const ShapeError& e) {
