@@ -254,6 +254,24 @@ void bind_ops(nb::module_& m) {
       nb::arg("coordinate_transformation_mode") = ResizeCoordinates::half_pixel,
       nb::arg("nearest_mode") = NearestMode::round_prefer_floor, nb::arg("antialias") = false, ka);
 
+  nb::enum_<GridSampleMode>(m, "GridSampleMode")
+      .value("linear", GridSampleMode::linear)
+      .value("nearest", GridSampleMode::nearest)
+      .value("cubic", GridSampleMode::cubic);
+  nb::enum_<GridSamplePadding>(m, "GridSamplePadding")
+      .value("zeros", GridSamplePadding::zeros)
+      .value("border", GridSamplePadding::border)
+      .value("reflection", GridSamplePadding::reflection);
+  m.def(
+      "grid_sample",
+      [](const Tensor& x, const Tensor& grid, GridSampleMode mode, GridSamplePadding padding,
+         bool align_corners) {
+        return kiln::grid_sample(x, grid, {mode, padding, align_corners});
+      },
+      nb::arg("x"), nb::arg("grid"), nb::arg("mode") = GridSampleMode::linear,
+      nb::arg("padding_mode") = GridSamplePadding::zeros, nb::arg("align_corners") = false, ka,
+      "x sampled at the normalized coordinates of grid (ONNX GridSample).");
+
   // layout, lookup and selection (transform_extra.h)
   m.def(
       "depth_to_space",

@@ -258,6 +258,34 @@ void bind_ops_nn(nb::module_& m) {
          DType t) { return kiln::stateless_normal(g, to_shape(shape), seed, mean, std, t); },
       nb::arg("graph"), nb::arg("shape"), nb::arg("seed"), nb::arg("mean") = 0.0,
       nb::arg("std") = 1.0, nb::arg("dtype") = f32, ka);
+  m.def(
+      "stateless_truncated_normal",
+      [](Graph& g, nb::handle shape, std::array<int64_t, 2> seed, double mean, double std,
+         DType t) {
+        return kiln::stateless_truncated_normal(g, to_shape(shape), seed, mean, std, t);
+      },
+      nb::arg("graph"), nb::arg("shape"), nb::arg("seed"), nb::arg("mean") = 0.0,
+      nb::arg("std") = 1.0, nb::arg("dtype") = f32, ka);
+  m.def("random_philox_state_from", &kiln::random_philox_state_from, nb::arg("graph"),
+        nb::arg("counter_low"), nb::arg("counter_high"), nb::arg("key"), ka,
+        "A state with the given counter and key as they are.");
+  m.def(
+      "random_truncated_normal",
+      [](const Tensor& s, nb::handle shape, double mean, double std, double lo, double hi,
+         DType t) {
+        return random_tuple(kiln::random_truncated_normal(s, to_shape(shape), mean, std, lo, hi, t),
+                            nb::cast(s));
+      },
+      nb::arg("state"), nb::arg("shape"), nb::arg("mean") = 0.0, nb::arg("std") = 1.0,
+      nb::arg("min") = -2.0, nb::arg("max") = 2.0, nb::arg("dtype") = f32,
+      "(values, next state): normals truncated to [min, max].");
+  m.def(
+      "random_dropout_mask",
+      [](const Tensor& s, nb::handle shape, double keep, DType t) {
+        return random_tuple(kiln::random_dropout_mask(s, to_shape(shape), keep, t), nb::cast(s));
+      },
+      nb::arg("state"), nb::arg("shape"), nb::arg("keep"), nb::arg("dtype") = f32,
+      "(mask, next state): 1/keep for kept elements, 0 for dropped ones.");
 
   // recurrent layers
   nb::enum_<RnnCell>(m, "RnnCell")

@@ -406,3 +406,25 @@ def test_errors_name_the_op_and_shapes():
     assert issubclass(kiln.UnsupportedError, NotImplementedError)
     assert issubclass(kiln.IoError, OSError) and issubclass(kiln.OutOfMemory, MemoryError)
     assert issubclass(kiln.FormatError, kiln.Error) and issubclass(kiln.DeviceError, kiln.Error)
+
+
+def test_more_random_and_grid_sample(rng):
+    g = kiln.Graph()
+    st = kiln.random_philox_state_from(g, 5, 0, 9)
+    tn, st2 = kiln.random_truncated_normal(st, [2000], 0.0, 1.0, -1.0, 1.0)
+    mask, _ = kiln.random_dropout_mask(st2, [1000], 0.8)
+    stn = kiln.stateless_truncated_normal(g, [500], [1, 2])
+    r = [a.numpy() for a in g.compile([tn, mask, stn], device="cpu").run()]
+    assert r[0].min() >= -1 and r[0].max() <= 1 and abs(r[0].mean()) < 0.1
+    assert set(np.unique(r[1])) <= {0.0, np.float32(1 / 0.8)} and 700 < (r[1] > 0).sum() < 900
+    assert np.abs(r[2]).max() < 2
+    x = rng.standard_normal((1, 2, 3, 4))
+    # the identity grid (align_corners) samples x back
+    ys, xs = np.meshgrid(np.linspace(-1, 1, 3), np.linspace(-1, 1, 4), indexing="ij")
+    grid = np.stack([xs, ys], -1)[None]
+    np.testing.assert_allclose(
+        run(lambda t, gr: kiln.grid_sample(t, gr, kiln.GridSampleMode.linear,
+                                           kiln.GridSamplePadding.zeros, True), x, grid), x, atol=1e-12)
+    for m in (kiln.GridSampleMode.nearest, kiln.GridSampleMode.cubic):
+        for p in (kiln.GridSamplePadding.border, kiln.GridSamplePadding.reflection):
+            assert run(lambda t, gr: kiln.grid_sample(t, gr, m, p), x, grid).shape == x.shape
