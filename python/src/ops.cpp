@@ -242,17 +242,27 @@ void bind_ops(nb::module_& m) {
   m.def(
       "resize",
       [](const Tensor& x, nb::handle sizes, ResizeMode mode, ResizeCoordinates coords,
-         NearestMode nearest, bool antialias) {
+         NearestMode nearest, bool antialias, double cubic_coeff_a, bool exclude_outside,
+         double extrapolation_value, std::vector<double> scales, std::vector<double> roi) {
         ResizeOptions o;
         o.mode = mode;
         o.coordinate_transformation_mode = coords;
         o.nearest_mode = nearest;
         o.antialias = antialias;
+        o.cubic_coeff_a = cubic_coeff_a;
+        o.exclude_outside = exclude_outside;
+        o.extrapolation_value = extrapolation_value;
+        o.scales = std::move(scales);
+        o.roi = std::move(roi);
         return kiln::resize(x, to_shape(sizes), o);
       },
       nb::arg("x"), nb::arg("sizes"), nb::arg("mode") = ResizeMode::nearest,
       nb::arg("coordinate_transformation_mode") = ResizeCoordinates::half_pixel,
-      nb::arg("nearest_mode") = NearestMode::round_prefer_floor, nb::arg("antialias") = false, ka);
+      nb::arg("nearest_mode") = NearestMode::round_prefer_floor, nb::arg("antialias") = false,
+      nb::arg("cubic_coeff_a") = -0.75, nb::arg("exclude_outside") = false,
+      nb::arg("extrapolation_value") = 0.0, nb::arg("scales") = std::vector<double>{},
+      nb::arg("roi") = std::vector<double>{}, ka,
+      "ONNX Resize (opset 19) of x to `sizes` (every dim).");
 
   nb::enum_<GridSampleMode>(m, "GridSampleMode")
       .value("linear", GridSampleMode::linear)

@@ -314,44 +314,88 @@ void bind_ops_nn(nb::module_& m) {
       .def_ro("h", &RnnResult::h)
       .def_ro("c", &RnnResult::c)
       .def_ro("reserve", &RnnResult::reserve);
-  auto rnn_opts = [](RnnDirection d, bool batch_first, double clip, bool linear_before_reset) {
+  nb::enum_<RnnActivationKind>(m, "RnnActivationKind")
+      .value("sigmoid", RnnActivationKind::sigmoid)
+      .value("tanh", RnnActivationKind::tanh)
+      .value("relu", RnnActivationKind::relu)
+      .value("affine", RnnActivationKind::affine)
+      .value("leaky_relu", RnnActivationKind::leaky_relu)
+      .value("thresholded_relu", RnnActivationKind::thresholded_relu)
+      .value("scaled_tanh", RnnActivationKind::scaled_tanh)
+      .value("hard_sigmoid", RnnActivationKind::hard_sigmoid)
+      .value("elu", RnnActivationKind::elu)
+      .value("softsign", RnnActivationKind::softsign)
+      .value("softplus", RnnActivationKind::softplus);
+  nb::class_<RnnActivation>(m, "RnnActivation", "A recurrent activation with ONNX's alpha/beta.")
+      .def(nb::init<>())
+      .def(
+          "__init__",
+          [](RnnActivation* a, RnnActivationKind kind, std::optional<double> alpha,
+             std::optional<double> beta) {
+            RnnActivation d = RnnActivation::of(kind);
+            new (a) RnnActivation{kind, alpha.value_or(d.alpha), beta.value_or(d.beta)};
+          },
+          nb::arg("kind"), nb::arg("alpha") = nb::none(), nb::arg("beta") = nb::none(),
+          "Without alpha/beta: ONNX's defaults for the kind.")
+      .def_rw("kind", &RnnActivation::kind)
+      .def_rw("alpha", &RnnActivation::alpha)
+      .def_rw("beta", &RnnActivation::beta);
+  struct RnnArgs {
+    RnnDirection direction;
+    bool batch_first;
+    double clip;
+    std::vector<RnnActivation> activations;
+    bool training;
+  };
+  auto rnn_opts = [](const RnnArgs& a) {
     RnnOptions o;
-    o.direction = d;
-    o.batch_first = batch_first;
-    o.clip = clip;
-    o.linear_before_reset = linear_before_reset;
+    o.direction = a.direction;
+    o.batch_first = a.batch_first;
+    o.clip = a.clip;
+    o.activations = a.activations;
+    o.training = a.training;
     return o;
   };
   m.def(
       "lstm",
       [rnn_opts](const Tensor& x, const std::vector<RnnLayerWeights>& layers, const OptT& h0,
                  const OptT& c0, const OptT& seq_lens, RnnDirection d, bool batch_first,
-                 double clip) {
-        return kiln::lstm(x, layers, h0, c0, seq_lens, rnn_opts(d, batch_first, clip, false));
+                 double clip, std::vector<RnnActivation> acts, bool input_forget, bool training) {
+        RnnOptions o = rnn_opts({d, batch_first, clip, std::move(acts), training});
+        o.input_forget = input_forget;
+        return kiln::lstm(x, layers, h0, c0, seq_lens, o);
       },
       nb::arg("x"), nb::arg("layers"), nb::arg("h0") = nb::none(), nb::arg("c0") = nb::none(),
       nb::arg("seq_lens") = nb::none(), nb::arg("direction") = RnnDirection::forward,
-      nb::arg("batch_first") = false, nb::arg("clip") = 0.0, ka);
+      nb::arg("batch_first") = false, nb::arg("clip") = 0.0,
+      nb::arg("activations") = std::vector<RnnActivation>{}, nb::arg("input_forget") = false,
+      nb::arg("training") = false, ka, "Stacked LSTM layers (include/kiln/ops/rnn.h).");
   m.def(
       "gru",
       [rnn_opts](const Tensor& x, const std::vector<RnnLayerWeights>& layers, const OptT& h0,
                  const OptT& seq_lens, RnnDirection d, bool batch_first, double clip,
-                 bool linear_before_reset) {
-        return kiln::gru(x, layers, h0, seq_lens,
-                         rnn_opts(d, batch_first, clip, linear_before_reset));
+                 bool linear_before_reset, std::vector<RnnActivation> acts, bool training) {
+        RnnOptions o = rnn_opts({d, batch_first, clip, std::move(acts), training});
+        o.linear_before_reset = linear_before_reset;
+        return kiln::gru(x, layers, h0, seq_lens, o);
       },
       nb::arg("x"), nb::arg("layers"), nb::arg("h0") = nb::none(), nb::arg("seq_lens") = nb::none(),
       nb::arg("direction") = RnnDirection::forward, nb::arg("batch_first") = false,
-      nb::arg("clip") = 0.0, nb::arg("linear_before_reset") = false, ka);
+      nb::arg("clip") = 0.0, nb::arg("linear_before_reset") = false,
+      nb::arg("activations") = std::vector<RnnActivation>{}, nb::arg("training") = false, ka,
+      "Stacked GRU layers (linear_before_reset=True is PyTorch's).");
   m.def(
       "rnn",
       [rnn_opts](const Tensor& x, const std::vector<RnnLayerWeights>& layers, const OptT& h0,
-                 const OptT& seq_lens, RnnDirection d, bool batch_first, double clip) {
-        return kiln::rnn(x, layers, h0, seq_lens, rnn_opts(d, batch_first, clip, false));
+                 const OptT& seq_lens, RnnDirection d, bool batch_first, double clip,
+                 std::vector<RnnActivation> acts, bool training) {
+        return kiln::rnn(x, layers, h0, seq_lens,
+                         rnn_opts({d, batch_first, clip, std::move(acts), training}));
       },
       nb::arg("x"), nb::arg("layers"), nb::arg("h0") = nb::none(), nb::arg("seq_lens") = nb::none(),
       nb::arg("direction") = RnnDirection::forward, nb::arg("batch_first") = false,
-      nb::arg("clip") = 0.0, ka);
+      nb::arg("clip") = 0.0, nb::arg("activations") = std::vector<RnnActivation>{},
+      nb::arg("training") = false, ka, "Stacked single-gate RNN layers.");
   m.def("torch_rnn_weights", &kiln::torch_rnn_weights, nb::arg("cell"), nb::arg("weight_ih"),
         nb::arg("weight_hh"), nb::arg("bias_ih") = std::vector<Tensor>{},
         nb::arg("bias_hh") = std::vector<Tensor>{},

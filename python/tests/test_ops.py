@@ -164,7 +164,15 @@ def test_transforms(rng):
                                      kiln.ResizeCoordinates.half_pixel,
                                      kiln.NearestMode.floor), img).shape == (1, 8, 4, 6)
     for mode in (kiln.ResizeMode.cubic,):
-        assert run(lambda t: kiln.resize(t, [1, 8, 4, 6], mode), img).shape == (1, 8, 4, 6)
+        assert run(lambda t: kiln.resize(t, [1, 8, 4, 6], mode, cubic_coeff_a=-0.5,
+                                         exclude_outside=True), img).shape == (1, 8, 4, 6)
+    # a crop far outside the input gives the extrapolation value everywhere
+    crop = run(lambda t: kiln.resize(t, [1, 8, 2, 2], kiln.ResizeMode.linear,
+                                     kiln.ResizeCoordinates.tf_crop_and_resize,
+                                     extrapolation_value=7.0,
+                                     roi=[0, 0, 5, 5, 1, 1, 6, 6]), img)
+    np.testing.assert_array_equal(crop, np.full((1, 8, 2, 2), 7.0))
+    assert run(lambda t: kiln.resize(t, [1, 8, 4, 6], scales=[1, 1, 2, 2]), img).shape == (1, 8, 4, 6)
     for c in (kiln.ResizeCoordinates.align_corners, kiln.ResizeCoordinates.asymmetric,
               kiln.ResizeCoordinates.pytorch_half_pixel, kiln.ResizeCoordinates.half_pixel_symmetric,
               kiln.ResizeCoordinates.tf_crop_and_resize):
@@ -365,6 +373,23 @@ def test_recurrent_layers(rng):
         np.testing.assert_allclose(r[4][step, :, 0], h, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(r[4], r[5], rtol=1e-6)
     assert lstm.reserve == [] and gru.c is None
+    # another activation, and a training node's reserve
+    relu = kiln.RnnActivation(kiln.RnnActivationKind.relu)
+    assert relu.kind == kiln.RnnActivationKind.relu and relu.alpha == 0 and relu.beta == 0
+    lk = kiln.RnnActivation(kiln.RnnActivationKind.leaky_relu)
+    assert abs(lk.alpha - 0.01) < 1e-12 and kiln.RnnActivation().kind == kiln.RnnActivationKind.tanh
+    rr = kiln.rnn(xt, [torch_layer], activations=[relu], training=True)
+    lt = kiln.lstm(xt, [kiln.RnnLayerWeights(w(1, 4 * H, I), w(1, 4 * H, H))], input_forget=True)
+    ry, lty = (a.numpy() for a in g.compile([rr.y, lt.y], device="cpu").run({xt: x}))
+    assert len(rr.reserve) == 1 and lty.shape == (T, B, 1, H)
+    h = np.zeros((B, H), np.float32)
+    for step in range(T):
+        h = np.maximum(x[step] @ values[wi].T + h @ values[wh].T, 0)
+        np.testing.assert_allclose(ry[step, :, 0], h, rtol=1e-5, atol=1e-6)
+    for k in ("sigmoid", "tanh", "affine", "thresholded_relu", "scaled_tanh", "hard_sigmoid", "elu",
+              "softsign", "softplus"):
+        act = kiln.RnnActivation(getattr(kiln.RnnActivationKind, k), 1.0, 0.5)
+        act.alpha, act.beta = act.alpha, act.beta
     assert kiln.RnnCell.lstm.name == "lstm" and kiln.RnnCell.gru.name == "gru"
     assert kiln.RnnDirection.forward != kiln.RnnDirection.reverse
     layer = kiln.RnnLayerWeights()
