@@ -39,6 +39,9 @@ test-release: build data
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 	@if ls tests/python/test_*.py >/dev/null 2>&1; then \
 	  KILN_BUILD_DIR=$(abspath $(BUILD)) .venv/bin/python -m pytest -q tests/python; fi
+	@if [ -d $(BUILD)/python/kiln ]; then \
+	  KILN_BUILD_DIR=$(abspath $(BUILD)) PYTHONPATH=$(abspath $(BUILD))/python \
+	  .venv/bin/python -m pytest -q -p no:cacheprovider python/tests; fi
 
 test-asan: setup
 	@cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DKILN_SANITIZE=address,undefined \

@@ -1,0 +1,68 @@
+"""kiln: build, compile and run machine-learning compute graphs on CPUs and NVIDIA GPUs.
+
+    import numpy as np, kiln
+    g = kiln.Graph()
+    x = g.placeholder([None, 4], kiln.f32, "x")
+    w = g.variable(np.random.randn(3, 4).astype(np.float32), "w")
+    y = kiln.softmax(kiln.linear(x, w))
+    exe = g.compile([y], feed_shapes={x: (8, 4)}, device="cpu")
+    probs = exe.run({x: np.ones((8, 4), np.float32)})[0].numpy()
+
+The native module (kiln._kiln) holds the bindings; this package re-exports them. See
+docs/python.md.
+"""
+from . import _kiln
+from ._kiln import *  # noqa: F401,F403
+from ._kiln import (  # noqa: F401  (names the star import leaves out)
+    __version__,
+    Error,
+    ShapeError,
+    DTypeError,
+    UnsupportedError,
+    IoError,
+    FormatError,
+    OutOfMemory,
+    DeviceError,
+    ValueError,
+)
+from . import onnx, optim  # noqa: E402
+
+f32 = DType.f32  # noqa: F405
+f16 = DType.f16  # noqa: F405
+bf16 = DType.bf16  # noqa: F405
+f64 = DType.f64  # noqa: F405
+i8 = DType.i8  # noqa: F405
+u8 = DType.u8  # noqa: F405
+i16 = DType.i16  # noqa: F405
+i32 = DType.i32  # noqa: F405
+i64 = DType.i64  # noqa: F405
+bool_ = DType.bool  # noqa: F405
+boolean = bool_
+
+cpu = Device.cpu()  # noqa: F405
+
+
+def cuda(index: int = 0) -> "Device":  # noqa: F405
+    """The CUDA device `index`."""
+    return Device.cuda(index)  # noqa: F405
+
+
+def load(path: str, device=None) -> "Executable":  # noqa: F405
+    """Loads a .kiln package (Executable.load)."""
+    return Executable.load(path, device)  # noqa: F405
+
+
+# --- Stand-ins for features bound in python/src/extensions.cpp once they land -------------------
+if not hasattr(_kiln, "load_op_library"):
+
+    def load_op_library(path: str) -> None:
+        """Loads a shared library of custom ops (kiln::load_op_library). Not bound yet."""
+        raise UnsupportedError("[load_op_library] not in this build of the Python package yet")
+
+if not hasattr(_kiln, "Profiler"):
+
+    class Profiler:
+        """Op-level timeline and Chrome-trace JSON (kiln::Profiler). Not bound yet."""
+
+        def __init__(self, *args, **kwargs):
+            raise UnsupportedError("[Profiler] not in this build of the Python package yet")

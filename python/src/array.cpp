@@ -1,0 +1,333 @@
+// DType, Device and Array; numpy (copies) and DLPack (no copy) exchange.
+#include <Python.h>
+
+#include <cstring>
+
+#include "common.h"
+
+namespace kiln::py {
+
+namespace {
+
+struct NumpyName {
+  const char* numpy;
+  DType dtype;
+};
+constexpr NumpyName kNumpyNames[] = {
+    {"float32", f32}, {"float16", f16}, {"bfloat16", bf16}, {"float64", f64}, {"int8", i8},
+    {"uint8", u8},    {"int16", i16},   {"int32", i32},     {"int64", i64},   {"bool", boolean}};
+
+nb::object numpy() { return nb::module_::import_("numpy"); }
+
+// DLPack type codes of kiln dtypes (nanobind's dlpack::dtype), and back.
+nb::dlpack::dtype dl_dtype(DType t) {
+  using nb::dlpack::dtype_code;
+  auto code = [&]() -> dtype_code {
+    switch (t) {
+      case f32:
+      case f16:
+      case f64:
+        return dtype_code::Float;
+      case bf16:
+        return dtype_code::Bfloat;
+      case u8:
+        return dtype_code::UInt;
+      case boolean:
+        return dtype_code::Bool;
+      default:
+        return dtype_code::Int;
+    }
+  }();
+  return {static_cast<uint8_t>(code), static_cast<uint8_t>(size_of(t) * 8), 1};
+}
+
+DType from_dl_dtype(nb::dlpack::dtype d) {
+  using nb::dlpack::dtype_code;
+  const auto code = static_cast<dtype_code>(d.code);
+  if (d.lanes == 1) {
+    if (code == dtype_code::Float && d.bits == 32) return f32;
+    if (code == dtype_code::Float && d.bits == 16) return f16;
+    if (code == dtype_code::Float && d.bits == 64) return f64;
+    if (code == dtype_code::Bfloat && d.bits == 16) return bf16;
+    if (code == dtype_code::Int && d.bits == 8) return i8;
+    if (code == dtype_code::Int && d.bits == 16) return i16;
+    if (code == dtype_code::Int && d.bits == 32) return i32;
+    if (code == dtype_code::Int && d.bits == 64) return i64;
+    if (code == dtype_code::UInt && d.bits == 8) return u8;
+    if (code == dtype_code::Bool && d.bits == 8) return boolean;
+  }
+  throw DTypeError("[from_dlpack] DLPack dtype (code " + std::to_string(d.code) + ", " +
+                   std::to_string(d.bits) + " bits, " + std::to_string(d.lanes) +
+                   " lanes) has no kiln dtype");
+}
+
+// The DLPack view of an array's memory, owned by a copy of the Array handle.
+nb::ndarray<nb::array_api> dl_view(const Array& a) {
+  auto* keep = new Array(a);
+  nb::capsule owner(keep, [](void* p) noexcept { delete static_cast<Array*>(p); });
+  std::vector<size_t> shape(a.shape().begin(), a.shape().end());
+  const Device d = a.device();
+  const int dev_type =
+      d.kind == Device::Kind::cuda ? nb::device::cuda::value : nb::device::cpu::value;
+  return nb::ndarray<nb::array_api>(const_cast<void*>(keep->data()), shape.size(), shape.data(),
+                                    owner, nullptr, dl_dtype(a.dtype()), dev_type, d.index);
+}
+
+// Wraps memory a DLPack exporter owns; the Storage keeps the exporter's tensor alive.
+Array from_dlpack(nb::ndarray<nb::ro> t) {
+  Shape shape(t.ndim());
+  for (size_t i = 0; i < t.ndim(); ++i) shape[i] = static_cast<int64_t>(t.shape(i));
+  const DType dtype = from_dl_dtype(t.dtype());
+  // C-contiguous (size-1 dims may carry any stride)
+  int64_t expect = 1;
+  for (int i = static_cast<int>(t.ndim()) - 1; i >= 0; --i) {
+    if (shape[i] != 1 && t.stride(i) != expect)
+      throw ValueError("[from_dlpack] the tensor of shape " + to_string(shape) +
+                       " is not C-contiguous; make it contiguous first (a copy)");
+    expect *= shape[i];
+  }
+  Device device;
+  if (t.device_type() == nb::device::cpu::value) {
+    device = Device::cpu();
+  } else if (t.device_type() == nb::device::cuda::value) {
+    device = Device::cuda(t.device_id());
+  } else {
+    throw UnsupportedError("[from_dlpack] DLPack device type " + std::to_string(t.device_type()) +
+                           " is neither CPU nor CUDA");
+  }
+  auto* holder = new nb::ndarray<nb::ro>(t);
+  auto storage = std::make_shared<Storage>();
+  storage->data = const_cast<void*>(t.data());
+  storage->bytes = t.nbytes();
+  storage->device = device;
+  storage->deleter = [holder](void*) {
+    if (!Py_IsInitialized()) return;  // the interpreter is gone: nothing left to release
+    nb::gil_scoped_acquire gil;
+    delete holder;
+  };
+  if (storage->data == nullptr) storage->deleter = [holder](void*) {};
+  return Array::adopt(storage, shape, dtype);
+}
+
+}  // namespace
+
+DType dtype_from_numpy(nb::handle np_dtype) {
+  nb::object d = numpy().attr("dtype")(np_dtype);
+  const std::string name = nb::cast<std::string>(d.attr("name"));
+  for (const auto& n : kNumpyNames)
+    if (name == n.numpy) return n.dtype;
+  throw DTypeError("[Array] numpy dtype " + name + " has no kiln dtype");
+}
+
+nb::object numpy_dtype(DType t) {
+  if (t == bf16) return nb::module_::import_("ml_dtypes").attr("bfloat16");
+  for (const auto& n : kNumpyNames)
+    if (n.dtype == t) return numpy().attr("dtype")(n.numpy);
+  KILN_ASSERT(false);
+  return {};
+}
+
+Array to_array(nb::handle value, std::optional<DType> dtype) {
+  if (nb::isinstance<Array>(value)) {
+    const Array& a = nb::cast<const Array&>(value);
+    return dtype && *dtype != a.dtype() ? a.astype(*dtype) : a;
+  }
+  nb::object np = numpy();
+  // (asarray, not ascontiguousarray, which makes 0-d arrays 1-d)
+  nb::object arr =
+      dtype ? np.attr("asarray")(value, numpy_dtype(*dtype)) : np.attr("asarray")(value);
+  const DType dt = dtype_from_numpy(arr.attr("dtype"));
+  Shape shape = nb::cast<Shape>(arr.attr("shape"));
+  arr = np.attr("ascontiguousarray")(arr);
+  nb::object bytes = arr.attr("reshape")(-1).attr("view")(np.attr("uint8"));
+  auto buf = nb::cast<nb::ndarray<nb::ro, uint8_t, nb::ndim<1>, nb::device::cpu>>(bytes);
+  return Array::from_data(buf.data(), shape, dt);
+}
+
+nb::object to_numpy(const Array& a) {
+  Array h = a.device().kind == Device::Kind::cpu ? a.copy() : a.to(Device::cpu());
+  auto* keep = new Array(h);
+  nb::capsule owner(keep, [](void* p) noexcept { delete static_cast<Array*>(p); });
+  std::vector<size_t> shape(h.shape().begin(), h.shape().end());
+  // numpy has no bf16: the bits go out as uint16 and are viewed as ml_dtypes.bfloat16
+  nb::dlpack::dtype dt = h.dtype() == bf16 ? nb::dtype<uint16_t>() : dl_dtype(h.dtype());
+  nb::ndarray<nb::numpy> nd(keep->data(), shape.size(), shape.data(), owner, nullptr, dt);
+  nb::object out = nb::cast(nd);
+  if (h.dtype() == bf16) out = out.attr("view")(numpy_dtype(bf16));
+  return out;
+}
+
+Array array_from_dlpack(nb::handle tensor) {
+  return from_dlpack(nb::cast<nb::ndarray<nb::ro>>(tensor));
+}
+
+Array to_feed(nb::handle value) {
+  if (nb::isinstance<Array>(value)) return nb::cast<Array>(value);
+  nb::object ndarray = numpy().attr("ndarray");
+  if (nb::hasattr(value, "__dlpack__") && !PyObject_IsInstance(value.ptr(), ndarray.ptr()))
+    return array_from_dlpack(value);
+  return to_array(value);
+}
+
+Shape to_shape(nb::handle seq) {
+  Shape s;
+  for (nb::handle d : seq) s.push_back(d.is_none() ? kDynamic : nb::cast<int64_t>(d));
+  return s;
+}
+
+void bind_array(nb::module_& m) {
+  nb::enum_<DType>(m, "DType", "Element types of arrays and tensors.")
+      .value("f32", f32)
+      .value("f16", f16)
+      .value("bf16", bf16)
+      .value("f64", f64)
+      .value("i8", i8)
+      .value("u8", u8)
+      .value("i16", i16)
+      .value("i32", i32)
+      .value("i64", i64)
+      .value("bool", boolean)
+      .def_prop_ro(
+          "itemsize", [](DType t) { return size_of(t); }, "Bytes per element.")
+      .def_prop_ro("is_floating", [](DType t) { return is_floating(t); })
+      .def_prop_ro("is_integer", [](DType t) { return is_integer(t); })
+      .def_prop_ro(
+          "numpy", [](DType t) { return numpy_dtype(t); },
+          "The numpy dtype (ml_dtypes.bfloat16 for bf16).");
+  m.def(
+      "dtype",
+      [](nb::handle d) -> DType {
+        if (nb::isinstance<DType>(d)) return nb::cast<DType>(d);
+        if (nb::isinstance<nb::str>(d)) {
+          const std::string s = nb::cast<std::string>(d);
+          for (const auto& n : kNumpyNames)
+            if (s == n.numpy) return n.dtype;
+          return parse_dtype(s);
+        }
+        return dtype_from_numpy(d);
+      },
+      nb::arg("value"),
+      "A kiln dtype from a DType, a short name ('f32', 'bf16', 'bool'), a numpy name or a numpy "
+      "dtype. Raises DTypeError for anything else.");
+  m.def("promote", &promote, nb::arg("a"), nb::arg("b"),
+        "The result dtype of a binary op on dtypes a and b.");
+
+  nb::enum_<Device::Kind>(m, "DeviceKind")
+      .value("cpu", Device::Kind::cpu)
+      .value("cuda", Device::Kind::cuda);
+  nb::class_<Device>(m, "Device", "A device: 'cpu' or 'cuda:N'. Strings convert implicitly.")
+      .def(nb::init<>())
+      .def(
+          "__init__", [](Device* d, const std::string& s) { new (d) Device(Device::parse(s)); },
+          nb::arg("name"))
+      .def_static("cpu", &Device::cpu)
+      .def_static("cuda", &Device::cuda, nb::arg("index") = 0)
+      .def_ro("kind", &Device::kind)
+      .def_ro("index", &Device::index)
+      .def("__str__", &Device::str)
+      .def("__repr__", [](const Device& d) { return "Device('" + d.str() + "')"; })
+      .def("__eq__", [](const Device& a, const Device& b) { return a == b; })
+      .def("__hash__", [](const Device& d) { return static_cast<int>(d.kind) * 1024 + d.index; });
+  nb::implicitly_convertible<std::string, Device>();
+  m.def("default_device", &default_device,
+        "KILN_DEVICE if set, else the first CUDA device, else the CPU.");
+  m.def("cuda_device_count", &cuda_device_count,
+        "Number of CUDA devices visible (0 without CUDA).");
+
+  nb::class_<Array>(m, "Array",
+                    "Concrete data on a device. Array(value) copies a numpy array (or anything "
+                    "numpy.asarray takes); kiln.from_dlpack shares memory instead.")
+      .def(
+          "__init__",
+          [](Array* a, nb::handle value, std::optional<DType> dtype) {
+            new (a) Array(to_array(value, dtype));
+          },
+          nb::arg("value"), nb::arg("dtype") = nb::none())
+      .def_static("empty", &Array::empty, nb::arg("shape"), nb::arg("dtype") = f32,
+                  nb::arg("device") = Device::cpu(), "An uninitialized array.")
+      .def_static("zeros", &Array::zeros, nb::arg("shape"), nb::arg("dtype") = f32,
+                  "A host array of zeros.")
+      .def_static(
+          "from_dlpack", [](nb::ndarray<nb::ro> t) { return from_dlpack(t); }, nb::arg("tensor"),
+          "An array over the memory of a DLPack tensor (numpy, PyTorch, JAX, CuPy; CPU or "
+          "CUDA), without copying; it keeps the tensor alive.")
+      .def_static("load_npy", &Array::load_npy, nb::arg("path"), "Reads a .npy file.")
+      .def("save_npy", &Array::save_npy, nb::arg("path"), "Writes a .npy file.")
+      .def_prop_ro("shape",
+                   [](const Array& a) {
+                     nb::list l;
+                     for (int64_t d : a.shape()) l.append(d);
+                     return nb::tuple(l);
+                   })
+      .def_prop_ro("dtype", &Array::dtype)
+      .def_prop_ro("device", &Array::device)
+      .def_prop_ro("ndim", &Array::rank)
+      .def_prop_ro("size", &Array::numel, "Number of elements.")
+      .def_prop_ro("nbytes", &Array::nbytes)
+      .def_prop_ro(
+          "data_ptr", [](Array& a) { return reinterpret_cast<uintptr_t>(a.data()); },
+          "Address of the first element (host or device).")
+      .def("numpy", &to_numpy, "A host copy as a numpy array (bf16 as ml_dtypes.bfloat16).")
+      .def(
+          "__array__",
+          [](const Array& a, nb::handle dtype, nb::handle copy) {
+            nb::object out = to_numpy(a);
+            return dtype.is_none() ? out : out.attr("astype")(dtype);
+          },
+          nb::arg("dtype") = nb::none(), nb::arg("copy") = nb::none())
+      .def("to", &Array::to, nb::arg("device"), nb::call_guard<nb::gil_scoped_release>(),
+           "This array on `device` (itself when already there, else a copy).")
+      .def("astype", &Array::astype, nb::arg("dtype"), "A converted copy.")
+      .def(
+          "reshape",
+          [](const Array& a, nb::handle shape) {
+            Shape s = to_shape(shape);
+            int64_t known = 1, unknown = -1;
+            for (size_t i = 0; i < s.size(); ++i) {
+              if (s[i] == kDynamic)
+                unknown = static_cast<int64_t>(i);
+              else
+                known *= s[i];
+            }
+            if (unknown >= 0 && known > 0 && a.numel() % known == 0) s[unknown] = a.numel() / known;
+            return a.reshape(s);
+          },
+          nb::arg("shape"),
+          "A view with another shape of the same element count (one dim may be -1).")
+      .def("copy", &Array::copy, "A deep copy.")
+      .def("take_rows", &Array::take_rows, nb::arg("rows"),
+           "A new array of the given rows of the first dim.")
+      .def("tolist", [](const Array& a) { return to_numpy(a).attr("tolist")(); })
+      .def("item", [](const Array& a) { return to_numpy(a).attr("item")(); })
+      .def("__len__",
+           [](const Array& a) {
+             if (a.rank() == 0) throw nb::type_error("len() of a 0-d kiln.Array");
+             return a.shape()[0];
+           })
+      .def("__repr__",
+           [](const Array& a) {
+             return "kiln.Array(shape=" + to_string(a.shape()) + ", dtype=" + name(a.dtype()) +
+                    ", device=" + a.device().str() + ")";
+           })
+      .def(
+          "__dlpack__",
+          [](const Array& a, nb::kwargs kwargs) {
+            nb::object view = nb::cast(dl_view(a));
+            return view.attr("__dlpack__")(**kwargs);
+          },
+          "DLPack export (no copy): the consumer shares this array's memory.")
+      .def("__dlpack_device__", [](const Array& a) {
+        const Device d = a.device();
+        return nb::make_tuple(d.kind == Device::Kind::cuda ? 2 : 1, d.index);
+      });
+  m.def(
+      "from_dlpack", [](nb::ndarray<nb::ro> t) { return from_dlpack(t); }, nb::arg("tensor"),
+      "A kiln.Array over a DLPack tensor's memory (no copy).");
+  m.def(
+      "asarray",
+      [](nb::handle value, std::optional<DType> dtype) { return to_array(value, dtype); },
+      nb::arg("value"), nb::arg("dtype") = nb::none(),
+      "A kiln.Array: the array itself, else a copy of numpy.asarray(value).");
+}
+
+}  // namespace kiln::py

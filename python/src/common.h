@@ -1,0 +1,54 @@
+// Shared helpers of the nanobind extension kiln._kiln: conversions between Python objects and
+// kiln values, and the bind_* entry points of each source file.
+#pragma once
+
+#include <kiln/kiln.h>
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/array.h>
+#include <nanobind/stl/function.h>
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <string>
+#include <vector>
+
+namespace kiln::py {
+
+namespace nb = nanobind;
+
+/// A kiln Array from a Python value: a kiln.Array as it is, else a copy of numpy.asarray(value)
+/// (bf16 through ml_dtypes.bfloat16); `dtype` converts on the way.
+Array to_array(nb::handle value, std::optional<DType> dtype = std::nullopt);
+/// A kiln dtype from a numpy dtype (or anything numpy.dtype() takes); DTypeError for the others.
+DType dtype_from_numpy(nb::handle np_dtype);
+/// The numpy dtype of a kiln dtype (ml_dtypes.bfloat16 for bf16).
+nb::object numpy_dtype(DType t);
+/// A host copy of `a` as a numpy array that owns its memory.
+nb::object to_numpy(const Array& a);
+/// An array over a DLPack tensor's memory (no copy).
+Array array_from_dlpack(nb::handle tensor);
+/// A run's feed: a kiln.Array as it is, a DLPack tensor (PyTorch, JAX, CuPy) without copying,
+/// anything else copied through numpy.
+Array to_feed(nb::handle value);
+/// Shapes given as sequences whose None entries mean -1 (dynamic).
+Shape to_shape(nb::handle seq);
+/// A Python list of tensors, each keeping `patient` (their graph, or an input tensor) alive.
+nb::list tensor_list(const std::vector<Tensor>& ts, nb::handle patient);
+nb::object tensor_object(const Tensor& t, nb::handle patient);
+
+void bind_array(nb::module_& m);
+void bind_graph(nb::module_& m);
+void bind_ops(nb::module_& m);
+void bind_ops_nn(nb::module_& m);
+void bind_runtime(nb::module_& m);
+void bind_train(nb::module_& m);
+void bind_onnx(nb::module_& m);
+void bind_extensions(nb::module_& m);
+
+}  // namespace kiln::py

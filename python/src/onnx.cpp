@@ -1,0 +1,127 @@
+// ONNX import (kiln.onnx).
+#include <kiln/onnx.h>
+
+#include "common.h"
+
+namespace kiln::py {
+
+namespace {
+
+onnx::ImportOptions import_options(const std::map<std::string, std::vector<int64_t>>& shapes,
+                                   nb::handle values, int64_t default_dim,
+                                   const std::string& external_data_dir) {
+  onnx::ImportOptions o;
+  for (const auto& [k, v] : shapes) o.input_shapes[k] = v;
+  if (!values.is_none())
+    for (auto [k, v] : nb::borrow<nb::dict>(values))
+      o.input_values.emplace(nb::cast<std::string>(k), to_array(v));
+  o.default_dim = default_dim;
+  o.external_data_dir = external_data_dir;
+  return o;
+}
+
+nb::list value_infos(nb::handle self, const std::vector<onnx::ValueInfo>& vs) {
+  nb::list l;
+  for (const auto& v : vs) {
+    nb::object o = nb::cast(v);
+    nb::setattr(o, "_keep", self);
+    l.append(o);
+  }
+  return l;
+}
+
+}  // namespace
+
+void bind_onnx(nb::module_& m) {
+  nb::module_ o = m.def_submodule("onnx", "ONNX import.");
+  nb::class_<onnx::ValueInfo>(o, "ValueInfo", nb::dynamic_attr(),
+                              "A graph input or output of an imported model.")
+      .def_ro("name", &onnx::ValueInfo::name)
+      .def_ro("tensor", &onnx::ValueInfo::tensor)
+      .def_ro("dtype", &onnx::ValueInfo::dtype)
+      .def_ro("shape", &onnx::ValueInfo::shape)
+      .def_ro("dim_params", &onnx::ValueInfo::dim_params)
+      .def("__repr__", [](const onnx::ValueInfo& v) {
+        return "ValueInfo('" + v.name + "', " + to_string(v.shape) + ", " + name(v.dtype) + ")";
+      });
+  nb::class_<onnx::Model>(o, "Model",
+                          "An imported model: a kiln Graph with named inputs and outputs.")
+      .def_prop_ro(
+          "graph", [](onnx::Model& md) -> Graph& { return md.graph; },
+          nb::rv_policy::reference_internal)
+      .def_prop_ro(
+          "inputs",
+          [](nb::handle self) { return value_infos(self, nb::cast<onnx::Model&>(self).inputs); })
+      .def_prop_ro(
+          "outputs",
+          [](nb::handle self) { return value_infos(self, nb::cast<onnx::Model&>(self).outputs); })
+      .def_ro("fixed_inputs", &onnx::Model::fixed_inputs)
+      .def_ro("ir_version", &onnx::Model::ir_version)
+      .def_ro("opset", &onnx::Model::opset)
+      .def_ro("producer", &onnx::Model::producer)
+      .def_ro("parameter_count", &onnx::Model::parameter_count)
+      .def_ro("parameter_bytes", &onnx::Model::parameter_bytes)
+      .def_ro("op_histogram", &onnx::Model::op_histogram)
+      .def("output_tensors",
+           [](nb::handle self) {
+             return tensor_list(nb::cast<onnx::Model&>(self).output_tensors(), self);
+           })
+      .def(
+          "feed_shapes",
+          [](nb::handle self, const std::map<std::string, std::vector<int64_t>>& by_name) {
+            nb::dict d;
+            for (auto& [t, s] : nb::cast<onnx::Model&>(self).feed_shapes(by_name))
+              d[tensor_object(t, self)] = nb::cast(s);
+            return d;
+          },
+          nb::arg("shapes") = std::map<std::string, std::vector<int64_t>>{},
+          "{input tensor: shape}, for Graph.compile's feed_shapes.")
+      .def(
+          "compile",
+          [](onnx::Model& md, std::optional<Device> device,
+             const std::map<std::string, std::vector<int64_t>>& shapes,
+             std::optional<CompileOptions> options) {
+            const Device d = device ? *device : default_device();
+            nb::gil_scoped_release release;
+            return md.graph.compile(d, md.feed_shapes(shapes), md.output_tensors(),
+                                    options.value_or(CompileOptions{}));
+          },
+          nb::arg("device") = nb::none(),
+          nb::arg("shapes") = std::map<std::string, std::vector<int64_t>>{},
+          nb::arg("options") = nb::none(), nb::keep_alive<0, 1>(),
+          "Compiles the model's outputs; run the executable with feeds by input name.");
+  o.def(
+      "load",
+      [](const std::string& path, const std::map<std::string, std::vector<int64_t>>& shapes,
+         nb::handle values, int64_t default_dim, const std::string& external_data_dir) {
+        auto opts = import_options(shapes, values, default_dim, external_data_dir);
+        nb::gil_scoped_release release;
+        return onnx::import(path, opts);
+      },
+      nb::arg("path"), nb::arg("input_shapes") = std::map<std::string, std::vector<int64_t>>{},
+      nb::arg("input_values") = nb::none(), nb::arg("default_dim") = -1,
+      nb::arg("external_data_dir") = "",
+      "Imports an ONNX model file (kiln::onnx::import). Raises UnsupportedError listing every "
+      "unsupported op.");
+  o.def(
+      "load_bytes",
+      [](nb::bytes data, const std::map<std::string, std::vector<int64_t>>& shapes,
+         nb::handle values, int64_t default_dim) {
+        auto opts = import_options(shapes, values, default_dim, "");
+        return onnx::import_bytes(data.c_str(), data.size(), opts);
+      },
+      nb::arg("data"), nb::arg("input_shapes") = std::map<std::string, std::vector<int64_t>>{},
+      nb::arg("input_values") = nb::none(), nb::arg("default_dim") = -1,
+      "Imports a serialized ModelProto.");
+  o.def(
+      "supported_ops",
+      []() {
+        std::vector<std::pair<std::string, int>> r;
+        for (const auto& s : onnx::supported_ops()) r.emplace_back(s.op_type, s.since_version);
+        return r;
+      },
+      "Every (op type, since version) the importer maps.");
+  o.def("is_supported", &onnx::is_supported, nb::arg("op_type"), nb::arg("opset"));
+}
+
+}  // namespace kiln::py

@@ -1,0 +1,342 @@
+// Ops: elementwise, reductions, transforms, constants. Names and arguments follow the C++ API
+// (include/kiln/ops/); each returns tensors of the graph of its inputs.
+#include "common.h"
+
+namespace kiln::py {
+
+namespace {
+constexpr auto ka = nb::keep_alive<0, 1>();
+// The first item of a sequence (none when empty), for results to keep alive.
+nb::object first_of(nb::handle xs) { return nb::len(xs) > 0 ? nb::object(xs[0]) : nb::none(); }
+}  // namespace
+
+#define KILN_UNARY(fn) \
+  m.def(               \
+      #fn, [](const Tensor& x) { return kiln::fn(x); }, nb::arg("x"), ka)
+#define KILN_BINARY(fn)                                                                   \
+  m.def(                                                                                  \
+      #fn, [](const Tensor& a, const Tensor& b) { return kiln::fn(a, b); }, nb::arg("a"), \
+      nb::arg("b"), ka)
+#define KILN_REDUCE(fn)                                                              \
+  m.def(                                                                             \
+      #fn,                                                                           \
+      [](const Tensor& x, std::optional<std::vector<int64_t>> axes, bool keepdims) { \
+        return kiln::fn(x, axes.value_or(Axes{}), keepdims);                         \
+      },                                                                             \
+      nb::arg("x"), nb::arg("axes") = nb::none(), nb::arg("keepdims") = false, ka)
+
+void bind_ops(nb::module_& m) {
+  // elementwise
+  KILN_BINARY(add);
+  KILN_BINARY(sub);
+  KILN_BINARY(mul);
+  KILN_BINARY(div);
+  KILN_BINARY(pow);
+  KILN_BINARY(maximum);
+  KILN_BINARY(minimum);
+  KILN_BINARY(mod);
+  KILN_UNARY(neg);
+  KILN_UNARY(abs);
+  KILN_UNARY(sign);
+  KILN_UNARY(exp);
+  KILN_UNARY(log);
+  KILN_UNARY(log1p);
+  KILN_UNARY(expm1);
+  KILN_UNARY(sqrt);
+  KILN_UNARY(rsqrt);
+  KILN_UNARY(reciprocal);
+  KILN_UNARY(sin);
+  KILN_UNARY(cos);
+  KILN_UNARY(tanh);
+  KILN_UNARY(sigmoid);
+  KILN_UNARY(relu);
+  KILN_UNARY(selu);
+  KILN_UNARY(silu);
+  KILN_UNARY(hardswish);
+  KILN_UNARY(erf);
+  KILN_UNARY(floor);
+  KILN_UNARY(ceil);
+  KILN_UNARY(round);
+  KILN_UNARY(tan);
+  KILN_UNARY(asin);
+  KILN_UNARY(acos);
+  KILN_UNARY(atan);
+  KILN_UNARY(sinh);
+  KILN_UNARY(cosh);
+  KILN_UNARY(asinh);
+  KILN_UNARY(acosh);
+  KILN_UNARY(atanh);
+  KILN_UNARY(logical_not);
+  KILN_UNARY(isnan);
+  KILN_UNARY(isinf);
+  KILN_UNARY(bitwise_not);
+  KILN_BINARY(equal);
+  KILN_BINARY(not_equal);
+  KILN_BINARY(less);
+  KILN_BINARY(less_equal);
+  KILN_BINARY(greater);
+  KILN_BINARY(greater_equal);
+  KILN_BINARY(logical_and);
+  KILN_BINARY(logical_or);
+  KILN_BINARY(logical_xor);
+  KILN_BINARY(bitwise_and);
+  KILN_BINARY(bitwise_or);
+  KILN_BINARY(bitwise_xor);
+  m.def("bit_shift", &kiln::bit_shift, nb::arg("x"), nb::arg("y"), nb::arg("left"), ka);
+  m.def("leaky_relu", &kiln::leaky_relu, nb::arg("x"), nb::arg("alpha") = 0.01, ka);
+  m.def("elu", &kiln::elu, nb::arg("x"), nb::arg("alpha") = 1.0, ka);
+  nb::enum_<GeluApprox>(m, "GeluApprox")
+      .value("none", GeluApprox::none)
+      .value("tanh", GeluApprox::tanh);
+  m.def("gelu", &kiln::gelu, nb::arg("x"), nb::arg("approximate") = GeluApprox::none, ka);
+  m.def("softplus", &kiln::softplus, nb::arg("x"), nb::arg("beta") = 1.0,
+        nb::arg("threshold") = 20.0, ka);
+  m.def("softshrink", &kiln::softshrink, nb::arg("x"), nb::arg("lambd") = 0.5, ka);
+  m.def("hardshrink", &kiln::hardshrink, nb::arg("x"), nb::arg("lambd") = 0.5, ka);
+  m.def("hardsigmoid", &kiln::hardsigmoid, nb::arg("x"), nb::arg("alpha") = 1.0 / 6.0,
+        nb::arg("beta") = 0.5, ka);
+  m.def("clip", &kiln::clip, nb::arg("x"), nb::arg("lo") = -INFINITY, nb::arg("hi") = INFINITY, ka);
+  m.def("where", &kiln::where, nb::arg("cond"), nb::arg("x"), nb::arg("y"), ka);
+  m.def("cast", &kiln::cast, nb::arg("x"), nb::arg("dtype"), ka);
+
+  // reductions
+  KILN_REDUCE(sum);
+  KILN_REDUCE(mean);
+  KILN_REDUCE(max);
+  KILN_REDUCE(min);
+  KILN_REDUCE(prod);
+  KILN_REDUCE(logsumexp);
+  KILN_REDUCE(norm_l1);
+  KILN_REDUCE(norm_l2);
+  m.def(
+      "variance",
+      [](const Tensor& x, std::optional<std::vector<int64_t>> axes, bool keepdims,
+         int64_t correction) {
+        return kiln::variance(x, axes.value_or(Axes{}), keepdims, correction);
+      },
+      nb::arg("x"), nb::arg("axes") = nb::none(), nb::arg("keepdims") = false,
+      nb::arg("correction") = 0, ka);
+  m.def("argmax", &kiln::argmax, nb::arg("x"), nb::arg("axis"), nb::arg("keepdims") = false, ka);
+  m.def("argmin", &kiln::argmin, nb::arg("x"), nb::arg("axis"), nb::arg("keepdims") = false, ka);
+  m.def("cumsum", &kiln::cumsum, nb::arg("x"), nb::arg("axis"), nb::arg("exclusive") = false,
+        nb::arg("reverse") = false, ka);
+
+  // constants
+  m.def(
+      "constant", [](Graph& g, nb::handle v) { return kiln::constant(g, to_array(v)); },
+      nb::arg("graph"), nb::arg("value"), ka);
+  m.def(
+      "full",
+      [](Graph& g, nb::handle shape, double v, DType t) {
+        return kiln::full(g, to_shape(shape), v, t);
+      },
+      nb::arg("graph"), nb::arg("shape"), nb::arg("value"), nb::arg("dtype") = f32, ka);
+  m.def(
+      "zeros",
+      [](Graph& g, nb::handle shape, DType t) { return kiln::zeros(g, to_shape(shape), t); },
+      nb::arg("graph"), nb::arg("shape"), nb::arg("dtype") = f32, ka);
+  m.def(
+      "ones", [](Graph& g, nb::handle shape, DType t) { return kiln::ones(g, to_shape(shape), t); },
+      nb::arg("graph"), nb::arg("shape"), nb::arg("dtype") = f32, ka);
+  m.def("arange", &kiln::arange, nb::arg("graph"), nb::arg("start"), nb::arg("stop"),
+        nb::arg("step") = 1.0, nb::arg("dtype") = f32, ka);
+  m.def("assign", &kiln::assign, nb::arg("variable"), nb::arg("value"), ka,
+        "Writes `value` into `variable` when a run reaches it; pass it as a target or update.");
+  m.def("scalar_like", &kiln::scalar_like, nb::arg("x"), nb::arg("value"), ka);
+
+  // transforms
+  m.def(
+      "reshape", [](const Tensor& x, nb::handle s) { return kiln::reshape(x, to_shape(s)); },
+      nb::arg("x"), nb::arg("shape"), ka);
+  m.def("transpose", &kiln::transpose, nb::arg("x"), nb::arg("perm") = std::vector<int64_t>{}, ka);
+  m.def("permute", &kiln::permute, nb::arg("x"), nb::arg("perm"), ka);
+  m.def("expand_dims", &kiln::expand_dims, nb::arg("x"), nb::arg("axes"), ka);
+  m.def("squeeze", &kiln::squeeze, nb::arg("x"), nb::arg("axes") = std::vector<int64_t>{}, ka);
+  m.def(
+      "split",
+      [](const Tensor& x, nb::handle parts, int64_t axis) {
+        nb::object xo = nb::cast(x);
+        if (nb::isinstance<nb::int_>(parts))
+          return tensor_list(kiln::split(x, nb::cast<int64_t>(parts), axis), xo);
+        return tensor_list(kiln::split(x, nb::cast<std::vector<int64_t>>(parts), axis), xo);
+      },
+      nb::arg("x"), nb::arg("parts"), nb::arg("axis") = 0,
+      "Splits into `parts` equal pieces (an int) or pieces of the given sizes (a list).");
+  m.def(
+      "stack",
+      [](nb::handle xs, int64_t axis) {
+        auto ts = nb::cast<std::vector<Tensor>>(xs);
+        return tensor_object(kiln::stack(ts, axis), first_of(xs));
+      },
+      nb::arg("xs"), nb::arg("axis") = 0);
+  m.def(
+      "concat",
+      [](nb::handle xs, int64_t axis) {
+        auto ts = nb::cast<std::vector<Tensor>>(xs);
+        return tensor_object(kiln::concat(ts, axis), first_of(xs));
+      },
+      nb::arg("xs"), nb::arg("axis") = 0);
+  m.def("slice", &kiln::slice, nb::arg("x"), nb::arg("starts"), nb::arg("stops"),
+        nb::arg("steps") = std::vector<int64_t>{}, nb::arg("axes") = std::vector<int64_t>{}, ka);
+  nb::enum_<PadKind>(m, "PadKind")
+      .value("constant", PadKind::constant)
+      .value("reflect", PadKind::reflect)
+      .value("edge", PadKind::edge);
+  m.def("pad", &kiln::pad, nb::arg("x"), nb::arg("pads"), nb::arg("kind") = PadKind::constant,
+        nb::arg("value") = 0.0, ka);
+  m.def("tile", &kiln::tile, nb::arg("x"), nb::arg("reps"), ka);
+  m.def(
+      "broadcast_to",
+      [](const Tensor& x, nb::handle s) { return kiln::broadcast_to(x, to_shape(s)); },
+      nb::arg("x"), nb::arg("shape"), ka);
+  m.def("flip", &kiln::flip, nb::arg("x"), nb::arg("axes"), ka);
+  m.def("gather", &kiln::gather, nb::arg("x"), nb::arg("indices"), nb::arg("axis") = 0, ka);
+  m.def("gather_elements", &kiln::gather_elements, nb::arg("x"), nb::arg("indices"),
+        nb::arg("axis"), ka);
+  nb::enum_<ScatterReduction>(m, "ScatterReduction")
+      .value("none", ScatterReduction::none)
+      .value("add", ScatterReduction::add)
+      .value("mul", ScatterReduction::mul)
+      .value("max", ScatterReduction::max)
+      .value("min", ScatterReduction::min);
+  m.def("scatter_elements", &kiln::scatter_elements, nb::arg("x"), nb::arg("indices"),
+        nb::arg("updates"), nb::arg("axis"), nb::arg("reduction") = ScatterReduction::none, ka);
+  m.def("gather_nd", &kiln::gather_nd, nb::arg("x"), nb::arg("indices"), nb::arg("batch_dims") = 0,
+        ka);
+  m.def("scatter_nd", &kiln::scatter_nd, nb::arg("x"), nb::arg("indices"), nb::arg("updates"),
+        nb::arg("reduction") = ScatterReduction::none, ka);
+  m.def("one_hot", &kiln::one_hot, nb::arg("indices"), nb::arg("depth"), nb::arg("axis") = -1,
+        nb::arg("dtype") = f32, nb::arg("on_value") = 1.0, nb::arg("off_value") = 0.0, ka);
+  m.def(
+      "topk",
+      [](const Tensor& x, int64_t k, int64_t axis, bool largest) {
+        auto [v, i] = kiln::topk(x, k, axis, largest);
+        nb::object xo = nb::cast(x);
+        return nb::make_tuple(tensor_object(v, xo), tensor_object(i, xo));
+      },
+      nb::arg("x"), nb::arg("k"), nb::arg("axis") = -1, nb::arg("largest") = true,
+      "(values, indices) of the k largest (or smallest) along axis.");
+  m.def("sort", &kiln::sort, nb::arg("x"), nb::arg("axis") = -1, nb::arg("descending") = false, ka);
+  m.def("argsort", &kiln::argsort, nb::arg("x"), nb::arg("axis") = -1,
+        nb::arg("descending") = false, ka);
+  m.def("coordinate_along_axis", &kiln::coordinate_along_axis, nb::arg("x"), nb::arg("axis"),
+        nb::arg("dtype") = i32, ka);
+  m.def("hamming_distance", &kiln::hamming_distance, nb::arg("a"), nb::arg("b"),
+        nb::arg("dtype") = i32, ka);
+  nb::enum_<ResizeMode>(m, "ResizeMode")
+      .value("nearest", ResizeMode::nearest)
+      .value("linear", ResizeMode::linear)
+      .value("cubic", ResizeMode::cubic);
+  nb::enum_<ResizeCoordinates>(m, "ResizeCoordinates")
+      .value("half_pixel", ResizeCoordinates::half_pixel)
+      .value("half_pixel_symmetric", ResizeCoordinates::half_pixel_symmetric)
+      .value("pytorch_half_pixel", ResizeCoordinates::pytorch_half_pixel)
+      .value("align_corners", ResizeCoordinates::align_corners)
+      .value("asymmetric", ResizeCoordinates::asymmetric)
+      .value("tf_crop_and_resize", ResizeCoordinates::tf_crop_and_resize);
+  nb::enum_<NearestMode>(m, "NearestMode")
+      .value("round_prefer_floor", NearestMode::round_prefer_floor)
+      .value("round_prefer_ceil", NearestMode::round_prefer_ceil)
+      .value("floor", NearestMode::floor)
+      .value("ceil", NearestMode::ceil);
+  m.def(
+      "resize",
+      [](const Tensor& x, nb::handle sizes, ResizeMode mode, ResizeCoordinates coords,
+         NearestMode nearest, bool antialias, double cubic_coeff_a, bool exclude_outside,
+         double extrapolation_value, std::vector<double> scales, std::vector<double> roi) {
+        ResizeOptions o;
+        o.mode = mode;
+        o.coordinate_transformation_mode = coords;
+        o.nearest_mode = nearest;
+        o.antialias = antialias;
+        o.cubic_coeff_a = cubic_coeff_a;
+        o.exclude_outside = exclude_outside;
+        o.extrapolation_value = extrapolation_value;
+        o.scales = std::move(scales);
+        o.roi = std::move(roi);
+        return kiln::resize(x, to_shape(sizes), o);
+      },
+      nb::arg("x"), nb::arg("sizes"), nb::arg("mode") = ResizeMode::nearest,
+      nb::arg("coordinate_transformation_mode") = ResizeCoordinates::half_pixel,
+      nb::arg("nearest_mode") = NearestMode::round_prefer_floor, nb::arg("antialias") = false,
+      nb::arg("cubic_coeff_a") = -0.75, nb::arg("exclude_outside") = false,
+      nb::arg("extrapolation_value") = 0.0, nb::arg("scales") = std::vector<double>{},
+      nb::arg("roi") = std::vector<double>{}, ka,
+      "ONNX Resize (opset 19) of x to `sizes` (every dim).");
+
+  nb::enum_<GridSampleMode>(m, "GridSampleMode")
+      .value("linear", GridSampleMode::linear)
+      .value("nearest", GridSampleMode::nearest)
+      .value("cubic", GridSampleMode::cubic);
+  nb::enum_<GridSamplePadding>(m, "GridSamplePadding")
+      .value("zeros", GridSamplePadding::zeros)
+      .value("border", GridSamplePadding::border)
+      .value("reflection", GridSamplePadding::reflection);
+  m.def(
+      "grid_sample",
+      [](const Tensor& x, const Tensor& grid, GridSampleMode mode, GridSamplePadding padding,
+         bool align_corners) {
+        return kiln::grid_sample(x, grid, {mode, padding, align_corners});
+      },
+      nb::arg("x"), nb::arg("grid"), nb::arg("mode") = GridSampleMode::linear,
+      nb::arg("padding_mode") = GridSamplePadding::zeros, nb::arg("align_corners") = false, ka,
+      "x sampled at the normalized coordinates of grid (ONNX GridSample).");
+
+  // layout, lookup and selection (transform_extra.h)
+  m.def(
+      "depth_to_space",
+      [](const Tensor& x, int64_t b, bool crd, bool channels_last) {
+        return kiln::depth_to_space(
+            x, b, {crd ? SpaceDepthMode::crd : SpaceDepthMode::dcr, channels_last});
+      },
+      nb::arg("x"), nb::arg("block_size"), nb::arg("crd") = false, nb::arg("channels_last") = false,
+      ka);
+  m.def(
+      "space_to_depth",
+      [](const Tensor& x, int64_t b, bool crd, bool channels_last) {
+        return kiln::space_to_depth(
+            x, b, {crd ? SpaceDepthMode::crd : SpaceDepthMode::dcr, channels_last});
+      },
+      nb::arg("x"), nb::arg("block_size"), nb::arg("crd") = false, nb::arg("channels_last") = false,
+      ka);
+  m.def("pixel_shuffle", &kiln::pixel_shuffle, nb::arg("x"), nb::arg("upscale_factor"), ka);
+  m.def("pixel_unshuffle", &kiln::pixel_unshuffle, nb::arg("x"), nb::arg("downscale_factor"), ka);
+  m.def("embedding", &kiln::embedding, nb::arg("weight"), nb::arg("indices"),
+        nb::arg("padding_idx") = nb::none(), ka);
+  m.def("embedding_grad", &kiln::embedding_grad, nb::arg("indices"), nb::arg("grad"),
+        nb::arg("num_embeddings"), nb::arg("padding_idx") = -1, ka);
+  m.def("masked_fill", &kiln::masked_fill, nb::arg("x"), nb::arg("mask"), nb::arg("value"), ka);
+  m.def("roll", &kiln::roll, nb::arg("x"), nb::arg("shifts"),
+        nb::arg("axes") = std::vector<int64_t>{}, ka);
+  m.def(
+      "non_max_suppression",
+      [](const Tensor& boxes, const Tensor& scores, int64_t max_per_class, double iou,
+         std::optional<double> score_threshold, bool center_point_box) {
+        auto [sel, count] = kiln::non_max_suppression(boxes, scores, max_per_class,
+                                                      {iou, score_threshold, center_point_box});
+        nb::object xo = nb::cast(boxes);
+        return nb::make_tuple(tensor_object(sel, xo), tensor_object(count, xo));
+      },
+      nb::arg("boxes"), nb::arg("scores"), nb::arg("max_output_boxes_per_class"),
+      nb::arg("iou_threshold") = 0.0, nb::arg("score_threshold") = nb::none(),
+      nb::arg("center_point_box") = false, "(selected, count) as ONNX NonMaxSuppression.");
+
+  // linear algebra extras
+  m.def("cholesky", &kiln::cholesky, nb::arg("a"), nb::arg("upper") = false, ka);
+  m.def(
+      "triangular_solve",
+      [](const Tensor& a, const Tensor& b, bool upper, bool left, bool transpose, bool unit) {
+        return kiln::triangular_solve(a, b, {upper, left, transpose, unit});
+      },
+      nb::arg("a"), nb::arg("b"), nb::arg("upper") = false, nb::arg("left") = true,
+      nb::arg("transpose") = false, nb::arg("unit_diagonal") = false, ka);
+  m.def(
+      "einsum",
+      [](const std::string& eq, nb::handle xs) {
+        auto ts = nb::cast<std::vector<Tensor>>(xs);
+        return tensor_object(kiln::einsum(eq, ts), first_of(xs));
+      },
+      nb::arg("equation"), nb::arg("operands"));
+}
+
+}  // namespace kiln::py

@@ -1,0 +1,70 @@
+"""kiln.onnx: import a model built with onnx.helper and compare with onnxruntime."""
+import numpy as np
+import pytest
+
+import kiln
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+
+def make_model(rng, path):
+    w = rng.standard_normal((4, 3)).astype(np.float32)
+    b = rng.standard_normal(3).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "b"], ["z"]),
+             helper.make_node("Relu", ["z"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="pytest")
+    onnx.save(model, path)
+    return w, b, model
+
+
+def test_import_compile_and_run(rng, tmp_path):
+    path = str(tmp_path / "tiny.onnx")
+    w, b, model = make_model(rng, path)
+    m = kiln.onnx.load(path, input_shapes={"x": [5, 4]})
+    assert isinstance(m, kiln.onnx.Model)
+    assert [i.name for i in m.inputs] == ["x"] and m.inputs[0].shape == [5, 4]
+    assert m.inputs[0].dim_params == ["batch", ""] and "ValueInfo" in repr(m.inputs[0])
+    assert m.outputs[0].name == "y" and m.outputs[0].dtype == kiln.f32
+    assert m.opset == 17 and m.producer.startswith("pytest") and m.ir_version > 0
+    assert m.parameter_count == 15 and m.parameter_bytes == 60 and m.fixed_inputs == []
+    assert m.op_histogram == {"MatMul": 1, "Add": 1, "Relu": 1}
+    x = rng.standard_normal((5, 4)).astype(np.float32)
+    want = np.maximum(x @ w + b, 0)
+    exe = m.compile(device="cpu")
+    np.testing.assert_allclose(exe.run({"x": x})[0].numpy(), want, rtol=1e-6)
+    # the same through the graph
+    exe2 = m.graph.compile(m.output_tensors(), feed_shapes=m.feed_shapes(), device="cpu")
+    np.testing.assert_allclose(exe2.run({m.inputs[0].tensor: x})[0].numpy(), want, rtol=1e-6)
+    # a dynamic batch fixed at compile time
+    dyn = kiln.onnx.load_bytes(model.SerializeToString())
+    assert dyn.inputs[0].shape == [-1, 4]
+    e3 = dyn.compile(device="cpu", shapes={"x": [2, 4]})
+    np.testing.assert_allclose(e3.run({"x": x[:2]})[0].numpy(), want[:2], rtol=1e-6)
+    try:
+        import onnxruntime as ort
+
+        sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        np.testing.assert_allclose(exe.run({"x": x})[0].numpy(), sess.run(None, {"x": x})[0], rtol=1e-5)
+    except ImportError:
+        pass
+
+
+def test_support_table_and_errors(tmp_path):
+    ops = kiln.onnx.supported_ops()
+    assert ("Relu", 14) in ops or any(o == "Relu" for o, _ in ops)
+    assert kiln.onnx.is_supported("Conv", 17) and not kiln.onnx.is_supported("NoSuchOp", 17)
+    node = helper.make_node("NoSuchOp", ["x"], ["y"])
+    graph = helper.make_graph([node], "bad", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(kiln.UnsupportedError, match="NoSuchOp"):
+        kiln.onnx.load_bytes(model.SerializeToString())
+    with pytest.raises(kiln.FormatError):
+        kiln.onnx.load_bytes(b"not a model")
+    with pytest.raises(kiln.IoError):
+        kiln.onnx.load(str(tmp_path / "missing.onnx"), input_values={}, default_dim=-1, external_data_dir="")

@@ -1,0 +1,144 @@
+"""Executables, queues, events, asynchronous runs and packages through the bindings."""
+import threading
+
+import numpy as np
+import pytest
+
+import kiln
+from conftest import cuda_available
+
+
+def small_model(rng):
+    g = kiln.Graph()
+    x = g.placeholder([-1, 4], kiln.f32, "x")
+    w = g.variable(rng.standard_normal((3, 4)).astype(np.float32), "w")
+    y = kiln.relu(kiln.linear(x, w))
+    return g, x, w, y
+
+
+def test_compile_and_inspect(rng):
+    g, x, w, y = small_model(rng)
+    opts = kiln.CompileOptions(optimize=True, plan_memory=False, num_threads=1)
+    assert not opts.plan_memory and opts.in_place and opts.capture and opts.fuse_elementwise
+    opts.strict_placement = True
+    opts.autocast = None
+    exe = g.compile([y], feed_shapes={x: (5, 4)}, device="cpu", options=opts)
+    assert exe.device == kiln.cpu and exe.num_steps >= 1 and exe.peak_intermediate_bytes >= 0
+    assert [(i.name, tuple(i.shape), i.dtype) for i in exe.inputs()] == [("x", (5, 4), kiln.f32)]
+    assert exe.outputs()[0].shape == [5, 3] and "IoInfo" in repr(exe.inputs()[0])
+    steps = exe.placement()
+    assert steps and all(s.backend == "cpu" and s.fallback_reason == "" for s in steps)
+    assert steps[0].op and steps[0].node >= 0
+    assert "cpu" in exe.report() and exe.dump()
+    assert exe.replayed_runs == 0 and isinstance(exe.capture_status, str)
+    xv = rng.standard_normal((5, 4)).astype(np.float32)
+    want = np.maximum(xv @ g.read_variable(w).numpy().T, 0)
+    np.testing.assert_allclose(exe.run({x: xv})[0].numpy(), want, rtol=1e-6)
+    np.testing.assert_allclose(exe.run({"x": xv})[0].numpy(), want, rtol=1e-6)
+    np.testing.assert_allclose(exe({x: kiln.Array(xv)})[0].numpy(), want, rtol=1e-6)
+    np.testing.assert_allclose(exe.run({x: kiln.from_dlpack(xv)})[0].numpy(), want, rtol=1e-6)
+    with pytest.raises(kiln.ShapeError, match="placeholder 'x'"):
+        exe.run({x: np.zeros((6, 4), np.float32)})
+    with pytest.raises(kiln.DTypeError):
+        exe.run({x: np.zeros((5, 4), np.float64)})
+    assert exe.variable_names() == ["w"]
+    exe.write_variable("w", np.ones((3, 4), np.float32))
+    np.testing.assert_array_equal(exe.read_variable("w").numpy(), np.ones((3, 4)))
+
+
+def test_packages_round_trip(rng, tmp_path):
+    g, x, w, y = small_model(rng)
+    exe = g.compile([y], feed_shapes={x: (2, 4)}, device="cpu")
+    path = str(tmp_path / "m.kiln")
+    exe.save(path, producer="pytest", source_hash="abc", output_names=["probs"])
+    xv = rng.standard_normal((2, 4)).astype(np.float32)
+    want = exe.run({x: xv})[0].numpy()
+    loaded = kiln.Executable.load(path, "cpu")
+    info = loaded.package_info
+    assert info.producer == "pytest" and info.source_hash == "abc" and info.compiled_for == "cpu"
+    assert info.path == path and info.kiln_version == kiln.__version__ and info.format_version >= 1
+    assert not info.replanned and loaded.outputs()[0].name == "probs"
+    np.testing.assert_array_equal(loaded.run({"x": xv})[0].numpy(), want)
+    with open(path, "rb") as f:
+        data = f.read()
+    np.testing.assert_array_equal(kiln.Executable.load_bytes(data, "cpu").run({"x": xv})[0].numpy(), want)
+    np.testing.assert_array_equal(kiln.load(path, "cpu").run({"x": xv})[0].numpy(), want)
+    with pytest.raises(kiln.FormatError):
+        kiln.Executable.load_bytes(data[:100], "cpu")
+    with pytest.raises(kiln.IoError):
+        kiln.Executable.load(str(tmp_path / "missing.kiln"), "cpu", verify_weights=True, strict=False)
+
+
+def test_run_async_queues_events_and_futures(rng):
+    g = kiln.Graph()
+    x = g.placeholder([3], kiln.f32, "x")
+    exe = g.compile([x * 2], device="cpu")
+    q1, q2 = kiln.Queue("cpu"), kiln.Queue(kiln.cpu)
+    assert q1.device == kiln.cpu and q1.native_handle == 0
+    ev = kiln.Event()
+    assert ev.value == 0 and ev == ev
+    xv = rng.standard_normal(3).astype(np.float32)
+    # the second run waits for the event that the host signals later
+    f2 = exe.run_async(q2, {x: xv}, wait_events=[(ev, 1)], signal_events=[(ev, 2, kiln.Stage.completed)])
+    assert not f2.done()
+    assert not ev.wait(2, timeout=0.05)
+    ev.signal(1)
+    np.testing.assert_allclose(f2.result(timeout=30)[0].numpy(), xv * 2)
+    assert ev.wait(2, timeout=30) and ev.value == 2
+    f1 = exe.run_async(q1, {"x": xv}, signal_events=[(ev, 3, kiln.Stage.scheduled)])
+    np.testing.assert_allclose(f1.result()[0].numpy(), xv * 2)
+    ev.wait(3)
+    # host work on a queue runs in order, on a kiln thread, with the GIL
+    seen = []
+    q1.submit(lambda: seen.append(threading.current_thread() is not threading.main_thread()))
+    q1.wait()
+    assert seen == [True]
+    # notify calls back once the value is reached
+    done = threading.Event()
+    got = []
+    ev.notify(4, lambda err: (got.append(err), done.set()))
+    ev.signal(4)
+    assert done.wait(30) and got == [None]
+    # a failing run reports its error through the future
+    bad = g.compile([kiln.gather(x, g.placeholder([1], kiln.i64, "i"))], device="cpu")
+    fut = bad.run_async(q1, {x: xv, "i": np.array([7])})
+    with pytest.raises(kiln.ValueError):
+        fut.result()
+
+
+@pytest.mark.skipif(not cuda_available(), reason="no CUDA device")
+def test_cuda_executable(rng):
+    g, x, w, y = small_model(rng)
+    exe = g.compile([y], feed_shapes={x: (5, 4)}, device="cuda:0")
+    xv = rng.standard_normal((5, 4)).astype(np.float32)
+    out = exe.run({x: xv})[0]
+    assert out.device == kiln.cuda(0)
+    want = np.maximum(xv @ g.read_variable(w).numpy().T, 0)
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-6)
+    q = kiln.Queue("cuda:0")
+    assert q.native_handle != 0
+    np.testing.assert_allclose(exe.run_async(q, {x: xv}).result()[0].numpy(), want, rtol=1e-5, atol=1e-6)
+
+
+def test_result_types(rng, tmp_path):
+    g, x, w, y = small_model(rng)
+    assert isinstance(y, kiln.Tensor) and isinstance(y.dtype, kiln.DType)
+    exe = g.compile([y], feed_shapes={x: (1, 4)}, device="cpu")
+    assert all(isinstance(s, kiln.StepInfo) for s in exe.placement())
+    fut = exe.run_async(kiln.Queue(), {x: np.ones((1, 4), np.float32)})
+    assert isinstance(fut, kiln.Future)
+    fut.result()
+    exe.save(str(tmp_path / "p.kiln"))
+    assert isinstance(kiln.load(str(tmp_path / "p.kiln"), "cpu").package_info, kiln.PackageInfo)
+    assert exe.package_info is None
+    h = g.placeholder([2, 3], kiln.f32)
+    r = kiln.lstm(kiln.expand_dims(h, [0]), [kiln.RnnLayerWeights(g.constant(np.ones((1, 8, 3), np.float32)),
+                                                                   g.constant(np.ones((1, 8, 2), np.float32)))])
+    assert isinstance(r, kiln.RnnResult)
+    idx = g.constant(np.zeros((2, 3), np.int64))
+    s = kiln.scatter_elements(h, idx, h, 0, kiln.ScatterReduction.add)
+    out = g.compile([s], device="cpu").run({h: np.ones((2, 3), np.float32)})[0].numpy()
+    np.testing.assert_array_equal(out, [[3, 3, 3], [1, 1, 1]])
+    for red in (kiln.ScatterReduction.mul, kiln.ScatterReduction.max, kiln.ScatterReduction.min,
+                kiln.ScatterReduction.none):
+        assert red.name
