@@ -20,6 +20,11 @@ for b in "$BUILD"/bench/kiln_bench_*; do [[ -x "$b" && "$b" != *_mpi ]] && cp "$
 [ -x "$BUILD/bench/package/kiln_bench_package" ] && cp "$BUILD/bench/package/kiln_bench_package" "$stage/bench/"
 cp "$BUILD"/kiln_example_* "$stage/" 2>/dev/null || true
 cp "$BUILD/libkiln.so" "$stage/lib/"
+# the Python package (built for the venv's Python), for the PyTorch bridge tests there
+if [ -d "$BUILD/python/kiln" ]; then
+  cp -r "$BUILD/python" "$stage/python"
+  strip "$stage"/python/kiln/_kiln*.so 2>/dev/null || true
+fi
 strip "$stage"/kiln* "$stage"/tests/* "$stage"/bench/* "$stage/lib/libkiln.so" 2>/dev/null || true
 cp -r "$BUILD/data" "$stage/data"
 # shared libraries from Debian that the GPU machine lacks (CUDA's own come from its Python env)

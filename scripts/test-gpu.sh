@@ -22,7 +22,7 @@ step() {  # name, command...
   local t0=$SECONDS
   if timeout 900 "$@" >"$LOGS/$name.log" 2>&1; then r=pass; else r="FAIL($?)"; fi
   local tail_line
-  tail_line=$(grep -E '^\[  PASSED  \]|^\[  FAILED  \]|tests? ran|ERROR SUMMARY|backend_ops:|demo done|^pass: |^fail: ' "$LOGS/$name.log" | tr '\n' ' ' | cut -c1-150)
+  tail_line=$(grep -E '^\[  PASSED  \]|^\[  FAILED  \]|tests? ran|ERROR SUMMARY|backend_ops:|demo done|^pass: |^fail: | passed| failed' "$LOGS/$name.log" | tr '\n' ' ' | cut -c1-150)
   summary+=("$(printf '%-28s %-9s %4ss  %s' "$name" "$r" $((SECONDS - t0)) "$tail_line")")
 }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$LOGS/gpu.txt" 2>&1
@@ -49,6 +49,12 @@ if [ -x "$B/tests/kiln_onnx_conformance" ]; then
     --rtol 1e-4 --atol 1e-5 --device cuda -v
   [ -n "${MODELS_DIR:-}" ] && step onnx-more-models-cuda "$B/tests/kiln_onnx_conformance" \
     --data "$MODELS_DIR" --rtol 1e-4 --atol 1e-5 --device cuda -v
+fi
+# the Python package on the GPU: DLPack with PyTorch CUDA tensors, the torch.compile backend
+if [ -d "$B/python/kiln" ]; then
+  step python-torch env PYTHONPATH="$B/python" KILN_BUILD_DIR=/none python3 -m pytest -q -rs \
+    -p no:cacheprovider python/tests/test_torch.py python/tests/test_array.py \
+    python/tests/test_runtime.py
 fi
 step demo-cuda "$B/kiln" demo --device cuda --data "$B/data" --checkpoint "$LOGS/demo.ckpt"
 step demo-cpu "$B/kiln" demo --device cpu --data "$B/data" --checkpoint "$LOGS/demo-cpu.ckpt"
