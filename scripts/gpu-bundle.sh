@@ -21,8 +21,10 @@ for b in "$BUILD"/bench/kiln_bench_*; do [[ -x "$b" && "$b" != *_mpi ]] && cp "$
 cp "$BUILD"/kiln_example_* "$stage/" 2>/dev/null || true
 cp "$BUILD/libkiln.so" "$stage/lib/"
 # the Python package (built for the venv's Python), for the PyTorch bridge tests there
+# (BUNDLE_PYTHON=path/to/python3.X adds a module for that Python, the GPU machine's)
 if [ -d "$BUILD/python/kiln" ]; then
   cp -r "$BUILD/python" "$stage/python"
+  [ -n "${BUNDLE_PYTHON:-}" ] && scripts/python-module.sh "$BUNDLE_PYTHON" "$BUILD" "$stage/python"
   strip "$stage"/python/kiln/_kiln*.so 2>/dev/null || true
 fi
 strip "$stage"/kiln* "$stage"/tests/* "$stage"/bench/* "$stage/lib/libkiln.so" 2>/dev/null || true
