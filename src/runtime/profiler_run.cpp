@@ -1,10 +1,25 @@
 #include "runtime/profiler_run.h"
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 
 #include "core/device_backend.h"
 
 namespace kiln::prof {
+
+namespace {
+// Timing events of finished runs, kept for the next ones (creating one per op would add to
+// the host time between ops, and so to the idle gaps the profile shows).
+struct EventPool {
+  std::mutex mu;
+  std::map<std::pair<DeviceBackend*, int>, std::vector<void*>> free;
+};
+EventPool& event_pool() {
+  static auto* p = new EventPool();  // never destroyed: backends outlive nothing at exit
+  return *p;
+}
+}  // namespace
 
 std::shared_ptr<RunProfile> RunProfile::begin(Device device, DeviceBackend* b, void* stream) {
   if (!on()) return nullptr;
@@ -23,12 +38,25 @@ std::shared_ptr<RunProfile> RunProfile::begin(Device device, DeviceBackend* b, v
 }
 
 RunProfile::~RunProfile() {
-  if (b_)
-    for (auto& m : marks_) b_->destroy_event(device_.index, m.event);
+  if (!b_ || marks_.empty()) return;
+  auto& pool = event_pool();
+  std::lock_guard<std::mutex> l(pool.mu);
+  auto& list = pool.free[{b_, device_.index}];
+  for (auto& m : marks_) list.push_back(m.event);
 }
 
 int RunProfile::mark() {
-  void* e = b_->create_timing_event(device_.index);
+  void* e = nullptr;
+  {
+    auto& pool = event_pool();
+    std::lock_guard<std::mutex> l(pool.mu);
+    auto& list = pool.free[{b_, device_.index}];
+    if (!list.empty()) {
+      e = list.back();
+      list.pop_back();
+    }
+  }
+  if (!e) e = b_->create_timing_event(device_.index);
   b_->record_event(device_.index, e, stream_);
   marks_.push_back({e, now_ns()});
   return static_cast<int>(marks_.size()) - 1;

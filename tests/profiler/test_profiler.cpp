@@ -1,6 +1,7 @@
 // The profiler on the CPU and on a stand-in device backend (host clock timing events): spans of
 // every op, fallbacks with their reason and copies, idle gaps, compile phases, queue waits and
 // signals, the trace-event format, and the off switch.
+#include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -318,6 +319,28 @@ TEST(Profiler, NamesAreEscapedInTheTrace) {
   EXPECT_EQ(events_of(j, "op")[0]["name"], s.name);
   const std::string html = p.html();
   EXPECT_EQ(html.find("</script>\""), std::string::npos);
+}
+
+TEST(Profiler, TraceCheckCatchesOverlapsAndNegativeTimes) {
+  Profile p;
+  auto add = [&](const char* name, double start, double dur) {
+    ProfileSpan s;
+    s.name = name;
+    s.process = "cuda:0";
+    s.track = "stream 1";
+    s.start_us = start;
+    s.dur_us = dur;
+    p.spans.push_back(s);
+  };
+  add("outer", 0, 10);
+  add("inner", 2, 3);
+  add("next", 10, 5);
+  check_trace(p.chrome_trace());  // nested and sequential: fine
+  add("straddles", 12, 10);
+  EXPECT_NONFATAL_FAILURE(check_trace(p.chrome_trace()), "overlaps");
+  std::string text = Profile{{p.spans[0]}}.chrome_trace();
+  text.replace(text.find("\"dur\":10.000"), 12, "\"dur\":-1.000");
+  EXPECT_NONFATAL_FAILURE(check_trace(text), "dur");
 }
 
 }  // namespace

@@ -87,12 +87,14 @@ TEST(ProfilerGpu, ForcedFallbackShowsReasonCopiesAndIdleGap) {
   // every device op of every run on the device track
   const size_t device_steps = exe.num_steps() - 1;
   EXPECT_EQ(spans_of(p, SpanKind::op).size(), 3 * device_steps);
-  const auto gaps = p.idle_gaps(10);
-  ASSERT_GE(gaps.size(), 3u) << p.summary();
-  for (size_t i = 0; i < 3; ++i)
-    EXPECT_NE(gaps[i].cause.find("softshrink %" + std::to_string(node) + " on the cpu"),
-              std::string::npos)
-        << gaps[i].cause;
+  // one gap a run while the host runs softshrink
+  std::set<int64_t> runs_with_gap;
+  for (auto& gap : p.idle_gaps(10))
+    if (gap.cause.find("softshrink %" + std::to_string(node) + " on the cpu") != std::string::npos) {
+      EXPECT_EQ(gap.process, "cuda:0");
+      runs_with_gap.insert(gap.run);
+    }
+  EXPECT_EQ(runs_with_gap.size(), 3u) << p.summary();
   const auto j = check_trace(p.chrome_trace());
   EXPECT_EQ(events_of(j, "fallback").size(), 3u);
   EXPECT_NE(p.summary().find("softshrink"), std::string::npos);
