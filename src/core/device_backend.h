@@ -95,8 +95,8 @@ class DeviceBackend {
   virtual void launch_graph(int device, void* graph, void* stream) {}
   virtual void destroy_graph(int device, void* graph) {}
 
-  // Timing events (KILN_STEP_TIMES=device, the profiler): recorded on a stream without waiting; the device
-  // time between two of them once both have completed.
+  // Timing events (KILN_STEP_TIMES=device, the profiler): recorded on a stream without waiting;
+  // the device time between two of them once both have completed.
   virtual void* create_timing_event(int device) { return nullptr; }
   virtual void record_event(int device, void* event, void* stream) {}
   virtual double elapsed_ms(int device, void* start, void* end) { return 0; }

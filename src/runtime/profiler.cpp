@@ -15,15 +15,24 @@ namespace kiln {
 
 const char* span_kind_name(SpanKind k) {
   switch (k) {
-    case SpanKind::op: return "op";
-    case SpanKind::encode: return "encode";
-    case SpanKind::copy: return "copy";
-    case SpanKind::fallback: return "fallback";
-    case SpanKind::compile: return "compile";
-    case SpanKind::alloc: return "alloc";
-    case SpanKind::wait: return "wait";
-    case SpanKind::signal: return "signal";
-    case SpanKind::run: return "run";
+    case SpanKind::op:
+      return "op";
+    case SpanKind::encode:
+      return "encode";
+    case SpanKind::copy:
+      return "copy";
+    case SpanKind::fallback:
+      return "fallback";
+    case SpanKind::compile:
+      return "compile";
+    case SpanKind::alloc:
+      return "alloc";
+    case SpanKind::wait:
+      return "wait";
+    case SpanKind::signal:
+      return "signal";
+    case SpanKind::run:
+      return "run";
   }
   return "?";
 }
@@ -103,8 +112,8 @@ void name_stream(void* stream, const std::string& name) {
   r.streams[stream] = name;
 }
 
-void instant(SpanKind kind, std::string name, std::string process, std::string track,
-             int64_t bytes, std::string detail) {
+void instant(SpanKind kind, std::string name, std::string process, std::string track, int64_t bytes,
+             std::string detail) {
   if (!on()) return;
   ProfileSpan s;
   s.kind = kind;

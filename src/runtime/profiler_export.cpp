@@ -19,14 +19,26 @@ std::string json_escape(const std::string& s) {
   o.reserve(s.size() + 2);
   for (char c : s) {
     switch (c) {
-      case '"': o += "\\\""; break;
-      case '\\': o += "\\\\"; break;
-      case '\n': o += "\\n"; break;
-      case '\t': o += "\\t"; break;
-      case '\r': o += "\\r"; break;
+      case '"':
+        o += "\\\"";
+        break;
+      case '\\':
+        o += "\\\\";
+        break;
+      case '\n':
+        o += "\\n";
+        break;
+      case '\t':
+        o += "\\t";
+        break;
+      case '\r':
+        o += "\\r";
+        break;
       default:
-        if (static_cast<unsigned char>(c) < 0x20) o += fmt::format("\\u{:04x}", c);
-        else o += c;
+        if (static_cast<unsigned char>(c) < 0x20)
+          o += fmt::format("\\u{:04x}", c);
+        else
+          o += c;
     }
   }
   return o;
@@ -36,10 +48,17 @@ std::string html_escape(const std::string& s) {
   std::string o;
   for (char c : s) {
     switch (c) {
-      case '<': o += "&lt;"; break;
-      case '>': o += "&gt;"; break;
-      case '&': o += "&amp;"; break;
-      default: o += c;
+      case '<':
+        o += "&lt;";
+        break;
+      case '>':
+        o += "&gt;";
+        break;
+      case '&':
+        o += "&amp;";
+        break;
+      default:
+        o += c;
     }
   }
   return o;
@@ -80,7 +99,8 @@ struct Ids {
 
 std::string Profile::chrome_trace() const {
   Ids ids(spans);
-  std::string o = "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"generator\":\"kiln\"},\"traceEvents\":[\n";
+  std::string o =
+      "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"generator\":\"kiln\"},\"traceEvents\":[\n";
   bool first = true;
   auto sep = [&] {
     if (!first) o += ",\n";
@@ -89,16 +109,19 @@ std::string Profile::chrome_trace() const {
   for (size_t i = 0; i < ids.process_order.size(); ++i) {
     const std::string& p = ids.process_order[i];
     sep();
-    o += fmt::format(R"({{"ph":"M","name":"process_name","pid":{},"tid":0,"args":{{"name":"{}"}}}})",
-                     ids.pid[p], json_escape(p));
+    o +=
+        fmt::format(R"({{"ph":"M","name":"process_name","pid":{},"tid":0,"args":{{"name":"{}"}}}})",
+                    ids.pid[p], json_escape(p));
     sep();
-    o += fmt::format(R"({{"ph":"M","name":"process_sort_index","pid":{},"tid":0,"args":{{"sort_index":{}}}}})",
-                     ids.pid[p], i);
+    o += fmt::format(
+        R"({{"ph":"M","name":"process_sort_index","pid":{},"tid":0,"args":{{"sort_index":{}}}}})",
+        ids.pid[p], i);
   }
   for (auto& [key, t] : ids.tid) {
     sep();
-    o += fmt::format(R"({{"ph":"M","name":"thread_name","pid":{},"tid":{},"args":{{"name":"{}"}}}})",
-                     ids.pid[key.first], t, json_escape(key.second));
+    o +=
+        fmt::format(R"({{"ph":"M","name":"thread_name","pid":{},"tid":{},"args":{{"name":"{}"}}}})",
+                    ids.pid[key.first], t, json_escape(key.second));
   }
   for (auto& s : spans) {
     sep();
@@ -223,11 +246,12 @@ std::string Profile::summary(double gap_us) const {
         ++allocs;
         alloc_bytes += s.bytes;
         break;
-      default: break;
+      default:
+        break;
     }
   }
-  std::string o = fmt::format("kiln profile: {} runs, {:.3f} ms from first to last span", runs.size(),
-                              (last - first) / 1000.0);
+  std::string o = fmt::format("kiln profile: {} runs, {:.3f} ms from first to last span",
+                              runs.size(), (last - first) / 1000.0);
   if (compile_us > 0) o += fmt::format(", {:.3f} ms compiling", compile_us / 1000.0);
   o += "\n\ntop ops by total time (device time on a GPU, host time on the CPU):\n";
   std::vector<std::pair<double, std::string>> rows;
@@ -251,7 +275,8 @@ std::string Profile::summary(double gap_us) const {
     o += fmt::format("  {} %{}: {} runs, {:.3f} ms on the host; {}\n", r.op, r.node, r.count,
                      r.us / 1000.0, r.reason);
   if (allocs)
-    o += fmt::format("\ndevice memory reserved: {} allocations, {}\n", allocs, bytes_str(alloc_bytes));
+    o += fmt::format("\ndevice memory reserved: {} allocations, {}\n", allocs,
+                     bytes_str(alloc_bytes));
   const auto gaps = idle_gaps(gap_us);
   double gap_total = 0;
   for (auto& g : gaps) gap_total += g.dur_us;
@@ -388,12 +413,14 @@ std::string Profile::html() const {
   data += "],\"gaps\":[";
   const auto gaps = idle_gaps();
   for (size_t i = 0; i < gaps.size(); ++i)
-    data += fmt::format(R"({}{{"process":"{}","track":"{}","start":{:.3f},"dur":{:.3f},"cause":"{}"}})",
-                        i ? "," : "", json_escape(gaps[i].process), json_escape(gaps[i].track),
-                        gaps[i].start_us, gaps[i].dur_us, json_escape(gaps[i].cause));
+    data +=
+        fmt::format(R"({}{{"process":"{}","track":"{}","start":{:.3f},"dur":{:.3f},"cause":"{}"}})",
+                    i ? "," : "", json_escape(gaps[i].process), json_escape(gaps[i].track),
+                    gaps[i].start_us, gaps[i].dur_us, json_escape(gaps[i].cause));
   data += "]}";
   // inside <script>, "</" would end the element
-  for (size_t p = 0; (p = data.find("</", p)) != std::string::npos; p += 3) data.replace(p, 2, "<\\/");
+  for (size_t p = 0; (p = data.find("</", p)) != std::string::npos; p += 3)
+    data.replace(p, 2, "<\\/");
   std::string o = kHtmlHead;
   o += html_escape(summary());
   o += "</pre>\n<script id=\"profile-data\" type=\"application/json\">";

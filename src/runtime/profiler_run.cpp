@@ -64,8 +64,8 @@ int RunProfile::mark() {
 
 void RunProfile::copy(int from, const char* direction, size_t bytes) {
   const int to = mark();
-  device_spans_.push_back({SpanKind::copy, direction, from, to, step_, node_,
-                           static_cast<int64_t>(bytes), direction});
+  device_spans_.push_back(
+      {SpanKind::copy, direction, from, to, step_, node_, static_cast<int64_t>(bytes), direction});
 }
 
 void RunProfile::step_begin(int32_t step, int32_t node, const char* name,
@@ -144,8 +144,8 @@ void RunProfile::finish() {
   std::vector<int64_t> since(marks_.size(), 0);
   int64_t offset = marks_[0].host_ns;
   for (size_t i = 1; i < marks_.size(); ++i) {
-    since[i] = static_cast<int64_t>(b_->elapsed_ms(device_.index, marks_[0].event,
-                                                    marks_[i].event) * 1e6);
+    since[i] =
+        static_cast<int64_t>(b_->elapsed_ms(device_.index, marks_[0].event, marks_[i].event) * 1e6);
     since[i] = std::max(since[i], since[i - 1]);
     offset = std::max(offset, marks_[i].host_ns - since[i]);
   }

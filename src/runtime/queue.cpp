@@ -92,7 +92,8 @@ void EventState::add_pending(uint64_t v, DeviceBackend& b, int device, void* str
   if (e) b.destroy_event(device, e);
   if (prof::on())
     prof::instant(SpanKind::signal, "signal event", fmt::format("cuda:{}", device),
-                  prof::stream_track(stream), 0, fmt::format("value {} once the device gets here", v));
+                  prof::stream_track(stream), 0,
+                  fmt::format("value {} once the device gets here", v));
   cv.notify_all();  // GPU queues waiting for v can chain on the device now
 }
 
@@ -265,9 +266,10 @@ void Queue::Impl::drain_device() {
 }
 
 void Queue::Impl::wait_event(const Event& event, uint64_t value) {
-  prof::HostScope span(SpanKind::wait, "wait event", prof::on() ? fmt::format("value {}", value) : "");
-  if (backend) event.state()->device_wait(value, *backend, device.index, stream);
-  else event.state()->host_wait(value);
+  if (!backend) return event.state()->host_wait(value);  // a span of its own
+  prof::HostScope span(SpanKind::wait, "wait event",
+                       prof::on() ? fmt::format("value {}", value) : "");
+  event.state()->device_wait(value, *backend, device.index, stream);
 }
 
 Queue::Queue(Device device) : impl_(std::make_unique<Impl>()) {

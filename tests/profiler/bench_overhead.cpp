@@ -47,8 +47,9 @@ int main(int argc, char** argv) {
       const auto t0 = std::chrono::steady_clock::now();
       auto out = exe.run({{x, xv}});
       out[0].to(Device::cpu());
-      t.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
-                      .count() / kOps);
+      t.push_back(
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
+          kOps);
     }
     return median(t);
   };

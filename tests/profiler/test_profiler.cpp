@@ -113,7 +113,8 @@ TEST(Profiler, FallbackShowsItsReasonBothCopiesAndTheIdleGap) {
 
   auto copies = spans_of(p, SpanKind::copy);
   ASSERT_EQ(copies.size(), 2u);
-  std::sort(copies.begin(), copies.end(), [](auto* a, auto* c) { return a->start_us < c->start_us; });
+  std::sort(copies.begin(), copies.end(),
+            [](auto* a, auto* c) { return a->start_us < c->start_us; });
   EXPECT_EQ(copies[0]->detail, "D2H");
   EXPECT_EQ(copies[1]->detail, "H2D");
   for (auto* c : copies) {
@@ -215,8 +216,8 @@ TEST(Profiler, CpuRunRecordsEveryOpAndCompilePhase) {
   }
   ASSERT_TRUE(whole);
   EXPECT_EQ(whole->detail, "for cpu");
-  for (const char* phase : {"specialize_shapes", "constant_folding", "cse", "dce", "placement",
-                            "plan_memory"})
+  for (const char* phase :
+       {"specialize_shapes", "constant_folding", "cse", "dce", "placement", "plan_memory"})
     EXPECT_TRUE(phases.count(phase)) << phase;
   for (auto* c : compile) {
     EXPECT_GE(c->start_us, whole->start_us - 1e-6) << c->name;
@@ -241,7 +242,8 @@ TEST(Profiler, OffRecordsNothingAndStartStopAreChecked) {
   EXPECT_TRUE(p.spans.empty());
   EXPECT_FALSE(Profiler::active());
   expect_error<ValueError>([] { Profiler::stop(); }, {"[profiler]", "not on"});
-  expect_error<IoError>([&] { p.save("/nonexistent-dir/x/trace.json"); }, {"[profiler]", "trace.json"});
+  expect_error<IoError>([&] { p.save("/nonexistent-dir/x/trace.json"); },
+                        {"[profiler]", "trace.json"});
 }
 
 TEST(Profiler, ScopeWritesTheTraceOrTheReport) {

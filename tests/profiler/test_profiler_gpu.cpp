@@ -90,7 +90,8 @@ TEST(ProfilerGpu, ForcedFallbackShowsReasonCopiesAndIdleGap) {
   // one gap a run while the host runs softshrink
   std::set<int64_t> runs_with_gap;
   for (auto& gap : p.idle_gaps(10))
-    if (gap.cause.find("softshrink %" + std::to_string(node) + " on the cpu") != std::string::npos) {
+    if (gap.cause.find("softshrink %" + std::to_string(node) + " on the cpu") !=
+        std::string::npos) {
       EXPECT_EQ(gap.process, "cuda:0");
       runs_with_gap.insert(gap.run);
     }

@@ -29,8 +29,9 @@ std::string read_file(const fs::path& p) {
 struct TempDir {
   fs::path path;
   TempDir() {
-    path = fs::temp_directory_path() / ("kiln_profiler_" + std::to_string(std::rand()) + "_" +
-                                        std::to_string(::testing::UnitTest::GetInstance()->random_seed()));
+    path = fs::temp_directory_path() /
+           ("kiln_profiler_" + std::to_string(std::rand()) + "_" +
+            std::to_string(::testing::UnitTest::GetInstance()->random_seed()));
     fs::create_directories(path);
   }
   ~TempDir() { fs::remove_all(path); }
@@ -50,8 +51,8 @@ TEST(ProfilerReport, ChromiumDrawsEveryOp) {
   auto x = g.placeholder({64, 32}, f32, "x");
   auto w = g.variable(random_array({32, 32}, f32), "w");
   auto out = sigmoid(matmul(x, w));
-  auto exe = g.compile(Device::cpu(), {}, {out},
-                       CompileOptions{.optimize = false});  // one kernel per op
+  auto exe =
+      g.compile(Device::cpu(), {}, {out}, CompileOptions{.optimize = false});  // one kernel per op
   Profiler::start();
   exe.run({{x, random_array({64, 32}, f32)}});
   const Profile p = Profiler::stop();
@@ -80,17 +81,20 @@ TEST(ProfilerReport, ChromiumDrawsEveryOp) {
 }
 
 #ifdef KILN_CLI
-const std::string kModel = std::string(KILN_TEST_DATA_DIR) + "/onnx_models/resnet_small_torchscript/model.onnx";
+const std::string kModel =
+    std::string(KILN_TEST_DATA_DIR) + "/onnx_models/resnet_small_torchscript/model.onnx";
 
 TEST(ProfilerReport, ProfileCommandWritesTraceAndReport) {
   TempDir dir;
   const fs::path trace = dir.path / "t.json", html = dir.path / "t.html", log = dir.path / "log";
-  ASSERT_EQ(shell(std::string(KILN_CLI) + " profile '" + kModel + "' --device cpu --runs 2 --trace '" +
-                  trace.string() + "' --html '" + html.string() + "' > '" + log.string() + "' 2>&1"),
-            0)
+  ASSERT_EQ(
+      shell(std::string(KILN_CLI) + " profile '" + kModel + "' --device cpu --runs 2 --trace '" +
+            trace.string() + "' --html '" + html.string() + "' > '" + log.string() + "' 2>&1"),
+      0)
       << read_file(log);
   const std::string out = read_file(log);
-  for (const char* part : {"top ops by total time", "conv (cpu)", "cpu fallbacks:", "GPU idle gaps"})
+  for (const char* part :
+       {"top ops by total time", "conv (cpu)", "cpu fallbacks:", "GPU idle gaps"})
     EXPECT_NE(out.find(part), std::string::npos) << part << "\n" << out;
   auto j = check_trace(read_file(trace));
   std::set<int64_t> runs;
@@ -99,19 +103,20 @@ TEST(ProfilerReport, ProfileCommandWritesTraceAndReport) {
   EXPECT_FALSE(events_of(j, "compile").empty());
   EXPECT_EQ(read_file(html).rfind("<!doctype html>", 0), 0u);
   // bad options are errors naming the option
-  EXPECT_NE(shell(std::string(KILN_CLI) + " profile '" + kModel + "' --device cpu --cpu-op nope > '" +
-                  log.string() + "' 2>&1"),
+  EXPECT_NE(shell(std::string(KILN_CLI) + " profile '" + kModel +
+                  "' --device cpu --cpu-op nope > '" + log.string() + "' 2>&1"),
             0);
-  EXPECT_NE(read_file(log).find("--cpu-op: no op named 'nope'"), std::string::npos) << read_file(log);
+  EXPECT_NE(read_file(log).find("--cpu-op: no op named 'nope'"), std::string::npos)
+      << read_file(log);
 }
 
 TEST(ProfilerReport, EnvironmentVariableProfilesTheProcess) {
   TempDir dir;
   const fs::path trace = dir.path / "env.json", log = dir.path / "log";
-  ASSERT_EQ(shell("KILN_PROFILE='" + trace.string() + "' " + std::string(KILN_CLI) + " run '" +
-                  kModel + "' --device cpu -o '" + dir.path.string() + "' > '" + log.string() +
-                  "' 2>&1"),
-            0)
+  ASSERT_EQ(
+      shell("KILN_PROFILE='" + trace.string() + "' " + std::string(KILN_CLI) + " run '" + kModel +
+            "' --device cpu -o '" + dir.path.string() + "' > '" + log.string() + "' 2>&1"),
+      0)
       << read_file(log);
   EXPECT_NE(read_file(log).find("[profile] wrote"), std::string::npos) << read_file(log);
   auto j = check_trace(read_file(trace));
