@@ -42,11 +42,11 @@ struct ProfileSpan {
   std::string track;    // "thread 1", "queue 2", "stream 1", "allocator"
   double start_us = 0;
   double dur_us = 0;
-  int64_t run = -1;     // which run (numbered from 0 in the profile); -1 outside runs
-  int32_t step = -1;    // the step of the run
-  int32_t node = -1;    // the program node (%N in Executable::dump)
-  int64_t bytes = 0;    // copies and allocations
-  std::string detail;   // fallback reason, copy direction, event value, "algorithm search", ...
+  int64_t run = -1;    // which run (numbered from 0 in the profile); -1 outside runs
+  int32_t step = -1;   // the step of the run
+  int32_t node = -1;   // the program node (%N in Executable::dump)
+  int64_t bytes = 0;   // copies and allocations
+  std::string detail;  // fallback reason, copy direction, event value, "algorithm search", ...
 };
 
 /// A GPU idle gap: nothing ran on a device track between two spans of one run.

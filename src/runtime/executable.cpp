@@ -759,19 +759,16 @@ std::vector<Array> run_device(ExecutableImpl& x, const std::vector<const Array*>
       ++calls;
     }
   }
-  if (!prof)
-    return end_run(std::move(lease), std::move(outputs),
-                   [feeds = std::move(feeds)](int32_t ph) { return feeds[ph]; }, deferred);
-  // the device spans are read once the stream has passed the run
-  prof->encoded();
+  if (prof) prof->encoded();
   auto result = end_run(std::move(lease), std::move(outputs),
                         [feeds = std::move(feeds)](int32_t ph) { return feeds[ph]; }, deferred);
-  if (deferred)
+  // a profile's device spans are read once the stream has passed the run
+  if (prof && deferred)
     *deferred = [prof, finish = std::move(*deferred)]() mutable {
       prof->finish();
       return finish();
     };
-  else
+  else if (prof)
     prof->finish();
   return result;
 }

@@ -231,6 +231,10 @@ std::string Profile::summary(double gap_us) const {
         break;
       }
       case SpanKind::fallback: {
+        auto& op = ops[s.name + " [cpu fallback]"];
+        op.us += s.dur_us;
+        ++op.calls;
+        op.where = "host";
         auto& r = fallbacks[{s.node, s.name}];
         r.op = s.name;
         r.reason = s.detail;
@@ -253,7 +257,7 @@ std::string Profile::summary(double gap_us) const {
   std::string o = fmt::format("kiln profile: {} runs, {:.3f} ms from first to last span",
                               runs.size(), (last - first) / 1000.0);
   if (compile_us > 0) o += fmt::format(", {:.3f} ms compiling", compile_us / 1000.0);
-  o += "\n\ntop ops by total time (device time on a GPU, host time on the CPU):\n";
+  o += "\n\ntop ops by total time (device time on a GPU, host time on the CPU and of fallbacks):\n";
   std::vector<std::pair<double, std::string>> rows;
   for (auto& [name, r] : ops) rows.emplace_back(r.us, name);
   std::sort(rows.rbegin(), rows.rend());

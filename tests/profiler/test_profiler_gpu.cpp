@@ -3,6 +3,8 @@
 // gap it causes, run_async on a queue's track, allocator growth. Skipped without a GPU.
 #include <gtest/gtest.h>
 
+#include <iostream>
+#include <map>
 #include <set>
 
 #include "core/op_id.h"
@@ -98,6 +100,7 @@ TEST(ProfilerGpu, ForcedFallbackShowsReasonCopiesAndIdleGap) {
   EXPECT_EQ(runs_with_gap.size(), 3u) << p.summary();
   const auto j = check_trace(p.chrome_trace());
   EXPECT_EQ(events_of(j, "fallback").size(), 3u);
+  std::cout << p.summary();  // for the log: the gaps and what they cost
   EXPECT_NE(p.summary().find("softshrink"), std::string::npos);
 }
 

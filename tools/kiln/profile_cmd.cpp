@@ -30,7 +30,8 @@ void profile_model(const ProfileOptions& o) {
   if (o.runs < 1) throw ValueError("[profile] --runs must be at least 1");
   if (o.warmup < 0) throw ValueError("[profile] --warmup must not be negative");
   if (!o.html.empty() && (o.html.size() < 5 || o.html.compare(o.html.size() - 5, 5, ".html") != 0))
-    throw ValueError(fmt::format("[profile] --html takes a path ending in .html, got '{}'", o.html));
+    throw ValueError(
+        fmt::format("[profile] --html takes a path ending in .html, got '{}'", o.html));
   // ops forced onto the CPU: their CUDA kernels are dropped for this process
   for (const std::string& op : o.cpu_ops) {
     OpId id{};
@@ -85,8 +86,9 @@ void profile_model(const ProfileOptions& o) {
 void add_profile_command(CLI::App& app) {
   auto o = std::make_shared<ProfileOptions>();
   auto* cmd = app.add_subcommand(
-      "profile", "Profile an ONNX model or a kiln package: op times, copies, CPU fallbacks, "
-                 "GPU idle gaps; Chrome trace and HTML report");
+      "profile",
+      "Profile an ONNX model or a kiln package: op times, copies, CPU fallbacks, "
+      "GPU idle gaps; Chrome trace and HTML report");
   cmd->add_option("model", o->model, "ONNX model (.onnx) or kiln package (.kiln)")->required();
   cmd->add_option("--trace", o->trace,
                   "Write the Chrome trace-event JSON here (Perfetto, chrome://tracing)");
