@@ -55,7 +55,26 @@ TEST(ProfilerReport, ChromiumDrawsEveryOp) {
       g.compile(Device::cpu(), {}, {out}, CompileOptions{.optimize = false});  // one kernel per op
   Profiler::start();
   exe.run({{x, random_array({64, 32}, f32)}});
-  const Profile p = Profiler::stop();
+  Profile p = Profiler::stop();
+  const size_t cpu_spans = p.spans.size();
+  // and a device run whose stream idles between the copies around a fallback
+  auto add = [&](SpanKind kind, const char* name, const char* process, double start, double dur) {
+    ProfileSpan s;
+    s.kind = kind;
+    s.name = name;
+    s.process = process;
+    s.track = process == std::string("host") ? "thread 9" : "stream 1";
+    s.start_us = start;
+    s.dur_us = dur;
+    s.run = 99;
+    s.step = 0;
+    s.node = 5;
+    p.spans.push_back(s);
+  };
+  add(SpanKind::copy, "D2H", "cuda:0", 10, 5);
+  add(SpanKind::fallback, "softshrink", "host", 12, 200);
+  add(SpanKind::copy, "H2D", "cuda:0", 215, 5);
+  ASSERT_EQ(p.idle_gaps().size(), 1u);
   const fs::path html = dir.path / "report.html", dom = dir.path / "dom.html";
   p.save(html.string());
   ASSERT_EQ(shell("chromium --headless --no-sandbox --disable-gpu --no-first-run "
@@ -72,7 +91,9 @@ TEST(ProfilerReport, ChromiumDrawsEveryOp) {
     ++groups;
     if ((*it)[1] == "op") drawn_ops.insert((*it)[2]);
   }
-  EXPECT_EQ(groups, p.spans.size());
+  EXPECT_EQ(groups, cpu_spans + 3);
+  EXPECT_NE(text.find("class=\"gap\""), std::string::npos);
+  EXPECT_NE(text.find("softshrink %5 on the cpu"), std::string::npos);
   std::multiset<std::string> want;
   for (auto& s : exe.placement()) want.insert(s.op);
   EXPECT_EQ(drawn_ops, want);
