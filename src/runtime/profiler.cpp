@@ -76,6 +76,24 @@ double to_us(int64_t ns) {
   return static_cast<double>(ns - r.t0) / 1000.0;
 }
 
+int64_t start_ns() {
+  Recorder& r = recorder();
+  std::lock_guard<std::mutex> l(r.mu);
+  return r.t0;
+}
+
+void add_all(std::vector<ProfileSpan>& spans, uint64_t session) {
+  Recorder& r = recorder();
+  std::lock_guard<std::mutex> l(r.mu);
+  if (!on() || session != r.session) return;
+  for (auto& s : spans) {
+    s.start_us = std::max(0.0, s.start_us);
+    s.dur_us = std::max(0.0, s.dur_us);
+    r.spans.push_back(std::move(s));
+  }
+  spans.clear();
+}
+
 void add(ProfileSpan span, uint64_t session) {
   Recorder& r = recorder();
   std::lock_guard<std::mutex> l(r.mu);

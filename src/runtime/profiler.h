@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kiln/profiler.h"
 
@@ -21,8 +22,12 @@ int64_t now_ns();
 uint64_t session();
 /// Microseconds since the current recording started.
 double to_us(int64_t ns);
+/// When the current recording started (steady-clock ns): times are microseconds since then.
+int64_t start_ns();
 /// Adds a span (times already in microseconds since the start) to recording `session`.
 void add(ProfileSpan span, uint64_t session);
+/// Adds spans, moved out of `spans`, at once.
+void add_all(std::vector<ProfileSpan>& spans, uint64_t session);
 /// A fresh run number.
 int64_t next_run();
 

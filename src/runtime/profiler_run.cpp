@@ -28,6 +28,7 @@ std::shared_ptr<RunProfile> RunProfile::begin(Device device, DeviceBackend* b, v
   p->b_ = b;
   p->stream_ = stream;
   p->session_ = session();
+  p->t0_ = start_ns();
   p->run_ = next_run();
   p->process_ = device.str();
   p->host_track_ = thread_track();
@@ -91,20 +92,20 @@ void RunProfile::step_end() {
   s.run = run_;
   s.step = step_;
   s.node = node_;
-  s.start_us = to_us(step_t0_);
+  s.start_us = us(step_t0_);
   s.dur_us = static_cast<double>(t1 - step_t0_) / 1000.0;
   if (!b_) {  // a CPU executable: the kernel ran on this thread
     s.kind = SpanKind::op;
     s.process = process_;
     s.track = host_track_;
-    add(std::move(s), session_);
+    host_.push_back(std::move(s));
   } else if (reason_) {  // a fallback: the host ran it, between its copies
     b_->range_pop();
     s.kind = SpanKind::fallback;
     s.process = "host";
     s.track = host_track_;
     s.detail = *reason_;
-    add(std::move(s), session_);
+    host_.push_back(std::move(s));
   } else {
     const int to = mark();
     std::string detail;
@@ -114,7 +115,7 @@ void RunProfile::step_end() {
     s.kind = SpanKind::encode;
     s.process = "host";
     s.track = host_track_;
-    add(std::move(s), session_);
+    host_.push_back(std::move(s));
   }
   step_ = node_ = -1;
   name_ = nullptr;
@@ -130,9 +131,10 @@ void RunProfile::encoded() {
   s.process = "host";
   s.track = host_track_;
   s.run = run_;
-  s.start_us = to_us(run_t0_);
+  s.start_us = us(run_t0_);
   s.dur_us = static_cast<double>(now_ns() - run_t0_) / 1000.0;
-  add(std::move(s), session_);
+  host_.insert(host_.begin(), std::move(s));
+  add_all(host_, session_);
 }
 
 void RunProfile::finish() {
@@ -149,8 +151,10 @@ void RunProfile::finish() {
     since[i] = std::max(since[i], since[i - 1]);
     offset = std::max(offset, marks_[i].host_ns - since[i]);
   }
+  std::vector<ProfileSpan> spans;
+  spans.reserve(device_spans_.size());
   for (auto& d : device_spans_) {
-    ProfileSpan s;
+    ProfileSpan& s = spans.emplace_back();
     s.kind = d.kind;
     s.name = d.name;
     s.process = process_;
@@ -160,10 +164,10 @@ void RunProfile::finish() {
     s.node = d.node;
     s.bytes = d.bytes;
     s.detail = std::move(d.detail);
-    s.start_us = to_us(offset + since[d.from]);
+    s.start_us = us(offset + since[d.from]);
     s.dur_us = static_cast<double>(since[d.to] - since[d.from]) / 1000.0;
-    add(std::move(s), session_);
   }
+  add_all(spans, session_);
 }
 
 }  // namespace kiln::prof

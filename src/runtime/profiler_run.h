@@ -41,6 +41,7 @@ class RunProfile {
 
  private:
   RunProfile() = default;
+  double us(int64_t ns) const { return static_cast<double>(ns - t0_) / 1000.0; }
   struct Mark {
     void* event;
     int64_t host_ns;  // when it was recorded: the device reaches it no earlier
@@ -57,6 +58,8 @@ class RunProfile {
   DeviceBackend* b_ = nullptr;
   void* stream_ = nullptr;
   uint64_t session_ = 0;
+  int64_t t0_ = 0;  // the recording's start (steady ns)
+  std::vector<ProfileSpan> host_;  // added at once when the run is enqueued
   int64_t run_ = -1;
   std::string process_, host_track_, device_track_;
   int64_t run_t0_ = 0;
