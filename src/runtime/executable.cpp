@@ -274,7 +274,8 @@ std::vector<Array> run_impl(ExecutableImpl& x, const std::vector<const Array*>& 
     std::vector<TensorView> in, out;
     in.reserve(n.inputs.size());
     for (auto v : n.inputs) in.push_back(view(v));
-    for (size_t o = 0; o < n.outputs.size(); ++o) out.push_back(view({st.node, static_cast<int32_t>(o)}));
+    for (size_t o = 0; o < n.outputs.size(); ++o)
+      out.push_back(view({st.node, static_cast<int32_t>(o)}));
     run_kernel(*st.kernel, n, in, out, x.pool);
   };
   // the profiler off: one test per run, and the loop has none

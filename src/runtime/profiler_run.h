@@ -58,7 +58,7 @@ class RunProfile {
   DeviceBackend* b_ = nullptr;
   void* stream_ = nullptr;
   uint64_t session_ = 0;
-  int64_t t0_ = 0;  // the recording's start (steady ns)
+  int64_t t0_ = 0;                 // the recording's start (steady ns)
   std::vector<ProfileSpan> host_;  // added at once when the run is enqueued
   int64_t run_ = -1;
   std::string process_, host_track_, device_track_;
