@@ -48,7 +48,8 @@ void profile_model(const ProfileOptions& o) {
   args.package = o.package;
   const Device device = pick_device(o.device);
 
-  ProfileScope scope;  // compile (or load) and the runs
+  if (Profiler::active()) Profiler::stop();  // KILN_PROFILE: this command writes its own
+  ProfileScope scope;                        // compile (or load) and the runs
   const PreparedModel model = prepare_model(o.model, args, device);
   const auto feeds = complete_inputs(model, args.inputs, o.seed);
   const auto run = model.bind(feeds);
