@@ -54,7 +54,8 @@ struct IdleGap {
   std::string process, track;
   double start_us = 0, dur_us = 0;
   int64_t run = -1;
-  std::string cause;  // "Softshrink %7 on the cpu (no cuda kernel)", "host encoding of Add %3"
+  // "softshrink %7 on the cpu (no cuda kernel)", or "waiting for the host to enqueue add %3"
+  std::string cause;
 };
 
 /// What the profiler recorded between start and stop.
