@@ -208,7 +208,7 @@ std::string Profile::summary(double gap_us) const {
     double us = 0;
   };
   std::map<std::pair<int32_t, std::string>, FallbackRow> fallbacks;
-  double compile_us = 0;
+  double compile_us = 0, search_us = 0;
   int64_t allocs = 0, alloc_bytes = 0;
   for (auto& s : spans) {
     if (s.run >= 0) runs.insert(s.run);
@@ -245,6 +245,7 @@ std::string Profile::summary(double gap_us) const {
       }
       case SpanKind::compile:
         if (s.name.rfind("compile", 0) == 0) compile_us += s.dur_us;
+        if (s.name == "algorithm search") search_us += s.dur_us;
         break;
       case SpanKind::alloc:
         ++allocs;
@@ -257,6 +258,7 @@ std::string Profile::summary(double gap_us) const {
   std::string o = fmt::format("kiln profile: {} runs, {:.3f} ms from first to last span",
                               runs.size(), (last - first) / 1000.0);
   if (compile_us > 0) o += fmt::format(", {:.3f} ms compiling", compile_us / 1000.0);
+  if (search_us > 0) o += fmt::format(", {:.3f} ms searching algorithms", search_us / 1000.0);
   o += "\n\ntop ops by total time (device time on a GPU, host time on the CPU and of fallbacks):\n";
   std::vector<std::pair<double, std::string>> rows;
   for (auto& [name, r] : ops) rows.emplace_back(r.us, name);

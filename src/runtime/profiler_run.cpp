@@ -115,6 +115,13 @@ void RunProfile::step_end() {
     s.kind = SpanKind::encode;
     s.process = "host";
     s.track = host_track_;
+    if (!detail.empty()) {  // the library measured algorithms while the op was enqueued
+      ProfileSpan search = s;
+      search.kind = SpanKind::compile;
+      search.name = "algorithm search";
+      search.detail = name_;
+      host_.push_back(std::move(search));
+    }
     host_.push_back(std::move(s));
   }
   step_ = node_ = -1;

@@ -57,6 +57,8 @@ class HostClockBackend final : public DeviceBackend {
   void destroy_event(int, void* e) override { delete static_cast<int64_t*>(e); }
   void range_push(const char* name) override { ranges.emplace_back(name); }
   void range_pop() override { ranges.emplace_back("/"); }
+  int64_t measured = 0;  // algorithm searches so far
+  TuningStats tuning_stats() override { return {measured, 0, 0}; }
 };
 
 std::vector<const ProfileSpan*> spans_of(const Profile& p, SpanKind kind) {
@@ -91,6 +93,7 @@ Profile simulated_fallback_run(HostClockBackend& b, int64_t host_us, size_t byte
   run->step_end();
   run->step_begin(2, 5, "add", nullptr);
   spin_us(5);
+  ++b.measured;  // as if the library searched for an algorithm
   run->step_end();
   run->encoded();
   run->finish();
@@ -132,7 +135,16 @@ TEST(Profiler, FallbackShowsItsReasonBothCopiesAndTheIdleGap) {
   EXPECT_GE(ops[0]->dur_us, 20);
   EXPECT_LE(ops[0]->start_us + ops[0]->dur_us, copies[0]->start_us + 1e-6);
   EXPECT_LE(copies[1]->start_us + copies[1]->dur_us, ops[1]->start_us + 1e-6);
-  EXPECT_EQ(spans_of(p, SpanKind::encode).size(), 2u);
+  EXPECT_EQ(ops[0]->detail, "");
+  EXPECT_EQ(ops[1]->detail, "algorithm search");
+  auto encodes = spans_of(p, SpanKind::encode);
+  ASSERT_EQ(encodes.size(), 2u);
+  auto searches = spans_of(p, SpanKind::compile);
+  ASSERT_EQ(searches.size(), 1u);  // while add was enqueued
+  EXPECT_EQ(searches[0]->name, "algorithm search");
+  EXPECT_EQ(searches[0]->detail, "add");
+  EXPECT_EQ(searches[0]->start_us, encodes[1]->start_us);
+  EXPECT_EQ(searches[0]->dur_us, encodes[1]->dur_us);
   EXPECT_EQ(spans_of(p, SpanKind::run).size(), 1u);
   // NVTX ranges named after the ops
   EXPECT_EQ(b.ranges, (std::vector<std::string>{"matmul", "/", "softshrink", "/", "add", "/"}));
@@ -147,7 +159,7 @@ TEST(Profiler, FallbackShowsItsReasonBothCopiesAndTheIdleGap) {
 
   const std::string summary = p.summary();
   for (const char* part : {"matmul", "add", "D2H", "H2D", "softshrink %4", "no cuda kernel",
-                           "GPU idle gaps >= 10 us within runs: "})
+                           "GPU idle gaps >= 10 us within runs: ", "ms searching algorithms"})
     EXPECT_NE(summary.find(part), std::string::npos) << part << "\n" << summary;
 
   const auto j = check_trace(p.chrome_trace());
