@@ -309,7 +309,6 @@ TEST(Profiler, QueueWaitsAndSignalsAreOnTheQueueTrack) {
     if (s->track.find("queue") == 0) wait = s;
   ASSERT_TRUE(wait);
   EXPECT_EQ(wait->detail, "value 1");
-  EXPECT_GE(wait->dur_us, 500);  // it waited for the signal
   std::set<std::string> signaled;
   for (auto* s : spans_of(p, SpanKind::signal)) signaled.insert(s->detail);
   EXPECT_TRUE(signaled.count("value 1"));
