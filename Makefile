@@ -28,7 +28,7 @@ data: setup
 	@.venv/bin/python scripts/digits.py $(BUILD)/data
 
 demo: build data
-	$(BUILD)/kiln demo --data $(BUILD)/data --checkpoint $(BUILD)/demo.ckpt
+	$(BUILD)/kiln demo --data $(BUILD)/data --checkpoint $(BUILD)/demo.ckpt --trace $(BUILD)/demo-trace.json
 
 # Everything: the release build's tests (C++ and Python), the C++ suite under ASan+UBSan, the
 # queue and event tests under ThreadSanitizer, and a minute each of fuzzing the ONNX importer and

@@ -13,6 +13,7 @@ PACKAGES=(
   clang-14 libclang-rt-14-dev
   libopenmpi-dev openmpi-bin
   python3 python3-venv python3-pip python3-dev
+  chromium
 )
 
 missing=()

@@ -95,12 +95,16 @@ class DeviceBackend {
   virtual void launch_graph(int device, void* graph, void* stream) {}
   virtual void destroy_graph(int device, void* graph) {}
 
-  // Timing events (KILN_STEP_TIMES=device): recorded on a stream without waiting; the device
-  // time between two of them once both have completed.
+  // Timing events (KILN_STEP_TIMES=device, the profiler): recorded on a stream without waiting;
+  // the device time between two of them once both have completed.
   virtual void* create_timing_event(int device) { return nullptr; }
   virtual void record_event(int device, void* event, void* stream) {}
   virtual double elapsed_ms(int device, void* start, void* end) { return 0; }
   virtual void destroy_event(int device, void* event) {}
+  /// Named ranges for external tools (NVTX on CUDA, so Nsight shows kiln's ops): pushed and
+  /// popped on the calling thread while the profiler is on.
+  virtual void range_push(const char* name) {}
+  virtual void range_pop() {}
 
   // Ordering between streams and with the host (Event, Queue): an event without timing, recorded
   // on a stream with record_event and destroyed with destroy_event; a stream made to wait for the

@@ -9,6 +9,7 @@
 #include "ops/fused_elementwise.h"
 #include "runtime/env.h"
 #include "runtime/executable_impl.h"
+#include "runtime/profiler.h"
 
 namespace kiln {
 
@@ -17,6 +18,7 @@ using detail::ValueRef;
 
 namespace {
 void run_pass(Program& p, const char* name, const std::function<Program(const Program&)>& pass) {
+  prof::HostScope span(SpanKind::compile, name);
   p = pass(p);
 #ifndef NDEBUG
   verify_program(p, name);
@@ -119,13 +121,17 @@ Executable Graph::compile(Device device, const FeedShapes& feeds, const std::vec
     shapes.emplace_back(t.node_id(), s);
   }
 
+  prof::HostScope span(SpanKind::compile, "compile", prof::on() ? "for " + device.str() : "");
   auto impl = std::make_shared<detail::ExecutableImpl>();
   impl->device = device;
   impl->source = impl_.get();
   impl->options = options;
   Program p = extract_program(*impl_, outs);
   p.num_returned = targets.size();
-  specialize_shapes(p, shapes);
+  {
+    prof::HostScope phase(SpanKind::compile, "specialize_shapes");
+    specialize_shapes(p, shapes);
+  }
   // before folding, so the casts of constant weights fold
   if (const auto low = options.autocast)
     run_pass(p, "autocast", [low](const Program& q) { return autocast(q, *low); });
@@ -142,18 +148,27 @@ Executable Graph::compile(Device device, const FeedShapes& feeds, const std::vec
     run_pass(p, "fuse_elementwise", [&device](const Program& q) {
       return fuse_elementwise(q, device.kind == Device::Kind::cpu ? Backend::cpu : Backend::cuda);
     });
-  place(p, device, options.strict_placement, *impl);
+  {
+    prof::HostScope phase(SpanKind::compile, "placement");
+    place(p, device, options.strict_placement, *impl);
+  }
   // generated kernels compile now, so no run waits for them
-  for (const Step& st : impl->steps) {
-    const Node& n = p.graph.nodes[st.node];
-    if (n.op != OpId::FusedElementwise) continue;
-    if (const fused::PrepareFn prep = fused::prepare(st.backend)) {
-      std::vector<TensorInfo> in;
-      for (auto v : n.inputs) in.push_back(p.graph.info(v));
-      prep(n.attrs, in, n.outputs[0], device.index);
+  {
+    prof::HostScope phase(SpanKind::compile, "generated kernels (NVRTC)");
+    for (const Step& st : impl->steps) {
+      const Node& n = p.graph.nodes[st.node];
+      if (n.op != OpId::FusedElementwise) continue;
+      if (const fused::PrepareFn prep = fused::prepare(st.backend)) {
+        std::vector<TensorInfo> in;
+        for (auto v : n.inputs) in.push_back(p.graph.info(v));
+        prep(n.attrs, in, n.outputs[0], device.index);
+      }
     }
   }
-  impl->plan = plan_memory(p, {options.plan_memory, options.in_place});
+  {
+    prof::HostScope phase(SpanKind::compile, "plan_memory");
+    impl->plan = plan_memory(p, {options.plan_memory, options.in_place});
+  }
   impl->backend = backend;
   attach_program(*impl, std::move(p));
   return Executable(std::move(impl));

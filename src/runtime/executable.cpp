@@ -14,6 +14,7 @@
 #include "core/device_backend.h"
 #include "runtime/env.h"
 #include "runtime/executable_impl.h"
+#include "runtime/profiler_run.h"
 #include "runtime/queue_impl.h"
 
 namespace kiln {
@@ -177,12 +178,15 @@ int64_t first_mismatch(const Array& got, const Array& want, double* g, double* w
 // outputs back to the device.
 void run_on_host(const KernelEntry& k, const Node& n, const std::vector<TensorView>& in,
                  const std::vector<TensorView>& out, DeviceBackend& b, int dev, void* stream,
-                 ThreadPool* pool, std::vector<Array>* host_outputs = nullptr) {
+                 ThreadPool* pool, std::vector<Array>* host_outputs = nullptr,
+                 prof::RunProfile* prof = nullptr) {
   std::vector<Array> hin, hout;
   std::vector<TensorView> vin, vout;
   for (auto& v : in) {
     hin.push_back(Array::empty(v.shape, v.dtype));
+    const int mark = prof ? prof->mark() : -1;
     b.copy_async(dev, hin.back().data(), true, v.data, false, hin.back().nbytes(), stream);
+    if (prof) prof->copy(mark, "D2H", hin.back().nbytes());
     vin.push_back({hin.back().data(), v.shape, v.dtype});
   }
   for (auto& v : out) {
@@ -194,8 +198,11 @@ void run_on_host(const KernelEntry& k, const Node& n, const std::vector<TensorVi
     *host_outputs = std::move(hout);
     return;
   }
-  for (size_t i = 0; i < out.size(); ++i)
+  for (size_t i = 0; i < out.size(); ++i) {
+    const int mark = prof ? prof->mark() : -1;
     b.copy_async(dev, out[i].data, false, hout[i].data(), true, hout[i].nbytes(), stream);
+    if (prof) prof->copy(mark, "H2D", hout[i].nbytes());
+  }
 }
 
 // What is left of a GPU run once its work is on a stream: called after the stream has passed it,
@@ -262,13 +269,26 @@ std::vector<Array> run_impl(ExecutableImpl& x, const std::vector<const Array*>& 
     return {p, t.shape, t.dtype};
   };
 
-  for (const Step& st : x.steps) {
+  auto run_step = [&](const Step& st) {
     const Node& n = nodes[st.node];
     std::vector<TensorView> in, out;
     in.reserve(n.inputs.size());
     for (auto v : n.inputs) in.push_back(view(v));
-    for (size_t o = 0; o < n.outputs.size(); ++o) out.push_back(view({st.node, static_cast<int32_t>(o)}));
+    for (size_t o = 0; o < n.outputs.size(); ++o)
+      out.push_back(view({st.node, static_cast<int32_t>(o)}));
     run_kernel(*st.kernel, n, in, out, x.pool);
+  };
+  // the profiler off: one test per run, and the loop has none
+  if (const auto prof = kiln::prof::RunProfile::begin(x.device, nullptr, nullptr)) {
+    for (size_t k = 0; k < x.steps.size(); ++k) {
+      const Step& st = x.steps[k];
+      prof->step_begin(static_cast<int32_t>(k), st.node, op_name(nodes[st.node].op), nullptr);
+      run_step(st);
+      prof->step_end();
+    }
+    prof->finish();
+  } else {
+    for (const Step& st : x.steps) run_step(st);
   }
   // outputs that are feeds, constants or repeated targets
   fill_aliases(x, outputs, [&](int32_t ph) { return *feed_by_node[ph]; });
@@ -623,9 +643,11 @@ std::vector<Array> run_device(ExecutableImpl& x, const std::vector<const Array*>
   const bool on_device = env::step_times_device();
   const bool timed = env::step_times() && !on_device;
   if (validate || env::step_times()) deferred = nullptr;
+  // null when the profiler is off; a profiled run is not replayed, so that every op is timed
+  const auto prof = kiln::prof::RunProfile::begin(x.device, &b, stream);
   // from the second run on a slot: one launch of the slot's recording, unless copying this run's
   // device feeds in and its outputs out would cost more than the launches it saves
-  if (may_record && slot.runs > 0 && recording_pays(x, feed_by_node)) {
+  if (may_record && !prof && slot.runs > 0 && recording_pays(x, feed_by_node)) {
     std::vector<Array> outputs;
     if (run_recorded(lease, feed_by_node, outputs, deferred)) return outputs;
   }
@@ -641,7 +663,9 @@ std::vector<Array> run_device(ExecutableImpl& x, const std::vector<const Array*>
       continue;
     }
     feeds[ph] = device_array(a.shape(), a.dtype());
+    const int mark = prof ? prof->mark() : -1;
     b.copy_async(dev, feeds[ph].data(), false, a.data(), true, a.nbytes(), stream);
+    if (prof) prof->copy(mark, "H2D", a.nbytes());
   }
 
   std::vector<Array> outputs(x.program.num_returned);
@@ -698,15 +722,20 @@ std::vector<Array> run_device(ExecutableImpl& x, const std::vector<const Array*>
     const Node& n = nodes[st.node];
     step_io(x, slot, k, view, kenv, in, out);
     if (!events.empty()) b.record_event(dev, events[k], stream);
+    if (prof)
+      prof->step_begin(static_cast<int32_t>(k), st.node, op_name(n.op),
+                       st.backend == Backend::cpu ? &st.fallback_reason : nullptr);
     if (st.backend == Backend::cpu) {
-      run_on_host(*st.kernel, n, in, out, b, dev, stream, x.pool);
+      run_on_host(*st.kernel, n, in, out, b, dev, stream, x.pool, nullptr, prof.get());
       if (timed) record(n);
+      if (prof) prof->step_end();
       continue;
     }
     // collectives talk to other ranks: they are not run twice
     if (!validate || n.op == OpId::AllReduce || n.op == OpId::CollectiveWait) {
       run_kernel(*st.kernel, n, in, out, x.pool, &kenv);
       if (timed) record(n);
+      if (prof) prof->step_end();
       continue;
     }
     // KILN_VALIDATE=cpu: the same node on the CPU, from the same inputs (read before the GPU
@@ -726,6 +755,7 @@ std::vector<Array> run_device(ExecutableImpl& x, const std::vector<const Array*>
                           st.node, op_name(n.op), o, name(out[o].dtype), str(out[o].shape), i, g,
                           x.device.str(), w);
     }
+    if (prof) prof->step_end();
   }
   if (!events.empty()) {
     b.record_event(dev, events.back(), stream);
@@ -737,8 +767,18 @@ std::vector<Array> run_device(ExecutableImpl& x, const std::vector<const Array*>
       ++calls;
     }
   }
-  return end_run(std::move(lease), std::move(outputs),
-                 [feeds = std::move(feeds)](int32_t ph) { return feeds[ph]; }, deferred);
+  if (prof) prof->encoded();
+  auto result = end_run(std::move(lease), std::move(outputs),
+                        [feeds = std::move(feeds)](int32_t ph) { return feeds[ph]; }, deferred);
+  // a profile's device spans are read once the stream has passed the run
+  if (prof && deferred)
+    *deferred = [prof, finish = std::move(*deferred)]() mutable {
+      prof->finish();
+      return finish();
+    };
+  else if (prof)
+    prof->finish();
+  return result;
 }
 }  // namespace
 

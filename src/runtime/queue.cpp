@@ -12,6 +12,7 @@
 
 #include "core/device_backend.h"
 #include "core/errors.h"
+#include "runtime/profiler.h"
 #include "runtime/queue_impl.h"
 
 namespace kiln {
@@ -59,11 +60,15 @@ void EventState::advance(uint64_t v, std::exception_ptr error) {
     }
   }
   cv.notify_all();
+  if (prof::on())
+    prof::instant(SpanKind::signal, "signal event", "host", prof::thread_track(), 0,
+                  fmt::format("value {}{}", v, error ? " (failed run)" : ""));
   for (auto& p : passed) p.backend->destroy_event(p.device, p.event);
   for (auto& [fn, e] : reached) fn(e);
 }
 
 void EventState::host_wait(uint64_t v) {
+  prof::HostScope span(SpanKind::wait, "wait event", prof::on() ? fmt::format("value {}", v) : "");
   std::unique_lock<std::mutex> l(mu);
   cv.wait(l, [&] { return value >= v; });
   if (auto e = failure_locked(v)) std::rethrow_exception(e);
@@ -85,6 +90,10 @@ void EventState::add_pending(uint64_t v, DeviceBackend& b, int device, void* str
     }
   }
   if (e) b.destroy_event(device, e);
+  if (prof::on())
+    prof::instant(SpanKind::signal, "signal event", fmt::format("cuda:{}", device),
+                  prof::stream_track(stream), 0,
+                  fmt::format("value {} once the device gets here", v));
   cv.notify_all();  // GPU queues waiting for v can chain on the device now
 }
 
@@ -257,18 +266,26 @@ void Queue::Impl::drain_device() {
 }
 
 void Queue::Impl::wait_event(const Event& event, uint64_t value) {
-  if (backend) event.state()->device_wait(value, *backend, device.index, stream);
-  else event.state()->host_wait(value);
+  if (!backend) return event.state()->host_wait(value);  // a span of its own
+  prof::HostScope span(SpanKind::wait, "wait event",
+                       prof::on() ? fmt::format("value {}", value) : "");
+  event.state()->device_wait(value, *backend, device.index, stream);
 }
 
 Queue::Queue(Device device) : impl_(std::make_unique<Impl>()) {
+  static std::atomic<int64_t> queues{0};
+  const int64_t id = ++queues;  // names its tracks in profiles
   impl_->device = device;
   if (device.kind != Device::Kind::cpu) {
     impl_->backend = backend_of(device);  // throws for a device this build or machine lacks
     impl_->stream = impl_->backend->create_stream(device.index);
+    prof::name_stream(impl_->stream, fmt::format("queue {}", id));
     impl_->done_thread = std::thread([p = impl_.get()] { p->done_loop(); });
   }
-  impl_->thread = std::thread([p = impl_.get()] { p->loop(); });
+  impl_->thread = std::thread([p = impl_.get(), id] {
+    prof::name_thread(fmt::format("queue {} ({})", id, p->device.str()));
+    p->loop();
+  });
 }
 
 Queue::Impl::~Impl() {

@@ -34,7 +34,9 @@ struct DemoOptions {
   std::string checkpoint = "build/demo.ckpt";
   std::string autocast;  // "", "bf16" or "f16"
   std::string device;    // "": default_device()
+  std::string trace;     // "": no profile; else the trace of compiling and the first steps
 };
+constexpr int64_t kTracedSteps = 5;
 
 std::optional<DType> low_precision(const std::string& autocast) {
   if (autocast.empty()) return std::nullopt;
@@ -115,6 +117,9 @@ void run_demo(const DemoOptions& o) {
              version(), n, train_idx.size(), n_test, dev.str(),
              o.autocast.empty() ? "" : " with autocast " + o.autocast);
 
+  // --trace: the profiler sees the compiles and the first training steps
+  std::optional<ProfileScope> profile;
+  if (!o.trace.empty()) profile.emplace();
   auto t0 = clock_type::now();
   Graph g;
   Model model(g, 2026);
@@ -148,6 +153,13 @@ void run_demo(const DemoOptions& o) {
       total += train.run({{x, bx}, {y, by}})[0].to_vector<double>()[0];
       step_ms += ms_since(ts);
       ++steps;
+      if (profile && steps == kTracedSteps) {
+        const Profile p = profile->stop();
+        profile.reset();
+        p.save(o.trace);
+        fmt::print("wrote the profile of compiling and {} training steps to {} ({} spans)\n",
+                   kTracedSteps, o.trace, p.spans.size());
+      }
     }
     fmt::print("epoch {:2d}: loss {:.4f}, test accuracy {:.1f}%\n", epoch,
                total / static_cast<double>(steps_per_epoch), accuracy(eval, xe, test_x, test_y));
@@ -184,6 +196,9 @@ void add_demo_command(CLI::App& app) {
   cmd->add_option("--lr", opts.lr, "Learning rate (SGD with momentum 0.9)");
   cmd->add_option("--checkpoint", opts.checkpoint, "Where to save the trained variables");
   cmd->add_option("--device", opts.device, "cpu, cuda or cuda:N (default: the first GPU, else cpu)");
+  cmd->add_option("--trace", opts.trace,
+                  "Profile compiling and the first training steps; write the Chrome trace here "
+                  "(or the HTML report for a path ending in .html)");
   cmd->add_option("--autocast", opts.autocast,
                   "Mixed precision: bf16, or f16 with dynamic loss scaling")
       ->check(CLI::IsMember({"bf16", "f16"}));

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "backends/cuda/cuda_check.h"
+#include "runtime/profiler.h"
 
 namespace kiln::cuda {
 
@@ -66,6 +67,9 @@ void* CachingAllocator::allocate(size_t bytes, cudaStream_t stream) {
     cudaGetLastError();  // clear the error before retrying
     free_cached_locked();
     ++stats_.cache_flushes;
+    if (prof::on())
+      prof::instant(SpanKind::alloc, "cache flushed", fmt::format("cuda:{}", device_), "allocator",
+                    0, "out of memory: cached blocks freed and the allocation retried");
     err = cudaMalloc(&p, n);
   }
   if (err == cudaErrorMemoryAllocation) {
@@ -83,6 +87,9 @@ void* CachingAllocator::allocate(size_t bytes, cudaStream_t stream) {
   stats_.reserved_bytes += n;
   stats_.allocated_bytes += n;
   stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
+  if (prof::on())  // the allocator grew
+    prof::instant(SpanKind::alloc, "cudaMalloc", fmt::format("cuda:{}", device_), "allocator",
+                  static_cast<int64_t>(n), fmt::format("{} bytes reserved", stats_.reserved_bytes));
   return p;
 }
 

@@ -2,6 +2,7 @@
 // pinned staging buffers.
 #include <cuda_runtime.h>
 #include <fmt/format.h>
+#include <nvtx3/nvToolsExt.h>
 
 #include <algorithm>
 #include <atomic>
@@ -313,6 +314,9 @@ class CudaBackend final : public DeviceBackend {
   void destroy_event(int device, void* event) override {
     cudaEventDestroy(static_cast<cudaEvent_t>(event));
   }
+  // NVTX ranges: free when no tool (Nsight Systems, ncu) is attached
+  void range_push(const char* name) override { nvtxRangePushA(name); }
+  void range_pop() override { nvtxRangePop(); }
   void* create_sync_event(int device) override {
     DeviceScope g(device);
     cudaEvent_t e = nullptr;
