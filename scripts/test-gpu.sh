@@ -35,6 +35,8 @@ step async-on-cuda "$B/tests/kiln_core_tests" --gtest_brief=1 \
   --gtest_filter='Devices/Async.*:Event.*:QueueTest.*'
 [ -x "$B/kiln_example_shared_events" ] &&
   step example-shared-events "$B/kiln_example_shared_events" --device cuda:0 --batches 2000
+# the profiler on the GPU: every op timed, a CPU fallback's copies and idle gap
+[ -x "$B/tests/kiln_profiler_tests" ] && step profiler-on-cuda "$B/tests/kiln_profiler_tests" --gtest_brief=1
 step cuda-validate env KILN_VALIDATE=cpu "$B/tests/kiln_cuda_tests" --gtest_brief=1 --gtest_filter='CudaRuntime.*'
 if [ -x "$B/tests/kiln_backend_ops" ]; then
   step backend-ops "$B/tests/kiln_backend_ops"
