@@ -128,6 +128,10 @@ bool arity_rule(OpId op, const Attrs& attrs, int& lo, int& hi) {
     case OpId::NonMaxSuppression:
       lo = hi = 2;
       return true;
+    // quantization (src/ops/quant.cpp): x, scale, zero_point
+    case OpId::Quantize: case OpId::Dequantize: case OpId::FakeQuantize:
+      lo = hi = 3;
+      return true;
   }
   return false;
 }
