@@ -4,6 +4,8 @@
 //   quantize:      x float -> zero_point's dtype (i8, u8, i16); no gradient (integer output).
 //   dequantize:    q (i8, u8, i16, i32) -> scale's dtype; gradient for scale only.
 //   fake_quantize: x float -> x's dtype; straight-through gradient masked to the range.
+// quantized_matmul: inputs a, a_scale, a_zp, w, w_scale, w_zp, y_scale, y_zp[, bias][, residual];
+//   attrs transpose_w, relu, has_bias, has_residual. Inference only.
 #include "kiln/ops/quant.h"
 
 #include "kiln/ops/core.h"
@@ -74,6 +76,51 @@ std::vector<TensorInfo> infer_dequantize(const InferContext& ctx) {
   return {{ctx.inputs[0].shape, ctx.inputs[1].dtype}};
 }
 
+std::vector<TensorInfo> infer_quantized_matmul(const InferContext& ctx) {
+  const auto& in = ctx.inputs;
+  const char* op = ctx.name();
+  const DTypeSet q8{i8, u8};
+  require_dtype(ctx, 0, q8, "i8 or u8");
+  require_dtype(ctx, 3, q8, "i8 or u8");
+  require_dtype(ctx, 7, q8, "i8 or u8 (the output zero point sets the output type)");
+  for (int i : {1, 4, 6}) require_dtype(ctx, i, DTypeSet{f32}, "f32 (a scale)");
+  if (in[2].dtype != in[0].dtype || in[5].dtype != in[3].dtype)
+    fail<DTypeError>("[{}] zero points must have their data's dtype: a {} with {}, w {} with {}",
+                     op, name(in[0].dtype), name(in[2].dtype), name(in[3].dtype),
+                     name(in[5].dtype));
+  const Shape &a = in[0].shape, &w = in[3].shape;
+  const bool tw = ctx.attrs.b("transpose_w");
+  if (a.empty() || w.size() != 2)
+    fail<ShapeError>("[{}] a {} must have rank >= 1 and w {} rank 2", op, str(a), str(w));
+  const int64_t k = tw ? w[1] : w[0], n = tw ? w[0] : w[1];
+  if (!dims_match(a.back(), k))
+    fail<ShapeError>("[{}] a {} and w {} (transpose_w {}) disagree in K", op, str(a), str(w), tw);
+  for (int i : {1, 2, 6, 7})
+    if (!in[i].shape.empty())
+      fail<ShapeError>("[{}] input {} (a scale or zero point of a or y) must be 0-d, got {}", op,
+                       i, str(in[i].shape));
+  const Shape& ws = in[4].shape;
+  if (!(ws.empty() || (ws.size() == 1 && dims_match(ws[0], n))) || in[5].shape != ws)
+    fail<ShapeError>("[{}] w's scale {} and zero point {} must be 0-d or ({})", op, str(ws),
+                     str(in[5].shape), n);
+  Shape out(a.begin(), a.end() - 1);
+  out.push_back(n);
+  size_t next = 8;
+  if (ctx.attrs.b("has_bias", false)) {
+    require_dtype(ctx, static_cast<int>(next), DTypeSet{f32}, "f32 (bias)");
+    if (!shapes_match(in[next].shape, Shape{n}))
+      fail<ShapeError>("[{}] bias {} must be ({})", op, str(in[next].shape), n);
+    ++next;
+  }
+  if (ctx.attrs.b("has_residual", false)) {
+    require_dtype(ctx, static_cast<int>(next), DTypeSet{f32}, "f32 (residual)");
+    if (!shapes_match(in[next].shape, out))
+      fail<ShapeError>("[{}] residual {} must have the output's shape {}", op,
+                       str(in[next].shape), str(out));
+  }
+  return {{out, in[7].dtype}};
+}
+
 QuantizeOptions options_of(const Attrs& a) {
   return {a.i("axis"), a.i("block_size")};
 }
@@ -132,6 +179,7 @@ void register_quant_ops() {
   define_op(OpId::Quantize).set_infer(infer_quantize).not_differentiable();
   define_op(OpId::Dequantize).set_infer(infer_dequantize).grad(vjp_dequantize);
   define_op(OpId::FakeQuantize).set_infer(infer_quantize).grad(vjp_fake_quantize);
+  define_op(OpId::QuantizedMatmul).set_infer(infer_quantized_matmul).not_differentiable();
 }
 
 namespace {
@@ -172,6 +220,16 @@ Tensor fake_quantize(const Tensor& x, const Tensor& scale, const Tensor& zero_po
 Tensor fake_quantize(const Tensor& x, const Tensor& scale, DType dtype,
                      const QuantizeOptions& options) {
   return build(OpId::FakeQuantize, x, scale, zeros_of(scale, dtype), options);
+}
+
+Tensor quantized_matmul(const QTensor& a, const QTensor& w, const Tensor& y_scale,
+                        const Tensor& y_zero_point, const QuantizedMatmulOptions& o) {
+  std::vector<Tensor> in{a.q, a.scale, a.zero_point, w.q, w.scale, w.zero_point, y_scale,
+                         y_zero_point};
+  Attrs attrs{{"transpose_w", o.transpose_w}, {"relu", o.relu}};
+  add_optional(in, attrs, "bias", o.bias);
+  add_optional(in, attrs, "residual", o.residual);
+  return make_node1(OpId::QuantizedMatmul, in, attrs);
 }
 
 }  // namespace kiln

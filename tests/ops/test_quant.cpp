@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "support/gradcheck.h"
+#include "kiln/ops/quant.h"
 #include "support/reference.h"
 
 namespace kiln {

@@ -3,6 +3,7 @@
 // block). Must match bit for bit.
 #include <string>
 
+#include "kiln/ops/quant.h"
 #include "support/reference.h"
 
 namespace kiln {

@@ -11,6 +11,8 @@
 // (f64 for i32 data).
 #pragma once
 
+#include <optional>
+
 #include "kiln/graph.h"
 
 namespace kiln {
@@ -46,5 +48,30 @@ Tensor fake_quantize(const Tensor& x, const Tensor& scale, const Tensor& zero_po
 /// Symmetric: zero point 0 of `dtype`.
 Tensor fake_quantize(const Tensor& x, const Tensor& scale, DType dtype = DType::i8,
                      const QuantizeOptions& options = {});
+
+/// Integer data with its scale and zero point (as dequantize takes them).
+struct QTensor {
+  Tensor q, scale, zero_point;
+};
+
+struct QuantizedMatmulOptions {
+  /// w is (N, K), as linear takes it (else (K, N), as matmul takes it).
+  bool transpose_w = false;
+  /// Float (N) added to every row of the product.
+  std::optional<Tensor> bias;
+  /// Float tensor of the output's shape added after the bias.
+  std::optional<Tensor> residual;
+  /// max(0, .) after the additions.
+  bool relu = false;
+};
+
+/// The int8 product the fuse_quant pass builds:
+///   quantize(relu?(dequantize(a) @ dequantize(w) + bias + residual), y_scale, y_zero_point)
+/// computed with exact integer accumulation: a (..., K) is i8/u8 with a 0-d f32 scale and zero
+/// point; w is i8/u8 with a 0-d or per-output-channel (N) f32 scale and zero point; y_scale and
+/// y_zero_point are 0-d, and y_zero_point's dtype (i8 or u8) is the result's. Within 1 LSB of
+/// the unfused graph. Not differentiable.
+Tensor quantized_matmul(const QTensor& a, const QTensor& w, const Tensor& y_scale,
+                        const Tensor& y_zero_point, const QuantizedMatmulOptions& options = {});
 
 }  // namespace kiln

@@ -1,6 +1,8 @@
 // CPU kernels of quantize, dequantize and fake_quantize (src/ops/quant.cpp): rows of x along
 // the quantization axis in parallel, each row with one scale (per tensor, per channel) or one
 // per block (per group). Arithmetic follows numpy step for step, so results are bit-exact.
+// quantized_matmul: exact i32 dot products of zero-point-shifted rows (int16 operands, which
+// the compiler vectorizes), then the epilogue in double: scale, bias, residual, relu, requantize.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -126,12 +128,77 @@ void dequantize(KernelContext& ctx) {
   });
 }
 
+template <typename A, typename W, typename Y> void quantized_matmul_impl(KernelContext& ctx) {
+  const TensorView &ta = ctx.in(0), &tw = ctx.in(3);
+  const bool tw_t = ctx.attrs().b("transpose_w");
+  const int64_t k = ta.shape.back(), n = tw_t ? tw.shape[0] : tw.shape[1];
+  const int64_t m = k == 0 ? ctx.out(0).numel() / std::max<int64_t>(n, 1) : ta.numel() / k;
+  const float sa = *ctx.in(1).ptr<float>(), sy = *ctx.in(6).ptr<float>();
+  const int32_t za = *ctx.in(2).ptr<A>();
+  const int32_t zy = *ctx.in(7).ptr<Y>();
+  const float* sw = ctx.in(4).ptr<float>();
+  const W* zw = ctx.in(5).ptr<W>();
+  const bool per_channel = ctx.in(4).numel() != 1 || n == 1;
+  int next = 8;
+  const float* bias = ctx.attrs().b("has_bias", false) ? ctx.in(next++).ptr<float>() : nullptr;
+  const float* res = ctx.attrs().b("has_residual", false) ? ctx.in(next).ptr<float>() : nullptr;
+  const bool relu = ctx.attrs().b("relu");
+  // w - zw as (N, K) int16 rows, and each output channel's multiplier sa * sw
+  std::vector<int16_t> wt(static_cast<size_t>(n * k));
+  std::vector<double> mult(static_cast<size_t>(n));
+  const W* pw = tw.ptr<W>();
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t c = per_channel ? j : 0;
+    mult[j] = static_cast<double>(sa) * static_cast<double>(sw[c]);
+    for (int64_t i = 0; i < k; ++i)
+      wt[j * k + i] = static_cast<int16_t>(int32_t{pw[tw_t ? j * k + i : i * n + j]} - zw[c]);
+  }
+  const A* pa = ta.ptr<A>();
+  Y* out = ctx.out(0).ptr<Y>();
+  const double lo = kLo<Y>, hi = kHi<Y>;
+  ctx.parallel_for(m, std::max<int64_t>(1, 4096 / std::max<int64_t>(n * k, 1)),
+                   [&](int64_t r0, int64_t r1) {
+    std::vector<int16_t> row(static_cast<size_t>(k));
+    for (int64_t r = r0; r < r1; ++r) {
+      for (int64_t i = 0; i < k; ++i) row[i] = static_cast<int16_t>(int32_t{pa[r * k + i]} - za);
+      for (int64_t j = 0; j < n; ++j) {
+        const int16_t* wr = wt.data() + j * k;
+        int32_t acc = 0;
+        for (int64_t i = 0; i < k; ++i) acc += int32_t{row[i]} * int32_t{wr[i]};
+        double v = static_cast<double>(acc) * mult[j];
+        if (bias) v += bias[j];
+        if (res) v += res[r * n + j];
+        if (relu && v < 0) v = 0;
+        const double q = std::nearbyint(v / sy) + zy;
+        out[r * n + j] = static_cast<Y>(std::isnan(q) ? lo : std::clamp(q, lo, hi));
+      }
+    }
+  });
+}
+
+void quantized_matmul(KernelContext& ctx) {
+  auto q8 = [&](DType t, auto&& f) {
+    if (t == DType::i8) f(int8_t{});
+    else if (t == DType::u8) f(uint8_t{});
+    else fail<UnsupportedError>("[{}] cpu kernel got {}", ctx.op_name(), name(t));
+  };
+  q8(ctx.in(0).dtype, [&](auto a) {
+    q8(ctx.in(3).dtype, [&](auto w) {
+      q8(ctx.in(7).dtype, [&](auto y) {
+        quantized_matmul_impl<decltype(a), decltype(w), decltype(y)>(ctx);
+      });
+    });
+  });
+}
+
 }  // namespace
 
 void register_quant_kernels() {
   register_kernel(OpId::Quantize, Backend::cpu, {quantize, kFloatTypes, 0, true});
   register_kernel(OpId::Dequantize, Backend::cpu, {dequantize, kFloatTypes, 1, true});
   register_kernel(OpId::FakeQuantize, Backend::cpu, {fake_quantize, kFloatTypes, 0, true});
+  register_kernel(OpId::QuantizedMatmul, Backend::cpu,
+                  {quantized_matmul, DTypeSet{i8, u8}, 0, false});
 }
 
 }  // namespace kiln::cpu

@@ -1,6 +1,7 @@
 // CUDA kernels of quantize, dequantize and fake_quantize: one thread per element (grid-stride),
 // the same arithmetic as the CPU kernels (src/backends/cpu/quant.cpp), so results agree bit for
-// bit. f16/bf16 data runs through f32 (KernelEntry::half_via_f32).
+// bit. f16/bf16 data runs through f32 (KernelEntry::half_via_f32). quantized_matmul: one
+// thread per output element, an exact i32 dot product, the epilogue in double as on the CPU.
 #include <cmath>
 #include <limits>
 
@@ -144,12 +145,82 @@ void dequantize(KernelContext& ctx) {
   });
 }
 
+struct QmmArgs {
+  int64_t m, n, k;
+  bool transpose_w, relu, per_channel;
+};
+
+template <typename A, typename W, typename Y>
+__global__ void quantized_matmul_kernel(const A* __restrict__ a, const float* __restrict__ sa,
+                                        const A* __restrict__ za, const W* __restrict__ w,
+                                        const float* __restrict__ sw, const W* __restrict__ zw,
+                                        const float* __restrict__ sy, const Y* __restrict__ zy,
+                                        const float* __restrict__ bias,
+                                        const float* __restrict__ res, Y* __restrict__ out,
+                                        QmmArgs g) {
+  const int64_t total = g.m * g.n;
+  for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; t < total;
+       t += int64_t{blockDim.x} * gridDim.x) {
+    const int64_t r = t / g.n, j = t % g.n, c = g.per_channel ? j : 0;
+    const int32_t a0 = za[0], w0 = zw[c];
+    int32_t acc = 0;
+    for (int64_t i = 0; i < g.k; ++i) {
+      const int32_t wv = w[g.transpose_w ? j * g.k + i : i * g.n + j];
+      acc += (int32_t{a[r * g.k + i]} - a0) * (wv - w0);
+    }
+    double v = static_cast<double>(acc) * (static_cast<double>(sa[0]) * static_cast<double>(sw[c]));
+    if (bias) v += bias[j];
+    if (res) v += res[t];
+    if (g.relu && v < 0) v = 0;
+    const double q = rint(v / static_cast<double>(sy[0])) + static_cast<double>(zy[0]);
+    out[t] = static_cast<Y>(isnan(q) ? Range<Y>::lo
+                                     : (q < Range<Y>::lo ? Range<Y>::lo
+                                                         : (q > Range<Y>::hi ? Range<Y>::hi : q)));
+  }
+}
+
+void quantized_matmul(KernelContext& ctx) {
+  const TensorView &ta = ctx.in(0), &tw = ctx.in(3);
+  QmmArgs g;
+  g.transpose_w = ctx.attrs().b("transpose_w");
+  g.relu = ctx.attrs().b("relu");
+  g.k = ta.shape.back();
+  g.n = g.transpose_w ? tw.shape[0] : tw.shape[1];
+  g.m = ctx.out(0).numel() / (g.n > 0 ? g.n : 1);
+  g.per_channel = ctx.in(4).numel() != 1 || g.n == 1;
+  if (ctx.out(0).numel() == 0) return;
+  int next = 8;
+  const float* bias = ctx.attrs().b("has_bias", false) ? ctx.in(next++).ptr<float>() : nullptr;
+  const float* res = ctx.attrs().b("has_residual", false) ? ctx.in(next).ptr<float>() : nullptr;
+  auto q8 = [&](DType t, auto&& f) {
+    if (t == DType::i8) f(int8_t{});
+    else if (t == DType::u8) f(uint8_t{});
+    else fail<UnsupportedError>("[{}] cuda kernel got {}", ctx.op_name(), name(t));
+  };
+  q8(ta.dtype, [&](auto at) {
+    q8(tw.dtype, [&](auto wt) {
+      q8(ctx.in(7).dtype, [&](auto yt) {
+        using A = decltype(at);
+        using W = decltype(wt);
+        using Y = decltype(yt);
+        quantized_matmul_kernel<A, W, Y><<<blocks_for(g.m * g.n), kThreads, 0, stream_of(ctx)>>>(
+            ta.ptr<A>(), ctx.in(1).ptr<float>(), ctx.in(2).ptr<A>(), tw.ptr<W>(),
+            ctx.in(4).ptr<float>(), ctx.in(5).ptr<W>(), ctx.in(6).ptr<float>(),
+            ctx.in(7).ptr<Y>(), bias, res, ctx.out(0).ptr<Y>(), g);
+        check_launch(ctx.op_name());
+      });
+    });
+  });
+}
+
 }  // namespace
 
 void register_quant_kernels() {
   register_kernel(OpId::Quantize, Backend::cuda, {quantize, kFloatTypes, 0, true});
   register_kernel(OpId::Dequantize, Backend::cuda, {dequantize, kFloatTypes, 1, true});
   register_kernel(OpId::FakeQuantize, Backend::cuda, {fake_quantize, kFloatTypes, 0, true});
+  register_kernel(OpId::QuantizedMatmul, Backend::cuda,
+                  {quantized_matmul, DTypeSet{i8, u8}, 0, false});
 }
 
 }  // namespace kiln::cuda
