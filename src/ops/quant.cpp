@@ -101,7 +101,7 @@ std::vector<TensorInfo> infer_quantized_matmul(const InferContext& ctx) {
                        i, str(in[i].shape));
   const Shape& ws = in[4].shape;
   if (!(ws.empty() || (ws.size() == 1 && dims_match(ws[0], n))) || in[5].shape != ws)
-    fail<ShapeError>("[{}] w's scale {} and zero point {} must be 0-d or ({})", op, str(ws),
+    fail<ShapeError>("[{}] w's scale {} and zero point {} must be 0-d or ({},)", op, str(ws),
                      str(in[5].shape), n);
   Shape out(a.begin(), a.end() - 1);
   out.push_back(n);
@@ -134,8 +134,8 @@ Tensor sum_to_scale(const Tensor& t, const Tensor& scale, const QuantizeOptions&
     Axes others;
     for (int64_t i = 0; i < t.rank(); ++i)
       if (i != axis) others.push_back(i);
-    Tensor r = sum(t, others);
-    return scale.shape() == r.shape() ? r : sum(r);  // one value for every channel
+    const Tensor r = sum(t, others);
+    return scale.shape() == r.shape() ? r : reshape(sum(r), scale.shape());  // one value for all
   }
   const int64_t d = xs[static_cast<size_t>(axis)];
   if (d % o.block_size != 0)

@@ -126,11 +126,12 @@ Executable Graph::compile(Device device, const FeedShapes& feeds, const std::vec
   Program p = extract_program(*impl_, outs);
   p.num_returned = targets.size();
   specialize_shapes(p, shapes);
+  // int8 products first: before autocast would cast their float inputs, and before folding
+  // would turn dequantized constant weights into f32 constants
+  if (options.optimize && options.fuse_quant) run_pass(p, "fuse_quant", fuse_quant);
   // before folding, so the casts of constant weights fold
   if (const auto low = options.autocast)
     run_pass(p, "autocast", [low](const Program& q) { return autocast(q, *low); });
-  // before folding, which would turn dequantized constant weights into f32 constants
-  if (options.optimize && options.fuse_quant) run_pass(p, "fuse_quant", fuse_quant);
   if (options.optimize) {
     run_pass(p, "constant_folding",
              [](const Program& q) { return fold_constants(q, evaluate_node_cpu); });

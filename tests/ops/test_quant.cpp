@@ -161,8 +161,9 @@ TEST(Quantize, HalfInputsRunThroughF32) {
   Graph g;
   auto px = g.placeholder(x.shape(), bf16, "x");
   const Array y = eval1(g, quantize(px, g.constant(s), i8, {.axis = 1}), {{px, x.astype(bf16)}});
-  const Array xb = x.astype(bf16).astype(f32);
-  expect_bits(y, ref_quantize_all(xb, s, Array::zeros({33}, i8), {{3, 33}, 1, 0, false}, i8));
+  // x and the scale (cast to x's dtype by quantize) in bf16, divided in f32
+  const Array xb = x.astype(bf16).astype(f32), sb = s.astype(bf16).astype(f32);
+  expect_bits(y, ref_quantize_all(xb, sb, Array::zeros({33}, i8), {{3, 33}, 1, 0, false}, i8));
 }
 
 TEST(Quantize, RejectsBadInputs) {
@@ -170,14 +171,14 @@ TEST(Quantize, RejectsBadInputs) {
   auto x = g.placeholder({4, 6}, f32, "x");
   auto s6 = g.constant(Array::from_vector(std::vector<float>(6, 0.1f), {6}));
   expect_error<ShapeError>([&] { quantize(x, s6, i8, {.axis = 0}); },
-                           {"[quantize]", "(6)", "(4, 6)"});
+                           {"[quantize]", "(6,)", "(4, 6)"});
   expect_error<DTypeError>([&] { quantize(x, s6, f32, {.axis = 1}); }, {"[quantize]", "f32"});
   expect_error<DTypeError>(
       [&] { quantize(g.placeholder({4, 6}, i32, "i"), s6, i8, {.axis = 1}); },
       {"[quantize]", "i32"});
   auto sg = g.constant(Array::from_vector(std::vector<float>(8, 0.1f), {4, 2}));
-  expect_error<ShapeError>([&] { quantize(x, sg, i8, {.axis = 1, .block_size = 4}); },
-                           {"[quantize]", "block_size 4", "(4, 2)"});
+  expect_error<ShapeError>([&] { quantize(x, sg, i8, {.axis = 1, .block_size = 2}); },
+                           {"[quantize]", "block_size 2", "(4, 3)", "(4, 2)"});
   expect_error<ValueError>([&] { quantize(x, s6, i8, {.axis = 5}); }, {"[quantize]", "axis"});
   expect_error<ShapeError>(
       [&] { quantize(x, s6, g.constant(Array::from_vector(std::vector<int8_t>(3, 0), {3})), {.axis = 1}); },
