@@ -137,14 +137,19 @@ Tensor sum_to_scale(const Tensor& t, const Tensor& scale, const QuantizeOptions&
     const Tensor r = sum(t, others);
     return scale.shape() == r.shape() ? r : reshape(sum(r), scale.shape());  // one value for all
   }
+  // zeros after a short last block, then one sum per block
   const int64_t d = xs[static_cast<size_t>(axis)];
-  if (d % o.block_size != 0)
-    fail<UnsupportedError>("[dequantize] the gradient of a per-group scale needs blocks that "
-                           "divide x.shape[{}] = {}, got block_size {}", axis, d, o.block_size);
+  const int64_t blocks = (d + o.block_size - 1) / o.block_size, extra = blocks * o.block_size - d;
+  Tensor full = t;
+  if (extra > 0) {
+    std::vector<int64_t> pads(2 * xs.size(), 0);
+    pads[2 * static_cast<size_t>(axis) + 1] = extra;
+    full = pad(t, pads);
+  }
   Shape split = xs;
-  split[static_cast<size_t>(axis)] = d / o.block_size;
+  split[static_cast<size_t>(axis)] = blocks;
   split.insert(split.begin() + axis + 1, o.block_size);
-  return sum(reshape(t, split), Axes{axis + 1});
+  return sum(reshape(full, split), Axes{axis + 1});
 }
 
 using Grads = std::vector<std::optional<Tensor>>;

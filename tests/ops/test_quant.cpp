@@ -218,7 +218,7 @@ TEST(Dequantize, MatchesNumpyReferenceBitForBit) {
 
 TEST(Dequantize, ScaleGradientMatchesFiniteDifferences) {
   for (const Layout& l : {Layout{{5, 4}, 0, 0, true}, Layout{{3, 4, 2}, 1, 0, false},
-                          Layout{{4, 6}, 1, 3, false}}) {
+                          Layout{{4, 6}, 1, 3, false}, Layout{{3, 7}, 1, 3, false}}) {
     SCOPED_TRACE(to_string(l.x));
     const Array q = random_ints(l.x, -100, 100, i8);
     const Array zp = random_ints(l.scale(), -5, 5, i8);

@@ -106,7 +106,10 @@ std::vector<Problem> problems() {
           {{2, 3, 64}, 8, i8, i8, i8, false, true, true, false, false},
           {{5, 16}, 31, u8, u8, i8, true, true, false, true, true},
           {{64}, 5, i8, i8, u8, true, false, false, false, true},
-          {{1, 257}, 3, u8, i8, u8, false, false, true, false, false}};
+          {{1, 257}, 3, u8, i8, u8, false, false, true, false, false},
+          // large enough for the CPU's oneDNN path (where the CPU has VNNI)
+          {{64, 96}, 48, u8, i8, u8, true, false, true, true, true},
+          {{2, 16, 128}, 40, i8, i8, i8, true, true, true, false, false}};
 }
 
 TEST(QuantizedMatmul, MatchesReference) {

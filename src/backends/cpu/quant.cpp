@@ -1,16 +1,20 @@
 // CPU kernels of quantize, dequantize and fake_quantize (src/ops/quant.cpp): rows of x along
 // the quantization axis in parallel, each row with one scale (per tensor, per channel) or one
 // per block (per group). Arithmetic follows numpy step for step, so results are bit-exact.
-// quantized_matmul: exact i32 dot products of zero-point-shifted rows (int16 operands, which
-// the compiler vectorizes), then the epilogue in double: scale, bias, residual, relu, requantize.
+// quantized_matmul: exact i32 products (oneDNN's int8 matmul where the CPU has VNNI, with the
+// zero points applied as row and column sums; else int16 dot products the compiler vectorizes),
+// then the epilogue in double: scale, bias, residual, relu, requantize.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "backends/cpu/cpu_common.h"
+#include "backends/cpu/dnnl_util.h"
 #include "backends/cpu/kernels.h"
 
 namespace kiln::cpu {
+
+namespace du = dnnl_util;
 
 namespace {
 
@@ -128,6 +132,36 @@ void dequantize(KernelContext& ctx) {
   });
 }
 
+// oneDNN's u8/s8 x s8 -> s32 product is exact where the CPU has VNNI (elsewhere its int8 kernels
+// may saturate 16-bit pair sums): only then does quantized_matmul use it.
+bool dnnl_int8_exact() {
+  static const bool ok = [] {
+    const int isa = static_cast<int>(dnnl::get_effective_cpu_isa());
+    auto has = [&](int want) { return (isa & want) == want; };
+    return has(dnnl_cpu_isa_avx512_core_vnni) || has(dnnl_cpu_isa_avx2_vnni);
+  }();
+  return ok;
+}
+
+// acc = a @ w (raw integers, no zero points) through oneDNN, into `acc` (m x n).
+template <typename A>
+void raw_product_dnnl(KernelContext& ctx, int64_t m, int64_t k, int64_t n, bool tw, int32_t* acc) {
+  using dt = dnnl::memory::data_type;
+  using tag = dnnl::memory::format_tag;
+  const dt at = std::is_same_v<A, uint8_t> ? dt::u8 : dt::s8;
+  const du::Dims key{static_cast<int64_t>(ctx.op()), m, k, n, tw, static_cast<int64_t>(at)};
+  auto p = du::cached(ctx.op_name(), key, [&] {
+    const dnnl::memory::desc s({m, k}, at, tag::ab), w({k, n}, dt::s8, tw ? tag::ba : tag::ab),
+        o({m, n}, dt::s32, tag::ab);
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(s, w, o), du::attr(), du::engine());
+    return du::CachedPrimitive{dnnl::matmul(pd),
+                               {du::make_arg(DNNL_ARG_SRC, s, s), du::make_arg(DNNL_ARG_WEIGHTS, w, w),
+                                du::make_arg(DNNL_ARG_DST, o, o, true)},
+                               pd.scratchpad_desc()};
+  });
+  du::execute(ctx.op_name(), *p, {ctx.in(0).data, ctx.in(3).data, acc});
+}
+
 template <typename A, typename W, typename Y> void quantized_matmul_impl(KernelContext& ctx) {
   const TensorView &ta = ctx.in(0), &tw = ctx.in(3);
   const bool tw_t = ctx.attrs().b("transpose_w");
@@ -143,19 +177,50 @@ template <typename A, typename W, typename Y> void quantized_matmul_impl(KernelC
   const float* bias = ctx.attrs().b("has_bias", false) ? ctx.in(next++).ptr<float>() : nullptr;
   const float* res = ctx.attrs().b("has_residual", false) ? ctx.in(next).ptr<float>() : nullptr;
   const bool relu = ctx.attrs().b("relu");
-  // w - zw as (N, K) int16 rows, and each output channel's multiplier sa * sw
-  std::vector<int16_t> wt(static_cast<size_t>(n * k));
-  std::vector<double> mult(static_cast<size_t>(n));
-  const W* pw = tw.ptr<W>();
-  for (int64_t j = 0; j < n; ++j) {
-    const int64_t c = per_channel ? j : 0;
-    mult[j] = static_cast<double>(sa) * static_cast<double>(sw[c]);
-    for (int64_t i = 0; i < k; ++i)
-      wt[j * k + i] = static_cast<int16_t>(int32_t{pw[tw_t ? j * k + i : i * n + j]} - zw[c]);
-  }
   const A* pa = ta.ptr<A>();
+  const W* pw = tw.ptr<W>();
+  auto w_at = [&](int64_t i, int64_t j) { return int32_t{pw[tw_t ? j * k + i : i * n + j]}; };
+  std::vector<double> mult(static_cast<size_t>(n));
+  for (int64_t j = 0; j < n; ++j)
+    mult[j] = static_cast<double>(sa) * static_cast<double>(sw[per_channel ? j : 0]);
   Y* out = ctx.out(0).ptr<Y>();
   const double lo = kLo<Y>, hi = kHi<Y>;
+  auto finish = [&](int64_t r, int64_t j, int32_t acc) {
+    double v = static_cast<double>(acc) * mult[j];
+    if (bias) v += bias[j];
+    if (res) v += res[r * n + j];
+    if (relu && v < 0) v = 0;
+    const double q = std::nearbyint(v / sy) + zy;
+    out[r * n + j] = static_cast<Y>(std::isnan(q) ? lo : std::clamp(q, lo, hi));
+  };
+  if constexpr (std::is_same_v<W, int8_t>) {
+    if (dnnl_int8_exact() && m * n * k >= (1 << 15)) {
+      // (a - za)(w - zw) = a w - za colsum(w) - zw rowsum(a) + k za zw, all exact in i32
+      int32_t* acc = static_cast<int32_t*>(ctx.scratch(static_cast<size_t>(m * n) * 4));
+      raw_product_dnnl<A>(ctx, m, k, n, tw_t, acc);
+      std::vector<int32_t> colsum(static_cast<size_t>(n), 0);
+      for (int64_t i = 0; i < k; ++i)
+        for (int64_t j = 0; j < n; ++j) colsum[j] += w_at(i, j);
+      ctx.parallel_for(m, std::max<int64_t>(1, 16384 / std::max<int64_t>(n + k, 1)),
+                       [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          int32_t rowsum = 0;
+          for (int64_t i = 0; i < k; ++i) rowsum += pa[r * k + i];
+          for (int64_t j = 0; j < n; ++j) {
+            const int32_t z = zw[per_channel ? j : 0];
+            finish(r, j, acc[r * n + j] - za * colsum[j] - z * rowsum +
+                             static_cast<int32_t>(k) * za * z);
+          }
+        }
+      });
+      return;
+    }
+  }
+  // w - zw as (N, K) int16 rows: exact i32 dot products the compiler vectorizes
+  std::vector<int16_t> wt(static_cast<size_t>(n * k));
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t i = 0; i < k; ++i)
+      wt[j * k + i] = static_cast<int16_t>(w_at(i, j) - zw[per_channel ? j : 0]);
   ctx.parallel_for(m, std::max<int64_t>(1, 4096 / std::max<int64_t>(n * k, 1)),
                    [&](int64_t r0, int64_t r1) {
     std::vector<int16_t> row(static_cast<size_t>(k));
@@ -165,12 +230,7 @@ template <typename A, typename W, typename Y> void quantized_matmul_impl(KernelC
         const int16_t* wr = wt.data() + j * k;
         int32_t acc = 0;
         for (int64_t i = 0; i < k; ++i) acc += int32_t{row[i]} * int32_t{wr[i]};
-        double v = static_cast<double>(acc) * mult[j];
-        if (bias) v += bias[j];
-        if (res) v += res[r * n + j];
-        if (relu && v < 0) v = 0;
-        const double q = std::nearbyint(v / sy) + zy;
-        out[r * n + j] = static_cast<Y>(std::isnan(q) ? lo : std::clamp(q, lo, hi));
+        finish(r, j, acc);
       }
     }
   });
