@@ -64,6 +64,35 @@ def main():
     zp = rng.integers(-100, 100, (6, 3)).astype(np.int16)
     q = quantize(x, s, zp, 1, 4)
     save("group", x=x, scale=s, zp=zp, q=q, dq=dequantize(q, s, zp, 1, 4))
+    qdq_matmul_model()
+
+
+def qdq_matmul_model():
+    """A QDQ ONNX model: quantize x, int8 per-channel weights, MatMul, Add bias, Relu, quantize."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(7)
+    k, n = 32, 24
+    w = rng.normal(0, 0.1, (k, n)).astype(np.float32)
+    sw = (np.abs(w).max(0) / 127).astype(np.float32)
+    inits = {"sx": np.array(4 / 255, np.float32), "zx": np.array(128, np.uint8),
+             "wq": np.clip(np.rint(w / sw), -127, 127).astype(np.int8), "sw": sw,
+             "zw": np.zeros(n, np.int8), "b": rng.normal(0, 0.1, n).astype(np.float32),
+             "sy": np.array(0.01, np.float32), "zy": np.array(3, np.uint8)}
+    nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["wq", "sw", "zw"], ["wd"], axis=1),
+             helper.make_node("MatMul", ["xd", "wd"], ["m"]),
+             helper.make_node("Add", ["m", "b"], ["a"]),
+             helper.make_node("Relu", ["a"], ["r"]),
+             helper.make_node("QuantizeLinear", ["r", "sy", "zy"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "qdq_matmul", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, k])],
+        [helper.make_tensor_value_info("y", TensorProto.UINT8, [8, n])],
+        [numpy_helper.from_array(v, name) for name, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    onnx.save(model, os.path.join(OUT, "qdq_matmul.onnx"))
 
 
 if __name__ == "__main__":
