@@ -43,20 +43,22 @@ void check_params(const InferContext& ctx) {
     fail<ShapeError>("[{}] axis {} is out of range for x of shape {}", ctx.name(), axis,
                      str(x.shape));
   const int64_t d = x.shape[static_cast<size_t>(axis)];
-  if (block < 0)
-    fail<ValueError>("[{}] block_size must be >= 0, got {}", ctx.name(), block);
+  if (block < 0) fail<ValueError>("[{}] block_size must be >= 0, got {}", ctx.name(), block);
   if (block == 0) {
     if (s.shape.size() != 1 || !(dims_match(s.shape[0], d) || s.shape[0] == 1))
-      fail<ShapeError>("[{}] a per-channel scale must be 0-d or 1-D with x.shape[{}] = {} values; "
-                       "got scale {} for x {}", ctx.name(), axis, d, str(s.shape), str(x.shape));
+      fail<ShapeError>(
+          "[{}] a per-channel scale must be 0-d or 1-D with x.shape[{}] = {} values; "
+          "got scale {} for x {}",
+          ctx.name(), axis, d, str(s.shape), str(x.shape));
     return;
   }
   Shape want = x.shape;
   if (d >= 0) want[static_cast<size_t>(axis)] = (d + block - 1) / block;
   if (!shapes_match(s.shape, want))
-    fail<ShapeError>("[{}] a per-group scale for x {} with block_size {} along axis {} must have "
-                     "shape {}, got {}", ctx.name(), str(x.shape), block, axis, str(want),
-                     str(s.shape));
+    fail<ShapeError>(
+        "[{}] a per-group scale for x {} with block_size {} along axis {} must have "
+        "shape {}, got {}",
+        ctx.name(), str(x.shape), block, axis, str(want), str(s.shape));
 }
 
 std::vector<TensorInfo> infer_quantize(const InferContext& ctx) {
@@ -97,8 +99,8 @@ std::vector<TensorInfo> infer_quantized_matmul(const InferContext& ctx) {
     fail<ShapeError>("[{}] a {} and w {} (transpose_w {}) disagree in K", op, str(a), str(w), tw);
   for (int i : {1, 2, 6, 7})
     if (!in[i].shape.empty())
-      fail<ShapeError>("[{}] input {} (a scale or zero point of a or y) must be 0-d, got {}", op,
-                       i, str(in[i].shape));
+      fail<ShapeError>("[{}] input {} (a scale or zero point of a or y) must be 0-d, got {}", op, i,
+                       str(in[i].shape));
   const Shape& ws = in[4].shape;
   if (!(ws.empty() || (ws.size() == 1 && dims_match(ws[0], n))) || in[5].shape != ws)
     fail<ShapeError>("[{}] w's scale {} and zero point {} must be 0-d or ({},)", op, str(ws),
@@ -115,15 +117,13 @@ std::vector<TensorInfo> infer_quantized_matmul(const InferContext& ctx) {
   if (ctx.attrs.b("has_residual", false)) {
     require_dtype(ctx, static_cast<int>(next), DTypeSet{f32}, "f32 (residual)");
     if (!shapes_match(in[next].shape, out))
-      fail<ShapeError>("[{}] residual {} must have the output's shape {}", op,
-                       str(in[next].shape), str(out));
+      fail<ShapeError>("[{}] residual {} must have the output's shape {}", op, str(in[next].shape),
+                       str(out));
   }
   return {{out, in[7].dtype}};
 }
 
-QuantizeOptions options_of(const Attrs& a) {
-  return {a.i("axis"), a.i("block_size")};
-}
+QuantizeOptions options_of(const Attrs& a) { return {a.i("axis"), a.i("block_size")}; }
 
 // t (x's shape) summed onto the scale's layout.
 Tensor sum_to_scale(const Tensor& t, const Tensor& scale, const QuantizeOptions& o) {
@@ -190,14 +190,16 @@ void register_quant_ops() {
 namespace {
 const char* check_builder(OpId op, const Tensor& x, const Tensor& scale, QuantizeOptions& o) {
   const char* name = op_name(op);
-  if (scale.rank() > 0) o.axis = resolve_axis(name, o.axis, x.shape());
-  else o.axis = 0;
-  if (o.block_size < 0) fail<ValueError>("[{}] block_size must be >= 0, got {}", name, o.block_size);
+  if (scale.rank() > 0)
+    o.axis = resolve_axis(name, o.axis, x.shape());
+  else
+    o.axis = 0;
+  if (o.block_size < 0)
+    fail<ValueError>("[{}] block_size must be >= 0, got {}", name, o.block_size);
   return name;
 }
 
-Tensor build(OpId op, const Tensor& x, const Tensor& scale, const Tensor& zp,
-             QuantizeOptions o) {
+Tensor build(OpId op, const Tensor& x, const Tensor& scale, const Tensor& zp, QuantizeOptions o) {
   check_builder(op, x, scale, o);
   const Tensor s = op == OpId::Dequantize ? scale : cast_to(scale, x.dtype());
   return make_node1(op, {x, s, zp}, {{"axis", o.axis}, {"block_size", o.block_size}});
@@ -229,8 +231,8 @@ Tensor fake_quantize(const Tensor& x, const Tensor& scale, DType dtype,
 
 Tensor quantized_matmul(const QTensor& a, const QTensor& w, const Tensor& y_scale,
                         const Tensor& y_zero_point, const QuantizedMatmulOptions& o) {
-  std::vector<Tensor> in{a.q, a.scale, a.zero_point, w.q, w.scale, w.zero_point, y_scale,
-                         y_zero_point};
+  std::vector<Tensor> in{a.q,     a.scale,      a.zero_point, w.q,
+                         w.scale, w.zero_point, y_scale,      y_zero_point};
   Attrs attrs{{"transpose_w", o.transpose_w}, {"relu", o.relu}};
   add_optional(in, attrs, "bias", o.bias);
   add_optional(in, attrs, "residual", o.residual);

@@ -3,9 +3,9 @@
 // once: int8 data never round-trips through float memory. Matched from each quantize backwards:
 //   quantize(y, y_scale 0-d, y_zp 0-d i8/u8)
 //   y   = relu(t) | t                        (relu: read only here)
-//   t   = add(t', residual) | add(t', bias)  (at most one of each, either operand order; read only here)
-//   t'  = matmul(da, dw) with dw (K, N) | linear(da, dw[, bias]) with dw (N, K)   (read only here)
-//   da  = dequantize(a i8/u8, 0-d scale, 0-d zp)   dw = dequantize(w i8/u8 rank 2, 0-d or
+//   t   = add(t', residual) | add(t', bias)  (at most one of each, either operand order; read only
+//   here) t'  = matmul(da, dw) with dw (K, N) | linear(da, dw[, bias]) with dw (N, K)   (read only
+//   here) da  = dequantize(a i8/u8, 0-d scale, 0-d zp)   dw = dequantize(w i8/u8 rank 2, 0-d or
 //         per-output-channel scale)             (the dequantizes may have other readers)
 // Everything float is f32. The fused node is within 1 LSB of the graph it replaces.
 #include "core/op_registry.h"
@@ -83,8 +83,7 @@ class Matcher {
     m.absorbed.push_back(cur.node);
     const Node &da = node(mm.inputs[0]), &dw = node(mm.inputs[1]);
     if (da.op != OpId::Dequantize || dw.op != OpId::Dequantize || !is_f32(mm.inputs[0]) ||
-        !is_f32(mm.inputs[1]) || !int8(da.inputs[0]) || !int8(dw.inputs[0]) ||
-        !scalar_param(da, 1))
+        !is_f32(mm.inputs[1]) || !int8(da.inputs[0]) || !int8(dw.inputs[0]) || !scalar_param(da, 1))
       return {};
     const Shape& ws = info(dw.inputs[0]).shape;
     if (ws.size() != 2) return {};
@@ -141,8 +140,8 @@ Program fuse_quant(const Program& p) {
     }
     const Match& m = *at[i];
     const Node& q = nodes[i];
-    std::vector<ValueRef> in{b.remap(m.a), b.remap(m.a_scale), b.remap(m.a_zp),
-                             b.remap(m.w), b.remap(m.w_scale), b.remap(m.w_zp),
+    std::vector<ValueRef> in{b.remap(m.a),         b.remap(m.a_scale),  b.remap(m.a_zp),
+                             b.remap(m.w),         b.remap(m.w_scale),  b.remap(m.w_zp),
                              b.remap(q.inputs[1]), b.remap(q.inputs[2])};
     Attrs attrs{{"transpose_w", m.transpose_w}, {"relu", m.relu}};
     attrs.set("has_bias", m.bias.has_value());

@@ -55,8 +55,8 @@ bool build(Case& c, DType t, int i, OpId op) {
 
 const std::vector<DType> kFloats = {f32, f16, bf16, f64};
 
-#define KILN_QUANT_CASES(Op)                                                                    \
-  const bool k##Op = register_cases(                                                           \
+#define KILN_QUANT_CASES(Op)         \
+  const bool k##Op = register_cases( \
       {OpId::Op, 3, [](Case& c, DType t, int i) { return build(c, t, i, OpId::Op); }, kFloats});
 KILN_QUANT_CASES(Quantize)
 KILN_QUANT_CASES(Dequantize)

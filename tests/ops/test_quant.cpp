@@ -6,8 +6,8 @@
 #include <cmath>
 #include <limits>
 
-#include "support/gradcheck.h"
 #include "kiln/ops/quant.h"
+#include "support/gradcheck.h"
 #include "support/reference.h"
 
 namespace kiln {
@@ -37,14 +37,18 @@ struct Layout {
 
 std::pair<double, double> range_of(DType t) {
   switch (t) {
-    case u8: return {0, 255};
-    case i8: return {-128, 127};
-    default: return {-32768, 32767};
+    case u8:
+      return {0, 255};
+    case i8:
+      return {-128, 127};
+    default:
+      return {-32768, 32767};
   }
 }
 
 // numpy: rint(x / s) in x's type, + zp, clip, NaN -> low.
-template <typename T> double ref_quantize(T x, T s, double zp, DType qt) {
+template <typename T>
+double ref_quantize(T x, T s, double zp, DType qt) {
   const auto [lo, hi] = range_of(qt);
   const double r = static_cast<double>(std::nearbyint(x / s)) + zp;
   return std::isnan(r) ? lo : std::min(hi, std::max(lo, r));
@@ -56,9 +60,9 @@ std::vector<double> ref_quantize_all(const Array& x, const Array& s, const Array
   std::vector<double> out(static_cast<size_t>(x.numel()));
   for (int64_t i = 0; i < x.numel(); ++i) {
     const int64_t k = l.index(i);
-    out[i] = x.dtype() == f32 ? ref_quantize<float>(x.data<float>()[i], s.data<float>()[k], vz[k], qt)
-                              : ref_quantize<double>(x.data<double>()[i], s.data<double>()[k],
-                                                     vz[k], qt);
+    out[i] = x.dtype() == f32
+                 ? ref_quantize<float>(x.data<float>()[i], s.data<float>()[k], vz[k], qt)
+                 : ref_quantize<double>(x.data<double>()[i], s.data<double>()[k], vz[k], qt);
   }
   return out;
 }
@@ -90,9 +94,9 @@ void expect_bits(const Array& a, const std::vector<double>& ref) {
 }
 
 std::vector<Layout> layouts() {
-  return {{{257}, 0, 0, true},        {{3, 4, 5}, 1, 0, false}, {{6, 7}, 0, 0, false},
-          {{2, 3, 9}, 2, 0, false},   {{6, 10}, 1, 4, false},   {{5, 6, 3}, 0, 2, false},
-          {{4, 8}, 1, 8, false},      {{0, 3}, 1, 0, false}};
+  return {{{257}, 0, 0, true},      {{3, 4, 5}, 1, 0, false}, {{6, 7}, 0, 0, false},
+          {{2, 3, 9}, 2, 0, false}, {{6, 10}, 1, 4, false},   {{5, 6, 3}, 0, 2, false},
+          {{4, 8}, 1, 8, false},    {{0, 3}, 1, 0, false}};
 }
 
 // Scales around 0.02-0.1 and x spread so that a part saturates; zero points across the range.
@@ -101,7 +105,8 @@ struct Params {
 };
 Params random_params(const Layout& l, DType xt, DType qt) {
   const auto [lo, hi] = range_of(qt);
-  const double zlo = qt == i16 ? -300 : lo / 4 + (qt == u8 ? 64 : 0), zhi = zlo + (qt == i16 ? 600 : 64);
+  const double zlo = qt == i16 ? -300 : lo / 4 + (qt == u8 ? 64 : 0),
+               zhi = zlo + (qt == i16 ? 600 : 64);
   return {random_array(l.scale(), f64, 0.02, 0.1).astype(xt),
           random_ints(l.scale(), static_cast<int64_t>(zlo), static_cast<int64_t>(zhi), qt)};
 }
@@ -174,14 +179,19 @@ TEST(Quantize, RejectsBadInputs) {
                            {"[quantize]", "(6,)", "(4, 6)"});
   expect_error<DTypeError>([&] { quantize(x, s6, f32, {.axis = 1}); }, {"[quantize]", "f32"});
   expect_error<DTypeError>(
-      [&] { quantize(g.placeholder({4, 6}, i32, "i"), s6, i8, {.axis = 1}); },
+      [&] {
+        quantize(g.placeholder({4, 6}, i32, "i"), s6, i8, {.axis = 1});
+      },
       {"[quantize]", "i32"});
   auto sg = g.constant(Array::from_vector(std::vector<float>(8, 0.1f), {4, 2}));
   expect_error<ShapeError>([&] { quantize(x, sg, i8, {.axis = 1, .block_size = 2}); },
                            {"[quantize]", "block_size 2", "(4, 3)", "(4, 2)"});
   expect_error<ValueError>([&] { quantize(x, s6, i8, {.axis = 5}); }, {"[quantize]", "axis"});
   expect_error<ShapeError>(
-      [&] { quantize(x, s6, g.constant(Array::from_vector(std::vector<int8_t>(3, 0), {3})), {.axis = 1}); },
+      [&] {
+        quantize(x, s6, g.constant(Array::from_vector(std::vector<int8_t>(3, 0), {3})),
+                 {.axis = 1});
+      },
       {"[quantize]", "zero_point"});
 }
 
@@ -197,8 +207,8 @@ TEST(Dequantize, MatchesNumpyReferenceBitForBit) {
         const Array zp = p.zp.astype(qt);
         Graph g;
         auto pq = g.placeholder(l.x, qt, "q");
-        const Array y = eval1(g, dequantize(pq, g.constant(p.s), g.constant(zp), {l.axis, l.block}),
-                              {{pq, q}});
+        const Array y =
+            eval1(g, dequantize(pq, g.constant(p.s), g.constant(zp), {l.axis, l.block}), {{pq, q}});
         EXPECT_EQ(y.dtype(), st);
         std::vector<double> ref;
         if (qt == i32) {  // through f32, then f64 (the ONNX reference's steps)
@@ -254,8 +264,9 @@ TEST(FakeQuantize, EqualsDequantizeOfQuantize) {
       auto px = g.placeholder(l.x, f32, "x");
       const Tensor s = g.constant(p.s), zp = g.constant(p.zp);
       const QuantizeOptions o{l.axis, l.block};
-      const auto y = eval(g, {fake_quantize(px, s, zp, o), dequantize(quantize(px, s, zp, o), s, zp, o)},
-                          {{px, x}});
+      const auto y =
+          eval(g, {fake_quantize(px, s, zp, o), dequantize(quantize(px, s, zp, o), s, zp, o)},
+               {{px, x}});
       expect_bits(y[0], to_f64(y[1]));
     }
 }
@@ -269,7 +280,8 @@ TEST(FakeQuantize, StraightThroughGradientMaskedToRange) {
   const Array w = random_nonzero(xs, f32);
   Graph g;
   auto px = g.placeholder(xs, f32, "x");
-  const Tensor y = sum(fake_quantize(px, g.constant(s), g.constant(zp), {.axis = 1}) * g.constant(w));
+  const Tensor y =
+      sum(fake_quantize(px, g.constant(s), g.constant(zp), {.axis = 1}) * g.constant(w));
   const Array gx = eval1(g, gradients(y, {px})[0], {{px, x}});
   const auto vx = to_f64(x), vs = to_f64(s), vz = to_f64(zp), vw = to_f64(w);
   std::vector<double> ref(vx.size());
@@ -290,8 +302,8 @@ TEST(FakeQuantize, StraightThroughGradientMaskedToRange) {
 TEST(FakeQuantize, QuantizeOutputCarriesNoGradient) {
   Graph g;
   auto px = g.placeholder({4}, f32, "x");
-  const Tensor y = sum(dequantize(quantize(px, g.constant(Array::scalar(0.1f))),
-                                  g.constant(Array::scalar(0.1f))));
+  const Tensor y = sum(
+      dequantize(quantize(px, g.constant(Array::scalar(0.1f))), g.constant(Array::scalar(0.1f))));
   expect_error<UnsupportedError>([&] { gradients(y, {px}); }, {"[gradients]", "quantize", "i8"});
 }
 

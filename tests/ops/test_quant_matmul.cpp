@@ -21,9 +21,10 @@ struct Problem {
 };
 
 std::string describe(const Problem& p) {
-  return fmt::format("a {} n {} {}x{}->{} per_channel {} transpose_w {} bias {} residual {} relu {}",
-                     to_string(p.a), p.n, name(p.at), name(p.wt), name(p.yt), p.per_channel,
-                     p.transpose_w, p.bias, p.residual, p.relu);
+  return fmt::format(
+      "a {} n {} {}x{}->{} per_channel {} transpose_w {} bias {} residual {} relu {}",
+      to_string(p.a), p.n, name(p.at), name(p.wt), name(p.yt), p.per_channel, p.transpose_w, p.bias,
+      p.residual, p.relu);
 }
 
 struct Data {
@@ -181,8 +182,8 @@ TEST(QuantizedMatmul, NotFusedWhenAnIntermediateIsReadElsewhere) {
   Graph g;
   auto pa = g.placeholder(p.a, p.at, "a");
   const Tensor da = dequantize(pa, g.constant(d.sa), g.constant(d.za));
-  const Tensor mm = matmul(da, dequantize(g.constant(d.w), g.constant(d.sw), g.constant(d.zw),
-                                          {.axis = 1}));
+  const Tensor mm =
+      matmul(da, dequantize(g.constant(d.w), g.constant(d.sw), g.constant(d.zw), {.axis = 1}));
   const Tensor y = quantize(relu(mm), g.constant(d.sy), g.constant(d.zy));
   const Executable exe = g.compile(default_device(), {}, {y, mm});
   EXPECT_EQ(count_steps(exe, "quantized_matmul"), 0);
@@ -199,15 +200,24 @@ TEST(QuantizedMatmul, RejectsBadInputs) {
   auto s = g.constant(Array::scalar(0.1f));
   auto z8 = g.constant(Array::scalar(int8_t{0}));
   auto w = g.placeholder({9, 3}, i8, "w");
-  expect_error<ShapeError>([&] { quantized_matmul({a, s, z8}, {w, s, z8}, s, z8); },
-                           {"[quantized_matmul]", "(4, 8)", "(9, 3)"});
+  expect_error<ShapeError>(
+      [&] {
+        quantized_matmul({a, s, z8}, {w, s, z8}, s, z8);
+      },
+      {"[quantized_matmul]", "(4, 8)", "(9, 3)"});
   auto wf = g.placeholder({8, 3}, f32, "wf");
-  expect_error<DTypeError>([&] { quantized_matmul({a, s, z8}, {wf, s, z8}, s, z8); },
-                           {"[quantized_matmul]", "f32"});
+  expect_error<DTypeError>(
+      [&] {
+        quantized_matmul({a, s, z8}, {wf, s, z8}, s, z8);
+      },
+      {"[quantized_matmul]", "f32"});
   auto w8 = g.placeholder({8, 3}, i8, "w8");
   auto s2 = g.constant(Array::from_vector(std::vector<float>{0.1f, 0.2f}, {2}));
-  expect_error<ShapeError>([&] { quantized_matmul({a, s2, z8}, {w8, s, z8}, s, z8); },
-                           {"[quantized_matmul]", "0-d"});
+  expect_error<ShapeError>(
+      [&] {
+        quantized_matmul({a, s2, z8}, {w8, s, z8}, s, z8);
+      },
+      {"[quantized_matmul]", "0-d"});
 }
 
 }  // namespace

@@ -28,9 +28,9 @@ struct GoldenCase {
 };
 
 TEST(QuantGolden, MatchesNumpy) {
-  for (const GoldenCase& k : {GoldenCase{"ties", {0, 0}, false}, GoldenCase{"u8", {0, 0}, false},
-                              GoldenCase{"channel", {1, 0}, true},
-                              GoldenCase{"group", {1, 4}, true}}) {
+  for (const GoldenCase& k :
+       {GoldenCase{"ties", {0, 0}, false}, GoldenCase{"u8", {0, 0}, false},
+        GoldenCase{"channel", {1, 0}, true}, GoldenCase{"group", {1, 4}, true}}) {
     SCOPED_TRACE(k.name);
     const Array x = load(k.name, "x"), s = load(k.name, "scale"), zp = load(k.name, "zp");
     Graph g;

@@ -19,7 +19,8 @@ namespace du = dnnl_util;
 namespace {
 
 // Where element (o, a, j) of x split around the axis finds its scale: x is (outer, len, inner);
-// per tensor one scale, per channel scale[a], per group scale[(o * blocks + a / block) * inner + j].
+// per tensor one scale, per channel scale[a], per group scale[(o * blocks + a / block) * inner +
+// j].
 struct ScaleLayout {
   AxisSplit x;
   int64_t block = 0, blocks = 1;
@@ -34,32 +35,40 @@ struct ScaleLayout {
   }
   // Calls row(first element, scale index of its first element, scale index step along the row)
   // for every row of `inner` elements, in parallel.
-  template <typename F> void rows(const KernelContext& ctx, F&& row) const {
+  template <typename F>
+  void rows(const KernelContext& ctx, F&& row) const {
     const int64_t n = x.outer * x.len;
     ctx.parallel_for(n, std::max<int64_t>(1, 16384 / std::max<int64_t>(x.inner, 1)),
                      [&](int64_t r0, int64_t r1) {
                        for (int64_t r = r0; r < r1; ++r) {
                          const int64_t o = r / x.len, a = r % x.len;
-                         if (per_tensor) row(r * x.inner, int64_t{0}, int64_t{0});
-                         else if (block == 0) row(r * x.inner, a, int64_t{0});
-                         else row(r * x.inner, (o * blocks + a / block) * x.inner, int64_t{1});
+                         if (per_tensor)
+                           row(r * x.inner, int64_t{0}, int64_t{0});
+                         else if (block == 0)
+                           row(r * x.inner, a, int64_t{0});
+                         else
+                           row(r * x.inner, (o * blocks + a / block) * x.inner, int64_t{1});
                        }
                      });
   }
 };
 
-template <typename Q> constexpr double kLo = static_cast<double>(std::numeric_limits<Q>::min());
-template <typename Q> constexpr double kHi = static_cast<double>(std::numeric_limits<Q>::max());
+template <typename Q>
+constexpr double kLo = static_cast<double>(std::numeric_limits<Q>::min());
+template <typename Q>
+constexpr double kHi = static_cast<double>(std::numeric_limits<Q>::max());
 
 // round_half_even(x / s) + zp, saturated (NaN -> the low end), as numpy computes it.
-template <typename T, typename Q> inline Q quantize_one(T x, T s, Q zp) {
+template <typename T, typename Q>
+inline Q quantize_one(T x, T s, Q zp) {
   const double r = static_cast<double>(std::nearbyint(x / s)) + static_cast<double>(zp);
   if (std::isnan(r)) return std::numeric_limits<Q>::min();
   return static_cast<Q>(std::clamp(r, kLo<Q>, kHi<Q>));
 }
 
 // (q - zp) * s: in f32 for 8/16-bit data; i32 data as f32 then f64 (the ONNX reference's steps).
-template <typename Q, typename T> inline T dequantize_one(Q q, Q zp, T s) {
+template <typename Q, typename T>
+inline T dequantize_one(Q q, Q zp, T s) {
   if constexpr (std::is_same_v<Q, int32_t>) {
     const double d = static_cast<double>(static_cast<float>(q)) - static_cast<double>(zp);
     return static_cast<T>(d * static_cast<double>(s));
@@ -68,18 +77,29 @@ template <typename Q, typename T> inline T dequantize_one(Q q, Q zp, T s) {
   }
 }
 
-template <typename F> void dispatch_quant(DType t, const char* op, F&& f) {
+template <typename F>
+void dispatch_quant(DType t, const char* op, F&& f) {
   switch (t) {
-    case DType::i8: f(int8_t{}); return;
-    case DType::u8: f(uint8_t{}); return;
-    case DType::i16: f(int16_t{}); return;
-    case DType::i32: f(int32_t{}); return;
-    default: fail<UnsupportedError>("[{}] cpu kernel got quantized dtype {}", op, name(t));
+    case DType::i8:
+      f(int8_t{});
+      return;
+    case DType::u8:
+      f(uint8_t{});
+      return;
+    case DType::i16:
+      f(int16_t{});
+      return;
+    case DType::i32:
+      f(int32_t{});
+      return;
+    default:
+      fail<UnsupportedError>("[{}] cpu kernel got quantized dtype {}", op, name(t));
   }
 }
 
 // quantize (out in Q) and fake_quantize (out in T, the dequantized value).
-template <typename T, typename Q, bool kFake> void quantize_impl(KernelContext& ctx) {
+template <typename T, typename Q, bool kFake>
+void quantize_impl(KernelContext& ctx) {
   const ScaleLayout l(ctx);
   const T* x = ctx.in(0).ptr<T>();
   const T* s = ctx.in(1).ptr<T>();
@@ -90,20 +110,24 @@ template <typename T, typename Q, bool kFake> void quantize_impl(KernelContext& 
     for (int64_t j = 0; j < inner; ++j) {
       const int64_t k = si + j * step;
       const Q q = quantize_one<T, Q>(x[base + j], s[k], zp[k]);
-      if constexpr (kFake) out[base + j] = dequantize_one<Q, T>(q, zp[k], s[k]);
-      else out[base + j] = q;
+      if constexpr (kFake)
+        out[base + j] = dequantize_one<Q, T>(q, zp[k], s[k]);
+      else
+        out[base + j] = q;
     }
   });
 }
 
-template <bool kFake> void quantize_kernel(KernelContext& ctx) {
+template <bool kFake>
+void quantize_kernel(KernelContext& ctx) {
   dispatch_float(ctx.in(0).dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
     dispatch_quant(ctx.in(2).dtype, ctx.op_name(), [&](auto q) {
       using Q = decltype(q);
       if constexpr (std::is_same_v<Q, int32_t>)
         fail<UnsupportedError>("[{}] cannot quantize to i32", ctx.op_name());
-      else quantize_impl<T, Q, kFake>(ctx);
+      else
+        quantize_impl<T, Q, kFake>(ctx);
     });
   });
 }
@@ -154,15 +178,17 @@ void raw_product_dnnl(KernelContext& ctx, int64_t m, int64_t k, int64_t n, bool 
     const dnnl::memory::desc s({m, k}, at, tag::ab), w({k, n}, dt::s8, tw ? tag::ba : tag::ab),
         o({m, n}, dt::s32, tag::ab);
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(s, w, o), du::attr(), du::engine());
-    return du::CachedPrimitive{dnnl::matmul(pd),
-                               {du::make_arg(DNNL_ARG_SRC, s, s), du::make_arg(DNNL_ARG_WEIGHTS, w, w),
-                                du::make_arg(DNNL_ARG_DST, o, o, true)},
-                               pd.scratchpad_desc()};
+    return du::CachedPrimitive{
+        dnnl::matmul(pd),
+        {du::make_arg(DNNL_ARG_SRC, s, s), du::make_arg(DNNL_ARG_WEIGHTS, w, w),
+         du::make_arg(DNNL_ARG_DST, o, o, true)},
+        pd.scratchpad_desc()};
   });
   du::execute(ctx.op_name(), *p, {ctx.in(0).data, ctx.in(3).data, acc});
 }
 
-template <typename A, typename W, typename Y> void quantized_matmul_impl(KernelContext& ctx) {
+template <typename A, typename W, typename Y>
+void quantized_matmul_impl(KernelContext& ctx) {
   const TensorView &ta = ctx.in(0), &tw = ctx.in(3);
   const bool tw_t = ctx.attrs().b("transpose_w");
   const int64_t k = ta.shape.back(), n = tw_t ? tw.shape[0] : tw.shape[1];
@@ -203,16 +229,17 @@ template <typename A, typename W, typename Y> void quantized_matmul_impl(KernelC
         for (int64_t j = 0; j < n; ++j) colsum[j] += w_at(i, j);
       ctx.parallel_for(m, std::max<int64_t>(1, 16384 / std::max<int64_t>(n + k, 1)),
                        [&](int64_t r0, int64_t r1) {
-        for (int64_t r = r0; r < r1; ++r) {
-          int32_t rowsum = 0;
-          for (int64_t i = 0; i < k; ++i) rowsum += pa[r * k + i];
-          for (int64_t j = 0; j < n; ++j) {
-            const int32_t z = zw[per_channel ? j : 0];
-            finish(r, j, acc[r * n + j] - za * colsum[j] - z * rowsum +
-                             static_cast<int32_t>(k) * za * z);
-          }
-        }
-      });
+                         for (int64_t r = r0; r < r1; ++r) {
+                           int32_t rowsum = 0;
+                           for (int64_t i = 0; i < k; ++i) rowsum += pa[r * k + i];
+                           for (int64_t j = 0; j < n; ++j) {
+                             const int32_t z = zw[per_channel ? j : 0];
+                             finish(r, j,
+                                    acc[r * n + j] - za * colsum[j] - z * rowsum +
+                                        static_cast<int32_t>(k) * za * z);
+                           }
+                         }
+                       });
       return;
     }
   }
@@ -223,30 +250,33 @@ template <typename A, typename W, typename Y> void quantized_matmul_impl(KernelC
       wt[j * k + i] = static_cast<int16_t>(w_at(i, j) - zw[per_channel ? j : 0]);
   ctx.parallel_for(m, std::max<int64_t>(1, 4096 / std::max<int64_t>(n * k, 1)),
                    [&](int64_t r0, int64_t r1) {
-    std::vector<int16_t> row(static_cast<size_t>(k));
-    for (int64_t r = r0; r < r1; ++r) {
-      for (int64_t i = 0; i < k; ++i) row[i] = static_cast<int16_t>(int32_t{pa[r * k + i]} - za);
-      for (int64_t j = 0; j < n; ++j) {
-        const int16_t* wr = wt.data() + j * k;
-        int32_t acc = 0;
-        for (int64_t i = 0; i < k; ++i) acc += int32_t{row[i]} * int32_t{wr[i]};
-        finish(r, j, acc);
-      }
-    }
-  });
+                     std::vector<int16_t> row(static_cast<size_t>(k));
+                     for (int64_t r = r0; r < r1; ++r) {
+                       for (int64_t i = 0; i < k; ++i)
+                         row[i] = static_cast<int16_t>(int32_t{pa[r * k + i]} - za);
+                       for (int64_t j = 0; j < n; ++j) {
+                         const int16_t* wr = wt.data() + j * k;
+                         int32_t acc = 0;
+                         for (int64_t i = 0; i < k; ++i) acc += int32_t{row[i]} * int32_t{wr[i]};
+                         finish(r, j, acc);
+                       }
+                     }
+                   });
 }
 
 void quantized_matmul(KernelContext& ctx) {
   auto q8 = [&](DType t, auto&& f) {
-    if (t == DType::i8) f(int8_t{});
-    else if (t == DType::u8) f(uint8_t{});
-    else fail<UnsupportedError>("[{}] cpu kernel got {}", ctx.op_name(), name(t));
+    if (t == DType::i8)
+      f(int8_t{});
+    else if (t == DType::u8)
+      f(uint8_t{});
+    else
+      fail<UnsupportedError>("[{}] cpu kernel got {}", ctx.op_name(), name(t));
   };
   q8(ctx.in(0).dtype, [&](auto a) {
     q8(ctx.in(3).dtype, [&](auto w) {
-      q8(ctx.in(7).dtype, [&](auto y) {
-        quantized_matmul_impl<decltype(a), decltype(w), decltype(y)>(ctx);
-      });
+      q8(ctx.in(7).dtype,
+         [&](auto y) { quantized_matmul_impl<decltype(a), decltype(w), decltype(y)>(ctx); });
     });
   });
 }

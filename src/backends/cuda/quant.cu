@@ -40,22 +40,36 @@ ScaleIndex scale_index(const KernelContext& ctx) {
 }
 
 // The range of Q as constants device code can read.
-template <typename Q> struct Range;
-template <> struct Range<int8_t> { static constexpr double lo = -128, hi = 127; };
-template <> struct Range<uint8_t> { static constexpr double lo = 0, hi = 255; };
-template <> struct Range<int16_t> { static constexpr double lo = -32768, hi = 32767; };
+template <typename Q>
+struct Range;
+template <>
+struct Range<int8_t> {
+  static constexpr double lo = -128, hi = 127;
+};
+template <>
+struct Range<uint8_t> {
+  static constexpr double lo = 0, hi = 255;
+};
+template <>
+struct Range<int16_t> {
+  static constexpr double lo = -32768, hi = 32767;
+};
 
 // round_half_even(x / s) + zp, saturated (NaN -> the low end), in T as the CPU does.
-template <typename Q, typename T> __device__ inline Q quantize_one(T x, T s, Q zp) {
+template <typename Q, typename T>
+__device__ inline Q quantize_one(T x, T s, Q zp) {
   T y;
-  if constexpr (std::is_same_v<T, float>) y = rintf(x / s);
-  else y = rint(x / s);
+  if constexpr (std::is_same_v<T, float>)
+    y = rintf(x / s);
+  else
+    y = rint(x / s);
   const double r = static_cast<double>(y) + static_cast<double>(zp);
   if (isnan(r)) return static_cast<Q>(Range<Q>::lo);
   return static_cast<Q>(r < Range<Q>::lo ? Range<Q>::lo : (r > Range<Q>::hi ? Range<Q>::hi : r));
 }
 
-template <typename Q, typename T> __device__ inline T dequantize_one(Q q, Q zp, T s) {
+template <typename Q, typename T>
+__device__ inline T dequantize_one(Q q, Q zp, T s) {
   if constexpr (std::is_same_v<Q, int32_t>) {
     const double d = static_cast<double>(static_cast<float>(q)) - static_cast<double>(zp);
     return static_cast<T>(d * static_cast<double>(s));
@@ -72,8 +86,10 @@ __global__ void quantize_kernel(const T* __restrict__ x, const T* __restrict__ s
        i += int64_t{blockDim.x} * gridDim.x) {
     const int64_t k = si(i);
     const Q q = quantize_one<Q, T>(x[i], s[k], zp[k]);
-    if constexpr (kFake) out[i] = dequantize_one<Q, T>(q, zp[k], s[k]);
-    else out[i] = q;
+    if constexpr (kFake)
+      out[i] = dequantize_one<Q, T>(q, zp[k], s[k]);
+    else
+      out[i] = q;
   }
 }
 
@@ -88,25 +104,42 @@ __global__ void dequantize_kernel(const Q* __restrict__ q, const T* __restrict__
   }
 }
 
-template <typename F> void dispatch_quant(DType t, const char* op, F&& f) {
+template <typename F>
+void dispatch_quant(DType t, const char* op, F&& f) {
   switch (t) {
-    case DType::i8: f(int8_t{}); return;
-    case DType::u8: f(uint8_t{}); return;
-    case DType::i16: f(int16_t{}); return;
-    case DType::i32: f(int32_t{}); return;
-    default: fail<UnsupportedError>("[{}] cuda kernel got quantized dtype {}", op, name(t));
+    case DType::i8:
+      f(int8_t{});
+      return;
+    case DType::u8:
+      f(uint8_t{});
+      return;
+    case DType::i16:
+      f(int16_t{});
+      return;
+    case DType::i32:
+      f(int32_t{});
+      return;
+    default:
+      fail<UnsupportedError>("[{}] cuda kernel got quantized dtype {}", op, name(t));
   }
 }
 
-template <typename F> void dispatch_f32_f64(DType t, const char* op, F&& f) {
+template <typename F>
+void dispatch_f32_f64(DType t, const char* op, F&& f) {
   switch (t) {
-    case DType::f32: f(float{}); return;
-    case DType::f64: f(double{}); return;
-    default: fail<UnsupportedError>("[{}] cuda kernel got dtype {}", op, name(t));
+    case DType::f32:
+      f(float{});
+      return;
+    case DType::f64:
+      f(double{});
+      return;
+    default:
+      fail<UnsupportedError>("[{}] cuda kernel got dtype {}", op, name(t));
   }
 }
 
-template <bool kFake> void quantize_any(KernelContext& ctx) {
+template <bool kFake>
+void quantize_any(KernelContext& ctx) {
   const int64_t n = ctx.out(0).numel();
   if (n == 0) return;
   const ScaleIndex si = scale_index(ctx);
@@ -119,8 +152,7 @@ template <bool kFake> void quantize_any(KernelContext& ctx) {
       } else {
         using O = std::conditional_t<kFake, T, Q>;
         quantize_kernel<T, Q, kFake, O><<<blocks_for(n), kThreads, 0, stream_of(ctx)>>>(
-            ctx.in(0).ptr<T>(), ctx.in(1).ptr<T>(), ctx.in(2).ptr<Q>(), ctx.out(0).ptr<O>(), n,
-            si);
+            ctx.in(0).ptr<T>(), ctx.in(1).ptr<T>(), ctx.in(2).ptr<Q>(), ctx.out(0).ptr<O>(), n, si);
         check_launch(ctx.op_name());
       }
     });
@@ -173,9 +205,9 @@ __global__ void quantized_matmul_kernel(const A* __restrict__ a, const float* __
     if (res) v += res[t];
     if (g.relu && v < 0) v = 0;
     const double q = rint(v / static_cast<double>(sy[0])) + static_cast<double>(zy[0]);
-    out[t] = static_cast<Y>(isnan(q) ? Range<Y>::lo
-                                     : (q < Range<Y>::lo ? Range<Y>::lo
-                                                         : (q > Range<Y>::hi ? Range<Y>::hi : q)));
+    out[t] = static_cast<Y>(
+        isnan(q) ? Range<Y>::lo
+                 : (q < Range<Y>::lo ? Range<Y>::lo : (q > Range<Y>::hi ? Range<Y>::hi : q)));
   }
 }
 
@@ -193,9 +225,12 @@ void quantized_matmul(KernelContext& ctx) {
   const float* bias = ctx.attrs().b("has_bias", false) ? ctx.in(next++).ptr<float>() : nullptr;
   const float* res = ctx.attrs().b("has_residual", false) ? ctx.in(next).ptr<float>() : nullptr;
   auto q8 = [&](DType t, auto&& f) {
-    if (t == DType::i8) f(int8_t{});
-    else if (t == DType::u8) f(uint8_t{});
-    else fail<UnsupportedError>("[{}] cuda kernel got {}", ctx.op_name(), name(t));
+    if (t == DType::i8)
+      f(int8_t{});
+    else if (t == DType::u8)
+      f(uint8_t{});
+    else
+      fail<UnsupportedError>("[{}] cuda kernel got {}", ctx.op_name(), name(t));
   };
   q8(ta.dtype, [&](auto at) {
     q8(tw.dtype, [&](auto wt) {
@@ -205,8 +240,8 @@ void quantized_matmul(KernelContext& ctx) {
         using Y = decltype(yt);
         quantized_matmul_kernel<A, W, Y><<<blocks_for(g.m * g.n), kThreads, 0, stream_of(ctx)>>>(
             ta.ptr<A>(), ctx.in(1).ptr<float>(), ctx.in(2).ptr<A>(), tw.ptr<W>(),
-            ctx.in(4).ptr<float>(), ctx.in(5).ptr<W>(), ctx.in(6).ptr<float>(),
-            ctx.in(7).ptr<Y>(), bias, res, ctx.out(0).ptr<Y>(), g);
+            ctx.in(4).ptr<float>(), ctx.in(5).ptr<W>(), ctx.in(6).ptr<float>(), ctx.in(7).ptr<Y>(),
+            bias, res, ctx.out(0).ptr<Y>(), g);
         check_launch(ctx.op_name());
       });
     });
