@@ -96,6 +96,9 @@ struct CompileOptions {
   bool capture = true;
   /// With optimize: chains of elementwise ops run as one generated kernel (KILN_FUSION=0 disables).
   bool fuse_elementwise = true;
+  /// With optimize: dequantize -> matmul/linear (+bias +residual +relu) -> quantize runs as one
+  /// int8 quantized_matmul (docs/quantization.md).
+  bool fuse_quant = true;
 };
 
 class Graph {

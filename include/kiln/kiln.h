@@ -21,6 +21,7 @@
 #include "kiln/ops/transform_extra.h"
 #include "kiln/ops/attention.h"
 #include "kiln/ops/linalg_extra.h"
+#include "kiln/ops/quant.h"
 #include "kiln/optim.h"
 #include "kiln/dist.h"
 #include "kiln/version.h"

@@ -182,14 +182,18 @@ def _match_meta(ctx, n, out):
         return out
     if isinstance(out, (tuple, list)):
         vals = val if isinstance(val, (tuple, list)) else [val]
-        return tuple(_match_one(o, v, n) for o, v in zip(out, vals)) + tuple(out[len(vals):])
-    return _match_one(out, val, n)
+        return tuple(_match_one(ctx, o, v, n) for o, v in zip(out, vals)) + tuple(out[len(vals):])
+    return _match_one(ctx, out, val, n)
 
 
-def _match_one(o, v, n):
+def _match_one(ctx, o, v, n):
     if not isinstance(o, kiln.Tensor) or v is None or not hasattr(v, "shape"):
         return o
     shape = tuple(int(d) for d in v.shape)
+    if tuple(o.shape) == (0,) and shape != (0,):
+        # an empty stand-in for a result nothing reads (batch norm's saved statistics in
+        # inference, whose shape PyTorch picks per device): zeros of PyTorch's shape
+        return kiln.zeros(ctx.g, list(shape), o.dtype)
     if tuple(o.shape) != shape:
         raise LoweringError(f"[kiln.torch] {n.name} ({n.target}): kiln shape {tuple(o.shape)}, "
                             f"PyTorch shape {shape}")

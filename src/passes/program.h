@@ -49,6 +49,11 @@ Program order_assignments(const Program& p);
 /// nodes whose op has a kernel on `target` for their dtype join a group.
 Program fuse_elementwise(const Program& p, Backend target);
 
+/// Replaces quantize(relu?(dequantize(a) @ dequantize(w) (+ bias) (+ residual))) by one
+/// quantized_matmul node (matmul or linear; per-tensor a and output, per-tensor or per-output-
+/// channel w) when the float intermediates have no other reader (src/passes/fuse_quant.cpp).
+Program fuse_quant(const Program& p);
+
 /// Runs every all_reduce start as early and every collective wait as late as dependencies
 /// allow, so communication overlaps computation.
 Program schedule_collectives(const Program& p);

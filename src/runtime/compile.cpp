@@ -132,6 +132,9 @@ Executable Graph::compile(Device device, const FeedShapes& feeds, const std::vec
     prof::HostScope phase(SpanKind::compile, "specialize_shapes");
     specialize_shapes(p, shapes);
   }
+  // int8 products first: before autocast would cast their float inputs, and before folding
+  // would turn dequantized constant weights into f32 constants
+  if (options.optimize && options.fuse_quant) run_pass(p, "fuse_quant", fuse_quant);
   // before folding, so the casts of constant weights fold
   if (const auto low = options.autocast)
     run_pass(p, "autocast", [low](const Program& q) { return autocast(q, *low); });

@@ -299,8 +299,10 @@ void Importer::add_node(const ::onnx::NodeProto& node) {
       model_.parameter_count += values_[name].data ? values_[name].data->numel() : 0;
       model_.parameter_bytes += values_[name].data ? static_cast<int64_t>(values_[name].data->nbytes()) : 0;
     }
-  // (an If's branch reads values its node does not list as inputs)
-  if (all_known && node.op_type() != "If") with_node_context(node, [&] { fold(produced); });
+  // (an If's branch reads values its node does not list as inputs; dequantized weights stay int8
+  // for the fuse_quant pass)
+  if (all_known && node.op_type() != "If" && node.op_type() != "DequantizeLinear")
+    with_node_context(node, [&] { fold(produced); });
 }
 
 // Computes values whose inputs are all known (shape arithmetic, constant subgraphs) on the CPU.

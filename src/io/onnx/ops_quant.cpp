@@ -1,11 +1,16 @@
 // ONNX quantization ops (QuantizeLinear, DequantizeLinear, integer matmul and conv), lowered onto kiln ops.
 //
+// QuantizeLinear and DequantizeLinear become kiln's quantize / dequantize (per tensor, per axis,
+// blocked) where those compute exactly what the reference does; the rarer forms (half-precision
+// or integer x, a `precision` attribute, i32 data with half scales) keep the composition below.
+//
 // Integer results follow ONNX's reference exactly: integer products accumulate in i32 (matmul)
 // or f64 (conv, exact for these sizes), requantization scales multiply in f64 and round half to
 // even before saturating to the output type's range.
 #include <cmath>
 
 #include "io/onnx/map_util.h"
+#include "kiln/ops/quant.h"
 
 namespace kiln::onnx::detail {
 
@@ -44,16 +49,30 @@ Tensor requantize(NodeContext& c, const Tensor& scaled, const std::optional<Tens
   return cast(r, t);
 }
 
+// A scale or zero point for kiln's quantize / dequantize: one value per tensor as 0-d.
+Tensor param_of(NodeContext& c, const Tensor& v, int64_t block, const char* what) {
+  if (block > 0 || v.rank() == 0) return v;
+  if (v.rank() == 1) return v.dim(0) == 1 ? reshape(v, {}) : v;
+  c.fail(fmt::format("{} must be a scalar or 1-D without block_size, got shape {}", what,
+                     str(v.shape())));
+}
+
+QuantizeOptions quant_options(NodeContext& c, const Tensor& scale, int64_t axis, int64_t block,
+                              int rank) {
+  if (block < 0) c.fail(fmt::format("block_size must be >= 0, got {}", block));
+  return {scale.rank() == 0 ? 0 : axis_of(c, axis, rank), block};
+}
+
 Outs quantize_linear(NodeContext& c) {
   Tensor x = c.input(0), scale = c.input(1);
-  if (c.attr_int("block_size", 0) > 0) c.unsupported("blocked quantization (block_size > 0)");
+  const int64_t block = c.version() >= 21 ? c.attr_int("block_size", 0) : 0;
   const int64_t axis = c.version() >= 13 ? c.attr_int("axis", 1) : 1;
   if (c.version() < 13 && scale.rank() > 0 && !(scale.rank() == 1 && scale.dim(0) == 1))
     c.fail(fmt::format("y_scale must be a scalar before opset 13, got {}", str(scale.shape())));
   std::optional<Tensor> zp;
   DType out = u8;
   if (c.has_input(2)) {
-    zp = per_axis(c, c.input(2), x.rank(), axis, "y_zero_point");
+    zp = c.input(2);
     out = zp->dtype();
   } else if (c.has_attr("output_dtype") && c.attr_int("output_dtype", 0) != 0) {
     const int32_t od = static_cast<int32_t>(c.attr_int("output_dtype", 0));
@@ -63,7 +82,16 @@ Outs quantize_linear(NodeContext& c) {
   }
   if (out != u8 && out != i8 && out != i16)
     c.unsupported(fmt::format("quantizing to {}", name(out)));
+  const bool precision = c.has_attr("precision") && c.attr_int("precision", 0) != 0;
+  if ((x.dtype() == f32 || x.dtype() == f64) && scale.dtype() == x.dtype() && !precision) {
+    const Tensor s = param_of(c, scale, block, "y_scale");
+    const QuantizeOptions o = quant_options(c, s, axis, block, x.rank());
+    if (!c.has_input(2)) return {quantize(x, s, out, o)};
+    return {quantize(x, s, param_of(c, c.input(2), block, "y_zero_point"), o)};
+  }
+  if (block > 0) c.unsupported("blocked quantization (block_size > 0) of this x and scale type");
   scale = per_axis(c, scale, x.rank(), axis, "y_scale");
+  if (zp) zp = per_axis(c, *zp, x.rank(), axis, "y_zero_point");
   // x / scale in x's float type (numpy's promotion: integers divide in f64), or in `precision`
   if (c.has_attr("precision") && c.attr_int("precision", 0) != 0) {
     const int32_t p = static_cast<int32_t>(c.attr_int("precision", 0));
@@ -80,7 +108,7 @@ Outs quantize_linear(NodeContext& c) {
 
 Outs dequantize_linear(NodeContext& c) {
   Tensor x = c.input(0), scale = c.input(1);
-  if (c.attr_int("block_size", 0) > 0) c.unsupported("blocked quantization (block_size > 0)");
+  const int64_t block = c.version() >= 21 ? c.attr_int("block_size", 0) : 0;
   const int64_t axis = c.version() >= 13 ? c.attr_int("axis", 1) : 1;
   if (!is_integer(x.dtype()))
     c.fail(fmt::format("x must be an integer tensor, got {}", name(x.dtype())));
@@ -91,6 +119,23 @@ Outs dequantize_linear(NodeContext& c) {
     if (!t || !is_floating(*t)) c.unsupported(fmt::format("output_dtype {}", onnx_dtype_name(od)));
     out = *t;
   }
+  const DType qt = x.dtype();
+  if ((qt == i8 || qt == u8 || qt == i16 || (qt == i32 && (scale.dtype() == f32 || scale.dtype() == f64))) &&
+      is_floating(scale.dtype())) {
+    const Tensor s = param_of(c, scale, block, "x_scale");
+    const QuantizeOptions o = quant_options(c, s, axis, block, x.rank());
+    Tensor y;
+    if (c.has_input(2)) {
+      const Tensor zp = param_of(c, c.input(2), block, "x_zero_point");
+      if (zp.dtype() != qt)
+        c.fail(fmt::format("x_zero_point is {}, x is {}", name(zp.dtype()), name(qt)));
+      y = dequantize(x, s, zp, o);
+    } else {
+      y = dequantize(x, s, o);
+    }
+    return {y.dtype() == out ? y : cast(y, out)};
+  }
+  if (block > 0) c.unsupported("blocked quantization (block_size > 0) of this x and scale type");
   scale = per_axis(c, scale, x.rank(), axis, "x_scale");
   // (x as f32 - zero point) * scale, as the reference computes it (f64 for i32 zero points)
   Tensor d = cast(x, f32);

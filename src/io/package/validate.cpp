@@ -128,6 +128,13 @@ bool arity_rule(OpId op, const Attrs& attrs, int& lo, int& hi) {
     case OpId::NonMaxSuppression:
       lo = hi = 2;
       return true;
+    // quantization (src/ops/quant.cpp): x, scale, zero_point
+    case OpId::Quantize: case OpId::Dequantize: case OpId::FakeQuantize:
+      lo = hi = 3;
+      return true;
+    case OpId::QuantizedMatmul:
+      lo = hi = 8 + opt("has_bias") + opt("has_residual");
+      return true;
   }
   return false;
 }

@@ -1,0 +1,77 @@
+// Integer quantization: quantize, dequantize and fake_quantize (docs/quantization.md).
+//
+// A scale (and its zero point, of the same shape) applies
+//   per tensor   when it is 0-d (or 1-D of one value),
+//   per channel  when it is 1-D with x.shape[axis] values (block_size 0),
+//   per group    when block_size > 0: it has x's rank and shape except along `axis`, where it
+//                has ceil(x.shape[axis] / block_size) values, one per block of block_size.
+// Results follow numpy (and ONNX's reference) bit for bit: x / scale divides in x's float type
+// (f16/bf16 in f32), rounds half to even, adds the zero point and saturates to the integer
+// type's range (NaN saturates low); dequantize computes (float32(q) - float32(zp)) * scale
+// (f64 for i32 data).
+#pragma once
+
+#include <optional>
+
+#include "kiln/graph.h"
+
+namespace kiln {
+
+struct QuantizeOptions {
+  /// The axis a 1-D scale runs along, or the blocks run along (negative counts from the end).
+  int64_t axis = 1;
+  /// Values per block along `axis` for per-group scales (0: per tensor or per channel).
+  int64_t block_size = 0;
+};
+
+/// saturate(round_half_even(x / scale) + zero_point) in zero_point's dtype (i8, u8 or i16).
+/// x is a float tensor; scale is cast to x's dtype.
+Tensor quantize(const Tensor& x, const Tensor& scale, const Tensor& zero_point,
+                const QuantizeOptions& options = {});
+/// Symmetric: zero point 0, result of `dtype` (i8, u8 or i16).
+Tensor quantize(const Tensor& x, const Tensor& scale, DType dtype = DType::i8,
+                const QuantizeOptions& options = {});
+
+/// (q - zero_point) * scale in scale's float dtype; q is i8, u8, i16 or i32 and zero_point has
+/// q's dtype. Differentiable in scale.
+Tensor dequantize(const Tensor& q, const Tensor& scale, const Tensor& zero_point,
+                  const QuantizeOptions& options = {});
+/// Symmetric: zero point 0.
+Tensor dequantize(const Tensor& q, const Tensor& scale, const QuantizeOptions& options = {});
+
+/// dequantize(quantize(x, ...), ...) in one op, in x's dtype, for quantization-aware training.
+/// Its gradient is straight-through, masked to the representable range: the cotangent passes
+/// where (qmin - zp) * scale <= x <= (qmax - zp) * scale and is zero elsewhere (scale and zero
+/// point get none).
+Tensor fake_quantize(const Tensor& x, const Tensor& scale, const Tensor& zero_point,
+                     const QuantizeOptions& options = {});
+/// Symmetric: zero point 0 of `dtype`.
+Tensor fake_quantize(const Tensor& x, const Tensor& scale, DType dtype = DType::i8,
+                     const QuantizeOptions& options = {});
+
+/// Integer data with its scale and zero point (as dequantize takes them).
+struct QTensor {
+  Tensor q, scale, zero_point;
+};
+
+struct QuantizedMatmulOptions {
+  /// w is (N, K), as linear takes it (else (K, N), as matmul takes it).
+  bool transpose_w = false;
+  /// Float (N) added to every row of the product.
+  std::optional<Tensor> bias;
+  /// Float tensor of the output's shape added after the bias.
+  std::optional<Tensor> residual;
+  /// max(0, .) after the additions.
+  bool relu = false;
+};
+
+/// The int8 product the fuse_quant pass builds:
+///   quantize(relu?(dequantize(a) @ dequantize(w) + bias + residual), y_scale, y_zero_point)
+/// computed with exact integer accumulation: a (..., K) is i8/u8 with a 0-d f32 scale and zero
+/// point; w is i8/u8 with a 0-d or per-output-channel (N) f32 scale and zero point; y_scale and
+/// y_zero_point are 0-d, and y_zero_point's dtype (i8 or u8) is the result's. Within 1 LSB of
+/// the unfused graph. Not differentiable.
+Tensor quantized_matmul(const QTensor& a, const QTensor& w, const Tensor& y_scale,
+                        const Tensor& y_zero_point, const QuantizedMatmulOptions& options = {});
+
+}  // namespace kiln

@@ -1,0 +1,294 @@
+// CPU kernels of quantize, dequantize and fake_quantize (src/ops/quant.cpp): rows of x along
+// the quantization axis in parallel, each row with one scale (per tensor, per channel) or one
+// per block (per group). Arithmetic follows numpy step for step, so results are bit-exact.
+// quantized_matmul: exact i32 products (oneDNN's int8 matmul where the CPU has VNNI, with the
+// zero points applied as row and column sums; else int16 dot products the compiler vectorizes),
+// then the epilogue in double: scale, bias, residual, relu, requantize.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "backends/cpu/cpu_common.h"
+#include "backends/cpu/dnnl_util.h"
+#include "backends/cpu/kernels.h"
+
+namespace kiln::cpu {
+
+namespace du = dnnl_util;
+
+namespace {
+
+// Where element (o, a, j) of x split around the axis finds its scale: x is (outer, len, inner);
+// per tensor one scale, per channel scale[a], per group scale[(o * blocks + a / block) * inner +
+// j].
+struct ScaleLayout {
+  AxisSplit x;
+  int64_t block = 0, blocks = 1;
+  bool per_tensor = true;
+  ScaleLayout(const KernelContext& ctx) {
+    const TensorView &tx = ctx.in(0), &ts = ctx.in(1);
+    per_tensor = ts.numel() == 1;
+    const int64_t axis = ctx.attrs().i("axis");
+    x = tx.rank() == 0 ? AxisSplit{} : split_at(tx.shape, axis);
+    block = ctx.attrs().i("block_size");
+    if (block > 0) blocks = (x.len + block - 1) / block;
+  }
+  // Calls row(first element, scale index of its first element, scale index step along the row)
+  // for every row of `inner` elements, in parallel.
+  template <typename F>
+  void rows(const KernelContext& ctx, F&& row) const {
+    const int64_t n = x.outer * x.len;
+    ctx.parallel_for(n, std::max<int64_t>(1, 16384 / std::max<int64_t>(x.inner, 1)),
+                     [&](int64_t r0, int64_t r1) {
+                       for (int64_t r = r0; r < r1; ++r) {
+                         const int64_t o = r / x.len, a = r % x.len;
+                         if (per_tensor)
+                           row(r * x.inner, int64_t{0}, int64_t{0});
+                         else if (block == 0)
+                           row(r * x.inner, a, int64_t{0});
+                         else
+                           row(r * x.inner, (o * blocks + a / block) * x.inner, int64_t{1});
+                       }
+                     });
+  }
+};
+
+template <typename Q>
+constexpr double kLo = static_cast<double>(std::numeric_limits<Q>::min());
+template <typename Q>
+constexpr double kHi = static_cast<double>(std::numeric_limits<Q>::max());
+
+// round_half_even(x / s) + zp, saturated (NaN -> the low end), as numpy computes it.
+template <typename T, typename Q>
+inline Q quantize_one(T x, T s, Q zp) {
+  const double r = static_cast<double>(std::nearbyint(x / s)) + static_cast<double>(zp);
+  if (std::isnan(r)) return std::numeric_limits<Q>::min();
+  return static_cast<Q>(std::clamp(r, kLo<Q>, kHi<Q>));
+}
+
+// (q - zp) * s: in f32 for 8/16-bit data; i32 data as f32 then f64 (the ONNX reference's steps).
+template <typename Q, typename T>
+inline T dequantize_one(Q q, Q zp, T s) {
+  if constexpr (std::is_same_v<Q, int32_t>) {
+    const double d = static_cast<double>(static_cast<float>(q)) - static_cast<double>(zp);
+    return static_cast<T>(d * static_cast<double>(s));
+  } else {
+    return static_cast<T>(static_cast<T>(static_cast<float>(q) - static_cast<float>(zp)) * s);
+  }
+}
+
+template <typename F>
+void dispatch_quant(DType t, const char* op, F&& f) {
+  switch (t) {
+    case DType::i8:
+      f(int8_t{});
+      return;
+    case DType::u8:
+      f(uint8_t{});
+      return;
+    case DType::i16:
+      f(int16_t{});
+      return;
+    case DType::i32:
+      f(int32_t{});
+      return;
+    default:
+      fail<UnsupportedError>("[{}] cpu kernel got quantized dtype {}", op, name(t));
+  }
+}
+
+// quantize (out in Q) and fake_quantize (out in T, the dequantized value).
+template <typename T, typename Q, bool kFake>
+void quantize_impl(KernelContext& ctx) {
+  const ScaleLayout l(ctx);
+  const T* x = ctx.in(0).ptr<T>();
+  const T* s = ctx.in(1).ptr<T>();
+  const Q* zp = ctx.in(2).ptr<Q>();
+  auto* out = ctx.out(0).ptr<std::conditional_t<kFake, T, Q>>();
+  const int64_t inner = l.x.inner;
+  l.rows(ctx, [&](int64_t base, int64_t si, int64_t step) {
+    for (int64_t j = 0; j < inner; ++j) {
+      const int64_t k = si + j * step;
+      const Q q = quantize_one<T, Q>(x[base + j], s[k], zp[k]);
+      if constexpr (kFake)
+        out[base + j] = dequantize_one<Q, T>(q, zp[k], s[k]);
+      else
+        out[base + j] = q;
+    }
+  });
+}
+
+template <bool kFake>
+void quantize_kernel(KernelContext& ctx) {
+  dispatch_float(ctx.in(0).dtype, ctx.op_name(), [&](auto t) {
+    using T = decltype(t);
+    dispatch_quant(ctx.in(2).dtype, ctx.op_name(), [&](auto q) {
+      using Q = decltype(q);
+      if constexpr (std::is_same_v<Q, int32_t>)
+        fail<UnsupportedError>("[{}] cannot quantize to i32", ctx.op_name());
+      else
+        quantize_impl<T, Q, kFake>(ctx);
+    });
+  });
+}
+
+void quantize(KernelContext& ctx) { quantize_kernel<false>(ctx); }
+void fake_quantize(KernelContext& ctx) { quantize_kernel<true>(ctx); }
+
+void dequantize(KernelContext& ctx) {
+  dispatch_float(ctx.in(1).dtype, ctx.op_name(), [&](auto t) {
+    using T = decltype(t);
+    dispatch_quant(ctx.in(0).dtype, ctx.op_name(), [&](auto qt) {
+      using Q = decltype(qt);
+      const ScaleLayout l(ctx);
+      const Q* q = ctx.in(0).ptr<Q>();
+      const T* s = ctx.in(1).ptr<T>();
+      const Q* zp = ctx.in(2).ptr<Q>();
+      T* out = ctx.out(0).ptr<T>();
+      const int64_t inner = l.x.inner;
+      l.rows(ctx, [&](int64_t base, int64_t si, int64_t step) {
+        for (int64_t j = 0; j < inner; ++j) {
+          const int64_t k = si + j * step;
+          out[base + j] = dequantize_one<Q, T>(q[base + j], zp[k], s[k]);
+        }
+      });
+    });
+  });
+}
+
+// oneDNN's u8/s8 x s8 -> s32 product is exact where the CPU has VNNI (elsewhere its int8 kernels
+// may saturate 16-bit pair sums): only then does quantized_matmul use it.
+bool dnnl_int8_exact() {
+  static const bool ok = [] {
+    const int isa = static_cast<int>(dnnl::get_effective_cpu_isa());
+    auto has = [&](int want) { return (isa & want) == want; };
+    return has(dnnl_cpu_isa_avx512_core_vnni) || has(dnnl_cpu_isa_avx2_vnni);
+  }();
+  return ok;
+}
+
+// acc = a @ w (raw integers, no zero points) through oneDNN, into `acc` (m x n).
+template <typename A>
+void raw_product_dnnl(KernelContext& ctx, int64_t m, int64_t k, int64_t n, bool tw, int32_t* acc) {
+  using dt = dnnl::memory::data_type;
+  using tag = dnnl::memory::format_tag;
+  const dt at = std::is_same_v<A, uint8_t> ? dt::u8 : dt::s8;
+  const du::Dims key{static_cast<int64_t>(ctx.op()), m, k, n, tw, static_cast<int64_t>(at)};
+  auto p = du::cached(ctx.op_name(), key, [&] {
+    const dnnl::memory::desc s({m, k}, at, tag::ab), w({k, n}, dt::s8, tw ? tag::ba : tag::ab),
+        o({m, n}, dt::s32, tag::ab);
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(s, w, o), du::attr(), du::engine());
+    return du::CachedPrimitive{
+        dnnl::matmul(pd),
+        {du::make_arg(DNNL_ARG_SRC, s, s), du::make_arg(DNNL_ARG_WEIGHTS, w, w),
+         du::make_arg(DNNL_ARG_DST, o, o, true)},
+        pd.scratchpad_desc()};
+  });
+  du::execute(ctx.op_name(), *p, {ctx.in(0).data, ctx.in(3).data, acc});
+}
+
+template <typename A, typename W, typename Y>
+void quantized_matmul_impl(KernelContext& ctx) {
+  const TensorView &ta = ctx.in(0), &tw = ctx.in(3);
+  const bool tw_t = ctx.attrs().b("transpose_w");
+  const int64_t k = ta.shape.back(), n = tw_t ? tw.shape[0] : tw.shape[1];
+  const int64_t m = k == 0 ? ctx.out(0).numel() / std::max<int64_t>(n, 1) : ta.numel() / k;
+  const float sa = *ctx.in(1).ptr<float>(), sy = *ctx.in(6).ptr<float>();
+  const int32_t za = *ctx.in(2).ptr<A>();
+  const int32_t zy = *ctx.in(7).ptr<Y>();
+  const float* sw = ctx.in(4).ptr<float>();
+  const W* zw = ctx.in(5).ptr<W>();
+  const bool per_channel = ctx.in(4).numel() != 1 || n == 1;
+  int next = 8;
+  const float* bias = ctx.attrs().b("has_bias", false) ? ctx.in(next++).ptr<float>() : nullptr;
+  const float* res = ctx.attrs().b("has_residual", false) ? ctx.in(next).ptr<float>() : nullptr;
+  const bool relu = ctx.attrs().b("relu");
+  const A* pa = ta.ptr<A>();
+  const W* pw = tw.ptr<W>();
+  auto w_at = [&](int64_t i, int64_t j) { return int32_t{pw[tw_t ? j * k + i : i * n + j]}; };
+  std::vector<double> mult(static_cast<size_t>(n));
+  for (int64_t j = 0; j < n; ++j)
+    mult[j] = static_cast<double>(sa) * static_cast<double>(sw[per_channel ? j : 0]);
+  Y* out = ctx.out(0).ptr<Y>();
+  const double lo = kLo<Y>, hi = kHi<Y>;
+  auto finish = [&](int64_t r, int64_t j, int32_t acc) {
+    double v = static_cast<double>(acc) * mult[j];
+    if (bias) v += bias[j];
+    if (res) v += res[r * n + j];
+    if (relu && v < 0) v = 0;
+    const double q = std::nearbyint(v / sy) + zy;
+    out[r * n + j] = static_cast<Y>(std::isnan(q) ? lo : std::clamp(q, lo, hi));
+  };
+  if constexpr (std::is_same_v<W, int8_t>) {
+    if (dnnl_int8_exact() && m * n * k >= (1 << 15)) {
+      // (a - za)(w - zw) = a w - za colsum(w) - zw rowsum(a) + k za zw, all exact in i32
+      int32_t* acc = static_cast<int32_t*>(ctx.scratch(static_cast<size_t>(m * n) * 4));
+      raw_product_dnnl<A>(ctx, m, k, n, tw_t, acc);
+      std::vector<int32_t> colsum(static_cast<size_t>(n), 0);
+      for (int64_t i = 0; i < k; ++i)
+        for (int64_t j = 0; j < n; ++j) colsum[j] += w_at(i, j);
+      ctx.parallel_for(m, std::max<int64_t>(1, 16384 / std::max<int64_t>(n + k, 1)),
+                       [&](int64_t r0, int64_t r1) {
+                         for (int64_t r = r0; r < r1; ++r) {
+                           int32_t rowsum = 0;
+                           for (int64_t i = 0; i < k; ++i) rowsum += pa[r * k + i];
+                           for (int64_t j = 0; j < n; ++j) {
+                             const int32_t z = zw[per_channel ? j : 0];
+                             finish(r, j,
+                                    acc[r * n + j] - za * colsum[j] - z * rowsum +
+                                        static_cast<int32_t>(k) * za * z);
+                           }
+                         }
+                       });
+      return;
+    }
+  }
+  // w - zw as (N, K) int16 rows: exact i32 dot products the compiler vectorizes
+  std::vector<int16_t> wt(static_cast<size_t>(n * k));
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t i = 0; i < k; ++i)
+      wt[j * k + i] = static_cast<int16_t>(w_at(i, j) - zw[per_channel ? j : 0]);
+  ctx.parallel_for(m, std::max<int64_t>(1, 4096 / std::max<int64_t>(n * k, 1)),
+                   [&](int64_t r0, int64_t r1) {
+                     std::vector<int16_t> row(static_cast<size_t>(k));
+                     for (int64_t r = r0; r < r1; ++r) {
+                       for (int64_t i = 0; i < k; ++i)
+                         row[i] = static_cast<int16_t>(int32_t{pa[r * k + i]} - za);
+                       for (int64_t j = 0; j < n; ++j) {
+                         const int16_t* wr = wt.data() + j * k;
+                         int32_t acc = 0;
+                         for (int64_t i = 0; i < k; ++i) acc += int32_t{row[i]} * int32_t{wr[i]};
+                         finish(r, j, acc);
+                       }
+                     }
+                   });
+}
+
+void quantized_matmul(KernelContext& ctx) {
+  auto q8 = [&](DType t, auto&& f) {
+    if (t == DType::i8)
+      f(int8_t{});
+    else if (t == DType::u8)
+      f(uint8_t{});
+    else
+      fail<UnsupportedError>("[{}] cpu kernel got {}", ctx.op_name(), name(t));
+  };
+  q8(ctx.in(0).dtype, [&](auto a) {
+    q8(ctx.in(3).dtype, [&](auto w) {
+      q8(ctx.in(7).dtype,
+         [&](auto y) { quantized_matmul_impl<decltype(a), decltype(w), decltype(y)>(ctx); });
+    });
+  });
+}
+
+}  // namespace
+
+void register_quant_kernels() {
+  register_kernel(OpId::Quantize, Backend::cpu, {quantize, kFloatTypes, 0, true});
+  register_kernel(OpId::Dequantize, Backend::cpu, {dequantize, kFloatTypes, 1, true});
+  register_kernel(OpId::FakeQuantize, Backend::cpu, {fake_quantize, kFloatTypes, 0, true});
+  register_kernel(OpId::QuantizedMatmul, Backend::cpu,
+                  {quantized_matmul, DTypeSet{i8, u8}, 0, false});
+}
+
+}  // namespace kiln::cpu

@@ -1,0 +1,261 @@
+// CUDA kernels of quantize, dequantize and fake_quantize: one thread per element (grid-stride),
+// the same arithmetic as the CPU kernels (src/backends/cpu/quant.cpp), so results agree bit for
+// bit. f16/bf16 data runs through f32 (KernelEntry::half_via_f32). quantized_matmul: one
+// thread per output element, an exact i32 dot product, the epilogue in double as on the CPU.
+#include <cmath>
+#include <limits>
+
+#include "backends/cuda/cuda_common.cuh"
+#include "backends/cuda/kernels.h"
+
+namespace kiln::cuda {
+
+namespace {
+
+// The scale index of element i of x (outer, len, inner around the axis): one scale per tensor,
+// per channel (block 0) or per block of `block` along the axis.
+struct ScaleIndex {
+  int64_t len = 1, inner = 1, block = 0, blocks = 1;
+  bool per_tensor = true;
+  __device__ int64_t operator()(int64_t i) const {
+    if (per_tensor) return 0;
+    const int64_t r = i / inner, a = r % len;
+    if (block == 0) return a;
+    return ((r / len) * blocks + a / block) * inner + i % inner;
+  }
+};
+
+ScaleIndex scale_index(const KernelContext& ctx) {
+  ScaleIndex s;
+  const TensorView &x = ctx.in(0), &sc = ctx.in(1);
+  s.per_tensor = sc.numel() == 1;
+  if (!s.per_tensor) {
+    const AxisSplit sp = split_at(x.shape, ctx.attrs().i("axis"));
+    s.len = sp.len;
+    s.inner = sp.inner;
+    s.block = ctx.attrs().i("block_size");
+    if (s.block > 0) s.blocks = (s.len + s.block - 1) / s.block;
+  }
+  return s;
+}
+
+// The range of Q as constants device code can read.
+template <typename Q>
+struct Range;
+template <>
+struct Range<int8_t> {
+  static constexpr double lo = -128, hi = 127;
+};
+template <>
+struct Range<uint8_t> {
+  static constexpr double lo = 0, hi = 255;
+};
+template <>
+struct Range<int16_t> {
+  static constexpr double lo = -32768, hi = 32767;
+};
+
+// round_half_even(x / s) + zp, saturated (NaN -> the low end), in T as the CPU does.
+template <typename Q, typename T>
+__device__ inline Q quantize_one(T x, T s, Q zp) {
+  T y;
+  if constexpr (std::is_same_v<T, float>)
+    y = rintf(x / s);
+  else
+    y = rint(x / s);
+  const double r = static_cast<double>(y) + static_cast<double>(zp);
+  if (isnan(r)) return static_cast<Q>(Range<Q>::lo);
+  return static_cast<Q>(r < Range<Q>::lo ? Range<Q>::lo : (r > Range<Q>::hi ? Range<Q>::hi : r));
+}
+
+template <typename Q, typename T>
+__device__ inline T dequantize_one(Q q, Q zp, T s) {
+  if constexpr (std::is_same_v<Q, int32_t>) {
+    const double d = static_cast<double>(static_cast<float>(q)) - static_cast<double>(zp);
+    return static_cast<T>(d * static_cast<double>(s));
+  } else {
+    return static_cast<T>(static_cast<T>(static_cast<float>(q) - static_cast<float>(zp)) * s);
+  }
+}
+
+template <typename T, typename Q, bool kFake, typename O>
+__global__ void quantize_kernel(const T* __restrict__ x, const T* __restrict__ s,
+                                const Q* __restrict__ zp, O* __restrict__ out, int64_t n,
+                                ScaleIndex si) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{blockDim.x} * gridDim.x) {
+    const int64_t k = si(i);
+    const Q q = quantize_one<Q, T>(x[i], s[k], zp[k]);
+    if constexpr (kFake)
+      out[i] = dequantize_one<Q, T>(q, zp[k], s[k]);
+    else
+      out[i] = q;
+  }
+}
+
+template <typename Q, typename T>
+__global__ void dequantize_kernel(const Q* __restrict__ q, const T* __restrict__ s,
+                                  const Q* __restrict__ zp, T* __restrict__ out, int64_t n,
+                                  ScaleIndex si) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{blockDim.x} * gridDim.x) {
+    const int64_t k = si(i);
+    out[i] = dequantize_one<Q, T>(q[i], zp[k], s[k]);
+  }
+}
+
+template <typename F>
+void dispatch_quant(DType t, const char* op, F&& f) {
+  switch (t) {
+    case DType::i8:
+      f(int8_t{});
+      return;
+    case DType::u8:
+      f(uint8_t{});
+      return;
+    case DType::i16:
+      f(int16_t{});
+      return;
+    case DType::i32:
+      f(int32_t{});
+      return;
+    default:
+      fail<UnsupportedError>("[{}] cuda kernel got quantized dtype {}", op, name(t));
+  }
+}
+
+template <typename F>
+void dispatch_f32_f64(DType t, const char* op, F&& f) {
+  switch (t) {
+    case DType::f32:
+      f(float{});
+      return;
+    case DType::f64:
+      f(double{});
+      return;
+    default:
+      fail<UnsupportedError>("[{}] cuda kernel got dtype {}", op, name(t));
+  }
+}
+
+template <bool kFake>
+void quantize_any(KernelContext& ctx) {
+  const int64_t n = ctx.out(0).numel();
+  if (n == 0) return;
+  const ScaleIndex si = scale_index(ctx);
+  dispatch_f32_f64(ctx.in(0).dtype, ctx.op_name(), [&](auto t) {
+    using T = decltype(t);
+    dispatch_quant(ctx.in(2).dtype, ctx.op_name(), [&](auto qt) {
+      using Q = decltype(qt);
+      if constexpr (std::is_same_v<Q, int32_t>) {
+        fail<UnsupportedError>("[{}] cannot quantize to i32", ctx.op_name());
+      } else {
+        using O = std::conditional_t<kFake, T, Q>;
+        quantize_kernel<T, Q, kFake, O><<<blocks_for(n), kThreads, 0, stream_of(ctx)>>>(
+            ctx.in(0).ptr<T>(), ctx.in(1).ptr<T>(), ctx.in(2).ptr<Q>(), ctx.out(0).ptr<O>(), n, si);
+        check_launch(ctx.op_name());
+      }
+    });
+  });
+}
+
+void quantize(KernelContext& ctx) { quantize_any<false>(ctx); }
+void fake_quantize(KernelContext& ctx) { quantize_any<true>(ctx); }
+
+void dequantize(KernelContext& ctx) {
+  const int64_t n = ctx.out(0).numel();
+  if (n == 0) return;
+  const ScaleIndex si = scale_index(ctx);
+  dispatch_f32_f64(ctx.in(1).dtype, ctx.op_name(), [&](auto t) {
+    using T = decltype(t);
+    dispatch_quant(ctx.in(0).dtype, ctx.op_name(), [&](auto qt) {
+      using Q = decltype(qt);
+      dequantize_kernel<Q, T><<<blocks_for(n), kThreads, 0, stream_of(ctx)>>>(
+          ctx.in(0).ptr<Q>(), ctx.in(1).ptr<T>(), ctx.in(2).ptr<Q>(), ctx.out(0).ptr<T>(), n, si);
+      check_launch(ctx.op_name());
+    });
+  });
+}
+
+struct QmmArgs {
+  int64_t m, n, k;
+  bool transpose_w, relu, per_channel;
+};
+
+template <typename A, typename W, typename Y>
+__global__ void quantized_matmul_kernel(const A* __restrict__ a, const float* __restrict__ sa,
+                                        const A* __restrict__ za, const W* __restrict__ w,
+                                        const float* __restrict__ sw, const W* __restrict__ zw,
+                                        const float* __restrict__ sy, const Y* __restrict__ zy,
+                                        const float* __restrict__ bias,
+                                        const float* __restrict__ res, Y* __restrict__ out,
+                                        QmmArgs g) {
+  const int64_t total = g.m * g.n;
+  for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; t < total;
+       t += int64_t{blockDim.x} * gridDim.x) {
+    const int64_t r = t / g.n, j = t % g.n, c = g.per_channel ? j : 0;
+    const int32_t a0 = za[0], w0 = zw[c];
+    int32_t acc = 0;
+    for (int64_t i = 0; i < g.k; ++i) {
+      const int32_t wv = w[g.transpose_w ? j * g.k + i : i * g.n + j];
+      acc += (int32_t{a[r * g.k + i]} - a0) * (wv - w0);
+    }
+    double v = static_cast<double>(acc) * (static_cast<double>(sa[0]) * static_cast<double>(sw[c]));
+    if (bias) v += bias[j];
+    if (res) v += res[t];
+    if (g.relu && v < 0) v = 0;
+    const double q = rint(v / static_cast<double>(sy[0])) + static_cast<double>(zy[0]);
+    out[t] = static_cast<Y>(
+        isnan(q) ? Range<Y>::lo
+                 : (q < Range<Y>::lo ? Range<Y>::lo : (q > Range<Y>::hi ? Range<Y>::hi : q)));
+  }
+}
+
+void quantized_matmul(KernelContext& ctx) {
+  const TensorView &ta = ctx.in(0), &tw = ctx.in(3);
+  QmmArgs g;
+  g.transpose_w = ctx.attrs().b("transpose_w");
+  g.relu = ctx.attrs().b("relu");
+  g.k = ta.shape.back();
+  g.n = g.transpose_w ? tw.shape[0] : tw.shape[1];
+  g.m = ctx.out(0).numel() / (g.n > 0 ? g.n : 1);
+  g.per_channel = ctx.in(4).numel() != 1 || g.n == 1;
+  if (ctx.out(0).numel() == 0) return;
+  int next = 8;
+  const float* bias = ctx.attrs().b("has_bias", false) ? ctx.in(next++).ptr<float>() : nullptr;
+  const float* res = ctx.attrs().b("has_residual", false) ? ctx.in(next).ptr<float>() : nullptr;
+  auto q8 = [&](DType t, auto&& f) {
+    if (t == DType::i8)
+      f(int8_t{});
+    else if (t == DType::u8)
+      f(uint8_t{});
+    else
+      fail<UnsupportedError>("[{}] cuda kernel got {}", ctx.op_name(), name(t));
+  };
+  q8(ta.dtype, [&](auto at) {
+    q8(tw.dtype, [&](auto wt) {
+      q8(ctx.in(7).dtype, [&](auto yt) {
+        using A = decltype(at);
+        using W = decltype(wt);
+        using Y = decltype(yt);
+        quantized_matmul_kernel<A, W, Y><<<blocks_for(g.m * g.n), kThreads, 0, stream_of(ctx)>>>(
+            ta.ptr<A>(), ctx.in(1).ptr<float>(), ctx.in(2).ptr<A>(), tw.ptr<W>(),
+            ctx.in(4).ptr<float>(), ctx.in(5).ptr<W>(), ctx.in(6).ptr<float>(), ctx.in(7).ptr<Y>(),
+            bias, res, ctx.out(0).ptr<Y>(), g);
+        check_launch(ctx.op_name());
+      });
+    });
+  });
+}
+
+}  // namespace
+
+void register_quant_kernels() {
+  register_kernel(OpId::Quantize, Backend::cuda, {quantize, kFloatTypes, 0, true});
+  register_kernel(OpId::Dequantize, Backend::cuda, {dequantize, kFloatTypes, 1, true});
+  register_kernel(OpId::FakeQuantize, Backend::cuda, {fake_quantize, kFloatTypes, 0, true});
+  register_kernel(OpId::QuantizedMatmul, Backend::cuda,
+                  {quantized_matmul, DTypeSet{i8, u8}, 0, false});
+}
+
+}  // namespace kiln::cuda

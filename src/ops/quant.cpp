@@ -1,0 +1,242 @@
+// quantize, dequantize, fake_quantize (family quant; include/kiln/ops/quant.h). Inputs
+// (x, scale, zero_point) with zero_point always present (builders make zeros for symmetric
+// quantization) and of scale's shape. Attrs: axis (resolved, >= 0), block_size (>= 0).
+//   quantize:      x float -> zero_point's dtype (i8, u8, i16); no gradient (integer output).
+//   dequantize:    q (i8, u8, i16, i32) -> scale's dtype; gradient for scale only.
+//   fake_quantize: x float -> x's dtype; straight-through gradient masked to the range.
+// quantized_matmul: inputs a, a_scale, a_zp, w, w_scale, w_zp, y_scale, y_zp[, bias][, residual];
+//   attrs transpose_w, relu, has_bias, has_residual. Inference only.
+#include "kiln/ops/quant.h"
+
+#include "kiln/ops/core.h"
+#include "kiln/ops/elementwise.h"
+#include "kiln/ops/reduce.h"
+#include "kiln/ops/transform.h"
+#include "ops/common.h"
+
+namespace kiln {
+
+using namespace ops;
+
+namespace {
+constexpr DTypeSet kQuantTypes{i8, u8, i16};
+
+// A tensor of scale's shape filled with v, of dtype t.
+Tensor full_like_scale(const Tensor& scale, double v, DType t) {
+  const Tensor c = cast_to(scalar_like(scale, v), t);
+  return scale.rank() == 0 ? c : broadcast_to(c, scale.shape());
+}
+Tensor zeros_of(const Tensor& scale, DType t) { return full_like_scale(scale, 0, t); }
+
+// Checks scale and zero point (inputs 1, 2) against x's shape (input 0) for the op's layout.
+void check_params(const InferContext& ctx) {
+  const TensorInfo &x = ctx.inputs[0], &s = ctx.inputs[1], &zp = ctx.inputs[2];
+  const int64_t axis = ctx.attrs.i("axis"), block = ctx.attrs.i("block_size");
+  if (!is_floating(s.dtype))
+    fail<DTypeError>("[{}] scale must be a float tensor, got {}", ctx.name(), name(s.dtype));
+  if (!shapes_match(s.shape, zp.shape))
+    fail<ShapeError>("[{}] scale {} and zero_point {} must have one shape", ctx.name(),
+                     str(s.shape), str(zp.shape));
+  const int64_t rank = static_cast<int64_t>(x.shape.size());
+  if (s.shape.empty()) return;  // per tensor
+  if (axis < 0 || axis >= rank)
+    fail<ShapeError>("[{}] axis {} is out of range for x of shape {}", ctx.name(), axis,
+                     str(x.shape));
+  const int64_t d = x.shape[static_cast<size_t>(axis)];
+  if (block < 0) fail<ValueError>("[{}] block_size must be >= 0, got {}", ctx.name(), block);
+  if (block == 0) {
+    if (s.shape.size() != 1 || !(dims_match(s.shape[0], d) || s.shape[0] == 1))
+      fail<ShapeError>(
+          "[{}] a per-channel scale must be 0-d or 1-D with x.shape[{}] = {} values; "
+          "got scale {} for x {}",
+          ctx.name(), axis, d, str(s.shape), str(x.shape));
+    return;
+  }
+  Shape want = x.shape;
+  if (d >= 0) want[static_cast<size_t>(axis)] = (d + block - 1) / block;
+  if (!shapes_match(s.shape, want))
+    fail<ShapeError>(
+        "[{}] a per-group scale for x {} with block_size {} along axis {} must have "
+        "shape {}, got {}",
+        ctx.name(), str(x.shape), block, axis, str(want), str(s.shape));
+}
+
+std::vector<TensorInfo> infer_quantize(const InferContext& ctx) {
+  require_dtype(ctx, 0, kFloatTypes, "a float type");
+  require_dtype(ctx, 2, kQuantTypes, "i8, u8 or i16 (the zero point sets the output type)");
+  check_params(ctx);
+  const DType out = ctx.op == OpId::FakeQuantize ? ctx.inputs[0].dtype : ctx.inputs[2].dtype;
+  return {{ctx.inputs[0].shape, out}};
+}
+
+std::vector<TensorInfo> infer_dequantize(const InferContext& ctx) {
+  require_dtype(ctx, 0, DTypeSet{i8, u8, i16, i32}, "i8, u8, i16 or i32");
+  if (ctx.inputs[2].dtype != ctx.inputs[0].dtype)
+    fail<DTypeError>("[dequantize] zero_point has dtype {} but q has dtype {}",
+                     name(ctx.inputs[2].dtype), name(ctx.inputs[0].dtype));
+  check_params(ctx);
+  return {{ctx.inputs[0].shape, ctx.inputs[1].dtype}};
+}
+
+std::vector<TensorInfo> infer_quantized_matmul(const InferContext& ctx) {
+  const auto& in = ctx.inputs;
+  const char* op = ctx.name();
+  const DTypeSet q8{i8, u8};
+  require_dtype(ctx, 0, q8, "i8 or u8");
+  require_dtype(ctx, 3, q8, "i8 or u8");
+  require_dtype(ctx, 7, q8, "i8 or u8 (the output zero point sets the output type)");
+  for (int i : {1, 4, 6}) require_dtype(ctx, i, DTypeSet{f32}, "f32 (a scale)");
+  if (in[2].dtype != in[0].dtype || in[5].dtype != in[3].dtype)
+    fail<DTypeError>("[{}] zero points must have their data's dtype: a {} with {}, w {} with {}",
+                     op, name(in[0].dtype), name(in[2].dtype), name(in[3].dtype),
+                     name(in[5].dtype));
+  const Shape &a = in[0].shape, &w = in[3].shape;
+  const bool tw = ctx.attrs.b("transpose_w");
+  if (a.empty() || w.size() != 2)
+    fail<ShapeError>("[{}] a {} must have rank >= 1 and w {} rank 2", op, str(a), str(w));
+  const int64_t k = tw ? w[1] : w[0], n = tw ? w[0] : w[1];
+  if (!dims_match(a.back(), k))
+    fail<ShapeError>("[{}] a {} and w {} (transpose_w {}) disagree in K", op, str(a), str(w), tw);
+  for (int i : {1, 2, 6, 7})
+    if (!in[i].shape.empty())
+      fail<ShapeError>("[{}] input {} (a scale or zero point of a or y) must be 0-d, got {}", op, i,
+                       str(in[i].shape));
+  const Shape& ws = in[4].shape;
+  if (!(ws.empty() || (ws.size() == 1 && dims_match(ws[0], n))) || in[5].shape != ws)
+    fail<ShapeError>("[{}] w's scale {} and zero point {} must be 0-d or ({},)", op, str(ws),
+                     str(in[5].shape), n);
+  Shape out(a.begin(), a.end() - 1);
+  out.push_back(n);
+  size_t next = 8;
+  if (ctx.attrs.b("has_bias", false)) {
+    require_dtype(ctx, static_cast<int>(next), DTypeSet{f32}, "f32 (bias)");
+    if (!shapes_match(in[next].shape, Shape{n}))
+      fail<ShapeError>("[{}] bias {} must be ({})", op, str(in[next].shape), n);
+    ++next;
+  }
+  if (ctx.attrs.b("has_residual", false)) {
+    require_dtype(ctx, static_cast<int>(next), DTypeSet{f32}, "f32 (residual)");
+    if (!shapes_match(in[next].shape, out))
+      fail<ShapeError>("[{}] residual {} must have the output's shape {}", op, str(in[next].shape),
+                       str(out));
+  }
+  return {{out, in[7].dtype}};
+}
+
+QuantizeOptions options_of(const Attrs& a) { return {a.i("axis"), a.i("block_size")}; }
+
+// t (x's shape) summed onto the scale's layout.
+Tensor sum_to_scale(const Tensor& t, const Tensor& scale, const QuantizeOptions& o) {
+  if (scale.rank() == 0) return sum(t);
+  const Shape xs = t.shape();
+  const int64_t axis = o.axis;
+  if (o.block_size == 0) {
+    Axes others;
+    for (int64_t i = 0; i < t.rank(); ++i)
+      if (i != axis) others.push_back(i);
+    const Tensor r = sum(t, others);
+    return scale.shape() == r.shape() ? r : reshape(sum(r), scale.shape());  // one value for all
+  }
+  // zeros after a short last block, then one sum per block
+  const int64_t d = xs[static_cast<size_t>(axis)];
+  const int64_t blocks = (d + o.block_size - 1) / o.block_size, extra = blocks * o.block_size - d;
+  Tensor full = t;
+  if (extra > 0) {
+    std::vector<int64_t> pads(2 * xs.size(), 0);
+    pads[2 * static_cast<size_t>(axis) + 1] = extra;
+    full = pad(t, pads);
+  }
+  Shape split = xs;
+  split[static_cast<size_t>(axis)] = blocks;
+  split.insert(split.begin() + axis + 1, o.block_size);
+  return sum(reshape(full, split), Axes{axis + 1});
+}
+
+using Grads = std::vector<std::optional<Tensor>>;
+
+// d/dscale of (q - zp) * scale: the cotangent times (q - zp), summed onto the scale's layout.
+Grads vjp_dequantize(const VjpContext& c) {
+  const QuantizeOptions o = options_of(c.attrs);
+  const Tensor& scale = c.inputs[1];
+  const Tensor unit =
+      dequantize(c.inputs[0], full_like_scale(scale, 1, scale.dtype()), c.inputs[2], o);
+  return {std::nullopt, sum_to_scale(*c.cotangents[0] * unit, scale, o), std::nullopt};
+}
+
+// Straight-through: the cotangent where x lies in [(qmin - zp) * s, (qmax - zp) * s].
+Grads vjp_fake_quantize(const VjpContext& c) {
+  const QuantizeOptions o = options_of(c.attrs);
+  const Tensor &x = c.inputs[0], &scale = c.inputs[1], &zp = c.inputs[2];
+  const DType qt = zp.dtype();  // sets the range
+  const double qmin = qt == u8 ? 0 : qt == i8 ? -128 : -32768;
+  const double qmax = qt == u8 ? 255 : qt == i8 ? 127 : 32767;
+  const Shape xs = x.shape();
+  auto bound = [&](double q) {
+    return cast_to(dequantize(broadcast_to(scalar_like(zp, q), xs), scale, zp, o), x.dtype());
+  };
+  const Tensor inside = logical_and(greater_equal(x, bound(qmin)), less_equal(x, bound(qmax)));
+  const Tensor& g = *c.cotangents[0];
+  return {where(inside, g, scalar_like(g, 0)), std::nullopt, std::nullopt};
+}
+}  // namespace
+
+void register_quant_ops() {
+  define_op(OpId::Quantize).set_infer(infer_quantize).not_differentiable();
+  define_op(OpId::Dequantize).set_infer(infer_dequantize).grad(vjp_dequantize);
+  define_op(OpId::FakeQuantize).set_infer(infer_quantize).grad(vjp_fake_quantize);
+  define_op(OpId::QuantizedMatmul).set_infer(infer_quantized_matmul).not_differentiable();
+}
+
+namespace {
+const char* check_builder(OpId op, const Tensor& x, const Tensor& scale, QuantizeOptions& o) {
+  const char* name = op_name(op);
+  if (scale.rank() > 0)
+    o.axis = resolve_axis(name, o.axis, x.shape());
+  else
+    o.axis = 0;
+  if (o.block_size < 0)
+    fail<ValueError>("[{}] block_size must be >= 0, got {}", name, o.block_size);
+  return name;
+}
+
+Tensor build(OpId op, const Tensor& x, const Tensor& scale, const Tensor& zp, QuantizeOptions o) {
+  check_builder(op, x, scale, o);
+  const Tensor s = op == OpId::Dequantize ? scale : cast_to(scale, x.dtype());
+  return make_node1(op, {x, s, zp}, {{"axis", o.axis}, {"block_size", o.block_size}});
+}
+}  // namespace
+
+Tensor quantize(const Tensor& x, const Tensor& scale, const Tensor& zero_point,
+                const QuantizeOptions& options) {
+  return build(OpId::Quantize, x, scale, zero_point, options);
+}
+Tensor quantize(const Tensor& x, const Tensor& scale, DType dtype, const QuantizeOptions& options) {
+  return build(OpId::Quantize, x, scale, zeros_of(scale, dtype), options);
+}
+Tensor dequantize(const Tensor& q, const Tensor& scale, const Tensor& zero_point,
+                  const QuantizeOptions& options) {
+  return build(OpId::Dequantize, q, scale, zero_point, options);
+}
+Tensor dequantize(const Tensor& q, const Tensor& scale, const QuantizeOptions& options) {
+  return build(OpId::Dequantize, q, scale, zeros_of(scale, q.dtype()), options);
+}
+Tensor fake_quantize(const Tensor& x, const Tensor& scale, const Tensor& zero_point,
+                     const QuantizeOptions& options) {
+  return build(OpId::FakeQuantize, x, scale, zero_point, options);
+}
+Tensor fake_quantize(const Tensor& x, const Tensor& scale, DType dtype,
+                     const QuantizeOptions& options) {
+  return build(OpId::FakeQuantize, x, scale, zeros_of(scale, dtype), options);
+}
+
+Tensor quantized_matmul(const QTensor& a, const QTensor& w, const Tensor& y_scale,
+                        const Tensor& y_zero_point, const QuantizedMatmulOptions& o) {
+  std::vector<Tensor> in{a.q,     a.scale,      a.zero_point, w.q,
+                         w.scale, w.zero_point, y_scale,      y_zero_point};
+  Attrs attrs{{"transpose_w", o.transpose_w}, {"relu", o.relu}};
+  add_optional(in, attrs, "bias", o.bias);
+  add_optional(in, attrs, "residual", o.residual);
+  return make_node1(OpId::QuantizedMatmul, in, attrs);
+}
+
+}  // namespace kiln

@@ -1,0 +1,158 @@
+// dequantize -> matmul / linear (+ bias) (+ residual) (+ relu) -> quantize becomes one
+// quantized_matmul node, whose kernels accumulate the integer product exactly and requantize
+// once: int8 data never round-trips through float memory. Matched from each quantize backwards:
+//   quantize(y, y_scale 0-d, y_zp 0-d i8/u8)
+//   y   = relu(t) | t                        (relu: read only here)
+//   t   = add(t', residual) | add(t', bias)  (at most one of each, either operand order; read only
+//   here) t'  = matmul(da, dw) with dw (K, N) | linear(da, dw[, bias]) with dw (N, K)   (read only
+//   here) da  = dequantize(a i8/u8, 0-d scale, 0-d zp)   dw = dequantize(w i8/u8 rank 2, 0-d or
+//         per-output-channel scale)             (the dequantizes may have other readers)
+// Everything float is f32. The fused node is within 1 LSB of the graph it replaces.
+#include "core/op_registry.h"
+#include "passes/program.h"
+
+namespace kiln {
+
+using detail::Node;
+using detail::ValueRef;
+
+namespace {
+
+struct Match {
+  int32_t quantize = -1;
+  std::vector<int32_t> absorbed;  // the float nodes the fused node replaces
+  ValueRef a, a_scale, a_zp, w, w_scale, w_zp;
+  std::optional<ValueRef> bias, residual;
+  bool transpose_w = false, relu = false;
+};
+
+class Matcher {
+ public:
+  explicit Matcher(const Program& p) : p_(p), readers_(p.graph.nodes.size(), 0) {
+    for (const Node& n : p.graph.nodes)
+      for (auto v : n.inputs) ++readers_[v.node];
+    for (auto v : p.outputs) ++readers_[v.node];
+  }
+
+  std::optional<Match> match(int32_t qid) const {
+    const Node& q = node(qid);
+    if (q.op != OpId::Quantize || !is_f32(q.inputs[0]) || !scalar_param(q, 1)) return {};
+    Match m;
+    m.quantize = qid;
+    ValueRef cur = q.inputs[0];
+    if (single(cur) && node(cur).op == OpId::Relu) {
+      m.relu = true;
+      m.absorbed.push_back(cur.node);
+      cur = node(cur).inputs[0];
+    }
+    const Shape& out = info(cur).shape;
+    for (int adds = 0; adds < 2 && single(cur) && node(cur).op == OpId::Add; ++adds) {
+      const Node& add = node(cur);
+      bool took = false;
+      for (int side = 0; side < 2 && !took; ++side) {
+        const ValueRef main = add.inputs[side], other = add.inputs[1 - side];
+        const OpId mo = node(main).op;
+        if (!(mo == OpId::Add || mo == OpId::Matmul || mo == OpId::Linear) || !is_f32(other) ||
+            info(main).shape != out)
+          continue;
+        const Shape& os = info(other).shape;
+        if (!m.bias && os.size() == 1 && !out.empty() && os[0] == out.back()) {
+          m.bias = other;
+        } else if (!m.residual && os == out) {
+          m.residual = other;
+        } else {
+          continue;
+        }
+        m.absorbed.push_back(cur.node);
+        cur = main;
+        took = true;
+      }
+      if (!took) break;
+    }
+    if (!single(cur) || !is_f32(cur) || info(cur).shape != out) return {};
+    const Node& mm = node(cur);
+    if (mm.op == OpId::Linear) {
+      m.transpose_w = true;
+      if (mm.attrs.b("has_bias", false)) {
+        if (m.bias || !is_f32(mm.inputs[2])) return {};
+        m.bias = mm.inputs[2];
+      }
+    } else if (mm.op != OpId::Matmul) {
+      return {};
+    }
+    m.absorbed.push_back(cur.node);
+    const Node &da = node(mm.inputs[0]), &dw = node(mm.inputs[1]);
+    if (da.op != OpId::Dequantize || dw.op != OpId::Dequantize || !is_f32(mm.inputs[0]) ||
+        !is_f32(mm.inputs[1]) || !int8(da.inputs[0]) || !int8(dw.inputs[0]) || !scalar_param(da, 1))
+      return {};
+    const Shape& ws = info(dw.inputs[0]).shape;
+    if (ws.size() != 2) return {};
+    const Shape& wscale = info(dw.inputs[1]).shape;
+    const int64_t n = m.transpose_w ? ws[0] : ws[1];
+    const bool per_channel = wscale.size() == 1 && wscale[0] == n &&
+                             dw.attrs.i("block_size") == 0 &&
+                             dw.attrs.i("axis") == (m.transpose_w ? 0 : 1);
+    if (!(scalar_param(dw, 1) || (per_channel && is_f32(dw.inputs[1])))) return {};
+    m.a = da.inputs[0], m.a_scale = da.inputs[1], m.a_zp = da.inputs[2];
+    m.w = dw.inputs[0], m.w_scale = dw.inputs[1], m.w_zp = dw.inputs[2];
+    return m;
+  }
+
+ private:
+  const Node& node(ValueRef v) const { return p_.graph.nodes[v.node]; }
+  const Node& node(int32_t id) const { return p_.graph.nodes[id]; }
+  const TensorInfo& info(ValueRef v) const { return p_.graph.info(v); }
+  bool single(ValueRef v) const { return readers_[v.node] == 1 && node(v).outputs.size() == 1; }
+  bool is_f32(ValueRef v) const { return info(v).dtype == f32; }
+  bool int8(ValueRef v) const { return info(v).dtype == i8 || info(v).dtype == u8; }
+  // Input `i` of n is a 0-d f32 scale and the next a 0-d i8/u8 zero point.
+  bool scalar_param(const Node& n, size_t i) const {
+    return info(n.inputs[i]).shape.empty() && is_f32(n.inputs[i]) &&
+           info(n.inputs[i + 1]).shape.empty() && int8(n.inputs[i + 1]);
+  }
+
+  const Program& p_;
+  std::vector<int> readers_;
+};
+
+}  // namespace
+
+Program fuse_quant(const Program& p) {
+  const auto& nodes = p.graph.nodes;
+  const Matcher matcher(p);
+  std::vector<std::optional<Match>> at(nodes.size());
+  std::vector<char> absorbed(nodes.size(), 0);
+  bool any = false;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    at[i] = matcher.match(static_cast<int32_t>(i));
+    if (!at[i]) continue;
+    for (int32_t a : at[i]->absorbed) absorbed[a] = 1;
+    any = true;
+  }
+  if (!any) return p;
+  ProgramBuilder b(p);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const auto id = static_cast<int32_t>(i);
+    if (absorbed[i]) continue;  // read only by the chain its quantize replaces
+    if (!at[i]) {
+      b.copy(id);
+      continue;
+    }
+    const Match& m = *at[i];
+    const Node& q = nodes[i];
+    std::vector<ValueRef> in{b.remap(m.a),         b.remap(m.a_scale),  b.remap(m.a_zp),
+                             b.remap(m.w),         b.remap(m.w_scale),  b.remap(m.w_zp),
+                             b.remap(q.inputs[1]), b.remap(q.inputs[2])};
+    Attrs attrs{{"transpose_w", m.transpose_w}, {"relu", m.relu}};
+    attrs.set("has_bias", m.bias.has_value());
+    attrs.set("has_residual", m.residual.has_value());
+    if (m.bias) in.push_back(b.remap(*m.bias));
+    if (m.residual) in.push_back(b.remap(*m.residual));
+    const int32_t nid = b.graph().add(OpId::QuantizedMatmul, in, attrs, q.name);
+    b.graph().nodes[nid].origin = q.origin;
+    b.map(id, {{nid, 0}});
+  }
+  return b.finish();
+}
+
+}  // namespace kiln
