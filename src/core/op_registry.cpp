@@ -76,6 +76,7 @@ const OpDef& op_def(OpId op) {
     register_rnn_ops();
     register_attention_ops();
     register_linalg_extra_ops();
+    register_custom_op_ops();
   });
   return defs_storage()[static_cast<int>(op)];
 }

@@ -19,6 +19,7 @@ void register_transform_extra_kernels();  // transform_extra.cpp
 void register_rnn_kernels();
 void register_attention_kernels();     // attention.cpp
 void register_linalg_extra_kernels();  // linalg_extra.cpp
+void register_custom_op_kernels();     // custom_op.cpp: custom, custom_impure
 
 /// Registers every family above.
 void register_kernels();

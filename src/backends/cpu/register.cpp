@@ -19,6 +19,7 @@ void register_kernels() {
   register_rnn_kernels();
   register_attention_kernels();
   register_linalg_extra_kernels();
+  register_custom_op_kernels();
 }
 
 }  // namespace kiln::cpu
