@@ -92,6 +92,7 @@ std::vector<Tensor> custom_op(const std::string& op, const std::vector<Tensor>& 
   if (inputs.size() != d.inputs.size())
     fail<ValueError>("[{}] takes {} inputs, got {}", op, d.inputs.size(), inputs.size());
   for (const auto& [k, v] : attrs.items()) {
+    if (k.rfind("custom_", 0) == 0) continue;  // kiln's own (a gradient passes a node's attrs on)
     auto it = std::find_if(d.attrs.begin(), d.attrs.end(), [&](auto& a) { return a.first == k; });
     if (it == d.attrs.end()) fail<ValueError>("[{}] has no attribute '{}'", op, k);
     // an int is taken where a float is declared

@@ -78,7 +78,7 @@ TEST(CustomOpLibrary, BadUseNamesTheOp) {
   Graph g;
   Tensor x = g.placeholder({4}, f32, "x"), z = g.placeholder({5}, f32, "z");
   Tensor xi = g.placeholder({4}, i32, "xi");
-  expect_error<ShapeError>([&] { custom_op("test.mix", {x, z}); }, {"[test.mix]", "(4)", "(5)"});
+  expect_error<ShapeError>([&] { custom_op("test.mix", {x, z}); }, {"[test.mix]", "(4,)", "(5,)"});
   expect_error<ValueError>([&] { custom_op("test.mix", {x, x}, {{"power", int64_t{9}}}); },
                            {"[test.mix]", "power"});
   expect_error<DTypeError>([&] { custom_op("test.softshrink", {xi}); },
