@@ -30,15 +30,18 @@ double step_ms(Device dev, const hashgrid::Config& cfg, int64_t n, bool custom, 
   Graph g;
   Tensor x = g.placeholder({n, 2}, f32, "x");
   Tensor target = g.placeholder({n, 3}, f32, "target");
-  Tensor table = g.variable(uniform(rng, {cfg.levels, cfg.table_size, cfg.features}, -1e-4f, 1e-4f), "table");
+  Tensor table =
+      g.variable(uniform(rng, {cfg.levels, cfg.table_size, cfg.features}, -1e-4f, 1e-4f), "table");
   Tensor w1 = g.variable(uniform(rng, {enc, hidden}, -0.3f, 0.3f), "w1");
   Tensor w2 = g.variable(uniform(rng, {hidden, 3}, -0.3f, 0.3f), "w2");
-  Tensor e = custom ? hashgrid::encode_custom(x, table, cfg) : hashgrid::encode_composed(x, table, cfg);
+  Tensor e =
+      custom ? hashgrid::encode_custom(x, table, cfg) : hashgrid::encode_composed(x, table, cfg);
   Tensor loss = mse(sigmoid(matmul(relu(matmul(e, w1)), w2)), target);
   const std::vector<Tensor> vars = {table, w1, w2};
   auto step = optim::adam(g, vars, gradients(loss, vars), {.lr = 1e-2});
   auto exe = g.compile(dev, {}, {loss}, step);
-  const Feeds feeds = {{x, uniform(rng, {n, 2}, 0, 1).to(dev)}, {target, uniform(rng, {n, 3}, 0, 1).to(dev)}};
+  const Feeds feeds = {{x, uniform(rng, {n, 2}, 0, 1).to(dev)},
+                       {target, uniform(rng, {n, 3}, 0, 1).to(dev)}};
   return bench::median_ms([&] { exe.run(feeds); }, reps);
 }
 
@@ -55,12 +58,18 @@ int main(int argc, char** argv) {
   cfg.per_level_scale = 1.38;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--device") device = v;
-    else if (k == "--points") n = std::stoll(v);
-    else if (k == "--levels") cfg.levels = std::stoll(v);
-    else if (k == "--log2-table") cfg.table_size = int64_t{1} << std::stoi(v);
-    else if (k == "--reps") reps = std::stoi(v);
-    else if (k == "--lib") lib = v;
+    if (k == "--device")
+      device = v;
+    else if (k == "--points")
+      n = std::stoll(v);
+    else if (k == "--levels")
+      cfg.levels = std::stoll(v);
+    else if (k == "--log2-table")
+      cfg.table_size = int64_t{1} << std::stoi(v);
+    else if (k == "--reps")
+      reps = std::stoi(v);
+    else if (k == "--lib")
+      lib = v;
   }
   try {
     load_op_library(lib);

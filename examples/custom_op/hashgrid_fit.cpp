@@ -73,14 +73,17 @@ bool check_against_composed(Device dev, const hashgrid::Config& cfg, std::mt1993
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s <hashgrid op library> [--device cpu|cuda] [--steps N]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s <hashgrid op library> [--device cpu|cuda] [--steps N]\n",
+                 argv[0]);
     return 2;
   }
   std::string device = "cpu";
   int steps = 300;
   for (int i = 2; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--device")) device = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--device"))
+      device = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--steps"))
+      steps = std::atoi(argv[i + 1]);
   }
   try {
     load_op_library(argv[1]);
@@ -99,7 +102,8 @@ int main(int argc, char** argv) {
     Tensor x = g.placeholder({side * side, 2}, f32, "x");
     Tensor target = g.placeholder({side * side, 3}, f32, "target");
     const int64_t enc = cfg.levels * cfg.features;
-    Tensor table = g.variable(uniform(rng, {cfg.levels, cfg.table_size, cfg.features}, 1e-4f), "table");
+    Tensor table =
+        g.variable(uniform(rng, {cfg.levels, cfg.table_size, cfg.features}, 1e-4f), "table");
     Tensor w1 = g.variable(uniform(rng, {enc, hidden}, std::sqrt(6.0f / enc)), "w1");
     Tensor b1 = g.variable(Array::zeros({hidden}, f32), "b1");
     Tensor w2 = g.variable(uniform(rng, {hidden, hidden}, std::sqrt(6.0f / hidden)), "w2");

@@ -19,7 +19,11 @@ struct Dims {
 
 Dims dims_of(const KernelContext& c) {
   const auto& ts = c.in(1).shape;
-  return {c.in(0).shape[0], ts[0], ts[1], ts[2], c.attrs().i("base_resolution"),
+  return {c.in(0).shape[0],
+          ts[0],
+          ts[1],
+          ts[2],
+          c.attrs().i("base_resolution"),
           c.attrs().f("per_level_scale")};
 }
 
@@ -90,7 +94,8 @@ std::vector<kiln::Shape> encode_shape(const kiln::CustomShapeContext& c) {
   if (x.size() != 2 || x[1] != 2 || t.size() != 3)
     throw kiln::ShapeError("[" + c.op + "] x must be (N, 2) and table (L, T, F), got x " +
                            kiln::to_string(x) + " and table " + kiln::to_string(t));
-  if (t[0] > 32) throw kiln::ValueError("[" + c.op + "] at most 32 levels, got " + std::to_string(t[0]));
+  if (t[0] > 32)
+    throw kiln::ValueError("[" + c.op + "] at most 32 levels, got " + std::to_string(t[0]));
   if (c.attrs.i("base_resolution") < 1 || c.attrs.f("per_level_scale") < 1)
     throw kiln::ValueError("[" + c.op + "] base_resolution and per_level_scale must be >= 1");
   const int64_t lf = t[0] < 0 || t[2] < 0 ? -1 : t[0] * t[2];
@@ -107,9 +112,9 @@ std::vector<kiln::Shape> grad_shape(const kiln::CustomShapeContext& c) {
 
 std::vector<std::optional<kiln::Tensor>> encode_gradient(const kiln::CustomGradContext& c) {
   // positions get no gradient (the encoding's input is data here)
-  return {std::nullopt, kiln::custom_op1("hashgrid_encode_grad",
-                                         {c.inputs[0], c.inputs[1], c.cotangent_or_zeros(0)},
-                                         c.attrs)};
+  return {std::nullopt,
+          kiln::custom_op1("hashgrid_encode_grad",
+                           {c.inputs[0], c.inputs[1], c.cotangent_or_zeros(0)}, c.attrs)};
 }
 
 }  // namespace

@@ -77,13 +77,20 @@ __global__ void encode_grad(Args a, Levels lv) {
 
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess)
-    throw kiln::DeviceError(std::string("[hashgrid_encode] ") + what + ": " + cudaGetErrorString(e));
+    throw kiln::DeviceError(std::string("[hashgrid_encode] ") + what + ": " +
+                            cudaGetErrorString(e));
 }
 
 Args args_of(kiln::KernelContext& c) {
   const auto& ts = c.in(1).shape;
-  return {c.in(0).ptr<float>(), c.in(1).ptr<float>(), nullptr, c.out(0).ptr<float>(),
-          c.in(0).shape[0], ts[0], ts[1], ts[2]};
+  return {c.in(0).ptr<float>(),
+          c.in(1).ptr<float>(),
+          nullptr,
+          c.out(0).ptr<float>(),
+          c.in(0).shape[0],
+          ts[0],
+          ts[1],
+          ts[2]};
 }
 
 }  // namespace

@@ -35,7 +35,8 @@ int main(int argc, char** argv) {
     CompileOptions strict;
     strict.strict_placement = true;  // on cuda, the custom kernel must run there
     auto out = g.compile(dev, {}, {mine, ref, gm, gr}, strict)
-                   .run({{x, Array::from_vector(xv, {1000, 17})}, {w, Array::from_vector(wv, {1000, 17})}});
+                   .run({{x, Array::from_vector(xv, {1000, 17})},
+                         {w, Array::from_vector(wv, {1000, 17})}});
     double dv = 0, dg = 0;
     for (int k = 0; k < 2; ++k) {
       const Array a = out[2 * k].to(Device::cpu()), b = out[2 * k + 1].to(Device::cpu());
@@ -44,8 +45,10 @@ int main(int argc, char** argv) {
         (k ? dg : dv) = std::max(k ? dg : dv, e);
       }
     }
-    std::printf("my.softshrink on %s against the built-in: max |diff| %.2e (values), %.2e "
-                "(gradients)\n", dev.str().c_str(), dv, dg);
+    std::printf(
+        "my.softshrink on %s against the built-in: max |diff| %.2e (values), %.2e "
+        "(gradients)\n",
+        dev.str().c_str(), dv, dg);
     if (dv > 1e-6 || dg > 1e-6) {
       std::fprintf(stderr, "FAILED\n");
       return 1;

@@ -16,8 +16,10 @@ void loop(kiln::KernelContext& ctx) {
 }
 
 void softshrink_cpu(kiln::KernelContext& ctx, kiln::Stream&) {
-  if (ctx.in(0).dtype == kiln::f64) loop<double>(ctx);
-  else loop<float>(ctx);
+  if (ctx.in(0).dtype == kiln::f64)
+    loop<double>(ctx);
+  else
+    loop<float>(ctx);
 }
 
 // dy/dx is 1 where |x| > lambda, else 0.

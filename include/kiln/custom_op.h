@@ -46,7 +46,8 @@ namespace kiln {
 /// What a custom kernel encodes its work into: the executable's own stream.
 class Stream {
  public:
-  Stream(Backend backend, int device, void* native) : backend_(backend), device_(device), native_(native) {}
+  Stream(Backend backend, int device, void* native)
+      : backend_(backend), device_(device), native_(native) {}
   /// cudaStream_t on CUDA; nullptr on the CPU (where a kernel just computes).
   void* native_handle() const { return native_; }
   Backend backend() const { return backend_; }
@@ -143,7 +144,8 @@ std::vector<std::string> custom_op_names();
 std::vector<Tensor> custom_op(const std::string& op, const std::vector<Tensor>& inputs,
                               const Attrs& attrs = {});
 /// Single-output shorthand.
-Tensor custom_op1(const std::string& op, const std::vector<Tensor>& inputs, const Attrs& attrs = {});
+Tensor custom_op1(const std::string& op, const std::vector<Tensor>& inputs,
+                  const Attrs& attrs = {});
 
 /// What an op library's registration function gets: everything it registers is taken at once
 /// after the function returns (nothing is when one name is taken or the function throws).
@@ -164,9 +166,9 @@ void load_op_library(const std::string& path);
 
 /// Defines an op library's entry points:
 ///   KILN_OP_LIBRARY(registrar) { registrar.register_op(...); registrar.register_kernel(...); }
-#define KILN_OP_LIBRARY(registrar)                                                         \
-  extern "C" __attribute__((visibility("default"))) int kiln_op_abi_version() {            \
-    return KILN_OP_ABI_VERSION;                                                            \
-  }                                                                                        \
-  extern "C" __attribute__((visibility("default"))) void kiln_register_ops(                \
+#define KILN_OP_LIBRARY(registrar)                                              \
+  extern "C" __attribute__((visibility("default"))) int kiln_op_abi_version() { \
+    return KILN_OP_ABI_VERSION;                                                 \
+  }                                                                             \
+  extern "C" __attribute__((visibility("default"))) void kiln_register_ops(     \
       kiln::OpLibraryRegistrar& registrar)

@@ -24,3 +24,4 @@
 #include "kiln/optim.h"
 #include "kiln/dist.h"
 #include "kiln/version.h"
+#include "kiln/custom_op.h"

@@ -4,12 +4,13 @@
 // (every declared one, defaults filled in by the builder). Inference, the gradient and the
 // kernels look the op up by name, so a package holding such a node needs the op registered
 // before it loads.
+#include "kiln/custom_op.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
 
 #include "kiln/autodiff.h"
-#include "kiln/custom_op.h"
 #include "kiln/ops/core.h"
 #include "ops/common.h"
 #include "runtime/custom_op.h"

@@ -52,11 +52,13 @@ void place(const Program& p, Device device, bool strict, detail::ExecutableImpl&
         impl.reports_errors = impl.reports_errors || k->reports_errors;
         continue;
       }
-      reason = !custom_ok ? fmt::format("custom op '{}' has no {} kernel",
-                                        n.attrs.str(detail::kCustomOpKey, ""), backend_name(target))
-             : k ? fmt::format("no {} kernel for dtype {}", backend_name(target),
-                               name(kernel_dtype(*k, n, in)))
-                 : fmt::format("no {} kernel", backend_name(target));
+      if (!custom_ok)
+        reason = fmt::format("custom op '{}' has no {} kernel",
+                             n.attrs.str(detail::kCustomOpKey, ""), backend_name(target));
+      else
+        reason = k ? fmt::format("no {} kernel for dtype {}", backend_name(target),
+                                 name(kernel_dtype(*k, n, in)))
+                   : fmt::format("no {} kernel", backend_name(target));
       if (strict)
         fail<UnsupportedError>("[compile] op {} (node %{}) cannot run on {}: {}, and "
                                "strict_placement forbids the cpu fallback",
@@ -69,8 +71,9 @@ void place(const Program& p, Device device, bool strict, detail::ExecutableImpl&
     }
     const KernelEntry* k = find_kernel(n.op, Backend::cpu);
     if (!k || !detail::node_has_kernel(n, Backend::cpu))
-      fail<UnsupportedError>("[compile] op {}{} (node %{}) has no cpu kernel", op_name(n.op),
-                             detail::is_custom(n.op) ? " " + n.attrs.str(detail::kCustomOpKey, "") : "", i);
+      fail<UnsupportedError>(
+          "[compile] op {}{} (node %{}) has no cpu kernel", op_name(n.op),
+          detail::is_custom(n.op) ? " " + n.attrs.str(detail::kCustomOpKey, "") : "", i);
     const DType t = kernel_dtype(*k, n, in);
     if (!k->handles(t))
       fail<UnsupportedError>("[{}] no cpu kernel for dtype {} (node %{})", op_name(n.op), name(t), i);

@@ -115,7 +115,9 @@ void register_custom_kernel(const std::string& op, Backend backend, CustomKernel
   auto it = r.ops.find(op);
   if (it == r.ops.end())
     fail<ValueError>("[register_custom_kernel] custom op '{}' is not registered", op);
-  if (!kernel) fail<ValueError>("[register_custom_kernel] empty {} kernel for '{}'", backend_name(backend), op);
+  if (!kernel)
+    fail<ValueError>("[register_custom_kernel] empty {} kernel for '{}'", backend_name(backend),
+                     op);
   auto e = std::make_shared<CustomOpEntry>(*it->second);
   e->kernels[static_cast<int>(backend)] = std::move(kernel);
   it->second = std::move(e);
@@ -127,7 +129,9 @@ bool unregister_custom_op(const std::string& op) {
   return r.ops.erase(op) > 0;
 }
 
-bool is_custom_op_registered(const std::string& op) { return detail::find_custom_op(op) != nullptr; }
+bool is_custom_op_registered(const std::string& op) {
+  return detail::find_custom_op(op) != nullptr;
+}
 
 std::vector<std::string> custom_op_names() {
   auto& r = registry();
@@ -153,9 +157,10 @@ std::string custom_op_missing(const Attrs& attrs) {
   const std::string lib = attrs.str(kCustomLibraryKey, "");
   return lib.empty()
              ? fmt::format("custom op '{}' is not registered (register it before use)", name)
-             : fmt::format("custom op '{}' is not registered: load its op library '{}' first "
-                           "(kiln::load_op_library)",
-                           name, lib);
+             : fmt::format(
+                   "custom op '{}' is not registered: load its op library '{}' first "
+                   "(kiln::load_op_library)",
+                   name, lib);
 }
 
 std::shared_ptr<const CustomOpEntry> custom_op_of(const Attrs& attrs) {
@@ -230,16 +235,18 @@ void load_op_library(const std::string& path) {
   auto reg = reinterpret_cast<RegisterFn>(dlsym(h, "kiln_register_ops"));
   if (!version || !reg) {
     dlclose(h);
-    fail<UnsupportedError>("[load_op_library] '{}' is not a kiln op library: it does not export "
-                           "kiln_op_abi_version and kiln_register_ops (define them with "
-                           "KILN_OP_LIBRARY)",
-                           path);
+    fail<UnsupportedError>(
+        "[load_op_library] '{}' is not a kiln op library: it does not export "
+        "kiln_op_abi_version and kiln_register_ops (define them with "
+        "KILN_OP_LIBRARY)",
+        path);
   }
   if (const int v = version(); v != KILN_OP_ABI_VERSION) {
     dlclose(h);
-    fail<UnsupportedError>("[load_op_library] '{}' was built for op ABI version {}, but this kiln "
-                           "takes version {}: rebuild the library against this kiln's headers",
-                           path, v, KILN_OP_ABI_VERSION);
+    fail<UnsupportedError>(
+        "[load_op_library] '{}' was built for op ABI version {}, but this kiln "
+        "takes version {}: rebuild the library against this kiln's headers",
+        path, v, KILN_OP_ABI_VERSION);
   }
   const std::string file = std::filesystem::path(path).filename().string();
   CollectingRegistrar r(file);

@@ -1,9 +1,9 @@
 // Cases of custom, custom_impure: an op registered from the program (harness.softsign,
 // y = x / (1 + |x|), and its impure twin) with a CPU kernel here and a CUDA kernel in
 // cases_custom_op_cuda.cu (built with CUDA). Odd sizes, a strided input, f32 and f64.
-#include <cmath>
-
 #include <fmt/format.h>
+
+#include <cmath>
 
 #include "backend_ops/harness.h"
 #include "kiln/custom_op.h"
@@ -23,8 +23,10 @@ void softsign_loop(KernelContext& c) {
 }
 
 void softsign_cpu(KernelContext& c, Stream&) {
-  if (c.in(0).dtype == f64) softsign_loop<double>(c);
-  else softsign_loop<float>(c);
+  if (c.in(0).dtype == f64)
+    softsign_loop<double>(c);
+  else
+    softsign_loop<float>(c);
 }
 
 std::vector<std::optional<Tensor>> softsign_grad(const CustomGradContext& c) {
@@ -63,8 +65,10 @@ bool build(Case& c, DType t, int i, bool pure) {
 const bool kCustom = register_cases(
     {OpId::Custom, 3, [](Case& c, DType t, int i) { return build(c, t, i, true); }, {f32, f64}});
 const bool kCustomImpure =
-    register_cases({OpId::CustomImpure, 3,
-                    [](Case& c, DType t, int i) { return build(c, t, i, false); }, {f32, f64}});
+    register_cases({OpId::CustomImpure,
+                    3,
+                    [](Case& c, DType t, int i) { return build(c, t, i, false); },
+                    {f32, f64}});
 
 }  // namespace
 }  // namespace kiln::harness

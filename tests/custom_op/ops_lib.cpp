@@ -24,8 +24,10 @@ void softshrink_loop(KernelContext& ctx) {
 }
 
 void softshrink_cpu(KernelContext& ctx, Stream&) {
-  if (ctx.in(0).dtype == kiln::f64) softshrink_loop<double>(ctx);
-  else softshrink_loop<float>(ctx);
+  if (ctx.in(0).dtype == kiln::f64)
+    softshrink_loop<double>(ctx);
+  else
+    softshrink_loop<float>(ctx);
 }
 
 void mix_cpu(KernelContext& ctx, Stream&) {
@@ -33,7 +35,8 @@ void mix_cpu(KernelContext& ctx, Stream&) {
   const float* z = ctx.in(1).ptr<float>();
   float* y0 = ctx.out(0).ptr<float>();
   float* y1 = ctx.out(1).ptr<float>();
-  const float a = static_cast<float>(ctx.attrs().f("a")), b = static_cast<float>(ctx.attrs().f("b"));
+  const float a = static_cast<float>(ctx.attrs().f("a")),
+              b = static_cast<float>(ctx.attrs().f("b"));
   const int64_t p = ctx.attrs().i("power");
   for (int64_t i = 0; i < ctx.in(0).numel(); ++i) {
     y0[i] = a * x[i] + b * z[i];

@@ -11,8 +11,8 @@ __global__ void softshrink_kernel(const T* x, T* y, T l, int64_t n) {
   if (i < n) y[i] = x[i] > l ? x[i] - l : x[i] < -l ? x[i] + l : T(0);
 }
 
-__global__ void mix_kernel(const float* x, const float* z, float* y0, float* y1, float a,
-                           float b, int p, int64_t n) {
+__global__ void mix_kernel(const float* x, const float* z, float* y0, float* y1, float a, float b,
+                           int p, int64_t n) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
   y0[i] = a * x[i] + b * z[i];
@@ -35,7 +35,8 @@ void softshrink_cuda(kiln::KernelContext& ctx, kiln::Stream& stream) {
   const unsigned blocks = static_cast<unsigned>((n + 255) / 256);
   const double l = ctx.attrs().f("lambda");
   if (ctx.in(0).dtype == kiln::f64)
-    softshrink_kernel<<<blocks, 256, 0, s>>>(ctx.in(0).ptr<double>(), ctx.out(0).ptr<double>(), l, n);
+    softshrink_kernel<<<blocks, 256, 0, s>>>(ctx.in(0).ptr<double>(), ctx.out(0).ptr<double>(), l,
+                                             n);
   else
     softshrink_kernel<<<blocks, 256, 0, s>>>(ctx.in(0).ptr<float>(), ctx.out(0).ptr<float>(),
                                              static_cast<float>(l), n);

@@ -43,9 +43,12 @@ TEST(CustomOpLibrary, SoftshrinkMatchesReference) {
   for (DType t : {f32, f64}) {
     const double l = 0.3;
     const Array x = test::random_array({7, 129}, t, -2, 2);
-    auto got = run_on(Device::cpu(), [&](Graph&, Tensor px) {
-      return custom_op("test.softshrink", {px}, {{"lambda", l}});
-    }, x);
+    auto got = run_on(
+        Device::cpu(),
+        [&](Graph&, Tensor px) {
+          return custom_op("test.softshrink", {px}, {{"lambda", l}});
+        },
+        x);
     ASSERT_EQ(got[0].dtype(), t);
     std::vector<double> want;
     for (double v : test::to_f64(x)) want.push_back(softshrink_ref(v, l));
@@ -79,16 +82,28 @@ TEST(CustomOpLibrary, BadUseNamesTheOp) {
   Tensor x = g.placeholder({4}, f32, "x"), z = g.placeholder({5}, f32, "z");
   Tensor xi = g.placeholder({4}, i32, "xi");
   expect_error<ShapeError>([&] { custom_op("test.mix", {x, z}); }, {"[test.mix]", "(4,)", "(5,)"});
-  expect_error<ValueError>([&] { custom_op("test.mix", {x, x}, {{"power", int64_t{9}}}); },
-                           {"[test.mix]", "power"});
+  expect_error<ValueError>(
+      [&] {
+        custom_op("test.mix", {x, x}, {{"power", int64_t{9}}});
+      },
+      {"[test.mix]", "power"});
   expect_error<DTypeError>([&] { custom_op("test.softshrink", {xi}); },
                            {"[test.softshrink]", "i32"});
-  expect_error<ValueError>([&] { custom_op("test.softshrink", {x}, {{"lamda", 0.1}}); },
-                           {"[test.softshrink]", "lamda"});
-  expect_error<ValueError>([&] { custom_op("test.softshrink", {x}, {{"lambda", "big"}}); },
-                           {"[test.softshrink]", "lambda", "float", "string"});
-  expect_error<ValueError>([&] { custom_op("test.softshrink", {x, x}); },
-                           {"[test.softshrink]", "1 inputs"});
+  expect_error<ValueError>(
+      [&] {
+        custom_op("test.softshrink", {x}, {{"lamda", 0.1}});
+      },
+      {"[test.softshrink]", "lamda"});
+  expect_error<ValueError>(
+      [&] {
+        custom_op("test.softshrink", {x}, {{"lambda", "big"}});
+      },
+      {"[test.softshrink]", "lambda", "float", "string"});
+  expect_error<ValueError>(
+      [&] {
+        custom_op("test.softshrink", {x, x});
+      },
+      {"[test.softshrink]", "1 inputs"});
   expect_error<ValueError>([&] { custom_op("test.nope", {x}); }, {"test.nope"});
 }
 
@@ -109,9 +124,9 @@ TEST(CustomOpLibrary, GradientsMatchFiniteDifferences) {
 }
 
 TEST(CustomOpLibrary, AbiMismatchIsRefused) {
-  expect_error<UnsupportedError>([] { load_op_library(KILN_TEST_BAD_ABI_LIB); },
-                                 {"[load_op_library]", "op ABI version 1001",
-                                  "takes version 1", "rebuild"});
+  expect_error<UnsupportedError>(
+      [] { load_op_library(KILN_TEST_BAD_ABI_LIB); },
+      {"[load_op_library]", "op ABI version 1001", "takes version 1", "rebuild"});
 }
 
 TEST(CustomOpLibrary, DuplicateNamesAreRefused) {
@@ -162,7 +177,8 @@ TEST(CustomOpLibrary, PackageNeedsItsOp) {
   d.library = "libvanishing_ops.so";
   register_custom_op(d);
   register_custom_kernel("test.vanishing", Backend::cpu, [](KernelContext& c, Stream&) {
-    for (int64_t i = 0; i < c.in(0).numel(); ++i) c.out(0).ptr<float>()[i] = 2 * c.in(0).ptr<float>()[i];
+    for (int64_t i = 0; i < c.in(0).numel(); ++i)
+      c.out(0).ptr<float>()[i] = 2 * c.in(0).ptr<float>()[i];
   });
   Graph g;
   Tensor x = g.placeholder({3}, f32, "x");
@@ -170,9 +186,9 @@ TEST(CustomOpLibrary, PackageNeedsItsOp) {
   Tensor y = custom_op1("test.vanishing", {x});
   g.compile(Device::cpu(), {}, {y}).save(path);
   ASSERT_TRUE(unregister_custom_op("test.vanishing"));
-  expect_error<UnsupportedError>([&] { Executable::load(path, Device::cpu()); },
-                                 {"[package]", "test.vanishing", "libvanishing_ops.so",
-                                  "load_op_library"});
+  expect_error<UnsupportedError>(
+      [&] { Executable::load(path, Device::cpu()); },
+      {"[package]", "test.vanishing", "libvanishing_ops.so", "load_op_library"});
   // and a graph built before still names what is missing when compiled
   expect_error<UnsupportedError>([&] { g.compile(Device::cpu(), {}, {y}); },
                                  {"test.vanishing", "libvanishing_ops.so"});
@@ -194,7 +210,9 @@ TEST(CustomOpLibrary, CudaMatchesCpu) {
   }
   // gradients on the device through the custom op
   test::check_gradients(
-      [](const std::vector<Tensor>& in) { return custom_op("test.mix", {in[0], in[1]})[1]; },
+      [](const std::vector<Tensor>& in) {
+        return custom_op("test.mix", {in[0], in[1]})[1];
+      },
       {test::random_array({4, 9}, f32, -1, 1), test::random_array({4, 9}, f32, -1, 1)},
       {.eps = 1e-3, .atol = 2e-3, .rtol = 2e-2});
 }
@@ -215,7 +233,9 @@ TEST(CustomOpLibrary, CudaFallbackToCpu) {
     });
   }
   const Array x = test::random_array({64}, f32);
-  auto f = [](Graph&, Tensor px) { return std::vector<Tensor>{custom_op1("test.cpu_only", {px}) * 2.0}; };
+  auto f = [](Graph&, Tensor px) {
+    return std::vector<Tensor>{custom_op1("test.cpu_only", {px}) * 2.0};
+  };
   auto got = run_on(Device::cuda(0), f, x);
   std::vector<double> want;
   for (double v : test::to_f64(x)) want.push_back((v + 1) * 2);

@@ -1,6 +1,7 @@
 // custom, custom_impure on the CPU: run the registered CPU kernel of the node's custom op.
-#include "backends/cpu/kernels.h"
 #include "runtime/custom_op.h"
+
+#include "backends/cpu/kernels.h"
 
 namespace kiln::cpu {
 

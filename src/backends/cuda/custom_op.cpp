@@ -1,7 +1,8 @@
 // custom, custom_impure on CUDA: run the registered CUDA kernel of the node's custom op on the
 // step's stream (placement sends nodes whose op has none to the CPU).
-#include "backends/cuda/kernels.h"
 #include "runtime/custom_op.h"
+
+#include "backends/cuda/kernels.h"
 
 namespace kiln::cuda {
 
