@@ -48,7 +48,7 @@ test-asan: setup
 	  -DKILN_CUDA=OFF -DKILN_BENCH=OFF >/dev/null
 	@cmake --build $(ASAN_BUILD) -j $(JOBS) --target kiln_core_tests kiln_op_tests kiln_autodiff_tests \
 	  kiln_cli kiln_onnx_tests kiln_onnx_conformance kiln_package_tests kiln_example_shared_events \
-	  kiln_profiler_tests kiln_quant_tests
+	  kiln_profiler_tests kiln_quant_tests kiln_custom_op_tests
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS) -L unit
 

@@ -26,3 +26,4 @@
 #include "kiln/dist.h"
 #include "kiln/version.h"
 #include "kiln/profiler.h"
+#include "kiln/custom_op.h"

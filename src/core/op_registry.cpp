@@ -77,6 +77,7 @@ const OpDef& op_def(OpId op) {
     register_attention_ops();
     register_linalg_extra_ops();
     register_quant_ops();
+    register_custom_op_ops();
   });
   return defs_storage()[static_cast<int>(op)];
 }

@@ -7,6 +7,7 @@
 #include "core/errors.h"
 #include "core/op_registry.h"
 #include "ops/fused_elementwise.h"
+#include "runtime/custom_op.h"
 #include "runtime/env.h"
 #include "runtime/executable_impl.h"
 #include "runtime/profiler.h"
@@ -46,14 +47,20 @@ void place(const Program& p, Device device, bool strict, detail::ExecutableImpl&
     std::string reason;
     if (target != Backend::cpu) {
       const KernelEntry* k = find_kernel(n.op, target);
-      if (k && k->handles(kernel_dtype(*k, n, in))) {
+      // custom ops: whether the node's own op has a kernel here (runtime/custom_op.h)
+      const bool custom_ok = detail::node_has_kernel(n, target);
+      if (k && k->handles(kernel_dtype(*k, n, in)) && custom_ok) {
         impl.steps.push_back({id, k, target, {}});
         impl.reports_errors = impl.reports_errors || k->reports_errors;
         continue;
       }
-      reason = k ? fmt::format("no {} kernel for dtype {}", backend_name(target),
-                               name(kernel_dtype(*k, n, in)))
-                 : fmt::format("no {} kernel", backend_name(target));
+      if (!custom_ok)
+        reason = fmt::format("custom op '{}' has no {} kernel",
+                             n.attrs.str(detail::kCustomOpKey, ""), backend_name(target));
+      else
+        reason = k ? fmt::format("no {} kernel for dtype {}", backend_name(target),
+                                 name(kernel_dtype(*k, n, in)))
+                   : fmt::format("no {} kernel", backend_name(target));
       if (strict)
         fail<UnsupportedError>("[compile] op {} (node %{}) cannot run on {}: {}, and "
                                "strict_placement forbids the cpu fallback",
@@ -65,7 +72,10 @@ void place(const Program& p, Device device, bool strict, detail::ExecutableImpl&
                                reason);
     }
     const KernelEntry* k = find_kernel(n.op, Backend::cpu);
-    if (!k) fail<UnsupportedError>("[compile] op {} (node %{}) has no cpu kernel", op_name(n.op), i);
+    if (!k || !detail::node_has_kernel(n, Backend::cpu))
+      fail<UnsupportedError>(
+          "[compile] op {}{} (node %{}) has no cpu kernel", op_name(n.op),
+          detail::is_custom(n.op) ? " " + n.attrs.str(detail::kCustomOpKey, "") : "", i);
     const DType t = kernel_dtype(*k, n, in);
     if (!k->handles(t))
       fail<UnsupportedError>("[{}] no cpu kernel for dtype {} (node %{})", op_name(n.op), name(t), i);

@@ -20,6 +20,7 @@ void register_rnn_kernels();
 void register_attention_kernels();     // attention.cpp
 void register_linalg_extra_kernels();  // linalg_extra.cpp
 void register_quant_kernels();         // quant.cpp
+void register_custom_op_kernels();     // custom_op.cpp: custom, custom_impure
 
 /// Registers every family above.
 void register_kernels();

@@ -20,6 +20,7 @@ void register_kernels() {
   register_attention_kernels();
   register_linalg_extra_kernels();
   register_quant_kernels();
+  register_custom_op_kernels();
 }
 
 }  // namespace kiln::cpu

@@ -23,5 +23,6 @@ void register_rnn_kernels();          // rnn.cu: lstm, gru, rnn, rnn_grad
 void register_attention_kernels();     // attention.cu: fused scaled_dot_product_attention
 void register_linalg_extra_kernels();  // linalg_extra.cu: cholesky, triangular_solve
 void register_quant_kernels();         // quant.cu: quantize, dequantize, fake_quantize
+void register_custom_op_kernels();     // custom_op.cpp: custom, custom_impure
 
 }  // namespace kiln::cuda

@@ -23,6 +23,7 @@
 #include "io/package/manifest_generated.h"
 #include "io/package/validate.h"
 #include "kiln/version.h"
+#include "runtime/custom_op.h"
 #include "runtime/env.h"
 #include "runtime/executable_impl.h"
 #include "runtime/thread_pool.h"
@@ -310,6 +311,10 @@ Program Reader::read_program(const fb::Manifest& m) {
         if (const std::string why = check_shape(info); !why.empty()) bad(where, at(t), "{}", why);
         n.outputs.push_back(std::move(info));
       }
+    // a custom op must be registered before its node can be checked (runtime/custom_op.h)
+    if (detail::is_custom(n.op))
+      if (const std::string why = detail::custom_op_missing(n.attrs); !why.empty())
+        fail<UnsupportedError>("[package] {}: node %{} ('{}'): {}", b_.what, i, n.name, why);
     nodes.push_back(std::move(n));
     if (const std::string why = check_node(p.graph, i); !why.empty())
       bad(fmt::format("manifest node %{} ({} '{}')", i, op_name(nodes[i].op), nodes[i].name),

@@ -67,7 +67,7 @@ bool arity_rule(OpId op, const Attrs& attrs, int& lo, int& hi) {
     case OpId::RandomBernoulli: case OpId::RandomDropoutMask: case OpId::RandomInteger:
     case OpId::DepthToSpace: case OpId::SpaceToDepth: case OpId::Roll:
       return true;
-    case OpId::Concat:
+    case OpId::Concat: case OpId::Custom: case OpId::CustomImpure:
       hi = INT_MAX;
       return true;
     case OpId::FusedElementwise:  // its inference checks the program against the inputs
