@@ -40,7 +40,9 @@ test-release: build data
 	@if ls tests/python/test_*.py >/dev/null 2>&1; then \
 	  KILN_BUILD_DIR=$(abspath $(BUILD)) .venv/bin/python -m pytest -q tests/python; fi
 	@if [ -d $(BUILD)/python/kiln ]; then \
-	  KILN_BUILD_DIR=$(abspath $(BUILD)) PYTHONPATH=$(abspath $(BUILD))/python \
+	  echo "pip install . (the Python package, into .venv)" && \
+	  .venv/bin/python -m pip install -q --no-build-isolation --no-deps --disable-pip-version-check . && \
+	  KILN_TEST_INSTALLED=1 KILN_BUILD_DIR=$(abspath $(BUILD)) \
 	  .venv/bin/python -m pytest -q -p no:cacheprovider python/tests; fi
 
 test-asan: setup

@@ -50,19 +50,3 @@ def cuda(index: int = 0) -> "Device":  # noqa: F405
 def load(path: str, device=None) -> "Executable":  # noqa: F405
     """Loads a .kiln package (Executable.load)."""
     return Executable.load(path, device)  # noqa: F405
-
-
-# --- Stand-ins for features bound in python/src/extensions.cpp once they land -------------------
-if not hasattr(_kiln, "load_op_library"):
-
-    def load_op_library(path: str) -> None:
-        """Loads a shared library of custom ops (kiln::load_op_library). Not bound yet."""
-        raise UnsupportedError("[load_op_library] not in this build of the Python package yet")
-
-if not hasattr(_kiln, "Profiler"):
-
-    class Profiler:
-        """Op-level timeline and Chrome-trace JSON (kiln::Profiler). Not bound yet."""
-
-        def __init__(self, *args, **kwargs):
-            raise UnsupportedError("[Profiler] not in this build of the Python package yet")

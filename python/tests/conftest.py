@@ -1,4 +1,5 @@
-"""Makes the package in the build tree importable (PYTHONPATH=build/python does the same)."""
+"""Makes the package in the build tree importable (PYTHONPATH=build/python does the same), unless
+KILN_TEST_INSTALLED=1 asks for the installed one (`pip install .`, as `make test` does)."""
 import os
 import pathlib
 import sys
@@ -8,7 +9,8 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 _build = pathlib.Path(os.environ.get("KILN_BUILD_DIR", ROOT / "build"))
-if (_build / "python" / "kiln").is_dir() and str(_build / "python") not in sys.path:
+if (not os.environ.get("KILN_TEST_INSTALLED") and (_build / "python" / "kiln").is_dir()
+        and str(_build / "python") not in sys.path):
     sys.path.insert(0, str(_build / "python"))
 
 

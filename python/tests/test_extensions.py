@@ -1,0 +1,66 @@
+"""The profiler and custom op libraries from Python."""
+import json
+
+import numpy as np
+import pytest
+
+import kiln
+
+
+def test_profiler_records_every_op_and_exports_a_trace(tmp_path):
+    g = kiln.Graph()
+    x = g.placeholder([4, 8], kiln.f32, "x")
+    y = kiln.softmax(kiln.matmul(x, kiln.transpose(x)))  # ops no fusion merges
+    exe = g.compile([y], device="cpu")
+    xv = np.random.default_rng().standard_normal((4, 8)).astype(np.float32)
+    assert not kiln.Profiler.active()
+    kiln.Profiler.start()
+    assert kiln.Profiler.active()
+    for _ in range(3):
+        (out,) = exe.run({x: xv})
+    prof = kiln.Profiler.stop()
+    assert not kiln.Profiler.active()
+    s = xv.astype(np.float64) @ xv.T.astype(np.float64)
+    want = np.exp(s - s.max(-1, keepdims=True))
+    want /= want.sum(-1, keepdims=True)
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-6)
+    ops = prof.ops()
+    for name in ("matmul", "softmax"):
+        assert ops.count(name) == 3, (name, ops)
+    assert isinstance(prof, kiln.Profile) and len(prof) >= len(ops)
+    trace = json.loads(prof.chrome_trace())
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    spans = [e for e in events if e.get("ph") == "X"]
+    assert spans and all(e["dur"] >= 0 and e["ts"] >= 0 for e in spans)
+    assert "softmax" in prof.summary()
+    prof.save(str(tmp_path / "t.json"))
+    prof.save(str(tmp_path / "t.html"))
+    assert json.loads((tmp_path / "t.json").read_text())
+    html = (tmp_path / "t.html").read_text()
+    assert html.lstrip().lower().startswith("<!doctype html") and "softmax" in html
+
+
+def test_profiler_start_twice_and_stop_when_off_are_errors():
+    kiln.Profiler.start()
+    with pytest.raises(kiln.Error):
+        kiln.Profiler.start()
+    kiln.Profiler.stop()
+    with pytest.raises(kiln.Error):
+        kiln.Profiler.stop()
+
+
+def test_load_op_library_names_a_missing_file(tmp_path):
+    missing = str(tmp_path / "libnot_there.so")
+    with pytest.raises(kiln.Error) as e:
+        kiln.load_op_library(missing)
+    assert "libnot_there.so" in str(e.value)
+    assert isinstance(kiln.custom_op_names(), list)
+
+
+def test_the_package_under_test_is_the_installed_one_when_asked():
+    # `make test` runs this suite against `pip install .` (KILN_TEST_INSTALLED=1)
+    import os
+
+    if not os.environ.get("KILN_TEST_INSTALLED"):
+        pytest.skip("testing the build tree's package")
+    assert "site-packages" in kiln.__file__ and "build" not in kiln.__file__.split("site-packages")[1]
