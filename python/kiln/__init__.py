@@ -11,7 +11,17 @@
 The native module (kiln._kiln) holds the bindings; this package re-exports them. See
 docs/python.md.
 """
-from . import _kiln
+import os as _os
+import sys as _sys
+
+# kiln's symbols go to the process's global scope, where the custom-op libraries that
+# load_op_library opens look for them (they link no kiln of their own)
+_flags = _sys.getdlopenflags()
+_sys.setdlopenflags(_flags | _os.RTLD_GLOBAL)
+try:
+    from . import _kiln
+finally:
+    _sys.setdlopenflags(_flags)
 from ._kiln import *  # noqa: F401,F403
 from ._kiln import (  # noqa: F401  (names the star import leaves out)
     __version__,

@@ -1,5 +1,7 @@
 // Bindings of the profiler (include/kiln/profiler.h) and of custom op libraries
 // (include/kiln/custom_op.h).
+#include <nanobind/stl/variant.h>
+
 #include "common.h"
 
 namespace kiln::py {
@@ -33,6 +35,21 @@ void bind_extensions(nb::module_& m) {
         "Loads a shared library of custom ops (kiln::load_op_library): it must export "
         "kiln_register_ops for this ABI version; names already registered are an error.");
   m.def("custom_op_names", &custom_op_names, "Names of the registered custom ops.");
+  m.def(
+      "custom_op",
+      [](const std::string& op, nb::sequence inputs,
+         const std::map<std::string, AttrValue>& attrs) {
+        std::vector<Tensor> ins;
+        for (nb::handle h : inputs) ins.push_back(nb::cast<Tensor>(h));
+        Attrs a;
+        for (const auto& [k, v] : attrs) a.set(k, v);
+        const std::vector<Tensor> outs = custom_op(op, ins, a);
+        return tensor_list(outs, nb::len(inputs) > 0 ? inputs[0] : nb::handle());
+      },
+      nb::arg("op"), nb::arg("inputs"), nb::arg("attrs") = std::map<std::string, AttrValue>{},
+      "Adds a node of the registered custom op `op` on `inputs`; returns its outputs. "
+      "Attributes (bool, int, float, lists of int or float, str, dtype) not given take their "
+      "declared defaults.");
 }
 
 }  // namespace kiln::py

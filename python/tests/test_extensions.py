@@ -64,3 +64,38 @@ def test_the_package_under_test_is_the_installed_one_when_asked():
     if not os.environ.get("KILN_TEST_INSTALLED"):
         pytest.skip("testing the build tree's package")
     assert "site-packages" in kiln.__file__ and "build" not in kiln.__file__.split("site-packages")[1]
+
+
+def _test_ops_library():
+    import os
+    import pathlib
+
+    lib = pathlib.Path(os.environ.get("KILN_BUILD_DIR", "build")) / "tests" / "libkiln_test_ops.so"
+    if not lib.exists():
+        pytest.skip(f"{lib} is not built")
+    kiln.load_op_library(str(lib))  # loading the same file again does nothing
+    return lib
+
+
+def test_custom_ops_from_a_loaded_library_run_and_differentiate(rng):
+    _test_ops_library()
+    assert {"test.softshrink", "test.mix"} <= set(kiln.custom_op_names())
+    g = kiln.Graph()
+    x = g.placeholder([6, 7], kiln.f32, "x")
+    z = g.placeholder([6, 7], kiln.f32, "z")
+    (y,) = kiln.custom_op("test.softshrink", [x], {"lambda": 0.25})
+    y0, y1 = kiln.custom_op("test.mix", [x, z], {"a": 2.0, "b": -1.0, "power": 3})
+    (dx,) = kiln.gradients(kiln.sum(y), [x])
+    exe = g.compile([y, y0, y1, dx], device="cpu")
+    xv = rng.standard_normal((6, 7)).astype(np.float32)
+    zv = rng.standard_normal((6, 7)).astype(np.float32)
+    got = [o.numpy() for o in exe.run({x: xv, z: zv})]
+    x64, z64 = xv.astype(np.float64), zv.astype(np.float64)
+    want_y = np.where(x64 > 0.25, x64 - 0.25, np.where(x64 < -0.25, x64 + 0.25, 0.0))
+    np.testing.assert_allclose(got[0], want_y, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(got[1], 2 * x64 - z64, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got[2], x64 ** 3 * z64, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(got[3], (np.abs(x64) > 0.25).astype(np.float32))
+    with pytest.raises(kiln.Error) as e:
+        kiln.custom_op("test.softshrink", [x], {"no_such_attr": 1})
+    assert "no_such_attr" in str(e.value)
