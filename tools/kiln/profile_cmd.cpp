@@ -37,6 +37,7 @@ void profile_model(const ProfileOptions& o) {
     OpId id{};
     if (!op_from_name(op, id))
       throw ValueError(fmt::format("[profile] --cpu-op: no op named '{}' (see `kiln ops`)", op));
+    (void)find_kernel(id, Backend::cuda);  // the built-in kernels first, or they would return
     register_kernel(id, Backend::cuda, KernelEntry{});
   }
   ModelArgs args;
