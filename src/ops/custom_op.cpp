@@ -92,7 +92,9 @@ std::vector<Tensor> custom_op(const std::string& op, const std::vector<Tensor>& 
   const CustomOpDef& d = entry->def;
   if (inputs.size() != d.inputs.size())
     fail<ValueError>("[{}] takes {} inputs, got {}", op, d.inputs.size(), inputs.size());
-  for (const auto& [k, v] : attrs.items()) {
+  for (const auto& kv : attrs.items()) {
+    const std::string& k = kv.first;
+    const AttrValue& v = kv.second;
     if (k.rfind("custom_", 0) == 0) continue;  // kiln's own (a gradient passes a node's attrs on)
     auto it = std::find_if(d.attrs.begin(), d.attrs.end(), [&](auto& a) { return a.first == k; });
     if (it == d.attrs.end()) fail<ValueError>("[{}] has no attribute '{}'", op, k);
@@ -105,7 +107,9 @@ std::vector<Tensor> custom_op(const std::string& op, const std::vector<Tensor>& 
   Attrs all;
   all.set(kCustomOpKey, op);
   all.set(kCustomLibraryKey, d.library);
-  for (const auto& [k, dflt] : d.attrs) {
+  for (const auto& kd : d.attrs) {
+    const std::string& k = kd.first;  // (not a structured binding: lambdas capture it below)
+    const AttrValue& dflt = kd.second;
     if (!attrs.has(k)) {
       all.set(k, dflt);
       continue;
