@@ -20,6 +20,12 @@ for b in "$BUILD"/bench/kiln_bench_*; do [[ -x "$b" && "$b" != *_mpi ]] && cp "$
 [ -x "$BUILD/bench/package/kiln_bench_package" ] && cp "$BUILD/bench/package/kiln_bench_package" "$stage/bench/"
 cp "$BUILD"/kiln_example_* "$stage/" 2>/dev/null || true
 cp "$BUILD/libkiln.so" "$stage/lib/"
+# custom-op libraries and the programs that load them, at their build paths (the tests and the
+# hash-grid benchmark name the libraries by path): test-gpu.sh copies them back into BUILD
+for f in "$BUILD"/tests/*.so "$BUILD"/examples/custom_op/*.so "$BUILD"/examples/custom_op/kiln_example_* \
+         "$BUILD"/bench/custom_op/kiln_bench_hashgrid; do
+  [ -e "$f" ] && install -D "$f" "$stage/oplibs/$f"
+done
 # the Python package (built for the venv's Python), for the PyTorch bridge tests there
 # (BUNDLE_PYTHON=path/to/python3.X adds a module for that Python, the GPU machine's)
 if [ -d "$BUILD/python/kiln" ]; then
@@ -28,6 +34,7 @@ if [ -d "$BUILD/python/kiln" ]; then
   strip "$stage"/python/kiln/_kiln*.so 2>/dev/null || true
 fi
 strip "$stage"/kiln* "$stage"/tests/* "$stage"/bench/* "$stage/lib/libkiln.so" 2>/dev/null || true
+[ -d "$stage/oplibs" ] && find "$stage/oplibs" -type f -exec strip {} + 2>/dev/null || true
 cp -r "$BUILD/data" "$stage/data"
 # shared libraries from Debian that the GPU machine lacks (CUDA's own come from its Python env)
 ldd "$stage/kiln" "$stage"/tests/* | awk '/=> \// {print $3}' | sort -u |

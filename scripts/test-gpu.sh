@@ -11,6 +11,8 @@ BUILD=${1:-build-gpu}
 LOGS=${2:-$BUILD/gpu-logs}
 B="$BUILD/bundle"
 [ -d "$B" ] || tar -C "$BUILD" -xJf "$BUILD/bundle.tar.xz"
+# custom-op libraries back at the build paths the tests were built with
+[ -d "$B/oplibs/$BUILD" ] && cp -r "$B/oplibs/$BUILD/." "$BUILD/"
 source scripts/gpu-env.sh
 export LD_LIBRARY_PATH="$PWD/$B/lib:$LD_LIBRARY_PATH"
 export KILN_DIGITS_DIR="$PWD/$B/data" KILN_TEST_DATA_DIR="$PWD/tests/data"
@@ -37,6 +39,10 @@ step async-on-cuda "$B/tests/kiln_core_tests" --gtest_brief=1 \
   step example-shared-events "$B/kiln_example_shared_events" --device cuda:0 --batches 2000
 # the profiler on the GPU: every op timed, a CPU fallback's copies and idle gap
 [ -x "$B/tests/kiln_profiler_tests" ] && step profiler-on-cuda "$B/tests/kiln_profiler_tests" --gtest_brief=1
+# custom ops: CUDA kernels from a loaded op library, CPU fallback, packages; the examples on CUDA
+[ -x "$B/tests/kiln_custom_op_tests" ] && step custom-ops-on-cuda "$B/tests/kiln_custom_op_tests" --gtest_brief=1
+[ -x "$BUILD/bench/custom_op/kiln_bench_hashgrid" ] &&
+  step hashgrid-bench-cuda "$BUILD/bench/custom_op/kiln_bench_hashgrid" --device cuda
 step cuda-validate env KILN_VALIDATE=cpu "$B/tests/kiln_cuda_tests" --gtest_brief=1 --gtest_filter='CudaRuntime.*'
 if [ -x "$B/tests/kiln_backend_ops" ]; then
   step backend-ops "$B/tests/kiln_backend_ops"
