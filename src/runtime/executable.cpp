@@ -8,6 +8,7 @@
 #include <exception>
 #include <cstring>
 #include <sstream>
+#include <type_traits>
 
 #include "core/errors.h"
 #include "core/op_registry.h"
@@ -716,47 +717,56 @@ std::vector<Array> run_device(ExecutableImpl& x, const std::vector<const Array*>
     t_step = now;
   };
   if (timed) b.synchronize(dev, stream), t_step = std::chrono::steady_clock::now();
-  std::vector<TensorView> in, out;
-  for (size_t k = 0; k < x.steps.size(); ++k) {
-    const Step& st = x.steps[k];
-    const Node& n = nodes[st.node];
-    step_io(x, slot, k, view, kenv, in, out);
-    if (!events.empty()) b.record_event(dev, events[k], stream);
-    if (prof)
-      prof->step_begin(static_cast<int32_t>(k), st.node, op_name(n.op),
-                       st.backend == Backend::cpu ? &st.fallback_reason : nullptr);
-    if (st.backend == Backend::cpu) {
-      run_on_host(*st.kernel, n, in, out, b, dev, stream, x.pool, nullptr, prof.get());
-      if (timed) record(n);
-      if (prof) prof->step_end();
-      continue;
-    }
-    // collectives talk to other ranks: they are not run twice
-    if (!validate || n.op == OpId::AllReduce || n.op == OpId::CollectiveWait) {
+  // the step loop, instantiated with and without the profiler: off, it holds no profiler code
+  // (a run tests once whether it is profiled)
+  auto encode_steps = [&](auto p) {
+    constexpr bool profiled = !std::is_null_pointer_v<decltype(p)>;
+    std::vector<TensorView> in, out;
+    for (size_t k = 0; k < x.steps.size(); ++k) {
+      const Step& st = x.steps[k];
+      const Node& n = nodes[st.node];
+      step_io(x, slot, k, view, kenv, in, out);
+      if (!events.empty()) b.record_event(dev, events[k], stream);
+      if constexpr (profiled)
+        p->step_begin(static_cast<int32_t>(k), st.node, op_name(n.op),
+                      st.backend == Backend::cpu ? &st.fallback_reason : nullptr);
+      if (st.backend == Backend::cpu) {
+        run_on_host(*st.kernel, n, in, out, b, dev, stream, x.pool, nullptr, p);
+        if (timed) record(n);
+        if constexpr (profiled) p->step_end();
+        continue;
+      }
+      // collectives talk to other ranks: they are not run twice
+      if (!validate || n.op == OpId::AllReduce || n.op == OpId::CollectiveWait) {
+        run_kernel(*st.kernel, n, in, out, x.pool, &kenv);
+        if (timed) record(n);
+        if constexpr (profiled) p->step_end();
+        continue;
+      }
+      // KILN_VALIDATE=cpu: the same node on the CPU, from the same inputs (read before the GPU
+      // kernel, which may write over them)
+      std::vector<Array> want;
+      const KernelEntry* cpu = find_kernel(n.op, Backend::cpu);
+      if (cpu) run_on_host(*cpu, n, in, out, b, dev, stream, x.pool, &want);
       run_kernel(*st.kernel, n, in, out, x.pool, &kenv);
-      if (timed) record(n);
-      if (prof) prof->step_end();
-      continue;
+      for (size_t o = 0; cpu && o < out.size(); ++o) {
+        Array got = Array::empty(out[o].shape, out[o].dtype);
+        b.copy_async(dev, got.data(), true, out[o].data, false, got.nbytes(), stream);
+        double g = 0, w = 0;
+        const int64_t i = first_mismatch(got, want[o], &g, &w);
+        if (i >= 0)
+          fail<DeviceError>("[validate] node %{} ({}) output {} {} {} disagrees with the cpu at "
+                            "element {}: {} on {}, {} on the cpu",
+                            st.node, op_name(n.op), o, name(out[o].dtype), str(out[o].shape), i, g,
+                            x.device.str(), w);
+      }
+      if constexpr (profiled) p->step_end();
     }
-    // KILN_VALIDATE=cpu: the same node on the CPU, from the same inputs (read before the GPU
-    // kernel, which may write over them)
-    std::vector<Array> want;
-    const KernelEntry* cpu = find_kernel(n.op, Backend::cpu);
-    if (cpu) run_on_host(*cpu, n, in, out, b, dev, stream, x.pool, &want);
-    run_kernel(*st.kernel, n, in, out, x.pool, &kenv);
-    for (size_t o = 0; cpu && o < out.size(); ++o) {
-      Array got = Array::empty(out[o].shape, out[o].dtype);
-      b.copy_async(dev, got.data(), true, out[o].data, false, got.nbytes(), stream);
-      double g = 0, w = 0;
-      const int64_t i = first_mismatch(got, want[o], &g, &w);
-      if (i >= 0)
-        fail<DeviceError>("[validate] node %{} ({}) output {} {} {} disagrees with the cpu at "
-                          "element {}: {} on {}, {} on the cpu",
-                          st.node, op_name(n.op), o, name(out[o].dtype), str(out[o].shape), i, g,
-                          x.device.str(), w);
-    }
-    if (prof) prof->step_end();
-  }
+  };
+  if (prof)
+    encode_steps(prof.get());
+  else
+    encode_steps(nullptr);
   if (!events.empty()) {
     b.record_event(dev, events.back(), stream);
     b.synchronize(dev, stream);

@@ -3,8 +3,9 @@
 //
 //   kiln_bench_profiler [cpu|cuda] [reps]
 //
-// Off, a run loads one atomic flag and tests a null pointer twice per op (src/runtime/
-// executable.cpp); the two "off" rows bound the noise that cost hides in.
+// Off, a run tests once whether it is profiled (RunProfile::begin loads one atomic flag); the step
+// loop is instantiated without profiler code (src/runtime/executable.cpp). The benchmark times that
+// test on its own and as a share of a run; the two "off" rows bound the noise of the timings.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "kiln/kiln.h"
+#include "runtime/profiler_run.h"
 
 using namespace kiln;
 
@@ -69,6 +71,17 @@ int main(int argc, char** argv) {
   fmt::print("  profiler off: {:.4f} us per op\n", off1);
   fmt::print("  profiler on:  {:.4f} us per op ({} spans a round, {:+.1f}%)\n", on, spans,
              100 * (on / off1 - 1));
+  // the off cost on its own: the test every run makes
+  constexpr int kTests = 10'000'000;
+  size_t held = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < kTests; ++i)
+    held += prof::RunProfile::begin(device, nullptr, nullptr) != nullptr;
+  const double test_ns =
+      std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() /
+      kTests;
+  fmt::print("  off, its cost: {:.2f} ns per run ({} held) = {:.5f}% of a run of {} ops\n",
+             test_ns, held, 100 * test_ns / (1000 * off1 * kOps), kOps);
   fmt::print("  off again:    {:.4f} us per op ({:+.2f}% from the first)\n", off2,
              100 * (off2 / off1 - 1));
   return 0;
