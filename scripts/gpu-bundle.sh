@@ -23,7 +23,7 @@ cp "$BUILD/libkiln.so" "$stage/lib/"
 # custom-op libraries and the programs that load them, at their build paths (the tests and the
 # hash-grid benchmark name the libraries by path): test-gpu.sh copies them back into BUILD
 for f in "$BUILD"/tests/*.so "$BUILD"/examples/custom_op/*.so "$BUILD"/examples/custom_op/kiln_example_* \
-         "$BUILD"/bench/custom_op/kiln_bench_hashgrid; do
+         "$BUILD"/bench/custom_op/kiln_bench_*; do
   [ -e "$f" ] && install -D "$f" "$stage/oplibs/$f"
 done
 # the Python package (built for the venv's Python), for the PyTorch bridge tests there

@@ -43,6 +43,9 @@ step async-on-cuda "$B/tests/kiln_core_tests" --gtest_brief=1 \
 [ -x "$B/tests/kiln_custom_op_tests" ] && step custom-ops-on-cuda "$B/tests/kiln_custom_op_tests" --gtest_brief=1
 [ -x "$BUILD/bench/custom_op/kiln_bench_hashgrid" ] &&
   step hashgrid-bench-cuda "$BUILD/bench/custom_op/kiln_bench_hashgrid" --device cuda
+# the GPU idle gaps of a softshrink forced onto the CPU, and none with the softshrink custom op
+[ -x "$BUILD/bench/custom_op/kiln_bench_softshrink_profile" ] &&
+  step softshrink-profile-cuda "$BUILD/bench/custom_op/kiln_bench_softshrink_profile" --device cuda
 step cuda-validate env KILN_VALIDATE=cpu "$B/tests/kiln_cuda_tests" --gtest_brief=1 --gtest_filter='CudaRuntime.*'
 if [ -x "$B/tests/kiln_backend_ops" ]; then
   step backend-ops "$B/tests/kiln_backend_ops"
