@@ -174,22 +174,15 @@ __global__ void lens_kernel(const I* in, int64_t* out, int64_t B, int64_t T) {
   }
 }
 
-// xw += the input bias (and the recurrent one too when `both`: cells whose recurrent bias adds
-// straight to the gate).
+// xw += the input bias, and the recurrent bias of the first `fold` gate columns: every column
+// whose recurrent bias adds straight to the gate (all but the h gate of a GRU with
+// linear_before_reset, where r multiplies it).
 template <typename T>
-__global__ void add_bias_kernel(T* xw, const T* b, int64_t rows, int64_t D, int64_t GH, bool both) {
+__global__ void add_bias_kernel(T* xw, const T* b, int64_t rows, int64_t D, int64_t GH,
+                                int64_t fold) {
   KILN_RNN_LOOP(i, rows * D * GH) {
     const int64_t j = i % GH, d = (i / GH) % D;
-    xw[i] += b[d * 2 * GH + j] + (both ? b[d * 2 * GH + GH + j] : T(0));
-  }
-}
-
-// hr[b, off + j] += rb[off + j] for j < n.
-template <typename T>
-__global__ void add_rows_kernel(T* hr, const T* rb, int64_t B, int64_t ld, int64_t off, int64_t n) {
-  KILN_RNN_LOOP(i, B * n) {
-    const int64_t b = i / n, j = i % n;
-    hr[b * ld + off + j] += rb[off + j];
+    xw[i] += b[d * 2 * GH + j] + (j < fold ? b[d * 2 * GH + GH + j] : T(0));
   }
 }
 
@@ -229,7 +222,7 @@ template <typename T> struct Parts {
 
 template <typename T>
 __global__ void gates_kernel(Geo g, int64_t s, const int64_t* lens, const T* xw, const T* hr,
-                             int splits, const T* P, T* h, T* c, T* y, T* res) {
+                             int splits, const T* P, const T* rbh, T* h, T* c, T* y, T* res) {
   KILN_RNN_LOOP(i, g.B * g.H) {
     const int64_t b = i / g.H, j = i % g.H, H = g.H;
     if (s >= lens[b]) continue;
@@ -259,7 +252,8 @@ __global__ void gates_kernel(Geo g, int64_t s, const int64_t* lens, const T* xw,
         rr[4 * H + j] = cn;
       }
     } else if (g.cell == 1) {
-      const T uz = x[j] + q[j], ur = x[H + j] + q[H + j], qh = q[2 * H + j];
+      const T uz = x[j] + q[j], ur = x[H + j] + q[H + j],
+              qh = q[2 * H + j] + (rbh ? rbh[j] : T(0));
       const T zg = act(g.fa, rm::clip_gate(uz, clip)), rg = act(g.fa, rm::clip_gate(ur, clip));
       const T uh = g.lbr ? x[2 * H + j] + rg * qh : x[2 * H + j] + qh;
       hnew = (T(1) - zg) * act(g.ga, rm::clip_gate(uh, clip)) + zg * h[i];
@@ -518,17 +512,19 @@ void forward(KernelContext& ctx, int cell) {
   T* hr = scratch_of<T>(ctx, splits * B * GH);
   T* rh = scratch_of<T>(ctx, B * H);
   gemm<T>(st, false, true, rows, D * GH, I, T(1), x, I, w, I, T(0), xw, D * GH);
-  const bool fold_rb = cell != 1;  // LSTM and RNN: the recurrent bias joins the input bias
+  // the recurrent bias joins the input bias, but for the h gate of a GRU with
+  // linear_before_reset (r multiplies it: the gate kernel adds it)
+  const bool gru_lbr = cell == 1 && in.lbr;
   if (bias && rows > 0) {
-    add_bias_kernel<T>
-        <<<blocks_for(rows * D * GH), kThreads, 0, st>>>(xw, bias, rows, D, GH, fold_rb);
+    add_bias_kernel<T><<<blocks_for(rows * D * GH), kThreads, 0, st>>>(xw, bias, rows, D, GH,
+                                                                       gru_lbr ? 2 * H : GH);
     check_launch(ctx.op_name());
   }
   const size_t state_bytes = sizeof(T) * B * H;
   for (int64_t d = 0; d < D; ++d) {
     const Geo g = geo_of(in, cell, d);
     const T* R = r + d * GH * H;
-    const T* Rb = bias && !fold_rb ? bias + d * 2 * GH + GH : nullptr;
+    const T* rbh = bias && gru_lbr ? bias + d * 2 * GH + GH + 2 * H : nullptr;
     const T* P = in.p >= 0 ? ctx.in(in.p).ptr<T>() + d * 3 * H : nullptr;
     if (in.h0 >= 0)
       KILN_CUDA_CHECK(cudaMemcpyAsync(h, ctx.in(in.h0).ptr<T>() + d * B * H, state_bytes,
@@ -546,21 +542,13 @@ void forward(KernelContext& ctx, int cell) {
         gemm_split_k<T>(st, true, B, GH, H / splits, splits, h, H, R, H, hr);
       else
         gemm<T>(st, false, true, B, g_now, H, T(1), h, H, R, H, T(0), hr, GH);
-      if (Rb) {
-        add_rows_kernel<T><<<blocks_for(B * g_now), kThreads, 0, st>>>(hr, Rb, B, GH, 0, g_now);
-        check_launch(ctx.op_name());
-      }
       if (cell == 1 && !in.lbr) {
         gru_rh_kernel<T><<<blocks_for(B * H), kThreads, 0, st>>>(g, s, lens, xw, hr, h, rh);
         check_launch(ctx.op_name());
         gemm<T>(st, false, true, B, H, H, T(1), rh, H, R + 2 * H * H, H, T(0), hr + 2 * H, GH);
-        if (Rb) {
-          add_rows_kernel<T><<<blocks_for(B * H), kThreads, 0, st>>>(hr, Rb, B, GH, 2 * H, H);
-          check_launch(ctx.op_name());
-        }
       }
       gates_kernel<T>
-          <<<blocks_for(B * H), kThreads, 0, st>>>(g, s, lens, xw, hr, splits, P, h, c, y, res);
+          <<<blocks_for(B * H), kThreads, 0, st>>>(g, s, lens, xw, hr, splits, P, rbh, h, c, y, res);
       check_launch(ctx.op_name());
     }
     KILN_CUDA_CHECK(cudaMemcpyAsync(hn + d * B * H, h, state_bytes, cudaMemcpyDeviceToDevice, st));
