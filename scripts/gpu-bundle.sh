@@ -40,8 +40,9 @@ cp -r "$BUILD/data" "$stage/data"
 ldd "$stage/kiln" "$stage"/tests/* | awk '/=> \// {print $3}' | sort -u |
   grep -E 'libdnnl|libfmt|libgomp|libOpenCL|libbenchmark|libgtest|libgmock|libonnx|libprotobuf' | grep -v "$BUILD" |
   xargs -r -I{} cp -L {} "$stage/lib/"
-# NVRTC (fused elementwise kernels) and its builtins, which it opens at run time
-for lib in $(ldd "$stage/kiln" | awk '/libnvrtc/ {print $3}'); do
+# NVRTC (fused elementwise kernels) and its builtins, which it opens at run time: only with
+# BUNDLE_NVRTC=1 (130 MB; scripts/gpu-env.sh finds the GPU machine's own in its Python env)
+for lib in $( [ "${BUNDLE_NVRTC:-0}" = 1 ] && ldd "$stage/kiln" | awk '/libnvrtc/ {print $3}'); do
   cp -L "$lib" "$stage/lib/"
   cp -L "$(dirname "$lib")"/libnvrtc-builtins.so* "$stage/lib/" 2>/dev/null || true
 done
