@@ -137,6 +137,8 @@ Outs gelu_op(NodeContext& c) {
 Outs shrink_op(NodeContext& c) {
   Tensor x = c.input(0);
   const double l = c.attr_float("lambd", 0.5f), b = c.attr_float("bias", 0.0f);
+  // bias == lambd is softshrink: one op (fusable, and placed as one)
+  if (b == l && l >= 0 && is_floating(x.dtype())) return {softshrink(x, l)};
   Tensor lo = less(x, scalar_of(x, -l)), hi = greater(x, scalar_of(x, l));
   return {where(lo, add(x, scalar_of(x, b)), where(hi, sub(x, scalar_of(x, b)), scalar_of(x, 0)))};
 }
