@@ -10,6 +10,7 @@
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/transform.h"
 #include "ops/common.h"
+#include "ops/conv_attrs.h"
 
 namespace kiln {
 
@@ -72,8 +73,9 @@ std::vector<int64_t> same_pads(const Shape& x, const Shape& w, const std::vector
   return pads;
 }
 
-// conv's options as node attributes (stride, pads, dilation, groups) for input x and weight w.
-Attrs conv_attrs(const char* op, const Shape& x, const Shape& w, const ConvOptions& o) {
+}  // namespace
+
+Attrs ops::conv_attrs(const char* op, const Shape& x, const Shape& w, const ConvOptions& o) {
   const int nd = static_cast<int>(x.size()) - 2;
   const auto stride = per_dim(op, "stride", o.stride, nd, 1, 1);
   const auto dilation = per_dim(op, "dilation", o.dilation, nd, 1, 1);
@@ -96,6 +98,7 @@ Attrs conv_attrs(const char* op, const Shape& x, const Shape& w, const ConvOptio
   return {{"stride", stride}, {"pads", pads}, {"dilation", dilation}, {"groups", o.groups}};
 }
 
+namespace {
 Tensor conv_nd(int nd, const char* fn, const Tensor& x, const Tensor& w,
                const std::optional<Tensor>& bias, const ConvOptions& o) {
   check_rank(kConv, fn, "input", x, nd);

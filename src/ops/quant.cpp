@@ -6,6 +6,10 @@
 //   fake_quantize: x float -> x's dtype; straight-through gradient masked to the range.
 // quantized_matmul: inputs a, a_scale, a_zp, w, w_scale, w_zp, y_scale, y_zp[, bias][, residual];
 //   attrs transpose_w, relu, has_bias, has_residual. Inference only.
+// quantized_conv: inputs x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp[, bias][, residual];
+//   attrs conv's stride, pads, dilation, groups, plus relu, has_bias, has_residual. Inference
+//   only. The bias is (O), (O, 1, 1) or (1, O, 1, 1): the pass keeps what the graph added; an
+//   i32 bias (ONNX QLinearConv's) adds to the integer sum before scaling.
 #include "kiln/ops/quant.h"
 
 #include "kiln/ops/core.h"
@@ -13,6 +17,7 @@
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/transform.h"
 #include "ops/common.h"
+#include "ops/conv_attrs.h"
 
 namespace kiln {
 
@@ -123,6 +128,60 @@ std::vector<TensorInfo> infer_quantized_matmul(const InferContext& ctx) {
   return {{out, in[7].dtype}};
 }
 
+std::vector<TensorInfo> infer_quantized_conv(const InferContext& ctx) {
+  const auto& in = ctx.inputs;
+  const char* op = ctx.name();
+  const DTypeSet q8{i8, u8};
+  require_dtype(ctx, 0, q8, "i8 or u8");
+  require_dtype(ctx, 3, q8, "i8 or u8");
+  require_dtype(ctx, 7, q8, "i8 or u8 (the output zero point sets the output type)");
+  for (int i : {1, 4, 6}) require_dtype(ctx, i, DTypeSet{f32}, "f32 (a scale)");
+  if (in[2].dtype != in[0].dtype || in[5].dtype != in[3].dtype)
+    fail<DTypeError>("[{}] zero points must have their data's dtype: x {} with {}, w {} with {}",
+                     op, name(in[0].dtype), name(in[2].dtype), name(in[3].dtype),
+                     name(in[5].dtype));
+  const Shape &x = in[0].shape, &w = in[3].shape;
+  if (x.size() != 4 || w.size() != 4)
+    fail<ShapeError>("[{}] x {} and w {} must have rank 4 (N, C, H, W) and (O, C/groups, kh, kw)",
+                     op, str(x), str(w));
+  for (int i : {1, 2, 6, 7})
+    if (!in[i].shape.empty())
+      fail<ShapeError>("[{}] input {} (a scale or zero point of x or y) must be 0-d, got {}", op, i,
+                       str(in[i].shape));
+  const int64_t o = w[0];
+  const Shape& ws = in[4].shape;
+  if (!(ws.empty() || (ws.size() == 1 && dims_match(ws[0], o))) || in[5].shape != ws)
+    fail<ShapeError>("[{}] w's scale {} and zero point {} must be 0-d or ({},)", op, str(ws),
+                     str(in[5].shape), o);
+  // the geometry as the float conv infers it
+  Attrs geom{{"stride", ctx.attrs.ints("stride")},
+             {"pads", ctx.attrs.ints("pads")},
+             {"dilation", ctx.attrs.ints("dilation")},
+             {"groups", ctx.attrs.i("groups")},
+             {"has_bias", false}};
+  const std::vector<TensorInfo> conv_in{{x, f32}, {w, f32}};
+  const Shape out = op_def(OpId::Conv).infer(InferContext{OpId::Conv, geom, conv_in})[0].shape;
+  size_t next = 8;
+  if (ctx.attrs.b("has_bias", false)) {
+    require_dtype(ctx, static_cast<int>(next), DTypeSet{f32, i32},
+                  "f32 (bias) or i32 (bias in the integer sum's units)");
+    const Shape& b = in[next].shape;
+    const bool ok = shapes_match(b, Shape{o}) || shapes_match(b, Shape{o, 1, 1}) ||
+                    shapes_match(b, Shape{1, o, 1, 1});
+    if (!ok)
+      fail<ShapeError>("[{}] bias {} must be ({}), ({}, 1, 1) or (1, {}, 1, 1)", op, str(b), o, o,
+                       o);
+    ++next;
+  }
+  if (ctx.attrs.b("has_residual", false)) {
+    require_dtype(ctx, static_cast<int>(next), DTypeSet{f32}, "f32 (residual)");
+    if (!shapes_match(in[next].shape, out))
+      fail<ShapeError>("[{}] residual {} must have the output's shape {}", op, str(in[next].shape),
+                       str(out));
+  }
+  return {{out, in[7].dtype}};
+}
+
 QuantizeOptions options_of(const Attrs& a) { return {a.i("axis"), a.i("block_size")}; }
 
 // t (x's shape) summed onto the scale's layout.
@@ -185,6 +244,7 @@ void register_quant_ops() {
   define_op(OpId::Dequantize).set_infer(infer_dequantize).grad(vjp_dequantize);
   define_op(OpId::FakeQuantize).set_infer(infer_quantize).grad(vjp_fake_quantize);
   define_op(OpId::QuantizedMatmul).set_infer(infer_quantized_matmul).not_differentiable();
+  define_op(OpId::QuantizedConv).set_infer(infer_quantized_conv).not_differentiable();
 }
 
 namespace {
@@ -237,6 +297,21 @@ Tensor quantized_matmul(const QTensor& a, const QTensor& w, const Tensor& y_scal
   add_optional(in, attrs, "bias", o.bias);
   add_optional(in, attrs, "residual", o.residual);
   return make_node1(OpId::QuantizedMatmul, in, attrs);
+}
+
+Tensor quantized_conv(const QTensor& x, const QTensor& w, const Tensor& y_scale,
+                      const Tensor& y_zero_point, const QuantizedConvOptions& o) {
+  const char* op = op_name(OpId::QuantizedConv);
+  if (x.q.rank() != 4 || w.q.rank() != 4)
+    fail<ShapeError>("[{}] x {} and w {} must have rank 4 (N, C, H, W) and (O, C/groups, kh, kw)",
+                     op, str(x.q.shape()), str(w.q.shape()));
+  std::vector<Tensor> in{x.q,     x.scale,      x.zero_point, w.q,
+                         w.scale, w.zero_point, y_scale,      y_zero_point};
+  Attrs attrs = conv_attrs(op, x.q.shape(), w.q.shape(), o.conv);
+  attrs.set("relu", o.relu);
+  add_optional(in, attrs, "bias", o.bias);
+  add_optional(in, attrs, "residual", o.residual);
+  return make_node1(OpId::QuantizedConv, in, attrs);
 }
 
 }  // namespace kiln

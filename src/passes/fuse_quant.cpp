@@ -1,12 +1,16 @@
-// dequantize -> matmul / linear (+ bias) (+ residual) (+ relu) -> quantize becomes one
-// quantized_matmul node, whose kernels accumulate the integer product exactly and requantize
-// once: int8 data never round-trips through float memory. Matched from each quantize backwards:
+// dequantize -> matmul / linear / conv (+ bias) (+ residual) (+ relu) -> quantize becomes one
+// quantized_matmul or quantized_conv node, whose kernels accumulate the integer product exactly
+// and requantize once: int8 data never round-trips through float memory. Matched from each
+// quantize backwards:
 //   quantize(y, y_scale 0-d, y_zp 0-d i8/u8)
 //   y   = relu(t) | t                        (relu: read only here)
-//   t   = add(t', residual) | add(t', bias)  (at most one of each, either operand order; read only
-//   here) t'  = matmul(da, dw) with dw (K, N) | linear(da, dw[, bias]) with dw (N, K)   (read only
-//   here) da  = dequantize(a i8/u8, 0-d scale, 0-d zp)   dw = dequantize(w i8/u8 rank 2, 0-d or
-//         per-output-channel scale)             (the dequantizes may have other readers)
+//   t   = add(t', residual) | add(t', bias)  (at most one of each, either operand order; read
+//         only here; a matmul's bias is (N), a conv's (O, 1, 1) or (1, O, 1, 1))
+//   t'  = matmul(da, dw) with dw (K, N) | linear(da, dw[, bias]) with dw (N, K)
+//       | conv(da, dw[, bias]) over 2 spatial dims with dw (O, C/groups, kh, kw)  (read only here)
+//   da  = dequantize(a i8/u8, 0-d scale, 0-d zp)
+//   dw  = dequantize(w i8/u8, 0-d or per-output-channel scale)  (the dequantizes may have other
+//         readers)
 // Everything float is f32. The fused node is within 1 LSB of the graph it replaces.
 #include "core/op_registry.h"
 #include "passes/program.h"
@@ -23,7 +27,9 @@ struct Match {
   std::vector<int32_t> absorbed;  // the float nodes the fused node replaces
   ValueRef a, a_scale, a_zp, w, w_scale, w_zp;
   std::optional<ValueRef> bias, residual;
+  bool channel_bias = false;  // the bias add broadcasts along dim 1 (conv), else the last dim
   bool transpose_w = false, relu = false;
+  const Node* conv = nullptr;  // the conv node of a quantized_conv match
 };
 
 class Matcher {
@@ -52,12 +58,18 @@ class Matcher {
       for (int side = 0; side < 2 && !took; ++side) {
         const ValueRef main = add.inputs[side], other = add.inputs[1 - side];
         const OpId mo = node(main).op;
-        if (!(mo == OpId::Add || mo == OpId::Matmul || mo == OpId::Linear) || !is_f32(other) ||
-            info(main).shape != out)
+        if (!(mo == OpId::Add || mo == OpId::Matmul || mo == OpId::Linear ||
+              mo == OpId::Conv) ||
+            !is_f32(other) || info(main).shape != out)
           continue;
         const Shape& os = info(other).shape;
+        const bool channel = out.size() == 4 && (os == Shape{out[1], 1, 1} ||
+                                                 os == Shape{1, out[1], 1, 1});
         if (!m.bias && os.size() == 1 && !out.empty() && os[0] == out.back()) {
           m.bias = other;
+        } else if (!m.bias && channel) {
+          m.bias = other;
+          m.channel_bias = true;
         } else if (!m.residual && os == out) {
           m.residual = other;
         } else {
@@ -71,6 +83,8 @@ class Matcher {
     }
     if (!single(cur) || !is_f32(cur) || info(cur).shape != out) return {};
     const Node& mm = node(cur);
+    if (mm.op == OpId::Conv) return match_conv(m, cur);
+    if (m.channel_bias) return {};
     if (mm.op == OpId::Linear) {
       m.transpose_w = true;
       if (mm.attrs.b("has_bias", false)) {
@@ -99,6 +113,34 @@ class Matcher {
   }
 
  private:
+  // The conv end of a chain: conv(dequantize(x), dequantize(w)[, bias]) over 2 spatial dims.
+  std::optional<Match> match_conv(Match m, ValueRef cur) const {
+    const Node& cv = node(cur);
+    const Shape& out = info(cur).shape;
+    if (out.size() != 4) return {};
+    if (m.bias && !m.channel_bias) return {};  // (W) broadcasts along the width, not channels
+    if (cv.attrs.b("has_bias", false)) {
+      if (m.bias || !is_f32(cv.inputs[2])) return {};
+      m.bias = cv.inputs[2];
+    }
+    m.absorbed.push_back(cur.node);
+    const Node &dx = node(cv.inputs[0]), &dw = node(cv.inputs[1]);
+    if (dx.op != OpId::Dequantize || dw.op != OpId::Dequantize || !is_f32(cv.inputs[0]) ||
+        !is_f32(cv.inputs[1]) || !int8(dx.inputs[0]) || !int8(dw.inputs[0]) || !scalar_param(dx, 1))
+      return {};
+    const Shape& ws = info(dw.inputs[0]).shape;
+    if (ws.size() != 4) return {};
+    const Shape& wscale = info(dw.inputs[1]).shape;
+    const bool per_channel = wscale.size() == 1 && wscale[0] == ws[0] &&
+                             dw.attrs.i("block_size") == 0 && dw.attrs.i("axis") == 0 &&
+                             info(dw.inputs[2]).shape == wscale && int8(dw.inputs[2]);
+    if (!(scalar_param(dw, 1) || (per_channel && is_f32(dw.inputs[1])))) return {};
+    m.a = dx.inputs[0], m.a_scale = dx.inputs[1], m.a_zp = dx.inputs[2];
+    m.w = dw.inputs[0], m.w_scale = dw.inputs[1], m.w_zp = dw.inputs[2];
+    m.conv = &cv;
+    return m;
+  }
+
   const Node& node(ValueRef v) const { return p_.graph.nodes[v.node]; }
   const Node& node(int32_t id) const { return p_.graph.nodes[id]; }
   const TensorInfo& info(ValueRef v) const { return p_.graph.info(v); }
@@ -143,12 +185,20 @@ Program fuse_quant(const Program& p) {
     std::vector<ValueRef> in{b.remap(m.a),         b.remap(m.a_scale),  b.remap(m.a_zp),
                              b.remap(m.w),         b.remap(m.w_scale),  b.remap(m.w_zp),
                              b.remap(q.inputs[1]), b.remap(q.inputs[2])};
-    Attrs attrs{{"transpose_w", m.transpose_w}, {"relu", m.relu}};
+    Attrs attrs;
+    if (m.conv) {
+      for (const char* k : {"stride", "pads", "dilation"}) attrs.set(k, m.conv->attrs.ints(k));
+      attrs.set("groups", m.conv->attrs.i("groups"));
+    } else {
+      attrs.set("transpose_w", m.transpose_w);
+    }
+    attrs.set("relu", m.relu);
     attrs.set("has_bias", m.bias.has_value());
     attrs.set("has_residual", m.residual.has_value());
     if (m.bias) in.push_back(b.remap(*m.bias));
     if (m.residual) in.push_back(b.remap(*m.residual));
-    const int32_t nid = b.graph().add(OpId::QuantizedMatmul, in, attrs, q.name);
+    const OpId op = m.conv ? OpId::QuantizedConv : OpId::QuantizedMatmul;
+    const int32_t nid = b.graph().add(op, in, attrs, q.name);
     b.graph().nodes[nid].origin = q.origin;
     b.map(id, {{nid, 0}});
   }

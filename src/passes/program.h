@@ -50,8 +50,9 @@ Program order_assignments(const Program& p);
 Program fuse_elementwise(const Program& p, Backend target);
 
 /// Replaces quantize(relu?(dequantize(a) @ dequantize(w) (+ bias) (+ residual))) by one
-/// quantized_matmul node (matmul or linear; per-tensor a and output, per-tensor or per-output-
-/// channel w) when the float intermediates have no other reader (src/passes/fuse_quant.cpp).
+/// quantized_matmul node (matmul or linear), and the same around a 2-D conv by one
+/// quantized_conv node (per-tensor a and output, per-tensor or per-output-channel w), when the
+/// float intermediates have no other reader (src/passes/fuse_quant.cpp).
 Program fuse_quant(const Program& p);
 
 /// Runs every all_reduce start as early and every collective wait as late as dependencies

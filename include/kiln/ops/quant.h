@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "kiln/graph.h"
+#include "kiln/ops/nn.h"
 
 namespace kiln {
 
@@ -73,5 +74,26 @@ struct QuantizedMatmulOptions {
 /// the unfused graph. Not differentiable.
 Tensor quantized_matmul(const QTensor& a, const QTensor& w, const Tensor& y_scale,
                         const Tensor& y_zero_point, const QuantizedMatmulOptions& options = {});
+
+struct QuantizedConvOptions {
+  /// conv2d's geometry: stride, padding (incl. asymmetric and same/valid), dilation, groups.
+  ConvOptions conv;
+  /// (O) added to every output channel: f32 after scaling, or i32 to the integer sum before
+  /// scaling (ONNX QLinearConv's bias, in units of x_scale * w_scale).
+  std::optional<Tensor> bias;
+  /// Float tensor of the output's shape added after the bias.
+  std::optional<Tensor> residual;
+  /// max(0, .) after the additions.
+  bool relu = false;
+};
+
+/// The int8 convolution the fuse_quant pass builds:
+///   quantize(relu?(conv2d(dequantize(x), dequantize(w), bias) + residual), y_scale, y_zero_point)
+/// computed with exact integer accumulation: x (N, C, H, W) is i8/u8 with a 0-d f32 scale and
+/// zero point; w (O, C/groups, kh, kw) is i8 with a 0-d or per-output-channel (O) f32 scale and
+/// an i8 zero point of the scale's shape; y_scale and y_zero_point are 0-d, and y_zero_point's
+/// dtype (i8 or u8) is the result's. Within 1 LSB of the unfused graph. Not differentiable.
+Tensor quantized_conv(const QTensor& x, const QTensor& w, const Tensor& y_scale,
+                      const Tensor& y_zero_point, const QuantizedConvOptions& options = {});
 
 }  // namespace kiln

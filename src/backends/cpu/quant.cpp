@@ -3,7 +3,8 @@
 // per block (per group). Arithmetic follows numpy step for step, so results are bit-exact.
 // quantized_matmul: exact i32 products (oneDNN's int8 matmul where the CPU has VNNI, with the
 // zero points applied as row and column sums; else int16 dot products the compiler vectorizes),
-// then the epilogue in double: scale, bias, residual, relu, requantize.
+// then the epilogue in double: scale, bias, residual, relu, requantize. quantized_conv lives in
+// quant_conv.cpp; the rounding of all of them in backends/quant_math.h (shared with CUDA).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -11,6 +12,8 @@
 #include "backends/cpu/cpu_common.h"
 #include "backends/cpu/dnnl_util.h"
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/quant_kernels.h"
+#include "backends/quant_math.h"
 
 namespace kiln::cpu {
 
@@ -53,29 +56,9 @@ struct ScaleLayout {
   }
 };
 
-template <typename Q>
-constexpr double kLo = static_cast<double>(std::numeric_limits<Q>::min());
-template <typename Q>
-constexpr double kHi = static_cast<double>(std::numeric_limits<Q>::max());
-
-// round_half_even(x / s) + zp, saturated (NaN -> the low end), as numpy computes it.
-template <typename T, typename Q>
-inline Q quantize_one(T x, T s, Q zp) {
-  const double r = static_cast<double>(std::nearbyint(x / s)) + static_cast<double>(zp);
-  if (std::isnan(r)) return std::numeric_limits<Q>::min();
-  return static_cast<Q>(std::clamp(r, kLo<Q>, kHi<Q>));
-}
-
-// (q - zp) * s: in f32 for 8/16-bit data; i32 data as f32 then f64 (the ONNX reference's steps).
-template <typename Q, typename T>
-inline T dequantize_one(Q q, Q zp, T s) {
-  if constexpr (std::is_same_v<Q, int32_t>) {
-    const double d = static_cast<double>(static_cast<float>(q)) - static_cast<double>(zp);
-    return static_cast<T>(d * static_cast<double>(s));
-  } else {
-    return static_cast<T>(static_cast<T>(static_cast<float>(q) - static_cast<float>(zp)) * s);
-  }
-}
+using quant_math::dequantize_one;
+using quant_math::quantize_one;
+using quant_math::requantize;
 
 template <typename F>
 void dispatch_quant(DType t, const char* op, F&& f) {
@@ -156,16 +139,6 @@ void dequantize(KernelContext& ctx) {
   });
 }
 
-// oneDNN's u8/s8 x s8 -> s32 product is exact where the CPU has VNNI (elsewhere its int8 kernels
-// may saturate 16-bit pair sums): only then does quantized_matmul use it.
-bool dnnl_int8_exact() {
-  static const bool ok = [] {
-    const int isa = static_cast<int>(dnnl::get_effective_cpu_isa());
-    auto has = [&](int want) { return (isa & want) == want; };
-    return has(dnnl_cpu_isa_avx512_core_vnni) || has(dnnl_cpu_isa_avx2_vnni);
-  }();
-  return ok;
-}
 
 // acc = a @ w (raw integers, no zero points) through oneDNN, into `acc` (m x n).
 template <typename A>
@@ -210,14 +183,9 @@ void quantized_matmul_impl(KernelContext& ctx) {
   for (int64_t j = 0; j < n; ++j)
     mult[j] = static_cast<double>(sa) * static_cast<double>(sw[per_channel ? j : 0]);
   Y* out = ctx.out(0).ptr<Y>();
-  const double lo = kLo<Y>, hi = kHi<Y>;
   auto finish = [&](int64_t r, int64_t j, int32_t acc) {
-    double v = static_cast<double>(acc) * mult[j];
-    if (bias) v += bias[j];
-    if (res) v += res[r * n + j];
-    if (relu && v < 0) v = 0;
-    const double q = std::nearbyint(v / sy) + zy;
-    out[r * n + j] = static_cast<Y>(std::isnan(q) ? lo : std::clamp(q, lo, hi));
+    out[r * n + j] = requantize<Y>(acc, mult[j], bias ? bias[j] : 0.0,
+                                   res ? res[r * n + j] : 0.0, relu, sy, zy);
   };
   if constexpr (std::is_same_v<W, int8_t>) {
     if (dnnl_int8_exact() && m * n * k >= (1 << 15)) {
@@ -283,12 +251,22 @@ void quantized_matmul(KernelContext& ctx) {
 
 }  // namespace
 
+bool dnnl_int8_exact() {
+  static const bool ok = [] {
+    const int isa = static_cast<int>(dnnl::get_effective_cpu_isa());
+    auto has = [&](int want) { return (isa & want) == want; };
+    return has(dnnl_cpu_isa_avx512_core_vnni) || has(dnnl_cpu_isa_avx2_vnni);
+  }();
+  return ok;
+}
+
 void register_quant_kernels() {
   register_kernel(OpId::Quantize, Backend::cpu, {quantize, kFloatTypes, 0, true});
   register_kernel(OpId::Dequantize, Backend::cpu, {dequantize, kFloatTypes, 1, true});
   register_kernel(OpId::FakeQuantize, Backend::cpu, {fake_quantize, kFloatTypes, 0, true});
   register_kernel(OpId::QuantizedMatmul, Backend::cpu,
                   {quantized_matmul, DTypeSet{i8, u8}, 0, false});
+  register_kernel(OpId::QuantizedConv, Backend::cpu, {quantized_conv, DTypeSet{i8, u8}, 0, false});
 }
 
 }  // namespace kiln::cpu

@@ -1,14 +1,22 @@
 // CUDA kernels of quantize, dequantize and fake_quantize: one thread per element (grid-stride),
 // the same arithmetic as the CPU kernels (src/backends/cpu/quant.cpp), so results agree bit for
-// bit. f16/bf16 data runs through f32 (KernelEntry::half_via_f32). quantized_matmul: one
-// thread per output element, an exact i32 dot product, the epilogue in double as on the CPU.
+// bit (the rounding lives in backends/quant_math.h, shared with the CPU). f16/bf16 data runs
+// through f32 (KernelEntry::half_via_f32). quantized_matmul: cuBLASLt's int8 product where its
+// rules allow (quant_gemm.cu), else one thread per output element, an exact i32 dot product; the
+// epilogue in double as on the CPU. quantized_conv: quant_conv.cu.
 #include <cmath>
 #include <limits>
 
 #include "backends/cuda/cuda_common.cuh"
 #include "backends/cuda/kernels.h"
+#include "backends/quant_math.h"
 
 namespace kiln::cuda {
+
+void quantized_conv(KernelContext& ctx);  // quant_conv.cu
+// quantized_matmul through cuBLASLt where its int8 rules allow (quant_gemm.cu); false: nothing
+// was enqueued.
+bool quantized_matmul_lt(KernelContext& ctx, int64_t m, int64_t n, int64_t k, bool transpose_w);
 
 namespace {
 
@@ -39,44 +47,9 @@ ScaleIndex scale_index(const KernelContext& ctx) {
   return s;
 }
 
-// The range of Q as constants device code can read.
-template <typename Q>
-struct Range;
-template <>
-struct Range<int8_t> {
-  static constexpr double lo = -128, hi = 127;
-};
-template <>
-struct Range<uint8_t> {
-  static constexpr double lo = 0, hi = 255;
-};
-template <>
-struct Range<int16_t> {
-  static constexpr double lo = -32768, hi = 32767;
-};
-
-// round_half_even(x / s) + zp, saturated (NaN -> the low end), in T as the CPU does.
-template <typename Q, typename T>
-__device__ inline Q quantize_one(T x, T s, Q zp) {
-  T y;
-  if constexpr (std::is_same_v<T, float>)
-    y = rintf(x / s);
-  else
-    y = rint(x / s);
-  const double r = static_cast<double>(y) + static_cast<double>(zp);
-  if (isnan(r)) return static_cast<Q>(Range<Q>::lo);
-  return static_cast<Q>(r < Range<Q>::lo ? Range<Q>::lo : (r > Range<Q>::hi ? Range<Q>::hi : r));
-}
-
-template <typename Q, typename T>
-__device__ inline T dequantize_one(Q q, Q zp, T s) {
-  if constexpr (std::is_same_v<Q, int32_t>) {
-    const double d = static_cast<double>(static_cast<float>(q)) - static_cast<double>(zp);
-    return static_cast<T>(d * static_cast<double>(s));
-  } else {
-    return static_cast<T>(static_cast<T>(static_cast<float>(q) - static_cast<float>(zp)) * s);
-  }
-}
+using quant_math::dequantize_one;
+using quant_math::quantize_one;
+using quant_math::requantize;
 
 template <typename T, typename Q, bool kFake, typename O>
 __global__ void quantize_kernel(const T* __restrict__ x, const T* __restrict__ s,
@@ -85,7 +58,7 @@ __global__ void quantize_kernel(const T* __restrict__ x, const T* __restrict__ s
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{blockDim.x} * gridDim.x) {
     const int64_t k = si(i);
-    const Q q = quantize_one<Q, T>(x[i], s[k], zp[k]);
+    const Q q = quantize_one<T, Q>(x[i], s[k], zp[k]);
     if constexpr (kFake)
       out[i] = dequantize_one<Q, T>(q, zp[k], s[k]);
     else
@@ -200,14 +173,9 @@ __global__ void quantized_matmul_kernel(const A* __restrict__ a, const float* __
       const int32_t wv = w[g.transpose_w ? j * g.k + i : i * g.n + j];
       acc += (int32_t{a[r * g.k + i]} - a0) * (wv - w0);
     }
-    double v = static_cast<double>(acc) * (static_cast<double>(sa[0]) * static_cast<double>(sw[c]));
-    if (bias) v += bias[j];
-    if (res) v += res[t];
-    if (g.relu && v < 0) v = 0;
-    const double q = rint(v / static_cast<double>(sy[0])) + static_cast<double>(zy[0]);
-    out[t] = static_cast<Y>(
-        isnan(q) ? Range<Y>::lo
-                 : (q < Range<Y>::lo ? Range<Y>::lo : (q > Range<Y>::hi ? Range<Y>::hi : q)));
+    out[t] = requantize<Y>(acc, static_cast<double>(sa[0]) * static_cast<double>(sw[c]),
+                           bias ? bias[j] : 0.0, res ? res[t] : 0.0, g.relu,
+                           static_cast<double>(sy[0]), zy[0]);
   }
 }
 
@@ -221,6 +189,7 @@ void quantized_matmul(KernelContext& ctx) {
   g.m = ctx.out(0).numel() / (g.n > 0 ? g.n : 1);
   g.per_channel = ctx.in(4).numel() != 1 || g.n == 1;
   if (ctx.out(0).numel() == 0) return;
+  if (quantized_matmul_lt(ctx, g.m, g.n, g.k, g.transpose_w)) return;
   int next = 8;
   const float* bias = ctx.attrs().b("has_bias", false) ? ctx.in(next++).ptr<float>() : nullptr;
   const float* res = ctx.attrs().b("has_residual", false) ? ctx.in(next).ptr<float>() : nullptr;
@@ -256,6 +225,8 @@ void register_quant_kernels() {
   register_kernel(OpId::FakeQuantize, Backend::cuda, {fake_quantize, kFloatTypes, 0, true});
   register_kernel(OpId::QuantizedMatmul, Backend::cuda,
                   {quantized_matmul, DTypeSet{i8, u8}, 0, false});
+  register_kernel(OpId::QuantizedConv, Backend::cuda,
+                  {quantized_conv, DTypeSet{i8, u8}, 0, false});
 }
 
 }  // namespace kiln::cuda

@@ -6,7 +6,8 @@
 //
 // Integer results follow ONNX's reference exactly: integer products accumulate in i32 (matmul)
 // or f64 (conv, exact for these sizes), requantization scales multiply in f64 and round half to
-// even before saturating to the output type's range.
+// even before saturating to the output type's range. QLinearConv over 2 spatial dims becomes one
+// quantized_conv node that computes the same; ConvInteger (i32 out) keeps the composition.
 #include <cmath>
 
 #include "io/onnx/map_util.h"
@@ -281,7 +282,48 @@ Outs qlinear_matmul(NodeContext& c) {
   return {requantize(c, mul(acc, multiplier(sa, sb, sy)), yzp, out)};
 }
 
+// QLinearConv over 2 spatial dims as one quantized_conv: the reference's multiplier
+// x_scale * w_scale / y_scale (in f32) becomes the weight scale, with unit x and y scales, and
+// the i32 bias adds to the integer sum, so results match the composition below bit for bit.
+// Other forms (1-D / 3-D, other scale types or shapes) return nothing.
+std::optional<Tensor> qlinear_conv_fused(NodeContext& c) {
+  const Tensor x = c.input(0), w = c.input(3);
+  if (x.rank() != 4 || w.rank() != 4 || (x.dtype() != u8 && x.dtype() != i8) ||
+      (w.dtype() != u8 && w.dtype() != i8))
+    return std::nullopt;
+  const int64_t o = w.dim(0);
+  auto vec = [&](Tensor v) -> std::optional<Tensor> {  // 0-d or (O)
+    if (v.rank() == 1 && v.dim(0) == 1) return reshape(v, {});
+    if (v.rank() == 0 || (v.rank() == 1 && v.dim(0) == o)) return v;
+    return std::nullopt;
+  };
+  const Tensor sx = one_value(c, 1), sy = one_value(c, 6);
+  const auto sw = vec(c.input(4));
+  if (!sw || sx.dtype() != f32 || sw->dtype() != f32 || sy.dtype() != f32) return std::nullopt;
+  std::optional<Tensor> bias;
+  if (c.has_input(8)) {
+    bias = c.input(8);
+    if (bias->dtype() != i32 || bias->rank() != 1 || bias->dim(0) != o) return std::nullopt;
+  }
+  const Tensor xzp = c.has_input(2) ? one_value(c, 2) : scalar_of(x, 0);
+  const auto wzp_in = c.has_input(5) ? vec(c.input(5)) : std::optional<Tensor>(scalar_of(w, 0));
+  if (!wzp_in || xzp.dtype() != x.dtype() || wzp_in->dtype() != w.dtype()) return std::nullopt;
+  const Tensor yzp = c.has_input(7) ? one_value(c, 7) : scalar_of(x, 0);
+  if (yzp.dtype() != u8 && yzp.dtype() != i8) return std::nullopt;
+  Tensor m = div(mul(sx, *sw), sy), wzp = *wzp_in;
+  if (m.rank() != wzp.rank()) {  // one per channel: both (O)
+    if (m.rank() == 0) m = broadcast_to(m, {o});
+    if (wzp.rank() == 0) wzp = broadcast_to(wzp, {o});
+  }
+  const Tensor one = scalar_of(sx, 1);
+  QuantizedConvOptions opts;
+  opts.conv = conv_options(c, 2);
+  opts.bias = bias;
+  return quantized_conv({x, one, xzp}, {w, m, wzp}, one, yzp, opts);
+}
+
 Outs qlinear_conv(NodeContext& c) {
+  if (auto fused = qlinear_conv_fused(c)) return {*fused};
   Tensor x = c.input(0), w = c.input(3);
   std::optional<Tensor> bias;
   if (c.has_input(8)) bias = c.input(8);

@@ -132,7 +132,7 @@ bool arity_rule(OpId op, const Attrs& attrs, int& lo, int& hi) {
     case OpId::Quantize: case OpId::Dequantize: case OpId::FakeQuantize:
       lo = hi = 3;
       return true;
-    case OpId::QuantizedMatmul:
+    case OpId::QuantizedMatmul: case OpId::QuantizedConv:
       lo = hi = 8 + opt("has_bias") + opt("has_residual");
       return true;
   }
@@ -186,6 +186,14 @@ std::string check_attrs(const Node& n, const std::vector<TensorInfo>& in) {
       for (const char* k : {"stride", "dilation", "output_padding"})
         if (!(why = sized(k, nd, 0, kMaxGeometry)).empty()) return why;
       if (!(why = sized("pads", 2 * nd, 0, kMaxGeometry)).empty()) return why;
+      if (a.i("groups") < 1 || a.i("groups") > kMaxGeometry) return "groups out of range";
+      return {};
+    }
+    case OpId::QuantizedConv: {
+      if (rank != 4 || in[3].shape.size() != 4) return "quantized_conv inputs of rank other than 4";
+      for (const char* k : {"stride", "dilation"})
+        if (!(why = sized(k, 2, 1, kMaxGeometry)).empty()) return why;
+      if (!(why = sized("pads", 4, 0, kMaxGeometry)).empty()) return why;
       if (a.i("groups") < 1 || a.i("groups") > kMaxGeometry) return "groups out of range";
       return {};
     }

@@ -1,0 +1,259 @@
+// CPU kernel of quantized_conv (src/ops/quant.cpp): the exact i32 sum of (x - x_zp)(w - w_zp)
+// over each window (plus an i32 bias), then the epilogue of quantized_matmul
+// (backends/quant_math.h): scale, f32 bias, residual, relu, requantize once. Padded positions hold the real value 0, i.e. x_zp.
+// Products: oneDNN's int8 convolution where it is exact (VNNI) and the weights are i8 with zero
+// points 0 (the input padded with x_zp beforehand when it has a zero point, so that every window
+// is full and sum (x - x_zp) w = sum x w - x_zp sum w); else direct loops over int16 differences.
+#include <algorithm>
+#include <cstring>
+
+#include "backends/cpu/cpu_common.h"
+#include "backends/cpu/dnnl_util.h"
+#include "backends/cpu/kernels.h"
+#include "backends/cpu/quant_kernels.h"
+#include "backends/quant_math.h"
+
+namespace kiln::cpu {
+
+namespace {
+
+namespace du = dnnl_util;
+
+struct Geom {
+  int64_t N, C, H, W, O, KH, KW, OH, OW, G;
+  int64_t sh, sw, dh, dw, pt, pl, pb, pr;
+  int64_t cg() const { return C / G; }
+  int64_t og() const { return O / G; }
+  int64_t window() const { return cg() * KH * KW; }
+};
+
+Geom geometry(const KernelContext& ctx) {
+  const Shape &x = ctx.in(0).shape, &w = ctx.in(3).shape, &y = ctx.out(0).shape;
+  const auto &s = ctx.attrs().ints("stride"), &d = ctx.attrs().ints("dilation"),
+             &p = ctx.attrs().ints("pads");
+  return Geom{x[0], x[1], x[2], x[3], w[0], w[2], w[3], y[2], y[3], ctx.attrs().i("groups"),
+              s[0], s[1], d[0], d[1], p[0], p[1], p[2], p[3]};
+}
+
+// The epilogue's inputs, read once.
+template <typename Y>
+struct Epilogue {
+  std::vector<double> mult;  // x_scale * w_scale per output channel
+  const float* bias = nullptr;
+  const int32_t* ibias = nullptr;  // an i32 bias adds to the integer sum
+  const float* res = nullptr;
+  bool relu = false;
+  double sy = 1;
+  int32_t zy = 0;
+  Y* out = nullptr;
+  // Output element t (flat NCHW) of channel o from its exact sum.
+  void operator()(int64_t t, int64_t o, int32_t acc) const {
+    if (ibias) acc += ibias[o];
+    out[t] = quant_math::requantize<Y>(acc, mult[o], bias ? bias[o] : 0.0, res ? res[t] : 0.0,
+                                       relu, sy, zy);
+  }
+};
+
+template <typename Y>
+Epilogue<Y> epilogue(KernelContext& ctx, int64_t O) {
+  Epilogue<Y> e;
+  const double sa = *ctx.in(1).ptr<float>();
+  const float* sw = ctx.in(4).ptr<float>();
+  const bool per_channel = ctx.in(4).numel() != 1;
+  e.mult.resize(static_cast<size_t>(O));
+  for (int64_t o = 0; o < O; ++o) e.mult[o] = sa * static_cast<double>(sw[per_channel ? o : 0]);
+  int next = 8;
+  if (ctx.attrs().b("has_bias", false)) {
+    const TensorView& b = ctx.in(next++);
+    if (b.dtype == DType::i32)
+      e.ibias = b.ptr<int32_t>();
+    else
+      e.bias = b.ptr<float>();
+  }
+  if (ctx.attrs().b("has_residual", false)) e.res = ctx.in(next).ptr<float>();
+  e.relu = ctx.attrs().b("relu");
+  e.sy = *ctx.in(6).ptr<float>();
+  e.zy = *ctx.in(7).ptr<Y>();
+  e.out = ctx.out(0).ptr<Y>();
+  return e;
+}
+
+template <typename W>
+int32_t w_zero(const KernelContext& ctx, int64_t o) {
+  const W* zw = ctx.in(5).ptr<W>();
+  return ctx.in(5).numel() == 1 ? int32_t{zw[0]} : int32_t{zw[o]};
+}
+
+// Direct loops: one (n, o) plane per task, (x - zx)(w - zw) as int16 pairs summed in i32.
+template <typename A, typename W, typename Y>
+void conv_loops(KernelContext& ctx, const Geom& g, const Epilogue<Y>& fin) {
+  const A* X = ctx.in(0).ptr<A>();
+  const W* Wt = ctx.in(3).ptr<W>();
+  const int32_t zx = *ctx.in(2).ptr<A>();
+  const int64_t win = g.window(), cg = g.cg(), og = g.og();
+  std::vector<int16_t> wd(static_cast<size_t>(g.O * win));
+  for (int64_t o = 0; o < g.O; ++o) {
+    const int32_t z = w_zero<W>(ctx, o);
+    for (int64_t i = 0; i < win; ++i)
+      wd[o * win + i] = static_cast<int16_t>(int32_t{Wt[o * win + i]} - z);
+  }
+  const int64_t plane = g.OH * g.OW;
+  ctx.parallel_for(g.N * g.O, std::max<int64_t>(1, 4096 / std::max<int64_t>(plane * win, 1)),
+                   [&](int64_t t0, int64_t t1) {
+                     for (int64_t t = t0; t < t1; ++t) {
+                       const int64_t n = t / g.O, o = t % g.O, c0 = (o / og) * cg;
+                       const int16_t* w = wd.data() + o * win;
+                       for (int64_t oh = 0; oh < g.OH; ++oh)
+                         for (int64_t ow = 0; ow < g.OW; ++ow) {
+                           int32_t acc = 0;
+                           for (int64_t c = 0; c < cg; ++c) {
+                             const A* x = X + (n * g.C + c0 + c) * g.H * g.W;
+                             const int16_t* wc = w + c * g.KH * g.KW;
+                             for (int64_t kh = 0; kh < g.KH; ++kh) {
+                               const int64_t ih = oh * g.sh - g.pt + kh * g.dh;
+                               if (ih < 0 || ih >= g.H) continue;
+                               for (int64_t kw = 0; kw < g.KW; ++kw) {
+                                 const int64_t iw = ow * g.sw - g.pl + kw * g.dw;
+                                 if (iw < 0 || iw >= g.W) continue;
+                                 acc += (int32_t{x[ih * g.W + iw]} - zx) *
+                                        int32_t{wc[kh * g.KW + kw]};
+                               }
+                             }
+                           }
+                           fin(t * plane + oh * g.OW + ow, o, acc);
+                         }
+                     }
+                   });
+}
+
+// raw[n, o, oh, ow] = sum x w (no zero points) through oneDNN on src (N, C, sh_in, sw_in) with
+// the given pads.
+template <typename A>
+void raw_conv_dnnl(KernelContext& ctx, const Geom& g, const void* src, int64_t hin, int64_t win,
+                   const du::Dims& pad_l, const du::Dims& pad_r, int32_t* raw) {
+  using dt = dnnl::memory::data_type;
+  using tag = dnnl::memory::format_tag;
+  const dt at = std::is_same_v<A, uint8_t> ? dt::u8 : dt::s8;
+  const du::Dims key{static_cast<int64_t>(ctx.op()),
+                     g.N,
+                     g.C,
+                     hin,
+                     win,
+                     g.O,
+                     g.KH,
+                     g.KW,
+                     g.G,
+                     g.sh,
+                     g.sw,
+                     g.dh,
+                     g.dw,
+                     pad_l[0],
+                     pad_l[1],
+                     pad_r[0],
+                     pad_r[1],
+                     static_cast<int64_t>(at)};
+  auto p = du::cached(ctx.op_name(), key, [&] {
+    const du::Dims src_dims{g.N, g.C, hin, win}, dst_dims{g.N, g.O, g.OH, g.OW};
+    const du::Dims wei_dims = g.G > 1 ? du::Dims{g.G, g.og(), g.cg(), g.KH, g.KW}
+                                      : du::Dims{g.O, g.C, g.KH, g.KW};
+    const dnnl::memory::desc src_user(src_dims, at, tag::nchw),
+        wei_user(wei_dims, dt::s8, g.G > 1 ? tag::goihw : tag::oihw),
+        dst_user(dst_dims, dt::s32, tag::nchw);
+    const dnnl::memory::desc src_any(src_dims, at, tag::any), wei_any(wei_dims, dt::s8, tag::any),
+        dst_any(dst_dims, dt::s32, tag::any);
+    dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference,
+                                      dnnl::algorithm::convolution_direct, src_any, wei_any,
+                                      dnnl::memory::desc(), dst_any, du::Dims{g.sh, g.sw},
+                                      du::Dims{g.dh - 1, g.dw - 1}, pad_l, pad_r);
+    dnnl::convolution_forward::primitive_desc pd(d, du::attr(), du::engine());
+    return du::CachedPrimitive{dnnl::convolution_forward(pd),
+                               {du::make_arg(DNNL_ARG_SRC, src_user, pd.src_desc()),
+                                du::make_arg(DNNL_ARG_WEIGHTS, wei_user, pd.weights_desc()),
+                                du::make_arg(DNNL_ARG_DST, dst_user, pd.dst_desc(), true)},
+                               pd.scratchpad_desc()};
+  });
+  du::execute(ctx.op_name(), *p, {const_cast<void*>(src), ctx.in(3).data, raw});
+}
+
+template <typename A, typename Y>
+void conv_dnnl(KernelContext& ctx, const Geom& g, const Epilogue<Y>& fin) {
+  const A* X = ctx.in(0).ptr<A>();
+  const A zx = *ctx.in(2).ptr<A>();
+  const bool padded = g.pt || g.pl || g.pb || g.pr;
+  const void* src = X;
+  int64_t hin = g.H, win = g.W;
+  du::Dims pad_l{g.pt, g.pl}, pad_r{g.pb, g.pr};
+  if (padded && zx != 0) {
+    // pad with the zero point ourselves: oneDNN pads with 0
+    hin = g.H + g.pt + g.pb, win = g.W + g.pl + g.pr;
+    A* P = static_cast<A*>(ctx.scratch(static_cast<size_t>(g.N * g.C * hin * win) * sizeof(A)));
+    ctx.parallel_for(g.N * g.C, 1, [&](int64_t p0, int64_t p1) {
+      for (int64_t pc = p0; pc < p1; ++pc) {
+        A* dst = P + pc * hin * win;
+        std::fill(dst, dst + hin * win, zx);
+        for (int64_t h = 0; h < g.H; ++h)
+          std::memcpy(dst + (h + g.pt) * win + g.pl, X + (pc * g.H + h) * g.W, g.W * sizeof(A));
+      }
+    });
+    src = P;
+    pad_l = {0, 0}, pad_r = {0, 0};
+  }
+  const int64_t plane = g.OH * g.OW, total = g.N * g.O * plane;
+  int32_t* raw = static_cast<int32_t*>(ctx.scratch(static_cast<size_t>(total) * 4));
+  raw_conv_dnnl<A>(ctx, g, src, hin, win, pad_l, pad_r, raw);
+  // every window is full (or pads with 0 = x_zp): sum (x - zx) w = sum x w - zx sum w
+  const int8_t* Wt = ctx.in(3).ptr<int8_t>();
+  const int64_t wn = g.window();
+  std::vector<int32_t> corr(static_cast<size_t>(g.O), 0);
+  for (int64_t o = 0; o < g.O; ++o) {
+    int32_t s = 0;
+    for (int64_t i = 0; i < wn; ++i) s += Wt[o * wn + i];
+    corr[o] = int32_t{zx} * s;
+  }
+  ctx.parallel_for(g.N * g.O, std::max<int64_t>(1, 16384 / std::max<int64_t>(plane, 1)),
+                   [&](int64_t t0, int64_t t1) {
+                     for (int64_t t = t0; t < t1; ++t) {
+                       const int64_t o = t % g.O;
+                       for (int64_t i = t * plane; i < (t + 1) * plane; ++i)
+                         fin(i, o, raw[i] - corr[o]);
+                     }
+                   });
+}
+
+template <typename A, typename W, typename Y>
+void quantized_conv_impl(KernelContext& ctx) {
+  const Geom g = geometry(ctx);
+  if (ctx.out(0).numel() == 0) return;
+  const Epilogue<Y> fin = epilogue<Y>(ctx, g.O);
+  if constexpr (std::is_same_v<W, int8_t>) {
+    bool zero_w = true;
+    for (int64_t i = 0; i < ctx.in(5).numel(); ++i) zero_w = zero_w && ctx.in(5).ptr<W>()[i] == 0;
+    const int64_t macs = ctx.out(0).numel() * g.window();
+    if (zero_w && g.window() > 0 && dnnl_int8_exact() && macs >= (1 << 15)) {
+      conv_dnnl<A, Y>(ctx, g, fin);
+      return;
+    }
+  }
+  conv_loops<A, W, Y>(ctx, g, fin);
+}
+
+}  // namespace
+
+void quantized_conv(KernelContext& ctx) {
+  auto q8 = [&](DType t, auto&& f) {
+    if (t == DType::i8)
+      f(int8_t{});
+    else if (t == DType::u8)
+      f(uint8_t{});
+    else
+      fail<UnsupportedError>("[{}] cpu kernel got {}", ctx.op_name(), name(t));
+  };
+  q8(ctx.in(0).dtype, [&](auto a) {
+    q8(ctx.in(3).dtype, [&](auto w) {
+      q8(ctx.in(7).dtype,
+         [&](auto y) { quantized_conv_impl<decltype(a), decltype(w), decltype(y)>(ctx); });
+    });
+  });
+}
+
+}  // namespace kiln::cpu

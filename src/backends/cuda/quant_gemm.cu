@@ -1,0 +1,268 @@
+// quantized_matmul through cuBLASLt's int8 product: i8 x i8 -> i32 (CUBLAS_COMPUTE_32I), then one
+// epilogue kernel for the zero points, scales, bias, residual, relu and the requantization the
+// exact kernel does (backends/quant_math.h), so results are the same bit for bit.
+//
+// cuBLASLt takes int8 operands in its "TN" form only: with row-major out (M, N) = a (M, K) w,
+// computed as the column-major outᵀ = wᵀ aᵀ, the weights must be (N, K) row-major (linear's
+// layout; matmul's (K, N) is transposed into scratch) and a (M, K) as it is. u8 data is shifted
+// to i8 (v - 128, its zero point too), which leaves every (v - zp) unchanged. With the shifted a',
+// w' and zero points za', zw':
+//   sum (a' - za')(w' - zw') = sum a' w' - za' colsum(w') - zw' rowsum(a') + K za' zw'
+// exact in i32. K and N must be multiples of 4 (cuBLASLt's int8 rule for leading dimensions);
+// elsewhere, or when no algorithm is found, the caller runs the exact kernel.
+#include <climits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+
+#include "backends/cuda/cuda_common.cuh"
+#include "backends/cuda/handles.h"
+#include "backends/cuda/kernels.h"
+#include "backends/cuda/library_check.h"
+#include "backends/quant_math.h"
+
+namespace kiln::cuda {
+
+namespace {
+
+constexpr size_t kMaxWorkspace = size_t{32} << 20;
+// Smaller products run faster in the exact kernel than as four launches and a library call.
+constexpr int64_t kMinWork = int64_t{1} << 18;
+
+template <typename T, void (*Destroy)(T)>
+struct LtHandle {
+  T h = nullptr;
+  LtHandle() = default;
+  LtHandle(const LtHandle&) = delete;
+  LtHandle& operator=(const LtHandle&) = delete;
+  ~LtHandle() {
+    if (h) Destroy(h);
+  }
+};
+void destroy_desc(cublasLtMatmulDesc_t d) { cublasLtMatmulDescDestroy(d); }
+void destroy_layout(cublasLtMatrixLayout_t l) { cublasLtMatrixLayoutDestroy(l); }
+void destroy_pref(cublasLtMatmulPreference_t p) { cublasLtMatmulPreferenceDestroy(p); }
+using MatmulDesc = LtHandle<cublasLtMatmulDesc_t, destroy_desc>;
+using Layout = LtHandle<cublasLtMatrixLayout_t, destroy_layout>;
+using Preference = LtHandle<cublasLtMatmulPreference_t, destroy_pref>;
+
+struct Key {
+  int device = 0;
+  int64_t m = 0, n = 0, k = 0;
+  uint32_t align_a = 0, align_w = 0;
+  auto tie() const { return std::tie(device, m, n, k, align_a, align_w); }
+  bool operator<(const Key& o) const { return tie() < o.tie(); }
+};
+
+struct Plan {
+  Layout w, a, d;
+  cublasLtMatmulAlgo_t algo{};
+  size_t workspace = 0;
+  bool found = false;
+};
+
+void make_desc(MatmulDesc& desc) {
+  KILN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.h, CUBLAS_COMPUTE_32I, CUDA_R_32I));
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  KILN_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(desc.h, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+  KILN_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(desc.h, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+}
+
+std::shared_ptr<const Plan> build_plan(const Key& k) {
+  auto plan = std::make_shared<Plan>();
+  // column-major: w' is (K, N) with ld K, used transposed; a' is (K, M) with ld K; D is (N, M)
+  KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->w.h, CUDA_R_8I, k.k, k.n, k.k));
+  KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a.h, CUDA_R_8I, k.k, k.m, k.k));
+  KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->d.h, CUDA_R_32I, k.n, k.m, k.n));
+  MatmulDesc desc;
+  make_desc(desc);
+  Preference pref;
+  KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref.h));
+  const size_t ws = kMaxWorkspace;
+  KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref.h, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  const uint32_t d_align = 256;  // scratch
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> aligns[] = {
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, k.align_w},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, k.align_a},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, d_align},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, d_align}};
+  for (const auto& al : aligns)
+    KILN_CUBLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(pref.h, al.first, &al.second, sizeof(al.second)));
+  cublasLtMatmulHeuristicResult_t result{};
+  int count = 0;
+  const cublasStatus_t s =
+      cublasLtMatmulAlgoGetHeuristic(cublaslt_handle(k.device), desc.h, plan->w.h, plan->a.h,
+                                     plan->d.h, plan->d.h, pref.h, 1, &result, &count);
+  if (s == CUBLAS_STATUS_SUCCESS && count > 0 && result.state == CUBLAS_STATUS_SUCCESS &&
+      result.workspaceSize <= kMaxWorkspace) {
+    plan->algo = result.algo;
+    plan->workspace = result.workspaceSize;
+    plan->found = true;
+  } else if (s != CUBLAS_STATUS_SUCCESS && s != CUBLAS_STATUS_NOT_SUPPORTED) {
+    throw_cublas_error(s, "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__);
+  }
+  return plan;
+}
+
+// Plans per key, built once on the host (a plan without an algorithm is remembered too).
+std::shared_ptr<const Plan> plan_for(const Key& k) {
+  static std::mutex mu;
+  static std::map<Key, std::shared_ptr<const Plan>> plans;
+  {
+    std::lock_guard<std::mutex> l(mu);
+    auto it = plans.find(k);
+    if (it != plans.end()) return it->second;
+  }
+  auto plan = build_plan(k);
+  std::lock_guard<std::mutex> l(mu);
+  return plans.emplace(k, std::move(plan)).first->second;
+}
+
+uint32_t alignment_of(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  uint32_t r = 256;
+  while (r > 1 && a % r != 0) r /= 2;
+  return r;
+}
+
+// What shifts S's values into i8: 128 for u8.
+template <typename S>
+constexpr int32_t shift_of() {
+  return std::is_same_v<S, uint8_t> ? 128 : 0;
+}
+
+// dst = src - shift as i8; with `transpose`, src (rows, cols) becomes dst (cols, rows).
+template <typename S>
+__global__ void to_i8(const S* __restrict__ src, int8_t* __restrict__ dst, int64_t rows,
+                      int64_t cols, bool transpose, int32_t shift) {
+  const int64_t n = rows * cols;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{blockDim.x} * gridDim.x) {
+    const int64_t r = i / cols, c = i % cols;
+    dst[transpose ? c * rows + r : i] = static_cast<int8_t>(int32_t{src[i]} - shift);
+  }
+}
+
+// sums[r] = the sum of row r of v (rows, k).
+__global__ void row_sums(const int8_t* __restrict__ v, int64_t rows, int64_t k,
+                         int32_t* __restrict__ sums) {
+  for (int64_t r = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; r < rows;
+       r += int64_t{blockDim.x} * gridDim.x) {
+    int32_t s = 0;
+    for (int64_t i = 0; i < k; ++i) s += v[r * k + i];
+    sums[r] = s;
+  }
+}
+
+struct EpilogueArgs {
+  int64_t m, n, k;
+  int32_t shift_a, shift_w;
+  bool relu, per_channel;
+};
+
+template <typename A, typename W, typename Y>
+__global__ void qmm_epilogue(const int32_t* __restrict__ raw, const int32_t* __restrict__ a_sums,
+                             const int32_t* __restrict__ w_sums, const float* __restrict__ sa,
+                             const A* __restrict__ za, const float* __restrict__ sw,
+                             const W* __restrict__ zw, const float* __restrict__ sy,
+                             const Y* __restrict__ zy, const float* __restrict__ bias,
+                             const float* __restrict__ res, Y* __restrict__ out, EpilogueArgs g) {
+  const int64_t total = g.m * g.n;
+  const int32_t za_s = int32_t{za[0]} - g.shift_a;
+  for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; t < total;
+       t += int64_t{blockDim.x} * gridDim.x) {
+    const int64_t r = t / g.n, j = t % g.n, c = g.per_channel ? j : 0;
+    const int32_t zw_s = int32_t{zw[c]} - g.shift_w;
+    // modulo 2^32 (the terms may overflow; the exact sum fits)
+    const uint32_t u = static_cast<uint32_t>(raw[t]) -
+                       static_cast<uint32_t>(za_s) * static_cast<uint32_t>(w_sums[j]) -
+                       static_cast<uint32_t>(zw_s) * static_cast<uint32_t>(a_sums[r]) +
+                       static_cast<uint32_t>(g.k) * static_cast<uint32_t>(za_s) *
+                           static_cast<uint32_t>(zw_s);
+    const int32_t acc = static_cast<int32_t>(u);
+    out[t] = quant_math::requantize<Y>(acc, static_cast<double>(sa[0]) * static_cast<double>(sw[c]),
+                                       bias ? bias[j] : 0.0, res ? res[t] : 0.0, g.relu,
+                                       static_cast<double>(sy[0]), zy[0]);
+  }
+}
+
+template <typename A, typename W, typename Y>
+bool run(KernelContext& ctx, int64_t m, int64_t n, int64_t k, bool tw) {
+  const TensorView &ta = ctx.in(0), &tw_ = ctx.in(3);
+  // operands used in place when they are i8 already (and w in (N, K)); else converted to scratch
+  const bool a_direct = std::is_same_v<A, int8_t>;
+  const bool w_direct = std::is_same_v<W, int8_t> && tw;
+  Key key{ctx.device(), m, n, k, a_direct ? alignment_of(ta.data) : 256u,
+          w_direct ? alignment_of(tw_.data) : 256u};
+  const auto plan = plan_for(key);
+  if (!plan->found) return false;
+  cudaStream_t st = stream_of(ctx);
+  const int8_t* a8 = static_cast<const int8_t*>(ta.data);
+  if (!a_direct) {
+    auto* buf = static_cast<int8_t*>(ctx.scratch(static_cast<size_t>(m * k)));
+    to_i8<A><<<blocks_for(m * k), kThreads, 0, st>>>(ta.ptr<A>(), buf, m, k, false,
+                                                      shift_of<A>());
+    a8 = buf;
+  }
+  const int8_t* w8 = static_cast<const int8_t*>(tw_.data);
+  if (!w_direct) {
+    auto* buf = static_cast<int8_t*>(ctx.scratch(static_cast<size_t>(n * k)));
+    // (N, K) from (N, K) or, transposed, from matmul's (K, N)
+    to_i8<W><<<blocks_for(n * k), kThreads, 0, st>>>(tw_.ptr<W>(), buf, tw ? n : k, tw ? k : n,
+                                                      !tw, shift_of<W>());
+    w8 = buf;
+  }
+  auto* sums = static_cast<int32_t*>(ctx.scratch(static_cast<size_t>(m + n) * 4));
+  row_sums<<<blocks_for(m), kThreads, 0, st>>>(a8, m, k, sums);
+  row_sums<<<blocks_for(n), kThreads, 0, st>>>(w8, n, k, sums + m);
+  check_launch(ctx.op_name());
+  auto* raw = static_cast<int32_t*>(ctx.scratch(static_cast<size_t>(m * n) * 4));
+  void* ws = plan->workspace ? ctx.scratch(plan->workspace) : nullptr;
+  MatmulDesc desc;
+  make_desc(desc);
+  const int32_t one = 1, zero = 0;
+  KILN_CUBLAS_CHECK(cublasLtMatmul(cublaslt_handle(ctx.device()), desc.h, &one, w8, plan->w.h, a8,
+                                   plan->a.h, &zero, raw, plan->d.h, raw, plan->d.h, &plan->algo,
+                                   ws, plan->workspace, st));
+  int next = 8;
+  const float* bias = ctx.attrs().b("has_bias", false) ? ctx.in(next++).ptr<float>() : nullptr;
+  const float* res = ctx.attrs().b("has_residual", false) ? ctx.in(next).ptr<float>() : nullptr;
+  const EpilogueArgs g{m, n, k, shift_of<A>(), shift_of<W>(), ctx.attrs().b("relu"),
+                       ctx.in(4).numel() != 1 || n == 1};
+  qmm_epilogue<A, W, Y><<<blocks_for(m * n), kThreads, 0, st>>>(
+      raw, sums, sums + m, ctx.in(1).ptr<float>(), ctx.in(2).ptr<A>(), ctx.in(4).ptr<float>(),
+      ctx.in(5).ptr<W>(), ctx.in(6).ptr<float>(), ctx.in(7).ptr<Y>(), bias, res,
+      ctx.out(0).ptr<Y>(), g);
+  check_launch(ctx.op_name());
+  return true;
+}
+
+}  // namespace
+
+bool quantized_matmul_lt(KernelContext& ctx, int64_t m, int64_t n, int64_t k, bool transpose_w) {
+  if (m <= 0 || n <= 0 || k <= 0 || k % 4 != 0 || n % 4 != 0 || m * n * k < kMinWork ||
+      m > INT32_MAX || n > INT32_MAX || k > (int64_t{1} << 16))
+    return false;
+  bool done = false;
+  auto q8 = [&](DType t, auto&& f) {
+    if (t == DType::i8)
+      f(int8_t{});
+    else if (t == DType::u8)
+      f(uint8_t{});
+  };
+  q8(ctx.in(0).dtype, [&](auto at) {
+    q8(ctx.in(3).dtype, [&](auto wt) {
+      q8(ctx.in(7).dtype, [&](auto yt) {
+        done = run<decltype(at), decltype(wt), decltype(yt)>(ctx, m, n, k, transpose_w);
+      });
+    });
+  });
+  return done;
+}
+
+}  // namespace kiln::cuda

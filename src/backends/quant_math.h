@@ -1,0 +1,90 @@
+// The arithmetic of int8 quantization shared by the CPU and CUDA kernels (src/backends/cpu/
+// quant*.cpp, src/backends/cuda/quant*.cu), so that both round and saturate the same way and
+// agree bit for bit. Functions are host and device code under nvcc.
+#pragma once
+
+#include <math.h>
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#ifdef __CUDACC__
+#define KILN_HD __host__ __device__
+#else
+#define KILN_HD
+#endif
+
+namespace kiln::quant_math {
+
+/// The range of an integer type Q as doubles (i8, u8, i16).
+template <typename Q>
+struct Range;
+template <>
+struct Range<int8_t> {
+  static constexpr double lo = -128, hi = 127;
+};
+template <>
+struct Range<uint8_t> {
+  static constexpr double lo = 0, hi = 255;
+};
+template <>
+struct Range<int16_t> {
+  static constexpr double lo = -32768, hi = 32767;
+};
+template <>
+struct Range<int32_t> {
+  static constexpr double lo = -2147483648.0, hi = 2147483647.0;
+};
+
+/// Round half to even in the value's own type (the default rounding mode, as numpy's rint).
+KILN_HD inline float round_even(float x) { return rintf(x); }
+KILN_HD inline double round_even(double x) { return rint(x); }
+
+KILN_HD inline bool is_nan(double x) {
+#ifdef __CUDA_ARCH__
+  return isnan(x);
+#else
+  return std::isnan(x);
+#endif
+}
+
+/// r saturated to Q's range; NaN goes to the low end.
+template <typename Q>
+KILN_HD inline Q saturate(double r) {
+  if (is_nan(r)) return static_cast<Q>(Range<Q>::lo);
+  return static_cast<Q>(r < Range<Q>::lo ? Range<Q>::lo : (r > Range<Q>::hi ? Range<Q>::hi : r));
+}
+
+/// round_half_even(x / s) + zp, saturated, with the division in T (numpy's steps).
+template <typename T, typename Q>
+KILN_HD inline Q quantize_one(T x, T s, Q zp) {
+  return saturate<Q>(static_cast<double>(round_even(x / s)) + static_cast<double>(zp));
+}
+
+/// (q - zp) * s: in f32 for 8/16-bit data; i32 data as f32 then f64 (the ONNX reference's steps).
+template <typename Q, typename T>
+KILN_HD inline T dequantize_one(Q q, Q zp, T s) {
+  if constexpr (std::is_same_v<Q, int32_t>) {
+    const double d = static_cast<double>(static_cast<float>(q)) - static_cast<double>(zp);
+    return static_cast<T>(d * static_cast<double>(s));
+  } else {
+    return static_cast<T>(static_cast<T>(static_cast<float>(q) - static_cast<float>(zp)) * s);
+  }
+}
+
+/// The epilogue of quantized_matmul and quantized_conv, in double: the exact integer product
+/// `acc` times `mult` (the input scale times the weight's), plus bias and residual (either may
+/// be skipped by the caller passing 0), relu, then round_half_even(v / y_scale) + y_zp,
+/// saturated to Y.
+template <typename Y>
+KILN_HD inline Y requantize(int32_t acc, double mult, double bias, double residual, bool relu,
+                            double y_scale, int32_t y_zp) {
+  double v = static_cast<double>(acc) * mult;
+  v += bias;
+  v += residual;
+  if (relu && v < 0) v = 0;
+  return saturate<Y>(round_even(v / y_scale) + static_cast<double>(y_zp));
+}
+
+}  // namespace kiln::quant_math
