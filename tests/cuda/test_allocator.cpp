@@ -4,13 +4,11 @@
 #include "backends/cuda/allocator.h"
 #include "backends/cuda/cuda_check.h"
 #include "support/reference.h"
+#include "support/gpu.h"
 
 namespace kiln {
 namespace {
 using namespace kiln::test;
-
-#define REQUIRE_GPU() \
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device"
 
 TEST(CudaAllocator, ReusesBlocksOnTheSameStreamOnly) {
   REQUIRE_GPU();

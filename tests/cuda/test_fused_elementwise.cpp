@@ -10,13 +10,11 @@
 #include "kiln/kiln.h"
 #include "ops/fused_elementwise.h"
 #include "support/reference.h"
+#include "support/gpu.h"
 
 namespace kiln {
 namespace {
 using namespace kiln::test;
-
-#define REQUIRE_GPU() \
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device"
 
 const Device kGpu = Device::cuda(0);
 const CompileOptions kFused{.strict_placement = true};

@@ -6,13 +6,11 @@
 
 #include "kiln/kiln.h"
 #include "support/reference.h"
+#include "support/gpu.h"
 
 namespace kiln {
 namespace {
 using namespace kiln::test;
-
-#define REQUIRE_GPU() \
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device"
 
 std::vector<Array> run_on(const Device& d, const Graph& g, const std::vector<Tensor>& outs) {
   CompileOptions o;

@@ -13,29 +13,13 @@
 #include "kiln/kiln.h"
 #include "profiler/trace_check.h"
 #include "support/reference.h"
+#include "support/gpu.h"
 
 namespace kiln {
 namespace {
 using namespace kiln::test;
 
-#define REQUIRE_GPU() \
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device"
-
 const Device kGpu = Device::cuda(0);
-
-// Removes the CUDA kernel of `op` for the scope, so the op must fall back to the CPU.
-class WithoutCudaKernel {
- public:
-  explicit WithoutCudaKernel(OpId op) : op_(op) {
-    if (const KernelEntry* k = find_kernel(op, Backend::cuda)) saved_ = *k;
-    register_kernel(op, Backend::cuda, KernelEntry{});
-  }
-  ~WithoutCudaKernel() { register_kernel(op_, Backend::cuda, saved_); }
-
- private:
-  OpId op_;
-  KernelEntry saved_;
-};
 
 struct StopAtEnd {
   ~StopAtEnd() {

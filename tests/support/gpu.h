@@ -1,0 +1,32 @@
+// For tests of the GPU backend: skipping cleanly without a GPU, and forcing an op onto the CPU.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include "core/op_id.h"
+#include "kiln/device.h"
+#include "kiln/kernel.h"
+
+/// Skips the test when no CUDA device is visible (kiln built without CUDA, or no GPU).
+#define REQUIRE_GPU() \
+  if (::kiln::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device"
+
+namespace kiln::test {
+
+/// Removes the CUDA kernel of `op` for the scope, so the op must fall back to the CPU.
+class WithoutCudaKernel {
+ public:
+  explicit WithoutCudaKernel(OpId op) : op_(op) {
+    if (const KernelEntry* k = find_kernel(op, Backend::cuda)) saved_ = *k;
+    register_kernel(op, Backend::cuda, KernelEntry{});
+  }
+  ~WithoutCudaKernel() { register_kernel(op_, Backend::cuda, saved_); }
+  WithoutCudaKernel(const WithoutCudaKernel&) = delete;
+  WithoutCudaKernel& operator=(const WithoutCudaKernel&) = delete;
+
+ private:
+  OpId op_;
+  KernelEntry saved_;
+};
+
+}  // namespace kiln::test
