@@ -7,7 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build-gpu}
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON -DKILN_SHARED=ON >/dev/null
-cmake --build "$BUILD"
+# BUNDLE_TARGETS="a b": build only these (the bundle then carries older builds of the rest)
+cmake --build "$BUILD" ${BUNDLE_TARGETS:+--target $BUNDLE_TARGETS}
 .venv/bin/python scripts/digits.py "$BUILD/data" >/dev/null
 stage="$BUILD/bundle"
 rm -rf "$stage" && mkdir -p "$stage/lib" "$stage/tests" "$stage/bench"
