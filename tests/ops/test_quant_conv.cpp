@@ -72,28 +72,49 @@ TEST(QuantizedConv, RejectsBadInputs) {
   auto zu = g.constant(Array::scalar(uint8_t{0}));
   auto z8 = g.constant(Array::scalar(int8_t{0}));
   auto w = g.placeholder({6, 3, 3, 3}, i8, "w");
-  expect_error<ShapeError>([&] { quantized_conv({x, s, zu}, {w, s, z8}, s, zu); },
-                           {"[conv]", "(1, 4, 8, 8)", "(6, 3, 3, 3)"});
+  expect_error<ShapeError>(
+      [&] {
+        quantized_conv({x, s, zu}, {w, s, z8}, s, zu);
+      },
+      {"[conv]", "(1, 4, 8, 8)", "(6, 3, 3, 3)"});
   auto w3 = g.placeholder({6, 4, 3}, i8, "w3");
-  expect_error<ShapeError>([&] { quantized_conv({x, s, zu}, {w3, s, z8}, s, zu); },
-                           {"[quantized_conv]", "rank 4", "(6, 4, 3)"});
+  expect_error<ShapeError>(
+      [&] {
+        quantized_conv({x, s, zu}, {w3, s, z8}, s, zu);
+      },
+      {"[quantized_conv]", "rank 4", "(6, 4, 3)"});
   auto wf = g.placeholder({6, 4, 3, 3}, f32, "wf");
-  expect_error<DTypeError>([&] { quantized_conv({x, s, zu}, {wf, s, z8}, s, zu); },
-                           {"[quantized_conv]", "f32"});
+  expect_error<DTypeError>(
+      [&] {
+        quantized_conv({x, s, zu}, {wf, s, z8}, s, zu);
+      },
+      {"[quantized_conv]", "f32"});
   auto w4 = g.placeholder({6, 4, 3, 3}, i8, "w4");
   auto s2 = g.constant(Array::from_vector(std::vector<float>{0.1f, 0.2f}, {2}));
-  expect_error<ShapeError>([&] { quantized_conv({x, s, zu}, {w4, s2, z8}, s, zu); },
-                           {"[quantized_conv]", "(2,)"});
-  expect_error<DTypeError>([&] { quantized_conv({x, s, z8}, {w4, s, z8}, s, zu); },
-                           {"[quantized_conv]", "zero points"});
+  expect_error<ShapeError>(
+      [&] {
+        quantized_conv({x, s, zu}, {w4, s2, z8}, s, zu);
+      },
+      {"[quantized_conv]", "(2,)"});
+  expect_error<DTypeError>(
+      [&] {
+        quantized_conv({x, s, z8}, {w4, s, z8}, s, zu);
+      },
+      {"[quantized_conv]", "zero points"});
   QuantizedConvOptions o;
   o.bias = g.constant(random_array({5}, f32));
-  expect_error<ShapeError>([&] { quantized_conv({x, s, zu}, {w4, s, z8}, s, zu, o); },
-                           {"[quantized_conv]", "bias", "(5,)"});
+  expect_error<ShapeError>(
+      [&] {
+        quantized_conv({x, s, zu}, {w4, s, z8}, s, zu, o);
+      },
+      {"[quantized_conv]", "bias", "(5,)"});
   o.bias.reset();
   o.residual = g.constant(random_array({1, 6, 8, 8}, f32));
-  expect_error<ShapeError>([&] { quantized_conv({x, s, zu}, {w4, s, z8}, s, zu, o); },
-                           {"[quantized_conv]", "residual", "(1, 6, 6, 6)"});
+  expect_error<ShapeError>(
+      [&] {
+        quantized_conv({x, s, zu}, {w4, s, z8}, s, zu, o);
+      },
+      {"[quantized_conv]", "residual", "(1, 6, 6, 6)"});
 }
 
 // Integer in and out: no gradient rule (gradients() stops at its integer output).

@@ -33,16 +33,13 @@ inline std::string describe(const ConvProblem& p) {
 }
 
 inline Shape out_shape(const ConvProblem& p) {
-  const int64_t oh = (p.x[2] + p.pads[0] + p.pads[2] - (p.kh - 1) * p.dilation[0] - 1) /
-                         p.stride[0] + 1,
-                ow = (p.x[3] + p.pads[1] + p.pads[3] - (p.kw - 1) * p.dilation[1] - 1) /
-                         p.stride[1] + 1;
+  const int64_t span_h = p.x[2] + p.pads[0] + p.pads[2] - (p.kh - 1) * p.dilation[0] - 1,
+                span_w = p.x[3] + p.pads[1] + p.pads[3] - (p.kw - 1) * p.dilation[1] - 1;
+  const int64_t oh = span_h / p.stride[0] + 1, ow = span_w / p.stride[1] + 1;
   return {p.x[0], p.o, oh, ow};
 }
 
-inline Shape weight_shape(const ConvProblem& p) {
-  return {p.o, p.x[1] / p.groups, p.kh, p.kw};
-}
+inline Shape weight_shape(const ConvProblem& p) { return {p.o, p.x[1] / p.groups, p.kh, p.kw}; }
 
 inline ConvOptions conv_options(const ConvProblem& p) {
   ConvOptions o;
@@ -141,6 +138,7 @@ inline void expect_conv_within_lsb(const Array& y, const std::vector<double>& re
 // Shapes, strides, padding (asymmetric too), dilation, groups (depthwise too), u8 and i8 data,
 // per-tensor and per-channel weights, with and without bias, residual and relu; the last ones
 // large enough for the CPU's oneDNN path (where the CPU has VNNI).
+// clang-format off
 inline std::vector<ConvProblem> conv_problems() {
   return {
       {{1, 3, 7, 7}, 4, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, u8, i8, u8, true, true, true, true},
@@ -164,5 +162,6 @@ inline std::vector<ConvProblem> conv_problems() {
       {{2, 16, 8, 8}, 24, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1, i8, i8, u8, true, false, true,
        true, true}};
 }
+// clang-format on
 
 }  // namespace kiln::test

@@ -31,8 +31,9 @@ Tensor qdq_conv(Graph& g, const ConvProblem& p, const ConvData& d, const Tensor&
   Tensor y = conv2d(dx, dw, in_conv ? std::optional<Tensor>(g.constant(d.bias)) : std::nullopt,
                     conv_options(p));
   if (p.bias && !in_conv)
-    y = reshape(g.constant(d.bias), form == BiasForm::add_o11 ? Shape{p.o, 1, 1}
-                                                              : Shape{1, p.o, 1, 1}) + y;
+    y = reshape(g.constant(d.bias),
+                form == BiasForm::add_o11 ? Shape{p.o, 1, 1} : Shape{1, p.o, 1, 1}) +
+        y;
   if (p.residual) y = y + g.constant(d.res);
   if (p.relu) y = relu(y);
   return quantize(y, g.constant(d.sy), g.constant(d.zy));
@@ -86,8 +87,8 @@ TEST(QuantizedConvFusion, WidthBroadcastIsNotABias) {
   const Tensor dx = dequantize(x, g.constant(d.sx), g.constant(d.zx));
   const Tensor dw = dequantize(g.constant(d.w), g.constant(d.sw), g.constant(d.zw), {.axis = 0});
   const Tensor c = conv2d(dx, dw, std::nullopt, conv_options(p));
-  const Tensor y = quantize(c + g.constant(random_array({6}, f32)), g.constant(d.sy),
-                            g.constant(d.zy));
+  const Tensor y =
+      quantize(c + g.constant(random_array({6}, f32)), g.constant(d.sy), g.constant(d.zy));
   EXPECT_EQ(conv_steps(g.compile(default_device(), {}, {y}), "quantized_conv"), 0);
 }
 

@@ -1,9 +1,10 @@
 // CPU kernel of quantized_conv (src/ops/quant.cpp): the exact i32 sum of (x - x_zp)(w - w_zp)
 // over each window (plus an i32 bias), then the epilogue of quantized_matmul
-// (backends/quant_math.h): scale, f32 bias, residual, relu, requantize once. Padded positions hold the real value 0, i.e. x_zp.
-// Products: oneDNN's int8 convolution where it is exact (VNNI) and the weights are i8 with zero
-// points 0 (the input padded with x_zp beforehand when it has a zero point, so that every window
-// is full and sum (x - x_zp) w = sum x w - x_zp sum w); else direct loops over int16 differences.
+// (backends/quant_math.h): scale, f32 bias, residual, relu, requantize once. Padded positions hold
+// the real value 0, i.e. x_zp. Products: oneDNN's int8 convolution where it is exact (VNNI) and the
+// weights are i8 with zero points 0 (the input padded with x_zp beforehand when it has a zero
+// point, so that every window is full and sum (x - x_zp) w = sum x w - x_zp sum w); else direct
+// loops over int16 differences.
 #include <algorithm>
 #include <cstring>
 
@@ -49,8 +50,8 @@ struct Epilogue {
   // Output element t (flat NCHW) of channel o from its exact sum.
   void operator()(int64_t t, int64_t o, int32_t acc) const {
     if (ibias) acc += ibias[o];
-    out[t] = quant_math::requantize<Y>(acc, mult[o], bias ? bias[o] : 0.0, res ? res[t] : 0.0,
-                                       relu, sy, zy);
+    out[t] = quant_math::requantize<Y>(acc, mult[o], bias ? bias[o] : 0.0, res ? res[t] : 0.0, relu,
+                                       sy, zy);
   }
 };
 
@@ -115,8 +116,8 @@ void conv_loops(KernelContext& ctx, const Geom& g, const Epilogue<Y>& fin) {
                                for (int64_t kw = 0; kw < g.KW; ++kw) {
                                  const int64_t iw = ow * g.sw - g.pl + kw * g.dw;
                                  if (iw < 0 || iw >= g.W) continue;
-                                 acc += (int32_t{x[ih * g.W + iw]} - zx) *
-                                        int32_t{wc[kh * g.KW + kw]};
+                                 acc +=
+                                     (int32_t{x[ih * g.W + iw]} - zx) * int32_t{wc[kh * g.KW + kw]};
                                }
                              }
                            }
@@ -154,8 +155,8 @@ void raw_conv_dnnl(KernelContext& ctx, const Geom& g, const void* src, int64_t h
                      static_cast<int64_t>(at)};
   auto p = du::cached(ctx.op_name(), key, [&] {
     const du::Dims src_dims{g.N, g.C, hin, win}, dst_dims{g.N, g.O, g.OH, g.OW};
-    const du::Dims wei_dims = g.G > 1 ? du::Dims{g.G, g.og(), g.cg(), g.KH, g.KW}
-                                      : du::Dims{g.O, g.C, g.KH, g.KW};
+    const du::Dims wei_dims =
+        g.G > 1 ? du::Dims{g.G, g.og(), g.cg(), g.KH, g.KW} : du::Dims{g.O, g.C, g.KH, g.KW};
     const dnnl::memory::desc src_user(src_dims, at, tag::nchw),
         wei_user(wei_dims, dt::s8, g.G > 1 ? tag::goihw : tag::oihw),
         dst_user(dst_dims, dt::s32, tag::nchw);

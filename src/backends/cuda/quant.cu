@@ -223,8 +223,7 @@ void register_quant_kernels() {
   register_kernel(OpId::FakeQuantize, Backend::cuda, {fake_quantize, kFloatTypes, 0, true});
   register_kernel(OpId::QuantizedMatmul, Backend::cuda,
                   {quantized_matmul, DTypeSet{i8, u8}, 0, false});
-  register_kernel(OpId::QuantizedConv, Backend::cuda,
-                  {quantized_conv, DTypeSet{i8, u8}, 0, false});
+  register_kernel(OpId::QuantizedConv, Backend::cuda, {quantized_conv, DTypeSet{i8, u8}, 0, false});
 }
 
 }  // namespace kiln::cuda

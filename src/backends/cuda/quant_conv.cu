@@ -54,8 +54,8 @@ __global__ void quantized_conv_kernel(const A* __restrict__ x, const float* __re
     if (ibias) acc += ibias[o];
     const double mult =
         static_cast<double>(sx[0]) * static_cast<double>(sw[g.per_channel_scale ? o : 0]);
-    out[t] = quant_math::requantize<Y>(acc, mult, bias ? bias[o] : 0.0, res ? res[t] : 0.0,
-                                       g.relu, static_cast<double>(sy[0]), zy[0]);
+    out[t] = quant_math::requantize<Y>(acc, mult, bias ? bias[o] : 0.0, res ? res[t] : 0.0, g.relu,
+                                       static_cast<double>(sy[0]), zy[0]);
   }
 }
 
@@ -75,8 +75,8 @@ __global__ void im2col_i8(const A* __restrict__ x, const A* __restrict__ zx,
     const int64_t ow = r % g.OW, oh = (r / g.OW) % g.OH, n = r / (g.OW * g.OH);
     const int64_t ih = oh * g.sh - g.pt + kh * g.dh, iw = ow * g.sw - g.pl + kw * g.dw;
     const bool in = ih >= 0 && ih < g.H && iw >= 0 && iw < g.W;
-    col[i] = static_cast<int8_t>(in ? int32_t{x[((n * g.C + c) * g.H + ih) * g.W + iw]} - shift
-                                    : pad);
+    col[i] =
+        static_cast<int8_t>(in ? int32_t{x[((n * g.C + c) * g.H + ih) * g.W + iw]} - shift : pad);
   }
 }
 
@@ -91,16 +91,13 @@ __global__ void shift_i8(const W* __restrict__ w, int8_t* __restrict__ out, int6
 // With shifted x', w' and zero points: sum (x' - zx')(w' - zw') over a full window
 //   = raw - zx' wsum[o] - zw' colsum[r] + K zx' zw', modulo 2^32 (the exact sum fits).
 template <typename A, typename W, typename Y>
-__global__ void qconv_gemm_epilogue(const int32_t* __restrict__ raw,
-                                    const int32_t* __restrict__ col_sums,
-                                    const int32_t* __restrict__ w_sums,
-                                    const float* __restrict__ sx, const A* __restrict__ zx,
-                                    const float* __restrict__ sw, const W* __restrict__ zw,
-                                    const float* __restrict__ sy, const Y* __restrict__ zy,
-                                    const float* __restrict__ bias,
-                                    const int32_t* __restrict__ ibias,
-                                    const float* __restrict__ res, Y* __restrict__ out,
-                                    QConvArgs g, int32_t shift_x, int32_t shift_w) {
+__global__ void qconv_gemm_epilogue(
+    const int32_t* __restrict__ raw, const int32_t* __restrict__ col_sums,
+    const int32_t* __restrict__ w_sums, const float* __restrict__ sx, const A* __restrict__ zx,
+    const float* __restrict__ sw, const W* __restrict__ zw, const float* __restrict__ sy,
+    const Y* __restrict__ zy, const float* __restrict__ bias, const int32_t* __restrict__ ibias,
+    const float* __restrict__ res, Y* __restrict__ out, QConvArgs g, int32_t shift_x,
+    int32_t shift_w) {
   const int64_t plane = g.OH * g.OW, total = g.N * g.O * plane, k = g.C * g.KH * g.KW;
   const int32_t zx_s = int32_t{zx[0]} - shift_x;
   for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; t < total;
@@ -108,17 +105,17 @@ __global__ void qconv_gemm_epilogue(const int32_t* __restrict__ raw,
     const int64_t p = t % plane, o = (t / plane) % g.O, n = t / (plane * g.O);
     const int64_t r = n * plane + p;
     const int32_t zw_s = int32_t{zw[g.per_channel_zp ? o : 0]} - shift_w;
-    const uint32_t u = static_cast<uint32_t>(raw[r * g.O + o]) -
-                       static_cast<uint32_t>(zx_s) * static_cast<uint32_t>(w_sums[o]) -
-                       static_cast<uint32_t>(zw_s) * static_cast<uint32_t>(col_sums[r]) +
-                       static_cast<uint32_t>(k) * static_cast<uint32_t>(zx_s) *
-                           static_cast<uint32_t>(zw_s);
+    const uint32_t u =
+        static_cast<uint32_t>(raw[r * g.O + o]) -
+        static_cast<uint32_t>(zx_s) * static_cast<uint32_t>(w_sums[o]) -
+        static_cast<uint32_t>(zw_s) * static_cast<uint32_t>(col_sums[r]) +
+        static_cast<uint32_t>(k) * static_cast<uint32_t>(zx_s) * static_cast<uint32_t>(zw_s);
     int32_t acc = static_cast<int32_t>(u);
     if (ibias) acc += ibias[o];
     const double mult =
         static_cast<double>(sx[0]) * static_cast<double>(sw[g.per_channel_scale ? o : 0]);
-    out[t] = quant_math::requantize<Y>(acc, mult, bias ? bias[o] : 0.0, res ? res[t] : 0.0,
-                                       g.relu, static_cast<double>(sy[0]), zy[0]);
+    out[t] = quant_math::requantize<Y>(acc, mult, bias ? bias[o] : 0.0, res ? res[t] : 0.0, g.relu,
+                                       static_cast<double>(sy[0]), zy[0]);
   }
 }
 
@@ -138,8 +135,8 @@ bool conv_lt(KernelContext& ctx, const QConvArgs& g, const float* bias, const in
   constexpr int32_t shift_w = std::is_same_v<W, uint8_t> ? 128 : 0;
   cudaStream_t st = stream_of(ctx);
   auto* col = static_cast<int8_t*>(ctx.scratch(static_cast<size_t>(m * k)));
-  im2col_i8<A><<<blocks_for(m * k), kThreads, 0, st>>>(ctx.in(0).ptr<A>(), ctx.in(2).ptr<A>(),
-                                                        col, g, shift_x);
+  im2col_i8<A><<<blocks_for(m * k), kThreads, 0, st>>>(ctx.in(0).ptr<A>(), ctx.in(2).ptr<A>(), col,
+                                                       g, shift_x);
   const int8_t* w8 = static_cast<const int8_t*>(tw.data);
   if (!w_direct) {
     auto* buf = static_cast<int8_t*>(ctx.scratch(static_cast<size_t>(n * k)));
@@ -167,10 +164,24 @@ void quantized_conv(KernelContext& ctx) {
   if (ty.numel() == 0) return;
   const auto &s = ctx.attrs().ints("stride"), &d = ctx.attrs().ints("dilation"),
              &p = ctx.attrs().ints("pads");
-  QConvArgs g{tx.shape[0], tx.shape[1], tx.shape[2], tx.shape[3], tw.shape[0],
-              tw.shape[2], tw.shape[3], ty.shape[2], ty.shape[3], ctx.attrs().i("groups"),
-              s[0],        s[1],        d[0],        d[1],        p[0],
-              p[1],        ctx.attrs().b("relu"),    ctx.in(4).numel() != 1,
+  QConvArgs g{tx.shape[0],
+              tx.shape[1],
+              tx.shape[2],
+              tx.shape[3],
+              tw.shape[0],
+              tw.shape[2],
+              tw.shape[3],
+              ty.shape[2],
+              ty.shape[3],
+              ctx.attrs().i("groups"),
+              s[0],
+              s[1],
+              d[0],
+              d[1],
+              p[0],
+              p[1],
+              ctx.attrs().b("relu"),
+              ctx.in(4).numel() != 1,
               ctx.in(5).numel() != 1};
   int next = 8;
   const float* bias = nullptr;

@@ -178,11 +178,11 @@ __global__ void qmm_epilogue(const int32_t* __restrict__ raw, const int32_t* __r
     const int64_t r = t / g.n, j = t % g.n, c = g.per_channel ? j : 0;
     const int32_t zw_s = int32_t{zw[c]} - g.shift_w;
     // modulo 2^32 (the terms may overflow; the exact sum fits)
-    const uint32_t u = static_cast<uint32_t>(raw[t]) -
-                       static_cast<uint32_t>(za_s) * static_cast<uint32_t>(w_sums[j]) -
-                       static_cast<uint32_t>(zw_s) * static_cast<uint32_t>(a_sums[r]) +
-                       static_cast<uint32_t>(g.k) * static_cast<uint32_t>(za_s) *
-                           static_cast<uint32_t>(zw_s);
+    const uint32_t u =
+        static_cast<uint32_t>(raw[t]) -
+        static_cast<uint32_t>(za_s) * static_cast<uint32_t>(w_sums[j]) -
+        static_cast<uint32_t>(zw_s) * static_cast<uint32_t>(a_sums[r]) +
+        static_cast<uint32_t>(g.k) * static_cast<uint32_t>(za_s) * static_cast<uint32_t>(zw_s);
     const int32_t acc = static_cast<int32_t>(u);
     out[t] = quant_math::requantize<Y>(acc, static_cast<double>(sa[0]) * static_cast<double>(sw[c]),
                                        bias ? bias[j] : 0.0, res ? res[t] : 0.0, g.relu,
@@ -233,16 +233,15 @@ bool run(KernelContext& ctx, int64_t m, int64_t n, int64_t k, bool tw) {
   const int8_t* a8 = static_cast<const int8_t*>(ta.data);
   if (!a_direct) {
     auto* buf = static_cast<int8_t*>(ctx.scratch(static_cast<size_t>(m * k)));
-    to_i8<A><<<blocks_for(m * k), kThreads, 0, st>>>(ta.ptr<A>(), buf, m, k, false,
-                                                      shift_of<A>());
+    to_i8<A><<<blocks_for(m * k), kThreads, 0, st>>>(ta.ptr<A>(), buf, m, k, false, shift_of<A>());
     a8 = buf;
   }
   const int8_t* w8 = static_cast<const int8_t*>(tw_.data);
   if (!w_direct) {
     auto* buf = static_cast<int8_t*>(ctx.scratch(static_cast<size_t>(n * k)));
     // (N, K) from (N, K) or, transposed, from matmul's (K, N)
-    to_i8<W><<<blocks_for(n * k), kThreads, 0, st>>>(tw_.ptr<W>(), buf, tw ? n : k, tw ? k : n,
-                                                      !tw, shift_of<W>());
+    to_i8<W><<<blocks_for(n * k), kThreads, 0, st>>>(tw_.ptr<W>(), buf, tw ? n : k, tw ? k : n, !tw,
+                                                     shift_of<W>());
     w8 = buf;
   }
   auto* sums = static_cast<int32_t*>(ctx.scratch(static_cast<size_t>(m + n) * 4));
@@ -254,7 +253,12 @@ bool run(KernelContext& ctx, int64_t m, int64_t n, int64_t k, bool tw) {
   int next = 8;
   const float* bias = ctx.attrs().b("has_bias", false) ? ctx.in(next++).ptr<float>() : nullptr;
   const float* res = ctx.attrs().b("has_residual", false) ? ctx.in(next).ptr<float>() : nullptr;
-  const EpilogueArgs g{m, n, k, shift_of<A>(), shift_of<W>(), ctx.attrs().b("relu"),
+  const EpilogueArgs g{m,
+                       n,
+                       k,
+                       shift_of<A>(),
+                       shift_of<W>(),
+                       ctx.attrs().b("relu"),
                        ctx.in(4).numel() != 1 || n == 1};
   qmm_epilogue<A, W, Y><<<blocks_for(m * n), kThreads, 0, st>>>(
       raw, sums, sums + m, ctx.in(1).ptr<float>(), ctx.in(2).ptr<A>(), ctx.in(4).ptr<float>(),
