@@ -102,7 +102,8 @@ const bool kQmm = register_cases({OpId::QuantizedMatmul, 6, build_qmm, {i8, u8}}
 
 // (x dtype = t) conv with w i8: padded 3x3 per channel with bias, residual and relu; strided,
 // dilated, grouped with asymmetric pads and per-tensor weights; depthwise with relu; a 1x1 with
-// u8 weights and zero points, an i32 bias.
+// u8 weights and zero points, an i32 bias; two large ones (groups 1) for CUDA's cuBLASLt path,
+// the second strided with asymmetric pads, u8 weights and an i32 bias.
 bool build_qconv(Case& c, DType t, int i) {
   struct G {
     Shape x;
@@ -112,7 +113,10 @@ bool build_qconv(Case& c, DType t, int i) {
   const G gs[] = {{{2, 4, 9, 9}, 8, 3, 3, 1, {1, 1}, {1, 1, 1, 1}, {1, 1}},
                   {{1, 6, 11, 10}, 4, 3, 2, 2, {2, 1}, {0, 1, 2, 0}, {1, 2}},
                   {{2, 8, 8, 8}, 8, 3, 3, 8, {2, 2}, {1, 1, 1, 1}, {1, 1}},
-                  {{1, 5, 6, 7}, 6, 1, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}}};
+                  {{1, 5, 6, 7}, 6, 1, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}},
+                  // large, groups 1: CUDA's im2col + cuBLASLt path
+                  {{2, 16, 12, 12}, 32, 3, 3, 1, {1, 1}, {1, 1, 1, 1}, {1, 1}},
+                  {{2, 16, 17, 16}, 32, 3, 3, 1, {2, 2}, {1, 0, 1, 1}, {1, 1}}};
   const G& g = gs[i];
   const int64_t k = g.x[1] / g.groups * g.kh * g.kw;
   const bool per_channel = i != 1;
@@ -120,7 +124,7 @@ bool build_qconv(Case& c, DType t, int i) {
   auto zp = [&](const Shape& s, DType d) {
     return d == u8 ? c.ints(s, 100, 150, u8) : c.ints(s, -10, 10, i8);
   };
-  const DType wt = i == 3 ? u8 : i8;
+  const DType wt = i == 3 || i == 5 ? u8 : i8;
   const Tensor x = t == u8 ? c.ints(g.x, 0, 255, u8) : c.ints(g.x, -128, 127, i8);
   const Tensor w = wt == u8 ? c.ints({g.o, g.x[1] / g.groups, g.kh, g.kw}, 0, 255, u8)
                             : c.ints({g.o, g.x[1] / g.groups, g.kh, g.kw}, -128, 127, i8);
@@ -129,13 +133,15 @@ bool build_qconv(Case& c, DType t, int i) {
   o.conv.padding = g.pads;
   o.conv.dilation = g.dilation;
   o.conv.groups = g.groups;
-  o.relu = i == 0 || i == 2;
+  o.relu = i == 0 || i == 2 || i == 4;
   const double spread = 0.66 * std::sqrt(static_cast<double>(k));
-  if (i <= 1) o.bias = c.rand({g.o}, f32, -spread, spread);
-  if (i == 3) o.bias = c.ints({g.o}, -500, 500, i32);
+  if (i <= 1 || i == 4) o.bias = c.rand({g.o}, f32, -spread, spread);
+  if (i == 3 || i == 5) o.bias = c.ints({g.o}, -500, 500, i32);
   const DType yt = i == 1 ? i8 : u8;
   const Tensor xs = c.rand({}, f32, 0.01, 0.03), ys = c.rand({}, f32, spread / 50, spread / 30);
-  if (i == 0) o.residual = c.rand({2, 8, 9, 9}, f32, -spread, spread);  // the output's shape
+  // residuals of the output's shape
+  if (i == 0) o.residual = c.rand({2, 8, 9, 9}, f32, -spread, spread);
+  if (i == 4) o.residual = c.rand({2, 32, 12, 12}, f32, -spread, spread);
   c.outs = {quantized_conv({x, xs, zp({}, t)}, {w, c.rand(ss, f32, 0.002, 0.01), zp(ss, wt)}, ys,
                            zp({}, yt), o)};
   c.grad = false;
@@ -143,7 +149,7 @@ bool build_qconv(Case& c, DType t, int i) {
                      to_string(g.x), g.o, g.kh, g.kw, g.groups, per_channel, name(wt)));
   return true;
 }
-const bool kQconv = register_cases({OpId::QuantizedConv, 4, build_qconv, {i8, u8}});
+const bool kQconv = register_cases({OpId::QuantizedConv, 6, build_qconv, {i8, u8}});
 
 }  // namespace
 }  // namespace kiln::harness
