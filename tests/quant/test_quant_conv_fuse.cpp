@@ -3,6 +3,8 @@
 // random data (tests/quant/conv_reference.h has the problems); the bias as conv's input or an add
 // of a channel-shaped constant. ONNX: a QDQ conv model fuses, and QLinearConv imports as one
 // quantized_conv that matches the spec's definition bit for bit.
+#include <cstdio>
+#include <filesystem>
 #include <string>
 
 #include "kiln/onnx.h"
@@ -115,6 +117,25 @@ TEST(QuantizedConvFusion, QdqOnnxModelFusesWithinOneLsb) {
     SCOPED_TRACE("output " + std::to_string(i));
     expect_conv_within_lsb(yf[i].to(Device::cpu()), to_f64(yp[i].to(Device::cpu())), 1);
   }
+}
+
+// A package keeps the fused convolutions (the loader checks their inputs and geometry) and runs
+// as the executable did.
+TEST(QuantizedConvFusion, PackageRoundTrip) {
+  const onnx::Model m = onnx::import(data_file("qdq_conv.onnx"));
+  const Executable exe = m.graph.compile(Device::cpu(), m.feed_shapes(), m.output_tensors());
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("kiln_qconv_" + std::to_string(seed()) + ".kiln"))
+                               .string();
+  exe.save(path);
+  const Executable back = Executable::load(path, Device::cpu());
+  std::remove(path.c_str());
+  EXPECT_EQ(conv_steps(back, "quantized_conv"), 2);
+  const Array x = random_array({2, 4, 10, 10}, f32, -2, 2);
+  const Array res = random_array({2, 4, 5, 5}, f32, -1, 1);
+  const auto a = exe.run({{"x", x}, {"res", res}}), b = back.run({{"x", x}, {"res", res}});
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(to_f64(a[i]), to_f64(b[i]));
 }
 
 TEST(QuantizedConvFusion, QLinearConvImportsAsOneNodeMatchingTheSpec) {
