@@ -124,9 +124,9 @@ TEST(QuantizedConvFusion, QdqOnnxModelFusesWithinOneLsb) {
 TEST(QuantizedConvFusion, PackageRoundTrip) {
   const onnx::Model m = onnx::import(data_file("qdq_conv.onnx"));
   const Executable exe = m.graph.compile(Device::cpu(), m.feed_shapes(), m.output_tensors());
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            ("kiln_qconv_" + std::to_string(seed()) + ".kiln"))
-                               .string();
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("kiln_qconv_" + std::to_string(seed()) + ".kiln"))
+          .string();
   exe.save(path);
   const Executable back = Executable::load(path, Device::cpu());
   std::remove(path.c_str());
