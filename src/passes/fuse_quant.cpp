@@ -62,8 +62,9 @@ class Matcher {
             !is_f32(other) || info(main).shape != out)
           continue;
         const Shape& os = info(other).shape;
-        const bool channel =
-            out.size() == 4 && (os == Shape{out[1], 1, 1} || os == Shape{1, out[1], 1, 1});
+        // (one of the output's shape is a residual, also for a conv's (1, O, 1, 1) output)
+        const bool channel = out.size() == 4 && os != out &&
+                             (os == Shape{out[1], 1, 1} || os == Shape{1, out[1], 1, 1});
         if (!m.bias && os.size() == 1 && !out.empty() && os[0] == out.back()) {
           m.bias = other;
         } else if (!m.bias && channel) {
