@@ -58,13 +58,13 @@ class Matcher {
       for (int side = 0; side < 2 && !took; ++side) {
         const ValueRef main = add.inputs[side], other = add.inputs[1 - side];
         const OpId mo = node(main).op;
-        if (!(mo == OpId::Add || mo == OpId::Matmul || mo == OpId::Linear ||
-              mo == OpId::Conv) ||
+        if (!(mo == OpId::Add || mo == OpId::Matmul || mo == OpId::Linear || mo == OpId::Conv) ||
             !is_f32(other) || info(main).shape != out)
           continue;
         const Shape& os = info(other).shape;
-        const bool channel = out.size() == 4 && (os == Shape{out[1], 1, 1} ||
-                                                 os == Shape{1, out[1], 1, 1});
+        // (one of the output's shape is a residual, also for a conv's (1, O, 1, 1) output)
+        const bool channel = out.size() == 4 && os != out &&
+                             (os == Shape{out[1], 1, 1} || os == Shape{1, out[1], 1, 1});
         if (!m.bias && os.size() == 1 && !out.empty() && os[0] == out.back()) {
           m.bias = other;
         } else if (!m.bias && channel) {

@@ -2,7 +2,7 @@
 // last block shorter than the others), i8 / u8 / i16 data with zero points, x spread so that
 // some values saturate. Both backends compute x / scale in f32 (f64 for f64) and round half to
 // even, so integer outputs must agree exactly. quantized_matmul: exact integer products and the
-// same double epilogue on both backends, so its outputs agree exactly too.
+// same double epilogue on both backends, so its outputs agree exactly too; quantized_conv alike.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -64,19 +64,25 @@ KILN_QUANT_CASES(FakeQuantize)
 #undef KILN_QUANT_CASES
 
 // (a dtype = t) x (w i8): per tensor (matmul layout) with bias; per channel (linear layout) with
-// residual and relu; a 3-D a with everything.
+// residual and relu; a 3-D a with everything. Cases 3-5 are large with K and N multiples of 4,
+// for cuBLASLt's int8 path on CUDA: linear layout (w used in place), matmul layout (w transposed
+// into scratch), u8 weights with zero points (shifted to i8).
 bool build_qmm(Case& c, DType t, int i) {
-  const Shape as = i == 2 ? Shape{2, 3, 40} : Shape{9, 33};
-  const int64_t k = as.back(), n = i == 0 ? 7 : 16;
+  const Shape shapes[] = {{9, 33}, {9, 33}, {2, 3, 40}, {64, 128}, {2, 40, 96}, {72, 64}};
+  const int64_t ns[] = {7, 16, 16, 96, 64, 48};
+  const Shape as = shapes[i];
+  const int64_t k = as.back(), n = ns[i];
   Shape out(as.begin(), as.end() - 1);
   out.push_back(n);
-  const bool tw = i >= 1, per_channel = i >= 1;
+  const bool tw = i >= 1 && i != 4, per_channel = i >= 1 && i != 4;
+  const DType wt = i == 5 ? u8 : i8;
   const Shape ss = per_channel ? Shape{n} : Shape{};
   auto zp = [&](const Shape& s, DType d) {
     return d == u8 ? c.ints(s, 100, 150, u8) : c.ints(s, -10, 10, i8);
   };
   const Tensor a = t == u8 ? c.ints(as, 0, 255, u8) : c.ints(as, -128, 127, i8);
-  const Tensor w = c.ints(tw ? Shape{n, k} : Shape{k, n}, -128, 127, i8);
+  const Shape wshape = tw ? Shape{n, k} : Shape{k, n};
+  const Tensor w = wt == u8 ? c.ints(wshape, 0, 255, u8) : c.ints(wshape, -128, 127, i8);
   QuantizedMatmulOptions o;
   o.transpose_w = tw;
   o.relu = i >= 1;
@@ -85,14 +91,65 @@ bool build_qmm(Case& c, DType t, int i) {
   if (i >= 1) o.residual = c.rand(out, f32, -spread, spread);
   const DType yt = i == 1 ? i8 : u8;
   c.outs = {quantized_matmul({a, c.rand({}, f32, 0.01, 0.03), zp({}, t)},
-                             {w, c.rand(ss, f32, 0.002, 0.01), zp(ss, i8)},
+                             {w, c.rand(ss, f32, 0.002, 0.01), zp(ss, wt)},
                              c.rand({}, f32, spread / 50, spread / 30), zp({}, yt), o)};
   c.grad = false;
   c.note(fmt::format("quantized_matmul a {} n {} transpose_w {} per_channel {}", to_string(as), n,
                      tw, per_channel));
   return true;
 }
-const bool kQmm = register_cases({OpId::QuantizedMatmul, 3, build_qmm, {i8, u8}});
+const bool kQmm = register_cases({OpId::QuantizedMatmul, 6, build_qmm, {i8, u8}});
+
+// (x dtype = t) conv with w i8: padded 3x3 per channel with bias, residual and relu; strided,
+// dilated, grouped with asymmetric pads and per-tensor weights; depthwise with relu; a 1x1 with
+// u8 weights and zero points, an i32 bias; two large ones (groups 1) for CUDA's cuBLASLt path,
+// the second strided with asymmetric pads, u8 weights and an i32 bias.
+bool build_qconv(Case& c, DType t, int i) {
+  struct G {
+    Shape x;
+    int64_t o, kh, kw, groups;
+    std::vector<int64_t> stride, pads, dilation;
+  };
+  const G gs[] = {{{2, 4, 9, 9}, 8, 3, 3, 1, {1, 1}, {1, 1, 1, 1}, {1, 1}},
+                  {{1, 6, 11, 10}, 4, 3, 2, 2, {2, 1}, {0, 1, 2, 0}, {1, 2}},
+                  {{2, 8, 8, 8}, 8, 3, 3, 8, {2, 2}, {1, 1, 1, 1}, {1, 1}},
+                  {{1, 5, 6, 7}, 6, 1, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}},
+                  // large, groups 1: CUDA's im2col + cuBLASLt path
+                  {{2, 16, 12, 12}, 32, 3, 3, 1, {1, 1}, {1, 1, 1, 1}, {1, 1}},
+                  {{2, 16, 17, 16}, 32, 3, 3, 1, {2, 2}, {1, 0, 1, 1}, {1, 1}}};
+  const G& g = gs[i];
+  const int64_t k = g.x[1] / g.groups * g.kh * g.kw;
+  const bool per_channel = i != 1;
+  const Shape ss = per_channel ? Shape{g.o} : Shape{};
+  auto zp = [&](const Shape& s, DType d) {
+    return d == u8 ? c.ints(s, 100, 150, u8) : c.ints(s, -10, 10, i8);
+  };
+  const DType wt = i == 3 || i == 5 ? u8 : i8;
+  const Tensor x = t == u8 ? c.ints(g.x, 0, 255, u8) : c.ints(g.x, -128, 127, i8);
+  const Tensor w = wt == u8 ? c.ints({g.o, g.x[1] / g.groups, g.kh, g.kw}, 0, 255, u8)
+                            : c.ints({g.o, g.x[1] / g.groups, g.kh, g.kw}, -128, 127, i8);
+  QuantizedConvOptions o;
+  o.conv.stride = g.stride;
+  o.conv.padding = g.pads;
+  o.conv.dilation = g.dilation;
+  o.conv.groups = g.groups;
+  o.relu = i == 0 || i == 2 || i == 4;
+  const double spread = 0.66 * std::sqrt(static_cast<double>(k));
+  if (i <= 1 || i == 4) o.bias = c.rand({g.o}, f32, -spread, spread);
+  if (i == 3 || i == 5) o.bias = c.ints({g.o}, -500, 500, i32);
+  const DType yt = i == 1 ? i8 : u8;
+  const Tensor xs = c.rand({}, f32, 0.01, 0.03), ys = c.rand({}, f32, spread / 50, spread / 30);
+  // residuals of the output's shape
+  if (i == 0) o.residual = c.rand({2, 8, 9, 9}, f32, -spread, spread);
+  if (i == 4) o.residual = c.rand({2, 32, 12, 12}, f32, -spread, spread);
+  c.outs = {quantized_conv({x, xs, zp({}, t)}, {w, c.rand(ss, f32, 0.002, 0.01), zp(ss, wt)}, ys,
+                           zp({}, yt), o)};
+  c.grad = false;
+  c.note(fmt::format("quantized_conv x {} o {} k {}x{} groups {} per_channel {} w {}",
+                     to_string(g.x), g.o, g.kh, g.kw, g.groups, per_channel, name(wt)));
+  return true;
+}
+const bool kQconv = register_cases({OpId::QuantizedConv, 6, build_qconv, {i8, u8}});
 
 }  // namespace
 }  // namespace kiln::harness

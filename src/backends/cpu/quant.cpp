@@ -139,7 +139,6 @@ void dequantize(KernelContext& ctx) {
   });
 }
 
-
 // acc = a @ w (raw integers, no zero points) through oneDNN, into `acc` (m x n).
 template <typename A>
 void raw_product_dnnl(KernelContext& ctx, int64_t m, int64_t k, int64_t n, bool tw, int32_t* acc) {
@@ -184,8 +183,8 @@ void quantized_matmul_impl(KernelContext& ctx) {
     mult[j] = static_cast<double>(sa) * static_cast<double>(sw[per_channel ? j : 0]);
   Y* out = ctx.out(0).ptr<Y>();
   auto finish = [&](int64_t r, int64_t j, int32_t acc) {
-    out[r * n + j] = requantize<Y>(acc, mult[j], bias ? bias[j] : 0.0,
-                                   res ? res[r * n + j] : 0.0, relu, sy, zy);
+    out[r * n + j] =
+        requantize<Y>(acc, mult[j], bias ? bias[j] : 0.0, res ? res[r * n + j] : 0.0, relu, sy, zy);
   };
   if constexpr (std::is_same_v<W, int8_t>) {
     if (dnnl_int8_exact() && m * n * k >= (1 << 15)) {

@@ -1,9 +1,10 @@
 // CPU kernel of quantized_conv (src/ops/quant.cpp): the exact i32 sum of (x - x_zp)(w - w_zp)
 // over each window (plus an i32 bias), then the epilogue of quantized_matmul
-// (backends/quant_math.h): scale, f32 bias, residual, relu, requantize once. Padded positions hold the real value 0, i.e. x_zp.
-// Products: oneDNN's int8 convolution where it is exact (VNNI) and the weights are i8 with zero
-// points 0 (the input padded with x_zp beforehand when it has a zero point, so that every window
-// is full and sum (x - x_zp) w = sum x w - x_zp sum w); else direct loops over int16 differences.
+// (backends/quant_math.h): scale, f32 bias, residual, relu, requantize once. Padded positions hold
+// the real value 0, i.e. x_zp. Products: oneDNN's int8 convolution where it is exact (VNNI) and the
+// weights are i8 with zero points 0, on an NHWC copy of x (padded with x_zp here when x has a zero
+// point, so that every window is full and sum (x - x_zp) w = sum x w - x_zp sum w) and an NHWC
+// i32 result: no reorders but the weights'. Elsewhere direct loops over int16 differences.
 #include <algorithm>
 #include <cstring>
 
@@ -49,8 +50,8 @@ struct Epilogue {
   // Output element t (flat NCHW) of channel o from its exact sum.
   void operator()(int64_t t, int64_t o, int32_t acc) const {
     if (ibias) acc += ibias[o];
-    out[t] = quant_math::requantize<Y>(acc, mult[o], bias ? bias[o] : 0.0, res ? res[t] : 0.0,
-                                       relu, sy, zy);
+    out[t] = quant_math::requantize<Y>(acc, mult[o], bias ? bias[o] : 0.0, res ? res[t] : 0.0, relu,
+                                       sy, zy);
   }
 };
 
@@ -115,8 +116,8 @@ void conv_loops(KernelContext& ctx, const Geom& g, const Epilogue<Y>& fin) {
                                for (int64_t kw = 0; kw < g.KW; ++kw) {
                                  const int64_t iw = ow * g.sw - g.pl + kw * g.dw;
                                  if (iw < 0 || iw >= g.W) continue;
-                                 acc += (int32_t{x[ih * g.W + iw]} - zx) *
-                                        int32_t{wc[kh * g.KW + kw]};
+                                 acc +=
+                                     (int32_t{x[ih * g.W + iw]} - zx) * int32_t{wc[kh * g.KW + kw]};
                                }
                              }
                            }
@@ -126,8 +127,8 @@ void conv_loops(KernelContext& ctx, const Geom& g, const Epilogue<Y>& fin) {
                    });
 }
 
-// raw[n, o, oh, ow] = sum x w (no zero points) through oneDNN on src (N, C, sh_in, sw_in) with
-// the given pads.
+// raw (N, OH, OW, O) = sum x w (no zero points) through oneDNN on src (N, hin, win, C), both
+// NHWC (the layout its int8 convolutions run on: no reorders), with the given pads.
 template <typename A>
 void raw_conv_dnnl(KernelContext& ctx, const Geom& g, const void* src, int64_t hin, int64_t win,
                    const du::Dims& pad_l, const du::Dims& pad_r, int32_t* raw) {
@@ -154,22 +155,20 @@ void raw_conv_dnnl(KernelContext& ctx, const Geom& g, const void* src, int64_t h
                      static_cast<int64_t>(at)};
   auto p = du::cached(ctx.op_name(), key, [&] {
     const du::Dims src_dims{g.N, g.C, hin, win}, dst_dims{g.N, g.O, g.OH, g.OW};
-    const du::Dims wei_dims = g.G > 1 ? du::Dims{g.G, g.og(), g.cg(), g.KH, g.KW}
-                                      : du::Dims{g.O, g.C, g.KH, g.KW};
-    const dnnl::memory::desc src_user(src_dims, at, tag::nchw),
+    const du::Dims wei_dims =
+        g.G > 1 ? du::Dims{g.G, g.og(), g.cg(), g.KH, g.KW} : du::Dims{g.O, g.C, g.KH, g.KW};
+    const dnnl::memory::desc src_md(src_dims, at, tag::nhwc),
         wei_user(wei_dims, dt::s8, g.G > 1 ? tag::goihw : tag::oihw),
-        dst_user(dst_dims, dt::s32, tag::nchw);
-    const dnnl::memory::desc src_any(src_dims, at, tag::any), wei_any(wei_dims, dt::s8, tag::any),
-        dst_any(dst_dims, dt::s32, tag::any);
+        dst_md(dst_dims, dt::s32, tag::nhwc), wei_any(wei_dims, dt::s8, tag::any);
     dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference,
-                                      dnnl::algorithm::convolution_direct, src_any, wei_any,
-                                      dnnl::memory::desc(), dst_any, du::Dims{g.sh, g.sw},
+                                      dnnl::algorithm::convolution_direct, src_md, wei_any,
+                                      dnnl::memory::desc(), dst_md, du::Dims{g.sh, g.sw},
                                       du::Dims{g.dh - 1, g.dw - 1}, pad_l, pad_r);
     dnnl::convolution_forward::primitive_desc pd(d, du::attr(), du::engine());
     return du::CachedPrimitive{dnnl::convolution_forward(pd),
-                               {du::make_arg(DNNL_ARG_SRC, src_user, pd.src_desc()),
+                               {du::make_arg(DNNL_ARG_SRC, src_md, pd.src_desc()),
                                 du::make_arg(DNNL_ARG_WEIGHTS, wei_user, pd.weights_desc()),
-                                du::make_arg(DNNL_ARG_DST, dst_user, pd.dst_desc(), true)},
+                                du::make_arg(DNNL_ARG_DST, dst_md, pd.dst_desc(), true)},
                                pd.scratchpad_desc()};
   });
   du::execute(ctx.op_name(), *p, {const_cast<void*>(src), ctx.in(3).data, raw});
@@ -179,28 +178,34 @@ template <typename A, typename Y>
 void conv_dnnl(KernelContext& ctx, const Geom& g, const Epilogue<Y>& fin) {
   const A* X = ctx.in(0).ptr<A>();
   const A zx = *ctx.in(2).ptr<A>();
-  const bool padded = g.pt || g.pl || g.pb || g.pr;
-  const void* src = X;
-  int64_t hin = g.H, win = g.W;
-  du::Dims pad_l{g.pt, g.pl}, pad_r{g.pb, g.pr};
-  if (padded && zx != 0) {
-    // pad with the zero point ourselves: oneDNN pads with 0
-    hin = g.H + g.pt + g.pb, win = g.W + g.pl + g.pr;
-    A* P = static_cast<A*>(ctx.scratch(static_cast<size_t>(g.N * g.C * hin * win) * sizeof(A)));
-    ctx.parallel_for(g.N * g.C, 1, [&](int64_t p0, int64_t p1) {
-      for (int64_t pc = p0; pc < p1; ++pc) {
-        A* dst = P + pc * hin * win;
-        std::fill(dst, dst + hin * win, zx);
-        for (int64_t h = 0; h < g.H; ++h)
-          std::memcpy(dst + (h + g.pt) * win + g.pl, X + (pc * g.H + h) * g.W, g.W * sizeof(A));
-      }
-    });
-    src = P;
-    pad_l = {0, 0}, pad_r = {0, 0};
-  }
+  // oneDNN pads with 0: with a zero point, pad with it here (then every window is full)
+  const bool pad_here = (g.pt || g.pl || g.pb || g.pr) && zx != 0;
+  const int64_t top = pad_here ? g.pt : 0, left = pad_here ? g.pl : 0;
+  const int64_t hin = pad_here ? g.H + g.pt + g.pb : g.H, win = pad_here ? g.W + g.pl + g.pr : g.W;
+  const du::Dims pad_l = pad_here ? du::Dims{0, 0} : du::Dims{g.pt, g.pl},
+                 pad_r = pad_here ? du::Dims{0, 0} : du::Dims{g.pb, g.pr};
+  // x as NHWC, padded with zx where pad_here
+  A* P = static_cast<A*>(ctx.scratch(static_cast<size_t>(g.N * hin * win * g.C) * sizeof(A)));
+  ctx.parallel_for(g.N * hin, std::max<int64_t>(1, 16384 / std::max<int64_t>(win * g.C, 1)),
+                   [&](int64_t r0, int64_t r1) {
+                     for (int64_t r = r0; r < r1; ++r) {
+                       const int64_t n = r / hin, ih = r % hin - top;
+                       A* row = P + r * win * g.C;
+                       for (int64_t w = 0; w < win; ++w) {
+                         const int64_t iw = w - left;
+                         A* px = row + w * g.C;
+                         if (ih < 0 || ih >= g.H || iw < 0 || iw >= g.W) {
+                           std::fill(px, px + g.C, zx);
+                           continue;
+                         }
+                         const A* xs = X + (n * g.C * g.H + ih) * g.W + iw;
+                         for (int64_t c = 0; c < g.C; ++c) px[c] = xs[c * g.H * g.W];
+                       }
+                     }
+                   });
   const int64_t plane = g.OH * g.OW, total = g.N * g.O * plane;
   int32_t* raw = static_cast<int32_t*>(ctx.scratch(static_cast<size_t>(total) * 4));
-  raw_conv_dnnl<A>(ctx, g, src, hin, win, pad_l, pad_r, raw);
+  raw_conv_dnnl<A>(ctx, g, P, hin, win, pad_l, pad_r, raw);
   // every window is full (or pads with 0 = x_zp): sum (x - zx) w = sum x w - zx sum w
   const int8_t* Wt = ctx.in(3).ptr<int8_t>();
   const int64_t wn = g.window();
@@ -210,12 +215,17 @@ void conv_dnnl(KernelContext& ctx, const Geom& g, const Epilogue<Y>& fin) {
     for (int64_t i = 0; i < wn; ++i) s += Wt[o * wn + i];
     corr[o] = int32_t{zx} * s;
   }
-  ctx.parallel_for(g.N * g.O, std::max<int64_t>(1, 16384 / std::max<int64_t>(plane, 1)),
-                   [&](int64_t t0, int64_t t1) {
-                     for (int64_t t = t0; t < t1; ++t) {
-                       const int64_t o = t % g.O;
-                       for (int64_t i = t * plane; i < (t + 1) * plane; ++i)
-                         fin(i, o, raw[i] - corr[o]);
+  // raw is NHWC, the output NCHW: one output row (n, oh) per task
+  ctx.parallel_for(g.N * g.OH, std::max<int64_t>(1, 16384 / std::max<int64_t>(g.OW * g.O, 1)),
+                   [&](int64_t r0, int64_t r1) {
+                     for (int64_t r = r0; r < r1; ++r) {
+                       const int64_t n = r / g.OH, oh = r % g.OH;
+                       for (int64_t ow = 0; ow < g.OW; ++ow) {
+                         const int32_t* px = raw + (r * g.OW + ow) * g.O;
+                         const int64_t base = (n * g.O * g.OH + oh) * g.OW + ow;
+                         for (int64_t o = 0; o < g.O; ++o)
+                           fin(base + o * plane, o, px[o] - corr[o]);
+                       }
                      }
                    });
 }

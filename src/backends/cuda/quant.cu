@@ -9,14 +9,12 @@
 
 #include "backends/cuda/cuda_common.cuh"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/quant_gemm.h"
 #include "backends/quant_math.h"
 
 namespace kiln::cuda {
 
 void quantized_conv(KernelContext& ctx);  // quant_conv.cu
-// quantized_matmul through cuBLASLt where its int8 rules allow (quant_gemm.cu); false: nothing
-// was enqueued.
-bool quantized_matmul_lt(KernelContext& ctx, int64_t m, int64_t n, int64_t k, bool transpose_w);
 
 namespace {
 
@@ -225,8 +223,7 @@ void register_quant_kernels() {
   register_kernel(OpId::FakeQuantize, Backend::cuda, {fake_quantize, kFloatTypes, 0, true});
   register_kernel(OpId::QuantizedMatmul, Backend::cuda,
                   {quantized_matmul, DTypeSet{i8, u8}, 0, false});
-  register_kernel(OpId::QuantizedConv, Backend::cuda,
-                  {quantized_conv, DTypeSet{i8, u8}, 0, false});
+  register_kernel(OpId::QuantizedConv, Backend::cuda, {quantized_conv, DTypeSet{i8, u8}, 0, false});
 }
 
 }  // namespace kiln::cuda

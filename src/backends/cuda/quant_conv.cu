@@ -1,9 +1,13 @@
-// CUDA kernel of quantized_conv: one thread per output element, the exact i32 sum of
+// CUDA kernel of quantized_conv. Exact kernel: one thread per output element, the i32 sum of
 // (x - x_zp)(w - w_zp) over its window (padded positions hold x_zp, i.e. the real value 0) plus
 // an i32 bias, then the epilogue the CPU kernel runs (backends/quant_math.h), so results agree
-// bit for bit.
+// bit for bit. Fast path (groups 1, shapes cuBLASLt's int8 product takes, quant_gemm.h): im2col
+// into i8 rows (u8 shifted by 128, pads holding the shifted zero point), the int8 GEMM against
+// the (O, C kh kw) weights, and one epilogue applying the zero points through row sums; the same
+// integers, so the same results.
 #include "backends/cuda/cuda_common.cuh"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/quant_gemm.h"
 #include "backends/quant_math.h"
 
 namespace kiln::cuda {
@@ -50,9 +54,107 @@ __global__ void quantized_conv_kernel(const A* __restrict__ x, const float* __re
     if (ibias) acc += ibias[o];
     const double mult =
         static_cast<double>(sx[0]) * static_cast<double>(sw[g.per_channel_scale ? o : 0]);
-    out[t] = quant_math::requantize<Y>(acc, mult, bias ? bias[o] : 0.0, res ? res[t] : 0.0,
-                                       g.relu, static_cast<double>(sy[0]), zy[0]);
+    out[t] = quant_math::requantize<Y>(acc, mult, bias ? bias[o] : 0.0, res ? res[t] : 0.0, g.relu,
+                                       static_cast<double>(sy[0]), zy[0]);
   }
+}
+
+// ---- groups == 1 through cuBLASLt: im2col into i8 rows, raw (M = N OH OW, O) = col · wᵀ ----
+
+// col[r, (c, kh, kw)] = x - shift at the window's pixel, x_zp - shift where it pads (so that
+// every window is full and (x - x_zp) is 0 there), r = (n, oh, ow).
+template <typename A>
+__global__ void im2col_i8(const A* __restrict__ x, const A* __restrict__ zx,
+                          int8_t* __restrict__ col, QConvArgs g, int32_t shift) {
+  const int64_t k = g.C * g.KH * g.KW, rows = g.N * g.OH * g.OW, total = rows * k;
+  const int32_t pad = int32_t{zx[0]} - shift;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
+       i += int64_t{blockDim.x} * gridDim.x) {
+    const int64_t r = i / k, j = i % k;
+    const int64_t kw = j % g.KW, kh = (j / g.KW) % g.KH, c = j / (g.KW * g.KH);
+    const int64_t ow = r % g.OW, oh = (r / g.OW) % g.OH, n = r / (g.OW * g.OH);
+    const int64_t ih = oh * g.sh - g.pt + kh * g.dh, iw = ow * g.sw - g.pl + kw * g.dw;
+    const bool in = ih >= 0 && ih < g.H && iw >= 0 && iw < g.W;
+    col[i] =
+        static_cast<int8_t>(in ? int32_t{x[((n * g.C + c) * g.H + ih) * g.W + iw]} - shift : pad);
+  }
+}
+
+template <typename W>
+__global__ void shift_i8(const W* __restrict__ w, int8_t* __restrict__ out, int64_t n,
+                         int32_t shift) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{blockDim.x} * gridDim.x)
+    out[i] = static_cast<int8_t>(int32_t{w[i]} - shift);
+}
+
+// With shifted x', w' and zero points: sum (x' - zx')(w' - zw') over a full window
+//   = raw - zx' wsum[o] - zw' colsum[r] + K zx' zw', modulo 2^32 (the exact sum fits).
+template <typename A, typename W, typename Y>
+__global__ void qconv_gemm_epilogue(
+    const int32_t* __restrict__ raw, const int32_t* __restrict__ col_sums,
+    const int32_t* __restrict__ w_sums, const float* __restrict__ sx, const A* __restrict__ zx,
+    const float* __restrict__ sw, const W* __restrict__ zw, const float* __restrict__ sy,
+    const Y* __restrict__ zy, const float* __restrict__ bias, const int32_t* __restrict__ ibias,
+    const float* __restrict__ res, Y* __restrict__ out, QConvArgs g, int32_t shift_x,
+    int32_t shift_w) {
+  const int64_t plane = g.OH * g.OW, total = g.N * g.O * plane, k = g.C * g.KH * g.KW;
+  const int32_t zx_s = int32_t{zx[0]} - shift_x;
+  for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; t < total;
+       t += int64_t{blockDim.x} * gridDim.x) {
+    const int64_t p = t % plane, o = (t / plane) % g.O, n = t / (plane * g.O);
+    const int64_t r = n * plane + p;
+    const int32_t zw_s = int32_t{zw[g.per_channel_zp ? o : 0]} - shift_w;
+    const uint32_t u =
+        static_cast<uint32_t>(raw[r * g.O + o]) -
+        static_cast<uint32_t>(zx_s) * static_cast<uint32_t>(w_sums[o]) -
+        static_cast<uint32_t>(zw_s) * static_cast<uint32_t>(col_sums[r]) +
+        static_cast<uint32_t>(k) * static_cast<uint32_t>(zx_s) * static_cast<uint32_t>(zw_s);
+    int32_t acc = static_cast<int32_t>(u);
+    if (ibias) acc += ibias[o];
+    const double mult =
+        static_cast<double>(sx[0]) * static_cast<double>(sw[g.per_channel_scale ? o : 0]);
+    out[t] = quant_math::requantize<Y>(acc, mult, bias ? bias[o] : 0.0, res ? res[t] : 0.0, g.relu,
+                                       static_cast<double>(sy[0]), zy[0]);
+  }
+}
+
+// The im2col matrix must stay reasonable in scratch.
+constexpr int64_t kMaxColBytes = int64_t{256} << 20;
+
+template <typename A, typename W, typename Y>
+bool conv_lt(KernelContext& ctx, const QConvArgs& g, const float* bias, const int32_t* ibias,
+             const float* res) {
+  const int64_t m = g.N * g.OH * g.OW, n = g.O, k = g.C * g.KH * g.KW;
+  if (g.G != 1 || !int8_gemm_fits(m, n, k) || m * k > kMaxColBytes) return false;
+  const TensorView& tw = ctx.in(3);
+  const bool w_direct = std::is_same_v<W, int8_t>;
+  const uint32_t align_w = w_direct ? pointer_alignment(tw.data) : 256u;
+  if (!int8_gemm_available(ctx.device(), m, n, k, 256u, align_w)) return false;
+  constexpr int32_t shift_x = std::is_same_v<A, uint8_t> ? 128 : 0;
+  constexpr int32_t shift_w = std::is_same_v<W, uint8_t> ? 128 : 0;
+  cudaStream_t st = stream_of(ctx);
+  auto* col = static_cast<int8_t*>(ctx.scratch(static_cast<size_t>(m * k)));
+  im2col_i8<A><<<blocks_for(m * k), kThreads, 0, st>>>(ctx.in(0).ptr<A>(), ctx.in(2).ptr<A>(), col,
+                                                       g, shift_x);
+  const int8_t* w8 = static_cast<const int8_t*>(tw.data);
+  if (!w_direct) {
+    auto* buf = static_cast<int8_t*>(ctx.scratch(static_cast<size_t>(n * k)));
+    shift_i8<W><<<blocks_for(n * k), kThreads, 0, st>>>(tw.ptr<W>(), buf, n * k, shift_w);
+    w8 = buf;
+  }
+  auto* sums = static_cast<int32_t*>(ctx.scratch(static_cast<size_t>(m + n) * 4));
+  int8_row_sums(col, m, k, sums, st);
+  int8_row_sums(w8, n, k, sums + m, st);
+  check_launch(ctx.op_name());
+  auto* raw = static_cast<int32_t*>(ctx.scratch(static_cast<size_t>(m * n) * 4));
+  int8_gemm(ctx, col, w8, raw, m, n, k, 256u, align_w);
+  qconv_gemm_epilogue<A, W, Y><<<blocks_for(ctx.out(0).numel()), kThreads, 0, st>>>(
+      raw, sums, sums + m, ctx.in(1).ptr<float>(), ctx.in(2).ptr<A>(), ctx.in(4).ptr<float>(),
+      ctx.in(5).ptr<W>(), ctx.in(6).ptr<float>(), ctx.in(7).ptr<Y>(), bias, ibias, res,
+      ctx.out(0).ptr<Y>(), g, shift_x, shift_w);
+  check_launch(ctx.op_name());
+  return true;
 }
 
 }  // namespace
@@ -62,10 +164,24 @@ void quantized_conv(KernelContext& ctx) {
   if (ty.numel() == 0) return;
   const auto &s = ctx.attrs().ints("stride"), &d = ctx.attrs().ints("dilation"),
              &p = ctx.attrs().ints("pads");
-  QConvArgs g{tx.shape[0], tx.shape[1], tx.shape[2], tx.shape[3], tw.shape[0],
-              tw.shape[2], tw.shape[3], ty.shape[2], ty.shape[3], ctx.attrs().i("groups"),
-              s[0],        s[1],        d[0],        d[1],        p[0],
-              p[1],        ctx.attrs().b("relu"),    ctx.in(4).numel() != 1,
+  QConvArgs g{tx.shape[0],
+              tx.shape[1],
+              tx.shape[2],
+              tx.shape[3],
+              tw.shape[0],
+              tw.shape[2],
+              tw.shape[3],
+              ty.shape[2],
+              ty.shape[3],
+              ctx.attrs().i("groups"),
+              s[0],
+              s[1],
+              d[0],
+              d[1],
+              p[0],
+              p[1],
+              ctx.attrs().b("relu"),
+              ctx.in(4).numel() != 1,
               ctx.in(5).numel() != 1};
   int next = 8;
   const float* bias = nullptr;
@@ -92,6 +208,7 @@ void quantized_conv(KernelContext& ctx) {
         using A = decltype(at);
         using W = decltype(wt);
         using Y = decltype(yt);
+        if (conv_lt<A, W, Y>(ctx, g, bias, ibias, res)) return;
         quantized_conv_kernel<A, W, Y><<<blocks_for(ty.numel()), kThreads, 0, stream_of(ctx)>>>(
             tx.ptr<A>(), ctx.in(1).ptr<float>(), ctx.in(2).ptr<A>(), tw.ptr<W>(),
             ctx.in(4).ptr<float>(), ctx.in(5).ptr<W>(), ctx.in(6).ptr<float>(), ctx.in(7).ptr<Y>(),

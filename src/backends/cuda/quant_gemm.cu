@@ -20,6 +20,7 @@
 #include "backends/cuda/handles.h"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/library_check.h"
+#include "backends/cuda/quant_gemm.h"
 #include "backends/quant_math.h"
 
 namespace kiln::cuda {
@@ -27,8 +28,6 @@ namespace kiln::cuda {
 namespace {
 
 constexpr size_t kMaxWorkspace = size_t{32} << 20;
-// Smaller products run faster in the exact kernel than as four launches and a library call.
-constexpr int64_t kMinWork = int64_t{1} << 18;
 
 template <typename T, void (*Destroy)(T)>
 struct LtHandle {
@@ -179,11 +178,11 @@ __global__ void qmm_epilogue(const int32_t* __restrict__ raw, const int32_t* __r
     const int64_t r = t / g.n, j = t % g.n, c = g.per_channel ? j : 0;
     const int32_t zw_s = int32_t{zw[c]} - g.shift_w;
     // modulo 2^32 (the terms may overflow; the exact sum fits)
-    const uint32_t u = static_cast<uint32_t>(raw[t]) -
-                       static_cast<uint32_t>(za_s) * static_cast<uint32_t>(w_sums[j]) -
-                       static_cast<uint32_t>(zw_s) * static_cast<uint32_t>(a_sums[r]) +
-                       static_cast<uint32_t>(g.k) * static_cast<uint32_t>(za_s) *
-                           static_cast<uint32_t>(zw_s);
+    const uint32_t u =
+        static_cast<uint32_t>(raw[t]) -
+        static_cast<uint32_t>(za_s) * static_cast<uint32_t>(w_sums[j]) -
+        static_cast<uint32_t>(zw_s) * static_cast<uint32_t>(a_sums[r]) +
+        static_cast<uint32_t>(g.k) * static_cast<uint32_t>(za_s) * static_cast<uint32_t>(zw_s);
     const int32_t acc = static_cast<int32_t>(u);
     out[t] = quant_math::requantize<Y>(acc, static_cast<double>(sa[0]) * static_cast<double>(sw[c]),
                                        bias ? bias[j] : 0.0, res ? res[t] : 0.0, g.relu,
@@ -191,30 +190,58 @@ __global__ void qmm_epilogue(const int32_t* __restrict__ raw, const int32_t* __r
   }
 }
 
+}  // namespace
+
+bool int8_gemm_available(int device, int64_t m, int64_t n, int64_t k, uint32_t align_a,
+                         uint32_t align_w) {
+  return plan_for(Key{device, m, n, k, align_a, align_w})->found;
+}
+
+void int8_gemm(KernelContext& ctx, const int8_t* a8, const int8_t* w8, int32_t* raw, int64_t m,
+               int64_t n, int64_t k, uint32_t align_a, uint32_t align_w) {
+  const auto plan = plan_for(Key{ctx.device(), m, n, k, align_a, align_w});
+  if (!plan->found)
+    fail<UnsupportedError>("[{}] cuBLASLt has no int8 algorithm for ({}, {}) x ({}, {})",
+                           ctx.op_name(), m, k, k, n);
+  void* ws = plan->workspace ? ctx.scratch(plan->workspace) : nullptr;
+  MatmulDesc desc;
+  make_desc(desc);
+  const int32_t one = 1, zero = 0;
+  KILN_CUBLAS_CHECK(cublasLtMatmul(cublaslt_handle(ctx.device()), desc.h, &one, w8, plan->w.h, a8,
+                                   plan->a.h, &zero, raw, plan->d.h, raw, plan->d.h, &plan->algo,
+                                   ws, plan->workspace, stream_of(ctx)));
+}
+
+void int8_row_sums(const int8_t* v, int64_t rows, int64_t k, int32_t* sums, cudaStream_t st) {
+  if (rows > 0) row_sums<<<blocks_for(rows), kThreads, 0, st>>>(v, rows, k, sums);
+}
+
+uint32_t pointer_alignment(const void* p) { return alignment_of(p); }
+
+namespace {
+
 template <typename A, typename W, typename Y>
 bool run(KernelContext& ctx, int64_t m, int64_t n, int64_t k, bool tw) {
   const TensorView &ta = ctx.in(0), &tw_ = ctx.in(3);
   // operands used in place when they are i8 already (and w in (N, K)); else converted to scratch
   const bool a_direct = std::is_same_v<A, int8_t>;
   const bool w_direct = std::is_same_v<W, int8_t> && tw;
-  Key key{ctx.device(), m, n, k, a_direct ? alignment_of(ta.data) : 256u,
-          w_direct ? alignment_of(tw_.data) : 256u};
-  const auto plan = plan_for(key);
-  if (!plan->found) return false;
+  const uint32_t align_a = a_direct ? alignment_of(ta.data) : 256u,
+                 align_w = w_direct ? alignment_of(tw_.data) : 256u;
+  if (!int8_gemm_available(ctx.device(), m, n, k, align_a, align_w)) return false;
   cudaStream_t st = stream_of(ctx);
   const int8_t* a8 = static_cast<const int8_t*>(ta.data);
   if (!a_direct) {
     auto* buf = static_cast<int8_t*>(ctx.scratch(static_cast<size_t>(m * k)));
-    to_i8<A><<<blocks_for(m * k), kThreads, 0, st>>>(ta.ptr<A>(), buf, m, k, false,
-                                                      shift_of<A>());
+    to_i8<A><<<blocks_for(m * k), kThreads, 0, st>>>(ta.ptr<A>(), buf, m, k, false, shift_of<A>());
     a8 = buf;
   }
   const int8_t* w8 = static_cast<const int8_t*>(tw_.data);
   if (!w_direct) {
     auto* buf = static_cast<int8_t*>(ctx.scratch(static_cast<size_t>(n * k)));
     // (N, K) from (N, K) or, transposed, from matmul's (K, N)
-    to_i8<W><<<blocks_for(n * k), kThreads, 0, st>>>(tw_.ptr<W>(), buf, tw ? n : k, tw ? k : n,
-                                                      !tw, shift_of<W>());
+    to_i8<W><<<blocks_for(n * k), kThreads, 0, st>>>(tw_.ptr<W>(), buf, tw ? n : k, tw ? k : n, !tw,
+                                                     shift_of<W>());
     w8 = buf;
   }
   auto* sums = static_cast<int32_t*>(ctx.scratch(static_cast<size_t>(m + n) * 4));
@@ -222,17 +249,16 @@ bool run(KernelContext& ctx, int64_t m, int64_t n, int64_t k, bool tw) {
   row_sums<<<blocks_for(n), kThreads, 0, st>>>(w8, n, k, sums + m);
   check_launch(ctx.op_name());
   auto* raw = static_cast<int32_t*>(ctx.scratch(static_cast<size_t>(m * n) * 4));
-  void* ws = plan->workspace ? ctx.scratch(plan->workspace) : nullptr;
-  MatmulDesc desc;
-  make_desc(desc);
-  const int32_t one = 1, zero = 0;
-  KILN_CUBLAS_CHECK(cublasLtMatmul(cublaslt_handle(ctx.device()), desc.h, &one, w8, plan->w.h, a8,
-                                   plan->a.h, &zero, raw, plan->d.h, raw, plan->d.h, &plan->algo,
-                                   ws, plan->workspace, st));
+  int8_gemm(ctx, a8, w8, raw, m, n, k, align_a, align_w);
   int next = 8;
   const float* bias = ctx.attrs().b("has_bias", false) ? ctx.in(next++).ptr<float>() : nullptr;
   const float* res = ctx.attrs().b("has_residual", false) ? ctx.in(next).ptr<float>() : nullptr;
-  const EpilogueArgs g{m, n, k, shift_of<A>(), shift_of<W>(), ctx.attrs().b("relu"),
+  const EpilogueArgs g{m,
+                       n,
+                       k,
+                       shift_of<A>(),
+                       shift_of<W>(),
+                       ctx.attrs().b("relu"),
                        ctx.in(4).numel() != 1 || n == 1};
   qmm_epilogue<A, W, Y><<<blocks_for(m * n), kThreads, 0, st>>>(
       raw, sums, sums + m, ctx.in(1).ptr<float>(), ctx.in(2).ptr<A>(), ctx.in(4).ptr<float>(),
@@ -245,9 +271,7 @@ bool run(KernelContext& ctx, int64_t m, int64_t n, int64_t k, bool tw) {
 }  // namespace
 
 bool quantized_matmul_lt(KernelContext& ctx, int64_t m, int64_t n, int64_t k, bool transpose_w) {
-  if (m <= 0 || n <= 0 || k <= 0 || k % 4 != 0 || n % 4 != 0 || m * n * k < kMinWork ||
-      m > INT32_MAX || n > INT32_MAX || k > (int64_t{1} << 16))
-    return false;
+  if (!int8_gemm_fits(m, n, k)) return false;
   bool done = false;
   auto q8 = [&](DType t, auto&& f) {
     if (t == DType::i8)

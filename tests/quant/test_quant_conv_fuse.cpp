@@ -1,0 +1,154 @@
+// fuse_quant on convolutions: dequantize -> conv2d (+ bias) (+ residual) (+ relu) -> quantize
+// runs as one quantized_conv within 1 LSB of the same graph compiled without the pass, on fresh
+// random data (tests/quant/conv_reference.h has the problems); the bias as conv's input or an add
+// of a channel-shaped constant. ONNX: a QDQ conv model fuses, and QLinearConv imports as one
+// quantized_conv that matches the spec's definition bit for bit.
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "kiln/onnx.h"
+#include "kiln/ops/quant.h"
+#include "quant/conv_reference.h"
+#include "support/reference.h"
+
+namespace kiln {
+namespace {
+using namespace kiln::test;
+
+int conv_steps(const Executable& exe, const std::string& op) {
+  int c = 0;
+  for (const auto& s : exe.placement()) c += s.op == op;
+  return c;
+}
+
+enum class BiasForm { conv_input, add_o11, add_1o11 };
+
+// The QDQ graph of a problem: quantized x dequantized, int8 weights dequantized (per channel
+// along axis 0), conv2d, bias in `form`, residual, relu, quantize.
+Tensor qdq_conv(Graph& g, const ConvProblem& p, const ConvData& d, const Tensor& x, BiasForm form) {
+  const Tensor dx = dequantize(x, g.constant(d.sx), g.constant(d.zx));
+  const Tensor dw = dequantize(g.constant(d.w), g.constant(d.sw), g.constant(d.zw), {.axis = 0});
+  const bool in_conv = p.bias && form == BiasForm::conv_input;
+  Tensor y = conv2d(dx, dw, in_conv ? std::optional<Tensor>(g.constant(d.bias)) : std::nullopt,
+                    conv_options(p));
+  if (p.bias && !in_conv)
+    y = reshape(g.constant(d.bias),
+                form == BiasForm::add_o11 ? Shape{p.o, 1, 1} : Shape{1, p.o, 1, 1}) +
+        y;
+  if (p.residual) y = y + g.constant(d.res);
+  if (p.relu) y = relu(y);
+  return quantize(y, g.constant(d.sy), g.constant(d.zy));
+}
+
+TEST(QuantizedConvFusion, FusedEqualsUnfusedWithinOneLsb) {
+  int i = 0;
+  for (const ConvProblem& p : conv_problems()) {
+    const auto form = static_cast<BiasForm>(i++ % 3);
+    SCOPED_TRACE(describe(p) + " bias form " + std::to_string(static_cast<int>(form)));
+    const ConvData d = random_conv_data(p);
+    Graph g;
+    auto x = g.placeholder(p.x, p.xt, "x");
+    const Tensor y = qdq_conv(g, p, d, x, form);
+    CompileOptions off;
+    off.fuse_quant = false;
+    const Executable fused = g.compile(default_device(), {}, {y});
+    const Executable plain = g.compile(default_device(), {}, {y}, off);
+    EXPECT_EQ(conv_steps(fused, "quantized_conv"), 1) << fused.dump();
+    EXPECT_EQ(conv_steps(fused, "conv"), 0);
+    EXPECT_EQ(conv_steps(plain, "quantized_conv"), 0);
+    const Array yf = fused.run({{x, d.x}})[0].to(Device::cpu());
+    const Array yp = plain.run({{x, d.x}})[0].to(Device::cpu());
+    expect_conv_within_lsb(yf, to_f64(yp), 1);
+    expect_conv_within_lsb(yf, conv_reference(p, d), 1);
+  }
+}
+
+TEST(QuantizedConvFusion, NotFusedWhenAnIntermediateIsReadElsewhere) {
+  const ConvProblem p = conv_problems()[0];
+  const ConvData d = random_conv_data(p);
+  Graph g;
+  auto x = g.placeholder(p.x, p.xt, "x");
+  const Tensor dx = dequantize(x, g.constant(d.sx), g.constant(d.zx));
+  const Tensor dw = dequantize(g.constant(d.w), g.constant(d.sw), g.constant(d.zw), {.axis = 0});
+  const Tensor c = conv2d(dx, dw, g.constant(d.bias), conv_options(p));
+  const Tensor y = quantize(relu(c + g.constant(d.res)), g.constant(d.sy), g.constant(d.zy));
+  const Executable exe = g.compile(default_device(), {}, {y, c});
+  EXPECT_EQ(conv_steps(exe, "quantized_conv"), 0);
+  const auto out = exe.run({{x, d.x}});
+  expect_conv_within_lsb(out[0].to(Device::cpu()), conv_reference(p, d), 1);
+}
+
+// A (W)-shaped add broadcasts along the width, not the channels: no bias, no fusion.
+TEST(QuantizedConvFusion, WidthBroadcastIsNotABias) {
+  ConvProblem p = conv_problems()[3];  // 1x1, output (2, 5, 5, 6)
+  p.bias = false;
+  const ConvData d = random_conv_data(p);
+  Graph g;
+  auto x = g.placeholder(p.x, p.xt, "x");
+  const Tensor dx = dequantize(x, g.constant(d.sx), g.constant(d.zx));
+  const Tensor dw = dequantize(g.constant(d.w), g.constant(d.sw), g.constant(d.zw), {.axis = 0});
+  const Tensor c = conv2d(dx, dw, std::nullopt, conv_options(p));
+  const Tensor y =
+      quantize(c + g.constant(random_array({6}, f32)), g.constant(d.sy), g.constant(d.zy));
+  EXPECT_EQ(conv_steps(g.compile(default_device(), {}, {y}), "quantized_conv"), 0);
+}
+
+std::string data_file(const std::string& name) {
+  return std::string(KILN_QUANT_DATA_DIR) + "/" + name;
+}
+
+TEST(QuantizedConvFusion, QdqOnnxModelFusesWithinOneLsb) {
+  const onnx::Model m = onnx::import(data_file("qdq_conv.onnx"));
+  CompileOptions off;
+  off.fuse_quant = false;
+  const Executable fused = m.graph.compile(default_device(), m.feed_shapes(), m.output_tensors());
+  const Executable plain =
+      m.graph.compile(default_device(), m.feed_shapes(), m.output_tensors(), off);
+  EXPECT_EQ(conv_steps(fused, "quantized_conv"), 2) << fused.dump();
+  EXPECT_EQ(conv_steps(fused, "conv"), 0);
+  EXPECT_EQ(conv_steps(plain, "quantized_conv"), 0);
+  const Array x = random_array({2, 4, 10, 10}, f32, -2, 2);
+  const Array res = random_array({2, 4, 5, 5}, f32, -1, 1);
+  const auto yf = fused.run({{"x", x}, {"res", res}});
+  const auto yp = plain.run({{"x", x}, {"res", res}});
+  ASSERT_EQ(yf.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    SCOPED_TRACE("output " + std::to_string(i));
+    expect_conv_within_lsb(yf[i].to(Device::cpu()), to_f64(yp[i].to(Device::cpu())), 1);
+  }
+}
+
+// A package keeps the fused convolutions (the loader checks their inputs and geometry) and runs
+// as the executable did.
+TEST(QuantizedConvFusion, PackageRoundTrip) {
+  const onnx::Model m = onnx::import(data_file("qdq_conv.onnx"));
+  const Executable exe = m.graph.compile(Device::cpu(), m.feed_shapes(), m.output_tensors());
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("kiln_qconv_" + std::to_string(seed()) + ".kiln"))
+          .string();
+  exe.save(path);
+  const Executable back = Executable::load(path, Device::cpu());
+  std::remove(path.c_str());
+  EXPECT_EQ(conv_steps(back, "quantized_conv"), 2);
+  const Array x = random_array({2, 4, 10, 10}, f32, -2, 2);
+  const Array res = random_array({2, 4, 5, 5}, f32, -1, 1);
+  const auto a = exe.run({{"x", x}, {"res", res}}), b = back.run({{"x", x}, {"res", res}});
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(to_f64(a[i]), to_f64(b[i]));
+}
+
+TEST(QuantizedConvFusion, QLinearConvImportsAsOneNodeMatchingTheSpec) {
+  const onnx::Model m = onnx::import(data_file("qlinear_conv.onnx"));
+  const Executable exe = m.graph.compile(default_device(), m.feed_shapes(), m.output_tensors());
+  EXPECT_EQ(conv_steps(exe, "quantized_conv"), 1) << exe.dump();
+  EXPECT_EQ(conv_steps(exe, "conv"), 0);
+  const Array x = Array::load_npy(data_file("qlinear_conv_x.npy"));
+  const Array want = Array::load_npy(data_file("qlinear_conv_y.npy"));
+  const Array y = exe.run({{"x", x}})[0].to(Device::cpu());
+  EXPECT_EQ(y.dtype(), u8);
+  expect_conv_within_lsb(y, to_f64(want), 0);
+}
+
+}  // namespace
+}  // namespace kiln
