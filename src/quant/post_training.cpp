@@ -122,8 +122,7 @@ class Planner {
         info.quantized = false;
         info.per_channel = false;
         info.skipped_reason =
-            "its result is a returned value, kept float (PtqOptions::quantize_outputs, "
-            "--quantize-outputs)";
+            "its result is a returned value, kept float (quantize_outputs quantizes it)";
         continue;
       }
       observe(c.x);

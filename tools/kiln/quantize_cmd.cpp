@@ -155,6 +155,9 @@ int steps_of(const Executable& exe, const std::string& op) {
 void quantize_model(const QuantizeCmdOptions& o) {
   if (o.per_channel && o.per_tensor)
     throw ValueError("[quantize] --per-channel and --per-tensor exclude each other");
+  if (o.method != "minmax" && o.method != "percentile" && o.method != "entropy")
+    throw ValueError(fmt::format("[quantize] --method takes minmax, percentile or entropy, not '{}'",
+                                 o.method));
   PtqOptions po;
   po.method = parse_calibration_method(o.method);
   po.percentile = o.percentile;
@@ -181,12 +184,20 @@ void quantize_model(const QuantizeCmdOptions& o) {
     for (const auto& in : source.inputs()) inputs.push_back({in.name, in.shape, in.dtype});
     for (const auto& out : package_outputs(source)) output_names.push_back(out.name);
   } else {
+    // --shape is the package's shape: calibration batches keep theirs, unless the model imports
+    // only with its shapes fixed
     const std::map<std::string, Shape> given = parse_shapes(o.shapes);
+    const std::map<std::string, Array> values = load_inputs(o.values, "--value");
     try {
-      model = import_model(o.model, given, load_inputs(o.values, "--value"), -1);
+      model = import_model(o.model, {}, values, -1);
     } catch (const ShapeError& e) {
-      throw ShapeError(fmt::format("{} (fix the input shapes with --shape NAME=dims)", e.what()));
+      if (given.empty())
+        throw ShapeError(fmt::format("{} (fix the input shapes with --shape NAME=dims)", e.what()));
+      model = import_model(o.model, given, values, -1);
     }
+    std::vector<std::string> named;
+    for (const auto& [n, s] : given) named.push_back(n);
+    check_input_names(*model, named, "--shape");
     for (const auto& in : model->inputs) inputs.push_back({in.name, in.shape, in.dtype});
     for (const auto& out : model->outputs) output_names.push_back(out.name);
     package_shapes = concrete_shapes(*model, given);
