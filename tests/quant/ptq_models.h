@@ -24,14 +24,14 @@ inline Array normal_array(const Shape& s, double stddev, double mean = 0) {
 struct SmallCnn {
   Graph g;
   Tensor x, features, logits;
-  static constexpr int64_t kClasses = 10, kSize = 16, kFeatures = 128;
+  static constexpr int64_t kClasses = 10, kSize = 16, kFeatures = 256;
 
   SmallCnn() : prototypes_(prototypes()), sample_(images(32)) {
     x = g.placeholder({-1, 3, kSize, kSize}, f32, "images");
-    Tensor h = relu(conv_bn(x, 3, 16, 3, 1, "stem"));
-    h = bottleneck(h, 16, 16, 64, 1, "block1");
-    h = bottleneck(h, 64, 32, 128, 2, "block2");
-    h = bottleneck(h, 128, 32, kFeatures, 1, "block3");
+    Tensor h = relu(conv_bn(x, 3, 32, 3, 1, "stem"));
+    h = bottleneck(h, 32, 32, 128, 1, "block1");
+    h = bottleneck(h, 128, 96, 256, 2, "block2");
+    h = bottleneck(h, 256, 96, kFeatures, 1, "block3");
     features = reshape(global_avg_pool(h), {-1, kFeatures});
     classify();
   }
@@ -39,7 +39,7 @@ struct SmallCnn {
   /// `n` images of random classes.
   Array images(int64_t n, std::vector<int64_t>* classes = nullptr) const {
     const int64_t per = 3 * kSize * kSize;
-    Array a = normal_array({n, 3, kSize, kSize}, 0.5);
+    Array a = normal_array({n, 3, kSize, kSize}, 0.4);
     float* p = a.data<float>();
     const float* proto = prototypes_.data<float>();
     std::uniform_int_distribution<int64_t> pick(0, kClasses - 1);
