@@ -264,6 +264,7 @@ void bert(const Args& a, Device device) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress shows when the output goes to a file
   Args a;
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
