@@ -308,8 +308,7 @@ struct QuantWeight {
 QuantWeight quantize_weight(const Array& w, int axis, bool per_channel) {
   const Shape& s = w.shape();
   const std::vector<float> v = w.to_vector<float>();
-  int64_t outer = 1, inner = 1;
-  for (int d = 0; d < axis; ++d) outer *= s[static_cast<size_t>(d)];
+  int64_t inner = 1;  // elements of one channel index in a row
   for (size_t d = static_cast<size_t>(axis) + 1; d < s.size(); ++d) inner *= s[d];
   const int64_t channels = s[static_cast<size_t>(axis)];
   const int64_t nscale = per_channel ? channels : 1;
@@ -328,7 +327,6 @@ QuantWeight quantize_weight(const Array& w, int axis, bool per_channel) {
                                      static_cast<double>(scale[static_cast<size_t>(channel_of(static_cast<int64_t>(i)))]));
     q[i] = static_cast<int8_t>(std::clamp(r, -127.0, 127.0));
   }
-  (void)outer;
   const Shape ss = per_channel ? Shape{channels} : Shape{};
   return {Array::from_vector(q, s), Array::from_vector(scale, ss),
           Array::from_vector(std::vector<int8_t>(scale.size(), 0), ss)};
