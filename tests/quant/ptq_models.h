@@ -26,7 +26,7 @@ struct SmallCnn {
   Tensor x, features, logits;
   static constexpr int64_t kClasses = 10, kSize = 16, kFeatures = 256;
 
-  SmallCnn() : prototypes_(prototypes()), sample_(images(32)) {
+  SmallCnn() : prototypes_(prototypes()), sample_(images(16)) {
     x = g.placeholder({-1, 3, kSize, kSize}, f32, "images");
     Tensor h = relu(conv_bn(x, 3, 32, 3, 1, "stem"));
     h = bottleneck(h, 32, 32, 128, 1, "block1");
