@@ -62,7 +62,11 @@ PtqOptions with_method(CalibrationMethod m) {
 // ranges clipped to the middle of each activation (percentile 75) lose it, which shows the check
 // can fail. One model for every method keeps the test cheap.
 TEST(PostTraining, CnnAgreesWithFloatForEachMethod) {
+#ifdef NDEBUG
   constexpr int64_t kBatch = 64, kTestBatches = 4, kCalibBatches = 4;
+#else  // the sanitizer builds are unoptimized: fewer images
+  constexpr int64_t kBatch = 64, kTestBatches = 2, kCalibBatches = 2;
+#endif
   SmallCnn m;
   std::vector<Feeds> calib;
   for (int b = 0; b < kCalibBatches; ++b) calib.push_back({{m.x, m.images(16)}});
