@@ -50,7 +50,9 @@ uintmax_t package_bytes(const Executable& exe, const std::string& tag) {
   return n;
 }
 
-std::vector<double> host(const Array& a) { return a.to(Device::cpu()).astype(f64).to_vector<double>(); }
+std::vector<double> host(const Array& a) {
+  return a.to(Device::cpu()).astype(f64).to_vector<double>();
+}
 
 double cosine(const std::vector<double>& a, const std::vector<double>& b) {
   double dot = 0, na = 0, nb = 0;
@@ -61,7 +63,8 @@ double cosine(const std::vector<double>& a, const std::vector<double>& b) {
 std::vector<int64_t> argmax_rows(const std::vector<double>& v, int64_t cols) {
   std::vector<int64_t> r;
   for (size_t i = 0; i < v.size(); i += static_cast<size_t>(cols))
-    r.push_back(std::max_element(v.begin() + static_cast<long>(i), v.begin() + static_cast<long>(i) + cols) -
+    r.push_back(std::max_element(v.begin() + static_cast<long>(i),
+                                 v.begin() + static_cast<long>(i) + cols) -
                 (v.begin() + static_cast<long>(i)));
   return r;
 }
@@ -86,13 +89,15 @@ void time_three(const std::string& what, const Graph& g, const Tensor& x, const 
     return median_ms([&] { e.run({{t, in}})[0].to(Device::cpu()); }, reps);
   };
   const double tf = timed(f32x, x), tb = timed(bf16x, x), ti = timed(i8x, q.inputs[0]);
-  fmt::print("{} inference, batch {}, {}: f32 {:.1f} ms, bf16 {:.1f} ms ({:.2f}x f32), int8 {:.1f} "
-             "ms ({:.2f}x f32, {:.2f}x bf16)\n",
-             what, shape[0], device.str(), tf, tb, tf / tb, ti, tf / ti, tb / ti);
-  fmt::print("  int8 kernels: {} quantized_conv, {} quantized_matmul; float conv {}, matmul {}, "
-             "linear {}\n",
-             count_steps(i8x, "quantized_conv"), count_steps(i8x, "quantized_matmul"),
-             count_steps(i8x, "conv"), count_steps(i8x, "matmul"), count_steps(i8x, "linear"));
+  fmt::print(
+      "{} inference, batch {}, {}: f32 {:.1f} ms, bf16 {:.1f} ms ({:.2f}x f32), int8 {:.1f} "
+      "ms ({:.2f}x f32, {:.2f}x bf16)\n",
+      what, shape[0], device.str(), tf, tb, tf / tb, ti, tf / ti, tb / ti);
+  fmt::print(
+      "  int8 kernels: {} quantized_conv, {} quantized_matmul; float conv {}, matmul {}, "
+      "linear {}\n",
+      count_steps(i8x, "quantized_conv"), count_steps(i8x, "quantized_matmul"),
+      count_steps(i8x, "conv"), count_steps(i8x, "matmul"), count_steps(i8x, "linear"));
 }
 
 void report_sizes(const std::string& what, const Executable& f, const Executable& q) {
@@ -126,8 +131,9 @@ void resnet(const Args& a, Device device) {
       const int64_t k = static_cast<int64_t>(pick() % kKinds);
       if (kinds) kinds->push_back(k);
       for (int64_t j = 0; j < pixels; ++j)
-        p[i * pixels + j] += protos.data<float>()[k * pixels + j] +
-                             offsets[static_cast<size_t>(k * 3 + j / (a.image_size * a.image_size))];
+        p[i * pixels + j] +=
+            protos.data<float>()[k * pixels + j] +
+            offsets[static_cast<size_t>(k * 3 + j / (a.image_size * a.image_size))];
     }
     return im;
   };
@@ -138,11 +144,12 @@ void resnet(const Args& a, Device device) {
   o.device = device;
   auto t0 = std::chrono::steady_clock::now();
   const QuantizedGraph q = post_training_quantize(g, {logits}, calib, o);
-  fmt::print("quantized ({}) in {:.1f} s: {} ops int8, {} float; weights {:.1f} MiB f32 -> {:.1f} "
-             "MiB int8\n",
-             calibration_method_name(a.method), seconds_since(t0), q.report.quantized(),
-             q.report.skipped(), q.report.weight_bytes_f32 / 1048576.0,
-             q.report.weight_bytes_int8 / 1048576.0);
+  fmt::print(
+      "quantized ({}) in {:.1f} s: {} ops int8, {} float; weights {:.1f} MiB f32 -> {:.1f} "
+      "MiB int8\n",
+      calibration_method_name(a.method), seconds_since(t0), q.report.quantized(),
+      q.report.skipped(), q.report.weight_bytes_f32 / 1048576.0,
+      q.report.weight_bytes_int8 / 1048576.0);
 
   const Executable fx = g.compile(device, {{x, bs}}, {logits});
   const Executable qx = q.graph.compile(device, {{q.inputs[0], bs}}, q.outputs);
@@ -161,14 +168,16 @@ void resnet(const Args& a, Device device) {
   }
   for (int64_t k = 0; k < kKinds; ++k)
     for (int64_t c = 0; c < 1000; ++c)
-      centroid[static_cast<size_t>(k * 1000 + c)] /= static_cast<double>(std::max<int64_t>(count[static_cast<size_t>(k)], 1));
+      centroid[static_cast<size_t>(k * 1000 + c)] /=
+          static_cast<double>(std::max<int64_t>(count[static_cast<size_t>(k)], 1));
   auto nearest = [&](const std::vector<double>& y, size_t row) {
     int64_t best = 0;
     double bd = 1e300;
     for (int64_t k = 0; k < kKinds; ++k) {
       double d = 0;
       for (int64_t c = 0; c < 1000; ++c) {
-        const double e = y[row * 1000 + static_cast<size_t>(c)] - centroid[static_cast<size_t>(k * 1000 + c)];
+        const double e =
+            y[row * 1000 + static_cast<size_t>(c)] - centroid[static_cast<size_t>(k * 1000 + c)];
         d += e * e;
       }
       if (d < bd) bd = d, best = k;
@@ -190,9 +199,10 @@ void resnet(const Args& a, Device device) {
     fall.insert(fall.end(), fy.begin(), fy.end());
     qall.insert(qall.end(), qy.begin(), qy.end());
   }
-  fmt::print("agreement on {} images ({:.0f} s): 1000-way top-1 {:.2f}%, nearest-centroid top-1 "
-             "{:.2f}%, logits cosine {:.5f}\n",
-             n, seconds_since(t0), 100.0 * raw / n, 100.0 * decisive / n, cosine(fall, qall));
+  fmt::print(
+      "agreement on {} images ({:.0f} s): 1000-way top-1 {:.2f}%, nearest-centroid top-1 "
+      "{:.2f}%, logits cosine {:.5f}\n",
+      n, seconds_since(t0), 100.0 * raw / n, 100.0 * decisive / n, cosine(fall, qall));
   time_three("ResNet-50", g, x, logits, q, bs, images(a.batch, nullptr), device, a.reps);
 }
 
@@ -229,9 +239,10 @@ struct Encoder {
 };
 
 void bert(const Args& a, Device device) {
-  fmt::print("== BERT-base-shaped encoder: {} layers, hidden {}, {} heads, FFN {}, seq {}, batch "
-             "{}\n",
-             a.layers, a.hidden, a.heads, a.ffn, a.seq, a.batch);
+  fmt::print(
+      "== BERT-base-shaped encoder: {} layers, hidden {}, {} heads, FFN {}, seq {}, batch "
+      "{}\n",
+      a.layers, a.hidden, a.heads, a.ffn, a.seq, a.batch);
   Encoder m(a, a.batch);
   kiln_bench::Rng rng(5);
   const Shape s{a.batch, a.seq, a.hidden};
@@ -242,11 +253,12 @@ void bert(const Args& a, Device device) {
   o.device = device;
   const auto t0 = std::chrono::steady_clock::now();
   const QuantizedGraph q = post_training_quantize(m.g, {m.y}, calib, o);
-  fmt::print("quantized ({}) in {:.1f} s: {} ops int8, {} float; weights {:.1f} MiB f32 -> {:.1f} "
-             "MiB int8\n",
-             calibration_method_name(a.method), seconds_since(t0), q.report.quantized(),
-             q.report.skipped(), q.report.weight_bytes_f32 / 1048576.0,
-             q.report.weight_bytes_int8 / 1048576.0);
+  fmt::print(
+      "quantized ({}) in {:.1f} s: {} ops int8, {} float; weights {:.1f} MiB f32 -> {:.1f} "
+      "MiB int8\n",
+      calibration_method_name(a.method), seconds_since(t0), q.report.quantized(),
+      q.report.skipped(), q.report.weight_bytes_f32 / 1048576.0,
+      q.report.weight_bytes_int8 / 1048576.0);
   const Executable fx = m.g.compile(device, {}, {m.y});
   const Executable qx = q.graph.compile(device, {}, q.outputs);
   report_sizes("encoder", fx, qx);
@@ -275,15 +287,24 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (k == "--device") a.device = next();
-    else if (k == "--method") a.method = parse_calibration_method(next());
-    else if (k == "--images") a.images = std::stoll(next());
-    else if (k == "--calib-batches") a.calib_batches = std::stoll(next());
-    else if (k == "--batch") a.batch = std::stoll(next());
-    else if (k == "--image-size") a.image_size = std::stoll(next());
-    else if (k == "--seq") a.seq = std::stoll(next());
-    else if (k == "--reps") a.reps = std::stoi(next());
-    else if (k == "--quick") a.quick = true;
+    if (k == "--device")
+      a.device = next();
+    else if (k == "--method")
+      a.method = parse_calibration_method(next());
+    else if (k == "--images")
+      a.images = std::stoll(next());
+    else if (k == "--calib-batches")
+      a.calib_batches = std::stoll(next());
+    else if (k == "--batch")
+      a.batch = std::stoll(next());
+    else if (k == "--image-size")
+      a.image_size = std::stoll(next());
+    else if (k == "--seq")
+      a.seq = std::stoll(next());
+    else if (k == "--reps")
+      a.reps = std::stoi(next());
+    else if (k == "--quick")
+      a.quick = true;
     else {
       std::fprintf(stderr, "unknown option %s (see the header of bench/quant/bench_quant.cpp)\n",
                    k.c_str());

@@ -58,9 +58,9 @@ struct PtqOptions {
 
 /// One activation given a quantize -> dequantize pair.
 struct ActivationRange {
-  std::string name;          // the producing node (or "input x")
-  double min = 0, max = 0;   // observed over the calibration batches
-  double lo = 0, hi = 0;     // the range the method chose
+  std::string name;         // the producing node (or "input x")
+  double min = 0, max = 0;  // observed over the calibration batches
+  double lo = 0, hi = 0;    // the range the method chose
   double scale = 1;
   int64_t zero_point = 0;
   DType dtype = u8;

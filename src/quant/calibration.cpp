@@ -60,8 +60,7 @@ double quantile_edge(const Observer& o, double q, bool from_top) {
   for (int64_t k = 0; k < n; ++k) {
     const int64_t b = from_top ? n - 1 - k : k;
     acc += h[static_cast<size_t>(b)];
-    if (acc >= want)
-      return o.hist_lo() + o.bin_width() * static_cast<double>(from_top ? b : b + 1);
+    if (acc >= want) return o.hist_lo() + o.bin_width() * static_cast<double>(from_top ? b : b + 1);
   }
   return from_top ? o.hist_lo() : o.hist_lo() + o.bin_width() * static_cast<double>(n);
 }
@@ -77,7 +76,8 @@ double entropy_threshold(const std::vector<double>& observed, double width, int 
   if (bins <= nq || width <= 0) return width * static_cast<double>(bins);
   std::vector<double> suffix(static_cast<size_t>(bins) + 1, 0.0);
   for (int64_t b = bins - 1; b >= 0; --b)
-    suffix[static_cast<size_t>(b)] = suffix[static_cast<size_t>(b) + 1] + hist[static_cast<size_t>(b)];
+    suffix[static_cast<size_t>(b)] =
+        suffix[static_cast<size_t>(b) + 1] + hist[static_cast<size_t>(b)];
   double best_kl = std::numeric_limits<double>::infinity();
   int64_t best = bins;
   std::vector<double> p, q;
@@ -101,10 +101,12 @@ double entropy_threshold(const std::vector<double>& observed, double width, int 
       }
       if (nonzero == 0) continue;
       for (int64_t b = start; b < stop; ++b)
-        if (p[static_cast<size_t>(b)] != 0) q[static_cast<size_t>(b)] = sum / static_cast<double>(nonzero);
+        if (p[static_cast<size_t>(b)] != 0)
+          q[static_cast<size_t>(b)] = sum / static_cast<double>(nonzero);
     }
     double ps = 0, qs = 0;
-    for (int64_t b = 0; b < i; ++b) ps += p[static_cast<size_t>(b)], qs += q[static_cast<size_t>(b)];
+    for (int64_t b = 0; b < i; ++b)
+      ps += p[static_cast<size_t>(b)], qs += q[static_cast<size_t>(b)];
     if (ps <= 0 || qs <= 0) continue;
     double kl = 0;
     for (int64_t b = 0; b < i && std::isfinite(kl); ++b) {

@@ -24,23 +24,29 @@ using detail::ValueRef;
 
 const char* calibration_method_name(CalibrationMethod m) {
   switch (m) {
-    case CalibrationMethod::minmax: return "minmax";
-    case CalibrationMethod::percentile: return "percentile";
-    case CalibrationMethod::entropy: return "entropy";
+    case CalibrationMethod::minmax:
+      return "minmax";
+    case CalibrationMethod::percentile:
+      return "percentile";
+    case CalibrationMethod::entropy:
+      return "entropy";
   }
   return "?";
 }
 
 CalibrationMethod parse_calibration_method(const std::string& name) {
-  for (auto m : {CalibrationMethod::minmax, CalibrationMethod::percentile, CalibrationMethod::entropy})
+  for (auto m :
+       {CalibrationMethod::minmax, CalibrationMethod::percentile, CalibrationMethod::entropy})
     if (name == calibration_method_name(m)) return m;
-  fail<ValueError>("[post_training_quantize] unknown calibration method '{}' (minmax, percentile, "
-                   "entropy)",
-                   name);
+  fail<ValueError>(
+      "[post_training_quantize] unknown calibration method '{}' (minmax, percentile, "
+      "entropy)",
+      name);
 }
 
 int PtqReport::quantized() const {
-  return static_cast<int>(std::count_if(ops.begin(), ops.end(), [](auto& o) { return o.quantized; }));
+  return static_cast<int>(
+      std::count_if(ops.begin(), ops.end(), [](auto& o) { return o.quantized; }));
 }
 int PtqReport::skipped() const { return static_cast<int>(ops.size()) - quantized(); }
 
@@ -57,8 +63,9 @@ std::string PtqReport::str() const {
   }
   r += fmt::format("activations: {}\n", activations.size());
   for (const auto& a : activations)
-    r += fmt::format("  {:<40} seen [{:.4g}, {:.4g}]  range [{:.4g}, {:.4g}]  scale {:.4g}  {} zp {}\n",
-                     a.name, a.min, a.max, a.lo, a.hi, a.scale, name(a.dtype), a.zero_point);
+    r += fmt::format(
+        "  {:<40} seen [{:.4g}, {:.4g}]  range [{:.4g}, {:.4g}]  scale {:.4g}  {} zp {}\n", a.name,
+        a.min, a.max, a.lo, a.hi, a.scale, name(a.dtype), a.zero_point);
   r += fmt::format("quantized weights: {} bytes as f32, {} bytes as int8 with their scales\n",
                    weight_bytes_f32, weight_bytes_int8);
   return r;
@@ -78,9 +85,10 @@ bool is_output(const Program& p, ValueRef v) {
 void prepare(Program& p, const std::function<Array(const Node&)>& variable_value) {
   for (Node& n : p.graph.nodes) {
     if (n.op == OpId::Assign)
-      fail<ValueError>("{} the graph assigns a variable (node '{}'): quantization takes an "
-                       "inference graph",
-                       kWho, n.name);
+      fail<ValueError>(
+          "{} the graph assigns a variable (node '{}'): quantization takes an "
+          "inference graph",
+          kWho, n.name);
     if (n.op == OpId::Variable) {
       n.value = variable_value(n).to(Device::cpu()).copy();
       n.op = OpId::Constant;
@@ -149,7 +157,8 @@ class Planner {
   static std::string kind_of(const Node& n, const TensorInfo& x) {
     if (n.op == OpId::Matmul) return "matmul";
     if (n.op == OpId::Linear) return "linear";
-    if (n.op == OpId::Conv) return fmt::format("conv{}d", x.shape.size() >= 2 ? x.shape.size() - 2 : 0);
+    if (n.op == OpId::Conv)
+      return fmt::format("conv{}d", x.shape.size() >= 2 ? x.shape.size() - 2 : 0);
     return "";
   }
 
@@ -171,7 +180,8 @@ class Planner {
         std::find(ex.begin(), ex.end(), kind) != ex.end())
       return skip("excluded");
     for (auto v : n.inputs)
-      if (info(v).dtype != f32) return skip(fmt::format("an input is {}, not f32", name(info(v).dtype)));
+      if (info(v).dtype != f32)
+        return skip(fmt::format("an input is {}, not f32", name(info(v).dtype)));
     const ValueRef x = n.inputs[0], w = n.inputs[1];
     const size_t wrank = n.op == OpId::Conv ? 4 : 2;
     if (!constant(w) || info(w).shape.size() != wrank)
@@ -282,13 +292,14 @@ void check_batches(const Program& p, const std::vector<Batch>& batches) {
         fail<ValueError>("{} calibration batch {} gives no value for input '{}'", kWho, b, n.name);
       const Array& a = it->second;
       if (a.dtype() != n.outputs[0].dtype)
-        fail<DTypeError>("{} calibration batch {}: input '{}' takes {}, the batch gives {}", kWho, b,
-                         n.name, name(n.outputs[0].dtype), name(a.dtype()));
+        fail<DTypeError>("{} calibration batch {}: input '{}' takes {}, the batch gives {}", kWho,
+                         b, n.name, name(n.outputs[0].dtype), name(a.dtype()));
       const Shape& first = batches[0].at(static_cast<int32_t>(i)).shape();
       if (a.shape() != first)
-        fail<ShapeError>("{} calibration batch {}: input '{}' has shape {}, batch 0 has {}: every "
-                         "batch must have the same shapes",
-                         kWho, b, n.name, str(a.shape()), str(first));
+        fail<ShapeError>(
+            "{} calibration batch {}: input '{}' has shape {}, batch 0 has {}: every "
+            "batch must have the same shapes",
+            kWho, b, n.name, str(a.shape()), str(first));
       const Shape& declared = n.outputs[0].shape;
       bool fits = declared.size() == a.shape().size();
       for (size_t d = 0; fits && d < declared.size(); ++d)
@@ -323,8 +334,9 @@ QuantWeight quantize_weight(const Array& w, int axis, bool per_channel) {
     scale[c] = amax[c] > 0 ? static_cast<float>(amax[c] / 127.0) : 1.0f;
   std::vector<int8_t> q(v.size());
   for (size_t i = 0; i < v.size(); ++i) {
-    const double r = std::nearbyint(static_cast<double>(v[i]) /
-                                     static_cast<double>(scale[static_cast<size_t>(channel_of(static_cast<int64_t>(i)))]));
+    const double r = std::nearbyint(
+        static_cast<double>(v[i]) /
+        static_cast<double>(scale[static_cast<size_t>(channel_of(static_cast<int64_t>(i)))]));
     q[i] = static_cast<int8_t>(std::clamp(r, -127.0, 127.0));
   }
   const Shape ss = per_channel ? Shape{channels} : Shape{};
@@ -404,8 +416,8 @@ QuantizedGraph quantize_program(Program p, const std::vector<Batch>& batches, co
   for (const Candidate& c : planner.candidates) candidate_at[c.node] = &c;
   Program out;
   std::vector<std::vector<ValueRef>> map(nodes.size());
-  std::map<ValueRef, ValueRef> float_of;    // calibrated values: the float value itself
-  std::map<int32_t, ValueRef> weight_of;    // weight constants: their dequantize
+  std::map<ValueRef, ValueRef> float_of;  // calibrated values: the float value itself
+  std::map<int32_t, ValueRef> weight_of;  // weight constants: their dequantize
   const Attrs per_tensor{{"axis", int64_t{0}}, {"block_size", int64_t{0}}};
   for (size_t i = 0; i < nodes.size(); ++i) {
     Node n = nodes[i];
@@ -423,7 +435,8 @@ QuantizedGraph quantize_program(Program p, const std::vector<Batch>& batches, co
         const ValueRef q = add_constant(out, qw.q, base + ".int8");
         const ValueRef s = add_constant(out, qw.scale, base + ".scale");
         const ValueRef z = add_constant(out, qw.zero_point, base + ".zero_point");
-        const Attrs a{{"axis", int64_t{o.per_channel ? c.weight_axis : 0}}, {"block_size", int64_t{0}}};
+        const Attrs a{{"axis", int64_t{o.per_channel ? c.weight_axis : 0}},
+                      {"block_size", int64_t{0}}};
         weight_of[wid] = {out.graph.add(OpId::Dequantize, {q, s, z}, a, base + ".dequantize"), 0};
       }
       n.inputs[1] = weight_of.at(wid);
@@ -440,10 +453,12 @@ QuantizedGraph quantize_program(Program p, const std::vector<Batch>& batches, co
       }
       const ActivationRange& r = report.activations[at->second];
       const std::string qn = r.name.starts_with("input ") ? r.name.substr(6) : r.name;
-      const ValueRef s = add_constant(out, Array::scalar(static_cast<float>(r.scale)), qn + ".scale");
+      const ValueRef s =
+          add_constant(out, Array::scalar(static_cast<float>(r.scale)), qn + ".scale");
       const ValueRef z = add_constant(out, scalar_of(r.zero_point, r.dtype), qn + ".zero_point");
       const int32_t q = out.graph.add(OpId::Quantize, {now, s, z}, per_tensor, qn + ".quantize");
-      const int32_t dq = out.graph.add(OpId::Dequantize, {{q, 0}, s, z}, per_tensor, qn + ".dequantize");
+      const int32_t dq =
+          out.graph.add(OpId::Dequantize, {{q, 0}, s, z}, per_tensor, qn + ".dequantize");
       float_of[old] = now;
       vals.push_back({dq, 0});
     }
@@ -460,7 +475,8 @@ QuantizedGraph quantize_program(Program p, const std::vector<Batch>& batches, co
   detail::GraphImpl* g = &result.graph.impl();
   for (size_t i = 0; i < g->nodes.size(); ++i) {
     g->nodes[i].origin = -1;
-    if (g->nodes[i].op == OpId::Placeholder) result.inputs.emplace_back(g, static_cast<int32_t>(i), 0);
+    if (g->nodes[i].op == OpId::Placeholder)
+      result.inputs.emplace_back(g, static_cast<int32_t>(i), 0);
   }
   for (size_t i = 0; i < out.num_returned; ++i)
     result.outputs.emplace_back(g, out.outputs[i].node, out.outputs[i].index);
@@ -477,7 +493,8 @@ QuantizedGraph post_training_quantize(const Graph& graph, const std::vector<Tens
   std::vector<ValueRef> outs;
   for (const Tensor& t : outputs) {
     if (t.graph_impl() != &graph.impl())
-      fail<ValueError>("{} output '{}' belongs to another graph", ptq::kWho, t.valid() ? t.name() : "");
+      fail<ValueError>("{} output '{}' belongs to another graph", ptq::kWho,
+                       t.valid() ? t.name() : "");
     outs.push_back({t.node_id(), t.output_index()});
   }
   Program p = extract_program(graph.impl(), outs);
@@ -486,7 +503,8 @@ QuantizedGraph post_training_quantize(const Graph& graph, const std::vector<Tens
   // feeds by placeholder: program placeholders keep their graph node id as origin
   std::map<int32_t, int32_t> by_origin;
   for (size_t i = 0; i < p.graph.nodes.size(); ++i)
-    if (p.graph.nodes[i].op == OpId::Placeholder) by_origin[p.graph.nodes[i].origin] = static_cast<int32_t>(i);
+    if (p.graph.nodes[i].op == OpId::Placeholder)
+      by_origin[p.graph.nodes[i].origin] = static_cast<int32_t>(i);
   std::vector<ptq::Batch> batches;
   for (size_t b = 0; b < calibration.size(); ++b) {
     ptq::Batch batch;
@@ -514,15 +532,17 @@ QuantizedGraph post_training_quantize(const Executable& model,
   ptq::prepare(p, [&model](const Node& n) { return model.read_variable(n.name); });
   std::map<std::string, int32_t> by_name;  // the inputs the outputs read
   for (size_t i = 0; i < p.graph.nodes.size(); ++i)
-    if (p.graph.nodes[i].op == OpId::Placeholder) by_name[p.graph.nodes[i].name] = static_cast<int32_t>(i);
+    if (p.graph.nodes[i].op == OpId::Placeholder)
+      by_name[p.graph.nodes[i].name] = static_cast<int32_t>(i);
   std::vector<ptq::Batch> batches;
   for (size_t b = 0; b < calibration.size(); ++b) {
     ptq::Batch batch;
     for (const auto& [n, a] : calibration[b]) {
       if (!inputs.count(n))
-        fail<ValueError>("{} calibration batch {} has input '{}', which the model does not take "
-                         "(inputs: {})",
-                         ptq::kWho, b, n, names);
+        fail<ValueError>(
+            "{} calibration batch {} has input '{}', which the model does not take "
+            "(inputs: {})",
+            ptq::kWho, b, n, names);
       if (auto it = by_name.find(n); it != by_name.end()) batch[it->second] = a;
     }
     batches.push_back(std::move(batch));

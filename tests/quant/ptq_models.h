@@ -44,7 +44,9 @@ struct SmallCnn {
     const float* proto = prototypes_.data<float>();
     std::uniform_int_distribution<int64_t> pick(0, kClasses - 1);
     for (int64_t i = 0; i < n; ++i) {
-      const int64_t c = classes && static_cast<int64_t>(classes->size()) > i ? (*classes)[static_cast<size_t>(i)] : pick(rng());
+      const int64_t c = classes && static_cast<int64_t>(classes->size()) > i
+                            ? (*classes)[static_cast<size_t>(i)]
+                            : pick(rng());
       for (int64_t k = 0; k < per; ++k) p[i * per + k] += proto[c * per + k];
     }
     return a;
@@ -92,15 +94,16 @@ struct SmallCnn {
     ConvOptions o;
     o.stride = {stride, stride};
     o.padding = {k / 2, k / 2};
-    const Tensor w = g.constant(normal_array({cout, cin, k, k}, std::sqrt(2.0 / double(cin * k * k))),
-                                name + ".weight");
+    const Tensor w = g.constant(
+        normal_array({cout, cin, k, k}, std::sqrt(2.0 / double(cin * k * k))), name + ".weight");
     const Tensor y = conv2d(in, w, std::nullopt, o);
     const Executable e = g.compile(Device::cpu(), {{x, sample_.shape()}}, {y});
     const auto v = to_f64(e.run({{x, sample_}})[0]);
     const int64_t per = static_cast<int64_t>(v.size()) / (sample_.shape()[0] * cout);
     std::vector<double> mean(static_cast<size_t>(cout), 0.0), var(static_cast<size_t>(cout), 0.0);
     const double count = static_cast<double>(v.size()) / static_cast<double>(cout);
-    for (size_t i = 0; i < v.size(); ++i) mean[(i / static_cast<size_t>(per)) % static_cast<size_t>(cout)] += v[i] / count;
+    for (size_t i = 0; i < v.size(); ++i)
+      mean[(i / static_cast<size_t>(per)) % static_cast<size_t>(cout)] += v[i] / count;
     for (size_t i = 0; i < v.size(); ++i) {
       const size_t c = (i / static_cast<size_t>(per)) % static_cast<size_t>(cout);
       var[c] += (v[i] - mean[c]) * (v[i] - mean[c]) / count;
@@ -108,7 +111,8 @@ struct SmallCnn {
     auto constant = [&](const std::vector<double>& d) {
       return g.constant(Array::from_vector(d, {cout}).astype(f32));
     };
-    return batch_norm(y, constant(mean), constant(var), g.constant(random_array({cout}, f32, 0.8, 1.2)),
+    return batch_norm(y, constant(mean), constant(var),
+                      g.constant(random_array({cout}, f32, 0.8, 1.2)),
                       g.constant(normal_array({cout}, 0.1)));
   }
 
@@ -139,8 +143,9 @@ struct SmallEncoder {
 
  private:
   Tensor dense(const Tensor& in, int64_t fin, int64_t fout, const std::string& name) {
-    return linear(in, g.constant(normal_array({fout, fin}, 1.0 / std::sqrt(double(fin))), name + ".weight"),
-                  g.constant(normal_array({fout}, 0.1), name + ".bias"));
+    return linear(
+        in, g.constant(normal_array({fout, fin}, 1.0 / std::sqrt(double(fin))), name + ".weight"),
+        g.constant(normal_array({fout}, 0.1), name + ".bias"));
   }
   Tensor norm(const Tensor& in, const std::string& name) {
     return layer_norm(in, g.constant(random_array({kHidden}, f32, 0.8, 1.2), name + ".weight"),
@@ -157,7 +162,8 @@ struct SmallEncoder {
     const Tensor p = softmax(matmul(q, permute(k, {0, 1, 3, 2})) * (1.0 / std::sqrt(double(dh))));
     const Tensor ctx = reshape(permute(matmul(p, v), {0, 2, 1, 3}), {b, kSeq, kHidden});
     const Tensor a = norm(dense(ctx, kHidden, kHidden, name + ".output") + in, name + ".norm1");
-    const Tensor f = dense(gelu(dense(a, kHidden, kFfn, name + ".ffn1")), kFfn, kHidden, name + ".ffn2");
+    const Tensor f =
+        dense(gelu(dense(a, kHidden, kFfn, name + ".ffn1")), kFfn, kHidden, name + ".ffn2");
     return norm(f + a, name + ".norm2");
   }
 };

@@ -46,7 +46,8 @@ double cosine(const std::vector<double>& a, const std::vector<double>& b) {
 std::vector<int64_t> argmax_rows(const std::vector<double>& v, int64_t cols) {
   std::vector<int64_t> r;
   for (size_t i = 0; i + static_cast<size_t>(cols) <= v.size(); i += static_cast<size_t>(cols))
-    r.push_back(std::max_element(v.begin() + static_cast<long>(i), v.begin() + static_cast<long>(i) + cols) -
+    r.push_back(std::max_element(v.begin() + static_cast<long>(i),
+                                 v.begin() + static_cast<long>(i) + cols) -
                 (v.begin() + static_cast<long>(i)));
   return r;
 }
@@ -91,7 +92,8 @@ TEST(PostTraining, CnnAgreesWithFloatForEachMethod) {
     }
     return static_cast<double>(agree) / static_cast<double>(batches * kBatch);
   };
-  for (auto method : {CalibrationMethod::minmax, CalibrationMethod::percentile, CalibrationMethod::entropy}) {
+  for (auto method :
+       {CalibrationMethod::minmax, CalibrationMethod::percentile, CalibrationMethod::entropy}) {
     SCOPED_TRACE(calibration_method_name(method));
     QuantizedGraph q;
     Executable qexe;
@@ -142,7 +144,8 @@ TEST(PostTraining, EncoderCloseToFloatForEachMethod) {
     fy.insert(fy.end(), f.begin(), f.end());
   }
   const uintmax_t fb = package_bytes(fexe, "enc_f32");
-  for (auto method : {CalibrationMethod::minmax, CalibrationMethod::percentile, CalibrationMethod::entropy}) {
+  for (auto method :
+       {CalibrationMethod::minmax, CalibrationMethod::percentile, CalibrationMethod::entropy}) {
     SCOPED_TRACE(calibration_method_name(method));
     const QuantizedGraph q = post_training_quantize(m.g, {m.y}, calib, with_method(method));
     // 6 linears per layer; the 2 products of activations per layer stay float
@@ -256,17 +259,27 @@ TEST(PostTraining, Errors) {
   const Tensor x = g.placeholder({2, 4}, f32, "x");
   const Tensor y = linear(x, g.constant(normal_array({3, 4}, 1.0)));
   const Array good = random_array({2, 4}, f32);
-  expect_error<ValueError>([&] { post_training_quantize(g, {y}, {}); }, {"[post_training_quantize]", "no calibration batches"});
+  expect_error<ValueError>([&] { post_training_quantize(g, {y}, {}); },
+                           {"[post_training_quantize]", "no calibration batches"});
   expect_error<ValueError>([&] { post_training_quantize(g, {y}, {{}}); },
                            {"batch 0", "no value for input 'x'"});
   expect_error<ShapeError>(
-      [&] { post_training_quantize(g, {y}, {{{x, good}}, {{x, random_array({3, 4}, f32)}}}); },
+      [&] {
+        post_training_quantize(g, {y}, {{{x, good}}, {{x, random_array({3, 4}, f32)}}});
+      },
       {"batch 1", "'x'", "(3, 4)"});
-  expect_error<DTypeError>([&] { post_training_quantize(g, {y}, {{{x, good.astype(f64)}}}); },
-                           {"batch 0", "'x'", "f64"});
+  expect_error<DTypeError>(
+      [&] {
+        post_training_quantize(g, {y}, {{{x, good.astype(f64)}}});
+      },
+      {"batch 0", "'x'", "f64"});
   PtqOptions o;
   o.percentile = 30;
-  expect_error<ValueError>([&] { post_training_quantize(g, {y}, {{{x, good}}}, o); }, {"percentile", "30"});
+  expect_error<ValueError>(
+      [&] {
+        post_training_quantize(g, {y}, {{{x, good}}}, o);
+      },
+      {"percentile", "30"});
   o = {};
   o.ops = {"conv3d"};
   expect_error<ValueError>([&] { post_training_quantize(g, {y}, {{{x, good}}}, o); }, {"conv3d"});
@@ -299,7 +312,8 @@ TEST(PostTraining, ExcludeAndVariables) {
   EXPECT_FALSE(q.report.ops[0].quantized);
   EXPECT_EQ(q.report.ops[0].skipped_reason, "excluded");
   EXPECT_TRUE(q.report.ops[1].quantized);
-  const auto a = to_f64(eval1(g, y, {{x, xs}})), b = to_f64(eval1(q.graph, q.outputs[0], {{q.inputs[0], xs}}));
+  const auto a = to_f64(eval1(g, y, {{x, xs}})),
+             b = to_f64(eval1(q.graph, q.outputs[0], {{q.inputs[0], xs}}));
   EXPECT_GT(cosine(a, b), 0.99);
 }
 

@@ -100,8 +100,9 @@ class QuantizeCli : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!fs::exists(KILN_CLI)) GTEST_SKIP() << KILN_CLI << " is not there (a copied test binary)";
-    dir_ = fs::temp_directory_path() / ("kiln_quantize_cli_" + std::to_string(seed()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() /
+           ("kiln_quantize_cli_" + std::to_string(seed()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::create_directories(dir_);
     model_ = write_model(dir_);
   }
@@ -122,7 +123,8 @@ class QuantizeCli : public ::testing::Test {
   }
   std::vector<double> float_logits(const Array& x) {
     const onnx::Model m = onnx::import(model_);
-    const Executable e = m.graph.compile(Device::cpu(), m.feed_shapes({{"x", x.shape()}}), m.output_tensors());
+    const Executable e =
+        m.graph.compile(Device::cpu(), m.feed_shapes({{"x", x.shape()}}), m.output_tensors());
     return to_f64(e.run(m.feeds({{"x", x}}))[0]);
   }
   void expect_close_to_float(const std::string& package, const Shape& shape) {
@@ -145,7 +147,8 @@ class QuantizeCli : public ::testing::Test {
 TEST_F(QuantizeCli, OnnxModelToPackage) {
   const std::string calib = batches("calib", 4, {2, 3, 8, 8});
   const std::string out = (dir_ / "model.int8.kiln").string();
-  const Result r = quantize("'" + model_ + "' --calibrate '" + calib + "' --method entropy -o '" + out + "'");
+  const Result r =
+      quantize("'" + model_ + "' --calibrate '" + calib + "' --method entropy -o '" + out + "'");
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("calibration: 4 batches"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("ops: 2 quantized, 1 kept float"), std::string::npos) << r.out;
@@ -153,8 +156,9 @@ TEST_F(QuantizeCli, OnnxModelToPackage) {
   EXPECT_NE(r.out.find("wrote " + out), std::string::npos) << r.out;
   expect_close_to_float(out, {1, 3, 8, 8});  // dims nothing fixes are 1, as kiln convert
   // --shape fixes the package's shape; calibration batches keep theirs
-  const Result s = quantize("'" + model_ + "' --calibrate '" + calib +
-                            "' --method percentile --per-tensor --shape x=5,3,8,8 -o '" + out + "'");
+  const Result s =
+      quantize("'" + model_ + "' --calibrate '" + calib +
+               "' --method percentile --per-tensor --shape x=5,3,8,8 -o '" + out + "'");
   ASSERT_EQ(s.rc, 0) << s.out;
   expect_close_to_float(out, {5, 3, 8, 8});
 }
@@ -165,12 +169,13 @@ TEST_F(QuantizeCli, PackageToPackage) {
   m.graph.compile(Device::cpu(), m.feed_shapes({{"x", {2, 3, 8, 8}}}), m.output_tensors())
       .save(f32_package, {"test", "", {"logits"}});
   const std::string out = (dir_ / "model.int8.kiln").string();
-  const Result r = quantize("'" + f32_package + "' --calibrate '" + batches("calib", 3, {2, 3, 8, 8}) +
-                            "' -o '" + out + "'");
+  const Result r = quantize("'" + f32_package + "' --calibrate '" +
+                            batches("calib", 3, {2, 3, 8, 8}) + "' -o '" + out + "'");
   ASSERT_EQ(r.rc, 0) << r.out;
   expect_close_to_float(out, {2, 3, 8, 8});
   // a package's shapes are fixed
-  const Result bad = quantize("'" + f32_package + "' --calibrate '" + batches("other", 2, {4, 3, 8, 8}) + "'");
+  const Result bad =
+      quantize("'" + f32_package + "' --calibrate '" + batches("other", 2, {4, 3, 8, 8}) + "'");
   EXPECT_EQ(bad.rc, 1);
   EXPECT_NE(bad.out.find("has shape (4, 3, 8, 8), input 'x' takes (2, 3, 8, 8)"), std::string::npos)
       << bad.out;

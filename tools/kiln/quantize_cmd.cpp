@@ -156,14 +156,15 @@ void quantize_model(const QuantizeCmdOptions& o) {
   if (o.per_channel && o.per_tensor)
     throw ValueError("[quantize] --per-channel and --per-tensor exclude each other");
   if (o.method != "minmax" && o.method != "percentile" && o.method != "entropy")
-    throw ValueError(fmt::format("[quantize] --method takes minmax, percentile or entropy, not '{}'",
-                                 o.method));
+    throw ValueError(
+        fmt::format("[quantize] --method takes minmax, percentile or entropy, not '{}'", o.method));
   PtqOptions po;
   po.method = parse_calibration_method(o.method);
   po.percentile = o.percentile;
   po.per_channel = !o.per_tensor;
   if (o.activations != "u8" && o.activations != "i8")
-    throw ValueError(fmt::format("[quantize] --activations takes u8 or i8, not '{}'", o.activations));
+    throw ValueError(
+        fmt::format("[quantize] --activations takes u8 or i8, not '{}'", o.activations));
   po.activation_dtype = o.activations == "u8" ? u8 : i8;
   po.exclude = o.exclude;
   po.quantize_outputs = o.quantize_outputs;
@@ -177,9 +178,10 @@ void quantize_model(const QuantizeCmdOptions& o) {
   std::map<std::string, Shape> package_shapes;
   if (package) {
     if (!o.shapes.empty() || !o.values.empty())
-      throw ValueError(fmt::format("[quantize] --shape and --value are for ONNX models: '{}' is a "
-                                   "kiln package, whose shapes were fixed when it was compiled",
-                                   o.model));
+      throw ValueError(
+          fmt::format("[quantize] --shape and --value are for ONNX models: '{}' is a "
+                      "kiln package, whose shapes were fixed when it was compiled",
+                      o.model));
     source = Executable::load(o.model, Device::cpu());
     for (const auto& in : source.inputs()) inputs.push_back({in.name, in.shape, in.dtype});
     for (const auto& out : package_outputs(source)) output_names.push_back(out.name);
@@ -225,10 +227,12 @@ void quantize_model(const QuantizeCmdOptions& o) {
   } else {
     fmt::print("ops: {} quantized, {} kept float\n", r.quantized(), r.skipped());
     for (const auto& op : r.ops)
-      if (!op.quantized) fmt::print("  {:<8} {:<32} float: {}\n", op.op, op.name, op.skipped_reason);
-    fmt::print("activations: {} calibrated ({}, {}{})\n", r.activations.size(),
-               calibration_method_name(po.method), name(po.activation_dtype),
-               po.method == CalibrationMethod::percentile ? fmt::format(", p {}", po.percentile) : "");
+      if (!op.quantized)
+        fmt::print("  {:<8} {:<32} float: {}\n", op.op, op.name, op.skipped_reason);
+    fmt::print(
+        "activations: {} calibrated ({}, {}{})\n", r.activations.size(),
+        calibration_method_name(po.method), name(po.activation_dtype),
+        po.method == CalibrationMethod::percentile ? fmt::format(", p {}", po.percentile) : "");
   }
 
   FeedShapes shapes;
@@ -251,7 +255,8 @@ void quantize_model(const QuantizeCmdOptions& o) {
     const std::vector<Array> fy = package ? source.run(first) : [&] {
       FeedShapes fs;
       for (const auto& in : model->inputs) fs.emplace_back(in.tensor, first.at(in.name).shape());
-      return model->graph.compile(Device::cpu(), fs, model->output_tensors()).run(model->feeds(first));
+      return model->graph.compile(Device::cpu(), fs, model->output_tensors())
+          .run(model->feeds(first));
     }();
     for (size_t i = 0; i < qy.size() && i < fy.size(); ++i) {
       if (!is_floating(fy[i].dtype())) continue;
@@ -287,8 +292,9 @@ void quantize_model(const QuantizeCmdOptions& o) {
 void add_quantize_command(CLI::App& app) {
   auto o = std::make_shared<QuantizeCmdOptions>();
   auto* cmd = app.add_subcommand(
-      "quantize", "Post-training int8 quantization of an ONNX model or a kiln package, calibrated "
-                  "on .npy batches");
+      "quantize",
+      "Post-training int8 quantization of an ONNX model or a kiln package, calibrated "
+      "on .npy batches");
   cmd->add_option("model", o->model, "ONNX model or kiln package")->required();
   cmd->add_option("--calibrate", o->calibrate,
                   "Directory of .npy batches: one file per batch (one input), or one "
@@ -303,13 +309,16 @@ void add_quantize_command(CLI::App& app) {
   cmd->add_option("--activations", o->activations,
                   "u8 (asymmetric, with a zero point) or i8 (symmetric)")
       ->capture_default_str();
-  cmd->add_option("--exclude", o->exclude, "Node name or op (conv2d, matmul, linear) to keep float");
+  cmd->add_option("--exclude", o->exclude,
+                  "Node name or op (conv2d, matmul, linear) to keep float");
   cmd->add_flag("--quantize-outputs", o->quantize_outputs,
-                "Also quantize the ops whose results are model outputs (the logits layer stays float without)");
+                "Also quantize the ops whose results are model outputs (the logits layer stays "
+                "float without)");
   cmd->add_option("--shape", o->shapes,
                   "NAME=1,3,224,224: the package's input shape (ONNX; dims nothing fixes are 1)");
   cmd->add_option("--value", o->values, kValueHelp);
-  cmd->add_option("--device", o->device, "Device calibration runs on (default: the first GPU, else cpu)");
+  cmd->add_option("--device", o->device,
+                  "Device calibration runs on (default: the first GPU, else cpu)");
   cmd->add_option("-o,--output", o->output, "Package (.kiln) to write, compiled for the CPU");
   cmd->add_flag("-v,--verbose", o->verbose, "Print every op and activation range");
   cmd->callback([o] { quantize_model(*o); });
