@@ -13,5 +13,6 @@ void add_bench_command(CLI::App& app);
 void add_convert_command(CLI::App& app);
 void add_launch_command(CLI::App& app);
 void add_profile_command(CLI::App& app);
+void add_quantize_command(CLI::App& app);
 
 }  // namespace kiln::cli

@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   kiln::cli::add_convert_command(app);
   kiln::cli::add_launch_command(app);
   kiln::cli::add_profile_command(app);
+  kiln::cli::add_quantize_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
