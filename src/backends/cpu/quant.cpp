@@ -191,14 +191,28 @@ void quantized_matmul_impl(KernelContext& ctx) {
       // (a - za)(w - zw) = a w - za colsum(w) - zw rowsum(a) + k za zw, all exact in i32
       int32_t* acc = static_cast<int32_t*>(ctx.scratch(static_cast<size_t>(m * n) * 4));
       raw_product_dnnl<A>(ctx, m, k, n, tw_t, acc);
+      // the sums only where a zero point multiplies them (none for symmetric data)
       std::vector<int32_t> colsum(static_cast<size_t>(n), 0);
-      for (int64_t i = 0; i < k; ++i)
-        for (int64_t j = 0; j < n; ++j) colsum[j] += w_at(i, j);
+      if (za != 0)
+        ctx.parallel_for(n, std::max<int64_t>(1, 16384 / std::max<int64_t>(k, 1)),
+                         [&](int64_t j0, int64_t j1) {
+                           for (int64_t j = j0; j < j1; ++j) {
+                             int32_t sum = 0;
+                             if (tw_t)  // row j of (N, K), contiguous
+                               for (int64_t i = 0; i < k; ++i) sum += pw[j * k + i];
+                             else
+                               for (int64_t i = 0; i < k; ++i) sum += pw[i * n + j];
+                             colsum[j] = sum;
+                           }
+                         });
+      const bool need_rowsum =
+          std::any_of(zw, zw + (per_channel ? n : 1), [](W z) { return z != 0; });
       ctx.parallel_for(m, std::max<int64_t>(1, 16384 / std::max<int64_t>(n + k, 1)),
                        [&](int64_t r0, int64_t r1) {
                          for (int64_t r = r0; r < r1; ++r) {
                            int32_t rowsum = 0;
-                           for (int64_t i = 0; i < k; ++i) rowsum += pa[r * k + i];
+                           if (need_rowsum)
+                             for (int64_t i = 0; i < k; ++i) rowsum += pa[r * k + i];
                            for (int64_t j = 0; j < n; ++j) {
                              const int32_t z = zw[per_channel ? j : 0];
                              finish(r, j,
