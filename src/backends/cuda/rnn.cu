@@ -563,11 +563,14 @@ void forward(KernelContext& ctx, int cell) {
 template <typename T>
 // Step s of the backward pass, one thread per (batch row, unit): the previous states (hp, cp, and
 // hp_all at the row's time when given; zeros for rows not running), then the gate gradients into
-// dg (all steps) and dgr (this step; zeros for rows not running), dc, and the direct part of
-// dH_prev in dhp.
+// dg (all steps) and dgr (this step; zeros for rows not running; dgr_all too when given, at the
+// row's time), dc, and the direct part of dH_prev in dhp.
+// With `carry`, a running row first takes step s + 1's dH_prev as its dH: dhp plus the `used`
+// split-K partial products in part (what carry_kernel does between steps otherwise).
 __global__ void grad_gates_kernel(Geo g, int64_t s, const int64_t* lens, const T* res, const T* dy,
                                   const T* P, const T* h0, const T* c0, T* hp, T* cp, T* hp_all,
-                                  T* dh, T* dc, T* dg, T* dgr, T* dhp, T* rhp) {
+                                  T* dh, T* dc, T* dg, T* dgr, T* dhp, T* rhp, bool carry,
+                                  const T* part, int used, T* dgr_all) {
   KILN_RNN_LOOP(i, g.B * g.H) {
     const int64_t b = i / g.H, j = i % g.H, H = g.H;
     T* q = dgr + b * g.GH;
@@ -575,6 +578,11 @@ __global__ void grad_gates_kernel(Geo g, int64_t s, const int64_t* lens, const T
       hp[i] = cp[i] = T(0);
       for (int64_t k = j; k < g.GH; k += H) q[k] = T(0);
       continue;
+    }
+    if (carry && s + 1 < lens[b]) {
+      T v = dhp[i];
+      for (int c = 0; c < used; ++c) v += part[c * g.B * g.H + i];
+      dh[i] = v;
     }
     const int64_t t = g.time(s, b, lens);
     {
@@ -641,6 +649,8 @@ __global__ void grad_gates_kernel(Geo g, int64_t s, const int64_t* lens, const T
       gg[j] = q[j] = dH * act_grad(g.fa, rm::clip_gate(u, clip)) * rm::clip_pass(u, clip);
       dhp[i] = 0;
     }
+    if (dgr_all)
+      for (int64_t k = j; k < g.GH; k += H) dgr_all[g.row(t, b) * g.GH + k] = q[k];
   }
 }
 
@@ -786,9 +796,15 @@ void backward(KernelContext& ctx) {
           cudaMemcpyAsync(dc, dcn + d * B * H, state_bytes, cudaMemcpyDeviceToDevice, st));
     else
       KILN_CUDA_CHECK(cudaMemsetAsync(dc, 0, state_bytes, st));
+    // the carry of dH_prev between steps happens in the next step's gate kernel (and once after
+    // the loop), except for GRU without linear_before_reset, whose reset gradient comes between
+    const bool fuse_carry = !gru_rh;
+    const int carry_used = gru_rh ? 0 : splits;
+    T* gates_dgr_all = fuse_carry && dgr_all != dg ? dgr_all : nullptr;
     for (int64_t s = T_ - 1; s >= 0; --s) {
-      grad_gates_kernel<T><<<nb, kThreads, 0, st>>>(g, s, lens, res, dy, P, h0, c0, hp, cp, hp_all,
-                                                     dh, dc, dg, dgr, dhp, rhp);
+      grad_gates_kernel<T><<<nb, kThreads, 0, st>>>(
+          g, s, lens, res, dy, P, h0, c0, hp, cp, hp_all, dh, dc, dg, dgr, dhp, rhp,
+          fuse_carry && s + 1 < T_, part, carry_used, gates_dgr_all);
       check_launch(ctx.op_name());
       int used = 0;
       if (gru_rh) {
@@ -814,9 +830,12 @@ void backward(KernelContext& ctx) {
         sums_kernel<T><<<blocks_for(GH), kThreads, 0, st>>>(g, s, lens, res, dgr, dg, cp, dRb, dP);
         check_launch(ctx.op_name());
       }
-      carry_kernel<T><<<nb, kThreads, 0, st>>>(g, s, lens, dhp, part, used, dh, dgr,
-                                               dgr_all != dg ? dgr_all : nullptr, rhp, rhp_all);
-      check_launch(ctx.op_name());
+      if (!fuse_carry || s == 0) {
+        carry_kernel<T><<<nb, kThreads, 0, st>>>(
+            g, s, lens, dhp, part, used, dh, dgr,
+            fuse_carry || dgr_all == dg ? nullptr : dgr_all, rhp, rhp_all);
+        check_launch(ctx.op_name());
+      }
     }
     KILN_CUDA_CHECK(
         cudaMemcpyAsync(dh0 + d * B * H, dh, state_bytes, cudaMemcpyDeviceToDevice, st));
