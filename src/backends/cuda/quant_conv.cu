@@ -97,7 +97,7 @@ __global__ void qconv_gemm_epilogue(
     const float* __restrict__ sw, const W* __restrict__ zw, const float* __restrict__ sy,
     const Y* __restrict__ zy, const float* __restrict__ bias, const int32_t* __restrict__ ibias,
     const float* __restrict__ res, Y* __restrict__ out, QConvArgs g, int32_t shift_x,
-    int32_t shift_w) {
+    int32_t shift_w, bool raw_om) {
   const int64_t plane = g.OH * g.OW, total = g.N * g.O * plane, k = g.C * g.KH * g.KW;
   const int32_t zx_s = int32_t{zx[0]} - shift_x;
   for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; t < total;
@@ -106,7 +106,7 @@ __global__ void qconv_gemm_epilogue(
     const int64_t r = n * plane + p;
     const int32_t zw_s = int32_t{zw[g.per_channel_zp ? o : 0]} - shift_w;
     const uint32_t u =
-        static_cast<uint32_t>(raw[r * g.O + o]) -
+        static_cast<uint32_t>(raw[raw_om ? o * g.N * plane + r : r * g.O + o]) -
         static_cast<uint32_t>(zx_s) * static_cast<uint32_t>(w_sums[o]) -
         static_cast<uint32_t>(zw_s) * static_cast<uint32_t>(col_sums[r]) +
         static_cast<uint32_t>(k) * static_cast<uint32_t>(zx_s) * static_cast<uint32_t>(zw_s);
@@ -126,11 +126,17 @@ template <typename A, typename W, typename Y>
 bool conv_lt(KernelContext& ctx, const QConvArgs& g, const float* bias, const int32_t* ibias,
              const float* res) {
   const int64_t m = g.N * g.OH * g.OW, n = g.O, k = g.C * g.KH * g.KW;
-  if (g.G != 1 || !int8_gemm_fits(m, n, k) || m * k > kMaxColBytes) return false;
+  if (g.G != 1 || m * k > kMaxColBytes) return false;
   const TensorView& tw = ctx.in(3);
   const bool w_direct = std::is_same_v<W, int8_t>;
   const uint32_t align_w = w_direct ? pointer_alignment(tw.data) : 256u;
-  if (!int8_gemm_available(ctx.device(), m, n, k, 256u, align_w)) return false;
+  // raw as (O, M) where cuBLASLt takes the operands that way round: the epilogue then reads it in
+  // the NCHW output's order (coalesced); else as (M, O)
+  const bool raw_om =
+      int8_gemm_fits(n, m, k) && int8_gemm_available(ctx.device(), n, m, k, align_w, 256u);
+  if (!raw_om &&
+      (!int8_gemm_fits(m, n, k) || !int8_gemm_available(ctx.device(), m, n, k, 256u, align_w)))
+    return false;
   constexpr int32_t shift_x = std::is_same_v<A, uint8_t> ? 128 : 0;
   constexpr int32_t shift_w = std::is_same_v<W, uint8_t> ? 128 : 0;
   cudaStream_t st = stream_of(ctx);
@@ -148,11 +154,14 @@ bool conv_lt(KernelContext& ctx, const QConvArgs& g, const float* bias, const in
   int8_row_sums(w8, n, k, sums + m, st);
   check_launch(ctx.op_name());
   auto* raw = static_cast<int32_t*>(ctx.scratch(static_cast<size_t>(m * n) * 4));
-  int8_gemm(ctx, col, w8, raw, m, n, k, 256u, align_w);
+  if (raw_om)
+    int8_gemm(ctx, w8, col, raw, n, m, k, align_w, 256u);
+  else
+    int8_gemm(ctx, col, w8, raw, m, n, k, 256u, align_w);
   qconv_gemm_epilogue<A, W, Y><<<blocks_for(ctx.out(0).numel()), kThreads, 0, st>>>(
       raw, sums, sums + m, ctx.in(1).ptr<float>(), ctx.in(2).ptr<A>(), ctx.in(4).ptr<float>(),
       ctx.in(5).ptr<W>(), ctx.in(6).ptr<float>(), ctx.in(7).ptr<Y>(), bias, ibias, res,
-      ctx.out(0).ptr<Y>(), g, shift_x, shift_w);
+      ctx.out(0).ptr<Y>(), g, shift_x, shift_w, raw_om);
   check_launch(ctx.op_name());
   return true;
 }

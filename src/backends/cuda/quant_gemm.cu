@@ -150,11 +150,15 @@ __global__ void to_i8(const S* __restrict__ src, int8_t* __restrict__ dst, int64
 // sums[r] = the sum of row r of v (rows, k).
 __global__ void row_sums(const int8_t* __restrict__ v, int64_t rows, int64_t k,
                          int32_t* __restrict__ sums) {
-  for (int64_t r = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; r < rows;
-       r += int64_t{blockDim.x} * gridDim.x) {
+  // a warp per row: the lanes read consecutive bytes, then add across the warp
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = (int64_t{gridDim.x} * blockDim.x) >> 5;
+  for (int64_t r = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) >> 5; r < rows; r += warps) {
+    const int8_t* p = v + r * k;
     int32_t s = 0;
-    for (int64_t i = 0; i < k; ++i) s += v[r * k + i];
-    sums[r] = s;
+    for (int64_t i = lane; i < k; i += 32) s += p[i];
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffffu, s, o);
+    if (lane == 0) sums[r] = s;
   }
 }
 
@@ -213,7 +217,7 @@ void int8_gemm(KernelContext& ctx, const int8_t* a8, const int8_t* w8, int32_t* 
 }
 
 void int8_row_sums(const int8_t* v, int64_t rows, int64_t k, int32_t* sums, cudaStream_t st) {
-  if (rows > 0) row_sums<<<blocks_for(rows), kThreads, 0, st>>>(v, rows, k, sums);
+  if (rows > 0) row_sums<<<blocks_for(rows * 32), kThreads, 0, st>>>(v, rows, k, sums);
 }
 
 uint32_t pointer_alignment(const void* p) { return alignment_of(p); }
@@ -245,8 +249,8 @@ bool run(KernelContext& ctx, int64_t m, int64_t n, int64_t k, bool tw) {
     w8 = buf;
   }
   auto* sums = static_cast<int32_t*>(ctx.scratch(static_cast<size_t>(m + n) * 4));
-  row_sums<<<blocks_for(m), kThreads, 0, st>>>(a8, m, k, sums);
-  row_sums<<<blocks_for(n), kThreads, 0, st>>>(w8, n, k, sums + m);
+  int8_row_sums(a8, m, k, sums, st);
+  int8_row_sums(w8, n, k, sums + m, st);
   check_launch(ctx.op_name());
   auto* raw = static_cast<int32_t*>(ctx.scratch(static_cast<size_t>(m * n) * 4));
   int8_gemm(ctx, a8, w8, raw, m, n, k, align_a, align_w);
