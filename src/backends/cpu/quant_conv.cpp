@@ -12,6 +12,7 @@
 #include "backends/cpu/dnnl_util.h"
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/quant_kernels.h"
+#include "backends/quant_dispatch.h"
 #include "backends/quant_math.h"
 
 namespace kiln::cpu {
@@ -250,19 +251,8 @@ void quantized_conv_impl(KernelContext& ctx) {
 }  // namespace
 
 void quantized_conv(KernelContext& ctx) {
-  auto q8 = [&](DType t, auto&& f) {
-    if (t == DType::i8)
-      f(int8_t{});
-    else if (t == DType::u8)
-      f(uint8_t{});
-    else
-      fail<UnsupportedError>("[{}] cpu kernel got {}", ctx.op_name(), name(t));
-  };
-  q8(ctx.in(0).dtype, [&](auto a) {
-    q8(ctx.in(3).dtype, [&](auto w) {
-      q8(ctx.in(7).dtype,
-         [&](auto y) { quantized_conv_impl<decltype(a), decltype(w), decltype(y)>(ctx); });
-    });
+  with_int8_types(ctx, "cpu", [&](auto a, auto w, auto y) {
+    quantized_conv_impl<decltype(a), decltype(w), decltype(y)>(ctx);
   });
 }
 

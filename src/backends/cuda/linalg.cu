@@ -10,6 +10,7 @@
 #include <tuple>
 #include <vector>
 
+#include "backends/cuda/cublaslt_util.h"
 #include "backends/cuda/cuda_common.cuh"
 #include "backends/cuda/handles.h"
 #include "backends/cuda/kernels.h"
@@ -25,22 +26,10 @@ constexpr size_t kMaxWorkspace = size_t{32} << 20;
 
 // ---- cuBLASLt ----
 
-template <typename T, void (*Destroy)(T)>
-struct LtHandle {
-  T h = nullptr;
-  LtHandle() = default;
-  LtHandle(const LtHandle&) = delete;
-  LtHandle& operator=(const LtHandle&) = delete;
-  ~LtHandle() {
-    if (h) Destroy(h);
-  }
-};
-void destroy_desc(cublasLtMatmulDesc_t d) { cublasLtMatmulDescDestroy(d); }
-void destroy_layout(cublasLtMatrixLayout_t l) { cublasLtMatrixLayoutDestroy(l); }
-void destroy_pref(cublasLtMatmulPreference_t p) { cublasLtMatmulPreferenceDestroy(p); }
-using MatmulDesc = LtHandle<cublasLtMatmulDesc_t, destroy_desc>;
-using Layout = LtHandle<cublasLtMatrixLayout_t, destroy_layout>;
-using Preference = LtHandle<cublasLtMatmulPreference_t, destroy_pref>;
+using lt::alignment_of;
+using lt::Layout;
+using lt::MatmulDesc;
+using lt::Preference;
 
 // One column-major product D (m x n) = op(A) (m x k) · B (k x n), batched with element strides
 // (0: the operand is shared by every batch). Everything a heuristic result depends on.
@@ -80,13 +69,6 @@ cudaDataType_t cuda_type(DType t) {
     default:
       fail<UnsupportedError>("[matmul] cuBLASLt kernel got dtype {}", name(t));
   }
-}
-
-uint32_t alignment_of(const void* p) {
-  const auto a = reinterpret_cast<uintptr_t>(p);
-  uint32_t r = 256;
-  while (r > 1 && a % r != 0) r /= 2;
-  return r;
 }
 
 // A matmul descriptor is made per call: the bias pointer lives in it.

@@ -10,6 +10,7 @@
 #include "backends/cuda/cuda_common.cuh"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/quant_gemm.h"
+#include "backends/quant_dispatch.h"
 #include "backends/quant_math.h"
 
 namespace kiln::cuda {
@@ -191,27 +192,15 @@ void quantized_matmul(KernelContext& ctx) {
   int next = 8;
   const float* bias = ctx.attrs().b("has_bias", false) ? ctx.in(next++).ptr<float>() : nullptr;
   const float* res = ctx.attrs().b("has_residual", false) ? ctx.in(next).ptr<float>() : nullptr;
-  auto q8 = [&](DType t, auto&& f) {
-    if (t == DType::i8)
-      f(int8_t{});
-    else if (t == DType::u8)
-      f(uint8_t{});
-    else
-      fail<UnsupportedError>("[{}] cuda kernel got {}", ctx.op_name(), name(t));
-  };
-  q8(ta.dtype, [&](auto at) {
-    q8(tw.dtype, [&](auto wt) {
-      q8(ctx.in(7).dtype, [&](auto yt) {
-        using A = decltype(at);
-        using W = decltype(wt);
-        using Y = decltype(yt);
-        quantized_matmul_kernel<A, W, Y><<<blocks_for(g.m * g.n), kThreads, 0, stream_of(ctx)>>>(
-            ta.ptr<A>(), ctx.in(1).ptr<float>(), ctx.in(2).ptr<A>(), tw.ptr<W>(),
-            ctx.in(4).ptr<float>(), ctx.in(5).ptr<W>(), ctx.in(6).ptr<float>(), ctx.in(7).ptr<Y>(),
-            bias, res, ctx.out(0).ptr<Y>(), g);
-        check_launch(ctx.op_name());
-      });
-    });
+  with_int8_types(ctx, "cuda", [&](auto at, auto wt, auto yt) {
+    using A = decltype(at);
+    using W = decltype(wt);
+    using Y = decltype(yt);
+    quantized_matmul_kernel<A, W, Y><<<blocks_for(g.m * g.n), kThreads, 0, stream_of(ctx)>>>(
+        ta.ptr<A>(), ctx.in(1).ptr<float>(), ctx.in(2).ptr<A>(), tw.ptr<W>(),
+        ctx.in(4).ptr<float>(), ctx.in(5).ptr<W>(), ctx.in(6).ptr<float>(), ctx.in(7).ptr<Y>(),
+        bias, res, ctx.out(0).ptr<Y>(), g);
+    check_launch(ctx.op_name());
   });
 }
 

@@ -8,6 +8,7 @@
 #include "backends/cuda/cuda_common.cuh"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/quant_gemm.h"
+#include "backends/quant_dispatch.h"
 #include "backends/quant_math.h"
 
 namespace kiln::cuda {
@@ -203,28 +204,16 @@ void quantized_conv(KernelContext& ctx) {
       bias = b.ptr<float>();
   }
   const float* res = ctx.attrs().b("has_residual", false) ? ctx.in(next).ptr<float>() : nullptr;
-  auto q8 = [&](DType t, auto&& f) {
-    if (t == DType::i8)
-      f(int8_t{});
-    else if (t == DType::u8)
-      f(uint8_t{});
-    else
-      fail<UnsupportedError>("[{}] cuda kernel got {}", ctx.op_name(), name(t));
-  };
-  q8(tx.dtype, [&](auto at) {
-    q8(tw.dtype, [&](auto wt) {
-      q8(ctx.in(7).dtype, [&](auto yt) {
-        using A = decltype(at);
-        using W = decltype(wt);
-        using Y = decltype(yt);
-        if (conv_lt<A, W, Y>(ctx, g, bias, ibias, res)) return;
-        quantized_conv_kernel<A, W, Y><<<blocks_for(ty.numel()), kThreads, 0, stream_of(ctx)>>>(
-            tx.ptr<A>(), ctx.in(1).ptr<float>(), ctx.in(2).ptr<A>(), tw.ptr<W>(),
-            ctx.in(4).ptr<float>(), ctx.in(5).ptr<W>(), ctx.in(6).ptr<float>(), ctx.in(7).ptr<Y>(),
-            bias, ibias, res, ty.ptr<Y>(), g);
-        check_launch(ctx.op_name());
-      });
-    });
+  with_int8_types(ctx, "cuda", [&](auto at, auto wt, auto yt) {
+    using A = decltype(at);
+    using W = decltype(wt);
+    using Y = decltype(yt);
+    if (conv_lt<A, W, Y>(ctx, g, bias, ibias, res)) return;
+    quantized_conv_kernel<A, W, Y><<<blocks_for(ty.numel()), kThreads, 0, stream_of(ctx)>>>(
+        tx.ptr<A>(), ctx.in(1).ptr<float>(), ctx.in(2).ptr<A>(), tw.ptr<W>(),
+        ctx.in(4).ptr<float>(), ctx.in(5).ptr<W>(), ctx.in(6).ptr<float>(), ctx.in(7).ptr<Y>(),
+        bias, ibias, res, ty.ptr<Y>(), g);
+    check_launch(ctx.op_name());
   });
 }
 

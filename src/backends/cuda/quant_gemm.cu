@@ -16,6 +16,7 @@
 #include <mutex>
 #include <tuple>
 
+#include "backends/cuda/cublaslt_util.h"
 #include "backends/cuda/cuda_common.cuh"
 #include "backends/cuda/handles.h"
 #include "backends/cuda/kernels.h"
@@ -29,22 +30,10 @@ namespace {
 
 constexpr size_t kMaxWorkspace = size_t{32} << 20;
 
-template <typename T, void (*Destroy)(T)>
-struct LtHandle {
-  T h = nullptr;
-  LtHandle() = default;
-  LtHandle(const LtHandle&) = delete;
-  LtHandle& operator=(const LtHandle&) = delete;
-  ~LtHandle() {
-    if (h) Destroy(h);
-  }
-};
-void destroy_desc(cublasLtMatmulDesc_t d) { cublasLtMatmulDescDestroy(d); }
-void destroy_layout(cublasLtMatrixLayout_t l) { cublasLtMatrixLayoutDestroy(l); }
-void destroy_pref(cublasLtMatmulPreference_t p) { cublasLtMatmulPreferenceDestroy(p); }
-using MatmulDesc = LtHandle<cublasLtMatmulDesc_t, destroy_desc>;
-using Layout = LtHandle<cublasLtMatrixLayout_t, destroy_layout>;
-using Preference = LtHandle<cublasLtMatmulPreference_t, destroy_pref>;
+using lt::alignment_of;
+using lt::Layout;
+using lt::MatmulDesc;
+using lt::Preference;
 
 struct Key {
   int device = 0;
@@ -120,13 +109,6 @@ std::shared_ptr<const Plan> plan_for(const Key& k) {
   auto plan = build_plan(k);
   std::lock_guard<std::mutex> l(mu);
   return plans.emplace(k, std::move(plan)).first->second;
-}
-
-uint32_t alignment_of(const void* p) {
-  const auto a = reinterpret_cast<uintptr_t>(p);
-  uint32_t r = 256;
-  while (r > 1 && a % r != 0) r /= 2;
-  return r;
 }
 
 // What shifts S's values into i8: 128 for u8.
