@@ -83,18 +83,26 @@ std::vector<TensorInfo> infer_dequantize(const InferContext& ctx) {
   return {{ctx.inputs[0].shape, ctx.inputs[1].dtype}};
 }
 
-std::vector<TensorInfo> infer_quantized_matmul(const InferContext& ctx) {
+// The dtypes of an int8 product (quantized_matmul, quantized_conv): the data (input 0, called
+// `data` in messages) and weights (3) i8 or u8 with zero points (2, 5) of their dtype, f32 scales
+// (1, 4, 6), and the output's zero point (7) i8 or u8.
+void check_int8_dtypes(const InferContext& ctx, const char* data) {
   const auto& in = ctx.inputs;
-  const char* op = ctx.name();
   const DTypeSet q8{i8, u8};
   require_dtype(ctx, 0, q8, "i8 or u8");
   require_dtype(ctx, 3, q8, "i8 or u8");
   require_dtype(ctx, 7, q8, "i8 or u8 (the output zero point sets the output type)");
   for (int i : {1, 4, 6}) require_dtype(ctx, i, DTypeSet{f32}, "f32 (a scale)");
   if (in[2].dtype != in[0].dtype || in[5].dtype != in[3].dtype)
-    fail<DTypeError>("[{}] zero points must have their data's dtype: a {} with {}, w {} with {}",
-                     op, name(in[0].dtype), name(in[2].dtype), name(in[3].dtype),
+    fail<DTypeError>("[{}] zero points must have their data's dtype: {} {} with {}, w {} with {}",
+                     ctx.name(), data, name(in[0].dtype), name(in[2].dtype), name(in[3].dtype),
                      name(in[5].dtype));
+}
+
+std::vector<TensorInfo> infer_quantized_matmul(const InferContext& ctx) {
+  const auto& in = ctx.inputs;
+  const char* op = ctx.name();
+  check_int8_dtypes(ctx, "a");
   const Shape &a = in[0].shape, &w = in[3].shape;
   const bool tw = ctx.attrs.b("transpose_w");
   if (a.empty() || w.size() != 2)
@@ -131,15 +139,7 @@ std::vector<TensorInfo> infer_quantized_matmul(const InferContext& ctx) {
 std::vector<TensorInfo> infer_quantized_conv(const InferContext& ctx) {
   const auto& in = ctx.inputs;
   const char* op = ctx.name();
-  const DTypeSet q8{i8, u8};
-  require_dtype(ctx, 0, q8, "i8 or u8");
-  require_dtype(ctx, 3, q8, "i8 or u8");
-  require_dtype(ctx, 7, q8, "i8 or u8 (the output zero point sets the output type)");
-  for (int i : {1, 4, 6}) require_dtype(ctx, i, DTypeSet{f32}, "f32 (a scale)");
-  if (in[2].dtype != in[0].dtype || in[5].dtype != in[3].dtype)
-    fail<DTypeError>("[{}] zero points must have their data's dtype: x {} with {}, w {} with {}",
-                     op, name(in[0].dtype), name(in[2].dtype), name(in[3].dtype),
-                     name(in[5].dtype));
+  check_int8_dtypes(ctx, "x");
   const Shape &x = in[0].shape, &w = in[3].shape;
   if (x.size() != 4 || w.size() != 4)
     fail<ShapeError>("[{}] x {} and w {} must have rank 4 (N, C, H, W) and (O, C/groups, kh, kw)",
