@@ -2,7 +2,6 @@
 // writes the compiled executable as a kiln package (Executable::save).
 #include <fmt/format.h>
 
-#include <fstream>
 #include <memory>
 
 #include "tools/kiln/commands.h"
@@ -11,17 +10,6 @@
 namespace kiln::cli {
 
 namespace {
-// FNV-1a of the model file, recorded in the package as its source's identity.
-std::string file_hash(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  uint64_t h = 1469598103934665603ull;
-  char buf[1 << 16];
-  while (f.read(buf, sizeof buf) || f.gcount() > 0)
-    for (std::streamsize i = 0; i < f.gcount(); ++i)
-      h = (h ^ static_cast<unsigned char>(buf[i])) * 1099511628211ull;
-  return fmt::format("fnv1a64:{:016x}", h);
-}
-
 struct ConvertOptions {
   std::string model;
   std::string output;

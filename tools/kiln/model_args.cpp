@@ -421,4 +421,14 @@ void print_placement(const Executable& exe) {
   if (fallbacks == 0) fmt::print("CPU fallbacks: none\n");
 }
 
+std::string file_hash(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  uint64_t h = 1469598103934665603ull;
+  char buf[1 << 16];
+  while (f.read(buf, sizeof buf) || f.gcount() > 0)
+    for (std::streamsize i = 0; i < f.gcount(); ++i)
+      h = (h ^ static_cast<unsigned char>(buf[i])) * 1099511628211ull;
+  return fmt::format("fnv1a64:{:016x}", h);
+}
+
 }  // namespace kiln::cli

@@ -50,6 +50,8 @@ std::map<std::string, Shape> concrete_shapes(const onnx::Model& model,
 std::string describe_shape(const Shape& shape, const std::vector<std::string>& dim_params);
 /// A file name safe to write inside a directory: only [A-Za-z0-9._-], no leading '.', never "".
 std::string safe_file_name(const std::string& name);
+/// FNV-1a (64-bit) of a file's bytes as "fnv1a64:<hex>": a package records its model file's so.
+std::string file_hash(const std::string& path);
 /// Random values: floats uniform in [-1, 1), integers in [0, 4), bools fair coins.
 Array random_array(const Shape& shape, DType dtype, std::mt19937_64& rng);
 /// Device from --device ("" -> kiln::default_device()).

@@ -10,7 +10,6 @@
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 
 #include "kiln/quantize.h"
@@ -118,16 +117,6 @@ std::vector<std::map<std::string, Array>> load_calibration(const std::string& di
       batches[b][inputs[i].name] = load_batch(files[i][b], inputs[i], first);
     }
   return batches;
-}
-
-std::string fnv1a(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  uint64_t h = 1469598103934665603ull;
-  char buf[1 << 16];
-  while (f.read(buf, sizeof buf) || f.gcount() > 0)
-    for (std::streamsize i = 0; i < f.gcount(); ++i)
-      h = (h ^ static_cast<unsigned char>(buf[i])) * 1099511628211ull;
-  return fmt::format("fnv1a64:{:016x}", h);
 }
 
 std::string mib(uintmax_t bytes) {
@@ -269,7 +258,7 @@ void quantize_model(const QuantizeCmdOptions& o) {
   if (o.output.empty()) return;
   PackageOptions pk;
   pk.producer = "kiln quantize";
-  pk.source_hash = fnv1a(o.model);
+  pk.source_hash = file_hash(o.model);
   pk.output_names = output_names;
   exe.save(o.output, pk);
   uintmax_t f32_bytes = 0;
