@@ -113,50 +113,20 @@ std::shared_ptr<const GemmPlan> build_plan(const GemmKey& k) {
   const int dummy = 0;
   make_desc(desc, k, k.bias ? &dummy : nullptr);
   Preference pref;
-  KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref.h));
-  const size_t ws = kMaxWorkspace;
-  KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      pref.h, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-  const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> aligns[] = {
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, k.align_a},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, k.align_b},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, k.align_d},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, k.align_d}};
-  for (const auto& [attr, v] : aligns)
-    KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.h, attr, &v, sizeof(v)));
+  lt::make_preference(pref, kMaxWorkspace, k.align_a, k.align_b, k.align_d);
   if (k.dtype == DType::f16 || k.dtype == DType::bf16) {
     // split-K partial sums stay in f32: no reduction in (or in place of) the half output
     const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
     KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
         pref.h, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof(schemes)));
   }
-  cublasLtMatmulHeuristicResult_t result{};
-  int count = 0;
-  const cublasStatus_t s =
-      cublasLtMatmulAlgoGetHeuristic(cublaslt_handle(k.device), desc.h, plan->a.h, plan->b.h,
-                                     plan->d.h, plan->d.h, pref.h, 1, &result, &count);
-  if (s == CUBLAS_STATUS_SUCCESS && count > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
-    plan->algo = result.algo;
-    plan->workspace = result.workspaceSize;
-    plan->found = true;
-  } else if (s != CUBLAS_STATUS_SUCCESS && s != CUBLAS_STATUS_NOT_SUPPORTED) {
-    throw_cublas_error(s, "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__);
-  }
+  plan->found = lt::first_algo(cublaslt_handle(k.device), desc, plan->a, plan->b, plan->d, pref,
+                               kMaxWorkspace, plan->algo, plan->workspace);
   return plan;
 }
 
-// Plans per key, built once (a plan without an algorithm is remembered too).
 std::shared_ptr<const GemmPlan> plan_for(const GemmKey& k) {
-  static std::mutex mu;
-  static std::map<GemmKey, std::shared_ptr<const GemmPlan>> plans;
-  {
-    std::lock_guard<std::mutex> l(mu);
-    auto it = plans.find(k);
-    if (it != plans.end()) return it->second;
-  }
-  auto plan = build_plan(k);
-  std::lock_guard<std::mutex> l(mu);
-  return plans.emplace(k, std::move(plan)).first->second;
+  return lt::build_once<GemmKey, GemmPlan>(k, build_plan);
 }
 
 struct GemmArgs {

@@ -68,47 +68,14 @@ std::shared_ptr<const Plan> build_plan(const Key& k) {
   MatmulDesc desc;
   make_desc(desc);
   Preference pref;
-  KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref.h));
-  const size_t ws = kMaxWorkspace;
-  KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      pref.h, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-  const uint32_t d_align = 256;  // scratch
-  const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> aligns[] = {
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, k.align_w},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, k.align_a},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, d_align},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, d_align}};
-  for (const auto& al : aligns)
-    KILN_CUBLAS_CHECK(
-        cublasLtMatmulPreferenceSetAttribute(pref.h, al.first, &al.second, sizeof(al.second)));
-  cublasLtMatmulHeuristicResult_t result{};
-  int count = 0;
-  const cublasStatus_t s =
-      cublasLtMatmulAlgoGetHeuristic(cublaslt_handle(k.device), desc.h, plan->w.h, plan->a.h,
-                                     plan->d.h, plan->d.h, pref.h, 1, &result, &count);
-  if (s == CUBLAS_STATUS_SUCCESS && count > 0 && result.state == CUBLAS_STATUS_SUCCESS &&
-      result.workspaceSize <= kMaxWorkspace) {
-    plan->algo = result.algo;
-    plan->workspace = result.workspaceSize;
-    plan->found = true;
-  } else if (s != CUBLAS_STATUS_SUCCESS && s != CUBLAS_STATUS_NOT_SUPPORTED) {
-    throw_cublas_error(s, "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__);
-  }
+  lt::make_preference(pref, kMaxWorkspace, k.align_w, k.align_a, 256);  // D is scratch
+  plan->found = lt::first_algo(cublaslt_handle(k.device), desc, plan->w, plan->a, plan->d, pref,
+                               kMaxWorkspace, plan->algo, plan->workspace);
   return plan;
 }
 
-// Plans per key, built once on the host (a plan without an algorithm is remembered too).
 std::shared_ptr<const Plan> plan_for(const Key& k) {
-  static std::mutex mu;
-  static std::map<Key, std::shared_ptr<const Plan>> plans;
-  {
-    std::lock_guard<std::mutex> l(mu);
-    auto it = plans.find(k);
-    if (it != plans.end()) return it->second;
-  }
-  auto plan = build_plan(k);
-  std::lock_guard<std::mutex> l(mu);
-  return plans.emplace(k, std::move(plan)).first->second;
+  return lt::build_once<Key, Plan>(k, build_plan);
 }
 
 // What shifts S's values into i8: 128 for u8.
