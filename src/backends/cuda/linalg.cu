@@ -110,8 +110,10 @@ std::shared_ptr<const GemmPlan> build_plan(const GemmKey& k) {
   make_layout(plan->b, t, k.k, k.n, k.ldb, k.batch, k.stride_b);
   make_layout(plan->d, t, k.m, k.n, k.ldd, k.batch, k.stride_d);
   MatmulDesc desc;
-  const int dummy = 0;
-  make_desc(desc, k, k.bias ? &dummy : nullptr);
+  // the heuristic needs a bias pointer, aligned as a real one is (a misaligned one makes it
+  // refuse f64 with INVALID_VALUE); it is never read
+  alignas(256) static const char kBiasStandIn[256] = {};
+  make_desc(desc, k, k.bias ? kBiasStandIn : nullptr);
   Preference pref;
   lt::make_preference(pref, kMaxWorkspace, k.align_a, k.align_b, k.align_d);
   if (k.dtype == DType::f16 || k.dtype == DType::bf16) {
