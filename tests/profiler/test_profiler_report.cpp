@@ -77,11 +77,18 @@ TEST(ProfilerReport, ChromiumDrawsEveryOp) {
   ASSERT_EQ(p.idle_gaps().size(), 1u);
   const fs::path html = dir.path / "report.html", dom = dir.path / "dom.html";
   p.save(html.string());
-  ASSERT_EQ(shell("chromium --headless --no-sandbox --disable-gpu --no-first-run "
-                  "--disable-background-networking --dump-dom '" +
-                  html.string() + "' > '" + dom.string() + "' 2>/dev/null"),
-            0);
-  const std::string text = read_file(dom);
+  // a profile directory of its own: chromium hands a page to a running (or stale-locked) default
+  // profile and exits with nothing dumped; one retry for a browser slow to start on a busy machine
+  std::string text;
+  for (int attempt = 0; attempt < 2 && text.find("id=\"timeline-svg\"") == std::string::npos;
+       ++attempt) {
+    ASSERT_EQ(shell("chromium --headless --no-sandbox --disable-gpu --no-first-run "
+                    "--disable-background-networking --user-data-dir='" +
+                    (dir.path / ("chromium-profile-" + std::to_string(attempt))).string() +
+                    "' --dump-dom '" + html.string() + "' > '" + dom.string() + "' 2>/dev/null"),
+              0);
+    text = read_file(dom);
+  }
   // the script's SVG: one group per span, labelled with the op's name
   ASSERT_NE(text.find("id=\"timeline-svg\""), std::string::npos) << text.substr(0, 2000);
   const std::regex group("<g class=\"span-group\" data-kind=\"(\\w+)\" data-name=\"([^\"]*)\"");

@@ -131,7 +131,9 @@ inline void expect_conv_within_lsb(const Array& y, const std::vector<double>& re
   }
   double lo = 1e9, hi = -1e9;
   for (double r : ref) lo = std::min(lo, r), hi = std::max(hi, r);
-  if (ref.size() >= 20) EXPECT_GT(hi - lo, 20) << "outputs span too little of the range";
+  // (small problems with relu may cover fewer levels; none may be constant or saturated)
+  if (ref.size() >= 20)
+    EXPECT_GT(hi - lo, ref.size() >= 200 ? 20 : 8) << "outputs span too little of the range";
   if (lsb > 0) EXPECT_LE(off, static_cast<int>(v.size()) / 10 + 1) << "too many 1-LSB differences";
 }
 
