@@ -9,7 +9,8 @@
 // quantized_conv: inputs x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp[, bias][, residual];
 //   attrs conv's stride, pads, dilation, groups, plus relu, has_bias, has_residual. Inference
 //   only. The bias is (O), (O, 1, 1) or (1, O, 1, 1): the pass keeps what the graph added; an
-//   i32 bias (ONNX QLinearConv's) adds to the integer sum before scaling.
+//   i32 bias (ONNX QLinearConv's) adds to the integer sum before scaling. Attr channels_last
+//   (set by the channels_last pass, default false): x, residual and output are NHWC.
 #include "kiln/ops/quant.h"
 
 #include "kiln/ops/core.h"
@@ -159,8 +160,12 @@ std::vector<TensorInfo> infer_quantized_conv(const InferContext& ctx) {
              {"dilation", ctx.attrs.ints("dilation")},
              {"groups", ctx.attrs.i("groups")},
              {"has_bias", false}};
-  const std::vector<TensorInfo> conv_in{{x, f32}, {w, f32}};
-  const Shape out = op_def(OpId::Conv).infer(InferContext{OpId::Conv, geom, conv_in})[0].shape;
+  // channels_last: x, residual and output are NHWC
+  const bool cl = ctx.attrs.b("channels_last", false);
+  const Shape x_nchw = cl ? Shape{x[0], x[3], x[1], x[2]} : x;
+  const std::vector<TensorInfo> conv_in{{x_nchw, f32}, {w, f32}};
+  Shape out = op_def(OpId::Conv).infer(InferContext{OpId::Conv, geom, conv_in})[0].shape;
+  if (cl) out = Shape{out[0], out[2], out[3], out[1]};
   size_t next = 8;
   if (ctx.attrs.b("has_bias", false)) {
     require_dtype(ctx, static_cast<int>(next), DTypeSet{f32, i32},

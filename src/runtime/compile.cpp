@@ -155,6 +155,9 @@ Executable Graph::compile(Device device, const FeedShapes& feeds, const std::vec
     run_pass(p, "cse", eliminate_common_subexpressions);
     run_pass(p, "dce", eliminate_dead_code);
   }
+  // the CPU's int8 convolutions run on NHWC without reorders
+  if (options.optimize && device.kind == Device::Kind::cpu && env::channels_last())
+    run_pass(p, "channels_last", channels_last);
   run_pass(p, "schedule_collectives", schedule_collectives);
   run_pass(p, "order_assignments", order_assignments);
   if (options.optimize && options.fuse_elementwise && env::fusion_enabled())

@@ -48,6 +48,11 @@ bool fusion_enabled() {
   return on;
 }
 
+bool channels_last() {
+  const char* v = get("KILN_CHANNELS_LAST");
+  return !(v && std::string(v) == "0");
+}
+
 int capture() {
   const char* v = get("KILN_CAPTURE");
   if (!v) return -1;

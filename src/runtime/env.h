@@ -33,5 +33,7 @@ bool step_times_device();
 int capture();
 /// False when KILN_FUSION=0 (read once).
 bool fusion_enabled();
+/// False when KILN_CHANNELS_LAST=0 (read at every compile): the channels_last pass is off.
+bool channels_last();
 
 }  // namespace kiln::env

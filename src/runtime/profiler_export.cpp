@@ -168,8 +168,12 @@ std::vector<IdleGap> Profile::idle_gaps(double gap_us) const {
       const ProfileSpan& s = *list[i];
       if (s.start_us - end >= gap_us) {
         IdleGap g{std::get<0>(key), std::get<1>(key), end, s.start_us - end, std::get<2>(key), {}};
+        // a gap that ends at a fallback's own download is the host's latency before the
+        // fallback started, not time the device waited for the fallback's result
+        const bool before_download =
+            s.kind == SpanKind::copy && s.detail == "D2H" && s.step > prev_step;
         for (auto* f : fallbacks[g.run])
-          if (f->step >= prev_step && f->step <= s.step) {
+          if (f->step >= prev_step && f->step <= s.step && !(before_download && f->step == s.step)) {
             g.cause = fmt::format("{} %{} on the cpu ({})", f->name, f->node, f->detail);
             break;
           }

@@ -2,6 +2,9 @@
 // exact integer window sums with padding at the real 0, scale, bias, residual, relu, round half
 // to even, saturate. Bit for bit on fresh random data; the fused pass is tested in
 // tests/quant/test_quant_conv_fuse.cpp.
+#include <cstdlib>
+
+#include "core/graph_impl.h"
 #include "core/op_registry.h"
 #include "kiln/ops/quant.h"
 #include "quant/conv_reference.h"
@@ -23,7 +26,29 @@ Tensor build(Graph& g, const ConvProblem& p, const ConvData& d, const Tensor& x,
                         g.constant(d.zy), o);
 }
 
+// Sets an environment variable for a scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    ::setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (old_)
+      ::setenv(name_, old_->c_str(), 1);
+    else
+      ::unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+// On NCHW data (the channels_last pass off) every kernel computes the exact epilogue: bit for
+// bit the reference.
 TEST(QuantizedConv, MatchesReference) {
+  const ScopedEnv off("KILN_CHANNELS_LAST", "0");
   for (const ConvProblem& p : conv_problems()) {
     SCOPED_TRACE(describe(p));
     const ConvData d = random_conv_data(p);
@@ -33,6 +58,38 @@ TEST(QuantizedConv, MatchesReference) {
     EXPECT_EQ(y.shape(), out_shape(p));
     EXPECT_EQ(y.dtype(), p.yt);
     expect_conv_within_lsb(eval1(g, y, {{x, d.x}}), conv_reference(p, d), 0);
+  }
+}
+
+// NHWC: the node given channels_last directly (x and residual transposed in, the output
+// transposed back), and the channels_last pass (on by default) choosing it. The CPU's oneDNN
+// path then runs the epilogue in f32: within 1 LSB.
+TEST(QuantizedConv, ChannelsLastWithinOneLsb) {
+  const std::vector<int64_t> to_nhwc{0, 2, 3, 1}, to_nchw{0, 3, 1, 2};
+  for (const ConvProblem& p : conv_problems()) {
+    SCOPED_TRACE(describe(p));
+    const ConvData d = random_conv_data(p);
+    const auto ref = conv_reference(p, d);
+    {
+      Graph g;
+      auto x = g.placeholder(p.x, p.xt, "x");
+      expect_conv_within_lsb(eval1(g, build(g, p, d, x), {{x, d.x}}), ref, 1);
+    }
+    Graph g;
+    auto x = g.placeholder(p.x, p.xt, "x");
+    const Tensor nchw = build(g, p, d, x);
+    const detail::Node& node = nchw.graph_impl()->nodes[nchw.node_id()];
+    std::vector<Tensor> in;
+    for (size_t k = 0; k < node.inputs.size(); ++k)
+      in.push_back(Tensor(nchw.graph_impl(), node.inputs[k].node, node.inputs[k].index));
+    in[0] = transpose(x, to_nhwc);
+    if (p.residual) in.back() = transpose(in.back(), to_nhwc);
+    Attrs attrs = node.attrs;
+    attrs.set("channels_last", true);
+    const Tensor nhwc = detail::make_node1(OpId::QuantizedConv, in, attrs);
+    const Shape os = out_shape(p);
+    EXPECT_EQ(nhwc.shape(), (Shape{os[0], os[2], os[3], os[1]}));
+    expect_conv_within_lsb(eval1(g, transpose(nhwc, to_nchw), {{x, d.x}}), ref, 1);
   }
 }
 

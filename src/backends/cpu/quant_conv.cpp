@@ -2,10 +2,16 @@
 // over each window (plus an i32 bias), then the epilogue of quantized_matmul
 // (backends/quant_math.h): scale, f32 bias, residual, relu, requantize once. Padded positions hold
 // the real value 0, i.e. x_zp. Products: oneDNN's int8 convolution where it is exact (VNNI) and the
-// weights are i8 with zero points 0, on an NHWC copy of x (padded with x_zp here when x has a zero
-// point, so that every window is full and sum (x - x_zp) w = sum x w - x_zp sum w) and an NHWC
-// i32 result: no reorders but the weights'. Elsewhere direct loops over int16 differences.
+// weights are i8 with zero points 0, on NHWC data (padded with x_zp here when x has a zero point,
+// so that every window is full and sum (x - x_zp) w = sum x w - x_zp sum w). Elsewhere direct
+// loops over int16 differences.
+//   NCHW (channels_last false): x is copied to NHWC, oneDNN writes the i32 sums, and kiln's
+//   epilogue (double precision, bit for bit the CUDA kernel's) writes the NCHW output.
+//   NHWC (channels_last, the layout the channels_last pass gives int8 pipelines): no copies;
+//   oneDNN runs the whole epilogue as its output scales, bias and post-ops (residual add, relu,
+//   1/y_scale and y_zp) in f32 and writes the int8 output, within 1 LSB of the exact epilogue.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "backends/cpu/cpu_common.h"
@@ -24,17 +30,29 @@ namespace du = dnnl_util;
 struct Geom {
   int64_t N, C, H, W, O, KH, KW, OH, OW, G;
   int64_t sh, sw, dh, dw, pt, pl, pb, pr;
+  bool cl;  // channels_last: x, residual and output NHWC
   int64_t cg() const { return C / G; }
   int64_t og() const { return O / G; }
   int64_t window() const { return cg() * KH * KW; }
+  int64_t x_at(int64_t n, int64_t c, int64_t h, int64_t w) const {
+    return cl ? ((n * H + h) * W + w) * C + c : ((n * C + c) * H + h) * W + w;
+  }
+  int64_t y_at(int64_t n, int64_t o, int64_t h, int64_t w) const {
+    return cl ? ((n * OH + h) * OW + w) * O + o : ((n * O + o) * OH + h) * OW + w;
+  }
 };
 
 Geom geometry(const KernelContext& ctx) {
   const Shape &x = ctx.in(0).shape, &w = ctx.in(3).shape, &y = ctx.out(0).shape;
   const auto &s = ctx.attrs().ints("stride"), &d = ctx.attrs().ints("dilation"),
              &p = ctx.attrs().ints("pads");
-  return Geom{x[0], x[1], x[2], x[3], w[0], w[2], w[3], y[2], y[3], ctx.attrs().i("groups"),
-              s[0], s[1], d[0], d[1], p[0], p[1], p[2], p[3]};
+  const bool cl = ctx.attrs().b("channels_last", false);
+  return Geom{x[0],           cl ? x[3] : x[1], cl ? x[1] : x[2], cl ? x[2] : x[3],
+              w[0],           w[2],             w[3],             cl ? y[1] : y[2],
+              cl ? y[2] : y[3], ctx.attrs().i("groups"),
+              s[0],           s[1],             d[0],             d[1],
+              p[0],           p[1],             p[2],             p[3],
+              cl};
 }
 
 // The epilogue's inputs, read once.
@@ -48,7 +66,7 @@ struct Epilogue {
   double sy = 1;
   int32_t zy = 0;
   Y* out = nullptr;
-  // Output element t (flat NCHW) of channel o from its exact sum.
+  // Output element t (flat, in the output's layout) of channel o from its exact sum.
   void operator()(int64_t t, int64_t o, int32_t acc) const {
     if (ibias) acc += ibias[o];
     out[t] = quant_math::requantize<Y>(acc, mult[o], bias ? bias[o] : 0.0, res ? res[t] : 0.0, relu,
@@ -100,6 +118,7 @@ void conv_loops(KernelContext& ctx, const Geom& g, const Epilogue<Y>& fin) {
       wd[o * win + i] = static_cast<int16_t>(int32_t{Wt[o * win + i]} - z);
   }
   const int64_t plane = g.OH * g.OW;
+  const int64_t xh = g.x_at(0, 0, 1, 0), xw = g.x_at(0, 0, 0, 1);  // x's strides along h and w
   ctx.parallel_for(g.N * g.O, std::max<int64_t>(1, 4096 / std::max<int64_t>(plane * win, 1)),
                    [&](int64_t t0, int64_t t1) {
                      for (int64_t t = t0; t < t1; ++t) {
@@ -109,7 +128,7 @@ void conv_loops(KernelContext& ctx, const Geom& g, const Epilogue<Y>& fin) {
                          for (int64_t ow = 0; ow < g.OW; ++ow) {
                            int32_t acc = 0;
                            for (int64_t c = 0; c < cg; ++c) {
-                             const A* x = X + (n * g.C + c0 + c) * g.H * g.W;
+                             const A* x = X + g.x_at(n, c0 + c, 0, 0);
                              const int16_t* wc = w + c * g.KH * g.KW;
                              for (int64_t kh = 0; kh < g.KH; ++kh) {
                                const int64_t ih = oh * g.sh - g.pt + kh * g.dh;
@@ -117,12 +136,12 @@ void conv_loops(KernelContext& ctx, const Geom& g, const Epilogue<Y>& fin) {
                                for (int64_t kw = 0; kw < g.KW; ++kw) {
                                  const int64_t iw = ow * g.sw - g.pl + kw * g.dw;
                                  if (iw < 0 || iw >= g.W) continue;
-                                 acc +=
-                                     (int32_t{x[ih * g.W + iw]} - zx) * int32_t{wc[kh * g.KW + kw]};
+                                 acc += (int32_t{x[ih * xh + iw * xw]} - zx) *
+                                        int32_t{wc[kh * g.KW + kw]};
                                }
                              }
                            }
-                           fin(t * plane + oh * g.OW + ow, o, acc);
+                           fin(g.y_at(n, o, oh, ow), o, acc);
                          }
                      }
                    });
@@ -175,18 +194,25 @@ void raw_conv_dnnl(KernelContext& ctx, const Geom& g, const void* src, int64_t h
   du::execute(ctx.op_name(), *p, {const_cast<void*>(src), ctx.in(3).data, raw});
 }
 
-template <typename A, typename Y>
-void conv_dnnl(KernelContext& ctx, const Geom& g, const Epilogue<Y>& fin) {
+// x as NHWC for oneDNN: x itself when it is NHWC and needs no padding here, else a copy (with
+// the pads filled with x_zp: oneDNN pads with 0, so with a zero point every window is made full).
+template <typename A>
+struct NhwcSource {
+  const A* data;
+  int64_t hin, win;
+  du::Dims pad_l, pad_r;
+};
+
+template <typename A>
+NhwcSource<A> nhwc_source(KernelContext& ctx, const Geom& g) {
   const A* X = ctx.in(0).ptr<A>();
   const A zx = *ctx.in(2).ptr<A>();
-  // oneDNN pads with 0: with a zero point, pad with it here (then every window is full)
   const bool pad_here = (g.pt || g.pl || g.pb || g.pr) && zx != 0;
+  if (g.cl && !pad_here) return {X, g.H, g.W, {g.pt, g.pl}, {g.pb, g.pr}};
   const int64_t top = pad_here ? g.pt : 0, left = pad_here ? g.pl : 0;
   const int64_t hin = pad_here ? g.H + g.pt + g.pb : g.H, win = pad_here ? g.W + g.pl + g.pr : g.W;
-  const du::Dims pad_l = pad_here ? du::Dims{0, 0} : du::Dims{g.pt, g.pl},
-                 pad_r = pad_here ? du::Dims{0, 0} : du::Dims{g.pb, g.pr};
-  // x as NHWC, padded with zx where pad_here
   A* P = static_cast<A*>(ctx.scratch(static_cast<size_t>(g.N * hin * win * g.C) * sizeof(A)));
+  const int64_t xc = g.x_at(0, 1, 0, 0);
   ctx.parallel_for(g.N * hin, std::max<int64_t>(1, 16384 / std::max<int64_t>(win * g.C, 1)),
                    [&](int64_t r0, int64_t r1) {
                      for (int64_t r = r0; r < r1; ++r) {
@@ -199,36 +225,129 @@ void conv_dnnl(KernelContext& ctx, const Geom& g, const Epilogue<Y>& fin) {
                            std::fill(px, px + g.C, zx);
                            continue;
                          }
-                         const A* xs = X + (n * g.C * g.H + ih) * g.W + iw;
-                         for (int64_t c = 0; c < g.C; ++c) px[c] = xs[c * g.H * g.W];
+                         const A* xs = X + g.x_at(n, 0, ih, iw);
+                         if (g.cl)
+                           std::copy(xs, xs + g.C, px);
+                         else
+                           for (int64_t c = 0; c < g.C; ++c) px[c] = xs[c * xc];
                        }
                      }
                    });
-  const int64_t plane = g.OH * g.OW, total = g.N * g.O * plane;
-  int32_t* raw = static_cast<int32_t*>(ctx.scratch(static_cast<size_t>(total) * 4));
-  raw_conv_dnnl<A>(ctx, g, P, hin, win, pad_l, pad_r, raw);
-  // every window is full (or pads with 0 = x_zp): sum (x - zx) w = sum x w - zx sum w
+  if (pad_here) return {P, hin, win, {0, 0}, {0, 0}};
+  return {P, hin, win, {g.pt, g.pl}, {g.pb, g.pr}};
+}
+
+// x_zp * sum of each output channel's weights: what sum x w exceeds sum (x - x_zp) w by over a
+// full window.
+std::vector<int32_t> zero_point_correction(KernelContext& ctx, const Geom& g, int32_t zx) {
+  std::vector<int32_t> corr(static_cast<size_t>(g.O), 0);
+  if (zx == 0) return corr;
   const int8_t* Wt = ctx.in(3).ptr<int8_t>();
   const int64_t wn = g.window();
-  std::vector<int32_t> corr(static_cast<size_t>(g.O), 0);
   for (int64_t o = 0; o < g.O; ++o) {
     int32_t s = 0;
     for (int64_t i = 0; i < wn; ++i) s += Wt[o * wn + i];
-    corr[o] = int32_t{zx} * s;
+    corr[o] = zx * s;
   }
-  // raw is NHWC, the output NCHW: one output row (n, oh) per task
+  return corr;
+}
+
+// The i32 sums from oneDNN, then kiln's exact epilogue into the output's layout.
+template <typename A, typename Y>
+void conv_dnnl(KernelContext& ctx, const Geom& g, const Epilogue<Y>& fin) {
+  const NhwcSource<A> src = nhwc_source<A>(ctx, g);
+  const int64_t plane = g.OH * g.OW, total = g.N * g.O * plane;
+  int32_t* raw = static_cast<int32_t*>(ctx.scratch(static_cast<size_t>(total) * 4));
+  raw_conv_dnnl<A>(ctx, g, src.data, src.hin, src.win, src.pad_l, src.pad_r, raw);
+  const std::vector<int32_t> corr = zero_point_correction(ctx, g, *ctx.in(2).ptr<A>());
+  // raw is NHWC: one output row (n, oh) per task
   ctx.parallel_for(g.N * g.OH, std::max<int64_t>(1, 16384 / std::max<int64_t>(g.OW * g.O, 1)),
                    [&](int64_t r0, int64_t r1) {
                      for (int64_t r = r0; r < r1; ++r) {
                        const int64_t n = r / g.OH, oh = r % g.OH;
                        for (int64_t ow = 0; ow < g.OW; ++ow) {
                          const int32_t* px = raw + (r * g.OW + ow) * g.O;
-                         const int64_t base = (n * g.O * g.OH + oh) * g.OW + ow;
                          for (int64_t o = 0; o < g.O; ++o)
-                           fin(base + o * plane, o, px[o] - corr[o]);
+                           fin(g.y_at(n, o, oh, ow), o, px[o] - corr[o]);
                        }
                      }
                    });
+}
+
+// NHWC in and out, the epilogue inside oneDNN's convolution (f32):
+//   y = (relu?(mult (acc + b') [+ residual]) / y_scale + y_zp), rounded half to even, saturated,
+// with b' = bias / mult (or the i32 bias) - x_zp sum w. The scales are part of the primitive (its
+// cache key holds their bits). False where oneDNN cannot take the scales (a zero mult).
+template <typename A, typename Y>
+bool conv_dnnl_fused(KernelContext& ctx, const Geom& g, const Epilogue<Y>& fin) {
+  using dt = dnnl::memory::data_type;
+  using tag = dnnl::memory::format_tag;
+  if (!(fin.sy > 0)) return false;
+  for (double m : fin.mult)
+    if (!(m != 0 && std::isfinite(m))) return false;
+  const bool res = fin.res != nullptr;
+  // the output scales: mult, or mult / y_scale where nothing is added after them
+  std::vector<float> oscale(fin.mult.size());
+  for (size_t o = 0; o < oscale.size(); ++o)
+    oscale[o] = static_cast<float>(res ? fin.mult[o] : fin.mult[o] / fin.sy);
+  const float post_scale = res ? static_cast<float>(1.0 / fin.sy) : 1.0f;
+  const NhwcSource<A> src = nhwc_source<A>(ctx, g);
+  const dt at = std::is_same_v<A, uint8_t> ? dt::u8 : dt::s8;
+  const dt yt = std::is_same_v<Y, uint8_t> ? dt::u8 : dt::s8;
+  du::Dims key{static_cast<int64_t>(ctx.op()), 1, g.N, g.C, src.hin, src.win, g.O, g.KH, g.KW,
+               g.G, g.sh, g.sw, g.dh, g.dw, src.pad_l[0], src.pad_l[1], src.pad_r[0],
+               src.pad_r[1], static_cast<int64_t>(at), static_cast<int64_t>(yt), res, fin.relu,
+               fin.zy};
+  uint32_t bits = 0;
+  for (float f : oscale) {
+    std::memcpy(&bits, &f, 4);
+    key.push_back(bits);
+  }
+  std::memcpy(&bits, &post_scale, 4);
+  key.push_back(bits);
+  auto p = du::cached(ctx.op_name(), key, [&] {
+    const du::Dims src_dims{g.N, g.C, src.hin, src.win}, dst_dims{g.N, g.O, g.OH, g.OW};
+    const du::Dims wei_dims =
+        g.G > 1 ? du::Dims{g.G, g.og(), g.cg(), g.KH, g.KW} : du::Dims{g.O, g.C, g.KH, g.KW};
+    const dnnl::memory::desc src_md(src_dims, at, tag::nhwc),
+        wei_user(wei_dims, dt::s8, g.G > 1 ? tag::goihw : tag::oihw),
+        wei_any(wei_dims, dt::s8, tag::any), bias_md({g.O}, dt::f32, tag::a),
+        dst_md(dst_dims, yt, tag::nhwc), res_md(dst_dims, dt::f32, tag::nhwc);
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    attr.set_output_scales(1 << 1, oscale);
+    dnnl::post_ops ops;
+    if (res) ops.append_binary(dnnl::algorithm::binary_add, res_md);
+    if (fin.relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    if (post_scale != 1.0f || fin.zy != 0)
+      ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_linear, post_scale,
+                         static_cast<float>(fin.zy));
+    attr.set_post_ops(ops);
+    dnnl::convolution_forward::desc d(
+        dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src_md, wei_any,
+        bias_md, dst_md, du::Dims{g.sh, g.sw}, du::Dims{g.dh - 1, g.dw - 1}, src.pad_l, src.pad_r);
+    dnnl::convolution_forward::primitive_desc pd(d, attr, du::engine());
+    std::vector<du::Arg> args{du::make_arg(DNNL_ARG_SRC, src_md, pd.src_desc()),
+                              du::make_arg(DNNL_ARG_WEIGHTS, wei_user, pd.weights_desc()),
+                              du::make_arg(DNNL_ARG_BIAS, bias_md, pd.bias_desc()),
+                              du::make_arg(DNNL_ARG_DST, dst_md, pd.dst_desc(), true)};
+    if (res)
+      args.push_back(
+          du::make_arg(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, res_md, res_md));
+    return du::CachedPrimitive{dnnl::convolution_forward(pd), std::move(args),
+                               pd.scratchpad_desc()};
+  });
+  // b' in the integer sum's units
+  const std::vector<int32_t> corr = zero_point_correction(ctx, g, *ctx.in(2).ptr<A>());
+  auto* bias = static_cast<float*>(ctx.scratch(static_cast<size_t>(g.O) * sizeof(float)));
+  for (int64_t o = 0; o < g.O; ++o) {
+    const double b = fin.ibias ? fin.ibias[o] : fin.bias ? fin.bias[o] / fin.mult[o] : 0.0;
+    bias[o] = static_cast<float>(b - corr[o]);
+  }
+  std::vector<void*> buffers{const_cast<A*>(src.data), ctx.in(3).data, bias, fin.out};
+  if (res) buffers.push_back(const_cast<float*>(fin.res));
+  du::execute(ctx.op_name(), *p, buffers);
+  return true;
 }
 
 template <typename A, typename W, typename Y>
@@ -241,7 +360,7 @@ void quantized_conv_impl(KernelContext& ctx) {
     for (int64_t i = 0; i < ctx.in(5).numel(); ++i) zero_w = zero_w && ctx.in(5).ptr<W>()[i] == 0;
     const int64_t macs = ctx.out(0).numel() * g.window();
     if (zero_w && g.window() > 0 && dnnl_int8_exact() && macs >= (1 << 15)) {
-      conv_dnnl<A, Y>(ctx, g, fin);
+      if (!(g.cl && conv_dnnl_fused<A, Y>(ctx, g, fin))) conv_dnnl<A, Y>(ctx, g, fin);
       return;
     }
   }

@@ -4,7 +4,7 @@
 // bit for bit. Fast path (groups 1, shapes cuBLASLt's int8 product takes, quant_gemm.h): im2col
 // into i8 rows (u8 shifted by 128, pads holding the shifted zero point), the int8 GEMM against
 // the (O, C kh kw) weights, and one epilogue applying the zero points through row sums; the same
-// integers, so the same results.
+// integers, so the same results. Attr channels_last: x, residual and output NHWC.
 #include "backends/cuda/cuda_common.cuh"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/quant_gemm.h"
@@ -19,6 +19,23 @@ struct QConvArgs {
   int64_t N, C, H, W, O, KH, KW, OH, OW, G;
   int64_t sh, sw, dh, dw, pt, pl;
   bool relu, per_channel_scale, per_channel_zp;
+  bool cl;  // channels_last: x, residual and output NHWC
+  __device__ int64_t x_at(int64_t n, int64_t c, int64_t h, int64_t w) const {
+    return cl ? ((n * H + h) * W + w) * C + c : ((n * C + c) * H + h) * W + w;
+  }
+  // output element t's (n, o, pixel of the plane)
+  __device__ void decode(int64_t t, int64_t& n, int64_t& o, int64_t& p) const {
+    const int64_t plane = OH * OW;
+    if (cl) {
+      o = t % O;
+      p = (t / O) % plane;
+      n = t / (O * plane);
+    } else {
+      p = t % plane;
+      o = (t / plane) % O;
+      n = t / (plane * O);
+    }
+  }
 };
 
 template <typename A, typename W, typename Y>
@@ -34,13 +51,13 @@ __global__ void quantized_conv_kernel(const A* __restrict__ x, const float* __re
   const int64_t cg = g.C / g.G, og = g.O / g.G;
   for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; t < total;
        t += int64_t{blockDim.x} * gridDim.x) {
-    const int64_t ow = t % g.OW, oh = (t / g.OW) % g.OH, o = (t / (g.OW * g.OH)) % g.O,
-                  n = t / (g.OW * g.OH * g.O);
+    int64_t n, o, p;
+    g.decode(t, n, o, p);
+    const int64_t ow = p % g.OW, oh = p / g.OW;
     const int64_t c0 = (o / og) * cg;
     const int32_t x0 = zx[0], w0 = zw[g.per_channel_zp ? o : 0];
     int32_t acc = 0;
     for (int64_t c = 0; c < cg; ++c) {
-      const A* xc = x + (n * g.C + c0 + c) * g.H * g.W;
       const W* wc = w + (o * cg + c) * g.KH * g.KW;
       for (int64_t kh = 0; kh < g.KH; ++kh) {
         const int64_t ih = oh * g.sh - g.pt + kh * g.dh;
@@ -48,7 +65,7 @@ __global__ void quantized_conv_kernel(const A* __restrict__ x, const float* __re
         for (int64_t kw = 0; kw < g.KW; ++kw) {
           const int64_t iw = ow * g.sw - g.pl + kw * g.dw;
           if (iw < 0 || iw >= g.W) continue;
-          acc += (int32_t{xc[ih * g.W + iw]} - x0) * (int32_t{wc[kh * g.KW + kw]} - w0);
+          acc += (int32_t{x[g.x_at(n, c0 + c, ih, iw)]} - x0) * (int32_t{wc[kh * g.KW + kw]} - w0);
         }
       }
     }
@@ -77,7 +94,7 @@ __global__ void im2col_i8(const A* __restrict__ x, const A* __restrict__ zx,
     const int64_t ih = oh * g.sh - g.pt + kh * g.dh, iw = ow * g.sw - g.pl + kw * g.dw;
     const bool in = ih >= 0 && ih < g.H && iw >= 0 && iw < g.W;
     col[i] =
-        static_cast<int8_t>(in ? int32_t{x[((n * g.C + c) * g.H + ih) * g.W + iw]} - shift : pad);
+        static_cast<int8_t>(in ? int32_t{x[g.x_at(n, c, ih, iw)]} - shift : pad);
   }
 }
 
@@ -103,7 +120,8 @@ __global__ void qconv_gemm_epilogue(
   const int32_t zx_s = int32_t{zx[0]} - shift_x;
   for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; t < total;
        t += int64_t{blockDim.x} * gridDim.x) {
-    const int64_t p = t % plane, o = (t / plane) % g.O, n = t / (plane * g.O);
+    int64_t n, o, p;
+    g.decode(t, n, o, p);
     const int64_t r = n * plane + p;
     const int32_t zw_s = int32_t{zw[g.per_channel_zp ? o : 0]} - shift_w;
     const uint32_t u =
@@ -132,9 +150,9 @@ bool conv_lt(KernelContext& ctx, const QConvArgs& g, const float* bias, const in
   const bool w_direct = std::is_same_v<W, int8_t>;
   const uint32_t align_w = w_direct ? pointer_alignment(tw.data) : 256u;
   // raw as (O, M) where cuBLASLt takes the operands that way round: the epilogue then reads it in
-  // the NCHW output's order (coalesced); else as (M, O)
-  const bool raw_om =
-      int8_gemm_fits(n, m, k) && int8_gemm_available(ctx.device(), n, m, k, align_w, 256u);
+  // the NCHW output's order (coalesced); else (and for an NHWC output) as (M, O)
+  const bool raw_om = !g.cl && int8_gemm_fits(n, m, k) &&
+                      int8_gemm_available(ctx.device(), n, m, k, align_w, 256u);
   if (!raw_om &&
       (!int8_gemm_fits(m, n, k) || !int8_gemm_available(ctx.device(), m, n, k, 256u, align_w)))
     return false;
@@ -174,15 +192,16 @@ void quantized_conv(KernelContext& ctx) {
   if (ty.numel() == 0) return;
   const auto &s = ctx.attrs().ints("stride"), &d = ctx.attrs().ints("dilation"),
              &p = ctx.attrs().ints("pads");
+  const bool cl = ctx.attrs().b("channels_last", false);
   QConvArgs g{tx.shape[0],
-              tx.shape[1],
-              tx.shape[2],
-              tx.shape[3],
+              tx.shape[cl ? 3 : 1],
+              tx.shape[cl ? 1 : 2],
+              tx.shape[cl ? 2 : 3],
               tw.shape[0],
               tw.shape[2],
               tw.shape[3],
-              ty.shape[2],
-              ty.shape[3],
+              ty.shape[cl ? 1 : 2],
+              ty.shape[cl ? 2 : 3],
               ctx.attrs().i("groups"),
               s[0],
               s[1],
@@ -192,7 +211,8 @@ void quantized_conv(KernelContext& ctx) {
               p[1],
               ctx.attrs().b("relu"),
               ctx.in(4).numel() != 1,
-              ctx.in(5).numel() != 1};
+              ctx.in(5).numel() != 1,
+              cl};
   int next = 8;
   const float* bias = nullptr;
   const int32_t* ibias = nullptr;  // adds to the integer sum

@@ -1,0 +1,190 @@
+// channels_last: runs the 2-D int8 convolutions (quantized_conv) on NHWC data, the layout the
+// CPU's int8 convolutions (oneDNN, VNNI) read and write without reorders. Each such node gets
+// the attribute channels_last (x, residual and output NHWC; weights stay (O, C/groups, kh, kw))
+// and the values between them stay NHWC: an op that does not care about layout (elementwise
+// with same-shape or 0-d operands, per-tensor quantize and dequantize) runs on NHWC where a
+// reader wants its output so, and where that moves fewer bytes through transposes. A transpose
+// is inserted only where an NCHW reader (or an output of the program) meets an NHWC value, or
+// the other way round, once per value.
+#include <algorithm>
+
+#include "core/op_registry.h"
+#include "ops/fused_elementwise.h"
+#include "passes/program.h"
+
+namespace kiln {
+
+using detail::Node;
+using detail::ValueRef;
+
+namespace {
+
+const std::vector<int64_t> kToNhwc{0, 2, 3, 1}, kToNchw{0, 3, 1, 2};
+
+class Rewriter {
+ public:
+  explicit Rewriter(const Program& p)
+      : p_(p), nchw_(p.graph.nodes.size()), nhwc_(p.graph.nodes.size()),
+        readers_(p.graph.nodes.size()), read_as_nhwc_(p.graph.nodes.size(), -1) {
+    for (size_t i = 0; i < p.graph.nodes.size(); ++i) {
+      const Node& n = p.graph.nodes[i];
+      for (size_t k = 0; k < n.inputs.size(); ++k)
+        readers_[n.inputs[k].node].push_back({static_cast<int32_t>(i), static_cast<int32_t>(k)});
+    }
+  }
+
+  Program run() {
+    const auto& nodes = p_.graph.nodes;
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      const auto id = static_cast<int32_t>(i);
+      const Node& n = nodes[i];
+      if (wants_nhwc(n))
+        convert(id);
+      else if (agnostic(n) && read_as_nhwc(id) && cheaper_as_nhwc(n))
+        keep_nhwc(id);
+      else
+        copy(id);
+    }
+    out_.outputs.clear();
+    for (auto v : p_.outputs) out_.outputs.push_back(as_nchw(v));
+    out_.num_returned = p_.num_returned;
+    return std::move(out_);
+  }
+
+ private:
+  using Slot = std::vector<std::optional<ValueRef>>;
+
+  static bool wants_nhwc(const Node& n) {
+    return n.op == OpId::QuantizedConv && !n.attrs.b("channels_last", false);
+  }
+
+  const TensorInfo& info(ValueRef v) const { return p_.graph.info(v); }
+
+  // Elementwise nodes whose inputs are 0-d or have the output's shape, and per-tensor
+  // quantize / dequantize: they compute the same on any layout.
+  bool agnostic(const Node& n) const {
+    if (n.outputs.size() != 1 || n.outputs[0].shape.size() != 4) return false;
+    const Shape& out = n.outputs[0].shape;
+    if (n.op == OpId::Quantize || n.op == OpId::Dequantize)
+      return n.inputs.size() == 3 && info(n.inputs[0]).shape == out &&
+             info(n.inputs[1]).shape.empty() && info(n.inputs[2]).shape.empty();
+    if (fused::arity(n.op) == 0 || n.inputs.size() != static_cast<size_t>(fused::arity(n.op)))
+      return false;
+    for (auto v : n.inputs)
+      if (!(info(v).shape == out || info(v).shape.empty())) return false;
+    return true;
+  }
+
+  // Whether some reader of node `id` would take its output as NHWC (else an agnostic node runs
+  // on NCHW, so that the transpose moves its input, often int8, rather than its f32 output).
+  bool read_as_nhwc(int32_t id) const {
+    int8_t& known = read_as_nhwc_[id];
+    if (known >= 0) return known;
+    known = 0;
+    for (auto [r, k] : readers_[id]) {
+      const Node& n = p_.graph.nodes[r];
+      if (wants_nhwc(n) &&
+          (k == 0 || (n.attrs.b("has_residual", false) &&
+                      static_cast<size_t>(k) == n.inputs.size() - 1)))
+        return (known = 1);
+      if (agnostic(n) && read_as_nhwc(r)) return (known = 1);
+    }
+    return false;
+  }
+
+  // Running n on NHWC transposes its inputs (unless they are NHWC already), on NCHW its output:
+  // the cheaper, by element size (dequantize's u8 input rather than its f32 output).
+  bool cheaper_as_nhwc(const Node& n) const {
+    bool all_nhwc = true;
+    size_t in_bytes = 0;
+    for (auto v : n.inputs) {
+      if (info(v).shape.empty()) continue;
+      all_nhwc = all_nhwc && slot(nhwc_, v).has_value();
+      in_bytes = std::max(in_bytes, size_of(info(v).dtype));
+    }
+    return all_nhwc || in_bytes <= size_of(n.outputs[0].dtype);
+  }
+
+  static std::optional<ValueRef>& slot(std::vector<Slot>& s, ValueRef v) {
+    auto& per_node = s[v.node];
+    if (per_node.size() <= static_cast<size_t>(v.index)) per_node.resize(v.index + 1);
+    return per_node[v.index];
+  }
+  static const std::optional<ValueRef>& slot(const std::vector<Slot>& s, ValueRef v) {
+    static const std::optional<ValueRef> none;
+    const auto& per_node = s[v.node];
+    return per_node.size() > static_cast<size_t>(v.index) ? per_node[v.index] : none;
+  }
+
+  ValueRef transpose(ValueRef v, const std::vector<int64_t>& perm) {
+    Attrs a;
+    a.set("perm", perm);
+    return {out_.graph.add(OpId::Transpose, {v}, a), 0};
+  }
+
+  // The value (of the source program) in the new program, NCHW or NHWC, made once on demand.
+  ValueRef as_nchw(ValueRef v) {
+    auto& s = slot(nchw_, v);
+    if (!s) s = transpose(*slot(nhwc_, v), kToNchw);
+    return *s;
+  }
+  ValueRef as_nhwc(ValueRef v) {
+    auto& s = slot(nhwc_, v);
+    if (!s) s = transpose(*slot(nchw_, v), kToNhwc);
+    return *s;
+  }
+
+  void add_like(int32_t id, std::vector<ValueRef> inputs, Attrs attrs, std::vector<Slot>& into) {
+    const Node& n = p_.graph.nodes[id];
+    const int32_t nid = out_.graph.add(n.op, std::move(inputs), std::move(attrs), n.name);
+    out_.graph.nodes[nid].origin = n.origin;
+    for (size_t k = 0; k < n.outputs.size(); ++k)
+      slot(into, {id, static_cast<int32_t>(k)}) = ValueRef{nid, static_cast<int32_t>(k)};
+  }
+
+  void copy(int32_t id) {
+    const Node& n = p_.graph.nodes[id];
+    Node c = n;
+    for (auto& v : c.inputs) v = as_nchw(v);
+    const int32_t nid = out_.graph.add_inferred(std::move(c));
+    for (size_t k = 0; k < n.outputs.size(); ++k)
+      slot(nchw_, {id, static_cast<int32_t>(k)}) = ValueRef{nid, static_cast<int32_t>(k)};
+  }
+
+  void convert(int32_t id) {
+    const Node& n = p_.graph.nodes[id];
+    std::vector<ValueRef> in;
+    const size_t residual = n.attrs.b("has_residual", false) ? n.inputs.size() - 1 : SIZE_MAX;
+    for (size_t k = 0; k < n.inputs.size(); ++k)
+      in.push_back(k == 0 || k == residual ? as_nhwc(n.inputs[k]) : as_nchw(n.inputs[k]));
+    Attrs a = n.attrs;
+    a.set("channels_last", true);
+    add_like(id, std::move(in), std::move(a), nhwc_);
+  }
+
+  void keep_nhwc(int32_t id) {
+    const Node& n = p_.graph.nodes[id];
+    std::vector<ValueRef> in;
+    for (auto v : n.inputs) in.push_back(info(v).shape.empty() ? as_nchw(v) : as_nhwc(v));
+    add_like(id, std::move(in), n.attrs, nhwc_);
+  }
+
+  const Program& p_;
+  Program out_;
+  // per source value: its NCHW (as in the source) and NHWC versions in the new program
+  std::vector<Slot> nchw_, nhwc_;
+  std::vector<std::vector<std::pair<int32_t, int32_t>>> readers_;  // (node, input index)
+  mutable std::vector<int8_t> read_as_nhwc_;                       // -1: not yet known
+};
+
+}  // namespace
+
+Program channels_last(const Program& p) {
+  bool any = false;
+  for (const Node& n : p.graph.nodes)
+    any = any || (n.op == OpId::QuantizedConv && !n.attrs.b("channels_last", false));
+  if (!any) return p;
+  return Rewriter(p).run();
+}
+
+}  // namespace kiln

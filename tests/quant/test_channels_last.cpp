@@ -1,0 +1,121 @@
+// The channels_last pass (src/passes/channels_last.cpp) on the CPU: a QDQ residual block of two
+// int8 convolutions keeps its int8 values NHWC between them, with transposes only where NCHW
+// readers meet them, and computes within 1 LSB of the same graph compiled with the pass off
+// (KILN_CHANNELS_LAST=0), on fresh random data.
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <optional>
+#include <string>
+
+#include "kiln/kiln.h"
+#include "kiln/ops/quant.h"
+#include "support/reference.h"
+
+namespace kiln {
+namespace {
+using namespace kiln::test;
+
+int steps(const Executable& exe, const std::string& op) {
+  int c = 0;
+  for (const auto& s : exe.placement()) c += s.op == op;
+  return c;
+}
+
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    ::setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (old_)
+      ::setenv(name_, old_->c_str(), 1);
+    else
+      ::unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+struct Block {
+  Graph g;
+  Tensor x, y, pooled;
+};
+
+// x (u8) -> conv a + relu -> quantize -> conv b + residual dequantize(x) + relu -> quantize (y,
+// returned int8) -> dequantize -> max_pool (pooled, returned f32).
+void build_block(Block& b, int64_t n, int64_t c, int64_t hw) {
+  Graph& g = b.g;
+  b.x = g.placeholder({n, c, hw, hw}, u8, "x");
+  const float sx = 0.05f;
+  const Tensor s_x = g.constant(Array::scalar(sx)), z_x = g.constant(Array::scalar(uint8_t{3}));
+  auto weights = [&](int64_t o, int64_t ci, int64_t k) {
+    const Tensor w = g.constant(random_ints({o, ci, k, k}, -90, 90, i8));
+    const Tensor sw = g.constant(random_array({o}, f32, 0.002, 0.004));
+    const Tensor zw = g.constant(Array::zeros({o}, i8));
+    return dequantize(w, sw, zw, {.axis = 0});
+  };
+  const Tensor dx = dequantize(b.x, s_x, z_x);
+  ConvOptions same;
+  same.padding = {1, 1, 1, 1};
+  const Tensor a =
+      relu(conv2d(dx, weights(c, c, 3), g.constant(random_array({c}, f32, -0.2, 0.2)), same));
+  const Tensor s_a = g.constant(Array::scalar(0.04f)), z_a = g.constant(Array::scalar(uint8_t{0}));
+  const Tensor da = dequantize(quantize(a, s_a, z_a), s_a, z_a);
+  const Tensor r = relu(conv2d(da, weights(c, c, 1), std::nullopt, {}) + dx);
+  const Tensor s_y = g.constant(Array::scalar(0.06f)), z_y = g.constant(Array::scalar(uint8_t{0}));
+  b.y = quantize(r, s_y, z_y);
+  b.pooled = max_pool(dequantize(b.y, s_y, z_y), {.kernel = {2, 2}});
+}
+
+TEST(ChannelsLast, ResidualBlockStaysNhwcWithinOneLsb) {
+  Block b;
+  build_block(b, 2, 16, 12);
+  const Array x = random_ints({2, 16, 12, 12}, 0, 255, u8);
+  const Executable on = b.g.compile(Device::cpu(), {}, {b.y, b.pooled});
+  std::optional<Executable> off;
+  {
+    const ScopedEnv env("KILN_CHANNELS_LAST", "0");
+    off = b.g.compile(Device::cpu(), {}, {b.y, b.pooled});
+  }
+  EXPECT_EQ(steps(on, "quantized_conv"), 2) << on.dump();
+  EXPECT_EQ(steps(*off, "quantized_conv"), 2);
+  // x in; y out (int8, before its dequantize: max_pool reads NCHW); nothing between the convs
+  EXPECT_EQ(steps(on, "transpose"), 2) << on.dump();
+  EXPECT_EQ(steps(*off, "transpose"), 0);
+  const auto want = off->run({{b.x, x}});
+  const auto got = on.run({{b.x, x}});
+  ASSERT_EQ(got[0].shape(), want[0].shape());
+  const auto y1 = to_f64(got[0]), y0 = to_f64(want[0]);
+  int differ = 0;
+  double lo = 1e9, hi = -1e9;
+  for (size_t i = 0; i < y0.size(); ++i) {
+    EXPECT_LE(std::abs(y1[i] - y0[i]), 1) << "element " << i;
+    differ += y1[i] != y0[i];
+    lo = std::min(lo, y0[i]), hi = std::max(hi, y0[i]);
+  }
+  EXPECT_LE(differ, static_cast<int>(y0.size()) / 10 + 1);
+  EXPECT_GT(hi - lo, 20) << "outputs span too little of the range";
+  // the pooled values within one LSB of y's scale
+  expect_close(got[1], want[1].shape(), to_f64(want[1]), 0, 0.06 + 1e-6);
+}
+
+// Readers of an NHWC value that need NCHW share one transpose; an output of the program is NCHW.
+TEST(ChannelsLast, OutputsStayNchwAndTransposesAreShared) {
+  Block b;
+  build_block(b, 1, 8, 8);
+  const Tensor extra = relu(dequantize(b.y, b.g.constant(Array::scalar(0.06f)),
+                                       b.g.constant(Array::scalar(uint8_t{0}))));
+  const Executable on = b.g.compile(Device::cpu(), {}, {b.y, b.pooled, extra});
+  EXPECT_EQ(steps(on, "transpose"), 2) << on.dump();
+  const Array x = random_ints({1, 8, 8, 8}, 0, 255, u8);
+  const auto out = on.run({{b.x, x}});
+  EXPECT_EQ(out[0].shape(), (Shape{1, 8, 8, 8}));
+  EXPECT_EQ(out[2].shape(), (Shape{1, 8, 8, 8}));
+}
+
+}  // namespace
+}  // namespace kiln
