@@ -155,8 +155,9 @@ Executable Graph::compile(Device device, const FeedShapes& feeds, const std::vec
     run_pass(p, "cse", eliminate_common_subexpressions);
     run_pass(p, "dce", eliminate_dead_code);
   }
-  // the CPU's int8 convolutions run on NHWC without reorders
-  if (options.optimize && device.kind == Device::Kind::cpu && env::channels_last())
+  // int8 convolutions run on NHWC: without reorders on the CPU (oneDNN), and on CUDA with
+  // contiguous im2col rows (none for 1x1) and coalesced output
+  if (options.optimize && env::channels_last())
     run_pass(p, "channels_last", channels_last);
   run_pass(p, "schedule_collectives", schedule_collectives);
   run_pass(p, "order_assignments", order_assignments);

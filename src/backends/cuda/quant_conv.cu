@@ -98,6 +98,55 @@ __global__ void im2col_i8(const A* __restrict__ x, const A* __restrict__ zx,
   }
 }
 
+// NHWC x: col[r, (kh, kw, c)], so that each (r, kh, kw) takes C contiguous bytes; a thread
+// moves 16 of them (when C is a multiple of 16 and x 16-byte aligned, `vec`), else one. u8 is
+// shifted to i8 by flipping the top bit (v - 128).
+template <typename A, bool kVec>
+__global__ void im2col_nhwc_i8(const A* __restrict__ x, const A* __restrict__ zx,
+                               int8_t* __restrict__ col, QConvArgs g) {
+  constexpr int64_t kBytes = kVec ? 16 : 1;
+  constexpr bool kFlip = std::is_same_v<A, uint8_t>;
+  const int64_t segs = g.C / kBytes, k = g.KH * g.KW * g.C;
+  const int64_t total = g.N * g.OH * g.OW * g.KH * g.KW * segs;
+  const uint8_t pad = static_cast<uint8_t>(int32_t{zx[0]} - (kFlip ? 128 : 0));
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
+       i += int64_t{blockDim.x} * gridDim.x) {
+    const int64_t seg = i % segs, rest = i / segs;
+    const int64_t kw = rest % g.KW, kh = (rest / g.KW) % g.KH, r = rest / (g.KW * g.KH);
+    const int64_t ow = r % g.OW, oh = (r / g.OW) % g.OH, n = r / (g.OW * g.OH);
+    const int64_t ih = oh * g.sh - g.pt + kh * g.dh, iw = ow * g.sw - g.pl + kw * g.dw;
+    const bool in = ih >= 0 && ih < g.H && iw >= 0 && iw < g.W;
+    int8_t* dst = col + r * k + (kh * g.KW + kw) * g.C + seg * kBytes;
+    const A* src = x + ((n * g.H + ih) * g.W + iw) * g.C + seg * kBytes;
+    if constexpr (kVec) {
+      uint4 v;
+      if (in) {
+        v = *reinterpret_cast<const uint4*>(src);
+        if (kFlip) v.x ^= 0x80808080u, v.y ^= 0x80808080u, v.z ^= 0x80808080u, v.w ^= 0x80808080u;
+      } else {
+        const uint32_t p4 = pad * 0x01010101u;
+        v = make_uint4(p4, p4, p4, p4);
+      }
+      *reinterpret_cast<uint4*>(dst) = v;
+    } else {
+      *dst = static_cast<int8_t>(in ? static_cast<uint8_t>(src[0]) ^ (kFlip ? 0x80 : 0) : pad);
+    }
+  }
+}
+
+// w (O, C, kh, kw) -> (O, kh, kw, C) i8 (u8 shifted), the order of NHWC im2col rows.
+template <typename W>
+__global__ void weights_khwc_i8(const W* __restrict__ w, int8_t* __restrict__ out, QConvArgs g,
+                                int32_t shift) {
+  const int64_t total = g.O * g.C * g.KH * g.KW;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
+       i += int64_t{blockDim.x} * gridDim.x) {
+    const int64_t c = i % g.C, kw = (i / g.C) % g.KW, kh = (i / (g.C * g.KW)) % g.KH,
+                  o = i / (g.C * g.KW * g.KH);
+    out[i] = static_cast<int8_t>(int32_t{w[((o * g.C + c) * g.KH + kh) * g.KW + kw]} - shift);
+  }
+}
+
 template <typename W>
 __global__ void shift_i8(const W* __restrict__ w, int8_t* __restrict__ out, int64_t n,
                          int32_t shift) {
@@ -147,25 +196,44 @@ bool conv_lt(KernelContext& ctx, const QConvArgs& g, const float* bias, const in
   const int64_t m = g.N * g.OH * g.OW, n = g.O, k = g.C * g.KH * g.KW;
   if (g.G != 1 || m * k > kMaxColBytes) return false;
   const TensorView& tw = ctx.in(3);
-  const bool w_direct = std::is_same_v<W, int8_t>;
+  constexpr int32_t shift_x = std::is_same_v<A, uint8_t> ? 128 : 0;
+  constexpr int32_t shift_w = std::is_same_v<W, uint8_t> ? 128 : 0;
+  const A* x = ctx.in(0).ptr<A>();
+  // NHWC i8 x of a 1x1 stride-1 conv is already the (M, C) matrix; NHWC rows of a larger window
+  // want (O, kh, kw, C) weights
+  const bool col_direct = g.cl && shift_x == 0 && g.KH == 1 && g.KW == 1 && g.sh == 1 &&
+                          g.sw == 1 && g.OH == g.H && g.OW == g.W;
+  const bool khwc = g.cl && g.KH * g.KW > 1;
+  const bool w_direct = shift_w == 0 && !khwc;
   const uint32_t align_w = w_direct ? pointer_alignment(tw.data) : 256u;
+  const uint32_t align_col = col_direct ? pointer_alignment(x) : 256u;
   // raw as (O, M) where cuBLASLt takes the operands that way round: the epilogue then reads it in
   // the NCHW output's order (coalesced); else (and for an NHWC output) as (M, O)
   const bool raw_om = !g.cl && int8_gemm_fits(n, m, k) &&
-                      int8_gemm_available(ctx.device(), n, m, k, align_w, 256u);
-  if (!raw_om &&
-      (!int8_gemm_fits(m, n, k) || !int8_gemm_available(ctx.device(), m, n, k, 256u, align_w)))
+                      int8_gemm_available(ctx.device(), n, m, k, align_w, align_col);
+  if (!raw_om && (!int8_gemm_fits(m, n, k) ||
+                  !int8_gemm_available(ctx.device(), m, n, k, align_col, align_w)))
     return false;
-  constexpr int32_t shift_x = std::is_same_v<A, uint8_t> ? 128 : 0;
-  constexpr int32_t shift_w = std::is_same_v<W, uint8_t> ? 128 : 0;
   cudaStream_t st = stream_of(ctx);
-  auto* col = static_cast<int8_t*>(ctx.scratch(static_cast<size_t>(m * k)));
-  im2col_i8<A><<<blocks_for(m * k), kThreads, 0, st>>>(ctx.in(0).ptr<A>(), ctx.in(2).ptr<A>(), col,
-                                                       g, shift_x);
+  const int8_t* col = reinterpret_cast<const int8_t*>(x);
+  if (!col_direct) {
+    auto* buf = static_cast<int8_t*>(ctx.scratch(static_cast<size_t>(m * k)));
+    const A* zx = ctx.in(2).ptr<A>();
+    if (!g.cl)
+      im2col_i8<A><<<blocks_for(m * k), kThreads, 0, st>>>(x, zx, buf, g, shift_x);
+    else if (g.C % 16 == 0 && pointer_alignment(x) >= 16)
+      im2col_nhwc_i8<A, true><<<blocks_for(m * k / 16), kThreads, 0, st>>>(x, zx, buf, g);
+    else
+      im2col_nhwc_i8<A, false><<<blocks_for(m * k), kThreads, 0, st>>>(x, zx, buf, g);
+    col = buf;
+  }
   const int8_t* w8 = static_cast<const int8_t*>(tw.data);
   if (!w_direct) {
     auto* buf = static_cast<int8_t*>(ctx.scratch(static_cast<size_t>(n * k)));
-    shift_i8<W><<<blocks_for(n * k), kThreads, 0, st>>>(tw.ptr<W>(), buf, n * k, shift_w);
+    if (khwc)
+      weights_khwc_i8<W><<<blocks_for(n * k), kThreads, 0, st>>>(tw.ptr<W>(), buf, g, shift_w);
+    else
+      shift_i8<W><<<blocks_for(n * k), kThreads, 0, st>>>(tw.ptr<W>(), buf, n * k, shift_w);
     w8 = buf;
   }
   auto* sums = static_cast<int32_t*>(ctx.scratch(static_cast<size_t>(m + n) * 4));
@@ -174,9 +242,9 @@ bool conv_lt(KernelContext& ctx, const QConvArgs& g, const float* bias, const in
   check_launch(ctx.op_name());
   auto* raw = static_cast<int32_t*>(ctx.scratch(static_cast<size_t>(m * n) * 4));
   if (raw_om)
-    int8_gemm(ctx, w8, col, raw, n, m, k, align_w, 256u);
+    int8_gemm(ctx, w8, col, raw, n, m, k, align_w, align_col);
   else
-    int8_gemm(ctx, col, w8, raw, m, n, k, 256u, align_w);
+    int8_gemm(ctx, col, w8, raw, m, n, k, align_col, align_w);
   qconv_gemm_epilogue<A, W, Y><<<blocks_for(ctx.out(0).numel()), kThreads, 0, st>>>(
       raw, sums, sums + m, ctx.in(1).ptr<float>(), ctx.in(2).ptr<A>(), ctx.in(4).ptr<float>(),
       ctx.in(5).ptr<W>(), ctx.in(6).ptr<float>(), ctx.in(7).ptr<Y>(), bias, ibias, res,
