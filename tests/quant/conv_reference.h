@@ -139,7 +139,7 @@ inline void expect_conv_within_lsb(const Array& y, const std::vector<double>& re
 
 // Shapes, strides, padding (asymmetric too), dilation, groups (depthwise too), u8 and i8 data,
 // per-tensor and per-channel weights, with and without bias, residual and relu; the last ones
-// large enough for the CPU's oneDNN path (where the CPU has VNNI).
+// large enough for the CPU's oneDNN path (where the CPU has VNNI) and CUDA's int8 GEMM.
 // clang-format off
 inline std::vector<ConvProblem> conv_problems() {
   return {
@@ -162,6 +162,9 @@ inline std::vector<ConvProblem> conv_problems() {
       {{1, 8, 14, 14}, 8, 3, 3, {1, 1}, {2, 2, 2, 2}, {2, 2}, 1, u8, i8, u8, true, true, false,
        false, true, true},
       {{2, 16, 8, 8}, 24, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1, i8, i8, u8, true, false, true,
+       true, true},
+      // a window of 3 channels (K = 27, not a multiple of 4: CUDA pads NHWC rows to 32)
+      {{2, 3, 24, 24}, 16, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, u8, i8, u8, true, true, true,
        true, true}};
 }
 // clang-format on

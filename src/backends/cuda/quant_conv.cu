@@ -19,7 +19,9 @@ struct QConvArgs {
   int64_t N, C, H, W, O, KH, KW, OH, OW, G;
   int64_t sh, sw, dh, dw, pt, pl;
   bool relu, per_channel_scale, per_channel_zp;
-  bool cl;  // channels_last: x, residual and output NHWC
+  bool cl;         // channels_last: x, residual and output NHWC
+  int64_t kp = 0;  // NHWC im2col row length: C kh kw, padded with zeros to a multiple of 16
+                   // where it is not a multiple of 4 (cuBLASLt's int8 rule)
   __device__ int64_t x_at(int64_t n, int64_t c, int64_t h, int64_t w) const {
     return cl ? ((n * H + h) * W + w) * C + c : ((n * C + c) * H + h) * W + w;
   }
@@ -98,15 +100,14 @@ __global__ void im2col_i8(const A* __restrict__ x, const A* __restrict__ zx,
   }
 }
 
-// NHWC x: col[r, (kh, kw, c)], so that each (r, kh, kw) takes C contiguous bytes; a thread
-// moves 16 of them (when C is a multiple of 16 and x 16-byte aligned, `vec`), else one. u8 is
-// shifted to i8 by flipping the top bit (v - 128).
-template <typename A, bool kVec>
-__global__ void im2col_nhwc_i8(const A* __restrict__ x, const A* __restrict__ zx,
-                               int8_t* __restrict__ col, QConvArgs g) {
-  constexpr int64_t kBytes = kVec ? 16 : 1;
+// NHWC x: col[r, (kh, kw, c)] (rows of g.kp, zeros after C kh kw), so that each (r, kh, kw)
+// takes C contiguous bytes: a thread moves 16 of them (when C is a multiple of 16 and x 16-byte
+// aligned), else one byte per thread. u8 is shifted to i8 by flipping the top bit (v - 128).
+template <typename A>
+__global__ void im2col_nhwc_i8x16(const A* __restrict__ x, const A* __restrict__ zx,
+                                  int8_t* __restrict__ col, QConvArgs g) {
   constexpr bool kFlip = std::is_same_v<A, uint8_t>;
-  const int64_t segs = g.C / kBytes, k = g.KH * g.KW * g.C;
+  const int64_t segs = g.C / 16;
   const int64_t total = g.N * g.OH * g.OW * g.KH * g.KW * segs;
   const uint8_t pad = static_cast<uint8_t>(int32_t{zx[0]} - (kFlip ? 128 : 0));
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
@@ -115,35 +116,53 @@ __global__ void im2col_nhwc_i8(const A* __restrict__ x, const A* __restrict__ zx
     const int64_t kw = rest % g.KW, kh = (rest / g.KW) % g.KH, r = rest / (g.KW * g.KH);
     const int64_t ow = r % g.OW, oh = (r / g.OW) % g.OH, n = r / (g.OW * g.OH);
     const int64_t ih = oh * g.sh - g.pt + kh * g.dh, iw = ow * g.sw - g.pl + kw * g.dw;
-    const bool in = ih >= 0 && ih < g.H && iw >= 0 && iw < g.W;
-    int8_t* dst = col + r * k + (kh * g.KW + kw) * g.C + seg * kBytes;
-    const A* src = x + ((n * g.H + ih) * g.W + iw) * g.C + seg * kBytes;
-    if constexpr (kVec) {
-      uint4 v;
-      if (in) {
-        v = *reinterpret_cast<const uint4*>(src);
-        if (kFlip) v.x ^= 0x80808080u, v.y ^= 0x80808080u, v.z ^= 0x80808080u, v.w ^= 0x80808080u;
-      } else {
-        const uint32_t p4 = pad * 0x01010101u;
-        v = make_uint4(p4, p4, p4, p4);
-      }
-      *reinterpret_cast<uint4*>(dst) = v;
+    uint4 v;
+    if (ih >= 0 && ih < g.H && iw >= 0 && iw < g.W) {
+      v = *reinterpret_cast<const uint4*>(x + ((n * g.H + ih) * g.W + iw) * g.C + seg * 16);
+      if (kFlip) v.x ^= 0x80808080u, v.y ^= 0x80808080u, v.z ^= 0x80808080u, v.w ^= 0x80808080u;
     } else {
-      *dst = static_cast<int8_t>(in ? static_cast<uint8_t>(src[0]) ^ (kFlip ? 0x80 : 0) : pad);
+      const uint32_t p4 = pad * 0x01010101u;
+      v = make_uint4(p4, p4, p4, p4);
     }
+    *reinterpret_cast<uint4*>(col + r * g.kp + (kh * g.KW + kw) * g.C + seg * 16) = v;
   }
 }
 
-// w (O, C, kh, kw) -> (O, kh, kw, C) i8 (u8 shifted), the order of NHWC im2col rows.
+template <typename A>
+__global__ void im2col_nhwc_i8(const A* __restrict__ x, const A* __restrict__ zx,
+                               int8_t* __restrict__ col, QConvArgs g) {
+  constexpr int32_t kShift = std::is_same_v<A, uint8_t> ? 128 : 0;
+  const int64_t k = g.C * g.KH * g.KW, total = g.N * g.OH * g.OW * g.kp;
+  const int32_t pad = int32_t{zx[0]} - kShift;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
+       i += int64_t{blockDim.x} * gridDim.x) {
+    const int64_t j = i % g.kp, r = i / g.kp;
+    int32_t v = 0;  // the padding columns after k
+    if (j < k) {
+      const int64_t c = j % g.C, kw = (j / g.C) % g.KW, kh = j / (g.C * g.KW);
+      const int64_t ow = r % g.OW, oh = (r / g.OW) % g.OH, n = r / (g.OW * g.OH);
+      const int64_t ih = oh * g.sh - g.pt + kh * g.dh, iw = ow * g.sw - g.pl + kw * g.dw;
+      v = ih >= 0 && ih < g.H && iw >= 0 && iw < g.W
+              ? int32_t{x[((n * g.H + ih) * g.W + iw) * g.C + c]} - kShift
+              : pad;
+    }
+    col[i] = static_cast<int8_t>(v);
+  }
+}
+
+// w (O, C, kh, kw) -> (O, kh, kw, C) i8 (u8 shifted), the order of NHWC im2col rows, each row
+// padded with zeros to g.kp.
 template <typename W>
 __global__ void weights_khwc_i8(const W* __restrict__ w, int8_t* __restrict__ out, QConvArgs g,
                                 int32_t shift) {
-  const int64_t total = g.O * g.C * g.KH * g.KW;
+  const int64_t k = g.C * g.KH * g.KW, total = g.O * g.kp;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
        i += int64_t{blockDim.x} * gridDim.x) {
-    const int64_t c = i % g.C, kw = (i / g.C) % g.KW, kh = (i / (g.C * g.KW)) % g.KH,
-                  o = i / (g.C * g.KW * g.KH);
-    out[i] = static_cast<int8_t>(int32_t{w[((o * g.C + c) * g.KH + kh) * g.KW + kw]} - shift);
+    const int64_t j = i % g.kp, o = i / g.kp;
+    const int64_t c = j % g.C, kw = (j / g.C) % g.KW, kh = j / (g.C * g.KW);
+    out[i] = j < k ? static_cast<int8_t>(
+                         int32_t{w[((o * g.C + c) * g.KH + kh) * g.KW + kw]} - shift)
+                   : int8_t{0};
   }
 }
 
@@ -187,23 +206,74 @@ __global__ void qconv_gemm_epilogue(
   }
 }
 
+// The same for an NHWC output from raw (M, O), four channels a thread (O a multiple of 4, 32-bit
+// indices): int4 loads of raw, float4 of the residual, one 4-byte store.
+template <typename A, typename W, typename Y>
+__global__ void qconv_gemm_epilogue_nhwc4(
+    const int32_t* __restrict__ raw, const int32_t* __restrict__ col_sums,
+    const int32_t* __restrict__ w_sums, const float* __restrict__ sx, const A* __restrict__ zx,
+    const float* __restrict__ sw, const W* __restrict__ zw, const float* __restrict__ sy,
+    const Y* __restrict__ zy, const float* __restrict__ bias, const int32_t* __restrict__ ibias,
+    const float* __restrict__ res, Y* __restrict__ out, QConvArgs g, int32_t shift_x,
+    int32_t shift_w, uint32_t quads) {
+  const uint32_t k = static_cast<uint32_t>(g.C * g.KH * g.KW), O = static_cast<uint32_t>(g.O);
+  const int32_t zx_s = int32_t{zx[0]} - shift_x;
+  const double sxd = sx[0], syd = sy[0];
+  const int32_t zyv = zy[0];
+  for (uint32_t q = blockIdx.x * blockDim.x + threadIdx.x; q < quads; q += blockDim.x * gridDim.x) {
+    const uint32_t t = q * 4, r = t / O, o0 = t - r * O;
+    const int4 raw4 = reinterpret_cast<const int4*>(raw)[q];
+    const int32_t raws[4] = {raw4.x, raw4.y, raw4.z, raw4.w};
+    float rs[4] = {0, 0, 0, 0};
+    if (res) {
+      const float4 r4 = reinterpret_cast<const float4*>(res)[q];
+      rs[0] = r4.x, rs[1] = r4.y, rs[2] = r4.z, rs[3] = r4.w;
+    }
+    const uint32_t cs = static_cast<uint32_t>(col_sums[r]);
+    union {
+      Y v[4];
+      uint32_t word;
+    } y;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t o = o0 + j;
+      const int32_t zw_s = int32_t{zw[g.per_channel_zp ? o : 0]} - shift_w;
+      const uint32_t u = static_cast<uint32_t>(raws[j]) -
+                         static_cast<uint32_t>(zx_s) * static_cast<uint32_t>(w_sums[o]) -
+                         static_cast<uint32_t>(zw_s) * cs +
+                         k * static_cast<uint32_t>(zx_s) * static_cast<uint32_t>(zw_s);
+      int32_t acc = static_cast<int32_t>(u);
+      if (ibias) acc += ibias[o];
+      const double mult = sxd * static_cast<double>(sw[g.per_channel_scale ? o : 0]);
+      y.v[j] = quant_math::requantize<Y>(acc, mult, bias ? bias[o] : 0.0, rs[j], g.relu, syd, zyv);
+    }
+    reinterpret_cast<uint32_t*>(out)[q] = y.word;
+  }
+}
+
 // The im2col matrix must stay reasonable in scratch.
 constexpr int64_t kMaxColBytes = int64_t{256} << 20;
 
 template <typename A, typename W, typename Y>
-bool conv_lt(KernelContext& ctx, const QConvArgs& g, const float* bias, const int32_t* ibias,
+bool conv_lt(KernelContext& ctx, QConvArgs g, const float* bias, const int32_t* ibias,
              const float* res) {
-  const int64_t m = g.N * g.OH * g.OW, n = g.O, k = g.C * g.KH * g.KW;
+  const int64_t m = g.N * g.OH * g.OW, n = g.O;
+  // the GEMM's K: NHWC rows are padded with zeros to a length cuBLASLt takes (a zero column adds
+  // nothing to any sum, and the epilogue's K zx' zw' term counts the real window)
+  g.kp = g.C * g.KH * g.KW;
+  if (g.cl && g.kp % 4 != 0) g.kp = (g.kp + 15) / 16 * 16;
+  const int64_t k = g.kp;
   if (g.G != 1 || m * k > kMaxColBytes) return false;
   const TensorView& tw = ctx.in(3);
   constexpr int32_t shift_x = std::is_same_v<A, uint8_t> ? 128 : 0;
   constexpr int32_t shift_w = std::is_same_v<W, uint8_t> ? 128 : 0;
   const A* x = ctx.in(0).ptr<A>();
   // NHWC i8 x of a 1x1 stride-1 conv is already the (M, C) matrix; NHWC rows of a larger window
-  // want (O, kh, kw, C) weights
+  // (or padded ones) want (O, kh, kw, C) weights, padded alike
+  const bool padded = k != g.C * g.KH * g.KW;
   const bool col_direct = g.cl && shift_x == 0 && g.KH == 1 && g.KW == 1 && g.sh == 1 &&
-                          g.sw == 1 && g.OH == g.H && g.OW == g.W;
-  const bool khwc = g.cl && g.KH * g.KW > 1;
+                          g.sw == 1 && g.OH == g.H && g.OW == g.W && !padded;
+  const bool khwc = g.cl && (g.KH * g.KW > 1 || padded);
   const bool w_direct = shift_w == 0 && !khwc;
   const uint32_t align_w = w_direct ? pointer_alignment(tw.data) : 256u;
   const uint32_t align_col = col_direct ? pointer_alignment(x) : 256u;
@@ -222,9 +292,9 @@ bool conv_lt(KernelContext& ctx, const QConvArgs& g, const float* bias, const in
     if (!g.cl)
       im2col_i8<A><<<blocks_for(m * k), kThreads, 0, st>>>(x, zx, buf, g, shift_x);
     else if (g.C % 16 == 0 && pointer_alignment(x) >= 16)
-      im2col_nhwc_i8<A, true><<<blocks_for(m * k / 16), kThreads, 0, st>>>(x, zx, buf, g);
+      im2col_nhwc_i8x16<A><<<blocks_for(m * k / 16), kThreads, 0, st>>>(x, zx, buf, g);
     else
-      im2col_nhwc_i8<A, false><<<blocks_for(m * k), kThreads, 0, st>>>(x, zx, buf, g);
+      im2col_nhwc_i8<A><<<blocks_for(m * k), kThreads, 0, st>>>(x, zx, buf, g);
     col = buf;
   }
   const int8_t* w8 = static_cast<const int8_t*>(tw.data);
@@ -245,10 +315,19 @@ bool conv_lt(KernelContext& ctx, const QConvArgs& g, const float* bias, const in
     int8_gemm(ctx, w8, col, raw, n, m, k, align_w, align_col);
   else
     int8_gemm(ctx, col, w8, raw, m, n, k, align_col, align_w);
-  qconv_gemm_epilogue<A, W, Y><<<blocks_for(ctx.out(0).numel()), kThreads, 0, st>>>(
-      raw, sums, sums + m, ctx.in(1).ptr<float>(), ctx.in(2).ptr<A>(), ctx.in(4).ptr<float>(),
-      ctx.in(5).ptr<W>(), ctx.in(6).ptr<float>(), ctx.in(7).ptr<Y>(), bias, ibias, res,
-      ctx.out(0).ptr<Y>(), g, shift_x, shift_w, raw_om);
+  Y* out = ctx.out(0).ptr<Y>();
+  const int64_t total = ctx.out(0).numel();
+  if (g.cl && n % 4 == 0 && total / 4 <= UINT32_MAX && pointer_alignment(out) >= 4 &&
+      (!res || pointer_alignment(res) >= 16))
+    qconv_gemm_epilogue_nhwc4<A, W, Y><<<blocks_for(total / 4), kThreads, 0, st>>>(
+        raw, sums, sums + m, ctx.in(1).ptr<float>(), ctx.in(2).ptr<A>(), ctx.in(4).ptr<float>(),
+        ctx.in(5).ptr<W>(), ctx.in(6).ptr<float>(), ctx.in(7).ptr<Y>(), bias, ibias, res, out, g,
+        shift_x, shift_w, static_cast<uint32_t>(total / 4));
+  else
+    qconv_gemm_epilogue<A, W, Y><<<blocks_for(total), kThreads, 0, st>>>(
+        raw, sums, sums + m, ctx.in(1).ptr<float>(), ctx.in(2).ptr<A>(), ctx.in(4).ptr<float>(),
+        ctx.in(5).ptr<W>(), ctx.in(6).ptr<float>(), ctx.in(7).ptr<Y>(), bias, ibias, res, out, g,
+        shift_x, shift_w, raw_om);
   check_launch(ctx.op_name());
   return true;
 }
