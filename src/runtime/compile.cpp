@@ -145,9 +145,16 @@ Executable Graph::compile(Device device, const FeedShapes& feeds, const std::vec
   // int8 products first: before autocast would cast their float inputs, and before folding
   // would turn dequantized constant weights into f32 constants
   if (options.optimize && options.fuse_quant) run_pass(p, "fuse_quant", fuse_quant);
-  // before folding, so the casts of constant weights fold
-  if (const auto low = options.autocast)
+  // before folding, so the casts of constant weights fold; batch norms fold into their
+  // convolutions first (autocast's casts would stand between them)
+  if (const auto low = options.autocast) {
+    if (options.optimize) {
+      run_pass(p, "constant_folding",
+               [](const Program& q) { return fold_constants(q, evaluate_node_cpu); });
+      run_pass(p, "fold_batch_norms", fold_batch_norms);
+    }
     run_pass(p, "autocast", [low](const Program& q) { return autocast(q, *low); });
+  }
   if (options.optimize) {
     run_pass(p, "constant_folding",
              [](const Program& q) { return fold_constants(q, evaluate_node_cpu); });

@@ -50,6 +50,24 @@ TEST(FoldBatchNorm, FoldsIntoTheConvAndKeepsResults) {
     }
 }
 
+// Under autocast the batch norm folds before the conv goes low (the casts around a low conv
+// would stand between them): the conv in bf16 / f16 with the folded bias, no batch_norm step.
+TEST(FoldBatchNorm, FoldsUnderAutocast) {
+  for (DType low : {bf16, f16}) {
+    SCOPED_TRACE(name(low));
+    Graph g;
+    const BnModel m = build(g, f32, true, true, false);
+    Array xv = random_array({2, 3, 9, 9}, f32);
+    auto folded = g.compile(Device::cpu(), {}, {m.out}, CompileOptions{.autocast = low});
+    for (const auto& s : folded.placement()) EXPECT_NE(s.op, "batch_norm") << folded.dump();
+    auto plain = g.compile(Device::cpu(), {}, {m.out}, CompileOptions{.optimize = false});
+    const Array want = plain.run({{m.x, xv}})[0];
+    // the conv's inputs and weights rounded to the low type: 27 products of O(1) values
+    expect_close(folded.run({{m.x, xv}})[0], want.shape(), to_f64(want), tolerance(low) * 4,
+                 tolerance(low) * 8);
+  }
+}
+
 TEST(FoldBatchNorm, LeavesSharedConvsAndVariablesAlone) {
   {
     // the conv output is also returned: folding would change what that reader sees
