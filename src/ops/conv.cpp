@@ -1,7 +1,9 @@
 // Convolutions over 1-3 spatial dims; the rank comes from the weight. The builders resolve
 // padding modes into explicit pads and default options, so nodes are strict.
 //   conv: stride (nd), pads (2*nd, begins then ends), dilation (nd), groups, has_bias.
-//         Inputs x (N, C, spatial...), w (O, C/groups, kernel...)[, bias (O)].
+//         Inputs x (N, C, spatial...), w (O, C/groups, kernel...)[, bias (O)]. Attr
+//         channels_last (2-D only, set by the channels_last pass for GPU f16/bf16 inference):
+//         x (N, H, W, C), w (O, kh, kw, C/groups), output (N, OH, OW, O).
 //   conv_transpose: the same plus output_padding (nd).
 //         Inputs x (N, C, spatial...), w (C, O/groups, kernel...)[, bias (O)].
 //   conv_grad_weight: conv's stride, pads, dilation, groups plus weight_shape; inputs x and the
@@ -179,7 +181,29 @@ void check_groups(const InferContext& ctx, int64_t groups, int64_t channels, con
                      ctx.name(), groups, channels, what, str(x), str(w));
 }
 
+std::vector<TensorInfo> infer_conv(const InferContext& ctx);
+
+// channels_last (set by the channels_last pass on 2-D convs): x (N, H, W, C), w (O, kh, kw,
+// C/groups), output (N, OH, OW, O); inferred as the NCHW conv.
+std::vector<TensorInfo> infer_conv_channels_last(const InferContext& ctx) {
+  const Shape &x = ctx.inputs[0].shape, &w = ctx.inputs[1].shape;
+  if (x.size() != 4 || w.size() != 4)
+    fail<ShapeError>("[conv] channels_last takes x (N, H, W, C) and w (O, kh, kw, C/groups), got "
+                     "{} and {}",
+                     str(x), str(w));
+  std::vector<TensorInfo> in = ctx.inputs;
+  in[0].shape = {x[0], x[3], x[1], x[2]};
+  in[1].shape = {w[0], w[3], w[1], w[2]};
+  Attrs attrs = ctx.attrs;
+  attrs.set("channels_last", false);
+  auto out = infer_conv(InferContext{OpId::Conv, attrs, in});
+  const Shape y = out[0].shape;
+  out[0].shape = {y[0], y[2], y[3], y[1]};
+  return out;
+}
+
 std::vector<TensorInfo> infer_conv(const InferContext& ctx) {
+  if (ctx.attrs.b("channels_last", false)) return infer_conv_channels_last(ctx);
   const Shape& x = ctx.inputs[0].shape;
   const Shape& w = ctx.inputs[1].shape;
   const int nd = check_common(ctx, w[0]);

@@ -1,12 +1,16 @@
-// channels_last: runs the 2-D int8 convolutions (quantized_conv) on NHWC data, the layout the
-// CPU's int8 convolutions (oneDNN, VNNI) read and write without reorders. Each such node gets
-// the attribute channels_last (x, residual and output NHWC; weights stay (O, C/groups, kh, kw))
-// and the values between them stay NHWC: an op that does not care about layout (elementwise
-// with same-shape or 0-d operands, per-tensor quantize and dequantize) runs on NHWC where a
-// reader wants its output so, and where that moves fewer bytes through transposes. A transpose
-// is inserted only where an NCHW reader (or an output of the program) meets an NHWC value, or
-// the other way round, once per value.
+// channels_last: runs convolutions on NHWC data where that is their fast layout:
+//   - 2-D int8 convolutions (quantized_conv) on every backend: the CPU's oneDNN int8 kernels read
+//     and write NHWC without reorders; CUDA's im2col rows are contiguous (none for 1x1);
+//   - on CUDA, 2-D f16/bf16 inference convolutions (conv, symmetric pads, in programs without
+//     gradient convolutions): cuDNN's tensor-core kernels take NHWC data and (O, kh, kw, C/G)
+//     weights (constant weights are permuted here, once).
+// Each such node gets the attribute channels_last and the values between them stay NHWC: an op
+// that does not care about layout (elementwise with same-shape or 0-d operands, per-tensor
+// quantize and dequantize) runs on NHWC where a reader wants its output so, and where that moves
+// fewer bytes through transposes. A transpose is inserted only where an NCHW reader (or an output
+// of the program) meets an NHWC value, or the other way round, once per value.
 #include <algorithm>
+#include <cstring>
 
 #include "core/op_registry.h"
 #include "ops/fused_elementwise.h"
@@ -23,8 +27,9 @@ const std::vector<int64_t> kToNhwc{0, 2, 3, 1}, kToNchw{0, 3, 1, 2};
 
 class Rewriter {
  public:
-  explicit Rewriter(const Program& p)
-      : p_(p), nchw_(p.graph.nodes.size()), nhwc_(p.graph.nodes.size()),
+  Rewriter(const Program& p, Backend target)
+      : p_(p),
+        float_convs_(target == Backend::cuda && inference_only(p)), nchw_(p.graph.nodes.size()), nhwc_(p.graph.nodes.size()),
         readers_(p.graph.nodes.size()), read_as_nhwc_(p.graph.nodes.size(), -1) {
     for (size_t i = 0; i < p.graph.nodes.size(); ++i) {
       const Node& n = p.graph.nodes[i];
@@ -54,9 +59,27 @@ class Rewriter {
  private:
   using Slot = std::vector<std::optional<ValueRef>>;
 
-  static bool wants_nhwc(const Node& n) {
-    return n.op == OpId::QuantizedConv && !n.attrs.b("channels_last", false);
+  bool wants_nhwc(const Node& n) const { return wants_nhwc(n, float_convs_, p_.graph); }
+
+ public:
+  static bool inference_only(const Program& p) {
+    for (const Node& n : p.graph.nodes)
+      if (n.op == OpId::ConvGradWeight || n.op == OpId::ConvTranspose) return false;
+    return true;
   }
+
+  static bool wants_nhwc(const Node& n, bool float_convs, const detail::GraphImpl& g) {
+    if (n.attrs.b("channels_last", false)) return false;
+    if (n.op == OpId::QuantizedConv) return true;
+    if (n.op != OpId::Conv || !float_convs || n.outputs.size() != 1) return false;
+    const DType t = n.outputs[0].dtype;
+    const auto& pads = n.attrs.ints("pads");
+    return (t == f16 || t == bf16) && g.info(n.inputs[0]).shape.size() == 4 &&
+           g.info(n.inputs[1]).shape.size() == 4 && pads.size() == 4 && pads[0] == pads[2] &&
+           pads[1] == pads[3];
+  }
+
+ private:
 
   const TensorInfo& info(ValueRef v) const { return p_.graph.info(v); }
 
@@ -151,12 +174,42 @@ class Rewriter {
       slot(nchw_, {id, static_cast<int32_t>(k)}) = ValueRef{nid, static_cast<int32_t>(k)};
   }
 
+  // A conv's weight (O, C/G, kh, kw) as (O, kh, kw, C/G): a constant permuted now, else a
+  // transpose.
+  ValueRef weights_khwc(ValueRef v) {
+    const Node& src = p_.graph.nodes[v.node];
+    if (src.op != OpId::Constant || src.value.device().kind != Device::Kind::cpu)
+      return transpose(as_nchw(v), kToNhwc);
+    const Array& a = src.value;
+    const Shape& s = a.shape();
+    Array r = Array::empty({s[0], s[2], s[3], s[1]}, a.dtype());
+    const size_t es = size_of(a.dtype());
+    const auto* in = static_cast<const char*>(a.data());
+    auto* out = static_cast<char*>(r.data());
+    for (int64_t o = 0; o < s[0]; ++o)
+      for (int64_t c = 0; c < s[1]; ++c)
+        for (int64_t h = 0; h < s[2]; ++h)
+          for (int64_t w = 0; w < s[3]; ++w)
+            std::memcpy(out + (((o * s[2] + h) * s[3] + w) * s[1] + c) * es,
+                        in + (((o * s[1] + c) * s[2] + h) * s[3] + w) * es, es);
+    Node c;
+    c.op = OpId::Constant;
+    c.value = std::move(r);
+    c.name = src.name;
+    c.outputs = {{c.value.shape(), c.value.dtype()}};
+    return {out_.graph.add_inferred(std::move(c)), 0};
+  }
+
   void convert(int32_t id) {
     const Node& n = p_.graph.nodes[id];
     std::vector<ValueRef> in;
     const size_t residual = n.attrs.b("has_residual", false) ? n.inputs.size() - 1 : SIZE_MAX;
-    for (size_t k = 0; k < n.inputs.size(); ++k)
-      in.push_back(k == 0 || k == residual ? as_nhwc(n.inputs[k]) : as_nchw(n.inputs[k]));
+    for (size_t k = 0; k < n.inputs.size(); ++k) {
+      if (n.op == OpId::Conv && k == 1)
+        in.push_back(weights_khwc(n.inputs[k]));
+      else
+        in.push_back(k == 0 || k == residual ? as_nhwc(n.inputs[k]) : as_nchw(n.inputs[k]));
+    }
     Attrs a = n.attrs;
     a.set("channels_last", true);
     add_like(id, std::move(in), std::move(a), nhwc_);
@@ -170,6 +223,7 @@ class Rewriter {
   }
 
   const Program& p_;
+  const bool float_convs_;  // f16/bf16 convs go NHWC too (CUDA inference)
   Program out_;
   // per source value: its NCHW (as in the source) and NHWC versions in the new program
   std::vector<Slot> nchw_, nhwc_;
@@ -179,12 +233,13 @@ class Rewriter {
 
 }  // namespace
 
-Program channels_last(const Program& p) {
+Program channels_last(const Program& p, Backend target) {
+  const bool float_convs = target == Backend::cuda && Rewriter::inference_only(p);
   bool any = false;
   for (const Node& n : p.graph.nodes)
-    any = any || (n.op == OpId::QuantizedConv && !n.attrs.b("channels_last", false));
+    any = any || Rewriter::wants_nhwc(n, float_convs, p.graph);
   if (!any) return p;
-  return Rewriter(p).run();
+  return Rewriter(p, target).run();
 }
 
 }  // namespace kiln

@@ -162,10 +162,12 @@ Executable Graph::compile(Device device, const FeedShapes& feeds, const std::vec
     run_pass(p, "cse", eliminate_common_subexpressions);
     run_pass(p, "dce", eliminate_dead_code);
   }
-  // int8 convolutions run on NHWC: without reorders on the CPU (oneDNN), and on CUDA with
-  // contiguous im2col rows (none for 1x1) and coalesced output
+  // int8 convolutions run on NHWC (without reorders on the CPU, with contiguous im2col rows on
+  // CUDA), and so do f16/bf16 inference convolutions on CUDA (cuDNN's tensor-core layout)
   if (options.optimize && env::channels_last())
-    run_pass(p, "channels_last", channels_last);
+    run_pass(p, "channels_last", [&device](const Program& q) {
+      return channels_last(q, device.kind == Device::Kind::cpu ? Backend::cpu : Backend::cuda);
+    });
   run_pass(p, "schedule_collectives", schedule_collectives);
   run_pass(p, "order_assignments", order_assignments);
   if (options.optimize && options.fuse_elementwise && env::fusion_enabled())

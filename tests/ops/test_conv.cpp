@@ -1,6 +1,9 @@
 // Conv, ConvTranspose and ConvGradWeight against float64 reference loops.
+#include <fmt/format.h>
+
 #include <thread>
 
+#include "core/graph_impl.h"
 #include "support/reference.h"
 
 namespace kiln {
@@ -231,6 +234,45 @@ TEST(Conv, ErrorsNameOpAndShapes) {
       {"[conv]", "padding", "1, 2, 3"});
   expect_error<DTypeError>([&] { conv2d(p({1, 3, 8, 8}, i32), p({4, 3, 3, 3}, i32)); },
                            {"[conv]", "i32"});
+}
+
+// A conv node with channels_last (what the channels_last pass makes of GPU f16/bf16 inference
+// convs): x and w transposed in, the output transposed back, equal to the NCHW conv. Runs on
+// the test device (the CPU through NCHW copies, CUDA through cuDNN's NHWC kernels).
+TEST(Conv, ChannelsLastEqualsNchw) {
+  struct Case {
+    Shape x, w;
+    std::vector<int64_t> stride, pads;
+    int64_t groups;
+    bool bias;
+  };
+  const Case cases[] = {{{2, 8, 9, 9}, {16, 8, 3, 3}, {1, 1}, {1, 1, 1, 1}, 1, true},
+                        {{1, 16, 12, 10}, {8, 16, 1, 1}, {2, 2}, {0, 0, 0, 0}, 1, false},
+                        {{2, 8, 7, 7}, {8, 2, 3, 3}, {1, 1}, {1, 1, 1, 1}, 4, true}};
+  for (DType t : {f32, bf16})
+    for (const Case& c : cases) {
+      SCOPED_TRACE(fmt::format("{} x {} w {} groups {}", name(t), to_string(c.x), to_string(c.w), c.groups));
+      Graph g;
+      auto x = g.placeholder(c.x, t, "x");
+      const Tensor w = g.constant(random_array(c.w, t), "w");
+      std::optional<Tensor> b;
+      if (c.bias) b = g.constant(random_array({c.w[0]}, t), "b");
+      ConvOptions o;
+      o.stride = c.stride;
+      o.padding = c.pads;
+      o.groups = c.groups;
+      const Tensor nchw = conv2d(x, w, b, o);
+      Attrs attrs = nchw.graph_impl()->nodes[nchw.node_id()].attrs;
+      attrs.set("channels_last", true);
+      std::vector<Tensor> in{transpose(x, {0, 2, 3, 1}), transpose(w, {0, 2, 3, 1})};
+      if (b) in.push_back(*b);
+      const Tensor nhwc = detail::make_node1(OpId::Conv, in, attrs);
+      const Shape ys = nchw.shape();
+      EXPECT_EQ(nhwc.shape(), (Shape{ys[0], ys[2], ys[3], ys[1]}));
+      const Array xv = random_array(c.x, t);
+      const auto out = eval(g, {nchw, transpose(nhwc, {0, 3, 1, 2})}, {{x, xv}});
+      expect_close(out[1], out[0].shape(), to_f64(out[0]), tolerance(t) * 4, tolerance(t) * 4);
+    }
 }
 
 TEST(Conv, ConcurrentRunsShareCachedKernels) {

@@ -1,7 +1,8 @@
-// The channels_last pass (src/passes/channels_last.cpp) on the CPU: a QDQ residual block of two
-// int8 convolutions keeps its int8 values NHWC between them, with transposes only where NCHW
-// readers meet them, and computes within 1 LSB of the same graph compiled with the pass off
-// (KILN_CHANNELS_LAST=0), on fresh random data.
+// The channels_last pass (src/passes/channels_last.cpp): a QDQ residual block of two int8
+// convolutions keeps its int8 values NHWC between them on the CPU, with transposes only where
+// NCHW readers meet them, and computes within 1 LSB of the same graph compiled with the pass off
+// (KILN_CHANNELS_LAST=0), on fresh random data. On CUDA a bf16 residual block of float convs
+// goes NHWC likewise (cuDNN's tensor-core layout) and keeps its results.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -10,6 +11,7 @@
 
 #include "kiln/kiln.h"
 #include "kiln/ops/quant.h"
+#include "support/gpu.h"
 #include "support/reference.h"
 
 namespace kiln {
@@ -115,6 +117,33 @@ TEST(ChannelsLast, OutputsStayNchwAndTransposesAreShared) {
   const auto out = on.run({{b.x, x}});
   EXPECT_EQ(out[0].shape(), (Shape{1, 8, 8, 8}));
   EXPECT_EQ(out[2].shape(), (Shape{1, 8, 8, 8}));
+}
+
+TEST(ChannelsLast, CudaBf16ResidualBlockStaysNhwc) {
+  REQUIRE_GPU();
+  Graph g;
+  const Tensor x = g.placeholder({2, 16, 12, 12}, bf16, "x");
+  auto w = [&](int64_t o, int64_t c, int64_t k) {
+    return g.constant(random_array({o, c, k, k}, bf16, -0.2, 0.2));
+  };
+  ConvOptions same;
+  same.padding = {1, 1, 1, 1};
+  const Tensor a = relu(conv2d(x, w(16, 16, 3), g.constant(random_array({16}, bf16)), same));
+  const Tensor r = relu(conv2d(a, w(16, 16, 1), std::nullopt, {}) + x);
+  const Tensor y = max_pool(r, {.kernel = {2, 2}});
+  const Executable on = g.compile(Device::cuda(0), {}, {y});
+  std::optional<Executable> off;
+  {
+    const ScopedEnv env("KILN_CHANNELS_LAST", "0");
+    off = g.compile(Device::cuda(0), {}, {y});
+  }
+  EXPECT_EQ(steps(on, "conv"), 2) << on.dump();
+  EXPECT_EQ(steps(on, "transpose"), 2) << on.dump();  // x in, r out to max_pool
+  EXPECT_EQ(steps(*off, "transpose"), 0);
+  const Array xv = random_array({2, 16, 12, 12}, bf16);
+  const Array want = off->run({{x, xv}})[0].to(Device::cpu());
+  const Array got = on.run({{x, xv}})[0].to(Device::cpu());
+  expect_close(got, want.shape(), to_f64(want), 2e-2, 2e-2);
 }
 
 }  // namespace

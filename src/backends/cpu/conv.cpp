@@ -8,6 +8,7 @@
 #include "backends/cpu/cpu_common.h"
 #include "backends/cpu/dnnl_util.h"
 #include "backends/cpu/kernels.h"
+#include "runtime/thread_pool.h"
 
 namespace kiln::cpu {
 
@@ -247,7 +248,52 @@ void convolve(KernelContext& ctx) {
   });
 }
 
-void conv(KernelContext& ctx) { convolve(ctx); }
+// dst = src with its 4 dims in the order `perm` (dst dim i is src dim perm[i]).
+template <typename T>
+void permute4(const KernelContext& ctx, const T* src, const Shape& s, T* dst,
+              const std::array<int, 4>& perm) {
+  const int64_t ss[4] = {s[1] * s[2] * s[3], s[2] * s[3], s[3], 1};
+  const int64_t d[4] = {s[perm[0]], s[perm[1]], s[perm[2]], s[perm[3]]};
+  const int64_t st[4] = {ss[perm[0]], ss[perm[1]], ss[perm[2]], ss[perm[3]]};
+  ctx.parallel_for(d[0] * d[1], 1, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* in = src + (r / d[1]) * st[0] + (r % d[1]) * st[1];
+      T* out = dst + r * d[2] * d[3];
+      for (int64_t i = 0; i < d[2]; ++i)
+        for (int64_t j = 0; j < d[3]; ++j) *out++ = in[i * st[2] + j * st[3]];
+    }
+  });
+}
+
+// conv with channels_last (x (N, H, W, C), w (O, kh, kw, C/G)), which the channels_last pass
+// gives GPU convolutions: a package made for a GPU runs here through NCHW copies.
+void conv_channels_last(KernelContext& ctx) {
+  const TensorView &x = ctx.in(0), &w = ctx.in(1), &y = ctx.out(0);
+  auto nchw = [](const Shape& s) { return Shape{s[0], s[3], s[1], s[2]}; };
+  dispatch_float(x.dtype, ctx.op_name(), [&](auto v) {
+    using T = decltype(v);
+    auto scratch = [&](const Shape& s) {
+      return TensorView{ctx.scratch(static_cast<size_t>(numel(s)) * sizeof(T)), s, x.dtype};
+    };
+    std::vector<TensorView> in{scratch(nchw(x.shape)), scratch(nchw(w.shape))};
+    permute4<T>(ctx, x.ptr<T>(), x.shape, in[0].ptr<T>(), {0, 3, 1, 2});
+    permute4<T>(ctx, w.ptr<T>(), w.shape, in[1].ptr<T>(), {0, 3, 1, 2});
+    for (int i = 2; i < ctx.num_inputs(); ++i) in.push_back(ctx.in(i));
+    const TensorView out = scratch(nchw(y.shape));
+    Attrs attrs = ctx.attrs();
+    attrs.set("channels_last", false);
+    {
+      KernelContext inner(ctx.op(), attrs, in, {out}, &ThreadPool::global());
+      convolve(inner);
+    }
+    permute4<T>(ctx, out.ptr<T>(), out.shape, y.ptr<T>(), {0, 2, 3, 1});
+  });
+}
+
+void conv(KernelContext& ctx) {
+  if (ctx.attrs().b("channels_last", false)) return conv_channels_last(ctx);
+  convolve(ctx);
+}
 void conv_transpose(KernelContext& ctx) { convolve(ctx); }
 
 // ---- ConvGradWeight: inputs x (conv input) and dy (conv output gradient), output dw ----

@@ -105,6 +105,13 @@ void launch_channel_bias(KernelContext& ctx, const TensorView& y, const void* bi
   });
 }
 
+// y (rows, O) += bias (O): an NHWC conv's bias, 32-bit indices.
+template <typename T>
+__global__ void channel_bias_nhwc(T* y, const T* bias, uint32_t total, uint32_t O) {
+  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x)
+    y[i] = from_acc<T>(to_acc(y[i]) + to_acc(bias[i % O]));
+}
+
 // ---- the cuDNN problem ----
 
 enum class Pass { forward, backward_data, backward_filter };
@@ -113,6 +120,7 @@ enum class Pass { forward, backward_data, backward_filter };
 // 1-D problems get a leading spatial dim of 1, so nd is 2 or 3.
 struct Problem {
   int nd = 2;
+  bool nhwc = false;  // channels_last data (N, H, W, C) and weights (O, kh, kw, C/G); nd 2
   int64_t N = 0, C = 0, O = 0, G = 1;
   std::array<int64_t, 3> in{1, 1, 1}, k{1, 1, 1}, out{1, 1, 1}, pad{}, stride{1, 1, 1},
       dil{1, 1, 1};
@@ -177,16 +185,23 @@ struct Descriptors {
 };
 
 void set_tensor(cudnnTensorDescriptor_t d, cudnnDataType_t t, int64_t n, int64_t c,
-                const std::array<int64_t, 3>& sp, int nd, const char* op) {
+                const std::array<int64_t, 3>& sp, int nd, bool nhwc, const char* op) {
   std::array<int64_t, 5> dims{n, c};
   for (int i = 0; i < nd; ++i) dims[2 + i] = sp[3 - nd + i];
   const int rank = nd + 2;
   int idims[5], istrides[5];
+  // the memory order of the dims: n, c, spatial... or n, spatial..., c
+  std::array<int, 5> order{0, 1, 2, 3, 4};
+  if (nhwc) {
+    for (int i = 1; i < rank - 1; ++i) order[i] = i + 1;
+    order[rank - 1] = 1;
+  }
   int64_t stride = 1;
   for (int i = rank - 1; i >= 0; --i) {
-    idims[i] = checked_int(dims[i], op);
-    istrides[i] = checked_int(stride, op);
-    stride *= dims[i];
+    const int dim = order[i];
+    idims[dim] = checked_int(dims[dim], op);
+    istrides[dim] = checked_int(stride, op);
+    stride *= dims[dim];
   }
   checked_int(stride, op);
   KILN_CUDNN_CHECK(cudnnSetTensorNdDescriptor(d, t, rank, idims, istrides));
@@ -199,8 +214,8 @@ void make_descriptors(Descriptors& d, const Problem& p, DType t, cudnnMathType_t
   KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d.y));
   KILN_CUDNN_CHECK(cudnnCreateFilterDescriptor(&d.w));
   KILN_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&d.conv));
-  set_tensor(d.x, dt, p.N, p.C, p.in, p.nd, op);
-  set_tensor(d.y, dt, p.N, p.O, p.out, p.nd, op);
+  set_tensor(d.x, dt, p.N, p.C, p.in, p.nd, p.nhwc, op);
+  set_tensor(d.y, dt, p.N, p.O, p.out, p.nd, p.nhwc, op);
   int wdims[5] = {checked_int(p.O, op), checked_int(p.C / p.G, op)};
   int pad[3], stride[3], dil[3];
   for (int i = 0; i < p.nd; ++i) {
@@ -211,7 +226,8 @@ void make_descriptors(Descriptors& d, const Problem& p, DType t, cudnnMathType_t
     dil[i] = checked_int(p.dil[j], op);
   }
   checked_int(p.O * (p.C / p.G) * p.k_size(), op);
-  KILN_CUDNN_CHECK(cudnnSetFilterNdDescriptor(d.w, dt, CUDNN_TENSOR_NCHW, p.nd + 2, wdims));
+  KILN_CUDNN_CHECK(cudnnSetFilterNdDescriptor(
+      d.w, dt, p.nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW, p.nd + 2, wdims));
   KILN_CUDNN_CHECK(
       cudnnSetConvolutionNdDescriptor(d.conv, p.nd, pad, stride, dil, CUDNN_CROSS_CORRELATION,
                                       t == DType::f64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT));
@@ -390,8 +406,9 @@ std::optional<Algo> measure_algo(cudnnHandle_t h, Pass pass, DType t, const Desc
 }
 
 std::vector<int64_t> problem_key(Pass pass, int device, DType t, const Problem& p) {
-  std::vector<int64_t> key{
-      static_cast<int64_t>(pass), device, static_cast<int64_t>(t), p.nd, p.N, p.C, p.O, p.G};
+  // (NHWC problems count 8 more dims: the key, and packages' tuning records, keep their size)
+  std::vector<int64_t> key{static_cast<int64_t>(pass), device, static_cast<int64_t>(t),
+                           p.nd + (p.nhwc ? 8 : 0), p.N, p.C, p.O, p.G};
   for (const auto* a : {&p.in, &p.k, &p.out, &p.pad, &p.stride, &p.dil})
     key.insert(key.end(), a->begin(), a->end());
   return key;
@@ -696,7 +713,34 @@ ConvCall conv_call(OpId op, const Attrs& attrs, const Shape& in0, const Shape& i
 
 // ---- the kernels ----
 
+// conv with channels_last (the channels_last pass's f16/bf16 inference convs): cuDNN on NHWC
+// data and (O, kh, kw, C/G) weights, tensor cores without layout conversions.
+void conv_nhwc(KernelContext& ctx) {
+  const TensorView &x = ctx.in(0), &w = ctx.in(1), &y = ctx.out(0);
+  if (y.numel() == 0) return;
+  auto nchw = [](const Shape& s) { return Shape{s[0], s[3], s[1], s[2]}; };
+  const ConvCall c = conv_call(OpId::Conv, ctx.attrs(), nchw(x.shape), nchw(w.shape), nchw(y.shape));
+  const void* bias = bias_of(ctx);
+  if (!c.direct || x.numel() == 0 || w.numel() == 0 || y.numel() > UINT32_MAX)
+    fail<UnsupportedError>(
+        "[conv] channels_last takes symmetric pads and non-empty operands under 2^32 elements "
+        "(x {}, w {}, pads {})",
+        str(x.shape), str(w.shape), fmt::join(ctx.attrs().ints("pads"), ", "));
+  Problem p = c.p;
+  p.nhwc = true;
+  run_pass(ctx, Pass::forward, p, x.dtype, x.data, w.data, nullptr, y.data);
+  if (!bias) return;
+  dispatch_float(y.dtype, ctx.op_name(), [&](auto v) {
+    using T = decltype(v);
+    channel_bias_nhwc<T><<<blocks_for(y.numel()), kThreads, 0, stream_of(ctx)>>>(
+        y.ptr<T>(), static_cast<const T*>(bias), static_cast<uint32_t>(y.numel()),
+        static_cast<uint32_t>(y.shape[3]));
+    check_launch(ctx.op_name());
+  });
+}
+
 void conv(KernelContext& ctx) {
+  if (ctx.attrs().b("channels_last", false)) return conv_nhwc(ctx);
   const TensorView &x = ctx.in(0), &w = ctx.in(1), &y = ctx.out(0);
   if (y.numel() == 0) return;
   const void* bias = bias_of(ctx);
@@ -814,13 +858,16 @@ std::vector<TuningRecord> export_conv_tuning(int device, const std::vector<Kerne
     if (numel(in0) == 0 || numel(in1) == 0 || numel(out0) == 0) continue;  // no cuDNN call
     const DType t = k.inputs[0].dtype;
     try {
-      const ConvCall c = conv_call(k.op, *k.attrs, in0, in1, out0);
+      const bool cl = k.attrs->b("channels_last", false) && in0.size() == 4;
+      auto nchw = [cl](const Shape& s) { return cl ? Shape{s[0], s[3], s[1], s[2]} : s; };
+      const ConvCall c = conv_call(k.op, *k.attrs, nchw(in0), nchw(in1), nchw(out0));
       const int64_t chunk = batch_chunk(c.p, op_name(k.op));
       // the batch's chunks: full ones and the rest (run_pass)
       for (const int64_t n : {chunk, c.p.N % chunk}) {
         if (n == 0) continue;
         Problem p = c.p;
         p.N = n;
+        p.nhwc = cl;
         keys.push_back(problem_key(c.pass, device, t, p));
       }
     } catch (const Error&) {
