@@ -3,7 +3,9 @@
 //   conv: stride (nd), pads (2*nd, begins then ends), dilation (nd), groups, has_bias.
 //         Inputs x (N, C, spatial...), w (O, C/groups, kernel...)[, bias (O)]. Attr
 //         channels_last (2-D only, set by the channels_last pass for GPU f16/bf16 inference):
-//         x (N, H, W, C), w (O, kh, kw, C/groups), output (N, OH, OW, O).
+//         x (N, H, W, C), w (O, kh, kw, C/groups), output (N, OH, OW, O); with it, relu and
+//         has_residual (a last input of the output's shape added before the relu) fuse the
+//         epilogue of a ResNet block.
 //   conv_transpose: the same plus output_padding (nd).
 //         Inputs x (N, C, spatial...), w (C, O/groups, kernel...)[, bias (O)].
 //   conv_grad_weight: conv's stride, pads, dilation, groups plus weight_shape; inputs x and the
@@ -191,19 +193,31 @@ std::vector<TensorInfo> infer_conv_channels_last(const InferContext& ctx) {
     fail<ShapeError>("[conv] channels_last takes x (N, H, W, C) and w (O, kh, kw, C/groups), got "
                      "{} and {}",
                      str(x), str(w));
+  const bool residual = ctx.attrs.b("has_residual", false);
   std::vector<TensorInfo> in = ctx.inputs;
+  if (residual) in.pop_back();
   in[0].shape = {x[0], x[3], x[1], x[2]};
   in[1].shape = {w[0], w[3], w[1], w[2]};
   Attrs attrs = ctx.attrs;
   attrs.set("channels_last", false);
+  attrs.set("relu", false);
+  attrs.set("has_residual", false);
   auto out = infer_conv(InferContext{OpId::Conv, attrs, in});
   const Shape y = out[0].shape;
   out[0].shape = {y[0], y[2], y[3], y[1]};
+  if (residual) {
+    const TensorInfo& r = ctx.inputs.back();
+    if (r.shape != out[0].shape || r.dtype != out[0].dtype)
+      fail<ShapeError>("[conv] residual {} {} must have the output's shape {} and dtype {}",
+                       name(r.dtype), str(r.shape), str(out[0].shape), name(out[0].dtype));
+  }
   return out;
 }
 
 std::vector<TensorInfo> infer_conv(const InferContext& ctx) {
   if (ctx.attrs.b("channels_last", false)) return infer_conv_channels_last(ctx);
+  if (ctx.attrs.b("relu", false) || ctx.attrs.b("has_residual", false))
+    fail<ValueError>("[conv] a fused relu or residual needs channels_last (the pass sets them)");
   const Shape& x = ctx.inputs[0].shape;
   const Shape& w = ctx.inputs[1].shape;
   const int nd = check_common(ctx, w[0]);

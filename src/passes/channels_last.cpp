@@ -11,6 +11,7 @@
 // of the program) meets an NHWC value, or the other way round, once per value.
 #include <algorithm>
 #include <cstring>
+#include <map>
 
 #include "core/op_registry.h"
 #include "ops/fused_elementwise.h"
@@ -30,7 +31,9 @@ class Rewriter {
   Rewriter(const Program& p, Backend target)
       : p_(p),
         float_convs_(target == Backend::cuda && inference_only(p)), nchw_(p.graph.nodes.size()), nhwc_(p.graph.nodes.size()),
-        readers_(p.graph.nodes.size()), read_as_nhwc_(p.graph.nodes.size(), -1) {
+        readers_(p.graph.nodes.size()), is_output_(p.graph.nodes.size(), 0),
+        read_as_nhwc_(p.graph.nodes.size(), -1) {
+    for (auto v : p.outputs) is_output_[v.node] = 1;
     for (size_t i = 0; i < p.graph.nodes.size(); ++i) {
       const Node& n = p.graph.nodes[i];
       for (size_t k = 0; k < n.inputs.size(); ++k)
@@ -40,12 +43,30 @@ class Rewriter {
 
   Program run() {
     const auto& nodes = p_.graph.nodes;
+    std::vector<int32_t> fused_at(nodes.size(), -1);  // last node of an epilogue -> its conv
+    std::vector<char> absorbed(nodes.size(), 0);
     for (size_t i = 0; i < nodes.size(); ++i) {
       const auto id = static_cast<int32_t>(i);
       const Node& n = nodes[i];
-      if (wants_nhwc(n))
-        convert(id);
-      else if (agnostic(n) && read_as_nhwc(id) && cheaper_as_nhwc(n))
+      if (absorbed[i] && fused_at[i] < 0) continue;  // inside an epilogue, emitted at its end
+      if (fused_at[i] >= 0) {
+        convert(fused_at[i], epilogues_[fused_at[i]]);
+        continue;
+      }
+      if (wants_nhwc(n)) {
+        // a CUDA conv's add of a residual and relu run in its epilogue: emitted at the last
+        // of them, when the residual exists
+        if (n.op == OpId::Conv) {
+          const Epilogue e = epilogue_of(id);
+          if (e.last >= 0) {
+            epilogues_[id] = e;
+            fused_at[e.last] = id;
+            for (int32_t a : e.absorbed) absorbed[a] = 1;
+            continue;
+          }
+        }
+        convert(id, {});
+      } else if (agnostic(n) && read_as_nhwc(id) && cheaper_as_nhwc(n))
         keep_nhwc(id);
       else
         copy(id);
@@ -58,6 +79,44 @@ class Rewriter {
 
  private:
   using Slot = std::vector<std::optional<ValueRef>>;
+
+  // What a conv's epilogue absorbs: conv -> add(., residual) -> relu, either or both.
+  struct Epilogue {
+    int32_t last = -1;               // the last absorbed node (-1: nothing to fuse)
+    std::vector<int32_t> absorbed;   // the absorbed nodes, last one included
+    std::optional<ValueRef> residual;
+    bool relu = false;
+  };
+
+  // The single reader of node id's output 0, or -1 (none, several, or an output of the program).
+  int32_t sole_reader(int32_t id) const {
+    if (readers_[id].size() != 1 || is_output_[id]) return -1;
+    return readers_[id][0].first;
+  }
+
+  Epilogue epilogue_of(int32_t conv) const {
+    Epilogue e;
+    const auto& nodes = p_.graph.nodes;
+    const TensorInfo& out = nodes[conv].outputs[0];
+    int32_t cur = conv;
+    if (int32_t r = sole_reader(cur); r >= 0 && nodes[r].op == OpId::Add) {
+      const Node& add = nodes[r];
+      const ValueRef other = add.inputs[0].node == cur ? add.inputs[1] : add.inputs[0];
+      if (other.node != cur && info(other).shape == out.shape && info(other).dtype == out.dtype &&
+          add.outputs[0].shape == out.shape) {
+        e.residual = other;
+        e.absorbed.push_back(r);
+        cur = r;
+      }
+    }
+    if (int32_t r = sole_reader(cur); r >= 0 && nodes[r].op == OpId::Relu) {
+      e.relu = true;
+      e.absorbed.push_back(r);
+      cur = r;
+    }
+    if (!e.absorbed.empty()) e.last = e.absorbed.back();
+    return e;
+  }
 
   bool wants_nhwc(const Node& n) const { return wants_nhwc(n, float_convs_, p_.graph); }
 
@@ -200,7 +259,7 @@ class Rewriter {
     return {out_.graph.add_inferred(std::move(c)), 0};
   }
 
-  void convert(int32_t id) {
+  void convert(int32_t id, const Epilogue& e) {
     const Node& n = p_.graph.nodes[id];
     std::vector<ValueRef> in;
     const size_t residual = n.attrs.b("has_residual", false) ? n.inputs.size() - 1 : SIZE_MAX;
@@ -212,7 +271,13 @@ class Rewriter {
     }
     Attrs a = n.attrs;
     a.set("channels_last", true);
+    if (e.last >= 0) {
+      a.set("relu", e.relu);
+      a.set("has_residual", e.residual.has_value());
+      if (e.residual) in.push_back(as_nhwc(*e.residual));
+    }
     add_like(id, std::move(in), std::move(a), nhwc_);
+    for (int32_t r : e.absorbed) slot(nhwc_, {r, 0}) = *slot(nhwc_, {id, 0});
   }
 
   void keep_nhwc(int32_t id) {
@@ -228,6 +293,8 @@ class Rewriter {
   // per source value: its NCHW (as in the source) and NHWC versions in the new program
   std::vector<Slot> nchw_, nhwc_;
   std::vector<std::vector<std::pair<int32_t, int32_t>>> readers_;  // (node, input index)
+  std::vector<char> is_output_;                                    // node's value is returned
+  std::map<int32_t, Epilogue> epilogues_;                          // by conv
   mutable std::vector<int8_t> read_as_nhwc_;                       // -1: not yet known
 };
 

@@ -269,10 +269,29 @@ TEST(Conv, ChannelsLastEqualsNchw) {
       const Tensor nhwc = detail::make_node1(OpId::Conv, in, attrs);
       const Shape ys = nchw.shape();
       EXPECT_EQ(nhwc.shape(), (Shape{ys[0], ys[2], ys[3], ys[1]}));
+      // the fused epilogue: relu(conv + residual)
+      const Tensor res = g.constant(random_array(ys, t), "residual");
+      Attrs fused = attrs;
+      fused.set("relu", true);
+      fused.set("has_residual", true);
+      in.push_back(transpose(res, {0, 2, 3, 1}));
+      const Tensor nhwc_fused = detail::make_node1(OpId::Conv, in, fused);
       const Array xv = random_array(c.x, t);
-      const auto out = eval(g, {nchw, transpose(nhwc, {0, 3, 1, 2})}, {{x, xv}});
+      const auto out = eval(g,
+                            {nchw, transpose(nhwc, {0, 3, 1, 2}), relu(nchw + res),
+                             transpose(nhwc_fused, {0, 3, 1, 2})},
+                            {{x, xv}});
       expect_close(out[1], out[0].shape(), to_f64(out[0]), tolerance(t) * 4, tolerance(t) * 4);
+      expect_close(out[3], out[2].shape(), to_f64(out[2]), tolerance(t) * 4, tolerance(t) * 4);
     }
+  // relu and residual only with channels_last
+  Graph g;
+  auto x = g.placeholder({1, 2, 4, 4}, f32, "x");
+  const Tensor y = conv2d(x, g.constant(random_array({2, 2, 1, 1}, f32)));
+  Attrs attrs = y.graph_impl()->nodes[y.node_id()].attrs;
+  attrs.set("relu", true);
+  expect_error<ValueError>([&] { detail::make_node1(OpId::Conv, {x, y}, attrs); },
+                           {"[conv]", "channels_last"});
 }
 
 TEST(Conv, ConcurrentRunsShareCachedKernels) {

@@ -9,8 +9,11 @@
 #include <optional>
 #include <string>
 
+#include "core/graph_impl.h"
+#include "core/op_registry.h"
 #include "kiln/kiln.h"
 #include "kiln/ops/quant.h"
+#include "passes/program.h"
 #include "support/gpu.h"
 #include "support/reference.h"
 
@@ -119,6 +122,51 @@ TEST(ChannelsLast, OutputsStayNchwAndTransposesAreShared) {
   EXPECT_EQ(out[2].shape(), (Shape{1, 8, 8, 8}));
 }
 
+// The pass for a CUDA target, on the program alone (no GPU needed): bf16 convs go NHWC with
+// their weights permuted once, the residual add and relus fold into the convs' epilogues, and
+// transposes stand only at the edges.
+TEST(ChannelsLast, CudaTargetProgramShape) {
+  Graph g;
+  const Tensor x = g.placeholder({2, 8, 6, 6}, bf16, "x");
+  const Array w3 = random_array({8, 8, 3, 3}, bf16);
+  ConvOptions same;
+  same.padding = {1, 1, 1, 1};
+  const Tensor a = relu(conv2d(x, g.constant(w3), g.constant(random_array({8}, bf16)), same));
+  const Tensor r = relu(conv2d(a, g.constant(random_array({8, 8, 1, 1}, bf16)), std::nullopt, {}) + x);
+  const Tensor y = max_pool(r, {.kernel = {2, 2}});
+  Program p = extract_program(*y.graph_impl(), {{y.node_id(), 0}});
+  const Program q = channels_last(p, Backend::cuda);
+  int convs = 0, transposes = 0, others = 0;
+  for (const auto& n : q.graph.nodes) {
+    if (n.op == OpId::Conv) {
+      ++convs;
+      EXPECT_TRUE(n.attrs.b("channels_last", false));
+      EXPECT_TRUE(n.attrs.b("relu", false));
+      const auto& ws = q.graph.info(n.inputs[1]).shape;
+      EXPECT_EQ(q.graph.nodes[n.inputs[1].node].op, OpId::Constant);  // permuted at compile time
+      if (ws[1] == 3) {
+        // (O, kh, kw, C): element (o, h, w, c) is w3's (o, c, h, w)
+        const auto got = to_f64(q.graph.nodes[n.inputs[1].node].value), want = to_f64(w3);
+        for (int64_t o = 0; o < 8; ++o)
+          for (int64_t c = 0; c < 8; ++c)
+            for (int64_t h = 0; h < 3; ++h)
+              for (int64_t w = 0; w < 3; ++w)
+                ASSERT_EQ(got[((o * 3 + h) * 3 + w) * 8 + c], want[((o * 8 + c) * 3 + h) * 3 + w]);
+      } else {
+        EXPECT_TRUE(n.attrs.b("has_residual", false));  // the 1x1 conv takes x as its residual
+      }
+    }
+    transposes += n.op == OpId::Transpose;
+    others += n.op == OpId::Relu || n.op == OpId::Add;
+  }
+  EXPECT_EQ(convs, 2);
+  EXPECT_EQ(transposes, 2);  // x in, r out to max_pool
+  EXPECT_EQ(others, 0);
+  // for the CPU target float convs stay as they were
+  const Program cpu = channels_last(p, Backend::cpu);
+  for (const auto& n : cpu.graph.nodes) EXPECT_FALSE(n.attrs.b("channels_last", false));
+}
+
 TEST(ChannelsLast, CudaBf16ResidualBlockStaysNhwc) {
   REQUIRE_GPU();
   Graph g;
@@ -139,6 +187,8 @@ TEST(ChannelsLast, CudaBf16ResidualBlockStaysNhwc) {
   }
   EXPECT_EQ(steps(on, "conv"), 2) << on.dump();
   EXPECT_EQ(steps(on, "transpose"), 2) << on.dump();  // x in, r out to max_pool
+  // the relus and the residual add run in the convs' epilogues
+  for (const char* op : {"relu", "add", "fused_elementwise"}) EXPECT_EQ(steps(on, op), 0) << op;
   EXPECT_EQ(steps(*off, "transpose"), 0);
   const Array xv = random_array({2, 16, 12, 12}, bf16);
   const Array want = off->run({{x, xv}})[0].to(Device::cpu());

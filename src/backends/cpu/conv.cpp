@@ -265,8 +265,9 @@ void permute4(const KernelContext& ctx, const T* src, const Shape& s, T* dst,
   });
 }
 
-// conv with channels_last (x (N, H, W, C), w (O, kh, kw, C/G)), which the channels_last pass
-// gives GPU convolutions: a package made for a GPU runs here through NCHW copies.
+// conv with channels_last (x (N, H, W, C), w (O, kh, kw, C/G); relu and a residual fused),
+// which the channels_last pass gives GPU convolutions: a package made for a GPU runs here
+// through NCHW copies.
 void conv_channels_last(KernelContext& ctx) {
   const TensorView &x = ctx.in(0), &w = ctx.in(1), &y = ctx.out(0);
   auto nchw = [](const Shape& s) { return Shape{s[0], s[3], s[1], s[2]}; };
@@ -275,18 +276,31 @@ void conv_channels_last(KernelContext& ctx) {
     auto scratch = [&](const Shape& s) {
       return TensorView{ctx.scratch(static_cast<size_t>(numel(s)) * sizeof(T)), s, x.dtype};
     };
+    const bool residual = ctx.attrs().b("has_residual", false), relu = ctx.attrs().b("relu", false);
     std::vector<TensorView> in{scratch(nchw(x.shape)), scratch(nchw(w.shape))};
     permute4<T>(ctx, x.ptr<T>(), x.shape, in[0].ptr<T>(), {0, 3, 1, 2});
     permute4<T>(ctx, w.ptr<T>(), w.shape, in[1].ptr<T>(), {0, 3, 1, 2});
-    for (int i = 2; i < ctx.num_inputs(); ++i) in.push_back(ctx.in(i));
+    if (ctx.attrs().b("has_bias")) in.push_back(ctx.in(2));
     const TensorView out = scratch(nchw(y.shape));
     Attrs attrs = ctx.attrs();
     attrs.set("channels_last", false);
+    attrs.set("relu", false);
+    attrs.set("has_residual", false);
     {
       KernelContext inner(ctx.op(), attrs, in, {out}, &ThreadPool::global());
       convolve(inner);
     }
     permute4<T>(ctx, out.ptr<T>(), out.shape, y.ptr<T>(), {0, 2, 3, 1});
+    // the fused epilogue: + residual, relu
+    if (!residual && !relu) return;
+    T* Y = y.ptr<T>();
+    const T* R = residual ? ctx.in(ctx.num_inputs() - 1).ptr<T>() : nullptr;
+    ctx.parallel_for(y.numel(), 16384, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        T v = R ? static_cast<T>(Y[i] + R[i]) : Y[i];
+        Y[i] = relu && v < T(0) ? T(0) : v;
+      }
+    });
   });
 }
 

@@ -105,11 +105,26 @@ void launch_channel_bias(KernelContext& ctx, const TensorView& y, const void* bi
   });
 }
 
-// y (rows, O) += bias (O): an NHWC conv's bias, 32-bit indices.
-template <typename T>
-__global__ void channel_bias_nhwc(T* y, const T* bias, uint32_t total, uint32_t O) {
-  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x)
-    y[i] = from_acc<T>(to_acc(y[i]) + to_acc(bias[i % O]));
+// An NHWC conv's epilogue in one pass: y (rows, O) = relu?(y + bias[o] + residual), bias and
+// residual optional; V elements a thread (16-byte accesses when O allows), 32-bit indices.
+template <typename T, int V>
+__global__ void conv_epilogue_nhwc(T* y, const T* bias, const T* res, uint32_t packs, uint32_t O,
+                                   bool relu) {
+  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < packs; i += gridDim.x * blockDim.x) {
+    auto* p = reinterpret_cast<Pack<T, V>*>(y) + i;
+    Pack<T, V> v = *p, r;
+    if (res) r = reinterpret_cast<const Pack<T, V>*>(res)[i];
+    const uint32_t o0 = (i * V) % O;
+#pragma unroll
+    for (int u = 0; u < V; ++u) {
+      acc_t<T> a = to_acc(v.v[u]);
+      if (bias) a += to_acc(bias[o0 + u]);
+      if (res) a += to_acc(r.v[u]);
+      if (relu && a < acc_t<T>(0)) a = acc_t<T>(0);
+      v.v[u] = from_acc<T>(a);
+    }
+    *p = v;
+  }
 }
 
 // ---- the cuDNN problem ----
@@ -714,7 +729,8 @@ ConvCall conv_call(OpId op, const Attrs& attrs, const Shape& in0, const Shape& i
 // ---- the kernels ----
 
 // conv with channels_last (the channels_last pass's f16/bf16 inference convs): cuDNN on NHWC
-// data and (O, kh, kw, C/G) weights, tensor cores without layout conversions.
+// data and (O, kh, kw, C/G) weights, tensor cores without layout conversions; then bias, the
+// fused residual and relu in one pass.
 void conv_nhwc(KernelContext& ctx) {
   const TensorView &x = ctx.in(0), &w = ctx.in(1), &y = ctx.out(0);
   if (y.numel() == 0) return;
@@ -729,12 +745,26 @@ void conv_nhwc(KernelContext& ctx) {
   Problem p = c.p;
   p.nhwc = true;
   run_pass(ctx, Pass::forward, p, x.dtype, x.data, w.data, nullptr, y.data);
-  if (!bias) return;
+  const bool relu = ctx.attrs().b("relu", false);
+  const void* res =
+      ctx.attrs().b("has_residual", false) ? ctx.in(ctx.num_inputs() - 1).data : nullptr;
+  if (!bias && !res && !relu) return;
   dispatch_float(y.dtype, ctx.op_name(), [&](auto v) {
     using T = decltype(v);
-    channel_bias_nhwc<T><<<blocks_for(y.numel()), kThreads, 0, stream_of(ctx)>>>(
-        y.ptr<T>(), static_cast<const T*>(bias), static_cast<uint32_t>(y.numel()),
-        static_cast<uint32_t>(y.shape[3]));
+    constexpr int kV = 16 / sizeof(T) > 0 ? static_cast<int>(16 / sizeof(T)) : 1;
+    const uint32_t O = static_cast<uint32_t>(y.shape[3]);
+    auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
+    const bool wide = O % kV == 0 && aligned(y.data) && (!res || aligned(res));
+    const auto run = [&](auto width) {
+      constexpr int W = decltype(width)::value;
+      const uint32_t packs = static_cast<uint32_t>(y.numel() / W);
+      conv_epilogue_nhwc<T, W><<<blocks_for(packs), kThreads, 0, stream_of(ctx)>>>(
+          y.ptr<T>(), static_cast<const T*>(bias), static_cast<const T*>(res), packs, O, relu);
+    };
+    if (wide)
+      run(std::integral_constant<int, kV>{});
+    else
+      run(std::integral_constant<int, 1>{});
     check_launch(ctx.op_name());
   });
 }
