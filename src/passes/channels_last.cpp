@@ -57,7 +57,7 @@ class Rewriter {
         // a CUDA conv's add of a residual and relu run in its epilogue: emitted at the last
         // of them, when the residual exists
         if (n.op == OpId::Conv) {
-          const Epilogue e = epilogue_of(id);
+          const Epilogue e = epilogue_of(id, absorbed);
           if (e.last >= 0) {
             epilogues_[id] = e;
             fused_at[e.last] = id;
@@ -94,12 +94,13 @@ class Rewriter {
     return readers_[id][0].first;
   }
 
-  Epilogue epilogue_of(int32_t conv) const {
+  // (`taken`: nodes another conv's epilogue absorbed already, such as the add of two convs)
+  Epilogue epilogue_of(int32_t conv, const std::vector<char>& taken) const {
     Epilogue e;
     const auto& nodes = p_.graph.nodes;
     const TensorInfo& out = nodes[conv].outputs[0];
     int32_t cur = conv;
-    if (int32_t r = sole_reader(cur); r >= 0 && nodes[r].op == OpId::Add) {
+    if (int32_t r = sole_reader(cur); r >= 0 && nodes[r].op == OpId::Add && !taken[r]) {
       const Node& add = nodes[r];
       const ValueRef other = add.inputs[0].node == cur ? add.inputs[1] : add.inputs[0];
       if (other.node != cur && info(other).shape == out.shape && info(other).dtype == out.dtype &&
@@ -109,7 +110,7 @@ class Rewriter {
         cur = r;
       }
     }
-    if (int32_t r = sole_reader(cur); r >= 0 && nodes[r].op == OpId::Relu) {
+    if (int32_t r = sole_reader(cur); r >= 0 && nodes[r].op == OpId::Relu && !taken[r]) {
       e.relu = true;
       e.absorbed.push_back(r);
       cur = r;
@@ -207,12 +208,16 @@ class Rewriter {
   // The value (of the source program) in the new program, NCHW or NHWC, made once on demand.
   ValueRef as_nchw(ValueRef v) {
     auto& s = slot(nchw_, v);
-    if (!s) s = transpose(*slot(nhwc_, v), kToNchw);
+    if (!s) s = transpose(emitted(slot(nhwc_, v)), kToNchw);
     return *s;
   }
   ValueRef as_nhwc(ValueRef v) {
     auto& s = slot(nhwc_, v);
-    if (!s) s = transpose(*slot(nchw_, v), kToNhwc);
+    if (!s) s = transpose(emitted(slot(nchw_, v)), kToNhwc);
+    return *s;
+  }
+  static ValueRef emitted(const std::optional<ValueRef>& s) {
+    KILN_ASSERT(s.has_value());  // every value is emitted before its first reader
     return *s;
   }
 

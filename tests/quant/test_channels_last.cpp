@@ -167,6 +167,39 @@ TEST(ChannelsLast, CudaTargetProgramShape) {
   for (const auto& n : cpu.graph.nodes) EXPECT_FALSE(n.attrs.b("channels_last", false));
 }
 
+// A downsampling block adds two convs: one of them takes the add and relu (and the other's
+// output as its residual), whichever comes first; the program stays in order.
+TEST(ChannelsLast, CudaTargetTwoConvsIntoOneAdd) {
+  for (bool downsample_first : {false, true}) {
+    SCOPED_TRACE(downsample_first);
+    Graph g;
+    const Tensor x = g.placeholder({2, 8, 6, 6}, bf16, "x");
+    auto conv1x1 = [&](const Tensor& t) {
+      return conv2d(t, g.constant(random_array({16, 8, 1, 1}, bf16)),
+                    g.constant(random_array({16}, bf16)), {});
+    };
+    Tensor d, c;
+    if (downsample_first) {
+      d = conv1x1(x);
+      c = conv1x1(relu(x));
+    } else {
+      c = conv1x1(relu(x));
+      d = conv1x1(x);
+    }
+    const Tensor y = max_pool(relu(c + d), {.kernel = {2, 2}});
+    const Program q = channels_last(extract_program(*y.graph_impl(), {{y.node_id(), 0}}),
+                                    Backend::cuda);
+    verify_program(q, "channels_last");
+    int fused = 0, relus = 0;
+    for (const auto& n : q.graph.nodes) {
+      fused += n.op == OpId::Conv && n.attrs.b("has_residual", false);
+      relus += n.op == OpId::Relu;
+    }
+    EXPECT_EQ(fused, 1);
+    EXPECT_EQ(relus, 1);  // relu(x) before the convs; the last relu is an epilogue's
+  }
+}
+
 TEST(ChannelsLast, CudaBf16ResidualBlockStaysNhwc) {
   REQUIRE_GPU();
   Graph g;
