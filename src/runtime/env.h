@@ -12,7 +12,7 @@
 //                 CompileOptions::capture says ("1": recorded whenever possible)
 //                 prints the time per op (host and device together) to stderr when destroyed
 //   KILN_FUSION   "0": compiling never fuses elementwise chains (CompileOptions::fuse_elementwise)
-//   KILN_CHANNELS_LAST  "0": compiling keeps int8 convolutions NCHW (no channels_last pass)
+//   KILN_CHANNELS_LAST  "0": compiling keeps convolutions NCHW (no channels_last pass)
 //   KILN_TEST_SEED  tests only: replays the random inputs of an earlier test run
 #pragma once
 

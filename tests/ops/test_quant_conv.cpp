@@ -2,12 +2,11 @@
 // exact integer window sums with padding at the real 0, scale, bias, residual, relu, round half
 // to even, saturate. Bit for bit on fresh random data; the fused pass is tested in
 // tests/quant/test_quant_conv_fuse.cpp.
-#include <cstdlib>
-
 #include "core/graph_impl.h"
 #include "core/op_registry.h"
 #include "kiln/ops/quant.h"
 #include "quant/conv_reference.h"
+#include "support/executable_env.h"
 #include "support/reference.h"
 
 namespace kiln {
@@ -25,25 +24,6 @@ Tensor build(Graph& g, const ConvProblem& p, const ConvData& d, const Tensor& x,
                         {g.constant(d.w), g.constant(d.sw), g.constant(d.zw)}, g.constant(d.sy),
                         g.constant(d.zy), o);
 }
-
-// Sets an environment variable for a scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (old_)
-      ::setenv(name_, old_->c_str(), 1);
-    else
-      ::unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
 
 // On NCHW data (the channels_last pass off) every kernel computes the exact epilogue: bit for
 // bit the reference.

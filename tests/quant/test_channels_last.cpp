@@ -14,36 +14,13 @@
 #include "kiln/kiln.h"
 #include "kiln/ops/quant.h"
 #include "passes/program.h"
+#include "support/executable_env.h"
 #include "support/gpu.h"
 #include "support/reference.h"
 
 namespace kiln {
 namespace {
 using namespace kiln::test;
-
-int steps(const Executable& exe, const std::string& op) {
-  int c = 0;
-  for (const auto& s : exe.placement()) c += s.op == op;
-  return c;
-}
-
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (old_)
-      ::setenv(name_, old_->c_str(), 1);
-    else
-      ::unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
 
 struct Block {
   Graph g;
@@ -86,11 +63,11 @@ TEST(ChannelsLast, ResidualBlockStaysNhwcWithinOneLsb) {
     const ScopedEnv env("KILN_CHANNELS_LAST", "0");
     off = b.g.compile(Device::cpu(), {}, {b.y, b.pooled});
   }
-  EXPECT_EQ(steps(on, "quantized_conv"), 2) << on.dump();
-  EXPECT_EQ(steps(*off, "quantized_conv"), 2);
+  EXPECT_EQ(count_steps(on, "quantized_conv"), 2) << on.dump();
+  EXPECT_EQ(count_steps(*off, "quantized_conv"), 2);
   // x in; y out (int8, before its dequantize: max_pool reads NCHW); nothing between the convs
-  EXPECT_EQ(steps(on, "transpose"), 2) << on.dump();
-  EXPECT_EQ(steps(*off, "transpose"), 0);
+  EXPECT_EQ(count_steps(on, "transpose"), 2) << on.dump();
+  EXPECT_EQ(count_steps(*off, "transpose"), 0);
   const auto want = off->run({{b.x, x}});
   const auto got = on.run({{b.x, x}});
   ASSERT_EQ(got[0].shape(), want[0].shape());
@@ -115,7 +92,7 @@ TEST(ChannelsLast, OutputsStayNchwAndTransposesAreShared) {
   const Tensor extra = relu(dequantize(b.y, b.g.constant(Array::scalar(0.06f)),
                                        b.g.constant(Array::scalar(uint8_t{0}))));
   const Executable on = b.g.compile(Device::cpu(), {}, {b.y, b.pooled, extra});
-  EXPECT_EQ(steps(on, "transpose"), 2) << on.dump();
+  EXPECT_EQ(count_steps(on, "transpose"), 2) << on.dump();
   const Array x = random_ints({1, 8, 8, 8}, 0, 255, u8);
   const auto out = on.run({{b.x, x}});
   EXPECT_EQ(out[0].shape(), (Shape{1, 8, 8, 8}));
@@ -218,11 +195,11 @@ TEST(ChannelsLast, CudaBf16ResidualBlockStaysNhwc) {
     const ScopedEnv env("KILN_CHANNELS_LAST", "0");
     off = g.compile(Device::cuda(0), {}, {y});
   }
-  EXPECT_EQ(steps(on, "conv"), 2) << on.dump();
-  EXPECT_EQ(steps(on, "transpose"), 2) << on.dump();  // x in, r out to max_pool
+  EXPECT_EQ(count_steps(on, "conv"), 2) << on.dump();
+  EXPECT_EQ(count_steps(on, "transpose"), 2) << on.dump();  // x in, r out to max_pool
   // the relus and the residual add run in the convs' epilogues
-  for (const char* op : {"relu", "add", "fused_elementwise"}) EXPECT_EQ(steps(on, op), 0) << op;
-  EXPECT_EQ(steps(*off, "transpose"), 0);
+  for (const char* op : {"relu", "add", "fused_elementwise"}) EXPECT_EQ(count_steps(on, op), 0) << op;
+  EXPECT_EQ(count_steps(*off, "transpose"), 0);
   const Array xv = random_array({2, 16, 12, 12}, bf16);
   const Array want = off->run({{x, xv}})[0].to(Device::cpu());
   const Array got = on.run({{x, xv}})[0].to(Device::cpu());

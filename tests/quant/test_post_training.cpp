@@ -11,16 +11,11 @@
 #include "kiln/quantize.h"
 #include "ptq_models.h"
 #include "quant/calibration.h"
+#include "support/executable_env.h"
 
 namespace kiln {
 namespace {
 using namespace kiln::test;
-
-int steps_of(const Executable& exe, const std::string& op) {
-  int c = 0;
-  for (const auto& s : exe.placement()) c += s.op == op;
-  return c;
-}
 
 bool has_op(const char* name) {
   OpId id;
@@ -110,7 +105,7 @@ TEST(PostTraining, CnnAgreesWithFloatForEachMethod) {
     EXPECT_EQ(q.inputs[0].name(), "images");
     EXPECT_EQ(q.inputs[0].shape(), (Shape{-1, 3, SmallCnn::kSize, SmallCnn::kSize}));
     if (has_op("quantized_conv")) {
-      EXPECT_EQ(steps_of(qexe, "quantized_conv"), 12) << qexe.dump();
+      EXPECT_EQ(count_steps(qexe, "quantized_conv"), 12) << qexe.dump();
       // int8 weights are stored where fuse_quant absorbs the dequantize (else folding makes
       // them f32): every conv once quantized_conv exists
       const uintmax_t fb = package_bytes(fexe, "cnn_f32"), qb = package_bytes(qexe, "cnn_int8");
@@ -152,7 +147,7 @@ TEST(PostTraining, EncoderCloseToFloatForEachMethod) {
     EXPECT_EQ(q.report.quantized(), 12) << q.report.str();
     EXPECT_EQ(q.report.skipped(), 4) << q.report.str();
     const Executable qexe = q.graph.compile(Device::cpu(), {}, q.outputs);
-    EXPECT_EQ(steps_of(qexe, "quantized_matmul"), 12) << qexe.dump();
+    EXPECT_EQ(count_steps(qexe, "quantized_matmul"), 12) << qexe.dump();
     std::vector<double> qy;
     for (const Array& x : test) {
       const auto g = to_f64(qexe.run({{q.inputs[0], x}})[0]);

@@ -7,17 +7,12 @@
 #include <string>
 
 #include "kiln/onnx.h"
+#include "support/executable_env.h"
 #include "support/reference.h"
 
 namespace kiln {
 namespace {
 using namespace kiln::test;
-
-int steps_of(const Executable& exe, const std::string& op) {
-  int c = 0;
-  for (const auto& s : exe.placement()) c += s.op == op;
-  return c;
-}
 
 TEST(QdqOnnx, MatmulModelFusesWithinOneLsb) {
   const onnx::Model m = onnx::import(std::string(KILN_QUANT_DATA_DIR) + "/qdq_matmul.onnx");
@@ -26,9 +21,9 @@ TEST(QdqOnnx, MatmulModelFusesWithinOneLsb) {
   const Executable fused = m.graph.compile(default_device(), m.feed_shapes(), m.output_tensors());
   const Executable plain =
       m.graph.compile(default_device(), m.feed_shapes(), m.output_tensors(), off);
-  EXPECT_EQ(steps_of(fused, "quantized_matmul"), 1) << fused.dump();
-  EXPECT_EQ(steps_of(fused, "matmul"), 0);
-  EXPECT_EQ(steps_of(plain, "quantized_matmul"), 0);
+  EXPECT_EQ(count_steps(fused, "quantized_matmul"), 1) << fused.dump();
+  EXPECT_EQ(count_steps(fused, "matmul"), 0);
+  EXPECT_EQ(count_steps(plain, "quantized_matmul"), 0);
   const Array x = random_array({8, 32}, f32, -2, 2);
   const auto yf = to_f64(fused.run({{"x", x}})[0].to(Device::cpu()));
   const auto yp = to_f64(plain.run({{"x", x}})[0].to(Device::cpu()));
@@ -65,7 +60,7 @@ TEST(QdqOnnx, PackageKeepsInt8Weights) {
   std::remove(path.c_str());
   std::remove(plain_path.c_str());
   EXPECT_GE(plain_bytes, bytes + 32u * 24u * 3u) << bytes << " vs " << plain_bytes;
-  EXPECT_EQ(steps_of(back, "quantized_matmul"), 1);
+  EXPECT_EQ(count_steps(back, "quantized_matmul"), 1);
   const Array x = random_array({8, 32}, f32, -2, 2);
   const Array a = exe.run({{"x", x}})[0], b = back.run({{"x", x}})[0];
   EXPECT_EQ(to_f64(a), to_f64(b));

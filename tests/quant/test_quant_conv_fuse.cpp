@@ -10,17 +10,12 @@
 #include "kiln/onnx.h"
 #include "kiln/ops/quant.h"
 #include "quant/conv_reference.h"
+#include "support/executable_env.h"
 #include "support/reference.h"
 
 namespace kiln {
 namespace {
 using namespace kiln::test;
-
-int conv_steps(const Executable& exe, const std::string& op) {
-  int c = 0;
-  for (const auto& s : exe.placement()) c += s.op == op;
-  return c;
-}
 
 enum class BiasForm { conv_input, add_o11, add_1o11 };
 
@@ -54,9 +49,9 @@ TEST(QuantizedConvFusion, FusedEqualsUnfusedWithinOneLsb) {
     off.fuse_quant = false;
     const Executable fused = g.compile(default_device(), {}, {y});
     const Executable plain = g.compile(default_device(), {}, {y}, off);
-    EXPECT_EQ(conv_steps(fused, "quantized_conv"), 1) << fused.dump();
-    EXPECT_EQ(conv_steps(fused, "conv"), 0);
-    EXPECT_EQ(conv_steps(plain, "quantized_conv"), 0);
+    EXPECT_EQ(count_steps(fused, "quantized_conv"), 1) << fused.dump();
+    EXPECT_EQ(count_steps(fused, "conv"), 0);
+    EXPECT_EQ(count_steps(plain, "quantized_conv"), 0);
     const Array yf = fused.run({{x, d.x}})[0].to(Device::cpu());
     const Array yp = plain.run({{x, d.x}})[0].to(Device::cpu());
     expect_conv_within_lsb(yf, to_f64(yp), 1);
@@ -74,7 +69,7 @@ TEST(QuantizedConvFusion, NotFusedWhenAnIntermediateIsReadElsewhere) {
   const Tensor c = conv2d(dx, dw, g.constant(d.bias), conv_options(p));
   const Tensor y = quantize(relu(c + g.constant(d.res)), g.constant(d.sy), g.constant(d.zy));
   const Executable exe = g.compile(default_device(), {}, {y, c});
-  EXPECT_EQ(conv_steps(exe, "quantized_conv"), 0);
+  EXPECT_EQ(count_steps(exe, "quantized_conv"), 0);
   const auto out = exe.run({{x, d.x}});
   expect_conv_within_lsb(out[0].to(Device::cpu()), conv_reference(p, d), 1);
 }
@@ -91,7 +86,7 @@ TEST(QuantizedConvFusion, WidthBroadcastIsNotABias) {
   const Tensor c = conv2d(dx, dw, std::nullopt, conv_options(p));
   const Tensor y =
       quantize(c + g.constant(random_array({6}, f32)), g.constant(d.sy), g.constant(d.zy));
-  EXPECT_EQ(conv_steps(g.compile(default_device(), {}, {y}), "quantized_conv"), 0);
+  EXPECT_EQ(count_steps(g.compile(default_device(), {}, {y}), "quantized_conv"), 0);
 }
 
 std::string data_file(const std::string& name) {
@@ -105,9 +100,9 @@ TEST(QuantizedConvFusion, QdqOnnxModelFusesWithinOneLsb) {
   const Executable fused = m.graph.compile(default_device(), m.feed_shapes(), m.output_tensors());
   const Executable plain =
       m.graph.compile(default_device(), m.feed_shapes(), m.output_tensors(), off);
-  EXPECT_EQ(conv_steps(fused, "quantized_conv"), 2) << fused.dump();
-  EXPECT_EQ(conv_steps(fused, "conv"), 0);
-  EXPECT_EQ(conv_steps(plain, "quantized_conv"), 0);
+  EXPECT_EQ(count_steps(fused, "quantized_conv"), 2) << fused.dump();
+  EXPECT_EQ(count_steps(fused, "conv"), 0);
+  EXPECT_EQ(count_steps(plain, "quantized_conv"), 0);
   const Array x = random_array({2, 4, 10, 10}, f32, -2, 2);
   const Array res = random_array({2, 4, 5, 5}, f32, -1, 1);
   const auto yf = fused.run({{"x", x}, {"res", res}});
@@ -130,7 +125,7 @@ TEST(QuantizedConvFusion, PackageRoundTrip) {
   exe.save(path);
   const Executable back = Executable::load(path, Device::cpu());
   std::remove(path.c_str());
-  EXPECT_EQ(conv_steps(back, "quantized_conv"), 2);
+  EXPECT_EQ(count_steps(back, "quantized_conv"), 2);
   const Array x = random_array({2, 4, 10, 10}, f32, -2, 2);
   const Array res = random_array({2, 4, 5, 5}, f32, -1, 1);
   const auto a = exe.run({{"x", x}, {"res", res}}), b = back.run({{"x", x}, {"res", res}});
@@ -141,8 +136,8 @@ TEST(QuantizedConvFusion, PackageRoundTrip) {
 TEST(QuantizedConvFusion, QLinearConvImportsAsOneNodeMatchingTheSpec) {
   const onnx::Model m = onnx::import(data_file("qlinear_conv.onnx"));
   const Executable exe = m.graph.compile(default_device(), m.feed_shapes(), m.output_tensors());
-  EXPECT_EQ(conv_steps(exe, "quantized_conv"), 1) << exe.dump();
-  EXPECT_EQ(conv_steps(exe, "conv"), 0);
+  EXPECT_EQ(count_steps(exe, "quantized_conv"), 1) << exe.dump();
+  EXPECT_EQ(count_steps(exe, "conv"), 0);
   const Array x = Array::load_npy(data_file("qlinear_conv_x.npy"));
   const Array want = Array::load_npy(data_file("qlinear_conv_y.npy"));
   const Array y = exe.run({{"x", x}})[0].to(Device::cpu());
