@@ -174,15 +174,8 @@ __global__ void shift_i8(const W* __restrict__ w, int8_t* __restrict__ out, int6
     out[i] = static_cast<int8_t>(int32_t{w[i]} - shift);
 }
 
-// With shifted x', w' and zero points: sum (x' - zx')(w' - zw') over a full window of k
-//   = raw - zx' wsum[o] - zw' colsum[r] + k zx' zw', modulo 2^32 (the exact sum fits).
-__device__ inline int32_t window_sum(int32_t raw, int32_t zx_s, int32_t w_sum, int32_t zw_s,
-                                     int32_t col_sum, uint32_t k) {
-  const auto u = [](int32_t v) { return static_cast<uint32_t>(v); };
-  return static_cast<int32_t>(u(raw) - u(zx_s) * u(w_sum) - u(zw_s) * u(col_sum) +
-                              k * u(zx_s) * u(zw_s));
-}
-
+// With shifted x', w' and zero points: sum (x' - zx')(w' - zw') over a full window
+//   = raw - zx' wsum[o] - zw' colsum[r] + K zx' zw', modulo 2^32 (the exact sum fits).
 template <typename A, typename W, typename Y>
 __global__ void qconv_gemm_epilogue(
     const int32_t* __restrict__ raw, const int32_t* __restrict__ col_sums,
@@ -199,8 +192,12 @@ __global__ void qconv_gemm_epilogue(
     g.decode(t, n, o, p);
     const int64_t r = n * plane + p;
     const int32_t zw_s = int32_t{zw[g.per_channel_zp ? o : 0]} - shift_w;
-    int32_t acc = window_sum(raw[raw_om ? o * g.N * plane + r : r * g.O + o], zx_s, w_sums[o],
-                             zw_s, col_sums[r], static_cast<uint32_t>(k));
+    const uint32_t u =
+        static_cast<uint32_t>(raw[raw_om ? o * g.N * plane + r : r * g.O + o]) -
+        static_cast<uint32_t>(zx_s) * static_cast<uint32_t>(w_sums[o]) -
+        static_cast<uint32_t>(zw_s) * static_cast<uint32_t>(col_sums[r]) +
+        static_cast<uint32_t>(k) * static_cast<uint32_t>(zx_s) * static_cast<uint32_t>(zw_s);
+    int32_t acc = static_cast<int32_t>(u);
     if (ibias) acc += ibias[o];
     const double mult =
         static_cast<double>(sx[0]) * static_cast<double>(sw[g.per_channel_scale ? o : 0]);
@@ -232,7 +229,7 @@ __global__ void qconv_gemm_epilogue_nhwc4(
       const float4 r4 = reinterpret_cast<const float4*>(res)[q];
       rs[0] = r4.x, rs[1] = r4.y, rs[2] = r4.z, rs[3] = r4.w;
     }
-    const int32_t cs = col_sums[r];
+    const uint32_t cs = static_cast<uint32_t>(col_sums[r]);
     union {
       Y v[4];
       uint32_t word;
@@ -241,7 +238,11 @@ __global__ void qconv_gemm_epilogue_nhwc4(
     for (int j = 0; j < 4; ++j) {
       const uint32_t o = o0 + j;
       const int32_t zw_s = int32_t{zw[g.per_channel_zp ? o : 0]} - shift_w;
-      int32_t acc = window_sum(raws[j], zx_s, w_sums[o], zw_s, cs, k);
+      const uint32_t u = static_cast<uint32_t>(raws[j]) -
+                         static_cast<uint32_t>(zx_s) * static_cast<uint32_t>(w_sums[o]) -
+                         static_cast<uint32_t>(zw_s) * cs +
+                         k * static_cast<uint32_t>(zx_s) * static_cast<uint32_t>(zw_s);
+      int32_t acc = static_cast<int32_t>(u);
       if (ibias) acc += ibias[o];
       const double mult = sxd * static_cast<double>(sw[g.per_channel_scale ? o : 0]);
       y.v[j] = quant_math::requantize<Y>(acc, mult, bias ? bias[o] : 0.0, rs[j], g.relu, syd, zyv);
