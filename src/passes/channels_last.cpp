@@ -30,8 +30,11 @@ class Rewriter {
  public:
   Rewriter(const Program& p, Backend target)
       : p_(p),
-        float_convs_(target == Backend::cuda && inference_only(p)), nchw_(p.graph.nodes.size()), nhwc_(p.graph.nodes.size()),
-        readers_(p.graph.nodes.size()), is_output_(p.graph.nodes.size(), 0),
+        float_convs_(target == Backend::cuda && inference_only(p)),
+        nchw_(p.graph.nodes.size()),
+        nhwc_(p.graph.nodes.size()),
+        readers_(p.graph.nodes.size()),
+        is_output_(p.graph.nodes.size(), 0),
         read_as_nhwc_(p.graph.nodes.size(), -1) {
     for (auto v : p.outputs) is_output_[v.node] = 1;
     for (size_t i = 0; i < p.graph.nodes.size(); ++i) {
@@ -82,8 +85,8 @@ class Rewriter {
 
   // What a conv's epilogue absorbs: conv -> add(., residual) -> relu, either or both.
   struct Epilogue {
-    int32_t last = -1;               // the last absorbed node (-1: nothing to fuse)
-    std::vector<int32_t> absorbed;   // the absorbed nodes, last one included
+    int32_t last = -1;              // the last absorbed node (-1: nothing to fuse)
+    std::vector<int32_t> absorbed;  // the absorbed nodes, last one included
     std::optional<ValueRef> residual;
     bool relu = false;
   };
@@ -140,7 +143,6 @@ class Rewriter {
   }
 
  private:
-
   const TensorInfo& info(ValueRef v) const { return p_.graph.info(v); }
 
   // Elementwise nodes whose inputs are 0-d or have the output's shape, and per-tensor
@@ -166,9 +168,8 @@ class Rewriter {
     known = 0;
     for (auto [r, k] : readers_[id]) {
       const Node& n = p_.graph.nodes[r];
-      if (wants_nhwc(n) &&
-          (k == 0 || (n.attrs.b("has_residual", false) &&
-                      static_cast<size_t>(k) == n.inputs.size() - 1)))
+      if (wants_nhwc(n) && (k == 0 || (n.attrs.b("has_residual", false) &&
+                                       static_cast<size_t>(k) == n.inputs.size() - 1)))
         return (known = 1);
       if (agnostic(n) && read_as_nhwc(r)) return (known = 1);
     }
@@ -308,8 +309,7 @@ class Rewriter {
 Program channels_last(const Program& p, Backend target) {
   const bool float_convs = target == Backend::cuda && Rewriter::inference_only(p);
   bool any = false;
-  for (const Node& n : p.graph.nodes)
-    any = any || Rewriter::wants_nhwc(n, float_convs, p.graph);
+  for (const Node& n : p.graph.nodes) any = any || Rewriter::wants_nhwc(n, float_convs, p.graph);
   if (!any) return p;
   return Rewriter(p, target).run();
 }

@@ -89,8 +89,8 @@ TEST(ChannelsLast, ResidualBlockStaysNhwcWithinOneLsb) {
 TEST(ChannelsLast, OutputsStayNchwAndTransposesAreShared) {
   Block b;
   build_block(b, 1, 8, 8);
-  const Tensor extra = relu(dequantize(b.y, b.g.constant(Array::scalar(0.06f)),
-                                       b.g.constant(Array::scalar(uint8_t{0}))));
+  const Tensor extra = relu(
+      dequantize(b.y, b.g.constant(Array::scalar(0.06f)), b.g.constant(Array::scalar(uint8_t{0}))));
   const Executable on = b.g.compile(Device::cpu(), {}, {b.y, b.pooled, extra});
   EXPECT_EQ(count_steps(on, "transpose"), 2) << on.dump();
   const Array x = random_ints({1, 8, 8, 8}, 0, 255, u8);
@@ -109,7 +109,8 @@ TEST(ChannelsLast, CudaTargetProgramShape) {
   ConvOptions same;
   same.padding = {1, 1, 1, 1};
   const Tensor a = relu(conv2d(x, g.constant(w3), g.constant(random_array({8}, bf16)), same));
-  const Tensor r = relu(conv2d(a, g.constant(random_array({8, 8, 1, 1}, bf16)), std::nullopt, {}) + x);
+  const Tensor r =
+      relu(conv2d(a, g.constant(random_array({8, 8, 1, 1}, bf16)), std::nullopt, {}) + x);
   const Tensor y = max_pool(r, {.kernel = {2, 2}});
   Program p = extract_program(*y.graph_impl(), {{y.node_id(), 0}});
   const Program q = channels_last(p, Backend::cuda);
@@ -164,8 +165,8 @@ TEST(ChannelsLast, CudaTargetTwoConvsIntoOneAdd) {
       d = conv1x1(x);
     }
     const Tensor y = max_pool(relu(c + d), {.kernel = {2, 2}});
-    const Program q = channels_last(extract_program(*y.graph_impl(), {{y.node_id(), 0}}),
-                                    Backend::cuda);
+    const Program q =
+        channels_last(extract_program(*y.graph_impl(), {{y.node_id(), 0}}), Backend::cuda);
     verify_program(q, "channels_last");
     int fused = 0, relus = 0;
     for (const auto& n : q.graph.nodes) {
@@ -198,7 +199,8 @@ TEST(ChannelsLast, CudaBf16ResidualBlockStaysNhwc) {
   EXPECT_EQ(count_steps(on, "conv"), 2) << on.dump();
   EXPECT_EQ(count_steps(on, "transpose"), 2) << on.dump();  // x in, r out to max_pool
   // the relus and the residual add run in the convs' epilogues
-  for (const char* op : {"relu", "add", "fused_elementwise"}) EXPECT_EQ(count_steps(on, op), 0) << op;
+  for (const char* op : {"relu", "add", "fused_elementwise"})
+    EXPECT_EQ(count_steps(on, op), 0) << op;
   EXPECT_EQ(count_steps(*off, "transpose"), 0);
   const Array xv = random_array({2, 16, 12, 12}, bf16);
   const Array want = off->run({{x, xv}})[0].to(Device::cpu());
