@@ -52,6 +52,10 @@ struct PtqOptions {
   /// weights: an int8 kernel needs its result quantized, and the last layer is the one where
   /// quantization costs the most accuracy.
   bool quantize_outputs = false;
+  /// An op kept float because its result is returned still stores its weights as i8 (one scale
+  /// per output channel, dequantized when run): its math stays float, its weights shrink by 4x
+  /// in the graph and in packages.
+  bool int8_weights_for_outputs = true;
   /// Where calibration runs (default: kiln::default_device()).
   std::optional<Device> device;
 };
@@ -74,6 +78,8 @@ struct QuantizedOpInfo {
   /// Why it stays float (empty when quantized).
   std::string skipped_reason;
   bool per_channel = false;
+  /// Kept float with its weights stored as i8 (PtqOptions::int8_weights_for_outputs).
+  bool int8_weights = false;
 };
 
 struct PtqReport {

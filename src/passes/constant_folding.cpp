@@ -1,5 +1,8 @@
 // Constant folding: a pure node whose inputs are all constants is evaluated at compile time and
 // replaced by a Constant. Generators without inputs (full, arange) are only folded into readers.
+// A large dequantize of int8 constants (weights stored as int8, such as post-training
+// quantization's float classifier) stays a node: the program, and packages made from it, keep
+// the int8 data, and runs dequantize it.
 #include "core/op_registry.h"
 #include "passes/program.h"
 
@@ -10,7 +13,15 @@ using detail::ValueRef;
 
 namespace {
 constexpr size_t kMaxFoldedBytes = size_t{64} << 20;
+constexpr size_t kKeptInt8Bytes = size_t{256} << 10;  // dequantized size from which int8 stays
+
+bool keeps_int8(const Program& p, const Node& n, size_t out_bytes) {
+  if (n.op != OpId::Dequantize || out_bytes < kKeptInt8Bytes) return false;
+  const Node& q = p.graph.nodes[n.inputs[0].node];
+  const DType t = q.outputs[n.inputs[0].index].dtype;
+  return q.op == OpId::Constant && (t == i8 || t == u8);
 }
+}  // namespace
 
 Program fold_constants(const Program& p, const NodeEvaluator& eval) {
   const auto& nodes = p.graph.nodes;
@@ -30,7 +41,7 @@ Program fold_constants(const Program& p, const NodeEvaluator& eval) {
     for (auto v : n.inputs) can = can && evaluable[v.node];
     size_t bytes = 0;
     for (auto& o : n.outputs) bytes += static_cast<size_t>(numel(o.shape)) * size_of(o.dtype);
-    can = can && bytes <= kMaxFoldedBytes;
+    can = can && bytes <= kMaxFoldedBytes && !keeps_int8(p, n, bytes);
     if (!can || n.inputs.empty()) {
       // Generators stay as nodes but may still feed folding when small.
       if (can && n.inputs.empty()) evaluable[i] = 1;  // evaluated when a reader folds

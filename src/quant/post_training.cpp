@@ -126,11 +126,16 @@ class Planner {
       QuantizedOpInfo& info = report_.ops[c.info];
       if (!o_.quantize_outputs && is_output(p_, c.y)) {
         // fuse_quant needs the quantize after the chain: without it the op would run in float
-        // on dequantized values (and its weights fold back to f32), so it stays float
+        // on dequantized values, so it stays float (with int8 weights, dequantized when run)
         info.quantized = false;
-        info.per_channel = false;
+        info.per_channel = o_.int8_weights_for_outputs && o_.per_channel;
+        info.int8_weights = o_.int8_weights_for_outputs;
         info.skipped_reason =
-            "its result is a returned value, kept float (quantize_outputs quantizes it)";
+            info.int8_weights
+                ? "its result is a returned value, kept float with int8 weights "
+                  "(quantize_outputs quantizes it)"
+                : "its result is a returned value, kept float (quantize_outputs quantizes it)";
+        if (info.int8_weights) weights_only.push_back(c);
         continue;
       }
       observe(c.x);
@@ -141,6 +146,7 @@ class Planner {
   }
 
   std::vector<Candidate> kept;
+  std::vector<Candidate> weights_only;  // float ops whose weights are stored as int8
 
   std::vector<Candidate> candidates;
   std::vector<ValueRef> observed;  // the activations to calibrate, in program order of discovery
@@ -414,6 +420,7 @@ QuantizedGraph quantize_program(Program p, const std::vector<Batch>& batches, co
   const auto& nodes = p.graph.nodes;
   std::map<int32_t, const Candidate*> candidate_at;
   for (const Candidate& c : planner.candidates) candidate_at[c.node] = &c;
+  for (const Candidate& c : planner.weights_only) candidate_at[c.node] = &c;
   Program out;
   std::vector<std::vector<ValueRef>> map(nodes.size());
   std::map<ValueRef, ValueRef> float_of;  // calibrated values: the float value itself

@@ -312,5 +312,39 @@ TEST(PostTraining, ExcludeAndVariables) {
   EXPECT_GT(cosine(a, b), 0.99);
 }
 
+// A float output layer large enough to matter keeps its weights int8 (dequantized when run):
+// the package loses 3/4 of them, the results stay those of float math on the rounded weights.
+TEST(PostTraining, OutputLayerStoresInt8Weights) {
+  Graph g;
+  const Tensor x = g.placeholder({16, 256}, f32, "x");
+  const Tensor h = relu(linear(x, g.constant(normal_array({256, 256}, 0.06)), std::nullopt));
+  const Tensor y = linear(h, g.constant(normal_array({512, 256}, 0.06)), std::nullopt);  // 512 KiB
+  std::vector<Feeds> calib;
+  for (int b = 0; b < 2; ++b) calib.push_back({{x, random_array({16, 256}, f32)}});
+  PtqOptions on = with_method(CalibrationMethod::minmax), off = on;
+  off.int8_weights_for_outputs = false;
+  const QuantizedGraph qa = post_training_quantize(g, {y}, calib, on);
+  const QuantizedGraph qb = post_training_quantize(g, {y}, calib, off);
+  ASSERT_EQ(qa.report.ops.size(), 2u);
+  EXPECT_TRUE(qa.report.ops[0].quantized);
+  EXPECT_FALSE(qa.report.ops[1].quantized);
+  EXPECT_TRUE(qa.report.ops[1].int8_weights) << qa.report.str();
+  EXPECT_FALSE(qb.report.ops[1].int8_weights);
+  const Executable ea = qa.graph.compile(Device::cpu(), {}, qa.outputs);
+  const Executable eb = qb.graph.compile(Device::cpu(), {}, qb.outputs);
+  // the weights' dequantize is not folded back to f32 (the other one reads the activation)
+  EXPECT_EQ(count_steps(ea, "dequantize"), count_steps(eb, "dequantize") + 1) << ea.dump();
+  const uintmax_t pa = package_bytes(ea, "out_int8"), pb = package_bytes(eb, "out_f32");
+  const double saved = static_cast<double>(pb) - static_cast<double>(pa);
+  EXPECT_GT(saved, 0.7 * 512 * 256 * 3) << pa << " vs " << pb;  // 3 of every 4 bytes
+  const Array xs = random_array({16, 256}, f32);
+  const auto f = to_f64(eval1(g, y, {{x, xs}}));
+  const auto a = to_f64(ea.run({{qa.inputs[0], xs}})[0]),
+             b = to_f64(eb.run({{qb.inputs[0], xs}})[0]);
+  EXPECT_GT(cosine(f, b), 0.999);
+  EXPECT_GT(cosine(f, a), 0.999);  // int8 weights cost little more than int8 activations
+  EXPECT_GT(cosine(a, b), 0.9999);
+}
+
 }  // namespace
 }  // namespace kiln

@@ -31,6 +31,7 @@ struct QuantizeCmdOptions {
   std::string activations = "u8";
   std::vector<std::string> exclude;
   bool quantize_outputs = false;
+  bool f32_output_weights = false;
   std::vector<std::string> shapes;
   std::vector<std::string> values;
   std::string device;
@@ -157,6 +158,7 @@ void quantize_model(const QuantizeCmdOptions& o) {
   po.activation_dtype = o.activations == "u8" ? u8 : i8;
   po.exclude = o.exclude;
   po.quantize_outputs = o.quantize_outputs;
+  po.int8_weights_for_outputs = !o.f32_output_weights;
   po.device = pick_device(o.device);
 
   const bool package = is_package(o.model, "quantize");
@@ -303,6 +305,9 @@ void add_quantize_command(CLI::App& app) {
   cmd->add_flag("--quantize-outputs", o->quantize_outputs,
                 "Also quantize the ops whose results are model outputs (the logits layer stays "
                 "float without)");
+  cmd->add_flag("--f32-output-weights", o->f32_output_weights,
+                "Keep the weights of those float output ops f32 (default: stored as int8, "
+                "dequantized when run)");
   cmd->add_option("--shape", o->shapes,
                   "NAME=1,3,224,224: the package's input shape (ONNX; dims nothing fixes are 1)");
   cmd->add_option("--value", o->values, kValueHelp);
