@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "kiln/ops/quant.h"
 #include "support/reference.h"
@@ -71,8 +72,12 @@ inline ConvData random_conv_data(const ConvProblem& p) {
   d.zx = zero({}, p.xt, p.x_zero);
   d.sw = random_array(ws, f32, 0.002, 0.01);
   d.zw = zero(ws, p.wt, p.w_zero);
-  // about one standard deviation of a window's sum; the output scale puts it at 30-50 LSB
-  const double spread = 0.02 * 0.006 * 74 * 74 * std::sqrt(static_cast<double>(k));
+  // about one standard deviation of a window's sum at the scales drawn (their product varies
+  // 15x, so a fixed estimate could leave outputs a few LSB wide); the output scale puts it at
+  // 30-50 LSB
+  const auto sw = to_f64(d.sw);
+  const double sw_mean = std::accumulate(sw.begin(), sw.end(), 0.0) / static_cast<double>(sw.size());
+  const double spread = to_f64(d.sx)[0] * sw_mean * 74 * 74 * std::sqrt(static_cast<double>(k));
   d.sy = random_array({}, f32, spread / 50, spread / 30);
   d.zy = zero({}, p.yt, false);
   d.bias = random_array({p.o}, f32, -spread, spread);
