@@ -38,6 +38,10 @@ struct TuningStats {
   int64_t measured = 0;   // by running candidates (cudnnFind...)
   int64_t seeded = 0;     // taken from a package
   int64_t heuristic = 0;  // from the library's heuristics, without running
+  // CUDA f16/bf16 channels_last convolutions: problems for which cuDNN's graph API offered plans,
+  // and those where one of its plans ran faster than the legacy algorithm and was kept
+  int64_t graph_offered = 0;
+  int64_t graph_chosen = 0;
 };
 
 class DeviceBackend {

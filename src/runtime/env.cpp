@@ -53,6 +53,16 @@ bool channels_last() {
   return !(v && std::string(v) == "0");
 }
 
+bool cudnn_graph() {
+  const char* v = get("KILN_CUDNN_GRAPH");
+  return !(v && std::string(v) == "0");
+}
+
+bool cudnn_runtime_fusion() {
+  const char* v = get("KILN_CUDNN_RUNTIME_FUSION");
+  return v && std::string(v) == "1";
+}
+
 int capture() {
   const char* v = get("KILN_CAPTURE");
   if (!v) return -1;

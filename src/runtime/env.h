@@ -10,9 +10,13 @@
 //                 time only, runs after the first on each stream (no algorithm measurements)
 //   KILN_CAPTURE  "0": GPU runs are never recorded and replayed as CUDA graphs, whatever
 //                 CompileOptions::capture says ("1": recorded whenever possible)
-//                 prints the time per op (host and device together) to stderr when destroyed
 //   KILN_FUSION   "0": compiling never fuses elementwise chains (CompileOptions::fuse_elementwise)
 //   KILN_CHANNELS_LAST  "0": compiling keeps convolutions NCHW (no channels_last pass)
+//   KILN_CUDNN_GRAPH  "0": CUDA f16/bf16 channels_last convolutions use cuDNN's legacy algorithm
+//                 API only (default: the graph API's plans are timed against it on a problem's
+//                 first run and the fastest kept)
+//   KILN_CUDNN_RUNTIME_FUSION  "1": the graph API may also offer engines that compile kernels
+//                 at run time (slower first runs)
 //   KILN_TEST_SEED  tests only: replays the random inputs of an earlier test run
 #pragma once
 
@@ -36,5 +40,9 @@ int capture();
 bool fusion_enabled();
 /// False when KILN_CHANNELS_LAST=0 (read at every compile): the channels_last pass is off.
 bool channels_last();
+/// False when KILN_CUDNN_GRAPH=0 (read when a convolution problem is first seen).
+bool cudnn_graph();
+/// True when KILN_CUDNN_RUNTIME_FUSION=1 (read when a convolution problem is first seen).
+bool cudnn_runtime_fusion();
 
 }  // namespace kiln::env

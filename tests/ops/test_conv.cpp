@@ -3,7 +3,10 @@
 
 #include <thread>
 
+#include "core/device_backend.h"
 #include "core/graph_impl.h"
+#include "support/executable_env.h"
+#include "support/gpu.h"
 #include "support/reference.h"
 
 namespace kiln {
@@ -292,6 +295,87 @@ TEST(Conv, ChannelsLastEqualsNchw) {
   attrs.set("relu", true);
   expect_error<ValueError>([&] { detail::make_node1(OpId::Conv, {x, y}, attrs); },
                            {"[conv]", "channels_last"});
+}
+
+// channels_last convolutions with each epilogue (bias, residual, relu) on `device` against
+// float64 loops, for ResNet-50's kinds of convolutions and for shapes tensor cores do not like;
+// each compiled once per value of KILN_CUDNN_GRAPH in `graph_modes`.
+void check_channels_last_epilogues(Device device, const std::vector<DType>& types,
+                                   const std::vector<const char*>& graph_modes) {
+  struct Case {
+    Shape x, w;
+    std::vector<int64_t> stride, pads;
+    int64_t groups;
+    bool bias, residual, relu;
+  };
+  const Case cases[] = {
+      {{2, 64, 14, 14}, {64, 64, 3, 3}, {1, 1}, {1, 1, 1, 1}, 1, true, true, true},     // a block
+      {{2, 64, 14, 14}, {128, 64, 1, 1}, {2, 2}, {0, 0, 0, 0}, 1, true, false, false},  // shortcut
+      {{2, 3, 32, 32}, {64, 3, 7, 7}, {2, 2}, {3, 3, 3, 3}, 1, true, false, true},      // the stem
+      {{1, 32, 9, 9}, {32, 8, 3, 3}, {1, 1}, {1, 1, 1, 1}, 4, true, false, true},       // groups
+      {{1, 5, 8, 8}, {7, 5, 3, 3}, {1, 1}, {1, 1, 1, 1}, 1, false, true, false},        // odd sizes
+      {{1, 16, 10, 10}, {24, 16, 3, 3}, {2, 2}, {1, 1, 1, 1}, 1, false, false, false},  // plain
+  };
+  for (DType t : types)
+    for (const Case& c : cases) {
+      SCOPED_TRACE(fmt::format("{} x {} w {} stride {} groups {} bias {} residual {} relu {}",
+                               name(t), to_string(c.x), to_string(c.w), c.stride[0], c.groups,
+                               c.bias, c.residual, c.relu));
+      const Geo geo{c.stride, c.pads, {1, 1}, {}, c.groups};
+      const Shape ys = conv_shape(c.x, c.w, geo);
+      const Array xv = random_array(c.x, t), wv = random_array(c.w, t),
+                  bv = random_array({c.w[0]}, t), rv = random_array(ys, t);
+      std::vector<double> want = ref_conv(xv, wv, c.bias ? &bv : nullptr, geo);
+      const std::vector<double> r64 = to_f64(rv);
+      for (size_t i = 0; i < want.size(); ++i) {
+        if (c.residual) want[i] += r64[i];
+        if (c.relu) want[i] = std::max(want[i], 0.0);
+      }
+      Graph g;
+      const Tensor x = g.placeholder(c.x, t, "x");
+      const Tensor w = g.constant(wv, "w");
+      ConvOptions o;
+      o.stride = c.stride;
+      o.padding = c.pads;
+      o.groups = c.groups;
+      const Tensor nchw = conv2d(x, w, std::nullopt, o);
+      Attrs attrs = nchw.graph_impl()->nodes[nchw.node_id()].attrs;
+      attrs.set("channels_last", true);
+      attrs.set("has_bias", c.bias);
+      attrs.set("relu", c.relu);
+      attrs.set("has_residual", c.residual);
+      std::vector<Tensor> in{transpose(x, {0, 2, 3, 1}), transpose(w, {0, 2, 3, 1})};
+      if (c.bias) in.push_back(g.constant(bv, "b"));
+      if (c.residual) in.push_back(transpose(g.constant(rv, "r"), {0, 2, 3, 1}));
+      const Tensor y = transpose(detail::make_node1(OpId::Conv, in, attrs), {0, 3, 1, 2});
+      // sums in f32 round once (fused) or twice (the conv's output, then the epilogue's)
+      const double k = static_cast<double>(c.w[1] * c.w[2] * c.w[3]);
+      for (const char* graph : graph_modes) {
+        SCOPED_TRACE(fmt::format("KILN_CUDNN_GRAPH={}", graph));
+        const ScopedEnv env("KILN_CUDNN_GRAPH", graph);
+        Executable exe = g.compile(device, {}, {y});
+        for (int run = 0; run < 2; ++run)  // the first run chooses, the second runs the choice
+          expect_close(exe.run({{x, xv}})[0].to(Device::cpu()), ys, want, tolerance(t),
+                       tolerance(t) * std::sqrt(k));
+      }
+    }
+}
+
+TEST(Conv, ChannelsLastEpiloguesMatchReference) {
+  check_channels_last_epilogues(Device::cpu(), {f32, bf16}, {"1"});
+}
+
+// On CUDA, f16/bf16 channels_last convolutions run by a plan of cuDNN's graph API
+// (conv_graph.cpp: the epilogue fused in, or the convolution alone and kiln's epilogue pass) or
+// by the legacy algorithm, whichever was faster on the first run: both ways
+// (KILN_CUDNN_GRAPH=0 forces the legacy one).
+TEST(Conv, CudaChannelsLastGraphPlansMatchReference) {
+  REQUIRE_GPU();
+  DeviceBackend& backend = *cuda_backend();
+  backend.clear_tuning();
+  check_channels_last_epilogues(Device::cuda(0), {bf16, f16, f32}, {"1", "0"});
+  EXPECT_GE(backend.tuning_stats().graph_offered, 1)
+      << "cuDNN's graph API offered no plan for any problem";
 }
 
 TEST(Conv, ConcurrentRunsShareCachedKernels) {

@@ -9,6 +9,8 @@
 #include <array>
 #include <climits>
 #include <cstdint>
+#include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -16,11 +18,13 @@
 #include <type_traits>
 #include <vector>
 
+#include "backends/cuda/conv_graph.h"
 #include "backends/cuda/cuda_common.cuh"
 #include "backends/cuda/handles.h"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/library_check.h"
 #include "backends/cuda/tuning.h"
+#include "runtime/env.h"
 
 namespace kiln::cuda {
 
@@ -438,10 +442,17 @@ struct ConvPlan {
 
 // Every problem's plan in the process, keyed by problem_key, and the choices seeded from packages
 // for problems not run yet.
+// How an f16/bf16 channels_last forward problem runs: a plan of cuDNN's graph API, or (null) the
+// legacy algorithm of its ConvPlan.
+struct NhwcChoice {
+  std::unique_ptr<GraphConvPlan> plan;
+};
+
 struct PlanCache {
   std::mutex mu;
   std::map<std::vector<int64_t>, std::unique_ptr<ConvPlan>> plans;
   std::map<std::vector<int64_t>, Algo> seeds;
+  std::map<std::vector<int64_t>, std::unique_ptr<NhwcChoice>> nhwc;  // problem_key + epilogue
   TuningStats stats;
 };
 PlanCache& plan_cache() {
@@ -728,26 +739,10 @@ ConvCall conv_call(OpId op, const Attrs& attrs, const Shape& in0, const Shape& i
 
 // ---- the kernels ----
 
-// conv with channels_last (the channels_last pass's f16/bf16 inference convs): cuDNN on NHWC
-// data and (O, kh, kw, C/G) weights, tensor cores without layout conversions; then bias, the
-// fused residual and relu in one pass.
-void conv_nhwc(KernelContext& ctx) {
-  const TensorView &x = ctx.in(0), &w = ctx.in(1), &y = ctx.out(0);
-  if (y.numel() == 0) return;
-  auto nchw = [](const Shape& s) { return Shape{s[0], s[3], s[1], s[2]}; };
-  const ConvCall c = conv_call(OpId::Conv, ctx.attrs(), nchw(x.shape), nchw(w.shape), nchw(y.shape));
-  const void* bias = bias_of(ctx);
-  if (!c.direct || x.numel() == 0 || w.numel() == 0 || y.numel() > UINT32_MAX)
-    fail<UnsupportedError>(
-        "[conv] channels_last takes symmetric pads and non-empty operands under 2^32 elements "
-        "(x {}, w {}, pads {})",
-        str(x.shape), str(w.shape), fmt::join(ctx.attrs().ints("pads"), ", "));
-  Problem p = c.p;
-  p.nhwc = true;
-  run_pass(ctx, Pass::forward, p, x.dtype, x.data, w.data, nullptr, y.data);
-  const bool relu = ctx.attrs().b("relu", false);
-  const void* res =
-      ctx.attrs().b("has_residual", false) ? ctx.in(ctx.num_inputs() - 1).data : nullptr;
+// y (rows, O) = relu?(y + bias + residual) in one pass after an NHWC convolution (nothing to do
+// without bias, residual and relu).
+void launch_epilogue_nhwc(KernelContext& ctx, const TensorView& y, const void* bias,
+                          const void* res, bool relu) {
   if (!bias && !res && !relu) return;
   dispatch_float(y.dtype, ctx.op_name(), [&](auto v) {
     using T = decltype(v);
@@ -767,6 +762,141 @@ void conv_nhwc(KernelContext& ctx) {
       run(std::integral_constant<int, 1>{});
     check_launch(ctx.op_name());
   });
+}
+
+bool aligned16(const GraphConvArgs& a) {
+  for (const void* q : {a.x, a.w, a.bias, a.residual, static_cast<const void*>(a.y)})
+    if (reinterpret_cast<uintptr_t>(q) % 16 != 0) return false;
+  return true;
+}
+
+// Runs `plan` (and the epilogue it leaves out); false when cuDNN refused, and nothing ran.
+bool run_graph_plan(KernelContext& ctx, const GraphConvPlan& plan, const GraphConvArgs& a,
+                    const TensorView& y, bool relu) {
+  const cudnnHandle_t h = cudnn_handle(ctx.device(), stream_of(ctx));
+  void* ws = plan.workspace() ? ctx.scratch(plan.workspace()) : nullptr;
+  if (!plan.execute(h, a, ws)) return false;
+  if (!plan.fused()) launch_epilogue_nhwc(ctx, y, a.bias, a.residual, relu);
+  return true;
+}
+
+// Mean milliseconds of 3 runs of `f` on stream s after one warm-up run; waits for the stream.
+// Infinite when a run of f fails.
+float time_on_stream(cudaStream_t s, const std::function<bool()>& f) {
+  constexpr int kReps = 3;
+  cudaEvent_t start = nullptr, stop = nullptr;
+  KILN_CUDA_CHECK(cudaEventCreate(&start));
+  KILN_CUDA_CHECK(cudaEventCreate(&stop));
+  bool ok = f();
+  KILN_CUDA_CHECK(cudaEventRecord(start, s));
+  for (int i = 0; i < kReps && ok; ++i) ok = f();
+  KILN_CUDA_CHECK(cudaEventRecord(stop, s));
+  float ms = 0;
+  const cudaError_t e = cudaEventSynchronize(stop);
+  if (e == cudaSuccess) KILN_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  KILN_CUDA_CHECK(e);
+  return ok ? ms / kReps : std::numeric_limits<float>::infinity();
+}
+
+constexpr int kGraphPlansPerGraph = 4;
+
+// The graph plan an f16/bf16 NHWC problem runs with, or null for the legacy algorithm. Chosen on
+// the problem's first run: the plans the graph API's heuristics rank first, for the convolution
+// with its epilogue and for the convolution alone (then kiln's epilogue kernel), are timed against
+// `legacy` on the step's own buffers (which they all write), and the fastest wins. This waits for
+// the stream once per problem, as measuring the legacy algorithm does; not while the stream is
+// being recorded (then legacy, chosen again on the next run).
+const GraphConvPlan* nhwc_plan(KernelContext& ctx, const Problem& p, DType t,
+                               const GraphConvArgs& a, const TensorView& y, bool relu,
+                               const std::function<void()>& legacy) {
+  PlanCache& cache = plan_cache();
+  std::vector<int64_t> key = problem_key(Pass::forward, ctx.device(), t, p);
+  key.insert(key.end(), {a.bias != nullptr, a.residual != nullptr, relu});
+  {
+    std::lock_guard<std::mutex> l(cache.mu);
+    if (auto it = cache.nhwc.find(key); it != cache.nhwc.end()) return it->second->plan.get();
+  }
+  const cudaStream_t s = stream_of(ctx);
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  KILN_CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
+  if (capture != cudaStreamCaptureStatusNone || !aligned16(a)) return nullptr;
+
+  GraphConvProblem gp;
+  gp.t = t;
+  gp.N = p.N, gp.C = p.C, gp.O = p.O, gp.G = p.G;
+  gp.H = p.in[1], gp.W = p.in[2], gp.kh = p.k[1], gp.kw = p.k[2], gp.oh = p.out[1],
+  gp.ow = p.out[2];
+  for (int i = 0; i < 2; ++i)
+    gp.pad[i] = p.pad[1 + i], gp.stride[i] = p.stride[1 + i], gp.dil[i] = p.dil[1 + i];
+  gp.bias = a.bias != nullptr, gp.residual = a.residual != nullptr, gp.relu = relu;
+  std::vector<std::unique_ptr<GraphConvPlan>> plans;
+  {
+    static std::mutex build;  // the shared handle is used by one thread at a time
+    std::lock_guard<std::mutex> l(build);
+    plans = graph_conv_plans(cudnn_shared_handle(ctx.device()), gp, kGraphPlansPerGraph,
+                             kMaxWorkspace);
+  }
+  auto choice = std::make_unique<NhwcChoice>();
+  if (!plans.empty()) {
+    const cudnnHandle_t h = cudnn_handle(ctx.device(), s);
+    size_t ws_bytes = 0;
+    for (const auto& plan : plans) ws_bytes = std::max(ws_bytes, plan->workspace());
+    void* ws = ws_bytes ? ctx.scratch(ws_bytes) : nullptr;
+    float best = time_on_stream(s, [&] {
+      legacy();
+      return true;
+    });
+    size_t best_plan = plans.size();
+    for (size_t i = 0; i < plans.size(); ++i) {
+      const GraphConvPlan& plan = *plans[i];
+      const float ms = time_on_stream(s, [&] {
+        if (!plan.execute(h, a, ws)) return false;
+        if (!plan.fused()) launch_epilogue_nhwc(ctx, y, a.bias, a.residual, relu);
+        return true;
+      });
+      if (ms < best) best = ms, best_plan = i;
+    }
+    if (best_plan < plans.size()) choice->plan = std::move(plans[best_plan]);
+  }
+  std::lock_guard<std::mutex> l(cache.mu);
+  if (!plans.empty()) ++cache.stats.graph_offered;
+  if (choice->plan) ++cache.stats.graph_chosen;
+  // the first choice made wins
+  return cache.nhwc.emplace(std::move(key), std::move(choice)).first->second->plan.get();
+}
+
+// conv with channels_last (the channels_last pass's f16/bf16 inference convs): cuDNN on NHWC
+// data and (O, kh, kw, C/G) weights, tensor cores without layout conversions, with bias, the
+// fused residual and relu: either one graph-API plan (with or without the epilogue inside) or the
+// legacy algorithm and kiln's epilogue pass, whichever was faster on the problem's first run.
+void conv_nhwc(KernelContext& ctx) {
+  const TensorView &x = ctx.in(0), &w = ctx.in(1), &y = ctx.out(0);
+  if (y.numel() == 0) return;
+  auto nchw = [](const Shape& s) { return Shape{s[0], s[3], s[1], s[2]}; };
+  const ConvCall c = conv_call(OpId::Conv, ctx.attrs(), nchw(x.shape), nchw(w.shape), nchw(y.shape));
+  const void* bias = bias_of(ctx);
+  if (!c.direct || x.numel() == 0 || w.numel() == 0 || y.numel() > UINT32_MAX)
+    fail<UnsupportedError>(
+        "[conv] channels_last takes symmetric pads and non-empty operands under 2^32 elements "
+        "(x {}, w {}, pads {})",
+        str(x.shape), str(w.shape), fmt::join(ctx.attrs().ints("pads"), ", "));
+  Problem p = c.p;
+  p.nhwc = true;
+  const bool relu = ctx.attrs().b("relu", false);
+  const void* res =
+      ctx.attrs().b("has_residual", false) ? ctx.in(ctx.num_inputs() - 1).data : nullptr;
+  const auto legacy = [&] {
+    run_pass(ctx, Pass::forward, p, x.dtype, x.data, w.data, nullptr, y.data);
+    launch_epilogue_nhwc(ctx, y, bias, res, relu);
+  };
+  if ((x.dtype == DType::f16 || x.dtype == DType::bf16) && p.nd == 2 && env::cudnn_graph()) {
+    const GraphConvArgs args{x.data, w.data, bias, res, y.data};
+    if (const GraphConvPlan* plan = nhwc_plan(ctx, p, x.dtype, args, y, relu, legacy))
+      if (aligned16(args) && run_graph_plan(ctx, *plan, args, y, relu)) return;
+  }
+  legacy();
 }
 
 void conv(KernelContext& ctx) {
@@ -955,6 +1085,7 @@ void clear_conv_tuning() {
   std::lock_guard<std::mutex> l(cache.mu);
   cache.plans.clear();
   cache.seeds.clear();
+  cache.nhwc.clear();
   cache.stats = {};
 }
 

@@ -1,5 +1,7 @@
 #include "backends/cuda/handles.h"
 
+#include <map>
+#include <mutex>
 #include <unordered_map>
 
 #include "backends/cuda/cuda_check.h"
@@ -66,6 +68,17 @@ cudnnHandle_t cudnn_handle(int device, cudaStream_t stream) {
   }
   KILN_CUDNN_CHECK(cudnnSetStream(h, stream));
   return h;
+}
+
+cudnnHandle_t cudnn_shared_handle(int device) {
+  static std::mutex mu;
+  static std::map<int, cudnnHandle_t> handles;  // never destroyed: plans refer to them
+  std::lock_guard<std::mutex> l(mu);
+  if (auto it = handles.find(device); it != handles.end()) return it->second;
+  DeviceScope scope(device);
+  cudnnHandle_t h = nullptr;
+  KILN_CUDNN_CHECK(cudnnCreate(&h));
+  return handles[device] = h;
 }
 
 }  // namespace kiln::cuda

@@ -13,5 +13,9 @@ namespace kiln::cuda {
 cublasLtHandle_t cublaslt_handle(int device);
 /// The calling thread's cuDNN handle for `device`, bound to `stream` (cudnnSetStream).
 cudnnHandle_t cudnn_handle(int device, cudaStream_t stream);
+/// A cuDNN handle of `device` that lives as long as the process, for objects that outlive a
+/// thread and keep the handle they were made with (graph-API plans). Not bound to any stream;
+/// callers serialize their use of it.
+cudnnHandle_t cudnn_shared_handle(int device);
 
 }  // namespace kiln::cuda
