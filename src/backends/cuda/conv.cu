@@ -848,6 +848,7 @@ const GraphConvPlan* nhwc_plan(KernelContext& ctx, const Problem& p, DType t,
       legacy();
       return true;
     });
+    std::string timings = fmt::format("legacy {:.4f}", best);
     size_t best_plan = plans.size();
     for (size_t i = 0; i < plans.size(); ++i) {
       const GraphConvPlan& plan = *plans[i];
@@ -856,9 +857,17 @@ const GraphConvPlan* nhwc_plan(KernelContext& ctx, const Problem& p, DType t,
         if (!plan.fused()) launch_epilogue_nhwc(ctx, y, a.bias, a.residual, relu);
         return true;
       });
+      timings += fmt::format(", {} {:.4f}", plan.name(), ms);
       if (ms < best) best = ms, best_plan = i;
     }
     if (best_plan < plans.size()) choice->plan = std::move(plans[best_plan]);
+    if (const char* level = env::log_level(); level && std::string(level) != "error")
+      fmt::print(stderr,
+                 "[conv] {} NHWC {}x{}x{}x{} -> {} k {}x{} stride {} groups {}{}{}{}: {} ms; "
+                 "runs with {}\n",
+                 name(t), p.N, p.in[1], p.in[2], p.C, p.O, p.k[1], p.k[2], p.stride[1], p.G,
+                 gp.bias ? " +bias" : "", gp.residual ? " +residual" : "", relu ? " +relu" : "",
+                 timings, choice->plan ? choice->plan->name() : "legacy");
   }
   std::lock_guard<std::mutex> l(cache.mu);
   if (!plans.empty()) ++cache.stats.graph_offered;
