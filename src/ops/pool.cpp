@@ -3,6 +3,8 @@
 //             Two outputs: the maxima and their i64 flat indices within each (n, c) plane.
 //   avg_pool: kernel, stride, pads, ceil_mode, count_include_pad (bool)
 //   adaptive_avg_pool: output_size (ints)
+// max_pool and adaptive_avg_pool over 2 spatial dims may carry channels_last (bool, internal: the
+// channels_last pass sets it): input and outputs (N, H, W, C); the indices stay in-plane h*W + w.
 // Their gradients are ops of their own, with `input_shape` (ints, static) the forward input's:
 //   max_pool_grad(dy, indices): dy added at the forward pass's flat in-plane indices
 //   avg_pool_grad(dy): avg_pool's attributes; adaptive_avg_pool_grad(dy): output size from dy
@@ -70,18 +72,36 @@ Shape pooled_shape(const InferContext& ctx, const std::vector<int64_t>& dilation
   return out;
 }
 
-std::vector<TensorInfo> infer_max_pool(const InferContext& ctx) {
+// A node with the attribute channels_last (2-D pooling of NHWC data, which the channels_last pass
+// gives pools between NHWC convolutions): inferred as the NCHW node, its outputs NHWC.
+std::vector<TensorInfo> on_layout(const InferContext& ctx, InferFn infer) {
+  if (!ctx.attrs.b("channels_last", false)) return infer(ctx);
+  const Shape& s = ctx.inputs[0].shape;
+  if (s.size() != 4)
+    fail<ShapeError>("[{}] channels_last needs a 4-D (N, H, W, C) input, got shape {}", ctx.name(),
+                     str(s));
+  std::vector<TensorInfo> in = ctx.inputs;
+  in[0].shape = {s[0], s[3], s[1], s[2]};
+  std::vector<TensorInfo> out = infer(InferContext{ctx.op, ctx.attrs, in});
+  for (TensorInfo& t : out) t.shape = {t.shape[0], t.shape[2], t.shape[3], t.shape[1]};
+  return out;
+}
+
+std::vector<TensorInfo> infer_max_pool_nchw(const InferContext& ctx) {
   require_dtype(ctx, 0, kNumericTypes, "a numeric dtype");
   require_at_least(ctx, "dilation", 1);
   Shape out = pooled_shape(ctx, ctx.attrs.ints("dilation"));
   return {{out, ctx.inputs[0].dtype}, {out, i64}};
+}
+std::vector<TensorInfo> infer_max_pool(const InferContext& ctx) {
+  return on_layout(ctx, infer_max_pool_nchw);
 }
 std::vector<TensorInfo> infer_avg_pool(const InferContext& ctx) {
   require_dtype(ctx, 0, kFloatTypes, "a float dtype");
   return {{pooled_shape(ctx, std::vector<int64_t>(ctx.attrs.ints("kernel").size(), 1)),
            ctx.inputs[0].dtype}};
 }
-std::vector<TensorInfo> infer_adaptive_avg_pool(const InferContext& ctx) {
+std::vector<TensorInfo> infer_adaptive_avg_pool_nchw(const InferContext& ctx) {
   require_dtype(ctx, 0, kFloatTypes, "a float dtype");
   const auto& size = ctx.attrs.ints("output_size");
   require_spatial(ctx, static_cast<int64_t>(size.size()), "output_size", size);
@@ -89,6 +109,9 @@ std::vector<TensorInfo> infer_adaptive_avg_pool(const InferContext& ctx) {
   Shape out{ctx.inputs[0].shape[0], ctx.inputs[0].shape[1]};
   out.insert(out.end(), size.begin(), size.end());
   return {{out, ctx.inputs[0].dtype}};
+}
+std::vector<TensorInfo> infer_adaptive_avg_pool(const InferContext& ctx) {
+  return on_layout(ctx, infer_adaptive_avg_pool_nchw);
 }
 
 // ---- gradient ops ----
@@ -149,7 +172,14 @@ std::vector<int64_t> spatial(const Tensor& t) {
 
 // Scatters dy into the argmax positions the forward pass recorded (output 1), never recomputing
 // them; the i64 indices output carries no cotangent.
+// (channels_last nodes exist only in compiled inference programs, which are not differentiated)
+void require_nchw(const VjpContext& c) {
+  if (c.attrs.b("channels_last", false))
+    fail<UnsupportedError>("[{}] no gradient for a channels_last node", op_name(c.op));
+}
+
 Grads vjp_max_pool(const VjpContext& c) {
+  require_nchw(c);
   return {max_pool_grad(c.cotangent_or_zeros(0), c.outputs[1], c.inputs[0].shape())};
 }
 Grads vjp_avg_pool(const VjpContext& c) {
@@ -158,6 +188,7 @@ Grads vjp_avg_pool(const VjpContext& c) {
   return {make_node1(OpId::AvgPoolGrad, {*c.cotangents[0]}, attrs)};
 }
 Grads vjp_adaptive_avg_pool(const VjpContext& c) {
+  require_nchw(c);
   return {adaptive_avg_pool_grad(*c.cotangents[0], c.inputs[0].shape())};
 }
 

@@ -7,8 +7,10 @@
 // Each such node gets the attribute channels_last and the values between them stay NHWC: an op
 // that does not care about layout (elementwise with same-shape or 0-d operands, per-tensor
 // quantize and dequantize) runs on NHWC where a reader wants its output so, and where that moves
-// fewer bytes through transposes. A transpose is inserted only where an NCHW reader (or an output
-// of the program) meets an NHWC value, or the other way round, once per value.
+// fewer bytes through transposes; on CUDA, 2-D max pooling and adaptive average pooling of an
+// NHWC value run on NHWC too (channels_last). A transpose is inserted only where an NCHW reader
+// (or an output of the program) meets an NHWC value, or the other way round, once per value; it
+// is a reshape when only dims of size 1 move.
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -30,6 +32,7 @@ class Rewriter {
  public:
   Rewriter(const Program& p, Backend target)
       : p_(p),
+        cuda_(target == Backend::cuda),
         float_convs_(target == Backend::cuda && inference_only(p)),
         nchw_(p.graph.nodes.size()),
         nhwc_(p.graph.nodes.size()),
@@ -69,10 +72,13 @@ class Rewriter {
           }
         }
         convert(id, {});
-      } else if (agnostic(n) && read_as_nhwc(id) && cheaper_as_nhwc(n))
+      } else if (agnostic(n) && read_as_nhwc(id) && cheaper_as_nhwc(n)) {
         keep_nhwc(id);
-      else
+      } else if (pools_nhwc(n) && slot(nhwc_, n.inputs[0])) {
+        convert(id, {});  // a pool between NHWC values: no transposes around it
+      } else {
         copy(id);
+      }
     }
     out_.outputs.clear();
     for (auto v : p_.outputs) out_.outputs.push_back(as_nchw(v));
@@ -160,6 +166,15 @@ class Rewriter {
     return true;
   }
 
+  // 2-D max and adaptive average pooling, which CUDA runs on NHWC data (max_pool's indices stay
+  // in-plane); the pass gives them channels_last where their input is NHWC already.
+  bool pools_nhwc(const Node& n) const {
+    if (!cuda_ || n.attrs.b("channels_last", false) || n.inputs.empty()) return false;
+    if (n.op != OpId::MaxPool && n.op != OpId::AdaptiveAvgPool) return false;
+    const char* size = n.op == OpId::MaxPool ? "kernel" : "output_size";
+    return info(n.inputs[0]).shape.size() == 4 && n.attrs.ints(size).size() == 2;
+  }
+
   // Whether some reader of node `id` would take its output as NHWC (else an agnostic node runs
   // on NCHW, so that the transpose moves its input, often int8, rather than its f32 output).
   bool read_as_nhwc(int32_t id) const {
@@ -171,7 +186,7 @@ class Rewriter {
       if (wants_nhwc(n) && (k == 0 || (n.attrs.b("has_residual", false) &&
                                        static_cast<size_t>(k) == n.inputs.size() - 1)))
         return (known = 1);
-      if (agnostic(n) && read_as_nhwc(r)) return (known = 1);
+      if ((agnostic(n) || (pools_nhwc(n) && k == 0)) && read_as_nhwc(r)) return (known = 1);
     }
     return false;
   }
@@ -200,8 +215,24 @@ class Rewriter {
     return per_node.size() > static_cast<size_t>(v.index) ? per_node[v.index] : none;
   }
 
+  // v with its dims permuted; a reshape (no copy) when only dims of size 1 move, such as
+  // (N, 1, 1, C) to (N, C, 1, 1) after global pooling.
   ValueRef transpose(ValueRef v, const std::vector<int64_t>& perm) {
+    const Shape& s = out_.graph.info(v).shape;
+    Shape to;
+    int64_t last = -1;
+    bool order_kept = true;
+    for (int64_t d : perm) {
+      to.push_back(s[d]);
+      if (s[d] == 1) continue;
+      order_kept = order_kept && d > last;
+      last = d;
+    }
     Attrs a;
+    if (order_kept && is_static(s)) {
+      a.set("shape", to);
+      return {out_.graph.add(OpId::Reshape, {v}, a), 0};
+    }
     a.set("perm", perm);
     return {out_.graph.add(OpId::Transpose, {v}, a), 0};
   }
@@ -294,6 +325,7 @@ class Rewriter {
   }
 
   const Program& p_;
+  const bool cuda_;         // the target has NHWC pooling kernels
   const bool float_convs_;  // f16/bf16 convs go NHWC too (CUDA inference)
   Program out_;
   // per source value: its NCHW (as in the source) and NHWC versions in the new program

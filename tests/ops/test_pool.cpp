@@ -6,6 +6,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "core/graph_impl.h"
 #include "support/reference.h"
 
 namespace kiln {
@@ -169,6 +170,45 @@ TEST(MaxPool, ValuesAndIndicesMatchReference) {
   }
 }
 
+// channels_last max pooling (which the channels_last pass gives pools between NHWC convolutions
+// on CUDA): the NHWC node against the reference on NCHW data, values and in-plane indices, with
+// channel counts that take the CUDA kernel's 16-byte path and ones that do not.
+TEST(MaxPool, ChannelsLastMatchesReference) {
+  std::vector<Case> cases;
+  for (const Case& c : window_cases(true))
+    if (c.x.size() == 4) cases.push_back(c);
+  cases.push_back({{2, 16, 9, 10}, {{3, 3}, {2, 2}, {1, 1}}});
+  cases.push_back({{1, 32, 5, 6}, {{2, 2}, {1, 1}, {}, {2, 1}}});
+  for (const Case& c : cases)
+    for (DType t : {f32, bf16, f16, u8, i8}) {
+      SCOPED_TRACE(describe(c) + " " + name(t));
+      Graph g;
+      auto x = g.placeholder(c.x, t, "x");
+      const Tensor nchw = max_pool(x, c.o);
+      Attrs attrs = nchw.graph_impl()->nodes[nchw.node_id()].attrs;
+      attrs.set("channels_last", true);
+      const auto nhwc = detail::make_node(OpId::MaxPool, {transpose(x, {0, 2, 3, 1})}, attrs);
+      const Array v = distinct_array(c.x, t);
+      const auto outs = eval(g, {transpose(nhwc[0], {0, 3, 1, 2}), transpose(nhwc[1], {0, 3, 1, 2})},
+                             {{x, v}});
+      const auto [values, indices] = ref_max_pool(v, c.o);
+      const Shape out = ref_out_shape(c.x, c.o);
+      expect_equal(outs[0], out, values);
+      expect_equal(outs[1], out, indices);
+    }
+  Graph g;
+  auto x = g.placeholder({2, 3, 4}, f32, "x");
+  Attrs attrs;
+  attrs.set("kernel", std::vector<int64_t>{2});
+  attrs.set("stride", std::vector<int64_t>{1});
+  attrs.set("pads", std::vector<int64_t>{0, 0});
+  attrs.set("dilation", std::vector<int64_t>{1});
+  attrs.set("ceil_mode", false);
+  attrs.set("channels_last", true);
+  expect_error<ShapeError>([&] { detail::make_node(OpId::MaxPool, {x}, attrs); },
+                           {"[max_pool]", "channels_last", "(2, 3, 4)"});
+}
+
 TEST(MaxPool, LargeInputRunsInParallel) {
   // the benchmark's shape class: 3x3 stride 2 pad 1, with right-border windows
   const Shape shape{2, 8, 57, 57};
@@ -311,6 +351,28 @@ TEST(AdaptiveAvgPool, NonDivisibleSizes) {
       const double tol = t == f16 ? 1e-3 : 1e-6;
       expect_close(eval1(g, adaptive_avg_pool(x, c.out), {{x, v}}), out, ref_adaptive(v, c.out),
                    tol, tol);
+    }
+  }
+}
+
+// channels_last adaptive average pooling (NHWC in and out) against the NCHW reference.
+TEST(AdaptiveAvgPool, ChannelsLastMatchesReference) {
+  struct AdaptiveCase { Shape x, out; };
+  for (const AdaptiveCase& c :
+       {AdaptiveCase{{2, 16, 7, 7}, {1, 1}}, AdaptiveCase{{2, 3, 7, 10}, {3, 4}},
+        AdaptiveCase{{1, 8, 6, 6}, {3, 2}}, AdaptiveCase{{2, 24, 5, 5}, {5, 5}}}) {
+    for (DType t : {f32, bf16, f16}) {
+      SCOPED_TRACE(to_string(c.x) + " -> " + to_string(c.out) + " " + name(t));
+      Graph g;
+      auto x = g.placeholder(c.x, t, "x");
+      const Tensor nchw = adaptive_avg_pool(x, c.out);
+      Attrs attrs = nchw.graph_impl()->nodes[nchw.node_id()].attrs;
+      attrs.set("channels_last", true);
+      const Tensor nhwc = detail::make_node1(OpId::AdaptiveAvgPool, {transpose(x, {0, 2, 3, 1})}, attrs);
+      const Array v = random_array(c.x, t);
+      const double tol = t == f32 ? 1e-6 : tolerance(t);
+      expect_close(eval1(g, transpose(nhwc, {0, 3, 1, 2}), {{x, v}}), nchw.shape(),
+                   ref_adaptive(v, c.out), tol, tol);
     }
   }
 }

@@ -134,15 +134,77 @@ TEST(ChannelsLast, CudaTargetProgramShape) {
         EXPECT_TRUE(n.attrs.b("has_residual", false));  // the 1x1 conv takes x as its residual
       }
     }
+    if (n.op == OpId::MaxPool) EXPECT_TRUE(n.attrs.b("channels_last", false));
     transposes += n.op == OpId::Transpose;
     others += n.op == OpId::Relu || n.op == OpId::Add;
   }
   EXPECT_EQ(convs, 2);
-  EXPECT_EQ(transposes, 2);  // x in, r out to max_pool
+  EXPECT_EQ(transposes, 2);  // x in, the max-pool's NHWC output out
   EXPECT_EQ(others, 0);
   // for the CPU target float convs stay as they were
   const Program cpu = channels_last(p, Backend::cpu);
   for (const auto& n : cpu.graph.nodes) EXPECT_FALSE(n.attrs.b("channels_last", false));
+}
+
+// A ResNet-like stem and head for a CUDA target: max pooling and global average pooling between
+// NHWC convs run on NHWC too, and the pooled (N, 1, 1, C) value reaches the classifier through a
+// reshape, not a transpose: one transpose in all, the input's.
+Graph pooled_net(Tensor& x, Tensor& logits) {
+  Graph g;
+  x = g.placeholder({2, 3, 20, 20}, bf16, "x");
+  auto w = [&](int64_t o, int64_t c, int64_t k) {
+    return g.constant(random_array({o, c, k, k}, bf16, -0.3, 0.3));
+  };
+  ConvOptions stem;
+  stem.stride = {2, 2};
+  stem.padding = {3, 3, 3, 3};
+  Tensor h = relu(conv2d(x, w(16, 3, 7), g.constant(random_array({16}, bf16)), stem));
+  h = max_pool(h, {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}});
+  ConvOptions same;
+  same.padding = {1, 1, 1, 1};
+  h = relu(conv2d(h, w(16, 16, 3), std::nullopt, same) + h);
+  h = reshape(global_avg_pool(h), {2, 16});
+  logits = linear(h, g.constant(random_array({10, 16}, bf16)));
+  return g;
+}
+
+TEST(ChannelsLast, CudaTargetPoolsStayNhwc) {
+  Tensor x, logits;
+  const Graph g = pooled_net(x, logits);
+  const Program p = extract_program(*logits.graph_impl(), {{logits.node_id(), 0}});
+  const Program q = channels_last(p, Backend::cuda);
+  int transposes = 0, reshapes = 0, pools = 0;
+  for (const auto& n : q.graph.nodes) {
+    if (n.op == OpId::MaxPool || n.op == OpId::AdaptiveAvgPool) {
+      ++pools;
+      EXPECT_TRUE(n.attrs.b("channels_last", false)) << op_name(n.op);
+    }
+    transposes += n.op == OpId::Transpose;
+    reshapes += n.op == OpId::Reshape;
+  }
+  EXPECT_EQ(pools, 2);
+  EXPECT_EQ(transposes, 1);  // the input's
+  EXPECT_EQ(reshapes, 2);    // (N, 1, 1, C) -> (N, C, 1, 1), then the program's own
+  // the CPU target keeps float pools as they were
+  for (const auto& n : channels_last(p, Backend::cpu).graph.nodes)
+    EXPECT_FALSE(n.attrs.b("channels_last", false));
+}
+
+TEST(ChannelsLast, CudaPooledNetMatchesNchw) {
+  REQUIRE_GPU();
+  Tensor x, logits;
+  const Graph g = pooled_net(x, logits);
+  const Executable on = g.compile(Device::cuda(0), {}, {logits});
+  std::optional<Executable> off;
+  {
+    const ScopedEnv env("KILN_CHANNELS_LAST", "0");
+    off = g.compile(Device::cuda(0), {}, {logits});
+  }
+  EXPECT_EQ(count_steps(on, "transpose"), 1) << on.dump();
+  const Array xv = random_array({2, 3, 20, 20}, bf16);
+  const Array want = off->run({{x, xv}})[0].to(Device::cpu());
+  for (int run = 0; run < 2; ++run)
+    expect_close(on.run({{x, xv}})[0].to(Device::cpu()), want.shape(), to_f64(want), 3e-2, 3e-2);
 }
 
 // A downsampling block adds two convs: one of them takes the add and relu (and the other's
@@ -197,7 +259,7 @@ TEST(ChannelsLast, CudaBf16ResidualBlockStaysNhwc) {
     off = g.compile(Device::cuda(0), {}, {y});
   }
   EXPECT_EQ(count_steps(on, "conv"), 2) << on.dump();
-  EXPECT_EQ(count_steps(on, "transpose"), 2) << on.dump();  // x in, r out to max_pool
+  EXPECT_EQ(count_steps(on, "transpose"), 2) << on.dump();  // x in, max_pool's output out
   // the relus and the residual add run in the convs' epilogues
   for (const char* op : {"relu", "add", "fused_elementwise"})
     EXPECT_EQ(count_steps(on, op), 0) << op;

@@ -8,6 +8,7 @@
 #include "backends/cpu/cpu_common.h"
 #include "backends/cpu/dnnl_util.h"
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/layout.h"
 #include "runtime/thread_pool.h"
 
 namespace kiln::cpu {
@@ -248,40 +249,22 @@ void convolve(KernelContext& ctx) {
   });
 }
 
-// dst = src with its 4 dims in the order `perm` (dst dim i is src dim perm[i]).
-template <typename T>
-void permute4(const KernelContext& ctx, const T* src, const Shape& s, T* dst,
-              const std::array<int, 4>& perm) {
-  const int64_t ss[4] = {s[1] * s[2] * s[3], s[2] * s[3], s[3], 1};
-  const int64_t d[4] = {s[perm[0]], s[perm[1]], s[perm[2]], s[perm[3]]};
-  const int64_t st[4] = {ss[perm[0]], ss[perm[1]], ss[perm[2]], ss[perm[3]]};
-  ctx.parallel_for(d[0] * d[1], 1, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const T* in = src + (r / d[1]) * st[0] + (r % d[1]) * st[1];
-      T* out = dst + r * d[2] * d[3];
-      for (int64_t i = 0; i < d[2]; ++i)
-        for (int64_t j = 0; j < d[3]; ++j) *out++ = in[i * st[2] + j * st[3]];
-    }
-  });
-}
-
 // conv with channels_last (x (N, H, W, C), w (O, kh, kw, C/G); relu and a residual fused),
 // which the channels_last pass gives GPU convolutions: a package made for a GPU runs here
 // through NCHW copies.
 void conv_channels_last(KernelContext& ctx) {
   const TensorView &x = ctx.in(0), &w = ctx.in(1), &y = ctx.out(0);
-  auto nchw = [](const Shape& s) { return Shape{s[0], s[3], s[1], s[2]}; };
   dispatch_float(x.dtype, ctx.op_name(), [&](auto v) {
     using T = decltype(v);
     auto scratch = [&](const Shape& s) {
       return TensorView{ctx.scratch(static_cast<size_t>(numel(s)) * sizeof(T)), s, x.dtype};
     };
     const bool residual = ctx.attrs().b("has_residual", false), relu = ctx.attrs().b("relu", false);
-    std::vector<TensorView> in{scratch(nchw(x.shape)), scratch(nchw(w.shape))};
-    permute4<T>(ctx, x.ptr<T>(), x.shape, in[0].ptr<T>(), {0, 3, 1, 2});
-    permute4<T>(ctx, w.ptr<T>(), w.shape, in[1].ptr<T>(), {0, 3, 1, 2});
+    std::vector<TensorView> in{scratch(nchw_of(x.shape)), scratch(nchw_of(w.shape))};
+    permute4<T>(ctx, x.ptr<T>(), x.shape, in[0].ptr<T>(), kNhwcToNchw);
+    permute4<T>(ctx, w.ptr<T>(), w.shape, in[1].ptr<T>(), kNhwcToNchw);
     if (ctx.attrs().b("has_bias")) in.push_back(ctx.in(2));
-    const TensorView out = scratch(nchw(y.shape));
+    const TensorView out = scratch(nchw_of(y.shape));
     Attrs attrs = ctx.attrs();
     attrs.set("channels_last", false);
     attrs.set("relu", false);
@@ -290,7 +273,7 @@ void conv_channels_last(KernelContext& ctx) {
       KernelContext inner(ctx.op(), attrs, in, {out}, &ThreadPool::global());
       convolve(inner);
     }
-    permute4<T>(ctx, out.ptr<T>(), out.shape, y.ptr<T>(), {0, 2, 3, 1});
+    permute4<T>(ctx, out.ptr<T>(), out.shape, y.ptr<T>(), kNchwToNhwc);
     // the fused epilogue: + residual, relu
     if (!residual && !relu) return;
     T* Y = y.ptr<T>();

@@ -9,6 +9,7 @@
 
 #include "backends/cpu/cpu_common.h"
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/layout.h"
 #include "backends/cpu/transform_common.h"
 
 namespace kiln::cpu {
@@ -203,6 +204,7 @@ template <typename T> void max_pool_typed(KernelContext& ctx) {
 }
 
 void max_pool(KernelContext& ctx) {
+  if (ctx.attrs().b("channels_last", false)) return run_via_nchw(ctx, max_pool);
   dispatch(ctx.in(0).dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
     if constexpr (!std::is_same_v<T, bool>) max_pool_typed<T>(ctx);
@@ -286,6 +288,7 @@ template <typename T> void adaptive_avg_pool_typed(KernelContext& ctx) {
 }
 
 void adaptive_avg_pool(KernelContext& ctx) {
+  if (ctx.attrs().b("channels_last", false)) return run_via_nchw(ctx, adaptive_avg_pool);
   dispatch_float(ctx.in(0).dtype, ctx.op_name(),
                  [&](auto t) { adaptive_avg_pool_typed<decltype(t)>(ctx); });
 }

@@ -217,8 +217,11 @@ std::shared_ptr<const OpGraph> build_graph(cudnnHandle_t h, const GraphConvProbl
   return g;
 }
 
-// Whether the engine of `cfg` may run here; its global index goes to `index`.
-bool usable_engine(Handle cfg, bool runtime_compilation, int64_t* index) {
+constexpr int kMaxCompiledPlans = 2;
+
+// Whether the engine of `cfg` may run here; its global index goes to `index`, and whether it
+// compiles kernels at run time to `compiles`.
+bool usable_engine(Handle cfg, bool runtime_compilation, int64_t* index, bool* compiles) {
   Desc engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
   Handle e = engine.get();
   int64_t n = 0;
@@ -231,8 +234,10 @@ bool usable_engine(Handle cfg, bool runtime_compilation, int64_t* index) {
                                CUDNN_BEHAVIOR_NOTE_TYPE_COUNT, &n,
                                behavior) == CUDNN_STATUS_SUCCESS)
     for (int64_t i = 0; i < n; ++i)
-      if (behavior[i] == CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION && !runtime_compilation)
-        return false;
+      if (behavior[i] == CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION) {
+        if (!runtime_compilation) return false;
+        *compiles = true;
+      }
   cudnnBackendNumericalNote_t numerical[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
   if (cudnnBackendGetAttribute(e, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
                                CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n,
@@ -270,10 +275,14 @@ void add_plans(cudnnHandle_t h, const std::shared_ptr<const OpGraph>& g, int lim
                                              raw.data()) != CUDNN_STATUS_SUCCESS)
     return;
   const bool runtime_compilation = env::cudnn_runtime_fusion();
-  int taken = 0;
+  int taken = 0, compiled = 0;
   for (int64_t i = 0; i < got && taken < limit; ++i) {
     int64_t engine = -1;
-    if (!usable_engine(raw[i], runtime_compilation, &engine)) continue;
+    bool compiles = false;
+    if (!usable_engine(raw[i], runtime_compilation, &engine, &compiles)) continue;
+    // each such plan compiles its kernels when finalized (about a second): two at most
+    if (compiles && compiled == kMaxCompiledPlans) continue;
+    compiled += compiles;
     Builder pb;
     Desc plan = pb.make(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
     pb.set(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);

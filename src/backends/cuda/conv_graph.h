@@ -62,8 +62,8 @@ class GraphConvPlan {
 
 /// The plans cuDNN's heuristics offer for `p`, best first by its ranking: up to `per_graph` for
 /// the graph with the epilogue (when `p` has one) and up to `per_graph` for the convolution alone.
-/// Engines that compile kernels at run time (unless KILN_CUDNN_RUNTIME_FUSION=1), reduce in f16
-/// or bf16, or need more than `max_workspace` bytes are left out. Empty when cuDNN takes neither
+/// Engines that compile kernels at run time (unless KILN_CUDNN_RUNTIME_FUSION=1, and then two per
+/// graph at most), reduce in f16 or bf16, or need more than `max_workspace` bytes are left out. Empty when cuDNN takes neither
 /// graph; never throws for a problem cuDNN refuses.
 std::vector<std::unique_ptr<GraphConvPlan>> graph_conv_plans(cudnnHandle_t h,
                                                              const GraphConvProblem& p,

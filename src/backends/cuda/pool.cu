@@ -4,7 +4,10 @@
 // max-pool gradient scatters with atomics (its indices are data), so its sums are order-dependent
 // in rounding only.
 #include <algorithm>
+#include <cstdint>
+#include <initializer_list>
 #include <limits>
+#include <type_traits>
 
 #include "backends/cuda/cuda_common.cuh"
 #include "backends/cuda/kernels.h"
@@ -210,7 +213,103 @@ int64_t window_taps(const PoolGeom& g) { return g.k[0] * g.k[1] * g.k[2]; }
 
 unsigned groups_grid(int64_t n, int group) { return blocks_for(n, kThreads / group); }
 
+// ---- channels_last (NHWC, 2-D windows) ----
+
+template <typename T, int V> struct alignas(sizeof(T) * V) Vec {
+  T v[V];
+};
+
+// (N, H, W, C) as (N, C, H, W).
+Shape nchw_of(const Shape& s) { return {s[0], s[3], s[1], s[2]}; }
+
+// V channels of one output position a thread (16-byte accesses when C allows); pack i covers
+// output elements [i*V, i*V + V). Taps in index order with max_pool_2d_kernel's rule; the index
+// is in-plane (h*W + w), as NCHW pooling records it.
+template <typename T, int V>
+__global__ void max_pool_nhwc_kernel(const T* __restrict__ x, T* __restrict__ y,
+                                     int64_t* __restrict__ arg, int64_t packs, PoolGeom g, int C) {
+  using A = acc_t<T>;
+  const int cp = C / V;
+  const int in_h = static_cast<int>(g.in[1]), in_w = static_cast<int>(g.in[2]);
+  const int out_h = static_cast<int>(g.out[1]), out_w = static_cast<int>(g.out[2]);
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < packs;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int c0 = static_cast<int>(i % cp) * V;
+    int64_t q = i / cp;
+    const int ow = static_cast<int>(q % out_w);
+    q /= out_w;
+    const int oh = static_cast<int>(q % out_h);
+    const int64_t n = q / out_h;
+    const T* xn = x + n * in_h * in_w * int64_t{C} + c0;
+    A best[V];
+    int where[V];
+#pragma unroll
+    for (int u = 0; u < V; ++u) best[u] = std::numeric_limits<A>::lowest(), where[u] = -1;
+    for (int a = 0; a < g.k[1]; ++a) {
+      const int h = oh * static_cast<int>(g.s[1]) - static_cast<int>(g.pad[1]) +
+                    a * static_cast<int>(g.dil[1]);
+      if (h < 0 || h >= in_h) continue;
+      for (int b = 0; b < g.k[2]; ++b) {
+        const int w = ow * static_cast<int>(g.s[2]) - static_cast<int>(g.pad[2]) +
+                      b * static_cast<int>(g.dil[2]);
+        if (w < 0 || w >= in_w) continue;
+        const int at = h * in_w + w;
+        const Vec<T, V> v = *reinterpret_cast<const Vec<T, V>*>(xn + int64_t{at} * C);
+#pragma unroll
+        for (int u = 0; u < V; ++u) {
+          const A e = to_acc(v.v[u]);
+          if (where[u] < 0 || e > best[u] || is_nan(e)) best[u] = e, where[u] = at;
+        }
+      }
+    }
+    Vec<T, V> out;
+#pragma unroll
+    for (int u = 0; u < V; ++u) {
+      out.v[u] = from_acc<T>(best[u]);
+      arg[i * V + u] = where[u];
+    }
+    reinterpret_cast<Vec<T, V>*>(y)[i] = out;
+  }
+}
+
+// Calls run(width) with the widest V (16 bytes of T) that C and the buffers allow, else 1.
+template <typename T, typename Run>
+void nhwc_width(int64_t C, std::initializer_list<const void*> buffers, Run&& run) {
+  constexpr int kV = sizeof(T) <= 16 ? static_cast<int>(16 / sizeof(T)) : 1;
+  bool wide = C % kV == 0;
+  for (const void* b : buffers) wide = wide && reinterpret_cast<uintptr_t>(b) % 16 == 0;
+  if (wide)
+    run(std::integral_constant<int, kV>{});
+  else
+    run(std::integral_constant<int, 1>{});
+}
+
+void max_pool_nhwc(KernelContext& ctx) {
+  const TensorView &x = ctx.in(0), &y = ctx.out(0);
+  const PoolGeom g = pool_geom(ctx, nchw_of(x.shape), nchw_of(y.shape));
+  const int64_t C = x.shape[3];
+  if (y.numel() == 0) return;
+  if (g.in[1] * g.in[2] >= (int64_t{1} << 31) || C >= (int64_t{1} << 31))
+    fail<UnsupportedError>("[{}] channels_last planes of 2^31 positions or more (input {})",
+                           ctx.op_name(), str(x.shape));
+  dispatch(x.dtype, ctx.op_name(), [&](auto t) {
+    using T = decltype(t);
+    if constexpr (!std::is_same_v<T, bool>) {
+      nhwc_width<T>(C, {x.data, y.data}, [&](auto width) {
+        constexpr int W = decltype(width)::value;
+        const int64_t packs = y.numel() / W;
+        max_pool_nhwc_kernel<T, W><<<blocks_for(packs), kThreads, 0, stream_of(ctx)>>>(
+            x.ptr<T>(), y.ptr<T>(), ctx.out(1).ptr<int64_t>(), packs, g, static_cast<int>(C));
+      });
+    } else {
+      fail<UnsupportedError>("[{}] cuda kernel got dtype bool", ctx.op_name());
+    }
+  });
+  check_launch(ctx.op_name());
+}
+
 void max_pool(KernelContext& ctx) {
+  if (ctx.attrs().b("channels_last", false)) return max_pool_nhwc(ctx);
   const PoolGeom g = pool_geom(ctx, ctx.in(0).shape, ctx.out(0).shape);
   const int64_t n = ctx.out(0).numel();
   if (n == 0) return;
@@ -290,8 +389,62 @@ template <bool kAdaptive> void avg_pool_impl(KernelContext& ctx) {
   check_launch(ctx.op_name());
 }
 
+// V channels of one output position a thread; sums in index order in acc_t<T>, as the NCHW
+// kernel's thread path does.
+template <typename T, int V>
+__global__ void adaptive_avg_pool_nhwc_kernel(const T* __restrict__ x, T* __restrict__ y,
+                                              int64_t packs, PoolGeom g, int C) {
+  using A = acc_t<T>;
+  const int cp = C / V;
+  const int64_t in_h = g.in[1], in_w = g.in[2], out_h = g.out[1], out_w = g.out[2];
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < packs;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int c0 = static_cast<int>(i % cp) * V;
+    int64_t q = i / cp;
+    const int64_t ow = q % out_w;
+    q /= out_w;
+    const int64_t oh = q % out_h, n = q / out_h;
+    const AvgWindow wh = adaptive_window(g, 1, oh), ww = adaptive_window(g, 2, ow);
+    const T* xn = x + n * in_h * in_w * C + c0;
+    A sum[V];
+#pragma unroll
+    for (int u = 0; u < V; ++u) sum[u] = A(0);
+    for (int64_t h = wh.lo; h < wh.hi; ++h)
+      for (int64_t w = ww.lo; w < ww.hi; ++w) {
+        const Vec<T, V> v = *reinterpret_cast<const Vec<T, V>*>(xn + (h * in_w + w) * C);
+#pragma unroll
+        for (int u = 0; u < V; ++u) sum[u] += to_acc(v.v[u]);
+      }
+    const A count = static_cast<A>((wh.hi - wh.lo) * (ww.hi - ww.lo));
+    Vec<T, V> out;
+#pragma unroll
+    for (int u = 0; u < V; ++u) out.v[u] = from_acc<T>(sum[u] / count);
+    reinterpret_cast<Vec<T, V>*>(y)[i] = out;
+  }
+}
+
+void adaptive_avg_pool_nhwc(KernelContext& ctx) {
+  const TensorView &x = ctx.in(0), &y = ctx.out(0);
+  const PoolGeom g = pool_geom(ctx, nchw_of(x.shape), nchw_of(y.shape));
+  const int64_t C = x.shape[3];
+  if (y.numel() == 0) return;
+  dispatch_float(x.dtype, ctx.op_name(), [&](auto t) {
+    using T = decltype(t);
+    nhwc_width<T>(C, {x.data, y.data}, [&](auto width) {
+      constexpr int W = decltype(width)::value;
+      const int64_t packs = y.numel() / W;
+      adaptive_avg_pool_nhwc_kernel<T, W><<<blocks_for(packs), kThreads, 0, stream_of(ctx)>>>(
+          x.ptr<T>(), y.ptr<T>(), packs, g, static_cast<int>(C));
+    });
+  });
+  check_launch(ctx.op_name());
+}
+
 void avg_pool(KernelContext& ctx) { avg_pool_impl<false>(ctx); }
-void adaptive_avg_pool(KernelContext& ctx) { avg_pool_impl<true>(ctx); }
+void adaptive_avg_pool(KernelContext& ctx) {
+  if (ctx.attrs().b("channels_last", false)) return adaptive_avg_pool_nhwc(ctx);
+  avg_pool_impl<true>(ctx);
+}
 
 // ---- gradients ----
 
