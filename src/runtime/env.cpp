@@ -63,6 +63,11 @@ bool cudnn_runtime_fusion() {
   return v && std::string(v) == "1";
 }
 
+bool rnn_persistent() {
+  const char* v = get("KILN_RNN_PERSISTENT");
+  return !(v && std::string(v) == "0");
+}
+
 int capture() {
   const char* v = get("KILN_CAPTURE");
   if (!v) return -1;

@@ -17,6 +17,8 @@
 //                 first run and the fastest kept)
 //   KILN_CUDNN_RUNTIME_FUSION  "1": the graph API may also offer engines that compile kernels
 //                 at run time (slower first runs)
+//   KILN_RNN_PERSISTENT  "0": CUDA f32 LSTM layers run a launch per step instead of one
+//                 persistent kernel per direction
 //   KILN_TEST_SEED  tests only: replays the random inputs of an earlier test run
 #pragma once
 
@@ -44,5 +46,7 @@ bool channels_last();
 bool cudnn_graph();
 /// True when KILN_CUDNN_RUNTIME_FUSION=1 (read when a convolution problem is first seen).
 bool cudnn_runtime_fusion();
+/// False when KILN_RNN_PERSISTENT=0 (read at every LSTM layer run).
+bool rnn_persistent();
 
 }  // namespace kiln::env

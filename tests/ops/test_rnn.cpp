@@ -10,6 +10,8 @@
 #include "core/op_id.h"
 #include "kiln/ops/rnn.h"
 #include "ops/rnn_cases.h"
+#include "support/executable_env.h"
+#include "support/gpu.h"
 #include "support/gradcheck.h"
 #include "support/reference.h"
 
@@ -174,8 +176,8 @@ RefOut reference(const Cfg& c, const Data& data) {
   return out;
 }
 
-void check_forward(const Cfg& c) {
-  SCOPED_TRACE(c.str());
+void check_forward(const Cfg& c, bool training = false) {
+  SCOPED_TRACE(c.str() + (training ? " training" : ""));
   const Data data = make_data(c);
   Graph g;
   std::vector<Tensor> t;
@@ -185,7 +187,7 @@ void check_forward(const Cfg& c) {
         g.placeholder(data.arrays[i].shape(), data.arrays[i].dtype(), fmt::format("in{}", i)));
     feeds.emplace_back(t.back(), data.arrays[i]);
   }
-  const auto outs = eval(g, build(c, t), feeds);
+  const auto outs = eval(g, build(c, t, training), feeds);
   const RefOut want = reference(c, data);
   const double rtol = c.dtype == f64 ? 1e-9 : 2e-5, atol = c.dtype == f64 ? 1e-9 : 1e-5;
   const int64_t D = c.D();
@@ -218,6 +220,68 @@ void sweep(RnnCell cell, const std::function<void(Cfg&)>& tweak = {}) {
 }
 
 TEST(Lstm, MatchesReference) { sweep(RnnCell::lstm); }
+
+// Shapes that CUDA's persistent f32 LSTM kernel takes (H a multiple of 4; rnn.cu), in every
+// configuration of the sweep, in inference and in training mode (which also writes the reserve),
+// against float64 loops: a batch that is not a multiple of the kernel's 4-row tiles, and an H
+// larger than an H200's 132 SMs, so that a CTA runs several units. On the CPU these are the CPU
+// kernel's checks on the same shapes.
+TEST(Lstm, PersistentKernelShapesMatchReference) {
+  for (int64_t H : {8, 264}) {
+    int n = 0;
+    sweep(RnnCell::lstm, [&](Cfg& c) {
+      c.dtype = f32;
+      c.H = H;
+      c.B = H == 8 ? 5 : 3;
+      c.T = H == 8 ? 6 : 3;
+      if (n++ % 2) check_forward(c, true);
+    });
+  }
+  Cfg c;
+  c.H = 12;
+  c.dtype = f32;
+  c.peep = c.init = c.lens = true;
+  c.clip = 0.7;
+  c.dir = RnnDirection::bidirectional;
+  check_forward(c, true);
+}
+
+// On CUDA the persistent kernel's training layer (outputs, reserve and, through rnn_grad, every
+// gradient) against the per-step kernels (KILN_RNN_PERSISTENT=0), at the benchmark's width.
+TEST(Lstm, CudaPersistentKernelEqualsPerStep) {
+  REQUIRE_GPU();
+  Cfg c;
+  c.dtype = f32;
+  c.layers = 2;
+  c.init = c.lens = true;
+  c.T = 7, c.B = 6, c.I = 16, c.H = 512;
+  const Data data = make_data(c);
+  Graph g;
+  std::vector<Tensor> t;
+  Feeds feeds;
+  for (size_t i = 0; i < data.arrays.size(); ++i) {
+    t.push_back(g.placeholder(data.arrays[i].shape(), data.arrays[i].dtype(), fmt::format("in{}", i)));
+    feeds.emplace_back(t.back(), data.arrays[i]);
+  }
+  const std::vector<Tensor> outs = build(c, t, true);
+  const Tensor probe = g.constant(random_array(outs[0].shape(), f32));
+  const Tensor loss = sum(outs[0] * probe) + sum(outs[1]) + sum(outs[2]);
+  std::vector<Tensor> wrt(t.begin(), t.end() - 1);  // all but the lengths
+  std::vector<Tensor> fetch = outs;
+  for (const Tensor& d : gradients(loss, wrt)) fetch.push_back(d);
+  std::vector<std::vector<Array>> got;
+  for (const char* persistent : {"1", "0"}) {
+    const ScopedEnv env("KILN_RNN_PERSISTENT", persistent);
+    Executable exe = g.compile(Device::cuda(0), {}, fetch);
+    std::vector<Array> host;
+    for (const Array& a : exe.run(feeds)) host.push_back(a.to(Device::cpu()));
+    got.push_back(std::move(host));
+  }
+  for (size_t i = 0; i < fetch.size(); ++i) {
+    SCOPED_TRACE(fmt::format("fetch {}", i));
+    expect_close(got[0][i], got[1][i].shape(), to_f64(got[1][i]), 1e-4, 1e-5);
+  }
+}
 
 TEST(Lstm, PeepholesClipInputForgetActivations) {
   for (bool input_forget : {false, true})
