@@ -1,6 +1,6 @@
 // GPU benchmark: kiln on cuda:0 on the workloads of the peer table in the GPU machine notes
 // (ResNet-50 inference and training, an MLP Adam step, max-pool forward+backward, 1000 dependent
-// tiny adds, ResNet-50 compile time). bench/gpu/run.py runs PyTorch on the same workloads beside
+// tiny adds, ResNet-50 compile time, recurrent layers, attention, BERT-base from ONNX). bench/gpu/run.py runs PyTorch on the same workloads beside
 // it and prints the ratios.
 //
 // Each workload prints friendly lines starting with "#" and one machine-readable line:
@@ -26,6 +26,7 @@
 
 #include "bench/resnet50.h"
 #include "kiln/kiln.h"
+#include "kiln/onnx.h"
 
 namespace {
 using namespace kiln;
@@ -38,6 +39,7 @@ struct Options {
   int warmup = 3;
   double max_seconds = 20;  // per workload: stop repeating after this much timing
   std::vector<std::string> only;
+  std::string onnx_dir;  // models bench/gpu/run.py exports (bert_base.onnx)
 };
 
 double ms_since(Clock::time_point t0) {
@@ -251,6 +253,47 @@ void sdpa_bf16(const Options& o, const std::string& name) {
   report(name, "scaled dot-product attention 32x12x128x64 bf16, forward", compile_ms, exe, t);
 }
 
+// BERT-base (transformers' BertModel: 12 layers, hidden 768, 12 heads, random weights) imported
+// from the ONNX file bench/gpu/run.py exports in f32 (last_hidden_state), compiled with bf16
+// autocast: batch 32, 128 tokens, attention mask all ones.
+void bert_base_onnx(const Options& o, const std::string& name) {
+  if (o.onnx_dir.empty())
+    throw Error("[bench] " + name + " needs --onnx-dir DIR with bert_base.onnx in it "
+                "(bench/gpu/run.py exports it)");
+  constexpr int64_t kBatch = 32, kTokens = 128, kVocab = 30522;
+  onnx::ImportOptions io;
+  io.input_shapes = {{"input_ids", {kBatch, kTokens}}, {"attention_mask", {kBatch, kTokens}}};
+  const auto t0 = Clock::now();
+  const onnx::Model m = onnx::import(o.onnx_dir + "/bert_base.onnx", io);
+  CompileOptions c;
+  c.autocast = bf16;
+  auto exe = m.graph.compile(o.device, m.feed_shapes(), m.output_tensors(), c);
+  const double compile_ms = ms_since(t0);
+  std::vector<int64_t> ids(kBatch * kTokens);
+  uint64_t state = 12345;
+  for (int64_t& id : ids) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    id = static_cast<int64_t>((state >> 33) % kVocab);
+  }
+  std::map<std::string, Array> by_name{
+      {"input_ids", Array::from_vector(ids, {kBatch, kTokens})},
+      {"attention_mask",
+       Array::from_vector(std::vector<int64_t>(kBatch * kTokens, 1), {kBatch, kTokens})}};
+  std::map<std::string, Array> present;
+  for (const auto& in : m.inputs) present.emplace(in.name, by_name.at(in.name).to(o.device));
+  const Feeds feeds = m.feeds(present);
+  const Timing t = time_runs([&] { exe.run(feeds); }, o);
+  report(name,
+         fmt::format("BERT-base from ONNX ({} ONNX nodes), batch {}, {} tokens, bf16 autocast",
+                     [&] {
+                       int64_t n = 0;
+                       for (const auto& [op, count] : m.op_histogram) n += count;
+                       return n;
+                     }(),
+                     kBatch, kTokens),
+         compile_ms, exe, t);
+}
+
 void maxpool_fwd_bwd(const Options& o, const std::string& name) {
   const Shape in{32, 64, 112, 112};
   PoolOptions p;
@@ -321,6 +364,7 @@ std::vector<Workload> workloads() {
       {"maxpool_fwd_bwd", maxpool_fwd_bwd},
       {"lstm_train", lstm_train},
       {"sdpa_bf16", sdpa_bf16},
+      {"bert_base_bf16_onnx", bert_base_onnx},
       {"gru_train", gru_train},
       {"tiny_add_x1000", [](O o, S n) { tiny_adds(o, n, true); }},
       {"tiny_add_x1000_plain", [](O o, S n) { tiny_adds(o, n, false); }},
@@ -345,7 +389,7 @@ std::string one_line(std::string s) {
 void usage() {
   fmt::print(
       "kiln_bench_gpu [--device cuda:0|cpu] [--reps N] [--warmup N] [--max-seconds S]\n"
-      "               [--only NAME[,NAME...]] [--list]\n"
+      "               [--only NAME[,NAME...]] [--list] [--onnx-dir DIR]\n"
       "Times kiln workloads on a device. --only takes names or name prefixes (e.g. "
       "resnet50_infer).\n"
       "Prints '# ...' lines for people and 'kiln <name> <ms>' (or 'kiln <name> error <text>').\n");
@@ -371,6 +415,8 @@ int main(int argc, char** argv) {
         o.warmup = std::stoi(value());
       else if (a == "--max-seconds")
         o.max_seconds = std::stod(value());
+      else if (a == "--onnx-dir")
+        o.onnx_dir = value();
       else if (a == "--list")
         list = true;
       else if (a == "--only") {

@@ -51,6 +51,8 @@ WORKLOADS = [
      (None, "nn.GRU on cuDNN, eager")),
     ("sdpa_bf16", "attention 32x12x128x64 bf16, forward",
      (None, "F.scaled_dot_product_attention")),
+    ("bert_base_bf16_onnx", "BERT-base inference bs32 seq128 bf16 (kiln: from ONNX, autocast)",
+     (9.61, "eager, bf16, SDPA attention")),
     ("tiny_add_x1000", "1000 dependent tiny adds, replayed graph (µs per op; peer: CUDA graph)",
      (1.14, "one CUDA graph replay (eager 10.6)")),
     ("tiny_add_x1000_plain", "1000 dependent tiny adds, one launch each (µs per op; peer: eager)",
@@ -178,6 +180,14 @@ def torch_workloads(torch):
         return cuda_median_ms(torch, lambda: F.scaled_dot_product_attention(q, k, v), reps,
                               warmup)
 
+    def bert(reps, warmup):
+        model = bert_base(torch, "sdpa").to(dev, torch.bfloat16).eval()
+        ids, mask = bert_inputs(torch)
+        ids, mask = ids.to(dev), mask.to(dev)
+        with torch.inference_mode():
+            return cuda_median_ms(torch, lambda: model(input_ids=ids, attention_mask=mask),
+                                  reps, warmup)
+
     def tiny(reps, warmup):
         x0 = torch.zeros(1, device=dev)
 
@@ -217,10 +227,55 @@ def torch_workloads(torch):
         "lstm_train": lstm,
         "gru_train": recurrent(nn.GRU),
         "sdpa_bf16": sdpa,
+        "bert_base_bf16_onnx": bert,
         "tiny_add_x1000": tiny_graph,
         "tiny_add_x1000_plain": tiny,
         "tiny_add_x1000_fused": tiny_graph,
     }
+
+
+BERT_BATCH, BERT_TOKENS = 32, 128
+
+
+def bert_base(torch, attention):
+    """transformers' BertModel with bert-base-uncased's configuration and random weights."""
+    from transformers import BertConfig, BertModel
+    torch.manual_seed(0)
+    cfg = BertConfig()
+    cfg._attn_implementation = attention  # "sdpa" for PyTorch's run, "eager" for the export
+    return BertModel(cfg, add_pooling_layer=False)
+
+
+def bert_inputs(torch):
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, 30522, (BERT_BATCH, BERT_TOKENS), generator=g)
+    return ids, torch.ones(BERT_BATCH, BERT_TOKENS, dtype=torch.int64)
+
+
+def export_bert_base(directory):
+    """Writes DIRECTORY/bert_base.onnx (f32, last_hidden_state) for kiln's bert_base_bf16_onnx,
+    with PyTorch's TorchScript exporter (opset 17), on the CPU."""
+    import torch
+
+    class Hidden(torch.nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask):
+            return self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+    model = Hidden(bert_base(torch, "eager")).eval()
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, "bert_base.onnx")
+    t0 = time.time()
+    with torch.no_grad():
+        torch.onnx.export(model, bert_inputs(torch), path, dynamo=False, opset_version=17,
+                          input_names=["input_ids", "attention_mask"],
+                          output_names=["last_hidden_state"])
+    print(f"exported {path} ({os.path.getsize(path) / 2**20:.0f} MiB, "
+          f"{time.time() - t0:.1f} s)", flush=True)
+    return directory
 
 
 def run_torch(names, reps, warmup, notes):
@@ -291,7 +346,7 @@ def kiln_env(binary):
     return env
 
 
-def run_kiln(binary, device, names, reps, per_timeout, budget_s, log):
+def run_kiln(binary, device, names, reps, per_timeout, budget_s, log, onnx_dir=None):
     """name -> ms (float) or an error text. One process per workload."""
     results = {}
     binary = kiln_binary(binary)
@@ -306,6 +361,8 @@ def run_kiln(binary, device, names, reps, per_timeout, budget_s, log):
             continue
         timeout = min(per_timeout, left)
         cmd = [binary, "--device", device, "--only", n, "--reps", str(reps)]
+        if onnx_dir:
+            cmd += ["--onnx-dir", onnx_dir]
         t0 = time.time()
         try:
             p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
@@ -389,6 +446,8 @@ def main():
     ap.add_argument("--kiln-budget", type=float, default=210, help="seconds for all of kiln")
     ap.add_argument("--skip-torch", action="store_true")
     ap.add_argument("--skip-kiln", action="store_true")
+    ap.add_argument("--onnx-dir", default="/tmp/kiln-bench-onnx",
+                    help="where the BERT-base ONNX model for kiln is exported")
     args = ap.parse_args()
 
     names = NAMES
@@ -403,8 +462,16 @@ def main():
     t0 = time.time()
     torch_ms = {} if args.skip_torch else run_torch(names, args.reps, args.warmup, notes)
     t_torch = time.time() - t0
+    onnx_dir = None
+    if "bert_base_bf16_onnx" in names and not args.skip_kiln:
+        try:  # the model kiln imports, exported here (no network: random weights)
+            onnx_dir = export_bert_base(args.onnx_dir)
+        except Exception as e:
+            print(f"exporting BERT-base to ONNX failed: {e}", flush=True)
+            traceback.print_exc()
     kiln = {} if args.skip_kiln else run_kiln(args.kiln, args.kiln_device, names, args.reps,
-                                               args.kiln_timeout, args.kiln_budget, log)
+                                               args.kiln_timeout, args.kiln_budget, log,
+                                               onnx_dir)
     notes.append(f"kiln: {os.path.relpath(kiln_binary(args.kiln), REPO)}, one process per "
                  f"workload, wall clock around Executable::run (synchronizing), median of "
                  f"{args.reps}; bf16 inference: the whole model in bf16 (NCHW); bf16 training: "
