@@ -221,22 +221,43 @@ void sweep(RnnCell cell, const std::function<void(Cfg&)>& tweak = {}) {
 
 TEST(Lstm, MatchesReference) { sweep(RnnCell::lstm); }
 
-// Shapes that CUDA's persistent f32 LSTM kernel takes (H a multiple of 4; rnn.cu), in every
-// configuration of the sweep, in inference and in training mode (which also writes the reserve),
-// against float64 loops: a batch that is not a multiple of the kernel's 4-row tiles, and an H
-// larger than an H200's 132 SMs, so that a CTA runs several units. On the CPU these are the CPU
-// kernel's checks on the same shapes.
-TEST(Lstm, PersistentKernelShapesMatchReference) {
-  for (int64_t H : {8, 264}) {
-    int n = 0;
-    sweep(RnnCell::lstm, [&](Cfg& c) {
-      c.dtype = f32;
-      c.H = H;
-      c.B = H == 8 ? 5 : 3;
-      c.T = H == 8 ? 6 : 3;
-      if (n++ % 2) check_forward(c, true);
-    });
+// Shapes that CUDA's persistent f32 LSTM and GRU (linear_before_reset) kernel takes (H a
+// multiple of 4; rnn.cu), in every configuration of the sweep, in inference and in training mode
+// (which also writes the reserve), against float64 loops: a batch that is not a multiple of the
+// kernel's 4-row tiles, and an H larger than an H200's 132 SMs, so that a CTA runs several units.
+// On the CPU these are the CPU kernel's checks on the same shapes.
+void sweep_persistent_shapes(RnnCell cell) {
+  int n = 0;
+  sweep(cell, [&](Cfg& c) {
+    c.dtype = f32;
+    c.lbr = true;
+    c.H = 8;
+    c.B = 5;
+    c.T = 6;
+    if (n++ % 2) check_forward(c, true);
+  });
+  for (int k = 0; k < 3; ++k) {  // H 264: two units a CTA on 132 SMs
+    Cfg c;
+    c.cell = cell;
+    c.dtype = f32;
+    c.lbr = true;
+    c.H = 264;
+    c.B = 3;
+    c.T = 3;
+    c.layers = k == 1 ? 2 : 1;
+    c.dir = k == 0 ? RnnDirection::bidirectional : k == 1 ? RnnDirection::forward
+                                                           : RnnDirection::reverse;
+    c.batch_first = k == 1;
+    c.init = c.lens = k != 1;
+    check_forward(c, true);
+    check_forward(c);
   }
+}
+
+TEST(Gru, PersistentKernelShapesMatchReference) { sweep_persistent_shapes(RnnCell::gru); }
+
+TEST(Lstm, PersistentKernelShapesMatchReference) {
+  sweep_persistent_shapes(RnnCell::lstm);
   Cfg c;
   c.H = 12;
   c.dtype = f32;
@@ -248,9 +269,10 @@ TEST(Lstm, PersistentKernelShapesMatchReference) {
 
 // On CUDA the persistent kernel's training layer (outputs, reserve and, through rnn_grad, every
 // gradient) against the per-step kernels (KILN_RNN_PERSISTENT=0), at the benchmark's width.
-TEST(Lstm, CudaPersistentKernelEqualsPerStep) {
-  REQUIRE_GPU();
+void check_persistent_equals_per_step(RnnCell cell) {
   Cfg c;
+  c.cell = cell;
+  c.lbr = true;
   c.dtype = f32;
   c.layers = 2;
   c.init = c.lens = true;
@@ -265,7 +287,8 @@ TEST(Lstm, CudaPersistentKernelEqualsPerStep) {
   }
   const std::vector<Tensor> outs = build(c, t, true);
   const Tensor probe = g.constant(random_array(outs[0].shape(), f32));
-  const Tensor loss = sum(outs[0] * probe) + sum(outs[1]) + sum(outs[2]);
+  Tensor loss = sum(outs[0] * probe) + sum(outs[1]);
+  if (outs.size() > 2) loss = loss + sum(outs[2]);
   std::vector<Tensor> wrt(t.begin(), t.end() - 1);  // all but the lengths
   std::vector<Tensor> fetch = outs;
   for (const Tensor& d : gradients(loss, wrt)) fetch.push_back(d);
@@ -281,6 +304,16 @@ TEST(Lstm, CudaPersistentKernelEqualsPerStep) {
     SCOPED_TRACE(fmt::format("fetch {}", i));
     expect_close(got[0][i], got[1][i].shape(), to_f64(got[1][i]), 1e-4, 1e-5);
   }
+}
+
+TEST(Lstm, CudaPersistentKernelEqualsPerStep) {
+  REQUIRE_GPU();
+  check_persistent_equals_per_step(RnnCell::lstm);
+}
+
+TEST(Gru, CudaPersistentKernelEqualsPerStep) {
+  REQUIRE_GPU();
+  check_persistent_equals_per_step(RnnCell::gru);
 }
 
 TEST(Lstm, PeepholesClipInputForgetActivations) {

@@ -835,8 +835,9 @@ const GraphConvPlan* nhwc_plan(KernelContext& ctx, const Problem& p, DType t,
   {
     static std::mutex build;  // the shared handle is used by one thread at a time
     std::lock_guard<std::mutex> l(build);
+    // (workspaces up to what measuring the legacy algorithms may take)
     plans = graph_conv_plans(cudnn_shared_handle(ctx.device()), gp, kGraphPlansPerGraph,
-                             kMaxWorkspace);
+                             size_t{256} << 20);
   }
   auto choice = std::make_unique<NhwcChoice>();
   if (!plans.empty()) {

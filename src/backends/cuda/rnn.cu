@@ -4,9 +4,9 @@
 // recurrent GEMM and one gate kernel over (batch row, unit); the backward pass mirrors the CPU's.
 // The GEMMs are plain one-thread-per-output kernels: simple and exact first. Inference layers in
 // the configurations cuDNN supports run through cudnnRNNForward instead (see cudnn_supports).
-// f32 LSTM layers outside cuDNN (training ones, and those with lengths or other options) run
-// each direction's steps in one persistent cooperative kernel where the shapes allow
-// (lstm_persistent; KILN_RNN_PERSISTENT=0 keeps the per-step launches).
+// f32 LSTM layers and GRU layers with linear_before_reset outside cuDNN (training ones, and those
+// with lengths or other options) run each direction's steps in one persistent cooperative kernel
+// where the shapes allow (rnn_persistent; KILN_RNN_PERSISTENT=0 keeps the per-step launches).
 // Half types run as f32. seq_lens values are clamped to [0, T] here (the CPU kernel rejects
 // them).
 #include <algorithm>
@@ -252,6 +252,26 @@ __device__ T lstm_cell(const Geo& g, const T* x, const Rec& q, const T* P, int64
   return act(g.fa, rm::clip_gate(uo, clip)) * act(g.ha, c_new);
 }
 
+// One GRU cell at unit j: gate inputs x[q·H + j] + rec[q·H + j] for z, r, h (rbh: the h gate's
+// recurrent bias, which r multiplies with linear_before_reset), previous h hp. Returns the new h
+// and the reserve (uz, ur, uh, r's operand or 0) in rr when given.
+template <typename T, typename Rec>
+__device__ T gru_cell(const Geo& g, const T* x, const Rec& q, const T* rbh, int64_t j, T hp,
+                      T* rr) {
+  const int64_t H = g.H;
+  const T clip = T(g.clip);
+  const T uz = x[j] + q[j], ur = x[H + j] + q[H + j], qh = q[2 * H + j] + (rbh ? rbh[j] : T(0));
+  const T zg = act(g.fa, rm::clip_gate(uz, clip)), rg = act(g.fa, rm::clip_gate(ur, clip));
+  const T uh = g.lbr ? x[2 * H + j] + rg * qh : x[2 * H + j] + qh;
+  if (rr) {
+    rr[j] = uz;
+    rr[H + j] = ur;
+    rr[2 * H + j] = uh;
+    rr[3 * H + j] = g.lbr ? qh : T(0);
+  }
+  return (T(1) - zg) * act(g.ga, rm::clip_gate(uh, clip)) + zg * hp;
+}
+
 template <typename T>
 __global__ void gates_kernel(Geo g, int64_t s, const int64_t* lens, const T* xw, const T* hr,
                              int splits, const T* P, const T* rbh, T* h, T* c, T* y, T* res) {
@@ -269,17 +289,7 @@ __global__ void gates_kernel(Geo g, int64_t s, const int64_t* lens, const T* xw,
       hnew = lstm_cell(g, x, q, P, j, c[i], &cn, rr);
       c[i] = cn;
     } else if (g.cell == 1) {
-      const T uz = x[j] + q[j], ur = x[H + j] + q[H + j],
-              qh = q[2 * H + j] + (rbh ? rbh[j] : T(0));
-      const T zg = act(g.fa, rm::clip_gate(uz, clip)), rg = act(g.fa, rm::clip_gate(ur, clip));
-      const T uh = g.lbr ? x[2 * H + j] + rg * qh : x[2 * H + j] + qh;
-      hnew = (T(1) - zg) * act(g.ga, rm::clip_gate(uh, clip)) + zg * h[i];
-      if (rr) {
-        rr[j] = uz;
-        rr[H + j] = ur;
-        rr[2 * H + j] = uh;
-        rr[3 * H + j] = g.lbr ? qh : T(0);
-      }
+      hnew = gru_cell(g, x, q, rbh, j, h[i], rr);
     } else {
       const T u = x[j] + q[j];
       hnew = act(g.fa, rm::clip_gate(u, clip));
@@ -291,15 +301,16 @@ __global__ void gates_kernel(Geo g, int64_t s, const int64_t* lens, const T* xw,
   }
 }
 
-// ---- persistent LSTM forward (f32)
+// ---- persistent LSTM and GRU forward (f32)
 //
 // All T steps of one direction in one cooperative launch: CTA c owns the units [c·U, c·U + U) and
-// keeps their rows of R (4U gate rows, all H columns) and their cells in shared memory; a step
-// stages h_prev (B x H, written by every CTA the step before) in shared memory, forms the CTA's
-// B x 4U recurrent products (4 x 4 register tiles, K split over thread groups and summed after),
-// runs the LSTM cell of its units (lstm_cell, as the per-step kernels do), writes h into the
-// other of two global h buffers, and waits at a grid barrier. This replaces two or three launches
-// a step and their gaps (about 20 us a step at batch 64, H 512) by one barrier.
+// keeps their rows of R (G·U gate rows, all H columns) and, for an LSTM, their cells in shared
+// memory; a step stages h_prev (B x H, written by every CTA the step before) in shared memory,
+// forms the CTA's B x G·U recurrent products (4 x 4 register tiles, K split over thread groups
+// and summed after), runs the cell of its units (lstm_cell / gru_cell, as the per-step kernels
+// do), writes h into the other of two global h buffers, and waits at a grid barrier. This
+// replaces two or three launches a step and their gaps (about 20 us a step at batch 64, H 512) by
+// one barrier. GRUs need linear_before_reset (r multiplies the h gate's product after it).
 
 namespace cgrp = cooperative_groups;
 
@@ -309,12 +320,14 @@ constexpr int kPersistentThreads = 256;
 struct PersistentLayout {
   int64_t U = 0, L = 0, B4 = 0, Hp = 0, tiles = 0, ks = 1;
   int64_t r_off = 0, h_off = 0, pre_off = 0, c_off = 0, red_off = 0, floats = 0;
-  PersistentLayout(int64_t B, int64_t H, int64_t units) {
+  int64_t gates = 4;  // gate rows a unit: LSTM 4, GRU 3
+  PersistentLayout(int64_t B, int64_t H, int64_t units, int64_t gate_count) {
     U = units;
-    L = 4 * U;
+    gates = gate_count;
+    L = (gates * U + 3) / 4 * 4;  // padded to whole 4-column tiles
     B4 = (B + 3) / 4 * 4;
     Hp = H + 4;  // row stride of the staged h (16-byte aligned, rows off by 4 banks)
-    tiles = B4 / 4 * U;
+    tiles = B4 / 4 * (L / 4);
     ks = std::max<int64_t>(1, std::min<int64_t>(8, kPersistentThreads / std::max<int64_t>(tiles, 1)));
     r_off = 0;
     h_off = r_off + H * L;
@@ -327,13 +340,13 @@ struct PersistentLayout {
 };
 
 __global__ void __launch_bounds__(kPersistentThreads)
-    lstm_persistent_kernel(Geo g, const int64_t* lens, const float* xw, const float* R,
-                           const float* P, float* h_a, float* h_b, float* c, float* y, float* res,
-                           PersistentLayout lay) {
+    rnn_persistent_kernel(Geo g, const int64_t* lens, const float* xw, const float* R,
+                          const float* P, const float* rbh, float* h_a, float* h_b, float* c,
+                          float* y, float* res, PersistentLayout lay) {
   extern __shared__ float4 smem4[];
   float* sm = reinterpret_cast<float*>(smem4);
   const int64_t H = g.H, B = g.B, U = lay.U, L = lay.L, Hp = lay.Hp;
-  float* Rs = sm + lay.r_off;      // Rs[k·L + q·U + u] = R[(q·H + j0 + u)·H + k]
+  float* Rs = sm + lay.r_off;      // Rs[k·L + q·U + u] = R[(q·H + j0 + u)·H + k]; 0 past G·U
   float* hs = sm + lay.h_off;      // hs[b·Hp + k] = h_prev[b, k]; rows B..B4 stay 0
   float* pre = sm + lay.pre_off;   // pre[b·L + q·U + u]: the recurrent products
   float* cst = sm + lay.c_off;     // cst[b·U + u]: the units' cells
@@ -342,12 +355,12 @@ __global__ void __launch_bounds__(kPersistentThreads)
   const int64_t j0 = blockIdx.x * U, units = min(U, H - j0);
   for (int64_t i = tid; i < H * L; i += nt) {
     const int64_t k = i / L, lc = i % L, q = lc / U, u = lc % U;
-    Rs[i] = u < units ? R[(q * H + j0 + u) * H + k] : 0.f;
+    Rs[i] = u < units && q < lay.gates ? R[(q * H + j0 + u) * H + k] : 0.f;
   }
   for (int64_t i = tid; i < lay.B4 * Hp; i += nt) hs[i] = 0.f;
   for (int64_t i = tid; i < B * U; i += nt) {
     const int64_t b = i / U, u = i % U;
-    cst[i] = u < units ? c[b * H + j0 + u] : 0.f;
+    cst[i] = c && u < units ? c[b * H + j0 + u] : 0.f;
   }
   cgrp::grid_group grid = cgrp::this_grid();
   const int64_t tiles = lay.tiles, ks = lay.ks, tiles_b = lay.B4 / 4, H4 = H / 4;
@@ -417,19 +430,25 @@ __global__ void __launch_bounds__(kPersistentThreads)
         __device__ float operator[](int64_t col) const { return p[col / H * U]; }
       } q{pb, H, U};
       float* rr = res ? res + g.res_off(t, b) : nullptr;
-      float cn;
-      const float h = lstm_cell(g, x, q, P, j, cst[i], &cn, rr);
-      cst[i] = cn;
+      float h;
+      if (g.cell == 0) {
+        float cn;
+        h = lstm_cell(g, x, q, P, j, cst[i], &cn, rr);
+        cst[i] = cn;
+      } else {
+        h = gru_cell(g, x, q, rbh, j, hs[b * Hp + j], rr);
+      }
       hn[b * H + j] = h;
       y[(g.row(t, b) * g.D + g.d) * H + j] = h;
       if (rr) rr[g.S - H + j] = h;
     }
     grid.sync();
   }
-  for (int64_t i = tid; i < B * U; i += nt) {
-    const int64_t b = i / U, u = i % U;
-    if (u < units) c[b * H + j0 + u] = cst[i];
-  }
+  if (c)
+    for (int64_t i = tid; i < B * U; i += nt) {
+      const int64_t b = i / U, u = i % U;
+      if (u < units) c[b * H + j0 + u] = cst[i];
+    }
 }
 
 struct Inputs {
@@ -512,14 +531,17 @@ T* scratch_of(KernelContext& ctx, int64_t n) {
   return static_cast<T*>(ctx.scratch(sizeof(T) * static_cast<size_t>(std::max<int64_t>(n, 1))));
 }
 
-// Runs every step of direction g.d of an f32 LSTM through lstm_persistent_kernel: h (B x H, h0
-// in, the last h out) and c (likewise) as the per-step path leaves them. False, with nothing
-// enqueued, where the launch cannot be made (KILN_RNN_PERSISTENT=0, H not a multiple of 4, a
-// batch whose staged h does not fit in shared memory, a GPU without cooperative launches or with
-// too few SMs for the CTAs); the caller then runs the per-step kernels.
-bool lstm_persistent(KernelContext& ctx, const Geo& g, const int64_t* lens, const float* xw,
-                     const float* R, const float* P, float* h, float* c, float* y, float* res) {
-  if (!env::rnn_persistent() || g.H % 4 != 0 || g.T == 0 || g.B == 0) return false;
+// Runs every step of direction g.d of an f32 LSTM, or GRU with linear_before_reset, through
+// rnn_persistent_kernel: h (B x H, h0 in, the last h out) and c (LSTM, likewise) as the per-step
+// path leaves them. False, with nothing enqueued, where the launch cannot be made
+// (KILN_RNN_PERSISTENT=0, another cell, H not a multiple of 4, a batch whose staged h does not
+// fit in shared memory, a GPU without cooperative launches or with too few SMs for the CTAs); the
+// caller then runs the per-step kernels.
+bool rnn_persistent(KernelContext& ctx, const Geo& g, const int64_t* lens, const float* xw,
+                    const float* R, const float* P, const float* rbh, float* h, float* c, float* y,
+                    float* res) {
+  const bool cell_ok = g.cell == 0 || (g.cell == 1 && g.lbr);
+  if (!cell_ok || !env::rnn_persistent() || g.H % 4 != 0 || g.T == 0 || g.B == 0) return false;
   const int dev = ctx.device();
   int sms = 0, coop = 0, max_smem = 0;
   KILN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -528,15 +550,15 @@ bool lstm_persistent(KernelContext& ctx, const Geo& g, const int64_t* lens, cons
   if (!coop || sms == 0) return false;
   // the fewest units a CTA that give one CTA per SM at most
   const int64_t units = (g.H + sms - 1) / sms;
-  const PersistentLayout lay(g.B, g.H, units);
+  const PersistentLayout lay(g.B, g.H, units, g.cell == 0 ? 4 : 3);
   if (lay.bytes() > static_cast<size_t>(max_smem)) return false;
   const auto grid = static_cast<unsigned>((g.H + units - 1) / units);
-  KILN_CUDA_CHECK(cudaFuncSetAttribute(lstm_persistent_kernel,
+  KILN_CUDA_CHECK(cudaFuncSetAttribute(rnn_persistent_kernel,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(lay.bytes())));
   int per_sm = 0;
   KILN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &per_sm, lstm_persistent_kernel, kPersistentThreads, lay.bytes()));
+      &per_sm, rnn_persistent_kernel, kPersistentThreads, lay.bytes()));
   if (static_cast<int64_t>(per_sm) * sms < grid) return false;
   float* h_b = scratch_of<float>(ctx, g.B * g.H);
   cudaLaunchConfig_t cfg{};
@@ -549,8 +571,8 @@ bool lstm_persistent(KernelContext& ctx, const Geo& g, const int64_t* lens, cons
   attr.val.cooperative = 1;
   cfg.attrs = &attr;
   cfg.numAttrs = 1;
-  KILN_CUDA_CHECK(cudaLaunchKernelEx(&cfg, lstm_persistent_kernel, g, lens, xw, R, P, h, h_b, c,
-                                     y, res, lay));
+  KILN_CUDA_CHECK(cudaLaunchKernelEx(&cfg, rnn_persistent_kernel, g, lens, xw, R, P, rbh, h, h_b,
+                                     g.cell == 0 ? c : nullptr, y, res, lay));
   // the last step wrote h_b when T is odd
   if (g.T % 2 == 1)
     KILN_CUDA_CHECK(cudaMemcpyAsync(h, h_b, sizeof(float) * g.B * g.H, cudaMemcpyDeviceToDevice,
@@ -742,7 +764,7 @@ void forward(KernelContext& ctx, int cell) {
       KILN_CUDA_CHECK(cudaMemsetAsync(c, 0, state_bytes, st));
     bool persistent = false;
     if constexpr (std::is_same_v<T, float>)
-      persistent = cell == 0 && lstm_persistent(ctx, g, lens, xw, R, P, h, c, y, res);
+      persistent = rnn_persistent(ctx, g, lens, xw, R, P, rbh, h, c, y, res);
     for (int64_t s = 0; s < T_ && !persistent; ++s) {
       const int64_t g_now = gru_rh ? 2 * H : GH;
       if (splits > 1)
