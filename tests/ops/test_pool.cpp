@@ -170,6 +170,15 @@ TEST(MaxPool, ValuesAndIndicesMatchReference) {
   }
 }
 
+// The node of `nchw` (a pool of x) again with channels_last, on x transposed to NHWC; its outputs
+// NHWC.
+std::vector<Tensor> channels_last_twin(const Tensor& nchw, const Tensor& x) {
+  const auto& node = nchw.graph_impl()->nodes[nchw.node_id()];
+  Attrs attrs = node.attrs;
+  attrs.set("channels_last", true);
+  return detail::make_node(node.op, {transpose(x, {0, 2, 3, 1})}, attrs);
+}
+
 // channels_last max pooling (which the channels_last pass gives pools between NHWC convolutions
 // on CUDA): the NHWC node against the reference on NCHW data, values and in-plane indices, with
 // channel counts that take the CUDA kernel's 16-byte path and ones that do not.
@@ -184,10 +193,7 @@ TEST(MaxPool, ChannelsLastMatchesReference) {
       SCOPED_TRACE(describe(c) + " " + name(t));
       Graph g;
       auto x = g.placeholder(c.x, t, "x");
-      const Tensor nchw = max_pool(x, c.o);
-      Attrs attrs = nchw.graph_impl()->nodes[nchw.node_id()].attrs;
-      attrs.set("channels_last", true);
-      const auto nhwc = detail::make_node(OpId::MaxPool, {transpose(x, {0, 2, 3, 1})}, attrs);
+      const auto nhwc = channels_last_twin(max_pool(x, c.o), x);
       const Array v = distinct_array(c.x, t);
       const auto outs = eval(g, {transpose(nhwc[0], {0, 3, 1, 2}), transpose(nhwc[1], {0, 3, 1, 2})},
                              {{x, v}});
@@ -366,9 +372,7 @@ TEST(AdaptiveAvgPool, ChannelsLastMatchesReference) {
       Graph g;
       auto x = g.placeholder(c.x, t, "x");
       const Tensor nchw = adaptive_avg_pool(x, c.out);
-      Attrs attrs = nchw.graph_impl()->nodes[nchw.node_id()].attrs;
-      attrs.set("channels_last", true);
-      const Tensor nhwc = detail::make_node1(OpId::AdaptiveAvgPool, {transpose(x, {0, 2, 3, 1})}, attrs);
+      const Tensor nhwc = channels_last_twin(nchw, x)[0];
       const Array v = random_array(c.x, t);
       const double tol = t == f32 ? 1e-6 : tolerance(t);
       expect_close(eval1(g, transpose(nhwc, {0, 3, 1, 2}), {{x, v}}), nchw.shape(),
