@@ -2,7 +2,8 @@
 # Runs on the GPU machine (`make test-gpu`), from the bundle scripts/gpu-bundle.sh made: the C++
 # suites with KILN_DEVICE=cuda, the CUDA runtime tests (also under KILN_VALIDATE=cpu), the
 # cross-backend harness, compute-sanitizer memcheck over the harness, ONNX models on CUDA, and the
-# demo on CUDA.
+# demo on CUDA; the harness, the models and the demo also with recorded runs off (KILN_CAPTURE=0)
+# and with elementwise fusion off (KILN_FUSION=0).
 # Logs go to LOGS (default: BUILD/gpu-logs); a summary table is printed last.
 # STEPS (an extended regex, default: all) picks the steps to run by name, e.g. STEPS=memcheck.
 set -uo pipefail
@@ -51,6 +52,7 @@ if [ -x "$B/tests/kiln_backend_ops" ]; then
   step backend-ops "$B/tests/kiln_backend_ops"
   # the same without recorded runs (every GPU case runs twice; the second replays by default)
   step backend-ops-nocapture env KILN_CAPTURE=0 "$B/tests/kiln_backend_ops"
+  step backend-ops-nofusion env KILN_FUSION=0 "$B/tests/kiln_backend_ops"
   step memcheck-backend-ops compute-sanitizer --tool memcheck --error-exitcode 3 \
     "$B/tests/kiln_backend_ops"
 fi
@@ -58,6 +60,11 @@ fi
 if [ -x "$B/tests/kiln_onnx_conformance" ]; then
   step onnx-models-cuda "$B/tests/kiln_onnx_conformance" --data tests/data/onnx_models \
     --rtol 1e-4 --atol 1e-5 --device cuda -v
+  # the same models with elementwise fusion off, and with runs never recorded as CUDA graphs
+  step onnx-models-cuda-nofusion env KILN_FUSION=0 "$B/tests/kiln_onnx_conformance" \
+    --data tests/data/onnx_models --rtol 1e-4 --atol 1e-5 --device cuda
+  step onnx-models-cuda-nocapture env KILN_CAPTURE=0 "$B/tests/kiln_onnx_conformance" \
+    --data tests/data/onnx_models --rtol 1e-4 --atol 1e-5 --device cuda
   [ -n "${MODELS_DIR:-}" ] && step onnx-more-models-cuda "$B/tests/kiln_onnx_conformance" \
     --data "$MODELS_DIR" --rtol 1e-4 --atol 1e-5 --device cuda -v
 fi
@@ -72,8 +79,11 @@ step demo-cpu "$B/kiln" demo --device cpu --data "$B/data" --checkpoint "$LOGS/d
 # runs not recorded as CUDA graphs must give the same epochs (the demo's runs are recorded by default)
 step demo-cuda-nocapture env KILN_CAPTURE=0 "$B/kiln" demo --device cuda --data "$B/data" \
   --checkpoint "$LOGS/demo-nocapture.ckpt"
+# and without elementwise fusion
+step demo-cuda-nofusion env KILN_FUSION=0 "$B/kiln" demo --device cuda --data "$B/data" \
+  --checkpoint "$LOGS/demo-nofusion.ckpt"
 # the CUDA demo's loss trajectory must follow the CPU's
-step demo-trajectory python3 - "$LOGS/demo-cuda.log" "$LOGS/demo-cpu.log" "$LOGS/demo-cuda-nocapture.log" <<'PY'
+step demo-trajectory python3 - "$LOGS/demo-cuda.log" "$LOGS/demo-cpu.log" "$LOGS/demo-cuda-nocapture.log" "$LOGS/demo-cuda-nofusion.log" <<'PY'
 import re, sys
 def losses(p):
     return [float(m) for m in re.findall(r"epoch +\d+: loss ([0-9.]+)", open(p).read())]
@@ -87,6 +97,11 @@ print("cuda, not recorded", n)
 # (the same kernels either way; only cuDNN's non-deterministic algorithms may move a digit)
 assert len(n) == len(g) and all(abs(a - b) <= 1e-3 + 1e-3 * b for a, b in zip(n, g)), \
     "the runs replayed as CUDA graphs and the ones launched op by op differ"
+f = losses(sys.argv[4])
+print("cuda, no fusion", f)
+# (fused kernels round every instruction as the unfused ones do; cuDNN may move a digit)
+assert len(f) == len(g) and all(abs(a - b) <= 1e-3 + 1e-3 * b for a, b in zip(f, g)), \
+    "the runs with and without elementwise fusion differ"
 print("demo done: loss trajectories agree")
 PY
 # distributed training over NCCL: one rank per GPU of this machine (and one rank alone), every
