@@ -42,6 +42,7 @@ struct TuningStats {
   // and those where one of its plans ran faster than the legacy algorithm and was kept
   int64_t graph_offered = 0;
   int64_t graph_chosen = 0;
+  int64_t graph_seeded = 0;  // such problems whose way a package's record gave (no timing)
 };
 
 class DeviceBackend {

@@ -360,6 +360,44 @@ TEST(PackageTuning, CudaConvPackageRunsWithoutMeasuring) {
   std::filesystem::remove(path);
 }
 
+// bf16 convolutions run NHWC on CUDA choose, on their first run, between cuDNN's legacy algorithm
+// and graph-API plans; a package stores each problem's way (kind-3 records) and a loaded package
+// runs them without timing anything again.
+TEST(PackageTuning, CudaNhwcChoicesTravelInThePackage) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  DeviceBackend& backend = *cuda_backend();
+  backend.clear_tuning();
+  Graph g;
+  auto x = g.placeholder({4, 16, 14, 14}, bf16, "image");
+  auto h = relu(conv2d(x, g.constant(random_array({32, 16, 3, 3}, bf16, -0.3, 0.3)),
+                       g.constant(random_array({32}, bf16)), {.padding = {1, 1}}));
+  auto y = conv2d(h, g.constant(random_array({32, 32, 1, 1}, bf16, -0.3, 0.3))) + h;
+  const std::map<std::string, Array> feeds{{"image", random_array({4, 16, 14, 14}, bf16)}};
+  auto exe = g.compile(Device::cuda(0), {}, {y});
+  const Array want = exe.run(feeds)[0].to(Device::cpu()).astype(f32);
+  const TuningStats first = backend.tuning_stats();
+  EXPECT_GE(first.graph_offered, 1) << "cuDNN's graph API offered no plan";
+  const std::string path = temp_path("nhwc");
+  exe.save(path);
+  Bytes b = read_file(path);
+  const fb::Tuning* t = tuning_of(b);
+  const TuningParse parsed = parse_tuning(b.data() + t->offset(), t->size());
+  int nhwc = 0;
+  for (const TuningRecord& r : parsed.records) nhwc += r.kind == 3;
+  EXPECT_EQ(nhwc, 2) << "a record per NHWC problem";
+
+  backend.clear_tuning();
+  auto loaded = Executable::load(path, Device::cuda(0), {.strict = true});
+  const Array got = loaded.run(feeds)[0].to(Device::cpu()).astype(f32);
+  const TuningStats after = backend.tuning_stats();
+  EXPECT_EQ(after.graph_seeded, 2);
+  EXPECT_EQ(after.graph_offered, 0) << "the loaded executable timed graph-API plans again";
+  const auto gv = got.to_vector<float>(), wv = want.to_vector<float>();
+  ASSERT_EQ(gv.size(), wv.size());
+  for (size_t i = 0; i < gv.size(); ++i) ASSERT_NEAR(gv[i], wv[i], 2e-2 * (1 + std::abs(wv[i]))) << i;
+  std::filesystem::remove(path);
+}
+
 // Saved before any run: nothing measured to store; the loaded executable measures, as a compiled
 // one does.
 TEST(PackageTuning, CudaPackageSavedBeforeRunningMeasuresOnLoad) {

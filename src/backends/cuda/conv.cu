@@ -453,6 +453,7 @@ struct PlanCache {
   std::map<std::vector<int64_t>, std::unique_ptr<ConvPlan>> plans;
   std::map<std::vector<int64_t>, Algo> seeds;
   std::map<std::vector<int64_t>, std::unique_ptr<NhwcChoice>> nhwc;  // problem_key + epilogue
+  std::map<std::vector<int64_t>, std::vector<int64_t>> nhwc_seeds;    // record values, same keys
   TuningStats stats;
 };
 PlanCache& plan_cache() {
@@ -780,6 +781,19 @@ bool run_graph_plan(KernelContext& ctx, const GraphConvPlan& plan, const GraphCo
   return true;
 }
 
+// The graph-API problem of an NHWC forward problem and its epilogue.
+GraphConvProblem graph_problem(const Problem& p, DType t, const GraphConvArgs& a, bool relu) {
+  GraphConvProblem gp;
+  gp.t = t;
+  gp.N = p.N, gp.C = p.C, gp.O = p.O, gp.G = p.G;
+  gp.H = p.in[1], gp.W = p.in[2], gp.kh = p.k[1], gp.kw = p.k[2], gp.oh = p.out[1],
+  gp.ow = p.out[2];
+  for (int i = 0; i < 2; ++i)
+    gp.pad[i] = p.pad[1 + i], gp.stride[i] = p.stride[1 + i], gp.dil[i] = p.dil[1 + i];
+  gp.bias = a.bias != nullptr, gp.residual = a.residual != nullptr, gp.relu = relu;
+  return gp;
+}
+
 // Mean milliseconds of 3 runs of `f` on stream s after one warm-up run; waits for the stream.
 // Infinite when a run of f fails.
 float time_on_stream(cudaStream_t s, const std::function<bool()>& f) {
@@ -808,29 +822,69 @@ constexpr int kGraphPlansPerGraph = 4;
 // `legacy` on the step's own buffers (which they all write), and the fastest wins. This waits for
 // the stream once per problem, as measuring the legacy algorithm does; not while the stream is
 // being recorded (then legacy, chosen again on the next run).
+std::vector<int64_t> nhwc_key(int device, DType t, const Problem& p, bool bias, bool residual,
+                              bool relu) {
+  std::vector<int64_t> key = problem_key(Pass::forward, device, t, p);
+  key.insert(key.end(), {bias, residual, relu});
+  return key;
+}
+
+// A graph-API plan's record value: engine, fused, workspace, then each knob as type << 48 | value
+// (48-bit two's complement); -1 and nothing else for the legacy algorithm.
+constexpr int kKnobShift = 48;
+std::vector<int64_t> nhwc_record_value(const GraphConvPlan* plan) {
+  if (!plan) return {-1, 0, 0};
+  std::vector<int64_t> v{plan->engine(), plan->fused(), static_cast<int64_t>(plan->workspace())};
+  constexpr int64_t kMask = (int64_t{1} << kKnobShift) - 1;
+  for (const GraphKnob& k : plan->knobs()) v.push_back(k.type << kKnobShift | (k.value & kMask));
+  return v;
+}
+std::vector<GraphKnob> knobs_of_record(const std::vector<int64_t>& v) {
+  std::vector<GraphKnob> knobs;
+  for (size_t i = 3; i < v.size(); ++i) {
+    const auto u = static_cast<uint64_t>(v[i]);
+    int64_t value = static_cast<int64_t>(u << (64 - kKnobShift)) >> (64 - kKnobShift);
+    knobs.push_back({static_cast<int64_t>(u >> kKnobShift), value});
+  }
+  return knobs;
+}
+
+GraphConvProblem graph_problem(const Problem& p, DType t, const GraphConvArgs& a, bool relu);
+
 const GraphConvPlan* nhwc_plan(KernelContext& ctx, const Problem& p, DType t,
                                const GraphConvArgs& a, const TensorView& y, bool relu,
                                const std::function<void()>& legacy) {
   PlanCache& cache = plan_cache();
-  std::vector<int64_t> key = problem_key(Pass::forward, ctx.device(), t, p);
-  key.insert(key.end(), {a.bias != nullptr, a.residual != nullptr, relu});
+  std::vector<int64_t> key =
+      nhwc_key(ctx.device(), t, p, a.bias != nullptr, a.residual != nullptr, relu);
+  std::optional<std::vector<int64_t>> seed;
   {
     std::lock_guard<std::mutex> l(cache.mu);
     if (auto it = cache.nhwc.find(key); it != cache.nhwc.end()) return it->second->plan.get();
+    if (auto it = cache.nhwc_seeds.find(key); it != cache.nhwc_seeds.end()) seed = it->second;
+  }
+  if (seed) {  // a package's choice: the legacy algorithm, or a plan made again without timing
+    auto choice = std::make_unique<NhwcChoice>();
+    if ((*seed)[0] >= 0) {
+      static std::mutex build;
+      std::lock_guard<std::mutex> l(build);
+      choice->plan = graph_conv_plan(cudnn_shared_handle(ctx.device()), graph_problem(p, t, a, relu),
+                                     (*seed)[1] != 0, (*seed)[0], knobs_of_record(*seed),
+                                     size_t{256} << 20);
+    }
+    if ((*seed)[0] < 0 || choice->plan) {
+      std::lock_guard<std::mutex> l(cache.mu);
+      ++cache.stats.graph_seeded;
+      return cache.nhwc.emplace(std::move(key), std::move(choice)).first->second->plan.get();
+    }
+    // cuDNN no longer takes the recorded plan: timed as if there were no record
   }
   const cudaStream_t s = stream_of(ctx);
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   KILN_CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
   if (capture != cudaStreamCaptureStatusNone || !aligned16(a)) return nullptr;
 
-  GraphConvProblem gp;
-  gp.t = t;
-  gp.N = p.N, gp.C = p.C, gp.O = p.O, gp.G = p.G;
-  gp.H = p.in[1], gp.W = p.in[2], gp.kh = p.k[1], gp.kw = p.k[2], gp.oh = p.out[1],
-  gp.ow = p.out[2];
-  for (int i = 0; i < 2; ++i)
-    gp.pad[i] = p.pad[1 + i], gp.stride[i] = p.stride[1 + i], gp.dil[i] = p.dil[1 + i];
-  gp.bias = a.bias != nullptr, gp.residual = a.residual != nullptr, gp.relu = relu;
+  const GraphConvProblem gp = graph_problem(p, t, a, relu);
   std::vector<std::unique_ptr<GraphConvPlan>> plans;
   {
     static std::mutex build;  // the shared handle is used by one thread at a time
@@ -968,6 +1022,8 @@ void conv_grad_weight(KernelContext& ctx) {
 // ---- tuning records (tuning.h) ----
 
 constexpr size_t kKeySize = 24, kValueSize = 3;
+constexpr uint16_t kNhwcKind = 3;  // an f16/bf16 channels_last forward problem's way (tuning.h)
+constexpr size_t kNhwcKeySize = kKeySize + 3;
 
 int algo_count(Pass pass) {
   switch (pass) {
@@ -1005,6 +1061,29 @@ std::string check_record(const TuningRecord& r) {
   return {};
 }
 
+// Why a kind-3 record (an NHWC problem's way) is not one this backend could have made.
+std::string check_nhwc_record(const TuningRecord& r) {
+  if (r.key.size() != kNhwcKeySize || r.value.size() < 3)
+    return fmt::format("{} key and {} value entries; an NHWC record has {} and at least 3",
+                       r.key.size(), r.value.size(), kNhwcKeySize);
+  const int64_t t = r.key[0];
+  if (t != static_cast<int64_t>(DType::f16) && t != static_cast<int64_t>(DType::bf16))
+    return fmt::format("dtype {} is not f16 or bf16", t);
+  if (r.key[1] != 2 + 8) return fmt::format("{} is not the NHWC 2-D marker 10", r.key[1]);
+  for (size_t i = kKeySize; i < kNhwcKeySize; ++i)
+    if (r.key[i] != 0 && r.key[i] != 1) return fmt::format("epilogue flag {}", r.key[i]);
+  const int64_t engine = r.value[0], fused = r.value[1], ws = r.value[2];
+  if (engine < -1) return fmt::format("engine {}", engine);
+  if (engine == -1 && r.value.size() != 3) return "a legacy choice with knobs";
+  if (fused != 0 && fused != 1) return fmt::format("fused flag {}", fused);
+  if (ws < 0 || static_cast<uint64_t>(ws) > kMaxWorkspace)
+    return fmt::format("a workspace of {} bytes", ws);
+  for (size_t i = 3; i < r.value.size(); ++i)
+    if (static_cast<uint64_t>(r.value[i]) >> kKnobShift >= CUDNN_KNOB_TYPE_COUNTS)
+      return fmt::format("knob type {}", static_cast<uint64_t>(r.value[i]) >> kKnobShift);
+  return {};
+}
+
 }  // namespace
 
 TuningIdentity conv_tuning_identity(int device) {
@@ -1019,7 +1098,7 @@ TuningIdentity conv_tuning_identity(int device) {
 }
 
 std::vector<TuningRecord> export_conv_tuning(int device, const std::vector<KernelCall>& calls) {
-  std::vector<std::vector<int64_t>> keys;
+  std::vector<std::vector<int64_t>> keys, nhwc_keys;
   for (const KernelCall& k : calls) {
     if (k.op != OpId::Conv && k.op != OpId::ConvTranspose && k.op != OpId::ConvGradWeight)
       continue;
@@ -1031,6 +1110,13 @@ std::vector<TuningRecord> export_conv_tuning(int device, const std::vector<Kerne
       const bool cl = k.attrs->b("channels_last", false) && in0.size() == 4;
       auto nchw = [cl](const Shape& s) { return cl ? Shape{s[0], s[3], s[1], s[2]} : s; };
       const ConvCall c = conv_call(k.op, *k.attrs, nchw(in0), nchw(in1), nchw(out0));
+      if (cl && k.op == OpId::Conv && (t == DType::f16 || t == DType::bf16) && c.direct) {
+        Problem p = c.p;
+        p.nhwc = true;
+        nhwc_keys.push_back(nhwc_key(device, t, p, k.attrs->b("has_bias", false),
+                                     k.attrs->b("has_residual", false),
+                                     k.attrs->b("relu", false)));
+      }
       const int64_t chunk = batch_chunk(c.p, op_name(k.op));
       // the batch's chunks: full ones and the rest (run_pass)
       for (const int64_t n : {chunk, c.p.N % chunk}) {
@@ -1059,6 +1145,18 @@ std::vector<TuningRecord> export_conv_tuning(int device, const std::vector<Kerne
     r.value = {a.algo, static_cast<int64_t>(a.math), static_cast<int64_t>(a.workspace)};
     out.push_back(std::move(r));
   }
+  std::sort(nhwc_keys.begin(), nhwc_keys.end());
+  nhwc_keys.erase(std::unique(nhwc_keys.begin(), nhwc_keys.end()), nhwc_keys.end());
+  for (const auto& key : nhwc_keys) {
+    auto it = cache.nhwc.find(key);
+    if (it == cache.nhwc.end()) continue;
+    TuningRecord r;
+    r.kind = kNhwcKind;
+    r.key.assign(key.begin() + 2, key.end());
+    r.value = nhwc_record_value(it->second->plan.get());
+    if (r.value.size() > kMaxTuningValue) continue;  // more knobs than a record holds
+    out.push_back(std::move(r));
+  }
   return out;
 }
 
@@ -1066,13 +1164,25 @@ std::string import_conv_tuning(int device, const std::vector<TuningRecord>& reco
                                size_t* seeded) {
   if (seeded) *seeded = 0;
   constexpr uint16_t kConvKinds = 3;
-  for (size_t i = 0; i < records.size(); ++i)
+  for (size_t i = 0; i < records.size(); ++i) {
     if (records[i].kind < kConvKinds)
       if (std::string why = check_record(records[i]); !why.empty())
         return fmt::format("record {} (convolution pass {}): {}", i, records[i].kind, why);
+    if (records[i].kind == kNhwcKind)
+      if (std::string why = check_nhwc_record(records[i]); !why.empty())
+        return fmt::format("record {} (NHWC convolution): {}", i, why);
+  }
   PlanCache& cache = plan_cache();
   std::lock_guard<std::mutex> l(cache.mu);
   for (const TuningRecord& r : records) {
+    if (r.kind == kNhwcKind) {
+      std::vector<int64_t> key{static_cast<int64_t>(Pass::forward), device};
+      key.insert(key.end(), r.key.begin(), r.key.end());
+      if (cache.nhwc.count(key)) continue;
+      cache.nhwc_seeds[key] = r.value;
+      if (seeded) ++*seeded;
+      continue;
+    }
     if (r.kind >= kConvKinds) continue;
     std::vector<int64_t> key{r.kind, device};
     key.insert(key.end(), r.key.begin(), r.key.end());
@@ -1096,6 +1206,7 @@ void clear_conv_tuning() {
   cache.plans.clear();
   cache.seeds.clear();
   cache.nhwc.clear();
+  cache.nhwc_seeds.clear();
   cache.stats = {};
 }
 

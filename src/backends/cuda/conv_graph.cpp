@@ -111,10 +111,11 @@ struct OpGraph {
 
 struct GraphConvPlan::Impl {
   std::shared_ptr<const OpGraph> graph;
-  Desc config;  // the engine configuration the plan was made from
+  std::vector<Desc> parts;  // the engine configuration the plan was made from, and its parts
   Desc plan;
   size_t workspace = 0;
   int64_t engine = -1;
+  std::vector<GraphKnob> knobs;
 };
 
 GraphConvPlan::GraphConvPlan(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -122,6 +123,7 @@ GraphConvPlan::~GraphConvPlan() = default;
 size_t GraphConvPlan::workspace() const { return impl_->workspace; }
 bool GraphConvPlan::fused() const { return impl_->graph->fused; }
 int64_t GraphConvPlan::engine() const { return impl_->engine; }
+const std::vector<GraphKnob>& GraphConvPlan::knobs() const { return impl_->knobs; }
 std::string GraphConvPlan::name() const {
   return fmt::format("engine {}{}", impl_->engine, fused() ? " (fused)" : "");
 }
@@ -249,6 +251,61 @@ bool usable_engine(Handle cfg, bool runtime_compilation, int64_t* index, bool* c
   return true;
 }
 
+// The knob choices of an engine configuration (empty when cuDNN does not say).
+std::vector<GraphKnob> knobs_of(Handle cfg) {
+  std::vector<Desc> choices;
+  std::vector<Handle> raw;
+  for (int i = 0; i < CUDNN_KNOB_TYPE_COUNTS; ++i) {
+    raw.push_back(choices.emplace_back(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR).get());
+    if (!raw.back()) return {};
+  }
+  int64_t n = 0;
+  if (cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES,
+                               CUDNN_TYPE_BACKEND_DESCRIPTOR, CUDNN_KNOB_TYPE_COUNTS, &n,
+                               raw.data()) != CUDNN_STATUS_SUCCESS)
+    return {};
+  std::vector<GraphKnob> out;
+  for (int64_t i = 0; i < n; ++i) {
+    cudnnBackendKnobType_t type{};
+    int64_t value = 0, c = 0;
+    if (cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE,
+                                 1, &c, &type) != CUDNN_STATUS_SUCCESS ||
+        cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1,
+                                 &c, &value) != CUDNN_STATUS_SUCCESS)
+      return {};
+    out.push_back({static_cast<int64_t>(type), value});
+  }
+  return out;
+}
+
+// The plan of engine configuration parts[0] (the other parts: what it refers to), or null when
+// cuDNN refuses it or it needs more than max_workspace bytes.
+std::unique_ptr<GraphConvPlan> finalize_plan(cudnnHandle_t h,
+                                             const std::shared_ptr<const OpGraph>& g,
+                                             std::vector<Desc> parts, int64_t engine,
+                                             size_t max_workspace) {
+  Builder b;
+  Desc plan = b.make(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+  Handle cfg = parts.front().get();
+  b.set(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
+  b.set(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg);
+  b.finalize(plan);
+  int64_t workspace = -1, n = 0;
+  if (!b.ok || cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                        CUDNN_TYPE_INT64, 1, &n,
+                                        &workspace) != CUDNN_STATUS_SUCCESS)
+    return nullptr;
+  if (workspace < 0 || static_cast<uint64_t>(workspace) > max_workspace) return nullptr;
+  auto impl = std::make_unique<GraphConvPlan::Impl>();
+  impl->graph = g;
+  impl->knobs = knobs_of(cfg);
+  impl->parts = std::move(parts);
+  impl->plan = std::move(plan);
+  impl->workspace = static_cast<size_t>(workspace);
+  impl->engine = engine;
+  return std::make_unique<GraphConvPlan>(std::move(impl));
+}
+
 // Up to `limit` finalized plans of g, in the heuristics' order.
 void add_plans(cudnnHandle_t h, const std::shared_ptr<const OpGraph>& g, int limit,
                size_t max_workspace, std::vector<std::unique_ptr<GraphConvPlan>>& out) {
@@ -283,30 +340,50 @@ void add_plans(cudnnHandle_t h, const std::shared_ptr<const OpGraph>& g, int lim
     // each such plan compiles its kernels when finalized (about a second): two at most
     if (compiles && compiled == kMaxCompiledPlans) continue;
     compiled += compiles;
-    Builder pb;
-    Desc plan = pb.make(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-    pb.set(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
-    pb.set(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-           &raw[i]);
-    pb.finalize(plan);
-    int64_t workspace = -1, n = 0;
-    if (!pb.ok ||
-        cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                                 CUDNN_TYPE_INT64, 1, &n, &workspace) != CUDNN_STATUS_SUCCESS)
-      continue;
-    if (workspace < 0 || static_cast<uint64_t>(workspace) > max_workspace) continue;
-    auto impl = std::make_unique<GraphConvPlan::Impl>();
-    impl->graph = g;
-    impl->config = std::move(configs[i]);
-    impl->plan = std::move(plan);
-    impl->workspace = static_cast<size_t>(workspace);
-    impl->engine = engine;
-    out.push_back(std::make_unique<GraphConvPlan>(std::move(impl)));
+    std::vector<Desc> parts;
+    parts.push_back(std::move(configs[i]));
+    auto plan = finalize_plan(h, g, std::move(parts), engine, max_workspace);
+    if (!plan) continue;
+    out.push_back(std::move(plan));
     ++taken;
   }
 }
 
 }  // namespace
+
+std::unique_ptr<GraphConvPlan> graph_conv_plan(cudnnHandle_t h, const GraphConvProblem& p,
+                                               bool fused, int64_t engine,
+                                               const std::vector<GraphKnob>& knobs,
+                                               size_t max_workspace) {
+  if ((p.t != DType::f16 && p.t != DType::bf16) || engine < 0) return nullptr;
+  if (fused && !(p.bias || p.residual || p.relu)) return nullptr;
+  const auto g = build_graph(h, p, fused);
+  if (!g) return nullptr;
+  Builder b;
+  std::vector<Desc> parts;
+  parts.push_back(b.make(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR));
+  Desc& engine_desc = parts.emplace_back(b.make(CUDNN_BACKEND_ENGINE_DESCRIPTOR));
+  b.set(engine_desc, CUDNN_ATTR_ENGINE_OPERATION_GRAPH, g->graph);
+  b.set(engine_desc, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &engine);
+  b.finalize(engine_desc);
+  std::vector<Handle> choices;
+  for (const GraphKnob& k : knobs) {
+    Desc& d = parts.emplace_back(b.make(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR));
+    const auto type = static_cast<cudnnBackendKnobType_t>(k.type);
+    b.set(d, CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &type);
+    b.set(d, CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1, &k.value);
+    b.finalize(d);
+    choices.push_back(d.get());
+  }
+  const Desc& cfg = parts.front();
+  b.set(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, parts[1]);
+  if (!choices.empty())
+    b.set(cfg, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+          static_cast<int64_t>(choices.size()), choices.data());
+  b.finalize(cfg);
+  if (!b.ok) return nullptr;
+  return finalize_plan(h, g, std::move(parts), engine, max_workspace);
+}
 
 std::vector<std::unique_ptr<GraphConvPlan>> graph_conv_plans(cudnnHandle_t h,
                                                              const GraphConvProblem& p,

@@ -35,6 +35,12 @@ struct GraphConvArgs {
   void* y = nullptr;
 };
 
+/// One knob of an engine configuration (cudnnBackendKnobType_t and its value).
+struct GraphKnob {
+  int64_t type = 0;
+  int64_t value = 0;
+};
+
 /// One finalized execution plan of an operation graph.
 class GraphConvPlan {
  public:
@@ -48,8 +54,10 @@ class GraphConvPlan {
   size_t workspace() const;
   /// Whether the plan computes the epilogue too (else only the convolution, into y).
   bool fused() const;
-  /// cuDNN's global index of the plan's engine.
+  /// cuDNN's global index of the plan's engine, and its knob choices: with the problem and
+  /// fused(), what graph_conv_plan needs to make the same plan again (packages store them).
   int64_t engine() const;
+  const std::vector<GraphKnob>& knobs() const;
   /// "engine N (fused)" or "engine N", for logs and reports.
   std::string name() const;
   /// Enqueues the plan on the stream `h` is bound to; false when cuDNN refuses (nothing ran).
@@ -68,5 +76,13 @@ class GraphConvPlan {
 std::vector<std::unique_ptr<GraphConvPlan>> graph_conv_plans(cudnnHandle_t h,
                                                              const GraphConvProblem& p,
                                                              int per_graph, size_t max_workspace);
+
+/// The plan of engine `engine` with `knobs` for `p` (with the epilogue when `fused`), as an
+/// earlier graph_conv_plans offered it; null when cuDNN no longer takes it (another version or
+/// GPU) or it needs more than `max_workspace` bytes.
+std::unique_ptr<GraphConvPlan> graph_conv_plan(cudnnHandle_t h, const GraphConvProblem& p,
+                                               bool fused, int64_t engine,
+                                               const std::vector<GraphKnob>& knobs,
+                                               size_t max_workspace);
 
 }  // namespace kiln::cuda
