@@ -10,7 +10,9 @@
 //   attrs conv's stride, pads, dilation, groups, plus relu, has_bias, has_residual. Inference
 //   only. The bias is (O), (O, 1, 1) or (1, O, 1, 1): the pass keeps what the graph added; an
 //   i32 bias (ONNX QLinearConv's) adds to the integer sum before scaling. Attr channels_last
-//   (set by the channels_last pass, default false): x, residual and output are NHWC.
+//   (set by the channels_last pass, default false): x, residual and output are NHWC. Attr
+//   zero_w_zp (set by the same pass where w_zp is a constant of zeros, default false): kernels
+//   may skip the window sums of x that a weight zero point needs.
 #include "kiln/ops/quant.h"
 
 #include "kiln/ops/core.h"

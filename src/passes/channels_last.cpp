@@ -308,6 +308,7 @@ class Rewriter {
     }
     Attrs a = n.attrs;
     a.set("channels_last", true);
+    if (n.op == OpId::QuantizedConv && zero_constant(n.inputs[5])) a.set("zero_w_zp", true);
     if (e.last >= 0) {
       a.set("relu", e.relu);
       a.set("has_residual", e.residual.has_value());
@@ -315,6 +316,14 @@ class Rewriter {
     }
     add_like(id, std::move(in), std::move(a), nhwc_);
     for (int32_t r : e.absorbed) slot(nhwc_, {r, 0}) = *slot(nhwc_, {id, 0});
+  }
+
+  // Whether v is a constant of zeros (a weight zero point of symmetric quantization).
+  bool zero_constant(ValueRef v) const {
+    const Node& src = p_.graph.nodes[v.node];
+    if (src.op != OpId::Constant || src.value.device().kind != Device::Kind::cpu) return false;
+    const auto* bytes = static_cast<const unsigned char*>(src.value.data());
+    return std::all_of(bytes, bytes + src.value.nbytes(), [](unsigned char b) { return b == 0; });
   }
 
   void keep_nhwc(int32_t id) {

@@ -85,6 +85,42 @@ TEST(ChannelsLast, ResidualBlockStaysNhwcWithinOneLsb) {
   expect_close(got[1], want[1].shape(), to_f64(want[1]), 0, 0.06 + 1e-6);
 }
 
+// A quantized conv whose weight zero points are a constant of zeros is marked so (zero_w_zp: the
+// CUDA kernel then skips the window sums of x); one with other zero points is not.
+TEST(ChannelsLast, MarksSymmetricWeightZeroPoints) {
+  for (bool zero : {true, false}) {
+    Graph g;
+    const Tensor x = g.placeholder({2, 32, 12, 12}, u8, "x");
+    const Tensor s_x = g.constant(Array::scalar(0.05f)), z_x = g.constant(Array::scalar(uint8_t{3}));
+    const Tensor w = dequantize(g.constant(random_ints({32, 32, 3, 3}, -90, 90, i8)),
+                                g.constant(random_array({32}, f32, 0.001, 0.002)),
+                                g.constant(zero ? Array::zeros({32}, i8) : random_ints({32}, 1, 5, i8)),
+                                {.axis = 0});
+    ConvOptions same;
+    same.padding = {1, 1, 1, 1};
+    const Tensor y = quantize(relu(conv2d(dequantize(x, s_x, z_x), w, std::nullopt, same)),
+                              g.constant(Array::scalar(0.1f)), g.constant(Array::scalar(uint8_t{0})));
+    const Program p = fuse_quant(extract_program(*y.graph_impl(), {{y.node_id(), 0}}));
+    const Program q = channels_last(p, Backend::cpu);
+    int convs = 0;
+    for (const auto& n : q.graph.nodes)
+      if (n.op == OpId::QuantizedConv) {
+        ++convs;
+        EXPECT_EQ(n.attrs.b("zero_w_zp", false), zero);
+      }
+    EXPECT_EQ(convs, 1);
+    if (cuda_device_count() == 0) continue;
+    // CUDA's int8 GEMM path (big enough for it; with and without the window sums) against the
+    // CPU, within 1 LSB
+    const Array xv = random_ints({2, 32, 12, 12}, 0, 255, u8);
+    const auto want = to_f64(g.compile(Device::cpu(), {}, {y}).run({{x, xv}})[0]);
+    const auto got =
+        to_f64(g.compile(Device::cuda(0), {}, {y}).run({{x, xv}})[0].to(Device::cpu()));
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_LE(std::abs(got[i] - want[i]), 1) << i;
+  }
+}
+
 // Readers of an NHWC value that need NCHW share one transpose; an output of the program is NCHW.
 TEST(ChannelsLast, OutputsStayNchwAndTransposesAreShared) {
   Block b;

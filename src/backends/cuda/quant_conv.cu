@@ -195,7 +195,7 @@ __global__ void qconv_gemm_epilogue(
     const uint32_t u =
         static_cast<uint32_t>(raw[raw_om ? o * g.N * plane + r : r * g.O + o]) -
         static_cast<uint32_t>(zx_s) * static_cast<uint32_t>(w_sums[o]) -
-        static_cast<uint32_t>(zw_s) * static_cast<uint32_t>(col_sums[r]) +
+        static_cast<uint32_t>(zw_s) * (col_sums ? static_cast<uint32_t>(col_sums[r]) : 0u) +
         static_cast<uint32_t>(k) * static_cast<uint32_t>(zx_s) * static_cast<uint32_t>(zw_s);
     int32_t acc = static_cast<int32_t>(u);
     if (ibias) acc += ibias[o];
@@ -229,7 +229,7 @@ __global__ void qconv_gemm_epilogue_nhwc4(
       const float4 r4 = reinterpret_cast<const float4*>(res)[q];
       rs[0] = r4.x, rs[1] = r4.y, rs[2] = r4.z, rs[3] = r4.w;
     }
-    const uint32_t cs = static_cast<uint32_t>(col_sums[r]);
+    const uint32_t cs = col_sums ? static_cast<uint32_t>(col_sums[r]) : 0u;  // (zw' = 0 else)
     union {
       Y v[4];
       uint32_t word;
@@ -307,7 +307,10 @@ bool conv_lt(KernelContext& ctx, QConvArgs g, const float* bias, const int32_t* 
     w8 = buf;
   }
   auto* sums = static_cast<int32_t*>(ctx.scratch(static_cast<size_t>(m + n) * 4));
-  int8_row_sums(col, m, k, sums, st);
+  // the window sums of x count only through a weight zero point: none for i8 weights whose zero
+  // points are all 0 (symmetric quantization, as post-training quantization makes them)
+  const bool col_sums = shift_w != 0 || !ctx.attrs().b("zero_w_zp", false);
+  if (col_sums) int8_row_sums(col, m, k, sums, st);
   int8_row_sums(w8, n, k, sums + m, st);
   check_launch(ctx.op_name());
   auto* raw = static_cast<int32_t*>(ctx.scratch(static_cast<size_t>(m * n) * 4));
@@ -320,12 +323,12 @@ bool conv_lt(KernelContext& ctx, QConvArgs g, const float* bias, const int32_t* 
   if (g.cl && n % 4 == 0 && total / 4 <= UINT32_MAX && pointer_alignment(out) >= 4 &&
       (!res || pointer_alignment(res) >= 16))
     qconv_gemm_epilogue_nhwc4<A, W, Y><<<blocks_for(total / 4), kThreads, 0, st>>>(
-        raw, sums, sums + m, ctx.in(1).ptr<float>(), ctx.in(2).ptr<A>(), ctx.in(4).ptr<float>(),
+        raw, col_sums ? sums : nullptr, sums + m, ctx.in(1).ptr<float>(), ctx.in(2).ptr<A>(), ctx.in(4).ptr<float>(),
         ctx.in(5).ptr<W>(), ctx.in(6).ptr<float>(), ctx.in(7).ptr<Y>(), bias, ibias, res, out, g,
         shift_x, shift_w, static_cast<uint32_t>(total / 4));
   else
     qconv_gemm_epilogue<A, W, Y><<<blocks_for(total), kThreads, 0, st>>>(
-        raw, sums, sums + m, ctx.in(1).ptr<float>(), ctx.in(2).ptr<A>(), ctx.in(4).ptr<float>(),
+        raw, col_sums ? sums : nullptr, sums + m, ctx.in(1).ptr<float>(), ctx.in(2).ptr<A>(), ctx.in(4).ptr<float>(),
         ctx.in(5).ptr<W>(), ctx.in(6).ptr<float>(), ctx.in(7).ptr<Y>(), bias, ibias, res, out, g,
         shift_x, shift_w, raw_om);
   check_launch(ctx.op_name());
