@@ -150,14 +150,15 @@ const bool kReshape =
                     }});
 
 const bool kTranspose = register_cases(
-    {OpId::Transpose, 6, [](Case& c, DType t, int i) {
+    {OpId::Transpose, 7, [](Case& c, DType t, int i) {
        struct S {
          Shape x;
          std::vector<int64_t> perm;
        };
        const S s[] = {{{33, 65}, {}},           {{31, 257}, {1, 0}},
                       {{4, 33, 17}, {2, 0, 1}}, {{2, 3, 31, 5}, {0, 2, 1, 3}},
-                      {{128, 3, 2}, {1, 2, 0}}, {{0, 4}, {1, 0}}};
+                      {{128, 3, 2}, {1, 2, 0}}, {{0, 4}, {1, 0}},
+                      {{2, 3, 33, 35}, {0, 2, 3, 1}}};  // NCHW -> NHWC, 3 channels
        c.outs = {transpose(c.rand(s[i].x, t), s[i].perm)};
        c.note(fmt::format("{} perm [{}]", to_string(s[i].x), fmt::join(s[i].perm, ",")));
        return true;

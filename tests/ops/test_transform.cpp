@@ -127,11 +127,13 @@ TEST(Transpose, MatchesReferenceForAllPaths) {
     Shape in;
     std::vector<int64_t> perm;
   };
-  // small, tiled (large strided last dim), row-copy, size-1 dims, empty, scalar
+  // small, tiled (large strided last dim), row-copy, size-1 dims, empty, scalar, NCHW <-> NHWC
   for (auto c : {Case{{2, 3}, {1, 0}}, Case{{3, 67, 45}, {0, 2, 1}}, Case{{70, 130}, {-1, -2}},
                  Case{{2, 3, 4, 5}, {3, 1, 0, 2}}, Case{{4, 3, 5}, {1, 0, 2}},
                  Case{{1, 5, 1, 3}, {2, 3, 0, 1}}, Case{{0, 3}, {1, 0}}, Case{{}, {}},
-                 Case{{33, 1, 40}, {2, 1, 0}}}) {
+                 Case{{33, 1, 40}, {2, 1, 0}},
+                 // an image's channels moving last (CUDA's short-last-dim kernel) and back
+                 Case{{2, 3, 17, 19}, {0, 2, 3, 1}}, Case{{2, 17, 19, 3}, {0, 3, 1, 2}}}) {
     for (DType t : kMoveTypes) {
       Array x;
       Array y = run1(

@@ -279,6 +279,32 @@ __global__ void transpose_tiled_kernel(const U* __restrict__ src, U* __restrict_
   }
 }
 
+// The same when the output's last dim q is short (an image's channels moving last, NCHW ->
+// NHWC): a thread per position along p reads its nq values (each read coalesced across the
+// threads' consecutive positions) and writes them together; 32x32 tiles would leave most
+// threads idle.
+template <typename U>
+__global__ void transpose_short_q_kernel(const U* __restrict__ src, U* __restrict__ dst,
+                                         TransposePlan p, int64_t rows) {
+  for (int64_t r = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; r < rows;
+       r += int64_t{gridDim.x} * blockDim.x) {
+    int64_t b = r / p.np;
+    const int64_t ip = r - b * p.np;
+    int64_t ib = 0, ob = 0;
+    for (int d = p.nb - 1; d >= 0; --d) {
+      const int64_t i = b % p.bdims[d];
+      b /= p.bdims[d];
+      ib += i * p.bin[d];
+      ob += i * p.bout[d];
+    }
+    const U* s = src + ib + ip;
+    U* o = dst + ob + ip * p.out_p;
+    for (int64_t iq = 0; iq < p.nq; ++iq) o[iq] = s[iq * p.in_q];
+  }
+}
+
+constexpr int64_t kShortQ = 8;
+
 void transpose(KernelContext& ctx) {
   const TensorView &in = ctx.in(0), &out = ctx.out(0);
   if (out.numel() == 0) return;
@@ -326,6 +352,16 @@ void transpose(KernelContext& ctx) {
   tp.out_p = out_strides[p];
   tp.tiles_p = (tp.np + kTile - 1) / kTile;
   tp.tiles_q = (tp.nq + kTile - 1) / kTile;
+  if (tp.nq <= kShortQ) {
+    const int64_t rows = numel(dims) / tp.nq;
+    dispatch_elem(esize, [&](auto u) {
+      using U = decltype(u);
+      transpose_short_q_kernel<U><<<blocks_for(rows), kThreads, 0, stream_of(ctx)>>>(
+          in.ptr<U>(), out.ptr<U>(), tp, rows);
+    });
+    check_launch("transpose");
+    return;
+  }
   const int64_t tasks = numel(dims) / (tp.np * tp.nq) * tp.tiles_p * tp.tiles_q;
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(tasks, 65535 * 32));
   dispatch_elem(esize, [&](auto u) {
