@@ -3,6 +3,7 @@
 
 #include <cstdint>
 
+#include "backends/quant_math.h"
 #include "core/errors.h"
 #include "kiln/kernel.h"
 
@@ -24,6 +25,23 @@ void with_int8_types(const KernelContext& ctx, const char* backend, F&& f) {
   one(ctx.in(0).dtype, [&](auto a) {
     one(ctx.in(3).dtype, [&](auto w) { one(ctx.in(7).dtype, [&](auto y) { f(a, w, y); }); });
   });
+}
+
+/// The residual input of a quantized kernel at input `at` (none without has_residual): f32, or
+/// with quantized_residual an i8/u8 tensor whose 0-d scale and zero point follow it.
+inline quant_math::Residual residual_input(const KernelContext& ctx, int at) {
+  quant_math::Residual r;
+  if (!ctx.attrs().b("has_residual", false)) return r;
+  const TensorView& v = ctx.in(at);
+  r.data = v.data;
+  if (!ctx.attrs().b("quantized_residual", false)) {
+    r.kind = quant_math::Residual::kF32;
+    return r;
+  }
+  r.kind = v.dtype == DType::u8 ? quant_math::Residual::kU8 : quant_math::Residual::kI8;
+  r.scale = ctx.in(at + 1).ptr<float>();
+  r.zp = ctx.in(at + 2).data;
+  return r;
 }
 
 }  // namespace kiln

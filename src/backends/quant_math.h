@@ -87,4 +87,31 @@ KILN_HD inline Y requantize(int32_t acc, double mult, double bias, double residu
   return saturate<Y>(round_even(v / y_scale) + static_cast<double>(y_zp));
 }
 
+/// The residual an epilogue adds: f32 values, or i8/u8 ones dequantized on the way in exactly
+/// as dequantize computes them ((q - zp) * scale in f32), so that a quantized residual fused into
+/// the kernel gives the unfused graph's values bit for bit. Pointers are on the kernel's device.
+struct Residual {
+  enum Kind : int { kNone = 0, kF32 = 1, kU8 = 2, kI8 = 3 };
+  int kind = kNone;
+  const void* data = nullptr;
+  const float* scale = nullptr;  // kU8, kI8: 0-d
+  const void* zp = nullptr;      // kU8, kI8: 0-d, the residual's dtype
+  KILN_HD double at(int64_t t) const {
+    switch (kind) {
+      case kF32:
+        return static_cast<const float*>(data)[t];
+      case kU8:
+        return dequantize_one(static_cast<const uint8_t*>(data)[t],
+                              *static_cast<const uint8_t*>(zp), *scale);
+      case kI8:
+        return dequantize_one(static_cast<const int8_t*>(data)[t], *static_cast<const int8_t*>(zp),
+                              *scale);
+      default:
+        return 0.0;
+    }
+  }
+  /// Bytes an element takes (0 without a residual).
+  KILN_HD int element_bytes() const { return kind == kF32 ? 4 : kind == kNone ? 0 : 1; }
+};
+
 }  // namespace kiln::quant_math

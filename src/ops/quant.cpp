@@ -6,8 +6,10 @@
 //   fake_quantize: x float -> x's dtype; straight-through gradient masked to the range.
 // quantized_matmul: inputs a, a_scale, a_zp, w, w_scale, w_zp, y_scale, y_zp[, bias][, residual];
 //   attrs transpose_w, relu, has_bias, has_residual. Inference only.
-// quantized_conv: inputs x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp[, bias][, residual];
-//   attrs conv's stride, pads, dilation, groups, plus relu, has_bias, has_residual. Inference
+// quantized_conv: inputs x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp[, bias][, residual
+//   [, residual_scale, residual_zp]]; attrs conv's stride, pads, dilation, groups, plus relu,
+//   has_bias, has_residual, quantized_residual (the residual i8/u8 with a 0-d f32 scale and zero
+//   point, dequantized as dequantize does: fuse_quant folds a residual's dequantize in). Inference
 //   only. The bias is (O), (O, 1, 1) or (1, O, 1, 1): the pass keeps what the graph added; an
 //   i32 bias (ONNX QLinearConv's) adds to the integer sum before scaling. Attr channels_last
 //   (set by the channels_last pass, default false): x, residual and output are NHWC. Attr
@@ -181,10 +183,22 @@ std::vector<TensorInfo> infer_quantized_conv(const InferContext& ctx) {
     ++next;
   }
   if (ctx.attrs.b("has_residual", false)) {
-    require_dtype(ctx, static_cast<int>(next), DTypeSet{f32}, "f32 (residual)");
+    const bool quantized = ctx.attrs.b("quantized_residual", false);
+    require_dtype(ctx, static_cast<int>(next), quantized ? DTypeSet{i8, u8} : DTypeSet{f32},
+                  quantized ? "i8 or u8 (quantized residual)" : "f32 (residual)");
     if (!shapes_match(in[next].shape, out))
       fail<ShapeError>("[{}] residual {} must have the output's shape {}", op, str(in[next].shape),
                        str(out));
+    if (quantized) {
+      if (in.size() < next + 3)
+        fail<ValueError>("[{}] a quantized residual needs its scale and zero point after it", op);
+      require_dtype(ctx, static_cast<int>(next + 1), DTypeSet{f32}, "f32 (residual scale)");
+      if (!in[next + 1].shape.empty() || !in[next + 2].shape.empty() ||
+          in[next + 2].dtype != in[next].dtype)
+        fail<ShapeError>("[{}] the residual's scale and zero point must be 0-d, the zero point "
+                         "of the residual's dtype {}",
+                         op, name(in[next].dtype));
+    }
   }
   return {{out, in[7].dtype}};
 }

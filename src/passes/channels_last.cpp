@@ -166,6 +166,14 @@ class Rewriter {
     return true;
   }
 
+  // The input index of a node's residual (SIZE_MAX: none): a conv's last input; a quantized
+  // conv's after x..y_zp and the bias (a quantized residual's scale and zero point follow it).
+  static size_t residual_index(const Node& n) {
+    if (!n.attrs.b("has_residual", false)) return SIZE_MAX;
+    if (n.op == OpId::QuantizedConv) return 8 + (n.attrs.b("has_bias", false) ? 1 : 0);
+    return n.inputs.size() - 1;
+  }
+
   // 2-D max and adaptive average pooling, which CUDA runs on NHWC data (max_pool's indices stay
   // in-plane); the pass gives them channels_last where their input is NHWC already.
   bool pools_nhwc(const Node& n) const {
@@ -183,8 +191,7 @@ class Rewriter {
     known = 0;
     for (auto [r, k] : readers_[id]) {
       const Node& n = p_.graph.nodes[r];
-      if (wants_nhwc(n) && (k == 0 || (n.attrs.b("has_residual", false) &&
-                                       static_cast<size_t>(k) == n.inputs.size() - 1)))
+      if (wants_nhwc(n) && (k == 0 || static_cast<size_t>(k) == residual_index(n)))
         return (known = 1);
       if ((agnostic(n) || (pools_nhwc(n) && k == 0)) && read_as_nhwc(r)) return (known = 1);
     }
@@ -299,7 +306,7 @@ class Rewriter {
   void convert(int32_t id, const Epilogue& e) {
     const Node& n = p_.graph.nodes[id];
     std::vector<ValueRef> in;
-    const size_t residual = n.attrs.b("has_residual", false) ? n.inputs.size() - 1 : SIZE_MAX;
+    const size_t residual = residual_index(n);
     for (size_t k = 0; k < n.inputs.size(); ++k) {
       if (n.op == OpId::Conv && k == 1)
         in.push_back(weights_khwc(n.inputs[k]));

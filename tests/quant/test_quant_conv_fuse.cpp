@@ -59,6 +59,59 @@ TEST(QuantizedConvFusion, FusedEqualsUnfusedWithinOneLsb) {
   }
 }
 
+// A residual that is a per-tensor dequantize enters the fused node as its int8 data, scale and
+// zero point (quantized_residual), with no dequantize left in the run, and the kernel dequantizes
+// it to the very values dequantize gives: the results equal, bit for bit, those of the same
+// graph whose residual is fed already dequantized (an f32 residual).
+TEST(QuantizedConvFusion, QuantizedResidualEqualsItsDequantizedValues) {
+  int checked = 0;
+  for (const ConvProblem& p : conv_problems()) {
+    if (!p.residual) continue;
+    SCOPED_TRACE(describe(p));
+    const ConvData d = random_conv_data(p);
+    const Shape ys = out_shape(p);
+    const DType rt = p.yt;  // the residual as the previous layer's output would be
+    const Array rq = rt == u8 ? random_ints(ys, 0, 255, u8) : random_ints(ys, -128, 127, i8);
+    const Array sr = random_array({}, f32, 0.01, 0.03);
+    const Array zr = rt == u8 ? random_ints({}, 90, 160, u8) : random_ints({}, -10, 10, i8);
+    Graph h;
+    const Tensor hq = h.placeholder(ys, rt, "rq");
+    const Array rf = eval1(h, dequantize(hq, h.constant(sr), h.constant(zr)), {{hq, rq}});
+    auto build = [&](Graph& g, const Tensor& x, const Tensor& residual) {
+      const Tensor dx = dequantize(x, g.constant(d.sx), g.constant(d.zx));
+      const Tensor dw =
+          dequantize(g.constant(d.w), g.constant(d.sw), g.constant(d.zw), {.axis = 0});
+      Tensor y = conv2d(dx, dw, p.bias ? std::optional<Tensor>(g.constant(d.bias)) : std::nullopt,
+                        conv_options(p)) +
+                 residual;
+      if (p.relu) y = relu(y);
+      return quantize(y, g.constant(d.sy), g.constant(d.zy));
+    };
+    Graph gq, gf;
+    const Tensor xq = gq.placeholder(p.x, p.xt, "x"), r = gq.placeholder(ys, rt, "r");
+    const Tensor yq = build(gq, xq, dequantize(r, gq.constant(sr), gq.constant(zr)));
+    const Tensor xf = gf.placeholder(p.x, p.xt, "x"), rf_in = gf.placeholder(ys, f32, "r");
+    const Tensor yf = build(gf, xf, rf_in);
+    const Executable eq = gq.compile(default_device(), {}, {yq});
+    const Executable ef = gf.compile(default_device(), {}, {yf});
+    EXPECT_EQ(count_steps(eq, "quantized_conv"), 1) << eq.dump();
+    EXPECT_EQ(count_steps(eq, "dequantize"), 0) << eq.dump();
+    const auto got = to_f64(eq.run({{xq, d.x}, {r, rq}})[0].to(Device::cpu()));
+    const auto want = to_f64(ef.run({{xf, d.x}, {rf_in, rf}})[0].to(Device::cpu()));
+    EXPECT_EQ(got, want);
+    if (checked++ == 0) {  // a package keeps the quantized residual (its node validates on load)
+      const std::string path = (std::filesystem::temp_directory_path() /
+                                ("kiln_qres_" + std::to_string(seed()) + ".kiln"))
+                                   .string();
+      eq.save(path);
+      const Executable back = Executable::load(path, default_device());
+      std::remove(path.c_str());
+      EXPECT_EQ(to_f64(back.run({{"x", d.x}, {"r", rq}})[0].to(Device::cpu())), got);
+    }
+  }
+  EXPECT_GE(checked, 3);
+}
+
 TEST(QuantizedConvFusion, NotFusedWhenAnIntermediateIsReadElsewhere) {
   const ConvProblem p = conv_problems()[0];
   const ConvData d = random_conv_data(p);

@@ -90,7 +90,17 @@ Epilogue<Y> epilogue(KernelContext& ctx, int64_t O) {
     else
       e.bias = b.ptr<float>();
   }
-  if (ctx.attrs().b("has_residual", false)) e.res = ctx.in(next).ptr<float>();
+  const quant_math::Residual r = residual_input(ctx, next);
+  if (r.kind == quant_math::Residual::kF32) {
+    e.res = static_cast<const float*>(r.data);
+  } else if (r.kind != quant_math::Residual::kNone) {  // dequantized here, as dequantize would
+    const int64_t n = ctx.out(0).numel();
+    auto* f = static_cast<float*>(ctx.scratch(static_cast<size_t>(n) * sizeof(float)));
+    ctx.parallel_for(n, 1 << 14, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) f[i] = static_cast<float>(r.at(i));
+    });
+    e.res = f;
+  }
   e.relu = ctx.attrs().b("relu");
   e.sy = *ctx.in(6).ptr<float>();
   e.zy = *ctx.in(7).ptr<Y>();

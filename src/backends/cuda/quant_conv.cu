@@ -47,7 +47,7 @@ __global__ void quantized_conv_kernel(const A* __restrict__ x, const float* __re
                                       const float* __restrict__ sy, const Y* __restrict__ zy,
                                       const float* __restrict__ bias,
                                       const int32_t* __restrict__ ibias,
-                                      const float* __restrict__ res, Y* __restrict__ out,
+                                      quant_math::Residual res, Y* __restrict__ out,
                                       QConvArgs g) {
   const int64_t total = g.N * g.O * g.OH * g.OW;
   const int64_t cg = g.C / g.G, og = g.O / g.G;
@@ -74,7 +74,7 @@ __global__ void quantized_conv_kernel(const A* __restrict__ x, const float* __re
     if (ibias) acc += ibias[o];
     const double mult =
         static_cast<double>(sx[0]) * static_cast<double>(sw[g.per_channel_scale ? o : 0]);
-    out[t] = quant_math::requantize<Y>(acc, mult, bias ? bias[o] : 0.0, res ? res[t] : 0.0, g.relu,
+    out[t] = quant_math::requantize<Y>(acc, mult, bias ? bias[o] : 0.0, res.at(t), g.relu,
                                        static_cast<double>(sy[0]), zy[0]);
   }
 }
@@ -182,7 +182,7 @@ __global__ void qconv_gemm_epilogue(
     const int32_t* __restrict__ w_sums, const float* __restrict__ sx, const A* __restrict__ zx,
     const float* __restrict__ sw, const W* __restrict__ zw, const float* __restrict__ sy,
     const Y* __restrict__ zy, const float* __restrict__ bias, const int32_t* __restrict__ ibias,
-    const float* __restrict__ res, Y* __restrict__ out, QConvArgs g, int32_t shift_x,
+    quant_math::Residual res, Y* __restrict__ out, QConvArgs g, int32_t shift_x,
     int32_t shift_w, bool raw_om) {
   const int64_t plane = g.OH * g.OW, total = g.N * g.O * plane, k = g.C * g.KH * g.KW;
   const int32_t zx_s = int32_t{zx[0]} - shift_x;
@@ -201,20 +201,20 @@ __global__ void qconv_gemm_epilogue(
     if (ibias) acc += ibias[o];
     const double mult =
         static_cast<double>(sx[0]) * static_cast<double>(sw[g.per_channel_scale ? o : 0]);
-    out[t] = quant_math::requantize<Y>(acc, mult, bias ? bias[o] : 0.0, res ? res[t] : 0.0, g.relu,
+    out[t] = quant_math::requantize<Y>(acc, mult, bias ? bias[o] : 0.0, res.at(t), g.relu,
                                        static_cast<double>(sy[0]), zy[0]);
   }
 }
 
 // The same for an NHWC output from raw (M, O), four channels a thread (O a multiple of 4, 32-bit
-// indices): int4 loads of raw, float4 of the residual, one 4-byte store.
+// indices): int4 loads of raw, float4 (or 4 bytes, quantized) of the residual, one 4-byte store.
 template <typename A, typename W, typename Y>
 __global__ void qconv_gemm_epilogue_nhwc4(
     const int32_t* __restrict__ raw, const int32_t* __restrict__ col_sums,
     const int32_t* __restrict__ w_sums, const float* __restrict__ sx, const A* __restrict__ zx,
     const float* __restrict__ sw, const W* __restrict__ zw, const float* __restrict__ sy,
     const Y* __restrict__ zy, const float* __restrict__ bias, const int32_t* __restrict__ ibias,
-    const float* __restrict__ res, Y* __restrict__ out, QConvArgs g, int32_t shift_x,
+    quant_math::Residual res, Y* __restrict__ out, QConvArgs g, int32_t shift_x,
     int32_t shift_w, uint32_t quads) {
   const uint32_t k = static_cast<uint32_t>(g.C * g.KH * g.KW), O = static_cast<uint32_t>(g.O);
   const int32_t zx_s = int32_t{zx[0]} - shift_x;
@@ -224,10 +224,22 @@ __global__ void qconv_gemm_epilogue_nhwc4(
     const uint32_t t = q * 4, r = t / O, o0 = t - r * O;
     const int4 raw4 = reinterpret_cast<const int4*>(raw)[q];
     const int32_t raws[4] = {raw4.x, raw4.y, raw4.z, raw4.w};
-    float rs[4] = {0, 0, 0, 0};
-    if (res) {
-      const float4 r4 = reinterpret_cast<const float4*>(res)[q];
+    double rs[4] = {0, 0, 0, 0};
+    if (res.kind == quant_math::Residual::kF32) {
+      const float4 r4 = reinterpret_cast<const float4*>(res.data)[q];
       rs[0] = r4.x, rs[1] = r4.y, rs[2] = r4.z, rs[3] = r4.w;
+    } else if (res.kind != quant_math::Residual::kNone) {  // four bytes, dequantized one by one
+      const uint32_t word = reinterpret_cast<const uint32_t*>(res.data)[q];
+      const float scale = *res.scale;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const uint32_t byte = (word >> (8 * j)) & 0xffu;
+        rs[j] = res.kind == quant_math::Residual::kU8
+                    ? quant_math::dequantize_one(static_cast<uint8_t>(byte),
+                                                 *static_cast<const uint8_t*>(res.zp), scale)
+                    : quant_math::dequantize_one(static_cast<int8_t>(static_cast<uint8_t>(byte)),
+                                                 *static_cast<const int8_t*>(res.zp), scale);
+      }
     }
     const uint32_t cs = col_sums ? static_cast<uint32_t>(col_sums[r]) : 0u;  // (zw' = 0 else)
     union {
@@ -256,7 +268,7 @@ constexpr int64_t kMaxColBytes = int64_t{256} << 20;
 
 template <typename A, typename W, typename Y>
 bool conv_lt(KernelContext& ctx, QConvArgs g, const float* bias, const int32_t* ibias,
-             const float* res) {
+             const quant_math::Residual& res) {
   const int64_t m = g.N * g.OH * g.OW, n = g.O;
   // the GEMM's K: NHWC rows are padded with zeros to a length cuBLASLt takes (a zero column adds
   // nothing to any sum, and the epilogue's K zx' zw' term counts the real window)
@@ -321,7 +333,7 @@ bool conv_lt(KernelContext& ctx, QConvArgs g, const float* bias, const int32_t* 
   Y* out = ctx.out(0).ptr<Y>();
   const int64_t total = ctx.out(0).numel();
   if (g.cl && n % 4 == 0 && total / 4 <= UINT32_MAX && pointer_alignment(out) >= 4 &&
-      (!res || pointer_alignment(res) >= 16))
+      pointer_alignment(res.data) >= static_cast<uint32_t>(4 * res.element_bytes()))
     qconv_gemm_epilogue_nhwc4<A, W, Y><<<blocks_for(total / 4), kThreads, 0, st>>>(
         raw, col_sums ? sums : nullptr, sums + m, ctx.in(1).ptr<float>(), ctx.in(2).ptr<A>(), ctx.in(4).ptr<float>(),
         ctx.in(5).ptr<W>(), ctx.in(6).ptr<float>(), ctx.in(7).ptr<Y>(), bias, ibias, res, out, g,
@@ -373,7 +385,7 @@ void quantized_conv(KernelContext& ctx) {
     else
       bias = b.ptr<float>();
   }
-  const float* res = ctx.attrs().b("has_residual", false) ? ctx.in(next).ptr<float>() : nullptr;
+  const quant_math::Residual res = residual_input(ctx, next);
   with_int8_types(ctx, "cuda", [&](auto at, auto wt, auto yt) {
     using A = decltype(at);
     using W = decltype(wt);

@@ -132,8 +132,12 @@ bool arity_rule(OpId op, const Attrs& attrs, int& lo, int& hi) {
     case OpId::Quantize: case OpId::Dequantize: case OpId::FakeQuantize:
       lo = hi = 3;
       return true;
-    case OpId::QuantizedMatmul: case OpId::QuantizedConv:
+    case OpId::QuantizedMatmul:
       lo = hi = 8 + opt("has_bias") + opt("has_residual");
+      return true;
+    case OpId::QuantizedConv:  // a quantized residual brings its scale and zero point
+      lo = hi = 8 + opt("has_bias") + opt("has_residual") +
+                2 * (opt("has_residual") && opt("quantized_residual"));
       return true;
   }
   return false;
