@@ -61,8 +61,10 @@ TEST(QuantizedConvFusion, FusedEqualsUnfusedWithinOneLsb) {
 
 // A residual that is a per-tensor dequantize enters the fused node as its int8 data, scale and
 // zero point (quantized_residual), with no dequantize left in the run, and the kernel dequantizes
-// it to the very values dequantize gives: the results equal, bit for bit, those of the same
-// graph whose residual is fed already dequantized (an f32 residual).
+// it to the very values dequantize gives: the results equal those of the same graph whose
+// residual is fed already dequantized (an f32 residual), bit for bit on CUDA (whose epilogue is
+// exact either way), within 1 LSB on the CPU (where oneDNN's f32 epilogue adds a quantized
+// residual's integers in other units).
 TEST(QuantizedConvFusion, QuantizedResidualEqualsItsDequantizedValues) {
   int checked = 0;
   for (const ConvProblem& p : conv_problems()) {
@@ -98,7 +100,10 @@ TEST(QuantizedConvFusion, QuantizedResidualEqualsItsDequantizedValues) {
     EXPECT_EQ(count_steps(eq, "dequantize"), 0) << eq.dump();
     const auto got = to_f64(eq.run({{xq, d.x}, {r, rq}})[0].to(Device::cpu()));
     const auto want = to_f64(ef.run({{xf, d.x}, {rf_in, rf}})[0].to(Device::cpu()));
-    EXPECT_EQ(got, want);
+    if (default_device().kind == Device::Kind::cuda)
+      EXPECT_EQ(got, want);
+    else
+      expect_conv_within_lsb(eq.run({{xq, d.x}, {r, rq}})[0].to(Device::cpu()), want, 1);
     if (checked++ == 0) {  // a package keeps the quantized residual (its node validates on load)
       const std::string path = (std::filesystem::temp_directory_path() /
                                 ("kiln_qres_" + std::to_string(seed()) + ".kiln"))

@@ -61,7 +61,7 @@ struct Epilogue {
   std::vector<double> mult;  // x_scale * w_scale per output channel
   const float* bias = nullptr;
   const int32_t* ibias = nullptr;  // an i32 bias adds to the integer sum
-  const float* res = nullptr;
+  quant_math::Residual res;       // f32, or i8/u8 dequantized on the way
   bool relu = false;
   double sy = 1;
   int32_t zy = 0;
@@ -69,8 +69,8 @@ struct Epilogue {
   // Output element t (flat, in the output's layout) of channel o from its exact sum.
   void operator()(int64_t t, int64_t o, int32_t acc) const {
     if (ibias) acc += ibias[o];
-    out[t] = quant_math::requantize<Y>(acc, mult[o], bias ? bias[o] : 0.0, res ? res[t] : 0.0, relu,
-                                       sy, zy);
+    out[t] = quant_math::requantize<Y>(acc, mult[o], bias ? bias[o] : 0.0, res.at(t), relu, sy,
+                                       zy);
   }
 };
 
@@ -90,17 +90,7 @@ Epilogue<Y> epilogue(KernelContext& ctx, int64_t O) {
     else
       e.bias = b.ptr<float>();
   }
-  const quant_math::Residual r = residual_input(ctx, next);
-  if (r.kind == quant_math::Residual::kF32) {
-    e.res = static_cast<const float*>(r.data);
-  } else if (r.kind != quant_math::Residual::kNone) {  // dequantized here, as dequantize would
-    const int64_t n = ctx.out(0).numel();
-    auto* f = static_cast<float*>(ctx.scratch(static_cast<size_t>(n) * sizeof(float)));
-    ctx.parallel_for(n, 1 << 14, [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i) f[i] = static_cast<float>(r.at(i));
-    });
-    e.res = f;
-  }
+  e.res = residual_input(ctx, next);
   e.relu = ctx.attrs().b("relu");
   e.sy = *ctx.in(6).ptr<float>();
   e.zy = *ctx.in(7).ptr<Y>();
@@ -286,6 +276,8 @@ void conv_dnnl(KernelContext& ctx, const Geom& g, const Epilogue<Y>& fin) {
 
 // NHWC in and out, the epilogue inside oneDNN's convolution (f32):
 //   y = (relu?(mult (acc + b') [+ residual]) / y_scale + y_zp), rounded half to even, saturated,
+// (a quantized residual r with scale sr and zero point zr as sr (v/sr - zr + r): output scales
+// mult / sr, zr in the bias, the raw integers added by the binary post-op, then sr / y_scale)
 // with b' = bias / mult (or the i32 bias) - x_zp sum w. The scales are part of the primitive (its
 // cache key holds their bits). False where oneDNN cannot take the scales (a zero mult).
 template <typename A, typename Y>
@@ -295,26 +287,37 @@ bool conv_dnnl_fused(KernelContext& ctx, const Geom& g, const Epilogue<Y>& fin) 
   if (!(fin.sy > 0)) return false;
   for (double m : fin.mult)
     if (!(m != 0 && std::isfinite(m))) return false;
-  const bool res = fin.res != nullptr;
+  using R = quant_math::Residual;
+  const bool res = fin.res.kind != R::kNone, qres = res && fin.res.kind != R::kF32;
+  // a quantized residual r joins as raw integers: v/sr - zr + r, relu, then sr/sy and y_zp
+  const float sr = qres ? *fin.res.scale : 1.0f;
+  const float zr = !qres                      ? 0.0f
+                   : fin.res.kind == R::kU8 ? *static_cast<const uint8_t*>(fin.res.zp)
+                                              : *static_cast<const int8_t*>(fin.res.zp);
+  if (qres && !(sr > 0 && std::isfinite(sr))) return false;
   // the output scales: mult, or mult / y_scale where nothing is added after them
   std::vector<float> oscale(fin.mult.size());
   for (size_t o = 0; o < oscale.size(); ++o)
-    oscale[o] = static_cast<float>(res ? fin.mult[o] : fin.mult[o] / fin.sy);
-  const float post_scale = res ? static_cast<float>(1.0 / fin.sy) : 1.0f;
+    oscale[o] = static_cast<float>(qres  ? fin.mult[o] / sr
+                                   : res ? fin.mult[o]
+                                         : fin.mult[o] / fin.sy);
+  const float post_scale = res ? static_cast<float>(qres ? sr / fin.sy : 1.0 / fin.sy) : 1.0f;
   const NhwcSource<A> src = nhwc_source<A>(ctx, g);
   const dt at = std::is_same_v<A, uint8_t> ? dt::u8 : dt::s8;
   const dt yt = std::is_same_v<Y, uint8_t> ? dt::u8 : dt::s8;
   du::Dims key{static_cast<int64_t>(ctx.op()), 1, g.N, g.C, src.hin, src.win, g.O, g.KH, g.KW,
                g.G, g.sh, g.sw, g.dh, g.dw, src.pad_l[0], src.pad_l[1], src.pad_r[0],
-               src.pad_r[1], static_cast<int64_t>(at), static_cast<int64_t>(yt), res, fin.relu,
-               fin.zy};
+               src.pad_r[1], static_cast<int64_t>(at), static_cast<int64_t>(yt),
+               static_cast<int64_t>(fin.res.kind), fin.relu, fin.zy};
   uint32_t bits = 0;
   for (float f : oscale) {
     std::memcpy(&bits, &f, 4);
     key.push_back(bits);
   }
-  std::memcpy(&bits, &post_scale, 4);
-  key.push_back(bits);
+  for (float f : {post_scale, sr, zr}) {
+    std::memcpy(&bits, &f, 4);
+    key.push_back(bits);
+  }
   auto p = du::cached(ctx.op_name(), key, [&] {
     const du::Dims src_dims{g.N, g.C, src.hin, src.win}, dst_dims{g.N, g.O, g.OH, g.OW};
     const du::Dims wei_dims =
@@ -322,7 +325,10 @@ bool conv_dnnl_fused(KernelContext& ctx, const Geom& g, const Epilogue<Y>& fin) 
     const dnnl::memory::desc src_md(src_dims, at, tag::nhwc),
         wei_user(wei_dims, dt::s8, g.G > 1 ? tag::goihw : tag::oihw),
         wei_any(wei_dims, dt::s8, tag::any), bias_md({g.O}, dt::f32, tag::a),
-        dst_md(dst_dims, yt, tag::nhwc), res_md(dst_dims, dt::f32, tag::nhwc);
+        dst_md(dst_dims, yt, tag::nhwc),
+        res_md(dst_dims,
+               !qres ? dt::f32 : fin.res.kind == quant_math::Residual::kU8 ? dt::u8 : dt::s8,
+               tag::nhwc);
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     attr.set_output_scales(1 << 1, oscale);
@@ -352,10 +358,12 @@ bool conv_dnnl_fused(KernelContext& ctx, const Geom& g, const Epilogue<Y>& fin) 
   auto* bias = static_cast<float*>(ctx.scratch(static_cast<size_t>(g.O) * sizeof(float)));
   for (int64_t o = 0; o < g.O; ++o) {
     const double b = fin.ibias ? fin.ibias[o] : fin.bias ? fin.bias[o] / fin.mult[o] : 0.0;
-    bias[o] = static_cast<float>(b - corr[o]);
+    // (a quantized residual's zero point, in the same units: the add then takes raw integers)
+    const double zr_units = qres ? static_cast<double>(zr) * sr / fin.mult[o] : 0.0;
+    bias[o] = static_cast<float>(b - corr[o] - zr_units);
   }
   std::vector<void*> buffers{const_cast<A*>(src.data), ctx.in(3).data, bias, fin.out};
-  if (res) buffers.push_back(const_cast<float*>(fin.res));
+  if (res) buffers.push_back(const_cast<void*>(fin.res.data));
   du::execute(ctx.op_name(), *p, buffers);
   return true;
 }
