@@ -17,8 +17,8 @@
 //                 first run and the fastest kept)
 //   KILN_CUDNN_RUNTIME_FUSION  "1": the graph API may also offer engines that compile kernels
 //                 at run time (slower first runs)
-//   KILN_RNN_PERSISTENT  "0": CUDA f32 LSTM layers run a launch per step instead of one
-//                 persistent kernel per direction
+//   KILN_RNN_PERSISTENT  "0": CUDA f32 LSTM and GRU layers run launches per step instead of
+//                 one persistent kernel per direction (forward and backward)
 //   KILN_TEST_SEED  tests only: replays the random inputs of an earlier test run
 #pragma once
 

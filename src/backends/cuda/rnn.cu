@@ -6,7 +6,8 @@
 // the configurations cuDNN supports run through cudnnRNNForward instead (see cudnn_supports).
 // f32 LSTM layers and GRU layers with linear_before_reset outside cuDNN (training ones, and those
 // with lengths or other options) run each direction's steps in one persistent cooperative kernel
-// where the shapes allow (rnn_persistent; KILN_RNN_PERSISTENT=0 keeps the per-step launches).
+// where the shapes allow, forward (rnn_persistent) and backward (rnn_backward_persistent, without
+// peepholes); KILN_RNN_PERSISTENT=0 keeps the per-step launches.
 // Half types run as f32. seq_lens values are clamped to [0, T] here (the CPU kernel rejects
 // them).
 #include <algorithm>
@@ -789,13 +790,189 @@ void forward(KernelContext& ctx, int cell) {
 
 // ---- backward
 
+// The gate gradients of one (batch row, unit j) at one step: dH (the carried dH_prev plus dy),
+// the previous states hpv and cpv, the step's reserve rr. Writes the gate columns q·H + j of gg
+// (dg at the row's time) and q (this step's dgr row), updates dc, sets dhp to the direct part of
+// dH_prev, and (GRU without linear_before_reset) *rhp = r ⊙ H_prev. Shared by grad_gates_kernel
+// and the persistent backward kernel.
 template <typename T>
+__device__ void grad_cell(const Geo& g, int64_t j, T dH, T hpv, T cpv, const T* rr, const T* P,
+                          T* gg, T* q, T& dc, T& dhp, T* rhp) {
+  const int64_t H = g.H;
+  const T clip = T(g.clip);
+  if (g.cell == 0) {
+    const T ui = rr[j], uo = rr[H + j], uf = rr[2 * H + j], uc = rr[3 * H + j],
+            cn = rr[4 * H + j];
+    const T ai = rm::clip_gate(ui, clip), ao = rm::clip_gate(uo, clip),
+            af = rm::clip_gate(uf, clip), ac = rm::clip_gate(uc, clip);
+    const T ig = act(g.fa, ai), og = act(g.fa, ao),
+            fg = g.input_forget ? T(1) - ig : act(g.fa, af), cc = act(g.ga, ac);
+    const T duo = dH * act(g.ha, cn) * act_grad(g.fa, ao) * rm::clip_pass(uo, clip);
+    const T dC = dc + dH * og * act_grad(g.ha, cn) + (P ? duo * P[H + j] : T(0));
+    T di = dC * cc;
+    const T dfg = dC * cpv;
+    T duf = 0;
+    if (g.input_forget)
+      di -= dfg;
+    else
+      duf = dfg * act_grad(g.fa, af) * rm::clip_pass(uf, clip);
+    const T dui = di * act_grad(g.fa, ai) * rm::clip_pass(ui, clip);
+    const T duc = dC * ig * act_grad(g.ga, ac) * rm::clip_pass(uc, clip);
+    dc = dC * fg + (P ? dui * P[j] + duf * P[2 * H + j] : T(0));
+    gg[j] = q[j] = dui;
+    gg[H + j] = q[H + j] = duo;
+    gg[2 * H + j] = q[2 * H + j] = duf;
+    gg[3 * H + j] = q[3 * H + j] = duc;
+    dhp = 0;
+  } else if (g.cell == 1) {
+    const T uz = rr[j], ur = rr[H + j], uh = rr[2 * H + j];
+    const T az = rm::clip_gate(uz, clip), ar = rm::clip_gate(ur, clip),
+            ah = rm::clip_gate(uh, clip);
+    const T zg = act(g.fa, az), rg = act(g.fa, ar), hc = act(g.ga, ah);
+    const T dz = dH * (hpv - hc);
+    const T duh = dH * (T(1) - zg) * act_grad(g.ga, ah) * rm::clip_pass(uh, clip);
+    dhp = dH * zg;
+    gg[j] = q[j] = dz * act_grad(g.fa, az) * rm::clip_pass(uz, clip);
+    gg[2 * H + j] = duh;
+    if (g.lbr) {
+      gg[H + j] = q[H + j] = duh * rr[3 * H + j] * act_grad(g.fa, ar) * rm::clip_pass(ur, clip);
+      q[2 * H + j] = duh * rg;
+    } else {
+      q[2 * H + j] = duh;
+      *rhp = rg * hpv;
+    }
+  } else {
+    const T u = rr[j];
+    gg[j] = q[j] = dH * act_grad(g.fa, rm::clip_gate(u, clip)) * rm::clip_pass(u, clip);
+    dhp = 0;
+  }
+}
+
+// ---- persistent backward (f32 LSTM without peepholes, GRU with linear_before_reset)
+//
+// Every step of one direction's backward pass in one cooperative launch, the units split over
+// CTAs as in the forward kernel: a step's gate gradients of the CTA's units (grad_cell, from the
+// carried dH, dy and the reserve) go to dg, to one of two global dgr buffers (this step's) and,
+// for a GRU, to dgr_all; a grid barrier; then the CTA's columns of dH_prev = dgr · R (its units'
+// columns of R in shared memory, dgr staged in chunks from L2), kept in shared memory for the next
+// step. The products over all steps (dR, dW, dx) and the bias sums stay after it, as before.
+
+struct BackwardLayout {
+  int64_t U = 0, kc = 0, kcp = 0, outs = 0;
+  int64_t rt_off = 0, stage_off = 0, prod_off = 0, floats = 0;
+  BackwardLayout(int64_t B, int64_t GH, int64_t units) {
+    U = units;
+    kc = std::min<int64_t>(GH, 256);  // dgr columns staged at a time
+    kcp = kc + 1;                      // (rows off by one bank)
+    outs = B * U;
+    rt_off = 0;
+    stage_off = rt_off + GH * U;
+    prod_off = stage_off + B * kcp;
+    floats = prod_off + outs;
+  }
+  size_t bytes() const { return static_cast<size_t>(floats) * sizeof(float); }
+};
+
+__global__ void __launch_bounds__(kPersistentThreads)
+    rnn_backward_persistent_kernel(Geo g, const int64_t* lens, const float* res, const float* dy,
+                                   const float* h0, const float* c0, const float* R, float* dh,
+                                   float* dc, float* dg, float* dgr_a, float* dgr_b,
+                                   float* dgr_all, float* hp_all, BackwardLayout lay) {
+  extern __shared__ float4 smem4b[];
+  float* sm = reinterpret_cast<float*>(smem4b);
+  const int64_t H = g.H, B = g.B, GH = g.GH, U = lay.U, kc = lay.kc, kcp = lay.kcp;
+  float* Rt = sm + lay.rt_off;        // Rt[k·U + u] = R[k·H + j0 + u]: the units' columns of R
+  float* stage = sm + lay.stage_off;  // stage[b·kcp + k]: dgr columns c0 + k
+  float* prod = sm + lay.prod_off;    // prod[b·U + u]: this step's dH_prev product
+  const int tid = threadIdx.x, nt = blockDim.x;
+  const int64_t j0 = blockIdx.x * U, units = min(U, H - j0);
+  for (int64_t i = tid; i < GH * U; i += nt) {
+    const int64_t k = i / U, u = i % U;
+    Rt[i] = u < units ? R[k * H + j0 + u] : 0.f;
+  }
+  // each thread's (b, u) pairs keep dh, dc and the direct part of dH_prev in registers: at most
+  // kMaxPairs a thread (the host checks B·U against it)
+  constexpr int kMaxPairs = 4;
+  float dhl[kMaxPairs], dcl[kMaxPairs], dhpl[kMaxPairs];
+  for (int r = 0; r < kMaxPairs; ++r) {
+    const int64_t i = tid + int64_t{r} * nt, b = i / U, u = i % U;
+    const bool mine = i < B * U && u < units;
+    dhl[r] = mine ? dh[b * H + j0 + u] : 0.f;
+    dcl[r] = mine && dc ? dc[b * H + j0 + u] : 0.f;
+    dhpl[r] = 0.f;
+  }
+  for (int64_t i = tid; i < B * U; i += nt) prod[i] = 0.f;
+  cgrp::grid_group grid = cgrp::this_grid();
+  for (int64_t s = g.T - 1; s >= 0; --s) {
+    float* dgr = (s & 1) ? dgr_b : dgr_a;
+    __syncthreads();  // prod of the last step is complete
+    for (int r = 0; r < kMaxPairs; ++r) {
+      const int64_t i = tid + int64_t{r} * nt, b = i / U, u = i % U, j = j0 + u;
+      if (i >= B * U || u >= units) continue;
+      float* q = dgr + b * GH;
+      if (s >= lens[b]) {
+        for (int64_t k = j; k < GH; k += H) q[k] = 0.f;
+        continue;
+      }
+      if (s + 1 < g.T && s + 1 < lens[b]) dhl[r] = dhpl[r] + prod[i];
+      const int64_t t = g.time(s, b, lens);
+      float hv = 0.f, cv = 0.f;
+      if (s == 0) {
+        if (h0) hv = h0[(g.d * B + b) * H + j];
+        if (c0) cv = c0[(g.d * B + b) * H + j];
+      } else {
+        const float* pr = res + g.res_off(g.time(s - 1, b, lens), b);
+        hv = pr[g.S - H + j];
+        if (g.cell == 0) cv = pr[4 * H + j];
+      }
+      hp_all[g.row(t, b) * H + j] = hv;
+      const float* rr = res + g.res_off(t, b);
+      float* gg = dg + g.row(t, b) * GH;
+      const float dH = dhl[r] + dy[(g.row(t, b) * g.D + g.d) * H + j];
+      float rhp = 0.f;
+      grad_cell(g, j, dH, hv, cv, rr, static_cast<const float*>(nullptr), gg, q, dcl[r], dhpl[r],
+                &rhp);
+      if (dgr_all)
+        for (int64_t k = j; k < GH; k += H) dgr_all[g.row(t, b) * GH + k] = q[k];
+    }
+    grid.sync();
+    // prod = dgr · R for the units' columns, dgr staged kc columns at a time
+    for (int64_t i = tid; i < B * U; i += nt) prod[i] = 0.f;
+    for (int64_t c0 = 0; c0 < GH; c0 += kc) {
+      const int64_t w = min(kc, GH - c0);
+      __syncthreads();  // the last chunk's reads are done
+      for (int64_t i = tid; i < B * w; i += nt) {
+        const int64_t b = i / w, k = i % w;
+        stage[b * kcp + k] = __ldcg(dgr + b * GH + c0 + k);  // (other CTAs wrote it)
+      }
+      __syncthreads();
+      for (int64_t i = tid; i < B * U; i += nt) {
+        const int64_t b = i / U, u = i % U;
+        const float* st = stage + b * kcp;
+        const float* rt = Rt + c0 * U + u;
+        float acc = 0.f;
+        for (int64_t k = 0; k < w; ++k) acc += st[k] * rt[k * U];
+        prod[i] += acc;
+      }
+    }
+  }
+  __syncthreads();
+  for (int r = 0; r < kMaxPairs; ++r) {
+    const int64_t i = tid + int64_t{r} * nt, b = i / U, u = i % U;
+    if (i >= B * U || u >= units) continue;
+    if (0 < lens[b]) dhl[r] = dhpl[r] + prod[i];  // the carry after step 0
+    dh[b * H + j0 + u] = dhl[r];
+    if (dc) dc[b * H + j0 + u] = dcl[r];
+  }
+}
+
 // Step s of the backward pass, one thread per (batch row, unit): the previous states (hp, cp, and
 // hp_all at the row's time when given; zeros for rows not running), then the gate gradients into
 // dg (all steps) and dgr (this step; zeros for rows not running; dgr_all too when given, at the
 // row's time), dc, and the direct part of dH_prev in dhp.
 // With `carry`, a running row first takes step s + 1's dH_prev as its dH: dhp plus the `used`
 // split-K partial products in part (what carry_kernel does between steps otherwise).
+template <typename T>
 __global__ void grad_gates_kernel(Geo g, int64_t s, const int64_t* lens, const T* res, const T* dy,
                                   const T* P, const T* h0, const T* c0, T* hp, T* cp, T* hp_all,
                                   T* dh, T* dc, T* dg, T* dgr, T* dhp, T* rhp, bool carry,
@@ -830,54 +1007,8 @@ __global__ void grad_gates_kernel(Geo g, int64_t s, const int64_t* lens, const T
     }
     const T* rr = res + g.res_off(t, b);
     T* gg = dg + g.row(t, b) * g.GH;
-    const T clip = T(g.clip);
     const T dH = dh[i] + dy[(g.row(t, b) * g.D + g.d) * H + j];
-    if (g.cell == 0) {
-      const T ui = rr[j], uo = rr[H + j], uf = rr[2 * H + j], uc = rr[3 * H + j],
-              cn = rr[4 * H + j], cpv = cp[i];
-      const T ai = rm::clip_gate(ui, clip), ao = rm::clip_gate(uo, clip),
-              af = rm::clip_gate(uf, clip), ac = rm::clip_gate(uc, clip);
-      const T ig = act(g.fa, ai), og = act(g.fa, ao),
-              fg = g.input_forget ? T(1) - ig : act(g.fa, af), cc = act(g.ga, ac);
-      const T duo = dH * act(g.ha, cn) * act_grad(g.fa, ao) * rm::clip_pass(uo, clip);
-      const T dC = dc[i] + dH * og * act_grad(g.ha, cn) + (P ? duo * P[H + j] : T(0));
-      T di = dC * cc;
-      const T dfg = dC * cpv;
-      T duf = 0;
-      if (g.input_forget)
-        di -= dfg;
-      else
-        duf = dfg * act_grad(g.fa, af) * rm::clip_pass(uf, clip);
-      const T dui = di * act_grad(g.fa, ai) * rm::clip_pass(ui, clip);
-      const T duc = dC * ig * act_grad(g.ga, ac) * rm::clip_pass(uc, clip);
-      dc[i] = dC * fg + (P ? dui * P[j] + duf * P[2 * H + j] : T(0));
-      gg[j] = q[j] = dui;
-      gg[H + j] = q[H + j] = duo;
-      gg[2 * H + j] = q[2 * H + j] = duf;
-      gg[3 * H + j] = q[3 * H + j] = duc;
-      dhp[i] = 0;
-    } else if (g.cell == 1) {
-      const T uz = rr[j], ur = rr[H + j], uh = rr[2 * H + j];
-      const T az = rm::clip_gate(uz, clip), ar = rm::clip_gate(ur, clip),
-              ah = rm::clip_gate(uh, clip);
-      const T zg = act(g.fa, az), rg = act(g.fa, ar), hc = act(g.ga, ah);
-      const T dz = dH * (hp[i] - hc);
-      const T duh = dH * (T(1) - zg) * act_grad(g.ga, ah) * rm::clip_pass(uh, clip);
-      dhp[i] = dH * zg;
-      gg[j] = q[j] = dz * act_grad(g.fa, az) * rm::clip_pass(uz, clip);
-      gg[2 * H + j] = duh;
-      if (g.lbr) {
-        gg[H + j] = q[H + j] = duh * rr[3 * H + j] * act_grad(g.fa, ar) * rm::clip_pass(ur, clip);
-        q[2 * H + j] = duh * rg;
-      } else {
-        q[2 * H + j] = duh;
-        rhp[i] = rg * hp[i];
-      }
-    } else {
-      const T u = rr[j];
-      gg[j] = q[j] = dH * act_grad(g.fa, rm::clip_gate(u, clip)) * rm::clip_pass(u, clip);
-      dhp[i] = 0;
-    }
+    grad_cell(g, j, dH, hp[i], cp[i], rr, P, gg, q, dc[i], dhp[i], rhp + i);
     if (dgr_all)
       for (int64_t k = j; k < g.GH; k += H) dgr_all[g.row(t, b) * g.GH + k] = q[k];
   }
@@ -946,6 +1077,52 @@ __global__ void sums_kernel(Geo g, int64_t s, const int64_t* lens, const T* res,
     dRb[j] += acc;
     if (dP && j < 3 * H) dP[j] += pacc;
   }
+}
+
+// Runs every backward step of direction g.d through rnn_backward_persistent_kernel: dh and dc
+// (B x H: dhn and dcn in, dh0 and dc0 out), dg, dgr_all (GRU; null for an LSTM, whose dg is it)
+// and hp_all filled as the per-step loop fills them. False, with nothing enqueued, where it
+// cannot run (as rnn_persistent; also peepholes, or more (batch row, unit) pairs than a CTA
+// keeps); the caller then runs the per-step loop.
+bool rnn_backward_persistent(KernelContext& ctx, const Geo& g, const int64_t* lens,
+                             const float* res, const float* dy, const float* h0, const float* c0,
+                             const float* R, const float* P, float* dh, float* dc, float* dg,
+                             float* dgr, float* dgr_all, float* hp_all) {
+  const bool cell_ok = (g.cell == 0 && !P) || (g.cell == 1 && g.lbr);
+  if (!cell_ok || !env::rnn_persistent() || g.T == 0 || g.B == 0 || !hp_all) return false;
+  const int dev = ctx.device();
+  int sms = 0, coop = 0, max_smem = 0;
+  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
+  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  if (!coop || sms == 0) return false;
+  const int64_t units = (g.H + sms - 1) / sms;
+  if (g.B * units > 4 * int64_t{kPersistentThreads}) return false;  // kMaxPairs a thread
+  const BackwardLayout lay(g.B, g.GH, units);
+  if (lay.bytes() > static_cast<size_t>(max_smem)) return false;
+  const auto grid = static_cast<unsigned>((g.H + units - 1) / units);
+  KILN_CUDA_CHECK(cudaFuncSetAttribute(rnn_backward_persistent_kernel,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(lay.bytes())));
+  int per_sm = 0;
+  KILN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &per_sm, rnn_backward_persistent_kernel, kPersistentThreads, lay.bytes()));
+  if (static_cast<int64_t>(per_sm) * sms < grid) return false;
+  float* dgr_b = scratch_of<float>(ctx, g.B * g.GH);
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(kPersistentThreads);
+  cfg.dynamicSmemBytes = lay.bytes();
+  cfg.stream = stream_of(ctx);
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeCooperative;
+  attr.val.cooperative = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  KILN_CUDA_CHECK(cudaLaunchKernelEx(&cfg, rnn_backward_persistent_kernel, g, lens, res, dy, h0,
+                                     c0, R, dh, g.cell == 0 ? dc : nullptr, dg, dgr, dgr_b,
+                                     dgr_all, hp_all, lay));
+  return true;
 }
 
 template <typename T>
@@ -1030,7 +1207,11 @@ void backward(KernelContext& ctx) {
     const bool fuse_carry = !gru_rh;
     const int carry_used = gru_rh ? 0 : splits;
     T* gates_dgr_all = fuse_carry && dgr_all != dg ? dgr_all : nullptr;
-    for (int64_t s = T_ - 1; s >= 0; --s) {
+    bool persistent = false;
+    if constexpr (std::is_same_v<T, float>)
+      persistent = late_dr && rnn_backward_persistent(ctx, g, lens, res, dy, h0, c0, R, P, dh,
+                                                      dc, dg, dgr, gates_dgr_all, hp_all);
+    for (int64_t s = T_ - 1; s >= 0 && !persistent; --s) {
       grad_gates_kernel<T><<<nb, kThreads, 0, st>>>(
           g, s, lens, res, dy, P, h0, c0, hp, cp, hp_all, dh, dc, dg, dgr, dhp, rhp,
           fuse_carry && s + 1 < T_, part, carry_used, gates_dgr_all);
