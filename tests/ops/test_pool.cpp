@@ -173,10 +173,12 @@ TEST(MaxPool, ValuesAndIndicesMatchReference) {
 // The node of `nchw` (a pool of x) again with channels_last, on x transposed to NHWC; its outputs
 // NHWC.
 std::vector<Tensor> channels_last_twin(const Tensor& nchw, const Tensor& x) {
-  const auto& node = nchw.graph_impl()->nodes[nchw.node_id()];
-  Attrs attrs = node.attrs;
+  // (copies: adding the transpose may move the graph's nodes)
+  const OpId op = nchw.graph_impl()->nodes[nchw.node_id()].op;
+  Attrs attrs = nchw.graph_impl()->nodes[nchw.node_id()].attrs;
   attrs.set("channels_last", true);
-  return detail::make_node(node.op, {transpose(x, {0, 2, 3, 1})}, attrs);
+  const Tensor x_nhwc = transpose(x, {0, 2, 3, 1});
+  return detail::make_node(op, {x_nhwc}, attrs);
 }
 
 // channels_last max pooling (which the channels_last pass gives pools between NHWC convolutions
