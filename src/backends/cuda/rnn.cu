@@ -532,6 +532,48 @@ T* scratch_of(KernelContext& ctx, int64_t n) {
   return static_cast<T*>(ctx.scratch(sizeof(T) * static_cast<size_t>(std::max<int64_t>(n, 1))));
 }
 
+// The GPU's SM count and opt-in shared memory per block; sms 0 when it has no cooperative
+// launches.
+struct CoopDevice {
+  int sms = 0, max_smem = 0;
+};
+CoopDevice coop_device(int dev) {
+  CoopDevice d;
+  int coop = 0;
+  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev));
+  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
+  KILN_CUDA_CHECK(
+      cudaDeviceGetAttribute(&d.max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  if (!coop) d.sms = 0;
+  return d;
+}
+
+// Launches `kernel` cooperatively (grid-wide barriers) on the kernel's stream with `smem` bytes of
+// dynamic shared memory; false, with nothing enqueued, when `grid` CTAs cannot all be resident.
+template <typename... Params, typename... Args>
+bool launch_cooperative(KernelContext& ctx, void (*kernel)(Params...), unsigned grid, size_t smem,
+                        const CoopDevice& d, Args... args) {
+  if (d.sms == 0 || smem > static_cast<size_t>(d.max_smem)) return false;
+  KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem)));
+  int per_sm = 0;
+  KILN_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kPersistentThreads, smem));
+  if (static_cast<int64_t>(per_sm) * d.sms < grid) return false;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(kPersistentThreads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream_of(ctx);
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeCooperative;
+  attr.val.cooperative = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  KILN_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
+  return true;
+}
+
 // Runs every step of direction g.d of an f32 LSTM, or GRU with linear_before_reset, through
 // rnn_persistent_kernel: h (B x H, h0 in, the last h out) and c (LSTM, likewise) as the per-step
 // path leaves them. False, with nothing enqueued, where the launch cannot be made
@@ -543,37 +585,16 @@ bool rnn_persistent(KernelContext& ctx, const Geo& g, const int64_t* lens, const
                     float* res) {
   const bool cell_ok = g.cell == 0 || (g.cell == 1 && g.lbr);
   if (!cell_ok || !env::rnn_persistent() || g.H % 4 != 0 || g.T == 0 || g.B == 0) return false;
-  const int dev = ctx.device();
-  int sms = 0, coop = 0, max_smem = 0;
-  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
-  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  if (!coop || sms == 0) return false;
+  const CoopDevice d = coop_device(ctx.device());
+  if (d.sms == 0) return false;
   // the fewest units a CTA that give one CTA per SM at most
-  const int64_t units = (g.H + sms - 1) / sms;
+  const int64_t units = (g.H + d.sms - 1) / d.sms;
   const PersistentLayout lay(g.B, g.H, units, g.cell == 0 ? 4 : 3);
-  if (lay.bytes() > static_cast<size_t>(max_smem)) return false;
   const auto grid = static_cast<unsigned>((g.H + units - 1) / units);
-  KILN_CUDA_CHECK(cudaFuncSetAttribute(rnn_persistent_kernel,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(lay.bytes())));
-  int per_sm = 0;
-  KILN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &per_sm, rnn_persistent_kernel, kPersistentThreads, lay.bytes()));
-  if (static_cast<int64_t>(per_sm) * sms < grid) return false;
   float* h_b = scratch_of<float>(ctx, g.B * g.H);
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(kPersistentThreads);
-  cfg.dynamicSmemBytes = lay.bytes();
-  cfg.stream = stream_of(ctx);
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeCooperative;
-  attr.val.cooperative = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
-  KILN_CUDA_CHECK(cudaLaunchKernelEx(&cfg, rnn_persistent_kernel, g, lens, xw, R, P, rbh, h, h_b,
-                                     g.cell == 0 ? c : nullptr, y, res, lay));
+  if (!launch_cooperative(ctx, rnn_persistent_kernel, grid, lay.bytes(), d, g, lens, xw, R, P,
+                          rbh, h, h_b, g.cell == 0 ? c : nullptr, y, res, lay))
+    return false;
   // the last step wrote h_b when T is odd
   if (g.T % 2 == 1)
     KILN_CUDA_CHECK(cudaMemcpyAsync(h, h_b, sizeof(float) * g.B * g.H, cudaMemcpyDeviceToDevice,
@@ -1090,39 +1111,16 @@ bool rnn_backward_persistent(KernelContext& ctx, const Geo& g, const int64_t* le
                              float* dgr, float* dgr_all, float* hp_all) {
   const bool cell_ok = (g.cell == 0 && !P) || (g.cell == 1 && g.lbr);
   if (!cell_ok || !env::rnn_persistent() || g.T == 0 || g.B == 0 || !hp_all) return false;
-  const int dev = ctx.device();
-  int sms = 0, coop = 0, max_smem = 0;
-  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
-  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  if (!coop || sms == 0) return false;
-  const int64_t units = (g.H + sms - 1) / sms;
+  const CoopDevice d = coop_device(ctx.device());
+  if (d.sms == 0) return false;
+  const int64_t units = (g.H + d.sms - 1) / d.sms;
   if (g.B * units > 4 * int64_t{kPersistentThreads}) return false;  // kMaxPairs a thread
   const BackwardLayout lay(g.B, g.GH, units);
-  if (lay.bytes() > static_cast<size_t>(max_smem)) return false;
   const auto grid = static_cast<unsigned>((g.H + units - 1) / units);
-  KILN_CUDA_CHECK(cudaFuncSetAttribute(rnn_backward_persistent_kernel,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(lay.bytes())));
-  int per_sm = 0;
-  KILN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &per_sm, rnn_backward_persistent_kernel, kPersistentThreads, lay.bytes()));
-  if (static_cast<int64_t>(per_sm) * sms < grid) return false;
   float* dgr_b = scratch_of<float>(ctx, g.B * g.GH);
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(kPersistentThreads);
-  cfg.dynamicSmemBytes = lay.bytes();
-  cfg.stream = stream_of(ctx);
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeCooperative;
-  attr.val.cooperative = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
-  KILN_CUDA_CHECK(cudaLaunchKernelEx(&cfg, rnn_backward_persistent_kernel, g, lens, res, dy, h0,
-                                     c0, R, dh, g.cell == 0 ? dc : nullptr, dg, dgr, dgr_b,
-                                     dgr_all, hp_all, lay));
-  return true;
+  return launch_cooperative(ctx, rnn_backward_persistent_kernel, grid, lay.bytes(), d, g, lens,
+                            res, dy, h0, c0, R, dh, g.cell == 0 ? dc : nullptr, dg, dgr, dgr_b,
+                            dgr_all, hp_all, lay);
 }
 
 template <typename T>

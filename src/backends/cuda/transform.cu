@@ -250,6 +250,16 @@ struct TransposePlan {
   int64_t np = 1, nq = 1, in_q = 1, out_p = 1, tiles_p = 1, tiles_q = 1;
 };
 
+// The input and output offsets of batch index b (over the plan's batch dims).
+__device__ inline void batch_offsets(const TransposePlan& p, int64_t b, int64_t& ib, int64_t& ob) {
+  for (int d = p.nb - 1; d >= 0; --d) {
+    const int64_t i = b % p.bdims[d];
+    b /= p.bdims[d];
+    ib += i * p.bin[d];
+    ob += i * p.bout[d];
+  }
+}
+
 template <typename U>
 __global__ void transpose_tiled_kernel(const U* __restrict__ src, U* __restrict__ dst,
                                        TransposePlan p, int64_t tasks) {
@@ -260,12 +270,7 @@ __global__ void transpose_tiled_kernel(const U* __restrict__ src, U* __restrict_
     const int64_t rest = t - b * per_batch;
     const int64_t p0 = rest / p.tiles_q * kTile, q0 = rest % p.tiles_q * kTile;
     int64_t ib = 0, ob = 0;
-    for (int d = p.nb - 1; d >= 0; --d) {
-      const int64_t i = b % p.bdims[d];
-      b /= p.bdims[d];
-      ib += i * p.bin[d];
-      ob += i * p.bout[d];
-    }
+    batch_offsets(p, b, ib, ob);
     for (int r = threadIdx.y; r < kTile; r += kTileRows) {
       const int64_t ip = p0 + threadIdx.x, iq = q0 + r;
       if (ip < p.np && iq < p.nq) tile[r][threadIdx.x] = src[ib + ip + iq * p.in_q];
@@ -291,12 +296,7 @@ __global__ void transpose_short_q_kernel(const U* __restrict__ src, U* __restric
     int64_t b = r / p.np;
     const int64_t ip = r - b * p.np;
     int64_t ib = 0, ob = 0;
-    for (int d = p.nb - 1; d >= 0; --d) {
-      const int64_t i = b % p.bdims[d];
-      b /= p.bdims[d];
-      ib += i * p.bin[d];
-      ob += i * p.bout[d];
-    }
+    batch_offsets(p, b, ib, ob);
     const U* s = src + ib + ip;
     U* o = dst + ob + ip * p.out_p;
     for (int64_t iq = 0; iq < p.nq; ++iq) o[iq] = s[iq * p.in_q];
