@@ -42,11 +42,11 @@ int capture();
 bool fusion_enabled();
 /// False when KILN_CHANNELS_LAST=0 (read at every compile): the channels_last pass is off.
 bool channels_last();
-/// False when KILN_CUDNN_GRAPH=0 (read when a convolution problem is first seen).
+/// False when KILN_CUDNN_GRAPH=0 (read at every f16/bf16 channels_last convolution run).
 bool cudnn_graph();
 /// True when KILN_CUDNN_RUNTIME_FUSION=1 (read when a convolution problem is first seen).
 bool cudnn_runtime_fusion();
-/// False when KILN_RNN_PERSISTENT=0 (read at every LSTM layer run).
+/// False when KILN_RNN_PERSISTENT=0 (read at every CUDA LSTM/GRU layer run).
 bool rnn_persistent();
 
 }  // namespace kiln::env
