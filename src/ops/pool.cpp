@@ -170,14 +170,14 @@ std::vector<int64_t> spatial(const Tensor& t) {
   return {s.begin() + 2, s.end()};
 }
 
-// Scatters dy into the argmax positions the forward pass recorded (output 1), never recomputing
-// them; the i64 indices output carries no cotangent.
 // (channels_last nodes exist only in compiled inference programs, which are not differentiated)
 void require_nchw(const VjpContext& c) {
   if (c.attrs.b("channels_last", false))
     fail<UnsupportedError>("[{}] no gradient for a channels_last node", op_name(c.op));
 }
 
+// Scatters dy into the argmax positions the forward pass recorded (output 1), never recomputing
+// them; the i64 indices output carries no cotangent.
 Grads vjp_max_pool(const VjpContext& c) {
   require_nchw(c);
   return {max_pool_grad(c.cotangent_or_zeros(0), c.outputs[1], c.inputs[0].shape())};

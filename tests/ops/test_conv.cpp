@@ -312,12 +312,13 @@ void check_channels_last_epilogues(Device device, const std::vector<DType>& type
   };
   const int64_t c = wide ? 64 : 16, n = wide ? 2 : 1;
   const Case cases[] = {
-      {{n, c, 14, 14}, {c, c, 3, 3}, {1, 1}, {1, 1, 1, 1}, 1, true, true, true},          // block
-      {{n, c, 14, 14}, {2 * c, c, 1, 1}, {2, 2}, {0, 0, 0, 0}, 1, true, false, false},    // shortcut
-      {{n, 3, 32, 32}, {c, 3, 7, 7}, {2, 2}, {3, 3, 3, 3}, 1, true, false, true},         // the stem
-      {{1, 32, 9, 9}, {32, 8, 3, 3}, {1, 1}, {1, 1, 1, 1}, 4, true, false, true},         // groups
-      {{1, 5, 8, 8}, {7, 5, 3, 3}, {1, 1}, {1, 1, 1, 1}, 1, false, true, false},          // odd sizes
-      {{1, 16, 10, 10}, {24, 16, 3, 3}, {2, 2}, {1, 1, 1, 1}, 1, false, false, false},    // plain
+      // a block, a shortcut, the stem, groups, odd sizes, plain
+      {{n, c, 14, 14}, {c, c, 3, 3}, {1, 1}, {1, 1, 1, 1}, 1, true, true, true},
+      {{n, c, 14, 14}, {2 * c, c, 1, 1}, {2, 2}, {0, 0, 0, 0}, 1, true, false, false},
+      {{n, 3, 32, 32}, {c, 3, 7, 7}, {2, 2}, {3, 3, 3, 3}, 1, true, false, true},
+      {{1, 32, 9, 9}, {32, 8, 3, 3}, {1, 1}, {1, 1, 1, 1}, 4, true, false, true},
+      {{1, 5, 8, 8}, {7, 5, 3, 3}, {1, 1}, {1, 1, 1, 1}, 1, false, true, false},
+      {{1, 16, 10, 10}, {24, 16, 3, 3}, {2, 2}, {1, 1, 1, 1}, 1, false, false, false},
   };
   for (DType t : types)
     for (const Case& c : cases) {

@@ -289,7 +289,6 @@ bool conv_dnnl_fused(KernelContext& ctx, const Geom& g, const Epilogue<Y>& fin) 
     if (!(m != 0 && std::isfinite(m))) return false;
   using R = quant_math::Residual;
   const bool res = fin.res.kind != R::kNone, qres = res && fin.res.kind != R::kF32;
-  // a quantized residual r joins as raw integers: v/sr - zr + r, relu, then sr/sy and y_zp
   const float sr = qres ? *fin.res.scale : 1.0f;
   const float zr = !qres                      ? 0.0f
                    : fin.res.kind == R::kU8 ? *static_cast<const uint8_t*>(fin.res.zp)

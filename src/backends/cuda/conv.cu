@@ -851,6 +851,12 @@ std::vector<GraphKnob> knobs_of_record(const std::vector<int64_t>& v) {
 
 GraphConvProblem graph_problem(const Problem& p, DType t, const GraphConvArgs& a, bool relu);
 
+// Held while graph-API plans are made: cudnn_shared_handle's handle serves one thread at a time.
+std::mutex& graph_build_mutex() {
+  static std::mutex mu;
+  return mu;
+}
+
 const GraphConvPlan* nhwc_plan(KernelContext& ctx, const Problem& p, DType t,
                                const GraphConvArgs& a, const TensorView& y, bool relu,
                                const std::function<void()>& legacy) {
@@ -866,11 +872,10 @@ const GraphConvPlan* nhwc_plan(KernelContext& ctx, const Problem& p, DType t,
   if (seed) {  // a package's choice: the legacy algorithm, or a plan made again without timing
     auto choice = std::make_unique<NhwcChoice>();
     if ((*seed)[0] >= 0) {
-      static std::mutex build;
-      std::lock_guard<std::mutex> l(build);
-      choice->plan = graph_conv_plan(cudnn_shared_handle(ctx.device()), graph_problem(p, t, a, relu),
-                                     (*seed)[1] != 0, (*seed)[0], knobs_of_record(*seed),
-                                     size_t{256} << 20);
+      std::lock_guard<std::mutex> l(graph_build_mutex());
+      choice->plan =
+          graph_conv_plan(cudnn_shared_handle(ctx.device()), graph_problem(p, t, a, relu),
+                          (*seed)[1] != 0, (*seed)[0], knobs_of_record(*seed), size_t{256} << 20);
     }
     if ((*seed)[0] < 0 || choice->plan) {
       std::lock_guard<std::mutex> l(cache.mu);
@@ -887,8 +892,7 @@ const GraphConvPlan* nhwc_plan(KernelContext& ctx, const Problem& p, DType t,
   const GraphConvProblem gp = graph_problem(p, t, a, relu);
   std::vector<std::unique_ptr<GraphConvPlan>> plans;
   {
-    static std::mutex build;  // the shared handle is used by one thread at a time
-    std::lock_guard<std::mutex> l(build);
+    std::lock_guard<std::mutex> l(graph_build_mutex());
     // (workspaces up to what measuring the legacy algorithms may take)
     plans = graph_conv_plans(cudnn_shared_handle(ctx.device()), gp, kGraphPlansPerGraph,
                              size_t{256} << 20);
@@ -939,7 +943,8 @@ void conv_nhwc(KernelContext& ctx) {
   const TensorView &x = ctx.in(0), &w = ctx.in(1), &y = ctx.out(0);
   if (y.numel() == 0) return;
   auto nchw = [](const Shape& s) { return Shape{s[0], s[3], s[1], s[2]}; };
-  const ConvCall c = conv_call(OpId::Conv, ctx.attrs(), nchw(x.shape), nchw(w.shape), nchw(y.shape));
+  const ConvCall c =
+      conv_call(OpId::Conv, ctx.attrs(), nchw(x.shape), nchw(w.shape), nchw(y.shape));
   const void* bias = bias_of(ctx);
   if (!c.direct || x.numel() == 0 || w.numel() == 0 || y.numel() > UINT32_MAX)
     fail<UnsupportedError>(

@@ -332,15 +332,16 @@ bool conv_lt(KernelContext& ctx, QConvArgs g, const float* bias, const int32_t* 
     int8_gemm(ctx, col, w8, raw, m, n, k, align_col, align_w);
   Y* out = ctx.out(0).ptr<Y>();
   const int64_t total = ctx.out(0).numel();
+  const int32_t* cols = col_sums ? sums : nullptr;
   if (g.cl && n % 4 == 0 && total / 4 <= UINT32_MAX && pointer_alignment(out) >= 4 &&
       pointer_alignment(res.data) >= static_cast<uint32_t>(4 * res.element_bytes()))
     qconv_gemm_epilogue_nhwc4<A, W, Y><<<blocks_for(total / 4), kThreads, 0, st>>>(
-        raw, col_sums ? sums : nullptr, sums + m, ctx.in(1).ptr<float>(), ctx.in(2).ptr<A>(), ctx.in(4).ptr<float>(),
+        raw, cols, sums + m, ctx.in(1).ptr<float>(), ctx.in(2).ptr<A>(), ctx.in(4).ptr<float>(),
         ctx.in(5).ptr<W>(), ctx.in(6).ptr<float>(), ctx.in(7).ptr<Y>(), bias, ibias, res, out, g,
         shift_x, shift_w, static_cast<uint32_t>(total / 4));
   else
     qconv_gemm_epilogue<A, W, Y><<<blocks_for(total), kThreads, 0, st>>>(
-        raw, col_sums ? sums : nullptr, sums + m, ctx.in(1).ptr<float>(), ctx.in(2).ptr<A>(), ctx.in(4).ptr<float>(),
+        raw, cols, sums + m, ctx.in(1).ptr<float>(), ctx.in(2).ptr<A>(), ctx.in(4).ptr<float>(),
         ctx.in(5).ptr<W>(), ctx.in(6).ptr<float>(), ctx.in(7).ptr<Y>(), bias, ibias, res, out, g,
         shift_x, shift_w, raw_om);
   check_launch(ctx.op_name());
