@@ -63,9 +63,12 @@ bool cudnn_runtime_fusion() {
   return v && std::string(v) == "1";
 }
 
-bool rnn_persistent() {
+bool rnn_persistent(bool backward) {
   const char* v = get("KILN_RNN_PERSISTENT");
-  return !(v && std::string(v) == "0");
+  const std::string s = v ? v : "forward";
+  if (s == "forward") return !backward;
+  if (s == "backward") return backward;
+  return s == "1";
 }
 
 int capture() {

@@ -46,7 +46,10 @@ bool channels_last();
 bool cudnn_graph();
 /// True when KILN_CUDNN_RUNTIME_FUSION=1 (read when a convolution problem is first seen).
 bool cudnn_runtime_fusion();
-/// False when KILN_RNN_PERSISTENT=0 (read at every CUDA LSTM/GRU layer run).
-bool rnn_persistent();
+/// Whether the CUDA LSTM/GRU layers' forward (backward = false) or backward pass may run as one
+/// persistent kernel: KILN_RNN_PERSISTENT=forward (the default: on the H200 the persistent
+/// backward kernel is still slower than the per-step kernels) or =backward that pass only, =1
+/// both, anything else neither (read at every CUDA LSTM/GRU layer run).
+bool rnn_persistent(bool backward);
 
 }  // namespace kiln::env

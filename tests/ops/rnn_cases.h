@@ -22,6 +22,7 @@ struct Cfg {
   bool input_forget = false, lbr = false;
   std::vector<RnnActivation> acts;  // one direction's; empty: defaults
   int64_t T = 4, B = 3, I = 5, H = 3;
+  double w = 0.6;  // weights are drawn from [-w, w]
 
   int64_t D() const { return dir == RnnDirection::bidirectional ? 2 : 1; }
   int64_t G() const { return cell == RnnCell::lstm ? 4 : cell == RnnCell::gru ? 3 : 1; }
@@ -47,8 +48,8 @@ inline Data make_data(const Cfg& c) {
       random_array(c.batch_first ? Shape{c.B, c.T, c.I} : Shape{c.T, c.B, c.I}, c.dtype, -1, 1));
   for (int l = 0; l < c.layers; ++l) {
     const int64_t in = l == 0 ? c.I : D * c.H;
-    d.arrays.push_back(random_array({D, GH, in}, c.dtype, -0.6, 0.6));
-    d.arrays.push_back(random_array({D, GH, c.H}, c.dtype, -0.6, 0.6));
+    d.arrays.push_back(random_array({D, GH, in}, c.dtype, -c.w, c.w));
+    d.arrays.push_back(random_array({D, GH, c.H}, c.dtype, -c.w, c.w));
     if (c.bias) d.arrays.push_back(random_array({D, 2 * GH}, c.dtype, -0.5, 0.5));
     if (c.peep) d.arrays.push_back(random_array({D, 3 * c.H}, c.dtype, -0.5, 0.5));
   }

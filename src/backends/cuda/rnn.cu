@@ -6,8 +6,9 @@
 // the configurations cuDNN supports run through cudnnRNNForward instead (see cudnn_supports).
 // f32 LSTM layers and GRU layers with linear_before_reset outside cuDNN (training ones, and those
 // with lengths or other options) run each direction's steps in one persistent cooperative kernel
-// where the shapes allow, forward (rnn_persistent) and backward (rnn_backward_persistent, without
-// peepholes); KILN_RNN_PERSISTENT=0 keeps the per-step launches.
+// where the shapes allow: forward (rnn_persistent) by default, backward (rnn_backward_persistent,
+// without peepholes) with KILN_RNN_PERSISTENT=1; KILN_RNN_PERSISTENT=0 keeps the per-step
+// launches.
 // Half types run as f32. seq_lens values are clamped to [0, T] here (the CPU kernel rejects
 // them).
 #include <algorithm>
