@@ -40,6 +40,8 @@ struct Options {
   double max_seconds = 20;  // per workload: stop repeating after this much timing
   std::vector<std::string> only;
   std::string onnx_dir;  // models bench/gpu/run.py exports (bert_base.onnx)
+  std::string profile;   // directory: after timing, 3 runs under the profiler (summary, trace)
+  std::string current;   // the workload being timed (names the trace)
 };
 
 double ms_since(Clock::time_point t0) {
@@ -67,6 +69,14 @@ Timing time_runs(const std::function<void()>& f, const Options& o) {
     if (ms_since(start) > o.max_seconds * 1000) break;
   }
   std::sort(t.begin(), t.end());
+  if (!o.profile.empty()) {  // where the time goes: op table, copies, idle gaps, and a trace
+    Profiler::start();
+    for (int i = 0; i < 3; ++i) f();
+    const Profile p = Profiler::stop();
+    std::istringstream lines(p.summary(5));
+    for (std::string line; std::getline(lines, line);) fmt::print("#   {}\n", line);
+    p.save(o.profile + "/" + o.current + ".json");
+  }
   return {t[t.size() / 2], static_cast<int>(t.size())};
 }
 
@@ -389,10 +399,12 @@ std::string one_line(std::string s) {
 void usage() {
   fmt::print(
       "kiln_bench_gpu [--device cuda:0|cpu] [--reps N] [--warmup N] [--max-seconds S]\n"
-      "               [--only NAME[,NAME...]] [--list] [--onnx-dir DIR]\n"
+      "               [--only NAME[,NAME...]] [--list] [--onnx-dir DIR] [--profile DIR]\n"
       "Times kiln workloads on a device. --only takes names or name prefixes (e.g. "
       "resnet50_infer).\n"
-      "Prints '# ...' lines for people and 'kiln <name> <ms>' (or 'kiln <name> error <text>').\n");
+      "Prints '# ...' lines for people and 'kiln <name> <ms>' (or 'kiln <name> error <text>').\n"
+      "--profile DIR: after timing, profiles 3 runs of each workload: the summary as '#' lines,\n"
+      "the Chrome trace in DIR/<name>.json.\n");
 }
 }  // namespace
 
@@ -417,6 +429,8 @@ int main(int argc, char** argv) {
         o.max_seconds = std::stod(value());
       else if (a == "--onnx-dir")
         o.onnx_dir = value();
+      else if (a == "--profile")
+        o.profile = value();
       else if (a == "--list")
         list = true;
       else if (a == "--only") {
@@ -454,6 +468,7 @@ int main(int argc, char** argv) {
   for (const auto& w : all) {
     if (!selected(o, w.name)) continue;
     try {
+      o.current = w.name;
       w.run(o, w.name);
     } catch (const std::exception& e) {
       ++failed;

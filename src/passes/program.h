@@ -40,6 +40,10 @@ Program fold_batch_norms(const Program& p);
 /// Runs Matmul, Linear, Conv, ConvTranspose and ConvGradWeight nodes whose inputs are f32 in
 /// `low` (f16 or bf16): casts their inputs to `low` (once per value) and their outputs back to f32.
 Program autocast(const Program& p, DType low);
+/// Moves a cast that narrows a float and reads a chain of reshapes and transposes (read only by
+/// the chain) to the chain's start, dropping it where the start widened the same narrow value
+/// (src/passes/hoist_casts.cpp).
+Program hoist_casts(const Program& p);
 /// Moves every assign (and whatever reads its result) after all other nodes, so each read of a
 /// variable in a run sees the value it had when the run started.
 Program order_assignments(const Program& p);

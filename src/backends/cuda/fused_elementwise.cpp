@@ -40,6 +40,7 @@ struct Params {
   long long n;
   int rank;
   int vec;
+  int rowvec;  // vec chunks never cross a row of the innermost dim
   long long dims[kRank];
   long long strides[fused::kMaxInputs][kRank];
 };
@@ -401,17 +402,16 @@ std::string generate(const fused::Program& p, const std::vector<DType>& types, D
   std::string s = kPrelude;
   s += fmt::format(
       "struct Params {{ const void* in[{}]; void* out; long long n; int rank; int vec; "
-      "long long dims[{}]; long long strides[{}][{}]; }};\n",
+      "int rowvec; long long dims[{}]; long long strides[{}][{}]; }};\n",
       fused::kMaxInputs, kRank, fused::kMaxInputs, kRank);
-  // value of element `i` from inputs and the program
-  s += "__device__ inline " + std::string(ctype(out)) + " elem(const Params& p, long long i";
-  for (int k = 0; k < p.num_inputs; ++k)
-    if (kind[k] == Kind::dense) s += fmt::format(", {} x{}", stype(types[k]), k);
-  s += ") {\n";
   bool any_bcast = false;
   for (int k = 0; k < p.num_inputs; ++k) any_bcast = any_bcast || kind[k] == Kind::bcast;
+  const int slots = std::max(p.num_inputs, 1);
+  // the element offsets of the broadcast inputs at output index i
+  s += "__device__ inline void offsets(const Params& p, long long i, long long* off) {\n";
   if (any_bcast) {
-    s += "  long long off[" + std::to_string(p.num_inputs) + "] = {0};\n";
+    for (int k = 0; k < p.num_inputs; ++k)
+      if (kind[k] == Kind::bcast) s += fmt::format("  off[{}] = 0;\n", k);
     // 32-bit division while the index fits (64-bit division is emulated and slow)
     s += "  long long r = i;\n  for (int d = p.rank - 1; d >= 0; --d) {\n"
          "    const long long q = (r | p.dims[d]) <= 0x7fffffffLL\n"
@@ -421,6 +421,13 @@ std::string generate(const fused::Program& p, const std::vector<DType>& types, D
       if (kind[k] == Kind::bcast) s += fmt::format("    off[{0}] += m * p.strides[{0}][d];\n", k);
     s += "    r = q;\n  }\n";
   }
+  s += "}\n";
+  // value of an element from its broadcast inputs' offsets, its dense inputs and the program
+  s += "__device__ inline " + std::string(ctype(out)) +
+       " elem(const Params& p, const long long* off";
+  for (int k = 0; k < p.num_inputs; ++k)
+    if (kind[k] == Kind::dense) s += fmt::format(", {} x{}", stype(types[k]), k);
+  s += ") {\n";
   for (int k = 0; k < p.num_inputs; ++k) {
     const std::string ptr = fmt::format("((const {}*)p.in[{}])", stype(types[k]), k);
     const std::string e = kind[k] == Kind::dense    ? fmt::format("x{}", k)
@@ -458,18 +465,33 @@ std::string generate(const fused::Program& p, const std::vector<DType>& types, D
         s += fmt::format("      const Pk<{0}> a{1} = ((const Pk<{0}>*)p.in[{1}])[j];\n",
                          vec * size_of(types[k]), k);
     s += fmt::format("      Pk<{}> r;\n", vec * size_of(out));
-    s += fmt::format("      for (int l = 0; l < {}; ++l) (({}*)r.b)[l] = {}(elem(p, j * {} + l",
-                     vec, st, store, vec);
+    // p.rowvec: the chunk lies in one row of the innermost dim (its length a multiple of vec),
+    // so the broadcast offsets come from one index decomposition a chunk, not one an element
+    s += fmt::format("      long long ob[{0}], o[{0}];\n", slots);
+    if (any_bcast) s += fmt::format("      if (p.rowvec) offsets(p, j * {}, ob);\n", vec);
+    s += fmt::format("      for (int l = 0; l < {}; ++l) {{\n", vec);
+    if (any_bcast) {
+      s += "        if (p.rowvec) {\n";
+      for (int k = 0; k < p.num_inputs; ++k)
+        if (kind[k] == Kind::bcast)
+          s += fmt::format("          o[{0}] = ob[{0}] + l * p.strides[{0}][p.rank - 1];\n", k);
+      s += fmt::format("        }} else {{\n          offsets(p, j * {} + l, o);\n        }}\n",
+                       vec);
+    }
+    s += fmt::format("        (({}*)r.b)[l] = {}(elem(p, o", st, store);
     for (int k = 0; k < p.num_inputs; ++k)
       if (kind[k] == Kind::dense) s += fmt::format(", ((const {}*)a{}.b)[l]", stype(types[k]), k);
-    s += fmt::format("));\n      ((Pk<{}>*)p.out)[j] = r;\n    }}\n", vec * size_of(out));
+    s += "));\n      }\n";
+    s += fmt::format("      ((Pk<{}>*)p.out)[j] = r;\n    }}\n", vec * size_of(out));
     s += fmt::format("    start = nv * {};\n  }}\n", vec);
   }
-  s += "  for (long long i = start + t; i < p.n; i += step)\n";
-  s += fmt::format("    (({}*)p.out)[i] = {}(elem(p, i", st, store);
+  s += fmt::format("  for (long long i = start + t; i < p.n; i += step) {{\n"
+                   "    long long o[{}];\n    offsets(p, i, o);\n",
+                   slots);
+  s += fmt::format("    (({}*)p.out)[i] = {}(elem(p, o", st, store);
   for (int k = 0; k < p.num_inputs; ++k)
     if (kind[k] == Kind::dense) s += fmt::format(", ((const {}*)p.in[{}])[i]", stype(types[k]), k);
-  s += "));\n}\n";
+  s += "));\n  }\n}\n";
   return s;
 }
 
@@ -762,6 +784,7 @@ void fused_elementwise(KernelContext& ctx) {
   for (int i = 0; i < ctx.num_inputs(); ++i)
     if (pl.kind[i] == Kind::dense) vec = vec && aligned(ctx.in(i).data, size_of(ctx.in(i).dtype));
   p.vec = vec ? 1 : 0;
+  p.rowvec = vec && p.rank > 0 && p.dims[p.rank - 1] % pl.vec == 0 ? 1 : 0;
   const int64_t items = vec ? n / pl.vec : n;
   const int64_t blocks =
       std::min<int64_t>(std::max<int64_t>((items + kBlock - 1) / kBlock, 1), 65535 * 8);
