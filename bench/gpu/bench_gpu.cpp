@@ -1,7 +1,8 @@
 // GPU benchmark: kiln on cuda:0 on the workloads of the peer table in the GPU machine notes
-// (ResNet-50 inference and training, an MLP Adam step, max-pool forward+backward, 1000 dependent
-// tiny adds, ResNet-50 compile time, recurrent layers, attention, BERT-base from ONNX). bench/gpu/run.py runs PyTorch on the same workloads beside
-// it and prints the ratios.
+// (ResNet-50 inference (f32, f32 with TF32 allowed, bf16) and training, an MLP Adam step, max-pool
+// forward+backward, 1000 dependent tiny adds, ResNet-50 compile time, recurrent layers,
+// attention, BERT-base from ONNX). bench/gpu/run.py runs PyTorch on the same workloads beside it
+// and prints the ratios.
 //
 // Each workload prints friendly lines starting with "#" and one machine-readable line:
 //   kiln <name> <ms>            median wall time of one run (or the compile time), milliseconds
@@ -116,19 +117,23 @@ CompileOptions precision(bool use_bf16) {
   return c;
 }
 
-void resnet_infer(const Options& o, const std::string& name, int64_t batch, bool use_bf16) {
+void resnet_infer(const Options& o, const std::string& name, int64_t batch, bool use_bf16,
+                  bool tf32 = false) {
   Graph g;
   const DType dt = use_bf16 ? bf16 : f32;
   auto x = g.placeholder({batch, 3, 224, 224}, dt, "x");
   ResNet50 net(g, /*training=*/false, 1, dt);
   auto logits = net.forward(x);
   const auto t0 = Clock::now();
-  auto exe = g.compile(o.device, {}, {logits});
+  auto exe = g.compile(o.device, {}, {logits}, {.allow_tf32 = tf32});
   const double compile_ms = ms_since(t0);
   Array xv = Rng(7).array({batch, 3, 224, 224}, 1.0f).astype(dt).to(o.device);
   const Timing t = time_runs([&] { exe.run({{x, xv}}); }, o);
   report(name,
-         fmt::format("ResNet-50 inference, batch {}, {}", batch, use_bf16 ? kBf16ModelNote : "f32"),
+         fmt::format("ResNet-50 inference, batch {}, {}", batch,
+                     use_bf16 ? kBf16ModelNote
+                     : tf32   ? "f32 with CompileOptions::allow_tf32"
+                              : "f32"),
          compile_ms, exe, t);
 }
 
@@ -367,6 +372,8 @@ std::vector<Workload> workloads() {
       {"resnet50_infer_bs1_bf16", [](O o, S n) { resnet_infer(o, n, 1, true); }},
       {"resnet50_infer_bs32_f32", [](O o, S n) { resnet_infer(o, n, 32, false); }},
       {"resnet50_infer_bs32_bf16", [](O o, S n) { resnet_infer(o, n, 32, true); }},
+      {"resnet50_infer_bs1_tf32", [](O o, S n) { resnet_infer(o, n, 1, false, true); }},
+      {"resnet50_infer_bs32_tf32", [](O o, S n) { resnet_infer(o, n, 32, false, true); }},
       {"resnet50_train_bs32_f32", [](O o, S n) { resnet_train(o, n, false); }},
       {"resnet50_train_bs32_bf16", [](O o, S n) { resnet_train(o, n, true); }},
       {"resnet50_compile", resnet_compile},

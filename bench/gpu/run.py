@@ -35,6 +35,10 @@ WORKLOADS = [
      (3.83, "torch.compile reduce-overhead, TF32 (eager 7.84, eager TF32 6.06)")),
     ("resnet50_infer_bs32_bf16", "ResNet-50 inference bs32 bf16",
      (1.96, "torch.compile max-autotune, bf16 channels-last (eager 7.83)")),
+    ("resnet50_infer_bs1_tf32", "ResNet-50 inference bs1 f32, TF32 allowed on both sides",
+     (0.912, "torch.compile reduce-overhead, TF32")),
+    ("resnet50_infer_bs32_tf32", "ResNet-50 inference bs32 f32, TF32 allowed on both sides",
+     (3.83, "torch.compile reduce-overhead, TF32 (eager TF32 6.06)")),
     ("resnet50_train_bs32_f32", "ResNet-50 training step bs32 f32, SGD",
      (24.1, "eager")),
     ("resnet50_train_bs32_bf16", "ResNet-50 training step bs32 bf16 autocast, SGD",
@@ -80,6 +84,17 @@ def strict_f32(torch):
         return f"TF32 setting failed ({e}), PyTorch defaults"
 
 
+def set_tf32(torch, on):
+    """TF32 on or off for PyTorch's matmuls and convolutions (the f32 rows run with it off)."""
+    cudnn_conv = getattr(torch.backends.cudnn, "conv", None)
+    if cudnn_conv is not None and hasattr(cudnn_conv, "fp32_precision"):
+        torch.backends.cuda.matmul.fp32_precision = "tf32" if on else "ieee"
+        cudnn_conv.fp32_precision = "tf32" if on else "ieee"
+    else:
+        torch.backends.cuda.matmul.allow_tf32 = on
+        torch.backends.cudnn.allow_tf32 = on
+
+
 def cuda_median_ms(torch, fn, reps, warmup):
     for _ in range(warmup):
         fn()
@@ -104,15 +119,22 @@ def torch_workloads(torch):
 
     dev = "cuda"
 
-    def resnet_infer(batch, bf16):
+    def resnet_infer(batch, bf16, tf32=False):
         def bench(reps, warmup):
             model = torchvision.models.resnet50().to(dev).eval()
             x = torch.randn(batch, 3, 224, 224, device=dev)
-            if bf16:  # as the peer: the whole model in bf16, channels-last
-                model = model.to(memory_format=torch.channels_last, dtype=torch.bfloat16)
-                x = x.to(memory_format=torch.channels_last, dtype=torch.bfloat16)
-            with torch.inference_mode():
-                return cuda_median_ms(torch, lambda: model(x), reps, warmup)
+            if bf16 or tf32:  # as the peers: channels-last (the whole model in bf16 for bf16)
+                dt = torch.bfloat16 if bf16 else torch.float32
+                model = model.to(memory_format=torch.channels_last, dtype=dt)
+                x = x.to(memory_format=torch.channels_last, dtype=dt)
+            if tf32:
+                set_tf32(torch, True)
+            try:
+                with torch.inference_mode():
+                    return cuda_median_ms(torch, lambda: model(x), reps, warmup)
+            finally:
+                if tf32:
+                    set_tf32(torch, False)
         return bench
 
     def resnet_train(bf16):
@@ -220,6 +242,8 @@ def torch_workloads(torch):
         "resnet50_infer_bs1_bf16": resnet_infer(1, True),
         "resnet50_infer_bs32_f32": resnet_infer(32, False),
         "resnet50_infer_bs32_bf16": resnet_infer(32, True),
+        "resnet50_infer_bs1_tf32": resnet_infer(1, False, tf32=True),
+        "resnet50_infer_bs32_tf32": resnet_infer(32, False, tf32=True),
         "resnet50_train_bs32_f32": resnet_train(False),
         "resnet50_train_bs32_bf16": resnet_train(True),
         "mlp_adam_bs256": mlp,

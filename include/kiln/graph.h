@@ -99,6 +99,11 @@ struct CompileOptions {
   /// With optimize: dequantize -> matmul/linear (+bias +residual +relu) -> quantize runs as one
   /// int8 quantized_matmul (docs/quantization.md).
   bool fuse_quant = true;
+  /// CUDA: f32 matmul, linear and convolutions (forward and gradients) may use TF32 tensor cores
+  /// (products of 10-bit-mantissa roundings of the inputs, f32 sums), as PyTorch's
+  /// `allow_tf32`: several times faster, results within about 1e-3 relative of true f32. Off,
+  /// f32 is computed in f32 (as on the CPU, which ignores this option).
+  bool allow_tf32 = false;
 };
 
 class Graph {

@@ -130,14 +130,16 @@ void bind_graph(nb::module_& m) {
           "__init__",
           [](CompileOptions* o, bool optimize, bool plan_memory, bool in_place, int num_threads,
              std::optional<DType> autocast, bool strict_placement, bool capture,
-             bool fuse_elementwise) {
+             bool fuse_elementwise, bool allow_tf32) {
             new (o) CompileOptions{optimize, plan_memory,      in_place, num_threads,
                                    autocast, strict_placement, capture,  fuse_elementwise};
+            o->allow_tf32 = allow_tf32;
           },
           nb::arg("optimize") = true, nb::arg("plan_memory") = true, nb::arg("in_place") = true,
           nb::arg("num_threads") = 0, nb::arg("autocast") = nb::none(),
           nb::arg("strict_placement") = false, nb::arg("capture") = true,
-          nb::arg("fuse_elementwise") = true)
+          nb::arg("fuse_elementwise") = true, nb::arg("allow_tf32") = false)
+      .def_rw("allow_tf32", &CompileOptions::allow_tf32)
       .def_rw("optimize", &CompileOptions::optimize)
       .def_rw("plan_memory", &CompileOptions::plan_memory)
       .def_rw("in_place", &CompileOptions::in_place)

@@ -37,6 +37,11 @@ def test_compile_and_inspect(rng):
     np.testing.assert_allclose(exe.run({"x": xv})[0].numpy(), want, rtol=1e-6)
     np.testing.assert_allclose(exe({x: kiln.Array(xv)})[0].numpy(), want, rtol=1e-6)
     np.testing.assert_allclose(exe.run({x: kiln.from_dlpack(xv)})[0].numpy(), want, rtol=1e-6)
+    # TF32 is a CUDA math mode: off by default, and the CPU computes the same bits with it
+    assert not opts.allow_tf32 and kiln.CompileOptions(allow_tf32=True).allow_tf32
+    opts.allow_tf32 = True
+    tf32 = g.compile([y], feed_shapes={x: (5, 4)}, device="cpu", options=opts)
+    np.testing.assert_array_equal(tf32.run({x: xv})[0].numpy(), exe.run({x: xv})[0].numpy())
     with pytest.raises(kiln.ShapeError, match="placeholder 'x'"):
         exe.run({x: np.zeros((6, 4), np.float32)})
     with pytest.raises(kiln.DTypeError):

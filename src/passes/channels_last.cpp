@@ -1,9 +1,10 @@
 // channels_last: runs convolutions on NHWC data where that is their fast layout:
 //   - 2-D int8 convolutions (quantized_conv) on every backend: the CPU's oneDNN int8 kernels read
 //     and write NHWC without reorders; CUDA's im2col rows are contiguous (none for 1x1);
-//   - on CUDA, 2-D f16/bf16 inference convolutions (conv, symmetric pads, in programs without
-//     gradient convolutions): cuDNN's tensor-core kernels take NHWC data and (O, kh, kw, C/G)
-//     weights (constant weights are permuted here, once).
+//   - on CUDA, 2-D f16/bf16 inference convolutions, and f32 ones that may use TF32 (attr tf32:
+//     CompileOptions::allow_tf32) (conv, symmetric pads, in programs without gradient
+//     convolutions): cuDNN's tensor-core kernels take NHWC data and (O, kh, kw, C/G) weights
+//     (constant weights are permuted here, once).
 // Each such node gets the attribute channels_last and the values between them stay NHWC: an op
 // that does not care about layout (elementwise with same-shape or 0-d operands, per-tensor
 // quantize and dequantize) runs on NHWC where a reader wants its output so, and where that moves
@@ -143,7 +144,8 @@ class Rewriter {
     if (n.op != OpId::Conv || !float_convs || n.outputs.size() != 1) return false;
     const DType t = n.outputs[0].dtype;
     const auto& pads = n.attrs.ints("pads");
-    return (t == f16 || t == bf16) && g.info(n.inputs[0]).shape.size() == 4 &&
+    const bool tensor_cores = t == f16 || t == bf16 || (t == f32 && n.attrs.b("tf32", false));
+    return tensor_cores && g.info(n.inputs[0]).shape.size() == 4 &&
            g.info(n.inputs[1]).shape.size() == 4 && pads.size() == 4 && pads[0] == pads[2] &&
            pads[1] == pads[3];
   }

@@ -44,6 +44,9 @@ Program autocast(const Program& p, DType low);
 /// the chain) to the chain's start, dropping it where the start widened the same narrow value
 /// (src/passes/hoist_casts.cpp).
 Program hoist_casts(const Program& p);
+/// Sets attr tf32 on matmul, linear, conv, conv_transpose and conv_grad_weight nodes whose inputs
+/// are f32 (CompileOptions::allow_tf32; CUDA kernels read it, the CPU's ignore it).
+Program allow_tf32(const Program& p);
 /// Moves every assign (and whatever reads its result) after all other nodes, so each read of a
 /// variable in a run sees the value it had when the run started.
 Program order_assignments(const Program& p);

@@ -163,6 +163,7 @@ Executable Graph::compile(Device device, const FeedShapes& feeds, const std::vec
     run_pass(p, "cse", eliminate_common_subexpressions);
     run_pass(p, "dce", eliminate_dead_code);
   }
+  if (options.allow_tf32) run_pass(p, "allow_tf32", allow_tf32);
   // int8 convolutions run on NHWC (without reorders on the CPU, with contiguous im2col rows on
   // CUDA), and so do f16/bf16 inference convolutions on CUDA (cuDNN's tensor-core layout)
   if (options.optimize && env::channels_last())

@@ -4,7 +4,8 @@
 // cuDNN pads symmetrically and wants the output size that follows from the input size; other
 // geometries (asymmetric pads, output_padding) go through a zero-padded or cropped copy made by
 // window_copy. f32 and f64 use exactly summing algorithms only (no TF32, FFT or Winograd), so
-// results match the CPU; f16/bf16 compute in f32 and may use any algorithm.
+// results match the CPU, except f32 problems with attr tf32 (CompileOptions::allow_tf32), whose
+// math type lets cuDNN use TF32 tensor cores; f16/bf16 compute in f32 and may use any algorithm.
 #include <algorithm>
 #include <array>
 #include <climits>
@@ -31,6 +32,8 @@ namespace kiln::cuda {
 namespace {
 
 constexpr size_t kMaxWorkspace = size_t{1} << 30;
+// Added to an f32 problem's dtype in its key (and packages' tuning records) when TF32 is allowed.
+constexpr int64_t kTf32Key = 256;
 
 // ---- small kernels ----
 
@@ -140,6 +143,7 @@ enum class Pass { forward, backward_data, backward_filter };
 struct Problem {
   int nd = 2;
   bool nhwc = false;  // channels_last data (N, H, W, C) and weights (O, kh, kw, C/G); nd 2
+  bool tf32 = false;  // f32 may run on TF32 tensor cores (attr tf32: CompileOptions::allow_tf32)
   int64_t N = 0, C = 0, O = 0, G = 1;
   std::array<int64_t, 3> in{1, 1, 1}, k{1, 1, 1}, out{1, 1, 1}, pad{}, stride{1, 1, 1},
       dil{1, 1, 1};
@@ -176,11 +180,14 @@ cudnnDataType_t cudnn_type(DType t, const char* op) {
   }
 }
 
-// f32 runs on FMA kernels only: CUDNN_DEFAULT_MATH would let Ampere and later GPUs use TF32.
-cudnnMathType_t requested_math(DType t) {
+// f32 runs on FMA kernels only (CUDNN_DEFAULT_MATH would let Ampere and later GPUs use TF32),
+// unless TF32 is allowed.
+bool fma_only(DType t, bool tf32) { return t == DType::f32 && !tf32; }
+
+cudnnMathType_t requested_math(DType t, bool tf32) {
   switch (t) {
     case DType::f32:
-      return CUDNN_FMA_MATH;
+      return tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
     case DType::f64:
       return CUDNN_DEFAULT_MATH;
     default:
@@ -286,18 +293,19 @@ bool exact(Pass pass, int algo) {
 // The heuristics' first usable result, preferring deterministic ones; `workspace` asks cuDNN
 // for an algorithm's workspace (nullopt: not supported here).
 template <typename Perf, typename Workspace>
-std::optional<Algo> pick(Pass pass, DType t, const Perf* perf, int count, Workspace&& workspace) {
+std::optional<Algo> pick(Pass pass, DType t, bool tf32, const Perf* perf, int count,
+                         Workspace&& workspace) {
   const bool precise = t == DType::f32 || t == DType::f64;
   for (const bool need_determinism : {true, false})
     for (int i = 0; i < count; ++i) {
       const Perf& r = perf[i];
       if (r.status != CUDNN_STATUS_SUCCESS) continue;
       if (precise && !exact(pass, static_cast<int>(r.algo))) continue;
-      if (t == DType::f32 && r.mathType != CUDNN_FMA_MATH && r.mathType != CUDNN_DEFAULT_MATH)
+      if (fma_only(t, tf32) && r.mathType != CUDNN_FMA_MATH && r.mathType != CUDNN_DEFAULT_MATH)
         continue;
       if (need_determinism && r.determinism != CUDNN_DETERMINISTIC) continue;
       // f32 keeps FMA math whatever the heuristic reports
-      const cudnnMathType_t math = t == DType::f32 ? CUDNN_FMA_MATH : r.mathType;
+      const cudnnMathType_t math = fma_only(t, tf32) ? CUDNN_FMA_MATH : r.mathType;
       const std::optional<size_t> ws = workspace(r.algo, math);
       if (!ws || *ws > kMaxWorkspace) continue;
       return Algo{static_cast<int>(r.algo), *ws, math};
@@ -314,7 +322,8 @@ std::optional<size_t> workspace_of(const Descriptors& d, cudnnMathType_t math, Q
   return bytes;
 }
 
-std::optional<Algo> find_algo(cudnnHandle_t h, Pass pass, DType t, const Descriptors& d) {
+std::optional<Algo> find_algo(cudnnHandle_t h, Pass pass, DType t, bool tf32,
+                              const Descriptors& d) {
   constexpr int kMax = 16;
   int count = 0;
   switch (pass) {
@@ -322,7 +331,7 @@ std::optional<Algo> find_algo(cudnnHandle_t h, Pass pass, DType t, const Descrip
       cudnnConvolutionFwdAlgoPerf_t perf[kMax];
       KILN_CUDNN_CHECK(
           cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, kMax, &count, perf));
-      return pick(pass, t, perf, count, [&](cudnnConvolutionFwdAlgo_t a, cudnnMathType_t m) {
+      return pick(pass, t, tf32, perf, count, [&](cudnnConvolutionFwdAlgo_t a, cudnnMathType_t m) {
         return workspace_of(d, m, [&](size_t* b) {
           return cudnnGetConvolutionForwardWorkspaceSize(h, d.x, d.w, d.conv, d.y, a, b);
         });
@@ -332,7 +341,7 @@ std::optional<Algo> find_algo(cudnnHandle_t h, Pass pass, DType t, const Descrip
       cudnnConvolutionBwdDataAlgoPerf_t perf[kMax];
       KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.y, d.conv, d.x, kMax,
                                                                    &count, perf));
-      return pick(pass, t, perf, count, [&](cudnnConvolutionBwdDataAlgo_t a, cudnnMathType_t m) {
+      return pick(pass, t, tf32, perf, count, [&](cudnnConvolutionBwdDataAlgo_t a, cudnnMathType_t m) {
         return workspace_of(d, m, [&](size_t* b) {
           return cudnnGetConvolutionBackwardDataWorkspaceSize(h, d.w, d.y, d.conv, d.x, a, b);
         });
@@ -342,7 +351,7 @@ std::optional<Algo> find_algo(cudnnHandle_t h, Pass pass, DType t, const Descrip
       cudnnConvolutionBwdFilterAlgoPerf_t perf[kMax];
       KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x, d.y, d.conv, d.w, kMax,
                                                                      &count, perf));
-      return pick(pass, t, perf, count, [&](cudnnConvolutionBwdFilterAlgo_t a, cudnnMathType_t m) {
+      return pick(pass, t, tf32, perf, count, [&](cudnnConvolutionBwdFilterAlgo_t a, cudnnMathType_t m) {
         return workspace_of(d, m, [&](size_t* b) {
           return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, d.x, d.y, d.conv, d.w, a, b);
         });
@@ -356,7 +365,7 @@ std::optional<Algo> find_algo(cudnnHandle_t h, Pass pass, DType t, const Descrip
 // output, which the step then computes again) and reports them fastest first. The fastest usable
 // one wins; a deterministic one is preferred when it is at most 15% slower.
 template <typename Perf>
-std::optional<Algo> pick_measured(Pass pass, DType t, const Perf* perf, int count,
+std::optional<Algo> pick_measured(Pass pass, DType t, bool tf32, const Perf* perf, int count,
                                   size_t workspace_limit) {
   // measured choice: f32 may take Winograd and FFT when they are fastest (their error stays within
   // f32 tolerance, and PyTorch takes them too); f64 keeps the exact algorithms
@@ -368,10 +377,10 @@ std::optional<Algo> pick_measured(Pass pass, DType t, const Perf* perf, int coun
     if (r.status != CUDNN_STATUS_SUCCESS || r.memory > workspace_limit) continue;
     if (precise && !exact(pass, static_cast<int>(r.algo))) continue;
     // measured under the FMA descriptor; some report the default math type for the same kernels
-    if (t == DType::f32 && r.mathType != CUDNN_FMA_MATH && r.mathType != CUDNN_DEFAULT_MATH)
+    if (fma_only(t, tf32) && r.mathType != CUDNN_FMA_MATH && r.mathType != CUDNN_DEFAULT_MATH)
       continue;
     const Algo a{static_cast<int>(r.algo), r.memory,
-                 t == DType::f32 ? CUDNN_FMA_MATH : r.mathType};
+                 fma_only(t, tf32) ? CUDNN_FMA_MATH : r.mathType};
     if (!fastest) {
       fastest = a;
       fastest_ms = r.time;
@@ -394,8 +403,8 @@ struct FindBuffers {
   size_t workspace_bytes;
 };
 
-std::optional<Algo> measure_algo(cudnnHandle_t h, Pass pass, DType t, const Descriptors& d,
-                                 const FindBuffers& b) {
+std::optional<Algo> measure_algo(cudnnHandle_t h, Pass pass, DType t, bool tf32,
+                                 const Descriptors& d, const FindBuffers& b) {
   constexpr int kMax = 16;
   int count = 0;
   switch (pass) {
@@ -404,21 +413,21 @@ std::optional<Algo> measure_algo(cudnnHandle_t h, Pass pass, DType t, const Desc
       KILN_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, d.x, b.x, d.w, b.w, d.conv, d.y,
                                                               b.out, kMax, &count, perf,
                                                               b.workspace, b.workspace_bytes));
-      return pick_measured(pass, t, perf, count, b.workspace_bytes);
+      return pick_measured(pass, t, tf32, perf, count, b.workspace_bytes);
     }
     case Pass::backward_data: {
       cudnnConvolutionBwdDataAlgoPerf_t perf[kMax];
       KILN_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
           h, d.w, b.w, d.y, b.y, d.conv, d.x, b.out, kMax, &count, perf, b.workspace,
           b.workspace_bytes));
-      return pick_measured(pass, t, perf, count, b.workspace_bytes);
+      return pick_measured(pass, t, tf32, perf, count, b.workspace_bytes);
     }
     case Pass::backward_filter: {
       cudnnConvolutionBwdFilterAlgoPerf_t perf[kMax];
       KILN_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
           h, d.x, b.x, d.y, b.y, d.conv, d.w, b.out, kMax, &count, perf, b.workspace,
           b.workspace_bytes));
-      return pick_measured(pass, t, perf, count, b.workspace_bytes);
+      return pick_measured(pass, t, tf32, perf, count, b.workspace_bytes);
     }
   }
   return std::nullopt;
@@ -426,7 +435,9 @@ std::optional<Algo> measure_algo(cudnnHandle_t h, Pass pass, DType t, const Desc
 
 std::vector<int64_t> problem_key(Pass pass, int device, DType t, const Problem& p) {
   // (NHWC problems count 8 more dims: the key, and packages' tuning records, keep their size)
-  std::vector<int64_t> key{static_cast<int64_t>(pass), device, static_cast<int64_t>(t),
+  // (TF32 problems add kTf32Key to the dtype: the key keeps its size)
+  const int64_t dtype = static_cast<int64_t>(t) + (p.tf32 && t == DType::f32 ? kTf32Key : 0);
+  std::vector<int64_t> key{static_cast<int64_t>(pass), device, dtype,
                            p.nd + (p.nhwc ? 8 : 0), p.N, p.C, p.O, p.G};
   for (const auto* a : {&p.in, &p.k, &p.out, &p.pad, &p.stride, &p.dil})
     key.insert(key.end(), a->begin(), a->end());
@@ -496,7 +507,7 @@ const ConvPlan& plan_for(cudnnHandle_t h, Pass pass, int device, DType t, const 
   }
   auto plan = std::make_unique<ConvPlan>();
   const Descriptors& d = plan->d;
-  make_descriptors(plan->d, p, t, requested_math(t), ctx.op_name());
+  make_descriptors(plan->d, p, t, requested_math(t, p.tf32), ctx.op_name());
   std::optional<Algo> a;
   enum { heuristic, seeded, measured } how = heuristic;
   if (seed) {
@@ -505,17 +516,17 @@ const ConvPlan& plan_for(cudnnHandle_t h, Pass pass, int device, DType t, const 
       a = Algo{seed->algo, *ws, seed->math};
       how = seeded;
     }
-    KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, requested_math(t)));
+    KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, requested_math(t, p.tf32)));
   }
   if (!a && find) {
     FindBuffers b = *find;
     b.workspace = ctx.scratch(b.workspace_bytes);  // only on the first run of a problem
-    a = measure_algo(h, pass, t, d, b);
+    a = measure_algo(h, pass, t, p.tf32, d, b);
     how = measured;
     // the candidates ran with other math types: the step's own setting again
-    KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, requested_math(t)));
+    KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, requested_math(t, p.tf32)));
   }
-  if (!a) a = find_algo(h, pass, t, d);
+  if (!a) a = find_algo(h, pass, t, p.tf32, d);
   if (a) KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, a->math));
   plan->algo = a;
   std::lock_guard<std::mutex> l(cache.mu);
@@ -717,8 +728,10 @@ ConvCall conv_call(OpId op, const Attrs& attrs, const Shape& in0, const Shape& i
   }
   for (int i = 0; i < g.nd; ++i)
     c.direct = c.direct && cudnn_fits(g, i, g.in[i], g.pb[i], g.out[i]);
+  const bool tf32 = attrs.b("tf32", false);
   if (c.direct) {
     c.p = problem(g, g.in, g.pb);
+    c.p.tf32 = tf32;
     return c;
   }
   std::vector<int64_t> pad(g.nd, 0);
@@ -735,6 +748,7 @@ ConvCall conv_call(OpId op, const Attrs& attrs, const Shape& in0, const Shape& i
     }
   }
   c.p = problem(g, c.window, pad);
+  c.p.tf32 = tf32;
   return c;
 }
 
@@ -935,7 +949,8 @@ const GraphConvPlan* nhwc_plan(KernelContext& ctx, const Problem& p, DType t,
   return cache.nhwc.emplace(std::move(key), std::move(choice)).first->second->plan.get();
 }
 
-// conv with channels_last (the channels_last pass's f16/bf16 inference convs): cuDNN on NHWC
+// conv with channels_last (the channels_last pass's f16/bf16 inference convs, and f32 ones with
+// TF32 allowed): cuDNN on NHWC
 // data and (O, kh, kw, C/G) weights, tensor cores without layout conversions, with bias, the
 // fused residual and relu: either one graph-API plan (with or without the epilogue inside) or the
 // legacy algorithm and kiln's epilogue pass, whichever was faster on the problem's first run.
@@ -960,7 +975,9 @@ void conv_nhwc(KernelContext& ctx) {
     run_pass(ctx, Pass::forward, p, x.dtype, x.data, w.data, nullptr, y.data);
     launch_epilogue_nhwc(ctx, y, bias, res, relu);
   };
-  if ((x.dtype == DType::f16 || x.dtype == DType::bf16) && p.nd == 2 && env::cudnn_graph()) {
+  const bool tensor_cores =
+      x.dtype == DType::f16 || x.dtype == DType::bf16 || (x.dtype == DType::f32 && p.tf32);
+  if (tensor_cores && p.nd == 2 && env::cudnn_graph()) {
     const GraphConvArgs args{x.data, w.data, bias, res, y.data};
     if (const GraphConvPlan* plan = nhwc_plan(ctx, p, x.dtype, args, y, relu, legacy))
       if (aligned16(args) && run_graph_plan(ctx, *plan, args, y, relu)) return;
@@ -1048,7 +1065,9 @@ std::string check_record(const TuningRecord& r) {
   if (r.key.size() != kKeySize || r.value.size() != kValueSize)
     return fmt::format("{} key and {} value entries; a convolution record has {} and {}",
                        r.key.size(), r.value.size(), kKeySize, kValueSize);
-  const int64_t t = r.key[0], algo = r.value[0], math = r.value[1], ws = r.value[2];
+  const int64_t algo = r.value[0], math = r.value[1], ws = r.value[2];
+  const bool tf32 = r.key[0] == static_cast<int64_t>(DType::f32) + kTf32Key;
+  const int64_t t = tf32 ? static_cast<int64_t>(DType::f32) : r.key[0];
   if (t != static_cast<int64_t>(DType::f32) && t != static_cast<int64_t>(DType::f64) &&
       t != static_cast<int64_t>(DType::f16) && t != static_cast<int64_t>(DType::bf16))
     return fmt::format("dtype {} is not one cuDNN convolutions take", t);
@@ -1059,7 +1078,7 @@ std::string check_record(const TuningRecord& r) {
     return fmt::format("unknown math type {}", math);
   if (t == static_cast<int64_t>(DType::f64) && !exact(pass, static_cast<int>(algo)))
     return fmt::format("algorithm {} does not sum exactly, as f64 needs", algo);
-  if (t == static_cast<int64_t>(DType::f32) && math != CUDNN_FMA_MATH)
+  if (t == static_cast<int64_t>(DType::f32) && !tf32 && math != CUDNN_FMA_MATH)
     return fmt::format("f32 with math type {} instead of FMA", math);
   if (ws < 0 || static_cast<uint64_t>(ws) > kMaxWorkspace)
     return fmt::format("a workspace of {} bytes", ws);
@@ -1115,6 +1134,7 @@ std::vector<TuningRecord> export_conv_tuning(int device, const std::vector<Kerne
       const bool cl = k.attrs->b("channels_last", false) && in0.size() == 4;
       auto nchw = [cl](const Shape& s) { return cl ? Shape{s[0], s[3], s[1], s[2]} : s; };
       const ConvCall c = conv_call(k.op, *k.attrs, nchw(in0), nchw(in1), nchw(out0));
+      // (f32 NHWC problems, TF32 ones, are not recorded: they are timed again after loading)
       if (cl && k.op == OpId::Conv && (t == DType::f16 || t == DType::bf16) && c.direct) {
         Problem p = c.p;
         p.nhwc = true;

@@ -149,12 +149,17 @@ bool GraphConvPlan::execute(cudnnHandle_t h, const GraphConvArgs& a, void* works
 
 namespace {
 
+// f16 and bf16, and f32 where TF32 is allowed (the caller's business: every f32 engine may run)
+bool graph_dtype(DType t) { return t == DType::f16 || t == DType::bf16 || t == DType::f32; }
+
 // The convolution of p, with the epilogue when `fused`; null when cuDNN refuses the graph.
 std::shared_ptr<const OpGraph> build_graph(cudnnHandle_t h, const GraphConvProblem& p, bool fused) {
   Builder b;
   auto g = std::make_shared<OpGraph>();
   g->fused = fused;
-  const cudnnDataType_t dt = p.t == DType::f16 ? CUDNN_DATA_HALF : CUDNN_DATA_BFLOAT16;
+  const cudnnDataType_t dt = p.t == DType::f16    ? CUDNN_DATA_HALF
+                            : p.t == DType::bf16 ? CUDNN_DATA_BFLOAT16
+                                                 : CUDNN_DATA_FLOAT;
   auto keep = [&](Desc d) -> const Desc& { return g->parts.emplace_back(std::move(d)); };
   const std::array<int64_t, 4> ydims{p.N, p.O, p.oh, p.ow};
   const Desc& x = keep(tensor(b, kX, dt, {p.N, p.C, p.H, p.W}, false));
@@ -355,7 +360,7 @@ std::unique_ptr<GraphConvPlan> graph_conv_plan(cudnnHandle_t h, const GraphConvP
                                                bool fused, int64_t engine,
                                                const std::vector<GraphKnob>& knobs,
                                                size_t max_workspace) {
-  if ((p.t != DType::f16 && p.t != DType::bf16) || engine < 0) return nullptr;
+  if (!graph_dtype(p.t) || engine < 0) return nullptr;
   if (fused && !(p.bias || p.residual || p.relu)) return nullptr;
   const auto g = build_graph(h, p, fused);
   if (!g) return nullptr;
@@ -389,7 +394,7 @@ std::vector<std::unique_ptr<GraphConvPlan>> graph_conv_plans(cudnnHandle_t h,
                                                              const GraphConvProblem& p,
                                                              int per_graph, size_t max_workspace) {
   std::vector<std::unique_ptr<GraphConvPlan>> out;
-  if (p.t != DType::f16 && p.t != DType::bf16) return out;
+  if (!graph_dtype(p.t)) return out;
   if (p.bias || p.residual || p.relu)
     if (auto g = build_graph(h, p, true)) add_plans(h, g, per_graph, max_workspace, out);
   if (auto g = build_graph(h, p, false)) add_plans(h, g, per_graph, max_workspace, out);

@@ -20,7 +20,8 @@ namespace kiln::cuda {
 
 /// A 2-D forward convolution on NHWC data with KRSC weights (O, kh, kw, C/G), symmetric pads.
 struct GraphConvProblem {
-  DType t = DType::bf16;  // x, w, bias, residual and y (f16 or bf16); sums in f32
+  DType t = DType::bf16;  // x, w, bias, residual and y (f16, bf16, or f32 with TF32 allowed);
+                          // sums in f32
   int64_t N = 0, C = 0, H = 0, W = 0, O = 0, G = 1, kh = 1, kw = 1, oh = 0, ow = 0;
   int64_t pad[2] = {0, 0}, stride[2] = {1, 1}, dil[2] = {1, 1};
   bool bias = false, residual = false, relu = false;  // the epilogue: y = relu?(conv + b + r)

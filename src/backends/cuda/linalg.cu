@@ -1,7 +1,8 @@
-// CUDA kernels of the linalg family. Float types go through cuBLASLt (f32 in true f32 — no TF32;
-// f16/bf16 with f32 accumulation; f64 in f64); Linear adds its bias in cuBLASLt's epilogue where
-// an algorithm takes it. Integer types use a tiled kernel that wraps like the CPU loops.
-// Row-major C = A·B is computed as the column-major product Cᵀ = Bᵀ·Aᵀ, so no copies are made.
+// CUDA kernels of the linalg family. Float types go through cuBLASLt (f32 in true f32, no TF32,
+// unless the node has attr tf32 from CompileOptions::allow_tf32; f16/bf16 with f32 accumulation;
+// f64 in f64); Linear adds its bias in cuBLASLt's epilogue where an algorithm takes it. Integer
+// types use a tiled kernel that wraps like the CPU loops. Row-major C = A·B is computed as the
+// column-major product Cᵀ = Bᵀ·Aᵀ, so no copies are made.
 #include <algorithm>
 #include <climits>
 #include <map>
@@ -40,10 +41,11 @@ struct GemmKey {
   int64_t m = 0, n = 0, k = 0, batch = 1;
   int64_t lda = 0, ldb = 0, ldd = 0, stride_a = 0, stride_b = 0, stride_d = 0;
   bool bias = false;
+  bool tf32 = false;  // f32 on TF32 tensor cores (attr tf32: CompileOptions::allow_tf32)
   uint32_t align_a = 0, align_b = 0, align_d = 0, align_bias = 0;
   auto tie() const {
     return std::tie(device, dtype, trans_a, m, n, k, batch, lda, ldb, ldd, stride_a, stride_b,
-                    stride_d, bias, align_a, align_b, align_d, align_bias);
+                    stride_d, bias, tf32, align_a, align_b, align_d, align_bias);
   }
   bool operator<(const GemmKey& o) const { return tie() < o.tie(); }
 };
@@ -74,8 +76,11 @@ cudaDataType_t cuda_type(DType t) {
 // A matmul descriptor is made per call: the bias pointer lives in it.
 void make_desc(MatmulDesc& desc, const GemmKey& k, const void* bias) {
   const bool f64 = k.dtype == DType::f64;
-  KILN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.h, f64 ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F,
-                                             f64 ? CUDA_R_64F : CUDA_R_32F));
+  const cublasComputeType_t compute = f64 ? CUBLAS_COMPUTE_64F
+                                      : k.tf32 && k.dtype == DType::f32
+                                          ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                          : CUBLAS_COMPUTE_32F;
+  KILN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.h, compute, f64 ? CUDA_R_64F : CUDA_R_32F));
   const cublasOperation_t ta = k.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = CUBLAS_OP_N;
   KILN_CUBLAS_CHECK(
       cublasLtMatmulDescSetAttribute(desc.h, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
@@ -287,6 +292,7 @@ void matmul_float(KernelContext& ctx, const MatmulDims& d) {
   GemmKey key;
   key.device = ctx.device();
   key.dtype = t;
+  key.tf32 = ctx.attrs().b("tf32", false);
   key.ldb = d.K;
   if (sb == 0 && sa != 0) {
     // one b for every batch: fold the batch into the rows of a (Cᵀ = Bᵀ · [A_0ᵀ A_1ᵀ ...])
@@ -365,6 +371,7 @@ void linear(KernelContext& ctx) {
   GemmKey key;
   key.device = ctx.device();
   key.dtype = t;
+  key.tf32 = ctx.attrs().b("tf32", false);
   key.trans_a = true;
   key.m = N, key.n = rows, key.k = K;
   key.lda = K, key.ldb = K, key.ldd = N;
