@@ -12,19 +12,23 @@ namespace kiln {
 using detail::Node;
 using detail::ValueRef;
 
-namespace {
-// The ops that gain from low precision; attention joins them when it exists.
-bool runs_low(const Node& n, const detail::GraphImpl& g) {
-  switch (n.op) {
+bool tensor_core_op(OpId op) {
+  switch (op) {
     case OpId::Matmul:
     case OpId::Linear:
     case OpId::Conv:
     case OpId::ConvTranspose:
     case OpId::ConvGradWeight:
-      break;
+      return true;
     default:
       return false;
   }
+}
+
+namespace {
+// The ops that gain from low precision; attention joins them when it exists.
+bool runs_low(const Node& n, const detail::GraphImpl& g) {
+  if (!tensor_core_op(n.op)) return false;
   for (auto v : n.inputs)
     if (g.info(v).dtype != f32) return false;
   return true;

@@ -17,6 +17,61 @@ size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 size_t bytes_of(const TensorInfo& t) { return static_cast<size_t>(numel(t.shape)) * size_of(t.dtype); }
 
+// Elementwise nodes: output element i depends on input element i only (for inputs of the output's
+// size), so the output may share storage with such an input.
+bool elementwise(const Node& n) {
+  const OpDef& def = op_def(n.op);
+  return n.outputs.size() == 1 &&
+         (n.op == OpId::FusedElementwise || (def.inplace_input >= 0 && def.pure));
+}
+
+// node -> the variable whose storage its output 0 takes: the elementwise node that makes a
+// variable's next value (an optimizer's update, a batch norm's running statistics) writes it where
+// the variable lives, so the variable's assign copies nothing. Only where nothing after that node
+// reads the variable's old value (the assign itself aside), the variable has one assign, and the
+// old value is not returned.
+std::vector<int32_t> updates_in_place(const Program& p) {
+  const auto& nodes = p.graph.nodes;
+  std::vector<int32_t> into(nodes.size(), -1);
+  // the variable whose storage each node's output 0 is (the variable, and views of it)
+  std::vector<int32_t> storage_of(nodes.size(), -1);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = nodes[i];
+    if (n.op == OpId::Variable)
+      storage_of[i] = static_cast<int32_t>(i);
+    else if (op_def(n.op).alias_input0 && !n.inputs.empty() && n.inputs[0].index == 0)
+      storage_of[i] = storage_of[n.inputs[0].node];
+  }
+  std::map<int32_t, int> assigns, last_read;
+  std::vector<char> returned(nodes.size(), 0);
+  for (size_t k = 0; k < p.num_returned; ++k)
+    if (p.outputs[k].index == 0 && storage_of[p.outputs[k].node] >= 0)
+      returned[storage_of[p.outputs[k].node]] = 1;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = nodes[i];
+    if (n.op == OpId::Assign) {
+      ++assigns[n.inputs[0].node];
+      continue;
+    }
+    for (const ValueRef v : n.inputs)
+      if (v.index == 0 && storage_of[v.node] >= 0)
+        last_read[storage_of[v.node]] = static_cast<int>(i);
+  }
+  for (const Node& a : nodes) {
+    if (a.op != OpId::Assign) continue;
+    const int32_t var = a.inputs[0].node;
+    const ValueRef val = a.inputs[1];
+    const Node& up = nodes[val.node];
+    if (nodes[var].op != OpId::Variable || assigns[var] != 1 || returned[var] || val.index != 0 ||
+        !elementwise(up) || up.outputs[0].dtype != nodes[var].outputs[0].dtype ||
+        up.outputs[0].shape != nodes[var].outputs[0].shape || into[val.node] >= 0)
+      continue;
+    if (auto it = last_read.find(var); it != last_read.end() && it->second > val.node) continue;
+    into[val.node] = var;
+  }
+  return into;
+}
+
 // First-fit allocator over [0, top) with coalescing free blocks.
 class Arena {
  public:
@@ -90,6 +145,8 @@ MemoryPlan plan_memory(const Program& p, const MemoryPlanOptions& opts) {
   std::vector<Group> groups;
   std::vector<int> last_use_of_node(nodes.size(), -1);
   auto group_of = [&](ValueRef v) { return plan.slots[v.node][v.index].storage; };
+  const std::vector<int32_t> into =
+      opts.in_place ? updates_in_place(p) : std::vector<int32_t>(nodes.size(), -1);
 
   // last reader of each value's group is computed after grouping; first assign groups
   for (size_t i = 0; i < nodes.size(); ++i) {
@@ -104,6 +161,11 @@ MemoryPlan plan_memory(const Program& p, const MemoryPlanOptions& opts) {
         continue;
       }
       if (s.where == Where::output) continue;
+      if (o == 0 && into[i] >= 0) {  // a variable's next value, made where the variable lives
+        s.where = Where::constant;
+        s.index = into[i];
+        continue;
+      }
       if (o == 0 && def.alias_input0) {
         const ValueSlot& in = plan.slots[n.inputs[0].node][n.inputs[0].index];
         if (in.where != Where::output) {  // outputs are returned, so views of them copy

@@ -37,6 +37,9 @@ Program eliminate_dead_code(const Program& p);
 /// Folds inference batch norms whose parameters are constants into the convolution before them
 /// (when nothing else reads the convolution's output).
 Program fold_batch_norms(const Program& p);
+/// Matmul, Linear, Conv, ConvTranspose and ConvGradWeight: the ops that tensor cores run, which
+/// autocast and allow_tf32 touch.
+bool tensor_core_op(OpId op);
 /// Runs Matmul, Linear, Conv, ConvTranspose and ConvGradWeight nodes whose inputs are f32 in
 /// `low` (f16 or bf16): casts their inputs to `low` (once per value) and their outputs back to f32.
 Program autocast(const Program& p, DType low);

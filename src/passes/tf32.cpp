@@ -9,16 +9,7 @@ namespace kiln {
 Program allow_tf32(const Program& p) {
   Program out = p;
   for (detail::Node& n : out.graph.nodes) {
-    switch (n.op) {
-      case OpId::Matmul:
-      case OpId::Linear:
-      case OpId::Conv:
-      case OpId::ConvTranspose:
-      case OpId::ConvGradWeight:
-        break;
-      default:
-        continue;
-    }
+    if (!tensor_core_op(n.op)) continue;
     bool f32_inputs = !n.inputs.empty();
     for (const detail::ValueRef v : n.inputs)
       f32_inputs = f32_inputs && out.graph.info(v).dtype == f32;

@@ -11,6 +11,7 @@
 #include "passes/program.h"
 #include "runtime/executable_impl.h"
 #include "support/gpu.h"
+#include "support/nets.h"
 #include "support/reference.h"
 
 namespace kiln {
@@ -65,32 +66,11 @@ TEST(AllowTf32, MarksTheF32ProductsAndTheCpuIgnoresIt) {
   }
 }
 
-// A small ResNet-shaped inference net in f32 (stem conv + bias + relu, max-pool, a residual block,
-// global pooling, classifier), constant weights.
-Graph f32_net(Tensor& x, Tensor& logits) {
-  Graph g;
-  x = g.placeholder({2, 3, 20, 20}, f32, "x");
-  auto w = [&](int64_t o, int64_t c, int64_t k) {
-    return g.constant(random_array({o, c, k, k}, f32, -0.3, 0.3));
-  };
-  ConvOptions stem;
-  stem.stride = {2, 2};
-  stem.padding = {3, 3, 3, 3};
-  Tensor h = relu(conv2d(x, w(16, 3, 7), g.constant(random_array({16}, f32)), stem));
-  h = max_pool(h, {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}});
-  ConvOptions same;
-  same.padding = {1, 1, 1, 1};
-  h = relu(conv2d(h, w(16, 16, 3), std::nullopt, same) + h);
-  h = reshape(global_avg_pool(h), {2, 16});
-  logits = linear(h, g.constant(random_array({10, 16}, f32)));
-  return g;
-}
-
 // f32 inference convolutions that may use TF32 go NHWC on a CUDA target (cuDNN's tensor-core
 // layout), as f16/bf16 ones do; without allow_tf32 they stay NCHW.
 TEST(AllowTf32, F32ConvsGoNhwcOnCudaOnlyWithTf32) {
   Tensor x, logits;
-  const Graph g = f32_net(x, logits);
+  const Graph g = pooled_net(x, logits, f32);
   const Program p = extract_program(*logits.graph_impl(), {{logits.node_id(), 0}});
   for (bool tf32 : {true, false}) {
     SCOPED_TRACE(tf32 ? "allow_tf32" : "true f32");
@@ -108,7 +88,7 @@ TEST(AllowTf32, F32ConvsGoNhwcOnCudaOnlyWithTf32) {
 TEST(AllowTf32, CudaF32NetMatchesTheCpu) {
   REQUIRE_GPU();
   Tensor x, logits;
-  const Graph g = f32_net(x, logits);
+  const Graph g = pooled_net(x, logits, f32);
   const Executable exe = g.compile(Device::cuda(0), {}, {logits}, kTf32);
   int nhwc = 0;
   for (const detail::Node& n : exe.impl().program.graph.nodes)

@@ -16,6 +16,7 @@
 #include "passes/program.h"
 #include "support/executable_env.h"
 #include "support/gpu.h"
+#include "support/nets.h"
 #include "support/reference.h"
 
 namespace kiln {
@@ -185,24 +186,7 @@ TEST(ChannelsLast, CudaTargetProgramShape) {
 // A ResNet-like stem and head for a CUDA target: max pooling and global average pooling between
 // NHWC convs run on NHWC too, and the pooled (N, 1, 1, C) value reaches the classifier through a
 // reshape, not a transpose: one transpose in all, the input's.
-Graph pooled_net(Tensor& x, Tensor& logits) {
-  Graph g;
-  x = g.placeholder({2, 3, 20, 20}, bf16, "x");
-  auto w = [&](int64_t o, int64_t c, int64_t k) {
-    return g.constant(random_array({o, c, k, k}, bf16, -0.3, 0.3));
-  };
-  ConvOptions stem;
-  stem.stride = {2, 2};
-  stem.padding = {3, 3, 3, 3};
-  Tensor h = relu(conv2d(x, w(16, 3, 7), g.constant(random_array({16}, bf16)), stem));
-  h = max_pool(h, {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}});
-  ConvOptions same;
-  same.padding = {1, 1, 1, 1};
-  h = relu(conv2d(h, w(16, 16, 3), std::nullopt, same) + h);
-  h = reshape(global_avg_pool(h), {2, 16});
-  logits = linear(h, g.constant(random_array({10, 16}, bf16)));
-  return g;
-}
+Graph pooled_net(Tensor& x, Tensor& logits) { return test::pooled_net(x, logits, bf16); }
 
 TEST(ChannelsLast, CudaTargetPoolsStayNhwc) {
   Tensor x, logits;

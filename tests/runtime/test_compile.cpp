@@ -3,6 +3,9 @@
 #include <cmath>
 #include <thread>
 
+#include "core/op_registry.h"
+#include "kiln/optim.h"
+#include "runtime/executable_impl.h"
 #include "support/reference.h"
 
 namespace kiln {
@@ -132,6 +135,70 @@ TEST(MemoryPlan, InPlaceNeverOverwritesALiveValue) {
   std::vector<double> ref;
   for (double e : to_f64(v)) ref.push_back(std::exp(e) + std::max(std::exp(e), 0.0));
   expect_close(exe.run({{x, v}})[0], {1000}, ref, 1e-6);
+}
+
+// Nodes (not views, not sources) whose output the plan puts in a variable's storage.
+int updates_in_variables(const Executable& e) {
+  const auto& nodes = e.impl().program.graph.nodes;
+  int n = 0;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const auto& s = e.impl().plan.slots[i];
+    n += !s.empty() && s[0].where == ValueSlot::Where::constant &&
+         nodes[i].op != OpId::Variable && nodes[i].op != OpId::Constant &&
+         nodes[i].op != OpId::Assign && !op_def(nodes[i].op).alias_input0;
+  }
+  return n;
+}
+
+// SGD with momentum on a linear layer: the updates of the weights, the bias and both momentum
+// buffers are made in the variables' storage (their assigns copy nothing), and three steps give
+// the bits of the plan that keeps them apart (in_place off: every update copied by its assign).
+TEST(MemoryPlan, UpdatesWriteIntoTheirVariable) {
+  const Array w0 = random_array({8, 16}, f32), b0 = random_array({8}, f32);
+  const Array xs = random_array({4, 16}, f32), ys = random_array({4, 8}, f32);
+  std::vector<std::vector<double>> got;
+  for (bool in_place : {true, false}) {
+    Graph g;
+    auto x = g.placeholder({4, 16}, f32, "x");
+    auto y = g.placeholder({4, 8}, f32, "y");
+    auto w = g.variable(w0, "w");
+    auto b = g.variable(b0, "b");
+    auto d = linear(x, w, b) - y;
+    auto loss = sum(d * d);
+    auto step = optim::sgd(g, {w, b}, gradients(loss, {w, b}), {.lr = 0.01, .momentum = 0.9});
+    Executable e = g.compile(Device::cpu(), {}, {loss}, step, {.in_place = in_place});
+    if (in_place)
+      EXPECT_EQ(updates_in_variables(e), 4) << e.dump();
+    else
+      EXPECT_EQ(updates_in_variables(e), 0);
+    for (int i = 0; i < 3; ++i) e.run({{x, xs}, {y, ys}});
+    got.push_back(to_f64(g.read_variable(w)));
+    const auto bv = to_f64(g.read_variable(b));
+    got.back().insert(got.back().end(), bv.begin(), bv.end());
+  }
+  EXPECT_EQ(got[0], got[1]);
+  EXPECT_NE(got[0], std::vector<double>(got[0].size(), 0.0));
+}
+
+// A node that reads the variable's old value after its next value is made: the next value keeps
+// its own buffer, and the reader sees the old value.
+TEST(MemoryPlan, UpdateStaysApartWhileTheOldValueIsRead) {
+  Graph g;
+  const Array w0 = random_array({64}, f32);
+  auto w = g.variable(w0, "w");
+  auto next = w * 2.0;
+  auto old_plus = w + 1.0;  // after `next` in the graph's order
+  auto a = assign(w, next);
+  Executable e = g.compile(Device::cpu(), {}, {old_plus}, {a}, {.fuse_elementwise = false});
+  EXPECT_EQ(updates_in_variables(e), 0) << e.dump();
+  const Array r = e.run(Feeds{})[0];
+  std::vector<double> want, want_w;
+  for (double v : to_f64(w0)) {
+    want.push_back(static_cast<float>(v) + 1.0f);
+    want_w.push_back(static_cast<float>(v) * 2.0f);
+  }
+  expect_equal(r, {64}, want);
+  expect_equal(g.read_variable(w), {64}, want_w);
 }
 
 TEST(MemoryPlan, ConcurrentRunsUseSeparateArenas) {

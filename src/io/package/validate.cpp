@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <exception>
+#include <map>
 
 #include "core/errors.h"
 #include "core/op_registry.h"
@@ -309,6 +310,16 @@ std::string check_plan(const Program& p, const MemoryPlan& plan) {
   if (plan.slots.size() != nodes.size()) return "one row of slots per node expected";
   const auto n_nodes = static_cast<int64_t>(nodes.size());
   auto slot = [&](ValueRef v) -> const ValueSlot& { return plan.slots[v.node][v.index]; };
+  // whether value v is what an assign writes into variable node `var`
+  std::map<int64_t, ValueRef> assigned;
+  for (const Node& n : nodes)
+    if (n.op == OpId::Assign && n.inputs.size() == 2)
+      assigned.emplace(n.inputs[0].node, n.inputs[1]);
+  auto assigned_as = [&](ValueRef v, int64_t var) {
+    auto it = assigned.find(var);
+    return var >= 0 && var < static_cast<int64_t>(nodes.size()) &&
+           nodes[var].op == OpId::Variable && it != assigned.end() && it->second == v;
+  };
   // a slot a run reads or writes for value v
   auto check = [&](ValueRef v) -> std::string {
     const ValueSlot& s = slot(v);
@@ -380,10 +391,12 @@ std::string check_plan(const Program& p, const MemoryPlan& plan) {
       if (auto why = check(v); !why.empty()) return why;
       const ValueSlot& s = slot(v);
       if (s.where != Where::feed && s.where != Where::constant) continue;
-      // only a view of input 0 may live in a feed or constant (its kernel does not copy then)
+      // only a view of input 0 may live in a feed or constant (its kernel does not copy then),
+      // and a variable's next value where the variable's assign reads it (plan_memory)
       const ValueSlot& in = n.inputs.empty() ? s : slot(n.inputs[0]);
-      if (!op_def(n.op).alias_input0 || o != 0 || n.inputs.empty() || in.where != s.where ||
-          in.index != s.index)
+      const bool view = op_def(n.op).alias_input0 && o == 0 && !n.inputs.empty() &&
+                        in.where == s.where && in.index == s.index;
+      if (!view && !(s.where == Where::constant && o == 0 && assigned_as(v, s.index)))
         return fmt::format("%{} ({}) would write into {} %{}", i, op_name(n.op),
                            s.where == Where::feed ? "placeholder" : "constant", s.index);
     }
