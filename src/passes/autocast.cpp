@@ -1,6 +1,6 @@
-// Autocast (mixed precision): matrix products and convolutions whose inputs are f32 run in a low
-// float precision (f16 or bf16) between casts, and hand f32 back to their readers, so every other
-// op (reductions, softmax, norms, losses, elementwise) and every variable stays f32.
+// Autocast (mixed precision): matrix products, convolutions and attention whose inputs are f32 run
+// in a low float precision (f16 or bf16) between casts, and hand f32 back to their readers, so
+// every other op (reductions, softmax, norms, losses, elementwise) and every variable stays f32.
 #include <map>
 
 #include "core/errors.h"
@@ -26,8 +26,16 @@ bool tensor_core_op(OpId op) {
 }
 
 namespace {
-// The ops that gain from low precision; attention joins them when it exists.
+// The ops that gain from low precision: the products, convolutions and attention (whose bool
+// mask stays bool).
 bool runs_low(const Node& n, const detail::GraphImpl& g) {
+  if (n.op == OpId::ScaledDotProductAttention) {
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      const DType t = g.info(n.inputs[i]).dtype;
+      if (t != f32 && !(i == 3 && t == boolean)) return false;
+    }
+    return true;
+  }
   if (!tensor_core_op(n.op)) return false;
   for (auto v : n.inputs)
     if (g.info(v).dtype != f32) return false;
@@ -53,7 +61,8 @@ class Autocaster {
   // Copies the node with its inputs in low precision and maps its outputs to f32 casts.
   void cast_node(int32_t id) {
     Node n = src_.graph.nodes[id];
-    for (auto& v : n.inputs) v = to_low(b_.remap(v));
+    for (auto& v : n.inputs)
+      v = src_.graph.info(v).dtype == f32 ? to_low(b_.remap(v)) : b_.remap(v);
     const int32_t nid = b_.graph().add(n.op, n.inputs, n.attrs, n.name);
     b_.graph().nodes[nid].origin = n.origin;
     std::vector<ValueRef> outs;

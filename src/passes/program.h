@@ -40,9 +40,14 @@ Program fold_batch_norms(const Program& p);
 /// Matmul, Linear, Conv, ConvTranspose and ConvGradWeight: the ops that tensor cores run, which
 /// autocast and allow_tf32 touch.
 bool tensor_core_op(OpId op);
-/// Runs Matmul, Linear, Conv, ConvTranspose and ConvGradWeight nodes whose inputs are f32 in
-/// `low` (f16 or bf16): casts their inputs to `low` (once per value) and their outputs back to f32.
+/// Runs Matmul, Linear, Conv, ConvTranspose, ConvGradWeight and ScaledDotProductAttention nodes
+/// whose inputs are f32 (an attention's mask may be bool) in `low` (f16 or bf16): casts their f32
+/// inputs to `low` (once per value) and their outputs back to f32.
 Program autocast(const Program& p, DType low);
+/// Replaces attention written out (softmax(s · q kᵀ + mask) v from products, scalar scales, a
+/// transpose, an add and a softmax) by scaled_dot_product_attention nodes
+/// (src/passes/fuse_attention.cpp).
+Program fuse_attention(const Program& p);
 /// Moves a cast that narrows a float and reads a chain of reshapes and transposes (read only by
 /// the chain) to the chain's start, dropping it where the start widened the same narrow value
 /// (src/passes/hoist_casts.cpp).

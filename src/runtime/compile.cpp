@@ -152,6 +152,7 @@ Executable Graph::compile(Device device, const FeedShapes& feeds, const std::vec
       run_pass(p, "constant_folding",
                [](const Program& q) { return fold_constants(q, evaluate_node_cpu); });
       run_pass(p, "fold_batch_norms", fold_batch_norms);
+      run_pass(p, "fuse_attention", fuse_attention);  // (so that the attention runs low too)
     }
     run_pass(p, "autocast", [low](const Program& q) { return autocast(q, *low); });
   }
@@ -159,6 +160,7 @@ Executable Graph::compile(Device device, const FeedShapes& feeds, const std::vec
     run_pass(p, "constant_folding",
              [](const Program& q) { return fold_constants(q, evaluate_node_cpu); });
     run_pass(p, "fold_batch_norms", fold_batch_norms);
+    run_pass(p, "fuse_attention", fuse_attention);
     run_pass(p, "hoist_casts", hoist_casts);
     run_pass(p, "cse", eliminate_common_subexpressions);
     run_pass(p, "dce", eliminate_dead_code);
