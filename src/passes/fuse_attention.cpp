@@ -21,6 +21,7 @@ namespace {
 
 struct Match {
   ValueRef q, k, v;
+  std::vector<int64_t> k_perm;  // k is this transpose of the value `k` (empty: k itself)
   std::optional<ValueRef> mask;
   double scale = 1.0;
 };
@@ -76,9 +77,8 @@ class Matcher {
     const Node& mm = nodes_[prod.node];
     if (mm.op != OpId::Matmul || !single(prod) || mm.inputs.size() != 2) return std::nullopt;
     m.q = peel(mm.inputs[0], m.scale, false);
-    const std::optional<ValueRef> k = untransposed(peel(mm.inputs[1], m.scale, false));
-    if (!k) return std::nullopt;
-    m.k = peel(*k, m.scale, false);
+    if (!untranspose(peel(mm.inputs[1], m.scale, false), m)) return std::nullopt;
+    m.k = peel(m.k, m.scale, false);
     m.v = out.inputs[1];
     if (!compatible(m)) return std::nullopt;
     return m;
@@ -124,15 +124,31 @@ class Matcher {
     }
   }
 
-  // x where kt is x with its last two dims swapped: a transpose of them, or (as some exporters
-  // write it) a reshape that merges the leading dims, a 3-D transpose and a reshape back
-  std::optional<ValueRef> untransposed(ValueRef kt) const {
+  // k (into m.k and m.k_perm) where kt is k with its last two dims swapped: a transpose of x
+  // (k is x, or x under the transpose's permutation with its last two entries swapped: an
+  // exporter that goes from (B, L, H, E) to kᵀ in one transpose), or a reshape that merges the
+  // leading dims, a 3-D transpose and a reshape back
+  bool untranspose(ValueRef kt, Match& m) const {
     const Node& n = nodes_[kt.node];
-    if (kt.index != 0 || n.inputs.size() != 1) return std::nullopt;
+    if (kt.index != 0 || n.inputs.size() != 1) return false;
     if (n.op == OpId::Transpose) {
-      if (swaps_last_two(n)) return n.inputs[0];
-      return std::nullopt;
+      std::vector<int64_t> perm = n.attrs.ints("perm");
+      const size_t r = perm.size();
+      if (r < 3) return false;
+      std::swap(perm[r - 2], perm[r - 1]);
+      bool identity = true;
+      for (size_t i = 0; i < r; ++i) identity = identity && perm[i] == static_cast<int64_t>(i);
+      m.k = n.inputs[0];
+      if (!identity) m.k_perm = perm;
+      return true;
     }
+    const std::optional<ValueRef> k = merged_transpose(kt);
+    if (k) m.k = *k;
+    return k.has_value();
+  }
+
+  std::optional<ValueRef> merged_transpose(ValueRef kt) const {
+    const Node& n = nodes_[kt.node];
     if (n.op != OpId::Reshape) return std::nullopt;
     const Node& t = nodes_[n.inputs[0].node];
     if (t.op != OpId::Transpose || n.inputs[0].index != 0 || t.inputs.size() != 1 ||
@@ -163,7 +179,14 @@ class Matcher {
   // q (..., Lq, E), k (..., Lk, E), v (..., Lk, Ev) of one float dtype and the same batch dims;
   // a float mask of that dtype, or a bool one
   bool compatible(const Match& m) const {
-    const TensorInfo &q = info(m.q), &k = info(m.k), &v = info(m.v);
+    const TensorInfo &q = info(m.q), &v = info(m.v);
+    TensorInfo k = info(m.k);
+    if (!m.k_perm.empty()) {
+      if (m.k_perm.size() != k.shape.size()) return false;
+      Shape permuted;
+      for (int64_t d : m.k_perm) permuted.push_back(k.shape[d]);
+      k.shape = permuted;
+    }
     if (q.dtype != k.dtype || q.dtype != v.dtype || !is_floating(q.dtype)) return false;
     const size_t r = q.shape.size();
     if (r < 3 || k.shape.size() != r || v.shape.size() != r) return false;
@@ -198,7 +221,9 @@ Program fuse_attention(const Program& p) {
       continue;
     }
     const Match& m = *found[i];
-    std::vector<ValueRef> in{b.remap(m.q), b.remap(m.k), b.remap(m.v)};
+    ValueRef k = b.remap(m.k);
+    if (!m.k_perm.empty()) k = {b.graph().add(OpId::Transpose, {k}, {{"perm", m.k_perm}}), 0};
+    std::vector<ValueRef> in{b.remap(m.q), k, b.remap(m.v)};
     if (m.mask) in.push_back(b.remap(*m.mask));
     Attrs a{{"causal", false}, {"has_mask", m.mask.has_value()}};
     a.set("scale", m.scale);

@@ -47,9 +47,10 @@ std::vector<double> reference(const Array& q, const Array& k, const Array& v, co
 
 // ONNX's export of F.scaled_dot_product_attention: q and kᵀ each times sqrt(scale), the product,
 // + mask, softmax, times v; the older form: the product over sqrt(E), + mask; no mask; and the
-// dynamo exporter's: kᵀ as reshape, 3-D transpose, reshape, and the softmax's NaNs made zeros.
+// dynamo exporter's: kᵀ as reshape, 3-D transpose, reshape, and the softmax's NaNs made zeros;
+// the torchscript exporter's: kᵀ in one transpose from k laid out (B, L, H, E).
 TEST(FuseAttention, ExportedFormsBecomeOneNode) {
-  for (int form : {0, 1, 2, 3}) {
+  for (int form : {0, 1, 2, 3, 4}) {
     SCOPED_TRACE(fmt::format("form {}", form));
     Graph g;
     auto q = g.placeholder({B, H, L, E}, f32, "q");
@@ -65,10 +66,14 @@ TEST(FuseAttention, ExportedFormsBecomeOneNode) {
       scores = matmul(q, transpose(k, {0, 1, 3, 2})) / std::sqrt(static_cast<double>(E)) + mask;
     } else if (form == 2) {
       scores = matmul(q, transpose(k, {0, 1, 3, 2})) * s;  // no mask
-    } else {
+    } else if (form == 3) {
       auto r = g.constant(Array::scalar(static_cast<float>(std::sqrt(s))));
       auto kt = reshape(transpose(reshape(k, {B * H, L, E}), {0, 2, 1}), {B, H, E, L});
       scores = matmul(q * r, kt * r) + mask;
+    } else {
+      auto r = g.constant(Array::scalar(static_cast<float>(std::sqrt(s))));
+      auto k_blhe = transpose(k, {0, 2, 1, 3});  // as a model holds it before splitting heads
+      scores = matmul(q * r, transpose(k_blhe, {0, 2, 3, 1}) * r) + mask;
     }
     Tensor probs = softmax(scores, -1);
     if (form == 3) probs = where(isnan(probs), g.constant(Array::scalar(0.0f)), probs);
