@@ -193,7 +193,16 @@ class Matcher {
     for (size_t i = 0; i + 2 < r; ++i)
       if (q.shape[i] != k.shape[i] || q.shape[i] != v.shape[i]) return false;
     if (q.shape[r - 1] != k.shape[r - 1] || k.shape[r - 2] != v.shape[r - 2]) return false;
-    if (m.mask && info(*m.mask).dtype != q.dtype) return false;
+    if (m.mask) {  // of q's dtype, broadcasting to the scores (..., Lq, Lk)
+      const TensorInfo& mask = info(*m.mask);
+      if (mask.dtype != q.dtype || mask.shape.size() > r) return false;
+      Shape scores = q.shape;
+      scores[r - 1] = k.shape[r - 2];
+      for (size_t i = 0; i < mask.shape.size(); ++i) {
+        const int64_t md = mask.shape[mask.shape.size() - 1 - i], sd = scores[r - 1 - i];
+        if (md != sd && md != 1) return false;
+      }
+    }
     return std::isfinite(m.scale) && m.scale != 0;
   }
 
