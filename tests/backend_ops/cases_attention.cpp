@@ -33,6 +33,8 @@ const AttentionCase kAttention[] = {
     {{2}, 64, 64, 128, 128, false, 0, {}},
     {{3}, 65, 127, 32, 32, false, 2, {3, 1, 127}},
     {{1, 2}, 200, 150, 64, 64, true, 0, {}},       // Lq > Lk, causal
+    {{4, 2}, 128, 128, 64, 64, false, 2, {4, 1, 1, 128}},  // a BERT-style padding mask
+    {{2, 2}, 70, 20, 32, 32, false, 1, {2, 1, 70, 1}},     // whole rows hidden: zeros
 };
 constexpr int kNumAttention = static_cast<int>(std::size(kAttention));
 

@@ -7,12 +7,12 @@
 // accumulator (lanes own output dims, in registers). f16/bf16 load and store in their type and
 // compute in float. Output dims beyond 32·kChunks run as further launches over dim slices.
 //
-// Forward on tensor cores (f16/bf16, head dims e == ev of 32, 64 or 128): a block of 4 warps
-// owns 64 query rows and streams over tiles of 64 keys; each warp owns 16 of the rows, so only
-// the K/V tile loads are block-wide. S = Q Kᵀ and O += P V run as 16x16x16 WMMA products with
-// float accumulation; the warp's scores go through shared memory (float) for the online softmax
-// (scale, masks and causality applied there), its probabilities are rounded to the input type for
-// the P V product, and its output accumulator stays in shared memory (float) between tiles.
+// Forward on tensor cores (f16/bf16, head dims e == ev of 32, 64 or 128), flash-attention-2
+// style: a block of 4 warps owns 64 query rows and streams over tiles of 64 keys, staged one tile
+// ahead with asynchronous copies; each warp owns 16 of the rows. S = Q Kᵀ and O += P V run as
+// mma.sync m16n8k16 products with float accumulation, operands from ldmatrix; scores,
+// probabilities and the output accumulator never leave registers (S's accumulator fragments,
+// rounded to the input type, are the A fragments of P V). Softmax runs in base 2.
 //
 // Backward (recomputing the probabilities, flash-attention style): kernel 1 (warp per query row)
 // recomputes the row's log-sum-exp, D = dO·O, and dq (or the mask's gradient); kernel 2 (warp per
@@ -26,8 +26,6 @@
 #include <mutex>
 #include <type_traits>
 #include <utility>
-
-#include <mma.h>
 
 #include "backends/cuda/cuda_common.cuh"
 #include "backends/cuda/kernels.h"
@@ -311,154 +309,238 @@ __global__ void backward_kv_kernel(Args<T> a, T* dk, T* dv, const C* lse, const 
 
 // ---- forward on tensor cores ----
 
-namespace wmma = nvcuda::wmma;
-
 constexpr int kTcRows = 64;   // query rows per block (16 per warp)
 constexpr int kTcKeys = 64;   // keys per tile
 constexpr int kTcWarps = 4;
 
-// Shared-memory layout of the tensor-core kernel. Row strides are padded (odd multiples of 16
-// bytes for 16-bit rows) against bank conflicts, and every 16-row fragment starts 32-byte aligned
-// as WMMA loads need.
+// Shared-memory layout of the tensor-core kernel: q (kTcRows rows) and two stages of k and v
+// (kTcKeys rows each), rows of D 16-bit values padded by 16 bytes, so that the 8 row addresses
+// of an ldmatrix fall in different banks.
 template <int D> struct TcLayout {
-  static constexpr int ldh = D + 8;          // q, k, v rows (16-bit)
-  static constexpr int ldp = kTcKeys + 8;    // probabilities (16-bit)
-  static constexpr int lds = kTcKeys + 4;    // scores (float)
-  static constexpr int ldo = D + 4;          // output accumulator (float)
+  static constexpr int ld = D + 8;  // elements
   static constexpr size_t q = 0;
-  static constexpr size_t k = q + 2 * kTcRows * ldh;
-  static constexpr size_t v = k + 2 * kTcKeys * ldh;
-  static constexpr size_t p = v + 2 * kTcKeys * ldh;
-  static constexpr size_t s = p + 2 * kTcRows * ldp;
-  static constexpr size_t o = s + 4 * kTcRows * lds;
-  static constexpr size_t bytes = o + 4 * kTcRows * ldo;
+  static constexpr size_t k = q + 2 * kTcRows * ld;           // bytes; two stages
+  static constexpr size_t v = k + 2 * 2 * kTcKeys * ld;       // two stages
+  static constexpr size_t bytes = v + 2 * 2 * kTcKeys * ld;
+  static constexpr size_t stage = 2 * kTcKeys * ld;           // bytes of one k (or v) stage
 };
 
-// Copies rows [r0, r0 + n) of the contiguous (rows, D) matrix x of batch entry b into shared
-// memory with row stride ld, 16 bytes at a time; rows past `rows` become zeros. Whole block.
-template <typename T, int D>
-__device__ inline void copy_rows16(T* dst, int ld, const T* x, int64_t b, int64_t rows,
-                                   int64_t r0, int n) {
-  constexpr int kVec = 8;  // 16-bit values per 16 bytes
-  for (int t = threadIdx.x; t < n * (D / kVec); t += blockDim.x) {
-    const int r = t / (D / kVec), c = (t % (D / kVec)) * kVec;
-    uint4 val = make_uint4(0, 0, 0, 0);
-    if (r0 + r < rows) val = *reinterpret_cast<const uint4*>(x + (b * rows + r0 + r) * D + c);
-    *reinterpret_cast<uint4*>(dst + r * ld + c) = val;
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared without passing through registers; src_bytes 0 writes zeros.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)),
+               "l"(gmem), "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// Four 8x8 matrices of 16-bit values from shared memory: lanes 8m..8m+7 give the row addresses
+// of matrix m; register m receives the lane's two values of it (row lane/4, columns 2(lane%4)
+// and the next), or of its transpose.
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+
+// c (16x8, float) += a (16x16) * b (16x8), 16-bit inputs. Fragments: a0 (row g, cols 2t, 2t+1),
+// a1 (row g+8), a2 (row g, cols 8+2t..), a3 (row g+8, cols 8+2t..); b0 (rows 2t, 2t+1, col g),
+// b1 (rows 8+2t..); c0, c1 (row g, cols 2t, 2t+1), c2, c3 (row g+8); g = lane/4, t = lane%4.
+template <typename T>
+__device__ __forceinline__ void mma16816(float (&c)[4], const unsigned (&a)[4], unsigned b0,
+                                         unsigned b1) {
+  if constexpr (std::is_same_v<T, half>)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats as two 16-bit values in one register (lo in the low half).
+template <typename T> __device__ __forceinline__ unsigned pack2(float lo, float hi) {
+  if constexpr (std::is_same_v<T, half>) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const unsigned*>(&h);
+  } else {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const unsigned*>(&h);
   }
 }
 
+// Starts the copies of rows [r0, r0 + n) of the contiguous (rows, D) matrix x of batch entry b
+// into shared memory with row stride ld; rows past `rows` become zeros. Whole block.
+template <typename T, int D>
+__device__ inline void stage_rows(T* dst, const T* x, int64_t b, int64_t rows, int64_t r0,
+                                  int n) {
+  constexpr int kVec = 8, kLd = D + 8;  // 16-bit values per 16 bytes
+  for (int t = threadIdx.x; t < n * (D / kVec); t += blockDim.x) {
+    const int r = t / (D / kVec), c = (t % (D / kVec)) * kVec;
+    const bool in = r0 + r < rows;
+    const T* src = x + (b * rows + (in ? r0 + r : 0)) * D + c;
+    cp_async16(dst + r * kLd + c, src, in ? 16 : 0);
+  }
+}
+
+// Flash attention on tensor cores (mma.sync m16n8k16): a block of 4 warps owns 64 query rows of
+// one batch entry, each warp 16 of them, and streams over tiles of 64 keys and values, staged
+// with asynchronous copies one tile ahead. The scores, probabilities and output accumulator stay
+// in registers: S's accumulator fragments, rounded to T, are P's A fragments for O += P V.
 template <typename T, int D>
 __global__ void __launch_bounds__(kTcWarps * 32)
     forward_tc_kernel(Args<T> a, T* out, int64_t row_blocks) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using L = TcLayout<D>;
+  constexpr int kLd = L::ld, kN = kTcKeys / 8, kDn = D / 8, kDk = D / 16;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   T* qs = reinterpret_cast<T*>(smem_raw + L::q);
-  T* ks = reinterpret_cast<T*>(smem_raw + L::k);
-  T* vs = reinterpret_cast<T*>(smem_raw + L::v);
-  T* ps = reinterpret_cast<T*>(smem_raw + L::p);
-  float* ss = reinterpret_cast<float*>(smem_raw + L::s);
-  float* os = reinterpret_cast<float*>(smem_raw + L::o);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
   const int64_t b = blockIdx.x / row_blocks, i0 = (blockIdx.x % row_blocks) * kTcRows;
   const int64_t moff = (a.bmask || a.amask) ? a.ml.batch_offset(b) : 0;
-  const int wr = warp * 16;  // the warp's first row in the block
-  copy_rows16<T, D>(qs, L::ldh, a.q, b, a.lq, i0, kTcRows);
-  for (int t = lane; t < 16 * D; t += 32) os[(wr + t / D) * L::ldo + t % D] = 0.f;
-  __syncthreads();
-  wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fq[D / 16];
-#pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk)
-    wmma::load_matrix_sync(fq[kk], qs + wr * L::ldh + 16 * kk, L::ldh);
-  float m[16], l[16];
-#pragma unroll
-  for (int r = 0; r < 16; ++r) m[r] = -INFINITY, l[r] = 0.f;
-  const float scale = static_cast<float>(a.scale);
   const int64_t kend = a.causal ? min(a.lk, i0 + kTcRows) : a.lk;
-  for (int64_t j0 = 0; j0 < kend; j0 += kTcKeys) {
-    __syncthreads();  // the previous tile is consumed
-    copy_rows16<T, D>(ks, L::ldh, a.k, b, a.lk, j0, kTcKeys);
-    copy_rows16<T, D>(vs, L::ldh, a.v, b, a.lk, j0, kTcKeys);
+  const int tiles = static_cast<int>((kend + kTcKeys - 1) / kTcKeys);
+  auto ks = [&](int st) { return reinterpret_cast<T*>(smem_raw + L::k + st * L::stage); };
+  auto vs = [&](int st) { return reinterpret_cast<T*>(smem_raw + L::v + st * L::stage); };
+  stage_rows<T, D>(qs, a.q, b, a.lq, i0, kTcRows);
+  if (tiles > 0) {
+    stage_rows<T, D>(ks(0), a.k, b, a.lk, 0, kTcKeys);
+    stage_rows<T, D>(vs(0), a.v, b, a.lk, 0, kTcKeys);
+  }
+  cp_async_commit();
+  const float kLog2e = 1.4426950408889634f;
+  const float scale = static_cast<float>(a.scale) * kLog2e;  // scores in log2 units
+  const int64_t row[2] = {i0 + warp * 16 + g, i0 + warp * 16 + g + 8};
+  float o[kDn][4];
+#pragma unroll
+  for (int n = 0; n < kDn; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  unsigned fq[kDk][4];
+  for (int j = 0; j < tiles; ++j) {
+    const int st = j & 1;
+    if (j + 1 < tiles) {
+      stage_rows<T, D>(ks(st ^ 1), a.k, b, a.lk, (j + 1) * int64_t{kTcKeys}, kTcKeys);
+      stage_rows<T, D>(vs(st ^ 1), a.v, b, a.lk, (j + 1) * int64_t{kTcKeys}, kTcKeys);
+    }
+    cp_async_commit();
+    cp_async_wait<1>();
     __syncthreads();
-    // S = Q Kᵀ for the warp's 16 rows
-    {
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> fk;
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> fs;
+    if (j == 0) {
 #pragma unroll
-      for (int n = 0; n < kTcKeys / 16; ++n) {
-        wmma::fill_fragment(fs, 0.f);
+      for (int kk = 0; kk < kDk; ++kk)
+        ldmatrix_x4(fq[kk], qs + (warp * 16 + lane % 16) * kLd + kk * 16 + (lane / 16) * 8);
+    }
+    // S = Q Kᵀ: n-tiles of 8 keys; one ldmatrix.x4 gives b0, b1 of two n-tiles
+    float s[kN][4];
 #pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
-          wmma::load_matrix_sync(fk, ks + 16 * n * L::ldh + 16 * kk, L::ldh);
-          wmma::mma_sync(fs, fq[kk], fk, fs);
-        }
-        wmma::store_matrix_sync(ss + wr * L::lds + 16 * n, fs, L::lds, wmma::mem_row_major);
+    for (int n = 0; n < kN; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+    const T* kt = ks(st);
+#pragma unroll
+    for (int kk = 0; kk < kDk; ++kk) {
+#pragma unroll
+      for (int n = 0; n < kN; n += 2) {
+        unsigned bk[4];
+        const int mtx = lane / 8;
+        ldmatrix_x4(bk, kt + (n * 8 + (mtx / 2) * 8 + lane % 8) * kLd + kk * 16 + (mtx % 2) * 8);
+        mma16816<T>(s[n], fq[kk], bk[0], bk[1]);
+        mma16816<T>(s[n + 1], fq[kk], bk[2], bk[3]);
       }
     }
-    __syncwarp();
-    // online softmax over the tile, row by row; lanes own keys lane and lane + 32
+    // scale, masks, online softmax (each row's values lie in the 4 lanes of a quad)
+    const int64_t j0 = j * int64_t{kTcKeys};
 #pragma unroll
-    for (int r = 0; r < 16; ++r) {
-      const int64_t i = i0 + wr + r;
-      float s2[2];
+    for (int h = 0; h < 2; ++h) {
+      const int64_t i = row[h];
+      float mx = -INFINITY;
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int64_t j = j0 + lane + 32 * h;
-        float s = ss[(wr + r) * L::lds + lane + 32 * h] * scale;
-        if (j >= a.lk || i >= a.lq || (a.causal && j > i)) {
-          s = -INFINITY;
-        } else if (a.bmask || a.amask) {
-          const int64_t mo = moff + i * a.ml.sq + j * a.ml.sk;
-          if (a.bmask) s = a.bmask[mo] ? s : -INFINITY;
-          else s += to_acc(a.amask[mo]);
+      for (int n = 0; n < kN; ++n) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int64_t jj = j0 + n * 8 + 2 * t4 + e;
+          float v = s[n][2 * h + e] * scale;
+          if (jj >= a.lk || (a.causal && jj > i)) {
+            v = -INFINITY;
+          } else if ((a.bmask || a.amask) && i < a.lq) {
+            const int64_t mo = moff + i * a.ml.sq + jj * a.ml.sk;
+            if (a.bmask) v = a.bmask[mo] ? v : -INFINITY;
+            else v += to_acc(a.amask[mo]) * kLog2e;
+          }
+          s[n][2 * h + e] = v;
+          mx = fmaxf(mx, v);
         }
-        s2[h] = s;
       }
-      const float mn = fmaxf(m[r], warp_max(fmaxf(s2[0], s2[1])));
-      float alpha = 1.f, p0 = 0.f, p1 = 0.f;
-      if (mn != -INFINITY) {
-        alpha = m[r] == -INFINITY ? 0.f : __expf(m[r] - mn);
-        p0 = s2[0] == -INFINITY ? 0.f : __expf(s2[0] - mn);
-        p1 = s2[1] == -INFINITY ? 0.f : __expf(s2[1] - mn);
-        m[r] = mn;
-      }
-      l[r] = l[r] * alpha + warp_sum(p0 + p1);
-      ps[(wr + r) * L::ldp + lane] = from_acc<T>(p0);
-      ps[(wr + r) * L::ldp + lane + 32] = from_acc<T>(p1);
-      if (alpha != 1.f)
-        for (int d = lane; d < D; d += 32) os[(wr + r) * L::ldo + d] *= alpha;
-    }
-    __syncwarp();
-    // O += P V for the warp's 16 rows
-    {
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fp[kTcKeys / 16];
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> fv;
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> fo;
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float mn = fmaxf(m[h], mx);
+      const float base = mn == -INFINITY ? 0.f : mn;  // a row that sees no key yet: p = 0
+      const float alpha = exp2f(m[h] - base);         // exp2(-inf) = 0 for the first keys
+      m[h] = mn;
+      float sum = 0.f;
 #pragma unroll
-      for (int kk = 0; kk < kTcKeys / 16; ++kk)
-        wmma::load_matrix_sync(fp[kk], ps + wr * L::ldp + 16 * kk, L::ldp);
+      for (int n = 0; n < kN; ++n) {
 #pragma unroll
-      for (int n = 0; n < D / 16; ++n) {
-        float* o = os + wr * L::ldo + 16 * n;
-        wmma::load_matrix_sync(fo, o, L::ldo, wmma::mem_row_major);
-#pragma unroll
-        for (int kk = 0; kk < kTcKeys / 16; ++kk) {
-          wmma::load_matrix_sync(fv, vs + 16 * kk * L::ldh + 16 * n, L::ldh);
-          wmma::mma_sync(fo, fp[kk], fv, fo);
+        for (int e = 0; e < 2; ++e) {
+          const float p = exp2f(s[n][2 * h + e] - base);
+          s[n][2 * h + e] = p;
+          sum += p;
         }
-        wmma::store_matrix_sync(o, fo, L::ldo, wmma::mem_row_major);
+      }
+      l[h] = l[h] * alpha + sum;  // the lane's part of the row sum; summed over the quad at the end
+#pragma unroll
+      for (int n = 0; n < kDn; ++n) o[n][2 * h] *= alpha, o[n][2 * h + 1] *= alpha;
+    }
+    // O += P V: k-chunks of 16 keys; P's A fragment from two n-tiles of S
+    const T* vt = vs(st);
+#pragma unroll
+    for (int kk = 0; kk < kN / 2; ++kk) {
+      const unsigned pa[4] = {pack2<T>(s[2 * kk][0], s[2 * kk][1]),
+                              pack2<T>(s[2 * kk][2], s[2 * kk][3]),
+                              pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                              pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+      for (int n = 0; n < kDn; n += 2) {
+        unsigned bv[4];
+        const int mtx = lane / 8;
+        ldmatrix_x4_trans(bv, vt + (kk * 16 + (mtx % 2) * 8 + lane % 8) * kLd + n * 8 +
+                                  (mtx / 2) * 8);
+        mma16816<T>(o[n], pa, bv[0], bv[1]);
+        mma16816<T>(o[n + 1], pa, bv[2], bv[3]);
       }
     }
-    __syncwarp();
+    __syncthreads();  // the stage is consumed before the next copies overwrite it
   }
+  cp_async_wait<0>();
 #pragma unroll
-  for (int r = 0; r < 16; ++r) {
-    const int64_t i = i0 + wr + r;
-    if (i >= a.lq) break;
-    const float inv = l[r] > 0.f ? 1.f / l[r] : 0.f;
-    for (int d = lane; d < D; d += 32)
-      out[(b * a.lq + i) * D + d] = from_acc<T>(os[(wr + r) * L::ldo + d] * inv);
+  for (int h = 0; h < 2; ++h) {
+    float sum = l[h];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    const int64_t i = row[h];
+    if (i >= a.lq) continue;
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+    T* dst = out + (b * a.lq + i) * D + 2 * t4;
+#pragma unroll
+    for (int n = 0; n < kDn; ++n)
+      *reinterpret_cast<unsigned*>(dst + n * 8) =
+          pack2<T>(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);
   }
+#endif
 }
 
 inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
