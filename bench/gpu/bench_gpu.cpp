@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <optional>
@@ -25,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/gpu/launch_floor.h"
 #include "bench/resnet50.h"
 #include "kiln/kiln.h"
 #include "kiln/onnx.h"
@@ -76,6 +78,7 @@ Timing time_runs(const std::function<void()>& f, const Options& o) {
     const Profile p = Profiler::stop();
     std::istringstream lines(p.summary(5));
     for (std::string line; std::getline(lines, line);) fmt::print("#   {}\n", line);
+    std::filesystem::create_directories(o.profile);
     p.save(o.profile + "/" + o.current + ".json");
   }
   return {t[t.size() / 2], static_cast<int>(t.size())};
@@ -357,6 +360,13 @@ void tiny_adds(const Options& o, const std::string& name, bool recorded, bool fu
                      : recorded ? "replayed as one CUDA graph (optimize=false)"
                                 : "launched one by one (optimize=false)"),
          compile_ms, exe, t, fmt::format(" = {:.2f} us per op", t.median_ms * 1000 / kOps));
+  if (!recorded && !fused) {
+    // the same chain as bare cudaLaunchKernel calls: what one launch at a time costs here
+    const bench::LaunchFloor f = bench::launch_floor(kOps, std::max(o.reps, 5));
+    fmt::print("#   bare CUDA launches of the same chain: {:.2f} us per op ({:.2f} us of host "
+               "time per cudaLaunchKernel)\n",
+               f.total_us, f.enqueue_us);
+  }
 }
 
 struct Workload {
