@@ -5,6 +5,12 @@
 // into i8 rows (u8 shifted by 128, pads holding the shifted zero point), the int8 GEMM against
 // the (O, C kh kw) weights, and one epilogue applying the zero points through row sums; the same
 // integers, so the same results. Attr channels_last: x, residual and output NHWC.
+#include <cstdlib>
+#include <mutex>
+#include <set>
+#include <utility>
+#include <type_traits>
+
 #include "backends/cuda/cuda_common.cuh"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/quant_gemm.h"
@@ -263,6 +269,228 @@ __global__ void qconv_gemm_epilogue_nhwc4(
   }
 }
 
+// ---- NHWC implicit GEMM on int8 tensor cores, the epilogue fused ----
+//
+// For channels_last convs with groups 1, C a multiple of 64, i8 weights whose zero points are
+// all 0 (zero_w_zp): out[m, o] for output pixels m = (n, oh, ow) and channels o is
+//   sum over (kh, kw, c) of x[n, ih, iw, c] w'[o, kh, kw, c] - zx wsum[o]
+// (w' the (O, kh, kw, C) weights; padded positions read zx, so they add zx w - zx w = 0), then the
+// same requantize as the other paths: the same integers, the same results. A block of 4 warps
+// computes a 128 x 64 tile of (pixels, channels) with mma.sync m16n8k32 (s8 or u8 x, s8 w, s32
+// sums), each warp 64 x 32; the A rows are gathered from x straight into shared memory
+// (cp.async, 16 bytes at a time: one (kh, kw) and 16 channels), 64 bytes of K a stage, three
+// stages in flight. No im2col matrix and no i32 product in memory.
+
+constexpr int kIgM = 128, kIgN = 64, kIgK = 64, kIgStages = 3, kIgThreads = 128;
+constexpr int kIgLd = kIgK + 16;  // bytes per shared row: 8 ldmatrix rows hit distinct banks
+constexpr size_t kIgStageBytes = size_t{kIgM + kIgN} * kIgLd;
+constexpr size_t kIgSmem = kIgStages * kIgStageBytes;
+
+__device__ __forceinline__ unsigned ig_smem(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void ig_cp16(void* dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(ig_smem(dst)), "l"(src),
+               "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void ig_ldsm4(unsigned (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(ig_smem(p)));
+}
+// c (16x8, s32) += a (16x32, A = s8 or u8) * b (32x8, s8); fragments as in the PTX ISA's
+// m16n8k32 layouts (a0 row g bytes 4t.., a1 row g+8, a2 row g bytes 16+4t.., a3 row g+8 ...).
+template <typename A>
+__device__ __forceinline__ void ig_mma(int (&c)[4], const unsigned (&a)[4], unsigned b0,
+                                       unsigned b1) {
+  if constexpr (std::is_same_v<A, uint8_t>)
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  else
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <typename A, typename Y>
+__global__ void __launch_bounds__(kIgThreads)
+    qconv_igemm(const A* __restrict__ x, const int8_t* __restrict__ w,
+                const int32_t* __restrict__ w_sums, const float* __restrict__ sx,
+                const A* __restrict__ zx, const float* __restrict__ sw,
+                const float* __restrict__ sy, const Y* __restrict__ zy,
+                const float* __restrict__ bias, const int32_t* __restrict__ ibias,
+                quant_math::Residual res, Y* __restrict__ out, QConvArgs g) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  extern __shared__ __align__(128) unsigned char ig_raw[];
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int64_t M = g.N * g.OH * g.OW, K = g.C * g.KH * g.KW;
+  const int64_t m0 = blockIdx.x * int64_t{kIgM}, o0 = blockIdx.y * int64_t{kIgN};
+  // the zero point repeated: what a padded position holds
+  const uint32_t zb = static_cast<uint8_t>(zx[0]);
+  const uint4 pad = make_uint4(zb * 0x01010101u, zb * 0x01010101u, zb * 0x01010101u,
+                               zb * 0x01010101u);
+  // this thread's A rows (4, 32 apart) and 16-byte chunk within a row
+  constexpr int kChunks = kIgK / 16;
+  const int achunk = tid % kChunks, arow0 = tid / kChunks;
+  int64_t an[4], aih[4], aiw[4];
+  bool aok[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int64_t m = m0 + arow0 + 32 * i;
+    aok[i] = m < M;
+    const int64_t mm = aok[i] ? m : 0;
+    const int64_t ow = mm % g.OW, oh = (mm / g.OW) % g.OH;
+    an[i] = mm / (g.OW * g.OH);
+    aih[i] = oh * g.sh - g.pt;
+    aiw[i] = ow * g.sw - g.pl;
+  }
+  auto load_stage = [&](int st, int64_t k0) {
+    unsigned char* as = ig_raw + st * kIgStageBytes;
+    unsigned char* bs = as + kIgM * kIgLd;
+    const int64_t pos = k0 / g.C, c = k0 % g.C + achunk * 16;
+    const int64_t kh = pos / g.KW, kw = pos % g.KW;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int64_t ih = aih[i] + kh * g.dh, iw = aiw[i] + kw * g.dw;
+      unsigned char* dst = as + (arow0 + 32 * i) * kIgLd + achunk * 16;
+      if (aok[i] && ih >= 0 && ih < g.H && iw >= 0 && iw < g.W)
+        ig_cp16(dst, x + ((an[i] * g.H + ih) * g.W + iw) * g.C + c, 16);
+      else
+        *reinterpret_cast<uint4*>(dst) = pad;
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int r = tid / kChunks + 32 * i;
+      const bool in = o0 + r < g.O;
+      ig_cp16(bs + r * kIgLd + achunk * 16, w + (in ? (o0 + r) * K : 0) + k0 + achunk * 16,
+              in ? 16 : 0);
+    }
+  };
+  const int ktiles = static_cast<int>(K / kIgK);
+#pragma unroll
+  for (int s = 0; s < kIgStages - 1; ++s) {
+    if (s < ktiles) load_stage(s, s * int64_t{kIgK});
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+  }
+  const int wm = (warp / 2) * 64, wn = (warp % 2) * 32;  // the warp's tile in the block's
+  int acc[4][4][4] = {};
+  for (int kt = 0; kt < ktiles; ++kt) {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(kIgStages - 2) : "memory");
+    __syncthreads();
+    {
+      const int next = kt + kIgStages - 1;
+      if (next < ktiles) load_stage(next % kIgStages, next * int64_t{kIgK});
+      asm volatile("cp.async.commit_group;\n" ::: "memory");
+    }
+    const unsigned char* as = ig_raw + (kt % kIgStages) * kIgStageBytes;
+    const unsigned char* bs = as + kIgM * kIgLd;
+#pragma unroll
+    for (int ks = 0; ks < kIgK / 32; ++ks) {
+      unsigned a[4][4], b[4][2];
+#pragma unroll
+      for (int mi = 0; mi < 4; ++mi)
+        ig_ldsm4(a[mi], as + (wm + mi * 16 + lane % 16) * kIgLd + ks * 32 + (lane / 16) * 16);
+#pragma unroll
+      for (int nj = 0; nj < 4; nj += 2) {
+        unsigned r[4];
+        const int mtx = lane / 8;
+        ig_ldsm4(r, bs + (wn + nj * 8 + (mtx / 2) * 8 + lane % 8) * kIgLd + ks * 32 +
+                        (mtx % 2) * 16);
+        b[nj][0] = r[0], b[nj][1] = r[1], b[nj + 1][0] = r[2], b[nj + 1][1] = r[3];
+      }
+#pragma unroll
+      for (int mi = 0; mi < 4; ++mi)
+#pragma unroll
+        for (int nj = 0; nj < 4; ++nj) ig_mma<A>(acc[mi][nj], a[mi], b[nj][0], b[nj][1]);
+    }
+  }
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+  // epilogue: the zero-point correction, the bias, the requantize of the other paths
+  const int32_t zxv = zx[0];
+  const double sxd = sx[0], syd = sy[0];
+  const int32_t zyv = zy[0];
+  const int g4 = lane / 4, t4 = lane % 4;
+#pragma unroll
+  for (int nj = 0; nj < 4; ++nj) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int64_t o = o0 + wn + nj * 8 + 2 * t4 + e;
+      if (o >= g.O) continue;
+      const uint32_t corr = static_cast<uint32_t>(zxv) * static_cast<uint32_t>(w_sums[o]);
+      const int32_t ib = ibias ? ibias[o] : 0;
+      const double mult = sxd * static_cast<double>(sw[g.per_channel_scale ? o : 0]);
+      const double bo = bias ? bias[o] : 0.0;
+#pragma unroll
+      for (int mi = 0; mi < 4; ++mi) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int64_t m = m0 + wm + mi * 16 + g4 + 8 * h;
+          if (m >= M) continue;
+          const int32_t v =
+              static_cast<int32_t>(static_cast<uint32_t>(acc[mi][nj][2 * h + e]) - corr) + ib;
+          const int64_t t = m * g.O + o;
+          out[t] = quant_math::requantize<Y>(v, mult, bo, res.at(t), g.relu, syd, zyv);
+        }
+      }
+    }
+  }
+#endif
+}
+
+// Whether KILN_QCONV_IGEMM=0 turns the implicit GEMM off (read at every call: tests compare).
+bool igemm_enabled() {
+  const char* v = std::getenv("KILN_QCONV_IGEMM");
+  return !(v && v[0] == '0');
+}
+
+template <typename A, typename W, typename Y>
+bool conv_igemm(KernelContext& ctx, QConvArgs g, const float* bias, const int32_t* ibias,
+                const quant_math::Residual& res) {
+  if constexpr (!std::is_same_v<W, int8_t>) {
+    return false;
+  } else {
+    const TensorView& tx = ctx.in(0);
+    if (!g.cl || g.G != 1 || g.C % kIgK != 0 || !ctx.attrs().b("zero_w_zp", false) ||
+        !igemm_enabled() || pointer_alignment(tx.data) < 16)
+      return false;
+    const int64_t M = g.N * g.OH * g.OW, K = g.C * g.KH * g.KW;
+    if ((M + kIgM - 1) / kIgM > INT32_MAX || (g.O + kIgN - 1) / kIgN > 65535) return false;
+    cudaStream_t st = stream_of(ctx);
+    const TensorView& tw = ctx.in(3);
+    // (O, kh, kw, C) weights; a 1x1 conv's (O, C, 1, 1) are that already
+    const int8_t* w8 = tw.ptr<int8_t>();
+    if (g.KH * g.KW > 1 || pointer_alignment(w8) < 16) {
+      auto* buf = static_cast<int8_t*>(ctx.scratch(static_cast<size_t>(g.O * K)));
+      g.kp = K;
+      weights_khwc_i8<W><<<blocks_for(g.O * K), kThreads, 0, st>>>(tw.ptr<W>(), buf, g, 0);
+      w8 = buf;
+    }
+    auto* sums = static_cast<int32_t*>(ctx.scratch(static_cast<size_t>(g.O) * 4));
+    int8_row_sums(w8, g.O, K, sums, st);
+    auto kernel = qconv_igemm<A, Y>;
+    {  // the shared memory past 48 KiB, asked for once per kernel and device
+      static std::mutex mu;
+      static std::set<std::pair<int, const void*>> allowed;
+      std::lock_guard<std::mutex> l(mu);
+      if (allowed.insert({ctx.device(), reinterpret_cast<const void*>(kernel)}).second)
+        KILN_CUDA_CHECK(cudaFuncSetAttribute(
+            kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kIgSmem)));
+    }
+    const dim3 grid(static_cast<unsigned>((M + kIgM - 1) / kIgM),
+                    static_cast<unsigned>((g.O + kIgN - 1) / kIgN));
+    kernel<<<grid, kIgThreads, kIgSmem, st>>>(
+        tx.ptr<A>(), w8, sums, ctx.in(1).ptr<float>(), ctx.in(2).ptr<A>(),
+        ctx.in(4).ptr<float>(), ctx.in(6).ptr<float>(), ctx.in(7).ptr<Y>(), bias, ibias, res,
+        ctx.out(0).ptr<Y>(), g);
+    check_launch(ctx.op_name());
+    return true;
+  }
+}
+
 // The im2col matrix must stay reasonable in scratch.
 constexpr int64_t kMaxColBytes = int64_t{256} << 20;
 
@@ -391,6 +619,7 @@ void quantized_conv(KernelContext& ctx) {
     using A = decltype(at);
     using W = decltype(wt);
     using Y = decltype(yt);
+    if (conv_igemm<A, W, Y>(ctx, g, bias, ibias, res)) return;
     if (conv_lt<A, W, Y>(ctx, g, bias, ibias, res)) return;
     quantized_conv_kernel<A, W, Y><<<blocks_for(ty.numel()), kThreads, 0, stream_of(ctx)>>>(
         tx.ptr<A>(), ctx.in(1).ptr<float>(), ctx.in(2).ptr<A>(), tw.ptr<W>(),
