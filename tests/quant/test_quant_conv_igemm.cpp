@@ -1,11 +1,11 @@
-// CUDA's NHWC implicit-GEMM int8 convolution (src/backends/cuda/quant_conv.cu, qconv_igemm):
-// channels_last convs with groups 1, C a multiple of 64 and zero weight zero points. Against the
-// float64 reference of the op's definition (tests/quant/conv_reference.h) within 1 LSB (the
-// kernel's epilogue multiplies by sx * sw, the reference by sx then sw), and bit for bit against
-// the same graph with the kernel off (KILN_QCONV_IGEMM=0: im2col + cuBLASLt's int8 GEMM + the
-// epilogue kernel, the same integers and the same epilogue). Fresh random data; tile edges
-// (pixels and channels not multiples of the 128 x 64 tile), strides, asymmetric pads, dilation,
-// u8 and i8 data, residuals, per-tensor and per-channel scales.
+// CUDA's NHWC implicit-GEMM int8 convolution (src/backends/cuda/quant_conv.cu, qconv_igemm; opt-in
+// with KILN_QCONV_IGEMM=1): channels_last convs with groups 1, C a multiple of 64 and zero weight
+// zero points. Against the float64 reference of the op's definition (tests/quant/conv_reference.h)
+// within 1 LSB (the kernel's epilogue multiplies by sx * sw, the reference by sx then sw), and bit
+// for bit against the same graph without it (im2col + cuBLASLt's int8 GEMM + the epilogue kernel:
+// the same integers, the same epilogue). Fresh random data; tile edges (pixels and channels not
+// multiples of the 128 x 64 tile), strides, asymmetric pads, dilation, u8 and i8 data,
+// residuals, per-tensor and per-channel scales.
 #include "kiln/kiln.h"
 #include "kiln/ops/quant.h"
 #include "quant/conv_reference.h"
@@ -54,7 +54,11 @@ TEST(QuantizedConvIgemm, MatchesReferenceAndTheGemmPath) {
   for (const ConvProblem& p : igemm_problems()) {
     SCOPED_TRACE(describe(p));
     const ConvData d = random_conv_data(p);
-    const Array fast = run_on_cuda(p, d);
+    Array fast;
+    {
+      const ScopedEnv on("KILN_QCONV_IGEMM", "1");
+      fast = run_on_cuda(p, d);
+    }
     expect_conv_within_lsb(fast, conv_reference(p, d), 1);
     Array gemm;
     {

@@ -5,6 +5,7 @@
 // into i8 rows (u8 shifted by 128, pads holding the shifted zero point), the int8 GEMM against
 // the (O, C kh kw) weights, and one epilogue applying the zero points through row sums; the same
 // integers, so the same results. Attr channels_last: x, residual and output NHWC.
+#include <climits>
 #include <cstdlib>
 #include <mutex>
 #include <set>
@@ -333,47 +334,61 @@ __global__ void __launch_bounds__(kIgThreads)
   const uint32_t zb = static_cast<uint8_t>(zx[0]);
   const uint4 pad = make_uint4(zb * 0x01010101u, zb * 0x01010101u, zb * 0x01010101u,
                                zb * 0x01010101u);
-  // this thread's A rows (4, 32 apart) and 16-byte chunk within a row
+  // this thread's A rows (4, 32 apart) and 16-byte chunk within a row; 32-bit index math (the
+  // host checks the sizes), the window position advanced stage by stage without divisions
   constexpr int kChunks = kIgK / 16;
   const int achunk = tid % kChunks, arow0 = tid / kChunks;
-  int64_t an[4], aih[4], aiw[4];
-  bool aok[4];
+  const int H = static_cast<int>(g.H), W = static_cast<int>(g.W), C = static_cast<int>(g.C);
+  const int KW = static_cast<int>(g.KW), dh = static_cast<int>(g.dh), dw = static_cast<int>(g.dw);
+  const int OW = static_cast<int>(g.OW), OHW = static_cast<int>(g.OH * g.OW);
+  const int Mi = static_cast<int>(M), Ki = static_cast<int>(K);
+  int abase[4], aih[4], aiw[4];  // the pixel's image offset (n H W C), window origin
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const int64_t m = m0 + arow0 + 32 * i;
-    aok[i] = m < M;
-    const int64_t mm = aok[i] ? m : 0;
-    const int64_t ow = mm % g.OW, oh = (mm / g.OW) % g.OH;
-    an[i] = mm / (g.OW * g.OH);
-    aih[i] = oh * g.sh - g.pt;
-    aiw[i] = ow * g.sw - g.pl;
+    const int m = static_cast<int>(m0) + arow0 + 32 * i;
+    const int mm = m < Mi ? m : 0;
+    const int n = mm / OHW, p = mm - n * OHW, oh = p / OW, ow = p - oh * OW;
+    abase[i] = n * H * W * C;
+    aih[i] = m < Mi ? oh * static_cast<int>(g.sh) - static_cast<int>(g.pt) : INT_MIN / 2;
+    aiw[i] = ow * static_cast<int>(g.sw) - static_cast<int>(g.pl);
   }
-  auto load_stage = [&](int st, int64_t k0) {
+  const int brow = tid / kChunks;
+  const int8_t* wrow[2];
+  bool bok[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int o = static_cast<int>(o0) + brow + 32 * i;
+    bok[i] = o < g.O;
+    wrow[i] = w + static_cast<int64_t>(bok[i] ? o : 0) * Ki + achunk * 16;
+  }
+  int lkh = 0, lkw = 0, lc = 0, lk0 = 0;  // the next stage to load: window (kh, kw), channel
+  auto load_stage = [&](int st) {
     unsigned char* as = ig_raw + st * kIgStageBytes;
     unsigned char* bs = as + kIgM * kIgLd;
-    const int64_t pos = k0 / g.C, c = k0 % g.C + achunk * 16;
-    const int64_t kh = pos / g.KW, kw = pos % g.KW;
+    const int c = lc + achunk * 16;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const int64_t ih = aih[i] + kh * g.dh, iw = aiw[i] + kw * g.dw;
+      const int ih = aih[i] + lkh * dh, iw = aiw[i] + lkw * dw;
       unsigned char* dst = as + (arow0 + 32 * i) * kIgLd + achunk * 16;
-      if (aok[i] && ih >= 0 && ih < g.H && iw >= 0 && iw < g.W)
-        ig_cp16(dst, x + ((an[i] * g.H + ih) * g.W + iw) * g.C + c, 16);
+      if (ih >= 0 && ih < H && iw >= 0 && iw < W)
+        ig_cp16(dst, x + abase[i] + (ih * W + iw) * C + c, 16);
       else
         *reinterpret_cast<uint4*>(dst) = pad;
     }
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int r = tid / kChunks + 32 * i;
-      const bool in = o0 + r < g.O;
-      ig_cp16(bs + r * kIgLd + achunk * 16, w + (in ? (o0 + r) * K : 0) + k0 + achunk * 16,
-              in ? 16 : 0);
+    for (int i = 0; i < 2; ++i)
+      ig_cp16(bs + (brow + 32 * i) * kIgLd + achunk * 16, wrow[i] + lk0, bok[i] ? 16 : 0);
+    lk0 += kIgK;
+    lc += kIgK;
+    if (lc == C) {
+      lc = 0;
+      if (++lkw == KW) lkw = 0, ++lkh;
     }
   };
-  const int ktiles = static_cast<int>(K / kIgK);
+  const int ktiles = Ki / kIgK;
 #pragma unroll
   for (int s = 0; s < kIgStages - 1; ++s) {
-    if (s < ktiles) load_stage(s, s * int64_t{kIgK});
+    if (s < ktiles) load_stage(s);
     asm volatile("cp.async.commit_group;\n" ::: "memory");
   }
   const int wm = (warp / 2) * 64, wn = (warp % 2) * 32;  // the warp's tile in the block's
@@ -383,7 +398,7 @@ __global__ void __launch_bounds__(kIgThreads)
     __syncthreads();
     {
       const int next = kt + kIgStages - 1;
-      if (next < ktiles) load_stage(next % kIgStages, next * int64_t{kIgK});
+      if (next < ktiles) load_stage(next % kIgStages);
       asm volatile("cp.async.commit_group;\n" ::: "memory");
     }
     const unsigned char* as = ig_raw + (kt % kIgStages) * kIgStageBytes;
@@ -409,7 +424,23 @@ __global__ void __launch_bounds__(kIgThreads)
     }
   }
   asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-  // epilogue: the zero-point correction, the bias, the requantize of the other paths
+  __syncthreads();  // the stages are free: the epilogue's tiles go there
+  // epilogue: the residual tile staged through shared memory (coalesced reads; as float, which
+  // holds an f32 or a dequantized value exactly), the zero-point correction, the bias, the
+  // requantize of the other paths, the output tile staged for 16-byte stores
+  constexpr int kLdr = kIgN + 4, kLdo = kIgN + 16;
+  float* rs = reinterpret_cast<float*>(ig_raw);
+  Y* os = reinterpret_cast<Y*>(ig_raw + kIgM * kLdr * sizeof(float));
+  static_assert(kIgM * kLdr * sizeof(float) + kIgM * kLdo <= kIgSmem, "epilogue tiles");
+  const bool has_res = res.kind != quant_math::Residual::kNone;
+  if (has_res) {
+    for (int e = tid; e < kIgM * kIgN; e += kIgThreads) {
+      const int r = e / kIgN, c = e % kIgN;
+      const int64_t m = m0 + r, o = o0 + c;
+      rs[r * kLdr + c] = m < M && o < g.O ? static_cast<float>(res.at(m * g.O + o)) : 0.f;
+    }
+    __syncthreads();
+  }
   const int32_t zxv = zx[0];
   const double sxd = sx[0], syd = sy[0];
   const int32_t zyv = zy[0];
@@ -418,7 +449,8 @@ __global__ void __launch_bounds__(kIgThreads)
   for (int nj = 0; nj < 4; ++nj) {
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      const int64_t o = o0 + wn + nj * 8 + 2 * t4 + e;
+      const int c = wn + nj * 8 + 2 * t4 + e;
+      const int64_t o = o0 + c;
       if (o >= g.O) continue;
       const uint32_t corr = static_cast<uint32_t>(zxv) * static_cast<uint32_t>(w_sums[o]);
       const int32_t ib = ibias ? ibias[o] : 0;
@@ -428,23 +460,38 @@ __global__ void __launch_bounds__(kIgThreads)
       for (int mi = 0; mi < 4; ++mi) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const int64_t m = m0 + wm + mi * 16 + g4 + 8 * h;
-          if (m >= M) continue;
+          const int r = wm + mi * 16 + g4 + 8 * h;
           const int32_t v =
               static_cast<int32_t>(static_cast<uint32_t>(acc[mi][nj][2 * h + e]) - corr) + ib;
-          const int64_t t = m * g.O + o;
-          out[t] = quant_math::requantize<Y>(v, mult, bo, res.at(t), g.relu, syd, zyv);
+          const double rv = has_res ? static_cast<double>(rs[r * kLdr + c]) : 0.0;
+          os[r * kLdo + c] = quant_math::requantize<Y>(v, mult, bo, rv, g.relu, syd, zyv);
         }
       }
+    }
+  }
+  __syncthreads();
+  // 16-byte stores of whole chunks of a row; bytes one by one at the edges
+  const bool vec = g.O % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0;
+  for (int q = tid; q < kIgM * (kIgN / 16); q += kIgThreads) {
+    const int r = q / (kIgN / 16), c = (q % (kIgN / 16)) * 16;
+    const int64_t m = m0 + r, o = o0 + c;
+    if (m >= M || o >= g.O) continue;
+    Y* dst = out + m * g.O + o;
+    if (vec) {
+      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(os + r * kLdo + c);
+    } else {
+      for (int j = 0; j < 16 && o + j < g.O; ++j) dst[j] = os[r * kLdo + c + j];
     }
   }
 #endif
 }
 
-// Whether KILN_QCONV_IGEMM=0 turns the implicit GEMM off (read at every call: tests compare).
+// Whether KILN_QCONV_IGEMM=1 turns the implicit GEMM on (read at every call: tests compare). Off
+// by default: on the H200 it is not yet faster than im2col + cuBLASLt over ResNet-50
+// (bench/RESULTS.md, "Post-training int8 quantization": per-layer times and what limits it).
 bool igemm_enabled() {
   const char* v = std::getenv("KILN_QCONV_IGEMM");
-  return !(v && v[0] == '0');
+  return v && v[0] == '1';
 }
 
 template <typename A, typename W, typename Y>
@@ -458,7 +505,10 @@ bool conv_igemm(KernelContext& ctx, QConvArgs g, const float* bias, const int32_
         !igemm_enabled() || pointer_alignment(tx.data) < 16)
       return false;
     const int64_t M = g.N * g.OH * g.OW, K = g.C * g.KH * g.KW;
-    if ((M + kIgM - 1) / kIgM > INT32_MAX || (g.O + kIgN - 1) / kIgN > 65535) return false;
+    // 32-bit index math in the kernel
+    if (tx.numel() + kIgK > INT32_MAX || M + kIgM > INT32_MAX || g.O * K > INT32_MAX ||
+        (g.O + kIgN - 1) / kIgN > 65535)
+      return false;
     cudaStream_t st = stream_of(ctx);
     const TensorView& tw = ctx.in(3);
     // (O, kh, kw, C) weights; a 1x1 conv's (O, C, 1, 1) are that already
