@@ -2,7 +2,7 @@
 // padding modes into explicit pads and default options, so nodes are strict.
 //   conv: stride (nd), pads (2*nd, begins then ends), dilation (nd), groups, has_bias.
 //         Inputs x (N, C, spatial...), w (O, C/groups, kernel...)[, bias (O)]. Attr
-//         channels_last (2-D only, set by the channels_last pass for GPU f16/bf16 inference):
+//         channels_last (2-D only, set by the channels_last pass for GPU f16/bf16/TF32 convs):
 //         x (N, H, W, C), w (O, kh, kw, C/groups), output (N, OH, OW, O); with it, relu and
 //         has_residual (a last input of the output's shape added before the relu) fuse the
 //         epilogue of a ResNet block.
@@ -10,6 +10,9 @@
 //         Inputs x (N, C, spatial...), w (C, O/groups, kernel...)[, bias (O)].
 //   conv_grad_weight: conv's stride, pads, dilation, groups plus weight_shape; inputs x and the
 //         conv output's gradient dy (N, O, out...); out dW of weight_shape.
+//   conv_transpose and conv_grad_weight with channels_last (2-D, set by the channels_last pass in
+//         CUDA training programs): x, dy and conv_transpose's output NHWC, the weights (and dW)
+//         (O, kh, kw, C/groups) as conv's; weight_shape stays the NCHW (O, C/groups, kh, kw).
 #include "kiln/ops/nn.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/transform.h"
@@ -250,6 +253,8 @@ std::vector<TensorInfo> infer_conv(const InferContext& ctx) {
 }
 
 std::vector<TensorInfo> infer_conv_transpose(const InferContext& ctx) {
+  if (ctx.attrs.b("channels_last", false))
+    return infer_channels_last(ctx, infer_conv_transpose);
   const Shape& x = ctx.inputs[0].shape;
   const Shape& w = ctx.inputs[1].shape;
   const int64_t groups = ctx.attrs.i("groups");
@@ -286,6 +291,8 @@ std::vector<TensorInfo> infer_conv_transpose(const InferContext& ctx) {
   return {{out, ctx.inputs[0].dtype}};
 }
 std::vector<TensorInfo> infer_conv_grad_weight(const InferContext& ctx) {
+  if (ctx.attrs.b("channels_last", false))
+    return infer_channels_last(ctx, infer_conv_grad_weight);
   require_rank(ctx, 0, 3, 5);
   require_dtype(ctx, 0, kFloatTypes, "a float dtype");
   if (ctx.inputs[1].dtype != ctx.inputs[0].dtype)
@@ -368,6 +375,7 @@ Tensor bias_grad(const Tensor& g) {
 }
 
 Grads vjp_conv(const VjpContext& c) {
+  require_nchw(c);
   const Tensor& g = *c.cotangents[0];
   const Tensor &x = c.inputs[0], &w = c.inputs[1];
   Grads r{conv_transpose_to(g, w, c.attrs, x.shape()),
@@ -380,6 +388,7 @@ Grads vjp_conv(const VjpContext& c) {
 // dw[c, o, k] = sum x[n, c, i] dy[n, o, i*s - pad + k*d] is conv's weight gradient with the
 // conv input dy and output gradient x.
 Grads vjp_conv_transpose(const VjpContext& c) {
+  require_nchw(c);
   const Tensor& g = *c.cotangents[0];
   const Tensor &x = c.inputs[0], &w = c.inputs[1];
   Grads r{conv_to(g, w, c.attrs, x.shape()),
@@ -390,6 +399,7 @@ Grads vjp_conv_transpose(const VjpContext& c) {
 
 // dW(x, dy) is linear in each input: <G, dW> = <x, conv_transpose(dy, G)> = <dy, conv(x, G)>.
 Grads vjp_conv_grad_weight(const VjpContext& c) {
+  require_nchw(c);
   const Tensor& g = *c.cotangents[0];
   const Tensor &x = c.inputs[0], &dy = c.inputs[1];
   return {conv_transpose_to(dy, g, c.attrs, x.shape()), conv_to(x, g, c.attrs, dy.shape())};

@@ -12,6 +12,8 @@
 //     batch's mean and biased var (C) in x's dtype
 //   batch_norm_train_grad: eps, has_weight; inputs dy, x, mean, var[, weight]; outputs dx and
 //     dweight, dbias (C), the last two always computed
+//   Both training ops may carry channels_last (bool, set by the channels_last pass for CUDA):
+//     x, y, dy and dx are 4-D (N, H, W, C), the parameters and statistics stay (C).
 #include "kiln/ops/norm.h"
 
 #include "kiln/ops/elementwise.h"
@@ -109,7 +111,7 @@ int64_t per_channel(const Shape& x) {
   return m;
 }
 
-std::vector<TensorInfo> infer_batch_norm_train(const InferContext& ctx) {
+std::vector<TensorInfo> infer_batch_norm_train_nchw(const InferContext& ctx) {
   infer_channel_norm(ctx, 2, {});
   const TensorInfo& x = ctx.inputs[0];
   if (per_channel(x.shape) == 0)
@@ -119,8 +121,14 @@ std::vector<TensorInfo> infer_batch_norm_train(const InferContext& ctx) {
   return {x, stat, stat};
 }
 
+std::vector<TensorInfo> infer_batch_norm_train(const InferContext& ctx) {
+  if (ctx.attrs.b("channels_last", false))
+    return infer_channels_last(ctx, infer_batch_norm_train_nchw);
+  return infer_batch_norm_train_nchw(ctx);
+}
+
 // Inputs dy, x, mean, var[, weight]: dy has x's shape, the rest (C); all in x's dtype.
-std::vector<TensorInfo> infer_batch_norm_train_grad(const InferContext& ctx) {
+std::vector<TensorInfo> infer_batch_norm_train_grad_nchw(const InferContext& ctx) {
   require_dtype(ctx, 1, kFloatTypes, "a float dtype");
   require_rank(ctx, 1, 2, 64);
   const TensorInfo &dy = ctx.inputs[0], &x = ctx.inputs[1];
@@ -144,6 +152,11 @@ std::vector<TensorInfo> infer_batch_norm_train_grad(const InferContext& ctx) {
   }
   const TensorInfo stat{want, x.dtype};
   return {x, stat, stat};
+}
+std::vector<TensorInfo> infer_batch_norm_train_grad(const InferContext& ctx) {
+  if (ctx.attrs.b("channels_last", false))
+    return infer_channels_last(ctx, infer_batch_norm_train_grad_nchw);
+  return infer_batch_norm_train_grad_nchw(ctx);
 }
 
 std::vector<TensorInfo> infer_dropout(const InferContext& ctx) {
@@ -298,6 +311,7 @@ Grads vjp_batch_norm(const VjpContext& c) {
 // the mean and var outputs (only when a loss reads them) with plain ops: d mean / dx = 1 / M and
 // d var / dx = 2 (x - mean) / M.
 Grads vjp_batch_norm_train(const VjpContext& c) {
+  require_nchw(c);
   const Tensor &x = c.inputs[0], &m = c.outputs[1], &var = c.outputs[2];
   const bool hw = c.attrs.b("has_weight", false), hb = c.attrs.b("has_bias", false);
   Grads grads(c.inputs.size());

@@ -8,6 +8,8 @@
 // Their gradients are ops of their own, with `input_shape` (ints, static) the forward input's:
 //   max_pool_grad(dy, indices): dy added at the forward pass's flat in-plane indices
 //   avg_pool_grad(dy): avg_pool's attributes; adaptive_avg_pool_grad(dy): output size from dy
+// max_pool_grad and adaptive_avg_pool_grad may carry channels_last too (CUDA training programs):
+// dy, indices and output (N, H, W, C); input_shape stays the NCHW one.
 // Output sizes follow PyTorch: floor (or ceil) of (in + pads - dilation*(k-1) - 1) / stride + 1,
 // where with ceil_mode the last window must start inside the input or the begin padding.
 #include "kiln/ops/nn.h"
@@ -76,15 +78,7 @@ Shape pooled_shape(const InferContext& ctx, const std::vector<int64_t>& dilation
 // gives pools between NHWC convolutions): inferred as the NCHW node, its outputs NHWC.
 std::vector<TensorInfo> on_layout(const InferContext& ctx, InferFn infer) {
   if (!ctx.attrs.b("channels_last", false)) return infer(ctx);
-  const Shape& s = ctx.inputs[0].shape;
-  if (s.size() != 4)
-    fail<ShapeError>("[{}] channels_last needs a 4-D (N, H, W, C) input, got shape {}", ctx.name(),
-                     str(s));
-  std::vector<TensorInfo> in = ctx.inputs;
-  in[0].shape = {s[0], s[3], s[1], s[2]};
-  std::vector<TensorInfo> out = infer(InferContext{ctx.op, ctx.attrs, in});
-  for (TensorInfo& t : out) t.shape = {t.shape[0], t.shape[2], t.shape[3], t.shape[1]};
-  return out;
+  return infer_channels_last(ctx, infer);
 }
 
 std::vector<TensorInfo> infer_max_pool_nchw(const InferContext& ctx) {
@@ -129,13 +123,17 @@ Shape grad_input_shape(const InferContext& ctx) {
   return in;
 }
 
-std::vector<TensorInfo> infer_max_pool_grad(const InferContext& ctx) {
+std::vector<TensorInfo> infer_max_pool_grad_nchw(const InferContext& ctx) {
   Shape in = grad_input_shape(ctx);
   require_dtype(ctx, 1, DTypeSet{i32, i64}, "i32 or i64 indices");
   if (!shapes_match(ctx.inputs[1].shape, ctx.inputs[0].shape))
     fail<ShapeError>("[{}] indices of shape {} must have the gradient's shape {}", ctx.name(),
                      str(ctx.inputs[1].shape), str(ctx.inputs[0].shape));
   return {{in, ctx.inputs[0].dtype}};
+}
+
+std::vector<TensorInfo> infer_max_pool_grad(const InferContext& ctx) {
+  return on_layout(ctx, infer_max_pool_grad_nchw);
 }
 
 std::vector<TensorInfo> infer_avg_pool_grad(const InferContext& ctx) {
@@ -150,7 +148,7 @@ std::vector<TensorInfo> infer_avg_pool_grad(const InferContext& ctx) {
   return {{in, ctx.inputs[0].dtype}};
 }
 
-std::vector<TensorInfo> infer_adaptive_avg_pool_grad(const InferContext& ctx) {
+std::vector<TensorInfo> infer_adaptive_avg_pool_grad_nchw(const InferContext& ctx) {
   Shape in = grad_input_shape(ctx);
   const Shape& dy = ctx.inputs[0].shape;
   for (size_t d = 2; d < dy.size(); ++d)
@@ -158,6 +156,9 @@ std::vector<TensorInfo> infer_adaptive_avg_pool_grad(const InferContext& ctx) {
       fail<ShapeError>("[{}] gradient shape {} and input_shape {} need static, non-empty "
                        "spatial dims", ctx.name(), str(dy), str(in));
   return {{in, ctx.inputs[0].dtype}};
+}
+std::vector<TensorInfo> infer_adaptive_avg_pool_grad(const InferContext& ctx) {
+  return on_layout(ctx, infer_adaptive_avg_pool_grad_nchw);
 }
 
 // ---- gradient rules ----
@@ -168,12 +169,6 @@ using Grads = std::vector<std::optional<Tensor>>;
 std::vector<int64_t> spatial(const Tensor& t) {
   const Shape s = t.shape();
   return {s.begin() + 2, s.end()};
-}
-
-// (channels_last nodes exist only in compiled inference programs, which are not differentiated)
-void require_nchw(const VjpContext& c) {
-  if (c.attrs.b("channels_last", false))
-    fail<UnsupportedError>("[{}] no gradient for a channels_last node", op_name(c.op));
 }
 
 // Scatters dy into the argmax positions the forward pass recorded (output 1), never recomputing
@@ -195,6 +190,7 @@ Grads vjp_adaptive_avg_pool(const VjpContext& c) {
 // max_pool_grad is linear in dy; its transpose gathers g at the indices, plane by plane.
 // (input_shape is static, and dy's N and C match it.)
 Grads vjp_max_pool_grad(const VjpContext& c) {
+  require_nchw(c);
   const Shape in = c.attrs.ints("input_shape");
   Shape dy = c.inputs[0].shape();
   dy[0] = in[0], dy[1] = in[1];
@@ -219,6 +215,7 @@ Grads vjp_avg_pool_grad(const VjpContext& c) {
   return {make_node1(OpId::AvgPool, {*c.cotangents[0]}, attrs)};
 }
 Grads vjp_adaptive_avg_pool_grad(const VjpContext& c) {
+  require_nchw(c);
   return {adaptive_avg_pool(*c.cotangents[0], spatial(c.inputs[0]))};
 }
 

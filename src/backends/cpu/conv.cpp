@@ -291,7 +291,12 @@ void conv(KernelContext& ctx) {
   if (ctx.attrs().b("channels_last", false)) return conv_channels_last(ctx);
   convolve(ctx);
 }
-void conv_transpose(KernelContext& ctx) { convolve(ctx); }
+// (channels_last conv_transpose and conv_grad_weight, which the channels_last pass gives CUDA
+// training programs, run here through NCHW copies)
+void conv_transpose(KernelContext& ctx) {
+  if (ctx.attrs().b("channels_last", false)) return run_via_nchw(ctx, convolve);
+  convolve(ctx);
+}
 
 // ---- ConvGradWeight: inputs x (conv input) and dy (conv output gradient), output dw ----
 
@@ -390,6 +395,7 @@ bool dnnl_handles_grad_weight(const KernelContext& ctx, const ConvGeom& g) {
 }
 
 void conv_grad_weight(KernelContext& ctx) {
+  if (ctx.attrs().b("channels_last", false)) return run_via_nchw(ctx, conv_grad_weight);
   const ConvGeom g = geometry_of(ctx, ctx.in(0).shape, ctx.out(0).shape, ctx.in(1).shape);
   if (dnnl_handles_grad_weight(ctx, g)) return conv_grad_weight_dnnl(ctx, g);
   dispatch_float(ctx.in(0).dtype, ctx.op_name(),

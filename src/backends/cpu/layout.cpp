@@ -39,9 +39,15 @@ void run_via_nchw(KernelContext& ctx, KernelFn kernel) {
     return TensorView{ctx.scratch(static_cast<size_t>(numel(s)) * size_of(t)), s, t};
   };
   std::vector<TensorView> in;
-  for (int k = 0; k < ctx.num_inputs(); ++k) in.push_back(ctx.in(k));
-  in[0] = scratch(nchw_of(x.shape), x.dtype);
-  permute4_bytes(ctx, x.data, x.shape, in[0].data, kNhwcToNchw, size_of(x.dtype));
+  for (int k = 0; k < ctx.num_inputs(); ++k) {
+    const TensorView& v = ctx.in(k);
+    if (v.shape.size() != 4) {
+      in.push_back(v);
+      continue;
+    }
+    in.push_back(scratch(nchw_of(v.shape), v.dtype));
+    permute4_bytes(ctx, v.data, v.shape, in.back().data, kNhwcToNchw, size_of(v.dtype));
+  }
   std::vector<TensorView> out;
   for (int k = 0; k < ctx.num_outputs(); ++k) {
     const TensorView& y = ctx.out(k);

@@ -31,9 +31,9 @@ inline Shape nchw_of(const Shape& s) { return {s[0], s[3], s[1], s[2]}; }
 inline Shape nhwc_of(const Shape& s) { return {s[0], s[2], s[3], s[1]}; }
 inline constexpr std::array<int, 4> kNhwcToNchw{0, 3, 1, 2}, kNchwToNhwc{0, 2, 3, 1};
 
-/// Runs `kernel` for a channels_last node whose input 0 and 4-D outputs are NHWC (its other
-/// inputs do not depend on the layout): on an NCHW copy of input 0, into NCHW scratch outputs
-/// that are permuted back, with the attribute channels_last off.
+/// Runs `kernel` for a channels_last node whose 4-D inputs and outputs are NHWC (a conv weight
+/// (O, kh, kw, C/G); inputs of other ranks do not depend on the layout): on NCHW copies of the
+/// 4-D inputs, into NCHW scratch outputs that are permuted back, with channels_last off.
 void run_via_nchw(KernelContext& ctx, KernelFn kernel);
 
 }  // namespace kiln::cpu

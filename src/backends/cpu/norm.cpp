@@ -5,6 +5,7 @@
 
 #include "backends/cpu/cpu_common.h"
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/layout.h"
 
 namespace kiln::cpu {
 
@@ -215,7 +216,10 @@ void for_channels(const KernelContext& ctx, const ChannelRuns& r, F&& body) {
 
 // Forward: mean and biased var per channel from sums shifted by the channel's first value (one
 // pass, accurate while the values sit near it), then y = (x - mean) * rstd * w + b.
+// (channels_last nodes, which the channels_last pass gives CUDA training programs, run here
+// through NCHW copies)
 void batch_norm_train(KernelContext& ctx) {
+  if (ctx.attrs().b("channels_last", false)) return run_via_nchw(ctx, batch_norm_train);
   const TensorView& x = ctx.in(0);
   const ChannelRuns r(x.shape);
   const double eps = ctx.attrs().f("eps"), m = static_cast<double>(r.per_channel());
@@ -244,6 +248,7 @@ void batch_norm_train(KernelContext& ctx) {
 // Backward: with xhat = (x - mean) * rstd, dbias = sum(dy), dweight = sum(dy * xhat) and
 // dx = w * rstd * (dy - dbias / M - xhat * dweight / M).
 void batch_norm_train_grad(KernelContext& ctx) {
+  if (ctx.attrs().b("channels_last", false)) return run_via_nchw(ctx, batch_norm_train_grad);
   const TensorView &dy = ctx.in(0), &x = ctx.in(1);
   const ChannelRuns r(x.shape);
   const double eps = ctx.attrs().f("eps"), m = static_cast<double>(r.per_channel());

@@ -330,6 +330,7 @@ template <typename T, typename I> void max_pool_grad_typed(KernelContext& ctx) {
 }
 
 void max_pool_grad(KernelContext& ctx) {
+  if (ctx.attrs().b("channels_last", false)) return run_via_nchw(ctx, max_pool_grad);
   dispatch_float(ctx.in(0).dtype, ctx.op_name(), [&](auto t) {
     dispatch_index(ctx.in(1).dtype, ctx.op_name(), [&](auto i) {
       max_pool_grad_typed<decltype(t), decltype(i)>(ctx);
@@ -380,6 +381,7 @@ void avg_pool_grad(KernelContext& ctx) {
 }
 
 void adaptive_avg_pool_grad(KernelContext& ctx) {
+  if (ctx.attrs().b("channels_last", false)) return run_via_nchw(ctx, adaptive_avg_pool_grad);
   const PoolGeom g = grad_geom(ctx);
   auto window = [&](int e, int64_t o) { return adaptive_window(g, e, o); };
   dispatch_float(ctx.in(0).dtype, ctx.op_name(),
