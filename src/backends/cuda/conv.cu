@@ -1,6 +1,8 @@
 // CUDA kernels of the conv family through cuDNN's convolution API: Conv is
 // cudnnConvolutionForward, ConvTranspose is the backward-data pass of the conv it transposes, and
 // ConvGradWeight is the backward-filter pass. 1-D convolutions run as 2-D ones of height 1.
+// With channels_last (2-D), all three take NHWC data and (O, kh, kw, C/G) weights (cuDNN's NHWC
+// filter format), the layout of its bf16/f16/TF32 tensor-core kernels.
 // cuDNN pads symmetrically and wants the output size that follows from the input size; other
 // geometries (asymmetric pads, output_padding) go through a zero-padded or cropped copy made by
 // window_copy. f32 and f64 use exactly summing algorithms only (no TF32, FFT or Winograd), so
@@ -1003,8 +1005,54 @@ void conv(KernelContext& ctx) {
   if (bias) launch_channel_bias(ctx, y, bias, true);
 }
 
+// The NHWC problem of a channels_last conv_transpose or conv_grad_weight (in0, in1, out0 as
+// conv_call takes them, NHWC and (O, kh, kw, C/G)), which the channels_last pass gives training
+// programs only where cuDNN runs it on the step's own buffers.
+Problem nhwc_problem(KernelContext& ctx, const Shape& in0, const Shape& in1, const Shape& out0) {
+  auto nchw = [](const Shape& s) { return Shape{s[0], s[3], s[1], s[2]}; };
+  const ConvCall c = conv_call(ctx.op(), ctx.attrs(), nchw(in0), nchw(in1), nchw(out0));
+  if (!c.direct)
+    fail<UnsupportedError>(
+        "[{}] channels_last takes symmetric pads and the output size cuDNN computes (inputs {} "
+        "and {}, output {}, pads {})",
+        ctx.op_name(), str(in0), str(in1), str(out0), fmt::join(ctx.attrs().ints("pads"), ", "));
+  Problem p = c.p;
+  p.nhwc = true;
+  return p;
+}
+
+// conv_transpose with channels_last: x (N, h, w, C_in), w (C_in, kh, kw, C_out/G), y NHWC.
+void conv_transpose_nhwc(KernelContext& ctx) {
+  const TensorView &x = ctx.in(0), &w = ctx.in(1), &y = ctx.out(0);
+  if (y.numel() == 0) return;
+  const void* bias = bias_of(ctx);
+  if (bias && y.numel() > UINT32_MAX)
+    fail<UnsupportedError>("[conv_transpose] channels_last with a bias takes outputs under 2^32 "
+                           "elements, got {}", str(y.shape));
+  if (x.numel() == 0 || w.numel() == 0) {
+    KILN_CUDA_CHECK(cudaMemsetAsync(y.data, 0, y.numel() * size_of(y.dtype), stream_of(ctx)));
+  } else {
+    const Problem p = nhwc_problem(ctx, x.shape, w.shape, y.shape);
+    run_pass(ctx, Pass::backward_data, p, x.dtype, nullptr, w.data, x.data, y.data);
+  }
+  launch_epilogue_nhwc(ctx, y, bias, nullptr, false);
+}
+
+// conv_grad_weight with channels_last: x and dy NHWC, dW (O, kh, kw, C/G) (cuDNN's NHWC filter).
+void conv_grad_weight_nhwc(KernelContext& ctx) {
+  const TensorView &x = ctx.in(0), &dy = ctx.in(1), &dw = ctx.out(0);
+  if (dw.numel() == 0) return;
+  if (x.numel() == 0 || dy.numel() == 0) {
+    KILN_CUDA_CHECK(cudaMemsetAsync(dw.data, 0, dw.numel() * size_of(dw.dtype), stream_of(ctx)));
+    return;
+  }
+  const Problem p = nhwc_problem(ctx, x.shape, dy.shape, dw.shape);
+  run_pass(ctx, Pass::backward_filter, p, x.dtype, x.data, nullptr, dy.data, dw.data);
+}
+
 // conv_transpose(x, w) is the backward-data pass of the conv from its output y to its input x.
 void conv_transpose(KernelContext& ctx) {
+  if (ctx.attrs().b("channels_last", false)) return conv_transpose_nhwc(ctx);
   const TensorView &x = ctx.in(0), &w = ctx.in(1), &y = ctx.out(0);
   if (y.numel() == 0) return;
   const void* bias = bias_of(ctx);
@@ -1024,6 +1072,7 @@ void conv_transpose(KernelContext& ctx) {
 
 // dW of the conv from x (N, C, in) to dy (N, O, out): the backward-filter pass.
 void conv_grad_weight(KernelContext& ctx) {
+  if (ctx.attrs().b("channels_last", false)) return conv_grad_weight_nhwc(ctx);
   const TensorView &x = ctx.in(0), &dy = ctx.in(1), &dw = ctx.out(0);
   if (dw.numel() == 0) return;
   if (x.numel() == 0 || dy.numel() == 0) {

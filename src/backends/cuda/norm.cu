@@ -10,6 +10,7 @@
 
 #include "backends/cuda/cuda_common.cuh"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/norm_nhwc.h"
 
 namespace kiln::cuda {
 
@@ -646,6 +647,7 @@ void check_channels(const char* op, const Shape& x) {
 }
 
 void batch_norm_train(KernelContext& ctx) {
+  if (ctx.attrs().b("channels_last", false)) return batch_norm_train_nhwc(ctx);
   const TensorView& x = ctx.in(0);
   if (x.numel() == 0) return;
   check_channels(ctx.op_name(), x.shape);
@@ -674,6 +676,7 @@ void batch_norm_train(KernelContext& ctx) {
 }
 
 void batch_norm_train_grad(KernelContext& ctx) {
+  if (ctx.attrs().b("channels_last", false)) return batch_norm_train_grad_nhwc(ctx);
   const TensorView& x = ctx.in(1);
   if (x.numel() == 0) return;
   check_channels(ctx.op_name(), x.shape);

@@ -2,7 +2,8 @@
 // dims of size 1). Forward ops give each output a thread (small windows) or a warp (large ones);
 // average-pool gradients gather, each input summing the outputs whose windows hold it; the
 // max-pool gradient scatters with atomics (its indices are data), so its sums are order-dependent
-// in rounding only.
+// in rounding only. With channels_last (2-D), max and adaptive average pooling and their gradients
+// take NHWC data.
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
@@ -511,8 +512,70 @@ template <bool kAdaptive> void avg_pool_grad_impl(KernelContext& ctx) {
   check_launch(ctx.op_name());
 }
 
+// channels_last: V channels of one dx position a thread, summing dy / count over the outputs
+// whose windows hold it, in the NCHW kernel's order.
+template <typename T, int V>
+__global__ void adaptive_avg_pool_grad_nhwc_kernel(const T* __restrict__ dy, T* __restrict__ dx,
+                                                   int64_t packs, PoolGeom g, int C) {
+  using A = acc_t<T>;
+  const int cp = C / V;
+  const int64_t in_h = g.in[1], in_w = g.in[2], out_h = g.out[1], out_w = g.out[2];
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < packs;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int c0 = static_cast<int>(i % cp) * V;
+    int64_t q = i / cp;
+    const int64_t w = q % in_w;
+    q /= in_w;
+    const int64_t h = q % in_h, n = q / in_h;
+    const int64_t h_lo = max(h * out_h / in_h, int64_t{0}),
+                  h_hi = min(((h + 1) * out_h + in_h - 1) / in_h - 1, out_h - 1);
+    const int64_t w_lo = max(w * out_w / in_w, int64_t{0}),
+                  w_hi = min(((w + 1) * out_w + in_w - 1) / in_w - 1, out_w - 1);
+    const T* gn = dy + n * out_h * out_w * C + c0;
+    A sum[V];
+#pragma unroll
+    for (int u = 0; u < V; ++u) sum[u] = A(0);
+    for (int64_t oh = h_lo; oh <= h_hi; ++oh) {
+      const AvgWindow wh = adaptive_window(g, 1, oh);
+      if (h < wh.lo || h >= wh.hi) continue;
+      for (int64_t ow = w_lo; ow <= w_hi; ++ow) {
+        const AvgWindow ww = adaptive_window(g, 2, ow);
+        if (w < ww.lo || w >= ww.hi) continue;
+        const A count = static_cast<A>((wh.hi - wh.lo) * (ww.hi - ww.lo));
+        const Vec<T, V> v = *reinterpret_cast<const Vec<T, V>*>(gn + (oh * out_w + ow) * C);
+#pragma unroll
+        for (int u = 0; u < V; ++u) sum[u] += to_acc(v.v[u]) / count;
+      }
+    }
+    Vec<T, V> out;
+#pragma unroll
+    for (int u = 0; u < V; ++u) out.v[u] = from_acc<T>(sum[u]);
+    reinterpret_cast<Vec<T, V>*>(dx)[i] = out;
+  }
+}
+
+void adaptive_avg_pool_grad_nhwc(KernelContext& ctx) {
+  const TensorView &dy = ctx.in(0), &dx = ctx.out(0);
+  const PoolGeom g = pool_geom(ctx, nchw_of(dx.shape), nchw_of(dy.shape));
+  const int64_t C = dx.shape[3];
+  if (dx.numel() == 0) return;
+  dispatch_float(dx.dtype, ctx.op_name(), [&](auto t) {
+    using T = decltype(t);
+    nhwc_width<T>(C, {dy.data, dx.data}, [&](auto width) {
+      constexpr int W = decltype(width)::value;
+      const int64_t packs = dx.numel() / W;
+      adaptive_avg_pool_grad_nhwc_kernel<T, W><<<blocks_for(packs), kThreads, 0, stream_of(ctx)>>>(
+          dy.ptr<T>(), dx.ptr<T>(), packs, g, static_cast<int>(C));
+    });
+  });
+  check_launch(ctx.op_name());
+}
+
 void avg_pool_grad(KernelContext& ctx) { avg_pool_grad_impl<false>(ctx); }
-void adaptive_avg_pool_grad(KernelContext& ctx) { avg_pool_grad_impl<true>(ctx); }
+void adaptive_avg_pool_grad(KernelContext& ctx) {
+  if (ctx.attrs().b("channels_last", false)) return adaptive_avg_pool_grad_nhwc(ctx);
+  avg_pool_grad_impl<true>(ctx);
+}
 
 // dx (zeroed) += dy at the recorded in-plane indices; out-of-range indices are skipped and
 // reported (ValueError after the run, as on the CPU).
@@ -536,11 +599,30 @@ __global__ void narrow_kernel(const float* src, T* dst, int64_t n) {
     dst[i] = from_acc<T>(src[i]);
 }
 
+// channels_last: dy and the indices (N, OH, OW, C), dx (N, H, W, C); element o of dy (channel
+// o % C of sample o / (out_plane * C)) lands at dx's position idx[o] of its sample and channel.
+template <typename T, typename I, typename D>
+__global__ void max_pool_grad_nhwc_scatter(const T* dy, const I* idx, D* dx, int64_t n, int64_t C,
+                                           int64_t out_plane, int64_t in_plane, int64_t* err) {
+  for (int64_t o = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; o < n;
+       o += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const auto i = static_cast<uint64_t>(static_cast<int64_t>(idx[o]));
+    if (i >= static_cast<uint64_t>(in_plane)) {
+      report_bad_value(err, o, static_cast<int64_t>(idx[o]));
+      continue;
+    }
+    const int64_t sample = o / (out_plane * C), c = o % C;
+    atomicAdd(dx + (sample * in_plane + static_cast<int64_t>(i)) * C + c,
+              static_cast<D>(to_acc(dy[o])));
+  }
+}
+
 void max_pool_grad(KernelContext& ctx) {
   const TensorView &dy = ctx.in(0), &idx = ctx.in(1), &dx = ctx.out(0);
   const int64_t n_in = dx.numel(), n_out = dy.numel();
   if (n_in == 0) return;
-  const PoolGeom g = grad_geom(ctx);
+  const bool nhwc = ctx.attrs().b("channels_last", false);
+  const PoolGeom g = nhwc ? pool_geom(ctx, nchw_of(dx.shape), nchw_of(dy.shape)) : grad_geom(ctx);
   describe_errors(ctx, ErrorKind::plane_index, 0, g.in_plane());
   cudaStream_t stream = stream_of(ctx);
   dispatch_float(dy.dtype, ctx.op_name(), [&](auto t) {
@@ -553,8 +635,14 @@ void max_pool_grad(KernelContext& ctx) {
     if (n_out > 0)
       dispatch_index(idx.dtype, ctx.op_name(), [&](auto it) {
         using I = decltype(it);
-        max_pool_grad_scatter<T, I, D><<<blocks_for(n_out), kThreads, 0, stream>>>(
-            dy.ptr<T>(), idx.ptr<I>(), acc, n_out, g.out_plane(), g.in_plane(), ctx.error_slot());
+        if (nhwc)
+          max_pool_grad_nhwc_scatter<T, I, D><<<blocks_for(n_out), kThreads, 0, stream>>>(
+              dy.ptr<T>(), idx.ptr<I>(), acc, n_out, dy.shape[3], g.out_plane(), g.in_plane(),
+              ctx.error_slot());
+        else
+          max_pool_grad_scatter<T, I, D><<<blocks_for(n_out), kThreads, 0, stream>>>(
+              dy.ptr<T>(), idx.ptr<I>(), acc, n_out, g.out_plane(), g.in_plane(),
+              ctx.error_slot());
         check_launch(ctx.op_name());
       });
     if constexpr (!std::is_same_v<D, T>)
