@@ -1,10 +1,15 @@
 // channels_last: runs convolutions on NHWC data where that is their fast layout:
 //   - 2-D int8 convolutions (quantized_conv) on every backend: the CPU's oneDNN int8 kernels read
 //     and write NHWC without reorders; CUDA's im2col rows are contiguous (none for 1x1);
-//   - on CUDA, 2-D f16/bf16 inference convolutions, and f32 ones that may use TF32 (attr tf32:
-//     CompileOptions::allow_tf32) (conv, symmetric pads, in programs without gradient
-//     convolutions): cuDNN's tensor-core kernels take NHWC data and (O, kh, kw, C/G) weights
-//     (constant weights are permuted here, once).
+//   - on CUDA, 2-D f16/bf16 convolutions, and f32 ones that may use TF32 (attr tf32:
+//     CompileOptions::allow_tf32), with symmetric pads: conv, and in training programs the
+//     gradient convolutions conv_transpose (data) and conv_grad_weight (weights): cuDNN's
+//     tensor-core kernels take NHWC data and (O, kh, kw, C/G) weights (constant weights are
+//     permuted here, once; other weights by a transpose, once per value; a weight gradient comes
+//     out (O, kh, kw, C/G) and is transposed back where an NCHW reader, the optimizer, meets it);
+//   - in a CUDA program with such convolutions, also every 4-D batch_norm_train and
+//     batch_norm_train_grad and 2-D max_pool_grad and adaptive_avg_pool_grad (the training ops
+//     between them, which CUDA runs on NHWC data).
 // Each such node gets the attribute channels_last and the values between them stay NHWC: an op
 // that does not care about layout (elementwise with same-shape or 0-d operands, per-tensor
 // quantize and dequantize) runs on NHWC where a reader wants its output so, and where that moves
@@ -34,7 +39,6 @@ class Rewriter {
   Rewriter(const Program& p, Backend target)
       : p_(p),
         cuda_(target == Backend::cuda),
-        float_convs_(target == Backend::cuda && inference_only(p)),
         nchw_(p.graph.nodes.size()),
         nhwc_(p.graph.nodes.size()),
         readers_(p.graph.nodes.size()),
@@ -129,25 +133,45 @@ class Rewriter {
     return e;
   }
 
-  bool wants_nhwc(const Node& n) const { return wants_nhwc(n, float_convs_, p_.graph); }
-
- public:
-  static bool inference_only(const Program& p) {
-    for (const Node& n : p.graph.nodes)
-      if (n.op == OpId::ConvGradWeight || n.op == OpId::ConvTranspose) return false;
-    return true;
+  bool wants_nhwc(const Node& n) const {
+    return wants_nhwc(n, cuda_, p_.graph) || (cuda_ && trains_nhwc(n));
   }
 
-  static bool wants_nhwc(const Node& n, bool float_convs, const detail::GraphImpl& g) {
+ public:
+  // The convolutions that lead: the pass runs when a program has one.
+  static bool wants_nhwc(const Node& n, bool cuda, const detail::GraphImpl& g) {
     if (n.attrs.b("channels_last", false)) return false;
     if (n.op == OpId::QuantizedConv) return true;
-    if (n.op != OpId::Conv || !float_convs || n.outputs.size() != 1) return false;
+    if (!cuda || n.outputs.size() != 1 || n.inputs.size() < 2) return false;
+    if (n.op != OpId::Conv && n.op != OpId::ConvTranspose && n.op != OpId::ConvGradWeight)
+      return false;
     const DType t = n.outputs[0].dtype;
-    const auto& pads = n.attrs.ints("pads");
     const bool tensor_cores = t == f16 || t == bf16 || (t == f32 && n.attrs.b("tf32", false));
-    return tensor_cores && g.info(n.inputs[0]).shape.size() == 4 &&
-           g.info(n.inputs[1]).shape.size() == 4 && pads.size() == 4 && pads[0] == pads[2] &&
-           pads[1] == pads[3];
+    return tensor_cores && cudnn_direct(n, g);
+  }
+
+  // A 2-D float conv-family node that cuDNN runs on its own buffers: symmetric pads, and (for the
+  // gradients) the size of the conv's output following from its input's as cuDNN computes it.
+  static bool cudnn_direct(const Node& n, const detail::GraphImpl& g) {
+    const Shape& a = g.info(n.inputs[0]).shape;
+    const Shape& b = n.op == OpId::ConvGradWeight ? g.info(n.inputs[1]).shape : n.outputs[0].shape;
+    const Shape& w =
+        n.op == OpId::ConvGradWeight ? n.attrs.ints("weight_shape") : g.info(n.inputs[1]).shape;
+    const auto& pads = n.attrs.ints("pads");
+    if (a.size() != 4 || b.size() != 4 || w.size() != 4 || pads.size() != 4 ||
+        pads[0] != pads[2] || pads[1] != pads[3])
+      return false;
+    if (n.op == OpId::Conv) return true;  // its output size is the one cuDNN computes
+    if (!is_static(a) || !is_static(b) || !is_static(w)) return false;
+    // the conv's input (conv_grad_weight's x, conv_transpose's output) and output
+    const Shape& in = n.op == OpId::ConvGradWeight ? a : b;
+    const Shape& out = n.op == OpId::ConvGradWeight ? b : a;
+    const auto &stride = n.attrs.ints("stride"), &dil = n.attrs.ints("dilation");
+    for (int i = 0; i < 2; ++i) {
+      const int64_t span = in[2 + i] + 2 * pads[i] - ((w[2 + i] - 1) * dil[i] + 1);
+      if (span < 0 || span / stride[i] + 1 != out[2 + i]) return false;
+    }
+    return true;
   }
 
  private:
@@ -176,6 +200,42 @@ class Rewriter {
     return n.inputs.size() - 1;
   }
 
+  // The training ops between NHWC convolutions, which CUDA runs on NHWC data: batch norm and its
+  // gradient over 4-D values, the gradients of 2-D max and adaptive average pooling.
+  bool trains_nhwc(const Node& n) const {
+    if (n.attrs.b("channels_last", false) || n.inputs.empty()) return false;
+    switch (n.op) {
+      case OpId::BatchNormTrain:
+        return info(n.inputs[0]).shape.size() == 4;
+      case OpId::BatchNormTrainGrad:
+        return n.inputs.size() > 1 && info(n.inputs[1]).shape.size() == 4;
+      case OpId::MaxPoolGrad:
+      case OpId::AdaptiveAvgPoolGrad:
+        return info(n.inputs[0]).shape.size() == 4 && n.attrs.ints("input_shape").size() == 4;
+      default:
+        return false;
+    }
+  }
+
+  // Whether a converted node takes input k NHWC (its other inputs keep their layout; a conv's
+  // weight, input 1, becomes (O, kh, kw, C/G) apart: weights_khwc).
+  static bool nhwc_input(const Node& n, size_t k) {
+    switch (n.op) {
+      case OpId::Conv:
+      case OpId::QuantizedConv:
+        return k == 0 || k == residual_index(n);
+      case OpId::ConvGradWeight:
+      case OpId::BatchNormTrainGrad:
+      case OpId::MaxPoolGrad:
+        return k <= 1;
+      default:
+        return k == 0;
+    }
+  }
+  static bool khwc_weight(const Node& n, size_t k) {
+    return k == 1 && (n.op == OpId::Conv || n.op == OpId::ConvTranspose);
+  }
+
   // 2-D max and adaptive average pooling, which CUDA runs on NHWC data (max_pool's indices stay
   // in-plane); the pass gives them channels_last where their input is NHWC already.
   bool pools_nhwc(const Node& n) const {
@@ -183,6 +243,13 @@ class Rewriter {
     if (n.op != OpId::MaxPool && n.op != OpId::AdaptiveAvgPool) return false;
     const char* size = n.op == OpId::MaxPool ? "kernel" : "output_size";
     return info(n.inputs[0]).shape.size() == 4 && n.attrs.ints(size).size() == 2;
+  }
+
+  // Whether a pool's outputs are (N, 1, 1, C) (global pooling), which reach NCHW readers through
+  // reshapes, not transposes.
+  static bool single_position(const Node& n) {
+    const Shape& s = n.outputs[0].shape;
+    return s.size() == 4 && s[2] == 1 && s[3] == 1;
   }
 
   // Whether some reader of node `id` would take its output as NHWC (else an agnostic node runs
@@ -193,9 +260,10 @@ class Rewriter {
     known = 0;
     for (auto [r, k] : readers_[id]) {
       const Node& n = p_.graph.nodes[r];
-      if (wants_nhwc(n) && (k == 0 || static_cast<size_t>(k) == residual_index(n)))
+      if (wants_nhwc(n) && nhwc_input(n, k)) return (known = 1);
+      if (agnostic(n) && read_as_nhwc(r)) return (known = 1);
+      if (pools_nhwc(n) && k == 0 && (read_as_nhwc(r) || single_position(n)))
         return (known = 1);
-      if ((agnostic(n) || (pools_nhwc(n) && k == 0)) && read_as_nhwc(r)) return (known = 1);
     }
     return false;
   }
@@ -262,12 +330,14 @@ class Rewriter {
     return *s;
   }
 
+  // (the node's 4-D outputs go to `into`, others, such as batch norm's statistics, stay NCHW)
   void add_like(int32_t id, std::vector<ValueRef> inputs, Attrs attrs, std::vector<Slot>& into) {
     const Node& n = p_.graph.nodes[id];
     const int32_t nid = out_.graph.add(n.op, std::move(inputs), std::move(attrs), n.name);
     out_.graph.nodes[nid].origin = n.origin;
     for (size_t k = 0; k < n.outputs.size(); ++k)
-      slot(into, {id, static_cast<int32_t>(k)}) = ValueRef{nid, static_cast<int32_t>(k)};
+      slot(n.outputs[k].shape.size() == 4 ? into : nchw_, {id, static_cast<int32_t>(k)}) =
+          ValueRef{nid, static_cast<int32_t>(k)};
   }
 
   void copy(int32_t id) {
@@ -280,11 +350,11 @@ class Rewriter {
   }
 
   // A conv's weight (O, C/G, kh, kw) as (O, kh, kw, C/G): a constant permuted now, else a
-  // transpose.
+  // transpose (once per value: a training step's conv and conv_transpose share it).
   ValueRef weights_khwc(ValueRef v) {
     const Node& src = p_.graph.nodes[v.node];
     if (src.op != OpId::Constant || src.value.device().kind != Device::Kind::cpu)
-      return transpose(as_nchw(v), kToNhwc);
+      return as_nhwc(v);
     const Array& a = src.value;
     const Shape& s = a.shape();
     Array r = Array::empty({s[0], s[2], s[3], s[1]}, a.dtype());
@@ -308,12 +378,11 @@ class Rewriter {
   void convert(int32_t id, const Epilogue& e) {
     const Node& n = p_.graph.nodes[id];
     std::vector<ValueRef> in;
-    const size_t residual = residual_index(n);
     for (size_t k = 0; k < n.inputs.size(); ++k) {
-      if (n.op == OpId::Conv && k == 1)
+      if (khwc_weight(n, k))
         in.push_back(weights_khwc(n.inputs[k]));
       else
-        in.push_back(k == 0 || k == residual ? as_nhwc(n.inputs[k]) : as_nchw(n.inputs[k]));
+        in.push_back(nhwc_input(n, k) ? as_nhwc(n.inputs[k]) : as_nchw(n.inputs[k]));
     }
     Attrs a = n.attrs;
     a.set("channels_last", true);
@@ -343,8 +412,7 @@ class Rewriter {
   }
 
   const Program& p_;
-  const bool cuda_;         // the target has NHWC pooling kernels
-  const bool float_convs_;  // f16/bf16 convs go NHWC too (CUDA inference)
+  const bool cuda_;  // the target has NHWC float convolutions, pooling and training kernels
   Program out_;
   // per source value: its NCHW (as in the source) and NHWC versions in the new program
   std::vector<Slot> nchw_, nhwc_;
@@ -357,9 +425,9 @@ class Rewriter {
 }  // namespace
 
 Program channels_last(const Program& p, Backend target) {
-  const bool float_convs = target == Backend::cuda && Rewriter::inference_only(p);
+  const bool cuda = target == Backend::cuda;
   bool any = false;
-  for (const Node& n : p.graph.nodes) any = any || Rewriter::wants_nhwc(n, float_convs, p.graph);
+  for (const Node& n : p.graph.nodes) any = any || Rewriter::wants_nhwc(n, cuda, p.graph);
   if (!any) return p;
   return Rewriter(p, target).run();
 }

@@ -70,9 +70,10 @@ Program fuse_elementwise(const Program& p, Backend target);
 /// float intermediates have no other reader (src/passes/fuse_quant.cpp).
 Program fuse_quant(const Program& p);
 
-/// Gives quantized_conv nodes (and on CUDA f16/bf16 inference convs) NHWC data (attr
-/// channels_last) and keeps the values between them NHWC, with transposes only where NCHW and
-/// NHWC meet (src/passes/channels_last.cpp).
+/// Gives quantized_conv nodes (and on CUDA f16/bf16/TF32 convs, their gradients, and the batch
+/// norms and pooling gradients of training programs) NHWC data (attr channels_last) and keeps the
+/// values between them NHWC, with transposes only where NCHW and NHWC meet
+/// (src/passes/channels_last.cpp).
 Program channels_last(const Program& p, Backend target);
 
 /// Runs every all_reduce start as early and every collective wait as late as dependencies

@@ -1,0 +1,280 @@
+// CUDA training on NHWC data (the channels_last pass on training programs): the NHWC kernels of
+// conv_transpose, conv_grad_weight, batch_norm_train(_grad), max_pool_grad and
+// adaptive_avg_pool_grad against the CPU's NCHW ops, and a ResNet-shaped training step (bf16
+// autocast, and f32 with TF32) compiled with the pass on and off (KILN_CHANNELS_LAST=0) and on the
+// CPU: losses, gradients and the variables after SGD steps agree within the stated tolerances.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <string>
+#include <tuple>
+
+#include "core/graph_impl.h"
+#include "kiln/kiln.h"
+#include "support/executable_env.h"
+#include "support/gpu.h"
+#include "support/nets.h"
+#include "support/reference.h"
+
+namespace kiln {
+namespace {
+using namespace kiln::test;
+
+const std::vector<int64_t> kToNhwc{0, 2, 3, 1}, kToNchw{0, 3, 1, 2};
+
+// Expects max |got - want| <= tol * max |want| (and a non-trivial want).
+void expect_near_scaled(const Array& got, const Array& want, double tol, const std::string& what) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  const auto g = to_f64(got.to(Device::cpu())), w = to_f64(want.to(Device::cpu()));
+  double scale = 0, worst = 0;
+  for (double v : w) scale = std::max(scale, std::abs(v));
+  for (size_t i = 0; i < g.size(); ++i) worst = std::max(worst, std::abs(g[i] - w[i]));
+  EXPECT_GT(scale, 1e-6) << what;
+  EXPECT_LE(worst, tol * scale) << what << ": largest difference " << worst << " of scale "
+                                << scale;
+}
+
+std::vector<Array> eval_on(const Graph& g, Device device, const std::vector<Tensor>& outs,
+                           const Feeds& feeds) {
+  FeedShapes shapes;
+  for (const auto& [t, a] : feeds) shapes.emplace_back(t, a.shape());
+  std::vector<Array> r = g.compile(device, shapes, outs).run(feeds);
+  for (Array& a : r) a = a.to(Device::cpu());
+  return r;
+}
+
+// The node of `nchw` (one op) again with channels_last on `inputs` (already NHWC), its 4-D
+// outputs permuted back to NCHW.
+std::vector<Tensor> nhwc_twin(const Tensor& nchw, const std::vector<Tensor>& inputs) {
+  const auto& node = nchw.graph_impl()->nodes[nchw.node_id()];
+  Attrs attrs = node.attrs;
+  const OpId op = node.op;
+  attrs.set("channels_last", true);
+  std::vector<Tensor> out = detail::make_node(op, inputs, attrs);
+  for (Tensor& t : out)
+    if (t.rank() == 4) t = transpose(t, kToNchw);
+  return out;
+}
+
+// The NCHW outputs computed on the CPU and the NHWC twins on CUDA (the pass off, so the NCHW
+// nodes stay as written), compared output by output.
+void check_twins(const Graph& g, const std::vector<Tensor>& nchw, const std::vector<Tensor>& nhwc,
+                 const Feeds& feeds, double tol, const std::string& what) {
+  ASSERT_EQ(nchw.size(), nhwc.size());
+  const auto want = eval_on(g, Device::cpu(), nchw, feeds);
+  std::optional<std::vector<Array>> got;
+  {
+    const ScopedEnv env("KILN_CHANNELS_LAST", "0");
+    got = eval_on(g, Device::cuda(0), nhwc, feeds);
+  }
+  for (size_t i = 0; i < want.size(); ++i)
+    expect_near_scaled((*got)[i], want[i], tol, fmt::format("{} output {}", what, i));
+}
+
+TEST(CudaChannelsLastTraining, BatchNormMatchesCpu) {
+  REQUIRE_GPU();
+  // 12 channels: one access per channel for bf16; 72: two tiles, the second partial; rows enough
+  // for several spans
+  for (DType t : {f32, bf16})
+    for (int64_t c : {12, 64, 72}) {
+      const std::string what = fmt::format("{} C={}", name(t), c);
+      Graph g;
+      const Shape s{4, c, 15, 13};
+      const Tensor x = g.placeholder(s, t, "x"), dy = g.placeholder(s, t, "dy");
+      const Tensor w = g.constant(random_array({c}, t, 0.5, 1.5));
+      const Tensor b = g.constant(random_array({c}, t));
+      const BatchNormTrainResult r = batch_norm_train(x, w, b, 1e-5);
+      const BatchNormTrainGradResult d = batch_norm_train_grad(dy, x, r.mean, r.var, w, 1e-5);
+      const Tensor xt = transpose(x, kToNhwc), dyt = transpose(dy, kToNhwc);
+      const auto fwd = nhwc_twin(r.y, {xt, w, b});
+      const auto bwd = nhwc_twin(d.dx, {dyt, xt, r.mean, r.var, w});
+      // values off zero, so the shifted sums matter
+      const Feeds feeds{{x, random_array(s, t, 2.0, 4.0)}, {dy, random_array(s, t)}};
+      const double tol = t == f32 ? 1e-4 : 2e-2;
+      check_twins(g, {r.y, r.mean, r.var, d.dx, d.dweight, d.dbias},
+                  {fwd[0], fwd[1], fwd[2], bwd[0], bwd[1], bwd[2]}, feeds, tol, what);
+    }
+}
+
+TEST(CudaChannelsLastTraining, PoolGradientsMatchCpu) {
+  REQUIRE_GPU();
+  for (DType t : {f32, bf16})
+    for (int64_t c : {12, 64}) {
+      const std::string what = fmt::format("{} C={}", name(t), c);
+      Graph g;
+      const Shape s{2, c, 11, 9};
+      const Tensor x = g.placeholder(s, t, "x");
+      const auto [y, idx] =
+          max_pool_with_indices(x, {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}});
+      const Tensor dy = g.placeholder(y.shape(), t, "dy");
+      const Tensor mp = max_pool_grad(dy, idx, s);
+      const Tensor mp_t =
+          nhwc_twin(mp, {transpose(dy, kToNhwc), transpose(idx, kToNhwc)})[0];
+      const Tensor ga = g.placeholder({2, c, 1, 1}, t, "ga");
+      const Tensor gb = g.placeholder({2, c, 3, 2}, t, "gb");
+      const Tensor aa = adaptive_avg_pool_grad(ga, s), ab = adaptive_avg_pool_grad(gb, s);
+      const Tensor aa_t = nhwc_twin(aa, {transpose(ga, kToNhwc)})[0];
+      const Tensor ab_t = nhwc_twin(ab, {transpose(gb, kToNhwc)})[0];
+      const Feeds feeds{{x, random_array(s, t)},
+                        {dy, random_array(y.shape(), t)},
+                        {ga, random_array({2, c, 1, 1}, t)},
+                        {gb, random_array({2, c, 3, 2}, t)}};
+      check_twins(g, {mp, aa, ab}, {mp_t, aa_t, ab_t}, feeds, t == f32 ? 1e-5 : 1e-2, what);
+    }
+}
+
+TEST(CudaChannelsLastTraining, ConvGradientsMatchCpu) {
+  REQUIRE_GPU();
+  struct Case {
+    Shape x, w;
+    int64_t stride, pad, groups;
+  };
+  const Case cases[] = {{{2, 16, 9, 9}, {32, 16, 3, 3}, 2, 1, 1},
+                        {{2, 24, 8, 8}, {16, 24, 1, 1}, 1, 0, 1},
+                        {{2, 16, 7, 7}, {16, 4, 3, 3}, 1, 1, 4}};
+  for (DType t : {f32, bf16})
+    for (const Case& k : cases) {
+      const std::string what =
+          fmt::format("{} x {} w {} groups {}", name(t), to_string(k.x), to_string(k.w), k.groups);
+      Graph g;
+      const Tensor x = g.placeholder(k.x, t, "x"), w = g.placeholder(k.w, t, "w");
+      ConvOptions o;
+      o.stride = {k.stride, k.stride};
+      o.padding = {k.pad, k.pad};
+      o.groups = k.groups;
+      const Shape ys = conv2d(x, w, std::nullopt, o).shape();
+      const Tensor dy = g.placeholder(ys, t, "dy");
+      const Tensor bias = g.constant(random_array({k.x[1]}, t));
+      // the data gradient as autodiff writes it (a conv_transpose of dy with w), with a bias
+      const Tensor dx = gradients(sum(conv2d(x, w, std::nullopt, o) * dy), {x})[0];
+      ConvTransposeOptions to;
+      to.stride = o.stride;
+      to.padding = o.padding;
+      to.groups = k.groups;
+      to.output_padding = {k.x[2] - ((ys[2] - 1) * k.stride - 2 * k.pad + k.w[2]),
+                           k.x[3] - ((ys[3] - 1) * k.stride - 2 * k.pad + k.w[3])};
+      const Tensor dxb = conv_transpose2d(dy, w, bias, to);
+      ASSERT_EQ(dx.graph_impl()->nodes[dx.node_id()].op, OpId::ConvTranspose);
+      const Tensor dw = conv_grad_weight(x, dy, k.w, o);
+      const Tensor xt = transpose(x, kToNhwc), wt = transpose(w, kToNhwc),
+                   dyt = transpose(dy, kToNhwc);
+      const Tensor dx_t = nhwc_twin(dx, {dyt, wt})[0];
+      const Tensor dxb_t = nhwc_twin(dxb, {dyt, wt, bias})[0];
+      const Tensor dw_t = nhwc_twin(dw, {xt, dyt})[0];
+      const Feeds feeds{{x, random_array(k.x, t)}, {w, random_array(k.w, t)},
+                        {dy, random_array(ys, t)}};
+      check_twins(g, {dx, dxb, dw}, {dx_t, dxb_t, dw_t}, feeds, t == f32 ? 5e-3 : 3e-2, what);
+    }
+}
+
+// ---- a training step ----
+
+struct Trained {
+  std::vector<double> losses;
+  std::vector<Array> grads;             // of the first step
+  std::vector<std::vector<double>> moved;  // variables after the last step less their start
+  int transposes = 0, convs = 0;
+};
+
+struct Batch {
+  Array x, labels;
+};
+
+// SGD steps of train_net, from `start`'s parameter values, on `device`.
+Trained train(const TrainNet& start, Device device, const CompileOptions& opts,
+              bool channels_last, const std::vector<Batch>& batches) {
+  Graph g;
+  const TrainNet net = train_net(g, true);
+  for (size_t i = 0; i < net.params.size(); ++i) g.write_variable(net.params[i], start.values[i]);
+  const std::vector<Tensor> grads = gradients(net.loss, net.params);
+  std::vector<Tensor> updates = optim::sgd(g, net.params, grads, {.lr = 0.1});
+  updates.insert(updates.end(), net.bn_updates.begin(), net.bn_updates.end());
+  std::vector<Tensor> targets{net.loss};
+  targets.insert(targets.end(), grads.begin(), grads.end());
+  std::vector<std::vector<double>> initial;
+  for (const auto* list : {&net.params, &net.stats})
+    for (const Tensor& v : *list) initial.push_back(to_f64(g.read_variable(v).to(Device::cpu())));
+  std::optional<Executable> exe;
+  {
+    const ScopedEnv env("KILN_CHANNELS_LAST", channels_last ? "1" : "0");
+    exe = g.compile(device, {}, targets, updates, opts);
+  }
+  Trained r;
+  r.transposes = count_steps(*exe, "transpose");
+  r.convs = count_steps(*exe, "conv");
+  for (size_t step = 0; step < batches.size(); ++step) {
+    auto out = exe->run({{net.x, batches[step].x}, {net.labels, batches[step].labels}});
+    r.losses.push_back(to_f64(out[0].to(Device::cpu()))[0]);
+    if (step == 0)
+      for (size_t i = 1; i < out.size(); ++i) r.grads.push_back(out[i].to(Device::cpu()));
+  }
+  size_t k = 0;
+  for (const auto* list : {&net.params, &net.stats})
+    for (const Tensor& v : *list) {
+      auto now = to_f64(g.read_variable(v).to(Device::cpu()));
+      for (size_t j = 0; j < now.size(); ++j) now[j] -= initial[k][j];
+      r.moved.push_back(std::move(now));
+      ++k;
+    }
+  return r;
+}
+
+// Expects max |got - want| <= tol * max |want|.
+void expect_near_scaled(const std::vector<double>& got, const std::vector<double>& want,
+                        double tol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double scale = 0, worst = 0;
+  for (double v : want) scale = std::max(scale, std::abs(v));
+  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
+  EXPECT_GT(scale, 1e-7) << what;
+  EXPECT_LE(worst, tol * scale) << what << ": largest difference " << worst << " of scale "
+                                << scale;
+}
+
+void check_step(const CompileOptions& opts, double tol_nchw, double tol_cpu) {
+  Graph g0;
+  const TrainNet start = train_net(g0, true);
+  std::vector<Batch> batches;
+  for (int i = 0; i < 3; ++i)
+    batches.push_back({random_array({4, 3, 16, 16}, f32), random_ints({4}, 0, 9)});
+  const Trained on = train(start, Device::cuda(0), opts, true, batches);
+  const Trained off = train(start, Device::cuda(0), opts, false, batches);
+  const Trained cpu = train(start, Device::cpu(), {}, true, batches);
+  // NHWC: the input, the 3x3 convs' weights and weight gradients are the only transposes added
+  // (the 1x1 conv's become reshapes)
+  EXPECT_EQ(on.convs, off.convs);
+  EXPECT_GT(on.transposes, off.transposes);
+  EXPECT_LE(on.transposes, off.transposes + 1 + 2 * 5);
+  for (const auto& [other, tol, what] :
+       {std::tuple{&off, tol_nchw, "NCHW on CUDA"}, {&cpu, tol_cpu, "the CPU in f32"}}) {
+    SCOPED_TRACE(what);
+    for (size_t s = 0; s < on.losses.size(); ++s)
+      EXPECT_NEAR(on.losses[s], other->losses[s], tol * std::abs(other->losses[s])) << "step " << s;
+    ASSERT_EQ(on.grads.size(), other->grads.size());
+    for (size_t i = 0; i < on.grads.size(); ++i)
+      expect_near_scaled(on.grads[i], other->grads[i], tol, fmt::format("gradient {}", i));
+    // the variables' changes over the steps (SGD, and batch norm's running statistics)
+    ASSERT_EQ(on.moved.size(), other->moved.size());
+    for (size_t i = 0; i < on.moved.size(); ++i)
+      expect_near_scaled(on.moved[i], other->moved[i], tol, fmt::format("variable {}", i));
+  }
+}
+
+TEST(CudaChannelsLastTraining, Bf16AutocastStepsMatchNchwAndCpu) {
+  REQUIRE_GPU();
+  CompileOptions opts;
+  opts.autocast = bf16;
+  check_step(opts, 5e-2, 8e-2);
+}
+
+TEST(CudaChannelsLastTraining, Tf32StepsMatchNchwAndCpu) {
+  REQUIRE_GPU();
+  CompileOptions opts;
+  opts.allow_tf32 = true;
+  check_step(opts, 1e-2, 2e-2);
+}
+
+}  // namespace
+}  // namespace kiln
