@@ -2,11 +2,13 @@
 // conv_transpose, conv_grad_weight, batch_norm_train(_grad), max_pool_grad and
 // adaptive_avg_pool_grad against the CPU's NCHW ops, and a ResNet-shaped training step (bf16
 // autocast, and f32 with TF32) compiled with the pass on and off (KILN_CHANNELS_LAST=0) and on the
-// CPU: losses, gradients and the variables after SGD steps agree within the stated tolerances.
+// CPU: the NHWC step's losses, gradients and variables after SGD steps are no further from the
+// CPU's f32 values than twice the NCHW step's (or a stated floor).
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -224,19 +226,23 @@ Trained train(const TrainNet& start, Device device, const CompileOptions& opts,
   return r;
 }
 
-// Expects max |got - want| <= tol * max |want|.
-void expect_near_scaled(const std::vector<double>& got, const std::vector<double>& want,
-                        double tol, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
+// max |got - want| / max |want|
+double scaled_error(const std::vector<double>& got, const std::vector<double>& want) {
+  EXPECT_EQ(got.size(), want.size());
   double scale = 0, worst = 0;
   for (double v : want) scale = std::max(scale, std::abs(v));
-  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
-  EXPECT_GT(scale, 1e-7) << what;
-  EXPECT_LE(worst, tol * scale) << what << ": largest difference " << worst << " of scale "
-                                << scale;
+  for (size_t i = 0; i < got.size() && i < want.size(); ++i)
+    worst = std::max(worst, std::abs(got[i] - want[i]));
+  EXPECT_GT(scale, 1e-7);
+  return worst / std::max(scale, 1e-30);
 }
 
-void check_step(const CompileOptions& opts, double tol_nchw, double tol_cpu) {
+// Every value of a step (the losses, the first step's gradients, the variables' changes) from
+// NHWC on CUDA against the CPU in f32, next to the same value from NCHW on CUDA: the NHWC error
+// may be at most twice the NCHW one (the low precision's own noise, measured on the same data:
+// bf16 rounds differently at every op, and three SGD steps carry it into the variables) or
+// `floor`. A layout mistake (a channel read as a pixel) gives errors of the order of 1.
+void check_step(const CompileOptions& opts, double floor) {
   Graph g0;
   const TrainNet start = train_net(g0, true);
   std::vector<Batch> batches;
@@ -250,33 +256,42 @@ void check_step(const CompileOptions& opts, double tol_nchw, double tol_cpu) {
   EXPECT_EQ(on.convs, off.convs);
   EXPECT_GT(on.transposes, off.transposes);
   EXPECT_LE(on.transposes, off.transposes + 1 + 2 * 5);
-  for (const auto& [other, tol, what] :
-       {std::tuple{&off, tol_nchw, "NCHW on CUDA"}, {&cpu, tol_cpu, "the CPU in f32"}}) {
-    SCOPED_TRACE(what);
-    for (size_t s = 0; s < on.losses.size(); ++s)
-      EXPECT_NEAR(on.losses[s], other->losses[s], tol * std::abs(other->losses[s])) << "step " << s;
-    ASSERT_EQ(on.grads.size(), other->grads.size());
-    for (size_t i = 0; i < on.grads.size(); ++i)
-      expect_near_scaled(on.grads[i], other->grads[i], tol, fmt::format("gradient {}", i));
-    // the variables' changes over the steps (SGD, and batch norm's running statistics)
-    ASSERT_EQ(on.moved.size(), other->moved.size());
-    for (size_t i = 0; i < on.moved.size(); ++i)
-      expect_near_scaled(on.moved[i], other->moved[i], tol, fmt::format("variable {}", i));
-  }
+  double worst_on = 0, worst_off = 0;
+  auto compare = [&](const std::vector<double>& a, const std::vector<double>& b,
+                     const std::vector<double>& want, const std::string& what) {
+    const double e_on = scaled_error(a, want), e_off = scaled_error(b, want);
+    worst_on = std::max(worst_on, e_on);
+    worst_off = std::max(worst_off, e_off);
+    EXPECT_LE(e_on, std::max(floor, 2 * e_off))
+        << what << ": NHWC error " << e_on << ", NCHW error " << e_off << " (against the CPU)";
+  };
+  for (size_t st = 0; st < cpu.losses.size(); ++st)
+    compare({on.losses[st]}, {off.losses[st]}, {cpu.losses[st]}, fmt::format("loss {}", st));
+  ASSERT_EQ(on.grads.size(), cpu.grads.size());
+  ASSERT_EQ(off.grads.size(), cpu.grads.size());
+  for (size_t i = 0; i < cpu.grads.size(); ++i)
+    compare(to_f64(on.grads[i]), to_f64(off.grads[i]), to_f64(cpu.grads[i]),
+            fmt::format("gradient {}", i));
+  ASSERT_EQ(on.moved.size(), cpu.moved.size());
+  ASSERT_EQ(off.moved.size(), cpu.moved.size());
+  for (size_t i = 0; i < cpu.moved.size(); ++i)
+    compare(on.moved[i], off.moved[i], cpu.moved[i], fmt::format("variable {}", i));
+  std::printf("largest error against the CPU in f32: NHWC %.3g, NCHW %.3g\n", worst_on,
+              worst_off);
 }
 
 TEST(CudaChannelsLastTraining, Bf16AutocastStepsMatchNchwAndCpu) {
   REQUIRE_GPU();
   CompileOptions opts;
   opts.autocast = bf16;
-  check_step(opts, 5e-2, 8e-2);
+  check_step(opts, 8e-2);
 }
 
 TEST(CudaChannelsLastTraining, Tf32StepsMatchNchwAndCpu) {
   REQUIRE_GPU();
   CompileOptions opts;
   opts.allow_tf32 = true;
-  check_step(opts, 1e-2, 2e-2);
+  check_step(opts, 2e-2);
 }
 
 }  // namespace
