@@ -29,6 +29,7 @@
 
 #include "backends/cuda/cuda_common.cuh"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/mma_util.cuh"
 #include "ops/attention_util.h"
 
 namespace kiln::cuda {
@@ -324,37 +325,6 @@ template <int D> struct TcLayout {
   static constexpr size_t bytes = v + 2 * 2 * kTcKeys * ld;
   static constexpr size_t stage = 2 * kTcKeys * ld;           // bytes of one k (or v) stage
 };
-
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes global -> shared without passing through registers; src_bytes 0 writes zeros.
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)),
-               "l"(gmem), "r"(src_bytes)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-// Four 8x8 matrices of 16-bit values from shared memory: lanes 8m..8m+7 give the row addresses
-// of matrix m; register m receives the lane's two values of it (row lane/4, columns 2(lane%4)
-// and the next), or of its transpose.
-__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
 
 // c (16x8, float) += a (16x16) * b (16x8), 16-bit inputs. Fragments: a0 (row g, cols 2t, 2t+1),
 // a1 (row g+8), a2 (row g, cols 8+2t..), a3 (row g+8, cols 8+2t..); b0 (rows 2t, 2t+1, col g),

@@ -14,6 +14,7 @@
 
 #include "backends/cuda/cuda_common.cuh"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/mma_util.cuh"
 #include "backends/cuda/quant_gemm.h"
 #include "backends/quant_dispatch.h"
 #include "backends/quant_math.h"
@@ -287,19 +288,6 @@ constexpr int kIgLd = kIgK + 16;  // bytes per shared row: 8 ldmatrix rows hit d
 constexpr size_t kIgStageBytes = size_t{kIgM + kIgN} * kIgLd;
 constexpr size_t kIgSmem = kIgStages * kIgStageBytes;
 
-__device__ __forceinline__ unsigned ig_smem(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void ig_cp16(void* dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(ig_smem(dst)), "l"(src),
-               "r"(src_bytes)
-               : "memory");
-}
-__device__ __forceinline__ void ig_ldsm4(unsigned (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(ig_smem(p)));
-}
 // c (16x8, s32) += a (16x32, A = s8 or u8) * b (32x8, s8); fragments as in the PTX ISA's
 // m16n8k32 layouts (a0 row g bytes 4t.., a1 row g+8, a2 row g bytes 16+4t.., a3 row g+8 ...).
 template <typename A>
@@ -371,13 +359,13 @@ __global__ void __launch_bounds__(kIgThreads)
       const int ih = aih[i] + lkh * dh, iw = aiw[i] + lkw * dw;
       unsigned char* dst = as + (arow0 + 32 * i) * kIgLd + achunk * 16;
       if (ih >= 0 && ih < H && iw >= 0 && iw < W)
-        ig_cp16(dst, x + abase[i] + (ih * W + iw) * C + c, 16);
+        cp_async16(dst, x + abase[i] + (ih * W + iw) * C + c, 16);
       else
         *reinterpret_cast<uint4*>(dst) = pad;
     }
 #pragma unroll
     for (int i = 0; i < 2; ++i)
-      ig_cp16(bs + (brow + 32 * i) * kIgLd + achunk * 16, wrow[i] + lk0, bok[i] ? 16 : 0);
+      cp_async16(bs + (brow + 32 * i) * kIgLd + achunk * 16, wrow[i] + lk0, bok[i] ? 16 : 0);
     lk0 += kIgK;
     lc += kIgK;
     if (lc == C) {
@@ -389,17 +377,17 @@ __global__ void __launch_bounds__(kIgThreads)
 #pragma unroll
   for (int s = 0; s < kIgStages - 1; ++s) {
     if (s < ktiles) load_stage(s);
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
+    cp_async_commit();
   }
   const int wm = (warp / 2) * 64, wn = (warp % 2) * 32;  // the warp's tile in the block's
   int acc[4][4][4] = {};
   for (int kt = 0; kt < ktiles; ++kt) {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(kIgStages - 2) : "memory");
+    cp_async_wait<kIgStages - 2>();
     __syncthreads();
     {
       const int next = kt + kIgStages - 1;
       if (next < ktiles) load_stage(next % kIgStages);
-      asm volatile("cp.async.commit_group;\n" ::: "memory");
+      cp_async_commit();
     }
     const unsigned char* as = ig_raw + (kt % kIgStages) * kIgStageBytes;
     const unsigned char* bs = as + kIgM * kIgLd;
@@ -408,12 +396,12 @@ __global__ void __launch_bounds__(kIgThreads)
       unsigned a[4][4], b[4][2];
 #pragma unroll
       for (int mi = 0; mi < 4; ++mi)
-        ig_ldsm4(a[mi], as + (wm + mi * 16 + lane % 16) * kIgLd + ks * 32 + (lane / 16) * 16);
+        ldmatrix_x4(a[mi], as + (wm + mi * 16 + lane % 16) * kIgLd + ks * 32 + (lane / 16) * 16);
 #pragma unroll
       for (int nj = 0; nj < 4; nj += 2) {
         unsigned r[4];
         const int mtx = lane / 8;
-        ig_ldsm4(r, bs + (wn + nj * 8 + (mtx / 2) * 8 + lane % 8) * kIgLd + ks * 32 +
+        ldmatrix_x4(r, bs + (wn + nj * 8 + (mtx / 2) * 8 + lane % 8) * kIgLd + ks * 32 +
                         (mtx % 2) * 16);
         b[nj][0] = r[0], b[nj][1] = r[1], b[nj + 1][0] = r[2], b[nj + 1][1] = r[3];
       }
@@ -423,7 +411,7 @@ __global__ void __launch_bounds__(kIgThreads)
         for (int nj = 0; nj < 4; ++nj) ig_mma<A>(acc[mi][nj], a[mi], b[nj][0], b[nj][1]);
     }
   }
-  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+  cp_async_wait<0>();
   __syncthreads();  // the stages are free: the epilogue's tiles go there
   // epilogue: the residual tile staged through shared memory (coalesced reads; as float, which
   // holds an f32 or a dequantized value exactly), the zero-point correction, the bias, the
