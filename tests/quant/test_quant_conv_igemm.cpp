@@ -6,8 +6,11 @@
 // the same integers, the same epilogue). Fresh random data; tile edges (pixels and channels not
 // multiples of the 128 x 64 tile), strides, asymmetric pads, dilation, u8 and i8 data,
 // residuals, per-tensor and per-channel scales.
+#include "core/graph_impl.h"
+#include "core/op_registry.h"
 #include "kiln/kiln.h"
 #include "kiln/ops/quant.h"
+#include "passes/program.h"
 #include "quant/conv_reference.h"
 #include "support/executable_env.h"
 #include "support/gpu.h"
@@ -35,18 +38,47 @@ std::vector<ConvProblem> igemm_problems() {
 }
 // clang-format on
 
-Array run_on_cuda(const ConvProblem& p, const ConvData& d) {
-  Graph g;
-  auto x = g.placeholder(p.x, p.xt, "x");
+Tensor build(Graph& g, const ConvProblem& p, const ConvData& d, const Tensor& x) {
   QuantizedConvOptions o;
   o.conv = conv_options(p);
   o.relu = p.relu;
   if (p.bias) o.bias = g.constant(d.bias);
   if (p.residual) o.residual = g.constant(d.res);
-  const Tensor y = quantized_conv({x, g.constant(d.sx), g.constant(d.zx)},
-                                  {g.constant(d.w), g.constant(d.sw), g.constant(d.zw)},
-                                  g.constant(d.sy), g.constant(d.zy), o);
+  return quantized_conv({x, g.constant(d.sx), g.constant(d.zx)},
+                        {g.constant(d.w), g.constant(d.sw), g.constant(d.zw)}, g.constant(d.sy),
+                        g.constant(d.zy), o);
+}
+
+Array run_on_cuda(const ConvProblem& p, const ConvData& d) {
+  Graph g;
+  auto x = g.placeholder(p.x, p.xt, "x");
+  const Tensor y = build(g, p, d, x);
   return g.compile(Device::cuda(0), {}, {y}).run({{x, d.x}})[0].to(Device::cpu());
+}
+
+// Every problem meets the kernel's conditions once compiled for CUDA (so the comparison below
+// compares two different paths): the pass gives the conv channels_last and zero_w_zp; groups 1,
+// C a multiple of 64, i8 weights. Runs without a GPU.
+TEST(QuantizedConvIgemm, ProblemsMeetTheKernelsConditions) {
+  for (const ConvProblem& p : igemm_problems()) {
+    SCOPED_TRACE(describe(p));
+    EXPECT_EQ(p.groups, 1);
+    EXPECT_EQ(p.x[1] % 64, 0);
+    EXPECT_EQ(p.wt, i8);
+    const ConvData d = random_conv_data(p);
+    Graph g;
+    const Tensor y = build(g, p, d, g.placeholder(p.x, p.xt, "x"));
+    const Program q =
+        channels_last(extract_program(*y.graph_impl(), {{y.node_id(), 0}}), Backend::cuda);
+    int convs = 0;
+    for (const auto& n : q.graph.nodes)
+      if (n.op == OpId::QuantizedConv) {
+        ++convs;
+        EXPECT_TRUE(n.attrs.b("channels_last", false));
+        EXPECT_TRUE(n.attrs.b("zero_w_zp", false));
+      }
+    EXPECT_EQ(convs, 1);
+  }
 }
 
 TEST(QuantizedConvIgemm, MatchesReferenceAndTheGemmPath) {

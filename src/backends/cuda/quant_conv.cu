@@ -7,9 +7,6 @@
 // integers, so the same results. Attr channels_last: x, residual and output NHWC.
 #include <climits>
 #include <cstdlib>
-#include <mutex>
-#include <set>
-#include <utility>
 #include <type_traits>
 
 #include "backends/cuda/cuda_common.cuh"
@@ -287,6 +284,7 @@ constexpr int kIgM = 128, kIgN = 64, kIgK = 64, kIgStages = 3, kIgThreads = 128;
 constexpr int kIgLd = kIgK + 16;  // bytes per shared row: 8 ldmatrix rows hit distinct banks
 constexpr size_t kIgStageBytes = size_t{kIgM + kIgN} * kIgLd;
 constexpr size_t kIgSmem = kIgStages * kIgStageBytes;
+static_assert(kIgSmem <= 48 * 1024, "dynamic shared memory past 48 KiB needs an opt-in");
 
 // c (16x8, s32) += a (16x32, A = s8 or u8) * b (32x8, s8); fragments as in the PTX ISA's
 // m16n8k32 layouts (a0 row g bytes 4t.., a1 row g+8, a2 row g bytes 16+4t.., a3 row g+8 ...).
@@ -509,18 +507,9 @@ bool conv_igemm(KernelContext& ctx, QConvArgs g, const float* bias, const int32_
     }
     auto* sums = static_cast<int32_t*>(ctx.scratch(static_cast<size_t>(g.O) * 4));
     int8_row_sums(w8, g.O, K, sums, st);
-    auto kernel = qconv_igemm<A, Y>;
-    {  // the shared memory past 48 KiB, asked for once per kernel and device
-      static std::mutex mu;
-      static std::set<std::pair<int, const void*>> allowed;
-      std::lock_guard<std::mutex> l(mu);
-      if (allowed.insert({ctx.device(), reinterpret_cast<const void*>(kernel)}).second)
-        KILN_CUDA_CHECK(cudaFuncSetAttribute(
-            kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kIgSmem)));
-    }
     const dim3 grid(static_cast<unsigned>((M + kIgM - 1) / kIgM),
                     static_cast<unsigned>((g.O + kIgN - 1) / kIgN));
-    kernel<<<grid, kIgThreads, kIgSmem, st>>>(
+    qconv_igemm<A, Y><<<grid, kIgThreads, kIgSmem, st>>>(
         tx.ptr<A>(), w8, sums, ctx.in(1).ptr<float>(), ctx.in(2).ptr<A>(),
         ctx.in(4).ptr<float>(), ctx.in(6).ptr<float>(), ctx.in(7).ptr<Y>(), bias, ibias, res,
         ctx.out(0).ptr<Y>(), g);
