@@ -9,12 +9,14 @@
 // ResNet-50 has random weights, so its 1000 logits are near ties and raw top-1 agreement says
 // little; the benchmark also classifies images of 10 kinds (a random prototype each, plus noise)
 // by the nearest class centroid of the float model's logits, the agreement a decisive classifier
-// sees. --quick runs small shapes in seconds (a smoke test).
+// sees. --quick runs small shapes in seconds (a smoke test). KILN_BENCH_DUMP=1 prints the int8
+// executables' steps.
 #include <fmt/format.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -84,6 +86,7 @@ void time_three(const std::string& what, const Graph& g, const Tensor& x, const 
   const Executable f32x = g.compile(device, {{x, shape}}, {y});
   const Executable bf16x = g.compile(device, {{x, shape}}, {y}, bf);
   const Executable i8x = q.graph.compile(device, {{q.inputs[0], shape}}, q.outputs);
+  if (std::getenv("KILN_BENCH_DUMP")) fmt::print("{}\n", i8x.dump());
   const Array in = input.to(device);
   auto timed = [&](const Executable& e, const Tensor& t) {
     return median_ms([&] { e.run({{t, in}})[0].to(Device::cpu()); }, reps);

@@ -1,11 +1,12 @@
-// CUDA's NHWC implicit-GEMM int8 convolution (src/backends/cuda/quant_conv.cu, qconv_igemm; opt-in
-// with KILN_QCONV_IGEMM=1): channels_last convs with groups 1, C a multiple of 64 and zero weight
-// zero points. Against the float64 reference of the op's definition (tests/quant/conv_reference.h)
-// within 1 LSB (the kernel's epilogue multiplies by sx * sw, the reference by sx then sw), and bit
-// for bit against the same graph without it (im2col + cuBLASLt's int8 GEMM + the epilogue kernel:
-// the same integers, the same epilogue). Fresh random data; tile edges (pixels and channels not
-// multiples of the 128 x 64 tile), strides, asymmetric pads, dilation, u8 and i8 data,
-// residuals, per-tensor and per-channel scales.
+// CUDA's NHWC implicit-GEMM int8 convolution (src/backends/cuda/quant_conv.cu, qconv_igemm; on by
+// default, KILN_QCONV_IGEMM=0 turns it off): channels_last convs with groups 1, C a multiple of 64
+// and zero weight zero points. Against the float64 reference of the op's definition
+// (tests/quant/conv_reference.h) within 1 LSB (its epilogue is f32), and within 1 LSB of the same
+// graph without it (im2col + cuBLASLt's int8 GEMM + the exact epilogue kernel). Fresh random data;
+// each tile shape (128 x 128, 128 x 64, 64 x 64), tile edges (pixels and channels not multiples
+// of a tile), strides, asymmetric pads, dilation, u8 and i8 data, input zero points 0 and not
+// (the kernel sums the weights only for the latter), f32 and int8 residuals, per-tensor and
+// per-channel scales.
 #include "core/graph_impl.h"
 #include "core/op_registry.h"
 #include "kiln/kiln.h"
@@ -34,7 +35,12 @@ std::vector<ConvProblem> igemm_problems() {
       {{1, 64, 12, 12}, 64, 3, 3, {1, 1}, {2, 2, 2, 2}, {2, 2}, 1, u8, i8, u8, true, false, false,
        false, true},
       {{4, 256, 9, 9}, 70, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, u8, i8, i8, true, true, true,
-       false, true, true}};
+       false, true, true},
+      // enough tiles for 128 x 128 (1x1) and 128 x 64 (3x3) blocks on the H200's 132 SMs
+      {{4, 64, 48, 48}, 256, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1, u8, i8, u8, true, true, true,
+       true, true},
+      {{4, 64, 40, 40}, 192, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, i8, i8, u8, true, true, false,
+       true, true}};
 }
 // clang-format on
 
@@ -88,7 +94,7 @@ TEST(QuantizedConvIgemm, MatchesReferenceAndTheGemmPath) {
     const ConvData d = random_conv_data(p);
     Array fast;
     {
-      const ScopedEnv on("KILN_QCONV_IGEMM", "1");
+      const ScopedEnv on("KILN_QCONV_IGEMM", "1");  // (the default)
       fast = run_on_cuda(p, d);
     }
     expect_conv_within_lsb(fast, conv_reference(p, d), 1);
@@ -97,13 +103,54 @@ TEST(QuantizedConvIgemm, MatchesReferenceAndTheGemmPath) {
       const ScopedEnv off("KILN_QCONV_IGEMM", "0");
       gemm = run_on_cuda(p, d);
     }
-    const auto a = to_f64(fast), b = to_f64(gemm);
-    ASSERT_EQ(a.size(), b.size());
-    int differ = 0;
-    for (size_t i = 0; i < a.size(); ++i)
-      if (a[i] != b[i] && differ++ < 5) ADD_FAILURE() << "element " << i << ": " << a[i]
-                                                      << " vs " << b[i] << " without the kernel";
+    expect_conv_within_lsb(fast, to_f64(gemm), 1);
   }
+}
+
+// A residual that is the dequantize of an int8 tensor enters the kernel as its int8 data
+// (quantized_residual): through shared memory when the channels are a multiple of 16, element by
+// element else. Against the reference fed the dequantized values, and the path without the kernel.
+TEST(QuantizedConvIgemm, QuantizedResidual) {
+  REQUIRE_GPU();
+  int checked = 0;
+  for (ConvProblem p : igemm_problems()) {
+    p.residual = true;
+    SCOPED_TRACE(describe(p));
+    ConvData d = random_conv_data(p);
+    const Shape ys = out_shape(p);
+    const Array rq = p.yt == u8 ? random_ints(ys, 0, 255, u8) : random_ints(ys, -128, 127, i8);
+    const Array sr = random_array({}, f32, 0.01, 0.03);
+    const Array zr = p.yt == u8 ? random_ints({}, 90, 160, u8) : random_ints({}, -10, 10, i8);
+    Graph h;
+    const Tensor hq = h.placeholder(ys, p.yt, "rq");
+    d.res = eval1(h, dequantize(hq, h.constant(sr), h.constant(zr)), {{hq, rq}});
+    auto run = [&] {
+      Graph g;
+      const Tensor x = g.placeholder(p.x, p.xt, "x"), r = g.placeholder(ys, p.yt, "r");
+      const Tensor dx = dequantize(x, g.constant(d.sx), g.constant(d.zx));
+      const Tensor dw =
+          dequantize(g.constant(d.w), g.constant(d.sw), g.constant(d.zw), {.axis = 0});
+      Tensor y = conv2d(dx, dw, p.bias ? std::optional<Tensor>(g.constant(d.bias)) : std::nullopt,
+                        conv_options(p)) +
+                 dequantize(r, g.constant(sr), g.constant(zr));
+      if (p.relu) y = relu(y);
+      const Executable exe =
+          g.compile(Device::cuda(0), {}, {quantize(y, g.constant(d.sy), g.constant(d.zy))});
+      EXPECT_EQ(count_steps(exe, "quantized_conv"), 1) << exe.dump();
+      EXPECT_EQ(count_steps(exe, "dequantize"), 0) << exe.dump();
+      return exe.run({{x, d.x}, {r, rq}})[0].to(Device::cpu());
+    };
+    const Array fast = run();
+    expect_conv_within_lsb(fast, conv_reference(p, d), 1);
+    Array gemm;
+    {
+      const ScopedEnv off("KILN_QCONV_IGEMM", "0");
+      gemm = run();
+    }
+    expect_conv_within_lsb(fast, to_f64(gemm), 1);
+    ++checked;
+  }
+  EXPECT_GE(checked, 8);
 }
 
 }  // namespace

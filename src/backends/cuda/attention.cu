@@ -580,22 +580,6 @@ template <int N> struct Chunks {
   static constexpr int value = N;
 };
 
-// Lets `kernel` take `smem` bytes of dynamic shared memory on the current device: the driver is
-// asked once per kernel, device and larger size (the call costs host time on every launch).
-template <typename Kernel> void allow_smem(Kernel kernel, size_t smem) {
-  if (smem <= 48 * 1024) return;
-  int dev = 0;
-  KILN_CUDA_CHECK(cudaGetDevice(&dev));
-  static std::mutex mu;
-  static std::map<std::pair<int, const void*>, size_t> allowed;
-  std::lock_guard<std::mutex> l(mu);
-  size_t& have = allowed[{dev, reinterpret_cast<const void*>(kernel)}];
-  if (have >= smem) return;
-  KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(smem)));
-  have = smem;
-}
-
 template <typename Kernel, typename... A>
 void launch_with_smem(Kernel kernel, size_t smem, unsigned blocks, cudaStream_t s,
                       const char* op, const A&... args) {

@@ -1,9 +1,16 @@
 // Building blocks of kiln's tensor-core kernels (sm_80 and later): asynchronous 16-byte copies
 // global -> shared (cp.async) and ldmatrix loads of 8x8 16-bit matrices from shared memory.
 // Used by the attention kernel (attention.cu) and the int8 implicit GEMM (quant_conv.cu).
+// Host side: the opt-in for more than 48 KiB of dynamic shared memory.
 #pragma once
 
 #include <cuda_runtime.h>
+
+#include <map>
+#include <mutex>
+#include <utility>
+
+#include "backends/cuda/cuda_check.h"
 
 namespace kiln::cuda {
 
@@ -40,6 +47,22 @@ __device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* 
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(smem_addr(p)));
+}
+
+/// Lets `kernel` take `smem` bytes of dynamic shared memory on the current device: the driver is
+/// asked once per kernel, device and larger size (the call costs host time on every launch).
+template <typename Kernel> void allow_smem(Kernel kernel, size_t smem) {
+  if (smem <= 48 * 1024) return;
+  int dev = 0;
+  KILN_CUDA_CHECK(cudaGetDevice(&dev));
+  static std::mutex mu;
+  static std::map<std::pair<int, const void*>, size_t> allowed;
+  std::lock_guard<std::mutex> l(mu);
+  size_t& have = allowed[{dev, reinterpret_cast<const void*>(kernel)}];
+  if (have >= smem) return;
+  KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem)));
+  have = smem;
 }
 
 }  // namespace kiln::cuda

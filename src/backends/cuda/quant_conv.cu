@@ -273,18 +273,34 @@ __global__ void qconv_gemm_epilogue_nhwc4(
 // For channels_last convs with groups 1, C a multiple of 64, i8 weights whose zero points are
 // all 0 (zero_w_zp): out[m, o] for output pixels m = (n, oh, ow) and channels o is
 //   sum over (kh, kw, c) of x[n, ih, iw, c] w'[o, kh, kw, c] - zx wsum[o]
-// (w' the (O, kh, kw, C) weights; padded positions read zx, so they add zx w - zx w = 0), then the
-// same requantize as the other paths: the same integers, the same results. A block of 4 warps
-// computes a 128 x 64 tile of (pixels, channels) with mma.sync m16n8k32 (s8 or u8 x, s8 w, s32
-// sums), each warp 64 x 32; the A rows are gathered from x straight into shared memory
-// (cp.async, 16 bytes at a time: one (kh, kw) and 16 channels), 64 bytes of K a stage, three
-// stages in flight. No im2col matrix and no i32 product in memory.
+// (w' the (O, kh, kw, C) weights; padded positions read zx, so they add zx w - zx w = 0). A
+// block computes a BM x BN tile of (pixels, channels), each warp 64 x 32 of it, with mma.sync
+// m16n8k32 (s8 or u8 x, s8 w, s32 sums); the A rows are gathered from x straight into shared
+// memory (cp.async, 16 bytes at a time: one (kh, kw) and 16 channels), 64 bytes of K a stage,
+// four stages in flight. When zx is not 0 the block sums its weight rows from the same stages.
+// No im2col matrix and no i32 product in memory.
+//
+// The epilogue is in f32: (sum - zx wsum) (exact, in integers) times sx sw / sy, plus bias / sy
+// and the residual / sy, relu, rounding half to even, plus zy, saturated. Against the op's
+// double-precision definition that differs only where a value lies within f32 rounding of a
+// half-way point: 1 LSB at most (the acceptance's bound for fused int8 kernels). An int8
+// residual (quantized_residual) is copied into shared memory at the start, beside the first
+// stage; the output tile leaves through shared memory in 16-byte stores.
 
-constexpr int kIgM = 128, kIgN = 64, kIgK = 64, kIgStages = 3, kIgThreads = 128;
+constexpr int kIgK = 64, kIgStages = 4;
 constexpr int kIgLd = kIgK + 16;  // bytes per shared row: 8 ldmatrix rows hit distinct banks
-constexpr size_t kIgStageBytes = size_t{kIgM + kIgN} * kIgLd;
-constexpr size_t kIgSmem = kIgStages * kIgStageBytes;
-static_assert(kIgSmem <= 48 * 1024, "dynamic shared memory past 48 KiB needs an opt-in");
+
+template <int BM, int BN>
+struct IgTile {
+  static constexpr int kWarpsN = BN / 32, kWarps = (BM / 64) * kWarpsN, kThreads = kWarps * 32;
+  static constexpr int kStageBytes = (BM + BN) * kIgLd, kPipeBytes = kIgStages * kStageBytes;
+  static constexpr int kLdTile = BN + 16;  // residual and output tiles: bytes per row
+  static constexpr int kSumsAt = kPipeBytes, kResAt = kSumsAt + BN * 4;
+  static constexpr size_t smem(bool res_tile) {
+    return static_cast<size_t>(kResAt) + (res_tile ? BM * kLdTile : 0);
+  }
+  static_assert(BM * kLdTile <= kPipeBytes, "the output tile reuses the stages");
+};
 
 // c (16x8, s32) += a (16x32, A = s8 or u8) * b (32x8, s8); fragments as in the PTX ISA's
 // m16n8k32 layouts (a0 row g bytes 4t.., a1 row g+8, a2 row g bytes 16+4t.., a3 row g+8 ...).
@@ -303,67 +319,98 @@ __device__ __forceinline__ void ig_mma(int (&c)[4], const unsigned (&a)[4], unsi
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-template <typename A, typename Y>
-__global__ void __launch_bounds__(kIgThreads)
+// v (already in output units) -> relu, round half to even, + zy, saturated to Y (NaN: the low
+// end, as quant_math::saturate).
+template <typename Y>
+__device__ __forceinline__ uint32_t ig_requantize(float v, bool relu, float zy) {
+  if (relu && v < 0.f) v = 0.f;
+  const float q = fminf(fmaxf(rintf(v) + zy, static_cast<float>(quant_math::Range<Y>::lo)),
+                        static_cast<float>(quant_math::Range<Y>::hi));
+  return static_cast<uint8_t>(static_cast<Y>(static_cast<int>(q)));
+}
+
+// A residual byte of the shared tile -> its value over sy: (q - zp) * scale as dequantize
+// computes it, times 1 / sy.
+template <typename R>
+__device__ __forceinline__ float ig_residual(uint32_t byte, float zr, float sr, float inv_sy) {
+  return (static_cast<float>(static_cast<R>(byte)) - zr) * sr * inv_sy;
+}
+
+template <typename A, typename Y, int BM, int BN>
+__global__ void __launch_bounds__(IgTile<BM, BN>::kThreads, 512 / IgTile<BM, BN>::kThreads)
     qconv_igemm(const A* __restrict__ x, const int8_t* __restrict__ w,
-                const int32_t* __restrict__ w_sums, const float* __restrict__ sx,
-                const A* __restrict__ zx, const float* __restrict__ sw,
-                const float* __restrict__ sy, const Y* __restrict__ zy,
-                const float* __restrict__ bias, const int32_t* __restrict__ ibias,
-                quant_math::Residual res, Y* __restrict__ out, QConvArgs g) {
+                const float* __restrict__ sx, const A* __restrict__ zx,
+                const float* __restrict__ sw, const float* __restrict__ sy,
+                const Y* __restrict__ zy, const float* __restrict__ bias,
+                const int32_t* __restrict__ ibias, quant_math::Residual res, bool res_tile,
+                Y* __restrict__ out, QConvArgs g) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  using T = IgTile<BM, BN>;
+  constexpr int kT = T::kThreads, kChunks = kIgK / 16, kRowStep = kT / kChunks;
+  constexpr int kAPer = BM / kRowStep, kBPer = BN / kRowStep;
+  static_assert(BM % kRowStep == 0 && BN % kRowStep == 0 && kT >= BN, "tile shape");
   extern __shared__ __align__(128) unsigned char ig_raw[];
+  int32_t* sums_s = reinterpret_cast<int32_t*>(ig_raw + T::kSumsAt);
+  unsigned char* res_s = ig_raw + T::kResAt;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int64_t M = g.N * g.OH * g.OW, K = g.C * g.KH * g.KW;
-  const int64_t m0 = blockIdx.x * int64_t{kIgM}, o0 = blockIdx.y * int64_t{kIgN};
+  const int Mi = static_cast<int>(g.N * g.OH * g.OW), Ki = static_cast<int>(g.C * g.KH * g.KW);
+  const int O = static_cast<int>(g.O);
+  const int m0 = blockIdx.x * BM, o0 = blockIdx.y * BN;
+  // the quantized residual tile, in the first stage's group of copies
+  if (res_tile) {
+    const auto* rd = static_cast<const unsigned char*>(res.data);
+    for (int q = tid; q < BM * (BN / 16); q += kT) {
+      const int r = q / (BN / 16), c = (q % (BN / 16)) * 16;
+      const bool ok = m0 + r < Mi && o0 + c < O;
+      cp_async16(res_s + r * T::kLdTile + c,
+                 rd + (ok ? static_cast<int64_t>(m0 + r) * O + o0 + c : 0), ok ? 16 : 0);
+    }
+  }
   // the zero point repeated: what a padded position holds
-  const uint32_t zb = static_cast<uint8_t>(zx[0]);
+  const int32_t zxv = zx[0];
+  const uint32_t zb = static_cast<uint8_t>(zxv);
   const uint4 pad = make_uint4(zb * 0x01010101u, zb * 0x01010101u, zb * 0x01010101u,
                                zb * 0x01010101u);
-  // this thread's A rows (4, 32 apart) and 16-byte chunk within a row; 32-bit index math (the
-  // host checks the sizes), the window position advanced stage by stage without divisions
-  constexpr int kChunks = kIgK / 16;
-  const int achunk = tid % kChunks, arow0 = tid / kChunks;
+  // this thread's A and B rows (kRowStep apart) and 16-byte chunk within a row; 32-bit index
+  // math (the host checks the sizes), the window position advanced stage by stage
+  const int chunk = tid % kChunks, row0 = tid / kChunks;
   const int H = static_cast<int>(g.H), W = static_cast<int>(g.W), C = static_cast<int>(g.C);
   const int KW = static_cast<int>(g.KW), dh = static_cast<int>(g.dh), dw = static_cast<int>(g.dw);
   const int OW = static_cast<int>(g.OW), OHW = static_cast<int>(g.OH * g.OW);
-  const int Mi = static_cast<int>(M), Ki = static_cast<int>(K);
-  int abase[4], aih[4], aiw[4];  // the pixel's image offset (n H W C), window origin
+  int abase[kAPer], aih[kAPer], aiw[kAPer];  // the pixel's image offset (n H W C), window origin
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int m = static_cast<int>(m0) + arow0 + 32 * i;
+  for (int i = 0; i < kAPer; ++i) {
+    const int m = m0 + row0 + kRowStep * i;
     const int mm = m < Mi ? m : 0;
     const int n = mm / OHW, p = mm - n * OHW, oh = p / OW, ow = p - oh * OW;
-    abase[i] = n * H * W * C;
+    abase[i] = n * H * W * C + chunk * 16;
     aih[i] = m < Mi ? oh * static_cast<int>(g.sh) - static_cast<int>(g.pt) : INT_MIN / 2;
     aiw[i] = ow * static_cast<int>(g.sw) - static_cast<int>(g.pl);
   }
-  const int brow = tid / kChunks;
-  const int8_t* wrow[2];
-  bool bok[2];
+  const int8_t* wrow[kBPer];
+  bool bok[kBPer];
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int o = static_cast<int>(o0) + brow + 32 * i;
-    bok[i] = o < g.O;
-    wrow[i] = w + static_cast<int64_t>(bok[i] ? o : 0) * Ki + achunk * 16;
+  for (int i = 0; i < kBPer; ++i) {
+    const int o = o0 + row0 + kRowStep * i;
+    bok[i] = o < O;
+    wrow[i] = w + static_cast<int64_t>(bok[i] ? o : 0) * Ki + chunk * 16;
   }
   int lkh = 0, lkw = 0, lc = 0, lk0 = 0;  // the next stage to load: window (kh, kw), channel
   auto load_stage = [&](int st) {
-    unsigned char* as = ig_raw + st * kIgStageBytes;
-    unsigned char* bs = as + kIgM * kIgLd;
-    const int c = lc + achunk * 16;
+    unsigned char* as = ig_raw + st * T::kStageBytes;
+    unsigned char* bs = as + BM * kIgLd;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < kAPer; ++i) {
       const int ih = aih[i] + lkh * dh, iw = aiw[i] + lkw * dw;
-      unsigned char* dst = as + (arow0 + 32 * i) * kIgLd + achunk * 16;
+      unsigned char* dst = as + (row0 + kRowStep * i) * kIgLd + chunk * 16;
       if (ih >= 0 && ih < H && iw >= 0 && iw < W)
-        cp_async16(dst, x + abase[i] + (ih * W + iw) * C + c, 16);
+        cp_async16(dst, x + abase[i] + (ih * W + iw) * C + lc, 16);
       else
         *reinterpret_cast<uint4*>(dst) = pad;
     }
 #pragma unroll
-    for (int i = 0; i < 2; ++i)
-      cp_async16(bs + (brow + 32 * i) * kIgLd + achunk * 16, wrow[i] + lk0, bok[i] ? 16 : 0);
+    for (int i = 0; i < kBPer; ++i)
+      cp_async16(bs + (row0 + kRowStep * i) * kIgLd + chunk * 16, wrow[i] + lk0, bok[i] ? 16 : 0);
     lk0 += kIgK;
     lc += kIgK;
     if (lc == C) {
@@ -377,7 +424,9 @@ __global__ void __launch_bounds__(kIgThreads)
     if (s < ktiles) load_stage(s);
     cp_async_commit();
   }
-  const int wm = (warp / 2) * 64, wn = (warp % 2) * 32;  // the warp's tile in the block's
+  const int wm = (warp / T::kWarpsN) * 64, wn = (warp % T::kWarpsN) * 32;  // the warp's tile
+  const bool want_sums = zxv != 0 && tid < BN;  // this thread sums weight row tid
+  int wsum = 0;
   int acc[4][4][4] = {};
   for (int kt = 0; kt < ktiles; ++kt) {
     cp_async_wait<kIgStages - 2>();
@@ -387,8 +436,18 @@ __global__ void __launch_bounds__(kIgThreads)
       if (next < ktiles) load_stage(next % kIgStages);
       cp_async_commit();
     }
-    const unsigned char* as = ig_raw + (kt % kIgStages) * kIgStageBytes;
-    const unsigned char* bs = as + kIgM * kIgLd;
+    const unsigned char* as = ig_raw + (kt % kIgStages) * T::kStageBytes;
+    const unsigned char* bs = as + BM * kIgLd;
+    if (want_sums) {
+#pragma unroll
+      for (int j = 0; j < kIgK / 16; ++j) {
+        const uint4 v = *reinterpret_cast<const uint4*>(bs + tid * kIgLd + 16 * j);
+        wsum = __dp4a(static_cast<int>(v.x), 0x01010101, wsum);
+        wsum = __dp4a(static_cast<int>(v.y), 0x01010101, wsum);
+        wsum = __dp4a(static_cast<int>(v.z), 0x01010101, wsum);
+        wsum = __dp4a(static_cast<int>(v.w), 0x01010101, wsum);
+      }
+    }
 #pragma unroll
     for (int ks = 0; ks < kIgK / 32; ++ks) {
       unsigned a[4][4], b[4][2];
@@ -410,74 +469,115 @@ __global__ void __launch_bounds__(kIgThreads)
     }
   }
   cp_async_wait<0>();
-  __syncthreads();  // the stages are free: the epilogue's tiles go there
-  // epilogue: the residual tile staged through shared memory (coalesced reads; as float, which
-  // holds an f32 or a dequantized value exactly), the zero-point correction, the bias, the
-  // requantize of the other paths, the output tile staged for 16-byte stores
-  constexpr int kLdr = kIgN + 4, kLdo = kIgN + 16;
-  float* rs = reinterpret_cast<float*>(ig_raw);
-  Y* os = reinterpret_cast<Y*>(ig_raw + kIgM * kLdr * sizeof(float));
-  static_assert(kIgM * kLdr * sizeof(float) + kIgM * kLdo <= kIgSmem, "epilogue tiles");
-  const bool has_res = res.kind != quant_math::Residual::kNone;
-  if (has_res) {
-    for (int e = tid; e < kIgM * kIgN; e += kIgThreads) {
-      const int r = e / kIgN, c = e % kIgN;
-      const int64_t m = m0 + r, o = o0 + c;
-      rs[r * kLdr + c] = m < M && o < g.O ? static_cast<float>(res.at(m * g.O + o)) : 0.f;
-    }
-    __syncthreads();
-  }
-  const int32_t zxv = zx[0];
-  const double sxd = sx[0], syd = sy[0];
-  const int32_t zyv = zy[0];
+  if (tid < BN) sums_s[tid] = want_sums ? wsum : 0;
+  __syncthreads();  // the stages are free (the output tile goes there); the residual is in
+  // the thread's eight channels: what the sum loses (zx wsum - the i32 bias), the scale and the
+  // bias in output units
+  const float syf = sy[0], inv_sy = 1.f / syf, zyf = static_cast<float>(zy[0]);
+  const double sxd = sx[0];
   const int g4 = lane / 4, t4 = lane % 4;
+  uint32_t corr[8];
+  float mult[8], add[8];
 #pragma unroll
-  for (int nj = 0; nj < 4; ++nj) {
+  for (int j = 0; j < 8; ++j) {
+    const int c = wn + (j / 2) * 8 + 2 * t4 + j % 2;
+    const int o = o0 + c < O ? o0 + c : O - 1;
+    corr[j] = static_cast<uint32_t>(zxv) * static_cast<uint32_t>(sums_s[c]) -
+              static_cast<uint32_t>(ibias ? ibias[o] : 0);
+    mult[j] = static_cast<float>(sxd * sw[g.per_channel_scale ? o : 0] / syf);
+    add[j] = bias ? static_cast<float>(static_cast<double>(bias[o]) / syf) : 0.f;
+  }
+  const bool quantized_res = res_tile, other_res = !res_tile && res.kind != 0;
+  float zr = 0.f, sr = 0.f;
+  if (quantized_res) {
+    sr = *res.scale;
+    zr = res.kind == quant_math::Residual::kU8
+             ? static_cast<float>(*static_cast<const uint8_t*>(res.zp))
+             : static_cast<float>(*static_cast<const int8_t*>(res.zp));
+  }
+  unsigned char* os = ig_raw;
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int c = wn + nj * 8 + 2 * t4 + e;
-      const int64_t o = o0 + c;
-      if (o >= g.O) continue;
-      const uint32_t corr = static_cast<uint32_t>(zxv) * static_cast<uint32_t>(w_sums[o]);
-      const int32_t ib = ibias ? ibias[o] : 0;
-      const double mult = sxd * static_cast<double>(sw[g.per_channel_scale ? o : 0]);
-      const double bo = bias ? bias[o] : 0.0;
+  for (int mi = 0; mi < 4; ++mi) {
 #pragma unroll
-      for (int mi = 0; mi < 4; ++mi) {
+    for (int h = 0; h < 2; ++h) {
+      const int r = wm + mi * 16 + g4 + 8 * h;
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int r = wm + mi * 16 + g4 + 8 * h;
-          const int32_t v =
-              static_cast<int32_t>(static_cast<uint32_t>(acc[mi][nj][2 * h + e]) - corr) + ib;
-          const double rv = has_res ? static_cast<double>(rs[r * kLdr + c]) : 0.0;
-          os[r * kLdo + c] = quant_math::requantize<Y>(v, mult, bo, rv, g.relu, syd, zyv);
+      for (int nj = 0; nj < 4; ++nj) {
+        const int c = wn + nj * 8 + 2 * t4;
+        float rv[2] = {0.f, 0.f};
+        if (quantized_res) {
+          const uint32_t two = *reinterpret_cast<const uint16_t*>(res_s + r * T::kLdTile + c);
+#pragma unroll
+          for (int e = 0; e < 2; ++e)
+            rv[e] = res.kind == quant_math::Residual::kU8
+                        ? ig_residual<uint8_t>((two >> (8 * e)) & 0xffu, zr, sr, inv_sy)
+                        : ig_residual<int8_t>((two >> (8 * e)) & 0xffu, zr, sr, inv_sy);
+        } else if (other_res && m0 + r < Mi) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e)
+            if (o0 + c + e < O)
+              rv[e] = static_cast<float>(res.at(static_cast<int64_t>(m0 + r) * O + o0 + c + e)) *
+                      inv_sy;
         }
+        uint32_t two = 0;
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int j = nj * 2 + e;
+          const int32_t v = static_cast<int32_t>(static_cast<uint32_t>(acc[mi][nj][2 * h + e]) -
+                                                 corr[j]);
+          two |= ig_requantize<Y>(fmaf(static_cast<float>(v), mult[j], add[j]) + rv[e], g.relu,
+                                  zyf)
+                 << (8 * e);
+        }
+        *reinterpret_cast<uint16_t*>(os + r * T::kLdTile + c) = static_cast<uint16_t>(two);
       }
     }
   }
   __syncthreads();
   // 16-byte stores of whole chunks of a row; bytes one by one at the edges
-  const bool vec = g.O % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0;
-  for (int q = tid; q < kIgM * (kIgN / 16); q += kIgThreads) {
-    const int r = q / (kIgN / 16), c = (q % (kIgN / 16)) * 16;
-    const int64_t m = m0 + r, o = o0 + c;
-    if (m >= M || o >= g.O) continue;
-    Y* dst = out + m * g.O + o;
+  const bool vec = O % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0;
+  for (int q = tid; q < BM * (BN / 16); q += kT) {
+    const int r = q / (BN / 16), c = (q % (BN / 16)) * 16;
+    if (m0 + r >= Mi || o0 + c >= O) continue;
+    Y* dst = out + static_cast<int64_t>(m0 + r) * O + o0 + c;
+    const unsigned char* src = os + r * T::kLdTile + c;
     if (vec) {
-      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(os + r * kLdo + c);
+      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
     } else {
-      for (int j = 0; j < 16 && o + j < g.O; ++j) dst[j] = os[r * kLdo + c + j];
+      for (int j = 0; j < 16 && o0 + c + j < O; ++j) dst[j] = static_cast<Y>(src[j]);
     }
   }
 #endif
 }
 
-// Whether KILN_QCONV_IGEMM=1 turns the implicit GEMM on (read at every call: tests compare). Off
-// by default: on the H200 it is not yet faster than im2col + cuBLASLt over ResNet-50
-// (bench/RESULTS.md, "Post-training int8 quantization": per-layer times and what limits it).
+// Whether the implicit GEMM may run: KILN_QCONV_IGEMM=0 turns it off (read at every call: tests
+// compare it with the im2col + cuBLASLt path).
 bool igemm_enabled() {
   const char* v = std::getenv("KILN_QCONV_IGEMM");
-  return v && v[0] == '1';
+  return !(v && v[0] == '0');
+}
+
+template <typename A, typename Y, int BM, int BN>
+void launch_igemm(KernelContext& ctx, const QConvArgs& g, const int8_t* w8, const float* bias,
+                  const int32_t* ibias, const quant_math::Residual& res, bool res_tile) {
+  using T = IgTile<BM, BN>;
+  auto kernel = qconv_igemm<A, Y, BM, BN>;
+  const size_t smem = T::smem(res_tile);
+  allow_smem(kernel, smem);
+  const int64_t M = g.N * g.OH * g.OW;
+  const dim3 grid(static_cast<unsigned>((M + BM - 1) / BM),
+                  static_cast<unsigned>((g.O + BN - 1) / BN));
+  kernel<<<grid, T::kThreads, smem, stream_of(ctx)>>>(
+      ctx.in(0).ptr<A>(), w8, ctx.in(1).ptr<float>(), ctx.in(2).ptr<A>(), ctx.in(4).ptr<float>(),
+      ctx.in(6).ptr<float>(), ctx.in(7).ptr<Y>(), bias, ibias, res, res_tile, ctx.out(0).ptr<Y>(),
+      g);
+  check_launch(ctx.op_name());
+}
+
+int sm_count_of(int device) {
+  int n = 0;
+  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+  return n > 0 ? n : 1;
 }
 
 template <typename A, typename W, typename Y>
@@ -492,8 +592,8 @@ bool conv_igemm(KernelContext& ctx, QConvArgs g, const float* bias, const int32_
       return false;
     const int64_t M = g.N * g.OH * g.OW, K = g.C * g.KH * g.KW;
     // 32-bit index math in the kernel
-    if (tx.numel() + kIgK > INT32_MAX || M + kIgM > INT32_MAX || g.O * K > INT32_MAX ||
-        (g.O + kIgN - 1) / kIgN > 65535)
+    if (tx.numel() + kIgK > INT32_MAX || M + 128 > INT32_MAX || g.O * K > INT32_MAX ||
+        (g.O + 63) / 64 > 65535)
       return false;
     cudaStream_t st = stream_of(ctx);
     const TensorView& tw = ctx.in(3);
@@ -505,15 +605,19 @@ bool conv_igemm(KernelContext& ctx, QConvArgs g, const float* bias, const int32_
       weights_khwc_i8<W><<<blocks_for(g.O * K), kThreads, 0, st>>>(tw.ptr<W>(), buf, g, 0);
       w8 = buf;
     }
-    auto* sums = static_cast<int32_t*>(ctx.scratch(static_cast<size_t>(g.O) * 4));
-    int8_row_sums(w8, g.O, K, sums, st);
-    const dim3 grid(static_cast<unsigned>((M + kIgM - 1) / kIgM),
-                    static_cast<unsigned>((g.O + kIgN - 1) / kIgN));
-    qconv_igemm<A, Y><<<grid, kIgThreads, kIgSmem, st>>>(
-        tx.ptr<A>(), w8, sums, ctx.in(1).ptr<float>(), ctx.in(2).ptr<A>(),
-        ctx.in(4).ptr<float>(), ctx.in(6).ptr<float>(), ctx.in(7).ptr<Y>(), bias, ibias, res,
-        ctx.out(0).ptr<Y>(), g);
-    check_launch(ctx.op_name());
+    // an int8 residual goes through shared memory in 16-byte copies
+    const bool res_tile = (res.kind == quant_math::Residual::kU8 ||
+                           res.kind == quant_math::Residual::kI8) &&
+                          g.O % 16 == 0 && pointer_alignment(res.data) >= 16;
+    // the largest tile that still gives every SM a block
+    const int64_t sms = sm_count_of(ctx.device());
+    auto blocks = [&](int64_t bm, int64_t bn) { return (M + bm - 1) / bm * ((g.O + bn - 1) / bn); };
+    if (g.O >= 128 && blocks(128, 128) >= sms)
+      launch_igemm<A, Y, 128, 128>(ctx, g, w8, bias, ibias, res, res_tile);
+    else if (blocks(128, 64) >= sms)
+      launch_igemm<A, Y, 128, 64>(ctx, g, w8, bias, ibias, res, res_tile);
+    else
+      launch_igemm<A, Y, 64, 64>(ctx, g, w8, bias, ibias, res, res_tile);
     return true;
   }
 }
