@@ -14,6 +14,13 @@
 // Everything float is f32. The fused node is within 1 LSB of the graph it replaces. A conv's
 // residual that is a per-tensor dequantize enters as its int8 tensor, scale and zero point
 // (quantized_residual), dequantized inside the kernel to the same f32 values.
+//
+// Max pooling moves before a per-tensor dequantize whose scale is a positive constant:
+// max_pool(dequantize(q)) = dequantize(max_pool(q)), bit for bit and with the same indices (the
+// dequantize is increasing and one to one), so the pool reads and writes int8 (a ResNet stem's
+// output, a quarter of the bytes) and only its smaller result is dequantized.
+#include <cmath>
+
 #include "core/op_registry.h"
 #include "passes/program.h"
 
@@ -147,6 +154,16 @@ class Matcher {
   const Node& node(int32_t id) const { return p_.graph.nodes[id]; }
 
  public:
+  // n = max_pool(dequantize(...)) as above, the scale a constant > 0 (finite).
+  bool pools_int8(const Node& n) const {
+    if (n.op != OpId::MaxPool || n.inputs.size() != 1 || !per_tensor_dequantize(n.inputs[0]))
+      return false;
+    const Node& s = node(node(n.inputs[0]).inputs[1]);
+    if (s.op != OpId::Constant || s.value.numel() != 1) return false;
+    const double v = s.value.to_vector<double>()[0];
+    return v > 0 && std::isfinite(v);
+  }
+
   // v = dequantize(q i8/u8, 0-d f32 scale, 0-d zero point), whole tensor.
   bool per_tensor_dequantize(ValueRef v) const {
     const Node& n = node(v);
@@ -183,11 +200,23 @@ Program fuse_quant(const Program& p) {
     for (int32_t a : at[i]->absorbed) absorbed[a] = 1;
     any = true;
   }
+  for (const Node& n : nodes) any = any || matcher.pools_int8(n);
   if (!any) return p;
   ProgramBuilder b(p);
   for (size_t i = 0; i < nodes.size(); ++i) {
     const auto id = static_cast<int32_t>(i);
     if (absorbed[i]) continue;  // read only by the chain its quantize replaces
+    if (matcher.pools_int8(nodes[i])) {
+      const Node &pool = nodes[i], &dq = nodes[pool.inputs[0].node];
+      const int32_t mp = b.graph().add(OpId::MaxPool, {b.remap(dq.inputs[0])}, pool.attrs,
+                                       pool.name);
+      const int32_t d = b.graph().add(
+          OpId::Dequantize, {{mp, 0}, b.remap(dq.inputs[1]), b.remap(dq.inputs[2])}, dq.attrs,
+          pool.name + ".dequantize");
+      b.graph().nodes[mp].origin = b.graph().nodes[d].origin = pool.origin;
+      b.map(id, {{d, 0}, {mp, 1}});
+      continue;
+    }
     if (!at[i]) {
       b.copy(id);
       continue;

@@ -5,6 +5,7 @@
 // quantized_conv that matches the spec's definition bit for bit.
 #include <cstdio>
 #include <filesystem>
+#include <sstream>
 #include <string>
 
 #include "kiln/onnx.h"
@@ -115,6 +116,53 @@ TEST(QuantizedConvFusion, QuantizedResidualEqualsItsDequantizedValues) {
     }
   }
   EXPECT_GE(checked, 3);
+}
+
+// max_pool(dequantize(q)) runs as dequantize(max_pool(q)) (fuse_quant): the pool on int8 data,
+// values and indices bit for bit those of the graph compiled without the pass. Fresh random
+// data, u8 and i8, padding and ceil mode; a negative scale (a decreasing dequantize) and a scale
+// that is not a constant leave the graph as it is.
+TEST(QuantizedConvFusion, MaxPoolMovesBeforeDequantize) {
+  struct Case {
+    DType t;
+    double scale;
+    bool constant_scale;
+    bool moves;
+  };
+  for (const Case& k : {Case{u8, 0.02, true, true}, Case{i8, 0.7, true, true},
+                        Case{u8, -0.02, true, false}, Case{i8, 0.05, false, false}}) {
+    SCOPED_TRACE(fmt::format("{} scale {} constant {}", name(k.t), k.scale, k.constant_scale));
+    const Shape xs{2, 5, 13, 11};
+    const Array q = k.t == u8 ? random_ints(xs, 0, 255, u8) : random_ints(xs, -128, 127, i8);
+    const Array zp = k.t == u8 ? random_ints({}, 100, 150, u8) : random_ints({}, -10, 10, i8);
+    const Array sc = Array::scalar(static_cast<float>(k.scale));
+    Graph g;
+    const Tensor x = g.placeholder(xs, k.t, "q");
+    const Tensor s = k.constant_scale ? g.constant(sc) : g.placeholder({}, f32, "s");
+    PoolOptions o;
+    o.kernel = {3, 3};
+    o.stride = {2, 2};
+    o.padding = {1, 1};
+    o.ceil_mode = true;
+    auto [y, idx] = max_pool_with_indices(dequantize(x, s, g.constant(zp)), o);
+    CompileOptions plain;
+    plain.fuse_quant = false;
+    const Executable fused = g.compile(default_device(), {}, {y, idx});
+    const Executable ref = g.compile(default_device(), {}, {y, idx}, plain);
+    // the pool's step reads int8 (whatever the layout pass puts around it)
+    const std::string dump = fused.dump();
+    bool int8_pool = false;
+    std::istringstream lines(dump);
+    for (std::string line; std::getline(lines, line);)
+      int8_pool = int8_pool || (line.find("= max_pool(") != std::string::npos &&
+                                line.find(fmt::format("-> {}(", name(k.t))) != std::string::npos);
+    EXPECT_EQ(int8_pool, k.moves) << dump;
+    Feeds feeds{{x, q}};
+    if (!k.constant_scale) feeds.push_back({s, sc});
+    const auto a = fused.run(feeds), b = ref.run(feeds);
+    EXPECT_EQ(to_f64(a[0].to(Device::cpu())), to_f64(b[0].to(Device::cpu())));
+    EXPECT_EQ(to_f64(a[1].to(Device::cpu())), to_f64(b[1].to(Device::cpu())));
+  }
 }
 
 TEST(QuantizedConvFusion, NotFusedWhenAnIntermediateIsReadElsewhere) {

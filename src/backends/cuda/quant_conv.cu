@@ -171,6 +171,19 @@ __global__ void weights_khwc_i8(const W* __restrict__ w, int8_t* __restrict__ ou
   }
 }
 
+// (O, C, kh, kw) i8 weights as rows of the implicit GEMM's kRows mode: (O, KH rounded up to even,
+// 32) with w[o, c, kh, kw] at [o, kh, kw C + c], zeros past KW C and past KH (g.kp = the row).
+__global__ void weights_rows_i8(const int8_t* __restrict__ w, int8_t* __restrict__ out,
+                                QConvArgs g) {
+  const int64_t total = g.O * g.kp;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
+       i += int64_t{blockDim.x} * gridDim.x) {
+    const int64_t o = i / g.kp, r = i % g.kp, kh = r / 32, p = r % 32;
+    const int64_t kw = p / g.C, c = p % g.C;
+    out[i] = kh < g.KH && kw < g.KW ? w[((o * g.C + c) * g.KH + kh) * g.KW + kw] : int8_t{0};
+  }
+}
+
 template <typename W>
 __global__ void shift_i8(const W* __restrict__ w, int8_t* __restrict__ out, int64_t n,
                          int32_t shift) {
@@ -319,25 +332,25 @@ __device__ __forceinline__ void ig_mma(int (&c)[4], const unsigned (&a)[4], unsi
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// v (already in output units) -> relu, round half to even, + zy, saturated to Y (NaN: the low
-// end, as quant_math::saturate).
-template <typename Y>
-__device__ __forceinline__ uint32_t ig_requantize(float v, bool relu, float zy) {
-  if (relu && v < 0.f) v = 0.f;
-  const float q = fminf(fmaxf(rintf(v) + zy, static_cast<float>(quant_math::Range<Y>::lo)),
-                        static_cast<float>(quant_math::Range<Y>::hi));
-  return static_cast<uint8_t>(static_cast<Y>(static_cast<int>(q)));
+// Float tricks that keep the epilogue off the conversion units (a quarter of the rate of the
+// arithmetic ones): 2^23 + 2^22 added to a float in [-2^22, 2^22] rounds it half to even into the
+// low bits of the sum's encoding; a byte placed in the mantissa of 2^23 reads as 2^23 + byte.
+constexpr float kIgRound = 12582912.f;  // 1.5 * 2^23
+constexpr float kIgTwo23 = 8388608.f;
+
+// u, already plus the output zero point and clamped to [lo, hi] of Y (relu: to at least the zero
+// point), rounded half to even; its low byte is the output's two's complement.
+__device__ __forceinline__ uint32_t ig_round_bits(float u) { return __float_as_uint(u + kIgRound); }
+
+// Byte e of `bytes` as the float 2^23 + byte.
+template <int E>
+__device__ __forceinline__ float ig_byte_float(uint32_t bytes) {
+  return __uint_as_float(__byte_perm(bytes, 0x4B000000u, 0x7440u | E));
 }
 
-// A residual byte of the shared tile -> its value over sy: (q - zp) * scale as dequantize
-// computes it, times 1 / sy.
-template <typename R>
-__device__ __forceinline__ float ig_residual(uint32_t byte, float zr, float sr, float inv_sy) {
-  return (static_cast<float>(static_cast<R>(byte)) - zr) * sr * inv_sy;
-}
-
-template <typename A, typename Y, int BM, int BN>
-__global__ void __launch_bounds__(IgTile<BM, BN>::kThreads, 512 / IgTile<BM, BN>::kThreads)
+template <typename A, typename Y, int BM, int BN, bool kRows>
+__global__ void __launch_bounds__(IgTile<BM, BN>::kThreads,
+                                  kRows ? 2 : 512 / IgTile<BM, BN>::kThreads)
     qconv_igemm(const A* __restrict__ x, const int8_t* __restrict__ w,
                 const float* __restrict__ sx, const A* __restrict__ zx,
                 const float* __restrict__ sw, const float* __restrict__ sy,
@@ -353,7 +366,7 @@ __global__ void __launch_bounds__(IgTile<BM, BN>::kThreads, 512 / IgTile<BM, BN>
   int32_t* sums_s = reinterpret_cast<int32_t*>(ig_raw + T::kSumsAt);
   unsigned char* res_s = ig_raw + T::kResAt;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int Mi = static_cast<int>(g.N * g.OH * g.OW), Ki = static_cast<int>(g.C * g.KH * g.KW);
+  const int Mi = static_cast<int>(g.N * g.OH * g.OW), Ki = static_cast<int>(g.kp);
   const int O = static_cast<int>(g.O);
   const int m0 = blockIdx.x * BM, o0 = blockIdx.y * BN;
   // the quantized residual tile, in the first stage's group of copies
@@ -383,7 +396,7 @@ __global__ void __launch_bounds__(IgTile<BM, BN>::kThreads, 512 / IgTile<BM, BN>
     const int m = m0 + row0 + kRowStep * i;
     const int mm = m < Mi ? m : 0;
     const int n = mm / OHW, p = mm - n * OHW, oh = p / OW, ow = p - oh * OW;
-    abase[i] = n * H * W * C + chunk * 16;
+    abase[i] = n * H * W * C;
     aih[i] = m < Mi ? oh * static_cast<int>(g.sh) - static_cast<int>(g.pt) : INT_MIN / 2;
     aiw[i] = ow * static_cast<int>(g.sw) - static_cast<int>(g.pl);
   }
@@ -396,15 +409,45 @@ __global__ void __launch_bounds__(IgTile<BM, BN>::kThreads, 512 / IgTile<BM, BN>
     wrow[i] = w + static_cast<int64_t>(bok[i] ? o : 0) * Ki + chunk * 16;
   }
   int lkh = 0, lkw = 0, lc = 0, lk0 = 0;  // the next stage to load: window (kh, kw), channel
+  // kRows: a window row (kw, c) is 32 bytes of K (KW C of them real), two rows a stage; this
+  // thread fills bytes [16 (chunk % 2), + 16) of row kh + chunk / 2, whose first (kw, c) is:
+  const int kwc = KW * C, p0 = (chunk % 2) * 16, kw0 = p0 / C, c0 = p0 - kw0 * C;
   auto load_stage = [&](int st) {
     unsigned char* as = ig_raw + st * T::kStageBytes;
     unsigned char* bs = as + BM * kIgLd;
+    if constexpr (kRows) {
+      // one row at a time, its pixel decoded again (a few stages only), so that 16 loads at a
+      // time are in flight rather than all of them in registers
+#pragma unroll 1
+      for (int i = 0; i < kAPer; ++i) {
+        const int m = m0 + row0 + kRowStep * i;
+        const int n = m / OHW, p = m - n * OHW, oh = p / OW, ow = p - oh * OW;
+        const int ih =
+            oh * static_cast<int>(g.sh) - static_cast<int>(g.pt) + (lkh + chunk / 2) * dh;
+        const int iw0 = ow * static_cast<int>(g.sw) - static_cast<int>(g.pl);
+        const bool row_in = m < Mi && ih >= 0 && ih < H;
+        const A* xr = x + (row_in ? (n * H + ih) * W * C : 0);
+        uint32_t word[4] = {0, 0, 0, 0};
+        int kw = kw0, c = c0;
 #pragma unroll
-    for (int i = 0; i < kAPer; ++i) {
-      const int ih = aih[i] + lkh * dh, iw = aiw[i] + lkw * dw;
+        for (int j = 0; j < 16; ++j) {
+          const int iw = iw0 + kw * dw;
+          const uint32_t b = row_in && p0 + j < kwc && iw >= 0 && iw < W
+                                 ? static_cast<uint8_t>(xr[iw * C + c])
+                                 : zb;
+          word[j / 4] |= b << (8 * (j % 4));
+          if (++c == C) c = 0, ++kw;
+        }
+        *reinterpret_cast<uint4*>(as + (row0 + kRowStep * i) * kIgLd + chunk * 16) =
+            make_uint4(word[0], word[1], word[2], word[3]);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kAPer && !kRows; ++i) {
       unsigned char* dst = as + (row0 + kRowStep * i) * kIgLd + chunk * 16;
+      const int ih = aih[i] + lkh * dh, iw = aiw[i] + lkw * dw;
       if (ih >= 0 && ih < H && iw >= 0 && iw < W)
-        cp_async16(dst, x + abase[i] + (ih * W + iw) * C + lc, 16);
+        cp_async16(dst, x + abase[i] + (ih * W + iw) * C + lc + chunk * 16, 16);
       else
         *reinterpret_cast<uint4*>(dst) = pad;
     }
@@ -412,10 +455,14 @@ __global__ void __launch_bounds__(IgTile<BM, BN>::kThreads, 512 / IgTile<BM, BN>
     for (int i = 0; i < kBPer; ++i)
       cp_async16(bs + (row0 + kRowStep * i) * kIgLd + chunk * 16, wrow[i] + lk0, bok[i] ? 16 : 0);
     lk0 += kIgK;
-    lc += kIgK;
-    if (lc == C) {
-      lc = 0;
-      if (++lkw == KW) lkw = 0, ++lkh;
+    if constexpr (kRows) {
+      lkh += 2;
+    } else {
+      lc += kIgK;
+      if (lc == C) {
+        lc = 0;
+        if (++lkw == KW) lkw = 0, ++lkh;
+      }
     }
   };
   const int ktiles = Ki / kIgK;
@@ -473,7 +520,12 @@ __global__ void __launch_bounds__(IgTile<BM, BN>::kThreads, 512 / IgTile<BM, BN>
   __syncthreads();  // the stages are free (the output tile goes there); the residual is in
   // the thread's eight channels: what the sum loses (zx wsum - the i32 bias), the scale and the
   // bias in output units
+  // relu, then round half to even, then + zy, saturated: the rounding and the zero point commute
+  // (zy is an integer), and so do relu and the clamp with it
   const float syf = sy[0], inv_sy = 1.f / syf, zyf = static_cast<float>(zy[0]);
+  const float lo = g.relu ? fmaxf(zyf, static_cast<float>(quant_math::Range<Y>::lo))
+                          : static_cast<float>(quant_math::Range<Y>::lo);
+  const float hi = static_cast<float>(quant_math::Range<Y>::hi);
   const double sxd = sx[0];
   const int g4 = lane / 4, t4 = lane % 4;
   uint32_t corr[8];
@@ -485,15 +537,16 @@ __global__ void __launch_bounds__(IgTile<BM, BN>::kThreads, 512 / IgTile<BM, BN>
     corr[j] = static_cast<uint32_t>(zxv) * static_cast<uint32_t>(sums_s[c]) -
               static_cast<uint32_t>(ibias ? ibias[o] : 0);
     mult[j] = static_cast<float>(sxd * sw[g.per_channel_scale ? o : 0] / syf);
-    add[j] = bias ? static_cast<float>(static_cast<double>(bias[o]) / syf) : 0.f;
+    add[j] = (bias ? static_cast<float>(static_cast<double>(bias[o]) / syf) : 0.f) + zyf;
   }
+  // a residual byte b (i8 ones flipped to b + 128) is (2^23 + b - (2^23 + zr [+ 128])) * sr / sy
   const bool quantized_res = res_tile, other_res = !res_tile && res.kind != 0;
-  float zr = 0.f, sr = 0.f;
+  const bool res_i8 = res.kind == quant_math::Residual::kI8;
+  float rz = 0.f, rs = 0.f;
   if (quantized_res) {
-    sr = *res.scale;
-    zr = res.kind == quant_math::Residual::kU8
-             ? static_cast<float>(*static_cast<const uint8_t*>(res.zp))
-             : static_cast<float>(*static_cast<const int8_t*>(res.zp));
+    rs = *res.scale * inv_sy;
+    rz = kIgTwo23 + (res_i8 ? static_cast<float>(*static_cast<const int8_t*>(res.zp)) + 128.f
+                            : static_cast<float>(*static_cast<const uint8_t*>(res.zp)));
   }
   unsigned char* os = ig_raw;
 #pragma unroll
@@ -506,12 +559,10 @@ __global__ void __launch_bounds__(IgTile<BM, BN>::kThreads, 512 / IgTile<BM, BN>
         const int c = wn + nj * 8 + 2 * t4;
         float rv[2] = {0.f, 0.f};
         if (quantized_res) {
-          const uint32_t two = *reinterpret_cast<const uint16_t*>(res_s + r * T::kLdTile + c);
-#pragma unroll
-          for (int e = 0; e < 2; ++e)
-            rv[e] = res.kind == quant_math::Residual::kU8
-                        ? ig_residual<uint8_t>((two >> (8 * e)) & 0xffu, zr, sr, inv_sy)
-                        : ig_residual<int8_t>((two >> (8 * e)) & 0xffu, zr, sr, inv_sy);
+          const uint32_t two = *reinterpret_cast<const uint16_t*>(res_s + r * T::kLdTile + c) ^
+                               (res_i8 ? 0x8080u : 0u);
+          rv[0] = (ig_byte_float<0>(two) - rz) * rs;
+          rv[1] = (ig_byte_float<1>(two) - rz) * rs;
         } else if (other_res && m0 + r < Mi) {
 #pragma unroll
           for (int e = 0; e < 2; ++e)
@@ -519,17 +570,17 @@ __global__ void __launch_bounds__(IgTile<BM, BN>::kThreads, 512 / IgTile<BM, BN>
               rv[e] = static_cast<float>(res.at(static_cast<int64_t>(m0 + r) * O + o0 + c + e)) *
                       inv_sy;
         }
-        uint32_t two = 0;
+        uint32_t bits[2];
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int j = nj * 2 + e;
           const int32_t v = static_cast<int32_t>(static_cast<uint32_t>(acc[mi][nj][2 * h + e]) -
                                                  corr[j]);
-          two |= ig_requantize<Y>(fmaf(static_cast<float>(v), mult[j], add[j]) + rv[e], g.relu,
-                                  zyf)
-                 << (8 * e);
+          const float u = fmaf(static_cast<float>(v), mult[j], add[j]) + rv[e];
+          bits[e] = ig_round_bits(fminf(fmaxf(u, lo), hi));
         }
-        *reinterpret_cast<uint16_t*>(os + r * T::kLdTile + c) = static_cast<uint16_t>(two);
+        *reinterpret_cast<uint16_t*>(os + r * T::kLdTile + c) =
+            static_cast<uint16_t>(__byte_perm(bits[0], bits[1], 0x0040u));
       }
     }
   }
@@ -557,11 +608,11 @@ bool igemm_enabled() {
   return !(v && v[0] == '0');
 }
 
-template <typename A, typename Y, int BM, int BN>
+template <typename A, typename Y, int BM, int BN, bool kRows = false>
 void launch_igemm(KernelContext& ctx, const QConvArgs& g, const int8_t* w8, const float* bias,
                   const int32_t* ibias, const quant_math::Residual& res, bool res_tile) {
   using T = IgTile<BM, BN>;
-  auto kernel = qconv_igemm<A, Y, BM, BN>;
+  auto kernel = qconv_igemm<A, Y, BM, BN, kRows>;
   const size_t smem = T::smem(res_tile);
   allow_smem(kernel, smem);
   const int64_t M = g.N * g.OH * g.OW;
@@ -587,22 +638,30 @@ bool conv_igemm(KernelContext& ctx, QConvArgs g, const float* bias, const int32_
     return false;
   } else {
     const TensorView& tx = ctx.in(0);
-    if (!g.cl || g.G != 1 || g.C % kIgK != 0 || !ctx.attrs().b("zero_w_zp", false) ||
-        !igemm_enabled() || pointer_alignment(tx.data) < 16)
+    // C a multiple of 64; or a window row of at most 32 bytes (a stem's 7 x 3), gathered byte by
+    // byte: kRows
+    const bool rows = g.C % kIgK != 0;
+    if (!g.cl || g.G != 1 || (rows && g.KW * g.C > 32) || !ctx.attrs().b("zero_w_zp", false) ||
+        !igemm_enabled() || (!rows && pointer_alignment(tx.data) < 16))
       return false;
-    const int64_t M = g.N * g.OH * g.OW, K = g.C * g.KH * g.KW;
+    const int64_t M = g.N * g.OH * g.OW;
+    const int64_t K = rows ? (g.KH + 1) / 2 * 64 : g.C * g.KH * g.KW;
     // 32-bit index math in the kernel
     if (tx.numel() + kIgK > INT32_MAX || M + 128 > INT32_MAX || g.O * K > INT32_MAX ||
         (g.O + 63) / 64 > 65535)
       return false;
     cudaStream_t st = stream_of(ctx);
     const TensorView& tw = ctx.in(3);
-    // (O, kh, kw, C) weights; a 1x1 conv's (O, C, 1, 1) are that already
+    // (O, kh, kw, C) weights (kRows: (O, kh, 32) rows, zeros past KW C and past KH); a 1x1
+    // conv's (O, C, 1, 1) are that already
     const int8_t* w8 = tw.ptr<int8_t>();
-    if (g.KH * g.KW > 1 || pointer_alignment(w8) < 16) {
+    g.kp = K;
+    if (rows || g.KH * g.KW > 1 || pointer_alignment(w8) < 16) {
       auto* buf = static_cast<int8_t*>(ctx.scratch(static_cast<size_t>(g.O * K)));
-      g.kp = K;
-      weights_khwc_i8<W><<<blocks_for(g.O * K), kThreads, 0, st>>>(tw.ptr<W>(), buf, g, 0);
+      if (rows)
+        weights_rows_i8<<<blocks_for(g.O * K), kThreads, 0, st>>>(tw.ptr<int8_t>(), buf, g);
+      else
+        weights_khwc_i8<W><<<blocks_for(g.O * K), kThreads, 0, st>>>(tw.ptr<W>(), buf, g, 0);
       w8 = buf;
     }
     // an int8 residual goes through shared memory in 16-byte copies
@@ -611,6 +670,10 @@ bool conv_igemm(KernelContext& ctx, QConvArgs g, const float* bias, const int32_
                           g.O % 16 == 0 && pointer_alignment(res.data) >= 16;
     // the largest tile that still gives every SM a block
     const int64_t sms = sm_count_of(ctx.device());
+    if (rows) {
+      launch_igemm<A, Y, 128, 64, true>(ctx, g, w8, bias, ibias, res, res_tile);
+      return true;
+    }
     auto blocks = [&](int64_t bm, int64_t bn) { return (M + bm - 1) / bm * ((g.O + bn - 1) / bn); };
     if (g.O >= 128 && blocks(128, 128) >= sms)
       launch_igemm<A, Y, 128, 128>(ctx, g, w8, bias, ibias, res, res_tile);
