@@ -18,7 +18,11 @@
 // Max pooling moves before a per-tensor dequantize whose scale is a positive constant:
 // max_pool(dequantize(q)) = dequantize(max_pool(q)), bit for bit and with the same indices (the
 // dequantize is increasing and one to one), so the pool reads and writes int8 (a ResNet stem's
-// output, a quarter of the bytes) and only its smaller result is dequantized.
+// output, a quarter of the bytes) and only its smaller result is dequantized. When the pool's
+// indices are not read, it gets no_indices (kernels may leave them unwritten); when the pool is
+// quantized again with the dequantize's own scale and zero point (post-training quantization
+// gives a max pool its input's), the dequantize and that quantize go: quantize(dequantize(q)) is
+// q for the same parameters ((q - zp) s / s rounds back to q - zp).
 #include <cmath>
 
 #include "core/op_registry.h"
@@ -43,10 +47,11 @@ struct Match {
 
 class Matcher {
  public:
-  explicit Matcher(const Program& p) : p_(p), readers_(p.graph.nodes.size(), 0) {
+  explicit Matcher(const Program& p)
+      : p_(p), readers_(p.graph.nodes.size(), 0), second_read_(p.graph.nodes.size(), 0) {
     for (const Node& n : p.graph.nodes)
-      for (auto v : n.inputs) ++readers_[v.node];
-    for (auto v : p.outputs) ++readers_[v.node];
+      for (auto v : n.inputs) ++readers_[v.node], second_read_[v.node] |= v.index == 1;
+    for (auto v : p.outputs) ++readers_[v.node], second_read_[v.node] |= v.index == 1;
   }
 
   std::optional<Match> match(int32_t qid) const {
@@ -164,6 +169,29 @@ class Matcher {
     return v > 0 && std::isfinite(v);
   }
 
+  // Whether output 1 (a max pool's indices) of node `id` is read.
+  bool second_output_read(int32_t id) const { return second_read_[id] != 0; }
+
+  // q = quantize(pool, s, z) of a pools_int8 pool with the same (constant) parameters as its
+  // dequantize and q's dtype that of the dequantized data: q is the pool's int8 result.
+  bool requantizes_pool(const Node& q) const {
+    if (q.op != OpId::Quantize || q.inputs.size() != 3 || !pools_int8(node(q.inputs[0])))
+      return false;
+    const Node& dq = node(node(q.inputs[0]).inputs[0]);
+    if (q.attrs.i("block_size") != 0 || !scalar_param(q, 1) ||
+        q.outputs[0].dtype != info(dq.inputs[0]).dtype)
+      return false;
+    auto same = [&](ValueRef a, ValueRef b) {
+      if (a == b) return true;
+      const Node &x = node(a), &y = node(b);
+      return x.op == OpId::Constant && y.op == OpId::Constant && x.value.dtype() == y.value.dtype() &&
+             x.value.numel() == 1 && y.value.numel() == 1 &&
+             x.value.to_vector<double>() == y.value.to_vector<double>();
+    };
+    const double s = node(dq.inputs[1]).value.to_vector<double>()[0];
+    return same(q.inputs[1], dq.inputs[1]) && same(q.inputs[2], dq.inputs[2]) && s >= 1e-30;
+  }
+
   // v = dequantize(q i8/u8, 0-d f32 scale, 0-d zero point), whole tensor.
   bool per_tensor_dequantize(ValueRef v) const {
     const Node& n = node(v);
@@ -184,6 +212,7 @@ class Matcher {
 
   const Program& p_;
   std::vector<int> readers_;
+  std::vector<char> second_read_;
 };
 
 }  // namespace
@@ -203,13 +232,21 @@ Program fuse_quant(const Program& p) {
   for (const Node& n : nodes) any = any || matcher.pools_int8(n);
   if (!any) return p;
   ProgramBuilder b(p);
+  std::vector<int32_t> int8_pool(nodes.size(), -1);  // a rewritten pool's int8 max_pool node
   for (size_t i = 0; i < nodes.size(); ++i) {
     const auto id = static_cast<int32_t>(i);
     if (absorbed[i]) continue;  // read only by the chain its quantize replaces
+    if (matcher.requantizes_pool(nodes[i])) {
+      b.map(id, {{int8_pool[nodes[i].inputs[0].node], 0}});
+      continue;
+    }
     if (matcher.pools_int8(nodes[i])) {
       const Node &pool = nodes[i], &dq = nodes[pool.inputs[0].node];
-      const int32_t mp = b.graph().add(OpId::MaxPool, {b.remap(dq.inputs[0])}, pool.attrs,
-                                       pool.name);
+      Attrs attrs = pool.attrs;
+      if (!matcher.second_output_read(id)) attrs.set("no_indices", true);
+      const int32_t mp =
+          b.graph().add(OpId::MaxPool, {b.remap(dq.inputs[0])}, attrs, pool.name);
+      int8_pool[i] = mp;
       const int32_t d = b.graph().add(
           OpId::Dequantize, {{mp, 0}, b.remap(dq.inputs[1]), b.remap(dq.inputs[2])}, dq.attrs,
           pool.name + ".dequantize");

@@ -415,6 +415,17 @@ QuantizedGraph quantize_program(Program p, const std::vector<Batch>& batches, co
     r.dtype = o.activation_dtype;
     report.activations.push_back(r);
   }
+  // a max pool's result shares its calibrated input's parameters (its values are some of the
+  // input's): then fuse_quant pools the int8 data and no requantize is left between
+  for (size_t k = 0; k < observed.size(); ++k) {
+    const Node& n = p.graph.nodes[observed[k].node];
+    if (n.op != OpId::MaxPool || observed[k].index != 0) continue;
+    const auto in = std::find(observed.begin(), observed.end(), n.inputs[0]);
+    if (in == observed.end()) continue;
+    const ActivationRange& from = report.activations[static_cast<size_t>(in - observed.begin())];
+    ActivationRange& r = report.activations[k];
+    r.lo = from.lo, r.hi = from.hi, r.scale = from.scale, r.zero_point = from.zero_point;
+  }
 
   // the rewrite
   const auto& nodes = p.graph.nodes;

@@ -8,8 +8,10 @@
 #include <sstream>
 #include <string>
 
+#include "core/graph_impl.h"
 #include "kiln/onnx.h"
 #include "kiln/ops/quant.h"
+#include "passes/program.h"
 #include "quant/conv_reference.h"
 #include "support/executable_env.h"
 #include "support/reference.h"
@@ -162,6 +164,53 @@ TEST(QuantizedConvFusion, MaxPoolMovesBeforeDequantize) {
     const auto a = fused.run(feeds), b = ref.run(feeds);
     EXPECT_EQ(to_f64(a[0].to(Device::cpu())), to_f64(b[0].to(Device::cpu())));
     EXPECT_EQ(to_f64(a[1].to(Device::cpu())), to_f64(b[1].to(Device::cpu())));
+  }
+}
+
+// A pool quantized again with its dequantize's scale and zero point (post-training quantization
+// gives a max pool its input's) is the int8 pool itself: no dequantize, no quantize left, the
+// indices unread (no_indices), and the values bit for bit those without the pass; also after a
+// package round trip.
+TEST(QuantizedConvFusion, RequantizedMaxPoolIsTheInt8Pool) {
+  for (DType t : {u8, i8}) {
+    SCOPED_TRACE(name(t));
+    const Shape xs{3, 8, 10, 12};
+    const Array q = t == u8 ? random_ints(xs, 0, 255, u8) : random_ints(xs, -128, 127, i8);
+    const Array zp = t == u8 ? random_ints({}, 100, 150, u8) : random_ints({}, -10, 10, i8);
+    const Array sc = random_array({}, f32, 0.01, 0.05);
+    Graph g;
+    const Tensor x = g.placeholder(xs, t, "q");
+    PoolOptions o;
+    o.kernel = {3, 3};
+    o.stride = {2, 2};
+    o.padding = {1, 1};
+    const Tensor pooled = max_pool(dequantize(x, g.constant(sc), g.constant(zp)), o);
+    // separate constants of the same values, as post-training quantization writes them
+    const Tensor y = quantize(pooled, g.constant(sc), g.constant(zp));
+    CompileOptions plain;
+    plain.fuse_quant = false;
+    const Executable fused = g.compile(default_device(), {}, {y});
+    const Executable ref = g.compile(default_device(), {}, {y}, plain);
+    EXPECT_EQ(count_steps(fused, "quantize"), 0) << fused.dump();
+    EXPECT_EQ(count_steps(fused, "dequantize"), 0) << fused.dump();
+    const Program pass = fuse_quant(extract_program(*y.graph_impl(), {{y.node_id(), 0}}));
+    int pools = 0;
+    for (const auto& n : pass.graph.nodes)
+      if (n.op == OpId::MaxPool) {
+        ++pools;
+        EXPECT_TRUE(n.attrs.b("no_indices", false));
+        EXPECT_EQ(pass.graph.info(n.inputs[0]).dtype, t);
+      }
+    EXPECT_EQ(pools, 1);
+    const auto want = to_f64(ref.run({{x, q}})[0].to(Device::cpu()));
+    EXPECT_EQ(to_f64(fused.run({{x, q}})[0].to(Device::cpu())), want);
+    const std::string path = (std::filesystem::temp_directory_path() /
+                              ("kiln_qpool_" + std::to_string(seed()) + ".kiln"))
+                                 .string();
+    fused.save(path);
+    const Executable back = Executable::load(path, default_device());
+    std::remove(path.c_str());
+    EXPECT_EQ(to_f64(back.run({{"q", q}})[0].to(Device::cpu())), want);
   }
 }
 

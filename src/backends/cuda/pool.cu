@@ -267,7 +267,7 @@ __global__ void max_pool_nhwc_kernel(const T* __restrict__ x, T* __restrict__ y,
 #pragma unroll
     for (int u = 0; u < V; ++u) {
       out.v[u] = from_acc<T>(best[u]);
-      arg[i * V + u] = where[u];
+      if (arg) arg[i * V + u] = where[u];
     }
     reinterpret_cast<Vec<T, V>*>(y)[i] = out;
   }
@@ -293,6 +293,8 @@ void max_pool_nhwc(KernelContext& ctx) {
   if (g.in[1] * g.in[2] >= (int64_t{1} << 31) || C >= (int64_t{1} << 31))
     fail<UnsupportedError>("[{}] channels_last planes of 2^31 positions or more (input {})",
                            ctx.op_name(), str(x.shape));
+  // no_indices: nothing reads output 1 (fuse_quant's int8 pools), left unwritten
+  int64_t* indices = ctx.attrs().b("no_indices", false) ? nullptr : ctx.out(1).ptr<int64_t>();
   dispatch(x.dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
     if constexpr (!std::is_same_v<T, bool>) {
@@ -300,7 +302,7 @@ void max_pool_nhwc(KernelContext& ctx) {
         constexpr int W = decltype(width)::value;
         const int64_t packs = y.numel() / W;
         max_pool_nhwc_kernel<T, W><<<blocks_for(packs), kThreads, 0, stream_of(ctx)>>>(
-            x.ptr<T>(), y.ptr<T>(), ctx.out(1).ptr<int64_t>(), packs, g, static_cast<int>(C));
+            x.ptr<T>(), y.ptr<T>(), indices, packs, g, static_cast<int>(C));
       });
     } else {
       fail<UnsupportedError>("[{}] cuda kernel got dtype bool", ctx.op_name());
