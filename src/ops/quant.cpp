@@ -14,7 +14,8 @@
 //   i32 bias (ONNX QLinearConv's) adds to the integer sum before scaling. Attr channels_last
 //   (set by the channels_last pass, default false): x, residual and output are NHWC. Attr
 //   zero_w_zp (set by the same pass where w_zp is a constant of zeros, default false): kernels
-//   may skip the window sums of x that a weight zero point needs.
+//   may skip the window sums of x that a weight zero point needs. Attr weights_ohwi (set by the
+//   same pass for CUDA's constant weights, groups 1): w is (O, kh, kw, C).
 #include "kiln/ops/quant.h"
 
 #include "kiln/ops/core.h"
@@ -145,10 +146,16 @@ std::vector<TensorInfo> infer_quantized_conv(const InferContext& ctx) {
   const auto& in = ctx.inputs;
   const char* op = ctx.name();
   check_int8_dtypes(ctx, "x");
-  const Shape &x = in[0].shape, &w = in[3].shape;
-  if (x.size() != 4 || w.size() != 4)
+  const Shape& x = in[0].shape;
+  if (x.size() != 4 || in[3].shape.size() != 4)
     fail<ShapeError>("[{}] x {} and w {} must have rank 4 (N, C, H, W) and (O, C/groups, kh, kw)",
-                     op, str(x), str(w));
+                     op, str(x), str(in[3].shape));
+  // weights_ohwi: w given as (O, kh, kw, C), groups 1
+  const bool ohwi = ctx.attrs.b("weights_ohwi", false);
+  if (ohwi && ctx.attrs.i("groups") != 1)
+    fail<ValueError>("[{}] weights_ohwi takes groups 1, got {}", op, ctx.attrs.i("groups"));
+  const Shape& wg = in[3].shape;
+  const Shape w = ohwi ? Shape{wg[0], wg[3], wg[1], wg[2]} : wg;
   for (int i : {1, 2, 6, 7})
     if (!in[i].shape.empty())
       fail<ShapeError>("[{}] input {} (a scale or zero point of x or y) must be 0-d, got {}", op, i,

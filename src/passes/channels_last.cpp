@@ -391,8 +391,13 @@ class Rewriter {
   void convert(int32_t id, const Epilogue& e) {
     const Node& n = p_.graph.nodes[id];
     std::vector<ValueRef> in;
+    // CUDA's int8 convolutions read (O, kh, kw, C) weights: constant ones are permuted now
+    // (weights_ohwi) rather than at every run
+    const bool ohwi = n.op == OpId::QuantizedConv && cuda_ && n.attrs.i("groups") == 1 &&
+                      info(n.inputs[3]).dtype == i8 &&
+                      p_.graph.nodes[n.inputs[3].node].op == OpId::Constant;
     for (size_t k = 0; k < n.inputs.size(); ++k) {
-      if (khwc_weight(n, k))
+      if (khwc_weight(n, k) || (ohwi && k == 3))
         in.push_back(weights_khwc(n.inputs[k]));
       else
         in.push_back(nhwc_input(n, k) ? as_nhwc(n.inputs[k]) : as_nchw(n.inputs[k]));
@@ -400,6 +405,7 @@ class Rewriter {
     Attrs a = n.attrs;
     a.set("channels_last", true);
     if (n.op == OpId::QuantizedConv && zero_constant(n.inputs[5])) a.set("zero_w_zp", true);
+    if (ohwi) a.set("weights_ohwi", true);
     if (e.last >= 0) {
       a.set("relu", e.relu);
       a.set("has_residual", e.residual.has_value());

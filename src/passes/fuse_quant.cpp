@@ -184,8 +184,8 @@ class Matcher {
     auto same = [&](ValueRef a, ValueRef b) {
       if (a == b) return true;
       const Node &x = node(a), &y = node(b);
-      return x.op == OpId::Constant && y.op == OpId::Constant && x.value.dtype() == y.value.dtype() &&
-             x.value.numel() == 1 && y.value.numel() == 1 &&
+      return x.op == OpId::Constant && y.op == OpId::Constant &&
+             x.value.dtype() == y.value.dtype() && x.value.numel() == 1 && y.value.numel() == 1 &&
              x.value.to_vector<double>() == y.value.to_vector<double>();
     };
     const double s = node(dq.inputs[1]).value.to_vector<double>()[0];

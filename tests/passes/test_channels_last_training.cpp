@@ -12,6 +12,7 @@
 #include "kiln/kiln.h"
 #include "passes/program.h"
 #include "runtime/executable_impl.h"
+#include "support/interpret.h"
 #include "support/nets.h"
 #include "support/reference.h"
 
@@ -159,26 +160,6 @@ TEST(ChannelsLastTraining, ConvTransposeWithOutputPaddingStaysNchw) {
   }
   EXPECT_EQ(nhwc_t, 1);  // `same`
   EXPECT_EQ(nchw_t, 1);  // `up`
-}
-
-// Runs a program node by node on the CPU kernels; placeholders by name from `feeds`.
-std::vector<Array> interpret(const Program& p, const std::map<std::string, Array>& feeds) {
-  std::vector<std::vector<Array>> values(p.graph.nodes.size());
-  for (size_t i = 0; i < p.graph.nodes.size(); ++i) {
-    const Node& n = p.graph.nodes[i];
-    if (n.op == OpId::Placeholder) {
-      values[i] = {feeds.at(n.name)};
-    } else if (n.op == OpId::Constant) {
-      values[i] = {n.value};
-    } else {
-      std::vector<Array> in;
-      for (auto v : n.inputs) in.push_back(values[v.node][v.index]);
-      values[i] = evaluate_node_cpu(n, in);
-    }
-  }
-  std::vector<Array> out;
-  for (auto v : p.outputs) out.push_back(values[v.node][v.index]);
-  return out;
 }
 
 TEST(ChannelsLastTraining, RewrittenStepMatchesOnTheCpu) {

@@ -15,6 +15,7 @@
 #include "quant/conv_reference.h"
 #include "support/executable_env.h"
 #include "support/gpu.h"
+#include "support/interpret.h"
 #include "support/reference.h"
 
 namespace kiln {
@@ -69,8 +70,10 @@ Array run_on_cuda(const ConvProblem& p, const ConvData& d) {
 }
 
 // Every problem meets the kernel's conditions once compiled for CUDA (so the comparison below
-// compares two different paths): the pass gives the conv channels_last and zero_w_zp; groups 1,
-// C a multiple of 64 or KW C <= 32, i8 weights. Runs without a GPU.
+// compares two different paths): the pass gives the conv channels_last, zero_w_zp and its
+// constant weights permuted to (O, kh, kw, C) (weights_ohwi); groups 1, C a multiple of 64 or
+// KW C <= 32, i8 weights. That program, run on the CPU's kernels (which take weights_ohwi too),
+// is within 1 LSB of the reference. Runs without a GPU.
 TEST(QuantizedConvIgemm, ProblemsMeetTheKernelsConditions) {
   for (const ConvProblem& p : igemm_problems()) {
     SCOPED_TRACE(describe(p));
@@ -88,8 +91,13 @@ TEST(QuantizedConvIgemm, ProblemsMeetTheKernelsConditions) {
         ++convs;
         EXPECT_TRUE(n.attrs.b("channels_last", false));
         EXPECT_TRUE(n.attrs.b("zero_w_zp", false));
+        EXPECT_TRUE(n.attrs.b("weights_ohwi", false));
+        const detail::Node& w = q.graph.nodes[n.inputs[3].node];
+        ASSERT_EQ(w.op, OpId::Constant);
+        EXPECT_EQ(w.value.shape(), (Shape{p.o, p.kh, p.kw, p.x[1]}));
       }
     EXPECT_EQ(convs, 1);
+    expect_conv_within_lsb(interpret(q, {{"x", d.x}})[0], conv_reference(p, d), 1);
   }
 }
 

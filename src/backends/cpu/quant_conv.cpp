@@ -30,7 +30,8 @@ namespace du = dnnl_util;
 struct Geom {
   int64_t N, C, H, W, O, KH, KW, OH, OW, G;
   int64_t sh, sw, dh, dw, pt, pl, pb, pr;
-  bool cl;  // channels_last: x, residual and output NHWC
+  bool cl;            // channels_last: x, residual and output NHWC
+  bool ohwi = false;  // weights_ohwi: w is (O, kh, kw, C) (groups 1)
   int64_t cg() const { return C / G; }
   int64_t og() const { return O / G; }
   int64_t window() const { return cg() * KH * KW; }
@@ -47,12 +48,16 @@ Geom geometry(const KernelContext& ctx) {
   const auto &s = ctx.attrs().ints("stride"), &d = ctx.attrs().ints("dilation"),
              &p = ctx.attrs().ints("pads");
   const bool cl = ctx.attrs().b("channels_last", false);
-  return Geom{x[0],           cl ? x[3] : x[1], cl ? x[1] : x[2], cl ? x[2] : x[3],
-              w[0],           w[2],             w[3],             cl ? y[1] : y[2],
-              cl ? y[2] : y[3], ctx.attrs().i("groups"),
-              s[0],           s[1],             d[0],             d[1],
-              p[0],           p[1],             p[2],             p[3],
-              cl};
+  // weights_ohwi: w is (O, kh, kw, C)
+  const bool ohwi = ctx.attrs().b("weights_ohwi", false);
+  Geom g{x[0],           cl ? x[3] : x[1], cl ? x[1] : x[2], cl ? x[2] : x[3],
+         w[0],           w[ohwi ? 1 : 2],  w[ohwi ? 2 : 3],  cl ? y[1] : y[2],
+         cl ? y[2] : y[3], ctx.attrs().i("groups"),
+         s[0],           s[1],             d[0],             d[1],
+         p[0],           p[1],             p[2],             p[3],
+         cl};
+  g.ohwi = ohwi;
+  return g;
 }
 
 // The epilogue's inputs, read once.
@@ -114,8 +119,12 @@ void conv_loops(KernelContext& ctx, const Geom& g, const Epilogue<Y>& fin) {
   std::vector<int16_t> wd(static_cast<size_t>(g.O * win));
   for (int64_t o = 0; o < g.O; ++o) {
     const int32_t z = w_zero<W>(ctx, o);
-    for (int64_t i = 0; i < win; ++i)
-      wd[o * win + i] = static_cast<int16_t>(int32_t{Wt[o * win + i]} - z);
+    for (int64_t i = 0; i < win; ++i) {
+      // window index i = (c kh + kh) kw + kw; (O, kh, kw, C) weights hold it at (kh kw + kw) C + c
+      const int64_t c = i / (g.KH * g.KW), k = i % (g.KH * g.KW);
+      const int64_t at = g.ohwi ? k * cg + c : i;
+      wd[o * win + i] = static_cast<int16_t>(int32_t{Wt[o * win + at]} - z);
+    }
   }
   const int64_t plane = g.OH * g.OW;
   const int64_t xh = g.x_at(0, 0, 1, 0), xw = g.x_at(0, 0, 0, 1);  // x's strides along h and w
@@ -163,7 +172,7 @@ void raw_conv_dnnl(KernelContext& ctx, const Geom& g, const void* src, int64_t h
                      g.O,
                      g.KH,
                      g.KW,
-                     g.G,
+                     g.G * 2 + g.ohwi,
                      g.sh,
                      g.sw,
                      g.dh,
@@ -178,7 +187,7 @@ void raw_conv_dnnl(KernelContext& ctx, const Geom& g, const void* src, int64_t h
     const du::Dims wei_dims =
         g.G > 1 ? du::Dims{g.G, g.og(), g.cg(), g.KH, g.KW} : du::Dims{g.O, g.C, g.KH, g.KW};
     const dnnl::memory::desc src_md(src_dims, at, tag::nhwc),
-        wei_user(wei_dims, dt::s8, g.G > 1 ? tag::goihw : tag::oihw),
+        wei_user(wei_dims, dt::s8, g.G > 1 ? tag::goihw : g.ohwi ? tag::ohwi : tag::oihw),
         dst_md(dst_dims, dt::s32, tag::nhwc), wei_any(wei_dims, dt::s8, tag::any);
     dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference,
                                       dnnl::algorithm::convolution_direct, src_md, wei_any,
@@ -305,7 +314,7 @@ bool conv_dnnl_fused(KernelContext& ctx, const Geom& g, const Epilogue<Y>& fin) 
   const dt at = std::is_same_v<A, uint8_t> ? dt::u8 : dt::s8;
   const dt yt = std::is_same_v<Y, uint8_t> ? dt::u8 : dt::s8;
   du::Dims key{static_cast<int64_t>(ctx.op()), 1, g.N, g.C, src.hin, src.win, g.O, g.KH, g.KW,
-               g.G, g.sh, g.sw, g.dh, g.dw, src.pad_l[0], src.pad_l[1], src.pad_r[0],
+               g.G * 2 + g.ohwi, g.sh, g.sw, g.dh, g.dw, src.pad_l[0], src.pad_l[1], src.pad_r[0],
                src.pad_r[1], static_cast<int64_t>(at), static_cast<int64_t>(yt),
                static_cast<int64_t>(fin.res.kind), fin.relu, fin.zy};
   uint32_t bits = 0;
@@ -322,7 +331,7 @@ bool conv_dnnl_fused(KernelContext& ctx, const Geom& g, const Epilogue<Y>& fin) 
     const du::Dims wei_dims =
         g.G > 1 ? du::Dims{g.G, g.og(), g.cg(), g.KH, g.KW} : du::Dims{g.O, g.C, g.KH, g.KW};
     const dnnl::memory::desc src_md(src_dims, at, tag::nhwc),
-        wei_user(wei_dims, dt::s8, g.G > 1 ? tag::goihw : tag::oihw),
+        wei_user(wei_dims, dt::s8, g.G > 1 ? tag::goihw : g.ohwi ? tag::ohwi : tag::oihw),
         wei_any(wei_dims, dt::s8, tag::any), bias_md({g.O}, dt::f32, tag::a),
         dst_md(dst_dims, yt, tag::nhwc),
         res_md(dst_dims,

@@ -25,8 +25,14 @@ struct QConvArgs {
   int64_t sh, sw, dh, dw, pt, pl;
   bool relu, per_channel_scale, per_channel_zp;
   bool cl;         // channels_last: x, residual and output NHWC
+  bool ohwi;       // weights_ohwi: w is (O, kh, kw, C) (groups 1)
   int64_t kp = 0;  // NHWC im2col row length: C kh kw, padded with zeros to a multiple of 16
                    // where it is not a multiple of 4 (cuBLASLt's int8 rule)
+  // w[o, c, kh, kw] in the weights' layout (c within the group)
+  __host__ __device__ int64_t w_at(int64_t o, int64_t c, int64_t kh, int64_t kw) const {
+    return ohwi ? ((o * KH + kh) * KW + kw) * (C / G) + c
+                : ((o * (C / G) + c) * KH + kh) * KW + kw;
+  }
   __device__ int64_t x_at(int64_t n, int64_t c, int64_t h, int64_t w) const {
     return cl ? ((n * H + h) * W + w) * C + c : ((n * C + c) * H + h) * W + w;
   }
@@ -65,14 +71,14 @@ __global__ void quantized_conv_kernel(const A* __restrict__ x, const float* __re
     const int32_t x0 = zx[0], w0 = zw[g.per_channel_zp ? o : 0];
     int32_t acc = 0;
     for (int64_t c = 0; c < cg; ++c) {
-      const W* wc = w + (o * cg + c) * g.KH * g.KW;
       for (int64_t kh = 0; kh < g.KH; ++kh) {
         const int64_t ih = oh * g.sh - g.pt + kh * g.dh;
         if (ih < 0 || ih >= g.H) continue;
         for (int64_t kw = 0; kw < g.KW; ++kw) {
           const int64_t iw = ow * g.sw - g.pl + kw * g.dw;
           if (iw < 0 || iw >= g.W) continue;
-          acc += (int32_t{x[g.x_at(n, c0 + c, ih, iw)]} - x0) * (int32_t{wc[kh * g.KW + kw]} - w0);
+          acc += (int32_t{x[g.x_at(n, c0 + c, ih, iw)]} - x0) *
+                 (int32_t{w[g.w_at(o, c, kh, kw)]} - w0);
         }
       }
     }
@@ -166,7 +172,7 @@ __global__ void weights_khwc_i8(const W* __restrict__ w, int8_t* __restrict__ ou
     const int64_t j = i % g.kp, o = i / g.kp;
     const int64_t c = j % g.C, kw = (j / g.C) % g.KW, kh = j / (g.C * g.KW);
     out[i] = j < k ? static_cast<int8_t>(
-                         int32_t{w[((o * g.C + c) * g.KH + kh) * g.KW + kw]} - shift)
+                         int32_t{w[g.w_at(o, c, kh, kw)]} - shift)
                    : int8_t{0};
   }
 }
@@ -180,7 +186,7 @@ __global__ void weights_rows_i8(const int8_t* __restrict__ w, int8_t* __restrict
        i += int64_t{blockDim.x} * gridDim.x) {
     const int64_t o = i / g.kp, r = i % g.kp, kh = r / 32, p = r % 32;
     const int64_t kw = p / g.C, c = p % g.C;
-    out[i] = kh < g.KH && kw < g.KW ? w[((o * g.C + c) * g.KH + kh) * g.KW + kw] : int8_t{0};
+    out[i] = kh < g.KH && kw < g.KW ? w[g.w_at(o, c, kh, kw)] : int8_t{0};
   }
 }
 
@@ -303,14 +309,22 @@ __global__ void qconv_gemm_epilogue_nhwc4(
 constexpr int kIgK = 64, kIgStages = 4;
 constexpr int kIgLd = kIgK + 16;  // bytes per shared row: 8 ldmatrix rows hit distinct banks
 
-template <int BM, int BN>
+// KG groups of warps split each stage's K (KG 2: one k32 step each) and add up at the end: twice
+// the warps for a tile, for layers with few tiles (a 14 x 14 or 7 x 7 stage of a ResNet).
+template <int BM, int BN, int KG = 1>
 struct IgTile {
-  static constexpr int kWarpsN = BN / 32, kWarps = (BM / 64) * kWarpsN, kThreads = kWarps * 32;
+  static constexpr int kWarpsN = BN / 32, kWarps = (BM / 64) * kWarpsN;
+  static constexpr int kThreads = kWarps * KG * 32;
+  static_assert(KG == 1 || KG == 2, "one or two k groups");
+  static_assert(KG == 1 || kWarps * 2 * 32 * 32 * 4 <= kIgStages * (BM + BN) * (kIgK + 16),
+                "the exchanged halves fit in the stages");
   static constexpr int kStageBytes = (BM + BN) * kIgLd, kPipeBytes = kIgStages * kStageBytes;
   static constexpr int kLdTile = BN + 16;  // residual and output tiles: bytes per row
-  static constexpr int kSumsAt = kPipeBytes, kResAt = kSumsAt + BN * 4;
-  static constexpr size_t smem(bool res_tile) {
-    return static_cast<size_t>(kResAt) + (res_tile ? BM * kLdTile : 0);
+  // per channel: the weight sums, then (corr, mult, add) of the epilogue; the residual tile;
+  // kRows: per row (image offset, ih, iw of the window origin)
+  static constexpr int kSumsAt = kPipeBytes, kResAt = kSumsAt + BN * 16;
+  static constexpr size_t smem(bool res_tile, bool rows) {
+    return static_cast<size_t>(kResAt) + (res_tile ? BM * kLdTile : 0) + (rows ? BM * 16 : 0);
   }
   static_assert(BM * kLdTile <= kPipeBytes, "the output tile reuses the stages");
 };
@@ -348,9 +362,9 @@ __device__ __forceinline__ float ig_byte_float(uint32_t bytes) {
   return __uint_as_float(__byte_perm(bytes, 0x4B000000u, 0x7440u | E));
 }
 
-template <typename A, typename Y, int BM, int BN, bool kRows>
-__global__ void __launch_bounds__(IgTile<BM, BN>::kThreads,
-                                  kRows ? 2 : 512 / IgTile<BM, BN>::kThreads)
+template <typename A, typename Y, int BM, int BN, int KG, bool kRows>
+__global__ void __launch_bounds__(IgTile<BM, BN, KG>::kThreads,
+                                  kRows ? 2 : 512 / IgTile<BM, BN, KG>::kThreads)
     qconv_igemm(const A* __restrict__ x, const int8_t* __restrict__ w,
                 const float* __restrict__ sx, const A* __restrict__ zx,
                 const float* __restrict__ sw, const float* __restrict__ sy,
@@ -358,13 +372,14 @@ __global__ void __launch_bounds__(IgTile<BM, BN>::kThreads,
                 const int32_t* __restrict__ ibias, quant_math::Residual res, bool res_tile,
                 Y* __restrict__ out, QConvArgs g) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  using T = IgTile<BM, BN>;
+  using T = IgTile<BM, BN, KG>;
   constexpr int kT = T::kThreads, kChunks = kIgK / 16, kRowStep = kT / kChunks;
   constexpr int kAPer = BM / kRowStep, kBPer = BN / kRowStep;
   static_assert(BM % kRowStep == 0 && BN % kRowStep == 0 && kT >= BN, "tile shape");
   extern __shared__ __align__(128) unsigned char ig_raw[];
   int32_t* sums_s = reinterpret_cast<int32_t*>(ig_raw + T::kSumsAt);
   unsigned char* res_s = ig_raw + T::kResAt;
+  int4* rows_s = reinterpret_cast<int4*>(res_s + (res_tile ? BM * T::kLdTile : 0));
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int Mi = static_cast<int>(g.N * g.OH * g.OW), Ki = static_cast<int>(g.kp);
   const int O = static_cast<int>(g.O);
@@ -387,6 +402,17 @@ __global__ void __launch_bounds__(IgTile<BM, BN>::kThreads,
   // this thread's A and B rows (kRowStep apart) and 16-byte chunk within a row; 32-bit index
   // math (the host checks the sizes), the window position advanced stage by stage
   const int chunk = tid % kChunks, row0 = tid / kChunks;
+  if constexpr (kRows) {  // each row's pixel decoded once (the loads read it every stage)
+    for (int r = tid; r < BM; r += kT) {
+      const int m = m0 + r, mm = m < static_cast<int>(g.N * g.OH * g.OW) ? m : -1;
+      const int ohw = static_cast<int>(g.OH * g.OW), n = mm / ohw, p = mm - n * ohw;
+      const int oh = p / static_cast<int>(g.OW), ow = p - oh * static_cast<int>(g.OW);
+      const int ih0 = oh * static_cast<int>(g.sh) - static_cast<int>(g.pt);
+      rows_s[r] = make_int4(static_cast<int>(n * g.H * g.W * g.C), mm < 0 ? INT_MIN / 2 : ih0,
+                            ow * static_cast<int>(g.sw) - static_cast<int>(g.pl), 0);
+    }
+    __syncthreads();
+  }
   const int H = static_cast<int>(g.H), W = static_cast<int>(g.W), C = static_cast<int>(g.C);
   const int KW = static_cast<int>(g.KW), dh = static_cast<int>(g.dh), dw = static_cast<int>(g.dw);
   const int OW = static_cast<int>(g.OW), OHW = static_cast<int>(g.OH * g.OW);
@@ -412,6 +438,7 @@ __global__ void __launch_bounds__(IgTile<BM, BN>::kThreads,
   // kRows: a window row (kw, c) is 32 bytes of K (KW C of them real), two rows a stage; this
   // thread fills bytes [16 (chunk % 2), + 16) of row kh + chunk / 2, whose first (kw, c) is:
   const int kwc = KW * C, p0 = (chunk % 2) * 16, kw0 = p0 / C, c0 = p0 - kw0 * C;
+  const int need = kwc - p0 < 16 ? kwc - p0 : 16;  // the real bytes of the 16 (KW C past p0)
   auto load_stage = [&](int st) {
     unsigned char* as = ig_raw + st * T::kStageBytes;
     unsigned char* bs = as + BM * kIgLd;
@@ -420,23 +447,33 @@ __global__ void __launch_bounds__(IgTile<BM, BN>::kThreads,
       // time are in flight rather than all of them in registers
 #pragma unroll 1
       for (int i = 0; i < kAPer; ++i) {
-        const int m = m0 + row0 + kRowStep * i;
-        const int n = m / OHW, p = m - n * OHW, oh = p / OW, ow = p - oh * OW;
-        const int ih =
-            oh * static_cast<int>(g.sh) - static_cast<int>(g.pt) + (lkh + chunk / 2) * dh;
-        const int iw0 = ow * static_cast<int>(g.sw) - static_cast<int>(g.pl);
-        const bool row_in = m < Mi && ih >= 0 && ih < H;
-        const A* xr = x + (row_in ? (n * H + ih) * W * C : 0);
+        const int4 rw = rows_s[row0 + kRowStep * i];
+        const int ih = rw.y + (lkh + chunk / 2) * dh, iw0 = rw.z;
+        const bool row_in = ih >= 0 && ih < H;
+        const A* xr = x + (row_in ? rw.x + ih * W * C : 0);
         uint32_t word[4] = {0, 0, 0, 0};
-        int kw = kw0, c = c0;
+        if (row_in && dw == 1 && iw0 >= 0 && iw0 + KW <= W && need > 0) {
+          // the whole window row inside the image: `need` contiguous bytes, read as the aligned
+          // words that cover them and shifted into place
+          const auto at = reinterpret_cast<uintptr_t>(xr + iw0 * C + p0);
+          const auto* wp = reinterpret_cast<const uint32_t*>(at & ~uintptr_t{3});
+          const int lead = static_cast<int>(at & 3), words = (lead + need + 3) / 4;
+          uint32_t v[5];
 #pragma unroll
-        for (int j = 0; j < 16; ++j) {
-          const int iw = iw0 + kw * dw;
-          const uint32_t b = row_in && p0 + j < kwc && iw >= 0 && iw < W
-                                 ? static_cast<uint8_t>(xr[iw * C + c])
-                                 : zb;
-          word[j / 4] |= b << (8 * (j % 4));
-          if (++c == C) c = 0, ++kw;
+          for (int k = 0; k < 5; ++k) v[k] = k < words ? __ldg(wp + k) : 0u;
+#pragma unroll
+          for (int k = 0; k < 4; ++k) word[k] = __funnelshift_r(v[k], v[k + 1], 8 * lead);
+        } else {
+          int kw = kw0, c = c0;
+#pragma unroll
+          for (int j = 0; j < 16; ++j) {
+            const int iw = iw0 + kw * dw;
+            const uint32_t b = row_in && p0 + j < kwc && iw >= 0 && iw < W
+                                   ? static_cast<uint8_t>(xr[iw * C + c])
+                                   : zb;
+            word[j / 4] |= b << (8 * (j % 4));
+            if (++c == C) c = 0, ++kw;
+          }
         }
         *reinterpret_cast<uint4*>(as + (row0 + kRowStep * i) * kIgLd + chunk * 16) =
             make_uint4(word[0], word[1], word[2], word[3]);
@@ -471,7 +508,9 @@ __global__ void __launch_bounds__(IgTile<BM, BN>::kThreads,
     if (s < ktiles) load_stage(s);
     cp_async_commit();
   }
-  const int wm = (warp / T::kWarpsN) * 64, wn = (warp % T::kWarpsN) * 32;  // the warp's tile
+  // the warp's tile and k group
+  const int kgroup = KG == 1 ? 0 : warp / T::kWarps, wtile = warp % T::kWarps;
+  const int wm = (wtile / T::kWarpsN) * 64, wn = (wtile % T::kWarpsN) * 32;
   const bool want_sums = zxv != 0 && tid < BN;  // this thread sums weight row tid
   int wsum = 0;
   int acc[4][4][4] = {};
@@ -496,7 +535,8 @@ __global__ void __launch_bounds__(IgTile<BM, BN>::kThreads,
       }
     }
 #pragma unroll
-    for (int ks = 0; ks < kIgK / 32; ++ks) {
+    for (int kk = 0; kk < kIgK / 32 / KG; ++kk) {
+      const int ks = kk * KG + kgroup;
       unsigned a[4][4], b[4][2];
 #pragma unroll
       for (int mi = 0; mi < 4; ++mi)
@@ -516,28 +556,67 @@ __global__ void __launch_bounds__(IgTile<BM, BN>::kThreads,
     }
   }
   cp_async_wait<0>();
-  if (tid < BN) sums_s[tid] = want_sums ? wsum : 0;
-  __syncthreads();  // the stages are free (the output tile goes there); the residual is in
-  // the thread's eight channels: what the sum loses (zx wsum - the i32 bias), the scale and the
-  // bias in output units
-  // relu, then round half to even, then + zy, saturated: the rounding and the zero point commute
-  // (zy is an integer), and so do relu and the clamp with it
+  // the block's channels: what the sum loses (zx wsum - the i32 bias), the scale and the bias in
+  // output units (plus zy: relu, then round half to even, then + zy, saturated, is the clamp
+  // of the sum plus zy to [lo or zy, hi], rounded; zy is an integer)
   const float syf = sy[0], inv_sy = 1.f / syf, zyf = static_cast<float>(zy[0]);
+  uint32_t* corr_s = reinterpret_cast<uint32_t*>(sums_s + BN);
+  float* mult_s = reinterpret_cast<float*>(sums_s + 2 * BN);
+  float* add_s = reinterpret_cast<float*>(sums_s + 3 * BN);
+  if (tid < BN) {
+    const int o = o0 + tid < O ? o0 + tid : O - 1;
+    corr_s[tid] = static_cast<uint32_t>(zxv) * static_cast<uint32_t>(want_sums ? wsum : 0) -
+                  static_cast<uint32_t>(ibias ? ibias[o] : 0);
+    mult_s[tid] = static_cast<float>(static_cast<double>(sx[0]) *
+                                     sw[g.per_channel_scale ? o : 0] / syf);
+    add_s[tid] = (bias ? static_cast<float>(static_cast<double>(bias[o]) / syf) : 0.f) + zyf;
+  }
+  __syncthreads();  // the stages are free (the output tile goes there); the residual is in
+  // two k groups: group g finishes the warp tile's rows mi = 2g, 2g + 1; group 1 first swaps
+  // those into acc[0..1] (fixed indices keep acc in registers), then each hands acc[2..3] to the
+  // other through the stages' memory, lane-major (no bank conflicts), and adds the other's
+  constexpr int kMiN = 4 / KG;
+  const int mi0 = kgroup * kMiN;
+  if constexpr (KG == 2) {
+    if (kgroup == 1) {
+#pragma unroll
+      for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int nj = 0; nj < 4; ++nj)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int t = acc[m][nj][e];
+            acc[m][nj][e] = acc[m + 2][nj][e], acc[m + 2][nj][e] = t;
+          }
+    }
+    int* xchg = reinterpret_cast<int*>(ig_raw);
+    int* mine = xchg + (wtile * 2 + kgroup) * 32 * 32;  // what this warp hands over
+    const int* theirs = xchg + (wtile * 2 + (1 - kgroup)) * 32 * 32;
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+      for (int nj = 0; nj < 4; ++nj)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) mine[((m * 4 + nj) * 4 + e) * 32 + lane] = acc[2 + m][nj][e];
+    __syncthreads();
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+      for (int nj = 0; nj < 4; ++nj)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[m][nj][e] += theirs[((m * 4 + nj) * 4 + e) * 32 + lane];
+    __syncthreads();  // (the output tile reuses the memory)
+  }
   const float lo = g.relu ? fmaxf(zyf, static_cast<float>(quant_math::Range<Y>::lo))
                           : static_cast<float>(quant_math::Range<Y>::lo);
   const float hi = static_cast<float>(quant_math::Range<Y>::hi);
-  const double sxd = sx[0];
   const int g4 = lane / 4, t4 = lane % 4;
   uint32_t corr[8];
   float mult[8], add[8];
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
     const int c = wn + (j / 2) * 8 + 2 * t4 + j % 2;
-    const int o = o0 + c < O ? o0 + c : O - 1;
-    corr[j] = static_cast<uint32_t>(zxv) * static_cast<uint32_t>(sums_s[c]) -
-              static_cast<uint32_t>(ibias ? ibias[o] : 0);
-    mult[j] = static_cast<float>(sxd * sw[g.per_channel_scale ? o : 0] / syf);
-    add[j] = (bias ? static_cast<float>(static_cast<double>(bias[o]) / syf) : 0.f) + zyf;
+    corr[j] = corr_s[c], mult[j] = mult_s[c], add[j] = add_s[c];
   }
   // a residual byte b (i8 ones flipped to b + 128) is (2^23 + b - (2^23 + zr [+ 128])) * sr / sy
   const bool quantized_res = res_tile, other_res = !res_tile && res.kind != 0;
@@ -550,10 +629,10 @@ __global__ void __launch_bounds__(IgTile<BM, BN>::kThreads,
   }
   unsigned char* os = ig_raw;
 #pragma unroll
-  for (int mi = 0; mi < 4; ++mi) {
+  for (int mi = 0; mi < kMiN; ++mi) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int r = wm + mi * 16 + g4 + 8 * h;
+      const int r = wm + (mi0 + mi) * 16 + g4 + 8 * h;
 #pragma unroll
       for (int nj = 0; nj < 4; ++nj) {
         const int c = wn + nj * 8 + 2 * t4;
@@ -608,12 +687,12 @@ bool igemm_enabled() {
   return !(v && v[0] == '0');
 }
 
-template <typename A, typename Y, int BM, int BN, bool kRows = false>
+template <typename A, typename Y, int BM, int BN, int KG = 1, bool kRows = false>
 void launch_igemm(KernelContext& ctx, const QConvArgs& g, const int8_t* w8, const float* bias,
                   const int32_t* ibias, const quant_math::Residual& res, bool res_tile) {
-  using T = IgTile<BM, BN>;
-  auto kernel = qconv_igemm<A, Y, BM, BN, kRows>;
-  const size_t smem = T::smem(res_tile);
+  using T = IgTile<BM, BN, KG>;
+  auto kernel = qconv_igemm<A, Y, BM, BN, KG, kRows>;
+  const size_t smem = T::smem(res_tile, kRows);
   allow_smem(kernel, smem);
   const int64_t M = g.N * g.OH * g.OW;
   const dim3 grid(static_cast<unsigned>((M + BM - 1) / BM),
@@ -656,7 +735,7 @@ bool conv_igemm(KernelContext& ctx, QConvArgs g, const float* bias, const int32_
     // conv's (O, C, 1, 1) are that already
     const int8_t* w8 = tw.ptr<int8_t>();
     g.kp = K;
-    if (rows || g.KH * g.KW > 1 || pointer_alignment(w8) < 16) {
+    if (rows || (g.KH * g.KW > 1 && !g.ohwi) || pointer_alignment(w8) < 16) {
       auto* buf = static_cast<int8_t*>(ctx.scratch(static_cast<size_t>(g.O * K)));
       if (rows)
         weights_rows_i8<<<blocks_for(g.O * K), kThreads, 0, st>>>(tw.ptr<int8_t>(), buf, g);
@@ -671,16 +750,19 @@ bool conv_igemm(KernelContext& ctx, QConvArgs g, const float* bias, const int32_
     // the largest tile that still gives every SM a block
     const int64_t sms = sm_count_of(ctx.device());
     if (rows) {
-      launch_igemm<A, Y, 128, 64, true>(ctx, g, w8, bias, ibias, res, res_tile);
+      launch_igemm<A, Y, 128, 64, 1, true>(ctx, g, w8, bias, ibias, res, res_tile);
       return true;
     }
     auto blocks = [&](int64_t bm, int64_t bn) { return (M + bm - 1) / bm * ((g.O + bn - 1) / bn); };
+    // (fewer than two blocks of 128 x 64 an SM: each block's warps doubled by splitting K)
     if (g.O >= 128 && blocks(128, 128) >= sms)
       launch_igemm<A, Y, 128, 128>(ctx, g, w8, bias, ibias, res, res_tile);
-    else if (blocks(128, 64) >= sms)
+    else if (blocks(128, 64) >= 2 * sms)
       launch_igemm<A, Y, 128, 64>(ctx, g, w8, bias, ibias, res, res_tile);
+    else if (blocks(128, 64) >= sms)
+      launch_igemm<A, Y, 128, 64, 2>(ctx, g, w8, bias, ibias, res, res_tile);
     else
-      launch_igemm<A, Y, 64, 64>(ctx, g, w8, bias, ibias, res, res_tile);
+      launch_igemm<A, Y, 64, 64, 2>(ctx, g, w8, bias, ibias, res, res_tile);
     return true;
   }
 }
@@ -707,7 +789,9 @@ bool conv_lt(KernelContext& ctx, QConvArgs g, const float* bias, const int32_t* 
   const bool padded = k != g.C * g.KH * g.KW;
   const bool col_direct = g.cl && shift_x == 0 && g.KH == 1 && g.KW == 1 && g.sh == 1 &&
                           g.sw == 1 && g.OH == g.H && g.OW == g.W && !padded;
-  const bool khwc = g.cl && (g.KH * g.KW > 1 || padded);
+  // (O, kh, kw, C) weights as given (weights_ohwi) unless padded
+  const bool khwc = g.cl && (g.KH * g.KW > 1 || padded) && !(g.ohwi && !padded);
+  if (g.ohwi && !g.cl) return false;  // (NCHW rows want (O, C, kh, kw): the exact kernel)
   const bool w_direct = shift_w == 0 && !khwc;
   const uint32_t align_w = w_direct ? pointer_alignment(tw.data) : 256u;
   const uint32_t align_col = col_direct ? pointer_alignment(x) : 256u;
@@ -778,13 +862,14 @@ void quantized_conv(KernelContext& ctx) {
   const auto &s = ctx.attrs().ints("stride"), &d = ctx.attrs().ints("dilation"),
              &p = ctx.attrs().ints("pads");
   const bool cl = ctx.attrs().b("channels_last", false);
+  const bool ohwi = ctx.attrs().b("weights_ohwi", false);
   QConvArgs g{tx.shape[0],
               tx.shape[cl ? 3 : 1],
               tx.shape[cl ? 1 : 2],
               tx.shape[cl ? 2 : 3],
               tw.shape[0],
-              tw.shape[2],
-              tw.shape[3],
+              tw.shape[ohwi ? 1 : 2],
+              tw.shape[ohwi ? 2 : 3],
               ty.shape[cl ? 1 : 2],
               ty.shape[cl ? 2 : 3],
               ctx.attrs().i("groups"),
@@ -797,7 +882,8 @@ void quantized_conv(KernelContext& ctx) {
               ctx.attrs().b("relu"),
               ctx.in(4).numel() != 1,
               ctx.in(5).numel() != 1,
-              cl};
+              cl,
+              ohwi};
   int next = 8;
   const float* bias = nullptr;
   const int32_t* ibias = nullptr;  // adds to the integer sum
