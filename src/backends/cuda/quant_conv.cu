@@ -304,7 +304,9 @@ __global__ void qconv_gemm_epilogue_nhwc4(
 // double-precision definition that differs only where a value lies within f32 rounding of a
 // half-way point: 1 LSB at most (the acceptance's bound for fused int8 kernels). An int8
 // residual (quantized_residual) is copied into shared memory at the start, beside the first
-// stage; the output tile leaves through shared memory in 16-byte stores.
+// stage. The sums pass through shared memory (where a second group of warps splitting K adds its
+// own); each thread then requantizes four channels of a row at a time and stores them as one
+// word (a warp writes whole rows).
 
 constexpr int kIgK = 64, kIgStages = 4;
 constexpr int kIgLd = kIgK + 16;  // bytes per shared row: 8 ldmatrix rows hit distinct banks
@@ -316,17 +318,14 @@ struct IgTile {
   static constexpr int kWarpsN = BN / 32, kWarps = (BM / 64) * kWarpsN;
   static constexpr int kThreads = kWarps * KG * 32;
   static_assert(KG == 1 || KG == 2, "one or two k groups");
-  static_assert(KG == 1 || kWarps * 2 * 32 * 32 * 4 <= kIgStages * (BM + BN) * (kIgK + 16),
-                "the exchanged halves fit in the stages");
   static constexpr int kStageBytes = (BM + BN) * kIgLd, kPipeBytes = kIgStages * kStageBytes;
-  static constexpr int kLdTile = BN + 16;  // residual and output tiles: bytes per row
+  static constexpr int kLdTile = BN + 16;  // the residual tile: bytes per row
   // per channel: the weight sums, then (corr, mult, add) of the epilogue; the residual tile;
   // kRows: per row (image offset, ih, iw of the window origin)
   static constexpr int kSumsAt = kPipeBytes, kResAt = kSumsAt + BN * 16;
   static constexpr size_t smem(bool res_tile, bool rows) {
     return static_cast<size_t>(kResAt) + (res_tile ? BM * kLdTile : 0) + (rows ? BM * 16 : 0);
   }
-  static_assert(BM * kLdTile <= kPipeBytes, "the output tile reuses the stages");
 };
 
 // c (16x8, s32) += a (16x32, A = s8 or u8) * b (32x8, s8); fragments as in the PTX ISA's
@@ -334,16 +333,18 @@ struct IgTile {
 template <typename A>
 __device__ __forceinline__ void ig_mma(int (&c)[4], const unsigned (&a)[4], unsigned b0,
                                        unsigned b1) {
+  // (not volatile: registers only, so the compiler may interleave the products with the next
+  // step's ldmatrix loads)
   if constexpr (std::is_same_v<A, uint8_t>)
-    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, "
-                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, "
+        "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   else
-    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, "
-                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, "
+        "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 // Float tricks that keep the epilogue off the conversion units (a quarter of the rate of the
@@ -443,40 +444,49 @@ __global__ void __launch_bounds__(IgTile<BM, BN, KG>::kThreads,
     unsigned char* as = ig_raw + st * T::kStageBytes;
     unsigned char* bs = as + BM * kIgLd;
     if constexpr (kRows) {
-      // one row at a time, its pixel decoded again (a few stages only), so that 16 loads at a
-      // time are in flight rather than all of them in registers
-#pragma unroll 1
+      // the rows' words all requested first (one wait a stage, not one a row): a window row
+      // inside the image is `need` contiguous bytes, read as the aligned words that cover them
+      // and shifted into place; rows at the image's edges go byte by byte afterwards
+      uint32_t v[kAPer][5];
+      int lead[kAPer];
+      bool fast[kAPer];
+#pragma unroll
       for (int i = 0; i < kAPer; ++i) {
         const int4 rw = rows_s[row0 + kRowStep * i];
         const int ih = rw.y + (lkh + chunk / 2) * dh, iw0 = rw.z;
-        const bool row_in = ih >= 0 && ih < H;
-        const A* xr = x + (row_in ? rw.x + ih * W * C : 0);
-        uint32_t word[4] = {0, 0, 0, 0};
-        if (row_in && dw == 1 && iw0 >= 0 && iw0 + KW <= W && need > 0) {
-          // the whole window row inside the image: `need` contiguous bytes, read as the aligned
-          // words that cover them and shifted into place
-          const auto at = reinterpret_cast<uintptr_t>(xr + iw0 * C + p0);
-          const auto* wp = reinterpret_cast<const uint32_t*>(at & ~uintptr_t{3});
-          const int lead = static_cast<int>(at & 3), words = (lead + need + 3) / 4;
-          uint32_t v[5];
+        fast[i] = ih >= 0 && ih < H && dw == 1 && iw0 >= 0 && iw0 + KW <= W && need > 0;
+        const auto at =
+            reinterpret_cast<uintptr_t>(x + (fast[i] ? rw.x + (ih * W + iw0) * C + p0 : 0));
+        const auto* wp = reinterpret_cast<const uint32_t*>(at & ~uintptr_t{3});
+        lead[i] = static_cast<int>(at & 3);
+        const int words = fast[i] ? (lead[i] + need + 3) / 4 : 0;
 #pragma unroll
-          for (int k = 0; k < 5; ++k) v[k] = k < words ? __ldg(wp + k) : 0u;
+        for (int k = 0; k < 5; ++k) v[i][k] = k < words ? __ldg(wp + k) : 0u;
+      }
 #pragma unroll
-          for (int k = 0; k < 4; ++k) word[k] = __funnelshift_r(v[k], v[k + 1], 8 * lead);
-        } else {
+      for (int i = 0; i < kAPer; ++i) {
+        unsigned char* dst = as + (row0 + kRowStep * i) * kIgLd + chunk * 16;
+        if (fast[i]) {
+          uint32_t word[4];
+#pragma unroll
+          for (int k = 0; k < 4; ++k)
+            word[k] = __funnelshift_r(v[i][k], v[i][k + 1], 8 * lead[i]);
+          *reinterpret_cast<uint4*>(dst) = make_uint4(word[0], word[1], word[2], word[3]);
+        } else {  // (a rolled loop: little code for the few rows at the edges)
+          const int4 rw = rows_s[row0 + kRowStep * i];
+          const int ih = rw.y + (lkh + chunk / 2) * dh, iw0 = rw.z;
+          const bool row_in = ih >= 0 && ih < H;
+          const A* xr = x + (row_in ? rw.x + ih * W * C : 0);
           int kw = kw0, c = c0;
-#pragma unroll
+#pragma unroll 1
           for (int j = 0; j < 16; ++j) {
             const int iw = iw0 + kw * dw;
-            const uint32_t b = row_in && p0 + j < kwc && iw >= 0 && iw < W
-                                   ? static_cast<uint8_t>(xr[iw * C + c])
-                                   : zb;
-            word[j / 4] |= b << (8 * (j % 4));
+            dst[j] = row_in && p0 + j < kwc && iw >= 0 && iw < W
+                         ? static_cast<unsigned char>(xr[iw * C + c])
+                         : static_cast<unsigned char>(zb);
             if (++c == C) c = 0, ++kw;
           }
         }
-        *reinterpret_cast<uint4*>(as + (row0 + kRowStep * i) * kIgLd + chunk * 16) =
-            make_uint4(word[0], word[1], word[2], word[3]);
       }
     }
 #pragma unroll
@@ -571,110 +581,87 @@ __global__ void __launch_bounds__(IgTile<BM, BN, KG>::kThreads,
                                      sw[g.per_channel_scale ? o : 0] / syf);
     add_s[tid] = (bias ? static_cast<float>(static_cast<double>(bias[o]) / syf) : 0.f) + zyf;
   }
-  __syncthreads();  // the stages are free (the output tile goes there); the residual is in
-  // two k groups: group g finishes the warp tile's rows mi = 2g, 2g + 1; group 1 first swaps
-  // those into acc[0..1] (fixed indices keep acc in registers), then each hands acc[2..3] to the
-  // other through the stages' memory, lane-major (no bank conflicts), and adds the other's
-  constexpr int kMiN = 4 / KG;
-  const int mi0 = kgroup * kMiN;
-  if constexpr (KG == 2) {
-    if (kgroup == 1) {
+  __syncthreads();  // the stages are free: the sums go there; the residual tile is in
+  // the i32 sums through shared memory (rows of BN + 8 words: 64-bit stores of a half warp and
+  // 128-bit loads of a quarter hit distinct banks); a second k group adds its own in place
+  constexpr int kLdAcc = BN + 8;
+  static_assert(BM * kLdAcc * 4 <= T::kPipeBytes, "the sums fit in the stages");
+  int* acc_s = reinterpret_cast<int*>(ig_raw);
+  const int g4 = lane / 4, t4 = lane % 4;
 #pragma unroll
-      for (int m = 0; m < 2; ++m)
+  for (int group = 0; group < KG; ++group) {
+    if (kgroup == group) {
 #pragma unroll
-        for (int nj = 0; nj < 4; ++nj)
+      for (int mi = 0; mi < 4; ++mi)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int t = acc[m][nj][e];
-            acc[m][nj][e] = acc[m + 2][nj][e], acc[m + 2][nj][e] = t;
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int nj = 0; nj < 4; ++nj) {
+            const int r = wm + mi * 16 + g4 + 8 * h, col = wn + nj * 8 + 2 * t4;
+            int2* at = reinterpret_cast<int2*>(acc_s + r * kLdAcc + col);
+            int2 v = make_int2(acc[mi][nj][2 * h], acc[mi][nj][2 * h + 1]);
+            if (group > 0) v.x += at->x, v.y += at->y;
+            *at = v;
           }
     }
-    int* xchg = reinterpret_cast<int*>(ig_raw);
-    int* mine = xchg + (wtile * 2 + kgroup) * 32 * 32;  // what this warp hands over
-    const int* theirs = xchg + (wtile * 2 + (1 - kgroup)) * 32 * 32;
-#pragma unroll
-    for (int m = 0; m < 2; ++m)
-#pragma unroll
-      for (int nj = 0; nj < 4; ++nj)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) mine[((m * 4 + nj) * 4 + e) * 32 + lane] = acc[2 + m][nj][e];
     __syncthreads();
-#pragma unroll
-    for (int m = 0; m < 2; ++m)
-#pragma unroll
-      for (int nj = 0; nj < 4; ++nj)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[m][nj][e] += theirs[((m * 4 + nj) * 4 + e) * 32 + lane];
-    __syncthreads();  // (the output tile reuses the memory)
   }
+  // then four channels a thread (fixed: their constants read once), rows kT / (BN / 4) apart:
+  // the requantize in f32, the residual's four bytes, four bytes stored (a warp writes whole
+  // rows), in a loop small enough for the instruction cache
   const float lo = g.relu ? fmaxf(zyf, static_cast<float>(quant_math::Range<Y>::lo))
                           : static_cast<float>(quant_math::Range<Y>::lo);
   const float hi = static_cast<float>(quant_math::Range<Y>::hi);
-  const int g4 = lane / 4, t4 = lane % 4;
-  uint32_t corr[8];
-  float mult[8], add[8];
+  constexpr int kQuads = BN / 4, kRowsPer = kT / kQuads;
+  const int c = (tid % kQuads) * 4, o = o0 + c;
+  uint32_t corr[4];
+  float mult[4], add[4];
 #pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    const int c = wn + (j / 2) * 8 + 2 * t4 + j % 2;
-    corr[j] = corr_s[c], mult[j] = mult_s[c], add[j] = add_s[c];
-  }
+  for (int j = 0; j < 4; ++j)
+    corr[j] = corr_s[c + j], mult[j] = mult_s[c + j], add[j] = add_s[c + j];
   // a residual byte b (i8 ones flipped to b + 128) is (2^23 + b - (2^23 + zr [+ 128])) * sr / sy
-  const bool quantized_res = res_tile, other_res = !res_tile && res.kind != 0;
   const bool res_i8 = res.kind == quant_math::Residual::kI8;
   float rz = 0.f, rs = 0.f;
-  if (quantized_res) {
+  if (res_tile) {
     rs = *res.scale * inv_sy;
     rz = kIgTwo23 + (res_i8 ? static_cast<float>(*static_cast<const int8_t*>(res.zp)) + 128.f
                             : static_cast<float>(*static_cast<const uint8_t*>(res.zp)));
   }
-  unsigned char* os = ig_raw;
+  const bool vec = O % 4 == 0 && reinterpret_cast<uintptr_t>(out) % 4 == 0;
+#pragma unroll 1
+  for (int r = tid / kQuads; r < BM; r += kRowsPer) {
+    const int m = m0 + r;
+    if (m >= Mi || o >= O) continue;
+    const int4 v = *reinterpret_cast<const int4*>(acc_s + r * kLdAcc + c);
+    const int vs[4] = {v.x, v.y, v.z, v.w};
+    float rv[4] = {0.f, 0.f, 0.f, 0.f};
+    if (res_tile) {
+      const uint32_t four = *reinterpret_cast<const uint32_t*>(res_s + r * T::kLdTile + c) ^
+                            (res_i8 ? 0x80808080u : 0u);
+      rv[0] = (ig_byte_float<0>(four) - rz) * rs;
+      rv[1] = (ig_byte_float<1>(four) - rz) * rs;
+      rv[2] = (ig_byte_float<2>(four) - rz) * rs;
+      rv[3] = (ig_byte_float<3>(four) - rz) * rs;
+    } else if (res.kind != quant_math::Residual::kNone) {
 #pragma unroll
-  for (int mi = 0; mi < kMiN; ++mi) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = wm + (mi0 + mi) * 16 + g4 + 8 * h;
-#pragma unroll
-      for (int nj = 0; nj < 4; ++nj) {
-        const int c = wn + nj * 8 + 2 * t4;
-        float rv[2] = {0.f, 0.f};
-        if (quantized_res) {
-          const uint32_t two = *reinterpret_cast<const uint16_t*>(res_s + r * T::kLdTile + c) ^
-                               (res_i8 ? 0x8080u : 0u);
-          rv[0] = (ig_byte_float<0>(two) - rz) * rs;
-          rv[1] = (ig_byte_float<1>(two) - rz) * rs;
-        } else if (other_res && m0 + r < Mi) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e)
-            if (o0 + c + e < O)
-              rv[e] = static_cast<float>(res.at(static_cast<int64_t>(m0 + r) * O + o0 + c + e)) *
-                      inv_sy;
-        }
-        uint32_t bits[2];
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int j = nj * 2 + e;
-          const int32_t v = static_cast<int32_t>(static_cast<uint32_t>(acc[mi][nj][2 * h + e]) -
-                                                 corr[j]);
-          const float u = fmaf(static_cast<float>(v), mult[j], add[j]) + rv[e];
-          bits[e] = ig_round_bits(fminf(fmaxf(u, lo), hi));
-        }
-        *reinterpret_cast<uint16_t*>(os + r * T::kLdTile + c) =
-            static_cast<uint16_t>(__byte_perm(bits[0], bits[1], 0x0040u));
-      }
+      for (int j = 0; j < 4; ++j)
+        if (o + j < O)
+          rv[j] = static_cast<float>(res.at(static_cast<int64_t>(m) * O + o + j)) * inv_sy;
     }
-  }
-  __syncthreads();
-  // 16-byte stores of whole chunks of a row; bytes one by one at the edges
-  const bool vec = O % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0;
-  for (int q = tid; q < BM * (BN / 16); q += kT) {
-    const int r = q / (BN / 16), c = (q % (BN / 16)) * 16;
-    if (m0 + r >= Mi || o0 + c >= O) continue;
-    Y* dst = out + static_cast<int64_t>(m0 + r) * O + o0 + c;
-    const unsigned char* src = os + r * T::kLdTile + c;
-    if (vec) {
-      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+    uint32_t bits[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int32_t t = static_cast<int32_t>(static_cast<uint32_t>(vs[j]) - corr[j]);
+      const float u = fmaf(static_cast<float>(t), mult[j], add[j]) + rv[j];
+      bits[j] = ig_round_bits(fminf(fmaxf(u, lo), hi));
+    }
+    const uint32_t word = __byte_perm(__byte_perm(bits[0], bits[1], 0x0040u),
+                                      __byte_perm(bits[2], bits[3], 0x0040u), 0x5410u);
+    Y* dst = out + static_cast<int64_t>(m) * O + o;
+    if (vec && o + 4 <= O) {
+      *reinterpret_cast<uint32_t*>(dst) = word;
     } else {
-      for (int j = 0; j < 16 && o0 + c + j < O; ++j) dst[j] = static_cast<Y>(src[j]);
+      for (int j = 0; j < 4 && o + j < O; ++j) dst[j] = static_cast<Y>((word >> (8 * j)) & 0xffu);
     }
   }
 #endif
