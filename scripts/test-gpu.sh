@@ -29,7 +29,7 @@ step() {  # name, command...
   summary+=("$(printf '%-28s %-9s %4ss  %s' "$name" "$r" $((SECONDS - t0)) "$tail_line")")
 }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$LOGS/gpu.txt" 2>&1
-for s in core op autodiff; do
+for s in core op autodiff quant; do
   step "suite-$s-on-cuda" env KILN_DEVICE=cuda "$B/tests/kiln_${s}_tests" --gtest_brief=1
 done
 step cuda-runtime "$B/tests/kiln_cuda_tests" --gtest_brief=1

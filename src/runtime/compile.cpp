@@ -168,10 +168,14 @@ Executable Graph::compile(Device device, const FeedShapes& feeds, const std::vec
   if (options.allow_tf32) run_pass(p, "allow_tf32", allow_tf32);
   // int8 convolutions run on NHWC (without reorders on the CPU, with contiguous im2col rows on
   // CUDA), and so do f16/bf16 inference convolutions on CUDA (cuDNN's tensor-core layout)
-  if (options.optimize && env::channels_last())
+  if (options.optimize && env::channels_last()) {
     run_pass(p, "channels_last", [&device](const Program& q) {
       return channels_last(q, device.kind == Device::Kind::cpu ? Backend::cpu : Backend::cuda);
     });
+    // the weights it permuted at compile time replace the originals: neither device memory nor
+    // a package keeps both
+    run_pass(p, "dce", eliminate_dead_code);
+  }
   run_pass(p, "schedule_collectives", schedule_collectives);
   run_pass(p, "order_assignments", order_assignments);
   if (options.optimize && options.fuse_elementwise && env::fusion_enabled())
