@@ -175,7 +175,8 @@ class Matcher {
   // q = quantize(pool, s, z) of a pools_int8 pool with the same (constant) parameters as its
   // dequantize and q's dtype that of the dequantized data: q is the pool's int8 result.
   bool requantizes_pool(const Node& q) const {
-    if (q.op != OpId::Quantize || q.inputs.size() != 3 || !pools_int8(node(q.inputs[0])))
+    if (q.op != OpId::Quantize || q.inputs.size() != 3 || q.inputs[0].index != 0 ||
+        !pools_int8(node(q.inputs[0])))
       return false;
     const Node& dq = node(node(q.inputs[0]).inputs[0]);
     if (q.attrs.i("block_size") != 0 || !scalar_param(q, 1) ||

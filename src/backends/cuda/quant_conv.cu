@@ -440,6 +440,7 @@ __global__ void __launch_bounds__(IgTile<BM, BN, KG>::kThreads,
   // thread fills bytes [16 (chunk % 2), + 16) of row kh + chunk / 2, whose first (kw, c) is:
   const int kwc = KW * C, p0 = (chunk % 2) * 16, kw0 = p0 / C, c0 = p0 - kw0 * C;
   const int need = kwc - p0 < 16 ? kwc - p0 : 16;  // the real bytes of the 16 (KW C past p0)
+  const bool x_words = reinterpret_cast<uintptr_t>(x) % 4 == 0;  // (no word before x's start)
   auto load_stage = [&](int st) {
     unsigned char* as = ig_raw + st * T::kStageBytes;
     unsigned char* bs = as + BM * kIgLd;
@@ -454,7 +455,8 @@ __global__ void __launch_bounds__(IgTile<BM, BN, KG>::kThreads,
       for (int i = 0; i < kAPer; ++i) {
         const int4 rw = rows_s[row0 + kRowStep * i];
         const int ih = rw.y + (lkh + chunk / 2) * dh, iw0 = rw.z;
-        fast[i] = ih >= 0 && ih < H && dw == 1 && iw0 >= 0 && iw0 + KW <= W && need > 0;
+        fast[i] = ih >= 0 && ih < H && dw == 1 && iw0 >= 0 && iw0 + KW <= W && need > 0 &&
+                  x_words;
         const auto at =
             reinterpret_cast<uintptr_t>(x + (fast[i] ? rw.x + (ih * W + iw0) * C + p0 : 0));
         const auto* wp = reinterpret_cast<const uint32_t*>(at & ~uintptr_t{3});
