@@ -289,8 +289,10 @@ __global__ void qconv_gemm_epilogue_nhwc4(
 
 // ---- NHWC implicit GEMM on int8 tensor cores, the epilogue fused ----
 //
-// For channels_last convs with groups 1, C a multiple of 64, i8 weights whose zero points are
-// all 0 (zero_w_zp): out[m, o] for output pixels m = (n, oh, ow) and channels o is
+// For channels_last convs with groups 1, C a multiple of 64 (or a window row of at most 32 bytes:
+// kRows, a stem's 7 x 3, each (pixel, kh) row gathered as words, 32 bytes of K a row), i8 weights
+// whose zero points are all 0 (zero_w_zp): out[m, o] for output pixels m = (n, oh, ow) and
+// channels o is
 //   sum over (kh, kw, c) of x[n, ih, iw, c] w'[o, kh, kw, c] - zx wsum[o]
 // (w' the (O, kh, kw, C) weights; padded positions read zx, so they add zx w - zx w = 0). A
 // block computes a BM x BN tile of (pixels, channels), each warp 64 x 32 of it, with mma.sync
@@ -320,7 +322,7 @@ struct IgTile {
   static_assert(KG == 1 || KG == 2, "one or two k groups");
   static constexpr int kStageBytes = (BM + BN) * kIgLd, kPipeBytes = kIgStages * kStageBytes;
   static constexpr int kLdTile = BN + 16;  // the residual tile: bytes per row
-  // per channel: the weight sums, then (corr, mult, add) of the epilogue; the residual tile;
+  // per channel: a spare word, then (corr, mult, add) of the epilogue; the residual tile;
   // kRows: per row (image offset, ih, iw of the window origin)
   static constexpr int kSumsAt = kPipeBytes, kResAt = kSumsAt + BN * 16;
   static constexpr size_t smem(bool res_tile, bool rows) {
@@ -378,7 +380,7 @@ __global__ void __launch_bounds__(IgTile<BM, BN, KG>::kThreads,
   constexpr int kAPer = BM / kRowStep, kBPer = BN / kRowStep;
   static_assert(BM % kRowStep == 0 && BN % kRowStep == 0 && kT >= BN, "tile shape");
   extern __shared__ __align__(128) unsigned char ig_raw[];
-  int32_t* sums_s = reinterpret_cast<int32_t*>(ig_raw + T::kSumsAt);
+  int32_t* sums_s = reinterpret_cast<int32_t*>(ig_raw + T::kSumsAt);  // the per-channel words
   unsigned char* res_s = ig_raw + T::kResAt;
   int4* rows_s = reinterpret_cast<int4*>(res_s + (res_tile ? BM * T::kLdTile : 0));
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
