@@ -80,6 +80,13 @@ template <typename T, typename V> __host__ __device__ inline T from_acc(V v) {
 
 constexpr int kThreads = 256;
 /// Blocks for a grid-stride loop over n items (capped; the loop covers the rest).
+/// The device's number of SMs (at least 1).
+inline int sm_count(int device) {
+  int n = 0;
+  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+  return n > 0 ? n : 1;
+}
+
 inline unsigned blocks_for(int64_t n, int threads = kThreads) {
   const int64_t b = (n + threads - 1) / threads;
   return static_cast<unsigned>(b < 1 ? 1 : (b > 65535 * 8 ? 65535 * 8 : b));

@@ -695,12 +695,6 @@ void launch_igemm(KernelContext& ctx, const QConvArgs& g, const int8_t* w8, cons
   check_launch(ctx.op_name());
 }
 
-int sm_count_of(int device) {
-  int n = 0;
-  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
-  return n > 0 ? n : 1;
-}
-
 template <typename A, typename W, typename Y>
 bool conv_igemm(KernelContext& ctx, QConvArgs g, const float* bias, const int32_t* ibias,
                 const quant_math::Residual& res) {
@@ -739,7 +733,7 @@ bool conv_igemm(KernelContext& ctx, QConvArgs g, const float* bias, const int32_
                            res.kind == quant_math::Residual::kI8) &&
                           g.O % 16 == 0 && pointer_alignment(res.data) >= 16;
     // the largest tile that still gives every SM a block
-    const int64_t sms = sm_count_of(ctx.device());
+    const int64_t sms = sm_count(ctx.device());
     if (rows) {
       launch_igemm<A, Y, 128, 64, 1, true>(ctx, g, w8, bias, ibias, res, res_tile);
       return true;

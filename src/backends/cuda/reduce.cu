@@ -52,11 +52,6 @@ inline int pow2_at_least(int64_t n, int cap) {
   while (p < cap && p < n) p *= 2;
   return p;
 }
-int sm_count(int device) {
-  int n = 0;
-  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
-  return std::max(n, 1);
-}
 
 // ---- the shape of a reduction ----
 
