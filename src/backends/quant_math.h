@@ -59,7 +59,16 @@ KILN_HD inline Q saturate(double r) {
 /// round_half_even(x / s) + zp, saturated, with the division in T (numpy's steps).
 template <typename T, typename Q>
 KILN_HD inline Q quantize_one(T x, T s, Q zp) {
-  return saturate<Q>(static_cast<double>(round_even(x / s)) + static_cast<double>(zp));
+  if constexpr (std::is_same_v<T, float> && sizeof(Q) == 1) {
+    // the same in f32 (no conversions to double, a quarter of the rate on GPUs): the integer r
+    // plus zp is exact while |r| <= 2^24, and beyond it both sums saturate to the same end
+    const float r = round_even(x / s) + static_cast<float>(zp);
+    if (r != r) return static_cast<Q>(Range<Q>::lo);  // NaN
+    constexpr float lo = static_cast<float>(Range<Q>::lo), hi = static_cast<float>(Range<Q>::hi);
+    return static_cast<Q>(r < lo ? lo : (r > hi ? hi : r));
+  } else {
+    return saturate<Q>(static_cast<double>(round_even(x / s)) + static_cast<double>(zp));
+  }
 }
 
 /// (q - zp) * s: in f32 for 8/16-bit data; i32 data as f32 then f64 (the ONNX reference's steps).

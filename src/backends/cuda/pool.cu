@@ -273,6 +273,55 @@ __global__ void max_pool_nhwc_kernel(const T* __restrict__ x, T* __restrict__ y,
   }
 }
 
+// 1-byte data without indices (16 channels a thread): the same maxima as max_pool_nhwc_kernel,
+// from T's lowest value (what an empty window gives). Each byte goes to the high half of a
+// 16-bit lane, where the 16x2 max (one instruction on sm_90; __vmaxu4 is emulated) orders
+// the bytes as T does: 16 channels take 8 byte moves and 8 maxima per tap. Offsets fit 32 bits.
+struct Nhwc2d {
+  int cp, in_h, in_w, out_h, out_w, kh, kw, sh, sw, ph, pw, dh, dw;
+};
+
+template <typename T>
+__device__ unsigned max16x2(unsigned a, unsigned b) {
+  if constexpr (std::is_signed_v<T>)
+    return __vmaxs2(a, b);
+  else
+    return __vmaxu2(a, b);
+}
+
+template <typename T>
+__global__ void max_pool_nhwc_bytes_kernel(const uint4* __restrict__ x, uint4* __restrict__ y,
+                                           int packs, Nhwc2d g) {
+  // lanes hold bytes (0, 2) and (1, 3) of a word in their high halves
+  constexpr unsigned kEven = 0x2404, kOdd = 0x3414, kJoin = 0x7351;
+  constexpr unsigned kLowest = std::is_signed_v<T> ? 0x80008000u : 0u;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < packs; i += gridDim.x * blockDim.x) {
+    const int c = i % g.cp, q = i / g.cp, ow = q % g.out_w, r = q / g.out_w;
+    const int oh = r % g.out_h, n = r / g.out_h;
+    const uint4* xn = x + n * g.in_h * g.in_w * g.cp + c;
+    unsigned best[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) best[u] = kLowest;
+    for (int a = 0; a < g.kh; ++a) {
+      const int h = oh * g.sh - g.ph + a * g.dh;
+      if (h < 0 || h >= g.in_h) continue;
+      for (int b = 0; b < g.kw; ++b) {
+        const int w = ow * g.sw - g.pw + b * g.dw;
+        if (w < 0 || w >= g.in_w) continue;
+        const uint4 v = xn[(h * g.in_w + w) * g.cp];
+        const unsigned words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          best[2 * u] = max16x2<T>(best[2 * u], __byte_perm(words[u], 0, kEven));
+          best[2 * u + 1] = max16x2<T>(best[2 * u + 1], __byte_perm(words[u], 0, kOdd));
+        }
+      }
+    }
+    y[i] = make_uint4(__byte_perm(best[0], best[1], kJoin), __byte_perm(best[2], best[3], kJoin),
+                      __byte_perm(best[4], best[5], kJoin), __byte_perm(best[6], best[7], kJoin));
+  }
+}
+
 // Calls run(width) with the widest V (16 bytes of T) that C and the buffers allow, else 1.
 template <typename T, typename Run>
 void nhwc_width(int64_t C, std::initializer_list<const void*> buffers, Run&& run) {
@@ -283,6 +332,15 @@ void nhwc_width(int64_t C, std::initializer_list<const void*> buffers, Run&& run
     run(std::integral_constant<int, kV>{});
   else
     run(std::integral_constant<int, 1>{});
+}
+
+// Whether max_pool_nhwc_bytes_kernel takes 1-byte x (N, H, W, C) to y: 16 | C, 16-byte aligned
+// buffers, offsets within 32 bits.
+bool takes_bytes_path(const PoolGeom& g, int64_t C, const TensorView& x, const TensorView& y) {
+  constexpr int64_t kLimit = int64_t{1} << 31;
+  return C % 16 == 0 && reinterpret_cast<uintptr_t>(x.data) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(y.data) % 16 == 0 && x.numel() < kLimit &&
+         y.numel() < kLimit && g.in[0] == 1 && g.k[0] == 1;
 }
 
 void max_pool_nhwc(KernelContext& ctx) {
@@ -297,6 +355,18 @@ void max_pool_nhwc(KernelContext& ctx) {
   int64_t* indices = ctx.attrs().b("no_indices", false) ? nullptr : ctx.out(1).ptr<int64_t>();
   dispatch(x.dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
+    if constexpr (std::is_same_v<T, uint8_t> || std::is_same_v<T, int8_t>) {
+      if (!indices && takes_bytes_path(g, C, x, y)) {
+        auto i32 = [](int64_t v) { return static_cast<int>(v); };
+        const Nhwc2d d{i32(C / 16),   i32(g.in[1]),  i32(g.in[2]), i32(g.out[1]), i32(g.out[2]),
+                       i32(g.k[1]),   i32(g.k[2]),   i32(g.s[1]),  i32(g.s[2]),   i32(g.pad[1]),
+                       i32(g.pad[2]), i32(g.dil[1]), i32(g.dil[2])};
+        const int packs = i32(y.numel() / 16);
+        max_pool_nhwc_bytes_kernel<T><<<blocks_for(packs), kThreads, 0, stream_of(ctx)>>>(
+            x.ptr<uint4>(), y.ptr<uint4>(), packs, d);
+        return;
+      }
+    }
     if constexpr (!std::is_same_v<T, bool>) {
       nhwc_width<T>(C, {x.data, y.data}, [&](auto width) {
         constexpr int W = decltype(width)::value;
@@ -426,13 +496,59 @@ __global__ void adaptive_avg_pool_nhwc_kernel(const T* __restrict__ x, T* __rest
   }
 }
 
+// Few outputs (a global pool of a small batch, where V channels a thread would leave most SMs
+// idle): a thread per output element, its taps walked in the same order and loaded kAhead at a
+// time ahead of the sum (one memory latency, not one a tap), so results are those of
+// adaptive_avg_pool_nhwc_kernel. Offsets fit 32 bits.
+template <typename T>
+__global__ void adaptive_avg_pool_nhwc_narrow_kernel(const T* __restrict__ x, T* __restrict__ y,
+                                                     int n_out, PoolGeom g, int C) {
+  using A = acc_t<T>;
+  constexpr int kAhead = sizeof(T) <= 4 ? 64 : 32;  // a 7x7 window's loads all in flight
+  const int in_h = static_cast<int>(g.in[1]), in_w = static_cast<int>(g.in[2]);
+  const int out_h = static_cast<int>(g.out[1]), out_w = static_cast<int>(g.out[2]);
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n_out; i += gridDim.x * blockDim.x) {
+    const int c = i % C, q = i / C, ow = q % out_w, r = q / out_w, oh = r % out_h, n = r / out_h;
+    const AvgWindow wh = adaptive_window(g, 1, oh), ww = adaptive_window(g, 2, ow);
+    const int h_lo = static_cast<int>(wh.lo), w_lo = static_cast<int>(ww.lo);
+    const int w_hi = static_cast<int>(ww.hi);
+    const int taps = static_cast<int>((wh.hi - wh.lo) * (ww.hi - ww.lo));
+    const T* xn = x + n * in_h * in_w * C + c;
+    A sum = A(0);
+    int h = h_lo, w = w_lo;  // the next tap to load, (h, w) in row-major order
+    for (int t0 = 0; t0 < taps; t0 += kAhead) {
+      T v[kAhead];
+#pragma unroll
+      for (int u = 0; u < kAhead; ++u) {  // in groups of 8; loads past the last tap repeat it
+        if (u % 8 == 0 && t0 + u >= taps) break;
+        v[u] = xn[(h * in_w + w) * C];
+        if (t0 + u + 1 < taps && ++w == w_hi) w = w_lo, ++h;
+      }
+#pragma unroll
+      for (int u = 0; u < kAhead; ++u)
+        if (t0 + u < taps) sum += to_acc(v[u]);
+    }
+    y[i] = from_acc<T>(sum / static_cast<A>(taps));
+  }
+}
+
 void adaptive_avg_pool_nhwc(KernelContext& ctx) {
   const TensorView &x = ctx.in(0), &y = ctx.out(0);
   const PoolGeom g = pool_geom(ctx, nchw_of(x.shape), nchw_of(y.shape));
   const int64_t C = x.shape[3];
   if (y.numel() == 0) return;
+  // packs of 16 bytes below half a wave of resident threads: a thread per element instead
+  const int64_t wide_packs = y.numel() * static_cast<int64_t>(size_of(x.dtype)) / 16;
+  const bool narrow =
+      wide_packs < int64_t{sm_count(ctx.device())} * 1024 && x.numel() < (int64_t{1} << 31);
   dispatch_float(x.dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
+    if (narrow) {
+      const int n_out = static_cast<int>(y.numel());
+      adaptive_avg_pool_nhwc_narrow_kernel<T><<<blocks_for(n_out, 128), 128, 0, stream_of(ctx)>>>(
+          x.ptr<T>(), y.ptr<T>(), n_out, g, static_cast<int>(C));
+      return;
+    }
     nhwc_width<T>(C, {x.data, y.data}, [&](auto width) {
       constexpr int W = decltype(width)::value;
       const int64_t packs = y.numel() / W;

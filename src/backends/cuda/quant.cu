@@ -1,11 +1,15 @@
 // CUDA kernels of quantize, dequantize and fake_quantize: one thread per element (grid-stride),
-// the same arithmetic as the CPU kernels (src/backends/cpu/quant.cpp), so results agree bit for
-// bit (the rounding lives in backends/quant_math.h, shared with the CPU). f16/bf16 data runs
-// through f32 (KernelEntry::half_via_f32). quantized_matmul: cuBLASLt's int8 product where its
+// or kVec consecutive elements of one scale a thread (f32 with 8-bit data: per tensor, or per
+// channel with inner % kVec == 0), the same arithmetic as the CPU kernels
+// (src/backends/cpu/quant.cpp), so results agree bit for bit (the rounding lives in
+// backends/quant_math.h, shared with the CPU). f16/bf16 data runs through f32
+// (KernelEntry::half_via_f32). quantized_matmul: cuBLASLt's int8 product where its
 // rules allow (quant_gemm.cu), else one thread per output element, an exact i32 dot product; the
 // epilogue in double as on the CPU. quantized_conv: quant_conv.cu.
 #include <cmath>
+#include <initializer_list>
 #include <limits>
+#include <utility>
 
 #include "backends/cuda/cuda_common.cuh"
 #include "backends/cuda/kernels.h"
@@ -29,6 +33,13 @@ struct ScaleIndex {
     const int64_t r = i / inner, a = r % len;
     if (block == 0) return a;
     return ((r / len) * blocks + a / block) * inner + i % inner;
+  }
+  // The vector path's scale index of elements [i, i + kVec) (per tensor, or per channel with
+  // inner % kVec == 0), in 32-bit math.
+  __device__ int of_pack(int i) const {
+    if (per_tensor) return 0;
+    return static_cast<int>(static_cast<uint32_t>(i) / static_cast<uint32_t>(inner) %
+                            static_cast<uint32_t>(len));
   }
 };
 
@@ -65,6 +76,57 @@ __global__ void quantize_kernel(const T* __restrict__ x, const T* __restrict__ s
   }
 }
 
+// The vector path: kVec consecutive elements a thread, loaded and stored as one access each.
+constexpr int kVec = 4;
+template <typename T>
+struct alignas(sizeof(T) * kVec) Pack {
+  T v[kVec];
+};
+
+// Whether the vector path takes n elements (f32 with 8-bit data, where the caller checks the
+// types): one scale per pack, 32-bit offsets, each buffer aligned to a pack of its elements
+// (given with their sizes).
+bool takes_vector_path(int64_t n, const ScaleIndex& si,
+                       std::initializer_list<std::pair<const void*, size_t>> buffers) {
+  bool ok = n < (int64_t{1} << 31) && (si.per_tensor || (si.block == 0 && si.inner % kVec == 0));
+  for (const auto& [p, bytes] : buffers)
+    ok = ok && reinterpret_cast<uintptr_t>(p) % (bytes * kVec) == 0;
+  return ok;
+}
+
+// kVec elements a thread, one scale and one load and store each; the n % kVec elements after the
+// last pack (per tensor only) go to the first threads.
+template <typename T, typename Q, bool kFake, typename O>
+__global__ void quantize_vec_kernel(const T* __restrict__ x, const T* __restrict__ s,
+                                    const Q* __restrict__ zp, O* __restrict__ out, int n,
+                                    ScaleIndex si) {
+  const int first = blockIdx.x * blockDim.x + threadIdx.x, packs = n / kVec;
+  for (int i = first; i < packs; i += gridDim.x * blockDim.x) {
+    const int k = si.of_pack(i * kVec);
+    const T sk = s[k];
+    const Q zk = zp[k];
+    const Pack<T> v = reinterpret_cast<const Pack<T>*>(x)[i];
+    Pack<O> o;
+#pragma unroll
+    for (int u = 0; u < kVec; ++u) {
+      const Q q = quantize_one<T, Q>(v.v[u], sk, zk);
+      if constexpr (kFake)
+        o.v[u] = dequantize_one<Q, T>(q, zk, sk);
+      else
+        o.v[u] = q;
+    }
+    reinterpret_cast<Pack<O>*>(out)[i] = o;
+  }
+  const int t = packs * kVec + first;
+  if (t < n) {
+    const Q q = quantize_one<T, Q>(x[t], s[0], zp[0]);
+    if constexpr (kFake)
+      out[t] = dequantize_one<Q, T>(q, zp[0], s[0]);
+    else
+      out[t] = q;
+  }
+}
+
 template <typename Q, typename T>
 __global__ void dequantize_kernel(const Q* __restrict__ q, const T* __restrict__ s,
                                   const Q* __restrict__ zp, T* __restrict__ out, int64_t n,
@@ -74,6 +136,26 @@ __global__ void dequantize_kernel(const Q* __restrict__ q, const T* __restrict__
     const int64_t k = si(i);
     out[i] = dequantize_one<Q, T>(q[i], zp[k], s[k]);
   }
+}
+
+// The vector path of dequantize, as quantize_vec_kernel.
+template <typename Q, typename T>
+__global__ void dequantize_vec_kernel(const Q* __restrict__ q, const T* __restrict__ s,
+                                      const Q* __restrict__ zp, T* __restrict__ out, int n,
+                                      ScaleIndex si) {
+  const int first = blockIdx.x * blockDim.x + threadIdx.x, packs = n / kVec;
+  for (int i = first; i < packs; i += gridDim.x * blockDim.x) {
+    const int k = si.of_pack(i * kVec);
+    const T sk = s[k];
+    const Q zk = zp[k];
+    const Pack<Q> v = reinterpret_cast<const Pack<Q>*>(q)[i];
+    Pack<T> o;
+#pragma unroll
+    for (int u = 0; u < kVec; ++u) o.v[u] = dequantize_one<Q, T>(v.v[u], zk, sk);
+    reinterpret_cast<Pack<T>*>(out)[i] = o;
+  }
+  const int t = packs * kVec + first;
+  if (t < n) out[t] = dequantize_one<Q, T>(q[t], zp[0], s[0]);
 }
 
 template <typename F>
@@ -110,6 +192,26 @@ void dispatch_f32_f64(DType t, const char* op, F&& f) {
   }
 }
 
+// Launches the vector path where it applies, else the generic kernel.
+template <typename T, typename Q, bool kFake>
+void launch_quantize(KernelContext& ctx, int64_t n, const ScaleIndex& si) {
+  using O = std::conditional_t<kFake, T, Q>;
+  const T* x = ctx.in(0).ptr<T>();
+  O* out = ctx.out(0).ptr<O>();
+  constexpr bool kF32Bytes = std::is_same_v<T, float> && sizeof(Q) == 1;
+  if constexpr (kF32Bytes) {
+    if (takes_vector_path(n, si, {{x, sizeof(T)}, {out, sizeof(O)}})) {
+      quantize_vec_kernel<T, Q, kFake, O>
+          <<<blocks_for(n / kVec + 1), kThreads, 0, stream_of(ctx)>>>(
+              x, ctx.in(1).ptr<T>(), ctx.in(2).ptr<Q>(), out, static_cast<int>(n), si);
+      return check_launch(ctx.op_name());
+    }
+  }
+  quantize_kernel<T, Q, kFake, O><<<blocks_for(n), kThreads, 0, stream_of(ctx)>>>(
+      x, ctx.in(1).ptr<T>(), ctx.in(2).ptr<Q>(), out, n, si);
+  check_launch(ctx.op_name());
+}
+
 template <bool kFake>
 void quantize_any(KernelContext& ctx) {
   const int64_t n = ctx.out(0).numel();
@@ -119,14 +221,10 @@ void quantize_any(KernelContext& ctx) {
     using T = decltype(t);
     dispatch_quant(ctx.in(2).dtype, ctx.op_name(), [&](auto qt) {
       using Q = decltype(qt);
-      if constexpr (std::is_same_v<Q, int32_t>) {
+      if constexpr (std::is_same_v<Q, int32_t>)
         fail<UnsupportedError>("[{}] cannot quantize to i32", ctx.op_name());
-      } else {
-        using O = std::conditional_t<kFake, T, Q>;
-        quantize_kernel<T, Q, kFake, O><<<blocks_for(n), kThreads, 0, stream_of(ctx)>>>(
-            ctx.in(0).ptr<T>(), ctx.in(1).ptr<T>(), ctx.in(2).ptr<Q>(), ctx.out(0).ptr<O>(), n, si);
-        check_launch(ctx.op_name());
-      }
+      else
+        launch_quantize<T, Q, kFake>(ctx, n, si);
     });
   });
 }
@@ -134,18 +232,30 @@ void quantize_any(KernelContext& ctx) {
 void quantize(KernelContext& ctx) { quantize_any<false>(ctx); }
 void fake_quantize(KernelContext& ctx) { quantize_any<true>(ctx); }
 
+template <typename Q, typename T>
+void launch_dequantize(KernelContext& ctx, int64_t n, const ScaleIndex& si) {
+  const Q* q = ctx.in(0).ptr<Q>();
+  T* out = ctx.out(0).ptr<T>();
+  if constexpr (std::is_same_v<T, float> && sizeof(Q) == 1) {
+    if (takes_vector_path(n, si, {{q, sizeof(Q)}, {out, sizeof(T)}})) {
+      dequantize_vec_kernel<Q, T><<<blocks_for(n / kVec + 1), kThreads, 0, stream_of(ctx)>>>(
+          q, ctx.in(1).ptr<T>(), ctx.in(2).ptr<Q>(), out, static_cast<int>(n), si);
+      return check_launch(ctx.op_name());
+    }
+  }
+  dequantize_kernel<Q, T><<<blocks_for(n), kThreads, 0, stream_of(ctx)>>>(
+      q, ctx.in(1).ptr<T>(), ctx.in(2).ptr<Q>(), out, n, si);
+  check_launch(ctx.op_name());
+}
+
 void dequantize(KernelContext& ctx) {
   const int64_t n = ctx.out(0).numel();
   if (n == 0) return;
   const ScaleIndex si = scale_index(ctx);
   dispatch_f32_f64(ctx.in(1).dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
-    dispatch_quant(ctx.in(0).dtype, ctx.op_name(), [&](auto qt) {
-      using Q = decltype(qt);
-      dequantize_kernel<Q, T><<<blocks_for(n), kThreads, 0, stream_of(ctx)>>>(
-          ctx.in(0).ptr<Q>(), ctx.in(1).ptr<T>(), ctx.in(2).ptr<Q>(), ctx.out(0).ptr<T>(), n, si);
-      check_launch(ctx.op_name());
-    });
+    dispatch_quant(ctx.in(0).dtype, ctx.op_name(),
+                   [&](auto qt) { launch_dequantize<decltype(qt), T>(ctx, n, si); });
   });
 }
 

@@ -303,6 +303,61 @@ __global__ void transpose_short_q_kernel(const U* __restrict__ src, U* __restric
   }
 }
 
+// 1-byte elements whose output puts q right after p (NCHW -> NHWC of u8 images), 4 | np, the
+// q planes and batch offsets 4-byte aligned: a thread takes 4 consecutive positions along p,
+// reading one 32-bit word per q plane (coalesced) and writing its 4 * NQ output bytes as NQ
+// words. Offsets fit 32 bits.
+template <int NQ>
+__global__ void transpose_short_q_x4_kernel(const uint8_t* __restrict__ src,
+                                            uint32_t* __restrict__ dst, TransposePlan p,
+                                            int groups) {
+  const int gp = static_cast<int>(p.np / 4), in_q = static_cast<int>(p.in_q);
+  for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < groups; t += gridDim.x * blockDim.x) {
+    int b = t / gp, ib = 0;
+    const int ip = (t - b * gp) * 4;
+    for (int d = p.nb - 1; d >= 0; --d) {
+      const int n = static_cast<int>(p.bdims[d]), q = b / n;
+      ib += (b - q * n) * static_cast<int>(p.bin[d]);
+      b = q;
+    }
+    uint32_t w[NQ];
+#pragma unroll
+    for (int iq = 0; iq < NQ; ++iq) {
+      w[iq] = *reinterpret_cast<const uint32_t*>(src + ib + ip + iq * in_q);
+    }
+    // output byte j of the thread's 4 * NQ is byte j / NQ (the position) of word j % NQ
+#pragma unroll
+    for (int k = 0; k < NQ; ++k) {
+      uint32_t o = 0;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int at = 4 * k + j;
+        o |= ((w[at % NQ] >> (8 * (at / NQ))) & 0xffu) << (8 * j);
+      }
+      dst[int64_t{t} * NQ + k] = o;
+    }
+  }
+}
+
+// Whether transpose_short_q_x4_kernel takes the plan (1-byte elements, q short).
+bool takes_short_q_x4(const TransposePlan& p, int64_t total, const void* src, const void* dst) {
+  bool ok = p.out_p == p.nq && p.np % 4 == 0 && p.in_q % 4 == 0 && total < (int64_t{1} << 31) &&
+            addr(src) % 4 == 0 && addr(dst) % 4 == 0;
+  for (int d = 0; d < p.nb; ++d) ok = ok && p.bin[d] % 4 == 0;
+  return ok;
+}
+
+// Launches transpose_short_q_x4_kernel<NQ> for the plan's nq (2 ... 8).
+template <int NQ = 2>
+void launch_short_q_x4(cudaStream_t stream, const void* src, void* dst, const TransposePlan& p,
+                       int groups) {
+  if constexpr (NQ <= 8) {
+    if (p.nq != NQ) return launch_short_q_x4<NQ + 1>(stream, src, dst, p, groups);
+    transpose_short_q_x4_kernel<NQ><<<blocks_for(groups), kThreads, 0, stream>>>(
+        static_cast<const uint8_t*>(src), static_cast<uint32_t*>(dst), p, groups);
+  }
+}
+
 constexpr int64_t kShortQ = 8;
 
 void transpose(KernelContext& ctx) {
@@ -354,6 +409,11 @@ void transpose(KernelContext& ctx) {
   tp.tiles_q = (tp.nq + kTile - 1) / kTile;
   if (tp.nq <= kShortQ) {
     const int64_t rows = numel(dims) / tp.nq;
+    if (esize == 1 && takes_short_q_x4(tp, numel(dims), in.data, out.data)) {
+      launch_short_q_x4(stream_of(ctx), in.data, out.data, tp, static_cast<int>(rows / 4));
+      check_launch("transpose");
+      return;
+    }
     dispatch_elem(esize, [&](auto u) {
       using U = decltype(u);
       transpose_short_q_kernel<U><<<blocks_for(rows), kThreads, 0, stream_of(ctx)>>>(
