@@ -1,12 +1,13 @@
 // CUDA's NHWC implicit-GEMM int8 convolution (src/backends/cuda/quant_conv.cu, qconv_igemm; on by
 // default, KILN_QCONV_IGEMM=0 turns it off): channels_last convs with groups 1, zero weight zero
-// points, and C a multiple of 64 or few channels (KW C <= 32, a stem's: window rows gathered byte
-// by byte). Against the float64 reference of the op's definition (tests/quant/conv_reference.h)
-// within 1 LSB (its epilogue is f32), and within 1 LSB of the same graph without it (im2col +
-// cuBLASLt's int8 GEMM + the exact epilogue kernel). Fresh random data; each tile shape (128 x
-// 128, 128 x 64, 64 x 64), tile edges (pixels and channels not multiples of a tile), strides,
-// asymmetric pads, dilation, u8 and i8 data, input zero points 0 and not (the kernel sums the
-// weights only for the latter), f32 and int8 residuals, per-tensor and per-channel scales.
+// points, and C a multiple of 64 or few channels (a stem's: window rows of at most 32 bytes, C
+// padded to pc = 4, 8, 16 or 32, read from a padded copy of x). Against the float64 reference of
+// the op's definition (tests/quant/conv_reference.h) within 1 LSB (its epilogue is f32), and within
+// 1 LSB of the same graph without it (im2col + cuBLASLt's int8 GEMM + the exact epilogue kernel).
+// Fresh random data; each tile shape (128 x 128, 128 x 64, 64 x 64), tile edges (pixels and
+// channels not multiples of a tile), strides, asymmetric pads, dilation, u8 and i8 data, input zero
+// points 0 and not (the kernel sums the weights only for the latter), f32 and int8 residuals,
+// per-tensor and per-channel scales.
 #include "core/graph_impl.h"
 #include "core/op_registry.h"
 #include "kiln/kiln.h"
@@ -42,11 +43,14 @@ std::vector<ConvProblem> igemm_problems() {
        true, true},
       {{4, 64, 40, 40}, 192, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, i8, i8, u8, true, true, false,
        true, true},
-      // window rows of at most 32 bytes, gathered byte by byte: a ResNet stem (7 x 3), a 3 x 3
-      // with dilation over 5 channels, odd KH
+      // window rows of at most 32 bytes: a ResNet stem (7 x 4, copied 8 bytes at a time), a
+      // 3 x 3 with dilation over 5 channels (3 x 8, 16 bytes), odd KH; one channel, stride 1
+      // (5 x 4, 4 bytes)
       {{2, 3, 45, 38}, 64, 7, 7, {2, 2}, {3, 3, 3, 3}, {1, 1}, 1, u8, i8, u8, true, true, false,
        true, true},
       {{3, 5, 17, 19}, 24, 3, 3, {1, 2}, {2, 1, 0, 2}, {2, 1}, 1, i8, i8, i8, false, true, true,
+       false, true},
+      {{2, 1, 20, 23}, 16, 5, 5, {1, 1}, {2, 1, 2, 3}, {1, 1}, 1, u8, i8, i8, true, true, true,
        false, true}};
 }
 // clang-format on
@@ -72,13 +76,15 @@ Array run_on_cuda(const ConvProblem& p, const ConvData& d) {
 // Every problem meets the kernel's conditions once compiled for CUDA (so the comparison below
 // compares two different paths): the pass gives the conv channels_last, zero_w_zp and its
 // constant weights permuted to (O, kh, kw, C) (weights_ohwi); groups 1, C a multiple of 64 or
-// KW C <= 32, i8 weights. That program, run on the CPU's kernels (which take weights_ohwi too),
-// is within 1 LSB of the reference. Runs without a GPU.
+// KW pc <= 32 (pc: C rounded up to 4, 8, 16 or 32) without dilation along W, i8 weights. That
+// program, run on the CPU's kernels (which take weights_ohwi too), is within 1 LSB of the
+// reference. Runs without a GPU.
 TEST(QuantizedConvIgemm, ProblemsMeetTheKernelsConditions) {
   for (const ConvProblem& p : igemm_problems()) {
     SCOPED_TRACE(describe(p));
     EXPECT_EQ(p.groups, 1);
-    EXPECT_TRUE(p.x[1] % 64 == 0 || p.x[1] * p.kw <= 32);
+    const int64_t c = p.x[1], pc = c <= 4 ? 4 : c <= 8 ? 8 : c <= 16 ? 16 : 32;
+    EXPECT_TRUE(c % 64 == 0 || (pc * p.kw <= 32 && p.dilation[1] == 1));
     EXPECT_EQ(p.wt, i8);
     const ConvData d = random_conv_data(p);
     Graph g;

@@ -25,6 +25,15 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src
                "l"(gmem), "r"(src_bytes)
                : "memory");
 }
+/// kBytes (4, 8 or 16) global -> shared through L1 (.ca): for data that neighbouring rows of a
+/// block read again; both addresses aligned to kBytes.
+template <int kBytes>
+__device__ __forceinline__ void cp_async_ca(void* smem, const void* gmem) {
+  static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16, "cp.async copies 4, 8 or 16 bytes");
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
+               "n"(kBytes)
+               : "memory");
+}
 /// Closes the thread's group of copies since the last one.
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::: "memory");

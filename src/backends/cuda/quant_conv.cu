@@ -28,6 +28,10 @@ struct QConvArgs {
   bool ohwi;       // weights_ohwi: w is (O, kh, kw, C) (groups 1)
   int64_t kp = 0;  // NHWC im2col row length: C kh kw, padded with zeros to a multiple of 16
                    // where it is not a multiple of 4 (cuBLASLt's int8 rule)
+  // the implicit GEMM's rows mode: x copied with pc channels a pixel (C padded), ph x pw pixels
+  // an image (the padding and what the last window rows read past it added, holding x's zero
+  // point)
+  int64_t pc = 0, ph = 0, pw = 0;
   // w[o, c, kh, kw] in the weights' layout (c within the group)
   __host__ __device__ int64_t w_at(int64_t o, int64_t c, int64_t kh, int64_t kw) const {
     return ohwi ? ((o * KH + kh) * KW + kw) * (C / G) + c
@@ -178,15 +182,43 @@ __global__ void weights_khwc_i8(const W* __restrict__ w, int8_t* __restrict__ ou
 }
 
 // (O, C, kh, kw) i8 weights as rows of the implicit GEMM's kRows mode: (O, KH rounded up to even,
-// 32) with w[o, c, kh, kw] at [o, kh, kw C + c], zeros past KW C and past KH (g.kp = the row).
+// 32) with w[o, c, kh, kw] at [o, kh, kw pc + c], zeros elsewhere (g.kp = the row).
 __global__ void weights_rows_i8(const int8_t* __restrict__ w, int8_t* __restrict__ out,
                                 QConvArgs g) {
   const int64_t total = g.O * g.kp;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
        i += int64_t{blockDim.x} * gridDim.x) {
     const int64_t o = i / g.kp, r = i % g.kp, kh = r / 32, p = r % 32;
-    const int64_t kw = p / g.C, c = p % g.C;
-    out[i] = kh < g.KH && kw < g.KW ? w[g.w_at(o, c, kh, kw)] : int8_t{0};
+    const int64_t kw = p / g.pc, c = p % g.pc;
+    out[i] = kh < g.KH && kw < g.KW && c < g.C ? w[g.w_at(o, c, kh, kw)] : int8_t{0};
+  }
+}
+
+// NHWC x as the kRows mode reads it: (N, ph, pw, pc), the image at (pt, pl), x's zero point
+// elsewhere (padding, channels past C, what the last window rows read past the image); a pixel
+// a thread, 32-bit index math (the host checks the size).
+template <typename A>
+__global__ void rows_input_i8(const A* __restrict__ x, const A* __restrict__ zx,
+                              A* __restrict__ out, QConvArgs g) {
+  const uint32_t zb = static_cast<uint8_t>(zx[0]);
+  const int pw = static_cast<int>(g.pw), ph = static_cast<int>(g.ph), C = static_cast<int>(g.C);
+  const int H = static_cast<int>(g.H), W = static_cast<int>(g.W);
+  const int words = static_cast<int>(g.pc / 4);
+  const int total = static_cast<int>(g.N) * ph * pw;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += blockDim.x * gridDim.x) {
+    const int t = i / pw, iw = i - t * pw - static_cast<int>(g.pl), n = t / ph;
+    const int ih = t - n * ph - static_cast<int>(g.pt);
+    const bool in = ih >= 0 && ih < H && iw >= 0 && iw < W;
+    const A* px = x + (in ? ((n * H + ih) * W + iw) * C : 0);
+    for (int q = 0; q < words; ++q) {
+      uint32_t word = 0;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int c = 4 * q + j;
+        word |= (in && c < C ? static_cast<uint8_t>(px[c]) : zb) << (8 * j);
+      }
+      reinterpret_cast<uint32_t*>(out)[i * words + q] = word;
+    }
   }
 }
 
@@ -289,9 +321,11 @@ __global__ void qconv_gemm_epilogue_nhwc4(
 
 // ---- NHWC implicit GEMM on int8 tensor cores, the epilogue fused ----
 //
-// For channels_last convs with groups 1, C a multiple of 64 (or a window row of at most 32 bytes:
-// kRows, a stem's 7 x 3, each (pixel, kh) row gathered as words, 32 bytes of K a row), i8 weights
-// whose zero points are all 0 (zero_w_zp): out[m, o] for output pixels m = (n, oh, ow) and
+// For channels_last convs with groups 1, C a multiple of 64 (or kRows: window rows of at most 32
+// bytes once C is padded to pc = 4, 8, 16 or 32, a stem's 7 x 3 as 7 x 4; they are read from a
+// copy of x with that many channels and its padding written out, so each (pixel, kh) row is 32
+// bytes of K at an aligned address, copied without bounds checks), i8 weights whose zero points
+// are all 0 (zero_w_zp): out[m, o] for output pixels m = (n, oh, ow) and
 // channels o is
 //   sum over (kh, kw, c) of x[n, ih, iw, c] w'[o, kh, kw, c] - zx wsum[o]
 // (w' the (O, kh, kw, C) weights; padded positions read zx, so they add zx w - zx w = 0). A
@@ -322,11 +356,10 @@ struct IgTile {
   static_assert(KG == 1 || KG == 2, "one or two k groups");
   static constexpr int kStageBytes = (BM + BN) * kIgLd, kPipeBytes = kIgStages * kStageBytes;
   static constexpr int kLdTile = BN + 16;  // the residual tile: bytes per row
-  // per channel: a spare word, then (corr, mult, add) of the epilogue; the residual tile;
-  // kRows: per row (image offset, ih, iw of the window origin)
+  // per channel: a spare word, then (corr, mult, add) of the epilogue; the residual tile
   static constexpr int kSumsAt = kPipeBytes, kResAt = kSumsAt + BN * 16;
-  static constexpr size_t smem(bool res_tile, bool rows) {
-    return static_cast<size_t>(kResAt) + (res_tile ? BM * kLdTile : 0) + (rows ? BM * 16 : 0);
+  static constexpr size_t smem(bool res_tile) {
+    return static_cast<size_t>(kResAt) + (res_tile ? BM * kLdTile : 0);
   }
 };
 
@@ -367,7 +400,7 @@ __device__ __forceinline__ float ig_byte_float(uint32_t bytes) {
 
 template <typename A, typename Y, int BM, int BN, int KG, bool kRows>
 __global__ void __launch_bounds__(IgTile<BM, BN, KG>::kThreads,
-                                  kRows ? 2 : 512 / IgTile<BM, BN, KG>::kThreads)
+                                  512 / IgTile<BM, BN, KG>::kThreads)
     qconv_igemm(const A* __restrict__ x, const int8_t* __restrict__ w,
                 const float* __restrict__ sx, const A* __restrict__ zx,
                 const float* __restrict__ sw, const float* __restrict__ sy,
@@ -382,7 +415,6 @@ __global__ void __launch_bounds__(IgTile<BM, BN, KG>::kThreads,
   extern __shared__ __align__(128) unsigned char ig_raw[];
   int32_t* sums_s = reinterpret_cast<int32_t*>(ig_raw + T::kSumsAt);  // the per-channel words
   unsigned char* res_s = ig_raw + T::kResAt;
-  int4* rows_s = reinterpret_cast<int4*>(res_s + (res_tile ? BM * T::kLdTile : 0));
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int Mi = static_cast<int>(g.N * g.OH * g.OW), Ki = static_cast<int>(g.kp);
   const int O = static_cast<int>(g.O);
@@ -405,17 +437,6 @@ __global__ void __launch_bounds__(IgTile<BM, BN, KG>::kThreads,
   // this thread's A and B rows (kRowStep apart) and 16-byte chunk within a row; 32-bit index
   // math (the host checks the sizes), the window position advanced stage by stage
   const int chunk = tid % kChunks, row0 = tid / kChunks;
-  if constexpr (kRows) {  // each row's pixel decoded once (the loads read it every stage)
-    for (int r = tid; r < BM; r += kT) {
-      const int m = m0 + r, mm = m < static_cast<int>(g.N * g.OH * g.OW) ? m : -1;
-      const int ohw = static_cast<int>(g.OH * g.OW), n = mm / ohw, p = mm - n * ohw;
-      const int oh = p / static_cast<int>(g.OW), ow = p - oh * static_cast<int>(g.OW);
-      const int ih0 = oh * static_cast<int>(g.sh) - static_cast<int>(g.pt);
-      rows_s[r] = make_int4(static_cast<int>(n * g.H * g.W * g.C), mm < 0 ? INT_MIN / 2 : ih0,
-                            ow * static_cast<int>(g.sw) - static_cast<int>(g.pl), 0);
-    }
-    __syncthreads();
-  }
   const int H = static_cast<int>(g.H), W = static_cast<int>(g.W), C = static_cast<int>(g.C);
   const int KW = static_cast<int>(g.KW), dh = static_cast<int>(g.dh), dw = static_cast<int>(g.dw);
   const int OW = static_cast<int>(g.OW), OHW = static_cast<int>(g.OH * g.OW);
@@ -425,7 +446,9 @@ __global__ void __launch_bounds__(IgTile<BM, BN, KG>::kThreads,
     const int m = m0 + row0 + kRowStep * i;
     const int mm = m < Mi ? m : 0;
     const int n = mm / OHW, p = mm - n * OHW, oh = p / OW, ow = p - oh * OW;
-    abase[i] = n * H * W * C;
+    // (kRows: the window origin's byte in the padded copy, its first row at oh sh)
+    abase[i] = kRows ? static_cast<int>(((n * g.ph + oh * g.sh) * g.pw + ow * g.sw) * g.pc)
+                     : n * H * W * C;
     aih[i] = m < Mi ? oh * static_cast<int>(g.sh) - static_cast<int>(g.pt) : INT_MIN / 2;
     aiw[i] = ow * static_cast<int>(g.sw) - static_cast<int>(g.pl);
   }
@@ -438,58 +461,27 @@ __global__ void __launch_bounds__(IgTile<BM, BN, KG>::kThreads,
     wrow[i] = w + static_cast<int64_t>(bok[i] ? o : 0) * Ki + chunk * 16;
   }
   int lkh = 0, lkw = 0, lc = 0, lk0 = 0;  // the next stage to load: window (kh, kw), channel
-  // kRows: a window row (kw, c) is 32 bytes of K (KW C of them real), two rows a stage; this
-  // thread fills bytes [16 (chunk % 2), + 16) of row kh + chunk / 2, whose first (kw, c) is:
-  const int kwc = KW * C, p0 = (chunk % 2) * 16, kw0 = p0 / C, c0 = p0 - kw0 * C;
-  const int need = kwc - p0 < 16 ? kwc - p0 : 16;  // the real bytes of the 16 (KW C past p0)
-  const bool x_words = reinterpret_cast<uintptr_t>(x) % 4 == 0;  // (no word before x's start)
+  // kRows: a window row is 32 bytes of K (its pixels' pc channels), two rows a stage; this
+  // thread copies bytes [16 (chunk % 2), + 16) of row kh + chunk / 2, in pieces as aligned as
+  // the window origins (pc sw bytes apart)
+  const int row_bytes = static_cast<int>(g.dh * g.pw * g.pc);
+  const int piece = static_cast<int>(g.sw * g.pc % 16 == 0 ? 16 : g.sw * g.pc % 8 == 0 ? 8 : 4);
   auto load_stage = [&](int st) {
     unsigned char* as = ig_raw + st * T::kStageBytes;
     unsigned char* bs = as + BM * kIgLd;
     if constexpr (kRows) {
-      // the rows' words all requested first (one wait a stage, not one a row): a window row
-      // inside the image is `need` contiguous bytes, read as the aligned words that cover them
-      // and shifted into place; rows at the image's edges go byte by byte afterwards
-      uint32_t v[kAPer][5];
-      int lead[kAPer];
-      bool fast[kAPer];
-#pragma unroll
-      for (int i = 0; i < kAPer; ++i) {
-        const int4 rw = rows_s[row0 + kRowStep * i];
-        const int ih = rw.y + (lkh + chunk / 2) * dh, iw0 = rw.z;
-        fast[i] = ih >= 0 && ih < H && dw == 1 && iw0 >= 0 && iw0 + KW <= W && need > 0 &&
-                  x_words;
-        const auto at =
-            reinterpret_cast<uintptr_t>(x + (fast[i] ? rw.x + (ih * W + iw0) * C + p0 : 0));
-        const auto* wp = reinterpret_cast<const uint32_t*>(at & ~uintptr_t{3});
-        lead[i] = static_cast<int>(at & 3);
-        const int words = fast[i] ? (lead[i] + need + 3) / 4 : 0;
-#pragma unroll
-        for (int k = 0; k < 5; ++k) v[i][k] = k < words ? __ldg(wp + k) : 0u;
-      }
 #pragma unroll
       for (int i = 0; i < kAPer; ++i) {
         unsigned char* dst = as + (row0 + kRowStep * i) * kIgLd + chunk * 16;
-        if (fast[i]) {
-          uint32_t word[4];
+        const A* src = x + abase[i] + (lkh + chunk / 2) * row_bytes + (chunk % 2) * 16;
+        if (piece == 16) {
+          cp_async_ca<16>(dst, src);
+        } else if (piece == 8) {
+          cp_async_ca<8>(dst, src);
+          cp_async_ca<8>(dst + 8, src + 8);
+        } else {
 #pragma unroll
-          for (int k = 0; k < 4; ++k)
-            word[k] = __funnelshift_r(v[i][k], v[i][k + 1], 8 * lead[i]);
-          *reinterpret_cast<uint4*>(dst) = make_uint4(word[0], word[1], word[2], word[3]);
-        } else {  // (a rolled loop: little code for the few rows at the edges)
-          const int4 rw = rows_s[row0 + kRowStep * i];
-          const int ih = rw.y + (lkh + chunk / 2) * dh, iw0 = rw.z;
-          const bool row_in = ih >= 0 && ih < H;
-          const A* xr = x + (row_in ? rw.x + ih * W * C : 0);
-          int kw = kw0, c = c0;
-#pragma unroll 1
-          for (int j = 0; j < 16; ++j) {
-            const int iw = iw0 + kw * dw;
-            dst[j] = row_in && p0 + j < kwc && iw >= 0 && iw < W
-                         ? static_cast<unsigned char>(xr[iw * C + c])
-                         : static_cast<unsigned char>(zb);
-            if (++c == C) c = 0, ++kw;
-          }
+          for (int j = 0; j < 16; j += 4) cp_async_ca<4>(dst + j, src + j);
         }
       }
     }
@@ -497,8 +489,8 @@ __global__ void __launch_bounds__(IgTile<BM, BN, KG>::kThreads,
     for (int i = 0; i < kAPer && !kRows; ++i) {
       unsigned char* dst = as + (row0 + kRowStep * i) * kIgLd + chunk * 16;
       const int ih = aih[i] + lkh * dh, iw = aiw[i] + lkw * dw;
-      if (ih >= 0 && ih < H && iw >= 0 && iw < W)
-        cp_async16(dst, x + abase[i] + (ih * W + iw) * C + lc + chunk * 16, 16);
+      if (ih >= 0 && ih < H && iw >= 0 && iw < W)  // (through L1: neighbouring windows overlap)
+        cp_async_ca<16>(dst, x + abase[i] + (ih * W + iw) * C + lc + chunk * 16);
       else
         *reinterpret_cast<uint4*>(dst) = pad;
     }
@@ -527,6 +519,19 @@ __global__ void __launch_bounds__(IgTile<BM, BN, KG>::kThreads,
   const int wm = (wtile / T::kWarpsN) * 64, wn = (wtile % T::kWarpsN) * 32;
   const bool want_sums = zxv != 0 && tid < BN;  // this thread sums weight row tid
   int wsum = 0;
+  // the epilogue's scalars and this thread's channel's (tid < BN), read now: the main loop hides
+  // their latency (a layer of one or two k steps would wait for them block by block)
+  const float sxf = sx[0], syf = sy[0], zyf = static_cast<float>(zy[0]);
+  const int oc = o0 + tid < O ? o0 + tid : O - 1;
+  const bool ch = tid < BN;
+  const int32_t ib_c = ch && ibias ? ibias[oc] : 0;
+  const float sw_c = ch ? sw[g.per_channel_scale ? oc : 0] : 0.f;
+  const float bias_c = ch && bias ? bias[oc] : 0.f;
+  const bool res_i8 = res.kind == quant_math::Residual::kI8;
+  const float sr = res_tile ? *res.scale : 0.f;
+  const float zr = !res_tile ? 0.f
+                   : res_i8  ? static_cast<float>(*static_cast<const int8_t*>(res.zp)) + 128.f
+                             : static_cast<float>(*static_cast<const uint8_t*>(res.zp));
   int acc[4][4][4] = {};
   for (int kt = 0; kt < ktiles; ++kt) {
     cp_async_wait<kIgStages - 2>();
@@ -573,17 +578,15 @@ __global__ void __launch_bounds__(IgTile<BM, BN, KG>::kThreads,
   // the block's channels: what the sum loses (zx wsum - the i32 bias), the scale and the bias in
   // output units (plus zy: relu, then round half to even, then + zy, saturated, is the clamp
   // of the sum plus zy to [lo or zy, hi], rounded; zy is an integer)
-  const float syf = sy[0], inv_sy = 1.f / syf, zyf = static_cast<float>(zy[0]);
+  const float inv_sy = 1.f / syf;
   uint32_t* corr_s = reinterpret_cast<uint32_t*>(sums_s + BN);
   float* mult_s = reinterpret_cast<float*>(sums_s + 2 * BN);
   float* add_s = reinterpret_cast<float*>(sums_s + 3 * BN);
-  if (tid < BN) {
-    const int o = o0 + tid < O ? o0 + tid : O - 1;
+  if (ch) {
     corr_s[tid] = static_cast<uint32_t>(zxv) * static_cast<uint32_t>(want_sums ? wsum : 0) -
-                  static_cast<uint32_t>(ibias ? ibias[o] : 0);
-    mult_s[tid] = static_cast<float>(static_cast<double>(sx[0]) *
-                                     sw[g.per_channel_scale ? o : 0] / syf);
-    add_s[tid] = (bias ? static_cast<float>(static_cast<double>(bias[o]) / syf) : 0.f) + zyf;
+                  static_cast<uint32_t>(ib_c);
+    mult_s[tid] = static_cast<float>(static_cast<double>(sxf) * sw_c / syf);
+    add_s[tid] = (bias ? static_cast<float>(static_cast<double>(bias_c) / syf) : 0.f) + zyf;
   }
   __syncthreads();  // the stages are free: the sums go there; the residual tile is in
   // the i32 sums through shared memory (rows of BN + 8 words: 64-bit stores of a half warp and
@@ -610,13 +613,15 @@ __global__ void __launch_bounds__(IgTile<BM, BN, KG>::kThreads,
     }
     __syncthreads();
   }
-  // then four channels a thread (fixed: their constants read once), rows kT / (BN / 4) apart:
-  // the requantize in f32, the residual's four bytes, four bytes stored (a warp writes whole
-  // rows), in a loop small enough for the instruction cache
+  // then four channels a thread (fixed: their constants read once), rows kT / (BN / 4) apart,
+  // two rows an iteration (two independent chains; a loop small enough for the instruction
+  // cache): the requantize in f32, the residual's four bytes, four bytes stored (a warp writes
+  // whole rows)
   const float lo = g.relu ? fmaxf(zyf, static_cast<float>(quant_math::Range<Y>::lo))
                           : static_cast<float>(quant_math::Range<Y>::lo);
   const float hi = static_cast<float>(quant_math::Range<Y>::hi);
   constexpr int kQuads = BN / 4, kRowsPer = kT / kQuads;
+  static_assert(BM % (2 * kRowsPer) == 0, "two rows an iteration");
   const int c = (tid % kQuads) * 4, o = o0 + c;
   uint32_t corr[4];
   float mult[4], add[4];
@@ -624,49 +629,50 @@ __global__ void __launch_bounds__(IgTile<BM, BN, KG>::kThreads,
   for (int j = 0; j < 4; ++j)
     corr[j] = corr_s[c + j], mult[j] = mult_s[c + j], add[j] = add_s[c + j];
   // a residual byte b (i8 ones flipped to b + 128) is (2^23 + b - (2^23 + zr [+ 128])) * sr / sy
-  const bool res_i8 = res.kind == quant_math::Residual::kI8;
-  float rz = 0.f, rs = 0.f;
-  if (res_tile) {
-    rs = *res.scale * inv_sy;
-    rz = kIgTwo23 + (res_i8 ? static_cast<float>(*static_cast<const int8_t*>(res.zp)) + 128.f
-                            : static_cast<float>(*static_cast<const uint8_t*>(res.zp)));
-  }
-  const bool vec = O % 4 == 0 && reinterpret_cast<uintptr_t>(out) % 4 == 0;
-#pragma unroll 1
-  for (int r = tid / kQuads; r < BM; r += kRowsPer) {
+  const float rs = sr * inv_sy, rz = kIgTwo23 + zr;
+  const uint32_t flip = res_i8 ? 0x80808080u : 0u;
+  const bool vec = O % 4 == 0 && reinterpret_cast<uintptr_t>(out) % 4 == 0 && o + 4 <= O;
+  const int rows = o < O ? min(BM, Mi - m0) : 0;  // the tile's rows inside the output
+  auto requantize_row = [&](int r) {
+    if (r >= rows) return;
     const int m = m0 + r;
-    if (m >= Mi || o >= O) continue;
     const int4 v = *reinterpret_cast<const int4*>(acc_s + r * kLdAcc + c);
     const int vs[4] = {v.x, v.y, v.z, v.w};
-    float rv[4] = {0.f, 0.f, 0.f, 0.f};
+    // the bias (and zy), plus the residual
+    float base[4] = {add[0], add[1], add[2], add[3]};
     if (res_tile) {
-      const uint32_t four = *reinterpret_cast<const uint32_t*>(res_s + r * T::kLdTile + c) ^
-                            (res_i8 ? 0x80808080u : 0u);
-      rv[0] = (ig_byte_float<0>(four) - rz) * rs;
-      rv[1] = (ig_byte_float<1>(four) - rz) * rs;
-      rv[2] = (ig_byte_float<2>(four) - rz) * rs;
-      rv[3] = (ig_byte_float<3>(four) - rz) * rs;
+      const uint32_t four = *reinterpret_cast<const uint32_t*>(res_s + r * T::kLdTile + c) ^ flip;
+      base[0] = fmaf(ig_byte_float<0>(four) - rz, rs, add[0]);
+      base[1] = fmaf(ig_byte_float<1>(four) - rz, rs, add[1]);
+      base[2] = fmaf(ig_byte_float<2>(four) - rz, rs, add[2]);
+      base[3] = fmaf(ig_byte_float<3>(four) - rz, rs, add[3]);
     } else if (res.kind != quant_math::Residual::kNone) {
 #pragma unroll
       for (int j = 0; j < 4; ++j)
         if (o + j < O)
-          rv[j] = static_cast<float>(res.at(static_cast<int64_t>(m) * O + o + j)) * inv_sy;
+          base[j] = fmaf(static_cast<float>(res.at(static_cast<int64_t>(m) * O + o + j)), inv_sy,
+                         add[j]);
     }
     uint32_t bits[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int32_t t = static_cast<int32_t>(static_cast<uint32_t>(vs[j]) - corr[j]);
-      const float u = fmaf(static_cast<float>(t), mult[j], add[j]) + rv[j];
+      const float u = fmaf(static_cast<float>(t), mult[j], base[j]);
       bits[j] = ig_round_bits(fminf(fmaxf(u, lo), hi));
     }
     const uint32_t word = __byte_perm(__byte_perm(bits[0], bits[1], 0x0040u),
                                       __byte_perm(bits[2], bits[3], 0x0040u), 0x5410u);
     Y* dst = out + static_cast<int64_t>(m) * O + o;
-    if (vec && o + 4 <= O) {
+    if (vec) {
       *reinterpret_cast<uint32_t*>(dst) = word;
     } else {
       for (int j = 0; j < 4 && o + j < O; ++j) dst[j] = static_cast<Y>((word >> (8 * j)) & 0xffu);
     }
+  };
+#pragma unroll 1
+  for (int r = tid / kQuads; r < BM; r += 2 * kRowsPer) {
+    requantize_row(r);
+    requantize_row(r + kRowsPer);
   }
 #endif
 }
@@ -679,17 +685,18 @@ bool igemm_enabled() {
 }
 
 template <typename A, typename Y, int BM, int BN, int KG = 1, bool kRows = false>
-void launch_igemm(KernelContext& ctx, const QConvArgs& g, const int8_t* w8, const float* bias,
-                  const int32_t* ibias, const quant_math::Residual& res, bool res_tile) {
+void launch_igemm(KernelContext& ctx, const QConvArgs& g, const A* x, const int8_t* w8,
+                  const float* bias, const int32_t* ibias, const quant_math::Residual& res,
+                  bool res_tile) {
   using T = IgTile<BM, BN, KG>;
   auto kernel = qconv_igemm<A, Y, BM, BN, KG, kRows>;
-  const size_t smem = T::smem(res_tile, kRows);
+  const size_t smem = T::smem(res_tile);
   allow_smem(kernel, smem);
   const int64_t M = g.N * g.OH * g.OW;
   const dim3 grid(static_cast<unsigned>((M + BM - 1) / BM),
                   static_cast<unsigned>((g.O + BN - 1) / BN));
   kernel<<<grid, T::kThreads, smem, stream_of(ctx)>>>(
-      ctx.in(0).ptr<A>(), w8, ctx.in(1).ptr<float>(), ctx.in(2).ptr<A>(), ctx.in(4).ptr<float>(),
+      x, w8, ctx.in(1).ptr<float>(), ctx.in(2).ptr<A>(), ctx.in(4).ptr<float>(),
       ctx.in(6).ptr<float>(), ctx.in(7).ptr<Y>(), bias, ibias, res, res_tile, ctx.out(0).ptr<Y>(),
       g);
   check_launch(ctx.op_name());
@@ -702,23 +709,30 @@ bool conv_igemm(KernelContext& ctx, QConvArgs g, const float* bias, const int32_
     return false;
   } else {
     const TensorView& tx = ctx.in(0);
-    // C a multiple of 64; or a window row of at most 32 bytes (a stem's 7 x 3), gathered byte by
-    // byte: kRows
+    // C a multiple of 64; or (kRows) a window row of at most 32 bytes with C padded to pc (a
+    // stem's 7 x 3: 7 x 4), read from a padded copy of x
     const bool rows = g.C % kIgK != 0;
-    if (!g.cl || g.G != 1 || (rows && g.KW * g.C > 32) || !ctx.attrs().b("zero_w_zp", false) ||
-        !igemm_enabled() || (!rows && pointer_alignment(tx.data) < 16))
+    if (rows) {
+      g.pc = g.C <= 4 ? 4 : g.C <= 8 ? 8 : g.C <= 16 ? 16 : 32;
+      g.ph = (g.OH - 1) * g.sh + ((g.KH + 1) / 2 * 2 - 1) * g.dh + 1;
+      g.pw = (g.OW - 1) * g.sw + 32 / g.pc;
+    }
+    if (!g.cl || g.G != 1 || (rows && (g.KW * g.pc > 32 || g.dw != 1)) ||
+        !ctx.attrs().b("zero_w_zp", false) || !igemm_enabled() ||
+        (!rows && pointer_alignment(tx.data) < 16))
       return false;
     const int64_t M = g.N * g.OH * g.OW;
     const int64_t K = rows ? (g.KH + 1) / 2 * 64 : g.C * g.KH * g.KW;
     // 32-bit index math in the kernel
     if (tx.numel() + kIgK > INT32_MAX || M + 128 > INT32_MAX || g.O * K > INT32_MAX ||
-        (g.O + 63) / 64 > 65535)
+        (g.O + 63) / 64 > 65535 || (rows && g.N * g.ph * g.pw * g.pc > INT32_MAX))
       return false;
     cudaStream_t st = stream_of(ctx);
     const TensorView& tw = ctx.in(3);
-    // (O, kh, kw, C) weights (kRows: (O, kh, 32) rows, zeros past KW C and past KH); a 1x1
-    // conv's (O, C, 1, 1) are that already
+    // (O, kh, kw, C) weights (kRows: (O, kh, 32) rows); a 1x1 conv's (O, C, 1, 1) are that
+    // already
     const int8_t* w8 = tw.ptr<int8_t>();
+    const A* x = tx.ptr<A>();
     g.kp = K;
     if (rows || (g.KH * g.KW > 1 && !g.ohwi) || pointer_alignment(w8) < 16) {
       auto* buf = static_cast<int8_t*>(ctx.scratch(static_cast<size_t>(g.O * K)));
@@ -728,6 +742,12 @@ bool conv_igemm(KernelContext& ctx, QConvArgs g, const float* bias, const int32_
         weights_khwc_i8<W><<<blocks_for(g.O * K), kThreads, 0, st>>>(tw.ptr<W>(), buf, g, 0);
       w8 = buf;
     }
+    if (rows) {
+      const int64_t pixels = g.N * g.ph * g.pw;
+      auto* xp = static_cast<A*>(ctx.scratch(static_cast<size_t>(pixels * g.pc)));
+      rows_input_i8<A><<<blocks_for(pixels), kThreads, 0, st>>>(x, ctx.in(2).ptr<A>(), xp, g);
+      x = xp;
+    }
     // an int8 residual goes through shared memory in 16-byte copies
     const bool res_tile = (res.kind == quant_math::Residual::kU8 ||
                            res.kind == quant_math::Residual::kI8) &&
@@ -735,19 +755,19 @@ bool conv_igemm(KernelContext& ctx, QConvArgs g, const float* bias, const int32_
     // the largest tile that still gives every SM a block
     const int64_t sms = sm_count(ctx.device());
     if (rows) {
-      launch_igemm<A, Y, 128, 64, 1, true>(ctx, g, w8, bias, ibias, res, res_tile);
+      launch_igemm<A, Y, 128, 64, 1, true>(ctx, g, x, w8, bias, ibias, res, res_tile);
       return true;
     }
     auto blocks = [&](int64_t bm, int64_t bn) { return (M + bm - 1) / bm * ((g.O + bn - 1) / bn); };
     // (fewer than two blocks of 128 x 64 an SM: each block's warps doubled by splitting K)
     if (g.O >= 128 && blocks(128, 128) >= sms)
-      launch_igemm<A, Y, 128, 128>(ctx, g, w8, bias, ibias, res, res_tile);
+      launch_igemm<A, Y, 128, 128>(ctx, g, x, w8, bias, ibias, res, res_tile);
     else if (blocks(128, 64) >= 2 * sms)
-      launch_igemm<A, Y, 128, 64>(ctx, g, w8, bias, ibias, res, res_tile);
+      launch_igemm<A, Y, 128, 64>(ctx, g, x, w8, bias, ibias, res, res_tile);
     else if (blocks(128, 64) >= sms)
-      launch_igemm<A, Y, 128, 64, 2>(ctx, g, w8, bias, ibias, res, res_tile);
+      launch_igemm<A, Y, 128, 64, 2>(ctx, g, x, w8, bias, ibias, res, res_tile);
     else
-      launch_igemm<A, Y, 64, 64, 2>(ctx, g, w8, bias, ibias, res, res_tile);
+      launch_igemm<A, Y, 64, 64, 2>(ctx, g, x, w8, bias, ibias, res, res_tile);
     return true;
   }
 }
