@@ -332,8 +332,8 @@ __global__ void qconv_gemm_epilogue_nhwc4(
 // block computes a BM x BN tile of (pixels, channels), each warp 64 x 32 of it, with mma.sync
 // m16n8k32 (s8 or u8 x, s8 w, s32 sums); the A rows are gathered from x straight into shared
 // memory (cp.async, 16 bytes at a time: one (kh, kw) and 16 channels), 64 bytes of K a stage,
-// four stages in flight. When zx is not 0 the block sums its weight rows from the same stages.
-// No im2col matrix and no i32 product in memory.
+// three or four stages in flight. When zx is not 0 the block sums its weight rows from the same
+// stages. No im2col matrix and no i32 product in memory.
 //
 // The epilogue is in f32: (sum - zx wsum) (exact, in integers) times sx sw / sy, plus bias / sy
 // and the residual / sy, relu, rounding half to even, plus zy, saturated. Against the op's
@@ -348,13 +348,14 @@ constexpr int kIgK = 64, kIgStages = 4;
 constexpr int kIgLd = kIgK + 16;  // bytes per shared row: 8 ldmatrix rows hit distinct banks
 
 // KG groups of warps split each stage's K (KG 2: one k32 step each) and add up at the end: twice
-// the warps for a tile, for layers with few tiles (a 14 x 14 or 7 x 7 stage of a ResNet).
-template <int BM, int BN, int KG = 1>
+// the warps for a tile, for layers with few tiles (a 14 x 14 or 7 x 7 stage of a ResNet). S
+// stages in the pipeline.
+template <int BM, int BN, int KG = 1, int S = kIgStages>
 struct IgTile {
   static constexpr int kWarpsN = BN / 32, kWarps = (BM / 64) * kWarpsN;
   static constexpr int kThreads = kWarps * KG * 32;
   static_assert(KG == 1 || KG == 2, "one or two k groups");
-  static constexpr int kStageBytes = (BM + BN) * kIgLd, kPipeBytes = kIgStages * kStageBytes;
+  static constexpr int kStageBytes = (BM + BN) * kIgLd, kPipeBytes = S * kStageBytes;
   static constexpr int kLdTile = BN + 16;  // the residual tile: bytes per row
   // per channel: a spare word, then (corr, mult, add) of the epilogue; the residual tile
   static constexpr int kSumsAt = kPipeBytes, kResAt = kSumsAt + BN * 16;
@@ -398,9 +399,9 @@ __device__ __forceinline__ float ig_byte_float(uint32_t bytes) {
   return __uint_as_float(__byte_perm(bytes, 0x4B000000u, 0x7440u | E));
 }
 
-template <typename A, typename Y, int BM, int BN, int KG, bool kRows>
-__global__ void __launch_bounds__(IgTile<BM, BN, KG>::kThreads,
-                                  512 / IgTile<BM, BN, KG>::kThreads)
+template <typename A, typename Y, int BM, int BN, int KG, bool kRows, int S>
+__global__ void __launch_bounds__(IgTile<BM, BN, KG, S>::kThreads,
+                                  512 / IgTile<BM, BN, KG, S>::kThreads)
     qconv_igemm(const A* __restrict__ x, const int8_t* __restrict__ w,
                 const float* __restrict__ sx, const A* __restrict__ zx,
                 const float* __restrict__ sw, const float* __restrict__ sy,
@@ -408,7 +409,7 @@ __global__ void __launch_bounds__(IgTile<BM, BN, KG>::kThreads,
                 const int32_t* __restrict__ ibias, quant_math::Residual res, bool res_tile,
                 Y* __restrict__ out, QConvArgs g) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  using T = IgTile<BM, BN, KG>;
+  using T = IgTile<BM, BN, KG, S>;
   constexpr int kT = T::kThreads, kChunks = kIgK / 16, kRowStep = kT / kChunks;
   constexpr int kAPer = BM / kRowStep, kBPer = BN / kRowStep;
   static_assert(BM % kRowStep == 0 && BN % kRowStep == 0 && kT >= BN, "tile shape");
@@ -510,7 +511,7 @@ __global__ void __launch_bounds__(IgTile<BM, BN, KG>::kThreads,
   };
   const int ktiles = Ki / kIgK;
 #pragma unroll
-  for (int s = 0; s < kIgStages - 1; ++s) {
+  for (int s = 0; s < S - 1; ++s) {
     if (s < ktiles) load_stage(s);
     cp_async_commit();
   }
@@ -519,29 +520,50 @@ __global__ void __launch_bounds__(IgTile<BM, BN, KG>::kThreads,
   const int wm = (wtile / T::kWarpsN) * 64, wn = (wtile % T::kWarpsN) * 32;
   const bool want_sums = zxv != 0 && tid < BN;  // this thread sums weight row tid
   int wsum = 0;
-  // the epilogue's scalars and this thread's channel's (tid < BN), read now: the main loop hides
-  // their latency (a layer of one or two k steps would wait for them block by block)
-  const float sxf = sx[0], syf = sy[0], zyf = static_cast<float>(zy[0]);
-  const int oc = o0 + tid < O ? o0 + tid : O - 1;
-  const bool ch = tid < BN;
-  const int32_t ib_c = ch && ibias ? ibias[oc] : 0;
-  const float sw_c = ch ? sw[g.per_channel_scale ? oc : 0] : 0.f;
-  const float bias_c = ch && bias ? bias[oc] : 0.f;
+  // The epilogue's constants, made while the first stages load (their reads' latency hidden
+  // behind the copies; none held in registers through the main loop) into shared memory beside
+  // the stages: per channel, what the sum loses (minus the i32 bias here; zx wsum is added after
+  // the loop), the scale and the bias in output units (plus zy: relu, then round half to even,
+  // then + zy, saturated, is the clamp of the sum plus zy to [lo or zy, hi], rounded; zy is an
+  // integer); and the block's scalars: the clamp's low end, 1 / sy, and the residual's scale in
+  // output units and its zero point as a float encoding (a residual byte b, i8 ones flipped to
+  // b + 128, is (2^23 + b - (2^23 + zr [+ 128])) * sr / sy).
   const bool res_i8 = res.kind == quant_math::Residual::kI8;
-  const float sr = res_tile ? *res.scale : 0.f;
-  const float zr = !res_tile ? 0.f
-                   : res_i8  ? static_cast<float>(*static_cast<const int8_t*>(res.zp)) + 128.f
-                             : static_cast<float>(*static_cast<const uint8_t*>(res.zp));
+  uint32_t* corr_s = reinterpret_cast<uint32_t*>(sums_s + BN);
+  float* mult_s = reinterpret_cast<float*>(sums_s + 2 * BN);
+  float* add_s = reinterpret_cast<float*>(sums_s + 3 * BN);
+  float* scalars_s = reinterpret_cast<float*>(sums_s);  // (the spare words)
+  {
+    const float syf = sy[0], zyf = static_cast<float>(zy[0]);
+    if (tid < BN) {
+      const int o = o0 + tid < O ? o0 + tid : O - 1;
+      corr_s[tid] = 0u - static_cast<uint32_t>(ibias ? ibias[o] : 0);
+      mult_s[tid] = static_cast<float>(static_cast<double>(sx[0]) *
+                                       sw[g.per_channel_scale ? o : 0] / syf);
+      add_s[tid] = (bias ? static_cast<float>(static_cast<double>(bias[o]) / syf) : 0.f) + zyf;
+    }
+    if (tid == 0) {
+      const float inv_sy = 1.f / syf;
+      scalars_s[0] = g.relu ? fmaxf(zyf, static_cast<float>(quant_math::Range<Y>::lo))
+                            : static_cast<float>(quant_math::Range<Y>::lo);
+      scalars_s[1] = inv_sy;
+      scalars_s[2] = res_tile ? *res.scale * inv_sy : 0.f;
+      scalars_s[3] =
+          kIgTwo23 + (!res_tile ? 0.f
+                      : res_i8  ? static_cast<float>(*static_cast<const int8_t*>(res.zp)) + 128.f
+                                : static_cast<float>(*static_cast<const uint8_t*>(res.zp)));
+    }
+  }
   int acc[4][4][4] = {};
   for (int kt = 0; kt < ktiles; ++kt) {
-    cp_async_wait<kIgStages - 2>();
+    cp_async_wait<S - 2>();
     __syncthreads();
     {
-      const int next = kt + kIgStages - 1;
-      if (next < ktiles) load_stage(next % kIgStages);
+      const int next = kt + S - 1;
+      if (next < ktiles) load_stage(next % S);
       cp_async_commit();
     }
-    const unsigned char* as = ig_raw + (kt % kIgStages) * T::kStageBytes;
+    const unsigned char* as = ig_raw + (kt % S) * T::kStageBytes;
     const unsigned char* bs = as + BM * kIgLd;
     if (want_sums) {
 #pragma unroll
@@ -575,19 +597,7 @@ __global__ void __launch_bounds__(IgTile<BM, BN, KG>::kThreads,
     }
   }
   cp_async_wait<0>();
-  // the block's channels: what the sum loses (zx wsum - the i32 bias), the scale and the bias in
-  // output units (plus zy: relu, then round half to even, then + zy, saturated, is the clamp
-  // of the sum plus zy to [lo or zy, hi], rounded; zy is an integer)
-  const float inv_sy = 1.f / syf;
-  uint32_t* corr_s = reinterpret_cast<uint32_t*>(sums_s + BN);
-  float* mult_s = reinterpret_cast<float*>(sums_s + 2 * BN);
-  float* add_s = reinterpret_cast<float*>(sums_s + 3 * BN);
-  if (ch) {
-    corr_s[tid] = static_cast<uint32_t>(zxv) * static_cast<uint32_t>(want_sums ? wsum : 0) -
-                  static_cast<uint32_t>(ib_c);
-    mult_s[tid] = static_cast<float>(static_cast<double>(sxf) * sw_c / syf);
-    add_s[tid] = (bias ? static_cast<float>(static_cast<double>(bias_c) / syf) : 0.f) + zyf;
-  }
+  if (want_sums) corr_s[tid] += static_cast<uint32_t>(zxv) * static_cast<uint32_t>(wsum);
   __syncthreads();  // the stages are free: the sums go there; the residual tile is in
   // the i32 sums through shared memory (rows of BN + 8 words: 64-bit stores of a half warp and
   // 128-bit loads of a quarter hit distinct banks); a second k group adds its own in place
@@ -617,8 +627,7 @@ __global__ void __launch_bounds__(IgTile<BM, BN, KG>::kThreads,
   // two rows an iteration (two independent chains; a loop small enough for the instruction
   // cache): the requantize in f32, the residual's four bytes, four bytes stored (a warp writes
   // whole rows)
-  const float lo = g.relu ? fmaxf(zyf, static_cast<float>(quant_math::Range<Y>::lo))
-                          : static_cast<float>(quant_math::Range<Y>::lo);
+  const float lo = scalars_s[0], inv_sy = scalars_s[1], rs = scalars_s[2], rz = scalars_s[3];
   const float hi = static_cast<float>(quant_math::Range<Y>::hi);
   constexpr int kQuads = BN / 4, kRowsPer = kT / kQuads;
   static_assert(BM % (2 * kRowsPer) == 0, "two rows an iteration");
@@ -628,8 +637,6 @@ __global__ void __launch_bounds__(IgTile<BM, BN, KG>::kThreads,
 #pragma unroll
   for (int j = 0; j < 4; ++j)
     corr[j] = corr_s[c + j], mult[j] = mult_s[c + j], add[j] = add_s[c + j];
-  // a residual byte b (i8 ones flipped to b + 128) is (2^23 + b - (2^23 + zr [+ 128])) * sr / sy
-  const float rs = sr * inv_sy, rz = kIgTwo23 + zr;
   const uint32_t flip = res_i8 ? 0x80808080u : 0u;
   const bool vec = O % 4 == 0 && reinterpret_cast<uintptr_t>(out) % 4 == 0 && o + 4 <= O;
   const int rows = o < O ? min(BM, Mi - m0) : 0;  // the tile's rows inside the output
@@ -684,12 +691,13 @@ bool igemm_enabled() {
   return !(v && v[0] == '0');
 }
 
-template <typename A, typename Y, int BM, int BN, int KG = 1, bool kRows = false>
+template <typename A, typename Y, int BM, int BN, int KG = 1, bool kRows = false,
+          int S = kIgStages>
 void launch_igemm(KernelContext& ctx, const QConvArgs& g, const A* x, const int8_t* w8,
                   const float* bias, const int32_t* ibias, const quant_math::Residual& res,
                   bool res_tile) {
-  using T = IgTile<BM, BN, KG>;
-  auto kernel = qconv_igemm<A, Y, BM, BN, KG, kRows>;
+  using T = IgTile<BM, BN, KG, S>;
+  auto kernel = qconv_igemm<A, Y, BM, BN, KG, kRows, S>;
   const size_t smem = T::smem(res_tile);
   allow_smem(kernel, smem);
   const int64_t M = g.N * g.OH * g.OW;
@@ -754,8 +762,9 @@ bool conv_igemm(KernelContext& ctx, QConvArgs g, const float* bias, const int32_
                           g.O % 16 == 0 && pointer_alignment(res.data) >= 16;
     // the largest tile that still gives every SM a block
     const int64_t sms = sm_count(ctx.device());
+    // (128 x 64 blocks with three stages: four an SM, as many as their registers allow)
     if (rows) {
-      launch_igemm<A, Y, 128, 64, 1, true>(ctx, g, x, w8, bias, ibias, res, res_tile);
+      launch_igemm<A, Y, 128, 64, 1, true, 3>(ctx, g, x, w8, bias, ibias, res, res_tile);
       return true;
     }
     auto blocks = [&](int64_t bm, int64_t bn) { return (M + bm - 1) / bm * ((g.O + bn - 1) / bn); };
@@ -763,7 +772,7 @@ bool conv_igemm(KernelContext& ctx, QConvArgs g, const float* bias, const int32_
     if (g.O >= 128 && blocks(128, 128) >= sms)
       launch_igemm<A, Y, 128, 128>(ctx, g, x, w8, bias, ibias, res, res_tile);
     else if (blocks(128, 64) >= 2 * sms)
-      launch_igemm<A, Y, 128, 64>(ctx, g, x, w8, bias, ibias, res, res_tile);
+      launch_igemm<A, Y, 128, 64, 1, false, 3>(ctx, g, x, w8, bias, ibias, res, res_tile);
     else if (blocks(128, 64) >= sms)
       launch_igemm<A, Y, 128, 64, 2>(ctx, g, x, w8, bias, ibias, res, res_tile);
     else
