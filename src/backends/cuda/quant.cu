@@ -94,37 +94,47 @@ bool takes_vector_path(int64_t n, const ScaleIndex& si,
   return ok;
 }
 
+// One element of quantize (fake: quantize then dequantize) and of dequantize, for quant_vec_kernel.
+template <typename T, typename Q, bool kFake>
+struct QuantizeOne {
+  using In = T;
+  using Out = std::conditional_t<kFake, T, Q>;
+  __device__ Out operator()(T v, T s, Q zp) const {
+    const Q q = quantize_one<T, Q>(v, s, zp);
+    if constexpr (kFake)
+      return dequantize_one<Q, T>(q, zp, s);
+    else
+      return q;
+  }
+};
+template <typename Q, typename T>
+struct DequantizeOne {
+  using In = Q;
+  using Out = T;
+  __device__ T operator()(Q v, T s, Q zp) const { return dequantize_one<Q, T>(v, zp, s); }
+};
+
 // kVec elements a thread, one scale and one load and store each; the n % kVec elements after the
 // last pack (per tensor only) go to the first threads.
-template <typename T, typename Q, bool kFake, typename O>
-__global__ void quantize_vec_kernel(const T* __restrict__ x, const T* __restrict__ s,
-                                    const Q* __restrict__ zp, O* __restrict__ out, int n,
-                                    ScaleIndex si) {
+template <typename T, typename Q, typename F>
+__global__ void quant_vec_kernel(const typename F::In* __restrict__ x, const T* __restrict__ s,
+                                 const Q* __restrict__ zp, typename F::Out* __restrict__ out,
+                                 int n, ScaleIndex si, F f) {
+  using I = typename F::In;
+  using O = typename F::Out;
   const int first = blockIdx.x * blockDim.x + threadIdx.x, packs = n / kVec;
   for (int i = first; i < packs; i += gridDim.x * blockDim.x) {
     const int k = si.of_pack(i * kVec);
     const T sk = s[k];
     const Q zk = zp[k];
-    const Pack<T> v = reinterpret_cast<const Pack<T>*>(x)[i];
+    const Pack<I> v = reinterpret_cast<const Pack<I>*>(x)[i];
     Pack<O> o;
 #pragma unroll
-    for (int u = 0; u < kVec; ++u) {
-      const Q q = quantize_one<T, Q>(v.v[u], sk, zk);
-      if constexpr (kFake)
-        o.v[u] = dequantize_one<Q, T>(q, zk, sk);
-      else
-        o.v[u] = q;
-    }
+    for (int u = 0; u < kVec; ++u) o.v[u] = f(v.v[u], sk, zk);
     reinterpret_cast<Pack<O>*>(out)[i] = o;
   }
   const int t = packs * kVec + first;
-  if (t < n) {
-    const Q q = quantize_one<T, Q>(x[t], s[0], zp[0]);
-    if constexpr (kFake)
-      out[t] = dequantize_one<Q, T>(q, zp[0], s[0]);
-    else
-      out[t] = q;
-  }
+  if (t < n) out[t] = f(x[t], s[0], zp[0]);
 }
 
 template <typename Q, typename T>
@@ -136,26 +146,6 @@ __global__ void dequantize_kernel(const Q* __restrict__ q, const T* __restrict__
     const int64_t k = si(i);
     out[i] = dequantize_one<Q, T>(q[i], zp[k], s[k]);
   }
-}
-
-// The vector path of dequantize, as quantize_vec_kernel.
-template <typename Q, typename T>
-__global__ void dequantize_vec_kernel(const Q* __restrict__ q, const T* __restrict__ s,
-                                      const Q* __restrict__ zp, T* __restrict__ out, int n,
-                                      ScaleIndex si) {
-  const int first = blockIdx.x * blockDim.x + threadIdx.x, packs = n / kVec;
-  for (int i = first; i < packs; i += gridDim.x * blockDim.x) {
-    const int k = si.of_pack(i * kVec);
-    const T sk = s[k];
-    const Q zk = zp[k];
-    const Pack<Q> v = reinterpret_cast<const Pack<Q>*>(q)[i];
-    Pack<T> o;
-#pragma unroll
-    for (int u = 0; u < kVec; ++u) o.v[u] = dequantize_one<Q, T>(v.v[u], zk, sk);
-    reinterpret_cast<Pack<T>*>(out)[i] = o;
-  }
-  const int t = packs * kVec + first;
-  if (t < n) out[t] = dequantize_one<Q, T>(q[t], zp[0], s[0]);
 }
 
 template <typename F>
@@ -201,9 +191,9 @@ void launch_quantize(KernelContext& ctx, int64_t n, const ScaleIndex& si) {
   constexpr bool kF32Bytes = std::is_same_v<T, float> && sizeof(Q) == 1;
   if constexpr (kF32Bytes) {
     if (takes_vector_path(n, si, {{x, sizeof(T)}, {out, sizeof(O)}})) {
-      quantize_vec_kernel<T, Q, kFake, O>
-          <<<blocks_for(n / kVec + 1), kThreads, 0, stream_of(ctx)>>>(
-              x, ctx.in(1).ptr<T>(), ctx.in(2).ptr<Q>(), out, static_cast<int>(n), si);
+      quant_vec_kernel<<<blocks_for(n / kVec + 1), kThreads, 0, stream_of(ctx)>>>(
+          x, ctx.in(1).ptr<T>(), ctx.in(2).ptr<Q>(), out, static_cast<int>(n), si,
+          QuantizeOne<T, Q, kFake>{});
       return check_launch(ctx.op_name());
     }
   }
@@ -238,8 +228,9 @@ void launch_dequantize(KernelContext& ctx, int64_t n, const ScaleIndex& si) {
   T* out = ctx.out(0).ptr<T>();
   if constexpr (std::is_same_v<T, float> && sizeof(Q) == 1) {
     if (takes_vector_path(n, si, {{q, sizeof(Q)}, {out, sizeof(T)}})) {
-      dequantize_vec_kernel<Q, T><<<blocks_for(n / kVec + 1), kThreads, 0, stream_of(ctx)>>>(
-          q, ctx.in(1).ptr<T>(), ctx.in(2).ptr<Q>(), out, static_cast<int>(n), si);
+      quant_vec_kernel<<<blocks_for(n / kVec + 1), kThreads, 0, stream_of(ctx)>>>(
+          q, ctx.in(1).ptr<T>(), ctx.in(2).ptr<Q>(), out, static_cast<int>(n), si,
+          DequantizeOne<Q, T>{});
       return check_launch(ctx.op_name());
     }
   }
