@@ -159,6 +159,35 @@ TEST(Quantize, RoundsHalfToEvenAndSaturates) {
   EXPECT_EQ(qu[44], 255);
 }
 
+// 8-bit outputs of f32 data take their sum rint(x / s) + zp in f32 (quant_math.h): exact while
+// |rint(x / s)| <= 2^24, and saturated the same way as the double reference beyond. Quotients
+// around 2^24 and 2^25, up to the largest float, with zero points at both ends of the range; x
+// and s in several scale ranges.
+TEST(Quantize, LargeQuotientsSaturateAsInDouble) {
+  std::vector<float> qs;
+  for (float m : {16777216.f, 33554432.f, 1e30f, 3.4e38f})
+    for (float d : {-3.f, -1.f, 0.f, 1.f, 2.f}) qs.push_back(m + d * (m > 4e7f ? m * 1e-6f : 1.f));
+  for (float v : {-300.f, -256.f, -200.f, -129.f, -128.f, 127.f, 128.f, 200.f, 255.f, 300.f})
+    qs.push_back(v);
+  const size_t n = qs.size();
+  for (size_t i = 0; i < n; ++i) qs.push_back(-qs[i]);
+  for (float scale : {1.f, 0.0625f, 3.f}) {
+    std::vector<float> xs;
+    for (float q : qs) xs.push_back(std::isfinite(q * scale) ? q * scale : q);
+    const Array x = Array::from_vector(xs, {static_cast<int64_t>(xs.size())});
+    const Array sa = Array::scalar(scale);
+    for (const auto& [qt, zp] : std::vector<std::pair<DType, int>>{
+             {i8, -128}, {i8, 127}, {i8, -7}, {u8, 0}, {u8, 255}, {u8, 200}}) {
+      SCOPED_TRACE(::testing::Message() << name(qt) << " zp " << zp << " scale " << scale);
+      const Array za = Array::scalar(static_cast<double>(zp)).astype(qt);
+      Graph g;
+      auto px = g.placeholder(x.shape(), f32, "x");
+      const Array y = eval1(g, quantize(px, g.constant(sa), g.constant(za)), {{px, x}});
+      expect_bits(y, ref_quantize_all(x, sa, za, {x.shape(), 0, 0, true}, qt));
+    }
+  }
+}
+
 TEST(Quantize, HalfInputsRunThroughF32) {
   const Array x = random_array({3, 33}, f32, -3, 3);
   const Array s = random_array({33}, f64, 0.02, 0.05).astype(f32);
