@@ -83,7 +83,7 @@ TEST(QuantizedConvIgemm, ProblemsMeetTheKernelsConditions) {
   for (const ConvProblem& p : igemm_problems()) {
     SCOPED_TRACE(describe(p));
     EXPECT_EQ(p.groups, 1);
-    const int64_t c = p.x[1], pc = c <= 4 ? 4 : c <= 8 ? 8 : c <= 16 ? 16 : 32;
+    const int64_t c = p.x[1], pc = c <= 4 ? 4 : c <= 8 ? 8 : c <= 16 ? 16 : c <= 32 ? 32 : 64;
     EXPECT_TRUE(c % 64 == 0 || (pc * p.kw <= 32 && p.dilation[1] == 1));
     EXPECT_EQ(p.wt, i8);
     const ConvData d = random_conv_data(p);
@@ -124,6 +124,29 @@ TEST(QuantizedConvIgemm, MatchesReferenceAndTheGemmPath) {
       gemm = run_on_cuda(p, d);
     }
     expect_conv_within_lsb(fast, to_f64(gemm), 1);
+  }
+}
+
+// Convs just outside the kernel's conditions take the im2col + cuBLASLt path, within 1 LSB of the
+// reference: 33 to 63 channels (more than a 32-byte window row holds, not a multiple of 64), a
+// few channels with dilation along W, a window row of more than 32 bytes.
+TEST(QuantizedConvIgemm, ConvsOutsideItsConditionsStillAgree) {
+  REQUIRE_GPU();
+  // clang-format off
+  const std::vector<ConvProblem> problems = {
+      {{2, 40, 9, 11}, 24, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1, u8, i8, u8, true, true, true,
+       true, true},
+      {{2, 33, 8, 8}, 16, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, i8, i8, i8, false, true, false,
+       false, true},
+      {{2, 3, 12, 12}, 8, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 2}, 1, u8, i8, u8, true, false, false,
+       true, true},
+      {{2, 5, 12, 12}, 8, 1, 5, {1, 1}, {0, 2, 0, 2}, {1, 1}, 1, u8, i8, u8, true, true, false,
+       false, true}};
+  // clang-format on
+  for (const ConvProblem& p : problems) {
+    SCOPED_TRACE(describe(p));
+    const ConvData d = random_conv_data(p);
+    expect_conv_within_lsb(run_on_cuda(p, d), conv_reference(p, d), 1);
   }
 }
 

@@ -721,7 +721,7 @@ bool conv_igemm(KernelContext& ctx, QConvArgs g, const float* bias, const int32_
     // stem's 7 x 3: 7 x 4), read from a padded copy of x
     const bool rows = g.C % kIgK != 0;
     if (rows) {
-      g.pc = g.C <= 4 ? 4 : g.C <= 8 ? 8 : g.C <= 16 ? 16 : 32;
+      g.pc = g.C <= 4 ? 4 : g.C <= 8 ? 8 : g.C <= 16 ? 16 : g.C <= 32 ? 32 : 64;  // (64: none)
       g.ph = (g.OH - 1) * g.sh + ((g.KH + 1) / 2 * 2 - 1) * g.dh + 1;
       g.pw = (g.OW - 1) * g.sw + 32 / g.pc;
     }
