@@ -357,7 +357,8 @@ struct IgTile {
   static_assert(KG == 1 || KG == 2, "one or two k groups");
   static constexpr int kStageBytes = (BM + BN) * kIgLd, kPipeBytes = S * kStageBytes;
   static constexpr int kLdTile = BN + 16;  // the residual tile: bytes per row
-  // per channel: a spare word, then (corr, mult, add) of the epilogue; the residual tile
+  // per channel: a word (the first four: the block's scalars of the epilogue), then (corr,
+  // mult, add) of the epilogue; the residual tile
   static constexpr int kSumsAt = kPipeBytes, kResAt = kSumsAt + BN * 16;
   static constexpr size_t smem(bool res_tile) {
     return static_cast<size_t>(kResAt) + (res_tile ? BM * kLdTile : 0);
@@ -532,7 +533,7 @@ __global__ void __launch_bounds__(IgTile<BM, BN, KG, S>::kThreads,
   uint32_t* corr_s = reinterpret_cast<uint32_t*>(sums_s + BN);
   float* mult_s = reinterpret_cast<float*>(sums_s + 2 * BN);
   float* add_s = reinterpret_cast<float*>(sums_s + 3 * BN);
-  float* scalars_s = reinterpret_cast<float*>(sums_s);  // (the spare words)
+  float* scalars_s = reinterpret_cast<float*>(sums_s);
   {
     const float syf = sy[0], zyf = static_cast<float>(zy[0]);
     if (tid < BN) {
