@@ -16,6 +16,8 @@
 //   zero_w_zp (set by the same pass where w_zp is a constant of zeros, default false): kernels
 //   may skip the window sums of x that a weight zero point needs. Attr weights_ohwi (set by the
 //   same pass for CUDA's constant weights, groups 1): w is (O, kh, kw, C).
+// quantized_weight_linear: inputs x (f32), w (N, K) i8/u8, w_scale, w_zp[, bias]; attr has_bias.
+//   Inference only.
 #include "kiln/ops/quant.h"
 
 #include "kiln/ops/core.h"
@@ -140,6 +142,33 @@ std::vector<TensorInfo> infer_quantized_matmul(const InferContext& ctx) {
                        str(out));
   }
   return {{out, in[7].dtype}};
+}
+
+std::vector<TensorInfo> infer_quantized_weight_linear(const InferContext& ctx) {
+  const auto& in = ctx.inputs;
+  const char* op = ctx.name();
+  require_dtype(ctx, 0, DTypeSet{f32}, "f32");
+  require_dtype(ctx, 1, DTypeSet{i8, u8}, "i8 or u8");
+  require_dtype(ctx, 2, DTypeSet{f32}, "f32 (a scale)");
+  if (in[3].dtype != in[1].dtype)
+    fail<DTypeError>("[{}] w's zero point has dtype {} but w has {}", op, name(in[3].dtype),
+                     name(in[1].dtype));
+  const Shape &x = in[0].shape, &w = in[1].shape, &ws = in[2].shape;
+  if (x.empty() || w.size() != 2)
+    fail<ShapeError>("[{}] x {} must have rank >= 1 and w {} rank 2 (N, K)", op, str(x), str(w));
+  if (!dims_match(x.back(), w[1]))
+    fail<ShapeError>("[{}] x {} and w {} (N, K) disagree in K", op, str(x), str(w));
+  if (!(ws.empty() || (ws.size() == 1 && dims_match(ws[0], w[0]))) || in[3].shape != ws)
+    fail<ShapeError>("[{}] w's scale {} and zero point {} must be 0-d or ({},)", op, str(ws),
+                     str(in[3].shape), w[0]);
+  if (ctx.attrs.b("has_bias", false)) {
+    require_dtype(ctx, 4, DTypeSet{f32}, "f32 (bias)");
+    if (!shapes_match(in[4].shape, Shape{w[0]}))
+      fail<ShapeError>("[{}] bias {} must be ({})", op, str(in[4].shape), w[0]);
+  }
+  Shape out(x.begin(), x.end() - 1);
+  out.push_back(w[0]);
+  return {{out, f32}};
 }
 
 std::vector<TensorInfo> infer_quantized_conv(const InferContext& ctx) {
@@ -273,6 +302,9 @@ void register_quant_ops() {
   define_op(OpId::FakeQuantize).set_infer(infer_quantize).grad(vjp_fake_quantize);
   define_op(OpId::QuantizedMatmul).set_infer(infer_quantized_matmul).not_differentiable();
   define_op(OpId::QuantizedConv).set_infer(infer_quantized_conv).not_differentiable();
+  define_op(OpId::QuantizedWeightLinear)
+      .set_infer(infer_quantized_weight_linear)
+      .not_differentiable();
 }
 
 namespace {
@@ -340,6 +372,13 @@ Tensor quantized_conv(const QTensor& x, const QTensor& w, const Tensor& y_scale,
   add_optional(in, attrs, "bias", o.bias);
   add_optional(in, attrs, "residual", o.residual);
   return make_node1(OpId::QuantizedConv, in, attrs);
+}
+
+Tensor quantized_weight_linear(const Tensor& x, const QTensor& w, const std::optional<Tensor>& bias) {
+  std::vector<Tensor> in{x, w.q, w.scale, w.zero_point};
+  Attrs attrs;
+  add_optional(in, attrs, "bias", bias);
+  return make_node1(OpId::QuantizedWeightLinear, in, attrs);
 }
 
 }  // namespace kiln

@@ -23,6 +23,10 @@
 // quantized again with the dequantize's own scale and zero point (post-training quantization
 // gives a max pool its input's), the dequantize and that quantize go: quantize(dequantize(q)) is
 // q for the same parameters ((q - zp) s / s rounds back to q - zp).
+//
+// A float linear(x, dequantize(w (N, K) i8/u8, 0-d or per-row scale)[, bias]) that no quantize
+// follows (post-training quantization's classifier, whose result is returned) becomes
+// quantized_weight_linear: it reads the int8 weights and dequantizes them on the way.
 #include <cmath>
 
 #include "core/op_registry.h"
@@ -193,6 +197,22 @@ class Matcher {
     return same(q.inputs[1], dq.inputs[1]) && same(q.inputs[2], dq.inputs[2]) && s >= 1e-30;
   }
 
+  // n = linear(x f32, dequantize(w (N, K) i8/u8, 0-d or per-row f32 scale)[, bias]) in f32:
+  // quantized_weight_linear reads w as it is.
+  bool weight_linear(const Node& n) const {
+    if (n.op != OpId::Linear || n.outputs.size() != 1 || !is_f32(n.inputs[0]) ||
+        n.outputs[0].dtype != f32 || (n.attrs.b("has_bias", false) && !is_f32(n.inputs[2])))
+      return false;
+    const Node& dw = node(n.inputs[1]);
+    if (dw.op != OpId::Dequantize || !is_f32(n.inputs[1]) || !int8(dw.inputs[0]) ||
+        dw.attrs.i("block_size") != 0)
+      return false;
+    const Shape &ws = info(dw.inputs[0]).shape, &scale = info(dw.inputs[1]).shape;
+    if (ws.size() != 2) return false;
+    return scalar_param(dw, 1) || (scale == Shape{ws[0]} && dw.attrs.i("axis") == 0 &&
+                                   is_f32(dw.inputs[1]) && info(dw.inputs[2]).shape == scale);
+  }
+
   // v = dequantize(q i8/u8, 0-d f32 scale, 0-d zero point), whole tensor.
   bool per_tensor_dequantize(ValueRef v) const {
     const Node& n = node(v);
@@ -230,7 +250,7 @@ Program fuse_quant(const Program& p) {
     for (int32_t a : at[i]->absorbed) absorbed[a] = 1;
     any = true;
   }
-  for (const Node& n : nodes) any = any || matcher.pools_int8(n);
+  for (const Node& n : nodes) any = any || matcher.pools_int8(n) || matcher.weight_linear(n);
   if (!any) return p;
   ProgramBuilder b(p);
   std::vector<int32_t> int8_pool(nodes.size(), -1);  // a rewritten pool's int8 max_pool node
@@ -253,6 +273,18 @@ Program fuse_quant(const Program& p) {
           pool.name + ".dequantize");
       b.graph().nodes[mp].origin = b.graph().nodes[d].origin = pool.origin;
       b.map(id, {{d, 0}, {mp, 1}});
+      continue;
+    }
+    if (!at[i] && matcher.weight_linear(nodes[i])) {
+      const Node &lin = nodes[i], &dw = nodes[lin.inputs[1].node];
+      std::vector<ValueRef> in{b.remap(lin.inputs[0])};
+      for (const ValueRef v : dw.inputs) in.push_back(b.remap(v));
+      const bool has_bias = lin.attrs.b("has_bias", false);
+      if (has_bias) in.push_back(b.remap(lin.inputs[2]));
+      const int32_t nid = b.graph().add(OpId::QuantizedWeightLinear, in,
+                                        Attrs{{"has_bias", has_bias}}, lin.name);
+      b.graph().nodes[nid].origin = lin.origin;
+      b.map(id, {{nid, 0}});
       continue;
     }
     if (!at[i]) {

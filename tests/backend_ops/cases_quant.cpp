@@ -100,6 +100,26 @@ bool build_qmm(Case& c, DType t, int i) {
 }
 const bool kQmm = register_cases({OpId::QuantizedMatmul, 6, build_qmm, {i8, u8}});
 
+// (x f32) i8 weights per channel with a bias, u8 weights per tensor, a K that is no multiple of
+// 4, a batch of 32 (CUDA's int8 kernel), one of 80 rows (its dequantized copy and cuBLASLt).
+bool build_qwl(Case& c, DType, int i) {
+  const Shape xs[] = {{5, 64}, {2, 3, 48}, {6, 30}, {32, 256}, {80, 64}};
+  const int64_t ns[] = {24, 16, 7, 40, 12};
+  const int64_t k = xs[i].back(), n = ns[i];
+  const DType wt = i == 1 ? u8 : i8;
+  const Shape ss = i == 1 ? Shape{} : Shape{n};
+  const Tensor w = wt == u8 ? c.ints({n, k}, 0, 255, u8) : c.ints({n, k}, -128, 127, i8);
+  const Tensor zw = wt == u8 ? c.ints(ss, 100, 150, u8) : c.ints(ss, -10, 10, i8);
+  const std::optional<Tensor> bias =
+      i == 2 ? std::nullopt : std::optional<Tensor>(c.rand({n}, f32, -1, 1));
+  c.outs = {quantized_weight_linear(c.rand(xs[i], f32, -2, 2),
+                                    {w, c.rand(ss, f32, 0.002, 0.01), zw}, bias)};
+  c.grad = false;
+  c.note(fmt::format("quantized_weight_linear x {} n {} w {}", to_string(xs[i]), n, name(wt)));
+  return true;
+}
+const bool kQwl = register_cases({OpId::QuantizedWeightLinear, 5, build_qwl, {f32}});
+
 // (x dtype = t) conv with w i8: padded 3x3 per channel with bias, residual and relu; strided,
 // dilated, grouped with asymmetric pads and per-tensor weights; depthwise with relu; a 1x1 with
 // u8 weights and zero points, an i32 bias; two large ones (groups 1) for CUDA's cuBLASLt path,

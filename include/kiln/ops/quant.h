@@ -96,4 +96,14 @@ struct QuantizedConvOptions {
 Tensor quantized_conv(const QTensor& x, const QTensor& w, const Tensor& y_scale,
                       const Tensor& y_zero_point, const QuantizedConvOptions& options = {});
 
+/// linear(x, dequantize(w), bias) with the weights kept int8: x (..., K) f32, w (N, K) i8/u8 with
+/// a 0-d or per-output-channel (N) f32 scale and a zero point of w's dtype and the scale's shape,
+/// bias (N) f32; the result (..., N) is f32. Each weight is dequantized as dequantize does,
+/// (f32(w) - f32(zp)) * scale, on the way into the product: the result equals the unfused graph's
+/// up to the order of the sums (for a few rows, CUDA reads a quarter of the weight bytes and no
+/// f32 copy is made). The fuse_quant pass builds it from linear(x, dequantize(w)) (post-training
+/// quantization's float classifier). Not differentiable.
+Tensor quantized_weight_linear(const Tensor& x, const QTensor& w,
+                               const std::optional<Tensor>& bias = std::nullopt);
+
 }  // namespace kiln

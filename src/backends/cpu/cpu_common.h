@@ -14,6 +14,11 @@
 
 namespace kiln::cpu {
 
+/// y (M, N) = x (M, K) · wᵀ (+ bias (N)) in f32 through oneDNN, w (N, K) row-major, K > 0
+/// (linalg.cpp; linear and quantized_weight_linear).
+void linear_f32(KernelContext& ctx, const void* x, const void* w, const void* bias, void* y,
+                int64_t M, int64_t K, int64_t N);
+
 /// Calls f(T{}) with the C++ type of `t` (f16/bf16 never reach kernels: they run as f32).
 template <typename F> void dispatch(DType t, const char* op, F&& f) {
   switch (t) {

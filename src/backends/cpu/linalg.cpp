@@ -124,31 +124,39 @@ void linear_loops(KernelContext& ctx, int64_t M, int64_t K, int64_t N) {
   });
 }
 
+}  // namespace
+
 // w (N, K) is read as the K x N weights matrix through its strides: no transposed copy.
-void linear_dnnl(KernelContext& ctx, int64_t M, int64_t K, int64_t N) {
-  const bool has_bias = ctx.attrs().b("has_bias");
+void linear_f32(KernelContext& ctx, const void* x, const void* w, const void* bias, void* y,
+                int64_t M, int64_t K, int64_t N) {
+  const bool has_bias = bias != nullptr;
   const du::Dims key{static_cast<int64_t>(ctx.op()), M, K, N, has_bias};
   auto p = du::cached(ctx.op_name(), key, [&] {
-    auto s = du::plain_md({M, K}), w = du::strided_md({K, N}, {1, K}), o = du::plain_md({M, N});
+    auto s = du::plain_md({M, K}), wm = du::strided_md({K, N}, {1, K}), o = du::plain_md({M, N});
     auto b = has_bias ? du::plain_md({1, N}) : dnnl::memory::desc();
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(s, w, b, o), du::attr(), du::engine());
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(s, wm, b, o), du::attr(), du::engine());
     du::CachedPrimitive c{dnnl::matmul(pd),
-                          {du::make_arg(DNNL_ARG_SRC, s, s), du::make_arg(DNNL_ARG_WEIGHTS, w, w)},
+                          {du::make_arg(DNNL_ARG_SRC, s, s), du::make_arg(DNNL_ARG_WEIGHTS, wm, wm)},
                           pd.scratchpad_desc()};
     if (has_bias) c.args.push_back(du::make_arg(DNNL_ARG_BIAS, b, b));
     c.args.push_back(du::make_arg(DNNL_ARG_DST, o, o, true));
     return c;
   });
-  std::vector<void*> buffers{ctx.in(0).data, ctx.in(1).data};
-  if (has_bias) buffers.push_back(ctx.in(2).data);
-  buffers.push_back(ctx.out(0).data);
+  std::vector<void*> buffers{const_cast<void*>(x), const_cast<void*>(w)};
+  if (has_bias) buffers.push_back(const_cast<void*>(bias));
+  buffers.push_back(y);
   du::execute(ctx.op_name(), *p, buffers);
 }
+
+namespace {
 
 void linear(KernelContext& ctx) {
   const int64_t K = ctx.in(0).shape.back(), N = ctx.in(1).shape[0];
   const int64_t rows = ctx.out(0).numel() / std::max<int64_t>(N, 1);
-  if (ctx.in(0).dtype == f32 && K > 0) return linear_dnnl(ctx, rows, K, N);
+  if (ctx.in(0).dtype == f32 && K > 0)
+    return linear_f32(ctx, ctx.in(0).data, ctx.in(1).data,
+                      ctx.attrs().b("has_bias") ? ctx.in(2).data : nullptr, ctx.out(0).data, rows,
+                      K, N);
   dispatch(ctx.in(0).dtype, ctx.op_name(), [&](auto v) {
     using T = decltype(v);
     if constexpr (!std::is_same_v<T, bool>) linear_loops<T>(ctx, rows, K, N);

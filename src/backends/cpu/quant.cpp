@@ -252,6 +252,40 @@ void quantized_matmul(KernelContext& ctx) {
   });
 }
 
+// Each weight dequantized into scratch exactly as dequantize does, then the f32 linear the unfused
+// graph runs: the same bits.
+template <typename W>
+void quantized_weight_linear_impl(KernelContext& ctx) {
+  const TensorView &x = ctx.in(0), &w = ctx.in(1);
+  const int64_t n = w.shape[0], k = w.shape[1];
+  const int64_t m = ctx.out(0).numel() / std::max<int64_t>(n, 1);
+  const float* bias = ctx.attrs().b("has_bias", false) ? ctx.in(4).ptr<float>() : nullptr;
+  float* y = ctx.out(0).ptr<float>();
+  if (ctx.out(0).numel() == 0) return;
+  if (k == 0) {
+    for (int64_t i = 0; i < m * n; ++i) y[i] = bias ? bias[i % n] : 0.0f;
+    return;
+  }
+  const float* sw = ctx.in(2).ptr<float>();
+  const W* zw = ctx.in(3).ptr<W>();
+  const bool per_channel = ctx.in(2).numel() != 1;
+  const W* pw = w.ptr<W>();
+  float* wf = static_cast<float*>(ctx.scratch(static_cast<size_t>(n * k) * sizeof(float)));
+  ctx.parallel_for(n, std::max<int64_t>(1, 16384 / k), [&](int64_t j0, int64_t j1) {
+    for (int64_t j = j0; j < j1; ++j) {
+      const int64_t c = per_channel ? j : 0;
+      for (int64_t i = 0; i < k; ++i)
+        wf[j * k + i] = quant_math::dequantize_one(pw[j * k + i], zw[c], sw[c]);
+    }
+  });
+  linear_f32(ctx, x.data, wf, bias, y, m, k, n);
+}
+
+void quantized_weight_linear(KernelContext& ctx) {
+  dispatch_quant(ctx.in(1).dtype, ctx.op_name(),
+                 [&](auto w) { quantized_weight_linear_impl<decltype(w)>(ctx); });
+}
+
 }  // namespace
 
 bool dnnl_int8_exact() {
@@ -270,6 +304,8 @@ void register_quant_kernels() {
   register_kernel(OpId::QuantizedMatmul, Backend::cpu,
                   {quantized_matmul, DTypeSet{i8, u8}, 0, false});
   register_kernel(OpId::QuantizedConv, Backend::cpu, {quantized_conv, DTypeSet{i8, u8}, 0, false});
+  register_kernel(OpId::QuantizedWeightLinear, Backend::cpu,
+                  {quantized_weight_linear, DTypeSet{f32}, 0, false});
 }
 
 }  // namespace kiln::cpu

@@ -334,57 +334,68 @@ void matmul(KernelContext& ctx) {
   });
 }
 
+}  // namespace
+
 // ---- linear: y (rows, N) = x (rows, K) · wᵀ + bias, i.e. yᵀ = w · xᵀ in column-major ----
 
-void linear(KernelContext& ctx) {
-  const TensorView &x = ctx.in(0), &w = ctx.in(1), &out = ctx.out(0);
-  const bool has_bias = ctx.attrs().b("has_bias");
-  const void* bias = has_bias ? ctx.in(2).data : nullptr;
-  const int64_t K = x.shape.back(), N = w.shape[0];
-  if (out.numel() == 0) return;
-  const int64_t rows = out.numel() / N;
-  const DType t = x.dtype;
+void linear_float(KernelContext& ctx, const void* x, const void* w, const void* bias, void* out,
+                  int64_t rows, int64_t N, int64_t K, DType t, bool tf32) {
   const cudaStream_t stream = stream_of(ctx);
-  auto bias_only = [&](bool zero_first) {
-    if (zero_first) KILN_CUDA_CHECK(cudaMemsetAsync(out.data, 0, out.numel() * size_of(t), stream));
-    if (!has_bias) return;
+  auto add_bias = [&] {
+    if (!bias) return;
     dispatch(t, ctx.op_name(), [&](auto v) {
       using T = decltype(v);
       if constexpr (!std::is_same_v<T, bool>) {
-        add_bias_rows<T><<<blocks_for(out.numel()), kThreads, 0, stream>>>(
-            out.ptr<T>(), static_cast<const T*>(bias), out.numel(), N);
+        add_bias_rows<T><<<blocks_for(rows * N), kThreads, 0, stream>>>(
+            static_cast<T*>(out), static_cast<const T*>(bias), rows * N, N);
         check_launch(ctx.op_name());
       }
     });
   };
-  if (K == 0) return bias_only(true);
-  if (!is_float(t)) {
-    const BroadcastIndex none = make_broadcast_index({}, {}, ctx.op_name());
-    dispatch(t, ctx.op_name(), [&](auto v) {
-      using T = decltype(v);
-      if constexpr (!std::is_same_v<T, bool> && std::is_integral_v<T>)
-        launch_int_gemm<T>(ctx.op_name(), stream, x.ptr<T>(), K, 1, none, 0, w.ptr<T>(), 1, K, none,
-                           0, static_cast<const T*>(bias), out.ptr<T>(), 1, rows, N, K);
-    });
-    return;
+  if (K == 0) {
+    KILN_CUDA_CHECK(cudaMemsetAsync(out, 0, static_cast<size_t>(rows * N) * size_of(t), stream));
+    return add_bias();
   }
   GemmKey key;
   key.device = ctx.device();
   key.dtype = t;
-  key.tf32 = ctx.attrs().b("tf32", false);
+  key.tf32 = tf32;
   key.trans_a = true;
   key.m = N, key.n = rows, key.k = K;
   key.lda = K, key.ldb = K, key.ldd = N;
   // the bias epilogue where an algorithm takes it (and the bias is aligned for its vector
   // loads); otherwise the bias is added afterwards
-  if (has_bias && alignment_of(bias) >= 16) {
+  if (bias && alignment_of(bias) >= 16) {
     key.bias = true;
-    if (try_gemm(ctx, key, {w.data, x.data, out.data, bias})) return;
+    if (try_gemm(ctx, key, {w, x, out, bias})) return;
     key.bias = false;
   }
-  if (try_gemm(ctx, key, {w.data, x.data, out.data, nullptr})) return bias_only(false);
-  fail<UnsupportedError>("[linear] cuBLASLt has no algorithm for input {} and weight {} in {}",
-                         str(x.shape), str(w.shape), name(t));
+  if (try_gemm(ctx, key, {w, x, out, nullptr})) return add_bias();
+  fail<UnsupportedError>("[{}] cuBLASLt has no algorithm for {} rows, K {} and N {} in {}",
+                         ctx.op_name(), rows, K, N, name(t));
+}
+
+namespace {
+
+void linear(KernelContext& ctx) {
+  const TensorView &x = ctx.in(0), &w = ctx.in(1), &out = ctx.out(0);
+  const void* bias = ctx.attrs().b("has_bias") ? ctx.in(2).data : nullptr;
+  const int64_t K = x.shape.back(), N = w.shape[0];
+  if (out.numel() == 0) return;
+  const int64_t rows = out.numel() / N;
+  const DType t = x.dtype;
+  if (K > 0 && !is_float(t)) {
+    const BroadcastIndex none = make_broadcast_index({}, {}, ctx.op_name());
+    dispatch(t, ctx.op_name(), [&](auto v) {
+      using T = decltype(v);
+      if constexpr (!std::is_same_v<T, bool> && std::is_integral_v<T>)
+        launch_int_gemm<T>(ctx.op_name(), stream_of(ctx), x.ptr<T>(), K, 1, none, 0, w.ptr<T>(), 1,
+                           K, none, 0, static_cast<const T*>(bias), out.ptr<T>(), 1, rows, N, K);
+    });
+    return;
+  }
+  linear_float(ctx, x.data, w.data, bias, out.data, rows, N, K, t,
+               ctx.attrs().b("tf32", false));
 }
 
 }  // namespace

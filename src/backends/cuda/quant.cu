@@ -5,7 +5,8 @@
 // backends/quant_math.h, shared with the CPU). f16/bf16 data runs through f32
 // (KernelEntry::half_via_f32). quantized_matmul: cuBLASLt's int8 product where its
 // rules allow (quant_gemm.cu), else one thread per output element, an exact i32 dot product; the
-// epilogue in double as on the CPU. quantized_conv: quant_conv.cu.
+// epilogue in double as on the CPU. quantized_conv: quant_conv.cu; quantized_weight_linear:
+// quant_linear.cu.
 #include <cmath>
 #include <initializer_list>
 #include <limits>
@@ -20,6 +21,7 @@
 namespace kiln::cuda {
 
 void quantized_conv(KernelContext& ctx);  // quant_conv.cu
+void register_quant_linear_kernels();     // quant_linear.cu: quantized_weight_linear
 
 namespace {
 
@@ -314,6 +316,7 @@ void register_quant_kernels() {
   register_kernel(OpId::QuantizedMatmul, Backend::cuda,
                   {quantized_matmul, DTypeSet{i8, u8}, 0, false});
   register_kernel(OpId::QuantizedConv, Backend::cuda, {quantized_conv, DTypeSet{i8, u8}, 0, false});
+  register_quant_linear_kernels();
 }
 
 }  // namespace kiln::cuda

@@ -182,43 +182,52 @@ __global__ void weights_khwc_i8(const W* __restrict__ w, int8_t* __restrict__ ou
 }
 
 // (O, C, kh, kw) i8 weights as rows of the implicit GEMM's kRows mode: (O, KH rounded up to even,
-// 32) with w[o, c, kh, kw] at [o, kh, kw pc + c], zeros elsewhere (g.kp = the row).
-__global__ void weights_rows_i8(const int8_t* __restrict__ w, int8_t* __restrict__ out,
-                                QConvArgs g) {
+// 32) with w[o, c, kh, kw] at [o, kh, kw pc + c], zeros elsewhere (g.kp = the row). Element i of
+// `count`, from `first`, a thread each (a grid stride of `stride`).
+__device__ void weights_rows_i8(const int8_t* __restrict__ w, int8_t* __restrict__ out,
+                                const QConvArgs& g, int64_t first, int64_t stride) {
   const int64_t total = g.O * g.kp;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
-       i += int64_t{blockDim.x} * gridDim.x) {
+  for (int64_t i = first; i < total; i += stride) {
     const int64_t o = i / g.kp, r = i % g.kp, kh = r / 32, p = r % 32;
     const int64_t kw = p / g.pc, c = p % g.pc;
     out[i] = kh < g.KH && kw < g.KW && c < g.C ? w[g.w_at(o, c, kh, kw)] : int8_t{0};
   }
 }
 
-// NHWC x as the kRows mode reads it: (N, ph, pw, pc), the image at (pt, pl), x's zero point
-// elsewhere (padding, channels past C, what the last window rows read past the image); a pixel
-// a thread, 32-bit index math (the host checks the size).
+// What the kRows mode reads, in one launch: NHWC x as (N, ph, pw, pc), the image at (pt, pl), x's
+// zero point elsewhere (padding, channels past C, what the last window rows read past the image),
+// a block a padded row (its threads along the row's words: no division by the row's geometry),
+// 32-bit index math (the host checks the size); the blocks past the last row write the weight
+// rows (weights_rows_i8).
 template <typename A>
-__global__ void rows_input_i8(const A* __restrict__ x, const A* __restrict__ zx,
-                              A* __restrict__ out, QConvArgs g) {
+__global__ void rows_operands_i8(const A* __restrict__ x, const A* __restrict__ zx,
+                                 A* __restrict__ out, const int8_t* __restrict__ w,
+                                 int8_t* __restrict__ w_out, QConvArgs g) {
+  const int ph = static_cast<int>(g.ph), rows = static_cast<int>(g.N) * ph;
+  const int row = static_cast<int>(blockIdx.x);
+  if (row >= rows) {
+    const int64_t b = row - rows, blocks = gridDim.x - rows;
+    return weights_rows_i8(w, w_out, g, b * blockDim.x + threadIdx.x, blocks * blockDim.x);
+  }
   const uint32_t zb = static_cast<uint8_t>(zx[0]);
-  const int pw = static_cast<int>(g.pw), ph = static_cast<int>(g.ph), C = static_cast<int>(g.C);
+  const int pw = static_cast<int>(g.pw), C = static_cast<int>(g.C);
   const int H = static_cast<int>(g.H), W = static_cast<int>(g.W);
-  const int words = static_cast<int>(g.pc / 4);
-  const int total = static_cast<int>(g.N) * ph * pw;
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += blockDim.x * gridDim.x) {
-    const int t = i / pw, iw = i - t * pw - static_cast<int>(g.pl), n = t / ph;
-    const int ih = t - n * ph - static_cast<int>(g.pt);
-    const bool in = ih >= 0 && ih < H && iw >= 0 && iw < W;
-    const A* px = x + (in ? ((n * H + ih) * W + iw) * C : 0);
-    for (int q = 0; q < words; ++q) {
-      uint32_t word = 0;
+  const int shift = g.pc == 4 ? 0 : g.pc == 8 ? 1 : g.pc == 16 ? 2 : 3;  // log2(words a pixel)
+  const int n = row / ph, ih = row - n * ph - static_cast<int>(g.pt);
+  const bool row_in = ih >= 0 && ih < H;
+  const A* xrow = x + (row_in ? (n * H + ih) * W * C : 0);
+  uint32_t* orow = reinterpret_cast<uint32_t*>(out) + row * (pw << shift);
+  for (int t = threadIdx.x; t < (pw << shift); t += blockDim.x) {
+    const int q = t & ((1 << shift) - 1), iw = (t >> shift) - static_cast<int>(g.pl);
+    const bool in = row_in && iw >= 0 && iw < W;
+    const A* px = xrow + (in ? iw * C : 0);
+    uint32_t word = 0;
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int c = 4 * q + j;
-        word |= (in && c < C ? static_cast<uint8_t>(px[c]) : zb) << (8 * j);
-      }
-      reinterpret_cast<uint32_t*>(out)[i * words + q] = word;
+    for (int j = 0; j < 4; ++j) {
+      const int c = 4 * q + j;
+      word |= (in && c < C ? static_cast<uint8_t>(px[c]) : zb) << (8 * j);
     }
+    orow[t] = word;
   }
 }
 
@@ -743,19 +752,22 @@ bool conv_igemm(KernelContext& ctx, QConvArgs g, const float* bias, const int32_
     const int8_t* w8 = tw.ptr<int8_t>();
     const A* x = tx.ptr<A>();
     g.kp = K;
-    if (rows || (g.KH * g.KW > 1 && !g.ohwi) || pointer_alignment(w8) < 16) {
-      auto* buf = static_cast<int8_t*>(ctx.scratch(static_cast<size_t>(g.O * K)));
-      if (rows)
-        weights_rows_i8<<<blocks_for(g.O * K), kThreads, 0, st>>>(tw.ptr<int8_t>(), buf, g);
-      else
-        weights_khwc_i8<W><<<blocks_for(g.O * K), kThreads, 0, st>>>(tw.ptr<W>(), buf, g, 0);
-      w8 = buf;
-    }
     if (rows) {
+      // the padded copy of x and the weight rows, one launch
+      auto* wbuf = static_cast<int8_t*>(ctx.scratch(static_cast<size_t>(g.O * K)));
       const int64_t pixels = g.N * g.ph * g.pw;
       auto* xp = static_cast<A*>(ctx.scratch(static_cast<size_t>(pixels * g.pc)));
-      rows_input_i8<A><<<blocks_for(pixels), kThreads, 0, st>>>(x, ctx.in(2).ptr<A>(), xp, g);
+      const int64_t words = g.pw * g.pc / 4;
+      const int threads = static_cast<int>(std::min<int64_t>(256, (words + 31) / 32 * 32));
+      const int64_t w_blocks = std::min<int64_t>((g.O * K + threads - 1) / threads, 64);
+      rows_operands_i8<A><<<static_cast<unsigned>(g.N * g.ph + w_blocks), threads, 0, st>>>(
+          x, ctx.in(2).ptr<A>(), xp, tw.ptr<int8_t>(), wbuf, g);
+      w8 = wbuf;
       x = xp;
+    } else if ((g.KH * g.KW > 1 && !g.ohwi) || pointer_alignment(w8) < 16) {
+      auto* buf = static_cast<int8_t*>(ctx.scratch(static_cast<size_t>(g.O * K)));
+      weights_khwc_i8<W><<<blocks_for(g.O * K), kThreads, 0, st>>>(tw.ptr<W>(), buf, g, 0);
+      w8 = buf;
     }
     // an int8 residual goes through shared memory in 16-byte copies
     const bool res_tile = (res.kind == quant_math::Residual::kU8 ||

@@ -136,6 +136,9 @@ bool arity_rule(OpId op, const Attrs& attrs, int& lo, int& hi) {
     case OpId::QuantizedMatmul:
       lo = hi = 8 + opt("has_bias") + opt("has_residual");
       return true;
+    case OpId::QuantizedWeightLinear:
+      lo = hi = 4 + opt("has_bias");
+      return true;
     case OpId::QuantizedConv:  // a quantized residual brings its scale and zero point
       lo = hi = 8 + opt("has_bias") + opt("has_residual") +
                 2 * (opt("has_residual") && opt("quantized_residual"));
