@@ -18,6 +18,9 @@
 //   same pass for CUDA's constant weights, groups 1): w is (O, kh, kw, C).
 // quantized_weight_linear: inputs x (f32), w (N, K) i8/u8, w_scale, w_zp[, bias]; attr has_bias.
 //   Inference only.
+// dequantize_adaptive_avg_pool: inputs q (N, C, H, W) i8/u8, scale (0-d f32), zero point (0-d);
+//   attrs output_size (2 entries), channels_last (set by the channels_last pass on CUDA: q and
+//   the output are NHWC). Inference only.
 #include "kiln/ops/quant.h"
 
 #include "kiln/ops/core.h"
@@ -171,6 +174,27 @@ std::vector<TensorInfo> infer_quantized_weight_linear(const InferContext& ctx) {
   return {{out, f32}};
 }
 
+std::vector<TensorInfo> infer_dequantize_adaptive_avg_pool(const InferContext& ctx) {
+  const auto& in = ctx.inputs;
+  const char* op = ctx.name();
+  require_dtype(ctx, 0, DTypeSet{i8, u8}, "i8 or u8");
+  require_dtype(ctx, 1, DTypeSet{f32}, "f32 (a scale)");
+  if (in[2].dtype != in[0].dtype)
+    fail<DTypeError>("[{}] the zero point has dtype {} but q has {}", op, name(in[2].dtype),
+                     name(in[0].dtype));
+  if (!in[1].shape.empty() || !in[2].shape.empty())
+    fail<ShapeError>("[{}] the scale {} and zero point {} must be 0-d", op, str(in[1].shape),
+                     str(in[2].shape));
+  if (in[0].shape.size() != 4 || ctx.attrs.ints("output_size").size() != 2)
+    fail<ShapeError>("[{}] q {} must be (N, C, H, W) and output_size {} have 2 entries", op,
+                     str(in[0].shape), str(ctx.attrs.ints("output_size")));
+  // the float pool's shape rules, on the dequantized tensor
+  const Attrs pool{{"output_size", ctx.attrs.ints("output_size")},
+                   {"channels_last", ctx.attrs.b("channels_last", false)}};
+  const std::vector<TensorInfo> f{{in[0].shape, f32}};
+  return op_def(OpId::AdaptiveAvgPool).infer(InferContext{OpId::AdaptiveAvgPool, pool, f});
+}
+
 std::vector<TensorInfo> infer_quantized_conv(const InferContext& ctx) {
   const auto& in = ctx.inputs;
   const char* op = ctx.name();
@@ -305,6 +329,9 @@ void register_quant_ops() {
   define_op(OpId::QuantizedWeightLinear)
       .set_infer(infer_quantized_weight_linear)
       .not_differentiable();
+  define_op(OpId::DequantizeAdaptiveAvgPool)
+      .set_infer(infer_dequantize_adaptive_avg_pool)
+      .not_differentiable();
 }
 
 namespace {
@@ -374,11 +401,17 @@ Tensor quantized_conv(const QTensor& x, const QTensor& w, const Tensor& y_scale,
   return make_node1(OpId::QuantizedConv, in, attrs);
 }
 
-Tensor quantized_weight_linear(const Tensor& x, const QTensor& w, const std::optional<Tensor>& bias) {
+Tensor quantized_weight_linear(const Tensor& x, const QTensor& w,
+                               const std::optional<Tensor>& bias) {
   std::vector<Tensor> in{x, w.q, w.scale, w.zero_point};
   Attrs attrs;
   add_optional(in, attrs, "bias", bias);
   return make_node1(OpId::QuantizedWeightLinear, in, attrs);
+}
+
+Tensor dequantize_adaptive_avg_pool(const QTensor& q, const std::vector<int64_t>& output_size) {
+  return make_node1(OpId::DequantizeAdaptiveAvgPool, {q.q, q.scale, q.zero_point},
+                    {{"output_size", output_size}});
 }
 
 }  // namespace kiln

@@ -249,11 +249,14 @@ class Rewriter {
     return k == 1 && (n.op == OpId::Conv || n.op == OpId::ConvTranspose);
   }
 
-  // 2-D max and adaptive average pooling, which CUDA runs on NHWC data (max_pool's indices stay
-  // in-plane); the pass gives them channels_last where their input is NHWC already.
+  // 2-D max and adaptive average pooling (also of int8 data: dequantize_adaptive_avg_pool), which
+  // CUDA runs on NHWC data (max_pool's indices stay in-plane); the pass gives them channels_last
+  // where their input is NHWC already.
   bool pools_nhwc(const Node& n) const {
     if (!cuda_ || n.attrs.b("channels_last", false) || n.inputs.empty()) return false;
-    if (n.op != OpId::MaxPool && n.op != OpId::AdaptiveAvgPool) return false;
+    if (n.op != OpId::MaxPool && n.op != OpId::AdaptiveAvgPool &&
+        n.op != OpId::DequantizeAdaptiveAvgPool)
+      return false;
     const char* size = n.op == OpId::MaxPool ? "kernel" : "output_size";
     return info(n.inputs[0]).shape.size() == 4 && n.attrs.ints(size).size() == 2;
   }

@@ -26,7 +26,9 @@
 //
 // A float linear(x, dequantize(w (N, K) i8/u8, 0-d or per-row scale)[, bias]) that no quantize
 // follows (post-training quantization's classifier, whose result is returned) becomes
-// quantized_weight_linear: it reads the int8 weights and dequantizes them on the way.
+// quantized_weight_linear: it reads the int8 weights and dequantizes them on the way. A 2-D
+// adaptive_avg_pool of a per-tensor dequantize becomes dequantize_adaptive_avg_pool, which reads
+// the int8 data (no f32 copy of it is written).
 #include <cmath>
 
 #include "core/op_registry.h"
@@ -213,6 +215,13 @@ class Matcher {
                                    is_f32(dw.inputs[1]) && info(dw.inputs[2]).shape == scale);
   }
 
+  // n = adaptive_avg_pool(dequantize(q (N, C, H, W), 0-d scale and zero point), (oh, ow)).
+  bool dequantized_pool(const Node& n) const {
+    return n.op == OpId::AdaptiveAvgPool && n.inputs.size() == 1 &&
+           !n.attrs.b("channels_last", false) && n.attrs.ints("output_size").size() == 2 &&
+           info(n.inputs[0]).shape.size() == 4 && per_tensor_dequantize(n.inputs[0]);
+  }
+
   // v = dequantize(q i8/u8, 0-d f32 scale, 0-d zero point), whole tensor.
   bool per_tensor_dequantize(ValueRef v) const {
     const Node& n = node(v);
@@ -250,7 +259,8 @@ Program fuse_quant(const Program& p) {
     for (int32_t a : at[i]->absorbed) absorbed[a] = 1;
     any = true;
   }
-  for (const Node& n : nodes) any = any || matcher.pools_int8(n) || matcher.weight_linear(n);
+  for (const Node& n : nodes)
+    any = any || matcher.pools_int8(n) || matcher.weight_linear(n) || matcher.dequantized_pool(n);
   if (!any) return p;
   ProgramBuilder b(p);
   std::vector<int32_t> int8_pool(nodes.size(), -1);  // a rewritten pool's int8 max_pool node
@@ -273,6 +283,17 @@ Program fuse_quant(const Program& p) {
           pool.name + ".dequantize");
       b.graph().nodes[mp].origin = b.graph().nodes[d].origin = pool.origin;
       b.map(id, {{d, 0}, {mp, 1}});
+      continue;
+    }
+    if (matcher.dequantized_pool(nodes[i])) {
+      const Node &pool = nodes[i], &dq = nodes[pool.inputs[0].node];
+      std::vector<ValueRef> in;
+      for (const ValueRef v : dq.inputs) in.push_back(b.remap(v));
+      const int32_t nid =
+          b.graph().add(OpId::DequantizeAdaptiveAvgPool, in,
+                        Attrs{{"output_size", pool.attrs.ints("output_size")}}, pool.name);
+      b.graph().nodes[nid].origin = pool.origin;
+      b.map(id, {{nid, 0}});
       continue;
     }
     if (!at[i] && matcher.weight_linear(nodes[i])) {

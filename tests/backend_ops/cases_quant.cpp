@@ -120,6 +120,19 @@ bool build_qwl(Case& c, DType, int i) {
 }
 const bool kQwl = register_cases({OpId::QuantizedWeightLinear, 5, build_qwl, {f32}});
 
+// (q = t) a global pool of a ResNet tail's shape, scaled down; uneven overlapping windows
+bool build_dq_pool(Case& c, DType t, int i) {
+  const Shape qs = i == 0 ? Shape{4, 64, 7, 7} : Shape{2, 3, 9, 6};
+  const std::vector<int64_t> out = i == 0 ? std::vector<int64_t>{1, 1} : std::vector<int64_t>{2, 4};
+  const Tensor q = t == u8 ? c.ints(qs, 0, 255, u8) : c.ints(qs, -128, 127, i8);
+  const Tensor z = t == u8 ? c.ints({}, 100, 150, u8) : c.ints({}, -10, 10, i8);
+  c.outs = {dequantize_adaptive_avg_pool({q, c.rand({}, f32, 0.01, 0.05), z}, out)};
+  c.grad = false;
+  c.note(fmt::format("dequantize_adaptive_avg_pool q {}", to_string(qs)));
+  return true;
+}
+const bool kDqPool = register_cases({OpId::DequantizeAdaptiveAvgPool, 2, build_dq_pool, {i8, u8}});
+
 // (x dtype = t) conv with w i8: padded 3x3 per channel with bias, residual and relu; strided,
 // dilated, grouped with asymmetric pads and per-tensor weights; depthwise with relu; a 1x1 with
 // u8 weights and zero points, an i32 bias; two large ones (groups 1) for CUDA's cuBLASLt path,

@@ -106,4 +106,13 @@ Tensor quantized_conv(const QTensor& x, const QTensor& w, const Tensor& y_scale,
 Tensor quantized_weight_linear(const Tensor& x, const QTensor& w,
                                const std::optional<Tensor>& bias = std::nullopt);
 
+/// adaptive_avg_pool(dequantize(q, scale, zero_point), output_size) in one op: q (N, C, H, W) i8/u8
+/// with a 0-d f32 scale and a zero point of q's dtype, output_size (oh, ow); the result
+/// (N, C, oh, ow) is f32. Each element is dequantized as dequantize does and the window's values
+/// are summed in f32 (window order) and divided by their count, so the result equals the
+/// unfused graph's up to the order of the sums; the f32 copy of q is never written. The
+/// fuse_quant pass builds it from adaptive_avg_pool(dequantize(q)) (a quantized CNN's global
+/// average pool before its float classifier). Not differentiable.
+Tensor dequantize_adaptive_avg_pool(const QTensor& q, const std::vector<int64_t>& output_size);
+
 }  // namespace kiln

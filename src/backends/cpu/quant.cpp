@@ -286,6 +286,47 @@ void quantized_weight_linear(KernelContext& ctx) {
                  [&](auto w) { quantized_weight_linear_impl<decltype(w)>(ctx); });
 }
 
+// A thread range of outputs, each its window's dequantized values summed in f32 in window order
+// and divided by their count (the float pool's arithmetic); NCHW or (channels_last) NHWC.
+template <typename Q>
+void dequantize_adaptive_avg_pool_impl(KernelContext& ctx) {
+  const TensorView &q = ctx.in(0), &y = ctx.out(0);
+  const bool cl = ctx.attrs().b("channels_last", false);
+  const int64_t N = q.shape[0], C = q.shape[cl ? 3 : 1], H = q.shape[cl ? 1 : 2],
+                W = q.shape[cl ? 2 : 3];
+  const int64_t OH = y.shape[cl ? 1 : 2], OW = y.shape[cl ? 2 : 3];
+  const int64_t sc = cl ? 1 : H * W, sh = cl ? W * C : W, sw = cl ? C : 1;
+  const float s = *ctx.in(1).ptr<float>();
+  const Q zp = *ctx.in(2).ptr<Q>();
+  const Q* pq = q.ptr<Q>();
+  float* out = y.ptr<float>();
+  ctx.parallel_for(y.numel(), 64, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      int64_t c, oh, ow, n;
+      if (cl) {
+        c = i % C, ow = i / C % OW, oh = i / (C * OW) % OH, n = i / (C * OW * OH);
+      } else {
+        ow = i % OW, oh = i / OW % OH, c = i / (OW * OH) % C, n = i / (OW * OH * C);
+      }
+      const int64_t h0 = oh * H / OH, h1 = ((oh + 1) * H + OH - 1) / OH;
+      const int64_t w0 = ow * W / OW, w1 = ((ow + 1) * W + OW - 1) / OW;
+      const Q* base = pq + n * C * H * W + c * sc;
+      float sum = 0.0f;
+      for (int64_t h = h0; h < h1; ++h)
+        for (int64_t w = w0; w < w1; ++w) sum += dequantize_one(base[h * sh + w * sw], zp, s);
+      out[i] = sum / static_cast<float>((h1 - h0) * (w1 - w0));
+    }
+  });
+}
+
+void dequantize_adaptive_avg_pool(KernelContext& ctx) {
+  if (ctx.out(0).numel() == 0) return;
+  if (ctx.in(0).dtype == DType::i8)
+    dequantize_adaptive_avg_pool_impl<int8_t>(ctx);
+  else
+    dequantize_adaptive_avg_pool_impl<uint8_t>(ctx);
+}
+
 }  // namespace
 
 bool dnnl_int8_exact() {
@@ -306,6 +347,8 @@ void register_quant_kernels() {
   register_kernel(OpId::QuantizedConv, Backend::cpu, {quantized_conv, DTypeSet{i8, u8}, 0, false});
   register_kernel(OpId::QuantizedWeightLinear, Backend::cpu,
                   {quantized_weight_linear, DTypeSet{f32}, 0, false});
+  register_kernel(OpId::DequantizeAdaptiveAvgPool, Backend::cpu,
+                  {dequantize_adaptive_avg_pool, DTypeSet{i8, u8}, 0, false});
 }
 
 }  // namespace kiln::cpu

@@ -8,6 +8,7 @@
 // epilogue in double as on the CPU. quantized_conv: quant_conv.cu; quantized_weight_linear:
 // quant_linear.cu.
 #include <cmath>
+#include <cstdint>
 #include <initializer_list>
 #include <limits>
 #include <utility>
@@ -307,6 +308,77 @@ void quantized_matmul(KernelContext& ctx) {
   });
 }
 
+// dequantize_adaptive_avg_pool: a thread an output, its window's taps loaded 8 at a time ahead of
+// the sum, each dequantized as dequantize does and summed in f32 in window order, then divided by
+// the count (the float NHWC pool's arithmetic); NCHW or NHWC through strides. Offsets fit 32 bits.
+struct DqPoolArgs {
+  int n_out, C, H, W, OH, OW;
+  int sc, sh, sw;  // strides of a channel, row and column
+  bool cl;
+};
+
+template <typename Q>
+__global__ void dequantize_adaptive_avg_pool_kernel(const Q* __restrict__ q,
+                                                    const float* __restrict__ scale,
+                                                    const Q* __restrict__ zp, float* __restrict__ y,
+                                                    DqPoolArgs g) {
+  const float s = scale[0];
+  const Q z = zp[0];
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < g.n_out; i += gridDim.x * blockDim.x) {
+    int c, oh, ow, n;
+    if (g.cl) {
+      c = i % g.C, ow = i / g.C % g.OW, oh = i / (g.C * g.OW) % g.OH, n = i / (g.C * g.OW * g.OH);
+    } else {
+      ow = i % g.OW, oh = i / g.OW % g.OH, c = i / (g.OW * g.OH) % g.C;
+      n = i / (g.OW * g.OH * g.C);
+    }
+    const int h0 = oh * g.H / g.OH, h1 = ((oh + 1) * g.H + g.OH - 1) / g.OH;
+    const int w0 = ow * g.W / g.OW, w1 = ((ow + 1) * g.W + g.OW - 1) / g.OW;
+    const int taps = (h1 - h0) * (w1 - w0);
+    const Q* base = q + n * g.C * g.H * g.W + c * g.sc;
+    float sum = 0.0f;
+    int h = h0, w = w0;  // the next tap to load, in row-major window order
+    for (int t0 = 0; t0 < taps; t0 += 8) {
+      Q v[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {  // loads past the last tap repeat it
+        v[u] = base[h * g.sh + w * g.sw];
+        if (t0 + u + 1 < taps && ++w == w1) w = w0, ++h;
+      }
+#pragma unroll
+      for (int u = 0; u < 8; ++u)
+        if (t0 + u < taps) sum += dequantize_one(v[u], z, s);
+    }
+    y[i] = sum / static_cast<float>(taps);
+  }
+}
+
+void dequantize_adaptive_avg_pool(KernelContext& ctx) {
+  const TensorView &tq = ctx.in(0), &ty = ctx.out(0);
+  if (ty.numel() == 0) return;
+  if (tq.numel() > INT32_MAX)
+    fail<UnsupportedError>("[{}] cuda kernel takes fewer than 2^31 elements, got {}", ctx.op_name(),
+                           tq.numel());
+  DqPoolArgs g;
+  g.cl = ctx.attrs().b("channels_last", false);
+  auto dim = [](int64_t d) { return static_cast<int>(d); };
+  g.n_out = dim(ty.numel());
+  g.C = dim(tq.shape[g.cl ? 3 : 1]), g.H = dim(tq.shape[g.cl ? 1 : 2]);
+  g.W = dim(tq.shape[g.cl ? 2 : 3]);
+  g.OH = dim(ty.shape[g.cl ? 1 : 2]), g.OW = dim(ty.shape[g.cl ? 2 : 3]);
+  g.sc = g.cl ? 1 : g.H * g.W, g.sh = g.cl ? g.W * g.C : g.W, g.sw = g.cl ? g.C : 1;
+  auto launch = [&](auto t) {
+    using Q = decltype(t);
+    dequantize_adaptive_avg_pool_kernel<Q><<<blocks_for(g.n_out, 128), 128, 0, stream_of(ctx)>>>(
+        tq.ptr<Q>(), ctx.in(1).ptr<float>(), ctx.in(2).ptr<Q>(), ty.ptr<float>(), g);
+  };
+  if (tq.dtype == DType::i8)
+    launch(int8_t{});
+  else
+    launch(uint8_t{});
+  check_launch(ctx.op_name());
+}
+
 }  // namespace
 
 void register_quant_kernels() {
@@ -316,6 +388,8 @@ void register_quant_kernels() {
   register_kernel(OpId::QuantizedMatmul, Backend::cuda,
                   {quantized_matmul, DTypeSet{i8, u8}, 0, false});
   register_kernel(OpId::QuantizedConv, Backend::cuda, {quantized_conv, DTypeSet{i8, u8}, 0, false});
+  register_kernel(OpId::DequantizeAdaptiveAvgPool, Backend::cuda,
+                  {dequantize_adaptive_avg_pool, DTypeSet{i8, u8}, 0, false});
   register_quant_linear_kernels();
 }
 

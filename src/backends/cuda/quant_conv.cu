@@ -196,38 +196,51 @@ __device__ void weights_rows_i8(const int8_t* __restrict__ w, int8_t* __restrict
 
 // What the kRows mode reads, in one launch: NHWC x as (N, ph, pw, pc), the image at (pt, pl), x's
 // zero point elsewhere (padding, channels past C, what the last window rows read past the image),
-// a block a padded row (its threads along the row's words: no division by the row's geometry),
-// 32-bit index math (the host checks the size); the blocks past the last row write the weight
-// rows (weights_rows_i8).
+// four consecutive words of it a thread (one 16-byte store; the byte loads of a word's pixel are
+// independent), 32-bit index math (the host checks the size); blocks from x_blocks on write the
+// weight rows (weights_rows_i8).
 template <typename A>
 __global__ void rows_operands_i8(const A* __restrict__ x, const A* __restrict__ zx,
                                  A* __restrict__ out, const int8_t* __restrict__ w,
-                                 int8_t* __restrict__ w_out, QConvArgs g) {
-  const int ph = static_cast<int>(g.ph), rows = static_cast<int>(g.N) * ph;
-  const int row = static_cast<int>(blockIdx.x);
-  if (row >= rows) {
-    const int64_t b = row - rows, blocks = gridDim.x - rows;
+                                 int8_t* __restrict__ w_out, QConvArgs g, int x_blocks) {
+  if (static_cast<int>(blockIdx.x) >= x_blocks) {
+    const int64_t b = blockIdx.x - x_blocks, blocks = gridDim.x - x_blocks;
     return weights_rows_i8(w, w_out, g, b * blockDim.x + threadIdx.x, blocks * blockDim.x);
   }
-  const uint32_t zb = static_cast<uint8_t>(zx[0]);
-  const int pw = static_cast<int>(g.pw), C = static_cast<int>(g.C);
-  const int H = static_cast<int>(g.H), W = static_cast<int>(g.W);
   const int shift = g.pc == 4 ? 0 : g.pc == 8 ? 1 : g.pc == 16 ? 2 : 3;  // log2(words a pixel)
-  const int n = row / ph, ih = row - n * ph - static_cast<int>(g.pt);
-  const bool row_in = ih >= 0 && ih < H;
-  const A* xrow = x + (row_in ? (n * H + ih) * W * C : 0);
-  uint32_t* orow = reinterpret_cast<uint32_t*>(out) + row * (pw << shift);
-  for (int t = threadIdx.x; t < (pw << shift); t += blockDim.x) {
-    const int q = t & ((1 << shift) - 1), iw = (t >> shift) - static_cast<int>(g.pl);
-    const bool in = row_in && iw >= 0 && iw < W;
-    const A* px = xrow + (in ? iw * C : 0);
-    uint32_t word = 0;
+  const int ph = static_cast<int>(g.ph), row_words = static_cast<int>(g.pw) << shift;
+  const int total = static_cast<int>(g.N) * ph * row_words;
+  const int tid = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  const int f0 = 4 * tid;  // the first of this thread's words
+  if (f0 >= total) return;
+  const uint32_t zb = static_cast<uint8_t>(zx[0]);
+  const int C = static_cast<int>(g.C), H = static_cast<int>(g.H), W = static_cast<int>(g.W);
+  const int pt = static_cast<int>(g.pt), pl = static_cast<int>(g.pl);
+  int row = f0 / row_words, col = f0 - row * row_words;
+  int n = row / ph, r = row - n * ph;  // the padded row of image n
+  uint32_t word[4];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int c = 4 * q + j;
-      word |= (in && c < C ? static_cast<uint8_t>(px[c]) : zb) << (8 * j);
+  for (int j = 0; j < 4; ++j) {
+    const int ih = r - pt, iw = (col >> shift) - pl, q = col & ((1 << shift) - 1);
+    const bool in = ih >= 0 && ih < H && iw >= 0 && iw < W;
+    const A* px = x + (in ? ((n * H + ih) * W + iw) * C : 0);
+    uint32_t v = 0;
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      const int c = 4 * q + b;
+      v |= (in && c < C ? static_cast<uint8_t>(px[c]) : zb) << (8 * b);
     }
-    orow[t] = word;
+    word[j] = v;
+    if (++col == row_words) {
+      col = 0;
+      if (++r == ph) r = 0, ++n;
+    }
+  }
+  auto* o = reinterpret_cast<uint32_t*>(out) + f0;
+  if (f0 + 4 <= total) {
+    *reinterpret_cast<uint4*>(o) = make_uint4(word[0], word[1], word[2], word[3]);
+  } else {
+    for (int j = 0; f0 + j < total; ++j) o[j] = word[j];
   }
 }
 
@@ -757,11 +770,11 @@ bool conv_igemm(KernelContext& ctx, QConvArgs g, const float* bias, const int32_
       auto* wbuf = static_cast<int8_t*>(ctx.scratch(static_cast<size_t>(g.O * K)));
       const int64_t pixels = g.N * g.ph * g.pw;
       auto* xp = static_cast<A*>(ctx.scratch(static_cast<size_t>(pixels * g.pc)));
-      const int64_t words = g.pw * g.pc / 4;
-      const int threads = static_cast<int>(std::min<int64_t>(256, (words + 31) / 32 * 32));
-      const int64_t w_blocks = std::min<int64_t>((g.O * K + threads - 1) / threads, 64);
-      rows_operands_i8<A><<<static_cast<unsigned>(g.N * g.ph + w_blocks), threads, 0, st>>>(
-          x, ctx.in(2).ptr<A>(), xp, tw.ptr<int8_t>(), wbuf, g);
+      const int64_t words = pixels * g.pc / 4;
+      const int x_blocks = static_cast<int>((words + 4 * kThreads - 1) / (4 * kThreads));
+      const int64_t w_blocks = std::min<int64_t>((g.O * K + kThreads - 1) / kThreads, 64);
+      rows_operands_i8<A><<<static_cast<unsigned>(x_blocks + w_blocks), kThreads, 0, st>>>(
+          x, ctx.in(2).ptr<A>(), xp, tw.ptr<int8_t>(), wbuf, g, x_blocks);
       w8 = wbuf;
       x = xp;
     } else if ((g.KH * g.KW > 1 && !g.ohwi) || pointer_alignment(w8) < 16) {

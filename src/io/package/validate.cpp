@@ -131,6 +131,7 @@ bool arity_rule(OpId op, const Attrs& attrs, int& lo, int& hi) {
       return true;
     // quantization (src/ops/quant.cpp): x, scale, zero_point
     case OpId::Quantize: case OpId::Dequantize: case OpId::FakeQuantize:
+    case OpId::DequantizeAdaptiveAvgPool:
       lo = hi = 3;
       return true;
     case OpId::QuantizedMatmul:
