@@ -353,6 +353,46 @@ __global__ void dequantize_adaptive_avg_pool_kernel(const Q* __restrict__ q,
   }
 }
 
+// NHWC with C % 4 == 0: four channels a thread, a 4-byte load a tap (a warp reads 128 bytes of a
+// pixel at once), up to 64 taps in flight (a 7x7 window's all at once: the threads are few), the
+// same arithmetic per channel.
+template <typename Q, int kAhead = 64>
+__global__ void dequantize_adaptive_avg_pool_x4_kernel(const uint32_t* __restrict__ q,
+                                                       const float* __restrict__ scale,
+                                                       const Q* __restrict__ zp,
+                                                       float4* __restrict__ y, DqPoolArgs g) {
+  const float s = scale[0];
+  const Q z = zp[0];
+  const int C4 = g.C / 4, n4 = g.n_out / 4;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += gridDim.x * blockDim.x) {
+    const int c4 = i % C4, ow = i / C4 % g.OW, oh = i / (C4 * g.OW) % g.OH;
+    const int n = i / (C4 * g.OW * g.OH);
+    const int h0 = oh * g.H / g.OH, h1 = ((oh + 1) * g.H + g.OH - 1) / g.OH;
+    const int w0 = ow * g.W / g.OW, w1 = ((ow + 1) * g.W + g.OW - 1) / g.OW;
+    const int taps = (h1 - h0) * (w1 - w0);
+    const uint32_t* base = q + n * C4 * g.H * g.W + c4;
+    float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    int h = h0, w = w0;
+    for (int t0 = 0; t0 < taps; t0 += kAhead) {
+      uint32_t v[kAhead];
+#pragma unroll
+      for (int u = 0; u < kAhead; ++u) {  // in groups of 8; loads past the last tap repeat it
+        if (u % 8 == 0 && t0 + u >= taps) break;
+        v[u] = base[(h * g.W + w) * C4];
+        if (t0 + u + 1 < taps && ++w == w1) w = w0, ++h;
+      }
+#pragma unroll
+      for (int u = 0; u < kAhead; ++u)
+        if (t0 + u < taps)
+#pragma unroll
+          for (int b = 0; b < 4; ++b)
+            sum[b] += dequantize_one(static_cast<Q>(v[u] >> (8 * b)), z, s);
+    }
+    const float count = static_cast<float>(taps);
+    y[i] = make_float4(sum[0] / count, sum[1] / count, sum[2] / count, sum[3] / count);
+  }
+}
+
 void dequantize_adaptive_avg_pool(KernelContext& ctx) {
   const TensorView &tq = ctx.in(0), &ty = ctx.out(0);
   if (ty.numel() == 0) return;
@@ -367,8 +407,17 @@ void dequantize_adaptive_avg_pool(KernelContext& ctx) {
   g.W = dim(tq.shape[g.cl ? 2 : 3]);
   g.OH = dim(ty.shape[g.cl ? 1 : 2]), g.OW = dim(ty.shape[g.cl ? 2 : 3]);
   g.sc = g.cl ? 1 : g.H * g.W, g.sh = g.cl ? g.W * g.C : g.W, g.sw = g.cl ? g.C : 1;
+  const bool x4 = g.cl && g.C % 4 == 0 && pointer_alignment(tq.data) >= 4 &&
+                  pointer_alignment(ty.data) >= 16;
   auto launch = [&](auto t) {
     using Q = decltype(t);
+    if (x4) {
+      dequantize_adaptive_avg_pool_x4_kernel<Q>
+          <<<blocks_for(g.n_out / 4, 128), 128, 0, stream_of(ctx)>>>(
+              tq.ptr<uint32_t>(), ctx.in(1).ptr<float>(), ctx.in(2).ptr<Q>(),
+              static_cast<float4*>(ty.data), g);
+      return;
+    }
     dequantize_adaptive_avg_pool_kernel<Q><<<blocks_for(g.n_out, 128), 128, 0, stream_of(ctx)>>>(
         tq.ptr<Q>(), ctx.in(1).ptr<float>(), ctx.in(2).ptr<Q>(), ty.ptr<float>(), g);
   };
