@@ -9,6 +9,7 @@
 
 #include "kiln/ops/nn.h"
 #include "kiln/ops/quant.h"
+#include "support/executable_env.h"
 #include "support/reference.h"
 
 namespace kiln {
@@ -69,16 +70,7 @@ Reference reference(const Problem& p, const Data& d) {
 }
 
 void expect_close(const Array& y, const Reference& ref) {
-  ASSERT_EQ(y.dtype(), f32);
-  const auto v = to_f64(y);
-  ASSERT_EQ(v.size(), ref.y.size());
-  int bad = 0;
-  for (size_t i = 0; i < v.size(); ++i) {
-    const double tol = 1e-6 * ref.magnitude[i] + 1e-9;
-    if (!(std::abs(v[i] - ref.y[i]) <= tol) && bad++ < 5)
-      ADD_FAILURE() << "element " << i << ": " << v[i] << " vs " << ref.y[i] << " (tol " << tol
-                    << ")";
-  }
+  expect_close_to_magnitude(y, ref.y, ref.magnitude, 1e-6, 1e-9);
 }
 
 std::vector<Problem> problems() {
@@ -86,12 +78,6 @@ std::vector<Problem> problems() {
           {{1, 3, 9, 6}, {2, 4}, i8},  // windows of uneven sizes, overlapping
           {{4, 64, 8, 8}, {1, 1}, i8},
           {{3, 16, 5, 7}, {5, 7}, u8}};  // one tap a window
-}
-
-int count_steps(const Executable& exe, const std::string& op) {
-  int c = 0;
-  for (const auto& s : exe.placement()) c += s.op == op;
-  return c;
 }
 
 TEST(DequantizeAdaptiveAvgPool, MatchesReference) {

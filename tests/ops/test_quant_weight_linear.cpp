@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "kiln/ops/quant.h"
+#include "support/executable_env.h"
 #include "support/reference.h"
 
 namespace kiln {
@@ -74,16 +75,7 @@ Reference reference(const Problem& p, const Data& d) {
 }
 
 void expect_close(const Array& y, const Reference& ref) {
-  ASSERT_EQ(y.dtype(), f32);
-  const auto v = to_f64(y);
-  ASSERT_EQ(v.size(), ref.y.size());
-  int bad = 0;
-  for (size_t i = 0; i < v.size(); ++i) {
-    const double tol = 1e-5 * ref.magnitude[i] + 1e-6;
-    if (!(std::abs(v[i] - ref.y[i]) <= tol) && bad++ < 5)
-      ADD_FAILURE() << "element " << i << ": " << v[i] << " vs " << ref.y[i] << " (tol " << tol
-                    << ")";
-  }
+  expect_close_to_magnitude(y, ref.y, ref.magnitude, 1e-5, 1e-6);
 }
 
 std::vector<Problem> problems() {
@@ -110,12 +102,6 @@ TEST(QuantizedWeightLinear, MatchesReference) {
     EXPECT_EQ(y.dtype(), f32);
     expect_close(eval1(g, y, {{px, d.x}}), reference(p, d));
   }
-}
-
-int count_steps(const Executable& exe, const std::string& op) {
-  int c = 0;
-  for (const auto& s : exe.placement()) c += s.op == op;
-  return c;
 }
 
 TEST(QuantizedWeightLinear, FusedEqualsUnfused) {

@@ -81,6 +81,22 @@ void expect_close(const Array& actual, const Shape& shape, const std::vector<dou
   EXPECT_EQ(bad, 0) << bad << " of " << expected.size() << " elements differ";
 }
 
+void expect_close_to_magnitude(const Array& actual, const std::vector<double>& expected,
+                               const std::vector<double>& magnitude, double rtol, double atol) {
+  ASSERT_EQ(actual.dtype(), DType::f32);
+  ASSERT_EQ(static_cast<size_t>(actual.numel()), expected.size());
+  ASSERT_EQ(magnitude.size(), expected.size());
+  const auto got = to_f64(actual);
+  int bad = 0;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const double tol = atol + rtol * magnitude[i];
+    if (!(std::fabs(got[i] - expected[i]) <= tol) && bad++ < 5)
+      ADD_FAILURE() << "element " << i << ": got " << got[i] << ", expected " << expected[i]
+                    << " (tolerance " << tol << ", seed " << seed() << ")";
+  }
+  EXPECT_EQ(bad, 0) << bad << " of " << expected.size() << " elements differ";
+}
+
 double tolerance(DType t) {
   switch (t) {
     case DType::f64: return 1e-10;

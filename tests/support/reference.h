@@ -32,6 +32,11 @@ std::vector<double> to_f64(const Array& a);
 /// and the given shape.
 void expect_close(const Array& actual, const Shape& shape, const std::vector<double>& expected,
                   double rtol = 1e-5, double atol = 1e-6);
+/// Expects |actual - expected| <= atol + rtol * magnitude elementwise, magnitude[i] being the
+/// size of what element i sums (such as sum |a b| of a dot product: sums in any order stay
+/// within a few ulps of it), with f32 values of expected's count.
+void expect_close_to_magnitude(const Array& actual, const std::vector<double>& expected,
+                               const std::vector<double>& magnitude, double rtol, double atol);
 /// Relative (and absolute) tolerance for results of magnitude ~1 of an op computed in dtype t
 /// from exactly representable inputs: f64 1e-10, f32 2e-5, f16 2e-3, bf16 1.6e-2.
 double tolerance(DType t);
