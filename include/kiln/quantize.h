@@ -53,8 +53,9 @@ struct PtqOptions {
   /// quantization costs the most accuracy.
   bool quantize_outputs = false;
   /// An op kept float because its result is returned still stores its weights as i8 (one scale
-  /// per output channel, dequantized when run): its math stays float, its weights shrink by 4x
-  /// in the graph and in packages.
+  /// per output channel; a linear reads them through quantized_weight_linear, other ops through
+  /// a dequantize when run): its math stays float, its weights shrink by 4x in the graph and in
+  /// packages.
   bool int8_weights_for_outputs = true;
   /// Where calibration runs (default: kiln::default_device()).
   std::optional<Device> device;

@@ -2,7 +2,8 @@
 // replaced by a Constant. Generators without inputs (full, arange) are only folded into readers.
 // A large dequantize of int8 constants (weights stored as int8, such as post-training
 // quantization's float classifier) stays a node: the program, and packages made from it, keep
-// the int8 data, and runs dequantize it.
+// the int8 data; a linear reading it runs as quantized_weight_linear (fuse_quant, which runs
+// first), other readers get it dequantized when run.
 #include "core/op_registry.h"
 #include "passes/program.h"
 

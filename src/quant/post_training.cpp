@@ -126,7 +126,8 @@ class Planner {
       QuantizedOpInfo& info = report_.ops[c.info];
       if (!o_.quantize_outputs && is_output(p_, c.y)) {
         // fuse_quant needs the quantize after the chain: without it the op would run in float
-        // on dequantized values, so it stays float (with int8 weights, dequantized when run)
+        // on dequantized values, so it stays float (with int8 weights: a linear reads them through
+        // quantized_weight_linear, other ops through a dequantize when run)
         info.quantized = false;
         info.per_channel = o_.int8_weights_for_outputs && o_.per_channel;
         info.int8_weights = o_.int8_weights_for_outputs;
