@@ -93,7 +93,7 @@ void time_three(const std::string& what, const Graph& g, const Tensor& x, const 
   };
   const double tf = timed(f32x, x), tb = timed(bf16x, x), ti = timed(i8x, q.inputs[0]);
   fmt::print(
-      "{} inference, batch {}, {}: f32 {:.2f} ms, bf16 {:.2f} ms ({:.2f}x f32), int8 {:.2f} "
+      "{} inference, batch {}, {}: f32 {:.3f} ms, bf16 {:.3f} ms ({:.2f}x f32), int8 {:.3f} "
       "ms ({:.2f}x f32, {:.2f}x bf16)\n",
       what, shape[0], device.str(), tf, tb, tf / tb, ti, tf / ti, tb / ti);
   fmt::print(

@@ -56,6 +56,12 @@ class KernelContext {
                 std::vector<TensorView> outputs, ThreadPool* pool, const KernelEnv* env = nullptr)
       : op_(op), attrs_(attrs), inputs_(std::move(inputs)), outputs_(std::move(outputs)),
         pool_(pool), env_(env) {}
+  /// A context on `base`'s stream, thread pool and scratch allocator with other attrs and
+  /// inputs, for a kernel that prepares an input and then runs its op's plain form. Its scratch
+  /// returns to the allocator when it ends; `attrs` must outlive it.
+  KernelContext(const KernelContext& base, const Attrs& attrs, std::vector<TensorView> inputs)
+      : op_(base.op_), attrs_(attrs), inputs_(std::move(inputs)), outputs_(base.outputs_),
+        pool_(base.pool_), env_(base.env_) {}
   ~KernelContext();
   KernelContext(const KernelContext&) = delete;
   KernelContext& operator=(const KernelContext&) = delete;

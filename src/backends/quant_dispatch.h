@@ -10,8 +10,9 @@
 namespace kiln {
 
 /// Calls f(A{}, W{}, Y{}) with the C++ types (int8_t for i8, uint8_t for u8) of a quantized
-/// kernel's data (input 0), weights (input 3) and result (the dtype of input 7, its zero point);
-/// any other dtype is an UnsupportedError naming the op and `backend`.
+/// kernel's data (input 0; with quantize_x, f32 data, the dtype of its zero point, input 2),
+/// weights (input 3) and result (the dtype of input 7, its zero point); any other dtype is an
+/// UnsupportedError naming the op and `backend`.
 template <typename F>
 void with_int8_types(const KernelContext& ctx, const char* backend, F&& f) {
   auto one = [&](DType t, auto&& next) {
@@ -22,7 +23,8 @@ void with_int8_types(const KernelContext& ctx, const char* backend, F&& f) {
     else
       fail<UnsupportedError>("[{}] {} kernel got {}", ctx.op_name(), backend, name(t));
   };
-  one(ctx.in(0).dtype, [&](auto a) {
+  const DType data = ctx.attrs().b("quantize_x", false) ? ctx.in(2).dtype : ctx.in(0).dtype;
+  one(data, [&](auto a) {
     one(ctx.in(3).dtype, [&](auto w) { one(ctx.in(7).dtype, [&](auto y) { f(a, w, y); }); });
   });
 }

@@ -15,7 +15,10 @@
 //   (set by the channels_last pass, default false): x, residual and output are NHWC. Attr
 //   zero_w_zp (set by the same pass where w_zp is a constant of zeros, default false): kernels
 //   may skip the window sums of x that a weight zero point needs. Attr weights_ohwi (set by the
-//   same pass for CUDA's constant weights, groups 1): w is (O, kh, kw, C).
+//   same pass for CUDA's constant weights, groups 1): w is (O, kh, kw, C). Attr quantize_x (set
+//   by the same pass on CUDA where a quantize of a float image, at most 4 channels, feeds the
+//   conv alone, default false): x is f32 NCHW, whatever channels_last says, and the conv reads
+//   quantize(x, x_scale, x_zp) (exactly quantize's values; the data's dtype is x_zp's).
 // quantized_weight_linear: inputs x (f32), w (N, K) i8/u8, w_scale, w_zp[, bias]; attr has_bias.
 //   Inference only.
 // dequantize_adaptive_avg_pool: inputs q (N, C, H, W) i8/u8, scale (0-d f32), zero point (0-d);
@@ -196,8 +199,23 @@ std::vector<TensorInfo> infer_dequantize_adaptive_avg_pool(const InferContext& c
 }
 
 std::vector<TensorInfo> infer_quantized_conv(const InferContext& ctx) {
-  const auto& in = ctx.inputs;
   const char* op = ctx.name();
+  // quantize_x: x is f32 NCHW, read as quantize(x, x_scale, x_zp) of x_zp's dtype
+  const bool quantize_x = ctx.attrs.b("quantize_x", false);
+  if (quantize_x) {
+    require_dtype(ctx, 0, DTypeSet{f32}, "f32 (quantize_x: quantized by the conv)");
+    require_dtype(ctx, 2, DTypeSet{i8, u8}, "i8 or u8 (quantize_x: the data's dtype)");
+    std::vector<TensorInfo> as_int8 = ctx.inputs;
+    as_int8[0].dtype = as_int8[2].dtype;
+    Attrs plain = ctx.attrs;
+    plain.set("quantize_x", false);
+    if (plain.b("channels_last", false) && as_int8[0].shape.size() == 4) {
+      const Shape& s = as_int8[0].shape;
+      as_int8[0].shape = Shape{s[0], s[2], s[3], s[1]};
+    }
+    return infer_quantized_conv(InferContext{ctx.op, plain, as_int8});
+  }
+  const auto& in = ctx.inputs;
   check_int8_dtypes(ctx, "x");
   const Shape& x = in[0].shape;
   if (x.size() != 4 || in[3].shape.size() != 4)

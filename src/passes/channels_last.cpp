@@ -17,7 +17,9 @@
 // fewer bytes through transposes; on CUDA, 2-D max pooling and adaptive average pooling of an
 // NHWC value run on NHWC too (channels_last). A transpose is inserted only where an NCHW reader
 // (or an output of the program) meets an NHWC value, or the other way round, once per value; it
-// is a reshape when only dims of size 1 move.
+// is a reshape when only dims of size 1 move. On CUDA, an int8 conv whose x is the per-tensor
+// quantize of a float image (at most 4 channels) read by it alone takes the image itself
+// (quantize_x: no quantized copy and no transpose).
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -235,8 +237,9 @@ class Rewriter {
   static bool nhwc_input(const Node& n, size_t k) {
     switch (n.op) {
       case OpId::Conv:
-      case OpId::QuantizedConv:
         return k == 0 || k == residual_index(n);
+      case OpId::QuantizedConv:  // (quantize_x: x is an NCHW image)
+        return (k == 0 && !n.attrs.b("quantize_x", false)) || k == residual_index(n);
       case OpId::ConvGradWeight:
       case OpId::BatchNormTrainGrad:
       case OpId::MaxPoolGrad:
@@ -399,8 +402,11 @@ class Rewriter {
     const bool ohwi = n.op == OpId::QuantizedConv && cuda_ && n.attrs.i("groups") == 1 &&
                       info(n.inputs[3]).dtype == i8 &&
                       p_.graph.nodes[n.inputs[3].node].op == OpId::Constant;
+    const std::optional<ValueRef> image = quantized_image(id);
     for (size_t k = 0; k < n.inputs.size(); ++k) {
-      if (khwc_weight(n, k) || (ohwi && k == 3))
+      if (k == 0 && image)
+        in.push_back(as_nchw(*image));
+      else if (khwc_weight(n, k) || (ohwi && k == 3))
         in.push_back(weights_khwc(n.inputs[k]));
       else
         in.push_back(nhwc_input(n, k) ? as_nhwc(n.inputs[k]) : as_nchw(n.inputs[k]));
@@ -409,6 +415,7 @@ class Rewriter {
     a.set("channels_last", true);
     if (n.op == OpId::QuantizedConv && zero_constant(n.inputs[5])) a.set("zero_w_zp", true);
     if (ohwi) a.set("weights_ohwi", true);
+    if (image) a.set("quantize_x", true);
     if (e.last >= 0) {
       a.set("relu", e.relu);
       a.set("has_residual", e.residual.has_value());
@@ -416,6 +423,25 @@ class Rewriter {
     }
     add_like(id, std::move(in), std::move(a), nhwc_);
     for (int32_t r : e.absorbed) slot(nhwc_, {r, 0}) = *slot(nhwc_, {id, 0});
+  }
+
+  // CUDA: the f32 NCHW image that a quantized conv's x quantizes, when the conv can take it
+  // instead (quantize_x: its kernel quantizes while it makes the padded copy it reads anyway).
+  // The quantize must be per tensor with the conv's own x scale and zero point, read by the conv
+  // alone, over at most 4 channels (an image: the first conv of a network).
+  std::optional<ValueRef> quantized_image(int32_t conv) const {
+    const Node& n = p_.graph.nodes[conv];
+    if (!cuda_ || n.op != OpId::QuantizedConv || n.attrs.b("quantize_x", false)) return {};
+    const ValueRef x = n.inputs[0];
+    const Node& q = p_.graph.nodes[x.node];
+    if (q.op != OpId::Quantize || q.inputs.size() != 3 || sole_reader(x.node) != conv ||
+        !(q.inputs[1] == n.inputs[1]) || !(q.inputs[2] == n.inputs[2]))
+      return {};
+    const TensorInfo& f = info(q.inputs[0]);
+    if (f.dtype != f32 || f.shape.size() != 4 || f.shape[1] < 1 || f.shape[1] > 4 ||
+        !info(q.inputs[1]).shape.empty())
+      return {};
+    return q.inputs[0];
   }
 
   // Whether v is a constant of zeros (a weight zero point of symmetric quantization).

@@ -38,10 +38,11 @@ std::vector<ConvProblem> igemm_problems() {
        false, true},
       {{4, 256, 9, 9}, 70, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, u8, i8, i8, true, true, true,
        false, true, true},
-      // enough tiles for 128 x 128 (1x1) and 128 x 64 (3x3) blocks on the H200's 132 SMs
+      // enough tiles for 128 x 128 (1x1) and split-K 128 x 64 (3x3: 200 of them, 400 of 64 x 64
+      // leave the busiest SM as much) blocks on the H200's 132 SMs
       {{4, 64, 48, 48}, 256, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1, u8, i8, u8, true, true, true,
        true, true},
-      {{4, 64, 40, 40}, 192, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, i8, i8, u8, true, true, false,
+      {{4, 64, 40, 40}, 256, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, i8, i8, u8, true, true, false,
        true, true},
       // window rows of at most 32 bytes: a ResNet stem (7 x 4, copied 8 bytes at a time), a
       // 3 x 3 with dilation over 5 channels (3 x 8, 16 bytes), odd KH; one channel, stride 1

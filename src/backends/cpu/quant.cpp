@@ -344,7 +344,8 @@ void register_quant_kernels() {
   register_kernel(OpId::FakeQuantize, Backend::cpu, {fake_quantize, kFloatTypes, 0, true});
   register_kernel(OpId::QuantizedMatmul, Backend::cpu,
                   {quantized_matmul, DTypeSet{i8, u8}, 0, false});
-  register_kernel(OpId::QuantizedConv, Backend::cpu, {quantized_conv, DTypeSet{i8, u8}, 0, false});
+  // (looked up on x's zero point: with quantize_x, x is f32)
+  register_kernel(OpId::QuantizedConv, Backend::cpu, {quantized_conv, DTypeSet{i8, u8}, 2, false});
   register_kernel(OpId::QuantizedWeightLinear, Backend::cpu,
                   {quantized_weight_linear, DTypeSet{f32}, 0, false});
   register_kernel(OpId::DequantizeAdaptiveAvgPool, Backend::cpu,

@@ -10,6 +10,7 @@
 //   NHWC (channels_last, the layout the channels_last pass gives int8 pipelines): no copies;
 //   oneDNN runs the whole epilogue as its output scales, bias and post-ops (residual add, relu,
 //   1/y_scale and y_zp) in f32 and writes the int8 output, within 1 LSB of the exact epilogue.
+//   quantize_x: f32 NCHW x is quantized into an int8 copy first.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -393,11 +394,44 @@ void quantized_conv_impl(KernelContext& ctx) {
   conv_loops<A, W, Y>(ctx, g, fin);
 }
 
+// quantize_x: f32 NCHW x quantized per tensor as quantize does, into an int8 copy (NHWC with
+// channels_last), then the plain op on it.
+template <typename A>
+void conv_of_float(KernelContext& ctx) {
+  const TensorView& x = ctx.in(0);
+  const Shape& s = x.shape;
+  const bool cl = ctx.attrs().b("channels_last", false);
+  const int64_t N = s[0], C = s[1], HW = s[2] * s[3];
+  auto* q = static_cast<A*>(ctx.scratch(static_cast<size_t>(x.numel())));
+  const float* xf = x.ptr<float>();
+  const float sx = ctx.in(1).ptr<float>()[0];
+  const A zx = ctx.in(2).ptr<A>()[0];
+  ctx.parallel_for(N * C, 1, [&](int64_t b, int64_t e) {
+    for (int64_t nc = b; nc < e; ++nc) {
+      const int64_t n = nc / C, c = nc % C;
+      const float* src = xf + nc * HW;
+      A* dst = cl ? q + n * HW * C + c : q + nc * HW;
+      const int64_t step = cl ? C : 1;
+      for (int64_t i = 0; i < HW; ++i) dst[i * step] = quant_math::quantize_one(src[i], sx, zx);
+    }
+  });
+  Attrs plain = ctx.attrs();
+  plain.set("quantize_x", false);
+  std::vector<TensorView> in;
+  for (int i = 0; i < ctx.num_inputs(); ++i) in.push_back(ctx.in(i));
+  in[0] = {q, cl ? Shape{N, s[2], s[3], C} : s, ctx.in(2).dtype};
+  KernelContext inner(ctx, plain, std::move(in));
+  quantized_conv(inner);
+}
+
 }  // namespace
 
 void quantized_conv(KernelContext& ctx) {
   with_int8_types(ctx, "cpu", [&](auto a, auto w, auto y) {
-    quantized_conv_impl<decltype(a), decltype(w), decltype(y)>(ctx);
+    if (ctx.attrs().b("quantize_x", false))
+      conv_of_float<decltype(a)>(ctx);
+    else
+      quantized_conv_impl<decltype(a), decltype(w), decltype(y)>(ctx);
   });
 }
 

@@ -289,12 +289,16 @@ __device__ unsigned max16x2(unsigned a, unsigned b) {
     return __vmaxu2(a, b);
 }
 
-template <typename T>
+// K > 0: a K x K window, unrolled, so that a thread's taps are all loaded at once (a tap outside
+// x reads as T's lowest value); K = 0: g's window, tap by tap.
+template <typename T, int K>
 __global__ void max_pool_nhwc_bytes_kernel(const uint4* __restrict__ x, uint4* __restrict__ y,
                                            int packs, Nhwc2d g) {
   // lanes hold bytes (0, 2) and (1, 3) of a word in their high halves
   constexpr unsigned kEven = 0x2404, kOdd = 0x3414, kJoin = 0x7351;
   constexpr unsigned kLowest = std::is_signed_v<T> ? 0x80008000u : 0u;
+  constexpr unsigned kLowestBytes = std::is_signed_v<T> ? 0x80808080u : 0u;
+  const int kh = K > 0 ? K : g.kh, kw = K > 0 ? K : g.kw;
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < packs; i += gridDim.x * blockDim.x) {
     const int c = i % g.cp, q = i / g.cp, ow = q % g.out_w, r = q / g.out_w;
     const int oh = r % g.out_h, n = r / g.out_h;
@@ -302,13 +306,17 @@ __global__ void max_pool_nhwc_bytes_kernel(const uint4* __restrict__ x, uint4* _
     unsigned best[8];
 #pragma unroll
     for (int u = 0; u < 8; ++u) best[u] = kLowest;
-    for (int a = 0; a < g.kh; ++a) {
+#pragma unroll
+    for (int a = 0; a < kh; ++a) {
       const int h = oh * g.sh - g.ph + a * g.dh;
-      if (h < 0 || h >= g.in_h) continue;
-      for (int b = 0; b < g.kw; ++b) {
+      if (K == 0 && (h < 0 || h >= g.in_h)) continue;
+#pragma unroll
+      for (int b = 0; b < kw; ++b) {
         const int w = ow * g.sw - g.pw + b * g.dw;
-        if (w < 0 || w >= g.in_w) continue;
-        const uint4 v = xn[(h * g.in_w + w) * g.cp];
+        const bool in = h >= 0 && h < g.in_h && w >= 0 && w < g.in_w;
+        if (K == 0 && !in) continue;
+        const uint4 v = in ? xn[(h * g.in_w + w) * g.cp]
+                           : make_uint4(kLowestBytes, kLowestBytes, kLowestBytes, kLowestBytes);
         const unsigned words[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
         for (int u = 0; u < 4; ++u) {
@@ -362,8 +370,12 @@ void max_pool_nhwc(KernelContext& ctx) {
                        i32(g.k[1]),   i32(g.k[2]),   i32(g.s[1]),  i32(g.s[2]),   i32(g.pad[1]),
                        i32(g.pad[2]), i32(g.dil[1]), i32(g.dil[2])};
         const int packs = i32(y.numel() / 16);
-        max_pool_nhwc_bytes_kernel<T><<<blocks_for(packs), kThreads, 0, stream_of(ctx)>>>(
-            x.ptr<uint4>(), y.ptr<uint4>(), packs, d);
+        if (d.kh == 3 && d.kw == 3)  // (a ResNet's)
+          max_pool_nhwc_bytes_kernel<T, 3><<<blocks_for(packs), kThreads, 0, stream_of(ctx)>>>(
+              x.ptr<uint4>(), y.ptr<uint4>(), packs, d);
+        else
+          max_pool_nhwc_bytes_kernel<T, 0><<<blocks_for(packs), kThreads, 0, stream_of(ctx)>>>(
+              x.ptr<uint4>(), y.ptr<uint4>(), packs, d);
         return;
       }
     }

@@ -436,7 +436,8 @@ void register_quant_kernels() {
   register_kernel(OpId::FakeQuantize, Backend::cuda, {fake_quantize, kFloatTypes, 0, true});
   register_kernel(OpId::QuantizedMatmul, Backend::cuda,
                   {quantized_matmul, DTypeSet{i8, u8}, 0, false});
-  register_kernel(OpId::QuantizedConv, Backend::cuda, {quantized_conv, DTypeSet{i8, u8}, 0, false});
+  // (looked up on x's zero point: with quantize_x, x is f32)
+  register_kernel(OpId::QuantizedConv, Backend::cuda, {quantized_conv, DTypeSet{i8, u8}, 2, false});
   register_kernel(OpId::DequantizeAdaptiveAvgPool, Backend::cuda,
                   {dequantize_adaptive_avg_pool, DTypeSet{i8, u8}, 0, false});
   register_quant_linear_kernels();

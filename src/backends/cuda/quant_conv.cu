@@ -4,7 +4,8 @@
 // bit for bit. Fast path (groups 1, shapes cuBLASLt's int8 product takes, quant_gemm.h): im2col
 // into i8 rows (u8 shifted by 128, pads holding the shifted zero point), the int8 GEMM against
 // the (O, C kh kw) weights, and one epilogue applying the zero points through row sums; the same
-// integers, so the same results. Attr channels_last: x, residual and output NHWC.
+// integers, so the same results. Attr channels_last: x, residual and output NHWC. Attr
+// quantize_x: x is f32 NCHW, quantized by the rows mode's padded copy (or into an int8 copy).
 #include <climits>
 #include <cstdlib>
 #include <type_traits>
@@ -17,6 +18,8 @@
 #include "backends/quant_math.h"
 
 namespace kiln::cuda {
+
+void quantized_conv(KernelContext& ctx);
 
 namespace {
 
@@ -196,51 +199,123 @@ __device__ void weights_rows_i8(const int8_t* __restrict__ w, int8_t* __restrict
 
 // What the kRows mode reads, in one launch: NHWC x as (N, ph, pw, pc), the image at (pt, pl), x's
 // zero point elsewhere (padding, channels past C, what the last window rows read past the image),
-// four consecutive words of it a thread (one 16-byte store; the byte loads of a word's pixel are
-// independent), 32-bit index math (the host checks the size); blocks from x_blocks on write the
-// weight rows (weights_rows_i8).
-template <typename A>
-__global__ void rows_operands_i8(const A* __restrict__ x, const A* __restrict__ zx,
-                                 A* __restrict__ out, const int8_t* __restrict__ w,
-                                 int8_t* __restrict__ w_out, QConvArgs g, int x_blocks) {
+// 32-bit index math (the host checks the size); blocks from x_blocks on write the weight rows
+// (weights_rows_i8). Four words a thread. X = A: x is NHWC int8, four consecutive words (one
+// 16-byte store; the loads of a word's pixel are independent). X = float: x is f32 NCHW
+// (quantize_x), quantized here with (sx, zx) as quantize does; words 32 apart.
+template <typename A, typename X>
+__global__ void rows_operands_i8(const X* __restrict__ x, const float* __restrict__ sx,
+                                 const A* __restrict__ zx, A* __restrict__ out,
+                                 const int8_t* __restrict__ w, int8_t* __restrict__ w_out,
+                                 QConvArgs g, int x_blocks) {
   if (static_cast<int>(blockIdx.x) >= x_blocks) {
     const int64_t b = blockIdx.x - x_blocks, blocks = gridDim.x - x_blocks;
     return weights_rows_i8(w, w_out, g, b * blockDim.x + threadIdx.x, blocks * blockDim.x);
   }
+  constexpr bool kFloat = std::is_same_v<X, float>;
   const int shift = g.pc == 4 ? 0 : g.pc == 8 ? 1 : g.pc == 16 ? 2 : 3;  // log2(words a pixel)
   const int ph = static_cast<int>(g.ph), row_words = static_cast<int>(g.pw) << shift;
   const int total = static_cast<int>(g.N) * ph * row_words;
   const int tid = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
-  const int f0 = 4 * tid;  // the first of this thread's words
-  if (f0 >= total) return;
-  const uint32_t zb = static_cast<uint8_t>(zx[0]);
+  const A za = zx[0];
+  const uint32_t zb = static_cast<uint8_t>(za);
   const int C = static_cast<int>(g.C), H = static_cast<int>(g.H), W = static_cast<int>(g.W);
   const int pt = static_cast<int>(g.pt), pl = static_cast<int>(g.pl);
-  int row = f0 / row_words, col = f0 - row * row_words;
-  int n = row / ph, r = row - n * ph;  // the padded row of image n
-  uint32_t word[4];
+  // word f's image, padded row, column (in words), and whether its pixel lies in the image
+  auto locate = [&](int f, int& n, int& r, int& col, bool& in) {
+    const int row = f / row_words;
+    col = f - row * row_words;
+    n = row / ph;
+    r = row - n * ph;
+    const int ih = r - pt, iw = (col >> shift) - pl;
+    in = ih >= 0 && ih < H && iw >= 0 && iw < W;
+  };
+  if constexpr (kFloat) {
+    // words lane, lane + 32, ... of the warp's 128: every load of a warp reads 32 consecutive
+    // pixels of a channel, twelve loads a thread in flight for a 3-channel image
+    const int f_base = (tid / 32) * 128 + tid % 32;
+    if (f_base >= total) return;
+    const float s = sx[0];
+    float v[4][4];
+    bool take[4][4];
+    int n, r, col;
+    bool in;
+    locate(f_base, n, r, col, in);
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const int ih = r - pt, iw = (col >> shift) - pl, q = col & ((1 << shift) - 1);
-    const bool in = ih >= 0 && ih < H && iw >= 0 && iw < W;
-    const A* px = x + (in ? ((n * H + ih) * W + iw) * C : 0);
-    uint32_t v = 0;
+    for (int j = 0; j < 4; ++j) {
+      if (j > 0) {  // (32 words on)
+        for (col += 32; col >= row_words; col -= row_words)
+          if (++r == ph) r = 0, ++n;
+        const int ih = r - pt, iw = (col >> shift) - pl;
+        in = ih >= 0 && ih < H && iw >= 0 && iw < W;
+      }
+      in = in && f_base + 32 * j < total;
+      const int q = col & ((1 << shift) - 1);
+      const float* px = x + (in ? (n * C * H + r - pt) * W + (col >> shift) - pl : 0);
 #pragma unroll
-    for (int b = 0; b < 4; ++b) {
-      const int c = 4 * q + b;
-      v |= (in && c < C ? static_cast<uint8_t>(px[c]) : zb) << (8 * b);
+      for (int b = 0; b < 4; ++b) {
+        const int c = 4 * q + b;
+        take[j][b] = in && c < C;
+        v[j][b] = take[j][b] ? px[c * H * W] : 0.f;
+      }
     }
-    word[j] = v;
-    if (++col == row_words) {
-      col = 0;
-      if (++r == ph) r = 0, ++n;
+    auto* o = reinterpret_cast<uint32_t*>(out);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      uint32_t word = 0;
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        const uint32_t byte =
+            take[j][b] ? static_cast<uint8_t>(quant_math::quantize_one(v[j][b], s, za)) : zb;
+        word |= byte << (8 * b);
+      }
+      if (f_base + 32 * j < total) o[f_base + 32 * j] = word;
+    }
+  } else {
+    const int f0 = 4 * tid;  // the first of this thread's words
+    if (f0 >= total) return;
+    int n, r, col;
+    bool in;
+    locate(f0, n, r, col, in);
+    uint32_t word[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int ih = r - pt, iw = (col >> shift) - pl, q = col & ((1 << shift) - 1);
+      in = ih >= 0 && ih < H && iw >= 0 && iw < W;
+      const X* px = x + (in ? ((n * H + ih) * W + iw) * C : 0);
+      uint32_t v = 0;
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        const int c = 4 * q + b;
+        v |= (in && c < C ? static_cast<uint8_t>(px[c]) : zb) << (8 * b);
+      }
+      word[j] = v;
+      if (++col == row_words) {
+        col = 0;
+        if (++r == ph) r = 0, ++n;
+      }
+    }
+    auto* o = reinterpret_cast<uint32_t*>(out) + f0;
+    if (f0 + 4 <= total) {
+      *reinterpret_cast<uint4*>(o) = make_uint4(word[0], word[1], word[2], word[3]);
+    } else {
+      for (int j = 0; f0 + j < total; ++j) o[j] = word[j];
     }
   }
-  auto* o = reinterpret_cast<uint32_t*>(out) + f0;
-  if (f0 + 4 <= total) {
-    *reinterpret_cast<uint4*>(o) = make_uint4(word[0], word[1], word[2], word[3]);
-  } else {
-    for (int j = 0; f0 + j < total; ++j) o[j] = word[j];
+}
+
+// quantize_x where the rows mode does not apply: f32 NCHW x quantized as quantize does into the
+// int8 x of the plain op (NHWC with channels_last), an element a thread.
+template <typename A>
+__global__ void quantize_conv_input(const float* __restrict__ x, const float* __restrict__ sx,
+                                    const A* __restrict__ zx, A* __restrict__ out, int64_t C,
+                                    int64_t HW, int64_t total, bool nhwc) {
+  const float s = sx[0];
+  const A z = zx[0];
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
+       i += int64_t{blockDim.x} * gridDim.x) {
+    const int64_t c = (i / HW) % C, p = i % HW, n = i / (C * HW);
+    out[nhwc ? (n * HW + p) * C + c : i] = quant_math::quantize_one(x[i], s, z);
   }
 }
 
@@ -733,9 +808,10 @@ void launch_igemm(KernelContext& ctx, const QConvArgs& g, const A* x, const int8
   check_launch(ctx.op_name());
 }
 
+// (xf: quantize_x's f32 NCHW x, taken in the rows mode only)
 template <typename A, typename W, typename Y>
 bool conv_igemm(KernelContext& ctx, QConvArgs g, const float* bias, const int32_t* ibias,
-                const quant_math::Residual& res) {
+                const quant_math::Residual& res, const float* xf = nullptr) {
   if constexpr (!std::is_same_v<W, int8_t>) {
     return false;
   } else {
@@ -750,7 +826,7 @@ bool conv_igemm(KernelContext& ctx, QConvArgs g, const float* bias, const int32_
     }
     if (!g.cl || g.G != 1 || (rows && (g.KW * g.pc > 32 || g.dw != 1)) ||
         !ctx.attrs().b("zero_w_zp", false) || !igemm_enabled() ||
-        (!rows && pointer_alignment(tx.data) < 16))
+        (!rows && (xf || pointer_alignment(tx.data) < 16)))
       return false;
     const int64_t M = g.N * g.OH * g.OW;
     const int64_t K = rows ? (g.KH + 1) / 2 * 64 : g.C * g.KH * g.KW;
@@ -770,11 +846,17 @@ bool conv_igemm(KernelContext& ctx, QConvArgs g, const float* bias, const int32_
       auto* wbuf = static_cast<int8_t*>(ctx.scratch(static_cast<size_t>(g.O * K)));
       const int64_t pixels = g.N * g.ph * g.pw;
       auto* xp = static_cast<A*>(ctx.scratch(static_cast<size_t>(pixels * g.pc)));
-      const int64_t words = pixels * g.pc / 4;
+      const int64_t words = pixels * g.pc / 4;  // (four a thread: rows_operands_i8)
       const int x_blocks = static_cast<int>((words + 4 * kThreads - 1) / (4 * kThreads));
       const int64_t w_blocks = std::min<int64_t>((g.O * K + kThreads - 1) / kThreads, 64);
-      rows_operands_i8<A><<<static_cast<unsigned>(x_blocks + w_blocks), kThreads, 0, st>>>(
-          x, ctx.in(2).ptr<A>(), xp, tw.ptr<int8_t>(), wbuf, g, x_blocks);
+      const unsigned grid = static_cast<unsigned>(x_blocks + w_blocks);
+      if (xf)
+        rows_operands_i8<A, float><<<grid, kThreads, 0, st>>>(
+            xf, ctx.in(1).ptr<float>(), ctx.in(2).ptr<A>(), xp, tw.ptr<int8_t>(), wbuf, g,
+            x_blocks);
+      else
+        rows_operands_i8<A, A><<<grid, kThreads, 0, st>>>(
+            x, nullptr, ctx.in(2).ptr<A>(), xp, tw.ptr<int8_t>(), wbuf, g, x_blocks);
       w8 = wbuf;
       x = xp;
     } else if ((g.KH * g.KW > 1 && !g.ohwi) || pointer_alignment(w8) < 16) {
@@ -786,7 +868,6 @@ bool conv_igemm(KernelContext& ctx, QConvArgs g, const float* bias, const int32_
     const bool res_tile = (res.kind == quant_math::Residual::kU8 ||
                            res.kind == quant_math::Residual::kI8) &&
                           g.O % 16 == 0 && pointer_alignment(res.data) >= 16;
-    // the largest tile that still gives every SM a block
     const int64_t sms = sm_count(ctx.device());
     // (128 x 64 blocks with three stages: four an SM, as many as their registers allow)
     if (rows) {
@@ -794,12 +875,19 @@ bool conv_igemm(KernelContext& ctx, QConvArgs g, const float* bias, const int32_
       return true;
     }
     auto blocks = [&](int64_t bm, int64_t bn) { return (M + bm - 1) / bm * ((g.O + bn - 1) / bn); };
-    // (fewer than two blocks of 128 x 64 an SM: each block's warps doubled by splitting K)
+    // The largest tile that still gives every SM a block; between split-K 128 x 64 tiles and
+    // 64 x 64 ones (a 14 x 14 or 7 x 7 stage of a ResNet), the one that leaves the busiest SM the
+    // least output (blocks an SM, rounded up, times the tile): 196 blocks of 128 x 64 on 132 SMs
+    // give some SMs two while others idle after one; 392 of 64 x 64 give each at most three, half
+    // the size (a 3x3 256 -> 256 layer at 14 x 14 and batch 32: 27 -> 24 us on the H200)
+    auto busiest = [&](int64_t bm, int64_t bn) {
+      return (blocks(bm, bn) + sms - 1) / sms * bm * bn;
+    };
     if (g.O >= 128 && blocks(128, 128) >= sms)
       launch_igemm<A, Y, 128, 128>(ctx, g, x, w8, bias, ibias, res, res_tile);
     else if (blocks(128, 64) >= 2 * sms)
       launch_igemm<A, Y, 128, 64, 1, false, 3>(ctx, g, x, w8, bias, ibias, res, res_tile);
-    else if (blocks(128, 64) >= sms)
+    else if (blocks(128, 64) >= sms && busiest(128, 64) <= busiest(64, 64))
       launch_igemm<A, Y, 128, 64, 2>(ctx, g, x, w8, bias, ibias, res, res_tile);
     else
       launch_igemm<A, Y, 64, 64, 2>(ctx, g, x, w8, bias, ibias, res, res_tile);
@@ -894,6 +982,27 @@ bool conv_lt(KernelContext& ctx, QConvArgs g, const float* bias, const int32_t* 
   return true;
 }
 
+// quantize_x where the implicit GEMM's rows mode does not take it: x quantized into an int8 copy
+// (NHWC with channels_last), then the plain op on it.
+template <typename A>
+void conv_of_float(KernelContext& ctx) {
+  const TensorView& x = ctx.in(0);
+  const Shape& s = x.shape;
+  const bool cl = ctx.attrs().b("channels_last", false);
+  auto* q = static_cast<A*>(ctx.scratch(static_cast<size_t>(x.numel())));
+  quantize_conv_input<A><<<blocks_for(x.numel()), kThreads, 0, stream_of(ctx)>>>(
+      x.ptr<float>(), ctx.in(1).ptr<float>(), ctx.in(2).ptr<A>(), q, s[1], s[2] * s[3],
+      x.numel(), cl);
+  check_launch(ctx.op_name());
+  Attrs plain = ctx.attrs();
+  plain.set("quantize_x", false);
+  std::vector<TensorView> in;
+  for (int i = 0; i < ctx.num_inputs(); ++i) in.push_back(ctx.in(i));
+  in[0] = {q, cl ? Shape{s[0], s[2], s[3], s[1]} : s, ctx.in(2).dtype};
+  KernelContext inner(ctx, plain, std::move(in));
+  quantized_conv(inner);
+}
+
 }  // namespace
 
 void quantized_conv(KernelContext& ctx) {
@@ -903,10 +1012,12 @@ void quantized_conv(KernelContext& ctx) {
              &p = ctx.attrs().ints("pads");
   const bool cl = ctx.attrs().b("channels_last", false);
   const bool ohwi = ctx.attrs().b("weights_ohwi", false);
+  // quantize_x: x is f32 NCHW whatever the output's layout
+  const bool quantize_x = ctx.attrs().b("quantize_x", false), x_cl = cl && !quantize_x;
   QConvArgs g{tx.shape[0],
-              tx.shape[cl ? 3 : 1],
-              tx.shape[cl ? 1 : 2],
-              tx.shape[cl ? 2 : 3],
+              tx.shape[x_cl ? 3 : 1],
+              tx.shape[x_cl ? 1 : 2],
+              tx.shape[x_cl ? 2 : 3],
               tw.shape[0],
               tw.shape[ohwi ? 1 : 2],
               tw.shape[ohwi ? 2 : 3],
@@ -939,6 +1050,11 @@ void quantized_conv(KernelContext& ctx) {
     using A = decltype(at);
     using W = decltype(wt);
     using Y = decltype(yt);
+    if (quantize_x) {
+      if (!conv_igemm<A, W, Y>(ctx, g, bias, ibias, res, tx.ptr<float>()))
+        conv_of_float<A>(ctx);
+      return;
+    }
     if (conv_igemm<A, W, Y>(ctx, g, bias, ibias, res)) return;
     if (conv_lt<A, W, Y>(ctx, g, bias, ibias, res)) return;
     quantized_conv_kernel<A, W, Y><<<blocks_for(ty.numel()), kThreads, 0, stream_of(ctx)>>>(
