@@ -428,7 +428,7 @@ class Rewriter {
   // CUDA: the f32 NCHW image that a quantized conv's x quantizes, when the conv can take it
   // instead (quantize_x: its kernel quantizes while it makes the padded copy it reads anyway).
   // The quantize must be per tensor with the conv's own x scale and zero point, read by the conv
-  // alone, over at most 4 channels (an image: the first conv of a network).
+  // alone, over at most 4 channels (an image: the first conv of a network) that exist as NCHW.
   std::optional<ValueRef> quantized_image(int32_t conv) const {
     const Node& n = p_.graph.nodes[conv];
     if (!cuda_ || n.op != OpId::QuantizedConv || n.attrs.b("quantize_x", false)) return {};
@@ -441,6 +441,8 @@ class Rewriter {
     if (f.dtype != f32 || f.shape.size() != 4 || f.shape[1] < 1 || f.shape[1] > 4 ||
         !info(q.inputs[1]).shape.empty())
       return {};
+    // (an image made NHWC here stays with its quantize, which then runs on NHWC: no f32 transpose)
+    if (!slot(nchw_, q.inputs[0])) return {};
     return q.inputs[0];
   }
 

@@ -219,6 +219,31 @@ TEST(QuantizedConvImage, PassFusesOnlyWhatItMay) {
                        g.constant(d.sy), g.constant(d.zy), o);
     EXPECT_EQ(fused_convs({y}).first, 0);
   }
+  {  // an image that is NHWC already (the dequantized output of an int8 conv): its quantize runs
+     // on NHWC and the second conv reads that, with no f32 transpose
+    Graph g;
+    const ConvData d = random_conv_data(p);
+    const Tensor x8 = g.placeholder({2, 8, 45, 38}, u8, "x8");
+    QuantizedConvOptions o1;
+    o1.conv.padding = {1, 1};
+    const Tensor sx = g.constant(d.sx), zx = g.constant(d.zx);
+    const Tensor q1 = quantized_conv(
+        {x8, g.constant(Array::scalar(0.02f)), g.constant(Array::scalar(uint8_t{128}))},
+        {g.constant(random_ints({3, 8, 3, 3}, -127, 127, i8)), g.constant(Array::scalar(0.01f)),
+         g.constant(Array::scalar(int8_t{0}))},
+        sx, zx, o1);
+    const Tensor image = dequantize(q1, sx, zx) * g.constant(Array::scalar(0.5f));
+    QuantizedConvOptions o;
+    o.conv = conv_options(p);
+    const Tensor y = quantized_conv({quantize(image, sx, zx), sx, zx},
+                                    {g.constant(d.w), g.constant(d.sw), g.constant(d.zw)},
+                                    g.constant(d.sy), g.constant(d.zy), o);
+    EXPECT_EQ(fused_convs({y}).first, 0);
+    const Program q = channels_last(extract_program(*y.graph_impl(), {{y.node_id(), 0}}),
+                                    Backend::cuda);
+    for (const auto& n : q.graph.nodes)
+      if (n.op == OpId::Transpose) EXPECT_NE(q.graph.info(n.inputs[0]).dtype, f32);
+  }
   {  // an f16 image
     Graph g;
     const ConvData d = random_conv_data(p);
