@@ -79,6 +79,17 @@ struct Built {
   Tensor image, q, y;
 };
 
+// p's conv over the int8 x given, with d's weights and output parameters.
+Tensor conv_of(Graph& g, const ConvProblem& p, const ConvData& d, const QTensor& x) {
+  QuantizedConvOptions o;
+  o.conv = conv_options(p);
+  o.relu = p.relu;
+  if (p.bias) o.bias = g.constant(d.bias);
+  if (p.residual) o.residual = g.constant(d.res);
+  return quantized_conv(x, {g.constant(d.w), g.constant(d.sw), g.constant(d.zw)}, g.constant(d.sy),
+                        g.constant(d.zy), o);
+}
+
 // y = quantized_conv(quantize(image, sx, zx)) with the conv's x scale and zero point the very
 // tensors the quantize takes (as fuse_quant leaves them).
 Built build(Graph& g, const ConvProblem& p, const ConvData& d) {
@@ -86,13 +97,7 @@ Built build(Graph& g, const ConvProblem& p, const ConvData& d) {
   b.image = g.placeholder(p.x, f32, "image");
   const Tensor sx = g.constant(d.sx), zx = g.constant(d.zx);
   b.q = quantize(b.image, sx, zx);
-  QuantizedConvOptions o;
-  o.conv = conv_options(p);
-  o.relu = p.relu;
-  if (p.bias) o.bias = g.constant(d.bias);
-  if (p.residual) o.residual = g.constant(d.res);
-  b.y = quantized_conv({b.q, sx, zx}, {g.constant(d.w), g.constant(d.sw), g.constant(d.zw)},
-                       g.constant(d.sy), g.constant(d.zy), o);
+  b.y = conv_of(g, p, d, {b.q, sx, zx});
   return b;
 }
 
@@ -107,7 +112,8 @@ void expect_equal(const Array& a, const Array& b) {
   ASSERT_EQ(x.size(), y.size());
   int bad = 0;
   for (size_t i = 0; i < x.size(); ++i)
-    if (x[i] != y[i] && bad++ < 5) ADD_FAILURE() << "element " << i << ": " << x[i] << " vs " << y[i];
+    if (x[i] != y[i] && bad++ < 5)
+      ADD_FAILURE() << "element " << i << ": " << x[i] << " vs " << y[i];
 }
 
 // On CUDA the quantize runs inside the conv; on the CPU it stays. Either way the result is the
@@ -149,7 +155,8 @@ TEST(QuantizedConvImage, EveryBackendAndLayout) {
         a.set("quantize_x", true);
         std::vector<Tensor> in;
         for (size_t k = 0; k < n.inputs.size(); ++k)
-          in.push_back(k == 0 ? b.image : Tensor(b.y.graph_impl(), n.inputs[k].node, n.inputs[k].index));
+          in.push_back(k == 0 ? b.image
+                              : Tensor(b.y.graph_impl(), n.inputs[k].node, n.inputs[k].index));
         const Tensor y = detail::make_node1(OpId::QuantizedConv, in, a);
         EXPECT_EQ(y.shape(), b.y.shape());
         EXPECT_EQ(y.dtype(), b.y.dtype());
@@ -212,12 +219,7 @@ TEST(QuantizedConvImage, PassFusesOnlyWhatItMay) {
     const Tensor image = g.placeholder(p.x, f32, "image");
     const Tensor zx = g.constant(d.zx);
     const Tensor q = quantize(image, g.constant(d.sx), zx);
-    QuantizedConvOptions o;
-    o.conv = conv_options(p);
-    const Tensor y =
-        quantized_conv({q, g.constant(d.sx), zx}, {g.constant(d.w), g.constant(d.sw), g.constant(d.zw)},
-                       g.constant(d.sy), g.constant(d.zy), o);
-    EXPECT_EQ(fused_convs({y}).first, 0);
+    EXPECT_EQ(fused_convs({conv_of(g, p, d, {q, g.constant(d.sx), zx})}).first, 0);
   }
   {  // an image that is NHWC already (the dequantized output of an int8 conv): its quantize runs
      // on NHWC and the second conv reads that, with no f32 transpose
@@ -233,14 +235,10 @@ TEST(QuantizedConvImage, PassFusesOnlyWhatItMay) {
          g.constant(Array::scalar(int8_t{0}))},
         sx, zx, o1);
     const Tensor image = dequantize(q1, sx, zx) * g.constant(Array::scalar(0.5f));
-    QuantizedConvOptions o;
-    o.conv = conv_options(p);
-    const Tensor y = quantized_conv({quantize(image, sx, zx), sx, zx},
-                                    {g.constant(d.w), g.constant(d.sw), g.constant(d.zw)},
-                                    g.constant(d.sy), g.constant(d.zy), o);
+    const Tensor y = conv_of(g, p, d, {quantize(image, sx, zx), sx, zx});
     EXPECT_EQ(fused_convs({y}).first, 0);
-    const Program q = channels_last(extract_program(*y.graph_impl(), {{y.node_id(), 0}}),
-                                    Backend::cuda);
+    const Program q =
+        channels_last(extract_program(*y.graph_impl(), {{y.node_id(), 0}}), Backend::cuda);
     for (const auto& n : q.graph.nodes)
       if (n.op == OpId::Transpose) EXPECT_NE(q.graph.info(n.inputs[0]).dtype, f32);
   }
@@ -249,12 +247,7 @@ TEST(QuantizedConvImage, PassFusesOnlyWhatItMay) {
     const ConvData d = random_conv_data(p);
     const Tensor image = g.placeholder(p.x, f16, "image");
     const Tensor sx = g.constant(d.sx), zx = g.constant(d.zx);
-    QuantizedConvOptions o;
-    o.conv = conv_options(p);
-    const Tensor y = quantized_conv({quantize(image, sx, zx), sx, zx},
-                                    {g.constant(d.w), g.constant(d.sw), g.constant(d.zw)},
-                                    g.constant(d.sy), g.constant(d.zy), o);
-    EXPECT_EQ(fused_convs({y}).first, 0);
+    EXPECT_EQ(fused_convs({conv_of(g, p, d, {quantize(image, sx, zx), sx, zx})}).first, 0);
   }
 }
 
@@ -269,15 +262,20 @@ TEST(QuantizedConvImage, RejectsBadInputs) {
   auto with = [&](const Tensor& x, const Tensor& zx) {
     std::vector<Tensor> in;
     for (size_t k = 0; k < n.inputs.size(); ++k)
-      in.push_back(k == 0 ? x : k == 2 ? zx : Tensor(b.y.graph_impl(), n.inputs[k].node, n.inputs[k].index));
+      in.push_back(k == 0   ? x
+                   : k == 2 ? zx
+                            : Tensor(b.y.graph_impl(), n.inputs[k].node, n.inputs[k].index));
     return detail::make_node1(OpId::QuantizedConv, in, a);
   };
   const Tensor zx(b.y.graph_impl(), n.inputs[2].node, n.inputs[2].index);
   expect_error<DTypeError>([&] { with(b.q, zx); }, {"[quantized_conv]", "f32"});
   expect_error<DTypeError>([&] { with(b.image, g.constant(Array::scalar(1.f))); },
                            {"[quantized_conv]", "i8 or u8"});
-  expect_error<ShapeError>([&] { with(g.placeholder({2, 3, 45}, f32, "x3"), zx); },
-                           {"[quantized_conv]", "rank 4"});
+  expect_error<ShapeError>(
+      [&] {
+        with(g.placeholder({2, 3, 45}, f32, "x3"), zx);
+      },
+      {"[quantized_conv]", "rank 4"});
 }
 
 }  // namespace
