@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "backends/quant_math.h"
 #include "core/errors.h"
@@ -27,6 +28,21 @@ void with_int8_types(const KernelContext& ctx, const char* backend, F&& f) {
   one(data, [&](auto a) {
     one(ctx.in(3).dtype, [&](auto w) { one(ctx.in(7).dtype, [&](auto y) { f(a, w, y); }); });
   });
+}
+
+/// quantized_conv with quantize_x, once the backend has quantized x into `q` (NHWC with
+/// channels_last): `plain`, the backend's quantized_conv, on q with quantize_x off, on ctx's
+/// stream and scratch.
+inline void conv_on_quantized_x(KernelContext& ctx, void* q, void (*plain)(KernelContext&)) {
+  const Shape& s = ctx.in(0).shape;
+  const bool cl = ctx.attrs().b("channels_last", false);
+  Attrs attrs = ctx.attrs();
+  attrs.set("quantize_x", false);
+  std::vector<TensorView> in;
+  for (int i = 0; i < ctx.num_inputs(); ++i) in.push_back(ctx.in(i));
+  in[0] = {q, cl ? Shape{s[0], s[2], s[3], s[1]} : s, ctx.in(2).dtype};
+  KernelContext inner(ctx, attrs, std::move(in));
+  plain(inner);
 }
 
 /// The residual input of a quantized kernel at input `at` (none without has_residual): f32, or

@@ -292,8 +292,7 @@ template <typename Q>
 void dequantize_adaptive_avg_pool_impl(KernelContext& ctx) {
   const TensorView &q = ctx.in(0), &y = ctx.out(0);
   const bool cl = ctx.attrs().b("channels_last", false);
-  const int64_t N = q.shape[0], C = q.shape[cl ? 3 : 1], H = q.shape[cl ? 1 : 2],
-                W = q.shape[cl ? 2 : 3];
+  const int64_t C = q.shape[cl ? 3 : 1], H = q.shape[cl ? 1 : 2], W = q.shape[cl ? 2 : 3];
   const int64_t OH = y.shape[cl ? 1 : 2], OW = y.shape[cl ? 2 : 3];
   const int64_t sc = cl ? 1 : H * W, sh = cl ? W * C : W, sw = cl ? C : 1;
   const float s = *ctx.in(1).ptr<float>();

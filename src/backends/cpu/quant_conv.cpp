@@ -415,13 +415,7 @@ void conv_of_float(KernelContext& ctx) {
       for (int64_t i = 0; i < HW; ++i) dst[i * step] = quant_math::quantize_one(src[i], sx, zx);
     }
   });
-  Attrs plain = ctx.attrs();
-  plain.set("quantize_x", false);
-  std::vector<TensorView> in;
-  for (int i = 0; i < ctx.num_inputs(); ++i) in.push_back(ctx.in(i));
-  in[0] = {q, cl ? Shape{N, s[2], s[3], C} : s, ctx.in(2).dtype};
-  KernelContext inner(ctx, plain, std::move(in));
-  quantized_conv(inner);
+  conv_on_quantized_x(ctx, q, quantized_conv);
 }
 
 }  // namespace

@@ -994,13 +994,7 @@ void conv_of_float(KernelContext& ctx) {
       x.ptr<float>(), ctx.in(1).ptr<float>(), ctx.in(2).ptr<A>(), q, s[1], s[2] * s[3],
       x.numel(), cl);
   check_launch(ctx.op_name());
-  Attrs plain = ctx.attrs();
-  plain.set("quantize_x", false);
-  std::vector<TensorView> in;
-  for (int i = 0; i < ctx.num_inputs(); ++i) in.push_back(ctx.in(i));
-  in[0] = {q, cl ? Shape{s[0], s[2], s[3], s[1]} : s, ctx.in(2).dtype};
-  KernelContext inner(ctx, plain, std::move(in));
-  quantized_conv(inner);
+  conv_on_quantized_x(ctx, q, quantized_conv);
 }
 
 }  // namespace
