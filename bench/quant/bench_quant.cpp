@@ -4,7 +4,7 @@
 //
 //   kiln_bench_quant [--device cpu|cuda] [--method minmax|percentile|entropy] [--images 1000]
 //                    [--calib-batches 4] [--batch 8] [--image-size 224] [--seq 128] [--reps 5]
-//                    [--quick]
+//                    [--model all|resnet|bert] [--quick]
 //
 // ResNet-50 has random weights, so its 1000 logits are near ties and raw top-1 agreement says
 // little; the benchmark also classifies images of 10 kinds (a random prototype each, plus noise)
@@ -35,6 +35,7 @@ struct Args {
   CalibrationMethod method = CalibrationMethod::percentile;
   int64_t images = 1000, calib_batches = 4, batch = 8, image_size = 224, seq = 128;
   int reps = 5;
+  std::string model = "all";
   bool quick = false;
   // BERT-base
   int64_t hidden = 768, heads = 12, ffn = 3072, layers = 12;
@@ -306,6 +307,8 @@ int main(int argc, char** argv) {
       a.seq = std::stoll(next());
     else if (k == "--reps")
       a.reps = std::stoi(next());
+    else if (k == "--model")
+      a.model = next();
     else if (k == "--quick")
       a.quick = true;
     else {
@@ -313,6 +316,10 @@ int main(int argc, char** argv) {
                    k.c_str());
       return 2;
     }
+  }
+  if (a.model != "all" && a.model != "resnet" && a.model != "bert") {
+    std::fprintf(stderr, "--model takes all, resnet or bert\n");
+    return 2;
   }
   if (a.quick) {
     a.images = 16, a.calib_batches = 2, a.batch = 4, a.image_size = 32, a.seq = 16, a.reps = 2;
@@ -322,8 +329,8 @@ int main(int argc, char** argv) {
     const Device device = Device::parse(a.device);
     fmt::print("kiln_bench_quant on {} (KILN_THREADS={})\n", device.str(),
                std::getenv("KILN_THREADS") ? std::getenv("KILN_THREADS") : "all cores");
-    resnet(a, device);
-    bert(a, device);
+    if (a.model != "bert") resnet(a, device);
+    if (a.model != "resnet") bert(a, device);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

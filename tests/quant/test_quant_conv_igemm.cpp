@@ -7,7 +7,8 @@
 // Fresh random data; each tile shape (128 x 128, 128 x 64, 64 x 64), tile edges (pixels and
 // channels not multiples of a tile), strides, asymmetric pads, dilation, u8 and i8 data, input zero
 // points 0 and not (the kernel sums the weights only for the latter), f32 and int8 residuals,
-// per-tensor and per-channel scales.
+// per-tensor and per-channel scales; and a chain of them under programmatic dependent launch
+// (KILN_PDL=1) against the same chain without.
 #include "core/graph_impl.h"
 #include "core/op_registry.h"
 #include "kiln/kiln.h"
@@ -195,6 +196,63 @@ TEST(QuantizedConvIgemm, QuantizedResidual) {
     ++checked;
   }
   EXPECT_GE(checked, 8);
+}
+
+// Hopper's programmatic dependent launch (KILN_PDL=1, src/backends/cuda/mma_util.cuh): each
+// implicit GEMM may start while the conv before it finishes and must wait for it before it reads
+// x or the residual. A chain of four convs (each reading the last one's output, the fourth also
+// the first one's as its int8 residual tile), run on three different inputs (launched, recorded,
+// replayed: a read before its producer finished would see the last input's values), gives bit
+// for bit what the same executable gives without it (same kernels, same arithmetic).
+TEST(QuantizedConvIgemm, ChainUnderProgrammaticDependentLaunch) {
+  REQUIRE_GPU();
+  // clang-format off
+  const std::vector<ConvProblem> chain = {
+      {{8, 64, 28, 28}, 64, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, u8, i8, u8, true, true, false,
+       true, true},
+      {{8, 64, 28, 28}, 256, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1, u8, i8, u8, true, true, false,
+       true, true},
+      {{8, 256, 28, 28}, 64, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1, u8, i8, u8, true, true, false,
+       true, true},
+      {{8, 64, 28, 28}, 64, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, u8, i8, u8, true, true, false,
+       true, true}};
+  // clang-format on
+  std::vector<ConvData> data;
+  for (const ConvProblem& p : chain) data.push_back(random_conv_data(p));
+  Graph g;
+  const Tensor x = g.placeholder(chain[0].x, u8, "x");
+  Tensor y = x, first;
+  for (size_t i = 0; i + 1 < chain.size(); ++i) {
+    y = build(g, chain[i], data[i], y);
+    if (i == 0) first = y;
+  }
+  {  // the last as the float graph the pass fuses, the first conv's output its int8 residual
+    const ConvProblem& p = chain.back();
+    const ConvData& d = data.back();
+    const Tensor dx = dequantize(y, g.constant(d.sx), g.constant(d.zx));
+    const Tensor dw = dequantize(g.constant(d.w), g.constant(d.sw), g.constant(d.zw), {.axis = 0});
+    const Tensor r = dequantize(first, g.constant(data[0].sy), g.constant(data[0].zy));
+    y = quantize(relu(conv2d(dx, dw, g.constant(d.bias), conv_options(p)) + r), g.constant(d.sy),
+                 g.constant(d.zy));
+  }
+  std::vector<Array> inputs;
+  for (int i = 0; i < 3; ++i) inputs.push_back(random_ints(chain[0].x, 0, 255, u8));
+  auto runs = [&](const char* pdl) {
+    const ScopedEnv env("KILN_PDL", pdl);
+    const Executable exe = g.compile(Device::cuda(0), {}, {y});
+    EXPECT_EQ(count_steps(exe, "quantized_conv"), 4) << exe.dump();
+    EXPECT_EQ(count_steps(exe, "dequantize"), 0) << exe.dump();
+    std::vector<Array> out;
+    for (const Array& in : inputs) out.push_back(exe.run({{x, in}})[0].to(Device::cpu()));
+    return out;
+  };
+  const std::vector<Array> with = runs("1"), without = runs("0");
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    SCOPED_TRACE(fmt::format("run {}", i + 1));
+    expect_conv_within_lsb(with[i], to_f64(without[i]), 0);
+  }
+  // (the inputs differ, and so do the outputs: a stale read could not pass unseen)
+  EXPECT_NE(to_f64(without[0]), to_f64(without[1]));
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -56,6 +57,53 @@ __device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* 
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(smem_addr(p)));
+}
+
+/// Programmatic dependent launch (sm_90; a no-op before): a kernel launched by
+/// launch_after_previous may start while the grid before it in the stream still runs, and must
+/// pass wait_for_previous_grids (which returns once the grids before it have finished and their
+/// writes are visible) before it reads or writes global memory that other kernels use. Until then
+/// it may do index math, shared-memory setup, and read what no kernel of the stream writes.
+__device__ __forceinline__ void wait_for_previous_grids() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+/// Lets the next kernel of the stream (if launched by launch_after_previous) start its blocks
+/// once every block of this grid has called this or exited: called where a block's remaining
+/// work no longer needs the whole SM (its epilogue).
+__device__ __forceinline__ void allow_next_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+/// Whether launch_after_previous adds the programmatic dependency: KILN_PDL=1 turns it on (off
+/// by default until measured on a GPU; read at every launch, so that one process can compare).
+/// Off, the kernel launches as <<<>>> would and its wait returns at once.
+inline bool pdl_enabled() {
+  const char* v = std::getenv("KILN_PDL");
+  return v && v[0] == '1';
+}
+
+/// Launches kernel<<<grid, block, smem, stream>>>(args...), with a programmatic dependency on the
+/// stream's previous kernel when pdl_enabled() (see wait_for_previous_grids: the kernel must call
+/// it before it touches the tensors). A failed launch is left for check_launch (the runtime keeps
+/// it as the last error), which names the op.
+template <typename... Params, typename... Args>
+void launch_after_previous(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                           cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  (void)cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }
 
 /// Lets `kernel` take `smem` bytes of dynamic shared memory on the current device: the driver is

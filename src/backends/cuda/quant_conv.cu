@@ -518,21 +518,6 @@ __global__ void __launch_bounds__(IgTile<BM, BN, KG, S>::kThreads,
   const int Mi = static_cast<int>(g.N * g.OH * g.OW), Ki = static_cast<int>(g.kp);
   const int O = static_cast<int>(g.O);
   const int m0 = blockIdx.x * BM, o0 = blockIdx.y * BN;
-  // the quantized residual tile, in the first stage's group of copies
-  if (res_tile) {
-    const auto* rd = static_cast<const unsigned char*>(res.data);
-    for (int q = tid; q < BM * (BN / 16); q += kT) {
-      const int r = q / (BN / 16), c = (q % (BN / 16)) * 16;
-      const bool ok = m0 + r < Mi && o0 + c < O;
-      cp_async16(res_s + r * T::kLdTile + c,
-                 rd + (ok ? static_cast<int64_t>(m0 + r) * O + o0 + c : 0), ok ? 16 : 0);
-    }
-  }
-  // the zero point repeated: what a padded position holds
-  const int32_t zxv = zx[0];
-  const uint32_t zb = static_cast<uint8_t>(zxv);
-  const uint4 pad = make_uint4(zb * 0x01010101u, zb * 0x01010101u, zb * 0x01010101u,
-                               zb * 0x01010101u);
   // this thread's A and B rows (kRowStep apart) and 16-byte chunk within a row; 32-bit index
   // math (the host checks the sizes), the window position advanced stage by stage
   const int chunk = tid % kChunks, row0 = tid / kChunks;
@@ -559,6 +544,24 @@ __global__ void __launch_bounds__(IgTile<BM, BN, KG, S>::kThreads,
     bok[i] = o < O;
     wrow[i] = w + static_cast<int64_t>(bok[i] ? o : 0) * Ki + chunk * 16;
   }
+  // (all above is index math: it overlaps the previous kernel's last blocks, launched as it is
+  // by launch_after_previous; from here on the kernel reads the tensors)
+  wait_for_previous_grids();
+  // the quantized residual tile, in the first stage's group of copies
+  if (res_tile) {
+    const auto* rd = static_cast<const unsigned char*>(res.data);
+    for (int q = tid; q < BM * (BN / 16); q += kT) {
+      const int r = q / (BN / 16), c = (q % (BN / 16)) * 16;
+      const bool ok = m0 + r < Mi && o0 + c < O;
+      cp_async16(res_s + r * T::kLdTile + c,
+                 rd + (ok ? static_cast<int64_t>(m0 + r) * O + o0 + c : 0), ok ? 16 : 0);
+    }
+  }
+  // the zero point repeated: what a padded position holds
+  const int32_t zxv = zx[0];
+  const uint32_t zb = static_cast<uint8_t>(zxv);
+  const uint4 pad = make_uint4(zb * 0x01010101u, zb * 0x01010101u, zb * 0x01010101u,
+                               zb * 0x01010101u);
   int lkh = 0, lkw = 0, lc = 0, lk0 = 0;  // the next stage to load: window (kh, kw), channel
   // kRows: a window row is 32 bytes of K (its pixels' pc channels), two rows a stage; this
   // thread copies bytes [16 (chunk % 2), + 16) of row kh + chunk / 2, in pieces as aligned as
@@ -694,6 +697,7 @@ __global__ void __launch_bounds__(IgTile<BM, BN, KG, S>::kThreads,
         for (int nj = 0; nj < 4; ++nj) ig_mma<A>(acc[mi][nj], a[mi], b[nj][0], b[nj][1]);
     }
   }
+  allow_next_grid();  // the rest is the epilogue
   cp_async_wait<0>();
   if (want_sums) corr_s[tid] += static_cast<uint32_t>(zxv) * static_cast<uint32_t>(wsum);
   __syncthreads();  // the stages are free: the sums go there; the residual tile is in
@@ -801,10 +805,10 @@ void launch_igemm(KernelContext& ctx, const QConvArgs& g, const A* x, const int8
   const int64_t M = g.N * g.OH * g.OW;
   const dim3 grid(static_cast<unsigned>((M + BM - 1) / BM),
                   static_cast<unsigned>((g.O + BN - 1) / BN));
-  kernel<<<grid, T::kThreads, smem, stream_of(ctx)>>>(
-      x, w8, ctx.in(1).ptr<float>(), ctx.in(2).ptr<A>(), ctx.in(4).ptr<float>(),
-      ctx.in(6).ptr<float>(), ctx.in(7).ptr<Y>(), bias, ibias, res, res_tile, ctx.out(0).ptr<Y>(),
-      g);
+  launch_after_previous(kernel, grid, dim3(T::kThreads), smem, stream_of(ctx), x, w8,
+                        ctx.in(1).ptr<float>(), ctx.in(2).ptr<A>(), ctx.in(4).ptr<float>(),
+                        ctx.in(6).ptr<float>(), ctx.in(7).ptr<Y>(), bias, ibias, res, res_tile,
+                        ctx.out(0).ptr<Y>(), g);
   check_launch(ctx.op_name());
 }
 
