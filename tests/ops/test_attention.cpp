@@ -138,6 +138,10 @@ const std::vector<Config> kConfigs = {
     {{1}, 3, 4, 2, 2, false, MaskKind::additive, {1, 3, 1}, 0.7},
     {{2}, 1, 1, 3, 3},
     {{2}, 4, 0, 3, 3},                                      // no keys: zeros
+    // heads wide enough for the CPU kernel's 16-lane sums over keys and value elements, with
+    // partial key blocks and tails of both
+    {{2}, 33, 150, 64, 40},
+    {{1, 2}, 70, 70, 24, 32, true, MaskKind::additive, {70, 70}},
 };
 
 TEST(ScaledDotProductAttention, MatchesReferenceF32F64) {

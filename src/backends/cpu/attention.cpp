@@ -1,6 +1,7 @@
 // CPU kernels of scaled_dot_product_attention and its gradient: blocks of queries in parallel on
 // the pool, each streaming over blocks of keys with an online (max-subtracted) softmax, so no
-// (Lq, Lk) matrix is formed. f16/bf16 run as f32 (half_via_f32). A query that sees no key gets
+// (Lq, Lk) matrix is formed; a key block is transposed once for the query block, whose scores
+// then run across keys in vector lanes. f16/bf16 run as f32 (half_via_f32). A query that sees no key gets
 // zeros and passes no gradient.
 #include <algorithm>
 #include <cmath>
@@ -17,6 +18,7 @@ namespace {
 
 constexpr int64_t kQueryBlock = 16;
 constexpr int64_t kKeyBlock = 64;
+constexpr int kLanes = 16;  // sums the inner loops keep in registers (four SSE vectors of f32)
 
 // The problem of one node: dims, scale, causality and the mask's layout.
 template <typename T> struct Problem {
@@ -64,6 +66,74 @@ template <typename T> struct Problem {
     return s;
   }
   int64_t mask_offset(int64_t b) const { return (bmask || amask) ? ml.batch_offset(b) : 0; }
+  /// Keys [j0, j0 + n) of batch b (n <= kKeyBlock) transposed into kt: e rows of kKeyBlock.
+  void transpose_keys(int64_t b, int64_t j0, int64_t n, T* kt) const {
+    for (int64_t j = 0; j < n; ++j) {
+      const T* kj = k + (b * lk + j0 + j) * e;
+      for (int64_t d = 0; d < e; ++d) kt[d * kKeyBlock + j] = kj[d];
+    }
+  }
+  /// score(b, i, j, moff) of keys [j0, j1) into s, from kt (transpose_keys of the block at j0):
+  /// each dot product sums over d in the same order as score's, kLanes keys side by side in
+  /// registers rather than one latency-bound sum at a time.
+  void scores(int64_t b, int64_t i, int64_t j0, int64_t j1, int64_t moff, const T* kt,
+              T* __restrict s) const {
+    constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+    const int64_t n = j1 - j0;
+    const T* qi = q + (b * lq + i) * e;
+    int64_t j = 0;
+    for (; j + kLanes <= n; j += kLanes) {
+      T sum[kLanes] = {};
+      for (int64_t d = 0; d < e; ++d) {
+        const T qd = qi[d];
+        const T* row = kt + d * kKeyBlock + j;
+        for (int u = 0; u < kLanes; ++u) sum[u] += qd * row[u];
+      }
+      std::copy(sum, sum + kLanes, s + j);
+    }
+    for (; j < n; ++j) {
+      T sum = 0;
+      for (int64_t d = 0; d < e; ++d) sum += qi[d] * kt[d * kKeyBlock + j];
+      s[j] = sum;
+    }
+    if (!bmask && !amask) {
+      for (int64_t j = 0; j < n; ++j) s[j] *= scale;
+      return;
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t mo = moff + i * ml.sq + (j0 + j) * ml.sk;
+      if (bmask && !bmask[mo]) {
+        s[j] = kNegInf;
+        continue;
+      }
+      s[j] *= scale;
+      if (amask) s[j] += amask[mo];
+    }
+  }
+  /// a = alpha a + sum over keys [j0, j1) of pr[j - j0] v_j (keys whose weight is 0 skipped), in
+  /// key order for every element, kLanes elements of a held in registers across the keys.
+  void weigh_values(int64_t b, int64_t j0, int64_t j1, const T* pr, T alpha, T* a) const {
+    const T* vb = v + (b * lk + j0) * ev;
+    const int64_t n = j1 - j0;
+    int64_t d = 0;
+    for (; d + kLanes <= ev; d += kLanes) {
+      T sum[kLanes];
+      for (int u = 0; u < kLanes; ++u) sum[u] = a[d + u] * alpha;
+      for (int64_t j = 0; j < n; ++j) {
+        const T pj = pr[j];
+        if (pj == T(0)) continue;
+        const T* vj = vb + j * ev + d;
+        for (int u = 0; u < kLanes; ++u) sum[u] += pj * vj[u];
+      }
+      std::copy(sum, sum + kLanes, a + d);
+    }
+    for (; d < ev; ++d) {
+      T sum = a[d] * alpha;
+      for (int64_t j = 0; j < n; ++j)
+        if (pr[j] != T(0)) sum += pr[j] * vb[j * ev + d];
+      a[d] = sum;
+    }
+  }
 };
 
 template <typename T> void forward(KernelContext& ctx) {
@@ -71,7 +141,8 @@ template <typename T> void forward(KernelContext& ctx) {
   T* out = ctx.out(0).ptr<T>();
   const int64_t qblocks = (p.lq + kQueryBlock - 1) / kQueryBlock;
   ctx.parallel_for(p.batch * qblocks, 1, [&](int64_t w0, int64_t w1) {
-    std::vector<T> acc(static_cast<size_t>(kQueryBlock * p.ev)), s(kKeyBlock);
+    std::vector<T> acc(static_cast<size_t>(kQueryBlock * p.ev)), s(kKeyBlock),
+        kt(static_cast<size_t>(p.e * kKeyBlock));
     T m[kQueryBlock], l[kQueryBlock];
     for (int64_t w = w0; w < w1; ++w) {
       const int64_t b = w / qblocks, i0 = (w % qblocks) * kQueryBlock;
@@ -81,26 +152,18 @@ template <typename T> void forward(KernelContext& ctx) {
       std::fill(l, l + kQueryBlock, T(0));
       const int64_t kend = p.key_end(i1 - 1);
       for (int64_t j0 = 0; j0 < kend; j0 += kKeyBlock) {
+        p.transpose_keys(b, j0, std::min(kend, j0 + kKeyBlock) - j0, kt.data());
         for (int64_t i = i0; i < i1; ++i) {
           const int64_t j1 = std::min(p.key_end(i), j0 + kKeyBlock);
           if (j1 <= j0) continue;
+          p.scores(b, i, j0, j1, moff, kt.data(), s.data());
           T mx = m[i - i0];
-          for (int64_t j = j0; j < j1; ++j) {
-            s[j - j0] = p.score(b, i, j, moff);
-            mx = std::max(mx, s[j - j0]);
-          }
+          for (int64_t j = j0; j < j1; ++j) mx = std::max(mx, s[j - j0]);
           if (mx == -std::numeric_limits<T>::infinity()) continue;  // nothing visible yet
           const T alpha = std::exp(m[i - i0] - mx);  // 0 when m was -inf
-          T* a = acc.data() + (i - i0) * p.ev;
           T sum = 0;
-          for (int64_t d = 0; d < p.ev; ++d) a[d] *= alpha;
-          for (int64_t j = j0; j < j1; ++j) {
-            const T pj = std::exp(s[j - j0] - mx);
-            sum += pj;
-            if (pj == T(0)) continue;
-            const T* vj = p.v + (b * p.lk + j) * p.ev;
-            for (int64_t d = 0; d < p.ev; ++d) a[d] += pj * vj[d];
-          }
+          for (int64_t j = j0; j < j1; ++j) sum += s[j - j0] = std::exp(s[j - j0] - mx);
+          p.weigh_values(b, j0, j1, s.data(), alpha, acc.data() + (i - i0) * p.ev);
           l[i - i0] = l[i - i0] * alpha + sum;
           m[i - i0] = mx;
         }
