@@ -5,6 +5,7 @@
 // zeros and passes no gradient.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -19,6 +20,32 @@ namespace {
 constexpr int64_t kQueryBlock = 16;
 constexpr int64_t kKeyBlock = 64;
 constexpr int kLanes = 16;  // sums the inner loops keep in registers (four SSE vectors of f32)
+
+// kLanes consecutive values as 16-byte vectors (GCC and Clang vector extensions), so that the
+// sums stay in vector registers whatever the vectorizer makes of a loop; each lane's arithmetic
+// is the scalar code's.
+template <typename T> struct Lanes {
+  typedef T V __attribute__((vector_size(16)));
+  static constexpr int kPer = 16 / static_cast<int>(sizeof(T)), kVecs = kLanes / kPer;
+  V v[kVecs];
+  static Lanes load(const T* p) {
+    Lanes l;
+    std::memcpy(l.v, p, sizeof(l.v));
+    return l;
+  }
+  void store(T* p) const { std::memcpy(p, v, sizeof(v)); }
+  /// += s * p[0, kLanes)
+  void add_scaled(T s, const T* p) {
+    for (int i = 0; i < kVecs; ++i) {
+      V x;
+      std::memcpy(&x, p + i * kPer, sizeof(V));
+      v[i] += s * x;
+    }
+  }
+  void scale(T s) {
+    for (int i = 0; i < kVecs; ++i) v[i] *= s;
+  }
+};
 
 // The problem of one node: dims, scale, causality and the mask's layout.
 template <typename T> struct Problem {
@@ -83,13 +110,9 @@ template <typename T> struct Problem {
     const T* qi = q + (b * lq + i) * e;
     int64_t j = 0;
     for (; j + kLanes <= n; j += kLanes) {
-      T sum[kLanes] = {};
-      for (int64_t d = 0; d < e; ++d) {
-        const T qd = qi[d];
-        const T* row = kt + d * kKeyBlock + j;
-        for (int u = 0; u < kLanes; ++u) sum[u] += qd * row[u];
-      }
-      std::copy(sum, sum + kLanes, s + j);
+      Lanes<T> sum{};
+      for (int64_t d = 0; d < e; ++d) sum.add_scaled(qi[d], kt + d * kKeyBlock + j);
+      sum.store(s + j);
     }
     for (; j < n; ++j) {
       T sum = 0;
@@ -113,24 +136,22 @@ template <typename T> struct Problem {
   /// a = alpha a + sum over keys [j0, j1) of pr[j - j0] v_j (keys whose weight is 0 skipped), in
   /// key order for every element, kLanes elements of a held in registers across the keys.
   void weigh_values(int64_t b, int64_t j0, int64_t j1, const T* pr, T alpha, T* a) const {
-    const T* vb = v + (b * lk + j0) * ev;
-    const int64_t n = j1 - j0;
+    // the keys that count, first (no branch in the loops that vectorize)
+    T w[kKeyBlock];
+    const T* rows[kKeyBlock];
+    int64_t n = 0;
+    for (int64_t j = 0; j < j1 - j0; ++j)
+      if (pr[j] != T(0)) w[n] = pr[j], rows[n++] = v + (b * lk + j0 + j) * ev;
     int64_t d = 0;
     for (; d + kLanes <= ev; d += kLanes) {
-      T sum[kLanes];
-      for (int u = 0; u < kLanes; ++u) sum[u] = a[d + u] * alpha;
-      for (int64_t j = 0; j < n; ++j) {
-        const T pj = pr[j];
-        if (pj == T(0)) continue;
-        const T* vj = vb + j * ev + d;
-        for (int u = 0; u < kLanes; ++u) sum[u] += pj * vj[u];
-      }
-      std::copy(sum, sum + kLanes, a + d);
+      Lanes<T> sum = Lanes<T>::load(a + d);
+      sum.scale(alpha);
+      for (int64_t j = 0; j < n; ++j) sum.add_scaled(w[j], rows[j] + d);
+      sum.store(a + d);
     }
     for (; d < ev; ++d) {
       T sum = a[d] * alpha;
-      for (int64_t j = 0; j < n; ++j)
-        if (pr[j] != T(0)) sum += pr[j] * vb[j * ev + d];
+      for (int64_t j = 0; j < n; ++j) sum += w[j] * rows[j][d];
       a[d] = sum;
     }
   }
