@@ -7,6 +7,7 @@
 // quant_conv.cpp; the rounding of all of them in backends/quant_math.h (shared with CUDA).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "backends/cpu/cpu_common.h"
@@ -160,6 +161,90 @@ void raw_product_dnnl(KernelContext& ctx, int64_t m, int64_t k, int64_t n, bool 
   du::execute(ctx.op_name(), *p, {ctx.in(0).data, ctx.in(3).data, acc});
 }
 
+// Sums of the (k, n) weights' columns (w - zw is w: the fused path takes zero weight zero points)
+// that x's zero point multiplies.
+template <typename W>
+std::vector<int32_t> weight_column_sums(const KernelContext& ctx, const W* pw, int64_t k,
+                                        int64_t n, bool tw_t) {
+  std::vector<int32_t> colsum(static_cast<size_t>(n), 0);
+  ctx.parallel_for(n, std::max<int64_t>(1, 16384 / std::max<int64_t>(k, 1)),
+                   [&](int64_t j0, int64_t j1) {
+                     for (int64_t j = j0; j < j1; ++j) {
+                       int32_t sum = 0;
+                       if (tw_t)  // row j of (N, K), contiguous
+                         for (int64_t i = 0; i < k; ++i) sum += pw[j * k + i];
+                       else
+                         for (int64_t i = 0; i < k; ++i) sum += pw[i * n + j];
+                       colsum[j] = sum;
+                     }
+                   });
+  return colsum;
+}
+
+// The whole op as one oneDNN int8 matmul, its epilogue in f32 inside (as the NHWC convolution's,
+// quant_conv.cpp): y = relu?(oscale[j] (acc + b'[j]) [+ residual]) post + zy, rounded half to
+// even and saturated into Y, with b' = bias / mult - za colsum(w) in the integer sum's units and
+// oscale = mult / sy (or mult, then post = 1 / sy after the residual). Within 1 LSB of the exact
+// epilogue. For i8 weights with zero points 0; false where oneDNN cannot take the scales.
+template <typename A, typename Y>
+bool matmul_dnnl_fused(KernelContext& ctx, int64_t m, int64_t k, int64_t n, bool tw_t,
+                       const std::vector<double>& mult, const float* bias, const float* res,
+                       bool relu, float sy, int32_t za, int32_t zy) {
+  using dt = dnnl::memory::data_type;
+  using tag = dnnl::memory::format_tag;
+  if (!(sy > 0 && std::isfinite(sy))) return false;
+  for (double v : mult)
+    if (!(v != 0 && std::isfinite(v))) return false;
+  std::vector<float> oscale(static_cast<size_t>(n));
+  for (int64_t j = 0; j < n; ++j) oscale[j] = static_cast<float>(res ? mult[j] : mult[j] / sy);
+  const float post = res ? static_cast<float>(1.0 / sy) : 1.0f;
+  const dt at = std::is_same_v<A, uint8_t> ? dt::u8 : dt::s8;
+  const dt yt = std::is_same_v<Y, uint8_t> ? dt::u8 : dt::s8;
+  du::Dims key{static_cast<int64_t>(ctx.op()), 1, m, k, n, tw_t, static_cast<int64_t>(at),
+               static_cast<int64_t>(yt), res != nullptr, relu, zy};
+  uint32_t bits = 0;
+  for (float f : oscale) {
+    std::memcpy(&bits, &f, 4);
+    key.push_back(bits);
+  }
+  std::memcpy(&bits, &post, 4);
+  key.push_back(bits);
+  auto p = du::cached(ctx.op_name(), key, [&] {
+    const dnnl::memory::desc a_md({m, k}, at, tag::ab),
+        w_md({k, n}, dt::s8, tw_t ? tag::ba : tag::ab), b_md({1, n}, dt::f32, tag::ab),
+        y_md({m, n}, yt, tag::ab), r_md({m, n}, dt::f32, tag::ab);
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    attr.set_output_scales(1 << 1, oscale);
+    dnnl::post_ops ops;
+    if (res) ops.append_binary(dnnl::algorithm::binary_add, r_md);
+    if (relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    if (post != 1.0f || zy != 0)
+      ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_linear, post, static_cast<float>(zy));
+    attr.set_post_ops(ops);
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, w_md, b_md, y_md), attr,
+                                    du::engine());
+    std::vector<du::Arg> args{du::make_arg(DNNL_ARG_SRC, a_md, a_md),
+                              du::make_arg(DNNL_ARG_WEIGHTS, w_md, w_md),
+                              du::make_arg(DNNL_ARG_BIAS, b_md, b_md),
+                              du::make_arg(DNNL_ARG_DST, y_md, y_md, true)};
+    if (res)
+      args.push_back(
+          du::make_arg(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, r_md, r_md));
+    return du::CachedPrimitive{dnnl::matmul(pd), std::move(args), pd.scratchpad_desc()};
+  });
+  std::vector<int32_t> colsum;
+  if (za != 0) colsum = weight_column_sums(ctx, ctx.in(3).ptr<int8_t>(), k, n, tw_t);
+  auto* b = static_cast<float*>(ctx.scratch(static_cast<size_t>(n) * sizeof(float)));
+  for (int64_t j = 0; j < n; ++j)
+    b[j] = static_cast<float>((bias ? bias[j] / mult[j] : 0.0) -
+                              (za != 0 ? static_cast<double>(za) * colsum[j] : 0.0));
+  std::vector<void*> buffers{ctx.in(0).data, ctx.in(3).data, b, ctx.out(0).data};
+  if (res) buffers.push_back(const_cast<float*>(res));
+  du::execute(ctx.op_name(), *p, buffers);
+  return true;
+}
+
 template <typename A, typename W, typename Y>
 void quantized_matmul_impl(KernelContext& ctx) {
   const TensorView &ta = ctx.in(0), &tw = ctx.in(3);
@@ -189,25 +274,17 @@ void quantized_matmul_impl(KernelContext& ctx) {
   };
   if constexpr (std::is_same_v<W, int8_t>) {
     if (dnnl_int8_exact() && m * n * k >= (1 << 15)) {
+      const bool need_rowsum =
+          std::any_of(zw, zw + (per_channel ? n : 1), [](W z) { return z != 0; });
+      if (!need_rowsum && k > 0 &&
+          matmul_dnnl_fused<A, Y>(ctx, m, k, n, tw_t, mult, bias, res, relu, sy, za, zy))
+        return;
       // (a - za)(w - zw) = a w - za colsum(w) - zw rowsum(a) + k za zw, all exact in i32
       int32_t* acc = static_cast<int32_t*>(ctx.scratch(static_cast<size_t>(m * n) * 4));
       raw_product_dnnl<A>(ctx, m, k, n, tw_t, acc);
       // the sums only where a zero point multiplies them (none for symmetric data)
       std::vector<int32_t> colsum(static_cast<size_t>(n), 0);
-      if (za != 0)
-        ctx.parallel_for(n, std::max<int64_t>(1, 16384 / std::max<int64_t>(k, 1)),
-                         [&](int64_t j0, int64_t j1) {
-                           for (int64_t j = j0; j < j1; ++j) {
-                             int32_t sum = 0;
-                             if (tw_t)  // row j of (N, K), contiguous
-                               for (int64_t i = 0; i < k; ++i) sum += pw[j * k + i];
-                             else
-                               for (int64_t i = 0; i < k; ++i) sum += pw[i * n + j];
-                             colsum[j] = sum;
-                           }
-                         });
-      const bool need_rowsum =
-          std::any_of(zw, zw + (per_channel ? n : 1), [](W z) { return z != 0; });
+      if (za != 0) colsum = weight_column_sums(ctx, pw, k, n, tw_t);
       ctx.parallel_for(m, std::max<int64_t>(1, 16384 / std::max<int64_t>(n + k, 1)),
                        [&](int64_t r0, int64_t r1) {
                          for (int64_t r = r0; r < r1; ++r) {
