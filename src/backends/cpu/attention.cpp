@@ -19,33 +19,77 @@ namespace {
 
 constexpr int64_t kQueryBlock = 16;
 constexpr int64_t kKeyBlock = 64;
-constexpr int kLanes = 16;  // sums the inner loops keep in registers (four SSE vectors of f32)
+constexpr int64_t kLanes = 16;  // sums the inner loops keep in vector registers
 
-// kLanes consecutive values as 16-byte vectors (GCC and Clang vector extensions), so that the
-// sums stay in vector registers whatever the vectorizer makes of a loop; each lane's arithmetic
-// is the scalar code's.
+// The kernel's two inner loops, kLanes values at a time in one vector variable (GCC and Clang
+// vector extensions: the sums stay in registers whatever the vectorizer makes of a loop); each
+// lane adds in the order of the scalar code.
+// (vectors move through memcpy and references, never by value across a call: no ABI question)
 template <typename T> struct Lanes {
-  typedef T V __attribute__((vector_size(16)));
-  static constexpr int kPer = 16 / static_cast<int>(sizeof(T)), kVecs = kLanes / kPer;
-  V v[kVecs];
-  static Lanes load(const T* p) {
-    Lanes l;
-    std::memcpy(l.v, p, sizeof(l.v));
-    return l;
-  }
-  void store(T* p) const { std::memcpy(p, v, sizeof(v)); }
-  /// += s * p[0, kLanes)
-  void add_scaled(T s, const T* p) {
-    for (int i = 0; i < kVecs; ++i) {
-      V x;
-      std::memcpy(&x, p + i * kPer, sizeof(V));
-      v[i] += s * x;
-    }
-  }
-  void scale(T s) {
-    for (int i = 0; i < kVecs; ++i) v[i] *= s;
+  typedef T V __attribute__((vector_size(kLanes * sizeof(T))));
+  /// v += s * p[0, kLanes)
+  static void add_scaled(V& v, T s, const T* p) {
+    V x;
+    std::memcpy(&x, p, sizeof(V));
+    v += s * x;
   }
 };
+
+// s[j] = sum over d of qi[d] kt[d kKeyBlock + j] for j < n (a multiple of kLanes).
+template <typename T> inline void score_lanes(const T* qi, const T* kt, int64_t e, int64_t n,
+                                              T* s) {
+  using L = Lanes<T>;
+  for (int64_t j = 0; j < n; j += kLanes) {
+    typename L::V sum = {};
+    for (int64_t d = 0; d < e; ++d) L::add_scaled(sum, qi[d], kt + d * kKeyBlock + j);
+    std::memcpy(s + j, &sum, sizeof(sum));
+  }
+}
+
+// a[d] = alpha a[d] + sum over j of w[j] rows[j][d] for d < ev (a multiple of kLanes).
+template <typename T> inline void weigh_lanes(const T* const* rows, const T* w, int64_t n,
+                                              T alpha, int64_t ev, T* a) {
+  using L = Lanes<T>;
+  for (int64_t d = 0; d < ev; d += kLanes) {
+    typename L::V sum;
+    std::memcpy(&sum, a + d, sizeof(sum));
+    sum *= alpha;
+    for (int64_t j = 0; j < n; ++j) L::add_scaled(sum, w[j], rows[j] + d);
+    std::memcpy(a + d, &sum, sizeof(sum));
+  }
+}
+
+// f32 (and f16/bf16, which run as f32) also compiled for AVX-512 and AVX2 with FMA; the variant
+// the CPU runs is picked when kiln loads (an FMA rounds once where the baseline rounds twice).
+#if defined(__x86_64__) && defined(__GNUC__)
+#define KILN_CLONES __attribute__((target_clones("avx512f", "arch=haswell", "default")))
+#else
+#define KILN_CLONES
+#endif
+KILN_CLONES void score_lanes_f32(const float* qi, const float* kt, int64_t e, int64_t n,
+                                 float* s) {
+  score_lanes(qi, kt, e, n, s);
+}
+KILN_CLONES void weigh_lanes_f32(const float* const* rows, const float* w, int64_t n,
+                                 float alpha, int64_t ev, float* a) {
+  weigh_lanes(rows, w, n, alpha, ev, a);
+}
+#undef KILN_CLONES
+
+template <typename T> void score_all_lanes(const T* qi, const T* kt, int64_t e, int64_t n,
+                                           T* s) {
+  if constexpr (std::is_same_v<T, float>)
+    score_lanes_f32(qi, kt, e, n, s);
+  else
+    score_lanes(qi, kt, e, n, s);
+}
+template <typename T> void weigh_all_lanes(const T* const* rows, const T* w, int64_t n, T alpha,
+                                           int64_t ev, T* a) {
+  if constexpr (std::is_same_v<T, float>)
+    weigh_lanes_f32(rows, w, n, alpha, ev, a);
+  else
+    weigh_lanes(rows, w, n, alpha, ev, a);
+}
 
 // The problem of one node: dims, scale, causality and the mask's layout.
 template <typename T> struct Problem {
@@ -108,12 +152,8 @@ template <typename T> struct Problem {
     constexpr T kNegInf = -std::numeric_limits<T>::infinity();
     const int64_t n = j1 - j0;
     const T* qi = q + (b * lq + i) * e;
-    int64_t j = 0;
-    for (; j + kLanes <= n; j += kLanes) {
-      Lanes<T> sum{};
-      for (int64_t d = 0; d < e; ++d) sum.add_scaled(qi[d], kt + d * kKeyBlock + j);
-      sum.store(s + j);
-    }
+    int64_t j = n / kLanes * kLanes;
+    score_all_lanes(qi, kt, e, j, s);
     for (; j < n; ++j) {
       T sum = 0;
       for (int64_t d = 0; d < e; ++d) sum += qi[d] * kt[d * kKeyBlock + j];
@@ -142,13 +182,8 @@ template <typename T> struct Problem {
     int64_t n = 0;
     for (int64_t j = 0; j < j1 - j0; ++j)
       if (pr[j] != T(0)) w[n] = pr[j], rows[n++] = v + (b * lk + j0 + j) * ev;
-    int64_t d = 0;
-    for (; d + kLanes <= ev; d += kLanes) {
-      Lanes<T> sum = Lanes<T>::load(a + d);
-      sum.scale(alpha);
-      for (int64_t j = 0; j < n; ++j) sum.add_scaled(w[j], rows[j] + d);
-      sum.store(a + d);
-    }
+    int64_t d = ev / kLanes * kLanes;
+    weigh_all_lanes(rows, w, n, alpha, d, a);
     for (; d < ev; ++d) {
       T sum = a[d] * alpha;
       for (int64_t j = 0; j < n; ++j) sum += w[j] * rows[j][d];
