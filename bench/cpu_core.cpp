@@ -1,11 +1,14 @@
 // CPU core benchmark: kiln against its peers on the same shapes, in one process.
 //   matmul and conv2d: kiln vs oneDNN called directly (same primitives a careful user would make)
+//   attention:         kiln's fused kernel vs oneDNN's batched matmul, softmax and matmul (the
+//                      scores formed in memory)
 //   elementwise add:   kiln vs memcpy bandwidth
 // Prints one line per figure with the ratio; median of repeated runs.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -126,6 +129,48 @@ void bench_conv(int64_t n, int64_t c, int64_t h, int64_t o, int64_t kh, int reps
          "oneDNN blocked", blocked_ms, flops, "GFLOP/s");
 }
 
+// softmax(q kᵀ / sqrt(e)) v over (batch, heads): kiln's scaled_dot_product_attention against the
+// unfused composition a careful oneDNN user would write (both batched, f32).
+void bench_attention(int64_t batch, int64_t heads, int64_t len, int64_t e, int reps) {
+  using namespace dnnl;
+  const kiln::Shape shape{batch, heads, len, e};
+  kiln::Array q = random(shape), k = random(shape), v = random(shape);
+  kiln::Graph g;
+  auto tq = g.placeholder(shape, kiln::f32, "q");
+  auto tk = g.placeholder(shape, kiln::f32, "k");
+  auto tv = g.placeholder(shape, kiln::f32, "v");
+  auto exe = g.compile(kiln::Device::cpu(), {}, {kiln::scaled_dot_product_attention(tq, tk, tv)});
+  const double kiln_ms = median_ms([&] { exe.run({{tq, q}, {tk, k}, {tv, v}}); }, reps);
+
+  const int64_t bh = batch * heads;
+  engine eng(engine::kind::cpu, 0);
+  stream s(eng);
+  using dt = memory::data_type;
+  using tag = memory::format_tag;
+  const memory::desc qd({bh, len, e}, dt::f32, tag::abc), kt({bh, e, len}, dt::f32, tag::acb),
+      sd({bh, len, len}, dt::f32, tag::abc), vd({bh, len, e}, dt::f32, tag::abc);
+  primitive_attr scaled;
+  scaled.set_output_scales(0, {1.0f / std::sqrt(static_cast<float>(e))});
+  matmul scores(matmul::primitive_desc(matmul::desc(qd, kt, sd), scaled, eng));
+  softmax_forward softmax(softmax_forward::primitive_desc(
+      softmax_forward::desc(prop_kind::forward_inference, sd, 2), eng));
+  matmul weigh(matmul::primitive_desc(matmul::desc(sd, vd, qd), eng));
+  kiln::Array sc = kiln::Array::empty({bh, len, len}, kiln::f32);
+  kiln::Array out = kiln::Array::empty(shape, kiln::f32);
+  memory qm(qd, eng, q.data()), km(kt, eng, k.data()), vm(vd, eng, v.data()),
+      sm(sd, eng, sc.data()), om(qd, eng, out.data());
+  const double dnnl_ms = median_ms(
+      [&] {
+        scores.execute(s, {{DNNL_ARG_SRC, qm}, {DNNL_ARG_WEIGHTS, km}, {DNNL_ARG_DST, sm}});
+        softmax.execute(s, {{DNNL_ARG_SRC, sm}, {DNNL_ARG_DST, sm}});
+        weigh.execute(s, {{DNNL_ARG_SRC, sm}, {DNNL_ARG_WEIGHTS, vm}, {DNNL_ARG_DST, om}});
+        s.wait();
+      },
+      reps);
+  report(fmt::format("attention {}x{} heads, {}x{}, e {} f32", batch, heads, len, len, e).c_str(),
+         kiln_ms, "oneDNN mm+sm+mm", dnnl_ms, 4.0 * bh * len * len * e, "GFLOP/s");
+}
+
 void bench_add(int64_t count, int reps) {
   kiln::Array a = random({count}), b = random({count});
   kiln::Graph g;
@@ -166,6 +211,7 @@ int main(int argc, char** argv) {
   bench_matmul(256, 512, 128, reps);
   bench_conv(8, 64, 56, 64, 3, reps);
   bench_conv(1, 3, 224, 32, 3, reps);
+  bench_attention(8, 12, 128, 64, reps);  // BERT-base at batch 8, sequence 128
   bench_add(int64_t{16} << 20, reps);
   return 0;
 }
