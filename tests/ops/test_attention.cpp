@@ -242,7 +242,9 @@ TEST(ScaledDotProductAttentionGrad, MatchesReference) {
     for (const Config& c :
          {Config{{2}, 7, 9, 4, 3, true, MaskKind::additive, {7, 9}},
           Config{{2, 2}, 20, 13, 5, 6, false, MaskKind::keep, {2, 2, 20, 13}},
-          Config{{3}, 33, 65, 8, 8}}) {
+          Config{{3}, 33, 65, 8, 8},
+          // head dims past the 16-lane dot products, with tails
+          Config{{2}, 19, 40, 37, 20, true}}) {
       SCOPED_TRACE(::testing::Message() << name(t) << " lq " << c.lq << " lk " << c.lk);
       Graph g;
       const Array q = random_array(with(c.batch, {c.lq, c.e}), t, -2, 2);

@@ -74,7 +74,34 @@ KILN_CLONES void weigh_lanes_f32(const float* const* rows, const float* w, int64
                                  float alpha, int64_t ev, float* a) {
   weigh_lanes(rows, w, n, alpha, ev, a);
 }
+// sum over d < n of a[d] b[d]: kLanes partial sums side by side, added up at the end, then the
+// tail (the gradient's dot products)
+template <typename T> inline T dot_lanes(const T* a, const T* b, int64_t n) {
+  using V = typename Lanes<T>::V;
+  int64_t d = 0;
+  T s = 0;
+  if (n >= kLanes) {
+    V acc = {};
+    for (; d + kLanes <= n; d += kLanes) {
+      V x, y;
+      std::memcpy(&x, a + d, sizeof(V));
+      std::memcpy(&y, b + d, sizeof(V));
+      acc += x * y;
+    }
+    for (int u = 0; u < kLanes; ++u) s += acc[u];
+  }
+  for (; d < n; ++d) s += a[d] * b[d];
+  return s;
+}
+KILN_CLONES float dot_f32(const float* a, const float* b, int64_t n) { return dot_lanes(a, b, n); }
 #undef KILN_CLONES
+
+template <typename T> T dot(const T* a, const T* b, int64_t n) {
+  if constexpr (std::is_same_v<T, float>)
+    return dot_f32(a, b, n);
+  else
+    return dot_lanes(a, b, n);
+}
 
 template <typename T> void score_all_lanes(const T* qi, const T* kt, int64_t e, int64_t n,
                                            T* s) {
@@ -123,16 +150,12 @@ template <typename T> struct Problem {
   }
   /// Keys [0, end) can be visible to query i.
   int64_t key_end(int64_t i) const { return causal ? std::min(lk, i + 1) : lk; }
-  /// scale · q_i · k_j + mask, or -inf where masked.
+  /// scale · q_i · k_j + mask, or -inf where masked (the gradient's; the forward pass uses scores).
   T score(int64_t b, int64_t i, int64_t j, int64_t moff) const {
     constexpr T kNegInf = -std::numeric_limits<T>::infinity();
     const int64_t mo = moff + i * ml.sq + j * ml.sk;
     if (bmask && !bmask[mo]) return kNegInf;
-    const T* qi = q + (b * lq + i) * e;
-    const T* kj = k + (b * lk + j) * e;
-    T s = 0;
-    for (int64_t d = 0; d < e; ++d) s += qi[d] * kj[d];
-    s *= scale;
+    T s = dot(q + (b * lq + i) * e, k + (b * lk + j) * e, e) * scale;
     if (amask) s += amask[mo];
     return s;
   }
@@ -252,11 +275,6 @@ template <typename T> void backward(KernelContext& ctx) {
   T* dq = mask_grad ? nullptr : ctx.out(0).ptr<T>();
   T* dmask = mask_grad ? ctx.out(0).ptr<T>() : nullptr;
   constexpr T kInf = std::numeric_limits<T>::infinity();
-  auto dot = [](const T* a, const T* b, int64_t n) {
-    T s = 0;
-    for (int64_t d = 0; d < n; ++d) s += a[d] * b[d];
-    return s;
-  };
   ctx.parallel_for(rows, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, p.lk)),
                    [&](int64_t r0, int64_t r1) {
     std::vector<T> s(static_cast<size_t>(p.lk));
