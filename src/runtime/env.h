@@ -4,8 +4,9 @@
 //   KILN_THREADS  threads of the CPU kernel pool (default: one per core)
 //   KILN_VALIDATE "cpu": GPU runs re-run every kernel on the CPU and stop at the first op whose
 //                 results disagree
-//   KILN_STEP_TIMES  diagnostics: GPU runs synchronize after every kernel and the executable
-//                 prints the time per op (host and device together) to stderr when destroyed;
+//   KILN_STEP_TIMES  diagnostics: the executable prints the time per op to stderr when destroyed
+//                 (CPU runs: each step's wall time; GPU runs synchronize after every kernel,
+//                 host and device time together);
 //                 "device": CUDA events around every kernel instead, no synchronization, device
 //                 time only, runs after the first on each stream (no algorithm measurements)
 //   KILN_CAPTURE  "0": GPU runs are never recorded and replayed as CUDA graphs, whatever

@@ -288,6 +288,17 @@ std::vector<Array> run_impl(ExecutableImpl& x, const std::vector<const Array*>& 
       prof->step_end();
     }
     prof->finish();
+  } else if (env::step_times()) {
+    for (const Step& st : x.steps) {
+      const auto t0 = std::chrono::steady_clock::now();
+      run_step(st);
+      const double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      std::lock_guard<std::mutex> l(x.times_mu);
+      auto& [total, calls] = x.step_ms[op_name(nodes[st.node].op)];
+      total += ms;
+      ++calls;
+    }
   } else {
     for (const Step& st : x.steps) run_step(st);
   }
