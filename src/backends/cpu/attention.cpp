@@ -1,8 +1,8 @@
 // CPU kernels of scaled_dot_product_attention and its gradient: blocks of queries in parallel on
 // the pool, each streaming over blocks of keys with an online (max-subtracted) softmax, so no
 // (Lq, Lk) matrix is formed; a key block is transposed once for the query block, whose scores
-// then run across keys in vector lanes. f16/bf16 run as f32 (half_via_f32). A query that sees no key gets
-// zeros and passes no gradient.
+// then run across keys in vector lanes. f16/bf16 run as f32 (half_via_f32). A query that sees no
+// key gets zeros and passes no gradient.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -59,21 +59,6 @@ template <typename T> inline void weigh_lanes(const T* const* rows, const T* w, 
   }
 }
 
-// f32 (and f16/bf16, which run as f32) also compiled for AVX-512 and AVX2 with FMA; the variant
-// the CPU runs is picked when kiln loads (an FMA rounds once where the baseline rounds twice).
-#if defined(__x86_64__) && defined(__GNUC__)
-#define KILN_CLONES __attribute__((target_clones("avx512f", "arch=haswell", "default")))
-#else
-#define KILN_CLONES
-#endif
-KILN_CLONES void score_lanes_f32(const float* qi, const float* kt, int64_t e, int64_t n,
-                                 float* s) {
-  score_lanes(qi, kt, e, n, s);
-}
-KILN_CLONES void weigh_lanes_f32(const float* const* rows, const float* w, int64_t n,
-                                 float alpha, int64_t ev, float* a) {
-  weigh_lanes(rows, w, n, alpha, ev, a);
-}
 // sum over d < n of a[d] b[d]: kLanes partial sums side by side, added up at the end, then the
 // tail (the gradient's dot products)
 template <typename T> inline T dot_lanes(const T* a, const T* b, int64_t n) {
@@ -93,29 +78,63 @@ template <typename T> inline T dot_lanes(const T* a, const T* b, int64_t n) {
   for (; d < n; ++d) s += a[d] * b[d];
   return s;
 }
-KILN_CLONES float dot_f32(const float* a, const float* b, int64_t n) { return dot_lanes(a, b, n); }
-#undef KILN_CLONES
+
+// The f32 loops (f16/bf16 run as f32) are also compiled for AVX2 with FMA and for AVX-512; the
+// CPU's best is picked on first use (__builtin_cpu_supports; an FMA rounds once where the
+// baseline rounds twice). Not target_clones: its ifunc resolvers run while the program is
+// relocated, before a sanitizer's runtime has started.
+#if defined(__x86_64__) && defined(__GNUC__)
+#define KILN_F32_VARIANTS(R, name, params, args)                                             \
+  R name##_f32 params { return name args; }                                                 \
+  __attribute__((target("avx2,fma"))) R name##_f32_avx2 params { return name args; }        \
+  __attribute__((target("avx512f"))) R name##_f32_avx512 params { return name args; }       \
+  auto pick_##name() {                                                                      \
+    __builtin_cpu_init();                                                                   \
+    if (__builtin_cpu_supports("avx512f")) return &name##_f32_avx512;                        \
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))                     \
+      return &name##_f32_avx2;                                                              \
+    return &name##_f32;                                                                     \
+  }
+#else
+#define KILN_F32_VARIANTS(R, name, params, args) \
+  R name##_f32 params { return name args; }      \
+  auto pick_##name() { return &name##_f32; }
+#endif
+KILN_F32_VARIANTS(void, score_lanes,
+                  (const float* qi, const float* kt, int64_t e, int64_t n, float* s),
+                  (qi, kt, e, n, s))
+KILN_F32_VARIANTS(void, weigh_lanes,
+                  (const float* const* rows, const float* w, int64_t n, float alpha, int64_t ev,
+                   float* a),
+                  (rows, w, n, alpha, ev, a))
+KILN_F32_VARIANTS(float, dot_lanes, (const float* a, const float* b, int64_t n), (a, b, n))
+#undef KILN_F32_VARIANTS
 
 template <typename T> T dot(const T* a, const T* b, int64_t n) {
-  if constexpr (std::is_same_v<T, float>)
-    return dot_f32(a, b, n);
-  else
+  if constexpr (std::is_same_v<T, float>) {
+    static const auto f = pick_dot_lanes();
+    return f(a, b, n);
+  } else {
     return dot_lanes(a, b, n);
+  }
 }
-
 template <typename T> void score_all_lanes(const T* qi, const T* kt, int64_t e, int64_t n,
                                            T* s) {
-  if constexpr (std::is_same_v<T, float>)
-    score_lanes_f32(qi, kt, e, n, s);
-  else
+  if constexpr (std::is_same_v<T, float>) {
+    static const auto f = pick_score_lanes();
+    f(qi, kt, e, n, s);
+  } else {
     score_lanes(qi, kt, e, n, s);
+  }
 }
 template <typename T> void weigh_all_lanes(const T* const* rows, const T* w, int64_t n, T alpha,
                                            int64_t ev, T* a) {
-  if constexpr (std::is_same_v<T, float>)
-    weigh_lanes_f32(rows, w, n, alpha, ev, a);
-  else
+  if constexpr (std::is_same_v<T, float>) {
+    static const auto f = pick_weigh_lanes();
+    f(rows, w, n, alpha, ev, a);
+  } else {
     weigh_lanes(rows, w, n, alpha, ev, a);
+  }
 }
 
 // The problem of one node: dims, scale, causality and the mask's layout.
