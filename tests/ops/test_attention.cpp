@@ -142,6 +142,8 @@ const std::vector<Config> kConfigs = {
     // partial key blocks and tails of both
     {{2}, 33, 150, 64, 40},
     {{1, 2}, 70, 70, 24, 32, true, MaskKind::additive, {70, 70}},
+    // scores far apart (e^x of most differences below the smallest normal float: 0)
+    {{2}, 9, 40, 16, 16, false, MaskKind::none, {}, 30.0},
 };
 
 TEST(ScaledDotProductAttention, MatchesReferenceF32F64) {

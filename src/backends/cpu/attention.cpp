@@ -79,6 +79,54 @@ template <typename T> inline T dot_lanes(const T* a, const T* b, int64_t n) {
   return s;
 }
 
+// s[j] = e^(s[j] - mx) for j < n, returning their sum. f32: kLanes at a time with Cephes' expf
+// (x = s[j] - mx rounded to k = round(x log2 e), r = x - k ln 2 in two parts, a degree-5
+// polynomial, times 2^k; within 2 ulp of std::exp), 0 below -87.3 (where e^x is no longer a
+// normal float; -inf included), NaN kept; the tail and f64 through std::exp. The lanes' sums are
+// added at the end.
+template <typename T> inline T exp_sum_lanes(T* s, int64_t n, T mx) {
+  T sum = 0;
+  int64_t j = 0;
+  if constexpr (std::is_same_v<T, float>) {
+    using V = Lanes<float>::V;
+    using I = Lanes<int32_t>::V;
+    auto select = [](const I& m, const V& a, const V& b, V& out) {  // m ? a : b, lane by lane
+      I ai, bi;
+      std::memcpy(&ai, &a, sizeof(I));
+      std::memcpy(&bi, &b, sizeof(I));
+      const I r = (ai & m) | (bi & ~m);
+      std::memcpy(&out, &r, sizeof(V));
+    };
+    const V zero = {};
+    V acc = {};
+    for (; j + kLanes <= n; j += kLanes) {
+      V x;
+      std::memcpy(&x, s + j, sizeof(V));
+      x -= mx;
+      const I nan = x != x, tiny = x < -87.33f;
+      V xc;
+      select(nan | tiny, zero, x, xc);  // (in range for the conversion below)
+      const V k = (xc * 1.44269504f + 12582912.f) - 12582912.f;
+      V r = xc - k * 0.693359375f;
+      r = r - k * -2.12194440e-4f;
+      V y = ((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r +
+              4.1665795894e-2f) * r + 1.6666665459e-1f) * r + 5.0000001201e-1f;
+      y = y * (r * r) + r + 1.0f;
+      const I bits = (__builtin_convertvector(k, I) + 127) << 23;
+      V scale;
+      std::memcpy(&scale, &bits, sizeof(V));
+      y *= scale;
+      select(tiny, zero, y, y);
+      select(nan, x, y, y);
+      std::memcpy(s + j, &y, sizeof(V));
+      acc += y;
+    }
+    for (int u = 0; u < kLanes; ++u) sum += acc[u];
+  }
+  for (; j < n; ++j) sum += s[j] = std::exp(s[j] - mx);
+  return sum;
+}
+
 // The f32 loops (f16/bf16 run as f32) are also compiled for AVX2 with FMA and for AVX-512; the
 // CPU's best is picked on first use (__builtin_cpu_supports; an FMA rounds once where the
 // baseline rounds twice). Not target_clones: its ifunc resolvers run while the program is
@@ -108,6 +156,7 @@ KILN_F32_VARIANTS(void, weigh_lanes,
                    float* a),
                   (rows, w, n, alpha, ev, a))
 KILN_F32_VARIANTS(float, dot_lanes, (const float* a, const float* b, int64_t n), (a, b, n))
+KILN_F32_VARIANTS(float, exp_sum_lanes, (float* s, int64_t n, float mx), (s, n, mx))
 #undef KILN_F32_VARIANTS
 
 template <typename T> T dot(const T* a, const T* b, int64_t n) {
@@ -116,6 +165,14 @@ template <typename T> T dot(const T* a, const T* b, int64_t n) {
     return f(a, b, n);
   } else {
     return dot_lanes(a, b, n);
+  }
+}
+template <typename T> T exp_sum(T* s, int64_t n, T mx) {
+  if constexpr (std::is_same_v<T, float>) {
+    static const auto f = pick_exp_sum_lanes();
+    return f(s, n, mx);
+  } else {
+    return exp_sum_lanes(s, n, mx);
   }
 }
 template <typename T> void score_all_lanes(const T* qi, const T* kt, int64_t e, int64_t n,
@@ -259,8 +316,7 @@ template <typename T> void forward(KernelContext& ctx) {
           for (int64_t j = j0; j < j1; ++j) mx = std::max(mx, s[j - j0]);
           if (mx == -std::numeric_limits<T>::infinity()) continue;  // nothing visible yet
           const T alpha = std::exp(m[i - i0] - mx);  // 0 when m was -inf
-          T sum = 0;
-          for (int64_t j = j0; j < j1; ++j) sum += s[j - j0] = std::exp(s[j - j0] - mx);
+          const T sum = exp_sum(s.data(), j1 - j0, mx);
           p.weigh_values(b, j0, j1, s.data(), alpha, acc.data() + (i - i0) * p.ev);
           l[i - i0] = l[i - i0] * alpha + sum;
           m[i - i0] = mx;
