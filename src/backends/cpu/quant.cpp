@@ -87,10 +87,10 @@ void dispatch_quant(DType t, const char* op, F&& f) {
 }
 
 // quantize_one, for f32 data and 8-bit results without a call to rintf (a library call where
-// the baseline x86-64 has no rounding instruction) or a branch, so that loops of it vectorize:
-// x / s clamped to +-2^22 (beyond, both saturate alike; NaN becomes -2^22 and so the low end, as
-// in quantize_one), rounded half to even by adding and subtracting 1.5 * 2^23 (an even integer:
-// ties go where rint takes them), plus zp, saturated.
+// the baseline x86-64 has no rounding instruction); quantize16_f32 below is the same steps in
+// vector lanes: x / s clamped to +-2^22 (beyond, both saturate alike; NaN becomes -2^22 and so
+// the low end, as in quantize_one), rounded half to even by adding and subtracting 1.5 * 2^23 (an
+// even integer: ties go where rint takes them), plus zp, saturated.
 template <typename T, typename Q>
 inline Q quantize_fast(T x, T s, Q zp) {
   if constexpr (std::is_same_v<T, float> && sizeof(Q) == 1) {
