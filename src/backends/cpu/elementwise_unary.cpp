@@ -8,7 +8,7 @@
 #if defined(__x86_64__) && defined(__GLIBC__)
 #include <dlfcn.h>
 #include <xmmintrin.h>
-#define KILN_VECTOR_ERFC 1
+#define KILN_VECTOR_MATH 1
 #endif
 
 #include "backends/cpu/elementwise.h"
@@ -18,41 +18,94 @@ namespace kiln::cpu {
 
 namespace {
 
-#ifdef KILN_VECTOR_ERFC
-// erfc of four floats at once: the C library's vector erfcf (glibc 2.35+, libmvec, SSE ABI;
-// within 4 ulp, the CPU's best variant picked by glibc), found at run time so that kiln still
-// loads with an older C library; null where there is none.
-using ErfcX4 = __m128 (*)(__m128);
-ErfcX4 vector_erfcf() {
-  static const ErfcX4 f = []() -> ErfcX4 {
-    void* lib = dlopen("libmvec.so.1", RTLD_NOW | RTLD_LOCAL);  // (kept open)
-    return lib ? reinterpret_cast<ErfcX4>(dlsym(lib, "_ZGVbN4v_erfcf")) : nullptr;
-  }();
+#ifdef KILN_VECTOR_MATH
+// Four floats at once through one of the C library's vector functions (glibc 2.35+, libmvec,
+// SSE ABI; within 4 ulp, the CPU's best variant picked by glibc), found at run time so that kiln
+// still loads with an older C library; null where there is none.
+using FloatX4 = __m128 (*)(__m128);
+FloatX4 libmvec_function(const char* symbol) {
+  static void* const lib = dlopen("libmvec.so.1", RTLD_NOW | RTLD_LOCAL);  // (kept open)
+  return lib ? reinterpret_cast<FloatX4>(dlsym(lib, symbol)) : nullptr;
+}
+FloatX4 vector_erfcf() {
+  static const FloatX4 f = libmvec_function("_ZGVbN4v_erfcf");
   return f;
+}
+FloatX4 vector_tanhf() {
+  static const FloatX4 f = libmvec_function("_ZGVbN4v_tanhf");
+  return f;
+}
+
+// out[i] = f(in[i]) over f32 data in parallel, four elements at a time through vec, the rest
+// through scalar (the same expression).
+template <typename V, typename S>
+void map_f32_by4(const KernelContext& ctx, const float* in, float* out, int64_t n, V&& vec,
+                 S&& scalar) {
+  ctx.parallel_for(n, 16384, [&](int64_t b, int64_t e) {
+    int64_t i = b;
+    for (; i + 4 <= e; i += 4) _mm_storeu_ps(out + i, vec(_mm_loadu_ps(in + i)));
+    for (; i < e; ++i) out[i] = scalar(in[i]);
+  });
 }
 #endif
 
-// Exact GELU of f32 data, four elements at a time through the vector erfcf where there is one:
-// the same expression as the scalar kernel's (below), erfc within a few ulp of it.
+// The f32 activations below four elements at a time where the C library has the vector
+// function: the same expressions as the scalar kernels', the function within a few ulp of it.
+// False where there is none (the scalar kernel runs).
 bool gelu_f32_vector(const KernelContext& ctx, const float* in, float* out, int64_t n) {
-#ifdef KILN_VECTOR_ERFC
-  const ErfcX4 erfc4 = vector_erfcf();
+#ifdef KILN_VECTOR_MATH
+  const FloatX4 erfc4 = vector_erfcf();
   if (!erfc4) return false;
-  ctx.parallel_for(n, 16384, [&](int64_t b, int64_t e) {
-    const __m128 half = _mm_set1_ps(0.5f), k = _mm_set1_ps(-0.7071067811865476f);
-    int64_t i = b;
-    for (; i + 4 <= e; i += 4) {
-      const __m128 x = _mm_loadu_ps(in + i);
-      _mm_storeu_ps(out + i, _mm_mul_ps(_mm_mul_ps(half, x), erfc4(_mm_mul_ps(x, k))));
-    }
-    for (; i < e; ++i) out[i] = 0.5f * in[i] * std::erfc(in[i] * -0.7071067811865476f);
-  });
+  const __m128 half = _mm_set1_ps(0.5f), k = _mm_set1_ps(-0.7071067811865476f);
+  map_f32_by4(
+      ctx, in, out, n,
+      [&](__m128 x) { return _mm_mul_ps(_mm_mul_ps(half, x), erfc4(_mm_mul_ps(x, k))); },
+      [](float x) { return 0.5f * x * std::erfc(x * -0.7071067811865476f); });
   return true;
 #else
   (void)ctx, (void)in, (void)out, (void)n;
   return false;
 #endif
 }
+bool gelu_tanh_f32_vector(const KernelContext& ctx, const float* in, float* out, int64_t n) {
+#ifdef KILN_VECTOR_MATH
+  const FloatX4 tanh4 = vector_tanhf();
+  if (!tanh4) return false;
+  constexpr float kc = 0.7978845608028654f, kcube = 0.044715f;  // sqrt(2 / pi)
+  const __m128 half = _mm_set1_ps(0.5f), one = _mm_set1_ps(1.f), c = _mm_set1_ps(kc),
+               cube = _mm_set1_ps(kcube);
+  map_f32_by4(
+      ctx, in, out, n,
+      [&](__m128 x) {
+        const __m128 x3 = _mm_mul_ps(_mm_mul_ps(_mm_mul_ps(cube, x), x), x);
+        const __m128 t = tanh4(_mm_mul_ps(c, _mm_add_ps(x, x3)));
+        return _mm_mul_ps(_mm_mul_ps(half, x), _mm_add_ps(one, t));
+      },
+      [](float x) { return 0.5f * x * (1.f + std::tanh(kc * (x + kcube * x * x * x))); });
+  return true;
+#else
+  (void)ctx, (void)in, (void)out, (void)n;
+  return false;
+#endif
+}
+bool tanh_f32_vector(const KernelContext& ctx, const float* in, float* out, int64_t n) {
+#ifdef KILN_VECTOR_MATH
+  const FloatX4 tanh4 = vector_tanhf();
+  if (!tanh4) return false;
+  map_f32_by4(ctx, in, out, n, tanh4, [](float x) { return std::tanh(x); });
+  return true;
+#else
+  (void)ctx, (void)in, (void)out, (void)n;
+  return false;
+#endif
+}
+// Runs one of the above on an f32 op (false: not f32, or no vector function).
+using F32Map = bool (*)(const KernelContext&, const float*, float*, int64_t);
+bool f32_vector(KernelContext& ctx, F32Map f) {
+  return ctx.in(0).dtype == DType::f32 &&
+         f(ctx, ctx.in(0).ptr<float>(), ctx.out(0).ptr<float>(), ctx.in(0).numel());
+}
+
 void neg(KernelContext& ctx) {
   unary_same(ctx, [](auto x) {
     if constexpr (kFloat<decltype(x)>) return -x;
@@ -133,7 +186,10 @@ void reciprocal(KernelContext& ctx) {
 }
 void sin(KernelContext& ctx) { unary_float(ctx, [](auto x) { return std::sin(x); }); }
 void cos(KernelContext& ctx) { unary_float(ctx, [](auto x) { return std::cos(x); }); }
-void tanh(KernelContext& ctx) { unary_float(ctx, [](auto x) { return std::tanh(x); }); }
+void tanh(KernelContext& ctx) {
+  if (f32_vector(ctx, tanh_f32_vector)) return;
+  unary_float(ctx, [](auto x) { return std::tanh(x); });
+}
 void erf(KernelContext& ctx) { unary_float(ctx, [](auto x) { return std::erf(x); }); }
 void tan(KernelContext& ctx) { unary_float(ctx, [](auto x) { return std::tan(x); }); }
 void asin(KernelContext& ctx) { unary_float(ctx, [](auto x) { return std::asin(x); }); }
@@ -172,15 +228,14 @@ void selu(KernelContext& ctx) {
 }
 void gelu(KernelContext& ctx) {
   if (ctx.attrs().str("approximate") == "tanh") {
+    if (f32_vector(ctx, gelu_tanh_f32_vector)) return;
     unary_float(ctx, [](auto x) {
       using T = decltype(x);
       const T k = static_cast<T>(0.7978845608028654);  // sqrt(2 / pi)
       return T(0.5) * x * (T(1) + std::tanh(k * (x + T(0.044715) * x * x * x)));
     });
   } else {
-    if (ctx.in(0).dtype == DType::f32 &&
-        gelu_f32_vector(ctx, ctx.in(0).ptr<float>(), ctx.out(0).ptr<float>(), ctx.in(0).numel()))
-      return;
+    if (f32_vector(ctx, gelu_f32_vector)) return;
     unary_float(ctx, [](auto x) {
       using T = decltype(x);
       // Φ(x) as erfc(-x/√2) / 2: 1 + erf(x/√2) cancels for negative x (4 digits lost near -3)
