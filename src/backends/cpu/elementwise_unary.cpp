@@ -47,13 +47,11 @@ void map_f32_by4(const KernelContext& ctx, const float* in, float* out, int64_t 
     for (; i < e; ++i) out[i] = scalar(in[i]);
   });
 }
-#endif
 
 // The f32 activations below four elements at a time where the C library has the vector
 // function: the same expressions as the scalar kernels', the function within a few ulp of it.
 // False where there is none (the scalar kernel runs).
 bool gelu_f32_vector(const KernelContext& ctx, const float* in, float* out, int64_t n) {
-#ifdef KILN_VECTOR_MATH
   const FloatX4 erfc4 = vector_erfcf();
   if (!erfc4) return false;
   const __m128 half = _mm_set1_ps(0.5f), k = _mm_set1_ps(-0.7071067811865476f);
@@ -62,13 +60,8 @@ bool gelu_f32_vector(const KernelContext& ctx, const float* in, float* out, int6
       [&](__m128 x) { return _mm_mul_ps(_mm_mul_ps(half, x), erfc4(_mm_mul_ps(x, k))); },
       [](float x) { return 0.5f * x * std::erfc(x * -0.7071067811865476f); });
   return true;
-#else
-  (void)ctx, (void)in, (void)out, (void)n;
-  return false;
-#endif
 }
 bool gelu_tanh_f32_vector(const KernelContext& ctx, const float* in, float* out, int64_t n) {
-#ifdef KILN_VECTOR_MATH
   const FloatX4 tanh4 = vector_tanhf();
   if (!tanh4) return false;
   constexpr float kc = 0.7978845608028654f, kcube = 0.044715f;  // sqrt(2 / pi)
@@ -83,26 +76,22 @@ bool gelu_tanh_f32_vector(const KernelContext& ctx, const float* in, float* out,
       },
       [](float x) { return 0.5f * x * (1.f + std::tanh(kc * (x + kcube * x * x * x))); });
   return true;
-#else
-  (void)ctx, (void)in, (void)out, (void)n;
-  return false;
-#endif
 }
 bool tanh_f32_vector(const KernelContext& ctx, const float* in, float* out, int64_t n) {
-#ifdef KILN_VECTOR_MATH
   const FloatX4 tanh4 = vector_tanhf();
   if (!tanh4) return false;
   map_f32_by4(ctx, in, out, n, tanh4, [](float x) { return std::tanh(x); });
   return true;
-#else
-  (void)ctx, (void)in, (void)out, (void)n;
-  return false;
-#endif
 }
-// Runs one of the above on an f32 op (false: not f32, or no vector function).
 using F32Map = bool (*)(const KernelContext&, const float*, float*, int64_t);
+#else
+using F32Map = bool (*)(const KernelContext&, const float*, float*, int64_t);
+constexpr F32Map gelu_f32_vector = nullptr, gelu_tanh_f32_vector = nullptr,
+                 tanh_f32_vector = nullptr;
+#endif
+// Runs one of the above on an f32 op (false: not f32, or no vector function).
 bool f32_vector(KernelContext& ctx, F32Map f) {
-  return ctx.in(0).dtype == DType::f32 &&
+  return f && ctx.in(0).dtype == DType::f32 &&
          f(ctx, ctx.in(0).ptr<float>(), ctx.out(0).ptr<float>(), ctx.in(0).numel());
 }
 
