@@ -21,9 +21,9 @@ constexpr int64_t kQueryBlock = 16;
 constexpr int64_t kKeyBlock = 64;
 constexpr int64_t kLanes = 16;  // sums the inner loops keep in vector registers
 
-// The kernel's two inner loops, kLanes values at a time in one vector variable (GCC and Clang
-// vector extensions: the sums stay in registers whatever the vectorizer makes of a loop); each
-// lane adds in the order of the scalar code.
+// The kernel's inner loops, kLanes values at a time in one vector variable (GCC and Clang vector
+// extensions: the sums stay in registers whatever the vectorizer makes of a loop); in the scores
+// and value sums each lane adds in the order of the scalar code.
 // (vectors move through memcpy and references, never by value across a call: no ABI question)
 template <typename T> struct Lanes {
   typedef T V __attribute__((vector_size(kLanes * sizeof(T))));
@@ -81,9 +81,9 @@ template <typename T> inline T dot_lanes(const T* a, const T* b, int64_t n) {
 
 // s[j] = e^(s[j] - mx) for j < n, returning their sum. f32: kLanes at a time with Cephes' expf
 // (x = s[j] - mx rounded to k = round(x log2 e), r = x - k ln 2 in two parts, a degree-5
-// polynomial, times 2^k; within 2 ulp of std::exp), 0 below -87.3 (where e^x is no longer a
-// normal float; -inf included), NaN kept; the tail and f64 through std::exp. The lanes' sums are
-// added at the end.
+// polynomial, times 2^k; within 1.01 ulp of e^x at every float in [-87.3, 0], with or without
+// FMA), 0 below -87.3 (where e^x is no longer a normal float; -inf included), NaN kept; the tail
+// and f64 through std::exp. The lanes' sums are added at the end.
 template <typename T> inline T exp_sum_lanes(T* s, int64_t n, T mx) {
   T sum = 0;
   int64_t j = 0;
