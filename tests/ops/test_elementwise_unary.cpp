@@ -3,6 +3,7 @@
 // values, empty and scalar inputs, and dtype/attribute errors.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 
@@ -232,6 +233,36 @@ TEST(Gelu, TanhApproximation) {
   };
   check_unary({[](const Tensor& x) { return gelu(x, GeluApprox::tanh); }, ref, -5, 5, false,
                "gelu"});
+}
+
+// f32 tanh and GELU go four elements at a time through the C library's vector functions: an
+// element's result must not depend on where it falls (a tensor's last few elements, or a chunk
+// of the fused kernel), so the same values run as one tensor and as tensors of three elements
+// (no full group of four) agree bit for bit.
+TEST(VectorActivations, SameResultWhereverTheElementFalls) {
+  const std::vector<std::pair<const char*, UnaryOp>> ops = {
+      {"tanh", [](const Tensor& x) { return tanh(x); }},
+      {"gelu", [](const Tensor& x) { return gelu(x); }},
+      {"gelu tanh", [](const Tensor& x) { return gelu(x, GeluApprox::tanh); }}};
+  constexpr int64_t kN = 3000, kPiece = 3;
+  for (const auto& [what, op] : ops) {
+    SCOPED_TRACE(what);
+    const Array x = random_array({kN}, f32, -6, 6);
+    Graph whole;
+    auto wx = whole.placeholder({kN}, f32, "x");
+    const Array all = eval1(whole, op(wx), {{wx, x}});
+    Graph g;
+    auto px = g.placeholder({kPiece}, f32, "x");
+    auto exe = g.compile(Device::cpu(), {}, {op(px)});
+    int64_t differ = 0;
+    for (int64_t i = 0; i < kN; i += kPiece) {
+      Array piece = Array::empty({kPiece}, f32);
+      std::memcpy(piece.data(), x.data<float>() + i, sizeof(float) * kPiece);
+      const Array y = exe.run({{px, piece}})[0];
+      differ += std::memcmp(y.data(), all.data<float>() + i, sizeof(float) * kPiece) != 0;
+    }
+    EXPECT_EQ(differ, 0) << "pieces of " << kPiece << " whose results differ from the whole's";
+  }
 }
 
 TEST(Softplus, DefaultsAndErrors) {

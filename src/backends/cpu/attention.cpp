@@ -1,7 +1,8 @@
 // CPU kernels of scaled_dot_product_attention and its gradient: blocks of queries in parallel on
 // the pool, each streaming over blocks of keys with an online (max-subtracted) softmax, so no
 // (Lq, Lk) matrix is formed; a key block is transposed once for the query block, whose scores
-// then run across keys in vector lanes. f16/bf16 run as f32 (half_via_f32). A query that sees no
+// and weighted value sums then run across keys (or value elements) in vector lanes, four queries
+// at a time. f16/bf16 run as f32 (half_via_f32). A query that sees no
 // key gets zeros and passes no gradient.
 #include <algorithm>
 #include <cmath>
@@ -21,177 +22,104 @@ constexpr int64_t kQueryBlock = 16;
 constexpr int64_t kKeyBlock = 64;
 constexpr int64_t kLanes = 16;  // sums the inner loops keep in vector registers
 
-// The kernel's inner loops, kLanes values at a time in one vector variable (GCC and Clang vector
-// extensions: the sums stay in registers whatever the vectorizer makes of a loop); in the scores
-// and value sums each lane adds in the order of the scalar code.
-// (vectors move through memcpy and references, never by value across a call: no ABI question)
-template <typename T> struct Lanes {
-  typedef T V __attribute__((vector_size(kLanes * sizeof(T))));
-  /// v += s * p[0, kLanes)
-  static void add_scaled(V& v, T s, const T* p) {
-    V x;
-    std::memcpy(&x, p, sizeof(V));
-    v += s * x;
-  }
-};
+// The forward pass's register tiles: kRows queries by J vectors of kLanes keys (or value
+// elements) at once, so each vector loaded serves kRows sums and each query's element J; J is 4
+// where the CPU has 32 vector registers of kLanes floats (AVX-512), 1 elsewhere.
+constexpr int64_t kRows = 4;
 
-// s[j] = sum over d of qi[d] kt[d kKeyBlock + j] for j < n (a multiple of kLanes).
-template <typename T> inline void score_lanes(const T* qi, const T* kt, int64_t e, int64_t n,
-                                              T* s) {
-  using L = Lanes<T>;
-  for (int64_t j = 0; j < n; j += kLanes) {
-    typename L::V sum = {};
-    for (int64_t d = 0; d < e; ++d) L::add_scaled(sum, qi[d], kt + d * kKeyBlock + j);
-    std::memcpy(s + j, &sum, sizeof(sum));
-  }
-}
-
-// a[d] = alpha a[d] + sum over j of w[j] rows[j][d] for d < ev (a multiple of kLanes).
-template <typename T> inline void weigh_lanes(const T* const* rows, const T* w, int64_t n,
-                                              T alpha, int64_t ev, T* a) {
-  using L = Lanes<T>;
-  for (int64_t d = 0; d < ev; d += kLanes) {
-    typename L::V sum;
-    std::memcpy(&sum, a + d, sizeof(sum));
-    sum *= alpha;
-    for (int64_t j = 0; j < n; ++j) L::add_scaled(sum, w[j], rows[j] + d);
-    std::memcpy(a + d, &sum, sizeof(sum));
-  }
-}
-
-// sum over d < n of a[d] b[d]: kLanes partial sums side by side, added up at the end, then the
-// tail (the gradient's dot products)
-template <typename T> inline T dot_lanes(const T* a, const T* b, int64_t n) {
-  using V = typename Lanes<T>::V;
-  int64_t d = 0;
-  T s = 0;
-  if (n >= kLanes) {
-    V acc = {};
-    for (; d + kLanes <= n; d += kLanes) {
-      V x, y;
-      std::memcpy(&x, a + d, sizeof(V));
-      std::memcpy(&y, b + d, sizeof(V));
-      acc += x * y;
-    }
-    for (int u = 0; u < kLanes; ++u) s += acc[u];
-  }
-  for (; d < n; ++d) s += a[d] * b[d];
-  return s;
-}
-
-// s[j] = e^(s[j] - mx) for j < n, returning their sum. f32: kLanes at a time with Cephes' expf
-// (x = s[j] - mx rounded to k = round(x log2 e), r = x - k ln 2 in two parts, a degree-5
-// polynomial, times 2^k; within 1.01 ulp of e^x at every float in [-87.3, 0], with or without
-// FMA), 0 below -87.3 (where e^x is no longer a normal float; -inf included), NaN kept; the tail
-// and f64 through std::exp. The lanes' sums are added at the end.
-template <typename T> inline T exp_sum_lanes(T* s, int64_t n, T mx) {
-  T sum = 0;
-  int64_t j = 0;
-  if constexpr (std::is_same_v<T, float>) {
-    using V = Lanes<float>::V;
-    using I = Lanes<int32_t>::V;
-    auto select = [](const I& m, const V& a, const V& b, V& out) {  // m ? a : b, lane by lane
-      I ai, bi;
-      std::memcpy(&ai, &a, sizeof(I));
-      std::memcpy(&bi, &b, sizeof(I));
-      const I r = (ai & m) | (bi & ~m);
-      std::memcpy(&out, &r, sizeof(V));
-    };
-    const V zero = {};
-    V acc = {};
-    for (; j + kLanes <= n; j += kLanes) {
-      V x;
-      std::memcpy(&x, s + j, sizeof(V));
-      x -= mx;
-      const I nan = x != x, tiny = x < -87.33f;
-      V xc;
-      select(nan | tiny, zero, x, xc);  // (in range for the conversion below)
-      const V k = (xc * 1.44269504f + 12582912.f) - 12582912.f;
-      V r = xc - k * 0.693359375f;
-      r = r - k * -2.12194440e-4f;
-      V y = ((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r +
-              4.1665795894e-2f) * r + 1.6666665459e-1f) * r + 5.0000001201e-1f;
-      y = y * (r * r) + r + 1.0f;
-      const I bits = (__builtin_convertvector(k, I) + 127) << 23;
-      V scale;
-      std::memcpy(&scale, &bits, sizeof(V));
-      y *= scale;
-      select(tiny, zero, y, y);
-      select(nan, x, y, y);
-      std::memcpy(s + j, &y, sizeof(V));
-      acc += y;
-    }
-    for (int u = 0; u < kLanes; ++u) sum += acc[u];
-  }
-  for (; j < n; ++j) sum += s[j] = std::exp(s[j] - mx);
-  return sum;
-}
-
-// The f32 loops (f16/bf16 run as f32) are also compiled for AVX2 with FMA and for AVX-512; the
-// CPU's best is picked on first use (__builtin_cpu_supports; an FMA rounds once where the
+// The lane helpers, compiled for the baseline and (x86-64, GCC) for AVX2 with FMA and for AVX-512
+// (F, DQ, BW, VL: without DQ, lane masks made from comparisons go through general registers); the
+// CPU's best is picked on first use with __builtin_cpu_supports (an FMA rounds once where the
 // baseline rounds twice). Not target_clones: its ifunc resolvers run while the program is
-// relocated, before a sanitizer's runtime has started.
-#if defined(__x86_64__) && defined(__GNUC__)
-#define KILN_F32_VARIANTS(R, name, params, args)                                             \
-  R name##_f32 params { return name args; }                                                 \
-  __attribute__((target("avx2,fma"))) R name##_f32_avx2 params { return name args; }        \
-  __attribute__((target("avx512f"))) R name##_f32_avx512 params { return name args; }       \
-  auto pick_##name() {                                                                      \
-    __builtin_cpu_init();                                                                   \
-    if (__builtin_cpu_supports("avx512f")) return &name##_f32_avx512;                        \
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))                     \
-      return &name##_f32_avx2;                                                              \
-    return &name##_f32;                                                                     \
-  }
-#else
-#define KILN_F32_VARIANTS(R, name, params, args) \
-  R name##_f32 params { return name args; }      \
-  auto pick_##name() { return &name##_f32; }
+// relocated, before a sanitizer's runtime has started. f64 uses the baseline's.
+namespace baseline {
+constexpr int kTileVectors = 1;
+#include "backends/cpu/attention_lanes.inc"
+}  // namespace baseline
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define KILN_ATTENTION_X86_VARIANTS 1
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+namespace avx2 {
+constexpr int kTileVectors = 1;  // four queries by two of its 16-register file's vectors
+#include "backends/cpu/attention_lanes.inc"
+}  // namespace avx2
+#pragma GCC pop_options
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512dq,avx512bw,avx512vl")
+namespace avx512 {
+constexpr int kTileVectors = 4;  // four queries by 64 floats: 16 of its 32 registers
+#include "backends/cpu/attention_lanes.inc"
+}  // namespace avx512
+#pragma GCC pop_options
 #endif
-KILN_F32_VARIANTS(void, score_lanes,
-                  (const float* qi, const float* kt, int64_t e, int64_t n, float* s),
-                  (qi, kt, e, n, s))
-KILN_F32_VARIANTS(void, weigh_lanes,
-                  (const float* const* rows, const float* w, int64_t n, float alpha, int64_t ev,
-                   float* a),
-                  (rows, w, n, alpha, ev, a))
-KILN_F32_VARIANTS(float, dot_lanes, (const float* a, const float* b, int64_t n), (a, b, n))
-KILN_F32_VARIANTS(float, exp_sum_lanes, (float* s, int64_t n, float mx), (s, n, mx))
-#undef KILN_F32_VARIANTS
 
-template <typename T> T dot(const T* a, const T* b, int64_t n) {
-  if constexpr (std::is_same_v<T, float>) {
-    static const auto f = pick_dot_lanes();
-    return f(a, b, n);
-  } else {
-    return dot_lanes(a, b, n);
+// The f32 lane helpers of one instruction set.
+struct F32Lanes {
+  void (*score_lanes)(const float*, const float*, int64_t, int64_t, float*);
+  void (*weigh_lanes)(const float* const*, const float*, int64_t, float, int64_t, float*);
+  void (*score_tile)(const float*, const float*, int64_t, int64_t, float*);
+  void (*weigh_tile)(const float* const*, const int64_t*, const float*, int64_t, const float*,
+                     int64_t, int64_t, float*);
+  float (*dot)(const float*, const float*, int64_t);
+  float (*max)(const float*, int64_t, float);
+  float (*exp_sum)(float*, int64_t, float);
+};
+#define KILN_F32_LANES(ns)                                                                     \
+  F32Lanes {                                                                                   \
+    &ns::score_lanes<float>, &ns::weigh_lanes<float>, &ns::score_tile<ns::kTileVectors, float>, \
+        &ns::weigh_tile<ns::kTileVectors, float>, &ns::dot_lanes<float>, &ns::max_lanes<float>, \
+        &ns::exp_sum_lanes<float>                                                              \
   }
+const F32Lanes& f32_lanes() {
+  static const F32Lanes best = [] {
+#ifdef KILN_ATTENTION_X86_VARIANTS
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
+      return KILN_F32_LANES(avx512);
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+      return KILN_F32_LANES(avx2);
+#endif
+    return KILN_F32_LANES(baseline);
+  }();
+  return best;
+}
+#undef KILN_F32_LANES
+
+// The lane helpers of a dtype: f32's picked for the CPU, the baseline's otherwise.
+template <typename T> T dot(const T* a, const T* b, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) return f32_lanes().dot(a, b, n);
+  else return baseline::dot_lanes(a, b, n);
+}
+template <typename T> T max_of(const T* s, int64_t n, T init) {
+  if constexpr (std::is_same_v<T, float>) return f32_lanes().max(s, n, init);
+  else return baseline::max_lanes(s, n, init);
 }
 template <typename T> T exp_sum(T* s, int64_t n, T mx) {
-  if constexpr (std::is_same_v<T, float>) {
-    static const auto f = pick_exp_sum_lanes();
-    return f(s, n, mx);
-  } else {
-    return exp_sum_lanes(s, n, mx);
-  }
+  if constexpr (std::is_same_v<T, float>) return f32_lanes().exp_sum(s, n, mx);
+  else return baseline::exp_sum_lanes(s, n, mx);
 }
 template <typename T> void score_all_lanes(const T* qi, const T* kt, int64_t e, int64_t n,
                                            T* s) {
-  if constexpr (std::is_same_v<T, float>) {
-    static const auto f = pick_score_lanes();
-    f(qi, kt, e, n, s);
-  } else {
-    score_lanes(qi, kt, e, n, s);
-  }
+  if constexpr (std::is_same_v<T, float>) f32_lanes().score_lanes(qi, kt, e, n, s);
+  else baseline::score_lanes(qi, kt, e, n, s);
 }
 template <typename T> void weigh_all_lanes(const T* const* rows, const T* w, int64_t n, T alpha,
                                            int64_t ev, T* a) {
-  if constexpr (std::is_same_v<T, float>) {
-    static const auto f = pick_weigh_lanes();
-    f(rows, w, n, alpha, ev, a);
-  } else {
-    weigh_lanes(rows, w, n, alpha, ev, a);
-  }
+  if constexpr (std::is_same_v<T, float>) f32_lanes().weigh_lanes(rows, w, n, alpha, ev, a);
+  else baseline::weigh_lanes(rows, w, n, alpha, ev, a);
+}
+template <typename T> void score_all_tile(const T* q, const T* kt, int64_t e, int64_t n, T* s) {
+  if constexpr (std::is_same_v<T, float>) f32_lanes().score_tile(q, kt, e, n, s);
+  else baseline::score_tile<1>(q, kt, e, n, s);
+}
+template <typename T> void weigh_all_tile(const T* const* rows, const int64_t* keys, const T* w,
+                                          int64_t n, const T* alpha, int64_t ev, int64_t evl,
+                                          T* a) {
+  if constexpr (std::is_same_v<T, float>)
+    f32_lanes().weigh_tile(rows, keys, w, n, alpha, ev, evl, a);
+  else baseline::weigh_tile<1>(rows, keys, w, n, alpha, ev, evl, a);
 }
 
 // The problem of one node: dims, scale, causality and the mask's layout.
@@ -243,26 +171,33 @@ template <typename T> struct Problem {
       for (int64_t d = 0; d < e; ++d) kt[d * kKeyBlock + j] = kj[d];
     }
   }
-  /// score(b, i, j, moff) of keys [j0, j1) into s, from kt (transpose_keys of the block at j0):
-  /// each dot product sums over d in the same order as score's, kLanes keys side by side in
-  /// registers rather than one latency-bound sum at a time.
-  void scores(int64_t b, int64_t i, int64_t j0, int64_t j1, int64_t moff, const T* kt,
-              T* __restrict s) const {
-    constexpr T kNegInf = -std::numeric_limits<T>::infinity();
-    const int64_t n = j1 - j0;
+  /// The dot products of queries [i, i + g) (g is kRows or 1) with keys [j0, j0 + n) into rows of
+  /// s kKeyBlock apart, from kt (transpose_keys of the block at j0): each sums over d in the order
+  /// of score's, kLanes keys side by side in registers (and kRows queries, when g is kRows).
+  void dots(int64_t b, int64_t i, int64_t g, int64_t n, const T* kt, T* __restrict s) const {
     const T* qi = q + (b * lq + i) * e;
-    int64_t j = n / kLanes * kLanes;
-    score_all_lanes(qi, kt, e, j, s);
-    for (; j < n; ++j) {
-      T sum = 0;
-      for (int64_t d = 0; d < e; ++d) sum += qi[d] * kt[d * kKeyBlock + j];
-      s[j] = sum;
-    }
+    const int64_t nl = n / kLanes * kLanes;
+    if (g == kRows) score_all_tile(qi, kt, e, nl, s);
+    else score_all_lanes(qi, kt, e, nl, s);
+    for (int64_t r = 0; r < g; ++r)
+      for (int64_t j = nl; j < n; ++j) {
+        T sum = 0;
+        for (int64_t d = 0; d < e; ++d) sum += qi[r * e + d] * kt[d * kKeyBlock + j];
+        s[r * kKeyBlock + j] = sum;
+      }
+  }
+  /// Query i's dot products with keys [j0, j0 + n) in s made score(b, i, j, moff) for keys before
+  /// j1 (its visible end within the block) and -inf from there on.
+  void finish_scores(int64_t i, int64_t j0, int64_t j1, int64_t n, int64_t moff,
+                     T* __restrict s) const {
+    constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+    const int64_t nv = std::max<int64_t>(0, j1 - j0);
+    std::fill(s + nv, s + n, kNegInf);
     if (!bmask && !amask) {
-      for (int64_t j = 0; j < n; ++j) s[j] *= scale;
+      for (int64_t j = 0; j < nv; ++j) s[j] *= scale;
       return;
     }
-    for (int64_t j = 0; j < n; ++j) {
+    for (int64_t j = 0; j < nv; ++j) {
       const int64_t mo = moff + i * ml.sq + (j0 + j) * ml.sk;
       if (bmask && !bmask[mo]) {
         s[j] = kNegInf;
@@ -272,22 +207,35 @@ template <typename T> struct Problem {
       if (amask) s[j] += amask[mo];
     }
   }
-  /// a = alpha a + sum over keys [j0, j1) of pr[j - j0] v_j (keys whose weight is 0 skipped), in
-  /// key order for every element, kLanes elements of a held in registers across the keys.
-  void weigh_values(int64_t b, int64_t j0, int64_t j1, const T* pr, T alpha, T* a) const {
+  /// a_r = alpha[r] a_r + sum over keys [j0, j0 + n) of pr[r kKeyBlock + j - j0] v_j for the g
+  /// queries of a tile (rows of a ev apart), keys that no query of the tile weighs skipped; in key
+  /// order for every element, kLanes elements of a (of kRows queries, when g is kRows) held in
+  /// registers across the keys.
+  void weigh_values(int64_t b, int64_t j0, int64_t n, int64_t g, const T* pr, const T* alpha,
+                    T* a) const {
     // the keys that count, first (no branch in the loops that vectorize)
-    T w[kKeyBlock];
     const T* rows[kKeyBlock];
-    int64_t n = 0;
-    for (int64_t j = 0; j < j1 - j0; ++j)
-      if (pr[j] != T(0)) w[n] = pr[j], rows[n++] = v + (b * lk + j0 + j) * ev;
-    int64_t d = ev / kLanes * kLanes;
-    weigh_all_lanes(rows, w, n, alpha, d, a);
-    for (; d < ev; ++d) {
-      T sum = a[d] * alpha;
-      for (int64_t j = 0; j < n; ++j) sum += w[j] * rows[j][d];
-      a[d] = sum;
+    int64_t keys[kKeyBlock];
+    int64_t nk = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      bool weighed = false;
+      for (int64_t r = 0; r < g; ++r) weighed |= pr[r * kKeyBlock + j] != T(0);
+      if (weighed) keys[nk] = j, rows[nk++] = v + (b * lk + j0 + j) * ev;
     }
+    const int64_t evl = ev / kLanes * kLanes;
+    if (g == kRows) {
+      weigh_all_tile(rows, keys, pr, nk, alpha, ev, evl, a);
+    } else {
+      T w[kKeyBlock];
+      for (int64_t t = 0; t < nk; ++t) w[t] = pr[keys[t]];
+      weigh_all_lanes(rows, w, nk, alpha[0], evl, a);
+    }
+    for (int64_t r = 0; r < g; ++r)
+      for (int64_t d = evl; d < ev; ++d) {
+        T sum = a[r * ev + d] * alpha[r];
+        for (int64_t t = 0; t < nk; ++t) sum += pr[r * kKeyBlock + keys[t]] * rows[t][d];
+        a[r * ev + d] = sum;
+      }
   }
 };
 
@@ -296,7 +244,7 @@ template <typename T> void forward(KernelContext& ctx) {
   T* out = ctx.out(0).ptr<T>();
   const int64_t qblocks = (p.lq + kQueryBlock - 1) / kQueryBlock;
   ctx.parallel_for(p.batch * qblocks, 1, [&](int64_t w0, int64_t w1) {
-    std::vector<T> acc(static_cast<size_t>(kQueryBlock * p.ev)), s(kKeyBlock),
+    std::vector<T> acc(static_cast<size_t>(kQueryBlock * p.ev)), s(kRows * kKeyBlock),
         kt(static_cast<size_t>(p.e * kKeyBlock));
     T m[kQueryBlock], l[kQueryBlock];
     for (int64_t w = w0; w < w1; ++w) {
@@ -308,18 +256,28 @@ template <typename T> void forward(KernelContext& ctx) {
       const int64_t kend = p.key_end(i1 - 1);
       for (int64_t j0 = 0; j0 < kend; j0 += kKeyBlock) {
         p.transpose_keys(b, j0, std::min(kend, j0 + kKeyBlock) - j0, kt.data());
-        for (int64_t i = i0; i < i1; ++i) {
-          const int64_t j1 = std::min(p.key_end(i), j0 + kKeyBlock);
-          if (j1 <= j0) continue;
-          p.scores(b, i, j0, j1, moff, kt.data(), s.data());
-          T mx = m[i - i0];
-          for (int64_t j = j0; j < j1; ++j) mx = std::max(mx, s[j - j0]);
-          if (mx == -std::numeric_limits<T>::infinity()) continue;  // nothing visible yet
-          const T alpha = std::exp(m[i - i0] - mx);  // 0 when m was -inf
-          const T sum = exp_sum(s.data(), j1 - j0, mx);
-          p.weigh_values(b, j0, j1, s.data(), alpha, acc.data() + (i - i0) * p.ev);
-          l[i - i0] = l[i - i0] * alpha + sum;
-          m[i - i0] = mx;
+        for (int64_t i = i0, g; i < i1; i += g) {
+          g = i1 - i >= kRows ? kRows : 1;
+          // the keys of the block that the tile's last query sees (under causality, the most)
+          const int64_t n = std::min(p.key_end(i + g - 1), j0 + kKeyBlock) - j0;
+          if (n <= 0) continue;
+          p.dots(b, i, g, n, kt.data(), s.data());
+          T alpha[kRows];
+          for (int64_t r = 0; r < g; ++r) {
+            T* sr = s.data() + r * kKeyBlock;
+            const int64_t ir = i + r - i0;
+            p.finish_scores(i + r, j0, std::min(p.key_end(i + r), j0 + kKeyBlock), n, moff, sr);
+            const T mx = max_of(sr, n, m[ir]);
+            if (mx == -std::numeric_limits<T>::infinity()) {  // nothing visible yet
+              alpha[r] = T(1);
+              std::fill(sr, sr + n, T(0));
+              continue;
+            }
+            alpha[r] = std::exp(m[ir] - mx);  // 0 when m was -inf
+            l[ir] = l[ir] * alpha[r] + exp_sum(sr, n, mx);
+            m[ir] = mx;
+          }
+          p.weigh_values(b, j0, n, g, s.data(), alpha, acc.data() + (i - i0) * p.ev);
         }
       }
       for (int64_t i = i0; i < i1; ++i) {

@@ -3,6 +3,7 @@
 // Attribute keys: src/ops/elementwise.cpp.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #if defined(__x86_64__) && defined(__GLIBC__)
@@ -36,15 +37,19 @@ FloatX4 vector_tanhf() {
   return f;
 }
 
-// out[i] = f(in[i]) over f32 data in parallel, four elements at a time through vec, the rest
-// through scalar (the same expression).
-template <typename V, typename S>
-void map_f32_by4(const KernelContext& ctx, const float* in, float* out, int64_t n, V&& vec,
-                 S&& scalar) {
+// out[i] = f(in[i]) over f32 data in parallel, four elements at a time through vec, the last
+// (fewer than four) padded to four: every element goes through vec, so that a result does not
+// depend on where the element falls in the tensor or in a chunk of the fused kernel.
+template <typename V> void map_f32_by4(const KernelContext& ctx, const float* in, float* out,
+                                       int64_t n, V&& vec) {
   ctx.parallel_for(n, 16384, [&](int64_t b, int64_t e) {
     int64_t i = b;
     for (; i + 4 <= e; i += 4) _mm_storeu_ps(out + i, vec(_mm_loadu_ps(in + i)));
-    for (; i < e; ++i) out[i] = scalar(in[i]);
+    if (i == e) return;
+    float tail[4] = {};
+    std::memcpy(tail, in + i, static_cast<size_t>(e - i) * sizeof(float));
+    _mm_storeu_ps(tail, vec(_mm_loadu_ps(tail)));
+    std::memcpy(out + i, tail, static_cast<size_t>(e - i) * sizeof(float));
   });
 }
 
@@ -57,8 +62,7 @@ bool gelu_f32_vector(const KernelContext& ctx, const float* in, float* out, int6
   const __m128 half = _mm_set1_ps(0.5f), k = _mm_set1_ps(-0.7071067811865476f);
   map_f32_by4(
       ctx, in, out, n,
-      [&](__m128 x) { return _mm_mul_ps(_mm_mul_ps(half, x), erfc4(_mm_mul_ps(x, k))); },
-      [](float x) { return 0.5f * x * std::erfc(x * -0.7071067811865476f); });
+      [&](__m128 x) { return _mm_mul_ps(_mm_mul_ps(half, x), erfc4(_mm_mul_ps(x, k))); });
   return true;
 }
 bool gelu_tanh_f32_vector(const KernelContext& ctx, const float* in, float* out, int64_t n) {
@@ -73,14 +77,13 @@ bool gelu_tanh_f32_vector(const KernelContext& ctx, const float* in, float* out,
         const __m128 x3 = _mm_mul_ps(_mm_mul_ps(_mm_mul_ps(cube, x), x), x);
         const __m128 t = tanh4(_mm_mul_ps(c, _mm_add_ps(x, x3)));
         return _mm_mul_ps(_mm_mul_ps(half, x), _mm_add_ps(one, t));
-      },
-      [](float x) { return 0.5f * x * (1.f + std::tanh(kc * (x + kcube * x * x * x))); });
+      });
   return true;
 }
 bool tanh_f32_vector(const KernelContext& ctx, const float* in, float* out, int64_t n) {
   const FloatX4 tanh4 = vector_tanhf();
   if (!tanh4) return false;
-  map_f32_by4(ctx, in, out, n, tanh4, [](float x) { return std::tanh(x); });
+  map_f32_by4(ctx, in, out, n, tanh4);
   return true;
 }
 using F32Map = bool (*)(const KernelContext&, const float*, float*, int64_t);
