@@ -6,8 +6,10 @@
 // key gets zeros and passes no gradient.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <string_view>
 #include <vector>
 
 #include "backends/cpu/cpu_common.h"
@@ -22,9 +24,8 @@ constexpr int64_t kQueryBlock = 16;
 constexpr int64_t kKeyBlock = 64;
 constexpr int64_t kLanes = 16;  // sums the inner loops keep in vector registers
 
-// The forward pass's register tiles: kRows queries by J vectors of kLanes keys (or value
-// elements) at once, so each vector loaded serves kRows sums and each query's element J; J is 4
-// where the CPU has 32 vector registers of kLanes floats (AVX-512), 1 elsewhere.
+// The forward pass's register tiles: kRows queries by one or more groups of kLanes keys (or
+// value elements) at once, so each vector loaded serves kRows sums.
 constexpr int64_t kRows = 4;
 
 // The lane helpers, compiled for the baseline and (x86-64, GCC) for AVX2 with FMA and for AVX-512
@@ -33,7 +34,8 @@ constexpr int64_t kRows = 4;
 // baseline rounds twice). Not target_clones: its ifunc resolvers run while the program is
 // relocated, before a sanitizer's runtime has started. f64 uses the baseline's.
 namespace baseline {
-constexpr int kTileVectors = 1;
+constexpr int64_t kVectorBytes = 16;  // SSE2
+constexpr int kTileGroups = 1;
 #include "backends/cpu/attention_lanes.inc"
 }  // namespace baseline
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
@@ -41,14 +43,16 @@ constexpr int kTileVectors = 1;
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
 namespace avx2 {
-constexpr int kTileVectors = 1;  // four queries by two of its 16-register file's vectors
+constexpr int64_t kVectorBytes = 32;
+constexpr int kTileGroups = 1;  // four queries by 16 floats: 8 of its 16 registers
 #include "backends/cpu/attention_lanes.inc"
 }  // namespace avx2
 #pragma GCC pop_options
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512dq,avx512bw,avx512vl")
 namespace avx512 {
-constexpr int kTileVectors = 4;  // four queries by 64 floats: 16 of its 32 registers
+constexpr int64_t kVectorBytes = 64;
+constexpr int kTileGroups = 4;  // four queries by 64 floats: 16 of its 32 registers
 #include "backends/cpu/attention_lanes.inc"
 }  // namespace avx512
 #pragma GCC pop_options
@@ -57,7 +61,8 @@ constexpr int kTileVectors = 4;  // four queries by 64 floats: 16 of its 32 regi
 // The f32 lane helpers of one instruction set.
 struct F32Lanes {
   void (*score_lanes)(const float*, const float*, int64_t, int64_t, float*);
-  void (*weigh_lanes)(const float* const*, const float*, int64_t, float, int64_t, float*);
+  void (*weigh_lanes)(const float* const*, const int64_t*, const float*, int64_t, const float*,
+                      int64_t, int64_t, float*);
   void (*score_tile)(const float*, const float*, int64_t, int64_t, float*);
   void (*weigh_tile)(const float* const*, const int64_t*, const float*, int64_t, const float*,
                      int64_t, int64_t, float*);
@@ -67,18 +72,22 @@ struct F32Lanes {
 };
 #define KILN_F32_LANES(ns)                                                                     \
   F32Lanes {                                                                                   \
-    &ns::score_lanes<float>, &ns::weigh_lanes<float>, &ns::score_tile<ns::kTileVectors, float>, \
-        &ns::weigh_tile<ns::kTileVectors, float>, &ns::dot_lanes<float>, &ns::max_lanes<float>, \
+    &ns::score_lanes<float>, &ns::weigh_lanes<float>, &ns::score_tile<float>,                  \
+        &ns::weigh_tile<float>, &ns::dot_lanes<float>, &ns::max_lanes<float>,                  \
         &ns::exp_sum_lanes<float>                                                              \
   }
+// KILN_CPU_ISA=baseline or avx2 caps the choice (to test the variants this CPU would not pick).
 const F32Lanes& f32_lanes() {
   static const F32Lanes best = [] {
 #ifdef KILN_ATTENTION_X86_VARIANTS
+    const char* cap = std::getenv("KILN_CPU_ISA");
+    const std::string_view isa = cap ? cap : "";
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
+    if (isa != "baseline" && isa != "avx2" && __builtin_cpu_supports("avx512f") &&
+        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl"))
       return KILN_F32_LANES(avx512);
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    if (isa != "baseline" && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
       return KILN_F32_LANES(avx2);
 #endif
     return KILN_F32_LANES(baseline);
@@ -105,21 +114,23 @@ template <typename T> void score_all_lanes(const T* qi, const T* kt, int64_t e, 
   if constexpr (std::is_same_v<T, float>) f32_lanes().score_lanes(qi, kt, e, n, s);
   else baseline::score_lanes(qi, kt, e, n, s);
 }
-template <typename T> void weigh_all_lanes(const T* const* rows, const T* w, int64_t n, T alpha,
-                                           int64_t ev, T* a) {
-  if constexpr (std::is_same_v<T, float>) f32_lanes().weigh_lanes(rows, w, n, alpha, ev, a);
-  else baseline::weigh_lanes(rows, w, n, alpha, ev, a);
+template <typename T> void weigh_all_lanes(const T* const* rows, const int64_t* keys, const T* w,
+                                           int64_t n, const T* alpha, int64_t ev, int64_t evl,
+                                           T* a) {
+  if constexpr (std::is_same_v<T, float>)
+    f32_lanes().weigh_lanes(rows, keys, w, n, alpha, ev, evl, a);
+  else baseline::weigh_lanes(rows, keys, w, n, alpha, ev, evl, a);
 }
 template <typename T> void score_all_tile(const T* q, const T* kt, int64_t e, int64_t n, T* s) {
   if constexpr (std::is_same_v<T, float>) f32_lanes().score_tile(q, kt, e, n, s);
-  else baseline::score_tile<1>(q, kt, e, n, s);
+  else baseline::score_tile(q, kt, e, n, s);
 }
 template <typename T> void weigh_all_tile(const T* const* rows, const int64_t* keys, const T* w,
                                           int64_t n, const T* alpha, int64_t ev, int64_t evl,
                                           T* a) {
   if constexpr (std::is_same_v<T, float>)
     f32_lanes().weigh_tile(rows, keys, w, n, alpha, ev, evl, a);
-  else baseline::weigh_tile<1>(rows, keys, w, n, alpha, ev, evl, a);
+  else baseline::weigh_tile(rows, keys, w, n, alpha, ev, evl, a);
 }
 
 // The problem of one node: dims, scale, causality and the mask's layout.
@@ -223,13 +234,8 @@ template <typename T> struct Problem {
       if (weighed) keys[nk] = j, rows[nk++] = v + (b * lk + j0 + j) * ev;
     }
     const int64_t evl = ev / kLanes * kLanes;
-    if (g == kRows) {
-      weigh_all_tile(rows, keys, pr, nk, alpha, ev, evl, a);
-    } else {
-      T w[kKeyBlock];
-      for (int64_t t = 0; t < nk; ++t) w[t] = pr[keys[t]];
-      weigh_all_lanes(rows, w, nk, alpha[0], evl, a);
-    }
+    if (g == kRows) weigh_all_tile(rows, keys, pr, nk, alpha, ev, evl, a);
+    else weigh_all_lanes(rows, keys, pr, nk, alpha, ev, evl, a);
     for (int64_t r = 0; r < g; ++r)
       for (int64_t d = evl; d < ev; ++d) {
         T sum = a[r * ev + d] * alpha[r];
