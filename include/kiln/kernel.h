@@ -75,6 +75,8 @@ class KernelContext {
   /// Runs body(begin, end) over [0, n) in chunks of at least `grain` on the CPU thread pool.
   void parallel_for(int64_t n, int64_t grain,
                     const std::function<void(int64_t, int64_t)>& body) const;
+  /// How many threads parallel_for splits work over (1 without a pool).
+  int threads() const;
   /// The native stream GPU kernels enqueue all their work on (cudaStream_t); nullptr on the CPU.
   /// Kernels never synchronize it.
   void* stream() const { return env_ ? env_->stream : nullptr; }

@@ -26,6 +26,8 @@ void KernelContext::parallel_for(int64_t n, int64_t grain,
   else body(0, n);
 }
 
+int KernelContext::threads() const { return pool_ ? pool_->size() : 1; }
+
 namespace {
 using Table = std::array<std::array<KernelEntry, kOpIdLimit>, kNumBackends>;
 Table& table() {

@@ -143,6 +143,8 @@ const std::vector<Config> kConfigs = {
     // partial key blocks and tails of both
     {{2}, 33, 150, 64, 40},
     {{1, 2}, 70, 70, 24, 32, true, MaskKind::additive, {70, 70}},
+    // enough query blocks for the CPU kernel's widest (64 queries), the last one partial
+    {{4}, 130, 75, 24, 20, true, MaskKind::additive, {4, 130, 75}},
     // scores far apart (e^x of most differences below the smallest normal float: 0)
     {{2}, 9, 40, 16, 16, false, MaskKind::none, {}, 30.0},
 };

@@ -1,9 +1,9 @@
-// CPU kernels of scaled_dot_product_attention and its gradient: blocks of queries in parallel on
-// the pool, each streaming over blocks of keys with an online (max-subtracted) softmax, so no
-// (Lq, Lk) matrix is formed; a key block is transposed once for the query block, whose scores
-// and weighted value sums then run across keys (or value elements) in vector lanes, four queries
-// at a time. f16/bf16 run as f32 (half_via_f32). A query that sees no
-// key gets zeros and passes no gradient.
+// CPU kernels of scaled_dot_product_attention and its gradient. Forward: the keys are transposed
+// once into blocks of kKeyBlock; blocks of queries run in parallel on the pool, each streaming
+// over the key blocks with an online (max-subtracted) softmax, so no (Lq, Lk) matrix is formed;
+// scores and weighted value sums run across keys (or value elements) in vector lanes, four queries
+// at a time in registers (attention_lanes.inc, compiled per instruction set). f16/bf16 run as f32
+// (half_via_f32). A query that sees no key gets zeros and passes no gradient.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -20,7 +20,7 @@ namespace kiln::cpu {
 
 namespace {
 
-constexpr int64_t kQueryBlock = 16;
+constexpr int64_t kQueryBlock = 64;  // the most queries that share a transposed key block
 constexpr int64_t kKeyBlock = 64;
 constexpr int64_t kLanes = 16;  // sums the inner loops keep in vector registers
 
@@ -61,11 +61,11 @@ constexpr int kTileGroups = 4;  // four queries by 64 floats: 16 of its 32 regis
 // The f32 lane helpers of one instruction set.
 struct F32Lanes {
   void (*score_lanes)(const float*, const float*, int64_t, int64_t, float*);
-  void (*weigh_lanes)(const float* const*, const int64_t*, const float*, int64_t, const float*,
-                      int64_t, int64_t, float*);
+  void (*weigh_lanes)(const float*, const int64_t*, const float*, int64_t, const float*, int64_t,
+                      int64_t, float*);
   void (*score_tile)(const float*, const float*, int64_t, int64_t, float*);
-  void (*weigh_tile)(const float* const*, const int64_t*, const float*, int64_t, const float*,
-                     int64_t, int64_t, float*);
+  void (*weigh_tile)(const float*, const int64_t*, const float*, int64_t, const float*, int64_t,
+                     int64_t, float*);
   float (*dot)(const float*, const float*, int64_t);
   float (*max)(const float*, int64_t, float);
   float (*exp_sum)(float*, int64_t, float);
@@ -114,23 +114,19 @@ template <typename T> void score_all_lanes(const T* qi, const T* kt, int64_t e, 
   if constexpr (std::is_same_v<T, float>) f32_lanes().score_lanes(qi, kt, e, n, s);
   else baseline::score_lanes(qi, kt, e, n, s);
 }
-template <typename T> void weigh_all_lanes(const T* const* rows, const int64_t* keys, const T* w,
-                                           int64_t n, const T* alpha, int64_t ev, int64_t evl,
-                                           T* a) {
-  if constexpr (std::is_same_v<T, float>)
-    f32_lanes().weigh_lanes(rows, keys, w, n, alpha, ev, evl, a);
-  else baseline::weigh_lanes(rows, keys, w, n, alpha, ev, evl, a);
+template <typename T> void weigh_all_lanes(const T* v, const int64_t* keys, const T* w, int64_t n,
+                                           const T* alpha, int64_t ev, int64_t evl, T* a) {
+  if constexpr (std::is_same_v<T, float>) f32_lanes().weigh_lanes(v, keys, w, n, alpha, ev, evl, a);
+  else baseline::weigh_lanes(v, keys, w, n, alpha, ev, evl, a);
 }
 template <typename T> void score_all_tile(const T* q, const T* kt, int64_t e, int64_t n, T* s) {
   if constexpr (std::is_same_v<T, float>) f32_lanes().score_tile(q, kt, e, n, s);
   else baseline::score_tile(q, kt, e, n, s);
 }
-template <typename T> void weigh_all_tile(const T* const* rows, const int64_t* keys, const T* w,
-                                          int64_t n, const T* alpha, int64_t ev, int64_t evl,
-                                          T* a) {
-  if constexpr (std::is_same_v<T, float>)
-    f32_lanes().weigh_tile(rows, keys, w, n, alpha, ev, evl, a);
-  else baseline::weigh_tile(rows, keys, w, n, alpha, ev, evl, a);
+template <typename T> void weigh_all_tile(const T* v, const int64_t* keys, const T* w, int64_t n,
+                                          const T* alpha, int64_t ev, int64_t evl, T* a) {
+  if constexpr (std::is_same_v<T, float>) f32_lanes().weigh_tile(v, keys, w, n, alpha, ev, evl, a);
+  else baseline::weigh_tile(v, keys, w, n, alpha, ev, evl, a);
 }
 
 // The problem of one node: dims, scale, causality and the mask's layout.
@@ -224,22 +220,28 @@ template <typename T> struct Problem {
   /// registers across the keys.
   void weigh_values(int64_t b, int64_t j0, int64_t n, int64_t g, const T* pr, const T* alpha,
                     T* a) const {
-    // the keys that count, first (no branch in the loops that vectorize)
-    const T* rows[kKeyBlock];
+    // the keys that count, first (no branch in the loops that vectorize): a weight counts unless
+    // it is +-0 (its bits but the sign all clear), NaN included
     int64_t keys[kKeyBlock];
     int64_t nk = 0;
     for (int64_t j = 0; j < n; ++j) {
-      bool weighed = false;
-      for (int64_t r = 0; r < g; ++r) weighed |= pr[r * kKeyBlock + j] != T(0);
-      if (weighed) keys[nk] = j, rows[nk++] = v + (b * lk + j0 + j) * ev;
+      uint64_t bits = 0;
+      for (int64_t r = 0; r < g; ++r) {
+        uint64_t x = 0;
+        std::memcpy(&x, pr + r * kKeyBlock + j, sizeof(T));
+        bits |= x << (65 - 8 * sizeof(T));  // (the sign bit shifted out)
+      }
+      keys[nk] = j;
+      nk += bits != 0;
     }
+    const T* vb = v + (b * lk + j0) * ev;
     const int64_t evl = ev / kLanes * kLanes;
-    if (g == kRows) weigh_all_tile(rows, keys, pr, nk, alpha, ev, evl, a);
-    else weigh_all_lanes(rows, keys, pr, nk, alpha, ev, evl, a);
+    if (g == kRows) weigh_all_tile(vb, keys, pr, nk, alpha, ev, evl, a);
+    else weigh_all_lanes(vb, keys, pr, nk, alpha, ev, evl, a);
     for (int64_t r = 0; r < g; ++r)
       for (int64_t d = evl; d < ev; ++d) {
         T sum = a[r * ev + d] * alpha[r];
-        for (int64_t t = 0; t < nk; ++t) sum += pr[r * kKeyBlock + keys[t]] * rows[t][d];
+        for (int64_t t = 0; t < nk; ++t) sum += pr[r * kKeyBlock + keys[t]] * vb[keys[t] * ev + d];
         a[r * ev + d] = sum;
       }
   }
@@ -248,26 +250,39 @@ template <typename T> struct Problem {
 template <typename T> void forward(KernelContext& ctx) {
   const Problem<T> p(ctx, 0);
   T* out = ctx.out(0).ptr<T>();
-  const int64_t qblocks = (p.lq + kQueryBlock - 1) / kQueryBlock;
+  // query blocks of kQueryBlock (each key block's transpose shared by more queries), halved down
+  // to 16 while there would be fewer than four per thread
+  int64_t qb = kQueryBlock;
+  while (qb > 16 && p.batch * ((p.lq + qb - 1) / qb) < 4 * ctx.threads()) qb /= 2;
+  const int64_t qblocks = (p.lq + qb - 1) / qb;
+  // every block of kKeyBlock keys transposed once, first (e rows of kKeyBlock): K's size again
+  const int64_t kblocks = (p.lk + kKeyBlock - 1) / kKeyBlock, kt_size = p.e * kKeyBlock;
+  T* kts = static_cast<T*>(ctx.scratch(
+      static_cast<size_t>(std::max<int64_t>(1, p.batch * kblocks * kt_size)) * sizeof(T)));
+  ctx.parallel_for(p.batch * kblocks, 1, [&](int64_t w0, int64_t w1) {
+    for (int64_t w = w0; w < w1; ++w) {
+      const int64_t j0 = (w % kblocks) * kKeyBlock;
+      p.transpose_keys(w / kblocks, j0, std::min(p.lk, j0 + kKeyBlock) - j0, kts + w * kt_size);
+    }
+  });
   ctx.parallel_for(p.batch * qblocks, 1, [&](int64_t w0, int64_t w1) {
-    std::vector<T> acc(static_cast<size_t>(kQueryBlock * p.ev)), s(kRows * kKeyBlock),
-        kt(static_cast<size_t>(p.e * kKeyBlock));
+    std::vector<T> acc(static_cast<size_t>(kQueryBlock * p.ev)), s(kRows * kKeyBlock);
     T m[kQueryBlock], l[kQueryBlock];
     for (int64_t w = w0; w < w1; ++w) {
-      const int64_t b = w / qblocks, i0 = (w % qblocks) * kQueryBlock;
-      const int64_t i1 = std::min(p.lq, i0 + kQueryBlock), moff = p.mask_offset(b);
+      const int64_t b = w / qblocks, i0 = (w % qblocks) * qb;
+      const int64_t i1 = std::min(p.lq, i0 + qb), moff = p.mask_offset(b);
       std::fill(acc.begin(), acc.end(), T(0));
       std::fill(m, m + kQueryBlock, -std::numeric_limits<T>::infinity());
       std::fill(l, l + kQueryBlock, T(0));
       const int64_t kend = p.key_end(i1 - 1);
       for (int64_t j0 = 0; j0 < kend; j0 += kKeyBlock) {
-        p.transpose_keys(b, j0, std::min(kend, j0 + kKeyBlock) - j0, kt.data());
+        const T* kt = kts + (b * kblocks + j0 / kKeyBlock) * kt_size;
         for (int64_t i = i0, g; i < i1; i += g) {
           g = i1 - i >= kRows ? kRows : 1;
           // the keys of the block that the tile's last query sees (under causality, the most)
           const int64_t n = std::min(p.key_end(i + g - 1), j0 + kKeyBlock) - j0;
           if (n <= 0) continue;
-          p.dots(b, i, g, n, kt.data(), s.data());
+          p.dots(b, i, g, n, kt, s.data());
           T alpha[kRows];
           for (int64_t r = 0; r < g; ++r) {
             T* sr = s.data() + r * kKeyBlock;
