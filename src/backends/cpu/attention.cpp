@@ -6,10 +6,8 @@
 // (half_via_f32). A query that sees no key gets zeros and passes no gradient.
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <string_view>
 #include <vector>
 
 #include "backends/cpu/cpu_common.h"
@@ -30,9 +28,9 @@ constexpr int64_t kRows = 4;
 
 // The lane helpers, compiled for the baseline and (x86-64, GCC) for AVX2 with FMA and for AVX-512
 // (F, DQ, BW, VL: without DQ, lane masks made from comparisons go through general registers); the
-// CPU's best is picked on first use with __builtin_cpu_supports (an FMA rounds once where the
-// baseline rounds twice). Not target_clones: its ifunc resolvers run while the program is
-// relocated, before a sanitizer's runtime has started. f64 uses the baseline's.
+// CPU's best is picked on first use (cpu_isa; an FMA rounds once where the baseline rounds
+// twice). Not target_clones: its ifunc resolvers run while the program is relocated, before a
+// sanitizer's runtime has started. f64 uses the baseline's.
 namespace baseline {
 constexpr int64_t kVectorBytes = 16;  // SSE2
 constexpr int kTileGroups = 1;
@@ -76,19 +74,11 @@ struct F32Lanes {
         &ns::weigh_tile<float>, &ns::dot_lanes<float>, &ns::max_lanes<float>,                  \
         &ns::exp_sum_lanes<float>                                                              \
   }
-// KILN_CPU_ISA=baseline or avx2 caps the choice (to test the variants this CPU would not pick).
 const F32Lanes& f32_lanes() {
   static const F32Lanes best = [] {
 #ifdef KILN_ATTENTION_X86_VARIANTS
-    const char* cap = std::getenv("KILN_CPU_ISA");
-    const std::string_view isa = cap ? cap : "";
-    __builtin_cpu_init();
-    if (isa != "baseline" && isa != "avx2" && __builtin_cpu_supports("avx512f") &&
-        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl"))
-      return KILN_F32_LANES(avx512);
-    if (isa != "baseline" && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-      return KILN_F32_LANES(avx2);
+    if (cpu_isa() == CpuIsa::avx512) return KILN_F32_LANES(avx512);
+    if (cpu_isa() == CpuIsa::avx2) return KILN_F32_LANES(avx2);
 #endif
     return KILN_F32_LANES(baseline);
   }();
@@ -161,7 +151,8 @@ template <typename T> struct Problem {
   }
   /// Keys [0, end) can be visible to query i.
   int64_t key_end(int64_t i) const { return causal ? std::min(lk, i + 1) : lk; }
-  /// scale · q_i · k_j + mask, or -inf where masked (the gradient's; the forward pass uses scores).
+  /// scale · q_i · k_j + mask, or -inf where masked (the gradient's; the forward
+  /// pass uses dots and finish_scores).
   T score(int64_t b, int64_t i, int64_t j, int64_t moff) const {
     constexpr T kNegInf = -std::numeric_limits<T>::infinity();
     const int64_t mo = moff + i * ml.sq + j * ml.sk;

@@ -1,5 +1,8 @@
 #include "backends/cpu/cpu_common.h"
 
+#include <cstdlib>
+#include <string_view>
+
 namespace kiln::cpu {
 
 AxisSplit split_at(const Shape& s, int64_t axis) {
@@ -51,5 +54,23 @@ BroadcastPlan<N> plan_broadcast(const Shape& out, const std::array<const Shape*,
 template BroadcastPlan<1> plan_broadcast<1>(const Shape&, const std::array<const Shape*, 1>&);
 template BroadcastPlan<2> plan_broadcast<2>(const Shape&, const std::array<const Shape*, 2>&);
 template BroadcastPlan<3> plan_broadcast<3>(const Shape&, const std::array<const Shape*, 3>&);
+
+CpuIsa cpu_isa() {
+  static const CpuIsa isa = [] {
+#if defined(__x86_64__) && defined(__GNUC__)
+    const char* cap = std::getenv("KILN_CPU_ISA");
+    const std::string_view want = cap ? cap : "";
+    __builtin_cpu_init();
+    if (want != "baseline" && want != "avx2" && __builtin_cpu_supports("avx512f") &&
+        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl"))
+      return CpuIsa::avx512;
+    if (want != "baseline" && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+      return CpuIsa::avx2;
+#endif
+    return CpuIsa::baseline;
+  }();
+  return isa;
+}
 
 }  // namespace kiln::cpu

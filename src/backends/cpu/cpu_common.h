@@ -19,6 +19,12 @@ namespace kiln::cpu {
 void linear_f32(KernelContext& ctx, const void* x, const void* w, const void* bias, void* y,
                 int64_t M, int64_t K, int64_t N);
 
+/// The widest x86-64 vector instruction set the CPU kernels' hand-vectorized loops may use: the
+/// CPU's (AVX-512 with F, DQ, BW and VL; AVX2 with FMA; SSE2), capped by KILN_CPU_ISA=avx2 or
+/// baseline (read once; to test the narrower variants). Baseline elsewhere than x86-64.
+enum class CpuIsa { baseline, avx2, avx512 };
+CpuIsa cpu_isa();
+
 /// Calls f(T{}) with the C++ type of `t` (f16/bf16 never reach kernels: they run as f32).
 template <typename F> void dispatch(DType t, const char* op, F&& f) {
   switch (t) {
