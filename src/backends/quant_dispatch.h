@@ -10,6 +10,14 @@
 
 namespace kiln {
 
+/// The epilogue activation of a quantized kernel's node (quant_math::Activation): attr relu, or
+/// attr gelu ("erf", "tanh"; quantized_matmul), or none.
+inline int epilogue_activation(const KernelContext& ctx) {
+  if (ctx.attrs().b("relu", false)) return quant_math::kRelu;
+  if (!ctx.attrs().has("gelu")) return quant_math::kNone;
+  return ctx.attrs().str("gelu") == "tanh" ? quant_math::kGeluTanh : quant_math::kGeluErf;
+}
+
 /// Calls f(A{}, W{}, Y{}) with the C++ types (int8_t for i8, uint8_t for u8) of a quantized
 /// kernel's data (input 0; with quantize_x, f32 data, the dtype of its zero point, input 2),
 /// weights (input 3) and result (the dtype of input 7, its zero point); any other dtype is an

@@ -82,17 +82,35 @@ KILN_HD inline T dequantize_one(Q q, Q zp, T s) {
   }
 }
 
+/// The activation of a fused int8 op's epilogue. A bool relu converts to kNone or kRelu.
+enum Activation : int { kNone = 0, kRelu = 1, kGeluErf = 2, kGeluTanh = 3 };
+
+/// act(v) in double: max(v, 0), or GELU exact (v Φ(v) = v erfc(-v / √2) / 2) or tanh-approximated
+/// (v (1 + tanh(√(2/π) (v + 0.044715 v³))) / 2), the formulas of the gelu op.
+KILN_HD inline double activate(double v, int act) {
+  switch (act) {
+    case kRelu:
+      return v < 0 ? 0.0 : v;
+    case kGeluErf:
+      return 0.5 * v * erfc(v * -0.70710678118654752440);
+    case kGeluTanh:
+      return 0.5 * v * (1.0 + tanh(0.79788456080286535588 * (v + 0.044715 * v * v * v)));
+    default:
+      return v;
+  }
+}
+
 /// The epilogue of quantized_matmul and quantized_conv, in double: the exact integer product
 /// `acc` times `mult` (the input scale times the weight's), plus bias and residual (either may
-/// be skipped by the caller passing 0), relu, then round_half_even(v / y_scale) + y_zp,
-/// saturated to Y.
+/// be skipped by the caller passing 0), the activation (Activation; relu for true), then
+/// round_half_even(v / y_scale) + y_zp, saturated to Y.
 template <typename Y>
-KILN_HD inline Y requantize(int32_t acc, double mult, double bias, double residual, bool relu,
+KILN_HD inline Y requantize(int32_t acc, double mult, double bias, double residual, int act,
                             double y_scale, int32_t y_zp) {
   double v = static_cast<double>(acc) * mult;
   v += bias;
   v += residual;
-  if (relu && v < 0) v = 0;
+  v = activate(v, act);
   return saturate<Y>(round_even(v / y_scale) + static_cast<double>(y_zp));
 }
 

@@ -5,7 +5,8 @@
 //   dequantize:    q (i8, u8, i16, i32) -> scale's dtype; gradient for scale only.
 //   fake_quantize: x float -> x's dtype; straight-through gradient masked to the range.
 // quantized_matmul: inputs a, a_scale, a_zp, w, w_scale, w_zp, y_scale, y_zp[, bias][, residual];
-//   attrs transpose_w, relu, has_bias, has_residual. Inference only.
+//   attrs transpose_w, relu, has_bias, has_residual, gelu ("erf" or "tanh": gelu after the
+//   additions; absent: none; not with relu). Inference only.
 // quantized_conv: inputs x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp[, bias][, residual
 //   [, residual_scale, residual_zp]]; attrs conv's stride, pads, dilation, groups, plus relu,
 //   has_bias, has_residual, quantized_residual (the residual i8/u8 with a 0-d f32 scale and zero
@@ -124,6 +125,13 @@ std::vector<TensorInfo> infer_quantized_matmul(const InferContext& ctx) {
   const int64_t k = tw ? w[1] : w[0], n = tw ? w[0] : w[1];
   if (!dims_match(a.back(), k))
     fail<ShapeError>("[{}] a {} and w {} (transpose_w {}) disagree in K", op, str(a), str(w), tw);
+  if (ctx.attrs.has("gelu")) {
+    const std::string& g = ctx.attrs.str("gelu");
+    if (g != "erf" && g != "tanh")
+      fail<ValueError>("[{}] gelu must be 'erf' or 'tanh', got '{}'", op, g);
+    if (ctx.attrs.b("relu"))
+      fail<ValueError>("[{}] takes one activation: relu or gelu, not both", op);
+  }
   for (int i : {1, 2, 6, 7})
     if (!in[i].shape.empty())
       fail<ShapeError>("[{}] input {} (a scale or zero point of a or y) must be 0-d, got {}", op, i,
@@ -399,6 +407,7 @@ Tensor quantized_matmul(const QTensor& a, const QTensor& w, const Tensor& y_scal
   std::vector<Tensor> in{a.q,     a.scale,      a.zero_point, w.q,
                          w.scale, w.zero_point, y_scale,      y_zero_point};
   Attrs attrs{{"transpose_w", o.transpose_w}, {"relu", o.relu}};
+  if (o.gelu) attrs.set("gelu", std::string(*o.gelu == GeluApprox::tanh ? "tanh" : "erf"));
   add_optional(in, attrs, "bias", o.bias);
   add_optional(in, attrs, "residual", o.residual);
   return make_node1(OpId::QuantizedMatmul, in, attrs);

@@ -1,9 +1,10 @@
-// dequantize -> matmul / linear / conv (+ bias) (+ residual) (+ relu) -> quantize becomes one
-// quantized_matmul or quantized_conv node, whose kernels accumulate the integer product exactly
-// and requantize once: int8 data never round-trips through float memory. Matched from each
+// dequantize -> matmul / linear / conv (+ bias) (+ residual) (+ relu | gelu) -> quantize becomes
+// one quantized_matmul or quantized_conv node, whose kernels accumulate the integer product
+// exactly and requantize once: int8 data never round-trips through float memory. Matched from each
 // quantize backwards:
 //   quantize(y, y_scale 0-d, y_zp 0-d i8/u8)
-//   y   = relu(t) | t                        (relu: read only here)
+//   y   = relu(t) | gelu(t) | t              (read only here; gelu, either approximation, for
+//                                              matmul and linear only)
 //   t   = add(t', residual) | add(t', bias)  (at most one of each, either operand order; read
 //         only here; a matmul's bias is (N), a conv's (O, 1, 1) or (1, O, 1, 1))
 //   t'  = matmul(da, dw) with dw (K, N) | linear(da, dw[, bias]) with dw (N, K)
@@ -30,6 +31,7 @@
 // adaptive_avg_pool of a per-tensor dequantize becomes dequantize_adaptive_avg_pool, which reads
 // the int8 data (no f32 copy of it is written).
 #include <cmath>
+#include <string>
 
 #include "core/op_registry.h"
 #include "passes/program.h"
@@ -48,6 +50,7 @@ struct Match {
   std::optional<ValueRef> bias, residual;
   bool channel_bias = false;  // the bias add broadcasts along dim 1 (conv), else the last dim
   bool transpose_w = false, relu = false;
+  std::string gelu;            // "erf" or "tanh" when a gelu is absorbed
   const Node* conv = nullptr;  // the conv node of a quantized_conv match
 };
 
@@ -68,6 +71,10 @@ class Matcher {
     ValueRef cur = q.inputs[0];
     if (single(cur) && node(cur).op == OpId::Relu) {
       m.relu = true;
+      m.absorbed.push_back(cur.node);
+      cur = node(cur).inputs[0];
+    } else if (single(cur) && node(cur).op == OpId::Gelu) {
+      m.gelu = node(cur).attrs.str("approximate", "none") == "tanh" ? "tanh" : "erf";
       m.absorbed.push_back(cur.node);
       cur = node(cur).inputs[0];
     }
@@ -103,7 +110,7 @@ class Matcher {
     }
     if (!single(cur) || !is_f32(cur) || info(cur).shape != out) return {};
     const Node& mm = node(cur);
-    if (mm.op == OpId::Conv) return match_conv(m, cur);
+    if (mm.op == OpId::Conv) return m.gelu.empty() ? match_conv(m, cur) : std::nullopt;
     if (m.channel_bias) return {};
     if (mm.op == OpId::Linear) {
       m.transpose_w = true;
@@ -325,6 +332,7 @@ Program fuse_quant(const Program& p) {
       attrs.set("transpose_w", m.transpose_w);
     }
     attrs.set("relu", m.relu);
+    if (!m.gelu.empty()) attrs.set("gelu", m.gelu);
     attrs.set("has_bias", m.bias.has_value());
     attrs.set("has_residual", m.residual.has_value());
     if (m.bias) in.push_back(b.remap(*m.bias));

@@ -1,7 +1,8 @@
 // Post-training quantization (include/kiln/quantize.h): prepare the float program (variables
 // frozen, constants and batch norms folded), choose the ops to quantize and the activations to
 // calibrate, run the calibration batches, and rewrite the program into QDQ form:
-//   x -> quantize -> dequantize -> op(., dequantize(int8 weight)) (+ bias) (+ residual) (relu)
+//   x -> quantize -> dequantize -> op(., dequantize(int8 weight)) (+ bias) (+ residual)
+//     (relu, or gelu after a matmul or linear)
 //     -> quantize -> dequantize -> ...
 // Every reader of a calibrated value reads its dequantized copy, so that the quantize after each
 // chain is the only reader of the chain's end, as fuse_quant requires.
@@ -217,7 +218,8 @@ class Planner {
   }
 
   // Follows fuse_quant's chain forward: (+ bias) (+ residual) for matmul and linear, (+ residual)
-  // for convolutions (whose bias is an input), then relu; each value read only by the next step.
+  // for convolutions (whose bias is an input), then the activation; each value read only by the
+  // next step.
   ValueRef chain_end(const Candidate& c) {
     const Node& op = p_.graph.nodes[c.node];
     ValueRef cur{c.node, 0};
@@ -245,8 +247,11 @@ class Planner {
       claimed_.insert(r);
       cur = {r, 0};
     }
+    // then relu, or gelu after a matmul or linear (fuse_quant fuses it there only)
     const int32_t r = single_reader(cur);
-    if (r >= 0 && p_.graph.nodes[r].op == OpId::Relu) cur = {r, 0};
+    if (r >= 0 && (p_.graph.nodes[r].op == OpId::Relu ||
+                   (p_.graph.nodes[r].op == OpId::Gelu && op.op != OpId::Conv)))
+      cur = {r, 0};
     return cur;
   }
 

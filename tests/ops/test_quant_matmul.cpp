@@ -1,5 +1,5 @@
 // quantized_matmul and the fuse_quant pass. The op against a float64 reference of its definition
-// (exact integer products, scale, bias, residual, relu, round half to even, saturate; within
+// (exact integer products, scale, bias, residual, relu or GELU, round half to even, saturate; within
 // 1 LSB where the weights' zero points are 0 and the CPU runs the epilogue in f32 inside
 // oneDNN); the fused
 // graph against the same graph compiled with fuse_quant off (dequantize, f32 matmul, quantize):
@@ -21,13 +21,15 @@ struct Problem {
   DType at, wt, yt;
   bool per_channel, transpose_w, bias, residual, relu;
   bool w_zero = false;  // weight zero points 0 (symmetric weights: the CPU's fused oneDNN path)
+  int gelu = 0;         // 1: gelu after the additions, 2: its tanh approximation
 };
 
 std::string describe(const Problem& p) {
   return fmt::format(
-      "a {} n {} {}x{}->{} per_channel {} transpose_w {} bias {} residual {} relu {} w_zero {}",
+      "a {} n {} {}x{}->{} per_channel {} transpose_w {} bias {} residual {} relu {} w_zero {} "
+      "gelu {}",
       to_string(p.a), p.n, name(p.at), name(p.wt), name(p.yt), p.per_channel, p.transpose_w, p.bias,
-      p.residual, p.relu, p.w_zero);
+      p.residual, p.relu, p.w_zero, p.gelu);
 }
 
 struct Data {
@@ -84,6 +86,9 @@ std::vector<double> reference(const Problem& p, const Data& d) {
       if (p.bias) v += bias[j];
       if (p.residual) v += res[r * p.n + j];
       if (p.relu) v = std::max(v, 0.0);
+      if (p.gelu == 1) v = 0.5 * v * std::erfc(-v / std::sqrt(2.0));
+      if (p.gelu == 2)
+        v = 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
       out.push_back(std::clamp(std::nearbyint(v / sy) + zy, lo, hi));
     }
   return out;
@@ -118,7 +123,14 @@ std::vector<Problem> problems() {
           {{64, 96}, 48, u8, i8, u8, true, false, true, true, true, true},
           {{2, 16, 128}, 40, i8, i8, i8, false, true, true, false, false, true},
           {{3, 40, 72}, 96, u8, i8, i8, true, true, false, false, true, true},
-          {{50, 64}, 33, i8, i8, u8, true, true, true, true, false, true}};
+          {{50, 64}, 33, i8, i8, u8, true, true, true, true, false, true},
+          // GELU after the additions (BERT's feed-forward), exact and tanh-approximated: the exact
+          // epilogue and oneDNN's (with the GELU as a post-op on the real values)
+          {{7, 33}, 17, u8, i8, u8, true, false, true, false, false, false, 1},
+          {{5, 16}, 31, u8, u8, i8, true, true, false, true, false, false, 2},
+          {{64, 96}, 48, u8, i8, u8, true, false, true, true, false, true, 1},
+          {{2, 16, 128}, 40, i8, i8, i8, false, true, true, false, false, true, 2},
+          {{3, 40, 72}, 96, u8, i8, u8, true, true, true, false, false, true, 1}};
 }
 
 TEST(QuantizedMatmul, MatchesReference) {
@@ -130,6 +142,7 @@ TEST(QuantizedMatmul, MatchesReference) {
     QuantizedMatmulOptions o;
     o.transpose_w = p.transpose_w;
     o.relu = p.relu;
+    if (p.gelu) o.gelu = p.gelu == 2 ? GeluApprox::tanh : GeluApprox::none;
     if (p.bias) o.bias = g.constant(d.bias);
     if (p.residual) o.residual = g.constant(d.res);
     const Tensor y = quantized_matmul({pa, g.constant(d.sa), g.constant(d.za)},
@@ -143,7 +156,7 @@ TEST(QuantizedMatmul, MatchesReference) {
 }
 
 // The QDQ graph of a problem: float a quantized and dequantized, int8 weights dequantized,
-// matmul or linear, bias, residual, relu, quantize.
+// matmul or linear, bias, residual, relu or gelu, quantize.
 Tensor qdq_graph(Graph& g, const Problem& p, const Data& d, const Tensor& xa) {
   const Tensor da = dequantize(xa, g.constant(d.sa), g.constant(d.za));
   const Tensor dw = dequantize(g.constant(d.w), g.constant(d.sw), g.constant(d.zw),
@@ -157,6 +170,7 @@ Tensor qdq_graph(Graph& g, const Problem& p, const Data& d, const Tensor& xa) {
   }
   if (p.residual) y = y + g.constant(d.res);
   if (p.relu) y = relu(y);
+  if (p.gelu) y = gelu(y, p.gelu == 2 ? GeluApprox::tanh : GeluApprox::none);
   return quantize(y, g.constant(d.sy), g.constant(d.zy));
 }
 
@@ -178,6 +192,7 @@ TEST(QuantizedMatmul, FusedEqualsUnfusedWithinOneLsb) {
     const Executable fused = g.compile(default_device(), {}, {y});
     const Executable plain = g.compile(default_device(), {}, {y}, off);
     EXPECT_EQ(count_steps(fused, "quantized_matmul"), 1) << fused.dump();
+    EXPECT_EQ(fused.num_steps(), 1u) << fused.dump();  // the activation inside too
     EXPECT_EQ(count_steps(plain, "quantized_matmul"), 0);
     const Array yf = fused.run({{pa, d.a}})[0].to(Device::cpu());
     const Array yp = plain.run({{pa, d.a}})[0].to(Device::cpu());
@@ -227,6 +242,29 @@ TEST(QuantizedMatmul, RejectsBadInputs) {
         quantized_matmul({a, s2, z8}, {w8, s, z8}, s, z8);
       },
       {"[quantized_matmul]", "0-d"});
+  QuantizedMatmulOptions both;
+  both.relu = true;
+  both.gelu = GeluApprox::none;
+  expect_error<ValueError>(
+      [&] {
+        quantized_matmul({a, s, z8}, {w8, s, z8}, s, z8, both);
+      },
+      {"[quantized_matmul]", "relu or gelu"});
+}
+
+// A conv's gelu stays outside: quantized_conv's kernels take relu only.
+TEST(QuantizedMatmul, ConvGeluIsNotFused) {
+  Graph g;
+  auto x = g.placeholder({1, 4, 6, 6}, u8, "x");
+  const Tensor dx =
+      dequantize(x, g.constant(Array::scalar(0.02f)), g.constant(Array::scalar(uint8_t{128})));
+  const Tensor dw = dequantize(g.constant(random_ints({8, 4, 3, 3}, -127, 127, i8)),
+                               g.constant(Array::scalar(0.01f)));
+  const Tensor y = quantize(gelu(conv2d(dx, dw)), g.constant(Array::scalar(0.05f)),
+                            g.constant(Array::scalar(uint8_t{100})));
+  const Executable exe = g.compile(Device::cpu(), {}, {y});
+  EXPECT_EQ(count_steps(exe, "quantized_conv"), 0) << exe.dump();
+  EXPECT_EQ(count_steps(exe, "gelu"), 1) << exe.dump();
 }
 
 }  // namespace

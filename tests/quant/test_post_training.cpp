@@ -155,6 +155,8 @@ TEST(PostTraining, EncoderCloseToFloatForEachMethod) {
     EXPECT_EQ(q.report.skipped(), 4) << q.report.str();
     const Executable qexe = q.graph.compile(Device::cpu(), {}, q.outputs);
     EXPECT_EQ(count_steps(qexe, "quantized_matmul"), 12) << qexe.dump();
+    // each feed-forward's GELU runs inside its first int8 matmul (no float round trip)
+    EXPECT_EQ(count_steps(qexe, "gelu"), 0) << qexe.dump();
     std::vector<double> qy;
     for (const Array& x : test) {
       const auto g = to_f64(qexe.run({{q.inputs[0], x}})[0]);

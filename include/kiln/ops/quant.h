@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "kiln/graph.h"
+#include "kiln/ops/elementwise.h"
 #include "kiln/ops/nn.h"
 
 namespace kiln {
@@ -64,10 +65,13 @@ struct QuantizedMatmulOptions {
   std::optional<Tensor> residual;
   /// max(0, .) after the additions.
   bool relu = false;
+  /// gelu(., approximate) after the additions instead (not with relu).
+  std::optional<GeluApprox> gelu;
 };
 
 /// The int8 product the fuse_quant pass builds:
-///   quantize(relu?(dequantize(a) @ dequantize(w) + bias + residual), y_scale, y_zero_point)
+///   quantize(act(dequantize(a) @ dequantize(w) + bias + residual), y_scale, y_zero_point)
+/// with act relu, gelu or none
 /// computed with exact integer accumulation: a (..., K) is i8/u8 with a 0-d f32 scale and zero
 /// point; w is i8/u8 with a 0-d or per-output-channel (N) f32 scale and zero point; y_scale and
 /// y_zero_point are 0-d, and y_zero_point's dtype (i8 or u8) is the result's. Within 1 LSB of

@@ -3,8 +3,9 @@
 // per block (per group). Arithmetic follows numpy step for step, so results are bit-exact.
 // quantized_matmul: exact i32 products (oneDNN's int8 matmul where the CPU has VNNI, with the
 // zero points applied as row and column sums; else int16 dot products the compiler vectorizes),
-// then the epilogue in double: scale, bias, residual, relu, requantize. quantized_conv lives in
-// quant_conv.cpp; the rounding of all of them in backends/quant_math.h (shared with CUDA).
+// then the epilogue in double: scale, bias, residual, relu or GELU, requantize. quantized_conv
+// lives in quant_conv.cpp; the rounding of all of them in backends/quant_math.h (shared with
+// CUDA).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -251,26 +252,28 @@ std::vector<int32_t> weight_column_sums(const KernelContext& ctx, const W* pw, i
 }
 
 // The whole op as one oneDNN int8 matmul, its epilogue in f32 inside (as the NHWC convolution's,
-// quant_conv.cpp): y = relu?(oscale[j] (acc + b'[j]) [+ residual]) post + zy, rounded half to
+// quant_conv.cpp): y = act(oscale[j] (acc + b'[j]) [+ residual]) post + zy, rounded half to
 // even and saturated into Y, with b' = bias / mult - za colsum(w) in the integer sum's units and
-// oscale = mult / sy (or mult, then post = 1 / sy after the residual). Within 1 LSB of the exact
-// epilogue. For i8 weights with zero points 0; false where oneDNN cannot take the scales.
+// oscale = mult / sy (or mult, then post = 1 / sy after the residual and a GELU, which want the
+// real values; relu commutes with the positive scale). Within 1 LSB of the exact epilogue. For
+// i8 weights with zero points 0; false where oneDNN cannot take the scales.
 template <typename A, typename Y>
 bool matmul_dnnl_fused(KernelContext& ctx, int64_t m, int64_t k, int64_t n, bool tw_t,
                        const std::vector<double>& mult, const float* bias, const float* res,
-                       bool relu, float sy, int32_t za, int32_t zy) {
+                       int act, float sy, int32_t za, int32_t zy) {
   using dt = dnnl::memory::data_type;
   using tag = dnnl::memory::format_tag;
   if (!(sy > 0 && std::isfinite(sy))) return false;
   for (double v : mult)
     if (!(v != 0 && std::isfinite(v))) return false;
+  const bool real = res || act == quant_math::kGeluErf || act == quant_math::kGeluTanh;
   std::vector<float> oscale(static_cast<size_t>(n));
-  for (int64_t j = 0; j < n; ++j) oscale[j] = static_cast<float>(res ? mult[j] : mult[j] / sy);
-  const float post = res ? static_cast<float>(1.0 / sy) : 1.0f;
+  for (int64_t j = 0; j < n; ++j) oscale[j] = static_cast<float>(real ? mult[j] : mult[j] / sy);
+  const float post = real ? static_cast<float>(1.0 / sy) : 1.0f;
   const dt at = std::is_same_v<A, uint8_t> ? dt::u8 : dt::s8;
   const dt yt = std::is_same_v<Y, uint8_t> ? dt::u8 : dt::s8;
   du::Dims key{static_cast<int64_t>(ctx.op()), 1, m, k, n, tw_t, static_cast<int64_t>(at),
-               static_cast<int64_t>(yt), res != nullptr, relu, zy};
+               static_cast<int64_t>(yt), res != nullptr, act, zy};
   uint32_t bits = 0;
   for (float f : oscale) {
     std::memcpy(&bits, &f, 4);
@@ -287,7 +290,12 @@ bool matmul_dnnl_fused(KernelContext& ctx, int64_t m, int64_t k, int64_t n, bool
     attr.set_output_scales(1 << 1, oscale);
     dnnl::post_ops ops;
     if (res) ops.append_binary(dnnl::algorithm::binary_add, r_md);
-    if (relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    if (act == quant_math::kRelu)
+      ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    if (act == quant_math::kGeluErf)
+      ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_erf, 0.0f, 0.0f);
+    if (act == quant_math::kGeluTanh)
+      ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_tanh, 0.0f, 0.0f);
     if (post != 1.0f || zy != 0)
       ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_linear, post, static_cast<float>(zy));
     attr.set_post_ops(ops);
@@ -329,7 +337,7 @@ void quantized_matmul_impl(KernelContext& ctx) {
   int next = 8;
   const float* bias = ctx.attrs().b("has_bias", false) ? ctx.in(next++).ptr<float>() : nullptr;
   const float* res = ctx.attrs().b("has_residual", false) ? ctx.in(next).ptr<float>() : nullptr;
-  const bool relu = ctx.attrs().b("relu");
+  const int act = epilogue_activation(ctx);
   const A* pa = ta.ptr<A>();
   const W* pw = tw.ptr<W>();
   auto w_at = [&](int64_t i, int64_t j) { return int32_t{pw[tw_t ? j * k + i : i * n + j]}; };
@@ -339,14 +347,14 @@ void quantized_matmul_impl(KernelContext& ctx) {
   Y* out = ctx.out(0).ptr<Y>();
   auto finish = [&](int64_t r, int64_t j, int32_t acc) {
     out[r * n + j] =
-        requantize<Y>(acc, mult[j], bias ? bias[j] : 0.0, res ? res[r * n + j] : 0.0, relu, sy, zy);
+        requantize<Y>(acc, mult[j], bias ? bias[j] : 0.0, res ? res[r * n + j] : 0.0, act, sy, zy);
   };
   if constexpr (std::is_same_v<W, int8_t>) {
     if (dnnl_int8_exact() && m * n * k >= (1 << 15)) {
       const bool need_rowsum =
           std::any_of(zw, zw + (per_channel ? n : 1), [](W z) { return z != 0; });
       if (!need_rowsum && k > 0 &&
-          matmul_dnnl_fused<A, Y>(ctx, m, k, n, tw_t, mult, bias, res, relu, sy, za, zy))
+          matmul_dnnl_fused<A, Y>(ctx, m, k, n, tw_t, mult, bias, res, act, sy, za, zy))
         return;
       // (a - za)(w - zw) = a w - za colsum(w) - zw rowsum(a) + k za zw, all exact in i32
       int32_t* acc = static_cast<int32_t*>(ctx.scratch(static_cast<size_t>(m * n) * 4));

@@ -255,7 +255,8 @@ void dequantize(KernelContext& ctx) {
 
 struct QmmArgs {
   int64_t m, n, k;
-  bool transpose_w, relu, per_channel;
+  bool transpose_w, per_channel;
+  int act;  // quant_math::Activation
 };
 
 template <typename A, typename W, typename Y>
@@ -277,7 +278,7 @@ __global__ void quantized_matmul_kernel(const A* __restrict__ a, const float* __
       acc += (int32_t{a[r * g.k + i]} - a0) * (wv - w0);
     }
     out[t] = requantize<Y>(acc, static_cast<double>(sa[0]) * static_cast<double>(sw[c]),
-                           bias ? bias[j] : 0.0, res ? res[t] : 0.0, g.relu,
+                           bias ? bias[j] : 0.0, res ? res[t] : 0.0, g.act,
                            static_cast<double>(sy[0]), zy[0]);
   }
 }
@@ -286,7 +287,7 @@ void quantized_matmul(KernelContext& ctx) {
   const TensorView &ta = ctx.in(0), &tw = ctx.in(3);
   QmmArgs g;
   g.transpose_w = ctx.attrs().b("transpose_w");
-  g.relu = ctx.attrs().b("relu");
+  g.act = epilogue_activation(ctx);
   g.k = ta.shape.back();
   g.n = g.transpose_w ? tw.shape[0] : tw.shape[1];
   g.m = ctx.out(0).numel() / (g.n > 0 ? g.n : 1);

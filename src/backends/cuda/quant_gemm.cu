@@ -1,6 +1,6 @@
 // quantized_matmul through cuBLASLt's int8 product: i8 x i8 -> i32 (CUBLAS_COMPUTE_32I), then one
-// epilogue kernel for the zero points, scales, bias, residual, relu and the requantization the
-// exact kernel does (backends/quant_math.h), so results are the same bit for bit.
+// epilogue kernel for the zero points, scales, bias, residual, relu or GELU and the requantization
+// the exact kernel does (backends/quant_math.h), so results are the same bit for bit.
 //
 // cuBLASLt takes int8 operands in its "TN" form only: with row-major out (M, N) = a (M, K) w,
 // computed as the column-major outᵀ = wᵀ aᵀ, the weights must be (N, K) row-major (linear's
@@ -22,6 +22,7 @@
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/library_check.h"
 #include "backends/cuda/quant_gemm.h"
+#include "backends/quant_dispatch.h"
 #include "backends/quant_math.h"
 
 namespace kiln::cuda {
@@ -114,7 +115,8 @@ __global__ void row_sums(const int8_t* __restrict__ v, int64_t rows, int64_t k,
 struct EpilogueArgs {
   int64_t m, n, k;
   int32_t shift_a, shift_w;
-  bool relu, per_channel;
+  int act;  // quant_math::Activation
+  bool per_channel;
 };
 
 template <typename A, typename W, typename Y>
@@ -138,7 +140,7 @@ __global__ void qmm_epilogue(const int32_t* __restrict__ raw, const int32_t* __r
         static_cast<uint32_t>(g.k) * static_cast<uint32_t>(za_s) * static_cast<uint32_t>(zw_s);
     const int32_t acc = static_cast<int32_t>(u);
     out[t] = quant_math::requantize<Y>(acc, static_cast<double>(sa[0]) * static_cast<double>(sw[c]),
-                                       bias ? bias[j] : 0.0, res ? res[t] : 0.0, g.relu,
+                                       bias ? bias[j] : 0.0, res ? res[t] : 0.0, g.act,
                                        static_cast<double>(sy[0]), zy[0]);
   }
 }
@@ -211,7 +213,7 @@ bool run(KernelContext& ctx, int64_t m, int64_t n, int64_t k, bool tw) {
                        k,
                        shift_of<A>(),
                        shift_of<W>(),
-                       ctx.attrs().b("relu"),
+                       epilogue_activation(ctx),
                        ctx.in(4).numel() != 1 || n == 1};
   qmm_epilogue<A, W, Y><<<blocks_for(m * n), kThreads, 0, st>>>(
       raw, sums, sums + m, ctx.in(1).ptr<float>(), ctx.in(2).ptr<A>(), ctx.in(4).ptr<float>(),
