@@ -84,7 +84,8 @@ class KernelContext {
   int device() const { return env_ ? env_->device : 0; }
   /// Scratch memory of `bytes` on the kernel's device (256-byte aligned), valid for the work the
   /// kernel enqueues on stream(); it returns to the allocator when the context ends. On the CPU,
-  /// host memory valid until the context ends.
+  /// host memory valid until the context ends (blocks of 64 KiB and more are then kept for the
+  /// next kernel's scratch rather than unmapped).
   void* scratch(size_t bytes);
   /// See KernelEnv::errors (nullptr on the CPU, where kernels throw).
   int64_t* error_slot() const { return env_ ? env_->errors : nullptr; }

@@ -1,8 +1,10 @@
 #include <algorithm>
 #include <array>
 #include <cstdlib>
-#include <new>
+#include <map>
 #include <mutex>
+#include <new>
+#include <unordered_map>
 
 #include "core/op_id.h"
 #include "kiln/kernel.h"
@@ -12,6 +14,69 @@
 namespace kiln {
 
 const char* backend_name(Backend b) { return b == Backend::cpu ? "cpu" : "cuda"; }
+
+namespace {
+
+// Host scratch of the CPU kernels (KernelContext::scratch without a device allocator). Blocks of
+// 64 KiB and more are kept for reuse when a kernel is done with them: a freshly mapped block
+// costs a page fault, and the zeroing of a page, per page touched at every call. A request takes
+// the smallest kept block that fits it and is at most twice its size; at most kKeep bytes are
+// kept (the rest is freed).
+class HostScratch {
+ public:
+  static constexpr size_t kMin = size_t{64} << 10, kKeep = size_t{256} << 20;
+
+  void* take(size_t bytes) {
+    const size_t want = bytes < kMin ? (std::max<size_t>(bytes, 1) + 255) / 256 * 256
+                                     : (bytes + kMin - 1) / kMin * kMin;
+    if (want >= kMin) {
+      std::lock_guard<std::mutex> l(mu_);
+      const auto it = kept_.lower_bound(want);
+      if (it != kept_.end() && it->first <= 2 * want) {
+        void* p = it->second;
+        kept_bytes_ -= it->first;
+        kept_.erase(it);
+        return p;
+      }
+    }
+    void* p = std::aligned_alloc(256, want);
+    if (!p) throw std::bad_alloc();
+    if (want >= kMin) {
+      std::lock_guard<std::mutex> l(mu_);
+      size_of_[p] = want;
+    }
+    return p;
+  }
+
+  void give(void* p) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      const auto s = size_of_.find(p);
+      if (s != size_of_.end()) {
+        if (kept_bytes_ + s->second <= kKeep) {
+          kept_.emplace(s->second, p);
+          kept_bytes_ += s->second;
+          return;
+        }
+        size_of_.erase(s);
+      }
+    }
+    std::free(p);
+  }
+
+ private:
+  std::mutex mu_;
+  std::multimap<size_t, void*> kept_;         // size -> block
+  std::unordered_map<void*, size_t> size_of_;  // every large block handed out or kept
+  size_t kept_bytes_ = 0;
+};
+
+HostScratch& host_scratch() {
+  static auto* s = new HostScratch;  // (never destroyed: kernels may run while the process exits)
+  return *s;
+}
+
+}  // namespace
 
 bool KernelEntry::handles(DType t) const {
   if (half_via_f32 && (t == f16 || t == bf16)) return dtypes.has(f32);
@@ -39,7 +104,7 @@ Table& table() {
 KernelContext::~KernelContext() {
   for (void* p : scratch_) {
     if (env_ && env_->release) env_->release(env_->device, p);
-    else std::free(p);
+    else host_scratch().give(p);
   }
 }
 
@@ -48,8 +113,7 @@ void* KernelContext::scratch(size_t bytes) {
   if (env_ && env_->allocate) {
     p = env_->allocate(env_->device, bytes, env_->stream);
   } else {
-    p = std::aligned_alloc(256, (std::max<size_t>(bytes, 1) + 255) / 256 * 256);
-    if (!p) throw std::bad_alloc();
+    p = host_scratch().take(bytes);
   }
   scratch_.push_back(p);
   return p;
