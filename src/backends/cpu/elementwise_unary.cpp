@@ -23,21 +23,23 @@ namespace kiln::cpu {
 
 namespace {
 
+using F32Map = bool (*)(const KernelContext&, const float*, float*, int64_t);
+
 #ifdef KILN_VECTOR_MATH
 // Four floats at once through one of the C library's vector functions (glibc 2.35+, libmvec,
 // SSE ABI; within 4 ulp, the CPU's best variant picked by glibc), found at run time so that kiln
 // still loads with an older C library; null where there is none.
 using FloatX4 = __m128 (*)(__m128);
-FloatX4 libmvec_function(const char* symbol) {
+template <typename F> F libmvec_function(const char* symbol) {
   static void* const lib = dlopen("libmvec.so.1", RTLD_NOW | RTLD_LOCAL);  // (kept open)
-  return lib ? reinterpret_cast<FloatX4>(dlsym(lib, symbol)) : nullptr;
+  return lib ? reinterpret_cast<F>(dlsym(lib, symbol)) : nullptr;
 }
 FloatX4 vector_erfcf() {
-  static const FloatX4 f = libmvec_function("_ZGVbN4v_erfcf");
+  static const FloatX4 f = libmvec_function<FloatX4>("_ZGVbN4v_erfcf");
   return f;
 }
 FloatX4 vector_tanhf() {
-  static const FloatX4 f = libmvec_function("_ZGVbN4v_tanhf");
+  static const FloatX4 f = libmvec_function<FloatX4>("_ZGVbN4v_tanhf");
   return f;
 }
 
@@ -94,9 +96,7 @@ void tanh(const float* in, float* out, int64_t n, FloatX16 tanh16) {
 #pragma GCC pop_options
 // The AVX-512 variant of a libmvec function where the kernels may use AVX-512; null otherwise.
 wide::FloatX16 wide_function(const char* symbol) {
-  if (cpu_isa() != CpuIsa::avx512) return nullptr;
-  static void* const lib = dlopen("libmvec.so.1", RTLD_NOW | RTLD_LOCAL);  // (kept open)
-  return lib ? reinterpret_cast<wide::FloatX16>(dlsym(lib, symbol)) : nullptr;
+  return cpu_isa() == CpuIsa::avx512 ? libmvec_function<wide::FloatX16>(symbol) : nullptr;
 }
 wide::FloatX16 wide_erfcf() {
   static const wide::FloatX16 f = wide_function("_ZGVeN16v_erfcf");
@@ -155,9 +155,7 @@ bool tanh_f32_vector(const KernelContext& ctx, const float* in, float* out, int6
   map_f32_by4(ctx, in, out, n, tanh4);
   return true;
 }
-using F32Map = bool (*)(const KernelContext&, const float*, float*, int64_t);
 #else
-using F32Map = bool (*)(const KernelContext&, const float*, float*, int64_t);
 constexpr F32Map gelu_f32_vector = nullptr, gelu_tanh_f32_vector = nullptr,
                  tanh_f32_vector = nullptr;
 #endif
