@@ -252,19 +252,23 @@ TEST(QuantizedMatmul, RejectsBadInputs) {
       {"[quantized_matmul]", "relu or gelu"});
 }
 
-// A conv's gelu stays outside: quantized_conv's kernels take relu only.
+// A conv's gelu stays outside: quantized_conv's kernels take relu only (the same graph with a
+// relu fuses, so what keeps the conv float is the gelu).
 TEST(QuantizedMatmul, ConvGeluIsNotFused) {
-  Graph g;
-  auto x = g.placeholder({1, 4, 6, 6}, u8, "x");
-  const Tensor dx =
-      dequantize(x, g.constant(Array::scalar(0.02f)), g.constant(Array::scalar(uint8_t{128})));
-  const Tensor dw = dequantize(g.constant(random_ints({8, 4, 3, 3}, -127, 127, i8)),
-                               g.constant(Array::scalar(0.01f)));
-  const Tensor y = quantize(gelu(conv2d(dx, dw)), g.constant(Array::scalar(0.05f)),
-                            g.constant(Array::scalar(uint8_t{100})));
-  const Executable exe = g.compile(Device::cpu(), {}, {y});
-  EXPECT_EQ(count_steps(exe, "quantized_conv"), 0) << exe.dump();
-  EXPECT_EQ(count_steps(exe, "gelu"), 1) << exe.dump();
+  const Array w = random_ints({8, 4, 3, 3}, -127, 127, i8);
+  for (bool with_gelu : {true, false}) {
+    SCOPED_TRACE(with_gelu ? "gelu" : "relu");
+    Graph g;
+    auto x = g.placeholder({1, 4, 6, 6}, u8, "x");
+    const Tensor dx =
+        dequantize(x, g.constant(Array::scalar(0.02f)), g.constant(Array::scalar(uint8_t{128})));
+    const Tensor c = conv2d(dx, dequantize(g.constant(w), g.constant(Array::scalar(0.01f))));
+    const Tensor y = quantize(with_gelu ? gelu(c) : relu(c), g.constant(Array::scalar(0.05f)),
+                              g.constant(Array::scalar(uint8_t{100})));
+    const Executable exe = g.compile(Device::cpu(), {}, {y});
+    EXPECT_EQ(count_steps(exe, "quantized_conv"), with_gelu ? 0 : 1) << exe.dump();
+    EXPECT_EQ(count_steps(exe, "gelu"), with_gelu ? 1 : 0) << exe.dump();
+  }
 }
 
 }  // namespace
