@@ -742,47 +742,60 @@ __global__ void __launch_bounds__(IgTile<BM, BN, KG, S>::kThreads,
   const uint32_t flip = res_i8 ? 0x80808080u : 0u;
   const bool vec = O % 4 == 0 && reinterpret_cast<uintptr_t>(out) % 4 == 0 && o + 4 <= O;
   const int rows = o < O ? min(BM, Mi - m0) : 0;  // the tile's rows inside the output
-  auto requantize_row = [&](int r) {
-    if (r >= rows) return;
-    const int m = m0 + r;
-    const int4 v = *reinterpret_cast<const int4*>(acc_s + r * kLdAcc + c);
-    const int vs[4] = {v.x, v.y, v.z, v.w};
-    // the bias (and zy), plus the residual
-    float base[4] = {add[0], add[1], add[2], add[3]};
-    if (res_tile) {
-      const uint32_t four = *reinterpret_cast<const uint32_t*>(res_s + r * T::kLdTile + c) ^ flip;
-      base[0] = fmaf(ig_byte_float<0>(four) - rz, rs, add[0]);
-      base[1] = fmaf(ig_byte_float<1>(four) - rz, rs, add[1]);
-      base[2] = fmaf(ig_byte_float<2>(four) - rz, rs, add[2]);
-      base[3] = fmaf(ig_byte_float<3>(four) - rz, rs, add[3]);
-    } else if (res.kind != quant_math::Residual::kNone) {
+  // (one loop per kind of residual, so that no row branches on it: kRes 0 none, 1 the int8 tile,
+  // 2 read element by element; each row's output address one add from the last)
+  auto requantize_rows = [&](auto kind) {
+    constexpr int kRes = decltype(kind)::value;
+    const int64_t row_step = static_cast<int64_t>(O) * kRowsPer;
+    auto requantize_row = [&](int r, Y* dst) {
+      if (r >= rows) return;
+      const int4 v = *reinterpret_cast<const int4*>(acc_s + r * kLdAcc + c);
+      const int vs[4] = {v.x, v.y, v.z, v.w};
+      // the bias (and zy), plus the residual
+      float base[4] = {add[0], add[1], add[2], add[3]};
+      if constexpr (kRes == 1) {
+        const uint32_t four =
+            *reinterpret_cast<const uint32_t*>(res_s + r * T::kLdTile + c) ^ flip;
+        base[0] = fmaf(ig_byte_float<0>(four) - rz, rs, add[0]);
+        base[1] = fmaf(ig_byte_float<1>(four) - rz, rs, add[1]);
+        base[2] = fmaf(ig_byte_float<2>(four) - rz, rs, add[2]);
+        base[3] = fmaf(ig_byte_float<3>(four) - rz, rs, add[3]);
+      } else if constexpr (kRes == 2) {
+        const int64_t at = static_cast<int64_t>(m0 + r) * O + o;
 #pragma unroll
-      for (int j = 0; j < 4; ++j)
-        if (o + j < O)
-          base[j] = fmaf(static_cast<float>(res.at(static_cast<int64_t>(m) * O + o + j)), inv_sy,
-                         add[j]);
-    }
-    uint32_t bits[4];
+        for (int j = 0; j < 4; ++j)
+          if (o + j < O) base[j] = fmaf(static_cast<float>(res.at(at + j)), inv_sy, add[j]);
+      }
+      uint32_t bits[4];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int32_t t = static_cast<int32_t>(static_cast<uint32_t>(vs[j]) - corr[j]);
-      const float u = fmaf(static_cast<float>(t), mult[j], base[j]);
-      bits[j] = ig_round_bits(fminf(fmaxf(u, lo), hi));
-    }
-    const uint32_t word = __byte_perm(__byte_perm(bits[0], bits[1], 0x0040u),
-                                      __byte_perm(bits[2], bits[3], 0x0040u), 0x5410u);
-    Y* dst = out + static_cast<int64_t>(m) * O + o;
-    if (vec) {
-      *reinterpret_cast<uint32_t*>(dst) = word;
-    } else {
-      for (int j = 0; j < 4 && o + j < O; ++j) dst[j] = static_cast<Y>((word >> (8 * j)) & 0xffu);
+      for (int j = 0; j < 4; ++j) {
+        const int32_t t = static_cast<int32_t>(static_cast<uint32_t>(vs[j]) - corr[j]);
+        const float u = fmaf(static_cast<float>(t), mult[j], base[j]);
+        bits[j] = ig_round_bits(fminf(fmaxf(u, lo), hi));
+      }
+      const uint32_t word = __byte_perm(__byte_perm(bits[0], bits[1], 0x0040u),
+                                        __byte_perm(bits[2], bits[3], 0x0040u), 0x5410u);
+      if (vec) {
+        *reinterpret_cast<uint32_t*>(dst) = word;
+      } else {
+        for (int j = 0; j < 4 && o + j < O; ++j)
+          dst[j] = static_cast<Y>((word >> (8 * j)) & 0xffu);
+      }
+    };
+    const int r0 = tid / kQuads;
+    Y* dst = out + static_cast<int64_t>(m0 + r0) * O + o;
+#pragma unroll 1
+    for (int r = r0; r < BM; r += 2 * kRowsPer, dst += 2 * row_step) {
+      requantize_row(r, dst);
+      requantize_row(r + kRowsPer, dst + row_step);
     }
   };
-#pragma unroll 1
-  for (int r = tid / kQuads; r < BM; r += 2 * kRowsPer) {
-    requantize_row(r);
-    requantize_row(r + kRowsPer);
-  }
+  if (res_tile)
+    requantize_rows(std::integral_constant<int, 1>{});
+  else if (res.kind != quant_math::Residual::kNone)
+    requantize_rows(std::integral_constant<int, 2>{});
+  else
+    requantize_rows(std::integral_constant<int, 0>{});
 #endif
 }
 
