@@ -74,7 +74,12 @@ if [ -x "$B/tests/kiln_onnx_conformance" ]; then
     --data "$MODELS_DIR" --rtol 1e-4 --atol 1e-5 --device cuda -v
 fi
 # the Python package on the GPU: DLPack with PyTorch CUDA tensors, the torch.compile backend
-if [ -d "$B/python/kiln" ]; then
+# (only with a module for this machine's Python: gpu-bundle.sh builds one with BUNDLE_PYTHON)
+ext=$(python3 -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))' 2>/dev/null)
+if [ -d "$B/python/kiln" ] && ! ls "$B/python/kiln/_kiln$ext" >/dev/null 2>&1; then
+  [[ python-torch =~ ${STEPS:-.} ]] && summary+=("$(printf '%-28s %-9s %4ss  %s' python-torch \
+    skipped 0 "no _kiln$ext in the bundle (BUNDLE_PYTHON=python3.X for scripts/gpu-bundle.sh)")")
+elif [ -d "$B/python/kiln" ]; then
   step python-torch env PYTHONPATH="$B/python" KILN_BUILD_DIR=/none python3 -m pytest -q -rs \
     -p no:cacheprovider python/tests/test_torch.py python/tests/test_array.py \
     python/tests/test_runtime.py

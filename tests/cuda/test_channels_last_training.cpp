@@ -3,7 +3,7 @@
 // adaptive_avg_pool_grad against the CPU's NCHW ops, and a ResNet-shaped training step (bf16
 // and f16 autocast) compiled with the pass on and off (KILN_CHANNELS_LAST=0) and on the
 // CPU: the NHWC step's losses, gradients and variables after SGD steps are no further from the
-// CPU's f32 values than twice the NCHW step's (or a stated floor).
+// CPU's f32 values than twice the NCHW step's on average (or a floor), none grossly off.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -238,11 +238,18 @@ double scaled_error(const std::vector<double>& got, const std::vector<double>& w
 }
 
 // Every value of a step (the losses, the first step's gradients, the variables' changes) from
-// NHWC on CUDA against the CPU in f32, next to the same value from NCHW on CUDA: the NHWC error
-// may be at most twice the NCHW one (the low precision's own noise, measured on the same data:
-// bf16 rounds differently at every op, and three SGD steps carry it into the variables) or
-// `floor`. A layout mistake (a channel read as a pixel) gives errors of the order of 1.
-void check_step(const CompileOptions& opts, double floor) {
+// NHWC on CUDA against the CPU in f32, next to the same value from NCHW on CUDA. Low precision
+// rounds differently at every op (a max pool's pick or a ReLU's sign can flip) and three SGD
+// steps carry it into the variables, so one value's error is noise whose size the NCHW step
+// shows. The NHWC errors' mean may be at most twice the NCHW errors' mean (or 0.1), and no
+// value's error above twice the NCHW step's largest (or 1: one value's error is heavy-tailed,
+// so only a gross error fails this). A layout mistake (a channel read as a pixel) gives errors
+// of the order of 1 in every value after it: the input misread gives a mean of 0.77-1.09. On
+// the H200 (140 runs of f16 and bf16): the mean error 0.003-0.18, its ratio NHWC / NCHW
+// 0.12-2.63 (both ways: noise; over 2 in 2 runs); the largest 0.03-0.66, once 0.39 against
+// 0.16. Value by value, twice the same value's NCHW error failed in 3 f16 runs of 8.
+void check_step(const CompileOptions& opts) {
+  const double worst_floor = 1.0, mean_floor = 0.1;
   Graph g0;
   const TrainNet start = train_net(g0, true);
   std::vector<Batch> batches;
@@ -256,14 +263,14 @@ void check_step(const CompileOptions& opts, double floor) {
   EXPECT_EQ(on.convs, off.convs);
   EXPECT_GT(on.transposes, off.transposes);
   EXPECT_LE(on.transposes, off.transposes + 1 + 2 * 5);
-  double worst_on = 0, worst_off = 0;
+  struct Error {
+    std::string what;
+    double on, off;
+  };
+  std::vector<Error> errors;
   auto compare = [&](const std::vector<double>& a, const std::vector<double>& b,
                      const std::vector<double>& want, const std::string& what) {
-    const double e_on = scaled_error(a, want), e_off = scaled_error(b, want);
-    worst_on = std::max(worst_on, e_on);
-    worst_off = std::max(worst_off, e_off);
-    EXPECT_LE(e_on, std::max(floor, 2 * e_off))
-        << what << ": NHWC error " << e_on << ", NCHW error " << e_off << " (against the CPU)";
+    errors.push_back({what, scaled_error(a, want), scaled_error(b, want)});
   };
   for (size_t st = 0; st < cpu.losses.size(); ++st)
     compare({on.losses[st]}, {off.losses[st]}, {cpu.losses[st]}, fmt::format("loss {}", st));
@@ -276,22 +283,62 @@ void check_step(const CompileOptions& opts, double floor) {
   ASSERT_EQ(off.moved.size(), cpu.moved.size());
   for (size_t i = 0; i < cpu.moved.size(); ++i)
     compare(on.moved[i], off.moved[i], cpu.moved[i], fmt::format("variable {}", i));
-  std::printf("largest error against the CPU in f32: NHWC %.3g, NCHW %.3g\n", worst_on,
-              worst_off);
+  double worst_on = 0, worst_off = 0, mean_on = 0, mean_off = 0;
+  for (const Error& e : errors) {
+    worst_on = std::max(worst_on, e.on);
+    worst_off = std::max(worst_off, e.off);
+    mean_on += e.on / errors.size();
+    mean_off += e.off / errors.size();
+  }
+  std::string worst_what;
+  for (const Error& e : errors)
+    if (e.on == worst_on) worst_what = e.what;
+  EXPECT_LE(worst_on, std::max(worst_floor, 2 * worst_off))
+      << "largest error against the CPU: NHWC " << worst_on << " (" << worst_what << "), NCHW "
+      << worst_off;
+  EXPECT_LE(mean_on, std::max(mean_floor, 2 * mean_off))
+      << "mean error against the CPU over " << errors.size() << " values: NHWC " << mean_on
+      << ", NCHW " << mean_off;
+  // The checks can fail: the step on the CPU with its input read in the wrong layout (each
+  // image's NHWC bytes taken as NCHW, as a layout mistake would) misses both by far.
+  std::vector<Batch> misread = batches;
+  for (Batch& b : misread) {
+    const Array x = b.x;
+    b.x = Array::empty(x.shape(), f32);
+    const int64_t n = x.shape()[0], c = x.shape()[1], hw = x.shape()[2] * x.shape()[3];
+    const float* from = x.data<float>();
+    float* to = b.x.data<float>();
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t ch = 0; ch < c; ++ch)
+        for (int64_t p = 0; p < hw; ++p) to[(i * c + ch) * hw + p] = from[(i * hw + p) * c + ch];
+  }
+  const Trained wrong = train(start, Device::cpu(), {}, true, misread);
+  double mean_wrong = 0;
+  for (size_t i = 0; i < cpu.grads.size(); ++i)
+    mean_wrong += scaled_error(to_f64(wrong.grads[i]), to_f64(cpu.grads[i]));
+  for (size_t i = 0; i < cpu.moved.size(); ++i)
+    mean_wrong += scaled_error(wrong.moved[i], cpu.moved[i]);
+  mean_wrong /= cpu.grads.size() + cpu.moved.size();
+  EXPECT_GT(mean_wrong, std::max(mean_floor, 2 * mean_off))
+      << "the input misread: mean error " << mean_wrong;
+  std::printf("error against the CPU in f32 over %zu values: largest NHWC %.3g, NCHW %.3g; "
+              "mean NHWC %.3g, NCHW %.3g (ratio %.2f), input misread %.3g\n",
+              errors.size(), worst_on, worst_off, mean_on, mean_off,
+              mean_on / std::max(mean_off, 1e-30), mean_wrong);
 }
 
 TEST(CudaChannelsLastTraining, Bf16AutocastStepsMatchNchwAndCpu) {
   REQUIRE_GPU();
   CompileOptions opts;
   opts.autocast = bf16;
-  check_step(opts, 8e-2);
+  check_step(opts);
 }
 
 TEST(CudaChannelsLastTraining, F16AutocastStepsMatchNchwAndCpu) {
   REQUIRE_GPU();
   CompileOptions opts;
   opts.autocast = f16;
-  check_step(opts, 2e-2);
+  check_step(opts);
 }
 
 }  // namespace
