@@ -6,7 +6,8 @@
 //   fake_quantize: x float -> x's dtype; straight-through gradient masked to the range.
 // quantized_matmul: inputs a, a_scale, a_zp, w, w_scale, w_zp, y_scale, y_zp[, bias][, residual];
 //   attrs transpose_w, relu, has_bias, has_residual, gelu ("erf" or "tanh": gelu after the
-//   additions; absent: none; not with relu). Inference only.
+//   additions; absent: none; not with relu), zero_w_zp (set by fuse_quant where w_zp is a
+//   constant of zeros, default false: kernels may skip the row sums of a). Inference only.
 // quantized_conv: inputs x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp[, bias][, residual
 //   [, residual_scale, residual_zp]]; attrs conv's stride, pads, dilation, groups, plus relu,
 //   has_bias, has_residual, quantized_residual (the residual i8/u8 with a 0-d f32 scale and zero

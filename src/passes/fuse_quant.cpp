@@ -30,6 +30,7 @@
 // quantized_weight_linear: it reads the int8 weights and dequantizes them on the way. A 2-D
 // adaptive_avg_pool of a per-tensor dequantize becomes dequantize_adaptive_avg_pool, which reads
 // the int8 data (no f32 copy of it is written).
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -252,6 +253,14 @@ class Matcher {
   std::vector<char> second_read_;
 };
 
+// Whether a node is a constant of zeros: a weight zero point of symmetric quantization
+// (quantized_matmul's zero_w_zp: kernels may skip the row sums of a that it would need).
+bool zero_constant(const Node& n) {
+  if (n.op != OpId::Constant || n.value.device().kind != Device::Kind::cpu) return false;
+  const auto* bytes = static_cast<const unsigned char*>(n.value.data());
+  return std::all_of(bytes, bytes + n.value.nbytes(), [](unsigned char c) { return c == 0; });
+}
+
 }  // namespace
 
 Program fuse_quant(const Program& p) {
@@ -316,7 +325,10 @@ Program fuse_quant(const Program& p) {
       continue;
     }
     if (!at[i]) {
-      b.copy(id);
+      const int32_t nid = b.copy(id);
+      const Node& n = nodes[i];
+      if (n.op == OpId::QuantizedMatmul && zero_constant(nodes[n.inputs[5].node]))
+        b.graph().nodes[nid].attrs.set("zero_w_zp", true);
       continue;
     }
     const Match& m = *at[i];
@@ -330,6 +342,7 @@ Program fuse_quant(const Program& p) {
       attrs.set("groups", m.conv->attrs.i("groups"));
     } else {
       attrs.set("transpose_w", m.transpose_w);
+      if (zero_constant(nodes[m.w_zp.node])) attrs.set("zero_w_zp", true);
     }
     attrs.set("relu", m.relu);
     if (!m.gelu.empty()) attrs.set("gelu", m.gelu);

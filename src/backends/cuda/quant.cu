@@ -293,6 +293,7 @@ void quantized_matmul(KernelContext& ctx) {
   g.m = ctx.out(0).numel() / (g.n > 0 ? g.n : 1);
   g.per_channel = ctx.in(4).numel() != 1 || g.n == 1;
   if (ctx.out(0).numel() == 0) return;
+  if (quantized_matmul_igemm(ctx, g.m, g.n, g.k, g.transpose_w)) return;
   if (quantized_matmul_lt(ctx, g.m, g.n, g.k, g.transpose_w)) return;
   int next = 8;
   const float* bias = ctx.attrs().b("has_bias", false) ? ctx.in(next++).ptr<float>() : nullptr;

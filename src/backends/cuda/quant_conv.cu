@@ -29,6 +29,7 @@ struct QConvArgs {
   bool relu, per_channel_scale, per_channel_zp;
   bool cl;         // channels_last: x, residual and output NHWC
   bool ohwi;       // weights_ohwi: w is (O, kh, kw, C) (groups 1)
+  int act = 0;     // quant_math::Activation after the additions (the implicit GEMM: GELU or not)
   int64_t kp = 0;  // NHWC im2col row length: C kh kw, padded with zeros to a multiple of 16
                    // where it is not a multiple of 4 (cuBLASLt's int8 rule)
   // the implicit GEMM's rows mode: x copied with pc channels a pixel (C padded), ph x pw pixels
@@ -497,6 +498,13 @@ __device__ __forceinline__ float ig_byte_float(uint32_t bytes) {
   return __uint_as_float(__byte_perm(bytes, 0x4B000000u, 0x7440u | E));
 }
 
+// GELU in f32 (quant_math::activate's formulas): exact, v erfc(-v / sqrt 2) / 2, or the tanh form.
+__device__ __forceinline__ float ig_gelu(float v, bool tanh_form) {
+  if (tanh_form)
+    return 0.5f * v * (1.f + tanhf(0.7978845608f * fmaf(0.044715f * v * v, v, v)));
+  return 0.5f * v * erfcf(v * -0.7071067812f);
+}
+
 template <typename A, typename Y, int BM, int BN, int KG, bool kRows, int S>
 __global__ void __launch_bounds__(IgTile<BM, BN, KG, S>::kThreads,
                                   512 / IgTile<BM, BN, KG, S>::kThreads)
@@ -744,8 +752,12 @@ __global__ void __launch_bounds__(IgTile<BM, BN, KG, S>::kThreads,
   const int rows = o < O ? min(BM, Mi - m0) : 0;  // the tile's rows inside the output
   // (one loop per kind of residual, so that no row branches on it: kRes 0 none, 1 the int8 tile,
   // 2 read element by element; each row's output address one add from the last)
-  auto requantize_rows = [&](auto kind) {
+  // (kGelu: GELU of the real value, (u - zy) sy, back in output units; quantized_matmul's)
+  auto requantize_rows = [&](auto kind, auto gelu) {
     constexpr int kRes = decltype(kind)::value;
+    constexpr bool kGelu = decltype(gelu)::value;
+    const float syf = kGelu ? sy[0] : 0.f, zyf = kGelu ? static_cast<float>(zy[0]) : 0.f;
+    const bool tanh_form = g.act == quant_math::kGeluTanh;
     const int64_t row_step = static_cast<int64_t>(O) * kRowsPer;
     auto requantize_row = [&](int r, Y* dst) {
       if (r >= rows) return;
@@ -770,7 +782,8 @@ __global__ void __launch_bounds__(IgTile<BM, BN, KG, S>::kThreads,
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int32_t t = static_cast<int32_t>(static_cast<uint32_t>(vs[j]) - corr[j]);
-        const float u = fmaf(static_cast<float>(t), mult[j], base[j]);
+        float u = fmaf(static_cast<float>(t), mult[j], base[j]);
+        if constexpr (kGelu) u = fmaf(ig_gelu((u - zyf) * syf, tanh_form), inv_sy, zyf);
         bits[j] = ig_round_bits(fminf(fmaxf(u, lo), hi));
       }
       const uint32_t word = __byte_perm(__byte_perm(bits[0], bits[1], 0x0040u),
@@ -790,12 +803,19 @@ __global__ void __launch_bounds__(IgTile<BM, BN, KG, S>::kThreads,
       requantize_row(r + kRowsPer, dst + row_step);
     }
   };
+  using Plain = std::false_type;
+  using Gelu = std::true_type;
+  const bool gelu = g.act == quant_math::kGeluErf || g.act == quant_math::kGeluTanh;
   if (res_tile)
-    requantize_rows(std::integral_constant<int, 1>{});
+    requantize_rows(std::integral_constant<int, 1>{}, Plain{});
+  else if (res.kind != quant_math::Residual::kNone && gelu)
+    requantize_rows(std::integral_constant<int, 2>{}, Gelu{});
   else if (res.kind != quant_math::Residual::kNone)
-    requantize_rows(std::integral_constant<int, 2>{});
+    requantize_rows(std::integral_constant<int, 2>{}, Plain{});
+  else if (gelu)
+    requantize_rows(std::integral_constant<int, 0>{}, Gelu{});
   else
-    requantize_rows(std::integral_constant<int, 0>{});
+    requantize_rows(std::integral_constant<int, 0>{}, Plain{});
 #endif
 }
 
@@ -825,10 +845,12 @@ void launch_igemm(KernelContext& ctx, const QConvArgs& g, const A* x, const int8
   check_launch(ctx.op_name());
 }
 
-// (xf: quantize_x's f32 NCHW x, taken in the rows mode only)
+// (xf: quantize_x's f32 NCHW x, taken in the rows mode only; w_oc: (O, C) weights to read
+// instead of input 3, a 1x1 window only)
 template <typename A, typename W, typename Y>
 bool conv_igemm(KernelContext& ctx, QConvArgs g, const float* bias, const int32_t* ibias,
-                const quant_math::Residual& res, const float* xf = nullptr) {
+                const quant_math::Residual& res, const float* xf = nullptr,
+                const int8_t* w_oc = nullptr) {
   if constexpr (!std::is_same_v<W, int8_t>) {
     return false;
   } else {
@@ -855,10 +877,12 @@ bool conv_igemm(KernelContext& ctx, QConvArgs g, const float* bias, const int32_
     const TensorView& tw = ctx.in(3);
     // (O, kh, kw, C) weights (kRows: (O, kh, 32) rows); a 1x1 conv's (O, C, 1, 1) are that
     // already
-    const int8_t* w8 = tw.ptr<int8_t>();
+    const int8_t* w8 = w_oc ? w_oc : tw.ptr<int8_t>();
     const A* x = tx.ptr<A>();
     g.kp = K;
-    if (rows) {
+    if (w_oc) {
+      if (rows || g.KH * g.KW != 1 || pointer_alignment(w_oc) < 16) return false;
+    } else if (rows) {
       // the padded copy of x and the weight rows, one launch
       auto* wbuf = static_cast<int8_t*>(ctx.scratch(static_cast<size_t>(g.O * K)));
       const int64_t pixels = g.N * g.ph * g.pw;
@@ -1074,6 +1098,50 @@ void quantized_conv(KernelContext& ctx) {
         bias, ibias, res, ty.ptr<Y>(), g);
     check_launch(ctx.op_name());
   });
+}
+
+namespace {
+
+// dst (N, K) = src (K, N)ᵀ, int8: quantized_matmul's (K, N) weights for the implicit GEMM.
+__global__ void transpose_i8(const int8_t* __restrict__ src, int8_t* __restrict__ dst, int64_t k,
+                             int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < k * n;
+       i += int64_t{blockDim.x} * gridDim.x) {
+    const int64_t r = i / k, c = i % k;  // dst's row (of N) and column (of K)
+    dst[i] = src[c * n + r];
+  }
+}
+
+}  // namespace
+
+bool quantized_matmul_igemm(KernelContext& ctx, int64_t m, int64_t n, int64_t k,
+                            bool transpose_w) {
+  const TensorView& tw = ctx.in(3);
+  if (tw.dtype != DType::i8 || m <= 0 || n <= 0 || k % kIgK != 0 || ctx.in(4).numel() == 0)
+    return false;
+  // a 1x1 NHWC convolution over m pixels: C = k, O = n
+  QConvArgs g{m, k, 1, 1, n, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, ctx.attrs().b("relu", false),
+              ctx.in(4).numel() != 1, ctx.in(5).numel() != 1, true, true};
+  g.act = epilogue_activation(ctx);
+  int next = 8;
+  const float* bias = ctx.attrs().b("has_bias", false) ? ctx.in(next++).ptr<float>() : nullptr;
+  const quant_math::Residual res = residual_input(ctx, next);
+  const int8_t* w_oc = nullptr;
+  if (!transpose_w) {  // (what conv_igemm checks first, before the weights are transposed)
+    if (!ctx.attrs().b("zero_w_zp", false) || !igemm_enabled() ||
+        pointer_alignment(ctx.in(0).data) < 16)
+      return false;
+    auto* buf = static_cast<int8_t*>(ctx.scratch(static_cast<size_t>(n * k)));
+    transpose_i8<<<blocks_for(n * k), kThreads, 0, stream_of(ctx)>>>(tw.ptr<int8_t>(), buf, k, n);
+    check_launch(ctx.op_name());
+    w_oc = buf;
+  }
+  bool done = false;
+  with_int8_types(ctx, "cuda", [&](auto at, auto wt, auto yt) {
+    done = conv_igemm<decltype(at), decltype(wt), decltype(yt)>(ctx, g, bias, nullptr, res,
+                                                                nullptr, w_oc);
+  });
+  return done;
 }
 
 }  // namespace kiln::cuda
