@@ -254,21 +254,23 @@ void gru_train(const Options& o, const std::string& name) {
   recurrent_train(o, name, RnnCell::gru);
 }
 
-// Attention as in BERT-base: batch 32, 12 heads, 128 tokens, head dim 64, bf16, forward.
-void sdpa_bf16(const Options& o, const std::string& name) {
+// Attention as in BERT-base: batch 32, 12 heads, 128 tokens, head dim 64, forward, in `type`
+// (bf16 or f32).
+void sdpa(const Options& o, const std::string& name, DType type) {
   const Shape s{32, 12, 128, 64};
   Graph g;
   Rng rng(13);
-  auto q = g.placeholder(s, bf16, "q"), k = g.placeholder(s, bf16, "k"),
-       v = g.placeholder(s, bf16, "v");
+  auto q = g.placeholder(s, type, "q"), k = g.placeholder(s, type, "k"),
+       v = g.placeholder(s, type, "v");
   const auto t0 = Clock::now();
   auto exe = g.compile(o.device, {}, {scaled_dot_product_attention(q, k, v)});
   const double compile_ms = ms_since(t0);
-  Array qv = rng.array(s, 1.0f).astype(bf16).to(o.device);
-  Array kv = rng.array(s, 1.0f).astype(bf16).to(o.device);
-  Array vv = rng.array(s, 1.0f).astype(bf16).to(o.device);
+  Array qv = rng.array(s, 1.0f).astype(type).to(o.device);
+  Array kv = rng.array(s, 1.0f).astype(type).to(o.device);
+  Array vv = rng.array(s, 1.0f).astype(type).to(o.device);
   const Timing t = time_runs([&] { exe.run({{q, qv}, {k, kv}, {v, vv}}); }, o);
-  report(name, "scaled dot-product attention 32x12x128x64 bf16, forward", compile_ms, exe, t);
+  report(name, fmt::format("scaled dot-product attention 32x12x128x64 {}, forward", kiln::name(type)),
+         compile_ms, exe, t);
 }
 
 // BERT-base (transformers' BertModel: 12 layers, hidden 768, 12 heads, random weights) imported
@@ -390,7 +392,8 @@ std::vector<Workload> workloads() {
       {"mlp_adam_bs256", mlp_adam},
       {"maxpool_fwd_bwd", maxpool_fwd_bwd},
       {"lstm_train", lstm_train},
-      {"sdpa_bf16", sdpa_bf16},
+      {"sdpa_bf16", [](O o, S n) { sdpa(o, n, bf16); }},
+      {"sdpa_f32", [](O o, S n) { sdpa(o, n, f32); }},
       {"bert_base_bf16_onnx", bert_base_onnx},
       {"gru_train", gru_train},
       {"tiny_add_x1000", [](O o, S n) { tiny_adds(o, n, true); }},

@@ -55,6 +55,8 @@ WORKLOADS = [
      (None, "nn.GRU on cuDNN, eager")),
     ("sdpa_bf16", "attention 32x12x128x64 bf16, forward",
      (None, "F.scaled_dot_product_attention")),
+    ("sdpa_f32", "attention 32x12x128x64 f32, forward",
+     (None, "F.scaled_dot_product_attention (f32, TF32 off)")),
     ("bert_base_bf16_onnx", "BERT-base inference bs32 seq128 bf16 (kiln: from ONNX, autocast)",
      (9.61, "eager, bf16, SDPA attention")),
     ("tiny_add_x1000", "1000 dependent tiny adds, replayed graph (µs per op; peer: CUDA graph)",
@@ -196,11 +198,12 @@ def torch_workloads(torch):
             torch.autograd.grad(y, [x] + list(m.parameters()), gy)
         return cuda_median_ms(torch, step, reps, warmup)
 
-    def sdpa(reps, warmup):
-        q, k, v = (torch.randn(32, 12, 128, 64, device=dev, dtype=torch.bfloat16)
-                   for _ in range(3))
-        return cuda_median_ms(torch, lambda: F.scaled_dot_product_attention(q, k, v), reps,
-                              warmup)
+    def sdpa_of(dtype):
+        def run(reps, warmup):
+            q, k, v = (torch.randn(32, 12, 128, 64, device=dev, dtype=dtype) for _ in range(3))
+            return cuda_median_ms(torch, lambda: F.scaled_dot_product_attention(q, k, v), reps,
+                                  warmup)
+        return run
 
     def bert(reps, warmup):
         model = bert_base(torch, "sdpa").to(dev, torch.bfloat16).eval()
@@ -250,7 +253,8 @@ def torch_workloads(torch):
         "maxpool_fwd_bwd": maxpool,
         "lstm_train": lstm,
         "gru_train": recurrent(nn.GRU),
-        "sdpa_bf16": sdpa,
+        "sdpa_bf16": sdpa_of(torch.bfloat16),
+        "sdpa_f32": sdpa_of(torch.float32),
         "bert_base_bf16_onnx": bert,
         "tiny_add_x1000": tiny_graph,
         "tiny_add_x1000_plain": tiny,

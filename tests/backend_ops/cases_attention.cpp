@@ -1,7 +1,8 @@
 // Cases of attention (scaled_dot_product_attention and its gradient op) and of the linalg ops
 // cholesky and triangular_solve. Attention sizes straddle the CUDA kernels' tiles (8 query rows
 // per block, 32 keys per tile, 32 output dims per lane chunk, 256 dims per launch; for 16-bit
-// head dims of 32/64/128, 64 query rows and 64 keys per tile on tensor cores).
+// head dims of 32/64/128, 64 query rows and 64 keys per tile on tensor cores; for f32 ones, 64
+// query rows and 64 keys per tile in register tiles).
 #include <fmt/format.h>
 
 #include "backend_ops/harness.h"
@@ -28,7 +29,8 @@ const AttentionCase kAttention[] = {
     {{1}, 3, 40, 257, 300, false, 0, {}},       // head dims past one launch's slice
     {{}, 1, 1, 1, 1, false, 0, {}},
     {{2}, 6, 0, 4, 4, false, 0, {}},            // no keys: zeros
-    // 16-bit head dims 32/64/128 take the tensor-core kernel (64 query rows, 64 keys per tile)
+    // head dims 32/64/128 take the tensor-core kernel (16-bit) or the register-tile one (f32):
+    // 64 query rows, 64 keys per tile
     {{2, 3}, 130, 190, 64, 64, true, 1, {130, 190}},
     {{2}, 64, 64, 128, 128, false, 0, {}},
     {{3}, 65, 127, 32, 32, false, 2, {3, 1, 127}},

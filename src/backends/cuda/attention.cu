@@ -14,6 +14,11 @@
 // probabilities and the output accumulator never leave registers (S's accumulator fragments,
 // rounded to the input type, are the A fragments of P V). Softmax runs in base 2.
 //
+// Forward in f32 (head dims e == ev of 32, 64 or 128): register tiles, a block of 256 threads
+// owning 64 query rows and streaming over tiles of 64 keys; each thread scores 4 x 4 (query, key)
+// pairs from float4 reads of shared memory and accumulates O += P V for 4 rows and D / 16 output
+// dims (the probabilities pass through shared memory). KILN_ATTENTION_F32_TILES=0 turns it off.
+//
 // Backward (recomputing the probabilities, flash-attention style): kernel 1 (warp per query row)
 // recomputes the row's log-sum-exp, D = dO·O, and dq (or the mask's gradient); kernel 2 (warp per
 // key row) streams over query tiles for dk and dv. A query that sees no key outputs zeros and
@@ -21,6 +26,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -525,6 +531,185 @@ template <typename T> bool tensor_core_forward(const Args<T>& a) {
     return false;
 }
 
+// ---- forward, f32, register tiles ----
+//
+// A block of 256 threads (a 16 x 16 grid: ty, tx) owns 64 query rows of one batch entry and
+// streams over tiles of 64 keys and values in shared memory (rows of D + 4 floats: 16-byte
+// copies, and the float4 reads below hit distinct banks). Thread (ty, tx) computes the scores of
+// rows ty + 16 r and keys tx + 16 c (r, c < 4): each float4 of a query row it loads serves four
+// keys and each of a key row four queries; then the online softmax of its rows (a row's 64
+// scores lie in the 16 lanes of one half warp) and, through the tile's probabilities in shared
+// memory, O += P V for its rows and the output columns D / 16 of them (float4s of V, 4 tx
+// apart). Each S or PV product is 16 FMAs a thread for two loads of 16 bytes.
+constexpr int kF32Rows = 64, kF32Keys = 64, kF32Threads = 256;
+
+template <int D> struct F32Layout {
+  static constexpr int ld = D + 4, ldp = kF32Keys + 16;  // floats a row (P: half warps apart)
+  static constexpr int q = 0, k = q + kF32Rows * ld, v = k + kF32Keys * ld,
+                       p = v + kF32Keys * ld, floats = p + kF32Rows * ldp;
+  static constexpr size_t bytes = sizeof(float) * floats;
+};
+
+// Rows [r0, r0 + n) of the (rows, D) f32 matrix x of batch entry b into dst (row stride D + 4)
+// by 16-byte asynchronous copies; rows past `rows` become zeros. Whole block.
+template <int D>
+__device__ inline void stage_f32_rows(float* dst, const float* x, int64_t b, int64_t rows,
+                                      int64_t r0, int n) {
+  for (int t = threadIdx.x; t < n * (D / 4); t += blockDim.x) {
+    const int r = t / (D / 4), c = (t % (D / 4)) * 4;
+    const bool in = r0 + r < rows;
+    cp_async16(dst + r * (D + 4) + c, x + (b * rows + (in ? r0 + r : 0)) * D + c, in ? 16 : 0);
+  }
+}
+
+template <int D>
+__global__ void __launch_bounds__(kF32Threads)
+    forward_f32_kernel(Args<float> a, float* out, int64_t row_blocks) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  using L = F32Layout<D>;
+  constexpr int kLd = L::ld, kLdp = L::ldp;
+  constexpr int kCols = D / 16, kVec = kCols < 4 ? kCols : 4, kGroups = kCols / kVec;
+  static_assert(kCols % kVec == 0 && (kVec == 2 || kVec == 4), "head dim");
+  extern __shared__ __align__(16) float f32_smem[];
+  float *qs = f32_smem + L::q, *ks = f32_smem + L::k, *vs = f32_smem + L::v,
+        *ps = f32_smem + L::p;
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  const int64_t b = blockIdx.x / row_blocks, i0 = (blockIdx.x % row_blocks) * kF32Rows;
+  const int64_t moff = (a.bmask || a.amask) ? a.ml.batch_offset(b) : 0;
+  const int64_t kend = a.causal ? min(a.lk, i0 + kF32Rows) : a.lk;
+  const float kLog2e = 1.4426950408889634f;
+  const float scale = static_cast<float>(a.scale) * kLog2e;  // scores in log2 units
+  stage_f32_rows<D>(qs, a.q, b, a.lq, i0, kF32Rows);
+  float o[4][kCols], m[4], l[4];
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    m[r] = -INFINITY, l[r] = 0.f;
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) o[r][c] = 0.f;
+  }
+  for (int64_t j0 = 0; j0 < kend; j0 += kF32Keys) {
+    stage_f32_rows<D>(ks, a.k, b, a.lk, j0, kF32Keys);
+    stage_f32_rows<D>(vs, a.v, b, a.lk, j0, kF32Keys);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+    float s[4][4] = {};
+#pragma unroll 4
+    for (int d = 0; d < D; d += 4) {
+      float4 qv[4], kv[4];
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+        qv[r] = *reinterpret_cast<const float4*>(qs + (ty + 16 * r) * kLd + d);
+#pragma unroll
+      for (int c = 0; c < 4; ++c)
+        kv[c] = *reinterpret_cast<const float4*>(ks + (tx + 16 * c) * kLd + d);
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          s[r][c] = fmaf(qv[r].x, kv[c].x, s[r][c]);
+          s[r][c] = fmaf(qv[r].y, kv[c].y, s[r][c]);
+          s[r][c] = fmaf(qv[r].z, kv[c].z, s[r][c]);
+          s[r][c] = fmaf(qv[r].w, kv[c].w, s[r][c]);
+        }
+    }
+    // scale, masks, online softmax; the probabilities to shared memory
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int64_t i = i0 + ty + 16 * r;
+      float mx = -INFINITY;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int64_t j = j0 + tx + 16 * c;
+        float v = s[r][c] * scale;
+        if (j >= a.lk || (a.causal && j > i)) {
+          v = -INFINITY;
+        } else if ((a.bmask || a.amask) && i < a.lq) {
+          const int64_t mo = moff + i * a.ml.sq + j * a.ml.sk;
+          if (a.bmask) v = a.bmask[mo] ? v : -INFINITY;
+          else v += to_acc(a.amask[mo]) * kLog2e;
+        }
+        s[r][c] = v;
+        mx = fmaxf(mx, v);
+      }
+#pragma unroll
+      for (int x = 1; x < 16; x <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, x));
+      const float mn = fmaxf(m[r], mx);
+      const float base = mn == -INFINITY ? 0.f : mn;  // a row that sees no key yet: p = 0
+      const float alpha = exp2f(m[r] - base);         // exp2(-inf) = 0 for the first keys
+      m[r] = mn;
+      float sum = 0.f;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const float p = exp2f(s[r][c] - base);
+        ps[(ty + 16 * r) * kLdp + tx + 16 * c] = p;
+        sum += p;
+      }
+      l[r] = l[r] * alpha + sum;  // this thread's part of the row sum (summed at the end)
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) o[r][c] *= alpha;
+    }
+    __syncthreads();
+    // O += P V
+#pragma unroll 2
+    for (int j = 0; j < kF32Keys; j += 4) {
+      float4 pv[4];
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+        pv[r] = *reinterpret_cast<const float4*>(ps + (ty + 16 * r) * kLdp + j);
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) {
+        float vv[kCols];
+#pragma unroll
+        for (int g = 0; g < kGroups; ++g) {
+          const float* src = vs + (j + jj) * kLd + g * 16 * kVec + kVec * tx;
+          if constexpr (kVec == 4) {
+            const float4 w = *reinterpret_cast<const float4*>(src);
+            vv[g * 4] = w.x, vv[g * 4 + 1] = w.y, vv[g * 4 + 2] = w.z, vv[g * 4 + 3] = w.w;
+          } else {
+            const float2 w = *reinterpret_cast<const float2*>(src);
+            vv[g * 2] = w.x, vv[g * 2 + 1] = w.y;
+          }
+        }
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const float p = jj == 0 ? pv[r].x : jj == 1 ? pv[r].y : jj == 2 ? pv[r].z : pv[r].w;
+#pragma unroll
+          for (int c = 0; c < kCols; ++c) o[r][c] = fmaf(p, vv[c], o[r][c]);
+        }
+      }
+    }
+    __syncthreads();  // the tile is consumed before the next copies overwrite it
+  }
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    float sum = l[r];
+#pragma unroll
+    for (int x = 1; x < 16; x <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, x);
+    const int64_t i = i0 + ty + 16 * r;
+    if (i >= a.lq) continue;
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) {
+      float* dst = out + (b * a.lq + i) * D + g * 16 * kVec + kVec * tx;
+      if constexpr (kVec == 4)
+        *reinterpret_cast<float4*>(dst) =
+            make_float4(o[r][g * 4] * inv, o[r][g * 4 + 1] * inv, o[r][g * 4 + 2] * inv,
+                        o[r][g * 4 + 3] * inv);
+      else
+        *reinterpret_cast<float2*>(dst) = make_float2(o[r][g * 2] * inv, o[r][g * 2 + 1] * inv);
+    }
+  }
+#endif
+}
+
+// Whether the f32 register-tile kernel takes this attention: equal head dims of 32, 64 or 128,
+// 16-byte aligned operands.
+inline bool f32_tiled_forward(const Args<float>& a) {
+  return a.e == a.ev && (a.e == 32 || a.e == 64 || a.e == 128) && aligned16(a.q) &&
+         aligned16(a.k) && aligned16(a.v);
+}
+
 // ---- host side ----
 
 template <typename T> Args<T> args_of(const KernelContext& ctx, int iq) {
@@ -588,6 +773,13 @@ void launch_with_smem(Kernel kernel, size_t smem, unsigned blocks, cudaStream_t 
   check_launch(op);
 }
 
+// KILN_ATTENTION_F32_TILES=0 keeps f32 attention on the warp-per-row kernel (read at every call:
+// tests compare the two).
+bool tiled_f32_enabled() {
+  const char* v = std::getenv("KILN_ATTENTION_F32_TILES");
+  return !(v && v[0] == '0');
+}
+
 template <typename T> void forward(KernelContext& ctx) {
   using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
   Args<T> a = args_of<T>(ctx, 0);
@@ -605,6 +797,21 @@ template <typename T> void forward(KernelContext& ctx) {
       if (a.e == 32) launch(forward_tc_kernel<T, 32>, TcLayout<32>::bytes);
       else if (a.e == 64) launch(forward_tc_kernel<T, 64>, TcLayout<64>::bytes);
       else launch(forward_tc_kernel<T, 128>, TcLayout<128>::bytes);
+      return;
+    }
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    if (f32_tiled_forward(a) && tiled_f32_enabled()) {
+      const int64_t blocks = (a.lq + kF32Rows - 1) / kF32Rows;
+      auto launch = [&](auto kernel, size_t smem) {
+        allow_smem(kernel, smem);
+        kernel<<<static_cast<unsigned>(a.batch * blocks), kF32Threads, smem, stream_of(ctx)>>>(
+            a, out, blocks);
+        check_launch(ctx.op_name());
+      };
+      if (a.e == 32) launch(forward_f32_kernel<32>, F32Layout<32>::bytes);
+      else if (a.e == 64) launch(forward_f32_kernel<64>, F32Layout<64>::bytes);
+      else launch(forward_f32_kernel<128>, F32Layout<128>::bytes);
       return;
     }
   }
