@@ -74,7 +74,6 @@ std::vector<double> reference(const Problem& p, const Data& d) {
   const auto bias = to_f64(d.bias), res = to_f64(d.res);
   const double sa = to_f64(d.sa)[0], za = to_f64(d.za)[0], sy = to_f64(d.sy)[0],
                zy = to_f64(d.zy)[0];
-  const double lo = p.yt == u8 ? 0 : -128, hi = p.yt == u8 ? 255 : 127;
   std::vector<double> out;
   for (int64_t r = 0; r < m; ++r)
     for (int64_t j = 0; j < p.n; ++j) {
@@ -85,11 +84,7 @@ std::vector<double> reference(const Problem& p, const Data& d) {
       double v = acc * sa * sw[c];
       if (p.bias) v += bias[j];
       if (p.residual) v += res[r * p.n + j];
-      if (p.relu) v = std::max(v, 0.0);
-      if (p.gelu == 1) v = 0.5 * v * std::erfc(-v / std::sqrt(2.0));
-      if (p.gelu == 2)
-        v = 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
-      out.push_back(std::clamp(std::nearbyint(v / sy) + zy, lo, hi));
+      out.push_back(requantized(v, p.relu, p.gelu, sy, zy, p.yt));
     }
   return out;
 }

@@ -15,6 +15,7 @@
 #include "kiln/kiln.h"
 #include "kiln/ops/quant.h"
 #include "passes/program.h"
+#include "quant/conv_reference.h"
 #include "support/executable_env.h"
 #include "support/gpu.h"
 #include "support/reference.h"
@@ -64,7 +65,6 @@ std::vector<double> reference(const Problem& p, const Data& d) {
              res = to_f64(d.res);
   const double sa = to_f64(d.sa)[0], za = to_f64(d.za)[0], sy = to_f64(d.sy)[0],
                zy = to_f64(d.zy)[0];
-  const double lo = p.yt == u8 ? 0 : -128, hi = p.yt == u8 ? 255 : 127;
   std::vector<double> out;
   for (int64_t r = 0; r < p.m; ++r)
     for (int64_t j = 0; j < p.n; ++j) {
@@ -74,29 +74,9 @@ std::vector<double> reference(const Problem& p, const Data& d) {
       double v = acc * sa * sw[p.per_channel ? j : 0];
       if (p.bias) v += bias[j];
       if (p.residual) v += res[r * p.n + j];
-      if (p.relu) v = std::max(v, 0.0);
-      if (p.gelu == 1) v = 0.5 * v * std::erfc(-v / std::sqrt(2.0));
-      if (p.gelu == 2)
-        v = 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
-      out.push_back(std::clamp(std::nearbyint(v / sy) + zy, lo, hi));
+      out.push_back(requantized(v, p.relu, p.gelu, sy, zy, p.yt));
     }
   return out;
-}
-
-// At most 1 LSB from `ref` everywhere, and on at most a tenth of the elements; outputs spread
-// over more than 20 LSB (saturated or constant outputs would prove little).
-void expect_within_lsb(const Array& y, const std::vector<double>& ref) {
-  const auto v = to_f64(y);
-  ASSERT_EQ(v.size(), ref.size());
-  int64_t off = 0, bad = 0;
-  for (size_t i = 0; i < v.size(); ++i) {
-    const double e = std::abs(v[i] - ref[i]);
-    off += e > 0;
-    if (e > 1 && bad++ < 5) ADD_FAILURE() << "element " << i << ": " << v[i] << " vs " << ref[i];
-  }
-  const auto [lo, hi] = std::minmax_element(ref.begin(), ref.end());
-  EXPECT_GT(*hi - *lo, 20) << "outputs span too little of the range";
-  EXPECT_LE(off, static_cast<int64_t>(v.size()) / 10 + 1) << "too many 1-LSB differences";
 }
 
 Tensor build(Graph& g, const Problem& p, const Data& d, const Tensor& a) {
@@ -167,10 +147,10 @@ TEST(QuantizedMatmulIgemm, MatchesReferenceAndTheGemmPath) {
     };
     const Array fast = run("1");
     const std::vector<double> ref = reference(p, d);
-    expect_within_lsb(fast, ref);
+    expect_conv_within_lsb(fast, ref, 1);
     const Array gemm = run("0");
-    expect_within_lsb(gemm, ref);
-    expect_within_lsb(fast, to_f64(gemm));
+    expect_conv_within_lsb(gemm, ref, 1);
+    expect_conv_within_lsb(fast, to_f64(gemm), 1);
   }
 }
 

@@ -1,5 +1,6 @@
 #include "support/reference.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -156,6 +157,14 @@ int64_t broadcast_offset(const std::vector<int64_t>& idx, const Shape& in, const
   const size_t off = out.size() - in.size();
   for (size_t d = 0; d < in.size(); ++d) r = r * in[d] + (in[d] == 1 ? 0 : idx[off + d]);
   return r;
+}
+
+double requantized(double v, bool relu, int gelu, double y_scale, double y_zero_point, DType yt) {
+  if (relu) v = std::max(v, 0.0);
+  if (gelu == 1) v = 0.5 * v * std::erfc(-v / std::sqrt(2.0));
+  if (gelu == 2) v = 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+  const double lo = yt == DType::u8 ? 0 : -128, hi = yt == DType::u8 ? 255 : 127;
+  return std::clamp(std::nearbyint(v / y_scale) + y_zero_point, lo, hi);
 }
 
 }  // namespace kiln::test

@@ -76,4 +76,9 @@ int64_t ravel(const std::vector<int64_t>& idx, const Shape& shape);
 /// Offset in `in` (broadcast to `out`) of output multi-index `idx`.
 int64_t broadcast_offset(const std::vector<int64_t>& idx, const Shape& in, const Shape& out);
 
+/// The requantize of an int8 kernel's epilogue in float64: v (the real sum: product, bias,
+/// residual) through relu or GELU (gelu 1: exact, 2: the tanh form), then round half to even of
+/// v / y_scale, plus y_zero_point, saturated to yt (u8 or i8).
+double requantized(double v, bool relu, int gelu, double y_scale, double y_zero_point, DType yt);
+
 }  // namespace kiln::test

@@ -375,6 +375,20 @@ __device__ inline void stage_rows(T* dst, const T* x, int64_t b, int64_t rows, i
   }
 }
 
+// Score v of query i and key j (in log2 units) with the masks applied: -inf for a key past lk,
+// after i (causal) or hidden by the keep-mask; the additive mask added (in log2 units).
+template <typename T>
+__device__ __forceinline__ float masked_log2(const Args<T>& a, int64_t moff, int64_t i, int64_t j,
+                                             float v) {
+  if (j >= a.lk || (a.causal && j > i)) return -INFINITY;
+  if ((a.bmask || a.amask) && i < a.lq) {
+    const int64_t mo = moff + i * a.ml.sq + j * a.ml.sk;
+    if (a.bmask) return a.bmask[mo] ? v : -INFINITY;
+    return v + static_cast<float>(to_acc(a.amask[mo])) * 1.4426950408889634f;
+  }
+  return v;
+}
+
 // Flash attention on tensor cores (mma.sync m16n8k16): a block of 4 warps owns 64 query rows of
 // one batch entry, each warp 16 of them, and streams over tiles of 64 keys and values, staged
 // with asynchronous copies one tile ahead. The scores, probabilities and output accumulator stay
@@ -449,14 +463,7 @@ __global__ void __launch_bounds__(kTcWarps * 32)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int64_t jj = j0 + n * 8 + 2 * t4 + e;
-          float v = s[n][2 * h + e] * scale;
-          if (jj >= a.lk || (a.causal && jj > i)) {
-            v = -INFINITY;
-          } else if ((a.bmask || a.amask) && i < a.lq) {
-            const int64_t mo = moff + i * a.ml.sq + jj * a.ml.sk;
-            if (a.bmask) v = a.bmask[mo] ? v : -INFINITY;
-            else v += to_acc(a.amask[mo]) * kLog2e;
-          }
+          const float v = masked_log2(a, moff, i, jj, s[n][2 * h + e] * scale);
           s[n][2 * h + e] = v;
           mx = fmaxf(mx, v);
         }
@@ -621,14 +628,7 @@ __global__ void __launch_bounds__(kF32Threads)
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         const int64_t j = j0 + tx + 16 * c;
-        float v = s[r][c] * scale;
-        if (j >= a.lk || (a.causal && j > i)) {
-          v = -INFINITY;
-        } else if ((a.bmask || a.amask) && i < a.lq) {
-          const int64_t mo = moff + i * a.ml.sq + j * a.ml.sk;
-          if (a.bmask) v = a.bmask[mo] ? v : -INFINITY;
-          else v += to_acc(a.amask[mo]) * kLog2e;
-        }
+        const float v = masked_log2(a, moff, i, j, s[r][c] * scale);
         s[r][c] = v;
         mx = fmaxf(mx, v);
       }
