@@ -62,6 +62,11 @@ class KernelContext {
   KernelContext(const KernelContext& base, const Attrs& attrs, std::vector<TensorView> inputs)
       : op_(base.op_), attrs_(attrs), inputs_(std::move(inputs)), outputs_(base.outputs_),
         pool_(base.pool_), env_(base.env_) {}
+  /// The same with other outputs too (a kernel that runs its op on converted copies).
+  KernelContext(const KernelContext& base, const Attrs& attrs, std::vector<TensorView> inputs,
+                std::vector<TensorView> outputs)
+      : op_(base.op_), attrs_(attrs), inputs_(std::move(inputs)), outputs_(std::move(outputs)),
+        pool_(base.pool_), env_(base.env_) {}
   ~KernelContext();
   KernelContext(const KernelContext&) = delete;
   KernelContext& operator=(const KernelContext&) = delete;
@@ -118,6 +123,9 @@ struct KernelEntry {
   bool half_via_f32 = true;
   /// The kernel may report rejected inputs through KernelContext::error_slot (GPU kernels).
   bool reports_errors = false;
+  /// Half types the kernel takes itself although half_via_f32 is set (the others still go
+  /// through f32): the CPU's bf16 products, which oneDNN runs natively.
+  DTypeSet half_native{};
   /// Whether this kernel handles `t` (directly or via f32).
   bool handles(DType t) const;
 };

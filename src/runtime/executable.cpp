@@ -81,7 +81,7 @@ void run_kernel(const KernelEntry& entry, const Node& node, const std::vector<Te
   const DType t = entry.dtype_input >= 0 && entry.dtype_input < static_cast<int>(in.size())
                       ? in[entry.dtype_input].dtype
                       : (node.outputs.empty() ? f32 : node.outputs[0].dtype);
-  const bool via_f32 = entry.half_via_f32 && (t == f16 || t == bf16);
+  const bool via_f32 = entry.half_via_f32 && (t == f16 || t == bf16) && !entry.half_native.has(t);
   if (!via_f32) {
     KernelContext ctx(node.op, node.attrs, in, out, pool, env);
     entry.fn(ctx);

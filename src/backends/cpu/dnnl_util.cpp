@@ -1,8 +1,10 @@
 #include "backends/cpu/dnnl_util.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 #include <new>
+#include <cstring>
 #include <unordered_map>
 
 #include "core/errors.h"
@@ -98,15 +100,29 @@ const dnnl::engine& engine() {
   return e;
 }
 
-dnnl::memory::desc plain_md(const Dims& dims) {
+dnnl::memory::desc plain_md(const Dims& dims, dt t) {
   Dims strides(dims.size(), 1);
   for (int i = static_cast<int>(dims.size()) - 2; i >= 0; --i)
     strides[i] = strides[i + 1] * std::max<int64_t>(dims[i + 1], 1);
-  return strided_md(dims, strides);
+  return strided_md(dims, strides, t);
 }
 
-dnnl::memory::desc strided_md(const Dims& dims, const Dims& strides) {
-  return dnnl::memory::desc(dims, dt::f32, strides);
+dnnl::memory::desc strided_md(const Dims& dims, const Dims& strides, dt t) {
+  return dnnl::memory::desc(dims, t, strides);
+}
+
+bool native_bf16_matmul() {
+  static const bool native = [] {
+    try {
+      const auto md = plain_md({64, 64}, dt::bf16);
+      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(md, md, md), attr(), engine());
+      const char* impl = pd.impl_info_str();
+      return impl != nullptr && std::strncmp(impl, "ref", 3) != 0;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return native;
 }
 
 dnnl::memory::desc any_md(const Dims& dims) {

@@ -14,10 +14,15 @@ using Dims = std::vector<int64_t>;
 
 /// The CPU engine (index 0) shared by all kernels.
 const dnnl::engine& engine();
-/// f32 descriptor of a row-major buffer of `dims`.
-dnnl::memory::desc plain_md(const Dims& dims);
-/// f32 descriptor with explicit strides (in elements).
-dnnl::memory::desc strided_md(const Dims& dims, const Dims& strides);
+/// Descriptor of a row-major buffer of `dims` (f32 unless told).
+dnnl::memory::desc plain_md(const Dims& dims,
+                            dnnl::memory::data_type t = dnnl::memory::data_type::f32);
+/// Descriptor with explicit strides (in elements; f32 unless told).
+dnnl::memory::desc strided_md(const Dims& dims, const Dims& strides,
+                              dnnl::memory::data_type t = dnnl::memory::data_type::f32);
+/// Whether oneDNN runs bf16 matmuls natively on this CPU (AVX-512 BF16 or AMX; elsewhere its
+/// reference kernel, far slower than converting through f32). Probed once.
+bool native_bf16_matmul();
 /// Same dims with format `any`, letting the primitive choose a (blocked) layout.
 dnnl::memory::desc any_md(const Dims& dims);
 

@@ -1,5 +1,7 @@
-// CPU kernels of the linalg family: f32 through oneDNN matmul (primitives cached per shape),
-// other dtypes and degenerate shapes (K = 0) through plain loops.
+// CPU kernels of the linalg family: f32, and bf16 where oneDNN runs it natively (AVX-512 BF16:
+// bf16 operands, f32 accumulation, bf16 result), through oneDNN matmul (primitives cached per
+// shape); bf16 elsewhere through f32 copies, other dtypes and degenerate shapes (K = 0) through
+// plain loops. (f16 reaches them as f32: the registry converts it.)
 #include <algorithm>
 
 #include "backends/cpu/cpu_common.h"
@@ -76,6 +78,31 @@ void matmul_loops(KernelContext& ctx, const MatmulDims& d) {
   });
 }
 
+// bf16 products run natively: oneDNN has a bf16 kernel here and KILN_CPU_ISA leaves AVX-512 on.
+bool native_bf16() {
+  return cpu_isa() == CpuIsa::avx512 && du::native_bf16_matmul();
+}
+
+using dnnl_dt = dnnl::memory::data_type;
+dnnl_dt dnnl_type(DType t) { return t == bf16 ? dnnl_dt::bf16 : dnnl_dt::f32; }
+
+// A bf16 product where oneDNN has no native bf16 kernel: its inputs copied to f32 in scratch,
+// `run` on the copies (the f32 kernel), the f32 result rounded into the bf16 output.
+template <typename F>
+void via_f32_copies(KernelContext& ctx, F&& run) {
+  std::vector<TensorView> in;
+  for (int i = 0; i < ctx.num_inputs(); ++i) {
+    const TensorView& v = ctx.in(i);
+    auto* f = static_cast<float*>(ctx.scratch(sizeof(float) * std::max<int64_t>(v.numel(), 1)));
+    convert(v.data, v.dtype, f, f32, v.numel());
+    in.push_back(TensorView{f, v.shape, f32});
+  }
+  const TensorView& o = ctx.out(0);
+  auto* y = static_cast<float*>(ctx.scratch(sizeof(float) * std::max<int64_t>(o.numel(), 1)));
+  run(in, TensorView{y, o.shape, f32});
+  convert(y, f32, o.data, o.dtype, o.numel());
+}
+
 void matmul_dnnl(KernelContext& ctx, const MatmulDims& d) {
   auto with = [](Shape s, int64_t x, int64_t y) {
     s.push_back(x);
@@ -84,10 +111,13 @@ void matmul_dnnl(KernelContext& ctx, const MatmulDims& d) {
   };
   const Shape src = with(d.batch_a, d.M, d.K), wei = with(d.batch_b, d.K, d.N),
               dst = with(d.batch, d.M, d.N);
-  du::Dims key{static_cast<int64_t>(ctx.op()), static_cast<int64_t>(src.size())};
+  const DType t = ctx.in(0).dtype;
+  du::Dims key{static_cast<int64_t>(ctx.op()), static_cast<int64_t>(t),
+               static_cast<int64_t>(src.size())};
   for (const Shape* s : {&src, &wei, &dst}) key.insert(key.end(), s->begin(), s->end());
   auto p = du::cached(ctx.op_name(), key, [&] {
-    auto s = du::plain_md(src), w = du::plain_md(wei), o = du::plain_md(dst);
+    auto s = du::plain_md(src, dnnl_type(t)), w = du::plain_md(wei, dnnl_type(t)),
+         o = du::plain_md(dst, dnnl_type(t));
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(s, w, o), du::attr(), du::engine());
     return du::CachedPrimitive{
         dnnl::matmul(pd),
@@ -101,8 +131,14 @@ void matmul_dnnl(KernelContext& ctx, const MatmulDims& d) {
 void matmul(KernelContext& ctx) {
   const MatmulDims d = matmul_dims(ctx.in(0), ctx.in(1), ctx.out(0));
   const DType t = ctx.in(0).dtype;
-  if (t == f32 && d.K > 0 && static_cast<int>(d.batch.size()) + 2 <= kMaxDnnlRank)
-    return matmul_dnnl(ctx, d);
+  const bool dnnl_fits = d.K > 0 && static_cast<int>(d.batch.size()) + 2 <= kMaxDnnlRank;
+  if ((t == f32 || (t == bf16 && native_bf16())) && dnnl_fits) return matmul_dnnl(ctx, d);
+  if (t == bf16) {
+    return via_f32_copies(ctx, [&](const std::vector<TensorView>& in, const TensorView& y) {
+      KernelContext inner(ctx, ctx.attrs(), in, {y});
+      matmul(inner);
+    });
+  }
   dispatch(t, ctx.op_name(), [&](auto v) {
     using T = decltype(v);
     if constexpr (!std::is_same_v<T, bool>) matmul_loops<T>(ctx, d);
@@ -124,16 +160,19 @@ void linear_loops(KernelContext& ctx, int64_t M, int64_t K, int64_t N) {
   });
 }
 
-}  // namespace
-
-// w (N, K) is read as the K x N weights matrix through its strides: no transposed copy.
-void linear_f32(KernelContext& ctx, const void* x, const void* w, const void* bias, void* y,
-                int64_t M, int64_t K, int64_t N) {
+// y (M, N) = x (M, K) · wᵀ (+ bias) through oneDNN, x, w and y of type t (f32, or bf16 with f32
+// accumulation), the bias of type bias_t. w (N, K) is read as the K x N weights matrix through
+// its strides: no transposed copy.
+void linear_dnnl(KernelContext& ctx, const void* x, const void* w, const void* bias, void* y,
+                 int64_t M, int64_t K, int64_t N, DType t, DType bias_t) {
   const bool has_bias = bias != nullptr;
-  const du::Dims key{static_cast<int64_t>(ctx.op()), M, K, N, has_bias};
+  const du::Dims key{static_cast<int64_t>(ctx.op()), M, K, N, has_bias, static_cast<int64_t>(t),
+                     static_cast<int64_t>(bias_t)};
   auto p = du::cached(ctx.op_name(), key, [&] {
-    auto s = du::plain_md({M, K}), wm = du::strided_md({K, N}, {1, K}), o = du::plain_md({M, N});
-    auto b = has_bias ? du::plain_md({1, N}) : dnnl::memory::desc();
+    const dnnl_dt dt = dnnl_type(t);
+    auto s = du::plain_md({M, K}, dt), wm = du::strided_md({K, N}, {1, K}, dt),
+         o = du::plain_md({M, N}, dt);
+    auto b = has_bias ? du::plain_md({1, N}, dnnl_type(bias_t)) : dnnl::memory::desc();
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(s, wm, b, o), du::attr(), du::engine());
     du::CachedPrimitive c{dnnl::matmul(pd),
                           {du::make_arg(DNNL_ARG_SRC, s, s), du::make_arg(DNNL_ARG_WEIGHTS, wm, wm)},
@@ -148,15 +187,29 @@ void linear_f32(KernelContext& ctx, const void* x, const void* w, const void* bi
   du::execute(ctx.op_name(), *p, buffers);
 }
 
+}  // namespace
+
+void linear_f32(KernelContext& ctx, const void* x, const void* w, const void* bias, void* y,
+                int64_t M, int64_t K, int64_t N) {
+  linear_dnnl(ctx, x, w, bias, y, M, K, N, f32, f32);
+}
+
 namespace {
 
 void linear(KernelContext& ctx) {
   const int64_t K = ctx.in(0).shape.back(), N = ctx.in(1).shape[0];
   const int64_t rows = ctx.out(0).numel() / std::max<int64_t>(N, 1);
-  if (ctx.in(0).dtype == f32 && K > 0)
-    return linear_f32(ctx, ctx.in(0).data, ctx.in(1).data,
-                      ctx.attrs().b("has_bias") ? ctx.in(2).data : nullptr, ctx.out(0).data, rows,
-                      K, N);
+  const DType t = ctx.in(0).dtype;
+  const bool has_bias = ctx.attrs().b("has_bias");
+  if ((t == f32 || (t == bf16 && native_bf16())) && K > 0)
+    return linear_dnnl(ctx, ctx.in(0).data, ctx.in(1).data, has_bias ? ctx.in(2).data : nullptr,
+                       ctx.out(0).data, rows, K, N, t, has_bias ? ctx.in(2).dtype : f32);
+  if (t == bf16) {
+    return via_f32_copies(ctx, [&](const std::vector<TensorView>& in, const TensorView& y) {
+      KernelContext inner(ctx, ctx.attrs(), in, {y});
+      linear(inner);
+    });
+  }
   dispatch(ctx.in(0).dtype, ctx.op_name(), [&](auto v) {
     using T = decltype(v);
     if constexpr (!std::is_same_v<T, bool>) linear_loops<T>(ctx, rows, K, N);
@@ -165,8 +218,9 @@ void linear(KernelContext& ctx) {
 }  // namespace
 
 void register_linalg_kernels() {
-  register_kernel(OpId::Matmul, Backend::cpu, {matmul, kNumericTypes});
-  register_kernel(OpId::Linear, Backend::cpu, {linear, kNumericTypes});
+  // (bf16 reaches them as it is: native_bf16, or their own f32 copies)
+  register_kernel(OpId::Matmul, Backend::cpu, {matmul, kNumericTypes, 0, true, false, {bf16}});
+  register_kernel(OpId::Linear, Backend::cpu, {linear, kNumericTypes, 0, true, false, {bf16}});
 }
 
 }  // namespace kiln::cpu
