@@ -1,5 +1,6 @@
-// CPU kernels of the conv family: f32 through oneDNN (cached primitives that pick their own
-// blocked layouts; kiln's NCHW buffers are reordered around them), f64 and degenerate shapes
+// CPU kernels of the conv family: f32, and bf16 where oneDNN runs it natively (native_bf16; else
+// through f32 copies), through oneDNN (cached primitives that pick their own blocked layouts;
+// kiln's NCHW buffers are reordered around them), f64 and degenerate shapes
 // (no input channels, output padding >= stride) through direct loops. ConvGradWeight (conv's
 // weight gradient) likewise: oneDNN's backward-weights primitive for f32, loops otherwise.
 #include <algorithm>
@@ -27,6 +28,9 @@ struct ConvGeom {
   int64_t k_size() const { return k[0] * k[1] * k[2]; }
   int64_t out_size() const { return out[0] * out[1] * out[2]; }
 };
+
+using dnnl_dt = dnnl::memory::data_type;
+dnnl_dt dnnl_type(DType t) { return t == DType::bf16 ? dnnl_dt::bf16 : dnnl_dt::f32; }
 
 // x: the conv's input, w: its weight, y: its output (for conv_transpose, the transposed one's).
 ConvGeom geometry_of(const KernelContext& ctx, const Shape& x, const Shape& w, const Shape& y) {
@@ -142,7 +146,7 @@ void conv_transpose_loops(KernelContext& ctx, const ConvGeom& g) {
 
 // oneDNN's weights: (O, I, k...) or (G, O/G, I/G, k...), with strides matching kiln's buffer:
 // (O, C/G, k...) for conv and (C, O/G, k...) for conv_transpose.
-dnnl::memory::desc user_weights_md(const ConvGeom& g, const du::Dims& kernel) {
+dnnl::memory::desc user_weights_md(const ConvGeom& g, const du::Dims& kernel, dnnl_dt t) {
   const int64_t K = g.k_size(), Cg = g.C / g.G, Og = g.O / g.G;
   du::Dims dims, strides;
   if (g.G > 1) {
@@ -158,17 +162,21 @@ dnnl::memory::desc user_weights_md(const ConvGeom& g, const du::Dims& kernel) {
     dims.push_back(e);
     strides.push_back(inner);
   }
-  return du::strided_md(dims, strides);
+  return du::strided_md(dims, strides, t);
 }
 
+// (t: the data's and weights' type, f32 or bf16; bias_t the bias's)
 du::CachedPrimitive make_conv_primitive(const ConvGeom& g, const du::Dims& src,
                                         const du::Dims& kernel, const du::Dims& dst,
                                         const du::Dims& stride, const du::Dims& dil,
                                         const du::Dims& pad_l, const du::Dims& pad_r,
-                                        bool has_bias) {
-  const auto wei = user_weights_md(g, kernel);
-  const auto bias = has_bias ? du::plain_md({g.O}) : dnnl::memory::desc();
-  const auto src_any = du::any_md(src), dst_any = du::any_md(dst), wei_any = du::any_md(wei.dims());
+                                        bool has_bias, dnnl_dt t, dnnl_dt bias_t) {
+  const auto wei = user_weights_md(g, kernel, t);
+  const auto bias = has_bias ? du::plain_md({g.O}, bias_t) : dnnl::memory::desc();
+  auto any = [&](const du::Dims& d) {
+    return dnnl::memory::desc(d, t, dnnl::memory::format_tag::any);
+  };
+  const auto src_any = any(src), dst_any = any(dst), wei_any = any(wei.dims());
   dnnl::primitive prim;
   dnnl::memory::desc src_md, wei_md, dst_md, scratch_md;
   if (g.transpose) {
@@ -189,11 +197,11 @@ du::CachedPrimitive make_conv_primitive(const ConvGeom& g, const du::Dims& src,
     scratch_md = pd.scratchpad_desc();
   }
   du::CachedPrimitive c{prim,
-                        {du::make_arg(DNNL_ARG_SRC, du::plain_md(src), src_md),
+                        {du::make_arg(DNNL_ARG_SRC, du::plain_md(src, t), src_md),
                          du::make_arg(DNNL_ARG_WEIGHTS, wei, wei_md)},
                         scratch_md};
   if (has_bias) c.args.push_back(du::make_arg(DNNL_ARG_BIAS, bias, bias));
-  c.args.push_back(du::make_arg(DNNL_ARG_DST, du::plain_md(dst), dst_md, true));
+  c.args.push_back(du::make_arg(DNNL_ARG_DST, du::plain_md(dst, t), dst_md, true));
   return c;
 }
 
@@ -214,11 +222,14 @@ void conv_dnnl(KernelContext& ctx, const ConvGeom& g) {
   const du::Dims pad_l(p.begin(), p.begin() + nd), pad_r(p.begin() + nd, p.end());
   const bool has_bias = ctx.attrs().b("has_bias");
 
-  du::Dims key{static_cast<int64_t>(ctx.op()), nd, g.G, has_bias};
+  const DType bias_t = has_bias ? ctx.in(2).dtype : DType::f32;
+  du::Dims key{static_cast<int64_t>(ctx.op()), nd, g.G, has_bias, static_cast<int64_t>(x.dtype),
+               static_cast<int64_t>(bias_t)};
   for (const Shape* s : {&x.shape, &w.shape, &y.shape}) key.insert(key.end(), s->begin(), s->end());
   for (const du::Dims* v : {&stride, &dil, &p}) key.insert(key.end(), v->begin(), v->end());
   auto prim = du::cached(ctx.op_name(), key, [&] {
-    return make_conv_primitive(g, x.shape, kernel, y.shape, stride, dil, pad_l, pad_r, has_bias);
+    return make_conv_primitive(g, x.shape, kernel, y.shape, stride, dil, pad_l, pad_r, has_bias,
+                               dnnl_type(x.dtype), dnnl_type(bias_t));
   });
   std::vector<void*> buffers{x.data, w.data};
   if (has_bias) buffers.push_back(ctx.in(2).data);
@@ -229,7 +240,10 @@ void conv_dnnl(KernelContext& ctx, const ConvGeom& g) {
 // oneDNN has no output_padding: it reads it from the output size, which works while it is
 // smaller than the stride.
 bool dnnl_handles(const KernelContext& ctx, const ConvGeom& g) {
-  if (ctx.in(0).dtype != f32 || ctx.in(0).numel() == 0 || ctx.in(1).numel() == 0) return false;
+  const DType t = ctx.in(0).dtype;
+  if (!(t == f32 || (t == bf16 && native_bf16())) || ctx.in(0).numel() == 0 ||
+      ctx.in(1).numel() == 0)
+    return false;
   if (!g.transpose) return true;
   const auto &op = ctx.attrs().ints("output_padding"), &s = ctx.attrs().ints("stride");
   for (int i = 0; i < g.nd; ++i)
@@ -240,6 +254,12 @@ bool dnnl_handles(const KernelContext& ctx, const ConvGeom& g) {
 void convolve(KernelContext& ctx) {
   const ConvGeom g = geometry(ctx);
   if (dnnl_handles(ctx, g)) return conv_dnnl(ctx, g);
+  if (ctx.in(0).dtype == bf16) {
+    return via_f32_copies(ctx, [&](const std::vector<TensorView>& in, const TensorView& y) {
+      KernelContext inner(ctx, ctx.attrs(), in, {y});
+      convolve(inner);
+    });
+  }
   dispatch_float(ctx.in(0).dtype, ctx.op_name(), [&](auto v) {
     using T = decltype(v);
     if (g.transpose)
@@ -288,13 +308,25 @@ void conv_channels_last(KernelContext& ctx) {
 }
 
 void conv(KernelContext& ctx) {
-  if (ctx.attrs().b("channels_last", false)) return conv_channels_last(ctx);
+  if (ctx.attrs().b("channels_last", false)) {
+    if (ctx.in(0).dtype != bf16) return conv_channels_last(ctx);
+    return via_f32_copies(ctx, [&](const std::vector<TensorView>& in, const TensorView& y) {
+      KernelContext inner(ctx, ctx.attrs(), in, {y});
+      conv_channels_last(inner);
+    });
+  }
   convolve(ctx);
 }
 // (channels_last conv_transpose and conv_grad_weight, which the channels_last pass gives CUDA
 // training programs, run here through NCHW copies)
 void conv_transpose(KernelContext& ctx) {
-  if (ctx.attrs().b("channels_last", false)) return run_via_nchw(ctx, convolve);
+  if (ctx.attrs().b("channels_last", false)) {
+    if (ctx.in(0).dtype != bf16) return run_via_nchw(ctx, convolve);
+    return via_f32_copies(ctx, [&](const std::vector<TensorView>& in, const TensorView& y) {
+      KernelContext inner(ctx, ctx.attrs(), in, {y});
+      run_via_nchw(inner, convolve);
+    });
+  }
   convolve(ctx);
 }
 
@@ -345,7 +377,7 @@ du::CachedPrimitive make_grad_weight_primitive(const ConvGeom& g, const du::Dims
                                                const du::Dims& kernel, const du::Dims& dst,
                                                const du::Dims& stride, const du::Dims& dil,
                                                const du::Dims& pad_l, const du::Dims& pad_r) {
-  const auto wei = user_weights_md(g, kernel);
+  const auto wei = user_weights_md(g, kernel, dnnl_dt::f32);
   const auto src_any = du::any_md(src), dst_any = du::any_md(dst), wei_any = du::any_md(wei.dims());
   dnnl::convolution_forward::desc fd(dnnl::prop_kind::forward_training,
                                      dnnl::algorithm::convolution_direct, src_any, wei_any,
@@ -404,8 +436,10 @@ void conv_grad_weight(KernelContext& ctx) {
 }  // namespace
 
 void register_conv_kernels() {
-  register_kernel(OpId::Conv, Backend::cpu, {conv, DTypeSet{f32, f64}});
-  register_kernel(OpId::ConvTranspose, Backend::cpu, {conv_transpose, DTypeSet{f32, f64}});
+  // (bf16 reaches conv and conv_transpose as it is: native_bf16, or their own f32 copies)
+  register_kernel(OpId::Conv, Backend::cpu, {conv, DTypeSet{f32, f64}, 0, true, false, {bf16}});
+  register_kernel(OpId::ConvTranspose, Backend::cpu,
+                  {conv_transpose, DTypeSet{f32, f64}, 0, true, false, {bf16}});
   register_kernel(OpId::ConvGradWeight, Backend::cpu, {conv_grad_weight, DTypeSet{f32, f64}});
 }
 

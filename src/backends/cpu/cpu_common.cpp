@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "backends/cpu/dnnl_util.h"
+
 namespace kiln::cpu {
 
 AxisSplit split_at(const Shape& s, int64_t axis) {
@@ -71,6 +73,10 @@ CpuIsa cpu_isa() {
     return CpuIsa::baseline;
   }();
   return isa;
+}
+
+bool native_bf16() {
+  return cpu_isa() == CpuIsa::avx512 && dnnl_util::native_bf16_matmul();
 }
 
 }  // namespace kiln::cpu

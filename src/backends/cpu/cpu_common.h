@@ -1,6 +1,7 @@
 // Helpers of the CPU kernels: dtype dispatch and broadcast iteration.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstring>
@@ -19,11 +20,38 @@ namespace kiln::cpu {
 void linear_f32(KernelContext& ctx, const void* x, const void* w, const void* bias, void* y,
                 int64_t M, int64_t K, int64_t N);
 
+/// Runs a kernel's f32 form for a bf16 call: the inputs copied to f32 in scratch (bf16 ones
+/// widened, others as they are), run(inputs, output) on the copies with an f32 output, rounded
+/// into ctx.out(0) (the kernels that take bf16 themselves, KernelEntry::half_native, where their
+/// native path does not apply).
+template <typename F> void via_f32_copies(KernelContext& ctx, F&& run) {
+  std::vector<TensorView> in;
+  for (int i = 0; i < ctx.num_inputs(); ++i) {
+    const TensorView& v = ctx.in(i);
+    if (v.dtype != DType::bf16) {
+      in.push_back(v);
+      continue;
+    }
+    auto* f = static_cast<float*>(ctx.scratch(sizeof(float) * std::max<int64_t>(v.numel(), 1)));
+    convert(v.data, v.dtype, f, DType::f32, v.numel());
+    in.push_back(TensorView{f, v.shape, DType::f32});
+  }
+  const TensorView& o = ctx.out(0);
+  auto* y = static_cast<float*>(ctx.scratch(sizeof(float) * std::max<int64_t>(o.numel(), 1)));
+  run(in, TensorView{y, o.shape, DType::f32});
+  convert(y, DType::f32, o.data, o.dtype, o.numel());
+}
+
 /// The widest x86-64 vector instruction set the CPU kernels' hand-vectorized loops may use: the
 /// CPU's (AVX-512 with F, DQ, BW and VL; AVX2 with FMA; SSE2), capped by KILN_CPU_ISA=avx2 or
 /// baseline (read once; to test the narrower variants). Baseline elsewhere than x86-64.
 enum class CpuIsa { baseline, avx2, avx512 };
 CpuIsa cpu_isa();
+
+/// Whether bf16 products (linear, matmul, conv) run natively through oneDNN's bf16 kernels (bf16
+/// operands, f32 accumulation): oneDNN has them on this CPU (AVX-512 BF16) and KILN_CPU_ISA
+/// leaves AVX-512 on. Elsewhere they run on f32 copies (via_f32_copies).
+bool native_bf16();
 
 /// Calls f(T{}) with the C++ type of `t` (f16/bf16 never reach kernels: they run as f32).
 template <typename F> void dispatch(DType t, const char* op, F&& f) {

@@ -78,30 +78,8 @@ void matmul_loops(KernelContext& ctx, const MatmulDims& d) {
   });
 }
 
-// bf16 products run natively: oneDNN has a bf16 kernel here and KILN_CPU_ISA leaves AVX-512 on.
-bool native_bf16() {
-  return cpu_isa() == CpuIsa::avx512 && du::native_bf16_matmul();
-}
-
 using dnnl_dt = dnnl::memory::data_type;
 dnnl_dt dnnl_type(DType t) { return t == bf16 ? dnnl_dt::bf16 : dnnl_dt::f32; }
-
-// A bf16 product where oneDNN has no native bf16 kernel: its inputs copied to f32 in scratch,
-// `run` on the copies (the f32 kernel), the f32 result rounded into the bf16 output.
-template <typename F>
-void via_f32_copies(KernelContext& ctx, F&& run) {
-  std::vector<TensorView> in;
-  for (int i = 0; i < ctx.num_inputs(); ++i) {
-    const TensorView& v = ctx.in(i);
-    auto* f = static_cast<float*>(ctx.scratch(sizeof(float) * std::max<int64_t>(v.numel(), 1)));
-    convert(v.data, v.dtype, f, f32, v.numel());
-    in.push_back(TensorView{f, v.shape, f32});
-  }
-  const TensorView& o = ctx.out(0);
-  auto* y = static_cast<float*>(ctx.scratch(sizeof(float) * std::max<int64_t>(o.numel(), 1)));
-  run(in, TensorView{y, o.shape, f32});
-  convert(y, f32, o.data, o.dtype, o.numel());
-}
 
 void matmul_dnnl(KernelContext& ctx, const MatmulDims& d) {
   auto with = [](Shape s, int64_t x, int64_t y) {
