@@ -269,7 +269,8 @@ void sdpa(const Options& o, const std::string& name, DType type) {
   Array kv = rng.array(s, 1.0f).astype(type).to(o.device);
   Array vv = rng.array(s, 1.0f).astype(type).to(o.device);
   const Timing t = time_runs([&] { exe.run({{q, qv}, {k, kv}, {v, vv}}); }, o);
-  report(name, fmt::format("scaled dot-product attention 32x12x128x64 {}, forward", kiln::name(type)),
+  report(name,
+         fmt::format("scaled dot-product attention 32x12x128x64 {}, forward", kiln::name(type)),
          compile_ms, exe, t);
 }
 

@@ -1,9 +1,10 @@
-// bf16 linear, matmul, conv2d and conv_transpose2d on the CPU: natively through oneDNN where it has a bf16 kernel (AVX-512
-// BF16; bf16 operands, f32 accumulation, one rounding to bf16), else through f32 copies
-// (KILN_CPU_ISA=avx2 or baseline takes that path: ctest CpuIsa.*). Against float64 sums of the
-// bf16 operands' exact values: every result within one bf16 rounding (2^-8 relative) plus the f32
-// accumulation's error; and the same as the product in f32 of the widened operands, rounded to
-// bf16, within one bf16 step. Fresh random data; bias, batch dims, broadcast and K = 0.
+// bf16 linear, matmul, conv2d and conv_transpose2d on the CPU: natively through oneDNN where it
+// has bf16 kernels (AVX-512 BF16; bf16 operands, f32 accumulation, one rounding to bf16), else
+// through f32 copies (KILN_CPU_ISA=avx2 or baseline takes that path: ctest CpuIsa.*). Against
+// float64 sums of the bf16 operands' exact values: every result within one bf16 rounding (2^-8
+// relative) plus the f32 accumulation's error; linear also against the f32 product of the
+// widened operands rounded to bf16, conv_transpose2d against its f32 form. Fresh random data;
+// bias, batch dims, broadcast, K = 0, strides, padding and groups.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -63,7 +64,8 @@ TEST(Bf16Products, LinearMatchesFloat64) {
     const Array b = random_array({p.n}, f32, -1, 1).astype(bf16);
     Graph g;
     auto px = g.placeholder({p.m, p.k}, bf16, "x");
-    const Tensor y = linear(px, g.constant(w), p.bias ? std::optional(g.constant(b)) : std::nullopt);
+    const Tensor y =
+        linear(px, g.constant(w), p.bias ? std::optional(g.constant(b)) : std::nullopt);
     EXPECT_EQ(y.dtype(), bf16);
     const Array got = g.compile(Device::cpu(), {}, {y}).run({{px, x}})[0];
     std::vector<double> want, terms;

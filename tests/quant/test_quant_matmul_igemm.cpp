@@ -116,10 +116,9 @@ TEST(QuantizedMatmulIgemm, SymmetricWeightsAreMarked) {
     auto a = g.placeholder({p.m, p.k}, p.at, "a");
     const Tensor built = build(g, p, d, a);
     // the same product as dequantize -> linear -> quantize
-    const Tensor fused =
-        quantize(linear(dequantize(a, g.constant(d.sa), g.constant(d.za)),
-                        dequantize(g.constant(d.w), g.constant(d.sw), g.constant(d.zw), {.axis = 0})),
-                 g.constant(d.sy), g.constant(d.zy));
+    const Tensor dw = dequantize(g.constant(d.w), g.constant(d.sw), g.constant(d.zw), {.axis = 0});
+    const Tensor fused = quantize(linear(dequantize(a, g.constant(d.sa), g.constant(d.za)), dw),
+                                  g.constant(d.sy), g.constant(d.zy));
     const Program q = fuse_quant(extract_program(
         *built.graph_impl(), {{built.node_id(), 0}, {fused.node_id(), 0}}));
     int marked = 0, products = 0;
