@@ -56,8 +56,8 @@ TEST(Bf16Products, LinearMatchesFloat64) {
     int64_t m, k, n;
     bool bias;
   };
-  for (const P p : {P{64, 768, 96, true}, P{7, 33, 5, false}, P{130, 256, 200, true},
-                    P{3, 0, 4, true}}) {
+  for (const P p :
+       {P{64, 768, 96, true}, P{7, 33, 5, false}, P{130, 256, 200, true}, P{3, 0, 4, true}}) {
     const std::string what = fmt::format("linear {}x{}x{} bias {}", p.m, p.k, p.n, p.bias);
     const Array x = random_array({p.m, p.k}, f32, -1, 1).astype(bf16);
     const Array w = random_array({p.n, p.k}, f32, -1, 1).astype(bf16);
@@ -136,8 +136,8 @@ void conv_ref(const ConvCase& p, const std::vector<double>& x, const std::vector
                 const int64_t ih = r * p.stride - p.pad + kh, iw = q * p.stride - p.pad + kw;
                 if (ih < 0 || ih >= h || iw < 0 || iw >= wd) continue;
                 const int64_t ch = (o / og) * cg + cc;
-                const double v = x[((i * c + ch) * h + ih) * wd + iw] *
-                                 w[((o * cg + cc) * p.k + kh) * p.k + kw];
+                const double v =
+                    x[((i * c + ch) * h + ih) * wd + iw] * w[((o * cg + cc) * p.k + kh) * p.k + kw];
                 s += v, t += std::abs(v);
               }
           const size_t at = ((i * p.o + o) * oh + r) * ow + q;

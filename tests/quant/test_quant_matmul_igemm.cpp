@@ -32,10 +32,11 @@ struct Problem {
 };
 
 std::string describe(const Problem& p) {
-  return fmt::format("{}x{}x{} {}->{} transpose_w {} per_channel {} bias {} residual {} relu {} "
-                     "gelu {}",
-                     p.m, p.k, p.n, name(p.at), name(p.yt), p.transpose_w, p.per_channel, p.bias,
-                     p.residual, p.relu, p.gelu);
+  return fmt::format(
+      "{}x{}x{} {}->{} transpose_w {} per_channel {} bias {} residual {} relu {} "
+      "gelu {}",
+      p.m, p.k, p.n, name(p.at), name(p.yt), p.transpose_w, p.per_channel, p.bias, p.residual,
+      p.relu, p.gelu);
 }
 
 struct Data {
@@ -119,8 +120,8 @@ TEST(QuantizedMatmulIgemm, SymmetricWeightsAreMarked) {
     const Tensor dw = dequantize(g.constant(d.w), g.constant(d.sw), g.constant(d.zw), {.axis = 0});
     const Tensor fused = quantize(linear(dequantize(a, g.constant(d.sa), g.constant(d.za)), dw),
                                   g.constant(d.sy), g.constant(d.zy));
-    const Program q = fuse_quant(extract_program(
-        *built.graph_impl(), {{built.node_id(), 0}, {fused.node_id(), 0}}));
+    const Program q = fuse_quant(
+        extract_program(*built.graph_impl(), {{built.node_id(), 0}, {fused.node_id(), 0}}));
     int marked = 0, products = 0;
     for (const auto& n : q.graph.nodes)
       if (n.op == OpId::QuantizedMatmul) {
