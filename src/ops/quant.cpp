@@ -11,7 +11,8 @@
 // quantized_conv: inputs x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp[, bias][, residual
 //   [, residual_scale, residual_zp]]; attrs conv's stride, pads, dilation, groups, plus relu,
 //   has_bias, has_residual, quantized_residual (the residual i8/u8 with a 0-d f32 scale and zero
-//   point, dequantized as dequantize does: fuse_quant folds a residual's dequantize in). Inference
+//   point, dequantized as dequantize does: fuse_quant folds a residual's dequantize in), gelu (as
+//   quantized_matmul's). Inference
 //   only. The bias is (O), (O, 1, 1) or (1, O, 1, 1): the pass keeps what the graph added; an
 //   i32 bias (ONNX QLinearConv's) adds to the integer sum before scaling. Attr channels_last
 //   (set by the channels_last pass, default false): x, residual and output are NHWC. Attr
@@ -115,6 +116,16 @@ void check_int8_dtypes(const InferContext& ctx, const char* data) {
                      name(in[5].dtype));
 }
 
+// Attr gelu ("erf" or "tanh"), and not with relu.
+void check_activation(const InferContext& ctx) {
+  if (!ctx.attrs.has("gelu")) return;
+  const std::string& g = ctx.attrs.str("gelu");
+  if (g != "erf" && g != "tanh")
+    fail<ValueError>("[{}] gelu must be 'erf' or 'tanh', got '{}'", ctx.name(), g);
+  if (ctx.attrs.b("relu", false))
+    fail<ValueError>("[{}] takes one activation: relu or gelu, not both", ctx.name());
+}
+
 std::vector<TensorInfo> infer_quantized_matmul(const InferContext& ctx) {
   const auto& in = ctx.inputs;
   const char* op = ctx.name();
@@ -126,13 +137,7 @@ std::vector<TensorInfo> infer_quantized_matmul(const InferContext& ctx) {
   const int64_t k = tw ? w[1] : w[0], n = tw ? w[0] : w[1];
   if (!dims_match(a.back(), k))
     fail<ShapeError>("[{}] a {} and w {} (transpose_w {}) disagree in K", op, str(a), str(w), tw);
-  if (ctx.attrs.has("gelu")) {
-    const std::string& g = ctx.attrs.str("gelu");
-    if (g != "erf" && g != "tanh")
-      fail<ValueError>("[{}] gelu must be 'erf' or 'tanh', got '{}'", op, g);
-    if (ctx.attrs.b("relu"))
-      fail<ValueError>("[{}] takes one activation: relu or gelu, not both", op);
-  }
+  check_activation(ctx);
   for (int i : {1, 2, 6, 7})
     if (!in[i].shape.empty())
       fail<ShapeError>("[{}] input {} (a scale or zero point of a or y) must be 0-d, got {}", op, i,
@@ -226,6 +231,7 @@ std::vector<TensorInfo> infer_quantized_conv(const InferContext& ctx) {
   }
   const auto& in = ctx.inputs;
   check_int8_dtypes(ctx, "x");
+  check_activation(ctx);
   const Shape& x = in[0].shape;
   if (x.size() != 4 || in[3].shape.size() != 4)
     fail<ShapeError>("[{}] x {} and w {} must have rank 4 (N, C, H, W) and (O, C/groups, kh, kw)",
@@ -424,6 +430,7 @@ Tensor quantized_conv(const QTensor& x, const QTensor& w, const Tensor& y_scale,
                          w.scale, w.zero_point, y_scale,      y_zero_point};
   Attrs attrs = conv_attrs(op, x.q.shape(), w.q.shape(), o.conv);
   attrs.set("relu", o.relu);
+  if (o.gelu) attrs.set("gelu", std::string(*o.gelu == GeluApprox::tanh ? "tanh" : "erf"));
   add_optional(in, attrs, "bias", o.bias);
   add_optional(in, attrs, "residual", o.residual);
   return make_node1(OpId::QuantizedConv, in, attrs);

@@ -3,8 +3,7 @@
 // exactly and requantize once: int8 data never round-trips through float memory. Matched from each
 // quantize backwards:
 //   quantize(y, y_scale 0-d, y_zp 0-d i8/u8)
-//   y   = relu(t) | gelu(t) | t              (read only here; gelu, either approximation, for
-//                                              matmul and linear only)
+//   y   = relu(t) | gelu(t) | t              (read only here; gelu in either approximation)
 //   t   = add(t', residual) | add(t', bias)  (at most one of each, either operand order; read
 //         only here; a matmul's bias is (N), a conv's (O, 1, 1) or (1, O, 1, 1))
 //   t'  = matmul(da, dw) with dw (K, N) | linear(da, dw[, bias]) with dw (N, K)
@@ -111,7 +110,7 @@ class Matcher {
     }
     if (!single(cur) || !is_f32(cur) || info(cur).shape != out) return {};
     const Node& mm = node(cur);
-    if (mm.op == OpId::Conv) return m.gelu.empty() ? match_conv(m, cur) : std::nullopt;
+    if (mm.op == OpId::Conv) return match_conv(m, cur);
     if (m.channel_bias) return {};
     if (mm.op == OpId::Linear) {
       m.transpose_w = true;

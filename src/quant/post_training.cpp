@@ -2,7 +2,7 @@
 // frozen, constants and batch norms folded), choose the ops to quantize and the activations to
 // calibrate, run the calibration batches, and rewrite the program into QDQ form:
 //   x -> quantize -> dequantize -> op(., dequantize(int8 weight)) (+ bias) (+ residual)
-//     (relu, or gelu after a matmul or linear)
+//     (relu or gelu)
 //     -> quantize -> dequantize -> ...
 // Every reader of a calibrated value reads its dequantized copy, so that the quantize after each
 // chain is the only reader of the chain's end, as fuse_quant requires.
@@ -247,10 +247,9 @@ class Planner {
       claimed_.insert(r);
       cur = {r, 0};
     }
-    // then relu, or gelu after a matmul or linear (fuse_quant fuses it there only)
+    // then relu or gelu (fuse_quant fuses either)
     const int32_t r = single_reader(cur);
-    if (r >= 0 && (p_.graph.nodes[r].op == OpId::Relu ||
-                   (p_.graph.nodes[r].op == OpId::Gelu && op.op != OpId::Conv)))
+    if (r >= 0 && (p_.graph.nodes[r].op == OpId::Relu || p_.graph.nodes[r].op == OpId::Gelu))
       cur = {r, 0};
     return cur;
   }

@@ -18,6 +18,7 @@ Tensor build(Graph& g, const ConvProblem& p, const ConvData& d, const Tensor& x,
   QuantizedConvOptions o;
   o.conv = conv_options(p);
   o.relu = p.relu;
+  if (p.gelu) o.gelu = p.gelu == 2 ? GeluApprox::tanh : GeluApprox::none;
   if (p.bias) o.bias = bias ? *bias : g.constant(d.bias);
   if (p.residual) o.residual = g.constant(d.res);
   return quantized_conv({x, g.constant(d.sx), g.constant(d.zx)},

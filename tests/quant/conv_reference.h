@@ -22,15 +22,16 @@ struct ConvProblem {
   bool per_channel, bias, residual, relu;
   bool w_zero = false;  // weight zero points 0 (oneDNN's path on the CPU)
   bool x_zero = false;  // input zero point 0
+  int gelu = 0;         // 1: gelu after the additions (instead of relu), 2: its tanh form
 };
 
 inline std::string describe(const ConvProblem& p) {
   return fmt::format(
       "x {} o {} k {}x{} stride {} pads {} dilation {} groups {} {}x{}->{} per_channel {} bias {} "
-      "residual {} relu {} w_zero {} x_zero {}",
+      "residual {} relu {} w_zero {} x_zero {} gelu {}",
       to_string(p.x), p.o, p.kh, p.kw, fmt::join(p.stride, ","), fmt::join(p.pads, ","),
       fmt::join(p.dilation, ","), p.groups, name(p.xt), name(p.wt), name(p.yt), p.per_channel,
-      p.bias, p.residual, p.relu, p.w_zero, p.x_zero);
+      p.bias, p.residual, p.relu, p.w_zero, p.x_zero, p.gelu);
 }
 
 inline Shape out_shape(const ConvProblem& p) {
@@ -85,7 +86,7 @@ inline ConvData random_conv_data(const ConvProblem& p) {
   return d;
 }
 
-// quantize(relu?(conv(dequantize(x), dequantize(w)) + bias + residual)) in float64 loops, the
+// quantize(act(conv(dequantize(x), dequantize(w)) + bias + residual)) in float64 loops, the
 // dequantized values taken from the definition ((q - zp) * scale; padding reads the real 0).
 inline std::vector<double> conv_reference(const ConvProblem& p, const ConvData& d) {
   const Shape os = out_shape(p);
@@ -93,7 +94,6 @@ inline std::vector<double> conv_reference(const ConvProblem& p, const ConvData& 
   const auto bias = to_f64(d.bias), res = to_f64(d.res);
   const double sx = to_f64(d.sx)[0], zx = to_f64(d.zx)[0], sy = to_f64(d.sy)[0],
                zy = to_f64(d.zy)[0];
-  const double lo = p.yt == u8 ? 0 : -128, hi = p.yt == u8 ? 255 : 127;
   const int64_t N = p.x[0], C = p.x[1], H = p.x[2], W = p.x[3], cg = C / p.groups,
                 og = p.o / p.groups;
   std::vector<double> out;
@@ -117,8 +117,7 @@ inline std::vector<double> conv_reference(const ConvProblem& p, const ConvData& 
           double v = acc * sx * sw[c];
           if (p.bias) v += bias[o];
           if (p.residual) v += res[((n * p.o + o) * os[2] + oh) * os[3] + ow];
-          if (p.relu) v = std::max(v, 0.0);
-          out.push_back(std::clamp(std::nearbyint(v / sy) + zy, lo, hi));
+          out.push_back(requantized(v, p.relu, p.gelu, sy, zy, p.yt));
         }
     }
   return out;
@@ -170,7 +169,14 @@ inline std::vector<ConvProblem> conv_problems() {
        true, true},
       // a window of 3 channels (K = 27, not a multiple of 4: CUDA pads NHWC rows to 32)
       {{2, 3, 24, 24}, 16, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, u8, i8, u8, true, true, true,
-       true, true}};
+       true, true},
+      // GELU after the additions, exact and tanh-approximated, on the exact paths and oneDNN's
+      {{1, 4, 8, 8}, 6, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, u8, i8, u8, true, true, true,
+       false, false, false, 1},
+      {{2, 8, 12, 12}, 16, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, u8, i8, u8, true, true, true,
+       false, true, false, 1},
+      {{2, 16, 8, 8}, 24, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1, i8, i8, i8, true, false, false,
+       false, true, true, 2}};
 }
 // clang-format on
 

@@ -23,7 +23,7 @@ using namespace kiln::test;
 enum class BiasForm { conv_input, add_o11, add_1o11 };
 
 // The QDQ graph of a problem: quantized x dequantized, int8 weights dequantized (per channel
-// along axis 0), conv2d, bias in `form`, residual, relu, quantize.
+// along axis 0), conv2d, bias in `form`, residual, relu or gelu, quantize.
 Tensor qdq_conv(Graph& g, const ConvProblem& p, const ConvData& d, const Tensor& x, BiasForm form) {
   const Tensor dx = dequantize(x, g.constant(d.sx), g.constant(d.zx));
   const Tensor dw = dequantize(g.constant(d.w), g.constant(d.sw), g.constant(d.zw), {.axis = 0});
@@ -36,6 +36,7 @@ Tensor qdq_conv(Graph& g, const ConvProblem& p, const ConvData& d, const Tensor&
         y;
   if (p.residual) y = y + g.constant(d.res);
   if (p.relu) y = relu(y);
+  if (p.gelu) y = gelu(y, p.gelu == 2 ? GeluApprox::tanh : GeluApprox::none);
   return quantize(y, g.constant(d.sy), g.constant(d.zy));
 }
 
@@ -90,6 +91,7 @@ TEST(QuantizedConvFusion, QuantizedResidualEqualsItsDequantizedValues) {
                         conv_options(p)) +
                  residual;
       if (p.relu) y = relu(y);
+      if (p.gelu) y = gelu(y, p.gelu == 2 ? GeluApprox::tanh : GeluApprox::none);
       return quantize(y, g.constant(d.sy), g.constant(d.zy));
     };
     Graph gq, gf;

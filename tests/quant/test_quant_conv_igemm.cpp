@@ -53,7 +53,14 @@ std::vector<ConvProblem> igemm_problems() {
       {{3, 5, 17, 19}, 24, 3, 3, {1, 2}, {2, 1, 0, 2}, {2, 1}, 1, i8, i8, i8, false, true, true,
        false, true},
       {{2, 1, 20, 23}, 16, 5, 5, {1, 1}, {2, 1, 2, 3}, {1, 1}, 1, u8, i8, i8, true, true, true,
-       false, true}};
+       false, true},
+      // GELU in the epilogue (exact; tanh with a residual), and a stem's window rows with it
+      {{2, 64, 13, 13}, 72, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, u8, i8, u8, true, true, false,
+       false, true, false, 1},
+      {{3, 128, 7, 7}, 128, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1, i8, i8, i8, true, true, true,
+       false, true, false, 2},
+      {{2, 3, 45, 38}, 64, 7, 7, {2, 2}, {3, 3, 3, 3}, {1, 1}, 1, u8, i8, u8, true, true, false,
+       false, true, false, 1}};
 }
 // clang-format on
 
@@ -61,6 +68,7 @@ Tensor build(Graph& g, const ConvProblem& p, const ConvData& d, const Tensor& x)
   QuantizedConvOptions o;
   o.conv = conv_options(p);
   o.relu = p.relu;
+  if (p.gelu) o.gelu = p.gelu == 2 ? GeluApprox::tanh : GeluApprox::none;
   if (p.bias) o.bias = g.constant(d.bias);
   if (p.residual) o.residual = g.constant(d.res);
   return quantized_conv({x, g.constant(d.sx), g.constant(d.zx)},
@@ -179,6 +187,7 @@ TEST(QuantizedConvIgemm, QuantizedResidual) {
                         conv_options(p)) +
                  dequantize(r, g.constant(sr), g.constant(zr));
       if (p.relu) y = relu(y);
+      if (p.gelu) y = gelu(y, p.gelu == 2 ? GeluApprox::tanh : GeluApprox::none);
       const Executable exe =
           g.compile(Device::cuda(0), {}, {quantize(y, g.constant(d.sy), g.constant(d.zy))});
       EXPECT_EQ(count_steps(exe, "quantized_conv"), 1) << exe.dump();

@@ -84,6 +84,7 @@ Tensor conv_of(Graph& g, const ConvProblem& p, const ConvData& d, const QTensor&
   QuantizedConvOptions o;
   o.conv = conv_options(p);
   o.relu = p.relu;
+  if (p.gelu) o.gelu = p.gelu == 2 ? GeluApprox::tanh : GeluApprox::none;
   if (p.bias) o.bias = g.constant(d.bias);
   if (p.residual) o.residual = g.constant(d.res);
   return quantized_conv(x, {g.constant(d.w), g.constant(d.sw), g.constant(d.zw)}, g.constant(d.sy),

@@ -89,10 +89,13 @@ struct QuantizedConvOptions {
   std::optional<Tensor> residual;
   /// max(0, .) after the additions.
   bool relu = false;
+  /// gelu(., approximate) after the additions instead (not with relu).
+  std::optional<GeluApprox> gelu;
 };
 
 /// The int8 convolution the fuse_quant pass builds:
-///   quantize(relu?(conv2d(dequantize(x), dequantize(w), bias) + residual), y_scale, y_zero_point)
+///   quantize(act(conv2d(dequantize(x), dequantize(w), bias) + residual), y_scale, y_zero_point)
+/// with act relu, gelu or none
 /// computed with exact integer accumulation: x (N, C, H, W) is i8/u8 with a 0-d f32 scale and
 /// zero point; w (O, C/groups, kh, kw) is i8 with a 0-d or per-output-channel (O) f32 scale and
 /// an i8 zero point of the scale's shape; y_scale and y_zero_point are 0-d, and y_zero_point's

@@ -1,15 +1,16 @@
 // CPU kernel of quantized_conv (src/ops/quant.cpp): the exact i32 sum of (x - x_zp)(w - w_zp)
 // over each window (plus an i32 bias), then the epilogue of quantized_matmul
-// (backends/quant_math.h): scale, f32 bias, residual, relu, requantize once. Padded positions hold
-// the real value 0, i.e. x_zp. Products: oneDNN's int8 convolution where it is exact (VNNI) and the
+// (backends/quant_math.h): scale, f32 bias, residual, relu or GELU, requantize once. Padded
+// positions hold the real value 0, i.e. x_zp. Products: oneDNN's int8 convolution where it is exact (VNNI) and the
 // weights are i8 with zero points 0, on NHWC data (padded with x_zp here when x has a zero point,
 // so that every window is full and sum (x - x_zp) w = sum x w - x_zp sum w). Elsewhere direct
 // loops over int16 differences.
 //   NCHW (channels_last false): x is copied to NHWC, oneDNN writes the i32 sums, and kiln's
 //   epilogue (double precision, bit for bit the CUDA kernel's) writes the NCHW output.
 //   NHWC (channels_last, the layout the channels_last pass gives int8 pipelines): no copies;
-//   oneDNN runs the whole epilogue as its output scales, bias and post-ops (residual add, relu,
-//   1/y_scale and y_zp) in f32 and writes the int8 output, within 1 LSB of the exact epilogue.
+//   oneDNN runs the whole epilogue as its output scales, bias and post-ops (residual add, relu
+//   or GELU, 1/y_scale and y_zp) in f32 and writes the int8 output, within 1 LSB of the exact
+//   epilogue.
 //   quantize_x: f32 NCHW x is quantized into an int8 copy first.
 #include <algorithm>
 #include <cmath>
@@ -68,14 +69,14 @@ struct Epilogue {
   const float* bias = nullptr;
   const int32_t* ibias = nullptr;  // an i32 bias adds to the integer sum
   quant_math::Residual res;       // f32, or i8/u8 dequantized on the way
-  bool relu = false;
+  int act = quant_math::kNone;  // quant_math::Activation
   double sy = 1;
   int32_t zy = 0;
   Y* out = nullptr;
   // Output element t (flat, in the output's layout) of channel o from its exact sum.
   void operator()(int64_t t, int64_t o, int32_t acc) const {
     if (ibias) acc += ibias[o];
-    out[t] = quant_math::requantize<Y>(acc, mult[o], bias ? bias[o] : 0.0, res.at(t), relu, sy,
+    out[t] = quant_math::requantize<Y>(acc, mult[o], bias ? bias[o] : 0.0, res.at(t), act, sy,
                                        zy);
   }
 };
@@ -97,7 +98,7 @@ Epilogue<Y> epilogue(KernelContext& ctx, int64_t O) {
       e.bias = b.ptr<float>();
   }
   e.res = residual_input(ctx, next);
-  e.relu = ctx.attrs().b("relu");
+  e.act = epilogue_activation(ctx);
   e.sy = *ctx.in(6).ptr<float>();
   e.zy = *ctx.in(7).ptr<Y>();
   e.out = ctx.out(0).ptr<Y>();
@@ -285,9 +286,11 @@ void conv_dnnl(KernelContext& ctx, const Geom& g, const Epilogue<Y>& fin) {
 }
 
 // NHWC in and out, the epilogue inside oneDNN's convolution (f32):
-//   y = (relu?(mult (acc + b') [+ residual]) / y_scale + y_zp), rounded half to even, saturated,
+//   y = (act(mult (acc + b') [+ residual]) / y_scale + y_zp), rounded half to even, saturated,
 // (a quantized residual r with scale sr and zero point zr as sr (v/sr - zr + r): output scales
-// mult / sr, zr in the bias, the raw integers added by the binary post-op, then sr / y_scale)
+// mult / sr, zr in the bias, the raw integers added by the binary post-op, then sr / y_scale; a
+// GELU takes the real values: mult as the output scales, then GELU, then 1 / y_scale; relu
+// commutes with the positive scales)
 // with b' = bias / mult (or the i32 bias) - x_zp sum w. The scales are part of the primitive (its
 // cache key holds their bits). False where oneDNN cannot take the scales (a zero mult).
 template <typename A, typename Y>
@@ -304,20 +307,27 @@ bool conv_dnnl_fused(KernelContext& ctx, const Geom& g, const Epilogue<Y>& fin) 
                    : fin.res.kind == R::kU8 ? *static_cast<const uint8_t*>(fin.res.zp)
                                               : *static_cast<const int8_t*>(fin.res.zp);
   if (qres && !(sr > 0 && std::isfinite(sr))) return false;
-  // the output scales: mult, or mult / y_scale where nothing is added after them
+  // a GELU after a quantized residual takes the exact epilogue (oneDNN 2.6 wrote zeros for
+  // binary add, a linear back to real values, then gelu)
+  const bool gelu = fin.act == quant_math::kGeluErf || fin.act == quant_math::kGeluTanh;
+  if (gelu && qres) return false;
+  // the output scales: mult, or mult / y_scale where nothing is added after them and no GELU
+  // wants the real values
   std::vector<float> oscale(fin.mult.size());
   for (size_t o = 0; o < oscale.size(); ++o)
-    oscale[o] = static_cast<float>(qres  ? fin.mult[o] / sr
-                                   : res ? fin.mult[o]
-                                         : fin.mult[o] / fin.sy);
-  const float post_scale = res ? static_cast<float>(qres ? sr / fin.sy : 1.0 / fin.sy) : 1.0f;
+    oscale[o] = static_cast<float>(qres           ? fin.mult[o] / sr
+                                   : res || gelu ? fin.mult[o]
+                                                 : fin.mult[o] / fin.sy);
+  const float post_scale = gelu   ? static_cast<float>(1.0 / fin.sy)
+                           : res ? static_cast<float>(qres ? sr / fin.sy : 1.0 / fin.sy)
+                                 : 1.0f;
   const NhwcSource<A> src = nhwc_source<A>(ctx, g);
   const dt at = std::is_same_v<A, uint8_t> ? dt::u8 : dt::s8;
   const dt yt = std::is_same_v<Y, uint8_t> ? dt::u8 : dt::s8;
   du::Dims key{static_cast<int64_t>(ctx.op()), 1, g.N, g.C, src.hin, src.win, g.O, g.KH, g.KW,
                g.G * 2 + g.ohwi, g.sh, g.sw, g.dh, g.dw, src.pad_l[0], src.pad_l[1], src.pad_r[0],
                src.pad_r[1], static_cast<int64_t>(at), static_cast<int64_t>(yt),
-               static_cast<int64_t>(fin.res.kind), fin.relu, fin.zy};
+               static_cast<int64_t>(fin.res.kind), fin.act, fin.zy};
   uint32_t bits = 0;
   for (float f : oscale) {
     std::memcpy(&bits, &f, 4);
@@ -343,7 +353,12 @@ bool conv_dnnl_fused(KernelContext& ctx, const Geom& g, const Epilogue<Y>& fin) 
     attr.set_output_scales(1 << 1, oscale);
     dnnl::post_ops ops;
     if (res) ops.append_binary(dnnl::algorithm::binary_add, res_md);
-    if (fin.relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    if (fin.act == quant_math::kRelu)
+      ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    if (fin.act == quant_math::kGeluErf)
+      ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_erf, 0.0f, 0.0f);
+    if (fin.act == quant_math::kGeluTanh)
+      ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_tanh, 0.0f, 0.0f);
     if (post_scale != 1.0f || fin.zy != 0)
       ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_linear, post_scale,
                          static_cast<float>(fin.zy));

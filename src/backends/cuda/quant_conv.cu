@@ -29,7 +29,7 @@ struct QConvArgs {
   bool relu, per_channel_scale, per_channel_zp;
   bool cl;         // channels_last: x, residual and output NHWC
   bool ohwi;       // weights_ohwi: w is (O, kh, kw, C) (groups 1)
-  int act = 0;     // quant_math::Activation after the additions (the implicit GEMM: GELU or not)
+  int act = 0;     // quant_math::Activation after the additions (relu's too)
   bool gemm = false;  // quantized_matmul's product: a 1x1 conv over the rows of a (H = W = 1)
   int64_t kp = 0;  // NHWC im2col row length: C kh kw, padded with zeros to a multiple of 16
                    // where it is not a multiple of 4 (cuBLASLt's int8 rule)
@@ -94,7 +94,7 @@ __global__ void quantized_conv_kernel(const A* __restrict__ x, const float* __re
     if (ibias) acc += ibias[o];
     const double mult =
         static_cast<double>(sx[0]) * static_cast<double>(sw[g.per_channel_scale ? o : 0]);
-    out[t] = quant_math::requantize<Y>(acc, mult, bias ? bias[o] : 0.0, res.at(t), g.relu,
+    out[t] = quant_math::requantize<Y>(acc, mult, bias ? bias[o] : 0.0, res.at(t), g.act,
                                        static_cast<double>(sy[0]), zy[0]);
   }
 }
@@ -356,7 +356,7 @@ __global__ void qconv_gemm_epilogue(
     if (ibias) acc += ibias[o];
     const double mult =
         static_cast<double>(sx[0]) * static_cast<double>(sw[g.per_channel_scale ? o : 0]);
-    out[t] = quant_math::requantize<Y>(acc, mult, bias ? bias[o] : 0.0, res.at(t), g.relu,
+    out[t] = quant_math::requantize<Y>(acc, mult, bias ? bias[o] : 0.0, res.at(t), g.act,
                                        static_cast<double>(sy[0]), zy[0]);
   }
 }
@@ -412,7 +412,7 @@ __global__ void qconv_gemm_epilogue_nhwc4(
       int32_t acc = static_cast<int32_t>(u);
       if (ibias) acc += ibias[o];
       const double mult = sxd * static_cast<double>(sw[g.per_channel_scale ? o : 0]);
-      y.v[j] = quant_math::requantize<Y>(acc, mult, bias ? bias[o] : 0.0, rs[j], g.relu, syd, zyv);
+      y.v[j] = quant_math::requantize<Y>(acc, mult, bias ? bias[o] : 0.0, rs[j], g.act, syd, zyv);
     }
     reinterpret_cast<uint32_t*>(out)[q] = y.word;
   }
@@ -906,10 +906,12 @@ bool conv_igemm(KernelContext& ctx, QConvArgs g, const float* bias, const int32_
       weights_khwc_i8<W><<<blocks_for(g.O * K), kThreads, 0, st>>>(tw.ptr<W>(), buf, g, 0);
       w8 = buf;
     }
-    // an int8 residual goes through shared memory in 16-byte copies
+    // an int8 residual goes through shared memory in 16-byte copies (not before a GELU, whose
+    // epilogue reads the residual element by element)
+    const bool gelu = g.act == quant_math::kGeluErf || g.act == quant_math::kGeluTanh;
     const bool res_tile = (res.kind == quant_math::Residual::kU8 ||
                            res.kind == quant_math::Residual::kI8) &&
-                          g.O % 16 == 0 && pointer_alignment(res.data) >= 16;
+                          g.O % 16 == 0 && pointer_alignment(res.data) >= 16 && !gelu;
     const int64_t sms = sm_count(ctx.device());
     // (128 x 64 blocks with three stages: four an SM, as many as their registers allow)
     if (rows) {
@@ -1085,6 +1087,7 @@ void quantized_conv(KernelContext& ctx) {
       bias = b.ptr<float>();
   }
   const quant_math::Residual res = residual_input(ctx, next);
+  g.act = epilogue_activation(ctx);
   with_int8_types(ctx, "cuda", [&](auto at, auto wt, auto yt) {
     using A = decltype(at);
     using W = decltype(wt);
