@@ -30,7 +30,7 @@ struct ConvGeom {
 };
 
 using dnnl_dt = dnnl::memory::data_type;
-dnnl_dt dnnl_type(DType t) { return t == DType::bf16 ? dnnl_dt::bf16 : dnnl_dt::f32; }
+using du::data_type;
 
 // x: the conv's input, w: its weight, y: its output (for conv_transpose, the transposed one's).
 ConvGeom geometry_of(const KernelContext& ctx, const Shape& x, const Shape& w, const Shape& y) {
@@ -229,7 +229,7 @@ void conv_dnnl(KernelContext& ctx, const ConvGeom& g) {
   for (const du::Dims* v : {&stride, &dil, &p}) key.insert(key.end(), v->begin(), v->end());
   auto prim = du::cached(ctx.op_name(), key, [&] {
     return make_conv_primitive(g, x.shape, kernel, y.shape, stride, dil, pad_l, pad_r, has_bias,
-                               dnnl_type(x.dtype), dnnl_type(bias_t));
+                               data_type(x.dtype), data_type(bias_t));
   });
   std::vector<void*> buffers{x.data, w.data};
   if (has_bias) buffers.push_back(ctx.in(2).data);

@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <new>
-#include <cstring>
 #include <unordered_map>
 
 #include "core/errors.h"
@@ -110,6 +110,8 @@ dnnl::memory::desc plain_md(const Dims& dims, dt t) {
 dnnl::memory::desc strided_md(const Dims& dims, const Dims& strides, dt t) {
   return dnnl::memory::desc(dims, t, strides);
 }
+
+dt data_type(DType t) { return t == DType::bf16 ? dt::bf16 : dt::f32; }
 
 bool native_bf16_matmul() {
   static const bool native = [] {

@@ -8,6 +8,8 @@
 #include <optional>
 #include <vector>
 
+#include "kiln/dtype.h"
+
 namespace kiln::cpu::dnnl_util {
 
 using Dims = std::vector<int64_t>;
@@ -20,6 +22,8 @@ dnnl::memory::desc plain_md(const Dims& dims,
 /// Descriptor with explicit strides (in elements; f32 unless told).
 dnnl::memory::desc strided_md(const Dims& dims, const Dims& strides,
                               dnnl::memory::data_type t = dnnl::memory::data_type::f32);
+/// oneDNN's type for f32 or bf16 data.
+dnnl::memory::data_type data_type(DType t);
 /// Whether oneDNN runs bf16 matmuls natively on this CPU (AVX-512 BF16 or AMX; elsewhere its
 /// reference kernel, far slower than converting through f32). Probed once.
 bool native_bf16_matmul();

@@ -79,7 +79,7 @@ void matmul_loops(KernelContext& ctx, const MatmulDims& d) {
 }
 
 using dnnl_dt = dnnl::memory::data_type;
-dnnl_dt dnnl_type(DType t) { return t == bf16 ? dnnl_dt::bf16 : dnnl_dt::f32; }
+using du::data_type;
 
 void matmul_dnnl(KernelContext& ctx, const MatmulDims& d) {
   auto with = [](Shape s, int64_t x, int64_t y) {
@@ -94,8 +94,8 @@ void matmul_dnnl(KernelContext& ctx, const MatmulDims& d) {
                static_cast<int64_t>(src.size())};
   for (const Shape* s : {&src, &wei, &dst}) key.insert(key.end(), s->begin(), s->end());
   auto p = du::cached(ctx.op_name(), key, [&] {
-    auto s = du::plain_md(src, dnnl_type(t)), w = du::plain_md(wei, dnnl_type(t)),
-         o = du::plain_md(dst, dnnl_type(t));
+    auto s = du::plain_md(src, data_type(t)), w = du::plain_md(wei, data_type(t)),
+         o = du::plain_md(dst, data_type(t));
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(s, w, o), du::attr(), du::engine());
     return du::CachedPrimitive{
         dnnl::matmul(pd),
@@ -147,10 +147,10 @@ void linear_dnnl(KernelContext& ctx, const void* x, const void* w, const void* b
   const du::Dims key{static_cast<int64_t>(ctx.op()), M, K, N, has_bias, static_cast<int64_t>(t),
                      static_cast<int64_t>(bias_t)};
   auto p = du::cached(ctx.op_name(), key, [&] {
-    const dnnl_dt dt = dnnl_type(t);
+    const dnnl_dt dt = data_type(t);
     auto s = du::plain_md({M, K}, dt), wm = du::strided_md({K, N}, {1, K}, dt),
          o = du::plain_md({M, N}, dt);
-    auto b = has_bias ? du::plain_md({1, N}, dnnl_type(bias_t)) : dnnl::memory::desc();
+    auto b = has_bias ? du::plain_md({1, N}, data_type(bias_t)) : dnnl::memory::desc();
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(s, wm, b, o), du::attr(), du::engine());
     du::CachedPrimitive c{dnnl::matmul(pd),
                           {du::make_arg(DNNL_ARG_SRC, s, s), du::make_arg(DNNL_ARG_WEIGHTS, wm, wm)},
