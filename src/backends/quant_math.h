@@ -85,6 +85,9 @@ KILN_HD inline T dequantize_one(Q q, Q zp, T s) {
 /// The activation of a fused int8 op's epilogue. A bool relu converts to kNone or kRelu.
 enum Activation : int { kNone = 0, kRelu = 1, kGeluErf = 2, kGeluTanh = 3 };
 
+/// Whether act is one of the GELUs (epilogues that must see the real value).
+KILN_HD inline bool is_gelu(int act) { return act == kGeluErf || act == kGeluTanh; }
+
 /// act(v) in double: max(v, 0), or GELU exact (v Φ(v) = v erfc(-v / √2) / 2) or tanh-approximated
 /// (v (1 + tanh(√(2/π) (v + 0.044715 v³))) / 2), the formulas of the gelu op.
 KILN_HD inline double activate(double v, int act) {

@@ -254,12 +254,7 @@ bool dnnl_handles(const KernelContext& ctx, const ConvGeom& g) {
 void convolve(KernelContext& ctx) {
   const ConvGeom g = geometry(ctx);
   if (dnnl_handles(ctx, g)) return conv_dnnl(ctx, g);
-  if (ctx.in(0).dtype == bf16) {
-    return via_f32_copies(ctx, [&](const std::vector<TensorView>& in, const TensorView& y) {
-      KernelContext inner(ctx, ctx.attrs(), in, {y});
-      convolve(inner);
-    });
-  }
+  if (ctx.in(0).dtype == bf16) return via_f32_copies(ctx, convolve);
   dispatch_float(ctx.in(0).dtype, ctx.op_name(), [&](auto v) {
     using T = decltype(v);
     if (g.transpose)
@@ -307,27 +302,18 @@ void conv_channels_last(KernelContext& ctx) {
   });
 }
 
+// (bf16 channels_last convs run on f32 copies: they reach here only from a package made for a GPU)
 void conv(KernelContext& ctx) {
-  if (ctx.attrs().b("channels_last", false)) {
-    if (ctx.in(0).dtype != bf16) return conv_channels_last(ctx);
-    return via_f32_copies(ctx, [&](const std::vector<TensorView>& in, const TensorView& y) {
-      KernelContext inner(ctx, ctx.attrs(), in, {y});
-      conv_channels_last(inner);
-    });
-  }
-  convolve(ctx);
+  if (!ctx.attrs().b("channels_last", false)) return convolve(ctx);
+  if (ctx.in(0).dtype == bf16) return via_f32_copies(ctx, conv_channels_last);
+  conv_channels_last(ctx);
 }
 // (channels_last conv_transpose and conv_grad_weight, which the channels_last pass gives CUDA
 // training programs, run here through NCHW copies)
 void conv_transpose(KernelContext& ctx) {
-  if (ctx.attrs().b("channels_last", false)) {
-    if (ctx.in(0).dtype != bf16) return run_via_nchw(ctx, convolve);
-    return via_f32_copies(ctx, [&](const std::vector<TensorView>& in, const TensorView& y) {
-      KernelContext inner(ctx, ctx.attrs(), in, {y});
-      run_via_nchw(inner, convolve);
-    });
-  }
-  convolve(ctx);
+  if (!ctx.attrs().b("channels_last", false)) return convolve(ctx);
+  if (ctx.in(0).dtype == bf16) return via_f32_copies(ctx, conv_transpose);
+  run_via_nchw(ctx, convolve);
 }
 
 // ---- ConvGradWeight: inputs x (conv input) and dy (conv output gradient), output dw ----

@@ -20,11 +20,11 @@ namespace kiln::cpu {
 void linear_f32(KernelContext& ctx, const void* x, const void* w, const void* bias, void* y,
                 int64_t M, int64_t K, int64_t N);
 
-/// Runs a kernel's f32 form for a bf16 call: the inputs copied to f32 in scratch (bf16 ones
-/// widened, others as they are), run(inputs, output) on the copies with an f32 output, rounded
-/// into ctx.out(0) (the kernels that take bf16 themselves, KernelEntry::half_native, where their
-/// native path does not apply).
-template <typename F> void via_f32_copies(KernelContext& ctx, F&& run) {
+/// Runs `kernel` on f32 copies for a bf16 call: the inputs copied to f32 in scratch (bf16 ones
+/// widened, others as they are), the kernel given a context on them with an f32 output, its
+/// result rounded into ctx.out(0) (the kernels that take bf16 themselves, KernelEntry::half_native,
+/// where their native path does not apply).
+template <typename F> void via_f32_copies(KernelContext& ctx, F&& kernel) {
   std::vector<TensorView> in;
   for (int i = 0; i < ctx.num_inputs(); ++i) {
     const TensorView& v = ctx.in(i);
@@ -38,7 +38,10 @@ template <typename F> void via_f32_copies(KernelContext& ctx, F&& run) {
   }
   const TensorView& o = ctx.out(0);
   auto* y = static_cast<float*>(ctx.scratch(sizeof(float) * std::max<int64_t>(o.numel(), 1)));
-  run(in, TensorView{y, o.shape, DType::f32});
+  {
+    KernelContext inner(ctx, ctx.attrs(), std::move(in), {TensorView{y, o.shape, DType::f32}});
+    kernel(inner);
+  }
   convert(y, DType::f32, o.data, o.dtype, o.numel());
 }
 

@@ -111,12 +111,7 @@ void matmul(KernelContext& ctx) {
   const DType t = ctx.in(0).dtype;
   const bool dnnl_fits = d.K > 0 && static_cast<int>(d.batch.size()) + 2 <= kMaxDnnlRank;
   if ((t == f32 || (t == bf16 && native_bf16())) && dnnl_fits) return matmul_dnnl(ctx, d);
-  if (t == bf16) {
-    return via_f32_copies(ctx, [&](const std::vector<TensorView>& in, const TensorView& y) {
-      KernelContext inner(ctx, ctx.attrs(), in, {y});
-      matmul(inner);
-    });
-  }
+  if (t == bf16) return via_f32_copies(ctx, matmul);
   dispatch(t, ctx.op_name(), [&](auto v) {
     using T = decltype(v);
     if constexpr (!std::is_same_v<T, bool>) matmul_loops<T>(ctx, d);
@@ -182,12 +177,7 @@ void linear(KernelContext& ctx) {
   if ((t == f32 || (t == bf16 && native_bf16())) && K > 0)
     return linear_dnnl(ctx, ctx.in(0).data, ctx.in(1).data, has_bias ? ctx.in(2).data : nullptr,
                        ctx.out(0).data, rows, K, N, t, has_bias ? ctx.in(2).dtype : f32);
-  if (t == bf16) {
-    return via_f32_copies(ctx, [&](const std::vector<TensorView>& in, const TensorView& y) {
-      KernelContext inner(ctx, ctx.attrs(), in, {y});
-      linear(inner);
-    });
-  }
+  if (t == bf16) return via_f32_copies(ctx, linear);
   dispatch(ctx.in(0).dtype, ctx.op_name(), [&](auto v) {
     using T = decltype(v);
     if constexpr (!std::is_same_v<T, bool>) linear_loops<T>(ctx, rows, K, N);

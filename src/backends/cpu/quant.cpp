@@ -266,7 +266,7 @@ bool matmul_dnnl_fused(KernelContext& ctx, int64_t m, int64_t k, int64_t n, bool
   if (!(sy > 0 && std::isfinite(sy))) return false;
   for (double v : mult)
     if (!(v != 0 && std::isfinite(v))) return false;
-  const bool real = res || act == quant_math::kGeluErf || act == quant_math::kGeluTanh;
+  const bool real = res || quant_math::is_gelu(act);
   std::vector<float> oscale(static_cast<size_t>(n));
   for (int64_t j = 0; j < n; ++j) oscale[j] = static_cast<float>(real ? mult[j] : mult[j] / sy);
   const float post = real ? static_cast<float>(1.0 / sy) : 1.0f;
@@ -290,12 +290,7 @@ bool matmul_dnnl_fused(KernelContext& ctx, int64_t m, int64_t k, int64_t n, bool
     attr.set_output_scales(1 << 1, oscale);
     dnnl::post_ops ops;
     if (res) ops.append_binary(dnnl::algorithm::binary_add, r_md);
-    if (act == quant_math::kRelu)
-      ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
-    if (act == quant_math::kGeluErf)
-      ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_erf, 0.0f, 0.0f);
-    if (act == quant_math::kGeluTanh)
-      ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_tanh, 0.0f, 0.0f);
+    append_activation(ops, act);
     if (post != 1.0f || zy != 0)
       ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_linear, post, static_cast<float>(zy));
     attr.set_post_ops(ops);

@@ -309,7 +309,7 @@ bool conv_dnnl_fused(KernelContext& ctx, const Geom& g, const Epilogue<Y>& fin) 
   if (qres && !(sr > 0 && std::isfinite(sr))) return false;
   // a GELU after a quantized residual takes the exact epilogue (oneDNN 2.6 wrote zeros for
   // binary add, a linear back to real values, then gelu)
-  const bool gelu = fin.act == quant_math::kGeluErf || fin.act == quant_math::kGeluTanh;
+  const bool gelu = quant_math::is_gelu(fin.act);
   if (gelu && qres) return false;
   // the output scales: mult, or mult / y_scale where nothing is added after them and no GELU
   // wants the real values
@@ -353,12 +353,7 @@ bool conv_dnnl_fused(KernelContext& ctx, const Geom& g, const Epilogue<Y>& fin) 
     attr.set_output_scales(1 << 1, oscale);
     dnnl::post_ops ops;
     if (res) ops.append_binary(dnnl::algorithm::binary_add, res_md);
-    if (fin.act == quant_math::kRelu)
-      ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
-    if (fin.act == quant_math::kGeluErf)
-      ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_erf, 0.0f, 0.0f);
-    if (fin.act == quant_math::kGeluTanh)
-      ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_tanh, 0.0f, 0.0f);
+    append_activation(ops, fin.act);
     if (post_scale != 1.0f || fin.zy != 0)
       ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_linear, post_scale,
                          static_cast<float>(fin.zy));

@@ -753,7 +753,7 @@ __global__ void __launch_bounds__(IgTile<BM, BN, KG, S>::kThreads,
   const int rows = o < O ? min(BM, Mi - m0) : 0;  // the tile's rows inside the output
   // (one loop per kind of residual, so that no row branches on it: kRes 0 none, 1 the int8 tile,
   // 2 read element by element; each row's output address one add from the last)
-  // (kGelu: GELU of the real value, (u - zy) sy, back in output units; quantized_matmul's)
+  // (kGelu: GELU of the real value, (u - zy) sy, back in output units)
   auto requantize_rows = [&](auto kind, auto gelu) {
     constexpr int kRes = decltype(kind)::value;
     constexpr bool kGelu = decltype(gelu)::value;
@@ -806,7 +806,7 @@ __global__ void __launch_bounds__(IgTile<BM, BN, KG, S>::kThreads,
   };
   using Plain = std::false_type;
   using Gelu = std::true_type;
-  const bool gelu = g.act == quant_math::kGeluErf || g.act == quant_math::kGeluTanh;
+  const bool gelu = quant_math::is_gelu(g.act);
   if (res_tile)
     requantize_rows(std::integral_constant<int, 1>{}, Plain{});
   else if (res.kind != quant_math::Residual::kNone && gelu)
@@ -908,7 +908,7 @@ bool conv_igemm(KernelContext& ctx, QConvArgs g, const float* bias, const int32_
     }
     // an int8 residual goes through shared memory in 16-byte copies (not before a GELU, whose
     // epilogue reads the residual element by element)
-    const bool gelu = g.act == quant_math::kGeluErf || g.act == quant_math::kGeluTanh;
+    const bool gelu = quant_math::is_gelu(g.act);
     const bool res_tile = (res.kind == quant_math::Residual::kU8 ||
                            res.kind == quant_math::Residual::kI8) &&
                           g.O % 16 == 0 && pointer_alignment(res.data) >= 16 && !gelu;
