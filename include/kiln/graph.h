@@ -104,6 +104,14 @@ struct CompileOptions {
   /// `allow_tf32`: several times faster, results within about 1e-3 relative of true f32. Off,
   /// f32 is computed in f32 (as on the CPU, which ignores this option).
   bool allow_tf32 = false;
+  /// CUDA: bitwise-identical outputs, gradients and variable updates from run to run and from
+  /// process to process on the same GPU model, driver and library versions (docs/design.md,
+  /// "Determinism"): cuDNN convolution algorithms chosen by heuristics among its deterministic
+  /// ones (never timed), reductions and scatters that add in a fixed order, splits fixed by
+  /// shapes. An op without a deterministic kernel throws UnsupportedError naming it.
+  /// KILN_DETERMINISTIC=1 turns it on for every executable. The CPU ignores it (its kernels are
+  /// deterministic for a fixed thread count).
+  bool deterministic = false;
 };
 
 class Graph {

@@ -44,6 +44,9 @@ struct KernelEnv {
   /// Host words the kernel's host code fills while encoding, to say what a report means:
   /// [0] ErrorKind, [1] the axis, [2] the size the value must be below.
   int64_t* error_info = nullptr;
+  /// CompileOptions::deterministic (or KILN_DETERMINISTIC=1): every choice a kernel makes is a
+  /// fixed function of shapes, dtypes and options, and its sums add in a fixed order.
+  bool deterministic = false;
 };
 
 /// What an error slot report means. index_tuple: a component of an index tuple (gather_nd,
@@ -95,6 +98,8 @@ class KernelContext {
   /// See KernelEnv::errors (nullptr on the CPU, where kernels throw).
   int64_t* error_slot() const { return env_ ? env_->errors : nullptr; }
   int64_t* error_info() const { return env_ ? env_->error_info : nullptr; }
+  /// See KernelEnv::deterministic (false on the CPU, whose kernels always are).
+  bool deterministic() const { return env_ && env_->deterministic; }
 
  private:
   OpId op_;

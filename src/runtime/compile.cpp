@@ -136,6 +136,7 @@ Executable Graph::compile(Device device, const FeedShapes& feeds, const std::vec
   impl->device = device;
   impl->source = impl_.get();
   impl->options = options;
+  impl->options.deterministic = options.deterministic || env::deterministic();
   Program p = extract_program(*impl_, outs);
   p.num_returned = targets.size();
   {

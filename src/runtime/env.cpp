@@ -71,6 +71,11 @@ bool rnn_persistent(bool backward) {
   return s == "1";
 }
 
+bool deterministic() {
+  const char* v = get("KILN_DETERMINISTIC");
+  return v && std::string(v) == "1";
+}
+
 int capture() {
   const char* v = get("KILN_CAPTURE");
   if (!v) return -1;

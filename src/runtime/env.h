@@ -20,6 +20,7 @@
 //                 at run time (slower first runs)
 //   KILN_RNN_PERSISTENT  "0": CUDA f32 LSTM and GRU layers run launches per step instead of
 //                 one persistent kernel per direction (forward and backward)
+//   KILN_DETERMINISTIC  "1": every executable runs as with CompileOptions::deterministic
 //   KILN_TEST_SEED  tests only: replays the random inputs of an earlier test run
 #pragma once
 
@@ -52,5 +53,7 @@ bool cudnn_runtime_fusion();
 /// backward kernel is still slower than the per-step kernels) or =backward that pass only, =1
 /// both, anything else neither (read at every CUDA LSTM/GRU layer run).
 bool rnn_persistent(bool backward);
+/// True when KILN_DETERMINISTIC=1 (read at every compile and run).
+bool deterministic();
 
 }  // namespace kiln::env

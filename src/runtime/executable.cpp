@@ -464,6 +464,7 @@ std::shared_ptr<ExecutableImpl::Recording> record_run(ExecutableImpl& x,
     return {p, t.shape, t.dtype};
   };
   KernelEnv kenv = b.kernel_env(dev, stream);
+  kenv.deterministic = x.options.deterministic || env::deterministic();
   kenv.allocate = recording_allocate;
   kenv.release = recording_release;
   std::vector<TensorView> in, out;
@@ -704,6 +705,7 @@ std::vector<Array> run_device(ExecutableImpl& x, const std::vector<const Array*>
   };
 
   KernelEnv kenv = b.kernel_env(dev, stream);
+  kenv.deterministic = x.options.deterministic || env::deterministic();
   // KILN_STEP_TIMES=device: an event before every step and one after the last
   std::vector<void*> events;
   struct DropEvents {

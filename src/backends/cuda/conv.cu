@@ -8,6 +8,8 @@
 // window_copy. f32 and f64 use exactly summing algorithms only (no TF32, FFT or Winograd), so
 // results match the CPU, except f32 problems with attr tf32 (CompileOptions::allow_tf32), whose
 // math type lets cuDNN use TF32 tensor cores; f16/bf16 compute in f32 and may use any algorithm.
+// Deterministic executables (KernelContext::deterministic) take cuDNN's heuristics' first
+// deterministic algorithm (no timing, no package seeds, no graph-API plans), or throw.
 #include <algorithm>
 #include <array>
 #include <climits>
@@ -36,6 +38,9 @@ namespace {
 constexpr size_t kMaxWorkspace = size_t{1} << 30;
 // Added to an f32 problem's dtype in its key (and packages' tuning records) when TF32 is allowed.
 constexpr int64_t kTf32Key = 256;
+// Added to a problem's dtype in its key when the executable is deterministic: those plans are
+// never timed, seeded or exported.
+constexpr int64_t kDeterministicKey = 512;
 
 // ---- small kernels ----
 
@@ -146,6 +151,7 @@ struct Problem {
   int nd = 2;
   bool nhwc = false;  // channels_last data (N, H, W, C) and weights (O, kh, kw, C/G); nd 2
   bool tf32 = false;  // f32 may run on TF32 tensor cores (attr tf32: CompileOptions::allow_tf32)
+  bool deterministic = false;  // CompileOptions::deterministic: a deterministic algorithm only
   int64_t N = 0, C = 0, O = 0, G = 1;
   std::array<int64_t, 3> in{1, 1, 1}, k{1, 1, 1}, out{1, 1, 1}, pad{}, stride{1, 1, 1},
       dil{1, 1, 1};
@@ -292,13 +298,15 @@ bool exact(Pass pass, int algo) {
   return false;
 }
 
-// The heuristics' first usable result, preferring deterministic ones; `workspace` asks cuDNN
-// for an algorithm's workspace (nullopt: not supported here).
+// The heuristics' first usable result, preferring deterministic ones (only those when
+// `only_deterministic`); `workspace` asks cuDNN for an algorithm's workspace (nullopt: not
+// supported here).
 template <typename Perf, typename Workspace>
-std::optional<Algo> pick(Pass pass, DType t, bool tf32, const Perf* perf, int count,
-                         Workspace&& workspace) {
+std::optional<Algo> pick(Pass pass, DType t, bool tf32, bool only_deterministic, const Perf* perf,
+                         int count, Workspace&& workspace) {
   const bool precise = t == DType::f32 || t == DType::f64;
-  for (const bool need_determinism : {true, false})
+  for (const bool need_determinism : {true, false}) {
+    if (!need_determinism && only_deterministic) break;
     for (int i = 0; i < count; ++i) {
       const Perf& r = perf[i];
       if (r.status != CUDNN_STATUS_SUCCESS) continue;
@@ -312,6 +320,7 @@ std::optional<Algo> pick(Pass pass, DType t, bool tf32, const Perf* perf, int co
       if (!ws || *ws > kMaxWorkspace) continue;
       return Algo{static_cast<int>(r.algo), *ws, math};
     }
+  }
   return std::nullopt;
 }
 
@@ -325,7 +334,7 @@ std::optional<size_t> workspace_of(const Descriptors& d, cudnnMathType_t math, Q
 }
 
 std::optional<Algo> find_algo(cudnnHandle_t h, Pass pass, DType t, bool tf32,
-                              const Descriptors& d) {
+                              bool only_deterministic, const Descriptors& d) {
   constexpr int kMax = 16;
   int count = 0;
   switch (pass) {
@@ -333,7 +342,7 @@ std::optional<Algo> find_algo(cudnnHandle_t h, Pass pass, DType t, bool tf32,
       cudnnConvolutionFwdAlgoPerf_t perf[kMax];
       KILN_CUDNN_CHECK(
           cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, kMax, &count, perf));
-      return pick(pass, t, tf32, perf, count, [&](cudnnConvolutionFwdAlgo_t a, cudnnMathType_t m) {
+      return pick(pass, t, tf32, only_deterministic, perf, count, [&](cudnnConvolutionFwdAlgo_t a, cudnnMathType_t m) {
         return workspace_of(d, m, [&](size_t* b) {
           return cudnnGetConvolutionForwardWorkspaceSize(h, d.x, d.w, d.conv, d.y, a, b);
         });
@@ -343,7 +352,7 @@ std::optional<Algo> find_algo(cudnnHandle_t h, Pass pass, DType t, bool tf32,
       cudnnConvolutionBwdDataAlgoPerf_t perf[kMax];
       KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.y, d.conv, d.x, kMax,
                                                                    &count, perf));
-      return pick(pass, t, tf32, perf, count, [&](cudnnConvolutionBwdDataAlgo_t a, cudnnMathType_t m) {
+      return pick(pass, t, tf32, only_deterministic, perf, count, [&](cudnnConvolutionBwdDataAlgo_t a, cudnnMathType_t m) {
         return workspace_of(d, m, [&](size_t* b) {
           return cudnnGetConvolutionBackwardDataWorkspaceSize(h, d.w, d.y, d.conv, d.x, a, b);
         });
@@ -353,7 +362,7 @@ std::optional<Algo> find_algo(cudnnHandle_t h, Pass pass, DType t, bool tf32,
       cudnnConvolutionBwdFilterAlgoPerf_t perf[kMax];
       KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x, d.y, d.conv, d.w, kMax,
                                                                      &count, perf));
-      return pick(pass, t, tf32, perf, count, [&](cudnnConvolutionBwdFilterAlgo_t a, cudnnMathType_t m) {
+      return pick(pass, t, tf32, only_deterministic, perf, count, [&](cudnnConvolutionBwdFilterAlgo_t a, cudnnMathType_t m) {
         return workspace_of(d, m, [&](size_t* b) {
           return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, d.x, d.y, d.conv, d.w, a, b);
         });
@@ -438,7 +447,8 @@ std::optional<Algo> measure_algo(cudnnHandle_t h, Pass pass, DType t, bool tf32,
 std::vector<int64_t> problem_key(Pass pass, int device, DType t, const Problem& p) {
   // (NHWC problems count 8 more dims: the key, and packages' tuning records, keep their size)
   // (TF32 problems add kTf32Key to the dtype: the key keeps its size)
-  const int64_t dtype = static_cast<int64_t>(t) + (p.tf32 && t == DType::f32 ? kTf32Key : 0);
+  const int64_t dtype = static_cast<int64_t>(t) + (p.tf32 && t == DType::f32 ? kTf32Key : 0) +
+                        (p.deterministic ? kDeterministicKey : 0);
   std::vector<int64_t> key{static_cast<int64_t>(pass), device, dtype,
                            p.nd + (p.nhwc ? 8 : 0), p.N, p.C, p.O, p.G};
   for (const auto* a : {&p.in, &p.k, &p.out, &p.pad, &p.stride, &p.dil})
@@ -495,7 +505,8 @@ std::optional<size_t> workspace_for(cudnnHandle_t h, Pass pass, const Descriptor
 
 // The algorithm of a problem, chosen on its first run: a seed from a package when cuDNN takes it,
 // else measured on the step's buffers when `find` is given (this waits for the stream once per
-// problem), else by cuDNN's heuristics.
+// problem), else by cuDNN's heuristics. Deterministic problems: the heuristics' first
+// deterministic algorithm, always.
 const ConvPlan& plan_for(cudnnHandle_t h, Pass pass, int device, DType t, const Problem& p,
                          const FindBuffers* find, KernelContext& ctx) {
   PlanCache& cache = plan_cache();
@@ -507,6 +518,7 @@ const ConvPlan& plan_for(cudnnHandle_t h, Pass pass, int device, DType t, const 
     if (it != cache.plans.end()) return *it->second;
     if (auto s = cache.seeds.find(key); s != cache.seeds.end()) seed = s->second;
   }
+  if (p.deterministic) find = nullptr;  // (and no seed: their keys never match one)
   auto plan = std::make_unique<ConvPlan>();
   const Descriptors& d = plan->d;
   make_descriptors(plan->d, p, t, requested_math(t, p.tf32), ctx.op_name());
@@ -528,7 +540,7 @@ const ConvPlan& plan_for(cudnnHandle_t h, Pass pass, int device, DType t, const 
     // the candidates ran with other math types: the step's own setting again
     KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, requested_math(t, p.tf32)));
   }
-  if (!a) a = find_algo(h, pass, t, p.tf32, d);
+  if (!a) a = find_algo(h, pass, t, p.tf32, p.deterministic, d);
   if (a) KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, a->math));
   plan->algo = a;
   std::lock_guard<std::mutex> l(cache.mu);
@@ -564,6 +576,7 @@ void run_pass(KernelContext& ctx, Pass pass, const Problem& full, DType t, const
   for (int64_t n0 = 0; n0 < full.N; n0 += chunk) {
     Problem p = full;
     p.N = std::min(chunk, full.N - n0);
+    p.deterministic = ctx.deterministic();
     const void* beta = (pass == Pass::backward_filter && n0 > 0)
                            ? alpha
                            : (f64 ? static_cast<const void*>(&zero_d) : &zero);
@@ -585,8 +598,9 @@ void run_pass(KernelContext& ctx, Pass pass, const Problem& full, DType t, const
     const std::optional<Algo>& a = plan.algo;
     if (!a)
       fail<UnsupportedError>(
-          "[{}] cuDNN has no algorithm for input {}x{}x({}), weight {}x{}x({}), groups {} in {}",
-          op, p.N, p.C, fmt::join(p.in, ", "), p.O, p.C / p.G, fmt::join(p.k, ", "), p.G, name(t));
+          "[{}] cuDNN has no {}algorithm for input {}x{}x({}), weight {}x{}x({}), groups {} in {}",
+          op, p.deterministic ? "deterministic " : "", p.N, p.C, fmt::join(p.in, ", "), p.O,
+          p.C / p.G, fmt::join(p.k, ", "), p.G, name(t));
     void* ws = a->workspace ? ctx.scratch(a->workspace) : nullptr;
     switch (pass) {
       case Pass::forward:
@@ -979,7 +993,8 @@ void conv_nhwc(KernelContext& ctx) {
   };
   const bool tensor_cores =
       x.dtype == DType::f16 || x.dtype == DType::bf16 || (x.dtype == DType::f32 && p.tf32);
-  if (tensor_cores && p.nd == 2 && env::cudnn_graph()) {
+  // (deterministic executables: the legacy algorithm, chosen without timing)
+  if (tensor_cores && p.nd == 2 && env::cudnn_graph() && !ctx.deterministic()) {
     const GraphConvArgs args{x.data, w.data, bias, res, y.data};
     if (const GraphConvPlan* plan = nhwc_plan(ctx, p, x.dtype, args, y, relu, legacy))
       if (aligned16(args) && run_graph_plan(ctx, *plan, args, y, relu)) return;

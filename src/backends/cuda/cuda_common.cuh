@@ -87,6 +87,13 @@ inline int sm_count(int device) {
   return n > 0 ? n : 1;
 }
 
+/// The SM count that sizes a split of work whose sums depend on it (reductions, scans): the
+/// device's, or in deterministic executables a fixed 132 (the H200's), so that the split, and
+/// with it the order of the sums, is a function of shapes alone.
+inline int split_sms(const KernelContext& ctx) {
+  return ctx.deterministic() ? 132 : sm_count(ctx.device());
+}
+
 inline unsigned blocks_for(int64_t n, int threads = kThreads) {
   const int64_t b = (n + threads - 1) / threads;
   return static_cast<unsigned>(b < 1 ? 1 : (b > 65535 * 8 ? 65535 * 8 : b));

@@ -426,7 +426,7 @@ void run_reduce(KernelContext& ctx, const std::vector<int64_t>& axes, const Op& 
     return;
   }
   const auto* x = ctx.in(0).ptr<In>();
-  const int64_t target_threads = int64_t{sm_count(ctx.device())} * 2048;  // a full wave
+  const int64_t target_threads = int64_t{split_sms(ctx)} * 2048;  // a full wave
   int64_t splits = 1;
   Acc* partial = nullptr;
   auto cut = [&](int64_t units, int64_t unit_threads, int64_t per_split_min) {
@@ -659,7 +659,7 @@ void run_cumsum(KernelContext& ctx, const AxisSplit& v, bool exclusive, bool rev
   const cudaStream_t stream = stream_of(ctx);
   const T* x = ctx.in(0).ptr<T>();
   T* y = ctx.out(0).ptr<T>();
-  const int64_t sms = sm_count(ctx.device());
+  const int64_t sms = split_sms(ctx);
   // chunks per row: enough units for a full wave, chunks long enough to pay for the extra passes
   int64_t chunks = 1;
   if (v.inner == 1 && v.outer < sms * 64)
