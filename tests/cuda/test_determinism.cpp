@@ -135,8 +135,8 @@ TEST(CudaDeterminism, ConvolutionsAreNeverTimed) {
   backend.clear_tuning();
 }
 
-// A max-pool gradient with indices outside their own windows (hand-made ones) sums like the
-// atomic scatter: each output's gradient lands at its index, in a fixed order.
+// The ordered max-pool gradient (a thread per plane) sums like the atomic scatter, for indices
+// from a max pool and hand-made ones anywhere in the plane, NCHW and NHWC.
 TEST(CudaDeterminism, MaxPoolGradientTakesAnyIndexInThePlane) {
   REQUIRE_GPU();
   const ScopedEnv env("KILN_CHANNELS_LAST", "0");  // (the NHWC twin is built by hand)

@@ -2,9 +2,8 @@
 // dims of size 1). Forward ops give each output a thread (small windows) or a warp (large ones);
 // average-pool gradients gather, each input summing the outputs whose windows hold it; the
 // max-pool gradient scatters with atomics (its indices are data), so its sums are order-dependent
-// in rounding only; deterministic executables gather instead (each input sums, in a fixed order,
-// the outputs whose windows hold it and whose index names it; indices outside their own window
-// are added afterwards by one thread per plane, in output order). With channels_last (2-D), max and adaptive average pooling and their gradients
+// in rounding only; deterministic executables add with one thread per plane instead, in output
+// order (the node has no window to gather by). With channels_last (2-D), max and adaptive average pooling and their gradients
 // take NHWC data.
 #include <algorithm>
 #include <cstdint>
@@ -749,99 +748,22 @@ __global__ void max_pool_grad_nhwc_scatter(const T* dy, const I* idx, D* dx, int
   }
 }
 
-// Whether in-plane input position `at` is a tap of output `o`'s window along dim e.
-__device__ bool on_tap(const PoolGeom& g, int e, int64_t o, int64_t at) {
-  const int64_t r = at - (o * g.s[e] - g.pad[e]);
-  return r >= 0 && r % g.dil[e] == 0 && r / g.dil[e] < g.k[e];
-}
-__device__ bool in_window(const PoolGeom& g, int64_t out_pos, int64_t in_pos) {
-  const Pos o = pos_at(g.out, out_pos), a = pos_at(g.in, in_pos);
-  return on_tap(g, 0, o.d, a.d) && on_tap(g, 1, o.h, a.h) && on_tap(g, 2, o.w, a.w);
-}
-
-// Where dy element o of a max-pool gradient lies: its in-plane output position and the flat
-// dx index of in-plane input position 0 of its plane (and channel, NHWC; there `stride` is C).
-struct GradAt {
-  int64_t out_pos, base, stride;
-};
-__device__ GradAt grad_at(const PoolGeom& g, int64_t o, int64_t C, bool nhwc) {
-  if (!nhwc) return {o % g.out_plane(), o / g.out_plane() * g.in_plane(), 1};
-  const int64_t c = o % C, q = o / C;
-  return {q % g.out_plane(), q / g.out_plane() * g.in_plane() * C + c, C};
-}
-
-// Deterministic max-pool gradient, pass 1 (a thread per dy element): reports indices outside the
-// plane (as the scatter does) and raises *stray when an index lies in the plane but outside its
-// output's window (only hand-made indices do).
-template <typename I>
-__global__ void max_pool_grad_check(const I* idx, int64_t n, PoolGeom g, int64_t C, bool nhwc,
-                                    int* stray, int64_t* err) {
-  for (int64_t o = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; o < n;
-       o += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t v = static_cast<int64_t>(idx[o]);
-    if (static_cast<uint64_t>(v) >= static_cast<uint64_t>(g.in_plane()))
-      report_bad_value(err, o, v);
-    else if (!in_window(g, grad_at(g, o, C, nhwc).out_pos, v))
-      *stray = 1;
-  }
-}
-
-// Pass 2 (a thread per dx element): the sum, in output order, of dy over the outputs whose
-// windows hold the element and whose index names it.
+// Deterministic max-pool gradient: a thread per plane (NHWC: per sample and channel; C is 1 for
+// NCHW) adds dy into dx (zeroed) at the recorded in-plane indices in output order, as the CPU
+// does; out-of-range indices are skipped and reported.
 template <typename T, typename I, typename D>
-__global__ void max_pool_grad_gather(const T* dy, const I* idx, D* dx, int64_t n, PoolGeom g,
-                                     int64_t C, bool nhwc) {
-  for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < n;
-       j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    int64_t in_pos, first;  // j's in-plane position; dy index of its plane's output 0
-    if (nhwc) {
-      const int64_t c = j % C, q = j / C;
-      in_pos = q % g.in_plane();
-      first = q / g.in_plane() * g.out_plane() * C + c;
-    } else {
-      in_pos = j % g.in_plane();
-      first = j / g.in_plane() * g.out_plane();
-    }
-    const int64_t step = nhwc ? C : 1;
-    const Pos p = pos_at(g.in, in_pos);
-    const int64_t at[3] = {p.d, p.h, p.w};
-    int64_t lo[3], hi[3];  // candidate outputs [lo, hi] along each dim
-    for (int e = 0; e < 3; ++e) {
-      const int64_t first_o = at[e] + g.pad[e] - (g.k[e] - 1) * g.dil[e];
-      lo[e] = first_o <= 0 ? 0 : (first_o + g.s[e] - 1) / g.s[e];
-      hi[e] = min((at[e] + g.pad[e]) / g.s[e], g.out[e] - 1);
-    }
-    D sum = 0;
-    for (int64_t od = lo[0]; od <= hi[0]; ++od) {
-      if (!on_tap(g, 0, od, at[0])) continue;
-      for (int64_t oh = lo[1]; oh <= hi[1]; ++oh) {
-        if (!on_tap(g, 1, oh, at[1])) continue;
-        for (int64_t ow = lo[2]; ow <= hi[2]; ++ow) {
-          if (!on_tap(g, 2, ow, at[2])) continue;
-          const int64_t o = first + ((od * g.out[1] + oh) * g.out[2] + ow) * step;
-          if (static_cast<int64_t>(idx[o]) == in_pos) sum += static_cast<D>(to_acc(dy[o]));
-        }
-      }
-    }
-    dx[j] = sum;
-  }
-}
-
-// Pass 3 (a thread per plane, and channel for NHWC), only when pass 1 raised *stray: adds, in
-// output order, dy at the in-plane indices that lie outside their own output's window.
-template <typename T, typename I, typename D>
-__global__ void max_pool_grad_strays(const T* dy, const I* idx, D* dx, int64_t lines, PoolGeom g,
-                                     int64_t C, bool nhwc, const int* stray) {
-  if (*stray == 0) return;
+__global__ void max_pool_grad_ordered(const T* dy, const I* idx, D* dx, int64_t lines, int64_t C,
+                                      int64_t out_plane, int64_t in_plane, int64_t* err) {
   for (int64_t l = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; l < lines;
        l += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t step = nhwc ? C : 1;
-    const int64_t first = nhwc ? l / C * g.out_plane() * C + l % C : l * g.out_plane();
-    const int64_t base = nhwc ? l / C * g.in_plane() * C + l % C : l * g.in_plane();
-    for (int64_t r = 0; r < g.out_plane(); ++r) {
-      const int64_t o = first + r * step, v = static_cast<int64_t>(idx[o]);
-      if (static_cast<uint64_t>(v) < static_cast<uint64_t>(g.in_plane()) && !in_window(g, r, v))
-        dx[base + v * step] += static_cast<D>(to_acc(dy[o]));
+    const int64_t first = l / C * out_plane * C + l % C;  // dy index of the line's output 0
+    const int64_t base = l / C * in_plane * C + l % C;    // dx index of its input 0
+    for (int64_t r = 0; r < out_plane; ++r) {
+      const int64_t o = first + r * C, v = static_cast<int64_t>(idx[o]);
+      if (static_cast<uint64_t>(v) >= static_cast<uint64_t>(in_plane))
+        report_bad_value(err, o, v);
+      else
+        dx[base + v * C] += static_cast<D>(to_acc(dy[o]));
     }
   }
 }
@@ -860,38 +782,24 @@ void max_pool_grad(KernelContext& ctx) {
     using D = std::conditional_t<std::is_same_v<acc_t<T>, T>, T, float>;
     D* acc = std::is_same_v<D, T> ? reinterpret_cast<D*>(dx.ptr<T>())
                                   : static_cast<D*>(ctx.scratch(n_in * sizeof(D)));
-    if (ctx.deterministic()) {
-      const int64_t C = nhwc ? dy.shape[3] : 1;
-      int* stray = static_cast<int*>(ctx.scratch(sizeof(int)));
-      KILN_CUDA_CHECK(cudaMemsetAsync(stray, 0, sizeof(int), stream));
+    KILN_CUDA_CHECK(cudaMemsetAsync(acc, 0, n_in * sizeof(D), stream));
+    if (n_out > 0)
       dispatch_index(idx.dtype, ctx.op_name(), [&](auto it) {
         using I = decltype(it);
-        if (n_out > 0)
-          max_pool_grad_check<I><<<blocks_for(n_out), kThreads, 0, stream>>>(
-              idx.ptr<I>(), n_out, g, C, nhwc, stray, ctx.error_slot());
-        max_pool_grad_gather<T, I, D><<<blocks_for(n_in), kThreads, 0, stream>>>(
-            dy.ptr<T>(), idx.ptr<I>(), acc, n_in, g, C, nhwc);
-        if (n_out > 0) {
-          const int64_t lines = n_in / g.in_plane();
-          max_pool_grad_strays<T, I, D><<<blocks_for(lines), kThreads, 0, stream>>>(
-              dy.ptr<T>(), idx.ptr<I>(), acc, lines, g, C, nhwc, stray);
-        }
-        check_launch(ctx.op_name());
-      });
-    } else {
-      KILN_CUDA_CHECK(cudaMemsetAsync(acc, 0, n_in * sizeof(D), stream));
-    }
-    if (n_out > 0 && !ctx.deterministic())
-      dispatch_index(idx.dtype, ctx.op_name(), [&](auto it) {
-        using I = decltype(it);
-        if (nhwc)
+        if (ctx.deterministic()) {
+          const int64_t C = nhwc ? dy.shape[3] : 1, lines = n_in / g.in_plane();
+          max_pool_grad_ordered<T, I, D><<<blocks_for(lines, 64), 64, 0, stream>>>(
+              dy.ptr<T>(), idx.ptr<I>(), acc, lines, C, g.out_plane(), g.in_plane(),
+              ctx.error_slot());
+        } else if (nhwc) {
           max_pool_grad_nhwc_scatter<T, I, D><<<blocks_for(n_out), kThreads, 0, stream>>>(
               dy.ptr<T>(), idx.ptr<I>(), acc, n_out, dy.shape[3], g.out_plane(), g.in_plane(),
               ctx.error_slot());
-        else
+        } else {
           max_pool_grad_scatter<T, I, D><<<blocks_for(n_out), kThreads, 0, stream>>>(
               dy.ptr<T>(), idx.ptr<I>(), acc, n_out, g.out_plane(), g.in_plane(),
               ctx.error_slot());
+        }
         check_launch(ctx.op_name());
       });
     if constexpr (!std::is_same_v<D, T>)
