@@ -5,7 +5,6 @@
 #include "core/errors.h"
 #include "io/package/format.h"
 #include "runtime/executable_impl.h"
-#include "runtime/thread_pool.h"
 
 namespace kiln {
 
@@ -17,10 +16,8 @@ void Executable::save(const std::string& path, const PackageOptions& options) co
 }
 
 Executable Executable::load(const std::string& path, Device device, const LoadOptions& options) {
-  // Checking the weights reads every page of them. One thread maps them all at once (faster than
-  // a fault per few pages); several fault them in as each hashes its sections, in parallel.
-  const bool populate = options.verify_weights && ThreadPool::global().size() <= 1;
-  return Executable(package::read(package::map_file(path, populate), device, options));
+  // read, not mapped: a file that shrinks or changes later cannot fault a run (format.h, FILES)
+  return Executable(package::read(package::read_file(path), device, options));
 }
 
 Executable Executable::load_bytes(const void* data, size_t size, Device device,

@@ -93,9 +93,18 @@
 //
 // DEVICES. A package compiled for one kind of device (CPU, CUDA) and loaded for another is
 // placed and memory-planned again from its stored program (a warning with KILN_LOG=warn or more;
-// LoadOptions::strict makes it an UnsupportedError). On the CPU, constants are views of the
-// mapped file; on a GPU they are copied to the device. Variables are always copied: a loaded
-// executable owns them and updates them in its runs.
+// LoadOptions::strict makes it an UnsupportedError). On the CPU, constants are views of the bytes
+// read from the file; on a GPU they are copied to the device. Variables are always copied: a
+// loaded executable owns them and updates them in its runs.
+//
+// FILES. Executable::load reads the whole file into memory (pread, in parallel chunks) and never
+// maps it: a CPU executable reads its constants at every run, and no check made at load time could
+// keep a mapped file that another process truncates later from killing the process with SIGBUS.
+// So a package truncated, rewritten or deleted while it is being loaded gives an IoError (the
+// file ended early) or a FormatError (its checksums or checks fail), and once loaded, an
+// executable never reads the file again: changing or removing it cannot affect its runs. The
+// price is memory: the bytes of a loaded CPU package stay in the process (as they would in a
+// mapping's page cache); a GPU load drops them once its constants are on the device.
 //
 // VERSIONS. A reader reads every file whose min_reader_version is at most kReaderVersion.
 // Writers raise format_version for additions older readers may ignore (new manifest fields), and
@@ -128,7 +137,7 @@ inline constexpr size_t magic = 0, format_version = 8, min_reader_version = 12, 
                         header_xxh3 = 48, reserved = 56;
 }
 
-/// Read-only bytes of a package: a file mapping or a copy in memory.
+/// Read-only bytes of a package: a file read into memory, or a copy of bytes in memory.
 struct Bytes {
   const uint8_t* data = nullptr;
   size_t size = 0;
@@ -136,8 +145,9 @@ struct Bytes {
   std::string what;             // the file name (or "<memory>") for messages
 };
 
-/// Maps a file read-only (`populate`: all pages now rather than on first use). Throws IoError.
-Bytes map_file(const std::string& path, bool populate);
+/// Reads a whole regular file into 64-byte aligned memory (never a mapping: FILES above). Throws
+/// IoError when it cannot be opened or read, or ends before the size it had when opened.
+Bytes read_file(const std::string& path);
 /// Copies `size` bytes into 64-byte aligned memory.
 Bytes copy_bytes(const void* data, size_t size);
 

@@ -1,7 +1,6 @@
 // Reads packages (format and the checks in order: format.h). Nothing from the file is used
 // before it has been checked: a malformed file gives a FormatError, never a crash.
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -33,28 +32,72 @@ namespace kiln::package {
 using detail::Node;
 using detail::ValueRef;
 
-Bytes map_file(const std::string& path, bool populate) {
+namespace {
+// 64-byte aligned memory of `size` bytes (rounded up) that frees itself with the returned owner.
+std::shared_ptr<void> aligned_buffer(size_t size, const std::string& what) {
+  const size_t rounded = (size + kSectionAlign - 1) / kSectionAlign * kSectionAlign;
+  void* p = std::aligned_alloc(kSectionAlign, rounded);
+  if (!p) fail<OutOfMemory>("[package] {}: cannot allocate {} bytes", what, size);
+  return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+}
+
+// Reads up to `size` bytes at `offset`; fewer only when the file ends first.
+size_t read_at(int fd, uint8_t* dst, size_t size, uint64_t offset) {
+  size_t done = 0;
+  while (done < size) {
+    const ssize_t r = ::pread(fd, dst + done, size - done, static_cast<off_t>(offset + done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return done;
+    if (r == 0) break;
+    done += static_cast<size_t>(r);
+  }
+  return done;
+}
+
+// Below this many bytes per chunk, reading on several threads costs more than it saves.
+constexpr size_t kReadChunk = size_t{8} << 20;
+}  // namespace
+
+Bytes read_file(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail<IoError>("[package] cannot open '{}': {}", path, std::strerror(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
     fail<IoError>("[package] '{}' is not a regular file", path);
-  }
   Bytes b;
   b.what = path;
   b.size = static_cast<size_t>(st.st_size);
-  if (b.size == 0) {
-    ::close(fd);
-    return b;
-  }
-  // populate: every page is read soon (checksums), so map them all at once
-  void* p = ::mmap(nullptr, b.size, PROT_READ, MAP_PRIVATE | (populate ? MAP_POPULATE : 0), fd, 0);
-  ::close(fd);
-  if (p == MAP_FAILED) fail<IoError>("[package] cannot map '{}': {}", path, std::strerror(errno));
-  b.data = static_cast<const uint8_t*>(p);
-  const size_t size = b.size;
-  b.owner = std::shared_ptr<void>(p, [size](void* q) { ::munmap(q, size); });
+  if (b.size == 0) return b;
+  b.owner = aligned_buffer(b.size, path);
+  auto* dst = static_cast<uint8_t*>(b.owner.get());
+  // Large files in chunks on the global pool: reading from the page cache is a copy, and
+  // several threads copy faster than one.
+  const size_t chunks = (b.size + kReadChunk - 1) / kReadChunk;
+  std::atomic<size_t> short_at{b.size};
+  auto read_chunks = [&](int64_t begin, int64_t end) {
+    for (auto c = static_cast<size_t>(begin); c < static_cast<size_t>(end); ++c) {
+      const size_t off = c * kReadChunk, n = std::min(kReadChunk, b.size - off);
+      if (const size_t got = read_at(fd, dst + off, n, off); got < n) {
+        size_t seen = short_at.load();
+        while (off + got < seen && !short_at.compare_exchange_weak(seen, off + got)) {
+        }
+      }
+    }
+  };
+  if (chunks > 1 && ThreadPool::global().size() > 1)
+    ThreadPool::global().parallel_for(static_cast<int64_t>(chunks), 1, read_chunks);
+  else
+    read_chunks(0, static_cast<int64_t>(chunks));
+  if (short_at.load() < b.size)
+    fail<IoError>(
+        "[package] '{}': reading failed at offset {} of {} bytes (did the file shrink "
+        "while it was read?)",
+        path, short_at.load(), b.size);
+  b.data = dst;
   return b;
 }
 
@@ -63,12 +106,9 @@ Bytes copy_bytes(const void* data, size_t size) {
   b.what = "<memory>";
   b.size = size;
   if (size == 0) return b;
-  const size_t rounded = (size + kSectionAlign - 1) / kSectionAlign * kSectionAlign;
-  void* p = std::aligned_alloc(kSectionAlign, rounded);
-  if (!p) fail<OutOfMemory>("[package] cannot allocate {} bytes", size);
-  std::memcpy(p, data, size);
-  b.data = static_cast<const uint8_t*>(p);
-  b.owner = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+  b.owner = aligned_buffer(size, b.what);
+  std::memcpy(b.owner.get(), data, size);
+  b.data = static_cast<const uint8_t*>(b.owner.get());
   return b;
 }
 
