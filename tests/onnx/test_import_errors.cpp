@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <thread>
 
 #include "kiln/executable.h"
 #include "kiln/onnx.h"
@@ -249,6 +251,55 @@ TEST(OnnxExternalData, MissingFileIsIoError) {
 TEST(OnnxExternalData, ImportBytesWithoutADirectoryIsIoError) {
   const std::string bytes = external_model("weights.bin").SerializeAsString();
   EXPECT_THROW(kiln::onnx::import_bytes(bytes.data(), bytes.size()), kiln::IoError);
+}
+// External data is read while importing, never mapped: a file truncated or deleted after the
+// import cannot change or crash what was imported.
+TEST(OnnxExternalData, FileTruncatedAfterImportStillRunsRight) {
+  TempDir dir;
+  write_file(dir.path() / "w.bin", float_bytes(kW));
+  kiln::onnx::Model model =
+      kiln::onnx::import(save_model(dir.path(), external_model("w.bin")).string());
+  fs::resize_file(dir.path() / "w.bin", 0);
+  fs::remove(dir.path() / "w.bin");
+  const std::vector<float> x = {1.5f, -2.0f, 0.25f, 4.0f, -3.0f, 0.5f};
+  kiln::Executable exe =
+      model.graph.compile(kiln::Device::cpu(), model.feed_shapes(), model.output_tensors());
+  auto y =
+      exe.run(model.feeds({{"X", kiln::Array::from_vector(x, {2, 3})}}))[0].to_vector<double>();
+  for (size_t i = 0; i < 6; ++i) EXPECT_NEAR(y[i], double(x[i]) + double(kW[i]), 1e-6) << i;
+}
+
+// Another thread truncates the external data at a random moment of the import: the import gives
+// an IoError, or the weights it read are the file's.
+TEST(OnnxExternalData, FileTruncatedWhileImporting) {
+  TempDir dir;
+  constexpr size_t kPad = size_t{8} << 20;  // W at the end of 8 MiB: reading takes a while
+  const std::string bytes = std::string(kPad, 'x') + float_bytes(kW);
+  const fs::path model_path =
+      save_model(dir.path(), external_model("w.bin", static_cast<int64_t>(kPad), 24));
+  std::mt19937 rng(std::random_device{}());
+  for (int round = 0; round < 12; ++round) {
+    write_file(dir.path() / "w.bin", bytes);
+    const auto delay = std::chrono::microseconds(std::uniform_int_distribution<int>(0, 2000)(rng));
+    const uintmax_t cut = std::uniform_int_distribution<uintmax_t>(0, bytes.size() - 1)(rng);
+    std::thread cutter([&] {
+      std::this_thread::sleep_for(delay);
+      std::error_code ec;
+      fs::resize_file(dir.path() / "w.bin", cut, ec);
+    });
+    try {
+      kiln::onnx::Model model = kiln::onnx::import(model_path.string());
+      cutter.join();
+      kiln::Executable exe =
+          model.graph.compile(kiln::Device::cpu(), model.feed_shapes(), model.output_tensors());
+      const std::vector<float> zeros(6, 0.0f);
+      auto y = exe.run(model.feeds({{"X", kiln::Array::from_vector(zeros, {2, 3})}}))[0]
+                   .to_vector<double>();
+      for (size_t i = 0; i < 6; ++i) EXPECT_EQ(y[i], double(kW[i])) << i;
+    } catch (const kiln::IoError&) {
+      cutter.join();
+    }
+  }
 }
 
 }  // namespace

@@ -399,9 +399,15 @@ Model import_bytes(const void* data, size_t size, const ImportOptions& options) 
 }
 
 Model import(const std::string& path, const ImportOptions& options) {
+  // a regular file only: a directory, a FIFO or a device such as /dev/zero would never end
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(status))
+    fail<IoError>("[onnx] cannot open '{}': {}", path, ec ? ec.message() : "no such file");
+  if (!std::filesystem::is_regular_file(status))
+    fail<IoError>("[onnx] '{}' is not a regular file", path);
   std::ifstream f(path, std::ios::binary);
-  if (!f || std::filesystem::is_directory(path))
-    fail<IoError>("[onnx] cannot open '{}'", path);
+  if (!f) fail<IoError>("[onnx] cannot open '{}'", path);
   std::ostringstream ss;
   ss << f.rdbuf();
   if (!f && !f.eof()) fail<IoError>("[onnx] cannot read '{}'", path);

@@ -1,10 +1,13 @@
-// TensorProto -> Array, including external data confined to the model's directory.
+// TensorProto -> Array, including external data confined to the model's directory. External data
+// is read (pread) into the tensor's own memory, never mapped: a file that shrinks while it is read
+// gives an IoError, and the imported model never reads it again.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <onnx/onnx_pb.h>
 
+#include <cerrno>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -105,9 +108,12 @@ std::string read_external(const ::onnx::TensorProto& t, const std::string& dir, 
   size_t done = 0;
   while (done < bytes) {
     const ssize_t r = ::pread(fd, data.data() + done, bytes - done, static_cast<off_t>(offset + done));
+    if (r < 0 && errno == EINTR) continue;
     if (r <= 0) {
       ::close(fd);
-      fail<IoError>("[onnx] tensor '{}': reading external data '{}' failed", name, location);
+      fail<IoError>("[onnx] tensor '{}': reading external data '{}' failed at offset {}: {}", name,
+                    location, offset + done,
+                    r < 0 ? std::strerror(errno) : "the file ended (did it shrink?)");
     }
     done += static_cast<size_t>(r);
   }
