@@ -31,8 +31,8 @@ demo: build data
 	$(BUILD)/kiln demo --data $(BUILD)/data --checkpoint $(BUILD)/demo.ckpt --trace $(BUILD)/demo-trace.json
 
 # Everything: the release build's tests (C++ and Python), the C++ suite under ASan+UBSan, the
-# queue and event tests under ThreadSanitizer, and a minute each of fuzzing the ONNX importer and
-# the package loader.
+# queue and event tests under ThreadSanitizer, and a minute each of fuzzing the ONNX importer,
+# the package loader and the .npy reader.
 test: test-release test-asan test-tsan fuzz
 
 test-release: build data
@@ -63,20 +63,24 @@ test-tsan: setup
 	KILN_THREADS=1 OMP_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
 	  $(TSAN_BUILD)/tests/kiln_core_tests --gtest_filter='Devices/Async.*:Event.*:QueueTest.*'
 
-# libFuzzer over the ONNX importer and the package loader (clang-14, ASan+UBSan), FUZZ_SECONDS each,
-# from the seeds in
-# tests/fuzz/corpus and tests/fuzz/package_corpus; new inputs go to $(FUZZ_BUILD)/corpus
-# and crashes to $(FUZZ_BUILD)/crash-*. CI runs `make fuzz` (60 s).
+# libFuzzer over the ONNX importer, the package loader and the .npy reader (clang-14, ASan+UBSan),
+# FUZZ_SECONDS each, from the seeds in tests/fuzz/corpus, tests/fuzz/package_corpus and
+# tests/fuzz/npy_corpus; new inputs go to $(FUZZ_BUILD)/corpus (package_corpus, npy_corpus)
+# and crashes to $(FUZZ_BUILD)/crash-* (package-crash-*, npy-crash-*). CI runs `make fuzz` (60 s).
 fuzz: setup
 	@CC=clang-14 CXX=clang++-14 cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DKILN_CUDA=OFF -DKILN_FUZZ=ON -DKILN_BENCH=OFF -DKILN_SANITIZE=address,undefined >/dev/null
-	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_onnx_import fuzz_package_load
-	@mkdir -p $(FUZZ_BUILD)/corpus $(FUZZ_BUILD)/package_corpus
+	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_onnx_import fuzz_package_load \
+	  fuzz_npy_read
+	@mkdir -p $(FUZZ_BUILD)/corpus $(FUZZ_BUILD)/package_corpus $(FUZZ_BUILD)/npy_corpus
 	UBSAN_OPTIONS=print_stacktrace=1 $(FUZZ_BUILD)/tests/fuzz/fuzz_onnx_import -max_total_time=$(FUZZ_SECONDS) \
 	  -max_len=65536 -rss_limit_mb=4096 -artifact_prefix=$(FUZZ_BUILD)/ $(FUZZ_BUILD)/corpus tests/fuzz/corpus
 	UBSAN_OPTIONS=print_stacktrace=1 $(FUZZ_BUILD)/tests/fuzz/fuzz_package_load -max_total_time=$(FUZZ_SECONDS) \
 	  -max_len=65536 -rss_limit_mb=4096 -artifact_prefix=$(FUZZ_BUILD)/package- \
 	  $(FUZZ_BUILD)/package_corpus tests/fuzz/package_corpus
+	UBSAN_OPTIONS=print_stacktrace=1 $(FUZZ_BUILD)/tests/fuzz/fuzz_npy_read -max_total_time=$(FUZZ_SECONDS) \
+	  -max_len=65536 -rss_limit_mb=4096 -artifact_prefix=$(FUZZ_BUILD)/npy- \
+	  $(FUZZ_BUILD)/npy_corpus tests/fuzz/npy_corpus
 
 # The GPU machine cannot build: `make gpu-bundle` builds the CUDA suites here (the toolkit is
 # enough) into build-gpu/bundle.tar.xz; copy the checkout with it and run `make test-gpu` there.

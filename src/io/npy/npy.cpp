@@ -1,4 +1,12 @@
-// NumPy .npy reader and writer (format versions 1.0, 2.0 and 3.0; C order; little endian).
+// NumPy .npy reader and writer (format and checks: npy.h).
+#include "io/npy/npy.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -6,7 +14,6 @@
 #include <string>
 
 #include "core/errors.h"
-#include "kiln/array.h"
 
 namespace kiln {
 
@@ -63,43 +70,43 @@ std::string dict_value(const std::string& h, const std::string& key, const std::
 }
 }  // namespace
 
-Array Array::load_npy(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail<IoError>("[npy] cannot open '{}'", path);
-  f.seekg(0, std::ios::end);
-  const auto file_size = static_cast<uint64_t>(f.tellg());
-  f.seekg(0);
-  char magic[8];
-  if (file_size < 10 || !f.read(magic, 8) || std::memcmp(magic, "\x93NUMPY", 6) != 0)
-    fail<FormatError>("[npy] {}: not a .npy file (bad magic)", path);
-  const int major = static_cast<unsigned char>(magic[6]);
-  uint64_t hlen = 0;
-  size_t prefix = 0;
+namespace npy {
+
+uint64_t header_end(const uint8_t* p, size_t size, uint64_t file_size, const std::string& path) {
+  if (size < 10 || std::memcmp(p, "\x93NUMPY", 6) != 0)
+    fail<FormatError>("[npy] {}: not a .npy file (bad magic; {} bytes)", path, file_size);
+  const int major = p[6];
+  uint64_t hlen = 0, prefix = 0;
   if (major == 1) {
-    unsigned char b[2];
-    f.read(reinterpret_cast<char*>(b), 2);
-    hlen = b[0] | (b[1] << 8);
+    hlen = p[8] | (p[9] << 8);
     prefix = 10;
   } else if (major == 2 || major == 3) {
-    unsigned char b[4];
-    f.read(reinterpret_cast<char*>(b), 4);
-    hlen = b[0] | (b[1] << 8) | (b[2] << 16) | (static_cast<uint64_t>(b[3]) << 24);
+    if (size < 12)
+      fail<FormatError>("[npy] {}: the file ends inside the header length ({} bytes)", path,
+                        file_size);
+    hlen = p[8] | (p[9] << 8) | (p[10] << 16) | (static_cast<uint64_t>(p[11]) << 24);
     prefix = 12;
   } else {
     fail<FormatError>("[npy] {}: unsupported format version {}", path, major);
   }
-  if (!f || prefix + hlen > file_size)
+  if (prefix + hlen > file_size)
     fail<FormatError>("[npy] {}: header length {} runs past the end of the file ({} bytes)", path,
                       hlen, file_size);
-  std::string header(hlen, '\0');
-  f.read(header.data(), static_cast<std::streamsize>(hlen));
+  return prefix + hlen;
+}
+
+Header parse_header(const uint8_t* data, size_t size, uint64_t file_size, const std::string& path) {
+  const uint64_t end = header_end(data, std::min<size_t>(size, kPrefixMax), file_size, path);
+  if (end > size) fail<FormatError>("[npy] {}: header of {} bytes, {} given", path, end, size);
+  const size_t prefix = data[6] == 1 ? 10 : 12;
+  const std::string header(reinterpret_cast<const char*>(data) + prefix, end - prefix);
   std::string descr = dict_value(header, "descr", path);
   if (descr.size() < 2) fail<FormatError>("[npy] {}: bad descr", path);
   descr = descr.substr(1, descr.size() - 2);
   if (dict_value(header, "fortran_order", path).rfind("False", 0) != 0)
     fail<FormatError>("[npy] {}: Fortran-order arrays are not supported", path);
-  std::string shp = dict_value(header, "shape", path);
-  Shape shape;
+  const std::string shp = dict_value(header, "shape", path);
+  Header h;
   {
     size_t i = shp.find('(');
     size_t e = shp.find(')');
@@ -113,25 +120,77 @@ Array Array::load_npy(const std::string& path) {
       size_t q = p;
       while (q < inner.size() && inner[q] >= '0' && inner[q] <= '9') ++q;
       if (q == p || q - p > 15) fail<FormatError>("[npy] {}: malformed shape '{}'", path, shp);
-      shape.push_back(std::stoll(inner.substr(p, q - p)));
+      h.shape.push_back(std::stoll(inner.substr(p, q - p)));
       p = q;
     }
   }
-  const DType dt = dtype_of_descr(descr, path);
-  // overflow-safe size check
-  uint64_t n = 1;
-  for (int64_t d : shape) {
-    if (d != 0 && n > (UINT64_MAX / 16) / static_cast<uint64_t>(d))
-      fail<FormatError>("[npy] {}: shape {} is too large", path, str(shape));
-    n *= static_cast<uint64_t>(d);
+  h.dtype = dtype_of_descr(descr, path);
+  // Overflow-safe: every product of dims (zeros skipped: strides multiply the others) must fit,
+  // and the data must be in the file.
+  constexpr uint64_t kMax = uint64_t{1} << 62;
+  uint64_t n = 1, nonzero = 1;
+  for (int64_t d : h.shape) {
+    const auto u = static_cast<uint64_t>(d);
+    if (d != 0 && nonzero > kMax / 16 / u)
+      fail<FormatError>("[npy] {}: shape {} is too large", path, str(h.shape));
+    if (d != 0) nonzero *= u;
+    n *= u;
   }
-  const uint64_t need = n * size_of(dt);
-  if (prefix + hlen + need > file_size)
+  h.data_offset = end;
+  h.data_bytes = n * size_of(h.dtype);
+  if (h.data_bytes > file_size - end)
     fail<FormatError>("[npy] {}: data of shape {} {} needs {} bytes but the file has {}", path,
-                      str(shape), name(dt), need, file_size - prefix - hlen);
-  Array a = Array::empty(shape, dt);
-  if (need) f.read(static_cast<char*>(a.data()), static_cast<std::streamsize>(need));
-  if (!f) fail<IoError>("[npy] {}: read failed", path);
+                      str(h.shape), name(h.dtype), h.data_bytes, file_size - end);
+  return h;
+}
+
+Array read(const void* data, size_t size, const std::string& what) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  const Header h = parse_header(p, size, size, what);
+  Array a = Array::empty(h.shape, h.dtype);
+  if (h.data_bytes) std::memcpy(a.data(), p + h.data_offset, h.data_bytes);
+  return a;
+}
+
+}  // namespace npy
+
+namespace {
+// Reads exactly `size` bytes at `offset`; false when the file ends first or reading fails.
+bool read_at(int fd, void* dst, uint64_t size, uint64_t offset) {
+  uint64_t done = 0;
+  while (done < size) {
+    const ssize_t r =
+        ::pread(fd, static_cast<char*>(dst) + done, size - done, static_cast<off_t>(offset + done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    done += static_cast<uint64_t>(r);
+  }
+  return true;
+}
+}  // namespace
+
+Array Array::load_npy(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail<IoError>("[npy] cannot open '{}': {}", path, std::strerror(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+    fail<IoError>("[npy] '{}' is not a regular file", path);
+  const auto file_size = static_cast<uint64_t>(st.st_size);
+  uint8_t prefix[npy::kPrefixMax];
+  const size_t have = static_cast<size_t>(std::min<uint64_t>(file_size, npy::kPrefixMax));
+  if (!read_at(fd, prefix, have, 0)) fail<IoError>("[npy] {}: read failed", path);
+  std::string header(npy::header_end(prefix, have, file_size, path), '\0');
+  if (!read_at(fd, header.data(), header.size(), 0))
+    fail<IoError>("[npy] {}: read failed (did the file shrink?)", path);
+  const npy::Header h = npy::parse_header(reinterpret_cast<const uint8_t*>(header.data()),
+                                          header.size(), file_size, path);
+  Array a = Array::empty(h.shape, h.dtype);
+  if (!read_at(fd, a.data(), h.data_bytes, h.data_offset))
+    fail<IoError>("[npy] {}: read failed (did the file shrink?)", path);
   return a;
 }
 
