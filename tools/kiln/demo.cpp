@@ -95,6 +95,34 @@ double accuracy(const Executable& eval, const Tensor& x, const Array& images, co
   return 100.0 * static_cast<double>(ok) / static_cast<double>(pred.size());
 }
 
+// The digits as scripts/digits.py writes them: images f32 (n, 1, 8, 8), labels i64 (n,) in
+// [0, 10), with at least one batch to train on and one digit to test on.
+void check_digits(const Array& images, const Array& labels, const DemoOptions& o) {
+  const Shape& s = images.shape();
+  if (images.dtype() != f32 || s.size() != 4 || s[1] != 1 || s[2] != 8 || s[3] != 8)
+    throw ShapeError(
+        fmt::format("[demo] {}/digits_images.npy holds {} {}; the demo takes f32 "
+                    "(n, 1, 8, 8)",
+                    o.data, name(images.dtype()), to_string(s)));
+  if (labels.dtype() != i64 || labels.shape() != Shape{s[0]})
+    throw ShapeError(
+        fmt::format("[demo] {}/digits_labels.npy holds {} {}; the demo takes i64 "
+                    "({},), one label per image",
+                    o.data, name(labels.dtype()), to_string(labels.shape()), s[0]));
+  const int64_t n_test = s[0] / 5;
+  if (n_test < 1 || s[0] - n_test < o.batch)
+    throw ValueError(
+        fmt::format("[demo] {} digits are too few: a fifth are kept for testing, and "
+                    "the rest must fill a batch of {}",
+                    s[0], o.batch));
+  for (int64_t v : labels.to_vector<int64_t>())
+    if (v < 0 || v >= 10)
+      throw ValueError(
+          fmt::format("[demo] {}/digits_labels.npy holds the label {}; digits are "
+                      "0 to 9",
+                      o.data, v));
+}
+
 void run_demo(const DemoOptions& o) {
   const Device dev = o.device.empty() ? default_device() : Device::parse(o.device);
   const std::string images_path = o.data + "/digits_images.npy";
@@ -103,6 +131,7 @@ void run_demo(const DemoOptions& o) {
                               images_path));
   Array images = Array::load_npy(images_path);
   Array labels = Array::load_npy(o.data + "/digits_labels.npy");
+  check_digits(images, labels, o);
   const int64_t n = images.shape()[0];
 
   // a fixed shuffle: 80% train, 20% test

@@ -43,8 +43,33 @@ std::string describe(int status) {
 volatile std::sig_atomic_t g_signal = 0;
 void on_signal(int sig) { g_signal = sig; }
 
+// Throws IoError unless `program` names an executable file, as execvp would find it (through
+// PATH when it has no '/'), so that a typo is one error line rather than a failed rank per rank.
+void check_program(const std::string& program) {
+  auto runnable = [](const std::string& path) {
+    std::error_code ec;
+    return std::filesystem::is_regular_file(path, ec) && ::access(path.c_str(), X_OK) == 0;
+  };
+  if (program.find('/') != std::string::npos) {
+    if (!runnable(program))
+      throw IoError(fmt::format("[launch] cannot run '{}': not an executable file", program));
+    return;
+  }
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "/usr/local/bin:/usr/bin:/bin";
+  for (size_t start = 0; start <= dirs.size();) {
+    size_t end = dirs.find(':', start);
+    if (end == std::string::npos) end = dirs.size();
+    const std::string dir = end > start ? dirs.substr(start, end - start) : ".";
+    if (runnable(dir + "/" + program)) return;
+    start = end + 1;
+  }
+  throw IoError(fmt::format("[launch] cannot run '{}': no such program in PATH", program));
+}
+
 int launch(const LaunchOptions& o) {
   if (o.command.empty()) throw ValueError("[launch] no program given (kiln launch -n 2 -- PROGRAM ARGS)");
+  check_program(o.command[0]);
   char pattern[] = "/tmp/kiln-rendezvous-XXXXXX";
   if (!::mkdtemp(pattern)) throw IoError("[launch] cannot create a rendezvous folder in /tmp");
   const std::string dir = pattern;

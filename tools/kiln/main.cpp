@@ -1,6 +1,7 @@
 // kiln: the command-line tool.
 #include <cstdio>
 #include <exception>
+#include <new>
 #include <sstream>
 #include <string>
 
@@ -9,8 +10,10 @@
 #include "tools/kiln/commands.h"
 
 namespace {
-// Errors are one line on stderr: "error: ..." (the lines of a longer message are joined).
-int fail(const std::string& message) {
+// Errors are one line on stderr: "error: [component] ..." (the lines of a longer message are
+// joined; messages without a component, from the option parser or the standard library, get
+// "[kiln COMMAND]").
+int fail(const std::string& message, const std::string& command) {
   std::string line, part;
   std::istringstream lines(message);
   while (std::getline(lines, part)) {
@@ -19,6 +22,7 @@ int fail(const std::string& message) {
     if (!line.empty()) line += line.back() == ':' ? " " : "; ";
     line += part;
   }
+  if (line.empty() || line[0] != '[') line = "[" + command + "] " + line;
   std::fprintf(stderr, "error: %s\n", line.c_str());
   return 1;
 }
@@ -38,13 +42,23 @@ int main(int argc, char** argv) {
   kiln::cli::add_launch_command(app);
   kiln::cli::add_profile_command(app);
   kiln::cli::add_quantize_command(app);
+  // the command named on the line, for messages that do not name their component
+  std::string command = "kiln";
+  for (int i = 1; i < argc; ++i)
+    if (const std::string a = argv[i];
+        !app.get_subcommands([&](CLI::App* c) { return c->check_name(a); }).empty()) {
+      command += " " + a;
+      break;
+    }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help
-    return fail(e.what());
+    return fail(e.what(), command);
+  } catch (const std::bad_alloc&) {
+    return fail("out of memory", command);
   } catch (const std::exception& e) {  // kiln::Error and anything else
-    return fail(e.what());
+    return fail(e.what(), command);
   }
   if (show_version) {
     std::printf("kiln %s\n", kiln::version());

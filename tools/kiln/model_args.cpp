@@ -40,6 +40,16 @@ Shape parse_dims(const std::string& dims, const std::string& option) {
     shape.push_back(std::stoll(part));
     start = end + 1;
   }
+  // every product of dims must fit in an int64 with room for the bytes of an element (a larger
+  // shape could never be allocated, and its element count would overflow)
+  constexpr uint64_t kMaxElements = uint64_t{1} << 58;
+  uint64_t n = 1;
+  for (int64_t d : shape) {
+    if (d == 0) continue;
+    if (static_cast<uint64_t>(d) > kMaxElements / n)
+      throw ValueError(fmt::format("[{}] dims '{}' make more than 2^58 elements", option, dims));
+    n *= static_cast<uint64_t>(d);
+  }
   return shape;
 }
 

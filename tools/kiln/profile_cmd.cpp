@@ -29,6 +29,7 @@ struct ProfileOptions {
 void profile_model(const ProfileOptions& o) {
   if (o.runs < 1) throw ValueError("[profile] --runs must be at least 1");
   if (o.warmup < 0) throw ValueError("[profile] --warmup must not be negative");
+  if (!(o.gap_us >= 0)) throw ValueError("[profile] --gap-us must not be negative");
   if (!o.html.empty() && (o.html.size() < 5 || o.html.compare(o.html.size() - 5, 5, ".html") != 0))
     throw ValueError(
         fmt::format("[profile] --html takes a path ending in .html, got '{}'", o.html));

@@ -160,6 +160,10 @@ void quantize_model(const QuantizeCmdOptions& o) {
   po.quantize_outputs = o.quantize_outputs;
   po.int8_weights_for_outputs = !o.f32_output_weights;
   po.device = pick_device(o.device);
+  // refused before any work, even when nothing is left to calibrate on it
+  if (po.device->kind == Device::Kind::cuda && po.device->index >= cuda_device_count())
+    throw UnsupportedError(fmt::format("[quantize] --device {} is not available: {} CUDA devices",
+                                       po.device->str(), cuda_device_count()));
 
   const bool package = is_package(o.model, "quantize");
   std::optional<onnx::Model> model;
