@@ -2,8 +2,10 @@
 // distributions of the random ops, shared by the CPU and CUDA kernels (host/device functions when
 // nvcc compiles them, plain inline functions otherwise).
 //
-// The distributions follow TensorFlow's (core/lib/random/random_distributions.h) bit for bit on
-// the CPU, so kiln's stateless ops equal tf.random.stateless_*: a group of outputs takes one
+// The distributions follow TensorFlow's (core/lib/random/random_distributions.h) operation for
+// operation, so kiln's stateless ops equal tf.random.stateless_* (uniform bit for bit; normals
+// within a few ulp, as kiln's log, sin and cos below give the same bits on every device where
+// TensorFlow calls libm's): a group of outputs takes one
 // Philox block per group (4 outputs for 32-bit types, 2 for 64-bit ones), group g reads the block
 // at counter + g; truncated normal groups reserve 256 blocks each (rejection sampling). Output
 // element i's bits therefore depend only on (key, counter, i), never on the thread computing it.
@@ -118,26 +120,129 @@ KILN_PHILOX_FN double add_rn(double a, double b) {
 #endif
 }
 
-/// Box-Muller on two uint32 (TensorFlow's BoxMullerFloat, same operation order). The host uses
-/// libm's float logf/sqrtf/sincosf as TensorFlow's Linux build does; the device evaluates log,
-/// sin and cos in double and rounds, which gives the correctly rounded float and so differs from
-/// libm only where libm's float result is not correctly rounded (rare; see docs/ops.md).
+KILN_PHILOX_FN double div_rn(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __ddiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+KILN_PHILOX_FN double sqrt_rn(double a) {
+#if defined(__CUDA_ARCH__)
+  return __dsqrt_rn(a);
+#else
+  return ::sqrt(a);
+#endif
+}
+KILN_PHILOX_FN float sqrt_rn(float a) {
+#if defined(__CUDA_ARCH__)
+  return __fsqrt_rn(a);
+#else
+  return ::sqrtf(a);
+#endif
+}
+
+// ---- log, sin and cos for Box-Muller, the same bits on every device
+//
+// libm's functions and CUDA's differ in their last bits, so the normals would too. These use
+// only IEEE-754 additions, multiplications, divisions and square roots, each correctly rounded
+// and never contracted (the *_rn helpers), so the CPU and the GPU compute the same double, and
+// the same float after rounding. Their error is a few units in the last place of a double: the
+// float results are correctly rounded except within about 2^-29 of a rounding boundary.
+
+/// (x^1) * sum_k c[k] x^(2k) by Horner's rule over x2 = x*x (c has n terms, c[0] first).
+template <int N>
+KILN_PHILOX_FN double odd_even_poly(const double (&c)[N], double x2) {
+  double p = c[N - 1];
+  for (int k = N - 2; k >= 0; --k) p = add_rn(mul_rn(p, x2), c[k]);
+  return p;
+}
+
+/// Natural log of a finite x > 0 (Box-Muller passes [1e-7, 1)).
+KILN_PHILOX_FN double log_d(double x) {
+  uint64_t bits;
+  memcpy(&bits, &x, sizeof bits);
+  int e = static_cast<int>((bits >> 52) & 0x7ff) - 1023;
+  if (e == -1023) {  // subnormal: scale into the normal range first
+    x = mul_rn(x, 18014398509481984.0);  // 2^54
+    memcpy(&bits, &x, sizeof bits);
+    e = static_cast<int>((bits >> 52) & 0x7ff) - 1023 - 54;
+  }
+  bits = (bits & 0x000fffffffffffffull) | (uint64_t{1023} << 52);
+  double m;
+  memcpy(&m, &bits, sizeof m);  // x = 2^e m, m in [1, 2)
+  if (m > 1.4142135623730951) {  // m in [sqrt(1/2), sqrt(2)): |s| <= 0.1716 below
+    m = mul_rn(m, 0.5);
+    ++e;
+  }
+  // log m = 2 atanh(s) = 2s (1 + s^2/3 + s^4/5 + ...), s = (m - 1) / (m + 1); s^2 <= 0.0295, so
+  // ten terms after the first reach 2^-53
+  constexpr double c[] = {1.0,        1.0 / 3,  1.0 / 5,  1.0 / 7,  1.0 / 9,  1.0 / 11,
+                          1.0 / 13,   1.0 / 15, 1.0 / 17, 1.0 / 19, 1.0 / 21};
+  const double s = div_rn(add_rn(m, -1.0), add_rn(m, 1.0));
+  const double s2 = mul_rn(s, s);
+  const double log_m = mul_rn(mul_rn(2.0, s), odd_even_poly(c, s2));
+  // e ln 2 with ln 2 split so that e * hi is exact
+  constexpr double ln2_hi = 6.93147180369123816490e-01, ln2_lo = 1.90821492927058770002e-10;
+  const double de = static_cast<double>(e);
+  return add_rn(mul_rn(de, ln2_hi), add_rn(mul_rn(de, ln2_lo), log_m));
+}
+
+/// sin and cos of x in [0, 8] (Box-Muller passes [0, 2 pi]).
+KILN_PHILOX_FN void sincos_d(double x, double& sin_x, double& cos_x) {
+  // x = k pi/2 + r, |r| <= pi/4 (pi/2 split so that k * hi is exact)
+  constexpr double pio2_hi = 1.57079632673412561417e+00, pio2_lo = 6.07710050650619224932e-11;
+  const int k = static_cast<int>(add_rn(mul_rn(x, 0.63661977236758134308), 0.5));
+  const double dk = static_cast<double>(k);
+  const double r = add_rn(add_rn(x, -mul_rn(dk, pio2_hi)), -mul_rn(dk, pio2_lo));
+  const double r2 = mul_rn(r, r);
+  // Taylor series to r^21 and r^20: (pi/4)^22 / 22! < 2^-60
+  constexpr double sc[] = {1.0,
+                           -1.0 / 6,
+                           1.0 / 120,
+                           -1.0 / 5040,
+                           1.0 / 362880,
+                           -1.0 / 39916800,
+                           1.0 / 6227020800.0,
+                           -1.0 / 1307674368000.0,
+                           1.0 / 355687428096000.0,
+                           -1.0 / 121645100408832000.0,
+                           1.0 / 51090942171709440000.0};
+  constexpr double cc[] = {1.0,
+                           -1.0 / 2,
+                           1.0 / 24,
+                           -1.0 / 720,
+                           1.0 / 40320,
+                           -1.0 / 3628800,
+                           1.0 / 479001600,
+                           -1.0 / 87178291200.0,
+                           1.0 / 20922789888000.0,
+                           -1.0 / 6402373705728000.0,
+                           1.0 / 2432902008176640000.0};
+  const double s = mul_rn(r, odd_even_poly(sc, r2));
+  const double c = odd_even_poly(cc, r2);
+  switch (k & 3) {
+    case 0: sin_x = s, cos_x = c; break;
+    case 1: sin_x = c, cos_x = -s; break;
+    case 2: sin_x = -s, cos_x = -c; break;
+    default: sin_x = -c, cos_x = s; break;
+  }
+}
+
+/// Box-Muller on two uint32 (TensorFlow's BoxMullerFloat, same operation order), with log, sin
+/// and cos evaluated in double by the functions above and rounded to float: the same bits on
+/// every device. (TensorFlow calls libm's float functions, so its bits depend on the libm; they
+/// are within a few ulp of these.)
 KILN_PHILOX_FN void box_muller(uint32_t x0, uint32_t x1, float& f0, float& f1) {
   float u1 = to_unit_float(x0);
   if (u1 < 1.0e-7f) u1 = 1.0e-7f;
-  const float v1 = static_cast<float>(2.0 * 3.14159265358979323846 * to_unit_float(x1));
-#if defined(__CUDA_ARCH__)
-  const float lg = static_cast<float>(::log(static_cast<double>(u1)));
-  const float u2 = __fsqrt_rn(-2.0f * lg);
-  const float s = static_cast<float>(::sin(static_cast<double>(v1)));
-  const float c = static_cast<float>(::cos(static_cast<double>(v1)));
-#else
-  const float u2 = ::sqrtf(-2.0f * ::logf(u1));
-  float s, c;
-  ::sincosf(v1, &s, &c);
-#endif
-  f0 = mul_rn(s, u2);
-  f1 = mul_rn(c, u2);
+  const float v1 = static_cast<float>(mul_rn(2.0 * 3.14159265358979323846,
+                                             static_cast<double>(to_unit_float(x1))));
+  const float u2 = sqrt_rn(mul_rn(-2.0f, static_cast<float>(log_d(u1))));
+  double sd, cd;
+  sincos_d(v1, sd, cd);
+  f0 = mul_rn(static_cast<float>(sd), u2);
+  f1 = mul_rn(static_cast<float>(cd), u2);
 }
 /// The double version (TensorFlow's BoxMullerDouble): four uint32 -> two normals.
 KILN_PHILOX_FN void box_muller(uint32_t x0, uint32_t x1, uint32_t x2, uint32_t x3, double& d0,
@@ -145,8 +250,9 @@ KILN_PHILOX_FN void box_muller(uint32_t x0, uint32_t x1, uint32_t x2, uint32_t x
   double u1 = to_unit_double(x0, x1);
   if (u1 < 1.0e-7) u1 = 1.0e-7;
   const double v1 = mul_rn(2 * 3.14159265358979323846, to_unit_double(x2, x3));
-  const double u2 = ::sqrt(mul_rn(-2.0, ::log(u1)));
-  const double s = ::sin(v1), c = ::cos(v1);
+  const double u2 = sqrt_rn(mul_rn(-2.0, log_d(u1)));
+  double s, c;
+  sincos_d(v1, s, c);
   d0 = mul_rn(s, u2);
   d1 = mul_rn(c, u2);
 }

@@ -131,9 +131,10 @@ std::vector<Golden> goldens(const std::string& op) {
   return out;
 }
 
-// Compares kiln's stateless op with every golden of `op`; returns the count of elements whose
-// bits differ (and checks they are within `max_ulp` units in the last place).
-int64_t compare_goldens(const std::string& op, int64_t* total) {
+// Compares kiln's stateless op with every golden of `op`: bit for bit when `max_ulp` is 0, else
+// each element within max_ulp units in the last place of the larger. Returns the count of
+// elements whose bits differ.
+int64_t compare_goldens(const std::string& op, int64_t* total, int max_ulp = 0) {
   const auto gs = goldens(op);
   EXPECT_GE(gs.size(), 6u) << "goldens of " << op << " missing";
   int64_t diff = 0;
@@ -153,7 +154,9 @@ int64_t compare_goldens(const std::string& op, int64_t* total) {
       float a, b;
       std::memcpy(&a, &got[i], 4);
       std::memcpy(&b, &exp[i], 4);
-      ADD_FAILURE() << gd.file << " element " << i << ": kiln " << a << " tf " << b;
+      const float m = std::max(std::fabs(a), std::fabs(b));
+      if (!(std::fabs(a - b) <= static_cast<float>(max_ulp) * (std::nextafter(m, INFINITY) - m)))
+        ADD_FAILURE() << gd.file << " element " << i << ": kiln " << a << " tf " << b;
     }
     *total += static_cast<int64_t>(exp.size());
   }
@@ -164,13 +167,53 @@ TEST(RandomUniform, MatchesTensorFlowBitForBit) {
   int64_t total = 0;
   EXPECT_EQ(compare_goldens("uniform", &total), 0) << "of " << total;
 }
-TEST(RandomNormal, MatchesTensorFlowBitForBit) {
+// Normals: TensorFlow calls libm's float logf and sincosf, which are not correctly rounded in
+// about 1.5% of Box-Muller draws (glibc 2.36); kiln evaluates log, sin and cos itself (ops/philox.h)
+// so that every device gives the same bits. The products then differ from TensorFlow's by a few
+// ulp in those draws.
+TEST(RandomNormal, MatchesTensorFlowWithinFourUlp) {
   int64_t total = 0;
-  EXPECT_EQ(compare_goldens("normal", &total), 0) << "of " << total;
+  const int64_t diff = compare_goldens("normal", &total, 4);
+  EXPECT_LT(diff, total / 25) << "of " << total;
+  std::printf("RandomNormal: %lld of %lld elements differ from TensorFlow (<= 4 ulp)\n",
+              static_cast<long long>(diff), static_cast<long long>(total));
 }
-TEST(RandomTruncatedNormal, MatchesTensorFlowBitForBit) {
+TEST(RandomTruncatedNormal, MatchesTensorFlowWithinFourUlp) {
   int64_t total = 0;
-  EXPECT_EQ(compare_goldens("truncated_normal", &total), 0) << "of " << total;
+  // (a rejection decision could flip only where a draw sits within an ulp of the bound)
+  const int64_t diff = compare_goldens("truncated_normal", &total, 4);
+  EXPECT_LT(diff, total / 25) << "of " << total;
+}
+
+// kiln's log, sin and cos (ops/philox.h) against long double libm: a few ulp of a double, and
+// the floats Box-Muller rounds them to correctly rounded in 10^6 draws (the functions use only
+// correctly rounded IEEE operations, so a GPU computes the same bits).
+TEST(RandomNormal, LogSinCosAreAccurate) {
+  std::mt19937_64 rng(test::seed());
+  std::uniform_real_distribution<double> u(1e-7, 1), v(0, 2 * 3.14159265358979323846);
+  const auto ulps = [](double got, long double want) {
+    const double w = static_cast<double>(want);
+    return std::fabs(static_cast<double>(got - want)) /
+           (std::nextafter(std::fabs(w), INFINITY) - std::fabs(w));
+  };
+  double worst = 0;
+  int64_t misrounded = 0;
+  for (int i = 0; i < 1000000; ++i) {
+    const double x = u(rng), y = v(rng);
+    double s, c;
+    philox::sincos_d(y, s, c);
+    const long double lx = std::log(static_cast<long double>(x));
+    const long double ls = std::sin(static_cast<long double>(y));
+    const long double lc = std::cos(static_cast<long double>(y));
+    worst = std::max({worst, ulps(philox::log_d(x), lx), ulps(s, ls), ulps(c, lc)});
+    misrounded += static_cast<float>(philox::log_d(x)) != static_cast<float>(lx);
+    misrounded += static_cast<float>(s) != static_cast<float>(ls);
+    misrounded += static_cast<float>(c) != static_cast<float>(lc);
+  }
+  EXPECT_LE(worst, 4.0);
+  EXPECT_LE(misrounded, 3);  // a result within ~2^-29 of a float rounding boundary
+  std::printf("RandomNormal: log/sin/cos within %.2f ulp of a double, %lld floats misrounded\n",
+              worst, static_cast<long long>(misrounded));
 }
 
 // ---- determinism: thread count, runs, chaining
