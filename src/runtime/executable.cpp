@@ -340,6 +340,9 @@ void check_error_slots(const ExecutableImpl& x, const ExecutableImpl::DeviceSlot
                          value, axis, axis < static_cast<int64_t>(xs.size()) ? xs[axis] : -1,
                          where);
       }
+      case ErrorKind::sequence_length:
+        fail<ValueError>("[{}] seq_lens[{}] = {} is outside [0, {}] {}", op_name(n.op), pos, value,
+                         info[2], where);
       case ErrorKind::index_on_axis:
         break;
     }

@@ -161,8 +161,6 @@ Tensor Case::distinct(const Shape& shape, DType t, Layout layout) {
       layout);
 }
 
-namespace {
-
 // ---- the target ----
 
 Device target_device() {
@@ -184,6 +182,7 @@ std::string target_unavailable() {
   return "";
 }
 
+namespace {
 Backend backend_of(Device d) { return d.kind == Device::Kind::cuda ? Backend::cuda : Backend::cpu; }
 
 struct Stats {
@@ -203,9 +202,10 @@ struct SummaryPrinter : ::testing::Environment {
 };
 const auto* kSummary = ::testing::AddGlobalTestEnvironment(new SummaryPrinter);
 
-// ---- comparison ----
-
 std::string show(double v) { return fmt::format("{:.9g}", v); }
+}  // namespace
+
+// ---- comparison ----
 
 // "" when `got` matches `want` (exact for integer and bool dtypes); else the first mismatching
 // element and the number of them.
@@ -246,6 +246,8 @@ std::string compare(const Array& want, const Array& got, double tol) {
       "(tolerance {} relative to |cpu| + mean |cpu| {})",
       bad, e.size(), idx, first, show(e[first]), show(a[first]), exact ? 0.0 : tol, show(mean_abs));
 }
+
+namespace {
 
 FeedShapes shapes_of(const Feeds& feeds) {
   FeedShapes s;

@@ -101,6 +101,15 @@ Gen with_nans(DType t, Gen base);
 /// Host array from doubles.
 Array from_f64(const std::vector<double>& v, const Shape& shape, DType t);
 
+// The target and the comparison (harness.cpp).
+/// The device compared with the CPU: KILN_HARNESS_DEVICE, default cuda:0.
+Device target_device();
+/// Why the target cannot run here; "" when it can.
+std::string target_unavailable();
+/// "" when `got` matches `want` (exact for integer and bool dtypes, NaN where NaN, infinities
+/// equal); else the first mismatching element and the number of them.
+std::string compare(const Array& want, const Array& got, double tol);
+
 /// Shape of `out` from a throwaway graph (for ops whose inputs depend on another op's output).
 Shape shape_of(const std::function<Tensor(Graph&)>& f);
 

@@ -9,8 +9,9 @@
 // where the shapes allow: forward (rnn_persistent) by default, backward (rnn_backward_persistent,
 // without peepholes) with KILN_RNN_PERSISTENT=1; KILN_RNN_PERSISTENT=0 keeps the per-step
 // launches.
-// Half types run as f32. seq_lens values are clamped to [0, T] here (the CPU kernel rejects
-// them).
+// Half types run as f32. seq_lens values outside [0, T] are reported through the step's error
+// slot (the run then throws ValueError, as the CPU kernel does) and clamped so the kernels stay in
+// bounds meanwhile.
 #include <algorithm>
 #include <climits>
 #include <type_traits>
@@ -161,9 +162,10 @@ void add_col_sums(cudaStream_t st, const T* a, int64_t rows, int64_t n, const T*
 }
 
 template <typename I>
-__global__ void lens_kernel(const I* in, int64_t* out, int64_t B, int64_t T) {
+__global__ void lens_kernel(const I* in, int64_t* out, int64_t B, int64_t T, int64_t* errors) {
   KILN_RNN_LOOP(b, B) {
     const int64_t v = in ? static_cast<int64_t>(in[b]) : T;
+    if (v < 0 || v > T) report_bad_value(errors, b, v);
     out[b] = v < 0 ? 0 : v > T ? T : v;
   }
 }
@@ -297,13 +299,14 @@ int64_t* device_lens(KernelContext& ctx, const Inputs& in) {
   auto* lens = static_cast<int64_t*>(ctx.scratch(sizeof(int64_t) * std::max<int64_t>(in.B, 1)));
   cudaStream_t st = stream_of(ctx);
   if (in.lens >= 0) {
+    describe_errors(ctx, ErrorKind::sequence_length, 0, in.T);
     dispatch_index(ctx.in(in.lens).dtype, ctx.op_name(), [&](auto v) {
       using I = decltype(v);
-      lens_kernel<I>
-          <<<blocks_for(in.B), kThreads, 0, st>>>(ctx.in(in.lens).ptr<I>(), lens, in.B, in.T);
+      lens_kernel<I><<<blocks_for(in.B), kThreads, 0, st>>>(ctx.in(in.lens).ptr<I>(), lens, in.B,
+                                                            in.T, ctx.error_slot());
     });
   } else {
-    lens_kernel<int32_t><<<blocks_for(in.B), kThreads, 0, st>>>(nullptr, lens, in.B, in.T);
+    lens_kernel<int32_t><<<blocks_for(in.B), kThreads, 0, st>>>(nullptr, lens, in.B, in.T, nullptr);
   }
   check_launch(ctx.op_name());
   return lens;
@@ -790,10 +793,14 @@ void rnn_grad(KernelContext& ctx) {
 }  // namespace
 
 void register_rnn_kernels() {
-  register_kernel(OpId::Lstm, Backend::cuda, {layer_kernel<0>, kFloatTypes});
-  register_kernel(OpId::Gru, Backend::cuda, {layer_kernel<1>, kFloatTypes});
-  register_kernel(OpId::Rnn, Backend::cuda, {layer_kernel<2>, kFloatTypes});
-  register_kernel(OpId::RnnGrad, Backend::cuda, {rnn_grad, kFloatTypes});
+  // seq_lens outside [0, T] are reported (KernelContext::error_slot)
+  const auto entry = [](KernelFn fn) {
+    return KernelEntry{fn, kFloatTypes, 0, /*half_via_f32=*/true, /*reports_errors=*/true};
+  };
+  register_kernel(OpId::Lstm, Backend::cuda, entry(layer_kernel<0>));
+  register_kernel(OpId::Gru, Backend::cuda, entry(layer_kernel<1>));
+  register_kernel(OpId::Rnn, Backend::cuda, entry(layer_kernel<2>));
+  register_kernel(OpId::RnnGrad, Backend::cuda, entry(rnn_grad));
 }
 
 }  // namespace kiln::cuda
