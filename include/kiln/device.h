@@ -1,6 +1,8 @@
 // Devices and their in-order work queues.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -20,6 +22,22 @@ struct Device {
   bool operator==(const Device& o) const { return kind == o.kind && index == o.index; }
   bool operator!=(const Device& o) const { return !(*this == o); }
 };
+
+/// Device memory held by kiln's allocator on a GPU (all zeros for the CPU, whose buffers come
+/// from the system allocator).
+struct MemoryStats {
+  size_t allocated_bytes = 0;       // in buffers handed out now (rounded to size classes)
+  size_t reserved_bytes = 0;        // held from the driver: allocated plus cached for reuse
+  size_t peak_allocated_bytes = 0;  // the most allocated_bytes has been
+  uint64_t allocations = 0;         // requests so far
+  uint64_t device_mallocs = 0;      // of which went to the driver (cudaMalloc)
+  uint64_t cache_flushes = 0;       // times the cache was returned to retry an allocation
+};
+/// The allocator's figures for `device`. Throws UnsupportedError for a device not present.
+MemoryStats memory_stats(Device device);
+/// Returns the memory cached for reuse on `device` to the driver once the device has finished
+/// with it (buffers in use stay). Throws UnsupportedError for a device not present.
+void empty_cache(Device device);
 
 /// Number of CUDA devices visible (0 when kiln was built without CUDA or no GPU is present).
 int cuda_device_count();

@@ -86,6 +86,9 @@ class DeviceBackend {
   virtual void release_mapped(void* ptr) = 0;
   /// Bytes free on the device and its total memory.
   virtual void memory_info(int device, size_t* free, size_t* total) = 0;
+  /// The allocator's figures (kiln::memory_stats) and the release of its cache.
+  virtual MemoryStats memory_stats(int device) { return {}; }
+  virtual void empty_cache(int device) {}
 
   // Recorded runs (CUDA graphs): the work the calling thread enqueues on `stream` between
   // begin_capture and end_capture is recorded instead of run, then replayed by launch_graph.

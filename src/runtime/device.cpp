@@ -32,6 +32,15 @@ DeviceBackend* backend_of(Device device) {
   return b;
 }
 
+MemoryStats memory_stats(Device device) {
+  DeviceBackend* b = backend_of(device);
+  return b ? b->memory_stats(device.index) : MemoryStats{};
+}
+
+void empty_cache(Device device) {
+  if (DeviceBackend* b = backend_of(device)) b->empty_cache(device.index);
+}
+
 Device default_device() {
   if (const char* d = env::device()) return Device::parse(d);
   return cuda_device_count() > 0 ? Device::cuda(0) : Device::cpu();

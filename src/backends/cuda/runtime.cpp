@@ -361,8 +361,12 @@ class CudaBackend final : public DeviceBackend {
   }
   void forget_kernels() override { forget_fused_kernels(); }
   int64_t kernels_compiled() override { return fused_kernels_compiled(); }
-  AllocatorStats stats(int device) { return dev(device).allocator->stats(); }
-  void empty_cache(int device) { dev(device).allocator->empty_cache(); }
+  MemoryStats memory_stats(int device) override {
+    const AllocatorStats a = dev(device).allocator->stats();
+    return {a.allocated_bytes, a.reserved_bytes,  a.peak_allocated_bytes,
+            a.allocations,     a.device_mallocs,  a.cache_flushes};
+  }
+  void empty_cache(int device) override { dev(device).allocator->empty_cache(); }
 
  private:
   std::mutex mu_;

@@ -1,0 +1,173 @@
+// The GPU under load: executables compiled and run until device memory runs out, and thousands of
+// asynchronous runs across queues ordered by one event. Both fill or churn the device: the GPU
+// suite runs CudaLoad.* alone, in a process of its own (scripts/test-gpu.sh). Skipped without a
+// GPU.
+#include <unistd.h>
+
+#include <cstdio>
+#include <deque>
+#include <fstream>
+#include <future>
+#include <vector>
+
+#include "kiln/kiln.h"
+#include "support/gpu.h"
+#include "support/reference.h"
+
+namespace kiln {
+namespace {
+using namespace kiln::test;
+
+const Device kGpu = Device::cuda(0);
+
+// Resident host memory of this process, in bytes.
+size_t resident_bytes() {
+  std::ifstream f("/proc/self/statm");
+  size_t pages = 0, resident = 0;
+  f >> pages >> resident;
+  return resident * static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+}
+
+// An executable whose run holds about 2 * 4 GiB of intermediates: the running sum of 2^30 copies
+// of x, and its last element (x * 2^30).
+struct Big {
+  Graph g;
+  Tensor x;
+  Executable exe;
+};
+constexpr int64_t kBig = int64_t{1} << 30;
+
+std::unique_ptr<Big> big_executable() {
+  auto b = std::make_unique<Big>();
+  b->x = b->g.placeholder({1}, f32, "x");
+  Tensor run = cumsum(broadcast_to(b->x, {kBig}), 0);
+  Tensor last = slice(run, {kBig - 1}, {kBig});
+  // no optimization: nothing folds or fuses the large buffers away
+  b->exe = b->g.compile(kGpu, {}, {last}, {.optimize = false});
+  return b;
+}
+
+double run_big(const Big& b, float x) {
+  const Array out = b.exe.run({{b.x, Array::from_vector(std::vector<float>{x}, {1})}})[0];
+  return out.to(Device::cpu()).to_vector<double>()[0];
+}
+
+// Executables are compiled and run (twice: the second run records the CUDA graph the later ones
+// replay) until the device's memory runs out: the one that does not fit fails with OutOfMemory,
+// every earlier one keeps running and answering right, and once all are gone and the cache is
+// emptied the allocator holds what it held before.
+TEST(CudaLoad, OutOfMemoryUnderLoadThenBackToTheStart) {
+  REQUIRE_GPU();
+  empty_cache(kGpu);
+  const MemoryStats start = memory_stats(kGpu);
+  std::vector<std::unique_ptr<Big>> live;
+  std::string oom;
+  for (int i = 0; i < 1000 && oom.empty(); ++i) {
+    try {
+      auto b = big_executable();
+      for (int r = 0; r < 2; ++r)
+        ASSERT_NEAR(run_big(*b, 1.0f + static_cast<float>(i % 3)), (1.0 + i % 3) * kBig,
+                    1e-3 * (1.0 + i % 3) * kBig)
+            << "executable " << i << " run " << r;
+      live.push_back(std::move(b));
+    } catch (const OutOfMemory& e) {
+      oom = e.what();
+    }
+  }
+  ASSERT_FALSE(oom.empty()) << "device memory never ran out";
+  EXPECT_NE(oom.find("[cuda] out of memory"), std::string::npos) << oom;
+  ASSERT_GE(live.size(), 2u) << "not even two executables fit: " << oom;
+  const MemoryStats full = memory_stats(kGpu);
+  std::printf("CudaLoad: %zu executables ran before: %s (kiln held %.1f GiB)\n", live.size(),
+              oom.c_str(), static_cast<double>(full.reserved_bytes) / (1 << 30));
+  // the others keep running, replayed from their recordings, with fresh feeds
+  for (size_t i = 0; i < live.size(); ++i)
+    EXPECT_NEAR(run_big(*live[i], -2.0f), -2.0 * kBig, 2e-3 * kBig) << "executable " << i;
+  live.clear();
+  empty_cache(kGpu);
+  const MemoryStats end = memory_stats(kGpu);
+  EXPECT_EQ(end.allocated_bytes, start.allocated_bytes);
+  EXPECT_EQ(end.reserved_bytes, start.reserved_bytes);
+  // and the device works as before
+  auto b = big_executable();
+  EXPECT_NEAR(run_big(*b, 0.5f), 0.5 * kBig, 1e-3 * kBig);
+}
+
+// 10,000 runs of three executables on three queues, each run waiting for the previous one's
+// event value and signalling the next: every output right, and afterwards no device memory and
+// no more than a few MiB of host memory kept beyond what the first runs settled at.
+TEST(CudaLoad, TenThousandAsyncRunsLeakNothing) {
+  REQUIRE_GPU();
+  Graph g;
+  Tensor x = g.placeholder({64, 64}, f32, "x");
+  const Array wv = random_array({64, 64}, f32, -0.2, 0.2);
+  Tensor w = g.constant(wv);
+  std::vector<Executable> exes;
+  exes.push_back(g.compile(kGpu, {}, {relu(matmul(x, w))}));
+  exes.push_back(g.compile(kGpu, {}, {sum(x * 2.0, {1})}));
+  exes.push_back(g.compile(kGpu, {}, {softmax(x, -1)}));
+  std::vector<Array> feeds;
+  for (int k = 0; k < 4; ++k) feeds.push_back(random_array({64, 64}, f32, -1, 1));
+  // references from the CPU
+  std::vector<std::vector<Array>> want(3);
+  for (int e = 0; e < 3; ++e) {
+    Executable cpu = g.compile(Device::cpu(), {}, {e == 0   ? relu(matmul(x, w))
+                                                   : e == 1 ? sum(x * 2.0, {1})
+                                                            : softmax(x, -1)});
+    for (const Array& f : feeds) want[e].push_back(cpu.run({{x, f}})[0].copy());
+  }
+  std::vector<Queue> queues;
+  for (int q = 0; q < 3; ++q) queues.emplace_back(kGpu);
+  Event order;
+  struct Pending {
+    int index;
+    std::future<std::vector<Array>> out;
+  };
+  std::deque<Pending> pending;
+  int checked = 0, wrong = 0;
+  auto check_oldest = [&] {
+    Pending p = std::move(pending.front());
+    pending.pop_front();
+    const Array got = p.out.get()[0].to(Device::cpu());
+    const Array& ref = want[p.index % 3][(p.index / 3) % 4];
+    const auto a = to_f64(got), b = to_f64(ref);
+    bool ok = a.size() == b.size();
+    for (size_t i = 0; ok && i < a.size(); ++i) ok = std::fabs(a[i] - b[i]) <= 1e-4 + 1e-4 * std::fabs(b[i]);
+    wrong += !ok;
+    ++checked;
+  };
+  size_t rss_warm = 0;
+  MemoryStats warm{};
+  const int kRuns = 10000, kWarm = 600;
+  for (int i = 0; i < kRuns; ++i) {
+    if (i == kWarm) {
+      while (!pending.empty()) check_oldest();
+      for (Queue& q : queues) q.wait();
+      warm = memory_stats(kGpu);
+      rss_warm = resident_bytes();
+    }
+    ExecutionDescriptor d;
+    d.wait_events.push_back({order, static_cast<uint64_t>(i)});
+    d.signal_events.push_back({order, static_cast<uint64_t>(i) + 1, Stage::completed});
+    pending.push_back(
+        {i, exes[i % 3].run_async(queues[i % 3], {{x, feeds[(i / 3) % 4]}}, std::move(d))});
+    if (pending.size() > 48) check_oldest();
+  }
+  while (!pending.empty()) check_oldest();
+  for (Queue& q : queues) q.wait();
+  EXPECT_EQ(order.value(), static_cast<uint64_t>(kRuns));
+  EXPECT_EQ(checked, kRuns);
+  EXPECT_EQ(wrong, 0);
+  const MemoryStats end = memory_stats(kGpu);
+  const size_t rss_end = resident_bytes();
+  std::printf("CudaLoad: %d runs; device allocated %zu -> %zu bytes, reserved %zu -> %zu; host "
+              "resident %.1f -> %.1f MiB\n",
+              kRuns, warm.allocated_bytes, end.allocated_bytes, warm.reserved_bytes,
+              end.reserved_bytes, rss_warm / 1048576.0, rss_end / 1048576.0);
+  EXPECT_EQ(end.allocated_bytes, warm.allocated_bytes);
+  EXPECT_LE(end.reserved_bytes, warm.reserved_bytes + (size_t{64} << 20));
+  EXPECT_LE(rss_end, rss_warm + (size_t{16} << 20));
+}
+
+}  // namespace
+}  // namespace kiln
