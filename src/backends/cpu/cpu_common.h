@@ -46,8 +46,10 @@ template <typename F> void via_f32_copies(KernelContext& ctx, F&& kernel) {
 }
 
 /// The widest x86-64 vector instruction set the CPU kernels' hand-vectorized loops may use: the
-/// CPU's (AVX-512 with F, DQ, BW and VL; AVX2 with FMA; SSE2), capped by KILN_CPU_ISA=avx2 or
-/// baseline (read once; to test the narrower variants). Baseline elsewhere than x86-64.
+/// CPU's (AVX-512 with F, DQ, BW and VL; AVX2 with FMA; SSE2), capped by KILN_CPU_ISA=avx512,
+/// avx2 or baseline (read once; to test the narrower variants, or to run the kernels another
+/// machine runs: the cap applies to oneDNN's kernels too, dnnl_util.cpp). Baseline elsewhere than
+/// x86-64.
 enum class CpuIsa { baseline, avx2, avx512 };
 CpuIsa cpu_isa();
 

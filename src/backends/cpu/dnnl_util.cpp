@@ -5,6 +5,7 @@
 #include <cstring>
 #include <mutex>
 #include <new>
+#include <string_view>
 #include <unordered_map>
 
 #include "core/errors.h"
@@ -96,7 +97,18 @@ const dnnl::primitive_attr& attr() {
 }
 
 const dnnl::engine& engine() {
-  static const dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  static const dnnl::engine e = [] {
+    // KILN_CPU_ISA caps oneDNN's kernels as it caps kiln's own (cpu_common.h), before oneDNN
+    // first looks at the CPU: one machine then repeats another's CPU arithmetic (the same
+    // kernels, so the same order of adding for the same thread count)
+    const char* cap = std::getenv("KILN_CPU_ISA");
+    const std::string_view want = cap ? cap : "";
+    if (want == "baseline" || want == "avx2" || want == "avx512")
+      dnnl::set_max_cpu_isa(want == "baseline" ? dnnl::cpu_isa::sse41
+                            : want == "avx2"   ? dnnl::cpu_isa::avx2
+                                               : dnnl::cpu_isa::avx512_core);
+    return dnnl::engine(dnnl::engine::kind::cpu, 0);
+  }();
   return e;
 }
 
