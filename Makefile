@@ -87,8 +87,9 @@ fuzz: setup
 gpu-bundle: setup
 	@scripts/gpu-bundle.sh build-gpu
 
+# PART=1 (functional, kernel coverage, load) or PART=2 (compute-sanitizer); both by default
 test-gpu:
-	@scripts/test-gpu.sh build-gpu
+	@PART=$(or $(PART),all) scripts/test-gpu.sh build-gpu
 
 # Quick loop while developing: release build and C++ tests only.
 check: build

@@ -34,6 +34,14 @@ if [ -d "$BUILD/python/kiln" ]; then
   [ -n "${BUNDLE_PYTHON:-}" ] && scripts/python-module.sh "$BUNDLE_PYTHON" "$BUILD" "$stage/python"
   strip "$stage"/python/kiln/_kiln*.so 2>/dev/null || true
 fi
+# every kernel compiled into libkiln, by the names the CUDA runtime registers them under (the
+# mangled names among its read-only strings), with the launch counter, for the GPU suite's
+# variant coverage (scripts/kernel_coverage.py)
+objcopy -O binary --only-section='.rodata*' "$BUILD/libkiln.so" "$stage/rodata.bin"
+strings -n 4 "$stage/rodata.bin" | grep '^_Z' | sort -u > "$stage/kernels.txt"
+c++filt < "$stage/kernels.txt" | paste "$stage/kernels.txt" - > "$stage/kernels.tsv"
+rm "$stage/rodata.bin" "$stage/kernels.txt"
+[ -e "$BUILD/tests/libkiln_kernel_counter.so" ] && cp "$BUILD/tests/libkiln_kernel_counter.so" "$stage/lib/"
 strip "$stage"/kiln* "$stage"/tests/* "$stage"/bench/* "$stage/lib/libkiln.so" 2>/dev/null || true
 [ -d "$stage/oplibs" ] && find "$stage/oplibs" -type f -exec strip {} + 2>/dev/null || true
 cp -r "$BUILD/data" "$stage/data"

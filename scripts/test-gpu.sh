@@ -1,15 +1,29 @@
 #!/usr/bin/env bash
-# Runs on the GPU machine (`make test-gpu`), from the bundle scripts/gpu-bundle.sh made: the C++
-# suites with KILN_DEVICE=cuda, the CUDA runtime tests (also under KILN_VALIDATE=cpu), the
-# cross-backend harness, compute-sanitizer memcheck over the harness, ONNX models on CUDA, and the
-# demo on CUDA; the harness, the models and the demo also with recorded runs off (KILN_CAPTURE=0)
-# and with elementwise fusion off (KILN_FUSION=0).
-# Logs go to LOGS (default: BUILD/gpu-logs); a summary table is printed last.
-# STEPS (an extended regex, default: all) picks the steps to run by name, e.g. STEPS=memcheck.
+# Runs on the GPU machine (`make test-gpu`), from the bundle scripts/gpu-bundle.sh made. Two parts,
+# each sized for one device call of under ten minutes (PART=1, PART=2; default: both):
+#
+#   1. functional: the C++ suites with KILN_DEVICE=cuda, the CUDA runtime tests (also under
+#      KILN_VALIDATE=cpu), the cross-backend harness (also with recorded runs off and with
+#      elementwise fusion off), ONNX models on CUDA, the Python bridge, the demo on CUDA and on the
+#      CPU, data-parallel training; determinism across processes; then, alone on the GPU, the load
+#      tests (device memory filled until it runs out, 10,000 asynchronous runs). The kernel
+#      launches of these steps are counted (tests/gpu_tools/kernel_counter.cpp) and every kernel
+#      variant compiled into libkiln must have been launched (scripts/kernel_coverage.py).
+#   2. compute-sanitizer: memcheck over the whole harness, the CUDA suites and the custom-op
+#      examples; racecheck and synccheck over the harness (every kernel family, those with shared
+#      memory or warp-level primitives among them); initcheck over the allocator and the
+#      recorded-run tests. Each in shards run side by side.
+#
+# Steps run side by side (JOBS at a time, default 6) except where the script waits. Logs go to
+# LOGS (default: BUILD/gpu-logs); a summary table with each sanitizer's error count comes last.
+# STEPS (an extended regex) picks steps by name, e.g. STEPS=memcheck.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build-gpu}
 LOGS=${2:-$BUILD/gpu-logs}
+PART=${PART:-all}
+JOBS=${JOBS:-6}
+SHARDS=${SHARDS:-4}
 B="$BUILD/bundle"
 [ -d "$B" ] || tar -C "$BUILD" -xJf "$BUILD/bundle.tar.xz"
 # custom-op libraries back at the build paths the tests were built with
@@ -17,125 +31,137 @@ B="$BUILD/bundle"
 source scripts/gpu-env.sh
 export LD_LIBRARY_PATH="$PWD/$B/lib:$LD_LIBRARY_PATH"
 export KILN_DIGITS_DIR="$PWD/$B/data" KILN_TEST_DATA_DIR="$PWD/tests/data"
-mkdir -p "$LOGS"
-summary=()
-step() {  # name, command...
+mkdir -p "$LOGS" && rm -f "$LOGS"/*.result
+COUNTS="$LOGS/kernel-counts"
+ORDER="$LOGS/order.txt"
+: > "$ORDER"
+# the launch counter, for the steps marked `counted`
+COUNTER="$PWD/$B/lib/libkiln_kernel_counter.so"
+
+# step name command...: runs in the background (at most JOBS at a time); the result, the time and
+# the log's key lines go to LOGS/name.result
+step() {
   local name=$1; shift
   [[ "$name" =~ ${STEPS:-.} ]] || return 0
-  local t0=$SECONDS
-  if timeout 900 "$@" >"$LOGS/$name.log" 2>&1; then r=pass; else r="FAIL($?)"; fi
-  local tail_line
-  tail_line=$(grep -E '^\[  PASSED  \]|^\[  FAILED  \]|tests? ran|ERROR SUMMARY|backend_ops:|demo done|^pass: |^fail: | passed| failed' "$LOGS/$name.log" | tr '\n' ' ' | cut -c1-150)
-  summary+=("$(printf '%-28s %-9s %4ss  %s' "$name" "$r" $((SECONDS - t0)) "$tail_line")")
+  echo "$name" >> "$ORDER"
+  while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n; done
+  (
+    t0=$SECONDS
+    if timeout 900 "$@" >"$LOGS/$name.log" 2>&1; then r=pass; else r="FAIL($?)"; fi
+    printf '%s\t%s\t%s\n' "$r" $((SECONDS - t0)) "$(key_lines "$LOGS/$name.log")" > "$LOGS/$name.result"
+  ) &
 }
+# the same with the kernel launches counted
+counted() {
+  local name=$1; shift
+  step "$name" env CUDA_INJECTION64_PATH="$COUNTER" KILN_KERNEL_COUNTS="$COUNTS" "$@"
+}
+key_lines() {
+  grep -E '^\[  PASSED  \]|^\[  FAILED  \]|tests? ran|ERROR SUMMARY|RACECHECK SUMMARY|backend_ops:|demo done|^pass: |^fail: | passed| failed|kernel coverage:|CudaLoad:' "$1" |
+    tr '\n' ' ' | cut -c1-160
+}
+# sanitize name tool gtest-binary [gtest args...]: SHARDS shards, each a step of its own, with
+# the variables of SAN_ENV ("A=1 B=2") set
+sanitize() {
+  local name=$1 tool=$2 bin=$3; shift 3
+  local extra=()
+  [ "$tool" = racecheck ] && extra=(--racecheck-report hazard)
+  for ((i = 0; i < SHARDS; i++)); do
+    # shellcheck disable=SC2086
+    step "$name-$((i + 1))of$SHARDS" env GTEST_TOTAL_SHARDS="$SHARDS" GTEST_SHARD_INDEX="$i" \
+      ${SAN_ENV:-} compute-sanitizer --tool "$tool" "${extra[@]}" --error-exitcode 3 \
+      --print-limit 20 "$bin" --gtest_brief=1 "$@"
+  done
+}
+# the custom-op example programs, each with its op library: custom_op_examples NAME-PREFIX [wrapper...]
+custom_op_examples() {
+  local prefix=$1; shift
+  local ex prog lib args
+  for ex in softshrink hashgrid; do
+    prog="$BUILD/examples/custom_op/kiln_example_$ex"
+    lib=$(ls "$BUILD"/examples/custom_op/*kiln_example_${ex}_ops*.so 2>/dev/null | head -n 1)
+    args=(--device cuda)
+    [ $ex = hashgrid ] && args+=(--steps 40)
+    [ -x "$prog" ] && [ -n "$lib" ] && step "$prefix-$ex" "$@" "$prog" "$lib" "${args[@]}"
+  done
+}
+in_part() { [ "$PART" = all ] || [ "$PART" = "$1" ]; }
+
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$LOGS/gpu.txt" 2>&1
-for s in core op autodiff quant; do
-  step "suite-$s-on-cuda" env KILN_DEVICE=cuda "$B/tests/kiln_${s}_tests" --gtest_brief=1
-done
-step cuda-runtime "$B/tests/kiln_cuda_tests" --gtest_brief=1
-# queues and events on cuda:0, and the shared-events example
-step async-on-cuda "$B/tests/kiln_core_tests" --gtest_brief=1 \
-  --gtest_filter='Devices/Async.*:Event.*:QueueTest.*'
-[ -x "$B/kiln_example_shared_events" ] &&
-  step example-shared-events "$B/kiln_example_shared_events" --device cuda:0 --batches 2000
-# the profiler on the GPU: every op timed, a CPU fallback's copies and idle gap
-[ -x "$B/tests/kiln_profiler_tests" ] && step profiler-on-cuda "$B/tests/kiln_profiler_tests" --gtest_brief=1
-# custom ops: CUDA kernels from a loaded op library, CPU fallback, packages; the examples on CUDA
-[ -x "$B/tests/kiln_custom_op_tests" ] && step custom-ops-on-cuda "$B/tests/kiln_custom_op_tests" --gtest_brief=1
-[ -x "$BUILD/bench/custom_op/kiln_bench_hashgrid" ] &&
-  step hashgrid-bench-cuda "$BUILD/bench/custom_op/kiln_bench_hashgrid" --device cuda
-# the GPU idle gaps of a softshrink forced onto the CPU, and none with the softshrink custom op
-[ -x "$BUILD/bench/custom_op/kiln_bench_softshrink_profile" ] &&
-  step softshrink-profile-cuda "$BUILD/bench/custom_op/kiln_bench_softshrink_profile" --device cuda
-step cuda-validate env KILN_VALIDATE=cpu "$B/tests/kiln_cuda_tests" --gtest_brief=1 --gtest_filter='CudaRuntime.*'
-if [ -x "$B/tests/kiln_backend_ops" ]; then
-  step backend-ops "$B/tests/kiln_backend_ops"
-  # the same without recorded runs (every GPU case runs twice; the second replays by default)
-  step backend-ops-nocapture env KILN_CAPTURE=0 "$B/tests/kiln_backend_ops"
-  step backend-ops-nofusion env KILN_FUSION=0 "$B/tests/kiln_backend_ops"
-  # (the recurrent cases on their own: their persistent kernels take minutes under memcheck, so
-  # STEPS can give each half a device call of its own)
-  RNN_CASES='*/Lstm*:*/Gru*:*/Rnn*'
-  step memcheck-backend-ops compute-sanitizer --tool memcheck --error-exitcode 3 \
-    "$B/tests/kiln_backend_ops" --gtest_filter="-$RNN_CASES"
-  step memcheck-backend-ops-rnn compute-sanitizer --tool memcheck --error-exitcode 3 \
-    "$B/tests/kiln_backend_ops" --gtest_filter="$RNN_CASES"
-fi
-# ONNX models (tests/data/onnx_models, and MODELS_DIR when given) against ONNX Runtime, on CUDA
-if [ -x "$B/tests/kiln_onnx_conformance" ]; then
-  step onnx-models-cuda "$B/tests/kiln_onnx_conformance" --data tests/data/onnx_models \
-    --rtol 1e-4 --atol 1e-5 --device cuda -v
-  # the same models with elementwise fusion off, and with runs never recorded as CUDA graphs
-  step onnx-models-cuda-nofusion env KILN_FUSION=0 "$B/tests/kiln_onnx_conformance" \
-    --data tests/data/onnx_models --rtol 1e-4 --atol 1e-5 --device cuda
-  step onnx-models-cuda-nocapture env KILN_CAPTURE=0 "$B/tests/kiln_onnx_conformance" \
-    --data tests/data/onnx_models --rtol 1e-4 --atol 1e-5 --device cuda
-  [ -n "${MODELS_DIR:-}" ] && step onnx-more-models-cuda "$B/tests/kiln_onnx_conformance" \
-    --data "$MODELS_DIR" --rtol 1e-4 --atol 1e-5 --device cuda -v
-fi
-# the Python package on the GPU: DLPack with PyTorch CUDA tensors, the torch.compile backend
-# (only with a module for this machine's Python: gpu-bundle.sh builds one with BUNDLE_PYTHON)
-ext=$(python3 -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))' 2>/dev/null)
-if [ -d "$B/python/kiln" ] && ! ls "$B/python/kiln/_kiln$ext" >/dev/null 2>&1; then
-  [[ python-torch =~ ${STEPS:-.} ]] && summary+=("$(printf '%-28s %-9s %4ss  %s' python-torch \
-    skipped 0 "no _kiln$ext in the bundle (BUNDLE_PYTHON=python3.X for scripts/gpu-bundle.sh)")")
-elif [ -d "$B/python/kiln" ]; then
-  step python-torch env PYTHONPATH="$B/python" KILN_BUILD_DIR=/none python3 -m pytest -q -rs \
-    -p no:cacheprovider python/tests/test_torch.py python/tests/test_array.py \
-    python/tests/test_runtime.py
-fi
-step demo-cuda "$B/kiln" demo --device cuda --data "$B/data" --checkpoint "$LOGS/demo.ckpt"
-step demo-cpu "$B/kiln" demo --device cpu --data "$B/data" --checkpoint "$LOGS/demo-cpu.ckpt"
-# runs not recorded as CUDA graphs must give the same epochs (the demo's runs are recorded by default)
-step demo-cuda-nocapture env KILN_CAPTURE=0 "$B/kiln" demo --device cuda --data "$B/data" \
-  --checkpoint "$LOGS/demo-nocapture.ckpt"
-# and without elementwise fusion
-step demo-cuda-nofusion env KILN_FUSION=0 "$B/kiln" demo --device cuda --data "$B/data" \
-  --checkpoint "$LOGS/demo-nofusion.ckpt"
-# the CUDA demo's loss trajectory must follow the CPU's
-step demo-trajectory python3 - "$LOGS/demo-cuda.log" "$LOGS/demo-cpu.log" "$LOGS/demo-cuda-nocapture.log" "$LOGS/demo-cuda-nofusion.log" <<'PY'
-import re, sys
-def losses(p):
-    return [float(m) for m in re.findall(r"epoch +\d+: loss ([0-9.]+)", open(p).read())]
-# Two f32 trainings that add in other orders part once the loss is near 0 (a few thousandths,
-# where one batch moves it by its own size): the epochs are compared until both losses are below
-# 0.05, and from there on both must stay below it (converged).
-def differ(a_run, b_run):
-    bad, converged = [], False
-    for i, (a, b) in enumerate(zip(a_run, b_run)):
-        converged = converged or max(a, b) < 0.05
-        if (max(a, b) >= 0.05) if converged else (abs(a - b) > 0.02 + 0.1 * b):
-            bad.append((i, a, b))
-    return bad
-g, c = losses(sys.argv[1]), losses(sys.argv[2])
-print("cuda", g); print("cpu ", c)
-assert g and len(g) == len(c), "missing epochs"
-bad = differ(g, c)
-assert not bad, f"epochs differ: {bad}"
-n = losses(sys.argv[3])
-print("cuda, not recorded", n)
-# (the same kernels either way; only cuDNN's non-deterministic algorithms may move a digit)
-assert len(n) == len(g) and all(abs(a - b) <= 1e-3 + 1e-3 * b for a, b in zip(n, g)), \
-    "the runs replayed as CUDA graphs and the ones launched op by op differ"
-f = losses(sys.argv[4])
-print("cuda, no fusion", f)
-# (fused kernels round every instruction as the unfused ones do, but the two executables may time
-# cuDNN's backward-filter algorithms differently and pick another order of adding: the last bits
-# of a weight gradient move, and over 12 epochs the losses part as far as CUDA's and the CPU's;
-# tests/cuda/test_fused_elementwise.cpp checks one step's gradients bit for bit)
-bad = differ(f, g)
-assert len(f) == len(g) and not bad, f"the runs with and without elementwise fusion differ: {bad}"
-print("demo done: loss trajectories agree")
-PY
-# distributed training over NCCL: one rank per GPU of this machine (and one rank alone), every
-# collective against references, and the digits convnet against one process with the whole batch
-NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || echo 1)
-DP="$B/tests/kiln_dp_train_nccl"
-step dist-nccl-selftest "$B/kiln" launch -n "$NGPU" -- "$DP" --transport nccl --selftest
-step dist-single-cuda "$DP" --data "$B/data" --transport none --device cuda:0 --out "$LOGS/dp-single.txt"
-step dist-nccl-1 "$B/kiln" launch -n 1 -- "$DP" --data "$B/data" --transport nccl --out "$LOGS/dp-nccl-1.txt"
-step dist-nccl-all "$B/kiln" launch -n "$NGPU" -- "$DP" --data "$B/data" --transport nccl --out "$LOGS/dp-nccl-all.txt"
-step dist-trajectory python3 - "$LOGS/dp-single.txt" "$LOGS/dp-nccl-1.txt" "$LOGS/dp-nccl-all.txt" <<'PY'
+RNN_CASES='*/Lstm*:*/Gru*:*/Rnn*'
+
+if in_part 1; then
+  rm -rf "$COUNTS" && mkdir -p "$COUNTS"
+  # timing-sensitive steps first, alone: the profiler, the hash-grid benchmark and the GPU idle
+  # gaps of a CPU fallback
+  [ -x "$B/tests/kiln_profiler_tests" ] && step profiler-on-cuda "$B/tests/kiln_profiler_tests" --gtest_brief=1
+  [ -x "$BUILD/bench/custom_op/kiln_bench_hashgrid" ] &&
+    step hashgrid-bench-cuda "$BUILD/bench/custom_op/kiln_bench_hashgrid" --device cuda
+  [ -x "$BUILD/bench/custom_op/kiln_bench_softshrink_profile" ] &&
+    step softshrink-profile-cuda "$BUILD/bench/custom_op/kiln_bench_softshrink_profile" --device cuda
+  wait
+  for s in core op autodiff quant; do
+    counted "suite-$s-on-cuda" env KILN_DEVICE=cuda "$B/tests/kiln_${s}_tests" --gtest_brief=1
+  done
+  counted cuda-runtime "$B/tests/kiln_cuda_tests" --gtest_brief=1 --gtest_filter='-CudaLoad.*'
+  # queues and events on cuda:0, and the shared-events example
+  step async-on-cuda "$B/tests/kiln_core_tests" --gtest_brief=1 \
+    --gtest_filter='Devices/Async.*:Event.*:QueueTest.*'
+  [ -x "$B/kiln_example_shared_events" ] &&
+    step example-shared-events "$B/kiln_example_shared_events" --device cuda:0 --batches 2000
+  # custom ops: CUDA kernels from a loaded op library, CPU fallback, packages
+  [ -x "$B/tests/kiln_custom_op_tests" ] && counted custom-ops-on-cuda "$B/tests/kiln_custom_op_tests" --gtest_brief=1
+  custom_op_examples example env CUDA_INJECTION64_PATH="$COUNTER" KILN_KERNEL_COUNTS="$COUNTS"
+  step cuda-validate env KILN_VALIDATE=cpu "$B/tests/kiln_cuda_tests" --gtest_brief=1 --gtest_filter='CudaRuntime.*'
+  if [ -x "$B/tests/kiln_backend_ops" ]; then
+    counted backend-ops "$B/tests/kiln_backend_ops"
+    # the same without recorded runs (every GPU case runs twice; the second replays by default)
+    counted backend-ops-nocapture env KILN_CAPTURE=0 "$B/tests/kiln_backend_ops"
+    counted backend-ops-nofusion env KILN_FUSION=0 "$B/tests/kiln_backend_ops"
+  fi
+  # ONNX models (tests/data/onnx_models, and MODELS_DIR when given) against ONNX Runtime, on CUDA,
+  # also with elementwise fusion off and with runs never recorded as CUDA graphs
+  if [ -x "$B/tests/kiln_onnx_conformance" ]; then
+    ONNX=("$B/tests/kiln_onnx_conformance" --data tests/data/onnx_models --rtol 1e-4 --atol 1e-5 --device cuda)
+    counted onnx-models-cuda "${ONNX[@]}" -v
+    counted onnx-models-cuda-nofusion env KILN_FUSION=0 "${ONNX[@]}"
+    counted onnx-models-cuda-nocapture env KILN_CAPTURE=0 "${ONNX[@]}"
+    [ -n "${MODELS_DIR:-}" ] && step onnx-more-models-cuda "$B/tests/kiln_onnx_conformance" \
+      --data "$MODELS_DIR" --rtol 1e-4 --atol 1e-5 --device cuda -v
+  fi
+  # the Python package on the GPU: DLPack with PyTorch CUDA tensors, the torch.compile backend
+  # (only with a module for this machine's Python: gpu-bundle.sh builds one with BUNDLE_PYTHON)
+  ext=$(python3 -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))' 2>/dev/null)
+  if [ -d "$B/python/kiln" ] && ! ls "$B/python/kiln/_kiln$ext" >/dev/null 2>&1; then
+    if [[ python-torch =~ ${STEPS:-.} ]]; then
+      echo python-torch >> "$ORDER"
+      printf 'skipped\t0\t%s\n' "no _kiln$ext in the bundle (BUNDLE_PYTHON=python3.X for scripts/gpu-bundle.sh)" \
+        > "$LOGS/python-torch.result"
+    fi
+  elif [ -d "$B/python/kiln" ]; then
+    step python-torch env PYTHONPATH="$B/python" KILN_BUILD_DIR=/none python3 -m pytest -q -rs \
+      -p no:cacheprovider python/tests/test_torch.py python/tests/test_array.py \
+      python/tests/test_runtime.py
+  fi
+  counted demo-cuda "$B/kiln" demo --device cuda --data "$B/data" --checkpoint "$LOGS/demo.ckpt"
+  step demo-cpu "$B/kiln" demo --device cpu --data "$B/data" --checkpoint "$LOGS/demo-cpu.ckpt"
+  # runs not recorded as CUDA graphs, and without elementwise fusion, must give the same epochs
+  counted demo-cuda-nocapture env KILN_CAPTURE=0 "$B/kiln" demo --device cuda --data "$B/data" \
+    --checkpoint "$LOGS/demo-nocapture.ckpt"
+  counted demo-cuda-nofusion env KILN_FUSION=0 "$B/kiln" demo --device cuda --data "$B/data" \
+    --checkpoint "$LOGS/demo-nofusion.ckpt"
+  # distributed training over NCCL: one rank per GPU of this machine (and one rank alone), every
+  # collective against references, and the digits convnet against one process with the whole batch
+  NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || echo 1)
+  DP="$B/tests/kiln_dp_train_nccl"
+  step dist-nccl-selftest "$B/kiln" launch -n "$NGPU" -- "$DP" --transport nccl --selftest
+  step dist-single-cuda "$DP" --data "$B/data" --transport none --device cuda:0 --out "$LOGS/dp-single.txt"
+  step dist-nccl-1 "$B/kiln" launch -n 1 -- "$DP" --data "$B/data" --transport nccl --out "$LOGS/dp-nccl-1.txt"
+  step dist-nccl-all "$B/kiln" launch -n "$NGPU" -- "$DP" --data "$B/data" --transport nccl --out "$LOGS/dp-nccl-all.txt"
+  wait
+  step demo-trajectory python3 scripts/demo_trajectory.py "$LOGS/demo-cuda.log" "$LOGS/demo-cpu.log" \
+    "$LOGS/demo-cuda-nocapture.log" "$LOGS/demo-cuda-nofusion.log"
+  step dist-trajectory python3 - "$LOGS/dp-single.txt" "$LOGS/dp-nccl-1.txt" "$LOGS/dp-nccl-all.txt" <<'PY'
 import sys
 runs = [[float(l) for l in open(p)] for p in sys.argv[1:]]
 one = runs[0]
@@ -146,6 +172,45 @@ for path, r in zip(sys.argv[2:], runs[1:]):
     assert worst < 1e-3, f"{path} does not follow the single process"
 print("pass: data-parallel losses follow the single process")
 PY
+  # alone on the GPU: device memory filled until it runs out, then 10,000 asynchronous runs
+  wait
+  counted cuda-load "$B/tests/kiln_cuda_tests" --gtest_filter='CudaLoad.*'
+  wait
+  step kernel-coverage python3 scripts/kernel_coverage.py "$B/kernels.tsv" "$COUNTS"
+  wait
+fi
+
+if in_part 2; then
+  SAN=(--gtest_filter="-$RNN_CASES")
+  if [ -x "$B/tests/kiln_backend_ops" ]; then
+    sanitize memcheck-backend-ops memcheck "$B/tests/kiln_backend_ops" "${SAN[@]}"
+    # the recurrent cases (persistent kernels: slow under the sanitizers) in shards of their own
+    sanitize memcheck-backend-ops-rnn memcheck "$B/tests/kiln_backend_ops" --gtest_filter="$RNN_CASES"
+    sanitize racecheck-backend-ops racecheck "$B/tests/kiln_backend_ops"
+    sanitize synccheck-backend-ops synccheck "$B/tests/kiln_backend_ops"
+  fi
+  SHARDS=2 sanitize memcheck-cuda-runtime memcheck "$B/tests/kiln_cuda_tests" --gtest_filter='-CudaLoad.*'
+  SAN_ENV=KILN_DEVICE=cuda SHARDS=2 sanitize memcheck-quant-on-cuda memcheck "$B/tests/kiln_quant_tests"
+  [ -x "$B/tests/kiln_custom_op_tests" ] &&
+    SHARDS=1 sanitize memcheck-custom-ops memcheck "$B/tests/kiln_custom_op_tests"
+  custom_op_examples memcheck-example compute-sanitizer --tool memcheck --error-exitcode 3 --print-limit 20
+  SHARDS=1 sanitize initcheck-allocator-recorded initcheck "$B/tests/kiln_cuda_tests" \
+    --gtest_filter='CudaAllocator.*:CudaCapture.*'
+  wait
+fi
+
 echo "GPU: $(cat "$LOGS/gpu.txt")"
-printf '%s\n' "${summary[@]}"
-! printf '%s\n' "${summary[@]}" | grep -q FAIL
+printf '%-34s %-9s %5s %7s  %s\n' step result s errors "key lines"
+fail=0
+while read -r name; do
+  if [ -f "$LOGS/$name.result" ]; then
+    IFS=$'\t' read -r r t keys < "$LOGS/$name.result"
+  else
+    r="FAIL(no result)" t=0 keys=""
+  fi
+  errs=$(grep -hoE 'ERROR SUMMARY: [0-9]+ error|\(([0-9]+) errors,' "$LOGS/$name.log" 2>/dev/null |
+    grep -oE '[0-9]+' | awk '{s += $1} END {if (NR) print s; else print "-"}')
+  printf '%-34s %-9s %5s %7s  %s\n' "$name" "$r" "$t" "$errs" "$keys"
+  [[ "$r" == FAIL* ]] && fail=1
+done < "$ORDER"
+exit $fail
