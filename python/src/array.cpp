@@ -136,6 +136,9 @@ Array to_array(nb::handle value, std::optional<DType> dtype) {
   // (asarray, not ascontiguousarray, which makes 0-d arrays 1-d)
   nb::object arr =
       dtype ? np.attr("asarray")(value, numpy_dtype(*dtype)) : np.attr("asarray")(value);
+  // kiln's dtypes are little endian: a big-endian array (">f4") is converted, never misread
+  if (!nb::cast<bool>(arr.attr("dtype").attr("isnative")))
+    arr = arr.attr("astype")(arr.attr("dtype").attr("newbyteorder")("="));
   const DType dt = dtype_from_numpy(arr.attr("dtype"));
   Shape shape = nb::cast<Shape>(arr.attr("shape"));
   arr = np.attr("ascontiguousarray")(arr);
@@ -169,10 +172,24 @@ Array to_feed(nb::handle value) {
   return to_array(value);
 }
 
+Shape checked_shape(Shape s) {
+  // a product of dims past 2^59 elements (2^62 bytes of f64) could never be allocated, and
+  // counting its elements would overflow
+  constexpr uint64_t kMaxElements = uint64_t{1} << 59;
+  uint64_t n = 1;
+  for (int64_t d : s) {
+    if (d <= 0) continue;
+    if (static_cast<uint64_t>(d) > kMaxElements / n)
+      throw ShapeError("[shape] " + kiln::to_string(s) + " has more than 2^59 elements");
+    n *= static_cast<uint64_t>(d);
+  }
+  return s;
+}
+
 Shape to_shape(nb::handle seq) {
   Shape s;
   for (nb::handle d : seq) s.push_back(d.is_none() ? kDynamic : nb::cast<int64_t>(d));
-  return s;
+  return checked_shape(std::move(s));
 }
 
 void bind_array(nb::module_& m) {
@@ -243,10 +260,17 @@ void bind_array(nb::module_& m) {
             new (a) Array(to_array(value, dtype));
           },
           nb::arg("value"), nb::arg("dtype") = nb::none())
-      .def_static("empty", &Array::empty, nb::arg("shape"), nb::arg("dtype") = f32,
-                  nb::arg("device") = Device::cpu(), "An uninitialized array.")
-      .def_static("zeros", &Array::zeros, nb::arg("shape"), nb::arg("dtype") = f32,
-                  "A host array of zeros.")
+      .def_static(
+          "empty",
+          [](nb::handle shape, DType dtype, Device device) {
+            return Array::empty(to_shape(shape), dtype, device);
+          },
+          nb::arg("shape"), nb::arg("dtype") = f32, nb::arg("device") = Device::cpu(),
+          "An uninitialized array.")
+      .def_static(
+          "zeros",
+          [](nb::handle shape, DType dtype) { return Array::zeros(to_shape(shape), dtype); },
+          nb::arg("shape"), nb::arg("dtype") = f32, "A host array of zeros.")
       .def_static(
           "from_dlpack", [](nb::ndarray<nb::ro> t) { return from_dlpack(t); }, nb::arg("tensor"),
           "An array over the memory of a DLPack tensor (numpy, PyTorch, JAX, CuPy; CPU or "

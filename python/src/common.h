@@ -38,6 +38,32 @@ Array array_from_dlpack(nb::handle tensor);
 Array to_feed(nb::handle value);
 /// Shapes given as sequences whose None entries mean -1 (dynamic).
 Shape to_shape(nb::handle seq);
+/// `s`, unless the product of its dims passes 2^59 (ShapeError).
+Shape checked_shape(Shape s);
+/// `value` as a dict; raises TypeError naming `what` for anything else.
+inline nb::dict as_dict(nb::handle value, const char* what) {
+  if (!nb::isinstance<nb::dict>(value))
+    throw nb::type_error((std::string(what) + " must be a dict, not " +
+                          nb::cast<std::string>(nb::str(value.type().attr("__name__"))))
+                             .c_str());
+  return nb::borrow<nb::dict>(value);
+}
+/// `key` as a Tensor; raises TypeError naming `what` for anything else.
+inline Tensor as_tensor(nb::handle key, const char* what) {
+  if (!nb::isinstance<Tensor>(key))
+    throw nb::type_error((std::string(what) + " must be kiln.Tensors, not " +
+                          nb::cast<std::string>(nb::str(key.type().attr("__name__"))))
+                             .c_str());
+  return nb::cast<Tensor>(key);
+}
+/// A sequence of Tensors; raises TypeError naming `what` for anything else.
+inline std::vector<Tensor> as_tensors(nb::handle seq, const char* what) {
+  if (!nb::isinstance<nb::sequence>(seq) || nb::isinstance<nb::str>(seq))
+    throw nb::type_error((std::string(what) + " must be a sequence of kiln.Tensors").c_str());
+  std::vector<Tensor> r;
+  for (nb::handle h : seq) r.push_back(as_tensor(h, what));
+  return r;
+}
 /// A Python list of tensors, each keeping `patient` (their graph, or an input tensor) alive.
 nb::list tensor_list(const std::vector<Tensor>& ts, nb::handle patient);
 nb::object tensor_object(const Tensor& t, nb::handle patient);

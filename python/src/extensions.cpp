@@ -40,7 +40,7 @@ void bind_extensions(nb::module_& m) {
       [](const std::string& op, nb::sequence inputs,
          const std::map<std::string, AttrValue>& attrs) {
         std::vector<Tensor> ins;
-        for (nb::handle h : inputs) ins.push_back(nb::cast<Tensor>(h));
+        for (nb::handle h : inputs) ins.push_back(as_tensor(h, "custom_op's inputs"));
         Attrs a;
         for (const auto& [k, v] : attrs) a.set(k, v);
         const std::vector<Tensor> outs = custom_op(op, ins, a);

@@ -102,6 +102,12 @@ void bind_graph(nb::module_& m) {
                 axes.push_back(axis);
               } else {
                 const int64_t i = nb::cast<int64_t>(it);
+                const int64_t n = axis < x.rank() ? x.shape()[axis] : -1;
+                if ((n >= 0 && (i >= n || i < -n)) || i == INT64_MAX)
+                  throw nb::index_error(("[Tensor] index " + std::to_string(i) +
+                                         " is out of range for axis " + std::to_string(axis) +
+                                         " of shape " + kiln::to_string(x.shape()))
+                                            .c_str());
                 starts.push_back(i);
                 stops.push_back(i == -1 ? INT64_MAX : i + 1);
                 steps.push_back(1);
@@ -197,8 +203,8 @@ void bind_graph(nb::module_& m) {
              std::optional<CompileOptions> options) {
             FeedShapes fs;
             if (!feed_shapes.is_none())
-              for (auto [k, v] : nb::borrow<nb::dict>(feed_shapes))
-                fs.emplace_back(nb::cast<Tensor>(k), to_shape(v));
+              for (auto [k, v] : as_dict(feed_shapes, "feed_shapes"))
+                fs.emplace_back(as_tensor(k, "feed_shapes' keys"), to_shape(v));
             const Device d = device ? *device : default_device();
             const CompileOptions o = options ? *options : CompileOptions{};
             nb::gil_scoped_release release;

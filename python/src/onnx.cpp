@@ -13,7 +13,7 @@ onnx::ImportOptions import_options(const std::map<std::string, std::vector<int64
   onnx::ImportOptions o;
   for (const auto& [k, v] : shapes) o.input_shapes[k] = v;
   if (!values.is_none())
-    for (auto [k, v] : nb::borrow<nb::dict>(values))
+    for (auto [k, v] : as_dict(values, "input_values"))
       o.input_values.emplace(nb::cast<std::string>(k), to_array(v));
   o.default_dim = default_dim;
   o.external_data_dir = external_data_dir;

@@ -165,14 +165,14 @@ void bind_ops(nb::module_& m) {
   m.def(
       "stack",
       [](nb::handle xs, int64_t axis) {
-        auto ts = nb::cast<std::vector<Tensor>>(xs);
+        auto ts = as_tensors(xs, "xs");
         return tensor_object(kiln::stack(ts, axis), first_of(xs));
       },
       nb::arg("xs"), nb::arg("axis") = 0);
   m.def(
       "concat",
       [](nb::handle xs, int64_t axis) {
-        auto ts = nb::cast<std::vector<Tensor>>(xs);
+        auto ts = as_tensors(xs, "xs");
         return tensor_object(kiln::concat(ts, axis), first_of(xs));
       },
       nb::arg("xs"), nb::arg("axis") = 0);
@@ -333,7 +333,7 @@ void bind_ops(nb::module_& m) {
   m.def(
       "einsum",
       [](const std::string& eq, nb::handle xs) {
-        auto ts = nb::cast<std::vector<Tensor>>(xs);
+        auto ts = as_tensors(xs, "xs");
         return tensor_object(kiln::einsum(eq, ts), first_of(xs));
       },
       nb::arg("equation"), nb::arg("operands"));

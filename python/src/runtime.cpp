@@ -65,17 +65,18 @@ struct ByName {
 ByName feeds_of(nb::handle d) {
   ByName r;
   if (d.is_none()) return r;
-  nb::dict dict = nb::borrow<nb::dict>(d);
+  nb::dict dict = as_dict(d, "feeds");
   for (auto [k, v] : dict)
     if (nb::isinstance<nb::str>(k)) r.named = true;
   for (auto [k, v] : dict) {
     Array a = to_feed(v);
     if (r.named) {
-      const std::string name =
-          nb::isinstance<nb::str>(k) ? nb::cast<std::string>(k) : nb::cast<Tensor>(k).name();
+      const std::string name = nb::isinstance<nb::str>(k)
+                                   ? nb::cast<std::string>(k)
+                                   : as_tensor(k, "feeds' keys (names or tensors)").name();
       r.by_name.emplace(name, std::move(a));
     } else {
-      r.feeds.emplace_back(nb::cast<Tensor>(k), std::move(a));
+      r.feeds.emplace_back(as_tensor(k, "feeds' keys (names or tensors)"), std::move(a));
     }
   }
   return r;
