@@ -1,42 +1,80 @@
 #!/usr/bin/env python3
-"""The demo's loss trajectories on CUDA against the CPU's, and CUDA's own variants.
+"""The demo's loss trajectories on the GPU machine (scripts/test-gpu.sh).
 
-    demo_trajectory.py cuda.log cpu.log cuda-nocapture.log cuda-nofusion.log
+  --cuda LOG --cpu LOG         CUDA against the CPU: the same trajectory until the loss is small
+  --same-bits LOG CKPT ...     runs that must agree bit for bit: every epoch's printed loss and
+                               the checkpoint's bytes (the CPU at two thread counts; CUDA in
+                               deterministic mode, recorded or not, fused or not, in separate
+                               processes)
+  --close LOG LOG              runs that must agree to a thousandth (CUDA recorded against not
+                               recorded, outside deterministic mode)
+
+Why CUDA and the CPU part late in training (docs/design.md, "The demo on CUDA and on the CPU"):
+two f32 trainings that add in different orders agree to the printed digit while the loss is
+large, and part once it is a few hundredths, where one batch moves it by its own size. The CPU's
+own trajectory moves the same way between instruction sets (oneDNN's AVX-512 and AVX2 kernels add
+in different orders: KILN_CPU_ISA=avx2 on an AVX-512 machine reads 0.0232 at epoch 12 where the
+AVX-512 kernels read 0.0034), never with the thread count.
 """
+import argparse
+import filecmp
 import re
 import sys
 
 
-def losses(p):
-    return [float(m) for m in re.findall(r"epoch +\d+: loss ([0-9.]+)", open(p).read())]
+def losses(path):
+    return [float(m) for m in re.findall(r"epoch +\d+: loss ([0-9.]+)", open(path).read())]
 
 
-# Two f32 trainings that add in other orders part once the loss is near 0 (a few thousandths,
-# where one batch moves it by its own size): the epochs are compared until both losses are below
-# 0.05, and from there on both must stay below it (converged).
-def differ(a_run, b_run):
-    bad, converged = [], False
-    for i, (a, b) in enumerate(zip(a_run, b_run)):
-        converged = converged or max(a, b) < 0.05
-        if (max(a, b) >= 0.05) if converged else (abs(a - b) > 0.02 + 0.1 * b):
-            bad.append((i, a, b))
-    return bad
-g, c = losses(sys.argv[1]), losses(sys.argv[2])
-print("cuda", g); print("cpu ", c)
-assert g and len(g) == len(c), "missing epochs"
-bad = differ(g, c)
-assert not bad, f"epochs differ: {bad}"
-n = losses(sys.argv[3])
-print("cuda, not recorded", n)
-# (the same kernels either way; only cuDNN's non-deterministic algorithms may move a digit)
-assert len(n) == len(g) and all(abs(a - b) <= 1e-3 + 1e-3 * b for a, b in zip(n, g)), \
-    "the runs replayed as CUDA graphs and the ones launched op by op differ"
-f = losses(sys.argv[4])
-print("cuda, no fusion", f)
-# (fused kernels round every instruction as the unfused ones do, but the two executables may time
-# cuDNN's backward-filter algorithms differently and pick another order of adding: the last bits
-# of a weight gradient move, and over 12 epochs the losses part as far as CUDA's and the CPU's;
-# tests/cuda/test_fused_elementwise.cpp checks one step's gradients bit for bit)
-bad = differ(f, g)
-assert len(f) == len(g) and not bad, f"the runs with and without elementwise fusion differ: {bad}"
-print("demo done: loss trajectories agree")
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--cuda")
+    p.add_argument("--cpu")
+    p.add_argument("--same-bits", nargs="+", default=[], metavar="LOG CKPT")
+    p.add_argument("--close", nargs=2, metavar="LOG")
+    a = p.parse_args()
+    failures = []
+    if a.cuda and a.cpu:
+        g, c = losses(a.cuda), losses(a.cpu)
+        print("cuda", g)
+        print("cpu ", c)
+        if not g or len(g) != len(c):
+            failures.append("cuda and cpu: missing epochs")
+        # while the loss is above 0.03: within 0.002 + 1% of the CPU's; then both stay below 0.05
+        for i, (x, y) in enumerate(zip(g, c)):
+            big = max(x, y) >= 0.03 and not any(max(u, v) < 0.03 for u, v in zip(g[:i], c[:i]))
+            if big and abs(x - y) > 0.002 + 0.01 * y:
+                failures.append(f"epoch {i + 1}: cuda {x} cpu {y} (before convergence)")
+            if not big and max(x, y) >= 0.05:
+                failures.append(f"epoch {i + 1}: cuda {x} cpu {y} (after convergence)")
+    if a.same_bits:
+        if len(a.same_bits) % 2:
+            sys.exit("--same-bits takes LOG CKPT pairs")
+        pairs = list(zip(a.same_bits[::2], a.same_bits[1::2]))
+        first_log, first_ckpt = pairs[0]
+        first = losses(first_log)
+        if not first:
+            failures.append(f"{first_log}: no epochs")
+        for log, ckpt in pairs[1:]:
+            other = losses(log)
+            print(f"{log}: {other}")
+            if other != first:
+                failures.append(f"{log}: losses {other} differ from {first_log}: {first}")
+            if not filecmp.cmp(ckpt, first_ckpt, shallow=False):
+                failures.append(f"{ckpt}: the trained weights differ from {first_ckpt}")
+        if len(pairs) > 1 and not failures:
+            print(f"same bits: {len(pairs)} runs, losses and checkpoints identical")
+    if a.close:
+        x, y = losses(a.close[0]), losses(a.close[1])
+        if len(x) != len(y) or any(abs(u - v) > 1e-3 + 1e-3 * v for u, v in zip(x, y)):
+            failures.append(f"{a.close[0]} and {a.close[1]} differ: {x} / {y}")
+    for f in failures:
+        print("fail:", f)
+    if failures:
+        return 1
+    print("demo done: loss trajectories agree")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -39,7 +39,7 @@ fi
 # variant coverage (scripts/kernel_coverage.py)
 objcopy -O binary --only-section='.rodata*' "$BUILD/libkiln.so" "$stage/rodata.bin"
 strings -n 4 "$stage/rodata.bin" | grep '^_Z' | sort -u > "$stage/kernels.txt"
-c++filt < "$stage/kernels.txt" | paste "$stage/kernels.txt" - > "$stage/kernels.tsv"
+c++filt < "$stage/kernels.txt" | paste "$stage/kernels.txt" - | grep -P '\tvoid ' > "$stage/kernels.tsv"
 rm "$stage/rodata.bin" "$stage/kernels.txt"
 [ -e "$BUILD/tests/libkiln_kernel_counter.so" ] && cp "$BUILD/tests/libkiln_kernel_counter.so" "$stage/lib/"
 strip "$stage"/kiln* "$stage"/tests/* "$stage"/bench/* "$stage/lib/libkiln.so" 2>/dev/null || true

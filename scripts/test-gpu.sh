@@ -14,7 +14,8 @@
 #      memory or warp-level primitives among them); initcheck over the allocator and the
 #      recorded-run tests. Each in shards run side by side.
 #
-# Steps run side by side (JOBS at a time, default 6) except where the script waits. Logs go to
+# Steps run side by side (JOBS at a time, default 6) except where the script waits; STEP_TIMEOUT
+# and DEADLINE bound them (see step below). Logs go to
 # LOGS (default: BUILD/gpu-logs); a summary table with each sanitizer's error count comes last.
 # STEPS (an extended regex) picks steps by name, e.g. STEPS=memcheck.
 set -uo pipefail
@@ -29,7 +30,7 @@ B="$BUILD/bundle"
 # custom-op libraries back at the build paths the tests were built with
 [ -d "$B/oplibs/$BUILD" ] && cp -r "$B/oplibs/$BUILD/." "$BUILD/"
 source scripts/gpu-env.sh
-export LD_LIBRARY_PATH="$PWD/$B/lib:$LD_LIBRARY_PATH"
+export LD_LIBRARY_PATH="$PWD/$B/lib:${LD_LIBRARY_PATH:-}"
 export KILN_DIGITS_DIR="$PWD/$B/data" KILN_TEST_DATA_DIR="$PWD/tests/data"
 mkdir -p "$LOGS" && rm -f "$LOGS"/*.result
 COUNTS="$LOGS/kernel-counts"
@@ -39,15 +40,24 @@ ORDER="$LOGS/order.txt"
 COUNTER="$PWD/$B/lib/libkiln_kernel_counter.so"
 
 # step name command...: runs in the background (at most JOBS at a time); the result, the time and
-# the log's key lines go to LOGS/name.result
+# the log's key lines go to LOGS/name.result. A step is stopped after STEP_TIMEOUT seconds
+# (default 900), and none starts after DEADLINE seconds from the script's start (default: no
+# deadline; the checks that only compare logs run after it too), so that a device call always
+# ends with the table.
 step() {
   local name=$1; shift
   [[ "$name" =~ ${STEPS:-.} ]] || return 0
   echo "$name" >> "$ORDER"
   while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n; done
+  if [ -n "${DEADLINE:-}" ] && [ "$SECONDS" -ge "$DEADLINE" ]; then
+    printf 'FAIL(not started)\t0\tpast the deadline of %ss\n' "$DEADLINE" > "$LOGS/$name.result"
+    return 0
+  fi
   (
     t0=$SECONDS
-    if timeout 900 "$@" >"$LOGS/$name.log" 2>&1; then r=pass; else r="FAIL($?)"; fi
+    limit=${STEP_TIMEOUT:-900}
+    [ -n "${DEADLINE:-}" ] && [ $((DEADLINE + 60 - SECONDS)) -lt "$limit" ] && limit=$((DEADLINE + 60 - SECONDS))
+    if timeout "$limit" "$@" >"$LOGS/$name.log" 2>&1; then r=pass; else r="FAIL($?)"; fi
     printf '%s\t%s\t%s\n' "$r" $((SECONDS - t0)) "$(key_lines "$LOGS/$name.log")" > "$LOGS/$name.result"
   ) &
 }
@@ -87,18 +97,21 @@ custom_op_examples() {
 }
 in_part() { [ "$PART" = all ] || [ "$PART" = "$1" ]; }
 
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$LOGS/gpu.txt" 2>&1
+{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  echo "CPU: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), AVX-512: $(grep -qw avx512f /proc/cpuinfo && echo yes || echo no)"
+} > "$LOGS/gpu.txt" 2>&1
 RNN_CASES='*/Lstm*:*/Gru*:*/Rnn*'
 
 if in_part 1; then
   rm -rf "$COUNTS" && mkdir -p "$COUNTS"
   # timing-sensitive steps first, alone: the profiler, the hash-grid benchmark and the GPU idle
   # gaps of a CPU fallback
-  [ -x "$B/tests/kiln_profiler_tests" ] && step profiler-on-cuda "$B/tests/kiln_profiler_tests" --gtest_brief=1
+  [ -x "$B/tests/kiln_profiler_tests" ] &&
+    JOBS=1 step profiler-on-cuda "$B/tests/kiln_profiler_tests" --gtest_brief=1
   [ -x "$BUILD/bench/custom_op/kiln_bench_hashgrid" ] &&
-    step hashgrid-bench-cuda "$BUILD/bench/custom_op/kiln_bench_hashgrid" --device cuda
+    JOBS=1 step hashgrid-bench-cuda "$BUILD/bench/custom_op/kiln_bench_hashgrid" --device cuda
   [ -x "$BUILD/bench/custom_op/kiln_bench_softshrink_profile" ] &&
-    step softshrink-profile-cuda "$BUILD/bench/custom_op/kiln_bench_softshrink_profile" --device cuda
+    JOBS=1 step softshrink-profile-cuda "$BUILD/bench/custom_op/kiln_bench_softshrink_profile" --device cuda
   wait
   for s in core op autodiff quant; do
     counted "suite-$s-on-cuda" env KILN_DEVICE=cuda "$B/tests/kiln_${s}_tests" --gtest_brief=1
@@ -143,13 +156,22 @@ if in_part 1; then
       -p no:cacheprovider python/tests/test_torch.py python/tests/test_array.py \
       python/tests/test_runtime.py
   fi
-  counted demo-cuda "$B/kiln" demo --device cuda --data "$B/data" --checkpoint "$LOGS/demo.ckpt"
-  step demo-cpu "$B/kiln" demo --device cpu --data "$B/data" --checkpoint "$LOGS/demo-cpu.ckpt"
-  # runs not recorded as CUDA graphs, and without elementwise fusion, must give the same epochs
-  counted demo-cuda-nocapture env KILN_CAPTURE=0 "$B/kiln" demo --device cuda --data "$B/data" \
-    --checkpoint "$LOGS/demo-nocapture.ckpt"
-  counted demo-cuda-nofusion env KILN_FUSION=0 "$B/kiln" demo --device cuda --data "$B/data" \
-    --checkpoint "$LOGS/demo-nofusion.ckpt"
+  # determinism from process to process: a second process's hashes of the training steps
+  step determinism-again "$B/tests/kiln_cuda_tests" --gtest_filter='CudaDeterminism.*TrainingSteps*'
+  # the demo: on CUDA, recorded and not; on the CPU at two thread counts (the same bits); on CUDA
+  # in deterministic mode, recorded, not recorded and without fusion (the same bits)
+  demo() {  # name device [VAR=value...]: the demo, its log LOGS/name.log, checkpoint LOGS/name.ckpt
+    local name=$1 device=$2; shift 2
+    counted "$name" env "$@" "$B/kiln" demo --device "$device" --data "$B/data" \
+      --checkpoint "$LOGS/$name.ckpt"
+  }
+  demo demo-cuda cuda
+  demo demo-cuda-nocapture cuda KILN_CAPTURE=0
+  demo demo-cpu cpu
+  demo demo-cpu-3-threads cpu KILN_THREADS=3
+  demo demo-cuda-det cuda KILN_DETERMINISTIC=1
+  demo demo-cuda-det-nocapture cuda KILN_DETERMINISTIC=1 KILN_CAPTURE=0
+  demo demo-cuda-det-nofusion cuda KILN_DETERMINISTIC=1 KILN_FUSION=0
   # distributed training over NCCL: one rank per GPU of this machine (and one rank alone), every
   # collective against references, and the digits convnet against one process with the whole batch
   NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || echo 1)
@@ -159,9 +181,19 @@ if in_part 1; then
   step dist-nccl-1 "$B/kiln" launch -n 1 -- "$DP" --data "$B/data" --transport nccl --out "$LOGS/dp-nccl-1.txt"
   step dist-nccl-all "$B/kiln" launch -n "$NGPU" -- "$DP" --data "$B/data" --transport nccl --out "$LOGS/dp-nccl-all.txt"
   wait
-  step demo-trajectory python3 scripts/demo_trajectory.py "$LOGS/demo-cuda.log" "$LOGS/demo-cpu.log" \
-    "$LOGS/demo-cuda-nocapture.log" "$LOGS/demo-cuda-nofusion.log"
-  step dist-trajectory python3 - "$LOGS/dp-single.txt" "$LOGS/dp-nccl-1.txt" "$LOGS/dp-nccl-all.txt" <<'PY'
+  L="$LOGS"
+  DEADLINE= step demo-cuda-vs-cpu python3 scripts/demo_trajectory.py --cuda "$L/demo-cuda.log" --cpu "$L/demo-cpu.log" \
+    --close "$L/demo-cuda.log" "$L/demo-cuda-nocapture.log"
+  DEADLINE= step demo-cpu-same-bits python3 scripts/demo_trajectory.py --same-bits "$L/demo-cpu.log" \
+    "$L/demo-cpu.ckpt" "$L/demo-cpu-3-threads.log" "$L/demo-cpu-3-threads.ckpt"
+  DEADLINE= step demo-cuda-det-same-bits python3 scripts/demo_trajectory.py --same-bits "$L/demo-cuda-det.log" \
+    "$L/demo-cuda-det.ckpt" "$L/demo-cuda-det-nocapture.log" "$L/demo-cuda-det-nocapture.ckpt" \
+    "$L/demo-cuda-det-nofusion.log" "$L/demo-cuda-det-nofusion.ckpt"
+  DEADLINE= step determinism-processes sh -c "grep -h '^kiln-determinism ' '$L/cuda-runtime.log' | sort > '$L/det-a.txt';
+    grep -h '^kiln-determinism ' '$L/determinism-again.log' | sort > '$L/det-b.txt';
+    cat '$L/det-a.txt'; [ \$(wc -l < '$L/det-a.txt') -ge 3 ] && diff '$L/det-a.txt' '$L/det-b.txt' &&
+    echo 'pass: training steps hash the same in two processes'"
+  DEADLINE= step dist-trajectory python3 - "$LOGS/dp-single.txt" "$LOGS/dp-nccl-1.txt" "$LOGS/dp-nccl-all.txt" <<'PY'
 import sys
 runs = [[float(l) for l in open(p)] for p in sys.argv[1:]]
 one = runs[0]
@@ -176,7 +208,7 @@ PY
   wait
   counted cuda-load "$B/tests/kiln_cuda_tests" --gtest_filter='CudaLoad.*'
   wait
-  step kernel-coverage python3 scripts/kernel_coverage.py "$B/kernels.tsv" "$COUNTS"
+  DEADLINE= step kernel-coverage python3 scripts/kernel_coverage.py "$B/kernels.tsv" "$COUNTS"
   wait
 fi
 
