@@ -3,7 +3,8 @@
 1.0, 2.0 and 3.0, scalars, empty and 0-size arrays, and the malformed kinds a reader must refuse:
 Fortran order, big-endian and unknown dtypes, truncated headers and data, header lengths past the
 end, absurd and overflowing shapes, bad magic and versions. Deterministic (fixed seed).
-Usage: make_npy_corpus.py OUT_DIR"""
+The corpus also keeps found_*.npy: inputs of 30-minute runs that reached code the seeds do not
+(fuzz_npy_read -merge=1), kept as they are. Usage: make_npy_corpus.py OUT_DIR"""
 import io
 import os
 import struct
