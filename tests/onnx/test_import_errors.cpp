@@ -302,4 +302,24 @@ TEST(OnnxExternalData, FileTruncatedWhileImporting) {
   }
 }
 
+// An input shape of more than 2^59 elements (its element count overflows, or no memory holds it)
+// is refused at import (an Expand computing one: tests/cli/crash_matrix.py).
+TEST(OnnxImportErrors, ShapesPastTwoToThe59ElementsAreFormatErrors) {
+  for (const std::vector<int64_t>& dims : {std::vector<int64_t>{int64_t{1} << 31, int64_t{1} << 31},
+                                           std::vector<int64_t>{999999999999, 999999999999},
+                                           std::vector<int64_t>{0, int64_t{1} << 62, 4}}) {
+    onnx::ModelProto m = add_model(kW);
+    auto* g = m.mutable_graph();
+    g->clear_input();
+    add_tensor_value(g->add_input(), "X", dims);
+    const std::string bytes = m.SerializeAsString();
+    try {
+      kiln::onnx::import_bytes(bytes.data(), bytes.size());
+      ADD_FAILURE() << "imported an input of " << dims.size() << " dims";
+    } catch (const kiln::FormatError& e) {
+      EXPECT_NE(std::string(e.what()).find("2^59"), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace

@@ -2,6 +2,7 @@
 #include "tools/kiln/model_args.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -308,8 +309,19 @@ std::map<std::string, Array> complete_inputs(const PreparedModel& model,
                                              uint64_t seed) {
   std::map<std::string, Array> r = given;
   std::mt19937_64 rng(seed);
-  for (const auto& in : model.inputs)
-    if (!r.count(in.name)) r[in.name] = random_array(in.shape, in.dtype, rng);
+  // random values are drawn as doubles, then converted: both must fit in this machine's memory
+  const uint64_t memory = static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) *
+                          static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  for (const auto& in : model.inputs) {
+    if (r.count(in.name)) continue;
+    const auto n = static_cast<uint64_t>(numel(in.shape));
+    if (n > memory / (sizeof(double) + size_of(in.dtype)))
+      throw ValueError(fmt::format(
+          "[random inputs] input '{}' is {} {}: its random values would not fit in this "
+          "machine's {} bytes of memory (give it with --input NAME=FILE.npy)",
+          in.name, name(in.dtype), to_string(in.shape), memory));
+    r[in.name] = random_array(in.shape, in.dtype, rng);
+  }
   return r;
 }
 

@@ -24,6 +24,19 @@ namespace {
 
 bool default_domain(const std::string& d) { return d.empty() || d == "ai.onnx"; }
 
+// A shape of more than 2^59 elements (2^62 bytes of f64) could never be allocated, and counting
+// its elements or bytes would overflow: refused where the model declares or computes it.
+void check_elements(const Shape& shape, const std::string& what) {
+  constexpr uint64_t kMaxElements = uint64_t{1} << 59;
+  uint64_t n = 1;
+  for (int64_t d : shape) {
+    if (d <= 0) continue;
+    if (static_cast<uint64_t>(d) > kMaxElements / n)
+      fail<FormatError>("[onnx] {} has shape {}: more than 2^59 elements", what, str(shape));
+    n *= static_cast<uint64_t>(d);
+  }
+}
+
 std::string node_label(const ::onnx::NodeProto& n) {
   if (!n.name().empty()) return n.name();
   return n.output_size() ? n.output(0) : std::string("<unnamed>");
@@ -236,6 +249,7 @@ void Importer::add_inputs(const ::onnx::GraphProto& g) {
       }
       given.insert(in.name());
     }
+    check_elements(info.shape, fmt::format("input '{}'", info.name));
     info.tensor = model_.graph.placeholder(info.shape, info.dtype, info.name);
     values_[info.name] = {info.tensor, std::nullopt};
     model_.inputs.push_back(std::move(info));
@@ -287,6 +301,8 @@ void Importer::add_node(const ::onnx::NodeProto& node) {
     if (name.empty()) continue;
     Value v;
     if (i < static_cast<int>(outs.size()) && outs[i].valid()) {
+      check_elements(outs[i].shape(), fmt::format("node '{}' ({}) output '{}'", node_label(node),
+                                                  node.op_type(), name));
       v.tensor = outs[i];
       if (auto it = known_.find({outs[i].node_id(), outs[i].output_index()}); it != known_.end())
         v.data = it->second;
