@@ -1,6 +1,9 @@
 // CUDA kernels of the norm family. A row's statistics take one pass (online max/sum for softmax,
-// Welford for the norms) reduced across a warp (short rows) or a block (long rows), then a second
-// pass writes the row; arithmetic in float for half types, double for f64.
+// sums or Welford for the norms) reduced across a warp (short rows) or a block (long rows), then
+// a second pass writes the row; arithmetic in float for half types, double for f64. Layer, RMS,
+// instance and group norm statistics of float and half types sum in double (as the CPU kernels
+// do), so rows of large values (|x| near 1e20 and beyond, whose squares pass float's range)
+// normalize as on the CPU.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -91,6 +94,20 @@ template <typename A> struct Moments {
     return {shfl_xor(n, mask), shfl_xor(mean, mask), shfl_xor(m2, mask)};
   }
   __device__ Moments bcast() const { return {shfl0(n), shfl0(mean), shfl0(m2)}; }
+};
+// Sums of x and x^2 in double, for the norms of float and half types: no division per element, and
+// no overflow for any float's square.
+struct Sums {
+  double s1, s2;
+  __device__ static Sums empty() { return {0, 0}; }
+  __device__ void add(float x) {
+    const double d = x;
+    s1 += d;
+    s2 += d * d;
+  }
+  __device__ static Sums combine(const Sums& a, const Sums& b) { return {a.s1 + b.s1, a.s2 + b.s2}; }
+  __device__ Sums shfl(int mask) const { return {shfl_xor(s1, mask), shfl_xor(s2, mask)}; }
+  __device__ Sums bcast() const { return {shfl0(s1), shfl0(s2)}; }
 };
 // Sum of squares, for RMS norm.
 template <typename A> struct SquareSum {
@@ -242,8 +259,19 @@ template <typename T> Affine<T> affine_of(const KernelContext& ctx, int first) {
   return a;
 }
 
-// A row's statistics: Welford moments, or the sum of squares for RMS norm.
-template <typename A, bool kRms> using NormStats = std::conditional_t<kRms, SquareSum<A>, Moments<A>>;
+// A row's statistics of elements of type T: the sum of squares for RMS norm, else sums (Welford
+// moments for f64), in double.
+template <typename T, bool kRms>
+using NormStats = std::conditional_t<kRms, SquareSum<double>,
+                                     std::conditional_t<std::is_same_v<T, double>,
+                                                        Moments<double>, Sums>>;
+// The mean of a row of n, and its sum of squared deviations.
+__device__ inline double mean_of(const Moments<double>& st, int64_t) { return st.mean; }
+__device__ inline double m2_of(const Moments<double>& st, int64_t) { return st.m2; }
+__device__ inline double mean_of(const Sums& st, int64_t n) { return st.s1 / static_cast<double>(n); }
+__device__ inline double m2_of(const Sums& st, int64_t n) {
+  return fmax(st.s2 - st.s1 * (st.s1 / static_cast<double>(n)), 0.0);
+}
 
 // Adds the V-wide elements [j0, j1) (step `step`) of a row, less `shift`, to st.
 template <typename T, int V, typename S, typename A>
@@ -275,18 +303,18 @@ template <typename T> struct NormRow {
 
   // Writes the V-wide elements [j0, j1) (step `step`) of row r from the row's statistics.
   template <int V, bool kRms>
-  __device__ void write(int64_t r, const NormStats<acc_t<T>, kRms>& st, int64_t j0, int64_t j1,
+  __device__ void write(int64_t r, const NormStats<T, kRms>& st, int64_t j0, int64_t j1,
                         int64_t step) const {
     using A = acc_t<T>;
-    A mean, var;
+    double mean_d = 0, var;
     if constexpr (kRms) {
-      mean = A(0);
-      var = st.s / static_cast<A>(len);
+      var = st.s / static_cast<double>(len);
     } else {
-      mean = st.mean;
-      var = st.m2 / static_cast<A>(len);
+      mean_d = mean_of(st, len);
+      var = m2_of(st, len) / static_cast<double>(len);
     }
-    const A rstd = A(1) / sqrt(var + static_cast<A>(eps));
+    const A mean = static_cast<A>(mean_d);
+    const A rstd = static_cast<A>(1.0 / sqrt(var + eps));
     const A k = shift<kRms>(r);
     const int64_t ch0 = (r % groups) * (len / spatial);
     const auto* px = reinterpret_cast<const Vec<T, V>*>(x + r * len);
@@ -313,7 +341,7 @@ template <typename T> struct NormRow {
 // G threads per row; elements are read and written V at a time (V divides len).
 template <typename T, bool kRms, int G, int V>
 __global__ void norm_rows(NormRow<T> nr, int64_t rows) {
-  using Stats = NormStats<acc_t<T>, kRms>;
+  using Stats = NormStats<T, kRms>;
   __shared__ Stats smem[32];
   const RowGroup<G> g;
   const int64_t nv = nr.len / V;
@@ -332,8 +360,8 @@ __global__ void norm_rows(NormRow<T> nr, int64_t rows) {
 constexpr int64_t kChunk = 16384;
 
 template <typename T, bool kRms, int V>
-__global__ void norm_chunk_stats(NormRow<T> nr, NormStats<acc_t<T>, kRms>* part) {
-  using Stats = NormStats<acc_t<T>, kRms>;
+__global__ void norm_chunk_stats(NormRow<T> nr, NormStats<T, kRms>* part) {
+  using Stats = NormStats<T, kRms>;
   __shared__ Stats smem[32];
   const int64_t r = blockIdx.y, j0 = blockIdx.x * (kChunk / V);
   const int64_t j1 = min(nr.len / V, j0 + kChunk / V);
@@ -345,8 +373,8 @@ __global__ void norm_chunk_stats(NormRow<T> nr, NormStats<acc_t<T>, kRms>* part)
 }
 
 template <typename T, bool kRms, int V>
-__global__ void norm_chunk_apply(NormRow<T> nr, const NormStats<acc_t<T>, kRms>* part) {
-  using Stats = NormStats<acc_t<T>, kRms>;
+__global__ void norm_chunk_apply(NormRow<T> nr, const NormStats<T, kRms>* part) {
+  using Stats = NormStats<T, kRms>;
   const int64_t r = blockIdx.y, j0 = blockIdx.x * (kChunk / V);
   const int64_t j1 = min(nr.len / V, j0 + kChunk / V);
   Stats st = part[r * gridDim.x];
@@ -376,7 +404,7 @@ void norm_impl(KernelContext& ctx, int64_t len, int64_t spatial, int64_t groups)
     with_width<T>(vectorizable<T>(len, {x.data, y.data}), [&](auto v) {
       constexpr int V = decltype(v)::value;
       if (chunks >= 4 && rows < 256) {  // too few rows to fill the GPU a block per row
-        using Stats = NormStats<acc_t<T>, kRms>;
+        using Stats = NormStats<T, kRms>;
         auto* part = static_cast<Stats*>(ctx.scratch(rows * chunks * sizeof(Stats)));
         const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(rows));
         norm_chunk_stats<T, kRms, V><<<grid, kRowBlock, 0, stream>>>(nr, part);
