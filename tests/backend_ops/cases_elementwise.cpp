@@ -66,6 +66,7 @@ const BinShape kBinShapes[] = {
     {{0, 7}, {7}, kDense, kDense, "empty"},
     {{2, 1, 3, 33}, {5, 1, 33}, kDense, kDense, "rank broadcast"},
     {{5, 4099}, {4099}, kDense, kDense, "multi-block row broadcast"},
+    {{48, 96}, {48, 96}, kDense, kDense, "4608, vector loads"},
 };
 constexpr int kNumBin = static_cast<int>(std::size(kBinShapes));
 
@@ -194,8 +195,10 @@ struct UnShape {
   Shape s;
   Layout l;
 };
-const UnShape kUnShapes[] = {{{31}, kDense},  {{128}, kDense}, {{3, 257}, kDense}, {{33, 65}, kT},
-                             {{17, 129}, kS}, {{0}, kDense},   {{}, kDense}};
+// (64 x 130: past the element count where CUDA's kernels load vectors)
+const UnShape kUnShapes[] = {{{31}, kDense},   {{128}, kDense}, {{3, 257}, kDense},
+                             {{33, 65}, kT},   {{17, 129}, kS}, {{0}, kDense},
+                             {{}, kDense},     {{64, 130}, kDense}};
 constexpr int kNumUn = static_cast<int>(std::size(kUnShapes));
 
 // Float inputs of an op: uniform in [lo, hi), or `gen` when set.
@@ -353,12 +356,13 @@ const bool kWhere = register_cases({OpId::Where, 5, [](Case& c, DType t, int i) 
                                     }});
 
 const bool kCast = register_cases(
-    {OpId::Cast, 2 * static_cast<int>(std::size(kHarnessTypes)), [](Case& c, DType t, int i) {
+    {OpId::Cast, 3 * static_cast<int>(std::size(kHarnessTypes)), [](Case& c, DType t, int i) {
        const int n = static_cast<int>(std::size(kHarnessTypes));
        const DType to = kHarnessTypes[i % n];
        if (to == t) return false;  // no node
-       const Shape shape = i < n ? Shape{257} : Shape{33, 65};
-       const Layout l = i < n ? kDense : kT;
+       // (64 x 130: past the element count where CUDA's kernels load vectors)
+       const Shape shape = i < n ? Shape{257} : i < 2 * n ? Shape{33, 65} : Shape{64, 130};
+       const Layout l = i < n || i >= 2 * n ? kDense : kT;
        // non-negative values in range of every dtype, away from integer ties
        Tensor x = is_floating(t) ? c.input(shape, t, off_ties(t, 0, 99), l)
                   : t == boolean ? c.rand(shape, t, l)
