@@ -196,7 +196,7 @@ TEST(QuantizedMatmul, FusedEqualsUnfusedWithinOneLsb) {
 }
 
 TEST(QuantizedMatmul, NotFusedWhenAnIntermediateIsReadElsewhere) {
-  const Problem p{{16, 16}, 6, u8, i8, u8, false, false, true, false, true};
+  const Problem p{{64, 16}, 12, u8, i8, u8, false, false, true, false, true};
   const Data d = random_data(p);
   Graph g;
   auto pa = g.placeholder(p.a, p.at, "a");
