@@ -134,6 +134,8 @@ if in_part 1; then
     # the same without recorded runs (every GPU case runs twice; the second replays by default)
     counted backend-ops-nocapture env KILN_CAPTURE=0 "$B/tests/kiln_backend_ops"
     counted backend-ops-nofusion env KILN_FUSION=0 "$B/tests/kiln_backend_ops"
+    # and in deterministic mode (its own kernels and algorithm choices)
+    counted backend-ops-deterministic env KILN_DETERMINISTIC=1 "$B/tests/kiln_backend_ops"
   fi
   # ONNX models (tests/data/onnx_models, and MODELS_DIR when given) against ONNX Runtime, on CUDA,
   # also with elementwise fusion off and with runs never recorded as CUDA graphs
@@ -218,12 +220,13 @@ fi
 if in_part 2; then
   SAN=(--gtest_filter="-$RNN_CASES")
   if [ -x "$B/tests/kiln_backend_ops" ]; then
-    sanitize memcheck-backend-ops memcheck "$B/tests/kiln_backend_ops" "${SAN[@]}"
-    # the recurrent cases (persistent kernels: slow under the sanitizers) in shards of their own
-    sanitize memcheck-backend-ops-rnn memcheck "$B/tests/kiln_backend_ops" --gtest_filter="$RNN_CASES"
+    # the slowest first; the recurrent cases (persistent kernels: slow under the sanitizers) in
+    # shards of their own
     SHARDS=6 sanitize racecheck-backend-ops racecheck "$B/tests/kiln_backend_ops" "${SAN[@]}"
     SHARDS=2 sanitize racecheck-backend-ops-rnn racecheck "$B/tests/kiln_backend_ops" --gtest_filter="$RNN_CASES"
     sanitize synccheck-backend-ops synccheck "$B/tests/kiln_backend_ops" "${SAN[@]}"
+    sanitize memcheck-backend-ops memcheck "$B/tests/kiln_backend_ops" "${SAN[@]}"
+    sanitize memcheck-backend-ops-rnn memcheck "$B/tests/kiln_backend_ops" --gtest_filter="$RNN_CASES"
     SHARDS=2 sanitize synccheck-backend-ops-rnn synccheck "$B/tests/kiln_backend_ops" --gtest_filter="$RNN_CASES"
   fi
   SHARDS=2 sanitize memcheck-cuda-runtime memcheck "$B/tests/kiln_cuda_tests" --gtest_filter='-CudaLoad.*'
