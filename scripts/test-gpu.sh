@@ -222,12 +222,20 @@ if in_part 2; then
   if [ -x "$B/tests/kiln_backend_ops" ]; then
     # the slowest first; the recurrent cases (persistent kernels: slow under the sanitizers) in
     # shards of their own
-    SHARDS=6 sanitize racecheck-backend-ops racecheck "$B/tests/kiln_backend_ops" "${SAN[@]}"
-    SHARDS=2 sanitize racecheck-backend-ops-rnn racecheck "$B/tests/kiln_backend_ops" --gtest_filter="$RNN_CASES"
-    sanitize synccheck-backend-ops synccheck "$B/tests/kiln_backend_ops" "${SAN[@]}"
+    # racecheck and synccheck check shared memory and barriers, whose use follows the kernel's
+    # code, not its element type: one float, one half, i32 and the int8 types of the quantized
+    # kernels (memcheck takes every dtype). One GPU runs the processes in turn, not at once: more shards than about 12
+    # only queue up.
+    SAN_ENV=KILN_HARNESS_DTYPES=f32,bf16,i32,i8,u8 SHARDS=4 sanitize racecheck-backend-ops racecheck \
+      "$B/tests/kiln_backend_ops" "${SAN[@]}"
+    SAN_ENV=KILN_HARNESS_DTYPES=f32,bf16 SHARDS=1 sanitize racecheck-backend-ops-rnn racecheck \
+      "$B/tests/kiln_backend_ops" --gtest_filter="$RNN_CASES"
+    SAN_ENV=KILN_HARNESS_DTYPES=f32,bf16,i32,i8,u8 SHARDS=2 sanitize synccheck-backend-ops synccheck \
+      "$B/tests/kiln_backend_ops" "${SAN[@]}"
     sanitize memcheck-backend-ops memcheck "$B/tests/kiln_backend_ops" "${SAN[@]}"
-    sanitize memcheck-backend-ops-rnn memcheck "$B/tests/kiln_backend_ops" --gtest_filter="$RNN_CASES"
-    SHARDS=2 sanitize synccheck-backend-ops-rnn synccheck "$B/tests/kiln_backend_ops" --gtest_filter="$RNN_CASES"
+    SHARDS=2 sanitize memcheck-backend-ops-rnn memcheck "$B/tests/kiln_backend_ops" --gtest_filter="$RNN_CASES"
+    SAN_ENV=KILN_HARNESS_DTYPES=f32,bf16 SHARDS=1 sanitize synccheck-backend-ops-rnn synccheck \
+      "$B/tests/kiln_backend_ops" --gtest_filter="$RNN_CASES"
   fi
   SHARDS=2 sanitize memcheck-cuda-runtime memcheck "$B/tests/kiln_cuda_tests" --gtest_filter='-CudaLoad.*'
   SAN_ENV=KILN_DEVICE=cuda SHARDS=2 sanitize memcheck-quant-on-cuda memcheck "$B/tests/kiln_quant_tests"

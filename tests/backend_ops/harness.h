@@ -16,6 +16,7 @@
 // "backend_ops: N cases, M passed, K failed, S skipped" at the end; KILN_TEST_SEED replays one.
 //
 //   KILN_HARNESS_DEVICE=cpu kiln_backend_ops          # every case on the CPU, twice
+//   KILN_HARNESS_DTYPES=f32,f16 kiln_backend_ops      # only these dtypes
 //   kiln_backend_ops --gtest_filter='*/Softmax'       # one op on cuda:0 (skips without a GPU)
 #pragma once
 
