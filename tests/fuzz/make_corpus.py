@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Writes the fuzz seed corpus: a few tiny valid ONNX models (elementwise, matmul + bias, conv,
 a shape subgraph feeding Reshape, dim_params, an If) and truncated and bit-flipped variants of
-each. Deterministic (fixed seed). Usage: make_corpus.py OUT_DIR"""
+each. Deterministic (fixed seed). The corpus also keeps found_*.onnx: inputs of 30-minute runs
+that reached code the seeds do not (fuzz_onnx_import -merge=1; RNN, Trilu, Hardmax, Slice, Xor,
+Selu, Mean and others), kept as they are. Usage: make_corpus.py OUT_DIR"""
 import os
 import random
 import sys
