@@ -97,8 +97,8 @@ std::string same(const Outcome& want, const Outcome& got) {
 Feeds repaired(const Feeds& feeds, size_t bad) {
   Feeds r = feeds;
   const Array& a = feeds[bad].second;
-  r[bad].second = from_f64(std::vector<double>(static_cast<size_t>(a.numel()), 0.0), a.shape(),
-                           a.dtype());
+  r[bad].second =
+      from_f64(std::vector<double>(static_cast<size_t>(a.numel()), 0.0), a.shape(), a.dtype());
   return r;
 }
 
@@ -119,8 +119,8 @@ void run_case(const BadCase& bc) {
   for (auto& [t, a] : c.feeds) shapes.emplace_back(t, a.shape());
   // no optimization: constant folding would evaluate the op under test on the CPU
   Executable cpu = c.g.compile(Device::cpu(), shapes, c.outs, {.optimize = false});
-  Executable target = c.g.compile(target_device(), shapes, c.outs,
-                                  {.optimize = false, .strict_placement = true});
+  Executable target =
+      c.g.compile(target_device(), shapes, c.outs, {.optimize = false, .strict_placement = true});
   const Outcome want = run(cpu, c.feeds);
   std::printf("bad_inputs: %s: CPU %s\n", bc.name, show(want).c_str());
   if (bc.expect == Expect::error)
@@ -200,23 +200,33 @@ BadCase empty_case(const char* name, std::function<Tensor(std::vector<Tensor>)> 
           }};
 }
 
-const std::vector<double> kSpecial = {kNaN, 1.5, -kInf, 0.0, kInf, -2.0, kNaN, 3.0,
-                                      -0.0, 7.0, 1e30,  -1e30};
+const std::vector<double> kSpecial = {kNaN, 1.5, -kInf, 0.0, kInf, -2.0,
+                                      kNaN, 3.0, -0.0,  7.0, 1e30, -1e30};
 
 std::vector<BadCase> cases() {
   using V = std::vector<double>;
   std::vector<BadCase> r = {
       // indices out of range
-      index_case("gather_above", [](Case& c, Tensor i) { return gather(c.rand({5, 3}, f32), i, 0); },
+      index_case("gather_above",
+                 [](Case& c, Tensor i) {
+                   return gather(c.rand({5, 3}, f32), i, 0);
+                 },
                  V{0, 4, 5, 1}, {4}),
-      index_case("gather_below_i32",
-                 [](Case& c, Tensor i) { return gather(c.rand({5, 3}, f32), i, 0); },
-                 V{-5, -6, 2}, {3}, i32),
+      index_case(
+          "gather_below_i32",
+          [](Case& c, Tensor i) {
+            return gather(c.rand({5, 3}, f32), i, 0);
+          },
+          V{-5, -6, 2}, {3}, i32),
       index_case("gather_axis1",
-                 [](Case& c, Tensor i) { return gather(c.rand({2, 3, 4}, f32), i, 1); },
+                 [](Case& c, Tensor i) {
+                   return gather(c.rand({2, 3, 4}, f32), i, 1);
+                 },
                  V{2, 1, 3, 0}, {2, 2}),
       index_case("gather_elements",
-                 [](Case& c, Tensor i) { return gather_elements(c.rand({4, 3}, f32), i, 1); },
+                 [](Case& c, Tensor i) {
+                   return gather_elements(c.rand({4, 3}, f32), i, 1);
+                 },
                  V{0, 1, 2, 2, 1, 0, 3, 0, 0, 1, 1, 1}, {4, 3}),
       index_case("scatter_elements",
                  [](Case& c, Tensor i) {
@@ -230,7 +240,9 @@ std::vector<BadCase> cases() {
                  },
                  V{0, -5, 2, 3, 0, 1}, {2, 3}),
       index_case("gather_nd",
-                 [](Case& c, Tensor i) { return gather_nd(c.rand({4, 5}, f32), i); },
+                 [](Case& c, Tensor i) {
+                   return gather_nd(c.rand({4, 5}, f32), i);
+                 },
                  V{0, 1, 3, 5, 2, 2}, {3, 2}),
       index_case("scatter_nd",
                  [](Case& c, Tensor i) {
@@ -238,24 +250,32 @@ std::vector<BadCase> cases() {
                  },
                  V{1, 4}, {2, 1}),
       index_case("embedding_above",
-                 [](Case& c, Tensor i) { return embedding(c.rand({6, 4}, f32), i); }, V{0, 6, 2},
-                 {3}),
-      index_case("embedding_negative",
-                 [](Case& c, Tensor i) { return embedding(c.rand({6, 4}, f32), i); }, V{-1, 3},
-                 {2}, i32),
+                 [](Case& c, Tensor i) {
+                   return embedding(c.rand({6, 4}, f32), i);
+                 },
+                 V{0, 6, 2}, {3}),
+      index_case(
+          "embedding_negative",
+          [](Case& c, Tensor i) {
+            return embedding(c.rand({6, 4}, f32), i);
+          },
+          V{-1, 3}, {2}, i32),
       index_case("embedding_grad",
-                 [](Case& c, Tensor i) { return embedding_grad(i, c.rand({3, 4}, f32), 6); },
+                 [](Case& c, Tensor i) {
+                   return embedding_grad(i, c.rand({3, 4}, f32), 6);
+                 },
                  V{5, 7, 0}, {3}),
       index_case("softmax_cross_entropy_label",
                  [](Case& c, Tensor i) {
                    return softmax_cross_entropy(c.rand({4, 5}, f32, -2, 2), i);
                  },
                  V{0, 5, 1, 2}, {4}),
-      index_case("softmax_cross_entropy_label_none",
-                 [](Case& c, Tensor i) {
-                   return softmax_cross_entropy(c.rand({4, 5}, f32, -2, 2), i, Reduction::none);
-                 },
-                 V{0, 1, -1, 2}, {4}, i32),
+      index_case(
+          "softmax_cross_entropy_label_none",
+          [](Case& c, Tensor i) {
+            return softmax_cross_entropy(c.rand({4, 5}, f32, -2, 2), i, Reduction::none);
+          },
+          V{0, 1, -1, 2}, {4}, i32),
       index_case("nll_target",
                  [](Case& c, Tensor i) {
                    return nll(log_softmax(c.rand({4, 5}, f32, -2, 2), 1), i, Reduction::sum);
@@ -285,27 +305,27 @@ std::vector<BadCase> cases() {
       empty_case("matmul_k0", [](auto x) { return matmul(x[0], x[1]); }, {{2, 0}, {0, 3}}),
       empty_case("matmul_m0", [](auto x) { return matmul(x[0], x[1]); }, {{0, 4}, {4, 3}}),
       empty_case("softmax_empty", [](auto x) { return softmax(x[0], -1); }, {{0, 5}}),
-      empty_case("concat_with_empty", [](auto x) { return concat({x[0], x[1]}, 0); },
+      empty_case("concat_with_empty",
+                 [](auto x) {
+                   return concat({x[0], x[1]}, 0);
+                 },
                  {{0, 3}, {2, 3}}),
       empty_case("cumsum_empty", [](auto x) { return cumsum(x[0], 1); }, {{2, 0}}),
       empty_case("sort_empty", [](auto x) { return sort(x[0], -1); }, {{3, 0}}),
       empty_case("layer_norm_empty_rows", [](auto x) { return layer_norm(x[0]); }, {{0, 8}}),
       {"gather_empty_indices", Expect::same,
-       [](Case& c, size_t&) {
-         c.outs = {gather(c.rand({5, 3}, f32), fed(c, V{}, {0}, i64), 0)};
-       }},
+       [](Case& c, size_t&) { c.outs = {gather(c.rand({5, 3}, f32), fed(c, V{}, {0}, i64), 0)}; }},
       // NaN and infinities
       values_case("relu_special", [](Tensor x) { return relu(x); }, kSpecial, {12}),
-      values_case("exp_log_sqrt_special",
-                  [](Tensor x) { return exp(x) + log(x) + sqrt(x); }, kSpecial, {12}),
+      values_case("exp_log_sqrt_special", [](Tensor x) { return exp(x) + log(x) + sqrt(x); },
+                  kSpecial, {12}),
       values_case("max_reduce_nan", [](Tensor x) { return max(x, {1}); }, kSpecial, {3, 4}),
       values_case("sum_reduce_inf", [](Tensor x) { return sum(x, {0}); }, kSpecial, {3, 4}),
       values_case("argmax_nan", [](Tensor x) { return argmax(x, 1); }, kSpecial, {3, 4}),
       values_case("softmax_special", [](Tensor x) { return softmax(x, -1); }, kSpecial, {3, 4}),
       values_case("sort_nan", [](Tensor x) { return sort(x, -1); }, kSpecial, {2, 6}),
       values_case("clip_nan", [](Tensor x) { return clip(x, -1.0, 1.0); }, kSpecial, {12}),
-      values_case("maximum_nan", [](Tensor x) { return maximum(x, flip(x, {0})); }, kSpecial,
-                  {12}),
+      values_case("maximum_nan", [](Tensor x) { return maximum(x, flip(x, {0})); }, kSpecial, {12}),
       values_case("cumsum_inf", [](Tensor x) { return cumsum(x, 1); }, kSpecial, {2, 6}),
       values_case("layer_norm_inf", [](Tensor x) { return layer_norm(x); }, kSpecial, {3, 4}),
       values_case("matmul_inf_times_zero", [](Tensor x) { return matmul(x, transpose(x)); },
@@ -316,10 +336,10 @@ std::vector<BadCase> cases() {
                   },
                   kSpecial, {1, 1, 3, 4}),
       values_case("div_by_zero_f32", [](Tensor x) { return div(x, x * 0.0); }, kSpecial, {12}),
-      values_case("div_by_zero_i32",
-                  [](Tensor x) { return div(x, x - x); }, V{7, -7, 0, 1}, {4}, i32),
-      values_case("mod_by_zero_i64",
-                  [](Tensor x) { return mod(x, x - x); }, V{7, -7, 0, 1}, {4}, i64),
+      values_case(
+          "div_by_zero_i32", [](Tensor x) { return div(x, x - x); }, V{7, -7, 0, 1}, {4}, i32),
+      values_case(
+          "mod_by_zero_i64", [](Tensor x) { return mod(x, x - x); }, V{7, -7, 0, 1}, {4}, i64),
       values_case("cast_special_to_i32", [](Tensor x) { return cast(x, i32); },
                   V{kNaN, kInf, -kInf, 1e30, -1e30, 2.5}, {6}),
   };

@@ -163,10 +163,11 @@ TEST(CudaLoad, TenThousandAsyncRunsLeakNothing) {
   EXPECT_EQ(wrong, 0);
   const MemoryStats end = memory_stats(kGpu);
   const size_t rss_end = resident_bytes();
-  std::printf("CudaLoad: %d runs; device allocated %zu -> %zu bytes, reserved %zu -> %zu over the "
-              "last %d; host resident %.1f -> %.1f MiB\n",
-              kRuns, settled.allocated_bytes, end.allocated_bytes, settled.reserved_bytes,
-              end.reserved_bytes, kRuns - kSettle, rss_settled / 1048576.0, rss_end / 1048576.0);
+  std::printf(
+      "CudaLoad: %d runs; device allocated %zu -> %zu bytes, reserved %zu -> %zu over the "
+      "last %d; host resident %.1f -> %.1f MiB\n",
+      kRuns, settled.allocated_bytes, end.allocated_bytes, settled.reserved_bytes,
+      end.reserved_bytes, kRuns - kSettle, rss_settled / 1048576.0, rss_end / 1048576.0);
   EXPECT_LE(end.allocated_bytes, settled.allocated_bytes + (size_t{256} << 10));
   EXPECT_LE(end.reserved_bytes, settled.reserved_bytes + (size_t{64} << 20));
   EXPECT_LE(rss_end, rss_settled + (size_t{16} << 20));

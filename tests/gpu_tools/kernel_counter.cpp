@@ -23,8 +23,7 @@ std::unordered_map<std::string, long long>* counts = nullptr;
 thread_local int runtime_depth = 0;  // a runtime launch calls the driver: count it once
 
 bool is_kernel_launch(CUpti_CallbackDomain domain, CUpti_CallbackId id) {
-  if (domain == CUPTI_CB_DOMAIN_RUNTIME_API)
-    switch (id) {
+  if (domain == CUPTI_CB_DOMAIN_RUNTIME_API) switch (id) {
       case CUPTI_RUNTIME_TRACE_CBID_cudaLaunch_v3020:
       case CUPTI_RUNTIME_TRACE_CBID_cudaLaunch_ptsz_v7000:
       case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000:
