@@ -196,9 +196,9 @@ struct UnShape {
   Layout l;
 };
 // (64 x 130: past the element count where CUDA's kernels load vectors)
-const UnShape kUnShapes[] = {{{31}, kDense},   {{128}, kDense}, {{3, 257}, kDense},
-                             {{33, 65}, kT},   {{17, 129}, kS}, {{0}, kDense},
-                             {{}, kDense},     {{64, 130}, kDense}};
+const UnShape kUnShapes[] = {{{31}, kDense}, {{128}, kDense},    {{3, 257}, kDense},
+                             {{33, 65}, kT}, {{17, 129}, kS},    {{0}, kDense},
+                             {{}, kDense},   {{64, 130}, kDense}};
 constexpr int kNumUn = static_cast<int>(std::size(kUnShapes));
 
 // Float inputs of an op: uniform in [lo, hi), or `gen` when set.

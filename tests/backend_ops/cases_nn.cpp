@@ -310,12 +310,16 @@ struct NormShape {
   Layout l;
 };
 const NormShape kNormShapes[] = {
-    {{4, 31}, -1, true, true, kDense},   {{3, 128}, -1, false, false, kDense},
-    {{2, 257}, -1, true, false, kDense}, {{2, 3, 33}, -2, true, true, kDense},
-    {{5, 129}, -1, true, true, kT},      {{0, 16}, -1, true, true, kDense},
+    {{4, 31}, -1, true, true, kDense},
+    {{3, 128}, -1, false, false, kDense},
+    {{2, 257}, -1, true, false, kDense},
+    {{2, 3, 33}, -2, true, true, kDense},
+    {{5, 129}, -1, true, true, kT},
+    {{0, 16}, -1, true, true, kDense},
     {{2, 4097}, -1, true, true, kDense},
     // few long rows: CUDA splits each row into chunks (vector loads, and odd lengths without)
-    {{2, 65600}, -1, true, true, kDense}, {{1, 65537}, -1, false, false, kDense}};
+    {{2, 65600}, -1, true, true, kDense},
+    {{1, 65537}, -1, false, false, kDense}};
 constexpr int kNumNormShapes = static_cast<int>(std::size(kNormShapes));
 
 const bool kLayerNorm =

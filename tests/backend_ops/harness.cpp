@@ -339,9 +339,9 @@ bool dtype_selected(DType t) {
 std::vector<DType> dtypes_of(const OpCases& oc) {
   std::vector<DType> r;
   const KernelEntry* k = find_kernel(oc.op, Backend::cpu);
-  for (DType t : oc.dtypes.empty() ? std::vector<DType>(std::begin(kHarnessTypes),
-                                                        std::end(kHarnessTypes))
-                                   : oc.dtypes)
+  for (DType t : oc.dtypes.empty()
+                     ? std::vector<DType>(std::begin(kHarnessTypes), std::end(kHarnessTypes))
+                     : oc.dtypes)
     if ((!oc.dtypes.empty() || (k && k->handles(t))) && dtype_selected(t)) r.push_back(t);
   return r;
 }

@@ -168,9 +168,9 @@ TEST(RandomUniform, MatchesTensorFlowBitForBit) {
   EXPECT_EQ(compare_goldens("uniform", &total), 0) << "of " << total;
 }
 // Normals: TensorFlow calls libm's float logf and sincosf, which are not correctly rounded in
-// about 1.5% of Box-Muller draws (glibc 2.36); kiln evaluates log, sin and cos itself (ops/philox.h)
-// so that every device gives the same bits. The products then differ from TensorFlow's by a few
-// ulp in those draws.
+// about 1.5% of Box-Muller draws (glibc 2.36); kiln evaluates log, sin and cos itself
+// (ops/philox.h) so that every device gives the same bits. The products then differ from
+// TensorFlow's by a few ulp in those draws.
 TEST(RandomNormal, MatchesTensorFlowWithinFourUlp) {
   int64_t total = 0;
   const int64_t diff = compare_goldens("normal", &total, 4);
