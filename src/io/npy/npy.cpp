@@ -1,10 +1,6 @@
 // NumPy .npy reader and writer (format and checks: npy.h).
 #include "io/npy/npy.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -14,6 +10,7 @@
 #include <string>
 
 #include "core/errors.h"
+#include "io/file.h"
 
 namespace kiln {
 
@@ -154,43 +151,23 @@ Array read(const void* data, size_t size, const std::string& what) {
 
 }  // namespace npy
 
-namespace {
-// Reads exactly `size` bytes at `offset`; false when the file ends first or reading fails.
-bool read_at(int fd, void* dst, uint64_t size, uint64_t offset) {
-  uint64_t done = 0;
-  while (done < size) {
-    const ssize_t r =
-        ::pread(fd, static_cast<char*>(dst) + done, size - done, static_cast<off_t>(offset + done));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    done += static_cast<uint64_t>(r);
-  }
-  return true;
-}
-}  // namespace
-
 Array Array::load_npy(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail<IoError>("[npy] cannot open '{}': {}", path, std::strerror(errno));
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
-    fail<IoError>("[npy] '{}' is not a regular file", path);
-  const auto file_size = static_cast<uint64_t>(st.st_size);
+  const io::RegularFile f(path, "[npy]", "'" + path + "'");
+  const uint64_t file_size = f.size();
+  // reads exactly n bytes at `offset`, or fails naming a file that shrank
+  auto read_exactly = [&](void* dst, size_t n, uint64_t offset) {
+    if (f.read_at(dst, n, offset) < n)
+      fail<IoError>("[npy] {}: read failed (did the file shrink?)", path);
+  };
   uint8_t prefix[npy::kPrefixMax];
   const size_t have = static_cast<size_t>(std::min<uint64_t>(file_size, npy::kPrefixMax));
-  if (!read_at(fd, prefix, have, 0)) fail<IoError>("[npy] {}: read failed", path);
+  read_exactly(prefix, have, 0);
   std::string header(npy::header_end(prefix, have, file_size, path), '\0');
-  if (!read_at(fd, header.data(), header.size(), 0))
-    fail<IoError>("[npy] {}: read failed (did the file shrink?)", path);
+  read_exactly(header.data(), header.size(), 0);
   const npy::Header h = npy::parse_header(reinterpret_cast<const uint8_t*>(header.data()),
                                           header.size(), file_size, path);
   Array a = Array::empty(h.shape, h.dtype);
-  if (!read_at(fd, a.data(), h.data_bytes, h.data_offset))
-    fail<IoError>("[npy] {}: read failed (did the file shrink?)", path);
+  read_exactly(a.data(), h.data_bytes, h.data_offset);
   return a;
 }
 

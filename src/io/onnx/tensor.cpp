@@ -1,9 +1,6 @@
 // TensorProto -> Array, including external data confined to the model's directory. External data
 // is read (pread) into the tensor's own memory, never mapped: a file that shrinks while it is read
 // gives an IoError, and the imported model never reads it again.
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <onnx/onnx_pb.h>
 
@@ -14,6 +11,7 @@
 #include <filesystem>
 
 #include "core/errors.h"
+#include "io/file.h"
 #include "io/onnx/importer.h"
 #include "io/onnx/op_table.h"
 
@@ -82,42 +80,22 @@ std::string read_external(const ::onnx::TensorProto& t, const std::string& dir, 
     fail<IoError>("[onnx] tensor '{}': external data file '{}' resolves outside the model's "
                   "directory",
                   name, location);
-  const int fd = ::open(file_s.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    fail<IoError>("[onnx] tensor '{}': cannot open external data file '{}': {}", name, location,
-                  std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    fail<IoError>("[onnx] tensor '{}': external data '{}' is not a regular file", name, location);
-  }
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  const io::RegularFile f(file_s, fmt::format("[onnx] tensor '{}':", name),
+                          fmt::format("external data file '{}'", location));
+  const uint64_t size = f.size();
   if (length == UINT64_MAX) length = offset <= size ? size - offset : 0;
-  if (offset > size || length > size - offset) {
-    ::close(fd);
+  if (offset > size || length > size - offset)
     fail<IoError>("[onnx] tensor '{}': external data range [{}, +{}) is past the end of '{}' "
                   "({} bytes)",
                   name, offset, length, location, size);
-  }
-  if (length != bytes) {
-    ::close(fd);
+  if (length != bytes)
     fail<IoError>("[onnx] tensor '{}': external data holds {} bytes, its shape needs {}", name,
                   length, bytes);
-  }
   std::string data(bytes, '\0');
-  size_t done = 0;
-  while (done < bytes) {
-    const ssize_t r = ::pread(fd, data.data() + done, bytes - done, static_cast<off_t>(offset + done));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) {
-      ::close(fd);
-      fail<IoError>("[onnx] tensor '{}': reading external data '{}' failed at offset {}: {}", name,
-                    location, offset + done,
-                    r < 0 ? std::strerror(errno) : "the file ended (did it shrink?)");
-    }
-    done += static_cast<size_t>(r);
-  }
-  ::close(fd);
+  if (const size_t got = f.read_at(data.data(), bytes, offset); got < bytes)
+    fail<IoError>("[onnx] tensor '{}': reading external data '{}' failed at offset {}: {}", name,
+                  location, offset + got,
+                  errno ? std::strerror(errno) : "the file ended (did it shrink?)");
   return data;
 }
 

@@ -1,8 +1,5 @@
 // Reads packages (format and the checks in order: format.h). Nothing from the file is used
 // before it has been checked: a malformed file gives a FormatError, never a crash.
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -18,6 +15,7 @@
 #include "core/errors.h"
 #include "core/op_registry.h"
 #include "core/tuning.h"
+#include "io/file.h"
 #include "io/package/format.h"
 #include "io/package/manifest_generated.h"
 #include "io/package/validate.h"
@@ -41,36 +39,15 @@ std::shared_ptr<void> aligned_buffer(size_t size, const std::string& what) {
   return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
 }
 
-// Reads up to `size` bytes at `offset`; fewer only when the file ends first.
-size_t read_at(int fd, uint8_t* dst, size_t size, uint64_t offset) {
-  size_t done = 0;
-  while (done < size) {
-    const ssize_t r = ::pread(fd, dst + done, size - done, static_cast<off_t>(offset + done));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return done;
-    if (r == 0) break;
-    done += static_cast<size_t>(r);
-  }
-  return done;
-}
-
 // Below this many bytes per chunk, reading on several threads costs more than it saves.
 constexpr size_t kReadChunk = size_t{8} << 20;
 }  // namespace
 
 Bytes read_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail<IoError>("[package] cannot open '{}': {}", path, std::strerror(errno));
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
-    fail<IoError>("[package] '{}' is not a regular file", path);
+  const io::RegularFile f(path, "[package]", "'" + path + "'");
   Bytes b;
   b.what = path;
-  b.size = static_cast<size_t>(st.st_size);
+  b.size = static_cast<size_t>(f.size());
   if (b.size == 0) return b;
   b.owner = aligned_buffer(b.size, path);
   auto* dst = static_cast<uint8_t*>(b.owner.get());
@@ -81,7 +58,7 @@ Bytes read_file(const std::string& path) {
   auto read_chunks = [&](int64_t begin, int64_t end) {
     for (auto c = static_cast<size_t>(begin); c < static_cast<size_t>(end); ++c) {
       const size_t off = c * kReadChunk, n = std::min(kReadChunk, b.size - off);
-      if (const size_t got = read_at(fd, dst + off, n, off); got < n) {
+      if (const size_t got = f.read_at(dst + off, n, off); got < n) {
         size_t seen = short_at.load();
         while (off + got < seen && !short_at.compare_exchange_weak(seen, off + got)) {
         }
