@@ -37,6 +37,11 @@ def family_and_variant(demangled):
     return base, targs or "(one variant)"
 
 
+# Kernels compiled in that no dispatcher launches by design: CUB's EmptyKernel only serves
+# cudaFuncGetAttributes to read the PTX version CUB was built for.
+NEVER_LAUNCHED_BY_DESIGN = {"EmptyKernel"}
+
+
 def main():
     if len(sys.argv) < 3:
         sys.exit(__doc__)
@@ -46,6 +51,8 @@ def main():
         if not line:
             continue
         mangled, _, demangled = line.partition("\t")
+        if family_and_variant(demangled or mangled)[0] in NEVER_LAUNCHED_BY_DESIGN:
+            continue
         kernels[mangled] = demangled or mangled
     by_demangled = {d: m for m, d in kernels.items()}
     launches = collections.Counter()

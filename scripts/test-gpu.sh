@@ -5,8 +5,8 @@
 #   1. functional: the C++ suites with KILN_DEVICE=cuda, the CUDA runtime tests (also under
 #      KILN_VALIDATE=cpu), the cross-backend harness (also with recorded runs off and with
 #      elementwise fusion off), ONNX models on CUDA, the Python bridge, the demo on CUDA and on the
-#      CPU, data-parallel training; determinism across processes; then, alone on the GPU, the load
-#      tests (device memory filled until it runs out, 10,000 asynchronous runs). The kernel
+#      CPU, data-parallel training; determinism across processes; and first, alone on the GPU, the
+#      load tests (device memory filled until it runs out, 10,000 asynchronous runs). The kernel
 #      launches of these steps are counted (tests/gpu_tools/kernel_counter.cpp) and every kernel
 #      variant compiled into libkiln must have been launched (scripts/kernel_coverage.py).
 #   2. compute-sanitizer: memcheck over the whole harness, the CUDA suites and the custom-op
@@ -116,6 +116,26 @@ if in_part 1; then
   [ -x "$BUILD/bench/custom_op/kiln_bench_softshrink_profile" ] &&
     JOBS=1 step softshrink-profile-cuda "$BUILD/bench/custom_op/kiln_bench_softshrink_profile" --device cuda
   wait
+  # alone on the GPU: device memory filled until it runs out, then 10,000 asynchronous runs
+  JOBS=1 counted cuda-load "$B/tests/kiln_cuda_tests" --gtest_filter='CudaLoad.*'
+  wait
+  # the harness first, the longest step, in shards side by side (its GPU work is small: the CPU
+  # side bounds it)
+  if [ -x "$B/tests/kiln_backend_ops" ]; then
+    harness() {  # name [VAR=value...]: the harness in HARNESS_SHARDS shards, launches counted
+      local name=$1 i n=${HARNESS_SHARDS:-2}; shift
+      for ((i = 0; i < n; i++)); do
+        counted "$name-$((i + 1))of$n" env GTEST_TOTAL_SHARDS="$n" GTEST_SHARD_INDEX="$i" \
+          KILN_THREADS=4 "$@" "$B/tests/kiln_backend_ops"
+      done
+    }
+    harness backend-ops
+    # the same without recorded runs (every GPU case runs twice; the second replays by default)
+    harness backend-ops-nocapture KILN_CAPTURE=0
+    harness backend-ops-nofusion KILN_FUSION=0
+    # and in deterministic mode (its own kernels and algorithm choices)
+    harness backend-ops-deterministic KILN_DETERMINISTIC=1
+  fi
   for s in core op autodiff quant; do
     counted "suite-$s-on-cuda" env KILN_DEVICE=cuda "$B/tests/kiln_${s}_tests" --gtest_brief=1
   done
@@ -129,14 +149,6 @@ if in_part 1; then
   [ -x "$B/tests/kiln_custom_op_tests" ] && counted custom-ops-on-cuda "$B/tests/kiln_custom_op_tests" --gtest_brief=1
   custom_op_examples example env CUDA_INJECTION64_PATH="$COUNTER" KILN_KERNEL_COUNTS="$COUNTS"
   step cuda-validate env KILN_VALIDATE=cpu "$B/tests/kiln_cuda_tests" --gtest_brief=1 --gtest_filter='CudaRuntime.*'
-  if [ -x "$B/tests/kiln_backend_ops" ]; then
-    counted backend-ops "$B/tests/kiln_backend_ops"
-    # the same without recorded runs (every GPU case runs twice; the second replays by default)
-    counted backend-ops-nocapture env KILN_CAPTURE=0 "$B/tests/kiln_backend_ops"
-    counted backend-ops-nofusion env KILN_FUSION=0 "$B/tests/kiln_backend_ops"
-    # and in deterministic mode (its own kernels and algorithm choices)
-    counted backend-ops-deterministic env KILN_DETERMINISTIC=1 "$B/tests/kiln_backend_ops"
-  fi
   # ONNX models (tests/data/onnx_models, and MODELS_DIR when given) against ONNX Runtime, on CUDA,
   # also with elementwise fusion off and with runs never recorded as CUDA graphs
   if [ -x "$B/tests/kiln_onnx_conformance" ]; then
@@ -209,9 +221,6 @@ for path, r in zip(sys.argv[2:], runs[1:]):
     assert worst < 1e-3, f"{path} does not follow the single process"
 print("pass: data-parallel losses follow the single process")
 PY
-  # alone on the GPU: device memory filled until it runs out, then 10,000 asynchronous runs
-  wait
-  counted cuda-load "$B/tests/kiln_cuda_tests" --gtest_filter='CudaLoad.*'
   wait
   DEADLINE= step kernel-coverage python3 scripts/kernel_coverage.py "$B/kernels.tsv" "$COUNTS"
   wait

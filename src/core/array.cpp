@@ -5,6 +5,7 @@
 #include <limits>
 #include <mutex>
 
+#include "core/element_limit.h"
 #include "core/errors.h"
 #include "core/host_allocator.h"
 #include "core/device_backend.h"
@@ -88,6 +89,8 @@ void convert(const void* src, DType st, void* dst, DType dt, int64_t n) {
 
 Array Array::empty(const Shape& shape, DType dtype, Device device) {
   if (!is_static(shape)) fail<ShapeError>("[Array] cannot allocate dynamic shape {}", str(shape));
+  if (!within_element_limit(shape))
+    fail<ShapeError>("[Array] shape {} has more than 2^59 elements", str(shape));
   Array a;
   a.shape_ = shape;
   a.dtype_ = dtype;

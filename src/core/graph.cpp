@@ -1,5 +1,6 @@
 #include <sstream>
 
+#include "core/element_limit.h"
 #include "core/errors.h"
 #include "core/graph_impl.h"
 #include "core/op_registry.h"
@@ -25,21 +26,13 @@ int32_t GraphImpl::add(OpId op, std::vector<ValueRef> inputs, Attrs attrs, std::
   return add_inferred(std::move(n));
 }
 
-// Element counts past 2^59 (bytes and strides of any dtype overflow 64 bits beyond it) are refused
-// where a shape first appears, so no kernel, planner or allocator sees a count that wrapped.
-// Zero dims do not excuse the others: strides are products of them too.
+// Element counts past kMaxElements are refused where a shape first appears, so no kernel, planner
+// or allocator sees a count that wrapped.
 static void check_element_count(const Node& node) {
-  constexpr int64_t kMax = int64_t{1} << 59;
-  for (size_t k = 0; k < node.outputs.size(); ++k) {
-    int64_t n = 1;
-    for (int64_t d : node.outputs[k].shape) {
-      if (d <= 0) continue;  // empty, or not known yet
-      if (n > kMax / d)
-        fail<ShapeError>("[{}] output {} of shape {} has more than 2^59 elements", op_name(node.op),
-                         k, str(node.outputs[k].shape));
-      n *= d;
-    }
-  }
+  for (size_t k = 0; k < node.outputs.size(); ++k)
+    if (!within_element_limit(node.outputs[k].shape))
+      fail<ShapeError>("[{}] output {} of shape {} has more than 2^59 elements", op_name(node.op),
+                       k, str(node.outputs[k].shape));
 }
 
 int32_t GraphImpl::add_inferred(Node node) {

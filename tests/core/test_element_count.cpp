@@ -31,5 +31,14 @@ TEST(ElementCount, BroadcastsAndBuildersPast2To59AreRefused) {
   EXPECT_EQ(c.shape(), (Shape{k2to30, 1}));
 }
 
+TEST(ElementCount, ArraysPast2To59AreRefusedBeforeAllocating) {
+  expect_error<ShapeError>([&] { Array::empty({k2to30, k2to30}, f32); },
+                           {"[Array]", "2^59", "(1073741824, 1073741824)"});
+  expect_error<ShapeError>([&] { Array::empty({0, k2to30, k2to30}, u8); }, {"2^59"});
+  // an empty array of a legal shape still allocates nothing and reads as empty
+  const Array e = Array::empty({0, k2to30}, f32);
+  EXPECT_EQ(e.numel(), 0);
+}
+
 }  // namespace
 }  // namespace kiln
