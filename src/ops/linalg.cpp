@@ -105,7 +105,12 @@ Grads vjp_linear(const VjpContext& c) {
   const Tensor &x = c.inputs[0], &w = c.inputs[1];
   const Tensor& g = *c.cotangents[0];
   const int64_t n = w.shape()[0], k = w.shape()[1];
-  Grads r{matmul(g, w), matmul(transpose(reshape(g, {-1, n})), reshape(x, {-1, k}))};
+  // x and g as (rows, k) and (rows, n); rows written out where known, since -1 cannot be inferred
+  // beside a zero dim (k = 0 or n = 0)
+  const Shape xs = x.shape();
+  const Shape lead(xs.begin(), xs.end() - 1);
+  const int64_t rows = is_static(lead) ? numel(lead) : -1;
+  Grads r{matmul(g, w), matmul(transpose(reshape(g, {rows, n})), reshape(x, {rows, k}))};
   if (c.attrs.b("has_bias")) r.push_back(sum_to_shape(g, {n}));
   return r;
 }

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <array>
 #include <numeric>
 
 #include "backend_ops/harness.h"
@@ -33,6 +34,7 @@ const ReduceCase kReduces[] = {
     {{7, 0}, {1}, false, kDense, true},
     {{0, 7}, {1}, true, kDense, false},
     {{2, 513}, {1}, false, kDense, false},
+    {{6, 5}, {1}, false, kDense, false},  // at most 8 elements: a thread per output
     // several thread blocks per reduction
     {{65537}, {}, false, kDense, false},
     {{3, 4099}, {1}, false, kDense, false},
@@ -87,7 +89,7 @@ const bool kReductions = [] {
 
 // Argmax/argmin along the last fed axis, over values distinct along it.
 void arg_reduction(OpId op, Tensor (*f)(const Tensor&, int64_t, bool)) {
-  register_cases({op, 7, [f](Case& c, DType t, int i) {
+  register_cases({op, 9, [f](Case& c, DType t, int i) {
                     struct S {
                       Shape x;
                       int64_t axis;
@@ -97,8 +99,10 @@ void arg_reduction(OpId op, Tensor (*f)(const Tensor&, int64_t, bool)) {
                     const S s[] = {{{257}, 0, false, kDense},       {{3, 255}, -1, true, kDense},
                                    {{4, 31, 33}, 2, false, kDense}, {{128, 5}, 0, false, kT},
                                    {{7, 0, 129}, 2, false, kDense}, {{2, 32}, 1, true, kDense},
-                                   {{2, 4097}, 1, false, kDense}};
-                    // f16 holds 4097 distinct values, bf16 only 513
+                                   {{2, 4097}, 1, false, kDense},   {{6, 5}, 1, true, kDense},
+                                   {{3, 8200}, 1, false, kDense}};  // split, partials merged
+                    // f16 holds 4097 distinct values, bf16 only 513; over 8200 both have ties,
+                    // where the first occurrence wins on every backend
                     if (i == 6 && t == bf16) return false;
                     c.outs = {f(c.distinct(s[i].x, t, s[i].l), s[i].axis, s[i].keepdims)};
                     c.note(fmt::format("x {}{} axis {}{}", to_string(s[i].x), layout_name(s[i].l),
@@ -114,7 +118,7 @@ const bool kArgs = [] {
 }();
 
 const bool kCumsum = register_cases(
-    {OpId::Cumsum, 8, [](Case& c, DType t, int i) {
+    {OpId::Cumsum, 10, [](Case& c, DType t, int i) {
        struct S {
          Shape x;
          int64_t axis;
@@ -122,7 +126,8 @@ const bool kCumsum = register_cases(
        };
        const S s[] = {{{257}, 0, kDense},     {{3, 255}, -1, kDense},   {{33, 129}, 0, kDense},
                       {{5, 128}, 1, kT},      {{4, 31, 32}, 1, kDense}, {{0, 7}, 1, kDense},
-                      {{3, 5000}, 1, kDense}, {{20000}, 0, kDense}};  // multi-block scans
+                      {{3, 5000}, 1, kDense}, {{20000}, 0, kDense},      // multi-block scans
+                      {{130, 3}, 0, kDense},  {{2, 97, 4}, 1, kDense}};  // chunked columns
        const bool exclusive = i % 2, reverse = i % 3 == 1;
        c.outs = {cumsum(c.rand(s[i].x, t, s[i].l), s[i].axis, exclusive, reverse)};
        c.tol_scale = 4;
@@ -353,7 +358,6 @@ const bool kScatterElements = register_cases(
                                        ScatterReduction::mul, ScatterReduction::max,
                                        ScatterReduction::min};
        const ScatterReduction r = red[(i + i / 5) % 5];  // each shape with two reductions
-       if (t == boolean && (r == ScatterReduction::add || r == ScatterReduction::mul)) return false;
        struct S {
          Shape x, idx;
          int64_t axis;
@@ -421,7 +425,7 @@ const bool kCoordinate =
                     }});
 
 const bool kHamming = register_cases(
-    {OpId::HammingDistance, 4, [](Case& c, DType t, int i) {
+    {OpId::HammingDistance, 8, [](Case& c, DType t, int i) {
        struct S {
          Shape a, b;
        };
@@ -432,6 +436,15 @@ const bool kHamming = register_cases(
                     hi = t == u8   ? 255
                          : t == i8 ? 127
                                    : 1e9;
+       if (i >= 4) {  // narrow and f64 results; rows of 1 to 16 bytes, read in units of their size
+         const DType result = std::array{i8, u8, i16, f64}[i - 4];
+         const int64_t esize = static_cast<int64_t>(size_of(t));
+         for (int64_t bytes = esize; bytes <= 16; bytes *= 2)
+           c.outs.push_back(hamming_distance(c.rand({3, bytes / esize}, t, lo, hi),
+                                             c.rand({bytes / esize}, t, lo, hi), result));
+         c.note(fmt::format("(3, n) (n) to {}, rows of {} to 16 bytes", name(result), esize));
+         return true;
+       }
        c.outs = {hamming_distance(c.rand(s[i].a, t, lo, hi), c.rand(s[i].b, t, lo, hi))};
        c.note(fmt::format("{} {}", to_string(s[i].a), to_string(s[i].b)));
        return true;

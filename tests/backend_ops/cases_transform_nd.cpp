@@ -62,7 +62,6 @@ const bool kScatterNd = register_cases(
                                        ScatterReduction::mul, ScatterReduction::max,
                                        ScatterReduction::min};
        const ScatterReduction r = red[(i + i / 5) % 5];  // each shape with two reductions
-       if (t == boolean && (r == ScatterReduction::add || r == ScatterReduction::mul)) return false;
        struct S {
          Shape x, idx;
        };

@@ -9,6 +9,7 @@
 #include <deque>
 #include <fstream>
 #include <future>
+#include <string>
 #include <vector>
 
 #include "kiln/kiln.h"
@@ -171,6 +172,49 @@ TEST(CudaLoad, TenThousandAsyncRunsLeakNothing) {
   EXPECT_LE(end.allocated_bytes, settled.allocated_bytes + (size_t{256} << 10));
   EXPECT_LE(end.reserved_bytes, settled.reserved_bytes + (size_t{64} << 20));
   EXPECT_LE(rss_end, rss_settled + (size_t{16} << 20));
+}
+
+// Strided copies past 2^31 units take the kernel's 64-bit index (transform.cu): a slice [k:] of a
+// 1-D tensor whose rest holds at least 2^31 + 1 units, one case per unit width (1, 2, 4, 8 and
+// 16 bytes: the offset k and the dtype fix it). Up to 64 GiB on the device: alone on the GPU, as
+// the rest of CudaLoad. Elements around 2^31 units and at the end must equal the source's, k on.
+TEST(CudaLoad, CopiesPast2To31UnitsOfEveryWidth) {
+  REQUIRE_GPU();
+  struct Width {
+    DType t;
+    int64_t k, unit_elems, mod;  // offset, elements per unit, values taken modulo (0: none)
+  };
+  const Width widths[] = {{u8, 1, 1, 251}, {i16, 1, 1, 30011}, {f32, 1, 1, 0}, {f64, 1, 1, 0},
+                          {f64, 2, 2, 0}};
+  const int64_t units = (int64_t{1} << 31) + 1;
+  for (const Width& w : widths) {
+    SCOPED_TRACE(std::string(name(w.t)) + " k " + std::to_string(w.k));
+    const int64_t n = units * w.unit_elems + w.k;
+    Graph g;
+    Tensor x = arange(g, 0, static_cast<double>(n), 1, w.mod ? i64 : w.t);
+    if (w.mod) x = cast(mod(x, full(g, {}, static_cast<double>(w.mod), i64)), w.t);
+    const Tensor y = slice(x, {w.k}, {n});
+    // positions of y: the start, around 2^31 units, the end
+    const int64_t m = y.shape()[0], edge = (int64_t{1} << 31) * w.unit_elems;
+    const std::vector<int64_t> at = {0, edge - 8, m - 8};
+    std::vector<Tensor> outs;
+    for (int64_t p : at) {
+      outs.push_back(slice(y, {p}, {p + 8}));
+      outs.push_back(slice(x, {p + w.k}, {p + w.k + 8}));
+    }
+    std::vector<Array> got;
+    {
+      // no optimization: the slices of y stay slices of a materialized y
+      Executable exe = g.compile(kGpu, {}, outs, {.optimize = false});
+      got = exe.run(Feeds{});
+    }
+    for (size_t i = 0; i < at.size(); ++i) {
+      const std::vector<double> yv = got[2 * i].to(Device::cpu()).to_vector<double>();
+      const std::vector<double> xv = got[2 * i + 1].to(Device::cpu()).to_vector<double>();
+      EXPECT_EQ(yv, xv) << "y[" << at[i] << ":+8] differs from x[" << at[i] + w.k << ":+8]";
+    }
+    empty_cache(kGpu);
+  }
 }
 
 }  // namespace

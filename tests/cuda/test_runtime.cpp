@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <thread>
 #include <vector>
 
+#include "backends/cuda/cuda_check.h"
 #include "core/op_id.h"
 #include "kiln/kernel.h"
 #include "kiln/kiln.h"
@@ -43,6 +45,45 @@ TEST(CudaRuntime, ArraysRoundTripEveryDtype) {
   EXPECT_EQ(std::memcmp(back.data(), big.data(), big.nbytes()), 0);
   expect_error<UnsupportedError>([&] { big.to(kGpu).data<float>(); }, {"[Array]", "cuda:0", "to("});
   expect_error<UnsupportedError>([&] { big.to(Device::cuda(99)); }, {"cuda:99"});
+}
+
+// `host` copied to the GPU one element past an allocation's start, as an Array over that
+// address (what from_dlpack makes of a sliced CUDA tensor): too misaligned for 16-byte loads, so
+// kernels that pick their vector width by alignment take their one-element path.
+Array misaligned_on_gpu(const Array& host) {
+  const size_t es = size_of(host.dtype());
+  Array buf = Array::empty({host.numel() + 1}, host.dtype(), kGpu);
+  char* at = static_cast<char*>(buf.data()) + es;
+  KILN_CUDA_CHECK(cudaMemcpy(at, host.data(), host.nbytes(), cudaMemcpyHostToDevice));
+  auto st = std::make_shared<Storage>();
+  st->data = at;
+  st->bytes = host.nbytes();
+  st->device = kGpu;
+  st->deleter = [buf](void*) {};  // buf keeps the allocation
+  return Array::adopt(st, host.shape(), host.dtype());
+}
+
+TEST(CudaRuntime, MisalignedDeviceFeedsMatchTheCpu) {
+  REQUIRE_GPU();
+  for (DType t : {f32, f64, f16, bf16}) {
+    SCOPED_TRACE(name(t));
+    Graph g;
+    auto x = g.placeholder({2, 3, 5, 7}, t, "x");
+    auto mean = g.placeholder({3}, t, "mean"), var = g.placeholder({3}, t, "var");
+    const std::vector<Tensor> outs{batch_norm(x, mean, var, std::nullopt, std::nullopt),
+                                   dropout(x, 0.3, true, 7)};
+    const Array xv = random_array({2, 3, 5, 7}, t, -2, 2), mv = random_array({3}, t),
+                vv = random_array({3}, t, 0.5, 2);
+    const Array xd = misaligned_on_gpu(xv);
+    ASSERT_NE(reinterpret_cast<uintptr_t>(xd.data()) % 16, 0u);
+    // the first run reads the feed where it lies (a replay would copy it into its recording)
+    auto got = g.compile(kGpu, {}, outs, CompileOptions{.optimize = false, .strict_placement = true})
+                   .run({{x, xd}, {mean, mv}, {var, vv}});
+    auto want = g.compile(Device::cpu(), {}, outs).run({{x, xv}, {mean, mv}, {var, vv}});
+    for (size_t k = 0; k < outs.size(); ++k)
+      expect_close(got[k].to(Device::cpu()), {2, 3, 5, 7}, to_f64(want[k]), tolerance(t),
+                   tolerance(t));
+  }
 }
 
 TEST(CudaRuntime, RunsOnTheDeviceAndMatchesTheCpu) {

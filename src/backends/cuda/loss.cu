@@ -93,14 +93,21 @@ template <typename T, typename F> __global__ void write_losses(int64_t n, F f, T
     out[i] = from_acc<T>(f(i).s);
 }
 
+// Writes f's losses, for "none".
+template <typename T, typename F>
+void write_each(KernelContext& ctx, int64_t n, F f) {
+  if (n == 0) return;
+  write_losses<T><<<blocks_for(n), kThreads, 0, stream_of(ctx)>>>(n, f, ctx.out(0).ptr<T>());
+  check_launch(ctx.op_name());
+}
+
 // Writes f's losses for "none", or their sum or mean.
-template <typename T, typename F> void emit(KernelContext& ctx, int64_t n, F f) {
-  if (reduction(ctx) != Reduce::none) {
+template <typename T, typename F>
+void emit(KernelContext& ctx, int64_t n, F f) {
+  if (reduction(ctx) != Reduce::none)
     reduce_losses<T>(ctx, n, f);
-  } else if (n > 0) {
-    write_losses<T><<<blocks_for(n), kThreads, 0, stream_of(ctx)>>>(n, f, ctx.out(0).ptr<T>());
-    check_launch(ctx.op_name());
-  }
+  else
+    write_each<T>(ctx, n, f);
 }
 
 // Offset of position p (over outer x inner) at class 0.
@@ -251,15 +258,20 @@ void mse(KernelContext& ctx) {
   dispatch_float(a.dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
     const T *pa = a.ptr<T>(), *pb = b.ptr<T>();
+    // each functor goes to the one kernel its reduction uses (kDouble: summed)
     if (a.shape == b.shape) {
-      if (none) emit<T>(ctx, n, SquaredDiff<T, false, false>{pa, pb, {}, {}});
-      else emit<T>(ctx, n, SquaredDiff<T, false, true>{pa, pb, {}, {}});
+      if (none)
+        write_each<T>(ctx, n, SquaredDiff<T, false, false>{pa, pb, {}, {}});
+      else
+        reduce_losses<T>(ctx, n, SquaredDiff<T, false, true>{pa, pb, {}, {}});
       return;
     }
     const BroadcastIndex ia = make_broadcast_index(a.shape, shape, ctx.op_name());
     const BroadcastIndex ib = make_broadcast_index(b.shape, shape, ctx.op_name());
-    if (none) emit<T>(ctx, n, SquaredDiff<T, true, false>{pa, pb, ia, ib});
-    else emit<T>(ctx, n, SquaredDiff<T, true, true>{pa, pb, ia, ib});
+    if (none)
+      write_each<T>(ctx, n, SquaredDiff<T, true, false>{pa, pb, ia, ib});
+    else
+      reduce_losses<T>(ctx, n, SquaredDiff<T, true, true>{pa, pb, ia, ib});
   });
 }
 

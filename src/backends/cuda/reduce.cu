@@ -410,6 +410,12 @@ template <typename Op> __global__ void reduce_empty(typename Op::Out* y, int64_t
     y[o] = op.finish(op.init(), 0);
 }
 
+// Max, min, argmax and argmin have no identity: their inference rejects reducing an empty axis
+// into a non-empty output, so only ops with an identity reach reduce_empty.
+template <typename Op> constexpr bool kHasIdentity = true;
+template <typename T, bool kMax> constexpr bool kHasIdentity<ExtremeOp<T, kMax>> = false;
+template <typename T, bool kMax> constexpr bool kHasIdentity<ArgOp<T, kMax>> = false;
+
 template <typename Op>
 void run_reduce(KernelContext& ctx, const std::vector<int64_t>& axes, const Op& op) {
   using Acc = typename Op::Acc;
@@ -421,9 +427,14 @@ void run_reduce(KernelContext& ctx, const std::vector<int64_t>& axes, const Op& 
   const cudaStream_t stream = stream_of(ctx);
   if (g.outputs == 0) return;
   if (g.count == 0) {
-    reduce_empty<<<blocks_for(g.outputs), kThreads, 0, stream>>>(y, g.outputs, op);
-    check_launch(name);
-    return;
+    if constexpr (kHasIdentity<Op>) {
+      reduce_empty<<<blocks_for(g.outputs), kThreads, 0, stream>>>(y, g.outputs, op);
+      check_launch(name);
+      return;
+    } else {
+      fail<ValueError>("[{}] cannot reduce over an empty axis of shape {}: {} has no identity",
+                       name, str(ctx.in(0).shape), name);
+    }
   }
   const auto* x = ctx.in(0).ptr<In>();
   const int64_t target_threads = int64_t{split_sms(ctx)} * 2048;  // a full wave

@@ -692,8 +692,11 @@ void coordinate_along_axis(KernelContext& ctx) {
   const AxisSplit v = split_at(out.shape, ctx.attrs().i("axis"));
   dispatch(out.dtype, "coordinate_along_axis", [&](auto t) {
     using T = decltype(t);
-    coordinate_kernel<T><<<blocks_for(total), kThreads, 0, stream_of(ctx)>>>(out.ptr<T>(), total,
-                                                                            v.len, v.inner);
+    if constexpr (std::is_same_v<T, bool>)  // inference takes numeric dtypes only
+      fail<UnsupportedError>("[coordinate_along_axis] cuda kernel got dtype bool");
+    else
+      coordinate_kernel<T><<<blocks_for(total), kThreads, 0, stream_of(ctx)>>>(
+          out.ptr<T>(), total, v.len, v.inner);
   });
   check_launch("coordinate_along_axis");
 }
