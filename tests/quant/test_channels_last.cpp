@@ -227,6 +227,42 @@ TEST(ChannelsLast, CudaPooledNetMatchesNchw) {
     expect_close(on.run({{x, xv}})[0].to(Device::cpu()), want.shape(), to_f64(want), 3e-2, 3e-2);
 }
 
+// A dequantize and global average pool of an int8 conv's i8 result: for a CUDA target the fused
+// dequantize_adaptive_avg_pool reads the conv's NHWC output (channels_last); on CUDA four channels
+// a thread (32 channels), within f32 rounding of a float64 pool of the conv's int8 result.
+TEST(ChannelsLast, CudaDequantizedPoolOfAnI8Conv) {
+  Graph g;
+  const Tensor x = g.placeholder({2, 16, 9, 9}, u8, "x");
+  QuantizedConvOptions o;
+  o.conv.padding = {1, 1};
+  const Tensor sy = g.constant(Array::scalar(0.5f)), zy = g.constant(Array::scalar(int8_t{-5}));
+  const Tensor q = quantized_conv(
+      {x, g.constant(Array::scalar(0.02f)), g.constant(Array::scalar(uint8_t{128}))},
+      {g.constant(random_ints({32, 16, 3, 3}, -127, 127, i8)),
+       g.constant(random_array({32}, f32, 0.01, 0.02)), g.constant(Array::zeros({32}, i8))},
+      sy, zy, o);
+  const Tensor y = adaptive_avg_pool(dequantize(q, sy, zy), {1, 1});
+  const Program p = channels_last(fuse_quant(extract_program(*y.graph_impl(), {{y.node_id(), 0}})),
+                                  Backend::cuda);
+  int pools = 0;
+  for (const auto& n : p.graph.nodes)
+    if (n.op == OpId::DequantizeAdaptiveAvgPool) {
+      ++pools;
+      EXPECT_TRUE(n.attrs.b("channels_last", false));
+    }
+  EXPECT_EQ(pools, 1);
+  if (cuda_device_count() == 0) return;
+  const Executable exe = g.compile(Device::cuda(0), {}, {y, q});
+  EXPECT_EQ(count_steps(exe, "dequantize_adaptive_avg_pool"), 1) << exe.dump();
+  const auto out = exe.run({{x, random_ints({2, 16, 9, 9}, 0, 255, u8)}});
+  const std::vector<double> qv = to_f64(out[1].to(Device::cpu()));
+  ASSERT_GT(*std::max_element(qv.begin(), qv.end()) - *std::min_element(qv.begin(), qv.end()), 20)
+      << "the conv's outputs span too little of the range";
+  std::vector<double> want(2 * 32, 0.0);
+  for (size_t i = 0; i < qv.size(); ++i) want[i / 81] += (qv[i] + 5) * 0.5 / 81;
+  expect_close(out[0].to(Device::cpu()), Shape{2, 32, 1, 1}, want, 1e-6, 1e-6);
+}
+
 // A downsampling block adds two convs: one of them takes the add and relu (and the other's
 // output as its residual), whichever comes first; the program stays in order.
 TEST(ChannelsLast, CudaTargetTwoConvsIntoOneAdd) {

@@ -137,9 +137,58 @@ TEST(QuantizedConvIgemm, MatchesReferenceAndTheGemmPath) {
   }
 }
 
+// Each tile of the kernel (conv_igemm: the largest that still gives every SM a block) for each
+// pairing of u8 / i8 data and output, within 1 LSB of the reference: 1x1 convs over 64 channels
+// (K 64) with as many output pixels M as the choice needs on the H200's 132 SMs:
+//   128 x 128:          O >= 128 and ceil(M / 128) ceil(O / 128) >= 132 blocks: M 8464 and O 132
+//                       or 136 give 67 x 2 = 134;
+//   128 x 64, 3 stages: O < 128 (so not 128 x 128) and ceil(M / 128) ceil(O / 64) >= 264 blocks
+//                       (two an SM): M 33856 and O <= 64 give 265;
+//   128 x 64, split K:  132 to 263 blocks of 128 x 64 that leave the busiest SM no more output than
+//                       64 x 64 ones: M 16896 and O <= 64 give 132 (one an SM, 8192 outputs),
+//                       against 264 of 64 x 64 (two an SM, 8192 too).
+// (Other GPUs pick other tiles for the same problems: the results are the same within 1 LSB.)
+TEST(QuantizedConvIgemm, EachTileWithEachDataAndOutputType) {
+  REQUIRE_GPU();
+  // clang-format off
+  const std::vector<ConvProblem> problems = {
+      // 128 x 128 (u8 data and output: MatchesReferenceAndTheGemmPath)
+      {{1, 64, 92, 92}, 132, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1, i8, i8, i8, true, true, true,
+       false, true},
+      {{2, 64, 46, 92}, 136, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1, i8, i8, u8, false, true, false,
+       true, true, true},
+      {{1, 64, 183, 183}, 132, 1, 1, {2, 2}, {0, 0, 0, 0}, {1, 1}, 1, u8, i8, i8, true, false,
+       true, true, true},
+      // 128 x 64, three stages
+      {{4, 64, 92, 92}, 16, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1, i8, i8, i8, true, true, false,
+       true, true},
+      {{1, 64, 184, 184}, 20, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1, i8, i8, u8, true, false,
+       true, true, true, true},
+      {{2, 64, 92, 184}, 24, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1, u8, i8, i8, false, true,
+       true, false, true},
+      {{4, 64, 92, 92}, 32, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1, u8, i8, u8, true, true, true,
+       true, true},
+      // 128 x 64 split over K (i8 data, u8 output: MatchesReferenceAndTheGemmPath)
+      {{1, 64, 128, 132}, 16, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1, i8, i8, i8, false, true,
+       true, true, true},
+      {{2, 64, 96, 88}, 24, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1, u8, i8, i8, true, true, false,
+       true, true, true},
+      {{4, 64, 64, 66}, 48, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1, u8, i8, u8, true, false, true,
+       false, true}};
+  // clang-format on
+  for (const ConvProblem& p : problems) {
+    SCOPED_TRACE(describe(p));
+    const ConvData d = random_conv_data(p);
+    expect_conv_within_lsb(run_on_cuda(p, d), conv_reference(p, d), 1);
+  }
+}
+
 // Convs just outside the kernel's conditions take the im2col + cuBLASLt path, within 1 LSB of the
 // reference: 33 to 63 channels (more than a 32-byte window row holds, not a multiple of 64), a
-// few channels with dilation along W, a window row of more than 32 bytes.
+// few channels with dilation along W, a window row of more than 32 bytes; and u8 weights (shifted
+// to i8 and permuted to the NHWC rows' (kh, kw, c) order, the epilogue four channels a thread) with
+// each pairing of u8 / i8 data and output: 16 channels (16-byte im2col copies), 12 (a byte at a
+// time), 5 (rows of K 45 padded to 48).
 TEST(QuantizedConvIgemm, ConvsOutsideItsConditionsStillAgree) {
   REQUIRE_GPU();
   // clang-format off
@@ -151,7 +200,15 @@ TEST(QuantizedConvIgemm, ConvsOutsideItsConditionsStillAgree) {
       {{2, 3, 12, 12}, 8, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 2}, 1, u8, i8, u8, true, false, false,
        true, true},
       {{2, 5, 12, 12}, 8, 1, 5, {1, 1}, {0, 2, 0, 2}, {1, 1}, 1, u8, i8, u8, true, true, false,
-       false, true}};
+       false, true},
+      {{2, 16, 12, 12}, 32, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, u8, u8, u8, true, true, true,
+       true},
+      {{2, 16, 12, 12}, 32, 3, 3, {2, 2}, {1, 0, 1, 1}, {1, 1}, 1, u8, u8, i8, false, false, true,
+       false},
+      {{2, 12, 10, 10}, 24, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, i8, u8, u8, true, true, false,
+       true},
+      {{2, 5, 16, 16}, 16, 3, 3, {1, 1}, {2, 2, 2, 2}, {2, 2}, 1, i8, u8, i8, true, true, true,
+       false}};
   // clang-format on
   for (const ConvProblem& p : problems) {
     SCOPED_TRACE(describe(p));

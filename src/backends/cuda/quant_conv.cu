@@ -321,6 +321,7 @@ __global__ void quantize_conv_input(const float* __restrict__ x, const float* __
   }
 }
 
+// u8 weights shifted to i8 (v - 128) as they are (conv_lt's unpermuted weights)
 template <typename W>
 __global__ void shift_i8(const W* __restrict__ w, int8_t* __restrict__ out, int64_t n,
                          int32_t shift) {
@@ -995,7 +996,7 @@ bool conv_lt(KernelContext& ctx, QConvArgs g, const float* bias, const int32_t* 
     auto* buf = static_cast<int8_t*>(ctx.scratch(static_cast<size_t>(n * k)));
     if (khwc)
       weights_khwc_i8<W><<<blocks_for(n * k), kThreads, 0, st>>>(tw.ptr<W>(), buf, g, shift_w);
-    else
+    else if constexpr (shift_w != 0)  // (i8 weights reach here only when permuted: khwc)
       shift_i8<W><<<blocks_for(n * k), kThreads, 0, st>>>(tw.ptr<W>(), buf, n * k, shift_w);
     w8 = buf;
   }
