@@ -27,6 +27,7 @@ const AttentionCase kAttention[] = {
     {{2, 2}, 13, 70, 8, 8, true, 2, {2, 1, 13, 70}},
     {{3}, 5, 129, 128, 128, false, 2, {129}},
     {{1}, 3, 40, 257, 300, false, 0, {}},       // head dims past one launch's slice
+    {{2}, 11, 45, 16, 96, true, 0, {}},         // 65-128 output dims: four lane chunks
     {{}, 1, 1, 1, 1, false, 0, {}},
     {{2}, 6, 0, 4, 4, false, 0, {}},            // no keys: zeros
     // head dims 32/64/128 take the tensor-core kernel (16-bit) or the register-tile one (f32):

@@ -336,16 +336,18 @@ const bool kUnary = [] {
 
 // ---- select, cast, classification ----
 
-const bool kWhere = register_cases({OpId::Where, 5, [](Case& c, DType t, int i) {
+const bool kWhere = register_cases({OpId::Where, 6, [](Case& c, DType t, int i) {
                                       struct S {
                                         Shape cond, x, y;
                                         Layout lx, ly;
                                       };
+                                      const Shape v{64, 130};  // vector loads on CUDA
                                       const S s[] = {{{257}, {257}, {257}, kDense, kDense},
                                                      {{33, 1}, {1, 129}, {33, 129}, kDense, kDense},
                                                      {{}, {17, 33}, {17, 33}, kT, kS},
                                                      {{0, 3}, {0, 3}, {3}, kDense, kDense},
-                                                     {{4, 31}, {}, {4, 31}, kDense, kDense}};
+                                                     {{4, 31}, {}, {4, 31}, kDense, kDense},
+                                                     {v, v, v, kDense, kDense}};
                                       Tensor cond = c.rand(s[i].cond, boolean);
                                       Tensor x = c.rand(s[i].x, t, s[i].lx);
                                       Tensor y = c.rand(s[i].y, t, s[i].ly);
@@ -392,8 +394,9 @@ Gen specials(DType t) {
 }
 
 void classify(OpId op, Tensor (*f)(const Tensor&)) {
-  register_cases({op, 3, [f](Case& c, DType t, int i) {
-                    const Shape shapes[] = {{257}, {33, 65}, {0}};
+  register_cases({op, 4, [f](Case& c, DType t, int i) {
+                    // (64 x 130: past the element count where CUDA's kernels load vectors)
+                    const Shape shapes[] = {{257}, {33, 65}, {0}, {64, 130}};
                     Tensor x = c.input(shapes[i], t, specials(t), i == 1 ? kT : kDense);
                     c.outs = {f(x)};
                     c.note(to_string(shapes[i]));

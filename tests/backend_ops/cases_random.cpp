@@ -70,7 +70,7 @@ const bool kState =
                     {i32}});
 
 const std::vector<DType> kFloats = {f32, f16, bf16, f64};
-const std::vector<DType> kInts = {i32, i64, i8, u8};
+const std::vector<DType> kInts = {i32, i64, i16, i8, u8};
 
 #define KILN_RANDOM_CASES(Op, types) \
   const bool k##Op = register_cases( \
@@ -79,7 +79,7 @@ KILN_RANDOM_CASES(RandomUniform, kFloats)
 KILN_RANDOM_CASES(RandomNormal, kFloats)
 KILN_RANDOM_CASES(RandomTruncatedNormal, kFloats)
 KILN_RANDOM_CASES(RandomBernoulli,
-                  (std::vector<DType>{f32, f16, bf16, f64, i32, i64, i8, u8, boolean}))
+                  (std::vector<DType>{f32, f16, bf16, f64, i32, i64, i16, i8, u8, boolean}))
 KILN_RANDOM_CASES(RandomDropoutMask, (std::vector<DType>{f32, f16, bf16, f64, boolean}))
 KILN_RANDOM_CASES(RandomInteger, kInts)
 #undef KILN_RANDOM_CASES

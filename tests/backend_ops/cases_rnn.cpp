@@ -19,6 +19,7 @@ struct Config {
   int layers;
   bool lbr = false, relu = false;  // GRU linear_before_reset; RNN relu
   int64_t hidden = 3;
+  int64_t input = 4;
 };
 // CUDA runs configs 0 and 4 (LSTM, RNN; GRU in 4) through cuDNN, the others through its kernels
 const Config kConfigs[] = {
@@ -30,12 +31,15 @@ const Config kConfigs[] = {
     // hidden sizes where CUDA splits the recurrent products (split-K) and gathers dR's product
     {RnnDirection::bidirectional, false, true, true, false, 1, true, false, 256},
     {RnnDirection::forward, true, false, false, false, 1, false, false, 512},
+    // no input features: the states come from h0 and the biases alone
+    {RnnDirection::forward, true, true, false, false, 1, false, false, 3, 0},
 };
-constexpr int kNumConfigs = 7;
+constexpr int kNumConfigs = 8;
 constexpr int kGradConfigs[] = {1, 2, 5, 6};
 
 std::vector<Tensor> layer(Case& c, DType t, RnnCell cell, const Config& k, bool training) {
-  const int64_t T = 5, B = 3, I = 4, H = k.hidden, D = k.dir == RnnDirection::bidirectional ? 2 : 1;
+  const int64_t T = 5, B = 3, I = k.input, H = k.hidden,
+                D = k.dir == RnnDirection::bidirectional ? 2 : 1;
   const int64_t G = cell == RnnCell::lstm ? 4 : cell == RnnCell::gru ? 3 : 1;
   Tensor x = c.rand(k.batch_first ? Shape{B, T, I} : Shape{T, B, I}, t, -1, 1,
                     k.batch_first ? Layout::dense : Layout::transposed);
@@ -66,9 +70,9 @@ std::vector<Tensor> layer(Case& c, DType t, RnnCell cell, const Config& k, bool 
                                        : rnn(x, layers, h0, lens, o);
   c.note(
       fmt::format("cell {} dir {} batch_first {} init {} lens {} extras {} layers {} lbr {} "
-                  "relu {} hidden {}",
+                  "relu {} hidden {} input {}",
                   static_cast<int>(cell), static_cast<int>(k.dir), k.batch_first, k.init, k.lens,
-                  k.extras, k.layers, k.lbr, k.relu, k.hidden));
+                  k.extras, k.layers, k.lbr, k.relu, k.hidden, I));
   c.tol_scale = 4;
   std::vector<Tensor> outs{r.y, r.h};
   if (r.c) outs.push_back(*r.c);

@@ -392,12 +392,14 @@ template <typename F> void logical(KernelContext& ctx) {
                                       ctx.op_name());
 }
 
-// out = Op(x) for numeric dtypes (bool excluded); `params` initialize Op's members in order.
-template <template <typename> class Op, typename... P> void unary_same(KernelContext& ctx, P... params) {
+// out = Op(x) for numeric dtypes (bool excluded; u8 too with kSigned, for the ops registered on
+// kSignedTypes); `params` initialize Op's members in order.
+template <template <typename> class Op, bool kSigned = false, typename... P>
+void unary_same(KernelContext& ctx, P... params) {
   const DType dt = ctx.in(0).dtype;
   dispatch(dt, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
-    if constexpr (std::is_same_v<T, bool>) {
+    if constexpr (std::is_same_v<T, bool> || (kSigned && std::is_unsigned_v<T>)) {
       bad_dtype(ctx, dt);
     } else {
       using A = acc_t<T>;
@@ -479,10 +481,10 @@ template <template <typename> class Op> void classify(KernelContext& ctx) {
 void isnan(KernelContext& ctx) { classify<IsNanF>(ctx); }
 void isinf(KernelContext& ctx) { classify<IsInfF>(ctx); }
 
-void neg(KernelContext& ctx) { unary_same<NegF>(ctx); }
+void neg(KernelContext& ctx) { unary_same<NegF, true>(ctx); }
 void abs(KernelContext& ctx) { unary_same<AbsF>(ctx); }
 void sign(KernelContext& ctx) { unary_same<SignF>(ctx); }
-void relu(KernelContext& ctx) { unary_same<ReluF>(ctx); }
+void relu(KernelContext& ctx) { unary_same<ReluF, true>(ctx); }
 void floor(KernelContext& ctx) { unary_same<FloorF>(ctx); }
 void ceil(KernelContext& ctx) { unary_same<CeilF>(ctx); }
 void round(KernelContext& ctx) { unary_same<RoundF>(ctx); }

@@ -89,20 +89,17 @@ void random_draw(KernelContext& ctx) {
   int32_t* next = ctx.out(1).ptr<int32_t>();
   cudaStream_t st = stream_of(ctx);
   const unsigned grid = blocks_for(groups);
-  if (is_floating(v.dtype)) {
-    dispatch_float(v.dtype, ctx.op_name(), [&](auto t) {
-      using T = decltype(t);
+  dispatch(v.dtype, ctx.op_name(), [&](auto t) {
+    using T = decltype(t);
+    if constexpr (std::is_floating_point_v<acc_t<T>>) {
       using A = acc_t<T>;
       const auto p = random_util::params<A>(ctx.attrs(), d);
       real_kernel<T, A><<<grid, kThreads, 0, st>>>(d, p, s, v.ptr<T>(), next, n, size, blocks);
-    });
-  } else {
-    const auto p = random_util::params<float>(ctx.attrs(), d);
-    dispatch(v.dtype, ctx.op_name(), [&](auto t) {
-      using T = decltype(t);
+    } else {
+      const auto p = random_util::params<float>(ctx.attrs(), d);
       int_kernel<T><<<grid, kThreads, 0, st>>>(d, p, s, v.ptr<T>(), next, n, size, blocks);
-    });
-  }
+    }
+  });
   check_launch(ctx.op_name());
 }
 

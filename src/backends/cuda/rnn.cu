@@ -129,34 +129,19 @@ void gemm_split_k(cudaStream_t st, bool tb, int64_t M, int64_t N, int64_t kc, in
     fail<DeviceError>("[rnn] cuBLAS batched gemm failed (status {})", static_cast<int>(r));
 }
 
-template <typename T>
-__global__ void col_sums_kernel(const T* a, int64_t rows, int64_t n, T* out) {
-  KILN_RNN_LOOP(j, n) {
-    T acc = 0;
-    for (int64_t i = 0; i < rows; ++i) acc += a[i * n + j];
-    out[j] += acc;
-  }
-}
-
-// out[j] += Σ_i a[i, j] for the row-major (rows, n) matrix a, through cuBLAS (ones: rows ones).
+// out[j] += Σ_i a[i, j] for the row-major (rows, n) matrix a, through cuBLAS (ones: rows ones;
+// the 64-bit API takes sizes past INT_MAX).
 template <typename T>
 void add_col_sums(cudaStream_t st, const T* a, int64_t rows, int64_t n, const T* ones, T* out) {
-  if (std::max(rows, n) > INT_MAX) {
-    col_sums_kernel<T><<<blocks_for(n), kThreads, 0, st>>>(a, rows, n, out);
-    check_launch("rnn column sums");
-    return;
-  }
   cublasHandle_t h = blas_handle();
   if (cublasSetStream(h, st) != CUBLAS_STATUS_SUCCESS)
     fail<DeviceError>("[rnn] cublasSetStream failed");
   const T one = 1;
   cublasStatus_t r;
   if constexpr (std::is_same_v<T, double>)
-    r = cublasDgemv(h, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(rows), &one, a,
-                    static_cast<int>(n), ones, 1, &one, out, 1);
+    r = cublasDgemv_64(h, CUBLAS_OP_N, n, rows, &one, a, n, ones, 1, &one, out, 1);
   else
-    r = cublasSgemv(h, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(rows), &one, a,
-                    static_cast<int>(n), ones, 1, &one, out, 1);
+    r = cublasSgemv_64(h, CUBLAS_OP_N, n, rows, &one, a, n, ones, 1, &one, out, 1);
   if (r != CUBLAS_STATUS_SUCCESS)
     fail<DeviceError>("[rnn] cuBLAS gemv failed (status {})", static_cast<int>(r));
 }
