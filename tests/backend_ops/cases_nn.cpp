@@ -44,7 +44,7 @@ const bool kMatmul =
                     }});
 
 const bool kLinear = register_cases(
-    {OpId::Linear, 6, [](Case& c, DType t, int i) {
+    {OpId::Linear, 7, [](Case& c, DType t, int i) {
        struct S {
          Shape x;
          int64_t out;
@@ -53,7 +53,8 @@ const bool kLinear = register_cases(
        };
        const S s[] = {{{8, 31}, 17, true, kDense},    {{4, 128}, 33, false, kDense},
                       {{2, 3, 257}, 9, true, kDense}, {{65, 33}, 5, true, kT},
-                      {{0, 16}, 4, true, kDense},     {{3, 1}, 129, false, kDense}};
+                      {{0, 16}, 4, true, kDense},     {{3, 1}, 129, false, kDense},
+                      {{2, 3, 0}, 5, true, kDense}};  // K = 0: the output is the bias
        const int64_t in = s[i].x.back();
        Tensor x = operand(c, s[i].x, t, s[i].l);
        Tensor w = operand(c, {s[i].out, in}, t);
@@ -184,6 +185,8 @@ const PoolCase kPools[] = {
     {{2, 3, 7, 9}, {.kernel = {2, 3}, .stride = {2, 2}}, kT},
     {{1, 1, 32, 33}, {.kernel = {5, 5}, .stride = {4, 4}, .padding = {2, 2, 1, 1}}, kDense},
     {{0, 2, 6, 6}, {.kernel = {2, 2}}, kDense},
+    // 64 taps: CUDA's forward pools give each output a warp
+    {{1, 2, 19, 21}, {.kernel = {8, 8}, .stride = {3, 4}, .padding = {2, 3}}, kDense},
 };
 constexpr int kNumPools = static_cast<int>(std::size(kPools));
 
@@ -284,15 +287,15 @@ const bool kMaxPoolGrad =
 const bool kSoftmax = [] {
   for (OpId op : {OpId::Softmax, OpId::LogSoftmax}) {
     register_cases(
-        {op, 8, [op](Case& c, DType t, int i) {
+        {op, 9, [op](Case& c, DType t, int i) {
            struct S {
              Shape x;
              int64_t axis;
              Layout l;
            };
-           const S s[] = {{{4, 31}, -1, kDense}, {{3, 128}, -1, kDense}, {{2, 257}, 1, kDense},
-                          {{33, 65}, 0, kDense}, {{5, 129}, -1, kT},     {{2, 3, 33}, 1, kDense},
-                          {{0, 7}, -1, kDense},  {{2, 4097}, -1, kDense}};
+           const S s[] = {{{4, 31}, -1, kDense}, {{3, 128}, -1, kDense},  {{2, 257}, 1, kDense},
+                          {{33, 65}, 0, kDense}, {{5, 129}, -1, kT},      {{2, 3, 33}, 1, kDense},
+                          {{0, 7}, -1, kDense},  {{2, 4097}, -1, kDense}, {{2, 2048}, -1, kDense}};
            Tensor x = c.rand(s[i].x, t, -4, 4, s[i].l);
            c.outs = {op == OpId::Softmax ? softmax(x, s[i].axis) : log_softmax(x, s[i].axis)};
            c.note(fmt::format("x {} axis {}{}", to_string(s[i].x), s[i].axis,
@@ -317,6 +320,7 @@ const NormShape kNormShapes[] = {
     {{5, 129}, -1, true, true, kT},
     {{0, 16}, -1, true, true, kDense},
     {{2, 4097}, -1, true, true, kDense},
+    {{2, 2048}, -1, true, true, kDense},  // long rows: a block each, vector loads
     // few long rows: CUDA splits each row into chunks (vector loads, and odd lengths without)
     {{2, 65600}, -1, true, true, kDense},
     {{1, 65537}, -1, false, false, kDense}};
@@ -468,7 +472,7 @@ const bool kDropout = register_cases(
 // ---- losses ----
 
 const bool kSoftmaxCrossEntropy = register_cases(
-    {OpId::SoftmaxCrossEntropy, 7, [](Case& c, DType t, int i) {
+    {OpId::SoftmaxCrossEntropy, 8, [](Case& c, DType t, int i) {
        const Reduction red[] = {Reduction::mean, Reduction::none, Reduction::sum};
        struct S {
          Shape logits;
@@ -479,7 +483,7 @@ const bool kSoftmaxCrossEntropy = register_cases(
        const S s[] = {{{8, 31}, -1, false, kDense},   {{4, 257}, -1, false, kDense},
                       {{2, 5, 33}, 1, false, kDense}, {{3, 129}, -1, true, kDense},
                       {{33, 17}, -1, false, kT},      {{2, 4, 3}, 1, true, kDense},
-                      {{6, 128}, -1, false, kDense}};
+                      {{6, 128}, -1, false, kDense},  {{3, 6, 5}, 1, false, kDense}};
        Tensor logits = c.rand(s[i].logits, t, -3, 3, s[i].l);
        Shape ls = s[i].logits;
        const int64_t axis = s[i].axis < 0 ? s[i].axis + static_cast<int64_t>(ls.size()) : s[i].axis;
@@ -518,15 +522,16 @@ const bool kNll = register_cases(
      }});
 
 const bool kMse = register_cases(
-    {OpId::Mse, 6, [](Case& c, DType t, int i) {
+    {OpId::Mse, 8, [](Case& c, DType t, int i) {
        const Reduction red[] = {Reduction::mean, Reduction::none, Reduction::sum};
        struct S {
          Shape a, b;
          Layout l;
        };
-       const S s[] = {{{257}, {257}, kDense},   {{4, 128}, {128}, kDense},
-                      {{33, 65}, {33, 65}, kT}, {{3, 1, 31}, {5, 31}, kDense},
-                      {{0, 3}, {3}, kDense},    {{129}, {129}, kDense}};
+       const S s[] = {{{257}, {257}, kDense},      {{4, 128}, {128}, kDense},
+                      {{33, 65}, {33, 65}, kT},    {{3, 1, 31}, {5, 31}, kDense},
+                      {{0, 3}, {3}, kDense},       {{129}, {129}, kDense},
+                      {{2, 3, 4}, {3, 1}, kDense}, {{5, 33}, {5, 33}, kDense}};
        c.outs = {mse(c.rand(s[i].a, t, s[i].l), c.rand(s[i].b, t), red[i % 3])};
        c.tol_scale = 2;
        c.note(fmt::format("{} {} reduction {}", to_string(s[i].a), to_string(s[i].b), i % 3));

@@ -1,9 +1,11 @@
 // CUDA training on NHWC data (the channels_last pass on training programs): the NHWC kernels of
-// conv_transpose, conv_grad_weight, batch_norm_train(_grad), max_pool_grad and
-// adaptive_avg_pool_grad against the CPU's NCHW ops, and a ResNet-shaped training step (bf16
-// and f16 autocast) compiled with the pass on and off (KILN_CHANNELS_LAST=0) and on the
-// CPU: the NHWC step's losses, gradients and variables after SGD steps are no further from the
-// CPU's f32 values than twice the NCHW step's on average (or a floor), none grossly off.
+// conv_transpose, conv_grad_weight, batch_norm_train(_grad), max_pool(_grad) and
+// adaptive_avg_pool(_grad) against the CPU's NCHW ops, in every dtype the pass can leave on NHWC
+// values (the ops between NHWC convs take any; a conv_transpose without input channels, f64
+// too), and a ResNet-shaped training step (bf16 and f16 autocast) compiled with the pass on and
+// off (KILN_CHANNELS_LAST=0) and on the CPU: the NHWC step's losses, gradients and variables
+// after SGD steps are no further from the CPU's f32 values than twice the NCHW step's on average
+// (or a floor), none grossly off.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -79,10 +81,10 @@ void check_twins(const Graph& g, const std::vector<Tensor>& nchw, const std::vec
 
 TEST(CudaChannelsLastTraining, BatchNormMatchesCpu) {
   REQUIRE_GPU();
-  // 12 channels: one access per channel for bf16; 72: two tiles, the second partial; rows enough
-  // for several spans
-  for (DType t : {f32, bf16})
-    for (int64_t c : {12, 64, 72}) {
+  // 7 channels: one access per channel for every dtype; 12: one for bf16 and f16, 16 bytes for
+  // f32 and f64; 72: two tiles, the second partial; rows enough for several spans
+  for (DType t : {f32, bf16, f16, f64})
+    for (int64_t c : {7, 12, 64, 72}) {
       const std::string what = fmt::format("{} C={}", name(t), c);
       Graph g;
       const Shape s{4, c, 15, 13};
@@ -96,7 +98,7 @@ TEST(CudaChannelsLastTraining, BatchNormMatchesCpu) {
       const auto bwd = nhwc_twin(d.dx, {dyt, xt, r.mean, r.var, w});
       // values off zero, so the shifted sums matter
       const Feeds feeds{{x, random_array(s, t, 2.0, 4.0)}, {dy, random_array(s, t)}};
-      const double tol = t == f32 ? 1e-4 : 2e-2;
+      const double tol = t == f64 ? 1e-9 : t == f32 ? 1e-4 : 2e-2;
       check_twins(g, {r.y, r.mean, r.var, d.dx, d.dweight, d.dbias},
                   {fwd[0], fwd[1], fwd[2], bwd[0], bwd[1], bwd[2]}, feeds, tol, what);
     }
@@ -104,8 +106,9 @@ TEST(CudaChannelsLastTraining, BatchNormMatchesCpu) {
 
 TEST(CudaChannelsLastTraining, PoolGradientsMatchCpu) {
   REQUIRE_GPU();
-  for (DType t : {f32, bf16})
-    for (int64_t c : {12, 64}) {
+  // (7 channels: one per access for every dtype; 12 and 64: 16-byte accesses where they divide)
+  for (DType t : {f32, bf16, f16, f64})
+    for (int64_t c : {7, 12, 64}) {
       const std::string what = fmt::format("{} C={}", name(t), c);
       Graph g;
       const Shape s{2, c, 11, 9};
@@ -113,9 +116,12 @@ TEST(CudaChannelsLastTraining, PoolGradientsMatchCpu) {
       const auto [y, idx] =
           max_pool_with_indices(x, {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}});
       const Tensor dy = g.placeholder(y.shape(), t, "dy");
-      const Tensor mp = max_pool_grad(dy, idx, s);
-      const Tensor mp_t =
-          nhwc_twin(mp, {transpose(dy, kToNhwc), transpose(idx, kToNhwc)})[0];
+      const Tensor dyt = transpose(dy, kToNhwc);
+      // i64 indices as max pooling gives them, and i32 ones
+      const Tensor idx32 = cast(idx, i32);
+      const Tensor mp = max_pool_grad(dy, idx, s), mp32 = max_pool_grad(dy, idx32, s);
+      const Tensor mp_t = nhwc_twin(mp, {dyt, transpose(idx, kToNhwc)})[0];
+      const Tensor mp32_t = nhwc_twin(mp32, {dyt, transpose(idx32, kToNhwc)})[0];
       const Tensor ga = g.placeholder({2, c, 1, 1}, t, "ga");
       const Tensor gb = g.placeholder({2, c, 3, 2}, t, "gb");
       const Tensor aa = adaptive_avg_pool_grad(ga, s), ab = adaptive_avg_pool_grad(gb, s);
@@ -125,8 +131,40 @@ TEST(CudaChannelsLastTraining, PoolGradientsMatchCpu) {
                         {dy, random_array(y.shape(), t)},
                         {ga, random_array({2, c, 1, 1}, t)},
                         {gb, random_array({2, c, 3, 2}, t)}};
-      check_twins(g, {mp, aa, ab}, {mp_t, aa_t, ab_t}, feeds, t == f32 ? 1e-5 : 1e-2, what);
+      const double tol = t == f64 ? 1e-12 : t == f32 ? 1e-5 : 1e-2;
+      check_twins(g, {mp, mp32, aa, ab}, {mp_t, mp32_t, aa_t, ab_t}, feeds, tol, what);
     }
+}
+
+// The forward pools that CUDA runs on NHWC values between NHWC nodes (of any dtype the values
+// have there, such as a cast's).
+TEST(CudaChannelsLastTraining, PoolsMatchCpu) {
+  REQUIRE_GPU();
+  // max pooling, values and indices exact: 7 channels one per access, 16 in 16-byte accesses
+  for (DType t : {f64, i32, i64, i16})
+    for (int64_t c : {7, 16}) {
+      Graph g;
+      const Shape s{2, c, 11, 9};
+      const Tensor x = g.placeholder(s, t, "x");
+      const auto [y, idx] =
+          max_pool_with_indices(x, {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}});
+      const auto twin = nhwc_twin(y, {transpose(x, kToNhwc)});
+      const Array data = is_floating(t) ? random_array(s, t) : random_ints(s, -100, 100, t);
+      check_twins(g, {y, idx}, {twin[0], twin[1]}, {{x, data}}, 0,
+                  fmt::format("max_pool {} C={}", name(t), c));
+    }
+  // adaptive average pooling with outputs enough for a channel a thread (over 132 SMs * 1024
+  // threads of 16 bytes), 7 channels: one per access
+  for (DType t : {f32, bf16, f16, f64}) {
+    Graph g;
+    const Shape s{4, 7, 225, 225};
+    const Tensor x = g.placeholder(s, t, "x");
+    const Tensor y = adaptive_avg_pool(x, {224, 224});
+    const Tensor y_t = nhwc_twin(y, {transpose(x, kToNhwc)})[0];
+    const double tol = t == f64 ? 1e-12 : t == f32 ? 1e-5 : 1e-2;
+    check_twins(g, {y}, {y_t}, {{x, random_array(s, t)}}, tol,
+                fmt::format("adaptive_avg_pool {}", name(t)));
+  }
 }
 
 TEST(CudaChannelsLastTraining, ConvGradientsMatchCpu) {
@@ -171,6 +209,27 @@ TEST(CudaChannelsLastTraining, ConvGradientsMatchCpu) {
                         {dy, random_array(ys, t)}};
       // (f32: TF32 products against the CPU's f32)
       check_twins(g, {dx, dxb, dw}, {dx_t, dxb_t, dw_t}, feeds, t == f32 ? 5e-3 : 3e-2, what);
+    }
+}
+
+// A conv_transpose without input channels is its bias: on NHWC it runs no cuDNN pass, only the
+// bias epilogue, in any float dtype (f64 too, which cuDNN has no NHWC algorithms for); 3
+// channels one per access, 8 in 16-byte accesses.
+TEST(CudaChannelsLastTraining, ConvTransposeWithoutInputChannelsGivesTheBias) {
+  REQUIRE_GPU();
+  for (DType t : {f64, f32})
+    for (int64_t c : {3, 8}) {
+      Graph g;
+      const Tensor x = g.placeholder({2, 0, 5, 5}, t, "x");
+      const Tensor w = g.placeholder({0, c, 3, 3}, t, "w");
+      const Tensor bias = g.constant(random_array({c}, t));
+      ConvTransposeOptions o;
+      o.padding = {1, 1};
+      const Tensor y = conv_transpose2d(x, w, bias, o);
+      const Tensor y_t = nhwc_twin(y, {transpose(x, kToNhwc), transpose(w, kToNhwc), bias})[0];
+      check_twins(g, {y}, {y_t},
+                  {{x, random_array({2, 0, 5, 5}, t)}, {w, random_array({0, c, 3, 3}, t)}}, 0,
+                  fmt::format("{} C={}", name(t), c));
     }
 }
 

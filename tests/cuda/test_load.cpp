@@ -217,5 +217,35 @@ TEST(CudaLoad, CopiesPast2To31UnitsOfEveryWidth) {
   }
 }
 
+// A convolution's bias over an output of 2^31 elements or more takes the bias kernel's 64-bit
+// index (conv.cu), wide (spatial size a multiple of the 16-byte pack) and one element a thread
+// (odd spatial size). An input with zero channels leaves the output to the bias alone; the check
+// runs on the device (the largest |y - bias|), so only a scalar comes back.
+TEST(CudaLoad, ConvolutionBiasPast2To31Elements) {
+  REQUIRE_GPU();
+  for (DType t : {f32, f16, bf16, f64}) {
+    for (int64_t side : {int64_t{32768}, int64_t{32769}}) {  // 2^31 outputs; 2 * 32769^2 > 2^31
+      SCOPED_TRACE(std::string(name(t)) + " side " + std::to_string(side));
+      Graph g;
+      const Tensor x = g.placeholder({1, 0, side, side}, t, "x");
+      const Tensor w = g.placeholder({2, 0, 1, 1}, t, "w");
+      const Tensor b = g.placeholder({2}, t, "b");
+      const Tensor y = conv2d(x, w, b, {});
+      const Tensor worst = max(abs(y - reshape(b, {1, 2, 1, 1})), {0, 1, 2, 3});
+      double got = -1;
+      {
+        Executable exe = g.compile(kGpu, {}, {worst}, {.optimize = false});
+        const Array out = exe.run({{x, Array::empty({1, 0, side, side}, t)},
+                                   {w, Array::empty({2, 0, 1, 1}, t)},
+                                   {b, Array::from_vector(std::vector<float>{0.75f, -1.5f}, {2})
+                                           .astype(t)}})[0];
+        got = out.to(Device::cpu()).to_vector<double>()[0];
+      }
+      EXPECT_EQ(got, 0.0);
+      empty_cache(kGpu);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kiln
