@@ -6,15 +6,20 @@
                                the checkpoint's bytes (the CPU at two thread counts; CUDA in
                                deterministic mode, recorded or not, fused or not, in separate
                                processes)
-  --close LOG LOG              runs that must agree to a thousandth (CUDA recorded against not
-                               recorded, outside deterministic mode)
+  --converge LOG...            runs outside deterministic mode (CUDA recorded and not): cuDNN's
+                               algorithms are timed in each process, so two processes may add in
+                               other orders and part after the first epoch, as two machines'
+                               CPUs do. Each must train: the first epoch's loss within 1% of the
+                               first run's, the last below 0.05
 
 Why CUDA and the CPU part late in training (docs/design.md, "The demo on CUDA and on the CPU"):
 two f32 trainings that add in different orders agree to the printed digit while the loss is
 large, and part once it is a few hundredths, where one batch moves it by its own size. The CPU's
 own trajectory moves the same way between instruction sets (oneDNN's AVX-512 and AVX2 kernels add
 in different orders: KILN_CPU_ISA=avx2 on an AVX-512 machine reads 0.0232 at epoch 12 where the
-AVX-512 kernels read 0.0034), never with the thread count.
+AVX-512 kernels read 0.0034) and between machines, never with the thread count. So CUDA is held
+to the CPU's trajectory in deterministic mode (the same bits in every process), and to bits only
+against itself.
 """
 import argparse
 import filecmp
@@ -31,7 +36,7 @@ def main():
     p.add_argument("--cuda")
     p.add_argument("--cpu")
     p.add_argument("--same-bits", nargs="+", default=[], metavar="LOG CKPT")
-    p.add_argument("--close", nargs=2, metavar="LOG")
+    p.add_argument("--converge", nargs="+", default=[], metavar="LOG")
     a = p.parse_args()
     failures = []
     if a.cuda and a.cpu:
@@ -64,10 +69,16 @@ def main():
                 failures.append(f"{ckpt}: the trained weights differ from {first_ckpt}")
         if len(pairs) > 1 and not failures:
             print(f"same bits: {len(pairs)} runs, losses and checkpoints identical")
-    if a.close:
-        x, y = losses(a.close[0]), losses(a.close[1])
-        if len(x) != len(y) or any(abs(u - v) > 1e-3 + 1e-3 * v for u, v in zip(x, y)):
-            failures.append(f"{a.close[0]} and {a.close[1]} differ: {x} / {y}")
+    if a.converge:
+        first = losses(a.converge[0])
+        for log in a.converge:
+            x = losses(log)
+            print(f"{log}: {x}")
+            if not x or len(x) != len(first):
+                failures.append(f"{log}: {len(x)} epochs, expected {len(first)}")
+            elif abs(x[0] - first[0]) > 0.01 * first[0] or x[-1] >= 0.05:
+                failures.append(f"{log}: first epoch {x[0]} (first run {first[0]}), last {x[-1]}"
+                                " (must be within 1% and below 0.05)")
     for f in failures:
         print("fail:", f)
     if failures:

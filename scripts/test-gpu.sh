@@ -199,8 +199,8 @@ if in_part 1; then
   step dist-nccl-all "$B/kiln" launch -n "$NGPU" -- "$DP" --data "$B/data" --transport nccl --out "$LOGS/dp-nccl-all.txt"
   wait
   L="$LOGS"
-  DEADLINE= step demo-cuda-vs-cpu python3 scripts/demo_trajectory.py --cuda "$L/demo-cuda.log" --cpu "$L/demo-cpu.log" \
-    --close "$L/demo-cuda.log" "$L/demo-cuda-nocapture.log"
+  DEADLINE= step demo-cuda-vs-cpu python3 scripts/demo_trajectory.py --cuda "$L/demo-cuda-det.log" \
+    --cpu "$L/demo-cpu.log" --converge "$L/demo-cuda.log" "$L/demo-cuda-nocapture.log"
   DEADLINE= step demo-cpu-same-bits python3 scripts/demo_trajectory.py --same-bits "$L/demo-cpu.log" \
     "$L/demo-cpu.ckpt" "$L/demo-cpu-3-threads.log" "$L/demo-cpu-3-threads.ckpt"
   DEADLINE= step demo-cuda-det-same-bits python3 scripts/demo_trajectory.py --same-bits "$L/demo-cuda-det.log" \
