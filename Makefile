@@ -36,6 +36,7 @@ demo: build data
 test: test-release test-asan test-tsan fuzz
 
 test-release: build data
+	@python3 scripts/check_env_vars.py
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 	@if ls tests/python/test_*.py >/dev/null 2>&1; then \
 	  KILN_BUILD_DIR=$(abspath $(BUILD)) .venv/bin/python -m pytest -q tests/python; fi
