@@ -312,6 +312,12 @@ Grads vjp_silu(const VjpContext& c) {
   const Tensor s = sigmoid(c.inputs[0]);
   return {*c.cotangents[0] * (s + c.outputs[0] * (1.0 - s))};
 }
+// mish = x t with t = tanh(softplus(x)): derivative t + x sigmoid(x) (1 - t^2)
+Grads vjp_mish(const VjpContext& c) {
+  const Tensor& x = c.inputs[0];
+  const Tensor t = tanh(softplus(x));
+  return {*c.cotangents[0] * (t + x * sigmoid(x) * (1.0 - t * t))};
+}
 // Below the threshold the derivative is sigmoid(beta x); above it softplus is x.
 Grads vjp_softplus(const VjpContext& c) {
   const Tensor& g = *c.cotangents[0];
@@ -426,6 +432,7 @@ void register_elementwise_ops() {
   define_op(OpId::Selu).grad(vjp_selu);
   define_op(OpId::Gelu).grad(vjp_gelu);
   define_op(OpId::Silu).grad(vjp_silu);
+  define_op(OpId::Mish).grad(vjp_mish);
   define_op(OpId::Softplus).grad(vjp_softplus);
   define_op(OpId::Softshrink).grad(vjp_shrink);
   define_op(OpId::Hardshrink).grad(vjp_shrink);

@@ -333,6 +333,8 @@ KILN_MATH_UNARY(Acosh, m_acosh(x))
 KILN_MATH_UNARY(Atanh, m_atanh(x))
 KILN_MATH_UNARY(Sigmoid, A(1) / (A(1) + m_exp(-x)))
 KILN_MATH_UNARY(Silu, x / (A(1) + m_exp(-x)))
+// x tanh(softplus(x)), softplus linear above 20 (PyTorch's threshold).
+KILN_MATH_UNARY(Mish, x * m_tanh(x > A(20) ? x : m_log1p(m_exp(x))))
 // Constants of Klambauer et al., "Self-Normalizing Neural Networks".
 KILN_MATH_UNARY(Selu, A(1.0507009873554804934193349852946) *
                           (x > 0 ? x : A(1.6732632423543772848170429916717) * m_expm1(x)))
