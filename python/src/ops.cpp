@@ -1,6 +1,7 @@
 // Ops: elementwise, reductions, transforms, constants. Names and arguments follow the C++ API
 // (include/kiln/ops/); each returns tensors of the graph of its inputs.
 #include "common.h"
+#include "ops/elementwise_records.h"
 
 namespace kiln::py {
 
@@ -27,61 +28,17 @@ nb::object first_of(nb::handle xs) { return nb::len(xs) > 0 ? nb::object(xs[0]) 
 
 void bind_ops(nb::module_& m) {
   // elementwise
-  KILN_BINARY(add);
-  KILN_BINARY(sub);
-  KILN_BINARY(mul);
-  KILN_BINARY(div);
-  KILN_BINARY(pow);
-  KILN_BINARY(maximum);
-  KILN_BINARY(minimum);
-  KILN_BINARY(mod);
-  KILN_UNARY(neg);
-  KILN_UNARY(abs);
-  KILN_UNARY(sign);
-  KILN_UNARY(exp);
-  KILN_UNARY(log);
-  KILN_UNARY(log1p);
-  KILN_UNARY(expm1);
-  KILN_UNARY(sqrt);
-  KILN_UNARY(rsqrt);
-  KILN_UNARY(reciprocal);
-  KILN_UNARY(sin);
-  KILN_UNARY(cos);
-  KILN_UNARY(tanh);
-  KILN_UNARY(sigmoid);
-  KILN_UNARY(relu);
-  KILN_UNARY(selu);
-  KILN_UNARY(silu);
-  KILN_UNARY(hardswish);
-  KILN_UNARY(erf);
-  KILN_UNARY(floor);
-  KILN_UNARY(ceil);
-  KILN_UNARY(round);
-  KILN_UNARY(tan);
-  KILN_UNARY(asin);
-  KILN_UNARY(acos);
-  KILN_UNARY(atan);
-  KILN_UNARY(sinh);
-  KILN_UNARY(cosh);
-  KILN_UNARY(asinh);
-  KILN_UNARY(acosh);
-  KILN_UNARY(atanh);
-  KILN_UNARY(logical_not);
-  KILN_UNARY(isnan);
-  KILN_UNARY(isinf);
-  KILN_UNARY(bitwise_not);
-  KILN_BINARY(equal);
-  KILN_BINARY(not_equal);
-  KILN_BINARY(less);
-  KILN_BINARY(less_equal);
-  KILN_BINARY(greater);
-  KILN_BINARY(greater_equal);
-  KILN_BINARY(logical_and);
-  KILN_BINARY(logical_or);
-  KILN_BINARY(logical_xor);
-  KILN_BINARY(bitwise_and);
-  KILN_BINARY(bitwise_or);
-  KILN_BINARY(bitwise_xor);
+  // the records of op_list.inc without attributes, by their C++ names
+#define KILN_OP(P, s, id, family)
+#define KILN_EW(P, s, id, arity, result, types, k0, k1) \
+  KILN_EW_IF_NO_ATTRS(k0, KILN_EW_BIND_##arity(s);)
+#define KILN_EW_BIND_1(s) KILN_UNARY(s)
+#define KILN_EW_BIND_2(s) KILN_BINARY(s)
+#include "ops/op_list.inc"
+#undef KILN_OP
+#undef KILN_EW
+#undef KILN_EW_BIND_1
+#undef KILN_EW_BIND_2
   m.def("bit_shift", &kiln::bit_shift, nb::arg("x"), nb::arg("y"), nb::arg("left"), ka);
   m.def("leaky_relu", &kiln::leaky_relu, nb::arg("x"), nb::arg("alpha") = 0.01, ka);
   m.def("elu", &kiln::elu, nb::arg("x"), nb::arg("alpha") = 1.0, ka);

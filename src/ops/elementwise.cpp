@@ -18,6 +18,7 @@
 #include "kiln/autodiff.h"
 #include "kiln/ops/core.h"
 #include "ops/common.h"
+#include "ops/elementwise_records.h"
 
 namespace kiln {
 
@@ -134,6 +135,11 @@ Tensor binary(OpId op, const Tensor& a, const Tensor& b) {
   DType t = promote(a.dtype(), b.dtype());
   return make_node1(op, {cast_to(a, t), cast_to(b, t)});
 }
+// binary_<dtypes column of the record>: promoting, or taking one dtype as given
+Tensor binary_numeric(OpId op, const Tensor& a, const Tensor& b) { return binary(op, a, b); }
+Tensor binary_all(OpId op, const Tensor& a, const Tensor& b) { return binary(op, a, b); }
+Tensor binary_int(OpId op, const Tensor& a, const Tensor& b) { return make_node1(op, {a, b}); }
+Tensor binary_bool(OpId op, const Tensor& a, const Tensor& b) { return make_node1(op, {a, b}); }
 
 // ---- gradient rules (written with kiln ops; broadcasting's gradient is sum_to_shape) ----
 
@@ -306,6 +312,12 @@ Grads vjp_silu(const VjpContext& c) {
   const Tensor s = sigmoid(c.inputs[0]);
   return {*c.cotangents[0] * (s + c.outputs[0] * (1.0 - s))};
 }
+// mish = x t with t = tanh(softplus(x)): derivative t + x sigmoid(x) (1 - t^2)
+Grads vjp_mish(const VjpContext& c) {
+  const Tensor& x = c.inputs[0];
+  const Tensor t = tanh(softplus(x));
+  return {*c.cotangents[0] * (t + x * sigmoid(x) * (1.0 - t * t))};
+}
 // Below the threshold the derivative is sigmoid(beta x); above it softplus is x.
 Grads vjp_softplus(const VjpContext& c) {
   const Tensor& g = *c.cotangents[0];
@@ -343,29 +355,32 @@ Grads vjp_where(const VjpContext& c) {
   return {std::nullopt, sum_to_shape(where(cond, g, zero), c.inputs[1].shape()),
           sum_to_shape(where(cond, zero, g), c.inputs[2].shape())};
 }
+
+// Inference of a record: its dtypes, then broadcasting or the input's shape.
+InferFn record_infer(const math::Record& r) {
+  using math::Result;
+  using math::Types;
+  if (r.types == Types::boolean) return infer_logical;
+  if (r.arity == 2) {
+    if (r.result == Result::boolean) return infer_compare;
+    return r.types == Types::integer ? infer_bitwise : infer_binary;
+  }
+  if (r.result == Result::boolean) return infer_classify;
+  switch (r.types) {
+    case Types::signed_numeric: return infer_unary_signed;
+    case Types::floating: return infer_unary_float;
+    case Types::integer: return infer_unary_int;
+    default: return infer_unary_numeric;
+  }
+}
 }  // namespace
 
 void register_elementwise_ops() {
-  for (OpId op : {OpId::Add, OpId::Sub, OpId::Mul, OpId::Div, OpId::Pow, OpId::Maximum,
-                  OpId::Minimum, OpId::Mod})
-    define_op(op).set_infer(infer_binary).inplace(0);
-  for (OpId op : {OpId::Equal, OpId::NotEqual, OpId::Less, OpId::LessEqual, OpId::Greater,
-                  OpId::GreaterEqual})
-    define_op(op).set_infer(infer_compare);
-  for (OpId op : {OpId::LogicalAnd, OpId::LogicalOr, OpId::LogicalXor, OpId::LogicalNot})
-    define_op(op).set_infer(infer_logical).inplace(0);
-  for (OpId op : {OpId::Neg, OpId::Relu})
-    define_op(op).set_infer(infer_unary_signed).inplace(0);
-  for (OpId op : {OpId::Abs, OpId::Sign, OpId::Floor, OpId::Ceil, OpId::Round})
-    define_op(op).set_infer(infer_unary_numeric).inplace(0);
-  for (OpId op : {OpId::Exp, OpId::Log, OpId::Log1p, OpId::Expm1, OpId::Sqrt, OpId::Rsqrt,
-                  OpId::Reciprocal, OpId::Sin, OpId::Cos, OpId::Tanh, OpId::Sigmoid, OpId::Selu,
-                  OpId::Silu, OpId::Hardswish, OpId::Erf, OpId::Tan, OpId::Asin, OpId::Acos,
-                  OpId::Atan, OpId::Sinh, OpId::Cosh, OpId::Asinh, OpId::Acosh, OpId::Atanh})
-    define_op(op).set_infer(infer_unary_float).inplace(0);
-  for (OpId op : {OpId::BitwiseAnd, OpId::BitwiseOr, OpId::BitwiseXor})
-    define_op(op).set_infer(infer_bitwise).inplace(0);
-  define_op(OpId::BitwiseNot).set_infer(infer_unary_int).inplace(0);
+  for (const math::Record& r : math::kRecords) {
+    OpDef& d = define_op(r.op).set_infer(record_infer(r));
+    // the output may take its input's buffer where it keeps the input's dtype
+    if (r.result == math::Result::same || r.types == math::Types::boolean) d.inplace(0);
+  }
   define_op(OpId::BitShift).set_infer(infer_bit_shift).inplace(0);
   define_op(OpId::LeakyRelu).set_infer(infer_alpha).inplace(0);
   define_op(OpId::Elu).set_infer(infer_alpha).inplace(0);
@@ -377,8 +392,6 @@ void register_elementwise_ops() {
   define_op(OpId::Clip).set_infer(infer_clip).inplace(0);
   define_op(OpId::Where).set_infer(infer_where);
   define_op(OpId::Cast).set_infer(infer_cast);
-  define_op(OpId::IsNan).set_infer(infer_classify);
-  define_op(OpId::IsInf).set_infer(infer_classify);
 
   define_op(OpId::Add).grad(vjp_add);
   define_op(OpId::Sub).grad(vjp_sub);
@@ -419,6 +432,7 @@ void register_elementwise_ops() {
   define_op(OpId::Selu).grad(vjp_selu);
   define_op(OpId::Gelu).grad(vjp_gelu);
   define_op(OpId::Silu).grad(vjp_silu);
+  define_op(OpId::Mish).grad(vjp_mish);
   define_op(OpId::Softplus).grad(vjp_softplus);
   define_op(OpId::Softshrink).grad(vjp_shrink);
   define_op(OpId::Hardshrink).grad(vjp_shrink);
@@ -434,40 +448,29 @@ void register_elementwise_ops() {
     define_op(op).not_differentiable();
 }
 
-Tensor add(const Tensor& a, const Tensor& b) { return binary(OpId::Add, a, b); }
-Tensor sub(const Tensor& a, const Tensor& b) { return binary(OpId::Sub, a, b); }
-Tensor mul(const Tensor& a, const Tensor& b) { return binary(OpId::Mul, a, b); }
-Tensor div(const Tensor& a, const Tensor& b) { return binary(OpId::Div, a, b); }
-Tensor pow(const Tensor& a, const Tensor& b) { return binary(OpId::Pow, a, b); }
-Tensor maximum(const Tensor& a, const Tensor& b) { return binary(OpId::Maximum, a, b); }
-Tensor minimum(const Tensor& a, const Tensor& b) { return binary(OpId::Minimum, a, b); }
-Tensor mod(const Tensor& a, const Tensor& b) { return binary(OpId::Mod, a, b); }
+// The builders of the records without attributes; binary ops promote their inputs' dtypes,
+// except logic and bitwise ops, which take one dtype.
+#define KILN_OP(P, s, id, family)
+#define KILN_EW(P, s, id, arity, result, types, k0, k1) \
+  KILN_EW_IF_NO_ATTRS(k0, KILN_EW_BUILDER_##arity(P, s, types))
+#define KILN_EW_BUILDER_1(P, s, types) \
+  Tensor s(const Tensor& x) { return make_node1(OpId::P, {x}); }
+#define KILN_EW_BUILDER_2(P, s, types) \
+  Tensor s(const Tensor& a, const Tensor& b) { return binary_##types(OpId::P, a, b); }
+#include "ops/op_list.inc"
+#undef KILN_OP
+#undef KILN_EW
+#undef KILN_EW_BUILDER_1
+#undef KILN_EW_BUILDER_2
 
-Tensor neg(const Tensor& x) { return make_node1(OpId::Neg, {x}); }
-Tensor abs(const Tensor& x) { return make_node1(OpId::Abs, {x}); }
-Tensor sign(const Tensor& x) { return make_node1(OpId::Sign, {x}); }
-Tensor exp(const Tensor& x) { return make_node1(OpId::Exp, {x}); }
-Tensor log(const Tensor& x) { return make_node1(OpId::Log, {x}); }
-Tensor log1p(const Tensor& x) { return make_node1(OpId::Log1p, {x}); }
-Tensor expm1(const Tensor& x) { return make_node1(OpId::Expm1, {x}); }
-Tensor sqrt(const Tensor& x) { return make_node1(OpId::Sqrt, {x}); }
-Tensor rsqrt(const Tensor& x) { return make_node1(OpId::Rsqrt, {x}); }
-Tensor reciprocal(const Tensor& x) { return make_node1(OpId::Reciprocal, {x}); }
-Tensor sin(const Tensor& x) { return make_node1(OpId::Sin, {x}); }
-Tensor cos(const Tensor& x) { return make_node1(OpId::Cos, {x}); }
-Tensor tanh(const Tensor& x) { return make_node1(OpId::Tanh, {x}); }
-Tensor sigmoid(const Tensor& x) { return make_node1(OpId::Sigmoid, {x}); }
-Tensor relu(const Tensor& x) { return make_node1(OpId::Relu, {x}); }
 Tensor leaky_relu(const Tensor& x, double alpha) {
   return make_node1(OpId::LeakyRelu, {x}, {{"alpha", alpha}});
 }
 Tensor elu(const Tensor& x, double alpha) { return make_node1(OpId::Elu, {x}, {{"alpha", alpha}}); }
-Tensor selu(const Tensor& x) { return make_node1(OpId::Selu, {x}); }
 Tensor gelu(const Tensor& x, GeluApprox approximate) {
   const char* a = approximate == GeluApprox::tanh ? "tanh" : "none";
   return make_node1(OpId::Gelu, {x}, {{"approximate", std::string(a)}});
 }
-Tensor silu(const Tensor& x) { return make_node1(OpId::Silu, {x}); }
 Tensor softplus(const Tensor& x, double beta, double threshold) {
   return make_node1(OpId::Softplus, {x}, {{"beta", beta}, {"threshold", threshold}});
 }
@@ -477,43 +480,12 @@ Tensor softshrink(const Tensor& x, double lambda) {
 Tensor hardshrink(const Tensor& x, double lambda) {
   return make_node1(OpId::Hardshrink, {x}, {{"lambda", lambda}});
 }
-Tensor hardswish(const Tensor& x) { return make_node1(OpId::Hardswish, {x}); }
 Tensor hardsigmoid(const Tensor& x, double alpha, double beta) {
   return make_node1(OpId::Hardsigmoid, {x}, {{"alpha", alpha}, {"beta", beta}});
 }
-Tensor erf(const Tensor& x) { return make_node1(OpId::Erf, {x}); }
-Tensor floor(const Tensor& x) { return make_node1(OpId::Floor, {x}); }
-Tensor ceil(const Tensor& x) { return make_node1(OpId::Ceil, {x}); }
-Tensor round(const Tensor& x) { return make_node1(OpId::Round, {x}); }
 Tensor clip(const Tensor& x, double lo, double hi) {
   return make_node1(OpId::Clip, {x}, {{"min", lo}, {"max", hi}});
 }
-Tensor tan(const Tensor& x) { return make_node1(OpId::Tan, {x}); }
-Tensor asin(const Tensor& x) { return make_node1(OpId::Asin, {x}); }
-Tensor acos(const Tensor& x) { return make_node1(OpId::Acos, {x}); }
-Tensor atan(const Tensor& x) { return make_node1(OpId::Atan, {x}); }
-Tensor sinh(const Tensor& x) { return make_node1(OpId::Sinh, {x}); }
-Tensor cosh(const Tensor& x) { return make_node1(OpId::Cosh, {x}); }
-Tensor asinh(const Tensor& x) { return make_node1(OpId::Asinh, {x}); }
-Tensor acosh(const Tensor& x) { return make_node1(OpId::Acosh, {x}); }
-Tensor atanh(const Tensor& x) { return make_node1(OpId::Atanh, {x}); }
-
-Tensor equal(const Tensor& a, const Tensor& b) { return binary(OpId::Equal, a, b); }
-Tensor not_equal(const Tensor& a, const Tensor& b) { return binary(OpId::NotEqual, a, b); }
-Tensor less(const Tensor& a, const Tensor& b) { return binary(OpId::Less, a, b); }
-Tensor less_equal(const Tensor& a, const Tensor& b) { return binary(OpId::LessEqual, a, b); }
-Tensor greater(const Tensor& a, const Tensor& b) { return binary(OpId::Greater, a, b); }
-Tensor greater_equal(const Tensor& a, const Tensor& b) {
-  return binary(OpId::GreaterEqual, a, b);
-}
-Tensor logical_and(const Tensor& a, const Tensor& b) {
-  return make_node1(OpId::LogicalAnd, {a, b});
-}
-Tensor logical_or(const Tensor& a, const Tensor& b) { return make_node1(OpId::LogicalOr, {a, b}); }
-Tensor logical_xor(const Tensor& a, const Tensor& b) {
-  return make_node1(OpId::LogicalXor, {a, b});
-}
-Tensor logical_not(const Tensor& x) { return make_node1(OpId::LogicalNot, {x}); }
 Tensor where(const Tensor& cond, const Tensor& x, const Tensor& y) {
   DType t = promote(x.dtype(), y.dtype());
   return make_node1(OpId::Where, {cond, cast_to(x, t), cast_to(y, t)});
@@ -521,17 +493,6 @@ Tensor where(const Tensor& cond, const Tensor& x, const Tensor& y) {
 Tensor cast(const Tensor& x, DType dtype) {
   return make_node1(OpId::Cast, {x}, {{"dtype", dtype}});
 }
-Tensor isnan(const Tensor& x) { return make_node1(OpId::IsNan, {x}); }
-Tensor isinf(const Tensor& x) { return make_node1(OpId::IsInf, {x}); }
-
-Tensor bitwise_and(const Tensor& a, const Tensor& b) {
-  return make_node1(OpId::BitwiseAnd, {a, b});
-}
-Tensor bitwise_or(const Tensor& a, const Tensor& b) { return make_node1(OpId::BitwiseOr, {a, b}); }
-Tensor bitwise_xor(const Tensor& a, const Tensor& b) {
-  return make_node1(OpId::BitwiseXor, {a, b});
-}
-Tensor bitwise_not(const Tensor& x) { return make_node1(OpId::BitwiseNot, {x}); }
 Tensor bit_shift(const Tensor& x, const Tensor& y, bool left) {
   return make_node1(OpId::BitShift, {x, y}, {{"left", left}});
 }

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "ops/common.h"
+#include "ops/elementwise_records.h"
 
 namespace kiln::fused {
 
@@ -16,22 +17,9 @@ struct ParamKeys {
   const char* k1 = nullptr;
 };
 ParamKeys param_keys(OpId op) {
-  switch (op) {
-    case OpId::LeakyRelu:
-    case OpId::Elu:
-      return {"alpha"};
-    case OpId::Softplus:
-      return {"beta", "threshold"};
-    case OpId::Softshrink:
-    case OpId::Hardshrink:
-      return {"lambda"};
-    case OpId::Hardsigmoid:
-      return {"alpha", "beta"};
-    case OpId::Clip:
-      return {"min", "max"};
-    default:
-      return {};
-  }
+  if (const math::Record* r = math::record(op)) return {r->attr0, r->attr1};
+  if (op == OpId::Clip) return {"min", "max"};
+  return {};  // gelu and bit_shift carry theirs as flags (pack_params)
 }
 
 [[noreturn]] void bad(size_t k, const std::string& why) {
@@ -41,34 +29,9 @@ ParamKeys param_keys(OpId op) {
 
 int arity(OpId op) {
   if (std::strcmp(op_family(op), "elementwise") != 0) return 0;
-  switch (op) {
-    case OpId::Where:
-      return 3;
-    case OpId::Add:
-    case OpId::Sub:
-    case OpId::Mul:
-    case OpId::Div:
-    case OpId::Pow:
-    case OpId::Maximum:
-    case OpId::Minimum:
-    case OpId::Mod:
-    case OpId::Equal:
-    case OpId::NotEqual:
-    case OpId::Less:
-    case OpId::LessEqual:
-    case OpId::Greater:
-    case OpId::GreaterEqual:
-    case OpId::LogicalAnd:
-    case OpId::LogicalOr:
-    case OpId::LogicalXor:
-    case OpId::BitwiseAnd:
-    case OpId::BitwiseOr:
-    case OpId::BitwiseXor:
-    case OpId::BitShift:
-      return 2;
-    default:
-      return 1;
-  }
+  if (const math::Record* r = math::record(op)) return r->arity;
+  if (op == OpId::Where) return 3;
+  return op == OpId::BitShift ? 2 : 1;  // cast, clip, gelu: 1
 }
 
 bool pack_params(OpId op, const Attrs& attrs, Instr& out) {

@@ -94,6 +94,7 @@ UNARY_GRAD(AtanhGrad, (uniform(-0.9, 0.9)), atanh(x))
 UNARY_GRAD(ReluGrad, (away({0.0})), relu(x))
 UNARY_GRAD(SeluGrad, (away({0.0})), selu(x))
 UNARY_GRAD(SiluGrad, (uniform(-5, 5)), silu(x))
+UNARY_GRAD(MishGrad, (uniform(-5, 5)), mish(x))
 UNARY_GRAD(HardswishGrad, (away({-3.0, 3.0}, 5)), hardswish(x))
 
 TEST(LeakyReluGrad, FiniteDifferences) {

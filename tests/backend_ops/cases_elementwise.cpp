@@ -280,6 +280,7 @@ const bool kUnary = [] {
        nullptr,
        {"exact", "tanh approximation"}});
   unary({OpId::Silu, plain<silu>});
+  unary({OpId::Mish, plain<mish>, -6, 24});
   unary({OpId::Softplus,
          [](const Tensor& x, int i) { return i % 2 ? softplus(x, 2.0, 3.0) : softplus(x); },
          -4,

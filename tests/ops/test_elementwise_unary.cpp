@@ -104,6 +104,8 @@ KILN_UNARY_TEST(Selu, selu(x), kSeluScale * (x > 0 ? x : kSeluAlpha * std::expm1
                 false, "selu")
 KILN_UNARY_TEST(Gelu, gelu(x), 0.5 * x * std::erfc(-x / std::sqrt(2.0)), -5, 5, false, "gelu")
 KILN_UNARY_TEST(Silu, silu(x), x * sigmoid_ref(x), -8, 8, false, "silu")
+// past 20 softplus is linear
+KILN_UNARY_TEST(Mish, mish(x), x * std::tanh(softplus_ref(x, 1.0, 20.0)), -8, 24, false, "mish")
 KILN_UNARY_TEST(Softplus, softplus(x, 2.0, 6.0), softplus_ref(x, 2.0, 6.0), -5, 5, false,
                 "softplus")
 KILN_UNARY_TEST(Softshrink, softshrink(x, 0.4), x > 0.4 ? x - 0.4 : (x < -0.4 ? x + 0.4 : 0), -2,

@@ -46,6 +46,8 @@ Tensor selu(const Tensor& x);
 enum class GeluApprox { none, tanh };
 Tensor gelu(const Tensor& x, GeluApprox approximate = GeluApprox::none);
 Tensor silu(const Tensor& x);
+/// x tanh(softplus(x)) (Misra, "Mish: A Self Regularized Non-Monotonic Activation Function").
+Tensor mish(const Tensor& x);
 /// log(1 + exp(beta x)) / beta; linear above `threshold` (PyTorch semantics).
 Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0);
 Tensor softshrink(const Tensor& x, double lambda = 0.5);

@@ -1,6 +1,7 @@
-// CPU kernels of the unary elementwise ops: sign/rounding ops (all numeric dtypes), float math
-// (trigonometric and hyperbolic included) and activations (f32/f64; f16/bf16 arrive as f32).
-// Attribute keys: src/ops/elementwise.cpp.
+// CPU kernels of the unary elementwise ops that are more than their record's kernel: gelu (two
+// forms), clip (integer bounds) and tanh, with the f32 activations run through the C library's
+// vector functions where it has them (the same expressions as src/ops/elementwise_math.h, the
+// function within a few ulp of the scalar one).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -165,223 +166,37 @@ bool f32_vector(KernelContext& ctx, F32Map f) {
          f(ctx, ctx.in(0).ptr<float>(), ctx.out(0).ptr<float>(), ctx.in(0).numel());
 }
 
-void neg(KernelContext& ctx) {
-  unary_same(ctx, [](auto x) {
-    if constexpr (kFloat<decltype(x)>) return -x;
-    else return wrap_neg(x);
-  });
-}
-void abs(KernelContext& ctx) {
-  unary_same(ctx, [](auto x) {
-    using T = decltype(x);
-    if constexpr (kFloat<T>) return std::fabs(x);
-    else if constexpr (std::is_signed_v<T>) return x < 0 ? wrap_neg(x) : x;
-    else return x;
-  });
-}
-// sign(0) = 0 and sign(NaN) = NaN, as numpy.
-void sign(KernelContext& ctx) {
-  unary_same(ctx, [](auto x) {
-    using T = decltype(x);
-    if constexpr (kFloat<T>) {
-      if (x != x) return x;
-    }
-    return static_cast<T>((T(0) < x) - (x < T(0)));
-  });
-}
-// NaN passes through (NaN < 0 is false), as in PyTorch.
-void relu(KernelContext& ctx) {
-  unary_same(ctx, [](auto x) { return x < decltype(x)(0) ? decltype(x)(0) : x; });
-}
-
-// Rounding is the identity on integers.
-template <typename F> void rounding(KernelContext& ctx, F f) {
-  unary_same(ctx, [&](auto x) {
-    if constexpr (kFloat<decltype(x)>) return f(x);
-    else return x;
-  });
-}
-void floor(KernelContext& ctx) { rounding(ctx, [](auto x) { return std::floor(x); }); }
-void ceil(KernelContext& ctx) { rounding(ctx, [](auto x) { return std::ceil(x); }); }
-// nearbyint in the default rounding mode rounds half to even.
-void round(KernelContext& ctx) { rounding(ctx, [](auto x) { return std::nearbyint(x); }); }
-
-// Bounds of clip in T: integers take the nearest in-range values inside [lo, hi].
-template <typename T> T clip_bound(double v, bool upper) {
-  if constexpr (kFloat<T>) {
-    return static_cast<T>(v);
-  } else {
-    constexpr double kMin = static_cast<double>(std::numeric_limits<T>::min());
-    constexpr double kMax = static_cast<double>(std::numeric_limits<T>::max());
-    const double r = upper ? std::floor(v) : std::ceil(v);
-    if (r <= kMin) return std::numeric_limits<T>::min();
-    if (r >= kMax) return std::numeric_limits<T>::max();
-    return static_cast<T>(r);
-  }
-}
 // NaN passes through: both comparisons are false.
 void clip(KernelContext& ctx) {
   const double lo = ctx.attrs().f("min"), hi = ctx.attrs().f("max");
   dispatch(ctx.in(0).dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
     if constexpr (!std::is_same_v<T, bool>) {
-      const T l = clip_bound<T>(lo, false), h = clip_bound<T>(hi, true);
-      unary_map(ctx, ctx.in(0).ptr<T>(), ctx.out(0).ptr<T>(), ctx.in(0).numel(),
-                [=](T x) { return x < l ? l : (x > h ? h : x); });
+      const math::Clip<T> f{math::clip_bound<T>(lo, false), math::clip_bound<T>(hi, true)};
+      unary_map(ctx, ctx.in(0).ptr<T>(), ctx.out(0).ptr<T>(), ctx.in(0).numel(), f);
     }
   });
 }
-
-void exp(KernelContext& ctx) { unary_float(ctx, [](auto x) { return std::exp(x); }); }
-void log(KernelContext& ctx) { unary_float(ctx, [](auto x) { return std::log(x); }); }
-void log1p(KernelContext& ctx) { unary_float(ctx, [](auto x) { return std::log1p(x); }); }
-void expm1(KernelContext& ctx) { unary_float(ctx, [](auto x) { return std::expm1(x); }); }
-void sqrt(KernelContext& ctx) { unary_float(ctx, [](auto x) { return std::sqrt(x); }); }
-void rsqrt(KernelContext& ctx) {
-  unary_float(ctx, [](auto x) { return decltype(x)(1) / std::sqrt(x); });
-}
-void reciprocal(KernelContext& ctx) {
-  unary_float(ctx, [](auto x) { return decltype(x)(1) / x; });
-}
-void sin(KernelContext& ctx) { unary_float(ctx, [](auto x) { return std::sin(x); }); }
-void cos(KernelContext& ctx) { unary_float(ctx, [](auto x) { return std::cos(x); }); }
 void tanh(KernelContext& ctx) {
   if (f32_vector(ctx, tanh_f32_vector)) return;
-  unary_float(ctx, [](auto x) { return std::tanh(x); });
-}
-void erf(KernelContext& ctx) { unary_float(ctx, [](auto x) { return std::erf(x); }); }
-void tan(KernelContext& ctx) { unary_float(ctx, [](auto x) { return std::tan(x); }); }
-void asin(KernelContext& ctx) { unary_float(ctx, [](auto x) { return std::asin(x); }); }
-void acos(KernelContext& ctx) { unary_float(ctx, [](auto x) { return std::acos(x); }); }
-void atan(KernelContext& ctx) { unary_float(ctx, [](auto x) { return std::atan(x); }); }
-void sinh(KernelContext& ctx) { unary_float(ctx, [](auto x) { return std::sinh(x); }); }
-void cosh(KernelContext& ctx) { unary_float(ctx, [](auto x) { return std::cosh(x); }); }
-void asinh(KernelContext& ctx) { unary_float(ctx, [](auto x) { return std::asinh(x); }); }
-void acosh(KernelContext& ctx) { unary_float(ctx, [](auto x) { return std::acosh(x); }); }
-void atanh(KernelContext& ctx) { unary_float(ctx, [](auto x) { return std::atanh(x); }); }
-void sigmoid(KernelContext& ctx) {
-  unary_float(ctx, [](auto x) { return decltype(x)(1) / (decltype(x)(1) + std::exp(-x)); });
-}
-void silu(KernelContext& ctx) {
-  unary_float(ctx, [](auto x) { return x / (decltype(x)(1) + std::exp(-x)); });
-}
-
-void leaky_relu(KernelContext& ctx) {
-  const double alpha = ctx.attrs().f("alpha");
-  unary_float(ctx, [=](auto x) { return x > 0 ? x : static_cast<decltype(x)>(alpha) * x; });
-}
-void elu(KernelContext& ctx) {
-  const double alpha = ctx.attrs().f("alpha");
-  unary_float(ctx, [=](auto x) {
-    return x > 0 ? x : static_cast<decltype(x)>(alpha) * std::expm1(x);
-  });
-}
-// Constants of Klambauer et al., "Self-Normalizing Neural Networks".
-constexpr double kSeluAlpha = 1.6732632423543772848170429916717;
-constexpr double kSeluScale = 1.0507009873554804934193349852946;
-void selu(KernelContext& ctx) {
-  unary_float(ctx, [](auto x) {
-    using T = decltype(x);
-    return static_cast<T>(kSeluScale) * (x > 0 ? x : static_cast<T>(kSeluAlpha) * std::expm1(x));
-  });
+  float_op<math::Tanh>(ctx);
 }
 void gelu(KernelContext& ctx) {
   if (ctx.attrs().str("approximate") == "tanh") {
     if (f32_vector(ctx, gelu_tanh_f32_vector)) return;
-    unary_float(ctx, [](auto x) {
-      using T = decltype(x);
-      const T k = static_cast<T>(0.7978845608028654);  // sqrt(2 / pi)
-      return T(0.5) * x * (T(1) + std::tanh(k * (x + T(0.044715) * x * x * x)));
-    });
+    float_op<math::GeluTanh>(ctx);
   } else {
     if (f32_vector(ctx, gelu_f32_vector)) return;
-    unary_float(ctx, [](auto x) {
-      using T = decltype(x);
-      // Φ(x) as erfc(-x/√2) / 2: 1 + erf(x/√2) cancels for negative x (4 digits lost near -3)
-      return T(0.5) * x * std::erfc(-x * static_cast<T>(0.7071067811865476));
-    });
+    float_op<math::Gelu>(ctx);
   }
-}
-void softplus(KernelContext& ctx) {
-  const double beta = ctx.attrs().f("beta"), threshold = ctx.attrs().f("threshold");
-  unary_float(ctx, [=](auto x) {
-    using T = decltype(x);
-    const T bx = static_cast<T>(beta) * x;
-    return bx > static_cast<T>(threshold) ? x : std::log1p(std::exp(bx)) / static_cast<T>(beta);
-  });
-}
-void softshrink(KernelContext& ctx) {
-  const double lambda = ctx.attrs().f("lambda");
-  unary_float(ctx, [=](auto x) {
-    using T = decltype(x);
-    const T l = static_cast<T>(lambda);
-    return x > l ? x - l : (x < -l ? x + l : T(0));
-  });
-}
-void hardshrink(KernelContext& ctx) {
-  const double lambda = ctx.attrs().f("lambda");
-  unary_float(ctx, [=](auto x) {
-    using T = decltype(x);
-    return (x > static_cast<T>(lambda) || x < -static_cast<T>(lambda)) ? x : T(0);
-  });
-}
-void hardswish(KernelContext& ctx) {
-  unary_float(ctx, [](auto x) {
-    using T = decltype(x);
-    return x * std::min(std::max(x + T(3), T(0)), T(6)) / T(6);
-  });
-}
-void hardsigmoid(KernelContext& ctx) {
-  const double alpha = ctx.attrs().f("alpha"), beta = ctx.attrs().f("beta");
-  unary_float(ctx, [=](auto x) {
-    using T = decltype(x);
-    const T v = static_cast<T>(alpha) * x + static_cast<T>(beta);
-    return v < T(0) ? T(0) : (v > T(1) ? T(1) : v);  // NaN passes through
-  });
 }
 }  // namespace
 
 void register_elementwise_unary_kernels() {
   constexpr DTypeSet kF{f32, f64};
-  register_kernel(OpId::Neg, Backend::cpu, {neg, kSignedTypes});
-  register_kernel(OpId::Abs, Backend::cpu, {abs, kNumericTypes});
-  register_kernel(OpId::Sign, Backend::cpu, {sign, kNumericTypes});
-  register_kernel(OpId::Relu, Backend::cpu, {relu, kSignedTypes});
-  register_kernel(OpId::Floor, Backend::cpu, {floor, kNumericTypes});
-  register_kernel(OpId::Ceil, Backend::cpu, {ceil, kNumericTypes});
-  register_kernel(OpId::Round, Backend::cpu, {round, kNumericTypes});
-  register_kernel(OpId::Clip, Backend::cpu, {clip, kNumericTypes});
-  register_kernel(OpId::Exp, Backend::cpu, {exp, kF});
-  register_kernel(OpId::Log, Backend::cpu, {log, kF});
-  register_kernel(OpId::Log1p, Backend::cpu, {log1p, kF});
-  register_kernel(OpId::Expm1, Backend::cpu, {expm1, kF});
-  register_kernel(OpId::Sqrt, Backend::cpu, {sqrt, kF});
-  register_kernel(OpId::Rsqrt, Backend::cpu, {rsqrt, kF});
-  register_kernel(OpId::Reciprocal, Backend::cpu, {reciprocal, kF});
-  register_kernel(OpId::Sin, Backend::cpu, {sin, kF});
-  register_kernel(OpId::Cos, Backend::cpu, {cos, kF});
-  register_kernel(OpId::Tanh, Backend::cpu, {tanh, kF});
-  register_kernel(OpId::Erf, Backend::cpu, {erf, kF});
-  register_kernel(OpId::Tan, Backend::cpu, {tan, kF});
-  register_kernel(OpId::Asin, Backend::cpu, {asin, kF});
-  register_kernel(OpId::Acos, Backend::cpu, {acos, kF});
-  register_kernel(OpId::Atan, Backend::cpu, {atan, kF});
-  register_kernel(OpId::Sinh, Backend::cpu, {sinh, kF});
-  register_kernel(OpId::Cosh, Backend::cpu, {cosh, kF});
-  register_kernel(OpId::Asinh, Backend::cpu, {asinh, kF});
-  register_kernel(OpId::Acosh, Backend::cpu, {acosh, kF});
-  register_kernel(OpId::Atanh, Backend::cpu, {atanh, kF});
-  register_kernel(OpId::Sigmoid, Backend::cpu, {sigmoid, kF});
-  register_kernel(OpId::Silu, Backend::cpu, {silu, kF});
-  register_kernel(OpId::LeakyRelu, Backend::cpu, {leaky_relu, kF});
-  register_kernel(OpId::Elu, Backend::cpu, {elu, kF});
-  register_kernel(OpId::Selu, Backend::cpu, {selu, kF});
+  register_kernel(OpId::Tanh, Backend::cpu, {tanh, kF});  // the record's kernel, vectorized
   register_kernel(OpId::Gelu, Backend::cpu, {gelu, kF});
-  register_kernel(OpId::Softplus, Backend::cpu, {softplus, kF});
-  register_kernel(OpId::Softshrink, Backend::cpu, {softshrink, kF});
-  register_kernel(OpId::Hardshrink, Backend::cpu, {hardshrink, kF});
-  register_kernel(OpId::Hardswish, Backend::cpu, {hardswish, kF});
-  register_kernel(OpId::Hardsigmoid, Backend::cpu, {hardsigmoid, kF});
+  register_kernel(OpId::Clip, Backend::cpu, {clip, kNumericTypes});
 }
 
 }  // namespace kiln::cpu

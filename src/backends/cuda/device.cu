@@ -9,7 +9,6 @@ namespace cuda {
 void register_kernels() {
   register_core_kernels();
   register_elementwise_kernels();
-  register_elementwise_extra_kernels();
   register_linalg_kernels();
   register_conv_kernels();
   register_pool_kernels();

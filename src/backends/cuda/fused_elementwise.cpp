@@ -1,10 +1,10 @@
 // CUDA kernel of fused_elementwise: generates CUDA C++ for the program (src/ops/
 // fused_elementwise.h), compiles it with NVRTC to a cubin for the device's architecture, loads it
 // with the driver API and launches it on the step's stream. Kernels are cached in memory by
-// (context, xxh3 of source and architecture), each compiled once. The generated math mirrors the
-// functors of elementwise.cu and elementwise_extra.cu (f16/bf16 computed in f32 and rounded after
-// every instruction; add/sub/mul through __f*_rn so no multiply-add contracts across ops), so a
-// fused node gives what the unfused kernels give.
+// (context, xxh3 of source and architecture), each compiled once. The generated source calls the
+// functors of src/ops/elementwise_math.h, embedded as text, which the unfused kernels run too
+// (f16/bf16 computed in f32 and rounded after every instruction), so a fused node gives what the
+// unfused kernels give.
 #include "backends/cuda/fused_elementwise.h"
 
 #include <cuda.h>
@@ -25,6 +25,8 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/kernels.h"
 #include "core/errors.h"
+#include "ops/elementwise_math.h"
+#include "ops/elementwise_records.h"
 #include "ops/fused_elementwise.h"
 
 namespace kiln::cuda {
@@ -45,16 +47,12 @@ struct Params {
   long long strides[fused::kMaxInputs][kRank];
 };
 
-// Shared device code: conversions, integer helpers and one function per op (as elementwise.cu).
+#include "ops/elementwise_math_text.inc"  // kElementwiseMathText: src/ops/elementwise_math.h
+
+// Device code of every kernel: conversions of the stored types, then the ops' math
+// (kElementwiseMathText, the functors the unfused kernels run).
 const char* kPrelude = R"(
 typedef long long i64; typedef unsigned long long u64;
-template <class T> struct IsF { static constexpr bool v = false; };
-template <> struct IsF<float> { static constexpr bool v = true; };
-template <> struct IsF<double> { static constexpr bool v = true; };
-template <class T> struct IsS { static constexpr bool v = T(-1) < T(0); };
-template <class T> struct U { typedef unsigned int t; };
-template <> struct U<i64> { typedef u64 t; };
-template <> struct U<u64> { typedef u64 t; };
 template <class T> struct Lim;
 template <> struct Lim<signed char> { static constexpr double lo = -128, hi = 127; };
 template <> struct Lim<unsigned char> { static constexpr double lo = 0, hi = 255; };
@@ -80,89 +78,6 @@ template <class D> __device__ inline D sat(double v) {
   if (v <= Lim<D>::lo) return (D)Lim<D>::lo;
   if (v >= Lim<D>::hi) return D(Lim<D>::hi == 9223372036854775807.0 ? 9223372036854775807LL : (i64)Lim<D>::hi);
   return (D)v;
-}
-#define M1(n) __device__ inline float m_##n(float x) { return n##f(x); } __device__ inline double m_##n(double x) { return n(x); }
-M1(exp) M1(log) M1(log1p) M1(expm1) M1(sqrt) M1(sin) M1(cos) M1(tanh) M1(erf) M1(erfc) M1(floor) M1(ceil)
-M1(rint) M1(fabs) M1(tan) M1(asin) M1(acos) M1(atan) M1(sinh) M1(cosh) M1(asinh) M1(acosh) M1(atanh)
-#define M2(n) __device__ inline float m_##n(float x, float y) { return n##f(x, y); } __device__ inline double m_##n(double x, double y) { return n(x, y); }
-M2(pow) M2(fmod) M2(copysign)
-__device__ inline float add_rn(float a, float b) { return __fadd_rn(a, b); }
-__device__ inline double add_rn(double a, double b) { return __dadd_rn(a, b); }
-__device__ inline float sub_rn(float a, float b) { return __fsub_rn(a, b); }
-__device__ inline double sub_rn(double a, double b) { return __dsub_rn(a, b); }
-__device__ inline float mul_rn(float a, float b) { return __fmul_rn(a, b); }
-__device__ inline double mul_rn(double a, double b) { return __dmul_rn(a, b); }
-template <class T> __device__ inline T wneg(T x) { return (T)((typename U<T>::t)0 - (typename U<T>::t)x); }
-template <class A> __device__ inline A k_add(A a, A b) { if constexpr (IsF<A>::v) return add_rn(a, b); else return (A)((typename U<A>::t)a + (typename U<A>::t)b); }
-template <class A> __device__ inline A k_sub(A a, A b) { if constexpr (IsF<A>::v) return sub_rn(a, b); else return (A)((typename U<A>::t)a - (typename U<A>::t)b); }
-template <class A> __device__ inline A k_mul(A a, A b) { if constexpr (IsF<A>::v) return mul_rn(a, b); else return (A)((typename U<A>::t)a * (typename U<A>::t)b); }
-template <class A> __device__ inline A k_div(A a, A b) {
-  if constexpr (IsF<A>::v) { return a / b; } else {
-    if (b == 0) return 0;
-    if constexpr (IsS<A>::v) { if (b == -1) return wneg(a); const A q = (A)(a / b); return (a % b != 0 && ((a < 0) != (b < 0))) ? (A)(q - 1) : q; }
-    else return (A)(a / b);
-  }
-}
-template <class A> __device__ inline A k_mod(A a, A b) {
-  if constexpr (IsF<A>::v) { A r = m_fmod(a, b); if (r != 0) { if ((r < 0) != (b < 0)) r += b; } else { r = m_copysign(A(0), b); } return r; }
-  else {
-    if (b == 0) return 0;
-    if constexpr (IsS<A>::v) { if (b == -1) return 0; const A r = (A)(a % b); return (r != 0 && ((r < 0) != (b < 0))) ? (A)(r + b) : r; }
-    else return (A)(a % b);
-  }
-}
-template <class A> __device__ inline A k_pow(A a, A e) {
-  if constexpr (IsF<A>::v) { return m_pow(a, e); } else {
-    if constexpr (IsS<A>::v) { if (e < 0) return a == 1 ? 1 : a == -1 ? ((e & 1) ? -1 : 1) : 0; }
-    u64 r = 1, b = (u64)a, n = (u64)e;
-    for (; n; n >>= 1, b *= b) if (n & 1) r *= b;
-    return (A)r;
-  }
-}
-template <class A> __device__ inline A k_maximum(A a, A b) { return (a > b || a != a) ? a : b; }
-template <class A> __device__ inline A k_minimum(A a, A b) { return (a < b || a != a) ? a : b; }
-template <class A> __device__ inline A k_neg(A x) { if constexpr (IsF<A>::v) return -x; else return wneg(x); }
-template <class A> __device__ inline A k_abs(A x) { if constexpr (IsF<A>::v) return m_fabs(x); else if constexpr (IsS<A>::v) return x < 0 ? wneg(x) : x; else return x; }
-template <class A> __device__ inline A k_sign(A x) {
-  if constexpr (IsF<A>::v) { if (x != x) return x; }
-  if constexpr (!IsS<A>::v) return (A)(x != 0); else return (A)((A(0) < x) - (x < A(0)));
-}
-template <class A> __device__ inline A k_relu(A x) { if constexpr (!IsS<A>::v) return x; else return x < A(0) ? A(0) : x; }
-template <class A> __device__ inline A k_floor(A x) { if constexpr (IsF<A>::v) return m_floor(x); else return x; }
-template <class A> __device__ inline A k_ceil(A x) { if constexpr (IsF<A>::v) return m_ceil(x); else return x; }
-template <class A> __device__ inline A k_round(A x) { if constexpr (IsF<A>::v) return m_rint(x); else return x; }
-template <class A> __device__ inline A k_clip(A x, A lo, A hi) { return x < lo ? lo : (x > hi ? hi : x); }
-template <class A> __device__ inline A k_rsqrt(A x) { return A(1) / m_sqrt(x); }
-template <class A> __device__ inline A k_reciprocal(A x) { return A(1) / x; }
-template <class A> __device__ inline A k_sigmoid(A x) { return A(1) / (A(1) + m_exp(-x)); }
-template <class A> __device__ inline A k_silu(A x) { return x / (A(1) + m_exp(-x)); }
-template <class A> __device__ inline A k_leaky_relu(A x, A alpha) { return x > 0 ? x : alpha * x; }
-template <class A> __device__ inline A k_elu(A x, A alpha) { return x > 0 ? x : alpha * m_expm1(x); }
-template <class A> __device__ inline A k_selu(A x) {
-  return (A)1.0507009873554804934193349852946 * (x > 0 ? x : (A)1.6732632423543772848170429916717 * m_expm1(x));
-}
-template <class A> __device__ inline A k_gelu(A x) { return A(0.5) * x * m_erfc(-x * (A)0.7071067811865476); }
-template <class A> __device__ inline A k_gelu_tanh(A x) {
-  const A k = (A)0.7978845608028654;
-  return A(0.5) * x * (A(1) + m_tanh(k * (x + A(0.044715) * x * x * x)));
-}
-template <class A> __device__ inline A k_softplus(A x, A beta, A threshold) { const A bx = beta * x; return bx > threshold ? x : m_log1p(m_exp(bx)) / beta; }
-template <class A> __device__ inline A k_softshrink(A x, A l) { return x > l ? x - l : (x < -l ? x + l : A(0)); }
-template <class A> __device__ inline A k_hardshrink(A x, A l) { return (x > l || x < -l) ? x : A(0); }
-template <class A> __device__ inline A k_hardswish(A x) { A m = x + A(3); m = m < A(0) ? A(0) : m; m = A(6) < m ? A(6) : m; return x * m / A(6); }
-template <class A> __device__ inline A k_hardsigmoid(A x, A alpha, A beta) { const A v = alpha * x + beta; return v < A(0) ? A(0) : (v > A(1) ? A(1) : v); }
-template <class A> __device__ inline bool k_isnan(A x) { if constexpr (IsF<A>::v) return x != x; else return false; }
-template <class A> __device__ inline bool k_isinf(A x) {
-  if constexpr (IsF<A>::v) { const A inf = (A)__longlong_as_double(0x7ff0000000000000LL); return x == inf || x == -inf; }
-  else return false;
-}
-template <class T> __device__ inline T k_shl(T a, T b) {
-  if ((u64)b >= sizeof(T) * 8) return 0;
-  return (T)((typename U<T>::t)(a) << b);
-}
-template <class T> __device__ inline T k_shr(T a, T b) {
-  if ((u64)b >= sizeof(T) * 8) { if constexpr (IsS<T>::v) return a < 0 ? T(-1) : T(0); else return 0; }
-  return (T)(a >> b);
 }
 )";
 
@@ -199,35 +114,19 @@ std::string lit(double v, const char* t) {
   std::memcpy(&bits, &v, 8);
   return fmt::format("(({})__longlong_as_double({}LL))", t, bits);
 }
-// Nearest in-range integer bound of clip (as elementwise.cu's clip_bound).
-template <typename T>
-std::string int_bound(double v, bool upper) {
-  constexpr double kMin = static_cast<double>(std::numeric_limits<T>::min());
-  constexpr double kMax = static_cast<double>(std::numeric_limits<T>::max());
-  const double r = upper ? std::floor(v) : std::ceil(v);
-  T b;
-  if (r <= kMin)
-    b = std::numeric_limits<T>::min();
-  else if (r >= kMax)
-    b = std::numeric_limits<T>::max();
-  else
-    b = static_cast<T>(r);
-  return fmt::format("(({}){}LL)", ctype(DType::i64), static_cast<int64_t>(b));
-}
+// A bound of clip in the value type of `t`, as the unfused kernel computes it (math::clip_bound).
 std::string clip_bound(DType t, double v, bool upper) {
+  auto integer = [&](int64_t b) {  // INT64_MIN has no literal of its own
+    return b == INT64_MIN ? fmt::format("(({})(-9223372036854775807LL - 1))", ctype(t))
+                          : fmt::format("(({}){}LL)", ctype(t), b);
+  };
   switch (t) {
-    case i8:
-      return int_bound<int8_t>(v, upper);
-    case u8:
-      return int_bound<uint8_t>(v, upper);
-    case i16:
-      return int_bound<int16_t>(v, upper);
-    case i32:
-      return int_bound<int32_t>(v, upper);
-    case i64:
-      return int_bound<int64_t>(v, upper);
-    default:
-      return lit(v, ctype(t));
+    case i8: return integer(math::clip_bound<int8_t>(v, upper));
+    case u8: return integer(math::clip_bound<uint8_t>(v, upper));
+    case i16: return integer(math::clip_bound<int16_t>(v, upper));
+    case i32: return integer(math::clip_bound<int32_t>(v, upper));
+    case i64: return integer(math::clip_bound<int64_t>(v, upper));
+    default: return lit(v, ctype(t));
   }
 }
 
@@ -238,145 +137,32 @@ std::string load(DType t, const std::string& ptr) {
   return ptr;
 }
 
-// The expression of one instruction over values v<k>.
+// The expression of one instruction over values v<k>: the op's functor of elementwise_math.h
+// on the instruction's operand type A, with its attributes as the functor's members.
 std::string expr(const fused::Instr& in, const std::vector<DType>& types) {
   const char* A = ctype(types[in.a]);
   auto v = [&](int j) { return fmt::format("v{}", in.operand(j)); };
-  auto call = [&](const char* f) { return fmt::format("{}<{}>({})", f, A, v(0)); };
-  auto call2 = [&](const char* f) { return fmt::format("{}<{}>({}, {})", f, A, v(0), v(1)); };
+  auto functor = [&](const char* name, const std::string& members) {
+    std::string args = v(0);
+    for (int j = 1; j < fused::arity(in.op); ++j) args += ", " + v(j);
+    return fmt::format("kiln::math::{}<{}>{{{}}}({})", name, A, members, args);
+  };
+  if (const math::Record* r = math::record(in.op)) {
+    std::string members;
+    if (r->attr0) members = lit(in.p0, A);
+    if (r->attr1) members += ", " + lit(in.p1, A);
+    return functor(r->functor, members);
+  }
   switch (in.op) {
-    case OpId::Add:
-      return call2("k_add");
-    case OpId::Sub:
-      return call2("k_sub");
-    case OpId::Mul:
-      return call2("k_mul");
-    case OpId::Div:
-      return call2("k_div");
-    case OpId::Pow:
-      return call2("k_pow");
-    case OpId::Maximum:
-      return call2("k_maximum");
-    case OpId::Minimum:
-      return call2("k_minimum");
-    case OpId::Mod:
-      return call2("k_mod");
-    case OpId::Equal:
-      return fmt::format("({} == {})", v(0), v(1));
-    case OpId::NotEqual:
-      return fmt::format("({} != {})", v(0), v(1));
-    case OpId::Less:
-      return fmt::format("({} < {})", v(0), v(1));
-    case OpId::LessEqual:
-      return fmt::format("({} <= {})", v(0), v(1));
-    case OpId::Greater:
-      return fmt::format("({} > {})", v(0), v(1));
-    case OpId::GreaterEqual:
-      return fmt::format("({} >= {})", v(0), v(1));
-    case OpId::LogicalAnd:
-      return fmt::format("({} && {})", v(0), v(1));
-    case OpId::LogicalOr:
-      return fmt::format("({} || {})", v(0), v(1));
-    case OpId::LogicalXor:
-      return fmt::format("({} != {})", v(0), v(1));
-    case OpId::LogicalNot:
-      return fmt::format("(!{})", v(0));
     case OpId::Where:
       return fmt::format("({} ? {} : {})", v(0), v(1), v(2));
-    case OpId::IsNan:
-      return call("k_isnan");
-    case OpId::IsInf:
-      return call("k_isinf");
-    case OpId::BitwiseAnd:
-      return fmt::format("({})({} & {})", A, v(0), v(1));
-    case OpId::BitwiseOr:
-      return fmt::format("({})({} | {})", A, v(0), v(1));
-    case OpId::BitwiseXor:
-      return fmt::format("({})({} ^ {})", A, v(0), v(1));
-    case OpId::BitwiseNot:
-      return fmt::format("({})(~{})", A, v(0));
     case OpId::BitShift:
-      return call2(in.p0 != 0 ? "k_shl" : "k_shr");
-    case OpId::Neg:
-      return call("k_neg");
-    case OpId::Abs:
-      return call("k_abs");
-    case OpId::Sign:
-      return call("k_sign");
-    case OpId::Relu:
-      return call("k_relu");
-    case OpId::Floor:
-      return call("k_floor");
-    case OpId::Ceil:
-      return call("k_ceil");
-    case OpId::Round:
-      return call("k_round");
-    case OpId::Clip:
-      return fmt::format("k_clip<{}>({}, {}, {})", A, v(0), clip_bound(types[in.a], in.p0, false),
-                         clip_bound(types[in.a], in.p1, true));
-    case OpId::Exp:
-      return "m_exp(" + v(0) + ")";
-    case OpId::Log:
-      return "m_log(" + v(0) + ")";
-    case OpId::Log1p:
-      return "m_log1p(" + v(0) + ")";
-    case OpId::Expm1:
-      return "m_expm1(" + v(0) + ")";
-    case OpId::Sqrt:
-      return "m_sqrt(" + v(0) + ")";
-    case OpId::Sin:
-      return "m_sin(" + v(0) + ")";
-    case OpId::Cos:
-      return "m_cos(" + v(0) + ")";
-    case OpId::Tanh:
-      return "m_tanh(" + v(0) + ")";
-    case OpId::Erf:
-      return "m_erf(" + v(0) + ")";
-    case OpId::Tan:
-      return "m_tan(" + v(0) + ")";
-    case OpId::Asin:
-      return "m_asin(" + v(0) + ")";
-    case OpId::Acos:
-      return "m_acos(" + v(0) + ")";
-    case OpId::Atan:
-      return "m_atan(" + v(0) + ")";
-    case OpId::Sinh:
-      return "m_sinh(" + v(0) + ")";
-    case OpId::Cosh:
-      return "m_cosh(" + v(0) + ")";
-    case OpId::Asinh:
-      return "m_asinh(" + v(0) + ")";
-    case OpId::Acosh:
-      return "m_acosh(" + v(0) + ")";
-    case OpId::Atanh:
-      return "m_atanh(" + v(0) + ")";
-    case OpId::Rsqrt:
-      return call("k_rsqrt");
-    case OpId::Reciprocal:
-      return call("k_reciprocal");
-    case OpId::Sigmoid:
-      return call("k_sigmoid");
-    case OpId::Silu:
-      return call("k_silu");
-    case OpId::Selu:
-      return call("k_selu");
-    case OpId::Hardswish:
-      return call("k_hardswish");
+      return functor(in.p0 != 0 ? "ShiftLeft" : "ShiftRight", "");
     case OpId::Gelu:
-      return call(in.p0 != 0 ? "k_gelu_tanh" : "k_gelu");
-    case OpId::LeakyRelu:
-      return fmt::format("k_leaky_relu<{0}>({1}, {2})", A, v(0), lit(in.p0, A));
-    case OpId::Elu:
-      return fmt::format("k_elu<{0}>({1}, {2})", A, v(0), lit(in.p0, A));
-    case OpId::Softshrink:
-      return fmt::format("k_softshrink<{0}>({1}, {2})", A, v(0), lit(in.p0, A));
-    case OpId::Hardshrink:
-      return fmt::format("k_hardshrink<{0}>({1}, {2})", A, v(0), lit(in.p0, A));
-    case OpId::Softplus:
-      return fmt::format("k_softplus<{0}>({1}, {2}, {3})", A, v(0), lit(in.p0, A), lit(in.p1, A));
-    case OpId::Hardsigmoid:
-      return fmt::format("k_hardsigmoid<{0}>({1}, {2}, {3})", A, v(0), lit(in.p0, A),
-                         lit(in.p1, A));
+      return functor(in.p0 != 0 ? "GeluTanh" : "Gelu", "");
+    case OpId::Clip:
+      return functor("Clip", clip_bound(types[in.a], in.p0, false) + ", " +
+                                 clip_bound(types[in.a], in.p1, true));
     case OpId::Cast: {
       // as ew::convert_value: i64 -> i32 wraps; to half through float; to bool != 0; to other
       // integers saturating from double; floats through double
@@ -400,6 +186,7 @@ enum class Kind { dense, scalar, bcast };
 std::string generate(const fused::Program& p, const std::vector<DType>& types, DType out,
                      const std::vector<Kind>& kind, int vec) {
   std::string s = kPrelude;
+  s += kElementwiseMathText;
   s += fmt::format(
       "struct Params {{ const void* in[{}]; void* out; long long n; int rank; int vec; "
       "int rowvec; long long dims[{}]; long long strides[{}][{}]; }};\n",

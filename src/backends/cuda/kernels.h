@@ -5,7 +5,6 @@ namespace kiln::cuda {
 
 void register_core_kernels();         // core.cu: full, arange, assign
 void register_elementwise_kernels();  // elementwise.cu
-void register_elementwise_extra_kernels();  // elementwise_extra.cu: trig/hyperbolic, bitwise
 void register_linalg_kernels();       // linalg.cu: matmul, linear (cuBLASLt)
 void register_conv_kernels();         // conv.cu: conv, conv_transpose, conv_grad_weight (cuDNN)
 void register_pool_kernels();         // pool.cu
