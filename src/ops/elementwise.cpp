@@ -348,37 +348,37 @@ Grads vjp_where(const VjpContext& c) {
 void register_elementwise_ops() {
   for (OpId op : {OpId::Add, OpId::Sub, OpId::Mul, OpId::Div, OpId::Pow, OpId::Maximum,
                   OpId::Minimum, OpId::Mod})
-    define_op(op).set_infer(infer_binary).inplace(0);
+    define_op(op).set_infer(infer_binary).inplace(0).inputs(2);
   for (OpId op : {OpId::Equal, OpId::NotEqual, OpId::Less, OpId::LessEqual, OpId::Greater,
                   OpId::GreaterEqual})
-    define_op(op).set_infer(infer_compare);
+    define_op(op).set_infer(infer_compare).inputs(2);
   for (OpId op : {OpId::LogicalAnd, OpId::LogicalOr, OpId::LogicalXor, OpId::LogicalNot})
-    define_op(op).set_infer(infer_logical).inplace(0);
+    define_op(op).set_infer(infer_logical).inplace(0).inputs(op == OpId::LogicalNot ? 1 : 2);
   for (OpId op : {OpId::Neg, OpId::Relu})
-    define_op(op).set_infer(infer_unary_signed).inplace(0);
+    define_op(op).set_infer(infer_unary_signed).inplace(0).inputs(1);
   for (OpId op : {OpId::Abs, OpId::Sign, OpId::Floor, OpId::Ceil, OpId::Round})
-    define_op(op).set_infer(infer_unary_numeric).inplace(0);
+    define_op(op).set_infer(infer_unary_numeric).inplace(0).inputs(1);
   for (OpId op : {OpId::Exp, OpId::Log, OpId::Log1p, OpId::Expm1, OpId::Sqrt, OpId::Rsqrt,
                   OpId::Reciprocal, OpId::Sin, OpId::Cos, OpId::Tanh, OpId::Sigmoid, OpId::Selu,
                   OpId::Silu, OpId::Hardswish, OpId::Erf, OpId::Tan, OpId::Asin, OpId::Acos,
                   OpId::Atan, OpId::Sinh, OpId::Cosh, OpId::Asinh, OpId::Acosh, OpId::Atanh})
-    define_op(op).set_infer(infer_unary_float).inplace(0);
+    define_op(op).set_infer(infer_unary_float).inplace(0).inputs(1);
   for (OpId op : {OpId::BitwiseAnd, OpId::BitwiseOr, OpId::BitwiseXor})
-    define_op(op).set_infer(infer_bitwise).inplace(0);
-  define_op(OpId::BitwiseNot).set_infer(infer_unary_int).inplace(0);
-  define_op(OpId::BitShift).set_infer(infer_bit_shift).inplace(0);
-  define_op(OpId::LeakyRelu).set_infer(infer_alpha).inplace(0);
-  define_op(OpId::Elu).set_infer(infer_alpha).inplace(0);
-  define_op(OpId::Gelu).set_infer(infer_gelu).inplace(0);
-  define_op(OpId::Softplus).set_infer(infer_softplus).inplace(0);
-  define_op(OpId::Softshrink).set_infer(infer_shrink).inplace(0);
-  define_op(OpId::Hardshrink).set_infer(infer_shrink).inplace(0);
-  define_op(OpId::Hardsigmoid).set_infer(infer_hardsigmoid).inplace(0);
-  define_op(OpId::Clip).set_infer(infer_clip).inplace(0);
-  define_op(OpId::Where).set_infer(infer_where);
-  define_op(OpId::Cast).set_infer(infer_cast);
-  define_op(OpId::IsNan).set_infer(infer_classify);
-  define_op(OpId::IsInf).set_infer(infer_classify);
+    define_op(op).set_infer(infer_bitwise).inplace(0).inputs(2);
+  define_op(OpId::BitwiseNot).set_infer(infer_unary_int).inplace(0).inputs(1);
+  define_op(OpId::BitShift).set_infer(infer_bit_shift).inplace(0).inputs(2);
+  define_op(OpId::LeakyRelu).set_infer(infer_alpha).inplace(0).inputs(1);
+  define_op(OpId::Elu).set_infer(infer_alpha).inplace(0).inputs(1);
+  define_op(OpId::Gelu).set_infer(infer_gelu).inplace(0).inputs(1);
+  define_op(OpId::Softplus).set_infer(infer_softplus).inplace(0).inputs(1);
+  define_op(OpId::Softshrink).set_infer(infer_shrink).inplace(0).inputs(1);
+  define_op(OpId::Hardshrink).set_infer(infer_shrink).inplace(0).inputs(1);
+  define_op(OpId::Hardsigmoid).set_infer(infer_hardsigmoid).inplace(0).inputs(1);
+  define_op(OpId::Clip).set_infer(infer_clip).inplace(0).inputs(1);
+  define_op(OpId::Where).set_infer(infer_where).inputs(3);
+  define_op(OpId::Cast).set_infer(infer_cast).inputs(1);
+  define_op(OpId::IsNan).set_infer(infer_classify).inputs(1);
+  define_op(OpId::IsInf).set_infer(infer_classify).inputs(1);
 
   define_op(OpId::Add).grad(vjp_add);
   define_op(OpId::Sub).grad(vjp_sub);
