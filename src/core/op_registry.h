@@ -84,6 +84,13 @@ struct OpDef {
   std::vector<const char*> wide_int_attrs;
   StoredAttrCheck stored_check = nullptr;
 
+  /// Matrix products and convolutions: TF32 math may run them (the tf32 pass).
+  bool tensor_core = false;
+  /// Autocast runs the op in its low float precision when its inputs are f32 (input
+  /// `autocast_bool_input`, a mask, may be bool instead); other ops stay as built.
+  bool autocast_low = false;
+  int autocast_bool_input = -1;
+
   OpDef& set_infer(InferFn f) { infer = f; return *this; }
   OpDef& grad(VjpFn f) { vjp = f; grad_kind = GradKind::rule; return *this; }
   OpDef& not_differentiable() { grad_kind = GradKind::none; return *this; }
@@ -102,6 +109,12 @@ struct OpDef {
     return *this;
   }
   OpDef& check_stored(StoredAttrCheck f) { stored_check = f; return *this; }
+  OpDef& on_tensor_cores() { tensor_core = true; return *this; }
+  OpDef& low_precision(int bool_input = -1) {
+    autocast_low = true;
+    autocast_bool_input = bool_input;
+    return *this;
+  }
 
   /// The inputs a node of the op takes with `attrs`: [lo, hi]; false when undeclared.
   bool input_range(const Attrs& attrs, int& lo, int& hi) const;

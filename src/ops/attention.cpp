@@ -132,11 +132,13 @@ Grads vjp_sdpa(const VjpContext& c) {
 }  // namespace
 
 void register_attention_ops() {
+  // autocast runs it low when q, k, v (and a float mask) are f32; a bool mask stays bool
   define_op(OpId::ScaledDotProductAttention)
       .set_infer(infer_sdpa)
       .grad(vjp_sdpa)
       .inputs(3)
-      .optional_inputs({"has_mask"});
+      .optional_inputs({"has_mask"})
+      .low_precision(3);
   // double backward through attention is not supported
   define_op(OpId::ScaledDotProductAttentionGrad)
       .set_infer(infer_sdpa_grad)

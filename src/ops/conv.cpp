@@ -429,18 +429,24 @@ void register_conv_ops() {
       .grad(vjp_conv)
       .inputs(2)
       .optional_inputs({"has_bias"})
-      .check_stored(check_stored_conv);
+      .check_stored(check_stored_conv)
+      .on_tensor_cores()
+      .low_precision();
   define_op(OpId::ConvTranspose)
       .set_infer(infer_conv_transpose)
       .grad(vjp_conv_transpose)
       .inputs(2)
       .optional_inputs({"has_bias"})
-      .check_stored(check_stored_conv);
+      .check_stored(check_stored_conv)
+      .on_tensor_cores()
+      .low_precision();
   define_op(OpId::ConvGradWeight)
       .set_infer(infer_conv_grad_weight)
       .grad(vjp_conv_grad_weight)
       .inputs(2)
-      .check_stored(check_stored_conv);
+      .check_stored(check_stored_conv)
+      .on_tensor_cores()
+      .low_precision();
 }
 
 Tensor conv_grad_weight(const Tensor& x, const Tensor& dy, const Shape& weight_shape,
