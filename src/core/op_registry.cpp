@@ -1,5 +1,7 @@
 #include "core/op_registry.h"
 
+#include <fmt/format.h>
+
 #include <array>
 #include <mutex>
 
@@ -50,6 +52,28 @@ bool op_from_name(std::string_view name, OpId& out) {
       return true;
     }
   return false;
+}
+
+bool OpDef::input_range(const Attrs& attrs, int& lo, int& hi) const {
+  if (min_inputs < 0) return false;
+  int more = 0;
+  for (const char* key : optional_input_keys) more += attrs.b(key, false) ? 1 : 0;
+  if (extra_inputs) more += extra_inputs(attrs);
+  lo = min_inputs + more;
+  hi = max_inputs + more;
+  return true;
+}
+
+std::string stored::check_ints(const Attrs& a, const char* key, size_t want, int64_t lo,
+                               int64_t hi) {
+  if (!a.has(key)) return {};
+  const auto& v = a.ints(key);
+  if (v.size() != want)
+    return fmt::format("attribute {} has {} values; {} expected", key, v.size(), want);
+  for (int64_t e : v)
+    if (e < lo || e > hi)
+      return fmt::format("attribute {} holds {}, outside [{}, {}]", key, e, lo, hi);
+  return {};
 }
 
 OpDef& define_op(OpId op) {

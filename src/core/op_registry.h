@@ -1,6 +1,7 @@
 // The op registry: one OpDef per op of op_list.inc, filled by the family files in src/ops/.
 #pragma once
 
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,6 +36,25 @@ struct VjpContext {
 /// Each gradient must have its input's shape; autodiff casts it to the input's dtype.
 using VjpFn = std::vector<std::optional<Tensor>> (*)(const VjpContext&);
 
+/// Inputs a node takes beyond its fixed and optional ones, from its attributes (for ops whose
+/// count does not follow one bool attribute per input).
+using ExtraInputsFn = int (*)(const Attrs&);
+
+/// Checks of a stored (untrusted, package) node's attributes that inference and kernels trust
+/// builders to hold, beyond the generic bounds of stored::check: what is wrong, or "" when sound.
+/// Runs after the node's input count is checked.
+using StoredAttrCheck = std::string (*)(const InferContext&);
+
+namespace stored {
+// Bounds on stored attributes: integers are bounded so that products of a dim and an attribute
+// fit in 64 bits.
+constexpr int64_t kMaxDim = int64_t{1} << 40;       // dims and most integer attributes
+constexpr int64_t kMaxGeometry = int64_t{1} << 20;  // strides, pads, kernels, groups, repeats
+constexpr uint64_t kMaxBytes = uint64_t{1} << 62;   // bytes of one value
+/// "" when attribute `key` is absent or holds `want` integers in [lo, hi]; else what is wrong.
+std::string check_ints(const Attrs& a, const char* key, size_t want, int64_t lo, int64_t hi);
+}  // namespace stored
+
 /// Whether an op has a gradient rule. Every op must decide: `undecided` fails a test.
 enum class GradKind : uint8_t { undecided, rule, none };
 
@@ -52,12 +72,52 @@ struct OpDef {
   GradKind grad_kind = GradKind::undecided;
   VjpFn vjp = nullptr;
 
+  /// Input arity: `min_inputs` required inputs (-1: undeclared, so packages cannot load the op),
+  /// up to `max_inputs` for variadic ops; one more per key of `optional_inputs` whose bool
+  /// attribute is true (ops::add_optional records has_<name>), and `extra_inputs(attrs)` more.
+  int min_inputs = -1;
+  int max_inputs = -1;
+  std::vector<const char*> optional_input_keys;
+  ExtraInputsFn extra_inputs = nullptr;
+  /// Integer attributes (scalar or list) that may span all of int64 in stored nodes (the op's
+  /// stored_check bounds them where it needs to); others are held to stored::kMaxDim.
+  std::vector<const char*> wide_int_attrs;
+  StoredAttrCheck stored_check = nullptr;
+
+  /// Matrix products and convolutions: TF32 math may run them (the tf32 pass).
+  bool tensor_core = false;
+  /// Autocast runs the op in its low float precision when its inputs are f32 (input
+  /// `autocast_bool_input`, a mask, may be bool instead); other ops stay as built.
+  bool autocast_low = false;
+  int autocast_bool_input = -1;
+
   OpDef& set_infer(InferFn f) { infer = f; return *this; }
   OpDef& grad(VjpFn f) { vjp = f; grad_kind = GradKind::rule; return *this; }
   OpDef& not_differentiable() { grad_kind = GradKind::none; return *this; }
   OpDef& impure() { pure = false; return *this; }
   OpDef& inplace(int input) { inplace_input = input; return *this; }
   OpDef& alias() { alias_input0 = true; return *this; }
+  OpDef& inputs(int n) { min_inputs = max_inputs = n; return *this; }
+  OpDef& variadic(int lo, int hi) { min_inputs = lo; max_inputs = hi; return *this; }
+  OpDef& optional_inputs(std::initializer_list<const char*> keys) {
+    optional_input_keys.assign(keys);
+    return *this;
+  }
+  OpDef& more_inputs(ExtraInputsFn f) { extra_inputs = f; return *this; }
+  OpDef& wide_ints(std::initializer_list<const char*> keys) {
+    wide_int_attrs.assign(keys);
+    return *this;
+  }
+  OpDef& check_stored(StoredAttrCheck f) { stored_check = f; return *this; }
+  OpDef& on_tensor_cores() { tensor_core = true; return *this; }
+  OpDef& low_precision(int bool_input = -1) {
+    autocast_low = true;
+    autocast_bool_input = bool_input;
+    return *this;
+  }
+
+  /// The inputs a node of the op takes with `attrs`: [lo, hi]; false when undeclared.
+  bool input_range(const Attrs& attrs, int& lo, int& hi) const;
 };
 
 /// The def of `op` (all families registered on first use).

@@ -132,9 +132,19 @@ Grads vjp_sdpa(const VjpContext& c) {
 }  // namespace
 
 void register_attention_ops() {
-  define_op(OpId::ScaledDotProductAttention).set_infer(infer_sdpa).grad(vjp_sdpa);
+  // autocast runs it low when q, k, v (and a float mask) are f32; a bool mask stays bool
+  define_op(OpId::ScaledDotProductAttention)
+      .set_infer(infer_sdpa)
+      .grad(vjp_sdpa)
+      .inputs(3)
+      .optional_inputs({"has_mask"})
+      .low_precision(3);
   // double backward through attention is not supported
-  define_op(OpId::ScaledDotProductAttentionGrad).set_infer(infer_sdpa_grad).not_differentiable();
+  define_op(OpId::ScaledDotProductAttentionGrad)
+      .set_infer(infer_sdpa_grad)
+      .not_differentiable()
+      .inputs(5)
+      .optional_inputs({"has_mask"});
 }
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,

@@ -404,12 +404,49 @@ Grads vjp_conv_grad_weight(const VjpContext& c) {
   const Tensor &x = c.inputs[0], &dy = c.inputs[1];
   return {conv_transpose_to(dy, g, c.attrs, x.shape()), conv_to(x, g, c.attrs, dy.shape())};
 }
+
+// A stored node's geometry: one value per spatial dim, within bounds.
+std::string check_stored_conv(const InferContext& c) {
+  const auto& in = c.inputs;
+  const size_t rank = in[0].shape.size();
+  if (rank < 3 || rank > 5 || (c.op != OpId::ConvGradWeight && in[1].shape.size() != rank))
+    return "convolution inputs of ranks other than 3 to 5, or of two ranks";
+  const size_t nd = rank - 2;
+  std::string why;
+  for (const char* k : {"stride", "dilation", "output_padding"})
+    if (!(why = stored::check_ints(c.attrs, k, nd, 0, stored::kMaxGeometry)).empty()) return why;
+  if (!(why = stored::check_ints(c.attrs, "pads", 2 * nd, 0, stored::kMaxGeometry)).empty())
+    return why;
+  if (c.attrs.i("groups") < 1 || c.attrs.i("groups") > stored::kMaxGeometry)
+    return "groups out of range";
+  return {};
+}
 }  // namespace
 
 void register_conv_ops() {
-  define_op(OpId::Conv).set_infer(infer_conv).grad(vjp_conv);
-  define_op(OpId::ConvTranspose).set_infer(infer_conv_transpose).grad(vjp_conv_transpose);
-  define_op(OpId::ConvGradWeight).set_infer(infer_conv_grad_weight).grad(vjp_conv_grad_weight);
+  define_op(OpId::Conv)
+      .set_infer(infer_conv)
+      .grad(vjp_conv)
+      .inputs(2)
+      .optional_inputs({"has_bias"})
+      .check_stored(check_stored_conv)
+      .on_tensor_cores()
+      .low_precision();
+  define_op(OpId::ConvTranspose)
+      .set_infer(infer_conv_transpose)
+      .grad(vjp_conv_transpose)
+      .inputs(2)
+      .optional_inputs({"has_bias"})
+      .check_stored(check_stored_conv)
+      .on_tensor_cores()
+      .low_precision();
+  define_op(OpId::ConvGradWeight)
+      .set_infer(infer_conv_grad_weight)
+      .grad(vjp_conv_grad_weight)
+      .inputs(2)
+      .check_stored(check_stored_conv)
+      .on_tensor_cores()
+      .low_precision();
 }
 
 Tensor conv_grad_weight(const Tensor& x, const Tensor& dy, const Shape& weight_shape,

@@ -40,17 +40,32 @@ std::vector<TensorInfo> infer_assign(const InferContext& ctx) {
                      str(val.shape), name(var.dtype), str(var.shape));
   return {var};
 }
+// A stored arange's bounds: finite, and not too many values.
+std::string check_stored_arange(const InferContext& ctx) {
+  for (auto& [key, v] : ctx.attrs.items())
+    if (auto* x = std::get_if<double>(&v); x && !std::isfinite(*x))
+      return fmt::format("attribute {} = {} is not finite", key, *x);
+  const double step = ctx.attrs.f("step");
+  const double count = std::ceil((ctx.attrs.f("stop") - ctx.attrs.f("start")) / step);
+  if (step == 0 || !(count < static_cast<double>(stored::kMaxDim)))
+    return "arange of too many values";
+  return {};
+}
 }  // namespace
 
 void register_core_ops() {
   // sources: nothing to differentiate through
-  define_op(OpId::Placeholder).set_infer(infer_placeholder).not_differentiable();
-  define_op(OpId::Constant).set_infer(infer_constant).not_differentiable();
-  define_op(OpId::Full).set_infer(infer_full).not_differentiable();
-  define_op(OpId::Arange).set_infer(infer_arange).not_differentiable();
+  define_op(OpId::Placeholder).set_infer(infer_placeholder).not_differentiable().inputs(0);
+  define_op(OpId::Constant).set_infer(infer_constant).not_differentiable().inputs(0);
+  define_op(OpId::Full).set_infer(infer_full).not_differentiable().inputs(0);
+  define_op(OpId::Arange)
+      .set_infer(infer_arange)
+      .not_differentiable()
+      .inputs(0)
+      .check_stored(check_stored_arange);
   // a variable's value changes between runs: never folded or merged
-  define_op(OpId::Variable).set_infer(infer_constant).impure().not_differentiable();
-  define_op(OpId::Assign).set_infer(infer_assign).impure().alias().not_differentiable();
+  define_op(OpId::Variable).set_infer(infer_constant).impure().not_differentiable().inputs(0);
+  define_op(OpId::Assign).set_infer(infer_assign).impure().alias().not_differentiable().inputs(2);
 }
 
 Tensor constant(Graph& g, const Array& value) { return g.constant(value); }

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <climits>
 
 #include "kiln/autodiff.h"
 #include "kiln/ops/core.h"
@@ -129,8 +130,12 @@ Tensor custom_op1(const std::string& op, const std::vector<Tensor>& inputs, cons
 }
 
 void register_custom_op_ops() {
-  define_op(OpId::Custom).set_infer(infer_custom).grad(vjp_custom);
-  define_op(OpId::CustomImpure).set_infer(infer_custom).grad(vjp_custom).impure();
+  define_op(OpId::Custom).set_infer(infer_custom).grad(vjp_custom).variadic(1, INT_MAX);
+  define_op(OpId::CustomImpure)
+      .set_infer(infer_custom)
+      .grad(vjp_custom)
+      .impure()
+      .variadic(1, INT_MAX);
 }
 
 }  // namespace kiln

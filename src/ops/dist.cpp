@@ -48,8 +48,13 @@ std::vector<std::optional<Tensor>> vjp_wait(const VjpContext& ctx) {
 
 void register_dist_ops() {
   // a collective talks to other ranks: never folded, merged or dropped as pure
-  define_op(OpId::AllReduce).set_infer(infer_all_reduce).impure().inplace(0).grad(vjp_all_reduce);
-  define_op(OpId::CollectiveWait).set_infer(infer_wait).impure().alias().grad(vjp_wait);
+  define_op(OpId::AllReduce)
+      .set_infer(infer_all_reduce)
+      .impure()
+      .inplace(0)
+      .grad(vjp_all_reduce)
+      .inputs(1);
+  define_op(OpId::CollectiveWait).set_infer(infer_wait).impure().alias().grad(vjp_wait).inputs(1);
 }
 
 namespace dist {

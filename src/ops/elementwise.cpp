@@ -377,21 +377,22 @@ InferFn record_infer(const math::Record& r) {
 
 void register_elementwise_ops() {
   for (const math::Record& r : math::kRecords) {
-    OpDef& d = define_op(r.op).set_infer(record_infer(r));
+    OpDef& d = define_op(r.op).set_infer(record_infer(r)).inputs(r.arity);
     // the output may take its input's buffer where it keeps the input's dtype
     if (r.result == math::Result::same || r.types == math::Types::boolean) d.inplace(0);
   }
-  define_op(OpId::BitShift).set_infer(infer_bit_shift).inplace(0);
-  define_op(OpId::LeakyRelu).set_infer(infer_alpha).inplace(0);
-  define_op(OpId::Elu).set_infer(infer_alpha).inplace(0);
-  define_op(OpId::Gelu).set_infer(infer_gelu).inplace(0);
-  define_op(OpId::Softplus).set_infer(infer_softplus).inplace(0);
-  define_op(OpId::Softshrink).set_infer(infer_shrink).inplace(0);
-  define_op(OpId::Hardshrink).set_infer(infer_shrink).inplace(0);
-  define_op(OpId::Hardsigmoid).set_infer(infer_hardsigmoid).inplace(0);
-  define_op(OpId::Clip).set_infer(infer_clip).inplace(0);
-  define_op(OpId::Where).set_infer(infer_where);
-  define_op(OpId::Cast).set_infer(infer_cast);
+  // records with attributes check them in their own inference; the other ops are not records
+  define_op(OpId::BitShift).set_infer(infer_bit_shift).inplace(0).inputs(2);
+  define_op(OpId::LeakyRelu).set_infer(infer_alpha);
+  define_op(OpId::Elu).set_infer(infer_alpha);
+  define_op(OpId::Gelu).set_infer(infer_gelu).inplace(0).inputs(1);
+  define_op(OpId::Softplus).set_infer(infer_softplus);
+  define_op(OpId::Softshrink).set_infer(infer_shrink);
+  define_op(OpId::Hardshrink).set_infer(infer_shrink);
+  define_op(OpId::Hardsigmoid).set_infer(infer_hardsigmoid);
+  define_op(OpId::Clip).set_infer(infer_clip).inplace(0).inputs(1);
+  define_op(OpId::Where).set_infer(infer_where).inputs(3);
+  define_op(OpId::Cast).set_infer(infer_cast).inputs(1);
 
   define_op(OpId::Add).grad(vjp_add);
   define_op(OpId::Sub).grad(vjp_sub);

@@ -185,7 +185,7 @@ std::vector<TensorInfo> infer_fused(const InferContext& ctx) {
 
 // Built after autodiff (by a compile pass), so it needs no gradient rule.
 void register_fused_elementwise_ops() {
-  define_op(OpId::FusedElementwise).set_infer(infer_fused).not_differentiable();
+  define_op(OpId::FusedElementwise).set_infer(infer_fused).not_differentiable().variadic(1, 32);
 }
 
 }  // namespace kiln

@@ -117,8 +117,19 @@ Grads vjp_linear(const VjpContext& c) {
 }  // namespace
 
 void register_linalg_ops() {
-  define_op(OpId::Matmul).set_infer(infer_matmul).grad(vjp_matmul);
-  define_op(OpId::Linear).set_infer(infer_linear).grad(vjp_linear);
+  define_op(OpId::Matmul)
+      .set_infer(infer_matmul)
+      .grad(vjp_matmul)
+      .inputs(2)
+      .on_tensor_cores()
+      .low_precision();
+  define_op(OpId::Linear)
+      .set_infer(infer_linear)
+      .grad(vjp_linear)
+      .inputs(2)
+      .optional_inputs({"has_bias"})
+      .on_tensor_cores()
+      .low_precision();
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {

@@ -108,8 +108,11 @@ Grads vjp_triangular_solve(const VjpContext& c) {
 }  // namespace
 
 void register_linalg_extra_ops() {
-  define_op(OpId::Cholesky).set_infer(infer_cholesky).grad(vjp_cholesky);
-  define_op(OpId::TriangularSolve).set_infer(infer_triangular_solve).grad(vjp_triangular_solve);
+  define_op(OpId::Cholesky).set_infer(infer_cholesky).grad(vjp_cholesky).inputs(1);
+  define_op(OpId::TriangularSolve)
+      .set_infer(infer_triangular_solve)
+      .grad(vjp_triangular_solve)
+      .inputs(2);
 }
 
 Tensor cholesky(const Tensor& a, bool upper) {

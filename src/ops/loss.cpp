@@ -167,9 +167,9 @@ Grads vjp_mse(const VjpContext& c) {
 }  // namespace
 
 void register_loss_ops() {
-  define_op(OpId::SoftmaxCrossEntropy).set_infer(infer_softmax_cross_entropy);
-  define_op(OpId::Nll).set_infer(infer_nll);
-  define_op(OpId::Mse).set_infer(infer_mse);
+  define_op(OpId::SoftmaxCrossEntropy).set_infer(infer_softmax_cross_entropy).inputs(2);
+  define_op(OpId::Nll).set_infer(infer_nll).inputs(2);
+  define_op(OpId::Mse).set_infer(infer_mse).inputs(2);
 
   define_op(OpId::SoftmaxCrossEntropy).grad(vjp_softmax_cross_entropy);
   define_op(OpId::Nll).grad(vjp_nll);

@@ -382,18 +382,47 @@ Grads vjp_dropout(const VjpContext& c) {
 }  // namespace
 
 void register_norm_ops() {
-  define_op(OpId::Softmax).set_infer(infer_softmax).inplace(0);
-  define_op(OpId::LogSoftmax).set_infer(infer_softmax).inplace(0);
+  define_op(OpId::Softmax).set_infer(infer_softmax).inplace(0).inputs(1);
+  define_op(OpId::LogSoftmax).set_infer(infer_softmax).inplace(0).inputs(1);
   // the kernels read each row's statistics before writing the row, so x may be overwritten
-  define_op(OpId::LayerNorm).set_infer(infer_layer_norm).inplace(0);
-  define_op(OpId::RmsNorm).set_infer(infer_layer_norm).inplace(0);
-  define_op(OpId::BatchNorm).set_infer(infer_batch_norm).inplace(0);
-  define_op(OpId::InstanceNorm).set_infer(infer_instance_norm).inplace(0);
-  define_op(OpId::GroupNorm).set_infer(infer_group_norm).inplace(0);
-  define_op(OpId::Dropout).set_infer(infer_dropout).impure().inplace(0);
+  define_op(OpId::LayerNorm)
+      .set_infer(infer_layer_norm)
+      .inplace(0)
+      .inputs(1)
+      .optional_inputs({"has_weight", "has_bias"});
+  define_op(OpId::RmsNorm)
+      .set_infer(infer_layer_norm)
+      .inplace(0)
+      .inputs(1)
+      .optional_inputs({"has_weight"});
+  // x, running mean, running variance[, weight][, bias]
+  define_op(OpId::BatchNorm)
+      .set_infer(infer_batch_norm)
+      .inplace(0)
+      .inputs(3)
+      .optional_inputs({"has_weight", "has_bias"});
+  define_op(OpId::InstanceNorm)
+      .set_infer(infer_instance_norm)
+      .inplace(0)
+      .inputs(1)
+      .optional_inputs({"has_weight", "has_bias"});
+  define_op(OpId::GroupNorm)
+      .set_infer(infer_group_norm)
+      .inplace(0)
+      .inputs(1)
+      .optional_inputs({"has_weight", "has_bias"});
+  define_op(OpId::Dropout).set_infer(infer_dropout).impure().inplace(0).inputs(1);
   // y (dx) is written over x (dy) channel by channel after the channel's statistics are read
-  define_op(OpId::BatchNormTrain).set_infer(infer_batch_norm_train).inplace(0);
-  define_op(OpId::BatchNormTrainGrad).set_infer(infer_batch_norm_train_grad).inplace(0);
+  define_op(OpId::BatchNormTrain)
+      .set_infer(infer_batch_norm_train)
+      .inplace(0)
+      .inputs(1)
+      .optional_inputs({"has_weight", "has_bias"});
+  define_op(OpId::BatchNormTrainGrad)
+      .set_infer(infer_batch_norm_train_grad)
+      .inplace(0)
+      .inputs(4)
+      .optional_inputs({"has_weight"});
 
   define_op(OpId::Softmax).grad(vjp_softmax);
   define_op(OpId::LogSoftmax).grad(vjp_log_softmax);

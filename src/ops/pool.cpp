@@ -267,17 +267,44 @@ Shape static_input_shape(const char* op, const Shape& input_shape) {
   return input_shape;
 }
 
+// A stored node's window: one kernel size, stride and dilation per pooled dim, within bounds.
+std::string check_stored_window(const InferContext& ctx) {
+  const Attrs& a = ctx.attrs;
+  const size_t nd = a.ints("kernel").size();
+  std::string why;
+  if (!(why = stored::check_ints(a, "kernel", nd, 1, stored::kMaxGeometry)).empty()) return why;
+  for (const char* k : {"stride", "dilation"})
+    if (!(why = stored::check_ints(a, k, nd, 1, stored::kMaxGeometry)).empty()) return why;
+  return stored::check_ints(a, "pads", 2 * nd, 0, stored::kMaxGeometry);
+}
+
 }  // namespace
 
 void register_pool_ops() {
-  define_op(OpId::MaxPool).set_infer(infer_max_pool).grad(vjp_max_pool);
-  define_op(OpId::AvgPool).set_infer(infer_avg_pool).grad(vjp_avg_pool);
-  define_op(OpId::AdaptiveAvgPool).set_infer(infer_adaptive_avg_pool).grad(vjp_adaptive_avg_pool);
-  define_op(OpId::MaxPoolGrad).set_infer(infer_max_pool_grad).grad(vjp_max_pool_grad);
-  define_op(OpId::AvgPoolGrad).set_infer(infer_avg_pool_grad).grad(vjp_avg_pool_grad);
+  define_op(OpId::MaxPool)
+      .set_infer(infer_max_pool)
+      .grad(vjp_max_pool)
+      .inputs(1)
+      .check_stored(check_stored_window);
+  define_op(OpId::AvgPool)
+      .set_infer(infer_avg_pool)
+      .grad(vjp_avg_pool)
+      .inputs(1)
+      .check_stored(check_stored_window);
+  define_op(OpId::AdaptiveAvgPool)
+      .set_infer(infer_adaptive_avg_pool)
+      .grad(vjp_adaptive_avg_pool)
+      .inputs(1);
+  define_op(OpId::MaxPoolGrad).set_infer(infer_max_pool_grad).grad(vjp_max_pool_grad).inputs(2);
+  define_op(OpId::AvgPoolGrad)
+      .set_infer(infer_avg_pool_grad)
+      .grad(vjp_avg_pool_grad)
+      .inputs(1)
+      .check_stored(check_stored_window);
   define_op(OpId::AdaptiveAvgPoolGrad)
       .set_infer(infer_adaptive_avg_pool_grad)
-      .grad(vjp_adaptive_avg_pool_grad);
+      .grad(vjp_adaptive_avg_pool_grad)
+      .inputs(1);
 }
 
 std::pair<Tensor, Tensor> max_pool_with_indices(const Tensor& x, const PoolOptions& opts) {

@@ -351,20 +351,52 @@ Grads vjp_fake_quantize(const VjpContext& c) {
   const Tensor& g = *c.cotangents[0];
   return {where(inside, g, scalar_like(g, 0)), std::nullopt, std::nullopt};
 }
+
+// A quantized residual brings its scale and zero point.
+int quantized_residual_inputs(const Attrs& a) {
+  return a.b("has_residual", false) && a.b("quantized_residual", false) ? 2 : 0;
+}
+
+// A stored node's geometry: 2-D, one value per spatial dim, within bounds.
+std::string check_stored_quantized_conv(const InferContext& ctx) {
+  const Attrs& a = ctx.attrs;
+  if (ctx.inputs[0].shape.size() != 4 || ctx.inputs[3].shape.size() != 4)
+    return "quantized_conv inputs of rank other than 4";
+  std::string why;
+  for (const char* k : {"stride", "dilation"})
+    if (!(why = stored::check_ints(a, k, 2, 1, stored::kMaxGeometry)).empty()) return why;
+  if (!(why = stored::check_ints(a, "pads", 4, 0, stored::kMaxGeometry)).empty()) return why;
+  if (a.i("groups") < 1 || a.i("groups") > stored::kMaxGeometry) return "groups out of range";
+  return {};
+}
 }  // namespace
 
 void register_quant_ops() {
-  define_op(OpId::Quantize).set_infer(infer_quantize).not_differentiable();
-  define_op(OpId::Dequantize).set_infer(infer_dequantize).grad(vjp_dequantize);
-  define_op(OpId::FakeQuantize).set_infer(infer_quantize).grad(vjp_fake_quantize);
-  define_op(OpId::QuantizedMatmul).set_infer(infer_quantized_matmul).not_differentiable();
-  define_op(OpId::QuantizedConv).set_infer(infer_quantized_conv).not_differentiable();
+  // x, scale, zero_point
+  define_op(OpId::Quantize).set_infer(infer_quantize).not_differentiable().inputs(3);
+  define_op(OpId::Dequantize).set_infer(infer_dequantize).grad(vjp_dequantize).inputs(3);
+  define_op(OpId::FakeQuantize).set_infer(infer_quantize).grad(vjp_fake_quantize).inputs(3);
+  define_op(OpId::QuantizedMatmul)
+      .set_infer(infer_quantized_matmul)
+      .not_differentiable()
+      .inputs(8)
+      .optional_inputs({"has_bias", "has_residual"});
+  define_op(OpId::QuantizedConv)
+      .set_infer(infer_quantized_conv)
+      .not_differentiable()
+      .inputs(8)
+      .optional_inputs({"has_bias", "has_residual"})
+      .more_inputs(quantized_residual_inputs)
+      .check_stored(check_stored_quantized_conv);
   define_op(OpId::QuantizedWeightLinear)
       .set_infer(infer_quantized_weight_linear)
-      .not_differentiable();
+      .not_differentiable()
+      .inputs(4)
+      .optional_inputs({"has_bias"});
   define_op(OpId::DequantizeAdaptiveAvgPool)
       .set_infer(infer_dequantize_adaptive_avg_pool)
-      .not_differentiable();
+      .not_differentiable()
+      .inputs(3);
 }
 
 namespace {

@@ -156,10 +156,12 @@ Tensor state_node(Graph& g, const philox::Block& ctr, const philox::Key& key) {
 }  // namespace
 
 void register_random_ops() {
-  define_op(OpId::RandomPhiloxState).set_infer(infer_state).not_differentiable();
+  define_op(OpId::RandomPhiloxState).set_infer(infer_state).not_differentiable().inputs(0);
   for (OpId op : {OpId::RandomUniform, OpId::RandomNormal, OpId::RandomTruncatedNormal,
                   OpId::RandomBernoulli, OpId::RandomDropoutMask, OpId::RandomInteger})
-    define_op(op).set_infer(infer_random).not_differentiable();
+    define_op(op).set_infer(infer_random).not_differentiable().inputs(1);
+  // its bounds span all of int64
+  define_op(OpId::RandomInteger).wide_ints({"low", "high"});
 }
 
 Tensor random_philox_state(Graph& g, int64_t seed0, int64_t seed1) {

@@ -150,8 +150,8 @@ Grads vjp_resize(const VjpContext& c) {
 }  // namespace
 
 void register_resize_ops() {
-  define_op(OpId::Resize).set_infer(infer_resize).grad(vjp_resize);
-  define_op(OpId::GridSample).set_infer(infer_grid_sample).not_differentiable();
+  define_op(OpId::Resize).set_infer(infer_resize).grad(vjp_resize).inputs(1);
+  define_op(OpId::GridSample).set_infer(infer_grid_sample).not_differentiable().inputs(2);
 }
 
 Tensor resize(const Tensor& x, const Shape& sizes, const ResizeOptions& o) {

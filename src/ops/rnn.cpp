@@ -337,6 +337,9 @@ Tensor reorder_gates(const Tensor& t, RnnCell cell) {
   for (int64_t b : order) out.push_back(parts[static_cast<size_t>(b)]);
   return concat(out, 0);
 }
+
+// rnn_grad's dc: the LSTM's cell state gradient.
+int lstm_cell_state_grad(const Attrs& a) { return a.i("cell", 0) == 0 ? 1 : 0; }
 }  // namespace
 
 RnnActivation RnnActivation::of(RnnActivationKind k) {
@@ -358,10 +361,25 @@ RnnActivation RnnActivation::of(RnnActivationKind k) {
 }
 
 void register_rnn_ops() {
-  define_op(OpId::Lstm).set_infer(infer_layer).grad(vjp_layer);
-  define_op(OpId::Gru).set_infer(infer_layer).grad(vjp_layer);
-  define_op(OpId::Rnn).set_infer(infer_layer).grad(vjp_layer);
-  define_op(OpId::RnnGrad).set_infer(infer_grad).not_differentiable();
+  // x, w, r and the optional ones
+  define_op(OpId::Lstm)
+      .set_infer(infer_layer)
+      .grad(vjp_layer)
+      .inputs(3)
+      .optional_inputs({"has_b", "has_seq_lens", "has_h0", "has_c0", "has_p"});
+  for (OpId op : {OpId::Gru, OpId::Rnn})
+    define_op(op)
+        .set_infer(infer_layer)
+        .grad(vjp_layer)
+        .inputs(3)
+        .optional_inputs({"has_b", "has_seq_lens", "has_h0"});
+  // x, w, r, the optional ones, reserve, dy, dh[, dc]
+  define_op(OpId::RnnGrad)
+      .set_infer(infer_grad)
+      .not_differentiable()
+      .inputs(6)
+      .optional_inputs({"has_seq_lens", "has_h0", "has_c0", "has_p"})
+      .more_inputs(lstm_cell_state_grad);
 }
 
 RnnResult lstm(const Tensor& x, const std::vector<RnnLayerWeights>& layers,

@@ -17,6 +17,8 @@
 #include "kiln/ops/transform.h"
 
 #include <algorithm>
+#include <climits>
+#include <cstdint>
 #include <limits>
 #include <numeric>
 
@@ -332,6 +334,48 @@ Grads vjp_broadcast_to(const VjpContext& c) {
 }
 
 Grads vjp_flip(const VjpContext& c) { return {flip(*c.cotangents[0], c.attrs.ints("axes"))}; }
+
+// Stored (package) nodes: the attributes inference indexes, divides or multiplies with.
+std::string check_stored_reshape(const InferContext& c) {
+  const auto& shape = c.attrs.ints("shape");
+  uint64_t prod = 1;
+  for (int64_t d : shape) {
+    if (d < -1) return fmt::format("reshape to a dim of {}", d);
+    if (d > 0)
+      prod = static_cast<uint64_t>(d) > stored::kMaxBytes / prod ? stored::kMaxBytes : prod * d;
+  }
+  if (prod >= stored::kMaxBytes) return "reshape to too many elements";
+  if (c.attrs.has("input_dims"))
+    return stored::check_ints(c.attrs, "input_dims", shape.size(), -1,
+                              static_cast<int64_t>(c.inputs[0].shape.size()) - 1);
+  return {};
+}
+
+std::string check_stored_split(const InferContext& c) {
+  if (c.attrs.ints("sizes").empty() && c.attrs.i("parts") < 1)
+    return "split into fewer than 1 part";
+  for (int64_t e : c.attrs.ints("sizes"))
+    if (e < 0) return "a negative split size";
+  return {};
+}
+
+std::string check_stored_slice(const InferContext& c) {
+  const size_t rank = c.inputs[0].shape.size();
+  std::string why;
+  if (!(why = stored::check_ints(c.attrs, "starts", rank, INT64_MIN, INT64_MAX)).empty())
+    return why;
+  if (!(why = stored::check_ints(c.attrs, "stops", rank, INT64_MIN, INT64_MAX)).empty()) return why;
+  if (!(why = stored::check_ints(c.attrs, "steps", rank, -stored::kMaxDim, stored::kMaxDim))
+           .empty())
+    return why;
+  for (int64_t e : c.attrs.ints("steps"))
+    if (e == 0) return "a slice step of 0";
+  return {};
+}
+
+std::string check_stored_tile(const InferContext& c) {
+  return stored::check_ints(c.attrs, "reps", c.inputs[0].shape.size(), 0, stored::kMaxGeometry);
+}
 }  // namespace
 
 namespace transform {
@@ -350,15 +394,34 @@ Tensor full_on(const Tensor& on, const Shape& shape, double value, DType dtype) 
 }  // namespace transform
 
 void register_transform_ops() {
-  define_op(OpId::Reshape).set_infer(infer_reshape).alias().grad(vjp_reshape);
-  define_op(OpId::Transpose).set_infer(infer_transpose).grad(vjp_transpose);
-  define_op(OpId::Split).set_infer(infer_split).grad(vjp_split);
-  define_op(OpId::Concat).set_infer(infer_concat).grad(vjp_concat);
-  define_op(OpId::Slice).set_infer(infer_slice).grad(vjp_slice);
-  define_op(OpId::Pad).set_infer(infer_pad).grad(vjp_pad);
-  define_op(OpId::Tile).set_infer(infer_tile).grad(vjp_tile);
-  define_op(OpId::BroadcastTo).set_infer(infer_broadcast_to).grad(vjp_broadcast_to);
-  define_op(OpId::Flip).set_infer(infer_flip).grad(vjp_flip);
+  define_op(OpId::Reshape)
+      .set_infer(infer_reshape)
+      .alias()
+      .grad(vjp_reshape)
+      .inputs(1)
+      .check_stored(check_stored_reshape);
+  define_op(OpId::Transpose).set_infer(infer_transpose).grad(vjp_transpose).inputs(1);
+  define_op(OpId::Split)
+      .set_infer(infer_split)
+      .grad(vjp_split)
+      .inputs(1)
+      .check_stored(check_stored_split);
+  define_op(OpId::Concat).set_infer(infer_concat).grad(vjp_concat).variadic(1, INT_MAX);
+  // starts and stops span all of int64 (an axis sliced whole stops at INT64_MAX)
+  define_op(OpId::Slice)
+      .set_infer(infer_slice)
+      .grad(vjp_slice)
+      .inputs(1)
+      .wide_ints({"starts", "stops"})
+      .check_stored(check_stored_slice);
+  define_op(OpId::Pad).set_infer(infer_pad).grad(vjp_pad).inputs(1);
+  define_op(OpId::Tile)
+      .set_infer(infer_tile)
+      .grad(vjp_tile)
+      .inputs(1)
+      .check_stored(check_stored_tile);
+  define_op(OpId::BroadcastTo).set_infer(infer_broadcast_to).grad(vjp_broadcast_to).inputs(1);
+  define_op(OpId::Flip).set_infer(infer_flip).grad(vjp_flip).inputs(1);
   register_transform_index_ops();
   register_transform_nd_ops();
   register_resize_ops();

@@ -129,8 +129,8 @@ Grads vjp_scatter_nd(const VjpContext& c) {
 }  // namespace
 
 void register_transform_nd_ops() {
-  define_op(OpId::GatherNd).set_infer(infer_gather_nd).grad(vjp_gather_nd);
-  define_op(OpId::ScatterNd).set_infer(infer_scatter_nd).grad(vjp_scatter_nd);
+  define_op(OpId::GatherNd).set_infer(infer_gather_nd).grad(vjp_gather_nd).inputs(2);
+  define_op(OpId::ScatterNd).set_infer(infer_scatter_nd).grad(vjp_scatter_nd).inputs(3);
 }
 
 Tensor gather_nd(const Tensor& x, const Tensor& indices, int64_t batch_dims) {

@@ -1,6 +1,7 @@
 // Autocast (mixed precision): matrix products, convolutions and attention whose inputs are f32 run
 // in a low float precision (f16 or bf16) between casts, and hand f32 back to their readers, so
 // every other op (reductions, softmax, norms, losses, elementwise) and every variable stays f32.
+// Which ops run low is a fact of each op's OpDef (low_precision(), set in src/ops/<family>.cpp).
 #include <map>
 
 #include "core/errors.h"
@@ -12,33 +13,16 @@ namespace kiln {
 using detail::Node;
 using detail::ValueRef;
 
-bool tensor_core_op(OpId op) {
-  switch (op) {
-    case OpId::Matmul:
-    case OpId::Linear:
-    case OpId::Conv:
-    case OpId::ConvTranspose:
-    case OpId::ConvGradWeight:
-      return true;
-    default:
-      return false;
-  }
-}
-
 namespace {
-// The ops that gain from low precision: the products, convolutions and attention (whose bool
-// mask stays bool).
+// The ops that gain from low precision (OpDef::autocast_low: the products, convolutions and
+// attention, whose bool mask stays bool), when their inputs are f32.
 bool runs_low(const Node& n, const detail::GraphImpl& g) {
-  if (n.op == OpId::ScaledDotProductAttention) {
-    for (size_t i = 0; i < n.inputs.size(); ++i) {
-      const DType t = g.info(n.inputs[i]).dtype;
-      if (t != f32 && !(i == 3 && t == boolean)) return false;
-    }
-    return true;
+  const OpDef& def = op_def(n.op);
+  if (!def.autocast_low) return false;
+  for (size_t i = 0; i < n.inputs.size(); ++i) {
+    const DType t = g.info(n.inputs[i]).dtype;
+    if (t != f32 && !(static_cast<int>(i) == def.autocast_bool_input && t == boolean)) return false;
   }
-  if (!tensor_core_op(n.op)) return false;
-  for (auto v : n.inputs)
-    if (g.info(v).dtype != f32) return false;
   return true;
 }
 

@@ -37,12 +37,10 @@ Program eliminate_dead_code(const Program& p);
 /// Folds inference batch norms whose parameters are constants into the convolution before them
 /// (when nothing else reads the convolution's output).
 Program fold_batch_norms(const Program& p);
-/// Matmul, Linear, Conv, ConvTranspose and ConvGradWeight: the ops that tensor cores run, which
-/// autocast and allow_tf32 touch.
-bool tensor_core_op(OpId op);
-/// Runs Matmul, Linear, Conv, ConvTranspose, ConvGradWeight and ScaledDotProductAttention nodes
-/// whose inputs are f32 (an attention's mask may be bool) in `low` (f16 or bf16): casts their f32
-/// inputs to `low` (once per value) and their outputs back to f32.
+/// Runs the nodes of ops marked OpDef::autocast_low (Matmul, Linear, Conv, ConvTranspose,
+/// ConvGradWeight and ScaledDotProductAttention) whose inputs are f32 (an attention's mask may be
+/// bool) in `low` (f16 or bf16): casts their f32 inputs to `low` (once per value) and their
+/// outputs back to f32.
 Program autocast(const Program& p, DType low);
 /// Replaces attention written out (softmax(s · q kᵀ + mask) v from products, scalar scales, a
 /// transpose, an add and a softmax) by scaled_dot_product_attention nodes

@@ -4,17 +4,22 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <climits>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iostream>
+#include <set>
 
 #include "core/op_id.h"
+#include "core/op_registry.h"
 #include "io/package/format.h"
 #include "io/package/manifest_generated.h"
 #include "io/package/validate.h"
 #include "package/tuned_package.h"
 #include "runtime/executable_impl.h"
+#include "support/nets.h"
 #include "support/reference.h"
 
 namespace kiln {
@@ -100,13 +105,171 @@ void expect_format_error(const Bytes& b, const std::vector<std::string>& parts,
 }
 
 // Packages check the number of inputs of every node before inference reads them: each op of
-// op_list.inc needs a rule in src/io/package/validate.cpp.
+// op_list.inc declares its arity in its OpDef (src/ops/<family>.cpp: .inputs, .variadic).
 TEST(PackageMalformed, EveryOpHasAnInputCountRule) {
   for (OpId op : kAllOps) {
     int lo = -1, hi = -1;
-    EXPECT_TRUE(package::arity(op, Attrs{}, lo, hi)) << op_name(op) << " has no rule";
+    EXPECT_TRUE(op_def(op).input_range(Attrs{}, lo, hi)) << op_name(op) << " declares no arity";
+    EXPECT_GE(lo, 0) << op_name(op);
     EXPECT_LE(lo, hi) << op_name(op);
+    int plo = -1, phi = -1;
+    EXPECT_TRUE(package::arity(op, Attrs{}, plo, phi)) << op_name(op);
+    EXPECT_EQ(std::pair(plo, phi), std::pair(lo, hi)) << op_name(op);
   }
+  // an op without a declared arity cannot be loaded
+  OpDef undeclared;
+  int lo = 0, hi = 0;
+  EXPECT_FALSE(undeclared.input_range(Attrs{}, lo, hi));
+}
+
+// Optional inputs (has_<name>) and the counts that follow other attributes.
+TEST(PackageMalformed, InputCountsFollowAttributes) {
+  auto range = [](OpId op, const Attrs& a) {
+    int lo = -1, hi = -1;
+    EXPECT_TRUE(package::arity(op, a, lo, hi)) << op_name(op);
+    return std::pair(lo, hi);
+  };
+  EXPECT_EQ(range(OpId::Linear, {}), std::pair(2, 2));
+  EXPECT_EQ(range(OpId::Linear, {{"has_bias", true}}), std::pair(3, 3));
+  EXPECT_EQ(range(OpId::BatchNorm, {{"has_weight", true}, {"has_bias", true}}), std::pair(5, 5));
+  EXPECT_EQ(range(OpId::QuantizedConv, {{"has_residual", true}}), std::pair(9, 9));
+  EXPECT_EQ(range(OpId::QuantizedConv, {{"has_residual", true}, {"quantized_residual", true}}),
+            std::pair(11, 11));
+  EXPECT_EQ(range(OpId::QuantizedConv, {{"quantized_residual", true}}), std::pair(8, 8));
+  EXPECT_EQ(range(OpId::RnnGrad, {{"cell", int64_t{0}}}), std::pair(7, 7));  // lstm: dc
+  EXPECT_EQ(range(OpId::RnnGrad, {{"cell", int64_t{1}}, {"has_h0", true}}), std::pair(7, 7));
+  EXPECT_EQ(range(OpId::Concat, {}), std::pair(1, INT_MAX));
+  EXPECT_EQ(range(OpId::FusedElementwise, {}), std::pair(1, 32));
+  EXPECT_EQ(range(OpId::Placeholder, {}), std::pair(0, 0));
+}
+
+// The arity each op declares against the nodes its builders, its gradients and the compiler's
+// passes really make.
+void expect_declared_arity(const detail::GraphImpl& g, std::set<OpId>& seen) {
+  for (const auto& n : g.nodes) {
+    int lo = -1, hi = -1;
+    ASSERT_TRUE(op_def(n.op).input_range(n.attrs, lo, hi)) << op_name(n.op);
+    const int count = static_cast<int>(n.inputs.size());
+    EXPECT_TRUE(lo <= count && count <= hi)
+        << op_name(n.op) << " built with " << count << " inputs declares " << lo << " to " << hi
+        << " for attributes (" << n.attrs.to_string() << ")";
+    seen.insert(n.op);
+  }
+}
+
+TEST(PackageMalformed, DeclaredInputCountsMatchBuilders) {
+  std::set<OpId> seen;
+  {
+    Graph g;
+    auto in = [&](const Shape& s, DType t = f32) { return g.placeholder(s, t); };
+    const Tensor m = in({5, 6}), m2 = in({5, 6}), w6 = in({6}), b6 = in({6});
+    const Tensor lw = in({7, 6}), lb = in({7}), idx = in({3}, i64);
+    std::vector<Tensor> outs = {linear(m, lw), linear(m, lw, lb), matmul(m, transpose(lw))};
+    outs.insert(outs.end(), {layer_norm(m), layer_norm(m, w6), layer_norm(m, w6, b6), rms_norm(m),
+                             rms_norm(m, w6), softmax(m), log_softmax(m)});
+    outs.insert(outs.end(), {sum(m, {1}), mean(m, {0}), argmax(m, 1), cumsum(m, 1)});
+    outs.insert(outs.end(), {concat({m, m2, m}, 0), slice(m, {0, 1}, {2, 3}), tile(m, {2, 1}),
+                             flip(m, {0}), broadcast_to(w6, {5, 6}), reshape(m, {30})});
+    outs.insert(outs.end(), {where(greater(m, m2), m, m2), add(m, m2), exp(m), cast(m, f64)});
+    outs.insert(outs.end(), {gather(m, idx, 0), one_hot(idx, 4), sort(m), argsort(m),
+                             topk(m, 2, 1).first, cholesky(in({3, 3}))});
+    for (const Tensor& t : split(m, 2, 1)) outs.push_back(t);
+    using Unary = Tensor (*)(const Tensor&);
+    for (Unary f : std::initializer_list<Unary>{
+             exp,  log,  log1p, expm1, sqrt, rsqrt, reciprocal, sin,   cos,   tanh,      sigmoid,
+             neg,  abs,  sign,  floor, ceil, round, selu,       silu,  erf,   hardswish, tan,
+             asin, acos, atan,  sinh,  cosh, asinh, acosh,      atanh, isnan, isinf})
+      outs.push_back(f(m));
+    using Binary = Tensor (*)(const Tensor&, const Tensor&);
+    for (Binary f : std::initializer_list<Binary>{sub, mul, div, pow, maximum, minimum, mod, equal,
+                                                  not_equal, less, less_equal, greater_equal})
+      outs.push_back(f(m, m2));
+    const Tensor bm = greater(m, m2);
+    outs.insert(outs.end(), {logical_and(bm, bm), logical_or(bm, bm), logical_xor(bm, bm),
+                             logical_not(bm), masked_fill(m, bm, 0)});
+    const Tensor im = in({5, 6}, i32);
+    outs.insert(outs.end(), {bitwise_and(im, im), bitwise_or(im, im), bitwise_xor(im, im)});
+    outs.insert(outs.end(),
+                {max(m, {1}), min(m, {1}), prod(m, {1}), argmin(m, 1), logsumexp(m, {1}),
+                 variance(m, {1}), norm_l1(m, {1}), norm_l2(m, {1})});
+    outs.insert(outs.end(), {mse(m, m2), roll(m, {1}, {0}), embedding(lw, idx)});
+    // images
+    const Tensor x = in({2, 3, 8, 8}), cw = in({4, 3, 3, 3}), c3 = in({3});
+    const Tensor c = conv2d(x, cw, in({4}));
+    outs.insert(outs.end(), {conv2d(x, cw), c, conv_transpose2d(c, in({4, 3, 3, 3})),
+                             conv_transpose2d(c, in({4, 3, 3, 3}), c3), batch_norm(x, c3, in({3})),
+                             batch_norm(x, c3, in({3}), in({3}), in({3})), instance_norm(x),
+                             instance_norm(x, c3, in({3})), group_norm(x, 3),
+                             group_norm(x, 3, c3, in({3})), max_pool(x, {.kernel = {2, 2}}),
+                             avg_pool(x, {.kernel = {2, 2}}), adaptive_avg_pool(x, {2, 2})});
+    // attention, with and without a mask
+    const Tensor q = in({2, 4, 8}), k = in({2, 4, 8}), v = in({2, 4, 8});
+    outs.push_back(scaled_dot_product_attention(q, k, v));
+    outs.push_back(scaled_dot_product_attention(q, k, v, in({4, 4}, boolean)));
+    // recurrent layers (T 3, B 2, I 4, H 5), with optional inputs, trained for their gradients
+    const Tensor xr = in({3, 2, 4}), h0 = in({1, 2, 5});
+    RnnOptions train;
+    train.training = true;
+    const Tensor lstm_w = in({1, 20, 4});
+    const RnnResult l = lstm(xr, {{lstm_w, in({1, 20, 5}), in({1, 40}), in({1, 15})}}, h0,
+                             in({1, 2, 5}), std::nullopt, train);
+    const Tensor gru_w = in({1, 15, 4});
+    const RnnResult gr = gru(xr, {{gru_w, in({1, 15, 5})}}, h0, std::nullopt, train);
+    const RnnResult r = rnn(xr, {{in({1, 5, 4}), in({1, 5, 5}), in({1, 10})}});
+    outs.insert(outs.end(), {l.y, gr.y, r.y});
+    const Tensor pooled = avg_pool(x, {.kernel = {2, 2}});
+    const Tensor attended = scaled_dot_product_attention(q, k, v);
+    for (const Tensor& d :
+         gradients(sum(l.y) + sum(gr.y) + sum(pooled) + sum(attended), {lstm_w, gru_w, x, q}))
+      outs.push_back(d);
+    // quantization
+    const Tensor s = in({}), zp = in({}, i8);
+    const Tensor qm = quantize(m, s, zp);
+    outs.insert(outs.end(), {qm, dequantize(qm, s, zp), fake_quantize(m, s, zp)});
+    // random numbers
+    const Tensor state = random_philox_state(g, 7);
+    outs.insert(outs.end(),
+                {random_uniform(state, {3}).values, random_integer(state, {3}, -5, 5).values});
+    expect_declared_arity(g.impl(), seen);
+  }
+  {
+    // a training step, as built and as compiled (fused elementwise chains, folded constants)
+    Graph g;
+    const TrainNet t = train_net(g, false);
+    std::vector<Tensor> targets = gradients(t.loss, t.params);
+    targets.push_back(t.loss);
+    expect_declared_arity(g.impl(), seen);
+    auto exe = g.compile(Device::cpu(), {}, targets);
+    expect_declared_arity(exe.impl().program.graph, seen);
+  }
+  for (OpId op : {OpId::Linear,
+                  OpId::Conv,
+                  OpId::ConvTranspose,
+                  OpId::ConvGradWeight,
+                  OpId::LayerNorm,
+                  OpId::RmsNorm,
+                  OpId::BatchNorm,
+                  OpId::BatchNormTrain,
+                  OpId::BatchNormTrainGrad,
+                  OpId::InstanceNorm,
+                  OpId::GroupNorm,
+                  OpId::Lstm,
+                  OpId::Gru,
+                  OpId::Rnn,
+                  OpId::RnnGrad,
+                  OpId::ScaledDotProductAttention,
+                  OpId::Concat,
+                  OpId::Where,
+                  OpId::MaxPoolGrad,
+                  OpId::FusedElementwise,
+                  OpId::Quantize,
+                  OpId::RandomPhiloxState,
+                  OpId::RandomInteger})
+    EXPECT_TRUE(seen.count(op)) << op_name(op) << " was not built";
+  std::string missed;
+  for (OpId op : kAllOps)
+    if (!seen.count(op)) missed += std::string(" ") + op_name(op);
+  std::cout << seen.size() << " of " << std::size(kAllOps) << " ops built; not:" << missed << "\n";
 }
 
 TEST(PackageMalformed, TheFixtureLoadsAndRuns) {
