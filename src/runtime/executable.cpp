@@ -49,7 +49,7 @@ void run_kernel_via_f32_on_device(const KernelEntry& entry, const Node& node,
   auto widen = [&](const TensorView& v, bool copy_in) {
     if (v.dtype != f16 && v.dtype != bf16) return v;
     if (v.numel() == 0) return TensorView{v.data, v.shape, f32};  // nothing to convert
-    void* p = env.allocate(env.device, static_cast<size_t>(v.numel()) * sizeof(float), env.stream);
+    void* p = env.allocate(env.user, env.device, static_cast<size_t>(v.numel()) * sizeof(float), env.stream);
     temps.push_back(p);
     TensorView w{p, v.shape, f32};
     if (copy_in) run_cast(v, w);
@@ -59,7 +59,7 @@ void run_kernel_via_f32_on_device(const KernelEntry& entry, const Node& node,
     const KernelEnv& env;
     std::vector<void*>& temps;
     ~Release() {
-      for (void* p : temps) env.release(env.device, p);  // stream-ordered: after the kernel
+      for (void* p : temps) env.release(env.user, env.device, p);  // stream-ordered: after the kernel
     }
   } release{env, temps};
   std::vector<TensorView> in32, out32;
@@ -399,11 +399,10 @@ void step_io(const ExecutableImpl& x, ExecutableImpl::DeviceSlot& slot, size_t k
 }
 
 // Scratch memory of kernels while a run is recorded: blocks are reused only within the recording
-// (its kernels run in order on one stream) and kept for as long as it can be replayed.
-thread_local ExecutableImpl::Recording* t_recording = nullptr;
-
-void* recording_allocate(int device, size_t bytes, void* stream) {
-  auto& r = *t_recording;
+// (its kernels run in order on one stream) and kept for as long as it can be replayed. `user` is
+// the recording (KernelEnv::user).
+void* recording_allocate(void* user, int device, size_t bytes, void* stream) {
+  auto& r = *static_cast<ExecutableImpl::Recording*>(user);
   size_t best = r.free_scratch.size();
   for (size_t i = 0; i < r.free_scratch.size(); ++i) {
     const size_t have = r.scratch[r.free_scratch[i]].first;
@@ -421,8 +420,8 @@ void* recording_allocate(int device, size_t bytes, void* stream) {
   return p;
 }
 
-void recording_release(int, void* p) {
-  auto& r = *t_recording;
+void recording_release(void* user, int, void* p) {
+  auto& r = *static_cast<ExecutableImpl::Recording*>(user);
   for (size_t i = 0; i < r.scratch.size(); ++i)
     if (r.scratch[i].second == p) r.free_scratch.push_back(i);
 }
@@ -470,22 +469,20 @@ std::shared_ptr<ExecutableImpl::Recording> record_run(ExecutableImpl& x,
   kenv.deterministic = x.options.deterministic || env::deterministic();
   kenv.allocate = recording_allocate;
   kenv.release = recording_release;
+  kenv.user = rec.get();
   std::vector<TensorView> in, out;
   b.begin_capture(dev, stream);
-  t_recording = rec.get();
   try {
     for (size_t k = 0; k < x.steps.size(); ++k) {
       step_io(x, slot, k, view, kenv, in, out);
       run_kernel(*x.steps[k].kernel, nodes[x.steps[k].node], in, out, x.pool, &kenv);
     }
   } catch (const std::exception& e) {
-    t_recording = nullptr;
     std::string ignored;
     if (void* g = b.end_capture(dev, stream, &ignored)) b.destroy_graph(dev, g);
     *why = fmt::format("recording the run failed: {}", e.what());
     return nullptr;
   }
-  t_recording = nullptr;
   rec->graph = b.end_capture(dev, stream, why);
   if (!rec->graph) return nullptr;
   return rec;
