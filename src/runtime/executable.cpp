@@ -17,6 +17,7 @@
 #include "runtime/executable_impl.h"
 #include "runtime/profiler_run.h"
 #include "runtime/queue_impl.h"
+#include "runtime/run_kernel.h"
 
 namespace kiln {
 
@@ -24,113 +25,6 @@ using detail::ExecutableImpl;
 using detail::Node;
 using detail::ValueRef;
 using Where = ValueSlot::Where;
-
-DType kernel_dtype(const KernelEntry& entry, const Node& node, const std::vector<TensorInfo>& in) {
-  if (entry.dtype_input >= 0 && entry.dtype_input < static_cast<int>(in.size()))
-    return in[entry.dtype_input].dtype;
-  return node.outputs.empty() ? f32 : node.outputs[0].dtype;
-}
-
-namespace {
-// A device kernel of f32 run for f16/bf16 values: the device's cast kernel widens the half inputs
-// into scratch memory and narrows the outputs back, all on the kernel's stream.
-void run_kernel_via_f32_on_device(const KernelEntry& entry, const Node& node,
-                                  const std::vector<TensorView>& in,
-                                  const std::vector<TensorView>& out, ThreadPool* pool,
-                                  const KernelEnv& env) {
-  const KernelEntry* cast = find_kernel(OpId::Cast, Backend::cuda);
-  KILN_ASSERT(cast && env.allocate && env.release);
-  const Attrs none;
-  std::vector<void*> temps;
-  auto run_cast = [&](const TensorView& from, const TensorView& to) {
-    KernelContext c(OpId::Cast, none, {from}, {to}, pool, &env);
-    cast->fn(c);
-  };
-  auto widen = [&](const TensorView& v, bool copy_in) {
-    if (v.dtype != f16 && v.dtype != bf16) return v;
-    if (v.numel() == 0) return TensorView{v.data, v.shape, f32};  // nothing to convert
-    void* p = env.allocate(env.user, env.device, static_cast<size_t>(v.numel()) * sizeof(float), env.stream);
-    temps.push_back(p);
-    TensorView w{p, v.shape, f32};
-    if (copy_in) run_cast(v, w);
-    return w;
-  };
-  struct Release {
-    const KernelEnv& env;
-    std::vector<void*>& temps;
-    ~Release() {
-      for (void* p : temps) env.release(env.user, env.device, p);  // stream-ordered: after the kernel
-    }
-  } release{env, temps};
-  std::vector<TensorView> in32, out32;
-  for (auto& v : in) in32.push_back(widen(v, true));
-  for (auto& v : out) out32.push_back(widen(v, false));
-  KernelContext ctx(node.op, node.attrs, in32, out32, pool, &env);
-  entry.fn(ctx);
-  for (size_t i = 0; i < out.size(); ++i)
-    if (out[i].dtype != out32[i].dtype) run_cast(out32[i], out[i]);
-}
-}  // namespace
-
-void run_kernel(const KernelEntry& entry, const Node& node, const std::vector<TensorView>& in,
-                const std::vector<TensorView>& out, ThreadPool* pool, const KernelEnv* env) {
-  bool all_empty = !out.empty();
-  for (auto& o : out) all_empty = all_empty && o.numel() == 0;
-  if (all_empty) return;
-  // the dtype the entry is looked up by (kernel_dtype, without building infos on the hot path)
-  const DType t = entry.dtype_input >= 0 && entry.dtype_input < static_cast<int>(in.size())
-                      ? in[entry.dtype_input].dtype
-                      : (node.outputs.empty() ? f32 : node.outputs[0].dtype);
-  const bool via_f32 = entry.half_via_f32 && (t == f16 || t == bf16) && !entry.half_native.has(t);
-  if (!via_f32) {
-    KernelContext ctx(node.op, node.attrs, in, out, pool, env);
-    entry.fn(ctx);
-    return;
-  }
-  if (env) {  // a device kernel: the conversions run on its stream, in scratch memory
-    run_kernel_via_f32_on_device(entry, node, in, out, pool, *env);
-    return;
-  }
-  // f16/bf16 through f32; the conversions are split over the pool like any kernel
-  auto convert_all = [&](const void* src, DType st, void* dst, DType dt, int64_t n) {
-    auto run = [&](int64_t b, int64_t e) {
-      convert(static_cast<const char*>(src) + b * size_of(st), st,
-              static_cast<char*>(dst) + b * size_of(dt), dt, e - b);
-    };
-    if (pool) pool->parallel_for(n, 32768, run);
-    else run(0, n);
-  };
-  std::vector<Array> temps;
-  auto widen = [&](const TensorView& v, bool copy_in) {
-    if (v.dtype != f16 && v.dtype != bf16) return v;
-    Array a = Array::empty(v.shape, f32);
-    if (copy_in) convert_all(v.data, v.dtype, a.data(), f32, v.numel());
-    temps.push_back(a);
-    return TensorView{a.data(), v.shape, f32};
-  };
-  std::vector<TensorView> in32, out32;
-  for (auto& v : in) in32.push_back(widen(v, true));
-  for (auto& v : out) out32.push_back(widen(v, false));
-  KernelContext ctx(node.op, node.attrs, in32, out32, pool);
-  entry.fn(ctx);
-  for (size_t i = 0; i < out.size(); ++i)
-    if (out[i].dtype != out32[i].dtype)
-      convert_all(out32[i].data, f32, out[i].data, out[i].dtype, out[i].numel());
-}
-
-std::vector<Array> evaluate_node_cpu(const Node& node, const std::vector<Array>& inputs) {
-  const KernelEntry* k = find_kernel(node.op, Backend::cpu);
-  if (!k) fail<UnsupportedError>("[{}] no cpu kernel to evaluate constants", op_name(node.op));
-  std::vector<TensorView> in, out;
-  for (auto& a : inputs) in.push_back({const_cast<void*>(a.data()), a.shape(), a.dtype()});
-  std::vector<Array> outs;
-  for (auto& o : node.outputs) {
-    outs.push_back(Array::empty(o.shape, o.dtype));
-    out.push_back({outs.back().data(), o.shape, o.dtype});
-  }
-  run_kernel(*k, node, in, out, &ThreadPool::global());
-  return outs;
-}
 
 Executable::Executable() = default;
 Executable::~Executable() = default;
@@ -173,37 +67,6 @@ int64_t first_mismatch(const Array& got, const Array& want, double* g, double* w
     return static_cast<int64_t>(i);
   }
   return -1;
-}
-
-// Runs a CPU kernel inside a GPU run: inputs are copied to the host (waiting for the stream),
-// outputs back to the device.
-void run_on_host(const KernelEntry& k, const Node& n, const std::vector<TensorView>& in,
-                 const std::vector<TensorView>& out, DeviceBackend& b, int dev, void* stream,
-                 ThreadPool* pool, std::vector<Array>* host_outputs = nullptr,
-                 prof::RunProfile* prof = nullptr) {
-  std::vector<Array> hin, hout;
-  std::vector<TensorView> vin, vout;
-  for (auto& v : in) {
-    hin.push_back(Array::empty(v.shape, v.dtype));
-    const int mark = prof ? prof->mark() : -1;
-    b.copy_async(dev, hin.back().data(), true, v.data, false, hin.back().nbytes(), stream);
-    if (prof) prof->copy(mark, "D2H", hin.back().nbytes());
-    vin.push_back({hin.back().data(), v.shape, v.dtype});
-  }
-  for (auto& v : out) {
-    hout.push_back(Array::empty(v.shape, v.dtype));
-    vout.push_back({hout.back().data(), v.shape, v.dtype});
-  }
-  run_kernel(k, n, vin, vout, pool);
-  if (host_outputs) {
-    *host_outputs = std::move(hout);
-    return;
-  }
-  for (size_t i = 0; i < out.size(); ++i) {
-    const int mark = prof ? prof->mark() : -1;
-    b.copy_async(dev, out[i].data, false, hout[i].data(), true, hout[i].nbytes(), stream);
-    if (prof) prof->copy(mark, "H2D", hout[i].nbytes());
-  }
 }
 
 // What is left of a GPU run once its work is on a stream: called after the stream has passed it,
@@ -475,7 +338,8 @@ std::shared_ptr<ExecutableImpl::Recording> record_run(ExecutableImpl& x,
   try {
     for (size_t k = 0; k < x.steps.size(); ++k) {
       step_io(x, slot, k, view, kenv, in, out);
-      run_kernel(*x.steps[k].kernel, nodes[x.steps[k].node], in, out, x.pool, &kenv);
+      run_device_kernel(*x.steps[k].kernel, x.steps[k].backend, nodes[x.steps[k].node], in, out,
+                        x.pool, kenv);
     }
   } catch (const std::exception& e) {
     std::string ignored;
@@ -751,7 +615,7 @@ std::vector<Array> run_device(ExecutableImpl& x, const std::vector<const Array*>
       }
       // collectives talk to other ranks: they are not run twice
       if (!validate || n.op == OpId::AllReduce || n.op == OpId::CollectiveWait) {
-        run_kernel(*st.kernel, n, in, out, x.pool, &kenv);
+        run_device_kernel(*st.kernel, st.backend, n, in, out, x.pool, kenv);
         if (timed) record(n);
         if constexpr (profiled) p->step_end();
         continue;
@@ -761,7 +625,7 @@ std::vector<Array> run_device(ExecutableImpl& x, const std::vector<const Array*>
       std::vector<Array> want;
       const KernelEntry* cpu = find_kernel(n.op, Backend::cpu);
       if (cpu) run_on_host(*cpu, n, in, out, b, dev, stream, x.pool, &want);
-      run_kernel(*st.kernel, n, in, out, x.pool, &kenv);
+      run_device_kernel(*st.kernel, st.backend, n, in, out, x.pool, kenv);
       for (size_t o = 0; cpu && o < out.size(); ++o) {
         Array got = Array::empty(out[o].shape, out[o].dtype);
         b.copy_async(dev, got.data(), true, out[o].data, false, got.nbytes(), stream);
