@@ -1,8 +1,10 @@
-// The executors behind Executable::run and run_async: the CPU executor (cpu_executor.cpp) and
-// the device executor (device_executor.cpp, with recorded runs in recording.cpp).
+// The executors behind Executable::run and run_async: the CPU executor (cpu_executor.cpp), the
+// device executor (device_executor.cpp, recorded runs in recording.cpp) and queue submission.
 #pragma once
 
 #include <functional>
+#include <future>
+#include <memory>
 #include <vector>
 
 #include "runtime/executable_impl.h"
@@ -22,6 +24,13 @@ std::vector<Array> run_cpu(detail::ExecutableImpl& x, const std::vector<const Ar
 std::vector<Array> run_device(detail::ExecutableImpl& x,
                               const std::vector<const Array*>& feed_by_node,
                               void* on_stream = nullptr, Finish* deferred = nullptr);
+
+/// Submits a run of `impl` with the feeds by program node id to `queue`: the run waits for the
+/// descriptor's events on the queue, then runs; the future gets its outputs (run_async.cpp).
+std::future<std::vector<Array>> submit_async(const std::shared_ptr<detail::ExecutableImpl>& impl,
+                                             Queue& queue,
+                                             const std::vector<const Array*>& by_node,
+                                             ExecutionDescriptor desc);
 
 /// The returned values no step wrote: feeds (`feed(placeholder)`), constants (copied) and values
 /// returned more than once.
