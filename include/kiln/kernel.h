@@ -32,8 +32,9 @@ struct KernelEnv {
   void* stream = nullptr;
   /// Device memory usable by work enqueued on `stream`, and its release (stream-ordered: a block
   /// released after enqueueing work is only reused by work enqueued later on the same stream).
-  void* (*allocate)(int device, size_t bytes, void* stream) = nullptr;
-  void (*release)(int device, void* ptr) = nullptr;
+  /// Both get `user` first.
+  void* (*allocate)(void* user, int device, size_t bytes, void* stream) = nullptr;
+  void (*release)(void* user, int device, void* ptr) = nullptr;
   /// This step's error slot in device memory, for kernels registered with `reports_errors`: a
   /// GPU kernel that meets an input the CPU would reject at run time (an index out of range)
   /// records it there instead of throwing; the runtime copies the slots back with the run's
@@ -47,6 +48,8 @@ struct KernelEnv {
   /// CompileOptions::deterministic (or KILN_DETERMINISTIC=1): every choice a kernel makes is a
   /// fixed function of shapes, dtypes and options, and its sums add in a fixed order.
   bool deterministic = false;
+  /// What allocate and release work for (a recorded run's scratch pool); passed to both.
+  void* user = nullptr;
 };
 
 /// What an error slot report means. index_tuple: a component of an index tuple (gather_nd,

@@ -8,6 +8,7 @@
 #include "ops/fused_elementwise.h"
 #include "passes/program.h"
 #include "runtime/executable_impl.h"
+#include "runtime/run_kernel.h"
 
 namespace kiln {
 

@@ -17,6 +17,7 @@
 #include "passes/program.h"
 #include "quant/calibration.h"
 #include "runtime/executable_impl.h"
+#include "runtime/run_kernel.h"
 
 namespace kiln {
 

@@ -10,6 +10,7 @@
 #include "runtime/custom_op.h"
 #include "runtime/env.h"
 #include "runtime/executable_impl.h"
+#include "runtime/run_kernel.h"
 #include "runtime/profiler.h"
 
 namespace kiln {

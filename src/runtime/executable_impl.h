@@ -99,15 +99,4 @@ void place(const Program& p, Device device, bool strict, detail::ExecutableImpl&
 /// variables, the thread pool.
 void attach_program(detail::ExecutableImpl& impl, Program p);
 
-/// Runs `entry` for `node` on the given views, converting f16/bf16 through f32 when the kernel
-/// asks for it. Used by runs and by constant folding.
-void run_kernel(const KernelEntry& entry, const detail::Node& node,
-                const std::vector<TensorView>& in, const std::vector<TensorView>& out,
-                ThreadPool* pool, const KernelEnv* env = nullptr);
-/// Evaluates one node on host arrays with the CPU kernels.
-std::vector<Array> evaluate_node_cpu(const detail::Node& node, const std::vector<Array>& inputs);
-/// The dtype a kernel entry is looked up by for `node`.
-DType kernel_dtype(const KernelEntry& entry, const detail::Node& node,
-                   const std::vector<TensorInfo>& inputs);
-
 }  // namespace kiln

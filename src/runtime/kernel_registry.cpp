@@ -103,7 +103,7 @@ Table& table() {
 
 KernelContext::~KernelContext() {
   for (void* p : scratch_) {
-    if (env_ && env_->release) env_->release(env_->device, p);
+    if (env_ && env_->release) env_->release(env_->user, env_->device, p);
     else host_scratch().give(p);
   }
 }
@@ -111,7 +111,7 @@ KernelContext::~KernelContext() {
 void* KernelContext::scratch(size_t bytes) {
   void* p = nullptr;
   if (env_ && env_->allocate) {
-    p = env_->allocate(env_->device, bytes, env_->stream);
+    p = env_->allocate(env_->user, env_->device, bytes, env_->stream);
   } else {
     p = host_scratch().take(bytes);
   }

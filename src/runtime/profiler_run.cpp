@@ -5,6 +5,8 @@
 #include <mutex>
 
 #include "core/device_backend.h"
+#include "core/op_registry.h"
+#include "runtime/step_loop.h"
 
 namespace kiln::prof {
 
@@ -177,4 +179,28 @@ void RunProfile::finish() {
   add_all(spans, session_);
 }
 
+namespace {
+// The spans of a run's steps: a step of a device run that runs on the CPU is a fallback.
+class ProfileSteps final : public StepObserver {
+ public:
+  ProfileSteps(RunProfile& run, bool device_run) : run_(run), device_run_(device_run) {}
+  void before_step(const StepCall& call) override {
+    const Step& st = call.step;
+    run_.step_begin(static_cast<int32_t>(call.index), st.node, op_name(call.node.op),
+                    device_run_ && st.backend == Backend::cpu ? &st.fallback_reason : nullptr);
+  }
+  void after_step(const StepCall&) override { run_.step_end(); }
+
+ private:
+  RunProfile& run_;
+  bool device_run_;
+};
+}  // namespace
+
 }  // namespace kiln::prof
+
+namespace kiln {
+std::unique_ptr<StepObserver> profile_steps(prof::RunProfile& run, bool device_run) {
+  return std::make_unique<prof::ProfileSteps>(run, device_run);
+}
+}  // namespace kiln

@@ -244,8 +244,8 @@ class CudaBackend final : public DeviceBackend {
     KernelEnv e;
     e.device = device;
     e.stream = stream;
-    e.allocate = [](int d, size_t bytes, void* s) { return cuda_backend()->allocate(d, bytes, s); };
-    e.release = [](int d, void* p) { cuda_backend()->release(d, p); };
+    e.allocate = [](void*, int d, size_t bytes, void* s) { return cuda_backend()->allocate(d, bytes, s); };
+    e.release = [](void*, int d, void* p) { cuda_backend()->release(d, p); };
     return e;
   }
   void* allocate_mapped(size_t bytes) override {

@@ -10,6 +10,7 @@
 
 #include "core/errors.h"
 #include "core/op_registry.h"
+#include "runtime/run_kernel.h"
 
 namespace kiln::package {
 

@@ -1,0 +1,66 @@
+// The CPU executor: runs an executable's steps on the host, in an arena of its own for the run,
+// with the step observers of the debugging modes and the profiler.
+#include "core/device_backend.h"
+#include "runtime/env.h"
+#include "runtime/executor.h"
+#include "runtime/profiler_run.h"
+#include "runtime/run_kernel.h"
+#include "runtime/step_loop.h"
+
+namespace kiln {
+
+using detail::ExecutableImpl;
+using detail::Node;
+using detail::ValueRef;
+using Where = ValueSlot::Where;
+
+std::vector<Array> run_cpu(ExecutableImpl& x, const std::vector<const Array*>& feed_by_node) {
+  const auto& nodes = x.program.graph.nodes;
+  for (int32_t v : x.variables)
+    if (auto& st = nodes[v].value.storage()) move_storage(*st, x.device);
+  for (int32_t ph : x.placeholders)
+    if (!feed_by_node[ph]) fail<ValueError>("[run] placeholder '{}' has no feed", nodes[ph].name);
+
+  std::vector<Array> outputs(x.program.num_returned);
+  for (size_t k = 0; k < x.program.num_returned; ++k) {
+    ValueRef v = x.program.outputs[k];
+    const ValueSlot& s = x.plan.slots[v.node][v.index];
+    if (s.where == Where::output && s.index == static_cast<int>(k)) {
+      const TensorInfo& t = nodes[v.node].outputs[v.index];
+      outputs[k] = Array::empty(t.shape, t.dtype);
+    }
+  }
+  std::shared_ptr<Storage> arena;
+  {
+    std::lock_guard<std::mutex> l(x.arena_mu);
+    if (!x.free_arenas.empty()) {
+      arena = std::move(x.free_arenas.back());
+      x.free_arenas.pop_back();
+    }
+  }
+  if (!arena && x.plan.arena_bytes)
+    arena = Array::empty({static_cast<int64_t>(x.plan.arena_bytes)}, u8).storage();
+  char* base = arena ? static_cast<char*>(arena->data) : nullptr;
+
+  auto feed_data = [&](int32_t ph) { return feed_by_node[ph]->data(); };
+  auto view = [&](ValueRef v) { return value_view(x, v, feed_data, base, outputs); };
+  auto run = [&](size_t, const Step& st, const Node& n, const std::vector<TensorView>& in,
+                 const std::vector<TensorView>& out) { run_kernel(*st.kernel, n, in, out, x.pool); };
+  // none in a normal run: one test per step
+  StepObservers observers;
+  const auto prof = prof::RunProfile::begin(x.device, nullptr, nullptr);  // null: profiler off
+  if (prof) observers.push_back(profile_steps(*prof, false));
+  if (env::step_times()) observers.push_back(time_steps_on_host(x, nullptr, nullptr));
+  run_steps(x, view, run, observers);
+  if (prof) prof->finish();
+
+  // outputs that are feeds, constants or repeated targets
+  fill_aliases(x, outputs, [&](int32_t ph) { return *feed_by_node[ph]; });
+  if (arena) {
+    std::lock_guard<std::mutex> l(x.arena_mu);
+    x.free_arenas.push_back(std::move(arena));
+  }
+  return outputs;
+}
+
+}  // namespace kiln
