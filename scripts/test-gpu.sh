@@ -141,6 +141,8 @@ if in_part 1; then
     counted "suite-$s-on-cuda" env KILN_DEVICE=cuda "$B/tests/kiln_${s}_tests" --gtest_brief=1
   done
   counted cuda-runtime "$B/tests/kiln_cuda_tests" --gtest_brief=1 --gtest_filter='-CudaLoad.*'
+  # packages compiled for cuda:0 (the other package tests read the source tree: the CPU suite's)
+  counted package-on-cuda "$B/tests/kiln_package_tests" --gtest_brief=1 --gtest_filter='*Cuda*'
   # queues and events on cuda:0, and the shared-events example
   step async-on-cuda "$B/tests/kiln_core_tests" --gtest_brief=1 \
     --gtest_filter='Devices/Async.*:Event.*:QueueTest.*'

@@ -428,7 +428,7 @@ void register_conv_ops() {
       .set_infer(infer_conv)
       .grad(vjp_conv)
       .inputs(2)
-      .optional_inputs({"has_bias"})
+      .optional_inputs({"has_bias", "has_residual"})  // residual: the channels_last epilogue
       .check_stored(check_stored_conv)
       .on_tensor_cores()
       .low_precision();

@@ -133,6 +133,8 @@ TEST(PackageMalformed, InputCountsFollowAttributes) {
   EXPECT_EQ(range(OpId::Linear, {{"has_bias", true}}), std::pair(3, 3));
   EXPECT_EQ(range(OpId::BatchNorm, {{"has_weight", true}, {"has_bias", true}}), std::pair(5, 5));
   EXPECT_EQ(range(OpId::QuantizedConv, {{"has_residual", true}}), std::pair(9, 9));
+  EXPECT_EQ(range(OpId::Conv, {{"has_bias", true}, {"has_residual", true}}), std::pair(4, 4));
+  EXPECT_EQ(range(OpId::Conv, {{"has_residual", true}}), std::pair(3, 3));
   EXPECT_EQ(range(OpId::QuantizedConv, {{"has_residual", true}, {"quantized_residual", true}}),
             std::pair(11, 11));
   EXPECT_EQ(range(OpId::QuantizedConv, {{"quantized_residual", true}}), std::pair(8, 8));

@@ -180,6 +180,30 @@ TEST(Package, CudaRoundTripAndCrossDeviceLoad) {
   std::filesystem::remove(path);
 }
 
+// A CUDA f16 convolution whose residual add and relu run in its epilogue (the channels_last
+// pass gives it the residual as one more input) saves, loads and runs bit for bit.
+TEST(Package, CudaConvWithFusedResidualRoundTrips) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  Graph g;
+  auto x = g.placeholder({2, 16, 8, 8}, f16, "x");
+  auto r = g.placeholder({2, 16, 8, 8}, f16, "residual");
+  auto h = conv2d(x, g.constant(random_array({16, 16, 3, 3}, f16, -0.2, 0.2)),
+                  g.constant(random_array({16}, f16)), {.padding = {1, 1}});
+  auto y = relu(h + r);
+  auto exe = g.compile(Device::cuda(0), {}, {y});
+  bool fused = false;
+  for (auto& n : exe.impl().program.graph.nodes)
+    fused = fused || (n.op == OpId::Conv && n.attrs.b("has_residual", false));
+  ASSERT_TRUE(fused) << "the residual was not fused into the convolution";
+  const std::string path = temp_path("cuda_residual");
+  exe.save(path);
+  const Array in = random_array({2, 16, 8, 8}, f16), res = random_array({2, 16, 8, 8}, f16);
+  const Array want = exe.run({{"x", in}, {"residual", res}})[0];
+  auto loaded = Executable::load(path, Device::cuda(0));
+  expect_bitwise_equal(loaded.run({{"x", in}, {"residual", res}})[0], want, "fused residual");
+  std::filesystem::remove(path);
+}
+
 TEST(Package, EveryAttributeKindRoundTrips) {
   Graph g;
   auto x = g.placeholder({4, 6}, f32, "x");
