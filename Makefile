@@ -37,6 +37,8 @@ test: test-release test-asan test-tsan fuzz
 
 test-release: build data
 	@python3 scripts/check_env_vars.py
+	@python3 scripts/check_file_sizes.py
+	@scripts/check_format.sh
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 	@if ls tests/python/test_*.py >/dev/null 2>&1; then \
 	  KILN_BUILD_DIR=$(abspath $(BUILD)) .venv/bin/python -m pytest -q tests/python; fi

@@ -10,7 +10,7 @@ PACKAGES=(
   libonnx-dev libprotobuf-dev protobuf-compiler
   libflatbuffers-dev flatbuffers-compiler libxxhash-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  clang-14 libclang-rt-14-dev
+  clang-14 libclang-rt-14-dev clang-format-14
   libopenmpi-dev openmpi-bin
   python3 python3-venv python3-pip python3-dev
   chromium
