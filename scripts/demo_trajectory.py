@@ -12,7 +12,7 @@
                                CPUs do. Each must train: the first epoch's loss within 1% of the
                                first run's, the last below 0.05
 
-Why CUDA and the CPU part late in training (docs/design.md, "The demo on CUDA and on the CPU"):
+Why CUDA and the CPU part late in training (docs/design/determinism.md, "The demo on CUDA and on the CPU"):
 two f32 trainings that add in different orders agree to the printed digit while the loss is
 large, and part once it is a few hundredths, where one batch moves it by its own size. The CPU's
 own trajectory moves the same way between instruction sets (oneDNN's AVX-512 and AVX2 kernels add
