@@ -12,7 +12,7 @@ nb=$(.venv/bin/python -c "import nanobind, os; print(os.path.dirname(nanobind.__
 obj="$BUILD/python-module-$(basename "$PY")"
 mkdir -p "$obj" "$OUT/kiln"
 flags=(-O2 -DNDEBUG -fPIC -fvisibility=hidden -std=c++20 -ffunction-sections -fdata-sections
-       -I"$inc" -I"$nb/include" -I"$nb/ext/robin_map/include" -Iinclude)
+       -I"$inc" -I"$nb/include" -I"$nb/ext/robin_map/include" -Iinclude -Isrc)  # src: the op list
 srcs=(python/src/*.cpp "$nb"/src/nb_combined.cpp)
 pids=()
 for s in "${srcs[@]}"; do
