@@ -2,15 +2,15 @@
 # Both install what is missing first (scripts/setup.sh).
 
 BUILD       ?= build
-ASAN_BUILD  ?= build-asan
+# one sanitizer build (clang-14, ASan+UBSan) serves `make test-asan` and `make fuzz`
+SAN_BUILD   ?= build-san
 TSAN_BUILD  ?= build-tsan
-FUZZ_BUILD  ?= build-fuzz
 FUZZ_SECONDS ?= 60
 CMAKE_FLAGS ?=
 JOBS        ?= $(shell nproc)
 export CCACHE_BASEDIR := $(CURDIR)
 
-.PHONY: all setup configure build data demo test test-release test-asan test-tsan test-gpu gpu-bundle check bench docs format clean fuzz
+.PHONY: all setup configure build data demo test test-release san-configure test-asan test-tsan test-gpu gpu-bundle check bench docs format clean fuzz
 
 all: build
 
@@ -48,42 +48,47 @@ test-release: build data
 	  KILN_TEST_INSTALLED=1 KILN_BUILD_DIR=$(abspath $(BUILD)) \
 	  .venv/bin/python -m pytest -q -p no:cacheprovider python/tests; fi
 
-test-asan: setup
-	@cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DKILN_SANITIZE=address,undefined \
+# The sanitizer build: clang-14 at -O1 with ASan+UBSan, the library instrumented for libFuzzer's
+# coverage too (fuzzer-no-link: the tests run the callbacks' no-op defaults), so that the ASan
+# tests and the fuzzers share one build of the library.
+san-configure: setup
+	@CC=clang-14 CXX=clang++-14 cmake -S . -B $(SAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug \
+	  -DCMAKE_CXX_FLAGS_DEBUG="-g -O1" -DKILN_SANITIZE=address,undefined -DKILN_FUZZ=ON \
 	  -DKILN_CUDA=OFF -DKILN_BENCH=OFF >/dev/null
-	@cmake --build $(ASAN_BUILD) -j $(JOBS) --target kiln_core_tests kiln_op_tests kiln_autodiff_tests \
+
+test-asan: san-configure
+	@cmake --build $(SAN_BUILD) -j $(JOBS) --target kiln_core_tests kiln_op_tests kiln_autodiff_tests \
 	  kiln_cli kiln_onnx_tests kiln_onnx_conformance kiln_package_tests kiln_example_shared_events \
 	  kiln_profiler_tests kiln_quant_tests kiln_custom_op_tests
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	  ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS) -L unit
+	  ctest --test-dir $(SAN_BUILD) --output-on-failure -j $(JOBS) -L unit
 
 # Queues, events and asynchronous runs under ThreadSanitizer. Kernels run on the calling thread
-# (KILN_THREADS=1): the OpenMP runtime and oneDNN are not instrumented.
+# (KILN_THREADS=1): the OpenMP runtime and oneDNN are not instrumented. -O1 with line tables:
+# TSan sees every access it would at -O2, and the build takes less time.
 test-tsan: setup
-	@cmake -S . -B $(TSAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_SANITIZE=thread \
-	  -DKILN_CUDA=OFF -DKILN_BENCH=OFF >/dev/null
+	@cmake -S . -B $(TSAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DKILN_SANITIZE=thread \
+	  -DKILN_CUDA=OFF -DKILN_BENCH=OFF -DKILN_PYTHON=OFF >/dev/null
 	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target kiln_core_tests
 	KILN_THREADS=1 OMP_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
 	  $(TSAN_BUILD)/tests/kiln_core_tests --gtest_filter='Devices/Async.*:Event.*:QueueTest.*'
 
-# libFuzzer over the ONNX importer, the package loader and the .npy reader (clang-14, ASan+UBSan),
+# libFuzzer over the ONNX importer, the package loader and the .npy reader (the sanitizer build),
 # FUZZ_SECONDS each, from the seeds in tests/fuzz/corpus, tests/fuzz/package_corpus and
-# tests/fuzz/npy_corpus; new inputs go to $(FUZZ_BUILD)/corpus (package_corpus, npy_corpus)
-# and crashes to $(FUZZ_BUILD)/crash-* (package-crash-*, npy-crash-*). CI runs `make fuzz` (60 s).
-fuzz: setup
-	@CC=clang-14 CXX=clang++-14 cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-	  -DKILN_CUDA=OFF -DKILN_FUZZ=ON -DKILN_BENCH=OFF -DKILN_SANITIZE=address,undefined >/dev/null
-	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_onnx_import fuzz_package_load \
-	  fuzz_npy_read
-	@mkdir -p $(FUZZ_BUILD)/corpus $(FUZZ_BUILD)/package_corpus $(FUZZ_BUILD)/npy_corpus
-	UBSAN_OPTIONS=print_stacktrace=1 $(FUZZ_BUILD)/tests/fuzz/fuzz_onnx_import -max_total_time=$(FUZZ_SECONDS) \
-	  -max_len=65536 -rss_limit_mb=4096 -artifact_prefix=$(FUZZ_BUILD)/ $(FUZZ_BUILD)/corpus tests/fuzz/corpus
-	UBSAN_OPTIONS=print_stacktrace=1 $(FUZZ_BUILD)/tests/fuzz/fuzz_package_load -max_total_time=$(FUZZ_SECONDS) \
-	  -max_len=65536 -rss_limit_mb=4096 -artifact_prefix=$(FUZZ_BUILD)/package- \
-	  $(FUZZ_BUILD)/package_corpus tests/fuzz/package_corpus
-	UBSAN_OPTIONS=print_stacktrace=1 $(FUZZ_BUILD)/tests/fuzz/fuzz_npy_read -max_total_time=$(FUZZ_SECONDS) \
-	  -max_len=65536 -rss_limit_mb=4096 -artifact_prefix=$(FUZZ_BUILD)/npy- \
-	  $(FUZZ_BUILD)/npy_corpus tests/fuzz/npy_corpus
+# tests/fuzz/npy_corpus; new inputs go to $(SAN_BUILD)/corpus (package_corpus, npy_corpus)
+# and crashes to $(SAN_BUILD)/crash-* (package-crash-*, npy-crash-*). CI runs `make fuzz` (60 s).
+fuzz: san-configure
+	@cmake --build $(SAN_BUILD) -j $(JOBS) --target fuzz_onnx_import fuzz_package_load fuzz_npy_read
+	@mkdir -p $(SAN_BUILD)/corpus $(SAN_BUILD)/package_corpus $(SAN_BUILD)/npy_corpus
+	UBSAN_OPTIONS=print_stacktrace=1 $(SAN_BUILD)/tests/fuzz/fuzz_onnx_import -max_total_time=$(FUZZ_SECONDS) \
+	  -max_len=65536 -rss_limit_mb=4096 -artifact_prefix=$(SAN_BUILD)/ $(SAN_BUILD)/corpus tests/fuzz/corpus
+	UBSAN_OPTIONS=print_stacktrace=1 $(SAN_BUILD)/tests/fuzz/fuzz_package_load -max_total_time=$(FUZZ_SECONDS) \
+	  -max_len=65536 -rss_limit_mb=4096 -artifact_prefix=$(SAN_BUILD)/package- \
+	  $(SAN_BUILD)/package_corpus tests/fuzz/package_corpus
+	UBSAN_OPTIONS=print_stacktrace=1 $(SAN_BUILD)/tests/fuzz/fuzz_npy_read -max_total_time=$(FUZZ_SECONDS) \
+	  -max_len=65536 -rss_limit_mb=4096 -artifact_prefix=$(SAN_BUILD)/npy- \
+	  $(SAN_BUILD)/npy_corpus tests/fuzz/npy_corpus
 
 # The GPU machine cannot build: `make gpu-bundle` builds the CUDA suites here (the toolkit is
 # enough) into build-gpu/bundle.tar.xz; copy the checkout with it and run `make test-gpu` there.
@@ -108,4 +113,4 @@ format:
 	@git ls-files '*.h' '*.cpp' '*.cu' | xargs clang-format -i
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)
+	rm -rf $(BUILD) $(SAN_BUILD) $(TSAN_BUILD)

@@ -21,12 +21,12 @@ TEST(SoftmaxCrossEntropyGrad, IndexLabels) {
     Shape shape;
     int64_t axis;
   };
-  for (auto [shape, axis] : {Case{{4, 5}, 1}, Case{{2, 3, 4}, 1}, Case{{3, 2}, 0}, Case{{5}, 0}})
+  for (const Case& c : {Case{{4, 5}, 1}, Case{{2, 3, 4}, 1}, Case{{3, 2}, 0}, Case{{5}, 0}})
     for (DType lt : {i32, i64})
       for (Reduction r : kReductions)
-        check_gradients([&](const Inputs& x) { return softmax_cross_entropy(x[0], x[1], r, axis); },
-                        {random_array(shape, f64, -2, 2),
-                         random_ints(without(shape, axis), 0, shape[axis] - 1, lt)});
+        check_gradients([&](const Inputs& x) { return softmax_cross_entropy(x[0], x[1], r, c.axis); },
+                        {random_array(c.shape, f64, -2, 2),
+                         random_ints(without(c.shape, c.axis), 0, c.shape[c.axis] - 1, lt)});
 }
 
 // Probability labels get a gradient too; rows that do not sum to one test the general rule.
@@ -35,10 +35,10 @@ TEST(SoftmaxCrossEntropyGrad, ProbabilityLabels) {
     Shape shape;
     int64_t axis;
   };
-  for (auto [shape, axis] : {Case{{3, 4}, -1}, Case{{2, 3, 4}, 1}, Case{{4, 3}, 0}})
+  for (const Case& c : {Case{{3, 4}, -1}, Case{{2, 3, 4}, 1}, Case{{4, 3}, 0}})
     for (Reduction r : kReductions)
-      check_gradients([&](const Inputs& x) { return softmax_cross_entropy(x[0], x[1], r, axis); },
-                      {random_array(shape, f64, -2, 2), random_array(shape, f64, 0, 1)});
+      check_gradients([&](const Inputs& x) { return softmax_cross_entropy(x[0], x[1], r, c.axis); },
+                      {random_array(c.shape, f64, -2, 2), random_array(c.shape, f64, 0, 1)});
 }
 
 TEST(SoftmaxCrossEntropyGrad, MeanOverDynamicBatch) {
