@@ -24,9 +24,10 @@ TEST(SoftmaxCrossEntropyGrad, IndexLabels) {
   for (const Case& c : {Case{{4, 5}, 1}, Case{{2, 3, 4}, 1}, Case{{3, 2}, 0}, Case{{5}, 0}})
     for (DType lt : {i32, i64})
       for (Reduction r : kReductions)
-        check_gradients([&](const Inputs& x) { return softmax_cross_entropy(x[0], x[1], r, c.axis); },
-                        {random_array(c.shape, f64, -2, 2),
-                         random_ints(without(c.shape, c.axis), 0, c.shape[c.axis] - 1, lt)});
+        check_gradients(
+            [&](const Inputs& x) { return softmax_cross_entropy(x[0], x[1], r, c.axis); },
+            {random_array(c.shape, f64, -2, 2),
+             random_ints(without(c.shape, c.axis), 0, c.shape[c.axis] - 1, lt)});
 }
 
 // Probability labels get a gradient too; rows that do not sum to one test the general rule.

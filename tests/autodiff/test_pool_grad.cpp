@@ -109,8 +109,9 @@ TEST(MaxPoolGradGrad, FiniteDifferences) {
                       std::pair<Shape, Shape>{{1, 1, 3, 4, 2}, {1, 1, 2, 2, 2}}}) {
     SCOPED_TRACE(to_string(x));
     const int64_t plane = numel(Shape(x.begin() + 2, x.end()));
-    check_gradients([&](const std::vector<Tensor>& in) { return max_pool_grad(in[0], in[1], x); },
-                    {random_array(y, f64), random_ints(y, 0, plane - 1)}, {.wrt = {0}});
+    check_gradients(
+        [&, x = x](const std::vector<Tensor>& in) { return max_pool_grad(in[0], in[1], x); },
+        {random_array(y, f64), random_ints(y, 0, plane - 1)}, {.wrt = {0}});
   }
 }
 
@@ -161,8 +162,9 @@ TEST(AdaptiveAvgPoolGradGrad, FiniteDifferences) {
                       std::pair<Shape, Shape>{{1, 2, 5, 7}, {1, 2, 3, 4}},
                       std::pair<Shape, Shape>{{1, 1, 3, 5, 4}, {1, 1, 2, 3, 1}}}) {
     SCOPED_TRACE(to_string(x));
-    check_gradients([&](const std::vector<Tensor>& in) { return adaptive_avg_pool_grad(in[0], x); },
-                    {random_array(y, f64)});
+    check_gradients(
+        [&, x = x](const std::vector<Tensor>& in) { return adaptive_avg_pool_grad(in[0], x); },
+        {random_array(y, f64)});
   }
 }
 
