@@ -60,8 +60,10 @@ PtqOptions with_method(CalibrationMethod m) {
 TEST(PostTraining, CnnAgreesWithFloatForEachMethod) {
 #ifdef NDEBUG
   constexpr int64_t kBatch = 64, kTestBatches = 4, kCalibBatches = 4;
-#else  // the sanitizer builds are unoptimized: fewer images
-  constexpr int64_t kBatch = 64, kTestBatches = 2, kCalibBatches = 2;
+  constexpr double kMinAgreement = 0.99;
+#else  // the sanitizer builds run the int8 loops far slower: 48 images, two may differ
+  constexpr int64_t kBatch = 48, kTestBatches = 1, kCalibBatches = 1;
+  constexpr double kMinAgreement = 0.95;
 #endif
   SmallCnn m;
   std::vector<Feeds> calib;
@@ -94,7 +96,7 @@ TEST(PostTraining, CnnAgreesWithFloatForEachMethod) {
     Executable qexe;
     const double a = agreement(with_method(method), q, qexe, test.size());
     std::printf("top-1 agreement %.4f (%s)\n", a, calibration_method_name(method));
-    EXPECT_GE(a, 0.99);
+    EXPECT_GE(a, kMinAgreement);
     // every conv; the classifier, whose result is returned, stays float
     EXPECT_EQ(q.report.quantized(), 12) << q.report.str();
     EXPECT_EQ(q.report.skipped(), 1) << q.report.str();
