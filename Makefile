@@ -44,7 +44,8 @@ test-release: build data
 	  KILN_BUILD_DIR=$(abspath $(BUILD)) .venv/bin/python -m pytest -q tests/python; fi
 	@if [ -d $(BUILD)/python/kiln ]; then \
 	  echo "pip install . (the Python package, into .venv)" && \
-	  .venv/bin/python -m pip install -q --no-build-isolation --no-deps --disable-pip-version-check . && \
+	  .venv/bin/python -m pip install -q --no-build-isolation --no-deps --disable-pip-version-check \
+	    -C cmake.define.KILN_CUDA=$$(sed -n 's/^KILN_CUDA:BOOL=//p' $(BUILD)/CMakeCache.txt) . && \
 	  KILN_TEST_INSTALLED=1 KILN_BUILD_DIR=$(abspath $(BUILD)) \
 	  .venv/bin/python -m pytest -q -p no:cacheprovider python/tests; fi
 
