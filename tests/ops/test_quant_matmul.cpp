@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <numeric>
 
 #include "kiln/ops/quant.h"
 #include "support/reference.h"
@@ -58,9 +59,12 @@ Data random_data(const Problem& p) {
   d.za = zero({}, p.at);
   d.sw = random_array(ws, f32, 0.002, 0.01);
   d.zw = p.w_zero ? Array::zeros(ws, p.wt) : zero(ws, p.wt);
-  // about one standard deviation of the products (|a - za|, |w - zw| ~ 74 on average); the
-  // output scale puts it at 30-50 LSB
-  const double spread = 0.02 * 0.006 * 74 * 74 * std::sqrt(static_cast<double>(k));
+  // about one standard deviation of the products (|a - za|, |w - zw| ~ 74 on average) at the
+  // scales drawn above; the output scale puts it at 30-50 LSB
+  const auto sw = to_f64(d.sw);
+  const double mean_sw =
+      std::accumulate(sw.begin(), sw.end(), 0.0) / static_cast<double>(sw.size());
+  const double spread = to_f64(d.sa)[0] * mean_sw * 74 * 74 * std::sqrt(static_cast<double>(k));
   d.sy = random_array({}, f32, spread / 50, spread / 30);
   d.zy = zero({}, p.yt);
   d.bias = random_array({p.n}, f32, -spread, spread);
