@@ -13,6 +13,7 @@
 #include "kiln/attrs.h"
 #include "kiln/device.h"
 #include "kiln/dtype.h"
+#include "kiln/kernel_choices.h"
 #include "kiln/shape.h"
 
 namespace kiln {
@@ -112,6 +113,8 @@ struct CompileOptions {
   /// KILN_DETERMINISTIC=1 turns it on for every executable. The CPU ignores it (its kernels are
   /// deterministic for a fixed thread count).
   bool deterministic = false;
+  /// Which kernel runs where a backend has two exact ones (kiln/kernel_choices.h).
+  KernelChoices kernels;
 };
 
 class Graph {

@@ -7,6 +7,7 @@
 
 #include "kiln/attrs.h"
 #include "kiln/dtype.h"
+#include "kiln/kernel_choices.h"
 #include "kiln/shape.h"
 
 namespace kiln {
@@ -50,6 +51,9 @@ struct KernelEnv {
   bool deterministic = false;
   /// What allocate and release work for (a recorded run's scratch pool); passed to both.
   void* user = nullptr;
+  /// CompileOptions::kernels, with the environment's overrides (last, so that the fields above
+  /// keep their places for op libraries built before it).
+  KernelChoices choices;
 };
 
 /// What an error slot report means. index_tuple: a component of an index tuple (gather_nd,
@@ -110,6 +114,8 @@ class KernelContext {
   int64_t* error_info() const { return env_ ? env_->error_info : nullptr; }
   /// See KernelEnv::deterministic (false on the CPU, whose kernels always are).
   bool deterministic() const { return env_ && env_->deterministic; }
+  /// See KernelEnv::choices (the defaults on the CPU).
+  const KernelChoices& choices() const;
 
  private:
   OpId op_;

@@ -239,7 +239,7 @@ void bind_ops(nb::module_& m) {
       nb::arg("padding_mode") = GridSamplePadding::zeros, nb::arg("align_corners") = false, ka,
       "x sampled at the normalized coordinates of grid (ONNX GridSample).");
 
-  // layout, lookup and selection (transform_extra.h)
+  // layout, lookup and selection (rearrange.h)
   m.def(
       "depth_to_space",
       [](const Tensor& x, int64_t b, bool crd, bool channels_last) {

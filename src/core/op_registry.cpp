@@ -99,7 +99,7 @@ const OpDef& op_def(OpId op) {
     register_fused_elementwise_ops();
     register_rnn_ops();
     register_attention_ops();
-    register_linalg_extra_ops();
+    register_factorization_ops();
     register_quant_ops();
     register_custom_op_ops();
   });

@@ -140,7 +140,7 @@ void register_random_ops();
 void register_fused_elementwise_ops();
 void register_rnn_ops();
 void register_attention_ops();     // src/ops/attention.cpp
-void register_linalg_extra_ops();  // src/ops/linalg_extra.cpp
+void register_factorization_ops();  // src/ops/factorization.cpp
 void register_quant_ops();         // src/ops/quant.cpp
 void register_custom_op_ops();     // src/ops/custom_op.cpp
 

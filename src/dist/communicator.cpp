@@ -17,6 +17,7 @@
 #include "kiln/dist.h"
 #include "kiln/executable.h"
 #include "kiln/ops/transform.h"
+#include "runtime/env.h"
 
 namespace kiln::dist {
 
@@ -86,9 +87,10 @@ void divide_host(DType t, void* buf, int64_t count, int n) {
 // ---- launch environment ----
 
 namespace {
-int env_int(const char* name, int dflt) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return dflt;
+int env_int(env::Var var, int dflt) {
+  const char* v = env::get(var);
+  if (!v) return dflt;
+  const char* name = env::name(var);
   char* end = nullptr;
   const long x = std::strtol(v, &end, 10);
   if (*end != '\0' || x < 0 || x > (1 << 20))
@@ -99,19 +101,20 @@ int env_int(const char* name, int dflt) {
 
 LaunchInfo launch_info() {
   LaunchInfo info;
-  if (std::getenv("KILN_WORLD_SIZE")) {
-    info.size = env_int("KILN_WORLD_SIZE", 1);
-    info.rank = env_int("KILN_RANK", 0);
-    info.local_rank = env_int("KILN_LOCAL_RANK", info.rank);
-    if (const char* r = std::getenv("KILN_RENDEZVOUS")) info.rendezvous = r;
+  using env::Var;
+  if (env::get(Var::KILN_WORLD_SIZE)) {
+    info.size = env_int(Var::KILN_WORLD_SIZE, 1);
+    info.rank = env_int(Var::KILN_RANK, 0);
+    info.local_rank = env_int(Var::KILN_LOCAL_RANK, info.rank);
     info.launched = true;
-  } else if (std::getenv("OMPI_COMM_WORLD_SIZE")) {
-    info.size = env_int("OMPI_COMM_WORLD_SIZE", 1);
-    info.rank = env_int("OMPI_COMM_WORLD_RANK", 0);
-    info.local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK", 0);
-    if (const char* r = std::getenv("KILN_RENDEZVOUS")) info.rendezvous = r;
+  } else if (env::get(Var::OMPI_COMM_WORLD_SIZE)) {
+    info.size = env_int(Var::OMPI_COMM_WORLD_SIZE, 1);
+    info.rank = env_int(Var::OMPI_COMM_WORLD_RANK, 0);
+    info.local_rank = env_int(Var::OMPI_COMM_WORLD_LOCAL_RANK, 0);
     info.launched = true;
   }
+  if (info.launched)
+    if (const char* r = env::get(Var::KILN_RENDEZVOUS)) info.rendezvous = r;
   if (info.size < 1 || info.rank >= info.size)
     fail<ValueError>("[dist] rank {} of a world of {} is not a valid launch", info.rank, info.size);
   return info;
@@ -122,7 +125,7 @@ LaunchInfo launch_info() {
 namespace {
 std::chrono::milliseconds default_timeout() {
   double seconds = 300;
-  if (const char* v = std::getenv("KILN_DIST_TIMEOUT"); v && *v) {
+  if (const char* v = env::get(env::Var::KILN_DIST_TIMEOUT)) {
     char* end = nullptr;
     seconds = std::strtod(v, &end);
     if (*end != '\0' || !(seconds > 0))

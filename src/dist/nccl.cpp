@@ -28,6 +28,7 @@
 
 #include "core/errors.h"
 #include "kiln/dist.h"
+#include "runtime/env.h"
 
 namespace kiln::dist {
 
@@ -328,7 +329,7 @@ class NcclCommunicator final : public Communicator {
       if (!fatal.empty()) {
         std::fflush(stdout);
         std::fprintf(stderr, "%s\n", fatal.c_str());
-        const char* keep = std::getenv("KILN_DIST_ABORT");
+        const char* keep = env::get(env::Var::KILN_DIST_ABORT);
         if (!(keep && std::string(keep) == "0")) {
           std::fprintf(stderr, "[dist] nccl: ending the process (KILN_DIST_ABORT=0 keeps it)\n");
           std::fflush(stderr);

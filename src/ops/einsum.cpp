@@ -10,7 +10,7 @@
 
 #include "kiln/ops/core.h"
 #include "kiln/ops/elementwise.h"
-#include "kiln/ops/linalg_extra.h"
+#include "kiln/ops/linalg.h"
 #include "kiln/ops/nn.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/transform.h"

@@ -425,7 +425,7 @@ void register_transform_ops() {
   register_transform_index_ops();
   register_transform_nd_ops();
   register_resize_ops();
-  register_transform_extra_ops();
+  register_rearrange_ops();
 }
 
 Tensor reshape(const Tensor& x, const Shape& shape) {

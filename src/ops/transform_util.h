@@ -20,8 +20,8 @@ void register_transform_nd_ops();
 /// Registers resize and grid_sample (resize.cpp).
 void register_resize_ops();
 /// Registers depth_to_space, space_to_depth, embedding(_grad), masked_fill, roll and
-/// non_max_suppression (transform_extra.cpp).
-void register_transform_extra_ops();
+/// non_max_suppression (rearrange.cpp).
+void register_rearrange_ops();
 
 namespace transform {
 // Helpers of the family's gradient rules (transform.cpp).

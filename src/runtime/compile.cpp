@@ -138,6 +138,7 @@ Executable Graph::compile(Device device, const FeedShapes& feeds, const std::vec
   impl->source = impl_.get();
   impl->options = options;
   impl->options.deterministic = options.deterministic || env::deterministic();
+  env::override_kernel_choices(impl->options.kernels);
   Program p = extract_program(*impl_, outs);
   p.num_returned = targets.size();
   {
@@ -170,7 +171,7 @@ Executable Graph::compile(Device device, const FeedShapes& feeds, const std::vec
   if (options.allow_tf32) run_pass(p, "allow_tf32", allow_tf32);
   // int8 convolutions run on NHWC (without reorders on the CPU, with contiguous im2col rows on
   // CUDA), and so do f16/bf16 inference convolutions on CUDA (cuDNN's tensor-core layout)
-  if (options.optimize && env::channels_last()) {
+  if (options.optimize && impl->options.kernels.channels_last) {
     run_pass(p, "channels_last", [&device](const Program& q) {
       return channels_last(q, device.kind == Device::Kind::cpu ? Backend::cpu : Backend::cuda);
     });

@@ -162,8 +162,7 @@ std::vector<Array> run_device(ExecutableImpl& x, const std::vector<const Array*>
   }
   auto feed_data = [&](int32_t ph) { return feeds[ph].data(); };
   auto view = [&](ValueRef v) { return value_view(x, v, feed_data, base, outputs); };
-  KernelEnv kenv = b.kernel_env(dev, stream);
-  kenv.deterministic = x.options.deterministic || env::deterministic();
+  KernelEnv kenv = step_kernel_env(x, b, dev, stream);
   auto run = [&](size_t k, const Step& st, const Node& n, const std::vector<TensorView>& in,
                  const std::vector<TensorView>& out) {
     set_error_slot(x, slot, k, kenv);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/device_backend.h"
+#include "runtime/env.h"
 #include "runtime/executor.h"
 
 namespace kiln {
@@ -26,6 +27,15 @@ struct SlotLease {
 
 /// An uninitialized array on `device`, allocated for work on `stream`.
 Array device_array(DeviceBackend& b, Device device, const Shape& shape, DType t, void* stream);
+
+/// What the kernels of `x` get on `stream` of device `dev` (makes `dev` current).
+inline KernelEnv step_kernel_env(const detail::ExecutableImpl& x, DeviceBackend& b, int dev,
+                                 void* stream) {
+  KernelEnv kenv = b.kernel_env(dev, stream);
+  kenv.deterministic = x.options.deterministic || env::deterministic();
+  kenv.choices = x.options.kernels;
+  return kenv;
+}
 
 /// Points `kenv` at step `k`'s error slot (or at none when its kernel reports nothing).
 inline void set_error_slot(const detail::ExecutableImpl& x, detail::ExecutableImpl::DeviceSlot& slot,

@@ -1,4 +1,5 @@
 #include "runtime/env.h"
+#include "runtime/log.h"
 
 #include <cstdlib>
 #include <string>
@@ -6,80 +7,91 @@
 namespace kiln::env {
 
 namespace {
-const char* get(const char* k) {
-  const char* v = std::getenv(k);
-  return (v && *v) ? v : nullptr;
+bool is(Var v, const char* value) {
+  const char* s = get(v);
+  return s && std::string(s) == value;
 }
 }  // namespace
 
-const char* device() { return get("KILN_DEVICE"); }
-const char* log_level() { return get("KILN_LOG"); }
+const char* name(Var v) {
+  static const char* const names[] = {
+#define KILN_ENV_VAR(n, doc) #n,
+#include "runtime/env_vars.inc"
+#undef KILN_ENV_VAR
+  };
+  return names[static_cast<int>(v)];
+}
+
+const char* get(Var v) {
+  const char* s = std::getenv(name(v));
+  return (s && *s) ? s : nullptr;
+}
+
+const char* device() { return get(Var::KILN_DEVICE); }
+const char* log_level() { return get(Var::KILN_LOG); }
 int threads() {
-  const char* v = get("KILN_THREADS");
+  const char* v = get(Var::KILN_THREADS);
   return v ? std::atoi(v) : 0;
 }
 
 bool validate_on_cpu() {
-  static const bool on = [] {
-    const char* v = get("KILN_VALIDATE");
-    return v && std::string(v) == "cpu";
-  }();
+  static const bool on = is(Var::KILN_VALIDATE, "cpu");
   return on;
 }
 
 bool step_times() {
-  static const bool on = get("KILN_STEP_TIMES") != nullptr;
+  static const bool on = get(Var::KILN_STEP_TIMES) != nullptr;
   return on;
 }
 
 bool step_times_device() {
-  static const bool on = [] {
-    const char* v = get("KILN_STEP_TIMES");
-    return v && std::string(v) == "device";
-  }();
+  static const bool on = is(Var::KILN_STEP_TIMES, "device");
   return on;
 }
 
 bool fusion_enabled() {
-  static const bool on = [] {
-    const char* v = get("KILN_FUSION");
-    return !(v && std::string(v) == "0");
-  }();
+  static const bool on = !is(Var::KILN_FUSION, "0");
   return on;
 }
 
-bool channels_last() {
-  const char* v = get("KILN_CHANNELS_LAST");
-  return !(v && std::string(v) == "0");
-}
+bool cudnn_runtime_fusion() { return is(Var::KILN_CUDNN_RUNTIME_FUSION, "1"); }
 
-bool cudnn_graph() {
-  const char* v = get("KILN_CUDNN_GRAPH");
-  return !(v && std::string(v) == "0");
-}
-
-bool cudnn_runtime_fusion() {
-  const char* v = get("KILN_CUDNN_RUNTIME_FUSION");
-  return v && std::string(v) == "1";
-}
-
-bool rnn_persistent(bool backward) {
-  const char* v = get("KILN_RNN_PERSISTENT");
-  const std::string s = v ? v : "forward";
-  if (s == "forward") return !backward;
-  if (s == "backward") return backward;
-  return s == "1";
-}
-
-bool deterministic() {
-  const char* v = get("KILN_DETERMINISTIC");
-  return v && std::string(v) == "1";
-}
+bool deterministic() { return is(Var::KILN_DETERMINISTIC, "1"); }
 
 int capture() {
-  const char* v = get("KILN_CAPTURE");
-  if (!v) return -1;
-  return std::string(v) == "0" ? 0 : 1;
+  if (!get(Var::KILN_CAPTURE)) return -1;
+  return is(Var::KILN_CAPTURE, "0") ? 0 : 1;
+}
+
+void override_kernel_choices(KernelChoices& c) {
+  // "0" turns a choice off, anything else on
+  auto flag = [](Var v, bool& field) {
+    if (const char* s = get(v)) field = std::string(s) != "0";
+  };
+  flag(Var::KILN_CHANNELS_LAST, c.channels_last);
+  flag(Var::KILN_CUDNN_GRAPH, c.cudnn_graph);
+  flag(Var::KILN_QCONV_IGEMM, c.qconv_implicit_gemm);
+  flag(Var::KILN_ATTENTION_F32_TILES, c.attention_f32_tiles);
+  if (const char* s = get(Var::KILN_PDL)) c.programmatic_launch = std::string(s) == "1";
+  if (const char* s = get(Var::KILN_RNN_PERSISTENT)) {
+    const std::string p = s;
+    c.rnn_persistent_forward = p == "forward" || p == "1";
+    c.rnn_persistent_backward = p == "backward" || p == "1";
+  }
 }
 
 }  // namespace kiln::env
+
+namespace kiln::log {
+
+Level level() {
+  const char* v = env::log_level();
+  if (!v) return Level::error;
+  const std::string s = v;
+  if (s == "warn" || s == "warning") return Level::warn;
+  if (s == "info") return Level::info;
+  if (s == "debug") return Level::debug;
+  return Level::error;
+}
+
+}  // namespace kiln::log

@@ -1,30 +1,21 @@
-// Every environment variable kiln reads, in one place.
-//   KILN_DEVICE   default device: cpu, cuda, cuda:N
-//   KILN_LOG      log level: error (default), warn, info, debug
-//   KILN_THREADS  threads of the CPU kernel pool (default: one per core)
-//   KILN_VALIDATE "cpu": GPU runs re-run every kernel on the CPU and stop at the first op whose
-//                 results disagree
-//   KILN_STEP_TIMES  diagnostics: the executable prints the time per op to stderr when destroyed
-//                 (CPU runs: each step's wall time; GPU runs synchronize after every kernel,
-//                 host and device time together);
-//                 "device": CUDA events around every kernel instead, no synchronization, device
-//                 time only, runs after the first on each stream (no algorithm measurements)
-//   KILN_CAPTURE  "0": GPU runs are never recorded and replayed as CUDA graphs, whatever
-//                 CompileOptions::capture says ("1": recorded whenever possible)
-//   KILN_FUSION   "0": compiling never fuses elementwise chains (CompileOptions::fuse_elementwise)
-//   KILN_CHANNELS_LAST  "0": compiling keeps convolutions NCHW (no channels_last pass)
-//   KILN_CUDNN_GRAPH  "0": CUDA f16/bf16 channels_last convolutions use cuDNN's legacy algorithm
-//                 API only (default: the graph API's plans are timed against it on a problem's
-//                 first run and the fastest kept)
-//   KILN_CUDNN_RUNTIME_FUSION  "1": the graph API may also offer engines that compile kernels
-//                 at run time (slower first runs)
-//   KILN_RNN_PERSISTENT  "0": CUDA f32 LSTM and GRU layers run launches per step instead of
-//                 one persistent kernel per direction (forward and backward)
-//   KILN_DETERMINISTIC  "1": every executable runs as with CompileOptions::deterministic
-//   KILN_TEST_SEED  tests only: replays the random inputs of an earlier test run
+// Every environment variable kiln reads, in one place: the table in env_vars.inc names and
+// documents each, get() is the library's one getenv, and the accessors below parse them.
 #pragma once
 
+#include "kiln/kernel_choices.h"
+
 namespace kiln::env {
+
+enum class Var {
+#define KILN_ENV_VAR(name, doc) name,
+#include "runtime/env_vars.inc"
+#undef KILN_ENV_VAR
+};
+
+/// The variable's name ("KILN_LOG").
+const char* name(Var v);
+/// Its value, or nullptr when it is unset or empty.
+const char* get(Var v);
 
 /// KILN_DEVICE or nullptr.
 const char* device();
@@ -42,18 +33,13 @@ bool step_times_device();
 int capture();
 /// False when KILN_FUSION=0 (read once).
 bool fusion_enabled();
-/// False when KILN_CHANNELS_LAST=0 (read at every compile): the channels_last pass is off.
-bool channels_last();
-/// False when KILN_CUDNN_GRAPH=0 (read at every f16/bf16 channels_last convolution run).
-bool cudnn_graph();
 /// True when KILN_CUDNN_RUNTIME_FUSION=1 (read when a convolution problem is first seen).
 bool cudnn_runtime_fusion();
-/// Whether the CUDA LSTM/GRU layers' forward (backward = false) or backward pass may run as one
-/// persistent kernel: KILN_RNN_PERSISTENT=forward (the default: on the H200 the persistent
-/// backward kernel is still slower than the per-step kernels) or =backward that pass only, =1
-/// both, anything else neither (read at every CUDA LSTM/GRU layer run).
-bool rnn_persistent(bool backward);
 /// True when KILN_DETERMINISTIC=1 (read at every compile and run).
 bool deterministic();
+/// Sets the fields of `c` whose variables are set (KILN_CHANNELS_LAST, KILN_CUDNN_GRAPH,
+/// KILN_RNN_PERSISTENT, KILN_QCONV_IGEMM, KILN_PDL, KILN_ATTENTION_F32_TILES); read when an
+/// executable is compiled or loaded.
+void override_kernel_choices(KernelChoices& c);
 
 }  // namespace kiln::env

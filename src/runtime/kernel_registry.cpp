@@ -93,6 +93,11 @@ void KernelContext::parallel_for(int64_t n, int64_t grain,
 
 int KernelContext::threads() const { return pool_ ? pool_->size() : 1; }
 
+const KernelChoices& KernelContext::choices() const {
+  static const KernelChoices defaults;
+  return env_ ? env_->choices : defaults;
+}
+
 namespace {
 using Table = std::array<std::array<KernelEntry, kOpIdLimit>, kNumBackends>;
 Table& table() {

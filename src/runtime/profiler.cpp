@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "core/errors.h"
+#include "runtime/env.h"
 
 namespace kiln {
 
@@ -172,8 +173,8 @@ namespace {
 struct EnvProfile {
   std::string path;
   EnvProfile() {
-    const char* p = std::getenv("KILN_PROFILE");
-    if (!p || !*p) return;
+    const char* p = env::get(env::Var::KILN_PROFILE);
+    if (!p) return;
     path = p;
     Profiler::start();
     std::atexit([] {

@@ -5,6 +5,7 @@
 #include "core/op_registry.h"
 #include "runtime/device_run.h"
 #include "runtime/env.h"
+#include "runtime/log.h"
 #include "runtime/run_kernel.h"
 #include "runtime/step_loop.h"
 
@@ -96,8 +97,7 @@ std::shared_ptr<ExecutableImpl::Recording> record_run(ExecutableImpl& x,
   char* base = slot.arena ? static_cast<char*>(slot.arena->data) : nullptr;
   auto feed_data = [&](int32_t ph) { return rec->feeds[ph].data(); };
   auto view = [&](ValueRef v) { return value_view(x, v, feed_data, base, rec->outputs); };
-  KernelEnv kenv = b.kernel_env(dev, stream);
-  kenv.deterministic = x.options.deterministic || env::deterministic();
+  KernelEnv kenv = step_kernel_env(x, b, dev, stream);
   kenv.allocate = recording_allocate;
   kenv.release = recording_release;
   kenv.user = rec.get();
@@ -156,8 +156,7 @@ bool run_recorded(std::shared_ptr<SlotLease> lease, const std::vector<const Arra
     std::string why;
     slot.recording = record_run(x, slot, stream, std::move(signature), &why);
     if (!slot.recording) {
-      if (const char* level = env::log_level(); level && std::string(level) != "error")
-        fmt::print(stderr, "[run] runs on {} go on without CUDA graphs: {}\n", x.device.str(), why);
+      log::warn("[run] runs on {} go on without CUDA graphs: {}", x.device.str(), why);
       std::lock_guard<std::mutex> l(x.arena_mu);
       x.capture_off = why;
       return false;

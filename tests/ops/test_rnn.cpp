@@ -300,9 +300,10 @@ void check_persistent_equals_per_step(RnnCell cell, int64_t H) {
   std::vector<Tensor> fetch = outs;
   for (const Tensor& d : gradients(loss, wrt)) fetch.push_back(d);
   std::vector<std::vector<Array>> got;
-  for (const char* persistent : {"1", "0"}) {
-    const ScopedEnv env("KILN_RNN_PERSISTENT", persistent);
-    Executable exe = g.compile(Device::cuda(0), {}, fetch);
+  for (const bool persistent : {true, false}) {
+    CompileOptions o;
+    o.kernels.rnn_persistent_forward = o.kernels.rnn_persistent_backward = persistent;
+    Executable exe = g.compile(Device::cuda(0), {}, fetch, o);
     std::vector<Array> host;
     for (const Array& a : exe.run(feeds)) host.push_back(a.to(Device::cpu()));
     got.push_back(std::move(host));

@@ -88,6 +88,37 @@ TEST(ChannelsLast, ResidualBlockStaysNhwcWithinOneLsb) {
 
 // A quantized conv whose weight zero points are a constant of zeros is marked so (zero_w_zp: the
 // CUDA kernel then skips the window sums of x); one with other zero points is not.
+// CompileOptions::kernels.channels_last turns the pass off per executable; KILN_CHANNELS_LAST,
+// when set, overrides the option either way at compile time (and only then).
+TEST(ChannelsLast, OptionTurnsThePassOffAndTheEnvironmentOverridesIt) {
+  Block b;
+  build_block(b, 1, 8, 6);
+  CompileOptions off;
+  off.kernels.channels_last = false;
+  auto transposes = [&](const CompileOptions& o) {
+    return count_steps(b.g.compile(Device::cpu(), {}, {b.y}, o), "transpose");
+  };
+  EXPECT_EQ(transposes({}), 2);
+  EXPECT_EQ(transposes(off), 0);
+  std::optional<Executable> compiled_under_zero;
+  {
+    const ScopedEnv env("KILN_CHANNELS_LAST", "0");
+    EXPECT_EQ(transposes({}), 0);
+    compiled_under_zero = b.g.compile(Device::cpu(), {}, {b.y});
+  }
+  {
+    const ScopedEnv env("KILN_CHANNELS_LAST", "1");
+    EXPECT_EQ(transposes(off), 2);
+  }
+  EXPECT_EQ(count_steps(*compiled_under_zero, "transpose"), 0);
+  const Array x = random_ints({1, 8, 6, 6}, 0, 255, u8);
+  const Array want = compiled_under_zero->run({{b.x, x}})[0];
+  const Array got = b.g.compile(Device::cpu(), {}, {b.y}).run({{b.x, x}})[0];
+  const auto y0 = to_f64(want), y1 = to_f64(got);
+  ASSERT_EQ(y0.size(), y1.size());
+  for (size_t i = 0; i < y0.size(); ++i) EXPECT_LE(std::abs(y1[i] - y0[i]), 1) << "element " << i;
+}
+
 TEST(ChannelsLast, MarksSymmetricWeightZeroPoints) {
   for (bool zero : {true, false}) {
     Graph g;

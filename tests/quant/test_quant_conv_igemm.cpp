@@ -303,16 +303,17 @@ TEST(QuantizedConvIgemm, ChainUnderProgrammaticDependentLaunch) {
   }
   std::vector<Array> inputs;
   for (int i = 0; i < 3; ++i) inputs.push_back(random_ints(chain[0].x, 0, 255, u8));
-  auto runs = [&](const char* pdl) {
-    const ScopedEnv env("KILN_PDL", pdl);
-    const Executable exe = g.compile(Device::cuda(0), {}, {y});
+  auto runs = [&](bool pdl) {
+    CompileOptions o;
+    o.kernels.programmatic_launch = pdl;
+    const Executable exe = g.compile(Device::cuda(0), {}, {y}, o);
     EXPECT_EQ(count_steps(exe, "quantized_conv"), 4) << exe.dump();
     EXPECT_EQ(count_steps(exe, "dequantize"), 0) << exe.dump();
     std::vector<Array> out;
     for (const Array& in : inputs) out.push_back(exe.run({{x, in}})[0].to(Device::cpu()));
     return out;
   };
-  const std::vector<Array> with = runs("1"), without = runs("0");
+  const std::vector<Array> with = runs(true), without = runs(false);
   for (size_t i = 0; i < inputs.size(); ++i) {
     SCOPED_TRACE(fmt::format("run {}", i + 1));
     expect_conv_within_lsb(with[i], to_f64(without[i]), 0);

@@ -4,6 +4,7 @@
 #include <string_view>
 
 #include "backends/cpu/dnnl_util.h"
+#include "runtime/env.h"
 
 namespace kiln::cpu {
 
@@ -60,7 +61,7 @@ template BroadcastPlan<3> plan_broadcast<3>(const Shape&, const std::array<const
 CpuIsa cpu_isa() {
   static const CpuIsa isa = [] {
 #if defined(__x86_64__) && defined(__GNUC__)
-    const char* cap = std::getenv("KILN_CPU_ISA");
+    const char* cap = env::get(env::Var::KILN_CPU_ISA);
     const std::string_view want = cap ? cap : "";
     __builtin_cpu_init();
     if (want != "baseline" && want != "avx2" && __builtin_cpu_supports("avx512f") &&

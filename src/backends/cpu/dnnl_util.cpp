@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "core/errors.h"
+#include "runtime/env.h"
 
 namespace kiln::cpu::dnnl_util {
 
@@ -101,7 +102,7 @@ const dnnl::engine& engine() {
     // KILN_CPU_ISA caps oneDNN's kernels as it caps kiln's own (cpu_common.h), before oneDNN
     // first looks at the CPU: one machine then repeats another's CPU arithmetic (the same
     // kernels, so the same order of adding for the same thread count)
-    const char* cap = std::getenv("KILN_CPU_ISA");
+    const char* cap = env::get(env::Var::KILN_CPU_ISA);
     const std::string_view want = cap ? cap : "";
     if (want == "baseline" || want == "avx2" || want == "avx512")
       dnnl::set_max_cpu_isa(want == "baseline" ? dnnl::cpu_isa::sse41

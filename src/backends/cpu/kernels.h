@@ -15,10 +15,10 @@ void register_loss_kernels();
 void register_dist_kernels();
 void register_random_kernels();
 void register_fused_elementwise_kernels();
-void register_transform_extra_kernels();  // transform_extra.cpp
+void register_rearrange_kernels();  // rearrange.cpp
 void register_rnn_kernels();
 void register_attention_kernels();     // attention.cpp
-void register_linalg_extra_kernels();  // linalg_extra.cpp
+void register_factorization_kernels();  // factorization.cpp
 void register_quant_kernels();         // quant.cpp
 void register_custom_op_kernels();     // custom_op.cpp: custom, custom_impure
 

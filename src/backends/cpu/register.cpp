@@ -15,10 +15,10 @@ void register_kernels() {
   register_dist_kernels();
   register_random_kernels();
   register_fused_elementwise_kernels();
-  register_transform_extra_kernels();
+  register_rearrange_kernels();
   register_rnn_kernels();
   register_attention_kernels();
-  register_linalg_extra_kernels();
+  register_factorization_kernels();
   register_quant_kernels();
   register_custom_op_kernels();
 }

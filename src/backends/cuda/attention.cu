@@ -773,13 +773,6 @@ void launch_with_smem(Kernel kernel, size_t smem, unsigned blocks, cudaStream_t 
   check_launch(op);
 }
 
-// KILN_ATTENTION_F32_TILES=0 keeps f32 attention on the warp-per-row kernel (read at every call:
-// tests compare the two).
-bool tiled_f32_enabled() {
-  const char* v = std::getenv("KILN_ATTENTION_F32_TILES");
-  return !(v && v[0] == '0');
-}
-
 template <typename T> void forward(KernelContext& ctx) {
   using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
   Args<T> a = args_of<T>(ctx, 0);
@@ -801,7 +794,7 @@ template <typename T> void forward(KernelContext& ctx) {
     }
   }
   if constexpr (std::is_same_v<T, float>) {
-    if (f32_tiled_forward(a) && tiled_f32_enabled()) {
+    if (f32_tiled_forward(a) && ctx.choices().attention_f32_tiles) {
       const int64_t blocks = (a.lq + kF32Rows - 1) / kF32Rows;
       auto launch = [&](auto kernel, size_t smem) {
         allow_smem(kernel, smem);

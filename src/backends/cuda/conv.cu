@@ -29,7 +29,7 @@
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/library_check.h"
 #include "backends/cuda/tuning.h"
-#include "runtime/env.h"
+#include "runtime/log.h"
 
 namespace kiln::cuda {
 
@@ -950,13 +950,10 @@ const GraphConvPlan* nhwc_plan(KernelContext& ctx, const Problem& p, DType t,
       if (ms < best) best = ms, best_plan = i;
     }
     if (best_plan < plans.size()) choice->plan = std::move(plans[best_plan]);
-    if (const char* level = env::log_level(); level && std::string(level) != "error")
-      fmt::print(stderr,
-                 "[conv] {} NHWC {}x{}x{}x{} -> {} k {}x{} stride {} groups {}{}{}{}: {} ms; "
-                 "runs with {}\n",
-                 name(t), p.N, p.in[1], p.in[2], p.C, p.O, p.k[1], p.k[2], p.stride[1], p.G,
-                 gp.bias ? " +bias" : "", gp.residual ? " +residual" : "", relu ? " +relu" : "",
-                 timings, choice->plan ? choice->plan->name() : "legacy");
+    log::info("[conv] {} NHWC {}x{}x{}x{} -> {} k {}x{} stride {} groups {}{}{}{}: {} ms; runs with {}",
+              name(t), p.N, p.in[1], p.in[2], p.C, p.O, p.k[1], p.k[2], p.stride[1], p.G,
+              gp.bias ? " +bias" : "", gp.residual ? " +residual" : "", relu ? " +relu" : "",
+              timings, choice->plan ? choice->plan->name() : "legacy");
   }
   std::lock_guard<std::mutex> l(cache.mu);
   if (!plans.empty()) ++cache.stats.graph_offered;
@@ -994,7 +991,7 @@ void conv_nhwc(KernelContext& ctx) {
   const bool tensor_cores =
       x.dtype == DType::f16 || x.dtype == DType::bf16 || (x.dtype == DType::f32 && p.tf32);
   // (deterministic executables: the legacy algorithm, chosen without timing)
-  if (tensor_cores && p.nd == 2 && env::cudnn_graph() && !ctx.deterministic()) {
+  if (tensor_cores && p.nd == 2 && ctx.choices().cudnn_graph && !ctx.deterministic()) {
     const GraphConvArgs args{x.data, w.data, bias, res, y.data};
     if (const GraphConvPlan* plan = nhwc_plan(ctx, p, x.dtype, args, y, relu, legacy))
       if (aligned16(args) && run_graph_plan(ctx, *plan, args, y, relu)) return;

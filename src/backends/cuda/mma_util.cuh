@@ -78,21 +78,14 @@ __device__ __forceinline__ void allow_next_grid() {
 #endif
 }
 
-/// Whether launch_after_previous adds the programmatic dependency: KILN_PDL=1 turns it on (off
-/// by default until measured on a GPU; read at every launch, so that one process can compare).
-/// Off, the kernel launches as <<<>>> would and its wait returns at once.
-inline bool pdl_enabled() {
-  const char* v = std::getenv("KILN_PDL");
-  return v && v[0] == '1';
-}
-
 /// Launches kernel<<<grid, block, smem, stream>>>(args...), with a programmatic dependency on the
-/// stream's previous kernel when pdl_enabled() (see wait_for_previous_grids: the kernel must call
-/// it before it touches the tensors). A failed launch is left for check_launch (the runtime keeps
+/// stream's previous kernel when `pdl` (KernelChoices::programmatic_launch; see
+/// wait_for_previous_grids: the kernel must call it before it touches the tensors). Without it
+/// the kernel launches as <<<>>> would and its wait returns at once. A failed launch is left for check_launch (the runtime keeps
 /// it as the last error), which names the op.
 template <typename... Params, typename... Args>
-void launch_after_previous(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                           cudaStream_t stream, Args&&... args) {
+void launch_after_previous(bool pdl, void (*kernel)(Params...), dim3 grid, dim3 block,
+                           size_t smem, cudaStream_t stream, Args&&... args) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;
@@ -102,7 +95,7 @@ void launch_after_previous(void (*kernel)(Params...), dim3 grid, dim3 block, siz
   attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr.val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = &attr;
-  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  cfg.numAttrs = pdl ? 1 : 0;
   (void)cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }
 

@@ -821,13 +821,6 @@ __global__ void __launch_bounds__(IgTile<BM, BN, KG, S>::kThreads,
 #endif
 }
 
-// Whether the implicit GEMM may run: KILN_QCONV_IGEMM=0 turns it off (read at every call: tests
-// compare it with the im2col + cuBLASLt path).
-bool igemm_enabled() {
-  const char* v = std::getenv("KILN_QCONV_IGEMM");
-  return !(v && v[0] == '0');
-}
-
 template <typename A, typename Y, int BM, int BN, int KG = 1, bool kRows = false,
           int S = kIgStages>
 void launch_igemm(KernelContext& ctx, const QConvArgs& g, const A* x, const int8_t* w8,
@@ -840,10 +833,10 @@ void launch_igemm(KernelContext& ctx, const QConvArgs& g, const A* x, const int8
   const int64_t M = g.N * g.OH * g.OW;
   const dim3 grid(static_cast<unsigned>((M + BM - 1) / BM),
                   static_cast<unsigned>((g.O + BN - 1) / BN));
-  launch_after_previous(kernel, grid, dim3(T::kThreads), smem, stream_of(ctx), x, w8,
-                        ctx.in(1).ptr<float>(), ctx.in(2).ptr<A>(), ctx.in(4).ptr<float>(),
-                        ctx.in(6).ptr<float>(), ctx.in(7).ptr<Y>(), bias, ibias, res, res_tile,
-                        ctx.out(0).ptr<Y>(), g);
+  launch_after_previous(ctx.choices().programmatic_launch, kernel, grid, dim3(T::kThreads), smem,
+                        stream_of(ctx), x, w8, ctx.in(1).ptr<float>(), ctx.in(2).ptr<A>(),
+                        ctx.in(4).ptr<float>(), ctx.in(6).ptr<float>(), ctx.in(7).ptr<Y>(), bias,
+                        ibias, res, res_tile, ctx.out(0).ptr<Y>(), g);
   check_launch(ctx.op_name());
 }
 
@@ -866,7 +859,7 @@ bool conv_igemm(KernelContext& ctx, QConvArgs g, const float* bias, const int32_
       g.pw = (g.OW - 1) * g.sw + 32 / g.pc;
     }
     if (!g.cl || g.G != 1 || (rows && (g.KW * g.pc > 32 || g.dw != 1)) ||
-        !ctx.attrs().b("zero_w_zp", false) || !igemm_enabled() ||
+        !ctx.attrs().b("zero_w_zp", false) || !ctx.choices().qconv_implicit_gemm ||
         (!rows && (xf || pointer_alignment(tx.data) < 16)))
       return false;
     const int64_t M = g.N * g.OH * g.OW;
@@ -1137,7 +1130,7 @@ bool quantized_matmul_igemm(KernelContext& ctx, int64_t m, int64_t n, int64_t k,
   const quant_math::Residual res = residual_input(ctx, next);
   const int8_t* w_oc = nullptr;
   if (!transpose_w) {  // (what conv_igemm checks first, before the weights are transposed)
-    if (!ctx.attrs().b("zero_w_zp", false) || !igemm_enabled() ||
+    if (!ctx.attrs().b("zero_w_zp", false) || !ctx.choices().qconv_implicit_gemm ||
         pointer_alignment(ctx.in(0).data) < 16)
       return false;
     auto* buf = static_cast<int8_t*>(ctx.scratch(static_cast<size_t>(n * k)));

@@ -7,7 +7,7 @@
 #include <numeric>
 
 #include "io/onnx/map_util.h"
-#include "kiln/ops/linalg_extra.h"
+#include "kiln/ops/linalg.h"
 
 namespace kiln::onnx::detail {
 

@@ -6,7 +6,7 @@
 
 #include "io/onnx/map_util.h"
 #include "kiln/executable.h"
-#include "kiln/ops/transform_extra.h"
+#include "kiln/ops/rearrange.h"
 
 namespace kiln::onnx::detail {
 

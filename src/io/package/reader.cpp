@@ -22,6 +22,7 @@
 #include "kiln/version.h"
 #include "runtime/custom_op.h"
 #include "runtime/env.h"
+#include "runtime/log.h"
 #include "runtime/executable_impl.h"
 #include "runtime/thread_pool.h"
 
@@ -522,8 +523,7 @@ void Reader::read_tuning(const fb::Manifest& m, detail::ExecutableImpl& impl) {
         "again",
         b_.what, where, device_.str(), why);
     if (options_.strict) fail<UnsupportedError>("{} (not allowed with LoadOptions::strict)", msg);
-    if (const char* level = env::log_level(); level && std::string(level) != "error")
-      fmt::print(stderr, "{}\n", msg);
+    log::warn("{}", msg);
   }
 }
 
@@ -580,6 +580,7 @@ std::shared_ptr<detail::ExecutableImpl> Reader::read() {
     o.autocast = static_cast<DType>(meta.autocast());
   }
   o.strict_placement = meta.strict_placement();
+  env::override_kernel_choices(o.kernels);
   if (meta.device_kind() > static_cast<uint8_t>(Device::Kind::cuda))
     bad("manifest metadata", at(&meta), "unknown device kind {}", meta.device_kind());
   const Device compiled_for{static_cast<Device::Kind>(meta.device_kind()),
@@ -612,8 +613,7 @@ std::shared_ptr<detail::ExecutableImpl> Reader::read() {
   if (compiled_for.kind == device_.kind) {
     read_steps(m, p, *impl, device_.kind == Device::Kind::cpu ? Backend::cpu : Backend::cuda);
   } else {
-    if (const char* level = env::log_level(); level && std::string(level) != "error")
-      fmt::print(stderr, "{}\n", msg);
+    log::warn("{}", msg);
     place(p, device_, o.strict_placement, *impl);
     impl->plan = plan_memory(p, {o.plan_memory, o.in_place});
     info.replanned = true;

@@ -142,7 +142,7 @@ void triangular_solve(KernelContext& ctx) {
 
 }  // namespace
 
-void register_linalg_extra_kernels() {
+void register_factorization_kernels() {
   const DTypeSet types{f32, f64};
   register_kernel(OpId::Cholesky, Backend::cuda, {cholesky, types, 0, false});
   register_kernel(OpId::TriangularSolve, Backend::cuda, {triangular_solve, types, 0, false});

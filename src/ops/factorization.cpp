@@ -8,7 +8,7 @@
 #include "kiln/autodiff.h"
 #include "kiln/ops/core.h"
 #include "kiln/ops/elementwise.h"
-#include "kiln/ops/linalg_extra.h"
+#include "kiln/ops/linalg.h"
 #include "kiln/ops/nn.h"
 #include "kiln/ops/transform.h"
 #include "ops/common.h"
@@ -107,7 +107,7 @@ Grads vjp_triangular_solve(const VjpContext& c) {
 }
 }  // namespace
 
-void register_linalg_extra_ops() {
+void register_factorization_ops() {
   define_op(OpId::Cholesky).set_infer(infer_cholesky).grad(vjp_cholesky).inputs(1);
   define_op(OpId::TriangularSolve)
       .set_infer(infer_triangular_solve)

@@ -12,7 +12,7 @@
 #include "backends/cuda/cuda_common.cuh"
 #include "backends/cuda/kernels.h"
 #include "kiln/array.h"
-#include "ops/transform_extra_util.h"
+#include "ops/rearrange_util.h"
 
 namespace kiln::cuda {
 
@@ -409,7 +409,7 @@ void non_max_suppression(KernelContext& ctx) {
 }  // namespace
 #undef KILN_GRID_LOOP
 
-void register_transform_extra_kernels() {
+void register_rearrange_kernels() {
   register_kernel(OpId::DepthToSpace, Backend::cuda, {space_depth<true>, kAllTypes, 0, false});
   register_kernel(OpId::SpaceToDepth, Backend::cuda, {space_depth<false>, kAllTypes, 0, false});
   // embedding and embedding_grad report indices out of range (KernelContext::error_slot)

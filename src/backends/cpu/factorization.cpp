@@ -122,7 +122,7 @@ void triangular_solve(KernelContext& ctx) {
 
 }  // namespace
 
-void register_linalg_extra_kernels() {
+void register_factorization_kernels() {
   // f32 and f64 only (no f16/bf16 through f32: inference rejects them)
   const DTypeSet types{f32, f64};
   register_kernel(OpId::Cholesky, Backend::cpu, {cholesky, types, 0, false});

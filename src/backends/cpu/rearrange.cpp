@@ -6,7 +6,7 @@
 
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/transform_common.h"
-#include "ops/transform_extra_util.h"
+#include "ops/rearrange_util.h"
 
 namespace kiln::cpu {
 
@@ -217,7 +217,7 @@ void non_max_suppression(KernelContext& ctx) {
 }
 }  // namespace
 
-void register_transform_extra_kernels() {
+void register_rearrange_kernels() {
   register_kernel(OpId::DepthToSpace, Backend::cpu, {space_depth<true>, kAllTypes, 0, false});
   register_kernel(OpId::SpaceToDepth, Backend::cpu, {space_depth<false>, kAllTypes, 0, false});
   register_kernel(OpId::Embedding, Backend::cpu, {embedding, kAllTypes, 0, false});

@@ -22,7 +22,7 @@
 #include "kiln/ops/core.h"
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/transform.h"
-#include "kiln/ops/transform_extra.h"
+#include "kiln/ops/rearrange.h"
 #include "ops/common.h"
 #include "ops/transform_util.h"
 
@@ -244,7 +244,7 @@ Tensor with_leading_dims(const char* op, const Tensor& x,
 }
 }  // namespace
 
-void register_transform_extra_ops() {
+void register_rearrange_ops() {
   define_op(OpId::DepthToSpace).set_infer(infer_depth_to_space).grad(vjp_depth_to_space).inputs(1);
   define_op(OpId::SpaceToDepth).set_infer(infer_space_to_depth).grad(vjp_space_to_depth).inputs(1);
   define_op(OpId::Embedding).set_infer(infer_embedding).grad(vjp_embedding).inputs(2);
