@@ -49,7 +49,13 @@ struct PackageInfo {
   std::string compiled_for;  // the device it was compiled for ("cpu", "cuda:0")
   uint32_t format_version = 0;
   bool replanned = false;  // placed and planned again for another kind of device
+  /// Bytes of the file, of its data sections (with their alignment) and of its manifest.
+  uint64_t file_bytes = 0, data_bytes = 0, manifest_bytes = 0;
 };
+
+/// Whether the first `size` bytes of a file (8 suffice) are a kiln package's magic, or at least 4
+/// bytes of it: a package cut short, which Executable::load then reports as truncated.
+bool is_package_magic(const void* head, size_t size);
 
 /// How an asynchronous run is ordered and reported (Executable::run_async).
 struct ExecutionDescriptor {

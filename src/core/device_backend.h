@@ -48,6 +48,8 @@ struct TuningStats {
 class DeviceBackend {
  public:
   virtual ~DeviceBackend() = default;
+  /// How many devices of this backend the process sees.
+  virtual int device_count() { return 0; }
   /// Device memory for work on `stream` (stream-ordered reuse; nullptr stream: the default one).
   /// Throws OutOfMemory.
   virtual void* allocate(int device, size_t bytes, void* stream) = 0;
@@ -174,10 +176,17 @@ class DeviceBackend {
 /// graph's variables follow the executables that use them. No-op when already there.
 void move_storage(Storage& storage, Device device);
 
-/// The CUDA backend's device interface; nullptr without CUDA.
+/// The CUDA backend's device interface; nullptr without CUDA (device_backend names it).
 DeviceBackend* cuda_backend();
-/// The backend of `device`, or nullptr for the CPU. Throws UnsupportedError when the device does
-/// not exist in this build or on this machine.
+/// The kernel table that executables compiled for `device` dispatch to.
+inline Backend backend_for(Device device) {
+  return device.kind == Device::Kind::cpu ? Backend::cpu : Backend::cuda;
+}
+/// The device interface of backend `b`: nullptr for the CPU (its kernels run on the host) and for
+/// a backend this build or machine lacks.
+DeviceBackend* device_backend(Backend b);
+/// The device interface of `device`, or nullptr for the CPU. Throws UnsupportedError when the
+/// device does not exist in this build or on this machine.
 DeviceBackend* backend_of(Device device);
 
 }  // namespace kiln

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "kiln/op_catalog.h"
+
 namespace kiln {
 
 enum class OpId : uint16_t {
@@ -24,13 +26,7 @@ inline constexpr int kOpIdLimit = 512;  // stable ids are below this (tables are
 #include "ops/op_list.inc"
 #undef KILN_OP
 
-/// "add", "conv", ... (the snake name used in the API, docs and errors).
-const char* op_name(OpId op);
 /// "Add", "Conv", ... (the PascalCase name of tests and kernels).
 const char* op_pascal_name(OpId op);
-/// The family file the op lives in ("elementwise", "conv", ...).
-const char* op_family(OpId op);
-/// Looks up by snake name; returns false when unknown.
-bool op_from_name(std::string_view name, OpId& out);
 
 }  // namespace kiln

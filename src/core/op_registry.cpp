@@ -45,6 +45,10 @@ const char* op_family(OpId op) {
   const char* n = names()[static_cast<int>(op)].family;
   return n ? n : "";
 }
+const std::vector<OpId>& all_ops() {
+  static const std::vector<OpId> ops(std::begin(kAllOps), std::end(kAllOps));
+  return ops;
+}
 bool op_from_name(std::string_view name, OpId& out) {
   for (OpId op : kAllOps)
     if (name == op_name(op)) {

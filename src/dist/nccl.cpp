@@ -11,10 +11,9 @@
 // Bootstrap: rank 0 makes the NCCL id and hands it to the others through the rendezvous folder
 // (KILN_RENDEZVOUS=file:DIR, which `kiln launch` sets); a single rank needs no rendezvous.
 #include <cuda_runtime.h>
+#include <fmt/format.h>
 #include <nccl.h>
 #include <unistd.h>
-
-#include <fmt/format.h>
 
 #include <atomic>
 #include <condition_variable>

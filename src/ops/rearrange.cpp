@@ -14,6 +14,8 @@
 // ONNX importer folds NonMaxSuppression on known inputs and slices the result to count.)
 // depth_to_space, space_to_depth and roll are permutations: each one's gradient is its inverse.
 // embedding's weight gradient is embedding_grad, a deterministic scatter-add of rows.
+#include "kiln/ops/rearrange.h"
+
 #include <algorithm>
 #include <functional>
 #include <map>
@@ -22,7 +24,6 @@
 #include "kiln/ops/core.h"
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/transform.h"
-#include "kiln/ops/rearrange.h"
 #include "ops/common.h"
 #include "ops/transform_util.h"
 
@@ -51,8 +52,8 @@ Dims dims_of(const InferContext& ctx) {
   require_rank(ctx, 0, 4, 4);
   const int64_t b = ctx.attrs.i("block_size");
   if (b < 1 || b > kMaxBlock)
-    fail<ValueError>("[{}] block_size {} must be in [1, {}] (x shape {})", ctx.name(), b,
-                     kMaxBlock, str(ctx.inputs[0].shape));
+    fail<ValueError>("[{}] block_size {} must be in [1, {}] (x shape {})", ctx.name(), b, kMaxBlock,
+                     str(ctx.inputs[0].shape));
   crd_mode(ctx);
   return ctx.attrs.b("channels_last") ? Dims{3, 1, 2} : Dims{1, 2, 3};
 }
@@ -62,9 +63,10 @@ std::vector<TensorInfo> infer_depth_to_space(const InferContext& ctx) {
   const Shape& x = ctx.inputs[0].shape;
   const int64_t b = ctx.attrs.i("block_size");
   if (x[d.c] >= 0 && x[d.c] % (b * b) != 0)
-    fail<ShapeError>("[depth_to_space] channels {} of x shape {} ({}) must divide by "
-                     "block_size^2 = {}",
-                     x[d.c], str(x), ctx.attrs.b("channels_last") ? "NHWC" : "NCHW", b * b);
+    fail<ShapeError>(
+        "[depth_to_space] channels {} of x shape {} ({}) must divide by "
+        "block_size^2 = {}",
+        x[d.c], str(x), ctx.attrs.b("channels_last") ? "NHWC" : "NCHW", b * b);
   Shape out = x;
   out[d.c] = x[d.c] < 0 ? -1 : x[d.c] / (b * b);
   out[d.h] = scaled(x[d.h], b);
@@ -77,9 +79,10 @@ std::vector<TensorInfo> infer_space_to_depth(const InferContext& ctx) {
   const Shape& x = ctx.inputs[0].shape;
   const int64_t b = ctx.attrs.i("block_size");
   if ((x[d.h] >= 0 && x[d.h] % b != 0) || (x[d.w] >= 0 && x[d.w] % b != 0))
-    fail<ShapeError>("[space_to_depth] height and width of x shape {} ({}) must divide by "
-                     "block_size {}",
-                     str(x), ctx.attrs.b("channels_last") ? "NHWC" : "NCHW", b);
+    fail<ShapeError>(
+        "[space_to_depth] height and width of x shape {} ({}) must divide by "
+        "block_size {}",
+        str(x), ctx.attrs.b("channels_last") ? "NHWC" : "NCHW", b);
   Shape out = x;
   out[d.c] = scaled(x[d.c], b * b);
   out[d.h] = x[d.h] < 0 ? -1 : x[d.h] / b;
@@ -128,8 +131,8 @@ std::vector<TensorInfo> infer_masked_fill(const InferContext& ctx) {
   Shape b;
   if (m.shape.size() > x.shape.size() || !broadcast_shapes(x.shape, m.shape, b) ||
       !shapes_match(b, x.shape))
-    fail<ShapeError>("[masked_fill] mask shape {} does not broadcast to x shape {}",
-                     str(m.shape), str(x.shape));
+    fail<ShapeError>("[masked_fill] mask shape {} does not broadcast to x shape {}", str(m.shape),
+                     str(x.shape));
   return {x};
 }
 
@@ -137,9 +140,10 @@ std::vector<TensorInfo> infer_roll(const InferContext& ctx) {
   const Shape& x = ctx.inputs[0].shape;
   const auto &shifts = ctx.attrs.ints("shifts"), &axes = ctx.attrs.ints("axes");
   if (axes.empty() ? shifts.size() != 1 : shifts.size() != axes.size())
-    fail<ValueError>("[roll] {} shifts for {} axes (x shape {}): one per axis, or one shift "
-                     "with no axes",
-                     shifts.size(), axes.size(), str(x));
+    fail<ValueError>(
+        "[roll] {} shifts for {} axes (x shape {}): one per axis, or one shift "
+        "with no axes",
+        shifts.size(), axes.size(), str(x));
   const int64_t r = static_cast<int64_t>(x.size());
   for (size_t k = 0; k < axes.size(); ++k) {
     if (axes[k] < 0 || axes[k] >= r)
@@ -156,15 +160,15 @@ std::vector<TensorInfo> infer_nms(const InferContext& ctx) {
   const Shape &bs = boxes.shape, &ss = scores.shape;
   if (bs.size() != 3 || !dims_match(bs[2], 4) || ss.size() != 3 || !dims_match(bs[0], ss[0]) ||
       !dims_match(bs[1], ss[2]))
-    fail<ShapeError>("[non_max_suppression] boxes shape {} must be (B, N, 4) and scores shape {} "
-                     "(B, C, N)",
-                     str(bs), str(ss));
+    fail<ShapeError>(
+        "[non_max_suppression] boxes shape {} must be (B, N, 4) and scores shape {} "
+        "(B, C, N)",
+        str(bs), str(ss));
   if (scores.dtype != boxes.dtype)
     fail<DTypeError>("[non_max_suppression] scores dtype {} differs from boxes dtype {}",
                      name(scores.dtype), name(boxes.dtype));
   const int64_t m = ctx.attrs.i("max_output_boxes_per_class");
-  if (m < 0)
-    fail<ValueError>("[non_max_suppression] max_output_boxes_per_class {} is negative", m);
+  if (m < 0) fail<ValueError>("[non_max_suppression] max_output_boxes_per_class {} is negative", m);
   const double iou = ctx.attrs.f("iou_threshold");
   if (!(iou >= 0 && iou <= 1))
     fail<ValueError>("[non_max_suppression] iou_threshold {} is not in [0, 1]", iou);
@@ -178,8 +182,7 @@ std::vector<TensorInfo> infer_nms(const InferContext& ctx) {
 using Grads = std::vector<std::optional<Tensor>>;
 
 SpaceDepthOptions options_of(const Attrs& a) {
-  return {a.str("mode") == "CRD" ? SpaceDepthMode::crd : SpaceDepthMode::dcr,
-          a.b("channels_last")};
+  return {a.str("mode") == "CRD" ? SpaceDepthMode::crd : SpaceDepthMode::dcr, a.b("channels_last")};
 }
 
 Grads vjp_depth_to_space(const VjpContext& c) {
@@ -297,12 +300,12 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   return make_node1(OpId::MaskedFill, {x, mask}, {{"value", value}});
 }
 
-Tensor roll(const Tensor& x, const std::vector<int64_t>& shifts,
-            const std::vector<int64_t>& axes) {
+Tensor roll(const Tensor& x, const std::vector<int64_t>& shifts, const std::vector<int64_t>& axes) {
   if (axes.empty() ? shifts.size() != 1 : shifts.size() != axes.size())
-    fail<ValueError>("[roll] {} shifts for {} axes (x shape {}): one per axis, or one shift "
-                     "with no axes",
-                     shifts.size(), axes.size(), str(x.shape()));
+    fail<ValueError>(
+        "[roll] {} shifts for {} axes (x shape {}): one per axis, or one shift "
+        "with no axes",
+        shifts.size(), axes.size(), str(x.shape()));
   // repeated axes add up (PyTorch), so the node holds each axis once
   std::map<int64_t, int64_t> by_axis;
   for (size_t k = 0; k < axes.size(); ++k)

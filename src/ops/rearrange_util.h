@@ -35,13 +35,19 @@ struct SpaceDepth {
     const int64_t hh = h * b, ww = w * b;
     int64_t i, ch, y, x;
     if (nhwc) {
-      ch = o % c; o /= c;
-      x = o % ww; o /= ww;
-      y = o % hh; i = o / hh;
+      ch = o % c;
+      o /= c;
+      x = o % ww;
+      o /= ww;
+      y = o % hh;
+      i = o / hh;
     } else {
-      x = o % ww; o /= ww;
-      y = o % hh; o /= hh;
-      ch = o % c; i = o / c;
+      x = o % ww;
+      o /= ww;
+      y = o % hh;
+      o /= hh;
+      ch = o % c;
+      i = o / c;
     }
     return depth_offset(i, depth_channel(ch, y % b, x % b), y / b, x / b);
   }
@@ -50,13 +56,19 @@ struct SpaceDepth {
     const int64_t dcs = c * b * b;
     int64_t i, dc, y, x;
     if (nhwc) {
-      dc = o % dcs; o /= dcs;
-      x = o % w; o /= w;
-      y = o % h; i = o / h;
+      dc = o % dcs;
+      o /= dcs;
+      x = o % w;
+      o /= w;
+      y = o % h;
+      i = o / h;
     } else {
-      x = o % w; o /= w;
-      y = o % h; o /= h;
-      dc = o % dcs; i = o / dcs;
+      x = o % w;
+      o /= w;
+      y = o % h;
+      o /= h;
+      dc = o % dcs;
+      i = o / dcs;
     }
     int64_t ch, bh, bw;
     if (crd) {

@@ -34,7 +34,7 @@ void run_pass(Program& p, const char* name, const std::function<Program(const Pr
 // node's dtype, else on the CPU with copies around it (marked with the reason), unless the
 // options forbid fallbacks.
 void place(const Program& p, Device device, bool strict, detail::ExecutableImpl& impl) {
-  const Backend target = device.kind == Device::Kind::cpu ? Backend::cpu : Backend::cuda;
+  const Backend target = backend_for(device);
   for (size_t i = 0; i < p.graph.nodes.size(); ++i) {
     const Node& n = p.graph.nodes[i];
     const auto id = static_cast<int32_t>(i);
@@ -172,9 +172,8 @@ Executable Graph::compile(Device device, const FeedShapes& feeds, const std::vec
   // int8 convolutions run on NHWC (without reorders on the CPU, with contiguous im2col rows on
   // CUDA), and so do f16/bf16 inference convolutions on CUDA (cuDNN's tensor-core layout)
   if (options.optimize && impl->options.kernels.channels_last) {
-    run_pass(p, "channels_last", [&device](const Program& q) {
-      return channels_last(q, device.kind == Device::Kind::cpu ? Backend::cpu : Backend::cuda);
-    });
+    run_pass(p, "channels_last",
+             [&device](const Program& q) { return channels_last(q, backend_for(device)); });
     // the weights it permuted at compile time replace the originals: neither device memory nor
     // a package keeps both
     run_pass(p, "dce", eliminate_dead_code);
@@ -182,9 +181,8 @@ Executable Graph::compile(Device device, const FeedShapes& feeds, const std::vec
   run_pass(p, "schedule_collectives", schedule_collectives);
   run_pass(p, "order_assignments", order_assignments);
   if (options.optimize && options.fuse_elementwise && env::fusion_enabled())
-    run_pass(p, "fuse_elementwise", [&device](const Program& q) {
-      return fuse_elementwise(q, device.kind == Device::Kind::cpu ? Backend::cpu : Backend::cuda);
-    });
+    run_pass(p, "fuse_elementwise",
+             [&device](const Program& q) { return fuse_elementwise(q, backend_for(device)); });
   {
     prof::HostScope phase(SpanKind::compile, "placement");
     place(p, device, options.strict_placement, *impl);

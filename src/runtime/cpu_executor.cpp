@@ -12,7 +12,6 @@ namespace kiln {
 using detail::ExecutableImpl;
 using detail::Node;
 using detail::ValueRef;
-using Where = ValueSlot::Where;
 
 std::vector<Array> run_cpu(ExecutableImpl& x, const std::vector<const Array*>& feed_by_node) {
   const auto& nodes = x.program.graph.nodes;
@@ -21,15 +20,8 @@ std::vector<Array> run_cpu(ExecutableImpl& x, const std::vector<const Array*>& f
   for (int32_t ph : x.placeholders)
     if (!feed_by_node[ph]) fail<ValueError>("[run] placeholder '{}' has no feed", nodes[ph].name);
 
-  std::vector<Array> outputs(x.program.num_returned);
-  for (size_t k = 0; k < x.program.num_returned; ++k) {
-    ValueRef v = x.program.outputs[k];
-    const ValueSlot& s = x.plan.slots[v.node][v.index];
-    if (s.where == Where::output && s.index == static_cast<int>(k)) {
-      const TensorInfo& t = nodes[v.node].outputs[v.index];
-      outputs[k] = Array::empty(t.shape, t.dtype);
-    }
-  }
+  std::vector<Array> outputs =
+      allocate_outputs(x, [](const Shape& s, DType t) { return Array::empty(s, t); });
   std::shared_ptr<Storage> arena;
   {
     std::lock_guard<std::mutex> l(x.arena_mu);

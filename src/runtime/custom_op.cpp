@@ -98,8 +98,7 @@ void Stream::commit() {}
 
 void Stream::commit_and_wait() {
   if (backend_ == Backend::cpu || !native_) return;
-  DeviceBackend* b = cuda_backend();
-  if (b) b->synchronize(device_, native_);
+  if (DeviceBackend* b = device_backend(backend_)) b->synchronize(device_, native_);
 }
 
 void register_custom_op(CustomOpDef def) {

@@ -22,13 +22,17 @@ std::string Device::str() const {
   return kind == Kind::cpu ? "cpu" : "cuda:" + std::to_string(index);
 }
 
+DeviceBackend* device_backend(Backend b) { return b == Backend::cuda ? cuda_backend() : nullptr; }
+
 DeviceBackend* backend_of(Device device) {
-  if (device.kind == Device::Kind::cpu) return nullptr;
-  DeviceBackend* b = cuda_backend();
-  const int n = cuda_device_count();
+  const Backend kind = backend_for(device);
+  if (kind == Backend::cpu) return nullptr;
+  DeviceBackend* b = device_backend(kind);
+  const int n = b ? b->device_count() : 0;
   if (!b || device.index < 0 || device.index >= n)
-    fail<UnsupportedError>("[device] {} is not available: {} CUDA devices visible{}", device.str(),
-                           n, b || n ? "" : " (kiln was built without CUDA or no GPU is present)");
+    fail<UnsupportedError>("[device] {} is not available: {} {} devices visible{}", device.str(), n,
+                           backend_name(kind),
+                           b ? "" : " (kiln was built without it or no such device is present)");
   return b;
 }
 
@@ -43,7 +47,8 @@ void empty_cache(Device device) {
 
 Device default_device() {
   if (const char* d = env::device()) return Device::parse(d);
-  return cuda_device_count() > 0 ? Device::cuda(0) : Device::cpu();
+  DeviceBackend* gpu = device_backend(Backend::cuda);
+  return gpu && gpu->device_count() > 0 ? Device::cuda(0) : Device::cpu();
 }
 
 }  // namespace kiln

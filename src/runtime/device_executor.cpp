@@ -15,7 +15,6 @@ namespace kiln {
 using detail::ExecutableImpl;
 using detail::Node;
 using detail::ValueRef;
-using Where = ValueSlot::Where;
 
 SlotLease::~SlotLease() {
   if (!slot.stream) return;
@@ -151,15 +150,7 @@ std::vector<Array> run_device(ExecutableImpl& x, const std::vector<const Array*>
     if (prof) prof->copy(mark, "H2D", a.nbytes());
   }
 
-  std::vector<Array> outputs(x.program.num_returned);
-  for (size_t k = 0; k < x.program.num_returned; ++k) {
-    ValueRef v = x.program.outputs[k];
-    const ValueSlot& s = x.plan.slots[v.node][v.index];
-    if (s.where == Where::output && s.index == static_cast<int>(k)) {
-      const TensorInfo& t = nodes[v.node].outputs[v.index];
-      outputs[k] = device_array(t.shape, t.dtype);
-    }
-  }
+  std::vector<Array> outputs = allocate_outputs(x, device_array);
   auto feed_data = [&](int32_t ph) { return feeds[ph].data(); };
   auto view = [&](ValueRef v) { return value_view(x, v, feed_data, base, outputs); };
   KernelEnv kenv = step_kernel_env(x, b, dev, stream);

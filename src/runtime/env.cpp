@@ -1,8 +1,9 @@
 #include "runtime/env.h"
-#include "runtime/log.h"
 
 #include <cstdlib>
 #include <string>
+
+#include "runtime/log.h"
 
 namespace kiln::env {
 

@@ -32,6 +32,24 @@ std::future<std::vector<Array>> submit_async(const std::shared_ptr<detail::Execu
                                              const std::vector<const Array*>& by_node,
                                              ExecutionDescriptor desc);
 
+/// The returned values that have buffers of their own (the plan's output slots), each made by
+/// `make(shape, dtype)`; the others stay empty until fill_aliases.
+template <typename Make>
+std::vector<Array> allocate_outputs(const detail::ExecutableImpl& x, Make&& make) {
+  using Where = ValueSlot::Where;
+  const auto& nodes = x.program.graph.nodes;
+  std::vector<Array> outputs(x.program.num_returned);
+  for (size_t k = 0; k < x.program.num_returned; ++k) {
+    const detail::ValueRef v = x.program.outputs[k];
+    const ValueSlot& s = x.plan.slots[v.node][v.index];
+    if (s.where == Where::output && s.index == static_cast<int>(k)) {
+      const TensorInfo& t = nodes[v.node].outputs[v.index];
+      outputs[k] = make(t.shape, t.dtype);
+    }
+  }
+  return outputs;
+}
+
 /// The returned values no step wrote: feeds (`feed(placeholder)`), constants (copied) and values
 /// returned more than once.
 template <typename Feed>

@@ -85,15 +85,8 @@ std::shared_ptr<ExecutableImpl::Recording> record_run(ExecutableImpl& x,
   for (int32_t ph : x.placeholders)
     rec->feeds[ph] = device_array(b, x.device, nodes[ph].outputs[0].shape,
                                   nodes[ph].outputs[0].dtype, stream);
-  rec->outputs.resize(x.program.num_returned);
-  for (size_t k = 0; k < x.program.num_returned; ++k) {
-    ValueRef v = x.program.outputs[k];
-    const ValueSlot& s = x.plan.slots[v.node][v.index];
-    if (s.where == Where::output && s.index == static_cast<int>(k)) {
-      const TensorInfo& t = nodes[v.node].outputs[v.index];
-      rec->outputs[k] = device_array(b, x.device, t.shape, t.dtype, stream);
-    }
-  }
+  rec->outputs = allocate_outputs(
+      x, [&](const Shape& s, DType t) { return device_array(b, x.device, s, t, stream); });
   char* base = slot.arena ? static_cast<char*>(slot.arena->data) : nullptr;
   auto feed_data = [&](int32_t ph) { return rec->feeds[ph].data(); };
   auto view = [&](ValueRef v) { return value_view(x, v, feed_data, base, rec->outputs); };

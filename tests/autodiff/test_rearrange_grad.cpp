@@ -12,8 +12,11 @@ TEST(DepthToSpaceGrad, BothModesAndLayouts) {
   for (auto mode : {SpaceDepthMode::dcr, SpaceDepthMode::crd})
     for (bool nhwc : {false, true}) {
       const Shape s = nhwc ? Shape{2, 2, 3, 8} : Shape{2, 8, 2, 3};
-      check_gradients([=](const Ts& x) { return depth_to_space(x[0], 2, {mode, nhwc}); },
-                      {random_array(s, f64)});
+      check_gradients(
+          [=](const Ts& x) {
+            return depth_to_space(x[0], 2, {mode, nhwc});
+          },
+          {random_array(s, f64)});
     }
 }
 
@@ -21,8 +24,11 @@ TEST(SpaceToDepthGrad, BothModesAndLayouts) {
   for (auto mode : {SpaceDepthMode::dcr, SpaceDepthMode::crd})
     for (bool nhwc : {false, true}) {
       const Shape s = nhwc ? Shape{1, 4, 6, 3} : Shape{1, 3, 4, 6};
-      check_gradients([=](const Ts& x) { return space_to_depth(x[0], 2, {mode, nhwc}); },
-                      {random_array(s, f64)});
+      check_gradients(
+          [=](const Ts& x) {
+            return space_to_depth(x[0], 2, {mode, nhwc});
+          },
+          {random_array(s, f64)});
     }
 }
 
@@ -62,8 +68,11 @@ TEST(MaskedFillGrad, MaskBlocksGradient) {
 }
 
 TEST(RollGrad, AxesAndFlattened) {
-  check_gradients([](const Ts& x) { return roll(x[0], {2, -1}, {0, 2}); },
-                  {random_array({3, 2, 4}, f64)});
+  check_gradients(
+      [](const Ts& x) {
+        return roll(x[0], {2, -1}, {0, 2});
+      },
+      {random_array({3, 2, 4}, f64)});
   check_gradients([](const Ts& x) { return roll(x[0], {5}); }, {random_array({3, 4}, f64)});
 }
 

@@ -31,30 +31,28 @@ std::string label(const SpaceDepthCase& k, const Shape& x) {
                      k.mode == SpaceDepthMode::crd ? "CRD" : "DCR", k.nhwc ? "NHWC" : "NCHW");
 }
 
-const bool kDepthToSpace = register_cases(
-    {OpId::DepthToSpace, kNumSpaceDepth, [](Case& c, DType t, int i) {
-       const SpaceDepthCase& k = kSpaceDepth[i];
-       c.outs = {depth_to_space(c.rand(depth_shape(k), t), k.b, {k.mode, k.nhwc})};
-       c.note(label(k, depth_shape(k)));
-       return true;
-     }});
+const bool kDepthToSpace =
+    register_cases({OpId::DepthToSpace, kNumSpaceDepth, [](Case& c, DType t, int i) {
+                      const SpaceDepthCase& k = kSpaceDepth[i];
+                      c.outs = {depth_to_space(c.rand(depth_shape(k), t), k.b, {k.mode, k.nhwc})};
+                      c.note(label(k, depth_shape(k)));
+                      return true;
+                    }});
 
-const bool kSpaceToDepth = register_cases(
-    {OpId::SpaceToDepth, kNumSpaceDepth, [](Case& c, DType t, int i) {
-       const SpaceDepthCase& k = kSpaceDepth[i];
-       c.outs = {space_to_depth(c.rand(space_shape(k), t), k.b, {k.mode, k.nhwc})};
-       c.note(label(k, space_shape(k)));
-       return true;
-     }});
+const bool kSpaceToDepth =
+    register_cases({OpId::SpaceToDepth, kNumSpaceDepth, [](Case& c, DType t, int i) {
+                      const SpaceDepthCase& k = kSpaceDepth[i];
+                      c.outs = {space_to_depth(c.rand(space_shape(k), t), k.b, {k.mode, k.nhwc})};
+                      c.note(label(k, space_shape(k)));
+                      return true;
+                    }});
 
 struct EmbeddingCase {
   Shape w, idx;
   int64_t pad;
 };
-const EmbeddingCase kEmbeddings[] = {{{50, 64}, {7, 33}, -1},
-                                     {{9, 3, 5}, {40}, 4},
-                                     {{1000, 129}, {257}, 0},
-                                     {{5, 1}, {3, 0}, -1}};
+const EmbeddingCase kEmbeddings[] = {
+    {{50, 64}, {7, 33}, -1}, {{9, 3, 5}, {40}, 4}, {{1000, 129}, {257}, 0}, {{5, 1}, {3, 0}, -1}};
 constexpr int kNumEmbeddings = static_cast<int>(std::size(kEmbeddings));
 
 const bool kEmbedding = register_cases(
@@ -69,18 +67,18 @@ const bool kEmbedding = register_cases(
        return true;
      }});
 
-const bool kEmbeddingGrad = register_cases(
-    {OpId::EmbeddingGrad, kNumEmbeddings, [](Case& c, DType t, int i) {
-       const EmbeddingCase& k = kEmbeddings[i];
-       Tensor idx = c.ints(k.idx, 0, k.w[0] - 1, i % 2 ? i32 : i64);
-       Shape gs = k.idx;
-       gs.insert(gs.end(), k.w.begin() + 1, k.w.end());
-       c.outs = {embedding_grad(idx, c.rand(gs, t), k.w[0], k.pad)};
-       c.tol_scale = 4;  // rows sum many gradients
-       c.note(fmt::format("rows {} indices {} grad {} padding_idx {}", k.w[0], to_string(k.idx),
-                          to_string(gs), k.pad));
-       return true;
-     }});
+const bool kEmbeddingGrad =
+    register_cases({OpId::EmbeddingGrad, kNumEmbeddings, [](Case& c, DType t, int i) {
+                      const EmbeddingCase& k = kEmbeddings[i];
+                      Tensor idx = c.ints(k.idx, 0, k.w[0] - 1, i % 2 ? i32 : i64);
+                      Shape gs = k.idx;
+                      gs.insert(gs.end(), k.w.begin() + 1, k.w.end());
+                      c.outs = {embedding_grad(idx, c.rand(gs, t), k.w[0], k.pad)};
+                      c.tol_scale = 4;  // rows sum many gradients
+                      c.note(fmt::format("rows {} indices {} grad {} padding_idx {}", k.w[0],
+                                         to_string(k.idx), to_string(gs), k.pad));
+                      return true;
+                    }});
 
 const bool kMaskedFill = register_cases(
     {OpId::MaskedFill, 5, [](Case& c, DType t, int i) {
@@ -99,22 +97,22 @@ const bool kMaskedFill = register_cases(
        return true;
      }});
 
-const bool kRoll = register_cases(
-    {OpId::Roll, 5, [](Case& c, DType t, int i) {
-       struct S {
-         Shape x;
-         std::vector<int64_t> shifts, axes;
-       };
-       const S s[] = {{{257}, {100}, {0}},
-                      {{33, 65}, {-7, 70}, {0, 1}},
-                      {{4, 5, 129}, {1000}, {}},
-                      {{3, 4, 5, 6}, {1, -1, 2}, {0, 2, 3}},
-                      {{6, 0}, {3}, {0}}};
-       c.outs = {roll(c.rand(s[i].x, t), s[i].shifts, s[i].axes)};
-       c.note(fmt::format("x {} shifts [{}] axes [{}]", to_string(s[i].x),
-                          fmt::join(s[i].shifts, ","), fmt::join(s[i].axes, ",")));
-       return true;
-     }});
+const bool kRoll =
+    register_cases({OpId::Roll, 5, [](Case& c, DType t, int i) {
+                      struct S {
+                        Shape x;
+                        std::vector<int64_t> shifts, axes;
+                      };
+                      const S s[] = {{{257}, {100}, {0}},
+                                     {{33, 65}, {-7, 70}, {0, 1}},
+                                     {{4, 5, 129}, {1000}, {}},
+                                     {{3, 4, 5, 6}, {1, -1, 2}, {0, 2, 3}},
+                                     {{6, 0}, {3}, {0}}};
+                      c.outs = {roll(c.rand(s[i].x, t), s[i].shifts, s[i].axes)};
+                      c.note(fmt::format("x {} shifts [{}] axes [{}]", to_string(s[i].x),
+                                         fmt::join(s[i].shifts, ","), fmt::join(s[i].axes, ",")));
+                      return true;
+                    }});
 
 // Boxes in a 10 x 10 field, sizes 0.5 to 4 (corners in either order, or centers), so that many
 // overlap.
@@ -133,31 +131,31 @@ Gen boxes_gen(DType t, bool center) {
   };
 }
 
-const bool kNonMaxSuppression = register_cases(
-    {OpId::NonMaxSuppression, 4, [](Case& c, DType t, int i) {
-       struct S {
-         int64_t b, cls, n, max_out;
-         double iou;
-         std::optional<double> score;
-         bool center;
-       };
-       const S s[] = {{1, 1, 300, 50, 0.5, std::nullopt, false},
-                      {2, 5, 64, 10, 0.3, 0.25, true},
-                      {3, 2, 1000, 1000, 0.6, 0.1, false},
-                      {2, 3, 0, 4, 0.5, std::nullopt, false}};
-       const S& k = s[i];
-       NonMaxSuppressionOptions o;
-       o.iou_threshold = k.iou;
-       o.score_threshold = k.score;
-       o.center_point_box = k.center;
-       Tensor boxes = c.input({k.b, k.n, 4}, t, boxes_gen(t, k.center));
-       auto [sel, count] = non_max_suppression(boxes, c.rand({k.b, k.cls, k.n}, t, 0, 1),
-                                               k.max_out, o);
-       c.outs = {sel, count};
-       c.note(fmt::format("B {} C {} N {} max {} iou {}{}", k.b, k.cls, k.n, k.max_out, k.iou,
-                          k.center ? " center" : ""));
-       return true;
-     }});
+const bool kNonMaxSuppression =
+    register_cases({OpId::NonMaxSuppression, 4, [](Case& c, DType t, int i) {
+                      struct S {
+                        int64_t b, cls, n, max_out;
+                        double iou;
+                        std::optional<double> score;
+                        bool center;
+                      };
+                      const S s[] = {{1, 1, 300, 50, 0.5, std::nullopt, false},
+                                     {2, 5, 64, 10, 0.3, 0.25, true},
+                                     {3, 2, 1000, 1000, 0.6, 0.1, false},
+                                     {2, 3, 0, 4, 0.5, std::nullopt, false}};
+                      const S& k = s[i];
+                      NonMaxSuppressionOptions o;
+                      o.iou_threshold = k.iou;
+                      o.score_threshold = k.score;
+                      o.center_point_box = k.center;
+                      Tensor boxes = c.input({k.b, k.n, 4}, t, boxes_gen(t, k.center));
+                      auto [sel, count] = non_max_suppression(
+                          boxes, c.rand({k.b, k.cls, k.n}, t, 0, 1), k.max_out, o);
+                      c.outs = {sel, count};
+                      c.note(fmt::format("B {} C {} N {} max {} iou {}{}", k.b, k.cls, k.n,
+                                         k.max_out, k.iou, k.center ? " center" : ""));
+                      return true;
+                    }});
 
 }  // namespace
 }  // namespace kiln::harness

@@ -73,8 +73,8 @@ TEST(Cholesky, MatchesReference) {
   for (const C& c : {C{{}, 1}, C{{}, 5}, C{{3}, 7}, C{{2, 2}, 16}, C{{}, 150}, C{{2}, 0}})
     for (bool upper : {false, true})
       for (DType t : {f32, f64}) {
-        SCOPED_TRACE(::testing::Message() << to_string(c.batch) << " n " << c.n << " upper "
-                                          << upper << " " << name(t));
+        SCOPED_TRACE(::testing::Message()
+                     << to_string(c.batch) << " n " << c.n << " upper " << upper << " " << name(t));
         const Array a = random_spd(c.batch, c.n);
         const auto ref = ref_cholesky(to_f64(a), numel(c.batch), c.n, upper);
         Graph g;
@@ -98,11 +98,17 @@ TEST(Cholesky, NotPositiveDefiniteGivesNaN) {
 
 TEST(Cholesky, RejectsBadInputs) {
   Graph g;
-  expect_error<ShapeError>([&] { cholesky(g.placeholder({3, 4}, f32, "a")); },
-                           {"[cholesky]", "(3, 4)"});
+  expect_error<ShapeError>(
+      [&] {
+        cholesky(g.placeholder({3, 4}, f32, "a"));
+      },
+      {"[cholesky]", "(3, 4)"});
   expect_error<ShapeError>([&] { cholesky(g.placeholder({3}, f32, "v")); }, {"[cholesky]"});
-  expect_error<DTypeError>([&] { cholesky(g.placeholder({3, 3}, i32, "i")); },
-                           {"[cholesky]", "i32"});
+  expect_error<DTypeError>(
+      [&] {
+        cholesky(g.placeholder({3, 3}, i32, "i"));
+      },
+      {"[cholesky]", "i32"});
 }
 
 // ---- triangular_solve ----
@@ -175,7 +181,8 @@ std::vector<double> ref_solve(const Array& a, const Array& b, const Shape& batch
 
 std::vector<TriangularSolveOptions> all_options() {
   std::vector<TriangularSolveOptions> r;
-  for (int f = 0; f < 16; ++f) r.push_back({(f & 1) != 0, (f & 2) != 0, (f & 4) != 0, (f & 8) != 0});
+  for (int f = 0; f < 16; ++f)
+    r.push_back({(f & 1) != 0, (f & 2) != 0, (f & 4) != 0, (f & 8) != 0});
   return r;
 }
 
@@ -189,10 +196,10 @@ TEST(TriangularSolve, MatchesReference) {
       for (DType t : {f32, f64}) {
         Shape bs = c.b;
         if (!o.left) std::swap(bs[bs.size() - 1], bs[bs.size() - 2]);
-        SCOPED_TRACE(::testing::Message() << to_string(c.a) << " " << to_string(bs) << " upper "
-                                          << o.upper << " left " << o.left << " transpose "
-                                          << o.transpose << " unit " << o.unit_diagonal << " "
-                                          << name(t));
+        SCOPED_TRACE(::testing::Message()
+                     << to_string(c.a) << " " << to_string(bs) << " upper " << o.upper << " left "
+                     << o.left << " transpose " << o.transpose << " unit " << o.unit_diagonal << " "
+                     << name(t));
         const Array a = random_triangular(c.a), b = random_array(bs, f64);
         Shape batch;
         ASSERT_TRUE(broadcast_shapes(Shape(c.a.begin(), c.a.end() - 2),
@@ -212,14 +219,22 @@ TEST(TriangularSolve, MatchesReference) {
 TEST(TriangularSolve, RejectsBadInputs) {
   Graph g;
   auto a = g.placeholder({3, 3}, f32, "a");
-  expect_error<ShapeError>([&] { triangular_solve(a, g.placeholder({4, 2}, f32, "b")); },
-                           {"[triangular_solve]", "(4, 2)"});
+  expect_error<ShapeError>(
+      [&] {
+        triangular_solve(a, g.placeholder({4, 2}, f32, "b"));
+      },
+      {"[triangular_solve]", "(4, 2)"});
   TriangularSolveOptions right;
   right.left = false;
-  expect_error<ShapeError>([&] { triangular_solve(a, g.placeholder({3, 2}, f32, "b"), right); },
-                           {"[triangular_solve]", "(3, 2)"});
   expect_error<ShapeError>(
-      [&] { triangular_solve(g.placeholder({3, 4}, f32, "r"), g.placeholder({3, 2}, f32, "b")); },
+      [&] {
+        triangular_solve(a, g.placeholder({3, 2}, f32, "b"), right);
+      },
+      {"[triangular_solve]", "(3, 2)"});
+  expect_error<ShapeError>(
+      [&] {
+        triangular_solve(g.placeholder({3, 4}, f32, "r"), g.placeholder({3, 2}, f32, "b"));
+      },
       {"[triangular_solve]", "(3, 4)"});
   expect_error<ShapeError>(
       [&] {
@@ -270,8 +285,8 @@ std::vector<double> ref_einsum(const std::string& eq, const std::vector<Array>& 
 }
 
 struct EinsumCase {
-  std::string eq;       // as given to kiln::einsum
-  std::string ref_eq;   // explicit, without ellipsis (same operands)
+  std::string eq;      // as given to kiln::einsum
+  std::string ref_eq;  // explicit, without ellipsis (same operands)
   std::vector<Shape> shapes;
 };
 
@@ -322,10 +337,16 @@ TEST(Einsum, EllipsisBroadcasts) {
 }
 
 TEST(Einsum, GradientsFiniteDifferences) {
-  check_gradients([](const Ts& x) { return einsum("bij,bjk->bik", {x[0], x[1]}); },
-                  {random_array({2, 3, 4}, f64), random_array({2, 4, 2}, f64)});
-  check_gradients([](const Ts& x) { return einsum("ii,ij->j", {x[0], x[1]}); },
-                  {random_array({3, 3}, f64), random_array({3, 2}, f64)});
+  check_gradients(
+      [](const Ts& x) {
+        return einsum("bij,bjk->bik", {x[0], x[1]});
+      },
+      {random_array({2, 3, 4}, f64), random_array({2, 4, 2}, f64)});
+  check_gradients(
+      [](const Ts& x) {
+        return einsum("ii,ij->j", {x[0], x[1]});
+      },
+      {random_array({3, 3}, f64), random_array({3, 2}, f64)});
 }
 
 TEST(Einsum, RejectsBadEquations) {

@@ -105,11 +105,17 @@ TEST(DepthToSpace, ErrorsNameOpAndShapes) {
   auto x = g.placeholder({2, 6, 3, 3}, f32, "x");
   expect_error<ShapeError>([&] { depth_to_space(x, 2); },
                            {"[depth_to_space]", "(2, 6, 3, 3)", "block_size^2 = 4"});
-  expect_error<ShapeError>([&] { depth_to_space(x, 2, {SpaceDepthMode::dcr, true}); },
-                           {"[depth_to_space]", "NHWC"});
+  expect_error<ShapeError>(
+      [&] {
+        depth_to_space(x, 2, {SpaceDepthMode::dcr, true});
+      },
+      {"[depth_to_space]", "NHWC"});
   expect_error<ValueError>([&] { depth_to_space(x, 0); }, {"[depth_to_space]", "block_size 0"});
-  expect_error<ShapeError>([&] { depth_to_space(g.placeholder({4, 3, 3}, f32, "r3"), 2); },
-                           {"[depth_to_space]", "(4, 3, 3)"});
+  expect_error<ShapeError>(
+      [&] {
+        depth_to_space(g.placeholder({4, 3, 3}, f32, "r3"), 2);
+      },
+      {"[depth_to_space]", "(4, 3, 3)"});
 }
 
 TEST(SpaceToDepth, InvertsDepthToSpace) {
@@ -143,7 +149,8 @@ TEST(SpaceToDepth, OnnxDcrOrder) {
       for (int64_t bw = 0; bw < b; ++bw)
         for (int64_t c = 0; c < 3; ++c)
           for (int64_t h = 0; h < 2; ++h)
-            for (int64_t w = 0; w < 3; ++w) want.push_back(v[ravel({n, c, h * b + bh, w * b + bw}, s)]);
+            for (int64_t w = 0; w < 3; ++w)
+              want.push_back(v[ravel({n, c, h * b + bh, w * b + bw}, s)]);
   Graph g;
   auto x = g.placeholder(s, f64, "x");
   expect_equal(eval1(g, space_to_depth(x, b), {{x, vx}}), {2, 12, 2, 3}, want);
@@ -155,8 +162,11 @@ TEST(SpaceToDepth, ErrorsNameOpAndShapes) {
   expect_error<ShapeError>([&] { space_to_depth(x, 2); },
                            {"[space_to_depth]", "(1, 2, 4, 5)", "block_size 2"});
   expect_error<ValueError>([&] { space_to_depth(x, -1); }, {"[space_to_depth]", "block_size -1"});
-  expect_error<ShapeError>([&] { space_to_depth(g.placeholder({4, 4}, f32, "r2"), 2); },
-                           {"[space_to_depth]", "(4, 4)"});
+  expect_error<ShapeError>(
+      [&] {
+        space_to_depth(g.placeholder({4, 4}, f32, "r2"), 2);
+      },
+      {"[space_to_depth]", "(4, 4)"});
 }
 
 // PyTorch pixel_shuffle: out[..., c, h*r + i, w*r + j] = x[..., c*r*r + i*r + j, h, w]
@@ -181,7 +191,8 @@ std::vector<double> ref_pixel_shuffle(const Array& x, int64_t r, Shape& out) {
 }
 
 TEST(PixelShuffle, MatchesPyTorchDefinition) {
-  for (const Shape& s : {Shape{2, 8, 3, 4}, Shape{9, 2, 5}, Shape{2, 3, 4, 2, 3}, Shape{1, 18, 1, 1}})
+  for (const Shape& s :
+       {Shape{2, 8, 3, 4}, Shape{9, 2, 5}, Shape{2, 3, 4, 2, 3}, Shape{1, 18, 1, 1}})
     for (int64_t r : {2, 3}) {
       if (s[s.size() - 3] % (r * r)) continue;
       Graph g;
@@ -195,10 +206,16 @@ TEST(PixelShuffle, MatchesPyTorchDefinition) {
 
 TEST(PixelShuffle, ErrorsNameOpAndShapes) {
   Graph g;
-  expect_error<ShapeError>([&] { pixel_shuffle(g.placeholder({4, 4}, f32, "x"), 2); },
-                           {"[pixel_shuffle]", "(4, 4)"});
-  expect_error<ShapeError>([&] { pixel_shuffle(g.placeholder({1, 6, 2, 2}, f32, "x"), 2); },
-                           {"[depth_to_space]", "(1, 6, 2, 2)"});
+  expect_error<ShapeError>(
+      [&] {
+        pixel_shuffle(g.placeholder({4, 4}, f32, "x"), 2);
+      },
+      {"[pixel_shuffle]", "(4, 4)"});
+  expect_error<ShapeError>(
+      [&] {
+        pixel_shuffle(g.placeholder({1, 6, 2, 2}, f32, "x"), 2);
+      },
+      {"[depth_to_space]", "(1, 6, 2, 2)"});
 }
 
 TEST(PixelUnshuffle, InvertsPixelShuffle) {
@@ -213,8 +230,11 @@ TEST(PixelUnshuffle, InvertsPixelShuffle) {
     expect_equal(vx, s, want);
   }
   Graph g;
-  expect_error<ShapeError>([&] { pixel_unshuffle(g.placeholder({1, 2, 3, 4}, f32, "x"), 2); },
-                           {"[space_to_depth]", "(1, 2, 3, 4)"});
+  expect_error<ShapeError>(
+      [&] {
+        pixel_unshuffle(g.placeholder({1, 2, 3, 4}, f32, "x"), 2);
+      },
+      {"[space_to_depth]", "(1, 2, 3, 4)"});
 }
 
 // ---- embedding
@@ -223,7 +243,8 @@ TEST(Embedding, GathersRows) {
   struct Case {
     Shape w, idx;
   };
-  for (auto c : {Case{{10, 4}, {3, 5}}, Case{{7, 2, 3}, {6}}, Case{{5, 1}, {}}, Case{{3, 9}, {2, 0}}})
+  for (auto c :
+       {Case{{10, 4}, {3, 5}}, Case{{7, 2, 3}, {6}}, Case{{5, 1}, {}}, Case{{3, 9}, {2, 0}}})
     for (DType t : {f32, f64, f16, i32, boolean, u8})
       for (DType it : {i64, i32, i16, u8}) {
         Graph g;
@@ -269,8 +290,8 @@ TEST(Embedding, ErrorsNameOpAndShapes) {
 }
 
 // embedding_grad: row v of the result sums the grad rows whose index is v (none for padding).
-std::vector<double> ref_embedding_grad(const Array& idx, const Array& grad, int64_t rows,
-                                       int64_t d, int64_t pad) {
+std::vector<double> ref_embedding_grad(const Array& idx, const Array& grad, int64_t rows, int64_t d,
+                                       int64_t pad) {
   const auto fi = to_f64(idx), fg = to_f64(grad);
   const int64_t m = static_cast<int64_t>(fi.size());
   std::vector<double> out(static_cast<size_t>(rows * d), 0.0);
@@ -300,8 +321,8 @@ TEST(EmbeddingGrad, ScatterAddsRowsSkippingPadding) {
       Shape out{c.rows};
       out.insert(out.end(), c.row.begin(), c.row.end());
       // many repeats per row: the sums grow like sqrt(count)
-      expect_close(y, out, ref_embedding_grad(vi, vg, c.rows, numel(c.row), c.pad), 4 * tolerance(t),
-                   8 * tolerance(t));
+      expect_close(y, out, ref_embedding_grad(vi, vg, c.rows, numel(c.row), c.pad),
+                   4 * tolerance(t), 8 * tolerance(t));
     }
 }
 
@@ -319,12 +340,21 @@ TEST(EmbeddingGrad, IsDeterministic) {
 TEST(EmbeddingGrad, ErrorsNameOpAndShapes) {
   Graph g;
   auto idx = g.placeholder({4}, i64, "idx");
-  expect_error<ShapeError>([&] { embedding_grad(idx, g.placeholder({5, 3}, f32, "g"), 6); },
-                           {"[embedding_grad]", "(5, 3)", "(4,)"});
-  expect_error<DTypeError>([&] { embedding_grad(idx, g.placeholder({4, 3}, i32, "g"), 6); },
-                           {"[embedding_grad]", "i32"});
-  expect_error<ValueError>([&] { embedding_grad(idx, g.placeholder({4, 3}, f32, "g"), 6, 6); },
-                           {"[embedding_grad]", "padding_idx 6"});
+  expect_error<ShapeError>(
+      [&] {
+        embedding_grad(idx, g.placeholder({5, 3}, f32, "g"), 6);
+      },
+      {"[embedding_grad]", "(5, 3)", "(4,)"});
+  expect_error<DTypeError>(
+      [&] {
+        embedding_grad(idx, g.placeholder({4, 3}, i32, "g"), 6);
+      },
+      {"[embedding_grad]", "i32"});
+  expect_error<ValueError>(
+      [&] {
+        embedding_grad(idx, g.placeholder({4, 3}, f32, "g"), 6, 6);
+      },
+      {"[embedding_grad]", "padding_idx 6"});
   auto gr = g.placeholder({4, 2}, f32, "g2");
   const int64_t bad[] = {0, 1, 7, 2};
   expect_error<ValueError>(
@@ -363,15 +393,26 @@ TEST(MaskedFill, BroadcastsMaskAndCastsValue) {
 TEST(MaskedFill, ErrorsNameOpAndShapes) {
   Graph g;
   auto x = g.placeholder({3, 4}, f32, "x");
-  expect_error<DTypeError>([&] { masked_fill(x, g.placeholder({3, 4}, i32, "m"), 0); },
-                           {"[masked_fill]", "i32"});
-  expect_error<ShapeError>([&] { masked_fill(x, g.placeholder({3, 1, 4}, boolean, "m"), 0); },
-                           {"[masked_fill]", "(3, 1, 4)", "(3, 4)"});
-  expect_error<ShapeError>([&] { masked_fill(x, g.placeholder({2, 4}, boolean, "m"), 0); },
-                           {"[masked_fill]", "(2, 4)", "(3, 4)"});
-  expect_error<ShapeError>([&] { masked_fill(g.placeholder({1, 4}, f32, "y"),
-                                             g.placeholder({3, 4}, boolean, "m"), 0); },
-                           {"[masked_fill]", "(3, 4)", "(1, 4)"});
+  expect_error<DTypeError>(
+      [&] {
+        masked_fill(x, g.placeholder({3, 4}, i32, "m"), 0);
+      },
+      {"[masked_fill]", "i32"});
+  expect_error<ShapeError>(
+      [&] {
+        masked_fill(x, g.placeholder({3, 1, 4}, boolean, "m"), 0);
+      },
+      {"[masked_fill]", "(3, 1, 4)", "(3, 4)"});
+  expect_error<ShapeError>(
+      [&] {
+        masked_fill(x, g.placeholder({2, 4}, boolean, "m"), 0);
+      },
+      {"[masked_fill]", "(2, 4)", "(3, 4)"});
+  expect_error<ShapeError>(
+      [&] {
+        masked_fill(g.placeholder({1, 4}, f32, "y"), g.placeholder({3, 4}, boolean, "m"), 0);
+      },
+      {"[masked_fill]", "(3, 4)", "(1, 4)"});
 }
 
 // ---- roll
@@ -403,9 +444,10 @@ TEST(Roll, MatchesNumpy) {
     Shape x;
     std::vector<int64_t> shifts, axes;
   };
-  for (auto c : {Case{{5, 7}, {2}, {1}}, Case{{5, 7}, {-3, 9}, {0, 1}}, Case{{4, 3, 6}, {13}, {}},
-                 Case{{4, 3, 6}, {1, -2}, {-1, 0}}, Case{{2, 3, 4}, {1, 2}, {2, 2}},
-                 Case{{6}, {0}, {0}}, Case{{3, 0, 2}, {1}, {0}}, Case{{2, 5, 3, 2}, {4, 1, 1}, {1, 2, 3}}})
+  for (auto c :
+       {Case{{5, 7}, {2}, {1}}, Case{{5, 7}, {-3, 9}, {0, 1}}, Case{{4, 3, 6}, {13}, {}},
+        Case{{4, 3, 6}, {1, -2}, {-1, 0}}, Case{{2, 3, 4}, {1, 2}, {2, 2}}, Case{{6}, {0}, {0}},
+        Case{{3, 0, 2}, {1}, {0}}, Case{{2, 5, 3, 2}, {4, 1, 1}, {1, 2, 3}}})
     for (DType t : {f32, f64, i64, boolean, f16, i8}) {
       Graph g;
       auto x = g.placeholder(c.x, t, "x");
@@ -418,7 +460,11 @@ TEST(Roll, MatchesNumpy) {
 TEST(Roll, ErrorsNameOpAndShapes) {
   Graph g;
   auto x = g.placeholder({3, 4}, f32, "x");
-  expect_error<ValueError>([&] { roll(x, {1, 2}, {0}); }, {"[roll]", "2 shifts for 1 axes", "(3, 4)"});
+  expect_error<ValueError>(
+      [&] {
+        roll(x, {1, 2}, {0});
+      },
+      {"[roll]", "2 shifts for 1 axes", "(3, 4)"});
   expect_error<ValueError>([&] { roll(x, {1, 2}); }, {"[roll]", "2 shifts for 0 axes"});
   expect_error<ValueError>([&] { roll(x, {1}, {2}); }, {"[roll]", "axis 2", "(3, 4)"});
 }
@@ -494,8 +540,8 @@ std::vector<double> run_nms(const Array& boxes, const Array& scores, int64_t max
 
 TEST(NonMaxSuppression, OnnxSuppressByIou) {
   // ONNX's nonmaxsuppression_suppress_by_IOU and _center_point_box_format examples
-  const float corners[] = {0, 0,    1, 1,    0, 0.1f,  1, 1.1f,  0, -0.1f, 1, 0.9f,
-                           0, 10,   1, 11,   0, 10.1f, 1, 11.1f, 0, 100,   1, 101};
+  const float corners[] = {0, 0,  1, 1,  0, 0.1f,  1, 1.1f,  0, -0.1f, 1, 0.9f,
+                           0, 10, 1, 11, 0, 10.1f, 1, 11.1f, 0, 100,   1, 101};
   const float centers[] = {0.5f, 0.5f,  1, 1, 0.5f, 0.6f,  1, 1, 0.5f, 0.4f,   1, 1,
                            0.5f, 10.5f, 1, 1, 0.5f, 10.6f, 1, 1, 0.5f, 100.5f, 1, 1};
   const float sc[] = {0.9f, 0.75f, 0.6f, 0.95f, 0.5f, 0.3f};
@@ -592,13 +638,19 @@ TEST(NonMaxSuppression, ErrorsNameOpAndShapes) {
   auto b = g.placeholder({2, 5, 4}, f32, "b");
   auto s = g.placeholder({2, 3, 5}, f32, "s");
   expect_error<ShapeError>(
-      [&] { non_max_suppression(g.placeholder({2, 5, 3}, f32, "b3"), s, 2); },
+      [&] {
+        non_max_suppression(g.placeholder({2, 5, 3}, f32, "b3"), s, 2);
+      },
       {"[non_max_suppression]", "(2, 5, 3)", "(2, 3, 5)"});
   expect_error<ShapeError>(
-      [&] { non_max_suppression(b, g.placeholder({2, 3, 4}, f32, "s4"), 2); },
+      [&] {
+        non_max_suppression(b, g.placeholder({2, 3, 4}, f32, "s4"), 2);
+      },
       {"[non_max_suppression]", "(2, 5, 4)", "(2, 3, 4)"});
   expect_error<DTypeError>(
-      [&] { non_max_suppression(g.placeholder({2, 5, 4}, i32, "bi"), s, 2); },
+      [&] {
+        non_max_suppression(g.placeholder({2, 5, 4}, i32, "bi"), s, 2);
+      },
       {"[non_max_suppression]", "i32"});
   expect_error<ValueError>([&] { non_max_suppression(b, s, -1); },
                            {"[non_max_suppression]", "max_output_boxes_per_class -1"});

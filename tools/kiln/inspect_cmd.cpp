@@ -69,8 +69,7 @@ Json inspect_json(const std::string& path, const PreparedModel& model) {
       j["variables"].push_back(io_json(v, value.dtype(), value.shape()));
       j["variables"].back()["bytes"] = value.nbytes();
     }
-    if (const auto sizes = package_sizes(p.path))
-      j["sizes"] = {{"file", sizes->file}, {"data", sizes->data}, {"manifest", sizes->manifest}};
+    j["sizes"] = {{"file", p.file_bytes}, {"data", p.data_bytes}, {"manifest", p.manifest_bytes}};
   }
   j["device"] = model.exe.device().str();
   std::map<std::string, int> per_backend;

@@ -12,8 +12,6 @@
 #include <fstream>
 #include <set>
 
-#include "io/package/format.h"
-
 namespace kiln::cli {
 
 std::pair<std::string, std::string> split_assignment(const std::string& arg,
@@ -167,11 +165,10 @@ bool is_package(const std::string& path, const std::string& command) {
   std::ifstream f(path, std::ios::binary);
   if (!f)
     throw IoError(fmt::format("[{}] cannot open '{}': {}", command, path, std::strerror(errno)));
-  char magic[sizeof package::kMagic] = {};
-  f.read(magic, sizeof magic);
+  char head[8] = {};
+  f.read(head, sizeof head);
   // a package cut short inside its magic counts too: the reader then says it is truncated
-  const size_t n = static_cast<size_t>(f.gcount());
-  if (n >= 4 && std::memcmp(magic, package::kMagic, n) == 0) return true;
+  if (is_package_magic(head, static_cast<size_t>(f.gcount()))) return true;
   return std::filesystem::path(path).extension() == ".kiln";
 }
 
@@ -361,25 +358,7 @@ std::string bytes_str(uint64_t bytes) {
   return fmt::format("{:.2f} MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
 }
 
-// A little-endian u64 of the package header.
-uint64_t header_u64(const unsigned char* h, size_t offset) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | h[offset + static_cast<size_t>(i)];
-  return v;
-}
 }  // namespace
-
-std::optional<PackageSizes> package_sizes(const std::string& path) {
-  unsigned char h[package::kHeaderBytes] = {};
-  std::ifstream f(path, std::ios::binary);
-  f.read(reinterpret_cast<char*>(h), sizeof h);
-  if (f.gcount() != sizeof h) return std::nullopt;
-  PackageSizes r;
-  r.file = header_u64(h, package::header::file_size);
-  r.data = header_u64(h, package::header::manifest_offset) - package::kHeaderBytes;
-  r.manifest = header_u64(h, package::header::manifest_size);
-  return r;
-}
 
 void print_package_summary(const Executable& exe) {
   const PackageInfo* p = exe.package_info();
@@ -421,9 +400,8 @@ void print_package_summary(const Executable& exe) {
     fmt::print("  {:<24} {}\n", op, where);
   }
 
-  if (const auto sizes = package_sizes(p->path))
-    fmt::print("file: {} bytes: data sections {}, manifest {}\n", sizes->file,
-               bytes_str(sizes->data), bytes_str(sizes->manifest));
+  fmt::print("file: {} bytes: data sections {}, manifest {}\n", p->file_bytes,
+             bytes_str(p->data_bytes), bytes_str(p->manifest_bytes));
 }
 
 void print_placement(const Executable& exe) {

@@ -117,12 +117,6 @@ void print_model_summary(const onnx::Model& model);
 void print_placement(const Executable& exe);
 /// A package's outputs, "output<i>" for those without a name.
 std::vector<Executable::IoInfo> package_outputs(const Executable& exe);
-/// Bytes of a package file, of its data sections (with their alignment) and of its manifest,
-/// from its header; nullopt when the file is shorter than a header.
-struct PackageSizes {
-  uint64_t file = 0, data = 0, manifest = 0;
-};
-std::optional<PackageSizes> package_sizes(const std::string& path);
 /// A package's metadata, inputs, outputs, variables, kernels per op and sizes (see inspect).
 void print_package_summary(const Executable& exe);
 

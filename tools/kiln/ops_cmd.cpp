@@ -3,8 +3,8 @@
 
 #include <string>
 
-#include "core/op_id.h"
 #include "kiln/kernel.h"
+#include "kiln/op_catalog.h"
 #include "tools/kiln/commands.h"
 
 namespace kiln::cli {
@@ -30,7 +30,7 @@ void print_ops(bool markdown) {
     fmt::print("dtypes list what each backend's kernel takes (f16/bf16 on the CPU compute in f32).\n\n");
     fmt::print("| op | family | id | cpu | cuda |\n|---|---|---|---|---|\n");
   }
-  for (OpId op : kAllOps) {
+  for (OpId op : all_ops()) {
     const std::string cpu = dtypes_of(op, Backend::cpu), gpu = dtypes_of(op, Backend::cuda);
     if (markdown)
       fmt::print("| `{}` | {} | {} | {} | {} |\n", op_name(op), op_family(op),

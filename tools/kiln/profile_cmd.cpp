@@ -5,8 +5,8 @@
 
 #include <memory>
 
-#include "core/op_id.h"
 #include "kiln/kernel.h"
+#include "kiln/op_catalog.h"
 #include "kiln/profiler.h"
 #include "tools/kiln/commands.h"
 #include "tools/kiln/model_args.h"

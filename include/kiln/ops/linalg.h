@@ -26,7 +26,8 @@ struct TriangularSolveOptions {
 
 /// Solves with triangular a (..., n, n): b is (..., n, k) when left, (..., k, n) otherwise;
 /// batch dims broadcast. A zero on the diagonal gives inf/NaN, as in back substitution.
-Tensor triangular_solve(const Tensor& a, const Tensor& b, const TriangularSolveOptions& options = {});
+Tensor triangular_solve(const Tensor& a, const Tensor& b,
+                        const TriangularSolveOptions& options = {});
 
 /// numpy.einsum over graph tensors ("ij,jk->ik", "bhqd,bhkd->bhqk", "ii->i", "...ij->...ji"):
 /// lowered to transpose, reshape, matmul, sum and diagonal masks (repeated indices need static

@@ -13,9 +13,7 @@ namespace kiln::cpu {
 
 namespace {
 
-int64_t batch_of(const TensorView& t) {
-  return numel(Shape(t.shape.begin(), t.shape.end() - 2));
-}
+int64_t batch_of(const TensorView& t) { return numel(Shape(t.shape.begin(), t.shape.end() - 2)); }
 
 // Lower factor of one n x n matrix into l (row-major, zero above the diagonal); a(i, j) for
 // i >= j reads the triangle. `rows` runs a loop over rows (serially or on the pool).
@@ -85,34 +83,36 @@ template <typename T> void triangular_solve_impl(KernelContext& ctx) {
   const Attrs& at = ctx.attrs();
   const bool upper = at.b("upper"), left = at.b("left"), unit = at.b("unit_diagonal");
   const bool trans = at.b("transpose") != !left;  // M = aᵀ
-  const bool lower = trans ? upper : !upper;     // M's triangle
+  const bool lower = trans ? upper : !upper;      // M's triangle
   const int64_t n = ta.shape.back(), batch = batch_of(ta);
   const int64_t r = tb.shape[tb.shape.size() - 2], c = tb.shape.back();
-  const int64_t rhs = left ? c : r;                  // solves per matrix
-  const int64_t step = left ? c : 1;                 // stride of y's elements
+  const int64_t rhs = left ? c : r;   // solves per matrix
+  const int64_t step = left ? c : 1;  // stride of y's elements
   const T* pa = ta.ptr<T>();
   const T* pb = tb.ptr<T>();
   T* out = ctx.out(0).ptr<T>();
   ctx.parallel_for(batch * rhs, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, n * n)),
                    [&](int64_t w0, int64_t w1) {
-    std::vector<double> y(static_cast<size_t>(n));
-    for (int64_t w = w0; w < w1; ++w) {
-      const int64_t b = w / rhs, s = w % rhs;
-      const T* m = pa + b * n * n;
-      auto M = [&](int64_t i, int64_t j) {
-        return static_cast<double>(trans ? m[j * n + i] : m[i * n + j]);
-      };
-      const int64_t base = b * r * c + (left ? s : s * n);
-      for (int64_t t = 0; t < n; ++t) {
-        const int64_t i = lower ? t : n - 1 - t;
-        double v = pb[base + i * step];
-        const int64_t k0 = lower ? 0 : i + 1, k1 = lower ? i : n;  // the solved part of y
-        for (int64_t k = k0; k < k1; ++k) v -= M(i, k) * y[static_cast<size_t>(k)];
-        y[static_cast<size_t>(i)] = unit ? v : v / M(i, i);
-      }
-      for (int64_t i = 0; i < n; ++i) out[base + i * step] = static_cast<T>(y[static_cast<size_t>(i)]);
-    }
-  });
+                     std::vector<double> y(static_cast<size_t>(n));
+                     for (int64_t w = w0; w < w1; ++w) {
+                       const int64_t b = w / rhs, s = w % rhs;
+                       const T* m = pa + b * n * n;
+                       auto M = [&](int64_t i, int64_t j) {
+                         return static_cast<double>(trans ? m[j * n + i] : m[i * n + j]);
+                       };
+                       const int64_t base = b * r * c + (left ? s : s * n);
+                       for (int64_t t = 0; t < n; ++t) {
+                         const int64_t i = lower ? t : n - 1 - t;
+                         double v = pb[base + i * step];
+                         const int64_t k0 = lower ? 0 : i + 1,
+                                       k1 = lower ? i : n;  // the solved part of y
+                         for (int64_t k = k0; k < k1; ++k) v -= M(i, k) * y[static_cast<size_t>(k)];
+                         y[static_cast<size_t>(i)] = unit ? v : v / M(i, i);
+                       }
+                       for (int64_t i = 0; i < n; ++i)
+                         out[base + i * step] = static_cast<T>(y[static_cast<size_t>(i)]);
+                     }
+                   });
 }
 
 void triangular_solve(KernelContext& ctx) {

@@ -50,9 +50,10 @@ std::vector<int64_t> load_indices(const TensorView& idx) {
 [[noreturn]] void fail_row(const KernelContext& ctx, const TensorView& idx, int64_t pos,
                            int64_t value, int64_t rows) {
   // worded as the CUDA kernels' reports (runtime check_error_slots)
-  fail<ValueError>("[{}] index {} out of range for axis 0 of size {} (position {} of indices "
-                   "shape {})",
-                   ctx.op_name(), value, rows, pos, str(idx.shape));
+  fail<ValueError>(
+      "[{}] index {} out of range for axis 0 of size {} (position {} of indices "
+      "shape {})",
+      ctx.op_name(), value, rows, pos, str(idx.shape));
 }
 
 void embedding(KernelContext& ctx) {
@@ -126,10 +127,9 @@ void masked_fill(KernelContext& ctx) {
       });
       return;
     }
-    for_each_broadcast<1>(ctx, out.shape, {&mask.shape},
-                          [&](int64_t i, const std::array<int64_t, 1>& off) {
-                            dst[i] = m[off[0]] ? fill : src[i];
-                          });
+    for_each_broadcast<1>(
+        ctx, out.shape, {&mask.shape},
+        [&](int64_t i, const std::array<int64_t, 1>& off) { dst[i] = m[off[0]] ? fill : src[i]; });
   });
 }
 
@@ -168,8 +168,7 @@ void roll(KernelContext& ctx) {
   });
 }
 
-template <typename T>
-void nms_typed(KernelContext& ctx) {
+template <typename T> void nms_typed(KernelContext& ctx) {
   const TensorView &boxes = ctx.in(0), &scores = ctx.in(1);
   const Attrs& a = ctx.attrs();
   const int64_t nb = scores.shape[0], nc = scores.shape[1], n = scores.shape[2];

@@ -950,10 +950,11 @@ const GraphConvPlan* nhwc_plan(KernelContext& ctx, const Problem& p, DType t,
       if (ms < best) best = ms, best_plan = i;
     }
     if (best_plan < plans.size()) choice->plan = std::move(plans[best_plan]);
-    log::info("[conv] {} NHWC {}x{}x{}x{} -> {} k {}x{} stride {} groups {}{}{}{}: {} ms; runs with {}",
-              name(t), p.N, p.in[1], p.in[2], p.C, p.O, p.k[1], p.k[2], p.stride[1], p.G,
-              gp.bias ? " +bias" : "", gp.residual ? " +residual" : "", relu ? " +relu" : "",
-              timings, choice->plan ? choice->plan->name() : "legacy");
+    log::info(
+        "[conv] {} NHWC {}x{}x{}x{} -> {} k {}x{} stride {} groups {}{}{}{}: {} ms; runs with {}",
+        name(t), p.N, p.in[1], p.in[2], p.C, p.O, p.k[1], p.k[2], p.stride[1], p.G,
+        gp.bias ? " +bias" : "", gp.residual ? " +residual" : "", relu ? " +relu" : "", timings,
+        choice->plan ? choice->plan->name() : "legacy");
   }
   std::lock_guard<std::mutex> l(cache.mu);
   if (!plans.empty()) ++cache.stats.graph_offered;

@@ -14,9 +14,8 @@ namespace {
 
 constexpr int kCholThreads = 256;
 
-template <typename T>
-__global__ void cholesky_kernel(const T* __restrict__ a, T* __restrict__ out, int64_t n,
-                                bool upper) {
+template <typename T> __global__ void cholesky_kernel(const T* __restrict__ a, T* __restrict__ out,
+                                                      int64_t n, bool upper) {
   __shared__ double part[kCholThreads];
   __shared__ double diag;
   const int64_t b = blockIdx.x;

@@ -17,7 +17,7 @@ void register_loss_kernels();         // loss.cu
 void register_dist_kernels();         // dist.cu: all_reduce, collective_wait
 void register_random_kernels();       // random.cu: random_philox_state, random_*
 void register_fused_elementwise_kernels();  // fused_elementwise.cpp: NVRTC-generated kernels
-void register_rearrange_kernels();  // rearrange.cu: depth_to_space, embedding, nms, ...
+void register_rearrange_kernels();          // rearrange.cu: depth_to_space, embedding, nms, ...
 void register_rnn_kernels();          // rnn.cu: lstm, gru, rnn, rnn_grad
 void register_attention_kernels();     // attention.cu: fused scaled_dot_product_attention
 void register_factorization_kernels();  // factorization.cu: cholesky, triangular_solve

@@ -81,11 +81,11 @@ __device__ __forceinline__ void allow_next_grid() {
 /// Launches kernel<<<grid, block, smem, stream>>>(args...), with a programmatic dependency on the
 /// stream's previous kernel when `pdl` (KernelChoices::programmatic_launch; see
 /// wait_for_previous_grids: the kernel must call it before it touches the tensors). Without it
-/// the kernel launches as <<<>>> would and its wait returns at once. A failed launch is left for check_launch (the runtime keeps
-/// it as the last error), which names the op.
+/// the kernel launches as <<<>>> would and its wait returns at once. A failed launch is left for
+/// check_launch (the runtime keeps it as the last error), which names the op.
 template <typename... Params, typename... Args>
-void launch_after_previous(bool pdl, void (*kernel)(Params...), dim3 grid, dim3 block,
-                           size_t smem, cudaStream_t stream, Args&&... args) {
+void launch_after_previous(bool pdl, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                           cudaStream_t stream, Args&&... args) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;

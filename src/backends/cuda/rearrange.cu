@@ -4,10 +4,9 @@
 // element) adds that row's gradients in index order. non_max_suppression sorts each (batch,
 // class)'s scores (two stable radix sorts: scores descending, then segments), selects greedily
 // with one block per (batch, class), and packs the selections in ONNX order.
-#include <cub/device/device_radix_sort.cuh>
-
 #include <algorithm>
 #include <climits>
+#include <cub/device/device_radix_sort.cuh>
 
 #include "backends/cuda/cuda_common.cuh"
 #include "backends/cuda/kernels.h"
@@ -21,18 +20,27 @@ const int64_t* indices_as_i64(KernelContext& ctx, const TensorView& idx);
 
 namespace {
 
-#define KILN_GRID_LOOP(i, n)                                                 \
+#define KILN_GRID_LOOP(i, n)                                                \
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); \
        i += int64_t{gridDim.x} * blockDim.x)
 
 /// Calls f(U{}) with an unsigned type of one element of `bytes` bytes.
 template <typename F> void dispatch_elem(size_t bytes, const char* op, F&& f) {
   switch (bytes) {
-    case 1: f(uint8_t{}); return;
-    case 2: f(uint16_t{}); return;
-    case 4: f(uint32_t{}); return;
-    case 8: f(uint64_t{}); return;
-    default: fail<UnsupportedError>("[{}] cuda kernel got element size {}", op, bytes);
+    case 1:
+      f(uint8_t{});
+      return;
+    case 2:
+      f(uint16_t{});
+      return;
+    case 4:
+      f(uint32_t{});
+      return;
+    case 8:
+      f(uint64_t{});
+      return;
+    default:
+      fail<UnsupportedError>("[{}] cuda kernel got element size {}", op, bytes);
   }
 }
 
@@ -74,10 +82,10 @@ template <bool kToSpace> void space_depth(KernelContext& ctx) {
 
 // ---- embedding, embedding_grad
 
-template <typename U>
-__global__ void embedding_kernel(const U* __restrict__ w, const int64_t* __restrict__ ids,
-                                 U* __restrict__ out, int64_t rows, int64_t d, int64_t total,
-                                 int64_t* err) {
+template <typename U> __global__ void embedding_kernel(const U* __restrict__ w,
+                                                       const int64_t* __restrict__ ids,
+                                                       U* __restrict__ out, int64_t rows, int64_t d,
+                                                       int64_t total, int64_t* err) {
   KILN_GRID_LOOP(i, total) {
     const int64_t r = i / d, j = i - r * d, k = ids[r];
     if (k < 0 || k >= rows) {
@@ -159,8 +167,8 @@ void embedding_grad(KernelContext& ctx) {
   auto* v = static_cast<int64_t*>(ctx.scratch(2 * static_cast<size_t>(m) * sizeof(int64_t)));
   cub::DoubleBuffer<uint64_t> keys(k, k + m);
   cub::DoubleBuffer<int64_t> values(v, v + m);
-  embedding_keys_kernel<<<blocks_for(m), kThreads, 0, s>>>(ids, keys.Current(), values.Current(),
-                                                           m, rows, ctx.error_slot());
+  embedding_keys_kernel<<<blocks_for(m), kThreads, 0, s>>>(ids, keys.Current(), values.Current(), m,
+                                                           rows, ctx.error_slot());
   check_launch("embedding_grad");
   const int end_bit = bits_for(static_cast<uint64_t>(rows));
   if (m > 1 && end_bit > 0) {
@@ -195,8 +203,8 @@ void masked_fill(KernelContext& ctx) {
   const int64_t total = out.numel();
   if (total == 0) return;
   const bool dense = mask.shape == x.shape;
-  const BroadcastIndex mi = dense ? BroadcastIndex{} : make_broadcast_index(mask.shape, x.shape,
-                                                                            "masked_fill");
+  const BroadcastIndex mi =
+      dense ? BroadcastIndex{} : make_broadcast_index(mask.shape, x.shape, "masked_fill");
   const double value = ctx.attrs().f("value");
   dispatch_elem(size_of(x.dtype), "masked_fill", [&](auto u) {
     using U = decltype(u);
@@ -226,9 +234,8 @@ struct RollGeometry {
   }
 };
 
-template <typename U>
-__global__ void roll_kernel(const U* __restrict__ x, U* __restrict__ out, RollGeometry g,
-                            int64_t total) {
+template <typename U> __global__ void roll_kernel(const U* __restrict__ x, U* __restrict__ out,
+                                                  RollGeometry g, int64_t total) {
   KILN_GRID_LOOP(o, total) { out[o] = x[g.source(o)]; }
 }
 
@@ -250,8 +257,8 @@ void roll(KernelContext& ctx) {
   }
   dispatch_elem(size_of(x.dtype), "roll", [&](auto u) {
     using U = decltype(u);
-    roll_kernel<U><<<blocks_for(total), kThreads, 0, stream_of(ctx)>>>(x.ptr<U>(), out.ptr<U>(),
-                                                                        g, total);
+    roll_kernel<U>
+        <<<blocks_for(total), kThreads, 0, stream_of(ctx)>>>(x.ptr<U>(), out.ptr<U>(), g, total);
   });
   check_launch("roll");
 }
@@ -261,8 +268,7 @@ void roll(KernelContext& ctx) {
 // Sort keys: candidate scores (-0 as +0), else -inf; values: flat positions.
 template <typename T>
 __global__ void nms_keys_kernel(const T* __restrict__ scores, T* __restrict__ keys,
-                                int64_t* __restrict__ values, int64_t total, bool has_thr,
-                                T thr) {
+                                int64_t* __restrict__ values, int64_t total, bool has_thr, T thr) {
   KILN_GRID_LOOP(p, total) {
     const T v = scores[p];
     keys[p] = xform_math::nms_candidate(v, has_thr, thr) ? v + T(0) : -INFINITY;
@@ -351,36 +357,37 @@ template <typename T> void nms_typed(KernelContext& ctx) {
     return;
   }
   if (total > INT_MAX || segments > INT_MAX)
-    fail<UnsupportedError>("[non_max_suppression] cuda kernel takes at most {} scores, got shape "
-                           "{}",
-                           INT_MAX, str(scores.shape));
+    fail<UnsupportedError>(
+        "[non_max_suppression] cuda kernel takes at most {} scores, got shape "
+        "{}",
+        INT_MAX, str(scores.shape));
   // sort 1: scores descending (stable: equal scores keep box order)
   auto* kb = static_cast<T*>(ctx.scratch(2 * static_cast<size_t>(total) * sizeof(T)));
   auto* vb = static_cast<int64_t*>(ctx.scratch(2 * static_cast<size_t>(total) * sizeof(int64_t)));
   cub::DoubleBuffer<T> keys(kb, kb + total);
   cub::DoubleBuffer<int64_t> values(vb, vb + total);
   nms_keys_kernel<T><<<blocks_for(total), kThreads, 0, s>>>(scores.ptr<T>(), keys.Current(),
-                                                             values.Current(), total, has_thr, thr);
+                                                            values.Current(), total, has_thr, thr);
   check_launch("non_max_suppression");
   const int items = static_cast<int>(total);
   size_t temp_bytes = 0;
-  KILN_CUDA_CHECK(
-      cub::DeviceRadixSort::SortPairsDescending(nullptr, temp_bytes, keys, values, items, 0,
-                                                static_cast<int>(sizeof(T) * 8), s));
-  void* temp = ctx.scratch(std::max<size_t>(temp_bytes, 1));
   KILN_CUDA_CHECK(cub::DeviceRadixSort::SortPairsDescending(
-      temp, temp_bytes, keys, values, items, 0, static_cast<int>(sizeof(T) * 8), s));
+      nullptr, temp_bytes, keys, values, items, 0, static_cast<int>(sizeof(T) * 8), s));
+  void* temp = ctx.scratch(std::max<size_t>(temp_bytes, 1));
+  KILN_CUDA_CHECK(cub::DeviceRadixSort::SortPairsDescending(temp, temp_bytes, keys, values, items,
+                                                            0, static_cast<int>(sizeof(T) * 8), s));
   // sort 2: by segment (stable: each segment keeps the score order)
   const int seg_bits = bits_for(static_cast<uint64_t>(segments));
   if (segments > 1) {
-    auto* sb = static_cast<uint64_t*>(ctx.scratch(2 * static_cast<size_t>(total) * sizeof(uint64_t)));
+    auto* sb =
+        static_cast<uint64_t*>(ctx.scratch(2 * static_cast<size_t>(total) * sizeof(uint64_t)));
     cub::DoubleBuffer<uint64_t> seg_keys(sb, sb + total);
     nms_segment_kernel<<<blocks_for(total), kThreads, 0, s>>>(values.Current(), seg_keys.Current(),
                                                               total, n);
     check_launch("non_max_suppression");
     size_t temp2 = 0;
-    KILN_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp2, seg_keys, values, items, 0,
-                                                    seg_bits, s));
+    KILN_CUDA_CHECK(
+        cub::DeviceRadixSort::SortPairs(nullptr, temp2, seg_keys, values, items, 0, seg_bits, s));
     void* t2 = ctx.scratch(std::max<size_t>(temp2, 1));
     KILN_CUDA_CHECK(
         cub::DeviceRadixSort::SortPairs(t2, temp2, seg_keys, values, items, 0, seg_bits, s));
@@ -394,9 +401,8 @@ template <typename T> void nms_typed(KernelContext& ctx) {
   check_launch("non_max_suppression");
   nms_offsets_kernel<<<1, 1, 0, s>>>(counts, first, segments, count_out);
   check_launch("non_max_suppression");
-  nms_pack_kernel<<<blocks_for(segments * m), kThreads, 0, s>>>(picked, counts, first,
-                                                                 sel.ptr<int64_t>(), segments, m,
-                                                                 nc);
+  nms_pack_kernel<<<blocks_for(segments * m), kThreads, 0, s>>>(
+      picked, counts, first, sel.ptr<int64_t>(), segments, m, nc);
   check_launch("non_max_suppression");
 }
 
@@ -420,8 +426,7 @@ void register_rearrange_kernels() {
                    /*reports_errors=*/true});
   register_kernel(OpId::MaskedFill, Backend::cuda, {masked_fill, kAllTypes, 0, false});
   register_kernel(OpId::Roll, Backend::cuda, {roll, kAllTypes, 0, false});
-  register_kernel(OpId::NonMaxSuppression, Backend::cuda,
-                  {non_max_suppression, kFloatTypes, 0});
+  register_kernel(OpId::NonMaxSuppression, Backend::cuda, {non_max_suppression, kFloatTypes, 0});
 }
 
 }  // namespace kiln::cuda

@@ -446,7 +446,8 @@ bool rnn_backward_persistent(KernelContext& ctx, const Geo& g, const int64_t* le
                              const float* R, const float* P, float* dh, float* dc, float* dg,
                              float* dgr, float* dgr_all, float* hp_all) {
   const bool cell_ok = (g.cell == 0 && !P) || (g.cell == 1 && g.lbr);
-  if (!cell_ok || !ctx.choices().rnn_persistent_backward || g.GH % 4 != 0 || g.T == 0 || g.B == 0 || !hp_all)
+  if (!cell_ok || !ctx.choices().rnn_persistent_backward || g.GH % 4 != 0 || g.T == 0 || g.B == 0 ||
+      !hp_all)
     return false;
   const CoopDevice d = coop_device(ctx.device());
   if (d.sms == 0) return false;

@@ -127,6 +127,8 @@ class CudaBackend final : public DeviceBackend {
  public:
   CudaBackend() : devices_(static_cast<size_t>(cuda_device_count())) {}
 
+  int device_count() override { return static_cast<int>(devices_.size()); }
+
   PerDevice& dev(int device) {
     if (device < 0 || device >= static_cast<int>(devices_.size()))
       fail<UnsupportedError>("[cuda] no device cuda:{} ({} CUDA devices visible)", device,

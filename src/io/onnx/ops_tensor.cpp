@@ -1,8 +1,8 @@
 // ONNX tensor ops: shapes, constants, reshaping, slicing, indexing, sorting.
+#include <onnx/onnx_pb.h>
+
 #include <cstring>
 #include <numeric>
-
-#include <onnx/onnx_pb.h>
 
 #include "io/onnx/map_util.h"
 #include "kiln/executable.h"

@@ -1,4 +1,5 @@
 // Executable::save / load and the variables of an executable.
+#include <algorithm>
 #include <cstring>
 
 #include "core/device_backend.h"
@@ -23,6 +24,11 @@ Executable Executable::load(const std::string& path, Device device, const LoadOp
 Executable Executable::load_bytes(const void* data, size_t size, Device device,
                                   const LoadOptions& options) {
   return Executable(package::read(package::copy_bytes(data, size), device, options));
+}
+
+bool is_package_magic(const void* head, size_t size) {
+  const size_t n = std::min(size, sizeof package::kMagic);
+  return n >= 4 && std::memcmp(head, package::kMagic, n) == 0;
 }
 
 const PackageInfo* Executable::package_info() const {

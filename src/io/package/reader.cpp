@@ -22,8 +22,8 @@
 #include "kiln/version.h"
 #include "runtime/custom_op.h"
 #include "runtime/env.h"
-#include "runtime/log.h"
 #include "runtime/executable_impl.h"
+#include "runtime/log.h"
 #include "runtime/thread_pool.h"
 
 namespace kiln::package {
@@ -593,6 +593,9 @@ std::shared_ptr<detail::ExecutableImpl> Reader::read() {
   if (meta.source_hash()) info.source_hash = meta.source_hash()->str();
   info.compiled_for = compiled_for.str();
   info.format_version = get<uint32_t>(b_.data + header::format_version);
+  info.file_bytes = b_.size;
+  info.data_bytes = manifest_offset_ - kHeaderBytes;
+  info.manifest_bytes = manifest_size_;
 
   Program p = read_program(m);
   read_sections(m, p);
@@ -611,7 +614,7 @@ std::shared_ptr<detail::ExecutableImpl> Reader::read() {
     fail<UnsupportedError>("{} is not allowed with LoadOptions::strict", msg);
   impl->backend = backend_of(device_);  // throws when the device is not there
   if (compiled_for.kind == device_.kind) {
-    read_steps(m, p, *impl, device_.kind == Device::Kind::cpu ? Backend::cpu : Backend::cuda);
+    read_steps(m, p, *impl, backend_for(device_));
   } else {
     log::warn("{}", msg);
     place(p, device_, o.strict_placement, *impl);
