@@ -38,6 +38,7 @@ test: test-release test-asan test-tsan fuzz
 test-release: build data
 	@python3 scripts/check_env_vars.py
 	@python3 scripts/check_file_sizes.py
+	@python3 scripts/op_docs.py --check
 	@scripts/check_format.sh
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 	@if ls tests/python/test_*.py >/dev/null 2>&1; then \

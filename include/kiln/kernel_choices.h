@@ -6,7 +6,8 @@ namespace kiln {
 /// Kernel choices an executable is compiled with, for comparing two kernels and for working
 /// around one. Each default is the faster choice measured on the H200 (bench/RESULTS.md). The
 /// environment variable named with a field, when set, overrides it for every executable compiled
-/// or loaded in the process.
+/// or loaded in the process. A package keeps what channels_last did to its program; the other
+/// choices of a loaded executable are the defaults and the environment's.
 struct KernelChoices {
   /// The channels_last pass: int8 convolutions, and CUDA's f16/bf16 (and TF32) inference
   /// convolutions, run on NHWC data with their weights permuted once at compile time.

@@ -67,6 +67,9 @@ inline std::vector<Tensor> as_tensors(nb::handle seq, const char* what) {
 /// A Python list of tensors, each keeping `patient` (their graph, or an input tensor) alive.
 nb::list tensor_list(const std::vector<Tensor>& ts, nb::handle patient);
 nb::object tensor_object(const Tensor& t, nb::handle patient);
+/// The docstring of the op function `name` (its declaration's comment in include/kiln/ops, from
+/// op_docs.inc, which scripts/op_docs.py writes); "" for a name the table lacks.
+const char* op_doc(const char* name);
 
 void bind_array(nb::module_& m);
 void bind_graph(nb::module_& m);

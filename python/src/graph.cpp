@@ -131,6 +131,19 @@ void bind_graph(nb::module_& m) {
   binary<greater>(t, "__gt__", nullptr);
   binary<greater_equal>(t, "__ge__", nullptr);
 
+  nb::class_<KernelChoices>(m, "KernelChoices",
+                            "Which kernel runs where a backend has two exact ones "
+                            "(CompileOptions.kernels; include/kiln/kernel_choices.h). A KILN_* "
+                            "environment variable that is set overrides its field.")
+      .def(nb::init<>())
+      .def_rw("channels_last", &KernelChoices::channels_last)
+      .def_rw("cudnn_graph", &KernelChoices::cudnn_graph)
+      .def_rw("rnn_persistent_forward", &KernelChoices::rnn_persistent_forward)
+      .def_rw("rnn_persistent_backward", &KernelChoices::rnn_persistent_backward)
+      .def_rw("qconv_implicit_gemm", &KernelChoices::qconv_implicit_gemm)
+      .def_rw("programmatic_launch", &KernelChoices::programmatic_launch)
+      .def_rw("attention_f32_tiles", &KernelChoices::attention_f32_tiles);
+
   nb::class_<CompileOptions>(m, "CompileOptions", "Options of Graph.compile.")
       .def(
           "__init__",
@@ -153,7 +166,10 @@ void bind_graph(nb::module_& m) {
       .def_rw("autocast", &CompileOptions::autocast)
       .def_rw("strict_placement", &CompileOptions::strict_placement)
       .def_rw("capture", &CompileOptions::capture)
-      .def_rw("fuse_elementwise", &CompileOptions::fuse_elementwise);
+      .def_rw("fuse_elementwise", &CompileOptions::fuse_elementwise)
+      .def_rw("fuse_quant", &CompileOptions::fuse_quant)
+      .def_rw("deterministic", &CompileOptions::deterministic)
+      .def_rw("kernels", &CompileOptions::kernels);
 
   nb::class_<Graph>(m, "Graph",
                     "A DAG of ops. Build it with placeholders, constants, variables and ops, then "

@@ -1,5 +1,7 @@
 // Ops: elementwise, reductions, transforms, constants. Names and arguments follow the C++ API
 // (include/kiln/ops/); each returns tensors of the graph of its inputs.
+#include <cstring>
+
 #include "common.h"
 #include "ops/elementwise_records.h"
 
@@ -11,20 +13,35 @@ constexpr auto ka = nb::keep_alive<0, 1>();
 nb::object first_of(nb::handle xs) { return nb::len(xs) > 0 ? nb::object(xs[0]) : nb::none(); }
 }  // namespace
 
+const char* op_doc(const char* name) {
+  struct Doc {
+    const char* name;
+    const char* doc;
+  };
+  static constexpr Doc kDocs[] = {
+#define KILN_OP_DOC(name, doc) {name, doc},
+#include "op_docs.inc"
+#undef KILN_OP_DOC
+  };
+  for (const Doc& d : kDocs)
+    if (std::strcmp(d.name, name) == 0) return d.doc;
+  return "";
+}
+
 #define KILN_UNARY(fn) \
   m.def(               \
-      #fn, [](const Tensor& x) { return kiln::fn(x); }, nb::arg("x"), ka)
+      #fn, [](const Tensor& x) { return kiln::fn(x); }, nb::arg("x"), ka, op_doc(#fn))
 #define KILN_BINARY(fn)                                                                   \
   m.def(                                                                                  \
       #fn, [](const Tensor& a, const Tensor& b) { return kiln::fn(a, b); }, nb::arg("a"), \
-      nb::arg("b"), ka)
+      nb::arg("b"), ka, op_doc(#fn))
 #define KILN_REDUCE(fn)                                                              \
   m.def(                                                                             \
       #fn,                                                                           \
       [](const Tensor& x, std::optional<std::vector<int64_t>> axes, bool keepdims) { \
         return kiln::fn(x, axes.value_or(Axes{}), keepdims);                         \
       },                                                                             \
-      nb::arg("x"), nb::arg("axes") = nb::none(), nb::arg("keepdims") = false, ka)
+      nb::arg("x"), nb::arg("axes") = nb::none(), nb::arg("keepdims") = false, ka, op_doc(#fn))
 
 void bind_ops(nb::module_& m) {
   // elementwise
@@ -39,22 +56,28 @@ void bind_ops(nb::module_& m) {
 #undef KILN_EW
 #undef KILN_EW_BIND_1
 #undef KILN_EW_BIND_2
-  m.def("bit_shift", &kiln::bit_shift, nb::arg("x"), nb::arg("y"), nb::arg("left"), ka);
-  m.def("leaky_relu", &kiln::leaky_relu, nb::arg("x"), nb::arg("alpha") = 0.01, ka);
-  m.def("elu", &kiln::elu, nb::arg("x"), nb::arg("alpha") = 1.0, ka);
+  m.def("bit_shift", &kiln::bit_shift, nb::arg("x"), nb::arg("y"), nb::arg("left"), ka,
+        op_doc("bit_shift"));
+  m.def("leaky_relu", &kiln::leaky_relu, nb::arg("x"), nb::arg("alpha") = 0.01, ka,
+        op_doc("leaky_relu"));
+  m.def("elu", &kiln::elu, nb::arg("x"), nb::arg("alpha") = 1.0, ka, op_doc("elu"));
   nb::enum_<GeluApprox>(m, "GeluApprox")
       .value("none", GeluApprox::none)
       .value("tanh", GeluApprox::tanh);
-  m.def("gelu", &kiln::gelu, nb::arg("x"), nb::arg("approximate") = GeluApprox::none, ka);
+  m.def("gelu", &kiln::gelu, nb::arg("x"), nb::arg("approximate") = GeluApprox::none, ka,
+        op_doc("gelu"));
   m.def("softplus", &kiln::softplus, nb::arg("x"), nb::arg("beta") = 1.0,
-        nb::arg("threshold") = 20.0, ka);
-  m.def("softshrink", &kiln::softshrink, nb::arg("x"), nb::arg("lambd") = 0.5, ka);
-  m.def("hardshrink", &kiln::hardshrink, nb::arg("x"), nb::arg("lambd") = 0.5, ka);
+        nb::arg("threshold") = 20.0, ka, op_doc("softplus"));
+  m.def("softshrink", &kiln::softshrink, nb::arg("x"), nb::arg("lambd") = 0.5, ka,
+        op_doc("softshrink"));
+  m.def("hardshrink", &kiln::hardshrink, nb::arg("x"), nb::arg("lambd") = 0.5, ka,
+        op_doc("hardshrink"));
   m.def("hardsigmoid", &kiln::hardsigmoid, nb::arg("x"), nb::arg("alpha") = 1.0 / 6.0,
-        nb::arg("beta") = 0.5, ka);
-  m.def("clip", &kiln::clip, nb::arg("x"), nb::arg("lo") = -INFINITY, nb::arg("hi") = INFINITY, ka);
-  m.def("where", &kiln::where, nb::arg("cond"), nb::arg("x"), nb::arg("y"), ka);
-  m.def("cast", &kiln::cast, nb::arg("x"), nb::arg("dtype"), ka);
+        nb::arg("beta") = 0.5, ka, op_doc("hardsigmoid"));
+  m.def("clip", &kiln::clip, nb::arg("x"), nb::arg("lo") = -INFINITY, nb::arg("hi") = INFINITY, ka,
+        op_doc("clip"));
+  m.def("where", &kiln::where, nb::arg("cond"), nb::arg("x"), nb::arg("y"), ka, op_doc("where"));
+  m.def("cast", &kiln::cast, nb::arg("x"), nb::arg("dtype"), ka, op_doc("cast"));
 
   // reductions
   KILN_REDUCE(sum);
@@ -72,43 +95,49 @@ void bind_ops(nb::module_& m) {
         return kiln::variance(x, axes.value_or(Axes{}), keepdims, correction);
       },
       nb::arg("x"), nb::arg("axes") = nb::none(), nb::arg("keepdims") = false,
-      nb::arg("correction") = 0, ka);
-  m.def("argmax", &kiln::argmax, nb::arg("x"), nb::arg("axis"), nb::arg("keepdims") = false, ka);
-  m.def("argmin", &kiln::argmin, nb::arg("x"), nb::arg("axis"), nb::arg("keepdims") = false, ka);
+      nb::arg("correction") = 0, ka, op_doc("variance"));
+  m.def("argmax", &kiln::argmax, nb::arg("x"), nb::arg("axis"), nb::arg("keepdims") = false, ka,
+        op_doc("argmax"));
+  m.def("argmin", &kiln::argmin, nb::arg("x"), nb::arg("axis"), nb::arg("keepdims") = false, ka,
+        op_doc("argmin"));
   m.def("cumsum", &kiln::cumsum, nb::arg("x"), nb::arg("axis"), nb::arg("exclusive") = false,
-        nb::arg("reverse") = false, ka);
+        nb::arg("reverse") = false, ka, op_doc("cumsum"));
 
   // constants
   m.def(
       "constant", [](Graph& g, nb::handle v) { return kiln::constant(g, to_array(v)); },
-      nb::arg("graph"), nb::arg("value"), ka);
+      nb::arg("graph"), nb::arg("value"), ka, op_doc("constant"));
   m.def(
       "full",
       [](Graph& g, nb::handle shape, double v, DType t) {
         return kiln::full(g, to_shape(shape), v, t);
       },
-      nb::arg("graph"), nb::arg("shape"), nb::arg("value"), nb::arg("dtype") = f32, ka);
+      nb::arg("graph"), nb::arg("shape"), nb::arg("value"), nb::arg("dtype") = f32, ka,
+      op_doc("full"));
   m.def(
       "zeros",
       [](Graph& g, nb::handle shape, DType t) { return kiln::zeros(g, to_shape(shape), t); },
-      nb::arg("graph"), nb::arg("shape"), nb::arg("dtype") = f32, ka);
+      nb::arg("graph"), nb::arg("shape"), nb::arg("dtype") = f32, ka, op_doc("zeros"));
   m.def(
       "ones", [](Graph& g, nb::handle shape, DType t) { return kiln::ones(g, to_shape(shape), t); },
-      nb::arg("graph"), nb::arg("shape"), nb::arg("dtype") = f32, ka);
+      nb::arg("graph"), nb::arg("shape"), nb::arg("dtype") = f32, ka, op_doc("ones"));
   m.def("arange", &kiln::arange, nb::arg("graph"), nb::arg("start"), nb::arg("stop"),
-        nb::arg("step") = 1.0, nb::arg("dtype") = f32, ka);
-  m.def("assign", &kiln::assign, nb::arg("variable"), nb::arg("value"), ka,
-        "Writes `value` into `variable` when a run reaches it; pass it as a target or update.");
-  m.def("scalar_like", &kiln::scalar_like, nb::arg("x"), nb::arg("value"), ka);
+        nb::arg("step") = 1.0, nb::arg("dtype") = f32, ka, op_doc("arange"));
+  m.def("assign", &kiln::assign, nb::arg("variable"), nb::arg("value"), ka, op_doc("assign"));
+  m.def("scalar_like", &kiln::scalar_like, nb::arg("x"), nb::arg("value"), ka,
+        op_doc("scalar_like"));
 
   // transforms
   m.def(
       "reshape", [](const Tensor& x, nb::handle s) { return kiln::reshape(x, to_shape(s)); },
-      nb::arg("x"), nb::arg("shape"), ka);
-  m.def("transpose", &kiln::transpose, nb::arg("x"), nb::arg("perm") = std::vector<int64_t>{}, ka);
-  m.def("permute", &kiln::permute, nb::arg("x"), nb::arg("perm"), ka);
-  m.def("expand_dims", &kiln::expand_dims, nb::arg("x"), nb::arg("axes"), ka);
-  m.def("squeeze", &kiln::squeeze, nb::arg("x"), nb::arg("axes") = std::vector<int64_t>{}, ka);
+      nb::arg("x"), nb::arg("shape"), ka, op_doc("reshape"));
+  m.def("transpose", &kiln::transpose, nb::arg("x"), nb::arg("perm") = std::vector<int64_t>{}, ka,
+        op_doc("transpose"));
+  m.def("permute", &kiln::permute, nb::arg("x"), nb::arg("perm"), ka, op_doc("permute"));
+  m.def("expand_dims", &kiln::expand_dims, nb::arg("x"), nb::arg("axes"), ka,
+        op_doc("expand_dims"));
+  m.def("squeeze", &kiln::squeeze, nb::arg("x"), nb::arg("axes") = std::vector<int64_t>{}, ka,
+        op_doc("squeeze"));
   m.def(
       "split",
       [](const Tensor& x, nb::handle parts, int64_t axis) {
@@ -117,39 +146,40 @@ void bind_ops(nb::module_& m) {
           return tensor_list(kiln::split(x, nb::cast<int64_t>(parts), axis), xo);
         return tensor_list(kiln::split(x, nb::cast<std::vector<int64_t>>(parts), axis), xo);
       },
-      nb::arg("x"), nb::arg("parts"), nb::arg("axis") = 0,
-      "Splits into `parts` equal pieces (an int) or pieces of the given sizes (a list).");
+      nb::arg("x"), nb::arg("parts"), nb::arg("axis") = 0, op_doc("split"));
   m.def(
       "stack",
       [](nb::handle xs, int64_t axis) {
         auto ts = as_tensors(xs, "xs");
         return tensor_object(kiln::stack(ts, axis), first_of(xs));
       },
-      nb::arg("xs"), nb::arg("axis") = 0);
+      nb::arg("xs"), nb::arg("axis") = 0, op_doc("stack"));
   m.def(
       "concat",
       [](nb::handle xs, int64_t axis) {
         auto ts = as_tensors(xs, "xs");
         return tensor_object(kiln::concat(ts, axis), first_of(xs));
       },
-      nb::arg("xs"), nb::arg("axis") = 0);
+      nb::arg("xs"), nb::arg("axis") = 0, op_doc("concat"));
   m.def("slice", &kiln::slice, nb::arg("x"), nb::arg("starts"), nb::arg("stops"),
-        nb::arg("steps") = std::vector<int64_t>{}, nb::arg("axes") = std::vector<int64_t>{}, ka);
+        nb::arg("steps") = std::vector<int64_t>{}, nb::arg("axes") = std::vector<int64_t>{}, ka,
+        op_doc("slice"));
   nb::enum_<PadKind>(m, "PadKind")
       .value("constant", PadKind::constant)
       .value("reflect", PadKind::reflect)
       .value("edge", PadKind::edge);
   m.def("pad", &kiln::pad, nb::arg("x"), nb::arg("pads"), nb::arg("kind") = PadKind::constant,
-        nb::arg("value") = 0.0, ka);
-  m.def("tile", &kiln::tile, nb::arg("x"), nb::arg("reps"), ka);
+        nb::arg("value") = 0.0, ka, op_doc("pad"));
+  m.def("tile", &kiln::tile, nb::arg("x"), nb::arg("reps"), ka, op_doc("tile"));
   m.def(
       "broadcast_to",
       [](const Tensor& x, nb::handle s) { return kiln::broadcast_to(x, to_shape(s)); },
-      nb::arg("x"), nb::arg("shape"), ka);
-  m.def("flip", &kiln::flip, nb::arg("x"), nb::arg("axes"), ka);
-  m.def("gather", &kiln::gather, nb::arg("x"), nb::arg("indices"), nb::arg("axis") = 0, ka);
+      nb::arg("x"), nb::arg("shape"), ka, op_doc("broadcast_to"));
+  m.def("flip", &kiln::flip, nb::arg("x"), nb::arg("axes"), ka, op_doc("flip"));
+  m.def("gather", &kiln::gather, nb::arg("x"), nb::arg("indices"), nb::arg("axis") = 0, ka,
+        op_doc("gather"));
   m.def("gather_elements", &kiln::gather_elements, nb::arg("x"), nb::arg("indices"),
-        nb::arg("axis"), ka);
+        nb::arg("axis"), ka, op_doc("gather_elements"));
   nb::enum_<ScatterReduction>(m, "ScatterReduction")
       .value("none", ScatterReduction::none)
       .value("add", ScatterReduction::add)
@@ -157,13 +187,15 @@ void bind_ops(nb::module_& m) {
       .value("max", ScatterReduction::max)
       .value("min", ScatterReduction::min);
   m.def("scatter_elements", &kiln::scatter_elements, nb::arg("x"), nb::arg("indices"),
-        nb::arg("updates"), nb::arg("axis"), nb::arg("reduction") = ScatterReduction::none, ka);
+        nb::arg("updates"), nb::arg("axis"), nb::arg("reduction") = ScatterReduction::none, ka,
+        op_doc("scatter_elements"));
   m.def("gather_nd", &kiln::gather_nd, nb::arg("x"), nb::arg("indices"), nb::arg("batch_dims") = 0,
-        ka);
+        ka, op_doc("gather_nd"));
   m.def("scatter_nd", &kiln::scatter_nd, nb::arg("x"), nb::arg("indices"), nb::arg("updates"),
-        nb::arg("reduction") = ScatterReduction::none, ka);
+        nb::arg("reduction") = ScatterReduction::none, ka, op_doc("scatter_nd"));
   m.def("one_hot", &kiln::one_hot, nb::arg("indices"), nb::arg("depth"), nb::arg("axis") = -1,
-        nb::arg("dtype") = f32, nb::arg("on_value") = 1.0, nb::arg("off_value") = 0.0, ka);
+        nb::arg("dtype") = f32, nb::arg("on_value") = 1.0, nb::arg("off_value") = 0.0, ka,
+        op_doc("one_hot"));
   m.def(
       "topk",
       [](const Tensor& x, int64_t k, int64_t axis, bool largest) {
@@ -171,15 +203,15 @@ void bind_ops(nb::module_& m) {
         nb::object xo = nb::cast(x);
         return nb::make_tuple(tensor_object(v, xo), tensor_object(i, xo));
       },
-      nb::arg("x"), nb::arg("k"), nb::arg("axis") = -1, nb::arg("largest") = true,
-      "(values, indices) of the k largest (or smallest) along axis.");
-  m.def("sort", &kiln::sort, nb::arg("x"), nb::arg("axis") = -1, nb::arg("descending") = false, ka);
+      nb::arg("x"), nb::arg("k"), nb::arg("axis") = -1, nb::arg("largest") = true, op_doc("topk"));
+  m.def("sort", &kiln::sort, nb::arg("x"), nb::arg("axis") = -1, nb::arg("descending") = false, ka,
+        op_doc("sort"));
   m.def("argsort", &kiln::argsort, nb::arg("x"), nb::arg("axis") = -1,
-        nb::arg("descending") = false, ka);
+        nb::arg("descending") = false, ka, op_doc("argsort"));
   m.def("coordinate_along_axis", &kiln::coordinate_along_axis, nb::arg("x"), nb::arg("axis"),
-        nb::arg("dtype") = i32, ka);
+        nb::arg("dtype") = i32, ka, op_doc("coordinate_along_axis"));
   m.def("hamming_distance", &kiln::hamming_distance, nb::arg("a"), nb::arg("b"),
-        nb::arg("dtype") = i32, ka);
+        nb::arg("dtype") = i32, ka, op_doc("hamming_distance"));
   nb::enum_<ResizeMode>(m, "ResizeMode")
       .value("nearest", ResizeMode::nearest)
       .value("linear", ResizeMode::linear)
@@ -218,8 +250,7 @@ void bind_ops(nb::module_& m) {
       nb::arg("nearest_mode") = NearestMode::round_prefer_floor, nb::arg("antialias") = false,
       nb::arg("cubic_coeff_a") = -0.75, nb::arg("exclude_outside") = false,
       nb::arg("extrapolation_value") = 0.0, nb::arg("scales") = std::vector<double>{},
-      nb::arg("roi") = std::vector<double>{}, ka,
-      "ONNX Resize (opset 19) of x to `sizes` (every dim).");
+      nb::arg("roi") = std::vector<double>{}, ka, op_doc("resize"));
 
   nb::enum_<GridSampleMode>(m, "GridSampleMode")
       .value("linear", GridSampleMode::linear)
@@ -237,7 +268,7 @@ void bind_ops(nb::module_& m) {
       },
       nb::arg("x"), nb::arg("grid"), nb::arg("mode") = GridSampleMode::linear,
       nb::arg("padding_mode") = GridSamplePadding::zeros, nb::arg("align_corners") = false, ka,
-      "x sampled at the normalized coordinates of grid (ONNX GridSample).");
+      op_doc("grid_sample"));
 
   // layout, lookup and selection (rearrange.h)
   m.def(
@@ -247,7 +278,7 @@ void bind_ops(nb::module_& m) {
             x, b, {crd ? SpaceDepthMode::crd : SpaceDepthMode::dcr, channels_last});
       },
       nb::arg("x"), nb::arg("block_size"), nb::arg("crd") = false, nb::arg("channels_last") = false,
-      ka);
+      ka, op_doc("depth_to_space"));
   m.def(
       "space_to_depth",
       [](const Tensor& x, int64_t b, bool crd, bool channels_last) {
@@ -255,16 +286,19 @@ void bind_ops(nb::module_& m) {
             x, b, {crd ? SpaceDepthMode::crd : SpaceDepthMode::dcr, channels_last});
       },
       nb::arg("x"), nb::arg("block_size"), nb::arg("crd") = false, nb::arg("channels_last") = false,
-      ka);
-  m.def("pixel_shuffle", &kiln::pixel_shuffle, nb::arg("x"), nb::arg("upscale_factor"), ka);
-  m.def("pixel_unshuffle", &kiln::pixel_unshuffle, nb::arg("x"), nb::arg("downscale_factor"), ka);
+      ka, op_doc("space_to_depth"));
+  m.def("pixel_shuffle", &kiln::pixel_shuffle, nb::arg("x"), nb::arg("upscale_factor"), ka,
+        op_doc("pixel_shuffle"));
+  m.def("pixel_unshuffle", &kiln::pixel_unshuffle, nb::arg("x"), nb::arg("downscale_factor"), ka,
+        op_doc("pixel_unshuffle"));
   m.def("embedding", &kiln::embedding, nb::arg("weight"), nb::arg("indices"),
-        nb::arg("padding_idx") = nb::none(), ka);
+        nb::arg("padding_idx") = nb::none(), ka, op_doc("embedding"));
   m.def("embedding_grad", &kiln::embedding_grad, nb::arg("indices"), nb::arg("grad"),
-        nb::arg("num_embeddings"), nb::arg("padding_idx") = -1, ka);
-  m.def("masked_fill", &kiln::masked_fill, nb::arg("x"), nb::arg("mask"), nb::arg("value"), ka);
+        nb::arg("num_embeddings"), nb::arg("padding_idx") = -1, ka, op_doc("embedding_grad"));
+  m.def("masked_fill", &kiln::masked_fill, nb::arg("x"), nb::arg("mask"), nb::arg("value"), ka,
+        op_doc("masked_fill"));
   m.def("roll", &kiln::roll, nb::arg("x"), nb::arg("shifts"),
-        nb::arg("axes") = std::vector<int64_t>{}, ka);
+        nb::arg("axes") = std::vector<int64_t>{}, ka, op_doc("roll"));
   m.def(
       "non_max_suppression",
       [](const Tensor& boxes, const Tensor& scores, int64_t max_per_class, double iou,
@@ -276,24 +310,26 @@ void bind_ops(nb::module_& m) {
       },
       nb::arg("boxes"), nb::arg("scores"), nb::arg("max_output_boxes_per_class"),
       nb::arg("iou_threshold") = 0.0, nb::arg("score_threshold") = nb::none(),
-      nb::arg("center_point_box") = false, "(selected, count) as ONNX NonMaxSuppression.");
+      nb::arg("center_point_box") = false, op_doc("non_max_suppression"));
 
   // linear algebra extras
-  m.def("cholesky", &kiln::cholesky, nb::arg("a"), nb::arg("upper") = false, ka);
+  m.def("cholesky", &kiln::cholesky, nb::arg("a"), nb::arg("upper") = false, ka,
+        op_doc("cholesky"));
   m.def(
       "triangular_solve",
       [](const Tensor& a, const Tensor& b, bool upper, bool left, bool transpose, bool unit) {
         return kiln::triangular_solve(a, b, {upper, left, transpose, unit});
       },
       nb::arg("a"), nb::arg("b"), nb::arg("upper") = false, nb::arg("left") = true,
-      nb::arg("transpose") = false, nb::arg("unit_diagonal") = false, ka);
+      nb::arg("transpose") = false, nb::arg("unit_diagonal") = false, ka,
+      op_doc("triangular_solve"));
   m.def(
       "einsum",
       [](const std::string& eq, nb::handle xs) {
         auto ts = as_tensors(xs, "xs");
         return tensor_object(kiln::einsum(eq, ts), first_of(xs));
       },
-      nb::arg("equation"), nb::arg("operands"));
+      nb::arg("equation"), nb::arg("operands"), op_doc("einsum"));
 }
 
 }  // namespace kiln::py

@@ -40,8 +40,7 @@ void conv(nb::module_& m, const char* name) {
       },
       nb::arg("x"), nb::arg("w"), nb::arg("bias") = nb::none(), nb::arg("stride") = Ints{},
       nb::arg("padding") = Ints{}, nb::arg("dilation") = Ints{}, nb::arg("groups") = 1,
-      nb::arg("pad_mode") = PadMode::explicit_, ka,
-      "Convolution of x (N, C, spatial...) with w (O, C/groups, kernel...).");
+      nb::arg("pad_mode") = PadMode::explicit_, ka, op_doc(name));
 }
 
 template <Tensor (*F)(const Tensor&, const Tensor&, const OptT&, const ConvTransposeOptions&)>
@@ -55,8 +54,7 @@ void conv_transpose(nb::module_& m, const char* name) {
       },
       nb::arg("x"), nb::arg("w"), nb::arg("bias") = nb::none(), nb::arg("stride") = Ints{},
       nb::arg("padding") = Ints{}, nb::arg("output_padding") = Ints{}, nb::arg("dilation") = Ints{},
-      nb::arg("groups") = 1, ka,
-      "Transposed convolution, w (C, O/groups, kernel...) as PyTorch's.");
+      nb::arg("groups") = 1, ka, op_doc(name));
 }
 
 nb::tuple random_tuple(const RandomResult& r, nb::handle patient) {
@@ -66,9 +64,9 @@ nb::tuple random_tuple(const RandomResult& r, nb::handle patient) {
 }  // namespace
 
 void bind_ops_nn(nb::module_& m) {
-  m.def("matmul", &kiln::matmul, nb::arg("a"), nb::arg("b"), ka);
+  m.def("matmul", &kiln::matmul, nb::arg("a"), nb::arg("b"), ka, op_doc("matmul"));
   m.def("linear", &kiln::linear, nb::arg("x"), nb::arg("w"), nb::arg("bias") = nb::none(), ka,
-        "x @ w.T + bias with w of shape (out_features, in_features).");
+        op_doc("linear"));
   nb::enum_<PadMode>(m, "PadMode")
       .value("explicit", PadMode::explicit_)
       .value("same_upper", PadMode::same_upper)
@@ -86,7 +84,7 @@ void bind_ops_nn(nb::module_& m) {
         return kiln::max_pool(x, pool_options(kernel, stride, padding, dilation, ceil_mode, false));
       },
       nb::arg("x"), nb::arg("kernel"), nb::arg("stride") = Ints{}, nb::arg("padding") = Ints{},
-      nb::arg("dilation") = Ints{}, nb::arg("ceil_mode") = false, ka);
+      nb::arg("dilation") = Ints{}, nb::arg("ceil_mode") = false, ka, op_doc("max_pool"));
   m.def(
       "max_pool_with_indices",
       [](const Tensor& x, Ints kernel, Ints stride, Ints padding, Ints dilation, bool ceil_mode) {
@@ -96,7 +94,7 @@ void bind_ops_nn(nb::module_& m) {
         return nb::make_tuple(tensor_object(y, xo), tensor_object(i, xo));
       },
       nb::arg("x"), nb::arg("kernel"), nb::arg("stride") = Ints{}, nb::arg("padding") = Ints{},
-      nb::arg("dilation") = Ints{}, nb::arg("ceil_mode") = false);
+      nb::arg("dilation") = Ints{}, nb::arg("ceil_mode") = false, op_doc("max_pool_with_indices"));
   m.def(
       "avg_pool",
       [](const Tensor& x, Ints kernel, Ints stride, Ints padding, bool ceil_mode,
@@ -105,9 +103,10 @@ void bind_ops_nn(nb::module_& m) {
             x, pool_options(kernel, stride, padding, {}, ceil_mode, count_include_pad));
       },
       nb::arg("x"), nb::arg("kernel"), nb::arg("stride") = Ints{}, nb::arg("padding") = Ints{},
-      nb::arg("ceil_mode") = false, nb::arg("count_include_pad") = false, ka);
-  m.def("global_avg_pool", &kiln::global_avg_pool, nb::arg("x"), ka);
-  m.def("adaptive_avg_pool", &kiln::adaptive_avg_pool, nb::arg("x"), nb::arg("output_size"), ka);
+      nb::arg("ceil_mode") = false, nb::arg("count_include_pad") = false, ka, op_doc("avg_pool"));
+  m.def("global_avg_pool", &kiln::global_avg_pool, nb::arg("x"), ka, op_doc("global_avg_pool"));
+  m.def("adaptive_avg_pool", &kiln::adaptive_avg_pool, nb::arg("x"), nb::arg("output_size"), ka,
+        op_doc("adaptive_avg_pool"));
 
   m.def(
       "conv_grad_weight",
@@ -119,13 +118,13 @@ void bind_ops_nn(nb::module_& m) {
       },
       nb::arg("x"), nb::arg("dy"), nb::arg("weight_shape"), nb::arg("stride") = Ints{},
       nb::arg("padding") = Ints{}, nb::arg("dilation") = Ints{}, nb::arg("groups") = 1, ka,
-      "The gradient of a convolution's weight from its input and output gradient.");
+      op_doc("conv_grad_weight"));
   m.def(
       "max_pool_grad",
       [](const Tensor& g, const Tensor& idx, nb::handle shape) {
         return kiln::max_pool_grad(g, idx, to_shape(shape));
       },
-      nb::arg("grad"), nb::arg("indices"), nb::arg("input_shape"), ka);
+      nb::arg("grad"), nb::arg("indices"), nb::arg("input_shape"), ka, op_doc("max_pool_grad"));
   m.def(
       "avg_pool_grad",
       [](const Tensor& g, nb::handle shape, Ints kernel, Ints stride, Ints padding, bool ceil_mode,
@@ -136,24 +135,26 @@ void bind_ops_nn(nb::module_& m) {
       },
       nb::arg("grad"), nb::arg("input_shape"), nb::arg("kernel"), nb::arg("stride") = Ints{},
       nb::arg("padding") = Ints{}, nb::arg("ceil_mode") = false,
-      nb::arg("count_include_pad") = false, ka);
+      nb::arg("count_include_pad") = false, ka, op_doc("avg_pool_grad"));
   m.def(
       "adaptive_avg_pool_grad",
       [](const Tensor& g, nb::handle shape) {
         return kiln::adaptive_avg_pool_grad(g, to_shape(shape));
       },
-      nb::arg("grad"), nb::arg("input_shape"), ka);
+      nb::arg("grad"), nb::arg("input_shape"), ka, op_doc("adaptive_avg_pool_grad"));
 
   // normalization
-  m.def("softmax", &kiln::softmax, nb::arg("x"), nb::arg("axis") = -1, ka);
-  m.def("log_softmax", &kiln::log_softmax, nb::arg("x"), nb::arg("axis") = -1, ka);
+  m.def("softmax", &kiln::softmax, nb::arg("x"), nb::arg("axis") = -1, ka, op_doc("softmax"));
+  m.def("log_softmax", &kiln::log_softmax, nb::arg("x"), nb::arg("axis") = -1, ka,
+        op_doc("log_softmax"));
   m.def("layer_norm", &kiln::layer_norm, nb::arg("x"), nb::arg("weight") = nb::none(),
-        nb::arg("bias") = nb::none(), nb::arg("begin_axis") = -1, nb::arg("eps") = 1e-5, ka);
+        nb::arg("bias") = nb::none(), nb::arg("begin_axis") = -1, nb::arg("eps") = 1e-5, ka,
+        op_doc("layer_norm"));
   m.def("rms_norm", &kiln::rms_norm, nb::arg("x"), nb::arg("weight") = nb::none(),
-        nb::arg("begin_axis") = -1, nb::arg("eps") = 1e-6, ka);
+        nb::arg("begin_axis") = -1, nb::arg("eps") = 1e-6, ka, op_doc("rms_norm"));
   m.def("batch_norm", &kiln::batch_norm, nb::arg("x"), nb::arg("mean"), nb::arg("var"),
         nb::arg("weight") = nb::none(), nb::arg("bias") = nb::none(), nb::arg("eps") = 1e-5, ka,
-        "Inference batch norm over axis 1 with running statistics.");
+        op_doc("batch_norm"));
   m.def(
       "batch_norm_training",
       [](const Tensor& x, const Tensor& rm, const Tensor& rv, const OptT& w, const OptT& b,
@@ -164,8 +165,7 @@ void bind_ops_nn(nb::module_& m) {
       },
       nb::arg("x"), nb::arg("running_mean"), nb::arg("running_var"), nb::arg("weight") = nb::none(),
       nb::arg("bias") = nb::none(), nb::arg("momentum") = 0.1, nb::arg("eps") = 1e-5,
-      "Training batch norm: (y, updates); pass updates to compile to move the running "
-      "statistics.");
+      op_doc("batch_norm_training"));
   m.def(
       "batch_norm_train",
       [](const Tensor& x, const OptT& w, const OptT& b, double eps) {
@@ -175,7 +175,7 @@ void bind_ops_nn(nb::module_& m) {
                               tensor_object(r.var, xo));
       },
       nb::arg("x"), nb::arg("weight") = nb::none(), nb::arg("bias") = nb::none(),
-      nb::arg("eps") = 1e-5, "(y, batch mean, biased batch var) of training batch norm.");
+      nb::arg("eps") = 1e-5, op_doc("batch_norm_train"));
   m.def(
       "batch_norm_train_grad",
       [](const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& var, const OptT& w,
@@ -186,13 +186,14 @@ void bind_ops_nn(nb::module_& m) {
                               tensor_object(r.dbias, xo));
       },
       nb::arg("dy"), nb::arg("x"), nb::arg("mean"), nb::arg("var"), nb::arg("weight") = nb::none(),
-      nb::arg("eps") = 1e-5, "(dx, dweight, dbias).");
+      nb::arg("eps") = 1e-5, op_doc("batch_norm_train_grad"));
   m.def("instance_norm", &kiln::instance_norm, nb::arg("x"), nb::arg("weight") = nb::none(),
-        nb::arg("bias") = nb::none(), nb::arg("eps") = 1e-5, ka);
+        nb::arg("bias") = nb::none(), nb::arg("eps") = 1e-5, ka, op_doc("instance_norm"));
   m.def("group_norm", &kiln::group_norm, nb::arg("x"), nb::arg("groups"),
-        nb::arg("weight") = nb::none(), nb::arg("bias") = nb::none(), nb::arg("eps") = 1e-5, ka);
+        nb::arg("weight") = nb::none(), nb::arg("bias") = nb::none(), nb::arg("eps") = 1e-5, ka,
+        op_doc("group_norm"));
   m.def("dropout", &kiln::dropout, nb::arg("x"), nb::arg("p"), nb::arg("training") = false,
-        nb::arg("seed") = 0, ka);
+        nb::arg("seed") = 0, ka, op_doc("dropout"));
 
   // losses
   nb::enum_<Reduction>(m, "Reduction")
@@ -200,10 +201,12 @@ void bind_ops_nn(nb::module_& m) {
       .value("mean", Reduction::mean)
       .value("sum", Reduction::sum);
   m.def("softmax_cross_entropy", &kiln::softmax_cross_entropy, nb::arg("logits"), nb::arg("labels"),
-        nb::arg("reduction") = Reduction::mean, nb::arg("axis") = -1, ka);
+        nb::arg("reduction") = Reduction::mean, nb::arg("axis") = -1, ka,
+        op_doc("softmax_cross_entropy"));
   m.def("nll", &kiln::nll, nb::arg("log_probs"), nb::arg("target"),
-        nb::arg("reduction") = Reduction::mean, nb::arg("ignore_index") = -100, ka);
-  m.def("mse", &kiln::mse, nb::arg("a"), nb::arg("b"), nb::arg("reduction") = Reduction::mean, ka);
+        nb::arg("reduction") = Reduction::mean, nb::arg("ignore_index") = -100, ka, op_doc("nll"));
+  m.def("mse", &kiln::mse, nb::arg("a"), nb::arg("b"), nb::arg("reduction") = Reduction::mean, ka,
+        op_doc("mse"));
 
   // attention
   m.def(
@@ -213,51 +216,53 @@ void bind_ops_nn(nb::module_& m) {
         return kiln::scaled_dot_product_attention(q, k, v, mask, {causal, scale});
       },
       nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("mask") = nb::none(),
-      nb::arg("causal") = false, nb::arg("scale") = nb::none(), ka);
+      nb::arg("causal") = false, nb::arg("scale") = nb::none(), ka,
+      op_doc("scaled_dot_product_attention"));
 
   // random
   m.def("random_philox_state", &kiln::random_philox_state, nb::arg("graph"), nb::arg("seed0"),
-        nb::arg("seed1") = 0, ka);
+        nb::arg("seed1") = 0, ka, op_doc("random_philox_state"));
   m.def(
       "random_uniform",
       [](const Tensor& s, nb::handle shape, double lo, double hi, DType t) {
         return random_tuple(kiln::random_uniform(s, to_shape(shape), lo, hi, t), nb::cast(s));
       },
       nb::arg("state"), nb::arg("shape"), nb::arg("min") = 0.0, nb::arg("max") = 1.0,
-      nb::arg("dtype") = f32, "(values, next state).");
+      nb::arg("dtype") = f32, op_doc("random_uniform"));
   m.def(
       "random_normal",
       [](const Tensor& s, nb::handle shape, double mean, double std, DType t) {
         return random_tuple(kiln::random_normal(s, to_shape(shape), mean, std, t), nb::cast(s));
       },
       nb::arg("state"), nb::arg("shape"), nb::arg("mean") = 0.0, nb::arg("std") = 1.0,
-      nb::arg("dtype") = f32, "(values, next state).");
+      nb::arg("dtype") = f32, op_doc("random_normal"));
   m.def(
       "random_integer",
       [](const Tensor& s, nb::handle shape, int64_t lo, int64_t hi, DType t) {
         return random_tuple(kiln::random_integer(s, to_shape(shape), lo, hi, t), nb::cast(s));
       },
       nb::arg("state"), nb::arg("shape"), nb::arg("low"), nb::arg("high"), nb::arg("dtype") = i32,
-      "(values, next state).");
+      op_doc("random_integer"));
   m.def(
       "random_bernoulli",
       [](const Tensor& s, nb::handle shape, double p, DType t) {
         return random_tuple(kiln::random_bernoulli(s, to_shape(shape), p, t), nb::cast(s));
       },
-      nb::arg("state"), nb::arg("shape"), nb::arg("p"), nb::arg("dtype") = f32);
+      nb::arg("state"), nb::arg("shape"), nb::arg("p"), nb::arg("dtype") = f32,
+      op_doc("random_bernoulli"));
   m.def(
       "stateless_uniform",
       [](Graph& g, nb::handle shape, std::array<int64_t, 2> seed, double lo, double hi, DType t) {
         return kiln::stateless_uniform(g, to_shape(shape), seed, lo, hi, t);
       },
       nb::arg("graph"), nb::arg("shape"), nb::arg("seed"), nb::arg("min") = 0.0,
-      nb::arg("max") = 1.0, nb::arg("dtype") = f32, ka);
+      nb::arg("max") = 1.0, nb::arg("dtype") = f32, ka, op_doc("stateless_uniform"));
   m.def(
       "stateless_normal",
       [](Graph& g, nb::handle shape, std::array<int64_t, 2> seed, double mean, double std,
          DType t) { return kiln::stateless_normal(g, to_shape(shape), seed, mean, std, t); },
       nb::arg("graph"), nb::arg("shape"), nb::arg("seed"), nb::arg("mean") = 0.0,
-      nb::arg("std") = 1.0, nb::arg("dtype") = f32, ka);
+      nb::arg("std") = 1.0, nb::arg("dtype") = f32, ka, op_doc("stateless_normal"));
   m.def(
       "stateless_truncated_normal",
       [](Graph& g, nb::handle shape, std::array<int64_t, 2> seed, double mean, double std,
@@ -265,10 +270,10 @@ void bind_ops_nn(nb::module_& m) {
         return kiln::stateless_truncated_normal(g, to_shape(shape), seed, mean, std, t);
       },
       nb::arg("graph"), nb::arg("shape"), nb::arg("seed"), nb::arg("mean") = 0.0,
-      nb::arg("std") = 1.0, nb::arg("dtype") = f32, ka);
+      nb::arg("std") = 1.0, nb::arg("dtype") = f32, ka, op_doc("stateless_truncated_normal"));
   m.def("random_philox_state_from", &kiln::random_philox_state_from, nb::arg("graph"),
         nb::arg("counter_low"), nb::arg("counter_high"), nb::arg("key"), ka,
-        "A state with the given counter and key as they are.");
+        op_doc("random_philox_state_from"));
   m.def(
       "random_truncated_normal",
       [](const Tensor& s, nb::handle shape, double mean, double std, double lo, double hi,
@@ -278,14 +283,14 @@ void bind_ops_nn(nb::module_& m) {
       },
       nb::arg("state"), nb::arg("shape"), nb::arg("mean") = 0.0, nb::arg("std") = 1.0,
       nb::arg("min") = -2.0, nb::arg("max") = 2.0, nb::arg("dtype") = f32,
-      "(values, next state): normals truncated to [min, max].");
+      op_doc("random_truncated_normal"));
   m.def(
       "random_dropout_mask",
       [](const Tensor& s, nb::handle shape, double keep, DType t) {
         return random_tuple(kiln::random_dropout_mask(s, to_shape(shape), keep, t), nb::cast(s));
       },
       nb::arg("state"), nb::arg("shape"), nb::arg("keep"), nb::arg("dtype") = f32,
-      "(mask, next state): 1/keep for kept elements, 0 for dropped ones.");
+      op_doc("random_dropout_mask"));
 
   // recurrent layers
   nb::enum_<RnnCell>(m, "RnnCell")
@@ -369,7 +374,7 @@ void bind_ops_nn(nb::module_& m) {
       nb::arg("seq_lens") = nb::none(), nb::arg("direction") = RnnDirection::forward,
       nb::arg("batch_first") = false, nb::arg("clip") = 0.0,
       nb::arg("activations") = std::vector<RnnActivation>{}, nb::arg("input_forget") = false,
-      nb::arg("training") = false, ka, "Stacked LSTM layers (include/kiln/ops/rnn.h).");
+      nb::arg("training") = false, ka, op_doc("lstm"));
   m.def(
       "gru",
       [rnn_opts](const Tensor& x, const std::vector<RnnLayerWeights>& layers, const OptT& h0,
@@ -383,7 +388,7 @@ void bind_ops_nn(nb::module_& m) {
       nb::arg("direction") = RnnDirection::forward, nb::arg("batch_first") = false,
       nb::arg("clip") = 0.0, nb::arg("linear_before_reset") = false,
       nb::arg("activations") = std::vector<RnnActivation>{}, nb::arg("training") = false, ka,
-      "Stacked GRU layers (linear_before_reset=True is PyTorch's).");
+      op_doc("gru"));
   m.def(
       "rnn",
       [rnn_opts](const Tensor& x, const std::vector<RnnLayerWeights>& layers, const OptT& h0,
@@ -395,11 +400,10 @@ void bind_ops_nn(nb::module_& m) {
       nb::arg("x"), nb::arg("layers"), nb::arg("h0") = nb::none(), nb::arg("seq_lens") = nb::none(),
       nb::arg("direction") = RnnDirection::forward, nb::arg("batch_first") = false,
       nb::arg("clip") = 0.0, nb::arg("activations") = std::vector<RnnActivation>{},
-      nb::arg("training") = false, ka, "Stacked single-gate RNN layers.");
+      nb::arg("training") = false, ka, op_doc("rnn"));
   m.def("torch_rnn_weights", &kiln::torch_rnn_weights, nb::arg("cell"), nb::arg("weight_ih"),
         nb::arg("weight_hh"), nb::arg("bias_ih") = std::vector<Tensor>{},
-        nb::arg("bias_hh") = std::vector<Tensor>{},
-        "A layer from PyTorch's per-direction weights (its gate order), in kiln's layout.");
+        nb::arg("bias_hh") = std::vector<Tensor>{}, op_doc("torch_rnn_weights"));
 }
 
 }  // namespace kiln::py

@@ -52,6 +52,27 @@ def test_compile_and_inspect(rng):
     np.testing.assert_array_equal(exe.read_variable("w").numpy(), np.ones((3, 4)))
 
 
+def test_kernel_choices(rng):
+    # the defaults of include/kiln/kernel_choices.h, and fields that keep what is set
+    k = kiln.CompileOptions().kernels
+    assert k.channels_last and k.cudnn_graph and k.qconv_implicit_gemm and k.attention_f32_tiles
+    assert k.rnn_persistent_forward and not k.rnn_persistent_backward and not k.programmatic_launch
+    opts = kiln.CompileOptions()
+    opts.kernels.channels_last = False
+    opts.kernels.programmatic_launch = True
+    assert not opts.kernels.channels_last and opts.kernels.programmatic_launch
+    choices = kiln.KernelChoices()
+    choices.cudnn_graph = False
+    opts.kernels = choices
+    assert not opts.kernels.cudnn_graph and opts.kernels.channels_last
+    assert not opts.deterministic and opts.fuse_quant
+    g, x, w, y = small_model(rng)
+    xv = rng.standard_normal((5, 4)).astype(np.float32)
+    got = g.compile([y], feed_shapes={x: (5, 4)}, device="cpu", options=opts).run({x: xv})[0]
+    want = np.maximum(xv.astype(np.float64) @ g.read_variable(w).numpy().T, 0)
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-6)
+
+
 def test_packages_round_trip(rng, tmp_path):
     g, x, w, y = small_model(rng)
     exe = g.compile([y], feed_shapes={x: (2, 4)}, device="cpu")

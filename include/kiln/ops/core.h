@@ -9,7 +9,9 @@ namespace kiln {
 Tensor constant(Graph& g, const Array& value);
 /// A tensor of `shape` filled with `value`.
 Tensor full(Graph& g, const Shape& shape, double value, DType dtype = f32);
+/// A tensor of `shape` filled with 0.
 Tensor zeros(Graph& g, const Shape& shape, DType dtype = f32);
+/// A tensor of `shape` filled with 1.
 Tensor ones(Graph& g, const Shape& shape, DType dtype = f32);
 /// Values start, start+step, ... below stop (numpy.arange). Throws ValueError for step 0.
 Tensor arange(Graph& g, double start, double stop, double step = 1, DType dtype = f32);

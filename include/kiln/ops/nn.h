@@ -25,11 +25,19 @@ struct ConvOptions {
   PadMode pad_mode = PadMode::explicit_;
   int64_t groups = 1;
 };
-/// x: (N, C, spatial...), w: (O, C/groups, kernel...), bias: (O).
+/// Convolution (cross-correlation, as PyTorch's) over 1 spatial dim: x (N, C, W),
+/// w (O, C/groups, kw), bias (O); the result is (N, O, W'). stride, padding (one per dim, or
+/// begins then ends), dilation and groups as PyTorch's; pad_mode as ONNX auto_pad.
 Tensor conv1d(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bias = std::nullopt,
               const ConvOptions& opts = {});
+/// Convolution (cross-correlation, as PyTorch's) over 2 spatial dims: x (N, C, H, W),
+/// w (O, C/groups, kh, kw), bias (O); the result is (N, O, H', W'). stride, padding (one per
+/// dim, or begins then ends), dilation and groups as PyTorch's; pad_mode as ONNX auto_pad.
 Tensor conv2d(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bias = std::nullopt,
               const ConvOptions& opts = {});
+/// Convolution (cross-correlation, as PyTorch's) over 3 spatial dims: x (N, C, D, H, W),
+/// w (O, C/groups, kd, kh, kw), bias (O); the result is (N, O, D', H', W'). stride, padding (one
+/// per dim, or begins then ends), dilation and groups as PyTorch's; pad_mode as ONNX auto_pad.
 Tensor conv3d(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bias = std::nullopt,
               const ConvOptions& opts = {});
 
@@ -46,15 +54,18 @@ struct ConvTransposeOptions {
   std::vector<int64_t> dilation;
   int64_t groups = 1;
 };
-/// x: (N, C, H, W), w: (C, O/groups, kh, kw) as PyTorch's ConvTranspose2d.
+/// Transposed convolution over 2 spatial dims: x (N, C, H, W), w (C, O/groups, kh, kw), bias (O),
+/// as PyTorch's ConvTranspose2d.
 Tensor conv_transpose2d(const Tensor& x, const Tensor& w,
                         const std::optional<Tensor>& bias = std::nullopt,
                         const ConvTransposeOptions& opts = {});
-/// The same over 1 spatial dim: x (N, C, W), w (C, O/groups, kw).
+/// Transposed convolution over 1 spatial dim: x (N, C, W), w (C, O/groups, kw), bias (O), as
+/// PyTorch's ConvTranspose1d.
 Tensor conv_transpose1d(const Tensor& x, const Tensor& w,
                         const std::optional<Tensor>& bias = std::nullopt,
                         const ConvTransposeOptions& opts = {});
-/// The same over 3 spatial dims: x (N, C, D, H, W), w (C, O/groups, kd, kh, kw).
+/// Transposed convolution over 3 spatial dims: x (N, C, D, H, W), w (C, O/groups, kd, kh, kw),
+/// bias (O), as PyTorch's ConvTranspose3d.
 Tensor conv_transpose3d(const Tensor& x, const Tensor& w,
                         const std::optional<Tensor>& bias = std::nullopt,
                         const ConvTransposeOptions& opts = {});

@@ -34,27 +34,30 @@ Tensor random_philox_state_from(Graph& g, uint64_t counter_low, uint64_t counter
                                 uint64_t key);
 
 /// Uniform values in [min, max): u * (max - min) + min with u in [0, 1) (float types). Throws
-/// ValueError for min > max or non-finite bounds.
+/// ValueError for min > max or non-finite bounds. Returns (values, next state).
 RandomResult random_uniform(const Tensor& state, const Shape& shape, double min = 0, double max = 1,
                             DType dtype = f32);
-/// Normal values: z * std + mean with z from Box-Muller (float types). std > 0.
+/// Normal values: z * std + mean with z from Box-Muller (float types). std > 0. Returns
+/// (values, next state).
 RandomResult random_normal(const Tensor& state, const Shape& shape, double mean = 0, double std = 1,
                            DType dtype = f32);
 /// Normal values truncated to [min, max] (absolute bounds, as MPSGraph's descriptor) by
 /// rejection: standard normals outside ((min - mean) / std, (max - mean) / std) are redrawn.
 /// Throws ValueError for min >= max or when the range holds less than 0.1% of the probability.
+/// Returns (values, next state).
 RandomResult random_truncated_normal(const Tensor& state, const Shape& shape, double mean = 0,
                                      double std = 1, double min = -2, double max = 2,
                                      DType dtype = f32);
-/// 1 with probability p, else 0 (any dtype; true/false for bool). p in [0, 1].
+/// 1 with probability p, else 0 (any dtype; true/false for bool). p in [0, 1]. Returns
+/// (values, next state).
 RandomResult random_bernoulli(const Tensor& state, const Shape& shape, double p, DType dtype = f32);
 /// A dropout mask keeping each element with probability `keep` in (0, 1]: 1 / keep for kept
 /// elements and 0 for dropped ones in float types (x * mask is inverted dropout), true/false for
-/// bool.
+/// bool. Returns (mask, next state).
 RandomResult random_dropout_mask(const Tensor& state, const Shape& shape, double keep,
                                  DType dtype = f32);
 /// Integers in [low, high): low + bits % (high - low) (TensorFlow's rule; integer dtypes). Throws
-/// ValueError unless low < high and both fit the dtype.
+/// ValueError unless low < high and both fit the dtype. Returns (values, next state).
 RandomResult random_integer(const Tensor& state, const Shape& shape, int64_t low, int64_t high,
                             DType dtype = i32);
 

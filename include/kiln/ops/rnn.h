@@ -102,15 +102,25 @@ struct RnnResult {
   std::vector<Tensor> reserve;  // with training: one per layer, (T, D, B, S) in x's dtype
 };
 
-/// Stacked layers (one node each). h0 and c0 are (L*D, B, H), layer-major; seq_lens applies to
-/// every layer. Float dtypes; weights, biases and states are cast to x's dtype.
+/// Stacked LSTM layers (one node each), with the layouts, gate order and equations of the
+/// comment at the top of kiln/ops/rnn.h. h0 and c0 are (L*D, B, H), layer-major; seq_lens
+/// applies to every layer. Float dtypes; weights, biases and states are cast to x's dtype.
+/// Returns y, h and c (and each layer's reserve with `training`).
 RnnResult lstm(const Tensor& x, const std::vector<RnnLayerWeights>& layers,
                const std::optional<Tensor>& h0 = std::nullopt,
                const std::optional<Tensor>& c0 = std::nullopt,
                const std::optional<Tensor>& seq_lens = std::nullopt, const RnnOptions& opts = {});
+/// Stacked GRU layers (one node each), with the layouts, gate order and equations of the comment
+/// at the top of kiln/ops/rnn.h; linear_before_reset = true is PyTorch's GRU. h0 is (L*D, B, H),
+/// layer-major; seq_lens applies to every layer. Float dtypes; weights, biases and states are
+/// cast to x's dtype. Returns y and h (and each layer's reserve with `training`).
 RnnResult gru(const Tensor& x, const std::vector<RnnLayerWeights>& layers,
               const std::optional<Tensor>& h0 = std::nullopt,
               const std::optional<Tensor>& seq_lens = std::nullopt, const RnnOptions& opts = {});
+/// Stacked single-gate RNN layers (one node each), H' = f(x·Wiᵀ + H·Riᵀ + Wbi + Rbi) with the
+/// layouts of the comment at the top of kiln/ops/rnn.h. h0 is (L*D, B, H), layer-major; seq_lens
+/// applies to every layer. Float dtypes; weights, biases and states are cast to x's dtype.
+/// Returns y and h (and each layer's reserve with `training`).
 RnnResult rnn(const Tensor& x, const std::vector<RnnLayerWeights>& layers,
               const std::optional<Tensor>& h0 = std::nullopt,
               const std::optional<Tensor>& seq_lens = std::nullopt, const RnnOptions& opts = {});

@@ -9,11 +9,14 @@
 
 namespace kiln {
 
-/// One dim of `shape` may be -1 and is inferred. The result is a view of x's buffer when the
-/// memory planner can make it one (no copy).
+/// x's elements in `shape`. One dim of `shape` may be -1 and is inferred. The result is a view of
+/// x's buffer when the memory planner can make it one (no copy).
 Tensor reshape(const Tensor& x, const Shape& shape);
-/// `perm` empty reverses the dims.
+/// x with its dims in the order `perm` gives (result dim i is x's dim perm[i]); `perm` empty
+/// reverses the dims.
 Tensor transpose(const Tensor& x, const std::vector<int64_t>& perm = {});
+/// x with its dims in the order `perm` gives (result dim i is x's dim perm[i]); `perm` names every
+/// dim once (ValueError otherwise).
 Tensor permute(const Tensor& x, const std::vector<int64_t>& perm);
 /// Inserts size-1 dims at `axes` (positions in the result).
 Tensor expand_dims(const Tensor& x, const std::vector<int64_t>& axes);
@@ -32,6 +35,7 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t axis = 0);
 Tensor slice(const Tensor& x, const std::vector<int64_t>& starts, const std::vector<int64_t>& stops,
              const std::vector<int64_t>& steps = {}, const std::vector<int64_t>& axes = {});
 enum class PadKind { constant, reflect, edge };
+/// x padded with `value` (constant), its mirror image (reflect) or its border (edge).
 /// `pads` = (begin_0, end_0, begin_1, end_1, ...) for every dim; a negative pad crops. Reflect
 /// mirrors about the input's edges (numpy "reflect") and needs each positive pad < the dim size;
 /// edge repeats the border element and needs a non-empty dim.
