@@ -84,8 +84,8 @@ TEST(CudaFusedElementwise, MatchesUnfusedCudaAndCpu) {
 // The gradients of the demo's convnet (conv + bias + relu, max-pool, linear, cross entropy):
 // fused and unfused CUDA give the same bits for the loss and every gradient the elementwise
 // kernels and reductions make. The convolution weight gradients get a tolerance: cuDNN's
-// backward-filter algorithm is chosen by timing (src/backends/cuda/conv.cu) and may be one that
-// adds with atomics, so it can differ between two executables (and two runs) in the last bits.
+// backward-filter algorithm is chosen by timing (src/backends/cuda/conv_algo.cu) and may be one
+// that adds with atomics, so it can differ between two executables (and two runs) in the last bits.
 TEST(CudaFusedElementwise, ConvnetGradientsMatchUnfused) {
   REQUIRE_GPU();
   const Array x0 = random_array({32, 1, 8, 8}, f32, 0, 1);

@@ -1,4 +1,4 @@
-// CUDA's NHWC implicit-GEMM int8 convolution (src/backends/cuda/quant_conv.cu, qconv_igemm; on by
+// CUDA's NHWC implicit-GEMM int8 convolution (src/backends/cuda/qconv_igemm.cu, qconv_igemm; on by
 // default, KILN_QCONV_IGEMM=0 turns it off): channels_last convs with groups 1, zero weight zero
 // points, and C a multiple of 64 or few channels (a stem's: window rows of at most 32 bytes, C
 // padded to pc = 4, 8, 16 or 32, read from a padded copy of x). Against the float64 reference of

@@ -1,5 +1,5 @@
 // quantized_matmul on CUDA through quantized_conv's implicit GEMM (a 1x1 NHWC convolution over
-// the rows of a; src/backends/cuda/quant_conv.cu, quantized_matmul_igemm): i8 weights whose zero
+// the rows of a; src/backends/cuda/qconv_igemm.cu, quantized_matmul_igemm): i8 weights whose zero
 // points are a constant of zeros (fuse_quant then sets zero_w_zp), K a multiple of 64. Against the
 // float64 reference of the op's definition within 1 LSB (its epilogue, GELU included, is f32), and
 // within 1 LSB of the same graph with KILN_QCONV_IGEMM=0 (cuBLASLt's int8 GEMM and the exact

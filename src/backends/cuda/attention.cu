@@ -19,10 +19,7 @@
 // pairs from float4 reads of shared memory and accumulates O += P V for 4 rows and D / 16 output
 // dims (the probabilities pass through shared memory). KILN_ATTENTION_F32_TILES=0 turns it off.
 //
-// Backward (recomputing the probabilities, flash-attention style): kernel 1 (warp per query row)
-// recomputes the row's log-sum-exp, D = dO·O, and dq (or the mask's gradient); kernel 2 (warp per
-// key row) streams over query tiles for dk and dv. A query that sees no key outputs zeros and
-// passes no gradient.
+// The backward kernels (scaled_dot_product_attention_grad) are in attention_backward.cu.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -33,6 +30,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "backends/cuda/attention_internal.cuh"
 #include "backends/cuda/cuda_common.cuh"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/mma_util.cuh"
@@ -40,67 +38,19 @@
 
 namespace kiln::cuda {
 
+namespace attention_detail {
+
+int smem_limit(int device) {
+  int v = 0;
+  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  return v;
+}
+
+}  // namespace attention_detail
+
 namespace {
 
-constexpr int kWarps = 8;       // query (or key) rows per block
-constexpr int kMaxTile = 32;    // keys (or queries) per shared tile: one per lane
-constexpr int kMaxChunks = 8;   // output dims per lane and launch (32 * 8 = 256 per slice)
-
-template <typename C> __device__ inline C warp_max(C v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmax(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-template <typename C> __device__ inline C warp_sum(C v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-template <typename C> __device__ inline C neg_inf() { return -std::numeric_limits<C>::infinity(); }
-template <typename C> __device__ inline C exp_of(C x) {
-  if constexpr (std::is_same_v<C, double>) return exp(x);
-  else return expf(x);
-}
-
-// An odd row stride (in elements) >= n: lanes reading one column of different rows of a shared
-// tile hit different banks.
-__host__ __device__ inline int padded(int64_t n) { return static_cast<int>(n | 1); }
-
-template <typename T> struct Args {
-  const T *q, *k, *v, *dout, *out;
-  const bool* bmask;  // keep-mask, or nullptr
-  const T* amask;     // additive mask, or nullptr
-  attention::MaskLayout ml;
-  int64_t batch, lq, lk, e, ev;
-  double scale;
-  bool causal;
-  int tile;  // keys (queries) per shared tile, <= kMaxTile
-};
-
-// The score of query i (row qs in shared memory) and key j (row ks), or -inf where hidden.
-template <typename T, typename C>
-__device__ inline C score(const Args<T>& a, int64_t moff, int64_t i, int64_t j, const C* qs,
-                          const C* ks) {
-  if (j >= a.lk || i >= a.lq || (a.causal && j > i)) return neg_inf<C>();
-  const int64_t mo = moff + i * a.ml.sq + j * a.ml.sk;
-  if (a.bmask && !a.bmask[mo]) return neg_inf<C>();
-  C s = 0;
-  for (int64_t d = 0; d < a.e; ++d) s += qs[d] * ks[d];
-  s *= static_cast<C>(a.scale);
-  if (a.amask) s += static_cast<C>(to_acc(a.amask[mo]));
-  return s;
-}
-
-// Loads rows [r0, r0 + n) of the (rows, len) matrix x (batch b) into shared memory with row
-// stride ld, as C; rows past `rows` become zeros. Whole block.
-template <typename T, typename C>
-__device__ inline void load_rows(C* dst, int ld, const T* x, int64_t b, int64_t rows, int64_t len,
-                                 int64_t r0, int n, int64_t c0 = 0, int64_t clen = -1) {
-  if (clen < 0) clen = len;
-  for (int64_t t = threadIdx.x; t < n * clen; t += blockDim.x) {
-    const int64_t r = t / clen, c = t % clen;
-    dst[r * ld + c] =
-        r0 + r < rows ? static_cast<C>(to_acc(x[(b * rows + r0 + r) * len + c0 + c])) : C(0);
-  }
-}
+using namespace attention_detail;
 
 // ---- forward ----
 
@@ -155,164 +105,6 @@ __global__ void forward_kernel(Args<T> a, T* out, int64_t d0, int dn, int64_t ro
     if (d < dn) out[(b * a.lq + i) * a.ev + d0 + d] = from_acc<T>(acc[c] * inv);
   }
 }
-
-// ---- backward, kernel 1: per query row ----
-
-template <typename T, typename C, int kChunks>
-__global__ void backward_q_kernel(Args<T> a, T* dq, T* dmask, C* lse, C* dd, int64_t d0, int dn,
-                                  int64_t row_blocks) {
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  C* smem = reinterpret_cast<C*>(smem_raw);
-  const int lde = padded(a.e), ldv = padded(a.ev);
-  C* qs = smem;                    // [kWarps][lde]
-  C* dos = qs + kWarps * lde;      // [kWarps][ldv]
-  C* ks = dos + kWarps * ldv;      // [tile][lde]
-  C* vs = ks + a.tile * lde;       // [tile][ldv]
-  C* ps = vs + a.tile * ldv;       // [kWarps][tile]
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t b = blockIdx.x / row_blocks, i0 = (blockIdx.x % row_blocks) * kWarps;
-  const int64_t i = i0 + warp, row = b * a.lq + i;
-  const int64_t moff = (a.bmask || a.amask) ? a.ml.batch_offset(b) : 0;
-  load_rows<T, C>(qs, lde, a.q, b, a.lq, a.e, i0, kWarps);
-  load_rows<T, C>(dos, ldv, a.dout, b, a.lq, a.ev, i0, kWarps);
-  __syncthreads();
-  const int64_t kend = a.causal ? min(a.lk, i0 + kWarps) : a.lk;
-  // pass 1: the row's max and sum
-  C m = neg_inf<C>(), l = 0;
-  for (int64_t j0 = 0; j0 < kend; j0 += a.tile) {
-    __syncthreads();
-    load_rows<T, C>(ks, lde, a.k, b, a.lk, a.e, j0, a.tile);
-    __syncthreads();
-    const C s = lane < a.tile ? score(a, moff, i, j0 + lane, qs + warp * lde, ks + lane * lde)
-                              : neg_inf<C>();
-    const C mn = fmax(m, warp_max(s));
-    if (mn == neg_inf<C>()) continue;
-    const C alpha = m == neg_inf<C>() ? C(0) : exp_of(m - mn);
-    l = l * alpha + warp_sum(s == neg_inf<C>() ? C(0) : exp_of(s - mn));
-    m = mn;
-  }
-  const C ls = m == neg_inf<C>() ? std::numeric_limits<C>::infinity() : m + log(l);
-  C di = 0;
-  if (i < a.lq) {
-    for (int64_t d = lane; d < a.ev; d += 32)
-      di += dos[warp * ldv + d] * static_cast<C>(to_acc(a.out[row * a.ev + d]));
-  }
-  di = warp_sum(di);
-  if (i < a.lq && lane == 0 && d0 == 0) {
-    lse[row] = ls;
-    dd[row] = di;
-  }
-  // pass 2: ds_ij = p_ij (dO_i · v_j - D_i); dq_i += scale ds_ij k_j
-  C acc[kChunks];
-#pragma unroll
-  for (int c = 0; c < kChunks; ++c) acc[c] = 0;
-  for (int64_t j0 = 0; j0 < kend; j0 += a.tile) {
-    __syncthreads();
-    load_rows<T, C>(ks, lde, a.k, b, a.lk, a.e, j0, a.tile);
-    load_rows<T, C>(vs, ldv, a.v, b, a.lk, a.ev, j0, a.tile);
-    __syncthreads();
-    C ds = 0;
-    if (lane < a.tile) {
-      const C s = score(a, moff, i, j0 + lane, qs + warp * lde, ks + lane * lde);
-      const C p = s == neg_inf<C>() ? C(0) : exp_of(s - ls);
-      if (p != C(0)) {
-        C dp = 0;
-        for (int64_t d = 0; d < a.ev; ++d) dp += dos[warp * ldv + d] * vs[lane * ldv + d];
-        ds = p * (dp - di);
-      }
-      if (dmask && i < a.lq && j0 + lane < a.lk) dmask[row * a.lk + j0 + lane] = from_acc<T>(ds);
-      ps[warp * a.tile + lane] = ds;
-    }
-    __syncwarp();
-    if (dq) {
-#pragma unroll
-      for (int c = 0; c < kChunks; ++c) {
-        const int d = lane + 32 * c;
-        if (d < dn)
-          for (int jj = 0; jj < a.tile; ++jj) acc[c] += ps[warp * a.tile + jj] * ks[jj * lde + d0 + d];
-      }
-    }
-    __syncwarp();
-  }
-  if (i >= a.lq) return;
-  if (dmask)  // keys past the causal end of this block
-    for (int64_t j = kend + lane; j < a.lk; j += 32) dmask[row * a.lk + j] = from_acc<T>(C(0));
-  if (!dq) return;
-#pragma unroll
-  for (int c = 0; c < kChunks; ++c) {
-    const int d = lane + 32 * c;
-    if (d < dn) dq[row * a.e + d0 + d] = from_acc<T>(acc[c] * static_cast<C>(a.scale));
-  }
-}
-
-// ---- backward, kernel 2: per key row ----
-
-template <typename T, typename C, int kChunks>
-__global__ void backward_kv_kernel(Args<T> a, T* dk, T* dv, const C* lse, const C* dd, int64_t d0,
-                                   int dn, int64_t row_blocks) {
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  C* smem = reinterpret_cast<C*>(smem_raw);
-  const int lde = padded(a.e), ldv = padded(a.ev);
-  C* ks = smem;                    // [kWarps][lde]
-  C* vs = ks + kWarps * lde;       // [kWarps][ldv]
-  C* qs = vs + kWarps * ldv;       // [tile][lde]
-  C* dos = qs + a.tile * lde;      // [tile][ldv]
-  C* ps = dos + a.tile * ldv;      // [kWarps][tile]
-  C* dss = ps + kWarps * a.tile;   // [kWarps][tile]
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t b = blockIdx.x / row_blocks, j0b = (blockIdx.x % row_blocks) * kWarps;
-  const int64_t j = j0b + warp;
-  const int64_t moff = (a.bmask || a.amask) ? a.ml.batch_offset(b) : 0;
-  load_rows<T, C>(ks, lde, a.k, b, a.lk, a.e, j0b, kWarps);
-  load_rows<T, C>(vs, ldv, a.v, b, a.lk, a.ev, j0b, kWarps);
-  C accv[kChunks], acck[kChunks];
-#pragma unroll
-  for (int c = 0; c < kChunks; ++c) accv[c] = acck[c] = 0;
-  const int64_t istart = a.causal ? min(j0b, a.lq) : 0;
-  for (int64_t i0 = istart; i0 < a.lq; i0 += a.tile) {
-    __syncthreads();
-    load_rows<T, C>(qs, lde, a.q, b, a.lq, a.e, i0, a.tile);
-    load_rows<T, C>(dos, ldv, a.dout, b, a.lq, a.ev, i0, a.tile);
-    __syncthreads();
-    C p = 0, ds = 0;
-    const int64_t i = i0 + lane;
-    if (lane < a.tile && i < a.lq && j < a.lk) {
-      const C s = score(a, moff, i, j, qs + lane * lde, ks + warp * lde);
-      const int64_t row = b * a.lq + i;
-      p = s == neg_inf<C>() ? C(0) : exp_of(s - lse[row]);
-      if (p != C(0)) {
-        C dp = 0;
-        for (int64_t d = 0; d < a.ev; ++d) dp += dos[lane * ldv + d] * vs[warp * ldv + d];
-        ds = p * (dp - dd[row]);
-      }
-    }
-    if (lane < a.tile) {
-      ps[warp * a.tile + lane] = p;
-      dss[warp * a.tile + lane] = ds;
-    }
-    __syncwarp();
-#pragma unroll
-    for (int c = 0; c < kChunks; ++c) {
-      const int d = lane + 32 * c;
-      if (d >= dn) continue;
-      if (d0 + d < a.ev)
-        for (int ii = 0; ii < a.tile; ++ii) accv[c] += ps[warp * a.tile + ii] * dos[ii * ldv + d0 + d];
-      if (d0 + d < a.e)
-        for (int ii = 0; ii < a.tile; ++ii) acck[c] += dss[warp * a.tile + ii] * qs[ii * lde + d0 + d];
-    }
-    __syncwarp();
-  }
-  if (j >= a.lk) return;
-  const int64_t row = b * a.lk + j;
-#pragma unroll
-  for (int c = 0; c < kChunks; ++c) {
-    const int64_t d = d0 + lane + 32 * c;
-    if (lane + 32 * c >= dn) continue;
-    if (d < a.ev) dv[row * a.ev + d] = from_acc<T>(accv[c]);
-    if (d < a.e) dk[row * a.e + d] = from_acc<T>(acck[c] * static_cast<C>(a.scale));
-  }
-}
-
 
 // ---- forward on tensor cores ----
 
@@ -710,69 +502,6 @@ inline bool f32_tiled_forward(const Args<float>& a) {
          aligned16(a.k) && aligned16(a.v);
 }
 
-// ---- host side ----
-
-template <typename T> Args<T> args_of(const KernelContext& ctx, int iq) {
-  const TensorView &tq = ctx.in(iq), &tk = ctx.in(iq + 1), &tv = ctx.in(iq + 2);
-  const int r = tq.rank();
-  Args<T> a{};
-  a.q = tq.ptr<T>();
-  a.k = tk.ptr<T>();
-  a.v = tv.ptr<T>();
-  a.lq = tq.shape[r - 2];
-  a.e = tq.shape[r - 1];
-  a.lk = tk.shape[r - 2];
-  a.ev = tv.shape[r - 1];
-  const Shape batch(tq.shape.begin(), tq.shape.end() - 2);
-  a.batch = numel(batch);
-  a.scale = attention::scale_of(ctx.attrs(), a.e);
-  a.causal = ctx.attrs().b("causal");
-  if (ctx.attrs().b("has_mask")) {
-    const TensorView& m = ctx.in(iq == 0 ? 3 : 5);  // the grad op: after dout, q, k, v, out
-    if (m.dtype == DType::boolean) a.bmask = m.ptr<bool>();
-    else a.amask = m.ptr<T>();
-    if (!attention::mask_layout(m.shape, batch, a.lq, a.lk, a.ml))
-      fail<UnsupportedError>("[{}] at most {} batch dims on CUDA, got q shape {}", ctx.op_name(),
-                             attention::kMaxBatchRank, to_string(tq.shape));
-  }
-  return a;
-}
-
-int smem_limit(int device) {
-  int v = 0;
-  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  return v;
-}
-
-// The largest tile (32, 16, ..., 1) whose shared memory `bytes(tile)` fits; throws when none.
-template <typename F> int pick_tile(const KernelContext& ctx, F&& bytes, size_t& out) {
-  const size_t limit = static_cast<size_t>(smem_limit(ctx.device()));
-  for (int t = kMaxTile; t >= 1; t /= 2)
-    if ((out = bytes(t)) <= limit) return t;
-  fail<UnsupportedError>("[{}] head dims of q {} and v {} need more shared memory than the "
-                         "device has",
-                         ctx.op_name(), to_string(ctx.in(0).shape), to_string(ctx.in(2).shape));
-}
-
-// Launches kernel<kChunks> for the smallest kChunks covering `dn` dims (at most kMaxChunks).
-template <template <int> class K, typename F> void with_chunks(int dn, F&& launch) {
-  if (dn <= 32) launch(K<1>{});
-  else if (dn <= 64) launch(K<2>{});
-  else if (dn <= 128) launch(K<4>{});
-  else launch(K<8>{});
-}
-template <int N> struct Chunks {
-  static constexpr int value = N;
-};
-
-template <typename Kernel, typename... A>
-void launch_with_smem(Kernel kernel, size_t smem, unsigned blocks, cudaStream_t s,
-                      const char* op, const A&... args) {
-  allow_smem(kernel, smem);
-  kernel<<<blocks, kWarps * 32, smem, s>>>(args...);
-  check_launch(op);
-}
-
 template <typename T> void forward(KernelContext& ctx) {
   using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
   Args<T> a = args_of<T>(ctx, 0);
@@ -827,69 +556,6 @@ template <typename T> void forward(KernelContext& ctx) {
 
 void scaled_dot_product_attention(KernelContext& ctx) {
   dispatch_float(ctx.in(0).dtype, ctx.op_name(), [&](auto t) { forward<decltype(t)>(ctx); });
-}
-
-template <typename T> void backward(KernelContext& ctx) {
-  using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
-  Args<T> a = args_of<T>(ctx, 1);
-  a.dout = ctx.in(0).ptr<T>();
-  a.out = ctx.in(4).ptr<T>();
-  const bool mask_grad = ctx.attrs().b("mask_grad", false);
-  T* dq = mask_grad ? nullptr : ctx.out(0).ptr<T>();
-  T* dmask = mask_grad ? ctx.out(0).ptr<T>() : nullptr;
-  const int64_t rows = a.batch * a.lq;
-  if (!mask_grad && a.batch * a.lk > 0) {  // keys no query sees still need zero gradients
-    if (rows == 0) {
-      KILN_CUDA_CHECK(cudaMemsetAsync(ctx.out(1).data, 0, ctx.out(1).numel() * sizeof(T), stream_of(ctx)));
-      KILN_CUDA_CHECK(cudaMemsetAsync(ctx.out(2).data, 0, ctx.out(2).numel() * sizeof(T), stream_of(ctx)));
-    }
-  }
-  if (rows == 0) return;
-  C* lse = static_cast<C*>(ctx.scratch(rows * sizeof(C)));
-  C* dd = static_cast<C*>(ctx.scratch(rows * sizeof(C)));
-  const int64_t slice = 32 * kMaxChunks;
-  const int lde = padded(a.e), ldv = padded(a.ev);
-  // kernel 1 over slices of dq's dims (one launch when only the mask's gradient is wanted)
-  {
-    const int64_t row_blocks = (a.lq + kWarps - 1) / kWarps;
-    const int64_t dims = mask_grad ? 1 : std::max<int64_t>(a.e, 1);
-    for (int64_t d0 = 0; d0 < dims; d0 += slice) {
-      const int dn = mask_grad ? 0 : static_cast<int>(std::min<int64_t>(slice, a.e - d0));
-      size_t smem = 0;
-      a.tile = pick_tile(ctx, [&](int t) {
-        return sizeof(C) * (kWarps * (lde + ldv) + t * (lde + ldv) + kWarps * t);
-      }, smem);
-      T* dmask_here = d0 == 0 ? dmask : nullptr;
-      with_chunks<Chunks>(std::max(dn, 1), [&](auto ch) {
-        constexpr int kc = decltype(ch)::value;
-        launch_with_smem(backward_q_kernel<T, C, kc>, smem,
-                         static_cast<unsigned>(a.batch * row_blocks), stream_of(ctx),
-                         ctx.op_name(), a, dq, dmask_here, lse, dd, d0, dn, row_blocks);
-      });
-    }
-  }
-  if (mask_grad || a.lk == 0) return;
-  T *dk = ctx.out(1).ptr<T>(), *dv = ctx.out(2).ptr<T>();
-  const int64_t row_blocks = (a.lk + kWarps - 1) / kWarps;
-  const int64_t dims = std::max(a.e, a.ev);
-  for (int64_t d0 = 0; d0 < dims; d0 += slice) {
-    const int dn = static_cast<int>(std::min<int64_t>(slice, dims - d0));
-    size_t smem = 0;
-    a.tile = pick_tile(ctx, [&](int t) {
-      return sizeof(C) * (kWarps * (lde + ldv) + t * (lde + ldv) + 2 * kWarps * t);
-    }, smem);
-    with_chunks<Chunks>(dn, [&](auto ch) {
-      constexpr int kc = decltype(ch)::value;
-      launch_with_smem(backward_kv_kernel<T, C, kc>, smem,
-                       static_cast<unsigned>(a.batch * row_blocks), stream_of(ctx), ctx.op_name(),
-                       a, dk, dv, static_cast<const C*>(lse), static_cast<const C*>(dd), d0, dn,
-                       row_blocks);
-    });
-  }
-}
-
-void scaled_dot_product_attention_grad(KernelContext& ctx) {
-  dispatch_float(ctx.in(1).dtype, ctx.op_name(), [&](auto t) { backward<decltype(t)>(ctx); });
 }
 
 }  // namespace

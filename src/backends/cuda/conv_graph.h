@@ -1,8 +1,8 @@
 // cuDNN's graph (backend) API for the channels_last forward convolutions of f16/bf16 programs.
-// The legacy algorithm API (conv.cu) reaches only the engines behind its algorithm enum; the graph
-// API's heuristics also offer the engines written for newer GPUs, and engines that run the
-// convolution's epilogue (bias, residual add, relu) inside the convolution kernel. conv.cu asks
-// for both graphs of a problem (with and without the epilogue), times their plans against its
+// The legacy algorithm API (conv_algo.cu) reaches only the engines behind its algorithm enum; the
+// graph API's heuristics also offer the engines written for newer GPUs, and engines that run the
+// convolution's epilogue (bias, residual add, relu) inside the convolution kernel. conv_nhwc.cu
+// asks for both graphs of a problem (with and without the epilogue), times their plans against its
 // legacy algorithm on the problem's first run, and keeps the fastest (KILN_CUDNN_GRAPH=0: legacy
 // only).
 #pragma once

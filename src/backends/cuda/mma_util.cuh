@@ -1,6 +1,6 @@
 // Building blocks of kiln's tensor-core kernels (sm_80 and later): asynchronous 16-byte copies
 // global -> shared (cp.async) and ldmatrix loads of 8x8 16-bit matrices from shared memory.
-// Used by the attention kernel (attention.cu) and the int8 implicit GEMM (quant_conv.cu).
+// Used by the attention kernel (attention.cu) and the int8 implicit GEMM (qconv_igemm.cu).
 // Host side: the opt-in for more than 48 KiB of dynamic shared memory.
 #pragma once
 

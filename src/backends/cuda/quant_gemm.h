@@ -32,7 +32,7 @@ uint32_t pointer_alignment(const void* p);
 bool quantized_matmul_lt(KernelContext& ctx, int64_t m, int64_t n, int64_t k, bool transpose_w);
 
 /// quantized_matmul as a 1x1 NHWC convolution through quantized_conv's implicit GEMM on int8
-/// tensor cores (quant_conv.cu), the requantize (and GELU) fused, within 1 LSB of the exact
+/// tensor cores (qconv_igemm.cu), the requantize (and GELU) fused, within 1 LSB of the exact
 /// epilogue: i8 weights with zero_w_zp (symmetric), K a multiple of 64, 16-byte aligned operands;
 /// false (nothing enqueued unless it returns true) elsewhere or with KILN_QCONV_IGEMM=0.
 bool quantized_matmul_igemm(KernelContext& ctx, int64_t m, int64_t n, int64_t k,

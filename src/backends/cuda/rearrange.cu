@@ -15,7 +15,7 @@
 
 namespace kiln::cuda {
 
-// Defined in transform.cu.
+// Defined in transform_index.cu.
 const int64_t* indices_as_i64(KernelContext& ctx, const TensorView& idx);
 
 namespace {

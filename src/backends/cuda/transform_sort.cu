@@ -14,7 +14,7 @@
 
 namespace kiln::cuda {
 
-// Defined in transform.cu.
+// Defined in transform_index.cu.
 const int64_t* indices_as_i64(KernelContext& ctx, const TensorView& idx);
 BroadcastIndex elements_index(const Shape& idx, const Shape& x, int axis, const char* op);
 void register_transform_sort_kernels();

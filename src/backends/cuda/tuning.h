@@ -1,5 +1,5 @@
 // The CUDA backend's tuning decisions (src/core/tuning.h): the cuDNN convolution algorithm of each
-// problem, chosen on its first run (conv.cu) and kept for the process.
+// problem, chosen on its first run (conv_algo.cu) and kept for the process.
 //
 // Records (kinds 0-3; other kinds are reserved for later decisions and skipped by this reader):
 //   kind   the pass: 0 forward (Conv), 1 backward data (ConvTranspose), 2 backward filter
@@ -9,7 +9,7 @@
 //          padded in front with 1, pads with 0): the problem as cuDNN sees it
 //   value  3 values: algorithm (cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t), math type
 //          (cudnnMathType_t), workspace bytes
-// Kind 3: how an f16/bf16 channels_last forward convolution runs (conv.cu's nhwc_plan)
+// Kind 3: how an f16/bf16 channels_last forward convolution runs (conv_nhwc.cu's nhwc_plan)
 //   key    the forward key above (nd 10 marks NHWC 2-D) and 3 flags: bias, residual, relu
 //   value  -1, 0, 0 for cuDNN's legacy algorithm (then the kind-0 record holds it); else a
 //          graph-API plan: cuDNN's engine index, 1 when the plan computes the epilogue, workspace
