@@ -10,6 +10,11 @@ hanging workload cannot take the others with it), and prints a markdown table:
 The table also goes to --out, followed by the notes and kiln's own report lines.
 
     python3 bench/gpu/run.py --out gpu-bench.md [--kiln build-gpu/bundle/bench/kiln_bench_gpu]
+
+--torch-compile also times torch.compile(mode="reduce-overhead") for the inference workloads it
+applies to (ResNet-50, BERT-base), in the same call, and the ratio is then to the faster of eager
+and compiled. --kiln-before BINARY runs a second kiln build (an earlier commit's bundle) on the
+same workloads, for a before/after column measured in the same call.
 """
 import argparse
 import glob
@@ -113,13 +118,20 @@ def cuda_median_ms(torch, fn, reps, warmup):
     return statistics.median(times)
 
 
-def torch_workloads(torch):
-    """name -> function(reps, warmup) giving the median ms of the PyTorch version."""
+def torch_workloads(torch, compiled=False):
+    """name -> function(reps, warmup) giving the median ms of the PyTorch version; with
+    `compiled`, only the inference workloads, each through torch.compile(mode="reduce-overhead")
+    (timed after warm-up runs that compile and record it)."""
     import torch.nn as nn
     import torch.nn.functional as F
     import torchvision
 
     dev = "cuda"
+
+    def run_of(model):
+        if not compiled:
+            return model
+        return torch.compile(model, mode="reduce-overhead")
 
     def resnet_infer(batch, bf16, tf32=False):
         def bench(reps, warmup):
@@ -131,9 +143,10 @@ def torch_workloads(torch):
                 x = x.to(memory_format=torch.channels_last, dtype=dt)
             if tf32:
                 set_tf32(torch, True)
+            run = run_of(model)
             try:
                 with torch.inference_mode():
-                    return cuda_median_ms(torch, lambda: model(x), reps, warmup)
+                    return cuda_median_ms(torch, lambda: run(x), reps, warmup)
             finally:
                 if tf32:
                     set_tf32(torch, False)
@@ -206,7 +219,7 @@ def torch_workloads(torch):
         return run
 
     def bert(reps, warmup):
-        model = bert_base(torch, "sdpa").to(dev, torch.bfloat16).eval()
+        model = run_of(bert_base(torch, "sdpa").to(dev, torch.bfloat16).eval())
         ids, mask = bert_inputs(torch)
         ids, mask = ids.to(dev), mask.to(dev)
         with torch.inference_mode():
@@ -240,6 +253,14 @@ def torch_workloads(torch):
                 x = x + 1
         return cuda_median_ms(torch, graph.replay, reps, warmup)
 
+    if compiled:
+        return {
+            "resnet50_infer_bs1_bf16": resnet_infer(1, True),
+            "resnet50_infer_bs32_bf16": resnet_infer(32, True),
+            "resnet50_infer_bs1_tf32": resnet_infer(1, False, tf32=True),
+            "resnet50_infer_bs32_tf32": resnet_infer(32, False, tf32=True),
+            "bert_base_bf16_onnx": bert,
+        }
     return {
         "resnet50_infer_bs1_f32": resnet_infer(1, False),
         "resnet50_infer_bs1_bf16": resnet_infer(1, True),
@@ -306,20 +327,22 @@ def export_bert_base(directory):
     return directory
 
 
-def run_torch(names, reps, warmup, notes):
-    """name -> ms (float) or an error text."""
+def run_torch(names, reps, warmup, notes, compiled=False):
+    """name -> ms (float) or an error text (with `compiled`: torch.compile's, for the workloads
+    it applies to)."""
     results = {}
     try:
         import torch
         import torchvision
         if not torch.cuda.is_available():
             raise RuntimeError("torch.cuda.is_available() is False")
+        mode = 'torch.compile(mode="reduce-overhead")' if compiled else "eager"
         notes.append(f"PyTorch {torch.__version__}, torchvision {torchvision.__version__}, "
-                     f"{torch.cuda.get_device_name(0)}; eager, cudnn.benchmark="
+                     f"{torch.cuda.get_device_name(0)}; {mode}, cudnn.benchmark="
                      f"{torch.backends.cudnn.benchmark}; f32 rows: {strict_f32(torch)}; "
                      "CUDA events, median of "
                      f"{reps} after {warmup} warm-up runs")
-        benches = torch_workloads(torch)
+        benches = torch_workloads(torch, compiled)
     except Exception as e:  # no torch: the kiln column still comes
         for n in names:
             results[n] = f"PyTorch unavailable: {e}"
@@ -330,7 +353,8 @@ def run_torch(names, reps, warmup, notes):
         try:
             t0 = time.time()
             results[n] = benches[n](reps, warmup)
-            print(f"torch {n} {results[n]:.4f}   ({time.time() - t0:.1f} s)", flush=True)
+            what = "torch.compile" if compiled else "torch"
+            print(f"{what} {n} {results[n]:.4f}   ({time.time() - t0:.1f} s)", flush=True)
         except Exception as e:
             results[n] = f"{type(e).__name__}: {e}".splitlines()[0][:200]
             print(f"torch {n} error {results[n]}", flush=True)
@@ -444,21 +468,41 @@ def cell(v):
     return fmt_ms(v)
 
 
-def table(names, kiln, torch_ms):
-    rows = ["| workload | kiln ms | PyTorch eager ms | ratio (kiln/PyTorch) "
-            "| DEVICE.md best peer |",
-            "|---|---|---|---|---|"]
+def table(names, kiln, torch_ms, compiled_ms=None, before=None):
+    """The markdown table; compiled_ms (torch.compile) and before (an earlier kiln) add columns
+    when given. The ratio is kiln over the faster of the PyTorch columns."""
+    head = "| workload | kiln ms |"
+    if before is not None:
+        head += " kiln before ms | after/before |"
+    head += " PyTorch eager ms |"
+    if compiled_ms is not None:
+        head += " torch.compile ms |"
+    head += " ratio (kiln/best PyTorch) | DEVICE.md best peer |"
+    rows = [head, "|" + "---|" * (head.count("|") - 1)]
+
+    def ratio(a, b):
+        ok = isinstance(a, float) and isinstance(b, float) and b > 0
+        return f"{a / b:.2f}" if ok else "—"
     for name, what, (peer_ms, peer_src) in WORKLOADS:
         if name not in names:
             continue
         k, t = kiln.get(name), torch_ms.get(name)
-        ratio = f"{k / t:.2f}" if isinstance(k, float) and isinstance(t, float) and t > 0 else "—"
+        row = f"| {what} (`{name}`) | {cell(k)} |"
+        if before is not None:
+            b = before.get(name)
+            row += f" {cell(b)} | {ratio(k, b)} |"
+        row += f" {cell(t)} |"
+        best = t
+        if compiled_ms is not None:
+            c = compiled_ms.get(name)
+            row += f" {cell(c)} |"
+            if isinstance(c, float) and (not isinstance(best, float) or c < best):
+                best = c
         if peer_ms is None:
             peer = "—"
         else:
             peer = (f"{peer_ms / 1000:.1f} s" if peer_ms >= 1000 else f"{fmt_ms(peer_ms)} ms")
-        rows.append(f"| {what} (`{name}`) | {cell(k)} | {cell(t)} | {ratio} | "
-                    f"{peer} ({peer_src}) |")
+        rows.append(row + f" {ratio(k, best)} | {peer} ({peer_src}) |")
     return "\n".join(rows)
 
 
@@ -473,6 +517,9 @@ def main():
     ap.add_argument("--kiln-timeout", type=float, default=90, help="seconds per kiln workload")
     ap.add_argument("--kiln-budget", type=float, default=210, help="seconds for all of kiln")
     ap.add_argument("--skip-torch", action="store_true")
+    ap.add_argument("--torch-compile", action="store_true",
+                    help="also torch.compile(mode='reduce-overhead') where it applies")
+    ap.add_argument("--kiln-before", help="an earlier kiln_bench_gpu, for a before/after column")
     ap.add_argument("--skip-kiln", action="store_true")
     ap.add_argument("--onnx-dir", default="/tmp/kiln-bench-onnx",
                     help="where the BERT-base ONNX model for kiln is exported")
@@ -489,6 +536,9 @@ def main():
     notes, log = [], []
     t0 = time.time()
     torch_ms = {} if args.skip_torch else run_torch(names, args.reps, args.warmup, notes)
+    compiled_ms = None
+    if args.torch_compile and not args.skip_torch:
+        compiled_ms = run_torch(names, args.reps, max(args.warmup, 5), notes, compiled=True)
     t_torch = time.time() - t0
     onnx_dir = None
     if "bert_base_bf16_onnx" in names and not args.skip_kiln:
@@ -500,6 +550,13 @@ def main():
     kiln = {} if args.skip_kiln else run_kiln(args.kiln, args.kiln_device, names, args.reps,
                                                args.kiln_timeout, args.kiln_budget, log,
                                                onnx_dir)
+    before = None
+    if args.kiln_before and not args.skip_kiln:
+        log.append("# the earlier kiln (--kiln-before)")
+        before = run_kiln(args.kiln_before, args.kiln_device, names, args.reps, args.kiln_timeout,
+                          args.kiln_budget, log, onnx_dir)
+        notes.append(f"kiln before: {os.path.relpath(kiln_binary(args.kiln_before), REPO)}, "
+                     "run after the kiln column, the same way")
     notes.append(f"kiln: {os.path.relpath(kiln_binary(args.kiln), REPO)}, one process per "
                  f"workload, wall clock around Executable::run (synchronizing), median of "
                  f"{args.reps}; bf16 inference: the whole model in bf16 (NCHW); bf16 training: "
@@ -508,7 +565,7 @@ def main():
                  "torch.autocast(bfloat16), NCHW")
     notes.append(f"PyTorch part {t_torch:.0f} s, kiln part {time.time() - t0 - t_torch:.0f} s")
 
-    result = table(names, kiln, torch_ms)
+    result = table(names, kiln, torch_ms, compiled_ms, before)
     text = result + "\n\n" + "\n".join("- " + n for n in notes) + "\n"
     if args.out:
         with open(args.out, "w") as f:

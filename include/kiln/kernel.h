@@ -14,6 +14,7 @@ namespace kiln {
 
 enum class OpId : uint16_t;
 class ThreadPool;
+struct OpParams;
 
 /// A dense row-major tensor in device memory.
 struct TensorView {
@@ -70,9 +71,10 @@ enum class ErrorKind : int64_t {
 class KernelContext {
  public:
   KernelContext(OpId op, const Attrs& attrs, std::vector<TensorView> inputs,
-                std::vector<TensorView> outputs, ThreadPool* pool, const KernelEnv* env = nullptr)
+                std::vector<TensorView> outputs, ThreadPool* pool, const KernelEnv* env = nullptr,
+                const OpParams* params = nullptr)
       : op_(op), attrs_(attrs), inputs_(std::move(inputs)), outputs_(std::move(outputs)),
-        pool_(pool), env_(env) {}
+        pool_(pool), env_(env), params_(params) {}
   /// A context on `base`'s stream, thread pool and scratch allocator with other attrs and
   /// inputs, for a kernel that prepares an input and then runs its op's plain form. Its scratch
   /// returns to the allocator when it ends; `attrs` must outlive it.
@@ -116,6 +118,10 @@ class KernelContext {
   bool deterministic() const { return env_ && env_->deterministic; }
   /// See KernelEnv::choices (the defaults on the CPU).
   const KernelChoices& choices() const;
+  /// The node's attributes as its op decoded them once (built-in ops that declare a params
+  /// struct; src/core/op_params.h), or nullptr: custom ops, and contexts made with other
+  /// attributes, read attrs().
+  const OpParams* params() const { return params_; }
 
  private:
   OpId op_;
@@ -125,6 +131,7 @@ class KernelContext {
   ThreadPool* pool_;
   const KernelEnv* env_;
   std::vector<void*> scratch_;
+  const OpParams* params_ = nullptr;  // (last: op libraries built before it keep their offsets)
 };
 
 using KernelFn = void (*)(KernelContext&);

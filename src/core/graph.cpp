@@ -20,6 +20,7 @@ int32_t GraphImpl::add(OpId op, std::vector<ValueRef> inputs, Attrs attrs, std::
   Node n;
   n.op = op;
   n.outputs = def.infer(ctx);
+  if (def.decode) def.decode(op, attrs);  // (throws for attributes the kernels cannot take)
   n.inputs = std::move(inputs);
   n.attrs = std::move(attrs);
   n.name = std::move(name);

@@ -1,6 +1,7 @@
 // Graph storage: nodes in topological order (inputs always precede their readers).
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,8 @@
 #include "kiln/graph.h"
 
 namespace kiln {
+
+struct OpParams;
 
 struct TensorInfo {
   Shape shape;
@@ -36,6 +39,9 @@ struct Node {
   std::string name;
   Array value;          // data of a Constant
   int32_t origin = -1;  // id of the node in the user's graph this one came from (-1: made by a pass)
+  /// The attributes decoded for the kernels (OpDef::decode), set when an executable is made from
+  /// its program; null elsewhere and for ops that do not decode theirs.
+  std::shared_ptr<const OpParams> params;
 };
 
 struct GraphImpl {

@@ -8,6 +8,7 @@
 
 #include "core/graph_impl.h"
 #include "core/op_id.h"
+#include "core/op_params.h"
 
 namespace kiln {
 
@@ -44,6 +45,10 @@ using ExtraInputsFn = int (*)(const Attrs&);
 /// builders to hold, beyond the generic bounds of stored::check: what is wrong, or "" when sound.
 /// Runs after the node's input count is checked.
 using StoredAttrCheck = std::string (*)(const InferContext&);
+
+/// An op's attributes decoded into its params struct (src/core/op_params.h); throws ValueError for
+/// attributes the op cannot take.
+using DecodeFn = std::shared_ptr<const OpParams> (*)(OpId, const Attrs&);
 
 namespace stored {
 // Bounds on stored attributes: integers are bounded so that products of a dim and an attribute
@@ -83,6 +88,8 @@ struct OpDef {
   /// stored_check bounds them where it needs to); others are held to stored::kMaxDim.
   std::vector<const char*> wide_int_attrs;
   StoredAttrCheck stored_check = nullptr;
+  /// Decodes the attributes into the struct the op's kernels read (nullptr: they read attrs()).
+  DecodeFn decode = nullptr;
 
   /// Matrix products and convolutions: TF32 math may run them (the tf32 pass).
   bool tensor_core = false;
@@ -109,6 +116,13 @@ struct OpDef {
     return *this;
   }
   OpDef& check_stored(StoredAttrCheck f) { stored_check = f; return *this; }
+  /// The op's kernels read params_of<P>: P::decode(op, attrs) decodes and checks its attributes.
+  template <class P> OpDef& params() {
+    decode = [](OpId op, const Attrs& a) -> std::shared_ptr<const OpParams> {
+      return std::make_shared<const P>(P::decode(op, a));
+    };
+    return *this;
+  }
   OpDef& on_tensor_cores() { tensor_core = true; return *this; }
   OpDef& low_precision(int bool_input = -1) {
     autocast_low = true;

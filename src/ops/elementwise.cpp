@@ -124,10 +124,7 @@ std::vector<TensorInfo> infer_hardsigmoid(const InferContext& ctx) {
   return infer_unary_float(ctx);
 }
 std::vector<TensorInfo> infer_clip(const InferContext& ctx) {
-  const double lo = ctx.attrs.f("min"), hi = ctx.attrs.f("max");
-  if (std::isnan(lo) || std::isnan(hi) || lo > hi)
-    fail<ValueError>("[clip] needs min <= max, got min {} and max {} (input shape {})", lo, hi,
-                     str(ctx.inputs[0].shape));
+  math::ClipParams::decode(ctx.op, ctx.attrs);  // (the bounds' checks)
   return infer_unary_numeric(ctx);
 }
 
@@ -380,6 +377,7 @@ void register_elementwise_ops() {
     OpDef& d = define_op(r.op).set_infer(record_infer(r)).inputs(r.arity);
     // the output may take its input's buffer where it keeps the input's dtype
     if (r.result == math::Result::same || r.types == math::Types::boolean) d.inplace(0);
+    if (r.num_attrs() > 0) d.params<math::RecordParams>();
   }
   // records with attributes check them in their own inference; the other ops are not records
   define_op(OpId::BitShift).set_infer(infer_bit_shift).inplace(0).inputs(2);
@@ -390,7 +388,7 @@ void register_elementwise_ops() {
   define_op(OpId::Softshrink).set_infer(infer_shrink);
   define_op(OpId::Hardshrink).set_infer(infer_shrink);
   define_op(OpId::Hardsigmoid).set_infer(infer_hardsigmoid);
-  define_op(OpId::Clip).set_infer(infer_clip).inplace(0).inputs(1);
+  define_op(OpId::Clip).set_infer(infer_clip).inplace(0).inputs(1).params<math::ClipParams>();
   define_op(OpId::Where).set_infer(infer_where).inputs(3);
   define_op(OpId::Cast).set_infer(infer_cast).inputs(1);
 

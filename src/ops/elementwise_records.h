@@ -6,7 +6,10 @@
 
 #include <cstdint>
 
+#include "core/errors.h"
 #include "core/op_id.h"
+#include "core/op_params.h"
+#include "kiln/attrs.h"
 #include "kiln/dtype.h"
 
 namespace kiln::math {
@@ -73,13 +76,42 @@ constexpr const Record* record(OpId op) {
   return nullptr;
 }
 
-/// Calls f(attr0[, attr1]) with the float attributes of `op`'s record read from `attrs`, for the
-/// kernels of records whose functor takes NumAttrs members.
-template <int NumAttrs, class AttrMap, class F> void with_attrs(OpId op, const AttrMap& attrs, F&& f) {
-  const Record& r = *record(op);
-  if constexpr (NumAttrs == 0) f();
-  else if constexpr (NumAttrs == 1) f(attrs.f(r.attr0));
-  else f(attrs.f(r.attr0), attrs.f(r.attr1));
+/// The float attributes of a record with attributes, in the functor's order (the op's params).
+struct RecordParams : OpParams {
+  double a0 = 0, a1 = 0;
+  /// Throws ValueError when the node lacks one, or holds one that is not a number.
+  static RecordParams decode(OpId op, const Attrs& attrs) {
+    const Record& r = *record(op);
+    RecordParams p;
+    if (r.attr0) p.a0 = attrs.f(r.attr0);
+    if (r.attr1) p.a1 = attrs.f(r.attr1);
+    return p;
+  }
+};
+
+/// clip's bounds: min <= max, neither NaN (ValueError otherwise).
+struct ClipParams : OpParams {
+  double lo = 0, hi = 0;
+  static ClipParams decode(OpId, const Attrs& attrs) {
+    ClipParams p;
+    p.lo = attrs.f("min");
+    p.hi = attrs.f("max");
+    if (!(p.lo <= p.hi))
+      fail<ValueError>("[clip] needs min <= max, got min {} and max {}", p.lo, p.hi);
+    return p;
+  }
+};
+
+/// Calls f(attr0[, attr1]) with the float attributes of the kernel's record, for the kernels of
+/// records whose functor takes NumAttrs members.
+template <int NumAttrs, class F> void with_attrs(const KernelContext& ctx, F&& f) {
+  if constexpr (NumAttrs == 0) {
+    f();
+  } else {
+    const RecordParams p = params_of<RecordParams>(ctx);
+    if constexpr (NumAttrs == 1) f(p.a0);
+    else f(p.a0, p.a1);
+  }
 }
 
 }  // namespace kiln::math

@@ -91,6 +91,9 @@ void attach_program(detail::ExecutableImpl& impl, Program p) {
     Node& n = p.graph.nodes[i];
     if (n.op == OpId::Constant) n.value = n.value.to(impl.device);
     else if (n.op == OpId::Variable) impl.variables.push_back(static_cast<int32_t>(i));
+    // decoded here, after every pass, once for all the runs of the executable
+    const OpDef& def = op_def(n.op);
+    n.params = def.decode ? def.decode(n.op, n.attrs) : nullptr;
   }
   impl.program = std::move(p);
   if (impl.options.num_threads > 0) {

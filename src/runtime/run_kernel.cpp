@@ -68,7 +68,7 @@ void run_device_kernel_via_f32(const KernelEntry& entry, Backend backend, const 
   std::vector<TensorView> in32, out32;
   for (auto& v : in) in32.push_back(widen(v, true));
   for (auto& v : out) out32.push_back(widen(v, false));
-  KernelContext ctx(node.op, node.attrs, in32, out32, pool, &env);
+  KernelContext ctx(node.op, node.attrs, in32, out32, pool, &env, node.params.get());
   entry.fn(ctx);
   for (size_t i = 0; i < out.size(); ++i)
     if (out[i].dtype != out32[i].dtype) run_cast(out32[i], out[i]);
@@ -79,7 +79,7 @@ void run_kernel(const KernelEntry& entry, const Node& node, const std::vector<Te
                 const std::vector<TensorView>& out, ThreadPool* pool) {
   if (all_empty(out)) return;
   if (!runs_via_f32(entry, node, in)) {
-    KernelContext ctx(node.op, node.attrs, in, out, pool);
+    KernelContext ctx(node.op, node.attrs, in, out, pool, nullptr, node.params.get());
     entry.fn(ctx);
     return;
   }
@@ -103,7 +103,7 @@ void run_kernel(const KernelEntry& entry, const Node& node, const std::vector<Te
   std::vector<TensorView> in32, out32;
   for (auto& v : in) in32.push_back(widen(v, true));
   for (auto& v : out) out32.push_back(widen(v, false));
-  KernelContext ctx(node.op, node.attrs, in32, out32, pool);
+  KernelContext ctx(node.op, node.attrs, in32, out32, pool, nullptr, node.params.get());
   entry.fn(ctx);
   for (size_t i = 0; i < out.size(); ++i)
     if (out[i].dtype != out32[i].dtype)
@@ -115,7 +115,7 @@ void run_device_kernel(const KernelEntry& entry, Backend backend, const Node& no
                        ThreadPool* pool, const KernelEnv& env) {
   if (all_empty(out)) return;
   if (!runs_via_f32(entry, node, in)) {
-    KernelContext ctx(node.op, node.attrs, in, out, pool, &env);
+    KernelContext ctx(node.op, node.attrs, in, out, pool, &env, node.params.get());
     entry.fn(ctx);
     return;
   }

@@ -1,10 +1,12 @@
 // Compile and run: feed checks, passes, memory planning.
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <thread>
 
 #include "core/op_registry.h"
 #include "kiln/optim.h"
+#include "ops/elementwise_records.h"
 #include "runtime/executable_impl.h"
 #include "support/reference.h"
 
@@ -218,6 +220,54 @@ TEST(MemoryPlan, ConcurrentRunsUseSeparateArenas) {
     });
   for (auto& t : ts) t.join();
   EXPECT_EQ(bad.load(), 0);
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+using namespace kiln::test;
+
+// Ops that declare a params struct are decoded once per executable (after every pass, for compile
+// and load alike) and checked when built; their kernels then compute from the decoded values.
+TEST(Compile, OpParamsAreDecodedOnceForTheKernelsAndCheckedWhenBuilt) {
+  Graph g;
+  auto x = g.placeholder({257}, f32, "x");
+  const double alpha = 0.01 + 0.3 * to_f64(random_array({1}, f64, 0, 1))[0];
+  const Tensor y = clip(leaky_relu(x, alpha), -0.5, 0.75);
+  CompileOptions o;
+  o.fuse_elementwise = false;  // (each op its own kernel, with its own node)
+  const Executable exe = g.compile(Device::cpu(), {}, {y}, o);
+  int decoded = 0;
+  for (const auto& n : exe.impl().program.graph.nodes) {
+    if (n.op == OpId::LeakyRelu) {
+      ASSERT_TRUE(n.params);
+      EXPECT_EQ(static_cast<const math::RecordParams&>(*n.params).a0, alpha);
+      ++decoded;
+    } else if (n.op == OpId::Clip) {
+      ASSERT_TRUE(n.params);
+      const auto& p = static_cast<const math::ClipParams&>(*n.params);
+      EXPECT_EQ(p.lo, -0.5);
+      EXPECT_EQ(p.hi, 0.75);
+      ++decoded;
+    } else if (n.op == OpId::Placeholder) {
+      EXPECT_FALSE(n.params);  // (an op without a params struct)
+    }
+  }
+  EXPECT_EQ(decoded, 2) << exe.dump();
+  const Array v = random_array({257}, f32, -3, 3);
+  std::vector<double> ref;
+  for (double e : to_f64(v)) ref.push_back(std::clamp(e > 0 ? e : alpha * e, -0.5, 0.75));
+  expect_close(exe.run({{x, v}})[0], {257}, ref, 1e-6);
+  // the builder's node without its attribute, or with bounds the kernels cannot take
+  expect_error<ValueError>([&] { detail::make_node1(OpId::LeakyRelu, {x}, Attrs{}); },
+                           {"alpha"});
+  Attrs crossed;
+  crossed.set("min", 2.0);
+  crossed.set("max", 1.0);
+  expect_error<ValueError>([&] { detail::make_node1(OpId::Clip, {x}, crossed); },
+                           {"[clip]", "min <= max"});
 }
 
 }  // namespace

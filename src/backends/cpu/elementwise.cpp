@@ -38,7 +38,7 @@ void record_kernel(KernelContext& ctx) {
         unary_map(ctx, ctx.in(0).ptr<T>(), ctx.out(0).ptr<T>(), ctx.in(0).numel(), Op<T>{});
     });
   } else if constexpr (C == Types::floating) {
-    math::with_attrs<NumAttrs>(ctx.op(), ctx.attrs(), [&](auto... a) { float_op<Op>(ctx, a...); });
+    math::with_attrs<NumAttrs>(ctx, [&](auto... a) { float_op<Op>(ctx, a...); });
   } else {
     unary_op<Op>(ctx);
   }

@@ -19,6 +19,7 @@
 
 #include "backends/cpu/elementwise.h"
 #include "backends/cpu/kernels.h"
+#include "ops/elementwise_records.h"
 
 namespace kiln::cpu {
 
@@ -168,7 +169,8 @@ bool f32_vector(KernelContext& ctx, F32Map f) {
 
 // NaN passes through: both comparisons are false.
 void clip(KernelContext& ctx) {
-  const double lo = ctx.attrs().f("min"), hi = ctx.attrs().f("max");
+  const math::ClipParams bounds = params_of<math::ClipParams>(ctx);
+  const double lo = bounds.lo, hi = bounds.hi;
   dispatch(ctx.in(0).dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
     if constexpr (!std::is_same_v<T, bool>) {

@@ -115,7 +115,7 @@ void record_kernel(KernelContext& ctx) {
   } else if constexpr (R == Result::boolean) {
     classify<Op>(ctx);
   } else if constexpr (C == Types::floating) {
-    math::with_attrs<NumAttrs>(ctx.op(), ctx.attrs(), [&](auto... a) { unary_float<Op>(ctx, a...); });
+    math::with_attrs<NumAttrs>(ctx, [&](auto... a) { unary_float<Op>(ctx, a...); });
   } else {
     unary_same<Op, C == Types::signed_numeric>(ctx);
   }
@@ -159,7 +159,8 @@ void cast(KernelContext& ctx) {
 }
 
 void clip(KernelContext& ctx) {
-  const double lo = ctx.attrs().f("min"), hi = ctx.attrs().f("max");
+  const math::ClipParams bounds = params_of<math::ClipParams>(ctx);
+  const double lo = bounds.lo, hi = bounds.hi;
   const DType dt = ctx.in(0).dtype;
   dispatch(dt, ctx.op_name(), [&](auto t) {
     using T = decltype(t);

@@ -1,0 +1,23 @@
+// An op's attributes decoded once into the struct its kernels read, instead of looked up by name
+// at every launch. An op declares its struct with OpDef::params<P>(): P derives from OpParams and
+// has `static P decode(OpId, const Attrs&)`, which throws ValueError for attributes it cannot
+// take. Nodes are decoded when built (to validate them) and when an executable is made from its
+// program (compile and package load: Node::params); kernels read params_of<P>(ctx).
+#pragma once
+
+#include "kiln/kernel.h"
+
+namespace kiln {
+
+struct OpParams {
+  virtual ~OpParams() = default;
+};
+
+/// The decoded attributes of the kernel's node, or, where the runtime has none to give (a context
+/// a kernel made with other attributes, constant folding), the same decoded from ctx.attrs().
+template <class P> P params_of(const KernelContext& ctx) {
+  if (const OpParams* p = ctx.params()) return static_cast<const P&>(*p);
+  return P::decode(ctx.op(), ctx.attrs());
+}
+
+}  // namespace kiln
