@@ -73,8 +73,13 @@ class KernelContext {
   KernelContext(OpId op, const Attrs& attrs, std::vector<TensorView> inputs,
                 std::vector<TensorView> outputs, ThreadPool* pool, const KernelEnv* env = nullptr,
                 const OpParams* params = nullptr)
-      : op_(op), attrs_(attrs), inputs_(std::move(inputs)), outputs_(std::move(outputs)),
-        pool_(pool), env_(env), params_(params) {}
+      : op_(op),
+        attrs_(attrs),
+        inputs_(std::move(inputs)),
+        outputs_(std::move(outputs)),
+        pool_(pool),
+        env_(env),
+        params_(params) {}
   /// A context on `base`'s stream, thread pool and scratch allocator with other attrs and
   /// inputs, for a kernel that prepares an input and then runs its op's plain form. Its scratch
   /// returns to the allocator when it ends; `attrs` must outlive it.

@@ -124,7 +124,10 @@ std::vector<TensorInfo> infer_hardsigmoid(const InferContext& ctx) {
   return infer_unary_float(ctx);
 }
 std::vector<TensorInfo> infer_clip(const InferContext& ctx) {
-  math::ClipParams::decode(ctx.op, ctx.attrs);  // (the bounds' checks)
+  const double lo = ctx.attrs.f("min"), hi = ctx.attrs.f("max");
+  if (!(lo <= hi))  // (and neither NaN; ClipParams::decode checks the same for the kernels)
+    fail<ValueError>("[clip] needs min <= max, got min {} and max {} (input shape {})", lo, hi,
+                     str(ctx.inputs[0].shape));
   return infer_unary_numeric(ctx);
 }
 

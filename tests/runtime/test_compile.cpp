@@ -261,8 +261,7 @@ TEST(Compile, OpParamsAreDecodedOnceForTheKernelsAndCheckedWhenBuilt) {
   for (double e : to_f64(v)) ref.push_back(std::clamp(e > 0 ? e : alpha * e, -0.5, 0.75));
   expect_close(exe.run({{x, v}})[0], {257}, ref, 1e-6);
   // the builder's node without its attribute, or with bounds the kernels cannot take
-  expect_error<ValueError>([&] { detail::make_node1(OpId::LeakyRelu, {x}, Attrs{}); },
-                           {"alpha"});
+  expect_error<ValueError>([&] { detail::make_node1(OpId::LeakyRelu, {x}, Attrs{}); }, {"alpha"});
   Attrs crossed;
   crossed.set("min", 2.0);
   crossed.set("max", 1.0);
