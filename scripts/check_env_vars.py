@@ -60,7 +60,7 @@ def main():
         for n in re.findall(r"[\"'](KILN_[A-Z0-9_]+)[\"']", text):
             if n not in names:
                 problems.append(f"{n} (read in {f.relative_to(root)}) is not in {TABLE}")
-    used = "".join(t for _, t in files(root, ("src",)) if True)
+    used = "".join(t for _, t in files(root, ("src",)))
     tests = "".join(t for _, t in files(root, ("tests",)))
     for n in sorted(names):
         if f"Var::{n}" not in used and n not in tests:
