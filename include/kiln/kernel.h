@@ -163,9 +163,19 @@ struct KernelEntry {
   bool handles(DType t) const;
 };
 
-/// Registers (or replaces) the kernel of `op` on `backend`.
+/// The memory layout a kernel takes its spatial tensors in, a dispatch key beside the op and the
+/// backend. plain: the layout the op documents (NCHW for convolutions and pooling).
+/// channels_last: 4-D spatial inputs and outputs are (N, H, W, C), and a conv's weight
+/// (O, kh, kw, C/G); only the channels_last pass gives nodes this layout, and only for ops whose
+/// record declares it (OpDef::channels_last).
+enum class Layout : uint8_t { plain, channels_last };
+inline constexpr int kNumLayouts = 2;
+const char* layout_name(Layout l);
+
+/// Registers (or replaces) the kernel of `op` on `backend` for nodes of `layout`.
 void register_kernel(OpId op, Backend backend, KernelEntry entry);
-/// nullptr when the backend has no kernel for the op.
-const KernelEntry* find_kernel(OpId op, Backend backend);
+void register_kernel(OpId op, Backend backend, Layout layout, KernelEntry entry);
+/// nullptr when the backend has no kernel for the op in that layout.
+const KernelEntry* find_kernel(OpId op, Backend backend, Layout layout = Layout::plain);
 
 }  // namespace kiln

@@ -17,12 +17,13 @@
 
 namespace kiln {
 
-/// A kernel call of an executable as a backend sees it for tuning: the op, its attributes, and
-/// the types of its inputs and outputs.
+/// A kernel call of an executable as a backend sees it for tuning: the op, its attributes (and
+/// layout), and the types of its inputs and outputs.
 struct KernelCall {
   OpId op{};
   const Attrs* attrs = nullptr;
   std::vector<TensorInfo> inputs, outputs;
+  Layout layout = Layout::plain;
 };
 
 /// A generated kernel's binary: built for `arch`, named by `key` (a hash of its source and

@@ -19,7 +19,7 @@ int32_t GraphImpl::add(OpId op, std::vector<ValueRef> inputs, Attrs attrs, std::
   InferContext ctx{op, attrs, in};
   Node n;
   n.op = op;
-  n.outputs = def.infer(ctx);
+  n.outputs = infer_node(ctx);
   if (def.decode) def.decode(op, attrs);  // (throws for attributes the kernels cannot take)
   n.inputs = std::move(inputs);
   n.attrs = std::move(attrs);

@@ -19,5 +19,10 @@ template <class P> P params_of(const KernelContext& ctx) {
   if (const OpParams* p = ctx.params()) return static_cast<const P&>(*p);
   return P::decode(ctx.op(), ctx.attrs());
 }
+/// The same without a copy: the node's decoded struct, or `spare` decoded from ctx.attrs().
+template <class P> const P& params_of(const KernelContext& ctx, P& spare) {
+  if (const OpParams* p = ctx.params()) return static_cast<const P&>(*p);
+  return spare = P::decode(ctx.op(), ctx.attrs());
+}
 
 }  // namespace kiln

@@ -110,4 +110,34 @@ const OpDef& op_def(OpId op) {
   return defs_storage()[static_cast<int>(op)];
 }
 
+Layout layout_of(OpId op, const Attrs& attrs) {
+  return op_def(op).nhwc_input && attrs.b("channels_last", false) ? Layout::channels_last
+                                                                  : Layout::plain;
+}
+
+std::vector<TensorInfo> infer_node(const InferContext& ctx) {
+  const OpDef& def = op_def(ctx.op);
+  if (!def.infer) fail<UnsupportedError>("[{}] op has no shape inference", ctx.name());
+  if (layout_of(ctx.op, ctx.attrs) == Layout::plain) return def.infer(ctx);
+  if (def.infer_channels_last) return def.infer_channels_last(ctx);
+  // the plain inference on NCHW (and OIHW) views of the NHWC inputs (and OHWI weight), its 4-D
+  // outputs permuted to NHWC
+  const int n = static_cast<int>(ctx.inputs.size());
+  std::vector<TensorInfo> in = ctx.inputs;
+  for (int k = 0; k < n; ++k) {
+    Shape& s = in[k].shape;
+    if (!def.nhwc_input(ctx.attrs, k, n) && k != def.khwc_weight_input) continue;
+    if (s.size() != 4)
+      fail<ShapeError>("[{}] channels_last takes a 4-D (N, H, W, C) input {}, got shape {}",
+                       ctx.name(), k, str(s));
+    s = {s[0], s[3], s[1], s[2]};
+  }
+  Attrs attrs = ctx.attrs;
+  attrs.set("channels_last", false);
+  std::vector<TensorInfo> out = def.infer(InferContext{ctx.op, attrs, in});
+  for (TensorInfo& t : out)
+    if (t.shape.size() == 4) t.shape = {t.shape[0], t.shape[2], t.shape[3], t.shape[1]};
+  return out;
+}
+
 }  // namespace kiln

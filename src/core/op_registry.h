@@ -50,6 +50,11 @@ using StoredAttrCheck = std::string (*)(const InferContext&);
 /// attributes the op cannot take.
 using DecodeFn = std::shared_ptr<const OpParams> (*)(OpId, const Attrs&);
 
+/// Which inputs of a channels_last node are (N, H, W, C): input k of a node with `num_inputs`
+/// inputs and attributes `attrs`. Its other inputs keep their layout (a conv's weight apart:
+/// OpDef::khwc_weight_input).
+using NhwcInputFn = bool (*)(const Attrs& attrs, int k, int num_inputs);
+
 namespace stored {
 // Bounds on stored attributes: integers are bounded so that products of a dim and an attribute
 // fit in 64 bits.
@@ -91,6 +96,15 @@ struct OpDef {
   /// Decodes the attributes into the struct the op's kernels read (nullptr: they read attrs()).
   DecodeFn decode = nullptr;
 
+  /// The op's kernels may take Layout::channels_last (a dispatch key of find_kernel): which
+  /// inputs are then NHWC, the input that is a (O, kh, kw, C/G) weight (-1: none), and the
+  /// inference of such nodes (nullptr: the plain inference on NCHW views of the 4-D inputs, its
+  /// 4-D outputs permuted to NHWC). The attribute channels_last stores the layout in programs
+  /// and packages; nothing but layout_of reads it.
+  NhwcInputFn nhwc_input = nullptr;
+  int khwc_weight_input = -1;
+  InferFn infer_channels_last = nullptr;
+
   /// Matrix products and convolutions: TF32 math may run them (the tf32 pass).
   bool tensor_core = false;
   /// Autocast runs the op in its low float precision when its inputs are f32 (input
@@ -123,6 +137,12 @@ struct OpDef {
     };
     return *this;
   }
+  OpDef& channels_last(NhwcInputFn inputs, int khwc_weight = -1, InferFn infer = nullptr) {
+    nhwc_input = inputs;
+    khwc_weight_input = khwc_weight;
+    infer_channels_last = infer;
+    return *this;
+  }
   OpDef& on_tensor_cores() { tensor_core = true; return *this; }
   OpDef& low_precision(int bool_input = -1) {
     autocast_low = true;
@@ -136,6 +156,11 @@ struct OpDef {
 
 /// The def of `op` (all families registered on first use).
 const OpDef& op_def(OpId op);
+/// The layout a node of `op` with `attrs` runs in: channels_last where the op declares that
+/// layout and the node's attribute channels_last is set; plain otherwise.
+Layout layout_of(OpId op, const Attrs& attrs);
+/// The node's output types and shapes: the op's inference for its layout. Throws like it.
+std::vector<TensorInfo> infer_node(const InferContext& ctx);
 /// For family registration functions.
 OpDef& define_op(OpId op);
 

@@ -77,25 +77,4 @@ void add_optional(std::vector<Tensor>& inputs, Attrs& attrs, const char* name,
   if (t) inputs.push_back(*t);
 }
 
-std::vector<TensorInfo> infer_channels_last(const InferContext& ctx, InferFn infer) {
-  const Shape& s = ctx.inputs[0].shape;
-  if (s.size() != 4)
-    fail<ShapeError>("[{}] channels_last needs a 4-D (N, H, W, C) input, got shape {}", ctx.name(),
-                     str(s));
-  std::vector<TensorInfo> in = ctx.inputs;
-  for (TensorInfo& t : in)
-    if (t.shape.size() == 4) t.shape = {t.shape[0], t.shape[3], t.shape[1], t.shape[2]};
-  Attrs attrs = ctx.attrs;
-  attrs.set("channels_last", false);
-  std::vector<TensorInfo> out = infer(InferContext{ctx.op, attrs, in});
-  for (TensorInfo& t : out)
-    if (t.shape.size() == 4) t.shape = {t.shape[0], t.shape[2], t.shape[3], t.shape[1]};
-  return out;
-}
-
-void require_nchw(const VjpContext& c) {
-  if (c.attrs.b("channels_last", false))
-    fail<UnsupportedError>("[{}] no gradient for a channels_last node", op_name(c.op));
-}
-
 }  // namespace kiln::ops

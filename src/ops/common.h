@@ -35,13 +35,6 @@ bool shapes_match(const Shape& a, const Shape& b);
 /// Appends optional tensors and records which are present as bool attrs ("has_<name>").
 void add_optional(std::vector<Tensor>& inputs, Attrs& attrs, const char* name,
                   const std::optional<Tensor>& t);
-/// Inference of a node with attr channels_last (set by the channels_last pass on CUDA programs):
-/// its 4-D inputs and outputs are NHWC, a conv weight (O, C/G, kh, kw) is (O, kh, kw, C/G).
-/// Runs `infer` (with channels_last off) on the NCHW view and permutes the 4-D outputs back.
-std::vector<TensorInfo> infer_channels_last(const InferContext& ctx, InferFn infer);
-/// Throws UnsupportedError for the gradient of a channels_last node (the pass runs after
-/// autodiff, so such nodes are never differentiated).
-void require_nchw(const VjpContext& c);
 
 /// The attribute value of a scatter reduction ("none", "add", ...).
 inline const char* reduction_name(ScatterReduction r) {

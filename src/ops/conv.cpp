@@ -18,6 +18,7 @@
 #include "kiln/ops/transform.h"
 #include "ops/common.h"
 #include "ops/conv_attrs.h"
+#include "ops/conv_params.h"
 
 namespace kiln {
 
@@ -188,8 +189,9 @@ void check_groups(const InferContext& ctx, int64_t groups, int64_t channels, con
 
 std::vector<TensorInfo> infer_conv(const InferContext& ctx);
 
-// channels_last (set by the channels_last pass on 2-D convs): x (N, H, W, C), w (O, kh, kw,
-// C/groups), output (N, OH, OW, O); inferred as the NCHW conv.
+// conv in layout channels_last (set by the channels_last pass on 2-D convs): x (N, H, W, C),
+// w (O, kh, kw, C/groups), output (N, OH, OW, O), inferred as the NCHW conv; the fused epilogue
+// (relu, a residual of the output's shape and dtype) comes only with it.
 std::vector<TensorInfo> infer_conv_channels_last(const InferContext& ctx) {
   const Shape &x = ctx.inputs[0].shape, &w = ctx.inputs[1].shape;
   if (x.size() != 4 || w.size() != 4)
@@ -202,7 +204,6 @@ std::vector<TensorInfo> infer_conv_channels_last(const InferContext& ctx) {
   in[0].shape = {x[0], x[3], x[1], x[2]};
   in[1].shape = {w[0], w[3], w[1], w[2]};
   Attrs attrs = ctx.attrs;
-  attrs.set("channels_last", false);
   attrs.set("relu", false);
   attrs.set("has_residual", false);
   auto out = infer_conv(InferContext{OpId::Conv, attrs, in});
@@ -218,7 +219,6 @@ std::vector<TensorInfo> infer_conv_channels_last(const InferContext& ctx) {
 }
 
 std::vector<TensorInfo> infer_conv(const InferContext& ctx) {
-  if (ctx.attrs.b("channels_last", false)) return infer_conv_channels_last(ctx);
   if (ctx.attrs.b("relu", false) || ctx.attrs.b("has_residual", false))
     fail<ValueError>("[conv] a fused relu or residual needs channels_last (the pass sets them)");
   const Shape& x = ctx.inputs[0].shape;
@@ -253,8 +253,6 @@ std::vector<TensorInfo> infer_conv(const InferContext& ctx) {
 }
 
 std::vector<TensorInfo> infer_conv_transpose(const InferContext& ctx) {
-  if (ctx.attrs.b("channels_last", false))
-    return infer_channels_last(ctx, infer_conv_transpose);
   const Shape& x = ctx.inputs[0].shape;
   const Shape& w = ctx.inputs[1].shape;
   const int64_t groups = ctx.attrs.i("groups");
@@ -291,8 +289,6 @@ std::vector<TensorInfo> infer_conv_transpose(const InferContext& ctx) {
   return {{out, ctx.inputs[0].dtype}};
 }
 std::vector<TensorInfo> infer_conv_grad_weight(const InferContext& ctx) {
-  if (ctx.attrs.b("channels_last", false))
-    return infer_channels_last(ctx, infer_conv_grad_weight);
   require_rank(ctx, 0, 3, 5);
   require_dtype(ctx, 0, kFloatTypes, "a float dtype");
   if (ctx.inputs[1].dtype != ctx.inputs[0].dtype)
@@ -375,7 +371,6 @@ Tensor bias_grad(const Tensor& g) {
 }
 
 Grads vjp_conv(const VjpContext& c) {
-  require_nchw(c);
   const Tensor& g = *c.cotangents[0];
   const Tensor &x = c.inputs[0], &w = c.inputs[1];
   Grads r{conv_transpose_to(g, w, c.attrs, x.shape()),
@@ -388,7 +383,6 @@ Grads vjp_conv(const VjpContext& c) {
 // dw[c, o, k] = sum x[n, c, i] dy[n, o, i*s - pad + k*d] is conv's weight gradient with the
 // conv input dy and output gradient x.
 Grads vjp_conv_transpose(const VjpContext& c) {
-  require_nchw(c);
   const Tensor& g = *c.cotangents[0];
   const Tensor &x = c.inputs[0], &w = c.inputs[1];
   Grads r{conv_to(g, w, c.attrs, x.shape()),
@@ -399,11 +393,17 @@ Grads vjp_conv_transpose(const VjpContext& c) {
 
 // dW(x, dy) is linear in each input: <G, dW> = <x, conv_transpose(dy, G)> = <dy, conv(x, G)>.
 Grads vjp_conv_grad_weight(const VjpContext& c) {
-  require_nchw(c);
   const Tensor& g = *c.cotangents[0];
   const Tensor &x = c.inputs[0], &dy = c.inputs[1];
   return {conv_transpose_to(dy, g, c.attrs, x.shape()), conv_to(x, g, c.attrs, dy.shape())};
 }
+
+// The NHWC inputs of a channels_last node: x (and dy), a residual; a weight is (O, kh, kw, C/G).
+bool nhwc_x_and_residual(const Attrs& a, int k, int n) {
+  return k == 0 || (a.b("has_residual", false) && k == n - 1);
+}
+bool nhwc_x(const Attrs&, int k, int) { return k == 0; }
+bool nhwc_x_and_dy(const Attrs&, int k, int) { return k <= 1; }
 
 // A stored node's geometry: one value per spatial dim, within bounds.
 std::string check_stored_conv(const InferContext& c) {
@@ -430,6 +430,8 @@ void register_conv_ops() {
       .inputs(2)
       .optional_inputs({"has_bias", "has_residual"})  // residual: the channels_last epilogue
       .check_stored(check_stored_conv)
+      .params<ConvParams>()
+      .channels_last(nhwc_x_and_residual, 1, infer_conv_channels_last)
       .on_tensor_cores()
       .low_precision();
   define_op(OpId::ConvTranspose)
@@ -438,6 +440,8 @@ void register_conv_ops() {
       .inputs(2)
       .optional_inputs({"has_bias"})
       .check_stored(check_stored_conv)
+      .params<ConvParams>()
+      .channels_last(nhwc_x, 1)
       .on_tensor_cores()
       .low_precision();
   define_op(OpId::ConvGradWeight)
@@ -445,6 +449,8 @@ void register_conv_ops() {
       .grad(vjp_conv_grad_weight)
       .inputs(2)
       .check_stored(check_stored_conv)
+      .params<ConvParams>()
+      .channels_last(nhwc_x_and_dy)
       .on_tensor_cores()
       .low_precision();
 }

@@ -12,15 +12,18 @@
 //     batch's mean and biased var (C) in x's dtype
 //   batch_norm_train_grad: eps, has_weight; inputs dy, x, mean, var[, weight]; outputs dx and
 //     dweight, dbias (C), the last two always computed
-//   Both training ops may carry channels_last (bool, set by the channels_last pass for CUDA):
-//     x, y, dy and dx are 4-D (N, H, W, C), the parameters and statistics stay (C).
+//   Both training ops may carry channels_last (bool, set by the channels_last pass for CUDA; such
+//     nodes run Layout::channels_last kernels): x, y, dy and dx are 4-D (N, H, W, C), the
+//     parameters and statistics stay (C).
+// The kernels read the attributes as SoftmaxParams, NormParams and DropoutParams.
 #include "kiln/ops/norm.h"
 
+#include "kiln/ops/core.h"
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/transform.h"
-#include "kiln/ops/core.h"
 #include "ops/common.h"
+#include "ops/norm_params.h"
 
 namespace kiln {
 
@@ -111,7 +114,7 @@ int64_t per_channel(const Shape& x) {
   return m;
 }
 
-std::vector<TensorInfo> infer_batch_norm_train_nchw(const InferContext& ctx) {
+std::vector<TensorInfo> infer_batch_norm_train(const InferContext& ctx) {
   infer_channel_norm(ctx, 2, {});
   const TensorInfo& x = ctx.inputs[0];
   if (per_channel(x.shape) == 0)
@@ -121,14 +124,8 @@ std::vector<TensorInfo> infer_batch_norm_train_nchw(const InferContext& ctx) {
   return {x, stat, stat};
 }
 
-std::vector<TensorInfo> infer_batch_norm_train(const InferContext& ctx) {
-  if (ctx.attrs.b("channels_last", false))
-    return infer_channels_last(ctx, infer_batch_norm_train_nchw);
-  return infer_batch_norm_train_nchw(ctx);
-}
-
 // Inputs dy, x, mean, var[, weight]: dy has x's shape, the rest (C); all in x's dtype.
-std::vector<TensorInfo> infer_batch_norm_train_grad_nchw(const InferContext& ctx) {
+std::vector<TensorInfo> infer_batch_norm_train_grad(const InferContext& ctx) {
   require_dtype(ctx, 1, kFloatTypes, "a float dtype");
   require_rank(ctx, 1, 2, 64);
   const TensorInfo &dy = ctx.inputs[0], &x = ctx.inputs[1];
@@ -152,11 +149,6 @@ std::vector<TensorInfo> infer_batch_norm_train_grad_nchw(const InferContext& ctx
   }
   const TensorInfo stat{want, x.dtype};
   return {x, stat, stat};
-}
-std::vector<TensorInfo> infer_batch_norm_train_grad(const InferContext& ctx) {
-  if (ctx.attrs.b("channels_last", false))
-    return infer_channels_last(ctx, infer_batch_norm_train_grad_nchw);
-  return infer_batch_norm_train_grad_nchw(ctx);
 }
 
 std::vector<TensorInfo> infer_dropout(const InferContext& ctx) {
@@ -311,7 +303,6 @@ Grads vjp_batch_norm(const VjpContext& c) {
 // the mean and var outputs (only when a loss reads them) with plain ops: d mean / dx = 1 / M and
 // d var / dx = 2 (x - mean) / M.
 Grads vjp_batch_norm_train(const VjpContext& c) {
-  require_nchw(c);
   const Tensor &x = c.inputs[0], &m = c.outputs[1], &var = c.outputs[2];
   const bool hw = c.attrs.b("has_weight", false), hb = c.attrs.b("has_bias", false);
   Grads grads(c.inputs.size());
@@ -379,50 +370,68 @@ Grads vjp_dropout(const VjpContext& c) {
       dropout(*c.cotangents[0], c.attrs.f("p"), true, static_cast<uint64_t>(c.attrs.i("seed")))};
 }
 
+// The NHWC inputs of channels_last nodes: batch_norm_train's x, batch_norm_train_grad's dy and x.
+bool nhwc_x(const Attrs&, int k, int) { return k == 0; }
+bool nhwc_dy_and_x(const Attrs&, int k, int) { return k <= 1; }
+
 }  // namespace
 
 void register_norm_ops() {
-  define_op(OpId::Softmax).set_infer(infer_softmax).inplace(0).inputs(1);
-  define_op(OpId::LogSoftmax).set_infer(infer_softmax).inplace(0).inputs(1);
+  define_op(OpId::Softmax).set_infer(infer_softmax).inplace(0).inputs(1).params<SoftmaxParams>();
+  define_op(OpId::LogSoftmax).set_infer(infer_softmax).inplace(0).inputs(1).params<SoftmaxParams>();
   // the kernels read each row's statistics before writing the row, so x may be overwritten
   define_op(OpId::LayerNorm)
       .set_infer(infer_layer_norm)
       .inplace(0)
       .inputs(1)
-      .optional_inputs({"has_weight", "has_bias"});
+      .optional_inputs({"has_weight", "has_bias"})
+      .params<NormParams>();
   define_op(OpId::RmsNorm)
       .set_infer(infer_layer_norm)
       .inplace(0)
       .inputs(1)
-      .optional_inputs({"has_weight"});
+      .optional_inputs({"has_weight"})
+      .params<NormParams>();
   // x, running mean, running variance[, weight][, bias]
   define_op(OpId::BatchNorm)
       .set_infer(infer_batch_norm)
       .inplace(0)
       .inputs(3)
-      .optional_inputs({"has_weight", "has_bias"});
+      .optional_inputs({"has_weight", "has_bias"})
+      .params<NormParams>();
   define_op(OpId::InstanceNorm)
       .set_infer(infer_instance_norm)
       .inplace(0)
       .inputs(1)
-      .optional_inputs({"has_weight", "has_bias"});
+      .optional_inputs({"has_weight", "has_bias"})
+      .params<NormParams>();
   define_op(OpId::GroupNorm)
       .set_infer(infer_group_norm)
       .inplace(0)
       .inputs(1)
-      .optional_inputs({"has_weight", "has_bias"});
-  define_op(OpId::Dropout).set_infer(infer_dropout).impure().inplace(0).inputs(1);
+      .optional_inputs({"has_weight", "has_bias"})
+      .params<NormParams>();
+  define_op(OpId::Dropout)
+      .set_infer(infer_dropout)
+      .impure()
+      .inplace(0)
+      .inputs(1)
+      .params<DropoutParams>();
   // y (dx) is written over x (dy) channel by channel after the channel's statistics are read
   define_op(OpId::BatchNormTrain)
       .set_infer(infer_batch_norm_train)
       .inplace(0)
       .inputs(1)
-      .optional_inputs({"has_weight", "has_bias"});
+      .optional_inputs({"has_weight", "has_bias"})
+      .params<NormParams>()
+      .channels_last(nhwc_x);
   define_op(OpId::BatchNormTrainGrad)
       .set_infer(infer_batch_norm_train_grad)
       .inplace(0)
       .inputs(4)
-      .optional_inputs({"has_weight"});
+      .optional_inputs({"has_weight"})
+      .params<NormParams>()
+      .channels_last(nhwc_dy_and_x);
 
   define_op(OpId::Softmax).grad(vjp_softmax);
   define_op(OpId::LogSoftmax).grad(vjp_log_softmax);
@@ -492,7 +501,8 @@ BatchNormTrainGradResult batch_norm_train_grad(const Tensor& dy, const Tensor& x
 
 // One fused batch_norm_train node; its gradient is the fused batch_norm_train_grad.
 BatchNormTraining batch_norm_training(const Tensor& x, const Tensor& running_mean,
-                                      const Tensor& running_var, const std::optional<Tensor>& weight,
+                                      const Tensor& running_var,
+                                      const std::optional<Tensor>& weight,
                                       const std::optional<Tensor>& bias, double momentum,
                                       double eps) {
   require_float("batch_norm_training", x, "x");
@@ -502,7 +512,8 @@ BatchNormTraining batch_norm_training(const Tensor& x, const Tensor& running_mea
                      str(s));
   const int64_t c = s[1], count = numel(s) / std::max<int64_t>(c, 1);
   if (count < 2)
-    fail<ShapeError>("[batch_norm_training] needs more than one value per channel, x is {}", str(s));
+    fail<ShapeError>("[batch_norm_training] needs more than one value per channel, x is {}",
+                     str(s));
   const char* n = "batch_norm_training";
   const BatchNormTrainResult r =
       batch_norm_train(x, param(n, weight, x, "weight"), param(n, bias, x, "bias"), eps);

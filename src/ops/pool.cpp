@@ -1,10 +1,12 @@
 // Pooling over 1-3 spatial dims of an (N, C, spatial...) input; the kernel size sets how many.
 //   max_pool: kernel, stride, pads (2*nd: begins then ends), dilation (ints), ceil_mode (bool).
 //             Two outputs: the maxima and their i64 flat indices within each (n, c) plane.
+//             no_indices (bool, internal: fuse_quant sets it where nothing reads the indices).
 //   avg_pool: kernel, stride, pads, ceil_mode, count_include_pad (bool)
 //   adaptive_avg_pool: output_size (ints)
 // max_pool and adaptive_avg_pool over 2 spatial dims may carry channels_last (bool, internal: the
-// channels_last pass sets it): input and outputs (N, H, W, C); the indices stay in-plane h*W + w.
+// channels_last pass sets it; such nodes run Layout::channels_last kernels): input and outputs
+// (N, H, W, C); the indices stay in-plane h*W + w. The kernels read the attributes as PoolParams.
 // Their gradients are ops of their own, with `input_shape` (ints, static) the forward input's:
 //   max_pool_grad(dy, indices): dy added at the forward pass's flat in-plane indices
 //   avg_pool_grad(dy): avg_pool's attributes; adaptive_avg_pool_grad(dy): output size from dy
@@ -13,9 +15,9 @@
 // Output sizes follow PyTorch: floor (or ceil) of (in + pads - dilation*(k-1) - 1) / stride + 1,
 // where with ceil_mode the last window must start inside the input or the begin padding.
 #include "kiln/ops/nn.h"
-
 #include "kiln/ops/transform.h"
 #include "ops/common.h"
+#include "ops/pool_params.h"
 
 namespace kiln {
 
@@ -30,7 +32,8 @@ void require_spatial(const InferContext& ctx, int64_t nd, const char* what,
     fail<ShapeError>("[{}] {} {} needs an input of rank {} (N, C, spatial...), got shape {}",
                      ctx.name(), what, str(sizes), nd + 2, str(s));
   for (int64_t d = 2; d < nd + 2; ++d)
-    if (s[d] == 0) fail<ShapeError>("[{}] input shape {} has an empty spatial dim", ctx.name(), str(s));
+    if (s[d] == 0)
+      fail<ShapeError>("[{}] input shape {} has an empty spatial dim", ctx.name(), str(s));
 }
 
 void require_at_least(const InferContext& ctx, const char* key, int64_t lo) {
@@ -64,9 +67,10 @@ Shape pooled_shape(const InferContext& ctx, const std::vector<int64_t>& dilation
     }
     const int64_t span = in[2 + d] + pb + pe - eff;
     if (span < 0)
-      fail<ShapeError>("[{}] kernel {} (dilation {}) is larger than the padded input: shape {} "
-                       "with padding {}", ctx.name(), str(kernel), str(dilation), str(in),
-                       str(pads));
+      fail<ShapeError>(
+          "[{}] kernel {} (dilation {}) is larger than the padded input: shape {} "
+          "with padding {}",
+          ctx.name(), str(kernel), str(dilation), str(in), str(pads));
     int64_t o = (ceil_mode ? (span + stride[d] - 1) / stride[d] : span / stride[d]) + 1;
     if (ceil_mode && (o - 1) * stride[d] >= in[2 + d] + pb) --o;
     out.push_back(o);
@@ -74,28 +78,18 @@ Shape pooled_shape(const InferContext& ctx, const std::vector<int64_t>& dilation
   return out;
 }
 
-// A node with the attribute channels_last (2-D pooling of NHWC data, which the channels_last pass
-// gives pools between NHWC convolutions): inferred as the NCHW node, its outputs NHWC.
-std::vector<TensorInfo> on_layout(const InferContext& ctx, InferFn infer) {
-  if (!ctx.attrs.b("channels_last", false)) return infer(ctx);
-  return infer_channels_last(ctx, infer);
-}
-
-std::vector<TensorInfo> infer_max_pool_nchw(const InferContext& ctx) {
+std::vector<TensorInfo> infer_max_pool(const InferContext& ctx) {
   require_dtype(ctx, 0, kNumericTypes, "a numeric dtype");
   require_at_least(ctx, "dilation", 1);
   Shape out = pooled_shape(ctx, ctx.attrs.ints("dilation"));
   return {{out, ctx.inputs[0].dtype}, {out, i64}};
-}
-std::vector<TensorInfo> infer_max_pool(const InferContext& ctx) {
-  return on_layout(ctx, infer_max_pool_nchw);
 }
 std::vector<TensorInfo> infer_avg_pool(const InferContext& ctx) {
   require_dtype(ctx, 0, kFloatTypes, "a float dtype");
   return {{pooled_shape(ctx, std::vector<int64_t>(ctx.attrs.ints("kernel").size(), 1)),
            ctx.inputs[0].dtype}};
 }
-std::vector<TensorInfo> infer_adaptive_avg_pool_nchw(const InferContext& ctx) {
+std::vector<TensorInfo> infer_adaptive_avg_pool(const InferContext& ctx) {
   require_dtype(ctx, 0, kFloatTypes, "a float dtype");
   const auto& size = ctx.attrs.ints("output_size");
   require_spatial(ctx, static_cast<int64_t>(size.size()), "output_size", size);
@@ -103,9 +97,6 @@ std::vector<TensorInfo> infer_adaptive_avg_pool_nchw(const InferContext& ctx) {
   Shape out{ctx.inputs[0].shape[0], ctx.inputs[0].shape[1]};
   out.insert(out.end(), size.begin(), size.end());
   return {{out, ctx.inputs[0].dtype}};
-}
-std::vector<TensorInfo> infer_adaptive_avg_pool(const InferContext& ctx) {
-  return on_layout(ctx, infer_adaptive_avg_pool_nchw);
 }
 
 // ---- gradient ops ----
@@ -118,22 +109,20 @@ Shape grad_input_shape(const InferContext& ctx) {
   const auto& in = ctx.attrs.ints("input_shape");
   if (in.size() != dy.size() || !is_static(in) || !dims_match(in[0], dy[0]) ||
       !dims_match(in[1], dy[1]))
-    fail<ShapeError>("[{}] input_shape {} must be static, with the rank, N and C of the gradient "
-                     "of shape {}", ctx.name(), str(in), str(dy));
+    fail<ShapeError>(
+        "[{}] input_shape {} must be static, with the rank, N and C of the gradient "
+        "of shape {}",
+        ctx.name(), str(in), str(dy));
   return in;
 }
 
-std::vector<TensorInfo> infer_max_pool_grad_nchw(const InferContext& ctx) {
+std::vector<TensorInfo> infer_max_pool_grad(const InferContext& ctx) {
   Shape in = grad_input_shape(ctx);
   require_dtype(ctx, 1, DTypeSet{i32, i64}, "i32 or i64 indices");
   if (!shapes_match(ctx.inputs[1].shape, ctx.inputs[0].shape))
     fail<ShapeError>("[{}] indices of shape {} must have the gradient's shape {}", ctx.name(),
                      str(ctx.inputs[1].shape), str(ctx.inputs[0].shape));
   return {{in, ctx.inputs[0].dtype}};
-}
-
-std::vector<TensorInfo> infer_max_pool_grad(const InferContext& ctx) {
-  return on_layout(ctx, infer_max_pool_grad_nchw);
 }
 
 std::vector<TensorInfo> infer_avg_pool_grad(const InferContext& ctx) {
@@ -143,22 +132,23 @@ std::vector<TensorInfo> infer_avg_pool_grad(const InferContext& ctx) {
   const InferContext fwd{ctx.op, ctx.attrs, fwd_inputs};
   const Shape expect = pooled_shape(fwd, std::vector<int64_t>(in.size() - 2, 1));
   if (!shapes_match(expect, ctx.inputs[0].shape))
-    fail<ShapeError>("[{}] gradient of shape {} does not match the pooled shape {} of input "
-                     "shape {}", ctx.name(), str(ctx.inputs[0].shape), str(expect), str(in));
+    fail<ShapeError>(
+        "[{}] gradient of shape {} does not match the pooled shape {} of input "
+        "shape {}",
+        ctx.name(), str(ctx.inputs[0].shape), str(expect), str(in));
   return {{in, ctx.inputs[0].dtype}};
 }
 
-std::vector<TensorInfo> infer_adaptive_avg_pool_grad_nchw(const InferContext& ctx) {
+std::vector<TensorInfo> infer_adaptive_avg_pool_grad(const InferContext& ctx) {
   Shape in = grad_input_shape(ctx);
   const Shape& dy = ctx.inputs[0].shape;
   for (size_t d = 2; d < dy.size(); ++d)
     if (dy[d] < 1 || in[d] < 1)
-      fail<ShapeError>("[{}] gradient shape {} and input_shape {} need static, non-empty "
-                       "spatial dims", ctx.name(), str(dy), str(in));
+      fail<ShapeError>(
+          "[{}] gradient shape {} and input_shape {} need static, non-empty "
+          "spatial dims",
+          ctx.name(), str(dy), str(in));
   return {{in, ctx.inputs[0].dtype}};
-}
-std::vector<TensorInfo> infer_adaptive_avg_pool_grad(const InferContext& ctx) {
-  return on_layout(ctx, infer_adaptive_avg_pool_grad_nchw);
 }
 
 // ---- gradient rules ----
@@ -174,7 +164,6 @@ std::vector<int64_t> spatial(const Tensor& t) {
 // Scatters dy into the argmax positions the forward pass recorded (output 1), never recomputing
 // them; the i64 indices output carries no cotangent.
 Grads vjp_max_pool(const VjpContext& c) {
-  require_nchw(c);
   return {max_pool_grad(c.cotangent_or_zeros(0), c.outputs[1], c.inputs[0].shape())};
 }
 Grads vjp_avg_pool(const VjpContext& c) {
@@ -183,14 +172,12 @@ Grads vjp_avg_pool(const VjpContext& c) {
   return {make_node1(OpId::AvgPoolGrad, {*c.cotangents[0]}, attrs)};
 }
 Grads vjp_adaptive_avg_pool(const VjpContext& c) {
-  require_nchw(c);
   return {adaptive_avg_pool_grad(*c.cotangents[0], c.inputs[0].shape())};
 }
 
 // max_pool_grad is linear in dy; its transpose gathers g at the indices, plane by plane.
 // (input_shape is static, and dy's N and C match it.)
 Grads vjp_max_pool_grad(const VjpContext& c) {
-  require_nchw(c);
   const Shape in = c.attrs.ints("input_shape");
   Shape dy = c.inputs[0].shape();
   dy[0] = in[0], dy[1] = in[1];
@@ -215,7 +202,6 @@ Grads vjp_avg_pool_grad(const VjpContext& c) {
   return {make_node1(OpId::AvgPool, {*c.cotangents[0]}, attrs)};
 }
 Grads vjp_adaptive_avg_pool_grad(const VjpContext& c) {
-  require_nchw(c);
   return {adaptive_avg_pool(*c.cotangents[0], spatial(c.inputs[0]))};
 }
 
@@ -224,8 +210,8 @@ std::vector<int64_t> per_dim(const char* op, const char* key, const std::vector<
                              const std::vector<int64_t>& dflt) {
   if (v.empty()) return dflt;
   if (v.size() != dflt.size())
-    fail<ValueError>("[{}] {} has {} entries; expected {} (one per spatial dim)", op, key,
-                     v.size(), dflt.size());
+    fail<ValueError>("[{}] {} has {} entries; expected {} (one per spatial dim)", op, key, v.size(),
+                     dflt.size());
   return v;
 }
 
@@ -278,6 +264,10 @@ std::string check_stored_window(const InferContext& ctx) {
   return stored::check_ints(a, "pads", 2 * nd, 0, stored::kMaxGeometry);
 }
 
+// The NHWC inputs of channels_last nodes: x (dy), or max_pool_grad's dy and indices.
+bool nhwc_first(const Attrs&, int k, int) { return k == 0; }
+bool nhwc_dy_and_indices(const Attrs&, int k, int) { return k <= 1; }
+
 }  // namespace
 
 void register_pool_ops() {
@@ -285,26 +275,39 @@ void register_pool_ops() {
       .set_infer(infer_max_pool)
       .grad(vjp_max_pool)
       .inputs(1)
-      .check_stored(check_stored_window);
+      .check_stored(check_stored_window)
+      .params<PoolParams>()
+      .channels_last(nhwc_first);
   define_op(OpId::AvgPool)
       .set_infer(infer_avg_pool)
       .grad(vjp_avg_pool)
       .inputs(1)
-      .check_stored(check_stored_window);
+      .check_stored(check_stored_window)
+      .params<PoolParams>();
   define_op(OpId::AdaptiveAvgPool)
       .set_infer(infer_adaptive_avg_pool)
       .grad(vjp_adaptive_avg_pool)
-      .inputs(1);
-  define_op(OpId::MaxPoolGrad).set_infer(infer_max_pool_grad).grad(vjp_max_pool_grad).inputs(2);
+      .inputs(1)
+      .params<PoolParams>()
+      .channels_last(nhwc_first);
+  define_op(OpId::MaxPoolGrad)
+      .set_infer(infer_max_pool_grad)
+      .grad(vjp_max_pool_grad)
+      .inputs(2)
+      .params<PoolParams>()
+      .channels_last(nhwc_dy_and_indices);
   define_op(OpId::AvgPoolGrad)
       .set_infer(infer_avg_pool_grad)
       .grad(vjp_avg_pool_grad)
       .inputs(1)
-      .check_stored(check_stored_window);
+      .check_stored(check_stored_window)
+      .params<PoolParams>();
   define_op(OpId::AdaptiveAvgPoolGrad)
       .set_infer(infer_adaptive_avg_pool_grad)
       .grad(vjp_adaptive_avg_pool_grad)
-      .inputs(1);
+      .inputs(1)
+      .params<PoolParams>()
+      .channels_last(nhwc_first);
 }
 
 std::pair<Tensor, Tensor> max_pool_with_indices(const Tensor& x, const PoolOptions& opts) {
@@ -332,8 +335,10 @@ Tensor adaptive_avg_pool(const Tensor& x, const std::vector<int64_t>& output_siz
 
 Tensor global_avg_pool(const Tensor& x) {
   if (x.rank() < 3 || x.rank() > 5)
-    fail<ShapeError>("[global_avg_pool] input must have rank 3 to 5 (N, C, spatial...), got "
-                     "shape {}", str(x.shape()));
+    fail<ShapeError>(
+        "[global_avg_pool] input must have rank 3 to 5 (N, C, spatial...), got "
+        "shape {}",
+        str(x.shape()));
   return adaptive_avg_pool(x, std::vector<int64_t>(x.rank() - 2, 1));
 }
 

@@ -14,19 +14,20 @@
 //   point, dequantized as dequantize does: fuse_quant folds a residual's dequantize in), gelu (as
 //   quantized_matmul's). Inference
 //   only. The bias is (O), (O, 1, 1) or (1, O, 1, 1): the pass keeps what the graph added; an
-//   i32 bias (ONNX QLinearConv's) adds to the integer sum before scaling. Attr channels_last
-//   (set by the channels_last pass, default false): x, residual and output are NHWC. Attr
+//   i32 bias (ONNX QLinearConv's) adds to the integer sum before scaling. Layout channels_last
+//   (attr channels_last, set by the channels_last pass): x, residual and output are NHWC. Attr
 //   zero_w_zp (set by the same pass where w_zp is a constant of zeros, default false): kernels
 //   may skip the window sums of x that a weight zero point needs. Attr weights_ohwi (set by the
 //   same pass for CUDA's constant weights, groups 1): w is (O, kh, kw, C). Attr quantize_x (set
 //   by the same pass on CUDA where a quantize of a float image, at most 4 channels, feeds the
-//   conv alone, default false): x is f32 NCHW, whatever channels_last says, and the conv reads
+//   conv alone, default false): x is f32 NCHW in either layout, and the conv reads
 //   quantize(x, x_scale, x_zp) (exactly quantize's values; the data's dtype is x_zp's).
 // quantized_weight_linear: inputs x (f32), w (N, K) i8/u8, w_scale, w_zp[, bias]; attr has_bias.
 //   Inference only.
 // dequantize_adaptive_avg_pool: inputs q (N, C, H, W) i8/u8, scale (0-d f32), zero point (0-d);
-//   attrs output_size (2 entries), channels_last (set by the channels_last pass on CUDA: q and
-//   the output are NHWC). Inference only.
+//   attr output_size (2 entries). Layout channels_last (attr channels_last, set by the
+//   channels_last pass on CUDA): q and the output are NHWC. Inference only.
+// The kernels read the attributes decoded (ops/quant_params.h).
 #include "kiln/ops/quant.h"
 
 #include "kiln/ops/core.h"
@@ -35,6 +36,7 @@
 #include "kiln/ops/transform.h"
 #include "ops/common.h"
 #include "ops/conv_attrs.h"
+#include "ops/quant_params.h"
 
 namespace kiln {
 
@@ -206,8 +208,7 @@ std::vector<TensorInfo> infer_dequantize_adaptive_avg_pool(const InferContext& c
     fail<ShapeError>("[{}] q {} must be (N, C, H, W) and output_size {} have 2 entries", op,
                      str(in[0].shape), str(ctx.attrs.ints("output_size")));
   // the float pool's shape rules, on the dequantized tensor
-  const Attrs pool{{"output_size", ctx.attrs.ints("output_size")},
-                   {"channels_last", ctx.attrs.b("channels_last", false)}};
+  const Attrs pool{{"output_size", ctx.attrs.ints("output_size")}};
   const std::vector<TensorInfo> f{{in[0].shape, f32}};
   return op_def(OpId::AdaptiveAvgPool).infer(InferContext{OpId::AdaptiveAvgPool, pool, f});
 }
@@ -223,10 +224,6 @@ std::vector<TensorInfo> infer_quantized_conv(const InferContext& ctx) {
     as_int8[0].dtype = as_int8[2].dtype;
     Attrs plain = ctx.attrs;
     plain.set("quantize_x", false);
-    if (plain.b("channels_last", false) && as_int8[0].shape.size() == 4) {
-      const Shape& s = as_int8[0].shape;
-      as_int8[0].shape = Shape{s[0], s[2], s[3], s[1]};
-    }
     return infer_quantized_conv(InferContext{ctx.op, plain, as_int8});
   }
   const auto& in = ctx.inputs;
@@ -257,12 +254,8 @@ std::vector<TensorInfo> infer_quantized_conv(const InferContext& ctx) {
              {"dilation", ctx.attrs.ints("dilation")},
              {"groups", ctx.attrs.i("groups")},
              {"has_bias", false}};
-  // channels_last: x, residual and output are NHWC
-  const bool cl = ctx.attrs.b("channels_last", false);
-  const Shape x_nchw = cl ? Shape{x[0], x[3], x[1], x[2]} : x;
-  const std::vector<TensorInfo> conv_in{{x_nchw, f32}, {w, f32}};
-  Shape out = op_def(OpId::Conv).infer(InferContext{OpId::Conv, geom, conv_in})[0].shape;
-  if (cl) out = Shape{out[0], out[2], out[3], out[1]};
+  const std::vector<TensorInfo> conv_in{{x, f32}, {w, f32}};
+  const Shape out = op_def(OpId::Conv).infer(InferContext{OpId::Conv, geom, conv_in})[0].shape;
   size_t next = 8;
   if (ctx.attrs.b("has_bias", false)) {
     require_dtype(ctx, static_cast<int>(next), DTypeSet{f32, i32},
@@ -352,6 +345,14 @@ Grads vjp_fake_quantize(const VjpContext& c) {
   return {where(inside, g, scalar_like(g, 0)), std::nullopt, std::nullopt};
 }
 
+// The NHWC inputs of a channels_last quantized_conv: x (unless quantize_x: an NCHW image) and a
+// residual (after the bias; a quantized residual's 0-d scale and zero point follow it).
+bool nhwc_quantized_conv(const Attrs& a, int k, int) {
+  if (k == 0) return !a.b("quantize_x", false);
+  return a.b("has_residual", false) && k == 8 + (a.b("has_bias", false) ? 1 : 0);
+}
+bool nhwc_x(const Attrs&, int k, int) { return k == 0; }
+
 // A quantized residual brings its scale and zero point.
 int quantized_residual_inputs(const Attrs& a) {
   return a.b("has_residual", false) && a.b("quantized_residual", false) ? 2 : 0;
@@ -373,30 +374,47 @@ std::string check_stored_quantized_conv(const InferContext& ctx) {
 
 void register_quant_ops() {
   // x, scale, zero_point
-  define_op(OpId::Quantize).set_infer(infer_quantize).not_differentiable().inputs(3);
-  define_op(OpId::Dequantize).set_infer(infer_dequantize).grad(vjp_dequantize).inputs(3);
-  define_op(OpId::FakeQuantize).set_infer(infer_quantize).grad(vjp_fake_quantize).inputs(3);
+  define_op(OpId::Quantize)
+      .set_infer(infer_quantize)
+      .not_differentiable()
+      .inputs(3)
+      .params<QuantizeParams>();
+  define_op(OpId::Dequantize)
+      .set_infer(infer_dequantize)
+      .grad(vjp_dequantize)
+      .inputs(3)
+      .params<QuantizeParams>();
+  define_op(OpId::FakeQuantize)
+      .set_infer(infer_quantize)
+      .grad(vjp_fake_quantize)
+      .inputs(3)
+      .params<QuantizeParams>();
   define_op(OpId::QuantizedMatmul)
       .set_infer(infer_quantized_matmul)
       .not_differentiable()
       .inputs(8)
-      .optional_inputs({"has_bias", "has_residual"});
+      .optional_inputs({"has_bias", "has_residual"})
+      .params<QuantizedMatmulParams>();
   define_op(OpId::QuantizedConv)
       .set_infer(infer_quantized_conv)
       .not_differentiable()
       .inputs(8)
       .optional_inputs({"has_bias", "has_residual"})
       .more_inputs(quantized_residual_inputs)
-      .check_stored(check_stored_quantized_conv);
+      .check_stored(check_stored_quantized_conv)
+      .params<QuantizedConvParams>()
+      .channels_last(nhwc_quantized_conv);
   define_op(OpId::QuantizedWeightLinear)
       .set_infer(infer_quantized_weight_linear)
       .not_differentiable()
       .inputs(4)
-      .optional_inputs({"has_bias"});
+      .optional_inputs({"has_bias"})
+      .params<QuantizedWeightLinearParams>();
   define_op(OpId::DequantizeAdaptiveAvgPool)
       .set_infer(infer_dequantize_adaptive_avg_pool)
       .not_differentiable()
-      .inputs(3);
+      .inputs(3)
+      .channels_last(nhwc_x);
 }
 
 namespace {

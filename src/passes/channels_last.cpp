@@ -154,7 +154,7 @@ class Rewriter {
 
   // The convolutions that lead: the pass runs when a program has one.
   static bool wants_nhwc(const Node& n, bool cuda, bool tf32, const detail::GraphImpl& g) {
-    if (n.attrs.b("channels_last", false)) return false;
+    if (layout_of(n.op, n.attrs) != Layout::plain) return false;
     if (n.op == OpId::QuantizedConv) return true;
     if (!cuda || n.outputs.size() != 1 || n.inputs.size() < 2) return false;
     if (n.op != OpId::Conv && n.op != OpId::ConvTranspose && n.op != OpId::ConvGradWeight)
@@ -207,18 +207,10 @@ class Rewriter {
     return true;
   }
 
-  // The input index of a node's residual (SIZE_MAX: none): a conv's last input; a quantized
-  // conv's after x..y_zp and the bias (a quantized residual's scale and zero point follow it).
-  static size_t residual_index(const Node& n) {
-    if (!n.attrs.b("has_residual", false)) return SIZE_MAX;
-    if (n.op == OpId::QuantizedConv) return 8 + (n.attrs.b("has_bias", false) ? 1 : 0);
-    return n.inputs.size() - 1;
-  }
-
   // The training ops between NHWC convolutions, which CUDA runs on NHWC data: batch norm and its
   // gradient over 4-D values, the gradients of 2-D max and adaptive average pooling.
   bool trains_nhwc(const Node& n) const {
-    if (n.attrs.b("channels_last", false) || n.inputs.empty()) return false;
+    if (layout_of(n.op, n.attrs) != Layout::plain || n.inputs.empty()) return false;
     switch (n.op) {
       case OpId::BatchNormTrain:
         return info(n.inputs[0]).shape.size() == 4;
@@ -232,31 +224,22 @@ class Rewriter {
     }
   }
 
-  // Whether a converted node takes input k NHWC (its other inputs keep their layout; a conv's
-  // weight, input 1, becomes (O, kh, kw, C/G) apart: weights_khwc).
+  // Whether a converted node takes input k NHWC, and whether input k is a weight that becomes
+  // (O, kh, kw, C/G) (weights_khwc): what the op's record declares for layout channels_last.
   static bool nhwc_input(const Node& n, size_t k) {
-    switch (n.op) {
-      case OpId::Conv:
-        return k == 0 || k == residual_index(n);
-      case OpId::QuantizedConv:  // (quantize_x: x is an NCHW image)
-        return (k == 0 && !n.attrs.b("quantize_x", false)) || k == residual_index(n);
-      case OpId::ConvGradWeight:
-      case OpId::BatchNormTrainGrad:
-      case OpId::MaxPoolGrad:
-        return k <= 1;
-      default:
-        return k == 0;
-    }
+    const OpDef& def = op_def(n.op);
+    KILN_ASSERT(def.nhwc_input);
+    return def.nhwc_input(n.attrs, static_cast<int>(k), static_cast<int>(n.inputs.size()));
   }
   static bool khwc_weight(const Node& n, size_t k) {
-    return k == 1 && (n.op == OpId::Conv || n.op == OpId::ConvTranspose);
+    return static_cast<int>(k) == op_def(n.op).khwc_weight_input;
   }
 
   // 2-D max and adaptive average pooling (also of int8 data: dequantize_adaptive_avg_pool), which
   // CUDA runs on NHWC data (max_pool's indices stay in-plane); the pass gives them channels_last
   // where their input is NHWC already.
   bool pools_nhwc(const Node& n) const {
-    if (!cuda_ || n.attrs.b("channels_last", false) || n.inputs.empty()) return false;
+    if (!cuda_ || layout_of(n.op, n.attrs) != Layout::plain || n.inputs.empty()) return false;
     if (n.op != OpId::MaxPool && n.op != OpId::AdaptiveAvgPool &&
         n.op != OpId::DequantizeAdaptiveAvgPool)
       return false;

@@ -225,7 +225,7 @@ class Matcher {
   // n = adaptive_avg_pool(dequantize(q (N, C, H, W), 0-d scale and zero point), (oh, ow)).
   bool dequantized_pool(const Node& n) const {
     return n.op == OpId::AdaptiveAvgPool && n.inputs.size() == 1 &&
-           !n.attrs.b("channels_last", false) && n.attrs.ints("output_size").size() == 2 &&
+           layout_of(n.op, n.attrs) == Layout::plain && n.attrs.ints("output_size").size() == 2 &&
            info(n.inputs[0]).shape.size() == 4 && per_tensor_dequantize(n.inputs[0]);
   }
 

@@ -67,7 +67,7 @@ void specialize_shapes(Program& p, const std::vector<std::pair<int32_t, Shape>>&
     std::vector<TensorInfo> in;
     for (auto v : n.inputs) in.push_back(p.graph.info(v));
     InferContext ctx{n.op, n.attrs, in};
-    n.outputs = op_def(n.op).infer(ctx);
+    n.outputs = infer_node(ctx);
   }
 }
 
@@ -101,7 +101,7 @@ void verify_program(const Program& p, const std::string& after_pass) {
     std::vector<TensorInfo> in;
     for (auto v : n.inputs) in.push_back(p.graph.info(v));
     InferContext ctx{n.op, n.attrs, in};
-    if (op_def(n.op).infer(ctx) != n.outputs)
+    if (infer_node(ctx) != n.outputs)
       fail<Error>("[verify] after {}: node %{} ({}) has stale shapes", after_pass, i,
                   op_name(n.op));
   }

@@ -28,6 +28,10 @@ void run_pass(Program& p, const char* name, const std::function<Program(const Pr
   (void)name;
 #endif
 }
+// " in layout L" for the kernel lookups of nodes in another layout than plain.
+std::string in_layout(Layout layout) {
+  return layout == Layout::plain ? "" : fmt::format(" in layout {}", layout_name(layout));
+}
 }  // namespace
 
 // Placement: each executed node runs on the device's backend when it has a kernel for the
@@ -46,8 +50,9 @@ void place(const Program& p, Device device, bool strict, detail::ExecutableImpl&
     std::vector<TensorInfo> in;
     for (auto v : n.inputs) in.push_back(p.graph.info(v));
     std::string reason;
+    const Layout layout = layout_of(n.op, n.attrs);
     if (target != Backend::cpu) {
-      const KernelEntry* k = find_kernel(n.op, target);
+      const KernelEntry* k = find_kernel(n.op, target, layout);
       // custom ops: whether the node's own op has a kernel here (runtime/custom_op.h)
       const bool custom_ok = detail::node_has_kernel(n, target);
       if (k && k->handles(kernel_dtype(*k, n, in)) && custom_ok) {
@@ -61,7 +66,7 @@ void place(const Program& p, Device device, bool strict, detail::ExecutableImpl&
       else
         reason = k ? fmt::format("no {} kernel for dtype {}", backend_name(target),
                                  name(kernel_dtype(*k, n, in)))
-                   : fmt::format("no {} kernel", backend_name(target));
+                   : fmt::format("no {} kernel{}", backend_name(target), in_layout(layout));
       if (strict)
         fail<UnsupportedError>("[compile] op {} (node %{}) cannot run on {}: {}, and "
                                "strict_placement forbids the cpu fallback",
@@ -72,11 +77,12 @@ void place(const Program& p, Device device, bool strict, detail::ExecutableImpl&
         fail<UnsupportedError>("[compile] assign (node %{}) cannot run on {}: {}", i, device.str(),
                                reason);
     }
-    const KernelEntry* k = find_kernel(n.op, Backend::cpu);
+    const KernelEntry* k = find_kernel(n.op, Backend::cpu, layout);
     if (!k || !detail::node_has_kernel(n, Backend::cpu))
       fail<UnsupportedError>(
-          "[compile] op {}{} (node %{}) has no cpu kernel", op_name(n.op),
-          detail::is_custom(n.op) ? " " + n.attrs.str(detail::kCustomOpKey, "") : "", i);
+          "[compile] op {}{} (node %{}) has no cpu kernel{}", op_name(n.op),
+          detail::is_custom(n.op) ? " " + n.attrs.str(detail::kCustomOpKey, "") : "", i,
+          in_layout(layout));
     const DType t = kernel_dtype(*k, n, in);
     if (!k->handles(t))
       fail<UnsupportedError>("[{}] no cpu kernel for dtype {} (node %{})", op_name(n.op), name(t), i);

@@ -99,7 +99,8 @@ const KernelChoices& KernelContext::choices() const {
 }
 
 namespace {
-using Table = std::array<std::array<KernelEntry, kOpIdLimit>, kNumBackends>;
+using Table =
+    std::array<std::array<std::array<KernelEntry, kOpIdLimit>, kNumLayouts>, kNumBackends>;
 Table& table() {
   static Table t{};
   return t;
@@ -124,14 +125,21 @@ void* KernelContext::scratch(size_t bytes) {
   return p;
 }
 
+const char* layout_name(Layout l) { return l == Layout::channels_last ? "channels_last" : "plain"; }
+
 void register_kernel(OpId op, Backend backend, KernelEntry entry) {
-  table()[static_cast<int>(backend)][static_cast<int>(op)] = entry;
+  register_kernel(op, backend, Layout::plain, entry);
 }
 
-const KernelEntry* find_kernel(OpId op, Backend backend) {
+void register_kernel(OpId op, Backend backend, Layout layout, KernelEntry entry) {
+  table()[static_cast<int>(backend)][static_cast<int>(layout)][static_cast<int>(op)] = entry;
+}
+
+const KernelEntry* find_kernel(OpId op, Backend backend, Layout layout) {
   static std::once_flag once;
   std::call_once(once, [] { register_builtin_backends(); });
-  const KernelEntry& e = table()[static_cast<int>(backend)][static_cast<int>(op)];
+  const KernelEntry& e =
+      table()[static_cast<int>(backend)][static_cast<int>(layout)][static_cast<int>(op)];
   return e.fn ? &e : nullptr;
 }
 

@@ -151,7 +151,7 @@ void run_on_host(const KernelEntry& k, const Node& n, const std::vector<TensorVi
 }
 
 std::vector<Array> evaluate_node_cpu(const Node& node, const std::vector<Array>& inputs) {
-  const KernelEntry* k = find_kernel(node.op, Backend::cpu);
+  const KernelEntry* k = find_kernel(node.op, Backend::cpu, layout_of(node.op, node.attrs));
   if (!k) fail<UnsupportedError>("[{}] no cpu kernel to evaluate constants", op_name(node.op));
   std::vector<TensorView> in, out;
   for (auto& a : inputs) in.push_back({const_cast<void*>(a.data()), a.shape(), a.dtype()});

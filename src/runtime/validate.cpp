@@ -45,7 +45,7 @@ class ValidateOnCpu final : public StepObserver {
     // fallbacks already run on the CPU; collectives talk to other ranks: not run twice
     if (call.step.backend == Backend::cpu || op == OpId::AllReduce || op == OpId::CollectiveWait)
       return;
-    cpu_ = find_kernel(op, Backend::cpu);
+    cpu_ = find_kernel(op, Backend::cpu, layout_of(op, call.node.attrs));
     if (cpu_)
       run_on_host(*cpu_, call.node, call.in, call.out, b_, x_.device.index, stream_, x_.pool,
                   &want_);

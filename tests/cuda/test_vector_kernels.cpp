@@ -16,6 +16,7 @@
 
 #include "backends/cuda/cuda_check.h"
 #include "core/op_id.h"
+#include "core/op_registry.h"
 #include "kiln/kernel.h"
 #include "support/gpu.h"
 #include "support/reference.h"
@@ -55,10 +56,11 @@ class DeviceArray {
 
 TensorView view_of(Array& a) { return {a.data(), a.shape(), a.dtype()}; }
 
-// Runs the kernel of `op` on `backend` (CUDA: on the default stream, then synchronized).
+// Runs the kernel of `op` on `backend` for the layout `attrs` give (CUDA: on the default stream,
+// then synchronized).
 void run_kernel(OpId op, Backend backend, const Attrs& attrs, std::vector<TensorView> in,
                 std::vector<TensorView> out) {
-  const KernelEntry* k = find_kernel(op, backend);
+  const KernelEntry* k = find_kernel(op, backend, layout_of(op, attrs));
   ASSERT_NE(k, nullptr) << op_name(op) << " has no " << backend_name(backend) << " kernel";
   KernelEnv env;
   KernelContext ctx(op, attrs, std::move(in), std::move(out), nullptr,

@@ -5,6 +5,7 @@
 
 #include "core/device_backend.h"
 #include "core/graph_impl.h"
+#include "core/op_registry.h"
 #include "support/executable_env.h"
 #include "support/gpu.h"
 #include "support/reference.h"
@@ -295,6 +296,36 @@ TEST(Conv, ChannelsLastEqualsNchw) {
   attrs.set("relu", true);
   expect_error<ValueError>([&] { detail::make_node1(OpId::Conv, {x, y}, attrs); },
                            {"[conv]", "channels_last"});
+}
+
+// Layout channels_last is a dispatch key of the conv family: the node infers its NHWC shape, has
+// its own kernels, and refuses a gradient (the pass runs after autodiff); malformed geometry is
+// rejected when the node is built, before any kernel sees it.
+TEST(Conv, ChannelsLastIsALayout) {
+  Graph g;
+  auto x = g.placeholder({2, 5, 6, 3}, f32, "x");  // NHWC
+  auto w = g.placeholder({4, 3, 3, 3}, f32, "w");  // (O, kh, kw, C)
+  const Tensor ref = conv2d(transpose(x, {0, 3, 1, 2}), transpose(w, {0, 3, 1, 2}));
+  Attrs attrs = ref.graph_impl()->nodes[ref.node_id()].attrs;
+  EXPECT_EQ(layout_of(OpId::Conv, attrs), Layout::plain);
+  attrs.set("channels_last", true);
+  EXPECT_EQ(layout_of(OpId::Conv, attrs), Layout::channels_last);
+  const Tensor y = detail::make_node1(OpId::Conv, {x, w}, attrs);
+  EXPECT_EQ(y.shape(), (Shape{2, 3, 4, 4}));
+  for (Backend b : {Backend::cpu, Backend::cuda}) {
+    const KernelEntry* plain = find_kernel(OpId::Conv, b);
+    const KernelEntry* nhwc = find_kernel(OpId::Conv, b, Layout::channels_last);
+    if (!plain) continue;  // (a build without that backend)
+    ASSERT_NE(nhwc, nullptr) << backend_name(b);
+    EXPECT_NE(plain->fn, nhwc->fn) << backend_name(b);
+  }
+  // an op without the layout ignores an attribute of that name (depth_to_space's own option)
+  EXPECT_EQ(layout_of(OpId::DepthToSpace, attrs), Layout::plain);
+  expect_error<UnsupportedError>([&] { gradients(sum(y), {x}); },
+                                 {"[gradients]", "conv", "layout channels_last"});
+  Attrs bad = attrs;
+  bad.set("pads", std::vector<int64_t>{1, 1});
+  expect_error<Error>([&] { detail::make_node1(OpId::Conv, {x, w}, bad); }, {"conv"});
 }
 
 // channels_last convolutions with each epilogue (bias, residual, relu) on `device` against

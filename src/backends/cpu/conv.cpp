@@ -10,6 +10,7 @@
 #include "backends/cpu/dnnl_util.h"
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/layout.h"
+#include "ops/conv_params.h"
 #include "runtime/thread_pool.h"
 
 namespace kiln::cpu {
@@ -27,22 +28,25 @@ struct ConvGeom {
   int64_t in_size() const { return in[0] * in[1] * in[2]; }
   int64_t k_size() const { return k[0] * k[1] * k[2]; }
   int64_t out_size() const { return out[0] * out[1] * out[2]; }
+  /// The node's attributes (geometry in kiln's order, bias).
+  const ConvParams* a = nullptr;
 };
 
 using dnnl_dt = dnnl::memory::data_type;
 using du::data_type;
 
 // x: the conv's input, w: its weight, y: its output (for conv_transpose, the transposed one's).
-ConvGeom geometry_of(const KernelContext& ctx, const Shape& x, const Shape& w, const Shape& y) {
+ConvGeom geometry_of(const KernelContext& ctx, const ConvParams& a, const Shape& x, const Shape& w,
+                     const Shape& y) {
   ConvGeom g;
+  g.a = &a;
   g.transpose = ctx.op() == OpId::ConvTranspose;
   g.nd = static_cast<int>(x.size()) - 2;
   g.N = x[0];
   g.C = x[1];
   g.O = y[1];
-  g.G = ctx.attrs().i("groups");
-  const auto &s = ctx.attrs().ints("stride"), &d = ctx.attrs().ints("dilation"),
-             &p = ctx.attrs().ints("pads");
+  g.G = a.groups;
+  const auto &s = a.stride, &d = a.dilation, &p = a.pads;
   for (int i = 0; i < g.nd; ++i) {
     const int j = 3 - g.nd + i;
     g.in[j] = x[2 + i];
@@ -55,12 +59,12 @@ ConvGeom geometry_of(const KernelContext& ctx, const Shape& x, const Shape& w, c
   return g;
 }
 
-ConvGeom geometry(const KernelContext& ctx) {
-  return geometry_of(ctx, ctx.in(0).shape, ctx.in(1).shape, ctx.out(0).shape);
+ConvGeom geometry(const KernelContext& ctx, const ConvParams& a) {
+  return geometry_of(ctx, a, ctx.in(0).shape, ctx.in(1).shape, ctx.out(0).shape);
 }
 
-const void* bias_data(const KernelContext& ctx) {
-  return ctx.attrs().b("has_bias") ? ctx.in(2).data : nullptr;
+const void* bias_data(const KernelContext& ctx, const ConvGeom& g) {
+  return g.a->has_bias ? ctx.in(2).data : nullptr;
 }
 
 // y[n, o] = bias[o] + sum over the group's channels and the kernel window, one (n, o) per task.
@@ -68,7 +72,7 @@ template <typename T>
 void conv_loops(KernelContext& ctx, const ConvGeom& g) {
   const T* X = ctx.in(0).ptr<T>();
   const T* W = ctx.in(1).ptr<T>();
-  const T* B = static_cast<const T*>(bias_data(ctx));
+  const T* B = static_cast<const T*>(bias_data(ctx, g));
   T* Y = ctx.out(0).ptr<T>();
   const int64_t Cg = g.C / g.G, Og = g.O / g.G;
   ctx.parallel_for(g.N * g.O, 1, [&](int64_t t0, int64_t t1) {
@@ -109,7 +113,7 @@ template <typename T>
 void conv_transpose_loops(KernelContext& ctx, const ConvGeom& g) {
   const T* X = ctx.in(0).ptr<T>();
   const T* W = ctx.in(1).ptr<T>();
-  const T* B = static_cast<const T*>(bias_data(ctx));
+  const T* B = static_cast<const T*>(bias_data(ctx, g));
   T* Y = ctx.out(0).ptr<T>();
   const int64_t Cg = g.C / g.G, Og = g.O / g.G;
   ctx.parallel_for(g.N * g.O, 1, [&](int64_t t0, int64_t t1) {
@@ -215,12 +219,12 @@ du::Dims dnnl_dilation(const std::vector<int64_t>& dilation) {
 void conv_dnnl(KernelContext& ctx, const ConvGeom& g) {
   const TensorView &x = ctx.in(0), &w = ctx.in(1), &y = ctx.out(0);
   const int nd = g.nd;
-  const auto& p = ctx.attrs().ints("pads");
+  const auto& p = g.a->pads;
   const du::Dims kernel(w.shape.begin() + 2, w.shape.end());
-  const du::Dims stride = ctx.attrs().ints("stride");
-  const du::Dims dil = dnnl_dilation(ctx.attrs().ints("dilation"));
+  const du::Dims& stride = g.a->stride;
+  const du::Dims dil = dnnl_dilation(g.a->dilation);
   const du::Dims pad_l(p.begin(), p.begin() + nd), pad_r(p.begin() + nd, p.end());
-  const bool has_bias = ctx.attrs().b("has_bias");
+  const bool has_bias = g.a->has_bias;
 
   const DType bias_t = has_bias ? ctx.in(2).dtype : DType::f32;
   du::Dims key{static_cast<int64_t>(ctx.op()), nd, g.G, has_bias, static_cast<int64_t>(x.dtype),
@@ -245,14 +249,15 @@ bool dnnl_handles(const KernelContext& ctx, const ConvGeom& g) {
       ctx.in(1).numel() == 0)
     return false;
   if (!g.transpose) return true;
-  const auto &op = ctx.attrs().ints("output_padding"), &s = ctx.attrs().ints("stride");
+  const auto &op = g.a->output_padding, &s = g.a->stride;
   for (int i = 0; i < g.nd; ++i)
     if (op[i] >= s[i]) return false;
   return true;
 }
 
 void convolve(KernelContext& ctx) {
-  const ConvGeom g = geometry(ctx);
+  ConvParams spare;
+  const ConvGeom g = geometry(ctx, params_of(ctx, spare));
   if (dnnl_handles(ctx, g)) return conv_dnnl(ctx, g);
   if (ctx.in(0).dtype == bf16) return via_f32_copies(ctx, convolve);
   dispatch_float(ctx.in(0).dtype, ctx.op_name(), [&](auto v) {
@@ -264,24 +269,25 @@ void convolve(KernelContext& ctx) {
   });
 }
 
-// conv with channels_last (x (N, H, W, C), w (O, kh, kw, C/G); relu and a residual fused),
+// conv in layout channels_last (x (N, H, W, C), w (O, kh, kw, C/G); relu and a residual fused),
 // which the channels_last pass gives GPU convolutions: a package made for a GPU runs here
-// through NCHW copies.
+// through NCHW copies (bf16 through f32 copies too: KernelEntry::half_via_f32).
 void conv_channels_last(KernelContext& ctx) {
   const TensorView &x = ctx.in(0), &w = ctx.in(1), &y = ctx.out(0);
+  ConvParams spare;
+  const ConvParams& a = params_of(ctx, spare);
   dispatch_float(x.dtype, ctx.op_name(), [&](auto v) {
     using T = decltype(v);
     auto scratch = [&](const Shape& s) {
       return TensorView{ctx.scratch(static_cast<size_t>(numel(s)) * sizeof(T)), s, x.dtype};
     };
-    const bool residual = ctx.attrs().b("has_residual", false), relu = ctx.attrs().b("relu", false);
+    const bool residual = a.has_residual, relu = a.relu;
     std::vector<TensorView> in{scratch(nchw_of(x.shape)), scratch(nchw_of(w.shape))};
     permute4<T>(ctx, x.ptr<T>(), x.shape, in[0].ptr<T>(), kNhwcToNchw);
     permute4<T>(ctx, w.ptr<T>(), w.shape, in[1].ptr<T>(), kNhwcToNchw);
-    if (ctx.attrs().b("has_bias")) in.push_back(ctx.in(2));
+    if (a.has_bias) in.push_back(ctx.in(2));
     const TensorView out = scratch(nchw_of(y.shape));
     Attrs attrs = ctx.attrs();
-    attrs.set("channels_last", false);
     attrs.set("relu", false);
     attrs.set("has_residual", false);
     {
@@ -302,19 +308,9 @@ void conv_channels_last(KernelContext& ctx) {
   });
 }
 
-// (bf16 channels_last convs run on f32 copies: they reach here only from a package made for a GPU)
-void conv(KernelContext& ctx) {
-  if (!ctx.attrs().b("channels_last", false)) return convolve(ctx);
-  if (ctx.in(0).dtype == bf16) return via_f32_copies(ctx, conv_channels_last);
-  conv_channels_last(ctx);
-}
-// (channels_last conv_transpose and conv_grad_weight, which the channels_last pass gives CUDA
-// training programs, run here through NCHW copies)
-void conv_transpose(KernelContext& ctx) {
-  if (!ctx.attrs().b("channels_last", false)) return convolve(ctx);
-  if (ctx.in(0).dtype == bf16) return via_f32_copies(ctx, conv_transpose);
-  run_via_nchw(ctx, convolve);
-}
+// conv_transpose and conv_grad_weight in layout channels_last, which the channels_last pass
+// gives CUDA training programs, run here through NCHW copies.
+void conv_transpose_channels_last(KernelContext& ctx) { run_via_nchw(ctx, convolve); }
 
 // ---- ConvGradWeight: inputs x (conv input) and dy (conv output gradient), output dw ----
 
@@ -382,10 +378,10 @@ du::CachedPrimitive make_grad_weight_primitive(const ConvGeom& g, const du::Dims
 void conv_grad_weight_dnnl(KernelContext& ctx, const ConvGeom& g) {
   const TensorView &x = ctx.in(0), &dy = ctx.in(1), &dw = ctx.out(0);
   const int nd = g.nd;
-  const auto& p = ctx.attrs().ints("pads");
+  const auto& p = g.a->pads;
   const du::Dims kernel(dw.shape.begin() + 2, dw.shape.end());
-  const du::Dims stride = ctx.attrs().ints("stride");
-  const du::Dims dil = dnnl_dilation(ctx.attrs().ints("dilation"));
+  const du::Dims& stride = g.a->stride;
+  const du::Dims dil = dnnl_dilation(g.a->dilation);
   const du::Dims pad_l(p.begin(), p.begin() + nd), pad_r(p.begin() + nd, p.end());
   du::Dims key{static_cast<int64_t>(ctx.op()), nd, g.G};
   for (const Shape* s : {&x.shape, &dy.shape, &dw.shape})
@@ -403,7 +399,7 @@ bool dnnl_handles_grad_weight(const KernelContext& ctx, const ConvGeom& g) {
   if (ctx.in(0).dtype != f32 || ctx.in(0).numel() == 0 || ctx.in(1).numel() == 0 ||
       ctx.out(0).numel() == 0)
     return false;
-  const auto& p = ctx.attrs().ints("pads");
+  const auto& p = g.a->pads;
   for (int i = 0; i < g.nd; ++i) {
     const int j = 3 - g.nd + i;
     const int64_t span = g.in[j] + p[i] + p[g.nd + i] - (g.k[j] - 1) * g.dil[j] - 1;
@@ -413,20 +409,29 @@ bool dnnl_handles_grad_weight(const KernelContext& ctx, const ConvGeom& g) {
 }
 
 void conv_grad_weight(KernelContext& ctx) {
-  if (ctx.attrs().b("channels_last", false)) return run_via_nchw(ctx, conv_grad_weight);
-  const ConvGeom g = geometry_of(ctx, ctx.in(0).shape, ctx.out(0).shape, ctx.in(1).shape);
+  ConvParams spare;
+  const ConvGeom g =
+      geometry_of(ctx, params_of(ctx, spare), ctx.in(0).shape, ctx.out(0).shape, ctx.in(1).shape);
   if (dnnl_handles_grad_weight(ctx, g)) return conv_grad_weight_dnnl(ctx, g);
   dispatch_float(ctx.in(0).dtype, ctx.op_name(),
                  [&](auto v) { conv_grad_weight_loops<decltype(v)>(ctx, g); });
 }
+void conv_grad_weight_channels_last(KernelContext& ctx) { run_via_nchw(ctx, conv_grad_weight); }
 }  // namespace
 
 void register_conv_kernels() {
   // (bf16 reaches conv and conv_transpose as it is: native_bf16, or their own f32 copies)
-  register_kernel(OpId::Conv, Backend::cpu, {conv, DTypeSet{f32, f64}, 0, true, false, {bf16}});
+  register_kernel(OpId::Conv, Backend::cpu, {convolve, DTypeSet{f32, f64}, 0, true, false, {bf16}});
   register_kernel(OpId::ConvTranspose, Backend::cpu,
-                  {conv_transpose, DTypeSet{f32, f64}, 0, true, false, {bf16}});
+                  {convolve, DTypeSet{f32, f64}, 0, true, false, {bf16}});
   register_kernel(OpId::ConvGradWeight, Backend::cpu, {conv_grad_weight, DTypeSet{f32, f64}});
+  // (from packages made for a GPU; bf16 through f32 copies)
+  register_kernel(OpId::Conv, Backend::cpu, Layout::channels_last,
+                  {conv_channels_last, DTypeSet{f32, f64}});
+  register_kernel(OpId::ConvTranspose, Backend::cpu, Layout::channels_last,
+                  {conv_transpose_channels_last, DTypeSet{f32, f64}});
+  register_kernel(OpId::ConvGradWeight, Backend::cpu, Layout::channels_last,
+                  {conv_grad_weight_channels_last, DTypeSet{f32, f64}});
 }
 
 }  // namespace kiln::cpu

@@ -6,6 +6,7 @@
 #include "backends/cpu/cpu_common.h"
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/layout.h"
+#include "ops/norm_params.h"
 
 namespace kiln::cpu {
 
@@ -46,10 +47,9 @@ void softmax_lanes(const T* x, T* y, int64_t len, int64_t inner, int64_t lanes) 
   }
 }
 
-template <bool kLog>
-void softmax_impl(KernelContext& ctx) {
+template <bool kLog> void softmax_impl(KernelContext& ctx) {
   const TensorView &x = ctx.in(0), &y = ctx.out(0);
-  const AxisSplit s = split_at(x.shape, ctx.attrs().i("axis"));
+  const AxisSplit s = split_at(x.shape, params_of<SoftmaxParams>(ctx).axis);
   const int64_t blocks = (s.inner + kLanes - 1) / kLanes;
   const int64_t grain =
       std::max<int64_t>(1, 16384 / std::max<int64_t>(1, s.len * std::min(s.inner, kLanes)));
@@ -80,8 +80,7 @@ struct RowStats {
 // eight partial sums side by side (one chain of dependent additions per row was the layer norm's
 // whole cost), added up at the end. RMS norm uses mean 0 and the mean square in place of the
 // variance.
-template <typename T>
-RowStats row_stats(const T* x, int64_t n, double eps, bool rms) {
+template <typename T> RowStats row_stats(const T* x, int64_t n, double eps, bool rms) {
   constexpr int64_t kP = 8;
   const int64_t nb = n / kP * kP;
   auto sum_of = [&](auto&& term) {
@@ -105,14 +104,13 @@ RowStats row_stats(const T* x, int64_t n, double eps, bool rms) {
 }
 
 // The optional weight and bias inputs after `first`, as recorded by has_weight / has_bias.
-template <typename T>
-struct Affine {
+template <typename T> struct Affine {
   const T* w = nullptr;
   const T* b = nullptr;
-  Affine(const KernelContext& ctx, int first) {
+  Affine(const KernelContext& ctx, const NormParams& p, int first) {
     int i = first;
-    if (ctx.attrs().b("has_weight", false)) w = ctx.in(i++).template ptr<T>();
-    if (ctx.attrs().b("has_bias", false)) b = ctx.in(i).template ptr<T>();
+    if (p.has_weight) w = ctx.in(i++).template ptr<T>();
+    if (p.has_bias) b = ctx.in(i).template ptr<T>();
   }
   double weight(int64_t c) const { return w ? static_cast<double>(w[c]) : 1.0; }
   double bias(int64_t c) const { return b ? static_cast<double>(b[c]) : 0.0; }
@@ -130,12 +128,12 @@ void for_rows(const KernelContext& ctx, int64_t rows, int64_t row_len, F&& body)
 // Layer and RMS norm: rows are the trailing dims from begin_axis; weight/bias per position.
 void layer_norm_impl(KernelContext& ctx, bool rms) {
   const TensorView &x = ctx.in(0), &y = ctx.out(0);
-  const int64_t begin = ctx.attrs().i("begin_axis");
-  const int64_t n = numel(Shape(x.shape.begin() + begin, x.shape.end()));
-  const double eps = ctx.attrs().f("eps");
+  const NormParams p = params_of<NormParams>(ctx);
+  const int64_t n = numel(Shape(x.shape.begin() + p.begin_axis, x.shape.end()));
+  const double eps = p.eps;
   dispatch_float(x.dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
-    const Affine<T> aff(ctx, 1);
+    const Affine<T> aff(ctx, p, 1);
     for_rows(ctx, x.numel() / n, n, [&](int64_t r) {
       const T* px = x.ptr<T>() + r * n;
       T* py = y.ptr<T>() + r * n;
@@ -150,14 +148,14 @@ void rms_norm(KernelContext& ctx) { layer_norm_impl(ctx, true); }
 
 // Instance and group norm: a row is one (n, group) block of `channels` channels of `spatial`
 // elements each; weight/bias per channel, folded into one scale and shift per channel.
-void channel_group_norm(KernelContext& ctx, int64_t groups) {
+void channel_group_norm(KernelContext& ctx, const NormParams& p, int64_t groups) {
   const TensorView &x = ctx.in(0), &y = ctx.out(0);
   const int64_t c = x.shape[1], spatial = numel(Shape(x.shape.begin() + 2, x.shape.end()));
   const int64_t channels = c / groups, n = channels * spatial;
-  const double eps = ctx.attrs().f("eps");
+  const double eps = p.eps;
   dispatch_float(x.dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
-    const Affine<T> aff(ctx, 1);
+    const Affine<T> aff(ctx, p, 1);
     for_rows(ctx, x.numel() / n, n, [&](int64_t r) {
       const T* px = x.ptr<T>() + r * n;
       T* py = y.ptr<T>() + r * n;
@@ -171,19 +169,25 @@ void channel_group_norm(KernelContext& ctx, int64_t groups) {
     });
   });
 }
-void instance_norm(KernelContext& ctx) { channel_group_norm(ctx, ctx.in(0).shape[1]); }
-void group_norm(KernelContext& ctx) { channel_group_norm(ctx, ctx.attrs().i("groups")); }
+void instance_norm(KernelContext& ctx) {
+  channel_group_norm(ctx, params_of<NormParams>(ctx), ctx.in(0).shape[1]);
+}
+void group_norm(KernelContext& ctx) {
+  const NormParams p = params_of<NormParams>(ctx);
+  channel_group_norm(ctx, p, p.groups);
+}
 
 // Inference batch norm: y = (x - mean[c]) / sqrt(var[c] + eps) * w[c] + b[c], as one scale and
 // shift per channel.
 void batch_norm(KernelContext& ctx) {
   const TensorView &x = ctx.in(0), &y = ctx.out(0);
   const int64_t c = x.shape[1], spatial = numel(Shape(x.shape.begin() + 2, x.shape.end()));
-  const double eps = ctx.attrs().f("eps");
+  const NormParams p = params_of<NormParams>(ctx);
+  const double eps = p.eps;
   dispatch_float(x.dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
     const T *mean = ctx.in(1).ptr<T>(), *var = ctx.in(2).ptr<T>();
-    const Affine<T> aff(ctx, 3);
+    const Affine<T> aff(ctx, p, 3);
     std::vector<double> scale(c), shift(c);
     for (int64_t k = 0; k < c; ++k) {
       scale[k] = aff.weight(k) / std::sqrt(static_cast<double>(var[k]) + eps);
@@ -207,16 +211,14 @@ struct ChannelRuns {
       : n(x[0]), c(x[1]), s(numel(Shape(x.begin() + 2, x.end()))) {}
   int64_t per_channel() const { return n * s; }
   // Calls f(i) for every element offset of channel ch.
-  template <typename F>
-  void each(int64_t ch, F&& f) const {
+  template <typename F> void each(int64_t ch, F&& f) const {
     for (int64_t k = 0; k < n; ++k)
       for (int64_t i = (k * c + ch) * s, e = i + s; i < e; ++i) f(i);
   }
 };
 
 // Channels in parallel: each reads its values twice (statistics, then the output).
-template <typename F>
-void for_channels(const KernelContext& ctx, const ChannelRuns& r, F&& body) {
+template <typename F> void for_channels(const KernelContext& ctx, const ChannelRuns& r, F&& body) {
   const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, r.per_channel()));
   ctx.parallel_for(r.c, grain, [&](int64_t b, int64_t e) {
     for (int64_t ch = b; ch < e; ++ch) body(ch);
@@ -225,16 +227,14 @@ void for_channels(const KernelContext& ctx, const ChannelRuns& r, F&& body) {
 
 // Forward: mean and biased var per channel from sums shifted by the channel's first value (one
 // pass, accurate while the values sit near it), then y = (x - mean) * rstd * w + b.
-// (channels_last nodes, which the channels_last pass gives CUDA training programs, run here
-// through NCHW copies)
 void batch_norm_train(KernelContext& ctx) {
-  if (ctx.attrs().b("channels_last", false)) return run_via_nchw(ctx, batch_norm_train);
   const TensorView& x = ctx.in(0);
   const ChannelRuns r(x.shape);
-  const double eps = ctx.attrs().f("eps"), m = static_cast<double>(r.per_channel());
+  const NormParams p = params_of<NormParams>(ctx);
+  const double eps = p.eps, m = static_cast<double>(r.per_channel());
   dispatch_float(x.dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
-    const Affine<T> aff(ctx, 1);
+    const Affine<T> aff(ctx, p, 1);
     const T* px = x.ptr<T>();
     T *py = ctx.out(0).ptr<T>(), *pm = ctx.out(1).ptr<T>(), *pv = ctx.out(2).ptr<T>();
     for_channels(ctx, r, [&](int64_t ch) {
@@ -257,11 +257,11 @@ void batch_norm_train(KernelContext& ctx) {
 // Backward: with xhat = (x - mean) * rstd, dbias = sum(dy), dweight = sum(dy * xhat) and
 // dx = w * rstd * (dy - dbias / M - xhat * dweight / M).
 void batch_norm_train_grad(KernelContext& ctx) {
-  if (ctx.attrs().b("channels_last", false)) return run_via_nchw(ctx, batch_norm_train_grad);
   const TensorView &dy = ctx.in(0), &x = ctx.in(1);
   const ChannelRuns r(x.shape);
-  const double eps = ctx.attrs().f("eps"), m = static_cast<double>(r.per_channel());
-  const bool hw = ctx.attrs().b("has_weight", false);
+  const NormParams p = params_of<NormParams>(ctx);
+  const double eps = p.eps, m = static_cast<double>(r.per_channel());
+  const bool hw = p.has_weight;
   dispatch_float(x.dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
     const T *pdy = dy.ptr<T>(), *px = x.ptr<T>(), *pm = ctx.in(2).ptr<T>(),
@@ -285,6 +285,13 @@ void batch_norm_train_grad(KernelContext& ctx) {
   });
 }
 
+// channels_last nodes (which the channels_last pass gives CUDA training programs) run through
+// NCHW copies.
+void batch_norm_train_channels_last(KernelContext& ctx) { run_via_nchw(ctx, batch_norm_train); }
+void batch_norm_train_grad_channels_last(KernelContext& ctx) {
+  run_via_nchw(ctx, batch_norm_train_grad);
+}
+
 // ---- dropout ----
 
 uint64_t splitmix64(uint64_t z) {
@@ -298,8 +305,9 @@ uint64_t splitmix64(uint64_t z) {
 // only on the seed and the element index, never on the thread count.
 void dropout(KernelContext& ctx) {
   const TensorView &x = ctx.in(0), &y = ctx.out(0);
-  const double p = ctx.attrs().f("p");
-  const uint64_t key = splitmix64(static_cast<uint64_t>(ctx.attrs().i("seed")));
+  const DropoutParams d = params_of<DropoutParams>(ctx);
+  const double p = d.p;
+  const uint64_t key = splitmix64(d.seed);
   const auto threshold = static_cast<uint64_t>(std::ldexp(p, 64));
   dispatch_float(x.dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
@@ -327,6 +335,10 @@ void register_norm_kernels() {
   register_kernel(OpId::Dropout, Backend::cpu, {dropout, floats});
   register_kernel(OpId::BatchNormTrain, Backend::cpu, {batch_norm_train, floats});
   register_kernel(OpId::BatchNormTrainGrad, Backend::cpu, {batch_norm_train_grad, floats, 1});
+  register_kernel(OpId::BatchNormTrain, Backend::cpu, Layout::channels_last,
+                  {batch_norm_train_channels_last, floats});
+  register_kernel(OpId::BatchNormTrainGrad, Backend::cpu, Layout::channels_last,
+                  {batch_norm_train_grad_channels_last, floats, 1});
 }
 
 }  // namespace kiln::cpu

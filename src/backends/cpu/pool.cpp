@@ -11,6 +11,7 @@
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/layout.h"
 #include "backends/cpu/transform_common.h"
+#include "ops/pool_params.h"
 
 namespace kiln::cpu {
 
@@ -26,27 +27,31 @@ struct PoolGeom {
   int64_t rows() const { return planes * out[0] * out[1]; }
 };
 
-// Geometry of pooling input x to output y (for the gradient ops: dx to dy).
-PoolGeom pool_geom(const KernelContext& ctx, const Shape& x, const Shape& y) {
+// Geometry of pooling input x to output y (for the gradient ops: dx to dy) with 1-wide windows:
+// adaptive pooling and max_pool_grad, whose windows follow from the shapes.
+PoolGeom pool_geom(const Shape& x, const Shape& y) {
   const int nd = static_cast<int>(x.size()) - 2;
-  const Attrs& a = ctx.attrs();
   PoolGeom g;
   g.planes = x[0] * x[1];
   for (int d = 0; d < nd; ++d) {
-    const int e = 3 - nd + d;
-    g.in[e] = x[2 + d];
-    g.out[e] = y[2 + d];
-    if (!a.has("kernel")) continue;  // adaptive pooling
-    g.k[e] = a.ints("kernel")[d];
-    g.s[e] = a.ints("stride")[d];
-    g.pad[e] = a.ints("pads")[d];
-    g.pad_end[e] = a.ints("pads")[nd + d];
-    if (a.has("dilation")) g.dil[e] = a.ints("dilation")[d];
+    g.in[3 - nd + d] = x[2 + d];
+    g.out[3 - nd + d] = y[2 + d];
   }
   return g;
 }
-PoolGeom pool_geom(const KernelContext& ctx) {
-  return pool_geom(ctx, ctx.in(0).shape, ctx.out(0).shape);
+// The same with the node's window (max_pool, avg_pool, avg_pool_grad).
+PoolGeom pool_geom(const PoolParams& p, const Shape& x, const Shape& y) {
+  PoolGeom g = pool_geom(x, y);
+  const int nd = static_cast<int>(x.size()) - 2;
+  for (int d = 0; d < nd; ++d) {
+    const int e = 3 - nd + d;
+    g.k[e] = p.kernel[d];
+    g.s[e] = p.stride[d];
+    g.pad[e] = p.pads[d];
+    g.pad_end[e] = p.pads[nd + d];
+    g.dil[e] = p.dilation[d];
+  }
+  return g;
 }
 
 // Taps [lo, hi) of a window starting at `start` (step `dil`) that fall inside [0, size).
@@ -173,8 +178,7 @@ int64_t max_pool_simd(const MaxPoolRow<float>& r, const std::vector<int64_t>& ta
   return ow;
 }
 
-template <typename T> void max_pool_typed(KernelContext& ctx) {
-  const PoolGeom g = pool_geom(ctx);
+template <typename T> void max_pool_typed(KernelContext& ctx, const PoolGeom& g) {
   const T* x = ctx.in(0).ptr<T>();
   T* y = ctx.out(0).ptr<T>();
   int64_t* arg = ctx.out(1).ptr<int64_t>();
@@ -189,9 +193,14 @@ template <typename T> void max_pool_typed(KernelContext& ctx) {
       const Row rw = row_at(g, ri);
       const int64_t out_row = ri * ow_count;
       const int64_t id0 = rw.od * g.s[0] - g.pad[0], ih0 = rw.oh * g.s[1] - g.pad[1];
-      const MaxPoolRow<T> r{g, x + rw.plane * g.in_plane(), y + out_row, arg + out_row,
+      const MaxPoolRow<T> r{g,
+                            x + rw.plane * g.in_plane(),
+                            y + out_row,
+                            arg + out_row,
                             valid_taps(id0, g.k[0], g.dil[0], g.in[0]),
-                            valid_taps(ih0, g.k[1], g.dil[1], g.in[1]), id0, ih0};
+                            valid_taps(ih0, g.k[1], g.dil[1], g.in[1]),
+                            id0,
+                            ih0};
       r.list_taps(taps);
       for (int64_t ow = 0; ow < (taps.empty() ? ow_count : lo); ++ow) r.border(ow);
       if (taps.empty()) continue;
@@ -204,12 +213,13 @@ template <typename T> void max_pool_typed(KernelContext& ctx) {
 }
 
 void max_pool(KernelContext& ctx) {
-  if (ctx.attrs().b("channels_last", false)) return run_via_nchw(ctx, max_pool);
+  const PoolGeom g = pool_geom(params_of<PoolParams>(ctx), ctx.in(0).shape, ctx.out(0).shape);
   dispatch(ctx.in(0).dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
-    if constexpr (!std::is_same_v<T, bool>) max_pool_typed<T>(ctx);
+    if constexpr (!std::is_same_v<T, bool>) max_pool_typed<T>(ctx, g);
   });
 }
+void max_pool_channels_last(KernelContext& ctx) { run_via_nchw(ctx, max_pool); }
 
 // ---- average pooling ----
 
@@ -225,9 +235,8 @@ AvgWindow avg_window(const PoolGeom& g, int e, int64_t o) {
 }
 
 // Sum of one plane's inputs in the box given by three windows.
-template <typename T>
-double window_sum(const PoolGeom& g, const T* xp, const AvgWindow& wd, const AvgWindow& wh,
-                  const AvgWindow& ww) {
+template <typename T> double window_sum(const PoolGeom& g, const T* xp, const AvgWindow& wd,
+                                        const AvgWindow& wh, const AvgWindow& ww) {
   double sum = 0;
   for (int64_t id = wd.lo; id < wd.hi; ++id)
     for (int64_t ih = wh.lo; ih < wh.hi; ++ih) {
@@ -237,9 +246,7 @@ double window_sum(const PoolGeom& g, const T* xp, const AvgWindow& wd, const Avg
   return sum;
 }
 
-template <typename T> void avg_pool_typed(KernelContext& ctx) {
-  const PoolGeom g = pool_geom(ctx);
-  const bool include_pad = ctx.attrs().b("count_include_pad");
+template <typename T> void avg_pool_typed(KernelContext& ctx, const PoolGeom& g, bool include_pad) {
   const T* x = ctx.in(0).ptr<T>();
   T* y = ctx.out(0).ptr<T>();
   for_rows(ctx, g, [&](const Row& r) {
@@ -257,7 +264,10 @@ template <typename T> void avg_pool_typed(KernelContext& ctx) {
 }
 
 void avg_pool(KernelContext& ctx) {
-  dispatch_float(ctx.in(0).dtype, ctx.op_name(), [&](auto t) { avg_pool_typed<decltype(t)>(ctx); });
+  const PoolParams p = params_of<PoolParams>(ctx);
+  const PoolGeom g = pool_geom(p, ctx.in(0).shape, ctx.out(0).shape);
+  dispatch_float(ctx.in(0).dtype, ctx.op_name(),
+                 [&](auto t) { avg_pool_typed<decltype(t)>(ctx, g, p.count_include_pad); });
 }
 
 // ---- adaptive average pooling ----
@@ -270,7 +280,7 @@ AvgWindow adaptive_window(const PoolGeom& g, int e, int64_t o) {
 }
 
 template <typename T> void adaptive_avg_pool_typed(KernelContext& ctx) {
-  PoolGeom g = pool_geom(ctx);
+  PoolGeom g = pool_geom(ctx.in(0).shape, ctx.out(0).shape);
   for (int e = 0; e < 3; ++e) g.k[e] = (g.in[e] + g.out[e] - 1) / g.out[e];  // work estimate
   const T* x = ctx.in(0).ptr<T>();
   T* y = ctx.out(0).ptr<T>();
@@ -288,18 +298,19 @@ template <typename T> void adaptive_avg_pool_typed(KernelContext& ctx) {
 }
 
 void adaptive_avg_pool(KernelContext& ctx) {
-  if (ctx.attrs().b("channels_last", false)) return run_via_nchw(ctx, adaptive_avg_pool);
   dispatch_float(ctx.in(0).dtype, ctx.op_name(),
                  [&](auto t) { adaptive_avg_pool_typed<decltype(t)>(ctx); });
 }
+void adaptive_avg_pool_channels_last(KernelContext& ctx) { run_via_nchw(ctx, adaptive_avg_pool); }
 
 // ---- gradients ----
 
 int64_t plane_grain(const PoolGeom& g) {
   return std::max<int64_t>(1, 65536 / std::max<int64_t>(1, g.in_plane()));
 }
+// dx (output 0) to dy (input 0), with 1-wide windows.
 PoolGeom grad_geom(const KernelContext& ctx) {
-  return pool_geom(ctx, ctx.out(0).shape, ctx.in(0).shape);
+  return pool_geom(ctx.out(0).shape, ctx.in(0).shape);
 }
 
 // dx plane = zeros, then dy[o] added at index[o]: the argmax the forward pass recorded.
@@ -324,19 +335,20 @@ template <typename T, typename I> void max_pool_grad_typed(KernelContext& ctx) {
     }
   });
   if (bad.any())
-    fail<ValueError>("[{}] index {} out of range for an input plane of {} elements (input shape "
-                     "{}, indices shape {})", ctx.op_name(), static_cast<int64_t>(idx[bad.pos()]),
-                     in_plane, str(ctx.out(0).shape), str(ctx.in(1).shape));
+    fail<ValueError>(
+        "[{}] index {} out of range for an input plane of {} elements (input shape "
+        "{}, indices shape {})",
+        ctx.op_name(), static_cast<int64_t>(idx[bad.pos()]), in_plane, str(ctx.out(0).shape),
+        str(ctx.in(1).shape));
 }
 
 void max_pool_grad(KernelContext& ctx) {
-  if (ctx.attrs().b("channels_last", false)) return run_via_nchw(ctx, max_pool_grad);
   dispatch_float(ctx.in(0).dtype, ctx.op_name(), [&](auto t) {
-    dispatch_index(ctx.in(1).dtype, ctx.op_name(), [&](auto i) {
-      max_pool_grad_typed<decltype(t), decltype(i)>(ctx);
-    });
+    dispatch_index(ctx.in(1).dtype, ctx.op_name(),
+                   [&](auto i) { max_pool_grad_typed<decltype(t), decltype(i)>(ctx); });
   });
 }
+void max_pool_grad_channels_last(KernelContext& ctx) { run_via_nchw(ctx, max_pool_grad); }
 
 // The transpose of averaging: each dy element divided by its window's count and added to every
 // input of the window. window(e, o) is output o's box along dim e; count(wd, wh, ww) the divisor.
@@ -370,8 +382,9 @@ int64_t box_size(const AvgWindow& wd, const AvgWindow& wh, const AvgWindow& ww) 
 }
 
 void avg_pool_grad(KernelContext& ctx) {
-  const PoolGeom g = grad_geom(ctx);
-  const bool include_pad = ctx.attrs().b("count_include_pad");
+  const PoolParams p = params_of<PoolParams>(ctx);
+  const PoolGeom g = pool_geom(p, ctx.out(0).shape, ctx.in(0).shape);
+  const bool include_pad = p.count_include_pad;
   auto window = [&](int e, int64_t o) { return avg_window(g, e, o); };
   auto count = [&](const AvgWindow& wd, const AvgWindow& wh, const AvgWindow& ww) {
     return include_pad ? wd.padded * wh.padded * ww.padded : box_size(wd, wh, ww);
@@ -381,11 +394,13 @@ void avg_pool_grad(KernelContext& ctx) {
 }
 
 void adaptive_avg_pool_grad(KernelContext& ctx) {
-  if (ctx.attrs().b("channels_last", false)) return run_via_nchw(ctx, adaptive_avg_pool_grad);
   const PoolGeom g = grad_geom(ctx);
   auto window = [&](int e, int64_t o) { return adaptive_window(g, e, o); };
   dispatch_float(ctx.in(0).dtype, ctx.op_name(),
                  [&](auto t) { spread_windows<decltype(t)>(ctx, g, window, box_size); });
+}
+void adaptive_avg_pool_grad_channels_last(KernelContext& ctx) {
+  run_via_nchw(ctx, adaptive_avg_pool_grad);
 }
 
 }  // namespace
@@ -397,6 +412,15 @@ void register_pool_kernels() {
   register_kernel(OpId::MaxPoolGrad, Backend::cpu, {max_pool_grad, kFloatTypes});
   register_kernel(OpId::AvgPoolGrad, Backend::cpu, {avg_pool_grad, kFloatTypes});
   register_kernel(OpId::AdaptiveAvgPoolGrad, Backend::cpu, {adaptive_avg_pool_grad, kFloatTypes});
+  // channels_last nodes (which the channels_last pass gives GPU programs) through NCHW copies
+  register_kernel(OpId::MaxPool, Backend::cpu, Layout::channels_last,
+                  {max_pool_channels_last, kNumericTypes});
+  register_kernel(OpId::AdaptiveAvgPool, Backend::cpu, Layout::channels_last,
+                  {adaptive_avg_pool_channels_last, kFloatTypes});
+  register_kernel(OpId::MaxPoolGrad, Backend::cpu, Layout::channels_last,
+                  {max_pool_grad_channels_last, kFloatTypes});
+  register_kernel(OpId::AdaptiveAvgPoolGrad, Backend::cpu, Layout::channels_last,
+                  {adaptive_avg_pool_grad_channels_last, kFloatTypes});
 }
 
 }  // namespace kiln::cpu

@@ -37,10 +37,10 @@ struct ScaleLayout {
   bool per_tensor = true;
   ScaleLayout(const KernelContext& ctx) {
     const TensorView &tx = ctx.in(0), &ts = ctx.in(1);
+    const QuantizeParams p = params_of<QuantizeParams>(ctx);
     per_tensor = ts.numel() == 1;
-    const int64_t axis = ctx.attrs().i("axis");
-    x = tx.rank() == 0 ? AxisSplit{} : split_at(tx.shape, axis);
-    block = ctx.attrs().i("block_size");
+    x = tx.rank() == 0 ? AxisSplit{} : split_at(tx.shape, p.axis);
+    block = p.block_size;
     if (block > 0) blocks = (x.len + block - 1) / block;
   }
   // Calls row(first element, scale index of its first element, scale index step along the row)
@@ -320,7 +320,8 @@ bool matmul_dnnl_fused(KernelContext& ctx, int64_t m, int64_t k, int64_t n, bool
 template <typename A, typename W, typename Y>
 void quantized_matmul_impl(KernelContext& ctx) {
   const TensorView &ta = ctx.in(0), &tw = ctx.in(3);
-  const bool tw_t = ctx.attrs().b("transpose_w");
+  const QuantizedMatmulParams p = params_of<QuantizedMatmulParams>(ctx);
+  const bool tw_t = p.transpose_w;
   const int64_t k = ta.shape.back(), n = tw_t ? tw.shape[0] : tw.shape[1];
   const int64_t m = k == 0 ? ctx.out(0).numel() / std::max<int64_t>(n, 1) : ta.numel() / k;
   const float sa = *ctx.in(1).ptr<float>(), sy = *ctx.in(6).ptr<float>();
@@ -330,9 +331,9 @@ void quantized_matmul_impl(KernelContext& ctx) {
   const W* zw = ctx.in(5).ptr<W>();
   const bool per_channel = ctx.in(4).numel() != 1 || n == 1;
   int next = 8;
-  const float* bias = ctx.attrs().b("has_bias", false) ? ctx.in(next++).ptr<float>() : nullptr;
-  const float* res = ctx.attrs().b("has_residual", false) ? ctx.in(next).ptr<float>() : nullptr;
-  const int act = epilogue_activation(ctx);
+  const float* bias = p.has_bias ? ctx.in(next++).ptr<float>() : nullptr;
+  const float* res = p.has_residual ? ctx.in(next).ptr<float>() : nullptr;
+  const int act = epilogue_activation(p);
   const A* pa = ta.ptr<A>();
   const W* pw = tw.ptr<W>();
   auto w_at = [&](int64_t i, int64_t j) { return int32_t{pw[tw_t ? j * k + i : i * n + j]}; };
@@ -408,7 +409,8 @@ void quantized_weight_linear_impl(KernelContext& ctx) {
   const TensorView &x = ctx.in(0), &w = ctx.in(1);
   const int64_t n = w.shape[0], k = w.shape[1];
   const int64_t m = ctx.out(0).numel() / std::max<int64_t>(n, 1);
-  const float* bias = ctx.attrs().b("has_bias", false) ? ctx.in(4).ptr<float>() : nullptr;
+  const float* bias =
+      params_of<QuantizedWeightLinearParams>(ctx).has_bias ? ctx.in(4).ptr<float>() : nullptr;
   float* y = ctx.out(0).ptr<float>();
   if (ctx.out(0).numel() == 0) return;
   if (k == 0) {
@@ -436,11 +438,10 @@ void quantized_weight_linear(KernelContext& ctx) {
 }
 
 // A thread range of outputs, each its window's dequantized values summed in f32 in window order
-// and divided by their count (the float pool's arithmetic); NCHW or (channels_last) NHWC.
-template <typename Q>
-void dequantize_adaptive_avg_pool_impl(KernelContext& ctx) {
+// and divided by their count (the float pool's arithmetic); NCHW, or NHWC (cl: layout
+// channels_last).
+template <typename Q, bool cl> void dequantize_adaptive_avg_pool_impl(KernelContext& ctx) {
   const TensorView &q = ctx.in(0), &y = ctx.out(0);
-  const bool cl = ctx.attrs().b("channels_last", false);
   const int64_t C = q.shape[cl ? 3 : 1], H = q.shape[cl ? 1 : 2], W = q.shape[cl ? 2 : 3];
   const int64_t OH = y.shape[cl ? 1 : 2], OW = y.shape[cl ? 2 : 3];
   const int64_t sc = cl ? 1 : H * W, sh = cl ? W * C : W, sw = cl ? C : 1;
@@ -451,7 +452,7 @@ void dequantize_adaptive_avg_pool_impl(KernelContext& ctx) {
   ctx.parallel_for(y.numel(), 64, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       int64_t c, oh, ow, n;
-      if (cl) {
+      if constexpr (cl) {
         c = i % C, ow = i / C % OW, oh = i / (C * OW) % OH, n = i / (C * OW * OH);
       } else {
         ow = i % OW, oh = i / OW % OH, c = i / (OW * OH) % C, n = i / (OW * OH * C);
@@ -467,12 +468,16 @@ void dequantize_adaptive_avg_pool_impl(KernelContext& ctx) {
   });
 }
 
-void dequantize_adaptive_avg_pool(KernelContext& ctx) {
+template <bool NHWC> void dequantize_adaptive_avg_pool_in(KernelContext& ctx) {
   if (ctx.out(0).numel() == 0) return;
-  if (ctx.in(0).dtype == DType::i8)
-    dequantize_adaptive_avg_pool_impl<int8_t>(ctx);
-  else
-    dequantize_adaptive_avg_pool_impl<uint8_t>(ctx);
+  if (ctx.in(0).dtype == DType::i8) dequantize_adaptive_avg_pool_impl<int8_t, NHWC>(ctx);
+  else dequantize_adaptive_avg_pool_impl<uint8_t, NHWC>(ctx);
+}
+void dequantize_adaptive_avg_pool(KernelContext& ctx) {
+  dequantize_adaptive_avg_pool_in<false>(ctx);
+}
+void dequantize_adaptive_avg_pool_channels_last(KernelContext& ctx) {
+  dequantize_adaptive_avg_pool_in<true>(ctx);
 }
 
 }  // namespace
@@ -494,10 +499,14 @@ void register_quant_kernels() {
                   {quantized_matmul, DTypeSet{i8, u8}, 0, false});
   // (looked up on x's zero point: with quantize_x, x is f32)
   register_kernel(OpId::QuantizedConv, Backend::cpu, {quantized_conv, DTypeSet{i8, u8}, 2, false});
+  register_kernel(OpId::QuantizedConv, Backend::cpu, Layout::channels_last,
+                  {quantized_conv_channels_last, DTypeSet{i8, u8}, 2, false});
   register_kernel(OpId::QuantizedWeightLinear, Backend::cpu,
                   {quantized_weight_linear, DTypeSet{f32}, 0, false});
   register_kernel(OpId::DequantizeAdaptiveAvgPool, Backend::cpu,
                   {dequantize_adaptive_avg_pool, DTypeSet{i8, u8}, 0, false});
+  register_kernel(OpId::DequantizeAdaptiveAvgPool, Backend::cpu, Layout::channels_last,
+                  {dequantize_adaptive_avg_pool_channels_last, DTypeSet{i8, u8}, 0, false});
 }
 
 }  // namespace kiln::cpu

@@ -1,13 +1,14 @@
 // CPU kernel of quantized_conv (src/ops/quant.cpp): the exact i32 sum of (x - x_zp)(w - w_zp)
 // over each window (plus an i32 bias), then the epilogue of quantized_matmul
 // (backends/quant_math.h): scale, f32 bias, residual, relu or GELU, requantize once. Padded
-// positions hold the real value 0, i.e. x_zp. Products: oneDNN's int8 convolution where it is exact (VNNI) and the
-// weights are i8 with zero points 0, on NHWC data (padded with x_zp here when x has a zero point,
-// so that every window is full and sum (x - x_zp) w = sum x w - x_zp sum w). Elsewhere direct
-// loops over int16 differences.
-//   NCHW (channels_last false): x is copied to NHWC, oneDNN writes the i32 sums, and kiln's
-//   epilogue (double precision, bit for bit the CUDA kernel's) writes the NCHW output.
-//   NHWC (channels_last, the layout the channels_last pass gives int8 pipelines): no copies;
+// positions hold the real value 0, i.e. x_zp. Products: oneDNN's int8 convolution where it is exact
+// (VNNI) and the weights are i8 with zero points 0, on NHWC data (padded with x_zp here when x has
+// a zero point, so that every window is full and sum (x - x_zp) w = sum x w - x_zp sum w).
+// Elsewhere direct loops over int16 differences.
+//   NCHW (layout plain: quantized_conv): x is copied to NHWC, oneDNN writes the i32 sums, and
+//   kiln's epilogue (double precision, bit for bit the CUDA kernel's) writes the NCHW output.
+//   NHWC (layout channels_last, which the channels_last pass gives int8 pipelines:
+//   quantized_conv_channels_last): no copies;
 //   oneDNN runs the whole epilogue as its output scales, bias and post-ops (residual add, relu
 //   or GELU, 1/y_scale and y_zp) in f32 and writes the int8 output, within 1 LSB of the exact
 //   epilogue.
@@ -32,7 +33,7 @@ namespace du = dnnl_util;
 struct Geom {
   int64_t N, C, H, W, O, KH, KW, OH, OW, G;
   int64_t sh, sw, dh, dw, pt, pl, pb, pr;
-  bool cl;            // channels_last: x, residual and output NHWC
+  bool cl;            // layout channels_last: x, residual and output NHWC
   bool ohwi = false;  // weights_ohwi: w is (O, kh, kw, C) (groups 1)
   int64_t cg() const { return C / G; }
   int64_t og() const { return O / G; }
@@ -45,18 +46,29 @@ struct Geom {
   }
 };
 
-Geom geometry(const KernelContext& ctx) {
+Geom geometry(const KernelContext& ctx, const QuantizedConvParams& prm, bool cl) {
   const Shape &x = ctx.in(0).shape, &w = ctx.in(3).shape, &y = ctx.out(0).shape;
-  const auto &s = ctx.attrs().ints("stride"), &d = ctx.attrs().ints("dilation"),
-             &p = ctx.attrs().ints("pads");
-  const bool cl = ctx.attrs().b("channels_last", false);
+  const int64_t *s = prm.stride, *d = prm.dilation, *p = prm.pads;
   // weights_ohwi: w is (O, kh, kw, C)
-  const bool ohwi = ctx.attrs().b("weights_ohwi", false);
-  Geom g{x[0],           cl ? x[3] : x[1], cl ? x[1] : x[2], cl ? x[2] : x[3],
-         w[0],           w[ohwi ? 1 : 2],  w[ohwi ? 2 : 3],  cl ? y[1] : y[2],
-         cl ? y[2] : y[3], ctx.attrs().i("groups"),
-         s[0],           s[1],             d[0],             d[1],
-         p[0],           p[1],             p[2],             p[3],
+  const bool ohwi = prm.weights_ohwi;
+  Geom g{x[0],
+         cl ? x[3] : x[1],
+         cl ? x[1] : x[2],
+         cl ? x[2] : x[3],
+         w[0],
+         w[ohwi ? 1 : 2],
+         w[ohwi ? 2 : 3],
+         cl ? y[1] : y[2],
+         cl ? y[2] : y[3],
+         prm.groups,
+         s[0],
+         s[1],
+         d[0],
+         d[1],
+         p[0],
+         p[1],
+         p[2],
+         p[3],
          cl};
   g.ohwi = ohwi;
   return g;
@@ -82,7 +94,7 @@ struct Epilogue {
 };
 
 template <typename Y>
-Epilogue<Y> epilogue(KernelContext& ctx, int64_t O) {
+Epilogue<Y> epilogue(KernelContext& ctx, const QuantizedConvParams& p, int64_t O) {
   Epilogue<Y> e;
   const double sa = *ctx.in(1).ptr<float>();
   const float* sw = ctx.in(4).ptr<float>();
@@ -90,15 +102,15 @@ Epilogue<Y> epilogue(KernelContext& ctx, int64_t O) {
   e.mult.resize(static_cast<size_t>(O));
   for (int64_t o = 0; o < O; ++o) e.mult[o] = sa * static_cast<double>(sw[per_channel ? o : 0]);
   int next = 8;
-  if (ctx.attrs().b("has_bias", false)) {
+  if (p.has_bias) {
     const TensorView& b = ctx.in(next++);
     if (b.dtype == DType::i32)
       e.ibias = b.ptr<int32_t>();
     else
       e.bias = b.ptr<float>();
   }
-  e.res = residual_input(ctx, next);
-  e.act = epilogue_activation(ctx);
+  e.res = residual_input(ctx, next, p);
+  e.act = epilogue_activation(p);
   e.sy = *ctx.in(6).ptr<float>();
   e.zy = *ctx.in(7).ptr<Y>();
   e.out = ctx.out(0).ptr<Y>();
@@ -388,10 +400,10 @@ bool conv_dnnl_fused(KernelContext& ctx, const Geom& g, const Epilogue<Y>& fin) 
 }
 
 template <typename A, typename W, typename Y>
-void quantized_conv_impl(KernelContext& ctx) {
-  const Geom g = geometry(ctx);
+void quantized_conv_impl(KernelContext& ctx, const QuantizedConvParams& p, bool nhwc) {
+  const Geom g = geometry(ctx, p, nhwc);
   if (ctx.out(0).numel() == 0) return;
-  const Epilogue<Y> fin = epilogue<Y>(ctx, g.O);
+  const Epilogue<Y> fin = epilogue<Y>(ctx, p, g.O);
   if constexpr (std::is_same_v<W, int8_t>) {
     bool zero_w = true;
     for (int64_t i = 0; i < ctx.in(5).numel(); ++i) zero_w = zero_w && ctx.in(5).ptr<W>()[i] == 0;
@@ -404,13 +416,12 @@ void quantized_conv_impl(KernelContext& ctx) {
   conv_loops<A, W, Y>(ctx, g, fin);
 }
 
-// quantize_x: f32 NCHW x quantized per tensor as quantize does, into an int8 copy (NHWC with
-// channels_last), then the plain op on it.
+// quantize_x: f32 NCHW x quantized per tensor as quantize does, into an int8 copy (NHWC in layout
+// channels_last), then `kernel`, the op's kernel for the layout, on it without quantize_x.
 template <typename A>
-void conv_of_float(KernelContext& ctx) {
+void conv_of_float(KernelContext& ctx, bool cl, void (*kernel)(KernelContext&)) {
   const TensorView& x = ctx.in(0);
   const Shape& s = x.shape;
-  const bool cl = ctx.attrs().b("channels_last", false);
   const int64_t N = s[0], C = s[1], HW = s[2] * s[3];
   auto* q = static_cast<A*>(ctx.scratch(static_cast<size_t>(x.numel())));
   const float* xf = x.ptr<float>();
@@ -425,18 +436,23 @@ void conv_of_float(KernelContext& ctx) {
       for (int64_t i = 0; i < HW; ++i) dst[i * step] = quant_math::quantize_one(src[i], sx, zx);
     }
   });
-  conv_on_quantized_x(ctx, q, quantized_conv);
+  conv_on_quantized_x(ctx, q, cl, kernel);
+}
+
+// The kernel of layout plain (NHWC false) or channels_last (NHWC true).
+template <bool NHWC> void quantized_conv_in(KernelContext& ctx) {
+  const QuantizedConvParams p = params_of<QuantizedConvParams>(ctx);
+  // (with quantize_x, x is f32 and its zero point has the data's dtype)
+  const DType data = p.quantize_x ? ctx.in(2).dtype : ctx.in(0).dtype;
+  with_int8_types(ctx, data, "cpu", [&](auto a, auto w, auto y) {
+    if (p.quantize_x) conv_of_float<decltype(a)>(ctx, NHWC, quantized_conv_in<NHWC>);
+    else quantized_conv_impl<decltype(a), decltype(w), decltype(y)>(ctx, p, NHWC);
+  });
 }
 
 }  // namespace
 
-void quantized_conv(KernelContext& ctx) {
-  with_int8_types(ctx, "cpu", [&](auto a, auto w, auto y) {
-    if (ctx.attrs().b("quantize_x", false))
-      conv_of_float<decltype(a)>(ctx);
-    else
-      quantized_conv_impl<decltype(a), decltype(w), decltype(y)>(ctx);
-  });
-}
+void quantized_conv(KernelContext& ctx) { quantized_conv_in<false>(ctx); }
+void quantized_conv_channels_last(KernelContext& ctx) { quantized_conv_in<true>(ctx); }
 
 }  // namespace kiln::cpu

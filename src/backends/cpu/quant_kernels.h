@@ -22,7 +22,8 @@ inline void append_activation(dnnl::post_ops& ops, int act) {
     ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_tanh, 0.0f, 0.0f);
 }
 
-/// quantized_conv (quant_conv.cpp).
+/// quantized_conv in layouts plain and channels_last (quant_conv.cpp).
 void quantized_conv(KernelContext& ctx);
+void quantized_conv_channels_last(KernelContext& ctx);
 
 }  // namespace kiln::cpu

@@ -103,19 +103,19 @@ void launch_channel_bias(KernelContext& ctx, const TensorView& y, const void* bi
 
 // ---- geometry ----
 
-Geometry geometry(const Attrs& attrs, const Shape& x, const Shape& w, const Shape& y) {
+Geometry geometry(const ConvParams& a, const Shape& x, const Shape& w, const Shape& y) {
   Geometry g;
   g.nd = static_cast<int>(x.size()) - 2;
   g.N = x[0];
   g.C = x[1];
   g.O = y[1];
-  g.G = attrs.i("groups");
+  g.G = a.groups;
   g.in.assign(x.begin() + 2, x.end());
   g.k.assign(w.begin() + 2, w.end());
   g.out.assign(y.begin() + 2, y.end());
-  g.stride = attrs.ints("stride");
-  g.dil = attrs.ints("dilation");
-  const auto& p = attrs.ints("pads");
+  g.stride = a.stride;
+  g.dil = a.dilation;
+  const auto& p = a.pads;
   g.pb.assign(p.begin(), p.begin() + g.nd);
   g.pe.assign(p.begin() + g.nd, p.end());
   return g;
@@ -185,32 +185,32 @@ int64_t prod(const std::vector<int64_t>& v) {
 
 namespace conv_detail {
 
-const void* bias_of(const KernelContext& ctx) {
-  return ctx.attrs().b("has_bias") ? ctx.in(2).data : nullptr;
+const void* bias_of(const KernelContext& ctx, const ConvParams& a) {
+  return a.has_bias ? ctx.in(2).data : nullptr;
 }
 
 // in0, in1, out0: the op's first two inputs and its output (x, w, y; for conv_grad_weight x, dy,
 // dw). Shared by the kernels and by export_conv_tuning, so both name the same problems.
-ConvCall conv_call(OpId op, const Attrs& attrs, const Shape& in0, const Shape& in1,
+ConvCall conv_call(OpId op, const ConvParams& a, const Shape& in0, const Shape& in1,
                    const Shape& out0) {
   ConvCall c;
   Geometry& g = c.g;
   switch (op) {
     case OpId::ConvTranspose:  // as the transposed conv: input y (N, O, ...), output x (N, C, ...)
       c.pass = Pass::backward_data;
-      g = geometry(attrs, out0, in1, in0);
+      g = geometry(a, out0, in1, in0);
       break;
     case OpId::ConvGradWeight:
       c.pass = Pass::backward_filter;
-      g = geometry(attrs, in0, out0, in1);
+      g = geometry(a, in0, out0, in1);
       break;
     default:
       c.pass = Pass::forward;
-      g = geometry(attrs, in0, in1, out0);
+      g = geometry(a, in0, in1, out0);
   }
   for (int i = 0; i < g.nd; ++i)
     c.direct = c.direct && cudnn_fits(g, i, g.in[i], g.pb[i], g.out[i]);
-  const bool tf32 = attrs.b("tf32", false);
+  const bool tf32 = a.tf32;
   if (c.direct) {
     c.p = problem(g, g.in, g.pb);
     c.p.tf32 = tf32;
@@ -241,12 +241,13 @@ namespace {
 // ---- the kernels ----
 
 void conv(KernelContext& ctx) {
-  if (ctx.attrs().b("channels_last", false)) return conv_nhwc(ctx);
+  ConvParams spare;
+  const ConvParams& a = params_of(ctx, spare);
   const TensorView &x = ctx.in(0), &w = ctx.in(1), &y = ctx.out(0);
   if (y.numel() == 0) return;
-  const void* bias = bias_of(ctx);
+  const void* bias = bias_of(ctx, a);
   if (x.numel() == 0 || w.numel() == 0) return launch_channel_bias(ctx, y, bias, false);
-  const ConvCall c = conv_call(OpId::Conv, ctx.attrs(), x.shape, w.shape, y.shape);
+  const ConvCall c = conv_call(OpId::Conv, a, x.shape, w.shape, y.shape);
   const Geometry& g = c.g;
   if (c.direct) {
     run_pass(ctx, Pass::forward, c.p, x.dtype, x.data, w.data, nullptr, y.data);
@@ -260,12 +261,13 @@ void conv(KernelContext& ctx) {
 
 // conv_transpose(x, w) is the backward-data pass of the conv from its output y to its input x.
 void conv_transpose(KernelContext& ctx) {
-  if (ctx.attrs().b("channels_last", false)) return conv_transpose_nhwc(ctx);
+  ConvParams spare;
+  const ConvParams& a = params_of(ctx, spare);
   const TensorView &x = ctx.in(0), &w = ctx.in(1), &y = ctx.out(0);
   if (y.numel() == 0) return;
-  const void* bias = bias_of(ctx);
+  const void* bias = bias_of(ctx, a);
   if (x.numel() == 0 || w.numel() == 0) return launch_channel_bias(ctx, y, bias, false);
-  const ConvCall c = conv_call(OpId::ConvTranspose, ctx.attrs(), x.shape, w.shape, y.shape);
+  const ConvCall c = conv_call(OpId::ConvTranspose, a, x.shape, w.shape, y.shape);
   const Geometry& g = c.g;
   if (c.direct) {
     run_pass(ctx, Pass::backward_data, c.p, x.dtype, nullptr, w.data, x.data, y.data);
@@ -280,14 +282,15 @@ void conv_transpose(KernelContext& ctx) {
 
 // dW of the conv from x (N, C, in) to dy (N, O, out): the backward-filter pass.
 void conv_grad_weight(KernelContext& ctx) {
-  if (ctx.attrs().b("channels_last", false)) return conv_grad_weight_nhwc(ctx);
+  ConvParams spare;
+  const ConvParams& a = params_of(ctx, spare);
   const TensorView &x = ctx.in(0), &dy = ctx.in(1), &dw = ctx.out(0);
   if (dw.numel() == 0) return;
   if (x.numel() == 0 || dy.numel() == 0) {
     KILN_CUDA_CHECK(cudaMemsetAsync(dw.data, 0, dw.numel() * size_of(dw.dtype), stream_of(ctx)));
     return;
   }
-  const ConvCall c = conv_call(OpId::ConvGradWeight, ctx.attrs(), x.shape, dy.shape, dw.shape);
+  const ConvCall c = conv_call(OpId::ConvGradWeight, a, x.shape, dy.shape, dw.shape);
   const Geometry& g = c.g;
   if (c.direct) {
     run_pass(ctx, Pass::backward_filter, c.p, x.dtype, x.data, nullptr, dy.data, dw.data);
@@ -305,6 +308,11 @@ void register_conv_kernels() {
   register_kernel(OpId::Conv, Backend::cuda, {conv, kTypes, 0, false});
   register_kernel(OpId::ConvTranspose, Backend::cuda, {conv_transpose, kTypes, 0, false});
   register_kernel(OpId::ConvGradWeight, Backend::cuda, {conv_grad_weight, kTypes, 0, false});
+  register_kernel(OpId::Conv, Backend::cuda, Layout::channels_last, {conv_nhwc, kTypes, 0, false});
+  register_kernel(OpId::ConvTranspose, Backend::cuda, Layout::channels_last,
+                  {conv_transpose_nhwc, kTypes, 0, false});
+  register_kernel(OpId::ConvGradWeight, Backend::cuda, Layout::channels_last,
+                  {conv_grad_weight_nhwc, kTypes, 0, false});
 }
 
 }  // namespace kiln::cuda

@@ -14,6 +14,7 @@
 #include "backends/cuda/conv_graph.h"
 #include "backends/cuda/cuda_common.cuh"
 #include "backends/cuda/tuning.h"
+#include "ops/conv_params.h"
 
 namespace kiln::cuda::conv_detail {
 
@@ -124,8 +125,8 @@ void run_pass(KernelContext& ctx, Pass pass, const Problem& full, DType t, const
               const void* w, const void* y, void* out);
 
 // conv.cu
-const void* bias_of(const KernelContext& ctx);
-ConvCall conv_call(OpId op, const Attrs& attrs, const Shape& in0, const Shape& in1,
+const void* bias_of(const KernelContext& ctx, const ConvParams& a);
+ConvCall conv_call(OpId op, const ConvParams& a, const Shape& in0, const Shape& in1,
                    const Shape& out0);
 
 // conv_nhwc.cu

@@ -254,19 +254,19 @@ void conv_nhwc(KernelContext& ctx) {
   const TensorView &x = ctx.in(0), &w = ctx.in(1), &y = ctx.out(0);
   if (y.numel() == 0) return;
   auto nchw = [](const Shape& s) { return Shape{s[0], s[3], s[1], s[2]}; };
-  const ConvCall c =
-      conv_call(OpId::Conv, ctx.attrs(), nchw(x.shape), nchw(w.shape), nchw(y.shape));
-  const void* bias = bias_of(ctx);
+  ConvParams spare;
+  const ConvParams& a = params_of(ctx, spare);
+  const ConvCall c = conv_call(OpId::Conv, a, nchw(x.shape), nchw(w.shape), nchw(y.shape));
+  const void* bias = bias_of(ctx, a);
   if (!c.direct || x.numel() == 0 || w.numel() == 0 || y.numel() > UINT32_MAX)
     fail<UnsupportedError>(
         "[conv] channels_last takes symmetric pads and non-empty operands under 2^32 elements "
         "(x {}, w {}, pads {})",
-        str(x.shape), str(w.shape), fmt::join(ctx.attrs().ints("pads"), ", "));
+        str(x.shape), str(w.shape), fmt::join(a.pads, ", "));
   Problem p = c.p;
   p.nhwc = true;
-  const bool relu = ctx.attrs().b("relu", false);
-  const void* res =
-      ctx.attrs().b("has_residual", false) ? ctx.in(ctx.num_inputs() - 1).data : nullptr;
+  const bool relu = a.relu;
+  const void* res = a.has_residual ? ctx.in(ctx.num_inputs() - 1).data : nullptr;
   const auto legacy = [&] {
     run_pass(ctx, Pass::forward, p, x.dtype, x.data, w.data, nullptr, y.data);
     launch_epilogue_nhwc(ctx, y, bias, res, relu);
@@ -289,14 +289,15 @@ namespace {
 // The NHWC problem of a channels_last conv_transpose or conv_grad_weight (in0, in1, out0 as
 // conv_call takes them, NHWC and (O, kh, kw, C/G)), which the channels_last pass gives training
 // programs only where cuDNN runs it on the step's own buffers.
-Problem nhwc_problem(KernelContext& ctx, const Shape& in0, const Shape& in1, const Shape& out0) {
+Problem nhwc_problem(KernelContext& ctx, const ConvParams& a, const Shape& in0, const Shape& in1,
+                     const Shape& out0) {
   auto nchw = [](const Shape& s) { return Shape{s[0], s[3], s[1], s[2]}; };
-  const ConvCall c = conv_call(ctx.op(), ctx.attrs(), nchw(in0), nchw(in1), nchw(out0));
+  const ConvCall c = conv_call(ctx.op(), a, nchw(in0), nchw(in1), nchw(out0));
   if (!c.direct)
     fail<UnsupportedError>(
         "[{}] channels_last takes symmetric pads and the output size cuDNN computes (inputs {} "
         "and {}, output {}, pads {})",
-        ctx.op_name(), str(in0), str(in1), str(out0), fmt::join(ctx.attrs().ints("pads"), ", "));
+        ctx.op_name(), str(in0), str(in1), str(out0), fmt::join(a.pads, ", "));
   Problem p = c.p;
   p.nhwc = true;
   return p;
@@ -310,7 +311,9 @@ namespace conv_detail {
 void conv_transpose_nhwc(KernelContext& ctx) {
   const TensorView &x = ctx.in(0), &w = ctx.in(1), &y = ctx.out(0);
   if (y.numel() == 0) return;
-  const void* bias = bias_of(ctx);
+  ConvParams spare;
+  const ConvParams& a = params_of(ctx, spare);
+  const void* bias = bias_of(ctx, a);
   if (bias && y.numel() > UINT32_MAX)
     fail<UnsupportedError>(
         "[conv_transpose] channels_last with a bias takes outputs under 2^32 "
@@ -319,7 +322,7 @@ void conv_transpose_nhwc(KernelContext& ctx) {
   if (x.numel() == 0 || w.numel() == 0) {
     KILN_CUDA_CHECK(cudaMemsetAsync(y.data, 0, y.numel() * size_of(y.dtype), stream_of(ctx)));
   } else {
-    const Problem p = nhwc_problem(ctx, x.shape, w.shape, y.shape);
+    const Problem p = nhwc_problem(ctx, a, x.shape, w.shape, y.shape);
     run_pass(ctx, Pass::backward_data, p, x.dtype, nullptr, w.data, x.data, y.data);
   }
   launch_epilogue_nhwc(ctx, y, bias, nullptr, false);
@@ -333,7 +336,8 @@ void conv_grad_weight_nhwc(KernelContext& ctx) {
     KILN_CUDA_CHECK(cudaMemsetAsync(dw.data, 0, dw.numel() * size_of(dw.dtype), stream_of(ctx)));
     return;
   }
-  const Problem p = nhwc_problem(ctx, x.shape, dy.shape, dw.shape);
+  ConvParams spare;
+  const Problem p = nhwc_problem(ctx, params_of(ctx, spare), x.shape, dy.shape, dw.shape);
   run_pass(ctx, Pass::backward_filter, p, x.dtype, x.data, nullptr, dy.data, dw.data);
 }
 

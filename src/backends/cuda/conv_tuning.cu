@@ -104,15 +104,15 @@ std::vector<TuningRecord> export_conv_tuning(int device, const std::vector<Kerne
     if (numel(in0) == 0 || numel(in1) == 0 || numel(out0) == 0) continue;  // no cuDNN call
     const DType t = k.inputs[0].dtype;
     try {
-      const bool cl = k.attrs->b("channels_last", false) && in0.size() == 4;
+      const bool cl = k.layout == Layout::channels_last && in0.size() == 4;
       auto nchw = [cl](const Shape& s) { return cl ? Shape{s[0], s[3], s[1], s[2]} : s; };
-      const ConvCall c = conv_call(k.op, *k.attrs, nchw(in0), nchw(in1), nchw(out0));
+      const ConvParams a = ConvParams::decode(k.op, *k.attrs);
+      const ConvCall c = conv_call(k.op, a, nchw(in0), nchw(in1), nchw(out0));
       // (f32 NHWC problems, TF32 ones, are not recorded: they are timed again after loading)
       if (cl && k.op == OpId::Conv && (t == DType::f16 || t == DType::bf16) && c.direct) {
         Problem p = c.p;
         p.nhwc = true;
-        nhwc_keys.push_back(nhwc_key(device, t, p, k.attrs->b("has_bias", false),
-                                     k.attrs->b("has_residual", false), k.attrs->b("relu", false)));
+        nhwc_keys.push_back(nhwc_key(device, t, p, a.has_bias, a.has_residual, a.relu));
       }
       const int64_t chunk = batch_chunk(c.p, op_name(k.op));
       // the batch's chunks: full ones and the rest (run_pass)

@@ -14,20 +14,19 @@
 #include "backends/cuda/cuda_common.cuh"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/norm_nhwc.h"
+#include "ops/norm_params.h"
 
 namespace kiln::cuda {
 
 namespace {
 
-constexpr int kRowBlock = 512;     // threads of a block that owns one long row
+constexpr int kRowBlock = 512;      // threads of a block that owns one long row
 constexpr int64_t kWarpRow = 1024;  // rows up to this length go to one warp each
 
 template <typename A> __device__ A neg_inf() { return -std::numeric_limits<A>::infinity(); }
 
 // V elements loaded or stored as one access (16 bytes when V = 16 / sizeof(T)).
-template <typename T, int V> struct alignas(sizeof(T) * V) Vec {
-  T v[V];
-};
+template <typename T, int V> struct alignas(sizeof(T) * V) Vec { T v[V]; };
 // Whether 16-byte accesses fit: every pointer 16-byte aligned and `len` (0: any) a multiple of
 // the elements per access.
 template <typename T> bool vectorizable(int64_t len, std::initializer_list<const void*> ptrs) {
@@ -105,7 +104,9 @@ struct Sums {
     s1 += d;
     s2 += d * d;
   }
-  __device__ static Sums combine(const Sums& a, const Sums& b) { return {a.s1 + b.s1, a.s2 + b.s2}; }
+  __device__ static Sums combine(const Sums& a, const Sums& b) {
+    return {a.s1 + b.s1, a.s2 + b.s2};
+  }
   __device__ Sums shfl(int mask) const { return {shfl_xor(s1, mask), shfl_xor(s2, mask)}; }
   __device__ Sums bcast() const { return {shfl0(s1), shfl0(s2)}; }
 };
@@ -114,7 +115,9 @@ template <typename A> struct SquareSum {
   A s;
   __device__ static SquareSum empty() { return {A(0)}; }
   __device__ void add(A x) { s += x * x; }
-  __device__ static SquareSum combine(const SquareSum& a, const SquareSum& b) { return {a.s + b.s}; }
+  __device__ static SquareSum combine(const SquareSum& a, const SquareSum& b) {
+    return {a.s + b.s};
+  }
   __device__ SquareSum shfl(int mask) const { return {shfl_xor(s, mask)}; }
   __device__ SquareSum bcast() const { return {shfl0(s)}; }
 };
@@ -224,7 +227,7 @@ template <typename T, bool kLog, int V> struct SoftmaxLaunch {
 template <bool kLog> void softmax_impl(KernelContext& ctx) {
   const TensorView &x = ctx.in(0), &y = ctx.out(0);
   if (x.numel() == 0) return;
-  const AxisSplit s = split_at(x.shape, ctx.attrs().i("axis"));
+  const AxisSplit s = split_at(x.shape, params_of<SoftmaxParams>(ctx).axis);
   cudaStream_t stream = stream_of(ctx);
   dispatch_float(x.dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
@@ -251,24 +254,26 @@ template <typename T> struct Affine {
   const T* w = nullptr;
   const T* b = nullptr;
 };
-template <typename T> Affine<T> affine_of(const KernelContext& ctx, int first) {
+template <typename T>
+Affine<T> affine_of(const KernelContext& ctx, const NormParams& p, int first) {
   Affine<T> a;
   int i = first;
-  if (ctx.attrs().b("has_weight", false)) a.w = ctx.in(i++).template ptr<T>();
-  if (ctx.attrs().b("has_bias", false)) a.b = ctx.in(i).template ptr<T>();
+  if (p.has_weight) a.w = ctx.in(i++).template ptr<T>();
+  if (p.has_bias) a.b = ctx.in(i).template ptr<T>();
   return a;
 }
 
 // A row's statistics of elements of type T: the sum of squares for RMS norm, else sums (Welford
 // moments for f64), in double.
-template <typename T, bool kRms>
-using NormStats = std::conditional_t<kRms, SquareSum<double>,
-                                     std::conditional_t<std::is_same_v<T, double>,
-                                                        Moments<double>, Sums>>;
+template <typename T, bool kRms> using NormStats =
+    std::conditional_t<kRms, SquareSum<double>,
+                       std::conditional_t<std::is_same_v<T, double>, Moments<double>, Sums>>;
 // The mean of a row of n, and its sum of squared deviations.
 __device__ inline double mean_of(const Moments<double>& st, int64_t) { return st.mean; }
 __device__ inline double m2_of(const Moments<double>& st, int64_t) { return st.m2; }
-__device__ inline double mean_of(const Sums& st, int64_t n) { return st.s1 / static_cast<double>(n); }
+__device__ inline double mean_of(const Sums& st, int64_t n) {
+  return st.s1 / static_cast<double>(n);
+}
 __device__ inline double m2_of(const Sums& st, int64_t n) {
   return fmax(st.s2 - st.s1 * (st.s1 / static_cast<double>(n)), 0.0);
 }
@@ -302,9 +307,8 @@ template <typename T> struct NormRow {
   }
 
   // Writes the V-wide elements [j0, j1) (step `step`) of row r from the row's statistics.
-  template <int V, bool kRms>
-  __device__ void write(int64_t r, const NormStats<T, kRms>& st, int64_t j0, int64_t j1,
-                        int64_t step) const {
+  template <int V, bool kRms> __device__ void write(int64_t r, const NormStats<T, kRms>& st,
+                                                    int64_t j0, int64_t j1, int64_t step) const {
     using A = acc_t<T>;
     double mean_d = 0, var;
     if constexpr (kRms) {
@@ -391,16 +395,16 @@ template <typename T, bool kRms, int V> struct NormLaunch {
 };
 
 // Rows of `len` elements; see NormRow for spatial and groups.
-template <bool kRms>
-void norm_impl(KernelContext& ctx, int64_t len, int64_t spatial, int64_t groups) {
+template <bool kRms> void norm_impl(KernelContext& ctx, const NormParams& p, int64_t len,
+                                    int64_t spatial, int64_t groups) {
   const TensorView &x = ctx.in(0), &y = ctx.out(0);
   if (x.numel() == 0) return;
-  const double eps = ctx.attrs().f("eps");
+  const double eps = p.eps;
   const int64_t rows = x.numel() / len, chunks = (len + kChunk - 1) / kChunk;
   cudaStream_t stream = stream_of(ctx);
   dispatch_float(x.dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
-    const NormRow<T> nr{x.ptr<T>(), y.ptr<T>(), len, spatial, groups, affine_of<T>(ctx, 1), eps};
+    const NormRow<T> nr{x.ptr<T>(), y.ptr<T>(), len, spatial, groups, affine_of<T>(ctx, p, 1), eps};
     with_width<T>(vectorizable<T>(len, {x.data, y.data}), [&](auto v) {
       constexpr int V = decltype(v)::value;
       if (chunks >= 4 && rows < 256) {  // too few rows to fill the GPU a block per row
@@ -425,21 +429,26 @@ int64_t trailing(const Shape& s, int64_t begin) {
 }
 
 void layer_norm(KernelContext& ctx) {
-  const int64_t n = trailing(ctx.in(0).shape, ctx.attrs().i("begin_axis"));
-  norm_impl<false>(ctx, n, 1, 1);
+  const NormParams p = params_of<NormParams>(ctx);
+  norm_impl<false>(ctx, p, trailing(ctx.in(0).shape, p.begin_axis), 1, 1);
 }
 void rms_norm(KernelContext& ctx) {
-  const int64_t n = trailing(ctx.in(0).shape, ctx.attrs().i("begin_axis"));
-  norm_impl<true>(ctx, n, 1, 1);
+  const NormParams p = params_of<NormParams>(ctx);
+  norm_impl<true>(ctx, p, trailing(ctx.in(0).shape, p.begin_axis), 1, 1);
 }
 // A row is one (n, group) block of C / groups channels of `spatial` elements each.
-void channel_group_norm(KernelContext& ctx, int64_t groups) {
+void channel_group_norm(KernelContext& ctx, const NormParams& p, int64_t groups) {
   const Shape& s = ctx.in(0).shape;
   const int64_t spatial = trailing(s, 2);
-  norm_impl<false>(ctx, s[1] / groups * spatial, spatial, groups);
+  norm_impl<false>(ctx, p, s[1] / groups * spatial, spatial, groups);
 }
-void instance_norm(KernelContext& ctx) { channel_group_norm(ctx, ctx.in(0).shape[1]); }
-void group_norm(KernelContext& ctx) { channel_group_norm(ctx, ctx.attrs().i("groups")); }
+void instance_norm(KernelContext& ctx) {
+  channel_group_norm(ctx, params_of<NormParams>(ctx), ctx.in(0).shape[1]);
+}
+void group_norm(KernelContext& ctx) {
+  const NormParams p = params_of<NormParams>(ctx);
+  channel_group_norm(ctx, p, p.groups);
+}
 
 // ---- elementwise: batch norm and dropout ----
 
@@ -469,9 +478,9 @@ void launch_map(const KernelContext& ctx, const T* x, T* y, int64_t n, F f) {
 }
 
 // Per channel: scale = w / sqrt(var + eps), shift = b - mean * scale.
-template <typename T>
-__global__ void batch_norm_params(const T* mean, const T* var, Affine<T> aff, int64_t c,
-                                  double eps, acc_t<T>* scale, acc_t<T>* shift) {
+template <typename T> __global__ void batch_norm_params(const T* mean, const T* var, Affine<T> aff,
+                                                        int64_t c, double eps, acc_t<T>* scale,
+                                                        acc_t<T>* shift) {
   using A = acc_t<T>;
   for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < c;
        k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -496,14 +505,15 @@ void batch_norm(KernelContext& ctx) {
   const TensorView &x = ctx.in(0), &y = ctx.out(0);
   const int64_t c = x.shape[1], spatial = trailing(x.shape, 2), n = x.numel();
   if (n == 0) return;
-  const double eps = ctx.attrs().f("eps");
+  const NormParams p = params_of<NormParams>(ctx);
+  const double eps = p.eps;
   dispatch_float(x.dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
     using A = acc_t<T>;
     A* scale = static_cast<A*>(ctx.scratch(2 * static_cast<size_t>(c) * sizeof(A)));
     A* shift = scale + c;
     batch_norm_params<T><<<blocks_for(c), kThreads, 0, stream_of(ctx)>>>(
-        ctx.in(1).ptr<T>(), ctx.in(2).ptr<T>(), affine_of<T>(ctx, 3), c, eps, scale, shift);
+        ctx.in(1).ptr<T>(), ctx.in(2).ptr<T>(), affine_of<T>(ctx, p, 3), c, eps, scale, shift);
     check_launch(ctx.op_name());
     launch_map(ctx, x.ptr<T>(), y.ptr<T>(), n, BatchNormApply<A>{scale, shift, spatial, c});
   });
@@ -522,8 +532,7 @@ struct ChannelSpan {
   __device__ int64_t j1() const { return min(m, j0() + span); }
   // Calls f(offset) for this thread's values of the span, stride blockDim.x, without a division
   // per value.
-  template <typename F>
-  __device__ void each(F&& f) const {
+  template <typename F> __device__ void each(F&& f) const {
     const int64_t ch = blockIdx.x, end = j1(), step_n = blockDim.x / s, step_s = blockDim.x % s;
     int64_t j = j0() + threadIdx.x;
     if (j >= end) return;
@@ -541,8 +550,7 @@ struct ChannelSpan {
 };
 
 // Sums of dy and dy * (x - mean), for the backward.
-template <typename A>
-struct Sum2 {
+template <typename A> struct Sum2 {
   A a, b;
   __device__ static Sum2 empty() { return {A(0), A(0)}; }
   __device__ static Sum2 combine(const Sum2& x, const Sum2& y) { return {x.a + y.a, x.b + y.b}; }
@@ -552,8 +560,7 @@ struct Sum2 {
 
 // A channel's partials combined by the first warp in a fixed order (lane l takes spans l, l + 32,
 // ..., then a shuffle tree), so every block of the channel gets the same result.
-template <typename S>
-__device__ S combine_spans(const S* part) {
+template <typename S> __device__ S combine_spans(const S* part) {
   __shared__ S total;
   if (threadIdx.x < 32) {
     const S* p = part + static_cast<int64_t>(blockIdx.x) * gridDim.y;
@@ -566,8 +573,7 @@ __device__ S combine_spans(const S* part) {
   return total;
 }
 
-template <typename T>
-struct BnTrainArgs {
+template <typename T> struct BnTrainArgs {
   ChannelSpan cs;
   const T* x;
   const T* w;  // nullptr: no weight
@@ -578,8 +584,7 @@ struct BnTrainArgs {
   double eps;
 };
 
-template <typename T>
-__global__ void bn_train_stats(BnTrainArgs<T> a, Moments<acc_t<T>>* part) {
+template <typename T> __global__ void bn_train_stats(BnTrainArgs<T> a, Moments<acc_t<T>>* part) {
   using A = acc_t<T>;
   __shared__ Moments<A> smem[32];
   Moments<A> st = Moments<A>::empty();
@@ -603,8 +608,7 @@ __global__ void bn_train_apply(BnTrainArgs<T> a, const Moments<acc_t<T>>* part) 
   a.cs.each([&](int64_t i) { a.y[i] = from_acc<T>((to_acc(a.x[i]) - mean) * scale + shift); });
 }
 
-template <typename T>
-struct BnGradArgs {
+template <typename T> struct BnGradArgs {
   ChannelSpan cs;
   const T* dy;
   const T* x;
@@ -617,8 +621,7 @@ struct BnGradArgs {
   double eps;
 };
 
-template <typename T>
-__global__ void bn_train_grad_sums(BnGradArgs<T> a, Sum2<acc_t<T>>* part) {
+template <typename T> __global__ void bn_train_grad_sums(BnGradArgs<T> a, Sum2<acc_t<T>>* part) {
   using A = acc_t<T>;
   __shared__ Sum2<A> smem[32];
   const A mean = to_acc(a.mean[blockIdx.x]);
@@ -675,9 +678,9 @@ void check_channels(const char* op, const Shape& x) {
 }
 
 void batch_norm_train(KernelContext& ctx) {
-  if (ctx.attrs().b("channels_last", false)) return batch_norm_train_nhwc(ctx);
   const TensorView& x = ctx.in(0);
   if (x.numel() == 0) return;
+  const NormParams p = params_of<NormParams>(ctx);
   check_channels(ctx.op_name(), x.shape);
   int64_t spans = 1;
   const ChannelSpan cs = channel_span(x.shape, spans);
@@ -686,7 +689,7 @@ void batch_norm_train(KernelContext& ctx) {
   dispatch_float(x.dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
     using Stats = Moments<acc_t<T>>;
-    const Affine<T> aff = affine_of<T>(ctx, 1);
+    const Affine<T> aff = affine_of<T>(ctx, p, 1);
     const BnTrainArgs<T> a{cs,
                            x.ptr<T>(),
                            aff.w,
@@ -694,7 +697,7 @@ void batch_norm_train(KernelContext& ctx) {
                            ctx.out(0).ptr<T>(),
                            ctx.out(1).ptr<T>(),
                            ctx.out(2).ptr<T>(),
-                           ctx.attrs().f("eps")};
+                           p.eps};
     auto* part = static_cast<Stats*>(ctx.scratch(cs.c * spans * sizeof(Stats)));
     bn_train_stats<T><<<grid, kThreads, 0, stream>>>(a, part);
     check_launch(ctx.op_name());
@@ -704,7 +707,6 @@ void batch_norm_train(KernelContext& ctx) {
 }
 
 void batch_norm_train_grad(KernelContext& ctx) {
-  if (ctx.attrs().b("channels_last", false)) return batch_norm_train_grad_nhwc(ctx);
   const TensorView& x = ctx.in(1);
   if (x.numel() == 0) return;
   check_channels(ctx.op_name(), x.shape);
@@ -712,7 +714,8 @@ void batch_norm_train_grad(KernelContext& ctx) {
   const ChannelSpan cs = channel_span(x.shape, spans);
   const dim3 grid(static_cast<unsigned>(cs.c), static_cast<unsigned>(spans));
   cudaStream_t stream = stream_of(ctx);
-  const bool hw = ctx.attrs().b("has_weight", false);
+  const NormParams p = params_of<NormParams>(ctx);
+  const bool hw = p.has_weight;
   dispatch_float(x.dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
     using Sums = Sum2<acc_t<T>>;
@@ -725,7 +728,7 @@ void batch_norm_train_grad(KernelContext& ctx) {
                           ctx.out(0).ptr<T>(),
                           ctx.out(1).ptr<T>(),
                           ctx.out(2).ptr<T>(),
-                          ctx.attrs().f("eps")};
+                          p.eps};
     auto* part = static_cast<Sums*>(ctx.scratch(cs.c * spans * sizeof(Sums)));
     bn_train_grad_sums<T><<<grid, kThreads, 0, stream>>>(a, part);
     check_launch(ctx.op_name());
@@ -756,8 +759,9 @@ void dropout(KernelContext& ctx) {
   const TensorView &x = ctx.in(0), &y = ctx.out(0);
   const int64_t n = x.numel();
   if (n == 0) return;
-  const double p = ctx.attrs().f("p");
-  const uint64_t key = splitmix64(static_cast<uint64_t>(ctx.attrs().i("seed")));
+  const DropoutParams d = params_of<DropoutParams>(ctx);
+  const double p = d.p;
+  const uint64_t key = splitmix64(d.seed);
   const auto threshold = static_cast<uint64_t>(std::ldexp(p, 64));
   dispatch_float(x.dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
@@ -782,6 +786,10 @@ void register_norm_kernels() {
   register_kernel(OpId::BatchNormTrain, Backend::cuda, {batch_norm_train, floats, 0, false});
   register_kernel(OpId::BatchNormTrainGrad, Backend::cuda,
                   {batch_norm_train_grad, floats, 1, false});
+  register_kernel(OpId::BatchNormTrain, Backend::cuda, Layout::channels_last,
+                  {batch_norm_train_nhwc, floats, 0, false});
+  register_kernel(OpId::BatchNormTrainGrad, Backend::cuda, Layout::channels_last,
+                  {batch_norm_train_grad_nhwc, floats, 1, false});
 }
 
 }  // namespace kiln::cuda

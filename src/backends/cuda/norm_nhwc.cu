@@ -16,23 +16,20 @@
 
 #include "backends/cuda/cuda_common.cuh"
 #include "backends/cuda/norm_nhwc.h"
+#include "ops/norm_params.h"
 
 namespace kiln::cuda {
 
 namespace {
 
-constexpr int kTileChannels = 64;     // channels of a block's tile, at most
+constexpr int kTileChannels = 64;        // channels of a block's tile, at most
 constexpr int64_t kTargetBlocks = 1024;  // tiles * spans, when the rows allow
 constexpr int64_t kMaxSpans = 1024;
 constexpr int kFinalizeGroups = kThreads / 32;  // a finalize block: 32 channels x 8 span groups
 
-template <typename T, int V> struct alignas(sizeof(T) * V) Pack {
-  T v[V];
-};
+template <typename T, int V> struct alignas(sizeof(T) * V) Pack { T v[V]; };
 
-template <typename A> struct Pair {
-  A a, b;
-};
+template <typename A> struct Pair { A a, b; };
 
 // Grid geometry shared by the sums and apply kernels: grid (tiles, spans), kThreads threads;
 // `tpr` threads per row (V channels each), kThreads / tpr rows at a time.
@@ -141,8 +138,7 @@ __global__ void bn_nhwc_sums(BnArgs<T> a, Tiles t, Pair<acc_t<T>>* part) {
 // Step 2: coef holds 4 values per channel for step 3 (forward: mean, scale, shift; backward:
 // mean, k, da, db with dx = k * (dy - da - (x - mean) * db)).
 template <typename T, bool kGrad>
-__global__ void bn_nhwc_finalize(BnArgs<T> a, Tiles t, const Pair<acc_t<T>>* part,
-                                 acc_t<T>* coef) {
+__global__ void bn_nhwc_finalize(BnArgs<T> a, Tiles t, const Pair<acc_t<T>>* part, acc_t<T>* coef) {
   using A = acc_t<T>;
   __shared__ A sa[kFinalizeGroups][32], sb[kFinalizeGroups][32];
   const int lane = threadIdx.x % 32, group = threadIdx.x / 32;
@@ -206,8 +202,8 @@ __global__ void bn_nhwc_apply(BnArgs<T> a, Tiles t, const acc_t<T>* coef) {
       const Pack<T, V> g = *reinterpret_cast<const Pack<T, V>*>(a.dy + at);
 #pragma unroll
       for (int u = 0; u < V; ++u)
-        out.v[u] = from_acc<T>(
-            q[1][u] * (to_acc(g.v[u]) - q[2][u] - (to_acc(xv.v[u]) - q[0][u]) * q[3][u]));
+        out.v[u] = from_acc<T>(q[1][u] *
+                               (to_acc(g.v[u]) - q[2][u] - (to_acc(xv.v[u]) - q[0][u]) * q[3][u]));
     } else {
 #pragma unroll
       for (int u = 0; u < V; ++u)
@@ -217,8 +213,7 @@ __global__ void bn_nhwc_apply(BnArgs<T> a, Tiles t, const acc_t<T>* coef) {
   }
 }
 
-template <typename T, bool kGrad> void run(KernelContext& ctx, const BnArgs<T>& a,
-                                           const Shape& x) {
+template <typename T, bool kGrad> void run(KernelContext& ctx, const BnArgs<T>& a, const Shape& x) {
   using A = acc_t<T>;
   const int64_t c = x[3], rows = x[0] * x[1] * x[2];
   if (c > std::numeric_limits<int32_t>::max() / 2 || rows * c == 0) {
@@ -246,17 +241,16 @@ template <typename T, bool kGrad> void run(KernelContext& ctx, const BnArgs<T>& 
     bn_nhwc_apply<T, V, kGrad><<<grid, kThreads, 0, stream>>>(a, t, coef);
     check_launch(ctx.op_name());
   };
-  if (wide)
-    launch(std::integral_constant<int, kV>{});
-  else
-    launch(std::integral_constant<int, 1>{});
+  if (wide) launch(std::integral_constant<int, kV>{});
+  else launch(std::integral_constant<int, 1>{});
 }
 
 }  // namespace
 
 void batch_norm_train_nhwc(KernelContext& ctx) {
   const TensorView& x = ctx.in(0);
-  const bool hw = ctx.attrs().b("has_weight", false), hb = ctx.attrs().b("has_bias", false);
+  const NormParams p = params_of<NormParams>(ctx);
+  const bool hw = p.has_weight, hb = p.has_bias;
   dispatch_float(x.dtype, ctx.op_name(), [&](auto v) {
     using T = decltype(v);
     BnArgs<T> a{};
@@ -266,14 +260,15 @@ void batch_norm_train_nhwc(KernelContext& ctx) {
     a.y = ctx.out(0).ptr<T>();
     a.out_a = ctx.out(1).ptr<T>();
     a.out_b = ctx.out(2).ptr<T>();
-    a.eps = ctx.attrs().f("eps");
+    a.eps = p.eps;
     run<T, false>(ctx, a, x.shape);
   });
 }
 
 void batch_norm_train_grad_nhwc(KernelContext& ctx) {
   const TensorView& x = ctx.in(1);
-  const bool hw = ctx.attrs().b("has_weight", false);
+  const NormParams p = params_of<NormParams>(ctx);
+  const bool hw = p.has_weight;
   dispatch_float(x.dtype, ctx.op_name(), [&](auto v) {
     using T = decltype(v);
     BnArgs<T> a{};
@@ -285,7 +280,7 @@ void batch_norm_train_grad_nhwc(KernelContext& ctx) {
     a.y = ctx.out(0).ptr<T>();
     a.out_a = ctx.out(1).ptr<T>();
     a.out_b = ctx.out(2).ptr<T>();
-    a.eps = ctx.attrs().f("eps");
+    a.eps = p.eps;
     run<T, true>(ctx, a, x.shape);
   });
 }

@@ -1,5 +1,5 @@
-// CUDA training batch norm on NHWC values (attr channels_last, which the channels_last pass gives
-// CUDA training programs): norm_nhwc.cu. norm.cu's kernels call these for such nodes.
+// CUDA training batch norm on NHWC values (the channels_last pass gives CUDA training programs
+// such nodes): norm_nhwc.cu. norm.cu registers them as the Layout::channels_last kernels.
 #pragma once
 
 #include "kiln/kernel.h"

@@ -1,7 +1,7 @@
 // CUDA kernels of the pool family. Every op runs as 3-D pooling (1-D and 2-D get leading spatial
 // dims of size 1). Forward ops give each output a thread (small windows) or a warp (large ones);
-// the gradients are in pool_grad.cu. With channels_last (2-D), max and adaptive average pooling
-// and their gradients take NHWC data.
+// the gradients are in pool_grad.cu. The Layout::channels_last kernels of max and adaptive
+// average pooling (2-D) and of their gradients take NHWC data.
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
@@ -16,22 +16,27 @@ namespace kiln::cuda {
 
 namespace pool_detail {
 
-// Geometry of pooling input x to output y (for the gradient ops: dx to dy).
-PoolGeom pool_geom(const KernelContext& ctx, const Shape& x, const Shape& y) {
+PoolGeom pool_geom(const Shape& x, const Shape& y) {
   const int nd = static_cast<int>(x.size()) - 2;
-  const Attrs& a = ctx.attrs();
   PoolGeom g;
   g.planes = x[0] * x[1];
   for (int d = 0; d < nd; ++d) {
+    g.in[3 - nd + d] = x[2 + d];
+    g.out[3 - nd + d] = y[2 + d];
+  }
+  return g;
+}
+
+PoolGeom pool_geom(const PoolParams& p, const Shape& x, const Shape& y) {
+  PoolGeom g = pool_geom(x, y);
+  const int nd = static_cast<int>(x.size()) - 2;
+  for (int d = 0; d < nd; ++d) {
     const int e = 3 - nd + d;
-    g.in[e] = x[2 + d];
-    g.out[e] = y[2 + d];
-    if (!a.has("kernel")) continue;  // adaptive pooling
-    g.k[e] = a.ints("kernel")[d];
-    g.s[e] = a.ints("stride")[d];
-    g.pad[e] = a.ints("pads")[d];
-    g.pad_end[e] = a.ints("pads")[nd + d];
-    if (a.has("dilation")) g.dil[e] = a.ints("dilation")[d];
+    g.k[e] = p.kernel[d];
+    g.s[e] = p.stride[d];
+    g.pad[e] = p.pads[d];
+    g.pad_end[e] = p.pads[nd + d];
+    g.dil[e] = p.dilation[d];
   }
   return g;
 }
@@ -64,9 +69,9 @@ __device__ Span max_span(const PoolGeom& g, int e, int64_t o) {
 
 // Calls f(flat in-plane index) for the box of three spans, the taps split over G lanes in
 // (d, h, w) order: lane l takes taps l, l + G, ...
-template <int G, typename F>
-__device__ void for_box(const PoolGeom& g, const Span& sd, const Span& sh, const Span& sw, int lane,
-                        F&& f) {
+template <int G, typename F> __device__ void for_box(const PoolGeom& g, const Span& sd,
+                                                     const Span& sh, const Span& sw, int lane,
+                                                     F&& f) {
   if constexpr (G == 1) {
     for (int64_t a = 0; a < sd.count; ++a) {
       const int64_t rd = (sd.base + a * sd.step) * g.in[1];
@@ -108,7 +113,8 @@ template <typename A> struct MaxAt {
 };
 
 template <typename V> __device__ V shfl_down(V v, int d) {
-  if constexpr (sizeof(V) == 1) return static_cast<V>(__shfl_down_sync(0xffffffffu, static_cast<int>(v), d));
+  if constexpr (sizeof(V) == 1)
+    return static_cast<V>(__shfl_down_sync(0xffffffffu, static_cast<int>(v), d));
   else if constexpr (sizeof(V) == 2 && std::is_integral_v<V>)
     return static_cast<V>(__shfl_down_sync(0xffffffffu, static_cast<int>(v), d));
   else if constexpr (std::is_same_v<V, int64_t>)
@@ -130,7 +136,9 @@ __global__ void max_pool_kernel(const T* x, T* y, int64_t* arg, PoolGeom g) {
     const T* xp = x + plane * g.in_plane();
     MaxAt<A> best{std::numeric_limits<A>::lowest(), -1};
     for_box<G>(g, max_span(g, 0, p.d), max_span(g, 1, p.h), max_span(g, 2, p.w), lane,
-               [&](int64_t i) { best = MaxAt<A>::combine(best, {to_acc(xp[i]), i}); });
+               [&](int64_t i) {
+                 best = MaxAt<A>::combine(best, {to_acc(xp[i]), i});
+               });
     if constexpr (G > 1) {
       for (int d = G / 2; d > 0; d >>= 1) {
         const MaxAt<A> other{shfl_down(best.v, d), shfl_down(best.where, d)};
@@ -147,10 +155,10 @@ __global__ void max_pool_kernel(const T* x, T* y, int64_t* arg, PoolGeom g) {
 // The common case: 2-D windows without dilation over planes whose offsets fit 32 bits, a thread
 // per output with 32-bit index math (64-bit division costs ~10x more on the GPU). Taps run in
 // index order with the CPU's rule `v > best || isnan(v)`.
-template <typename T>
-__global__ void max_pool_2d_kernel(const T* __restrict__ x, T* __restrict__ y,
-                                   int64_t* __restrict__ arg, int n, int in_h, int in_w, int out_h,
-                                   int out_w, int kh, int kw, int sh, int sw, int ph, int pw) {
+template <typename T> __global__ void max_pool_2d_kernel(const T* __restrict__ x, T* __restrict__ y,
+                                                         int64_t* __restrict__ arg, int n, int in_h,
+                                                         int in_w, int out_h, int out_w, int kh,
+                                                         int kw, int sh, int sw, int ph, int pw) {
   using A = acc_t<T>;
   for (int64_t oo = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; oo < n;
        oo += int64_t{gridDim.x} * blockDim.x) {
@@ -247,19 +255,16 @@ struct Nhwc2d {
   int cp, in_h, in_w, out_h, out_w, kh, kw, sh, sw, ph, pw, dh, dw;
 };
 
-template <typename T>
-__device__ unsigned max16x2(unsigned a, unsigned b) {
-  if constexpr (std::is_signed_v<T>)
-    return __vmaxs2(a, b);
-  else
-    return __vmaxu2(a, b);
+template <typename T> __device__ unsigned max16x2(unsigned a, unsigned b) {
+  if constexpr (std::is_signed_v<T>) return __vmaxs2(a, b);
+  else return __vmaxu2(a, b);
 }
 
 // K > 0: a K x K window, unrolled, so that a thread's taps are all loaded at once (a tap outside
 // x reads as T's lowest value); K = 0: g's window, tap by tap.
-template <typename T, int K>
-__global__ void max_pool_nhwc_bytes_kernel(const uint4* __restrict__ x, uint4* __restrict__ y,
-                                           int packs, Nhwc2d g) {
+template <typename T, int K> __global__ void max_pool_nhwc_bytes_kernel(const uint4* __restrict__ x,
+                                                                        uint4* __restrict__ y,
+                                                                        int packs, Nhwc2d g) {
   // lanes hold bytes (0, 2) and (1, 3) of a word in their high halves
   constexpr unsigned kEven = 0x2404, kOdd = 0x3414, kJoin = 0x7351;
   constexpr unsigned kLowest = std::is_signed_v<T> ? 0x80008000u : 0u;
@@ -307,14 +312,15 @@ bool takes_bytes_path(const PoolGeom& g, int64_t C, const TensorView& x, const T
 
 void max_pool_nhwc(KernelContext& ctx) {
   const TensorView &x = ctx.in(0), &y = ctx.out(0);
-  const PoolGeom g = pool_geom(ctx, nchw_of(x.shape), nchw_of(y.shape));
+  const PoolParams p = params_of<PoolParams>(ctx);
+  const PoolGeom g = pool_geom(p, nchw_of(x.shape), nchw_of(y.shape));
   const int64_t C = x.shape[3];
   if (y.numel() == 0) return;
   if (g.in[1] * g.in[2] >= (int64_t{1} << 31) || C >= (int64_t{1} << 31))
     fail<UnsupportedError>("[{}] channels_last planes of 2^31 positions or more (input {})",
                            ctx.op_name(), str(x.shape));
   // no_indices: nothing reads output 1 (fuse_quant's int8 pools), left unwritten
-  int64_t* indices = ctx.attrs().b("no_indices", false) ? nullptr : ctx.out(1).ptr<int64_t>();
+  int64_t* indices = p.no_indices ? nullptr : ctx.out(1).ptr<int64_t>();
   dispatch(x.dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
     if constexpr (std::is_same_v<T, uint8_t> || std::is_same_v<T, int8_t>) {
@@ -348,8 +354,7 @@ void max_pool_nhwc(KernelContext& ctx) {
 }
 
 void max_pool(KernelContext& ctx) {
-  if (ctx.attrs().b("channels_last", false)) return max_pool_nhwc(ctx);
-  const PoolGeom g = pool_geom(ctx, ctx.in(0).shape, ctx.out(0).shape);
+  const PoolGeom g = pool_geom(params_of<PoolParams>(ctx), ctx.in(0).shape, ctx.out(0).shape);
   const int64_t n = ctx.out(0).numel();
   if (n == 0) return;
   cudaStream_t stream = stream_of(ctx);
@@ -366,8 +371,7 @@ void max_pool(KernelContext& ctx) {
             i32(g.k[1]), i32(g.k[2]), i32(g.s[1]), i32(g.s[2]), i32(g.pad[1]), i32(g.pad[2]));
       } else if (window_taps(g) >= kWarpWindow)
         max_pool_kernel<T, 32><<<groups_grid(n, 32), kThreads, 0, stream>>>(x, y, arg, g);
-      else
-        max_pool_kernel<T, 1><<<blocks_for(n), kThreads, 0, stream>>>(x, y, arg, g);
+      else max_pool_kernel<T, 1><<<blocks_for(n), kThreads, 0, stream>>>(x, y, arg, g);
     } else {
       fail<UnsupportedError>("[{}] cuda kernel got dtype bool", ctx.op_name());
     }
@@ -389,26 +393,26 @@ __global__ void avg_pool_kernel(const T* x, T* y, PoolGeom g, bool include_pad) 
     const T* xp = x + plane * g.in_plane();
     AvgWindow w[3];
     const int64_t at[3] = {p.d, p.h, p.w};
-    for (int e = 0; e < 3; ++e) w[e] = kAdaptive ? adaptive_window(g, e, at[e]) : avg_window(g, e, at[e]);
+    for (int e = 0; e < 3; ++e)
+      w[e] = kAdaptive ? adaptive_window(g, e, at[e]) : avg_window(g, e, at[e]);
     A sum = 0;
     for_box<G>(g, {w[0].lo, 1, w[0].hi - w[0].lo}, {w[1].lo, 1, w[1].hi - w[1].lo},
                {w[2].lo, 1, w[2].hi - w[2].lo}, lane, [&](int64_t i) { sum += to_acc(xp[i]); });
     if constexpr (G > 1)
       for (int d = G / 2; d > 0; d >>= 1) sum += shfl_down(sum, d);
     if (lane == 0) {
-      const int64_t count =
-          include_pad ? w[0].padded * w[1].padded * w[2].padded
-                      : (w[0].hi - w[0].lo) * (w[1].hi - w[1].lo) * (w[2].hi - w[2].lo);
+      const int64_t count = include_pad
+                                ? w[0].padded * w[1].padded * w[2].padded
+                                : (w[0].hi - w[0].lo) * (w[1].hi - w[1].lo) * (w[2].hi - w[2].lo);
       y[o] = from_acc<T>(sum / static_cast<A>(count));
     }
   }
 }
 
-template <bool kAdaptive> void avg_pool_impl(KernelContext& ctx) {
-  PoolGeom g = pool_geom(ctx, ctx.in(0).shape, ctx.out(0).shape);
+// g: the node's geometry (adaptive: with 1-wide windows).
+template <bool kAdaptive> void avg_pool_impl(KernelContext& ctx, PoolGeom g, bool include_pad) {
   const int64_t n = ctx.out(0).numel();
   if (n == 0) return;
-  const bool include_pad = !kAdaptive && ctx.attrs().b("count_include_pad");
   if (kAdaptive)  // the largest window, for the thread-or-warp choice
     for (int e = 0; e < 3; ++e) g.k[e] = (g.in[e] + g.out[e] - 1) / g.out[e] + 1;
   const bool warp = window_taps(g) >= kWarpWindow;
@@ -423,7 +427,8 @@ template <bool kAdaptive> void avg_pool_impl(KernelContext& ctx) {
       avg_pool_kernel<T, kAdaptive, 32>
           <<<groups_grid(n, 32), kThreads, 0, stream>>>(x, y, g, include_pad);
     else
-      avg_pool_kernel<T, kAdaptive, 1><<<blocks_for(n), kThreads, 0, stream>>>(x, y, g, include_pad);
+      avg_pool_kernel<T, kAdaptive, 1>
+          <<<blocks_for(n), kThreads, 0, stream>>>(x, y, g, include_pad);
   });
   check_launch(ctx.op_name());
 }
@@ -500,13 +505,12 @@ __global__ void adaptive_avg_pool_nhwc_narrow_kernel(const T* __restrict__ x, T*
 
 void adaptive_avg_pool_nhwc(KernelContext& ctx) {
   const TensorView &x = ctx.in(0), &y = ctx.out(0);
-  const PoolGeom g = pool_geom(ctx, nchw_of(x.shape), nchw_of(y.shape));
+  const PoolGeom g = pool_geom(nchw_of(x.shape), nchw_of(y.shape));
   const int64_t C = x.shape[3];
   if (y.numel() == 0) return;
   // packs of 16 bytes below half a wave of resident threads: a thread per element instead
   const int64_t wide_packs = y.numel() * static_cast<int64_t>(size_of(x.dtype)) / 16;
-  const bool narrow =
-      wide_packs < int64_t{split_sms(ctx)} * 1024 && x.numel() < (int64_t{1} << 31);
+  const bool narrow = wide_packs < int64_t{split_sms(ctx)} * 1024 && x.numel() < (int64_t{1} << 31);
   dispatch_float(x.dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
     if (narrow) {
@@ -525,10 +529,12 @@ void adaptive_avg_pool_nhwc(KernelContext& ctx) {
   check_launch(ctx.op_name());
 }
 
-void avg_pool(KernelContext& ctx) { avg_pool_impl<false>(ctx); }
+void avg_pool(KernelContext& ctx) {
+  const PoolParams p = params_of<PoolParams>(ctx);
+  avg_pool_impl<false>(ctx, pool_geom(p, ctx.in(0).shape, ctx.out(0).shape), p.count_include_pad);
+}
 void adaptive_avg_pool(KernelContext& ctx) {
-  if (ctx.attrs().b("channels_last", false)) return adaptive_avg_pool_nhwc(ctx);
-  avg_pool_impl<true>(ctx);
+  avg_pool_impl<true>(ctx, pool_geom(ctx.in(0).shape, ctx.out(0).shape), false);
 }
 
 }  // namespace
@@ -538,6 +544,10 @@ void register_pool_kernels() {
   register_kernel(OpId::MaxPool, Backend::cuda, {max_pool, kNumericTypes, 0, false});
   register_kernel(OpId::AvgPool, Backend::cuda, {avg_pool, floats, 0, false});
   register_kernel(OpId::AdaptiveAvgPool, Backend::cuda, {adaptive_avg_pool, floats, 0, false});
+  register_kernel(OpId::MaxPool, Backend::cuda, Layout::channels_last,
+                  {max_pool_nhwc, kNumericTypes, 0, false});
+  register_kernel(OpId::AdaptiveAvgPool, Backend::cuda, Layout::channels_last,
+                  {adaptive_avg_pool_nhwc, floats, 0, false});
   register_pool_grad_kernels();
 }
 

@@ -18,8 +18,9 @@ using namespace pool_detail;
 
 // ---- gradients ----
 
+// dx (output 0) to dy (input 0), with 1-wide windows.
 PoolGeom grad_geom(const KernelContext& ctx) {
-  return pool_geom(ctx, ctx.out(0).shape, ctx.in(0).shape);
+  return pool_geom(ctx.out(0).shape, ctx.in(0).shape);
 }
 
 // Each dx element sums dy[o] / count(o) over the outputs o whose windows hold it.
@@ -66,11 +67,11 @@ __global__ void avg_pool_grad_kernel(const T* dy, T* dx, PoolGeom g, bool includ
   }
 }
 
-template <bool kAdaptive> void avg_pool_grad_impl(KernelContext& ctx) {
-  const PoolGeom g = grad_geom(ctx);
+// g: dx to dy with the node's window (adaptive: 1-wide windows).
+template <bool kAdaptive>
+void avg_pool_grad_impl(KernelContext& ctx, const PoolGeom& g, bool include_pad) {
   const int64_t n = ctx.out(0).numel();
   if (n == 0) return;
-  const bool include_pad = !kAdaptive && ctx.attrs().b("count_include_pad");
   cudaStream_t stream = stream_of(ctx);
   dispatch_float(ctx.in(0).dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
@@ -124,7 +125,7 @@ __global__ void adaptive_avg_pool_grad_nhwc_kernel(const T* __restrict__ dy, T* 
 
 void adaptive_avg_pool_grad_nhwc(KernelContext& ctx) {
   const TensorView &dy = ctx.in(0), &dx = ctx.out(0);
-  const PoolGeom g = pool_geom(ctx, nchw_of(dx.shape), nchw_of(dy.shape));
+  const PoolGeom g = pool_geom(nchw_of(dx.shape), nchw_of(dy.shape));
   const int64_t C = dx.shape[3];
   if (dx.numel() == 0) return;
   dispatch_float(dx.dtype, ctx.op_name(), [&](auto t) {
@@ -139,10 +140,13 @@ void adaptive_avg_pool_grad_nhwc(KernelContext& ctx) {
   check_launch(ctx.op_name());
 }
 
-void avg_pool_grad(KernelContext& ctx) { avg_pool_grad_impl<false>(ctx); }
+void avg_pool_grad(KernelContext& ctx) {
+  const PoolParams p = params_of<PoolParams>(ctx);
+  avg_pool_grad_impl<false>(ctx, pool_geom(p, ctx.out(0).shape, ctx.in(0).shape),
+                            p.count_include_pad);
+}
 void adaptive_avg_pool_grad(KernelContext& ctx) {
-  if (ctx.attrs().b("channels_last", false)) return adaptive_avg_pool_grad_nhwc(ctx);
-  avg_pool_grad_impl<true>(ctx);
+  avg_pool_grad_impl<true>(ctx, grad_geom(ctx), false);
 }
 
 // dx (zeroed) += dy at the recorded in-plane indices; out-of-range indices are skipped and
@@ -203,12 +207,12 @@ __global__ void max_pool_grad_ordered(const T* dy, const I* idx, D* dx, int64_t 
   }
 }
 
-void max_pool_grad(KernelContext& ctx) {
+// kNhwc: the Layout::channels_last kernel (dy, the indices and dx (N, H, W, C)).
+template <bool kNhwc> void max_pool_grad_impl(KernelContext& ctx) {
   const TensorView &dy = ctx.in(0), &idx = ctx.in(1), &dx = ctx.out(0);
   const int64_t n_in = dx.numel(), n_out = dy.numel();
   if (n_in == 0) return;
-  const bool nhwc = ctx.attrs().b("channels_last", false);
-  const PoolGeom g = nhwc ? pool_geom(ctx, nchw_of(dx.shape), nchw_of(dy.shape)) : grad_geom(ctx);
+  const PoolGeom g = kNhwc ? pool_geom(nchw_of(dx.shape), nchw_of(dy.shape)) : grad_geom(ctx);
   describe_errors(ctx, ErrorKind::plane_index, 0, g.in_plane());
   cudaStream_t stream = stream_of(ctx);
   dispatch_float(dy.dtype, ctx.op_name(), [&](auto t) {
@@ -222,11 +226,11 @@ void max_pool_grad(KernelContext& ctx) {
       dispatch_index(idx.dtype, ctx.op_name(), [&](auto it) {
         using I = decltype(it);
         if (ctx.deterministic()) {
-          const int64_t C = nhwc ? dy.shape[3] : 1, lines = n_in / g.in_plane();
+          const int64_t C = kNhwc ? dy.shape[3] : 1, lines = n_in / g.in_plane();
           max_pool_grad_ordered<T, I, D><<<blocks_for(lines, 64), 64, 0, stream>>>(
               dy.ptr<T>(), idx.ptr<I>(), acc, lines, C, g.out_plane(), g.in_plane(),
               ctx.error_slot());
-        } else if (nhwc) {
+        } else if (kNhwc) {
           max_pool_grad_nhwc_scatter<T, I, D><<<blocks_for(n_out), kThreads, 0, stream>>>(
               dy.ptr<T>(), idx.ptr<I>(), acc, n_out, dy.shape[3], g.out_plane(), g.in_plane(),
               ctx.error_slot());
@@ -241,6 +245,8 @@ void max_pool_grad(KernelContext& ctx) {
   });
   check_launch(ctx.op_name());
 }
+void max_pool_grad(KernelContext& ctx) { max_pool_grad_impl<false>(ctx); }
+void max_pool_grad_nhwc(KernelContext& ctx) { max_pool_grad_impl<true>(ctx); }
 
 }  // namespace
 
@@ -252,6 +258,11 @@ void register_pool_grad_kernels() {
   register_kernel(OpId::AvgPoolGrad, Backend::cuda, {avg_pool_grad, floats, 0, false});
   register_kernel(OpId::AdaptiveAvgPoolGrad, Backend::cuda,
                   {adaptive_avg_pool_grad, floats, 0, false});
+  register_kernel(OpId::MaxPoolGrad, Backend::cuda, Layout::channels_last,
+                  {max_pool_grad_nhwc, floats, 0, false,
+                   /*reports_errors=*/true});
+  register_kernel(OpId::AdaptiveAvgPoolGrad, Backend::cuda, Layout::channels_last,
+                  {adaptive_avg_pool_grad_nhwc, floats, 0, false});
 }
 
 }  // namespace kiln::cuda

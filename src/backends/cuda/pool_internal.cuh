@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "backends/cuda/cuda_common.cuh"
+#include "ops/pool_params.h"
 
 namespace kiln::cuda::pool_detail {
 
@@ -22,7 +23,11 @@ struct PoolGeom {
 };
 
 // pool.cu
-PoolGeom pool_geom(const KernelContext& ctx, const Shape& x, const Shape& y);
+// Geometry of pooling input x to output y (for the gradient ops: dx to dy) with 1-wide windows:
+// adaptive pooling and max_pool_grad, whose windows follow from the shapes.
+PoolGeom pool_geom(const Shape& x, const Shape& y);
+// The same with the node's window (max_pool, avg_pool, avg_pool_grad).
+PoolGeom pool_geom(const PoolParams& p, const Shape& x, const Shape& y);
 Shape nchw_of(const Shape& s);
 
 // Average pooling's window along dim e: the clipped input range and the size counted with

@@ -1,12 +1,12 @@
 // The implicit-GEMM int8 convolution of quantized_conv on tensor cores (channels_last, groups 1)
 // with its requantize epilogue fused, and quantized_matmul through it (quant_gemm.h).
 #include <algorithm>
-#include <climits>
 #include <cstdint>
 #include <type_traits>
 
 #include "backends/cuda/cuda_common.cuh"
 #include "backends/cuda/mma_util.cuh"
+#include "backends/cuda/qconv_igemm_stages.cuh"
 #include "backends/cuda/qconv_internal.cuh"
 #include "backends/cuda/quant_gemm.h"
 #include "backends/quant_dispatch.h"
@@ -143,85 +143,35 @@ __global__ void rows_operands_i8(const X* __restrict__ x, const float* __restric
 // For channels_last convs with groups 1, C a multiple of 64 (or kRows: window rows of at most 32
 // bytes once C is padded to pc = 4, 8, 16 or 32, a stem's 7 x 3 as 7 x 4; they are read from a
 // copy of x with that many channels and its padding written out, so each (pixel, kh) row is 32
-// bytes of K at an aligned address, copied without bounds checks), i8 weights whose zero points
-// are all 0 (zero_w_zp): out[m, o] for output pixels m = (n, oh, ow) and
-// channels o is
-//   sum over (kh, kw, c) of x[n, ih, iw, c] w'[o, kh, kw, c] - zx wsum[o]
-// (w' the (O, kh, kw, C) weights; padded positions read zx, so they add zx w - zx w = 0). A
-// block computes a BM x BN tile of (pixels, channels), each warp 64 x 32 of it, with mma.sync
+// bytes of K at an aligned address, copied without bounds checks) and i8 weights whose zero
+// points are all 0 (zero_w_zp). For output pixel m = (n, oh, ow) and channel o, with
+// k = (kh, kw, c) over K = KH KW C and x~[m, k] the value of x under the window (zx where the
+// window leaves the image, so that a padded position adds (zx - zx) w = 0):
+//   y[m, o] = sat_Y(round_half_even(act(v) / sy) + zy)   (act: none, relu or GELU)
+//   v = sx sw[o] (sum_k (x~[m, k] - zx)(w[o, k] - zw) + ibias[o]) + bias[o] + sr (r[m, o] - zr)
+// The zero points expand as
+//   sum_k (x~ - zx)(w - zw) = sum_k x~ w - zw sum_k x~ - zx sum_k w + K zx zw
+// and with zw = 0 two terms are left, acc[m, o] - zx wsum[o]:
+//   acc[m, o] = sum_k x~[m, k] w[o, k]   the main loop's products, i32 (IgGather, ig_mma)
+//   wsum[o]   = sum_k w[o, k]            summed from the same stages when zx != 0
+//                                        (ig_weight_row_sum; no sum of x~ is needed)
+// The per-channel constants, made while the first stages load (ig_epilogue_constants), fold in
+// the rest:
+//   corr[o] = zx wsum[o] - ibias[o]      (-ibias before the loop, + zx wsum after it)
+//   mult[o] = sx sw[o] / sy,   add[o] = bias[o] / sy + zy
+//   y[m, o] = round(clamp((acc[m, o] - corr[o]) mult[o] + add[o] + (r - zr) sr / sy, lo, hi))
+// in f32 (IgRequantize), lo = Ymin or, with relu, max(zy, Ymin); the i32 part is exact. Against
+// the op's double-precision definition that differs only where a value lies within f32 rounding
+// of a half-way point: 1 LSB at most (the acceptance's bound for fused int8 kernels).
+//
+// A block computes a BM x BN tile of (pixels, channels), each warp 64 x 32 of it, with mma.sync
 // m16n8k32 (s8 or u8 x, s8 w, s32 sums); the A rows are gathered from x straight into shared
 // memory (cp.async, 16 bytes at a time: one (kh, kw) and 16 channels), 64 bytes of K a stage,
-// three or four stages in flight. When zx is not 0 the block sums its weight rows from the same
-// stages. No im2col matrix and no i32 product in memory.
-//
-// The epilogue is in f32: (sum - zx wsum) (exact, in integers) times sx sw / sy, plus bias / sy
-// and the residual / sy, relu, rounding half to even, plus zy, saturated. Against the op's
-// double-precision definition that differs only where a value lies within f32 rounding of a
-// half-way point: 1 LSB at most (the acceptance's bound for fused int8 kernels). An int8
+// three or four stages in flight. No im2col matrix and no i32 product in memory. An int8
 // residual (quantized_residual) is copied into shared memory at the start, beside the first
 // stage. The sums pass through shared memory (where a second group of warps splitting K adds its
 // own); each thread then requantizes four channels of a row at a time and stores them as one
 // word (a warp writes whole rows).
-
-constexpr int kIgK = 64, kIgStages = 4;
-constexpr int kIgLd = kIgK + 16;  // bytes per shared row: 8 ldmatrix rows hit distinct banks
-
-// KG groups of warps split each stage's K (KG 2: one k32 step each) and add up at the end: twice
-// the warps for a tile, for layers with few tiles (a 14 x 14 or 7 x 7 stage of a ResNet). S
-// stages in the pipeline.
-template <int BM, int BN, int KG = 1, int S = kIgStages> struct IgTile {
-  static constexpr int kWarpsN = BN / 32, kWarps = (BM / 64) * kWarpsN;
-  static constexpr int kThreads = kWarps * KG * 32;
-  static_assert(KG == 1 || KG == 2, "one or two k groups");
-  static constexpr int kStageBytes = (BM + BN) * kIgLd, kPipeBytes = S * kStageBytes;
-  static constexpr int kLdTile = BN + 16;  // the residual tile: bytes per row
-  // per channel: a word (the first four: the block's scalars of the epilogue), then (corr,
-  // mult, add) of the epilogue; the residual tile
-  static constexpr int kSumsAt = kPipeBytes, kResAt = kSumsAt + BN * 16;
-  static constexpr size_t smem(bool res_tile) {
-    return static_cast<size_t>(kResAt) + (res_tile ? BM * kLdTile : 0);
-  }
-};
-
-// c (16x8, s32) += a (16x32, A = s8 or u8) * b (32x8, s8); fragments as in the PTX ISA's
-// m16n8k32 layouts (a0 row g bytes 4t.., a1 row g+8, a2 row g bytes 16+4t.., a3 row g+8 ...).
-template <typename A> __device__ __forceinline__ void ig_mma(int (&c)[4], const unsigned (&a)[4],
-                                                             unsigned b0, unsigned b1) {
-  // (not volatile: registers only, so the compiler may interleave the products with the next
-  // step's ldmatrix loads)
-  if constexpr (std::is_same_v<A, uint8_t>)
-    asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, "
-        "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  else
-    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, "
-        "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Float tricks that keep the epilogue off the conversion units (a quarter of the rate of the
-// arithmetic ones): 2^23 + 2^22 added to a float in [-2^22, 2^22] rounds it half to even into the
-// low bits of the sum's encoding; a byte placed in the mantissa of 2^23 reads as 2^23 + byte.
-constexpr float kIgRound = 12582912.f;  // 1.5 * 2^23
-constexpr float kIgTwo23 = 8388608.f;
-
-// u, already plus the output zero point and clamped to [lo, hi] of Y (relu: to at least the zero
-// point), rounded half to even; its low byte is the output's two's complement.
-__device__ __forceinline__ uint32_t ig_round_bits(float u) { return __float_as_uint(u + kIgRound); }
-
-// Byte e of `bytes` as the float 2^23 + byte.
-template <int E> __device__ __forceinline__ float ig_byte_float(uint32_t bytes) {
-  return __uint_as_float(__byte_perm(bytes, 0x4B000000u, 0x7440u | E));
-}
-
-// GELU in f32 (quant_math::activate's formulas): exact, v erfc(-v / sqrt 2) / 2, or the tanh form.
-__device__ __forceinline__ float ig_gelu(float v, bool tanh_form) {
-  if (tanh_form) return 0.5f * v * (1.f + tanhf(0.7978845608f * fmaf(0.044715f * v * v, v, v)));
-  return 0.5f * v * erfcf(v * -0.7071067812f);
-}
-
 template <typename A, typename Y, int BM, int BN, int KG, bool kRows, int S>
 __global__ void __launch_bounds__(IgTile<BM, BN, KG, S>::kThreads,
                                   512 / IgTile<BM, BN, KG, S>::kThreads)
@@ -232,152 +182,35 @@ __global__ void __launch_bounds__(IgTile<BM, BN, KG, S>::kThreads,
                 quant_math::Residual res, bool res_tile, Y* __restrict__ out, QConvArgs g) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using T = IgTile<BM, BN, KG, S>;
-  constexpr int kT = T::kThreads, kChunks = kIgK / 16, kRowStep = kT / kChunks;
-  constexpr int kAPer = BM / kRowStep, kBPer = BN / kRowStep;
-  static_assert(BM % kRowStep == 0 && BN % kRowStep == 0 && kT >= BN, "tile shape");
-  extern __shared__ __align__(128) unsigned char ig_raw[];
-  int32_t* sums_s = reinterpret_cast<int32_t*>(ig_raw + T::kSumsAt);  // the per-channel words
-  unsigned char* res_s = ig_raw + T::kResAt;
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int Mi = static_cast<int>(g.N * g.OH * g.OW), Ki = static_cast<int>(g.kp);
-  const int O = static_cast<int>(g.O);
-  const int m0 = blockIdx.x * BM, o0 = blockIdx.y * BN;
-  // this thread's A and B rows (kRowStep apart) and 16-byte chunk within a row; 32-bit index
-  // math (the host checks the sizes), the window position advanced stage by stage
-  const int chunk = tid % kChunks, row0 = tid / kChunks;
-  const int H = static_cast<int>(g.H), W = static_cast<int>(g.W), C = static_cast<int>(g.C);
-  const int KW = static_cast<int>(g.KW), dh = static_cast<int>(g.dh), dw = static_cast<int>(g.dw);
-  const int OW = static_cast<int>(g.OW), OHW = static_cast<int>(g.OH * g.OW);
-  int abase[kAPer], aih[kAPer], aiw[kAPer];  // the pixel's image offset (n H W C), window origin
-#pragma unroll
-  for (int i = 0; i < kAPer; ++i) {
-    const int m = m0 + row0 + kRowStep * i;
-    const int mm = m < Mi ? m : 0;
-    const int n = mm / OHW, p = mm - n * OHW, oh = p / OW, ow = p - oh * OW;
-    // (kRows: the window origin's byte in the padded copy, its first row at oh sh)
-    abase[i] = kRows ? static_cast<int>(((n * g.ph + oh * g.sh) * g.pw + ow * g.sw) * g.pc)
-                     : n * H * W * C;
-    aih[i] = m < Mi ? oh * static_cast<int>(g.sh) - static_cast<int>(g.pt) : INT_MIN / 2;
-    aiw[i] = ow * static_cast<int>(g.sw) - static_cast<int>(g.pl);
-  }
-  const int8_t* wrow[kBPer];
-  bool bok[kBPer];
-#pragma unroll
-  for (int i = 0; i < kBPer; ++i) {
-    const int o = o0 + row0 + kRowStep * i;
-    bok[i] = o < O;
-    wrow[i] = w + static_cast<int64_t>(bok[i] ? o : 0) * Ki + chunk * 16;
-  }
-  // (all above is index math: it overlaps the previous kernel's last blocks, launched as it is
-  // by launch_after_previous; from here on the kernel reads the tensors)
+  static_assert(BM % T::kRowStep == 0 && BN % T::kRowStep == 0 && T::kThreads >= BN, "tile shape");
+  const IgBlock b = ig_block<T>(g);
+  // the gather's index math: it overlaps the previous kernel's last blocks (launched by
+  // launch_after_previous); the tensors are read from the wait on
+  IgARows<T> arows;
+  IgBRows<T> brows;
+  IgCursor cursor;
+  IgGather<A, T, kRows> gather(x, w, g, b, arows, brows, cursor);
   wait_for_previous_grids();
-  // the quantized residual tile, in the first stage's group of copies
-  if (res_tile) {
-    const auto* rd = static_cast<const unsigned char*>(res.data);
-    for (int q = tid; q < BM * (BN / 16); q += kT) {
-      const int r = q / (BN / 16), c = (q % (BN / 16)) * 16;
-      const bool ok = m0 + r < Mi && o0 + c < O;
-      cp_async16(res_s + r * T::kLdTile + c,
-                 rd + (ok ? static_cast<int64_t>(m0 + r) * O + o0 + c : 0), ok ? 16 : 0);
-    }
-  }
-  // the zero point repeated: what a padded position holds
+  unsigned char* res_s = ig_raw + T::kResAt;
+  if (res_tile) ig_copy_residual_tile<T>(res_s, res, b);
   const int32_t zxv = zx[0];
-  const uint32_t zb = static_cast<uint8_t>(zxv);
-  const uint4 pad =
-      make_uint4(zb * 0x01010101u, zb * 0x01010101u, zb * 0x01010101u, zb * 0x01010101u);
-  int lkh = 0, lkw = 0, lc = 0, lk0 = 0;  // the next stage to load: window (kh, kw), channel
-  // kRows: a window row is 32 bytes of K (its pixels' pc channels), two rows a stage; this
-  // thread copies bytes [16 (chunk % 2), + 16) of row kh + chunk / 2, in pieces as aligned as
-  // the window origins (pc sw bytes apart)
-  const int row_bytes = static_cast<int>(g.dh * g.pw * g.pc);
-  const int piece = static_cast<int>(g.sw * g.pc % 16 == 0 ? 16 : g.sw * g.pc % 8 == 0 ? 8 : 4);
-  auto load_stage = [&](int st) {
-    unsigned char* as = ig_raw + st * T::kStageBytes;
-    unsigned char* bs = as + BM * kIgLd;
-    if constexpr (kRows) {
-#pragma unroll
-      for (int i = 0; i < kAPer; ++i) {
-        unsigned char* dst = as + (row0 + kRowStep * i) * kIgLd + chunk * 16;
-        const A* src = x + abase[i] + (lkh + chunk / 2) * row_bytes + (chunk % 2) * 16;
-        if (piece == 16) {
-          cp_async_ca<16>(dst, src);
-        } else if (piece == 8) {
-          cp_async_ca<8>(dst, src);
-          cp_async_ca<8>(dst + 8, src + 8);
-        } else {
-#pragma unroll
-          for (int j = 0; j < 16; j += 4) cp_async_ca<4>(dst + j, src + j);
-        }
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < kAPer && !kRows; ++i) {
-      unsigned char* dst = as + (row0 + kRowStep * i) * kIgLd + chunk * 16;
-      const int ih = aih[i] + lkh * dh, iw = aiw[i] + lkw * dw;
-      if (ih >= 0 && ih < H && iw >= 0 && iw < W)  // (through L1: neighbouring windows overlap)
-        cp_async_ca<16>(dst, x + abase[i] + (ih * W + iw) * C + lc + chunk * 16);
-      else *reinterpret_cast<uint4*>(dst) = pad;
-    }
-#pragma unroll
-    for (int i = 0; i < kBPer; ++i)
-      cp_async16(bs + (row0 + kRowStep * i) * kIgLd + chunk * 16, wrow[i] + lk0, bok[i] ? 16 : 0);
-    lk0 += kIgK;
-    if constexpr (kRows) {
-      lkh += 2;
-    } else {
-      lc += kIgK;
-      if (lc == C) {
-        lc = 0;
-        if (++lkw == KW) lkw = 0, ++lkh;
-      }
-    }
-  };
-  const int ktiles = Ki / kIgK;
+  gather.start(static_cast<uint8_t>(zxv), g);
+  auto load_stage = [&](int st) { gather.load_stage(st); };  // (a lambda: see the stages' note)
+  // the first S - 1 stages in flight, then the epilogue's constants beside them
+  const int ktiles = b.Ki / kIgK;
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) {
     if (s < ktiles) load_stage(s);
     cp_async_commit();
   }
-  // the warp's tile and k group
-  const int kgroup = KG == 1 ? 0 : warp / T::kWarps, wtile = warp % T::kWarps;
-  const int wm = (wtile / T::kWarpsN) * 64, wn = (wtile % T::kWarpsN) * 32;
-  const bool want_sums = zxv != 0 && tid < BN;  // this thread sums weight row tid
+  const IgWarp wp = ig_warp<T>(b);
+  const bool want_sums = zxv != 0 && b.tid < BN;  // this thread sums weight row tid
   int wsum = 0;
-  // The epilogue's constants, made while the first stages load (their reads' latency hidden
-  // behind the copies; none held in registers through the main loop) into shared memory beside
-  // the stages: per channel, what the sum loses (minus the i32 bias here; zx wsum is added after
-  // the loop), the scale and the bias in output units (plus zy: relu, then round half to even,
-  // then + zy, saturated, is the clamp of the sum plus zy to [lo or zy, hi], rounded; zy is an
-  // integer); and the block's scalars: the clamp's low end, 1 / sy, and the residual's scale in
-  // output units and its zero point as a float encoding (a residual byte b, i8 ones flipped to
-  // b + 128, is (2^23 + b - (2^23 + zr [+ 128])) * sr / sy).
   const bool res_i8 = res.kind == quant_math::Residual::kI8;
-  uint32_t* corr_s = reinterpret_cast<uint32_t*>(sums_s + BN);
-  float* mult_s = reinterpret_cast<float*>(sums_s + 2 * BN);
-  float* add_s = reinterpret_cast<float*>(sums_s + 3 * BN);
-  float* scalars_s = reinterpret_cast<float*>(sums_s);
-  {
-    const float syf = sy[0], zyf = static_cast<float>(zy[0]);
-    if (tid < BN) {
-      const int o = o0 + tid < O ? o0 + tid : O - 1;
-      corr_s[tid] = 0u - static_cast<uint32_t>(ibias ? ibias[o] : 0);
-      mult_s[tid] =
-          static_cast<float>(static_cast<double>(sx[0]) * sw[g.per_channel_scale ? o : 0] / syf);
-      add_s[tid] = (bias ? static_cast<float>(static_cast<double>(bias[o]) / syf) : 0.f) + zyf;
-    }
-    if (tid == 0) {
-      const float inv_sy = 1.f / syf;
-      scalars_s[0] = g.relu ? fmaxf(zyf, static_cast<float>(quant_math::Range<Y>::lo))
-                            : static_cast<float>(quant_math::Range<Y>::lo);
-      scalars_s[1] = inv_sy;
-      scalars_s[2] = res_tile ? *res.scale * inv_sy : 0.f;
-      scalars_s[3] =
-          kIgTwo23 + (!res_tile ? 0.f
-                      : res_i8  ? static_cast<float>(*static_cast<const int8_t*>(res.zp)) + 128.f
-                                : static_cast<float>(*static_cast<const uint8_t*>(res.zp)));
-    }
-  }
+  const IgConsts k = IgConsts::at<T>();
+  ig_epilogue_constants<Y, T>(k, b, g, sx, sw, sy, zy, bias, ibias, res, res_tile, res_i8);
+  // the main loop: stage kt in, stage kt + S - 1 on its way; acc += A B over stage kt's K (the
+  // warp's 64 x 32, its k group's k32 steps), wsum += its B row
   int acc[4][4][4] = {};
   for (int kt = 0; kt < ktiles; ++kt) {
     cp_async_wait<S - 2>();
@@ -389,143 +222,31 @@ __global__ void __launch_bounds__(IgTile<BM, BN, KG, S>::kThreads,
     }
     const unsigned char* as = ig_raw + (kt % S) * T::kStageBytes;
     const unsigned char* bs = as + BM * kIgLd;
-    if (want_sums) {
-#pragma unroll
-      for (int j = 0; j < kIgK / 16; ++j) {
-        const uint4 v = *reinterpret_cast<const uint4*>(bs + tid * kIgLd + 16 * j);
-        wsum = __dp4a(static_cast<int>(v.x), 0x01010101, wsum);
-        wsum = __dp4a(static_cast<int>(v.y), 0x01010101, wsum);
-        wsum = __dp4a(static_cast<int>(v.z), 0x01010101, wsum);
-        wsum = __dp4a(static_cast<int>(v.w), 0x01010101, wsum);
-      }
-    }
+    if (want_sums) ig_weight_row_sum(bs + b.tid * kIgLd, wsum);
 #pragma unroll
     for (int kk = 0; kk < kIgK / 32 / KG; ++kk) {
-      const int ks = kk * KG + kgroup;
-      unsigned a[4][4], b[4][2];
-#pragma unroll
-      for (int mi = 0; mi < 4; ++mi)
-        ldmatrix_x4(a[mi], as + (wm + mi * 16 + lane % 16) * kIgLd + ks * 32 + (lane / 16) * 16);
-#pragma unroll
-      for (int nj = 0; nj < 4; nj += 2) {
-        unsigned r[4];
-        const int mtx = lane / 8;
-        ldmatrix_x4(
-            r, bs + (wn + nj * 8 + (mtx / 2) * 8 + lane % 8) * kIgLd + ks * 32 + (mtx % 2) * 16);
-        b[nj][0] = r[0], b[nj][1] = r[1], b[nj + 1][0] = r[2], b[nj + 1][1] = r[3];
-      }
+      unsigned fa[4][4], fb[4][2];
+      ig_load_fragments<T>(fa, fb, as, bs, wp, b.lane, kk * KG + wp.kgroup);
 #pragma unroll
       for (int mi = 0; mi < 4; ++mi)
 #pragma unroll
-        for (int nj = 0; nj < 4; ++nj) ig_mma<A>(acc[mi][nj], a[mi], b[nj][0], b[nj][1]);
+        for (int nj = 0; nj < 4; ++nj) ig_mma<A>(acc[mi][nj], fa[mi], fb[nj][0], fb[nj][1]);
     }
   }
   allow_next_grid();  // the rest is the epilogue
   cp_async_wait<0>();
-  if (want_sums) corr_s[tid] += static_cast<uint32_t>(zxv) * static_cast<uint32_t>(wsum);
+  if (want_sums) k.corr[b.tid] += static_cast<uint32_t>(zxv) * static_cast<uint32_t>(wsum);
   __syncthreads();  // the stages are free: the sums go there; the residual tile is in
-  // the i32 sums through shared memory (rows of BN + 8 words: 64-bit stores of a half warp and
-  // 128-bit loads of a quarter hit distinct banks); a second k group adds its own in place
-  constexpr int kLdAcc = BN + 8;
-  static_assert(BM * kLdAcc * 4 <= T::kPipeBytes, "the sums fit in the stages");
   int* acc_s = reinterpret_cast<int*>(ig_raw);
-  const int g4 = lane / 4, t4 = lane % 4;
-#pragma unroll
-  for (int group = 0; group < KG; ++group) {
-    if (kgroup == group) {
-#pragma unroll
-      for (int mi = 0; mi < 4; ++mi)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-#pragma unroll
-          for (int nj = 0; nj < 4; ++nj) {
-            const int r = wm + mi * 16 + g4 + 8 * h, col = wn + nj * 8 + 2 * t4;
-            int2* at = reinterpret_cast<int2*>(acc_s + r * kLdAcc + col);
-            int2 v = make_int2(acc[mi][nj][2 * h], acc[mi][nj][2 * h + 1]);
-            if (group > 0) v.x += at->x, v.y += at->y;
-            *at = v;
-          }
-    }
-    __syncthreads();
-  }
-  // then four channels a thread (fixed: their constants read once), rows kT / (BN / 4) apart,
-  // two rows an iteration (two independent chains; a loop small enough for the instruction
-  // cache): the requantize in f32, the residual's four bytes, four bytes stored (a warp writes
-  // whole rows)
-  const float lo = scalars_s[0], inv_sy = scalars_s[1], rs = scalars_s[2], rz = scalars_s[3];
-  const float hi = static_cast<float>(quant_math::Range<Y>::hi);
-  constexpr int kQuads = BN / 4, kRowsPer = kT / kQuads;
-  static_assert(BM % (2 * kRowsPer) == 0, "two rows an iteration");
-  const int c = (tid % kQuads) * 4, o = o0 + c;
-  uint32_t corr[4];
-  float mult[4], add[4];
-#pragma unroll
-  for (int j = 0; j < 4; ++j)
-    corr[j] = corr_s[c + j], mult[j] = mult_s[c + j], add[j] = add_s[c + j];
-  const uint32_t flip = res_i8 ? 0x80808080u : 0u;
-  const bool vec = O % 4 == 0 && reinterpret_cast<uintptr_t>(out) % 4 == 0 && o + 4 <= O;
-  const int rows = o < O ? min(BM, Mi - m0) : 0;  // the tile's rows inside the output
-  // (one loop per kind of residual, so that no row branches on it: kRes 0 none, 1 the int8 tile,
-  // 2 read element by element; each row's output address one add from the last)
-  // (kGelu: GELU of the real value, (u - zy) sy, back in output units)
-  auto requantize_rows = [&](auto kind, auto gelu) {
-    constexpr int kRes = decltype(kind)::value;
-    constexpr bool kGelu = decltype(gelu)::value;
-    const float syf = kGelu ? sy[0] : 0.f, zyf = kGelu ? static_cast<float>(zy[0]) : 0.f;
-    const bool tanh_form = g.act == quant_math::kGeluTanh;
-    const int64_t row_step = static_cast<int64_t>(O) * kRowsPer;
-    auto requantize_row = [&](int r, Y* dst) {
-      if (r >= rows) return;
-      const int4 v = *reinterpret_cast<const int4*>(acc_s + r * kLdAcc + c);
-      const int vs[4] = {v.x, v.y, v.z, v.w};
-      // the bias (and zy), plus the residual
-      float base[4] = {add[0], add[1], add[2], add[3]};
-      if constexpr (kRes == 1) {
-        const uint32_t four = *reinterpret_cast<const uint32_t*>(res_s + r * T::kLdTile + c) ^ flip;
-        base[0] = fmaf(ig_byte_float<0>(four) - rz, rs, add[0]);
-        base[1] = fmaf(ig_byte_float<1>(four) - rz, rs, add[1]);
-        base[2] = fmaf(ig_byte_float<2>(four) - rz, rs, add[2]);
-        base[3] = fmaf(ig_byte_float<3>(four) - rz, rs, add[3]);
-      } else if constexpr (kRes == 2) {
-        const int64_t at = static_cast<int64_t>(m0 + r) * O + o;
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-          if (o + j < O) base[j] = fmaf(static_cast<float>(res.at(at + j)), inv_sy, add[j]);
-      }
-      uint32_t bits[4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int32_t t = static_cast<int32_t>(static_cast<uint32_t>(vs[j]) - corr[j]);
-        float u = fmaf(static_cast<float>(t), mult[j], base[j]);
-        if constexpr (kGelu) u = fmaf(ig_gelu((u - zyf) * syf, tanh_form), inv_sy, zyf);
-        bits[j] = ig_round_bits(fminf(fmaxf(u, lo), hi));
-      }
-      const uint32_t word = __byte_perm(__byte_perm(bits[0], bits[1], 0x0040u),
-                                        __byte_perm(bits[2], bits[3], 0x0040u), 0x5410u);
-      if (vec) {
-        *reinterpret_cast<uint32_t*>(dst) = word;
-      } else {
-        for (int j = 0; j < 4 && o + j < O; ++j) dst[j] = static_cast<Y>((word >> (8 * j)) & 0xffu);
-      }
-    };
-    const int r0 = tid / kQuads;
-    Y* dst = out + static_cast<int64_t>(m0 + r0) * O + o;
-#pragma unroll 1
-    for (int r = r0; r < BM; r += 2 * kRowsPer, dst += 2 * row_step) {
-      requantize_row(r, dst);
-      requantize_row(r + kRowsPer, dst + row_step);
-    }
-  };
-  using Plain = std::false_type;
-  using Gelu = std::true_type;
+  ig_sums_to_shared<T>(acc_s, acc, wp, b.lane);
+  IgFour four;
+  const IgRequantize<Y, T> rq(k, four, acc_s, res_s, b, g, sy, zy, res_i8, out);
   const bool gelu = quant_math::is_gelu(g.act);
-  if (res_tile) requantize_rows(std::integral_constant<int, 1>{}, Plain{});
-  else if (res.kind != quant_math::Residual::kNone && gelu)
-    requantize_rows(std::integral_constant<int, 2>{}, Gelu{});
-  else if (res.kind != quant_math::Residual::kNone)
-    requantize_rows(std::integral_constant<int, 2>{}, Plain{});
-  else if (gelu) requantize_rows(std::integral_constant<int, 0>{}, Gelu{});
-  else requantize_rows(std::integral_constant<int, 0>{}, Plain{});
+  if (res_tile) rq.template store_rows<1, false>(res);
+  else if (res.kind != quant_math::Residual::kNone && gelu) rq.template store_rows<2, true>(res);
+  else if (res.kind != quant_math::Residual::kNone) rq.template store_rows<2, false>(res);
+  else if (gelu) rq.template store_rows<0, true>(res);
+  else rq.template store_rows<0, false>(res);
 #endif
 }
 

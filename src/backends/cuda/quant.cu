@@ -21,8 +21,9 @@
 
 namespace kiln::cuda {
 
-void quantized_conv(KernelContext& ctx);  // quant_conv.cu
-void register_quant_linear_kernels();     // quant_linear.cu: quantized_weight_linear
+void quantized_conv(KernelContext& ctx);                // quant_conv.cu
+void quantized_conv_channels_last(KernelContext& ctx);  // quant_conv.cu
+void register_quant_linear_kernels();                   // quant_linear.cu: quantized_weight_linear
 
 namespace {
 
@@ -51,10 +52,11 @@ ScaleIndex scale_index(const KernelContext& ctx) {
   const TensorView &x = ctx.in(0), &sc = ctx.in(1);
   s.per_tensor = sc.numel() == 1;
   if (!s.per_tensor) {
-    const AxisSplit sp = split_at(x.shape, ctx.attrs().i("axis"));
+    const QuantizeParams p = params_of<QuantizeParams>(ctx);
+    const AxisSplit sp = split_at(x.shape, p.axis);
     s.len = sp.len;
     s.inner = sp.inner;
-    s.block = ctx.attrs().i("block_size");
+    s.block = p.block_size;
     if (s.block > 0) s.blocks = (s.len + s.block - 1) / s.block;
   }
   return s;
@@ -285,9 +287,10 @@ __global__ void quantized_matmul_kernel(const A* __restrict__ a, const float* __
 
 void quantized_matmul(KernelContext& ctx) {
   const TensorView &ta = ctx.in(0), &tw = ctx.in(3);
+  const QuantizedMatmulParams p = params_of<QuantizedMatmulParams>(ctx);
   QmmArgs g;
-  g.transpose_w = ctx.attrs().b("transpose_w");
-  g.act = epilogue_activation(ctx);
+  g.transpose_w = p.transpose_w;
+  g.act = epilogue_activation(p);
   g.k = ta.shape.back();
   g.n = g.transpose_w ? tw.shape[0] : tw.shape[1];
   g.m = ctx.out(0).numel() / (g.n > 0 ? g.n : 1);
@@ -296,8 +299,8 @@ void quantized_matmul(KernelContext& ctx) {
   if (quantized_matmul_igemm(ctx, g.m, g.n, g.k, g.transpose_w)) return;
   if (quantized_matmul_lt(ctx, g.m, g.n, g.k, g.transpose_w)) return;
   int next = 8;
-  const float* bias = ctx.attrs().b("has_bias", false) ? ctx.in(next++).ptr<float>() : nullptr;
-  const float* res = ctx.attrs().b("has_residual", false) ? ctx.in(next).ptr<float>() : nullptr;
+  const float* bias = p.has_bias ? ctx.in(next++).ptr<float>() : nullptr;
+  const float* res = p.has_residual ? ctx.in(next).ptr<float>() : nullptr;
   with_int8_types(ctx, "cuda", [&](auto at, auto wt, auto yt) {
     using A = decltype(at);
     using W = decltype(wt);
@@ -312,11 +315,12 @@ void quantized_matmul(KernelContext& ctx) {
 
 // dequantize_adaptive_avg_pool: a thread an output, its window's taps loaded 8 at a time ahead of
 // the sum, each dequantized as dequantize does and summed in f32 in window order, then divided by
-// the count (the float NHWC pool's arithmetic); NCHW or NHWC through strides. Offsets fit 32 bits.
+// the count (the float NHWC pool's arithmetic); NCHW or NHWC (layout channels_last) through
+// strides. Offsets fit 32 bits.
 struct DqPoolArgs {
   int n_out, C, H, W, OH, OW;
   int sc, sh, sw;  // strides of a channel, row and column
-  bool cl;
+  bool cl;         // NHWC
 };
 
 template <typename Q>
@@ -395,14 +399,15 @@ __global__ void dequantize_adaptive_avg_pool_x4_kernel(const uint32_t* __restric
   }
 }
 
-void dequantize_adaptive_avg_pool(KernelContext& ctx) {
+// The kernel of layout plain (NHWC false) or channels_last (NHWC true).
+template <bool NHWC> void dequantize_adaptive_avg_pool_in(KernelContext& ctx) {
   const TensorView &tq = ctx.in(0), &ty = ctx.out(0);
   if (ty.numel() == 0) return;
   if (tq.numel() > INT32_MAX)
     fail<UnsupportedError>("[{}] cuda kernel takes fewer than 2^31 elements, got {}", ctx.op_name(),
                            tq.numel());
   DqPoolArgs g;
-  g.cl = ctx.attrs().b("channels_last", false);
+  g.cl = NHWC;
   auto dim = [](int64_t d) { return static_cast<int>(d); };
   g.n_out = dim(ty.numel());
   g.C = dim(tq.shape[g.cl ? 3 : 1]), g.H = dim(tq.shape[g.cl ? 1 : 2]);
@@ -429,6 +434,12 @@ void dequantize_adaptive_avg_pool(KernelContext& ctx) {
     launch(uint8_t{});
   check_launch(ctx.op_name());
 }
+void dequantize_adaptive_avg_pool(KernelContext& ctx) {
+  dequantize_adaptive_avg_pool_in<false>(ctx);
+}
+void dequantize_adaptive_avg_pool_channels_last(KernelContext& ctx) {
+  dequantize_adaptive_avg_pool_in<true>(ctx);
+}
 
 }  // namespace
 
@@ -440,8 +451,12 @@ void register_quant_kernels() {
                   {quantized_matmul, DTypeSet{i8, u8}, 0, false});
   // (looked up on x's zero point: with quantize_x, x is f32)
   register_kernel(OpId::QuantizedConv, Backend::cuda, {quantized_conv, DTypeSet{i8, u8}, 2, false});
+  register_kernel(OpId::QuantizedConv, Backend::cuda, Layout::channels_last,
+                  {quantized_conv_channels_last, DTypeSet{i8, u8}, 2, false});
   register_kernel(OpId::DequantizeAdaptiveAvgPool, Backend::cuda,
                   {dequantize_adaptive_avg_pool, DTypeSet{i8, u8}, 0, false});
+  register_kernel(OpId::DequantizeAdaptiveAvgPool, Backend::cuda, Layout::channels_last,
+                  {dequantize_adaptive_avg_pool_channels_last, DTypeSet{i8, u8}, 0, false});
   register_quant_linear_kernels();
 }
 

@@ -4,9 +4,10 @@
 // bit for bit. Fast path (groups 1, shapes cuBLASLt's int8 product takes, quant_gemm.h): im2col
 // into i8 rows (u8 shifted by 128, pads holding the shifted zero point), the int8 GEMM against
 // the (O, C kh kw) weights, and one epilogue applying the zero points through row sums; the same
-// integers, so the same results. Attr channels_last: x, residual and output NHWC. Attr
-// quantize_x: x is f32 NCHW, quantized by the rows mode's padded copy (or into an int8 copy).
-// The implicit GEMM on int8 tensor cores (channels_last, groups 1) is in qconv_igemm.cu.
+// integers, so the same results. Layout channels_last (quantized_conv_channels_last): x,
+// residual and output NHWC. Attr quantize_x: x is f32 NCHW, quantized by the rows mode's padded
+// copy (or into an int8 copy). The implicit GEMM on int8 tensor cores (channels_last, groups 1)
+// is in qconv_igemm.cu.
 #include <climits>
 #include <cstdlib>
 #include <type_traits>
@@ -20,8 +21,6 @@
 #include "backends/quant_math.h"
 
 namespace kiln::cuda {
-
-void quantized_conv(KernelContext& ctx);
 
 namespace {
 
@@ -255,7 +254,7 @@ constexpr int64_t kMaxColBytes = int64_t{256} << 20;
 
 template <typename A, typename W, typename Y>
 bool conv_lt(KernelContext& ctx, QConvArgs g, const float* bias, const int32_t* ibias,
-             const quant_math::Residual& res) {
+             const quant_math::Residual& res, bool zero_w_zp) {
   const int64_t m = g.N * g.OH * g.OW, n = g.O;
   // the GEMM's K: NHWC rows are padded with zeros to a length cuBLASLt takes (a zero column adds
   // nothing to any sum, and the epilogue's K zx' zw' term counts the real window)
@@ -310,7 +309,7 @@ bool conv_lt(KernelContext& ctx, QConvArgs g, const float* bias, const int32_t* 
   auto* sums = static_cast<int32_t*>(ctx.scratch(static_cast<size_t>(m + n) * 4));
   // the window sums of x count only through a weight zero point: none for i8 weights whose zero
   // points are all 0 (symmetric quantization, as post-training quantization makes them)
-  const bool col_sums = shift_w != 0 || !ctx.attrs().b("zero_w_zp", false);
+  const bool col_sums = shift_w != 0 || !zero_w_zp;
   if (col_sums) int8_row_sums(col, m, k, sums, st);
   int8_row_sums(w8, n, k, sums + m, st);
   check_launch(ctx.op_name());
@@ -338,31 +337,29 @@ bool conv_lt(KernelContext& ctx, QConvArgs g, const float* bias, const int32_t* 
 }
 
 // quantize_x where the implicit GEMM's rows mode does not take it: x quantized into an int8 copy
-// (NHWC with channels_last), then the plain op on it.
+// (NHWC in layout channels_last), then `kernel`, the op's kernel for the layout, on it without
+// quantize_x.
 template <typename A>
-void conv_of_float(KernelContext& ctx) {
+void conv_of_float(KernelContext& ctx, bool cl, void (*kernel)(KernelContext&)) {
   const TensorView& x = ctx.in(0);
   const Shape& s = x.shape;
-  const bool cl = ctx.attrs().b("channels_last", false);
   auto* q = static_cast<A*>(ctx.scratch(static_cast<size_t>(x.numel())));
   quantize_conv_input<A><<<blocks_for(x.numel()), kThreads, 0, stream_of(ctx)>>>(
       x.ptr<float>(), ctx.in(1).ptr<float>(), ctx.in(2).ptr<A>(), q, s[1], s[2] * s[3],
       x.numel(), cl);
   check_launch(ctx.op_name());
-  conv_on_quantized_x(ctx, q, quantized_conv);
+  conv_on_quantized_x(ctx, q, cl, kernel);
 }
 
-}  // namespace
-
-void quantized_conv(KernelContext& ctx) {
+// The kernel of layout plain (cl false) or channels_last (cl true).
+template <bool cl> void quantized_conv_in(KernelContext& ctx) {
   const TensorView &tx = ctx.in(0), &tw = ctx.in(3), &ty = ctx.out(0);
   if (ty.numel() == 0) return;
-  const auto &s = ctx.attrs().ints("stride"), &d = ctx.attrs().ints("dilation"),
-             &p = ctx.attrs().ints("pads");
-  const bool cl = ctx.attrs().b("channels_last", false);
-  const bool ohwi = ctx.attrs().b("weights_ohwi", false);
+  const QuantizedConvParams prm = params_of<QuantizedConvParams>(ctx);
+  const int64_t *s = prm.stride, *d = prm.dilation, *p = prm.pads;
+  const bool ohwi = prm.weights_ohwi;
   // quantize_x: x is f32 NCHW whatever the output's layout
-  const bool quantize_x = ctx.attrs().b("quantize_x", false), x_cl = cl && !quantize_x;
+  const bool quantize_x = prm.quantize_x, x_cl = cl && !quantize_x;
   QConvArgs g{tx.shape[0],
               tx.shape[x_cl ? 3 : 1],
               tx.shape[x_cl ? 1 : 2],
@@ -372,14 +369,14 @@ void quantized_conv(KernelContext& ctx) {
               tw.shape[ohwi ? 2 : 3],
               ty.shape[cl ? 1 : 2],
               ty.shape[cl ? 2 : 3],
-              ctx.attrs().i("groups"),
+              prm.groups,
               s[0],
               s[1],
               d[0],
               d[1],
               p[0],
               p[1],
-              ctx.attrs().b("relu"),
+              prm.relu,
               ctx.in(4).numel() != 1,
               ctx.in(5).numel() != 1,
               cl,
@@ -387,26 +384,28 @@ void quantized_conv(KernelContext& ctx) {
   int next = 8;
   const float* bias = nullptr;
   const int32_t* ibias = nullptr;  // adds to the integer sum
-  if (ctx.attrs().b("has_bias", false)) {
+  if (prm.has_bias) {
     const TensorView& b = ctx.in(next++);
     if (b.dtype == DType::i32)
       ibias = b.ptr<int32_t>();
     else
       bias = b.ptr<float>();
   }
-  const quant_math::Residual res = residual_input(ctx, next);
-  g.act = epilogue_activation(ctx);
-  with_int8_types(ctx, "cuda", [&](auto at, auto wt, auto yt) {
+  const quant_math::Residual res = residual_input(ctx, next, prm);
+  g.act = epilogue_activation(prm);
+  // (with quantize_x, x is f32 and its zero point has the data's dtype)
+  const DType data = quantize_x ? ctx.in(2).dtype : tx.dtype;
+  with_int8_types(ctx, data, "cuda", [&](auto at, auto wt, auto yt) {
     using A = decltype(at);
     using W = decltype(wt);
     using Y = decltype(yt);
     if (quantize_x) {
       if (!conv_igemm<A, W, Y>(ctx, g, bias, ibias, res, tx.ptr<float>()))
-        conv_of_float<A>(ctx);
+        conv_of_float<A>(ctx, cl, quantized_conv_in<cl>);
       return;
     }
     if (conv_igemm<A, W, Y>(ctx, g, bias, ibias, res)) return;
-    if (conv_lt<A, W, Y>(ctx, g, bias, ibias, res)) return;
+    if (conv_lt<A, W, Y>(ctx, g, bias, ibias, res, prm.zero_w_zp)) return;
     quantized_conv_kernel<A, W, Y><<<blocks_for(ty.numel()), kThreads, 0, stream_of(ctx)>>>(
         tx.ptr<A>(), ctx.in(1).ptr<float>(), ctx.in(2).ptr<A>(), tw.ptr<W>(),
         ctx.in(4).ptr<float>(), ctx.in(5).ptr<W>(), ctx.in(6).ptr<float>(), ctx.in(7).ptr<Y>(),
@@ -414,5 +413,10 @@ void quantized_conv(KernelContext& ctx) {
     check_launch(ctx.op_name());
   });
 }
+
+}  // namespace
+
+void quantized_conv(KernelContext& ctx) { quantized_conv_in<false>(ctx); }
+void quantized_conv_channels_last(KernelContext& ctx) { quantized_conv_in<true>(ctx); }
 
 }  // namespace kiln::cuda

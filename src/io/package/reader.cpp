@@ -460,7 +460,8 @@ void Reader::read_steps(const fb::Manifest& m, const Program& p, detail::Executa
   for (int32_t i = 0; i < static_cast<int32_t>(nodes.size()); ++i)
     if (nodes[i].op == OpId::Placeholder) impl.placeholders.push_back(i);
   for (Step& st : impl.steps) {
-    st.kernel = find_kernel(nodes[st.node].op, st.backend);
+    const Node& n = nodes[st.node];
+    st.kernel = find_kernel(n.op, st.backend, layout_of(n.op, n.attrs));
     impl.reports_errors = impl.reports_errors || st.kernel->reports_errors;
   }
 }

@@ -107,7 +107,7 @@ std::string check_node(const detail::GraphImpl& g, size_t i) {
   std::vector<TensorInfo> out;
   try {
     if (std::string why = check_attrs(n, in); !why.empty()) return why;
-    out = def.infer(InferContext{n.op, n.attrs, in});
+    out = infer_node(InferContext{n.op, n.attrs, in});
   } catch (const std::exception& e) {
     return fmt::format("inputs {} and attributes ({}) are rejected: {}", infos(in),
                        n.attrs.to_string(), e.what());
@@ -233,9 +233,11 @@ std::string check_steps(const Program& p, const std::vector<Step>& steps, Backen
                          backend_name(st.backend), backend_name(target));
     if (n.op == OpId::Assign && st.backend != target)
       return fmt::format("assign %{} must run on {}", i, backend_name(target));
-    const KernelEntry* kernel = find_kernel(n.op, st.backend);
+    const Layout layout = layout_of(n.op, n.attrs);
+    const KernelEntry* kernel = find_kernel(n.op, st.backend, layout);
     if (!kernel)
-      return fmt::format("no {} kernel for %{} ({})", backend_name(st.backend), i, op_name(n.op));
+      return fmt::format("no {} kernel for %{} ({}) in layout {}", backend_name(st.backend), i,
+                         op_name(n.op), layout_name(layout));
     std::vector<TensorInfo> in;
     for (auto v : n.inputs) in.push_back(p.graph.info(v));
     const DType t = kernel_dtype(*kernel, n, in);

@@ -9,6 +9,7 @@
 
 #include "core/device_backend.h"
 #include "core/errors.h"
+#include "core/op_registry.h"
 #include "core/tuning.h"
 #include "io/package/format.h"
 #include "io/package/manifest_generated.h"
@@ -107,7 +108,7 @@ void write(const detail::ExecutableImpl& x, const std::string& path,
     for (const Step& st : x.steps) {
       if (st.backend == Backend::cpu) continue;
       const Node& n = nodes[st.node];
-      KernelCall c{n.op, &n.attrs, {}, n.outputs};
+      KernelCall c{n.op, &n.attrs, {}, n.outputs, layout_of(n.op, n.attrs)};
       for (auto v : n.inputs) c.inputs.push_back(x.program.graph.info(v));
       calls.push_back(std::move(c));
     }

@@ -1,0 +1,53 @@
+// The conv family's attributes (conv, conv_transpose, conv_grad_weight; src/ops/conv.cpp documents
+// them) decoded once into the struct their kernels read. (C++17: CUDA files include it.)
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/errors.h"
+#include "core/op_params.h"
+
+namespace kiln {
+
+struct ConvParams : OpParams {
+  /// One value per spatial dim; pads holds the nd begins, then the nd ends.
+  std::vector<int64_t> stride, dilation, pads;
+  /// conv_transpose's (empty for the other ops).
+  std::vector<int64_t> output_padding;
+  /// conv_grad_weight's NCHW weight shape (O, C/groups, kernel...) (empty for the other ops).
+  std::vector<int64_t> weight_shape;
+  int64_t groups = 1;
+  bool has_bias = false;
+  /// The epilogue of a channels_last conv (the channels_last pass fuses them): a last input
+  /// added to the output, then relu.
+  bool has_residual = false, relu = false;
+  /// TF32 math may run it (the tf32 pass, CompileOptions::allow_tf32).
+  bool tf32 = false;
+
+  int nd() const { return static_cast<int>(stride.size()); }
+
+  static ConvParams decode(OpId op, const Attrs& a) {
+    ConvParams p;
+    p.stride = a.ints("stride");
+    p.dilation = a.ints("dilation");
+    p.pads = a.ints("pads");
+    p.groups = a.i("groups");
+    if (a.has("output_padding")) p.output_padding = a.ints("output_padding");
+    if (a.has("weight_shape")) p.weight_shape = a.ints("weight_shape");
+    p.has_bias = a.b("has_bias", false);
+    p.has_residual = a.b("has_residual", false);
+    p.relu = a.b("relu", false);
+    p.tf32 = a.b("tf32", false);
+    const size_t nd = p.stride.size();
+    if (p.dilation.size() != nd || p.pads.size() != 2 * nd ||
+        (!p.output_padding.empty() && p.output_padding.size() != nd) || p.groups < 1)
+      fail<ValueError>(
+          "[{}] needs stride, dilation (one value per spatial dim), pads (two per "
+          "dim) and groups >= 1, got {}",
+          op_name(op), a.to_string());
+    return p;
+  }
+};
+
+}  // namespace kiln
