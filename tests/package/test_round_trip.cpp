@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "core/graph_impl.h"
+#include "core/op_registry.h"
 #include "runtime/executable_impl.h"
 #include "support/reference.h"
 
@@ -152,6 +153,45 @@ TEST(Package, ConvNetRoundTrip) {
   auto logits = linear(h, g.constant(random_array({10, 16}, f32)));
   auto exe = g.compile(Device::cpu(), {}, {logits});
   round_trip(exe, {{"image", random_array({2, 3, 16, 16}, f32)}}, "convnet");
+}
+
+// A program with channels_last nodes (what the channels_last pass makes for a GPU, here built by
+// hand: a conv with its fused residual and relu, then a max pool) runs on the CPU, saves, loads
+// with each node's kernel looked up for its layout, and gives the NCHW program's outputs.
+TEST(Package, ChannelsLastNodesLoadWithTheirLayoutsKernels) {
+  Graph g;
+  auto x = g.placeholder({2, 6, 7, 4}, f32, "x");  // NHWC
+  auto r = g.placeholder({2, 6, 7, 8}, f32, "residual");
+  const Tensor w = g.constant(random_array({8, 3, 3, 4}, f32, -0.5, 0.5));  // (O, kh, kw, C)
+  const Tensor ref_conv = conv2d(transpose(x, {0, 3, 1, 2}), transpose(w, {0, 3, 1, 2}),
+                                 std::nullopt, {.padding = {1, 1}});
+  const Tensor ref = max_pool(relu(ref_conv + transpose(r, {0, 3, 1, 2})), {.kernel = {2, 2}});
+  Attrs ca = ref_conv.graph_impl()->nodes[ref_conv.node_id()].attrs;
+  ca.set("channels_last", true);
+  ca.set("relu", true);
+  ca.set("has_residual", true);
+  const Tensor h = detail::make_node1(OpId::Conv, {x, w, r}, ca);
+  Attrs pa = ref.graph_impl()->nodes[ref.node_id()].attrs;
+  pa.set("channels_last", true);
+  const Tensor y = detail::make_node(OpId::MaxPool, {h}, pa)[0];
+  ASSERT_EQ(y.shape(), (Shape{2, 3, 3, 8}));
+  auto exe = g.compile(Device::cpu(), {}, {transpose(y, {0, 3, 1, 2}), ref});
+  const Executable loaded = round_trip(
+      exe, {{"x", random_array({2, 6, 7, 4}, f32)}, {"residual", random_array({2, 6, 7, 8}, f32)}},
+      "channels_last");
+  int nhwc_steps = 0;
+  for (const Step& st : loaded.impl().steps) {
+    const auto& n = loaded.impl().program.graph.nodes[st.node];
+    const Layout l = layout_of(n.op, n.attrs);
+    EXPECT_EQ(st.kernel, find_kernel(n.op, Backend::cpu, l)) << op_name(n.op);
+    nhwc_steps += l == Layout::channels_last;
+  }
+  EXPECT_EQ(nhwc_steps, 2);
+  const Array xv = random_array({2, 6, 7, 4}, f32), rv = random_array({2, 6, 7, 8}, f32);
+  const auto out = loaded.run({{"x", xv}, {"residual", rv}});
+  const auto got = out[0].to_vector<float>(), want = out[1].to_vector<float>();
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5) << i;
 }
 
 // On a GPU: a package compiled for cuda:0 loads for cuda:0 and gives the in-memory executable's
