@@ -213,7 +213,8 @@ template <typename T> void max_pool_typed(KernelContext& ctx, const PoolGeom& g)
 }
 
 void max_pool(KernelContext& ctx) {
-  const PoolGeom g = pool_geom(params_of<PoolParams>(ctx), ctx.in(0).shape, ctx.out(0).shape);
+  PoolParams spare;
+  const PoolGeom g = pool_geom(params_of(ctx, spare), ctx.in(0).shape, ctx.out(0).shape);
   dispatch(ctx.in(0).dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
     if constexpr (!std::is_same_v<T, bool>) max_pool_typed<T>(ctx, g);
@@ -264,7 +265,8 @@ template <typename T> void avg_pool_typed(KernelContext& ctx, const PoolGeom& g,
 }
 
 void avg_pool(KernelContext& ctx) {
-  const PoolParams p = params_of<PoolParams>(ctx);
+  PoolParams spare;
+  const PoolParams& p = params_of(ctx, spare);
   const PoolGeom g = pool_geom(p, ctx.in(0).shape, ctx.out(0).shape);
   dispatch_float(ctx.in(0).dtype, ctx.op_name(),
                  [&](auto t) { avg_pool_typed<decltype(t)>(ctx, g, p.count_include_pad); });
@@ -382,7 +384,8 @@ int64_t box_size(const AvgWindow& wd, const AvgWindow& wh, const AvgWindow& ww) 
 }
 
 void avg_pool_grad(KernelContext& ctx) {
-  const PoolParams p = params_of<PoolParams>(ctx);
+  PoolParams spare;
+  const PoolParams& p = params_of(ctx, spare);
   const PoolGeom g = pool_geom(p, ctx.out(0).shape, ctx.in(0).shape);
   const bool include_pad = p.count_include_pad;
   auto window = [&](int e, int64_t o) { return avg_window(g, e, o); };

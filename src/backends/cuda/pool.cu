@@ -312,7 +312,8 @@ bool takes_bytes_path(const PoolGeom& g, int64_t C, const TensorView& x, const T
 
 void max_pool_nhwc(KernelContext& ctx) {
   const TensorView &x = ctx.in(0), &y = ctx.out(0);
-  const PoolParams p = params_of<PoolParams>(ctx);
+  PoolParams spare;
+  const PoolParams& p = params_of(ctx, spare);
   const PoolGeom g = pool_geom(p, nchw_of(x.shape), nchw_of(y.shape));
   const int64_t C = x.shape[3];
   if (y.numel() == 0) return;
@@ -354,7 +355,8 @@ void max_pool_nhwc(KernelContext& ctx) {
 }
 
 void max_pool(KernelContext& ctx) {
-  const PoolGeom g = pool_geom(params_of<PoolParams>(ctx), ctx.in(0).shape, ctx.out(0).shape);
+  PoolParams spare;
+  const PoolGeom g = pool_geom(params_of(ctx, spare), ctx.in(0).shape, ctx.out(0).shape);
   const int64_t n = ctx.out(0).numel();
   if (n == 0) return;
   cudaStream_t stream = stream_of(ctx);
@@ -530,7 +532,8 @@ void adaptive_avg_pool_nhwc(KernelContext& ctx) {
 }
 
 void avg_pool(KernelContext& ctx) {
-  const PoolParams p = params_of<PoolParams>(ctx);
+  PoolParams spare;
+  const PoolParams& p = params_of(ctx, spare);
   avg_pool_impl<false>(ctx, pool_geom(p, ctx.in(0).shape, ctx.out(0).shape), p.count_include_pad);
 }
 void adaptive_avg_pool(KernelContext& ctx) {

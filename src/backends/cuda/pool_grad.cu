@@ -141,7 +141,8 @@ void adaptive_avg_pool_grad_nhwc(KernelContext& ctx) {
 }
 
 void avg_pool_grad(KernelContext& ctx) {
-  const PoolParams p = params_of<PoolParams>(ctx);
+  PoolParams spare;
+  const PoolParams& p = params_of(ctx, spare);
   avg_pool_grad_impl<false>(ctx, pool_geom(p, ctx.out(0).shape, ctx.in(0).shape),
                             p.count_include_pad);
 }
