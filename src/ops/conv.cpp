@@ -3,9 +3,11 @@
 //   conv: stride (nd), pads (2*nd, begins then ends), dilation (nd), groups, has_bias.
 //         Inputs x (N, C, spatial...), w (O, C/groups, kernel...)[, bias (O)]. Attr
 //         channels_last (2-D only, set by the channels_last pass for GPU f16/bf16/TF32 convs):
-//         x (N, H, W, C), w (O, kh, kw, C/groups), output (N, OH, OW, O); with it, relu and
-//         has_residual (a last input of the output's shape added before the relu) fuse the
-//         epilogue of a ResNet block.
+//         x (N, H, W, C), w (O, kh, kw, C/groups), output (N, OH, OW, O).
+//   fused_conv (internal: the channels_last pass fuses a ResNet block's epilogue into its conv):
+//         conv's attributes and inputs, then, with has_residual, a residual of the output's shape
+//         and dtype added to the output, then relu with attr relu. In layout channels_last the
+//         residual is NHWC too. Passes build it after autodiff: it has no gradient rule.
 //   conv_transpose: the same plus output_padding (nd).
 //         Inputs x (N, C, spatial...), w (C, O/groups, kernel...)[, bias (O)].
 //   conv_grad_weight: conv's stride, pads, dilation, groups plus weight_shape; inputs x and the
@@ -187,40 +189,9 @@ void check_groups(const InferContext& ctx, int64_t groups, int64_t channels, con
                      ctx.name(), groups, channels, what, str(x), str(w));
 }
 
-std::vector<TensorInfo> infer_conv(const InferContext& ctx);
-
-// conv in layout channels_last (set by the channels_last pass on 2-D convs): x (N, H, W, C),
-// w (O, kh, kw, C/groups), output (N, OH, OW, O), inferred as the NCHW conv; the fused epilogue
-// (relu, a residual of the output's shape and dtype) comes only with it.
-std::vector<TensorInfo> infer_conv_channels_last(const InferContext& ctx) {
-  const Shape &x = ctx.inputs[0].shape, &w = ctx.inputs[1].shape;
-  if (x.size() != 4 || w.size() != 4)
-    fail<ShapeError>("[conv] channels_last takes x (N, H, W, C) and w (O, kh, kw, C/groups), got "
-                     "{} and {}",
-                     str(x), str(w));
-  const bool residual = ctx.attrs.b("has_residual", false);
-  std::vector<TensorInfo> in = ctx.inputs;
-  if (residual) in.pop_back();
-  in[0].shape = {x[0], x[3], x[1], x[2]};
-  in[1].shape = {w[0], w[3], w[1], w[2]};
-  Attrs attrs = ctx.attrs;
-  attrs.set("relu", false);
-  attrs.set("has_residual", false);
-  auto out = infer_conv(InferContext{OpId::Conv, attrs, in});
-  const Shape y = out[0].shape;
-  out[0].shape = {y[0], y[2], y[3], y[1]};
-  if (residual) {
-    const TensorInfo& r = ctx.inputs.back();
-    if (r.shape != out[0].shape || r.dtype != out[0].dtype)
-      fail<ShapeError>("[conv] residual {} {} must have the output's shape {} and dtype {}",
-                       name(r.dtype), str(r.shape), str(out[0].shape), name(out[0].dtype));
-  }
-  return out;
-}
-
 std::vector<TensorInfo> infer_conv(const InferContext& ctx) {
   if (ctx.attrs.b("relu", false) || ctx.attrs.b("has_residual", false))
-    fail<ValueError>("[conv] a fused relu or residual needs channels_last (the pass sets them)");
+    fail<ValueError>("[conv] has no fused relu or residual (op fused_conv has them)");
   const Shape& x = ctx.inputs[0].shape;
   const Shape& w = ctx.inputs[1].shape;
   const int nd = check_common(ctx, w[0]);
@@ -250,6 +221,24 @@ std::vector<TensorInfo> infer_conv(const InferContext& ctx) {
     out.push_back(span / s[i] + 1);
   }
   return {{out, ctx.inputs[0].dtype}};
+}
+
+// fused_conv: conv's inference without the residual, which must match the output.
+std::vector<TensorInfo> infer_fused_conv(const InferContext& ctx) {
+  const bool residual = ctx.attrs.b("has_residual", false);
+  std::vector<TensorInfo> in = ctx.inputs;
+  if (residual) in.pop_back();
+  Attrs attrs = ctx.attrs;
+  attrs.set("relu", false);
+  attrs.set("has_residual", false);
+  std::vector<TensorInfo> out = infer_conv(InferContext{OpId::Conv, attrs, in});
+  if (residual) {
+    const TensorInfo& r = ctx.inputs.back();
+    if (r.shape != out[0].shape || r.dtype != out[0].dtype)
+      fail<ShapeError>("[fused_conv] residual {} {} must have the output's shape {} and dtype {}",
+                       name(r.dtype), str(r.shape), str(out[0].shape), name(out[0].dtype));
+  }
+  return out;
 }
 
 std::vector<TensorInfo> infer_conv_transpose(const InferContext& ctx) {
@@ -428,10 +417,20 @@ void register_conv_ops() {
       .set_infer(infer_conv)
       .grad(vjp_conv)
       .inputs(2)
-      .optional_inputs({"has_bias", "has_residual"})  // residual: the channels_last epilogue
+      .optional_inputs({"has_bias"})
       .check_stored(check_stored_conv)
       .params<ConvParams>()
-      .channels_last(nhwc_x_and_residual, 1, infer_conv_channels_last)
+      .channels_last(nhwc_x, 1)
+      .on_tensor_cores()
+      .low_precision();
+  define_op(OpId::FusedConv)
+      .set_infer(infer_fused_conv)
+      .not_differentiable()
+      .inputs(2)
+      .optional_inputs({"has_bias", "has_residual"})
+      .check_stored(check_stored_conv)
+      .params<ConvParams>()
+      .channels_last(nhwc_x_and_residual, 1)
       .on_tensor_cores()
       .low_precision();
   define_op(OpId::ConvTranspose)

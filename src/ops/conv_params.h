@@ -1,5 +1,6 @@
-// The conv family's attributes (conv, conv_transpose, conv_grad_weight; src/ops/conv.cpp documents
-// them) decoded once into the struct their kernels read. (C++17: CUDA files include it.)
+// The conv family's attributes (conv, fused_conv, conv_transpose, conv_grad_weight;
+// src/ops/conv.cpp documents them) decoded once into the struct their kernels read. (C++17: CUDA
+// files include it.)
 #pragma once
 
 #include <cstdint>
@@ -19,8 +20,7 @@ struct ConvParams : OpParams {
   std::vector<int64_t> weight_shape;
   int64_t groups = 1;
   bool has_bias = false;
-  /// The epilogue of a channels_last conv (the channels_last pass fuses them): a last input
-  /// added to the output, then relu.
+  /// fused_conv's epilogue: a last input added to the output, then relu (false for the others).
   bool has_residual = false, relu = false;
   /// TF32 math may run it (the tf32 pass, CompileOptions::allow_tf32).
   bool tf32 = false;

@@ -19,10 +19,12 @@
 // (or an output of the program) meets an NHWC value, or the other way round, once per value; it
 // is a reshape when only dims of size 1 move. On CUDA, an int8 conv whose x is the per-tensor
 // quantize of a float image (at most 4 channels) read by it alone takes the image itself
-// (quantize_x: no quantized copy and no transpose).
+// (quantize_x: no quantized copy and no transpose). A CUDA conv read only by the add of a residual
+// and/or a relu becomes one fused_conv with them as its epilogue.
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <optional>
 
 #include "core/op_registry.h"
 #include "ops/fused_elementwise.h"
@@ -69,8 +71,8 @@ class Rewriter {
         continue;
       }
       if (wants_nhwc(n)) {
-        // a CUDA conv's add of a residual and relu run in its epilogue: emitted at the last
-        // of them, when the residual exists
+        // a CUDA conv's add of a residual and relu run in its epilogue (fused_conv): emitted at
+        // the last of them, when the residual exists
         if (n.op == OpId::Conv) {
           const Epilogue e = epilogue_of(id, absorbed);
           if (e.last >= 0) {
@@ -333,9 +335,12 @@ class Rewriter {
   }
 
   // (the node's 4-D outputs go to `into`, others, such as batch norm's statistics, stay NCHW)
-  void add_like(int32_t id, std::vector<ValueRef> inputs, Attrs attrs, std::vector<Slot>& into) {
+  // (`op`: the node's own op, or the fused op that replaces it)
+  void add_like(int32_t id, std::vector<ValueRef> inputs, Attrs attrs, std::vector<Slot>& into,
+                std::optional<OpId> op = {}) {
     const Node& n = p_.graph.nodes[id];
-    const int32_t nid = out_.graph.add(n.op, std::move(inputs), std::move(attrs), n.name);
+    const int32_t nid =
+        out_.graph.add(op.value_or(n.op), std::move(inputs), std::move(attrs), n.name);
     out_.graph.nodes[nid].origin = n.origin;
     for (size_t k = 0; k < n.outputs.size(); ++k)
       slot(n.outputs[k].shape.size() == 4 ? into : nchw_, {id, static_cast<int32_t>(k)}) =
@@ -399,12 +404,14 @@ class Rewriter {
     if (n.op == OpId::QuantizedConv && zero_constant(n.inputs[5])) a.set("zero_w_zp", true);
     if (ohwi) a.set("weights_ohwi", true);
     if (image) a.set("quantize_x", true);
-    if (e.last >= 0) {
+    std::optional<OpId> fused;
+    if (e.last >= 0) {  // the conv with its epilogue: fused_conv
+      fused = OpId::FusedConv;
       a.set("relu", e.relu);
       a.set("has_residual", e.residual.has_value());
       if (e.residual) in.push_back(as_nhwc(*e.residual));
     }
-    add_like(id, std::move(in), std::move(a), nhwc_);
+    add_like(id, std::move(in), std::move(a), nhwc_, fused);
     for (int32_t r : e.absorbed) slot(nhwc_, {r, 0}) = *slot(nhwc_, {id, 0});
   }
 

@@ -3,6 +3,7 @@
 #include <fmt/ranges.h>
 
 #include "backend_ops/harness.h"
+#include "core/graph_impl.h"
 
 namespace kiln::harness {
 namespace {
@@ -116,6 +117,28 @@ const bool kConv =
                       c.note(conv_label(k));
                       return true;
                     }});
+
+// fused_conv (which the channels_last pass builds; here in the plain layout): each conv case with
+// a residual, a relu, or both.
+const bool kFusedConv = register_cases(
+    {OpId::FusedConv, static_cast<int>(std::size(kConvs)), [](Case& c, DType t, int i) {
+       const ConvCase& k = kConvs[i];
+       Tensor x = c.rand(k.x, t, k.l), w = c.rand(k.w, t);
+       std::optional<Tensor> b;
+       if (k.bias) b = c.rand({k.w[0]}, t);
+       const Tensor conv = conv_nd(x, w, b, k.o);
+       const bool residual = i % 3 != 1, relu = i % 3 != 0;
+       Attrs a = conv.graph_impl()->nodes[conv.node_id()].attrs;
+       a.set("has_residual", residual);
+       a.set("relu", relu);
+       std::vector<Tensor> in{x, w};
+       if (b) in.push_back(*b);
+       if (residual) in.push_back(c.rand(conv.shape(), t));
+       c.outs = {detail::make_node1(OpId::FusedConv, in, a)};
+       c.tol_scale = 2;
+       c.note(conv_label(k) + (residual ? " +residual" : "") + (relu ? " relu" : ""));
+       return true;
+     }});
 
 const bool kConvGradWeight = register_cases(
     {OpId::ConvGradWeight, static_cast<int>(std::size(kConvs)), [](Case& c, DType t, int i) {

@@ -267,7 +267,7 @@ Trained train(const TrainNet& start, Device device, const CompileOptions& opts,
   }
   Trained r;
   r.transposes = count_steps(*exe, "transpose");
-  r.convs = count_steps(*exe, "conv");
+  r.convs = count_steps(*exe, "conv") + count_steps(*exe, "fused_conv");
   for (size_t step = 0; step < batches.size(); ++step) {
     auto out = exe->run({{net.x, batches[step].x}, {net.labels, batches[step].labels}});
     r.losses.push_back(to_f64(out[0].to(Device::cpu()))[0]);

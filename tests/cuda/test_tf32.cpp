@@ -77,7 +77,7 @@ TEST(AllowTf32, F32ConvsGoNhwcOnCudaOnlyWithTf32) {
     const Program q = channels_last(tf32 ? allow_tf32(p) : p, Backend::cuda);
     int convs = 0;
     for (const detail::Node& n : q.graph.nodes)
-      if (n.op == OpId::Conv) {
+      if (n.op == OpId::Conv || n.op == OpId::FusedConv) {  // (each with its relu when NHWC)
         ++convs;
         EXPECT_EQ(n.attrs.b("channels_last", false), tf32);
       }
@@ -92,7 +92,7 @@ TEST(AllowTf32, CudaF32NetMatchesTheCpu) {
   const Executable exe = g.compile(Device::cuda(0), {}, {logits}, kTf32);
   int nhwc = 0;
   for (const detail::Node& n : exe.impl().program.graph.nodes)
-    nhwc += n.op == OpId::Conv && n.attrs.b("channels_last", false);
+    nhwc += (n.op == OpId::Conv || n.op == OpId::FusedConv) && n.attrs.b("channels_last", false);
   EXPECT_EQ(nhwc, 2);
   for (int i = 0; i < 3; ++i) {  // the first run times the plans, the later ones replay
     const Array xv = random_array({2, 3, 20, 20}, f32);

@@ -279,7 +279,7 @@ TEST(Conv, ChannelsLastEqualsNchw) {
       fused.set("relu", true);
       fused.set("has_residual", true);
       in.push_back(transpose(res, {0, 2, 3, 1}));
-      const Tensor nhwc_fused = detail::make_node1(OpId::Conv, in, fused);
+      const Tensor nhwc_fused = detail::make_node1(OpId::FusedConv, in, fused);
       const Array xv = random_array(c.x, t);
       const auto out = eval(g,
                             {nchw, transpose(nhwc, {0, 3, 1, 2}), relu(nchw + res),
@@ -288,14 +288,92 @@ TEST(Conv, ChannelsLastEqualsNchw) {
       expect_close(out[1], out[0].shape(), to_f64(out[0]), tolerance(t) * 4, tolerance(t) * 4);
       expect_close(out[3], out[2].shape(), to_f64(out[2]), tolerance(t) * 4, tolerance(t) * 4);
     }
-  // relu and residual only with channels_last
+  // a relu or residual is fused_conv's, not conv's
   Graph g;
   auto x = g.placeholder({1, 2, 4, 4}, f32, "x");
   const Tensor y = conv2d(x, g.constant(random_array({2, 2, 1, 1}, f32)));
   Attrs attrs = y.graph_impl()->nodes[y.node_id()].attrs;
   attrs.set("relu", true);
-  expect_error<ValueError>([&] { detail::make_node1(OpId::Conv, {x, y}, attrs); },
-                           {"[conv]", "channels_last"});
+  expect_error<ValueError>(
+      [&] {
+        detail::make_node1(OpId::Conv, {x, y}, attrs);
+      },
+      {"[conv]", "fused_conv"});
+}
+
+// fused_conv (plain layout) is conv, then + residual, then relu, in 1-3 spatial dims, with and
+// without bias, against float64 loops, on the test device.
+TEST(FusedConv, MatchesConvThenResidualAndRelu) {
+  struct Case {
+    Shape x, w;
+    Geo geo;
+    bool bias, residual, relu;
+  };
+  const Case cases[] = {
+      {{2, 4, 9, 7}, {6, 4, 3, 3}, {{1, 1}, {1, 1, 1, 1}, {1, 1}, {}, 1}, true, true, true},
+      {{1, 6, 8, 8}, {6, 2, 3, 3}, {{2, 2}, {1, 0, 1, 0}, {1, 1}, {}, 3}, false, true, false},
+      {{2, 3, 11}, {5, 3, 3}, {{1}, {2, 2}, {2}, {}, 1}, true, false, true},
+      {{1, 2, 4, 5, 3},
+       {4, 2, 2, 2, 2},
+       {{1, 1, 1}, {0, 0, 0, 0, 0, 0}, {1, 1, 1}, {}, 1},
+       false,
+       true,
+       true},
+  };
+  for (DType t : {f32, f64, bf16})
+    for (const Case& c : cases) {
+      SCOPED_TRACE(fmt::format("{} x {} w {} bias {} residual {} relu {}", name(t), to_string(c.x),
+                               to_string(c.w), c.bias, c.residual, c.relu));
+      const Shape ys = conv_shape(c.x, c.w, c.geo);
+      const Array xv = random_array(c.x, t), wv = random_array(c.w, t),
+                  bv = random_array({c.w[0]}, t), rv = random_array(ys, t);
+      std::vector<double> want = ref_conv(xv, wv, c.bias ? &bv : nullptr, c.geo);
+      const std::vector<double> r64 = to_f64(rv);
+      for (size_t i = 0; i < want.size(); ++i) {
+        if (c.residual) want[i] += r64[i];
+        if (c.relu) want[i] = std::max(want[i], 0.0);
+      }
+      Graph g;
+      const Tensor x = g.placeholder(c.x, t, "x");
+      const Tensor w = g.constant(wv, "w");
+      ConvOptions o;
+      o.stride = c.geo.stride;
+      o.padding = c.geo.pads;
+      o.dilation = c.geo.dilation;
+      o.groups = c.geo.groups;
+      const Tensor conv = build_conv(x, w, std::nullopt, o);
+      Attrs attrs = conv.graph_impl()->nodes[conv.node_id()].attrs;
+      attrs.set("has_bias", c.bias);
+      attrs.set("has_residual", c.residual);
+      attrs.set("relu", c.relu);
+      std::vector<Tensor> in{x, w};
+      if (c.bias) in.push_back(g.constant(bv, "b"));
+      if (c.residual) in.push_back(g.constant(rv, "r"));
+      const Tensor y = detail::make_node1(OpId::FusedConv, in, attrs);
+      EXPECT_EQ(y.shape(), ys);
+      const double tol = tol_for(t) * (t == bf16 ? 2 : 1);
+      expect_close(eval1(g, y, {{x, xv}}), ys, want, tol, tol);
+    }
+  // a residual of another shape or dtype, and the missing gradient rule
+  Graph g;
+  const Tensor x = g.placeholder({1, 2, 5, 5}, f32, "x");
+  const Tensor w = g.placeholder({3, 2, 3, 3}, f32, "w");
+  const Tensor conv = conv2d(x, w);
+  Attrs attrs = conv.graph_impl()->nodes[conv.node_id()].attrs;
+  attrs.set("has_residual", true);
+  expect_error<ShapeError>(
+      [&] {
+        detail::make_node1(OpId::FusedConv, {x, w, g.placeholder({1, 3, 5, 5}, f32)}, attrs);
+      },
+      {"[fused_conv]", "residual", "(1, 3, 3, 3)"});
+  expect_error<Error>(
+      [&] {
+        detail::make_node1(OpId::FusedConv, {x, w, g.placeholder({1, 3, 3, 3}, f64)}, attrs);
+      },
+      {"fused_conv", "f64"});
+  const Tensor y =
+      detail::make_node1(OpId::FusedConv, {x, w, g.placeholder({1, 3, 3, 3}, f32)}, attrs);
+  expect_error<Error>([&] { gradients(sum(y), {w}); }, {"fused_conv"});
 }
 
 // Layout channels_last is a dispatch key of the conv family: the node infers its NHWC shape, has
@@ -382,7 +460,8 @@ void check_channels_last_epilogues(Device device, const std::vector<DType>& type
       std::vector<Tensor> in{transpose(x, {0, 2, 3, 1}), transpose(w, {0, 2, 3, 1})};
       if (c.bias) in.push_back(g.constant(bv, "b"));
       if (c.residual) in.push_back(transpose(g.constant(rv, "r"), {0, 2, 3, 1}));
-      const Tensor y = transpose(detail::make_node1(OpId::Conv, in, attrs), {0, 3, 1, 2});
+      const OpId op = c.residual || c.relu ? OpId::FusedConv : OpId::Conv;
+      const Tensor y = transpose(detail::make_node1(op, in, attrs), {0, 3, 1, 2});
       // sums in f32 round once (fused) or twice (the conv's output, then the epilogue's)
       const double k = static_cast<double>(c.w[1] * c.w[2] * c.w[3]);
       for (const char* graph : graph_modes) {

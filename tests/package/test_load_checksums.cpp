@@ -13,6 +13,7 @@
 
 #include "io/package/format.h"
 #include "io/package/manifest_generated.h"
+#include "package/package_bytes.h"
 #include "runtime/executable_impl.h"
 #include "support/reference.h"
 
@@ -20,7 +21,6 @@ namespace kiln {
 namespace {
 using namespace kiln::test;
 namespace fb = kiln::package::fb;
-using Bytes = std::vector<uint8_t>;
 
 // 24 constants of 4 KB to 2 MB (8.4 MB), each added to its own placeholder.
 struct BigPackage {
@@ -39,31 +39,10 @@ const BigPackage& big_package() {
       outs.push_back(add(g.placeholder({n}, f32, fmt::format("x{}", i)), g.constant(r.consts[i])));
     }
     auto exe = g.compile(Device::cpu(), {}, outs);
-    const std::string path =
-        testing::TempDir() + "kiln_pkg_checksums_" + std::to_string(::getpid()) + ".kiln";
-    exe.save(path);
-    std::ifstream in(path, std::ios::binary);
-    r.bytes.assign(std::istreambuf_iterator<char>(in), {});
-    std::filesystem::remove(path);
+    r.bytes = saved_bytes(exe, "checksums");
     return r;
   }();
   return p;
-}
-
-uint64_t manifest_offset(const Bytes& b) {
-  uint64_t v;
-  std::memcpy(&v, b.data() + package::header::manifest_offset, sizeof v);
-  return v;
-}
-fb::Manifest* manifest(Bytes& b) { return fb::GetMutableManifest(b.data() + manifest_offset(b)); }
-
-void fix_checksums(Bytes& b) {
-  uint64_t size;
-  std::memcpy(&size, b.data() + package::header::manifest_size, sizeof size);
-  const uint64_t m = package::xxh3(b.data() + manifest_offset(b), size);
-  std::memcpy(b.data() + package::header::manifest_xxh3, &m, sizeof m);
-  const uint64_t h = package::xxh3(b.data(), package::header::header_xxh3);
-  std::memcpy(b.data() + package::header::header_xxh3, &h, sizeof h);
 }
 
 Executable load(const Bytes& b) {

@@ -17,6 +17,7 @@
 #include "io/package/format.h"
 #include "io/package/manifest_generated.h"
 #include "io/package/validate.h"
+#include "package/package_bytes.h"
 #include "package/tuned_package.h"
 #include "runtime/executable_impl.h"
 #include "support/nets.h"
@@ -26,18 +27,6 @@ namespace kiln {
 namespace {
 using namespace kiln::test;
 namespace fb = kiln::package::fb;
-using Bytes = std::vector<uint8_t>;
-
-template <typename T>
-T get(const Bytes& b, size_t off) {
-  T v;
-  std::memcpy(&v, b.data() + off, sizeof v);
-  return v;
-}
-template <typename T>
-void put(Bytes& b, size_t off, T v) {
-  std::memcpy(b.data() + off, &v, sizeof v);
-}
 
 // A small package (an MLP with a variable) and its feeds.
 struct Fixture {
@@ -58,12 +47,7 @@ Fixture make_fixture(bool tuned) {
   if (tuned) {
     r.bytes = save_with_tuning(exe, sample_identity(), sample_conv_records());
   } else {
-    const std::string path =
-        testing::TempDir() + "kiln_pkg_malformed_" + std::to_string(::getpid()) + ".kiln";
-    exe.save(path);
-    std::ifstream in(path, std::ios::binary);
-    r.bytes.assign(std::istreambuf_iterator<char>(in), {});
-    std::filesystem::remove(path);
+    r.bytes = saved_bytes(exe, "malformed");
   }
   r.feeds = {{"x", random_array({2, 4}, f32)}};
   r.want = exe.run(r.feeds);
@@ -82,21 +66,6 @@ const Fixture& tuned_fixture() {
 
 Executable load(const Bytes& b, const LoadOptions& o = {}) {
   return Executable::load_bytes(b.data(), b.size(), Device::cpu(), o);
-}
-
-uint64_t manifest_offset(const Bytes& b) {
-  return get<uint64_t>(b, package::header::manifest_offset);
-}
-
-fb::Manifest* manifest(Bytes& b) { return fb::GetMutableManifest(b.data() + manifest_offset(b)); }
-
-// Recomputes the manifest's and the header's checksums after an edit.
-void fix_checksums(Bytes& b) {
-  const uint64_t off = manifest_offset(b), size = get<uint64_t>(b, package::header::manifest_size);
-  if (off <= b.size() && size <= b.size() - off)
-    put<uint64_t>(b, package::header::manifest_xxh3, package::xxh3(b.data() + off, size));
-  put<uint64_t>(b, package::header::header_xxh3,
-                package::xxh3(b.data(), package::header::header_xxh3));
 }
 
 void expect_format_error(const Bytes& b, const std::vector<std::string>& parts,
@@ -133,8 +102,9 @@ TEST(PackageMalformed, InputCountsFollowAttributes) {
   EXPECT_EQ(range(OpId::Linear, {{"has_bias", true}}), std::pair(3, 3));
   EXPECT_EQ(range(OpId::BatchNorm, {{"has_weight", true}, {"has_bias", true}}), std::pair(5, 5));
   EXPECT_EQ(range(OpId::QuantizedConv, {{"has_residual", true}}), std::pair(9, 9));
-  EXPECT_EQ(range(OpId::Conv, {{"has_bias", true}, {"has_residual", true}}), std::pair(4, 4));
-  EXPECT_EQ(range(OpId::Conv, {{"has_residual", true}}), std::pair(3, 3));
+  EXPECT_EQ(range(OpId::FusedConv, {{"has_bias", true}, {"has_residual", true}}), std::pair(4, 4));
+  EXPECT_EQ(range(OpId::FusedConv, {{"has_residual", true}}), std::pair(3, 3));
+  EXPECT_EQ(range(OpId::Conv, {{"has_bias", true}}), std::pair(3, 3));
   EXPECT_EQ(range(OpId::QuantizedConv, {{"has_residual", true}, {"quantized_residual", true}}),
             std::pair(11, 11));
   EXPECT_EQ(range(OpId::QuantizedConv, {{"quantized_residual", true}}), std::pair(8, 8));

@@ -9,6 +9,7 @@
 
 #include "core/graph_impl.h"
 #include "core/op_registry.h"
+#include "package/package_bytes.h"
 #include "runtime/executable_impl.h"
 #include "support/reference.h"
 
@@ -156,7 +157,7 @@ TEST(Package, ConvNetRoundTrip) {
 }
 
 // A program with channels_last nodes (what the channels_last pass makes for a GPU, here built by
-// hand: a conv with its fused residual and relu, then a max pool) runs on the CPU, saves, loads
+// hand: a fused_conv with its residual and relu, then a max pool) runs on the CPU, saves, loads
 // with each node's kernel looked up for its layout, and gives the NCHW program's outputs.
 TEST(Package, ChannelsLastNodesLoadWithTheirLayoutsKernels) {
   Graph g;
@@ -170,7 +171,7 @@ TEST(Package, ChannelsLastNodesLoadWithTheirLayoutsKernels) {
   ca.set("channels_last", true);
   ca.set("relu", true);
   ca.set("has_residual", true);
-  const Tensor h = detail::make_node1(OpId::Conv, {x, w, r}, ca);
+  const Tensor h = detail::make_node1(OpId::FusedConv, {x, w, r}, ca);
   Attrs pa = ref.graph_impl()->nodes[ref.node_id()].attrs;
   pa.set("channels_last", true);
   const Tensor y = detail::make_node(OpId::MaxPool, {h}, pa)[0];
@@ -192,6 +193,54 @@ TEST(Package, ChannelsLastNodesLoadWithTheirLayoutsKernels) {
   const auto got = out[0].to_vector<float>(), want = out[1].to_vector<float>();
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5) << i;
+}
+
+// Files written before fused_conv existed hold a conv with its fused epilogue as attributes
+// (relu, has_residual, the residual as a last input): the reader reads that node as fused_conv.
+TEST(Package, ConvWithAFusedEpilogueFromOlderFilesReadsAsFusedConv) {
+  for (const bool channels_last : {false, true}) {
+    SCOPED_TRACE(channels_last ? "channels_last" : "plain");
+    Graph g;
+    auto x = g.placeholder({2, 3, 6, 5}, f32, "x");
+    auto r = g.placeholder({2, 4, 6, 5}, f32, "residual");
+    const Tensor w = g.constant(random_array({4, 3, 3, 3}, f32, -0.5, 0.5));
+    const Tensor b = g.constant(random_array({4}, f32));
+    const Tensor conv = conv2d(x, w, b, {.padding = {1, 1}});
+    const Tensor ref = relu(conv + r);
+    Attrs a = conv.graph_impl()->nodes[conv.node_id()].attrs;
+    a.set("relu", true);
+    a.set("has_residual", true);
+    Tensor y;
+    if (channels_last) {
+      a.set("channels_last", true);
+      const Tensor nhwc = detail::make_node1(
+          OpId::FusedConv,
+          {transpose(x, {0, 2, 3, 1}), transpose(w, {0, 2, 3, 1}), b, transpose(r, {0, 2, 3, 1})},
+          a);
+      y = transpose(nhwc, {0, 3, 1, 2});
+    } else {
+      y = detail::make_node1(OpId::FusedConv, {x, w, b, r}, a);
+    }
+    const Executable exe = g.compile(Device::cpu(), {}, {y, ref});
+    Bytes bytes = saved_bytes(exe, "older_conv");
+    // the file as an older writer wrote it: the node's op is conv
+    auto* nodes = manifest(bytes)->mutable_nodes();
+    int edited = 0;
+    for (uint32_t i = 0; i < nodes->size(); ++i)
+      if (nodes->Get(i)->op() == static_cast<uint16_t>(OpId::FusedConv))
+        edited += nodes->GetMutableObject(i)->mutate_op(static_cast<uint16_t>(OpId::Conv));
+    ASSERT_EQ(edited, 1);
+    fix_checksums(bytes);
+    const Executable loaded = Executable::load_bytes(bytes.data(), bytes.size(), Device::cpu());
+    int fused = 0;
+    for (const auto& n : loaded.impl().program.graph.nodes) fused += n.op == OpId::FusedConv;
+    EXPECT_EQ(fused, 1);
+    const Array xv = random_array({2, 3, 6, 5}, f32), rv = random_array({2, 4, 6, 5}, f32);
+    const auto out = loaded.run({{"x", xv}, {"residual", rv}});
+    const auto got = out[0].to_vector<float>(), want = out[1].to_vector<float>();
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5) << i;
+  }
 }
 
 // On a GPU: a package compiled for cuda:0 loads for cuda:0 and gives the in-memory executable's
@@ -233,7 +282,7 @@ TEST(Package, CudaConvWithFusedResidualRoundTrips) {
   auto exe = g.compile(Device::cuda(0), {}, {y});
   bool fused = false;
   for (auto& n : exe.impl().program.graph.nodes)
-    fused = fused || (n.op == OpId::Conv && n.attrs.b("has_residual", false));
+    fused = fused || (n.op == OpId::FusedConv && n.attrs.b("has_residual", false));
   ASSERT_TRUE(fused) << "the residual was not fused into the convolution";
   const std::string path = temp_path("cuda_residual");
   exe.save(path);

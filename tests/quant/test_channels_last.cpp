@@ -184,7 +184,8 @@ TEST(ChannelsLast, CudaTargetProgramShape) {
   const Program q = channels_last(p, Backend::cuda);
   int convs = 0, transposes = 0, others = 0;
   for (const auto& n : q.graph.nodes) {
-    if (n.op == OpId::Conv) {
+    EXPECT_NE(n.op, OpId::Conv);  // each conv has an epilogue: fused_conv
+    if (n.op == OpId::FusedConv) {
       ++convs;
       EXPECT_TRUE(n.attrs.b("channels_last", false));
       EXPECT_TRUE(n.attrs.b("relu", false));
@@ -319,7 +320,7 @@ TEST(ChannelsLast, CudaTargetTwoConvsIntoOneAdd) {
     verify_program(q, "channels_last");
     int fused = 0, relus = 0;
     for (const auto& n : q.graph.nodes) {
-      fused += n.op == OpId::Conv && n.attrs.b("has_residual", false);
+      fused += n.op == OpId::FusedConv && n.attrs.b("has_residual", false);
       relus += n.op == OpId::Relu;
     }
     EXPECT_EQ(fused, 1);
@@ -345,7 +346,7 @@ TEST(ChannelsLast, CudaBf16ResidualBlockStaysNhwc) {
     const ScopedEnv env("KILN_CHANNELS_LAST", "0");
     off = g.compile(Device::cuda(0), {}, {y});
   }
-  EXPECT_EQ(count_steps(on, "conv"), 2) << on.dump();
+  EXPECT_EQ(count_steps(on, "fused_conv"), 2) << on.dump();
   EXPECT_EQ(count_steps(on, "transpose"), 2) << on.dump();  // x in, max_pool's output out
   // the relus and the residual add run in the convs' epilogues
   for (const char* op : {"relu", "add", "fused_elementwise"})

@@ -269,9 +269,9 @@ void convolve(KernelContext& ctx) {
   });
 }
 
-// conv in layout channels_last (x (N, H, W, C), w (O, kh, kw, C/G); relu and a residual fused),
-// which the channels_last pass gives GPU convolutions: a package made for a GPU runs here
-// through NCHW copies (bf16 through f32 copies too: KernelEntry::half_via_f32).
+// conv in layout channels_last (x (N, H, W, C), w (O, kh, kw, C/G)), which the channels_last pass
+// gives GPU convolutions: a package made for a GPU runs here through NCHW copies (bf16 through
+// f32 copies too: KernelEntry::half_via_f32). Its output only: fused_conv adds its epilogue.
 void conv_channels_last(KernelContext& ctx) {
   const TensorView &x = ctx.in(0), &w = ctx.in(1), &y = ctx.out(0);
   ConvParams spare;
@@ -281,31 +281,50 @@ void conv_channels_last(KernelContext& ctx) {
     auto scratch = [&](const Shape& s) {
       return TensorView{ctx.scratch(static_cast<size_t>(numel(s)) * sizeof(T)), s, x.dtype};
     };
-    const bool residual = a.has_residual, relu = a.relu;
     std::vector<TensorView> in{scratch(nchw_of(x.shape)), scratch(nchw_of(w.shape))};
     permute4<T>(ctx, x.ptr<T>(), x.shape, in[0].ptr<T>(), kNhwcToNchw);
     permute4<T>(ctx, w.ptr<T>(), w.shape, in[1].ptr<T>(), kNhwcToNchw);
     if (a.has_bias) in.push_back(ctx.in(2));
     const TensorView out = scratch(nchw_of(y.shape));
-    Attrs attrs = ctx.attrs();
-    attrs.set("relu", false);
-    attrs.set("has_residual", false);
     {
-      KernelContext inner(ctx.op(), attrs, in, {out}, &ThreadPool::global());
+      KernelContext inner(OpId::Conv, ctx.attrs(), in, {out}, &ThreadPool::global());
       convolve(inner);
     }
     permute4<T>(ctx, out.ptr<T>(), out.shape, y.ptr<T>(), kNchwToNhwc);
-    // the fused epilogue: + residual, relu
-    if (!residual && !relu) return;
+  });
+}
+
+// fused_conv's epilogue over its output, in place: + the residual (its last input), then relu.
+void residual_relu(KernelContext& ctx, const ConvParams& a) {
+  if (!a.has_residual && !a.relu) return;
+  const TensorView& y = ctx.out(0);
+  dispatch_float(y.dtype, ctx.op_name(), [&](auto v) {
+    using T = decltype(v);
     T* Y = y.ptr<T>();
-    const T* R = residual ? ctx.in(ctx.num_inputs() - 1).ptr<T>() : nullptr;
+    const T* R = a.has_residual ? ctx.in(ctx.num_inputs() - 1).ptr<T>() : nullptr;
+    const bool relu = a.relu;
     ctx.parallel_for(y.numel(), 16384, [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i) {
-        T v = R ? static_cast<T>(Y[i] + R[i]) : Y[i];
-        Y[i] = relu && v < T(0) ? T(0) : v;
+        T r = R ? static_cast<T>(Y[i] + R[i]) : Y[i];
+        Y[i] = relu && r < T(0) ? T(0) : r;
       }
     });
   });
+}
+
+// fused_conv: the conv of its layout (conv reads x, w and the bias; the residual input is last),
+// then the epilogue. (f32 and f64: bf16 and f16 come as f32 copies, rounded once at the end.)
+void fused_conv(KernelContext& ctx) {
+  ConvParams spare;
+  const ConvParams& a = params_of(ctx, spare);
+  convolve(ctx);
+  residual_relu(ctx, a);
+}
+void fused_conv_channels_last(KernelContext& ctx) {
+  ConvParams spare;
+  const ConvParams& a = params_of(ctx, spare);
+  conv_channels_last(ctx);
+  residual_relu(ctx, a);
 }
 
 // conv_transpose and conv_grad_weight in layout channels_last, which the channels_last pass
@@ -428,6 +447,9 @@ void register_conv_kernels() {
   // (from packages made for a GPU; bf16 through f32 copies)
   register_kernel(OpId::Conv, Backend::cpu, Layout::channels_last,
                   {conv_channels_last, DTypeSet{f32, f64}});
+  register_kernel(OpId::FusedConv, Backend::cpu, {fused_conv, DTypeSet{f32, f64}});
+  register_kernel(OpId::FusedConv, Backend::cpu, Layout::channels_last,
+                  {fused_conv_channels_last, DTypeSet{f32, f64}});
   register_kernel(OpId::ConvTranspose, Backend::cpu, Layout::channels_last,
                   {conv_transpose_channels_last, DTypeSet{f32, f64}});
   register_kernel(OpId::ConvGradWeight, Backend::cpu, Layout::channels_last,

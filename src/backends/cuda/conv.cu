@@ -1,6 +1,8 @@
 // CUDA kernels of the conv family through cuDNN's convolution API: Conv is
 // cudnnConvolutionForward, ConvTranspose is the backward-data pass of the conv it transposes, and
-// ConvGradWeight is the backward-filter pass. 1-D convolutions run as 2-D ones of height 1.
+// ConvGradWeight is the backward-filter pass; FusedConv is Conv, then its residual and relu in one
+// pass (in channels_last, inside the cuDNN graph plan where one fuses them: conv_nhwc.cu). 1-D
+// convolutions run as 2-D ones of height 1.
 // With channels_last (2-D), all three take NHWC data and (O, kh, kw, C/G) weights (cuDNN's NHWC
 // filter format), the layout of its bf16/f16/TF32 tensor-core kernels.
 // cuDNN pads symmetrically and wants the output size that follows from the input size; other
@@ -259,6 +261,17 @@ void conv(KernelContext& ctx) {
   if (bias) launch_channel_bias(ctx, y, bias, true);
 }
 
+// fused_conv: conv (its bias included; the residual is the last input), then + residual and relu
+// in one pass over the output.
+void fused_conv(KernelContext& ctx) {
+  conv(ctx);
+  ConvParams spare;
+  const ConvParams& a = params_of(ctx, spare);
+  const TensorView& y = ctx.out(0);
+  if (y.numel() == 0) return;
+  add_residual_relu(ctx, y, a.has_residual ? ctx.in(ctx.num_inputs() - 1).data : nullptr, a.relu);
+}
+
 // conv_transpose(x, w) is the backward-data pass of the conv from its output y to its input x.
 void conv_transpose(KernelContext& ctx) {
   ConvParams spare;
@@ -308,7 +321,10 @@ void register_conv_kernels() {
   register_kernel(OpId::Conv, Backend::cuda, {conv, kTypes, 0, false});
   register_kernel(OpId::ConvTranspose, Backend::cuda, {conv_transpose, kTypes, 0, false});
   register_kernel(OpId::ConvGradWeight, Backend::cuda, {conv_grad_weight, kTypes, 0, false});
+  register_kernel(OpId::FusedConv, Backend::cuda, {fused_conv, kTypes, 0, false});
   register_kernel(OpId::Conv, Backend::cuda, Layout::channels_last, {conv_nhwc, kTypes, 0, false});
+  register_kernel(OpId::FusedConv, Backend::cuda, Layout::channels_last,
+                  {conv_nhwc, kTypes, 0, false});
   register_kernel(OpId::ConvTranspose, Backend::cuda, Layout::channels_last,
                   {conv_transpose_nhwc, kTypes, 0, false});
   register_kernel(OpId::ConvGradWeight, Backend::cuda, Layout::channels_last,

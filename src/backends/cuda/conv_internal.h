@@ -137,6 +137,9 @@ std::vector<int64_t> nhwc_key(int device, DType t, const Problem& p, bool bias, 
 constexpr int kKnobShift = 48;
 std::vector<int64_t> nhwc_record_value(const GraphConvPlan* plan);
 void conv_nhwc(KernelContext& ctx);
+/// y = relu?(y + residual) in one pass, in place, over an output of any layout (residual: null
+/// or of y's shape and dtype).
+void add_residual_relu(KernelContext& ctx, const TensorView& y, const void* residual, bool relu);
 void conv_transpose_nhwc(KernelContext& ctx);
 void conv_grad_weight_nhwc(KernelContext& ctx);
 

@@ -45,14 +45,14 @@ template <typename T, int V> __global__ void conv_epilogue_nhwc(T* y, const T* b
 }
 
 // y (rows, O) = relu?(y + bias + residual) in one pass after an NHWC convolution (nothing to do
-// without bias, residual and relu).
+// without bias, residual and relu). Without a bias, y may have any layout (O: its last dim).
 void launch_epilogue_nhwc(KernelContext& ctx, const TensorView& y, const void* bias,
                           const void* res, bool relu) {
   if (!bias && !res && !relu) return;
   dispatch_float(y.dtype, ctx.op_name(), [&](auto v) {
     using T = decltype(v);
     constexpr int kV = 16 / sizeof(T) > 0 ? static_cast<int>(16 / sizeof(T)) : 1;
-    const uint32_t O = static_cast<uint32_t>(y.shape[3]);
+    const uint32_t O = static_cast<uint32_t>(y.shape.back());
     auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
     const bool wide = O % kV == 0 && aligned(y.data) && (!res || aligned(res));
     const auto run = [&](auto width) {
@@ -245,8 +245,17 @@ const GraphConvPlan* nhwc_plan(KernelContext& ctx, const Problem& p, DType t,
 
 namespace conv_detail {
 
-// conv with channels_last (the channels_last pass's f16/bf16 inference convs, and f32 ones with
-// TF32 allowed): cuDNN on NHWC
+void add_residual_relu(KernelContext& ctx, const TensorView& y, const void* residual, bool relu) {
+  if (y.numel() > UINT32_MAX)
+    fail<UnsupportedError>(
+        "[{}] the fused residual and relu take outputs under 2^32 elements, "
+        "got {}",
+        ctx.op_name(), str(y.shape));
+  launch_epilogue_nhwc(ctx, y, nullptr, residual, relu);
+}
+
+// conv and fused_conv with channels_last (the channels_last pass's f16/bf16 inference convs, and
+// f32 ones with TF32 allowed): cuDNN on NHWC
 // data and (O, kh, kw, C/G) weights, tensor cores without layout conversions, with bias, the
 // fused residual and relu: either one graph-API plan (with or without the epilogue inside) or the
 // legacy algorithm and kiln's epilogue pass, whichever was faster on the problem's first run.

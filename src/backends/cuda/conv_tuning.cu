@@ -98,7 +98,8 @@ TuningIdentity conv_tuning_identity(int device) {
 std::vector<TuningRecord> export_conv_tuning(int device, const std::vector<KernelCall>& calls) {
   std::vector<std::vector<int64_t>> keys, nhwc_keys;
   for (const KernelCall& k : calls) {
-    if (k.op != OpId::Conv && k.op != OpId::ConvTranspose && k.op != OpId::ConvGradWeight) continue;
+    const bool forward = k.op == OpId::Conv || k.op == OpId::FusedConv;
+    if (!forward && k.op != OpId::ConvTranspose && k.op != OpId::ConvGradWeight) continue;
     if (k.inputs.size() < 2 || k.outputs.empty() || !k.attrs) continue;
     const Shape &in0 = k.inputs[0].shape, &in1 = k.inputs[1].shape, &out0 = k.outputs[0].shape;
     if (numel(in0) == 0 || numel(in1) == 0 || numel(out0) == 0) continue;  // no cuDNN call
@@ -109,7 +110,7 @@ std::vector<TuningRecord> export_conv_tuning(int device, const std::vector<Kerne
       const ConvParams a = ConvParams::decode(k.op, *k.attrs);
       const ConvCall c = conv_call(k.op, a, nchw(in0), nchw(in1), nchw(out0));
       // (f32 NHWC problems, TF32 ones, are not recorded: they are timed again after loading)
-      if (cl && k.op == OpId::Conv && (t == DType::f16 || t == DType::bf16) && c.direct) {
+      if (cl && forward && (t == DType::f16 || t == DType::bf16) && c.direct) {
         Problem p = c.p;
         p.nhwc = true;
         nhwc_keys.push_back(nhwc_key(device, t, p, a.has_bias, a.has_residual, a.relu));

@@ -110,7 +110,9 @@
 // Writers raise format_version for additions older readers may ignore (new manifest fields), and
 // min_reader_version only for changes they cannot. Version 2 added the tuning sections and
 // version 3 the kernel sections (older readers skip them; their steps compile their source); the
-// files have min_reader_version 1.
+// files have min_reader_version 1. A node of an op that a reader does not know fails there
+// ("unknown op id"); a reader reads the older forms of today's ops (a conv with a fused relu or
+// residual, fused_conv since) as those ops.
 #pragma once
 
 #include <cstddef>

@@ -329,6 +329,9 @@ Program Reader::read_program(const fb::Manifest& m) {
         if (const std::string why = check_shape(info); !why.empty()) bad(where, at(t), "{}", why);
         n.outputs.push_back(std::move(info));
       }
+    // a conv with a fused epilogue is fused_conv's node: files written before it held conv
+    if (n.op == OpId::Conv && (n.attrs.has("relu") || n.attrs.has("has_residual")))
+      n.op = OpId::FusedConv;
     // a custom op must be registered before its node can be checked (runtime/custom_op.h)
     if (detail::is_custom(n.op))
       if (const std::string why = detail::custom_op_missing(n.attrs); !why.empty())
