@@ -5,6 +5,9 @@
 // program (compile and package load: Node::params); kernels read params_of<P>(ctx).
 #pragma once
 
+#include <typeinfo>
+
+#include "kiln/error.h"
 #include "kiln/kernel.h"
 
 namespace kiln {
@@ -13,15 +16,23 @@ struct OpParams {
   virtual ~OpParams() = default;
 };
 
+/// The node's params as P (the struct its op declares, or a base of it). A kernel that reads
+/// a struct its node's op does not declare (a kernel called with another op's context) is a kiln
+/// bug, caught here: a type_info comparison, a pointer compare when the types are the same.
+template <class P> const P& params_as(const OpParams& p) {
+  KILN_ASSERT(typeid(p) == typeid(P) || dynamic_cast<const P*>(&p) != nullptr);
+  return static_cast<const P&>(p);
+}
+
 /// The decoded attributes of the kernel's node, or, where the runtime has none to give (a context
 /// a kernel made with other attributes, constant folding), the same decoded from ctx.attrs().
 template <class P> P params_of(const KernelContext& ctx) {
-  if (const OpParams* p = ctx.params()) return static_cast<const P&>(*p);
+  if (const OpParams* p = ctx.params()) return params_as<P>(*p);
   return P::decode(ctx.op(), ctx.attrs());
 }
 /// The same without a copy: the node's decoded struct, or `spare` decoded from ctx.attrs().
 template <class P> const P& params_of(const KernelContext& ctx, P& spare) {
-  if (const OpParams* p = ctx.params()) return static_cast<const P&>(*p);
+  if (const OpParams* p = ctx.params()) return params_as<P>(*p);
   return spare = P::decode(ctx.op(), ctx.attrs());
 }
 

@@ -8,12 +8,14 @@
 //     false -> outputs dq, dk, dv; true -> one output, the gradient of the additive mask at
 //     full shape (B..., Lq, Lk) (a node of its own so that it is dropped unless asked for).
 // A query whose every key is masked outputs zeros and passes no gradient.
+#include "kiln/ops/attention.h"
+
 #include <cmath>
 
 #include "kiln/autodiff.h"
-#include "kiln/ops/attention.h"
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/transform.h"
+#include "ops/attention_params.h"
 #include "ops/attention_util.h"
 #include "ops/common.h"
 
@@ -138,13 +140,15 @@ void register_attention_ops() {
       .grad(vjp_sdpa)
       .inputs(3)
       .optional_inputs({"has_mask"})
+      .params<AttentionParams>()
       .low_precision(3);
   // double backward through attention is not supported
   define_op(OpId::ScaledDotProductAttentionGrad)
       .set_infer(infer_sdpa_grad)
       .not_differentiable()
       .inputs(5)
-      .optional_inputs({"has_mask"});
+      .optional_inputs({"has_mask"})
+      .params<AttentionParams>();
 }
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,

@@ -1,19 +1,12 @@
-// Attention helpers shared by the op, the CPU and the CUDA kernels: the resolved scale and how
-// the mask broadcasts over the output's batch dims.
+// Attention helpers shared by the op, the CPU and the CUDA kernels: how the mask broadcasts over
+// the output's batch dims (the resolved scale: AttentionParams::scale_for, ops/attention_params.h).
 #pragma once
 
-#include <cmath>
 #include <cstdint>
 
-#include "kiln/attrs.h"
 #include "kiln/shape.h"
 
 namespace kiln::attention {
-
-/// The `scale` attribute, or 1 / sqrt(e) when the builder left it to the kernel (dynamic E).
-inline double scale_of(const Attrs& a, int64_t e) {
-  return a.has("scale") ? a.f("scale") : 1.0 / std::sqrt(static_cast<double>(e > 0 ? e : 1));
-}
 
 constexpr int kMaxBatchRank = 8;
 

@@ -4,12 +4,14 @@
 //   variable: no attrs; its data lives in the node (shared by every executable of the graph)
 //   assign: inputs (variable, value); writes value into the variable when the run reaches it
 //           (after every other reader of the variable) and yields the variable's new value
+#include "kiln/ops/core.h"
+
 #include <cmath>
 
-#include "kiln/ops/core.h"
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/transform.h"
 #include "ops/common.h"
+#include "ops/core_params.h"
 
 namespace kiln {
 
@@ -57,12 +59,13 @@ void register_core_ops() {
   // sources: nothing to differentiate through
   define_op(OpId::Placeholder).set_infer(infer_placeholder).not_differentiable().inputs(0);
   define_op(OpId::Constant).set_infer(infer_constant).not_differentiable().inputs(0);
-  define_op(OpId::Full).set_infer(infer_full).not_differentiable().inputs(0);
+  define_op(OpId::Full).set_infer(infer_full).not_differentiable().inputs(0).params<FullParams>();
   define_op(OpId::Arange)
       .set_infer(infer_arange)
       .not_differentiable()
       .inputs(0)
-      .check_stored(check_stored_arange);
+      .check_stored(check_stored_arange)
+      .params<ArangeParams>();
   // a variable's value changes between runs: never folded or merged
   define_op(OpId::Variable).set_infer(infer_constant).impure().not_differentiable().inputs(0);
   define_op(OpId::Assign).set_infer(infer_assign).impure().alias().not_differentiable().inputs(2);

@@ -18,6 +18,7 @@
 #include "kiln/autodiff.h"
 #include "kiln/ops/core.h"
 #include "ops/common.h"
+#include "ops/elementwise_params.h"
 #include "ops/elementwise_records.h"
 
 namespace kiln {
@@ -383,10 +384,14 @@ void register_elementwise_ops() {
     if (r.num_attrs() > 0) d.params<math::RecordParams>();
   }
   // records with attributes check them in their own inference; the other ops are not records
-  define_op(OpId::BitShift).set_infer(infer_bit_shift).inplace(0).inputs(2);
+  define_op(OpId::BitShift)
+      .set_infer(infer_bit_shift)
+      .inplace(0)
+      .inputs(2)
+      .params<BitShiftParams>();
   define_op(OpId::LeakyRelu).set_infer(infer_alpha);
   define_op(OpId::Elu).set_infer(infer_alpha);
-  define_op(OpId::Gelu).set_infer(infer_gelu).inplace(0).inputs(1);
+  define_op(OpId::Gelu).set_infer(infer_gelu).inplace(0).inputs(1).params<GeluParams>();
   define_op(OpId::Softplus).set_infer(infer_softplus);
   define_op(OpId::Softshrink).set_infer(infer_shrink);
   define_op(OpId::Hardshrink).set_infer(infer_shrink);

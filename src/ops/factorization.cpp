@@ -12,6 +12,7 @@
 #include "kiln/ops/nn.h"
 #include "kiln/ops/transform.h"
 #include "ops/common.h"
+#include "ops/factorization_params.h"
 
 namespace kiln {
 
@@ -108,11 +109,16 @@ Grads vjp_triangular_solve(const VjpContext& c) {
 }  // namespace
 
 void register_factorization_ops() {
-  define_op(OpId::Cholesky).set_infer(infer_cholesky).grad(vjp_cholesky).inputs(1);
+  define_op(OpId::Cholesky)
+      .set_infer(infer_cholesky)
+      .grad(vjp_cholesky)
+      .inputs(1)
+      .params<FactorizationParams>();
   define_op(OpId::TriangularSolve)
       .set_infer(infer_triangular_solve)
       .grad(vjp_triangular_solve)
-      .inputs(2);
+      .inputs(2)
+      .params<FactorizationParams>();
 }
 
 Tensor cholesky(const Tensor& a, bool upper) {

@@ -6,14 +6,11 @@
 // clamped to [0, len - 1] (border) or reflected into the border (reflection). The taps are then
 // x0 = floor(x) (+0, +1 for linear; -1 .. +2 for cubic, Keys A = -0.75), and each tap index is
 // resolved by the padding mode: zeros (outside: the tap reads 0), border (clamp) or reflection.
+// ops/resize_params.h decodes a node's attributes into Params.
 #pragma once
 
 #include <math.h>
 #include <stdint.h>
-
-#include <string>
-
-#include "kiln/attrs.h"
 
 #if defined(__CUDACC__)
 #define KILN_GRID_HD __host__ __device__
@@ -116,20 +113,6 @@ KILN_GRID_HD inline AxisTaps axis_taps(const Params& p, double g, int64_t len) {
     t.w[k] = cubic_weight(f - (k - 1));
   }
   return t;
-}
-
-/// Host side: the params of a grid_sample node of `spatial` spatial dims (attrs checked by
-/// shape inference).
-inline Params params_from(const Attrs& a, int spatial) {
-  Params p;
-  const std::string &m = a.str("mode"), &pad = a.str("padding_mode");
-  p.mode = m == "nearest" ? Mode::nearest : m == "cubic" ? Mode::cubic : Mode::linear;
-  p.padding = pad == "border"       ? Padding::border
-              : pad == "reflection" ? Padding::reflection
-                                    : Padding::zeros;
-  p.align_corners = a.b("align_corners");
-  p.spatial = spatial;
-  return p;
 }
 
 }  // namespace kiln::grid_math

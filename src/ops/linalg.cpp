@@ -8,6 +8,7 @@
 #include "kiln/ops/nn.h"
 #include "kiln/ops/transform.h"
 #include "ops/common.h"
+#include "ops/linalg_params.h"
 
 namespace kiln {
 
@@ -122,14 +123,16 @@ void register_linalg_ops() {
       .grad(vjp_matmul)
       .inputs(2)
       .on_tensor_cores()
-      .low_precision();
+      .low_precision()
+      .params<LinalgParams>();
   define_op(OpId::Linear)
       .set_infer(infer_linear)
       .grad(vjp_linear)
       .inputs(2)
       .optional_inputs({"has_bias"})
       .on_tensor_cores()
-      .low_precision();
+      .low_precision()
+      .params<LinalgParams>();
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {

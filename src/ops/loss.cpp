@@ -13,6 +13,7 @@
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/transform.h"
 #include "ops/common.h"
+#include "ops/loss_params.h"
 
 namespace kiln {
 
@@ -167,9 +168,12 @@ Grads vjp_mse(const VjpContext& c) {
 }  // namespace
 
 void register_loss_ops() {
-  define_op(OpId::SoftmaxCrossEntropy).set_infer(infer_softmax_cross_entropy).inputs(2);
-  define_op(OpId::Nll).set_infer(infer_nll).inputs(2);
-  define_op(OpId::Mse).set_infer(infer_mse).inputs(2);
+  define_op(OpId::SoftmaxCrossEntropy)
+      .set_infer(infer_softmax_cross_entropy)
+      .inputs(2)
+      .params<LossParams>();
+  define_op(OpId::Nll).set_infer(infer_nll).inputs(2).params<LossParams>();
+  define_op(OpId::Mse).set_infer(infer_mse).inputs(2).params<LossParams>();
 
   define_op(OpId::SoftmaxCrossEntropy).grad(vjp_softmax_cross_entropy);
   define_op(OpId::Nll).grad(vjp_nll);

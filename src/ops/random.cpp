@@ -17,6 +17,7 @@
 
 #include "ops/common.h"
 #include "ops/philox.h"
+#include "ops/random_params.h"
 
 namespace kiln {
 
@@ -156,10 +157,14 @@ Tensor state_node(Graph& g, const philox::Block& ctr, const philox::Key& key) {
 }  // namespace
 
 void register_random_ops() {
-  define_op(OpId::RandomPhiloxState).set_infer(infer_state).not_differentiable().inputs(0);
+  define_op(OpId::RandomPhiloxState)
+      .set_infer(infer_state)
+      .not_differentiable()
+      .inputs(0)
+      .params<PhiloxStateParams>();
   for (OpId op : {OpId::RandomUniform, OpId::RandomNormal, OpId::RandomTruncatedNormal,
                   OpId::RandomBernoulli, OpId::RandomDropoutMask, OpId::RandomInteger})
-    define_op(op).set_infer(infer_random).not_differentiable().inputs(1);
+    define_op(op).set_infer(infer_random).not_differentiable().inputs(1).params<RandomParams>();
   // its bounds span all of int64
   define_op(OpId::RandomInteger).wide_ints({"low", "high"});
 }

@@ -1,12 +1,12 @@
-// What the random kernels of every backend read from a random op's node: the state words, the
-// distribution, its parameters and the next state (ops/random.cpp documents the attributes).
+// What the random kernels of every backend read from a random op's node besides its params
+// (ops/random_params.h): the distribution, the state words and the next state (ops/random.cpp
+// documents the attributes).
 #pragma once
 
-#include <cmath>
 #include <cstdint>
 
 #include "core/op_id.h"
-#include "kiln/attrs.h"
+#include "kiln/dtype.h"
 #include "ops/philox.h"
 
 namespace kiln::random_util {
@@ -32,38 +32,6 @@ inline philox::Dist dist_of(OpId op) {
 inline bool is_wide(philox::Dist d, DType t) {
   if (t == f64) return true;
   return t == i64 && d == philox::Dist::integer;
-}
-
-/// The distribution's parameters in arithmetic type A.
-template <typename A>
-philox::Params<A> params(const Attrs& a, philox::Dist d) {
-  philox::Params<A> p;
-  switch (d) {
-    case philox::Dist::uniform:
-    case philox::Dist::normal:
-      p.a = static_cast<A>(a.f("a"));
-      p.b = static_cast<A>(a.f("b"));
-      break;
-    case philox::Dist::truncated_normal:
-      p.a = static_cast<A>(a.f("a"));
-      p.b = static_cast<A>(a.f("b"));
-      p.lo = static_cast<A>(a.f("lo"));
-      p.hi = static_cast<A>(a.f("hi"));
-      p.min = static_cast<A>(a.f("min"));
-      p.max = static_cast<A>(a.f("max"));
-      break;
-    case philox::Dist::bernoulli:
-    case philox::Dist::dropout_mask:
-      // x < p * 2^32 for a uint32 x: probability p, exact to 2^-32
-      p.threshold = static_cast<uint64_t>(std::llround(std::ldexp(a.f("p"), 32)));
-      p.scale = static_cast<A>(1.0 / a.f("p"));
-      break;
-    case philox::Dist::integer:
-      p.low = a.i("low");
-      p.range = static_cast<uint64_t>(a.i("high")) - static_cast<uint64_t>(a.i("low"));
-      break;
-  }
-  return p;
 }
 
 /// The counter and key held in state words s[0..5].

@@ -25,6 +25,7 @@
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/transform.h"
 #include "ops/common.h"
+#include "ops/rearrange_params.h"
 #include "ops/transform_util.h"
 
 namespace kiln {
@@ -248,13 +249,33 @@ Tensor with_leading_dims(const char* op, const Tensor& x,
 }  // namespace
 
 void register_rearrange_ops() {
-  define_op(OpId::DepthToSpace).set_infer(infer_depth_to_space).grad(vjp_depth_to_space).inputs(1);
-  define_op(OpId::SpaceToDepth).set_infer(infer_space_to_depth).grad(vjp_space_to_depth).inputs(1);
+  define_op(OpId::DepthToSpace)
+      .set_infer(infer_depth_to_space)
+      .grad(vjp_depth_to_space)
+      .inputs(1)
+      .params<SpaceDepthParams>();
+  define_op(OpId::SpaceToDepth)
+      .set_infer(infer_space_to_depth)
+      .grad(vjp_space_to_depth)
+      .inputs(1)
+      .params<SpaceDepthParams>();
   define_op(OpId::Embedding).set_infer(infer_embedding).grad(vjp_embedding).inputs(2);
-  define_op(OpId::EmbeddingGrad).set_infer(infer_embedding_grad).grad(vjp_embedding_grad).inputs(2);
-  define_op(OpId::MaskedFill).set_infer(infer_masked_fill).grad(vjp_masked_fill).inputs(2);
-  define_op(OpId::Roll).set_infer(infer_roll).grad(vjp_roll).inputs(1);
-  define_op(OpId::NonMaxSuppression).set_infer(infer_nms).not_differentiable().inputs(2);
+  define_op(OpId::EmbeddingGrad)
+      .set_infer(infer_embedding_grad)
+      .grad(vjp_embedding_grad)
+      .inputs(2)
+      .params<EmbeddingGradParams>();
+  define_op(OpId::MaskedFill)
+      .set_infer(infer_masked_fill)
+      .grad(vjp_masked_fill)
+      .inputs(2)
+      .params<MaskedFillParams>();
+  define_op(OpId::Roll).set_infer(infer_roll).grad(vjp_roll).inputs(1).params<RollParams>();
+  define_op(OpId::NonMaxSuppression)
+      .set_infer(infer_nms)
+      .not_differentiable()
+      .inputs(2)
+      .params<NonMaxSuppressionParams>();
 }
 
 Tensor depth_to_space(const Tensor& x, int64_t block_size, const SpaceDepthOptions& o) {

@@ -15,6 +15,7 @@
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/transform.h"
 #include "ops/common.h"
+#include "ops/reduce_params.h"
 
 namespace kiln {
 
@@ -194,18 +195,66 @@ Tensor arg_reduce(OpId op, const Tensor& x, int64_t axis, bool keepdims) {
 }  // namespace
 
 void register_reduce_ops() {
-  define_op(OpId::Sum).set_infer(infer_reduce_numeric).grad(vjp_sum).inputs(1);
-  define_op(OpId::Prod).set_infer(infer_reduce_numeric).grad(vjp_prod).inputs(1);
-  define_op(OpId::Mean).set_infer(infer_reduce_float).grad(vjp_mean).inputs(1);
-  define_op(OpId::Logsumexp).set_infer(infer_reduce_float).grad(vjp_logsumexp).inputs(1);
-  define_op(OpId::NormL1).set_infer(infer_reduce_float).grad(vjp_norm_l1).inputs(1);
-  define_op(OpId::NormL2).set_infer(infer_reduce_float).grad(vjp_norm_l2).inputs(1);
-  define_op(OpId::Max).set_infer(infer_reduce_extreme).grad(vjp_extreme).inputs(1);
-  define_op(OpId::Min).set_infer(infer_reduce_extreme).grad(vjp_extreme).inputs(1);
-  define_op(OpId::Variance).set_infer(infer_variance).grad(vjp_variance).inputs(1);
-  define_op(OpId::Argmax).set_infer(infer_arg).not_differentiable().inputs(1);
-  define_op(OpId::Argmin).set_infer(infer_arg).not_differentiable().inputs(1);
-  define_op(OpId::Cumsum).set_infer(infer_cumsum).grad(vjp_cumsum).inputs(1);
+  define_op(OpId::Sum)
+      .set_infer(infer_reduce_numeric)
+      .grad(vjp_sum)
+      .inputs(1)
+      .params<ReduceParams>();
+  define_op(OpId::Prod)
+      .set_infer(infer_reduce_numeric)
+      .grad(vjp_prod)
+      .inputs(1)
+      .params<ReduceParams>();
+  define_op(OpId::Mean)
+      .set_infer(infer_reduce_float)
+      .grad(vjp_mean)
+      .inputs(1)
+      .params<ReduceParams>();
+  define_op(OpId::Logsumexp)
+      .set_infer(infer_reduce_float)
+      .grad(vjp_logsumexp)
+      .inputs(1)
+      .params<ReduceParams>();
+  define_op(OpId::NormL1)
+      .set_infer(infer_reduce_float)
+      .grad(vjp_norm_l1)
+      .inputs(1)
+      .params<ReduceParams>();
+  define_op(OpId::NormL2)
+      .set_infer(infer_reduce_float)
+      .grad(vjp_norm_l2)
+      .inputs(1)
+      .params<ReduceParams>();
+  define_op(OpId::Max)
+      .set_infer(infer_reduce_extreme)
+      .grad(vjp_extreme)
+      .inputs(1)
+      .params<ReduceParams>();
+  define_op(OpId::Min)
+      .set_infer(infer_reduce_extreme)
+      .grad(vjp_extreme)
+      .inputs(1)
+      .params<ReduceParams>();
+  define_op(OpId::Variance)
+      .set_infer(infer_variance)
+      .grad(vjp_variance)
+      .inputs(1)
+      .params<ReduceParams>();
+  define_op(OpId::Argmax)
+      .set_infer(infer_arg)
+      .not_differentiable()
+      .inputs(1)
+      .params<ReduceAxisParams>();
+  define_op(OpId::Argmin)
+      .set_infer(infer_arg)
+      .not_differentiable()
+      .inputs(1)
+      .params<ReduceAxisParams>();
+  define_op(OpId::Cumsum)
+      .set_infer(infer_cumsum)
+      .grad(vjp_cumsum)
+      .inputs(1)
+      .params<ReduceAxisParams>();
 }
 
 Tensor sum(const Tensor& x, const Axes& axes, bool keepdims) {

@@ -5,7 +5,8 @@
 //            cubic_coeff_a, exclude_outside, extrapolation_value, antialias
 //   grid_sample:  mode ("linear" | "nearest" | "cubic"), padding_mode ("zeros" | "border" |
 //                 "reflection"), align_corners; inputs x, grid (already cast to x's dtype)
-// The coordinate and weight math lives in ops/resize_util.h, shared with the kernels.
+// The coordinate and weight math lives in ops/resize_util.h and ops/grid_sample_util.h, shared
+// with the kernels; ops/resize_params.h decodes the attributes.
 // resize is linear in x (an affine map under tf_crop_and_resize's extrapolation): separable
 // along the dims, so its gradient applies each resized dim's transposed weight matrix in turn.
 #include "kiln/autodiff.h"
@@ -14,6 +15,7 @@
 #include "kiln/ops/transform.h"
 #include "ops/common.h"
 #include "ops/grid_sample_util.h"
+#include "ops/resize_params.h"
 #include "ops/resize_util.h"
 #include "ops/transform_util.h"
 
@@ -129,11 +131,12 @@ Tensor constant_on(const Tensor& on, const Array& value) {
 Grads vjp_resize(const VjpContext& c) {
   const Shape in = transform::static_input_shape(c);
   const Shape out = c.outputs[0].shape();
-  const resize_math::Params p = resize_math::params_from(c.attrs);
+  const ResizeParams rp = ResizeParams::decode(OpId::Resize, c.attrs);
+  const resize_math::Params& p = rp.math;
   Tensor g = *c.cotangents[0];
   const int r = static_cast<int>(in.size());
   for (int d = 0; d < r; ++d) {
-    const resize_math::Dim dim = resize_math::dim_from(c.attrs, in, out, static_cast<size_t>(d));
+    const resize_math::Dim dim = rp.dim(in, out, static_cast<size_t>(d));
     if (resize_math::is_identity(p, dim)) continue;
     // g (..., out_d, ...) -> (..., in_d, ...): move d last, multiply by W_d, move it back
     std::vector<int64_t> perm;
@@ -150,8 +153,12 @@ Grads vjp_resize(const VjpContext& c) {
 }  // namespace
 
 void register_resize_ops() {
-  define_op(OpId::Resize).set_infer(infer_resize).grad(vjp_resize).inputs(1);
-  define_op(OpId::GridSample).set_infer(infer_grid_sample).not_differentiable().inputs(2);
+  define_op(OpId::Resize).set_infer(infer_resize).grad(vjp_resize).inputs(1).params<ResizeParams>();
+  define_op(OpId::GridSample)
+      .set_infer(infer_grid_sample)
+      .not_differentiable()
+      .inputs(2)
+      .params<GridSampleParams>();
 }
 
 Tensor resize(const Tensor& x, const Shape& sizes, const ResizeOptions& o) {

@@ -1,5 +1,6 @@
 // The coordinate and weight math of resize (ONNX Resize, opset 19), shared by the op's gradient,
 // the CPU kernel and the CUDA kernel (host and device), so every layer samples the same taps.
+// ops/resize_params.h decodes a node's attributes into Params and its Dims.
 //
 // Along one dim of `in` elements resized to `out` with scale s, output coordinate x maps to
 // x_ori by the coordinate transformation mode; x_ori = f + r with f = ceil(x_ori) - 1 and r in
@@ -13,9 +14,6 @@
 #include <stdint.h>
 
 #include <string>
-
-#include "kiln/attrs.h"
-#include "kiln/shape.h"
 
 #if defined(__CUDACC__)
 #define KILN_RESIZE_HD __host__ __device__
@@ -170,34 +168,6 @@ inline int nearest_from(const std::string& s) {
   for (int i = 0; i < 4; ++i)
     if (s == names[i]) return i;
   return -1;
-}
-
-/// Params of a resize node (attrs checked by shape inference).
-inline Params params_from(const Attrs& a) {
-  Params p;
-  p.mode = static_cast<Mode>(mode_from(a.str("mode")));
-  p.coord = static_cast<Coord>(coord_from(a.str("coordinate_transformation_mode")));
-  p.nearest = static_cast<Nearest>(nearest_from(a.str("nearest_mode")));
-  p.cubic_a = a.f("cubic_coeff_a");
-  p.exclude_outside = a.b("exclude_outside");
-  p.antialias = a.b("antialias");
-  p.extrapolation = a.f("extrapolation_value");
-  return p;
-}
-
-/// Dim d of a resize from `in` to `out`: the scale is the given one, or out / in.
-inline Dim dim_from(const Attrs& a, const Shape& in, const Shape& out, size_t d) {
-  Dim r;
-  r.in = in[d];
-  r.out = out[d];
-  const auto& scales = a.floats("scales");
-  r.scale = scales.empty() ? static_cast<double>(r.out) / static_cast<double>(r.in) : scales[d];
-  const auto& roi = a.floats("roi");
-  if (!roi.empty()) {
-    r.roi_start = roi[d];
-    r.roi_end = roi[d + in.size()];
-  }
-  return r;
 }
 
 /// Whether resizing along `d` leaves every element where it is (the dim can be skipped).

@@ -15,6 +15,7 @@
 #include "kiln/ops/core.h"
 #include "kiln/ops/transform.h"
 #include "ops/common.h"
+#include "ops/rnn_params.h"
 #include "ops/rnn_util.h"
 
 namespace kiln {
@@ -366,20 +367,23 @@ void register_rnn_ops() {
       .set_infer(infer_layer)
       .grad(vjp_layer)
       .inputs(3)
-      .optional_inputs({"has_b", "has_seq_lens", "has_h0", "has_c0", "has_p"});
+      .optional_inputs({"has_b", "has_seq_lens", "has_h0", "has_c0", "has_p"})
+      .params<RnnParams>();
   for (OpId op : {OpId::Gru, OpId::Rnn})
     define_op(op)
         .set_infer(infer_layer)
         .grad(vjp_layer)
         .inputs(3)
-        .optional_inputs({"has_b", "has_seq_lens", "has_h0"});
+        .optional_inputs({"has_b", "has_seq_lens", "has_h0"})
+        .params<RnnParams>();
   // x, w, r, the optional ones, reserve, dy, dh[, dc]
   define_op(OpId::RnnGrad)
       .set_infer(infer_grad)
       .not_differentiable()
       .inputs(6)
       .optional_inputs({"has_seq_lens", "has_h0", "has_c0", "has_p"})
-      .more_inputs(lstm_cell_state_grad);
+      .more_inputs(lstm_cell_state_grad)
+      .params<RnnParams>();
 }
 
 RnnResult lstm(const Tensor& x, const std::vector<RnnLayerWeights>& layers,

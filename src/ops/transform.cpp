@@ -26,6 +26,7 @@
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/reduce.h"
 #include "ops/common.h"
+#include "ops/transform_params.h"
 #include "ops/transform_util.h"
 
 namespace kiln {
@@ -400,28 +401,38 @@ void register_transform_ops() {
       .grad(vjp_reshape)
       .inputs(1)
       .check_stored(check_stored_reshape);
-  define_op(OpId::Transpose).set_infer(infer_transpose).grad(vjp_transpose).inputs(1);
+  define_op(OpId::Transpose)
+      .set_infer(infer_transpose)
+      .grad(vjp_transpose)
+      .inputs(1)
+      .params<TransposeParams>();
   define_op(OpId::Split)
       .set_infer(infer_split)
       .grad(vjp_split)
       .inputs(1)
-      .check_stored(check_stored_split);
-  define_op(OpId::Concat).set_infer(infer_concat).grad(vjp_concat).variadic(1, INT_MAX);
+      .check_stored(check_stored_split)
+      .params<AxisParams>();
+  define_op(OpId::Concat)
+      .set_infer(infer_concat)
+      .grad(vjp_concat)
+      .variadic(1, INT_MAX)
+      .params<AxisParams>();
   // starts and stops span all of int64 (an axis sliced whole stops at INT64_MAX)
   define_op(OpId::Slice)
       .set_infer(infer_slice)
       .grad(vjp_slice)
       .inputs(1)
       .wide_ints({"starts", "stops"})
-      .check_stored(check_stored_slice);
-  define_op(OpId::Pad).set_infer(infer_pad).grad(vjp_pad).inputs(1);
+      .check_stored(check_stored_slice)
+      .params<SliceParams>();
+  define_op(OpId::Pad).set_infer(infer_pad).grad(vjp_pad).inputs(1).params<PadParams>();
   define_op(OpId::Tile)
       .set_infer(infer_tile)
       .grad(vjp_tile)
       .inputs(1)
       .check_stored(check_stored_tile);
   define_op(OpId::BroadcastTo).set_infer(infer_broadcast_to).grad(vjp_broadcast_to).inputs(1);
-  define_op(OpId::Flip).set_infer(infer_flip).grad(vjp_flip).inputs(1);
+  define_op(OpId::Flip).set_infer(infer_flip).grad(vjp_flip).inputs(1).params<FlipParams>();
   register_transform_index_ops();
   register_transform_nd_ops();
   register_resize_ops();

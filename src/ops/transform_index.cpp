@@ -17,6 +17,7 @@
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/transform.h"
 #include "ops/common.h"
+#include "ops/transform_params.h"
 #include "ops/transform_util.h"
 
 namespace kiln {
@@ -226,23 +227,34 @@ Grads vjp_coordinate_along_axis(const VjpContext&) { return {std::nullopt}; }
 }  // namespace
 
 void register_transform_index_ops() {
-  define_op(OpId::Gather).set_infer(infer_gather).grad(vjp_gather).inputs(2);
+  define_op(OpId::Gather).set_infer(infer_gather).grad(vjp_gather).inputs(2).params<AxisParams>();
   define_op(OpId::GatherElements)
       .set_infer(infer_gather_elements)
       .grad(vjp_gather_elements)
-      .inputs(2);
+      .inputs(2)
+      .params<AxisParams>();
   define_op(OpId::ScatterElements)
       .set_infer(infer_scatter_elements)
       .grad(vjp_scatter_elements)
-      .inputs(3);
-  define_op(OpId::OneHot).set_infer(infer_one_hot).not_differentiable().inputs(1);
-  define_op(OpId::Topk).set_infer(infer_topk).grad(vjp_topk).inputs(1);
-  define_op(OpId::Sort).set_infer(infer_sort).grad(vjp_sort).inputs(1);
-  define_op(OpId::Argsort).set_infer(infer_argsort).not_differentiable().inputs(1);
+      .inputs(3)
+      .params<ScatterParams>();
+  define_op(OpId::OneHot)
+      .set_infer(infer_one_hot)
+      .not_differentiable()
+      .inputs(1)
+      .params<OneHotParams>();
+  define_op(OpId::Topk).set_infer(infer_topk).grad(vjp_topk).inputs(1).params<SortParams>();
+  define_op(OpId::Sort).set_infer(infer_sort).grad(vjp_sort).inputs(1).params<SortParams>();
+  define_op(OpId::Argsort)
+      .set_infer(infer_argsort)
+      .not_differentiable()
+      .inputs(1)
+      .params<SortParams>();
   define_op(OpId::CoordinateAlongAxis)
       .set_infer(infer_coordinate_along_axis)
       .grad(vjp_coordinate_along_axis)
-      .inputs(1);
+      .inputs(1)
+      .params<AxisParams>();
   define_op(OpId::HammingDistance).set_infer(infer_hamming_distance).not_differentiable().inputs(2);
 }
 

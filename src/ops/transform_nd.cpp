@@ -10,6 +10,7 @@
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/transform.h"
 #include "ops/common.h"
+#include "ops/transform_params.h"
 #include "ops/transform_util.h"
 
 namespace kiln {
@@ -129,8 +130,16 @@ Grads vjp_scatter_nd(const VjpContext& c) {
 }  // namespace
 
 void register_transform_nd_ops() {
-  define_op(OpId::GatherNd).set_infer(infer_gather_nd).grad(vjp_gather_nd).inputs(2);
-  define_op(OpId::ScatterNd).set_infer(infer_scatter_nd).grad(vjp_scatter_nd).inputs(3);
+  define_op(OpId::GatherNd)
+      .set_infer(infer_gather_nd)
+      .grad(vjp_gather_nd)
+      .inputs(2)
+      .params<GatherNdParams>();
+  define_op(OpId::ScatterNd)
+      .set_infer(infer_scatter_nd)
+      .grad(vjp_scatter_nd)
+      .inputs(3)
+      .params<ScatterParams>();
 }
 
 Tensor gather_nd(const Tensor& x, const Tensor& indices, int64_t batch_dims) {

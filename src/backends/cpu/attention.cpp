@@ -12,6 +12,7 @@
 
 #include "backends/cpu/cpu_common.h"
 #include "backends/cpu/kernels.h"
+#include "ops/attention_params.h"
 #include "ops/attention_util.h"
 
 namespace kiln::cpu {
@@ -140,9 +141,10 @@ template <typename T> struct Problem {
     q = tq.ptr<T>();
     k = tk.ptr<T>();
     v = tv.ptr<T>();
-    scale = static_cast<T>(attention::scale_of(ctx.attrs(), e));
-    causal = ctx.attrs().b("causal");
-    if (ctx.attrs().b("has_mask")) {
+    const AttentionParams p = params_of<AttentionParams>(ctx);
+    scale = static_cast<T>(p.scale_for(e));
+    causal = p.causal;
+    if (p.has_mask) {
       const TensorView& m = ctx.in(iq == 0 ? 3 : 5);  // the grad op: after dout, q, k, v, out
       if (m.dtype == DType::boolean) bmask = m.ptr<bool>();
       else amask = m.ptr<T>();
@@ -314,7 +316,7 @@ template <typename T> void backward(KernelContext& ctx) {
   const Problem<T> p(ctx, 1);
   const T* dout = ctx.in(0).ptr<T>();
   const T* o = ctx.in(4).ptr<T>();
-  const bool mask_grad = ctx.attrs().b("mask_grad", false);
+  const bool mask_grad = params_of<AttentionParams>(ctx).mask_grad;
   const int64_t rows = p.batch * p.lq;
   std::vector<T> lse(static_cast<size_t>(rows)), dd(static_cast<size_t>(rows));
   T* dq = mask_grad ? nullptr : ctx.out(0).ptr<T>();

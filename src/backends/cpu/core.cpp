@@ -1,13 +1,14 @@
 // CPU kernels of Full and Arange.
 #include "backends/cpu/cpu_common.h"
 #include "backends/cpu/kernels.h"
+#include "ops/core_params.h"
 
 namespace kiln::cpu {
 
 namespace {
 void full(KernelContext& ctx) {
   const TensorView& o = ctx.out(0);
-  const double v = ctx.attrs().f("value");
+  const double v = params_of<FullParams>(ctx).value;
   dispatch(o.dtype, "full", [&](auto t) {
     using T = decltype(t);
     T* p = o.ptr<T>();
@@ -20,7 +21,8 @@ void full(KernelContext& ctx) {
 
 void arange(KernelContext& ctx) {
   const TensorView& o = ctx.out(0);
-  const double start = ctx.attrs().f("start"), step = ctx.attrs().f("step");
+  const ArangeParams range = params_of<ArangeParams>(ctx);
+  const double start = range.start, step = range.step;
   dispatch(o.dtype, "arange", [&](auto t) {
     using T = decltype(t);
     T* p = o.ptr<T>();

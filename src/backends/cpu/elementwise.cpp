@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "backends/cpu/kernels.h"
+#include "ops/elementwise_params.h"
 #include "ops/elementwise_records.h"
 
 namespace kiln::cpu {
@@ -81,7 +82,7 @@ void cast(KernelContext& ctx) {
 
 // The shift direction is an attribute, so bit_shift is not a record: one of two functors.
 void bit_shift(KernelContext& ctx) {
-  if (ctx.attrs().b("left")) integer_op<math::ShiftLeft>(ctx);
+  if (params_of<BitShiftParams>(ctx).left) integer_op<math::ShiftLeft>(ctx);
   else integer_op<math::ShiftRight>(ctx);
 }
 }  // namespace

@@ -19,6 +19,7 @@
 
 #include "backends/cpu/elementwise.h"
 #include "backends/cpu/kernels.h"
+#include "ops/elementwise_params.h"
 #include "ops/elementwise_records.h"
 
 namespace kiln::cpu {
@@ -184,7 +185,7 @@ void tanh(KernelContext& ctx) {
   float_op<math::Tanh>(ctx);
 }
 void gelu(KernelContext& ctx) {
-  if (ctx.attrs().str("approximate") == "tanh") {
+  if (params_of<GeluParams>(ctx).tanh) {
     if (f32_vector(ctx, gelu_tanh_f32_vector)) return;
     float_op<math::GeluTanh>(ctx);
   } else {

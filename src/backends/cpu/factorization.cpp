@@ -8,6 +8,7 @@
 
 #include "backends/cpu/cpu_common.h"
 #include "backends/cpu/kernels.h"
+#include "ops/factorization_params.h"
 
 namespace kiln::cpu {
 
@@ -41,7 +42,7 @@ void cholesky_one(int64_t n, A&& a, T* l, Rows&& rows) {
 template <typename T> void cholesky_impl(KernelContext& ctx) {
   const TensorView& ta = ctx.in(0);
   const int64_t n = ta.shape.back(), batch = batch_of(ta);
-  const bool upper = ctx.attrs().b("upper");
+  const bool upper = params_of<FactorizationParams>(ctx).upper;
   const T* pa = ta.ptr<T>();
   T* out = ctx.out(0).ptr<T>();
   auto run = [&](int64_t b, auto&& rows) {
@@ -80,10 +81,10 @@ void cholesky(KernelContext& ctx) {
 // solves x op(a) = b as op(a)ᵀ xᵀ = bᵀ, row by row.
 template <typename T> void triangular_solve_impl(KernelContext& ctx) {
   const TensorView &ta = ctx.in(0), &tb = ctx.in(1);
-  const Attrs& at = ctx.attrs();
-  const bool upper = at.b("upper"), left = at.b("left"), unit = at.b("unit_diagonal");
-  const bool trans = at.b("transpose") != !left;  // M = aᵀ
-  const bool lower = trans ? upper : !upper;      // M's triangle
+  const FactorizationParams p = params_of<FactorizationParams>(ctx);
+  const bool upper = p.upper, left = p.left, unit = p.unit_diagonal;
+  const bool trans = p.transpose != !left;    // M = aᵀ
+  const bool lower = trans ? upper : !upper;  // M's triangle
   const int64_t n = ta.shape.back(), batch = batch_of(ta);
   const int64_t r = tb.shape[tb.shape.size() - 2], c = tb.shape.back();
   const int64_t rhs = left ? c : r;   // solves per matrix

@@ -8,6 +8,7 @@
 #include "backends/cpu/dnnl_util.h"
 #include "backends/cpu/kernels.h"
 #include "backends/geometry.h"
+#include "ops/linalg_params.h"
 
 namespace kiln::cpu {
 
@@ -122,7 +123,7 @@ template <typename T>
 void linear_loops(KernelContext& ctx, int64_t M, int64_t K, int64_t N) {
   const T* X = ctx.in(0).ptr<T>();
   const T* W = ctx.in(1).ptr<T>();
-  const T* bias = ctx.attrs().b("has_bias") ? ctx.in(2).ptr<T>() : nullptr;
+  const T* bias = params_of<LinalgParams>(ctx).has_bias ? ctx.in(2).ptr<T>() : nullptr;
   T* Y = ctx.out(0).ptr<T>();
   const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(N * K, 1));
   ctx.parallel_for(M, grain, [&](int64_t r0, int64_t r1) {
@@ -173,7 +174,7 @@ void linear(KernelContext& ctx) {
   const int64_t K = ctx.in(0).shape.back(), N = ctx.in(1).shape[0];
   const int64_t rows = ctx.out(0).numel() / std::max<int64_t>(N, 1);
   const DType t = ctx.in(0).dtype;
-  const bool has_bias = ctx.attrs().b("has_bias");
+  const bool has_bias = params_of<LinalgParams>(ctx).has_bias;
   if ((t == f32 || (t == bf16 && native_bf16())) && K > 0)
     return linear_dnnl(ctx, ctx.in(0).data, ctx.in(1).data, has_bias ? ctx.in(2).data : nullptr,
                        ctx.out(0).data, rows, K, N, t, has_bias ? ctx.in(2).dtype : f32);

@@ -7,16 +7,14 @@
 
 #include "backends/cpu/cpu_common.h"
 #include "backends/cpu/kernels.h"
+#include "ops/loss_params.h"
 
 namespace kiln::cpu {
 
 namespace {
 
-enum class Reduce { none, mean, sum };
-Reduce reduction(const KernelContext& ctx) {
-  const std::string& r = ctx.attrs().str("reduction");
-  return r == "none" ? Reduce::none : r == "mean" ? Reduce::mean : Reduce::sum;
-}
+using Reduce = LossParams::Reduce;
+Reduce reduction(const KernelContext& ctx) { return params_of<LossParams>(ctx).reduction; }
 
 // Sum of loss(i) for i in [0, n), in blocks of fixed size whose partial sums add up in order.
 template <typename F>
@@ -79,7 +77,7 @@ double logsumexp(const T* x, int64_t classes, int64_t stride) {
 
 void softmax_cross_entropy(KernelContext& ctx) {
   const TensorView &x = ctx.in(0), &labels = ctx.in(1);
-  const AxisSplit s = split_at(x.shape, ctx.attrs().i("axis"));
+  const AxisSplit s = split_at(x.shape, params_of<LossParams>(ctx).axis);
   const int64_t n = s.outer * s.inner;
   dispatch_float(x.dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
@@ -114,7 +112,7 @@ void softmax_cross_entropy(KernelContext& ctx) {
 void nll(KernelContext& ctx) {
   const TensorView &x = ctx.in(0), &target = ctx.in(1);
   const AxisSplit s = split_at(x.shape, x.rank() == 1 ? 0 : 1);
-  const int64_t n = s.outer * s.inner, ignore = ctx.attrs().i("ignore_index");
+  const int64_t n = s.outer * s.inner, ignore = params_of<LossParams>(ctx).ignore_index;
   dispatch_float(x.dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
     const T* px = x.ptr<T>();

@@ -4,6 +4,7 @@
 
 #include "backends/cpu/cpu_common.h"
 #include "backends/cpu/kernels.h"
+#include "ops/random_params.h"
 #include "ops/random_util.h"
 
 namespace kiln::cpu {
@@ -13,9 +14,9 @@ namespace {
 using philox::Dist;
 
 void philox_state(KernelContext& ctx) {
-  const auto& w = ctx.attrs().ints("state");
+  const PhiloxStateParams p = params_of<PhiloxStateParams>(ctx);
   int32_t* o = ctx.out(0).ptr<int32_t>();
-  for (int i = 0; i < 6; ++i) o[i] = static_cast<int32_t>(static_cast<uint32_t>(w[i]));
+  for (int i = 0; i < 6; ++i) o[i] = p.state[i];
 }
 
 // Runs group(g, out + g * size, count) for every group of n outputs, in parallel.
@@ -39,16 +40,17 @@ void random_draw(KernelContext& ctx) {
   philox::Key key;
   random_util::unpack(s, ctr, key);
   const int size = philox::group_size(random_util::is_wide(d, v.dtype));
+  const RandomParams rp = params_of<RandomParams>(ctx);
   if (is_floating(v.dtype)) {
     dispatch_float(v.dtype, ctx.op_name(), [&](auto t) {
       using T = decltype(t);
-      const auto p = random_util::params<T>(ctx.attrs(), d);
+      const auto p = rp.params<T>(d);
       for_groups<T>(ctx, n, size, [&](uint64_t g, T* o, int count) {
         philox::real_group<T>(d, p, ctr, key, g, o, count);
       });
     });
   } else {
-    const auto p = random_util::params<float>(ctx.attrs(), d);
+    const auto p = rp.params<float>(d);
     dispatch(v.dtype, ctx.op_name(), [&](auto t) {
       using T = decltype(t);
       for_groups<T>(ctx, n, size, [&](uint64_t g, T* o, int count) {

@@ -6,6 +6,7 @@
 
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/transform_common.h"
+#include "ops/rearrange_params.h"
 #include "ops/rearrange_util.h"
 
 namespace kiln::cpu {
@@ -15,15 +16,16 @@ namespace {
 xform_math::SpaceDepth space_depth_of(const KernelContext& ctx, const Shape& depth_in) {
   // depth_in: the depth tensor's shape (the input of depth_to_space, the output of
   // space_to_depth)
-  const bool nhwc = ctx.attrs().b("channels_last");
-  const int64_t b = ctx.attrs().i("block_size");
+  const SpaceDepthParams p = params_of<SpaceDepthParams>(ctx);
+  const bool nhwc = p.channels_last;
+  const int64_t b = p.block_size;
   xform_math::SpaceDepth g;
   g.n = depth_in[0];
   g.c = depth_in[nhwc ? 3 : 1] / (b * b);
   g.h = depth_in[nhwc ? 1 : 2];
   g.w = depth_in[nhwc ? 2 : 3];
   g.b = b;
-  g.crd = ctx.attrs().str("mode") == "CRD";
+  g.crd = p.crd;
   g.nhwc = nhwc;
   return g;
 }
@@ -81,7 +83,8 @@ void embedding(KernelContext& ctx) {
 
 void embedding_grad(KernelContext& ctx) {
   const TensorView &idx = ctx.in(0), &grad = ctx.in(1), &out = ctx.out(0);
-  const int64_t rows = out.shape[0], m = idx.numel(), pad = ctx.attrs().i("padding_idx");
+  const int64_t rows = out.shape[0], m = idx.numel();
+  const int64_t pad = params_of<EmbeddingGradParams>(ctx).padding_idx;
   const int64_t d = rows > 0 ? out.numel() / rows : 0;
   const auto ids = load_indices(idx);
   for (int64_t r = 0; r < m; ++r)
@@ -113,7 +116,7 @@ void embedding_grad(KernelContext& ctx) {
 
 void masked_fill(KernelContext& ctx) {
   const TensorView &x = ctx.in(0), &mask = ctx.in(1), &out = ctx.out(0);
-  const double value = ctx.attrs().f("value");
+  const double value = params_of<MaskedFillParams>(ctx).value;
   const auto* m = mask.ptr<const bool>();
   dispatch_size(size_of(x.dtype), [&](auto u) {
     using U = decltype(u);
@@ -137,7 +140,9 @@ void masked_fill(KernelContext& ctx) {
 // one input row, in at most two pieces when the last dim rolls.
 void roll(KernelContext& ctx) {
   const TensorView &x = ctx.in(0), &out = ctx.out(0);
-  const auto &shifts = ctx.attrs().ints("shifts"), &axes = ctx.attrs().ints("axes");
+  RollParams spare;
+  const RollParams& p = params_of(ctx, spare);
+  const auto &shifts = p.shifts, &axes = p.axes;
   const Shape s = axes.empty() ? Shape{x.numel()} : x.shape;
   const int r = static_cast<int>(s.size());
   if (x.numel() == 0) return;
@@ -170,11 +175,11 @@ void roll(KernelContext& ctx) {
 
 template <typename T> void nms_typed(KernelContext& ctx) {
   const TensorView &boxes = ctx.in(0), &scores = ctx.in(1);
-  const Attrs& a = ctx.attrs();
+  const NonMaxSuppressionParams a = params_of<NonMaxSuppressionParams>(ctx);
   const int64_t nb = scores.shape[0], nc = scores.shape[1], n = scores.shape[2];
-  const int64_t m = std::min(a.i("max_output_boxes_per_class"), n);
-  const bool center = a.b("center_point_box"), has_thr = a.b("has_score_threshold");
-  const T iou = static_cast<T>(a.f("iou_threshold")), thr = static_cast<T>(a.f("score_threshold"));
+  const int64_t m = std::min(a.max_output_boxes_per_class, n);
+  const bool center = a.center_point_box, has_thr = a.has_score_threshold;
+  const T iou = static_cast<T>(a.iou_threshold), thr = static_cast<T>(a.score_threshold);
   const T* bp = boxes.ptr<T>();
   const T* sp = scores.ptr<T>();
   std::vector<int64_t> picked(static_cast<size_t>(nb * nc * m)), count(nb * nc, 0);

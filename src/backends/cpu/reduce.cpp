@@ -9,6 +9,7 @@
 #include "backends/cpu/cpu_common.h"
 #include "backends/cpu/kernels.h"
 #include "backends/geometry.h"
+#include "ops/reduce_params.h"
 
 namespace kiln::cpu {
 
@@ -99,7 +100,8 @@ template <typename T, typename Op> void reduce_with(KernelContext& ctx, const Op
   using Acc = typename Op::Acc;
   const T* x = ctx.in(0).ptr<T>();
   T* y = ctx.out(0).ptr<T>();
-  const ReducePlan p = plan_reduce(ctx.in(0).shape, ctx.attrs().ints("axes"));
+  ReduceParams spare;
+  const ReducePlan p = plan_reduce(ctx.in(0).shape, params_of(ctx, spare).axes);
   if (p.count == 0) {
     std::fill(y, y + ctx.out(0).numel(), op.finish(op.init(), 0));
     return;
@@ -263,9 +265,10 @@ void logsumexp(KernelContext& ctx) { reduce_float<LogsumexpOp>(ctx); }
 void max(KernelContext& ctx) { reduce_extreme<true>(ctx); }
 void min(KernelContext& ctx) { reduce_extreme<false>(ctx); }
 void variance(KernelContext& ctx) {
+  ReduceParams spare;
   dispatch_float(ctx.in(0).dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
-    reduce_with<T>(ctx, VarianceOp<T>{.correction = ctx.attrs().i("correction")});
+    reduce_with<T>(ctx, VarianceOp<T>{.correction = params_of(ctx, spare).correction});
   });
 }
 
@@ -298,7 +301,7 @@ template <bool kMax, typename T> bool better(T x, T best) {
 }
 
 template <bool kMax> void arg_reduce(KernelContext& ctx) {
-  const AxisView v = axis_view(ctx.in(0).shape, ctx.attrs().i("axis"));
+  const AxisView v = axis_view(ctx.in(0).shape, params_of<ReduceAxisParams>(ctx).axis);
   int64_t* y = ctx.out(0).ptr<int64_t>();
   const int64_t blocks = (v.inner + kColumns - 1) / kColumns;
   dispatch(ctx.in(0).dtype, ctx.op_name(), [&](auto t) {
@@ -345,8 +348,9 @@ void argmax(KernelContext& ctx) { arg_reduce<true>(ctx); }
 void argmin(KernelContext& ctx) { arg_reduce<false>(ctx); }
 
 void cumsum(KernelContext& ctx) {
-  const AxisView v = axis_view(ctx.in(0).shape, ctx.attrs().i("axis"));
-  const bool exclusive = ctx.attrs().b("exclusive"), reverse = ctx.attrs().b("reverse");
+  const ReduceAxisParams a = params_of<ReduceAxisParams>(ctx);
+  const AxisView v = axis_view(ctx.in(0).shape, a.axis);
+  const bool exclusive = a.exclusive, reverse = a.reverse;
   const int64_t blocks = (v.inner + kColumns - 1) / kColumns;
   dispatch(ctx.in(0).dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);

@@ -5,6 +5,7 @@
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/transform_common.h"
 #include "ops/grid_sample_util.h"
+#include "ops/resize_params.h"
 #include "ops/resize_util.h"
 
 namespace kiln::cpu {
@@ -92,11 +93,12 @@ void resize_pass(const KernelContext& ctx, const resize_math::Params& p,
 
 void resize(KernelContext& ctx) {
   const TensorView &x = ctx.in(0), &out = ctx.out(0);
-  const resize_math::Params p = resize_math::params_from(ctx.attrs());
+  ResizeParams spare;
+  const ResizeParams& rp = params_of(ctx, spare);
+  const resize_math::Params& p = rp.math;
   const int r = out.rank();
   std::vector<resize_math::Dim> dims;
-  for (int d = 0; d < r; ++d)
-    dims.push_back(resize_math::dim_from(ctx.attrs(), x.shape, out.shape, d));
+  for (int d = 0; d < r; ++d) dims.push_back(rp.dim(x.shape, out.shape, d));
   if (out.numel() == 0) return;
   if (p.mode == resize_math::Mode::nearest) return resize_nearest(ctx, p, dims);
   dispatch_float(x.dtype, ctx.op_name(), [&](auto t) {
@@ -152,7 +154,7 @@ double sum_taps(const T* src, const grid_math::AxisTaps* taps, int k,
 void grid_sample(KernelContext& ctx) {
   const TensorView &x = ctx.in(0), &grid = ctx.in(1), &out = ctx.out(0);
   const int k = x.rank() - 2;
-  const grid_math::Params p = grid_math::params_from(ctx.attrs(), k);
+  const grid_math::Params p = params_of<GridSampleParams>(ctx).math(k);
   const Shape spatial(x.shape.begin() + 2, x.shape.end());
   const int64_t channels = x.shape[1], plane = numel(spatial);
   const int64_t points = numel(Shape(out.shape.begin() + 2, out.shape.end()));

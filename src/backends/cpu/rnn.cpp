@@ -11,6 +11,7 @@
 
 #include "backends/cpu/cpu_common.h"
 #include "backends/cpu/kernels.h"
+#include "ops/rnn_params.h"
 #include "ops/rnn_util.h"
 
 namespace kiln::cpu {
@@ -63,7 +64,7 @@ struct Layer {
   int64_t T_ = 0, B = 0, I = 0, H = 0, D = 1, G = 1, S = 0;
   bool bf = false, reverse_only = false, lbr = false, input_forget = false;
   T clip = 0;
-  std::vector<rm::ActParams> acts;
+  const rm::ActParams* acts = nullptr;  // the params' (RnnParams::acts)
   const T *x = nullptr, *w = nullptr, *r = nullptr, *b = nullptr, *h0 = nullptr, *c0 = nullptr,
           *p = nullptr;
   std::vector<int64_t> lens;
@@ -75,43 +76,37 @@ struct Layer {
   int64_t time(int64_t d, int64_t s, int64_t b_) const {
     return backward_dir(d) ? lens[b_] - 1 - s : s;
   }
-  const rm::ActParams& act(int64_t d, int k) const {
-    return acts[static_cast<size_t>(d * rm::acts_per_dir(cell) + k)];
-  }
+  const rm::ActParams& act(int64_t d, int k) const { return acts[d * rm::acts_per_dir(cell) + k]; }
   T* reserve_row(T* res, int64_t t, int64_t d, int64_t b_) const {
     return res + ((t * D + d) * B + b_) * S;
   }
 };
 
 template <typename T>
-Layer<T> read_layer(const KernelContext& ctx, int cell, bool grad) {
-  const Attrs& a = ctx.attrs();
+Layer<T> read_layer(const KernelContext& ctx, const RnnParams& a, int cell, bool grad) {
   Layer<T> l;
   l.cell = cell;
-  l.bf = a.b("batch_first", false);
+  l.bf = a.batch_first;
   const TensorView& x = ctx.in(0);
   l.T_ = x.shape[l.bf ? 1 : 0];
   l.B = x.shape[l.bf ? 0 : 1];
   l.I = x.shape[2];
-  l.H = a.i("hidden_size");
-  l.D = a.str("direction") == "bidirectional" ? 2 : 1;
-  l.reverse_only = a.str("direction") == "reverse";
+  l.H = a.hidden_size;
+  l.D = a.num_dirs;
+  l.reverse_only = a.reverse_only;
   l.G = rm::gates_of(cell);
   l.S = rm::reserve_width(cell) * l.H;
-  l.lbr = a.b("linear_before_reset", false);
-  l.input_forget = a.b("input_forget", false);
-  l.clip = static_cast<T>(a.f("clip"));
-  const auto& codes = a.ints("activations");
-  const auto &al = a.floats("activation_alpha"), &be = a.floats("activation_beta");
-  for (size_t i = 0; i < codes.size(); ++i)
-    l.acts.push_back({static_cast<int>(codes[i]), al[i], be[i]});
+  l.lbr = a.linear_before_reset;
+  l.input_forget = a.input_forget;
+  l.clip = static_cast<T>(a.clip);
+  l.acts = a.acts.data();
   l.x = x.ptr<T>();
   l.w = ctx.in(1).ptr<T>();
   l.r = ctx.in(2).ptr<T>();
   int k = 3;
-  if (!grad && a.b("has_b", false)) l.b = ctx.in(k++).ptr<T>();
+  if (!grad && a.has_b) l.b = ctx.in(k++).ptr<T>();
   l.lens.assign(static_cast<size_t>(l.B), l.T_);
-  if (a.b("has_seq_lens", false)) {
+  if (a.has_seq_lens) {
     const TensorView& s = ctx.in(k++);
     dispatch_index(s.dtype, ctx.op_name(), [&](auto v) {
       using I = decltype(v);
@@ -124,23 +119,24 @@ Layer<T> read_layer(const KernelContext& ctx, int cell, bool grad) {
       }
     });
   }
-  if (a.b("has_h0", false)) l.h0 = ctx.in(k++).ptr<T>();
-  if (cell == 0 && a.b("has_c0", false)) l.c0 = ctx.in(k++).ptr<T>();
-  if (cell == 0 && a.b("has_p", false)) l.p = ctx.in(k++).ptr<T>();
+  if (a.has_h0) l.h0 = ctx.in(k++).ptr<T>();
+  if (cell == 0 && a.has_c0) l.c0 = ctx.in(k++).ptr<T>();
+  if (cell == 0 && a.has_p) l.p = ctx.in(k++).ptr<T>();
   l.next = k;
   return l;
 }
 
 // ---- forward
 
-template <typename T>
-void forward(KernelContext& ctx, int cell) {
-  const Layer<T> l = read_layer<T>(ctx, cell, false);
+template <typename T> void forward(KernelContext& ctx, int cell) {
+  RnnParams spare;
+  const RnnParams& prm = params_of(ctx, spare);
+  const Layer<T> l = read_layer<T>(ctx, prm, cell, false);
   const int64_t T_ = l.T_, B = l.B, I = l.I, H = l.H, D = l.D, GH = l.G * H, rows = T_ * B;
   T* y = ctx.out(0).ptr<T>();
   T* hn = ctx.out(1).ptr<T>();
   T* cn = cell == 0 ? ctx.out(2).ptr<T>() : nullptr;
-  const bool training = ctx.attrs().b("training", false);
+  const bool training = prm.training;
   T* res = training ? ctx.out(ctx.num_outputs() - 1).ptr<T>() : nullptr;
   std::fill(y, y + ctx.out(0).numel(), T(0));
   if (res) std::fill(res, res + ctx.out(ctx.num_outputs() - 1).numel(), T(0));
@@ -255,10 +251,11 @@ void forward(KernelContext& ctx, int cell) {
 
 // ---- backward
 
-template <typename T>
-void backward(KernelContext& ctx) {
-  const int cell = static_cast<int>(ctx.attrs().i("cell"));
-  const Layer<T> l = read_layer<T>(ctx, cell, true);
+template <typename T> void backward(KernelContext& ctx) {
+  RnnParams spare;
+  const RnnParams& prm = params_of(ctx, spare);
+  const int cell = prm.cell;
+  const Layer<T> l = read_layer<T>(ctx, prm, cell, true);
   const int64_t T_ = l.T_, B = l.B, I = l.I, H = l.H, D = l.D, G = l.G, GH = G * H, rows = T_ * B;
   int k = l.next;
   const T* res = ctx.in(k++).ptr<T>();

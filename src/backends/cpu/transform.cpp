@@ -4,6 +4,7 @@
 
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/transform_common.h"
+#include "ops/transform_params.h"
 #include "ops/transform_util.h"
 
 namespace kiln::cpu {
@@ -92,7 +93,7 @@ void copy_blocks(const KernelContext& ctx, char* dst, int64_t dst_pitch, const c
 
 void split(KernelContext& ctx) {
   const TensorView& in = ctx.in(0);
-  const int axis = static_cast<int>(ctx.attrs().i("axis"));
+  const int axis = static_cast<int>(params_of<AxisParams>(ctx).axis);
   const AxisView v(in.shape, axis);
   const int64_t row = v.inner * static_cast<int64_t>(size_of(in.dtype));
   int64_t offset = 0;
@@ -105,7 +106,7 @@ void split(KernelContext& ctx) {
 
 void concat(KernelContext& ctx) {
   const TensorView& out = ctx.out(0);
-  const int axis = static_cast<int>(ctx.attrs().i("axis"));
+  const int axis = static_cast<int>(params_of<AxisParams>(ctx).axis);
   const AxisView v(out.shape, axis);
   const int64_t row = v.inner * static_cast<int64_t>(size_of(out.dtype));
   int64_t offset = 0;
@@ -176,7 +177,9 @@ void transpose_tiled(const KernelContext& ctx, const U* src, U* dst, const Strid
 
 void transpose(KernelContext& ctx) {
   const TensorView &in = ctx.in(0), &out = ctx.out(0);
-  const StridedDims sd = collapse_transpose(in.shape, ctx.attrs().ints("perm"));
+  TransposeParams spare;
+  const std::vector<int64_t>& perm = params_of(ctx, spare).perm;
+  const StridedDims sd = collapse_transpose(in.shape, perm);
   const int rank = static_cast<int>(sd.dims.size());
   const auto p = std::find(sd.strides.begin(), sd.strides.end(), 1) - sd.strides.begin();
   if (rank >= 2 && p < rank - 1) {
@@ -187,7 +190,6 @@ void transpose(KernelContext& ctx) {
     return;
   }
   // the output's last dim is contiguous in the input: whole rows copy
-  const auto& perm = ctx.attrs().ints("perm");
   const auto in_strides = contiguous_strides(in.shape);
   Maps maps(out.shape.size());
   for (size_t d = 0; d < maps.size(); ++d)
@@ -199,8 +201,9 @@ void transpose(KernelContext& ctx) {
 
 void slice(KernelContext& ctx) {
   const TensorView &in = ctx.in(0), &out = ctx.out(0);
-  const auto &starts = ctx.attrs().ints("starts"), &stops = ctx.attrs().ints("stops"),
-             &steps = ctx.attrs().ints("steps");
+  SliceParams spare;
+  const SliceParams& p = params_of(ctx, spare);
+  const auto &starts = p.starts, &stops = p.stops, &steps = p.steps;
   std::vector<int64_t> first;
   for (size_t d = 0; d < in.shape.size(); ++d)
     first.push_back(transform::slice_dim(in.shape[d], starts[d], stops[d], steps[d]).start);
@@ -210,24 +213,24 @@ void slice(KernelContext& ctx) {
 }
 
 // Input index of output index i along a dim of size n padded by b in front, or kFill.
-int64_t pad_source(const std::string& mode, int64_t i, int64_t n, int64_t b) {
+int64_t pad_source(PadParams::Mode mode, int64_t i, int64_t n, int64_t b) {
   const int64_t s = i - b;
   if (s >= 0 && s < n) return s;
-  if (mode == "constant") return kFill;
-  if (mode == "edge") return std::clamp<int64_t>(s, 0, n - 1);
+  if (mode == PadParams::Mode::constant) return kFill;
+  if (mode == PadParams::Mode::edge) return std::clamp<int64_t>(s, 0, n - 1);
   return s < 0 ? -s : 2 * (n - 1) - s;  // reflect (pads < n, checked by inference)
 }
 
 void pad(KernelContext& ctx) {
   const TensorView &in = ctx.in(0), &out = ctx.out(0);
-  const auto& pads = ctx.attrs().ints("pads");
-  const std::string& mode = ctx.attrs().str("mode");
-  const double value = ctx.attrs().f("value");
+  PadParams spare;
+  const PadParams& p = params_of(ctx, spare);
   uint64_t fill = 0;
-  convert(&value, f64, &fill, out.dtype, 1);
-  remap(ctx, in, out, make_maps(in.shape, out.shape, [&](size_t d, int64_t i) {
-          return pad_source(mode, i, in.shape[d], pads[2 * d]);
-        }),
+  convert(&p.value, f64, &fill, out.dtype, 1);
+  remap(ctx, in, out,
+        make_maps(
+            in.shape, out.shape,
+            [&](size_t d, int64_t i) { return pad_source(p.mode, i, in.shape[d], p.pads[2 * d]); }),
         &fill);
 }
 
@@ -252,7 +255,8 @@ void broadcast_to(KernelContext& ctx) {
 void flip(KernelContext& ctx) {
   const TensorView &in = ctx.in(0), &out = ctx.out(0);
   std::vector<char> flipped(in.shape.size(), 0);
-  for (int64_t a : ctx.attrs().ints("axes")) flipped[a] = 1;
+  FlipParams spare;
+  for (int64_t a : params_of(ctx, spare).axes) flipped[a] = 1;
   remap(ctx, in, out, make_maps(in.shape, out.shape, [&](size_t d, int64_t i) {
           return flipped[d] ? in.shape[d] - 1 - i : i;
         }));

@@ -5,6 +5,7 @@
 
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/transform_common.h"
+#include "ops/transform_params.h"
 
 namespace kiln::cpu {
 
@@ -53,7 +54,7 @@ inline int64_t wrap(int64_t k, int64_t n) {
 
 void gather(KernelContext& ctx) {
   const TensorView &x = ctx.in(0), &idx = ctx.in(1), &out = ctx.out(0);
-  const int axis = static_cast<int>(ctx.attrs().i("axis"));
+  const int axis = static_cast<int>(params_of<AxisParams>(ctx).axis);
   const AxisView v(x.shape, axis);
   const int64_t m = idx.numel(), row = v.inner * static_cast<int64_t>(size_of(x.dtype));
   const auto ids = load_indices(idx);
@@ -97,7 +98,7 @@ void for_each_line(const KernelContext& ctx, const Shape& idx_shape, const Shape
 
 void gather_elements(KernelContext& ctx) {
   const TensorView &x = ctx.in(0), &idx = ctx.in(1), &out = ctx.out(0);
-  const int axis = static_cast<int>(ctx.attrs().i("axis"));
+  const int axis = static_cast<int>(params_of<AxisParams>(ctx).axis);
   const int64_t n = idx.shape[axis], inner = AxisView(idx.shape, axis).inner;
   const int64_t nx = x.shape[axis], stride = contiguous_strides(x.shape)[axis];
   const auto ids = load_indices(idx);
@@ -152,17 +153,18 @@ void scatter_typed(const KernelContext& ctx, const std::vector<int64_t>& ids, in
 
 void scatter_elements(KernelContext& ctx) {
   const TensorView &x = ctx.in(0), &idx = ctx.in(1), &out = ctx.out(0);
-  const int axis = static_cast<int>(ctx.attrs().i("axis"));
-  const std::string& r = ctx.attrs().str("reduction");
+  const ScatterParams p = params_of<ScatterParams>(ctx);
+  const int axis = static_cast<int>(p.axis);
+  using Reduction = ScatterParams::Reduction;
   if (out.data != x.data) std::memcpy(out.data, x.data, x.numel() * size_of(x.dtype));
   const auto ids = load_indices(idx);
   FirstBadIndex bad;
   dispatch(x.dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
-    if (r == "add") scatter_typed<T, Reduce::add>(ctx, ids, axis, bad);
-    else if (r == "mul") scatter_typed<T, Reduce::mul>(ctx, ids, axis, bad);
-    else if (r == "max") scatter_typed<T, Reduce::max>(ctx, ids, axis, bad);
-    else if (r == "min") scatter_typed<T, Reduce::min>(ctx, ids, axis, bad);
+    if (p.reduction == Reduction::add) scatter_typed<T, Reduce::add>(ctx, ids, axis, bad);
+    else if (p.reduction == Reduction::mul) scatter_typed<T, Reduce::mul>(ctx, ids, axis, bad);
+    else if (p.reduction == Reduction::max) scatter_typed<T, Reduce::max>(ctx, ids, axis, bad);
+    else if (p.reduction == Reduction::min) scatter_typed<T, Reduce::min>(ctx, ids, axis, bad);
     else scatter_typed<T, Reduce::none>(ctx, ids, axis, bad);
   });
   if (bad.any()) fail_index(ctx, x, idx, bad, axis);
@@ -170,8 +172,9 @@ void scatter_elements(KernelContext& ctx) {
 
 void one_hot(KernelContext& ctx) {
   const TensorView &idx = ctx.in(0), &out = ctx.out(0);
-  const AxisView v(out.shape, static_cast<int>(ctx.attrs().i("axis")));
-  const double on = ctx.attrs().f("on_value"), off = ctx.attrs().f("off_value");
+  const OneHotParams p = params_of<OneHotParams>(ctx);
+  const AxisView v(out.shape, static_cast<int>(p.axis));
+  const double on = p.on_value, off = p.off_value;
   const auto ids = load_indices(idx);
   dispatch(out.dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
@@ -192,7 +195,7 @@ void one_hot(KernelContext& ctx) {
 
 void coordinate_along_axis(KernelContext& ctx) {
   const TensorView& out = ctx.out(0);
-  const AxisView v(out.shape, static_cast<int>(ctx.attrs().i("axis")));
+  const AxisView v(out.shape, static_cast<int>(params_of<AxisParams>(ctx).axis));
   dispatch(out.dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
     T* op = out.ptr<T>();

@@ -3,6 +3,7 @@
 // and the first one (by position in indices) is reported after the loop.
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/transform_common.h"
+#include "ops/transform_params.h"
 
 namespace kiln::cpu {
 
@@ -63,7 +64,7 @@ std::vector<int64_t> load_indices(const TensorView& idx) {
 
 void gather_nd(KernelContext& ctx) {
   const TensorView &x = ctx.in(0), &idx = ctx.in(1), &out = ctx.out(0);
-  const TupleGeometry g(x.shape, idx.shape, ctx.attrs().i("batch_dims"));
+  const TupleGeometry g(x.shape, idx.shape, params_of<GatherNdParams>(ctx).batch_dims);
   const auto ids = load_indices(idx);
   const int64_t row = g.slice * static_cast<int64_t>(size_of(x.dtype));
   const auto* src = static_cast<const char*>(x.data);
@@ -116,7 +117,8 @@ void scatter_nd_typed(const KernelContext& ctx, const TupleGeometry& g,
 
 void scatter_nd(KernelContext& ctx) {
   const TensorView &x = ctx.in(0), &idx = ctx.in(1), &out = ctx.out(0);
-  const std::string& r = ctx.attrs().str("reduction");
+  const ScatterParams::Reduction r = params_of<ScatterParams>(ctx).reduction;
+  using Reduction = ScatterParams::Reduction;
   if (out.data != x.data) std::memcpy(out.data, x.data, x.numel() * size_of(x.dtype));
   const TupleGeometry g(x.shape, idx.shape, 0);
   const auto ids = load_indices(idx);
@@ -129,10 +131,10 @@ void scatter_nd(KernelContext& ctx) {
   }
   dispatch(x.dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
-    if (r == "add") scatter_nd_typed<T, Reduce::add>(ctx, g, offsets);
-    else if (r == "mul") scatter_nd_typed<T, Reduce::mul>(ctx, g, offsets);
-    else if (r == "max") scatter_nd_typed<T, Reduce::max>(ctx, g, offsets);
-    else if (r == "min") scatter_nd_typed<T, Reduce::min>(ctx, g, offsets);
+    if (r == Reduction::add) scatter_nd_typed<T, Reduce::add>(ctx, g, offsets);
+    else if (r == Reduction::mul) scatter_nd_typed<T, Reduce::mul>(ctx, g, offsets);
+    else if (r == Reduction::max) scatter_nd_typed<T, Reduce::max>(ctx, g, offsets);
+    else if (r == Reduction::min) scatter_nd_typed<T, Reduce::min>(ctx, g, offsets);
     else scatter_nd_typed<T, Reduce::none>(ctx, g, offsets);
   });
   if (first_bad >= 0) fail_tuple(ctx, x, idx, ids, g, first_bad);

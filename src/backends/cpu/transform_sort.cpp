@@ -6,6 +6,7 @@
 
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/transform_common.h"
+#include "ops/transform_params.h"
 
 namespace kiln::cpu {
 
@@ -63,12 +64,13 @@ inline int64_t line_offset(int64_t l, int64_t j, int64_t n, int64_t inner) {
 
 void sort(KernelContext& ctx) {
   const TensorView &x = ctx.in(0), &out = ctx.out(0);
-  const int axis = static_cast<int>(ctx.attrs().i("axis"));
+  const SortParams p = params_of<SortParams>(ctx);
+  const int axis = static_cast<int>(p.axis);
   const AxisView v(x.shape, axis);
   dispatch(x.dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
     T* op = out.ptr<T>();
-    sort_lines<T>(ctx, x, axis, ctx.attrs().b("descending"), v.n,
+    sort_lines<T>(ctx, x, axis, p.descending, v.n,
                   [&](int64_t l, const std::vector<T>& line, const std::vector<int64_t>& order) {
                     for (int64_t j = 0; j < v.n; ++j)
                       op[line_offset(l, j, v.n, v.inner)] = line[order[j]];
@@ -78,12 +80,13 @@ void sort(KernelContext& ctx) {
 
 void argsort(KernelContext& ctx) {
   const TensorView &x = ctx.in(0), &out = ctx.out(0);
-  const int axis = static_cast<int>(ctx.attrs().i("axis"));
+  const SortParams p = params_of<SortParams>(ctx);
+  const int axis = static_cast<int>(p.axis);
   const AxisView v(x.shape, axis);
   int64_t* op = out.ptr<int64_t>();
   dispatch(x.dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
-    sort_lines<T>(ctx, x, axis, ctx.attrs().b("descending"), v.n,
+    sort_lines<T>(ctx, x, axis, p.descending, v.n,
                   [&](int64_t l, const std::vector<T>&, const std::vector<int64_t>& order) {
                     for (int64_t j = 0; j < v.n; ++j)
                       op[line_offset(l, j, v.n, v.inner)] = order[j];
@@ -93,14 +96,15 @@ void argsort(KernelContext& ctx) {
 
 void topk(KernelContext& ctx) {
   const TensorView &x = ctx.in(0), &values = ctx.out(0), &indices = ctx.out(1);
-  const int axis = static_cast<int>(ctx.attrs().i("axis"));
-  const int64_t k = ctx.attrs().i("k");
+  const SortParams p = params_of<SortParams>(ctx);
+  const int axis = static_cast<int>(p.axis);
+  const int64_t k = p.k;
   const AxisView v(x.shape, axis);
   int64_t* ip = indices.ptr<int64_t>();
   dispatch(x.dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
     T* vp = values.ptr<T>();
-    sort_lines<T>(ctx, x, axis, ctx.attrs().b("largest"), k,
+    sort_lines<T>(ctx, x, axis, p.descending, k,
                   [&](int64_t l, const std::vector<T>& line, const std::vector<int64_t>& order) {
                     for (int64_t j = 0; j < k; ++j) {
                       const int64_t o = line_offset(l, j, k, v.inner);

@@ -181,7 +181,7 @@ template <typename T> void backward(KernelContext& ctx) {
   Args<T> a = args_of<T>(ctx, 1);
   a.dout = ctx.in(0).ptr<T>();
   a.out = ctx.in(4).ptr<T>();
-  const bool mask_grad = ctx.attrs().b("mask_grad", false);
+  const bool mask_grad = params_of<AttentionParams>(ctx).mask_grad;
   T* dq = mask_grad ? nullptr : ctx.out(0).ptr<T>();
   T* dmask = mask_grad ? ctx.out(0).ptr<T>() : nullptr;
   const int64_t rows = a.batch * a.lq;

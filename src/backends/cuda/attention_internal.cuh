@@ -9,6 +9,7 @@
 
 #include "backends/cuda/cuda_common.cuh"
 #include "backends/cuda/mma_util.cuh"
+#include "ops/attention_params.h"
 #include "ops/attention_util.h"
 
 namespace kiln::cuda::attention_detail {
@@ -88,9 +89,10 @@ template <typename T> Args<T> args_of(const KernelContext& ctx, int iq) {
   a.ev = tv.shape[r - 1];
   const Shape batch(tq.shape.begin(), tq.shape.end() - 2);
   a.batch = numel(batch);
-  a.scale = attention::scale_of(ctx.attrs(), a.e);
-  a.causal = ctx.attrs().b("causal");
-  if (ctx.attrs().b("has_mask")) {
+  const AttentionParams p = params_of<AttentionParams>(ctx);
+  a.scale = p.scale_for(a.e);
+  a.causal = p.causal;
+  if (p.has_mask) {
     const TensorView& m = ctx.in(iq == 0 ? 3 : 5);  // the grad op: after dout, q, k, v, out
     if (m.dtype == DType::boolean) a.bmask = m.ptr<bool>();
     else a.amask = m.ptr<T>();

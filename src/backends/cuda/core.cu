@@ -4,6 +4,7 @@
 #include "backends/cuda/cuda_common.cuh"
 #include "backends/cuda/elementwise.cuh"
 #include "backends/cuda/kernels.h"
+#include "ops/core_params.h"
 
 namespace kiln::cuda {
 
@@ -37,7 +38,7 @@ void full(KernelContext& ctx) {
   const TensorView& o = ctx.out(0);
   const int64_t n = o.numel();
   if (n == 0) return;
-  const double v = ctx.attrs().f("value");
+  const double v = params_of<FullParams>(ctx).value;
   cudaStream_t s = stream_of(ctx);
   dispatch(o.dtype, "full", [&](auto t) {
     using T = decltype(t);
@@ -75,7 +76,8 @@ void arange(KernelContext& ctx) {
   const TensorView& o = ctx.out(0);
   const int64_t n = o.numel();
   if (n == 0) return;
-  const double start = ctx.attrs().f("start"), step = ctx.attrs().f("step");
+  const ArangeParams range = params_of<ArangeParams>(ctx);
+  const double start = range.start, step = range.step;
   dispatch(o.dtype, "arange", [&](auto t) {
     using T = decltype(t);
     if constexpr (!std::is_same_v<T, bool>) {

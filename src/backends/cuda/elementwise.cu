@@ -10,6 +10,7 @@
 #include "backends/cuda/elementwise.cuh"
 #include "backends/cuda/kernels.h"
 #include "ops/elementwise_math.h"
+#include "ops/elementwise_params.h"
 #include "ops/elementwise_records.h"
 
 namespace kiln::cuda {
@@ -176,12 +177,12 @@ void clip(KernelContext& ctx) {
 }
 
 void gelu(KernelContext& ctx) {
-  if (ctx.attrs().str("approximate") == "tanh") unary_float<math::GeluTanh>(ctx);
+  if (params_of<GeluParams>(ctx).tanh) unary_float<math::GeluTanh>(ctx);
   else unary_float<math::Gelu>(ctx);
 }
 // The shift direction is an attribute, so bit_shift is not a record: one of two functors.
 void bit_shift(KernelContext& ctx) {
-  if (ctx.attrs().b("left")) integer<math::ShiftLeft, 2>(ctx);
+  if (params_of<BitShiftParams>(ctx).left) integer<math::ShiftLeft, 2>(ctx);
   else integer<math::ShiftRight, 2>(ctx);
 }
 }  // namespace

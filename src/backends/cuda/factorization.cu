@@ -7,6 +7,7 @@
 
 #include "backends/cuda/cuda_common.cuh"
 #include "backends/cuda/kernels.h"
+#include "ops/factorization_params.h"
 
 namespace kiln::cuda {
 
@@ -80,7 +81,7 @@ void cholesky(KernelContext& ctx) {
   const int64_t n = a.shape.back();
   const int64_t batch = n > 0 ? a.numel() / (n * n) : 0;
   if (batch == 0 || n == 0) return;
-  const bool upper = ctx.attrs().b("upper");
+  const bool upper = params_of<FactorizationParams>(ctx).upper;
   dispatch_float(a.dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
@@ -118,9 +119,9 @@ __global__ void triangular_solve_kernel(const T* __restrict__ a, const T* __rest
 
 void triangular_solve(KernelContext& ctx) {
   const TensorView &a = ctx.in(0), &b = ctx.in(1);
-  const Attrs& at = ctx.attrs();
-  const bool upper = at.b("upper"), left = at.b("left"), unit = at.b("unit_diagonal");
-  const bool trans = at.b("transpose") != !left;
+  const FactorizationParams p = params_of<FactorizationParams>(ctx);
+  const bool upper = p.upper, left = p.left, unit = p.unit_diagonal;
+  const bool trans = p.transpose != !left;
   const bool lower = trans ? upper : !upper;
   const int64_t n = a.shape.back();
   const int64_t r = b.shape[b.shape.size() - 2], c = b.shape.back();

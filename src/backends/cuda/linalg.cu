@@ -16,7 +16,7 @@
 #include "backends/cuda/handles.h"
 #include "backends/cuda/kernels.h"
 #include "backends/geometry.h"
-#include "backends/cuda/library_check.h"
+#include "ops/linalg_params.h"
 
 namespace kiln::cuda {
 
@@ -292,7 +292,7 @@ void matmul_float(KernelContext& ctx, const MatmulDims& d) {
   GemmKey key;
   key.device = ctx.device();
   key.dtype = t;
-  key.tf32 = ctx.attrs().b("tf32", false);
+  key.tf32 = params_of<LinalgParams>(ctx).tf32;
   key.ldb = d.K;
   if (sb == 0 && sa != 0) {
     // one b for every batch: fold the batch into the rows of a (Cᵀ = Bᵀ · [A_0ᵀ A_1ᵀ ...])
@@ -379,7 +379,8 @@ namespace {
 
 void linear(KernelContext& ctx) {
   const TensorView &x = ctx.in(0), &w = ctx.in(1), &out = ctx.out(0);
-  const void* bias = ctx.attrs().b("has_bias") ? ctx.in(2).data : nullptr;
+  const LinalgParams p = params_of<LinalgParams>(ctx);
+  const void* bias = p.has_bias ? ctx.in(2).data : nullptr;
   const int64_t K = x.shape.back(), N = w.shape[0];
   if (out.numel() == 0) return;
   const int64_t rows = out.numel() / N;
@@ -394,8 +395,7 @@ void linear(KernelContext& ctx) {
     });
     return;
   }
-  linear_float(ctx, x.data, w.data, bias, out.data, rows, N, K, t,
-               ctx.attrs().b("tf32", false));
+  linear_float(ctx, x.data, w.data, bias, out.data, rows, N, K, t, p.tf32);
 }
 
 }  // namespace

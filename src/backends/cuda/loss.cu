@@ -5,10 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <string>
 
 #include "backends/cuda/cuda_common.cuh"
 #include "backends/cuda/kernels.h"
+#include "ops/loss_params.h"
 
 namespace kiln::cuda {
 
@@ -16,11 +16,8 @@ namespace {
 
 constexpr int kMaxPartials = 1024;
 
-enum class Reduce { none, mean, sum };
-Reduce reduction(const KernelContext& ctx) {
-  const std::string& r = ctx.attrs().str("reduction");
-  return r == "none" ? Reduce::none : r == "mean" ? Reduce::mean : Reduce::sum;
-}
+using Reduce = LossParams::Reduce;
+Reduce reduction(const KernelContext& ctx) { return params_of<LossParams>(ctx).reduction; }
 
 // A loss and the number of positions it counts for (0 for an ignored position).
 struct LossCount {
@@ -162,10 +159,11 @@ struct LoadLoss {
 
 void softmax_cross_entropy(KernelContext& ctx) {
   const TensorView &x = ctx.in(0), &labels = ctx.in(1);
-  const AxisSplit s = split_at(x.shape, ctx.attrs().i("axis"));
+  const int64_t axis = params_of<LossParams>(ctx).axis;
+  const AxisSplit s = split_at(x.shape, axis);
   const int64_t n = s.outer * s.inner;
   double* loss = static_cast<double*>(ctx.scratch(std::max<int64_t>(n, 1) * sizeof(double)));
-  describe_errors(ctx, ErrorKind::label, ctx.attrs().i("axis"), s.len);
+  describe_errors(ctx, ErrorKind::label, axis, s.len);
   cudaStream_t stream = stream_of(ctx);
   dispatch_float(x.dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
@@ -208,7 +206,7 @@ template <typename T, typename L> struct NllLoss {
 void nll(KernelContext& ctx) {
   const TensorView &x = ctx.in(0), &target = ctx.in(1);
   const AxisSplit s = split_at(x.shape, x.rank() == 1 ? 0 : 1);
-  const int64_t n = s.outer * s.inner, ignore = ctx.attrs().i("ignore_index");
+  const int64_t n = s.outer * s.inner, ignore = params_of<LossParams>(ctx).ignore_index;
   describe_errors(ctx, ErrorKind::label, x.rank() == 1 ? 0 : 1, s.len);
   dispatch_float(x.dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);

@@ -290,7 +290,7 @@ bool conv_igemm(KernelContext& ctx, QConvArgs g, const float* bias, const int32_
       g.pw = (g.OW - 1) * g.sw + 32 / g.pc;
     }
     if (!g.cl || g.G != 1 || (rows && (g.KW * g.pc > 32 || g.dw != 1)) ||
-        !ctx.attrs().b("zero_w_zp", false) || !ctx.choices().qconv_implicit_gemm ||
+        !params_of<QuantEpilogueParams>(ctx).zero_w_zp || !ctx.choices().qconv_implicit_gemm ||
         (!rows && (xf || pointer_alignment(tx.data) < 16)))
       return false;
     const int64_t M = g.N * g.OH * g.OW;
@@ -400,6 +400,7 @@ bool quantized_matmul_igemm(KernelContext& ctx, int64_t m, int64_t n, int64_t k,
   const TensorView& tw = ctx.in(3);
   if (tw.dtype != DType::i8 || m <= 0 || n <= 0 || k % kIgK != 0 || ctx.in(4).numel() == 0)
     return false;
+  const QuantEpilogueParams ep = params_of<QuantEpilogueParams>(ctx);
   // a 1x1 NHWC convolution over m pixels: C = k, O = n
   QConvArgs g{m,
               k,
@@ -417,19 +418,19 @@ bool quantized_matmul_igemm(KernelContext& ctx, int64_t m, int64_t n, int64_t k,
               1,
               0,
               0,
-              ctx.attrs().b("relu", false),
+              ep.relu,
               ctx.in(4).numel() != 1,
               ctx.in(5).numel() != 1,
               true,
               true};
-  g.act = epilogue_activation(ctx);
+  g.act = epilogue_activation(ep);
   g.gemm = true;
   int next = 8;
-  const float* bias = ctx.attrs().b("has_bias", false) ? ctx.in(next++).ptr<float>() : nullptr;
-  const quant_math::Residual res = residual_input(ctx, next);
+  const float* bias = ep.has_bias ? ctx.in(next++).ptr<float>() : nullptr;
+  const quant_math::Residual res = residual_input(ctx, next, ep);
   const int8_t* w_oc = nullptr;
   if (!transpose_w) {  // (what conv_igemm checks first, before the weights are transposed)
-    if (!ctx.attrs().b("zero_w_zp", false) || !ctx.choices().qconv_implicit_gemm ||
+    if (!ep.zero_w_zp || !ctx.choices().qconv_implicit_gemm ||
         pointer_alignment(ctx.in(0).data) < 16)
       return false;
     auto* buf = static_cast<int8_t*>(ctx.scratch(static_cast<size_t>(n * k)));

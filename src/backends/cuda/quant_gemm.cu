@@ -206,14 +206,15 @@ bool run(KernelContext& ctx, int64_t m, int64_t n, int64_t k, bool tw) {
   auto* raw = static_cast<int32_t*>(ctx.scratch(static_cast<size_t>(m * n) * 4));
   int8_gemm(ctx, a8, w8, raw, m, n, k, align_a, align_w);
   int next = 8;
-  const float* bias = ctx.attrs().b("has_bias", false) ? ctx.in(next++).ptr<float>() : nullptr;
-  const float* res = ctx.attrs().b("has_residual", false) ? ctx.in(next).ptr<float>() : nullptr;
+  const QuantEpilogueParams ep = params_of<QuantEpilogueParams>(ctx);
+  const float* bias = ep.has_bias ? ctx.in(next++).ptr<float>() : nullptr;
+  const float* res = ep.has_residual ? ctx.in(next).ptr<float>() : nullptr;
   const EpilogueArgs g{m,
                        n,
                        k,
                        shift_of<A>(),
                        shift_of<W>(),
-                       epilogue_activation(ctx),
+                       epilogue_activation(ep),
                        ctx.in(4).numel() != 1 || n == 1};
   qmm_epilogue<A, W, Y><<<blocks_for(m * n), kThreads, 0, st>>>(
       raw, sums, sums + m, ctx.in(1).ptr<float>(), ctx.in(2).ptr<A>(), ctx.in(4).ptr<float>(),

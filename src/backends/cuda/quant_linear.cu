@@ -13,6 +13,7 @@
 #include "backends/cuda/cuda_common.cuh"
 #include "backends/cuda/mma_util.cuh"
 #include "backends/quant_math.h"
+#include "ops/quant_params.h"
 
 namespace kiln::cuda {
 
@@ -172,7 +173,8 @@ void run_wql(KernelContext& ctx, const WqlArgs& g) {
   const W* w = ctx.in(1).ptr<W>();
   const float* sw = ctx.in(2).ptr<float>();
   const W* zw = ctx.in(3).ptr<W>();
-  const float* bias = ctx.attrs().b("has_bias", false) ? ctx.in(4).ptr<float>() : nullptr;
+  const float* bias =
+      params_of<QuantizedWeightLinearParams>(ctx).has_bias ? ctx.in(4).ptr<float>() : nullptr;
   float* y = ctx.out(0).ptr<float>();
   const cudaStream_t stream = stream_of(ctx);
   if (g.m > kMaxRows || g.k == 0) {

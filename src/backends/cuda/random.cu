@@ -3,6 +3,7 @@
 // stays on the device: each thread reads it, and thread 0 writes the next one.
 #include "backends/cuda/cuda_common.cuh"
 #include "backends/cuda/kernels.h"
+#include "ops/random_params.h"
 #include "ops/random_util.h"
 
 namespace kiln::cuda {
@@ -20,9 +21,9 @@ __global__ void state_kernel(int32_t* out, StateWords s) {
 }
 
 void philox_state(KernelContext& ctx) {
-  const auto& w = ctx.attrs().ints("state");
+  const PhiloxStateParams p = params_of<PhiloxStateParams>(ctx);
   StateWords s;
-  for (int i = 0; i < 6; ++i) s.w[i] = static_cast<int32_t>(static_cast<uint32_t>(w[i]));
+  for (int i = 0; i < 6; ++i) s.w[i] = p.state[i];
   state_kernel<<<1, 32, 0, stream_of(ctx)>>>(ctx.out(0).ptr<int32_t>(), s);
   check_launch(ctx.op_name());
 }
@@ -89,14 +90,15 @@ void random_draw(KernelContext& ctx) {
   int32_t* next = ctx.out(1).ptr<int32_t>();
   cudaStream_t st = stream_of(ctx);
   const unsigned grid = blocks_for(groups);
+  const RandomParams rp = params_of<RandomParams>(ctx);
   dispatch(v.dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
     if constexpr (std::is_floating_point_v<acc_t<T>>) {
       using A = acc_t<T>;
-      const auto p = random_util::params<A>(ctx.attrs(), d);
+      const auto p = rp.params<A>(d);
       real_kernel<T, A><<<grid, kThreads, 0, st>>>(d, p, s, v.ptr<T>(), next, n, size, blocks);
     } else {
-      const auto p = random_util::params<float>(ctx.attrs(), d);
+      const auto p = rp.params<float>(d);
       int_kernel<T><<<grid, kThreads, 0, st>>>(d, p, s, v.ptr<T>(), next, n, size, blocks);
     }
   });

@@ -11,6 +11,7 @@
 #include "backends/cuda/cuda_common.cuh"
 #include "backends/cuda/kernels.h"
 #include "kiln/array.h"
+#include "ops/rearrange_params.h"
 #include "ops/rearrange_util.h"
 
 namespace kiln::cuda {
@@ -63,14 +64,15 @@ template <bool kToSpace> void space_depth(KernelContext& ctx) {
   const int64_t total = out.numel();
   if (total == 0) return;
   const Shape& depth = kToSpace ? x.shape : out.shape;
-  const bool nhwc = ctx.attrs().b("channels_last");
+  const SpaceDepthParams p = params_of<SpaceDepthParams>(ctx);
+  const bool nhwc = p.channels_last;
   xform_math::SpaceDepth g;
-  g.b = ctx.attrs().i("block_size");
+  g.b = p.block_size;
   g.n = depth[0];
   g.c = depth[nhwc ? 3 : 1] / (g.b * g.b);
   g.h = depth[nhwc ? 1 : 2];
   g.w = depth[nhwc ? 2 : 3];
-  g.crd = ctx.attrs().str("mode") == "CRD";
+  g.crd = p.crd;
   g.nhwc = nhwc;
   dispatch_elem(size_of(x.dtype), ctx.op_name(), [&](auto u) {
     using U = decltype(u);
@@ -145,7 +147,8 @@ __global__ void embedding_grad_kernel(const uint64_t* __restrict__ keys,
 void embedding_grad(KernelContext& ctx) {
   const TensorView &idx = ctx.in(0), &grad = ctx.in(1), &out = ctx.out(0);
   const cudaStream_t s = stream_of(ctx);
-  const int64_t rows = out.shape[0], m = idx.numel(), pad = ctx.attrs().i("padding_idx");
+  const int64_t rows = out.shape[0], m = idx.numel();
+  const int64_t pad = params_of<EmbeddingGradParams>(ctx).padding_idx;
   const size_t bytes = static_cast<size_t>(out.numel()) * size_of(out.dtype);
   if (bytes > 0) KILN_CUDA_CHECK(cudaMemsetAsync(out.data, 0, bytes, s));
   if (m == 0 || rows == 0) {
@@ -205,7 +208,7 @@ void masked_fill(KernelContext& ctx) {
   const bool dense = mask.shape == x.shape;
   const BroadcastIndex mi =
       dense ? BroadcastIndex{} : make_broadcast_index(mask.shape, x.shape, "masked_fill");
-  const double value = ctx.attrs().f("value");
+  const double value = params_of<MaskedFillParams>(ctx).value;
   dispatch_elem(size_of(x.dtype), "masked_fill", [&](auto u) {
     using U = decltype(u);
     U fill{};
@@ -243,7 +246,9 @@ void roll(KernelContext& ctx) {
   const TensorView &x = ctx.in(0), &out = ctx.out(0);
   const int64_t total = out.numel();
   if (total == 0) return;
-  const auto &shifts = ctx.attrs().ints("shifts"), &axes = ctx.attrs().ints("axes");
+  RollParams spare;
+  const RollParams& p = params_of(ctx, spare);
+  const auto &shifts = p.shifts, &axes = p.axes;
   const Shape s = axes.empty() ? Shape{total} : x.shape;
   if (s.size() > static_cast<size_t>(kMaxRank))
     fail<UnsupportedError>("[roll] cuda kernel takes rank <= {}, got shape {}", kMaxRank,
@@ -343,12 +348,12 @@ __global__ void nms_pack_kernel(const int64_t* __restrict__ picked,
 template <typename T> void nms_typed(KernelContext& ctx) {
   const TensorView &boxes = ctx.in(0), &scores = ctx.in(1), &sel = ctx.out(0);
   const cudaStream_t s = stream_of(ctx);
-  const Attrs& a = ctx.attrs();
+  const NonMaxSuppressionParams a = params_of<NonMaxSuppressionParams>(ctx);
   const int64_t nb = scores.shape[0], nc = scores.shape[1], n = scores.shape[2];
   const int64_t segments = nb * nc, total = segments * n;
-  const int64_t m = std::min(a.i("max_output_boxes_per_class"), n);
-  const bool center = a.b("center_point_box"), has_thr = a.b("has_score_threshold");
-  const T iou = static_cast<T>(a.f("iou_threshold")), thr = static_cast<T>(a.f("score_threshold"));
+  const int64_t m = std::min(a.max_output_boxes_per_class, n);
+  const bool center = a.center_point_box, has_thr = a.has_score_threshold;
+  const T iou = static_cast<T>(a.iou_threshold), thr = static_cast<T>(a.score_threshold);
   auto* count_out = ctx.out(1).ptr<int64_t>();
   if (sel.numel() > 0)
     KILN_CUDA_CHECK(cudaMemsetAsync(sel.data, 0xff, sel.numel() * sizeof(int64_t), s));  // -1

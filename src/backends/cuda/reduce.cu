@@ -13,6 +13,7 @@
 #include "backends/cuda/cuda_common.cuh"
 #include "backends/cuda/kernels.h"
 #include "backends/geometry.h"
+#include "ops/reduce_params.h"
 
 namespace kiln::cuda {
 
@@ -487,28 +488,32 @@ void run_reduce(KernelContext& ctx, const std::vector<int64_t>& axes, const Op& 
 
 // ---- op entry points ----
 
-const std::vector<int64_t>& axes_of(KernelContext& ctx) { return ctx.attrs().ints("axes"); }
+// The reduced axes (`spare` holds them where the node has no decoded params).
+const std::vector<int64_t>& axes_of(KernelContext& ctx, ReduceParams& spare) {
+  return params_of(ctx, spare).axes;
+}
 
 template <template <typename> class Op> void reduce_numeric(KernelContext& ctx) {
+  ReduceParams spare;
   dispatch(ctx.in(0).dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
     if constexpr (std::is_same_v<T, bool>)
       fail<UnsupportedError>("[{}] cuda kernel got dtype bool", ctx.op_name());
-    else
-      run_reduce(ctx, axes_of(ctx), Op<T>{});
+    else run_reduce(ctx, axes_of(ctx, spare), Op<T>{});
   });
 }
 template <template <typename> class Op> void reduce_float(KernelContext& ctx) {
+  ReduceParams spare;
   dispatch_float(ctx.in(0).dtype, ctx.op_name(),
-                 [&](auto t) { run_reduce(ctx, axes_of(ctx), Op<decltype(t)>{}); });
+                 [&](auto t) { run_reduce(ctx, axes_of(ctx, spare), Op<decltype(t)>{}); });
 }
 template <bool kMax> void reduce_extreme(KernelContext& ctx) {
-  dispatch(ctx.in(0).dtype, ctx.op_name(), [&](auto t) {
-    run_reduce(ctx, axes_of(ctx), ExtremeOp<decltype(t), kMax>{});
-  });
+  ReduceParams spare;
+  dispatch(ctx.in(0).dtype, ctx.op_name(),
+           [&](auto t) { run_reduce(ctx, axes_of(ctx, spare), ExtremeOp<decltype(t), kMax>{}); });
 }
 template <bool kMax> void arg_reduce(KernelContext& ctx) {
-  const std::vector<int64_t> axes{ctx.attrs().i("axis")};
+  const std::vector<int64_t> axes{params_of<ReduceAxisParams>(ctx).axis};
   dispatch(ctx.in(0).dtype, ctx.op_name(),
            [&](auto t) { run_reduce(ctx, axes, ArgOp<decltype(t), kMax>{}); });
 }
@@ -524,11 +529,12 @@ void min(KernelContext& ctx) { reduce_extreme<false>(ctx); }
 void argmax(KernelContext& ctx) { arg_reduce<true>(ctx); }
 void argmin(KernelContext& ctx) { arg_reduce<false>(ctx); }
 void variance(KernelContext& ctx) {
-  const int64_t correction = ctx.attrs().i("correction");
+  ReduceParams spare;
+  const ReduceParams& p = params_of(ctx, spare);
   dispatch_float(ctx.in(0).dtype, ctx.op_name(), [&](auto t) {
     VarianceOp<decltype(t)> op;
-    op.correction = correction;
-    run_reduce(ctx, axes_of(ctx), op);
+    op.correction = p.correction;
+    run_reduce(ctx, p.axes, op);
   });
 }
 
@@ -707,8 +713,9 @@ void run_cumsum(KernelContext& ctx, const AxisSplit& v, bool exclusive, bool rev
 
 void cumsum(KernelContext& ctx) {
   if (ctx.out(0).numel() == 0) return;
-  const AxisSplit v = split_at(ctx.in(0).shape, ctx.attrs().i("axis"));
-  const bool exclusive = ctx.attrs().b("exclusive"), reverse = ctx.attrs().b("reverse");
+  const ReduceAxisParams a = params_of<ReduceAxisParams>(ctx);
+  const AxisSplit v = split_at(ctx.in(0).shape, a.axis);
+  const bool exclusive = a.exclusive, reverse = a.reverse;
   dispatch(ctx.in(0).dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
     if constexpr (std::is_same_v<T, bool>)

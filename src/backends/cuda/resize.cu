@@ -10,6 +10,7 @@
 #include "backends/cuda/kernels.h"
 #include "kiln/array.h"
 #include "ops/grid_sample_util.h"
+#include "ops/resize_params.h"
 #include "ops/resize_util.h"
 
 namespace kiln::cuda {
@@ -87,7 +88,9 @@ void resize(KernelContext& ctx) {
   const TensorView &x = ctx.in(0), &out = ctx.out(0);
   const int64_t total = out.numel();
   if (total == 0) return;
-  const resize_math::Params p = resize_math::params_from(ctx.attrs());
+  ResizeParams spare;
+  const ResizeParams& rp = params_of(ctx, spare);
+  const resize_math::Params& p = rp.math;
   const int r = out.rank();
   if (r > kMaxRank)
     fail<UnsupportedError>("[resize] cuda kernel takes rank <= {}, got {}", kMaxRank, r);
@@ -95,7 +98,7 @@ void resize(KernelContext& ctx) {
   g.rank = r;
   const auto xs = contiguous_strides(x.shape);
   for (int d = 0; d < r; ++d) {
-    g.dims[d] = resize_math::dim_from(ctx.attrs(), x.shape, out.shape, d);
+    g.dims[d] = rp.dim(x.shape, out.shape, d);
     g.in_strides[d] = xs[d];
   }
   const cudaStream_t s = stream_of(ctx);
@@ -190,7 +193,7 @@ void grid_sample(KernelContext& ctx) {
   const int64_t total = out.numel();
   if (total == 0) return;
   const int k = x.rank() - 2;
-  const grid_math::Params p = grid_math::params_from(ctx.attrs(), k);
+  const grid_math::Params p = params_of<GridSampleParams>(ctx).math(k);
   SampleGeometry g;
   g.channels = x.shape[1];
   g.points = numel(Shape(out.shape.begin() + 2, out.shape.end()));

@@ -12,12 +12,12 @@
 // Half types run as f32. seq_lens values outside [0, T] are reported through the step's error
 // slot (the run then throws ValueError, as the CPU kernel does) and clamped so the kernels stay in
 // bounds meanwhile.
+#include <cublas_v2.h>
+
 #include <algorithm>
 #include <climits>
 #include <type_traits>
 #include <vector>
-
-#include <cublas_v2.h>
 
 #include "backends/cuda/cuda_common.cuh"
 #include "backends/cuda/handles.h"
@@ -25,6 +25,7 @@
 #include "backends/cuda/library_check.h"
 #include "backends/cuda/rnn_cells.cuh"
 #include "backends/cuda/rnn_persistent.h"
+#include "ops/rnn_params.h"
 #include "ops/rnn_util.h"
 
 namespace kiln::cuda {
@@ -223,37 +224,34 @@ __global__ void gates_kernel(Geo g, int64_t s, const int64_t* lens, const T* xw,
 
 struct Inputs {
   int64_t T = 0, B = 0, I = 0, H = 0, D = 1, G = 1;
-  bool bf = false, reverse_only = false, lbr = false, input_forget = false;
+  bool bf = false, reverse_only = false, lbr = false, input_forget = false, training = false;
   double clip = 0;
-  std::vector<rm::ActParams> acts;
+  const rm::ActParams* acts = nullptr;  // the params' (RnnParams::acts)
   int b = -1, lens = -1, h0 = -1, c0 = -1, p = -1, next = 3;
 };
 
-Inputs read_inputs(const KernelContext& ctx, int cell, bool grad) {
-  const Attrs& a = ctx.attrs();
+Inputs read_inputs(const KernelContext& ctx, const RnnParams& a, int cell, bool grad) {
   Inputs in;
-  in.bf = a.b("batch_first", false);
+  in.bf = a.batch_first;
   const Shape& xs = ctx.in(0).shape;
   in.T = xs[in.bf ? 1 : 0];
   in.B = xs[in.bf ? 0 : 1];
   in.I = xs[2];
-  in.H = a.i("hidden_size");
-  in.D = a.str("direction") == "bidirectional" ? 2 : 1;
-  in.reverse_only = a.str("direction") == "reverse";
+  in.H = a.hidden_size;
+  in.D = a.num_dirs;
+  in.reverse_only = a.reverse_only;
   in.G = rm::gates_of(cell);
-  in.lbr = a.b("linear_before_reset", false);
-  in.input_forget = a.b("input_forget", false);
-  in.clip = a.f("clip");
-  const auto& codes = a.ints("activations");
-  for (size_t i = 0; i < codes.size(); ++i)
-    in.acts.push_back({static_cast<int>(codes[i]), a.floats("activation_alpha")[i],
-                       a.floats("activation_beta")[i]});
+  in.lbr = a.linear_before_reset;
+  in.input_forget = a.input_forget;
+  in.training = a.training;
+  in.clip = a.clip;
+  in.acts = a.acts.data();
   int k = 3;
-  if (!grad && a.b("has_b", false)) in.b = k++;
-  if (a.b("has_seq_lens", false)) in.lens = k++;
-  if (a.b("has_h0", false)) in.h0 = k++;
-  if (cell == 0 && a.b("has_c0", false)) in.c0 = k++;
-  if (cell == 0 && a.b("has_p", false)) in.p = k++;
+  if (!grad && a.has_b) in.b = k++;
+  if (a.has_seq_lens) in.lens = k++;
+  if (a.has_h0) in.h0 = k++;
+  if (cell == 0 && a.has_c0) in.c0 = k++;
+  if (cell == 0 && a.has_p) in.p = k++;
   in.next = k;
   return in;
 }
@@ -274,9 +272,9 @@ Geo geo_of(const Inputs& in, int cell, int64_t d) {
   g.input_forget = in.input_forget;
   g.clip = in.clip;
   const int per = rm::acts_per_dir(cell);
-  g.fa = in.acts[static_cast<size_t>(d * per)];
-  g.ga = in.acts[static_cast<size_t>(d * per + (cell == 2 ? 0 : 1))];
-  g.ha = in.acts[static_cast<size_t>(d * per + (cell == 0 ? 2 : 0))];
+  g.fa = in.acts[d * per];
+  g.ga = in.acts[d * per + (cell == 2 ? 0 : 1)];
+  g.ha = in.acts[d * per + (cell == 0 ? 2 : 0)];
   return g;
 }
 
@@ -303,16 +301,15 @@ int64_t* device_lens(KernelContext& ctx, const Inputs& in) {
 // GRU with linear_before_reset, forward or bidirectional; lengths must be known on the host, so
 // only layers without seq_lens. Training layers keep the kernels above (rnn_grad reads their
 // reserve layout).
-bool cudnn_supports(const KernelContext& ctx, int cell, const Inputs& in) {
-  const Attrs& a = ctx.attrs();
-  if (a.b("training", false) || in.lens >= 0 || in.p >= 0 || in.reverse_only || in.clip > 0 ||
+bool cudnn_supports(int cell, const Inputs& in) {
+  if (in.training || in.lens >= 0 || in.p >= 0 || in.reverse_only || in.clip > 0 ||
       in.input_forget || (cell == 1 && !in.lbr) || in.T <= 0 || in.B <= 0 || in.I <= 0)
     return false;
   if (in.T > INT32_MAX || in.B > INT32_MAX || in.I > INT32_MAX || in.H > INT32_MAX) return false;
   const int per = rm::acts_per_dir(cell);
   for (int64_t d = 0; d < in.D; ++d)
     for (int k = 0; k < per; ++k) {
-      const int kind = in.acts[static_cast<size_t>(d * per + k)].kind;
+      const int kind = in.acts[d * per + k].kind;
       const int want = cell == 2 ? kind : (k == 0 ? rm::sigmoid : rm::tanh_);
       if (cell == 2 ? (kind != rm::tanh_ && kind != rm::relu) : kind != want) return false;
     }
@@ -424,16 +421,16 @@ void forward_cudnn(KernelContext& ctx, int cell, const Inputs& in) {
                                    d.h, cx, cy, wbytes, wspace, work, workspace, 0, nullptr));
 }
 
-template <typename T>
-void forward(KernelContext& ctx, int cell) {
-  const Inputs in = read_inputs(ctx, cell, false);
-  if (cudnn_supports(ctx, cell, in)) return forward_cudnn<T>(ctx, cell, in);
+template <typename T> void forward(KernelContext& ctx, int cell) {
+  RnnParams spare;
+  const Inputs in = read_inputs(ctx, params_of(ctx, spare), cell, false);
+  if (cudnn_supports(cell, in)) return forward_cudnn<T>(ctx, cell, in);
   cudaStream_t st = stream_of(ctx);
   const int64_t T_ = in.T, B = in.B, I = in.I, H = in.H, D = in.D, GH = in.G * H, rows = T_ * B;
   for (int o = 0; o < ctx.num_outputs(); ++o)
     KILN_CUDA_CHECK(cudaMemsetAsync(ctx.out(o).data, 0, ctx.out(o).numel() * sizeof(T), st));
   if (B == 0) return;
-  const bool training = ctx.attrs().b("training", false);
+  const bool training = in.training;
   T* y = ctx.out(0).ptr<T>();
   T* hn = ctx.out(1).ptr<T>();
   T* cn = cell == 0 ? ctx.out(2).ptr<T>() : nullptr;
@@ -619,10 +616,11 @@ __global__ void sums_kernel(Geo g, int64_t s, const int64_t* lens, const T* res,
   }
 }
 
-template <typename T>
-void backward(KernelContext& ctx) {
-  const int cell = static_cast<int>(ctx.attrs().i("cell"));
-  const Inputs in = read_inputs(ctx, cell, true);
+template <typename T> void backward(KernelContext& ctx) {
+  RnnParams spare;
+  const RnnParams& prm = params_of(ctx, spare);
+  const int cell = prm.cell;
+  const Inputs in = read_inputs(ctx, prm, cell, true);
   cudaStream_t st = stream_of(ctx);
   const int64_t T_ = in.T, B = in.B, I = in.I, H = in.H, D = in.D, GH = in.G * H, rows = T_ * B;
   for (int o = 0; o < ctx.num_outputs(); ++o)

@@ -11,6 +11,7 @@
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/transform_internal.h"
 #include "kiln/array.h"
+#include "ops/transform_params.h"
 #include "ops/transform_util.h"
 
 namespace kiln::cuda {
@@ -173,7 +174,7 @@ void reshape(KernelContext& ctx) {
 
 void split(KernelContext& ctx) {
   const TensorView& in = ctx.in(0);
-  const int axis = static_cast<int>(ctx.attrs().i("axis"));
+  const int axis = static_cast<int>(params_of<AxisParams>(ctx).axis);
   const AxisSplit v = split_at(in.shape, axis);
   int64_t offset = 0;
   for (int k = 0; k < ctx.num_outputs(); ++k) {
@@ -189,7 +190,7 @@ void split(KernelContext& ctx) {
 
 void concat(KernelContext& ctx) {
   const TensorView& out = ctx.out(0);
-  const int axis = static_cast<int>(ctx.attrs().i("axis"));
+  const int axis = static_cast<int>(params_of<AxisParams>(ctx).axis);
   const AxisSplit v = split_at(out.shape, axis);
   int64_t offset = 0;
   for (int k = 0; k < ctx.num_inputs(); ++k) {
@@ -328,7 +329,8 @@ constexpr int64_t kShortQ = 8;
 void transpose(KernelContext& ctx) {
   const TensorView &in = ctx.in(0), &out = ctx.out(0);
   if (out.numel() == 0) return;
-  const auto& perm = ctx.attrs().ints("perm");
+  TransposeParams spare;
+  const std::vector<int64_t>& perm = params_of(ctx, spare).perm;
   const auto in_strides = contiguous_strides(in.shape);
   // output dims with their input strides, size-1 dims dropped, adjacent dims merged
   Shape dims;
@@ -401,8 +403,9 @@ void transpose(KernelContext& ctx) {
 
 void slice(KernelContext& ctx) {
   const TensorView &in = ctx.in(0), &out = ctx.out(0);
-  const auto &starts = ctx.attrs().ints("starts"), &stops = ctx.attrs().ints("stops"),
-             &steps = ctx.attrs().ints("steps");
+  SliceParams spare;
+  const SliceParams& p = params_of(ctx, spare);
+  const auto &starts = p.starts, &stops = p.stops, &steps = p.steps;
   const auto strides = contiguous_strides(in.shape);
   StridedCopy c;
   for (size_t d = 0; d < in.shape.size(); ++d) {
@@ -442,7 +445,8 @@ void broadcast_to(KernelContext& ctx) {
 void flip(KernelContext& ctx) {
   const TensorView &in = ctx.in(0), &out = ctx.out(0);
   std::vector<char> flipped(in.shape.size(), 0);
-  for (int64_t a : ctx.attrs().ints("axes")) flipped[a] = 1;
+  FlipParams spare;
+  for (int64_t a : params_of(ctx, spare).axes) flipped[a] = 1;
   const auto strides = contiguous_strides(in.shape);
   StridedCopy c;
   for (size_t d = 0; d < in.shape.size(); ++d) {
@@ -455,7 +459,7 @@ void flip(KernelContext& ctx) {
 
 // ---- pad
 
-enum class PadMode { constant, edge, reflect };
+using PadMode = PadParams::Mode;
 
 struct PadPlan {
   int rank = 0;
@@ -505,11 +509,11 @@ void pad(KernelContext& ctx) {
   }
   if (out.rank() > kMaxRank)
     fail<UnsupportedError>("[pad] cuda kernel takes rank <= {}, got {}", kMaxRank, out.rank());
-  const auto& pads = ctx.attrs().ints("pads");
-  const std::string& mode = ctx.attrs().str("mode");
-  const double value = ctx.attrs().f("value");
+  PadParams spare;
+  const PadParams& prm = params_of(ctx, spare);
+  const std::vector<int64_t>& pads = prm.pads;
   uint64_t fill_bits = 0;
-  convert(&value, f64, &fill_bits, out.dtype, 1);
+  convert(&prm.value, f64, &fill_bits, out.dtype, 1);
   const auto strides = contiguous_strides(in.shape);
   PadPlan p;
   p.rank = out.rank();
@@ -528,8 +532,8 @@ void pad(KernelContext& ctx) {
     auto run = [&](auto kernel) {
       kernel<<<g.grid, g.block, 0, stream_of(ctx)>>>(in.ptr<U>(), out.ptr<U>(), p, rows, fill);
     };
-    if (mode == "edge") run(pad_kernel<U, PadMode::edge>);
-    else if (mode == "reflect") run(pad_kernel<U, PadMode::reflect>);
+    if (prm.mode == PadMode::edge) run(pad_kernel<U, PadMode::edge>);
+    else if (prm.mode == PadMode::reflect) run(pad_kernel<U, PadMode::reflect>);
     else run(pad_kernel<U, PadMode::constant>);
   });
   check_launch("pad");

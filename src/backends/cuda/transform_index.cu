@@ -11,6 +11,7 @@
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/transform_internal.h"
 #include "kiln/array.h"
+#include "ops/transform_params.h"
 #include "ops/transform_util.h"
 
 namespace kiln::cuda {
@@ -63,7 +64,7 @@ template <typename U> __global__ void gather_kernel(const U* __restrict__ x,
 void gather(KernelContext& ctx) {
   const TensorView &x = ctx.in(0), &idx = ctx.in(1), &out = ctx.out(0);
   if (out.numel() == 0) return;
-  const int axis = static_cast<int>(ctx.attrs().i("axis"));
+  const int axis = static_cast<int>(params_of<AxisParams>(ctx).axis);
   const AxisSplit v = split_at(x.shape, axis);
   const int64_t m = idx.numel(), row = v.inner * static_cast<int64_t>(size_of(x.dtype));
   const int64_t* ids = indices_as_i64(ctx, idx);
@@ -97,7 +98,7 @@ void gather_elements(KernelContext& ctx) {
   const TensorView &x = ctx.in(0), &idx = ctx.in(1), &out = ctx.out(0);
   const int64_t total = out.numel();
   if (total == 0) return;
-  const int axis = static_cast<int>(ctx.attrs().i("axis"));
+  const int axis = static_cast<int>(params_of<AxisParams>(ctx).axis);
   const BroadcastIndex lines = elements_index(idx.shape, x.shape, axis, "gather_elements");
   const int64_t stride = contiguous_strides(x.shape)[axis];
   const int64_t* ids = indices_as_i64(ctx, idx);
@@ -126,8 +127,9 @@ void one_hot(KernelContext& ctx) {
   const TensorView &idx = ctx.in(0), &out = ctx.out(0);
   const int64_t total = out.numel();
   if (total == 0) return;
-  const AxisSplit v = split_at(out.shape, ctx.attrs().i("axis"));
-  const double on = ctx.attrs().f("on_value"), off = ctx.attrs().f("off_value");
+  const OneHotParams p = params_of<OneHotParams>(ctx);
+  const AxisSplit v = split_at(out.shape, p.axis);
+  const double on = p.on_value, off = p.off_value;
   const int64_t* ids = indices_as_i64(ctx, idx);
   dispatch(out.dtype, "one_hot", [&](auto t) {
     using T = decltype(t);
@@ -151,7 +153,7 @@ void coordinate_along_axis(KernelContext& ctx) {
   const TensorView& out = ctx.out(0);
   const int64_t total = out.numel();
   if (total == 0) return;
-  const AxisSplit v = split_at(out.shape, ctx.attrs().i("axis"));
+  const AxisSplit v = split_at(out.shape, params_of<AxisParams>(ctx).axis);
   dispatch(out.dtype, "coordinate_along_axis", [&](auto t) {
     using T = decltype(t);
     if constexpr (std::is_same_v<T, bool>)  // inference takes numeric dtypes only

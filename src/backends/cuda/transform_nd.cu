@@ -4,13 +4,13 @@
 // step's error slot (ErrorKind::index_tuple); the runtime throws ValueError after the run.
 // scatter_nd applies repeated tuples in index order (as the CPU does): the tuples' targets are
 // radix-sorted stably, and one thread per (target, slice element) combines its run in order.
-#include <cub/device/device_radix_sort.cuh>
-
 #include <algorithm>
+#include <cub/device/device_radix_sort.cuh>
 #include <string>
 
 #include "backends/cuda/cuda_common.cuh"
 #include "backends/cuda/kernels.h"
+#include "ops/transform_params.h"
 
 namespace kiln::cuda {
 
@@ -94,7 +94,7 @@ void gather_nd(KernelContext& ctx) {
   const TensorView &x = ctx.in(0), &idx = ctx.in(1), &out = ctx.out(0);
   const int64_t total = out.numel();
   if (total == 0) return;
-  const int64_t b = ctx.attrs().i("batch_dims");
+  const int64_t b = params_of<GatherNdParams>(ctx).batch_dims;
   const TupleGeometry g = tuple_geometry(x.shape, idx.shape, b, "gather_nd");
   const int64_t* ids = indices_as_i64(ctx, idx);
   describe_errors(ctx, ErrorKind::index_tuple, b, g.m);
@@ -163,7 +163,8 @@ int bits_for(uint64_t v) {
 void scatter_nd(KernelContext& ctx) {
   const TensorView &x = ctx.in(0), &idx = ctx.in(1), &upd = ctx.in(2), &out = ctx.out(0);
   const cudaStream_t s = stream_of(ctx);
-  const std::string& r = ctx.attrs().str("reduction");
+  const ScatterParams::Reduction r = params_of<ScatterParams>(ctx).reduction;
+  using Reduction = ScatterParams::Reduction;
   const size_t bytes = static_cast<size_t>(x.numel()) * size_of(x.dtype);
   if (out.data != x.data && bytes > 0)
     KILN_CUDA_CHECK(cudaMemcpyAsync(out.data, x.data, bytes, cudaMemcpyDeviceToDevice, s));
@@ -197,10 +198,10 @@ void scatter_nd(KernelContext& ctx) {
       kernel<<<blocks_for(total), kThreads, 0, s>>>(keys.Current(), values.Current(),
                                                     upd.ptr<T>(), out.ptr<T>(), n, g.slice, none);
     };
-    if (r == "add") run(scatter_nd_apply_kernel<T, Reduce::add>);
-    else if (r == "mul") run(scatter_nd_apply_kernel<T, Reduce::mul>);
-    else if (r == "max") run(scatter_nd_apply_kernel<T, Reduce::max>);
-    else if (r == "min") run(scatter_nd_apply_kernel<T, Reduce::min>);
+    if (r == Reduction::add) run(scatter_nd_apply_kernel<T, Reduce::add>);
+    else if (r == Reduction::mul) run(scatter_nd_apply_kernel<T, Reduce::mul>);
+    else if (r == Reduction::max) run(scatter_nd_apply_kernel<T, Reduce::max>);
+    else if (r == Reduction::min) run(scatter_nd_apply_kernel<T, Reduce::min>);
     else run(scatter_nd_apply_kernel<T, Reduce::none>);
   });
   check_launch("scatter_nd");

@@ -4,13 +4,13 @@
 // values map to unsigned keys whose order is the CPU's order (NaN above every number, -0 == +0,
 // descending by inverting the key), and the line index sits in the key's high bits, so one
 // device-wide sort orders every line at once and ties keep index order.
-#include <cub/device/device_radix_sort.cuh>
-
 #include <algorithm>
+#include <cub/device/device_radix_sort.cuh>
 #include <string>
 
 #include "backends/cuda/cuda_common.cuh"
 #include "backends/cuda/kernels.h"
+#include "ops/transform_params.h"
 
 namespace kiln::cuda {
 
@@ -183,20 +183,22 @@ void sort_lines(KernelContext& ctx, const TensorView& x, int axis, bool descendi
 }
 
 void sort(KernelContext& ctx) {
-  const int axis = static_cast<int>(ctx.attrs().i("axis"));
-  sort_lines(ctx, ctx.in(0), axis, ctx.attrs().b("descending"), ctx.in(0).shape[axis],
-             ctx.out(0).data, nullptr);
+  const SortParams p = params_of<SortParams>(ctx);
+  const int axis = static_cast<int>(p.axis);
+  sort_lines(ctx, ctx.in(0), axis, p.descending, ctx.in(0).shape[axis], ctx.out(0).data, nullptr);
 }
 
 void argsort(KernelContext& ctx) {
-  const int axis = static_cast<int>(ctx.attrs().i("axis"));
-  sort_lines(ctx, ctx.in(0), axis, ctx.attrs().b("descending"), ctx.in(0).shape[axis], nullptr,
+  const SortParams p = params_of<SortParams>(ctx);
+  const int axis = static_cast<int>(p.axis);
+  sort_lines(ctx, ctx.in(0), axis, p.descending, ctx.in(0).shape[axis], nullptr,
              ctx.out(0).ptr<int64_t>());
 }
 
 void topk(KernelContext& ctx) {
-  sort_lines(ctx, ctx.in(0), static_cast<int>(ctx.attrs().i("axis")), ctx.attrs().b("largest"),
-             ctx.attrs().i("k"), ctx.out(0).data, ctx.out(1).ptr<int64_t>());
+  const SortParams p = params_of<SortParams>(ctx);
+  sort_lines(ctx, ctx.in(0), static_cast<int>(p.axis), p.descending, p.k, ctx.out(0).data,
+             ctx.out(1).ptr<int64_t>());
 }
 
 // ---- scatter_elements
@@ -251,8 +253,9 @@ __global__ void scatter_apply_kernel(const uint64_t* __restrict__ keys,
 void scatter_elements(KernelContext& ctx) {
   const TensorView &x = ctx.in(0), &idx = ctx.in(1), &upd = ctx.in(2), &out = ctx.out(0);
   const cudaStream_t s = stream_of(ctx);
-  const int axis = static_cast<int>(ctx.attrs().i("axis"));
-  const std::string& r = ctx.attrs().str("reduction");
+  const ScatterParams p = params_of<ScatterParams>(ctx);
+  const int axis = static_cast<int>(p.axis);
+  using Reduction = ScatterParams::Reduction;
   const size_t bytes = static_cast<size_t>(x.numel()) * size_of(x.dtype);
   if (out.data != x.data && bytes > 0)
     KILN_CUDA_CHECK(cudaMemcpyAsync(out.data, x.data, bytes, cudaMemcpyDeviceToDevice, s));
@@ -274,10 +277,10 @@ void scatter_elements(KernelContext& ctx) {
       kernel<<<blocks_for(total), kThreads, 0, s>>>(rs.keys(), rs.values(), upd.ptr<T>(),
                                                     out.ptr<T>(), total, none);
     };
-    if (r == "add") run(scatter_apply_kernel<T, Reduce::add>);
-    else if (r == "mul") run(scatter_apply_kernel<T, Reduce::mul>);
-    else if (r == "max") run(scatter_apply_kernel<T, Reduce::max>);
-    else if (r == "min") run(scatter_apply_kernel<T, Reduce::min>);
+    if (p.reduction == Reduction::add) run(scatter_apply_kernel<T, Reduce::add>);
+    else if (p.reduction == Reduction::mul) run(scatter_apply_kernel<T, Reduce::mul>);
+    else if (p.reduction == Reduction::max) run(scatter_apply_kernel<T, Reduce::max>);
+    else if (p.reduction == Reduction::min) run(scatter_apply_kernel<T, Reduce::min>);
     else run(scatter_apply_kernel<T, Reduce::none>);
   });
   check_launch("scatter_elements");
