@@ -65,6 +65,18 @@ std::vector<double> ref_conv(const Array& x, const Array& w, const Array* bias, 
   return r;
 }
 
+// fused_conv: relu?(conv + residual), residual and relu optional.
+std::vector<double> ref_fused_conv(const Array& x, const Array& w, const Array* bias,
+                                   const Array* residual, bool relu, const Geo& p) {
+  std::vector<double> r = ref_conv(x, w, bias, p);
+  const std::vector<double> res = residual ? to_f64(*residual) : std::vector<double>(r.size(), 0);
+  for (size_t i = 0; i < r.size(); ++i) {
+    r[i] += res[i];
+    if (relu) r[i] = std::max(r[i], 0.0);
+  }
+  return r;
+}
+
 Shape conv_transpose_shape(const Shape& x, const Shape& w, const Geo& p) {
   const int nd = spatial(x);
   Shape out{x[0], w[1] * p.groups};
@@ -327,12 +339,8 @@ TEST(FusedConv, MatchesConvThenResidualAndRelu) {
       const Shape ys = conv_shape(c.x, c.w, c.geo);
       const Array xv = random_array(c.x, t), wv = random_array(c.w, t),
                   bv = random_array({c.w[0]}, t), rv = random_array(ys, t);
-      std::vector<double> want = ref_conv(xv, wv, c.bias ? &bv : nullptr, c.geo);
-      const std::vector<double> r64 = to_f64(rv);
-      for (size_t i = 0; i < want.size(); ++i) {
-        if (c.residual) want[i] += r64[i];
-        if (c.relu) want[i] = std::max(want[i], 0.0);
-      }
+      const std::vector<double> want =
+          ref_fused_conv(xv, wv, c.bias ? &bv : nullptr, c.residual ? &rv : nullptr, c.relu, c.geo);
       Graph g;
       const Tensor x = g.placeholder(c.x, t, "x");
       const Tensor w = g.constant(wv, "w");
@@ -438,12 +446,8 @@ void check_channels_last_epilogues(Device device, const std::vector<DType>& type
       const Shape ys = conv_shape(c.x, c.w, geo);
       const Array xv = random_array(c.x, t), wv = random_array(c.w, t),
                   bv = random_array({c.w[0]}, t), rv = random_array(ys, t);
-      std::vector<double> want = ref_conv(xv, wv, c.bias ? &bv : nullptr, geo);
-      const std::vector<double> r64 = to_f64(rv);
-      for (size_t i = 0; i < want.size(); ++i) {
-        if (c.residual) want[i] += r64[i];
-        if (c.relu) want[i] = std::max(want[i], 0.0);
-      }
+      const std::vector<double> want =
+          ref_fused_conv(xv, wv, c.bias ? &bv : nullptr, c.residual ? &rv : nullptr, c.relu, geo);
       Graph g;
       const Tensor x = g.placeholder(c.x, t, "x");
       const Tensor w = g.constant(wv, "w");
