@@ -355,8 +355,11 @@ TEST(PostTraining, OutputLayerStoresInt8Weights) {
   const auto f = to_f64(eval1(g, y, {{x, xs}}));
   const auto a = to_f64(ea.run({{qa.inputs[0], xs}})[0]),
              b = to_f64(eb.run({{qb.inputs[0], xs}})[0]);
-  EXPECT_GT(cosine(f, b), 0.999);
-  EXPECT_GT(cosine(f, a), 0.999);  // int8 weights cost little more than int8 activations
+  // int8 activations calibrated on 32 rows: cosine about 0.9999 (lowest 0.9994 over 400 seeds),
+  // 0.9989 for a seed whose test rows fall well outside the calibrated range; int8 weights cost
+  // little more (at most 3e-5 of cosine over those 400 seeds)
+  EXPECT_GT(cosine(f, b), 0.998);
+  EXPECT_GT(cosine(f, a), cosine(f, b) - 2e-4);
   EXPECT_GT(cosine(a, b), 0.9999);
 }
 
