@@ -140,6 +140,44 @@ void resnet_infer(const Options& o, const std::string& name, int64_t batch, bool
          compile_ms, exe, t);
 }
 
+// One executable with a dynamic batch against an executable compiled for each batch: warm runs
+// of each (same inputs, in one process), and the first run of each new batch size (its
+// specialization's compile included). The machine-readable figure is the worst ratio of warm
+// dynamic to warm fixed.
+void resnet_dynamic(const Options& o, const std::string& name) {
+  Graph g;
+  auto x = g.placeholder({-1, 3, 224, 224}, bf16, "x", {{0, "batch", 1, 64}});
+  ResNet50 net(g, /*training=*/false, 1, bf16);
+  auto logits = net.forward(x);
+  auto dynamic = g.compile(o.device, {}, {logits});
+  double worst = 0;
+  fmt::print("# {}: ResNet-50 inference, bf16 model, batch dynamic in [1, 64]\n", name);
+  for (int64_t batch : {1, 8, 32, 64, 16}) {
+    Array xv = Rng(7).array({batch, 3, 224, 224}, 1.0f).astype(bf16).to(o.device);
+    auto t0 = Clock::now();
+    dynamic.run({{x, xv}});
+    const double first_ms = ms_since(t0);
+    const Timing d = time_runs([&] { dynamic.run({{x, xv}}); }, o);
+    t0 = Clock::now();
+    auto fixed = g.compile(o.device, {{x, {batch, 3, 224, 224}}}, {logits});
+    fixed.run({{x, xv}});
+    const double fixed_first_ms = ms_since(t0);
+    const Timing f = time_runs([&] { fixed.run({{x, xv}}); }, o);
+    worst = std::max(worst, d.median_ms / f.median_ms);
+    fmt::print(
+        "#   batch {:2}: dynamic {:.3f} ms, fixed {:.3f} ms, ratio {:.3f}; first run of "
+        "the new batch {:.0f} ms (a fixed compile and first run {:.0f} ms)\n",
+        batch, d.median_ms, f.median_ms, d.median_ms / f.median_ms, first_ms, fixed_first_ms);
+  }
+  const auto c = dynamic.shape_cache();
+  fmt::print(
+      "#   cache: {} specializations, {} hits, {} misses, {} evictions, {} MiB (peak {} MiB, "
+      "bound {} MiB)\n",
+      c.entries, c.hits, c.misses, c.evictions, c.bytes >> 20, c.peak_bytes >> 20,
+      c.max_bytes >> 20);
+  fmt::print("kiln {} {:.4f}\n", name, worst);
+}
+
 void resnet_train(const Options& o, const std::string& name, bool use_bf16) {
   constexpr int64_t batch = 32;
   Graph g;
@@ -387,6 +425,7 @@ std::vector<Workload> workloads() {
       {"resnet50_infer_bs32_bf16", [](O o, S n) { resnet_infer(o, n, 32, true); }},
       {"resnet50_infer_bs1_tf32", [](O o, S n) { resnet_infer(o, n, 1, false, true); }},
       {"resnet50_infer_bs32_tf32", [](O o, S n) { resnet_infer(o, n, 32, false, true); }},
+      {"resnet50_dynamic_batch_bf16", [](O o, S n) { resnet_dynamic(o, n); }},
       {"resnet50_train_bs32_f32", [](O o, S n) { resnet_train(o, n, false); }},
       {"resnet50_train_bs32_bf16", [](O o, S n) { resnet_train(o, n, true); }},
       {"resnet50_compile", resnet_compile},

@@ -108,7 +108,9 @@ class Executable {
                                             ExecutionDescriptor descriptor = {}) const;
 
   Device device() const;
-  /// Bytes of the intermediate-buffer arena (peak intermediate memory of one run).
+  /// Bytes of the intermediate-buffer arena (peak intermediate memory of one run). For a dynamic
+  /// executable, this, num_steps, placement, dump and capture_status describe the specialization
+  /// run last (none before the first run).
   size_t peak_intermediate_bytes() const;
   /// Number of kernels one run executes.
   size_t num_steps() const;
@@ -117,7 +119,23 @@ class Executable {
   /// Whether runs are recorded and replayed, or why not ("off: ..."; "not run yet" before the
   /// first run decides).
   std::string capture_status() const;
-  /// Names of the placeholders the executable reads, with their compiled shapes and dtypes.
+  /// Whether some input has dynamic dims: each new set of feed shapes compiles a specialization
+  /// (kept in a cache bounded by CompileOptions::max_specializations and
+  /// max_specialization_bytes, least recently used first).
+  bool is_dynamic() const;
+  /// The specialization cache of a dynamic executable (all zero for a static one).
+  struct ShapeCacheStats {
+    int64_t hits = 0;                       // runs whose shapes had a specialization
+    int64_t misses = 0;                     // runs that compiled one
+    int64_t evictions = 0;                  // specializations dropped for the bounds
+    size_t entries = 0;                     // specializations held now
+    size_t bytes = 0;                       // their intermediate memory and own constants
+    size_t max_entries = 0, max_bytes = 0;  // the bounds (0: none)
+    size_t peak_bytes = 0;                  // the most `bytes` has been
+  };
+  ShapeCacheStats shape_cache() const;
+  /// Names of the placeholders the executable reads, with their compiled shapes (-1 for a
+  /// dynamic dim) and dtypes.
   struct IoInfo {
     std::string name;
     Shape shape;

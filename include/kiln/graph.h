@@ -60,6 +60,18 @@ class Tensor {
   int32_t index_ = 0;
 };
 
+/// The name and range of a dynamic (-1) dim of a placeholder (Graph::placeholder).
+struct DimSpec {
+  /// Which dim (negative counts from the end).
+  int axis = 0;
+  /// Dims that share a name, in any placeholders of the graph, have one size in a run (a feed
+  /// that breaks it is refused before anything runs). Empty: the dim is free.
+  std::string name;
+  /// The sizes a feed may have: min <= size <= max (max -1: no upper bound).
+  int64_t min = 0;
+  int64_t max = -1;
+};
+
 /// Placeholder shapes to specialize at compile time.
 using FeedShapes = std::vector<std::pair<Tensor, Shape>>;
 /// Concrete values for placeholders at run time.
@@ -115,6 +127,13 @@ struct CompileOptions {
   bool deterministic = false;
   /// Which kernel runs where a backend has two exact ones (kiln/kernel_choices.h).
   KernelChoices kernels;
+  /// Executables with dynamic dims (docs/dynamic-shapes.md) compile a specialization for each
+  /// new set of feed shapes when it is first run, and keep the most recently used ones: at most
+  /// `max_specializations` of them, holding at most `max_specialization_bytes` of intermediate
+  /// memory and constants of their own (the least recently used go first; the one running
+  /// always stays). 0 means no limit.
+  size_t max_specializations = 16;
+  size_t max_specialization_bytes = size_t{4} << 30;
 };
 
 class Graph {
@@ -126,8 +145,16 @@ class Graph {
   Graph(const Graph&) = delete;
   Graph& operator=(const Graph&) = delete;
 
-  /// A graph input. Dims of -1 are fixed when compiling.
+  /// A graph input. Dims of -1 are dynamic: a feed shape given to compile fixes them, and those
+  /// left dynamic take any size at run time (the executable specializes itself per shape).
   Tensor placeholder(const Shape& shape, DType dtype, const std::string& name = "");
+  /// Same, with names and ranges for dynamic dims: `g.placeholder({-1, -1}, i64, "ids",
+  /// {{0, "batch", 1, 32}, {1, "seq", 1, 512}})`. Throws ShapeError for a spec of a fixed dim, an
+  /// axis out of range, an empty range, or a name used with another range.
+  Tensor placeholder(const Shape& shape, DType dtype, const std::string& name,
+                     const std::vector<DimSpec>& dims);
+  /// The names and ranges of a placeholder's dynamic dims (empty when it has none with either).
+  std::vector<DimSpec> dim_specs(const Tensor& placeholder) const;
   /// A constant holding a copy of `value`'s handle (the data is shared, not copied).
   Tensor constant(const Array& value, const std::string& name = "");
   /// A 0-d constant.
@@ -150,7 +177,9 @@ class Graph {
   void load_variables(const std::string& path);
 
   /// Compiles the part of the graph that `targets` need for `device`.
-  /// `feeds` gives the concrete shape of every placeholder that has dynamic dims.
+  /// `feeds` may fix the shapes of placeholders with dynamic dims (a named dim fixed in one
+  /// placeholder is fixed in all). When some needed dim stays dynamic, the executable runs any
+  /// feed its dims allow, compiling a specialization per new shape (Executable::shape_cache).
   Executable compile(Device device, const FeedShapes& feeds, const std::vector<Tensor>& targets,
                      const CompileOptions& options = {}) const;
   /// Same, also running `updates` (assign results, optimizer steps) each run without returning

@@ -3,6 +3,59 @@
 
 namespace kiln::py {
 
+namespace {
+// A placeholder's shape from ints, None (dynamic) and names (dynamic, named), and its DimSpecs
+// with the ranges {name or axis: (min, max)}.
+std::pair<Shape, std::vector<DimSpec>> placeholder_dims(nb::handle shape, nb::handle ranges) {
+  std::vector<DimSpec> specs;
+  Shape s;
+  bool named = false;
+  if (nb::isinstance<nb::list>(shape) || nb::isinstance<nb::tuple>(shape))
+    for (nb::handle d : shape) named = named || nb::isinstance<nb::str>(d);
+  if (!named) {
+    s = to_shape(shape);
+  } else {
+    for (nb::handle d : shape) {
+      if (nb::isinstance<nb::str>(d)) {
+        specs.push_back({static_cast<int>(s.size()), nb::cast<std::string>(d)});
+        s.push_back(-1);
+      } else {
+        const Shape one = to_shape(nb::make_tuple(d));
+        s.push_back(one[0]);
+      }
+    }
+  }
+  if (ranges.is_none()) return {s, specs};
+  for (auto [k, v] : as_dict(ranges, "ranges")) {
+    if (!nb::isinstance<nb::tuple>(v) && !nb::isinstance<nb::list>(v))
+      throw nb::type_error("ranges' values must be (min, max) pairs");
+    nb::sequence pair = nb::borrow<nb::sequence>(v);
+    if (nb::len(pair) != 2) throw nb::value_error("ranges' values must be (min, max) pairs");
+    const int64_t lo = nb::cast<int64_t>(pair[0]);
+    const int64_t hi = pair[1].is_none() ? -1 : nb::cast<int64_t>(pair[1]);
+    bool found = false;
+    if (nb::isinstance<nb::str>(k)) {
+      const std::string nm = nb::cast<std::string>(k);
+      for (DimSpec& d : specs)
+        if (d.name == nm) {
+          d.min = lo, d.max = hi;
+          found = true;
+        }
+      if (!found) throw nb::value_error(("ranges names '" + nm + "', which no dim has").c_str());
+    } else {
+      const int axis = nb::cast<int>(k);
+      for (DimSpec& d : specs)
+        if (d.axis == axis) {
+          d.min = lo, d.max = hi;
+          found = true;
+        }
+      if (!found) specs.push_back({axis, "", lo, hi});
+    }
+  }
+  return {s, specs};
+}
+}  // namespace
+
 nb::object tensor_object(const Tensor& t, nb::handle patient) {
   nb::object o = nb::cast(t);
   if (patient.is_valid() && !patient.is_none()) nb::setattr(o, "_keep", patient);
@@ -169,7 +222,11 @@ void bind_graph(nb::module_& m) {
       .def_rw("fuse_elementwise", &CompileOptions::fuse_elementwise)
       .def_rw("fuse_quant", &CompileOptions::fuse_quant)
       .def_rw("deterministic", &CompileOptions::deterministic)
-      .def_rw("kernels", &CompileOptions::kernels);
+      .def_rw("kernels", &CompileOptions::kernels)
+      .def_rw("max_specializations", &CompileOptions::max_specializations,
+              "Dynamic executables keep at most this many specializations (0: no limit).")
+      .def_rw("max_specialization_bytes", &CompileOptions::max_specialization_bytes,
+              "... and at most this many bytes of their memory and own constants (0: no limit).");
 
   nb::class_<Graph>(m, "Graph",
                     "A DAG of ops. Build it with placeholders, constants, variables and ops, then "
@@ -177,11 +234,17 @@ void bind_graph(nb::module_& m) {
       .def(nb::init<>())
       .def(
           "placeholder",
-          [](Graph& g, nb::handle shape, DType dtype, const std::string& name) {
-            return g.placeholder(to_shape(shape), dtype, name);
+          [](Graph& g, nb::handle shape, DType dtype, const std::string& name, nb::handle ranges) {
+            auto [s, specs] = placeholder_dims(shape, ranges);
+            return g.placeholder(s, dtype, name, specs);
           },
-          nb::arg("shape"), nb::arg("dtype") = f32, nb::arg("name") = "", nb::keep_alive<0, 1>(),
-          "A graph input; dims of -1 or None are fixed at compile time.")
+          nb::arg("shape"), nb::arg("dtype") = f32, nb::arg("name") = "",
+          nb::arg("ranges") = nb::none(), nb::keep_alive<0, 1>(),
+          "A graph input. Dims of -1 or None are dynamic, and so are dims given as names "
+          "(`[\"batch\", \"seq\"]`): dims that share a name have one size in a run. A feed "
+          "shape given to compile fixes dynamic dims; those left dynamic take any size at run "
+          "time (the executable specializes itself per shape). `ranges` bounds dynamic dims: "
+          "{name or axis: (min, max)}, max None for no bound.")
       .def(
           "constant",
           [](Graph& g, nb::handle value, const std::string& name) {

@@ -240,6 +240,25 @@ void bind_runtime(nb::module_& m) {
       .def_prop_ro("num_steps", &Executable::num_steps)
       .def_prop_ro("replayed_runs", &Executable::replayed_runs)
       .def_prop_ro("capture_status", &Executable::capture_status)
+      .def_prop_ro("is_dynamic", &Executable::is_dynamic,
+                   "Whether some input dim is dynamic (a specialization per new feed shape).")
+      .def(
+          "shape_cache",
+          [](const Executable& e) {
+            const auto c = e.shape_cache();
+            nb::dict d;
+            d["hits"] = c.hits;
+            d["misses"] = c.misses;
+            d["evictions"] = c.evictions;
+            d["entries"] = c.entries;
+            d["bytes"] = c.bytes;
+            d["peak_bytes"] = c.peak_bytes;
+            d["max_entries"] = c.max_entries;
+            d["max_bytes"] = c.max_bytes;
+            return d;
+          },
+          "The specialization cache of a dynamic executable: hits, misses, evictions, entries, "
+          "bytes, peak_bytes and its bounds.")
       .def("inputs", &Executable::inputs)
       .def("outputs", &Executable::outputs)
       .def("placement", &Executable::placement)

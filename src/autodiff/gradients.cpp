@@ -20,11 +20,13 @@ Tensor VjpContext::cotangent_or_zeros(int i) const {
 }
 
 namespace {
+// A dynamic shape makes a full node that reads x's shape (made static when shapes are
+// specialized), not its data.
 Tensor full_like(const Tensor& x, double v) {
   const Shape s = x.shape();
   if (!is_static(s))
-    fail<ShapeError>("[gradients] needs a static shape for '{}' of shape {} to make zeros/ones",
-                     x.name(), str(s));
+    return detail::make_node1(
+        OpId::Full, {x}, {{"shape", s}, {"value", v}, {"dtype", x.dtype()}, {"shape_like", true}});
   auto* g = x.graph_impl();
   return detail::make_source_node(*g, OpId::Full, {{"shape", s}, {"value", v}, {"dtype", x.dtype()}})[0];
 }
@@ -43,6 +45,11 @@ Tensor sum_to_shape(const Tensor& g, const Shape& shape) {
   for (size_t i = 0; i < gs.size(); ++i)
     if (i < lead || (shape[i - lead] == 1 && gs[i] != 1)) axes.push_back(static_cast<int64_t>(i));
   Tensor r = axes.empty() ? g : sum(g, axes, /*keepdims=*/true);
+  if (lead > 0) {  // (squeezed, not reshaped: dynamic dims stay as they are)
+    std::vector<int64_t> leading(lead);
+    for (size_t i = 0; i < lead; ++i) leading[i] = static_cast<int64_t>(i);
+    r = squeeze(r, leading);
+  }
   return r.shape() == shape ? r : reshape(r, shape);
 }
 

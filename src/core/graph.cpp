@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <sstream>
 
 #include "core/element_limit.h"
@@ -104,6 +105,63 @@ Tensor Graph::placeholder(const Shape& shape, DType dtype, const std::string& na
   n.name = name.empty() ? "input" + std::to_string(impl_->nodes.size()) : name;
   n.attrs.set("shape", shape).set("dtype", dtype);
   return Tensor(impl_.get(), impl_->add_inferred(std::move(n)), 0);
+}
+
+Tensor Graph::placeholder(const Shape& shape, DType dtype, const std::string& name,
+                          const std::vector<DimSpec>& dims) {
+  Tensor t = placeholder(shape, dtype, name);
+  if (dims.empty()) return t;
+  detail::Node& n = impl_->nodes[t.node_id()];
+  const int rank = static_cast<int>(shape.size());
+  std::vector<std::string> names(shape.size());
+  std::vector<int64_t> mins(shape.size(), 0), maxs(shape.size(), -1);
+  std::vector<char> given(shape.size(), 0);
+  for (const DimSpec& d : dims) {
+    const int axis = normalize_axis(d.axis, rank);
+    if (axis < 0)
+      fail<ShapeError>("[placeholder] '{}': dim spec for axis {} of shape {}", n.name, d.axis,
+                       str(shape));
+    if (shape[axis] >= 0)
+      fail<ShapeError>(
+          "[placeholder] '{}': dim {} is fixed at {}; names and ranges are for "
+          "dynamic (-1) dims",
+          n.name, axis, shape[axis]);
+    if (given[axis]) fail<ShapeError>("[placeholder] '{}': two specs for dim {}", n.name, axis);
+    if (d.min < 0 || (d.max >= 0 && d.max < d.min))
+      fail<ShapeError>("[placeholder] '{}': dim {} has the empty or negative range [{}, {}]",
+                       n.name, axis, d.min, d.max);
+    if (d.name.find('\n') != std::string::npos)
+      fail<ShapeError>("[placeholder] '{}': a dim name cannot hold a line break", n.name);
+    given[axis] = 1;
+    names[axis] = d.name;
+    mins[axis] = d.min;
+    maxs[axis] = d.max;
+  }
+  std::string joined;
+  for (size_t i = 0; i < names.size(); ++i) joined += (i ? "\n" : "") + names[i];
+  n.attrs.set("dim_names", joined).set("dim_min", mins).set("dim_max", maxs);
+  return t;
+}
+
+std::vector<DimSpec> Graph::dim_specs(const Tensor& t) const {
+  if (t.graph_impl() != impl_.get() || impl_->nodes[t.node_id()].op != OpId::Placeholder)
+    fail<ValueError>("[dim_specs] '{}' is not a placeholder of this graph",
+                     t.valid() ? t.name() : "");
+  const Attrs& a = impl_->nodes[t.node_id()].attrs;
+  std::vector<DimSpec> r;
+  if (!a.has("dim_names")) return r;
+  const std::string& joined = a.str("dim_names");
+  const auto& mins = a.ints("dim_min");
+  const auto& maxs = a.ints("dim_max");
+  size_t start = 0;
+  for (size_t axis = 0; axis < mins.size(); ++axis) {
+    const size_t end = std::min(joined.find('\n', start), joined.size());
+    std::string nm = joined.substr(start, end - start);
+    start = end + 1;
+    if (nm.empty() && mins[axis] == 0 && maxs[axis] < 0) continue;
+    r.push_back({static_cast<int>(axis), std::move(nm), mins[axis], maxs[axis]});
+  }
+  return r;
 }
 
 Tensor Graph::constant(const Array& value, const std::string& name) {

@@ -36,6 +36,10 @@ bool shapes_match(const Shape& a, const Shape& b);
 void add_optional(std::vector<Tensor>& inputs, Attrs& attrs, const char* name,
                   const std::optional<Tensor>& t);
 
+/// x broadcast to the shape of `like`, also where that shape has dynamic dims (then a
+/// broadcast_to node reading like's shape, made static when shapes are specialized).
+Tensor broadcast_to_like(const Tensor& x, const Tensor& like);
+
 /// The attribute value of a scatter reduction ("none", "add", ...).
 inline const char* reduction_name(ScatterReduction r) {
   switch (r) {

@@ -1,5 +1,6 @@
 // Placeholder, Constant, Full, Arange, Variable, Assign.
-//   full:   attrs shape (ints), value (float), dtype
+//   full:   attrs shape (ints), value (float), dtype; with shape_like (bool) an input whose shape
+//           (dynamic dims and all) the output takes: gradients of graphs with dynamic dims
 //   arange: attrs start, stop, step (floats), dtype
 //   variable: no attrs; its data lives in the node (shared by every executable of the graph)
 //   assign: inputs (variable, value); writes value into the variable when the run reaches it
@@ -24,8 +25,12 @@ std::vector<TensorInfo> infer_placeholder(const InferContext& ctx) {
 std::vector<TensorInfo> infer_constant(const InferContext& ctx) {
   fail<Error>("[constant] constants carry their own shape");  // never re-inferred
 }
+// With shape_like, the shape is the (last) input's: a dynamic one until shapes are specialized,
+// which then writes it into attr shape and drops the input (specialize_shapes).
 std::vector<TensorInfo> infer_full(const InferContext& ctx) {
-  return {{ctx.attrs.ints("shape"), ctx.attrs.dtype("dtype")}};
+  const Shape& s =
+      ctx.attrs.b("shape_like", false) ? ctx.inputs.back().shape : ctx.attrs.ints("shape");
+  return {{s, ctx.attrs.dtype("dtype")}};
 }
 int64_t arange_count(double start, double stop, double step) {
   double n = std::ceil((stop - start) / step);
@@ -59,7 +64,12 @@ void register_core_ops() {
   // sources: nothing to differentiate through
   define_op(OpId::Placeholder).set_infer(infer_placeholder).not_differentiable().inputs(0);
   define_op(OpId::Constant).set_infer(infer_constant).not_differentiable().inputs(0);
-  define_op(OpId::Full).set_infer(infer_full).not_differentiable().inputs(0).params<FullParams>();
+  define_op(OpId::Full)
+      .set_infer(infer_full)
+      .not_differentiable()
+      .inputs(0)
+      .optional_inputs({"shape_like"})
+      .params<FullParams>();
   define_op(OpId::Arange)
       .set_infer(infer_arange)
       .not_differentiable()

@@ -119,12 +119,16 @@ Tensor position_grad(const VjpContext& c, std::optional<int64_t> class_axis, Cou
   return r == "mean" ? g / count() : g;
 }
 
-// A "mean" divides by the number of positions: static here, as gradients need static shapes.
-Tensor static_count(const VjpContext& c, const Shape& positions) {
-  if (!is_static(positions))
-    fail<ShapeError>("[gradients] {} with reduction mean over dynamic shape {} needs it static",
-                     c.name(), str(positions));
-  return scalar_like(c.inputs[0], static_cast<double>(numel(positions)));
+// A "mean" divides by the number of positions: `like` has one element per position (times
+// `per`). With dynamic dims, the sum of ones of its shape, which folds to a constant once shapes
+// are specialized.
+Tensor position_count(const VjpContext& c, const Tensor& like, int64_t per = 1) {
+  const Shape s = like.shape();
+  if (is_static(s)) return scalar_like(c.inputs[0], static_cast<double>(numel(s) / per));
+  if (per < 0)
+    fail<ShapeError>("[gradients] {} with reduction mean needs the class dim of shape {} static",
+                     c.name(), str(s));
+  return sum(ones_like(like)) / static_cast<double>(per);
 }
 
 // Index labels: g * (softmax - one_hot). Probability labels p (need not sum to one): the loss
@@ -133,8 +137,7 @@ Grads vjp_softmax_cross_entropy(const VjpContext& c) {
   const Tensor &x = c.inputs[0], &labels = c.inputs[1];
   const int64_t axis = c.attrs.i("axis");
   if (is_floating(labels.dtype())) {
-    const Tensor g =
-        position_grad(c, axis, [&] { return static_count(c, without_axis(x.shape(), axis)); });
+    const Tensor g = position_grad(c, axis, [&] { return position_count(c, x, x.shape()[axis]); });
     return {g * (softmax(x, axis) * sum(labels, {axis}, true) - labels), -g * log_softmax(x, axis)};
   }
   const Tensor p = one_hot(labels, x.shape()[axis], axis, x.dtype());
@@ -160,7 +163,7 @@ Grads vjp_nll(const VjpContext& c) {
 Grads vjp_mse(const VjpContext& c) {
   const Tensor &a = c.inputs[0], &b = c.inputs[1];
   const Tensor d = a - b;
-  const Tensor g = position_grad(c, std::nullopt, [&] { return static_count(c, d.shape()); });
+  const Tensor g = position_grad(c, std::nullopt, [&] { return position_count(c, d); });
   const Tensor ga = g * d * 2.0;
   return {sum_to_shape(ga, a.shape()), sum_to_shape(-ga, b.shape())};
 }

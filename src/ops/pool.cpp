@@ -101,18 +101,22 @@ std::vector<TensorInfo> infer_adaptive_avg_pool(const InferContext& ctx) {
 
 // ---- gradient ops ----
 
-// The forward input's shape of a gradient op: static, rank of dy, same N and C as dy.
+// The forward input's shape of a gradient op: rank of dy, same N and C as dy (-1 there: dy's),
+// static spatial dims.
 Shape grad_input_shape(const InferContext& ctx) {
   require_dtype(ctx, 0, kFloatTypes, "a float dtype");
   require_rank(ctx, 0, 3, 5);
   const Shape& dy = ctx.inputs[0].shape;
-  const auto& in = ctx.attrs.ints("input_shape");
-  if (in.size() != dy.size() || !is_static(in) || !dims_match(in[0], dy[0]) ||
-      !dims_match(in[1], dy[1]))
+  Shape in = ctx.attrs.ints("input_shape");
+  bool ok = in.size() == dy.size() && dims_match(in[0], dy[0]) && dims_match(in[1], dy[1]);
+  for (size_t d = 2; ok && d < in.size(); ++d) ok = in[d] >= 0;
+  if (!ok || in[0] < -1 || in[1] < -1)
     fail<ShapeError>(
-        "[{}] input_shape {} must be static, with the rank, N and C of the gradient "
-        "of shape {}",
+        "[{}] input_shape {} must have static spatial dims, and the rank, N and C of the "
+        "gradient of shape {}",
         ctx.name(), str(in), str(dy));
+  if (in[0] < 0) in[0] = dy[0];
+  if (in[1] < 0) in[1] = dy[1];
   return in;
 }
 
@@ -246,10 +250,12 @@ Attrs avg_attrs(const char* op, const PoolOptions& o) {
   return attrs;
 }
 
-// Gradient ops: the forward input's shape must be static to size their output.
+// Gradient ops: the forward input's spatial dims must be static to size their output (N and C
+// may be dynamic: they are the gradient's).
 Shape static_input_shape(const char* op, const Shape& input_shape) {
-  if (!is_static(input_shape))
-    fail<ShapeError>("[{}] input_shape {} must be static", op, str(input_shape));
+  for (size_t d = 2; d < input_shape.size(); ++d)
+    if (input_shape[d] < 0)
+      fail<ShapeError>("[{}] input_shape {} must have static spatial dims", op, str(input_shape));
   return input_shape;
 }
 

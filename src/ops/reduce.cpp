@@ -11,6 +11,7 @@
 
 #include <algorithm>
 
+#include "kiln/autodiff.h"
 #include "kiln/ops/core.h"
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/transform.h"
@@ -99,12 +100,17 @@ using Grads = std::vector<std::optional<Tensor>>;
 
 // A reduction's output (or any tensor of its shape) in keepdims form, to broadcast against x.
 Tensor kept(const VjpContext& c, const Tensor& t) {
-  Shape k = reduced_shape(c.inputs[0].shape(), c.attrs.ints("axes"), /*keepdims=*/true);
-  return t.shape() == k ? t : reshape(t, k);
+  const auto& axes = c.attrs.ints("axes");
+  Shape k = reduced_shape(c.inputs[0].shape(), axes, /*keepdims=*/true);
+  if (t.shape() == k) return t;
+  // the reduced form: size-1 axes back in place (dynamic dims stay as they are)
+  if (t.rank() + static_cast<int>(axes.size()) == static_cast<int>(k.size()))
+    return expand_dims(t, axes);
+  return reshape(t, k);
 }
 // The cotangent of a reduction reshaped to keepdims form and broadcast back to the input.
 Tensor expand_back(const VjpContext& c, const Tensor& g) {
-  return broadcast_to(kept(c, g), c.inputs[0].shape());
+  return broadcast_to_like(kept(c, g), c.inputs[0]);
 }
 Grads vjp_sum(const VjpContext& c) { return {expand_back(c, *c.cotangents[0])}; }
 
@@ -120,9 +126,24 @@ int64_t reduced_count(const VjpContext& c) {
   }
   return n;
 }
+// The same as a tensor: a scalar, or with a dynamic reduced dim, the sum
+// of ones over the reduced axes (in keepdims form), which folds to a constant once shapes are
+// specialized.
+Tensor reduced_count_of(const VjpContext& c, const Tensor& g) {
+  const Tensor& x = c.inputs[0];
+  const Shape in = x.shape();
+  int64_t n = 1;
+  for (int64_t a : c.attrs.ints("axes")) {
+    if (in[a] < 0) return sum(ones_like(x), c.attrs.ints("axes"), /*keepdims=*/true);
+    n *= in[a];
+  }
+  return scalar_like(g, static_cast<double>(n));
+}
 
 Grads vjp_mean(const VjpContext& c) {
-  return {expand_back(c, *c.cotangents[0] / static_cast<double>(reduced_count(c)))};
+  const Tensor& g = *c.cotangents[0];
+  const Tensor n = reduced_count_of(c, g);
+  return {expand_back(c, n.rank() == 0 ? g / n : kept(c, g) / n)};
 }
 
 // Max and min: the gradient goes to the inputs equal to the result, split evenly among ties

@@ -1,7 +1,8 @@
 // Ops of the transform family that move data without looking at it (indexing and sorting live in
 // transform_index.cpp). Attrs:
 //   reshape:      shape (ints; one -1 is inferred), input_dims (ints, optional: an entry k >= 0
-//                 takes input dim k, so squeeze/expand_dims keep dynamic dims)
+//                 takes input dim k, so squeeze/expand_dims keep dynamic dims); with shape_like
+//                 (bool), to the shape of input 1 (gradients of graphs with dynamic dims)
 //   transpose:    perm (ints, a permutation of the dims)
 //   split:        axis, sizes (ints; empty means `parts` equal pieces), parts
 //   concat:       axis
@@ -11,7 +12,8 @@
 //                 "reflect" | "edge"), value (float). Reflect mirrors about the input's edges and
 //                 needs pads < dim size; edge needs a non-empty dim.
 //   tile:         reps (ints, one per dim)
-//   broadcast_to: shape (ints; -1 keeps x's dim)
+//   broadcast_to: shape (ints; -1 keeps x's dim); with shape_like (bool), to the shape of input 1
+//                 (dynamic dims and all; specialize_shapes writes it into shape once static)
 //   flip:         axes (ints, resolved)
 // All of them take every dtype. Their gradients move g back the way the data came.
 #include "kiln/ops/transform.h"
@@ -40,6 +42,13 @@ constexpr int64_t kMaxIndex = std::numeric_limits<int64_t>::max();
 
 std::vector<TensorInfo> infer_reshape(const InferContext& ctx) {
   const Shape& in = ctx.inputs[0].shape;
+  if (ctx.attrs.b("shape_like", false)) {  // to the shape of input 1, whose dims may be dynamic
+    const Shape& like = ctx.inputs[1].shape;
+    if (is_static(in) && is_static(like) && numel(in) != numel(like))
+      fail<ShapeError>("[reshape] cannot reshape {} into the shape {} of input 1", str(in),
+                       str(like));
+    return {{like, ctx.inputs[0].dtype}};
+  }
   const Shape& want = ctx.attrs.ints("shape");
   const std::vector<int64_t> none;
   const auto& from = ctx.attrs.has("input_dims") ? ctx.attrs.ints("input_dims") : none;
@@ -202,6 +211,22 @@ std::vector<TensorInfo> infer_tile(const InferContext& ctx) {
 
 std::vector<TensorInfo> infer_broadcast_to(const InferContext& ctx) {
   const Shape& in = ctx.inputs[0].shape;
+  if (ctx.attrs.b("shape_like", false)) {  // to the shape of input 1, whose dims may be dynamic
+    const Shape& like = ctx.inputs[1].shape;
+    if (like.size() < in.size())
+      fail<ShapeError>("[broadcast_to] cannot broadcast shape {} to the shape {} of input 1",
+                       str(in), str(like));
+    const size_t lead = like.size() - in.size();
+    Shape out = like;
+    for (size_t d = lead; d < like.size(); ++d) {
+      const int64_t s = in[d - lead];
+      if (like[d] < 0 && s > 1) out[d] = s;
+      else if (like[d] >= 0 && s >= 0 && s != 1 && s != like[d])
+        fail<ShapeError>("[broadcast_to] cannot broadcast shape {} to the shape {} of input 1",
+                         str(in), str(like));
+    }
+    return {{out, ctx.inputs[0].dtype}};
+  }
   const Shape& want = ctx.attrs.ints("shape");
   auto bad = [&] {
     fail<ShapeError>("[broadcast_to] cannot broadcast shape {} to {}", str(in), str(want));
@@ -228,7 +253,19 @@ std::vector<TensorInfo> infer_flip(const InferContext& ctx) {
 using Grads = std::vector<std::optional<Tensor>>;
 using transform::static_input_shape;
 
-Grads vjp_reshape(const VjpContext& c) { return {reshape(*c.cotangents[0], c.inputs[0].shape())}; }
+// Back to x's shape; with more than one dynamic dim, a reshape that reads x's shape (made static
+// when shapes are specialized).
+Grads vjp_reshape(const VjpContext& c) {
+  const Tensor& x = c.inputs[0];
+  const Shape s = x.shape();
+  Grads r;
+  if (std::count(s.begin(), s.end(), int64_t{-1}) <= 1) r.push_back(reshape(*c.cotangents[0], s));
+  else
+    r.push_back(
+        make_node1(OpId::Reshape, {*c.cotangents[0], x}, {{"shape", s}, {"shape_like", true}}));
+  if (c.inputs.size() > 1) r.push_back(std::nullopt);  // (only its shape is read)
+  return r;
+}
 
 Grads vjp_transpose(const VjpContext& c) {
   const auto& perm = c.attrs.ints("perm");
@@ -249,7 +286,10 @@ Grads vjp_concat(const VjpContext& c) {
   Grads grads;
   int64_t at = 0;
   for (size_t i = 0; i < c.inputs.size(); ++i) {
-    const int64_t n = static_input_shape(c, static_cast<int>(i))[axis];
+    const int64_t n = c.inputs[i].shape()[axis];
+    if (n < 0)
+      fail<ShapeError>("[gradients] the gradient of concat needs input {}'s dim {} static, got {}",
+                       i, axis, str(c.inputs[i].shape()));
     grads.push_back(slice(*c.cotangents[0], {at}, {at + n}, {1}, {axis}));
     at += n;
   }
@@ -260,14 +300,28 @@ Grads vjp_concat(const VjpContext& c) {
 // positive ones; a step s > 1 puts s-1 zeros after each element (reshape to (k, 1), pad to (k, s),
 // reshape to k*s); a last pad moves the run to its first position and crops the trailing zeros.
 Grads vjp_slice(const VjpContext& c) {
-  const Shape in = static_input_shape(c);
+  const Shape in = c.inputs[0].shape();
   const auto &starts = c.attrs.ints("starts"), &stops = c.attrs.ints("stops"),
              &steps = c.attrs.ints("steps");
+  // a dynamic dim must be taken whole: it needs no padding back
+  for (size_t d = 0; d < in.size(); ++d)
+    if (in[d] < 0 && !(starts[d] == 0 && steps[d] == 1 && stops[d] >= (int64_t{1} << 62)))
+      fail<ShapeError>(
+          "[gradients] the gradient of slice needs dim {} of shape {} static, or "
+          "taken whole",
+          d, str(in));
   Tensor g = *c.cotangents[0];
   if (numel(g.shape()) == 0) return {zeros_like(c.inputs[0])};
   std::vector<int64_t> flipped, interleave_pads, pads;
   Shape interleaved, dilated;
   for (size_t d = 0; d < in.size(); ++d) {
+    if (in[d] < 0) {  // taken whole
+      interleaved.push_back(-1);
+      interleave_pads.insert(interleave_pads.end(), {0, 0});
+      dilated.push_back(-1);
+      pads.insert(pads.end(), {0, 0});
+      continue;
+    }
     const auto taken = transform::slice_dim(in[d], starts[d], stops[d], steps[d]);
     // one element taken: its step is irrelevant (and may be huge), so no zeros in between
     const int64_t s = taken.count > 1 ? std::abs(steps[d]) : 1;
@@ -331,7 +385,9 @@ Grads vjp_tile(const VjpContext& c) {
 }
 
 Grads vjp_broadcast_to(const VjpContext& c) {
-  return {sum_to_shape(*c.cotangents[0], c.inputs[0].shape())};
+  Grads r{sum_to_shape(*c.cotangents[0], c.inputs[0].shape())};
+  if (c.inputs.size() > 1) r.push_back(std::nullopt);  // (only its shape is read)
+  return r;
 }
 
 Grads vjp_flip(const VjpContext& c) { return {flip(*c.cotangents[0], c.attrs.ints("axes"))}; }
@@ -400,6 +456,7 @@ void register_transform_ops() {
       .alias()
       .grad(vjp_reshape)
       .inputs(1)
+      .optional_inputs({"shape_like"})
       .check_stored(check_stored_reshape);
   define_op(OpId::Transpose)
       .set_infer(infer_transpose)
@@ -431,7 +488,11 @@ void register_transform_ops() {
       .grad(vjp_tile)
       .inputs(1)
       .check_stored(check_stored_tile);
-  define_op(OpId::BroadcastTo).set_infer(infer_broadcast_to).grad(vjp_broadcast_to).inputs(1);
+  define_op(OpId::BroadcastTo)
+      .set_infer(infer_broadcast_to)
+      .grad(vjp_broadcast_to)
+      .inputs(1)
+      .optional_inputs({"shape_like"});
   define_op(OpId::Flip).set_infer(infer_flip).grad(vjp_flip).inputs(1).params<FlipParams>();
   register_transform_index_ops();
   register_transform_nd_ops();
@@ -589,6 +650,15 @@ Tensor tile(const Tensor& x, const std::vector<int64_t>& reps) {
   }
   return make_node1(OpId::Tile, {y}, {{"reps", r}});
 }
+
+namespace ops {
+Tensor broadcast_to_like(const Tensor& x, const Tensor& like) {
+  const Shape s = like.shape();
+  if (x.shape() == s && is_static(s)) return x;
+  if (is_static(s)) return broadcast_to(x, s);
+  return make_node1(OpId::BroadcastTo, {x, like}, {{"shape", s}, {"shape_like", true}});
+}
+}  // namespace ops
 
 Tensor broadcast_to(const Tensor& x, const Shape& shape) {
   return make_node1(OpId::BroadcastTo, {x}, {{"shape", shape}});

@@ -43,32 +43,41 @@ Program extract_program(const detail::GraphImpl& g, const std::vector<ValueRef>&
   return b.finish();
 }
 
-void specialize_shapes(Program& p, const std::vector<std::pair<int32_t, Shape>>& shapes) {
-  auto& nodes = p.graph.nodes;
-  for (auto& n : nodes) {
+bool specialize_shapes(Program& p, const std::vector<std::pair<int32_t, Shape>>& shapes,
+                       bool allow_dynamic) {
+  bool all_static = true;
+  for (auto& n : p.graph.nodes) {
     if (n.op == OpId::Placeholder) {
       Shape& s = n.outputs[0].shape;
       for (auto& [origin, shape] : shapes) {
         if (origin != n.origin) continue;
         bool ok = shape.size() == s.size();
         for (size_t i = 0; ok && i < s.size(); ++i) ok = s[i] < 0 || s[i] == shape[i];
-        if (!ok || !is_static(shape))
+        for (size_t i = 0; ok && i < shape.size(); ++i) ok = shape[i] >= 0 || allow_dynamic;
+        if (!ok)
           fail<ShapeError>("[compile] placeholder '{}' declared with shape {} cannot take shape {}",
                            n.name, str(s), str(shape));
-        s = shape;
+        for (size_t i = 0; i < s.size(); ++i) s[i] = shape[i] >= 0 ? shape[i] : s[i];
       }
-      if (!is_static(s))
+      if (!is_static(s) && !allow_dynamic)
         fail<ShapeError>("[compile] placeholder '{}' has dynamic shape {}: give its shape when "
                          "compiling",
                          n.name, str(s));
+      all_static = all_static && is_static(s);
       continue;
     }
     if (n.op == OpId::Constant || n.op == OpId::Variable) continue;
+    // an attribute shape read from the last input's shape: written in once that is static
+    if (n.attrs.b("shape_like", false) && is_static(p.graph.info(n.inputs.back()).shape)) {
+      n.attrs.set("shape", p.graph.info(n.inputs.back()).shape).set("shape_like", false);
+      n.inputs.pop_back();
+    }
     std::vector<TensorInfo> in;
     for (auto v : n.inputs) in.push_back(p.graph.info(v));
     InferContext ctx{n.op, n.attrs, in};
     n.outputs = infer_node(ctx);
   }
+  return all_static;
 }
 
 Program order_assignments(const Program& p) {

@@ -22,8 +22,10 @@ struct Program {
 /// Copies the nodes of `g` that `targets` need, in order; each copy records its origin.
 Program extract_program(const detail::GraphImpl& g, const std::vector<detail::ValueRef>& targets);
 /// Fixes placeholder shapes (by origin id) and re-infers every node. Throws ShapeError when a
-/// needed placeholder stays dynamic or a given shape contradicts its declared one.
-void specialize_shapes(Program& p, const std::vector<std::pair<int32_t, Shape>>& shapes);
+/// given shape contradicts its declared one, or (unless `allow_dynamic`) when a needed
+/// placeholder stays dynamic. Returns whether every placeholder is static.
+bool specialize_shapes(Program& p, const std::vector<std::pair<int32_t, Shape>>& shapes,
+                       bool allow_dynamic = false);
 /// Checks topological order, input references and inferred infos; throws on a broken program.
 void verify_program(const Program& p, const std::string& after_pass);
 

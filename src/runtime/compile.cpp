@@ -1,7 +1,7 @@
 // Graph::compile: extract, specialize shapes, autocast, optimize, place, plan memory.
-#include <functional>
-
 #include <fmt/format.h>
+
+#include <functional>
 
 #include "core/device_backend.h"
 #include "core/errors.h"
@@ -10,8 +10,9 @@
 #include "runtime/custom_op.h"
 #include "runtime/env.h"
 #include "runtime/executable_impl.h"
-#include "runtime/run_kernel.h"
 #include "runtime/profiler.h"
+#include "runtime/run_kernel.h"
+#include "runtime/shape_cache.h"
 
 namespace kiln {
 
@@ -110,18 +111,96 @@ void attach_program(detail::ExecutableImpl& impl, Program p) {
   }
 }
 
-Executable Graph::compile(Device device, const FeedShapes& feeds, const std::vector<Tensor>& targets,
-                          const CompileOptions& options) const {
+std::shared_ptr<detail::ExecutableImpl> compile_program(
+    Program p, Device device, const CompileOptions& o,
+    const std::vector<std::pair<int32_t, Shape>>& shapes,
+    const std::function<void(Program&)>& before_attach) {
+  DeviceBackend* backend = backend_of(device);  // throws when the device is not there
+  auto impl = std::make_shared<detail::ExecutableImpl>();
+  impl->device = device;
+  impl->options = o;
+  {
+    prof::HostScope phase(SpanKind::compile, "specialize_shapes");
+    specialize_shapes(p, shapes);
+  }
+  // int8 products first: before autocast would cast their float inputs, and before folding
+  // would turn dequantized constant weights into f32 constants
+  if (o.optimize && o.fuse_quant) run_pass(p, "fuse_quant", fuse_quant);
+  // before folding, so the casts of constant weights fold; batch norms fold into their
+  // convolutions first (autocast's casts would stand between them)
+  if (const auto low = o.autocast) {
+    if (o.optimize) {
+      run_pass(p, "constant_folding",
+               [](const Program& q) { return fold_constants(q, evaluate_node_cpu); });
+      run_pass(p, "fold_batch_norms", fold_batch_norms);
+      run_pass(p, "fuse_attention", fuse_attention);  // (so that the attention runs low too)
+    }
+    run_pass(p, "autocast", [low](const Program& q) { return autocast(q, *low); });
+  }
+  if (o.optimize) {
+    run_pass(p, "constant_folding",
+             [](const Program& q) { return fold_constants(q, evaluate_node_cpu); });
+    run_pass(p, "fold_batch_norms", fold_batch_norms);
+    run_pass(p, "fuse_attention", fuse_attention);
+    run_pass(p, "hoist_casts", hoist_casts);
+    run_pass(p, "cse", eliminate_common_subexpressions);
+    run_pass(p, "dce", eliminate_dead_code);
+  }
+  if (o.allow_tf32) run_pass(p, "allow_tf32", allow_tf32);
+  // int8 convolutions run on NHWC (without reorders on the CPU, with contiguous im2col rows on
+  // CUDA), and so do f16/bf16 inference convolutions on CUDA (cuDNN's tensor-core layout)
+  if (o.optimize && o.kernels.channels_last) {
+    run_pass(p, "channels_last",
+             [&device](const Program& q) { return channels_last(q, backend_for(device)); });
+    // the weights it permuted at compile time replace the originals: neither device memory nor
+    // a package keeps both
+    run_pass(p, "dce", eliminate_dead_code);
+  }
+  run_pass(p, "schedule_collectives", schedule_collectives);
+  run_pass(p, "order_assignments", order_assignments);
+  if (o.optimize && o.fuse_elementwise && env::fusion_enabled())
+    run_pass(p, "fuse_elementwise",
+             [&device](const Program& q) { return fuse_elementwise(q, backend_for(device)); });
+  {
+    prof::HostScope phase(SpanKind::compile, "placement");
+    place(p, device, o.strict_placement, *impl);
+  }
+  // generated kernels compile now, so no run waits for them
+  {
+    prof::HostScope phase(SpanKind::compile, "generated kernels (NVRTC)");
+    for (const Step& st : impl->steps) {
+      const Node& n = p.graph.nodes[st.node];
+      if (n.op != OpId::FusedElementwise) continue;
+      if (const fused::PrepareFn prep = fused::prepare(st.backend)) {
+        std::vector<TensorInfo> in;
+        for (auto v : n.inputs) in.push_back(p.graph.info(v));
+        prep(n.attrs, in, n.outputs[0], device.index);
+      }
+    }
+  }
+  {
+    prof::HostScope phase(SpanKind::compile, "plan_memory");
+    impl->plan = plan_memory(p, {o.plan_memory, o.in_place});
+  }
+  impl->backend = backend;
+  if (before_attach) before_attach(p);
+  attach_program(*impl, std::move(p));
+  return impl;
+}
+
+Executable Graph::compile(Device device, const FeedShapes& feeds,
+                          const std::vector<Tensor>& targets, const CompileOptions& options) const {
   return compile(device, feeds, targets, Updates{}, options);
 }
 
-Executable Graph::compile(Device device, const FeedShapes& feeds, const std::vector<Tensor>& targets,
-                          const Updates& update_ops, const CompileOptions& options) const {
+Executable Graph::compile(Device device, const FeedShapes& feeds,
+                          const std::vector<Tensor>& targets, const Updates& update_ops,
+                          const CompileOptions& options) const {
   const std::vector<Tensor>& updates = update_ops.ops;
   if (targets.empty() && updates.empty()) fail<ValueError>("[compile] no targets given");
   if (options.autocast && *options.autocast != f16 && *options.autocast != bf16)
     fail<ValueError>("[compile] autocast takes f16 or bf16, got {}", name(*options.autocast));
-  DeviceBackend* backend = backend_of(device);  // throws when the device is not there
+  backend_of(device);  // throws when the device is not there
   std::vector<ValueRef> outs;
   for (const auto* list : {&targets, &updates})
     for (size_t i = 0; i < list->size(); ++i) {
@@ -142,79 +221,17 @@ Executable Graph::compile(Device device, const FeedShapes& feeds, const std::vec
   }
 
   prof::HostScope span(SpanKind::compile, "compile", prof::on() ? "for " + device.str() : "");
-  auto impl = std::make_shared<detail::ExecutableImpl>();
-  impl->device = device;
-  impl->source = impl_.get();
-  impl->options = options;
-  impl->options.deterministic = options.deterministic || env::deterministic();
-  env::override_kernel_choices(impl->options.kernels);
+  CompileOptions o = options;
+  o.deterministic = options.deterministic || env::deterministic();
+  env::override_kernel_choices(o.kernels);
   Program p = extract_program(*impl_, outs);
   p.num_returned = targets.size();
-  {
-    prof::HostScope phase(SpanKind::compile, "specialize_shapes");
-    specialize_shapes(p, shapes);
-  }
-  // int8 products first: before autocast would cast their float inputs, and before folding
-  // would turn dequantized constant weights into f32 constants
-  if (options.optimize && options.fuse_quant) run_pass(p, "fuse_quant", fuse_quant);
-  // before folding, so the casts of constant weights fold; batch norms fold into their
-  // convolutions first (autocast's casts would stand between them)
-  if (const auto low = options.autocast) {
-    if (options.optimize) {
-      run_pass(p, "constant_folding",
-               [](const Program& q) { return fold_constants(q, evaluate_node_cpu); });
-      run_pass(p, "fold_batch_norms", fold_batch_norms);
-      run_pass(p, "fuse_attention", fuse_attention);  // (so that the attention runs low too)
-    }
-    run_pass(p, "autocast", [low](const Program& q) { return autocast(q, *low); });
-  }
-  if (options.optimize) {
-    run_pass(p, "constant_folding",
-             [](const Program& q) { return fold_constants(q, evaluate_node_cpu); });
-    run_pass(p, "fold_batch_norms", fold_batch_norms);
-    run_pass(p, "fuse_attention", fuse_attention);
-    run_pass(p, "hoist_casts", hoist_casts);
-    run_pass(p, "cse", eliminate_common_subexpressions);
-    run_pass(p, "dce", eliminate_dead_code);
-  }
-  if (options.allow_tf32) run_pass(p, "allow_tf32", allow_tf32);
-  // int8 convolutions run on NHWC (without reorders on the CPU, with contiguous im2col rows on
-  // CUDA), and so do f16/bf16 inference convolutions on CUDA (cuDNN's tensor-core layout)
-  if (options.optimize && impl->options.kernels.channels_last) {
-    run_pass(p, "channels_last",
-             [&device](const Program& q) { return channels_last(q, backend_for(device)); });
-    // the weights it permuted at compile time replace the originals: neither device memory nor
-    // a package keeps both
-    run_pass(p, "dce", eliminate_dead_code);
-  }
-  run_pass(p, "schedule_collectives", schedule_collectives);
-  run_pass(p, "order_assignments", order_assignments);
-  if (options.optimize && options.fuse_elementwise && env::fusion_enabled())
-    run_pass(p, "fuse_elementwise",
-             [&device](const Program& q) { return fuse_elementwise(q, backend_for(device)); });
-  {
-    prof::HostScope phase(SpanKind::compile, "placement");
-    place(p, device, options.strict_placement, *impl);
-  }
-  // generated kernels compile now, so no run waits for them
-  {
-    prof::HostScope phase(SpanKind::compile, "generated kernels (NVRTC)");
-    for (const Step& st : impl->steps) {
-      const Node& n = p.graph.nodes[st.node];
-      if (n.op != OpId::FusedElementwise) continue;
-      if (const fused::PrepareFn prep = fused::prepare(st.backend)) {
-        std::vector<TensorInfo> in;
-        for (auto v : n.inputs) in.push_back(p.graph.info(v));
-        prep(n.attrs, in, n.outputs[0], device.index);
-      }
-    }
-  }
-  {
-    prof::HostScope phase(SpanKind::compile, "plan_memory");
-    impl->plan = plan_memory(p, {options.plan_memory, options.in_place});
-  }
-  impl->backend = backend;
-  attach_program(*impl, std::move(p));
+  // a named dim fixed by one feed shape is fixed in every placeholder that shares it
+  shapes = detail::InputDims(p).complete(shapes);
+  if (!specialize_shapes(p, shapes, /*allow_dynamic=*/true))
+    return Executable(detail::make_dynamic(std::move(p), device, o, impl_.get()));
+  auto impl = compile_program(std::move(p), device, o, {});
+  impl->source = impl_.get();
   return Executable(std::move(impl));
 }
 

@@ -8,6 +8,7 @@
 #include "core/errors.h"
 #include "core/op_registry.h"
 #include "runtime/executor.h"
+#include "runtime/shape_cache.h"
 #include "runtime/step_loop.h"
 
 namespace kiln {
@@ -26,7 +27,10 @@ Executable::Executable(std::shared_ptr<ExecutableImpl> impl) : impl_(std::move(i
 namespace {
 void check_feed(const Node& ph, const Array& a, Device device) {
   const TensorInfo& want = ph.outputs[0];
-  if (a.shape() != want.shape)
+  bool fits = a.shape().size() == want.shape.size();
+  for (size_t d = 0; fits && d < want.shape.size(); ++d)
+    fits = want.shape[d] < 0 || want.shape[d] == a.shape()[d];
+  if (!fits)
     fail<ShapeError>("[run] placeholder '{}' was compiled for shape {} but the feed has shape {}",
                      ph.name, str(want.shape), str(a.shape()));
   if (a.dtype() != want.dtype)
@@ -105,40 +109,72 @@ std::vector<const Array*> bind_feeds(const ExecutableImpl& x,
 
 }  // namespace
 
+namespace {
+// A dynamic executable runs the specialization for the feeds' shapes (compiled on a miss).
+std::vector<Array> run_bound(const std::shared_ptr<ExecutableImpl>& x,
+                             const std::vector<const Array*>& feed_by_node) {
+  if (!x->dynamic) return run_impl(*x, feed_by_node);
+  const auto b = x->dynamic->bind(*x, feed_by_node);
+  return run_impl(*b.impl, b.feed_by_node);
+}
+std::future<std::vector<Array>> submit_bound(const std::shared_ptr<ExecutableImpl>& x, Queue& queue,
+                                             const std::vector<const Array*>& feed_by_node,
+                                             ExecutionDescriptor descriptor) {
+  if (!x->dynamic) return submit_async(x, queue, feed_by_node, std::move(descriptor));
+  const auto b = x->dynamic->bind(*x, feed_by_node);
+  return submit_async(b.impl, queue, b.feed_by_node, std::move(descriptor));
+}
+}  // namespace
+
 std::vector<Array> Executable::run(const Feeds& feeds) const {
   if (!impl_) fail<ValueError>("[run] empty Executable");
-  return run_impl(*impl_, bind_feeds(*impl_, feeds));
+  return run_bound(impl_, bind_feeds(*impl_, feeds));
 }
 
 std::vector<Array> Executable::run(const std::map<std::string, Array>& feeds) const {
   if (!impl_) fail<ValueError>("[run] empty Executable");
-  return run_impl(*impl_, bind_feeds(*impl_, feeds));
+  return run_bound(impl_, bind_feeds(*impl_, feeds));
 }
 
 std::future<std::vector<Array>> Executable::run_async(Queue& queue, const Feeds& feeds,
                                                       ExecutionDescriptor descriptor) const {
   if (!impl_) fail<ValueError>("[run_async] empty Executable");
-  return submit_async(impl_, queue, bind_feeds(*impl_, feeds), std::move(descriptor));
+  return submit_bound(impl_, queue, bind_feeds(*impl_, feeds), std::move(descriptor));
 }
 
 std::future<std::vector<Array>> Executable::run_async(Queue& queue,
                                                       const std::map<std::string, Array>& feeds,
                                                       ExecutionDescriptor descriptor) const {
   if (!impl_) fail<ValueError>("[run_async] empty Executable");
-  return submit_async(impl_, queue, bind_feeds(*impl_, feeds), std::move(descriptor));
+  return submit_bound(impl_, queue, bind_feeds(*impl_, feeds), std::move(descriptor));
 }
 
+namespace {
+// What the plan accessors describe: the executable, or a dynamic one's specialization run last
+// (the front, with no steps, before the first run). Held so that an eviction cannot free it.
+std::shared_ptr<const ExecutableImpl> shown(const std::shared_ptr<ExecutableImpl>& x) {
+  if (x->dynamic)
+    if (auto last = x->dynamic->last()) return last;
+  return x;
+}
+}  // namespace
+
 Device Executable::device() const { return impl_->device; }
-size_t Executable::peak_intermediate_bytes() const { return impl_->plan.arena_bytes; }
-size_t Executable::num_steps() const { return impl_->steps.size(); }
-int64_t Executable::replayed_runs() const { return impl_->replays.load(); }
+size_t Executable::peak_intermediate_bytes() const { return shown(impl_)->plan.arena_bytes; }
+size_t Executable::num_steps() const { return shown(impl_)->steps.size(); }
+int64_t Executable::replayed_runs() const { return shown(impl_)->replays.load(); }
 std::string Executable::capture_status() const {
-  auto& x = *impl_;
+  const auto keep = shown(impl_);
+  auto& x = const_cast<ExecutableImpl&>(*keep);
   if (!x.backend) return "cpu executable: runs are not recorded";
   std::lock_guard<std::mutex> l(x.arena_mu);
   if (!x.capture_off) return "not run yet";
   if (x.capture_off->empty()) return "recorded once, replayed from the second run";
   return "off: " + *x.capture_off;
+}
+bool Executable::is_dynamic() const { return impl_ && impl_->dynamic; }
+Executable::ShapeCacheStats Executable::shape_cache() const {
+  return impl_ && impl_->dynamic ? impl_->dynamic->stats() : ShapeCacheStats{};
 }
 
 std::vector<Executable::IoInfo> Executable::inputs() const {
@@ -162,9 +198,10 @@ std::vector<Executable::IoInfo> Executable::outputs() const {
 }
 
 std::vector<Executable::StepInfo> Executable::placement() const {
+  const auto x = shown(impl_);
   std::vector<StepInfo> r;
-  for (const Step& st : impl_->steps)
-    r.push_back({st.node, op_name(impl_->program.graph.nodes[st.node].op), backend_name(st.backend),
+  for (const Step& st : x->steps)
+    r.push_back({st.node, op_name(x->program.graph.nodes[st.node].op), backend_name(st.backend),
                  st.fallback_reason});
   return r;
 }
@@ -174,10 +211,20 @@ std::string Executable::report() const {
   size_t fallbacks = 0;
   for (auto& s : steps) fallbacks += !s.fallback_reason.empty();
   std::ostringstream os;
+  if (impl_->dynamic) {
+    const ShapeCacheStats c = shape_cache();
+    os << "dynamic inputs:";
+    for (const IoInfo& in : inputs()) os << " " << in.name << to_string(in.shape);
+    os << "\n  specializations: " << c.entries << " held (" << c.bytes << " bytes; bounds "
+       << c.max_entries << " and " << c.max_bytes << " bytes, 0 = none; peak " << c.peak_bytes
+       << "), " << c.hits << " hits, " << c.misses << " misses, " << c.evictions << " evictions\n";
+    if (!c.entries) return os.str();
+    os << "  the one run last: ";
+  }
   os << "device " << impl_->device.str() << ": " << steps.size() << " kernels, "
      << steps.size() - fallbacks << " on " << (impl_->backend ? "cuda" : "cpu");
   if (impl_->backend) os << ", " << fallbacks << " cpu fallbacks";
-  os << "; arena " << impl_->plan.arena_bytes << " bytes\n";
+  os << "; arena " << peak_intermediate_bytes() << " bytes\n";
   if (impl_->backend) os << "  runs as a CUDA graph: " << capture_status() << "\n";
   if (const auto& pk = impl_->package)
     os << "  loaded from " << pk->path << " (compiled for " << pk->compiled_for
@@ -191,25 +238,29 @@ std::string Executable::report() const {
 
 std::string Executable::dump() const {
   std::ostringstream os;
-  const auto& nodes = impl_->program.graph.nodes;
+  const auto keep = shown(impl_);
+  const ExecutableImpl& x = *keep;
+  if (x.steps.empty() && impl_->dynamic) os << "(dynamic; no specialization run yet)\n";
+  const auto& nodes = x.program.graph.nodes;
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node& n = nodes[i];
     os << "%" << i << " = " << op_name(n.op) << "(";
     for (size_t j = 0; j < n.inputs.size(); ++j) os << (j ? ", " : "") << "%" << n.inputs[j].node;
     os << ")";
-    for (const Step& st : impl_->steps)
+    for (const Step& st : x.steps)
       if (st.node == static_cast<int32_t>(i) && st.backend != Backend::cpu) os << " [" << backend_name(st.backend) << "]";
-      else if (st.node == static_cast<int32_t>(i) && impl_->backend) os << " [cpu fallback: " << st.fallback_reason << "]";
+      else if (st.node == static_cast<int32_t>(i) && x.backend)
+        os << " [cpu fallback: " << st.fallback_reason << "]";
     for (size_t o = 0; o < n.outputs.size(); ++o) {
-      const ValueSlot& s = impl_->plan.slots[i][o];
       os << " -> " << name(n.outputs[o].dtype) << to_string(n.outputs[o].shape);
+      if (i >= x.plan.slots.size()) continue;  // a dynamic executable before its first run
+      const ValueSlot& s = x.plan.slots[i][o];
       if (s.where == Where::arena) os << " @arena+" << s.offset;
       else if (s.where == Where::output) os << " @output" << s.index;
     }
     os << "\n";
   }
-  os << "arena: " << impl_->plan.arena_bytes << " bytes in " << impl_->plan.num_buffers
-     << " buffers\n";
+  os << "arena: " << x.plan.arena_bytes << " bytes in " << x.plan.num_buffers << " buffers\n";
   return os.str();
 }
 

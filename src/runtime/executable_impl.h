@@ -2,6 +2,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -29,6 +30,8 @@ struct Step {
 class DeviceBackend;
 
 namespace detail {
+class ShapeCache;
+
 struct ExecutableImpl {
   Device device;
   const GraphImpl* source = nullptr;  // the user's graph, to match feeds (none when loaded)
@@ -88,6 +91,10 @@ struct ExecutableImpl {
   // loaded from a package: where from, and the names of the returned values (empty: node names)
   std::optional<PackageInfo> package;
   std::vector<std::string> output_names;
+  // Dynamic executables (some input dim stays dynamic): the specializations per feed shapes.
+  // Such an impl holds the program before any pass (placeholders as declared, constants on the
+  // host) and no steps or plan of its own (runtime/shape_cache.h).
+  std::shared_ptr<ShapeCache> dynamic;
   ~ExecutableImpl();
 };
 }  // namespace detail
@@ -98,5 +105,13 @@ void place(const Program& p, Device device, bool strict, detail::ExecutableImpl&
 /// Moves `p` into `impl` (impl.device and impl.options set): constants to the device, the list of
 /// variables, the thread pool.
 void attach_program(detail::ExecutableImpl& impl, Program p);
+/// Runs the compile pipeline on an extracted program whose placeholder shapes `shapes` (by node
+/// origin) make static: specialization, the passes, placement, generated kernels, the memory plan.
+/// `options` has its environment overrides applied. `before_attach` (may be empty) sees the
+/// optimized program before its constants move to the device.
+std::shared_ptr<detail::ExecutableImpl> compile_program(
+    Program p, Device device, const CompileOptions& options,
+    const std::vector<std::pair<int32_t, Shape>>& shapes,
+    const std::function<void(Program&)>& before_attach = {});
 
 }  // namespace kiln

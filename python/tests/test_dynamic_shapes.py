@@ -1,0 +1,92 @@
+"""Dynamic dims from Python: one executable for every batch size, named dims, ranges, the cache."""
+import numpy as np
+import pytest
+
+import kiln
+
+
+def dense(rng):
+    g = kiln.Graph()
+    x = g.placeholder([None, 12], kiln.f32, "x")
+    w = rng.standard_normal((12, 5)).astype(np.float32)
+    b = rng.standard_normal(5).astype(np.float32)
+    y = kiln.relu(kiln.matmul(x, g.constant(w)) + g.constant(b))
+    return g, x, w, b, y
+
+
+def test_one_executable_runs_every_batch_size(rng):
+    g, x, w, b, y = dense(rng)
+    exe = g.compile([y])
+    assert exe.is_dynamic and exe.inputs()[0].shape == [-1, 12]
+    for n in (1, 9, 4, 9):
+        xv = rng.standard_normal((n, 12)).astype(np.float32)
+        # float64 reference; f32 sums of 12 products
+        want = np.maximum(xv.astype(np.float64) @ w + b, 0)
+        np.testing.assert_allclose(exe.run({x: xv})[0].numpy(), want, rtol=1e-5, atol=1e-5)
+    c = exe.shape_cache()
+    assert (c["misses"], c["hits"], c["entries"], c["evictions"]) == (3, 1, 3, 0)
+    assert c["bytes"] <= c["max_bytes"] and "3 misses" in exe.report()
+    # a feed shape at compile time gives a static executable
+    assert not g.compile([y], feed_shapes={x: (3, 12)}).is_dynamic
+
+
+def test_named_dims_and_ranges(rng):
+    g = kiln.Graph()
+    ids = g.placeholder(["batch", "seq"], kiln.f32, "ids", ranges={"batch": (1, 4), 1: (2, None)})
+    mask = g.placeholder(["batch", "seq"], kiln.f32, "mask")
+    exe = g.compile([ids * mask])
+    a = rng.standard_normal((3, 5)).astype(np.float32)
+    m = rng.standard_normal((3, 5)).astype(np.float32)
+    np.testing.assert_allclose(exe.run({ids: a, mask: m})[0].numpy(), a * m, rtol=1e-6)
+    with pytest.raises(kiln.ShapeError, match=r"input 'mask' dim 1 is 'seq' = 5 \(from 'ids'\) "
+                       r"but the feed has 4"):
+        exe.run({ids: a, mask: m[:, :4]})
+    with pytest.raises(kiln.ShapeError, match=r"dim 0 \('batch'\) must be in \[1, 4\] but the "
+                       r"feed has 6"):
+        exe.run({ids: np.zeros((6, 5), np.float32), mask: np.zeros((6, 5), np.float32)})
+    with pytest.raises(kiln.ShapeError, match=r"dim 1 \('seq'\) must be at least 2"):
+        exe.run({ids: np.zeros((2, 1), np.float32), mask: np.zeros((2, 1), np.float32)})
+    with pytest.raises(ValueError, match="no dim has"):
+        g.placeholder(["n"], kiln.f32, "z", ranges={"m": (1, 2)})
+
+
+def test_cache_bounds(rng):
+    g, x, w, b, y = dense(rng)
+    opts = kiln.CompileOptions()
+    opts.max_specializations = 2
+    exe = g.compile([y], options=opts)
+    for n in (1, 2, 3, 1):
+        exe.run({x: np.ones((n, 12), np.float32)})
+    c = exe.shape_cache()
+    assert (c["entries"], c["evictions"], c["misses"], c["max_entries"]) == (2, 2, 4, 2)
+    # a bound of bytes below one specialization keeps only the one running
+    opts = kiln.CompileOptions(fuse_elementwise=False)
+    opts.max_specialization_bytes = 1
+    exe = g.compile([kiln.exp(kiln.exp(y))], options=opts)
+    for n in (1, 2, 3):
+        exe.run({x: np.ones((n, 12), np.float32)})
+    c = exe.shape_cache()
+    assert (c["entries"], c["evictions"], c["max_bytes"]) == (1, 2, 1) and c["bytes"] > 0
+
+
+def test_training_with_a_dynamic_batch(rng):
+    g = kiln.Graph()
+    x = g.placeholder([None, 4], kiln.f32, "x")
+    labels = g.placeholder([None], kiln.i64, "labels")
+    w = g.variable(rng.standard_normal((3, 4)).astype(np.float32), "w")
+    loss = kiln.softmax_cross_entropy(kiln.linear(x, w), labels)
+    step = kiln.optim.sgd(g, [w], kiln.gradients(loss, [w]), lr=0.1)
+    train = g.compile([loss], updates=step)
+    for n in (5, 2):
+        w0 = g.read_variable(w).numpy().astype(np.float64)
+        xv = rng.standard_normal((n, 4)).astype(np.float32)
+        lv = rng.integers(0, 3, n)
+        train.run({x: xv, labels: lv})
+        # float64 reference: the mean cross entropy's gradient is (softmax - one_hot)^T x / n
+        z = xv.astype(np.float64) @ w0.T
+        p = np.exp(z - z.max(1, keepdims=True))
+        p /= p.sum(1, keepdims=True)
+        p[np.arange(n), lv] -= 1
+        want = w0 - 0.1 * (p.T @ xv) / n
+        np.testing.assert_allclose(g.read_variable(w).numpy(), want, rtol=1e-5, atol=1e-6)
+    assert train.shape_cache()["misses"] == 2

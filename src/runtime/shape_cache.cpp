@@ -1,0 +1,327 @@
+// Dynamic executables: input dims and their checks, and the specialization cache.
+#include "runtime/shape_cache.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <sstream>
+#include <unordered_set>
+
+#include "core/device_backend.h"
+#include "core/errors.h"
+#include "runtime/executable_impl.h"
+#include "runtime/profiler.h"
+
+namespace kiln::detail {
+
+namespace {
+std::vector<std::string> split_names(const std::string& s) {
+  std::vector<std::string> r(1);
+  for (char c : s) {
+    if (c == '\n') r.emplace_back();
+    else r.back() += c;
+  }
+  return r;
+}
+
+std::string range_text(int64_t min, int64_t max) {
+  return max < 0 ? fmt::format("at least {}", min) : fmt::format("in [{}, {}]", min, max);
+}
+
+std::string shapes_text(const std::vector<Shape>& key) {
+  std::string s;
+  for (const Shape& k : key) s += (s.empty() ? "" : ", ") + str(k);
+  return s;
+}
+
+// Bytes of one storage, once however many arrays share it.
+size_t distinct_bytes(const std::vector<const std::vector<std::shared_ptr<Storage>>*>& lists) {
+  std::unordered_set<const Storage*> seen;
+  size_t total = 0;
+  for (auto* l : lists)
+    for (auto& s : *l)
+      if (s && seen.insert(s.get()).second) total += s->bytes;
+  return total;
+}
+}  // namespace
+
+InputDims::InputDims(const Program& p) {
+  const auto& nodes = p.graph.nodes;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = nodes[i];
+    if (n.op != OpId::Placeholder) continue;
+    Input in{static_cast<int32_t>(i), n.origin, n.name, {}};
+    const Shape& s = n.outputs[0].shape;
+    in.dims.resize(s.size());
+    for (size_t d = 0; d < s.size(); ++d) in.dims[d].size = s[d];
+    if (n.attrs.has(kDimNames)) {
+      const auto names = split_names(n.attrs.str(kDimNames));
+      const auto& mins = n.attrs.ints(kDimMin);
+      const auto& maxs = n.attrs.ints(kDimMax);
+      if (names.size() != s.size() || mins.size() != s.size() || maxs.size() != s.size())
+        fail<ShapeError>(
+            "[compile] placeholder '{}': its dim names and ranges are not one per dim "
+            "of shape {}",
+            n.name, str(s));
+      for (size_t d = 0; d < s.size(); ++d) {
+        in.dims[d].name = names[d];
+        in.dims[d].min = mins[d];
+        in.dims[d].max = maxs[d];
+      }
+    }
+    inputs_.push_back(std::move(in));
+  }
+}
+
+bool InputDims::dynamic() const {
+  for (auto& in : inputs_)
+    for (auto& d : in.dims)
+      if (d.size < 0) return true;
+  return false;
+}
+
+void InputDims::check_dim(const Input& in, size_t d, int64_t value, const char* where) const {
+  const Dim& dim = in.dims[d];
+  const char* what = std::string_view(where) == "run" ? "the feed has" : "the shape given has";
+  if (dim.size >= 0 && value != dim.size)
+    fail<ShapeError>("[{}] input '{}' dim {} is {} but {} {}", where, in.name, d, dim.size, what,
+                     value);
+  if (value < dim.min || (dim.max >= 0 && value > dim.max))
+    fail<ShapeError>("[{}] input '{}' dim {}{} must be {} but {} {}", where, in.name, d,
+                     dim.name.empty() ? "" : " ('" + dim.name + "')", range_text(dim.min, dim.max),
+                     what, value);
+}
+
+std::vector<std::pair<int32_t, Shape>> InputDims::complete(
+    const std::vector<std::pair<int32_t, Shape>>& shapes) const {
+  struct Seen {
+    int64_t value;
+    const Input* from;
+  };
+  std::map<std::string, Seen> named;
+  std::vector<std::pair<int32_t, Shape>> out = shapes;
+  for (const Input& in : inputs_)
+    for (auto& [origin, shape] : shapes) {
+      if (origin != in.origin) continue;
+      if (shape.size() != in.dims.size()) continue;  // specialize_shapes reports it
+      for (size_t d = 0; d < shape.size(); ++d) {
+        if (shape[d] < 0) continue;
+        check_dim(in, d, shape[d], "compile");
+        const std::string& nm = in.dims[d].name;
+        if (nm.empty()) continue;
+        auto [it, fresh] = named.try_emplace(nm, Seen{shape[d], &in});
+        if (!fresh && it->second.value != shape[d])
+          fail<ShapeError>(
+              "[compile] input '{}' dim {} is '{}' = {} (from '{}') but the shape "
+              "given has {}",
+              in.name, d, nm, it->second.value, it->second.from->name, shape[d]);
+      }
+    }
+  // a name fixed in one placeholder is fixed in every placeholder that shares it
+  for (const Input& in : inputs_) {
+    Shape s;
+    for (const Dim& d : in.dims) s.push_back(d.size);
+    bool changed = false;
+    for (auto& [origin, shape] : out)
+      if (origin == in.origin && shape.size() == s.size())
+        for (size_t d = 0; d < s.size(); ++d) s[d] = shape[d] >= 0 ? shape[d] : s[d];
+    for (size_t d = 0; d < s.size(); ++d) {
+      auto it = named.find(in.dims[d].name);
+      if (s[d] < 0 && !in.dims[d].name.empty() && it != named.end()) {
+        s[d] = it->second.value;
+        changed = true;
+      }
+    }
+    if (changed) out.emplace_back(in.origin, s);
+  }
+  return out;
+}
+
+void InputDims::check(const std::vector<const Array*>& feed_by_node) const {
+  struct Seen {
+    int64_t value;
+    const Input* from;
+  };
+  std::map<std::string, Seen> named;
+  for (const Input& in : inputs_) {
+    const Array* a = feed_by_node[in.node];
+    if (!a) fail<ValueError>("[run] placeholder '{}' has no feed", in.name);
+    const Shape& s = a->shape();
+    if (s.size() != in.dims.size())
+      fail<ShapeError>("[run] input '{}' has {} dims but the feed has shape {}", in.name,
+                       in.dims.size(), str(s));
+    for (size_t d = 0; d < s.size(); ++d) {
+      check_dim(in, d, s[d], "run");
+      const std::string& nm = in.dims[d].name;
+      if (nm.empty()) continue;
+      auto [it, fresh] = named.try_emplace(nm, Seen{s[d], &in});
+      if (!fresh && it->second.value != s[d])
+        fail<ShapeError>("[run] input '{}' dim {} is '{}' = {} (from '{}') but the feed has {}",
+                         in.name, d, nm, it->second.value, it->second.from->name, s[d]);
+    }
+  }
+}
+
+ShapeCache::ShapeCache(const ExecutableImpl& front)
+    : dims_(front.program),
+      max_count_(front.options.max_specializations),
+      max_bytes_(front.options.max_specialization_bytes) {}
+
+ShapeCache::Bound ShapeCache::bind(const ExecutableImpl& front,
+                                   const std::vector<const Array*>& feed_by_node) {
+  dims_.check(feed_by_node);
+  std::vector<Shape> key;
+  key.reserve(front.placeholders.size());
+  for (int32_t ph : front.placeholders) key.push_back(feed_by_node[ph]->shape());
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = index_.find(key);
+  if (it != index_.end()) {
+    ++hits_;
+    lru_.splice(lru_.begin(), lru_, it->second);
+  } else {
+    ++misses_;
+    Entry e;
+    e.key = key;
+    e.impl = compile(front, feed_by_node, e);
+    lru_.push_front(std::move(e));
+    index_[key] = lru_.begin();
+    evict_locked();
+  }
+  const Entry& e = lru_.front();
+  Bound b{e.impl, std::vector<const Array*>(e.impl->program.graph.nodes.size(), nullptr)};
+  for (int32_t ph : e.impl->placeholders)
+    b.feed_by_node[ph] = feed_by_node[e.front_of_placeholder[ph]];
+  return b;
+}
+
+std::shared_ptr<ExecutableImpl> ShapeCache::compile(const ExecutableImpl& front,
+                                                    const std::vector<const Array*>& feed_by_node,
+                                                    Entry& e) {
+  prof::HostScope span(SpanKind::compile, "specialize",
+                       prof::on() ? "for shapes " + shapes_text(e.key) : "");
+  Program p = front.program;  // constants and variables share their data
+  for (size_t i = 0; i < p.graph.nodes.size(); ++i)
+    p.graph.nodes[i].origin = static_cast<int32_t>(i);
+  std::vector<std::pair<int32_t, Shape>> shapes;
+  for (int32_t ph : front.placeholders) shapes.emplace_back(ph, feed_by_node[ph]->shape());
+  auto impl = compile_program(std::move(p), front.device, front.options, shapes,
+                              [&](Program& q) { share_constants(front, q, e); });
+  impl->source = nullptr;  // fed through the front
+  const auto& nodes = impl->program.graph.nodes;
+  e.front_of_placeholder.assign(nodes.size(), -1);
+  for (int32_t ph : impl->placeholders) e.front_of_placeholder[ph] = nodes[ph].origin;
+  e.own_bytes = impl->plan.arena_bytes;
+  // a recorded run keeps buffers of its own for the feeds and the returned values
+  if (impl->backend && impl->options.capture) {
+    for (int32_t ph : impl->placeholders) e.own_bytes += feed_by_node[nodes[ph].origin]->nbytes();
+    for (size_t k = 0; k < impl->program.num_returned; ++k) {
+      const TensorInfo& t = impl->program.graph.info(impl->program.outputs[k]);
+      e.own_bytes += static_cast<size_t>(numel(t.shape)) * size_of(t.dtype);
+    }
+  }
+  return impl;
+}
+
+void ShapeCache::share_constants(const ExecutableImpl& front, Program& p, Entry& e) {
+  std::unordered_set<const Storage*> from_front;
+  for (const Node& n : front.program.graph.nodes)
+    if (n.op == OpId::Constant && n.value.storage()) from_front.insert(n.value.storage().get());
+  const Device device = front.device;
+  for (Node& n : p.graph.nodes) {
+    if (n.op != OpId::Constant) continue;
+    Array& v = n.value;
+    const auto& st = v.storage();
+    // only whole, host-resident storages are shared (a view keeps its own handle)
+    if (!st || st->device.kind != Device::Kind::cpu || v.data() != st->data ||
+        v.nbytes() != st->bytes)
+      continue;
+    const bool front_constant = from_front.count(st.get()) > 0;
+    if (front_constant && device.kind == Device::Kind::cpu) continue;  // already shared
+    std::weak_ptr<Storage>* slot = nullptr;
+    if (front_constant) {
+      slot = &front_copies_[st.get()];
+    } else {
+      XXH3_state_t* h = XXH3_createState();
+      XXH3_64bits_reset(h);
+      const auto dt = static_cast<int32_t>(v.dtype());
+      XXH3_64bits_update(h, &dt, sizeof dt);
+      XXH3_64bits_update(h, v.shape().data(), v.shape().size() * sizeof(int64_t));
+      XXH3_64bits_update(h, v.data(), v.nbytes());
+      const uint64_t digest = XXH3_64bits_digest(h);
+      XXH3_freeState(h);
+      slot = &made_by_passes_[digest];
+    }
+    std::shared_ptr<Storage> shared = slot->lock();
+    if (!shared || shared->bytes != v.nbytes()) {
+      shared = v.to(device).storage();
+      *slot = shared;
+    }
+    n.value = Array::adopt(shared, v.shape(), v.dtype());
+    if (!front_constant) e.own_constants.push_back(shared);
+  }
+}
+
+size_t ShapeCache::bytes_locked() const {
+  size_t total = 0;
+  std::vector<const std::vector<std::shared_ptr<Storage>>*> lists;
+  for (const Entry& e : lru_) {
+    total += e.own_bytes;
+    lists.push_back(&e.own_constants);
+  }
+  return total + distinct_bytes(lists);
+}
+
+void ShapeCache::evict_locked() {
+  auto over = [&] {
+    return (max_count_ && lru_.size() > max_count_) || (max_bytes_ && bytes_locked() > max_bytes_);
+  };
+  while (lru_.size() > 1 && over()) {
+    index_.erase(lru_.back().key);
+    lru_.pop_back();
+    ++evictions_;
+  }
+  for (auto it = made_by_passes_.begin(); it != made_by_passes_.end();)
+    it = it->second.expired() ? made_by_passes_.erase(it) : std::next(it);
+  for (auto it = front_copies_.begin(); it != front_copies_.end();)
+    it = it->second.expired() ? front_copies_.erase(it) : std::next(it);
+  peak_bytes_ = std::max(peak_bytes_, bytes_locked());
+}
+
+std::shared_ptr<ExecutableImpl> ShapeCache::last() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return lru_.empty() ? nullptr : lru_.front().impl;
+}
+
+Executable::ShapeCacheStats ShapeCache::stats() const {
+  std::lock_guard<std::mutex> l(mu_);
+  Executable::ShapeCacheStats s;
+  s.hits = hits_;
+  s.misses = misses_;
+  s.evictions = evictions_;
+  s.entries = lru_.size();
+  s.bytes = bytes_locked();
+  s.peak_bytes = peak_bytes_;
+  s.max_entries = max_count_;
+  s.max_bytes = max_bytes_;
+  return s;
+}
+
+std::shared_ptr<ExecutableImpl> make_dynamic(Program p, Device device,
+                                             const CompileOptions& options,
+                                             const GraphImpl* source) {
+  auto impl = std::make_shared<ExecutableImpl>();
+  impl->device = device;
+  impl->source = source;
+  impl->options = options;
+  impl->backend = backend_of(device);
+  for (size_t i = 0; i < p.graph.nodes.size(); ++i) {
+    const OpId op = p.graph.nodes[i].op;
+    if (op == OpId::Placeholder) impl->placeholders.push_back(static_cast<int32_t>(i));
+    else if (op == OpId::Variable) impl->variables.push_back(static_cast<int32_t>(i));
+  }
+  impl->program = std::move(p);
+  impl->dynamic = std::make_shared<ShapeCache>(*impl);
+  return impl;
+}
+
+}  // namespace kiln::detail

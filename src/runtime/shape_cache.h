@@ -1,0 +1,112 @@
+// Dynamic executables: the dims of their inputs (sizes, names, ranges), the checks a feed passes
+// before anything runs, and the cache of specializations compiled per set of feed shapes.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "kiln/executable.h"
+#include "passes/program.h"
+
+namespace kiln {
+struct Storage;
+
+namespace detail {
+struct ExecutableImpl;
+
+/// Placeholder attributes that carry DimSpecs (Graph::placeholder): per dim, its name ("" when
+/// free; names joined by '\n'), its smallest and largest size (-1: no bound).
+inline constexpr const char* kDimNames = "dim_names";
+inline constexpr const char* kDimMin = "dim_min";
+inline constexpr const char* kDimMax = "dim_max";
+
+/// The declared dims of a program's placeholders.
+class InputDims {
+ public:
+  /// Reads the placeholders of `p` (in program order), with the sizes their outputs have now.
+  explicit InputDims(const Program& p);
+
+  /// Checks feed shapes given when compiling (by placeholder node origin) against sizes, ranges
+  /// and shared names, and adds the dims that shared names fix to the placeholders that share
+  /// them. Throws ShapeError naming the placeholder, dim and constraint.
+  std::vector<std::pair<int32_t, Shape>> complete(
+      const std::vector<std::pair<int32_t, Shape>>& shapes) const;
+  /// Checks a run's feeds (by program node id; every placeholder fed) before anything runs.
+  void check(const std::vector<const Array*>& feed_by_node) const;
+  bool dynamic() const;
+
+ private:
+  struct Dim {
+    int64_t size = -1;  // -1: dynamic
+    std::string name;
+    int64_t min = 0, max = -1;
+  };
+  struct Input {
+    int32_t node = -1, origin = -1;
+    std::string name;
+    std::vector<Dim> dims;
+  };
+  // Throws for `value` at dim `d` of input `in` against its size and range.
+  void check_dim(const Input& in, size_t d, int64_t value, const char* where) const;
+  std::vector<Input> inputs_;
+};
+
+/// The specializations of a dynamic executable, most recently used first, bounded by count and
+/// bytes (CompileOptions::max_specializations / max_specialization_bytes).
+class ShapeCache {
+ public:
+  explicit ShapeCache(const ExecutableImpl& front);
+
+  struct Bound {
+    std::shared_ptr<ExecutableImpl> impl;
+    std::vector<const Array*> feed_by_node;  // by node id of impl's program
+  };
+  /// Checks the feeds (by the front's node ids) and returns the specialization for their shapes,
+  /// compiling it on a miss, with the feeds bound to its placeholders.
+  Bound bind(const ExecutableImpl& front, const std::vector<const Array*>& feed_by_node);
+  /// The specialization run last (null before the first run).
+  std::shared_ptr<ExecutableImpl> last() const;
+  Executable::ShapeCacheStats stats() const;
+
+ private:
+  struct Entry {
+    std::vector<Shape> key;  // feed shapes, in the front's placeholder order
+    std::shared_ptr<ExecutableImpl> impl;
+    std::vector<int32_t> front_of_placeholder;  // impl's placeholder ids -> front node ids
+    size_t own_bytes = 0;                       // arena and recording buffers
+    std::vector<std::shared_ptr<Storage>> own_constants;  // constants no front constant holds
+  };
+  std::shared_ptr<ExecutableImpl> compile(const ExecutableImpl& front,
+                                          const std::vector<const Array*>& feed_by_node,
+                                          Entry& entry);
+  // Gives the constants of a specialization device copies shared with the other
+  // specializations: front constants by their host storage, the ones passes made by content.
+  void share_constants(const ExecutableImpl& front, Program& p, Entry& entry);
+  size_t bytes_locked() const;
+  void evict_locked();
+
+  InputDims dims_;
+  size_t max_count_ = 0, max_bytes_ = 0;
+  mutable std::mutex mu_;
+  std::list<Entry> lru_;  // most recently used first
+  std::map<std::vector<Shape>, std::list<Entry>::iterator> index_;
+  std::unordered_map<const Storage*, std::weak_ptr<Storage>> front_copies_;
+  std::unordered_map<uint64_t, std::weak_ptr<Storage>> made_by_passes_;
+  int64_t hits_ = 0, misses_ = 0, evictions_ = 0;
+  size_t peak_bytes_ = 0;
+};
+
+/// A dynamic executable for `p` (extracted, feed shapes applied, some placeholder dynamic).
+std::shared_ptr<ExecutableImpl> make_dynamic(Program p, Device device,
+                                             const CompileOptions& options,
+                                             const GraphImpl* source);
+
+}  // namespace detail
+}  // namespace kiln
