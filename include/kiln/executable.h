@@ -140,6 +140,8 @@ class Executable {
     std::string name;
     Shape shape;
     DType dtype;
+    /// Inputs: the names and ranges of dynamic dims that have them (Graph::placeholder).
+    std::vector<DimSpec> dims = {};
   };
   std::vector<IoInfo> inputs() const;
   std::vector<IoInfo> outputs() const;

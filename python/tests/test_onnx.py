@@ -70,3 +70,39 @@ def test_support_table_and_errors(tmp_path):
         kiln.onnx.load_bytes(b"not a model")
     with pytest.raises(kiln.IoError):
         kiln.onnx.load(str(tmp_path / "missing.onnx"), input_values={}, default_dim=-1, external_data_dir="")
+
+
+def test_dim_params_stay_dynamic(rng, tmp_path):
+    """A model with dim_params imports with them dynamic and named: one executable runs every
+    batch and image size, against onnxruntime; inputs sharing a dim_param must agree."""
+    ort = pytest.importorskip("onnxruntime")
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    fc = rng.standard_normal((4, 5)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["image", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("GlobalAveragePool", ["r"], ["p"]),
+             helper.make_node("Flatten", ["p"], ["f"]),
+             helper.make_node("MatMul", ["f", "fc"], ["m"]),
+             helper.make_node("Mul", ["m", "scale"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "cnn",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["N", 3, "H", "W"]),
+         helper.make_tensor_value_info("scale", TensorProto.FLOAT, ["N", 1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 5])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(fc, "fc")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    path = str(tmp_path / "cnn.onnx")
+    onnx.save(model, path)
+    m = kiln.onnx.load(path)
+    assert m.inputs[0].shape == [-1, 3, -1, -1]
+    exe = m.compile(device="cpu")
+    assert exe.is_dynamic
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    for n, h, wd in ((1, 8, 8), (3, 12, 7), (1, 8, 8)):
+        feeds = {"image": rng.standard_normal((n, 3, h, wd)).astype(np.float32),
+                 "scale": rng.standard_normal((n, 1)).astype(np.float32)}
+        np.testing.assert_allclose(exe.run(feeds)[0].numpy(), sess.run(None, feeds)[0], rtol=1e-4,
+                                   atol=1e-5)
+    assert exe.shape_cache()["misses"] == 2 and exe.shape_cache()["hits"] == 1
+    with pytest.raises(kiln.ShapeError, match=r"input 'scale' dim 0 is 'N' = 2 \(from 'image'\)"):
+        exe.run({"image": np.zeros((2, 3, 8, 8), np.float32), "scale": np.zeros((3, 1), np.float32)})

@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "core/dim_specs.h"
 #include "core/element_limit.h"
 #include "core/errors.h"
 #include "core/graph_impl.h"
@@ -137,9 +138,7 @@ Tensor Graph::placeholder(const Shape& shape, DType dtype, const std::string& na
     mins[axis] = d.min;
     maxs[axis] = d.max;
   }
-  std::string joined;
-  for (size_t i = 0; i < names.size(); ++i) joined += (i ? "\n" : "") + names[i];
-  n.attrs.set("dim_names", joined).set("dim_min", mins).set("dim_max", maxs);
+  detail::set_dim_attrs(n.attrs, {names, mins, maxs});
   return t;
 }
 
@@ -147,22 +146,43 @@ std::vector<DimSpec> Graph::dim_specs(const Tensor& t) const {
   if (t.graph_impl() != impl_.get() || impl_->nodes[t.node_id()].op != OpId::Placeholder)
     fail<ValueError>("[dim_specs] '{}' is not a placeholder of this graph",
                      t.valid() ? t.name() : "");
-  const Attrs& a = impl_->nodes[t.node_id()].attrs;
-  std::vector<DimSpec> r;
-  if (!a.has("dim_names")) return r;
-  const std::string& joined = a.str("dim_names");
-  const auto& mins = a.ints("dim_min");
-  const auto& maxs = a.ints("dim_max");
-  size_t start = 0;
-  for (size_t axis = 0; axis < mins.size(); ++axis) {
-    const size_t end = std::min(joined.find('\n', start), joined.size());
-    std::string nm = joined.substr(start, end - start);
-    start = end + 1;
-    if (nm.empty() && mins[axis] == 0 && maxs[axis] < 0) continue;
-    r.push_back({static_cast<int>(axis), std::move(nm), mins[axis], maxs[axis]});
+  const detail::Node& n = impl_->nodes[t.node_id()];
+  return detail::dim_specs(n.attrs, n.outputs[0].shape.size());
+}
+
+namespace detail {
+DimAttrs dim_attrs(const Attrs& a, size_t rank) {
+  DimAttrs d{std::vector<std::string>(rank), std::vector<int64_t>(rank, 0),
+             std::vector<int64_t>(rank, -1)};
+  if (!a.has(kDimNames)) return d;
+  d.names.assign(1, "");
+  for (char c : a.str(kDimNames)) {
+    if (c == '\n') d.names.emplace_back();
+    else d.names.back() += c;
   }
+  d.mins = a.ints(kDimMin);
+  d.maxs = a.ints(kDimMax);
+  if (d.names.size() != rank || d.mins.size() != rank || d.maxs.size() != rank)
+    fail<ShapeError>("[placeholder] its dim names and ranges are not one per dim of its {} dims",
+                     rank);
+  return d;
+}
+
+void set_dim_attrs(Attrs& a, const DimAttrs& d) {
+  std::string joined;
+  for (size_t i = 0; i < d.names.size(); ++i) joined += (i ? "\n" : "") + d.names[i];
+  a.set(kDimNames, joined).set(kDimMin, d.mins).set(kDimMax, d.maxs);
+}
+
+std::vector<DimSpec> dim_specs(const Attrs& a, size_t rank) {
+  const DimAttrs d = dim_attrs(a, rank);
+  std::vector<DimSpec> r;
+  for (size_t axis = 0; axis < rank; ++axis)
+    if (!d.names[axis].empty() || d.mins[axis] != 0 || d.maxs[axis] >= 0)
+      r.push_back({static_cast<int>(axis), d.names[axis], d.mins[axis], d.maxs[axis]});
   return r;
 }
+}  // namespace detail
 
 Tensor Graph::constant(const Array& value, const std::string& name) {
   if (!value.valid()) fail<ValueError>("[constant] empty Array");

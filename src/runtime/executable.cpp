@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/device_backend.h"
+#include "core/dim_specs.h"
 #include "core/errors.h"
 #include "core/op_registry.h"
 #include "runtime/executor.h"
@@ -181,7 +182,8 @@ std::vector<Executable::IoInfo> Executable::inputs() const {
   std::vector<IoInfo> r;
   for (int32_t ph : impl_->placeholders) {
     const Node& n = impl_->program.graph.nodes[ph];
-    r.push_back({n.name, n.outputs[0].shape, n.outputs[0].dtype});
+    r.push_back({n.name, n.outputs[0].shape, n.outputs[0].dtype,
+                 detail::dim_specs(n.attrs, n.outputs[0].shape.size())});
   }
   return r;
 }

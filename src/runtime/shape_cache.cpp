@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "core/device_backend.h"
+#include "core/dim_specs.h"
 #include "core/errors.h"
 #include "runtime/executable_impl.h"
 #include "runtime/profiler.h"
@@ -15,15 +16,6 @@
 namespace kiln::detail {
 
 namespace {
-std::vector<std::string> split_names(const std::string& s) {
-  std::vector<std::string> r(1);
-  for (char c : s) {
-    if (c == '\n') r.emplace_back();
-    else r.back() += c;
-  }
-  return r;
-}
-
 std::string range_text(int64_t min, int64_t max) {
   return max < 0 ? fmt::format("at least {}", min) : fmt::format("in [{}, {}]", min, max);
 }
@@ -52,23 +44,10 @@ InputDims::InputDims(const Program& p) {
     if (n.op != OpId::Placeholder) continue;
     Input in{static_cast<int32_t>(i), n.origin, n.name, {}};
     const Shape& s = n.outputs[0].shape;
+    const DimAttrs attrs = dim_attrs(n.attrs, s.size());
     in.dims.resize(s.size());
-    for (size_t d = 0; d < s.size(); ++d) in.dims[d].size = s[d];
-    if (n.attrs.has(kDimNames)) {
-      const auto names = split_names(n.attrs.str(kDimNames));
-      const auto& mins = n.attrs.ints(kDimMin);
-      const auto& maxs = n.attrs.ints(kDimMax);
-      if (names.size() != s.size() || mins.size() != s.size() || maxs.size() != s.size())
-        fail<ShapeError>(
-            "[compile] placeholder '{}': its dim names and ranges are not one per dim "
-            "of shape {}",
-            n.name, str(s));
-      for (size_t d = 0; d < s.size(); ++d) {
-        in.dims[d].name = names[d];
-        in.dims[d].min = mins[d];
-        in.dims[d].max = maxs[d];
-      }
-    }
+    for (size_t d = 0; d < s.size(); ++d)
+      in.dims[d] = {s[d], attrs.names[d], attrs.mins[d], attrs.maxs[d]};
     inputs_.push_back(std::move(in));
   }
 }
@@ -223,23 +202,23 @@ std::shared_ptr<ExecutableImpl> ShapeCache::compile(const ExecutableImpl& front,
 }
 
 void ShapeCache::share_constants(const ExecutableImpl& front, Program& p, Entry& e) {
-  std::unordered_set<const Storage*> from_front;
+  std::unordered_set<const void*> from_front;
   for (const Node& n : front.program.graph.nodes)
-    if (n.op == OpId::Constant && n.value.storage()) from_front.insert(n.value.storage().get());
+    if (n.op == OpId::Constant && n.value.storage()) from_front.insert(n.value.data());
   const Device device = front.device;
+  const bool on_host = device.kind == Device::Kind::cpu;
   for (Node& n : p.graph.nodes) {
     if (n.op != OpId::Constant) continue;
     Array& v = n.value;
     const auto& st = v.storage();
-    // only whole, host-resident storages are shared (a view keeps its own handle)
-    if (!st || st->device.kind != Device::Kind::cpu || v.data() != st->data ||
-        v.nbytes() != st->bytes)
-      continue;
-    const bool front_constant = from_front.count(st.get()) > 0;
-    if (front_constant && device.kind == Device::Kind::cpu) continue;  // already shared
+    if (!st || st->device.kind != Device::Kind::cpu) continue;
+    const bool front_constant = from_front.count(v.data()) > 0;
+    // on the host, the front's constants are shared as they are, and views keep their handle
+    const bool whole = v.data() == st->data && v.nbytes() == st->bytes;
+    if (on_host && (front_constant || !whole)) continue;
     std::weak_ptr<Storage>* slot = nullptr;
     if (front_constant) {
-      slot = &front_copies_[st.get()];
+      slot = &front_copies_[v.data()];
     } else {
       XXH3_state_t* h = XXH3_createState();
       XXH3_64bits_reset(h);
@@ -252,8 +231,9 @@ void ShapeCache::share_constants(const ExecutableImpl& front, Program& p, Entry&
       slot = &made_by_passes_[digest];
     }
     std::shared_ptr<Storage> shared = slot->lock();
-    if (!shared || shared->bytes != v.nbytes()) {
-      shared = v.to(device).storage();
+    if (!shared || shared->bytes < v.nbytes()) {
+      shared =
+          v.to(device).storage();  // (a copy of its own on a GPU; on the host, v's whole storage)
       *slot = shared;
     }
     n.value = Array::adopt(shared, v.shape(), v.dtype());

@@ -21,12 +21,6 @@ struct Storage;
 namespace detail {
 struct ExecutableImpl;
 
-/// Placeholder attributes that carry DimSpecs (Graph::placeholder): per dim, its name ("" when
-/// free; names joined by '\n'), its smallest and largest size (-1: no bound).
-inline constexpr const char* kDimNames = "dim_names";
-inline constexpr const char* kDimMin = "dim_min";
-inline constexpr const char* kDimMax = "dim_max";
-
 /// The declared dims of a program's placeholders.
 class InputDims {
  public:
@@ -97,7 +91,7 @@ class ShapeCache {
   mutable std::mutex mu_;
   std::list<Entry> lru_;  // most recently used first
   std::map<std::vector<Shape>, std::list<Entry>::iterator> index_;
-  std::unordered_map<const Storage*, std::weak_ptr<Storage>> front_copies_;
+  std::unordered_map<const void*, std::weak_ptr<Storage>> front_copies_;  // by host address
   std::unordered_map<uint64_t, std::weak_ptr<Storage>> made_by_passes_;
   int64_t hits_ = 0, misses_ = 0, evictions_ = 0;
   size_t peak_bytes_ = 0;

@@ -321,12 +321,13 @@ TEST(PackageMalformed, TooNewVersion) {
   put<uint32_t>(b, package::header::format_version, 7);
   put<uint32_t>(b, package::header::min_reader_version, 5);
   fix_checksums(b);
-  expect_format_error(b, {"format version 7", "reader of version 5", "versions up to 1"});
+  expect_format_error(b, {"format version 7", "reader of version 5",
+                          fmt::format("versions up to {}", package::kReaderVersion)});
   // a newer format that older readers may read loads
   Bytes newer = fixture().bytes;
-  put<uint32_t>(newer, package::header::format_version, 3);
+  put<uint32_t>(newer, package::header::format_version, package::kFormatVersion + 1);
   fix_checksums(newer);
-  EXPECT_EQ(load(newer).package_info()->format_version, 3u);
+  EXPECT_EQ(load(newer).package_info()->format_version, package::kFormatVersion + 1);
 }
 
 TEST(PackageMalformed, HeaderOffsetsPastTheEndAndHugeSizes) {

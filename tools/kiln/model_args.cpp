@@ -115,6 +115,12 @@ std::map<std::string, Shape> concrete_shapes(const onnx::Model& model,
   return out;
 }
 
+std::vector<std::string> dim_names(const Executable::IoInfo& in) {
+  std::vector<std::string> r(in.shape.size());
+  for (const DimSpec& d : in.dims) r[d.axis] = d.name;
+  return r;
+}
+
 std::string describe_shape(const Shape& shape, const std::vector<std::string>& dim_params) {
   std::string r = "(";
   for (size_t i = 0; i < shape.size(); ++i) {
@@ -200,6 +206,40 @@ std::string dims_arg(const Shape& s) {
   return r.empty() ? "scalar" : r;
 }
 
+// A dynamic package's inputs take concrete shapes for this command: those of --input arrays and
+// --shape, then dims that share a name with a given dim, then 1 (or the range's minimum). The
+// executable checks the constraints when it runs.
+void choose_dynamic_shapes(PreparedModel& m, const ModelArgs& a, const std::string& path) {
+  std::map<std::string, std::pair<Shape, const char*>> given;
+  for (const auto& [n, s] : a.shapes) given[n] = {s, "--shape"};
+  for (const auto& [n, arr] : a.inputs) given[n] = {arr.shape(), "--input"};
+  std::vector<std::string> names;
+  for (const auto& in : m.inputs) names.push_back(in.name);
+  std::map<std::string, int64_t> named;
+  for (auto& in : m.inputs) {
+    auto it = given.find(in.name);
+    if (it == given.end()) continue;
+    const auto& [s, option] = it->second;
+    bool fits = s.size() == in.shape.size();
+    for (size_t d = 0; fits && d < s.size(); ++d) fits = in.shape[d] < 0 || in.shape[d] == s[d];
+    if (!fits)
+      throw ShapeError(fmt::format("[{}] {} {}: shape {} does not fit the input {} of '{}'",
+                                   a.command, option, in.name, to_string(s),
+                                   describe_shape(in.shape, dim_names(in)), path));
+    for (const DimSpec& d : in.dims)
+      if (!d.name.empty()) named.emplace(d.name, s[d.axis]);
+    in.shape = s;
+  }
+  for (const auto& [n, g] : given) check_input_names(names, {n}, g.second);
+  for (auto& in : m.inputs) {
+    if (given.count(in.name)) continue;
+    for (const DimSpec& d : in.dims)
+      if (in.shape[d.axis] < 0)
+        in.shape[d.axis] = named.count(d.name) ? named[d.name] : std::max<int64_t>(1, d.min);
+    for (int64_t& d : in.shape) d = d < 0 ? 1 : d;
+  }
+}
+
 PreparedModel load_package(const std::string& path, const ModelArgs& a, Device device) {
   const std::string& cmd = a.command;
   if (!a.values.empty())
@@ -224,6 +264,16 @@ PreparedModel load_package(const std::string& path, const ModelArgs& a, Device d
   m.prepare_ms = ms_since(t0);
   m.inputs = m.exe.inputs();
   m.outputs = package_outputs(m.exe);
+  if (m.exe.is_dynamic()) {
+    choose_dynamic_shapes(m, a, path);
+    for (const auto& [n, arr] : a.inputs)
+      for (const auto& in : m.inputs)
+        if (in.name == n && arr.dtype() != in.dtype)
+          throw DTypeError(
+              fmt::format("[{}] --input {}: the array has dtype {}, the package input {}",
+                          a.command, n, name(arr.dtype()), name(in.dtype)));
+    return m;
+  }
   std::vector<std::string> names;
   for (const auto& in : m.inputs) names.push_back(in.name);
   auto compiled = [&](const std::string& n, const char* option) -> const Executable::IoInfo& {
@@ -373,8 +423,18 @@ void print_package_summary(const Executable& exe) {
   else
     fmt::print("compiled for {}, loaded for {} as compiled\n", p->compiled_for, exe.device().str());
   fmt::print("inputs:\n");
-  for (const auto& in : exe.inputs())
-    fmt::print("  {:<24} {:<5} {}\n", in.name, name(in.dtype), to_string(in.shape));
+  for (const auto& in : exe.inputs()) {
+    std::string ranges;
+    for (const DimSpec& d : in.dims)
+      if (d.min != 0 || d.max >= 0)
+        ranges += fmt::format(" {}{} in [{}, {}]", d.name.empty() ? "dim " : "",
+                              d.name.empty() ? std::to_string(d.axis) : d.name, d.min,
+                              d.max < 0 ? "inf" : std::to_string(d.max));
+    fmt::print("  {:<24} {:<5} {}{}\n", in.name, name(in.dtype),
+               describe_shape(in.shape, dim_names(in)), ranges);
+  }
+  if (exe.is_dynamic())
+    fmt::print("dynamic: each new set of input shapes compiles a specialization when it runs\n");
   fmt::print("outputs:\n");
   for (const auto& out : package_outputs(exe))
     fmt::print("  {:<24} {:<5} {}\n", out.name, name(out.dtype), to_string(out.shape));

@@ -48,6 +48,8 @@ std::map<std::string, Shape> concrete_shapes(const onnx::Model& model,
 
 /// "(batch=1, 3, 224, 224)": dims with their dim_param names.
 std::string describe_shape(const Shape& shape, const std::vector<std::string>& dim_params);
+/// The dim names of an executable's input, one per dim ("" for a dim without one).
+std::vector<std::string> dim_names(const Executable::IoInfo& in);
 /// A file name safe to write inside a directory: only [A-Za-z0-9._-], no leading '.', never "".
 std::string safe_file_name(const std::string& name);
 /// FNV-1a (64-bit) of a file's bytes as "fnv1a64:<hex>": a package records its model file's so.

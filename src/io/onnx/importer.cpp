@@ -250,7 +250,15 @@ void Importer::add_inputs(const ::onnx::GraphProto& g) {
       given.insert(in.name());
     }
     check_elements(info.shape, fmt::format("input '{}'", info.name));
-    info.tensor = model_.graph.placeholder(info.shape, info.dtype, info.name);
+    // a dim left dynamic keeps its dim_param as its name: inputs that share it agree at run time
+    std::vector<DimSpec> named;
+    for (size_t i = 0; i < info.shape.size(); ++i)
+      if (info.shape[i] < 0 && !info.dim_params[i].empty()) {
+        std::string n = info.dim_params[i];
+        std::replace(n.begin(), n.end(), '\n', ' ');
+        named.push_back({static_cast<int>(i), std::move(n)});
+      }
+    info.tensor = model_.graph.placeholder(info.shape, info.dtype, info.name, named);
     values_[info.name] = {info.tensor, std::nullopt};
     model_.inputs.push_back(std::move(info));
   }

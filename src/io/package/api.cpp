@@ -13,11 +13,6 @@ using detail::Node;
 
 void Executable::save(const std::string& path, const PackageOptions& options) const {
   if (!impl_) fail<ValueError>("[package] empty Executable");
-  if (impl_->dynamic)
-    fail<UnsupportedError>(
-        "[package] this executable has dynamic dims, and packages hold static "
-        "ones for now: compile it with the feed shapes to save "
-        "(docs/dynamic-shapes.md)");
   package::write(*impl_, path, options);
 }
 

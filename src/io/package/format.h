@@ -1,6 +1,6 @@
 // kiln packages (.kiln): a compiled Executable, saved so that loading skips compilation.
 //
-// FORMAT, version 3. Every integer is little endian.
+// FORMAT, version 4. Every integer is little endian.
 //
 //   offset 0     header, 64 bytes
 //   offset 64    data sections, each at an offset that is a multiple of 64
@@ -11,8 +11,9 @@
 //
 // Header:
 //   0   u8[8]  magic "KILNPKG\0"
-//   8   u32    format_version       the version that wrote the file (3)
-//   12  u32    min_reader_version   the oldest reader version that can read it (1)
+//   8   u32    format_version       the version that wrote the file (4)
+//   12  u32    min_reader_version   the oldest reader version that can read it (1; 2 for
+//                                    dynamic packages)
 //   16  u64    file_size            bytes of the whole file
 //   24  u64    manifest_offset
 //   32  u64    manifest_size
@@ -47,6 +48,15 @@
 //                 (fused_elementwise on CUDA): backend, architecture ("sm_90"), key (XXH3-64 of
 //                 the generated source and architecture), and the offset, size (1 byte to 64 MiB)
 //                 and XXH3-64 of the binary's section
+//
+// DYNAMIC (version 4). A dynamic executable (placeholder dims left -1; docs/dynamic-shapes.md)
+// is saved as its program before any pass, with metadata.dynamic true and its cache bounds
+// (max_specializations, max_specialization_bytes): output shapes hold -1 for dynamic dims, the
+// placeholders keep their dim names and ranges (attributes dim_names, dim_min, dim_max), and
+// slots, steps, tuning and kernels are empty. The reader checks the program as below (-1 dims
+// allowed, except in constants and variables, and dim names and ranges one per dim, each range
+// non-empty), and the loaded executable compiles a specialization per feed shape on its runs.
+// Such files have min_reader_version 2.
 //
 // TUNING. A tuning section is a blob (src/core/tuning.h) of the decisions a backend made for the
 // executable's steps: for CUDA, the cuDNN algorithm, math type and workspace of each convolution
@@ -110,7 +120,9 @@
 // Writers raise format_version for additions older readers may ignore (new manifest fields), and
 // min_reader_version only for changes they cannot. Version 2 added the tuning sections and
 // version 3 the kernel sections (older readers skip them; their steps compile their source); the
-// files have min_reader_version 1. A node of an op that a reader does not know fails there
+// files have min_reader_version 1. Version 4 added dynamic packages, which older readers cannot
+// run: those have min_reader_version 2, static ones still 1. A node of an op that a reader does not
+// know fails there
 // ("unknown op id"); a reader reads the older forms of today's ops (a conv with a fused relu or
 // residual, fused_conv since) as those ops.
 #pragma once
@@ -125,8 +137,8 @@
 namespace kiln::package {
 
 inline constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'P', 'K', 'G', '\0'};
-inline constexpr uint32_t kFormatVersion = 3;
-inline constexpr uint32_t kReaderVersion = 1;  // the newest min_reader_version this reader reads
+inline constexpr uint32_t kFormatVersion = 4;
+inline constexpr uint32_t kReaderVersion = 2;  // the newest min_reader_version this reader reads
 inline constexpr size_t kHeaderBytes = 64;
 inline constexpr size_t kSectionAlign = 64;
 inline constexpr size_t kManifestAlign = 8;

@@ -24,6 +24,7 @@
 #include "runtime/env.h"
 #include "runtime/executable_impl.h"
 #include "runtime/log.h"
+#include "runtime/shape_cache.h"
 #include "runtime/thread_pool.h"
 
 namespace kiln::package {
@@ -165,6 +166,11 @@ class Reader {
   }
   void read_header();
   const fb::Manifest* read_manifest();
+  // A dynamic package: its program (read and checked) becomes a dynamic executable with the
+  // options and output names `like` holds.
+  std::shared_ptr<detail::ExecutableImpl> read_dynamic(const fb::Manifest& m, Program p,
+                                                       const detail::ExecutableImpl& like,
+                                                       PackageInfo info);
   Program read_program(const fb::Manifest& m);
   void read_sections(const fb::Manifest& m, Program& p);
   MemoryPlan read_plan(const fb::Manifest& m, const Program& p);
@@ -182,6 +188,8 @@ class Reader {
   void read_kernels(const fb::Manifest& m, detail::ExecutableImpl& impl);
   // On a GPU, copies the constants to it (attach_program then finds them there).
   void upload_constants(Program& p);
+  // A dynamic package (metadata.dynamic): dims of -1 are allowed outside constants and variables.
+  bool dynamic_ = false;
   // The verifier checks vectors' length fields, not that 8-byte elements are 8-byte aligned.
   template <typename V>
   const V* aligned(const V* v, const std::string& where) const {
@@ -326,7 +334,8 @@ Program Reader::read_program(const fb::Manifest& m) {
         if (t->dtype() >= kNumDTypes) bad(where, at(t), "unknown dtype {}", t->dtype());
         info.dtype = static_cast<DType>(t->dtype());
         if (aligned(t->shape(), where)) info.shape.assign(t->shape()->begin(), t->shape()->end());
-        if (const std::string why = check_shape(info); !why.empty()) bad(where, at(t), "{}", why);
+        if (const std::string why = check_shape(info, dynamic_); !why.empty())
+          bad(where, at(t), "{}", why);
         n.outputs.push_back(std::move(info));
       }
     // a conv with a fused epilogue is fused_conv's node: files written before it held conv
@@ -382,6 +391,8 @@ void Reader::read_sections(const fb::Manifest& m, Program& p) {
       if (s.node() != static_cast<int32_t>(i))
         bad(section_where(p, i, k), s.offset(), "belongs to node %{}, not %{}", s.node(), i);
       const TensorInfo& t = n.outputs[0];
+      if (!is_static(t.shape))
+        bad(node_where(p, i), at(&f), "a constant or variable of dynamic shape {}", str(t.shape));
       const uint64_t want = static_cast<uint64_t>(numel(t.shape)) * size_of(t.dtype);
       if (s.size() != want)
         bad(section_where(p, i, k), s.offset(), "{} bytes; {} {} needs {}", s.size(), name(t.dtype),
@@ -566,6 +577,27 @@ void Reader::upload_constants(Program& p) {
   b->upload_all(device_.index, uploads);
 }
 
+std::shared_ptr<detail::ExecutableImpl> Reader::read_dynamic(const fb::Manifest& m, Program p,
+                                                             const detail::ExecutableImpl& like,
+                                                             PackageInfo info) {
+  const auto& meta = *m.metadata();
+  if (m.slots()->size() != 0 || m.steps()->size() != 0 || (m.tuning() && m.tuning()->size()) ||
+      (m.kernels() && m.kernels()->size()))
+    bad("manifest", at(m.slots()), "a dynamic package holds no plan, steps, tuning or kernels");
+  for (size_t i = 0; i < p.graph.nodes.size(); ++i)
+    if (p.graph.nodes[i].op == OpId::Placeholder)
+      if (const std::string why = check_dim_specs(p.graph.nodes[i]); !why.empty())
+        bad(node_where(p, i), at(m.nodes()->Get(static_cast<uint32_t>(i))), "{}", why);
+  CompileOptions o = like.options;
+  o.max_specializations = meta.max_specializations();
+  o.max_specialization_bytes = meta.max_specialization_bytes();
+  info.compiled_for = "any (dynamic)";
+  auto impl = detail::make_dynamic(std::move(p), device_, o, nullptr);
+  impl->output_names = like.output_names;
+  impl->package = std::move(info);
+  return impl;
+}
+
 std::shared_ptr<detail::ExecutableImpl> Reader::read() {
   read_header();
   const fb::Manifest& m = *read_manifest();
@@ -601,6 +633,7 @@ std::shared_ptr<detail::ExecutableImpl> Reader::read() {
   info.data_bytes = manifest_offset_ - kHeaderBytes;
   info.manifest_bytes = manifest_size_;
 
+  dynamic_ = meta.dynamic();
   Program p = read_program(m);
   read_sections(m, p);
   if (m.output_names()) {
@@ -609,6 +642,7 @@ std::shared_ptr<detail::ExecutableImpl> Reader::read() {
           m.output_names()->size(), p.num_returned);
     for (const auto* s : *m.output_names()) impl->output_names.push_back(s->str());
   }
+  if (dynamic_) return read_dynamic(m, std::move(p), *impl, std::move(info));
   // the stored plan is checked even when it is replaced below
   impl->plan = read_plan(m, p);
   const std::string msg =

@@ -69,12 +69,13 @@ bool arity(OpId op, const Attrs& attrs, int& lo, int& hi) {
   return op_def(op).input_range(attrs, lo, hi);
 }
 
-std::string check_shape(const TensorInfo& info) {
+std::string check_shape(const TensorInfo& info, bool dynamic) {
   if (info.shape.size() > 64) return fmt::format("rank {} is above 64", info.shape.size());
   for (int64_t d : info.shape)
     if (d > kMaxDim) return fmt::format("shape {} has a dim above 2^40", str(info.shape));
   uint64_t n = size_of(info.dtype);
   for (int64_t d : info.shape) {
+    if (d == -1 && dynamic) continue;
     if (d < 0) return fmt::format("shape {} has a negative dim", str(info.shape));
     if (d != 0 && n > kMaxBytes / static_cast<uint64_t>(d))
       return fmt::format("shape {} of {} is too large", str(info.shape), name(info.dtype));
@@ -115,6 +116,26 @@ std::string check_node(const detail::GraphImpl& g, size_t i) {
   if (out != n.outputs)
     return fmt::format("outputs {} differ from {} that inputs {} give", infos(n.outputs),
                        infos(out), infos(in));
+  return {};
+}
+
+std::string check_dim_specs(const Node& n) {
+  const Attrs& a = n.attrs;
+  if (!a.has("dim_names") && !a.has("dim_min") && !a.has("dim_max")) return {};
+  const size_t rank = n.outputs[0].shape.size();
+  try {
+    const std::string& names = a.str("dim_names");
+    const auto &mins = a.ints("dim_min"), &maxs = a.ints("dim_max");
+    if (static_cast<size_t>(std::count(names.begin(), names.end(), '\n')) + 1 != rank ||
+        mins.size() != rank || maxs.size() != rank)
+      return fmt::format("dim names and ranges are not one per dim of shape {}",
+                         str(n.outputs[0].shape));
+    for (size_t d = 0; d < rank; ++d)
+      if (mins[d] < 0 || maxs[d] < -1 || (maxs[d] >= 0 && maxs[d] < mins[d]))
+        return fmt::format("dim {} has the empty or negative range [{}, {}]", d, mins[d], maxs[d]);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
   return {};
 }
 

@@ -15,8 +15,11 @@ namespace kiln::package {
 bool op_from_id(uint16_t id, OpId& out);
 /// The inputs `op` takes with `attrs` ([lo, hi]); false when packages do not know the op yet.
 bool arity(OpId op, const Attrs& attrs, int& lo, int& hi);
-/// Dims non-negative, rank at most 64, bytes representable (below 2^62).
-std::string check_shape(const TensorInfo& info);
+/// Dims non-negative (or -1 in a dynamic program), rank at most 64, bytes representable (below
+/// 2^62).
+std::string check_shape(const TensorInfo& info, bool dynamic = false);
+/// A placeholder's dim names and ranges (runtime/shape_cache.h): one per dim, ranges non-empty.
+std::string check_dim_specs(const detail::Node& n);
 /// Node `i` of `g` (its inputs already checked to name earlier values): the number of inputs its
 /// op takes, its outputs equal to the op's inference, and source nodes' single output.
 std::string check_node(const detail::GraphImpl& g, size_t i);

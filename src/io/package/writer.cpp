@@ -103,7 +103,8 @@ void write(const detail::ExecutableImpl& x, const std::string& path,
     uint64_t offset = 0;
   };
   std::vector<KernelData> kernels;
-  if (x.backend) {
+  const bool dynamic = x.dynamic != nullptr;  // no steps: no tuning and no kernels
+  if (x.backend && !dynamic) {
     std::vector<KernelCall> calls;
     for (const Step& st : x.steps) {
       if (st.backend == Backend::cpu) continue;
@@ -170,7 +171,7 @@ void write(const detail::ExecutableImpl& x, const std::string& path,
         b, options.producer.c_str(), version(), options.source_hash.c_str(),
         static_cast<uint8_t>(x.device.kind), x.device.index, o.optimize, o.plan_memory, o.in_place,
         o.num_threads, o.autocast ? static_cast<uint8_t>(*o.autocast) : kNoAutocast,
-        o.strict_placement);
+        o.strict_placement, dynamic, o.max_specializations, o.max_specialization_bytes);
     std::vector<flatbuffers::Offset<fb::Tuning>> tu;
     if (tuning)
       tu.push_back(fb::CreateTuningDirect(
@@ -197,7 +198,7 @@ void write(const detail::ExecutableImpl& x, const std::string& path,
   uint8_t head[kHeaderBytes] = {};
   std::memcpy(head + header::magic, kMagic, 8);
   put<uint32_t>(head + header::format_version, kFormatVersion);
-  put<uint32_t>(head + header::min_reader_version, 1);
+  put<uint32_t>(head + header::min_reader_version, dynamic ? 2 : 1);
   put<uint64_t>(head + header::file_size, manifest_offset + msize);
   put<uint64_t>(head + header::manifest_offset, manifest_offset);
   put<uint64_t>(head + header::manifest_size, msize);
