@@ -121,10 +121,9 @@
 // min_reader_version only for changes they cannot. Version 2 added the tuning sections and
 // version 3 the kernel sections (older readers skip them; their steps compile their source); the
 // files have min_reader_version 1. Version 4 added dynamic packages, which older readers cannot
-// run: those have min_reader_version 2, static ones still 1. A node of an op that a reader does not
-// know fails there
-// ("unknown op id"); a reader reads the older forms of today's ops (a conv with a fused relu or
-// residual, fused_conv since) as those ops.
+// run: those have min_reader_version 2, static ones still 1. A node of an op that a reader does
+// not know fails there ("unknown op id"); a reader reads the older forms of today's ops (a conv
+// with a fused relu or residual, fused_conv since) as those ops.
 #pragma once
 
 #include <cstddef>
