@@ -99,15 +99,18 @@ Tensor Case::input(const Shape& shape, DType t, const Gen& gen, Layout layout) {
     KILN_ASSERT(r >= 1);
     phys[r - 1] *= 2;
   }
-  Tensor p = g.placeholder(phys, t, "x" + std::to_string(feeds.size()));
-  feeds.emplace_back(p, gen(phys));
+  Tensor p = g.placeholder(dynamic_inputs ? Shape(phys.size(), -1) : phys, t,
+                           "x" + std::to_string(feeds.size()));
+  // (a dynamic case is fed the data of the same case built with static shapes)
+  feeds.emplace_back(p, dynamic_inputs ? Array() : gen(phys));
   if (layout == Layout::transposed) {
     std::vector<int64_t> perm(r);
     for (int d = 0; d < r; ++d) perm[d] = d;
     std::swap(perm[r - 2], perm[r - 1]);
     return transpose(p, perm);
   }
-  if (layout == Layout::strided) return slice(p, {0}, {phys[r - 1]}, {2}, {r - 1});
+  if (layout == Layout::strided)
+    return slice(p, {0}, {dynamic_inputs ? INT64_MAX : phys[r - 1]}, {2}, {r - 1});
   return p;
 }
 

@@ -51,6 +51,9 @@ class Case {
   double tol_scale = 1;
   /// Whether the gradient check applies to this case (the op must also have a gradient rule).
   bool grad = true;
+  /// Placeholders with every dim dynamic (-1) and no data: tests/backend_ops/dynamic_dims.cpp feeds
+  /// them the data of the same case built with static shapes.
+  bool dynamic_inputs = false;
 
   /// A placeholder of `shape` (logical) fed by `gen`, reaching the op through `layout`.
   Tensor input(const Shape& shape, DType t, const Gen& gen, Layout layout = Layout::dense);
