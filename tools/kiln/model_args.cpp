@@ -465,6 +465,11 @@ void print_package_summary(const Executable& exe) {
 }
 
 void print_placement(const Executable& exe) {
+  if (exe.is_dynamic() && exe.num_steps() == 0) {  // nothing specialized yet
+    fmt::print("{}: kernels are placed per set of input shapes when they first run\n",
+               exe.device().str());
+    return;
+  }
   const auto steps = exe.placement();
   std::map<std::string, int> per_backend;
   for (const auto& s : steps) per_backend[s.backend]++;
