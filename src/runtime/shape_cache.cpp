@@ -52,13 +52,6 @@ InputDims::InputDims(const Program& p) {
   }
 }
 
-bool InputDims::dynamic() const {
-  for (auto& in : inputs_)
-    for (auto& d : in.dims)
-      if (d.size < 0) return true;
-  return false;
-}
-
 void InputDims::check_dim(const Input& in, size_t d, int64_t value, const char* where) const {
   const Dim& dim = in.dims[d];
   const char* what = std::string_view(where) == "run" ? "the feed has" : "the shape given has";
@@ -71,30 +64,29 @@ void InputDims::check_dim(const Input& in, size_t d, int64_t value, const char* 
                      what, value);
 }
 
+void InputDims::check_value(const Input& in, size_t d, int64_t value, const char* where,
+                            Named& named) const {
+  check_dim(in, d, value, where);
+  const std::string& nm = in.dims[d].name;
+  if (nm.empty()) return;
+  auto [it, fresh] = named.try_emplace(nm, Seen{value, &in});
+  if (!fresh && it->second.value != value)
+    fail<ShapeError>("[{}] input '{}' dim {} is '{}' = {} (from '{}') but {} {}", where, in.name, d,
+                     nm, it->second.value, it->second.from->name,
+                     std::string_view(where) == "run" ? "the feed has" : "the shape given has",
+                     value);
+}
+
 std::vector<std::pair<int32_t, Shape>> InputDims::complete(
     const std::vector<std::pair<int32_t, Shape>>& shapes) const {
-  struct Seen {
-    int64_t value;
-    const Input* from;
-  };
-  std::map<std::string, Seen> named;
+  Named named;
   std::vector<std::pair<int32_t, Shape>> out = shapes;
   for (const Input& in : inputs_)
     for (auto& [origin, shape] : shapes) {
       if (origin != in.origin) continue;
       if (shape.size() != in.dims.size()) continue;  // specialize_shapes reports it
-      for (size_t d = 0; d < shape.size(); ++d) {
-        if (shape[d] < 0) continue;
-        check_dim(in, d, shape[d], "compile");
-        const std::string& nm = in.dims[d].name;
-        if (nm.empty()) continue;
-        auto [it, fresh] = named.try_emplace(nm, Seen{shape[d], &in});
-        if (!fresh && it->second.value != shape[d])
-          fail<ShapeError>(
-              "[compile] input '{}' dim {} is '{}' = {} (from '{}') but the shape "
-              "given has {}",
-              in.name, d, nm, it->second.value, it->second.from->name, shape[d]);
-      }
+      for (size_t d = 0; d < shape.size(); ++d)
+        if (shape[d] >= 0) check_value(in, d, shape[d], "compile", named);
     }
   // a name fixed in one placeholder is fixed in every placeholder that shares it
   for (const Input& in : inputs_) {
@@ -117,11 +109,7 @@ std::vector<std::pair<int32_t, Shape>> InputDims::complete(
 }
 
 void InputDims::check(const std::vector<const Array*>& feed_by_node) const {
-  struct Seen {
-    int64_t value;
-    const Input* from;
-  };
-  std::map<std::string, Seen> named;
+  Named named;
   for (const Input& in : inputs_) {
     const Array* a = feed_by_node[in.node];
     if (!a) fail<ValueError>("[run] placeholder '{}' has no feed", in.name);
@@ -129,15 +117,7 @@ void InputDims::check(const std::vector<const Array*>& feed_by_node) const {
     if (s.size() != in.dims.size())
       fail<ShapeError>("[run] input '{}' has {} dims but the feed has shape {}", in.name,
                        in.dims.size(), str(s));
-    for (size_t d = 0; d < s.size(); ++d) {
-      check_dim(in, d, s[d], "run");
-      const std::string& nm = in.dims[d].name;
-      if (nm.empty()) continue;
-      auto [it, fresh] = named.try_emplace(nm, Seen{s[d], &in});
-      if (!fresh && it->second.value != s[d])
-        fail<ShapeError>("[run] input '{}' dim {} is '{}' = {} (from '{}') but the feed has {}",
-                         in.name, d, nm, it->second.value, it->second.from->name, s[d]);
-    }
+    for (size_t d = 0; d < s.size(); ++d) check_value(in, d, s[d], "run", named);
   }
 }
 

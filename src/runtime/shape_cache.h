@@ -34,7 +34,6 @@ class InputDims {
       const std::vector<std::pair<int32_t, Shape>>& shapes) const;
   /// Checks a run's feeds (by program node id; every placeholder fed) before anything runs.
   void check(const std::vector<const Array*>& feed_by_node) const;
-  bool dynamic() const;
 
  private:
   struct Dim {
@@ -47,8 +46,16 @@ class InputDims {
     std::string name;
     std::vector<Dim> dims;
   };
+  // The size each dim name took first, and where.
+  struct Seen {
+    int64_t value;
+    const Input* from;
+  };
+  using Named = std::map<std::string, Seen>;
   // Throws for `value` at dim `d` of input `in` against its size and range.
   void check_dim(const Input& in, size_t d, int64_t value, const char* where) const;
+  // The same, and against the size its name took first (recorded in `named`).
+  void check_value(const Input& in, size_t d, int64_t value, const char* where, Named& named) const;
   std::vector<Input> inputs_;
 };
 
