@@ -31,7 +31,8 @@ class Executable;
 class Tensor {
  public:
   Tensor() = default;
-  Tensor(detail::GraphImpl* g, int32_t node, int32_t index) : g_(g), node_(node), index_(index) {}
+  explicit Tensor(detail::GraphImpl* g, int32_t node, int32_t index)
+      : g_(g), node_(node), index_(index) {}
 
   bool valid() const { return g_ != nullptr; }
   Shape shape() const;

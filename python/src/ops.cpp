@@ -1,5 +1,6 @@
 // Ops: elementwise, reductions, transforms, constants. Names and arguments follow the C++ API
 // (include/kiln/ops/); each returns tensors of the graph of its inputs.
+#include <algorithm>
 #include <cstring>
 
 #include "common.h"
@@ -110,6 +111,7 @@ void bind_ops(nb::module_& m) {
   m.def(
       "full",
       [](Graph& g, nb::handle shape, double v, DType t) {
+        if (nb::isinstance<Tensor>(shape)) return kiln::full(nb::cast<Tensor>(shape), v, t);
         return kiln::full(g, to_shape(shape), v, t);
       },
       nb::arg("graph"), nb::arg("shape"), nb::arg("value"), nb::arg("dtype") = f32, ka,
@@ -121,16 +123,36 @@ void bind_ops(nb::module_& m) {
   m.def(
       "ones", [](Graph& g, nb::handle shape, DType t) { return kiln::ones(g, to_shape(shape), t); },
       nb::arg("graph"), nb::arg("shape"), nb::arg("dtype") = f32, ka, op_doc("ones"));
-  m.def("arange", &kiln::arange, nb::arg("graph"), nb::arg("start"), nb::arg("stop"),
-        nb::arg("step") = 1.0, nb::arg("dtype") = f32, ka, op_doc("arange"));
+  m.def(
+      "arange",
+      [](Graph& g, nb::handle start, nb::handle stop, nb::handle step, DType t) {
+        const nb::handle v[] = {start, stop, step};
+        if (std::none_of(std::begin(v), std::end(v),
+                         [](nb::handle h) { return nb::isinstance<Tensor>(h); }))
+          return kiln::arange(g, nb::cast<double>(start), nb::cast<double>(stop),
+                              nb::cast<double>(step), t);
+        // values computed from shapes (shape_of); numbers among them become constants
+        auto value = [&](nb::handle h) {
+          return nb::isinstance<Tensor>(h) ? nb::cast<Tensor>(h)
+                                           : g.constant(Array::scalar(nb::cast<double>(h)));
+        };
+        return kiln::arange(value(start), value(stop), value(step), t);
+      },
+      nb::arg("graph"), nb::arg("start"), nb::arg("stop"), nb::arg("step") = 1.0,
+      nb::arg("dtype") = f32, ka, op_doc("arange"));
+  m.def("shape_of", &kiln::shape_of, nb::arg("x"), ka, op_doc("shape_of"));
   m.def("assign", &kiln::assign, nb::arg("variable"), nb::arg("value"), ka, op_doc("assign"));
   m.def("scalar_like", &kiln::scalar_like, nb::arg("x"), nb::arg("value"), ka,
         op_doc("scalar_like"));
 
   // transforms
   m.def(
-      "reshape", [](const Tensor& x, nb::handle s) { return kiln::reshape(x, to_shape(s)); },
-      nb::arg("x"), nb::arg("shape"), ka, op_doc("reshape"));
+      "reshape",
+      [](const Tensor& x, nb::handle s, bool zero_copies) {
+        if (nb::isinstance<Tensor>(s)) return kiln::reshape_to(x, nb::cast<Tensor>(s), zero_copies);
+        return kiln::reshape(x, to_shape(s));
+      },
+      nb::arg("x"), nb::arg("shape"), nb::arg("zero_copies") = false, ka, op_doc("reshape"));
   m.def("transpose", &kiln::transpose, nb::arg("x"), nb::arg("perm") = std::vector<int64_t>{}, ka,
         op_doc("transpose"));
   m.def("permute", &kiln::permute, nb::arg("x"), nb::arg("perm"), ka, op_doc("permute"));
@@ -161,9 +183,20 @@ void bind_ops(nb::module_& m) {
         return tensor_object(kiln::concat(ts, axis), first_of(xs));
       },
       nb::arg("xs"), nb::arg("axis") = 0, op_doc("concat"));
-  m.def("slice", &kiln::slice, nb::arg("x"), nb::arg("starts"), nb::arg("stops"),
-        nb::arg("steps") = std::vector<int64_t>{}, nb::arg("axes") = std::vector<int64_t>{}, ka,
-        op_doc("slice"));
+  m.def(
+      "slice",
+      [](const Tensor& x, nb::handle starts, nb::handle stops, const std::vector<int64_t>& steps,
+         const std::vector<int64_t>& axes) {
+        if (nb::isinstance<Tensor>(starts) || nb::isinstance<Tensor>(stops)) {
+          if (!nb::isinstance<Tensor>(starts) || !nb::isinstance<Tensor>(stops))
+            throw nb::type_error("slice: starts and stops are both Tensors or both lists");
+          return kiln::slice(x, nb::cast<Tensor>(starts), nb::cast<Tensor>(stops), steps, axes);
+        }
+        return kiln::slice(x, nb::cast<std::vector<int64_t>>(starts),
+                           nb::cast<std::vector<int64_t>>(stops), steps, axes);
+      },
+      nb::arg("x"), nb::arg("starts"), nb::arg("stops"), nb::arg("steps") = std::vector<int64_t>{},
+      nb::arg("axes") = std::vector<int64_t>{}, ka, op_doc("slice"));
   nb::enum_<PadKind>(m, "PadKind")
       .value("constant", PadKind::constant)
       .value("reflect", PadKind::reflect)
@@ -175,6 +208,7 @@ void bind_ops(nb::module_& m) {
       "broadcast_to",
       [](const Tensor& x, nb::handle s) { return kiln::broadcast_to(x, to_shape(s)); },
       nb::arg("x"), nb::arg("shape"), ka, op_doc("broadcast_to"));
+  m.def("expand", &kiln::expand, nb::arg("x"), nb::arg("shape"), ka, op_doc("expand"));
   m.def("flip", &kiln::flip, nb::arg("x"), nb::arg("axes"), ka, op_doc("flip"));
   m.def("gather", &kiln::gather, nb::arg("x"), nb::arg("indices"), nb::arg("axis") = 0, ka,
         op_doc("gather"));

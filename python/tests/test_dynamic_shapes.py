@@ -90,3 +90,30 @@ def test_training_with_a_dynamic_batch(rng):
         want = w0 - 0.1 * (p.T @ xv) / n
         np.testing.assert_allclose(g.read_variable(w).numpy(), want, rtol=1e-5, atol=1e-6)
     assert train.shape_cache()["misses"] == 2
+
+
+def test_shape_values(rng):
+    """shape_of and the ops fed by values computed from it, against numpy at several shapes."""
+    g = kiln.Graph()
+    x = g.placeholder(["batch", "seq", 6], kiln.f32, "x")
+    s = kiln.shape_of(x)
+    i64 = lambda *v: g.constant(np.array(v, np.int64))  # noqa: E731
+    b, l = kiln.gather(s, i64(0)), kiln.gather(s, i64(1))
+    flat = kiln.reshape(x, kiln.concat([b, l * i64(6)]))
+    same = kiln.reshape(flat, i64(0, -1, 6), zero_copies=True)
+    pos = kiln.arange(g, 0, kiln.gather(s, g.constant(np.array(1, np.int64))), 1, kiln.i64)
+    table = rng.standard_normal((10, 6)).astype(np.float32)
+    sliced = kiln.slice(g.constant(table), i64(0), l, axes=[0])
+    twos = kiln.expand(g.constant(np.ones((1, 1), np.float32)), kiln.concat([b, l])) * \
+        kiln.full(g, kiln.concat([b, l]), 2.0)
+    exe = g.compile([flat, same, pos, sliced, twos])
+    assert exe.is_dynamic
+    for n, t in ((2, 3), (1, 10), (2, 3)):
+        xv = rng.standard_normal((n, t, 6)).astype(np.float32)
+        out = [o.numpy() for o in exe.run({x: xv})]
+        np.testing.assert_array_equal(out[0], xv.reshape(n, t * 6))
+        np.testing.assert_array_equal(out[1], xv)
+        np.testing.assert_array_equal(out[2], np.arange(t))
+        np.testing.assert_array_equal(out[3], table[:t])
+        np.testing.assert_array_equal(out[4], np.full((n, t), 2.0, np.float32))
+    assert exe.shape_cache()["misses"] == 2

@@ -72,6 +72,63 @@ def test_support_table_and_errors(tmp_path):
         kiln.onnx.load(str(tmp_path / "missing.onnx"), input_values={}, default_dim=-1, external_data_dir="")
 
 
+def test_shape_arithmetic_stays_dynamic(rng, tmp_path):
+    """Attention as exporters write it, with batch and sequence dynamic: Shape, Gather, Concat,
+    Range, ConstantOfShape, Expand, a Slice and Reshapes fed by computed shapes. One executable
+    runs every shape, against onnxruntime."""
+    ort = pytest.importorskip("onnxruntime")
+    f = np.float32
+    tri = np.triu(np.full((16, 16), -1e4, f), 1)
+    inits = {"table": rng.standard_normal((11, 8)).astype(f), "pos_table": rng.standard_normal((16, 8)).astype(f),
+             "wq": rng.standard_normal((8, 8)).astype(f), "wk": rng.standard_normal((8, 8)).astype(f),
+             "wv": rng.standard_normal((8, 8)).astype(f), "bias": rng.standard_normal((1, 1, 8)).astype(f),
+             "tri": tri, "zero": np.array(0, np.int64), "one": np.array(1, np.int64),
+             "i0": np.array([0], np.int64), "i1": np.array([1], np.int64), "heads": np.array([2, 4], np.int64),
+             "zz": np.array([0, 0], np.int64), "axes01": np.array([0, 1], np.int64),
+             "merge": np.array([0, 0, -1], np.int64), "half": np.array(0.5, f)}
+    n = helper.make_node
+    nodes = [n("Gather", ["table", "ids"], ["emb"]),
+             n("Shape", ["emb"], ["shape"]),
+             n("Gather", ["shape", "zero"], ["B"]), n("Gather", ["shape", "one"], ["S"]),
+             n("Unsqueeze", ["B", "i0"], ["B1"]), n("Unsqueeze", ["S", "i0"], ["S1"]),
+             n("Range", ["zero", "S", "one"], ["pos"]),
+             n("Gather", ["pos_table", "pos"], ["pe"]),
+             n("Add", ["emb", "pe"], ["h"]),
+             n("Concat", ["B1", "S1", "heads"], ["split_shape"], axis=0)]
+    for w in "qkv":
+        nodes += [n("MatMul", ["h", "w" + w], [w]), n("Reshape", [w, "split_shape"], [w + "4"]),
+                  n("Transpose", [w + "4"], [w + "h"], perm=[0, 2, 1, 3])]
+    nodes += [n("Transpose", ["kh"], ["kt"], perm=[0, 1, 3, 2]),
+              n("MatMul", ["qh", "kt"], ["s0"]), n("Mul", ["s0", "half"], ["s1"]),
+              n("Concat", ["S1", "S1"], ["ss"], axis=0),
+              n("Slice", ["tri", "zz", "ss", "axes01"], ["causal"]),
+              n("ConstantOfShape", ["ss"], ["zeros"], value=numpy_helper.from_array(np.array([0.25], f))),
+              n("Add", ["causal", "zeros"], ["mask"]),
+              n("Add", ["s1", "mask"], ["s2"]), n("Softmax", ["s2"], ["p"], axis=-1),
+              n("MatMul", ["p", "vh"], ["o4"]), n("Transpose", ["o4"], ["o"], perm=[0, 2, 1, 3]),
+              n("Reshape", ["o", "merge"], ["o3"]),
+              n("Shape", ["o3"], ["oshape"]), n("Expand", ["bias", "oshape"], ["bb"]),
+              n("Add", ["o3", "bb"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "attention", [helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "seq"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 8])],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    path = str(tmp_path / "attention.onnx")
+    onnx.save(model, path)
+    m = kiln.onnx.load(path)
+    assert m.inputs[0].shape == [-1, -1] and m.fixed_inputs == []
+    exe = m.compile(device="cpu")
+    assert exe.is_dynamic
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    for b, s in ((1, 5), (3, 9), (2, 16), (1, 5), (4, 1)):
+        feeds = {"ids": rng.integers(0, 11, (b, s)).astype(np.int64)}
+        got = exe.run(feeds)[0].numpy()
+        assert got.shape == (b, s, 8)
+        np.testing.assert_allclose(got, sess.run(None, feeds)[0], rtol=1e-4, atol=1e-4)
+    assert exe.shape_cache()["misses"] == 4 and exe.shape_cache()["hits"] == 1
+
+
 def test_dim_params_stay_dynamic(rng, tmp_path):
     """A model with dim_params imports with them dynamic and named: one executable runs every
     batch and image size, against onnxruntime; inputs sharing a dim_param must agree."""

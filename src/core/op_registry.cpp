@@ -63,6 +63,7 @@ bool OpDef::input_range(const Attrs& attrs, int& lo, int& hi) const {
   int more = 0;
   for (const char* key : optional_input_keys) more += attrs.b(key, false) ? 1 : 0;
   if (extra_inputs) more += extra_inputs(attrs);
+  if (attrs.b("from_values", false)) more += static_cast<int>(value_attrs.size());
   lo = min_inputs + more;
   hi = max_inputs + more;
   return true;

@@ -89,6 +89,12 @@ struct OpDef {
   int max_inputs = -1;
   std::vector<const char*> optional_input_keys;
   ExtraInputsFn extra_inputs = nullptr;
+  /// Attributes a node may take from the values of its last inputs instead (bool attribute
+  /// `from_values`: one more input per name, in order). Shape arithmetic computes such values
+  /// (shape_of and the ops on its result); specialize_shapes writes them in once they are known
+  /// (a 0-d value as a float, a 1-d one as ints) and drops the inputs. Until then the op's
+  /// inference leaves the dims they decide dynamic.
+  std::vector<const char*> value_attrs;
   /// Integer attributes (scalar or list) that may span all of int64 in stored nodes (the op's
   /// stored_check bounds them where it needs to); others are held to stored::kMaxDim.
   std::vector<const char*> wide_int_attrs;
@@ -125,6 +131,10 @@ struct OpDef {
     return *this;
   }
   OpDef& more_inputs(ExtraInputsFn f) { extra_inputs = f; return *this; }
+  OpDef& from_values(std::initializer_list<const char*> keys) {
+    value_attrs.assign(keys);
+    return *this;
+  }
   OpDef& wide_ints(std::initializer_list<const char*> keys) {
     wide_int_attrs.assign(keys);
     return *this;

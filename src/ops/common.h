@@ -40,6 +40,12 @@ void add_optional(std::vector<Tensor>& inputs, Attrs& attrs, const char* name,
 /// broadcast_to node reading like's shape, made static when shapes are specialized).
 Tensor broadcast_to_like(const Tensor& x, const Tensor& like);
 
+/// slice's attributes (a start, stop and step per dim) from per-axis lists; throws ValueError for
+/// lists of different lengths, an axis given twice or a step of 0.
+Attrs slice_attrs(const Shape& in, const std::vector<int64_t>& starts,
+                  const std::vector<int64_t>& stops, const std::vector<int64_t>& steps,
+                  const std::vector<int64_t>& axes);
+
 /// The attribute value of a scatter reduction ("none", "add", ...).
 inline const char* reduction_name(ScatterReduction r) {
   switch (r) {

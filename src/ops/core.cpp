@@ -1,7 +1,11 @@
-// Placeholder, Constant, Full, Arange, Variable, Assign.
+// Placeholder, Constant, Full, Arange, Variable, Assign, ShapeOf (src/ops/shape_values.cpp builds
+// it and the forms of full and arange that take their attributes from values).
 //   full:   attrs shape (ints), value (float), dtype; with shape_like (bool) an input whose shape
 //           (dynamic dims and all) the output takes: gradients of graphs with dynamic dims
 //   arange: attrs start, stop, step (floats), dtype
+//   full and arange with from_values (bool): shape, or start, stop and step, are inputs' values
+//           (OpDef::value_attrs), written in when shapes are specialized
+//   shape_of: x's shape as an int64 vector
 //   variable: no attrs; its data lives in the node (shared by every executable of the graph)
 //   assign: inputs (variable, value); writes value into the variable when the run reaches it
 //           (after every other reader of the variable) and yields the variable's new value
@@ -13,6 +17,7 @@
 #include "kiln/ops/transform.h"
 #include "ops/common.h"
 #include "ops/core_params.h"
+#include "ops/shape_values.h"
 
 namespace kiln {
 
@@ -28,16 +33,26 @@ std::vector<TensorInfo> infer_constant(const InferContext& ctx) {
 // With shape_like, the shape is the (last) input's: a dynamic one until shapes are specialized,
 // which then writes it into attr shape and drops the input (specialize_shapes).
 std::vector<TensorInfo> infer_full(const InferContext& ctx) {
+  if (from_values(ctx))
+    return {{Shape(value_length(ctx, 0, "shape"), -1), ctx.attrs.dtype("dtype")}};
   const Shape& s =
       ctx.attrs.b("shape_like", false) ? ctx.inputs.back().shape : ctx.attrs.ints("shape");
   return {{s, ctx.attrs.dtype("dtype")}};
 }
+constexpr const char* kArangeValues[] = {"start", "stop", "step"};
 int64_t arange_count(double start, double stop, double step) {
   double n = std::ceil((stop - start) / step);
   return n > 0 ? static_cast<int64_t>(n) : 0;
 }
 std::vector<TensorInfo> infer_arange(const InferContext& ctx) {
+  if (from_values(ctx)) {
+    for (int i = 0; i < 3; ++i) require_scalar_value(ctx, i, kArangeValues[i]);
+    return {{{-1}, ctx.attrs.dtype("dtype")}};
+  }
   double start = ctx.attrs.f("start"), stop = ctx.attrs.f("stop"), step = ctx.attrs.f("step");
+  if (step == 0 || !std::isfinite(start) || !std::isfinite(stop) || !std::isfinite(step))
+    fail<ValueError>("[arange] needs finite start/stop and a non-zero step (got {}, {}, {})", start,
+                     stop, step);
   return {{{arange_count(start, stop, step)}, ctx.attrs.dtype("dtype")}};
 }
 std::vector<TensorInfo> infer_assign(const InferContext& ctx) {
@@ -69,37 +84,56 @@ void register_core_ops() {
       .not_differentiable()
       .inputs(0)
       .optional_inputs({"shape_like"})
+      .from_values({"shape"})
       .params<FullParams>();
   define_op(OpId::Arange)
       .set_infer(infer_arange)
       .not_differentiable()
       .inputs(0)
+      .from_values({"start", "stop", "step"})
       .check_stored(check_stored_arange)
       .params<ArangeParams>();
   // a variable's value changes between runs: never folded or merged
+  // resolved to a constant when shapes are specialized: no kernel runs it
+  define_op(OpId::ShapeOf).set_infer(infer_shape_of).not_differentiable().inputs(1);
   define_op(OpId::Variable).set_infer(infer_constant).impure().not_differentiable().inputs(0);
   define_op(OpId::Assign).set_infer(infer_assign).impure().alias().not_differentiable().inputs(2);
 }
 
 Tensor constant(Graph& g, const Array& value) { return g.constant(value); }
 
-Tensor full(Graph& g, const Shape& shape, double value, DType dtype) {
+namespace ops {
+Tensor full_on(detail::GraphImpl& g, const Shape& shape, double value, DType dtype) {
   for (int64_t d : shape)
     if (d < 0) fail<ShapeError>("[full] shape {} must be static and non-negative", str(shape));
-  return detail::make_source_node(g.impl(), OpId::Full,
+  return detail::make_source_node(g, OpId::Full,
                                   {{"shape", shape}, {"value", value}, {"dtype", dtype}})[0];
 }
-Tensor zeros(Graph& g, const Shape& shape, DType dtype) { return full(g, shape, 0.0, dtype); }
-Tensor ones(Graph& g, const Shape& shape, DType dtype) { return full(g, shape, 1.0, dtype); }
-
-Tensor arange(Graph& g, double start, double stop, double step, DType dtype) {
+Tensor arange_on(detail::GraphImpl& g, double start, double stop, double step, DType dtype) {
   if (step == 0 || !std::isfinite(start) || !std::isfinite(stop) || !std::isfinite(step))
     fail<ValueError>("[arange] needs finite start/stop and a non-zero step (got {}, {}, {})", start,
                      stop, step);
   if (dtype == boolean) fail<DTypeError>("[arange] dtype bool is not allowed");
   return detail::make_source_node(
-      g.impl(), OpId::Arange,
-      {{"start", start}, {"stop", stop}, {"step", step}, {"dtype", dtype}})[0];
+      g, OpId::Arange, {{"start", start}, {"stop", stop}, {"step", step}, {"dtype", dtype}})[0];
+}
+Tensor constant_on(detail::GraphImpl& g, const Array& value) {
+  detail::Node n;
+  n.op = OpId::Constant;
+  n.outputs = {{value.shape(), value.dtype()}};
+  n.value = value;
+  return Tensor(&g, g.add_inferred(std::move(n)), 0);
+}
+}  // namespace ops
+
+Tensor full(Graph& g, const Shape& shape, double value, DType dtype) {
+  return full_on(g.impl(), shape, value, dtype);
+}
+Tensor zeros(Graph& g, const Shape& shape, DType dtype) { return full(g, shape, 0.0, dtype); }
+Tensor ones(Graph& g, const Shape& shape, DType dtype) { return full(g, shape, 1.0, dtype); }
+
+Tensor arange(Graph& g, double start, double stop, double step, DType dtype) {
+  return arange_on(g.impl(), start, stop, step, dtype);
 }
 
 Tensor assign(const Tensor& variable, const Tensor& value) {
@@ -112,14 +146,7 @@ Tensor assign(const Tensor& variable, const Tensor& value) {
 
 Tensor scalar_like(const Tensor& x, double value) {
   KILN_ASSERT(x.valid());
-  Array a = Array::scalar(value).astype(x.dtype());
-  // the constant lives on x's graph
-  detail::Node n;
-  n.op = OpId::Constant;
-  n.outputs = {{{}, x.dtype()}};
-  n.value = a;
-  auto* g = x.graph_impl();
-  return Tensor(g, g->add_inferred(std::move(n)), 0);
+  return constant_on(*x.graph_impl(), Array::scalar(value).astype(x.dtype()));  // on x's graph
 }
 
 }  // namespace kiln

@@ -13,7 +13,12 @@
 //                 needs pads < dim size; edge needs a non-empty dim.
 //   tile:         reps (ints, one per dim)
 //   broadcast_to: shape (ints; -1 keeps x's dim); with shape_like (bool), to the shape of input 1
-//                 (dynamic dims and all; specialize_shapes writes it into shape once static)
+//                 (dynamic dims and all; specialize_shapes writes it into shape once static);
+//                 with bidirectional (bool), to the numpy broadcast of x's shape and shape
+//                 (ONNX Expand)
+// reshape's copy_zeros (bool) copies x's dim where shape has a 0 (ONNX Reshape). With
+// from_values (bool), reshape's and broadcast_to's shape and slice's starts and stops are the
+// values of their last inputs until shapes are specialized (src/ops/shape_values.h).
 //   flip:         axes (ints, resolved)
 // All of them take every dtype. Their gradients move g back the way the data came.
 #include "kiln/ops/transform.h"
@@ -28,6 +33,7 @@
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/reduce.h"
 #include "ops/common.h"
+#include "ops/shape_values.h"
 #include "ops/transform_params.h"
 #include "ops/transform_util.h"
 
@@ -42,6 +48,7 @@ constexpr int64_t kMaxIndex = std::numeric_limits<int64_t>::max();
 
 std::vector<TensorInfo> infer_reshape(const InferContext& ctx) {
   const Shape& in = ctx.inputs[0].shape;
+  if (from_values(ctx)) return {{Shape(value_length(ctx, 1, "shape"), -1), ctx.inputs[0].dtype}};
   if (ctx.attrs.b("shape_like", false)) {  // to the shape of input 1, whose dims may be dynamic
     const Shape& like = ctx.inputs[1].shape;
     if (is_static(in) && is_static(like) && numel(in) != numel(like))
@@ -49,7 +56,15 @@ std::vector<TensorInfo> infer_reshape(const InferContext& ctx) {
                        str(like));
     return {{like, ctx.inputs[0].dtype}};
   }
-  const Shape& want = ctx.attrs.ints("shape");
+  Shape want = ctx.attrs.ints("shape");
+  if (ctx.attrs.b("copy_zeros", false))  // ONNX: a 0 takes the input's dim at its place
+    for (size_t i = 0; i < want.size(); ++i)
+      if (want[i] == 0) {
+        if (i >= in.size())
+          fail<ShapeError>("[reshape] a 0 at place {} of shape ({}) has no dim of {} to copy", i,
+                           fmt::join(want, ", "), str(in));
+        want[i] = in[i] < 0 ? -2 : in[i];  // (-2: that dim, still dynamic)
+      }
   const std::vector<int64_t> none;
   const auto& from = ctx.attrs.has("input_dims") ? ctx.attrs.ints("input_dims") : none;
   Shape out = want;
@@ -58,6 +73,7 @@ std::vector<TensorInfo> infer_reshape(const InferContext& ctx) {
   bool dynamic = !is_static(in);
   for (size_t i = 0; i < out.size(); ++i) {
     if (!from.empty() && from[i] >= 0) out[i] = in[from[i]];
+    else if (out[i] == -2) out[i] = -1;
     else if (out[i] == -1 && infer_at >= 0)
       fail<ValueError>("[reshape] shape ({}) has more than one -1", fmt::join(want, ", "));
     else if (out[i] == -1) infer_at = static_cast<int>(i);
@@ -165,6 +181,13 @@ std::vector<TensorInfo> infer_concat(const InferContext& ctx) {
 
 std::vector<TensorInfo> infer_slice(const InferContext& ctx) {
   const Shape& in = ctx.inputs[0].shape;
+  if (from_values(ctx)) {
+    for (int i = 1; i <= 2; ++i)
+      if (value_length(ctx, i, i == 1 ? "starts" : "stops") != static_cast<int64_t>(in.size()))
+        fail<ShapeError>("[slice] the {} value needs one entry per dim of shape {}",
+                         i == 1 ? "starts" : "stops", str(in));
+    return {{Shape(in.size(), -1), ctx.inputs[0].dtype}};
+  }
   const auto &starts = ctx.attrs.ints("starts"), &stops = ctx.attrs.ints("stops"),
              &steps = ctx.attrs.ints("steps");
   KILN_ASSERT(starts.size() == in.size() && stops.size() == in.size() && steps.size() == in.size());
@@ -211,6 +234,22 @@ std::vector<TensorInfo> infer_tile(const InferContext& ctx) {
 
 std::vector<TensorInfo> infer_broadcast_to(const InferContext& ctx) {
   const Shape& in = ctx.inputs[0].shape;
+  const bool both = ctx.attrs.b("bidirectional", false);  // ONNX Expand: numpy broadcast of both
+  if (from_values(ctx)) {
+    const auto n = static_cast<size_t>(value_length(ctx, 1, "shape"));
+    return {{Shape(both ? std::max(n, in.size()) : n, -1), ctx.inputs[0].dtype}};
+  }
+  if (both) {
+    const Shape& want = ctx.attrs.ints("shape");
+    for (int64_t d : want)
+      if (d < 0)
+        fail<ShapeError>("[broadcast_to] bad dim {} in shape ({})", d, fmt::join(want, ", "));
+    Shape out;
+    if (!broadcast_shapes(in, want, out))
+      fail<ShapeError>("[broadcast_to] shape {} does not broadcast with ({})", str(in),
+                       fmt::join(want, ", "));
+    return {{out, ctx.inputs[0].dtype}};
+  }
   if (ctx.attrs.b("shape_like", false)) {  // to the shape of input 1, whose dims may be dynamic
     const Shape& like = ctx.inputs[1].shape;
     if (like.size() < in.size())
@@ -301,6 +340,10 @@ Grads vjp_concat(const VjpContext& c) {
 // reshape to k*s); a last pad moves the run to its first position and crops the trailing zeros.
 Grads vjp_slice(const VjpContext& c) {
   const Shape in = c.inputs[0].shape();
+  if (c.attrs.b("from_values", false))
+    fail<UnsupportedError>(
+        "[gradients] slice with starts and stops computed from shapes has no "
+        "gradient rule yet");
   const auto &starts = c.attrs.ints("starts"), &stops = c.attrs.ints("stops"),
              &steps = c.attrs.ints("steps");
   // a dynamic dim must be taken whole: it needs no padding back
@@ -457,6 +500,7 @@ void register_transform_ops() {
       .grad(vjp_reshape)
       .inputs(1)
       .optional_inputs({"shape_like"})
+      .from_values({"shape"})
       .check_stored(check_stored_reshape);
   define_op(OpId::Transpose)
       .set_infer(infer_transpose)
@@ -480,6 +524,7 @@ void register_transform_ops() {
       .grad(vjp_slice)
       .inputs(1)
       .wide_ints({"starts", "stops"})
+      .from_values({"starts", "stops"})
       .check_stored(check_stored_slice)
       .params<SliceParams>();
   define_op(OpId::Pad).set_infer(infer_pad).grad(vjp_pad).inputs(1).params<PadParams>();
@@ -492,7 +537,8 @@ void register_transform_ops() {
       .set_infer(infer_broadcast_to)
       .grad(vjp_broadcast_to)
       .inputs(1)
-      .optional_inputs({"shape_like"});
+      .optional_inputs({"shape_like"})
+      .from_values({"shape"});
   define_op(OpId::Flip).set_infer(infer_flip).grad(vjp_flip).inputs(1).params<FlipParams>();
   register_transform_index_ops();
   register_transform_nd_ops();
@@ -598,9 +644,10 @@ Tensor stack(const std::vector<Tensor>& xs, int64_t axis) {
   return concat(expanded, a);
 }
 
-Tensor slice(const Tensor& x, const std::vector<int64_t>& starts, const std::vector<int64_t>& stops,
-             const std::vector<int64_t>& steps, const std::vector<int64_t>& axes) {
-  const Shape in = x.shape();
+namespace ops {
+Attrs slice_attrs(const Shape& in, const std::vector<int64_t>& starts,
+                  const std::vector<int64_t>& stops, const std::vector<int64_t>& steps,
+                  const std::vector<int64_t>& axes) {
   const size_t n = starts.size();
   std::vector<int64_t> ax = axes;
   if (ax.empty())
@@ -623,7 +670,13 @@ Tensor slice(const Tensor& x, const std::vector<int64_t>& starts, const std::vec
     e[a] = stops[i];
     s[a] = step;
   }
-  return make_node1(OpId::Slice, {x}, {{"starts", b}, {"stops", e}, {"steps", s}});
+  return {{"starts", b}, {"stops", e}, {"steps", s}};
+}
+}  // namespace ops
+
+Tensor slice(const Tensor& x, const std::vector<int64_t>& starts, const std::vector<int64_t>& stops,
+             const std::vector<int64_t>& steps, const std::vector<int64_t>& axes) {
+  return make_node1(OpId::Slice, {x}, slice_attrs(x.shape(), starts, stops, steps, axes));
 }
 
 Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, PadKind kind, double value) {

@@ -1,7 +1,9 @@
 #include "passes/program.h"
 
+#include "core/element_limit.h"
 #include "core/errors.h"
 #include "core/op_registry.h"
+#include "runtime/custom_op.h"
 
 namespace kiln {
 
@@ -43,10 +45,63 @@ Program extract_program(const detail::GraphImpl& g, const std::vector<ValueRef>&
   return b.finish();
 }
 
+namespace {
+// Nodes that specialize_shapes computes on the host: those whose values size something (they feed
+// a value input, OpDef::value_attrs), small, pure, with one output and every input a constant.
+constexpr int64_t kMaxShapeValue = int64_t{1} << 16;
+
+void make_constant(Node& n, Array value) {
+  n.op = OpId::Constant;
+  n.inputs.clear();
+  n.attrs = Attrs{};
+  n.outputs = {{value.shape(), value.dtype()}};
+  n.value = std::move(value);
+}
+
+// Which nodes a value input reads, directly or through other nodes.
+std::vector<char> feeding_values(const detail::GraphImpl& g) {
+  std::vector<char> r(g.nodes.size(), 0);
+  for (size_t i = g.nodes.size(); i-- > 0;) {
+    const Node& n = g.nodes[i];
+    const size_t k = n.attrs.b("from_values", false) ? op_def(n.op).value_attrs.size() : 0;
+    for (size_t j = 0; j < n.inputs.size(); ++j)
+      if (r[i] || j + k >= n.inputs.size()) r[n.inputs[j].node] = 1;
+  }
+  return r;
+}
+
+bool computable(const detail::GraphImpl& g, const Node& n) {
+  if (!op_def(n.op).pure || detail::is_custom(n.op) || n.outputs.size() != 1 || n.inputs.empty())
+    return false;
+  if (!is_static(n.outputs[0].shape) || numel(n.outputs[0].shape) > kMaxShapeValue) return false;
+  for (auto v : n.inputs)
+    if (g.nodes[v.node].op != OpId::Constant) return false;
+  return true;
+}
+
+// Writes the values of a node's value inputs (OpDef::value_attrs) into its attributes once they
+// are constants: a 0-d value as a float, a 1-d one as ints.
+void write_values(const detail::GraphImpl& g, Node& n) {
+  const auto& keys = op_def(n.op).value_attrs;
+  const size_t first = n.inputs.size() - keys.size();
+  for (size_t k = 0; k < keys.size(); ++k)
+    if (g.nodes[n.inputs[first + k].node].op != OpId::Constant) return;
+  for (size_t k = 0; k < keys.size(); ++k) {
+    const Array& v = g.nodes[n.inputs[first + k].node].value;
+    if (v.rank() == 0) n.attrs.set(keys[k], v.astype(f64).to_vector<double>().at(0));
+    else n.attrs.set(keys[k], v.astype(i64).to_vector<int64_t>());
+  }
+  n.inputs.resize(first);
+  n.attrs.set("from_values", false);
+}
+}  // namespace
+
 bool specialize_shapes(Program& p, const std::vector<std::pair<int32_t, Shape>>& shapes,
-                       bool allow_dynamic) {
+                       bool allow_dynamic, const NodeEvaluator* eval) {
   bool all_static = true;
-  for (auto& n : p.graph.nodes) {
+  const std::vector<char> feeds_values = feeding_values(p.graph);
+  for (size_t i = 0; i < p.graph.nodes.size(); ++i) {
+    Node& n = p.graph.nodes[i];
     if (n.op == OpId::Placeholder) {
       Shape& s = n.outputs[0].shape;
       for (auto& [origin, shape] : shapes) {
@@ -72,11 +127,37 @@ bool specialize_shapes(Program& p, const std::vector<std::pair<int32_t, Shape>>&
       n.attrs.set("shape", p.graph.info(n.inputs.back()).shape).set("shape_like", false);
       n.inputs.pop_back();
     }
+    if (n.attrs.b("from_values", false)) write_values(p.graph, n);
     std::vector<TensorInfo> in;
     for (auto v : n.inputs) in.push_back(p.graph.info(v));
     InferContext ctx{n.op, n.attrs, in};
     n.outputs = infer_node(ctx);
+    for (const TensorInfo& o : n.outputs)  // (a size computed from shapes may be anything)
+      if (!within_element_limit(o.shape))
+        fail<ShapeError>("[{}] (node %{}) output of shape {} has more than 2^59 elements",
+                         op_name(n.op), i, str(o.shape));
+    if (n.op == OpId::ShapeOf && is_static(in[0].shape)) {
+      const Shape& s = in[0].shape;
+      make_constant(n, Array::from_vector(std::vector<int64_t>(s.begin(), s.end()),
+                                          {static_cast<int64_t>(s.size())}));
+    } else if (eval && feeds_values[i] && computable(p.graph, n)) {
+      std::vector<Array> values;
+      for (auto v : n.inputs) values.push_back(p.graph.nodes[v.node].value);
+      make_constant(n, (*eval)(n, values).at(0));
+    }
   }
+  if (all_static && !allow_dynamic)
+    for (size_t i = 0; i < p.graph.nodes.size(); ++i) {
+      const Node& n = p.graph.nodes[i];
+      if (n.op == OpId::ShapeOf || n.attrs.b("from_values", false))
+        fail<ShapeError>(
+            "[compile] {} (node %{}) takes {} from a value computed from the run's data, not from "
+            "shapes alone: kiln needs it before the run starts (compute it from shape_of, "
+            "constants and integer arithmetic)",
+            op_name(n.op), i,
+            n.op == OpId::ShapeOf ? "its input's shape"
+                                  : fmt::format("attribute {}", op_def(n.op).value_attrs.at(0)));
+    }
   return all_static;
 }
 

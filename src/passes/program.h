@@ -21,17 +21,23 @@ struct Program {
 
 /// Copies the nodes of `g` that `targets` need, in order; each copy records its origin.
 Program extract_program(const detail::GraphImpl& g, const std::vector<detail::ValueRef>& targets);
-/// Fixes placeholder shapes (by origin id) and re-infers every node. Throws ShapeError when a
-/// given shape contradicts its declared one, or (unless `allow_dynamic`) when a needed
-/// placeholder stays dynamic. Returns whether every placeholder is static.
-bool specialize_shapes(Program& p, const std::vector<std::pair<int32_t, Shape>>& shapes,
-                       bool allow_dynamic = false);
-/// Checks topological order, input references and inferred infos; throws on a broken program.
-void verify_program(const Program& p, const std::string& after_pass);
-
 /// Evaluates one node on concrete inputs (constant folding runs kernels through this).
 using NodeEvaluator =
     std::function<std::vector<Array>(const detail::Node&, const std::vector<Array>&)>;
+
+/// Fixes placeholder shapes (by origin id) and re-infers every node. Throws ShapeError when a
+/// given shape contradicts its declared one, or (unless `allow_dynamic`) when a needed
+/// placeholder stays dynamic. Returns whether every placeholder is static.
+/// Shape values resolve on the way: shape_of of a static shape becomes a constant, the small pure
+/// nodes whose values size something (they feed attributes taken from values) are computed with
+/// `eval` (when given) once their inputs are constants and become constants too, and
+/// attributes taken from values (OpDef::value_attrs) are written in once their values are
+/// constants. Unless `allow_dynamic`, a value still unknown then (computed from a run's data)
+/// throws ShapeError naming the node.
+bool specialize_shapes(Program& p, const std::vector<std::pair<int32_t, Shape>>& shapes,
+                       bool allow_dynamic = false, const NodeEvaluator* eval = nullptr);
+/// Checks topological order, input references and inferred infos; throws on a broken program.
+void verify_program(const Program& p, const std::string& after_pass);
 
 Program fold_constants(const Program& p, const NodeEvaluator& eval);
 Program eliminate_common_subexpressions(const Program& p);

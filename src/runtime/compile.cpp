@@ -121,7 +121,8 @@ std::shared_ptr<detail::ExecutableImpl> compile_program(
   impl->options = o;
   {
     prof::HostScope phase(SpanKind::compile, "specialize_shapes");
-    specialize_shapes(p, shapes);
+    const NodeEvaluator eval = evaluate_node_cpu;
+    specialize_shapes(p, shapes, /*allow_dynamic=*/false, &eval);
   }
   // int8 products first: before autocast would cast their float inputs, and before folding
   // would turn dequantized constant weights into f32 constants
@@ -228,7 +229,8 @@ Executable Graph::compile(Device device, const FeedShapes& feeds,
   p.num_returned = targets.size();
   // a named dim fixed by one feed shape is fixed in every placeholder that shares it
   shapes = detail::InputDims(p).complete(shapes);
-  if (!specialize_shapes(p, shapes, /*allow_dynamic=*/true))
+  const NodeEvaluator eval = evaluate_node_cpu;
+  if (!specialize_shapes(p, shapes, /*allow_dynamic=*/true, &eval))
     return Executable(detail::make_dynamic(std::move(p), device, o, impl_.get()));
   auto impl = compile_program(std::move(p), device, o, {});
   impl->source = impl_.get();

@@ -351,8 +351,10 @@ std::vector<DType> dtypes_of(const OpCases& oc) {
 
 bool grad_dtype(DType t) { return t == f32 || t == f16; }
 
+// (and shape_of, a constant once shapes are specialized: no backend runs it)
 bool is_source(OpId op) {
-  return op == OpId::Placeholder || op == OpId::Constant || op == OpId::Variable;
+  return op == OpId::Placeholder || op == OpId::Constant || op == OpId::Variable ||
+         op == OpId::ShapeOf;
 }
 
 // The ops of g other than `op` that backend b has no kernel for: cases that need them (for a

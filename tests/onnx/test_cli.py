@@ -165,6 +165,26 @@ def test_convert(mlp, tmp_path):
     assert_one_line_error(kiln("convert", path, "-o", tmp_path / "no" / "such" / "dir.kiln"), "")
 
 
+def test_convert_keeps_dim_params_dynamic(mlp, tmp_path):
+    """Without --shape the package keeps its dim_params dynamic and runs any batch; with one it
+    is fixed."""
+    path, w, b = mlp
+    r = kiln("convert", path, "-o", tmp_path / "dyn.kiln")
+    assert r.returncode == 0 and "dims without --shape stay dynamic" in r.stdout, r.stdout + r.stderr
+    r = kiln("inspect", tmp_path / "dyn.kiln", "--device", "cpu")
+    assert r.returncode == 0 and "batch=?" in r.stdout, r.stdout + r.stderr
+    for n in (1, 6):
+        x = RNG.standard_normal((n, 4)).astype(np.float32)
+        np.save(tmp_path / "x.npy", x)
+        r = kiln("run", tmp_path / "dyn.kiln", "-i", f"X={tmp_path / 'x.npy'}", "-o", tmp_path / f"o{n}",
+                 "--device", "cpu")
+        assert r.returncode == 0, r.stderr
+        want = np.maximum(x.astype(np.float64) @ w + b, 0)
+        np.testing.assert_allclose(np.load(tmp_path / f"o{n}" / "mlp_relu.npy"), want, rtol=1e-5, atol=1e-5)
+    r = kiln("convert", path, "--shape", "X=2,4", "-o", tmp_path / "fixed.kiln")
+    assert r.returncode == 0 and "stay dynamic" not in r.stdout, r.stdout + r.stderr
+
+
 def test_value_fixes_an_input_needed_while_importing(tmp_path):
     """Reshape whose target shape is a graph input: --value gives it while importing."""
     g = helper.make_graph([helper.make_node("Reshape", ["X", "S"], ["Y"])], "rs",

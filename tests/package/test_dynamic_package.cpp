@@ -65,6 +65,31 @@ TEST(DynamicPackage, RoundTripsAndRunsAnyShapeItsDimsAllow) {
   EXPECT_EQ(saved_bytes(loaded, "dynamic_again").size(), bytes.size());
 }
 
+// Shape arithmetic travels in the file as nodes (shape_of, the integer ops on it, the reshape
+// that reads its value) and is computed again for each shape after loading.
+TEST(DynamicPackage, ShapeArithmeticRoundTrips) {
+  Graph g;
+  auto x = g.placeholder({-1, -1, 6}, f32, "x");
+  auto s = shape_of(x);
+  auto i64v = [&](std::vector<int64_t> v) {
+    const auto n = static_cast<int64_t>(v.size());
+    return g.constant(Array::from_vector(v, {n}));
+  };
+  auto b = gather(s, i64v({0})), l = gather(s, i64v({1}));
+  auto y = reshape_to(x, concat({b, l * i64v({6})})) + full(concat({b, i64v({1})}), 0.5, f32);
+  auto exe = g.compile(default_device(), {}, {y});
+  exe.run({{x, random_array({2, 3, 6}, f32)}});
+  auto loaded = load(saved_bytes(exe, "shape_values"));
+  ASSERT_TRUE(loaded.is_dynamic());
+  for (auto [n, len] : {std::pair<int64_t, int64_t>{1, 7}, {4, 2}}) {
+    const Array xv = random_array({n, len, 6}, f32);
+    std::vector<double> want = to_f64(xv);
+    for (double& v : want) v += 0.5;
+    const Array got = loaded.run(std::map<std::string, Array>{{"x", xv}})[0].to(Device::cpu());
+    expect_close(got, {n, len * 6}, want, 1e-6);
+  }
+}
+
 // Edits a copy of `bytes` with `edit`, fixes the checksums and expects a FormatError with `what`.
 void expect_rejected(const Bytes& bytes, const std::function<void(fb::Manifest&)>& edit,
                      const std::vector<std::string>& what) {

@@ -1,5 +1,6 @@
 // `kiln convert`: imports an ONNX model, validates it by compiling it for the CPU, and with -o
-// writes the compiled executable as a kiln package (Executable::save).
+// writes the compiled executable as a kiln package (Executable::save). Dims that no --shape
+// fixes stay dynamic in the package.
 #include <fmt/format.h>
 
 #include <memory>
@@ -23,12 +24,29 @@ void convert_model(const ConvertOptions& o) {
                                  "model (run, inspect and bench take the package itself)",
                                  o.model));
   const std::map<std::string, Shape> shapes = parse_shapes(o.shapes);
-  const onnx::Model model = import_model(o.model, shapes, load_inputs(o.values, "--value"), 1);
+  const auto values = load_inputs(o.values, "--value");
+  // dim_params stay dynamic where the importer can keep them so, else they are 1
+  const onnx::Model model = [&] {
+    try {
+      return import_model(o.model, shapes, values, -1);
+    } catch (const UnsupportedError& e) {
+      fmt::print("dims without --shape are 1: {}\n", e.what());
+      return import_model(o.model, shapes, values, 1);
+    }
+  }();
   print_model_summary(model);
-  const Executable exe = model.graph.compile(
+  // validated at the shapes given, dims left dynamic taken as 1
+  const Executable check = model.graph.compile(
       Device::cpu(), model.feed_shapes(concrete_shapes(model, shapes)), model.output_tensors());
-  print_placement(exe);
+  print_placement(check);
   fmt::print("valid: the model imported and compiled for the CPU\n");
+  // the package keeps the dims no --shape fixed dynamic: it runs any shape they allow
+  const Executable exe =
+      model.graph.compile(Device::cpu(), model.feed_shapes(shapes), model.output_tensors());
+  if (exe.is_dynamic())
+    fmt::print(
+        "dynamic: dims without --shape stay dynamic; the package specializes itself for "
+        "each set of input shapes it runs\n");
   if (o.output.empty()) return;
   PackageOptions po;
   po.producer = "kiln convert";
@@ -46,7 +64,7 @@ void add_convert_command(CLI::App& app) {
   cmd->add_option("model", o->model, "ONNX model file")->required();
   cmd->add_option("-o,--output", o->output, "Package (.kiln) to write, compiled for the CPU");
   cmd->add_option("--shape", o->shapes,
-                  "NAME=1,3,224,224: shape of an input (dim_params default to 1)");
+                  "NAME=1,3,224,224: shape of an input (without it, its dim_params stay dynamic)");
   cmd->add_option("--value", o->values, kValueHelp);
   cmd->callback([o] { convert_model(*o); });
 }

@@ -12,6 +12,10 @@ namespace kiln {
 /// x's elements in `shape`. One dim of `shape` may be -1 and is inferred. The result is a view of
 /// x's buffer when the memory planner can make it one (no copy).
 Tensor reshape(const Tensor& x, const Shape& shape);
+/// x in the shape that is the value of `shape` (1-d integer, computed from shapes with shape_of or
+/// a constant; ONNX Reshape): one -1 is inferred; with `zero_copies` a 0 takes x's dim at its
+/// place.
+Tensor reshape_to(const Tensor& x, const Tensor& shape, bool zero_copies = false);
 /// x with its dims in the order `perm` gives (result dim i is x's dim perm[i]); `perm` empty
 /// reverses the dims.
 Tensor transpose(const Tensor& x, const std::vector<int64_t>& perm = {});
@@ -34,6 +38,10 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t axis = 0);
 /// Negative starts/stops count from the end; out-of-range values clamp.
 Tensor slice(const Tensor& x, const std::vector<int64_t>& starts, const std::vector<int64_t>& stops,
              const std::vector<int64_t>& steps = {}, const std::vector<int64_t>& axes = {});
+/// slice whose starts and stops are values (1-d integer, one entry per axis; computed from shapes
+/// with shape_of, or constants); steps and axes as above.
+Tensor slice(const Tensor& x, const Tensor& starts, const Tensor& stops,
+             const std::vector<int64_t>& steps = {}, const std::vector<int64_t>& axes = {});
 enum class PadKind { constant, reflect, edge };
 /// x padded with `value` (constant), its mirror image (reflect) or its border (edge).
 /// `pads` = (begin_0, end_0, begin_1, end_1, ...) for every dim; a negative pad crops. Reflect
@@ -45,6 +53,9 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, PadKind kind = Pad
 Tensor tile(const Tensor& x, const std::vector<int64_t>& reps);
 /// numpy broadcasting of x to `shape`; a -1 in `shape` keeps x's dim.
 Tensor broadcast_to(const Tensor& x, const Shape& shape);
+/// x broadcast with the value of `shape` (1-d integer, computed from shapes with shape_of or a
+/// constant): the result's shape is the numpy broadcast of both (ONNX Expand).
+Tensor expand(const Tensor& x, const Tensor& shape);
 /// Reverses the order of elements along `axes` (every axis when empty).
 Tensor flip(const Tensor& x, const std::vector<int64_t>& axes);
 /// numpy.take(x, indices, axis); indices of any integer dtype; negative indices count from the

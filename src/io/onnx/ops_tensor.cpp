@@ -4,6 +4,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "core/graph_impl.h"
 #include "io/onnx/map_util.h"
 #include "kiln/executable.h"
 #include "kiln/ops/rearrange.h"
@@ -21,6 +22,29 @@ Shape static_shape(NodeContext& c, const Tensor& x, const char* why) {
   return s;
 }
 
+// Input i is computed from shapes alone (shape_of, constants and ops on them), so the runtime
+// computes it when a run's shapes are known. A value that reads an input's data is not: the
+// mappings then ask for it while importing (NodeContext::ints names the input and --value).
+bool from_shapes(NodeContext& c, int i) {
+  const Tensor t = c.input(i);
+  const auto& nodes = t.graph_impl()->nodes;
+  std::vector<int32_t> todo{t.node_id()};
+  std::vector<char> seen(nodes.size(), 0);
+  while (!todo.empty()) {
+    const int32_t id = todo.back();
+    todo.pop_back();
+    if (seen[id]) continue;
+    seen[id] = 1;
+    const OpId op = nodes[id].op;
+    if (op == OpId::Placeholder || op == OpId::Variable) return false;
+    if (op == OpId::ShapeOf || op == OpId::Constant) continue;
+    for (auto v : nodes[id].inputs) todo.push_back(v.node);
+  }
+  return true;
+}
+// A shape input the runtime computes: not known while importing, computed from shapes.
+bool run_time_shape(NodeContext& c, int i) { return !c.constant(i) && from_shapes(c, i); }
+
 Outs constant_op(NodeContext& c) {
   if (c.has_attr("value")) return {known(c, c.attr_tensor("value"))};
   if (c.has_attr("value_float"))
@@ -34,30 +58,37 @@ Outs constant_op(NodeContext& c) {
   c.unsupported("only tensor, float(s) and int(s) values are supported");
 }
 
+// A shape with dynamic dims is computed when a run's shapes are known (shape_of), and so is the
+// arithmetic on it; a static one is known while importing.
 Outs shape_op(NodeContext& c) {
-  const Shape s = static_shape(c, c.input(0), "Shape");
+  const Tensor x = c.input(0);
+  const Shape s = x.shape();
   const int64_t r = static_cast<int64_t>(s.size());
   int64_t start = c.attr_int("start", 0), end = c.attr_int("end", r);
   if (start < 0) start += r;
   if (end < 0) end += r;
   start = std::clamp<int64_t>(start, 0, r);
   end = std::clamp<int64_t>(end, start, r);
+  if (!is_static(s)) return {slice(shape_of(x), {start}, {end})};
   return {known_ints(c, Shape(s.begin() + start, s.begin() + end))};
 }
 
 Outs size_op(NodeContext& c) {
-  return {known(c, Array::scalar<int64_t>(numel(static_shape(c, c.input(0), "Size"))))};
+  const Tensor x = c.input(0);
+  if (!is_static(x.shape())) return {prod(shape_of(x))};
+  return {known(c, Array::scalar<int64_t>(numel(x.shape())))};
 }
 
 Outs reshape_op(NodeContext& c) {
   Tensor x = c.input(0);
-  Shape target = c.version() < 5 ? c.attr_ints("shape") : c.ints(1);
   const bool allow_zero = c.attr_int("allowzero", 0) != 0;
+  if (c.version() >= 5 && run_time_shape(c, 1)) return {reshape_to(x, c.input(1), !allow_zero)};
+  Shape target = c.version() < 5 ? c.attr_ints("shape") : c.ints(1);
   for (size_t i = 0; i < target.size(); ++i)
     if (target[i] == 0 && !allow_zero) {
       if (static_cast<int>(i) >= x.rank()) c.fail("a 0 in the shape has no input dim to copy");
       target[i] = x.dim(static_cast<int>(i));
-      if (target[i] < 0) static_shape(c, x, "Reshape with 0 (copy a dim)");
+      if (target[i] < 0) return {reshape_to(x, c.input(1), true)};  // a dynamic dim to copy
     }
   return {reshape(x, target)};
 }
@@ -128,10 +159,15 @@ Outs slice_op(NodeContext& c) {
     ends = c.attr_ints("ends");
     axes = c.attr_ints("axes");
   } else {
-    starts = c.ints(1);
-    ends = c.ints(2);
     if (c.has_input(3)) axes = c.ints(3);
     if (c.has_input(4)) steps = c.ints(4);
+    if ((run_time_shape(c, 1) || run_time_shape(c, 2)) && from_shapes(c, 1) &&
+        from_shapes(c, 2)) {  // bounds computed from shapes
+      for (auto& a : axes) a = axis_of(c, a, x.rank());
+      return {slice(x, c.input(1), c.input(2), steps, axes)};
+    }
+    starts = c.ints(1);
+    ends = c.ints(2);
   }
   if (axes.empty()) {
     axes.resize(starts.size());
@@ -153,6 +189,7 @@ Outs scatter_elements_op(NodeContext& c) {
 
 Outs expand_op(NodeContext& c) {
   Tensor x = c.input(0);
+  if (run_time_shape(c, 1)) return {expand(x, c.input(1))};
   const Shape want = c.ints(1);
   Shape out;
   if (!broadcast_shapes(x.shape(), want, out))
@@ -206,15 +243,18 @@ Outs pad_op(NodeContext& c) {
 }
 
 Outs constant_of_shape(NodeContext& c) {
-  const Shape s = c.ints(0);
   Array v = c.has_attr("value") ? c.attr_tensor("value") : Array::scalar(0.0f);
   if (v.numel() != 1) c.fail("value must hold one element");
   const double x = v.astype(f64).to_vector<double>()[0];
-  return {full(c.graph(), s, x, v.dtype())};
+  if (run_time_shape(c, 0)) return {full(c.input(0), x, v.dtype())};
+  return {full(c.graph(), c.ints(0), x, v.dtype())};
 }
 
 Outs range_op(NodeContext& c) {
   const DType t = c.input(0).dtype();
+  if ((run_time_shape(c, 0) || run_time_shape(c, 1) || run_time_shape(c, 2)) && from_shapes(c, 0) &&
+      from_shapes(c, 1) && from_shapes(c, 2))
+    return {arange(c.input(0), c.input(1), c.input(2), t)};
   const double start = c.doubles(0).at(0), limit = c.doubles(1).at(0), delta = c.doubles(2).at(0);
   if (delta == 0) c.fail("delta is 0");
   const int64_t n = std::max<int64_t>(0, static_cast<int64_t>(std::ceil((limit - start) / delta)));
