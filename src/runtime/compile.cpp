@@ -114,15 +114,15 @@ void attach_program(detail::ExecutableImpl& impl, Program p) {
 std::shared_ptr<detail::ExecutableImpl> compile_program(
     Program p, Device device, const CompileOptions& o,
     const std::vector<std::pair<int32_t, Shape>>& shapes,
-    const std::function<void(Program&)>& before_attach) {
+    const std::function<void(Program&)>& before_attach, NodeEvaluator fold) {
+  if (!fold) fold = evaluate_node_cpu;
   DeviceBackend* backend = backend_of(device);  // throws when the device is not there
   auto impl = std::make_shared<detail::ExecutableImpl>();
   impl->device = device;
   impl->options = o;
   {
     prof::HostScope phase(SpanKind::compile, "specialize_shapes");
-    const NodeEvaluator eval = evaluate_node_cpu;
-    specialize_shapes(p, shapes, /*allow_dynamic=*/false, &eval);
+    specialize_shapes(p, shapes, /*allow_dynamic=*/false, &fold);
   }
   // int8 products first: before autocast would cast their float inputs, and before folding
   // would turn dequantized constant weights into f32 constants
@@ -131,16 +131,14 @@ std::shared_ptr<detail::ExecutableImpl> compile_program(
   // convolutions first (autocast's casts would stand between them)
   if (const auto low = o.autocast) {
     if (o.optimize) {
-      run_pass(p, "constant_folding",
-               [](const Program& q) { return fold_constants(q, evaluate_node_cpu); });
+      run_pass(p, "constant_folding", [&](const Program& q) { return fold_constants(q, fold); });
       run_pass(p, "fold_batch_norms", fold_batch_norms);
       run_pass(p, "fuse_attention", fuse_attention);  // (so that the attention runs low too)
     }
     run_pass(p, "autocast", [low](const Program& q) { return autocast(q, *low); });
   }
   if (o.optimize) {
-    run_pass(p, "constant_folding",
-             [](const Program& q) { return fold_constants(q, evaluate_node_cpu); });
+    run_pass(p, "constant_folding", [&](const Program& q) { return fold_constants(q, fold); });
     run_pass(p, "fold_batch_norms", fold_batch_norms);
     run_pass(p, "fuse_attention", fuse_attention);
     run_pass(p, "hoist_casts", hoist_casts);

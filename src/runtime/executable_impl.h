@@ -108,10 +108,11 @@ void attach_program(detail::ExecutableImpl& impl, Program p);
 /// Runs the compile pipeline on an extracted program whose placeholder shapes `shapes` (by node
 /// origin) make static: specialization, the passes, placement, generated kernels, the memory plan.
 /// `options` has its environment overrides applied. `before_attach` (may be empty) sees the
-/// optimized program before its constants move to the device.
+/// optimized program before its constants move to the device. `fold` (empty: evaluate_node_cpu)
+/// evaluates the nodes constant folding and shape values compute.
 std::shared_ptr<detail::ExecutableImpl> compile_program(
     Program p, Device device, const CompileOptions& options,
     const std::vector<std::pair<int32_t, Shape>>& shapes,
-    const std::function<void(Program&)>& before_attach = {});
+    const std::function<void(Program&)>& before_attach = {}, NodeEvaluator fold = {});
 
 }  // namespace kiln

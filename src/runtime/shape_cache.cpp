@@ -12,6 +12,7 @@
 #include "core/errors.h"
 #include "runtime/executable_impl.h"
 #include "runtime/profiler.h"
+#include "runtime/run_kernel.h"
 
 namespace kiln::detail {
 
@@ -158,13 +159,18 @@ std::shared_ptr<ExecutableImpl> ShapeCache::compile(const ExecutableImpl& front,
                                                     Entry& e) {
   prof::HostScope span(SpanKind::compile, "specialize",
                        prof::on() ? "for shapes " + shapes_text(e.key) : "");
+  if (front_values_.empty())
+    for (const Node& n : front.program.graph.nodes)
+      if (n.op == OpId::Constant && n.value.storage()) front_values_.insert(n.value.data());
   Program p = front.program;  // constants and variables share their data
   for (size_t i = 0; i < p.graph.nodes.size(); ++i)
     p.graph.nodes[i].origin = static_cast<int32_t>(i);
   std::vector<std::pair<int32_t, Shape>> shapes;
   for (int32_t ph : front.placeholders) shapes.emplace_back(ph, feed_by_node[ph]->shape());
-  auto impl = compile_program(std::move(p), front.device, front.options, shapes,
-                              [&](Program& q) { share_constants(front, q, e); });
+  auto impl = compile_program(
+      std::move(p), front.device, front.options, shapes,
+      [&](Program& q) { share_constants(front, q, e); },
+      [&](const Node& n, const std::vector<Array>& in) { return fold(front, n, in); });
   impl->source = nullptr;  // fed through the front
   const auto& nodes = impl->program.graph.nodes;
   e.front_of_placeholder.assign(nodes.size(), -1);
@@ -181,10 +187,26 @@ std::shared_ptr<ExecutableImpl> ShapeCache::compile(const ExecutableImpl& front,
   return impl;
 }
 
+std::vector<Array> ShapeCache::fold(const ExecutableImpl& front, const Node& n,
+                                    const std::vector<Array>& in) {
+  bool shared = !in.empty();
+  std::string key = fmt::format("{}|{}", static_cast<int>(n.op), n.attrs.to_string());
+  for (const Array& a : in) {
+    shared =
+        shared && a.storage() && (front_values_.count(a.data()) || folded_values_.count(a.data()));
+    key += fmt::format("|{}:{}:{}", a.data(), str(a.shape()), name(a.dtype()));
+  }
+  if (!shared) return evaluate_node_cpu(n, in);  // (it depends on this specialization's shapes)
+  auto it = folded_.find(key);
+  if (it != folded_.end()) return it->second.outputs;
+  std::vector<Array> out = evaluate_node_cpu(n, in);
+  for (const Array& a : out)
+    if (a.storage()) folded_values_.insert(a.data());
+  folded_[key] = {in, out};
+  return out;
+}
+
 void ShapeCache::share_constants(const ExecutableImpl& front, Program& p, Entry& e) {
-  std::unordered_set<const void*> from_front;
-  for (const Node& n : front.program.graph.nodes)
-    if (n.op == OpId::Constant && n.value.storage()) from_front.insert(n.value.data());
   const Device device = front.device;
   const bool on_host = device.kind == Device::Kind::cpu;
   for (Node& n : p.graph.nodes) {
@@ -192,12 +214,13 @@ void ShapeCache::share_constants(const ExecutableImpl& front, Program& p, Entry&
     Array& v = n.value;
     const auto& st = v.storage();
     if (!st || st->device.kind != Device::Kind::cpu) continue;
-    const bool front_constant = from_front.count(v.data()) > 0;
+    const bool front_constant = front_values_.count(v.data()) > 0;
+    const bool folded_once = folded_values_.count(v.data()) > 0;  // (counted, shared by address)
     // on the host, the front's constants are shared as they are, and views keep their handle
     const bool whole = v.data() == st->data && v.nbytes() == st->bytes;
     if (on_host && (front_constant || !whole)) continue;
     std::weak_ptr<Storage>* slot = nullptr;
-    if (front_constant) {
+    if (front_constant || folded_once) {
       slot = &front_copies_[v.data()];
     } else {
       XXH3_state_t* h = XXH3_createState();

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -88,8 +89,12 @@ class ShapeCache {
                                           const std::vector<const Array*>& feed_by_node,
                                           Entry& entry);
   // Gives the constants of a specialization device copies shared with the other
-  // specializations: front constants by their host storage, the ones passes made by content.
+  // specializations: front constants and folded_ values by their host storage, the ones passes
+  // made otherwise by content.
   void share_constants(const ExecutableImpl& front, Program& p, Entry& entry);
+  // Constant folding for specializations: a node whose inputs are front constants or values
+  // folded before (an autocast model's weight casts, say) folds once for all of them.
+  std::vector<Array> fold(const ExecutableImpl& front, const Node& n, const std::vector<Array>& in);
   size_t bytes_locked() const;
   void evict_locked();
 
@@ -100,6 +105,13 @@ class ShapeCache {
   std::map<std::vector<Shape>, std::list<Entry>::iterator> index_;
   std::unordered_map<const void*, std::weak_ptr<Storage>> front_copies_;  // by host address
   std::unordered_map<uint64_t, std::weak_ptr<Storage>> made_by_passes_;
+  struct Folded {
+    std::vector<Array> inputs;  // kept, so that no other value takes their addresses
+    std::vector<Array> outputs;
+  };
+  std::unordered_map<std::string, Folded> folded_;  // by op, attributes and inputs' addresses
+  std::unordered_set<const void*> folded_values_;   // addresses of folded_'s outputs
+  std::unordered_set<const void*> front_values_;    // addresses of the front's constants
   int64_t hits_ = 0, misses_ = 0, evictions_ = 0;
   size_t peak_bytes_ = 0;
 };
