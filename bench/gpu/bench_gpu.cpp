@@ -22,6 +22,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -353,6 +354,111 @@ void bert_base_onnx(const Options& o, const std::string& name) {
          compile_ms, exe, t);
 }
 
+// The (batch, seq) of call i of the dynamic BERT sweep: batch in [1, 32], seq in [16, 512], from
+// a 64-bit LCG that bench/gpu/bert_dynamic.py repeats for PyTorch.
+std::vector<std::pair<int64_t, int64_t>> bert_sweep_shapes(int calls) {
+  std::vector<std::pair<int64_t, int64_t>> r;
+  uint64_t state = 2026;
+  auto next = [&] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<int64_t>(state >> 33);
+  };
+  for (int i = 0; i < calls; ++i) {
+    const int64_t b = 1 + next() % 32;
+    r.emplace_back(b, 16 + next() % 497);
+  }
+  return r;
+}
+
+// BERT-base from the ONNX file bench/gpu/bert_dynamic.py exports with batch and sequence dynamic
+// (dim_params), imported without shapes: one dynamic executable (bf16 autocast) runs a sweep of
+// 50 calls of random shapes; each call is timed (the first of a shape compiles its
+// specialization). Then, for three of the shapes, warm runs against an executable compiled for
+// that shape.
+void bert_dynamic_sweep(const Options& o, const std::string& name) {
+  if (o.onnx_dir.empty())
+    throw Error("[bench] " + name + " needs --onnx-dir DIR with bert_base_dynamic.onnx in it "
+                "(bench/gpu/bert_dynamic.py exports it)");
+  constexpr int kCalls = 50;
+  constexpr int64_t kVocab = 30522;
+  const auto t0 = Clock::now();
+  const onnx::Model m = onnx::import(o.onnx_dir + "/bert_base_dynamic.onnx");
+  CompileOptions c;
+  c.autocast = bf16;
+  auto exe = m.graph.compile(o.device, {}, m.output_tensors(), c);
+  const double import_ms = ms_since(t0);
+  if (!exe.is_dynamic()) throw Error("[bench] the exported BERT is not dynamic");
+  auto inputs_of = [&](int64_t b, int64_t l) {  // (by name: what both models take)
+    std::vector<int64_t> ids(b * l);
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * 7919) % kVocab);
+    std::map<std::string, Array> all{
+        {"input_ids", Array::from_vector(ids, {b, l}).to(o.device)},
+        {"attention_mask", Array::from_vector(std::vector<int64_t>(b * l, 1), {b, l}).to(o.device)}};
+    std::map<std::string, Array> present;
+    for (const auto& in : m.inputs) present.emplace(in.name, all.at(in.name));
+    return present;
+  };
+  double total = 0, first_total = 0, first_max = 0;
+  int firsts = 0;
+  std::set<std::pair<int64_t, int64_t>> seen;
+  for (auto [b, l] : bert_sweep_shapes(kCalls)) {
+    const Feeds f = m.feeds(inputs_of(b, l));
+    const auto t1 = Clock::now();
+    exe.run(f);
+    const double ms = ms_since(t1);
+    total += ms;
+    if (seen.insert({b, l}).second) {
+      ++firsts;
+      first_total += ms;
+      first_max = std::max(first_max, ms);
+    }
+  }
+  {  // where the first call of a new shape goes: the compile spans of one more, profiled
+    const Feeds f = m.feeds(inputs_of(3, 77));
+    ProfileScope ps;
+    const auto t1 = Clock::now();
+    exe.run(f);
+    const double ms = ms_since(t1);
+    const Profile p = ps.stop();
+    std::map<std::string, double> by_phase;
+    for (const ProfileSpan& sp : p.spans)
+      if (sp.process == "host" && sp.name != "specialize")
+        by_phase[fmt::format("{}:{}", span_kind_name(sp.kind), sp.name)] += sp.dur_us;
+    std::vector<std::pair<double, std::string>> top;
+    for (const auto& [phase, us] : by_phase) top.emplace_back(us, phase);
+    std::sort(top.rbegin(), top.rend());
+    fmt::print("#   a new shape (3, 77) under the profiler: {:.1f} ms; host spans:", ms);
+    for (size_t i = 0; i < top.size() && i < 14; ++i)
+      fmt::print(" {} {:.1f} ms{}", top[i].second, top[i].first / 1000, i + 1 < top.size() ? "," : "");
+    fmt::print("\n");
+  }
+  const auto cs = exe.shape_cache();
+  fmt::print(
+      "# {}: BERT-base from ONNX, batch and sequence dynamic, bf16 autocast; {} calls of "
+      "random (batch 1-32, seq 16-512)\n#   import + compile {:.0f} ms; sweep {:.0f} ms; {} first "
+      "calls of a shape: mean {:.0f} ms, max {:.0f} ms\n#   cache: {} specializations, {} hits, "
+      "{} misses, {} evictions, {} MiB (peak {} MiB, bound {} MiB)\n",
+      name, kCalls, import_ms, total, firsts, first_total / std::max(firsts, 1), first_max,
+      cs.entries, cs.hits, cs.misses, cs.evictions, cs.bytes >> 20, cs.peak_bytes >> 20,
+      cs.max_bytes >> 20);
+  double worst = 0;
+  for (auto [b, l] : {std::pair<int64_t, int64_t>{1, 16}, {8, 128}, {32, 512}}) {
+    const auto inputs = inputs_of(b, l);
+    const Feeds f = m.feeds(inputs);
+    const Timing d = time_runs([&] { exe.run(f); }, o);
+    onnx::ImportOptions io;
+    io.input_shapes = {{"input_ids", {b, l}}, {"attention_mask", {b, l}}};
+    const onnx::Model fm = onnx::import(o.onnx_dir + "/bert_base_dynamic.onnx", io);
+    auto fixed = fm.graph.compile(o.device, fm.feed_shapes(), fm.output_tensors(), c);
+    const Feeds ff = fm.feeds(inputs);
+    const Timing t = time_runs([&] { fixed.run(ff); }, o);
+    worst = std::max(worst, d.median_ms / t.median_ms);
+    fmt::print("#   batch {:2} seq {:3}: dynamic {:.3f} ms, fixed {:.3f} ms, ratio {:.3f}\n", b, l,
+               d.median_ms, t.median_ms, d.median_ms / t.median_ms);
+  }
+  fmt::print("kiln {} {:.1f}\n", name, total);
+}
+
 void maxpool_fwd_bwd(const Options& o, const std::string& name) {
   const Shape in{32, 64, 112, 112};
   PoolOptions p;
@@ -435,6 +541,7 @@ std::vector<Workload> workloads() {
       {"sdpa_bf16", [](O o, S n) { sdpa(o, n, bf16); }},
       {"sdpa_f32", [](O o, S n) { sdpa(o, n, f32); }},
       {"bert_base_bf16_onnx", bert_base_onnx},
+      {"bert_base_dynamic_sweep", bert_dynamic_sweep},
       {"gru_train", gru_train},
       {"tiny_add_x1000", [](O o, S n) { tiny_adds(o, n, true); }},
       {"tiny_add_x1000_plain", [](O o, S n) { tiny_adds(o, n, false); }},

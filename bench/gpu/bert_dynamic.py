@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""BERT-base bf16 on a sweep of 50 calls whose batch (1-32) and sequence (16-512) change from call
+to call, kiln against PyTorch in one call on the GPU machine: kiln imports an ONNX export with
+batch and sequence as dim_params (one dynamic executable, bf16 autocast; kiln_bench_gpu's
+bert_base_dynamic_sweep), PyTorch runs transformers' BertModel in bf16 with SDPA eagerly and
+through torch.compile(dynamic=True). Every call is timed, compiles included: the total is what a
+server taking these requests would spend.
+
+    bert_dynamic.py KILN_BENCH_GPU [--onnx-dir DIR]
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run import bert_base  # noqa: E402  (bert-base-uncased's configuration, random weights)
+
+CALLS = 50
+
+
+def sweep_shapes(calls=CALLS):
+    """The LCG of bench_gpu.cpp's bert_sweep_shapes: the same (batch, seq) sequence."""
+    state, out = 2026, []
+    mask = (1 << 64) - 1
+
+    def nxt():
+        nonlocal state
+        state = (state * 6364136223846793005 + 1442695040888963407) & mask
+        return state >> 33
+
+    for _ in range(calls):
+        b = 1 + nxt() % 32
+        out.append((b, 16 + nxt() % 497))
+    return out
+
+
+def export(directory):
+    import torch
+
+    class Hidden(torch.nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask):
+            return self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, "bert_base_dynamic.onnx")
+    model = Hidden(bert_base(torch, "eager")).eval()
+    ids = torch.randint(0, 30522, (2, 16))
+    dims = {0: "batch", 1: "seq"}
+    t0 = time.time()
+    with torch.no_grad():
+        torch.onnx.export(model, (ids, torch.ones_like(ids)), path, dynamo=False, opset_version=17,
+                          input_names=["input_ids", "attention_mask"],
+                          output_names=["last_hidden_state"],
+                          dynamic_axes={"input_ids": dims, "attention_mask": dims,
+                                        "last_hidden_state": dims})
+    print(f"exported {path} ({os.path.getsize(path) / 2**20:.0f} MiB, {time.time() - t0:.1f} s)",
+          flush=True)
+
+
+def torch_sweep(torch, model, shapes):
+    """Total ms of the sweep, and the ms of the first call (which compiles, for torch.compile)."""
+    total, first = 0.0, None
+    with torch.inference_mode():
+        for b, s in shapes:
+            ids = (torch.arange(b * s, device="cuda").reshape(b, s) * 7919) % 30522
+            mask = torch.ones(b, s, dtype=torch.int64, device="cuda")
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            model(input_ids=ids, attention_mask=mask)
+            torch.cuda.synchronize()
+            ms = (time.perf_counter() - t0) * 1e3
+            total += ms
+            first = ms if first is None else first
+    return total, first
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("kiln_bench")
+    ap.add_argument("--onnx-dir", default="/tmp/kiln-bench-onnx")
+    ap.add_argument("--reps", type=int, default=20)
+    a = ap.parse_args()
+    import torch
+
+    export(a.onnx_dir)
+    r = subprocess.run([a.kiln_bench, "--only", "bert_base_dynamic_sweep", "--onnx-dir", a.onnx_dir,
+                        "--reps", str(a.reps)], capture_output=True, text=True)
+    print(r.stdout.rstrip(), r.stderr.rstrip()[-3000:], sep="\n", flush=True)
+    m = re.search(r"kiln bert_base_dynamic_sweep ([\d.]+)", r.stdout)
+    kiln_ms = float(m[1]) if m else float("nan")
+    shapes = sweep_shapes()
+    model = bert_base(torch, "sdpa").to("cuda", torch.bfloat16).eval()
+    eager, _ = torch_sweep(torch, model, shapes)
+    torch._dynamo.reset()
+    compiled, first = torch_sweep(torch, torch.compile(model, dynamic=True), shapes)
+    warm_compiled, _ = torch_sweep(torch, torch.compile(model, dynamic=True), shapes)
+    best = min(eager, compiled)
+    print(f"sweep of {len(shapes)} calls ({len(set(shapes))} shapes), every call timed: kiln "
+          f"{kiln_ms / 1e3:.2f} s, eager {eager / 1e3:.2f} s, torch.compile(dynamic=True) "
+          f"{compiled / 1e3:.2f} s (its first call {first / 1e3:.1f} s; the same sweep again, "
+          f"compiled: {warm_compiled / 1e3:.2f} s); kiln / best {kiln_ms / best:.2f}, "
+          f"kiln / eager {kiln_ms / eager:.2f}")
+    print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}")
+
+
+if __name__ == "__main__":
+    main()
