@@ -413,8 +413,9 @@ void bert_dynamic_sweep(const Options& o, const std::string& name) {
       first_max = std::max(first_max, ms);
     }
   }
-  {  // where the first call of a new shape goes: the compile spans of one more, profiled
-    const Feeds f = m.feeds(inputs_of(3, 77));
+  // where the first call of a new shape goes: the host spans of one more, small and large
+  for (auto [b, l] : {std::pair<int64_t, int64_t>{3, 77}, {24, 400}}) {
+    const Feeds f = m.feeds(inputs_of(b, l));
     ProfileScope ps;
     const auto t1 = Clock::now();
     exe.run(f);
@@ -427,7 +428,7 @@ void bert_dynamic_sweep(const Options& o, const std::string& name) {
     std::vector<std::pair<double, std::string>> top;
     for (const auto& [phase, us] : by_phase) top.emplace_back(us, phase);
     std::sort(top.rbegin(), top.rend());
-    fmt::print("#   a new shape (3, 77) under the profiler: {:.1f} ms; host spans:", ms);
+    fmt::print("#   a new shape ({}, {}) under the profiler: {:.1f} ms; host spans:", b, l, ms);
     for (size_t i = 0; i < top.size() && i < 14; ++i)
       fmt::print(" {} {:.1f} ms{}", top[i].second, top[i].first / 1000, i + 1 < top.size() ? "," : "");
     fmt::print("\n");

@@ -26,16 +26,13 @@ bool keeps_int8(const Program& p, const Node& n, size_t out_bytes) {
 
 Program fold_constants(const Program& p, const NodeEvaluator& eval) {
   const auto& nodes = p.graph.nodes;
-  // const_values[i]: outputs of node i when it is constant-evaluable
-  std::vector<std::vector<Array>> const_values(nodes.size());
-  std::vector<char> evaluable(nodes.size(), 0);
-  ProgramBuilder b(p);
+  // evaluable[i]: node i is constant-evaluable; folds[i]: it is replaced by constants
+  std::vector<char> evaluable(nodes.size(), 0), folds(nodes.size(), 0);
+  bool any = false;
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node& n = nodes[i];
     if (n.op == OpId::Constant) {
       evaluable[i] = 1;
-      const_values[i] = {n.value};
-      b.copy(static_cast<int32_t>(i));
       continue;
     }
     bool can = n.op != OpId::Placeholder && op_def(n.op).pure;
@@ -43,9 +40,19 @@ Program fold_constants(const Program& p, const NodeEvaluator& eval) {
     size_t bytes = 0;
     for (auto& o : n.outputs) bytes += static_cast<size_t>(numel(o.shape)) * size_of(o.dtype);
     can = can && bytes <= kMaxFoldedBytes && !keeps_int8(p, n, bytes);
-    if (!can || n.inputs.empty()) {
-      // Generators stay as nodes but may still feed folding when small.
-      if (can && n.inputs.empty()) evaluable[i] = 1;  // evaluated when a reader folds
+    // generators stay as nodes but may still feed folding (evaluated when a reader folds)
+    evaluable[i] = can;
+    folds[i] = can && !n.inputs.empty();
+    any = any || folds[i];
+  }
+  if (!any) return p;
+  // const_values[i]: outputs of node i once evaluated
+  std::vector<std::vector<Array>> const_values(nodes.size());
+  ProgramBuilder b(p);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = nodes[i];
+    if (n.op == OpId::Constant) const_values[i] = {n.value};
+    if (!folds[i]) {
       b.copy(static_cast<int32_t>(i));
       continue;
     }
@@ -55,7 +62,6 @@ Program fold_constants(const Program& p, const NodeEvaluator& eval) {
       in.push_back(const_values[v.node][v.index]);
     }
     const_values[i] = eval(n, in);
-    evaluable[i] = 1;
     std::vector<ValueRef> vals;
     for (size_t k = 0; k < n.outputs.size(); ++k) {
       Node c;

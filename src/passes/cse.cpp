@@ -14,9 +14,10 @@ using detail::ValueRef;
 namespace {
 constexpr size_t kMaxMergedConstantBytes = 4096;
 
-size_t node_key(const Node& n) {
+// A node's key with its inputs `in` (remapped into the program being built).
+size_t node_key(const Node& n, const std::vector<ValueRef>& in) {
   size_t h = static_cast<size_t>(n.op) * 1000003u ^ n.attrs.hash();
-  for (auto v : n.inputs) h = h * 31 + static_cast<size_t>(v.node) * 7 + static_cast<size_t>(v.index);
+  for (auto v : in) h = h * 31 + static_cast<size_t>(v.node) * 7 + static_cast<size_t>(v.index);
   if (n.op == OpId::Constant) {
     const auto* p = static_cast<const unsigned char*>(n.value.data());
     for (size_t i = 0; i < n.value.nbytes(); ++i) h = h * 131 + p[i];
@@ -26,8 +27,9 @@ size_t node_key(const Node& n) {
   return h;
 }
 
-bool same(const Node& a, const Node& b) {
-  if (a.op != b.op || !(a.inputs == b.inputs) || !(a.attrs == b.attrs)) return false;
+// Whether `a` (built) is node `b` with inputs `in`.
+bool same(const Node& a, const Node& b, const std::vector<ValueRef>& in) {
+  if (a.op != b.op || !(a.inputs == in) || !(a.attrs == b.attrs)) return false;
   if (a.op != OpId::Constant) return a.outputs == b.outputs;
   return a.value.dtype() == b.value.dtype() && a.value.shape() == b.value.shape() &&
          std::memcmp(a.value.data(), b.value.data(), a.value.nbytes()) == 0;
@@ -46,13 +48,13 @@ Program eliminate_common_subexpressions(const Program& p) {
   for (size_t i = 0; i < p.graph.nodes.size(); ++i) {
     const Node& src = p.graph.nodes[i];
     if (mergeable(src)) {
-      Node probe = src;
-      for (auto& v : probe.inputs) v = b.remap(v);
-      const size_t key = node_key(probe);
+      std::vector<ValueRef> in = src.inputs;
+      for (auto& v : in) v = b.remap(v);
+      const size_t key = node_key(src, in);
       bool merged = false;
       auto range = seen.equal_range(key);
       for (auto it = range.first; it != range.second && !merged; ++it) {
-        if (same(b.graph().nodes[it->second], probe)) {
+        if (same(b.graph().nodes[it->second], src, in)) {
           std::vector<ValueRef> vals;
           for (size_t k = 0; k < src.outputs.size(); ++k)
             vals.push_back({it->second, static_cast<int32_t>(k)});

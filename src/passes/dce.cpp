@@ -1,4 +1,6 @@
 // Dead-code elimination: keep only the nodes the outputs need.
+#include <algorithm>
+
 #include "passes/program.h"
 
 namespace kiln {
@@ -10,6 +12,7 @@ Program eliminate_dead_code(const Program& p) {
   for (int i = static_cast<int>(nodes.size()) - 1; i >= 0; --i)
     if (live[i])
       for (auto v : nodes[i].inputs) live[v.node] = 1;
+  if (std::find(live.begin(), live.end(), 0) == live.end()) return p;  // nothing is dead
   ProgramBuilder b(p);
   for (size_t i = 0; i < nodes.size(); ++i)
     if (live[i]) b.copy(static_cast<int32_t>(i));

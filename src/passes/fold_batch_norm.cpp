@@ -3,6 +3,7 @@
 //   scale = gamma / sqrt(var + eps),  W'[o] = W[o] * scale[o],  b' = (b - mean) * scale + beta,
 // computed in double on the host. The conv's output must have no other reader, so nothing else
 // sees the unnormalized values. One kernel and one pass over the activations less per pair.
+#include <algorithm>
 #include <cmath>
 
 #include "core/op_registry.h"
@@ -53,6 +54,7 @@ Program fold_batch_norms(const Program& p) {
     conv_of[i] = c;
     folded[c] = 1;
   }
+  if (std::find(folded.begin(), folded.end(), 1) == folded.end()) return p;  // none to fold
   ProgramBuilder b(p);
   for (size_t i = 0; i < nodes.size(); ++i) {
     const auto id = static_cast<int32_t>(i);
