@@ -377,7 +377,8 @@ std::vector<std::pair<int64_t, int64_t>> bert_sweep_shapes(int calls) {
 // that shape.
 void bert_dynamic_sweep(const Options& o, const std::string& name) {
   if (o.onnx_dir.empty())
-    throw Error("[bench] " + name + " needs --onnx-dir DIR with bert_base_dynamic.onnx in it "
+    throw Error("[bench] " + name +
+                " needs --onnx-dir DIR with bert_base_dynamic.onnx in it "
                 "(bench/gpu/bert_dynamic.py exports it)");
   constexpr int kCalls = 50;
   constexpr int64_t kVocab = 30522;
@@ -393,7 +394,8 @@ void bert_dynamic_sweep(const Options& o, const std::string& name) {
     for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * 7919) % kVocab);
     std::map<std::string, Array> all{
         {"input_ids", Array::from_vector(ids, {b, l}).to(o.device)},
-        {"attention_mask", Array::from_vector(std::vector<int64_t>(b * l, 1), {b, l}).to(o.device)}};
+        {"attention_mask",
+         Array::from_vector(std::vector<int64_t>(b * l, 1), {b, l}).to(o.device)}};
     std::map<std::string, Array> present;
     for (const auto& in : m.inputs) present.emplace(in.name, all.at(in.name));
     return present;
@@ -430,7 +432,8 @@ void bert_dynamic_sweep(const Options& o, const std::string& name) {
     std::sort(top.rbegin(), top.rend());
     fmt::print("#   a new shape ({}, {}) under the profiler: {:.1f} ms; host spans:", b, l, ms);
     for (size_t i = 0; i < top.size() && i < 14; ++i)
-      fmt::print(" {} {:.1f} ms{}", top[i].second, top[i].first / 1000, i + 1 < top.size() ? "," : "");
+      fmt::print(" {} {:.1f} ms{}", top[i].second, top[i].first / 1000,
+                 i + 1 < top.size() ? "," : "");
     fmt::print("\n");
   }
   const auto cs = exe.shape_cache();
