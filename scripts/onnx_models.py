@@ -11,6 +11,11 @@ whose file is under --max-mb are what the repository keeps (tests/data/onnx_mode
 runs every case it finds there.
 
     python3 scripts/onnx_models.py OUT [--only REGEX] [--max-mb 5]
+
+--dynamic exports the same models with their batch (and sequence, and image height and width,
+where the architecture takes any) as dim_params instead, to OUT/<model>_<exporter>_dynamic/
+model.onnx without reference data: python/tests/test_onnx_dynamic_models.py runs them at several
+shapes against ONNX Runtime (tests/data/onnx_models_dynamic keeps them).
 """
 import argparse
 import json
@@ -168,11 +173,25 @@ MODELS = {
 }
 
 
+# the dims each model's inputs take at any size, by input name (--dynamic)
+IMAGE = {0: "batch", 2: "height", 3: "width"}
+TOKENS = {0: "batch", 1: "seq"}
+DYNAMIC_DIMS = {
+    "resnet_small": {"image": IMAGE}, "mobilenet_v3_small": {"image": IMAGE},
+    "squeezenet1_1": {"image": IMAGE}, "shufflenet_v2_x0_5": {"image": IMAGE},
+    "bert_tiny": {"input_ids": TOKENS, "attention_mask": TOKENS}, "gpt2_tiny": {"input_ids": TOKENS},
+    "vit_tiny": {"pixel_values": {0: "batch"}}, "lstm_tagger": {"ids": TOKENS},
+    "gru_tagger": {"ids": TOKENS}, "style_transfer": {"image": IMAGE},
+}
+
+
 # ---- export and references ----
 
-def export(model, args, names, path, dynamo):
+def export(model, args, names, path, dynamo, dynamic_axes=None):
     model.eval()
     kw = dict(input_names=names, do_constant_folding=True)
+    if dynamic_axes:
+        kw["dynamic_axes"] = dynamic_axes
     if dynamo:
         torch.onnx.export(model, args, path, dynamo=True, external_data=False, **kw)
     else:
@@ -200,6 +219,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
     ap.add_argument("--only", default=".*")
+    ap.add_argument("--dynamic", action="store_true", help="dim_params instead of fixed shapes")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     report = {}
@@ -207,7 +227,7 @@ def main():
         if not re.search(args.only, name):
             continue
         for exporter in ("torchscript", "dynamo"):
-            key = f"{name}_{exporter}"
+            key = f"{name}_{exporter}" + ("_dynamic" if args.dynamic else "")
             case = os.path.join(args.out, key)
             os.makedirs(case, exist_ok=True)
             path = os.path.join(case, "model.onnx")
@@ -215,9 +235,11 @@ def main():
                 torch.manual_seed(0)
                 model, inputs, names = make()
                 with torch.no_grad():
-                    export(model, inputs, names, path, exporter == "dynamo")
+                    export(model, inputs, names, path, exporter == "dynamo",
+                           DYNAMIC_DIMS[name] if args.dynamic else None)
                 m = onnx.load(path)
-                write_case(path, inputs, names)
+                if not args.dynamic:
+                    write_case(path, inputs, names)
                 opset = [o.version for o in m.opset_import if o.domain in ("", "ai.onnx")][0]
                 report[key] = {"ok": True, "opset": opset, "mb": round(os.path.getsize(path) / 2**20, 2),
                                "ops": sorted({n.op_type for n in m.graph.node})}

@@ -17,6 +17,7 @@
 #include "ops/grid_sample_util.h"
 #include "ops/resize_params.h"
 #include "ops/resize_util.h"
+#include "ops/shape_values.h"
 #include "ops/transform_util.h"
 
 namespace kiln {
@@ -32,6 +33,11 @@ const char* kNearest[] = {"round_prefer_floor", "round_prefer_ceil", "floor", "c
 std::vector<TensorInfo> infer_resize(const InferContext& ctx) {
   const TensorInfo& x = ctx.inputs[0];
   const Attrs& a = ctx.attrs;
+  if (ops::from_values(ctx)) {  // sizes computed from shapes, known when they are specialized
+    if (ops::value_length(ctx, 1, "sizes") != static_cast<int64_t>(x.shape.size()))
+      fail<ShapeError>("[resize] the sizes value must give every dim of x shape {}", str(x.shape));
+    return {{Shape(x.shape.size(), -1), x.dtype}};
+  }
   const Shape& sizes = a.ints("sizes");
   const auto &scales = a.floats("scales"), &roi = a.floats("roi");
   const size_t r = x.shape.size();
@@ -129,6 +135,10 @@ Tensor constant_on(const Tensor& on, const Array& value) {
 }
 
 Grads vjp_resize(const VjpContext& c) {
+  if (c.attrs.b("from_values", false))
+    fail<UnsupportedError>(
+        "[gradients] resize to sizes computed from shapes has no gradient "
+        "rule yet");
   const Shape in = transform::static_input_shape(c);
   const Shape out = c.outputs[0].shape();
   const ResizeParams rp = ResizeParams::decode(OpId::Resize, c.attrs);
@@ -153,7 +163,12 @@ Grads vjp_resize(const VjpContext& c) {
 }  // namespace
 
 void register_resize_ops() {
-  define_op(OpId::Resize).set_infer(infer_resize).grad(vjp_resize).inputs(1).params<ResizeParams>();
+  define_op(OpId::Resize)
+      .set_infer(infer_resize)
+      .grad(vjp_resize)
+      .inputs(1)
+      .from_values({"sizes"})
+      .params<ResizeParams>();
   define_op(OpId::GridSample)
       .set_infer(infer_grid_sample)
       .not_differentiable()
@@ -161,20 +176,35 @@ void register_resize_ops() {
       .params<GridSampleParams>();
 }
 
+namespace {
+Attrs resize_attrs(const Shape& sizes, const ResizeOptions& o) {
+  return {{"sizes", sizes},
+          {"scales", o.scales},
+          {"roi", o.roi},
+          {"mode", std::string(kModes[static_cast<int>(o.mode)])},
+          {"coordinate_transformation_mode",
+           std::string(kCoords[static_cast<int>(o.coordinate_transformation_mode)])},
+          {"nearest_mode", std::string(kNearest[static_cast<int>(o.nearest_mode)])},
+          {"cubic_coeff_a", o.cubic_coeff_a},
+          {"exclude_outside", o.exclude_outside},
+          {"extrapolation_value", o.extrapolation_value},
+          {"antialias", o.antialias}};
+}
+}  // namespace
+
 Tensor resize(const Tensor& x, const Shape& sizes, const ResizeOptions& o) {
-  return make_node1(
-      OpId::Resize, {x},
-      {{"sizes", sizes},
-       {"scales", o.scales},
-       {"roi", o.roi},
-       {"mode", std::string(kModes[static_cast<int>(o.mode)])},
-       {"coordinate_transformation_mode",
-        std::string(kCoords[static_cast<int>(o.coordinate_transformation_mode)])},
-       {"nearest_mode", std::string(kNearest[static_cast<int>(o.nearest_mode)])},
-       {"cubic_coeff_a", o.cubic_coeff_a},
-       {"exclude_outside", o.exclude_outside},
-       {"extrapolation_value", o.extrapolation_value},
-       {"antialias", o.antialias}});
+  return make_node1(OpId::Resize, {x}, resize_attrs(sizes, o));
+}
+
+Tensor resize_to(const Tensor& x, const Tensor& sizes, const ResizeOptions& o) {
+  if (!sizes.valid() || !is_integer(sizes.dtype()) || sizes.rank() != 1 || sizes.dim(0) != x.rank())
+    fail<ValueError>(
+        "[resize] sizes must be a 1-d integer tensor with one entry per dim of x "
+        "shape {}",
+        str(x.shape()));
+  if (const Array* v = ops::constant_value(sizes))
+    return resize(x, v->astype(i64).to_vector<int64_t>(), o);
+  return ops::node_from_values(OpId::Resize, {x}, resize_attrs(Shape(x.rank(), 0), o), {sizes});
 }
 
 Tensor grid_sample(const Tensor& x, const Tensor& grid, const GridSampleOptions& o) {

@@ -75,6 +75,27 @@ TEST(ShapeOf, ShapeArithmeticFollowsEveryRunsShapes) {
   EXPECT_EQ(exe.shape_cache().hits, 1);
 }
 
+// Upsampling by 2 of a dynamic image: sizes computed from its shape, against a static resize.
+TEST(ShapeOf, ResizeToComputedSizes) {
+  Graph g;
+  auto x = g.placeholder({-1, 2, -1, -1}, f32, "x");
+  auto sizes = cast(floor(cast(shape_of(x), f64) *
+                          g.constant(Array::from_vector(std::vector<double>{1, 1, 2, 2}, {4}))),
+                    i64);
+  ResizeOptions o;
+  o.mode = ResizeMode::linear;
+  auto exe = g.compile(default_device(), {}, {resize_to(x, sizes, o)});
+  for (auto [h, w] : {std::pair<int64_t, int64_t>{3, 5}, {4, 4}}) {
+    const Array xv = random_array({2, 2, h, w}, f32);
+    Graph s;
+    auto xs = s.placeholder({2, 2, h, w}, f32, "x");
+    const Array want = eval1(s, resize(xs, {2, 2, 2 * h, 2 * w}, o), {{xs, xv}});
+    expect_close(host(exe.run({{x, xv}})[0]), {2, 2, 2 * h, 2 * w}, to_f64(want), 1e-6);
+  }
+  expect_error<ValueError>([&] { resize_to(x, g.constant(random_array({4}, f32)), o); },
+                           {"[resize] sizes must be a 1-d integer tensor"});
+}
+
 TEST(ShapeOf, ValuesFromARunsDataAreRefusedBeforeAnythingRuns) {
   Graph g;
   auto x = g.placeholder({-1, 6}, f32, "x");

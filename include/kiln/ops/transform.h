@@ -110,6 +110,9 @@ struct ResizeOptions {
 /// ONNX Resize (opset 19) of x to `sizes` (every dim): nearest, N-linear or N-cubic
 /// interpolation over every resized dim, separably. Integer and bool x take nearest only.
 Tensor resize(const Tensor& x, const Shape& sizes, const ResizeOptions& options = {});
+/// resize to the value of `sizes` (1-d integer, every dim; computed from shapes with shape_of or a
+/// constant): an upsampling by scales of a dynamic shape.
+Tensor resize_to(const Tensor& x, const Tensor& sizes, const ResizeOptions& options = {});
 enum class GridSampleMode { linear, nearest, cubic };
 enum class GridSamplePadding { zeros, border, reflection };
 struct GridSampleOptions {

@@ -28,6 +28,10 @@ inline int64_t axis_of(NodeContext& c, int64_t axis, int rank) {
   return a;
 }
 
+/// Input i is computed from shapes alone (shape_of, constants and ops on them): the runtime
+/// computes it when a run's shapes are known (src/io/onnx/ops_tensor.cpp).
+bool from_shapes(NodeContext& c, int i);
+
 /// A known value as a kiln constant remembered by the importer.
 inline Tensor known(NodeContext& c, const Array& a) { return c.importer().constant(a); }
 

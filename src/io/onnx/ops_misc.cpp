@@ -139,7 +139,7 @@ Outs scatter_nd_op(NodeContext& c) {
 Outs resize_op(NodeContext& c) {
   Tensor x = c.input(0);
   const Shape in = x.shape();
-  if (!is_static(in)) c.unsupported("needs x's static shape");
+  const bool dynamic = !is_static(in);  // sizes computed from x's shape when it is known
   const int r = x.rank();
   const bool upsample = c.op_type() == "Upsample";
   const bool v10 = upsample || c.version() < 11;
@@ -151,6 +151,7 @@ Outs resize_op(NodeContext& c) {
   else c.fail(fmt::format("unknown mode '{}'", mode));
   std::vector<double> scales;
   std::vector<int64_t> sizes;
+  Tensor computed_sizes;  // sizes computed from shapes
   if (upsample && c.version() < 9) {
     for (float f : c.attr_floats("scales")) scales.push_back(f);
   } else if (v10) {
@@ -158,7 +159,8 @@ Outs resize_op(NodeContext& c) {
   } else {
     // an empty tensor stands for an omitted input
     auto given = [&](int i) { return c.has_input(i) && !(c.constant(i) && c.constant(i)->numel() == 0); };
-    if (given(3)) sizes = c.ints(3);
+    if (given(3) && !c.constant(3) && from_shapes(c, 3)) computed_sizes = c.input(3);
+    else if (given(3)) sizes = c.ints(3);
     else if (given(2)) scales = c.doubles(2);
   }
   if (v10) {  // Upsample's convention: out = floor(in * scale), asymmetric, nearest floors
@@ -185,6 +187,13 @@ Outs resize_op(NodeContext& c) {
     o.antialias = c.attr_int("antialias", 0) != 0;
   }
   std::vector<int64_t> axes = c.attr_ints("axes");
+  if (computed_sizes.valid()) {
+    if (!axes.empty() && static_cast<int>(axes.size()) != r)
+      c.unsupported("sizes computed from shapes need every axis");
+    if (c.attr_string("keep_aspect_ratio_policy", "stretch") != "stretch")
+      c.unsupported("keep_aspect_ratio_policy needs static sizes");
+    return {resize_to(x, computed_sizes, o)};
+  }
   if (axes.empty()) {
     axes.resize(r);
     std::iota(axes.begin(), axes.end(), 0);
@@ -195,6 +204,32 @@ Outs resize_op(NodeContext& c) {
   if (!scales.empty() && scales.size() != n) c.fail(fmt::format("scales has {} values for {} axes", scales.size(), n));
   if (sizes.empty() && scales.empty()) c.fail("needs scales or sizes");
   std::vector<double> full_scales(r, 1.0);
+  if (dynamic) {
+    if (!sizes.empty() && c.attr_string("keep_aspect_ratio_policy", "stretch") != "stretch")
+      c.unsupported("keep_aspect_ratio_policy needs x's static shape");
+    const Tensor s = shape_of(x);
+    Tensor out_sizes;
+    if (!sizes.empty()) {  // the given sizes on their axes, x's dims elsewhere
+      std::vector<Tensor> parts;
+      for (int d = 0; d < r; ++d) {
+        const auto it = std::find(axes.begin(), axes.end(), d);
+        parts.push_back(it != axes.end() ? known_ints(c, {sizes[it - axes.begin()]})
+                                         : slice(s, {d}, {d + 1}));
+      }
+      out_sizes = concat(parts, 0);
+    } else {  // floor(dim * scale)
+      for (size_t i = 0; i < n; ++i) {
+        if (!(scales[i] > 0)) c.fail("scales must be positive");
+        full_scales[axes[i]] = scales[i];
+      }
+      Tensor f = cast(s, f64) * known(c, Array::from_vector(full_scales, {r}));
+      out_sizes = cast(floor(f), i64);
+      o.scales = full_scales;
+    }
+    if (o.coordinate_transformation_mode == ResizeCoordinates::tf_crop_and_resize)
+      c.unsupported("tf_crop_and_resize needs x's static shape");
+    return {resize_to(x, out_sizes, o)};
+  }
   Shape out = in;
   if (!sizes.empty()) {
     for (size_t i = 0; i < n; ++i) full_scales[axes[i]] = double(sizes[i]) / double(in[axes[i]]);

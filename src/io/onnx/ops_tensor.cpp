@@ -11,17 +11,6 @@
 
 namespace kiln::onnx::detail {
 
-namespace {
-
-Shape static_shape(NodeContext& c, const Tensor& x, const char* why) {
-  Shape s = x.shape();
-  if (!is_static(s))
-    c.unsupported(fmt::format("{} needs the static shape of '{}', which is {}; give the model's "
-                              "inputs static shapes",
-                              why, c.proto().input(0), str(s)));
-  return s;
-}
-
 // Input i is computed from shapes alone (shape_of, constants and ops on them), so the runtime
 // computes it when a run's shapes are known. A value that reads an input's data is not: the
 // mappings then ask for it while importing (NodeContext::ints names the input and --value).
@@ -42,6 +31,19 @@ bool from_shapes(NodeContext& c, int i) {
   }
   return true;
 }
+
+namespace {
+
+Shape static_shape(NodeContext& c, const Tensor& x, const char* why) {
+  Shape s = x.shape();
+  if (!is_static(s))
+    c.unsupported(
+        fmt::format("{} needs the static shape of '{}', which is {}; give the model's "
+                    "inputs static shapes",
+                    why, c.proto().input(0), str(s)));
+  return s;
+}
+
 // A shape input the runtime computes: not known while importing, computed from shapes.
 bool run_time_shape(NodeContext& c, int i) { return !c.constant(i) && from_shapes(c, i); }
 
