@@ -16,7 +16,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run import bert_base  # noqa: E402  (bert-base-uncased's configuration, random weights)
+from run import bert_base, export_bert_base  # noqa: E402  (bert-base-uncased, random weights)
 
 CALLS = 50
 
@@ -35,33 +35,6 @@ def sweep_shapes(calls=CALLS):
         b = 1 + nxt() % 32
         out.append((b, 16 + nxt() % 497))
     return out
-
-
-def export(directory):
-    import torch
-
-    class Hidden(torch.nn.Module):
-        def __init__(self, model):
-            super().__init__()
-            self.model = model
-
-        def forward(self, input_ids, attention_mask):
-            return self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-
-    os.makedirs(directory, exist_ok=True)
-    path = os.path.join(directory, "bert_base_dynamic.onnx")
-    model = Hidden(bert_base(torch, "eager")).eval()
-    ids = torch.randint(0, 30522, (2, 16))
-    dims = {0: "batch", 1: "seq"}
-    t0 = time.time()
-    with torch.no_grad():
-        torch.onnx.export(model, (ids, torch.ones_like(ids)), path, dynamo=False, opset_version=17,
-                          input_names=["input_ids", "attention_mask"],
-                          output_names=["last_hidden_state"],
-                          dynamic_axes={"input_ids": dims, "attention_mask": dims,
-                                        "last_hidden_state": dims})
-    print(f"exported {path} ({os.path.getsize(path) / 2**20:.0f} MiB, {time.time() - t0:.1f} s)",
-          flush=True)
 
 
 def torch_sweep(torch, model, shapes):
@@ -89,7 +62,7 @@ def main():
     a = ap.parse_args()
     import torch
 
-    export(a.onnx_dir)
+    export_bert_base(a.onnx_dir, dynamic=True)
     r = subprocess.run([a.kiln_bench, "--only", "bert_base_dynamic_sweep", "--onnx-dir", a.onnx_dir,
                         "--reps", str(a.reps)], capture_output=True, text=True)
     print(r.stdout.rstrip(), r.stderr.rstrip()[-3000:], sep="\n", flush=True)

@@ -301,9 +301,10 @@ def bert_inputs(torch):
     return ids, torch.ones(BERT_BATCH, BERT_TOKENS, dtype=torch.int64)
 
 
-def export_bert_base(directory):
+def export_bert_base(directory, dynamic=False):
     """Writes DIRECTORY/bert_base.onnx (f32, last_hidden_state) for kiln's bert_base_bf16_onnx,
-    with PyTorch's TorchScript exporter (opset 17), on the CPU."""
+    with PyTorch's TorchScript exporter (opset 17), on the CPU; with `dynamic`,
+    DIRECTORY/bert_base_dynamic.onnx with batch and seq as dim_params (bench/gpu/bert_dynamic.py)."""
     import torch
 
     class Hidden(torch.nn.Module):
@@ -316,12 +317,14 @@ def export_bert_base(directory):
 
     model = Hidden(bert_base(torch, "eager")).eval()
     os.makedirs(directory, exist_ok=True)
-    path = os.path.join(directory, "bert_base.onnx")
+    path = os.path.join(directory, "bert_base_dynamic.onnx" if dynamic else "bert_base.onnx")
+    dims = {0: "batch", 1: "seq"}
+    axes = {"input_ids": dims, "attention_mask": dims, "last_hidden_state": dims}
     t0 = time.time()
     with torch.no_grad():
         torch.onnx.export(model, bert_inputs(torch), path, dynamo=False, opset_version=17,
                           input_names=["input_ids", "attention_mask"],
-                          output_names=["last_hidden_state"])
+                          output_names=["last_hidden_state"], dynamic_axes=axes if dynamic else None)
     print(f"exported {path} ({os.path.getsize(path) / 2**20:.0f} MiB, "
           f"{time.time() - t0:.1f} s)", flush=True)
     return directory
