@@ -1,4 +1,5 @@
 // Reverse-mode autodiff over the graph, using each op's gradient rule (OpDef::vjp).
+#include <algorithm>
 #include <map>
 
 #include "core/errors.h"
@@ -50,7 +51,14 @@ Tensor sum_to_shape(const Tensor& g, const Shape& shape) {
     for (size_t i = 0; i < lead; ++i) leading[i] = static_cast<int64_t>(i);
     r = squeeze(r, leading);
   }
-  return r.shape() == shape ? r : reshape(r, shape);
+  if (r.shape() == shape) return r;
+  if (std::count(shape.begin(), shape.end(), int64_t{-1}) > 1)
+    fail<ShapeError>(
+        "[gradients] cannot sum a gradient of shape {} down to {}: a dynamic dim that "
+        "may have broadcast must be static here (no sum resolved when shapes are "
+        "specialized yet)",
+        str(r.shape()), str(shape));
+  return reshape(r, shape);
 }
 
 std::vector<Tensor> gradients(const Tensor& y, const std::vector<Tensor>& xs) {

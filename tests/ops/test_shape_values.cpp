@@ -1,6 +1,7 @@
 // shape_of and the ops that take their shape, bounds or range from values computed from shapes
 // (reshape, expand, full, arange and slice fed by tensors): computed on the host when a run's
 // shapes are known, against numpy-style float64 loops, on fresh random data.
+#include "kiln/autodiff.h"
 #include "support/reference.h"
 
 namespace kiln {
@@ -94,6 +95,28 @@ TEST(ShapeOf, ResizeToComputedSizes) {
   }
   expect_error<ValueError>([&] { resize_to(x, g.constant(random_array({4}, f32)), o); },
                            {"[resize] sizes must be a 1-d integer tensor"});
+}
+
+// Gradients through reshape_to fed by computed shapes: d/dx of sum(reshape_to(x, (b, 2, 2))^3)
+// against the closed form 3x^2. A broadcast against a result whose dims are unknown until
+// specialized cannot be summed back yet: it fails when built, saying so.
+TEST(ShapeOf, GradientsFlowThroughComputedShapes) {
+  Graph g;
+  auto x = g.placeholder({-1, 4}, f32, "x");
+  auto b = gather(shape_of(x), ints(g, {0}));
+  auto parts = reshape_to(x, concat({b, ints(g, {2, 2})}));
+  auto exe = g.compile(default_device(), {}, {gradients(sum(parts * parts * parts), {x})[0]});
+  for (int64_t n : {2, 5}) {
+    const Array xv = random_array({n, 4}, f32);
+    std::vector<double> want = to_f64(xv);
+    for (double& v : want) v = 3 * v * v;
+    expect_close(host(exe.run({{x, xv}})[0]), {n, 4}, want, 1e-5);
+  }
+  expect_error<ShapeError>(
+      [&] {
+        gradients(sum(parts * g.constant(random_array({2, 2}, f32))), {x});
+      },
+      {"[gradients] cannot sum a gradient of shape (?, 2, 2) down to (?, ?, ?)"});
 }
 
 TEST(ShapeOf, ValuesFromARunsDataAreRefusedBeforeAnythingRuns) {
