@@ -105,6 +105,17 @@ in_part() { [ "$PART" = all ] || [ "$PART" = "$1" ]; }
   echo "CPU: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), AVX-512: $(grep -qw avx512f /proc/cpuinfo && echo yes || echo no)"
 } > "$LOGS/gpu.txt" 2>&1
 RNN_CASES='*/Lstm*:*/Gru*:*/Rnn*'
+# device memory in use every 2 s, per process (LOGS/gpu-memory.log); the peak is printed with the
+# summary, so that a step that fails for want of memory shows who held it
+MEMLOG="$LOGS/gpu-memory.log"
+: > "$MEMLOG"
+( while sleep 2; do
+    echo "t=$SECONDS used=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -n 1)" \
+      "$(nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader,nounits |
+        awk -F', ' '{n = split($2, a, "/"); printf "%s:%s:%s ", $1, a[n], $3}')"
+  done >> "$MEMLOG" 2>/dev/null ) &
+MONITOR=$!
+disown "$MONITOR"  # not a step: `wait` and the JOBS count leave it out
 
 if in_part 1; then
   rm -rf "$COUNTS" && mkdir -p "$COUNTS"
@@ -262,7 +273,9 @@ if in_part 2; then
   wait
 fi
 
+kill "$MONITOR" 2>/dev/null
 echo "GPU: $(cat "$LOGS/gpu.txt")"
+sort -t= -k3 -n "$MEMLOG" 2>/dev/null | tail -n 1 | sed 's/^/peak device memory (MiB): /' | cut -c1-600
 printf '%-34s %-9s %5s %7s  %s\n' step result s errors "key lines"
 fail=0
 while read -r name; do

@@ -205,6 +205,20 @@ struct SummaryPrinter : ::testing::Environment {
 };
 const auto* kSummary = ::testing::AddGlobalTestEnvironment(new SummaryPrinter);
 
+// Each op's cases return the device memory they cached when they end: the harness runs in
+// several processes side by side on one GPU (scripts/test-gpu.sh), and blocks one process keeps
+// cached after its largest case would starve the others' launches.
+struct ReturnCachedMemory : ::testing::EmptyTestEventListener {
+  void OnTestEnd(const ::testing::TestInfo&) override {
+    if (target_device().kind == Device::Kind::cuda && target_unavailable().empty())
+      empty_cache(target_device());
+  }
+};
+const bool kReturnCached = [] {
+  ::testing::UnitTest::GetInstance()->listeners().Append(new ReturnCachedMemory);
+  return true;
+}();
+
 std::string show(double v) { return fmt::format("{:.9g}", v); }
 }  // namespace
 

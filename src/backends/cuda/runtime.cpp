@@ -290,8 +290,17 @@ class CudaBackend final : public DeviceBackend {
   }
   void launch_graph(int device, void* graph, void* stream) override {
     DeviceScope g(device);
-    KILN_CUDA_CHECK(
-        cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), static_cast<cudaStream_t>(stream)));
+    const auto exec = static_cast<cudaGraphExec_t>(graph);
+    const auto s = static_cast<cudaStream_t>(stream);
+    // A graph's first launch uploads it to the device, which needs memory: when another process
+    // holds it all, the cache is returned and the launch tried once more, as allocations are.
+    cudaError_t e = cudaGraphLaunch(exec, s);
+    if (e == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      dev(device).allocator->empty_cache();
+      e = cudaGraphLaunch(exec, s);
+    }
+    if (e != cudaSuccess) throw_cuda_error(e, "cudaGraphLaunch", __FILE__, __LINE__);
   }
   void destroy_graph(int device, void* graph) override {
     DeviceScope g(device);
