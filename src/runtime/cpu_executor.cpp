@@ -9,6 +9,7 @@
 
 namespace kiln {
 
+using detail::ArenaPool;
 using detail::ExecutableImpl;
 using detail::Node;
 using detail::ValueRef;
@@ -22,17 +23,8 @@ std::vector<Array> run_cpu(ExecutableImpl& x, const std::vector<const Array*>& f
 
   std::vector<Array> outputs =
       allocate_outputs(x, [](const Shape& s, DType t) { return Array::empty(s, t); });
-  std::shared_ptr<Storage> arena;
-  {
-    std::lock_guard<std::mutex> l(x.arena_mu);
-    if (!x.free_arenas.empty()) {
-      arena = std::move(x.free_arenas.back());
-      x.free_arenas.pop_back();
-    }
-  }
-  if (!arena && x.plan.arena_bytes)
-    arena = Array::empty({static_cast<int64_t>(x.plan.arena_bytes)}, u8).storage();
-  char* base = arena ? static_cast<char*>(arena->data) : nullptr;
+  const ArenaPool::Lease arena(*x.arenas, x.plan.arena_bytes);
+  char* base = arena.arena ? static_cast<char*>(arena.arena->data) : nullptr;
 
   auto feed_data = [&](int32_t ph) { return feed_by_node[ph]->data(); };
   auto view = [&](ValueRef v) { return value_view(x, v, feed_data, base, outputs); };
@@ -48,10 +40,6 @@ std::vector<Array> run_cpu(ExecutableImpl& x, const std::vector<const Array*>& f
 
   // outputs that are feeds, constants or repeated targets
   fill_aliases(x, outputs, [&](int32_t ph) { return *feed_by_node[ph]; });
-  if (arena) {
-    std::lock_guard<std::mutex> l(x.arena_mu);
-    x.free_arenas.push_back(std::move(arena));
-  }
   return outputs;
 }
 

@@ -14,6 +14,7 @@
 #include "kiln/kernel.h"
 #include "passes/memory_plan.h"
 #include "passes/program.h"
+#include "runtime/arena_pool.h"
 #include "runtime/thread_pool.h"
 
 namespace kiln {
@@ -43,9 +44,10 @@ struct ExecutableImpl {
   ThreadPool* pool = nullptr;
   std::unique_ptr<ThreadPool> own_pool;
 
-  // Arenas not in use by a run; concurrent runs each take their own.
-  std::mutex arena_mu;
-  std::vector<std::shared_ptr<Storage>> free_arenas;
+  // CPU runs' arenas (concurrent runs each take their own): the executable's, or shared by the
+  // specializations of a dynamic executable.
+  std::shared_ptr<ArenaPool> arenas = std::make_shared<ArenaPool>();
+  std::mutex arena_mu;  // guards the device slots and capture_off
 
   // GPU executables: the device's backend, the variables to keep on the device, and the
   // (stream, arena) pairs not in use by a run.

@@ -124,6 +124,7 @@ void InputDims::check(const std::vector<const Array*>& feed_by_node) const {
 
 ShapeCache::ShapeCache(const ExecutableImpl& front)
     : dims_(front.program),
+      arenas_(std::make_shared<ArenaPool>()),
       max_count_(front.options.max_specializations),
       max_bytes_(front.options.max_specialization_bytes) {}
 
@@ -175,7 +176,11 @@ std::shared_ptr<ExecutableImpl> ShapeCache::compile(const ExecutableImpl& front,
   const auto& nodes = impl->program.graph.nodes;
   e.front_of_placeholder.assign(nodes.size(), -1);
   for (int32_t ph : impl->placeholders) e.front_of_placeholder[ph] = nodes[ph].origin;
-  e.own_bytes = impl->plan.arena_bytes;
+  if (impl->backend) {
+    e.own_bytes = impl->plan.arena_bytes;
+  } else {
+    impl->arenas = arenas_;  // a new shape reuses the arenas earlier shapes made
+  }
   // a recorded run keeps buffers of its own for the feeds and the returned values
   if (impl->backend && impl->options.capture) {
     for (int32_t ph : impl->placeholders) e.own_bytes += feed_by_node[nodes[ph].origin]->nbytes();
@@ -251,7 +256,7 @@ size_t ShapeCache::bytes_locked() const {
     total += e.own_bytes;
     lists.push_back(&e.own_constants);
   }
-  return total + distinct_bytes(lists);
+  return total + distinct_bytes(lists) + arenas_->bytes();
 }
 
 void ShapeCache::evict_locked() {

@@ -21,6 +21,7 @@ struct Storage;
 
 namespace detail {
 struct ExecutableImpl;
+class ArenaPool;
 
 /// The declared dims of a program's placeholders.
 class InputDims {
@@ -82,7 +83,7 @@ class ShapeCache {
     std::vector<Shape> key;  // feed shapes, in the front's placeholder order
     std::shared_ptr<ExecutableImpl> impl;
     std::vector<int32_t> front_of_placeholder;  // impl's placeholder ids -> front node ids
-    size_t own_bytes = 0;                       // arena and recording buffers
+    size_t own_bytes = 0;  // arena (on a GPU: the CPU's are the shared pool's) and recordings
     std::vector<std::shared_ptr<Storage>> own_constants;  // constants no front constant holds
   };
   std::shared_ptr<ExecutableImpl> compile(const ExecutableImpl& front,
@@ -99,6 +100,7 @@ class ShapeCache {
   void evict_locked();
 
   InputDims dims_;
+  std::shared_ptr<ArenaPool> arenas_;  // the CPU specializations' arenas
   size_t max_count_ = 0, max_bytes_ = 0;
   mutable std::mutex mu_;
   std::list<Entry> lru_;  // most recently used first

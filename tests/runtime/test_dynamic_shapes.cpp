@@ -223,6 +223,35 @@ TEST(DynamicShapes, CacheKeepsTheMostRecentlyUsedWithinItsBounds) {
   EXPECT_GT(c.bytes, 0u);
 }
 
+// On the CPU every specialization takes its arena from one pool: a new shape reuses the arena a
+// larger one made (no fresh memory, no page faults), and the cache holds that arena once.
+TEST(DynamicShapes, CpuSpecializationsShareTheirArenas) {
+  Graph g;
+  auto x = g.placeholder({-1, 32}, f32, "x");
+  auto y = sum(exp(x) * 2.0 + 1.0, {1});
+  CompileOptions o;
+  o.fuse_elementwise = false;  // intermediates: an arena per shape
+  auto exe = g.compile(Device::cpu(), {}, {y}, o);
+  auto run = [&](int64_t n) {
+    Array v = random_array({n, 32}, f32);
+    std::vector<double> ref(n, 0.0);
+    const auto in = to_f64(v);
+    for (int64_t i = 0; i < n * 32; ++i) ref[i / 32] += std::exp(in[i]) * 2 + 1;
+    expect_close(exe.run({{x, v}})[0], {n}, ref, 1e-5);
+  };
+  run(4096);
+  const size_t one = exe.shape_cache().bytes;
+  EXPECT_GE(one, 4096 * 32 * sizeof(float)) << exe.report();
+  for (int64_t n : {1, 100, 4095, 7, 100}) run(n);
+  auto c = exe.shape_cache();
+  EXPECT_EQ(c.entries, 5u);
+  EXPECT_EQ(c.bytes, one) << exe.report();
+  run(8192);  // a larger shape: a larger arena replaces the one held
+  c = exe.shape_cache();
+  EXPECT_GE(c.bytes, 8192 * 32 * sizeof(float));
+  EXPECT_LT(c.bytes, 8192 * 32 * sizeof(float) + one) << exe.report();
+}
+
 // Folded constants (an autocast weight, say) are made once per specialization but held once.
 TEST(DynamicShapes, SpecializationsShareTheirConstants) {
   Graph g;
