@@ -201,9 +201,21 @@ void bind_ops(nb::module_& m) {
       .value("constant", PadKind::constant)
       .value("reflect", PadKind::reflect)
       .value("edge", PadKind::edge);
-  m.def("pad", &kiln::pad, nb::arg("x"), nb::arg("pads"), nb::arg("kind") = PadKind::constant,
-        nb::arg("value") = 0.0, ka, op_doc("pad"));
-  m.def("tile", &kiln::tile, nb::arg("x"), nb::arg("reps"), ka, op_doc("tile"));
+  m.def(
+      "pad",
+      [](const Tensor& x, nb::handle pads, PadKind kind, double value) {
+        if (nb::isinstance<Tensor>(pads)) return kiln::pad(x, nb::cast<Tensor>(pads), kind, value);
+        return kiln::pad(x, nb::cast<std::vector<int64_t>>(pads), kind, value);
+      },
+      nb::arg("x"), nb::arg("pads"), nb::arg("kind") = PadKind::constant, nb::arg("value") = 0.0,
+      ka, op_doc("pad"));
+  m.def(
+      "tile",
+      [](const Tensor& x, nb::handle reps) {
+        if (nb::isinstance<Tensor>(reps)) return kiln::tile(x, nb::cast<Tensor>(reps));
+        return kiln::tile(x, nb::cast<std::vector<int64_t>>(reps));
+      },
+      nb::arg("x"), nb::arg("reps"), ka, op_doc("tile"));
   m.def(
       "broadcast_to",
       [](const Tensor& x, nb::handle s) { return kiln::broadcast_to(x, to_shape(s)); },

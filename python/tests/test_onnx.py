@@ -129,6 +129,44 @@ def test_shape_arithmetic_stays_dynamic(rng, tmp_path):
     assert exe.shape_cache()["misses"] == 4 and exe.shape_cache()["hits"] == 1
 
 
+def test_tile_and_pad_take_computed_values(rng, tmp_path):
+    """Tile and Pad whose repeats and pads are computed from a dynamic input's shape (a sequence
+    padded to a multiple of 4, as windowed attention pads; rows repeated batch times; Pad with
+    axes): one executable at several shapes, against onnxruntime."""
+    ort = pytest.importorskip("onnxruntime")
+    c = {"zero": np.array(0, np.int64), "one": np.array(1, np.int64), "four": np.array(4, np.int64),
+         "i0": np.array([0], np.int64), "i1": np.array([1], np.int64), "two": np.array([2], np.int64),
+         "axes1": np.array([1], np.int64), "fill": np.array(-2.5, np.float32)}
+    n = helper.make_node
+    nodes = [n("Shape", ["x"], ["shape"]),
+             n("Gather", ["shape", "i0"], ["B1"]), n("Gather", ["shape", "one"], ["S"]),
+             # (4 - S % 4) % 4 at the end of axis 1
+             n("Mod", ["S", "four"], ["r"]), n("Sub", ["four", "r"], ["r2"]), n("Mod", ["r2", "four"], ["e"]),
+             n("Unsqueeze", ["e", "i0"], ["e1"]),
+             n("Concat", ["i0", "i0", "i0", "e1"], ["pads"], axis=0),
+             n("Pad", ["x", "pads", "fill"], ["padded"]),
+             n("Concat", ["two", "B1"], ["reps"], axis=0),
+             n("Tile", ["x", "reps"], ["tiled"]),
+             n("Concat", ["B1", "e1"], ["pads_axis1"], axis=0),
+             n("Pad", ["x", "pads_axis1", "", "axes1"], ["edged"], mode="edge")]
+    outs = [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in ("padded", "tiled", "edged")]
+    graph = helper.make_graph(
+        nodes, "tile_pad", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq"])], outs,
+        [numpy_helper.from_array(v, k) for k, v in c.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    path = str(tmp_path / "tile_pad.onnx")
+    onnx.save(model, path)
+    m = kiln.onnx.load(path)
+    assert m.fixed_inputs == []
+    exe = m.compile(device="cpu")
+    assert exe.is_dynamic
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    for b, s in ((1, 5), (3, 8), (2, 11)):
+        feeds = {"x": rng.standard_normal((b, s)).astype(np.float32)}
+        for got, want in zip(exe.run(feeds), sess.run(None, feeds)):
+            np.testing.assert_array_equal(got.numpy(), want)
+
+
 def test_dim_params_stay_dynamic(rng, tmp_path):
     """A model with dim_params imports with them dynamic and named: one executable runs every
     batch and image size, against onnxruntime; inputs sharing a dim_param must agree."""

@@ -140,6 +140,25 @@ Tensor expand(const Tensor& x, const Tensor& shape) {
   return node_from_values(OpId::BroadcastTo, {x}, std::move(attrs), {shape});
 }
 
+Tensor pad(const Tensor& x, const Tensor& pads, PadKind kind, double value) {
+  check_list("pad", "pads", pads);
+  if (const Array* v = constant_value(pads)) return pad(x, ints_of(*v), kind, value);
+  if (pads.dim(0) != 2 * static_cast<int64_t>(x.rank()))
+    fail<ShapeError>("[pad] the pads value has {} entries; shape {} needs 2 per dim", pads.dim(0),
+                     str(x.shape()));
+  return node_from_values(OpId::Pad, {x}, {{"mode", pad_mode(kind)}, {"value", value}},
+                          {cast(pads, i64)});
+}
+
+Tensor tile(const Tensor& x, const Tensor& reps) {
+  check_list("tile", "reps", reps);
+  if (const Array* v = constant_value(reps)) return tile(x, ints_of(*v));
+  if (reps.dim(0) != static_cast<int64_t>(x.rank()))
+    fail<ShapeError>("[tile] the reps value has {} entries; shape {} needs one per dim",
+                     reps.dim(0), str(x.shape()));
+  return node_from_values(OpId::Tile, {x}, {}, {cast(reps, i64)});
+}
+
 Tensor slice(const Tensor& x, const Tensor& starts, const Tensor& stops,
              const std::vector<int64_t>& steps, const std::vector<int64_t>& axes) {
   check_list("slice", "starts", starts);

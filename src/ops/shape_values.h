@@ -9,6 +9,7 @@
 #include "core/graph_impl.h"
 #include "core/op_registry.h"
 #include "kiln/graph.h"
+#include "kiln/ops/transform.h"
 
 namespace kiln::ops {
 
@@ -27,6 +28,8 @@ Tensor node_from_values(OpId op, std::vector<Tensor> inputs, Attrs attrs,
                         const std::vector<Tensor>& values);
 
 std::vector<TensorInfo> infer_shape_of(const InferContext& ctx);
+/// pad's mode attribute (src/ops/transform.cpp).
+std::string pad_mode(PadKind kind);
 
 /// Builders on a graph's impl (src/ops/core.cpp): full, arange and a constant node.
 Tensor full_on(detail::GraphImpl& g, const Shape& shape, double value, DType dtype);

@@ -199,8 +199,13 @@ std::vector<TensorInfo> infer_slice(const InferContext& ctx) {
 
 std::vector<TensorInfo> infer_pad(const InferContext& ctx) {
   const Shape& in = ctx.inputs[0].shape;
-  const auto& pads = ctx.attrs.ints("pads");
   const std::string& mode = ctx.attrs.str("mode");
+  if (from_values(ctx)) {  // pads computed from shapes: every dim known once they are
+    if (value_length(ctx, 1, "pads") != 2 * static_cast<int64_t>(in.size()))
+      fail<ShapeError>("[pad] the pads value needs 2 entries per dim of shape {}", str(in));
+    return {{Shape(in.size(), -1), ctx.inputs[0].dtype}};
+  }
+  const auto& pads = ctx.attrs.ints("pads");
   if (pads.size() != 2 * in.size())
     fail<ValueError>("[pad] needs 2 pads per dim ({} for shape {}), got {}", 2 * in.size(),
                      str(in), pads.size());
@@ -225,10 +230,19 @@ std::vector<TensorInfo> infer_pad(const InferContext& ctx) {
 
 std::vector<TensorInfo> infer_tile(const InferContext& ctx) {
   const Shape& in = ctx.inputs[0].shape;
+  if (from_values(ctx)) {  // reps computed from shapes
+    if (value_length(ctx, 1, "reps") != static_cast<int64_t>(in.size()))
+      fail<ShapeError>("[tile] the reps value needs one entry per dim of shape {}", str(in));
+    return {{Shape(in.size(), -1), ctx.inputs[0].dtype}};
+  }
   const auto& reps = ctx.attrs.ints("reps");
   KILN_ASSERT(reps.size() == in.size());
   Shape out = in;
-  for (size_t d = 0; d < in.size(); ++d) out[d] = in[d] < 0 ? -1 : in[d] * reps[d];
+  for (size_t d = 0; d < in.size(); ++d) {
+    if (reps[d] < 0)  // (a value written in when shapes are specialized; builders check theirs)
+      fail<ValueError>("[tile] reps ({}) must be non-negative", fmt::join(reps, ", "));
+    out[d] = in[d] < 0 ? -1 : in[d] * reps[d];
+  }
   return {{out, ctx.inputs[0].dtype}};
 }
 
@@ -338,12 +352,15 @@ Grads vjp_concat(const VjpContext& c) {
 // g goes back to the positions slicing took, zeros elsewhere. Negative steps are flipped into
 // positive ones; a step s > 1 puts s-1 zeros after each element (reshape to (k, 1), pad to (k, s),
 // reshape to k*s); a last pad moves the run to its first position and crops the trailing zeros.
+void no_gradient_from_values(const VjpContext& c, const char* what) {
+  if (c.attrs.b("from_values", false))
+    fail<UnsupportedError>("[gradients] {} with {} computed from shapes has no gradient rule yet",
+                           c.name(), what);
+}
+
 Grads vjp_slice(const VjpContext& c) {
   const Shape in = c.inputs[0].shape();
-  if (c.attrs.b("from_values", false))
-    fail<UnsupportedError>(
-        "[gradients] slice with starts and stops computed from shapes has no "
-        "gradient rule yet");
+  no_gradient_from_values(c, "starts and stops");
   const auto &starts = c.attrs.ints("starts"), &stops = c.attrs.ints("stops"),
              &steps = c.attrs.ints("steps");
   // a dynamic dim must be taken whole: it needs no padding back
@@ -399,6 +416,7 @@ Tensor fold_padded_dim(const Tensor& g, int d, int64_t n, int64_t begin, const s
 
 // Constant mode: padding g by -pads crops what was added and zero-fills what was cropped.
 Grads vjp_pad(const VjpContext& c) {
+  no_gradient_from_values(c, "pads");
   const Shape in = static_input_shape(c);
   const auto& pads = c.attrs.ints("pads");
   const std::string& mode = c.attrs.str("mode");
@@ -416,6 +434,7 @@ Grads vjp_pad(const VjpContext& c) {
 
 // tile's output seen as (reps_0, n_0, reps_1, n_1, ...): summing the reps axes adds up the copies.
 Grads vjp_tile(const VjpContext& c) {
+  no_gradient_from_values(c, "reps");
   const Shape in = static_input_shape(c);
   const auto& reps = c.attrs.ints("reps");
   Shape blocks;
@@ -527,11 +546,17 @@ void register_transform_ops() {
       .from_values({"starts", "stops"})
       .check_stored(check_stored_slice)
       .params<SliceParams>();
-  define_op(OpId::Pad).set_infer(infer_pad).grad(vjp_pad).inputs(1).params<PadParams>();
+  define_op(OpId::Pad)
+      .set_infer(infer_pad)
+      .grad(vjp_pad)
+      .inputs(1)
+      .from_values({"pads"})
+      .params<PadParams>();
   define_op(OpId::Tile)
       .set_infer(infer_tile)
       .grad(vjp_tile)
       .inputs(1)
+      .from_values({"reps"})
       .check_stored(check_stored_tile);
   define_op(OpId::BroadcastTo)
       .set_infer(infer_broadcast_to)
@@ -679,12 +704,14 @@ Tensor slice(const Tensor& x, const std::vector<int64_t>& starts, const std::vec
   return make_node1(OpId::Slice, {x}, slice_attrs(x.shape(), starts, stops, steps, axes));
 }
 
+namespace ops {
+std::string pad_mode(PadKind kind) {
+  return kind == PadKind::constant ? "constant" : kind == PadKind::reflect ? "reflect" : "edge";
+}
+}  // namespace ops
+
 Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, PadKind kind, double value) {
-  const char* mode = kind == PadKind::constant ? "constant"
-                     : kind == PadKind::reflect ? "reflect"
-                                                : "edge";
-  return make_node1(OpId::Pad, {x},
-                    {{"pads", pads}, {"mode", std::string(mode)}, {"value", value}});
+  return make_node1(OpId::Pad, {x}, {{"pads", pads}, {"mode", pad_mode(kind)}, {"value", value}});
 }
 
 Tensor tile(const Tensor& x, const std::vector<int64_t>& reps) {

@@ -182,8 +182,11 @@ std::shared_ptr<detail::ExecutableImpl> compile_program(
     impl->plan = plan_memory(p, {o.plan_memory, o.in_place});
   }
   impl->backend = backend;
-  if (before_attach) before_attach(p);
-  attach_program(*impl, std::move(p));
+  {
+    prof::HostScope phase(SpanKind::compile, "constants to the device");
+    if (before_attach) before_attach(p);
+    attach_program(*impl, std::move(p));
+  }
   return impl;
 }
 

@@ -1,6 +1,8 @@
 // shape_of and the ops that take their shape, bounds or range from values computed from shapes
 // (reshape, expand, full, arange and slice fed by tensors): computed on the host when a run's
 // shapes are known, against numpy-style float64 loops, on fresh random data.
+#include <algorithm>
+
 #include "kiln/autodiff.h"
 #include "support/reference.h"
 
@@ -168,6 +170,50 @@ TEST(ShapeOf, BuildersCheckTheirValues) {
       {"[reshape] cannot reshape (2, 6)"});
 }
 
+// Tile and pad sized by the run's shapes (ONNX Tile and Pad on computed repeats and pads): a
+// sequence padded at its end by its own length, rows repeated batch-size times.
+TEST(ShapeOf, TileAndPadTakeComputedValues) {
+  Graph g;
+  auto x = g.placeholder({-1, -1}, f32, "x");
+  auto s = shape_of(x);
+  auto b = gather(s, ints(g, {0})), l = gather(s, ints(g, {1}));
+  auto padded = pad(x, concat({ints(g, {1, 0, 0}), l}), PadKind::constant, 7.5);
+  auto tiled = tile(x, concat({ints(g, {2}), b}));
+  auto edged = pad(x, concat({ints(g, {0, 0, 1}), b}), PadKind::edge);
+  EXPECT_EQ(padded.shape(), (Shape{-1, -1}));
+  auto exe = g.compile(default_device(), {}, {padded, tiled, edged});
+  ASSERT_TRUE(exe.is_dynamic());
+  for (auto [n, len] : {std::pair<int64_t, int64_t>{2, 3}, {3, 1}, {1, 5}}) {
+    const Array xv = random_array({n, len}, f32);
+    const auto v = to_f64(xv);
+    const auto out = exe.run({{x, xv}});
+    std::vector<double> p((n + 1) * 2 * len, 7.5), t, e;
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < len; ++j) p[(i + 1) * 2 * len + j] = v[i * len + j];
+    for (int64_t r = 0; r < 2; ++r)
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t k = 0; k < n; ++k)
+          for (int64_t j = 0; j < len; ++j) t.push_back(v[i * len + j]);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = -1; j < len + n; ++j)
+        e.push_back(v[i * len + std::clamp<int64_t>(j, 0, len - 1)]);
+    expect_equal(host(out[0]), {n + 1, 2 * len}, p);
+    expect_equal(host(out[1]), {2 * n, n * len}, t);
+    expect_equal(host(out[2]), {n, len + n + 1}, e);
+  }
+  // their gradients need the values while the graph is built
+  expect_error<UnsupportedError>(
+      [&] { gradients(sum(tiled * tiled), {x}); },
+      {"[gradients] tile with reps computed from shapes has no gradient rule yet"});
+  expect_error<ShapeError>([&] { tile(x, ints(g, {2}) + b); },
+                           {"[tile] the reps value has 1 entries; shape (?, ?) needs one per dim"});
+  expect_error<ShapeError>(
+      [&] {
+        pad(x, concat({b, l}));
+      },
+      {"[pad] the pads value has 2 entries; shape (?, ?) needs 2 per dim"});
+}
+
 // Constant values are written in while building: the result is the attribute form.
 TEST(ShapeOf, ConstantValuesBuildTheAttributeForm) {
   Graph g;
@@ -177,6 +223,8 @@ TEST(ShapeOf, ConstantValuesBuildTheAttributeForm) {
   EXPECT_EQ(full(ints(g, {2, 5}), 1.0).shape(), (Shape{2, 5}));
   EXPECT_EQ(arange(int0(g, 2), int0(g, 9), int0(g, 3), i64).shape(), (Shape{3}));
   EXPECT_EQ(slice(x, ints(g, {1}), ints(g, {-1}), {}, {1}).shape(), (Shape{2, 4}));
+  EXPECT_EQ(tile(x, ints(g, {3, 1})).shape(), (Shape{6, 6}));
+  EXPECT_EQ(pad(x, ints(g, {0, 1, 2, 0})).shape(), (Shape{3, 8}));
   expect_error<ShapeError>(
       [&] {
         expand(x, ints(g, {3, 6}));

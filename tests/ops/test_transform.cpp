@@ -419,7 +419,7 @@ TEST(Pad, EmptyAndScalar) {
                    &x),
                {2, 3}, std::vector<double>(6, 7.0));
   Array y = run1(
-      {}, i64, [](const Tensor& v) { return pad(v, {}); }, &x);
+      {}, i64, [](const Tensor& v) { return pad(v, std::vector<int64_t>{}); }, &x);
   expect_equal(y, {}, to_f64(x));
 }
 

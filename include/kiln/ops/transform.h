@@ -49,8 +49,14 @@ enum class PadKind { constant, reflect, edge };
 /// edge repeats the border element and needs a non-empty dim.
 Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, PadKind kind = PadKind::constant,
            double value = 0);
+/// pad whose pads are a value (1-d integer, two entries per dim in the order above; computed from
+/// shapes with shape_of, or a constant).
+Tensor pad(const Tensor& x, const Tensor& pads, PadKind kind = PadKind::constant, double value = 0);
 /// numpy.tile: x repeated reps[d] times along each dim (missing leading reps or dims count as 1).
 Tensor tile(const Tensor& x, const std::vector<int64_t>& reps);
+/// tile whose reps are a value (1-d integer, one entry per dim of x; computed from shapes with
+/// shape_of, or a constant).
+Tensor tile(const Tensor& x, const Tensor& reps);
 /// numpy broadcasting of x to `shape`; a -1 in `shape` keeps x's dim.
 Tensor broadcast_to(const Tensor& x, const Shape& shape);
 /// x broadcast with the value of `shape` (1-d integer, computed from shapes with shape_of or a

@@ -199,12 +199,32 @@ Outs expand_op(NodeContext& c) {
   return {broadcast_to(x, out)};
 }
 
-Outs tile_op(NodeContext& c) { return {tile(c.input(0), c.ints(1))}; }
+Outs tile_op(NodeContext& c) {
+  if (run_time_shape(c, 1)) return {tile(c.input(0), c.input(1))};  // repeats computed from shapes
+  return {tile(c.input(0), c.ints(1))};
+}
+
+// ONNX pads (begins of `axes`, then their ends) computed in the graph, as kiln's (begin, end) per
+// dim: a gather from the value with a zero appended for the dims not in axes.
+Tensor computed_pads(NodeContext& c, const std::vector<int64_t>& axes, int rank) {
+  const int64_t n = static_cast<int64_t>(axes.size());
+  const Tensor zero = c.graph().constant(Array::from_vector(std::vector<int64_t>{0}, {1}));
+  const Tensor padded = concat({cast(c.input(1), i64), zero}, 0);
+  std::vector<int64_t> index(2 * rank, 2 * n);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t a = axis_of(c, axes[i], rank);
+    index[2 * a] = i;
+    index[2 * a + 1] = i + n;
+  }
+  return gather(padded, c.graph().constant(Array::from_vector(index, {2 * rank})), 0);
+}
 
 Outs pad_op(NodeContext& c) {
   Tensor x = c.input(0);
   const int rank = x.rank();
-  std::vector<int64_t> onnx_pads = c.version() < 11 ? c.attr_ints("pads") : c.ints(1);
+  const bool computed = c.version() >= 11 && run_time_shape(c, 1);  // pads computed from shapes
+  std::vector<int64_t> onnx_pads =
+      c.version() < 11 ? c.attr_ints("pads") : (computed ? std::vector<int64_t>{} : c.ints(1));
   double value = c.version() < 11 ? c.attr_float("value", 0.0f) : 0.0;
   if (c.version() >= 11 && c.has_input(2)) value = c.doubles(2).at(0);
   std::vector<int64_t> axes;
@@ -214,6 +234,19 @@ Outs pad_op(NodeContext& c) {
     std::iota(axes.begin(), axes.end(), 0);
   }
   const size_t n = axes.size();
+  const std::string mode = c.attr_string("mode", "constant");
+  PadKind kind = PadKind::constant;
+  if (mode == "reflect") kind = PadKind::reflect;
+  else if (mode == "edge") kind = PadKind::edge;
+  else if (mode != "constant" && !(mode == "wrap" && !computed))
+    c.unsupported(computed ? fmt::format("mode '{}' with pads computed in the graph", mode)
+                           : fmt::format("mode '{}'", mode));
+  if (computed) {
+    if (c.input(1).rank() != 1 || c.input(1).dim(0) != static_cast<int64_t>(2 * n))
+      c.fail(fmt::format("pads has shape {}; {} axes need {} values", str(c.input(1).shape()), n,
+                         2 * n));
+    return {pad(x, computed_pads(c, axes, rank), kind, value)};
+  }
   if (onnx_pads.size() != 2 * n)
     c.fail(fmt::format("pads has {} values; {} axes need {}", onnx_pads.size(), n, 2 * n));
   std::vector<int64_t> pads(2 * rank, 0);  // kiln: (begin, end) per dim
@@ -222,7 +255,6 @@ Outs pad_op(NodeContext& c) {
     pads[2 * a] = onnx_pads[i];
     pads[2 * a + 1] = onnx_pads[i + n];
   }
-  const std::string mode = c.attr_string("mode", "constant");
   if (mode == "wrap") {  // circular: each side takes the opposite end's elements
     for (int a = 0; a < rank; ++a) {
       const int64_t b = pads[2 * a], e = pads[2 * a + 1], n = x.dim(a);
@@ -237,10 +269,6 @@ Outs pad_op(NodeContext& c) {
     }
     return {x};
   }
-  PadKind kind = PadKind::constant;
-  if (mode == "reflect") kind = PadKind::reflect;
-  else if (mode == "edge") kind = PadKind::edge;
-  else if (mode != "constant") c.unsupported(fmt::format("mode '{}'", mode));
   return {pad(x, pads, kind, value)};
 }
 
