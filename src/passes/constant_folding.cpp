@@ -3,7 +3,12 @@
 // A large dequantize of int8 constants (weights stored as int8, such as post-training
 // quantization's float classifier) stays a node: the program, and packages made from it, keep
 // the int8 data; a linear reading it runs as quantized_weight_linear (fuse_quant, which runs
-// first), other readers get it dequantized when run.
+// first), other readers get it dequantized when run. A node that expands its inputs (an output
+// over 1 MiB and over 4x their bytes: a broadcast, a gather of a table by a constant index of
+// the batch's shape) stays a node too: computing it when run costs about what reading the
+// folded copy would, and the copy would be made, hashed and held for every shape compiled.
+#include <algorithm>
+
 #include "core/op_registry.h"
 #include "passes/program.h"
 
@@ -15,6 +20,7 @@ using detail::ValueRef;
 namespace {
 constexpr size_t kMaxFoldedBytes = size_t{64} << 20;
 constexpr size_t kKeptInt8Bytes = size_t{256} << 10;  // dequantized size from which int8 stays
+constexpr size_t kExpandedBytes = size_t{1} << 20;    // output size from which expansions stay
 
 bool keeps_int8(const Program& p, const Node& n, size_t out_bytes) {
   if (n.op != OpId::Dequantize || out_bytes < kKeptInt8Bytes) return false;
@@ -37,10 +43,16 @@ Program fold_constants(const Program& p, const NodeEvaluator& eval) {
     }
     bool can = n.op != OpId::Placeholder && op_def(n.op).pure;
     for (auto v : n.inputs) can = can && evaluable[v.node];
-    size_t bytes = 0;
+    size_t bytes = 0, in_bytes = 0;
     for (auto& o : n.outputs) bytes += static_cast<size_t>(numel(o.shape)) * size_of(o.dtype);
-    can = can && bytes <= kMaxFoldedBytes && !keeps_int8(p, n, bytes);
-    // generators stay as nodes but may still feed folding (evaluated when a reader folds)
+    for (auto v : n.inputs) {
+      const TensorInfo& t = p.graph.info(v);
+      in_bytes += static_cast<size_t>(std::max<int64_t>(numel(t.shape), 0)) * size_of(t.dtype);
+    }
+    const bool expands = !n.inputs.empty() && bytes > kExpandedBytes && bytes > 4 * in_bytes;
+    can = can && bytes <= kMaxFoldedBytes && !expands && !keeps_int8(p, n, bytes);
+    // generators stay as nodes but may still feed folding (evaluated when a reader folds: the
+    // expansion rule is for nodes with inputs, so a sum of ones of a shape still folds)
     evaluable[i] = can;
     folds[i] = can && !n.inputs.empty();
     any = any || folds[i];
