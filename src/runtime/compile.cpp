@@ -1,7 +1,11 @@
 // Graph::compile: extract, specialize shapes, autocast, optimize, place, plan memory.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <atomic>
 #include <functional>
+#include <set>
+#include <string>
 
 #include "core/device_backend.h"
 #include "core/errors.h"
@@ -111,6 +115,43 @@ void attach_program(detail::ExecutableImpl& impl, Program p) {
   }
 }
 
+namespace {
+// The fused elementwise kernels of `impl`'s steps, compiled side by side on the CPU's threads
+// (each its own NVRTC program: BERT-base's first compile spent 1.4 s in them one after another).
+// Nodes alike (the same program on the same inputs: every layer of a transformer) share a
+// kernel, so the first of each kind go first and the threads take them as they come; the others
+// then find their kernel compiled.
+void compile_generated_kernels(const Program& p, const detail::ExecutableImpl& impl,
+                               Device device) {
+  std::vector<std::pair<fused::PrepareFn, const Node*>> kernels, alike;
+  std::set<std::string> kinds;
+  for (const Step& st : impl.steps) {
+    const Node& n = p.graph.nodes[st.node];
+    if (n.op != OpId::FusedElementwise) continue;
+    const fused::PrepareFn prep = fused::prepare(st.backend);
+    if (!prep) continue;
+    std::string kind = n.attrs.to_string();
+    for (auto v : n.inputs) {
+      const TensorInfo& t = p.graph.info(v);
+      kind += fmt::format("|{}:{}", str(t.shape), name(t.dtype));
+    }
+    (kinds.insert(kind).second ? kernels : alike).emplace_back(prep, &n);
+  }
+  kernels.insert(kernels.end(), alike.begin(), alike.end());
+  std::atomic<size_t> next{0};
+  ThreadPool& pool = ThreadPool::global();
+  pool.parallel_for(std::min<int64_t>(pool.size(), static_cast<int64_t>(kernels.size())), 1,
+                    [&](int64_t, int64_t) {
+                      for (size_t k; (k = next++) < kernels.size();) {
+                        const Node& n = *kernels[k].second;
+                        std::vector<TensorInfo> in;
+                        for (auto v : n.inputs) in.push_back(p.graph.info(v));
+                        kernels[k].first(n.attrs, in, n.outputs[0], device.index);
+                      }
+                    });
+}
+}  // namespace
+
 std::shared_ptr<detail::ExecutableImpl> compile_program(
     Program p, Device device, const CompileOptions& o,
     const std::vector<std::pair<int32_t, Shape>>& shapes,
@@ -164,26 +205,10 @@ std::shared_ptr<detail::ExecutableImpl> compile_program(
     prof::HostScope phase(SpanKind::compile, "placement");
     place(p, device, o.strict_placement, *impl);
   }
-  // generated kernels compile now, so no run waits for them; side by side on the CPU's threads
-  // (each compile is its own NVRTC program: BERT-base's first compile spent 1.4 s in them one
-  // after another)
+  // generated kernels compile now, so no run waits for them
   {
     prof::HostScope phase(SpanKind::compile, "generated kernels (NVRTC)");
-    std::vector<std::pair<fused::PrepareFn, const Node*>> kernels;
-    for (const Step& st : impl->steps) {
-      const Node& n = p.graph.nodes[st.node];
-      if (n.op != OpId::FusedElementwise) continue;
-      if (const fused::PrepareFn prep = fused::prepare(st.backend)) kernels.emplace_back(prep, &n);
-    }
-    ThreadPool::global().parallel_for(static_cast<int64_t>(kernels.size()), 1,
-                                      [&](int64_t begin, int64_t end) {
-                                        for (int64_t k = begin; k < end; ++k) {
-                                          const Node& n = *kernels[k].second;
-                                          std::vector<TensorInfo> in;
-                                          for (auto v : n.inputs) in.push_back(p.graph.info(v));
-                                          kernels[k].first(n.attrs, in, n.outputs[0], device.index);
-                                        }
-                                      });
+    compile_generated_kernels(p, *impl, device);
   }
   {
     prof::HostScope phase(SpanKind::compile, "plan_memory");
