@@ -16,8 +16,13 @@ std::vector<Tensor> gradients(const Tensor& y, const std::vector<Tensor>& xs,
                               const Tensor& grad_y);
 
 /// Sums `g` over the dims along which a tensor of `shape` was broadcast to g's shape, giving
-/// `shape` (the gradient of a broadcast).
+/// `shape` (the gradient of a broadcast). A dynamic dim of `shape` is taken to match g's (not to
+/// have broadcast); `shape` may have one dynamic dim (else use sum_to_shape_of).
 Tensor sum_to_shape(const Tensor& g, const Shape& shape);
+/// sum_to_shape to the shape of `like`, which may have dynamic dims: the result reads like's
+/// shape when shapes are specialized (where a dynamic dim of like broadcast, being 1 against a
+/// larger dim of g, that fails then).
+Tensor sum_to_shape_of(const Tensor& g, const Tensor& like);
 /// Zeros with x's shape and dtype (x's shape must be static).
 Tensor zeros_like(const Tensor& x);
 /// Ones with x's shape and dtype (x's shape must be static).

@@ -9,6 +9,7 @@
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/transform.h"
+#include "ops/common.h"
 
 namespace kiln {
 
@@ -36,9 +37,11 @@ Tensor full_like(const Tensor& x, double v) {
 Tensor zeros_like(const Tensor& x) { return full_like(x, 0.0); }
 Tensor ones_like(const Tensor& x) { return full_like(x, 1.0); }
 
-Tensor sum_to_shape(const Tensor& g, const Shape& shape) {
+namespace {
+// g summed over the dims along which `shape` broadcast (keeping them as 1s) and without the
+// leading dims `shape` lacks.
+Tensor summed_to_rank(const Tensor& g, const Shape& shape) {
   const Shape gs = g.shape();
-  if (gs == shape) return g;
   if (gs.size() < shape.size())
     fail<ShapeError>("[gradients] cannot sum shape {} down to {}", str(gs), str(shape));
   const size_t lead = gs.size() - shape.size();
@@ -51,14 +54,29 @@ Tensor sum_to_shape(const Tensor& g, const Shape& shape) {
     for (size_t i = 0; i < lead; ++i) leading[i] = static_cast<int64_t>(i);
     r = squeeze(r, leading);
   }
+  return r;
+}
+}  // namespace
+
+Tensor sum_to_shape(const Tensor& g, const Shape& shape) {
+  if (g.shape() == shape) return g;
+  const Tensor r = summed_to_rank(g, shape);
   if (r.shape() == shape) return r;
   if (std::count(shape.begin(), shape.end(), int64_t{-1}) > 1)
     fail<ShapeError>(
-        "[gradients] cannot sum a gradient of shape {} down to {}: a dynamic dim that "
-        "may have broadcast must be static here (no sum resolved when shapes are "
-        "specialized yet)",
+        "[gradients] cannot sum a gradient of shape {} down to {}: with several dynamic dims, "
+        "sum to the shape of a tensor (sum_to_shape_of)",
         str(r.shape()), str(shape));
   return reshape(r, shape);
+}
+
+Tensor sum_to_shape_of(const Tensor& g, const Tensor& like) {
+  const Shape shape = like.shape();
+  if (is_static(shape)) return sum_to_shape(g, shape);
+  // like's shape is read when shapes are specialized: a dynamic dim that broadcast (1 at run time
+  // against a larger one, which this sum does not reduce) then fails to reshape, rather than
+  // giving a gradient of the wrong shape
+  return ops::reshape_like(summed_to_rank(g, shape), like);
 }
 
 std::vector<Tensor> gradients(const Tensor& y, const std::vector<Tensor>& xs) {

@@ -124,8 +124,7 @@ Grads vjp_sdpa(const VjpContext& c) {
                              c.outputs[0], *mask};
       Attrs a = c.attrs;
       a.set("mask_grad", true);
-      g.push_back(sum_to_shape(make_node1(OpId::ScaledDotProductAttentionGrad, in, a),
-                               mask->shape()));
+      g.push_back(sum_to_shape_of(make_node1(OpId::ScaledDotProductAttentionGrad, in, a), *mask));
     }
   }
   return g;

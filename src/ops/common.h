@@ -39,6 +39,9 @@ void add_optional(std::vector<Tensor>& inputs, Attrs& attrs, const char* name,
 /// x broadcast to the shape of `like`, also where that shape has dynamic dims (then a
 /// broadcast_to node reading like's shape, made static when shapes are specialized).
 Tensor broadcast_to_like(const Tensor& x, const Tensor& like);
+/// x reshaped to like's shape, which may have dynamic dims (then a reshape node reading like's
+/// shape when shapes are specialized).
+Tensor reshape_like(const Tensor& x, const Tensor& like);
 
 /// slice's attributes (a start, stop and step per dim) from per-axis lists; throws ValueError for
 /// lists of different lengths, an axis given twice or a step of 0.

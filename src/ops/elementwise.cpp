@@ -148,16 +148,16 @@ using Grads = std::vector<std::optional<Tensor>>;
 
 Grads vjp_add(const VjpContext& c) {
   const Tensor& g = *c.cotangents[0];
-  return {sum_to_shape(g, c.inputs[0].shape()), sum_to_shape(g, c.inputs[1].shape())};
+  return {sum_to_shape_of(g, c.inputs[0]), sum_to_shape_of(g, c.inputs[1])};
 }
 Grads vjp_sub(const VjpContext& c) {
   const Tensor& g = *c.cotangents[0];
-  return {sum_to_shape(g, c.inputs[0].shape()), sum_to_shape(-g, c.inputs[1].shape())};
+  return {sum_to_shape_of(g, c.inputs[0]), sum_to_shape_of(-g, c.inputs[1])};
 }
 Grads vjp_mul(const VjpContext& c) {
   const Tensor& g = *c.cotangents[0];
-  return {sum_to_shape(g * c.inputs[1], c.inputs[0].shape()),
-          sum_to_shape(g * c.inputs[0], c.inputs[1].shape())};
+  return {sum_to_shape_of(g * c.inputs[1], c.inputs[0]),
+          sum_to_shape_of(g * c.inputs[0], c.inputs[1])};
 }
 Grads vjp_neg(const VjpContext& c) { return {-*c.cotangents[0]}; }
 Grads vjp_exp(const VjpContext& c) { return {*c.cotangents[0] * c.outputs[0]}; }
@@ -173,7 +173,7 @@ Tensor lt(const Tensor& x, double v) { return less(x, scalar_like(x, v)); }
 Tensor masked(const Tensor& keep, const Tensor& g) { return where(keep, g, scalar_like(g, 0)); }
 // Gradients of both inputs of a binary op, each summed back to its input's shape.
 Grads binary_grads(const VjpContext& c, const Tensor& ga, const Tensor& gb) {
-  return {sum_to_shape(ga, c.inputs[0].shape()), sum_to_shape(gb, c.inputs[1].shape())};
+  return {sum_to_shape_of(ga, c.inputs[0]), sum_to_shape_of(gb, c.inputs[1])};
 }
 
 Grads vjp_div(const VjpContext& c) {
@@ -353,8 +353,8 @@ Grads vjp_clip(const VjpContext& c) {
 Grads vjp_where(const VjpContext& c) {
   const Tensor &g = *c.cotangents[0], &cond = c.inputs[0];
   const Tensor zero = scalar_like(g, 0);
-  return {std::nullopt, sum_to_shape(where(cond, g, zero), c.inputs[1].shape()),
-          sum_to_shape(where(cond, zero, g), c.inputs[2].shape())};
+  return {std::nullopt, sum_to_shape_of(where(cond, g, zero), c.inputs[1]),
+          sum_to_shape_of(where(cond, zero, g), c.inputs[2])};
 }
 
 // Inference of a record: its dtypes, then broadcasting or the input's shape.

@@ -96,8 +96,8 @@ Grads vjp_matmul(const VjpContext& c) {
   Tensor g = *c.cotangents[0];
   if (b1) g = expand_dims(g, {static_cast<int64_t>(g.shape().size())});
   if (a1) g = expand_dims(g, {static_cast<int64_t>(g.shape().size()) - 1});
-  const Tensor da = sum_to_shape(matmul(g, transpose_last2(b2)), a2.shape());
-  const Tensor db = sum_to_shape(matmul(transpose_last2(a2), g), b2.shape());
+  const Tensor da = sum_to_shape_of(matmul(g, transpose_last2(b2)), a2);
+  const Tensor db = sum_to_shape_of(matmul(transpose_last2(a2), g), b2);
   return {a1 ? reshape(da, a.shape()) : da, b1 ? reshape(db, b.shape()) : db};
 }
 

@@ -165,7 +165,7 @@ Grads vjp_mse(const VjpContext& c) {
   const Tensor d = a - b;
   const Tensor g = position_grad(c, std::nullopt, [&] { return position_count(c, d); });
   const Tensor ga = g * d * 2.0;
-  return {sum_to_shape(ga, a.shape()), sum_to_shape(-ga, b.shape())};
+  return {sum_to_shape_of(ga, a), sum_to_shape_of(-ga, b)};
 }
 
 }  // namespace

@@ -310,12 +310,7 @@ using transform::static_input_shape;
 // when shapes are specialized).
 Grads vjp_reshape(const VjpContext& c) {
   const Tensor& x = c.inputs[0];
-  const Shape s = x.shape();
-  Grads r;
-  if (std::count(s.begin(), s.end(), int64_t{-1}) <= 1) r.push_back(reshape(*c.cotangents[0], s));
-  else
-    r.push_back(
-        make_node1(OpId::Reshape, {*c.cotangents[0], x}, {{"shape", s}, {"shape_like", true}}));
+  Grads r{reshape_like(*c.cotangents[0], x)};
   if (c.inputs.size() > 1) r.push_back(std::nullopt);  // (only its shape is read)
   return r;
 }
@@ -447,7 +442,7 @@ Grads vjp_tile(const VjpContext& c) {
 }
 
 Grads vjp_broadcast_to(const VjpContext& c) {
-  Grads r{sum_to_shape(*c.cotangents[0], c.inputs[0].shape())};
+  Grads r{sum_to_shape_of(*c.cotangents[0], c.inputs[0])};
   if (c.inputs.size() > 1) r.push_back(std::nullopt);  // (only its shape is read)
   return r;
 }
@@ -732,6 +727,12 @@ Tensor tile(const Tensor& x, const std::vector<int64_t>& reps) {
 }
 
 namespace ops {
+Tensor reshape_like(const Tensor& x, const Tensor& like) {
+  const Shape s = like.shape();
+  if (is_static(s)) return reshape(x, s);
+  return make_node1(OpId::Reshape, {x, like}, {{"shape", s}, {"shape_like", true}});
+}
+
 Tensor broadcast_to_like(const Tensor& x, const Tensor& like) {
   const Shape s = like.shape();
   if (x.shape() == s && is_static(s)) return x;

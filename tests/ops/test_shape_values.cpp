@@ -100,8 +100,8 @@ TEST(ShapeOf, ResizeToComputedSizes) {
 }
 
 // Gradients through reshape_to fed by computed shapes: d/dx of sum(reshape_to(x, (b, 2, 2))^3)
-// against the closed form 3x^2. A broadcast against a result whose dims are unknown until
-// specialized cannot be summed back yet: it fails when built, saying so.
+// against the closed form 3x^2; and of a product with a constant broadcast against that result,
+// whose dims are all unknown until specialized (its gradient is summed back to them then).
 TEST(ShapeOf, GradientsFlowThroughComputedShapes) {
   Graph g;
   auto x = g.placeholder({-1, 4}, f32, "x");
@@ -114,11 +114,51 @@ TEST(ShapeOf, GradientsFlowThroughComputedShapes) {
     for (double& v : want) v = 3 * v * v;
     expect_close(host(exe.run({{x, xv}})[0]), {n, 4}, want, 1e-5);
   }
+  const Array c = random_array({2, 2}, f32);
+  auto scaled = g.compile(default_device(), {}, {gradients(sum(parts * g.constant(c)), {x})[0]});
+  for (int64_t n : {3, 1}) {
+    std::vector<double> want;
+    for (int64_t i = 0; i < n; ++i)
+      for (double v : to_f64(c)) want.push_back(v);
+    expect_close(host(scaled.run({{x, random_array({n, 4}, f32)}})[0]), {n, 4}, want, 1e-6);
+  }
+}
+
+// The gradient of a broadcast between operands with several dynamic dims each: d/db of
+// sum((a + b)^2) with a of shape (?, 5) and b of shape (?, ?), and of a mask-like (?, 1, ?)
+// broadcast over (?, 3, ?), against their closed forms.
+TEST(ShapeOf, BroadcastGradientsWithSeveralDynamicDims) {
+  Graph g;
+  auto a = g.placeholder({-1, 5}, f32, "a");
+  auto b = g.placeholder({-1, -1}, f32, "b");
+  auto s = a + b;
+  auto x = g.placeholder({-1, 3, -1}, f32, "x");
+  auto m = g.placeholder({-1, 1, -1}, f32, "m");
+  auto grads = gradients(sum(s * s) + sum(x * m), {b, m});
+  auto exe = g.compile(default_device(), {}, {grads[0], grads[1]});
+  for (auto [n, len] : {std::pair<int64_t, int64_t>{2, 4}, {3, 1}}) {
+    const Array av = random_array({n, 5}, f32), bv = random_array({n, 5}, f32);
+    const Array xv = random_array({n, 3, len}, f32), mv = random_array({n, 1, len}, f32);
+    const auto out = exe.run({{a, av}, {b, bv}, {x, xv}, {m, mv}});
+    std::vector<double> db, dm(n * len, 0.0);
+    const auto va = to_f64(av), vb = to_f64(bv), vx = to_f64(xv);
+    for (size_t i = 0; i < va.size(); ++i) db.push_back(2 * (va[i] + vb[i]));
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t r = 0; r < 3; ++r)
+        for (int64_t j = 0; j < len; ++j) dm[i * len + j] += vx[(i * 3 + r) * len + j];
+    expect_close(host(out[0]), {n, 5}, db, 1e-5);
+    expect_close(host(out[1]), {n, 1, len}, dm, 1e-5);
+  }
+  // a dynamic dim that broadcasts at run time (b's 1 rows against a's 3) is not summed over: it
+  // fails when that shape is specialized, before anything runs, rather than giving (3, 5)
   expect_error<ShapeError>(
       [&] {
-        gradients(sum(parts * g.constant(random_array({2, 2}, f32))), {x});
+        exe.run({{a, random_array({3, 5}, f32)},
+                 {b, random_array({1, 5}, f32)},
+                 {x, random_array({1, 3, 2}, f32)},
+                 {m, random_array({1, 1, 2}, f32)}});
       },
-      {"[gradients] cannot sum a gradient of shape (?, 2, 2) down to (?, ?, ?)"});
+      {"[reshape] cannot reshape (3, 5)"});
 }
 
 TEST(ShapeOf, ValuesFromARunsDataAreRefusedBeforeAnythingRuns) {
