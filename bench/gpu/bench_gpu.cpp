@@ -173,9 +173,9 @@ void resnet_dynamic(const Options& o, const std::string& name) {
   const auto c = dynamic.shape_cache();
   fmt::print(
       "#   cache: {} specializations, {} hits, {} misses, {} evictions, {} MiB (peak {} MiB, "
-      "bound {} MiB)\n",
+      "bound {} MiB); passes {}\n",
       c.entries, c.hits, c.misses, c.evictions, c.bytes >> 20, c.peak_bytes >> 20,
-      c.max_bytes >> 20);
+      c.max_bytes >> 20, c.symbolic ? "once on the symbolic program" : "again for each shape");
   fmt::print("kiln {} {:.4f}\n", name, worst);
 }
 
@@ -448,10 +448,13 @@ void bert_dynamic_sweep(const Options& o, const std::string& name) {
       "# {}: BERT-base from ONNX, batch and sequence dynamic, bf16 autocast; {} calls of "
       "random (batch 1-32, seq 16-512)\n#   import + compile {:.0f} ms; sweep {:.0f} ms; {} first "
       "calls of a shape: mean {:.0f} ms, max {:.0f} ms\n#   cache: {} specializations, {} hits, "
-      "{} misses, {} evictions, {} MiB (peak {} MiB, bound {} MiB)\n",
+      "{} misses, {} evictions, {} MiB (peak {} MiB, bound {} MiB); passes {}\n",
       name, kCalls, import_ms, total, firsts, first_total / std::max(firsts, 1), first_max,
       cs.entries, cs.hits, cs.misses, cs.evictions, cs.bytes >> 20, cs.peak_bytes >> 20,
-      cs.max_bytes >> 20);
+      cs.max_bytes >> 20,
+      cs.symbolic
+          ? fmt::format("once on the symbolic program ({} misses from it)", cs.symbolic_misses)
+          : std::string("again for each shape (a dim stays unknown)"));
   double worst = 0;
   for (auto [b, l] : {std::pair<int64_t, int64_t>{1, 16}, {8, 128}, {32, 512}}) {
     const auto inputs = inputs_of(b, l);

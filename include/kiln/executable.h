@@ -132,6 +132,10 @@ class Executable {
     size_t bytes = 0;                       // their intermediate memory and own constants
     size_t max_entries = 0, max_bytes = 0;  // the bounds (0: none)
     size_t peak_bytes = 0;                  // the most `bytes` has been
+    /// Whether misses specialize a symbolic program optimized once for every shape (else each
+    /// miss runs every pass: some dim of the program stays unknown without its values).
+    bool symbolic = false;
+    int64_t symbolic_misses = 0;  // misses specialized from it
   };
   ShapeCacheStats shape_cache() const;
   /// Names of the placeholders the executable reads, with their compiled shapes (-1 for a

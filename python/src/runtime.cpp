@@ -255,10 +255,14 @@ void bind_runtime(nb::module_& m) {
             d["peak_bytes"] = c.peak_bytes;
             d["max_entries"] = c.max_entries;
             d["max_bytes"] = c.max_bytes;
+            d["symbolic"] = c.symbolic;
+            d["symbolic_misses"] = c.symbolic_misses;
             return d;
           },
           "The specialization cache of a dynamic executable: hits, misses, evictions, entries, "
-          "bytes, peak_bytes and its bounds.")
+          "bytes, peak_bytes, its bounds, and whether misses specialize a symbolic program "
+          "optimized "
+          "once (symbolic, symbolic_misses).")
       .def("inputs", &Executable::inputs)
       .def("outputs", &Executable::outputs)
       .def("placement", &Executable::placement)

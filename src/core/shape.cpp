@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/sym_dim.h"
+
 namespace kiln {
 
 int64_t numel(const Shape& s) {
@@ -46,9 +48,10 @@ bool broadcast_shapes(const Shape& a, const Shape& b, Shape& out) {
     if (da == db) r[i] = da;
     else if (da == 1) r[i] = db;
     else if (db == 1) r[i] = da;
-    else if (da < 0) r[i] = db;  // dynamic against a fixed size: the fixed one wins
-    else if (db < 0) r[i] = da;
-    else return false;
+    else if (da >= 0 && db >= 0) return false;
+    // two symbolic dims that broadcast are equal or one is 1: the larger is the output's
+    else if (da < 0 && db < 0) r[i] = sym::max(da, db);
+    else r[i] = da < 0 ? db : da;  // dynamic against a fixed size: the fixed one wins
   }
   out = std::move(r);
   return true;

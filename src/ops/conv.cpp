@@ -15,6 +15,7 @@
 //   conv_transpose and conv_grad_weight with channels_last (2-D, set by the channels_last pass in
 //         CUDA training programs): x, dy and conv_transpose's output NHWC, the weights (and dW)
 //         (O, kh, kw, C/groups) as conv's; weight_shape stays the NCHW (O, C/groups, kh, kw).
+#include "core/sym_dim.h"
 #include "kiln/ops/nn.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/transform.h"
@@ -208,8 +209,10 @@ std::vector<TensorInfo> infer_conv(const InferContext& ctx) {
   Shape out{x[0], w[0]};
   for (int i = 0; i < nd; ++i) {
     const int64_t in = x[2 + i], k = w[2 + i];
-    if (in < 0 || k < 0) {
-      out.push_back(-1);
+    if (in < 0 || k < 0) {  // (in symbolic: the same arithmetic on the expression)
+      const int64_t span =
+          sym::sub(sym::add(in, p[i] + p[nd + i]), sym::add(sym::mul(sym::sub(k, 1), d[i]), 1));
+      out.push_back(sym::add(sym::floordiv(span, s[i]), 1));
       continue;
     }
     const int64_t span = in + p[i] + p[nd + i] - (k - 1) * d[i] - 1;
@@ -234,7 +237,7 @@ std::vector<TensorInfo> infer_fused_conv(const InferContext& ctx) {
   std::vector<TensorInfo> out = infer_conv(InferContext{OpId::Conv, attrs, in});
   if (residual) {
     const TensorInfo& r = ctx.inputs.back();
-    if (r.shape != out[0].shape || r.dtype != out[0].dtype)
+    if (!shapes_match(r.shape, out[0].shape) || r.dtype != out[0].dtype)
       fail<ShapeError>("[fused_conv] residual {} {} must have the output's shape {} and dtype {}",
                        name(r.dtype), str(r.shape), str(out[0].shape), name(out[0].dtype));
   }
@@ -245,7 +248,7 @@ std::vector<TensorInfo> infer_conv_transpose(const InferContext& ctx) {
   const Shape& x = ctx.inputs[0].shape;
   const Shape& w = ctx.inputs[1].shape;
   const int64_t groups = ctx.attrs.i("groups");
-  const int64_t out_channels = w[1] < 0 ? -1 : w[1] * groups;
+  const int64_t out_channels = sym::mul(w[1], groups);
   const int nd = check_common(ctx, out_channels);
   check_groups(ctx, groups, x[1], "input");
   if (x[1] >= 0 && w[0] >= 0 && x[1] != w[0])
@@ -263,8 +266,10 @@ std::vector<TensorInfo> infer_conv_transpose(const InferContext& ctx) {
           "dilation ({})",
           fmt::join(op, ", "), fmt::join(s, ", "), fmt::join(d, ", "));
     const int64_t in = x[2 + i], k = w[2 + i];
-    if (in < 0 || k < 0) {
-      out.push_back(-1);
+    if (in < 0 || k < 0) {  // (in symbolic: in * stride + what the kernel and pads add)
+      const int64_t c = op[i] + 1 - s[i] - p[i] - p[nd + i];
+      const int64_t grown = sym::add(sym::mul(in, s[i]), sym::mul(sym::sub(k, 1), d[i]));
+      out.push_back(c >= 0 ? sym::add(grown, c) : sym::sub(grown, -c));
       continue;
     }
     const int64_t size = (in - 1) * s[i] - p[i] - p[nd + i] + (k - 1) * d[i] + op[i] + 1;

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <climits>
 
+#include "core/sym_dim.h"
 #include "kiln/autodiff.h"
 #include "kiln/ops/core.h"
 #include "ops/common.h"
@@ -40,7 +41,7 @@ std::vector<TensorInfo> infer_custom(const InferContext& ctx) {
     if (!d.inputs[i].dtypes.has(t.dtype))
       fail<DTypeError>("[{}] input {} ('{}') has dtype {}, which the op does not take", d.name, i,
                        d.inputs[i].name, name(t.dtype));
-    shapes.push_back(t.shape);
+    shapes.push_back(sym::erase(t.shape));  // (dynamic dims are -1 to shape functions)
     dtypes.push_back(t.dtype);
   }
   std::vector<Shape> out_shapes;

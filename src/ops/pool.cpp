@@ -14,6 +14,7 @@
 // dy, indices and output (N, H, W, C); input_shape stays the NCHW one.
 // Output sizes follow PyTorch: floor (or ceil) of (in + pads - dilation*(k-1) - 1) / stride + 1,
 // where with ceil_mode the last window must start inside the input or the begin padding.
+#include "core/sym_dim.h"
 #include "kiln/ops/nn.h"
 #include "kiln/ops/transform.h"
 #include "ops/common.h"
@@ -62,7 +63,11 @@ Shape pooled_shape(const InferContext& ctx, const std::vector<int64_t>& dilation
       fail<ValueError>("[{}] padding {} must be at most half the kernel {} (input shape {})",
                        ctx.name(), str(pads), str(kernel), str(in));
     if (in[2 + d] < 0) {
-      out.push_back(kDynamic);
+      // symbolic unless ceil mode's last window could start in the end padding
+      const int64_t span = sym::sub(sym::add(in[2 + d], pb + pe), eff);
+      out.push_back(!ceil_mode              ? sym::add(sym::floordiv(span, stride[d]), 1)
+                    : pe + stride[d] <= eff ? sym::add(sym::ceildiv(span, stride[d]), 1)
+                                            : kDynamic);
       continue;
     }
     const int64_t span = in[2 + d] + pb + pe - eff;

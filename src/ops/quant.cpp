@@ -145,7 +145,7 @@ std::vector<TensorInfo> infer_quantized_matmul(const InferContext& ctx) {
       fail<ShapeError>("[{}] input {} (a scale or zero point of a or y) must be 0-d, got {}", op, i,
                        str(in[i].shape));
   const Shape& ws = in[4].shape;
-  if (!(ws.empty() || (ws.size() == 1 && dims_match(ws[0], n))) || in[5].shape != ws)
+  if (!(ws.empty() || (ws.size() == 1 && dims_match(ws[0], n))) || !shapes_match(in[5].shape, ws))
     fail<ShapeError>("[{}] w's scale {} and zero point {} must be 0-d or ({},)", op, str(ws),
                      str(in[5].shape), n);
   Shape out(a.begin(), a.end() - 1);
@@ -180,7 +180,8 @@ std::vector<TensorInfo> infer_quantized_weight_linear(const InferContext& ctx) {
     fail<ShapeError>("[{}] x {} must have rank >= 1 and w {} rank 2 (N, K)", op, str(x), str(w));
   if (!dims_match(x.back(), w[1]))
     fail<ShapeError>("[{}] x {} and w {} (N, K) disagree in K", op, str(x), str(w));
-  if (!(ws.empty() || (ws.size() == 1 && dims_match(ws[0], w[0]))) || in[3].shape != ws)
+  if (!(ws.empty() || (ws.size() == 1 && dims_match(ws[0], w[0]))) ||
+      !shapes_match(in[3].shape, ws))
     fail<ShapeError>("[{}] w's scale {} and zero point {} must be 0-d or ({},)", op, str(ws),
                      str(in[3].shape), w[0]);
   if (ctx.attrs.b("has_bias", false)) {
@@ -245,7 +246,7 @@ std::vector<TensorInfo> infer_quantized_conv(const InferContext& ctx) {
                        str(in[i].shape));
   const int64_t o = w[0];
   const Shape& ws = in[4].shape;
-  if (!(ws.empty() || (ws.size() == 1 && dims_match(ws[0], o))) || in[5].shape != ws)
+  if (!(ws.empty() || (ws.size() == 1 && dims_match(ws[0], o))) || !shapes_match(in[5].shape, ws))
     fail<ShapeError>("[{}] w's scale {} and zero point {} must be 0-d or ({},)", op, str(ws),
                      str(in[5].shape), o);
   // the geometry as the float conv infers it

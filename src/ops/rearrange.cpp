@@ -20,6 +20,7 @@
 #include <functional>
 #include <map>
 
+#include "core/sym_dim.h"
 #include "kiln/autodiff.h"
 #include "kiln/ops/core.h"
 #include "kiln/ops/elementwise.h"
@@ -42,8 +43,8 @@ bool crd_mode(const InferContext& ctx) {
   return m == "CRD";
 }
 
-// dim * k, or -1 when dim is unknown
-int64_t scaled(int64_t dim, int64_t k) { return dim < 0 ? -1 : dim * k; }
+// dim * k (symbolic when dim is)
+int64_t scaled(int64_t dim, int64_t k) { return sym::mul(dim, k); }
 
 // (channel, height, width) dim positions of a rank-4 tensor in the op's layout.
 struct Dims {
@@ -69,7 +70,7 @@ std::vector<TensorInfo> infer_depth_to_space(const InferContext& ctx) {
         "block_size^2 = {}",
         x[d.c], str(x), ctx.attrs.b("channels_last") ? "NHWC" : "NCHW", b * b);
   Shape out = x;
-  out[d.c] = x[d.c] < 0 ? -1 : x[d.c] / (b * b);
+  out[d.c] = sym::floordiv(x[d.c], b * b);
   out[d.h] = scaled(x[d.h], b);
   out[d.w] = scaled(x[d.w], b);
   return {{out, ctx.inputs[0].dtype}};
@@ -86,8 +87,8 @@ std::vector<TensorInfo> infer_space_to_depth(const InferContext& ctx) {
         str(x), ctx.attrs.b("channels_last") ? "NHWC" : "NCHW", b);
   Shape out = x;
   out[d.c] = scaled(x[d.c], b * b);
-  out[d.h] = x[d.h] < 0 ? -1 : x[d.h] / b;
-  out[d.w] = x[d.w] < 0 ? -1 : x[d.w] / b;
+  out[d.h] = sym::floordiv(x[d.h], b);
+  out[d.w] = sym::floordiv(x[d.w], b);
   return {{out, ctx.inputs[0].dtype}};
 }
 

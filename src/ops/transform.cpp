@@ -29,6 +29,7 @@
 #include <limits>
 #include <numeric>
 
+#include "core/sym_dim.h"
 #include "kiln/autodiff.h"
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/reduce.h"
@@ -56,34 +57,35 @@ std::vector<TensorInfo> infer_reshape(const InferContext& ctx) {
                        str(like));
     return {{like, ctx.inputs[0].dtype}};
   }
-  Shape want = ctx.attrs.ints("shape");
-  if (ctx.attrs.b("copy_zeros", false))  // ONNX: a 0 takes the input's dim at its place
-    for (size_t i = 0; i < want.size(); ++i)
-      if (want[i] == 0) {
-        if (i >= in.size())
-          fail<ShapeError>("[reshape] a 0 at place {} of shape ({}) has no dim of {} to copy", i,
-                           fmt::join(want, ", "), str(in));
-        want[i] = in[i] < 0 ? -2 : in[i];  // (-2: that dim, still dynamic)
-      }
+  const Shape want = ctx.attrs.ints("shape");
+  const bool copy_zeros = ctx.attrs.b("copy_zeros", false);  // ONNX: a 0 takes the input's dim
   const std::vector<int64_t> none;
   const auto& from = ctx.attrs.has("input_dims") ? ctx.attrs.ints("input_dims") : none;
   Shape out = want;
   int infer_at = -1;
-  int64_t known = 1;
-  bool dynamic = !is_static(in);
+  int64_t known = 1;  // (symbolic where dims are)
   for (size_t i = 0; i < out.size(); ++i) {
-    if (!from.empty() && from[i] >= 0) out[i] = in[from[i]];
-    else if (out[i] == -2) out[i] = -1;
-    else if (out[i] == -1 && infer_at >= 0)
+    if (copy_zeros && want[i] == 0) {
+      if (i >= in.size())
+        fail<ShapeError>("[reshape] a 0 at place {} of shape ({}) has no dim of {} to copy", i,
+                         fmt::join(want, ", "), str(in));
+      out[i] = in[i];
+    } else if (!from.empty() && from[i] >= 0) {
+      out[i] = in[from[i]];
+    } else if (out[i] == -1 && infer_at >= 0) {
       fail<ValueError>("[reshape] shape ({}) has more than one -1", fmt::join(want, ", "));
-    else if (out[i] == -1) infer_at = static_cast<int>(i);
-    else if (out[i] < 0)
+    } else if (out[i] == -1) {
+      infer_at = static_cast<int>(i);
+      continue;
+    } else if (out[i] < 0 && !sym::is_symbolic(out[i])) {  // (symbolic: a value's dim)
       fail<ValueError>("[reshape] bad dim {} in shape ({})", out[i], fmt::join(want, ", "));
-    if (static_cast<int>(i) == infer_at) continue;
-    if (out[i] < 0) dynamic = true;
-    else known *= out[i];
+    }
+    known = sym::mul(known, out[i]);
   }
-  if (dynamic) return {{out, ctx.inputs[0].dtype}};
+  if (!is_static(in) || known < 0) {  // the dim to infer: the elements over the others'
+    if (infer_at >= 0) out[infer_at] = sym::floordiv(sym::product(in), known);
+    return {{out, ctx.inputs[0].dtype}};
+  }
   const int64_t n = numel(in);
   const bool fits = infer_at >= 0 ? known > 0 && n % known == 0 : known == n;
   if (!fits)
@@ -138,7 +140,7 @@ std::vector<TensorInfo> infer_split(const InferContext& ctx) {
     if (n >= 0 && n % parts != 0)
       fail<ShapeError>("[split] cannot split axis {} of shape {} into {} equal parts", axis,
                        str(in), parts);
-    sizes.assign(parts, n < 0 ? -1 : n / parts);
+    sizes.assign(parts, sym::floordiv(n, parts));
   } else {
     const int64_t sum = std::accumulate(sizes.begin(), sizes.end(), int64_t{0});
     if (n >= 0 && sum != n)
@@ -165,9 +167,9 @@ std::vector<TensorInfo> infer_concat(const InferContext& ctx) {
                        name(ctx.inputs[i].dtype), name(ctx.inputs[0].dtype));
     bool ok = s.size() == first.size();
     for (size_t d = 0; ok && d < s.size(); ++d) {
-      if (static_cast<int>(d) == axis) out[d] = out[d] < 0 || s[d] < 0 ? -1 : out[d] + s[d];
-      else if (out[d] < 0) out[d] = s[d];
-      else ok = s[d] < 0 || s[d] == out[d];
+      if (static_cast<int>(d) == axis) out[d] = sym::add(out[d], s[d]);
+      else if (out[d] < 0 && (s[d] >= 0 || out[d] == kDynamic)) out[d] = s[d];
+      else ok = s[d] < 0 || out[d] < 0 || s[d] == out[d];
     }
     if (!ok)
       fail<ShapeError>("[concat] input {} has shape {} but input 0 has shape {}; all dims but "
@@ -178,6 +180,26 @@ std::vector<TensorInfo> infer_concat(const InferContext& ctx) {
 }
 
 // ---- slice, pad, tile, broadcast_to, flip
+
+// The length of a slice of a dim n known only as an expression, as transform::slice_dim counts
+// it. The expression assumes what the clamps there would otherwise fix (a start within n, say):
+// where it goes below 0 or misses for some n, it does not evaluate to the dim, and shapes where
+// it does not run the passes again (passes/program.h instantiate).
+int64_t symbolic_slice_count(int64_t n, int64_t start, int64_t stop, int64_t step) {
+  constexpr int64_t kEnd = int64_t{1} << 62;
+  const int64_t s = step > 0 ? step : -step;
+  if (step > 0) {
+    if (start == 0 && step == 1 && stop >= kEnd) return n;
+    auto at = [&](int64_t i) { return i >= kEnd ? n : i >= 0 ? sym::min(i, n) : sym::sub(n, -i); };
+    return sym::ceildiv(sym::sub(at(stop), at(start)), s);
+  }
+  const int64_t last = sym::sub(n, 1);
+  auto at = [&](int64_t i) {
+    return i >= kEnd ? last : i >= 0 ? sym::min(i, last) : sym::sub(n, -i);
+  };
+  if (stop <= -kEnd) return sym::ceildiv(sym::add(at(start), 1), s);  // down to the first
+  return sym::ceildiv(sym::sub(at(start), at(stop)), s);
+}
 
 std::vector<TensorInfo> infer_slice(const InferContext& ctx) {
   const Shape& in = ctx.inputs[0].shape;
@@ -193,7 +215,8 @@ std::vector<TensorInfo> infer_slice(const InferContext& ctx) {
   KILN_ASSERT(starts.size() == in.size() && stops.size() == in.size() && steps.size() == in.size());
   Shape out = in;
   for (size_t d = 0; d < in.size(); ++d)
-    if (in[d] >= 0) out[d] = transform::slice_dim(in[d], starts[d], stops[d], steps[d]).count;
+    out[d] = in[d] >= 0 ? transform::slice_dim(in[d], starts[d], stops[d], steps[d]).count
+                        : symbolic_slice_count(in[d], starts[d], stops[d], steps[d]);
   return {{out, ctx.inputs[0].dtype}};
 }
 
@@ -214,7 +237,10 @@ std::vector<TensorInfo> infer_pad(const InferContext& ctx) {
   Shape out = in;
   for (size_t d = 0; d < in.size(); ++d) {
     const int64_t n = in[d], b = pads[2 * d], e = pads[2 * d + 1];
-    if (n < 0) continue;
+    if (n < 0) {
+      out[d] = b + e >= 0 ? sym::add(n, b + e) : sym::sub(n, -(b + e));
+      continue;
+    }
     out[d] = n + b + e;
     if (out[d] < 0)
       fail<ShapeError>("[pad] pads ({}) crop more than shape {} has", fmt::join(pads, ", "),
@@ -241,7 +267,7 @@ std::vector<TensorInfo> infer_tile(const InferContext& ctx) {
   for (size_t d = 0; d < in.size(); ++d) {
     if (reps[d] < 0)  // (a value written in when shapes are specialized; builders check theirs)
       fail<ValueError>("[tile] reps ({}) must be non-negative", fmt::join(reps, ", "));
-    out[d] = in[d] < 0 ? -1 : in[d] * reps[d];
+    out[d] = sym::mul(in[d], reps[d]);
   }
   return {{out, ctx.inputs[0].dtype}};
 }
@@ -256,7 +282,7 @@ std::vector<TensorInfo> infer_broadcast_to(const InferContext& ctx) {
   if (both) {
     const Shape& want = ctx.attrs.ints("shape");
     for (int64_t d : want)
-      if (d < 0)
+      if (d < 0 && !sym::is_symbolic(d))  // (symbolic: a value's dim)
         fail<ShapeError>("[broadcast_to] bad dim {} in shape ({})", d, fmt::join(want, ", "));
     Shape out;
     if (!broadcast_shapes(in, want, out))
@@ -289,7 +315,7 @@ std::vector<TensorInfo> infer_broadcast_to(const InferContext& ctx) {
   Shape out = want;
   for (size_t d = 0; d < want.size(); ++d) {
     const int64_t s = d < lead ? 1 : in[d - lead];
-    if (want[d] < -1) bad();
+    if (want[d] < -1 && !sym::is_symbolic(want[d])) bad();
     if (want[d] == -1) out[d] = s;
     else if (s >= 0 && s != 1 && s != want[d]) bad();
   }

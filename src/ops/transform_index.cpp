@@ -65,7 +65,7 @@ std::vector<TensorInfo> infer_scatter_elements(const InferContext& ctx) {
   require_indices(ctx, 1);
   check_elementwise_indices(ctx, axis_attr(ctx, ctx.inputs[0].shape));
   const TensorInfo &x = ctx.inputs[0], &idx = ctx.inputs[1], &upd = ctx.inputs[2];
-  if (upd.shape != idx.shape)
+  if (!shapes_match(upd.shape, idx.shape))
     fail<ShapeError>("[scatter_elements] updates shape {} must equal indices shape {}",
                      str(upd.shape), str(idx.shape));
   if (upd.dtype != x.dtype)

@@ -36,6 +36,20 @@ using NodeEvaluator =
 /// throws ShapeError naming the node.
 bool specialize_shapes(Program& p, const std::vector<std::pair<int32_t, Shape>>& shapes,
                        bool allow_dynamic = false, const NodeEvaluator* eval = nullptr);
+/// Makes a dynamic program symbolic (src/passes/symbolic.cpp, core/sym_dim.h): each placeholder's
+/// dynamic dim becomes the symbol of its name ("batch") or of its place ("input_ids.1"), every
+/// node is inferred again, and shape arithmetic (shape_of and the integer ops on its values) is
+/// followed into the reshape, broadcast and full nodes that take their shape from it, whose
+/// attributes then hold the symbolic dims. Returns how many output dims stay unknown.
+size_t symbolize(Program& p);
+/// How many output dims of p's nodes are unknown (neither sizes nor symbolic).
+size_t count_unknown_dims(const Program& p);
+/// The concrete program of a symbolic one for the feed shapes (placeholders by origin): every
+/// symbolic dim of attributes and infos evaluated, shapes specialized (specialize_shapes with
+/// `eval`). Throws ShapeError when a node's inferred shape differs from its symbolic shape's
+/// value (a pass assumed of the dims what these sizes do not hold).
+Program instantiate(const Program& symbolic, const std::vector<std::pair<int32_t, Shape>>& shapes,
+                    const NodeEvaluator* eval);
 /// Checks topological order, input references and inferred infos; throws on a broken program.
 void verify_program(const Program& p, const std::string& after_pass);
 

@@ -152,19 +152,7 @@ void compile_generated_kernels(const Program& p, const detail::ExecutableImpl& i
 }
 }  // namespace
 
-std::shared_ptr<detail::ExecutableImpl> compile_program(
-    Program p, Device device, const CompileOptions& o,
-    const std::vector<std::pair<int32_t, Shape>>& shapes,
-    const std::function<void(Program&)>& before_attach, NodeEvaluator fold) {
-  if (!fold) fold = evaluate_node_cpu;
-  DeviceBackend* backend = backend_of(device);  // throws when the device is not there
-  auto impl = std::make_shared<detail::ExecutableImpl>();
-  impl->device = device;
-  impl->options = o;
-  {
-    prof::HostScope phase(SpanKind::compile, "specialize_shapes");
-    specialize_shapes(p, shapes, /*allow_dynamic=*/false, &fold);
-  }
+void optimize_for_any_shape(Program& p, const CompileOptions& o, const NodeEvaluator& fold) {
   // int8 products first: before autocast would cast their float inputs, and before folding
   // would turn dequantized constant weights into f32 constants
   if (o.optimize && o.fuse_quant) run_pass(p, "fuse_quant", fuse_quant);
@@ -187,6 +175,15 @@ std::shared_ptr<detail::ExecutableImpl> compile_program(
     run_pass(p, "dce", eliminate_dead_code);
   }
   if (o.allow_tf32) run_pass(p, "allow_tf32", allow_tf32);
+}
+
+std::shared_ptr<detail::ExecutableImpl> compile_optimized(
+    Program p, Device device, const CompileOptions& o,
+    const std::function<void(Program&)>& before_attach) {
+  DeviceBackend* backend = backend_of(device);  // throws when the device is not there
+  auto impl = std::make_shared<detail::ExecutableImpl>();
+  impl->device = device;
+  impl->options = o;
   // int8 convolutions run on NHWC (without reorders on the CPU, with contiguous im2col rows on
   // CUDA), and so do f16/bf16 inference convolutions on CUDA (cuDNN's tensor-core layout)
   if (o.optimize && o.kernels.channels_last) {
@@ -221,6 +218,20 @@ std::shared_ptr<detail::ExecutableImpl> compile_program(
     attach_program(*impl, std::move(p));
   }
   return impl;
+}
+
+std::shared_ptr<detail::ExecutableImpl> compile_program(
+    Program p, Device device, const CompileOptions& o,
+    const std::vector<std::pair<int32_t, Shape>>& shapes,
+    const std::function<void(Program&)>& before_attach, NodeEvaluator fold) {
+  if (!fold) fold = evaluate_node_cpu;
+  backend_of(device);  // throws when the device is not there
+  {
+    prof::HostScope phase(SpanKind::compile, "specialize_shapes");
+    specialize_shapes(p, shapes, /*allow_dynamic=*/false, &fold);
+  }
+  optimize_for_any_shape(p, o, fold);
+  return compile_optimized(std::move(p), device, o, before_attach);
 }
 
 Executable Graph::compile(Device device, const FeedShapes& feeds,

@@ -219,7 +219,11 @@ std::string Executable::report() const {
     for (const IoInfo& in : inputs()) os << " " << in.name << to_string(in.shape);
     os << "\n  specializations: " << c.entries << " held (" << c.bytes << " bytes; bounds "
        << c.max_entries << " and " << c.max_bytes << " bytes, 0 = none; peak " << c.peak_bytes
-       << "), " << c.hits << " hits, " << c.misses << " misses, " << c.evictions << " evictions\n";
+       << "), " << c.hits << " hits, " << c.misses << " misses, " << c.evictions << " evictions\n"
+       << "  passes: "
+       << (c.symbolic ? "once, on the symbolic program (" + std::to_string(c.symbolic_misses) +
+                            " misses specialized from it)\n"
+                      : "again for each shape (a dim stays unknown without its values)\n");
     if (!c.entries) return os.str();
     os << "  the one run last: ";
   }

@@ -107,6 +107,15 @@ void place(const Program& p, Device device, bool strict, detail::ExecutableImpl&
 /// Moves `p` into `impl` (impl.device and impl.options set): constants to the device, the list of
 /// variables, the thread pool.
 void attach_program(detail::ExecutableImpl& impl, Program p);
+/// The passes of the compile pipeline whose decisions hold for any sizes of the dims they compare
+/// (folding, batch norms, attention, autocast, casts, CSE, DCE, TF32): run once on a symbolic
+/// program for all its shapes.
+void optimize_for_any_shape(Program& p, const CompileOptions& options, const NodeEvaluator& fold);
+/// The rest of the pipeline on a static program that optimize_for_any_shape has seen: layouts,
+/// fusion, placement, generated kernels, the memory plan, attaching (`before_attach` as below).
+std::shared_ptr<detail::ExecutableImpl> compile_optimized(
+    Program p, Device device, const CompileOptions& options,
+    const std::function<void(Program&)>& before_attach);
 /// Runs the compile pipeline on an extracted program whose placeholder shapes `shapes` (by node
 /// origin) make static: specialization, the passes, placement, generated kernels, the memory plan.
 /// `options` has its environment overrides applied. `before_attach` (may be empty) sees the

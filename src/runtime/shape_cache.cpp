@@ -163,15 +163,33 @@ std::shared_ptr<ExecutableImpl> ShapeCache::compile(const ExecutableImpl& front,
   if (front_values_.empty())
     for (const Node& n : front.program.graph.nodes)
       if (n.op == OpId::Constant && n.value.storage()) front_values_.insert(n.value.data());
-  Program p = front.program;  // constants and variables share their data
-  for (size_t i = 0; i < p.graph.nodes.size(); ++i)
-    p.graph.nodes[i].origin = static_cast<int32_t>(i);
   std::vector<std::pair<int32_t, Shape>> shapes;
   for (int32_t ph : front.placeholders) shapes.emplace_back(ph, feed_by_node[ph]->shape());
-  auto impl = compile_program(
-      std::move(p), front.device, front.options, shapes,
-      [&](Program& q) { share_constants(front, q, e); },
-      [&](const Node& n, const std::vector<Array>& in) { return fold(front, n, in); });
+  const NodeEvaluator folder = [&](const Node& n, const std::vector<Array>& in) {
+    return fold(front, n, in);
+  };
+  const auto share = [&](Program& q) { share_constants(front, q, e); };
+  if (!template_tried_) build_template(front);
+  std::shared_ptr<ExecutableImpl> impl;
+  if (template_) {
+    try {
+      Program q;
+      {
+        prof::HostScope phase(SpanKind::compile, "instantiate");
+        q = instantiate(*template_, shapes, &folder);
+      }
+      impl = compile_optimized(std::move(q), front.device, front.options, share);
+      ++symbolic_misses_;
+    } catch (const Error&) {
+      impl = nullptr;  // (the passes run again for these shapes, and report what is wrong)
+    }
+  }
+  if (!impl) {
+    Program p = front.program;  // constants and variables share their data
+    for (size_t i = 0; i < p.graph.nodes.size(); ++i)
+      p.graph.nodes[i].origin = static_cast<int32_t>(i);
+    impl = compile_program(std::move(p), front.device, front.options, shapes, share, folder);
+  }
   impl->source = nullptr;  // fed through the front
   const auto& nodes = impl->program.graph.nodes;
   e.front_of_placeholder.assign(nodes.size(), -1);
@@ -190,6 +208,26 @@ std::shared_ptr<ExecutableImpl> ShapeCache::compile(const ExecutableImpl& front,
     }
   }
   return impl;
+}
+
+void ShapeCache::build_template(const ExecutableImpl& front) {
+  template_tried_ = true;
+  prof::HostScope span(SpanKind::compile, "symbolic program");
+  Program p = front.program;
+  for (size_t i = 0; i < p.graph.nodes.size(); ++i)
+    p.graph.nodes[i].origin = static_cast<int32_t>(i);
+  try {
+    if (symbolize(p) != 0) return;
+    optimize_for_any_shape(p, front.options, evaluate_node_cpu);
+  } catch (const Error&) {
+    return;  // (each shape runs the passes, which report what is wrong for it)
+  }
+  if (count_unknown_dims(p) != 0) return;
+  // what folding made is shared by address, like folded_ values
+  for (const Node& n : p.graph.nodes)
+    if (n.op == OpId::Constant && n.value.storage() && !front_values_.count(n.value.data()))
+      folded_values_.insert(n.value.data());
+  template_ = std::make_shared<const Program>(std::move(p));
 }
 
 std::vector<Array> ShapeCache::fold(const ExecutableImpl& front, const Node& n,
@@ -291,6 +329,8 @@ Executable::ShapeCacheStats ShapeCache::stats() const {
   s.peak_bytes = peak_bytes_;
   s.max_entries = max_count_;
   s.max_bytes = max_bytes_;
+  s.symbolic = template_ != nullptr;
+  s.symbolic_misses = symbolic_misses_;
   return s;
 }
 

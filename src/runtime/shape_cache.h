@@ -96,10 +96,15 @@ class ShapeCache {
   // Constant folding for specializations: a node whose inputs are front constants or values
   // folded before (an autocast model's weight casts, say) folds once for all of them.
   std::vector<Array> fold(const ExecutableImpl& front, const Node& n, const std::vector<Array>& in);
+  // The symbolic program of the front, optimized once (template_; null when a dim stays unknown).
+  void build_template(const ExecutableImpl& front);
   size_t bytes_locked() const;
   void evict_locked();
 
   InputDims dims_;
+  bool template_tried_ = false;
+  std::shared_ptr<const Program> template_;
+  int64_t symbolic_misses_ = 0;
   std::shared_ptr<ArenaPool> arenas_;  // the CPU specializations' arenas
   size_t max_count_ = 0, max_bytes_ = 0;
   mutable std::mutex mu_;

@@ -1,0 +1,272 @@
+// Symbolic programs: a dynamic program's dims as expressions of its inputs' dims, and the
+// concrete program of one set of feed shapes made from it without running the passes again.
+#include <fmt/format.h>
+
+#include <array>
+#include <map>
+#include <optional>
+
+#include "core/dim_specs.h"
+#include "core/errors.h"
+#include "core/op_registry.h"
+#include "core/sym_dim.h"
+#include "ops/transform_util.h"
+#include "passes/program.h"
+
+namespace kiln {
+
+using detail::Node;
+
+namespace {
+
+// The values of a small integer vector computed from shapes (shape_of and the integer ops on
+// it), one symbolic dim or integer each. A negative integer is a literal (-1 in a reshape's
+// target); nothing unknown is ever tracked.
+using Values = std::optional<std::vector<int64_t>>;
+constexpr int64_t kMaxTracked = 64;
+
+bool symbolic_or_size(int64_t d) { return d >= 0 || sym::is_symbolic(d); }
+
+Values constant_values(const Node& n) {
+  const Array& v = n.value;
+  if (!v.storage() || !is_integer(v.dtype()) || v.rank() > 1 || v.numel() > kMaxTracked)
+    return std::nullopt;
+  return v.astype(i64).to_vector<int64_t>();
+}
+
+// a op b elementwise (one side may hold one value); nullopt where a result is not a dim.
+Values arithmetic(OpId op, const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+  if (a.size() != b.size() && a.size() != 1 && b.size() != 1) return std::nullopt;
+  std::vector<int64_t> r(std::max(a.size(), b.size()));
+  for (size_t i = 0; i < r.size(); ++i) {
+    const int64_t x = a[a.size() == 1 ? 0 : i], y = b[b.size() == 1 ? 0 : i];
+    if (!symbolic_or_size(x) || !symbolic_or_size(y)) return std::nullopt;
+    switch (op) {
+      case OpId::Add:
+        r[i] = sym::add(x, y);
+        break;
+      case OpId::Sub:
+        r[i] = sym::sub(x, y);
+        break;
+      case OpId::Mul:
+        r[i] = sym::mul(x, y);
+        break;
+      case OpId::Div:
+        r[i] = y > 0 ? sym::floordiv(x, y) : kDynamic;
+        break;
+      case OpId::Maximum:
+        r[i] = sym::max(x, y);
+        break;
+      case OpId::Minimum:
+        r[i] = sym::min(x, y);
+        break;
+      default:
+        return std::nullopt;
+    }
+    if (!symbolic_or_size(r[i])) return std::nullopt;
+  }
+  return r;
+}
+
+// The values node n computes from its inputs' values (and shapes), when they are tracked.
+Values track(const Node& n, const std::vector<const Values*>& in,
+             const std::vector<TensorInfo>& info) {
+  const TensorInfo& out = n.outputs[0];
+  if (n.outputs.size() != 1 || !is_integer(out.dtype) || out.shape.size() > 1 ||
+      numel(out.shape) < 0 || numel(out.shape) > kMaxTracked)
+    return std::nullopt;
+  auto all = [&] {
+    for (const Values* v : in)
+      if (!*v) return false;
+    return true;
+  };
+  switch (n.op) {
+    case OpId::ShapeOf: {
+      for (int64_t d : info[0].shape)
+        if (!symbolic_or_size(d)) return std::nullopt;
+      return info[0].shape;
+    }
+    case OpId::Cast:
+    case OpId::Reshape:
+      if (n.attrs.b("from_values", false) || !*in[0]) return std::nullopt;
+      return *in[0];
+    case OpId::Gather: {
+      if (in.size() != 2 || !all() || info[0].shape.size() != 1 ||
+          normalize_axis(n.attrs.i("axis", 0), 1) != 0)
+        return std::nullopt;
+      const auto& v = **in[0];
+      std::vector<int64_t> r;
+      for (int64_t k : **in[1]) {
+        if (k < 0) k += static_cast<int64_t>(v.size());
+        if (k < 0 || k >= static_cast<int64_t>(v.size())) return std::nullopt;
+        r.push_back(v[k]);
+      }
+      return r;
+    }
+    case OpId::Concat: {
+      if (!all() || info[0].shape.size() != 1) return std::nullopt;
+      std::vector<int64_t> r;
+      for (const Values* v : in) r.insert(r.end(), (*v)->begin(), (*v)->end());
+      return r;
+    }
+    case OpId::Slice: {
+      if (n.attrs.b("from_values", false) || !*in[0] || info[0].shape.size() != 1)
+        return std::nullopt;
+      const auto& v = **in[0];
+      const auto s = transform::slice_dim(static_cast<int64_t>(v.size()), n.attrs.ints("starts")[0],
+                                          n.attrs.ints("stops")[0], n.attrs.ints("steps")[0]);
+      std::vector<int64_t> r;
+      for (int64_t k = 0; k < s.count; ++k) r.push_back(v[s.start + k * n.attrs.ints("steps")[0]]);
+      return r;
+    }
+    case OpId::Add:
+    case OpId::Sub:
+    case OpId::Mul:
+    case OpId::Div:
+    case OpId::Maximum:
+    case OpId::Minimum:
+      if (in.size() != 2 || !all()) return std::nullopt;
+      return arithmetic(n.op, **in[0], **in[1]);
+    default:
+      return std::nullopt;
+  }
+}
+
+// Ops whose inference takes symbolic dims in the attributes they take from values: their values
+// are written in (what specialize_shapes writes once they are numbers).
+bool takes_symbolic_values(OpId op) {
+  return op == OpId::Reshape || op == OpId::BroadcastTo || op == OpId::Full;
+}
+
+bool write_symbolic_values(Node& n, const std::vector<Values>& values) {
+  const auto& keys = op_def(n.op).value_attrs;
+  const size_t first = n.inputs.size() - keys.size();
+  for (size_t k = 0; k < keys.size(); ++k)
+    if (!values[n.inputs[first + k].node]) return false;
+  for (size_t k = 0; k < keys.size(); ++k) n.attrs.set(keys[k], *values[n.inputs[first + k].node]);
+  n.inputs.resize(first);
+  n.attrs.set("from_values", false);
+  return true;
+}
+
+// An arange from 0-d values start, stop, step: its length when start and step are sizes.
+int64_t arange_length(const Node& n, const std::vector<Values>& values) {
+  const size_t first = n.inputs.size() - 3;
+  std::array<int64_t, 3> v{};
+  for (size_t k = 0; k < 3; ++k) {
+    const Values& x = values[n.inputs[first + k].node];
+    if (!x || x->size() != 1 || !symbolic_or_size((*x)[0])) return kDynamic;
+    v[k] = (*x)[0];
+  }
+  if (v[0] < 0 || v[2] <= 0) return kDynamic;
+  return sym::ceildiv(sym::sub(v[1], v[0]), v[2]);
+}
+
+std::string symbol_name(const Program& p, const Node& n, size_t dim, const std::string& given) {
+  if (!given.empty()) return given;
+  int same = 0;
+  for (const Node& m : p.graph.nodes) same += m.op == OpId::Placeholder && m.name == n.name;
+  if (!n.name.empty() && same == 1) return fmt::format("{}.{}", n.name, dim);
+  return fmt::format("{}%{}.{}", n.name, n.origin, dim);
+}
+
+}  // namespace
+
+size_t symbolize(Program& p) {
+  auto& nodes = p.graph.nodes;
+  std::vector<Values> values(nodes.size());
+  size_t unknown = 0;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    Node& n = nodes[i];
+    if (n.op == OpId::Placeholder) {
+      Shape& s = n.outputs[0].shape;
+      const auto names = detail::dim_attrs(n.attrs, s.size()).names;
+      for (size_t d = 0; d < s.size(); ++d)
+        if (s[d] < 0) s[d] = sym::symbol(symbol_name(p, n, d, d < names.size() ? names[d] : ""));
+      continue;
+    }
+    if (n.op == OpId::Constant) {
+      values[i] = constant_values(n);
+      continue;
+    }
+    if (n.op == OpId::Variable) continue;
+    const bool valued = n.attrs.b("from_values", false);
+    if (valued && takes_symbolic_values(n.op)) write_symbolic_values(n, values);
+    std::vector<TensorInfo> in;
+    std::vector<const Values*> in_values;
+    for (auto v : n.inputs) {
+      in.push_back(p.graph.info(v));
+      in_values.push_back(&values[v.node]);
+    }
+    InferContext ctx{n.op, n.attrs, in};
+    n.outputs = infer_node(ctx);
+    if (n.op == OpId::Arange && n.attrs.b("from_values", false))
+      n.outputs[0].shape[0] = arange_length(n, values);
+    if (!n.outputs.empty()) values[i] = track(n, in_values, in);
+    for (const TensorInfo& o : n.outputs)
+      for (int64_t d : o.shape) unknown += !symbolic_or_size(d);
+  }
+  return unknown;
+}
+
+size_t count_unknown_dims(const Program& p) {
+  size_t unknown = 0;
+  for (const Node& n : p.graph.nodes)
+    for (const TensorInfo& o : n.outputs)
+      for (int64_t d : o.shape) unknown += !symbolic_or_size(d);
+  return unknown;
+}
+
+Program instantiate(const Program& symbolic, const std::vector<std::pair<int32_t, Shape>>& shapes,
+                    const NodeEvaluator* eval) {
+  // each placeholder dim's symbol takes the feed's size
+  std::map<std::string, int64_t> sizes;
+  std::map<int64_t, int64_t> by_code;
+  for (const Node& n : symbolic.graph.nodes) {
+    if (n.op != OpId::Placeholder) continue;
+    for (auto& [origin, shape] : shapes) {
+      if (origin != n.origin || shape.size() != n.outputs[0].shape.size()) continue;
+      for (size_t d = 0; d < shape.size(); ++d)
+        if (sym::is_symbolic(n.outputs[0].shape[d])) by_code[n.outputs[0].shape[d]] = shape[d];
+    }
+  }
+  for (auto& [code, size] : by_code) sizes[sym::str(code)] = size;
+  auto value = [&](const std::string& name) {
+    auto it = sizes.find(name);
+    return it == sizes.end() ? kDynamic : it->second;
+  };
+  auto concrete = [&](int64_t d) { return d >= 0 ? d : sym::evaluate(d, value); };
+  Program p = symbolic;
+  for (Node& n : p.graph.nodes) {
+    if (n.op == OpId::Placeholder) continue;
+    for (const auto& [key, v] : n.attrs.items()) {
+      const auto* ints = std::get_if<std::vector<int64_t>>(&v);
+      bool any = false;
+      for (size_t k = 0; ints && !any && k < ints->size(); ++k) any = sym::is_symbolic((*ints)[k]);
+      if (!any) continue;
+      std::vector<int64_t> r = *ints;
+      for (int64_t& d : r)
+        if (sym::is_symbolic(d)) d = concrete(d);
+      n.attrs.set(key, r);
+    }
+  }
+  specialize_shapes(p, shapes, /*allow_dynamic=*/false, eval);
+  // what the passes assumed of the symbolic dims holds for these sizes
+  for (size_t i = 0; i < p.graph.nodes.size(); ++i) {
+    const auto &want = symbolic.graph.nodes[i].outputs, &got = p.graph.nodes[i].outputs;
+    bool same = want.size() == got.size();
+    for (size_t k = 0; same && k < want.size(); ++k) {
+      same = want[k].shape.size() == got[k].shape.size();
+      for (size_t d = 0; same && d < got[k].shape.size(); ++d)
+        same = concrete(want[k].shape[d]) == got[k].shape[d];
+    }
+    if (!same)
+      fail<ShapeError>(
+          "[specialize] node %{} ({}) has shape {} for these feeds, where its "
+          "symbolic shape is {}",
+          i, op_name(p.graph.nodes[i].op), str(got.at(0).shape), sym::str(want.at(0).shape));
+  }
+  return p;
+}
+
+}  // namespace kiln
