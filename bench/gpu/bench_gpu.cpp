@@ -454,7 +454,7 @@ void bert_dynamic_sweep(const Options& o, const std::string& name) {
       cs.max_bytes >> 20,
       cs.symbolic
           ? fmt::format("once on the symbolic program ({} misses from it)", cs.symbolic_misses)
-          : std::string("again for each shape (a dim stays unknown)"));
+          : "again for each shape: " + cs.not_symbolic);
   double worst = 0;
   for (auto [b, l] : {std::pair<int64_t, int64_t>{1, 16}, {8, 128}, {32, 512}}) {
     const auto inputs = inputs_of(b, l);

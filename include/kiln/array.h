@@ -69,6 +69,11 @@ class Array {
   Array reshape(const Shape& shape) const;
   /// A deep copy.
   Array copy() const;
+  /// A view of the first `n` entries of the first dim (no copy).
+  Array first_rows(int64_t n) const;
+  /// A copy in `shape` (the same rank, no dim smaller): this array at the start of every dim,
+  /// zeros after it (complete on return).
+  Array padded(const Shape& shape) const;
   /// A new array of the rows `rows` of the first dim, in that order (batching on the host).
   /// Throws ValueError for an index out of range.
   Array take_rows(const std::vector<int64_t>& rows) const;

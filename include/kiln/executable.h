@@ -136,6 +136,7 @@ class Executable {
     /// miss runs every pass: some dim of the program stays unknown without its values).
     bool symbolic = false;
     int64_t symbolic_misses = 0;  // misses specialized from it
+    std::string not_symbolic;     // when not symbolic: the first dim left unknown, or the error
   };
   ShapeCacheStats shape_cache() const;
   /// Names of the placeholders the executable reads, with their compiled shapes (-1 for a

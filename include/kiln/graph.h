@@ -71,6 +71,12 @@ struct DimSpec {
   /// The sizes a feed may have: min <= size <= max (max -1: no upper bound).
   int64_t min = 0;
   int64_t max = -1;
+  /// Batch buckets: ascending sizes this dim is rounded up to. A feed of size n runs the
+  /// specialization of the smallest bucket >= n (one compile and one CUDA graph for all the sizes
+  /// up to it): its inputs are padded with zeros along the dim and the outputs whose first dim is
+  /// this dim come back cut to n rows (views). Only for dims along which rows do not mix, a
+  /// batch; sizes above the last bucket run at their own size. Every dim sharing the name pads.
+  std::vector<int64_t> buckets = {};
 };
 
 /// Placeholder shapes to specialize at compile time.

@@ -5,8 +5,9 @@ namespace kiln::py {
 
 namespace {
 // A placeholder's shape from ints, None (dynamic) and names (dynamic, named), and its DimSpecs
-// with the ranges {name or axis: (min, max)}.
-std::pair<Shape, std::vector<DimSpec>> placeholder_dims(nb::handle shape, nb::handle ranges) {
+// with the ranges {name or axis: (min, max)} and buckets {name or axis: [sizes]}.
+std::pair<Shape, std::vector<DimSpec>> placeholder_dims(nb::handle shape, nb::handle ranges,
+                                                        nb::handle buckets) {
   std::vector<DimSpec> specs;
   Shape s;
   bool named = false;
@@ -25,6 +26,28 @@ std::pair<Shape, std::vector<DimSpec>> placeholder_dims(nb::handle shape, nb::ha
       }
     }
   }
+  // the spec of a dim given by name or axis (added for an axis without one)
+  auto spec_of = [&](nb::handle k, const char* what) -> DimSpec& {
+    if (nb::isinstance<nb::str>(k)) {
+      const std::string nm = nb::cast<std::string>(k);
+      for (DimSpec& d : specs)
+        if (d.name == nm) return d;
+      throw nb::value_error((std::string(what) + " names '" + nm + "', which no dim has").c_str());
+    }
+    const int axis = nb::cast<int>(k);
+    for (DimSpec& d : specs)
+      if (d.axis == axis) return d;
+    specs.push_back({axis, ""});
+    return specs.back();
+  };
+  if (!buckets.is_none())
+    for (auto [k, v] : as_dict(buckets, "buckets")) {
+      if (!nb::isinstance<nb::list>(v) && !nb::isinstance<nb::tuple>(v))
+        throw nb::type_error("buckets' values must be lists of sizes");
+      std::vector<int64_t> sizes;
+      for (nb::handle b : v) sizes.push_back(nb::cast<int64_t>(b));
+      spec_of(k, "buckets").buckets = sizes;
+    }
   if (ranges.is_none()) return {s, specs};
   for (auto [k, v] : as_dict(ranges, "ranges")) {
     if (!nb::isinstance<nb::tuple>(v) && !nb::isinstance<nb::list>(v))
@@ -234,17 +257,21 @@ void bind_graph(nb::module_& m) {
       .def(nb::init<>())
       .def(
           "placeholder",
-          [](Graph& g, nb::handle shape, DType dtype, const std::string& name, nb::handle ranges) {
-            auto [s, specs] = placeholder_dims(shape, ranges);
+          [](Graph& g, nb::handle shape, DType dtype, const std::string& name, nb::handle ranges,
+             nb::handle buckets) {
+            auto [s, specs] = placeholder_dims(shape, ranges, buckets);
             return g.placeholder(s, dtype, name, specs);
           },
           nb::arg("shape"), nb::arg("dtype") = f32, nb::arg("name") = "",
-          nb::arg("ranges") = nb::none(), nb::keep_alive<0, 1>(),
+          nb::arg("ranges") = nb::none(), nb::arg("buckets") = nb::none(), nb::keep_alive<0, 1>(),
           "A graph input. Dims of -1 or None are dynamic, and so are dims given as names "
           "(`[\"batch\", \"seq\"]`): dims that share a name have one size in a run. A feed "
           "shape given to compile fixes dynamic dims; those left dynamic take any size at run "
           "time (the executable specializes itself per shape). `ranges` bounds dynamic dims: "
-          "{name or axis: (min, max)}, max None for no bound.")
+          "{name or axis: (min, max)}, max None for no bound. `buckets` rounds dynamic dims up: "
+          "{name or axis: [sizes]}; a feed runs as the smallest bucket at least its size, padded "
+          "with zeros, and outputs whose first dim is that dim come back cut to its size (for "
+          "batch dims, along which rows do not mix).")
       .def(
           "constant",
           [](Graph& g, nb::handle value, const std::string& name) {

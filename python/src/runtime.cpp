@@ -257,6 +257,7 @@ void bind_runtime(nb::module_& m) {
             d["max_bytes"] = c.max_bytes;
             d["symbolic"] = c.symbolic;
             d["symbolic_misses"] = c.symbolic_misses;
+            d["not_symbolic"] = c.not_symbolic;
             return d;
           },
           "The specialization cache of a dynamic executable: hits, misses, evictions, entries, "

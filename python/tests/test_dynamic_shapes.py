@@ -50,6 +50,28 @@ def test_named_dims_and_ranges(rng):
         g.placeholder(["n"], kiln.f32, "z", ranges={"m": (1, 2)})
 
 
+def test_batch_buckets_and_symbolic_passes(rng):
+    g, x, w, b, _ = dense(rng)
+    g = kiln.Graph()
+    x = g.placeholder(["batch", 12], kiln.f32, "x", buckets={"batch": [4, 16]})
+    y = kiln.relu(kiln.matmul(x, g.constant(w)) + g.constant(b))
+    exe = g.compile([y])
+    for n in (3, 1, 4, 9, 16, 17):
+        xv = rng.standard_normal((n, 12)).astype(np.float32)
+        want = np.maximum(xv.astype(np.float64) @ w + b, 0)
+        got = exe.run({x: xv})[0].numpy()
+        assert got.shape == (n, 5)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    c = exe.shape_cache()
+    # buckets 4 and 16, and 17 at its own size; the passes ran once, on the symbolic program
+    assert (c["misses"], c["hits"]) == (3, 3)
+    assert c["symbolic"] and c["symbolic_misses"] == 3
+    with pytest.raises(ValueError, match="no dim has"):
+        g.placeholder(["n"], kiln.f32, "z", buckets={"m": [2]})
+    with pytest.raises(kiln.ShapeError, match="must ascend"):
+        g.placeholder([None], kiln.f32, "z", buckets={0: [4, 2]})
+
+
 def test_cache_bounds(rng):
     g, x, w, b, y = dense(rng)
     opts = kiln.CompileOptions()

@@ -216,6 +216,62 @@ Array Array::reshape(const Shape& shape) const {
   return a;
 }
 
+Array Array::first_rows(int64_t n) const {
+  if (shape_.empty() || n < 0 || n > shape_[0])
+    fail<ShapeError>("[Array] no first {} rows in shape {}", n, str(shape_));
+  Array a = *this;
+  a.shape_[0] = n;
+  return a;
+}
+
+Array Array::padded(const Shape& shape) const {
+  const size_t r = shape_.size();
+  bool ok = shape.size() == r;
+  size_t last = 0;  // the last dim that grows
+  for (size_t d = 0; ok && d < r; ++d) {
+    ok = shape[d] >= shape_[d];
+    if (shape[d] > shape_[d]) last = d;
+  }
+  if (!ok) fail<ShapeError>("[Array] cannot pad shape {} to {}", str(shape_), str(shape));
+  const bool host = device().kind == Device::Kind::cpu;
+  Array out = host ? zeros(shape, dtype_) : empty(shape, dtype_, device());
+  if (numel() == 0 || shape == shape_) {
+    if (!host && out.nbytes()) {
+      DeviceBackend* b = backend_of(device());
+      b->memset_async(device().index, out.data(), 0, out.nbytes(), nullptr);
+      if (numel())
+        b->copy_async(device().index, out.data(), false, data(), false, nbytes(), nullptr);
+      b->synchronize(device().index, nullptr);
+    }
+    return out;
+  }
+  // runs: contiguous blocks of dims last.. of this array, one per index of the dims before
+  const size_t es = size_of(dtype_);
+  int64_t run = 1, runs = 1;
+  for (size_t d = last; d < r; ++d) run *= shape_[d];  // (no dim after `last` grows)
+  for (size_t d = 0; d < last; ++d) runs *= shape_[d];
+  DeviceBackend* b = host ? nullptr : backend_of(device());
+  if (b) b->memset_async(device().index, out.data(), 0, out.nbytes(), nullptr);
+  const auto* src = static_cast<const char*>(data());
+  auto* dst = static_cast<char*>(out.data());
+  const int64_t dst_run = run / shape_[last] * shape[last];
+  for (int64_t i = 0; i < runs; ++i) {
+    int64_t at = 0, rest = i, step = 1;  // the run's place in the padded shape
+    for (size_t d = last; d-- > 0;) {
+      at += rest % shape_[d] * step;
+      rest /= shape_[d];
+      step *= shape[d];
+    }
+    char* to = dst + static_cast<size_t>(at * dst_run) * es;
+    const char* from = src + static_cast<size_t>(i * run) * es;
+    if (b)
+      b->copy_async(device().index, to, false, from, false, static_cast<size_t>(run) * es, nullptr);
+    else std::memcpy(to, from, static_cast<size_t>(run) * es);
+  }
+  if (b) b->synchronize(device().index, nullptr);
+  return out;
+}
+
 Array Array::copy() const {
   if (device().kind == Device::Kind::cpu) return from_data(data(), shape_, dtype_);
   Array out = empty(shape_, dtype_, device());

@@ -117,6 +117,7 @@ Tensor Graph::placeholder(const Shape& shape, DType dtype, const std::string& na
   std::vector<std::string> names(shape.size());
   std::vector<int64_t> mins(shape.size(), 0), maxs(shape.size(), -1);
   std::vector<char> given(shape.size(), 0);
+  std::vector<std::vector<int64_t>> buckets(shape.size());
   for (const DimSpec& d : dims) {
     const int axis = normalize_axis(d.axis, rank);
     if (axis < 0)
@@ -133,12 +134,23 @@ Tensor Graph::placeholder(const Shape& shape, DType dtype, const std::string& na
                        n.name, axis, d.min, d.max);
     if (d.name.find('\n') != std::string::npos)
       fail<ShapeError>("[placeholder] '{}': a dim name cannot hold a line break", n.name);
+    for (size_t k = 0; k < d.buckets.size(); ++k)
+      if (d.buckets[k] < std::max<int64_t>(d.min, 1) || (d.max >= 0 && d.buckets[k] > d.max) ||
+          (k && d.buckets[k] <= d.buckets[k - 1]))
+        fail<ShapeError>(
+            "[placeholder] '{}': dim {} has buckets ({}), which must ascend within its "
+            "range [{}, {}] and be at least 1",
+            n.name, axis, fmt::join(d.buckets, ", "), d.min, d.max);
     given[axis] = 1;
+    buckets[axis] = d.buckets;
     names[axis] = d.name;
     mins[axis] = d.min;
     maxs[axis] = d.max;
   }
-  detail::set_dim_attrs(n.attrs, {names, mins, maxs});
+  detail::DimAttrs attrs{names, mins, maxs};
+  if (std::any_of(buckets.begin(), buckets.end(), [](auto& b) { return !b.empty(); }))
+    attrs.buckets = buckets;
+  detail::set_dim_attrs(n.attrs, attrs);
   return t;
 }
 
@@ -165,6 +177,24 @@ DimAttrs dim_attrs(const Attrs& a, size_t rank) {
   if (d.names.size() != rank || d.mins.size() != rank || d.maxs.size() != rank)
     fail<ShapeError>("[placeholder] its dim names and ranges are not one per dim of its {} dims",
                      rank);
+  if (a.has(kDimBucketCounts)) {
+    const auto &counts = a.ints(kDimBucketCounts), &all = a.ints(kDimBuckets);
+    size_t at = 0;
+    bool ok = counts.size() == rank;
+    for (size_t i = 0; ok && i < rank; ++i) {
+      ok = counts[i] >= 0 && at + static_cast<size_t>(counts[i]) <= all.size();
+      if (!ok) break;
+      d.buckets.emplace_back(all.begin() + at, all.begin() + at + counts[i]);
+      at += static_cast<size_t>(counts[i]);
+      for (size_t k = 0; ok && k < d.buckets[i].size(); ++k)
+        ok = d.buckets[i][k] >= 1 && (k == 0 || d.buckets[i][k] > d.buckets[i][k - 1]);
+    }
+    if (!ok || at != all.size())
+      fail<ShapeError>(
+          "[placeholder] its dim buckets are not ascending lists, one per dim of its "
+          "{} dims",
+          rank);
+  }
   return d;
 }
 
@@ -172,14 +202,23 @@ void set_dim_attrs(Attrs& a, const DimAttrs& d) {
   std::string joined;
   for (size_t i = 0; i < d.names.size(); ++i) joined += (i ? "\n" : "") + d.names[i];
   a.set(kDimNames, joined).set(kDimMin, d.mins).set(kDimMax, d.maxs);
+  if (d.buckets.empty()) return;
+  std::vector<int64_t> counts, all;
+  for (const auto& b : d.buckets) {
+    counts.push_back(static_cast<int64_t>(b.size()));
+    all.insert(all.end(), b.begin(), b.end());
+  }
+  a.set(kDimBucketCounts, counts).set(kDimBuckets, all);
 }
 
 std::vector<DimSpec> dim_specs(const Attrs& a, size_t rank) {
   const DimAttrs d = dim_attrs(a, rank);
   std::vector<DimSpec> r;
   for (size_t axis = 0; axis < rank; ++axis)
-    if (!d.names[axis].empty() || d.mins[axis] != 0 || d.maxs[axis] >= 0)
-      r.push_back({static_cast<int>(axis), d.names[axis], d.mins[axis], d.maxs[axis]});
+    if (!d.names[axis].empty() || d.mins[axis] != 0 || d.maxs[axis] >= 0 ||
+        (!d.buckets.empty() && !d.buckets[axis].empty()))
+      r.push_back({static_cast<int>(axis), d.names[axis], d.mins[axis], d.maxs[axis],
+                   d.buckets.empty() ? std::vector<int64_t>{} : d.buckets[axis]});
   return r;
 }
 }  // namespace detail

@@ -243,6 +243,34 @@ int64_t evaluate(int64_t d, const std::function<int64_t(const std::string&)>& va
   return kDynamic;
 }
 
+int64_t choose(int64_t d, const std::function<int64_t(const std::string&)>& value) {
+  if (!is_symbolic(d)) return d;
+  const Expr e = expr(d);  // (a copy: interning below may grow the table)
+  switch (e.kind) {
+    case Kind::symbol:
+      return d;
+    case Kind::min:
+    case Kind::max: {
+      const int64_t a = evaluate(e.a, value), b = evaluate(e.b, value);
+      if (a < 0 || b < 0) return d;
+      const bool take_a =
+          a == b ? is_symbolic(e.a) || !is_symbolic(e.b) : (e.kind == Kind::min) == (a < b);
+      return choose(take_a ? e.a : e.b, value);
+    }
+    case Kind::add:
+      return add(choose(e.a, value), choose(e.b, value));
+    case Kind::sub:
+      return sub(choose(e.a, value), choose(e.b, value));
+    case Kind::mul:
+      return mul(choose(e.a, value), choose(e.b, value));
+    case Kind::floordiv:
+      return floordiv(choose(e.a, value), choose(e.b, value));
+    case Kind::ceildiv:
+      return ceildiv(choose(e.a, value), choose(e.b, value));
+  }
+  return d;
+}
+
 std::string str(int64_t d) { return text(d, false); }
 
 std::string str(const Shape& s) {

@@ -39,6 +39,10 @@ int64_t product(const Shape& s, size_t begin = 0, size_t end = SIZE_MAX);
 /// The size of d when each symbol takes value(name) (-1 for a name without a value); -1 when d
 /// is unknown or an operand is.
 int64_t evaluate(int64_t d, const std::function<int64_t(const std::string&)>& value);
+/// d with each min and max replaced by the operand that is chosen when each symbol takes
+/// value(name) (on a tie, a symbolic operand): the dims of the shapes seen first, where a program
+/// that assumed them checks every shape against them (passes/program.h instantiate).
+int64_t choose(int64_t d, const std::function<int64_t(const std::string&)>& value);
 /// "batch*seq", "7", "?".
 std::string str(int64_t d);
 /// "(batch, seq*12, 64)".

@@ -188,14 +188,17 @@ std::vector<TensorInfo> infer_concat(const InferContext& ctx) {
 int64_t symbolic_slice_count(int64_t n, int64_t start, int64_t stop, int64_t step) {
   constexpr int64_t kEnd = int64_t{1} << 62;
   const int64_t s = step > 0 ? step : -step;
+  // a symbolic start or stop is a dim computed from shapes: at least 0
   if (step > 0) {
     if (start == 0 && step == 1 && stop >= kEnd) return n;
-    auto at = [&](int64_t i) { return i >= kEnd ? n : i >= 0 ? sym::min(i, n) : sym::sub(n, -i); };
+    auto at = [&](int64_t i) {
+      return i >= kEnd ? n : i >= 0 || sym::is_symbolic(i) ? sym::min(i, n) : sym::sub(n, -i);
+    };
     return sym::ceildiv(sym::sub(at(stop), at(start)), s);
   }
   const int64_t last = sym::sub(n, 1);
   auto at = [&](int64_t i) {
-    return i >= kEnd ? last : i >= 0 ? sym::min(i, last) : sym::sub(n, -i);
+    return i >= kEnd ? last : i >= 0 || sym::is_symbolic(i) ? sym::min(i, last) : sym::sub(n, -i);
   };
   if (stop <= -kEnd) return sym::ceildiv(sym::add(at(start), 1), s);  // down to the first
   return sym::ceildiv(sym::sub(at(start), at(stop)), s);
@@ -215,8 +218,9 @@ std::vector<TensorInfo> infer_slice(const InferContext& ctx) {
   KILN_ASSERT(starts.size() == in.size() && stops.size() == in.size() && steps.size() == in.size());
   Shape out = in;
   for (size_t d = 0; d < in.size(); ++d)
-    out[d] = in[d] >= 0 ? transform::slice_dim(in[d], starts[d], stops[d], steps[d]).count
-                        : symbolic_slice_count(in[d], starts[d], stops[d], steps[d]);
+    out[d] = in[d] >= 0 && !sym::is_symbolic(starts[d]) && !sym::is_symbolic(stops[d])
+                 ? transform::slice_dim(in[d], starts[d], stops[d], steps[d]).count
+                 : symbolic_slice_count(in[d], starts[d], stops[d], steps[d]);
   return {{out, ctx.inputs[0].dtype}};
 }
 

@@ -199,7 +199,8 @@ void verify_program(const Program& p, const std::string& after_pass) {
       const Shape &a = inferred[k].shape, &b = n.outputs[k].shape;
       same = inferred[k].dtype == n.outputs[k].dtype && a.size() == b.size();
       for (size_t d = 0; same && d < a.size(); ++d)
-        same = a[d] == b[d] || (a[d] == kDynamic && sym::is_symbolic(b[d]));
+        same = a[d] == b[d] || ((a[d] == kDynamic || sym::is_symbolic(a[d])) &&
+                                sym::is_symbolic(b[d]));  // (instantiate checks these)
     }
     if (!same)
       fail<Error>("[verify] after {}: node %{} ({}) has stale shapes", after_pass, i,

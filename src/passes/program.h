@@ -40,15 +40,24 @@ bool specialize_shapes(Program& p, const std::vector<std::pair<int32_t, Shape>>&
 /// dynamic dim becomes the symbol of its name ("batch") or of its place ("input_ids.1"), every
 /// node is inferred again, and shape arithmetic (shape_of and the integer ops on its values) is
 /// followed into the reshape, broadcast and full nodes that take their shape from it, whose
-/// attributes then hold the symbolic dims. Returns how many output dims stay unknown.
-size_t symbolize(Program& p);
-/// How many output dims of p's nodes are unknown (neither sizes nor symbolic).
-size_t count_unknown_dims(const Program& p);
-/// The concrete program of a symbolic one for the feed shapes (placeholders by origin): every
+/// attributes then hold the symbolic dims. With `seen` (feed shapes by placeholder origin), each
+/// min and max of dims is resolved as those shapes resolve it (sym::choose), so that a slice of
+/// a position table to the sequence's length has the sequence's length. Returns how many output
+/// dims stay unknown.
+size_t symbolize(Program& p, const std::vector<std::pair<int32_t, Shape>>* seen = nullptr);
+/// The first node of p with an unknown output dim (neither a size nor symbolic), as
+/// "node %12 (slice) has shape (?, 768)"; "" when there is none.
+std::string first_unknown_dim(const Program& p);
+/// The symbolic shapes of a symbolic program's placeholders, by origin (taken before passes drop
+/// a placeholder read only for its shape).
+std::vector<std::pair<int32_t, Shape>> symbolic_inputs(const Program& p);
+/// The concrete program of a symbolic one for the feed shapes (placeholders by origin; `inputs`
+/// from symbolic_inputs gives each symbol's placeholder dim): every
 /// symbolic dim of attributes and infos evaluated, shapes specialized (specialize_shapes with
 /// `eval`). Throws ShapeError when a node's inferred shape differs from its symbolic shape's
 /// value (a pass assumed of the dims what these sizes do not hold).
-Program instantiate(const Program& symbolic, const std::vector<std::pair<int32_t, Shape>>& shapes,
+Program instantiate(const Program& symbolic, const std::vector<std::pair<int32_t, Shape>>& inputs,
+                    const std::vector<std::pair<int32_t, Shape>>& shapes,
                     const NodeEvaluator* eval);
 /// Checks topological order, input references and inferred infos; throws on a broken program.
 void verify_program(const Program& p, const std::string& after_pass);

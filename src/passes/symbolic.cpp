@@ -135,7 +135,7 @@ Values track(const Node& n, const std::vector<const Values*>& in,
 // Ops whose inference takes symbolic dims in the attributes they take from values: their values
 // are written in (what specialize_shapes writes once they are numbers).
 bool takes_symbolic_values(OpId op) {
-  return op == OpId::Reshape || op == OpId::BroadcastTo || op == OpId::Full;
+  return op == OpId::Reshape || op == OpId::BroadcastTo || op == OpId::Full || op == OpId::Slice;
 }
 
 bool write_symbolic_values(Node& n, const std::vector<Values>& values) {
@@ -172,17 +172,27 @@ std::string symbol_name(const Program& p, const Node& n, size_t dim, const std::
 
 }  // namespace
 
-size_t symbolize(Program& p) {
+size_t symbolize(Program& p, const std::vector<std::pair<int32_t, Shape>>* seen) {
   auto& nodes = p.graph.nodes;
   std::vector<Values> values(nodes.size());
   size_t unknown = 0;
+  std::map<std::string, int64_t> sizes;  // each symbol's size in `seen`
+  auto value = [&](const std::string& name) {
+    auto it = sizes.find(name);
+    return it == sizes.end() ? kDynamic : it->second;
+  };
+  auto resolve = [&](int64_t d) { return sizes.empty() ? d : sym::choose(d, value); };
   for (size_t i = 0; i < nodes.size(); ++i) {
     Node& n = nodes[i];
     if (n.op == OpId::Placeholder) {
       Shape& s = n.outputs[0].shape;
       const auto names = detail::dim_attrs(n.attrs, s.size()).names;
-      for (size_t d = 0; d < s.size(); ++d)
-        if (s[d] < 0) s[d] = sym::symbol(symbol_name(p, n, d, d < names.size() ? names[d] : ""));
+      for (size_t d = 0; d < s.size(); ++d) {
+        if (s[d] >= 0) continue;
+        s[d] = sym::symbol(symbol_name(p, n, d, d < names.size() ? names[d] : ""));
+        for (auto& [origin, shape] : seen ? *seen : std::vector<std::pair<int32_t, Shape>>{})
+          if (origin == n.origin && shape.size() == s.size()) sizes[sym::str(s[d])] = shape[d];
+      }
       continue;
     }
     if (n.op == OpId::Constant) {
@@ -202,34 +212,48 @@ size_t symbolize(Program& p) {
     n.outputs = infer_node(ctx);
     if (n.op == OpId::Arange && n.attrs.b("from_values", false))
       n.outputs[0].shape[0] = arange_length(n, values);
+    for (TensorInfo& o : n.outputs)
+      for (int64_t& d : o.shape) d = resolve(d);
     if (!n.outputs.empty()) values[i] = track(n, in_values, in);
+    if (values[i])
+      for (int64_t& v : *values[i]) v = resolve(v);
     for (const TensorInfo& o : n.outputs)
       for (int64_t d : o.shape) unknown += !symbolic_or_size(d);
   }
   return unknown;
 }
 
-size_t count_unknown_dims(const Program& p) {
-  size_t unknown = 0;
-  for (const Node& n : p.graph.nodes)
-    for (const TensorInfo& o : n.outputs)
-      for (int64_t d : o.shape) unknown += !symbolic_or_size(d);
-  return unknown;
+std::string first_unknown_dim(const Program& p) {
+  for (size_t i = 0; i < p.graph.nodes.size(); ++i)
+    for (const TensorInfo& o : p.graph.nodes[i].outputs)
+      for (int64_t d : o.shape)
+        if (!symbolic_or_size(d))
+          return fmt::format(
+              "node %{} ({}{}) has shape {}", i, op_name(p.graph.nodes[i].op),
+              p.graph.nodes[i].name.empty() ? "" : " '" + p.graph.nodes[i].name + "'",
+              sym::str(o.shape));
+  return {};
 }
 
-Program instantiate(const Program& symbolic, const std::vector<std::pair<int32_t, Shape>>& shapes,
+std::vector<std::pair<int32_t, Shape>> symbolic_inputs(const Program& p) {
+  std::vector<std::pair<int32_t, Shape>> r;
+  for (const Node& n : p.graph.nodes)
+    if (n.op == OpId::Placeholder) r.emplace_back(n.origin, n.outputs[0].shape);
+  return r;
+}
+
+Program instantiate(const Program& symbolic, const std::vector<std::pair<int32_t, Shape>>& inputs,
+                    const std::vector<std::pair<int32_t, Shape>>& shapes,
                     const NodeEvaluator* eval) {
   // each placeholder dim's symbol takes the feed's size
   std::map<std::string, int64_t> sizes;
   std::map<int64_t, int64_t> by_code;
-  for (const Node& n : symbolic.graph.nodes) {
-    if (n.op != OpId::Placeholder) continue;
+  for (auto& [input, dims] : inputs)
     for (auto& [origin, shape] : shapes) {
-      if (origin != n.origin || shape.size() != n.outputs[0].shape.size()) continue;
+      if (origin != input || shape.size() != dims.size()) continue;
       for (size_t d = 0; d < shape.size(); ++d)
-        if (sym::is_symbolic(n.outputs[0].shape[d])) by_code[n.outputs[0].shape[d]] = shape[d];
+        if (sym::is_symbolic(dims[d])) by_code[dims[d]] = shape[d];
     }
-  }
   for (auto& [code, size] : by_code) sizes[sym::str(code)] = size;
   auto value = [&](const std::string& name) {
     auto it = sizes.find(name);

@@ -116,14 +116,18 @@ std::vector<Array> run_bound(const std::shared_ptr<ExecutableImpl>& x,
                              const std::vector<const Array*>& feed_by_node) {
   if (!x->dynamic) return run_impl(*x, feed_by_node);
   const auto b = x->dynamic->bind(*x, feed_by_node);
-  return run_impl(*b.impl, b.feed_by_node);
+  return b.cut(run_impl(*b.impl, b.feed_by_node));
 }
 std::future<std::vector<Array>> submit_bound(const std::shared_ptr<ExecutableImpl>& x, Queue& queue,
                                              const std::vector<const Array*>& feed_by_node,
                                              ExecutionDescriptor descriptor) {
   if (!x->dynamic) return submit_async(x, queue, feed_by_node, std::move(descriptor));
-  const auto b = x->dynamic->bind(*x, feed_by_node);
-  return submit_async(b.impl, queue, b.feed_by_node, std::move(descriptor));
+  auto b = std::make_shared<detail::ShapeCache::Bound>(x->dynamic->bind(*x, feed_by_node));
+  auto run = submit_async(b->impl, queue, b->feed_by_node, std::move(descriptor));
+  if (b->cuts.empty() && b->padded.empty()) return run;
+  // (the padded feeds live until the run's outputs are taken)
+  return std::async(std::launch::deferred,
+                    [b, run = std::move(run)]() mutable { return b->cut(run.get()); });
 }
 }  // namespace
 
@@ -223,7 +227,7 @@ std::string Executable::report() const {
        << "  passes: "
        << (c.symbolic ? "once, on the symbolic program (" + std::to_string(c.symbolic_misses) +
                             " misses specialized from it)\n"
-                      : "again for each shape (a dim stays unknown without its values)\n");
+                      : "again for each shape (" + c.not_symbolic + ")\n");
     if (!c.entries) return os.str();
     os << "  the one run last: ";
   }

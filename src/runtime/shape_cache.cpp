@@ -4,12 +4,14 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <set>
 #include <sstream>
 #include <unordered_set>
 
 #include "core/device_backend.h"
 #include "core/dim_specs.h"
 #include "core/errors.h"
+#include "core/sym_dim.h"
 #include "runtime/executable_impl.h"
 #include "runtime/profiler.h"
 #include "runtime/run_kernel.h"
@@ -47,10 +49,40 @@ InputDims::InputDims(const Program& p) {
     const Shape& s = n.outputs[0].shape;
     const DimAttrs attrs = dim_attrs(n.attrs, s.size());
     in.dims.resize(s.size());
-    for (size_t d = 0; d < s.size(); ++d)
+    for (size_t d = 0; d < s.size(); ++d) {
       in.dims[d] = {s[d], attrs.names[d], attrs.mins[d], attrs.maxs[d]};
+      if (attrs.buckets.empty() || attrs.buckets[d].empty()) continue;
+      const std::string key = attrs.names[d].empty() ? fmt::format("%{}.{}", i, d) : attrs.names[d];
+      auto [it, fresh] = buckets_.try_emplace(key, attrs.buckets[d]);
+      if (!fresh && it->second != attrs.buckets[d])
+        fail<ShapeError>("[compile] the dims named '{}' have different buckets: ({}) and ({})", key,
+                         fmt::join(it->second, ", "), fmt::join(attrs.buckets[d], ", "));
+    }
     inputs_.push_back(std::move(in));
   }
+  // a dim whose name has buckets pads with them
+  for (Input& in : inputs_)
+    for (size_t d = 0; d < in.dims.size(); ++d) {
+      auto it = buckets_.find(in.dims[d].name.empty() ? fmt::format("%{}.{}", in.node, d)
+                                                      : in.dims[d].name);
+      if (it != buckets_.end()) in.dims[d].buckets = &it->second;
+    }
+}
+
+std::vector<std::pair<int32_t, Shape>> InputDims::bucketed(
+    const std::vector<const Array*>& feed_by_node) const {
+  std::vector<std::pair<int32_t, Shape>> r;
+  for (const Input& in : inputs_) {
+    Shape s = feed_by_node[in.node]->shape();
+    for (size_t d = 0; d < s.size(); ++d)
+      if (in.dims[d].buckets) {
+        const auto& b = *in.dims[d].buckets;
+        auto it = std::lower_bound(b.begin(), b.end(), s[d]);
+        if (it != b.end()) s[d] = *it;
+      }
+    r.emplace_back(in.node, std::move(s));
+  }
+  return r;
 }
 
 void InputDims::check_dim(const Input& in, size_t d, int64_t value, const char* where) const {
@@ -131,9 +163,20 @@ ShapeCache::ShapeCache(const ExecutableImpl& front)
 ShapeCache::Bound ShapeCache::bind(const ExecutableImpl& front,
                                    const std::vector<const Array*>& feed_by_node) {
   dims_.check(feed_by_node);
+  std::vector<const Array*> feeds = feed_by_node;
+  std::vector<Array> padded;
+  if (dims_.has_buckets()) {
+    auto shapes = dims_.bucketed(feed_by_node);
+    padded.reserve(shapes.size());  // (feeds point into it)
+    for (auto& [node, s] : shapes)
+      if (s != feed_by_node[node]->shape()) {
+        padded.push_back(feed_by_node[node]->padded(s));
+        feeds[node] = &padded.back();
+      }
+  }
   std::vector<Shape> key;
   key.reserve(front.placeholders.size());
-  for (int32_t ph : front.placeholders) key.push_back(feed_by_node[ph]->shape());
+  for (int32_t ph : front.placeholders) key.push_back(feeds[ph]->shape());
   std::lock_guard<std::mutex> l(mu_);
   auto it = index_.find(key);
   if (it != index_.end()) {
@@ -143,16 +186,68 @@ ShapeCache::Bound ShapeCache::bind(const ExecutableImpl& front,
     ++misses_;
     Entry e;
     e.key = key;
-    e.impl = compile(front, feed_by_node, e);
+    e.impl = compile(front, feeds, e);
     lru_.push_front(std::move(e));
     index_[key] = lru_.begin();
     evict_locked();
   }
   const Entry& e = lru_.front();
   Bound b{e.impl, std::vector<const Array*>(e.impl->program.graph.nodes.size(), nullptr)};
-  for (int32_t ph : e.impl->placeholders)
-    b.feed_by_node[ph] = feed_by_node[e.front_of_placeholder[ph]];
+  for (int32_t ph : e.impl->placeholders) b.feed_by_node[ph] = feeds[e.front_of_placeholder[ph]];
+  if (!padded.empty()) b.cuts = cuts_locked(front, feed_by_node, feeds);
+  b.padded = std::move(padded);  // (the vector's elements keep their addresses)
   return b;
+}
+
+std::vector<Array> ShapeCache::Bound::cut(std::vector<Array> outputs) const {
+  for (auto [k, rows] : cuts) outputs[k] = outputs[k].first_rows(rows);
+  return outputs;
+}
+
+std::vector<std::pair<size_t, int64_t>> ShapeCache::cuts_locked(
+    const ExecutableImpl& front, const std::vector<const Array*>& real,
+    const std::vector<const Array*>& padded) {
+  if (!template_tried_) {
+    std::vector<std::pair<int32_t, Shape>> seen;
+    for (int32_t ph : front.placeholders) seen.emplace_back(ph, padded[ph]->shape());
+    build_template(front, seen);
+  }
+  if (!template_)
+    fail<UnsupportedError>(
+        "[run] dim buckets need every dim of the program known as an expression of the "
+        "inputs' dims, and {}",
+        not_symbolic_);
+  // each placeholder dim's symbol: its size in the feeds and in the padded feeds
+  std::map<std::string, int64_t> real_size, padded_size;
+  std::set<int64_t> grown;
+  for (const auto& [origin, s] : template_inputs_)
+    for (size_t d = 0; d < s.size(); ++d) {
+      if (!sym::is_symbolic(s[d])) continue;
+      real_size[sym::str(s[d])] = real[origin]->shape()[d];
+      padded_size[sym::str(s[d])] = padded[origin]->shape()[d];
+      if (real[origin]->shape()[d] != padded[origin]->shape()[d]) grown.insert(s[d]);
+    }
+  auto in = [](const std::map<std::string, int64_t>& m) {
+    return [&m](const std::string& name) {
+      auto it = m.find(name);
+      return it == m.end() ? kDynamic : it->second;
+    };
+  };
+  std::vector<std::pair<size_t, int64_t>> cuts;
+  for (size_t k = 0; k < template_->num_returned; ++k) {
+    const Shape& s = template_->graph.info(template_->outputs[k]).shape;
+    for (size_t d = 0; d < s.size(); ++d) {
+      const int64_t want = sym::evaluate(s[d], in(real_size));
+      if (want == sym::evaluate(s[d], in(padded_size))) continue;
+      if (d != 0 || !grown.count(s[d]))
+        fail<UnsupportedError>(
+            "[run] output {} has shape {}: its dim {} depends on a padded "
+            "bucketed dim, and only a first dim that is one can be cut back",
+            k, sym::str(s), d);
+      cuts.emplace_back(k, want);
+    }
+  }
+  return cuts;
 }
 
 std::shared_ptr<ExecutableImpl> ShapeCache::compile(const ExecutableImpl& front,
@@ -169,14 +264,14 @@ std::shared_ptr<ExecutableImpl> ShapeCache::compile(const ExecutableImpl& front,
     return fold(front, n, in);
   };
   const auto share = [&](Program& q) { share_constants(front, q, e); };
-  if (!template_tried_) build_template(front);
+  if (!template_tried_) build_template(front, shapes);
   std::shared_ptr<ExecutableImpl> impl;
   if (template_) {
     try {
       Program q;
       {
         prof::HostScope phase(SpanKind::compile, "instantiate");
-        q = instantiate(*template_, shapes, &folder);
+        q = instantiate(*template_, template_inputs_, shapes, &folder);
       }
       impl = compile_optimized(std::move(q), front.device, front.options, share);
       ++symbolic_misses_;
@@ -210,19 +305,25 @@ std::shared_ptr<ExecutableImpl> ShapeCache::compile(const ExecutableImpl& front,
   return impl;
 }
 
-void ShapeCache::build_template(const ExecutableImpl& front) {
+void ShapeCache::build_template(const ExecutableImpl& front,
+                                const std::vector<std::pair<int32_t, Shape>>& seen) {
   template_tried_ = true;
   prof::HostScope span(SpanKind::compile, "symbolic program");
   Program p = front.program;
   for (size_t i = 0; i < p.graph.nodes.size(); ++i)
     p.graph.nodes[i].origin = static_cast<int32_t>(i);
   try {
-    if (symbolize(p) != 0) return;
+    symbolize(p, &seen);
+    template_inputs_ = symbolic_inputs(p);
+    not_symbolic_ = first_unknown_dim(p);
+    if (!not_symbolic_.empty()) return;
     optimize_for_any_shape(p, front.options, evaluate_node_cpu);
-  } catch (const Error&) {
-    return;  // (each shape runs the passes, which report what is wrong for it)
+  } catch (const Error& e) {
+    not_symbolic_ = e.what();  // (each shape runs the passes, which report what is wrong for it)
+    return;
   }
-  if (count_unknown_dims(p) != 0) return;
+  not_symbolic_ = first_unknown_dim(p);
+  if (!not_symbolic_.empty()) return;
   // what folding made is shared by address, like folded_ values
   for (const Node& n : p.graph.nodes)
     if (n.op == OpId::Constant && n.value.storage() && !front_values_.count(n.value.data()))
@@ -330,6 +431,7 @@ Executable::ShapeCacheStats ShapeCache::stats() const {
   s.max_entries = max_count_;
   s.max_bytes = max_bytes_;
   s.symbolic = template_ != nullptr;
+  s.not_symbolic = not_symbolic_;
   s.symbolic_misses = symbolic_misses_;
   return s;
 }

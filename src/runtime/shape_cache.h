@@ -36,12 +36,19 @@ class InputDims {
       const std::vector<std::pair<int32_t, Shape>>& shapes) const;
   /// Checks a run's feeds (by program node id; every placeholder fed) before anything runs.
   void check(const std::vector<const Array*>& feed_by_node) const;
+  /// Whether some dim has batch buckets (DimSpec::buckets).
+  bool has_buckets() const { return !buckets_.empty(); }
+  /// The shape each placeholder (by program node id) runs as: its feed's, with every bucketed
+  /// dim rounded up to its bucket. For checked feeds.
+  std::vector<std::pair<int32_t, Shape>> bucketed(
+      const std::vector<const Array*>& feed_by_node) const;
 
  private:
   struct Dim {
     int64_t size = -1;  // -1: dynamic
     std::string name;
     int64_t min = 0, max = -1;
+    const std::vector<int64_t>* buckets = nullptr;  // (in buckets_)
   };
   struct Input {
     int32_t node = -1, origin = -1;
@@ -59,6 +66,7 @@ class InputDims {
   // The same, and against the size its name took first (recorded in `named`).
   void check_value(const Input& in, size_t d, int64_t value, const char* where, Named& named) const;
   std::vector<Input> inputs_;
+  std::map<std::string, std::vector<int64_t>> buckets_;  // by dim name, or "%node.dim" unnamed
 };
 
 /// The specializations of a dynamic executable, most recently used first, bounded by count and
@@ -69,7 +77,11 @@ class ShapeCache {
 
   struct Bound {
     std::shared_ptr<ExecutableImpl> impl;
-    std::vector<const Array*> feed_by_node;  // by node id of impl's program
+    std::vector<const Array*> feed_by_node;        // by node id of impl's program
+    std::vector<Array> padded;                     // feeds padded to their dims' buckets
+    std::vector<std::pair<size_t, int64_t>> cuts;  // outputs to cut to their first rows
+    /// The run's outputs with the cuts made (views).
+    std::vector<Array> cut(std::vector<Array> outputs) const;
   };
   /// Checks the feeds (by the front's node ids) and returns the specialization for their shapes,
   /// compiling it on a miss, with the feeds bound to its placeholders.
@@ -96,14 +108,23 @@ class ShapeCache {
   // Constant folding for specializations: a node whose inputs are front constants or values
   // folded before (an autocast model's weight casts, say) folds once for all of them.
   std::vector<Array> fold(const ExecutableImpl& front, const Node& n, const std::vector<Array>& in);
+  // The outputs a run with bucketed feeds must cut back (Bound::cuts): those whose first dim is a
+  // bucketed dim, to its size in `real`. Throws where another dim depends on a padded one.
+  std::vector<std::pair<size_t, int64_t>> cuts_locked(const ExecutableImpl& front,
+                                                      const std::vector<const Array*>& real,
+                                                      const std::vector<const Array*>& padded);
   // The symbolic program of the front, optimized once (template_; null when a dim stays unknown).
-  void build_template(const ExecutableImpl& front);
+  // `seen`: the feed shapes of the miss that builds it (symbolize's min/max choices).
+  void build_template(const ExecutableImpl& front,
+                      const std::vector<std::pair<int32_t, Shape>>& seen);
   size_t bytes_locked() const;
   void evict_locked();
 
   InputDims dims_;
   bool template_tried_ = false;
   std::shared_ptr<const Program> template_;
+  std::vector<std::pair<int32_t, Shape>> template_inputs_;  // (symbolic_inputs)
+  std::string not_symbolic_;                                // why there is no template_
   int64_t symbolic_misses_ = 0;
   std::shared_ptr<ArenaPool> arenas_;  // the CPU specializations' arenas
   size_t max_count_ = 0, max_bytes_ = 0;

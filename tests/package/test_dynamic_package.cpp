@@ -65,6 +65,24 @@ TEST(DynamicPackage, RoundTripsAndRunsAnyShapeItsDimsAllow) {
   EXPECT_EQ(saved_bytes(loaded, "dynamic_again").size(), bytes.size());
 }
 
+// Batch buckets travel with the dims' names and ranges.
+TEST(DynamicPackage, BucketsRoundTrip) {
+  Graph g;
+  auto x = g.placeholder({-1, 4}, f32, "x", {{0, "batch", 1, 32, {8, 16}}});
+  auto exe = g.compile(default_device(), {}, {x * 3.0});
+  auto loaded = load(saved_bytes(exe, "buckets"));
+  ASSERT_EQ(loaded.inputs()[0].dims.size(), 1u);
+  EXPECT_EQ(loaded.inputs()[0].dims[0].buckets, (std::vector<int64_t>{8, 16}));
+  for (int64_t n : {3, 7, 12}) {
+    const Array xv = random_array({n, 4}, f32);
+    auto want = to_f64(xv);
+    for (double& v : want) v *= 3;
+    expect_close(loaded.run(std::map<std::string, Array>{{"x", xv}})[0].to(Device::cpu()), {n, 4},
+                 want, 1e-6);
+  }
+  EXPECT_EQ(loaded.shape_cache().misses, 2);  // buckets 8 and 16
+}
+
 // Shape arithmetic travels in the file as nodes (shape_of, the integer ops on it, the reshape
 // that reads its value) and is computed again for each shape after loading.
 TEST(DynamicPackage, ShapeArithmeticRoundTrips) {

@@ -93,23 +93,52 @@ TEST(SymbolicProgram, NamedDimsAreOneSymbol) {
 }
 
 TEST(SymbolicProgram, AnUnknownDimRunsThePassesForEachShape) {
-  // a slice whose stop is computed from another input's shape: its length is known only then
+  // tile repeats computed from another input's shape: no symbolic rule yet, so each shape runs
+  // every pass, and the report says which node stopped the symbolic program
   Graph g;
   auto x = g.placeholder({-1, 4}, f32, "x");
   auto n = g.placeholder({-1}, f32, "n");
-  auto y = slice(x, g.constant(ints({0, 0})), concat({shape_of(n), g.constant(ints({4}))})) * 3.0;
+  auto y = tile(x, concat({shape_of(n), g.constant(ints({1}))})) * 3.0;
   auto exe = g.compile(default_device(), {}, {y});
-  for (auto [rows, take] : {std::pair<int64_t, int64_t>{5, 2}, {6, 6}, {3, 1}}) {
+  for (auto [rows, reps] : {std::pair<int64_t, int64_t>{2, 3}, {1, 1}, {3, 2}}) {
     Array a = random_array({rows, 4}, f32);
-    auto va = to_f64(a);
-    std::vector<double> want(va.begin(), va.begin() + take * 4);
-    for (double& w : want) w *= 3;
-    expect_close(exe.run({{x, a}, {n, random_array({take}, f32)}})[0].to(Device::cpu()), {take, 4},
-                 want, 1e-6);
+    const auto va = to_f64(a);
+    std::vector<double> want;
+    for (int64_t r = 0; r < reps; ++r)
+      for (double v : va) want.push_back(3 * v);
+    expect_close(exe.run({{x, a}, {n, random_array({reps}, f32)}})[0].to(Device::cpu()),
+                 {rows * reps, 4}, want, 1e-6);
   }
   EXPECT_FALSE(exe.shape_cache().symbolic);
   EXPECT_EQ(exe.shape_cache().symbolic_misses, 0);
-  EXPECT_NE(exe.report().find("passes: again for each shape"), std::string::npos);
+  EXPECT_NE(exe.shape_cache().not_symbolic.find("(tile) has shape (?, ?)"), std::string::npos)
+      << exe.shape_cache().not_symbolic;
+  EXPECT_NE(exe.report().find("passes: again for each shape (node %"), std::string::npos)
+      << exe.report();
+}
+
+TEST(SymbolicProgram, TheFirstShapeResolvesMinimaAndLaterShapesAreChecked) {
+  // the rows of a table of 8 positions up to the sequence's length: min(seq, 8), which the first
+  // shape (seq 5) resolves to seq; a sequence of 12 takes all 8 rows, where seq does not hold,
+  // and runs the passes for itself
+  Graph g;
+  auto x = g.placeholder({-1, 3}, f32, "x", {DimSpec{.axis = 0, .name = "seq"}});
+  const Array table = random_array({8, 3}, f32);
+  const Tensor rows = slice(g.constant(table), g.constant(ints({0, 0})),
+                            concat({slice(shape_of(x), {0}, {1}), g.constant(ints({3}))}));
+  auto exe = g.compile(default_device(), {}, {rows * 2.0});
+  const auto vt = to_f64(table);
+  for (int64_t seq : {5, 2, 12, 8, 3}) {
+    const int64_t taken = std::min<int64_t>(seq, 8);
+    std::vector<double> want(vt.begin(), vt.begin() + taken * 3);
+    for (double& v : want) v *= 2;
+    expect_close(exe.run({{x, random_array({seq, 3}, f32)}})[0].to(Device::cpu()), {taken, 3}, want,
+                 1e-6);
+  }
+  const auto c = exe.shape_cache();
+  EXPECT_TRUE(c.symbolic);
+  EXPECT_EQ(c.misses, 5);
+  EXPECT_EQ(c.symbolic_misses, 4);  // all but 12 (at 8, min(seq, 8) is seq too)
 }
 
 }  // namespace
