@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <cstdlib>
 #include <map>
 #include <optional>
 
@@ -34,12 +35,50 @@ Values constant_values(const Node& n) {
   return v.astype(i64).to_vector<int64_t>();
 }
 
+// Integer arithmetic on plain integers (any sign), exactly as the kernels do it.
+std::optional<int64_t> literal(OpId op, int64_t x, int64_t y) {
+  switch (op) {
+    case OpId::Add:
+      return x + y;
+    case OpId::Sub:
+      return x - y;
+    case OpId::Mul:
+      return x * y;
+    case OpId::Div:
+      if (y == 0) return std::nullopt;
+      return x / y - ((x % y != 0) && ((x < 0) != (y < 0)));  // (floor division)
+    case OpId::Maximum:
+      return std::max(x, y);
+    case OpId::Minimum:
+      return std::min(x, y);
+    case OpId::Equal:
+      return x == y;
+    default:
+      return std::nullopt;
+  }
+}
+
 // a op b elementwise (one side may hold one value); nullopt where a result is not a dim.
 Values arithmetic(OpId op, const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
   if (a.size() != b.size() && a.size() != 1 && b.size() != 1) return std::nullopt;
   std::vector<int64_t> r(std::max(a.size(), b.size()));
+  constexpr int64_t kSmall = int64_t{1} << 31;  // (plain integers: no overflow)
   for (size_t i = 0; i < r.size(); ++i) {
     const int64_t x = a[a.size() == 1 ? 0 : i], y = b[b.size() == 1 ? 0 : i];
+    const bool sx = sym::is_symbolic(x), sy = sym::is_symbolic(y);
+    if (!sx && !sy) {  // two integers (a -1 that means "keep this dim", say)
+      const auto v =
+          std::abs(x) < kSmall && std::abs(y) < kSmall ? literal(op, x, y) : std::nullopt;
+      if (!v) return std::nullopt;
+      r[i] = *v;
+      continue;
+    }
+    if (op == OpId::Equal) {  // a dim against a negative integer, or two equal expressions
+      if (x == y) r[i] = 1;
+      else if ((sx && y < 0) || (sy && x < 0)) r[i] = 0;
+      else return std::nullopt;
+      continue;
+    }
     if (!symbolic_or_size(x) || !symbolic_or_size(y)) return std::nullopt;
     switch (op) {
       case OpId::Add:
@@ -72,8 +111,8 @@ Values arithmetic(OpId op, const std::vector<int64_t>& a, const std::vector<int6
 Values track(const Node& n, const std::vector<const Values*>& in,
              const std::vector<TensorInfo>& info) {
   const TensorInfo& out = n.outputs[0];
-  if (n.outputs.size() != 1 || !is_integer(out.dtype) || out.shape.size() > 1 ||
-      numel(out.shape) < 0 || numel(out.shape) > kMaxTracked)
+  if (n.outputs.size() != 1 || !(is_integer(out.dtype) || out.dtype == boolean) ||
+      out.shape.size() > 1 || numel(out.shape) < 0 || numel(out.shape) > kMaxTracked)
     return std::nullopt;
   auto all = [&] {
     for (const Values* v : in)
@@ -125,8 +164,32 @@ Values track(const Node& n, const std::vector<const Values*>& in,
     case OpId::Div:
     case OpId::Maximum:
     case OpId::Minimum:
+    case OpId::Equal:
       if (in.size() != 2 || !all()) return std::nullopt;
       return arithmetic(n.op, **in[0], **in[1]);
+    case OpId::Full: {  // (ONNX ConstantOfShape: ones to compare a shape with)
+      if (n.attrs.b("from_values", false) || n.attrs.b("shape_like", false)) return std::nullopt;
+      const double v = n.attrs.f("value");
+      if (v != static_cast<double>(static_cast<int64_t>(v))) return std::nullopt;
+      return std::vector<int64_t>(static_cast<size_t>(numel(out.shape)), static_cast<int64_t>(v));
+    }
+    case OpId::Where: {  // where(cond, a, b) with every condition known
+      if (in.size() != 3 || !all()) return std::nullopt;
+      const auto &c = **in[0], &a = **in[1], &b = **in[2];
+      const size_t len = static_cast<size_t>(numel(out.shape));
+      std::vector<int64_t> r(len);
+      for (size_t i = 0; i < len; ++i) {
+        auto at = [&](const std::vector<int64_t>& v) -> std::optional<int64_t> {
+          if (v.size() == 1) return v[0];
+          if (v.size() == len) return v[i];
+          return std::nullopt;
+        };
+        const auto ci = at(c), ai = at(a), bi = at(b);
+        if (!ci || !ai || !bi || sym::is_symbolic(*ci)) return std::nullopt;
+        r[i] = *ci ? *ai : *bi;
+      }
+      return r;
+    }
     default:
       return std::nullopt;
   }

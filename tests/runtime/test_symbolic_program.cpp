@@ -92,6 +92,27 @@ TEST(SymbolicProgram, NamedDimsAreOneSymbol) {
   EXPECT_EQ(exe.shape_cache().symbolic_misses, 3);
 }
 
+TEST(SymbolicProgram, FollowsTheExpandPatternOfExporters) {
+  // PyTorch's ONNX exporter writes x.expand(b, l) as Expand(x, Where(Equal(sizes, -ones), ones,
+  // sizes)) with ones = ConstantOfShape(Shape(sizes), 1): each -1 keeps a dim
+  Graph g;
+  auto x = g.placeholder({-1, -1}, f32, "x", {DimSpec{.axis = 0, .name = "b"}, {1, "l"}});
+  const Tensor s = shape_of(x);
+  const Tensor sizes = concat({slice(s, {0}, {1}), slice(s, {1}, {2})});
+  const Tensor ones = full(shape_of(sizes), 1, i64);
+  const Tensor keep = where(equal(sizes, ones * g.constant(ints({-1}))), ones, sizes);
+  const Array row = random_array({1, 1}, f32);
+  auto exe = g.compile(default_device(), {}, {expand(g.constant(row), keep) + x});
+  for (auto [b, l] : {std::pair<int64_t, int64_t>{2, 3}, {4, 1}, {1, 5}}) {
+    const Array xv = random_array({b, l}, f32);
+    auto want = to_f64(xv);
+    for (double& v : want) v += to_f64(row)[0];
+    expect_close(exe.run({{x, xv}})[0].to(Device::cpu()), {b, l}, want, 1e-6);
+  }
+  EXPECT_TRUE(exe.shape_cache().symbolic) << exe.shape_cache().not_symbolic;
+  EXPECT_EQ(exe.shape_cache().symbolic_misses, 3);
+}
+
 TEST(SymbolicProgram, AnUnknownDimRunsThePassesForEachShape) {
   // tile repeats computed from another input's shape: no symbolic rule yet, so each shape runs
   // every pass, and the report says which node stopped the symbolic program
