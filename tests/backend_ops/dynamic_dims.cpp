@@ -35,14 +35,6 @@ const std::map<OpId, const char*>& needs_static_dims() {
   return ops;
 }
 
-DType dtype_for(const OpCases& oc) {
-  const KernelEntry* k = find_kernel(oc.op, Backend::cpu);
-  if (!oc.dtypes.empty()) return oc.dtypes.front();
-  for (DType t : kHarnessTypes)
-    if (k && k->handles(t) && (t == f32 || !k->handles(f32))) return t;
-  return f32;
-}
-
 // Runs case `i` of `oc` both ways; returns what differs ("" when they agree, "n/a" when the
 // case does not apply).
 std::string compare_case(const OpCases& oc, DType t, int i) {
@@ -92,34 +84,7 @@ std::string compare_case(const OpCases& oc, DType t, int i) {
 }
 
 TEST(DynamicDims, EveryOpRunsOnDynamicDims) {
-  std::vector<std::string> unexpected, stale;
-  int ran = 0;
-  for (OpId op : kAllOps) {
-    const OpCases* oc = find_cases(op);
-    if (!oc) continue;  // Harness.EveryOpHasCases reports it
-    const DType t = dtype_for(*oc);
-    std::string failure;
-    bool any = false;
-    for (int i = 0; i < oc->num_cases && failure.empty(); ++i) {
-      std::string m = compare_case(*oc, t, i);
-      if (m == "n/a") continue;
-      any = true;
-      if (!m.empty()) failure = fmt::format("case {} ({}): {}", i, name(t), m);
-    }
-    if (!any) continue;
-    ++ran;
-    const bool listed = needs_static_dims().count(op) > 0;
-    if (!failure.empty() && !listed)
-      unexpected.push_back(std::string(op_name(op)) + ": " + failure);
-    if (failure.empty() && listed) stale.push_back(op_name(op));
-  }
-  std::string all;
-  for (auto& u : unexpected) all += "\n  " + u;
-  EXPECT_TRUE(unexpected.empty()) << unexpected.size() << " ops fail on dynamic dims:" << all;
-  std::string s;
-  for (auto& u : stale) s += " " + u;
-  EXPECT_TRUE(stale.empty()) << "listed as needing static dims but pass:" << s;
-  EXPECT_GT(ran, 100);
+  expect_listed_failures(compare_case, needs_static_dims(), "ops fail on dynamic dims", 100);
 }
 
 }  // namespace

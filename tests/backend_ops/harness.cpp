@@ -43,6 +43,46 @@ const OpCases* find_cases(OpId op) {
   return it == registry().end() ? nullptr : &it->second;
 }
 
+DType first_dtype(const OpCases& oc) {
+  if (!oc.dtypes.empty()) return oc.dtypes.front();
+  const KernelEntry* k = find_kernel(oc.op, Backend::cpu);
+  for (DType t : kHarnessTypes)
+    if (k && k->handles(t) && (t == f32 || !k->handles(f32))) return t;
+  return f32;
+}
+
+void expect_listed_failures(const std::function<std::string(const OpCases&, DType, int)>& check,
+                            const std::map<OpId, const char*>& listed, const char* what,
+                            int min_checked) {
+  std::vector<std::string> unexpected, stale;
+  int checked = 0;
+  for (OpId op : kAllOps) {
+    const OpCases* oc = find_cases(op);
+    if (!oc) continue;  // Harness.EveryOpHasCases reports it
+    const DType t = first_dtype(*oc);
+    std::string failure;
+    bool any = false;
+    for (int i = 0; i < oc->num_cases && failure.empty(); ++i) {
+      std::string m = check(*oc, t, i);
+      if (m == "n/a") continue;
+      any = true;
+      if (!m.empty()) failure = fmt::format("case {} ({}): {}", i, name(t), m);
+    }
+    if (!any) continue;
+    ++checked;
+    const bool is_listed = listed.count(op) > 0;
+    if (!failure.empty() && !is_listed)
+      unexpected.push_back(std::string(op_name(op)) + ": " + failure);
+    if (failure.empty() && is_listed) stale.push_back(op_name(op));
+  }
+  std::string all, s;
+  for (auto& u : unexpected) all += "\n  " + u;
+  EXPECT_TRUE(unexpected.empty()) << unexpected.size() << " " << what << ":" << all;
+  for (auto& u : stale) s += " " + u;
+  EXPECT_TRUE(stale.empty()) << "listed, but pass:" << s;
+  EXPECT_GE(checked, min_checked);
+}
+
 // ---- data ----
 
 void int_range(DType t, int64_t& lo, int64_t& hi) {

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -113,6 +114,17 @@ std::string target_unavailable();
 /// "" when `got` matches `want` (exact for integer and bool dtypes, NaN where NaN, infinities
 /// equal); else the first mismatching element and the number of them.
 std::string compare(const Array& want, const Array& got, double tol);
+
+/// The dtype an op's sweeps over every op try: its first listed dtype, else f32 when its CPU
+/// kernel takes it, else the first harness dtype it takes.
+DType first_dtype(const OpCases& oc);
+/// Runs `check(cases, dtype, i)` over the cases of every registered op ("" right, "n/a" not
+/// applicable, else what is wrong) and expects the ops that fail to be exactly those of `listed`
+/// (each with its reason): a listed op that passes fails too, so the list stays true. `what`
+/// names the failure ("ops fail on dynamic dims"); at least `min_checked` ops must apply.
+void expect_listed_failures(const std::function<std::string(const OpCases&, DType, int)>& check,
+                            const std::map<OpId, const char*>& listed, const char* what,
+                            int min_checked);
 
 /// Shape of `out` from a throwaway graph (for ops whose inputs depend on another op's output).
 Shape shape_of(const std::function<Tensor(Graph&)>& f);

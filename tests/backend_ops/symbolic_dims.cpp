@@ -103,43 +103,8 @@ std::string check_case(const OpCases& oc, DType t, int i) {
   return {};
 }
 
-DType first_dtype(const OpCases& oc) {
-  if (!oc.dtypes.empty()) return oc.dtypes.front();
-  const KernelEntry* k = find_kernel(oc.op, Backend::cpu);
-  for (DType t : kHarnessTypes)
-    if (k && k->handles(t) && (t == f32 || !k->handles(f32))) return t;
-  return f32;
-}
-
 TEST(SymbolicDims, EveryOpInfersSymbolicShapes) {
-  std::vector<std::string> unexpected, stale;
-  int checked = 0;
-  for (OpId op : kAllOps) {
-    const OpCases* oc = find_cases(op);
-    if (!oc) continue;  // Harness.EveryOpHasCases reports it
-    const DType t = first_dtype(*oc);
-    std::string failure;
-    bool any = false;
-    for (int i = 0; i < oc->num_cases && failure.empty(); ++i) {
-      std::string m = check_case(*oc, t, i);
-      if (m == "n/a") continue;
-      any = true;
-      if (!m.empty()) failure = fmt::format("case {} ({}): {}", i, name(t), m);
-    }
-    if (!any) continue;
-    ++checked;
-    const bool listed = no_symbolic_rule().count(op) > 0;
-    if (!failure.empty() && !listed)
-      unexpected.push_back(std::string(op_name(op)) + ": " + failure);
-    if (failure.empty() && listed) stale.push_back(op_name(op));
-  }
-  std::string all;
-  for (auto& u : unexpected) all += "\n  " + u;
-  EXPECT_TRUE(unexpected.empty()) << unexpected.size() << " ops without a symbolic rule:" << all;
-  std::string s;
-  for (auto& u : stale) s += " " + u;
-  EXPECT_TRUE(stale.empty()) << "listed as without a symbolic rule but pass:" << s;
-  EXPECT_GT(checked, 100);
+  expect_listed_failures(check_case, no_symbolic_rule(), "ops without a symbolic rule", 100);
 }
 
 }  // namespace
