@@ -167,6 +167,30 @@ def test_tile_and_pad_take_computed_values(rng, tmp_path):
             np.testing.assert_array_equal(got.numpy(), want)
 
 
+def test_same_padding_over_dynamic_spatial_dims(rng, tmp_path):
+    """Conv with auto_pad SAME_UPPER / SAME_LOWER and stride 2 over dynamic height and width: the
+    pads depend on each size and are resolved per shape; against onnxruntime at several shapes."""
+    ort = pytest.importorskip("onnxruntime")
+    w = (rng.standard_normal((4, 3, 3, 3)) * 0.3).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["up"], auto_pad="SAME_UPPER", strides=[2, 2]),
+             helper.make_node("Conv", ["x", "w"], ["low"], auto_pad="SAME_LOWER", strides=[2, 3])]
+    outs = [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in ("up", "low")]
+    graph = helper.make_graph(
+        nodes, "same", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3, "h", "w"])],
+        outs, [numpy_helper.from_array(w, "w")])
+    path = str(tmp_path / "same.onnx")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    exe = kiln.onnx.load(path).compile(device="cpu")
+    assert exe.is_dynamic
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    for shape in ((1, 3, 9, 8), (2, 3, 6, 11), (1, 3, 2, 1)):
+        x = rng.standard_normal(shape).astype(np.float32)
+        for g, want in zip(exe.run({"x": x}), sess.run(None, {"x": x})):
+            assert g.numpy().shape == want.shape
+            np.testing.assert_allclose(g.numpy(), want, rtol=1e-5, atol=1e-5)
+    assert exe.shape_cache()["symbolic"]
+
+
 def test_dim_params_stay_dynamic(rng, tmp_path):
     """A model with dim_params imports with them dynamic and named: one executable runs every
     batch and image size, against onnxruntime; inputs sharing a dim_param must agree."""

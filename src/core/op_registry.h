@@ -71,6 +71,10 @@ enum class GradKind : uint8_t { undecided, rule, none };
 struct OpDef {
   OpId id{};
   InferFn infer = nullptr;
+  /// Writes attributes that wait for static input shapes (conv's "same" pads over dynamic
+  /// spatial dims) once the node's inputs are static; specialize_shapes calls it before
+  /// inference (nullptr: nothing waits).
+  void (*resolve_static)(Attrs& attrs, const std::vector<TensorInfo>& inputs) = nullptr;
   /// Same inputs give the same outputs (CSE and constant folding may merge or fold it).
   bool pure = true;
   /// Output 0 may be written over input `inplace_input` when that input dies here (-1: never).
@@ -119,6 +123,10 @@ struct OpDef {
   int autocast_bool_input = -1;
 
   OpDef& set_infer(InferFn f) { infer = f; return *this; }
+  OpDef& when_static(void (*f)(Attrs&, const std::vector<TensorInfo>&)) {
+    resolve_static = f;
+    return *this;
+  }
   OpDef& grad(VjpFn f) { vjp = f; grad_kind = GradKind::rule; return *this; }
   OpDef& not_differentiable() { grad_kind = GradKind::none; return *this; }
   OpDef& impure() { pure = false; return *this; }

@@ -63,17 +63,21 @@ void check_rank(const char* op, const char* fn, const char* what, const Tensor& 
     fail<ShapeError>("[{}] {} expects {} of rank {}, got shape {}", op, fn, what, nd + 2, str(s));
 }
 
-// ONNX auto_pad SAME_*: out = ceil(in / stride); the total pad does not depend on `in` when
-// stride is 1, so dynamic sizes work there.
+// Whether ONNX auto_pad SAME_* can be resolved now: the total pad does not depend on `in` when
+// stride is 1, so only the kernel's size must be known there.
+bool same_pads_known(const Shape& x, const Shape& w, const std::vector<int64_t>& stride) {
+  for (size_t i = 0; i < stride.size(); ++i)
+    if (w[2 + i] < 0 || (stride[i] > 1 && x[2 + i] < 0)) return false;
+  return true;
+}
+
+// ONNX auto_pad SAME_*: out = ceil(in / stride).
 std::vector<int64_t> same_pads(const Shape& x, const Shape& w, const std::vector<int64_t>& stride,
                                const std::vector<int64_t>& dilation, bool upper) {
   const int nd = static_cast<int>(stride.size());
   std::vector<int64_t> pads(2 * nd);
   for (int i = 0; i < nd; ++i) {
     const int64_t in = x[2 + i], k = w[2 + i], s = stride[i];
-    if (k < 0 || (s > 1 && in < 0))
-      fail<UnsupportedError>("[conv] same padding needs static sizes, got input {} and weight {}",
-                             str(x), str(w));
     const int64_t eff = (k - 1) * dilation[i] + 1;
     const int64_t total =
         s == 1 ? eff - 1 : std::max<int64_t>(0, ((in + s - 1) / s - 1) * s + eff - in);
@@ -103,10 +107,30 @@ Attrs ops::conv_attrs(const char* op, const Shape& x, const Shape& w, const Conv
       pads.assign(2 * nd, 0);
       break;
     case PadMode::same_upper:
-    case PadMode::same_lower:
-      pads = same_pads(x, w, stride, dilation, o.pad_mode == PadMode::same_upper);
+    case PadMode::same_lower: {
+      const bool upper = o.pad_mode == PadMode::same_upper;
+      if (!same_pads_known(x, w, stride))  // (resolved when shapes are specialized)
+        return {{"stride", stride},
+                {"pads", std::vector<int64_t>(2 * nd, 0)},
+                {"dilation", dilation},
+                {"groups", o.groups},
+                {"auto_pad", std::string(upper ? "same_upper" : "same_lower")}};
+      pads = same_pads(x, w, stride, dilation, upper);
+    }
   }
   return {{"stride", stride}, {"pads", pads}, {"dilation", dilation}, {"groups", o.groups}};
+}
+
+void ops::resolve_same_pads(Attrs& a, const Shape& x, const Shape& w) {
+  if (!same_pads_pending(a)) return;
+  const auto& stride = a.ints("stride");
+  if (!same_pads_known(x, w, stride))
+    fail<ShapeError>(
+        "[conv] same padding needs the input's spatial dims, got input {} and "
+        "weight {}",
+        str(x), str(w));
+  a.set("pads", same_pads(x, w, stride, a.ints("dilation"), a.str("auto_pad") == "same_upper"));
+  a.set("auto_pad", std::string());
 }
 
 namespace {
@@ -207,6 +231,10 @@ std::vector<TensorInfo> infer_conv(const InferContext& ctx) {
   const auto &s = ctx.attrs.ints("stride"), &d = ctx.attrs.ints("dilation"),
              &p = ctx.attrs.ints("pads");
   Shape out{x[0], w[0]};
+  if (same_pads_pending(ctx.attrs)) {  // "same": ceil(in / stride), whatever the pads will be
+    for (int i = 0; i < nd; ++i) out.push_back(sym::ceildiv(x[2 + i], s[i]));
+    return {{out, ctx.inputs[0].dtype}};
+  }
   for (int i = 0; i < nd; ++i) {
     const int64_t in = x[2 + i], k = w[2 + i];
     if (in < 0 || k < 0) {  // (in symbolic: the same arithmetic on the expression)
@@ -365,6 +393,10 @@ Tensor bias_grad(const Tensor& g) {
 }
 
 Grads vjp_conv(const VjpContext& c) {
+  if (same_pads_pending(c.attrs))
+    fail<UnsupportedError>(
+        "[gradients] conv with same padding over spatial dims dynamic when "
+        "built has no gradient yet: give the input's spatial dims");
   const Tensor& g = *c.cotangents[0];
   const Tensor &x = c.inputs[0], &w = c.inputs[1];
   Grads r{conv_transpose_to(g, w, c.attrs, x.shape()),
@@ -417,9 +449,19 @@ std::string check_stored_conv(const InferContext& c) {
 }
 }  // namespace
 
+namespace {
+void resolve_conv_pads(Attrs& a, const std::vector<TensorInfo>& in) {
+  resolve_same_pads(a, in[0].shape, in[1].shape);
+}
+void resolve_conv_grad_weight_pads(Attrs& a, const std::vector<TensorInfo>& in) {
+  resolve_same_pads(a, in[0].shape, a.ints("weight_shape"));
+}
+}  // namespace
+
 void register_conv_ops() {
   define_op(OpId::Conv)
       .set_infer(infer_conv)
+      .when_static(resolve_conv_pads)
       .grad(vjp_conv)
       .inputs(2)
       .optional_inputs({"has_bias"})
@@ -430,6 +472,7 @@ void register_conv_ops() {
       .low_precision();
   define_op(OpId::FusedConv)
       .set_infer(infer_fused_conv)
+      .when_static(resolve_conv_pads)
       .not_differentiable()
       .inputs(2)
       .optional_inputs({"has_bias", "has_residual"})
@@ -450,6 +493,7 @@ void register_conv_ops() {
       .low_precision();
   define_op(OpId::ConvGradWeight)
       .set_infer(infer_conv_grad_weight)
+      .when_static(resolve_conv_grad_weight_pads)
       .grad(vjp_conv_grad_weight)
       .inputs(2)
       .check_stored(check_stored_conv)

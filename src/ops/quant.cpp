@@ -480,6 +480,10 @@ Tensor quantized_conv(const QTensor& x, const QTensor& w, const Tensor& y_scale,
   std::vector<Tensor> in{x.q,     x.scale,      x.zero_point, w.q,
                          w.scale, w.zero_point, y_scale,      y_zero_point};
   Attrs attrs = conv_attrs(op, x.q.shape(), w.q.shape(), o.conv);
+  if (same_pads_pending(attrs))
+    fail<UnsupportedError>(
+        "[{}] same padding needs static spatial dims, got input {} and weight {}", op,
+        str(x.q.shape()), str(w.q.shape()));
   attrs.set("relu", o.relu);
   if (o.gelu) attrs.set("gelu", std::string(*o.gelu == GeluApprox::tanh ? "tanh" : "erf"));
   add_optional(in, attrs, "bias", o.bias);

@@ -131,6 +131,11 @@ bool specialize_shapes(Program& p, const std::vector<std::pair<int32_t, Shape>>&
     if (n.attrs.b("from_values", false)) write_values(p.graph, n);
     std::vector<TensorInfo> in;
     for (auto v : n.inputs) in.push_back(p.graph.info(v));
+    if (const auto resolve = op_def(n.op).resolve_static) {
+      bool all = true;
+      for (const TensorInfo& t : in) all = all && is_static(t.shape);
+      if (all) resolve(n.attrs, in);
+    }
     InferContext ctx{n.op, n.attrs, in};
     n.outputs = infer_node(ctx);
     for (const TensorInfo& o : n.outputs)  // (a size computed from shapes may be anything)

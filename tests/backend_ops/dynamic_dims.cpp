@@ -14,10 +14,6 @@ namespace {
 // Ops whose builders or inference need static dims, and why.
 const std::map<OpId, const char*>& needs_static_dims() {
   static const std::map<OpId, const char*> ops = {
-      // pads of "same" padding are resolved when the node is built, from the spatial sizes
-      {OpId::Conv, "same padding needs static spatial dims"},
-      {OpId::ConvGradWeight, "same padding needs static spatial dims"},
-      {OpId::FusedConv, "same padding needs static spatial dims"},
       {OpId::AdaptiveAvgPoolGrad, "the gradient's spatial dims size the pooling windows"},
       // the depth of an index sets the output's rank
       {OpId::GatherNd, "the last dim of the indices must be static"},

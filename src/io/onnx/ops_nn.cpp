@@ -76,11 +76,20 @@ Outs conv_op(NodeContext& c) {
   Tensor x = c.input(0), w = c.input(1);
   if (w.rank() < 3 || w.rank() > 5) c.unsupported(fmt::format("{}-D weights", w.rank()));
   const Shape ws = w.shape();
-  Window win = window(c, x, Shape(ws.begin() + 2, ws.end()));
   ConvOptions o;
-  o.stride = win.stride;
-  o.dilation = win.dilation;
-  o.padding = win.pads;
+  const std::string ap = c.attr_string("auto_pad", "NOTSET");
+  if ((ap == "SAME_UPPER" || ap == "SAME_LOWER") && !is_static(x.shape())) {
+    // pads that depend on dynamic spatial dims: resolved for each shape (conv's pad modes)
+    const size_t nd = ws.size() - 2;
+    o.stride = c.attr_ints("strides", std::vector<int64_t>(nd, 1));
+    o.dilation = c.attr_ints("dilations", std::vector<int64_t>(nd, 1));
+    o.pad_mode = ap == "SAME_UPPER" ? PadMode::same_upper : PadMode::same_lower;
+  } else {
+    Window win = window(c, x, Shape(ws.begin() + 2, ws.end()));
+    o.stride = win.stride;
+    o.dilation = win.dilation;
+    o.padding = win.pads;
+  }
   o.groups = c.attr_int("group", 1);
   std::optional<Tensor> bias;
   if (c.has_input(2)) bias = c.input(2);
