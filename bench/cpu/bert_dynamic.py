@@ -24,21 +24,8 @@ import time
 
 import numpy as np
 
-
-def sweep_shapes(calls, max_batch, max_seq):
-    """bench_gpu.cpp's LCG (bert_sweep_shapes), the same sequence at the default bounds."""
-    state, out = 2026, []
-    mask = (1 << 64) - 1
-
-    def nxt():
-        nonlocal state
-        state = (state * 6364136223846793005 + 1442695040888963407) & mask
-        return state >> 33
-
-    for _ in range(calls):
-        b = 1 + nxt() % max_batch
-        out.append((b, 16 + nxt() % (max_seq - 15)))
-    return out
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from sweep_shapes import sweep_shapes  # noqa: E402  (the GPU sweep's generator)
 
 
 def bert_onnx(path, layers, hidden, heads, vocab=30522, max_pos=512, seed=0):

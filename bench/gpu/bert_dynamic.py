@@ -16,6 +16,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from sweep_shapes import sweep_shapes as shared_sweep  # noqa: E402
 from run import bert_base, export_bert_base  # noqa: E402  (bert-base-uncased, random weights)
 
 CALLS = 50
@@ -23,18 +25,7 @@ CALLS = 50
 
 def sweep_shapes(calls=CALLS):
     """The LCG of bench_gpu.cpp's bert_sweep_shapes: the same (batch, seq) sequence."""
-    state, out = 2026, []
-    mask = (1 << 64) - 1
-
-    def nxt():
-        nonlocal state
-        state = (state * 6364136223846793005 + 1442695040888963407) & mask
-        return state >> 33
-
-    for _ in range(calls):
-        b = 1 + nxt() % 32
-        out.append((b, 16 + nxt() % 497))
-    return out
+    return shared_sweep(calls)
 
 
 def torch_sweep(torch, model, shapes):
