@@ -55,6 +55,12 @@ struct KernelEnv {
   /// CompileOptions::kernels, with the environment's overrides (last, so that the fields above
   /// keep their places for op libraries built before it).
   KernelChoices choices;
+  /// The run is one shape of a dynamic executable (one of many sizes the same products and
+  /// convolutions see): kernels that choose a plan per problem size take the choice made for a
+  /// nearby size where it is valid for this one (cuBLASLt: the heuristic's algorithm at sizes
+  /// rounded up to a bucket, checked for the real sizes), so that a new shape's first run does
+  /// not wait for searches. False for executables of one shape.
+  bool many_shapes = false;
 };
 
 /// What an error slot report means. index_tuple: a component of an index tuple (gather_nd,
@@ -123,6 +129,8 @@ class KernelContext {
   bool deterministic() const { return env_ && env_->deterministic; }
   /// See KernelEnv::choices (the defaults on the CPU).
   const KernelChoices& choices() const;
+  /// See KernelEnv::many_shapes (false on the CPU).
+  bool many_shapes() const { return env_ && env_->many_shapes; }
   /// The node's attributes as its op decoded them once (built-in ops that declare a params
   /// struct; src/core/op_params.h), or nullptr: custom ops, and contexts made with other
   /// attributes, read attrs().

@@ -61,9 +61,10 @@ std::vector<DType> value_dtypes(const Program& p, const std::vector<DType>& inpu
 std::string text(const Program& p, const std::vector<DType>& input_dtypes);
 
 /// Compiles a node's kernel ahead of runs (the CUDA backend registers NVRTC compilation here), so
-/// Graph::compile, not the first run, waits for it.
+/// Graph::compile, not the first run, waits for it. `many_shapes`: for a dynamic executable's
+/// specialization (KernelEnv::many_shapes), whose runs may take a kernel compiled for another.
 using PrepareFn = void (*)(const Attrs& attrs, const std::vector<TensorInfo>& inputs,
-                           const TensorInfo& output, int device);
+                           const TensorInfo& output, int device, bool many_shapes);
 void set_prepare(Backend backend, PrepareFn fn);
 /// The backend's hook, or nullptr.
 PrepareFn prepare(Backend backend);

@@ -465,12 +465,16 @@ class Rewriter {
 
 }  // namespace
 
-Program channels_last(const Program& p, Backend target) {
+bool channels_last_applies(const Program& p, Backend target) {
   const bool cuda = target == Backend::cuda;
-  bool any = false;
   const bool tf32 = Rewriter::tf32_nhwc(p);
-  for (const Node& n : p.graph.nodes) any = any || Rewriter::wants_nhwc(n, cuda, tf32, p.graph);
-  if (!any) return p;
+  for (const Node& n : p.graph.nodes)
+    if (Rewriter::wants_nhwc(n, cuda, tf32, p.graph)) return true;
+  return false;
+}
+
+Program channels_last(const Program& p, Backend target) {
+  if (!channels_last_applies(p, target)) return p;
   return Rewriter(p, target).run();
 }
 

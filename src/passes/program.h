@@ -104,6 +104,8 @@ Program fuse_quant(const Program& p);
 /// values between them NHWC, with transposes only where NCHW and NHWC meet
 /// (src/passes/channels_last.cpp).
 Program channels_last(const Program& p, Backend target);
+/// Whether channels_last changes anything in `p` (a program without convolutions: no).
+bool channels_last_applies(const Program& p, Backend target);
 
 /// Runs every all_reduce start as early and every collective wait as late as dependencies
 /// allow, so communication overlaps computation.

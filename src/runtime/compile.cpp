@@ -146,7 +146,7 @@ void compile_generated_kernels(const Program& p, const detail::ExecutableImpl& i
                         const Node& n = *kernels[k].second;
                         std::vector<TensorInfo> in;
                         for (auto v : n.inputs) in.push_back(p.graph.info(v));
-                        kernels[k].first(n.attrs, in, n.outputs[0], device.index);
+                        kernels[k].first(n.attrs, in, n.outputs[0], device.index, impl.many_shapes);
                       }
                     });
 }
@@ -179,22 +179,30 @@ void optimize_for_any_shape(Program& p, const CompileOptions& o, const NodeEvalu
 
 std::shared_ptr<detail::ExecutableImpl> compile_optimized(
     Program p, Device device, const CompileOptions& o,
-    const std::function<void(Program&)>& before_attach) {
+    const std::function<void(Program&)>& before_attach, bool many_shapes) {
   DeviceBackend* backend = backend_of(device);  // throws when the device is not there
   auto impl = std::make_shared<detail::ExecutableImpl>();
   impl->device = device;
   impl->options = o;
+  impl->many_shapes = many_shapes;
   // int8 convolutions run on NHWC (without reorders on the CPU, with contiguous im2col rows on
   // CUDA), and so do f16/bf16 inference convolutions on CUDA (cuDNN's tensor-core layout)
-  if (o.optimize && o.kernels.channels_last) {
+  // (each pass copies the program: passes that would change nothing are not run, which a new
+  // shape of a dynamic executable feels)
+  if (o.optimize && o.kernels.channels_last && channels_last_applies(p, backend_for(device))) {
     run_pass(p, "channels_last",
              [&device](const Program& q) { return channels_last(q, backend_for(device)); });
     // the weights it permuted at compile time replace the originals: neither device memory nor
     // a package keeps both
     run_pass(p, "dce", eliminate_dead_code);
   }
-  run_pass(p, "schedule_collectives", schedule_collectives);
-  run_pass(p, "order_assignments", order_assignments);
+  auto any_node = [&p](OpId op) {
+    for (const Node& n : p.graph.nodes)
+      if (n.op == op) return true;
+    return false;
+  };
+  if (any_node(OpId::AllReduce)) run_pass(p, "schedule_collectives", schedule_collectives);
+  if (any_node(OpId::Assign)) run_pass(p, "order_assignments", order_assignments);
   if (o.optimize && o.fuse_elementwise && env::fusion_enabled())
     run_pass(p, "fuse_elementwise",
              [&device](const Program& q) { return fuse_elementwise(q, backend_for(device)); });

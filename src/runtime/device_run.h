@@ -34,6 +34,7 @@ inline KernelEnv step_kernel_env(const detail::ExecutableImpl& x, DeviceBackend&
   KernelEnv kenv = b.kernel_env(dev, stream);
   kenv.deterministic = x.options.deterministic || env::deterministic();
   kenv.choices = x.options.kernels;
+  kenv.many_shapes = x.many_shapes;
   return kenv;
 }
 

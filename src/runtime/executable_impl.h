@@ -82,6 +82,7 @@ struct ExecutableImpl {
     std::vector<int64_t> error_info;
   };
   bool reports_errors = false;  // some step's kernel may report rejected inputs
+  bool many_shapes = false;     // a dynamic executable's specialization (KernelEnv::many_shapes)
   // KILN_STEP_TIMES: milliseconds and calls per op name, over every run
   std::mutex times_mu;
   std::map<std::string, std::pair<double, int64_t>> step_ms;
@@ -113,9 +114,10 @@ void attach_program(detail::ExecutableImpl& impl, Program p);
 void optimize_for_any_shape(Program& p, const CompileOptions& options, const NodeEvaluator& fold);
 /// The rest of the pipeline on a static program that optimize_for_any_shape has seen: layouts,
 /// fusion, placement, generated kernels, the memory plan, attaching (`before_attach` as below).
+/// `many_shapes`: the executable is a dynamic executable's specialization (KernelEnv::many_shapes).
 std::shared_ptr<detail::ExecutableImpl> compile_optimized(
     Program p, Device device, const CompileOptions& options,
-    const std::function<void(Program&)>& before_attach);
+    const std::function<void(Program&)>& before_attach, bool many_shapes = false);
 /// Runs the compile pipeline on an extracted program whose placeholder shapes `shapes` (by node
 /// origin) make static: specialization, the passes, placement, generated kernels, the memory plan.
 /// `options` has its environment overrides applied. `before_attach` (may be empty) sees the

@@ -273,7 +273,8 @@ std::shared_ptr<ExecutableImpl> ShapeCache::compile(const ExecutableImpl& front,
         prof::HostScope phase(SpanKind::compile, "instantiate");
         q = instantiate(*template_, template_inputs_, shapes, &folder);
       }
-      impl = compile_optimized(std::move(q), front.device, front.options, share);
+      impl = compile_optimized(std::move(q), front.device, front.options, share,
+                               /*many_shapes=*/true);
       ++symbolic_misses_;
     } catch (const Error&) {
       impl = nullptr;  // (the passes run again for these shapes, and report what is wrong)
@@ -286,6 +287,7 @@ std::shared_ptr<ExecutableImpl> ShapeCache::compile(const ExecutableImpl& front,
     impl = compile_program(std::move(p), front.device, front.options, shapes, share, folder);
   }
   impl->source = nullptr;  // fed through the front
+  impl->many_shapes = true;
   const auto& nodes = impl->program.graph.nodes;
   e.front_of_placeholder.assign(nodes.size(), -1);
   for (int32_t ph : impl->placeholders) e.front_of_placeholder[ph] = nodes[ph].origin;

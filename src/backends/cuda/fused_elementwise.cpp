@@ -12,14 +12,15 @@
 #include <nvrtc.h>
 #include <xxhash.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <atomic>
 #include <map>
-#include <set>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <type_traits>
 
 #include "backends/cuda/cuda_check.h"
@@ -503,19 +504,28 @@ struct Plan {
   std::vector<Kind> kind;
 };
 
-Plan plan(const Attrs& attrs, const std::vector<TensorInfo>& ins, const TensorInfo& out) {
+// How each input is read at these shapes: as the output's elements, as one value, or strided.
+std::vector<Kind> kinds_of(const std::vector<TensorInfo>& ins, const TensorInfo& out) {
+  const int64_t n = numel(out.shape);
+  std::vector<Kind> kind;
+  for (auto& t : ins) {
+    const int64_t m = numel(t.shape);
+    kind.push_back(m == n ? Kind::dense : m == 1 ? Kind::scalar : Kind::bcast);
+  }
+  return kind;
+}
+
+Plan plan(const Attrs& attrs, const std::vector<TensorInfo>& ins, const TensorInfo& out,
+          const std::vector<Kind>& kind) {
   std::vector<DType> in_types;
   for (auto& t : ins) in_types.push_back(t.dtype);
   const fused::Program prog = fused::decode(attrs, in_types);
   const std::vector<DType> types = fused::value_dtypes(prog, in_types);
-  const int64_t n = numel(out.shape);
   Plan pl;
+  pl.kind = kind;
   size_t widest = size_of(out.dtype);
-  for (auto& t : ins) {
-    const int64_t m = numel(t.shape);
-    pl.kind.push_back(m == n ? Kind::dense : m == 1 ? Kind::scalar : Kind::bcast);
-    if (pl.kind.back() == Kind::dense) widest = std::max(widest, size_of(t.dtype));
-  }
+  for (size_t k = 0; k < ins.size(); ++k)
+    if (kind[k] == Kind::dense) widest = std::max(widest, size_of(ins[k].dtype));
   pl.vec = static_cast<int>(16 / widest);
   pl.source = generate(prog, types, out.dtype, pl.kind, pl.vec);
   return pl;
@@ -524,24 +534,67 @@ Plan plan(const Attrs& attrs, const std::vector<TensorInfo>& ins, const TensorIn
 // Plans by the exact bytes of what they depend on (program attributes, input kinds and dtypes,
 // output dtype), so runs skip decoding and code generation.
 const Plan& cached_plan(const Attrs& attrs, const std::vector<TensorInfo>& ins,
-                        const TensorInfo& out) {
+                        const TensorInfo& out, const std::vector<Kind>& kind) {
   const auto& code = attrs.ints("code");
   const auto& params = attrs.floats("params");
-  const int64_t n = numel(out.shape);
   std::string key(reinterpret_cast<const char*>(code.data()), code.size() * sizeof(int64_t));
   key.append(reinterpret_cast<const char*>(params.data()), params.size() * sizeof(double));
-  for (const TensorInfo& t : ins) {
-    const int64_t m = numel(t.shape);
-    key += static_cast<char>(t.dtype);
-    key += m == n ? 'd' : m == 1 ? 's' : 'b';
+  for (size_t k = 0; k < ins.size(); ++k) {
+    key += static_cast<char>(ins[k].dtype);
+    key += kind[k] == Kind::dense ? 'd' : kind[k] == Kind::scalar ? 's' : 'b';
   }
   key += static_cast<char>(out.dtype);
   static std::mutex mu;
   static auto* plans = new std::map<std::string, std::unique_ptr<const Plan>>();
   std::lock_guard<std::mutex> l(mu);
   auto& slot = (*plans)[key];
-  if (!slot) slot = std::make_unique<const Plan>(plan(attrs, ins, out));
+  if (!slot) slot = std::make_unique<const Plan>(plan(attrs, ins, out, kind));
   return *slot;
+}
+
+// Whether the binary of `pl` for the device is at hand (compiled before, or imported).
+bool compiled_for(const Plan& pl, int device) {
+  const uint64_t h = kernel_key(pl.source, device_arch(device));
+  std::lock_guard<std::mutex> l(cache_mu());
+  return binaries().count(h) > 0;
+}
+
+// The plan of a node of an executable of many shapes (KernelEnv::many_shapes). An input that is
+// dense or one value at these shapes but has a dim of one, or fewer dims than the output, may be
+// broadcast at others: a batch of one makes (1, s, d) as large as the output (b, s, d). When the
+// kernel for these exact kinds is not compiled, a compiled one that reads some of those inputs
+// with strides serves instead (the same values, bit for bit; fewest strided inputs first), so that
+// a new shape compiles nothing an earlier shape compiled in another form.
+const Plan& plan_of_many(const Attrs& attrs, const std::vector<TensorInfo>& ins,
+                         const TensorInfo& out, int device) {
+  const std::vector<Kind> exact = kinds_of(ins, out);
+  const Plan& own = cached_plan(attrs, ins, out, exact);
+  if (compiled_for(own, device)) return own;
+  std::vector<size_t> loose;
+  for (size_t k = 0; k < ins.size(); ++k) {
+    const Shape& s = ins[k].shape;
+    if (exact[k] != Kind::bcast &&
+        (s.size() < out.shape.size() || std::find(s.begin(), s.end(), 1) != s.end()))
+      loose.push_back(k);
+  }
+  constexpr size_t kMaxLoose = 4;  // (2^4 - 1 kernels looked up at most)
+  if (loose.empty() || loose.size() > kMaxLoose) return own;
+  for (int strided = 1; strided <= static_cast<int>(loose.size()); ++strided)
+    for (unsigned mask = 1; mask < (1u << loose.size()); ++mask) {
+      if (__builtin_popcount(mask) != strided) continue;
+      std::vector<Kind> kind = exact;
+      for (size_t j = 0; j < loose.size(); ++j)
+        if (mask & (1u << j)) kind[loose[j]] = Kind::bcast;
+      const Plan& other = cached_plan(attrs, ins, out, kind);
+      if (compiled_for(other, device)) return other;
+    }
+  return own;
+}
+
+const Plan& plan_for_node(const Attrs& attrs, const std::vector<TensorInfo>& ins,
+                          const TensorInfo& out, int device, bool many_shapes) {
+  return many_shapes ? plan_of_many(attrs, ins, out, device)
+                     : cached_plan(attrs, ins, out, kinds_of(ins, out));
 }
 
 void fused_elementwise(KernelContext& ctx) {
@@ -550,7 +603,8 @@ void fused_elementwise(KernelContext& ctx) {
   if (n == 0) return;
   std::vector<TensorInfo> ins;
   for (int i = 0; i < ctx.num_inputs(); ++i) ins.push_back({ctx.in(i).shape, ctx.in(i).dtype});
-  const Plan& pl = cached_plan(ctx.attrs(), ins, {o.shape, o.dtype});
+  const Plan& pl =
+      plan_for_node(ctx.attrs(), ins, {o.shape, o.dtype}, ctx.device(), ctx.many_shapes());
   auto stream = static_cast<CUstream>(ctx.stream());
   CUfunction fn = get_kernel(pl.source, ctx.device(), stream);
   Params p{};
@@ -583,14 +637,14 @@ void fused_elementwise(KernelContext& ctx) {
 
 namespace {
 void prepare_fused_elementwise(const Attrs& attrs, const std::vector<TensorInfo>& ins,
-                               const TensorInfo& out, int device) {
+                               const TensorInfo& out, int device, bool many_shapes) {
   if (numel(out.shape) == 0) return;
   int previous = 0;
   KILN_CUDA_CHECK(cudaGetDevice(&previous));
   KILN_CUDA_CHECK(cudaSetDevice(device));
   try {
     KILN_CUDA_CHECK(cudaFree(nullptr));  // makes the device's primary context current
-    get_kernel(plan(attrs, ins, out).source, device, nullptr);
+    get_kernel(plan_for_node(attrs, ins, out, device, many_shapes).source, device, nullptr);
   } catch (...) {
     cudaSetDevice(previous);
     throw;
@@ -601,7 +655,7 @@ void prepare_fused_elementwise(const Attrs& attrs, const std::vector<TensorInfo>
 
 std::string fused_elementwise_source(const Attrs& attrs, const std::vector<TensorInfo>& inputs,
                                      const TensorInfo& output) {
-  return plan(attrs, inputs, output).source;
+  return plan(attrs, inputs, output, kinds_of(inputs, output)).source;
 }
 std::vector<char> fused_elementwise_cubin(const std::string& source, int arch) {
   return compile_cubin(source, arch);
@@ -614,7 +668,8 @@ std::vector<KernelBinary> export_fused_kernels(int device, const std::vector<Ker
   for (const KernelCall& c : calls) {
     if (c.op != OpId::FusedElementwise || c.outputs.empty() || numel(c.outputs[0].shape) == 0)
       continue;
-    const std::string src = plan(*c.attrs, c.inputs, c.outputs[0]).source;
+    const std::string src =
+        plan(*c.attrs, c.inputs, c.outputs[0], kinds_of(c.inputs, c.outputs[0])).source;
     const uint64_t key = kernel_key(src, arch);
     if (!seen.insert(key).second) continue;
     out.push_back({"sm_" + std::to_string(arch), key, *binary_for(src, arch, key)});

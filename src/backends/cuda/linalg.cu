@@ -4,10 +4,12 @@
 // types use a tiled kernel that wraps like the CPU loops. Row-major C = A·B is computed as the
 // column-major product Cᵀ = Bᵀ·Aᵀ, so no copies are made.
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <tuple>
 #include <vector>
 
@@ -17,6 +19,7 @@
 #include "backends/cuda/kernels.h"
 #include "backends/geometry.h"
 #include "ops/linalg_params.h"
+#include "runtime/profiler.h"
 
 namespace kiln::cuda {
 
@@ -56,6 +59,7 @@ struct GemmPlan {
   cublasLtMatmulAlgo_t algo{};
   size_t workspace = 0;
   bool found = false;
+  mutable std::atomic<bool> launched{false};  // (the profiler shows a plan's first launch)
 };
 
 cudaDataType_t cuda_type(DType t) {
@@ -127,6 +131,7 @@ std::shared_ptr<const GemmPlan> build_plan(const GemmKey& k) {
     KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
         pref.h, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof(schemes)));
   }
+  prof::HostScope span(SpanKind::compile, "cuBLASLt heuristic");
   plan->found = lt::first_algo(cublaslt_handle(k.device), desc, plan->a, plan->b, plan->d, pref,
                                kMaxWorkspace, plan->algo, plan->workspace);
   return plan;
@@ -134,6 +139,72 @@ std::shared_ptr<const GemmPlan> build_plan(const GemmKey& k) {
 
 std::shared_ptr<const GemmPlan> plan_for(const GemmKey& k) {
   return lt::build_once<GemmKey, GemmPlan>(k, build_plan);
+}
+
+// Sizes in buckets, two per octave: v rounded up to the next 2^j or 3 * 2^(j-1).
+int64_t bucket_up(int64_t v) {
+  int64_t p = 1;
+  while (p < v) p <<= 1;
+  const int64_t three_quarters = p / 2 + p / 4;
+  return v > 2 && v <= three_quarters ? three_quarters : p;
+}
+
+// `k` with its sizes rounded up to their buckets, leading dims and batch strides grown to fit
+// them (a packed operand stays packed; a broadcast one stays broadcast).
+GemmKey bucketed(const GemmKey& k) {
+  GemmKey b = k;
+  b.m = bucket_up(k.m);
+  b.n = bucket_up(k.n);
+  b.k = bucket_up(k.k);
+  b.batch = bucket_up(k.batch);
+  auto ld = [](int64_t ld, int64_t rows, int64_t new_rows) {
+    return ld == rows ? new_rows : std::max(ld, new_rows);
+  };
+  b.lda = ld(k.lda, k.trans_a ? k.k : k.m, k.trans_a ? b.k : b.m);
+  b.ldb = ld(k.ldb, k.k, b.k);
+  b.ldd = ld(k.ldd, k.m, b.m);
+  auto stride = [&](int64_t stride, int64_t ld, int64_t cols, int64_t new_ld, int64_t new_cols) {
+    if (b.batch == 1 || stride == 0) return stride;
+    return stride == ld * cols ? new_ld * new_cols : std::max(stride, new_ld * new_cols);
+  };
+  b.stride_a = stride(k.stride_a, k.lda, k.trans_a ? k.m : k.k, b.lda, k.trans_a ? b.m : b.k);
+  b.stride_b = stride(k.stride_b, k.ldb, k.n, b.ldb, b.n);
+  b.stride_d = stride(k.stride_d, k.ldd, k.n, b.ldd, b.n);
+  return b;
+}
+
+// For executables of many shapes (KernelContext::many_shapes): the heuristic's algorithm for
+// `k`'s bucket (bucketed), when cuBLASLt confirms that it runs `k` within the workspace bound;
+// else `k`'s own. A heuristic query costs about a millisecond on the H200; a check, microseconds.
+std::shared_ptr<const GemmPlan> plan_near(const GemmKey& k) {
+  if (k.m <= 0 || k.n <= 0 || k.k <= 0) return plan_for(k);
+  const GemmKey b = bucketed(k);
+  if (!(b < k) && !(k < b)) return plan_for(k);
+  return lt::build_once<GemmKey, GemmPlan>(k, [&b](const GemmKey& key) {
+    const auto near = plan_for(b);
+    if (!near->found) return plan_for(key);
+    auto plan = std::make_shared<GemmPlan>();
+    const cudaDataType_t t = cuda_type(key.dtype);
+    make_layout(plan->a, t, key.trans_a ? key.k : key.m, key.trans_a ? key.m : key.k, key.lda,
+                key.batch, key.stride_a);
+    make_layout(plan->b, t, key.k, key.n, key.ldb, key.batch, key.stride_b);
+    make_layout(plan->d, t, key.m, key.n, key.ldd, key.batch, key.stride_d);
+    MatmulDesc desc;
+    alignas(256) static const char kBiasStandIn[256] = {};  // (as in build_plan)
+    make_desc(desc, key, key.bias ? kBiasStandIn : nullptr);
+    cublasLtMatmulHeuristicResult_t r{};
+    prof::HostScope span(SpanKind::compile, "cuBLASLt check");
+    const cublasStatus_t s =
+        cublasLtMatmulAlgoCheck(cublaslt_handle(key.device), desc.h, plan->a.h, plan->b.h,
+                                plan->d.h, plan->d.h, &near->algo, &r);
+    if (s != CUBLAS_STATUS_SUCCESS || r.state != CUBLAS_STATUS_SUCCESS ||
+        r.workspaceSize > kMaxWorkspace)
+      return plan_for(key);
+    plan->algo = near->algo;
+    plan->workspace = r.workspaceSize;
+    plan->found = true;
+    return std::shared_ptr<const GemmPlan>(std::move(plan));
+  });
 }
 
 struct GemmArgs {
@@ -154,7 +225,7 @@ GemmKey with_alignments(GemmKey k, const GemmArgs& g) {
 // Runs the product when an algorithm exists; false otherwise (nothing was enqueued).
 bool try_gemm(KernelContext& ctx, GemmKey key, const GemmArgs& g) {
   key = with_alignments(key, g);
-  const auto plan = plan_for(key);
+  const auto plan = ctx.many_shapes() ? plan_near(key) : plan_for(key);
   if (!plan->found) return false;
   MatmulDesc desc;
   make_desc(desc, key, g.bias);
@@ -162,6 +233,9 @@ bool try_gemm(KernelContext& ctx, GemmKey key, const GemmArgs& g) {
   const float one = 1.f, zero = 0.f;
   const double one_d = 1.0, zero_d = 0.0;
   const bool f64 = key.dtype == DType::f64;
+  std::optional<prof::HostScope> first;
+  const bool new_plan = !plan->launched.exchange(true, std::memory_order_relaxed);
+  if (new_plan && prof::on()) first.emplace(SpanKind::compile, "cuBLASLt first launch");
   KILN_CUBLAS_CHECK(cublasLtMatmul(
       cublaslt_handle(ctx.device()), desc.h, f64 ? static_cast<const void*>(&one_d) : &one, g.a,
       plan->a.h, g.b, plan->b.h, f64 ? static_cast<const void*>(&zero_d) : &zero, g.d, plan->d.h,

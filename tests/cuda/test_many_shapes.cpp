@@ -1,0 +1,191 @@
+// Kernel choices that the specializations of a dynamic executable on CUDA share
+// (KernelEnv::many_shapes): cuBLASLt algorithms chosen once for a bucket of sizes and checked for
+// each real size (results against float64 products at sizes inside and at the edges of buckets,
+// and the heuristic queried once per bucket, not once per shape, counted from the profiler's
+// "cuBLASLt heuristic" spans), and generated elementwise kernels that a batch of one takes from
+// a larger batch (nothing compiled, the values the CPU computes).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/device_backend.h"
+#include "kiln/kiln.h"
+#include "support/gpu.h"
+#include "support/reference.h"
+
+namespace kiln {
+namespace {
+using namespace kiln::test;
+
+constexpr int64_t kIn = 96, kOut = 80, kHeads = 3, kDim = 40, kKeys = 24;
+
+// y = linear(x, w, b) of x (rows, 96), and z = q · kᵀ-like batched products of (3, rows, 40)
+// by (3, 40, 24): the rows are dynamic in both.
+struct Net {
+  Graph g;
+  Tensor x, q, y, z;
+  Array w, b, k;
+  explicit Net(DType t) {
+    w = random_array({kOut, kIn}, t);
+    b = random_array({kOut}, t);
+    k = random_array({kHeads, kDim, kKeys}, t);
+    x = g.placeholder({-1, kIn}, t, "x");
+    q = g.placeholder({kHeads, -1, kDim}, t, "q");
+    y = linear(x, g.constant(w, "w"), g.constant(b, "b"));
+    z = matmul(q, g.constant(k, "k"));
+  }
+};
+
+// a (batch, rows, inner) · b (batch, inner, cols) [+ bias (cols)] in float64, with the sum of
+// |terms| of each element (the magnitude its rounding scales with)
+void product(const std::vector<double>& a, const std::vector<double>& b, int64_t batch,
+             int64_t rows, int64_t inner, int64_t cols, bool b_transposed,
+             const std::vector<double>* bias, std::vector<double>& out,
+             std::vector<double>& magnitude) {
+  out.assign(batch * rows * cols, 0);
+  magnitude.assign(out.size(), 0);
+  for (int64_t s = 0; s < batch; ++s)
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        double acc = bias ? (*bias)[c] : 0, mag = bias ? std::abs((*bias)[c]) : 0;
+        for (int64_t i = 0; i < inner; ++i) {
+          const double bv = b_transposed ? b[c * inner + i] : b[(s * inner + i) * cols + c];
+          const double term = a[(s * rows + r) * inner + i] * bv;
+          acc += term;
+          mag += std::abs(term);
+        }
+        out[(s * rows + r) * cols + c] = acc;
+        magnitude[(s * rows + r) * cols + c] = mag;
+      }
+}
+
+class ManyShapes : public ::testing::TestWithParam<DType> {};
+
+TEST_P(ManyShapes, ProductsMatchFloat64AtSizesAcrossBuckets) {
+  REQUIRE_GPU();
+  const DType t = GetParam();
+  Net n(t);
+  Executable exe = n.g.compile(Device::cuda(0), {}, {n.y, n.z});
+  ASSERT_TRUE(exe.is_dynamic());
+  const std::vector<double> w = to_f64(n.w), b = to_f64(n.b), k = to_f64(n.k);
+  // bucket edges (2^j, 3 * 2^(j-1)) and the sizes just past them
+  for (int64_t rows : {1, 2, 3, 5, 7, 12, 13, 96, 97, 100, 333, 768, 769, 1000, 1537}) {
+    SCOPED_TRACE(fmt::format("{} rows, {}", rows, name(t)));
+    const Array xv = random_array({rows, kIn}, t), qv = random_array({kHeads, rows, kDim}, t);
+    const auto out = exe.run({{n.x, xv.to(Device::cuda(0))}, {n.q, qv.to(Device::cuda(0))}});
+    std::vector<double> want, mag;
+    product(to_f64(xv), w, 1, rows, kIn, kOut, true, &b, want, mag);
+    // low-precision outputs round once (their f32 sums within a few ulps of f32)
+    const double rtol = t == f32 ? 1e-5 : tolerance(t), atol = 1e-6;
+    ASSERT_EQ(out[0].shape(), (Shape{rows, kOut}));
+    expect_close_to_magnitude(out[0].to(Device::cpu()).astype(f32), want, mag, rtol, atol);
+    product(to_f64(qv), k, kHeads, rows, kDim, kKeys, false, nullptr, want, mag);
+    ASSERT_EQ(out[1].shape(), (Shape{kHeads, rows, kKeys}));
+    expect_close_to_magnitude(out[1].to(Device::cpu()).astype(f32), want, mag, rtol, atol);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, ManyShapes, ::testing::Values(f32, bf16, f16),
+                         [](const auto& info) { return std::string(name(info.param)); });
+
+// New shapes inside one bucket (1025..1536 rows) query cuBLASLt's heuristic at most once per
+// product between them; an executable compiled for one of those shapes queries its own.
+TEST(ManyShapesPlans, OneHeuristicQueryPerBucketNotPerShape) {
+  REQUIRE_GPU();
+  Net n(f32);
+  Executable exe = n.g.compile(Device::cuda(0), {}, {n.y, n.z});
+  auto queries = [](const Profile& p) {
+    return std::count_if(p.spans.begin(), p.spans.end(),
+                         [](const ProfileSpan& s) { return s.name == "cuBLASLt heuristic"; });
+  };
+  const std::vector<int64_t> sizes{1100, 1201, 1302, 1403, 1504, 1535};
+  ProfileScope ps;
+  for (int64_t rows : sizes) {
+    const auto out = exe.run({{n.x, random_array({rows, kIn}, f32).to(Device::cuda(0))},
+                              {n.q, random_array({kHeads, rows, kDim}, f32).to(Device::cuda(0))}});
+    ASSERT_EQ(out[0].shape(), (Shape{rows, kOut}));
+  }
+  const Profile p = ps.stop();
+  EXPECT_EQ(exe.shape_cache().misses, static_cast<int64_t>(sizes.size()));
+  // two products (the linear and the batched matmul), each at most once for bucket 1536
+  EXPECT_LE(queries(p), 2) << "the heuristic ran for each shape";
+
+  // an executable of one shape takes the heuristic's choice for its exact sizes
+  Graph g;
+  auto x = g.placeholder({1403, kIn}, f32, "x");
+  auto y = linear(x, g.constant(n.w, "w"), g.constant(n.b, "b"));
+  Executable fixed = g.compile(Device::cuda(0), {}, {y});
+  ProfileScope ps2;
+  const Array xv = random_array({1403, kIn}, f32);
+  const Array got = fixed.run({{x, xv.to(Device::cuda(0))}})[0].to(Device::cpu());
+  EXPECT_EQ(queries(ps2.stop()), 1) << "a fixed executable's product took a bucket's plan";
+  std::vector<double> want, mag;
+  const std::vector<double> w = to_f64(n.w), b = to_f64(n.b);
+  product(to_f64(xv), w, 1, 1403, kIn, kOut, true, &b, want, mag);
+  expect_close_to_magnitude(got, want, mag, 1e-5, 1e-6);
+}
+
+// A batch of one makes the broadcast input pos (1, 8, 16) of tanh(2x + pos) as large as the
+// output: the kernel that batch 4 compiled (reading pos with strides) runs it.
+TEST(ManyShapesKernels, BatchOfOneTakesTheKernelOfALargerBatch) {
+  REQUIRE_GPU();
+  DeviceBackend& backend = *cuda_backend();
+  Graph g;
+  auto x = g.placeholder({-1, 8, 16}, f32, "x");
+  auto y = tanh(x * 2.0 + g.constant(random_array({1, 8, 16}, f32), "pos"));
+  Executable exe = g.compile(Device::cuda(0), {}, {y});
+  Executable cpu = g.compile(Device::cpu(), {}, {y});
+  for (int64_t batch : {4, 1}) {
+    SCOPED_TRACE(fmt::format("batch {}", batch));
+    const Array xv = random_array({batch, 8, 16}, f32);
+    const int64_t before = backend.kernels_compiled();
+    const Array got = exe.run({{x, xv.to(Device::cuda(0))}})[0].to(Device::cpu());
+    if (batch == 1) EXPECT_EQ(backend.kernels_compiled(), before) << "batch 1 compiled a kernel";
+    const Array want = cpu.run({{x, xv}})[0];
+    expect_close(got, want.shape(), to_f64(want), 2e-6, 1e-6);
+  }
+  EXPECT_NE(exe.dump().find("fused_elementwise"), std::string::npos) << exe.dump();
+}
+
+// Convolutions of a new batch size take the choice timed for the nearest batch size within a
+// factor of two (bf16: channels_last, cuDNN's graph API or legacy algorithm; f32: the legacy
+// algorithms): after batch 8, batches 6 and 5 time nothing; batch 2 (2.5 times from 5) is timed.
+class ManyShapesConv : public ::testing::TestWithParam<DType> {};
+
+TEST_P(ManyShapesConv, NewBatchSizesTakeTheNearestTimedChoice) {
+  REQUIRE_GPU();
+  const DType t = GetParam();
+  DeviceBackend& backend = *cuda_backend();
+  backend.clear_tuning();
+  Graph g;
+  auto x = g.placeholder({-1, 16, 12, 12}, t, "x");
+  auto w = g.constant(random_array({32, 16, 3, 3}, t), "w");
+  auto b = g.constant(random_array({32}, t), "b");
+  auto y = relu(conv2d(x, w, b, {{}, {1, 1}}));
+  Executable exe = g.compile(Device::cuda(0), {}, {y});
+  Executable cpu = g.compile(Device::cpu(), {}, {y});
+  auto timed = [&] {
+    const TuningStats s = backend.tuning_stats();
+    return s.measured + s.graph_offered;
+  };
+  for (int64_t batch : {8, 6, 5, 2}) {
+    SCOPED_TRACE(fmt::format("batch {}, {}", batch, name(t)));
+    const Array xv = random_array({batch, 16, 12, 12}, t);
+    const int64_t before = timed();
+    const Array got = exe.run({{x, xv.to(Device::cuda(0))}})[0].to(Device::cpu());
+    if (batch == 8 || batch == 2)
+      EXPECT_GT(timed(), before) << "no choice near: the first run times candidates";
+    else EXPECT_EQ(timed(), before) << "timed again with batch 8 (or 6) near";
+    const Array want = cpu.run({{x, xv}})[0];
+    expect_close(got.astype(f32), want.shape(), to_f64(want), tolerance(t),
+                 tolerance(t) * std::sqrt(16.0 * 9));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, ManyShapesConv, ::testing::Values(f32, bf16),
+                         [](const auto& info) { return std::string(name(info.param)); });
+
+}  // namespace
+}  // namespace kiln
