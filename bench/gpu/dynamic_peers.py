@@ -16,7 +16,7 @@ import statistics
 import subprocess
 import time
 
-BATCHES = (1, 8, 32, 64, 16)
+BATCHES = (1, 8, 32, 64, 16, 24, 48, 4, 2, 12)
 SWEEP_WARM = 50
 
 
@@ -24,8 +24,8 @@ def kiln_figures(binary, reps):
     out = subprocess.run([binary, "--only", "resnet50_dynamic_batch_bf16", "--reps", str(reps)],
                          capture_output=True, text=True, check=True).stdout
     print(out.rstrip())
-    line = re.compile(r"batch\s+(\d+): dynamic ([\d.]+) ms.*first run of the new batch ([\d.]+) ms")
-    return {int(m[1]): (float(m[2]), float(m[3])) for m in line.finditer(out)}
+    line = re.compile(r"batch\s+(\d+): first call ([\d.]+) ms.*warm ([\d.]+) ms")
+    return {int(m[1]): (float(m[3]), float(m[2])) for m in line.finditer(out)}
 
 
 def torch_figures(torch, run, reps):

@@ -241,6 +241,13 @@ std::vector<TensorInfo> infer_pad(const InferContext& ctx) {
   Shape out = in;
   for (size_t d = 0; d < in.size(); ++d) {
     const int64_t n = in[d], b = pads[2 * d], e = pads[2 * d + 1];
+    if (sym::is_symbolic(b) || sym::is_symbolic(e)) {  // (pads from symbolic values)
+      auto plus = [](int64_t a, int64_t v) {
+        return sym::is_symbolic(v) || v >= 0 ? sym::add(a, v) : sym::sub(a, -v);
+      };
+      out[d] = plus(plus(n, b), e);
+      continue;
+    }
     if (n < 0) {
       out[d] = b + e >= 0 ? sym::add(n, b + e) : sym::sub(n, -(b + e));
       continue;
@@ -269,7 +276,8 @@ std::vector<TensorInfo> infer_tile(const InferContext& ctx) {
   KILN_ASSERT(reps.size() == in.size());
   Shape out = in;
   for (size_t d = 0; d < in.size(); ++d) {
-    if (reps[d] < 0)  // (a value written in when shapes are specialized; builders check theirs)
+    // (a value written in when shapes are specialized, or a symbolic one; builders check theirs)
+    if (reps[d] < 0 && !sym::is_symbolic(reps[d]))
       fail<ValueError>("[tile] reps ({}) must be non-negative", fmt::join(reps, ", "));
     out[d] = sym::mul(in[d], reps[d]);
   }
@@ -365,66 +373,22 @@ Grads vjp_concat(const VjpContext& c) {
   int64_t at = 0;
   for (size_t i = 0; i < c.inputs.size(); ++i) {
     const int64_t n = c.inputs[i].shape()[axis];
-    if (n < 0)
-      fail<ShapeError>("[gradients] the gradient of concat needs input {}'s dim {} static, got {}",
-                       i, axis, str(c.inputs[i].shape()));
+    if (n < 0) {  // sizes along axis known at run time
+      grads.clear();
+      for (const Tensor& g : transform::concat_grad(c.inputs, *c.cotangents[0], axis))
+        grads.push_back(g);
+      return grads;
+    }
     grads.push_back(slice(*c.cotangents[0], {at}, {at + n}, {1}, {axis}));
     at += n;
   }
   return grads;
 }
 
-// g goes back to the positions slicing took, zeros elsewhere. Negative steps are flipped into
-// positive ones; a step s > 1 puts s-1 zeros after each element (reshape to (k, 1), pad to (k, s),
-// reshape to k*s); a last pad moves the run to its first position and crops the trailing zeros.
 void no_gradient_from_values(const VjpContext& c, const char* what) {
   if (c.attrs.b("from_values", false))
     fail<UnsupportedError>("[gradients] {} with {} computed from shapes has no gradient rule yet",
                            c.name(), what);
-}
-
-Grads vjp_slice(const VjpContext& c) {
-  const Shape in = c.inputs[0].shape();
-  no_gradient_from_values(c, "starts and stops");
-  const auto &starts = c.attrs.ints("starts"), &stops = c.attrs.ints("stops"),
-             &steps = c.attrs.ints("steps");
-  // a dynamic dim must be taken whole: it needs no padding back
-  for (size_t d = 0; d < in.size(); ++d)
-    if (in[d] < 0 && !(starts[d] == 0 && steps[d] == 1 && stops[d] >= (int64_t{1} << 62)))
-      fail<ShapeError>(
-          "[gradients] the gradient of slice needs dim {} of shape {} static, or "
-          "taken whole",
-          d, str(in));
-  Tensor g = *c.cotangents[0];
-  if (numel(g.shape()) == 0) return {zeros_like(c.inputs[0])};
-  std::vector<int64_t> flipped, interleave_pads, pads;
-  Shape interleaved, dilated;
-  for (size_t d = 0; d < in.size(); ++d) {
-    if (in[d] < 0) {  // taken whole
-      interleaved.push_back(-1);
-      interleave_pads.insert(interleave_pads.end(), {0, 0});
-      dilated.push_back(-1);
-      pads.insert(pads.end(), {0, 0});
-      continue;
-    }
-    const auto taken = transform::slice_dim(in[d], starts[d], stops[d], steps[d]);
-    // one element taken: its step is irrelevant (and may be huge), so no zeros in between
-    const int64_t s = taken.count > 1 ? std::abs(steps[d]) : 1;
-    const int64_t first = steps[d] > 0 ? taken.start : taken.start - (taken.count - 1) * s;
-    if (steps[d] < 0) flipped.push_back(static_cast<int64_t>(d));
-    interleaved.push_back(taken.count);
-    interleave_pads.insert(interleave_pads.end(), {0, 0});
-    if (s > 1) {
-      interleaved.push_back(1);
-      interleave_pads.insert(interleave_pads.end(), {0, s - 1});
-    }
-    dilated.push_back(taken.count * s);
-    pads.insert(pads.end(), {first, in[d] - first - taken.count * s});
-  }
-  if (!flipped.empty()) g = flip(g, flipped);
-  if (interleaved.size() > in.size())
-    g = reshape(pad(reshape(g, interleaved), interleave_pads), dilated);
-  return {pad(g, pads)};
 }
 
 // Adds up g's entries along dim d that reflect/edge padding copied from the same input position:
@@ -442,7 +406,6 @@ Tensor fold_padded_dim(const Tensor& g, int d, int64_t n, int64_t begin, const s
 // Constant mode: padding g by -pads crops what was added and zero-fills what was cropped.
 Grads vjp_pad(const VjpContext& c) {
   no_gradient_from_values(c, "pads");
-  const Shape in = static_input_shape(c);
   const auto& pads = c.attrs.ints("pads");
   const std::string& mode = c.attrs.str("mode");
   Tensor g = *c.cotangents[0];
@@ -451,6 +414,7 @@ Grads vjp_pad(const VjpContext& c) {
     for (int64_t p : pads) negated.push_back(-p);
     return {pad(g, negated)};
   }
+  const Shape in = static_input_shape(c);
   for (size_t d = 0; d < in.size(); ++d)
     if (pads[2 * d] != 0 || pads[2 * d + 1] != 0)
       g = fold_padded_dim(g, static_cast<int>(d), in[d], pads[2 * d], mode);
@@ -459,9 +423,16 @@ Grads vjp_pad(const VjpContext& c) {
 
 // tile's output seen as (reps_0, n_0, reps_1, n_1, ...): summing the reps axes adds up the copies.
 Grads vjp_tile(const VjpContext& c) {
-  no_gradient_from_values(c, "reps");
-  const Shape in = static_input_shape(c);
+  if (c.attrs.b("from_values", false)) {  // repeats computed from shapes
+    std::vector<Tensor> reps;
+    for (int64_t d = 0; d < static_cast<int64_t>(c.inputs[0].shape().size()); ++d)
+      reps.push_back(slice(c.inputs[1], {d}, {d + 1}));
+    return {transform::tile_grad(c.inputs[0], *c.cotangents[0], reps), std::nullopt};
+  }
   const auto& reps = c.attrs.ints("reps");
+  if (!is_static(c.inputs[0].shape()))
+    return {transform::tile_grad(c.inputs[0], *c.cotangents[0], reps)};
+  const Shape in = c.inputs[0].shape();
   Shape blocks;
   Axes copies;
   for (size_t d = 0; d < in.size(); ++d) {
@@ -565,7 +536,7 @@ void register_transform_ops() {
   // starts and stops span all of int64 (an axis sliced whole stops at INT64_MAX)
   define_op(OpId::Slice)
       .set_infer(infer_slice)
-      .grad(vjp_slice)
+      .grad(transform::vjp_slice)
       .inputs(1)
       .wide_ints({"starts", "stops"})
       .from_values({"starts", "stops"})

@@ -151,8 +151,10 @@ using transform::static_input_shape;
 // take's gradient: x seen as (pre, n, post) and the indices broadcast over pre and post make it
 // one scatter-add along axis 1 (repeated indices add up, negative ones count from the end).
 Grads vjp_gather(const VjpContext& c) {
-  const Shape x = static_input_shape(c), idx = static_input_shape(c, 1);
   const int axis = static_cast<int>(c.attrs.i("axis"));
+  if (!is_static(c.inputs[0].shape()) || !is_static(c.inputs[1].shape()))
+    return {transform::gather_grad(c.inputs[0], c.inputs[1], *c.cotangents[0], axis), std::nullopt};
+  const Shape x = c.inputs[0].shape(), idx = c.inputs[1].shape();
   const int64_t pre = numel(Shape(x.begin(), x.begin() + axis));
   const int64_t post = numel(Shape(x.begin() + axis + 1, x.end())), taken = numel(idx);
   const Tensor g = reshape(*c.cotangents[0], {pre, taken, post});

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
+#include <vector>
 
 #include "kiln/dtype.h"
 #include "kiln/shape.h"
@@ -30,6 +32,19 @@ namespace transform {
 Shape static_input_shape(const VjpContext& c, int i = 0);
 /// A tensor of `shape` filled with `value`, on the graph of `on`.
 Tensor full_on(const Tensor& on, const Shape& shape, double value, DType dtype);
+
+// Rules for dims known only at run time, their sizes read with shape_of (transform_grad.cpp).
+/// gather's gradient with respect to x: g scatter-added back along axis.
+Tensor gather_grad(const Tensor& x, const Tensor& indices, const Tensor& g, int64_t axis);
+/// slice's gradient rule: g padded back with zeros (from shapes at run time where a dim is
+/// dynamic and not taken whole, or the bounds are values: then steps of 1 there).
+std::vector<std::optional<Tensor>> vjp_slice(const VjpContext& c);
+/// tile's gradient: the copies of g added up.
+Tensor tile_grad(const Tensor& x, const Tensor& g, const std::vector<int64_t>& reps);
+/// The same with each dim's repeats a 1-element value.
+Tensor tile_grad(const Tensor& x, const Tensor& g, const std::vector<Tensor>& reps);
+/// concat's gradients: g sliced at the inputs' run-time sizes along axis.
+std::vector<Tensor> concat_grad(const std::vector<Tensor>& xs, const Tensor& g, int64_t axis);
 }  // namespace transform
 
 namespace transform {

@@ -198,7 +198,8 @@ Values track(const Node& n, const std::vector<const Values*>& in,
 // Ops whose inference takes symbolic dims in the attributes they take from values: their values
 // are written in (what specialize_shapes writes once they are numbers).
 bool takes_symbolic_values(OpId op) {
-  return op == OpId::Reshape || op == OpId::BroadcastTo || op == OpId::Full || op == OpId::Slice;
+  return op == OpId::Reshape || op == OpId::BroadcastTo || op == OpId::Full || op == OpId::Slice ||
+         op == OpId::Pad || op == OpId::Tile;
 }
 
 bool write_symbolic_values(Node& n, const std::vector<Values>& values) {

@@ -241,10 +241,15 @@ TEST(ShapeOf, TileAndPadTakeComputedValues) {
     expect_equal(host(out[1]), {2 * n, n * len}, t);
     expect_equal(host(out[2]), {n, len + n + 1}, e);
   }
-  // their gradients need the values while the graph is built
-  expect_error<UnsupportedError>(
-      [&] { gradients(sum(tiled * tiled), {x}); },
-      {"[gradients] tile with reps computed from shapes has no gradient rule yet"});
+  // the tile's gradient reads the repeats (2, n) when the shapes are known: each element of x
+  // is copied 2n times, so d sum(tiled^2) / dx = 4n x
+  auto gexe = g.compile(default_device(), {}, {gradients(sum(tiled * tiled), {x})[0]});
+  for (auto [n, len] : {std::pair<int64_t, int64_t>{2, 3}, {3, 1}}) {
+    const Array xv = random_array({n, len}, f32);
+    std::vector<double> want = to_f64(xv);
+    for (double& w : want) w *= 4.0 * static_cast<double>(n);
+    expect_close(host(gexe.run({{x, xv}})[0]), {n, len}, want, 1e-5);
+  }
   expect_error<ShapeError>([&] { tile(x, ints(g, {2}) + b); },
                            {"[tile] the reps value has 1 entries; shape (?, ?) needs one per dim"});
   expect_error<ShapeError>(

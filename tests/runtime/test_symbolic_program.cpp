@@ -113,13 +113,41 @@ TEST(SymbolicProgram, FollowsTheExpandPatternOfExporters) {
   EXPECT_EQ(exe.shape_cache().symbolic_misses, 3);
 }
 
-TEST(SymbolicProgram, AnUnknownDimRunsThePassesForEachShape) {
-  // tile repeats computed from another input's shape: no symbolic rule yet, so each shape runs
-  // every pass, and the report says which node stopped the symbolic program
+// Tile repeats and pads computed from shapes stay symbolic: tile by another input's length, and
+// the gradient of a slice of a dynamic dim (a pad whose amounts come from the shape).
+TEST(SymbolicProgram, TileAndPadFromShapesAreSymbolic) {
   Graph g;
   auto x = g.placeholder({-1, 4}, f32, "x");
   auto n = g.placeholder({-1}, f32, "n");
   auto y = tile(x, concat({shape_of(n), g.constant(ints({1}))})) * 3.0;
+  auto dx = gradients(sum(slice(y * y, {1}, {-1}, {}, {0})), {x})[0];
+  auto exe = g.compile(default_device(), {}, {y, dx});
+  for (auto [rows, reps] : {std::pair<int64_t, int64_t>{2, 3}, {1, 4}, {3, 2}}) {
+    Array a = random_array({rows, 4}, f32);
+    const auto va = to_f64(a);
+    std::vector<double> want, grad(va.size(), 0);
+    for (int64_t r = 0; r < reps; ++r)
+      for (size_t i = 0; i < va.size(); ++i) {
+        want.push_back(3 * va[i]);
+        // row r * rows + i / 4 of y is kept by the slice unless it is the first or the last
+        const int64_t row = r * rows + static_cast<int64_t>(i) / 4;
+        if (row > 0 && row < rows * reps - 1) grad[i] += 18 * va[i];  // d(3x)^2/dx
+      }
+    const auto out = exe.run({{x, a}, {n, random_array({reps}, f32)}});
+    expect_close(out[0].to(Device::cpu()), {rows * reps, 4}, want, 1e-6);
+    expect_close(out[1].to(Device::cpu()), {rows, 4}, grad, 1e-5);
+  }
+  EXPECT_TRUE(exe.shape_cache().symbolic) << exe.shape_cache().not_symbolic;
+  EXPECT_EQ(exe.shape_cache().symbolic_misses, 3);
+}
+
+TEST(SymbolicProgram, AnUnknownDimRunsThePassesForEachShape) {
+  // tile repeats computed from another input's shape through an op the symbolic program does not
+  // follow (abs): each shape runs every pass, and the report says which node stopped it
+  Graph g;
+  auto x = g.placeholder({-1, 4}, f32, "x");
+  auto n = g.placeholder({-1}, f32, "n");
+  auto y = tile(x, concat({abs(shape_of(n)), g.constant(ints({1}))})) * 3.0;
   auto exe = g.compile(default_device(), {}, {y});
   for (auto [rows, reps] : {std::pair<int64_t, int64_t>{2, 3}, {1, 1}, {3, 2}}) {
     Array a = random_array({rows, 4}, f32);

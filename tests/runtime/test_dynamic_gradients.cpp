@@ -1,0 +1,163 @@
+// Gradient rules that read sizes known only at run time (src/ops/transform_grad.cpp): gather
+// (an embedding table by token ids of any batch and length, and gathers from a dynamic batch),
+// slices of dynamic dims and slices whose bounds are computed from shapes, constant pads, tiles
+// and concats along a dynamic axis. One executable built on dynamic dims gives, at each shape,
+// the gradients of a graph built for that shape.
+#include <fmt/format.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kiln/kiln.h"
+#include "support/reference.h"
+
+namespace kiln {
+namespace {
+using namespace kiln::test;
+
+Array host(const Array& a) { return a.to(Device::cpu()); }
+
+struct Built {
+  std::vector<Tensor> inputs;  // placeholders, fed in order
+  Tensor out;
+  std::vector<Tensor> wrt;  // what the gradients are of
+};
+using Build = std::function<Built(Graph&, const std::vector<Shape>&)>;
+using Make = std::function<Array(const Shape&)>;
+
+struct Case {
+  std::string name;
+  Build build;
+  std::vector<Shape> dynamic;          // the inputs' shapes, -1 for dynamic dims
+  std::vector<std::vector<Shape>> at;  // shapes the executable runs at
+  std::vector<Make> make;              // each input's values
+};
+
+Make floats() {
+  return [](const Shape& s) { return random_array(s, f32); };
+}
+Make ids(int64_t n) {  // indices into n rows, negative ones too
+  return [n](const Shape& s) { return random_ints(s, -n, n - 1); };
+}
+
+void check(const Case& c) {
+  SCOPED_TRACE(c.name);
+  Graph g;
+  Built d = c.build(g, c.dynamic);
+  auto r = g.placeholder(Shape(d.out.shape().size(), -1), f32, "r");
+  const auto grads = gradients(sum(d.out * r), d.wrt);
+  Executable exe = g.compile(default_device(), {}, grads);
+  ASSERT_TRUE(exe.is_dynamic());
+  for (const auto& shapes : c.at) {
+    SCOPED_TRACE(fmt::format("input 0 of shape {}", to_string(shapes[0])));
+    Graph fg;
+    Built f = c.build(fg, shapes);
+    auto fr = fg.placeholder(f.out.shape(), f32, "r");
+    Executable fixed = fg.compile(default_device(), {}, gradients(sum(f.out * fr), f.wrt));
+    Feeds dyn_feeds, fixed_feeds;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const Array v = c.make[i](shapes[i]);
+      dyn_feeds.emplace_back(d.inputs[i], v);
+      fixed_feeds.emplace_back(f.inputs[i], v);
+    }
+    const Array rv = random_array(f.out.shape(), f32);
+    dyn_feeds.emplace_back(r, rv);
+    fixed_feeds.emplace_back(fr, rv);
+    const auto got = exe.run(dyn_feeds);
+    const auto want = fixed.run(fixed_feeds);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      const Array w = host(want[i]);
+      expect_close(host(got[i]), w.shape(), to_f64(w), 1e-5, 1e-6);
+    }
+  }
+}
+
+TEST(DynamicGradients, EmbeddingTableByTokenIdsOfAnyShape) {
+  check({"embedding",
+         [](Graph& g, const std::vector<Shape>& s) {
+           auto table = g.placeholder(s[0], f32, "table");
+           auto tokens = g.placeholder(s[1], i64, "tokens");
+           return Built{{table, tokens}, tanh(gather(table, tokens)), {table}};
+         },
+         {{20, 6}, {-1, -1}},
+         {{{20, 6}, {2, 7}}, {{20, 6}, {5, 3}}, {{20, 6}, {1, 1}}},
+         {floats(), ids(20)}});
+}
+
+TEST(DynamicGradients, GatherFromADynamicBatch) {
+  // along axis 1 by constant indices, and along the dynamic axis 0 by indices of dynamic length
+  check({"gather axis 1",
+         [](Graph& g, const std::vector<Shape>& s) {
+           auto x = g.placeholder(s[0], f32, "x");
+           auto at = g.constant(Array::from_vector(std::vector<int64_t>{1, 3, -2, 3}, {2, 2}));
+           return Built{{x}, gather(x * x, at, 1), {x}};
+         },
+         {{-1, 10}},
+         {{{3, 10}}, {{6, 10}}},
+         {floats()}});
+  check({"gather axis 0",
+         [](Graph& g, const std::vector<Shape>& s) {
+           auto x = g.placeholder(s[0], f32, "x");
+           auto at = g.placeholder(s[1], i64, "at");
+           return Built{{x, at}, gather(x, at, 0), {x}};
+         },
+         {{-1, 7}, {-1}},
+         {{{4, 7}, {9}}, {{9, 7}, {2}}},
+         {floats(), ids(4)}});
+}
+
+TEST(DynamicGradients, SlicesOfDynamicDimsAndBoundsFromShapes) {
+  check({"slice [1:-1] of a dynamic dim, [:2] of the batch",
+         [](Graph& g, const std::vector<Shape>& s) {
+           auto x = g.placeholder(s[0], f32, "x");
+           return Built{{x}, slice(x, {0, 1}, {2, -1}, {}, {0, 1}), {x}};
+         },
+         {{-1, -1, 4}},
+         {{{3, 6, 4}}, {{5, 3, 4}}, {{1, 9, 4}}},
+         {floats()}});
+  check({"slice with a stop computed from the shape",
+         [](Graph& g, const std::vector<Shape>& s) {
+           // built for one shape, the reference: the same bounds as constants
+           auto x = g.placeholder(s[0], f32, "x");
+           if (s[0][1] >= 0) return Built{{x}, slice(x, {1}, {s[0][1] - 1}, {}, {1}), {x}};
+           auto one = g.constant(Array::from_vector(std::vector<int64_t>{1}, {1}));
+           auto stop = slice(shape_of(x), {1}, {2}) - one;  // x.shape[1] - 1
+           return Built{{x}, slice(x, one, stop, {}, {1}), {x}};
+         },
+         {{2, -1}},
+         {{{2, 5}}, {{2, 8}}},
+         {floats()}});
+}
+
+TEST(DynamicGradients, PadsTilesAndConcatsOverDynamicDims) {
+  check({"constant pad",
+         [](Graph& g, const std::vector<Shape>& s) {
+           auto x = g.placeholder(s[0], f32, "x");
+           return Built{{x}, pad(x * x, {1, 2, 0, -1}), {x}};
+         },
+         {{-1, 4}},
+         {{{3, 4}}, {{7, 4}}},
+         {floats()}});
+  check({"tile",
+         [](Graph& g, const std::vector<Shape>& s) {
+           auto x = g.placeholder(s[0], f32, "x");
+           return Built{{x}, tile(x * x, {2, 3}), {x}};
+         },
+         {{-1, 4}},
+         {{{3, 4}}, {{1, 4}}},
+         {floats()}});
+  check({"concat along the batch",
+         [](Graph& g, const std::vector<Shape>& s) {
+           auto x = g.placeholder(s[0], f32, "x");
+           auto y = g.placeholder(s[1], f32, "y");
+           return Built{{x, y}, concat({x * x, y, x}, 0), {x, y}};
+         },
+         {{-1, 4}, {-1, 4}},
+         {{{3, 4}, {2, 4}}, {{1, 4}, {6, 4}}},
+         {floats(), floats()}});
+}
+
+}  // namespace
+}  // namespace kiln
