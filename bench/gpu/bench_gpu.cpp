@@ -147,9 +147,9 @@ void resnet_infer(const Options& o, const std::string& name, int64_t batch, bool
 // specialization's compile included). The machine-readable figure is the worst ratio of warm
 // dynamic to warm fixed.
 // ResNet-50 bf16 with a dynamic batch: one executable runs batches 1..64, each new batch timed
-// on its first call (its convolutions timed by cuDNN, or seeded from the nearest timed batch
-// within a factor of two) and warm. Then the process forgets every convolution choice and
-// executables compiled for each batch measure their own, warm, for the ratio.
+// on its first call (with the convolution choices timed or seeded then) and warm. Then the process
+// forgets every convolution choice and executables compiled for each batch measure their own, warm,
+// for the ratio.
 void resnet_dynamic(const Options& o, const std::string& name) {
   Graph g;
   auto x = g.placeholder({-1, 3, 224, 224}, bf16, "x", {{0, "batch", 1, 64}});

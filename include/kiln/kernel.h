@@ -55,11 +55,11 @@ struct KernelEnv {
   /// CompileOptions::kernels, with the environment's overrides (last, so that the fields above
   /// keep their places for op libraries built before it).
   KernelChoices choices;
-  /// The run is one shape of a dynamic executable (one of many sizes the same products and
-  /// convolutions see): kernels that choose a plan per problem size take the choice made for a
-  /// nearby size where it is valid for this one (cuBLASLt: the heuristic's algorithm at sizes
-  /// rounded up to a bucket, checked for the real sizes), so that a new shape's first run does
-  /// not wait for searches. False for executables of one shape.
+  /// The run is one shape of a dynamic executable (one of many sizes the same products see):
+  /// kernels that choose a plan per problem size take the choice made for a nearby size where it
+  /// is valid for this one (cuBLASLt: the heuristic's algorithm at sizes rounded up to a bucket,
+  /// checked for the real sizes), so that a new shape's first run does not wait for searches.
+  /// False for executables of one shape.
   bool many_shapes = false;
 };
 

@@ -149,43 +149,5 @@ TEST(ManyShapesKernels, BatchOfOneTakesTheKernelOfALargerBatch) {
   EXPECT_NE(exe.dump().find("fused_elementwise"), std::string::npos) << exe.dump();
 }
 
-// Convolutions of a new batch size take the choice timed for the nearest batch size within a
-// factor of two (bf16: channels_last, cuDNN's graph API or legacy algorithm; f32: the legacy
-// algorithms): after batch 8, batches 6 and 5 time nothing; batch 2 (2.5 times from 5) is timed.
-class ManyShapesConv : public ::testing::TestWithParam<DType> {};
-
-TEST_P(ManyShapesConv, NewBatchSizesTakeTheNearestTimedChoice) {
-  REQUIRE_GPU();
-  const DType t = GetParam();
-  DeviceBackend& backend = *cuda_backend();
-  backend.clear_tuning();
-  Graph g;
-  auto x = g.placeholder({-1, 16, 12, 12}, t, "x");
-  auto w = g.constant(random_array({32, 16, 3, 3}, t), "w");
-  auto b = g.constant(random_array({32}, t), "b");
-  auto y = relu(conv2d(x, w, b, {{}, {1, 1}}));
-  Executable exe = g.compile(Device::cuda(0), {}, {y});
-  Executable cpu = g.compile(Device::cpu(), {}, {y});
-  auto timed = [&] {
-    const TuningStats s = backend.tuning_stats();
-    return s.measured + s.graph_offered;
-  };
-  for (int64_t batch : {8, 6, 5, 2}) {
-    SCOPED_TRACE(fmt::format("batch {}, {}", batch, name(t)));
-    const Array xv = random_array({batch, 16, 12, 12}, t);
-    const int64_t before = timed();
-    const Array got = exe.run({{x, xv.to(Device::cuda(0))}})[0].to(Device::cpu());
-    if (batch == 8 || batch == 2)
-      EXPECT_GT(timed(), before) << "no choice near: the first run times candidates";
-    else EXPECT_EQ(timed(), before) << "timed again with batch 8 (or 6) near";
-    const Array want = cpu.run({{x, xv}})[0];
-    expect_close(got.astype(f32), want.shape(), to_f64(want), tolerance(t),
-                 tolerance(t) * std::sqrt(16.0 * 9));
-  }
-}
-
-INSTANTIATE_TEST_SUITE_P(Types, ManyShapesConv, ::testing::Values(f32, bf16),
-                         [](const auto& info) { return std::string(name(info.param)); });
-
 }  // namespace
 }  // namespace kiln

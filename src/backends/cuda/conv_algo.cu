@@ -345,10 +345,6 @@ const ConvPlan& plan_for(cudnnHandle_t h, Pass pass, int device, DType t, const 
     auto it = cache.plans.find(key);
     if (it != cache.plans.end()) return *it->second;
     if (auto s = cache.seeds.find(key); s != cache.seeds.end()) seed = s->second;
-    // a new batch size of a dynamic executable: the choice timed for the nearest one
-    if (!seed && ctx.many_shapes() && !p.deterministic)
-      if (const auto* near = nearest_batch(cache.plans, key); near && (*near)->algo)
-        seed = (*near)->algo;
   }
   if (p.deterministic) find = nullptr;  // (and no seed: their keys never match one)
   auto plan = std::make_unique<ConvPlan>();

@@ -95,29 +95,6 @@ struct PlanCache {
 };
 PlanCache& plan_cache();
 
-// Where problem_key (and nhwc_key) keep the batch size.
-constexpr size_t kKeyBatch = 4;
-/// For executables of many shapes (KernelContext::many_shapes): the entry of `m` (a PlanCache
-/// map) for the same problem at the batch size nearest `key`'s, within a factor of two (by
-/// ratio; nullptr when none), whose choice seeds `key`'s, so that a new batch size is not timed
-/// when one near it was. Under the cache's mutex.
-template <typename Map>
-const typename Map::mapped_type* nearest_batch(const Map& m, const std::vector<int64_t>& key) {
-  const typename Map::mapped_type* best = nullptr;
-  const int64_t n = key[kKeyBatch];
-  double best_ratio = 2.0;
-  for (const auto& [k, v] : m) {
-    if (k.size() != key.size() || k[kKeyBatch] == n) continue;
-    bool same = true;
-    for (size_t i = 0; i < k.size() && same; ++i) same = i == kKeyBatch || k[i] == key[i];
-    if (!same) continue;
-    const double r = k[kKeyBatch] > n ? static_cast<double>(k[kKeyBatch]) / n
-                                      : static_cast<double>(n) / k[kKeyBatch];
-    if (r < best_ratio || (r == best_ratio && !best)) best = &v, best_ratio = r;
-  }
-  return best;
-}
-
 // ---- geometry ----
 
 // kiln's attributes and the sizes of the conv's input x, weight w and output y (for

@@ -176,10 +176,6 @@ const GraphConvPlan* nhwc_plan(KernelContext& ctx, const Problem& p, DType t,
     std::lock_guard<std::mutex> l(cache.mu);
     if (auto it = cache.nhwc.find(key); it != cache.nhwc.end()) return it->second->plan.get();
     if (auto it = cache.nhwc_seeds.find(key); it != cache.nhwc_seeds.end()) seed = it->second;
-    // a new batch size of a dynamic executable: the choice timed for the nearest one
-    if (!seed && ctx.many_shapes())
-      if (const auto* near = nearest_batch(cache.nhwc, key))
-        seed = nhwc_record_value((*near)->plan.get());
   }
   if (seed) {  // a package's choice: the legacy algorithm, or a plan made again without timing
     auto choice = std::make_unique<NhwcChoice>();
