@@ -2,7 +2,6 @@
 // come from shape_of and the integer ops on it, which shape specialization evaluates on the host
 // (and the symbolic program follows), so one graph's gradients run at every shape.
 #include <cstdint>
-#include <limits>
 #include <optional>
 #include <vector>
 
@@ -68,25 +67,23 @@ static Tensor slice_grad(const VjpContext& c) {
   const bool values = c.attrs.b("from_values", false);
   const auto &starts = c.attrs.ints("starts"), &stops = c.attrs.ints("stops"),
              &steps = c.attrs.ints("steps");
+  auto step_one = [&](size_t d) {
+    fail<ShapeError>(
+        "[gradients] the gradient of a slice of shape {} with bounds or sizes known only at run "
+        "time takes steps of 1, got step {} on dim {}",
+        str(in), steps[d], d);
+  };
   std::vector<Tensor> pads;
   for (size_t d = 0; d < in.size(); ++d) {
     const auto dim = static_cast<int64_t>(d);
     if (!values && in[d] >= 0) {  // all known now
       const SliceDim taken = slice_dim(in[d], starts[d], stops[d], steps[d]);
-      if (steps[d] != 1 && taken.count > 1)
-        fail<ShapeError>(
-            "[gradients] the gradient of a slice of shape {} with bounds or sizes known only at "
-            "run time takes steps of 1, got step {} on dim {}",
-            str(in), steps[d], d);
+      if (steps[d] != 1 && taken.count > 1) step_one(d);
       const int64_t first = steps[d] > 0 ? taken.start : taken.start - (taken.count - 1);
       pads.push_back(ints_on(x, {first, in[d] - first - taken.count}));
       continue;
     }
-    if (steps[d] != 1)
-      fail<ShapeError>(
-          "[gradients] the gradient of a slice of shape {} with bounds or sizes known only at run "
-          "time takes steps of 1, got step {} on dim {}",
-          str(in), steps[d], d);
+    if (steps[d] != 1) step_one(d);
     const Tensor n = dim_value(x, dim);
     const Tensor begin = values ? resolve_bound(n, slice(c.inputs[1], {dim}, {dim + 1}))
                                 : resolve_bound(n, starts[d]);

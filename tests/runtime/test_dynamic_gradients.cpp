@@ -131,6 +131,14 @@ TEST(DynamicGradients, SlicesOfDynamicDimsAndBoundsFromShapes) {
          {floats()}});
 }
 
+TEST(DynamicGradients, SliceStepsOtherThanOneOnADynamicDimAreNamed) {
+  Graph g;
+  auto x = g.placeholder({-1, 6}, f32, "x");
+  expect_error<ShapeError>([&] { gradients(sum(slice(x, {1}, {-1}, {2}, {0})), {x}); },
+                           {"[gradients] the gradient of a slice of shape (?, 6)",
+                            "takes steps of 1, got step 2 on dim 0"});
+}
+
 TEST(DynamicGradients, PadsTilesAndConcatsOverDynamicDims) {
   check({"constant pad",
          [](Graph& g, const std::vector<Shape>& s) {
