@@ -184,7 +184,8 @@ if in_part 1; then
     fi
   elif [ -d "$B/python/kiln" ]; then
     step python-torch env PYTHONPATH="$B/python" KILN_BUILD_DIR=/none python3 -m pytest -q -rs \
-      -p no:cacheprovider python/tests/test_torch.py python/tests/test_array.py \
+      -p no:cacheprovider python/tests/test_torch.py python/tests/test_torch_dynamic.py \
+      python/tests/test_array.py \
       python/tests/test_runtime.py
   fi
   # determinism from process to process: a second process's hashes of the training steps

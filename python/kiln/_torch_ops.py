@@ -6,9 +6,13 @@ with kiln ops or kiln.gradients of the matching forward op.
 """
 from __future__ import annotations
 
+import functools
+import operator
 from typing import Any, Callable
 
 import kiln
+from kiln import _torch_sym as sym
+from kiln._torch_sym import INT64_MAX, is_sym
 
 try:
     import torch
@@ -53,9 +57,12 @@ class _Ctx:
         self.g = graph
 
     def t(self, v, like=None, dtype=None):
-        """A kiln tensor from a lowered value or a Python number (as a scalar of like's dtype)."""
+        """A kiln tensor from a lowered value, a run-time size or a Python number (as a scalar
+        of like's dtype)."""
         if isinstance(v, kiln.Tensor):
             return v
+        if is_sym(v):
+            return v.as_dtype(dtype or (like.dtype if like is not None else kiln.i64))
         if dtype is None:
             if like is not None and (like.dtype.is_floating or isinstance(v, (bool, int))):
                 dtype = like.dtype
@@ -66,6 +73,17 @@ class _Ctx:
             else:
                 dtype = kiln.f32
         return self.g.scalar(float(v), dtype)
+
+    def dim(self, x, i):
+        """Dim i of x: an int, or a Sym where it is known only at run time."""
+        return sym.dim(self.g, x, i)
+
+    def shape_arg(self, sizes):
+        """Sizes (ints and Syms) as kiln's builders take a shape: ints, or an int64 tensor."""
+        return sym.shape_arg(self.g, sizes)
+
+    def shape_of(self, x):
+        return sym.shape_of(self.g, x)
 
 
 def _axes(dims, rank):
@@ -190,7 +208,11 @@ def _identity(ctx, x, *args, **kw):
 
 @_lowers("view.default", "_unsafe_view.default", "reshape.default", "view_copy.default")
 def _view(ctx, x, shape):
-    return kiln.reshape(x, list(shape))
+    shape = list(shape)
+    at = [i for i, s in enumerate(shape) if is_sym(s)]
+    if len(at) == 1 and -1 not in shape:  # the one run-time size is what the others leave
+        shape[at[0]] = -1
+    return kiln.reshape(x, ctx.shape_arg(shape))
 
 
 @_lowers("permute.default")
@@ -227,8 +249,9 @@ def _squeeze(ctx, x, dims=None):
 @_lowers("expand.default", "expand_copy.default")
 def _expand(ctx, x, sizes, implicit=False):
     lead = len(sizes) - x.ndim
-    shape = [x.shape[i - lead] if s == -1 else s for i, s in enumerate(sizes)]
-    return kiln.broadcast_to(x, shape)
+    shape = [ctx.dim(x, i - lead) if not is_sym(s) and s == -1 else s for i, s in enumerate(sizes)]
+    shape = ctx.shape_arg(shape)
+    return kiln.expand(x, shape) if isinstance(shape, kiln.Tensor) else kiln.broadcast_to(x, shape)
 
 
 @_lowers("cat.default")
@@ -246,6 +269,8 @@ def _stack(ctx, xs, dim=0):
 def _split(ctx, x, sizes, dim=0):
     dim = dim % x.ndim
     n = x.shape[dim]
+    if n < 0 or any(is_sym(s) for s in ([sizes] if not isinstance(sizes, (list, tuple)) else sizes)):
+        raise LoweringError("[kiln.torch] split along a dim known only at run time")
     if isinstance(sizes, int):
         sizes = [min(sizes, n - i) for i in range(0, n, sizes)]
     return tuple(kiln.split(x, list(sizes), dim)) if len(sizes) > 1 else (x,)
@@ -254,8 +279,19 @@ def _split(ctx, x, sizes, dim=0):
 @_lowers("select.int")
 def _select(ctx, x, dim, index):
     dim = dim % x.ndim
-    index = index % x.shape[dim]
-    return kiln.squeeze(kiln.slice(x, [index], [index + 1], [1], [dim]), [dim])
+    if x.shape[dim] >= 0 and not is_sym(index):
+        index = index % x.shape[dim]
+        return kiln.squeeze(kiln.slice(x, [index], [index + 1], [1], [dim]), [dim])
+    # a dim known only at run time (a negative index counts from its end): a gather by a 0-d
+    # index drops the dim
+    return kiln.gather(x, ctx.t(index, dtype=kiln.i64), dim)
+
+
+def _slice_dim(ctx, x, dim, start, stop, step):
+    if is_sym(start) or is_sym(stop):  # both bounds as int64 tensors
+        start, stop = (ctx.shape_arg([v]) if is_sym(v) else sym.ints(ctx.g, [v]) for v in (start, stop))
+        return kiln.slice(x, start, stop, [step], [dim])
+    return kiln.slice(x, [start], [stop], [step], [dim])
 
 
 @_lowers("slice.Tensor")
@@ -263,29 +299,34 @@ def _slice(ctx, x, dim=0, start=None, end=None, step=1):
     dim = dim % x.ndim
     n = x.shape[dim]
     start = 0 if start is None else start
-    end = n if end is None or end > n else end
-    return kiln.slice(x, [start], [end], [step], [dim])
+    end = INT64_MAX if end is None else end
+    if n >= 0 and not is_sym(end) and end > n:
+        end = n
+    return _slice_dim(ctx, x, dim, start, end, step)
 
 
 @_lowers("select_backward.default")
 def _select_backward(ctx, g, input_sizes, dim, index):
     dim = dim % len(input_sizes)
-    index = index % input_sizes[dim]
+    if not is_sym(index) and index < 0:
+        index = index + input_sizes[dim]
     pads = [0] * (2 * len(input_sizes))
     pads[2 * dim], pads[2 * dim + 1] = index, input_sizes[dim] - index - 1
-    return kiln.pad(kiln.expand_dims(g, [dim]), pads)
+    return kiln.pad(kiln.expand_dims(g, [dim]), ctx.shape_arg(pads))
 
 
 @_lowers("slice_backward.default")
 def _slice_backward(ctx, g, input_sizes, dim, start, end, step):
     dim = dim % len(input_sizes)
     n = input_sizes[dim]
-    start = max(0, start + n if start < 0 else start)
+    if not is_sym(start) and start < 0:
+        start = start + n
+        start = start if is_sym(start) else max(0, start)
     if step != 1:
         raise LoweringError("[kiln.torch] slice_backward with a step")
     pads = [0] * (2 * len(input_sizes))
-    pads[2 * dim], pads[2 * dim + 1] = start, n - start - g.shape[dim]
-    return kiln.pad(g, pads)
+    pads[2 * dim], pads[2 * dim + 1] = start, n - start - ctx.dim(g, dim)
+    return kiln.pad(g, ctx.shape_arg(pads))
 
 
 _REDUCTIONS = {0: "none", 1: "mean", 2: "sum"}
@@ -420,13 +461,17 @@ def _bn(ctx, x, w, b, rm, rv, training, momentum, eps):
     out = (y, mean, invstd)
     if rm is None:
         return out
-    n = x.shape[0]
-    for d in x.shape[2:]:
-        n *= d
+    n = ctx.dim(x, 0)
+    for i in range(2, x.ndim):
+        n = n * ctx.dim(x, i)
     m = ctx.t(momentum, like=rm)
     keep = ctx.t(1 - momentum, like=rm)
     new_rm = kiln.add(kiln.mul(rm, keep), kiln.mul(kiln.cast(mean, rm.dtype), m))
-    unbiased = kiln.mul(kiln.cast(var, rv.dtype), ctx.t(n / max(n - 1, 1), like=rv))
+    if is_sym(n):  # n / (n - 1) at run time (PyTorch's dynamic sizes are at least 2)
+        bessel = kiln.div(n.as_dtype(rv.dtype), (n - 1).as_dtype(rv.dtype))
+    else:
+        bessel = ctx.t(n / max(n - 1, 1), like=rv)
+    unbiased = kiln.mul(kiln.cast(var, rv.dtype), bessel)
     new_rv = kiln.add(kiln.mul(rv, keep), kiln.mul(unbiased, m))
     return out + (new_rm, new_rv)
 
@@ -561,7 +606,7 @@ def _max_pool(ctx, x, kernel, stride=(), padding=(0,), dilation=(1,), ceil_mode=
 
 @_lowers("max_pool2d_with_indices_backward.default", "max_pool3d_with_indices_backward.default")
 def _max_pool_backward(ctx, g, x, kernel, stride, padding, dilation, ceil_mode, indices):
-    return kiln.max_pool_grad(g, indices, list(x.shape))
+    return kiln.max_pool_grad(g, indices, ctx.shape_of(x))
 
 
 @_lowers("avg_pool2d.default")
@@ -579,7 +624,7 @@ def _avg_pool_backward(ctx, g, x, kernel, stride, padding, ceil_mode, count_incl
     if divisor_override is not None:
         raise LoweringError("[kiln.torch] avg_pool2d with divisor_override")
     k, s, p = _pool_args(kernel, stride, padding, x.ndim - 2)
-    return kiln.avg_pool_grad(g, list(x.shape), k, s, p, ceil_mode, count_include_pad)
+    return kiln.avg_pool_grad(g, ctx.shape_of(x), k, s, p, ceil_mode, count_include_pad)
 
 
 @_lowers("_adaptive_avg_pool2d.default", "adaptive_avg_pool2d.default")
@@ -589,14 +634,14 @@ def _adaptive_avg_pool(ctx, x, size):
 
 @_lowers("_adaptive_avg_pool2d_backward.default")
 def _adaptive_avg_pool_backward(ctx, g, x):
-    return kiln.adaptive_avg_pool_grad(g, list(x.shape))
+    return kiln.adaptive_avg_pool_grad(g, ctx.shape_of(x))
 
 
 @_lowers("native_dropout.default")
 def _native_dropout(ctx, x, p, train):
     if train and p > 0:
         raise LoweringError("[kiln.torch] dropout in training mode (random masks stay with PyTorch)")
-    return x, kiln.broadcast_to(ctx.g.scalar(1, kiln.bool_), list(x.shape))
+    return x, _filled(ctx, ctx.shape_of(x), 1, kiln.bool_)
 
 
 @_lowers("native_dropout_backward.default")
@@ -618,32 +663,41 @@ def _sdpa(ctx, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=No
 @_lowers("full.default", "new_full.default")
 def _full(ctx, *args, dtype=None, **kw):
     size, value = (args[-2], args[-1])
-    return kiln.full(ctx.g, list(size), value, _TORCH_TO_KILN[dtype] if dtype else ctx.out_dtype())
+    return _filled(ctx, ctx.shape_arg(size), value, _TORCH_TO_KILN[dtype] if dtype else ctx.out_dtype())
+
+
+def _filled(ctx, shape, value, dtype):
+    """A tensor of shape (ints, or an int64 tensor of sizes) filled with value."""
+    if isinstance(shape, kiln.Tensor):
+        return kiln.full(ctx.g, shape, float(value), dtype)
+    if dtype == kiln.bool_:
+        return kiln.broadcast_to(ctx.g.scalar(float(bool(value)), kiln.bool_), shape)
+    return kiln.full(ctx.g, shape, value, dtype)
 
 
 @_lowers("zeros.default", "new_zeros.default", "empty.memory_format", "new_empty.default")
 def _zeros(ctx, *args, dtype=None, **kw):
-    return kiln.zeros(ctx.g, list(args[-1]), _TORCH_TO_KILN[dtype] if dtype else ctx.out_dtype())
+    return _filled(ctx, ctx.shape_arg(args[-1]), 0, _TORCH_TO_KILN[dtype] if dtype else ctx.out_dtype())
 
 
 @_lowers("ones.default", "new_ones.default")
 def _ones(ctx, *args, dtype=None, **kw):
-    return kiln.ones(ctx.g, list(args[-1]), _TORCH_TO_KILN[dtype] if dtype else ctx.out_dtype())
+    return _filled(ctx, ctx.shape_arg(args[-1]), 1, _TORCH_TO_KILN[dtype] if dtype else ctx.out_dtype())
 
 
 @_lowers("zeros_like.default", "empty_like.default")
 def _zeros_like(ctx, x, dtype=None, **kw):
-    return kiln.zeros(ctx.g, list(x.shape), _TORCH_TO_KILN[dtype] if dtype else x.dtype)
+    return _filled(ctx, ctx.shape_of(x), 0, _TORCH_TO_KILN[dtype] if dtype else x.dtype)
 
 
 @_lowers("ones_like.default")
 def _ones_like(ctx, x, dtype=None, **kw):
-    return kiln.ones(ctx.g, list(x.shape), _TORCH_TO_KILN[dtype] if dtype else x.dtype)
+    return _filled(ctx, ctx.shape_of(x), 1, _TORCH_TO_KILN[dtype] if dtype else x.dtype)
 
 
 @_lowers("full_like.default")
 def _full_like(ctx, x, value, dtype=None, **kw):
-    return kiln.full(ctx.g, list(x.shape), value, _TORCH_TO_KILN[dtype] if dtype else x.dtype)
+    return _filled(ctx, ctx.shape_of(x), value, _TORCH_TO_KILN[dtype] if dtype else x.dtype)
 
 
 @_lowers("scalar_tensor.default")
@@ -654,4 +708,15 @@ def _scalar_tensor(ctx, value, dtype=None, **kw):
 @_lowers("arange.start_step", "arange.default", "arange.start")
 def _arange(ctx, *args, dtype=None, **kw):
     start, end, step = (0, args[0], 1) if len(args) == 1 else (args + (1,))[:3]
+    start, end, step = (v.t if is_sym(v) else v for v in (start, end, step))
     return kiln.arange(ctx.g, start, end, step, _TORCH_TO_KILN[dtype] if dtype else ctx.out_dtype())
+
+
+# sizes: aten.sym_size and the Python operators that combine SymInts (ints where the graph is
+# compiled per shape, Syms where sizes are known only at run time)
+_lowers("sym_size.int")(lambda ctx, x, i: ctx.dim(x, i))
+_lowers("sym_numel.default")(lambda ctx, x: functools.reduce(operator.mul, sym.dims(ctx.g, x), 1))
+for _name, _fn in {"add": operator.add, "sub": operator.sub, "mul": operator.mul,
+                   "floordiv": operator.floordiv, "mod": operator.mod}.items():
+    _lowers(f"operator.{_name}")(lambda ctx, a, b, _fn=_fn: _fn(a, b))
+_lowers("operator.neg")(lambda ctx, a: -a)

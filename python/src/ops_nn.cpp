@@ -122,6 +122,8 @@ void bind_ops_nn(nb::module_& m) {
   m.def(
       "max_pool_grad",
       [](const Tensor& g, const Tensor& idx, nb::handle shape) {
+        if (nb::isinstance<Tensor>(shape))
+          return kiln::max_pool_grad(g, idx, nb::cast<Tensor>(shape));
         return kiln::max_pool_grad(g, idx, to_shape(shape));
       },
       nb::arg("grad"), nb::arg("indices"), nb::arg("input_shape"), ka, op_doc("max_pool_grad"));
@@ -129,9 +131,11 @@ void bind_ops_nn(nb::module_& m) {
       "avg_pool_grad",
       [](const Tensor& g, nb::handle shape, Ints kernel, Ints stride, Ints padding, bool ceil_mode,
          bool count_include_pad) {
-        return kiln::avg_pool_grad(
-            g, to_shape(shape),
-            pool_options(kernel, stride, padding, {}, ceil_mode, count_include_pad));
+        const PoolOptions o =
+            pool_options(kernel, stride, padding, {}, ceil_mode, count_include_pad);
+        if (nb::isinstance<Tensor>(shape))
+          return kiln::avg_pool_grad(g, nb::cast<Tensor>(shape), o);
+        return kiln::avg_pool_grad(g, to_shape(shape), o);
       },
       nb::arg("grad"), nb::arg("input_shape"), nb::arg("kernel"), nb::arg("stride") = Ints{},
       nb::arg("padding") = Ints{}, nb::arg("ceil_mode") = false,
@@ -139,6 +143,8 @@ void bind_ops_nn(nb::module_& m) {
   m.def(
       "adaptive_avg_pool_grad",
       [](const Tensor& g, nb::handle shape) {
+        if (nb::isinstance<Tensor>(shape))
+          return kiln::adaptive_avg_pool_grad(g, nb::cast<Tensor>(shape));
         return kiln::adaptive_avg_pool_grad(g, to_shape(shape));
       },
       nb::arg("grad"), nb::arg("input_shape"), ka, op_doc("adaptive_avg_pool_grad"));

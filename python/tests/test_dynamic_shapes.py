@@ -139,3 +139,37 @@ def test_shape_values(rng):
         np.testing.assert_array_equal(out[3], table[:t])
         np.testing.assert_array_equal(out[4], np.full((n, t), 2.0, np.float32))
     assert exe.shape_cache()["misses"] == 2
+
+
+def test_pool_gradients_take_the_input_shape_at_run_time(rng):
+    # max_pool_grad, avg_pool_grad and adaptive_avg_pool_grad with input_shape = shape_of(x),
+    # for inputs whose spatial dims are known only at run time
+    g = kiln.Graph()
+    x = g.placeholder([None, 2, None, None], kiln.f32, "x")
+    m, idx = kiln.max_pool_with_indices(x, [2, 2], [2, 2])
+    dx_max = kiln.max_pool_grad(m, idx, kiln.shape_of(x))
+    a = kiln.avg_pool(x, [2, 2], [2, 2])
+    dx_avg = kiln.avg_pool_grad(a, kiln.shape_of(x), [2, 2], [2, 2])
+    p = kiln.adaptive_avg_pool(x, [1, 1])
+    dx_ada = kiln.adaptive_avg_pool_grad(p, kiln.shape_of(x))
+    assert dx_max.shape == (-1, 2, -1, -1)
+    exe = g.compile([dx_max, dx_avg, dx_ada])
+    for shape in ((2, 2, 6, 8), (1, 2, 5, 7)):
+        xv = rng.standard_normal(shape).astype(np.float32)
+        n, c, h, w = shape
+        hh, ww = h // 2 * 2, w // 2 * 2  # the windows cover these; the rest gets no gradient
+        win = xv[:, :, :hh, :ww].reshape(n, c, hh // 2, 2, ww // 2, 2).astype(np.float64)
+        top = win.max(axis=(3, 5), keepdims=True)
+        mean = win.mean(axis=(3, 5), keepdims=True)
+        want_max = np.zeros(shape)
+        want_max[:, :, :hh, :ww] = np.where(win == top, top, 0).reshape(n, c, hh, ww)
+        want_avg = np.zeros(shape)
+        want_avg[:, :, :hh, :ww] = np.broadcast_to(mean / 4, win.shape).reshape(n, c, hh, ww)
+        want_ada = np.broadcast_to(xv.astype(np.float64).mean(axis=(2, 3), keepdims=True) / (h * w),
+                                   shape)
+        got = [r.numpy() for r in exe.run({x: xv})]
+        for have, want in zip(got, (want_max, want_avg, want_ada)):
+            assert have.shape == shape
+            np.testing.assert_allclose(have, want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(kiln.ShapeError, match="one entry per dim"):
+        kiln.max_pool_grad(m, idx, kiln.shape_of(kiln.reshape(x, [-1])))

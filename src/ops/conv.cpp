@@ -16,12 +16,14 @@
 //         CUDA training programs): x, dy and conv_transpose's output NHWC, the weights (and dW)
 //         (O, kh, kw, C/groups) as conv's; weight_shape stays the NCHW (O, C/groups, kh, kw).
 #include "core/sym_dim.h"
+#include "kiln/ops/core.h"
 #include "kiln/ops/nn.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/transform.h"
 #include "ops/common.h"
 #include "ops/conv_attrs.h"
 #include "ops/conv_params.h"
+#include "ops/shape_values.h"
 
 namespace kiln {
 
@@ -351,36 +353,72 @@ ConvOptions options_of(const Attrs& a) {
   return o;
 }
 
+bool any_dynamic_spatial(const Shape& s) {
+  return std::any_of(s.begin() + 2, s.end(), [](int64_t d) { return d < 0; });
+}
+
+// y with each spatial dim cut at the end to the size that dim has in `like` at run time (the
+// sizes are read when shapes are specialized: the path for spatial dims dynamic when built).
+Tensor crop_spatial_like(const Tensor& y, const Tensor& like) {
+  const int nd = spatial_dims(y);
+  std::vector<int64_t> axes;
+  for (int i = 0; i < nd; ++i) axes.push_back(2 + i);
+  const Tensor zeros =
+      constant_on(*y.graph_impl(), Array::from_vector(std::vector<int64_t>(nd, 0), {nd}));
+  return slice(y, zeros, slice(shape_of(like), {2}, {2 + nd}), {}, axes);
+}
+
 // conv(x, w) cropped to the spatial size of `out`: a conv_transpose whose output_padding reached
 // the dilation (not the stride) has inputs past the end that no output position reads.
-Tensor conv_to(const Tensor& x, const Tensor& w, const Attrs& a, const Shape& out) {
+Tensor conv_to(const Tensor& x, const Tensor& w, const Attrs& a, const Tensor& out) {
   const int nd = spatial_dims(x);
   Tensor y = conv_nd(nd, kConv, x, w, std::nullopt, options_of(a));
+  if (any_dynamic_spatial(out.shape()) || any_dynamic_spatial(y.shape())) {
+    // the conv gives back out's size unless an output_padding reached the stride
+    const auto& s = a.ints("stride");
+    const std::vector<int64_t> op =
+        a.has("output_padding") ? a.ints("output_padding") : std::vector<int64_t>(nd, 0);
+    bool crop = false;
+    for (int i = 0; i < nd; ++i) crop = crop || op[i] >= s[i];
+    return crop ? crop_spatial_like(y, out) : y;
+  }
   std::vector<int64_t> starts(nd, 0), stops, axes;
   bool crop = false;
   for (int i = 0; i < nd; ++i) {
-    stops.push_back(out[2 + i]);
+    stops.push_back(out.shape()[2 + i]);
     axes.push_back(2 + i);
-    crop = crop || y.shape()[2 + i] != out[2 + i];
+    crop = crop || y.shape()[2 + i] != out.shape()[2 + i];
   }
   return crop ? slice(y, starts, stops, {}, axes) : y;
 }
 
 // The adjoint of conv(., w): conv_transpose of dy with the output_padding that gives back the
-// spatial size of x (positions that the stride skipped at the end get no gradient).
-Tensor conv_transpose_to(const Tensor& dy, const Tensor& w, const Attrs& a, const Shape& x) {
+// spatial size of x (positions that the stride skipped at the end get no gradient). Where the
+// spatial sizes are known only at run time, the output_padding is stride - 1 (the most any size
+// needs) and the result is cropped to x's size: the positions before the end do not depend on
+// the output_padding.
+Tensor conv_transpose_to(const Tensor& dy, const Tensor& w, const Attrs& a, const Tensor& x) {
   const int nd = spatial_dims(dy);
   const auto &s = a.ints("stride"), &d = a.ints("dilation"), &p = a.ints("pads");
-  const Shape &ys = dy.shape(), &ws = w.shape();
+  const Shape &xs = x.shape(), &ys = dy.shape(), &ws = w.shape();
   ConvTransposeOptions o{s, p, {}, d, a.i("groups")};
+  if (any_dynamic_spatial(ws))
+    fail<UnsupportedError>(
+        "[gradients] the input gradient of a convolution needs a weight of static shape, got "
+        "input {}, weight {} and output gradient {}",
+        str(xs), str(ws), str(ys));
+  if (any_dynamic_spatial(xs) || any_dynamic_spatial(ys)) {
+    bool crop = false;
+    for (int i = 0; i < nd; ++i) {
+      o.output_padding.push_back(s[i] - 1);
+      crop = crop || s[i] > 1;
+    }
+    const Tensor dx = conv_transpose_nd(nd, kConvT, dy, w, std::nullopt, o);
+    return crop ? crop_spatial_like(dx, x) : dx;
+  }
   for (int i = 0; i < nd; ++i) {
-    if (x[2 + i] < 0 || ys[2 + i] < 0 || ws[2 + i] < 0)
-      fail<UnsupportedError>(
-          "[gradients] the input gradient of a convolution needs static spatial sizes, got "
-          "input {}, weight {} and output gradient {}",
-          str(x), str(ws), str(ys));
     const int64_t size = (ys[2 + i] - 1) * s[i] - p[i] - p[nd + i] + (ws[2 + i] - 1) * d[i] + 1;
-    o.output_padding.push_back(x[2 + i] - size);
+    o.output_padding.push_back(xs[2 + i] - size);
   }
   return conv_transpose_nd(nd, kConvT, dy, w, std::nullopt, o);
 }
@@ -399,7 +437,7 @@ Grads vjp_conv(const VjpContext& c) {
         "built has no gradient yet: give the input's spatial dims");
   const Tensor& g = *c.cotangents[0];
   const Tensor &x = c.inputs[0], &w = c.inputs[1];
-  Grads r{conv_transpose_to(g, w, c.attrs, x.shape()),
+  Grads r{conv_transpose_to(g, w, c.attrs, x),
           conv_grad_weight(x, g, w.shape(), options_of(c.attrs))};
   if (c.attrs.b("has_bias")) r.push_back(bias_grad(g));
   return r;
@@ -411,8 +449,7 @@ Grads vjp_conv(const VjpContext& c) {
 Grads vjp_conv_transpose(const VjpContext& c) {
   const Tensor& g = *c.cotangents[0];
   const Tensor &x = c.inputs[0], &w = c.inputs[1];
-  Grads r{conv_to(g, w, c.attrs, x.shape()),
-          conv_grad_weight(g, x, w.shape(), options_of(c.attrs))};
+  Grads r{conv_to(g, w, c.attrs, x), conv_grad_weight(g, x, w.shape(), options_of(c.attrs))};
   if (c.attrs.b("has_bias")) r.push_back(bias_grad(g));
   return r;
 }
@@ -421,7 +458,7 @@ Grads vjp_conv_transpose(const VjpContext& c) {
 Grads vjp_conv_grad_weight(const VjpContext& c) {
   const Tensor& g = *c.cotangents[0];
   const Tensor &x = c.inputs[0], &dy = c.inputs[1];
-  return {conv_transpose_to(dy, g, c.attrs, x.shape()), conv_to(x, g, c.attrs, dy.shape())};
+  return {conv_transpose_to(dy, g, c.attrs, x), conv_to(x, g, c.attrs, dy)};
 }
 
 // The NHWC inputs of a channels_last node: x (and dy), a residual; a weight is (O, kh, kw, C/G).

@@ -7,18 +7,25 @@
 // max_pool and adaptive_avg_pool over 2 spatial dims may carry channels_last (bool, internal: the
 // channels_last pass sets it; such nodes run Layout::channels_last kernels): input and outputs
 // (N, H, W, C); the indices stay in-plane h*W + w. The kernels read the attributes as PoolParams.
-// Their gradients are ops of their own, with `input_shape` (ints, static) the forward input's:
+// Their gradients are ops of their own, with `input_shape` (ints, static) the forward input's, or
+// taken from a value computed from shapes (from_values: shape_of the input, whose spatial dims
+// are dynamic when built; specialize_shapes writes it in):
 //   max_pool_grad(dy, indices): dy added at the forward pass's flat in-plane indices
 //   avg_pool_grad(dy): avg_pool's attributes; adaptive_avg_pool_grad(dy): output size from dy
 // max_pool_grad and adaptive_avg_pool_grad may carry channels_last too (CUDA training programs):
 // dy, indices and output (N, H, W, C); input_shape stays the NCHW one.
 // Output sizes follow PyTorch: floor (or ceil) of (in + pads - dilation*(k-1) - 1) / stride + 1,
 // where with ceil_mode the last window must start inside the input or the begin padding.
+#include <algorithm>
+
 #include "core/sym_dim.h"
+#include "kiln/ops/core.h"
+#include "kiln/ops/elementwise.h"
 #include "kiln/ops/nn.h"
 #include "kiln/ops/transform.h"
 #include "ops/common.h"
 #include "ops/pool_params.h"
+#include "ops/shape_values.h"
 
 namespace kiln {
 
@@ -112,6 +119,16 @@ Shape grad_input_shape(const InferContext& ctx) {
   require_dtype(ctx, 0, kFloatTypes, "a float dtype");
   require_rank(ctx, 0, 3, 5);
   const Shape& dy = ctx.inputs[0].shape;
+  if (from_values(ctx)) {  // N and C as dy's; spatial dims known once the value is
+    const int value = static_cast<int>(ctx.inputs.size()) - 1;
+    if (value_length(ctx, value, "input_shape") != static_cast<int64_t>(dy.size()))
+      fail<ShapeError>(
+          "[{}] the input_shape value has {} entries; the gradient of shape {} needs {}",
+          ctx.name(), ctx.inputs[value].shape[0], str(dy), dy.size());
+    Shape in(dy.size(), kDynamic);
+    in[0] = dy[0], in[1] = dy[1];
+    return in;
+  }
   Shape in = ctx.attrs.ints("input_shape");
   bool ok = in.size() == dy.size() && dims_match(in[0], dy[0]) && dims_match(in[1], dy[1]);
   for (size_t d = 2; ok && d < in.size(); ++d) ok = in[d] >= 0;
@@ -136,6 +153,7 @@ std::vector<TensorInfo> infer_max_pool_grad(const InferContext& ctx) {
 
 std::vector<TensorInfo> infer_avg_pool_grad(const InferContext& ctx) {
   Shape in = grad_input_shape(ctx);
+  if (from_values(ctx)) return {{in, ctx.inputs[0].dtype}};
   // the forward pass's inference on input_shape must give dy's shape
   const std::vector<TensorInfo> fwd_inputs{{in, ctx.inputs[0].dtype}};
   const InferContext fwd{ctx.op, ctx.attrs, fwd_inputs};
@@ -151,7 +169,7 @@ std::vector<TensorInfo> infer_avg_pool_grad(const InferContext& ctx) {
 std::vector<TensorInfo> infer_adaptive_avg_pool_grad(const InferContext& ctx) {
   Shape in = grad_input_shape(ctx);
   const Shape& dy = ctx.inputs[0].shape;
-  for (size_t d = 2; d < dy.size(); ++d)
+  for (size_t d = 2; d < dy.size() && !from_values(ctx); ++d)
     if (dy[d] < 1 || in[d] < 1)
       fail<ShapeError>(
           "[{}] gradient shape {} and input_shape {} need static, non-empty "
@@ -172,21 +190,44 @@ std::vector<int64_t> spatial(const Tensor& t) {
 
 // Scatters dy into the argmax positions the forward pass recorded (output 1), never recomputing
 // them; the i64 indices output carries no cotangent.
+// The forward input's shape as a gradient op takes it: static spatial dims as the attribute,
+// dynamic ones as the value shape_of(x).
+bool dynamic_spatial(const Shape& s) {
+  return std::any_of(s.begin() + 2, s.end(), [](int64_t d) { return d < 0; });
+}
+
 Grads vjp_max_pool(const VjpContext& c) {
-  return {max_pool_grad(c.cotangent_or_zeros(0), c.outputs[1], c.inputs[0].shape())};
+  const Tensor& x = c.inputs[0];
+  const Tensor dy = c.cotangent_or_zeros(0);
+  if (dynamic_spatial(x.shape())) return {max_pool_grad(dy, c.outputs[1], shape_of(x))};
+  return {max_pool_grad(dy, c.outputs[1], x.shape())};
 }
 Grads vjp_avg_pool(const VjpContext& c) {
+  const Tensor& x = c.inputs[0];
+  if (dynamic_spatial(x.shape()))
+    return {node_from_values(OpId::AvgPoolGrad, {*c.cotangents[0]}, c.attrs, {shape_of(x)})};
   Attrs attrs = c.attrs;
-  attrs.set("input_shape", c.inputs[0].shape());
+  attrs.set("input_shape", x.shape());
   return {make_node1(OpId::AvgPoolGrad, {*c.cotangents[0]}, attrs)};
 }
 Grads vjp_adaptive_avg_pool(const VjpContext& c) {
-  return {adaptive_avg_pool_grad(*c.cotangents[0], c.inputs[0].shape())};
+  const Tensor& x = c.inputs[0];
+  if (dynamic_spatial(x.shape())) return {adaptive_avg_pool_grad(*c.cotangents[0], shape_of(x))};
+  return {adaptive_avg_pool_grad(*c.cotangents[0], x.shape())};
+}
+
+// The gradient ops' own gradients read input_shape: not yet where it comes from a value.
+void no_second_order_from_values(const VjpContext& c) {
+  if (c.attrs.b("from_values", false))
+    fail<UnsupportedError>(
+        "[gradients] a pooling gradient whose input shape is computed at run time has no "
+        "gradient yet (the gradient of a gradient over dynamic spatial dims)");
 }
 
 // max_pool_grad is linear in dy; its transpose gathers g at the indices, plane by plane.
 // (input_shape is static, and dy's N and C match it.)
 Grads vjp_max_pool_grad(const VjpContext& c) {
+  no_second_order_from_values(c);
   const Shape in = c.attrs.ints("input_shape");
   Shape dy = c.inputs[0].shape();
   dy[0] = in[0], dy[1] = in[1];
@@ -205,12 +246,14 @@ Grads vjp_max_pool_grad(const VjpContext& c) {
 }
 // The pooling ops are linear, so the gradient of their gradient op is the pooling itself.
 Grads vjp_avg_pool_grad(const VjpContext& c) {
+  no_second_order_from_values(c);
   Attrs attrs;
   for (const auto& [key, value] : c.attrs.items())
     if (key != "input_shape") attrs.set(key, value);
   return {make_node1(OpId::AvgPool, {*c.cotangents[0]}, attrs)};
 }
 Grads vjp_adaptive_avg_pool_grad(const VjpContext& c) {
+  no_second_order_from_values(c);
   return {adaptive_avg_pool(*c.cotangents[0], spatial(c.inputs[0]))};
 }
 
@@ -305,18 +348,21 @@ void register_pool_ops() {
       .set_infer(infer_max_pool_grad)
       .grad(vjp_max_pool_grad)
       .inputs(2)
+      .from_values({"input_shape"})
       .params<PoolParams>()
       .channels_last(nhwc_dy_and_indices);
   define_op(OpId::AvgPoolGrad)
       .set_infer(infer_avg_pool_grad)
       .grad(vjp_avg_pool_grad)
       .inputs(1)
+      .from_values({"input_shape"})
       .check_stored(check_stored_window)
       .params<PoolParams>();
   define_op(OpId::AdaptiveAvgPoolGrad)
       .set_infer(infer_adaptive_avg_pool_grad)
       .grad(vjp_adaptive_avg_pool_grad)
       .inputs(1)
+      .from_values({"input_shape"})
       .params<PoolParams>()
       .channels_last(nhwc_first);
 }
@@ -367,6 +413,39 @@ Tensor avg_pool_grad(const Tensor& grad, const Shape& input_shape, const PoolOpt
 Tensor adaptive_avg_pool_grad(const Tensor& grad, const Shape& input_shape) {
   return make_node1(OpId::AdaptiveAvgPoolGrad, {grad},
                     {{"input_shape", static_input_shape("adaptive_avg_pool_grad", input_shape)}});
+}
+
+namespace {
+// A pooling gradient whose input shape is a value: written in at once where it is a constant.
+Tensor pool_grad_from_value(OpId op, const char* op_name, std::vector<Tensor> inputs, Attrs attrs,
+                            const Tensor& input_shape) {
+  if (!input_shape.valid()) fail<ValueError>("[{}] input_shape is an empty Tensor", op_name);
+  if (!is_integer(input_shape.dtype()) || input_shape.rank() != 1 ||
+      input_shape.dim(0) != inputs[0].rank())
+    fail<ShapeError>(
+        "[{}] the input_shape value must be 1-d integer with one entry per dim of "
+        "the gradient {}, got {} {}",
+        op_name, str(inputs[0].shape()), name(input_shape.dtype()), str(input_shape.shape()));
+  if (const Array* v = constant_value(input_shape)) {
+    attrs.set("input_shape", static_input_shape(op_name, v->astype(i64).to_vector<int64_t>()));
+    return make_node1(op, inputs, std::move(attrs));
+  }
+  return node_from_values(op, std::move(inputs), std::move(attrs), {cast(input_shape, i64)});
+}
+}  // namespace
+
+Tensor max_pool_grad(const Tensor& grad, const Tensor& indices, const Tensor& input_shape) {
+  return pool_grad_from_value(OpId::MaxPoolGrad, "max_pool_grad", {grad, indices}, {}, input_shape);
+}
+
+Tensor avg_pool_grad(const Tensor& grad, const Tensor& input_shape, const PoolOptions& opts) {
+  return pool_grad_from_value(OpId::AvgPoolGrad, "avg_pool_grad", {grad},
+                              avg_attrs("avg_pool_grad", opts), input_shape);
+}
+
+Tensor adaptive_avg_pool_grad(const Tensor& grad, const Tensor& input_shape) {
+  return pool_grad_from_value(OpId::AdaptiveAvgPoolGrad, "adaptive_avg_pool_grad", {grad}, {},
+                              input_shape);
 }
 
 }  // namespace kiln

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "core/errors.h"
@@ -191,10 +192,15 @@ Tensor slice(const Tensor& x, const Tensor& starts, const Tensor& stops,
   };
   const Tensor b_all = per_dim(starts, 0);
   const Tensor e_all = per_dim(stops, std::numeric_limits<int64_t>::max());
-  std::vector<int64_t> none(x.rank(), 0);
-  return node_from_values(OpId::Slice, {x},
-                          {{"starts", none}, {"stops", none}, {"steps", fixed.ints("steps")}},
-                          {b_all, e_all});
+  std::vector<int64_t> none(x.rank(), 0), kept;
+  for (int d = 0; d < x.rank(); ++d)
+    if (std::none_of(ax.begin(), ax.end(),
+                     [&](int64_t a) { return resolve_axis("slice", a, x.shape()) == d; }))
+      kept.push_back(d);
+  return node_from_values(
+      OpId::Slice, {x},
+      {{"starts", none}, {"stops", none}, {"steps", fixed.ints("steps")}, {"kept_dims", kept}},
+      {b_all, e_all});
 }
 
 }  // namespace kiln

@@ -18,7 +18,8 @@
 //                 (ONNX Expand)
 // reshape's copy_zeros (bool) copies x's dim where shape has a 0 (ONNX Reshape). With
 // from_values (bool), reshape's and broadcast_to's shape and slice's starts and stops are the
-// values of their last inputs until shapes are specialized (src/ops/shape_values.h).
+// values of their last inputs until shapes are specialized (src/ops/shape_values.h); such a
+// slice's kept_dims (ints) are the dims its values leave whole, which keep their size.
 //   flip:         axes (ints, resolved)
 // All of them take every dtype. Their gradients move g back the way the data came.
 #include "kiln/ops/transform.h"
@@ -211,7 +212,12 @@ std::vector<TensorInfo> infer_slice(const InferContext& ctx) {
       if (value_length(ctx, i, i == 1 ? "starts" : "stops") != static_cast<int64_t>(in.size()))
         fail<ShapeError>("[slice] the {} value needs one entry per dim of shape {}",
                          i == 1 ? "starts" : "stops", str(in));
-    return {{Shape(in.size(), -1), ctx.inputs[0].dtype}};
+    // dims the bounds leave whole (kept_dims, set by the builder) keep their size
+    Shape out(in.size(), -1);
+    if (ctx.attrs.has("kept_dims"))
+      for (int64_t d : ctx.attrs.ints("kept_dims"))
+        if (d >= 0 && d < static_cast<int64_t>(in.size())) out[d] = in[d];
+    return {{out, ctx.inputs[0].dtype}};
   }
   const auto &starts = ctx.attrs.ints("starts"), &stops = ctx.attrs.ints("stops"),
              &steps = ctx.attrs.ints("steps");

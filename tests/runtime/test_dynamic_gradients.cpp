@@ -1,8 +1,9 @@
 // Gradient rules that read sizes known only at run time (src/ops/transform_grad.cpp): gather
 // (an embedding table by token ids of any batch and length, and gathers from a dynamic batch),
 // slices of dynamic dims and slices whose bounds are computed from shapes, constant pads, tiles
-// and concats along a dynamic axis. One executable built on dynamic dims gives, at each shape,
-// the gradients of a graph built for that shape.
+// and concats along a dynamic axis, convolutions and pooling over dynamic spatial dims
+// (src/ops/conv.cpp, src/ops/pool.cpp). One executable built on dynamic dims gives, at each
+// shape, the gradients of a graph built for that shape.
 #include <fmt/format.h>
 
 #include <functional>
@@ -165,6 +166,49 @@ TEST(DynamicGradients, PadsTilesAndConcatsOverDynamicDims) {
          {{-1, 4}, {-1, 4}},
          {{{3, 4}, {2, 4}}, {{1, 4}, {6, 4}}},
          {floats(), floats()}});
+}
+
+TEST(DynamicGradients, ConvolutionsAndPoolingOverDynamicSpatialDims) {
+  // odd and even sizes: a stride-2 conv's input gradient needs a different output padding per
+  // size, found at run time
+  const std::vector<std::vector<Shape>> at{{{2, 3, 9, 11}, {4, 3, 3, 3}},
+                                           {{1, 3, 12, 7}, {4, 3, 3, 3}}};
+  check({"conv stride 2, dilated conv, bias",
+         [](Graph& g, const std::vector<Shape>& s) {
+           auto x = g.placeholder(s[0], f32, "x");
+           auto w = g.placeholder(s[1], f32, "w");
+           auto b = g.constant(Array::from_vector(std::vector<float>{0.5f, -1.f, 0.25f, 2.f}, {4}));
+           auto y = conv2d(x, w, b, ConvOptions{{2, 2}, {1, 1}});
+           auto z = conv2d(tanh(y), reshape(w, {3, 4, 3, 3}), std::nullopt,
+                           ConvOptions{{}, {2, 2}, {2, 1}});
+           return Built{{x, w}, z, {x, w}};
+         },
+         {{-1, 3, -1, -1}, {4, 3, 3, 3}},
+         at,
+         {floats(), floats()}});
+  check({"conv_transpose: output padding past the stride (crop), and within it",
+         [](Graph& g, const std::vector<Shape>& s) {
+           auto x = g.placeholder(s[0], f32, "x");
+           auto w = g.placeholder(s[1], f32, "w");
+           auto y = conv_transpose2d(x, w, std::nullopt, {{1, 1}, {1, 1}, {1, 1}, {2, 2}});
+           auto z = conv_transpose2d(tanh(y), reshape(w, {4, 3, 3, 3}), std::nullopt,
+                                     {{2, 2}, {1, 1}, {1, 0}});
+           return Built{{x, w}, z, {x, w}};
+         },
+         {{-1, 3, -1, -1}, {3, 4, 3, 3}},
+         {{{2, 3, 9, 11}, {3, 4, 3, 3}}, {{1, 3, 6, 7}, {3, 4, 3, 3}}},
+         {floats(), floats()}});
+  check({"max, average and adaptive pooling",
+         [](Graph& g, const std::vector<Shape>& s) {
+           auto x = g.placeholder(s[0], f32, "x");
+           auto m = max_pool(x * x, PoolOptions{{3, 3}, {2, 2}, {1, 1}});
+           auto a = avg_pool(m, PoolOptions{{2, 2}, {}, {}, {}, true});
+           auto p = adaptive_avg_pool(x, {2, 3});
+           return Built{{x}, concat({reshape(a, {-1}), reshape(p, {-1})}, 0), {x}};
+         },
+         {{-1, 3, -1, -1}},
+         {{{2, 3, 9, 11}}, {{1, 3, 12, 7}}},
+         {floats()}});
 }
 
 }  // namespace

@@ -92,13 +92,21 @@ Tensor global_avg_pool(const Tensor& x);
 /// PyTorch's adaptive_avg_pool: `output_size` has one entry per spatial dim.
 Tensor adaptive_avg_pool(const Tensor& x, const std::vector<int64_t>& output_size);
 
-// Pooling gradients (what autodiff builds); `input_shape` is the forward input's, and static.
+// Pooling gradients (what autodiff builds); `input_shape` is the forward input's: static, or a
+// value (1-d integer, one entry per dim, computed from shapes with shape_of) for inputs whose
+// spatial dims are known only at run time.
 /// Max pooling's backward (PyTorch's): zeros of input_shape with each element of `grad` added at
 /// its plane's flat position in `indices` (max_pool_with_indices' second output, i32 or i64).
+/// input_shape may be a value computed from shapes (shape_of the input).
 Tensor max_pool_grad(const Tensor& grad, const Tensor& indices, const Shape& input_shape);
+Tensor max_pool_grad(const Tensor& grad, const Tensor& indices, const Tensor& input_shape);
 /// avg_pool's backward: each element of `grad` spread evenly over its window (same opts).
+/// input_shape may be a value computed from shapes (shape_of the input).
 Tensor avg_pool_grad(const Tensor& grad, const Shape& input_shape, const PoolOptions& opts);
-/// adaptive_avg_pool's backward; the output size is grad's spatial dims.
+Tensor avg_pool_grad(const Tensor& grad, const Tensor& input_shape, const PoolOptions& opts);
+/// adaptive_avg_pool's backward; the output size is grad's spatial dims. input_shape may be a
+/// value computed from shapes (shape_of the input).
 Tensor adaptive_avg_pool_grad(const Tensor& grad, const Shape& input_shape);
+Tensor adaptive_avg_pool_grad(const Tensor& grad, const Tensor& input_shape);
 
 }  // namespace kiln
