@@ -57,8 +57,6 @@ bool fusion_enabled() {
 
 bool cudnn_runtime_fusion() { return is(Var::KILN_CUDNN_RUNTIME_FUSION, "1"); }
 
-bool gemm_warmup() { return !is(Var::KILN_GEMM_WARMUP, "0"); }
-
 bool deterministic() { return is(Var::KILN_DETERMINISTIC, "1"); }
 
 int capture() {

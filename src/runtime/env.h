@@ -35,9 +35,6 @@ int capture();
 bool fusion_enabled();
 /// True when KILN_CUDNN_RUNTIME_FUSION=1 (read when a convolution problem is first seen).
 bool cudnn_runtime_fusion();
-/// False when KILN_GEMM_WARMUP=0 (read once, when an executable of many shapes first runs a
-/// cuBLASLt product).
-bool gemm_warmup();
 /// True when KILN_DETERMINISTIC=1 (read at every compile and run).
 bool deterministic();
 /// Sets the fields of `c` whose variables are set (KILN_CHANNELS_LAST, KILN_CUDNN_GRAPH,

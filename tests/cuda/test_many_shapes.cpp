@@ -2,19 +2,14 @@
 // (KernelEnv::many_shapes): cuBLASLt algorithms chosen once for a bucket of sizes and checked for
 // each real size (results against float64 products at sizes inside and at the edges of buckets,
 // and the heuristic queried once per bucket, not once per shape, counted from the profiler's
-// "cuBLASLt heuristic" spans; the row counts a first shape did not meet planned by a background
-// warm-up), and generated elementwise kernels that a batch of one takes from
+// "cuBLASLt heuristic" spans), and generated elementwise kernels that a batch of one takes from
 // a larger batch (nothing compiled, the values the CPU computes).
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
-#include <thread>
-#include <tuple>
 #include <vector>
 
-#include "backends/cuda/kernels.h"
 #include "core/device_backend.h"
 #include "kiln/kiln.h"
 #include "support/gpu.h"
@@ -130,37 +125,6 @@ TEST(ManyShapesPlans, OneHeuristicQueryPerBucketNotPerShape) {
   const std::vector<double> w = to_f64(n.w), b = to_f64(n.b);
   product(to_f64(xv), w, 1, 1403, kIn, kOut, true, &b, want, mag);
   expect_close_to_magnitude(got, want, mag, 1e-5, 1e-6);
-}
-
-// After a first shape, a worker plans the other row buckets of each product and loads their
-// kernels: a later shape in another bucket queries no heuristic on the run's thread (the
-// profiler's spans) and its results are right.
-TEST(ManyShapesPlans, WarmUpPlansOtherRowCountsInTheBackground) {
-  REQUIRE_GPU();
-  Net n(bf16);
-  Executable exe = n.g.compile(Device::cuda(0), {}, {n.y, n.z});
-  auto run = [&](int64_t rows) {
-    const Array xv = random_array({rows, kIn}, bf16), qv = random_array({kHeads, rows, kDim}, bf16);
-    auto out = exe.run({{n.x, xv.to(Device::cuda(0))}, {n.q, qv.to(Device::cuda(0))}});
-    return std::make_tuple(xv, qv, out[0].to(Device::cpu()), out[1].to(Device::cpu()));
-  };
-  run(77);
-  for (int i = 0; i < 3000 && cuda::gemm_warmup_busy(); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  ASSERT_FALSE(cuda::gemm_warmup_busy()) << "the warm-up took more than 30 s";
-  ProfileScope ps;
-  const auto [xv, qv, y, z] = run(2900);
-  const Profile p = ps.stop();
-  EXPECT_EQ(std::count_if(p.spans.begin(), p.spans.end(),
-                          [](const ProfileSpan& s) { return s.name == "cuBLASLt heuristic"; }),
-            0)
-      << "a bucket the warm-up planned was queried again";
-  std::vector<double> want, mag;
-  const std::vector<double> w = to_f64(n.w), b = to_f64(n.b);
-  product(to_f64(xv), w, 1, 2900, kIn, kOut, true, &b, want, mag);
-  expect_close_to_magnitude(y, want, mag, 1e-2, 1e-2);
-  product(to_f64(qv), to_f64(n.k), kHeads, 2900, kDim, kKeys, false, nullptr, want, mag);
-  expect_close_to_magnitude(z, want, mag, 1e-2, 1e-2);
 }
 
 // A batch of one makes the broadcast input pos (1, 8, 16) of tanh(2x + pos) as large as the

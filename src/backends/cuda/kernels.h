@@ -26,8 +26,4 @@ void register_factorization_kernels();  // factorization.cu: cholesky, triangula
 void register_quant_kernels();         // quant.cu: quantize, dequantize, fake_quantize
 void register_custom_op_kernels();     // custom_op.cpp: custom, custom_impure
 
-/// Whether linalg.cu's worker is still planning and loading cuBLASLt kernels for row counts that
-/// executables of many shapes have not met yet (tests wait for it).
-bool gemm_warmup_busy();
-
 }  // namespace kiln::cuda

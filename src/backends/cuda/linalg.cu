@@ -3,21 +3,13 @@
 // f64 in f64); Linear adds its bias in cuBLASLt's epilogue where an algorithm takes it. Integer
 // types use a tiled kernel that wraps like the CPU loops. Row-major C = A·B is computed as the
 // column-major product Cᵀ = Bᵀ·Aᵀ, so no copies are made.
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <climits>
-#include <cmath>
-#include <condition_variable>
-#include <cstdlib>
-#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <set>
-#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -27,8 +19,6 @@
 #include "backends/cuda/kernels.h"
 #include "backends/geometry.h"
 #include "ops/linalg_params.h"
-#include "runtime/env.h"
-#include "runtime/log.h"
 #include "runtime/profiler.h"
 
 namespace kiln::cuda {
@@ -122,10 +112,6 @@ void make_layout(Layout& l, cudaDataType_t t, int64_t rows, int64_t cols, int64_
   }
 }
 
-// Set on the warm-up worker, whose queries and launches stay out of the profiler's spans (they
-// belong to no run).
-thread_local bool tl_warming_up = false;
-
 std::shared_ptr<const GemmPlan> build_plan(const GemmKey& k) {
   auto plan = std::make_shared<GemmPlan>();
   const cudaDataType_t t = cuda_type(k.dtype);
@@ -145,8 +131,7 @@ std::shared_ptr<const GemmPlan> build_plan(const GemmKey& k) {
     KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
         pref.h, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof(schemes)));
   }
-  std::optional<prof::HostScope> span;
-  if (!tl_warming_up) span.emplace(SpanKind::compile, "cuBLASLt heuristic");
+  prof::HostScope span(SpanKind::compile, "cuBLASLt heuristic");
   plan->found = lt::first_algo(cublaslt_handle(k.device), desc, plan->a, plan->b, plan->d, pref,
                                kMaxWorkspace, plan->algo, plan->workspace);
   return plan;
@@ -188,22 +173,14 @@ GemmKey bucketed(const GemmKey& k) {
   return b;
 }
 
-GemmKey with_rows(const GemmKey& k, int64_t m);
-void warm_up_rows(const GemmKey& bucket);
-
 // For executables of many shapes (KernelContext::many_shapes): the heuristic's algorithm for
 // `k`'s bucket (bucketed), when cuBLASLt confirms that it runs `k` within the workspace bound;
 // else `k`'s own. A heuristic query costs about a millisecond on the H200; a check, microseconds.
-// A product seen for the first time also starts the warm-up of its other row counts.
 std::shared_ptr<const GemmPlan> plan_near(const GemmKey& k) {
   if (k.m <= 0 || k.n <= 0 || k.k <= 0) return plan_for(k);
   const GemmKey b = bucketed(k);
-  if (!(b < k) && !(k < b)) {
-    warm_up_rows(b);
-    return plan_for(k);
-  }
+  if (!(b < k) && !(k < b)) return plan_for(k);
   return lt::build_once<GemmKey, GemmPlan>(k, [&b](const GemmKey& key) {
-    warm_up_rows(b);
     const auto near = plan_for(b);
     if (!near->found) return plan_for(key);
     auto plan = std::make_shared<GemmPlan>();
@@ -229,207 +206,6 @@ std::shared_ptr<const GemmPlan> plan_near(const GemmKey& k) {
     return std::shared_ptr<const GemmPlan>(std::move(plan));
   });
 }
-
-// `k` with m rows: packed operands stay packed (leading dims and batch strides follow m).
-GemmKey with_rows(const GemmKey& k, int64_t m) {
-  GemmKey r = k;
-  r.m = m;
-  if (!k.trans_a && k.lda == k.m) r.lda = m;
-  if (k.ldd == k.m) r.ldd = m;
-  if (k.batch > 1 && k.stride_a == k.lda * (k.trans_a ? k.m : k.k))
-    r.stride_a = r.lda * (k.trans_a ? m : k.k);
-  if (k.batch > 1 && k.stride_d == k.ldd * k.n) r.stride_d = r.ldd * k.n;
-  return r;
-}
-
-// ---- warm-up of the row counts a product has not met yet (executables of many shapes) ----
-// The first launch of a cuBLASLt kernel in a process costs milliseconds (its module is loaded),
-// which a new shape would pay on its first call, with the heuristic query of its bucket. When
-// plan_near meets a product (a family: the product without its row count m, the dim that batch
-// and sequence sizes change) for the first time, a worker thread plans the family's other row
-// buckets, nearest first, up to kWarmRows rows, and launches each algorithm not launched before
-// once, on a product of a few rows on a stream of its own: later shapes find their plans made
-// and their kernels loaded. KILN_GEMM_WARMUP=0 turns it off.
-constexpr int64_t kWarmRows = int64_t{1} << 15;
-constexpr int64_t kWarmLaunchRows = 64;
-constexpr size_t kWarmBytes = size_t{64} << 20;  // the worker's operands and workspace, at most
-
-class GemmWarmup {
- public:
-  // Never destroyed: the worker stops at exit (std::atexit, before the CUDA runtime's teardown,
-  // which registered earlier) in the process that started it, not in a forked child.
-  static GemmWarmup& get() {
-    static GemmWarmup* w = new GemmWarmup;
-    return *w;
-  }
-  void add(const GemmKey& bucket) {
-    GemmKey family = bucket;  // the row count and what follows it do not name a family
-    family.m = family.lda = family.ldd = family.stride_a = family.stride_d = 0;
-    std::lock_guard<std::mutex> l(mu_);
-    if (stop_ || !families_.insert(family).second) return;
-    queue_.push_back(bucket);
-    if (!worker_.joinable()) {
-      owner_ = getpid();
-      worker_ = std::thread([this] { run(); });
-      std::atexit([] { get().stop(); });
-    }
-    cv_.notify_one();
-  }
-
-  bool busy() {
-    std::lock_guard<std::mutex> l(mu_);
-    return !stop_ && (busy_ || !queue_.empty());
-  }
-
- private:
-  void stop() {
-    if (getpid() != owner_) return;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      stop_ = true;
-    }
-    cv_.notify_one();
-    if (worker_.joinable()) worker_.join();
-  }
-
-  struct Scratch {
-    void* ptr = nullptr;
-    size_t bytes = 0;
-    cudaStream_t stream = nullptr;
-  };
-
-  bool stopping() {
-    std::lock_guard<std::mutex> l(mu_);
-    return stop_;
-  }
-
-  void run() {
-    tl_warming_up = true;
-    for (;;) {
-      GemmKey bucket;
-      {
-        std::unique_lock<std::mutex> l(mu_);
-        busy_ = false;
-        cv_.wait(l, [this] { return stop_ || !queue_.empty(); });
-        if (stop_) break;
-        bucket = queue_.front();
-        queue_.pop_front();
-        busy_ = true;
-      }
-      try {
-        warm_family(bucket);
-      } catch (const std::exception& e) {  // a warm-up is never worth a failure
-        log::info("[cuBLASLt warm-up] stopped: {}", e.what());
-        std::lock_guard<std::mutex> l(mu_);
-        stop_ = true;
-      }
-    }
-    for (auto& [device, s] : scratch_) {  // (errors at process exit are of no interest)
-      cudaSetDevice(device);
-      if (s.stream) {
-        cudaStreamSynchronize(s.stream);
-        cudaStreamDestroy(s.stream);
-      }
-      if (s.ptr) cudaFree(s.ptr);
-    }
-  }
-
-  // Row buckets 1, 2, 3, 4, 6, 8, ... up to kWarmRows (or the bucket's own), nearest first.
-  static std::vector<int64_t> rows_near(int64_t m) {
-    std::vector<int64_t> rows;
-    for (int64_t v = 1; v <= std::max(kWarmRows, m); v = bucket_up(v + 1)) rows.push_back(v);
-    std::stable_sort(rows.begin(), rows.end(), [m](int64_t a, int64_t b) {
-      return std::abs(std::log2(double(a) / m)) < std::abs(std::log2(double(b) / m));
-    });
-    return rows;
-  }
-
-  void warm_family(const GemmKey& bucket) {
-    KILN_CUDA_CHECK(cudaSetDevice(bucket.device));
-    for (int64_t m : rows_near(bucket.m)) {
-      if (stopping()) return;
-      const auto plan = plan_for(bucketed(with_rows(bucket, m)));
-      if (plan->found && !plan->launched.exchange(true, std::memory_order_relaxed))
-        launch_small(bucket, plan->algo);
-    }
-  }
-
-  // One launch of `algo` on a product of the family with a few rows and one batch, on scratch
-  // memory: what loads the algorithm's kernel.
-  void launch_small(const GemmKey& family, const cublasLtMatmulAlgo_t& algo) {
-    GemmKey k = with_rows(family, kWarmLaunchRows);
-    k.lda = k.trans_a ? k.k : k.m;
-    k.ldb = k.k;
-    k.ldd = k.m;
-    k.batch = 1;
-    k.stride_a = k.stride_b = k.stride_d = 0;
-    const size_t elem = size_of(k.dtype);
-    auto up = [](size_t b) { return (b + 255) / 256 * 256; };
-    const size_t a_bytes = up(k.m * k.k * elem), b_bytes = up(k.k * k.n * elem),
-                 d_bytes = up(k.m * k.n * elem), bias_bytes = k.bias ? up(k.m * elem) : 0;
-    const size_t operands = a_bytes + b_bytes + d_bytes + bias_bytes;
-    if (operands >= kWarmBytes) return;
-    auto plan = std::make_shared<GemmPlan>();
-    const cudaDataType_t t = cuda_type(k.dtype);
-    make_layout(plan->a, t, k.trans_a ? k.k : k.m, k.trans_a ? k.m : k.k, k.lda, 1, 0);
-    make_layout(plan->b, t, k.k, k.n, k.ldb, 1, 0);
-    make_layout(plan->d, t, k.m, k.n, k.ldd, 1, 0);
-    Scratch& s = scratch_[k.device];
-    if (!s.stream) KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
-    auto grow = [&s](size_t bytes) {
-      if (bytes <= s.bytes) return;
-      if (s.ptr) {
-        KILN_CUDA_CHECK(cudaStreamSynchronize(s.stream));
-        KILN_CUDA_CHECK(cudaFree(s.ptr));
-      }
-      s.ptr = nullptr;
-      s.bytes = 0;
-      KILN_CUDA_CHECK(cudaMalloc(&s.ptr, bytes));
-      KILN_CUDA_CHECK(cudaMemsetAsync(s.ptr, 0, bytes, s.stream));
-      s.bytes = bytes;
-    };
-    grow(operands);
-    char* base = static_cast<char*>(s.ptr);
-    MatmulDesc desc;
-    make_desc(desc, k, k.bias ? base + a_bytes + b_bytes + d_bytes : nullptr);
-    cublasLtMatmulHeuristicResult_t r{};
-    const cublasLtHandle_t h = cublaslt_handle(k.device);
-    if (cublasLtMatmulAlgoCheck(h, desc.h, plan->a.h, plan->b.h, plan->d.h, plan->d.h, &algo, &r) !=
-            CUBLAS_STATUS_SUCCESS ||
-        r.state != CUBLAS_STATUS_SUCCESS || operands + up(r.workspaceSize) > kWarmBytes)
-      return;
-    grow(operands + up(r.workspaceSize));
-    base = static_cast<char*>(s.ptr);
-    const float one = 1.f, zero = 0.f;
-    const double one_d = 1.0, zero_d = 0.0;
-    const bool f64 = k.dtype == DType::f64;
-    KILN_CUBLAS_CHECK(cublasLtMatmul(
-        h, desc.h, f64 ? static_cast<const void*>(&one_d) : &one, base, plan->a.h, base + a_bytes,
-        plan->b.h, f64 ? static_cast<const void*>(&zero_d) : &zero, base + a_bytes + b_bytes,
-        plan->d.h, base + a_bytes + b_bytes, plan->d.h, &algo,
-        r.workspaceSize ? base + operands : nullptr, r.workspaceSize, s.stream));
-  }
-
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<GemmKey> queue_;
-  std::set<GemmKey> families_;
-  bool stop_ = false, busy_ = false;
-  std::thread worker_;
-  pid_t owner_ = 0;
-  std::map<int, Scratch> scratch_;  // the worker's alone
-};
-
-void warm_up_rows(const GemmKey& bucket) {
-  static const bool on = env::gemm_warmup();
-  if (on) GemmWarmup::get().add(bucket);
-}
-
-}  // namespace
-
-bool gemm_warmup_busy() { return GemmWarmup::get().busy(); }
-
-namespace {
 
 struct GemmArgs {
   const void* a = nullptr;
