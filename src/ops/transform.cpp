@@ -420,7 +420,9 @@ Grads vjp_pad(const VjpContext& c) {
     for (int64_t p : pads) negated.push_back(-p);
     return {pad(g, negated)};
   }
-  const Shape in = static_input_shape(c);
+  if (!is_static(c.inputs[0].shape()))
+    return {transform::fold_pad_grad(c.inputs[0], g, pads, mode)};
+  const Shape in = c.inputs[0].shape();
   for (size_t d = 0; d < in.size(); ++d)
     if (pads[2 * d] != 0 || pads[2 * d + 1] != 0)
       g = fold_padded_dim(g, static_cast<int>(d), in[d], pads[2 * d], mode);

@@ -3,6 +3,7 @@
 // (and the symbolic program follows), so one graph's gradients run at every shape.
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "core/errors.h"
@@ -11,6 +12,7 @@
 #include "kiln/ops/core.h"
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/reduce.h"
+#include "kiln/ops/transform.h"
 #include "ops/common.h"
 #include "ops/shape_values.h"
 #include "ops/transform_util.h"
@@ -173,6 +175,30 @@ std::vector<std::optional<Tensor>> vjp_slice(const VjpContext& c) {
   if (interleaved.size() > in.size())
     g = reshape(pad(reshape(g, interleaved), interleave_pads), dilated);
   return {pad(g, pads)};
+}
+
+Tensor fold_pad_grad(const Tensor& x, const Tensor& g, const std::vector<int64_t>& pads,
+                     const std::string& mode) {
+  const int64_t rank = static_cast<int64_t>(x.shape().size());
+  Tensor out = g;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (pads[2 * d] == 0 && pads[2 * d + 1] == 0) continue;
+    // each position of out along d comes from source s of x: clamped (edge) or mirrored
+    // (reflect) into [0, n - 1], n read at run time
+    const Tensor n = dim_value(x, d);
+    const Tensor last = reshape(n, Shape{}) - 1.0;
+    const Tensor at = coordinate_along_axis(out, d, DType::i64) - static_cast<double>(pads[2 * d]);
+    const Tensor source = mode == "edge" ? minimum(maximum(at, scalar_like(at, 0)), last)
+                                         : last - abs(last - abs(at));
+    const Tensor so = shape_of(out);
+    std::vector<Tensor> parts;
+    if (d > 0) parts.push_back(slice(so, {0}, {d}));
+    parts.push_back(n);
+    if (d + 1 < rank) parts.push_back(slice(so, {d + 1}, {rank}));
+    const Tensor zeros = full(parts.size() == 1 ? parts[0] : concat(parts, 0), 0, out.dtype());
+    out = scatter_elements(zeros, source, out, d, ScatterReduction::add);
+  }
+  return out;
 }
 
 }  // namespace kiln::transform

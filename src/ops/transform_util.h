@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "kiln/dtype.h"
@@ -45,6 +46,10 @@ Tensor tile_grad(const Tensor& x, const Tensor& g, const std::vector<int64_t>& r
 Tensor tile_grad(const Tensor& x, const Tensor& g, const std::vector<Tensor>& reps);
 /// concat's gradients: g sliced at the inputs' run-time sizes along axis.
 std::vector<Tensor> concat_grad(const std::vector<Tensor>& xs, const Tensor& g, int64_t axis);
+/// reflect or edge pad's gradient with respect to x (pads interleaved: begin, end per dim): each
+/// padded dim's positions added back at their sources, x's sizes read at run time.
+Tensor fold_pad_grad(const Tensor& x, const Tensor& g, const std::vector<int64_t>& pads,
+                     const std::string& mode);
 }  // namespace transform
 
 namespace transform {

@@ -1,9 +1,9 @@
 // Gradient rules that read sizes known only at run time (src/ops/transform_grad.cpp): gather
 // (an embedding table by token ids of any batch and length, and gathers from a dynamic batch),
-// slices of dynamic dims and slices whose bounds are computed from shapes, constant pads, tiles
-// and concats along a dynamic axis, convolutions and pooling over dynamic spatial dims
-// (src/ops/conv.cpp, src/ops/pool.cpp). One executable built on dynamic dims gives, at each
-// shape, the gradients of a graph built for that shape.
+// slices of dynamic dims and slices whose bounds are computed from shapes, constant, reflect and
+// edge pads, tiles and concats along a dynamic axis, convolutions and pooling over dynamic
+// spatial dims (src/ops/conv.cpp, src/ops/pool.cpp). One executable built on dynamic dims gives, at
+// each shape, the gradients of a graph built for that shape.
 #include <fmt/format.h>
 
 #include <functional>
@@ -148,6 +148,15 @@ TEST(DynamicGradients, PadsTilesAndConcatsOverDynamicDims) {
          },
          {{-1, 4}},
          {{{3, 4}}, {{7, 4}}},
+         {floats()}});
+  check({"reflect and edge pads",
+         [](Graph& g, const std::vector<Shape>& s) {
+           auto x = g.placeholder(s[0], f32, "x");
+           auto r = pad(x * x, {1, 2, 2, 1}, PadKind::reflect);
+           return Built{{x}, pad(r, {2, 0, 1, 3}, PadKind::edge), {x}};
+         },
+         {{-1, -1}},
+         {{{3, 4}}, {{5, 7}}},
          {floats()}});
   check({"tile",
          [](Graph& g, const std::vector<Shape>& s) {
