@@ -186,3 +186,34 @@ def test_sizes_kiln_cannot_express_compile_per_shape(dev):
     assert not rep["failed_partitions"], rep["failed_partitions"]
     assert any("split" in why for why in rep["dynamic_fallbacks"]), rep
     assert rep["kiln_compiles"] >= 1 and rep["dynamic_compiles"] == 0, rep
+
+
+@pytest.mark.parametrize("dev", devices())
+def test_resnet18_inference_over_batch_and_image_sizes(dev):
+    tv = pytest.importorskip("torchvision")
+    torch.manual_seed(7)
+    model = tv.models.resnet18(weights=None, num_classes=10).to(dev).eval()
+    fast, calls = compile_counted(copy.deepcopy(model))
+    for b, h, w in ((2, 64, 64), (3, 64, 64), (5, 96, 96), (4, 80, 80)):
+        x = torch.randn(b, 3, h, w, device=dev)
+        with torch.no_grad():
+            torch.testing.assert_close(fast(x), model(x), rtol=1e-4, atol=1e-4)
+    rep = assert_dynamic_on_kiln()
+    assert rep["kiln_compiles"] == 1, (calls, rep)
+
+
+@pytest.mark.parametrize("dev", devices())
+def test_bert_tiny_training_over_batch_and_length(dev):
+    from test_torch import TinyBert
+
+    torch.manual_seed(8)
+    model = TinyBert().to(dev).train()
+    twin = copy.deepcopy(model)
+    batches = [(torch.randint(0, 1000, (b, n), device=dev), torch.randint(0, 3, (b,), device=dev))
+               for b, n in ((4, 16), (6, 9), (3, 21))]
+    want = train_steps(model, batches)
+    fast, calls = compile_counted(twin)
+    seen = []
+    assert_same_training(train_steps(fast, batches, seen), want)
+    assert_dynamic_on_kiln()
+    assert seen == [2, 2, 2], (calls, seen)
