@@ -239,13 +239,21 @@ void bind_ops(nb::module_& m) {
         ka, op_doc("gather_nd"));
   m.def("scatter_nd", &kiln::scatter_nd, nb::arg("x"), nb::arg("indices"), nb::arg("updates"),
         nb::arg("reduction") = ScatterReduction::none, ka, op_doc("scatter_nd"));
-  m.def("one_hot", &kiln::one_hot, nb::arg("indices"), nb::arg("depth"), nb::arg("axis") = -1,
-        nb::arg("dtype") = f32, nb::arg("on_value") = 1.0, nb::arg("off_value") = 0.0, ka,
-        op_doc("one_hot"));
+  m.def(
+      "one_hot",
+      [](const Tensor& idx, nb::handle depth, int64_t axis, DType t, double on, double off) {
+        if (nb::isinstance<Tensor>(depth))
+          return kiln::one_hot(idx, nb::cast<Tensor>(depth), axis, t, on, off);
+        return kiln::one_hot(idx, nb::cast<int64_t>(depth), axis, t, on, off);
+      },
+      nb::arg("indices"), nb::arg("depth"), nb::arg("axis") = -1, nb::arg("dtype") = f32,
+      nb::arg("on_value") = 1.0, nb::arg("off_value") = 0.0, ka, op_doc("one_hot"));
   m.def(
       "topk",
-      [](const Tensor& x, int64_t k, int64_t axis, bool largest) {
-        auto [v, i] = kiln::topk(x, k, axis, largest);
+      [](const Tensor& x, nb::handle k, int64_t axis, bool largest) {
+        auto [v, i] = nb::isinstance<Tensor>(k)
+                          ? kiln::topk(x, nb::cast<Tensor>(k), axis, largest)
+                          : kiln::topk(x, nb::cast<int64_t>(k), axis, largest);
         nb::object xo = nb::cast(x);
         return nb::make_tuple(tensor_object(v, xo), tensor_object(i, xo));
       },

@@ -173,3 +173,33 @@ def test_pool_gradients_take_the_input_shape_at_run_time(rng):
             np.testing.assert_allclose(have, want, rtol=1e-5, atol=1e-6)
     with pytest.raises(kiln.ShapeError, match="one entry per dim"):
         kiln.max_pool_grad(m, idx, kiln.shape_of(kiln.reshape(x, [-1])))
+
+
+def test_topk_and_one_hot_sized_by_values_from_shapes(rng):
+    # k = half of x's last dim, depth = x's last dim: both known once the feed's shape is
+    g = kiln.Graph()
+    x = g.placeholder([None, None], kiln.f32, "x")
+    ids = g.placeholder([None], kiln.i64, "ids")
+    size = kiln.gather(kiln.shape_of(x), g.constant(np.array(1, np.int64)))
+    top, where = kiln.topk(x, kiln.div(size, g.constant(np.array(2, np.int64))), 1)
+    hot = kiln.one_hot(ids, size, -1, kiln.f32, 2.0, -1.0)
+    assert top.shape == (-1, -1) and hot.shape == (-1, -1)
+    exe = g.compile([top, where, hot])
+    for n, m in ((3, 8), (2, 11), (4, 2)):
+        xv = rng.permutation(n * m).reshape(n, m).astype(np.float32)
+        iv = rng.integers(0, m + 2, 5)  # past the depth: rows of off_value
+        got = [r.numpy() for r in exe.run({x: xv, ids: iv})]
+        order = np.argsort(-xv, axis=1, kind="stable")[:, : m // 2]
+        np.testing.assert_array_equal(got[1], order)
+        np.testing.assert_array_equal(got[0], np.take_along_axis(xv, order, 1))
+        want = np.where(iv[:, None] == np.arange(m)[None, :], 2.0, -1.0)
+        np.testing.assert_array_equal(got[2], want)
+    # k larger than the dim: the topk's own message, before any kernel runs
+    g2 = kiln.Graph()
+    y = g2.placeholder([None, None], kiln.f32, "y")
+    rows = kiln.gather(kiln.shape_of(y), g2.constant(np.array(0, np.int64)))
+    bad = g2.compile([kiln.topk(y, rows, 1)[0]])
+    with pytest.raises(kiln.ShapeError, match=r"\[topk\] k = 5 does not fit axis 1"):
+        bad.run({y: np.zeros((5, 3), np.float32)})
+    with pytest.raises(kiln.ShapeError, match="one element"):
+        kiln.topk(y, kiln.shape_of(y), 1)

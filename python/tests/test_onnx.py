@@ -167,6 +167,43 @@ def test_tile_and_pad_take_computed_values(rng, tmp_path):
             np.testing.assert_array_equal(got.numpy(), want)
 
 
+def test_topk_and_one_hot_sized_by_computed_values(rng, tmp_path):
+    """TopK whose k and OneHot whose depth are computed from a dynamic input's shape (the top
+    half of each row; one-hot rows as wide as the input, from negative indices too): one
+    executable at several shapes, against onnxruntime."""
+    ort = pytest.importorskip("onnxruntime")
+    c = {"one": np.array(1, np.int64), "two": np.array(2, np.int64), "i0": np.array([0], np.int64),
+         "vals": np.array([-1.0, 3.0], np.float32)}
+    n = helper.make_node
+    nodes = [n("Shape", ["x"], ["shape"]), n("Gather", ["shape", "one"], ["S"]),
+             n("Div", ["S", "two"], ["half"]), n("Unsqueeze", ["half", "i0"], ["k"]),
+             n("TopK", ["x", "k"], ["top", "where"], axis=1),
+             n("OneHot", ["ids", "S", "vals"], ["hot"], axis=-1)]
+    outs = [helper.make_tensor_value_info("top", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("where", TensorProto.INT64, None),
+            helper.make_tensor_value_info("hot", TensorProto.FLOAT, None)]
+    ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq"]),
+           helper.make_tensor_value_info("ids", TensorProto.INT64, ["n"])]
+    graph = helper.make_graph(nodes, "topk_one_hot", ins, outs,
+                              [numpy_helper.from_array(v, k) for k, v in c.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    path = str(tmp_path / "topk_one_hot.onnx")
+    onnx.save(model, path)
+    m = kiln.onnx.load(path)
+    assert m.fixed_inputs == []
+    exe = m.compile(device="cpu")
+    assert exe.is_dynamic
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    for b, s in ((1, 5), (3, 8), (2, 11)):
+        # distinct values, so that the order of ties cannot differ
+        x = rng.permutation(b * s).reshape(b, s).astype(np.float32)
+        feeds = {"x": x, "ids": rng.integers(-s, s, 7)}
+        got, want = exe.run(feeds), sess.run(None, feeds)
+        assert got[0].shape == (b, s // 2) and got[2].shape == (7, s)
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g.numpy(), w)
+
+
 def test_same_padding_over_dynamic_spatial_dims(rng, tmp_path):
     """Conv with auto_pad SAME_UPPER / SAME_LOWER and stride 2 over dynamic height and width: the
     pads depend on each size and are resolved per shape; against onnxruntime at several shapes."""

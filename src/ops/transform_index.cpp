@@ -14,9 +14,11 @@
 #include <algorithm>
 
 #include "kiln/autodiff.h"
+#include "kiln/ops/core.h"
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/transform.h"
 #include "ops/common.h"
+#include "ops/shape_values.h"
 #include "ops/transform_params.h"
 #include "ops/transform_util.h"
 
@@ -79,8 +81,11 @@ std::vector<TensorInfo> infer_scatter_elements(const InferContext& ctx) {
 
 std::vector<TensorInfo> infer_one_hot(const InferContext& ctx) {
   require_indices(ctx, 0);
-  const int64_t depth = ctx.attrs.i("depth");
-  if (depth < 0) fail<ValueError>("[one_hot] depth must be non-negative, got {}", depth);
+  if (from_values(ctx)) require_scalar_value(ctx, 1, "depth");
+  // depth from a value: dynamic until the value is written in
+  const int64_t depth = from_values(ctx) ? kDynamic : ctx.attrs.i("depth");
+  if (depth < 0 && !from_values(ctx))
+    fail<ValueError>("[one_hot] depth must be non-negative, got {}", depth);
   Shape out = ctx.inputs[0].shape;
   out.push_back(depth);  // a placeholder dim, so the axis resolves against the result's rank
   const int axis = axis_attr(ctx, out);
@@ -92,6 +97,12 @@ std::vector<TensorInfo> infer_one_hot(const InferContext& ctx) {
 std::vector<TensorInfo> infer_topk(const InferContext& ctx) {
   const Shape& x = ctx.inputs[0].shape;
   const int axis = axis_attr(ctx, x);
+  if (from_values(ctx)) {  // k from a value: the axis is dynamic until it is written in
+    require_scalar_value(ctx, 1, "k");
+    Shape out = x;
+    out[axis] = kDynamic;
+    return {{out, ctx.inputs[0].dtype}, {out, i64}};
+  }
   const int64_t k = ctx.attrs.i("k");
   if (k < 0 || (x[axis] >= 0 && k > x[axis]))
     fail<ShapeError>("[topk] k = {} does not fit axis {} of shape {}", k, axis, str(x));
@@ -244,8 +255,14 @@ void register_transform_index_ops() {
       .set_infer(infer_one_hot)
       .not_differentiable()
       .inputs(1)
+      .from_values({"depth"})
       .params<OneHotParams>();
-  define_op(OpId::Topk).set_infer(infer_topk).grad(vjp_topk).inputs(1).params<SortParams>();
+  define_op(OpId::Topk)
+      .set_infer(infer_topk)
+      .grad(vjp_topk)
+      .inputs(1)
+      .from_values({"k"})
+      .params<SortParams>();
   define_op(OpId::Sort).set_infer(infer_sort).grad(vjp_sort).inputs(1).params<SortParams>();
   define_op(OpId::Argsort)
       .set_infer(infer_argsort)
@@ -294,6 +311,50 @@ std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t axis, bool la
   const int a = resolve_axis("topk", axis, x.shape());
   auto outs = make_node(OpId::Topk, {x}, {{"k", k}, {"axis", int64_t{a}}, {"largest", largest}});
   return {outs[0], outs[1]};
+}
+
+namespace {
+// A value that sizes an axis (topk's k, one_hot's depth): one integer element, as a 0-d int64
+// value; a constant gives its number.
+Tensor size_value(const char* op, const char* what, const Tensor& v) {
+  if (!v.valid()) fail<ValueError>("[{}] the {} value is an empty Tensor", op, what);
+  if (!is_integer(v.dtype()))
+    fail<DTypeError>("[{}] the {} value has dtype {}; an integer dtype is needed", op, what,
+                     name(v.dtype()));
+  if (!is_static(v.shape()) || numel(v.shape()) != 1)
+    fail<ShapeError>("[{}] the {} value must hold one element, got shape {}", op, what,
+                     str(v.shape()));
+  return reshape(cast(v, i64), Shape{});
+}
+}  // namespace
+
+Tensor one_hot(const Tensor& indices, const Tensor& depth, int64_t axis, DType dtype,
+               double on_value, double off_value) {
+  const Tensor d = size_value("one_hot", "depth", depth);
+  if (const Array* v = ops::constant_value(d))
+    return one_hot(indices, v->astype(i64).to_vector<int64_t>().at(0), axis, dtype, on_value,
+                   off_value);
+  Shape out = indices.shape();
+  out.push_back(kDynamic);
+  const int a = resolve_axis("one_hot", axis, out);
+  return ops::node_from_values(OpId::OneHot, {indices},
+                               {{"depth", int64_t{0}},
+                                {"axis", int64_t{a}},
+                                {"dtype", dtype},
+                                {"on_value", on_value},
+                                {"off_value", off_value}},
+                               {d});
+}
+
+std::pair<Tensor, Tensor> topk(const Tensor& x, const Tensor& k, int64_t axis, bool largest) {
+  const Tensor kv = size_value("topk", "k", k);
+  if (const Array* v = ops::constant_value(kv))
+    return topk(x, v->astype(i64).to_vector<int64_t>().at(0), axis, largest);
+  const int a = resolve_axis("topk", axis, x.shape());
+  auto outs = ops::node_from_values(
+      OpId::Topk, {x}, {{"k", int64_t{0}}, {"axis", int64_t{a}}, {"largest", largest}}, {kv});
+  // (node_from_values gives the first output; the indices are the node's second)
+  return {outs, Tensor(outs.graph_impl(), outs.node_id(), 1)};
 }
 
 Tensor sort(const Tensor& x, int64_t axis, bool descending) {

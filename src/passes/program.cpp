@@ -80,8 +80,14 @@ bool computable(const detail::GraphImpl& g, const Node& n) {
   return true;
 }
 
+bool int_attr(const Attrs& a, const char* key) {
+  for (const auto& [k, v] : a.items())
+    if (k == key) return std::holds_alternative<int64_t>(v);
+  return false;
+}
+
 // Writes the values of a node's value inputs (OpDef::value_attrs) into its attributes once they
-// are constants: a 0-d value as a float, a 1-d one as ints.
+// are constants: a 0-d value as a float (an int where the attribute is one), a 1-d one as ints.
 void write_values(const detail::GraphImpl& g, Node& n) {
   const auto& keys = op_def(n.op).value_attrs;
   const size_t first = n.inputs.size() - keys.size();
@@ -89,7 +95,9 @@ void write_values(const detail::GraphImpl& g, Node& n) {
     if (g.nodes[n.inputs[first + k].node].op != OpId::Constant) return;
   for (size_t k = 0; k < keys.size(); ++k) {
     const Array& v = g.nodes[n.inputs[first + k].node].value;
-    if (v.rank() == 0) n.attrs.set(keys[k], v.astype(f64).to_vector<double>().at(0));
+    if (v.rank() == 0 && int_attr(n.attrs, keys[k]))  // (topk's k, one_hot's depth)
+      n.attrs.set(keys[k], v.astype(i64).to_vector<int64_t>().at(0));
+    else if (v.rank() == 0) n.attrs.set(keys[k], v.astype(f64).to_vector<double>().at(0));
     else n.attrs.set(keys[k], v.astype(i64).to_vector<int64_t>());
   }
   n.inputs.resize(first);

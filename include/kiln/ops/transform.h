@@ -136,9 +136,17 @@ Tensor grid_sample(const Tensor& x, const Tensor& grid, const GridSampleOptions&
 /// any integer dtype; an index outside [0, depth) gives a row of off_value.
 Tensor one_hot(const Tensor& indices, int64_t depth, int64_t axis = -1, DType dtype = f32,
                double on_value = 1, double off_value = 0);
+/// one_hot with `depth` a value (one integer element; computed from shapes with shape_of, or a
+/// constant): the new axis is dynamic until shapes are specialized.
+Tensor one_hot(const Tensor& indices, const Tensor& depth, int64_t axis = -1, DType dtype = f32,
+               double on_value = 1, double off_value = 0);
 /// The k largest (or smallest) values along axis with their i64 indices; ties keep lower index.
 /// k larger than the dim is a ShapeError. NaN counts as larger than every number.
 std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t axis = -1, bool largest = true);
+/// topk with `k` a value (one integer element; computed from shapes with shape_of, or a
+/// constant): the axis is dynamic until shapes are specialized.
+std::pair<Tensor, Tensor> topk(const Tensor& x, const Tensor& k, int64_t axis = -1,
+                               bool largest = true);
 /// Stable sort along axis (equal values keep their order, also when descending); NaN sorts above
 /// every number.
 Tensor sort(const Tensor& x, int64_t axis = -1, bool descending = false);

@@ -3,6 +3,7 @@
 
 #include <cstring>
 #include <numeric>
+#include <optional>
 
 #include "core/graph_impl.h"
 #include "io/onnx/map_util.h"
@@ -292,30 +293,49 @@ Outs range_op(NodeContext& c) {
 }
 
 Outs one_hot_op(NodeContext& c) {
-  const auto depth = c.doubles(1);
-  if (depth.size() != 1) c.fail("depth must hold one value");
   Tensor idx = c.input(0), values = c.input(2);
   if (values.rank() != 1 || values.dim(0) != 2) c.fail("values must hold (off, on)");
-  const int64_t d = static_cast<int64_t>(depth[0]);
+  // depth: a number, or a value computed from shapes (then the new axis is dynamic)
+  std::optional<Tensor> depth_value;
+  int64_t d = 0;
+  if (run_time_shape(c, 1)) {
+    if (numel(c.input(1).shape()) != 1) c.fail("depth must hold one value");
+    depth_value = reshape(cast(c.input(1), i64), Shape{});
+  } else {
+    const auto depth = c.doubles(1);
+    if (depth.size() != 1) c.fail("depth must hold one value");
+    d = static_cast<int64_t>(depth[0]);
+  }
   // ONNX: negative indices count from the end
   if (is_signed(idx.dtype())) {
     Tensor idx64 = cast(idx, i64);
-    idx = where(less(idx64, scalar_of(idx64, 0)), add(idx64, scalar_of(idx64, d)), idx64);
+    const Tensor n = depth_value ? *depth_value : scalar_of(idx64, d);
+    idx = where(less(idx64, scalar_of(idx64, 0)), add(idx64, n), idx64);
   }
   const int64_t axis = c.attr_int("axis", -1);
+  auto hot_of = [&](double on, double off) {
+    return depth_value ? one_hot(idx, *depth_value, axis, values.dtype(), on, off)
+                       : one_hot(idx, d, axis, values.dtype(), on, off);
+  };
   if (const Array* v = c.constant(2)) {
     const auto vals = v->astype(f64).to_vector<double>();
-    return {one_hot(idx, d, axis, values.dtype(), vals[1], vals[0])};
+    return {hot_of(vals[1], vals[0])};
   }
   // values known only at run time: off + hot * (on - off)
-  Tensor hot = one_hot(idx, d, axis, values.dtype(), 1, 0);
+  Tensor hot = hot_of(1, 0);
   Tensor off = reshape(slice(values, {0}, {1}), {}), on = reshape(slice(values, {1}, {2}), {});
   return {add(off, mul(hot, sub(on, off)))};
 }
 
 Outs topk_op(NodeContext& c) {
+  const int64_t axis = c.attr_int("axis", -1);
+  const bool largest = c.attr_int("largest", 1) != 0;
+  if (c.version() >= 10 && run_time_shape(c, 1)) {  // k computed from shapes
+    auto [v, i] = topk(c.input(0), c.input(1), axis, largest);
+    return {v, i};
+  }
   const int64_t k = c.version() < 10 ? c.required_int("k") : c.ints(1).at(0);
-  auto [v, i] = topk(c.input(0), k, c.attr_int("axis", -1), c.attr_int("largest", 1) != 0);
+  auto [v, i] = topk(c.input(0), k, axis, largest);
   return {v, i};
 }
 
