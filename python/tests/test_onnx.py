@@ -129,6 +129,17 @@ def test_shape_arithmetic_stays_dynamic(rng, tmp_path):
     assert exe.shape_cache()["misses"] == 4 and exe.shape_cache()["hits"] == 1
 
 
+def dynamic_with_ort(ort, graph, path):
+    """The opset-18 model of graph saved at path: kiln's executable (dynamic, nothing frozen at
+    import) and an onnxruntime session of it."""
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), str(path))
+    m = kiln.onnx.load(str(path))
+    assert m.fixed_inputs == []
+    exe = m.compile(device="cpu")
+    assert exe.is_dynamic
+    return exe, ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+
 def test_tile_and_pad_take_computed_values(rng, tmp_path):
     """Tile and Pad whose repeats and pads are computed from a dynamic input's shape (a sequence
     padded to a multiple of 4, as windowed attention pads; rows repeated batch times; Pad with
@@ -153,14 +164,7 @@ def test_tile_and_pad_take_computed_values(rng, tmp_path):
     graph = helper.make_graph(
         nodes, "tile_pad", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq"])], outs,
         [numpy_helper.from_array(v, k) for k, v in c.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-    path = str(tmp_path / "tile_pad.onnx")
-    onnx.save(model, path)
-    m = kiln.onnx.load(path)
-    assert m.fixed_inputs == []
-    exe = m.compile(device="cpu")
-    assert exe.is_dynamic
-    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    exe, sess = dynamic_with_ort(ort, graph, tmp_path / "tile_pad.onnx")
     for b, s in ((1, 5), (3, 8), (2, 11)):
         feeds = {"x": rng.standard_normal((b, s)).astype(np.float32)}
         for got, want in zip(exe.run(feeds), sess.run(None, feeds)):
@@ -186,14 +190,7 @@ def test_topk_and_one_hot_sized_by_computed_values(rng, tmp_path):
            helper.make_tensor_value_info("ids", TensorProto.INT64, ["n"])]
     graph = helper.make_graph(nodes, "topk_one_hot", ins, outs,
                               [numpy_helper.from_array(v, k) for k, v in c.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-    path = str(tmp_path / "topk_one_hot.onnx")
-    onnx.save(model, path)
-    m = kiln.onnx.load(path)
-    assert m.fixed_inputs == []
-    exe = m.compile(device="cpu")
-    assert exe.is_dynamic
-    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    exe, sess = dynamic_with_ort(ort, graph, tmp_path / "topk_one_hot.onnx")
     for b, s in ((1, 5), (3, 8), (2, 11)):
         # distinct values, so that the order of ties cannot differ
         x = rng.permutation(b * s).reshape(b, s).astype(np.float32)

@@ -7,23 +7,11 @@ import copy
 
 import pytest
 
-import kiln
-
 torch = pytest.importorskip("torch")
 import kiln.torch as kt  # noqa: E402
+from test_torch import TinyBert, devices  # noqa: E402  (its import also turns TF32 off)
 from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
-
-if torch.cuda.is_available():
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cuda.matmul.allow_tf32 = False
-
-
-def devices():
-    out = ["cpu"]
-    if torch.cuda.is_available() and kiln.cuda_device_count() > 0:
-        out.append("cuda")
-    return out
 
 
 class Attention(nn.Module):
@@ -204,8 +192,6 @@ def test_resnet18_inference_over_batch_and_image_sizes(dev):
 
 @pytest.mark.parametrize("dev", devices())
 def test_bert_tiny_training_over_batch_and_length(dev):
-    from test_torch import TinyBert
-
     torch.manual_seed(8)
     model = TinyBert().to(dev).train()
     twin = copy.deepcopy(model)
