@@ -61,31 +61,49 @@ Tensor gather_grad(const Tensor& x, const Tensor& indices, const Tensor& g, int6
   return scatter_elements(zeros_like(x), at, merged, axis, ScatterReduction::add);
 }
 
+// Any steps, sizes known only at run time: x's flat positions (an iota of x's shape) sliced as
+// the forward slice does are the positions g goes back to, scatter-added into zeros of x's size.
+static Tensor slice_grad_by_positions(const VjpContext& c) {
+  const Tensor& x = c.inputs[0];
+  const int64_t rank = static_cast<int64_t>(x.shape().size());
+  const Tensor sx = shape_of(x);
+  const Tensor n = prod(sx);
+  const Tensor zero = reshape(ints_on(x, {0}), Shape{}), one = reshape(ints_on(x, {1}), Shape{});
+  const Tensor iota = reshape_to(arange(zero, n, one, DType::i64), sx);
+  std::vector<int64_t> axes(rank);
+  for (int64_t d = 0; d < rank; ++d) axes[d] = d;
+  const auto& steps = c.attrs.ints("steps");
+  const Tensor at = c.attrs.b("from_values", false)
+                        ? slice(iota, c.inputs[1], c.inputs[2], steps, axes)
+                        : slice(iota, c.attrs.ints("starts"), c.attrs.ints("stops"), steps, axes);
+  const Tensor& g = *c.cotangents[0];
+  const Tensor flat = scatter_elements(full(reshape(n, {1}), 0, g.dtype()), reshape(at, {-1}),
+                                       reshape(g, {-1}), 0, ScatterReduction::add);
+  return ops::reshape_like(flat, x);
+}
+
 // Slices whose bounds are values or that do not take a dynamic dim whole: pads computed from the
-// shape at run time (steps of 1 where they are needed).
+// shape at run time; with a step other than 1 where it matters, the positions sliced.
 static Tensor slice_grad(const VjpContext& c) {
   const Tensor& x = c.inputs[0];
   const Shape in = x.shape();
   const bool values = c.attrs.b("from_values", false);
   const auto &starts = c.attrs.ints("starts"), &stops = c.attrs.ints("stops"),
              &steps = c.attrs.ints("steps");
-  auto step_one = [&](size_t d) {
-    fail<ShapeError>(
-        "[gradients] the gradient of a slice of shape {} with bounds or sizes known only at run "
-        "time takes steps of 1, got step {} on dim {}",
-        str(in), steps[d], d);
-  };
+  for (size_t d = 0; d < in.size(); ++d) {
+    const bool known = !values && in[d] >= 0;
+    if (steps[d] != 1 && (!known || slice_dim(in[d], starts[d], stops[d], steps[d]).count > 1))
+      return slice_grad_by_positions(c);
+  }
   std::vector<Tensor> pads;
   for (size_t d = 0; d < in.size(); ++d) {
     const auto dim = static_cast<int64_t>(d);
     if (!values && in[d] >= 0) {  // all known now
       const SliceDim taken = slice_dim(in[d], starts[d], stops[d], steps[d]);
-      if (steps[d] != 1 && taken.count > 1) step_one(d);
       const int64_t first = steps[d] > 0 ? taken.start : taken.start - (taken.count - 1);
       pads.push_back(ints_on(x, {first, in[d] - first - taken.count}));
       continue;
     }
-    if (steps[d] != 1) step_one(d);
     const Tensor n = dim_value(x, dim);
     const Tensor begin = values ? resolve_bound(n, slice(c.inputs[1], {dim}, {dim + 1}))
                                 : resolve_bound(n, starts[d]);

@@ -1,9 +1,9 @@
 // Gradient rules that read sizes known only at run time (src/ops/transform_grad.cpp): gather
 // (an embedding table by token ids of any batch and length, and gathers from a dynamic batch),
-// slices of dynamic dims and slices whose bounds are computed from shapes, constant, reflect and
-// edge pads, tiles and concats along a dynamic axis, convolutions and pooling over dynamic
-// spatial dims (src/ops/conv.cpp, src/ops/pool.cpp). One executable built on dynamic dims gives, at
-// each shape, the gradients of a graph built for that shape.
+// slices of dynamic dims (any steps) and slices whose bounds are computed from shapes, constant,
+// reflect and edge pads, tiles and concats along a dynamic axis, convolutions and pooling over
+// dynamic spatial dims (src/ops/conv.cpp, src/ops/pool.cpp). One executable built on dynamic dims
+// gives, at each shape, the gradients of a graph built for that shape.
 #include <fmt/format.h>
 
 #include <functional>
@@ -132,12 +132,28 @@ TEST(DynamicGradients, SlicesOfDynamicDimsAndBoundsFromShapes) {
          {floats()}});
 }
 
-TEST(DynamicGradients, SliceStepsOtherThanOneOnADynamicDimAreNamed) {
-  Graph g;
-  auto x = g.placeholder({-1, 6}, f32, "x");
-  expect_error<ShapeError>([&] { gradients(sum(slice(x, {1}, {-1}, {2}, {0})), {x}); },
-                           {"[gradients] the gradient of a slice of shape (?, 6)",
-                            "takes steps of 1, got step 2 on dim 0"});
+TEST(DynamicGradients, SliceStepsOtherThanOneOnDynamicDims) {
+  check(
+      {"steps 2 and -3 on dynamic dims",
+       [](Graph& g, const std::vector<Shape>& s) {
+         auto x = g.placeholder(s[0], f32, "x");
+         return Built{{x}, slice(x * x, {1, -1}, {-1, -(int64_t{1} << 62)}, {2, -3}, {0, 1}), {x}};
+       },
+       {{-1, -1}},
+       {{{7, 8}}, {{4, 3}}, {{1, 10}}},
+       {floats()}});
+  check({"step 2 with a stop computed from the shape",
+         [](Graph& g, const std::vector<Shape>& s) {
+           auto x = g.placeholder(s[0], f32, "x");
+           if (s[0][1] >= 0) return Built{{x}, slice(x, {0}, {s[0][1] - 1}, {2}, {1}), {x}};
+           auto zero = g.constant(Array::from_vector(std::vector<int64_t>{0}, {1}));
+           auto one = g.constant(Array::from_vector(std::vector<int64_t>{1}, {1}));
+           auto stop = slice(shape_of(x), {1}, {2}) - one;  // x.shape[1] - 1
+           return Built{{x}, slice(x, zero, stop, {2}, {1}), {x}};
+         },
+         {{3, -1}},
+         {{{3, 6}}, {{3, 9}}},
+         {floats()}});
 }
 
 TEST(DynamicGradients, PadsTilesAndConcatsOverDynamicDims) {
