@@ -110,6 +110,10 @@ for _name, _fn in {
     "maximum": kiln.maximum, "minimum": kiln.minimum, "eq": kiln.equal, "ne": kiln.not_equal,
     "lt": kiln.less, "le": kiln.less_equal, "gt": kiln.greater, "ge": kiln.greater_equal,
     "logical_and": kiln.logical_and, "logical_or": kiln.logical_or, "remainder": kiln.mod,
+    # bitwise ops of bools are the logical ones (kiln's bitwise ops take integers)
+    "bitwise_and": lambda a, b: (kiln.logical_and if a.dtype == kiln.bool_ else kiln.bitwise_and)(a, b),
+    "bitwise_or": lambda a, b: (kiln.logical_or if a.dtype == kiln.bool_ else kiln.bitwise_or)(a, b),
+    "bitwise_xor": lambda a, b: (kiln.logical_xor if a.dtype == kiln.bool_ else kiln.bitwise_xor)(a, b),
 }.items():
     _lowers(*[f"{_name}.{o}" for o in ("Tensor", "Scalar", "Tensor_Scalar", "Tensor_Tensor", "default", "self")])(
         _binary(_fn))
@@ -576,6 +580,46 @@ def _sigmoid_backward(ctx, g, y):
     return kiln.mul(g, kiln.mul(y, kiln.sub(ctx.t(1, like=y), y)))
 
 
+@_lowers("gather.default")
+def _gather(ctx, x, dim, index, sparse_grad=False):
+    return kiln.gather_elements(x, index, dim % x.ndim)
+
+
+def _index_positions(indices):
+    """The dims that index.Tensor's index tensors take, when kiln lowers it: consecutive dims
+    from the first (the rest None), integer tensors."""
+    at = [i for i, t in enumerate(indices) if t is not None]
+    return at if at and at == list(range(len(at))) else None
+
+
+@_lowers("index.Tensor")
+def _index(ctx, x, indices):
+    """x[i0, i1, ...] by integer tensors on the leading dims: one is a gather along dim 0,
+    several a gather_nd of the index tensors broadcast together and stacked."""
+    at = _index_positions(indices)
+    if at is None or any(indices[i].dtype == kiln.bool_ for i in at):
+        raise LoweringError("[kiln.torch] indexing by masks or by tensors after a slice")
+    idx = [kiln.cast(indices[i], kiln.i64) for i in at]
+    if len(idx) == 1:
+        return kiln.gather(x, idx[0], 0)
+    # broadcast each to the shape of their sum (elementwise broadcasting, sizes known or not)
+    total = functools.reduce(kiln.add, idx)
+    zero = kiln.mul(total, ctx.t(0, like=total))
+    return kiln.gather_nd(x, kiln.stack([kiln.add(i, zero) for i in idx], -1))
+
+
+def _index_lowerable(node) -> bool:
+    """index.Tensor whose index tensors kiln takes (the others stay with PyTorch)."""
+    indices = node.args[1]
+    at = _index_positions(indices)
+    return at is not None and all(
+        getattr(indices[i].meta.get("val"), "dtype", None) not in (None, torch.bool) for i in at)
+
+
+# Per op, a check of the fx node that must hold for kiln to lower it (kiln/torch.py's supported)
+_LOWERABLE = {"index.Tensor": _index_lowerable}
+
+
 @_lowers("embedding.default")
 def _embedding(ctx, w, idx, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
     return kiln.embedding(w, idx)
@@ -708,7 +752,8 @@ def _scalar_tensor(ctx, value, dtype=None, **kw):
 @_lowers("arange.start_step", "arange.default", "arange.start")
 def _arange(ctx, *args, dtype=None, **kw):
     start, end, step = (0, args[0], 1) if len(args) == 1 else (args + (1,))[:3]
-    start, end, step = (v.t if is_sym(v) else v for v in (start, end, step))
+    if any(is_sym(v) for v in (start, end, step)):  # int64 values, which shapes follow
+        start, end, step = (ctx.t(v, dtype=kiln.i64) for v in (start, end, step))
     return kiln.arange(ctx.g, start, end, step, _TORCH_TO_KILN[dtype] if dtype else ctx.out_dtype())
 
 

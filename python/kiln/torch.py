@@ -26,7 +26,7 @@ from collections import Counter
 
 import kiln
 from kiln import _torch_sym as sym
-from kiln._torch_ops import _LOWERINGS, _TORCH_TO_KILN, LoweringError, _Ctx, _op_name
+from kiln._torch_ops import _LOWERABLE, _LOWERINGS, _TORCH_TO_KILN, LoweringError, _Ctx, _op_name
 
 log = logging.getLogger("kiln.torch")
 
@@ -91,7 +91,7 @@ def supported(node) -> bool:
     if key == "getitem":  # an item of a supported op's tuple (or a size of a shape)
         src = node.args[0]
         return not isinstance(src, torch.fx.Node) or supported(src)
-    if key not in _LOWERINGS:
+    if key not in _LOWERINGS or (key in _LOWERABLE and not _LOWERABLE[key](node)):
         return False
     val = node.meta.get("val")
     vals = val if isinstance(val, (tuple, list)) else [val]

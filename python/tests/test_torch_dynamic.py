@@ -203,3 +203,24 @@ def test_bert_tiny_training_over_batch_and_length(dev):
     assert_same_training(train_steps(fast, batches, seen), want)
     assert_dynamic_on_kiln()
     assert seen == [2, 2, 2], (calls, seen)
+
+
+@pytest.mark.parametrize("dev", devices())
+def test_transformers_bert_inference_compiles_once(dev):
+    tf = pytest.importorskip("transformers")
+    torch.manual_seed(9)
+    cfg = tf.BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=128, vocab_size=500)
+    cfg._attn_implementation = "sdpa"
+    model = tf.BertModel(cfg, add_pooling_layer=False).to(dev).eval()
+    fast, calls = compile_counted(copy.deepcopy(model))
+    for b, n in ((2, 16), (3, 21), (5, 9)):
+        ids = torch.randint(0, 500, (b, n), device=dev)
+        mask = (torch.rand(b, n, device=dev) > 0.2).long()
+        mask[:, 0] = 1
+        with torch.no_grad():
+            torch.testing.assert_close(fast(input_ids=ids, attention_mask=mask).last_hidden_state,
+                                       model(input_ids=ids, attention_mask=mask).last_hidden_state,
+                                       rtol=1e-4, atol=1e-4)
+    rep = assert_dynamic_on_kiln()  # the attention mask's indexing included
+    assert rep["kiln_compiles"] == 1, (calls, rep)

@@ -4,6 +4,7 @@ import numpy as np
 
 import kiln
 from kiln import _torch_ops as ops
+from kiln._torch_sym import Sym
 
 
 def lowering(name):
@@ -113,3 +114,52 @@ def test_shape_ops_and_their_backwards(rng):
     np.testing.assert_array_equal(r[7], x.transpose(2, 1, 0))
     np.testing.assert_array_equal(r[8], x)
     np.testing.assert_allclose(r[9], x.astype(np.int64) / 2)
+
+
+def test_index_gather_and_bitwise_against_numpy(rng):
+    x = rng.standard_normal((4, 5, 3))
+    i0, i1 = rng.integers(-4, 4, (2, 1)), rng.integers(0, 5, (1, 3))
+    one = rng.integers(0, 4, 6)
+    along = rng.integers(0, 5, (4, 2, 3))
+    a, b = rng.integers(0, 2, 7).astype(bool), rng.integers(0, 2, 7).astype(bool)
+
+    def build(ctx, x, i0, i1, one, along, a, b):
+        index = lowering("index.Tensor")
+        return [index(ctx, x, [i0, i1]), index(ctx, x, [one]),
+                lowering("gather.default")(ctx, x, 1, along),
+                lowering("bitwise_and.Tensor")(ctx, a, b), lowering("bitwise_xor.Tensor")(ctx, a, b)]
+
+    got = evaluate(build, x, i0, i1, one, along, a, b)
+    np.testing.assert_array_equal(got[0], x[i0, i1])  # broadcast to (2, 3), then x's last dim
+    np.testing.assert_array_equal(got[1], x[one])
+    np.testing.assert_array_equal(got[2], np.take_along_axis(x, along, 1))
+    np.testing.assert_array_equal(got[3], a & b)
+    np.testing.assert_array_equal(got[4], a ^ b)
+
+
+def test_sizes_known_at_run_time(rng):
+    # what torch.compile(dynamic=True) graphs do with their SymInts, on a graph whose batch and
+    # length are dynamic: views to b * n rows, arange(n), slices to n - 1, ones of (b, n)
+    g = kiln.Graph()
+    ctx = ops._Ctx(g)
+    x = g.placeholder(["b", "n", 6], kiln.f32, "x")
+    b, n = ctx.dim(x, 0), ctx.dim(x, 1)
+    assert ctx.dim(x, 2) == 6 and isinstance(b, Sym) and isinstance(b * n - 1, Sym)
+    rows = lowering("view.default")(ctx, x, [b * n, 6])
+    heads = lowering("view.default")(ctx, x, [b, n, 2, 3])
+    ctx.out_dtype = lambda: kiln.i64  # (PyTorch's dtype of the node, where it gives none)
+    pos = lowering("arange.default")(ctx, n, dtype=None)
+    head = lowering("slice.Tensor")(ctx, x, 1, 0, n - 1)
+    ctx.out_dtype = lambda: kiln.f32
+    ones = lowering("ones.default")(ctx, [b, n], dtype=None)
+    last = lowering("select.int")(ctx, x, 1, -1)
+    exe = g.compile([rows, heads, pos, head, ones, last], device="cpu")
+    for shape in ((2, 5, 6), (3, 2, 6)):
+        xv = rng.standard_normal(shape).astype(np.float32)
+        got = [r.numpy() for r in exe.run({x: xv})]
+        np.testing.assert_array_equal(got[0], xv.reshape(-1, 6))
+        np.testing.assert_array_equal(got[1], xv.reshape(shape[0], shape[1], 2, 3))
+        np.testing.assert_array_equal(got[2], np.arange(shape[1]))
+        np.testing.assert_array_equal(got[3], xv[:, :-1])
+        np.testing.assert_array_equal(got[4], np.ones(shape[:2]))
+        np.testing.assert_array_equal(got[5], xv[:, -1])
