@@ -37,13 +37,17 @@ const bool kFused = register_cases(
                        {OpId::Sub, t, 4, 5}};
          }
        } else {
-         // where(a > 0, tanh(a * b + 1.5 - b), elu(b, 0.5)) through casts to f32 and back
+         // where(a > b, tanh(a * b - b), elu(b, 0.5)) * sigmoid(a) through casts to f32 and
+         // back. The branch compares the inputs themselves: a comparison of two rounded results
+         // (sigmoid(a) > a * b) flips where they nearly tie, and the CPU's and the GPU's
+         // sigmoid round differently.
          ins = {c.rand(big, t, -2, 2), c.rand(small, t, -2, 2)};
          p.instrs = {{OpId::Cast, f32, 0},        {OpId::Cast, f32, 1},
                      {OpId::Mul, f32, 2, 3},      {OpId::Sub, f32, 4, 3},
                      {OpId::Tanh, f32, 5},        {OpId::Elu, f32, 3, -1, -1, 0.5},
-                     {OpId::Sigmoid, f32, 2},     {OpId::Greater, boolean, 8, 4},
-                     {OpId::Where, f32, 9, 6, 7}, {OpId::Cast, t, 10}};
+                     {OpId::Sigmoid, f32, 2},     {OpId::Greater, boolean, 2, 3},
+                     {OpId::Where, f32, 9, 6, 7}, {OpId::Mul, f32, 10, 8},
+                     {OpId::Cast, t, 11}};
        }
        p.num_inputs = static_cast<int>(ins.size());
        c.outs = {detail::make_node1(OpId::FusedElementwise, ins, fused::encode(p))};
