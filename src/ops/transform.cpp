@@ -514,6 +514,13 @@ Tensor full_on(const Tensor& on, const Shape& shape, double value, DType dtype) 
   return detail::make_source_node(*on.graph_impl(), OpId::Full,
                                   {{"shape", shape}, {"value", value}, {"dtype", dtype}})[0];
 }
+
+Tensor full_shaped_like(const Tensor& like, double value, DType dtype) {
+  const Shape s = like.shape();
+  if (is_static(s)) return full_on(like, s, value, dtype);
+  return detail::make_node1(
+      OpId::Full, {like}, {{"shape", s}, {"value", value}, {"dtype", dtype}, {"shape_like", true}});
+}
 }  // namespace transform
 
 void register_transform_ops() {

@@ -116,6 +116,18 @@ static Tensor slice_grad(const VjpContext& c) {
   return ops::reshape_like(pad(*c.cotangents[0], concat(pads, 0)), x);  // (x's known dims)
 }
 
+Tensor element_ids(const Tensor& u) {
+  const Shape us = u.shape();
+  if (is_static(us)) {
+    const Attrs range{
+        {"start", 1.0}, {"stop", numel(us) + 1.0}, {"step", 1.0}, {"dtype", DType::i64}};
+    return reshape(detail::make_source_node(*u.graph_impl(), OpId::Arange, range)[0], us);
+  }
+  const Tensor su = shape_of(u);
+  const Tensor one = reshape(ints_on(u, {1}), Shape{});
+  return reshape_to(arange(one, prod(su) + 1.0, one, DType::i64), su);
+}
+
 Tensor tile_grad(const Tensor& x, const Tensor& g, const std::vector<int64_t>& reps) {
   std::vector<Tensor> each;
   for (int64_t r : reps) each.push_back(ints_on(x, {r}));

@@ -157,7 +157,6 @@ std::vector<TensorInfo> infer_hamming_distance(const InferContext& ctx) {
 
 using Grads = std::vector<std::optional<Tensor>>;
 using transform::full_on;
-using transform::static_input_shape;
 
 // take's gradient: x seen as (pre, n, post) and the indices broadcast over pre and post make it
 // one scatter-add along axis 1 (repeated indices add up, negative ones count from the end).
@@ -186,10 +185,8 @@ Grads vjp_gather_elements(const VjpContext& c) {
 Grads vjp_scatter_none(const VjpContext& c, const Tensor& g, int64_t axis) {
   const Tensor &x = c.inputs[0], &idx = c.inputs[1], &u = c.inputs[2];
   const Tensor dx = scatter_elements(g, idx, zeros_like(u), axis);
-  const Shape us = static_input_shape(c, 2);
-  const Attrs range{{"start", 1.0}, {"stop", numel(us) + 1.0}, {"step", 1.0}, {"dtype", i64}};
-  const Tensor ids = reshape(detail::make_source_node(*u.graph_impl(), OpId::Arange, range)[0], us);
-  const Tensor last = scatter_elements(full_on(x, static_input_shape(c), 0, i64), idx, ids, axis);
+  const Tensor ids = transform::element_ids(u);
+  const Tensor last = scatter_elements(transform::full_shaped_like(x, 0, i64), idx, ids, axis);
   const Tensor won = equal(gather_elements(last, idx, axis), ids);
   return {dx, std::nullopt, where(won, gather_elements(g, idx, axis), zeros_like(u))};
 }

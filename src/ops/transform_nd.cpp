@@ -72,16 +72,18 @@ std::vector<TensorInfo> infer_scatter_nd(const InferContext& ctx) {
 
 using Grads = std::vector<std::optional<Tensor>>;
 using transform::full_on;
-using transform::static_input_shape;
 
 // gather_nd with batch dims, as indices without them: each tuple gets its batch coordinates
 // prepended (i64), so scatter_nd (which has no batch dims) can send the gradient back.
 Tensor with_batch_coordinates(const VjpContext& c, int64_t batch) {
   const Tensor idx = cast_to(c.inputs[1], i64);
   if (batch == 0) return idx;
-  Shape s = static_input_shape(c, 1);
+  Shape s = idx.shape();
   s.back() = 1;
-  const Tensor base = full_on(idx, s, 0, i64);
+  // idx's shape with a last dim of 1 (its first column where the shape is dynamic: only the
+  // coordinates of its positions are read)
+  const Tensor base =
+      is_static(s) ? full_on(idx, s, 0, i64) : slice(idx, {0}, {1}, {}, {idx.rank() - 1});
   std::vector<Tensor> parts;
   for (int64_t d = 0; d < batch; ++d) parts.push_back(coordinate_along_axis(base, d, i64));
   parts.push_back(idx);
@@ -99,10 +101,8 @@ Grads vjp_gather_nd(const VjpContext& c) {
 Grads vjp_scatter_nd_none(const VjpContext& c, const Tensor& g) {
   const Tensor &x = c.inputs[0], &idx = c.inputs[1], &u = c.inputs[2];
   const Tensor dx = scatter_nd(g, idx, zeros_like(u));
-  const Shape us = static_input_shape(c, 2);
-  const Attrs range{{"start", 1.0}, {"stop", numel(us) + 1.0}, {"step", 1.0}, {"dtype", i64}};
-  const Tensor ids = reshape(detail::make_source_node(*u.graph_impl(), OpId::Arange, range)[0], us);
-  const Tensor last = scatter_nd(full_on(x, static_input_shape(c), 0, i64), idx, ids);
+  const Tensor ids = transform::element_ids(u);
+  const Tensor last = scatter_nd(transform::full_shaped_like(x, 0, i64), idx, ids);
   const Tensor won = equal(gather_nd(last, idx), ids);
   return {dx, std::nullopt, where(won, gather_nd(g, idx), zeros_like(u))};
 }

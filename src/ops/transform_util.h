@@ -33,6 +33,11 @@ namespace transform {
 Shape static_input_shape(const VjpContext& c, int i = 0);
 /// A tensor of `shape` filled with `value`, on the graph of `on`.
 Tensor full_on(const Tensor& on, const Shape& shape, double value, DType dtype);
+/// A tensor of like's shape (dynamic dims too: read when shapes are specialized) filled with
+/// `value` in `dtype`.
+Tensor full_shaped_like(const Tensor& like, double value, DType dtype);
+/// 1, 2, ..., numel(u) as int64 in u's shape (dynamic dims too): ids of u's elements.
+Tensor element_ids(const Tensor& u);
 
 // Rules for dims known only at run time, their sizes read with shape_of (transform_grad.cpp).
 /// gather's gradient with respect to x: g scatter-added back along axis.

@@ -1,9 +1,10 @@
 // Gradient rules that read sizes known only at run time (src/ops/transform_grad.cpp): gather
 // (an embedding table by token ids of any batch and length, and gathers from a dynamic batch),
 // slices of dynamic dims (any steps) and slices whose bounds are computed from shapes, constant,
-// reflect and edge pads, tiles and concats along a dynamic axis, convolutions and pooling over
-// dynamic spatial dims (src/ops/conv.cpp, src/ops/pool.cpp). One executable built on dynamic dims
-// gives, at each shape, the gradients of a graph built for that shape.
+// reflect and edge pads, tiles and concats along a dynamic axis, scatters and batched gather_nd,
+// convolutions and pooling over dynamic spatial dims (src/ops/conv.cpp, src/ops/pool.cpp). One
+// executable built on dynamic dims gives, at each shape, the gradients of a graph built for that
+// shape.
 #include <fmt/format.h>
 
 #include <functional>
@@ -191,6 +192,43 @@ TEST(DynamicGradients, PadsTilesAndConcatsOverDynamicDims) {
          {{-1, 4}, {-1, 4}},
          {{{3, 4}, {2, 4}}, {{1, 4}, {6, 4}}},
          {floats(), floats()}});
+}
+
+TEST(DynamicGradients, ScattersAndGatherNdOverDynamicDims) {
+  // indices within the smallest size each runs at; "none" keeps the update written last
+  auto rows = [](int64_t n) { return [n](const Shape& s) { return random_ints(s, 0, n - 1); }; };
+  for (ScatterReduction r :
+       {ScatterReduction::none, ScatterReduction::add, ScatterReduction::max}) {
+    check({fmt::format("scatter_elements along axis 0, reduction {}", static_cast<int>(r)),
+           [r](Graph& g, const std::vector<Shape>& s) {
+             auto x = g.placeholder(s[0], f32, "x");
+             auto at = g.placeholder(s[1], i64, "at");
+             auto u = g.placeholder(s[2], f32, "u");
+             return Built{{x, at, u}, scatter_elements(x * x, at, u, 0, r), {x, u}};
+           },
+           {{-1, 5}, {-1, 5}, {-1, 5}},
+           {{{6, 5}, {4, 5}, {4, 5}}, {{3, 5}, {7, 5}, {7, 5}}},
+           {floats(), rows(3), floats()}});
+  }
+  check({"scatter_nd, reduction none",
+         [](Graph& g, const std::vector<Shape>& s) {
+           auto x = g.placeholder(s[0], f32, "x");
+           auto at = g.placeholder(s[1], i64, "at");
+           auto u = g.placeholder(s[2], f32, "u");
+           return Built{{x, at, u}, scatter_nd(x * x, at, u), {x, u}};
+         },
+         {{-1, 4}, {-1, 1}, {-1, 4}},
+         {{{5, 4}, {6, 1}, {6, 4}}, {{3, 4}, {2, 1}, {2, 4}}},
+         {floats(), rows(3), floats()}});
+  check({"gather_nd with a batch dim",
+         [](Graph& g, const std::vector<Shape>& s) {
+           auto x = g.placeholder(s[0], f32, "x");
+           auto at = g.placeholder(s[1], i64, "at");
+           return Built{{x, at}, gather_nd(x * x, at, 1), {x}};
+         },
+         {{-1, 6, 3}, {-1, 4, 1}},
+         {{{2, 6, 3}, {2, 4, 1}}, {{5, 6, 3}, {5, 4, 1}}},
+         {floats(), rows(6)}});
 }
 
 TEST(DynamicGradients, ConvolutionsAndPoolingOverDynamicSpatialDims) {
