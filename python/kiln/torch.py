@@ -297,15 +297,21 @@ class _KilnPartition(torch.nn.Module if torch is not None else object):
         super().__init__()
         self.gm = gm
         self.cache = {}
-        self.dynamic = any(_symbolic(n.meta.get("val")) or any(_symbolic(d) for d in _meta_dims(n) or [])
-                           for n in gm.graph.nodes if n.op == "placeholder")
+        places = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        # per placeholder: whether it is a size PyTorch made symbolic (its value varies freely)
+        self.sizes = [_symbolic(n.meta.get("val")) for n in places]
+        self.dynamic = any(self.sizes) or any(any(_symbolic(d) for d in _meta_dims(n) or [])
+                                              for n in places)
 
     def forward(self, *args):
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         dev = tensors[0].device if tensors else torch.device("cpu")
-        # dynamic: one entry per dtypes and device (PyTorch's guards fix every static dim)
-        signature = tuple((a.dtype, a.device) if isinstance(a, torch.Tensor) else type(a).__name__
-                          for a in args)
+        # dynamic: one entry per dtypes and device (PyTorch's guards fix every static dim); an
+        # argument that is not a tensor or a symbolic size is part of the key by its value
+        signature = tuple(
+            (a.dtype, a.device) if isinstance(a, torch.Tensor)
+            else "size" if i < len(self.sizes) and self.sizes[i] else repr(a)
+            for i, a in enumerate(args))
         lowered = self.cache.get(("dynamic", signature)) if self.dynamic else None
         if lowered is None and self.dynamic:
             lowered = self._lower(dev, args, True)
