@@ -203,3 +203,18 @@ def test_topk_and_one_hot_sized_by_values_from_shapes(rng):
         bad.run({y: np.zeros((5, 3), np.float32)})
     with pytest.raises(kiln.ShapeError, match="one element"):
         kiln.topk(y, kiln.shape_of(y), 1)
+
+
+def test_topk_with_a_computed_k_has_a_gradient(rng):
+    # the gradient goes to the k largest of each row; the k value itself takes none
+    g = kiln.Graph()
+    x = g.placeholder([None, None], kiln.f32, "x")
+    half = kiln.div(kiln.gather(kiln.shape_of(x), g.constant(np.array(1, np.int64))),
+                    g.constant(np.array(2, np.int64)))
+    top, _ = kiln.topk(x, half, 1)
+    (dx,) = kiln.gradients(kiln.sum(top * top), [x])
+    exe = g.compile([dx])
+    for n, m in ((2, 6), (3, 9)):
+        xv = rng.permutation(n * m).reshape(n, m).astype(np.float32)
+        kth = np.sort(xv, axis=1)[:, m - m // 2][:, None]
+        np.testing.assert_array_equal(exe.run({x: xv})[0].numpy(), np.where(xv >= kth, 2 * xv, 0))

@@ -134,6 +134,10 @@ std::vector<Tensor> gradients(const Tensor& y, const std::vector<Tensor>& xs, co
     for (auto v : node.inputs) ctx.inputs.emplace_back(g, v.node, v.index);
     for (size_t o = 0; o < node.outputs.size(); ++o) ctx.outputs.emplace_back(g, i, static_cast<int32_t>(o));
     std::vector<std::optional<Tensor>> grads = def.vjp(ctx);
+    // values an attribute is taken from (OpDef::value_attrs) are sizes: a rule may leave them out
+    if (node.attrs.b("from_values", false) &&
+        grads.size() + def.value_attrs.size() == node.inputs.size())
+      grads.resize(node.inputs.size());
     KILN_ASSERT(grads.size() == node.inputs.size());
     for (size_t k = 0; k < grads.size(); ++k) {
       const ValueRef in = node.inputs[k];

@@ -71,6 +71,10 @@ bool shapes_match(const Shape& a, const Shape& b) {
   return true;
 }
 
+bool dynamic_spatial(const Shape& s) {
+  return s.size() > 2 && std::any_of(s.begin() + 2, s.end(), [](int64_t d) { return d < 0; });
+}
+
 void add_optional(std::vector<Tensor>& inputs, Attrs& attrs, const char* name,
                   const std::optional<Tensor>& t) {
   attrs.set(std::string("has_") + name, t.has_value());

@@ -32,6 +32,8 @@ void require_rank(const InferContext& ctx, int input, int lo, int hi);
 bool dims_match(int64_t a, int64_t b);
 /// Same rank and every pair of dims matches.
 bool shapes_match(const Shape& a, const Shape& b);
+/// Whether an (N, C, spatial...) shape has a spatial dim known only at run time.
+bool dynamic_spatial(const Shape& s);
 /// Appends optional tensors and records which are present as bool attrs ("has_<name>").
 void add_optional(std::vector<Tensor>& inputs, Attrs& attrs, const char* name,
                   const std::optional<Tensor>& t);

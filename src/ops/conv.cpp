@@ -353,10 +353,6 @@ ConvOptions options_of(const Attrs& a) {
   return o;
 }
 
-bool any_dynamic_spatial(const Shape& s) {
-  return std::any_of(s.begin() + 2, s.end(), [](int64_t d) { return d < 0; });
-}
-
 // y with each spatial dim cut at the end to the size that dim has in `like` at run time (the
 // sizes are read when shapes are specialized: the path for spatial dims dynamic when built).
 Tensor crop_spatial_like(const Tensor& y, const Tensor& like) {
@@ -373,7 +369,7 @@ Tensor crop_spatial_like(const Tensor& y, const Tensor& like) {
 Tensor conv_to(const Tensor& x, const Tensor& w, const Attrs& a, const Tensor& out) {
   const int nd = spatial_dims(x);
   Tensor y = conv_nd(nd, kConv, x, w, std::nullopt, options_of(a));
-  if (any_dynamic_spatial(out.shape()) || any_dynamic_spatial(y.shape())) {
+  if (dynamic_spatial(out.shape()) || dynamic_spatial(y.shape())) {
     // the conv gives back out's size unless an output_padding reached the stride
     const auto& s = a.ints("stride");
     const std::vector<int64_t> op =
@@ -402,12 +398,12 @@ Tensor conv_transpose_to(const Tensor& dy, const Tensor& w, const Attrs& a, cons
   const auto &s = a.ints("stride"), &d = a.ints("dilation"), &p = a.ints("pads");
   const Shape &xs = x.shape(), &ys = dy.shape(), &ws = w.shape();
   ConvTransposeOptions o{s, p, {}, d, a.i("groups")};
-  if (any_dynamic_spatial(ws))
+  if (dynamic_spatial(ws))
     fail<UnsupportedError>(
         "[gradients] the input gradient of a convolution needs a weight of static shape, got "
         "input {}, weight {} and output gradient {}",
         str(xs), str(ws), str(ys));
-  if (any_dynamic_spatial(xs) || any_dynamic_spatial(ys)) {
+  if (dynamic_spatial(xs) || dynamic_spatial(ys)) {
     bool crop = false;
     for (int i = 0; i < nd; ++i) {
       o.output_padding.push_back(s[i] - 1);

@@ -16,8 +16,6 @@
 // dy, indices and output (N, H, W, C); input_shape stays the NCHW one.
 // Output sizes follow PyTorch: floor (or ceil) of (in + pads - dilation*(k-1) - 1) / stride + 1,
 // where with ceil_mode the last window must start inside the input or the begin padding.
-#include <algorithm>
-
 #include "core/sym_dim.h"
 #include "kiln/ops/core.h"
 #include "kiln/ops/elementwise.h"
@@ -189,13 +187,8 @@ std::vector<int64_t> spatial(const Tensor& t) {
 }
 
 // Scatters dy into the argmax positions the forward pass recorded (output 1), never recomputing
-// them; the i64 indices output carries no cotangent.
-// The forward input's shape as a gradient op takes it: static spatial dims as the attribute,
-// dynamic ones as the value shape_of(x).
-bool dynamic_spatial(const Shape& s) {
-  return std::any_of(s.begin() + 2, s.end(), [](int64_t d) { return d < 0; });
-}
-
+// them; the i64 indices output carries no cotangent. The gradient ops take the forward input's
+// shape as the attribute where its spatial dims are static, else as the value shape_of(x).
 Grads vjp_max_pool(const VjpContext& c) {
   const Tensor& x = c.inputs[0];
   const Tensor dy = c.cotangent_or_zeros(0);

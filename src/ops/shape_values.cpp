@@ -87,6 +87,14 @@ void check_scalar(const char* op, const char* attr, const Tensor& v) {
                      str(v.shape()));
 }
 }  // namespace
+
+Tensor count_value(const char* op, const char* attr, const Tensor& v) {
+  check_scalar(op, attr, v);
+  if (!is_integer(v.dtype()))
+    fail<DTypeError>("[{}] the {} value has dtype {}; an integer dtype is needed", op, attr,
+                     name(v.dtype()));
+  return reshape(cast(v, i64), Shape{});
+}
 }  // namespace ops
 
 using namespace ops;

@@ -20,6 +20,9 @@ inline bool from_values(const InferContext& ctx) { return ctx.attrs.b("from_valu
 int64_t value_length(const InferContext& ctx, int input, const char* attr);
 /// Input `input` as a scalar value for attribute `attr`: 0-d or one element, of a numeric dtype.
 void require_scalar_value(const InferContext& ctx, int input, const char* attr);
+/// A builder's value that sizes an axis (topk's k, one_hot's depth): one element of an integer
+/// dtype, returned as a 0-d int64 value. Throws naming the op and the attribute.
+Tensor count_value(const char* op, const char* attr, const Tensor& v);
 /// The value of t when t is a constant node (builders then write it in as an attribute).
 const Array* constant_value(const Tensor& t);
 /// A node of op on `inputs` whose attributes listed by its record's value_attrs come from

@@ -171,9 +171,7 @@ std::vector<std::optional<Tensor>> vjp_slice(const VjpContext& c) {
         at_run_time ||
         (in[d] < 0 && !(starts[d] == 0 && steps[d] == 1 && stops[d] >= (int64_t{1} << 62)));
   if (at_run_time) {
-    std::vector<std::optional<Tensor>> r{slice_grad(c)};
-    r.resize(c.inputs.size());  // (none for the bounds)
-    return r;
+    return {slice_grad(c)};  // (none for the bounds: gradients() adds them)
   }
   Tensor g = *c.cotangents[0];
   if (numel(g.shape()) == 0) return {zeros_like(c.inputs[0])};

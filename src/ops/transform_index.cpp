@@ -310,24 +310,9 @@ std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t axis, bool la
   return {outs[0], outs[1]};
 }
 
-namespace {
-// A value that sizes an axis (topk's k, one_hot's depth): one integer element, as a 0-d int64
-// value; a constant gives its number.
-Tensor size_value(const char* op, const char* what, const Tensor& v) {
-  if (!v.valid()) fail<ValueError>("[{}] the {} value is an empty Tensor", op, what);
-  if (!is_integer(v.dtype()))
-    fail<DTypeError>("[{}] the {} value has dtype {}; an integer dtype is needed", op, what,
-                     name(v.dtype()));
-  if (!is_static(v.shape()) || numel(v.shape()) != 1)
-    fail<ShapeError>("[{}] the {} value must hold one element, got shape {}", op, what,
-                     str(v.shape()));
-  return reshape(cast(v, i64), Shape{});
-}
-}  // namespace
-
 Tensor one_hot(const Tensor& indices, const Tensor& depth, int64_t axis, DType dtype,
                double on_value, double off_value) {
-  const Tensor d = size_value("one_hot", "depth", depth);
+  const Tensor d = ops::count_value("one_hot", "depth", depth);
   if (const Array* v = ops::constant_value(d))
     return one_hot(indices, v->astype(i64).to_vector<int64_t>().at(0), axis, dtype, on_value,
                    off_value);
@@ -344,7 +329,7 @@ Tensor one_hot(const Tensor& indices, const Tensor& depth, int64_t axis, DType d
 }
 
 std::pair<Tensor, Tensor> topk(const Tensor& x, const Tensor& k, int64_t axis, bool largest) {
-  const Tensor kv = size_value("topk", "k", k);
+  const Tensor kv = ops::count_value("topk", "k", k);
   if (const Array* v = ops::constant_value(kv))
     return topk(x, v->astype(i64).to_vector<int64_t>().at(0), axis, largest);
   const int a = resolve_axis("topk", axis, x.shape());
