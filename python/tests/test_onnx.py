@@ -201,6 +201,43 @@ def test_topk_and_one_hot_sized_by_computed_values(rng, tmp_path):
             np.testing.assert_array_equal(g.numpy(), w)
 
 
+def test_wrap_pad_and_partial_resize_over_dynamic_dims(rng, tmp_path):
+    """Pad in wrap mode over dynamic dims (constant pads, and pads computed from the shape); Resize
+    with sizes computed for some axes only, with scales, and tf_crop_and_resize with its region,
+    all on a dynamic input: one executable at several shapes, against onnxruntime."""
+    ort = pytest.importorskip("onnxruntime")
+    c = {"pads": np.array([0, 0, 1, 2, 0, 0, 2, 1], np.int64), "i1": np.array([1], np.int64),
+         "i2": np.array([2], np.int64), "i3": np.array([3], np.int64),
+         "scales": np.array([1.0, 1.0, 1.5, 2.0], np.float32),
+         "roi": np.array([0.1, 0.2, 0.9, 0.7], np.float32), "crop_sizes": np.array([4, 5], np.int64)}
+    n = helper.make_node
+    nodes = [n("Pad", ["x", "pads"], ["wrapped"], mode="wrap"),
+             n("Shape", ["x"], ["shape"]),
+             # pads of the last axis computed from its size: (W % 2 + 1) before, 1 after
+             n("Gather", ["shape", "i3"], ["W"]), n("Mod", ["W", "i2"], ["r"]), n("Add", ["r", "i1"], ["b"]),
+             n("Concat", ["b", "i1"], ["pads3"], axis=0),
+             n("Pad", ["x", "pads3", "", "i3"], ["wrapped3"], mode="wrap"),
+             # sizes of axes 3 and 2 (in that order): twice the width, one more than the height
+             n("Gather", ["shape", "i2"], ["H"]), n("Mul", ["W", "i2"], ["W2"]), n("Add", ["H", "i1"], ["H1"]),
+             n("Concat", ["W2", "H1"], ["sizes32"], axis=0),
+             n("Resize", ["x", "", "", "sizes32"], ["part"], axes=[3, 2], mode="linear"),
+             n("Resize", ["x", "", "scales"], ["scaled"], mode="cubic"),
+             n("Resize", ["x", "roi", "", "crop_sizes"], ["crop"], axes=[2, 3], mode="linear",
+               coordinate_transformation_mode="tf_crop_and_resize", extrapolation_value=-1.0)]
+    names = ("wrapped", "wrapped3", "part", "scaled", "crop")
+    outs = [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in names]
+    graph = helper.make_graph(
+        nodes, "wrap_resize",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "c", "h", "w"])], outs,
+        [numpy_helper.from_array(v, k) for k, v in c.items()])
+    exe, sess = dynamic_with_ort(ort, graph, tmp_path / "wrap_resize.onnx")
+    for shape in ((1, 2, 3, 4), (2, 1, 5, 3), (1, 3, 2, 7)):
+        feeds = {"x": rng.standard_normal(shape).astype(np.float32)}
+        for name, g, want in zip(names, exe.run(feeds), sess.run(None, feeds)):
+            assert g.numpy().shape == want.shape, name
+            np.testing.assert_allclose(g.numpy(), want, rtol=1e-5, atol=1e-5, err_msg=name)
+
+
 def test_same_padding_over_dynamic_spatial_dims(rng, tmp_path):
     """Conv with auto_pad SAME_UPPER / SAME_LOWER and stride 2 over dynamic height and width: the
     pads depend on each size and are resolved per shape; against onnxruntime at several shapes."""

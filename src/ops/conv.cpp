@@ -17,6 +17,7 @@
 //         (O, kh, kw, C/groups) as conv's; weight_shape stays the NCHW (O, C/groups, kh, kw).
 #include "core/sym_dim.h"
 #include "kiln/ops/core.h"
+#include "kiln/ops/elementwise.h"
 #include "kiln/ops/nn.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/transform.h"
@@ -426,11 +427,58 @@ Tensor bias_grad(const Tensor& g) {
   return sum(g, axes);
 }
 
+// "Same" padding of spatial dims known only when run, as values: kiln's pads (begin, end per
+// dim, zero for N and C) and the begins of the spatial dims, from x's run-time shape as
+// same_pads computes them.
+struct RunTimePads {
+  Tensor pads, begins;
+};
+RunTimePads same_pads_of(const Tensor& x, const Shape& w, const Attrs& a) {
+  const auto &stride = a.ints("stride"), &dilation = a.ints("dilation");
+  const bool upper = a.str("auto_pad") == "same_upper";
+  const int nd = static_cast<int>(stride.size());
+  auto& g = *x.graph_impl();
+  auto value = [&](int64_t v) {
+    return constant_on(g, Array::from_vector(std::vector<int64_t>{v}, {1}));
+  };
+  const Tensor sizes = shape_of(x);
+  std::vector<Tensor> pads{value(0), value(0), value(0), value(0)}, begins;
+  for (int i = 0; i < nd; ++i) {
+    const int64_t s = stride[i], eff = (w[2 + i] - 1) * dilation[i] + 1;
+    const Tensor in = slice(sizes, {2 + i}, {3 + i});
+    // total = max(0, (ceil(in / s) - 1) * s + eff - in)
+    const Tensor total =
+        maximum(((in + value(s - 1)) / value(s) - value(1)) * value(s) + value(eff) - in, value(0));
+    const Tensor small = total / value(2), big = total - small;
+    begins.push_back(upper ? small : big);
+    pads.push_back(begins.back());
+    pads.push_back(upper ? big : small);
+  }
+  return {concat(pads, 0), concat(begins, 0)};
+}
+
+// conv with "same" padding of run-time size is conv(pad(x), valid): the gradient of that, with
+// the padded border of dx cut away.
+Grads vjp_conv_same_run_time(const VjpContext& c) {
+  const Tensor& g = *c.cotangents[0];
+  const Tensor &x = c.inputs[0], &w = c.inputs[1];
+  const int nd = spatial_dims(x);
+  const RunTimePads p = same_pads_of(x, w.shape(), c.attrs);
+  Attrs valid;
+  for (const auto& [key, v] : c.attrs.items())
+    if (key != "auto_pad") valid.set(key, v);
+  const Tensor xp = pad(x, p.pads);
+  const Tensor dxp = conv_transpose_to(g, w, valid, xp);
+  std::vector<int64_t> axes;
+  for (int i = 0; i < nd; ++i) axes.push_back(2 + i);
+  const Tensor dx = slice(dxp, p.begins, p.begins + slice(shape_of(x), {2}, {2 + nd}), {}, axes);
+  Grads r{dx, conv_grad_weight(xp, g, w.shape(), options_of(valid))};
+  if (c.attrs.b("has_bias")) r.push_back(bias_grad(g));
+  return r;
+}
+
 Grads vjp_conv(const VjpContext& c) {
-  if (same_pads_pending(c.attrs))
-    fail<UnsupportedError>(
-        "[gradients] conv with same padding over spatial dims dynamic when "
-        "built has no gradient yet: give the input's spatial dims");
+  if (same_pads_pending(c.attrs)) return vjp_conv_same_run_time(c);
   const Tensor& g = *c.cotangents[0];
   const Tensor &x = c.inputs[0], &w = c.inputs[1];
   Grads r{conv_transpose_to(g, w, c.attrs, x),

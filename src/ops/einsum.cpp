@@ -80,6 +80,28 @@ Shape joined(Shape a, const Shape& b) {
   return a;
 }
 
+// The contraction of a (batch, left, inner) with b (batch, inner, right) where some dims are
+// known only when run: the same batched matmul on shapes computed from theirs (batch and inner
+// dims broadcast from 1 as numpy's). The result keeps the dims of `expected` known now where
+// at most one is not.
+Tensor contract_run_time(const Tensor& a, const Tensor& b, size_t nb, size_t nl, size_t ni,
+                         size_t nr, const Shape& expected) {
+  const Tensor sa = shape_of(a), sb = shape_of(b);
+  auto part = [](const Tensor& s, size_t from, size_t n) {
+    return slice(s, {static_cast<int64_t>(from)}, {static_cast<int64_t>(from + n)});
+  };
+  const Tensor bs = maximum(part(sa, 0, nb), part(sb, 0, nb));
+  const Tensor is = maximum(part(sa, nb + nl, ni), part(sb, nb, ni));
+  const Tensor ls = part(sa, nb, nl), rs = part(sb, nb + ni, nr);
+  auto size = [](const Tensor& dims) { return prod(dims, {0}, /*keepdims=*/true); };
+  const Tensor ta =
+      reshape_to(expand(a, concat({bs, ls, is}, 0)), concat({size(bs), size(ls), size(is)}, 0));
+  const Tensor tb =
+      reshape_to(expand(b, concat({bs, is, rs}, 0)), concat({size(bs), size(is), size(rs)}, 0));
+  const Tensor y = reshape_to(matmul(ta, tb), concat({bs, ls, rs}, 0));
+  return std::count(expected.begin(), expected.end(), -1) <= 1 ? reshape(y, expected) : y;
+}
+
 Term contract(const std::string& eq, const Term& a, const Term& b, const std::string& keep) {
   std::string batch, left, right, inner;
   for (char ch : a.letters) {
@@ -105,8 +127,9 @@ Term contract(const std::string& eq, const Term& a, const Term& b, const std::st
                      str(bs_b));
   const Shape ls = dims(pa, left), is = dims(pb, inner), rs = dims(pb, right);
   if (!is_static(joined(joined(bs, ls), joined(is, rs))) || !is_static(dims(pa, inner)))
-    fail<UnsupportedError>("[einsum] equation '{}': contracting two operands needs static dims",
-                           eq);
+    return {contract_run_time(pa.t, pb.t, batch.size(), left.size(), inner.size(), right.size(),
+                              joined(joined(bs, ls), rs)),
+            batch + left + right};
   Tensor ta = pa.t, tb = pb.t;
   const Shape wa = joined(joined(bs, ls), dims(pa, inner)), wb = joined(joined(bs, is), rs);
   if (ta.shape() != wa) ta = broadcast_to(ta, wa);

@@ -119,16 +119,26 @@ Tensor position_grad(const VjpContext& c, std::optional<int64_t> class_axis, Cou
   return r == "mean" ? g / count() : g;
 }
 
-// A "mean" divides by the number of positions: `like` has one element per position (times
-// `per`). With dynamic dims, the sum of ones of its shape, which folds to a constant once shapes
-// are specialized.
-Tensor position_count(const VjpContext& c, const Tensor& like, int64_t per = 1) {
+// A "mean" divides by the number of positions: `like` has one element per position, times its
+// size along `class_axis` when given. With dynamic dims, a count computed from its shape, which
+// folds to a constant once shapes are specialized.
+Tensor position_count(const VjpContext& c, const Tensor& like,
+                      std::optional<int64_t> class_axis = std::nullopt) {
   const Shape s = like.shape();
+  const int64_t per = class_axis ? s[*class_axis] : 1;
   if (is_static(s)) return scalar_like(c.inputs[0], static_cast<double>(numel(s) / per));
-  if (per < 0)
-    fail<ShapeError>("[gradients] {} with reduction mean needs the class dim of shape {} static",
-                     c.name(), str(s));
-  return sum(ones_like(like)) / static_cast<double>(per);
+  if (per >= 0) return sum(ones_like(like)) / static_cast<double>(per);
+  const Tensor sizes = shape_of(like);
+  const Tensor classes = reshape(slice(sizes, {*class_axis}, {*class_axis + 1}), {});
+  return cast_to(prod(sizes) / classes, c.inputs[0].dtype());
+}
+
+// One-hot rows of `labels` over x's classes along `axis` (their number read from x's shape when
+// it is known only when run).
+Tensor class_one_hot(const Tensor& labels, const Tensor& x, int64_t axis) {
+  if (x.shape()[axis] >= 0) return one_hot(labels, x.shape()[axis], axis, x.dtype());
+  const Tensor classes = reshape(slice(shape_of(x), {axis}, {axis + 1}), {});
+  return one_hot(labels, classes, axis, x.dtype());
 }
 
 // Index labels: g * (softmax - one_hot). Probability labels p (need not sum to one): the loss
@@ -137,10 +147,10 @@ Grads vjp_softmax_cross_entropy(const VjpContext& c) {
   const Tensor &x = c.inputs[0], &labels = c.inputs[1];
   const int64_t axis = c.attrs.i("axis");
   if (is_floating(labels.dtype())) {
-    const Tensor g = position_grad(c, axis, [&] { return position_count(c, x, x.shape()[axis]); });
+    const Tensor g = position_grad(c, axis, [&] { return position_count(c, x, axis); });
     return {g * (softmax(x, axis) * sum(labels, {axis}, true) - labels), -g * log_softmax(x, axis)};
   }
-  const Tensor p = one_hot(labels, x.shape()[axis], axis, x.dtype());
+  const Tensor p = class_one_hot(labels, x, axis);
   // every in-range label has one 1, so sum(p) counts the positions, also for a dynamic batch
   const Tensor g = position_grad(c, axis, [&] { return sum(p); });
   return {g * (softmax(x, axis) - p), std::nullopt};
@@ -154,8 +164,7 @@ Grads vjp_nll(const VjpContext& c) {
       cast(not_equal(target, scalar_like(target, static_cast<double>(c.attrs.i("ignore_index")))),
            x.dtype());
   const Tensor g = position_grad(c, axis, [&] { return sum(counted); });
-  const Tensor pick =
-      one_hot(target, x.shape()[axis], axis, x.dtype()) * expand_dims(counted, {axis});
+  const Tensor pick = class_one_hot(target, x, axis) * expand_dims(counted, {axis});
   return {-g * pick, std::nullopt};
 }
 

@@ -317,20 +317,26 @@ Grads vjp_batch_norm_train(const VjpContext& c) {
     if (hb) grads[i] = r.dbias;
   }
   if (c.cotangents[1] || c.cotangents[2]) {
-    if (!is_static(x.shape()))
-      fail<UnsupportedError>(
-          "[{}] gradients of the mean and var outputs need a static shape, x is {}", c.name(),
-          str(x.shape()));
+    // 1 / M, M the positions per channel: from x's shape when it is known only when run
     const ParamLayout p = channel_layout(x);
-    const double inv_m =
-        1.0 / static_cast<double>(numel(x.shape()) / std::max<int64_t>(1, x.shape()[1]));
+    Tensor inv_m = scalar_like(x, 0);
+    if (is_static(x.shape())) {
+      inv_m = scalar_like(
+          x, 1.0 / static_cast<double>(numel(x.shape()) / std::max<int64_t>(1, x.shape()[1])));
+    } else {
+      const Tensor s = shape_of(x);
+      const Tensor m_count = prod(s) / reshape(slice(s, {1}, {2}), {});
+      inv_m = cast_to(1.0 / cast(m_count, f32), x.dtype());
+    }
     std::optional<Tensor> d;
     if (c.cotangents[1]) d = p.expand(*c.cotangents[1] * inv_m);
     if (c.cotangents[2]) {
-      const Tensor t = (x - p.expand(m)) * p.expand(*c.cotangents[2] * (2 * inv_m));
+      const Tensor t = (x - p.expand(m)) * p.expand(*c.cotangents[2] * (inv_m * 2.0));
       d = d ? *d + t : t;
     }
-    dx = dx ? *dx + *d : broadcast_to(*d, x.shape());
+    dx = dx                     ? *dx + *d
+         : is_static(x.shape()) ? broadcast_to(*d, x.shape())
+                                : expand(*d, shape_of(x));
   }
   grads[0] = dx;
   return grads;

@@ -20,6 +20,7 @@
 #include "kiln/ops/core.h"
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/nn.h"
+#include "kiln/ops/reduce.h"
 #include "kiln/ops/transform.h"
 #include "ops/common.h"
 #include "ops/pool_params.h"
@@ -209,45 +210,43 @@ Grads vjp_adaptive_avg_pool(const VjpContext& c) {
   return {adaptive_avg_pool_grad(*c.cotangents[0], x.shape())};
 }
 
-// The gradient ops' own gradients read input_shape: not yet where it comes from a value.
-void no_second_order_from_values(const VjpContext& c) {
-  if (c.attrs.b("from_values", false))
-    fail<UnsupportedError>(
-        "[gradients] a pooling gradient whose input shape is computed at run time has no "
-        "gradient yet (the gradient of a gradient over dynamic spatial dims)");
+// t (N, C, spatial...) as (N, C, plane) with the plane's size computed from t's shape: no -1
+// to infer, so an empty batch reshapes too.
+Tensor planes_of(const Tensor& t) {
+  const int64_t r = t.rank();
+  const Tensor s = shape_of(t);
+  return reshape_to(t, concat({slice(s, {0}, {2}), prod(slice(s, {2}, {r}), {0}, true)}, 0));
 }
 
 // max_pool_grad is linear in dy; its transpose gathers g at the indices, plane by plane.
-// (input_shape is static, and dy's N and C match it.)
+// (dy's N and C match the input's; its spatial dims and the input's may be known only when run.)
 Grads vjp_max_pool_grad(const VjpContext& c) {
-  no_second_order_from_values(c);
-  const Shape in = c.attrs.ints("input_shape");
-  Shape dy = c.inputs[0].shape();
-  dy[0] = in[0], dy[1] = in[1];
-  // planes flattened with explicit sizes: -1 cannot be inferred for an empty batch
-  auto plane = [](const Shape& s) {
-    int64_t p = 1;
-    for (size_t d = 2; d < s.size(); ++d) {
-      if (s[d] < 0) return int64_t{-1};
-      p *= s[d];
-    }
-    return p;
-  };
-  const Tensor g = reshape(*c.cotangents[0], {in[0], in[1], plane(in)});
-  const Tensor idx = reshape(c.inputs[1], {in[0], in[1], plane(dy)});
-  return {reshape(gather_elements(g, idx, 2), dy), std::nullopt};
+  const Tensor &dy = c.inputs[0], &g = *c.cotangents[0];
+  if (c.attrs.b("from_values", false) || !is_static(dy.shape()) || !is_static(g.shape()))
+    return {reshape_like(gather_elements(planes_of(g), planes_of(c.inputs[1]), 2), dy),
+            std::nullopt};
+  const Shape in = g.shape();
+  auto plane = [](const Shape& s) { return numel(Shape(s.begin() + 2, s.end())); };
+  const Tensor flat = reshape(g, {in[0], in[1], plane(in)});
+  const Tensor idx = reshape(c.inputs[1], {in[0], in[1], plane(dy.shape())});
+  return {reshape(gather_elements(flat, idx, 2), dy.shape()), std::nullopt};
 }
-// The pooling ops are linear, so the gradient of their gradient op is the pooling itself.
+// The pooling ops are linear, so the gradient of their gradient op is the pooling itself (the
+// input_shape value, where there is one, gets no gradient).
 Grads vjp_avg_pool_grad(const VjpContext& c) {
-  no_second_order_from_values(c);
   Attrs attrs;
   for (const auto& [key, value] : c.attrs.items())
-    if (key != "input_shape") attrs.set(key, value);
+    if (key != "input_shape" && key != "from_values") attrs.set(key, value);
   return {make_node1(OpId::AvgPool, {*c.cotangents[0]}, attrs)};
 }
 Grads vjp_adaptive_avg_pool_grad(const VjpContext& c) {
-  no_second_order_from_values(c);
-  return {adaptive_avg_pool(*c.cotangents[0], spatial(c.inputs[0]))};
+  const Shape out = spatial(c.inputs[0]);
+  if (!is_static(out))
+    fail<UnsupportedError>(
+        "[gradients] the gradient of adaptive_avg_pool_grad needs the pooled output's spatial "
+        "size static, got gradient shape {}",
+        str(c.inputs[0].shape()));
+  return {adaptive_avg_pool(*c.cotangents[0], out)};
 }
 
 // nd entries, or `dflt` repeated when empty.

@@ -10,6 +10,7 @@
 #include "kiln/ops/reduce.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "kiln/autodiff.h"
 #include "kiln/ops/core.h"
@@ -114,35 +115,27 @@ Tensor expand_back(const VjpContext& c, const Tensor& g) {
 }
 Grads vjp_sum(const VjpContext& c) { return {expand_back(c, *c.cotangents[0])}; }
 
-// Number of elements reduced into each output (the reduced dims must be static).
-int64_t reduced_count(const VjpContext& c) {
+// Number of elements reduced into each output, when the reduced dims are static.
+std::optional<int64_t> static_count(const VjpContext& c) {
   const Shape in = c.inputs[0].shape();
   int64_t n = 1;
   for (int64_t a : c.attrs.ints("axes")) {
-    if (in[a] < 0)
-      fail<ShapeError>("[gradients] {} over axis {} of shape {} needs that dim static",
-                       c.name(), a, str(in));
+    if (in[a] < 0) return std::nullopt;
     n *= in[a];
   }
   return n;
 }
-// The same as a tensor: a scalar, or with a dynamic reduced dim, the sum
-// of ones over the reduced axes (in keepdims form), which folds to a constant once shapes are
-// specialized.
-Tensor reduced_count_of(const VjpContext& c, const Tensor& g) {
-  const Tensor& x = c.inputs[0];
-  const Shape in = x.shape();
-  int64_t n = 1;
-  for (int64_t a : c.attrs.ints("axes")) {
-    if (in[a] < 0) return sum(ones_like(x), c.attrs.ints("axes"), /*keepdims=*/true);
-    n *= in[a];
-  }
-  return scalar_like(g, static_cast<double>(n));
+// The same as a tensor of `dtype`: a scalar, or with a dynamic reduced dim, the sum of ones over
+// the reduced axes (in keepdims form), which folds to a constant once shapes are specialized.
+Tensor reduced_count_of(const VjpContext& c, const Tensor& like, DType dtype) {
+  if (const auto n = static_count(c))
+    return cast_to(scalar_like(like, static_cast<double>(*n)), dtype);
+  return sum(ones_like(cast_to(c.inputs[0], dtype)), c.attrs.ints("axes"), /*keepdims=*/true);
 }
 
 Grads vjp_mean(const VjpContext& c) {
   const Tensor& g = *c.cotangents[0];
-  const Tensor n = reduced_count_of(c, g);
+  const Tensor n = reduced_count_of(c, g, g.dtype());
   return {expand_back(c, n.rank() == 0 ? g / n : kept(c, g) / n)};
 }
 
@@ -180,9 +173,19 @@ Grads vjp_logsumexp(const VjpContext& c) {
 // does this.
 Grads vjp_variance(const VjpContext& c) {
   const Tensor& x = c.inputs[0];
-  const int64_t dof = std::max<int64_t>(reduced_count(c) - c.attrs.i("correction"), 0);
+  const Tensor& g = *c.cotangents[0];
+  const int64_t correction = c.attrs.i("correction");
+  // 2 / dof: in f64 when the count is static, else in f32 from the run-time count
+  Tensor scale = scalar_like(x, 0);
+  if (const auto n = static_count(c)) {
+    scale = scalar_like(x, 2.0 / static_cast<double>(std::max<int64_t>(*n - correction, 0)));
+  } else {
+    const Tensor count = reduced_count_of(c, x, f32);
+    scale = cast_to(2.0 / maximum(count - static_cast<double>(correction), scalar_like(count, 0)),
+                    x.dtype());
+  }
   const Tensor centered = x - mean(x, c.attrs.ints("axes"), /*keepdims=*/true);
-  return {kept(c, *c.cotangents[0]) * centered * (2.0 / static_cast<double>(dof))};
+  return {kept(c, g) * centered * scale};
 }
 
 // sign(x), so the subgradient at 0 is 0 (as PyTorch).

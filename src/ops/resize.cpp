@@ -8,9 +8,14 @@
 // The coordinate and weight math lives in ops/resize_util.h and ops/grid_sample_util.h, shared
 // with the kernels; ops/resize_params.h decodes the attributes.
 // resize is linear in x (an affine map under tf_crop_and_resize's extrapolation): separable
-// along the dims, so its gradient applies each resized dim's transposed weight matrix in turn.
+// along the dims, so its gradient applies each resized dim's transposed weight matrix in turn
+// (built from ops on the run-time sizes where a dim's size is known only when run).
+#include <cmath>
+
 #include "kiln/autodiff.h"
+#include "kiln/ops/core.h"
 #include "kiln/ops/elementwise.h"
+#include "kiln/ops/linalg.h"
 #include "kiln/ops/nn.h"
 #include "kiln/ops/transform.h"
 #include "ops/common.h"
@@ -134,31 +139,155 @@ Tensor constant_on(const Tensor& on, const Array& value) {
   return Tensor(g, g->add_inferred(std::move(n)), 0);
 }
 
+// ---- the gradient over sizes known only at run time: each dim's weight matrix built from ops
+// on its run-time sizes, with resize_math's f64 arithmetic in its order (constant folding
+// evaluates it once the shapes are specialized; past its size limit it runs with the step).
+
+// Dim d's run-time sizes as 0-d f64 values, and the scale its coordinates use.
+struct RunDim {
+  Tensor in, out, scale;
+  double scale_static = 1;  // the given scale (antialiasing reads it); 1 when computed
+  double roi_start = 0, roi_end = 1;
+};
+
+Tensor dim_value(const Tensor& t, size_t d) {
+  const int64_t k = static_cast<int64_t>(d);
+  return cast(reshape(slice(shape_of(t), {k}, {k + 1}), {}), f64);
+}
+
+// resize_math::source_coordinate over x = 0, 1, ..., out - 1.
+Tensor source_coordinates(const resize_math::Params& p, const RunDim& d, const Tensor& x) {
+  using resize_math::Coord;
+  auto c = [&](double v) { return scalar_like(x, v); };
+  const Tensor zero = c(0), more_than_one = greater(d.out, c(1));
+  switch (p.coord) {
+    case Coord::half_pixel:
+      return (x + 0.5) / d.scale - 0.5;
+    case Coord::half_pixel_symmetric: {
+      const Tensor adjustment = d.out / (d.scale * d.in);
+      return d.in / 2.0 * (1.0 - adjustment) + (x + 0.5) / d.scale - 0.5;
+    }
+    case Coord::pytorch_half_pixel:
+      return where(more_than_one, (x + 0.5) / d.scale - 0.5, zero);
+    case Coord::align_corners: {
+      const Tensor len = d.in * d.scale;
+      return where(logical_and(more_than_one, greater(len, c(1))), x * (d.in - 1.0) / (len - 1.0),
+                   zero);
+    }
+    case Coord::asymmetric:
+      return x / d.scale;
+    case Coord::tf_crop_and_resize: {
+      const double span = d.roi_end - d.roi_start;
+      return where(more_than_one, x * span * (d.in - 1.0) / (d.out - 1.0),
+                   span * (d.in - 1.0) / 2.0) +
+             d.roi_start * (d.in - 1.0);
+    }
+  }
+  return zero;
+}
+
+// The (out, in) weight matrix of one dim in `dtype`, as weight_matrix builds it.
+Tensor run_time_weight_matrix(const resize_math::Params& p, const RunDim& d, DType dtype) {
+  using resize_math::Mode;
+  const Tensor out_n = cast(d.out, i64), in_n = cast(d.in, i64);
+  const Tensor x = arange(scalar_like(out_n, 0), out_n, scalar_like(out_n, 1), f64);
+  auto c = [&](double v) { return scalar_like(x, v); };
+  const Tensor xo = source_coordinates(p, d, x);
+  const Tensor f = ceil(xo) - 1.0, ratio = xo - f;
+  auto row_of = [&](const Tensor& index) {  // one_hot of clamped f64 indices
+    const Tensor clamped = maximum(minimum(index, d.in - 1.0), c(0));
+    return one_hot(cast(clamped, i64), in_n, -1, dtype);
+  };
+  auto column = [&](const Tensor& v) { return expand_dims(cast(v, dtype), {1}); };
+  Tensor w;
+  if (p.mode == Mode::nearest) {
+    // the right neighbour at ratio 1 (x_ori an integer), else as the nearest mode rounds
+    using resize_math::Nearest;
+    if (p.nearest == Nearest::ceil) {
+      w = row_of(f + 1.0);
+    } else {
+      const Tensor right = p.nearest == Nearest::round_prefer_floor  ? greater(ratio, c(0.5))
+                           : p.nearest == Nearest::round_prefer_ceil ? greater_equal(ratio, c(0.5))
+                                                                     : greater_equal(ratio, c(1));
+      w = row_of(f + cast(right, f64));
+    }
+  } else {
+    const bool cubic = p.mode == Mode::cubic;
+    const double support = p.antialias && d.scale_static < 1 ? d.scale_static : 1.0;
+    const int start = static_cast<int>(std::floor(-(cubic ? 2.0 : 1.0) / support)) + 1;
+    const int n = 2 - 2 * start;
+    const double a = p.cubic_a;
+    std::vector<Tensor> raw, index;  // each tap's weight (before normalizing) and input index
+    Tensor sum;
+    for (int i = 0; i < n; ++i) {
+      const Tensor t = abs((static_cast<double>(start + i) - ratio) * support);
+      Tensor r;
+      if (!cubic) {
+        r = where(less(t, c(1)), 1.0 - t, c(0));
+      } else {
+        const Tensor near = ((a + 2) * t - (a + 3)) * t * t + 1.0;
+        const Tensor far = ((a * t - 5 * a) * t + 8 * a) * t - 4 * a;
+        r = where(less_equal(t, c(1)), near, where(less(t, c(2)), far, c(0)));
+      }
+      const Tensor k = f + static_cast<double>(start + i);
+      if (p.exclude_outside) r = where(logical_and(greater_equal(k, c(0)), less(k, d.in)), r, c(0));
+      raw.push_back(r);
+      index.push_back(k);
+      sum = i == 0 ? r : sum + r;
+    }
+    for (int i = 0; i < n; ++i) {
+      const Tensor tap = row_of(index[i]) * column(raw[i] / sum);
+      w = i == 0 ? tap : w + tap;
+    }
+  }
+  if (p.coord == resize_math::Coord::tf_crop_and_resize) {
+    const Tensor outside = logical_or(less(xo, c(0)), greater(xo, d.in - 1.0));
+    w = where(expand_dims(outside, {1}), scalar_like(w, 0), w);
+  }
+  return w;
+}
+
+// g (..., out_d, ...) -> (..., in_d, ...): dim d moved last, times w (out_d, in_d), moved back.
+Tensor apply_transposed(const Tensor& g, const Tensor& w, int d) {
+  const int r = g.rank();
+  std::vector<int64_t> perm, back(r);
+  for (int k = 0; k < r; ++k)
+    if (k != d) perm.push_back(k);
+  perm.push_back(d);
+  for (int k = 0; k < r; ++k) back[perm[k]] = k;
+  return permute(matmul(permute(g, perm), w), back);
+}
+
 Grads vjp_resize(const VjpContext& c) {
-  if (c.attrs.b("from_values", false))
-    fail<UnsupportedError>(
-        "[gradients] resize to sizes computed from shapes has no gradient "
-        "rule yet");
-  const Shape in = transform::static_input_shape(c);
-  const Shape out = c.outputs[0].shape();
+  const Shape in = c.inputs[0].shape(), out = c.outputs[0].shape();
   const ResizeParams rp = ResizeParams::decode(OpId::Resize, c.attrs);
   const resize_math::Params& p = rp.math;
   Tensor g = *c.cotangents[0];
   const int r = static_cast<int>(in.size());
   for (int d = 0; d < r; ++d) {
-    const resize_math::Dim dim = rp.dim(in, out, static_cast<size_t>(d));
-    if (resize_math::is_identity(p, dim)) continue;
-    // g (..., out_d, ...) -> (..., in_d, ...): move d last, multiply by W_d, move it back
-    std::vector<int64_t> perm;
-    for (int k = 0; k < r; ++k)
-      if (k != d) perm.push_back(k);
-    perm.push_back(d);
-    std::vector<int64_t> back(r);
-    for (int k = 0; k < r; ++k) back[perm[k]] = k;
-    const Tensor w = cast_to(constant_on(g, weight_matrix(p, dim)), g.dtype());
-    g = permute(matmul(permute(g, perm), w), back);
+    if (in[d] >= 0 && out[d] >= 0) {  // sizes known now: a constant matrix
+      const resize_math::Dim dim = rp.dim(in, out, static_cast<size_t>(d));
+      if (resize_math::is_identity(p, dim)) continue;
+      g = apply_transposed(g, cast_to(constant_on(g, weight_matrix(p, dim)), g.dtype()), d);
+      continue;
+    }
+    RunDim rd;
+    rd.in = dim_value(c.inputs[0], d);
+    rd.out = dim_value(c.outputs[0], d);
+    rd.scale = rp.scales.empty() ? rd.out / rd.in : scalar_like(rd.in, rp.scales[d]);
+    rd.scale_static = rp.scales.empty() ? 1.0 : rp.scales[d];
+    if (p.antialias && p.mode != resize_math::Mode::nearest && rp.scales.empty())
+      fail<UnsupportedError>(
+          "[gradients] an antialiased resize whose scale is known only at run time (dim {} of "
+          "input {} to {}) has no gradient yet: its taps depend on the scale",
+          d, str(in), str(out));
+    if (!rp.roi.empty()) {
+      rd.roi_start = rp.roi[d];
+      rd.roi_end = rp.roi[d + in.size()];
+    }
+    g = apply_transposed(g, run_time_weight_matrix(p, rd, g.dtype()), d);
   }
-  return {g};
+  return {g.shape() == in ? g : reshape_like(g, c.inputs[0])};  // (the dims known now)
 }
 }  // namespace
 

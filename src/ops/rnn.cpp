@@ -17,6 +17,7 @@
 #include "ops/common.h"
 #include "ops/rnn_params.h"
 #include "ops/rnn_util.h"
+#include "ops/shape_values.h"
 
 namespace kiln {
 
@@ -313,9 +314,13 @@ RnnResult stacked(RnnCell cell, Tensor x, const std::vector<RnnLayerWeights>& la
     if (o.training) res.reserve.push_back(out.back());
     if (l + 1 < layers.size()) {
       const Shape ys = res.y.shape();
-      if (ys[0] < 0 && ys[1] < 0)
-        fail<UnsupportedError>("[{}] stacking layers needs a static T or B, y is {}", op, str(ys));
-      x = reshape(res.y, {ys[0], ys[1], ys[2] * ys[3]});
+      if (ys[0] >= 0 || ys[1] >= 0) {
+        x = reshape(res.y, {ys[0], ys[1], ys[2] * ys[3]});
+      } else {  // T and B known only when run: (T, B) from y's shape, its last two dims joined
+        const Tensor joined = constant_on(
+            *res.y.graph_impl(), Array::from_vector(std::vector<int64_t>{ys[2] * ys[3]}, {1}));
+        x = reshape_to(res.y, concat({slice(shape_of(res.y), {0}, {2}), joined}, 0));
+      }
     }
   }
   res.h = hs.size() == 1 ? hs[0] : concat(hs, 0);

@@ -2,9 +2,11 @@
 // (an embedding table by token ids of any batch and length, and gathers from a dynamic batch),
 // slices of dynamic dims (any steps) and slices whose bounds are computed from shapes, constant,
 // reflect and edge pads, tiles and concats along a dynamic axis, scatters and batched gather_nd,
-// convolutions and pooling over dynamic spatial dims (src/ops/conv.cpp, src/ops/pool.cpp). One
-// executable built on dynamic dims gives, at each shape, the gradients of a graph built for that
-// shape.
+// convolutions and pooling over dynamic spatial dims (src/ops/conv.cpp, src/ops/pool.cpp), "same"
+// padding of run-time size, the gradients of the pooling gradients, resize (src/ops/resize.cpp),
+// variance, batch norm's statistics, losses over a dynamic class dim, stacked RNN layers and
+// einsum over dynamic dims. One executable built on dynamic dims gives, at each shape, the
+// gradients of a graph built for that shape.
 #include <fmt/format.h>
 
 #include <functional>
@@ -272,6 +274,158 @@ TEST(DynamicGradients, ConvolutionsAndPoolingOverDynamicSpatialDims) {
          {{-1, 3, -1, -1}},
          {{{2, 3, 9, 11}}, {{1, 3, 12, 7}}},
          {floats()}});
+}
+
+TEST(DynamicGradients, SamePaddingAndSecondOrderPoolingOverDynamicSpatialDims) {
+  for (PadMode m : {PadMode::same_upper, PadMode::same_lower})
+    check({fmt::format("conv stride 2, same padding {}", static_cast<int>(m)),
+           [m](Graph& g, const std::vector<Shape>& s) {
+             auto x = g.placeholder(s[0], f32, "x");
+             auto w = g.placeholder(s[1], f32, "w");
+             ConvOptions o;
+             o.stride = {2, 3};
+             o.dilation = {1, 2};
+             o.pad_mode = m;
+             auto b = g.constant(Array::from_vector(std::vector<float>{0.5f, -1.f}, {2}));
+             return Built{{x, w}, conv2d(x * x, w, b, o), {x, w}};
+           },
+           {{-1, 3, -1, -1}, {2, 3, 3, 2}},
+           {{{2, 3, 9, 11}, {2, 3, 3, 2}}, {{1, 3, 6, 7}, {2, 3, 3, 2}}},
+           {floats(), floats()}});
+  // the gradient of a pooling gradient: d/dx of <r, d sum(pool(x)^2) / dx>
+  check({"max, average and adaptive pooling gradients, differentiated again",
+         [](Graph& g, const std::vector<Shape>& s) {
+           auto x = g.placeholder(s[0], f32, "x");
+           auto m = max_pool(x, PoolOptions{{3, 3}, {2, 2}, {1, 1}});
+           auto a = avg_pool(x, PoolOptions{{2, 3}, {2, 1}});
+           auto p = adaptive_avg_pool(x, {2, 2});
+           auto gx = gradients(sum(m * m) + sum(a * a * a) + sum(p * p), {x})[0];
+           return Built{{x}, gx, {x}};
+         },
+         {{-1, 2, -1, -1}},
+         {{{2, 2, 9, 11}}, {{1, 2, 6, 8}}},
+         {floats()}});
+}
+
+TEST(DynamicGradients, ResizeOverDynamicDims) {
+  // sizes from the input's run-time shape (upsampling by 2 and 3), and fixed sizes from a
+  // dynamic input; built per shape, the same sizes as constants
+  struct Mode {
+    std::string name;
+    ResizeOptions o;
+    bool twice;  // sizes 2x and 3x the input's, else fixed (5, 7)
+  };
+  std::vector<Mode> modes;
+  auto add = [&](std::string name, ResizeMode m, ResizeCoordinates c, bool twice) {
+    ResizeOptions o;
+    o.mode = m;
+    o.coordinate_transformation_mode = c;
+    modes.push_back({std::move(name), o, twice});
+    return &modes.back().o;
+  };
+  add("nearest asymmetric", ResizeMode::nearest, ResizeCoordinates::asymmetric, true);
+  add("nearest half_pixel round_prefer_ceil", ResizeMode::nearest, ResizeCoordinates::half_pixel,
+      false)
+      ->nearest_mode = NearestMode::round_prefer_ceil;
+  add("linear half_pixel", ResizeMode::linear, ResizeCoordinates::half_pixel, true);
+  add("linear align_corners", ResizeMode::linear, ResizeCoordinates::align_corners, false);
+  add("linear pytorch_half_pixel", ResizeMode::linear, ResizeCoordinates::pytorch_half_pixel,
+      false);
+  add("cubic half_pixel_symmetric", ResizeMode::cubic, ResizeCoordinates::half_pixel_symmetric,
+      true);
+  add("cubic asymmetric exclude_outside", ResizeMode::cubic, ResizeCoordinates::asymmetric, false)
+      ->exclude_outside = true;
+  ResizeOptions* crop = add("linear tf_crop_and_resize", ResizeMode::linear,
+                            ResizeCoordinates::tf_crop_and_resize, false);
+  crop->roi = {0, 0, -0.2, 0.1, 1, 1, 0.9, 1.3};
+  crop->extrapolation_value = 0.5;
+  for (const Mode& m : modes)
+    check(
+        {"resize " + m.name,
+         [m](Graph& g, const std::vector<Shape>& s) {
+           auto x = g.placeholder(s[0], f32, "x");
+           auto xx = x * x;
+           if (is_static(s[0])) {
+             const Shape sizes =
+                 m.twice ? Shape{s[0][0], 2, 2 * s[0][2], 3 * s[0][3]} : Shape{s[0][0], 2, 5, 7};
+             return Built{{x}, resize(xx, sizes, m.o), {x}};
+           }
+           const Tensor shape = shape_of(x);
+           Tensor sizes;
+           if (m.twice) {
+             sizes = shape * g.constant(Array::from_vector(std::vector<int64_t>{1, 1, 2, 3}, {4}));
+           } else {
+             auto fixed = g.constant(Array::from_vector(std::vector<int64_t>{2, 5, 7}, {3}));
+             sizes = concat({slice(shape, {0}, {1}), fixed}, 0);
+           }
+           return Built{{x}, resize_to(xx, sizes, m.o), {x}};
+         },
+         {{-1, 2, -1, -1}},
+         {{{2, 2, 3, 4}}, {{1, 2, 6, 9}}, {{3, 2, 1, 2}}},
+         {floats()}});
+}
+
+TEST(DynamicGradients, StatisticsAndLossesOverDynamicDims) {
+  check({"variance over a dynamic axis, correction 1",
+         [](Graph& g, const std::vector<Shape>& s) {
+           auto x = g.placeholder(s[0], f32, "x");
+           return Built{{x}, variance(x * x, {1}, false, 1) + variance(x, {0, 1}, true), {x}};
+         },
+         {{3, -1}},
+         {{{3, 5}}, {{3, 2}}},
+         {floats()}});
+  check({"batch norm's mean and var outputs",
+         [](Graph& g, const std::vector<Shape>& s) {
+           auto x = g.placeholder(s[0], f32, "x");
+           auto r = batch_norm_train(x * x);
+           return Built{{x}, r.y + expand_dims(r.mean * r.var, {0, 2}), {x}};
+         },
+         {{-1, 3, -1}},
+         {{{2, 3, 5}}, {{4, 3, 1}}},
+         {floats()}});
+  check({"cross entropy with probability and index labels, mean over a dynamic class dim",
+         [](Graph& g, const std::vector<Shape>& s) {
+           auto x = g.placeholder(s[0], f32, "x");
+           auto p = g.placeholder(s[1], f32, "p");
+           auto t = g.placeholder(s[2], i64, "t");
+           auto a = softmax_cross_entropy(x, softmax(p, 1), Reduction::mean, 1);
+           auto b = softmax_cross_entropy(x * x, t, Reduction::mean, 1);
+           return Built{{x, p, t}, stack({a, b}, 0), {x, p}};
+         },
+         {{-1, -1}, {-1, -1}, {-1}},
+         {{{4, 3}, {4, 3}, {4}}, {{2, 6}, {2, 6}, {2}}},
+         {floats(), floats(), [](const Shape& sh) { return random_ints(sh, 0, 2); }}});
+}
+
+TEST(DynamicGradients, StackedRnnLayersAndEinsumOverDynamicDims) {
+  check({"two LSTM layers, time and batch dynamic",
+         [](Graph& g, const std::vector<Shape>& s) {
+           auto x = g.placeholder(s[0], f32, "x");
+           auto w0 = g.placeholder(s[1], f32, "w0");
+           auto r0 = g.placeholder(s[2], f32, "r0");
+           auto w1 = g.placeholder(s[3], f32, "w1");
+           auto r1 = g.placeholder(s[4], f32, "r1");
+           RnnOptions o;
+           o.training = true;
+           auto res = lstm(x, {{w0, r0}, {w1, r1}}, std::nullopt, std::nullopt, std::nullopt, o);
+           return Built{{x, w0, r0, w1, r1}, res.y, {x, w0, w1}};
+         },
+         {{-1, -1, 3}, {1, 16, 3}, {1, 16, 4}, {1, 16, 4}, {1, 16, 4}},
+         {{{5, 2, 3}, {1, 16, 3}, {1, 16, 4}, {1, 16, 4}, {1, 16, 4}},
+          {{2, 3, 3}, {1, 16, 3}, {1, 16, 4}, {1, 16, 4}, {1, 16, 4}}},
+         {floats(), floats(), floats(), floats(), floats()}});
+  check({"einsum contractions over dynamic dims, batch broadcast from 1",
+         [](Graph& g, const std::vector<Shape>& s) {
+           auto a = g.placeholder(s[0], f32, "a");
+           auto b = g.placeholder(s[1], f32, "b");
+           auto c = g.placeholder(s[2], f32, "c");
+           auto ab = einsum("bij,bjk->bik", {a, b});
+           auto abc = einsum("...ik,...kl->...il", {ab, c});
+           return Built{{a, b, c}, abc, {a, b, c}};
+         },
+         {{-1, -1, 4}, {-1, 4, 3}, {1, 3, -1}},
+         {{{2, 5, 4}, {2, 4, 3}, {1, 3, 6}}, {{3, 1, 4}, {3, 4, 3}, {1, 3, 2}}},
+         {floats(), floats(), floats()}});
 }
 
 }  // namespace

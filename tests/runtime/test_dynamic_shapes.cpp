@@ -95,13 +95,7 @@ TEST(DynamicShapes, SamePaddingResolvesPerShape) {
     }
     EXPECT_TRUE(exe.shape_cache().symbolic) << exe.shape_cache().not_symbolic;
   }
-  // no gradient rule yet where the pads wait for the shapes
-  Graph g;
-  auto x = g.placeholder({1, 3, -1, -1}, f32, "images");
-  auto wv = g.variable(w, "w");
-  auto y = sum(conv2d(x, wv, std::nullopt, {.stride = {2, 2}, .pad_mode = PadMode::same_upper}));
-  expect_error<UnsupportedError>([&] { gradients(y, {wv}); },
-                                 {"conv with same padding over spatial dims dynamic when built"});
+  // (its gradient: DynamicGradients.SamePaddingAndSecondOrderPoolingOverDynamicSpatialDims)
 }
 
 TEST(DynamicShapes, NamedDimsMustAgree) {

@@ -187,19 +187,45 @@ Outs resize_op(NodeContext& c) {
     o.antialias = c.attr_int("antialias", 0) != 0;
   }
   std::vector<int64_t> axes = c.attr_ints("axes");
-  if (computed_sizes.valid()) {
-    if (!axes.empty() && static_cast<int>(axes.size()) != r)
-      c.unsupported("sizes computed from shapes need every axis");
-    if (c.attr_string("keep_aspect_ratio_policy", "stretch") != "stretch")
-      c.unsupported("keep_aspect_ratio_policy needs static sizes");
-    return {resize_to(x, computed_sizes, o)};
-  }
   if (axes.empty()) {
     axes.resize(r);
     std::iota(axes.begin(), axes.end(), 0);
   }
   for (auto& a : axes) a = axis_of(c, a, r);
   const size_t n = axes.size();
+  // tf_crop_and_resize's region: every dim's start, then every dim's end (0 and 1 off the axes)
+  auto read_roi = [&] {
+    if (o.coordinate_transformation_mode != ResizeCoordinates::tf_crop_and_resize ||
+        !c.has_input(1) || (c.constant(1) && c.constant(1)->numel() == 0))
+      return;
+    const auto roi = c.doubles(1);
+    if (roi.size() != 2 * n) c.fail("roi needs a start and an end per axis");
+    std::vector<double> full_roi(2 * r);
+    for (int i = 0; i < r; ++i) full_roi[i] = 0, full_roi[r + i] = 1;
+    for (size_t i = 0; i < n; ++i) {
+      full_roi[axes[i]] = roi[i];
+      full_roi[r + axes[i]] = roi[n + i];
+    }
+    o.roi = full_roi;
+  };
+  read_roi();
+  if (computed_sizes.valid()) {
+    if (computed_sizes.rank() != 1 || computed_sizes.dim(0) != static_cast<int64_t>(n))
+      c.fail(fmt::format("sizes has shape {} for {} axes", str(computed_sizes.shape()), n));
+    if (c.attr_string("keep_aspect_ratio_policy", "stretch") != "stretch")
+      c.unsupported("keep_aspect_ratio_policy needs static sizes");
+    if (static_cast<int>(n) == r && std::is_sorted(axes.begin(), axes.end()))
+      return {resize_to(x, computed_sizes, o)};
+    // the computed sizes on their axes, x's dims elsewhere
+    const Tensor s = shape_of(x), given = cast(computed_sizes, i64);
+    std::vector<Tensor> parts;
+    for (int d = 0; d < r; ++d) {
+      const auto it = std::find(axes.begin(), axes.end(), d);
+      const int64_t i = it - axes.begin();
+      parts.push_back(it != axes.end() ? slice(given, {i}, {i + 1}) : slice(s, {d}, {d + 1}));
+    }
+    return {resize_to(x, concat(parts, 0), o)};
+  }
   if (!sizes.empty() && sizes.size() != n) c.fail(fmt::format("sizes has {} values for {} axes", sizes.size(), n));
   if (!scales.empty() && scales.size() != n) c.fail(fmt::format("scales has {} values for {} axes", scales.size(), n));
   if (sizes.empty() && scales.empty()) c.fail("needs scales or sizes");
@@ -217,7 +243,7 @@ Outs resize_op(NodeContext& c) {
                                          : slice(s, {d}, {d + 1}));
       }
       out_sizes = concat(parts, 0);
-    } else {  // floor(dim * scale)
+    } else {  // floor(dim * scale), as the static path and the ONNX reference size it
       for (size_t i = 0; i < n; ++i) {
         if (!(scales[i] > 0)) c.fail("scales must be positive");
         full_scales[axes[i]] = scales[i];
@@ -226,8 +252,6 @@ Outs resize_op(NodeContext& c) {
       out_sizes = cast(floor(f), i64);
       o.scales = full_scales;
     }
-    if (o.coordinate_transformation_mode == ResizeCoordinates::tf_crop_and_resize)
-      c.unsupported("tf_crop_and_resize needs x's static shape");
     return {resize_to(x, out_sizes, o)};
   }
   Shape out = in;
@@ -254,18 +278,6 @@ Outs resize_op(NodeContext& c) {
     }
   }
   o.scales = full_scales;
-  if (o.coordinate_transformation_mode == ResizeCoordinates::tf_crop_and_resize && c.has_input(1) &&
-      !(c.constant(1) && c.constant(1)->numel() == 0)) {
-    const auto roi = c.doubles(1);
-    if (roi.size() != 2 * n) c.fail("roi needs a start and an end per axis");
-    std::vector<double> full_roi(2 * r);
-    for (int i = 0; i < r; ++i) full_roi[i] = 0, full_roi[r + i] = 1;
-    for (size_t i = 0; i < n; ++i) {
-      full_roi[axes[i]] = roi[i];
-      full_roi[r + axes[i]] = roi[n + i];
-    }
-    o.roi = full_roi;
-  }
   return {resize(x, out, o)};
 }
 

@@ -2,6 +2,7 @@
 #include <onnx/onnx_pb.h>
 
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <optional>
 
@@ -220,6 +221,19 @@ Tensor computed_pads(NodeContext& c, const std::vector<int64_t>& axes, int rank)
   return gather(padded, c.graph().constant(Array::from_vector(index, {2 * rank})), 0);
 }
 
+// Wrap padding by pads computed in the graph (kiln's order): along each axis, the last `begin`
+// elements before x and the first `end` after it, with bounds computed from x's run-time size.
+Tensor wrap_pad(NodeContext& c, Tensor x, const Tensor& pads, const std::vector<int64_t>& axes) {
+  const Tensor zero = c.graph().constant(Array::from_vector(std::vector<int64_t>{0}, {1}));
+  for (int64_t axis : axes) {
+    const int64_t a = axis_of(c, axis, x.rank());
+    const Tensor b = slice(pads, {2 * a}, {2 * a + 1}), e = slice(pads, {2 * a + 1}, {2 * a + 2});
+    const Tensor n = slice(shape_of(x), {a}, {a + 1});
+    x = concat({slice(x, n - b, n, {}, {a}), x, slice(x, zero, e, {}, {a})}, a);
+  }
+  return x;
+}
+
 Outs pad_op(NodeContext& c) {
   Tensor x = c.input(0);
   const int rank = x.rank();
@@ -239,14 +253,14 @@ Outs pad_op(NodeContext& c) {
   PadKind kind = PadKind::constant;
   if (mode == "reflect") kind = PadKind::reflect;
   else if (mode == "edge") kind = PadKind::edge;
-  else if (mode != "constant" && !(mode == "wrap" && !computed))
-    c.unsupported(computed ? fmt::format("mode '{}' with pads computed in the graph", mode)
-                           : fmt::format("mode '{}'", mode));
+  else if (mode != "constant" && mode != "wrap") c.unsupported(fmt::format("mode '{}'", mode));
   if (computed) {
     if (c.input(1).rank() != 1 || c.input(1).dim(0) != static_cast<int64_t>(2 * n))
       c.fail(fmt::format("pads has shape {}; {} axes need {} values", str(c.input(1).shape()), n,
                          2 * n));
-    return {pad(x, computed_pads(c, axes, rank), kind, value)};
+    const Tensor pads = computed_pads(c, axes, rank);
+    if (mode == "wrap") return {wrap_pad(c, x, pads, axes)};
+    return {pad(x, pads, kind, value)};
   }
   if (onnx_pads.size() != 2 * n)
     c.fail(fmt::format("pads has {} values; {} axes need {}", onnx_pads.size(), n, 2 * n));
@@ -260,10 +274,13 @@ Outs pad_op(NodeContext& c) {
     for (int a = 0; a < rank; ++a) {
       const int64_t b = pads[2 * a], e = pads[2 * a + 1], n = x.dim(a);
       if (b == 0 && e == 0) continue;
-      if (n < 0 || b < 0 || e < 0 || b > n || e > n)
-        c.unsupported("wrap padding needs static dims and 0 <= pads <= the dim");
-      std::vector<Tensor> parts;
-      if (b) parts.push_back(slice(x, {n - b}, {n}, {}, {a}));
+      if (b < 0 || e < 0 || (n >= 0 && (b > n || e > n)))
+        c.unsupported(
+            fmt::format("wrap pads {} and {} of dim {} of size {}: each must be in [0, the "
+                        "dim's size]",
+                        b, e, a, n));
+      std::vector<Tensor> parts;  // (the last b by Python slicing: a dynamic dim too)
+      if (b) parts.push_back(slice(x, {-b}, {std::numeric_limits<int64_t>::max()}, {}, {a}));
       parts.push_back(x);
       if (e) parts.push_back(slice(x, {0}, {e}, {}, {a}));
       x = concat(parts, a);
