@@ -131,7 +131,23 @@ if in_part 1; then
   # alone on the GPU: device memory filled until it runs out, then 10,000 asynchronous runs
   JOBS=1 counted cuda-load "$B/tests/kiln_cuda_tests" --gtest_filter='CudaLoad.*'
   wait
-  # the harness first, the longest step, in shards side by side (its GPU work is small: the CPU
+  # the Python package on the GPU: DLPack with PyTorch CUDA tensors, the torch.compile backend;
+  # started first, as the longest single step (about 200 s: its torch.compile runs)
+  # (only with a module for this machine's Python: gpu-bundle.sh builds one with BUNDLE_PYTHON)
+  ext=$(python3 -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))' 2>/dev/null)
+  if [ -d "$B/python/kiln" ] && ! ls "$B/python/kiln/_kiln$ext" >/dev/null 2>&1; then
+    if [[ python-torch =~ ${STEPS:-.} ]]; then
+      echo python-torch >> "$ORDER"
+      printf 'skipped\t0\t%s\n' "no _kiln$ext in the bundle (BUNDLE_PYTHON=python3.X for scripts/gpu-bundle.sh)" \
+        > "$LOGS/python-torch.result"
+    fi
+  elif [ -d "$B/python/kiln" ]; then
+    step python-torch env PYTHONPATH="$B/python" KILN_BUILD_DIR=/none python3 -m pytest -q -rs \
+      -p no:cacheprovider python/tests/test_torch.py python/tests/test_torch_dynamic.py \
+      python/tests/test_array.py \
+      python/tests/test_runtime.py
+  fi
+  # then the harness, the longest step over all, in shards side by side (its GPU work is small: the CPU
   # side bounds it)
   if [ -x "$B/tests/kiln_backend_ops" ]; then
     harness() {  # name [VAR=value...]: the harness in HARNESS_SHARDS shards, launches counted
@@ -172,21 +188,6 @@ if in_part 1; then
     counted onnx-models-cuda-nocapture env KILN_CAPTURE=0 "${ONNX[@]}"
     [ -n "${MODELS_DIR:-}" ] && step onnx-more-models-cuda "$B/tests/kiln_onnx_conformance" \
       --data "$MODELS_DIR" --rtol 1e-4 --atol 1e-5 --device cuda -v
-  fi
-  # the Python package on the GPU: DLPack with PyTorch CUDA tensors, the torch.compile backend
-  # (only with a module for this machine's Python: gpu-bundle.sh builds one with BUNDLE_PYTHON)
-  ext=$(python3 -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))' 2>/dev/null)
-  if [ -d "$B/python/kiln" ] && ! ls "$B/python/kiln/_kiln$ext" >/dev/null 2>&1; then
-    if [[ python-torch =~ ${STEPS:-.} ]]; then
-      echo python-torch >> "$ORDER"
-      printf 'skipped\t0\t%s\n' "no _kiln$ext in the bundle (BUNDLE_PYTHON=python3.X for scripts/gpu-bundle.sh)" \
-        > "$LOGS/python-torch.result"
-    fi
-  elif [ -d "$B/python/kiln" ]; then
-    step python-torch env PYTHONPATH="$B/python" KILN_BUILD_DIR=/none python3 -m pytest -q -rs \
-      -p no:cacheprovider python/tests/test_torch.py python/tests/test_torch_dynamic.py \
-      python/tests/test_array.py \
-      python/tests/test_runtime.py
   fi
   # determinism from process to process: a second process's hashes of the training steps
   step determinism-again "$B/tests/kiln_cuda_tests" --gtest_filter='CudaDeterminism.*TrainingSteps*'

@@ -57,6 +57,8 @@ bool fusion_enabled() {
 
 bool cudnn_runtime_fusion() { return is(Var::KILN_CUDNN_RUNTIME_FUSION, "1"); }
 
+bool gemm_borrow() { return !is(Var::KILN_GEMM_BORROW, "0"); }
+
 bool deterministic() { return is(Var::KILN_DETERMINISTIC, "1"); }
 
 int capture() {

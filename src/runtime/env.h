@@ -35,6 +35,9 @@ int capture();
 bool fusion_enabled();
 /// True when KILN_CUDNN_RUNTIME_FUSION=1 (read when a convolution problem is first seen).
 bool cudnn_runtime_fusion();
+/// False when KILN_GEMM_BORROW=0 (read when an executable of many shapes plans a new cuBLASLt
+/// product).
+bool gemm_borrow();
 /// True when KILN_DETERMINISTIC=1 (read at every compile and run).
 bool deterministic();
 /// Sets the fields of `c` whose variables are set (KILN_CHANNELS_LAST, KILN_CUDNN_GRAPH,

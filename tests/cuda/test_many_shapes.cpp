@@ -2,12 +2,14 @@
 // (KernelEnv::many_shapes): cuBLASLt algorithms chosen once for a bucket of sizes and checked for
 // each real size (results against float64 products at sizes inside and at the edges of buckets,
 // and the heuristic queried once per bucket, not once per shape, counted from the profiler's
-// "cuBLASLt heuristic" spans), and generated elementwise kernels that a batch of one takes from
-// a larger batch (nothing compiled, the values the CPU computes).
+// "cuBLASLt heuristic" spans; a new bucket borrowing a launched neighbour's), and generated
+// elementwise kernels that a batch of one takes from a larger batch (nothing compiled, the values
+// the CPU computes).
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <vector>
 
 #include "core/device_backend.h"
@@ -125,6 +127,38 @@ TEST(ManyShapesPlans, OneHeuristicQueryPerBucketNotPerShape) {
   const std::vector<double> w = to_f64(n.w), b = to_f64(n.b);
   product(to_f64(xv), w, 1, 1403, kIn, kOut, true, &b, want, mag);
   expect_close_to_magnitude(got, want, mag, 1e-5, 1e-6);
+}
+
+// A size bucket not planned yet borrows the algorithm of a launched bucket within a factor of two
+// of its rows: its first call queries no heuristic; results as float64's. With
+// KILN_GEMM_BORROW=0 a new bucket queries its own.
+TEST(ManyShapesPlans, ANewBucketBorrowsALaunchedNeighboursAlgorithm) {
+  REQUIRE_GPU();
+  constexpr int64_t in = 72, out = 56;  // (sizes no other test plans)
+  Graph g;
+  const Array w = random_array({out, in}, f32), b = random_array({out}, f32);
+  auto x = g.placeholder({-1, in}, f32, "x");
+  auto y = linear(x, g.constant(w, "w"), g.constant(b, "b"));
+  Executable exe = g.compile(Device::cuda(0), {}, {y});
+  const std::vector<double> wd = to_f64(w), bd = to_f64(b);
+  auto queries_at = [&](int64_t rows) {
+    ProfileScope ps;
+    const Array xv = random_array({rows, in}, f32);
+    const Array got = exe.run({{x, xv.to(Device::cuda(0))}})[0].to(Device::cpu());
+    const Profile p = ps.stop();
+    std::vector<double> want, mag;
+    product(to_f64(xv), wd, 1, rows, in, out, true, &bd, want, mag);
+    expect_close_to_magnitude(got, want, mag, 1e-5, 1e-6);
+    return std::count_if(p.spans.begin(), p.spans.end(),
+                         [](const ProfileSpan& s) { return s.name == "cuBLASLt heuristic"; });
+  };
+  EXPECT_EQ(queries_at(1000), 1);  // bucket 1024: planned
+  EXPECT_EQ(queries_at(1500), 0) << "bucket 1536 did not borrow bucket 1024's algorithm";
+  EXPECT_EQ(queries_at(1400), 0);
+  ::setenv("KILN_GEMM_BORROW", "0", 1);
+  const auto own = queries_at(1800);  // bucket 2048: its own
+  ::unsetenv("KILN_GEMM_BORROW");
+  EXPECT_EQ(own, 1);
 }
 
 // A batch of one makes the broadcast input pos (1, 8, 16) of tanh(2x + pos) as large as the

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -19,6 +20,7 @@
 #include "backends/cuda/kernels.h"
 #include "backends/geometry.h"
 #include "ops/linalg_params.h"
+#include "runtime/env.h"
 #include "runtime/profiler.h"
 
 namespace kiln::cuda {
@@ -60,6 +62,8 @@ struct GemmPlan {
   size_t workspace = 0;
   bool found = false;
   mutable std::atomic<bool> launched{false};  // (the profiler shows a plan's first launch)
+  // the bucket plan whose algorithm this one takes (plan_near), marked launched with it
+  const GemmPlan* source = nullptr;
 };
 
 cudaDataType_t cuda_type(DType t) {
@@ -173,37 +177,98 @@ GemmKey bucketed(const GemmKey& k) {
   return b;
 }
 
+// Bucket plans by product: one product of a layer at different token counts differs only in its
+// columns n (and the batch strides of B and D that follow from them), so those are left out of
+// the family key. A new bucket may borrow a launched neighbour's algorithm (its kernel loaded).
+GemmKey family_of(GemmKey k) {
+  k.n = 0;
+  k.stride_b = k.stride_d = 0;
+  return k;
+}
+struct BucketPlans {
+  std::mutex mu;
+  std::map<GemmKey, std::map<int64_t, std::shared_ptr<const GemmPlan>>> by_family;
+};
+BucketPlans& bucket_plans() {
+  static BucketPlans* p = new BucketPlans;  // (never destroyed: plans outlive static teardown)
+  return *p;
+}
+std::shared_ptr<const GemmPlan> bucket_plan(const GemmKey& b) {
+  auto plan = plan_for(b);
+  BucketPlans& bp = bucket_plans();
+  std::lock_guard<std::mutex> l(bp.mu);
+  bp.by_family[family_of(b)].emplace(b.n, plan);
+  return plan;
+}
+// A plan of b's family whose bucket is within a factor of two of b's columns and whose kernel
+// has run: the nearest one (in octaves), or none.
+std::shared_ptr<const GemmPlan> launched_neighbour(const GemmKey& b) {
+  BucketPlans& bp = bucket_plans();
+  std::lock_guard<std::mutex> l(bp.mu);
+  const auto f = bp.by_family.find(family_of(b));
+  if (f == bp.by_family.end()) return nullptr;
+  std::shared_ptr<const GemmPlan> best;
+  double best_distance = 1.0 + 1e-9;  // octaves
+  for (const auto& [n, plan] : f->second) {
+    if (!plan->found || !plan->launched.load(std::memory_order_relaxed)) continue;
+    const double d = std::abs(std::log2(static_cast<double>(n) / static_cast<double>(b.n)));
+    if (d < best_distance) best = plan, best_distance = d;
+  }
+  return best;
+}
+
+// source's algorithm for `key` when cuBLASLt confirms that it runs key within the workspace
+// bound; else null. (Plans of plan_for live as long as the process: `source` may point at one.)
+std::shared_ptr<const GemmPlan> checked_plan(const GemmKey& key, const GemmPlan& source) {
+  const cublasLtMatmulAlgo_t& algo = source.algo;
+  auto plan = std::make_shared<GemmPlan>();
+  const cudaDataType_t t = cuda_type(key.dtype);
+  make_layout(plan->a, t, key.trans_a ? key.k : key.m, key.trans_a ? key.m : key.k, key.lda,
+              key.batch, key.stride_a);
+  make_layout(plan->b, t, key.k, key.n, key.ldb, key.batch, key.stride_b);
+  make_layout(plan->d, t, key.m, key.n, key.ldd, key.batch, key.stride_d);
+  MatmulDesc desc;
+  alignas(256) static const char kBiasStandIn[256] = {};  // (as in build_plan)
+  make_desc(desc, key, key.bias ? kBiasStandIn : nullptr);
+  cublasLtMatmulHeuristicResult_t r{};
+  prof::HostScope span(SpanKind::compile, "cuBLASLt check");
+  const cublasStatus_t s = cublasLtMatmulAlgoCheck(cublaslt_handle(key.device), desc.h, plan->a.h,
+                                                   plan->b.h, plan->d.h, plan->d.h, &algo, &r);
+  if (s != CUBLAS_STATUS_SUCCESS || r.state != CUBLAS_STATUS_SUCCESS ||
+      r.workspaceSize > kMaxWorkspace)
+    return nullptr;
+  plan->algo = algo;
+  plan->workspace = r.workspaceSize;
+  plan->found = true;
+  plan->source = &source;
+  return plan;
+}
+
 // For executables of many shapes (KernelContext::many_shapes): the heuristic's algorithm for
 // `k`'s bucket (bucketed), when cuBLASLt confirms that it runs `k` within the workspace bound;
-// else `k`'s own. A heuristic query costs about a millisecond on the H200; a check, microseconds.
+// else `k`'s own. A heuristic query costs about a millisecond on the H200; a check, microseconds;
+// the first launch of a kernel the process has not run, up to about 5 ms (its module loads). So
+// a bucket not planned yet first borrows the algorithm of a launched neighbouring bucket (within
+// a factor of two of its columns; KILN_GEMM_BORROW=0 turns this off) and keeps it.
 std::shared_ptr<const GemmPlan> plan_near(const GemmKey& k) {
   if (k.m <= 0 || k.n <= 0 || k.k <= 0) return plan_for(k);
   const GemmKey b = bucketed(k);
-  if (!(b < k) && !(k < b)) return plan_for(k);
+  if (!(b < k) && !(k < b)) return bucket_plan(k);
   return lt::build_once<GemmKey, GemmPlan>(k, [&b](const GemmKey& key) {
-    const auto near = plan_for(b);
+    std::shared_ptr<const GemmPlan> near;
+    {
+      BucketPlans& bp = bucket_plans();
+      std::lock_guard<std::mutex> l(bp.mu);
+      const auto f = bp.by_family.find(family_of(b));
+      if (f != bp.by_family.end() && f->second.count(b.n)) near = f->second.at(b.n);
+    }
+    if (!near && env::gemm_borrow())
+      if (const auto borrowed = launched_neighbour(b))
+        if (auto plan = checked_plan(key, *borrowed)) return plan;
+    if (!near) near = bucket_plan(b);
     if (!near->found) return plan_for(key);
-    auto plan = std::make_shared<GemmPlan>();
-    const cudaDataType_t t = cuda_type(key.dtype);
-    make_layout(plan->a, t, key.trans_a ? key.k : key.m, key.trans_a ? key.m : key.k, key.lda,
-                key.batch, key.stride_a);
-    make_layout(plan->b, t, key.k, key.n, key.ldb, key.batch, key.stride_b);
-    make_layout(plan->d, t, key.m, key.n, key.ldd, key.batch, key.stride_d);
-    MatmulDesc desc;
-    alignas(256) static const char kBiasStandIn[256] = {};  // (as in build_plan)
-    make_desc(desc, key, key.bias ? kBiasStandIn : nullptr);
-    cublasLtMatmulHeuristicResult_t r{};
-    prof::HostScope span(SpanKind::compile, "cuBLASLt check");
-    const cublasStatus_t s =
-        cublasLtMatmulAlgoCheck(cublaslt_handle(key.device), desc.h, plan->a.h, plan->b.h,
-                                plan->d.h, plan->d.h, &near->algo, &r);
-    if (s != CUBLAS_STATUS_SUCCESS || r.state != CUBLAS_STATUS_SUCCESS ||
-        r.workspaceSize > kMaxWorkspace)
-      return plan_for(key);
-    plan->algo = near->algo;
-    plan->workspace = r.workspaceSize;
-    plan->found = true;
-    return std::shared_ptr<const GemmPlan>(std::move(plan));
+    if (auto plan = checked_plan(key, *near)) return plan;
+    return plan_for(key);
   });
 }
 
@@ -235,6 +300,7 @@ bool try_gemm(KernelContext& ctx, GemmKey key, const GemmArgs& g) {
   const bool f64 = key.dtype == DType::f64;
   std::optional<prof::HostScope> first;
   const bool new_plan = !plan->launched.exchange(true, std::memory_order_relaxed);
+  if (new_plan && plan->source) plan->source->launched.store(true, std::memory_order_relaxed);
   if (new_plan && prof::on()) first.emplace(SpanKind::compile, "cuBLASLt first launch");
   KILN_CUBLAS_CHECK(cublasLtMatmul(
       cublaslt_handle(ctx.device()), desc.h, f64 ? static_cast<const void*>(&one_d) : &one, g.a,
