@@ -51,8 +51,9 @@ def main():
     dev = a.device
     model = bert_base(torch, "sdpa").to(dev, torch.bfloat16 if dev == "cuda" else torch.float32).eval()
     results = {}
-    eager, _, ref = sweep(torch, model, shapes, dev)
+    eager, eager_first, ref = sweep(torch, model, shapes, dev)
     results["eager"] = (eager, None, eager)
+    print(f"eager: sweep {eager / 1e3:.2f} s (first call {eager_first:.1f} ms)", flush=True)
     for name, backend in (("torch.compile(dynamic=True)", "inductor"), ("kiln backend", kt.backend)):
         torch._dynamo.reset()
         kt.reset()

@@ -139,7 +139,7 @@ struct CompileOptions {
   /// `max_specializations` of them, holding at most `max_specialization_bytes` of intermediate
   /// memory and constants of their own (the least recently used go first; the one running
   /// always stays). 0 means no limit.
-  size_t max_specializations = 16;
+  size_t max_specializations = 64;
   size_t max_specialization_bytes = size_t{4} << 30;
 };
 
