@@ -67,7 +67,10 @@ TEST(CudaCapture, ReplaysMatchTheCpuForFreshFeedsEveryRun) {
     ASSERT_EQ(got.size(), 2u);
     for (size_t o = 0; o < 2; ++o) {
       ASSERT_EQ(got[o].device(), kGpu);
-      expect_close(got[o].to(Device::cpu()), want[o].shape(), to_f64(want[o]), 1e-4);
+      // conv: sums of 8 tanh of 27-term f32 convolutions, which cancel; the algorithm cuDNN's
+      // timing picks (Winograd, FFT) errs by up to about 1e-5 of the terms' size, 1 here
+      expect_close(got[o].to(Device::cpu()), want[o].shape(), to_f64(want[o]), 1e-4,
+                   o == 1 ? 5e-5 : 1e-6);
     }
   }
   EXPECT_EQ(gpu.replayed_runs(), 4);  // every run after the first
