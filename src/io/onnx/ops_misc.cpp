@@ -23,6 +23,22 @@ Outs einsum_op(NodeContext& c) {
 
 // ---- the rest ----
 
+// x along axis a (of a size known only when run) centred in `want`: its middle `want` elements
+// where it is longer, padded with zeros on both sides (the odd one at the end) where it is shorter.
+Tensor center_crop_pad_run_time(NodeContext& c, const Tensor& x, int64_t a, int64_t want) {
+  const Tensor n = slice(shape_of(x), {a}, {a + 1}), w = known_ints(c, {want});
+  const Tensor zero = known_ints(c, {0}), two = known_ints(c, {2});
+  const Tensor start = div(maximum(sub(n, w), zero), two);
+  const Tensor cropped = slice(x, start, add(start, minimum(n, w)), {}, {a});
+  const Tensor total = maximum(sub(w, n), zero), before = div(total, two);
+  std::vector<Tensor> pads;  // kiln's (begin, end) per dim
+  for (int64_t d = 0; d < x.rank(); ++d) {
+    pads.push_back(d == a ? before : zero);
+    pads.push_back(d == a ? sub(total, before) : zero);
+  }
+  return pad(cropped, concat(pads, 0));
+}
+
 Outs center_crop_pad(NodeContext& c) {
   Tensor x = c.input(0);
   const auto want = c.ints(1);
@@ -37,7 +53,10 @@ Outs center_crop_pad(NodeContext& c) {
   for (size_t i = 0; i < axes.size(); ++i) {
     const int64_t a = axis_of(c, axes[i], x.rank());
     const int64_t n = x.dim(static_cast<int>(a));
-    if (n < 0) c.unsupported("needs static dims");
+    if (n < 0) {  // cropped or padded as the run-time size falls: both computed from it
+      x = center_crop_pad_run_time(c, x, a, want[i]);
+      continue;
+    }
     if (want[i] < n) {
       const int64_t start = (n - want[i]) / 2;
       x = slice(x, {start}, {start + want[i]}, {}, {a});
@@ -80,15 +99,13 @@ Outs reverse_sequence(NodeContext& c) {
   Tensor x = c.input(0), lens = cast(c.input(1), i64);
   const int64_t bax = axis_of(c, c.attr_int("batch_axis", 1), x.rank());
   const int64_t tax = axis_of(c, c.attr_int("time_axis", 0), x.rank());
-  const int64_t steps = x.dim(static_cast<int>(tax));
-  if (steps < 0) c.unsupported("needs the time axis' size while importing");
-  Shape ts(x.rank(), 1), bs(x.rank(), 1);
-  ts[tax] = steps;
+  // each position's time index (x's run-time size along the axis), and its sequence's length
+  Shape bs(x.rank(), 1);
   bs[bax] = x.dim(static_cast<int>(bax));
-  Tensor t = reshape(arange(c.graph(), 0, static_cast<double>(steps), 1, i64), ts);
-  Tensor len = reshape(lens, bs);
-  Tensor src = where(less(t, len), sub(sub(len, scalar_of(len, 1)), t), t);
-  return {gather_elements(x, broadcast_to(src, x.shape()), tax)};
+  const Tensor t = coordinate_along_axis(x, tax, i64);
+  const Tensor len = reshape(lens, bs);
+  const Tensor src = where(less(t, len), sub(sub(len, scalar_of(len, 1)), t), t);
+  return {gather_elements(x, src, tax)};
 }
 
 Outs affine_grid(NodeContext& c) {

@@ -16,6 +16,24 @@ Shape static_shape(NodeContext& c, const Tensor& x) {
   return s;
 }
 
+// x's shape, whose spatial dims (2 on) must be static; the batch and channels may be dynamic.
+Shape static_spatial(NodeContext& c, const Tensor& x) {
+  Shape s = x.shape();
+  for (size_t d = 2; d < s.size(); ++d)
+    if (s[d] < 0)
+      c.unsupported(
+          fmt::format("needs the static spatial dims of its input, which is {}; give the "
+                      "model's inputs static image sizes",
+                      str(s)));
+  return s;
+}
+
+// Ones of x's shape, also where it is known only when run.
+Tensor ones_shaped_like(NodeContext& c, const Tensor& x, DType dtype) {
+  if (is_static(x.shape())) return full(c.graph(), x.shape(), 1.0, dtype);
+  return full(shape_of(x), 1.0, dtype);
+}
+
 Outs matmul_op(NodeContext& c) { return {matmul(c.input(0), c.input(1))}; }
 
 Outs gemm_op(NodeContext& c) {
@@ -57,7 +75,7 @@ Window window(NodeContext& c, const Tensor& x, std::vector<int64_t> kernel) {
   if (ap == "VALID") {
     std::fill(w.pads.begin(), w.pads.end(), 0);
   } else if (ap == "SAME_UPPER" || ap == "SAME_LOWER") {
-    const Shape s = static_shape(c, x);
+    const Shape s = static_spatial(c, x);
     for (size_t i = 0; i < nd; ++i) {
       const int64_t in = s[2 + i], out = (in + w.stride[i] - 1) / w.stride[i];
       const int64_t total =
@@ -115,11 +133,11 @@ Outs conv_transpose_op(NodeContext& c) {
   std::vector<int64_t> out_shape = c.attr_ints("output_shape");
   if (out_shape.size() > nd) out_shape.erase(out_shape.begin(), out_shape.end() - nd);
   if (out_shape.empty() && (ap == "SAME_UPPER" || ap == "SAME_LOWER")) {
-    const Shape s = static_shape(c, x);
+    const Shape s = static_spatial(c, x);
     for (size_t i = 0; i < nd; ++i) out_shape.push_back(s[2 + i] * o.stride[i]);
   }
   if (!out_shape.empty()) {
-    const Shape s = static_shape(c, x);
+    const Shape s = static_spatial(c, x);
     for (size_t i = 0; i < nd; ++i) {
       const int64_t full = o.stride[i] * (s[2 + i] - 1) + o.output_padding[i] +
                            (ws[2 + i] - 1) * o.dilation[i] + 1;
@@ -197,17 +215,26 @@ Outs max_pool_op(NodeContext& c) {
   if (c.attr_int("storage_order", 0) != 0) c.unsupported("storage_order=1 (column-major indices)");
   if (!c.has_output(1)) return {max_pool(x, o)};
   auto [y, idx] = max_pool_with_indices(x, o);
-  // kiln's indices count within each (n, c) plane; ONNX's over the whole tensor
-  const Shape s = static_shape(c, x);
+  // kiln's indices count within each (n, c) plane; ONNX's over the whole tensor: plane
+  // (n * C + c) added, with N and C from x's shape when they are known only when run
+  const Shape s = static_spatial(c, x);
   int64_t plane = 1;
   for (size_t i = 2; i < s.size(); ++i) plane *= s[i];
-  Shape off_shape(s.size(), 1);
-  off_shape[0] = s[0];
-  off_shape[1] = s[1];
-  Tensor off = reshape(arange(c.graph(), 0, static_cast<double>(s[0] * s[1] * plane),
-                              static_cast<double>(plane), i64),
-                       off_shape);
-  return {y, add(idx, off)};
+  if (s[0] >= 0 && s[1] >= 0) {
+    Shape off_shape(s.size(), 1);
+    off_shape[0] = s[0];
+    off_shape[1] = s[1];
+    Tensor off = reshape(arange(c.graph(), 0, static_cast<double>(s[0] * s[1] * plane),
+                                static_cast<double>(plane), i64),
+                         off_shape);
+    return {y, add(idx, off)};
+  }
+  const Tensor nc = slice(shape_of(x), {0}, {2});
+  const Tensor zero = known_ints(c, {0}), one = known_ints(c, {1});
+  const Tensor planes = arange(reshape(zero, {}), reshape(prod(nc), {}), reshape(one, {}), i64);
+  const Tensor off_shape = concat({nc, known_ints(c, std::vector<int64_t>(s.size() - 2, 1))}, 0);
+  return {y,
+          add(idx, mul(reshape_to(planes, off_shape), scalar_of(idx, static_cast<double>(plane))))};
 }
 
 // Sums of every pooling window, and how many positions each averages over, from one strided
@@ -215,7 +242,7 @@ Outs max_pool_op(NodeContext& c) {
 // Windows of ceil_mode that run past the padded input see zeros there, counted as padding.
 std::pair<Tensor, Tensor> window_sums(NodeContext& c, const Tensor& x, const PoolOptions& o,
                                       bool count_pad) {
-  const Shape s = static_shape(c, x);
+  const Shape s = static_spatial(c, x);
   const size_t nd = o.kernel.size();
   std::vector<int64_t> out(nd), pads(2 * s.size(), 0);
   for (size_t i = 0; i < nd; ++i) {
@@ -286,7 +313,7 @@ Outs avg_pool_op(NodeContext& c) {
   // average over the window's real elements only
   PoolOptions pm = o;
   pm.count_include_pad = true;
-  Tensor ones = full(c.graph(), x.shape(), 1.0, x.dtype());
+  Tensor ones = ones_shaped_like(c, x, x.dtype());
   return {div(sum_avg, avg_pool(pad_explicitly(ones, pm, 0), pm))};
 }
 
@@ -377,8 +404,10 @@ Outs softmax_family(NodeContext& c) {
     if (Kind == 0) return softmax(t, axis);
     if (Kind == 1) return log_softmax(t, axis);
     const int64_t n = t.dim(static_cast<int>(axis));
-    if (n < 0) c.unsupported("Hardmax needs the axis' size while importing");
-    return one_hot(argmax(t, axis), n, axis, t.dtype());
+    if (n >= 0) return one_hot(argmax(t, axis), n, axis, t.dtype());
+    // the axis' size known only when run: from t's shape
+    const Tensor depth = reshape(slice(shape_of(t), {axis}, {axis + 1}), {});
+    return one_hot(argmax(t, axis), depth, axis, t.dtype());
   };
   if (c.version() >= 13) return {apply(x, axis_of(c, c.attr_int("axis", -1), x.rank()))};
   const int64_t axis = axis_of(c, c.attr_int("axis", 1), x.rank());
@@ -393,7 +422,10 @@ Outs lrn_op(NodeContext& c) {
   const int64_t size = c.required_int("size");
   const double alpha = c.attr_float("alpha", 1e-4f), beta = c.attr_float("beta", 0.75f),
                bias = c.attr_float("bias", 1.0f);
-  const int64_t ch = static_shape(c, x)[1];
+  const int64_t ch = x.dim(1);
+  if (ch < 0)
+    c.unsupported(
+        fmt::format("needs the static channel dim of its input, which is {}", str(x.shape())));
   std::vector<int64_t> pads(2 * x.rank(), 0);
   pads[2] = (size - 1) / 2;
   pads[3] = size - 1 - pads[2];
@@ -453,7 +485,7 @@ Outs dropout_op(NodeContext& c) {
     if (ratio != 0) c.unsupported("training_mode=1 (random masks)");
   }
   Outs r{x};
-  if (c.has_output(1)) r.push_back(full(c.graph(), x.shape(), 1.0, boolean));
+  if (c.has_output(1)) r.push_back(ones_shaped_like(c, x, boolean));
   return r;
 }
 

@@ -65,14 +65,19 @@ Outs reduce(NodeContext& c) {
     bool empty = false;
     for (int64_t a : axes->empty() ? Axes{} : *axes) empty |= s[a] == 0;
     if (axes->empty()) empty = numel(s) == 0;
-    if (empty && is_static(s)) {
+    if (empty) {
+      // the result's shape: x's dims kept (their run-time sizes where they are dynamic)
       Shape out;
+      std::vector<Tensor> sizes;
       for (int i = 0; i < x.rank(); ++i) {
         const bool reduced = axes->empty() || std::find(axes->begin(), axes->end(), i) != axes->end();
-        if (!reduced) out.push_back(s[i]);
-        else if (keep) out.push_back(1);
+        if (reduced && !keep) continue;
+        out.push_back(reduced ? 1 : s[i]);
+        sizes.push_back(reduced ? known_ints(c, {1}) : slice(shape_of(x), {i}, {i + 1}));
       }
-      return {full(c.graph(), out, R == Red::max ? lowest(dt) : highest(dt), dt)};
+      const double v = R == Red::max ? lowest(dt) : highest(dt);
+      if (is_static(out)) return {full(c.graph(), out, v, dt)};
+      return {full(concat(sizes, 0), v, dt)};
     }
   }
   Tensor y;
@@ -100,8 +105,10 @@ Outs arg_reduce(NodeContext& c) {
     // the last extreme is the first one of the reversed axis
     Tensor r = Max ? argmax(flip(x, {axis}), axis, keep) : argmin(flip(x, {axis}), axis, keep);
     const int64_t n = x.dim(static_cast<int>(axis));
-    if (n < 0) c.unsupported("select_last_index needs the axis' size while importing");
-    return {sub(scalar_of(r, static_cast<double>(n - 1)), r)};
+    if (n >= 0) return {sub(scalar_of(r, static_cast<double>(n - 1)), r)};
+    // the axis' size known only when run: from x's shape
+    const Tensor last = sub(reshape(slice(shape_of(x), {axis}, {axis + 1}), {}), scalar_of(r, 1));
+    return {sub(last, r)};
   }
   return {Max ? argmax(x, axis, keep) : argmin(x, axis, keep)};
 }
