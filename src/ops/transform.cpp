@@ -391,12 +391,6 @@ Grads vjp_concat(const VjpContext& c) {
   return grads;
 }
 
-void no_gradient_from_values(const VjpContext& c, const char* what) {
-  if (c.attrs.b("from_values", false))
-    fail<UnsupportedError>("[gradients] {} with {} computed from shapes has no gradient rule yet",
-                           c.name(), what);
-}
-
 // Adds up g's entries along dim d that reflect/edge padding copied from the same input position:
 // a scatter-add of g with each output position's source (the map is separable, so dim by dim).
 Tensor fold_padded_dim(const Tensor& g, int d, int64_t n, int64_t begin, const std::string& mode) {
@@ -411,10 +405,14 @@ Tensor fold_padded_dim(const Tensor& g, int d, int64_t n, int64_t begin, const s
 
 // Constant mode: padding g by -pads crops what was added and zero-fills what was cropped.
 Grads vjp_pad(const VjpContext& c) {
-  no_gradient_from_values(c, "pads");
-  const auto& pads = c.attrs.ints("pads");
   const std::string& mode = c.attrs.str("mode");
   Tensor g = *c.cotangents[0];
+  if (c.attrs.b("from_values", false)) {  // pads computed from shapes: input 1
+    const Tensor pads = cast(c.inputs[1], i64);
+    if (mode == "constant") return {ops::reshape_like(pad(g, -pads), c.inputs[0])};
+    return {ops::reshape_like(transform::fold_pad_grad(c.inputs[0], g, pads, mode), c.inputs[0])};
+  }
+  const auto& pads = c.attrs.ints("pads");
   if (mode == "constant") {
     std::vector<int64_t> negated;
     for (int64_t p : pads) negated.push_back(-p);

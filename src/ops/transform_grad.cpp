@@ -205,27 +205,43 @@ std::vector<std::optional<Tensor>> vjp_slice(const VjpContext& c) {
   return {pad(g, pads)};
 }
 
+// One padded dim d of g folded back onto x's run-time size: each position comes from source
+// (position - begin) of x, clamped (edge) or mirrored (reflect) into [0, n - 1].
+static Tensor fold_pad_dim(const Tensor& x, const Tensor& g, int64_t d, const Tensor& begin,
+                           const std::string& mode) {
+  const int64_t rank = static_cast<int64_t>(x.shape().size());
+  const Tensor n = dim_value(x, d);
+  const Tensor last = reshape(n, Shape{}) - 1.0;
+  const Tensor at = coordinate_along_axis(g, d, DType::i64) - begin;
+  const Tensor source =
+      mode == "edge" ? minimum(maximum(at, scalar_like(at, 0)), last) : last - abs(last - abs(at));
+  const Tensor so = shape_of(g);
+  std::vector<Tensor> parts;
+  if (d > 0) parts.push_back(slice(so, {0}, {d}));
+  parts.push_back(n);
+  if (d + 1 < rank) parts.push_back(slice(so, {d + 1}, {rank}));
+  const Tensor zeros = full(parts.size() == 1 ? parts[0] : concat(parts, 0), 0, g.dtype());
+  return scatter_elements(zeros, source, g, d, ScatterReduction::add);
+}
+
 Tensor fold_pad_grad(const Tensor& x, const Tensor& g, const std::vector<int64_t>& pads,
                      const std::string& mode) {
   const int64_t rank = static_cast<int64_t>(x.shape().size());
   Tensor out = g;
   for (int64_t d = 0; d < rank; ++d) {
     if (pads[2 * d] == 0 && pads[2 * d + 1] == 0) continue;
-    // each position of out along d comes from source s of x: clamped (edge) or mirrored
-    // (reflect) into [0, n - 1], n read at run time
-    const Tensor n = dim_value(x, d);
-    const Tensor last = reshape(n, Shape{}) - 1.0;
-    const Tensor at = coordinate_along_axis(out, d, DType::i64) - static_cast<double>(pads[2 * d]);
-    const Tensor source = mode == "edge" ? minimum(maximum(at, scalar_like(at, 0)), last)
-                                         : last - abs(last - abs(at));
-    const Tensor so = shape_of(out);
-    std::vector<Tensor> parts;
-    if (d > 0) parts.push_back(slice(so, {0}, {d}));
-    parts.push_back(n);
-    if (d + 1 < rank) parts.push_back(slice(so, {d + 1}, {rank}));
-    const Tensor zeros = full(parts.size() == 1 ? parts[0] : concat(parts, 0), 0, out.dtype());
-    out = scatter_elements(zeros, source, out, d, ScatterReduction::add);
+    out = fold_pad_dim(x, out, d, reshape(ints_on(x, {pads[2 * d]}), Shape{}), mode);
   }
+  return out;
+}
+
+Tensor fold_pad_grad(const Tensor& x, const Tensor& g, const Tensor& pads,
+                     const std::string& mode) {
+  const int64_t rank = static_cast<int64_t>(x.shape().size());
+  const Tensor p = cast(pads, DType::i64);
+  Tensor out = g;
+  for (int64_t d = 0; d < rank; ++d)  // (every dim: which are padded is known only when run)
+    out = fold_pad_dim(x, out, d, reshape(slice(p, {2 * d}, {2 * d + 1}), Shape{}), mode);
   return out;
 }
 

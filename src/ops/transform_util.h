@@ -55,6 +55,8 @@ std::vector<Tensor> concat_grad(const std::vector<Tensor>& xs, const Tensor& g, 
 /// padded dim's positions added back at their sources, x's sizes read at run time.
 Tensor fold_pad_grad(const Tensor& x, const Tensor& g, const std::vector<int64_t>& pads,
                      const std::string& mode);
+/// The same with the pads a value (pad's pads computed from shapes): every dim is folded.
+Tensor fold_pad_grad(const Tensor& x, const Tensor& g, const Tensor& pads, const std::string& mode);
 }  // namespace transform
 
 namespace transform {

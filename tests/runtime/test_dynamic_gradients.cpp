@@ -1,12 +1,12 @@
 // Gradient rules that read sizes known only at run time (src/ops/transform_grad.cpp): gather
 // (an embedding table by token ids of any batch and length, and gathers from a dynamic batch),
 // slices of dynamic dims (any steps) and slices whose bounds are computed from shapes, constant,
-// reflect and edge pads, tiles and concats along a dynamic axis, scatters and batched gather_nd,
-// convolutions and pooling over dynamic spatial dims (src/ops/conv.cpp, src/ops/pool.cpp), "same"
-// padding of run-time size, the gradients of the pooling gradients, resize (src/ops/resize.cpp),
-// variance, batch norm's statistics, losses over a dynamic class dim, stacked RNN layers and
-// einsum over dynamic dims. One executable built on dynamic dims gives, at each shape, the
-// gradients of a graph built for that shape.
+// reflect and edge pads (also with pads computed from shapes), tiles and concats along a dynamic
+// axis, scatters and batched gather_nd, convolutions and pooling over dynamic spatial dims
+// (src/ops/conv.cpp, src/ops/pool.cpp), "same" padding of run-time size, the gradients of the
+// pooling gradients, resize (src/ops/resize.cpp), variance, batch norm's statistics, losses over a
+// dynamic class dim, stacked RNN layers and einsum over dynamic dims. One executable built on
+// dynamic dims gives, at each shape, the gradients of a graph built for that shape.
 #include <fmt/format.h>
 
 #include <functional>
@@ -177,6 +177,25 @@ TEST(DynamicGradients, PadsTilesAndConcatsOverDynamicDims) {
          {{-1, -1}},
          {{{3, 4}}, {{5, 7}}},
          {floats()}});
+  for (PadKind kind : {PadKind::constant, PadKind::reflect, PadKind::edge})
+    check({fmt::format("pads computed from the shape, mode {}", static_cast<int>(kind)),
+           [kind](Graph& g, const std::vector<Shape>& s) {
+             // pads (1, n0 / 2) and (n1 - 1, 2): built per shape, the same as constants
+             auto x = g.placeholder(s[0], f32, "x");
+             if (is_static(s[0]))
+               return Built{{x}, pad(x * x, {1, s[0][0] / 2, s[0][1] - 1, 2}, kind), {x}};
+             const Tensor sizes = shape_of(x);
+             auto ints = [&](std::vector<int64_t> v) {
+               const auto n = static_cast<int64_t>(v.size());
+               return g.constant(Array::from_vector(std::move(v), {n}));
+             };
+             const Tensor n0 = slice(sizes, {0}, {1}), n1 = slice(sizes, {1}, {2});
+             const Tensor pads = concat({ints({1}), n0 / ints({2}), n1 - ints({1}), ints({2})}, 0);
+             return Built{{x}, pad(x * x, pads, kind), {x}};
+           },
+           {{-1, -1}},
+           {{{3, 4}}, {{6, 3}}},
+           {floats()}});
   check({"tile",
          [](Graph& g, const std::vector<Shape>& s) {
            auto x = g.placeholder(s[0], f32, "x");
