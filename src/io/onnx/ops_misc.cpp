@@ -72,7 +72,8 @@ Outs center_crop_pad(NodeContext& c) {
 Outs max_unpool(NodeContext& c) {
   Tensor x = c.input(0), idx = c.input(1);
   const Shape s = x.shape();
-  if (!is_static(s)) c.unsupported("needs static shapes");
+  for (size_t d = 2; d < s.size(); ++d)
+    if (s[d] < 0) c.unsupported("needs static spatial dims");
   // scatter into the shape the pooling came from; output_shape then pads at the ends
   const auto k = c.attr_ints("kernel_shape");
   const size_t nd = k.size();
@@ -82,13 +83,23 @@ Outs max_unpool(NodeContext& c) {
     c.fail("kernel_shape, strides and pads do not match the input's rank");
   Shape inferred{s[0], s[1]};
   for (size_t i = 0; i < nd; ++i) inferred.push_back((s[2 + i] - 1) * st[i] + k[i] - p[i] - p[i + nd]);
-  Tensor flat = full(c.graph(), {numel(inferred)}, 0.0, x.dtype());
-  Tensor y = reshape(scatter_elements(flat, reshape(idx, {-1}), reshape(x, {-1}), 0), inferred);
+  Tensor y;
+  if (is_static(s)) {
+    Tensor flat = full(c.graph(), {numel(inferred)}, 0.0, x.dtype());
+    y = reshape(scatter_elements(flat, reshape(idx, {-1}), reshape(x, {-1}), 0), inferred);
+  } else {  // the batch or channels known only when run: the unpooled size from x's shape
+    const Tensor sizes = concat(
+        {slice(shape_of(x), {0}, {2}), known_ints(c, Shape(inferred.begin() + 2, inferred.end()))},
+        0);
+    const Tensor flat = full(reshape(prod(sizes), {1}), 0.0, x.dtype());
+    y = reshape_to(scatter_elements(flat, reshape(idx, {-1}), reshape(x, {-1}), 0), sizes);
+  }
   if (!c.has_input(2)) return {y};
   const Shape out = c.ints(2);
   if (out.size() != inferred.size()) c.fail("output_shape has the wrong rank");
   std::vector<int64_t> pads(2 * out.size(), 0);
   for (size_t i = 0; i < out.size(); ++i) {
+    if (inferred[i] < 0) continue;  // (a dynamic batch or channel dim: as output_shape gives it)
     if (out[i] < inferred[i]) c.fail("output_shape is smaller than the unpooled shape");
     pads[2 * i + 1] = out[i] - inferred[i];
   }
