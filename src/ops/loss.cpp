@@ -14,6 +14,7 @@
 #include "kiln/ops/transform.h"
 #include "ops/common.h"
 #include "ops/loss_params.h"
+#include "ops/shape_values.h"
 
 namespace kiln {
 
@@ -128,17 +129,14 @@ Tensor position_count(const VjpContext& c, const Tensor& like,
   const int64_t per = class_axis ? s[*class_axis] : 1;
   if (is_static(s)) return scalar_like(c.inputs[0], static_cast<double>(numel(s) / per));
   if (per >= 0) return sum(ones_like(like)) / static_cast<double>(per);
-  const Tensor sizes = shape_of(like);
-  const Tensor classes = reshape(slice(sizes, {*class_axis}, {*class_axis + 1}), {});
-  return cast_to(prod(sizes) / classes, c.inputs[0].dtype());
+  return cast_to(prod(shape_of(like)) / size_value(like, *class_axis), c.inputs[0].dtype());
 }
 
 // One-hot rows of `labels` over x's classes along `axis` (their number read from x's shape when
 // it is known only when run).
 Tensor class_one_hot(const Tensor& labels, const Tensor& x, int64_t axis) {
   if (x.shape()[axis] >= 0) return one_hot(labels, x.shape()[axis], axis, x.dtype());
-  const Tensor classes = reshape(slice(shape_of(x), {axis}, {axis + 1}), {});
-  return one_hot(labels, classes, axis, x.dtype());
+  return one_hot(labels, size_value(x, axis), axis, x.dtype());
 }
 
 // Index labels: g * (softmax - one_hot). Probability labels p (need not sum to one): the loss

@@ -24,6 +24,7 @@
 #include "kiln/ops/transform.h"
 #include "ops/common.h"
 #include "ops/norm_params.h"
+#include "ops/shape_values.h"
 
 namespace kiln {
 
@@ -324,8 +325,7 @@ Grads vjp_batch_norm_train(const VjpContext& c) {
       inv_m = scalar_like(
           x, 1.0 / static_cast<double>(numel(x.shape()) / std::max<int64_t>(1, x.shape()[1])));
     } else {
-      const Tensor s = shape_of(x);
-      const Tensor m_count = prod(s) / reshape(slice(s, {1}, {2}), {});
+      const Tensor m_count = prod(shape_of(x)) / size_value(x, 1);
       inv_m = cast_to(1.0 / cast(m_count, f32), x.dtype());
     }
     std::optional<Tensor> d;

@@ -150,11 +150,6 @@ struct RunDim {
   double roi_start = 0, roi_end = 1;
 };
 
-Tensor dim_value(const Tensor& t, size_t d) {
-  const int64_t k = static_cast<int64_t>(d);
-  return cast(reshape(slice(shape_of(t), {k}, {k + 1}), {}), f64);
-}
-
 // resize_math::source_coordinate over x = 0, 1, ..., out - 1.
 Tensor source_coordinates(const resize_math::Params& p, const RunDim& d, const Tensor& x) {
   using resize_math::Coord;
@@ -272,8 +267,8 @@ Grads vjp_resize(const VjpContext& c) {
       continue;
     }
     RunDim rd;
-    rd.in = dim_value(c.inputs[0], d);
-    rd.out = dim_value(c.outputs[0], d);
+    rd.in = cast(size_value(c.inputs[0], d), f64);
+    rd.out = cast(size_value(c.outputs[0], d), f64);
     rd.scale = rp.scales.empty() ? rd.out / rd.in : scalar_like(rd.in, rp.scales[d]);
     rd.scale_static = rp.scales.empty() ? 1.0 : rp.scales[d];
     if (p.antialias && p.mode != resize_math::Mode::nearest && rp.scales.empty())

@@ -95,6 +95,9 @@ Tensor count_value(const char* op, const char* attr, const Tensor& v) {
                      name(v.dtype()));
   return reshape(cast(v, i64), Shape{});
 }
+Tensor size_value(const Tensor& x, int64_t axis) {
+  return reshape(slice(shape_of(x), {axis}, {axis + 1}), Shape{});
+}
 }  // namespace ops
 
 using namespace ops;

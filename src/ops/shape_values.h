@@ -23,6 +23,8 @@ void require_scalar_value(const InferContext& ctx, int input, const char* attr);
 /// A builder's value that sizes an axis (topk's k, one_hot's depth): one element of an integer
 /// dtype, returned as a 0-d int64 value. Throws naming the op and the attribute.
 Tensor count_value(const char* op, const char* attr, const Tensor& v);
+/// x's size along `axis` as a 0-d int64 value (a constant once shapes are specialized).
+Tensor size_value(const Tensor& x, int64_t axis);
 /// The value of t when t is a constant node (builders then write it in as an attribute).
 const Array* constant_value(const Tensor& t);
 /// A node of op on `inputs` whose attributes listed by its record's value_attrs come from
