@@ -66,12 +66,14 @@ struct KernelEnv {
 /// What an error slot report means. index_tuple: a component of an index tuple (gather_nd,
 /// scatter_nd); error_info [1] is the dim the first component indexes, [2] the tuple length.
 /// sequence_length: a length (the rnn family's seq_lens) outside [0, error_info[2]].
+/// slice_start: assign_slice's start (the value) of a dim (the position) out of range.
 enum class ErrorKind : int64_t {
   index_on_axis = 0,
   label = 1,
   plane_index = 2,
   index_tuple = 3,
-  sequence_length = 4
+  sequence_length = 4,
+  slice_start = 5
 };
 
 class KernelContext {

@@ -142,6 +142,14 @@ void bind_ops(nb::module_& m) {
       nb::arg("dtype") = f32, ka, op_doc("arange"));
   m.def("shape_of", &kiln::shape_of, nb::arg("x"), ka, op_doc("shape_of"));
   m.def("assign", &kiln::assign, nb::arg("variable"), nb::arg("value"), ka, op_doc("assign"));
+  m.def(
+      "assign_slice",
+      [](const Tensor& variable, const Tensor& update, nb::handle starts) {
+        if (nb::isinstance<Tensor>(starts))
+          return kiln::assign_slice(variable, update, nb::cast<Tensor>(starts));
+        return kiln::assign_slice(variable, update, nb::cast<std::vector<int64_t>>(starts));
+      },
+      nb::arg("variable"), nb::arg("update"), nb::arg("starts"), ka, op_doc("assign_slice"));
   m.def("scalar_like", &kiln::scalar_like, nb::arg("x"), nb::arg("value"), ka,
         op_doc("scalar_like"));
 

@@ -133,3 +133,32 @@ def test_batch_norm_training_updates_running_statistics(rng):
     x64 = x0.astype(np.float64)
     np.testing.assert_allclose(g.read_variable(rm).numpy(), 0.1 * x64.mean((0, 2)), rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(g.read_variable(rv).numpy(), 0.9 + 0.1 * x64.var((0, 2), ddof=1), rtol=1e-5)
+
+
+def test_assign_slice_appends_tokens_to_a_cache_in_place(rng):
+    cache0 = rng.standard_normal((12, 2, 4)).astype(np.float32)
+    g = kiln.Graph()
+    cache = g.variable(cache0, "kv")
+    new = g.placeholder([-1, 2, 4], kiln.f32, "new")
+    starts = g.placeholder([3], kiln.i64, "starts")
+    exe = g.compile([], updates=[kiln.assign_slice(cache, new, starts)], device="cpu")
+    want = cache0.copy()
+    at = 0
+    for n in (1, 4, 2):
+        rows = rng.standard_normal((n, 2, 4)).astype(np.float32)
+        exe.run({new: rows, starts: np.array([at, 0, 0], np.int64)})
+        want[at:at + n] = rows
+        at += n
+        np.testing.assert_array_equal(g.read_variable(cache).numpy(), want)
+    with pytest.raises(kiln.ValueError, match=r"variable 'kv' \(12, 2, 4\): start 11 of dim 0"):
+        exe.run({new: rows, starts: np.array([11, 0, 0], np.int64)})
+    np.testing.assert_array_equal(g.read_variable(cache).numpy(), want)
+    # starts known when built, and the result read in the same run
+    g2 = kiln.Graph()
+    v = g2.variable(cache0, "v")
+    x = g2.placeholder([1, 2, 4], kiln.f32, "x")
+    out = g2.compile([kiln.assign_slice(v, x, [5, 0, 0])], device="cpu")
+    row = rng.standard_normal((1, 2, 4)).astype(np.float32)
+    want2 = cache0.copy()
+    want2[5:6] = row
+    np.testing.assert_array_equal(out.run({x: row})[0].numpy(), want2)

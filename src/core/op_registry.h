@@ -81,6 +81,9 @@ struct OpDef {
   int inplace_input = -1;
   /// Output 0 is a view of input 0 (same bytes, another shape): no copy, no new buffer.
   bool alias_input0 = false;
+  /// Input 0 is a variable the op writes (assign, assign_slice): it runs after every other reader
+  /// of the variable in a run (order_assignments), on the executable's device (never a fallback).
+  bool writes_variable = false;
 
   /// The gradient rule (or GradKind::none for ops whose outputs are not differentiable).
   GradKind grad_kind = GradKind::undecided;
@@ -132,6 +135,12 @@ struct OpDef {
   OpDef& impure() { pure = false; return *this; }
   OpDef& inplace(int input) { inplace_input = input; return *this; }
   OpDef& alias() { alias_input0 = true; return *this; }
+  /// Input 0 is a variable the op writes (impure, output 0 its storage): see writes_variable.
+  OpDef& writes_input0() {
+    writes_variable = alias_input0 = true;
+    pure = false;
+    return *this;
+  }
   OpDef& inputs(int n) { min_inputs = max_inputs = n; return *this; }
   OpDef& variadic(int lo, int hi) { min_inputs = lo; max_inputs = hi; return *this; }
   OpDef& optional_inputs(std::initializer_list<const char*> keys) {

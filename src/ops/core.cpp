@@ -9,6 +9,8 @@
 //   variable: no attrs; its data lives in the node (shared by every executable of the graph)
 //   assign: inputs (variable, value); writes value into the variable when the run reaches it
 //           (after every other reader of the variable) and yields the variable's new value
+//   assign_slice: inputs (variable, update, starts: 1-d int64, one per dim); attr variable (the
+//           variable's name, for errors); writes update into the region at starts, in place
 #include "kiln/ops/core.h"
 
 #include <cmath>
@@ -62,6 +64,26 @@ std::vector<TensorInfo> infer_assign(const InferContext& ctx) {
                      str(val.shape), name(var.dtype), str(var.shape));
   return {var};
 }
+// The update keeps the variable's rank and fits in it where both sizes are known; the starts are
+// one int64 per dim. The result is the variable (its storage: OpDef::alias_input0).
+std::vector<TensorInfo> infer_assign_slice(const InferContext& ctx) {
+  const TensorInfo &var = ctx.inputs[0], &up = ctx.inputs[1], &st = ctx.inputs[2];
+  if (up.dtype != var.dtype)
+    fail<DTypeError>("[assign_slice] update {} does not match variable {}", name(up.dtype),
+                     name(var.dtype));
+  if (up.shape.size() != var.shape.size())
+    fail<ShapeError>("[assign_slice] update {} has rank {}; the variable {} has rank {}",
+                     str(up.shape), up.shape.size(), str(var.shape), var.shape.size());
+  for (size_t d = 0; d < up.shape.size(); ++d)
+    if (up.shape[d] >= 0 && var.shape[d] >= 0 && up.shape[d] > var.shape[d])
+      fail<ShapeError>("[assign_slice] update {} is larger than the variable {} along dim {}",
+                       str(up.shape), str(var.shape), d);
+  if (st.dtype != i64 || st.shape.size() != 1 ||
+      (st.shape[0] >= 0 && st.shape[0] != static_cast<int64_t>(var.shape.size())))
+    fail<ShapeError>("[assign_slice] starts {} {} must be int64 of shape ({},): one per dim of {}",
+                     name(st.dtype), str(st.shape), var.shape.size(), str(var.shape));
+  return {var};
+}
 // A stored arange's bounds: finite, and not too many values.
 std::string check_stored_arange(const InferContext& ctx) {
   for (auto& [key, v] : ctx.attrs.items())
@@ -97,7 +119,12 @@ void register_core_ops() {
   // resolved to a constant when shapes are specialized: no kernel runs it
   define_op(OpId::ShapeOf).set_infer(infer_shape_of).not_differentiable().inputs(1);
   define_op(OpId::Variable).set_infer(infer_constant).impure().not_differentiable().inputs(0);
-  define_op(OpId::Assign).set_infer(infer_assign).impure().alias().not_differentiable().inputs(2);
+  define_op(OpId::Assign).set_infer(infer_assign).writes_input0().not_differentiable().inputs(2);
+  define_op(OpId::AssignSlice)
+      .set_infer(infer_assign_slice)
+      .writes_input0()
+      .not_differentiable()
+      .inputs(3);
 }
 
 Tensor constant(Graph& g, const Array& value) { return g.constant(value); }
@@ -142,6 +169,38 @@ Tensor assign(const Tensor& variable, const Tensor& value) {
   Tensor v = value.dtype() == variable.dtype() ? value : cast(value, variable.dtype());
   if (v.shape() != variable.shape()) v = broadcast_to(v, variable.shape());
   return make_node1(OpId::Assign, {variable, v});
+}
+
+Tensor assign_slice(const Tensor& variable, const Tensor& update, const Tensor& starts) {
+  const auto* g = variable.valid() ? variable.graph_impl() : nullptr;
+  if (!g || g->nodes[variable.node_id()].op != OpId::Variable)
+    fail<ValueError>("[assign_slice] the first input must be a variable made by Graph::variable");
+  if (!is_integer(starts.dtype()))
+    fail<DTypeError>("[assign_slice] starts must be integers, got {}", name(starts.dtype()));
+  Tensor u = update.dtype() == variable.dtype() ? update : cast(update, variable.dtype());
+  Tensor s = starts.dtype() == i64 ? starts : cast(starts, i64);
+  Attrs a;
+  a.set("variable", g->nodes[variable.node_id()].name);
+  return make_node1(OpId::AssignSlice, {variable, u, s}, std::move(a));
+}
+
+Tensor assign_slice(const Tensor& variable, const Tensor& update,
+                    const std::vector<int64_t>& starts) {
+  if (!variable.valid()) fail<ValueError>("[assign_slice] the variable is not a valid tensor");
+  const Array s = Array::from_vector<int64_t>(starts, {static_cast<int64_t>(starts.size())});
+  return assign_slice(variable, update, constant_on(*variable.graph_impl(), s));
+}
+
+std::string assign_slice_range_error(const std::string& variable, const Shape& var_shape,
+                                     const Shape& update, int64_t dim, int64_t start) {
+  const bool known = dim >= 0 && dim < static_cast<int64_t>(var_shape.size()) &&
+                     dim < static_cast<int64_t>(update.size());
+  const std::string range =
+      known ? fmt::format("[0, {}]", var_shape[dim] - update[dim]) : std::string("range");
+  return fmt::format(
+      "[assign_slice] variable '{}' {}: start {} of dim {} is out of range for an update of {} "
+      "(a start must be in {})",
+      variable, str(var_shape), start, dim, str(update), range);
 }
 
 Tensor scalar_like(const Tensor& x, double value) {

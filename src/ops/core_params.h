@@ -2,6 +2,8 @@
 // its kernels read. (C++17: CUDA files include it.)
 #pragma once
 
+#include <string>
+
 #include "core/op_id.h"
 #include "core/op_params.h"
 
@@ -29,5 +31,10 @@ struct ArangeParams : OpParams {
     return p;
   }
 };
+
+/// assign_slice: the error a start out of range gives (CPU kernel, and the runtime for a GPU
+/// kernel's report): names the variable, its shape, the update's and the start.
+std::string assign_slice_range_error(const std::string& variable, const Shape& var_shape,
+                                     const Shape& update, int64_t dim, int64_t start);
 
 }  // namespace kiln

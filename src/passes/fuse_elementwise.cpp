@@ -65,7 +65,7 @@ Program fuse_elementwise(const Program& p, Backend target) {
   std::vector<int> reads(n, 0);
   std::vector<char> escapes(n, 0), late(n, 0);
   for (size_t i = 0; i < n; ++i) {
-    late[i] = nodes[i].op == OpId::Assign;
+    late[i] = op_def(nodes[i].op).writes_variable;
     for (ValueRef v : nodes[i].inputs) {
       ++reads[v.node];
       late[i] = late[i] || late[v.node];

@@ -49,7 +49,7 @@ std::vector<int32_t> updates_in_place(const Program& p) {
       returned[storage_of[p.outputs[k].node]] = 1;
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node& n = nodes[i];
-    if (n.op == OpId::Assign) {
+    if (op_def(n.op).writes_variable) {
       ++assigns[n.inputs[0].node];
       continue;
     }

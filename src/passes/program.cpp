@@ -180,7 +180,7 @@ Program order_assignments(const Program& p) {
   std::vector<char> late(nodes.size(), 0);
   bool any = false;
   for (size_t i = 0; i < nodes.size(); ++i) {
-    late[i] = nodes[i].op == OpId::Assign;
+    late[i] = op_def(nodes[i].op).writes_variable;
     for (auto v : nodes[i].inputs) late[i] = late[i] || late[v.node];
     any = any || late[i];
   }

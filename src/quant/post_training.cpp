@@ -86,7 +86,7 @@ bool is_output(const Program& p, ValueRef v) {
 // constants and batch norms fold, as compiling would: the weights are then constants of the ops.
 void prepare(Program& p, const std::function<Array(const Node&)>& variable_value) {
   for (Node& n : p.graph.nodes) {
-    if (n.op == OpId::Assign)
+    if (op_def(n.op).writes_variable)
       fail<ValueError>(
           "{} the graph assigns a variable (node '{}'): quantization takes an "
           "inference graph",

@@ -78,9 +78,9 @@ void place(const Program& p, Device device, bool strict, detail::ExecutableImpl&
                                op_name(n.op), i, device.str(), reason);
       // the fallback writes the variable through host copies only for inputs, so assignments
       // must run on the device
-      if (n.op == OpId::Assign)
-        fail<UnsupportedError>("[compile] assign (node %{}) cannot run on {}: {}", i, device.str(),
-                               reason);
+      if (op_def(n.op).writes_variable)
+        fail<UnsupportedError>("[compile] {} (node %{}) cannot run on {}: {}", op_name(n.op), i,
+                               device.str(), reason);
     }
     const KernelEntry* k = find_kernel(n.op, Backend::cpu, layout);
     if (!k || !detail::node_has_kernel(n, Backend::cpu))
@@ -202,7 +202,8 @@ std::shared_ptr<detail::ExecutableImpl> compile_optimized(
     return false;
   };
   if (any_node(OpId::AllReduce)) run_pass(p, "schedule_collectives", schedule_collectives);
-  if (any_node(OpId::Assign)) run_pass(p, "order_assignments", order_assignments);
+  if (any_node(OpId::Assign) || any_node(OpId::AssignSlice))
+    run_pass(p, "order_assignments", order_assignments);
   if (o.optimize && o.fuse_elementwise && env::fusion_enabled())
     run_pass(p, "fuse_elementwise",
              [&device](const Program& q) { return fuse_elementwise(q, backend_for(device)); });

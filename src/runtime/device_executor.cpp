@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "core/op_registry.h"
+#include "ops/core_params.h"
 #include "runtime/device_run.h"
 #include "runtime/env.h"
 #include "runtime/profiler_run.h"
@@ -71,6 +72,12 @@ void check_error_slots(const ExecutableImpl& x, const ExecutableImpl::DeviceSlot
       case ErrorKind::sequence_length:
         fail<ValueError>("[{}] seq_lens[{}] = {} is outside [0, {}] {}", op_name(n.op), pos, value,
                          info[2], where);
+      case ErrorKind::slice_start:
+        fail<ValueError>("{} {}",
+                         assign_slice_range_error(
+                             n.attrs.str("variable", ""), x.program.graph.info(n.inputs[0]).shape,
+                             x.program.graph.info(n.inputs[1]).shape, pos, value),
+                         where);
       case ErrorKind::index_on_axis:
         break;
     }

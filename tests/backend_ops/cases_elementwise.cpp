@@ -49,6 +49,45 @@ const bool kAssign = register_cases(
        return true;
      }});
 
+// A fed int64 start per dim, each in [0, var - update] (drawn once per case: the CPU and the
+// target see the same starts, and writing the same update twice gives the same variable).
+Tensor valid_starts(Case& c, const Shape& var, const Shape& up) {
+  const auto rank = static_cast<int64_t>(var.size());
+  return c.input({rank}, i64, [var, up, rank](const Shape&) {
+    std::vector<int64_t> s;
+    for (int64_t d = 0; d < rank; ++d)
+      s.push_back(
+          static_cast<int64_t>(test::to_f64(test::random_ints({1}, 0, var[d] - up[d], i64))[0]));
+    return Array::from_vector<int64_t>(s, {rank});
+  });
+}
+
+const bool kAssignSlice = register_cases(
+    {OpId::AssignSlice, 5, [](Case& c, DType t, int i) {
+       struct S {
+         Shape var, up;
+         Layout l;
+         bool fed;
+         const char* what;
+       };
+       const S s[] = {{{33, 65}, {5, 7}, kDense, true, "block"},
+                      {{4, 16, 8}, {1, 16, 8}, kDense, false, "one cache row at (2, 0, 0)"},
+                      {{6, 9, 33}, {2, 9, 31}, kT, true, "transposed update"},
+                      {{257}, {31}, kDense, true, "1-d"},
+                      {{33, 65}, {0, 65}, kDense, true, "empty update"}};
+       const S& k = s[i];
+       // the same initial value in every build of the case (DynamicDims builds it twice)
+       std::vector<double> init(static_cast<size_t>(numel(k.var)));
+       for (size_t j = 0; j < init.size(); ++j)
+         init[j] = 0.5 + 0.25 * static_cast<double>(j * 37 % 23);
+       Tensor v = c.g.variable(from_f64(init, k.var, t), "v");
+       Tensor up = c.rand(k.up, t, -3, 3, k.l);
+       c.outs = {k.fed ? assign_slice(v, up, valid_starts(c, k.var, k.up))
+                       : assign_slice(v, up, std::vector<int64_t>{2, 0, 0})};
+       c.note(fmt::format("{} {} into {}", k.what, to_string(k.up), to_string(k.var)));
+       return true;
+     }});
+
 // ---- binary ----
 
 struct BinShape {

@@ -25,6 +25,38 @@ Executable load(const Bytes& b, const LoadOptions& o = {}) {
   return Executable::load_bytes(b.data(), b.size(), default_device(), o);
 }
 
+// A cache that a loaded package appends any number of rows to, in place (assign_slice at a fed
+// start); the package holds the cache's value as saved, and the loaded one moves on by itself.
+TEST(DynamicPackage, AppendsToAVariableInPlaceAfterLoading) {
+  Graph g;
+  const Array init = random_array({10, 3}, f32);
+  auto cache = g.variable(init, "cache");
+  auto rows = g.placeholder({-1, 3}, f32, "rows");
+  auto start = g.placeholder({2}, i64, "start");
+  auto exe = g.compile(default_device(), {}, {}, {assign_slice(cache, rows, start)});
+  auto loaded = load(saved_bytes(exe, "append"));
+  ASSERT_TRUE(loaded.is_dynamic());
+  std::vector<double> want = to_f64(init);
+  int64_t at = 0;
+  for (int64_t n : {2, 1, 4}) {
+    const Array r = random_array({n, 3}, f32);
+    loaded.run(std::map<std::string, Array>{{"rows", r},
+                                            {"start", Array::from_vector<int64_t>({at, 0}, {2})}});
+    const std::vector<double> rv = to_f64(r);
+    std::copy(rv.begin(), rv.end(), want.begin() + at * 3);
+    at += n;
+    expect_equal(loaded.read_variable("cache"), {10, 3}, want);
+  }
+  expect_error<ValueError>(
+      [&] {
+        loaded.run(
+            std::map<std::string, Array>{{"rows", random_array({4, 3}, f32)},
+                                         {"start", Array::from_vector<int64_t>({7, 0}, {2})}});
+      },
+      {"[assign_slice]", "'cache'", "(10, 3)", "start 7 of dim 0", "[0, 6]"});
+  expect_equal(exe.read_variable("cache"), {10, 3}, to_f64(init));  // the graph's own: untouched
+}
+
 TEST(DynamicPackage, RoundTripsAndRunsAnyShapeItsDimsAllow) {
   DynamicModel m;
   CompileOptions o;

@@ -1,6 +1,9 @@
 // Constants and generated tensors.
 #pragma once
 
+#include <initializer_list>
+#include <vector>
+
 #include "kiln/graph.h"
 
 namespace kiln {
@@ -29,6 +32,22 @@ Tensor arange(const Tensor& start, const Tensor& stop, const Tensor& step, DType
 /// run reaches it: after every other op of that run that reads the variable. Returns the new
 /// value. Pass it to compile as a target or an update.
 Tensor assign(const Tensor& variable, const Tensor& value);
+/// Writes `update` (cast to the variable's dtype; of the variable's rank, each dim at most the
+/// variable's) into the region of `variable` that starts at `starts` (1-d integer, one start per
+/// dim, read when the run reaches the op: a placeholder or a computed value), in place: only the
+/// region's bytes move (XLA's dynamic_update_slice, but a start out of range is an error, not
+/// clamped). Runs after every other op of the run that reads the variable. Returns the new
+/// value (the variable's storage itself unless the result is also returned). A start outside
+/// [0, dim - update dim] throws ValueError naming the variable, its shape and the start: on the
+/// CPU before anything is written, on a GPU after the run (the kernel writes nothing then).
+Tensor assign_slice(const Tensor& variable, const Tensor& update, const Tensor& starts);
+/// assign_slice with starts known when the graph is built.
+Tensor assign_slice(const Tensor& variable, const Tensor& update,
+                    const std::vector<int64_t>& starts);
+inline Tensor assign_slice(const Tensor& variable, const Tensor& update,
+                           std::initializer_list<int64_t> starts) {
+  return assign_slice(variable, update, std::vector<int64_t>(starts));
+}
 /// A 0-d constant of x's dtype on x's graph (for scalar operands).
 Tensor scalar_like(const Tensor& x, double value);
 

@@ -1,4 +1,5 @@
-// CUDA kernels of the core family: full, arange, assign. Semantics: src/backends/cpu/core.cpp.
+// CUDA kernels of the core family: full, arange, assign, assign_slice. Semantics:
+// src/backends/cpu/core.cpp.
 #include <cstring>
 
 #include "backends/cuda/cuda_common.cuh"
@@ -89,6 +90,84 @@ void arange(KernelContext& ctx) {
   });
 }
 
+// The update's shape and the variable's dims and strides, passed by value.
+struct SliceDims {
+  int rank = 0;
+  int64_t up[kMaxRank] = {}, dim[kMaxRank] = {}, stride[kMaxRank] = {};
+};
+
+// Every thread checks every start first: one out of range is reported (by one thread) and nothing
+// is written. U is an unsigned type of the element's size.
+template <typename U> __global__ void assign_slice_kernel(U* var, const U* up,
+                                                          const int64_t* starts, SliceDims d,
+                                                          int64_t n, int64_t* errors) {
+  int64_t s[kMaxRank];
+  for (int k = 0; k < d.rank; ++k) {
+    s[k] = starts[k];
+    if (s[k] < 0 || s[k] > d.dim[k] - d.up[k]) {
+      if (blockIdx.x == 0 && threadIdx.x == 0) report_bad_value(errors, k, s[k]);
+      return;
+    }
+  }
+  const int64_t step = ew::grid_stride();
+  for (int64_t i = ew::thread_index(); i < n; i += step) {
+    int64_t off = 0, rest = i;
+    for (int k = d.rank - 1; k >= 0; --k) {
+      const int64_t q = rest / d.up[k];
+      off += (rest - q * d.up[k] + s[k]) * d.stride[k];
+      rest = q;
+    }
+    var[off] = up[i];
+  }
+}
+
+template <typename U> void launch_assign_slice(const TensorView& var, const TensorView& up,
+                                               const int64_t* starts, const SliceDims& d,
+                                               int64_t* errors, cudaStream_t s) {
+  const int64_t n = up.numel();
+  assign_slice_kernel<U><<<blocks_for(std::max<int64_t>(n, 1)), kThreads, 0, s>>>(
+      var.ptr<U>(), up.ptr<U>(), starts, d, n, errors);
+  check_launch("assign_slice");
+}
+
+// Only the update's region of the variable is written (the starts stay on the device); output 0
+// is the variable's storage unless the new value is also returned (then copied there after).
+void assign_slice(KernelContext& ctx) {
+  const TensorView &var = ctx.in(0), &up = ctx.in(1), &out = ctx.out(0);
+  if (var.rank() > kMaxRank)
+    fail<UnsupportedError>("[assign_slice] cuda kernel takes rank <= {}, got {}", kMaxRank,
+                           var.rank());
+  SliceDims d;
+  d.rank = var.rank();
+  int64_t stride = 1;
+  for (int k = d.rank - 1; k >= 0; --k) {
+    d.up[k] = up.shape[k];
+    d.dim[k] = var.shape[k];
+    d.stride[k] = stride;
+    stride *= var.shape[k];
+  }
+  describe_errors(ctx, ErrorKind::slice_start, 0, 0);
+  cudaStream_t s = stream_of(ctx);
+  const auto* starts = ctx.in(2).ptr<int64_t>();
+  switch (size_of(var.dtype)) {
+    case 1:
+      launch_assign_slice<uint8_t>(var, up, starts, d, ctx.error_slot(), s);
+      break;
+    case 2:
+      launch_assign_slice<uint16_t>(var, up, starts, d, ctx.error_slot(), s);
+      break;
+    case 4:
+      launch_assign_slice<uint32_t>(var, up, starts, d, ctx.error_slot(), s);
+      break;
+    default:
+      launch_assign_slice<uint64_t>(var, up, starts, d, ctx.error_slot(), s);
+      break;
+  }
+  const size_t bytes = static_cast<size_t>(var.numel()) * size_of(var.dtype);
+  if (out.data != var.data && bytes)
+    KILN_CUDA_CHECK(cudaMemcpyAsync(out.data, var.data, bytes, cudaMemcpyDeviceToDevice, s));
+}
+
 // Input 0 is the variable's own storage; output 0 is the same bytes unless the new value is also
 // returned (then a separate output array). Both copies are ordered on the stream.
 void assign(KernelContext& ctx) {
@@ -107,6 +186,8 @@ void register_core_kernels() {
   register_kernel(OpId::Full, Backend::cuda, {full, kAllTypes, -1, false});
   register_kernel(OpId::Arange, Backend::cuda, {arange, kNumericTypes, -1, false});
   register_kernel(OpId::Assign, Backend::cuda, {assign, kAllTypes, 0, false});
+  register_kernel(OpId::AssignSlice, Backend::cuda,
+                  {assign_slice, kAllTypes, 0, false, /*reports_errors=*/true});
 }
 
 }  // namespace kiln::cuda

@@ -99,7 +99,7 @@ std::string check_node(const detail::GraphImpl& g, size_t i) {
   if (n.op == OpId::Placeholder || n.op == OpId::Constant || n.op == OpId::Variable)
     return n.outputs.size() == 1 ? std::string()
                                  : fmt::format("has {} outputs instead of 1", n.outputs.size());
-  if (n.op == OpId::Assign && g.nodes[n.inputs[0].node].op != OpId::Variable)
+  if (op_def(n.op).writes_variable && g.nodes[n.inputs[0].node].op != OpId::Variable)
     return fmt::format("assigns to %{}, which is not a variable", n.inputs[0].node);
   const OpDef& def = op_def(n.op);
   if (!def.infer) return "the op has no shape inference";
@@ -252,8 +252,8 @@ std::string check_steps(const Program& p, const std::vector<Step>& steps, Backen
     if (st.backend != Backend::cpu && st.backend != target)
       return fmt::format("step for %{} runs on {}, not on {} or the cpu", i,
                          backend_name(st.backend), backend_name(target));
-    if (n.op == OpId::Assign && st.backend != target)
-      return fmt::format("assign %{} must run on {}", i, backend_name(target));
+    if (op_def(n.op).writes_variable && st.backend != target)
+      return fmt::format("{} %{} must run on {}", op_name(n.op), i, backend_name(target));
     const Layout layout = layout_of(n.op, n.attrs);
     const KernelEntry* kernel = find_kernel(n.op, st.backend, layout);
     if (!kernel)
