@@ -247,6 +247,9 @@ void bind_ops(nb::module_& m) {
         ka, op_doc("gather_nd"));
   m.def("scatter_nd", &kiln::scatter_nd, nb::arg("x"), nb::arg("indices"), nb::arg("updates"),
         nb::arg("reduction") = ScatterReduction::none, ka, op_doc("scatter_nd"));
+  m.def("assign_scatter_nd", &kiln::assign_scatter_nd, nb::arg("variable"), nb::arg("indices"),
+        nb::arg("updates"), nb::arg("reduction") = ScatterReduction::none, ka,
+        op_doc("assign_scatter_nd"));
   m.def(
       "one_hot",
       [](const Tensor& idx, nb::handle depth, int64_t axis, DType t, double on, double off) {

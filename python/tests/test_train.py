@@ -162,3 +162,23 @@ def test_assign_slice_appends_tokens_to_a_cache_in_place(rng):
     want2 = cache0.copy()
     want2[5:6] = row
     np.testing.assert_array_equal(out.run({x: row})[0].numpy(), want2)
+
+
+def test_assign_scatter_nd_updates_rows_of_a_table_in_place(rng):
+    table0 = rng.standard_normal((8, 3)).astype(np.float32)
+    g = kiln.Graph()
+    table = g.variable(table0, "table")
+    idx = g.placeholder([-1, 1], kiln.i64, "idx")
+    rows = g.placeholder([-1, 3], kiln.f32, "rows")
+    exe = g.compile([], updates=[kiln.assign_scatter_nd(table, idx, rows, kiln.ScatterReduction.add)],
+                    device="cpu")
+    want = table0.astype(np.float64)
+    for n in (2, 5):
+        i = rng.integers(0, 8, (n, 1))
+        r = rng.standard_normal((n, 3)).astype(np.float32)
+        exe.run({idx: i, rows: r})
+        np.add.at(want, i[:, 0], r)
+        np.testing.assert_allclose(g.read_variable(table).numpy(), want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(kiln.ValueError, match="assign_scatter_nd"):
+        exe.run({idx: np.array([[8]]), rows: np.ones((1, 3), np.float32)})
+    np.testing.assert_allclose(g.read_variable(table).numpy(), want, rtol=1e-5, atol=1e-5)

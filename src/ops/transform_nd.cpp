@@ -2,6 +2,7 @@
 //   gather_nd:   batch_dims; inputs x, indices (..., m)
 //   scatter_nd:  reduction ("none" | "add" | "mul" | "max" | "min"); inputs x, indices (..., m),
 //                updates (already cast to x's dtype)
+//   assign_scatter_nd: scatter_nd's attrs and inputs, x a variable written in place
 // An index tuple addresses a slice of x: component k indexes dim batch_dims + k (negative values
 // count from the end). An out-of-range component is a ValueError at run time.
 #include <algorithm>
@@ -56,15 +57,16 @@ std::vector<TensorInfo> infer_scatter_nd(const InferContext& ctx) {
   const TensorInfo &x = ctx.inputs[0], &upd = ctx.inputs[2];
   const Shape want = gathered_shape(x.shape, ctx.inputs[1].shape, 0, m);
   if (!shapes_match(upd.shape, want))
-    fail<ShapeError>("[scatter_nd] updates shape {} must be indices.shape[:-1] + x.shape[{}:] = "
-                     "{} (x shape {}, indices shape {})",
-                     str(upd.shape), m, str(want), str(x.shape), str(ctx.inputs[1].shape));
+    fail<ShapeError>(
+        "[{}] updates shape {} must be indices.shape[:-1] + x.shape[{}:] = "
+        "{} (x shape {}, indices shape {})",
+        ctx.name(), str(upd.shape), m, str(want), str(x.shape), str(ctx.inputs[1].shape));
   if (upd.dtype != x.dtype)
-    fail<DTypeError>("[scatter_nd] updates dtype {} differs from x dtype {}", name(upd.dtype),
+    fail<DTypeError>("[{}] updates dtype {} differs from x dtype {}", ctx.name(), name(upd.dtype),
                      name(x.dtype));
   const std::string& r = ctx.attrs.str("reduction");
   if (r != "none" && r != "add" && r != "mul" && r != "max" && r != "min")
-    fail<ValueError>("[scatter_nd] unknown reduction '{}'", r);
+    fail<ValueError>("[{}] unknown reduction '{}'", ctx.name(), r);
   return {x};
 }
 
@@ -140,6 +142,12 @@ void register_transform_nd_ops() {
       .grad(vjp_scatter_nd)
       .inputs(3)
       .params<ScatterParams>();
+  define_op(OpId::AssignScatterNd)
+      .set_infer(infer_scatter_nd)
+      .writes_input0()
+      .not_differentiable()
+      .inputs(3)
+      .params<ScatterParams>();
 }
 
 Tensor gather_nd(const Tensor& x, const Tensor& indices, int64_t batch_dims) {
@@ -149,6 +157,15 @@ Tensor gather_nd(const Tensor& x, const Tensor& indices, int64_t batch_dims) {
 Tensor scatter_nd(const Tensor& x, const Tensor& indices, const Tensor& updates,
                   ScatterReduction reduction) {
   return make_node1(OpId::ScatterNd, {x, indices, cast_to(updates, x.dtype())},
+                    {{"reduction", std::string(reduction_name(reduction))}});
+}
+
+Tensor assign_scatter_nd(const Tensor& variable, const Tensor& indices, const Tensor& updates,
+                         ScatterReduction reduction) {
+  if (!variable.valid() || variable.graph_impl()->nodes[variable.node_id()].op != OpId::Variable)
+    fail<ValueError>(
+        "[assign_scatter_nd] the first input must be a variable made by Graph::variable");
+  return make_node1(OpId::AssignScatterNd, {variable, indices, cast_to(updates, variable.dtype())},
                     {{"reduction", std::string(reduction_name(reduction))}});
 }
 

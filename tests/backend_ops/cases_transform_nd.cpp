@@ -87,6 +87,36 @@ const bool kScatterNd = register_cases(
        return true;
      }});
 
+// The harness runs a case's graph several times over one variable, so only reductions that give
+// the same variable when applied again (none, max, min) are compared here; add and mul are
+// tested against a reference in tests/ops/test_transform_nd.cpp.
+const bool kAssignScatterNd =
+    register_cases({OpId::AssignScatterNd, 6, [](Case& c, DType t, int i) {
+                      const ScatterReduction red[] = {ScatterReduction::none, ScatterReduction::max,
+                                                      ScatterReduction::min};
+                      const ScatterReduction r = red[i % 3];
+                      struct S {
+                        Shape x, idx;
+                      };
+                      const S s[] = {{{40, 129}, {33, 1}}, {{6, 7, 5}, {20, 2}}};
+                      const S& k = s[i / 3];
+                      Shape us(k.idx.begin(), k.idx.end() - 1);
+                      us.insert(us.end(), k.x.begin() + k.idx.back(), k.x.end());
+                      const DType it = i % 2 ? i32 : i64;
+                      Tensor idx =
+                          c.input(k.idx, it, tuples(k.x, 0, r == ScatterReduction::none, it));
+                      // the same initial value in every build of the case (DynamicDims builds it
+                      // twice)
+                      std::vector<double> init(static_cast<size_t>(numel(k.x)));
+                      for (size_t j = 0; j < init.size(); ++j)
+                        init[j] = 0.5 + 0.25 * static_cast<double>(j * 37 % 23);
+                      Tensor v = c.g.variable(from_f64(init, k.x, t), "v");
+                      c.outs = {assign_scatter_nd(v, idx, c.rand(us, t, 0, 6), r)};
+                      c.note(fmt::format("variable {} indices {} reduction {}", to_string(k.x),
+                                         to_string(k.idx), static_cast<int>(r)));
+                      return true;
+                    }});
+
 // ---- resampling ----
 
 const bool kResize = register_cases(

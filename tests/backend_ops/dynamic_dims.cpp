@@ -18,6 +18,7 @@ const std::map<OpId, const char*>& needs_static_dims() {
       // the depth of an index sets the output's rank
       {OpId::GatherNd, "the last dim of the indices must be static"},
       {OpId::ScatterNd, "the last dim of the indices must be static"},
+      {OpId::AssignScatterNd, "the last dim of the indices must be static"},
       // weights are variables or constants in models, static; the hidden size shapes the plan
       {OpId::Lstm, "the weights' hidden size must be static"},
       {OpId::Gru, "the weights' hidden size must be static"},

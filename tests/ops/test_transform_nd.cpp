@@ -161,6 +161,52 @@ TEST(ScatterNd, AllReductionsWithDuplicates) {
   }
 }
 
+TEST(AssignScatterNd, WritesTheIndexedSlicesOfAVariableRunAfterRun) {
+  const Shape vs{7, 3, 4}, is{5, 1}, us{5, 3, 4};
+  for (ScatterReduction r : {ScatterReduction::none, ScatterReduction::add}) {
+    Graph g;
+    const Array init = random_array(vs, f32, -4, 4);
+    auto table = g.variable(init, "table");
+    auto idx = g.placeholder(is, i64, "idx");
+    auto upd = g.placeholder(us, f32, "upd");
+    auto before = sum(table * 1.0);  // reads the variable as it was when the run started
+    auto exe = g.compile(default_device(), {}, {before}, {assign_scatter_nd(table, idx, upd, r)});
+    std::vector<double> want = to_f64(init);
+    for (int run = 0; run < 3; ++run) {
+      // repeated and negative indices: none keeps the last update of a row, add sums them
+      const Array vi = random_tuples(is, vs, 0, i64), vu = random_array(us, f32, -4, 4);
+      double old = 0;
+      for (double v : want) old += v;
+      expect_close(exe.run({{idx, vi}, {upd, vu}})[0], {}, {old}, 1e-4, 1e-4);
+      want = ref_scatter_nd(Array::from_vector<double>(want, vs), vi, vu, r);
+      expect_close(exe.read_variable("table"), vs, want, 1e-5, 1e-5);
+    }
+  }
+}
+
+TEST(AssignScatterNd, AnIndexOutOfRangeWritesNothing) {
+  Graph g;
+  const Array init = random_array({6, 2}, f32);
+  auto table = g.variable(init, "table");
+  auto idx = g.placeholder({3, 1}, i64, "idx");
+  auto upd = g.placeholder({3, 2}, f32, "upd");
+  auto exe = g.compile(default_device(), {}, {}, {assign_scatter_nd(table, idx, upd)});
+  const Array bad = Array::from_vector<int64_t>({1, 6, 2}, {3, 1});
+  expect_error<ValueError>(
+      [&] {
+        exe.run({{idx, bad}, {upd, random_array({3, 2}, f32)}});
+      },
+      {"[assign_scatter_nd]", "6"});
+  expect_equal(exe.read_variable("table"), {6, 2}, to_f64(init));
+  expect_error<ValueError>([&] { assign_scatter_nd(table * 1.0, idx, upd); },
+                           {"[assign_scatter_nd]", "variable"});
+  expect_error<ShapeError>(
+      [&] {
+        assign_scatter_nd(table, idx, g.placeholder({3, 5}, f32, "u"));
+      },
+      {"[assign_scatter_nd]", "(3, 5)"});
+}
+
 TEST(ScatterNd, LargeSlicesRunInParallel) {
   const Shape sx{50, 40, 300}, si{80, 2}, su{80, 300};
   Graph g;

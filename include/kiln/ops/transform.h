@@ -86,6 +86,12 @@ Tensor gather_nd(const Tensor& x, const Tensor& indices, int64_t batch_dims = 0)
 /// order. Index rules as for gather_nd; updates are cast to x's dtype.
 Tensor scatter_nd(const Tensor& x, const Tensor& indices, const Tensor& updates,
                   ScatterReduction reduction = ScatterReduction::none);
+/// scatter_nd into `variable` in place: only the slices at `indices` are written (a paged KV
+/// cache, rows of an embedding table). Runs after every other op of the run that reads the
+/// variable and returns its new value, as assign does. An index out of range throws ValueError
+/// and writes nothing (on a GPU, after the run).
+Tensor assign_scatter_nd(const Tensor& variable, const Tensor& indices, const Tensor& updates,
+                         ScatterReduction reduction = ScatterReduction::none);
 enum class ResizeMode { nearest, linear, cubic };
 enum class ResizeCoordinates {
   half_pixel,

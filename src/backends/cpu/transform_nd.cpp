@@ -1,6 +1,6 @@
-// CPU kernels of the N-d indexing ops: gather_nd and scatter_nd. An index tuple (m components)
-// addresses a slice of S elements; out-of-range components never read or write out of bounds,
-// and the first one (by position in indices) is reported after the loop.
+// CPU kernels of the N-d indexing ops: gather_nd, scatter_nd and assign_scatter_nd. An index tuple
+// (m components) addresses a slice of S elements; out-of-range components never read or write out
+// of bounds, and the first one (by position in indices) is reported after the loop.
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/transform_common.h"
 #include "ops/transform_params.h"
@@ -89,7 +89,10 @@ void gather_nd(KernelContext& ctx) {
 enum class Reduce { none, add, mul, max, min };
 
 template <typename T, Reduce R> T combine(T a, T b) {
+  constexpr bool half = std::is_same_v<T, float16_t> || std::is_same_v<T, bfloat16_t>;
   if constexpr (R == Reduce::none) return b;
+  else if constexpr (half)  // (assign_scatter_nd's variables: rounded after each update)
+    return T(combine<float, R>(static_cast<float>(a), static_cast<float>(b)));
   else if constexpr (R == Reduce::add) return static_cast<T>(a + b);
   else if constexpr (R == Reduce::mul) return static_cast<T>(a * b);
   else if constexpr (R == Reduce::max) return b > a ? b : a;
@@ -129,7 +132,16 @@ void scatter_nd(KernelContext& ctx) {
     offsets[t] = g.resolve(ids.data(), t, pos);
     if (offsets[t] < 0 && first_bad < 0) first_bad = pos;
   }
-  dispatch(x.dtype, ctx.op_name(), [&](auto t) {
+  // nothing is written when an index is out of range (assign_scatter_nd's variable stays as it was)
+  if (first_bad >= 0) fail_tuple(ctx, x, idx, ids, g, first_bad);
+  // scatter_nd's halves run as f32 (half_via_f32); assign_scatter_nd writes a variable of
+  // any dtype in place
+  auto with_halves = [&](DType t, auto&& f) {
+    if (t == f16) f(float16_t{});
+    else if (t == bf16) f(bfloat16_t{});
+    else dispatch(t, ctx.op_name(), f);
+  };
+  with_halves(x.dtype, [&](auto t) {
     using T = decltype(t);
     if (r == Reduction::add) scatter_nd_typed<T, Reduce::add>(ctx, g, offsets);
     else if (r == Reduction::mul) scatter_nd_typed<T, Reduce::mul>(ctx, g, offsets);
@@ -137,13 +149,25 @@ void scatter_nd(KernelContext& ctx) {
     else if (r == Reduction::min) scatter_nd_typed<T, Reduce::min>(ctx, g, offsets);
     else scatter_nd_typed<T, Reduce::none>(ctx, g, offsets);
   });
-  if (first_bad >= 0) fail_tuple(ctx, x, idx, ids, g, first_bad);
+}
+
+// scatter_nd into the variable's own storage (input 0), then a copy to output 0 when the new value
+// is also returned (a separate array then).
+void assign_scatter_nd(KernelContext& ctx) {
+  const TensorView &var = ctx.in(0), &out = ctx.out(0);
+  if (out.data == var.data) return scatter_nd(ctx);
+  {
+    KernelContext in_place(ctx, ctx.attrs(), {ctx.in(0), ctx.in(1), ctx.in(2)}, {var});
+    scatter_nd(in_place);
+  }
+  std::memcpy(out.data, var.data, static_cast<size_t>(var.numel()) * size_of(var.dtype));
 }
 }  // namespace
 
 void register_transform_nd_kernels() {
   register_kernel(OpId::GatherNd, Backend::cpu, {gather_nd, kAllTypes, 0, false});
   register_kernel(OpId::ScatterNd, Backend::cpu, {scatter_nd, kAllTypes, 0});
+  register_kernel(OpId::AssignScatterNd, Backend::cpu, {assign_scatter_nd, kAllTypes, 0, false});
 }
 
 }  // namespace kiln::cpu

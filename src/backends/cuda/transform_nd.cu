@@ -1,9 +1,9 @@
-// CUDA kernels of the N-d indexing ops: gather_nd and scatter_nd. An index tuple (m components)
-// addresses a slice of `slice` elements. Out-of-range components cannot throw from the device:
-// gather_nd writes zeros there, scatter_nd skips the tuple, and both report the component in the
-// step's error slot (ErrorKind::index_tuple); the runtime throws ValueError after the run.
-// scatter_nd applies repeated tuples in index order (as the CPU does): the tuples' targets are
-// radix-sorted stably, and one thread per (target, slice element) combines its run in order.
+// CUDA kernels of the N-d indexing ops: gather_nd, scatter_nd and assign_scatter_nd. An index
+// tuple (m components) addresses a slice of `slice` elements. Out-of-range components cannot throw
+// from the device: gather_nd writes zeros there, scatter_nd writes nothing, and both report the
+// component in the step's error slot (ErrorKind::index_tuple); the runtime throws ValueError after
+// the run. scatter_nd applies repeated tuples in index order (as the CPU does): the tuples' targets
+// are radix-sorted stably, and one thread per (target, slice element) combines its run in order.
 #include <algorithm>
 #include <cub/device/device_radix_sort.cuh>
 #include <string>
@@ -131,11 +131,12 @@ template <Reduce R, typename A> __device__ inline A combine(A a, A b) {
 
 // One thread per (start of a run of equal keys, slice element): combines the target element with
 // its updates in index order, in float for half types, or keeps the last update.
-template <typename T, Reduce R>
-__global__ void scatter_nd_apply_kernel(const uint64_t* __restrict__ keys,
-                                        const int64_t* __restrict__ order,
-                                        const T* __restrict__ upd, T* __restrict__ out,
-                                        int64_t tuples, int64_t slice, uint64_t none) {
+// Nothing is written once an index was reported out of range (`err`, this step's error slot):
+// assign_scatter_nd's variable stays as it was.
+template <typename T, Reduce R> __global__ void scatter_nd_apply_kernel(
+    const uint64_t* __restrict__ keys, const int64_t* __restrict__ order, const T* __restrict__ upd,
+    T* __restrict__ out, int64_t tuples, int64_t slice, uint64_t none, const int64_t* err) {
+  if (err && static_cast<uint64_t>(err[0]) != ~uint64_t{0}) return;
   KILN_GRID_LOOP(i, tuples * slice) {
     const int64_t r = i / slice, j = i - r * slice;
     const uint64_t key = keys[r];
@@ -195,8 +196,9 @@ void scatter_nd(KernelContext& ctx) {
   dispatch(x.dtype, "scatter_nd", [&](auto t) {
     using T = decltype(t);
     auto run = [&](auto kernel) {
-      kernel<<<blocks_for(total), kThreads, 0, s>>>(keys.Current(), values.Current(),
-                                                    upd.ptr<T>(), out.ptr<T>(), n, g.slice, none);
+      kernel<<<blocks_for(total), kThreads, 0, s>>>(keys.Current(), values.Current(), upd.ptr<T>(),
+                                                    out.ptr<T>(), n, g.slice, none,
+                                                    ctx.error_slot());
     };
     if (r == Reduction::add) run(scatter_nd_apply_kernel<T, Reduce::add>);
     else if (r == Reduction::mul) run(scatter_nd_apply_kernel<T, Reduce::mul>);
@@ -205,6 +207,21 @@ void scatter_nd(KernelContext& ctx) {
     else run(scatter_nd_apply_kernel<T, Reduce::none>);
   });
   check_launch("scatter_nd");
+}
+
+// scatter_nd into the variable's own storage (input 0), then a copy to output 0 when the new value
+// is also returned (a separate array then).
+void assign_scatter_nd(KernelContext& ctx) {
+  const TensorView &var = ctx.in(0), &out = ctx.out(0);
+  if (out.data == var.data) return scatter_nd(ctx);
+  {
+    KernelContext in_place(ctx, ctx.attrs(), {ctx.in(0), ctx.in(1), ctx.in(2)}, {var});
+    scatter_nd(in_place);
+  }
+  const size_t bytes = static_cast<size_t>(var.numel()) * size_of(var.dtype);
+  if (bytes > 0)
+    KILN_CUDA_CHECK(
+        cudaMemcpyAsync(out.data, var.data, bytes, cudaMemcpyDeviceToDevice, stream_of(ctx)));
 }
 }  // namespace
 #undef KILN_GRID_LOOP
@@ -215,6 +232,9 @@ void register_transform_nd_kernels() {
                   {gather_nd, kAllTypes, 0, /*half_via_f32=*/false, /*reports_errors=*/true});
   register_kernel(OpId::ScatterNd, Backend::cuda,
                   {scatter_nd, kAllTypes, 0, /*half_via_f32=*/false, /*reports_errors=*/true});
+  register_kernel(
+      OpId::AssignScatterNd, Backend::cuda,
+      {assign_scatter_nd, kAllTypes, 0, /*half_via_f32=*/false, /*reports_errors=*/true});
 }
 
 }  // namespace kiln::cuda
