@@ -105,12 +105,7 @@ const bool kAssignScatterNd =
                       const DType it = i % 2 ? i32 : i64;
                       Tensor idx =
                           c.input(k.idx, it, tuples(k.x, 0, r == ScatterReduction::none, it));
-                      // the same initial value in every build of the case (DynamicDims builds it
-                      // twice)
-                      std::vector<double> init(static_cast<size_t>(numel(k.x)));
-                      for (size_t j = 0; j < init.size(); ++j)
-                        init[j] = 0.5 + 0.25 * static_cast<double>(j * 37 % 23);
-                      Tensor v = c.g.variable(from_f64(init, k.x, t), "v");
+                      Tensor v = c.variable(k.x, t);
                       c.outs = {assign_scatter_nd(v, idx, c.rand(us, t, 0, 6), r)};
                       c.note(fmt::format("variable {} indices {} reduction {}", to_string(k.x),
                                          to_string(k.idx), static_cast<int>(r)));

@@ -173,6 +173,12 @@ Tensor Case::nonzero(const Shape& shape, DType t, double min_abs, double max_abs
       layout);
 }
 
+Tensor Case::variable(const Shape& shape, DType t) {
+  std::vector<double> init(static_cast<size_t>(numel(shape)));
+  for (size_t j = 0; j < init.size(); ++j) init[j] = 0.5 + 0.25 * static_cast<double>(j * 37 % 23);
+  return g.variable(from_f64(init, shape, t), "v");
+}
+
 Tensor Case::ints(const Shape& shape, int64_t lo, int64_t hi, DType t, Layout layout) {
   return input(
       shape, t, [=](const Shape& s) { return test::random_ints(s, lo, hi, t); }, layout);

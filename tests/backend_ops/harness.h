@@ -71,6 +71,9 @@ class Case {
   /// when the dtype holds enough exact values, else over the last two fed dims, else the last;
   /// random integers for integer and bool dtypes.
   Tensor distinct(const Shape& shape, DType t, Layout layout = Layout::dense);
+  /// A variable of `shape` whose initial value (a fixed pattern of exact values in [0.5, 6]) is
+  /// the same in every build of the case: DynamicDims builds a case twice and compares the runs.
+  Tensor variable(const Shape& shape, DType t);
   /// Adds `label` text ("; " separated).
   void note(const std::string& s) { label += label.empty() ? s : "; " + s; }
 };
