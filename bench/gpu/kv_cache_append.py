@@ -6,7 +6,8 @@ the slice copy, in one process. Every append is one call that returns when the G
 synchronous kiln run; torch.cuda.synchronize after PyTorch's), so the figures are per-call
 latency, launch included; then the same appends submitted without waiting in between (kiln's
 run_async, PyTorch without a sync), the GPU drained once at the end. For contrast, kiln's
-whole-cache form: assign of a where() over the positions, which moves the 32 MiB every call.
+whole-cache form: assign of a where() over the positions, which moves the 32 MiB every call; and
+the append inside a step that reads the whole cache, against the same step without it.
 The update moves 8 KiB: at 4.17 TB/s that is 2 ns, so every figure here is launch and call
 overhead, and what matters is that it does not grow with the filled length.
 
@@ -71,6 +72,16 @@ def main():
     rewrite = g2.compile([], updates=[kiln.assign(cache2, kiln.where(pos2, new2, cache2))],
                          device=kdev)
 
+    # the append inside a step: a step that reads the whole cache (its sum), with and without the
+    # append first (the step reads the appended cache); the difference is what the append adds
+    g3 = kiln.Graph()
+    cache3 = g3.variable(kiln.Array(init, kiln.bf16), "k_cache")
+    new3 = g3.placeholder([1, HEADS, DIM], kiln.bf16, "new")
+    starts3 = g3.placeholder([3], kiln.i64, "starts")
+    with_append = g3.compile(
+        [kiln.sum(kiln.cast(kiln.assign_slice(cache3, new3, starts3), kiln.f32))], device=kdev)
+    without = g3.compile([kiln.sum(kiln.cast(cache3, kiln.f32))], device=kdev)
+
     tcache = torch.tensor(init, device=dev).to(torch.bfloat16)
 
     def slice_copy(c, t, p):
@@ -88,6 +99,9 @@ def main():
         r = {}
         r["kiln assign_slice"] = per_call_us(lambda: append.run({new: ktoken, starts: kstarts}),
                                              a.calls)
+        r["kiln step + append"] = per_call_us(
+            lambda: with_append.run({new3: ktoken, starts3: kstarts}), a.calls)
+        r["kiln step alone"] = per_call_us(lambda: without.run({}), a.calls)
         r["kiln whole-cache assign"] = per_call_us(
             lambda: rewrite.run({new2: ktoken, pos2: kmask}), max(a.calls // 10, 20))
 
@@ -125,7 +139,8 @@ def main():
     peers = [k for k in rows[FILLED[0]] if k.startswith("torch") and "no sync" not in k]
     print(f"append one token (1 x {HEADS} x {DIM} bf16, 8 KiB) to a {POSITIONS} x {HEADS} x {DIM} "
           f"bf16 cache (32 MiB) on {dev}; us per call, {a.calls} calls each")
-    names = [n for n in rows[FILLED[0]] if "no wait" not in n and "no sync" not in n]
+    names = [n for n in rows[FILLED[0]]
+             if "no wait" not in n and "no sync" not in n and "step" not in n]
     print(f"{'filled':>8} " + " ".join(f"{n:>26}" for n in names) + "  kiln/best peer")
     for filled, r in rows.items():
         best = min(r[p] for p in peers)
@@ -135,6 +150,10 @@ def main():
         print(f"{filled:>8} pipelined: kiln {r['kiln run_async, no wait']:.2f} us a call, torch "
               f"eager {r['torch eager, no sync']:.2f}: "
               f"{r['kiln run_async, no wait'] / r['torch eager, no sync']:.2f}")
+    for filled, r in rows.items():
+        print(f"{filled:>8} in a step that reads the cache: {r['kiln step + append']:.2f} us with "
+              f"the append, {r['kiln step alone']:.2f} without: the append adds "
+              f"{r['kiln step + append'] - r['kiln step alone']:.2f} us")
     ks = [rows[f]["kiln assign_slice"] for f in FILLED]
     print(f"kiln assign_slice spread over filled lengths: {max(ks) / min(ks):.3f} (max/min)")
 
