@@ -147,7 +147,13 @@ void bind_ops(nb::module_& m) {
       [](const Tensor& variable, const Tensor& update, nb::handle starts) {
         if (nb::isinstance<Tensor>(starts))
           return kiln::assign_slice(variable, update, nb::cast<Tensor>(starts));
-        return kiln::assign_slice(variable, update, nb::cast<std::vector<int64_t>>(starts));
+        std::vector<int64_t> s;
+        if (nb::isinstance<nb::str>(starts) || !nb::try_cast(starts, s))
+          throw nb::type_error(
+              ("[assign_slice] starts must be a Tensor or a sequence of ints, got " +
+               nb::cast<std::string>(nb::str(starts.type().attr("__name__"))))
+                  .c_str());
+        return kiln::assign_slice(variable, update, s);
       },
       nb::arg("variable"), nb::arg("update"), nb::arg("starts"), ka, op_doc("assign_slice"));
   m.def("scalar_like", &kiln::scalar_like, nb::arg("x"), nb::arg("value"), ka,

@@ -162,6 +162,8 @@ def test_assign_slice_appends_tokens_to_a_cache_in_place(rng):
     want2 = cache0.copy()
     want2[5:6] = row
     np.testing.assert_array_equal(out.run({x: row})[0].numpy(), want2)
+    with pytest.raises(TypeError, match=r"\[assign_slice\] starts must be a Tensor or a sequence of ints, got str"):
+        kiln.assign_slice(v, x, "050")
 
 
 def test_assign_scatter_nd_updates_rows_of_a_table_in_place(rng):
