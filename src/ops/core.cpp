@@ -78,10 +78,12 @@ std::vector<TensorInfo> infer_assign_slice(const InferContext& ctx) {
     if (up.shape[d] >= 0 && var.shape[d] >= 0 && up.shape[d] > var.shape[d])
       fail<ShapeError>("[assign_slice] update {} is larger than the variable {} along dim {}",
                        str(up.shape), str(var.shape), d);
-  if (st.dtype != i64 || st.shape.size() != 1 ||
+  if (st.dtype != i64)
+    fail<DTypeError>("[assign_slice] starts must be int64, got {}", name(st.dtype));
+  if (st.shape.size() != 1 ||
       (st.shape[0] >= 0 && st.shape[0] != static_cast<int64_t>(var.shape.size())))
-    fail<ShapeError>("[assign_slice] starts {} {} must be int64 of shape ({},): one per dim of {}",
-                     name(st.dtype), str(st.shape), var.shape.size(), str(var.shape));
+    fail<ShapeError>("[assign_slice] starts {} must have shape ({},): one per dim of {}",
+                     str(st.shape), var.shape.size(), str(var.shape));
   return {var};
 }
 // A stored arange's bounds: finite, and not too many values.
