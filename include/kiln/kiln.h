@@ -13,6 +13,7 @@
 #include "kiln/graph.h"
 #include "kiln/op_catalog.h"
 #include "kiln/ops/attention.h"
+#include "kiln/ops/control.h"
 #include "kiln/ops/core.h"
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/linalg.h"

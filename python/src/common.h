@@ -75,6 +75,7 @@ void bind_array(nb::module_& m);
 void bind_graph(nb::module_& m);
 void bind_ops(nb::module_& m);
 void bind_ops_nn(nb::module_& m);
+void bind_control(nb::module_& m);
 void bind_runtime(nb::module_& m);
 void bind_train(nb::module_& m);
 void bind_onnx(nb::module_& m);

@@ -58,6 +58,7 @@ NB_MODULE(_kiln, m) {
   kiln::py::bind_graph(m);
   kiln::py::bind_ops(m);
   kiln::py::bind_ops_nn(m);
+  kiln::py::bind_control(m);
   kiln::py::bind_runtime(m);
   kiln::py::bind_train(m);
   kiln::py::bind_onnx(m);

@@ -12,13 +12,14 @@ namespace kiln {
 
 namespace detail {
 
-int32_t GraphImpl::add(OpId op, std::vector<ValueRef> inputs, Attrs attrs, std::string name) {
+int32_t GraphImpl::add(OpId op, std::vector<ValueRef> inputs, Attrs attrs, std::string name,
+                       std::vector<std::shared_ptr<const Body>> bodies) {
   const OpDef& def = op_def(op);
   if (!def.infer) fail<UnsupportedError>("[{}] op has no shape inference registered", op_name(op));
   std::vector<TensorInfo> in;
   in.reserve(inputs.size());
   for (auto v : inputs) in.push_back(info(v));
-  InferContext ctx{op, attrs, in};
+  InferContext ctx{op, attrs, in, &bodies};
   Node n;
   n.op = op;
   n.outputs = infer_node(ctx);
@@ -26,6 +27,7 @@ int32_t GraphImpl::add(OpId op, std::vector<ValueRef> inputs, Attrs attrs, std::
   n.inputs = std::move(inputs);
   n.attrs = std::move(attrs);
   n.name = std::move(name);
+  n.bodies = std::move(bodies);
   return add_inferred(std::move(n));
 }
 
@@ -44,20 +46,31 @@ int32_t GraphImpl::add_inferred(Node node) {
   return static_cast<int32_t>(nodes.size() - 1);
 }
 
-std::vector<Tensor> make_node(OpId op, const std::vector<Tensor>& inputs, Attrs attrs) {
+std::vector<Tensor> make_node(OpId op, const std::vector<Tensor>& inputs, Attrs attrs,
+                              std::vector<std::shared_ptr<const Body>> bodies) {
   KILN_ASSERT(!inputs.empty());
   GraphImpl* g = nullptr;
-  std::vector<ValueRef> refs;
-  refs.reserve(inputs.size());
+  bool mixed = false;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
     if (!t.valid()) fail<ValueError>("[{}] input {} is an empty Tensor", op_name(op), i);
     if (!g) g = t.graph_impl();
-    else if (g != t.graph_impl())
-      fail<ValueError>("[{}] input {} belongs to another graph", op_name(op), i);
-    refs.push_back({t.node_id(), t.output_index()});
+    else if (g != t.graph_impl()) mixed = true;
   }
-  int32_t id = g->add(op, std::move(refs), std::move(attrs));
+  BodyCapture* scope = mixed ? BodyCapture::current() : nullptr;
+  if (mixed && !scope) {
+    for (size_t i = 1; i < inputs.size(); ++i)
+      if (inputs[i].graph_impl() != g)
+        fail<ValueError>("[{}] input {} belongs to another graph", op_name(op), i);
+  }
+  std::vector<ValueRef> refs;
+  refs.reserve(inputs.size());
+  if (scope) g = &scope->body();
+  for (const Tensor& t : inputs) {
+    const Tensor v = scope ? scope->capture(t, op_name(op)) : t;
+    refs.push_back({v.node_id(), v.output_index()});
+  }
+  int32_t id = g->add(op, std::move(refs), std::move(attrs), "", std::move(bodies));
   std::vector<Tensor> outs;
   for (size_t i = 0; i < g->nodes[id].outputs.size(); ++i)
     outs.emplace_back(g, id, static_cast<int32_t>(i));
@@ -76,7 +89,65 @@ std::vector<Tensor> make_source_node(GraphImpl& g, OpId op, Attrs attrs) {
   return outs;
 }
 
+namespace {
+thread_local BodyCapture* innermost_body = nullptr;
+}
+
+BodyCapture::BodyCapture(GraphImpl& body, GraphImpl& outer)
+    : body_(body), outer_(outer), parent_(innermost_body) {
+  innermost_body = this;
+}
+BodyCapture::~BodyCapture() { innermost_body = parent_; }
+BodyCapture* BodyCapture::current() { return innermost_body; }
+
+Tensor BodyCapture::capture(const Tensor& t, const char* op) {
+  if (t.graph_impl() == &body_) return t;
+  Tensor v = t;
+  if (t.graph_impl() != &outer_) {
+    // a value of a graph around the outer one: captured into the outer body first
+    if (!parent_ || &parent_->body_ != &outer_)
+      fail<ValueError>(
+          "[{}] an input belongs to a graph that is not the one of the body being "
+          "built nor a graph around it",
+          op);
+    v = parent_->capture(t, op);
+  }
+  const ValueRef ref{v.node_id(), v.output_index()};
+  for (auto& [outer, ph] : captured_)
+    if (outer == ref) return Tensor(&body_, ph, 0);
+  Node n;
+  n.op = OpId::Placeholder;
+  n.outputs = {outer_.info(ref)};
+  n.name = "captured:" + outer_.nodes[ref.node].name;
+  n.attrs.set("shape", n.outputs[0].shape).set("dtype", n.outputs[0].dtype);
+  const int32_t id = body_.add_inferred(std::move(n));
+  captured_.emplace_back(ref, id);
+  return Tensor(&body_, id, 0);
+}
+
 }  // namespace detail
+
+std::vector<TensorInfo> infer_body(const Body& b, const std::vector<TensorInfo>& operands) {
+  const auto& nodes = b.graph.nodes;
+  std::vector<std::vector<TensorInfo>> infos(nodes.size());
+  for (size_t i = 0; i < nodes.size(); ++i) infos[i] = nodes[i].outputs;
+  for (size_t k = 0; k < b.operands.size() && k < operands.size(); ++k) {
+    const int32_t ph = b.operands[k];
+    if (ph < 0) continue;
+    KILN_ASSERT(ph < static_cast<int32_t>(nodes.size()) && nodes[ph].op == OpId::Placeholder);
+    infos[ph] = {operands[k]};
+  }
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const detail::Node& n = nodes[i];
+    if (n.inputs.empty()) continue;  // placeholders, constants, variables, sources: as built
+    std::vector<TensorInfo> in;
+    for (auto v : n.inputs) in.push_back(infos[v.node][v.index]);
+    infos[i] = infer_node(InferContext{n.op, n.attrs, in, &n.bodies});
+  }
+  std::vector<TensorInfo> out;
+  for (auto v : b.results) out.push_back(infos[v.node][v.index]);
+  return out;
+}
 
 using detail::GraphImpl;
 

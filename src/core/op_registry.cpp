@@ -107,6 +107,7 @@ const OpDef& op_def(OpId op) {
     register_factorization_ops();
     register_quant_ops();
     register_custom_op_ops();
+    register_control_ops();
   });
   return defs_storage()[static_cast<int>(op)];
 }
@@ -135,7 +136,7 @@ std::vector<TensorInfo> infer_node(const InferContext& ctx) {
   }
   Attrs attrs = ctx.attrs;
   attrs.set("channels_last", false);
-  std::vector<TensorInfo> out = def.infer(InferContext{ctx.op, attrs, in});
+  std::vector<TensorInfo> out = def.infer(InferContext{ctx.op, attrs, in, ctx.bodies});
   for (TensorInfo& t : out)
     if (t.shape.size() == 4) t.shape = {t.shape[0], t.shape[2], t.shape[3], t.shape[1]};
   return out;

@@ -17,6 +17,8 @@ struct InferContext {
   OpId op;
   const Attrs& attrs;
   const std::vector<TensorInfo>& inputs;
+  /// The node's bodies (control-flow ops; nullptr or empty for the others).
+  const std::vector<std::shared_ptr<const Body>>* bodies = nullptr;
   const char* name() const { return op_name(op); }
 };
 using InferFn = std::vector<TensorInfo> (*)(const InferContext&);
@@ -209,5 +211,6 @@ void register_attention_ops();     // src/ops/attention.cpp
 void register_factorization_ops();  // src/ops/factorization.cpp
 void register_quant_ops();         // src/ops/quant.cpp
 void register_custom_op_ops();     // src/ops/custom_op.cpp
+void register_control_ops();       // src/ops/control.cpp
 
 }  // namespace kiln

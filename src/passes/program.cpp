@@ -144,7 +144,7 @@ bool specialize_shapes(Program& p, const std::vector<std::pair<int32_t, Shape>>&
       for (const TensorInfo& t : in) all = all && is_static(t.shape);
       if (all) resolve(n.attrs, in);
     }
-    InferContext ctx{n.op, n.attrs, in};
+    InferContext ctx{n.op, n.attrs, in, &n.bodies};
     n.outputs = infer_node(ctx);
     for (const TensorInfo& o : n.outputs)  // (a size computed from shapes may be anything)
       if (!within_element_limit(o.shape))
@@ -204,7 +204,7 @@ void verify_program(const Program& p, const std::string& after_pass) {
     if (n.op == OpId::Placeholder || n.op == OpId::Constant || n.op == OpId::Variable) continue;
     std::vector<TensorInfo> in;
     for (auto v : n.inputs) in.push_back(p.graph.info(v));
-    InferContext ctx{n.op, n.attrs, in};
+    InferContext ctx{n.op, n.attrs, in, &n.bodies};
     // (a symbolic program's nodes may know dims that their inference alone leaves unknown)
     const auto inferred = infer_node(ctx);
     bool same = inferred.size() == n.outputs.size();

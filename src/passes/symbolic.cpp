@@ -272,7 +272,7 @@ size_t symbolize(Program& p, const std::vector<std::pair<int32_t, Shape>>* seen)
       in.push_back(p.graph.info(v));
       in_values.push_back(&values[v.node]);
     }
-    InferContext ctx{n.op, n.attrs, in};
+    InferContext ctx{n.op, n.attrs, in, &n.bodies};
     n.outputs = infer_node(ctx);
     if (n.op == OpId::Arange && n.attrs.b("from_values", false))
       n.outputs[0].shape[0] = arange_length(n, values);

@@ -11,6 +11,7 @@
 #include "core/errors.h"
 #include "core/op_registry.h"
 #include "ops/fused_elementwise.h"
+#include "runtime/control.h"
 #include "runtime/custom_op.h"
 #include "runtime/env.h"
 #include "runtime/executable_impl.h"
@@ -105,6 +106,7 @@ void attach_program(detail::ExecutableImpl& impl, Program p) {
     // decoded here, after every pass, once for all the runs of the executable
     const OpDef& def = op_def(n.op);
     n.params = def.decode ? def.decode(n.op, n.attrs) : nullptr;
+    if (!n.bodies.empty()) n.params = detail::compile_bodies(p, n, impl);
   }
   impl.program = std::move(p);
   if (impl.options.num_threads > 0) {

@@ -36,6 +36,8 @@ std::string capture_blocker(const ExecutableImpl& x) {
       return fmt::format("%{} {} falls back to the cpu", st.node, op_name(op));
     if (op == OpId::AllReduce || op == OpId::CollectiveWait)
       return fmt::format("%{} {} talks to other ranks", st.node, op_name(op));
+    if (!x.program.graph.nodes[st.node].bodies.empty())
+      return fmt::format("%{} {} runs its bodies from the host", st.node, op_name(op));
   }
   return {};
 }

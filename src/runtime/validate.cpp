@@ -42,8 +42,10 @@ class ValidateOnCpu final : public StepObserver {
   void before_step(const StepCall& call) override {
     cpu_ = nullptr;
     const OpId op = call.node.op;
-    // fallbacks already run on the CPU; collectives talk to other ranks: not run twice
-    if (call.step.backend == Backend::cpu || op == OpId::AllReduce || op == OpId::CollectiveWait)
+    // fallbacks already run on the CPU; collectives talk to other ranks: not run twice; a
+    // control node's bodies are runs of their own, validated step by step as they run
+    if (call.step.backend == Backend::cpu || op == OpId::AllReduce || op == OpId::CollectiveWait ||
+        !call.node.bodies.empty())
       return;
     cpu_ = find_kernel(op, Backend::cpu, layout_of(op, call.node.attrs));
     if (cpu_)

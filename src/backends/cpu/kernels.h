@@ -21,6 +21,7 @@ void register_attention_kernels();     // attention.cpp
 void register_factorization_kernels();  // factorization.cpp
 void register_quant_kernels();         // quant.cpp
 void register_custom_op_kernels();     // custom_op.cpp: custom, custom_impure
+void register_control_kernels();       // control.cpp: cond, while_loop, for_loop
 
 /// Registers every family above.
 void register_kernels();

@@ -21,6 +21,7 @@ void register_kernels() {
   register_factorization_kernels();
   register_quant_kernels();
   register_custom_op_kernels();
+  register_control_kernels();
 }
 
 }  // namespace kiln::cpu

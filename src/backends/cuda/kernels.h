@@ -25,5 +25,6 @@ void register_attention_kernels();    // attention.cu, attention_backward.cu: fu
 void register_factorization_kernels();  // factorization.cu: cholesky, triangular_solve
 void register_quant_kernels();         // quant.cu: quantize, dequantize, fake_quantize
 void register_custom_op_kernels();     // custom_op.cpp: custom, custom_impure
+void register_control_kernels();       // control.cpp: cond, while_loop, for_loop
 
 }  // namespace kiln::cuda

@@ -126,7 +126,7 @@ const Value* Importer::find(const std::string& name) const {
 
 Tensor Importer::constant(const Array& value) {
   Tensor t = model_.graph.constant(value);
-  known_[{t.node_id(), t.output_index()}] = value;
+  known_[{t.graph_impl(), t.node_id(), t.output_index()}] = value;
   return t;
 }
 
@@ -288,6 +288,15 @@ std::vector<Tensor> Importer::inline_graph(const ::onnx::GraphProto& g) {
   return outs;
 }
 
+std::vector<Tensor> Importer::inline_body(const ::onnx::GraphProto& g,
+                                          const std::vector<Tensor>& inputs) {
+  if (g.input_size() != static_cast<int>(inputs.size()))
+    fail<FormatError>("[onnx] the body '{}' declares {} inputs, not {}", g.name(), g.input_size(),
+                      inputs.size());
+  for (int k = 0; k < g.input_size(); ++k) values_[g.input(k).name()] = {inputs[k], std::nullopt};
+  return inline_graph(g);
+}
+
 void Importer::add_node(const ::onnx::NodeProto& node) {
   int version = 0;
   const OpEntry* entry = find_entry(node.op_type(), model_.opset, &version);
@@ -312,7 +321,8 @@ void Importer::add_node(const ::onnx::NodeProto& node) {
       check_elements(outs[i].shape(), fmt::format("node '{}' ({}) output '{}'", node_label(node),
                                                   node.op_type(), name));
       v.tensor = outs[i];
-      if (auto it = known_.find({outs[i].node_id(), outs[i].output_index()}); it != known_.end())
+      if (auto it = known_.find({outs[i].graph_impl(), outs[i].node_id(), outs[i].output_index()});
+          it != known_.end())
         v.data = it->second;
       produced.push_back(name);
     }
@@ -338,6 +348,7 @@ void Importer::fold(const std::vector<std::string>& names) {
   for (const auto& name : names) {
     Value& v = values_[name];
     if (v.data) continue;
+    if (v.tensor.graph_impl() != &model_.graph.impl()) return;  // a value of a body
     const Shape s = v.tensor.shape();
     if (!is_static(s)) return;
     total += numel(s);

@@ -4,10 +4,11 @@
 #pragma once
 
 #include <map>
-#include <utility>
-#include <vector>
 #include <optional>
 #include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 #include "kiln/onnx.h"
 
@@ -39,6 +40,9 @@ class Importer {
   /// Maps a subgraph's nodes into this graph (names from enclosing scopes resolve); returns its
   /// outputs.
   std::vector<Tensor> inline_graph(const ::onnx::GraphProto& g);
+  /// The same for a body whose graph inputs are `inputs` (a Loop body's iteration number,
+  /// condition and carried values), bound by the subgraph's input names.
+  std::vector<Tensor> inline_body(const ::onnx::GraphProto& g, const std::vector<Tensor>& inputs);
 
  private:
   void check_supported(const ::onnx::GraphProto& g);
@@ -50,8 +54,9 @@ class Importer {
   const ImportOptions& options_;
   Model model_;
   std::map<std::string, Value> values_;
-  // data of the constants this import created, by (node, output)
-  std::map<std::pair<int32_t, int32_t>, Array> known_;
+  // data of the constants this import created, by (graph, node, output): a branch or loop body
+  // builds its own graph, whose node ids repeat the outer graph's
+  std::map<std::tuple<const void*, int32_t, int32_t>, Array> known_;
 };
 
 /// Converts a TensorProto to an Array; `external_dir` confines external data (empty: refused).

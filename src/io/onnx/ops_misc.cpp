@@ -1,5 +1,5 @@
 // ONNX ops lowered onto several kiln ops (Einsum, CenterCropPad, MaxUnpool, ReverseSequence,
-// AffineGrid), If with a known condition, and the indexing, resizing and sampling ops.
+// AffineGrid), and the indexing, resizing and sampling ops.
 #include <onnx/onnx_pb.h>
 
 #include <algorithm>
@@ -325,30 +325,21 @@ Outs grid_sample_op(NodeContext& c) {
   return {grid_sample(c.input(0), c.input(1), o)};
 }
 
-// If with a condition known while importing: the taken branch is mapped in place.
-Outs if_op(NodeContext& c) {
-  if (!c.constant(0))
-    c.unsupported("the condition must be known while importing (kiln has no run-time branches)");
-  const bool cond = c.ints(0).at(0) != 0;
-  return c.importer().inline_graph(c.attr_graph(cond ? "then_branch" : "else_branch"));
-}
-
 }  // namespace
 
 void add_misc_ops(std::vector<OpEntry>& t) {
   t.insert(t.end(), {
-      {"Einsum", 12, einsum_op},
-      {"CenterCropPad", 18, center_crop_pad},
-      {"MaxUnpool", 9, max_unpool},
-      {"ReverseSequence", 10, reverse_sequence},
-      {"AffineGrid", 20, affine_grid},
-      {"If", 1, if_op},
-      {"GatherND", 11, gather_nd_op},
-      {"ScatterND", 11, scatter_nd_op},
-      {"Resize", 10, resize_op},
-      {"Upsample", 7, resize_op},
-      {"GridSample", 16, grid_sample_op},
-  });
+                        {"Einsum", 12, einsum_op},
+                        {"CenterCropPad", 18, center_crop_pad},
+                        {"MaxUnpool", 9, max_unpool},
+                        {"ReverseSequence", 10, reverse_sequence},
+                        {"AffineGrid", 20, affine_grid},
+                        {"GatherND", 11, gather_nd_op},
+                        {"ScatterND", 11, scatter_nd_op},
+                        {"Resize", 10, resize_op},
+                        {"Upsample", 7, resize_op},
+                        {"GridSample", 16, grid_sample_op},
+                    });
 }
 
 }  // namespace kiln::onnx::detail

@@ -55,7 +55,8 @@ std::string check_attrs(const Node& n, const std::vector<TensorInfo>& in) {
       for (double e : *x)
         if (!std::isfinite(e)) return fmt::format("attribute {} holds {}", key, e);
   }
-  return def.stored_check ? def.stored_check(InferContext{n.op, n.attrs, in}) : std::string();
+  return def.stored_check ? def.stored_check(InferContext{n.op, n.attrs, in, &n.bodies})
+                          : std::string();
 }
 
 std::string infos(const std::vector<TensorInfo>& v) {
@@ -108,7 +109,7 @@ std::string check_node(const detail::GraphImpl& g, size_t i) {
   std::vector<TensorInfo> out;
   try {
     if (std::string why = check_attrs(n, in); !why.empty()) return why;
-    out = infer_node(InferContext{n.op, n.attrs, in});
+    out = infer_node(InferContext{n.op, n.attrs, in, &n.bodies});
   } catch (const std::exception& e) {
     return fmt::format("inputs {} and attributes ({}) are rejected: {}", infos(in),
                        n.attrs.to_string(), e.what());

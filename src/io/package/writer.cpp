@@ -73,6 +73,12 @@ void write(const detail::ExecutableImpl& x, const std::string& path,
     fail<ValueError>("[package] {} output names given for {} returned values",
                      options.output_names.size(), x.program.num_returned);
 
+  for (size_t i = 0; i < nodes.size(); ++i)
+    if (!nodes[i].bodies.empty())
+      fail<UnsupportedError>(
+          "[package] node %{} ({}) has bodies, which this package format "
+          "does not store",
+          i, op_name(nodes[i].op));
   // data sections: constants and variables in program order, on the host
   struct Data {
     Array host;

@@ -1,0 +1,217 @@
+// ONNX control flow onto kiln's control ops (src/ops/control.cpp): If as cond (or, with a
+// condition known while importing, the taken branch in place), Loop as a while_loop carrying the
+// iteration number and the condition, Scan (from opset 9: Scan-8's batch axis and sequence_lens
+// are not mapped) as a for_loop over the scanned
+// axis. A subgraph reads the values of the graphs around it by name; kiln captures them.
+// Scan outputs (Loop's and Scan's per-iteration values) are stacked into buffers carried through
+// the loop, so their length must be known while importing: Scan's scanned dim, Loop's M with a
+// condition that stays true.
+#include <onnx/onnx_pb.h>
+
+#include "core/graph_impl.h"
+#include "io/onnx/map_util.h"
+#include "kiln/ops/control.h"
+
+namespace kiln::onnx::detail {
+
+namespace {
+
+Outs if_op(NodeContext& c) {
+  if (c.constant(0)) {
+    const bool taken = c.ints(0).at(0) != 0;
+    return c.importer().inline_graph(c.attr_graph(taken ? "then_branch" : "else_branch"));
+  }
+  auto branch = [&c](const char* name) {
+    return [&c, name](const std::vector<Tensor>&) {
+      return c.importer().inline_graph(c.attr_graph(name));
+    };
+  };
+  Tensor pred = c.input(0);
+  if (pred.dtype() != boolean) pred = cast(pred, boolean);
+  return cond(pred, {}, branch("then_branch"), branch("else_branch"));
+}
+
+// The infos of a body's outputs when it reads values of `inputs`' infos: the body mapped once
+// onto a graph that is then thrown away (what the buffers of its scan outputs need).
+std::vector<TensorInfo> body_output_infos(NodeContext& c, const ::onnx::GraphProto& body,
+                                          const std::vector<TensorInfo>& inputs) {
+  Graph dry;
+  std::vector<Tensor> in;
+  for (const TensorInfo& t : inputs) in.push_back(dry.placeholder(t.shape, t.dtype));
+  kiln::detail::BodyCapture* around = kiln::detail::BodyCapture::current();
+  kiln::detail::BodyCapture scope(dry.impl(), around ? around->body() : c.graph().impl());
+  std::vector<TensorInfo> out;
+  for (const Tensor& t : c.importer().inline_body(body, in)) out.push_back({t.shape(), t.dtype()});
+  return out;
+}
+
+// Stacked outputs: a buffer (n, shape...) of zeros per scan output, and the write of one row.
+Tensor scan_buffer(NodeContext& c, int64_t n, const TensorInfo& row) {
+  Shape s{n};
+  s.insert(s.end(), row.shape.begin(), row.shape.end());
+  for (int64_t d : s)
+    if (d < 0)
+      c.unsupported(fmt::format(
+          "a scan output of shape {} (its dims must be known while importing)", str(row.shape)));
+  return zeros(c.graph(), s, row.dtype);
+}
+Tensor write_row(const Tensor& buffer, const Tensor& row_index, Tensor value) {
+  Shape s = buffer.shape();
+  s[0] = 1;
+  if (value.dtype() != buffer.dtype()) value = cast(value, buffer.dtype());
+  return scatter_nd(buffer, reshape(row_index, {1, 1}), reshape(value, s));
+}
+
+// Whether a Loop body hands its condition on unchanged (its output 0 is input 1, or an Identity
+// of it): then the loop runs M times.
+bool condition_stays(const ::onnx::GraphProto& body) {
+  if (body.input_size() < 2 || body.output_size() < 1) return false;
+  const std::string& in = body.input(1).name();
+  const std::string& out = body.output(0).name();
+  if (in == out) return true;
+  for (const auto& n : body.node())
+    for (const auto& o : n.output())
+      if (o == out) return n.op_type() == "Identity" && n.input_size() == 1 && n.input(0) == in;
+  return false;
+}
+
+// Loop(M, cond, v...): while (i < M && cond) { cond, v..., scans... = body(i, cond, v...); ++i },
+// as a while_loop carrying (i, cond, v..., scan buffers...).
+Outs loop_op(NodeContext& c) {
+  const ::onnx::GraphProto& body = c.attr_graph("body");
+  const int carried = c.num_inputs() - 2;
+  if (carried < 0) c.fail("takes M, cond and the carried values");
+  const int scans = body.output_size() - 1 - carried;
+  if (scans < 0 || body.input_size() != 2 + carried)
+    c.fail(fmt::format("the body has {} inputs and {} outputs for {} carried values",
+                       body.input_size(), body.output_size(), carried));
+  Graph& g = c.graph();
+  Tensor go = c.has_input(1) ? c.input(1) : g.constant(Array::scalar(true));
+  if (go.dtype() != boolean) go = cast(go, boolean);
+  std::vector<Tensor> init{g.constant(Array::scalar(int64_t{0})), reshape(go, {})};
+  for (int k = 0; k < carried; ++k) init.push_back(c.input(2 + k));
+  if (scans > 0) {
+    const bool runs_m_times = c.has_input(0) && c.constant(0) &&
+                              (!c.has_input(1) || (c.constant(1) && c.ints(1).at(0) != 0)) &&
+                              condition_stays(body);
+    if (!runs_m_times)
+      c.unsupported(
+          "scan outputs need a trip count M known while importing and a condition "
+          "that stays true (kiln sizes outputs before a run)");
+    const int64_t n = std::max<int64_t>(c.ints(0).at(0), 0);
+    std::vector<TensorInfo> in;
+    for (const Tensor& t : init) in.push_back({t.shape(), t.dtype()});
+    const std::vector<TensorInfo> out = body_output_infos(c, body, in);
+    for (int k = 0; k < scans; ++k) init.push_back(scan_buffer(c, n, out[1 + carried + k]));
+  }
+  const std::optional<Tensor> m =
+      c.has_input(0) ? std::optional<Tensor>(reshape(cast(c.input(0), i64), {})) : std::nullopt;
+  auto keep_going = [&](const std::vector<Tensor>& v) {
+    if (!m) return std::vector<Tensor>{v[1]};
+    return std::vector<Tensor>{logical_and(v[1], less(v[0], *m))};
+  };
+  auto step = [&](const std::vector<Tensor>& v) {
+    const std::vector<Tensor> out =
+        c.importer().inline_body(body, std::vector<Tensor>(v.begin(), v.begin() + 2 + carried));
+    Tensor next_go = out[0].dtype() == boolean ? out[0] : cast(out[0], boolean);
+    std::vector<Tensor> next{v[0] + 1.0, reshape(next_go, {})};
+    for (int k = 0; k < carried; ++k) {
+      const Tensor& o = out[1 + k];
+      next.push_back(o.dtype() == v[2 + k].dtype() ? o : cast(o, v[2 + k].dtype()));
+    }
+    for (int k = 0; k < scans; ++k)
+      next.push_back(write_row(v[2 + carried + k], v[0], out[1 + carried + k]));
+    return next;
+  };
+  const std::vector<Tensor> out = while_loop(init, keep_going, step);
+  return Outs(out.begin() + 2, out.end());
+}
+
+// Scan (opset 9+): for i < T, states..., outs... = body(states..., x_j[i along axis_j]...), each
+// scan input read forwards or backwards, each scan output stacked along its axis.
+Outs scan_op(NodeContext& c) {
+  const ::onnx::GraphProto& body = c.attr_graph("body");
+  const int64_t num_scan = c.required_int("num_scan_inputs");
+  const int states = c.num_inputs() - static_cast<int>(num_scan);
+  if (num_scan < 1 || states < 0)
+    c.fail(fmt::format("num_scan_inputs {} does not fit {} inputs", num_scan, c.num_inputs()));
+  const int scans = body.output_size() - states;
+  if (scans < 0 || body.input_size() != c.num_inputs())
+    c.fail(fmt::format("the body has {} inputs and {} outputs for {} states and {} scan inputs",
+                       body.input_size(), body.output_size(), states, num_scan));
+  auto per_input = [&](const char* name, int64_t count) {
+    std::vector<int64_t> v = c.attr_ints(name);
+    if (v.empty()) v.assign(static_cast<size_t>(count), 0);
+    if (static_cast<int64_t>(v.size()) != count)
+      c.fail(fmt::format("{} has {} values for {}", name, v.size(), count));
+    return v;
+  };
+  std::vector<int64_t> in_axes = per_input("scan_input_axes", num_scan),
+                       in_dirs = per_input("scan_input_directions", num_scan),
+                       out_axes = per_input("scan_output_axes", scans),
+                       out_dirs = per_input("scan_output_directions", scans);
+  std::vector<Tensor> xs;
+  int64_t steps = -1;
+  for (int j = 0; j < num_scan; ++j) {
+    Tensor x = c.input(states + j);
+    in_axes[j] = axis_of(c, in_axes[j], x.rank());
+    const int64_t len = x.dim(static_cast<int>(in_axes[j]));
+    if (len < 0) c.unsupported("a scan input's scanned dim must be known while importing");
+    if (steps >= 0 && len != steps)
+      c.fail(fmt::format("scan inputs of {} and {} steps", steps, len));
+    steps = len;
+    xs.push_back(x);
+  }
+  // a body over (states..., one step of each scan input)
+  std::vector<TensorInfo> in;
+  std::vector<Tensor> init;
+  for (int k = 0; k < states; ++k) {
+    init.push_back(c.input(k));
+    in.push_back({init.back().shape(), init.back().dtype()});
+  }
+  for (int j = 0; j < num_scan; ++j) {
+    Shape s = xs[j].shape();
+    s.erase(s.begin() + in_axes[j]);
+    in.push_back({s, xs[j].dtype()});
+  }
+  const std::vector<TensorInfo> out_infos = body_output_infos(c, body, in);
+  for (int k = 0; k < scans; ++k) init.push_back(scan_buffer(c, steps, out_infos[states + k]));
+  if (init.empty()) return {};
+  auto step_index = [&](const Tensor& i, int64_t reverse) {
+    return reverse ? scalar_like(i, static_cast<double>(steps - 1)) - i : i;
+  };
+  std::vector<Tensor> out = for_loop(steps, init, [&](const std::vector<Tensor>& v) {
+    std::vector<Tensor> args(v.begin() + 1, v.begin() + 1 + states);
+    for (int j = 0; j < num_scan; ++j)
+      args.push_back(gather(xs[j], step_index(v[0], in_dirs[j]), in_axes[j]));
+    const std::vector<Tensor> o = c.importer().inline_body(body, args);
+    std::vector<Tensor> next;
+    for (int k = 0; k < states; ++k)
+      next.push_back(o[k].dtype() == v[1 + k].dtype() ? o[k] : cast(o[k], v[1 + k].dtype()));
+    for (int k = 0; k < scans; ++k)
+      next.push_back(write_row(v[1 + states + k], step_index(v[0], out_dirs[k]), o[states + k]));
+    return next;
+  });
+  for (int k = 0; k < scans; ++k) {
+    Tensor& y = out[states + k];
+    const int64_t axis = axis_of(c, out_axes[k], y.rank());
+    if (axis == 0) continue;
+    std::vector<int64_t> perm;
+    for (int64_t d = 1; d < y.rank(); ++d) perm.push_back(d);
+    perm.insert(perm.begin() + axis, 0);
+    y = transpose(y, perm);
+  }
+  return out;
+}
+
+}  // namespace
+
+void add_control_ops(std::vector<OpEntry>& t) {
+  t.insert(t.end(), {
+                        {"If", 1, if_op},
+                        {"Loop", 1, loop_op},
+                        {"Scan", 9, scan_op},
+                    });
+}
+
+}  // namespace kiln::onnx::detail
