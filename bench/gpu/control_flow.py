@@ -66,7 +66,7 @@ def main():
     feeds = {x: kiln.Array(x0).to(kdev), i0: kiln.Array(np.array(0, np.int64)).to(kdev),
              limit: kiln.Array(np.array(n, np.int64)).to(kdev)}
     got = ew.run(feeds)[0].numpy()
-    np.testing.assert_allclose(got, want, rtol=1e-4)
+    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
     rows.append(("kiln while_loop (host-driven)", best_us(lambda: ew.run(feeds), a.reps, n)))
 
     # kiln for_loop: trip count fed
@@ -76,7 +76,7 @@ def main():
     (xf,) = kiln.for_loop(n2, [x2], lambda i, x: x * 0.999 + 0.001)
     ef = g2.compile([xf], device=kdev)
     feeds2 = {x2: kiln.Array(x0).to(kdev), n2: kiln.Array(np.array(n, np.int64)).to(kdev)}
-    np.testing.assert_allclose(ef.run(feeds2)[0].numpy(), want, rtol=1e-4)
+    np.testing.assert_allclose(ef.run(feeds2)[0].numpy(), want, rtol=1e-3, atol=1e-3)
     rows.append(("kiln for_loop (host-driven)", best_us(lambda: ef.run(feeds2), a.reps, n)))
 
     # PyTorch eager
@@ -91,7 +91,7 @@ def main():
         sync()
         return y
 
-    np.testing.assert_allclose(torch_while().cpu().numpy(), want, rtol=1e-4)
+    np.testing.assert_allclose(torch_while().cpu().numpy(), want, rtol=1e-3, atol=1e-3)
     rows.append(("torch eager while (.item() per iteration)", best_us(torch_while, a.reps, n)))
 
     def torch_for():
@@ -123,7 +123,7 @@ def main():
             sync()
             return out
 
-        np.testing.assert_allclose(replay().cpu().numpy(), want, rtol=1e-4)
+        np.testing.assert_allclose(replay().cpu().numpy(), want, rtol=1e-3, atol=1e-3)
         rows.append(("torch CUDA graph of the fixed count", best_us(replay, a.reps, n)))
 
     try:
@@ -143,7 +143,7 @@ def main():
             sync()
             return r[1]
 
-        np.testing.assert_allclose(run_compiled().cpu().numpy(), want, rtol=1e-4)
+        np.testing.assert_allclose(run_compiled().cpu().numpy(), want, rtol=1e-3, atol=1e-3)
         rows.append(("torch.compile while_loop", best_us(run_compiled, a.reps, n)))
     except Exception as e:  # noqa: BLE001 (reported, not hidden)
         print(f"torch.compile while_loop: not measured ({type(e).__name__}: {str(e)[:160]})")

@@ -119,12 +119,15 @@ void fused_elementwise(KernelContext& ctx) {
     std::vector<char*> ptr(n_values, nullptr);
     for (int v = 0; v < n_values; ++v)
       if (offset[v] != SIZE_MAX) ptr[v] = base + offset[v];
-    // single values are filled once
+    // single values are filled once, as far as a chunk reaches, in doubling copies (one
+    // memcpy per element cost a small kernel most of its time)
+    const int64_t reach = std::min(kChunk, total);
     for (int i = 0; i < n_in; ++i)
       if (kind[i] == Kind::scalar) {
         const size_t es = size_of(compute_type(types[i]));
         convert(ctx.in(i).data, types[i], ptr[i], compute_type(types[i]), 1);
-        for (int64_t j = 1; j < kChunk; ++j) std::memcpy(ptr[i] + j * es, ptr[i], es);
+        for (int64_t have = 1; have < reach; have *= 2)
+          std::memcpy(ptr[i] + have * es, ptr[i], std::min(have, reach - have) * es);
       }
     std::vector<char> raw;
     for (int64_t c = c0; c < c1; ++c) {
