@@ -73,3 +73,31 @@ def test_for_loop_recurrence_and_python_errors(rng):
     (h2,) = kiln.for_loop(2, [h0], lambda i, h: h * 2.0)
     got = g.compile([h2], device=kiln.default_device()).run({h0: hv})[0].numpy()
     np.testing.assert_allclose(got, hv * 4, rtol=1e-6)
+
+
+def test_gradients_through_cond_and_for_loop(rng):
+    g = kiln.Graph()
+    h0 = g.placeholder([2, 3], kiln.f64, "h0")
+    w = g.placeholder([3, 3], kiln.f64, "w")
+    (h,) = kiln.for_loop(3, [h0], lambda i, h: kiln.tanh(kiln.matmul(h, w)))
+    (y,) = kiln.cond(kiln.sum(h) < 100.0, [h], lambda a: a * a, lambda a: a)
+    loss = kiln.sum(y)
+    dh0, dw = kiln.gradients(loss, [h0, w])
+    exe = g.compile([loss, dh0, dw], device="cpu")
+    hv, wv = rng.standard_normal((2, 3)), rng.standard_normal((3, 3)) * 0.5
+    _, gh, gw = (a.numpy() for a in exe.run({h0: hv, w: wv}))
+
+    def f(hv, wv):
+        a = hv
+        for _ in range(3):
+            a = np.tanh(a @ wv)
+        return float((a * a).sum())
+
+    eps = 1e-6
+    for idx in [(0, 0), (1, 2)]:
+        d = np.zeros_like(hv)
+        d[idx] = eps
+        assert abs((f(hv + d, wv) - f(hv - d, wv)) / (2 * eps) - gh[idx]) < 1e-6
+    d = np.zeros_like(wv)
+    d[2, 1] = eps
+    assert abs((f(hv, wv + d) - f(hv, wv - d)) / (2 * eps) - gw[2, 1]) < 1e-6

@@ -130,7 +130,7 @@ std::vector<Tensor> gradients(const Tensor& y, const std::vector<Tensor>& xs, co
           "[gradients] node %{} ({}) runs in layout {}, which has no gradient "
           "(the channels_last pass runs after autodiff)",
           i, op_name(node.op), layout_name(layout_of(node.op, node.attrs)));
-    VjpContext ctx{node.op, node.attrs, {}, {}, std::move(cts)};
+    VjpContext ctx{node.op, node.attrs, {}, {}, std::move(cts), node.bodies};
     for (auto v : node.inputs) ctx.inputs.emplace_back(g, v.node, v.index);
     for (size_t o = 0; o < node.outputs.size(); ++o) ctx.outputs.emplace_back(g, i, static_cast<int32_t>(o));
     std::vector<std::optional<Tensor>> grads = def.vjp(ctx);

@@ -31,6 +31,8 @@ struct VjpContext {
   std::vector<Tensor> inputs;
   std::vector<Tensor> outputs;
   std::vector<std::optional<Tensor>> cotangents;
+  /// The node's bodies (control-flow ops).
+  std::vector<std::shared_ptr<const Body>> bodies = {};
   const char* name() const { return op_name(op); }
   /// The cotangent of output i, or zeros of its shape.
   Tensor cotangent_or_zeros(int i) const;

@@ -16,6 +16,11 @@
 
 #include "core/op_registry.h"
 #include "core/sym_dim.h"
+#include "kiln/autodiff.h"
+#include "kiln/ops/core.h"
+#include "kiln/ops/elementwise.h"
+#include "kiln/ops/reduce.h"
+#include "kiln/ops/transform.h"
 #include "ops/common.h"
 
 namespace kiln {
@@ -208,6 +213,173 @@ std::vector<TensorInfo> infos_of(const std::vector<Tensor>& ts, size_t from = 0)
   return out;
 }
 
+// ---- gradients
+
+// The body's results computed again from `operands` on the graph being built (the body around
+// this call, or the operands' graph): the nodes the results need, copied with operand k in place
+// of the body's placeholder k.
+std::vector<Tensor> replay_body(const Body& b, std::vector<Tensor> operands) {
+  detail::BodyCapture* scope = detail::BodyCapture::current();
+  GraphImpl& g = scope ? scope->body() : *operands.at(0).graph_impl();
+  if (scope)
+    for (Tensor& t : operands) t = scope->capture(t, "gradients");
+  const auto& nodes = b.graph.nodes;
+  std::vector<char> needed(nodes.size(), 0);
+  for (ValueRef r : b.results) needed[r.node] = 1;
+  for (size_t i = nodes.size(); i-- > 0;)
+    if (needed[i])
+      for (ValueRef v : nodes[i].inputs) needed[v.node] = 1;
+  std::vector<int32_t> map(nodes.size(), -1);
+  for (size_t k = 0; k < b.operands.size(); ++k)
+    if (b.operands[k] >= 0) map[b.operands[k]] = -2 - static_cast<int32_t>(k);
+  auto value = [&](ValueRef v) -> ValueRef {
+    const int32_t m = map[v.node];
+    if (m <= -2) return {operands[-2 - m].node_id(), operands[-2 - m].output_index()};
+    return {m, v.index};
+  };
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = nodes[i];
+    if (!needed[i] || map[i] <= -2) continue;
+    if (n.inputs.empty()) {  // constants and other sources: as they are
+      Node copy = n;
+      copy.origin = -1;
+      map[i] = g.add_inferred(std::move(copy));
+      continue;
+    }
+    std::vector<ValueRef> in;
+    for (ValueRef v : n.inputs) in.push_back(value(v));
+    map[i] = g.add(n.op, std::move(in), n.attrs, n.name, n.bodies);
+  }
+  std::vector<Tensor> out;
+  for (ValueRef r : b.results) {
+    const ValueRef v = value(r);
+    out.emplace_back(&g, v.node, v.index);
+  }
+  return out;
+}
+
+// sum_k sum(results[k] * cts[k]) over the results that receive a cotangent: a scalar whose
+// gradient with respect to the body's operands is the body's vector-Jacobian product.
+Tensor weighted(const std::vector<Tensor>& results, const std::vector<size_t>& which,
+                const std::vector<Tensor>& cts) {
+  std::optional<Tensor> y;
+  for (size_t j = 0; j < which.size(); ++j) {
+    const Tensor t = sum(results[which[j]] * cts[j]);
+    y = y ? *y + t : t;
+  }
+  return *y;
+}
+
+std::vector<std::optional<Tensor>> vjp_cond(const VjpContext& ctx) {
+  const std::vector<Tensor> operands(ctx.inputs.begin() + 1, ctx.inputs.end());
+  std::vector<size_t> with_ct, diff;
+  std::vector<Tensor> args = operands;
+  for (size_t k = 0; k < ctx.cotangents.size(); ++k)
+    if (ctx.cotangents[k]) {
+      with_ct.push_back(k);
+      args.push_back(*ctx.cotangents[k]);
+    }
+  for (size_t k = 0; k < operands.size(); ++k)
+    if (is_floating(operands[k].dtype())) diff.push_back(k);
+  std::vector<std::optional<Tensor>> grads(ctx.inputs.size());
+  if (diff.empty()) return grads;
+  // a cond over the branches' gradients, on the same predicate
+  auto branch = [&](size_t which) {
+    return [&, which](const std::vector<Tensor>& a) {
+      const std::vector<Tensor> ops(a.begin(), a.begin() + operands.size());
+      const std::vector<Tensor> cts(a.begin() + operands.size(), a.end());
+      const Tensor y = weighted(replay_body(*ctx.bodies.at(which), ops), with_ct, cts);
+      std::vector<Tensor> xs;
+      for (size_t k : diff) xs.push_back(ops[k]);
+      return gradients(y, xs);
+    };
+  };
+  const std::vector<Tensor> g = cond(ctx.inputs[0], args, branch(0), branch(1));
+  for (size_t j = 0; j < diff.size(); ++j) grads[1 + diff[j]] = g[j];
+  return grads;
+}
+
+// A buffer of `rows` rows of t's shape, zeros, on t's graph.
+Tensor rows_like(const Tensor& t, int64_t rows) {
+  Shape s = t.shape();
+  if (!is_static(s))
+    fail<UnsupportedError>("[for_loop] gradients need carried values of static shapes, got {}",
+                           str(s));
+  s.insert(s.begin(), rows);
+  return detail::make_source_node(*t.graph_impl(), OpId::Full,
+                                  {{"shape", s}, {"value", 0.0}, {"dtype", t.dtype()}})[0];
+}
+Tensor write_row(const Tensor& buffer, const Tensor& row, const Tensor& value) {
+  Shape s = value.shape();
+  s.insert(s.begin(), 1);
+  return scatter_nd(buffer, reshape(row, {1, 1}), reshape(value, s));
+}
+
+// for_loop with a trip count T known when the graph is built: the forward runs again and keeps
+// each iteration's carried values (T rows per value), then a for_loop runs the body's
+// vector-Jacobian product from the last iteration to the first, carrying the carried values'
+// cotangents and summing the captured values' gradients.
+std::vector<std::optional<Tensor>> vjp_for_loop(const VjpContext& ctx) {
+  const auto nc = static_cast<size_t>(ctx.attrs.i("num_carried"));
+  const Tensor& n = ctx.inputs[0];
+  const Node& count = n.graph_impl()->nodes[n.node_id()];
+  if (count.op != OpId::Constant)
+    fail<UnsupportedError>(
+        "[for_loop] gradients need a trip count known when the graph is built "
+        "(for_loop(int64_t n, ...)); this one is {} node %{}",
+        op_name(count.op), n.node_id());
+  const int64_t steps = std::max<int64_t>(count.value.astype(i64).data<int64_t>()[0], 0);
+  const Body& body = *ctx.bodies.at(0);
+  const std::vector<Tensor> carried(ctx.inputs.begin() + 1, ctx.inputs.begin() + 1 + nc);
+  const std::vector<Tensor> captured(ctx.inputs.begin() + 1 + nc, ctx.inputs.end());
+  auto operands = [&](const Tensor& i, const std::vector<Tensor>& c) {
+    std::vector<Tensor> ops{i};
+    ops.insert(ops.end(), c.begin(), c.end());
+    ops.insert(ops.end(), captured.begin(), captured.end());
+    return ops;
+  };
+  // the forward again, keeping the carried values each iteration starts from
+  std::vector<Tensor> init = carried;
+  for (const Tensor& c : carried) init.push_back(rows_like(c, steps));
+  const std::vector<Tensor> kept = for_loop(n, init, [&](const std::vector<Tensor>& v) {
+    const std::vector<Tensor> c(v.begin() + 1, v.begin() + 1 + nc);
+    std::vector<Tensor> next = replay_body(body, operands(v[0], c));
+    for (size_t k = 0; k < nc; ++k) next.push_back(write_row(v[1 + nc + k], v[0], c[k]));
+    return next;
+  });
+  const std::vector<Tensor> history(kept.begin() + nc, kept.end());
+  // backward
+  std::vector<size_t> dc, dcap;
+  for (size_t k = 0; k < nc; ++k)
+    if (is_floating(carried[k].dtype())) dc.push_back(k);
+  for (size_t k = 0; k < captured.size(); ++k)
+    if (is_floating(captured[k].dtype())) dcap.push_back(k);
+  std::vector<std::optional<Tensor>> grads(ctx.inputs.size());
+  if (dc.empty()) return grads;
+  std::vector<Tensor> back_init;
+  for (size_t k : dc) back_init.push_back(ctx.cotangent_or_zeros(static_cast<int>(k)));
+  for (size_t k : dcap) back_init.push_back(zeros_like(captured[k]));
+  const std::vector<Tensor> back = for_loop(n, back_init, [&](const std::vector<Tensor>& v) {
+    const Tensor i = scalar_like(v[0], static_cast<double>(steps - 1)) - v[0];
+    std::vector<Tensor> c;
+    for (size_t k = 0; k < nc; ++k) c.push_back(gather(history[k], i, 0));
+    std::vector<Tensor> ops = operands(i, c);
+    detail::BodyCapture& scope = *detail::BodyCapture::current();
+    for (Tensor& t : ops) t = scope.capture(t, "gradients");
+    const std::vector<Tensor> cts(v.begin() + 1, v.begin() + 1 + dc.size());
+    const Tensor y = weighted(replay_body(body, ops), dc, cts);
+    std::vector<Tensor> xs;
+    for (size_t k : dc) xs.push_back(ops[1 + k]);
+    for (size_t k : dcap) xs.push_back(ops[1 + nc + k]);
+    std::vector<Tensor> g = gradients(y, xs);
+    for (size_t j = 0; j < dcap.size(); ++j)
+      g[dc.size() + j] = v[1 + dc.size() + j] + g[dc.size() + j];
+    return g;
+  });
+  for (size_t j = 0; j < dc.size(); ++j) grads[1 + dc[j]] = back[j];
+  for (size_t j = 0; j < dcap.size(); ++j) grads[1 + nc + dcap[j]] = back[dc.size() + j];
+  return grads;
+}
 }  // namespace
 
 std::vector<Tensor> cond(const Tensor& pred, const std::vector<Tensor>& operands,
@@ -270,9 +442,9 @@ std::vector<Tensor> for_loop(int64_t n, const std::vector<Tensor>& init, const B
 }
 
 void register_control_ops() {
-  // bodies run from the host: never folded or merged (impure). No gradient rules yet: a gradient
-  // asked through one is an error naming the op.
-  define_op(OpId::Cond).set_infer(infer_cond).not_differentiable().impure().variadic(1, 1 << 20);
+  // bodies run from the host: never folded or merged (impure). while_loop has no gradient (its
+  // trip count is known only when it has run).
+  define_op(OpId::Cond).set_infer(infer_cond).grad(vjp_cond).impure().variadic(1, 1 << 20);
   define_op(OpId::WhileLoop)
       .set_infer(infer_while_loop)
       .not_differentiable()
@@ -280,7 +452,7 @@ void register_control_ops() {
       .variadic(1, 1 << 20);
   define_op(OpId::ForLoop)
       .set_infer(infer_for_loop)
-      .not_differentiable()
+      .grad(vjp_for_loop)
       .impure()
       .variadic(2, 1 << 20);
 }

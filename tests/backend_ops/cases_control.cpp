@@ -1,6 +1,7 @@
 // Cases of cond, while_loop and for_loop: small bodies of elementwise ops, products and gathers,
-// with fed and computed predicates and trip counts, captured values and a loop in a loop. Their
-// gradients are not built yet (the cases skip the gradient check).
+// with fed and computed predicates and trip counts, captured values and a loop in a loop. cond's
+// cases check gradients too; the loops' cases do not (while_loop has none, and for_loop's needs
+// a trip count known when the graph is built: tests/autodiff/test_control_grad.cpp).
 #include <fmt/format.h>
 
 #include "backend_ops/harness.h"
@@ -26,7 +27,6 @@ Tensor fed_bool(Case& c) {
 const bool kCond = register_cases(
     {OpId::Cond, 2,
      [](Case& c, DType t, int i) {
-       c.grad = false;
        Tensor x = c.rand({3, 5}, t), y = c.rand({5}, t);
        if (i == 0) {
          c.outs = cond(
