@@ -315,12 +315,87 @@ Tensor write_row(const Tensor& buffer, const Tensor& row, const Tensor& value) {
   return scatter_nd(buffer, reshape(row, {1, 1}), reshape(value, s));
 }
 
-// for_loop with a trip count T known when the graph is built: the forward runs again and keeps
-// each iteration's carried values (T rows per value), then a for_loop runs the body's
-// vector-Jacobian product from the last iteration to the first, carrying the carried values'
-// cotangents and summing the captured values' gradients.
-std::vector<std::optional<Tensor>> vjp_for_loop(const VjpContext& ctx) {
+// The parts of a loop node its gradient reads: the carried and captured inputs and the body,
+// whose operands are (i, carried..., captured...) for for_loop, (carried..., captured...) for
+// while_loop.
+struct LoopParts {
+  std::vector<Tensor> carried, captured;
+  const Body* body = nullptr;
+  size_t first = 0;  // the node input of carried value 0
+  bool counter = false;
+  std::vector<Tensor> operands(const std::optional<Tensor>& i, const std::vector<Tensor>& c) const {
+    std::vector<Tensor> ops;
+    if (counter) ops.push_back(*i);
+    ops.insert(ops.end(), c.begin(), c.end());
+    ops.insert(ops.end(), captured.begin(), captured.end());
+    return ops;
+  }
+};
+
+LoopParts loop_parts(const VjpContext& ctx, bool counter) {
+  const size_t first = counter ? 1 : 0;
   const auto nc = static_cast<size_t>(ctx.attrs.i("num_carried"));
+  LoopParts l;
+  l.carried.assign(ctx.inputs.begin() + first, ctx.inputs.begin() + first + nc);
+  l.captured.assign(ctx.inputs.begin() + first + nc, ctx.inputs.end());
+  l.body = ctx.bodies.at(counter ? 0 : 1).get();
+  l.first = first;
+  l.counter = counter;
+  return l;
+}
+
+Tensor int64_zero(const Tensor& like) {
+  return detail::make_source_node(*like.graph_impl(), OpId::Full,
+                                  {{"shape", Shape{}}, {"value", 0.0}, {"dtype", i64}})[0];
+}
+
+// The backward of a loop whose forward kept the carried values each iteration started from in
+// `history` (rows 0 .. trips-1): a while_loop over j < trips that runs the body's
+// vector-Jacobian product at row trips-1-j, carrying the carried values' cotangents and summing
+// the captured values' gradients.
+std::vector<std::optional<Tensor>> loop_backward(const VjpContext& ctx, const LoopParts& l,
+                                                 const std::vector<Tensor>& history,
+                                                 const Tensor& trips) {
+  const size_t nc = l.carried.size();
+  std::vector<size_t> dc, dcap;
+  for (size_t k = 0; k < nc; ++k)
+    if (is_floating(l.carried[k].dtype())) dc.push_back(k);
+  for (size_t k = 0; k < l.captured.size(); ++k)
+    if (is_floating(l.captured[k].dtype())) dcap.push_back(k);
+  std::vector<std::optional<Tensor>> grads(ctx.inputs.size());
+  if (dc.empty()) return grads;
+  std::vector<Tensor> init{int64_zero(trips)};
+  for (size_t k : dc) init.push_back(ctx.cotangent_or_zeros(static_cast<int>(k)));
+  for (size_t k : dcap) init.push_back(zeros_like(l.captured[k]));
+  const std::vector<Tensor> back = while_loop(
+      init, [&](const std::vector<Tensor>& v) { return std::vector<Tensor>{less(v[0], trips)}; },
+      [&](const std::vector<Tensor>& v) {
+        const Tensor i = trips - 1.0 - v[0];
+        std::vector<Tensor> c;
+        for (size_t k = 0; k < nc; ++k) c.push_back(gather(history[k], i, 0));
+        std::vector<Tensor> ops = l.operands(i, c);
+        detail::BodyCapture& scope = *detail::BodyCapture::current();
+        for (Tensor& t : ops) t = scope.capture(t, "gradients");
+        const std::vector<Tensor> cts(v.begin() + 1, v.begin() + 1 + dc.size());
+        const Tensor y = weighted(replay_body(*l.body, ops), dc, cts);
+        const size_t at = l.counter ? 1 : 0;  // carried value 0 among the operands
+        std::vector<Tensor> xs;
+        for (size_t k : dc) xs.push_back(ops[at + k]);
+        for (size_t k : dcap) xs.push_back(ops[at + nc + k]);
+        std::vector<Tensor> g = gradients(y, xs);
+        for (size_t j = 0; j < dcap.size(); ++j)
+          g[dc.size() + j] = v[1 + dc.size() + j] + g[dc.size() + j];
+        g.insert(g.begin(), v[0] + 1.0);
+        return g;
+      });
+  for (size_t j = 0; j < dc.size(); ++j) grads[l.first + dc[j]] = back[1 + j];
+  for (size_t j = 0; j < dcap.size(); ++j) grads[l.first + nc + dcap[j]] = back[1 + dc.size() + j];
+  return grads;
+}
+
+// for_loop with a trip count known when the graph is built: the forward runs again keeping every
+// iteration's carried values (trip count rows each), then the backward.
+std::vector<std::optional<Tensor>> vjp_for_loop(const VjpContext& ctx) {
   const Tensor& n = ctx.inputs[0];
   const Node& count = n.graph_impl()->nodes[n.node_id()];
   if (count.op != OpId::Constant)
@@ -329,57 +404,55 @@ std::vector<std::optional<Tensor>> vjp_for_loop(const VjpContext& ctx) {
         "(for_loop(int64_t n, ...)); this one is {} node %{}",
         op_name(count.op), n.node_id());
   const int64_t steps = std::max<int64_t>(count.value.astype(i64).data<int64_t>()[0], 0);
-  const Body& body = *ctx.bodies.at(0);
-  const std::vector<Tensor> carried(ctx.inputs.begin() + 1, ctx.inputs.begin() + 1 + nc);
-  const std::vector<Tensor> captured(ctx.inputs.begin() + 1 + nc, ctx.inputs.end());
-  auto operands = [&](const Tensor& i, const std::vector<Tensor>& c) {
-    std::vector<Tensor> ops{i};
-    ops.insert(ops.end(), c.begin(), c.end());
-    ops.insert(ops.end(), captured.begin(), captured.end());
-    return ops;
-  };
-  // the forward again, keeping the carried values each iteration starts from
-  std::vector<Tensor> init = carried;
-  for (const Tensor& c : carried) init.push_back(rows_like(c, steps));
+  const LoopParts l = loop_parts(ctx, true);
+  const size_t nc = l.carried.size();
+  std::vector<Tensor> init = l.carried;
+  for (const Tensor& c : l.carried) init.push_back(rows_like(c, steps));
   const std::vector<Tensor> kept = for_loop(n, init, [&](const std::vector<Tensor>& v) {
     const std::vector<Tensor> c(v.begin() + 1, v.begin() + 1 + nc);
-    std::vector<Tensor> next = replay_body(body, operands(v[0], c));
+    std::vector<Tensor> next = replay_body(*l.body, l.operands(v[0], c));
     for (size_t k = 0; k < nc; ++k) next.push_back(write_row(v[1 + nc + k], v[0], c[k]));
     return next;
   });
-  const std::vector<Tensor> history(kept.begin() + nc, kept.end());
-  // backward
-  std::vector<size_t> dc, dcap;
-  for (size_t k = 0; k < nc; ++k)
-    if (is_floating(carried[k].dtype())) dc.push_back(k);
-  for (size_t k = 0; k < captured.size(); ++k)
-    if (is_floating(captured[k].dtype())) dcap.push_back(k);
-  std::vector<std::optional<Tensor>> grads(ctx.inputs.size());
-  if (dc.empty()) return grads;
-  std::vector<Tensor> back_init;
-  for (size_t k : dc) back_init.push_back(ctx.cotangent_or_zeros(static_cast<int>(k)));
-  for (size_t k : dcap) back_init.push_back(zeros_like(captured[k]));
-  const std::vector<Tensor> back = for_loop(n, back_init, [&](const std::vector<Tensor>& v) {
-    const Tensor i = scalar_like(v[0], static_cast<double>(steps - 1)) - v[0];
-    std::vector<Tensor> c;
-    for (size_t k = 0; k < nc; ++k) c.push_back(gather(history[k], i, 0));
-    std::vector<Tensor> ops = operands(i, c);
-    detail::BodyCapture& scope = *detail::BodyCapture::current();
-    for (Tensor& t : ops) t = scope.capture(t, "gradients");
-    const std::vector<Tensor> cts(v.begin() + 1, v.begin() + 1 + dc.size());
-    const Tensor y = weighted(replay_body(body, ops), dc, cts);
-    std::vector<Tensor> xs;
-    for (size_t k : dc) xs.push_back(ops[1 + k]);
-    for (size_t k : dcap) xs.push_back(ops[1 + nc + k]);
-    std::vector<Tensor> g = gradients(y, xs);
-    for (size_t j = 0; j < dcap.size(); ++j)
-      g[dc.size() + j] = v[1 + dc.size() + j] + g[dc.size() + j];
-    return g;
-  });
-  for (size_t j = 0; j < dc.size(); ++j) grads[1 + dc[j]] = back[j];
-  for (size_t j = 0; j < dcap.size(); ++j) grads[1 + nc + dcap[j]] = back[dc.size() + j];
-  return grads;
+  const Tensor trips = detail::make_source_node(
+      *n.graph_impl(), OpId::Full,
+      {{"shape", Shape{}}, {"value", static_cast<double>(steps)}, {"dtype", i64}})[0];
+  return loop_backward(ctx, l, std::vector<Tensor>(kept.begin() + nc, kept.end()), trips);
 }
+
+// while_loop with max_trip_count: the forward runs again counting its iterations and keeping
+// each one's carried values (max_trip_count rows each), then the backward over the count.
+std::vector<std::optional<Tensor>> vjp_while_loop(const VjpContext& ctx) {
+  const int64_t max_trips = ctx.attrs.i("max_trip_count", -1);
+  if (max_trips < 0)
+    fail<UnsupportedError>(
+        "[while_loop] gradients need max_trip_count (the forward keeps that "
+        "many rows of each carried value for the backward)");
+  const LoopParts l = loop_parts(ctx, false);
+  const Body& keep_going = *ctx.bodies.at(0);
+  const size_t nc = l.carried.size();
+  std::vector<Tensor> init = l.carried;
+  init.push_back(int64_zero(l.carried[0]));
+  for (const Tensor& c : l.carried) init.push_back(rows_like(c, max_trips));
+  WhileLoopOptions o;
+  o.max_trip_count = max_trips;
+  const std::vector<Tensor> kept = while_loop(
+      init,
+      [&](const std::vector<Tensor>& v) {
+        return replay_body(
+            keep_going, l.operands(std::nullopt, std::vector<Tensor>(v.begin(), v.begin() + nc)));
+      },
+      [&](const std::vector<Tensor>& v) {
+        const std::vector<Tensor> c(v.begin(), v.begin() + nc);
+        std::vector<Tensor> next = replay_body(*l.body, l.operands(std::nullopt, c));
+        next.push_back(v[nc] + 1.0);
+        for (size_t k = 0; k < nc; ++k) next.push_back(write_row(v[nc + 1 + k], v[nc], c[k]));
+        return next;
+      },
+      o);
+  return loop_backward(ctx, l, std::vector<Tensor>(kept.begin() + nc + 1, kept.end()), kept[nc]);
+}
+
 }  // namespace
 
 std::vector<Tensor> cond(const Tensor& pred, const std::vector<Tensor>& operands,
@@ -442,12 +515,11 @@ std::vector<Tensor> for_loop(int64_t n, const std::vector<Tensor>& init, const B
 }
 
 void register_control_ops() {
-  // bodies run from the host: never folded or merged (impure). while_loop has no gradient (its
-  // trip count is known only when it has run).
+  // bodies run from the host: never folded or merged (impure)
   define_op(OpId::Cond).set_infer(infer_cond).grad(vjp_cond).impure().variadic(1, 1 << 20);
   define_op(OpId::WhileLoop)
       .set_infer(infer_while_loop)
-      .not_differentiable()
+      .grad(vjp_while_loop)
       .impure()
       .variadic(1, 1 << 20);
   define_op(OpId::ForLoop)

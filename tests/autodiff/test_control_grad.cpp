@@ -99,7 +99,46 @@ TEST(ForLoopGrad, NeedsATripCountKnownWhenBuilt) {
       {x}, [](const std::vector<Tensor>& v) { return std::vector<Tensor>{lt(sum(v[0]), 10)}; },
       [](const std::vector<Tensor>& v) { return std::vector<Tensor>{v[0] * 2.0}; });
   expect_error<UnsupportedError>([&] { gradients(sum(w[0]), {x}); },
-                                 {"while_loop", "is not differentiable"});
+                                 {"[while_loop]", "gradients need max_trip_count"});
+}
+
+// x = x * a + 0.1 (a captured) while sum(x) < 12, with a counter carried beside it: the trip count
+// depends on the data (and stays put under the small steps of finite differences)
+TEST(WhileLoopGrad, FiniteDifferencesWithADataDependentTripCount) {
+  for (int rep = 0; rep < 3; ++rep)
+    check_gradients(
+        [](Graph& g, const std::vector<Tensor>& t) {
+          const Tensor &x0 = t[0], &a = t[1];
+          const Tensor i0 = g.constant(Array::scalar(int64_t{0}));
+          auto out = while_loop(
+              {i0, x0},
+              [](const std::vector<Tensor>& v) { return std::vector<Tensor>{lt(sum(v[1]), 12)}; },
+              [&](const std::vector<Tensor>& v) {
+                return std::vector<Tensor>{v[0] + 1.0, v[1] * a + 0.1};
+              },
+              {.max_trip_count = 64});
+          return std::vector<Tensor>{out[1]};
+        },
+        {random_array({4}, f64, 0.1, 0.5), random_array({4}, f64, 1.1, 1.6)});
+}
+
+TEST(WhileLoopGrad, MaxTripCountStillHolds) {
+  Graph g;
+  auto x = g.placeholder({2}, f64, "x");
+  auto w = while_loop(
+      {x}, [](const std::vector<Tensor>& v) { return std::vector<Tensor>{lt(sum(v[0]), 1e9)}; },
+      [](const std::vector<Tensor>& v) { return std::vector<Tensor>{v[0] * 2.0}; },
+      {.max_trip_count = 5});
+  auto dx = gradients(sum(w[0]), {x});
+  auto exe = g.compile(Device::cpu(), {}, {dx[0]});
+  expect_error<ValueError>(
+      [&] {
+        exe.run({{x, Array::from_vector<double>({1, 1}, {2})}});
+      },
+      {"[while_loop]", "max_trip_count = 5"});
+  // within the limit (3 iterations from 1e8): d sum(x * 2^3) / dx = 8
+  expect_close(exe.run({{x, Array::from_vector<double>({1e8, 1e8}, {2})}})[0], {2}, {8, 8}, 1e-12,
+               0);
 }
 
 }  // namespace
