@@ -131,7 +131,10 @@ std::vector<TensorInfo> infer_body(const Body& b, const std::vector<TensorInfo>&
   const auto& nodes = b.graph.nodes;
   std::vector<std::vector<TensorInfo>> infos(nodes.size());
   for (size_t i = 0; i < nodes.size(); ++i) infos[i] = nodes[i].outputs;
-  for (size_t k = 0; k < b.operands.size() && k < operands.size(); ++k) {
+  if (b.operands.size() != operands.size())
+    fail<ValueError>("[control] a body of {} operands for a node of {}", b.operands.size(),
+                     operands.size());
+  for (size_t k = 0; k < b.operands.size(); ++k) {
     const int32_t ph = b.operands[k];
     if (ph < 0) continue;
     KILN_ASSERT(ph < static_cast<int32_t>(nodes.size()) && nodes[ph].op == OpId::Placeholder);

@@ -22,6 +22,7 @@
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/transform.h"
 #include "ops/common.h"
+#include "ops/control_ops.h"
 
 namespace kiln {
 
@@ -512,6 +513,18 @@ std::vector<Tensor> for_loop(int64_t n, const std::vector<Tensor>& init, const B
   c.name = "trip_count";
   const Tensor count(&g, g.add_inferred(std::move(c)), 0);
   return for_loop(count, init, body_fn);
+}
+
+size_t num_bodies(OpId op) {
+  switch (op) {
+    case OpId::Cond:
+    case OpId::WhileLoop:
+      return 2;
+    case OpId::ForLoop:
+      return 1;
+    default:
+      return 0;
+  }
 }
 
 void register_control_ops() {

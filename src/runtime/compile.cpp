@@ -10,6 +10,7 @@
 #include "core/device_backend.h"
 #include "core/errors.h"
 #include "core/op_registry.h"
+#include "ops/control_ops.h"
 #include "ops/fused_elementwise.h"
 #include "runtime/control.h"
 #include "runtime/custom_op.h"
@@ -106,7 +107,7 @@ void attach_program(detail::ExecutableImpl& impl, Program p) {
     // decoded here, after every pass, once for all the runs of the executable
     const OpDef& def = op_def(n.op);
     n.params = def.decode ? def.decode(n.op, n.attrs) : nullptr;
-    if (!n.bodies.empty()) n.params = detail::compile_bodies(p, n, impl);
+    if (num_bodies(n.op) > 0) n.params = detail::compile_bodies(p, n, impl);
   }
   impl.program = std::move(p);
   if (impl.options.num_threads > 0) {

@@ -1,6 +1,6 @@
 // kiln packages (.kiln): a compiled Executable, saved so that loading skips compilation.
 //
-// FORMAT, version 4. Every integer is little endian.
+// FORMAT, version 5. Every integer is little endian.
 //
 //   offset 0     header, 64 bytes
 //   offset 64    data sections, each at an offset that is a multiple of 64
@@ -11,9 +11,9 @@
 //
 // Header:
 //   0   u8[8]  magic "KILNPKG\0"
-//   8   u32    format_version       the version that wrote the file (4)
+//   8   u32    format_version       the version that wrote the file (5)
 //   12  u32    min_reader_version   the oldest reader version that can read it (1; 2 for
-//                                    dynamic packages)
+//                                    dynamic packages; 3 with control-flow bodies)
 //   16  u64    file_size            bytes of the whole file
 //   24  u64    manifest_offset
 //   32  u64    manifest_size
@@ -57,6 +57,18 @@
 // allowed, except in constants and variables, and dim names and ranges one per dim, each range
 // non-empty), and the loaded executable compiles a specialization per feed shape on its runs.
 // Such files have min_reader_version 2.
+//
+// BODIES (version 5). The subgraphs of control-flow nodes (cond's branches, a loop's condition
+// and body: src/ops/control.cpp) are Manifest.bodies, each a table of its own nodes (as program
+// nodes, in topological order), its operands (per operand of its node, the body node that is
+// its placeholder, or -1) and its results. A node lists its bodies by index into that table
+// (Node.bodies); a body's nodes list only bodies of smaller index (children before parents, no
+// cycles), each body belongs to one node, and bodies nest at most 16 deep. A body's constants hold
+// their bytes in the node (Node.value, at most 1 MiB each) rather than in data sections; bodies
+// hold no variables. The reader checks every body node as it checks program nodes (each control
+// node's inference infers its bodies again, so results of the wrong dtype or shape are refused),
+// and that only control-flow ops have bodies, as many as their op takes. Files with bodies have
+// min_reader_version 3.
 //
 // TUNING. A tuning section is a blob (src/core/tuning.h) of the decisions a backend made for the
 // executable's steps: for CUDA, the cuDNN algorithm, math type and workspace of each convolution
@@ -121,7 +133,8 @@
 // min_reader_version only for changes they cannot. Version 2 added the tuning sections and
 // version 3 the kernel sections (older readers skip them; their steps compile their source); the
 // files have min_reader_version 1. Version 4 added dynamic packages, which older readers cannot
-// run: those have min_reader_version 2, static ones still 1. A node of an op that a reader does
+// run: those have min_reader_version 2, static ones still 1. Version 5 added bodies: files with
+// any have min_reader_version 3. A node of an op that a reader does
 // not know fails there ("unknown op id"); a reader reads the older forms of today's ops (a conv
 // with a fused relu or residual, fused_conv since) as those ops.
 #pragma once
@@ -136,8 +149,10 @@
 namespace kiln::package {
 
 inline constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'P', 'K', 'G', '\0'};
-inline constexpr uint32_t kFormatVersion = 4;
-inline constexpr uint32_t kReaderVersion = 2;  // the newest min_reader_version this reader reads
+inline constexpr uint32_t kFormatVersion = 5;
+inline constexpr uint32_t kReaderVersion = 3;  // the newest min_reader_version this reader reads
+inline constexpr int kMaxBodyDepth = 16;
+inline constexpr size_t kMaxBodyConstantBytes = size_t{1} << 20;
 inline constexpr size_t kHeaderBytes = 64;
 inline constexpr size_t kSectionAlign = 64;
 inline constexpr size_t kManifestAlign = 8;

@@ -172,6 +172,13 @@ class Reader {
                                                        const detail::ExecutableImpl& like,
                                                        PackageInfo info);
   Program read_program(const fb::Manifest& m);
+  // Node `i` of `g` (earlier nodes read) from `f`, its bodies among bodies_; not yet checked.
+  // `dynamic`: dims of -1 allowed (a dynamic package's program; any body, whose placeholders
+  // keep the dims they were built with).
+  detail::Node read_node(const fb::Node& f, const detail::GraphImpl& g, uint32_t i,
+                         const std::string& where, bool dynamic);
+  // The bodies of control-flow nodes (Manifest.bodies), checked, into bodies_.
+  void read_bodies(const fb::Manifest& m);
   void read_sections(const fb::Manifest& m, Program& p);
   MemoryPlan read_plan(const fb::Manifest& m, const Program& p);
   void read_steps(const fb::Manifest& m, const Program& p, detail::ExecutableImpl& impl,
@@ -190,6 +197,8 @@ class Reader {
   void upload_constants(Program& p);
   // A dynamic package (metadata.dynamic): dims of -1 are allowed outside constants and variables.
   bool dynamic_ = false;
+  std::vector<std::shared_ptr<const Body>> bodies_;
+  std::vector<uint8_t> body_used_;
   // The verifier checks vectors' length fields, not that 8-byte elements are 8-byte aligned.
   template <typename V>
   const V* aligned(const V* v, const std::string& where) const {
@@ -269,6 +278,144 @@ const fb::Manifest* Reader::read_manifest() {
   return man;
 }
 
+Node Reader::read_node(const fb::Node& f, const detail::GraphImpl& g, uint32_t i,
+                       const std::string& where, bool dynamic) {
+  const auto& nodes = g.nodes;
+  Node n;
+  if (!op_from_id(f.op(), n.op)) bad(where, at(&f), "unknown op id {}", f.op());
+  if (f.name()) n.name = f.name()->str();
+  n.origin = f.origin();
+  if (f.inputs())
+    for (const fb::ValueRef* v : *f.inputs()) {
+      if (v->node() < 0 || static_cast<uint32_t>(v->node()) >= i)
+        bad(where, at(v), "input %{} is not an earlier node", v->node());
+      const Node& src = nodes[v->node()];
+      if (v->index() < 0 || static_cast<size_t>(v->index()) >= src.outputs.size())
+        bad(where, at(v), "input %{} has no output {}", v->node(), v->index());
+      n.inputs.push_back({v->node(), v->index()});
+    }
+  if (f.attrs())
+    for (const fb::Attr* a : *f.attrs()) {
+      const std::string key = a->key()->str();
+      switch (a->kind()) {
+        case fb::AttrKind_Bool:
+          n.attrs.set(key, a->i() != 0);
+          break;
+        case fb::AttrKind_Int:
+          n.attrs.set(key, static_cast<int64_t>(a->i()));
+          break;
+        case fb::AttrKind_Float:
+          n.attrs.set(key, a->f());
+          break;
+        case fb::AttrKind_Ints:
+          n.attrs.set(key, aligned(a->ints(), where)
+                               ? std::vector<int64_t>(a->ints()->begin(), a->ints()->end())
+                               : std::vector<int64_t>{});
+          break;
+        case fb::AttrKind_Floats:
+          n.attrs.set(key, aligned(a->floats(), where)
+                               ? std::vector<double>(a->floats()->begin(), a->floats()->end())
+                               : std::vector<double>{});
+          break;
+        case fb::AttrKind_String:
+          n.attrs.set(key, a->s() ? a->s()->str() : std::string());
+          break;
+        case fb::AttrKind_DType:
+          if (a->i() < 0 || a->i() >= kNumDTypes)
+            bad(where, at(a), "attribute '{}': unknown dtype {}", key, a->i());
+          n.attrs.set(key, static_cast<DType>(a->i()));
+          break;
+        default:
+          bad(where, at(a), "attribute '{}' of unknown kind {}", key, static_cast<int>(a->kind()));
+      }
+    }
+  if (f.outputs())
+    for (const fb::TensorInfo* t : *f.outputs()) {
+      TensorInfo info;
+      if (t->dtype() >= kNumDTypes) bad(where, at(t), "unknown dtype {}", t->dtype());
+      info.dtype = static_cast<DType>(t->dtype());
+      if (aligned(t->shape(), where)) info.shape.assign(t->shape()->begin(), t->shape()->end());
+      if (const std::string why = check_shape(info, dynamic); !why.empty())
+        bad(where, at(t), "{}", why);
+      n.outputs.push_back(std::move(info));
+    }
+  // a conv with a fused epilogue is fused_conv's node: files written before it held conv
+  if (n.op == OpId::Conv && (n.attrs.has("relu") || n.attrs.has("has_residual")))
+    n.op = OpId::FusedConv;
+  // a custom op must be registered before its node can be checked (runtime/custom_op.h)
+  if (detail::is_custom(n.op))
+    if (const std::string why = detail::custom_op_missing(n.attrs); !why.empty())
+      fail<UnsupportedError>("[package] {}: {} ('{}'): {}", b_.what, where, n.name, why);
+  // a control-flow node's bodies: read before the program, each only after those it holds
+  if (f.bodies())
+    for (const int32_t k : *f.bodies()) {
+      if (k < 0 || static_cast<size_t>(k) >= bodies_.size())
+        bad(where, at(f.bodies()), "body {} is not a body read before it", k);
+      // each body belongs to one node: bodies form trees, which inference walks once per level
+      if (body_used_[k]++) bad(where, at(f.bodies()), "body {} belongs to another node", k);
+      n.bodies.push_back(bodies_[k]);
+    }
+  return n;
+}
+
+void Reader::read_bodies(const fb::Manifest& m) {
+  if (!m.bodies()) return;
+  std::vector<int> depth;
+  for (uint32_t k = 0; k < m.bodies()->size(); ++k) {
+    const fb::Body& fb_body = *m.bodies()->Get(k);
+    auto body = std::make_shared<Body>();
+    int d = 1;
+    const std::string in_body = fmt::format("manifest body {}", k);
+    if (fb_body.nodes())
+      for (uint32_t i = 0; i < fb_body.nodes()->size(); ++i) {
+        const fb::Node& f = *fb_body.nodes()->Get(i);
+        const std::string where = fmt::format("{} node %{}", in_body, i);
+        if (f.bodies())
+          for (const int32_t c : *f.bodies())
+            if (c >= 0 && static_cast<uint32_t>(c) < k) d = std::max(d, depth[c] + 1);
+        if (d > kMaxBodyDepth) bad(where, at(&f), "bodies nest more than {} deep", kMaxBodyDepth);
+        Node n = read_node(f, body->graph, i, where, true);
+        if (n.op == OpId::Variable) bad(where, at(&f), "a body holds no variables");
+        if (n.op == OpId::Constant) {
+          const TensorInfo& t = n.outputs.at(0);
+          if (const std::string why = check_shape(t); !why.empty()) bad(where, at(&f), "{}", why);
+          const uint64_t want = static_cast<uint64_t>(numel(t.shape)) * size_of(t.dtype);
+          const uint64_t got = f.value() ? f.value()->size() : 0;
+          if (want > kMaxBodyConstantBytes || got != want)
+            bad(where, at(&f), "a body constant of {} {} holds {} bytes (at most {})",
+                name(t.dtype), str(t.shape), got, kMaxBodyConstantBytes);
+          n.value = Array::from_data(got ? f.value()->data() : nullptr, t.shape, t.dtype);
+        }
+        body->graph.nodes.push_back(std::move(n));
+        if (const std::string why = check_node(body->graph, i); !why.empty())
+          bad(fmt::format("{} ({})", where, op_name(body->graph.nodes[i].op)), at(&f), "{}", why);
+      }
+    const auto& nodes = body->graph.nodes;
+    std::vector<char> bound(nodes.size(), 0);
+    if (fb_body.operands())
+      for (const int32_t ph : *fb_body.operands()) {
+        if (ph != -1 && (ph < 0 || static_cast<size_t>(ph) >= nodes.size() ||
+                         nodes[ph].op != OpId::Placeholder || bound[ph]))
+          bad(in_body, at(fb_body.operands()), "operand {} is not a placeholder of the body", ph);
+        if (ph >= 0) bound[ph] = 1;
+        body->operands.push_back(ph);
+      }
+    for (size_t i = 0; i < nodes.size(); ++i)
+      if (nodes[i].op == OpId::Placeholder && !bound[i])
+        bad(in_body, at(&fb_body), "placeholder %{} takes no operand", i);
+    if (fb_body.results())
+      for (const fb::ValueRef* v : *fb_body.results()) {
+        if (v->node() < 0 || static_cast<size_t>(v->node()) >= nodes.size() || v->index() < 0 ||
+            static_cast<size_t>(v->index()) >= nodes[v->node()].outputs.size())
+          bad(in_body, at(v), "result %{}:{} is not a value of the body", v->node(), v->index());
+        body->results.push_back({v->node(), v->index()});
+      }
+    depth.push_back(d);
+    bodies_.push_back(std::move(body));
+    body_used_.push_back(0);
+  }
+}
+
 Program Reader::read_program(const fb::Manifest& m) {
   Program p;
   auto& nodes = p.graph.nodes;
@@ -278,73 +425,7 @@ Program Reader::read_program(const fb::Manifest& m) {
   nodes.reserve(fnodes.size());
   for (uint32_t i = 0; i < fnodes.size(); ++i) {
     const fb::Node& f = *fnodes.Get(i);
-    Node n;
-    const std::string where = fmt::format("manifest node %{}", i);
-    if (!op_from_id(f.op(), n.op)) bad(where, at(&f), "unknown op id {}", f.op());
-    if (f.name()) n.name = f.name()->str();
-    n.origin = f.origin();
-    if (f.inputs())
-      for (const fb::ValueRef* v : *f.inputs()) {
-        if (v->node() < 0 || static_cast<uint32_t>(v->node()) >= i)
-          bad(where, at(v), "input %{} is not an earlier node", v->node());
-        const Node& src = nodes[v->node()];
-        if (v->index() < 0 || static_cast<size_t>(v->index()) >= src.outputs.size())
-          bad(where, at(v), "input %{} has no output {}", v->node(), v->index());
-        n.inputs.push_back({v->node(), v->index()});
-      }
-    if (f.attrs())
-      for (const fb::Attr* a : *f.attrs()) {
-        const std::string key = a->key()->str();
-        switch (a->kind()) {
-          case fb::AttrKind_Bool:
-            n.attrs.set(key, a->i() != 0);
-            break;
-          case fb::AttrKind_Int:
-            n.attrs.set(key, static_cast<int64_t>(a->i()));
-            break;
-          case fb::AttrKind_Float:
-            n.attrs.set(key, a->f());
-            break;
-          case fb::AttrKind_Ints:
-            n.attrs.set(key, aligned(a->ints(), where)
-                                 ? std::vector<int64_t>(a->ints()->begin(), a->ints()->end())
-                                 : std::vector<int64_t>{});
-            break;
-          case fb::AttrKind_Floats:
-            n.attrs.set(key, aligned(a->floats(), where)
-                                 ? std::vector<double>(a->floats()->begin(), a->floats()->end())
-                                 : std::vector<double>{});
-            break;
-          case fb::AttrKind_String:
-            n.attrs.set(key, a->s() ? a->s()->str() : std::string());
-            break;
-          case fb::AttrKind_DType:
-            if (a->i() < 0 || a->i() >= kNumDTypes)
-              bad(where, at(a), "attribute '{}': unknown dtype {}", key, a->i());
-            n.attrs.set(key, static_cast<DType>(a->i()));
-            break;
-          default:
-            bad(where, at(a), "attribute '{}' of unknown kind {}", key,
-                static_cast<int>(a->kind()));
-        }
-      }
-    if (f.outputs())
-      for (const fb::TensorInfo* t : *f.outputs()) {
-        TensorInfo info;
-        if (t->dtype() >= kNumDTypes) bad(where, at(t), "unknown dtype {}", t->dtype());
-        info.dtype = static_cast<DType>(t->dtype());
-        if (aligned(t->shape(), where)) info.shape.assign(t->shape()->begin(), t->shape()->end());
-        if (const std::string why = check_shape(info, dynamic_); !why.empty())
-          bad(where, at(t), "{}", why);
-        n.outputs.push_back(std::move(info));
-      }
-    // a conv with a fused epilogue is fused_conv's node: files written before it held conv
-    if (n.op == OpId::Conv && (n.attrs.has("relu") || n.attrs.has("has_residual")))
-      n.op = OpId::FusedConv;
-    // a custom op must be registered before its node can be checked (runtime/custom_op.h)
-    if (detail::is_custom(n.op))
-      if (const std::string why = detail::custom_op_missing(n.attrs); !why.empty())
-        fail<UnsupportedError>("[package] {}: node %{} ('{}'): {}", b_.what, i, n.name, why);
+    Node n = read_node(f, p.graph, i, fmt::format("manifest node %{}", i), dynamic_);
     nodes.push_back(std::move(n));
     if (const std::string why = check_node(p.graph, i); !why.empty())
       bad(fmt::format("manifest node %{} ({} '{}')", i, op_name(nodes[i].op), nodes[i].name),
@@ -634,6 +715,7 @@ std::shared_ptr<detail::ExecutableImpl> Reader::read() {
   info.manifest_bytes = manifest_size_;
 
   dynamic_ = meta.dynamic();
+  read_bodies(m);
   Program p = read_program(m);
   read_sections(m, p);
   if (m.output_names()) {

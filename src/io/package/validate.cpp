@@ -10,6 +10,7 @@
 
 #include "core/errors.h"
 #include "core/op_registry.h"
+#include "ops/control_ops.h"
 #include "runtime/run_kernel.h"
 
 namespace kiln::package {
@@ -93,6 +94,10 @@ std::string check_node(const detail::GraphImpl& g, size_t i) {
   } catch (const std::exception& e) {
     return e.what();
   }
+  if (n.bodies.size() != num_bodies(n.op))
+    return fmt::format("has {} bodies; the op takes {}", n.bodies.size(), num_bodies(n.op));
+  for (const auto& body : n.bodies)
+    if (!body) return "has an empty body";
   const int count = static_cast<int>(n.inputs.size());
   if (count < lo || count > hi)
     return lo == hi ? fmt::format("has {} inputs; the op takes {}", count, lo)

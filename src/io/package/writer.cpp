@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <optional>
 
 #include "core/device_backend.h"
@@ -73,12 +75,27 @@ void write(const detail::ExecutableImpl& x, const std::string& path,
     fail<ValueError>("[package] {} output names given for {} returned values",
                      options.output_names.size(), x.program.num_returned);
 
-  for (size_t i = 0; i < nodes.size(); ++i)
-    if (!nodes[i].bodies.empty())
-      fail<UnsupportedError>(
-          "[package] node %{} ({}) has bodies, which this package format "
-          "does not store",
-          i, op_name(nodes[i].op));
+  // the bodies of control-flow nodes, children before parents, each once
+  std::vector<const Body*> body_order;
+  std::map<const Body*, int32_t> body_index;
+  std::function<void(const Node&)> collect = [&](const Node& n) {
+    for (const auto& body : n.bodies) {
+      if (body_index.count(body.get())) continue;
+      for (const Node& m : body->graph.nodes) {
+        if (m.op == OpId::Variable)
+          fail<UnsupportedError>("[package] a body of node '{}' holds a variable", n.name);
+        if (m.op == OpId::Constant && m.value.nbytes() > kMaxBodyConstantBytes)
+          fail<UnsupportedError>(
+              "[package] a body of node '{}' holds a constant of {} bytes; "
+              "packages store at most {} per body constant",
+              n.name, m.value.nbytes(), kMaxBodyConstantBytes);
+        collect(m);
+      }
+      body_index[body.get()] = static_cast<int32_t>(body_order.size());
+      body_order.push_back(body.get());
+    }
+  };
+  for (const Node& n : nodes) collect(n);
   // data sections: constants and variables in program order, on the host
   struct Data {
     Array host;
@@ -147,9 +164,8 @@ void write(const detail::ExecutableImpl& x, const std::string& path,
     sections.emplace_back(d.offset, d.host.nbytes(), xxh3(d.host.data(), d.host.nbytes()), d.node);
   const CompileOptions& o = x.options;
   {
-    std::vector<flatbuffers::Offset<fb::Node>> fn;
-    for (size_t i = 0; i < nodes.size(); ++i) {
-      const Node& n = nodes[i];
+    // a node; a body's constants (`in_body`) keep their bytes in it
+    auto write_node = [&](const Node& n, int32_t section, bool in_body) {
       std::vector<fb::ValueRef> inputs;
       for (auto v : n.inputs) inputs.emplace_back(v.node, v.index);
       std::vector<flatbuffers::Offset<fb::Attr>> attrs;
@@ -158,9 +174,29 @@ void write(const detail::ExecutableImpl& x, const std::string& path,
       for (auto& t : n.outputs)
         outs.push_back(
             fb::CreateTensorInfo(b, static_cast<uint8_t>(t.dtype), b.CreateVector(t.shape)));
-      fn.push_back(fb::CreateNodeDirect(b, static_cast<uint16_t>(n.op), &inputs, &attrs, &outs,
-                                        n.name.c_str(), n.origin, section_of[i]));
+      std::vector<int32_t> bodies;
+      for (const auto& body : n.bodies) bodies.push_back(body_index.at(body.get()));
+      std::vector<uint8_t> value;
+      if (in_body && n.op == OpId::Constant) {
+        const Array host = n.value.to(Device::cpu());
+        const auto* p = static_cast<const uint8_t*>(host.data());
+        value.assign(p, p + host.nbytes());
+      }
+      return fb::CreateNodeDirect(
+          b, static_cast<uint16_t>(n.op), &inputs, &attrs, &outs, n.name.c_str(), n.origin, section,
+          bodies.empty() ? nullptr : &bodies, value.empty() ? nullptr : &value);
+    };
+    std::vector<flatbuffers::Offset<fb::Body>> fbodies;
+    for (const Body* body : body_order) {
+      std::vector<flatbuffers::Offset<fb::Node>> bn;
+      for (const Node& n : body->graph.nodes) bn.push_back(write_node(n, -1, true));
+      std::vector<fb::ValueRef> results;
+      for (auto v : body->results) results.emplace_back(v.node, v.index);
+      fbodies.push_back(fb::CreateBodyDirect(b, &bn, &body->operands, &results));
     }
+    std::vector<flatbuffers::Offset<fb::Node>> fn;
+    for (size_t i = 0; i < nodes.size(); ++i)
+      fn.push_back(write_node(nodes[i], section_of[i], false));
     auto fnames = b.CreateVectorOfStrings(names);
     std::vector<flatbuffers::Offset<fb::NodeSlots>> sl;
     for (auto& row : x.plan.slots) {
@@ -195,7 +231,7 @@ void write(const detail::ExecutableImpl& x, const std::string& path,
                                    b.CreateVector(sl), x.plan.arena_bytes, x.plan.num_buffers,
                                    b.CreateVector(st), b.CreateVector(x.placeholders),
                                    b.CreateVector(x.variables), b.CreateVectorOfStructs(sections),
-                                   b.CreateVector(tu), b.CreateVector(ke));
+                                   b.CreateVector(tu), b.CreateVector(ke), b.CreateVector(fbodies));
     fb::FinishManifestBuffer(b, root);
   }
   const uint8_t* mbytes = b.GetBufferPointer();
@@ -204,7 +240,7 @@ void write(const detail::ExecutableImpl& x, const std::string& path,
   uint8_t head[kHeaderBytes] = {};
   std::memcpy(head + header::magic, kMagic, 8);
   put<uint32_t>(head + header::format_version, kFormatVersion);
-  put<uint32_t>(head + header::min_reader_version, dynamic ? 2 : 1);
+  put<uint32_t>(head + header::min_reader_version, !body_order.empty() ? 3 : dynamic ? 2 : 1);
   put<uint64_t>(head + header::file_size, manifest_offset + msize);
   put<uint64_t>(head + header::manifest_offset, manifest_offset);
   put<uint64_t>(head + header::manifest_size, msize);
