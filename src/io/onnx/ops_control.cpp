@@ -8,6 +8,8 @@
 // condition that stays true.
 #include <onnx/onnx_pb.h>
 
+#include <optional>
+
 #include "core/graph_impl.h"
 #include "io/onnx/map_util.h"
 #include "kiln/ops/control.h"
@@ -45,14 +47,17 @@ std::vector<TensorInfo> body_output_infos(NodeContext& c, const ::onnx::GraphPro
   return out;
 }
 
-// Stacked outputs: a buffer (n, shape...) of zeros per scan output, and the write of one row.
-Tensor scan_buffer(NodeContext& c, int64_t n, const TensorInfo& row) {
-  Shape s{n};
-  s.insert(s.end(), row.shape.begin(), row.shape.end());
-  for (int64_t d : s)
+// Stacked outputs: a buffer (n, shape...) of zeros per scan output (n computed from shapes as
+// the 1-d `length` when it is not known while importing), and the write of one row.
+Tensor scan_buffer(NodeContext& c, int64_t n, const TensorInfo& row,
+                   const std::optional<Tensor>& length = std::nullopt) {
+  for (int64_t d : row.shape)
     if (d < 0)
       c.unsupported(fmt::format(
           "a scan output of shape {} (its dims must be known while importing)", str(row.shape)));
+  if (n < 0) return full(concat({*length, known_ints(c, row.shape)}, 0), 0.0, row.dtype);
+  Shape s{n};
+  s.insert(s.end(), row.shape.begin(), row.shape.end());
   return zeros(c.graph(), s, row.dtype);
 }
 Tensor write_row(const Tensor& buffer, const Tensor& row_index, Tensor value) {
@@ -152,16 +157,25 @@ Outs scan_op(NodeContext& c) {
                        out_dirs = per_input("scan_output_directions", scans);
   std::vector<Tensor> xs;
   int64_t steps = -1;
+  bool known = true;
   for (int j = 0; j < num_scan; ++j) {
     Tensor x = c.input(states + j);
     in_axes[j] = axis_of(c, in_axes[j], x.rank());
     const int64_t len = x.dim(static_cast<int>(in_axes[j]));
-    if (len < 0) c.unsupported("a scan input's scanned dim must be known while importing");
-    if (steps >= 0 && len != steps)
+    known = known && len >= 0;
+    if (len >= 0 && steps >= 0 && len != steps)
       c.fail(fmt::format("scan inputs of {} and {} steps", steps, len));
-    steps = len;
+    if (len >= 0) steps = len;
     xs.push_back(x);
   }
+  // the trip count: known while importing, or the first scan input's scanned dim, from shapes
+  std::optional<Tensor> length;
+  if (!known) {
+    steps = -1;
+    length = slice(shape_of(xs[0]), {in_axes[0]}, {in_axes[0] + 1});
+  }
+  const Tensor count =
+      known ? known_ints(c, {steps}) : *length;  // 1-d; reshaped to the loop's 0-d count below
   // a body over (states..., one step of each scan input)
   std::vector<TensorInfo> in;
   std::vector<Tensor> init;
@@ -175,12 +189,14 @@ Outs scan_op(NodeContext& c) {
     in.push_back({s, xs[j].dtype()});
   }
   const std::vector<TensorInfo> out_infos = body_output_infos(c, body, in);
-  for (int k = 0; k < scans; ++k) init.push_back(scan_buffer(c, steps, out_infos[states + k]));
+  for (int k = 0; k < scans; ++k)
+    init.push_back(scan_buffer(c, steps, out_infos[states + k], length));
   if (init.empty()) return {};
+  const Tensor trips = reshape(count, {});
   auto step_index = [&](const Tensor& i, int64_t reverse) {
-    return reverse ? scalar_like(i, static_cast<double>(steps - 1)) - i : i;
+    return reverse ? (trips - 1.0) - i : i;
   };
-  std::vector<Tensor> out = for_loop(steps, init, [&](const std::vector<Tensor>& v) {
+  std::vector<Tensor> out = for_loop(trips, init, [&](const std::vector<Tensor>& v) {
     std::vector<Tensor> args(v.begin() + 1, v.begin() + 1 + states);
     for (int j = 0; j < num_scan; ++j)
       args.push_back(gather(xs[j], step_index(v[0], in_dirs[j]), in_axes[j]));
