@@ -317,15 +317,5 @@ TEST(ForLoop, RunsAtEveryShapeOfADynamicExecutable) {
   }
 }
 
-TEST(ForLoop, GradientsNeedATripCountKnownWhenBuilt) {
-  Graph g;
-  auto x = g.placeholder({3}, f32, "x");
-  auto n = g.placeholder({}, i64, "n");
-  auto out = for_loop(n, {x},
-                      [](const std::vector<Tensor>& v) { return std::vector<Tensor>{v[1] * 2.0}; });
-  expect_error<UnsupportedError>([&] { gradients(sum(out[0]), {x}); },
-                                 {"[for_loop]", "trip count known when the graph is built"});
-}
-
 }  // namespace
 }  // namespace kiln

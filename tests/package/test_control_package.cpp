@@ -1,7 +1,9 @@
 // Packages of executables with control-flow nodes: their bodies stored in the manifest (format.h,
 // BODIES), loaded and run again, static and dynamic; and the reader's checks of bodies.
+#include <functional>
 #include <map>
 #include <string>
+#include <utility>
 
 #include "kiln/ops/control.h"
 #include "package/package_bytes.h"
@@ -72,6 +74,26 @@ TEST(ControlPackage, DynamicExecutableWithBodiesRoundTrips) {
   }
 }
 
+// The first node of the program that `pick` accepts (nullptr: none).
+package::fb::Node* program_node(package::fb::Manifest& man,
+                                const std::function<bool(const package::fb::Node&)>& pick) {
+  auto* nodes = man.mutable_nodes();
+  for (uint32_t i = 0; i < nodes->size(); ++i)
+    if (pick(*nodes->Get(i))) return nodes->GetMutableObject(i);
+  return nullptr;
+}
+// The first node of a body that `pick` accepts, and the body's index.
+std::pair<package::fb::Node*, uint32_t> body_node(
+    package::fb::Manifest& man, const std::function<bool(const package::fb::Node&)>& pick) {
+  auto* bodies = man.mutable_bodies();
+  for (uint32_t k = 0; k < bodies->size(); ++k) {
+    auto* nodes = bodies->GetMutableObject(k)->mutable_nodes();
+    for (uint32_t i = 0; i < nodes->size(); ++i)
+      if (pick(*nodes->Get(i))) return {nodes->GetMutableObject(i), k};
+  }
+  return {nullptr, 0};
+}
+
 // Bodies edited in place (the manifest is a mutable FlatBuffer; checksums recomputed): each edit
 // is refused with a FormatError naming the body and what is wrong.
 TEST(ControlPackage, ReaderRefusesMalformedBodies) {
@@ -86,49 +108,32 @@ TEST(ControlPackage, ReaderRefusesMalformedBodies) {
     fix_checksums(b);
     expect_error<FormatError>([&] { load(b); }, parts);
   };
-  // a body that names itself (or a later body) as its child
+  using Pick = std::function<bool(const package::fb::Node&)>;
+  auto has_bodies = [](size_t n) {
+    return [n](const package::fb::Node& f) { return f.bodies() && f.bodies()->size() == n; };
+  };
+  // a body that names itself as its child
   edit(
-      [](package::fb::Manifest& man) {
-        auto* bodies = man.mutable_bodies();
-        for (uint32_t k = 0; k < bodies->size(); ++k) {
-          auto* nodes = bodies->GetMutableObject(k)->mutable_nodes();
-          for (uint32_t i = 0; i < nodes->size(); ++i) {
-            auto* n = nodes->GetMutableObject(i);
-            if (n->mutable_bodies() && n->mutable_bodies()->size()) {
-              n->mutable_bodies()->Mutate(0, static_cast<int32_t>(k));
-              return true;
-            }
-          }
-        }
-        return false;
+      [&](package::fb::Manifest& man) {
+        auto [n, k] = body_node(man, has_bodies(2));
+        if (n) n->mutable_bodies()->Mutate(0, static_cast<int32_t>(k));
+        return n != nullptr;
       },
       {"[package]", "manifest body", "is not a body read before it"});
   // a program node naming a body past the table
   edit(
-      [](package::fb::Manifest& man) {
-        auto* nodes = man.mutable_nodes();
-        for (uint32_t i = 0; i < nodes->size(); ++i) {
-          auto* n = nodes->GetMutableObject(i);
-          if (n->mutable_bodies() && n->mutable_bodies()->size()) {
-            n->mutable_bodies()->Mutate(0, 1000);
-            return true;
-          }
-        }
-        return false;
+      [&](package::fb::Manifest& man) {
+        auto* n = program_node(man, has_bodies(1));
+        if (n) n->mutable_bodies()->Mutate(0, 1000);
+        return n != nullptr;
       },
       {"[package]", "manifest node", "body 1000 is not a body read before it"});
-  // a program node taking the body another node holds
+  // a program node (the cond) taking one body twice
   edit(
-      [](package::fb::Manifest& man) {
-        auto* nodes = man.mutable_nodes();
-        for (uint32_t i = 0; i < nodes->size(); ++i) {
-          auto* n = nodes->GetMutableObject(i);
-          if (n->mutable_bodies() && n->mutable_bodies()->size() == 2) {  // the cond
-            n->mutable_bodies()->Mutate(1, n->bodies()->Get(0));
-            return true;
-          }
-        }
-        return false;
+      [&](package::fb::Manifest& man) {
+        auto* n = program_node(man, has_bodies(2));
+        if (n) n->mutable_bodies()->Mutate(1, n->bodies()->Get(0));
+        return n != nullptr;
       },
       {"[package]", "manifest node", "belongs to another node"});
   // an operand bound to a node that is not a placeholder
@@ -151,22 +156,14 @@ TEST(ControlPackage, ReaderRefusesMalformedBodies) {
         return true;
       },
       {"[package]", "manifest body 0", "is not a value of the body"});
-  // a body constant whose bytes no longer fit its shape
+  // a 4-byte f32 body constant declared f64 (8 bytes)
   edit(
-      [](package::fb::Manifest& man) {
-        // a 4-byte f32 constant declared f64 (8 bytes)
-        auto* bodies = man.mutable_bodies();
-        for (uint32_t k = 0; k < bodies->size(); ++k) {
-          auto* nodes = bodies->GetMutableObject(k)->mutable_nodes();
-          for (uint32_t i = 0; i < nodes->size(); ++i) {
-            auto* n = nodes->GetMutableObject(i);
-            if (n->value() && n->value()->size() == 4) {
-              n->mutable_outputs()->GetMutableObject(0)->mutate_dtype(static_cast<uint8_t>(f64));
-              return true;
-            }
-          }
-        }
-        return false;
+      [&](package::fb::Manifest& man) {
+        auto [n, k] = body_node(man, Pick([](const package::fb::Node& f) {
+                                  return f.value() && f.value()->size() == 4;
+                                }));
+        if (n) n->mutable_outputs()->GetMutableObject(0)->mutate_dtype(static_cast<uint8_t>(f64));
+        return n != nullptr;
       },
       {"[package]", "manifest body", "a body constant of f64"});
 }
