@@ -9,12 +9,14 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <string>
 
 #include "core/device_backend.h"
 #include "core/errors.h"
 #include "core/op_registry.h"
 #include "runtime/device_run.h"
 #include "runtime/executor.h"
+#include "runtime/profiler.h"
 
 namespace kiln::detail {
 
@@ -96,6 +98,8 @@ template <Backend B> void cond_kernel(KernelContext& ctx) {
   const Place w = place_of(ctx, B);
   const auto& bodies = bodies_of(ctx).bodies;
   const bool taken = read_bool(wrap(ctx.in(0), w), w);
+  // the branch taken, as a span of the profiler (its body's run nested in it)
+  prof::HostScope span(SpanKind::run, taken ? "cond: then_fn" : "cond: else_fn");
   const std::vector<Array> results = run_body(bodies[taken ? 0 : 1], inputs_of(ctx, w, 1), w);
   for (int k = 0; k < ctx.num_outputs(); ++k) copy_out(results[k], ctx.out(k), w);
 }
@@ -107,6 +111,9 @@ template <Backend B> void while_loop_kernel(KernelContext& ctx) {
   std::vector<Array> values = inputs_of(ctx, w, 0);  // carried, then captured
   const size_t carried = static_cast<size_t>(ctx.num_outputs());
   for (int64_t trips = 0;; ++trips) {
+    // each iteration (its condition, then its body) a span of the profiler, numbered
+    prof::HostScope span(SpanKind::run, "while_loop iteration",
+                         prof::on() ? std::to_string(trips) : std::string());
     if (!read_bool(run_body(bodies[0], values, w)[0], w)) break;
     if (max_trips >= 0 && trips == max_trips)
       fail<ValueError>(
@@ -128,6 +135,8 @@ template <Backend B> void for_loop_kernel(KernelContext& ctx) {
   Array host_i = Array::empty({}, i64);
   values[0] = w.b ? device_array(*w.b, w.device, {}, i64, w.stream) : host_i;
   for (int64_t i = 0; i < n; ++i) {
+    prof::HostScope span(SpanKind::run, "for_loop iteration",
+                         prof::on() ? std::to_string(i) : std::string());
     // (each body run on a GPU ends with a wait, so host_i is not read while it changes)
     *host_i.data<int64_t>() = i;
     if (w.b)

@@ -270,6 +270,43 @@ TEST(Profiler, CpuRunRecordsEveryOpAndCompilePhase) {
   EXPECT_NE(p.summary().find("matmul (cpu)"), std::string::npos) << p.summary();
 }
 
+// A loop's iterations and the branch a cond takes are spans of their own (kind run), each
+// holding its body's run and that run's ops.
+TEST(Profiler, LoopIterationsAndBranchesAreSpans) {
+  StopAtEnd stop;
+  Graph g;
+  auto x = g.placeholder({8}, f32, "x");
+  auto pred = g.placeholder({}, boolean, "pred");
+  auto y = for_loop(3, {x}, [](const std::vector<Tensor>& v) {
+    return std::vector<Tensor>{tanh(v[1]) * 2.0};
+  })[0];
+  auto z = cond(
+      pred, {y}, [](const std::vector<Tensor>& a) { return std::vector<Tensor>{-a[0]}; },
+      [](const std::vector<Tensor>& a) { return a; })[0];
+  auto exe = g.compile(Device::cpu(), {}, {z});
+  Profiler::start();
+  exe.run({{x, random_array({8}, f32)}, {pred, Array::scalar(false)}});
+  const Profile p = Profiler::stop();
+  std::vector<std::string> iterations;
+  const ProfileSpan* branch = nullptr;
+  for (const ProfileSpan* s : spans_of(p, SpanKind::run)) {
+    if (s->name == "for_loop iteration") iterations.push_back(s->detail);
+    if (s->name.rfind("cond: ", 0) == 0) branch = s;
+  }
+  EXPECT_EQ(iterations, (std::vector<std::string>{"0", "1", "2"}));
+  ASSERT_TRUE(branch);
+  EXPECT_EQ(branch->name, "cond: else_fn");
+  // the body's ops ran inside the iterations: tanh three times, neg never
+  size_t tanh_ops = 0, neg_ops = 0;
+  for (const ProfileSpan* s : spans_of(p, SpanKind::op)) {
+    tanh_ops += s->name == "tanh" || s->name == "fused_elementwise";
+    neg_ops += s->name == "neg";
+  }
+  EXPECT_GE(tanh_ops, 3u);
+  EXPECT_EQ(neg_ops, 0u);
+  check_trace(p.chrome_trace());
+}
+
 TEST(Profiler, OffRecordsNothingAndStartStopAreChecked) {
   StopAtEnd stop;
   Graph g;
