@@ -60,4 +60,35 @@ class File {
   std::shared_ptr<const Impl> impl_;
 };
 
+/// The weights of a Hugging Face checkpoint directory: `model.safetensors`, or the shards that
+/// `model.safetensors.index.json` names in its "weight_map" (tensor name -> file name). Every
+/// shard is opened and its header checked when the checkpoint is opened; tensors are read when
+/// asked for.
+class Checkpoint {
+ public:
+  /// Opens the checkpoint in `dir`. Throws IoError when the directory holds neither file or a
+  /// shard cannot be read, FormatError for an index that is not a JSON object with a weight_map
+  /// of strings, a shard name that is not a plain file name of the directory (no '/', no ".."),
+  /// or a tensor the index places in a shard that lacks it (naming both), and the errors of
+  /// File::open for each shard.
+  static Checkpoint open(const std::string& dir);
+
+  /// Every tensor's name, sorted.
+  std::vector<std::string> names() const;
+  bool contains(const std::string& name) const;
+  /// The entry of `name`, and the shard file that holds it; ValueError naming the checkpoint and
+  /// the tensor when none does.
+  const Entry& entry(const std::string& name) const;
+  const std::string& shard_of(const std::string& name) const;
+  /// Reads tensor `name` onto `device`.
+  Array read(const std::string& name, Device device = Device::cpu()) const;
+  /// The shard files, in the order the index first names them.
+  std::vector<std::string> shards() const;
+
+  struct Impl;
+
+ private:
+  std::shared_ptr<const Impl> impl_;
+};
+
 }  // namespace kiln::safetensors

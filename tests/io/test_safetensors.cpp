@@ -2,9 +2,11 @@
 // (include/kiln/safetensors.h), on fresh random data: every dtype, metadata, header padding, and
 // every check of a hostile header.
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "kiln/safetensors.h"
@@ -173,6 +175,78 @@ TEST(Safetensors, FileCutShortAfterOpeningIsAnIoError) {
   std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), 40);
   expect_error<IoError>([&] { f.read("w"); }, {"[safetensors]", "tensor 'w' could not be read"});
   std::remove(path.c_str());
+}
+
+void write(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary)
+      .write(text.data(), static_cast<std::streamsize>(text.size()));
+}
+void write(const std::string& path, const std::vector<uint8_t>& b) {
+  write(path, std::string(b.begin(), b.end()));
+}
+
+// A checkpoint directory of its own (removed at the end of the test).
+struct TempDir {
+  std::string path;
+  explicit TempDir(const std::string& name)
+      : path(::testing::TempDir() + "kiln_" + name + "_" + std::to_string(::getpid())) {
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  std::string operator/(const std::string& f) const { return path + "/" + f; }
+};
+
+TEST(SafetensorsCheckpoint, ShardsThroughTheIndexAndASingleFile) {
+  const Array a = random_array({4, 3}, f32), b = random_array({3}, bf16),
+              c = random_array({2, 2}, f16);
+  TempDir dir("ckpt");
+  write(dir / "model-00001-of-00002.safetensors",
+        file_of({tensor_of("a", "F32", a), tensor_of("b", "BF16", b)}));
+  write(dir / "model-00002-of-00002.safetensors", file_of({tensor_of("c", "F16", c)}));
+  write(dir / "model.safetensors.index.json",
+        R"({"metadata":{"total_size":62},"weight_map":{"c":"model-00002-of-00002.safetensors",)"
+        R"("a":"model-00001-of-00002.safetensors","b":"model-00001-of-00002.safetensors"}})");
+  const auto ck = safetensors::Checkpoint::open(dir.path);
+  EXPECT_EQ(ck.names(), (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_EQ(ck.shard_of("c"), "model-00002-of-00002.safetensors");
+  EXPECT_EQ(ck.shards().size(), 2u);
+  expect_equal(ck.read("a"), {4, 3}, to_f64(a));
+  expect_equal(ck.read("b"), {3}, to_f64(b));
+  expect_equal(ck.read("c"), {2, 2}, to_f64(c));
+  EXPECT_EQ(ck.entry("b").dtype, bf16);
+  expect_error<ValueError>(
+      [&] { ck.read("lm_head.weight"); },
+      {"[safetensors] checkpoint", "no tensor 'lm_head.weight'", "3 tensors in 2 files"});
+  // one file, no index
+  TempDir one("ckpt_one");
+  write(one / "model.safetensors", file_of({tensor_of("a", "F32", a)}));
+  const auto single = safetensors::Checkpoint::open(one.path);
+  EXPECT_EQ(single.names(), (std::vector<std::string>{"a"}));
+  expect_equal(single.read("a"), {4, 3}, to_f64(a));
+}
+
+TEST(SafetensorsCheckpoint, RefusesBadIndexesAndDirectories) {
+  const Array a = random_array({2}, f32);
+  TempDir dir("ckpt_bad");
+  write(dir / "s1.safetensors", file_of({tensor_of("a", "F32", a)}));
+  auto with_index = [&](const std::string& json) {
+    write(dir / "model.safetensors.index.json", json);
+    return [&] { safetensors::Checkpoint::open(dir.path); };
+  };
+  expect_error<FormatError>(with_index(R"({"weight_map":{"a":"../s1.safetensors"}})"),
+                            {"weight_map['a'] names '../s1.safetensors'", "not a file of"});
+  expect_error<FormatError>(
+      with_index(R"({"weight_map":{"a":"s1.safetensors","d":"s1.safetensors"}})"),
+      {"places 'd' in s1.safetensors, which does not hold it"});
+  expect_error<IoError>(with_index(R"({"weight_map":{"a":"s2.safetensors"}})"),
+                        {"[safetensors]", "s2.safetensors"});
+  expect_error<FormatError>(with_index(R"({"weight_map":["a"]})"), {"weight_map object"});
+  expect_error<FormatError>(with_index("not json"), {"weight_map object"});
+  expect_error<FormatError>(with_index(R"({"weight_map":{"a":7}})"), {"weight_map['a']"});
+  TempDir empty("ckpt_empty");
+  expect_error<IoError>([&] { safetensors::Checkpoint::open(empty.path); },
+                        {"holds neither model.safetensors nor model.safetensors.index.json"});
 }
 
 }  // namespace
