@@ -167,9 +167,10 @@ TEST(ChannelsLastTraining, RewrittenStepMatchesOnTheCpu) {
   build_step(s, false);
   // bf16 convs that CUDA would run NHWC, on the CPU both ways: oneDNN's native bf16 kernels for
   // NHWC and NCHW operands may add in other orders (AMX machines do), and a sum that lands on
-  // the other side of a bf16 rounding boundary moves by an ulp (2^-8): the two steps agree to a
-  // few bf16 ulp (of the largest gradient: a small one moves by as much), while a wrong rewrite
-  // (a transposed operand, a missed layout) is off by O(1)
+  // the other side of a bf16 rounding boundary moves by an ulp (2^-8), and further where a relu
+  // or a max-pool near a tie then goes the other way: the two steps agree as whole outputs (a
+  // few percent at most), while a wrong rewrite (a transposed operand, a missed layout) is off
+  // by O(1)
   const Program p = autocast(s.p, bf16);
   const Program q = channels_last(p, Backend::cuda);
   int nhwc = 0;
@@ -188,7 +189,19 @@ TEST(ChannelsLastTraining, RewrittenStepMatchesOnTheCpu) {
     double scale = 0;
     for (double v : w) scale = std::max(scale, std::abs(v));
     EXPECT_GT(scale, 1e-4);
-    expect_close(got[i], want[i].shape(), w, 2e-2, 8e-3 * scale);  // 2 bf16 ulp of the largest
+    // As a whole: bf16 sums in other orders move single elements by many ulps where a relu or a
+    // max-pool near a tie goes the other way (one seed moved 14 of 324 by 10% of the largest),
+    // while a wrong rewrite (a transposed operand, a missed layout) is off by the gradient's size
+    const auto g = to_f64(got[i]);
+    ASSERT_EQ(g.size(), w.size());
+    double err = 0, norm = 0, worst = 0;
+    for (size_t k = 0; k < w.size(); ++k) {
+      err += (g[k] - w[k]) * (g[k] - w[k]);
+      norm += w[k] * w[k];
+      worst = std::max(worst, std::abs(g[k] - w[k]));
+    }
+    EXPECT_LE(std::sqrt(err / norm), 0.1) << "relative L2 error of the whole output";
+    EXPECT_LE(worst, 0.25 * scale) << "largest error against the output's largest value";
   }
 }
 
