@@ -46,7 +46,7 @@ class Weights {
 // What every layer's attention shares: positions, the mask, RoPE rows and the cache's start.
 struct Context {
   Tensor posid;                    // (B, T) i64: each token's position in its sequence
-  Tensor mask;                     // (B, 1, 1, T, S) bool: the cache columns each query sees
+  Tensor mask;                     // (B, 1, G·T, S) bool: the cache columns each query sees
   Tensor starts;                   // (4,) i64: where this call's keys go in a cache (0, 0, pos, 0)
   std::optional<Tensor> cos, sin;  // (B, T, 1, D/2) RoPE rows (Llama family)
 };
@@ -62,15 +62,16 @@ Context make_context(Model::Impl& m) {
   const Tensor col = m.pos + t;                                         // (T,)
   const Tensor pad = reshape(m.pad, {m.max_batch, 1});                  // (B, 1)
   c.posid = maximum(reshape(col, {1, -1}) - pad, scalar_like(col, 0));  // (B, T)
-  // key j is seen by the query at column q when pad <= j <= q (and q - j < window)
-  const Tensor j = arange(g, 0, static_cast<double>(S), 1, i64);  // (S,)
-  const Tensor q = reshape(col, {1, -1, 1});                      // (1, T, 1)
-  Tensor seen = logical_and(less_equal(reshape(j, {1, 1, S}), q),
-                            greater_equal(reshape(j, {1, 1, S}), reshape(pad, {-1, 1, 1})));
+  // Key j is seen by the query at column q when pad <= j <= q (and q - j < window). The rows
+  // are the G query heads that share a key head, each of the T queries: (B, 1, G·T, S).
+  const int64_t G = m.config.num_heads / m.config.num_kv_heads;
+  const Tensor j = reshape(arange(g, 0, static_cast<double>(S), 1, i64), {1, 1, 1, S});
+  const Tensor q =
+      reshape(reshape(col, {1, 1, -1, 1}) + zeros(g, {1, G, 1, 1}, i64), {1, 1, -1, 1});
+  Tensor seen = logical_and(less_equal(j, q), greater_equal(j, reshape(pad, {-1, 1, 1, 1})));
   if (m.config.sliding_window > 0)
-    seen = logical_and(
-        seen, greater(reshape(j, {1, 1, S}), q - static_cast<double>(m.config.sliding_window)));
-  c.mask = expand_dims(seen, {1, 2});
+    seen = logical_and(seen, greater(j, q - static_cast<double>(m.config.sliding_window)));
+  c.mask = seen;
   const Tensor zero2 = g.constant(Array::from_vector<int64_t>({0, 0}, {2}));
   c.starts = concat({zero2, m.pos, slice(zero2, {0}, {1})}, 0);
   if (m.config.family == Family::llama) {
@@ -107,13 +108,15 @@ Tensor attend(Model::Impl& m, int layer, const Context& c, const Tensor& q, cons
   m.memory.cache += 2 * size_of(m.dtype) * static_cast<size_t>(numel(cache_shape));
   const Tensor keys = assign_slice(kc, permute(k, {0, 2, 1, 3}), c.starts);
   const Tensor values = assign_slice(vc, permute(v, {0, 2, 1, 3}), c.starts);
-  // query heads grouped by the key head they share: (B, KV, H / KV, T, D)
-  const Tensor q5 = permute(reshape(q, {B, -1, KV, H / KV, D}), {0, 2, 3, 1, 4});
+  // The G = H / KV query heads that share a key head are rows of one attention over it:
+  // q (B, KV, G·T, D) against the cache (B, KV, S, D) as it is, never repeated per head.
+  const int64_t G = H / KV;
+  const Tensor qg =
+      reshape(permute(reshape(q, {B, -1, KV, G, D}), {0, 2, 3, 1, 4}), {B, KV, -1, D});
   AttentionOptions opts;
   opts.scale = scale;
-  const Tensor o = scaled_dot_product_attention(q5, expand_dims(keys, {2}),
-                                                expand_dims(values, {2}), c.mask, opts);
-  return reshape(permute(o, {0, 3, 1, 2, 4}), {B, -1, H * D});
+  const Tensor o = scaled_dot_product_attention(qg, keys, values, c.mask, opts);
+  return reshape(permute(reshape(o, {B, KV, G, -1, D}), {0, 3, 1, 2, 4}), {B, -1, H * D});
 }
 
 std::optional<Tensor> maybe(Weights& w, bool present, const std::string& name, const Shape& s) {
