@@ -45,6 +45,7 @@ struct Config {
   bool attention_bias = false;
   bool mlp_bias = false;       // gate, up and down projections with biases (Llama's mlp_bias)
   int64_t sliding_window = 0;  // keys at most this far behind a query (Mistral); 0: all
+  int64_t first_sliding_layer = 0;  // the window's first layer (Qwen2's max_window_layers)
   /// GPT-2: its activation is GELU with the tanh approximation ("gelu_new"), or exact ("gelu").
   bool gelu_tanh = true;
   /// GPT-2: attention scores also divided by the layer's number (scale_attn_by_inverse_layer_idx).

@@ -145,10 +145,17 @@ Config Config::parse(const std::string& text, const std::string& label) {
     c.tie_word_embeddings = r.flag("tie_word_embeddings", false);
     c.attention_bias = r.flag("attention_bias", false) || c.model_type == "qwen2";
     c.mlp_bias = r.flag("mlp_bias", false);
-    // Mistral's window applies whenever set; Qwen2's only with use_sliding_window
+    // Mistral's window applies to every layer whenever set; Qwen2's only with
+    // use_sliding_window, from layer max_window_layers on
     if (c.model_type == "mistral" || r.flag("use_sliding_window", false))
       if (j.contains("sliding_window") && !j["sliding_window"].is_null())
         c.sliding_window = r.positive("sliding_window");
+    if (c.model_type == "qwen2" && c.sliding_window > 0) {
+      const json v = j.value("max_window_layers", json(28));
+      if (!v.is_number_integer() || v.get<int64_t>() < 0)
+        r.bad("'max_window_layers' is {}, not an integer of 0 or more", v.dump());
+      c.first_sliding_layer = v.get<int64_t>();
+    }
     if (j.contains("hidden_act") && j["hidden_act"] != "silu")
       fail<UnsupportedError>("[llm] {}: hidden_act {} (the Llama family's MLP is SwiGLU: silu)",
                              label, j["hidden_act"].dump());

@@ -47,6 +47,7 @@ class Weights {
 struct Context {
   Tensor posid;                    // (B, T) i64: each token's position in its sequence
   Tensor mask;                     // (B, 1, G·T, S) bool: the cache columns each query sees
+  std::optional<Tensor> window_mask;  // the same within the sliding window (layers that use it)
   Tensor starts;                   // (4,) i64: where this call's keys go in a cache (0, 0, pos, 0)
   std::optional<Tensor> cos, sin;  // (B, T, 1, D/2) RoPE rows (Llama family)
 };
@@ -68,10 +69,10 @@ Context make_context(Model::Impl& m) {
   const Tensor j = reshape(arange(g, 0, static_cast<double>(S), 1, i64), {1, 1, 1, S});
   const Tensor q =
       reshape(reshape(col, {1, 1, -1, 1}) + zeros(g, {1, G, 1, 1}, i64), {1, 1, -1, 1});
-  Tensor seen = logical_and(less_equal(j, q), greater_equal(j, reshape(pad, {-1, 1, 1, 1})));
+  c.mask = logical_and(less_equal(j, q), greater_equal(j, reshape(pad, {-1, 1, 1, 1})));
   if (m.config.sliding_window > 0)
-    seen = logical_and(seen, greater(j, q - static_cast<double>(m.config.sliding_window)));
-  c.mask = seen;
+    c.window_mask =
+        logical_and(c.mask, greater(j, q - static_cast<double>(m.config.sliding_window)));
   const Tensor zero2 = g.constant(Array::from_vector<int64_t>({0, 0}, {2}));
   c.starts = concat({zero2, m.pos, slice(zero2, {0}, {1})}, 0);
   if (m.config.family == Family::llama) {
@@ -115,7 +116,9 @@ Tensor attend(Model::Impl& m, int layer, const Context& c, const Tensor& q, cons
       reshape(permute(reshape(q, {B, -1, KV, G, D}), {0, 2, 3, 1, 4}), {B, KV, -1, D});
   AttentionOptions opts;
   opts.scale = scale;
-  const Tensor o = scaled_dot_product_attention(qg, keys, values, c.mask, opts);
+  const bool windowed = c.window_mask && layer >= cf.first_sliding_layer;
+  const Tensor o =
+      scaled_dot_product_attention(qg, keys, values, windowed ? *c.window_mask : c.mask, opts);
   return reshape(permute(reshape(o, {B, KV, G, -1, D}), {0, 3, 1, 2, 4}), {B, -1, H * D});
 }
 

@@ -105,7 +105,7 @@ TEST_P(Models, BatchOfDifferentLengthsMatchesTransformers) {
 
 INSTANTIATE_TEST_SUITE_P(Llm, Models,
                          ::testing::Values("llama", "llama3_scaled", "llama_linear", "mistral",
-                                           "qwen2", "gpt2"));
+                                           "mistral_window", "qwen2_window", "qwen2", "gpt2"));
 
 TEST(LlmModel, Bf16RunsCloseToTheF32Logits) {
   const Golden g(kData + "llama");

@@ -18,6 +18,12 @@ goldens.safetensors:
 Outputs are computed in float32 (a bf16 checkpoint is loaded as float32: the same values), so
 kiln's float32 runs match them to rounding. Every greedy step's winning logit leads the runner-up
 by at least MARGIN, so that rounding cannot change a token; a seed that breaks this is skipped.
+
+Greedy tokens come from the model's forward over the whole sequence at every step (no cache;
+left-padded rows with an attention mask and positions counted from each row's first token, as
+generate does). generate() with its KV cache is run too and should agree; where it does not, the
+script says so and keeps the forward's tokens: with transformers 5.25, Qwen2 with sliding-window
+layers after full ones (qwen2_window) departs from its own forward after a few cached tokens.
 """
 import json
 import os
@@ -51,6 +57,10 @@ MODELS = {
                      "float16", "100KB"),
     "mistral": ("MistralConfig", dict(COMMON, num_key_value_heads=2, sliding_window=None),
                 "float32", None),
+    "mistral_window": ("MistralConfig", dict(COMMON, num_key_value_heads=2, sliding_window=6),
+                       "float32", None),
+    "qwen2_window": ("Qwen2Config", dict(COMMON, num_key_value_heads=2, use_sliding_window=True,
+                                         sliding_window=5, max_window_layers=1), "float32", None),
     "qwen2": ("Qwen2Config", dict(COMMON, num_key_value_heads=2, tie_word_embeddings=True,
                                   rope_theta=1000000.0, use_sliding_window=False), "float32",
               None),
@@ -60,20 +70,38 @@ MODELS = {
 }
 
 
-def generate(model, prompts, new_tokens):
-    """Greedy continuation of left-padded prompts, and the smallest lead of a winner."""
+def left_padded(prompts):
     width = max(len(p) for p in prompts)
     ids = torch.zeros(len(prompts), width, dtype=torch.long)
     mask = torch.zeros(len(prompts), width, dtype=torch.long)
     for i, p in enumerate(prompts):
         ids[i, width - len(p):] = torch.tensor(p)
         mask[i, width - len(p):] = 1
+    return ids, mask
+
+
+def greedy(model, prompts, new_tokens):
+    """Greedy continuation of left-padded prompts by full forwards, and the smallest lead of a
+    winner over the runner-up."""
+    ids, mask = left_padded(prompts)
+    width, lead = ids.shape[1], float("inf")
+    for _ in range(new_tokens):
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=pos,
+                       use_cache=False).logits[:, -1]
+        top = logits.topk(2).values
+        lead = min(lead, float((top[:, 0] - top[:, 1]).min()))
+        ids = torch.cat([ids, logits.argmax(-1, keepdim=True)], 1)
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], 1)
+    return ids[:, width:], lead
+
+
+def cached_generate(model, prompts, new_tokens):
+    """transformers' generate (greedy, with its KV cache) on the same left-padded prompts."""
+    ids, mask = left_padded(prompts)
     out = model.generate(input_ids=ids, attention_mask=mask, do_sample=False,
-                         max_new_tokens=new_tokens, min_new_tokens=new_tokens, pad_token_id=0,
-                         output_scores=True, return_dict_in_generate=True)
-    lead = min(float((s.topk(2).values[:, 0] - s.topk(2).values[:, 1]).min())
-               for s in out.scores)
-    return out.sequences[:, width:], lead
+                         max_new_tokens=new_tokens, min_new_tokens=new_tokens, pad_token_id=0)
+    return out[:, ids.shape[1]:]
 
 
 def make(name, out_dir):
@@ -96,17 +124,24 @@ def make(name, out_dir):
         prompt_b = torch.randint(3, V, (5,), generator=g).tolist()
         with torch.no_grad():
             logits = model(torch.tensor([prompt_a])).logits[0].float()
-            greedy, lead_a = generate(model, [prompt_a], NEW_TOKENS)
-            batch, lead_b = generate(model, [prompt_a, prompt_b], 16)
+            greedy_a, lead_a = greedy(model, [prompt_a], NEW_TOKENS)
+            batch, lead_b = greedy(model, [prompt_a, prompt_b], 16)
         if min(lead_a, lead_b) >= MARGIN:
             break
         print(f"{name}: seed {seed} has a greedy lead of {min(lead_a, lead_b):.2e}, next seed")
+    with torch.no_grad():
+        for got, prompts in ((greedy_a, [prompt_a]), (batch, [prompt_a, prompt_b])):
+            cached = cached_generate(model, prompts, got.shape[1])
+            if not torch.equal(cached, got):
+                first = int((cached != got).nonzero()[0, 1])
+                print(f"{name}: generate with its cache departs from the forward at new token "
+                      f"{first} of {len(prompts)} prompt(s); the forward's tokens are kept")
     d = os.path.join(out_dir, name)
     shutil.rmtree(d, ignore_errors=True)
     model = model.to(getattr(torch, dtype))
     model.save_pretrained(d, max_shard_size=shard or "1GB")
     save_file({"prompt_a": torch.tensor(prompt_a), "prompt_b": torch.tensor(prompt_b),
-               "logits_a": logits.contiguous(), "greedy_a": greedy[0].contiguous(),
+               "logits_a": logits.contiguous(), "greedy_a": greedy_a[0].contiguous(),
                "batch": batch.contiguous()}, os.path.join(d, "goldens.safetensors"))
     print(f"{name}: seed {seed}, {sum(p.numel() for p in model.parameters())} parameters, "
           f"{dtype}, greedy lead >= {min(lead_a, lead_b):.2e}")
