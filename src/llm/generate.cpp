@@ -1,5 +1,6 @@
 // kiln::llm::Model::generate: prompts in groups of max_batch, left-padded to a bucket, prefilled
-// in one step, then one step per new token; the host picks each token (kiln::llm::sample).
+// in one step, then one step per new token; greedy picks on the device, sampling on the host
+// (kiln::llm::sample).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -70,9 +71,13 @@ Generation Model::generate(const std::vector<std::vector<int64_t>>& prompts,
     }
     const Array pad = Array::from_vector(pads, {B});
     auto t0 = Clock::now();
-    Array logits = m.run_step(Array::from_vector(ids, {B, width}), 0, pad);
+    // plain greedy picks on the device; anything else samples on the host from the logits
+    const bool on_device = options.sampling.greedy && options.sampling.repetition_penalty == 1;
+    Array picked = m.run_step(Array::from_vector(ids, {B, width}), 0, pad, on_device);
     for (int64_t s = 0;; ++s) {
-      const std::vector<int64_t> next = sample(logits, history, options.sampling, draw++);
+      const std::vector<int64_t> next =
+          on_device ? picked.to_vector<int64_t>() : sample(picked, history, options.sampling, draw);
+      ++draw;
       std::vector<int64_t> feed(static_cast<size_t>(B), 0);
       for (size_t r = 0; r < rows; ++r) {
         if (!live[r]) continue;
@@ -95,7 +100,7 @@ Generation Model::generate(const std::vector<std::vector<int64_t>>& prompts,
         if (s > 0) out.decode_seconds += seconds(t0, t1);
         break;
       }
-      logits = m.run_step(Array::from_vector(feed, {B, 1}), width + s, pad);
+      picked = m.run_step(Array::from_vector(feed, {B, 1}), width + s, pad, on_device);
     }
   }
   return out;

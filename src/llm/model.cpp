@@ -243,15 +243,17 @@ Model Model::load(const std::string& dir, const LoadOptions& options) {
   constexpr int64_t kEnd = std::numeric_limits<int64_t>::max();
   const Tensor last = slice(t.hidden, {0, -1, 0}, {kEnd, kEnd, kEnd});
   m->last_logits = reshape(cast(linear(last, t.head), f32), {m->max_batch, cf.vocab_size});
+  m->last_argmax = argmax(m->last_logits, -1);
   m->all_logits = cast(linear(t.hidden, t.head), f32);
   Model model;
   model.impl_ = m;
   return model;
 }
 
-Array Model::Impl::run_step(const Array& tok, int64_t at, const Array& pads) {
-  if (!step) step = graph.compile(device, {}, {last_logits});
-  return step->run({{tokens, tok}, {pos, Array::from_vector<int64_t>({at}, {1})}, {pad, pads}})[0]
+Array Model::Impl::run_step(const Array& tok, int64_t at, const Array& pads, bool greedy) {
+  std::optional<Executable>& exe = greedy ? greedy_step : step;
+  if (!exe) exe = graph.compile(device, {}, {greedy ? last_argmax : last_logits});
+  return exe->run({{tokens, tok}, {pos, Array::from_vector<int64_t>({at}, {1})}, {pad, pads}})[0]
       .to(Device::cpu());
 }
 

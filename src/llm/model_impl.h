@@ -25,10 +25,15 @@ struct Model::Impl {
   Tensor pos;     // (1,) i64: the cache column of the call's first token
   Tensor pad;     // (max_batch,) i64: left-padding columns of each row (keys no query sees)
   Tensor last_logits, all_logits;  // (max_batch, V) and (max_batch, T, V) f32
-  std::optional<Executable> step, score;
+  Tensor last_argmax;              // (max_batch,) i64: the greedy token of each row
+  // Executables, compiled when first needed: the step that returns logits (sampling on the
+  // host), the greedy step (the argmax on the device: B ids come back, not B x V logits), and
+  // every position's logits (Model::logits).
+  std::optional<Executable> step, greedy_step, score;
 
-  /// Runs the step executable (every row's logits after its last token).
-  Array run_step(const Array& tokens, int64_t pos, const Array& pad);
+  /// Runs a step over `tokens` at cache column `pos`: the logits after each row's last token
+  /// (host memory), or with `greedy` each row's most likely next token.
+  Array run_step(const Array& tokens, int64_t pos, const Array& pad, bool greedy);
 };
 
 namespace detail {
