@@ -43,8 +43,8 @@ struct Config {
   /// Biases of the attention projections: q, k, v and o (Llama's attention_bias), q, k and v
   /// (Qwen2, always), all (GPT-2).
   bool attention_bias = false;
-  bool mlp_bias = false;       // gate, up and down projections with biases (Llama's mlp_bias)
-  int64_t sliding_window = 0;  // keys at most this far behind a query (Mistral); 0: all
+  bool mlp_bias = false;            // gate, up and down projections with biases (Llama's mlp_bias)
+  int64_t sliding_window = 0;       // keys at most this far behind a query (Mistral); 0: all
   int64_t first_sliding_layer = 0;  // the window's first layer (Qwen2's max_window_layers)
   /// GPT-2: its activation is GELU with the tanh approximation ("gelu_new"), or exact ("gelu").
   bool gelu_tanh = true;

@@ -35,7 +35,13 @@ from ._kiln import (  # noqa: F401  (names the star import leaves out)
     DeviceError,
     ValueError,
 )
-from . import onnx, optim  # noqa: E402
+import importlib as _importlib  # noqa: E402
+
+# the star import bound kiln.llm and kiln.onnx to the native submodules: load the Python modules
+# that wrap them (an import of the files, not a lookup of the attribute)
+llm = _importlib.import_module(".llm", __name__)
+onnx = _importlib.import_module(".onnx", __name__)
+from . import optim  # noqa: E402
 
 f32 = DType.f32  # noqa: F405
 f16 = DType.f16  # noqa: F405

@@ -80,5 +80,8 @@ void bind_runtime(nb::module_& m);
 void bind_train(nb::module_& m);
 void bind_onnx(nb::module_& m);
 void bind_extensions(nb::module_& m);
+void bind_llm(nb::module_& m);
+void bind_safetensors(nb::module_& m);
+void bind_tokenizer(nb::module_& m);  // after bind_llm (a class of kiln.llm)
 
 }  // namespace kiln::py

@@ -45,8 +45,8 @@ class Weights {
 
 // What every layer's attention shares: positions, the mask, RoPE rows and the cache's start.
 struct Context {
-  Tensor posid;                    // (B, T) i64: each token's position in its sequence
-  Tensor mask;                     // (B, 1, G·T, S) bool: the cache columns each query sees
+  Tensor posid;                       // (B, T) i64: each token's position in its sequence
+  Tensor mask;                        // (B, 1, G·T, S) bool: the cache columns each query sees
   std::optional<Tensor> window_mask;  // the same within the sliding window (layers that use it)
   Tensor starts;                   // (4,) i64: where this call's keys go in a cache (0, 0, pos, 0)
   std::optional<Tensor> cos, sin;  // (B, T, 1, D/2) RoPE rows (Llama family)
@@ -245,15 +245,18 @@ Model Model::load(const std::string& dir, const LoadOptions& options) {
   m->last_logits = reshape(cast(linear(last, t.head), f32), {m->max_batch, cf.vocab_size});
   m->last_argmax = argmax(m->last_logits, -1);
   m->all_logits = cast(linear(t.hidden, t.head), f32);
+  // specialize the step for decoding now, so that the first tokens do not wait for it (the
+  // column it writes is written again by every prefill)
+  m->run_step(Array::zeros({m->max_batch, 1}, i64), 0, Array::zeros({m->max_batch}, i64), true);
   Model model;
   model.impl_ = m;
   return model;
 }
 
 Array Model::Impl::run_step(const Array& tok, int64_t at, const Array& pads, bool greedy) {
-  std::optional<Executable>& exe = greedy ? greedy_step : step;
-  if (!exe) exe = graph.compile(device, {}, {greedy ? last_argmax : last_logits});
-  return exe->run({{tokens, tok}, {pos, Array::from_vector<int64_t>({at}, {1})}, {pad, pads}})[0]
+  if (!step) step = graph.compile(device, {}, {last_logits, last_argmax});
+  return step->run({{tokens, tok}, {pos, Array::from_vector<int64_t>({at}, {1})}, {pad, pads}})
+      .at(greedy ? 1 : 0)
       .to(Device::cpu());
 }
 

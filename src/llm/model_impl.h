@@ -26,10 +26,11 @@ struct Model::Impl {
   Tensor pad;     // (max_batch,) i64: left-padding columns of each row (keys no query sees)
   Tensor last_logits, all_logits;  // (max_batch, V) and (max_batch, T, V) f32
   Tensor last_argmax;              // (max_batch,) i64: the greedy token of each row
-  // Executables, compiled when first needed: the step that returns logits (sampling on the
-  // host), the greedy step (the argmax on the device: B ids come back, not B x V logits), and
-  // every position's logits (Model::logits).
-  std::optional<Executable> step, greedy_step, score;
+  // The step (compiled by Model::load, which also specializes it for decoding, shape (B, 1)):
+  // both the logits and their argmax stay on the device, and only the one a call needs is
+  // copied back (greedy: B ids, not B x V logits). `score` gives every position's logits
+  // (Model::logits), compiled when first needed.
+  std::optional<Executable> step, score;
 
   /// Runs a step over `tokens` at cache column `pos`: the logits after each row's last token
   /// (host memory), or with `greedy` each row's most likely next token.

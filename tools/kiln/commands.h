@@ -14,5 +14,6 @@ void add_convert_command(CLI::App& app);
 void add_launch_command(CLI::App& app);
 void add_profile_command(CLI::App& app);
 void add_quantize_command(CLI::App& app);
+void add_generate_command(CLI::App& app);
 
 }  // namespace kiln::cli

@@ -42,6 +42,7 @@ int main(int argc, char** argv) {
   kiln::cli::add_launch_command(app);
   kiln::cli::add_profile_command(app);
   kiln::cli::add_quantize_command(app);
+  kiln::cli::add_generate_command(app);
   // the command named on the line, for messages that do not name their component
   std::string command = "kiln";
   for (int i = 1; i < argc; ++i)

@@ -27,7 +27,6 @@ layers after full ones (qwen2_window) departs from its own forward after a few c
 """
 import json
 import os
-import shutil
 import sys
 
 import torch
@@ -137,7 +136,10 @@ def make(name, out_dir):
                 print(f"{name}: generate with its cache departs from the forward at new token "
                       f"{first} of {len(prompts)} prompt(s); the forward's tokens are kept")
     d = os.path.join(out_dir, name)
-    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d, exist_ok=True)
+    for f in os.listdir(d):  # the weights of an earlier run (tokenizer.json stays)
+        if f.startswith("model") and "safetensors" in f:
+            os.remove(os.path.join(d, f))
     model = model.to(getattr(torch, dtype))
     model.save_pretrained(d, max_shard_size=shard or "1GB")
     save_file({"prompt_a": torch.tensor(prompt_a), "prompt_b": torch.tensor(prompt_b),
