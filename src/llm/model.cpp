@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <limits>
+#include <map>
 
 #include "kiln/kiln.h"
 #include "kiln/safetensors.h"
@@ -19,6 +20,7 @@ class Weights {
   Weights(const safetensors::Checkpoint& ckpt, Model::Impl& m) : ckpt_(ckpt), m_(m) {}
 
   Tensor get(const std::string& name, const Shape& shape) {
+    if (const auto it = made_.find(name); it != made_.end()) return it->second;
     if (!ckpt_.contains(name))
       throw ValueError(
           fmt::format("[llm] {}: the checkpoint has no tensor '{}' (a {} model of {} layers "
@@ -34,13 +36,14 @@ class Weights {
     Array a = ckpt_.read(name);
     if (a.dtype() != m_.dtype) a = a.astype(m_.dtype);
     m_.memory.weights += a.nbytes();
-    return m_.graph.variable(a, name);
+    return made_[name] = m_.graph.variable(a, name);
   }
   bool has(const std::string& name) const { return ckpt_.contains(name); }
 
  private:
   const safetensors::Checkpoint& ckpt_;
   Model::Impl& m_;
+  std::map<std::string, Tensor> made_;  // each tensor is one variable, whichever trunk reads it
 };
 
 // What every layer's attention shares: positions, the mask, RoPE rows and the cache's start.
@@ -48,6 +51,10 @@ struct Context {
   Tensor posid;                       // (B, T) i64: each token's position in its sequence
   Tensor mask;                        // (B, 1, G·T, S) bool: the cache columns each query sees
   std::optional<Tensor> window_mask;  // the same within the sliding window (layers that use it)
+  // A prefill (pos 0) attends over its own keys only: (B, 1, 1, T, T), with causal blocks
+  // skipped by the kernel.
+  Tensor own_mask;
+  std::optional<Tensor> own_window_mask;
   Tensor starts;                   // (4,) i64: where this call's keys go in a cache (0, 0, pos, 0)
   std::optional<Tensor> cos, sin;  // (B, T, 1, D/2) RoPE rows (Llama family)
 };
@@ -73,6 +80,11 @@ Context make_context(Model::Impl& m) {
   if (m.config.sliding_window > 0)
     c.window_mask =
         logical_and(c.mask, greater(j, q - static_cast<double>(m.config.sliding_window)));
+  const Tensor qt = reshape(col, {1, 1, 1, -1, 1}), kt = reshape(col, {1, 1, 1, 1, -1});
+  c.own_mask = logical_and(less_equal(kt, qt), greater_equal(kt, reshape(pad, {-1, 1, 1, 1, 1})));
+  if (m.config.sliding_window > 0)
+    c.own_window_mask =
+        logical_and(c.own_mask, greater(kt, qt - static_cast<double>(m.config.sliding_window)));
   const Tensor zero2 = g.constant(Array::from_vector<int64_t>({0, 0}, {2}));
   c.starts = concat({zero2, m.pos, slice(zero2, {0}, {1})}, 0);
   if (m.config.family == Family::llama) {
@@ -94,29 +106,43 @@ Tensor rope(const Tensor& x, const Context& c, int64_t D) {
   return concat({x1 * *c.cos - x2 * *c.sin, x2 * *c.cos + x1 * *c.sin}, -1);
 }
 
-// Attention of q (B, T, H, D) over the cache after writing k, v (B, T, KV, D) at the call's
-// columns; the result is (B, T, H·D).
+// Attention of q (B, T, H, D) after writing k, v (B, T, KV, D) into the cache at the call's
+// columns; the result is (B, T, H·D). A step attends over the cache; a prefill (`own`, from
+// column 0) over its own keys, causally, and its cache writes become updates of the executable.
 Tensor attend(Model::Impl& m, int layer, const Context& c, const Tensor& q, const Tensor& k,
-              const Tensor& v, double scale) {
+              const Tensor& v, double scale, bool own) {
   const Config& cf = m.config;
   const int64_t B = m.max_batch, H = cf.num_heads, KV = cf.num_kv_heads, D = cf.head_dim;
-  const Shape cache_shape{B, KV, m.max_length, D};
-  Graph& g = m.graph;
-  const Tensor kc =
-      g.variable(Array::zeros(cache_shape, m.dtype), fmt::format("cache.{}.k", layer));
-  const Tensor vc =
-      g.variable(Array::zeros(cache_shape, m.dtype), fmt::format("cache.{}.v", layer));
-  m.memory.cache += 2 * size_of(m.dtype) * static_cast<size_t>(numel(cache_shape));
-  const Tensor keys = assign_slice(kc, permute(k, {0, 2, 1, 3}), c.starts);
-  const Tensor values = assign_slice(vc, permute(v, {0, 2, 1, 3}), c.starts);
-  // The G = H / KV query heads that share a key head are rows of one attention over it:
-  // q (B, KV, G·T, D) against the cache (B, KV, S, D) as it is, never repeated per head.
   const int64_t G = H / KV;
-  const Tensor qg =
-      reshape(permute(reshape(q, {B, -1, KV, G, D}), {0, 2, 3, 1, 4}), {B, KV, -1, D});
+  if (m.caches.size() <= static_cast<size_t>(layer)) {
+    const Shape shape{B, KV, m.max_length, D};
+    auto make = [&](const char* kind) {
+      return m.graph.variable(Array::zeros(shape, m.dtype),
+                              fmt::format("cache.{}.{}", layer, kind));
+    };
+    m.caches.push_back({make("k"), make("v")});
+    m.memory.cache += 2 * size_of(m.dtype) * static_cast<size_t>(numel(shape));
+  }
+  const Tensor kt = permute(k, {0, 2, 1, 3}), vt = permute(v, {0, 2, 1, 3});  // (B, KV, T, D)
+  const Tensor keys = assign_slice(m.caches[layer].first, kt, c.starts);
+  const Tensor values = assign_slice(m.caches[layer].second, vt, c.starts);
   AttentionOptions opts;
   opts.scale = scale;
   const bool windowed = c.window_mask && layer >= cf.first_sliding_layer;
+  if (own) {
+    m.prefill_updates.push_back(keys);
+    m.prefill_updates.push_back(values);
+    // (B, KV, G, T, D) queries over (B, KV, 1, T, D) keys
+    const Tensor q5 = permute(reshape(q, {B, -1, KV, G, D}), {0, 2, 3, 1, 4});
+    opts.causal = true;
+    const Tensor o = scaled_dot_product_attention(q5, expand_dims(kt, {2}), expand_dims(vt, {2}),
+                                                  windowed ? *c.own_window_mask : c.own_mask, opts);
+    return reshape(permute(o, {0, 3, 1, 2, 4}), {B, -1, H * D});
+  }
+  // The G = H / KV query heads that share a key head are rows of one attention over it:
+  // q (B, KV, G·T, D) against the cache (B, KV, S, D) as it is, never repeated per head.
+  const Tensor qg =
+      reshape(permute(reshape(q, {B, -1, KV, G, D}), {0, 2, 3, 1, 4}), {B, KV, -1, D});
   const Tensor o =
       scaled_dot_product_attention(qg, keys, values, windowed ? *c.window_mask : c.mask, opts);
   return reshape(permute(reshape(o, {B, KV, G, -1, D}), {0, 3, 1, 2, 4}), {B, -1, H * D});
@@ -133,7 +159,7 @@ struct Trunk {
 };
 
 // The Llama family: pre-norm blocks of RoPE attention (grouped keys) and a SwiGLU MLP.
-Trunk build_llama(Model::Impl& m, Weights& w, const Context& c) {
+Trunk build_llama(Model::Impl& m, Weights& w, const Context& c, bool own) {
   const Config& cf = m.config;
   const int64_t E = cf.hidden_size, H = cf.num_heads, KV = cf.num_kv_heads, D = cf.head_dim,
                 F = cf.intermediate_size, B = m.max_batch;
@@ -152,7 +178,7 @@ Trunk build_llama(Model::Impl& m, Weights& w, const Context& c) {
     const Tensor k =
         rope(reshape(proj("self_attn.k_proj", KV * D, qkv_bias), {B, -1, KV, D}), c, D);
     const Tensor v = reshape(proj("self_attn.v_proj", KV * D, qkv_bias), {B, -1, KV, D});
-    const Tensor o = attend(m, l, c, q, k, v, 1.0 / std::sqrt(static_cast<double>(D)));
+    const Tensor o = attend(m, l, c, q, k, v, 1.0 / std::sqrt(static_cast<double>(D)), own);
     x = x + linear(o, w.get(p + "self_attn.o_proj.weight", {E, H * D}),
                    maybe(w, o_bias, p + "self_attn.o_proj.bias", {E}));
     h = rms_norm(x, w.get(p + "post_attention_layernorm.weight", {E}), -1, cf.norm_eps);
@@ -167,7 +193,7 @@ Trunk build_llama(Model::Impl& m, Weights& w, const Context& c) {
 
 // GPT-2: learned positions, pre-norm blocks (LayerNorm) of attention and a GELU MLP; its
 // Conv1D weights are (in, out).
-Trunk build_gpt2(Model::Impl& m, Weights& w, const Context& c) {
+Trunk build_gpt2(Model::Impl& m, Weights& w, const Context& c, bool own) {
   const Config& cf = m.config;
   const int64_t E = cf.hidden_size, H = cf.num_heads, D = cf.head_dim, F = cf.intermediate_size,
                 B = m.max_batch;
@@ -190,7 +216,7 @@ Trunk build_gpt2(Model::Impl& m, Weights& w, const Context& c) {
     double scale = 1.0 / std::sqrt(static_cast<double>(D));
     if (cf.scale_attn_by_layer) scale /= static_cast<double>(l + 1);
     const Tensor o = attend(m, l, c, reshape(qkv[0], {B, -1, H, D}), reshape(qkv[1], {B, -1, H, D}),
-                            reshape(qkv[2], {B, -1, H, D}), scale);
+                            reshape(qkv[2], {B, -1, H, D}), scale, own);
     x = x + conv1d(o, p + "attn.c_proj", E, E);
     const Tensor h = conv1d(norm(x, p + "ln_2"), p + "mlp.c_fc", E, F);
     x = x +
@@ -239,23 +265,34 @@ Model Model::load(const std::string& dir, const LoadOptions& options) {
   m->pos = g.placeholder({1}, i64, "pos");
   m->pad = g.placeholder({m->max_batch}, i64, "pad");
   const Context c = make_context(*m);
-  const Trunk t = cf.family == Family::llama ? build_llama(*m, w, c) : build_gpt2(*m, w, c);
+  // two trunks over the same variables: steps attend over the cache, prefills over their own keys
   constexpr int64_t kEnd = std::numeric_limits<int64_t>::max();
-  const Tensor last = slice(t.hidden, {0, -1, 0}, {kEnd, kEnd, kEnd});
-  m->last_logits = reshape(cast(linear(last, t.head), f32), {m->max_batch, cf.vocab_size});
-  m->last_argmax = argmax(m->last_logits, -1);
-  m->all_logits = cast(linear(t.hidden, t.head), f32);
-  // specialize the step for decoding now, so that the first tokens do not wait for it (the
-  // column it writes is written again by every prefill)
-  m->run_step(Array::zeros({m->max_batch, 1}, i64), 0, Array::zeros({m->max_batch}, i64), true);
+  for (const bool own : {false, true}) {
+    const Trunk t =
+        cf.family == Family::llama ? build_llama(*m, w, c, own) : build_gpt2(*m, w, c, own);
+    const Tensor last = slice(t.hidden, {0, -1, 0}, {kEnd, kEnd, kEnd});
+    Impl::Heads& h = own ? m->prefill : m->decode;
+    h.logits = reshape(cast(linear(last, t.head), f32), {m->max_batch, cf.vocab_size});
+    h.argmax = argmax(h.logits, -1);
+    if (own) m->all_logits = cast(linear(t.hidden, t.head), f32);
+  }
+  // compile both now and specialize the step for decoding, so that the first tokens do not wait
+  // (what these runs write into the cache, every prefill writes again)
+  const Array no_pad = Array::zeros({m->max_batch}, i64);
+  if (m->max_length > 1) m->run_step(Array::zeros({m->max_batch, 1}, i64), 1, no_pad, true);
+  const int64_t bucket = detail::bucket_length(1, m->max_length);
+  m->run_step(Array::zeros({m->max_batch, bucket}, i64), 0, no_pad, true);
   Model model;
   model.impl_ = m;
   return model;
 }
 
 Array Model::Impl::run_step(const Array& tok, int64_t at, const Array& pads, bool greedy) {
-  if (!step) step = graph.compile(device, {}, {last_logits, last_argmax});
-  return step->run({{tokens, tok}, {pos, Array::from_vector<int64_t>({at}, {1})}, {pad, pads}})
+  std::optional<Executable>& exe = at == 0 ? prefill_exe : step;
+  if (!exe)
+    exe = at == 0 ? graph.compile(device, {}, {prefill.logits, prefill.argmax}, prefill_updates)
+                  : graph.compile(device, {}, {decode.logits, decode.argmax});
+  return exe->run({{tokens, tok}, {pos, Array::from_vector<int64_t>({at}, {1})}, {pad, pads}})
       .at(greedy ? 1 : 0)
       .to(Device::cpu());
 }
@@ -263,7 +300,7 @@ Array Model::Impl::run_step(const Array& tok, int64_t at, const Array& pads, boo
 Array Model::logits(const std::vector<int64_t>& tokens) {
   Impl& m = *impl_;
   detail::check_prompts(m, {tokens}, 0);
-  if (!m.score) m.score = m.graph.compile(m.device, {}, {m.all_logits});
+  if (!m.score) m.score = m.graph.compile(m.device, {}, {m.all_logits}, m.prefill_updates);
   const int64_t L = static_cast<int64_t>(tokens.size()), B = m.max_batch;
   std::vector<int64_t> ids(static_cast<size_t>(B * L), 0), pads(static_cast<size_t>(B), L);
   std::copy(tokens.begin(), tokens.end(), ids.begin());

@@ -24,16 +24,22 @@ struct Model::Impl {
   Tensor tokens;  // (max_batch, T) i64: the tokens of cache columns pos .. pos + T - 1
   Tensor pos;     // (1,) i64: the cache column of the call's first token
   Tensor pad;     // (max_batch,) i64: left-padding columns of each row (keys no query sees)
-  Tensor last_logits, all_logits;  // (max_batch, V) and (max_batch, T, V) f32
-  Tensor last_argmax;              // (max_batch,) i64: the greedy token of each row
-  // The step (compiled by Model::load, which also specializes it for decoding, shape (B, 1)):
-  // both the logits and their argmax stay on the device, and only the one a call needs is
-  // copied back (greedy: B ids, not B x V logits). `score` gives every position's logits
-  // (Model::logits), compiled when first needed.
-  std::optional<Executable> step, score;
+  std::vector<std::pair<Tensor, Tensor>> caches;  // per layer: keys and values (B, KV, S, D)
+  // What a call returns: (max_batch, V) f32 logits after each row's last token, and their argmax.
+  struct Heads {
+    Tensor logits, argmax;
+  };
+  Heads decode;   // a step at pos > 0: attention over the cache
+  Heads prefill;  // a step at pos 0: attention over the call's own keys (causal)
+  std::vector<Tensor> prefill_updates;  // the prefill's cache writes
+  Tensor all_logits;                    // (max_batch, T, V) f32 after every prefill position
+  // Executables (Model::load compiles both steps and specializes the decode step for (B, 1)):
+  // both outputs stay on the device and only the one a call needs is copied back (greedy: B
+  // ids, not B x V logits). `score` (Model::logits) is compiled when first needed.
+  std::optional<Executable> step, prefill_exe, score;
 
-  /// Runs a step over `tokens` at cache column `pos`: the logits after each row's last token
-  /// (host memory), or with `greedy` each row's most likely next token.
+  /// Runs a step over `tokens` at cache column `pos` (0: a prefill): the logits after each row's
+  /// last token (host memory), or with `greedy` each row's most likely next token.
   Array run_step(const Array& tokens, int64_t pos, const Array& pad, bool greedy);
 };
 
