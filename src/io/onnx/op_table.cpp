@@ -12,7 +12,8 @@
 namespace kiln::onnx::detail {
 
 namespace {
-// kiln maps default-domain opsets up to this one (schema versions above it are not mapped).
+// kiln maps default-domain opsets up to this one; a schema version above it maps only where an
+// entry names that version (RMSNormalization 23, Attention 24, ...).
 constexpr int kMaxOpset = 21;
 
 const std::unordered_map<std::string, std::vector<int>>& schema_table() {
@@ -40,6 +41,7 @@ const std::vector<OpEntry>& op_table() {
     add_rnn_ops(t);
     add_random_ops(t);
     add_control_ops(t);
+    add_transformer_ops(t);
     std::sort(t.begin(), t.end(), [](const OpEntry& a, const OpEntry& b) {
       const int c = std::string_view(a.op_type).compare(b.op_type);
       return c != 0 ? c < 0 : a.since_version < b.since_version;
@@ -60,10 +62,11 @@ const OpEntry* find_entry(const std::string& op_type, int64_t opset, int* schema
   for (int v : schema_versions(op_type))
     if (v <= opset) version = v;
   if (schema_version) *schema_version = version;
-  if (version == 0 || version > kMaxOpset) return nullptr;
+  if (version == 0) return nullptr;
   const OpEntry* best = nullptr;
   for (const OpEntry& e : op_table())
     if (op_type == e.op_type && e.since_version <= version) best = &e;
+  if (best && version > kMaxOpset && best->since_version != version) return nullptr;
   return best;
 }
 
