@@ -15,10 +15,11 @@ TYPES = {np.float32: TensorProto.FLOAT, np.float16: TensorProto.FLOAT16,
          np.int64: TensorProto.INT64, np.bool_: TensorProto.BOOL}
 
 
-def check(node, feeds, n_out=1, opset=23, rtol=1e-4, atol=1e-5):
-    """Runs one node on `feeds` in ONNX Runtime and in kiln; compares every output."""
+def check(node, feeds, n_out=1, opset=23, rtol=1e-4, atol=1e-5, out_type=None):
+    """Runs one node on `feeds` in ONNX Runtime and in kiln; compares every output (of the first
+    feed's element type unless `out_type` says)."""
     ins = [helper.make_tensor_value_info(k, TYPES[v.dtype.type], v.shape) for k, v in feeds.items()]
-    out_type = TYPES[next(iter(feeds.values())).dtype.type]
+    out_type = out_type or TYPES[next(iter(feeds.values())).dtype.type]
     outs = [helper.make_tensor_value_info(f"y{i}", out_type, None) for i in range(n_out)]
     node.output[:] = [f"y{i}" for i in range(n_out)]
     model = helper.make_model(helper.make_graph([node], "g", ins, outs),
@@ -106,12 +107,22 @@ def test_what_is_not_mapped_fails_naming_it(rng):
     with pytest.raises(kiln.UnsupportedError, match="softcap"):
         kiln.onnx.load_bytes(model.SerializeToString())
     # a schema that changed after opset 21 without a mapping of the change stays refused
-    node = helper.make_node("Cast", ["q"], ["y"], to=TensorProto.FLOAT16)
-    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("q", TensorProto.FLOAT, [2])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT16, None)])
-    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 24)])
-    with pytest.raises(kiln.UnsupportedError, match="Cast"):
+    node = helper.make_node("DequantizeLinear", ["q", "s"], ["y"])
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("q", TensorProto.INT8, [2]),
+                                        helper.make_tensor_value_info("s", TensorProto.FLOAT, [])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 23)])
+    with pytest.raises(kiln.UnsupportedError, match="DequantizeLinear"):
         kiln.onnx.load_bytes(model.SerializeToString())
+
+
+def test_cast_of_opset_24(rng):
+    x = randn(rng, 3, 5) * 100
+    check(helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT16), {"x": x}, opset=24,
+          rtol=1e-3, out_type=TensorProto.FLOAT16)
+    node = helper.make_node("CastLike", ["x", "l"], ["y"])
+    check(node, {"x": x, "l": np.zeros(1, np.float16)}, opset=24, rtol=1e-3,
+          out_type=TensorProto.FLOAT16)
 
 
 def test_attention_causal_with_past_keys(rng):
