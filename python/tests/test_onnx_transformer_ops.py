@@ -133,3 +133,16 @@ def test_attention_causal_with_past_keys(rng):
     feeds["m"] = randn(rng, 1, 1, 3, 7)  # a float mask added inside the triangle
     node = helper.make_node("Attention", ["q", "k", "v", "m", "pk", "pv"], ["y"], is_causal=1)
     check(node, feeds, n_out=3)
+
+
+@pytest.mark.parametrize("mode", ["linear", "circular"])
+@pytest.mark.parametrize("axis", [-2, 2])
+def test_tensor_scatter(rng, mode, axis):
+    past = randn(rng, 3, 2, 8, 4)
+    update = randn(rng, 3, 2, 3, 4)
+    hi = 8 if mode == "circular" else 6
+    w = rng.integers(0, hi, 3).astype(np.int64)
+    node = helper.make_node("TensorScatter", ["p", "u", "w"], ["y"], axis=axis, mode=mode)
+    check(node, {"p": past, "u": update, "w": w}, opset=24)
+    node = helper.make_node("TensorScatter", ["p", "u"], ["y"], axis=axis, mode=mode)
+    check(node, {"p": past, "u": update}, opset=24)

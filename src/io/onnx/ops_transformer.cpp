@@ -1,6 +1,7 @@
-// ONNX's transformer ops of opsets 23 and 24: RMSNormalization, RotaryEmbedding and Attention,
-// mapped onto kiln's rms_norm, elementwise rotation and scaled_dot_product_attention, following
-// the operator definitions (onnx/defs/nn/defs.cc and the reference implementation).
+// ONNX's transformer ops of opsets 23 and 24: RMSNormalization, RotaryEmbedding, Attention and
+// TensorScatter, mapped onto kiln's rms_norm, elementwise rotation, scaled_dot_product_attention
+// and a gather, following the operator definitions (onnx/defs/nn/defs.cc and the reference
+// implementation) and, where those leave room, ONNX Runtime.
 #include <limits>
 
 #include "io/onnx/map_util.h"
@@ -135,6 +136,38 @@ Outs attention_op(NodeContext& c) {
   return r;
 }
 
+// TensorScatter (opset 24): past_cache with each batch row's update written along `axis` from
+// write_indices[b] (0 without them), wrapping around the axis in mode "circular". kiln writes a
+// new tensor: each position takes the update's entry it receives, or keeps the past's.
+Outs tensor_scatter_op(NodeContext& c) {
+  const Tensor past = c.input(0), update = c.input(1);
+  const int r = past.rank();
+  const int64_t axis = axis_of(c, c.attr_int("axis", -2), r);
+  const std::string mode = c.attr_string("mode", "linear");
+  if (mode != "linear" && mode != "circular")
+    c.fail(fmt::format("mode '{}' (linear or circular)", mode));
+  if (axis == 0) c.fail("axis 0 is the batch");
+  if (update.rank() != r) c.fail("past_cache and update differ in rank");
+  const int64_t L = past.dim(static_cast<int>(axis)), S = update.dim(static_cast<int>(axis));
+  const int64_t B = past.dim(0);
+  if (L < 0 || S < 0 || B < 0)
+    c.unsupported("a dynamic batch or sequence axis (kiln needs them when importing)");
+  if (S > L) c.fail(fmt::format("an update of {} along the axis into a cache of {}", S, L));
+  Shape along(static_cast<size_t>(r), 1), per_row(static_cast<size_t>(r), 1);
+  along[axis] = L;
+  per_row[0] = B;
+  const Tensor w = c.has_input(2) ? cast(c.input(2), i64) : zeros(c.graph(), {B}, i64);
+  Tensor rel = reshape(arange(c.graph(), 0, static_cast<double>(L), 1, i64), along) -
+               reshape(w, per_row);  // (B, 1.., L, 1..): where in the update position p reads
+  if (mode == "circular") rel = mod(rel, scalar_of(rel, L));  // (the divisor's sign: 0 .. L-1)
+  const Tensor inside =
+      logical_and(greater_equal(rel, scalar_of(rel, 0)), less(rel, scalar_of(rel, S)));
+  if (S == 0) return {past};
+  const Tensor idx = minimum(maximum(rel, scalar_of(rel, 0)), scalar_of(rel, S - 1));
+  const Tensor taken = gather_elements(update, broadcast_to(idx, past.shape()), axis);
+  return {where(inside, taken, past)};
+}
+
 }  // namespace
 
 void add_transformer_ops(std::vector<OpEntry>& t) {
@@ -143,6 +176,7 @@ void add_transformer_ops(std::vector<OpEntry>& t) {
                         {"RotaryEmbedding", 23, rotary_op},
                         {"Attention", 23, attention_op},
                         {"Attention", 24, attention_op},
+                        {"TensorScatter", 24, tensor_scatter_op},
                     });
 }
 
