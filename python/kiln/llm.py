@@ -50,7 +50,7 @@ class LanguageModel:
 
     def encode(self, text):
         if self.tokenizer is None:
-            raise kiln_value_error("this checkpoint has no tokenizer.json: pass token ids")
+            raise _value_error("this checkpoint has no tokenizer.json: pass token ids")
         return self.tokenizer.encode(text)
 
     def generate(self, prompt, max_new_tokens=128, *, greedy=None, temperature=1.0, top_k=0,
@@ -112,7 +112,7 @@ class _Streamer:
                     self._show(seq, text)
 
 
-def kiln_value_error(message):
+def _value_error(message):
     from . import ValueError as KilnValueError
 
     return KilnValueError("[llm] " + message)
