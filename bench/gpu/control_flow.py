@@ -10,6 +10,7 @@ counter) on one GPU, per iteration, in one process:
                     replayed (torch.cuda.CUDAGraph): the fastest a fixed count can go
   torch.compile     torch._higher_order_ops.while_loop under torch.compile, where this PyTorch
                     build compiles it
+  ONNX Runtime      the same loop as an ONNX Loop on the CPU, and kiln's import of that model
 
 The body moves 2 KiB: its own time on the device is a kernel launch, so every figure is the cost
 of driving the loop. kiln runs its loops from the host today (one wait for the stream per body
@@ -148,12 +149,68 @@ def main():
     except Exception as e:  # noqa: BLE001 (reported, not hidden)
         print(f"torch.compile while_loop: not measured ({type(e).__name__}: {str(e)[:160]})")
 
-    best_peer = min(us for name, us in rows if name.startswith("torch"))
-    print(f"{'loop of ' + str(n) + ' iterations':45s} {'us/iter':>9s} {'vs best torch':>14s}")
+    onnx_loop_rows(rows, a, n, x0, want, kdev, dev)
+
+    best_peer = min(us for name, us in rows if not name.startswith("kiln"))
+    print(f"{'loop of ' + str(n) + ' iterations':45s} {'us/iter':>9s} {'vs best peer':>14s}")
     for name, us in rows:
         print(f"{name:45s} {us:9.2f} {us / best_peer:13.2f}x")
     print(f"goal (condition on the device): <= 2 us/iter; kiln while_loop is "
           f"{rows[0][1]:.2f} us/iter")
+
+
+def onnx_loop_model(n):
+    """An ONNX Loop (opset 17) running the body n times: trip count M fed, condition kept true."""
+    from onnx import TensorProto, helper
+
+    f32 = TensorProto.FLOAT
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Mul", ["x_in", "a"], ["t"]),
+         helper.make_node("Add", ["t", "b"], ["x_out"])],
+        "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("x_in", f32, [SIZE])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("x_out", f32, [SIZE])],
+        [helper.make_tensor("a", f32, [], [0.999]), helper.make_tensor("b", f32, [], [0.001])])
+    loop = helper.make_node("Loop", ["M", "cond", "x"], ["y"], body=body)
+    graph = helper.make_graph(
+        [loop], "loop",
+        [helper.make_tensor_value_info("M", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("x", f32, [SIZE])],
+        [helper.make_tensor_value_info("y", f32, [SIZE])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def onnx_loop_rows(rows, a, n, x0, want, kdev, dev):
+    """The same loop as an ONNX Loop: ONNX Runtime on the CPU (its peer there), and kiln's import
+    of it (a while_loop)."""
+    try:
+        import onnxruntime as ort
+    except ImportError as e:
+        print(f"ONNX Runtime: not measured ({e})")
+        return
+    import numpy as np
+
+    import kiln
+
+    model = onnx_loop_model(n)
+    feeds = {"M": np.array(n, np.int64), "cond": np.array(True), "x": x0}
+    if dev == "cpu":
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = int(__import__("os").environ.get("KILN_THREADS", "2"))
+        sess = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+        np.testing.assert_allclose(sess.run(None, feeds)[0], want, rtol=1e-3, atol=1e-3)
+        rows.append(("ONNX Runtime Loop (CPU)", best_us(lambda: sess.run(None, feeds), a.reps, n)))
+    exe = kiln.onnx.load_bytes(model).compile(device=kdev)
+    kfeeds = {k: kiln.Array(v).to(kdev) for k, v in feeds.items()}
+    np.testing.assert_allclose(exe.run(kfeeds)[0].numpy(), want, rtol=1e-3, atol=1e-3)
+    rows.append(("kiln ONNX Loop import (while_loop)", best_us(lambda: exe.run(kfeeds), a.reps, n)))
 
 
 if __name__ == "__main__":

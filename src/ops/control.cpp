@@ -259,6 +259,38 @@ std::vector<Tensor> replay_body(const Body& b, std::vector<Tensor> operands) {
   return out;
 }
 
+}  // namespace
+
+std::shared_ptr<const Body> while_step_body(const Body& cond, const Body& body,
+                                            const std::vector<TensorInfo>& operands,
+                                            size_t carried) {
+  if (carried == 0 || operands.size() != body.operands.size()) return nullptr;
+  auto step = std::make_shared<Body>(body);
+  GraphImpl& g = step->graph;
+  // the condition's operands: the body's results for the carried values, the captured as they are
+  std::vector<Tensor> args;
+  for (size_t k = 0; k < operands.size(); ++k) {
+    if (k < carried) {
+      args.emplace_back(&g, body.results[k].node, body.results[k].index);
+      continue;
+    }
+    if (step->operands[k] < 0) {  // captured by the condition only: a placeholder for it here
+      Node n;
+      n.op = OpId::Placeholder;
+      n.outputs = {operands[k]};
+      n.name = fmt::format("step.operand{}", k);
+      n.attrs.set("shape", operands[k].shape).set("dtype", operands[k].dtype);
+      step->operands[k] = g.add_inferred(std::move(n));
+    }
+    args.emplace_back(&g, step->operands[k], 0);
+  }
+  const Tensor c = replay_body(cond, args).at(0);
+  step->results.push_back({c.node_id(), c.output_index()});
+  return step;
+}
+
+namespace {
+
 // sum_k sum(results[k] * cts[k]) over the results that receive a cotangent: a scalar whose
 // gradient with respect to the body's operands is the body's vector-Jacobian product.
 Tensor weighted(const std::vector<Tensor>& results, const std::vector<size_t>& which,

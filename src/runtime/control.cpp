@@ -14,6 +14,7 @@
 #include "core/device_backend.h"
 #include "core/errors.h"
 #include "core/op_registry.h"
+#include "ops/control_ops.h"
 #include "runtime/device_run.h"
 #include "runtime/executor.h"
 #include "runtime/profiler.h"
@@ -110,18 +111,22 @@ template <Backend B> void while_loop_kernel(KernelContext& ctx) {
   const int64_t max_trips = ctx.attrs().i("max_trip_count", -1);
   std::vector<Array> values = inputs_of(ctx, w, 0);  // carried, then captured
   const size_t carried = static_cast<size_t>(ctx.num_outputs());
-  for (int64_t trips = 0;; ++trips) {
-    // each iteration (its condition, then its body) a span of the profiler, numbered
+  // the condition once, then one run per iteration: the step (body and condition together)
+  // where it was compiled, else the body and the condition
+  const bool one_run = bodies.size() == 3;
+  bool go = read_bool(run_body(bodies[0], values, w)[0], w);
+  for (int64_t trips = 0; go; ++trips) {
+    // each iteration a span of the profiler, numbered
     prof::HostScope span(SpanKind::run, "while_loop iteration",
                          prof::on() ? std::to_string(trips) : std::string());
-    if (!read_bool(run_body(bodies[0], values, w)[0], w)) break;
     if (max_trips >= 0 && trips == max_trips)
       fail<ValueError>(
           "[while_loop] the condition still holds after max_trip_count = {} "
           "iterations",
           max_trips);
-    std::vector<Array> next = run_body(bodies[1], values, w);
+    std::vector<Array> next = run_body(bodies[one_run ? 2 : 1], values, w);
     for (size_t k = 0; k < carried; ++k) values[k] = std::move(next[k]);
+    go = read_bool(one_run ? next[carried] : run_body(bodies[0], values, w)[0], w);
   }
   for (size_t k = 0; k < carried; ++k) copy_out(values[k], ctx.out(static_cast<int>(k)), w);
 }
@@ -157,7 +162,11 @@ std::shared_ptr<const OpParams> compile_bodies(const Program& p, const Node& n,
     operands.push_back(p.graph.info(n.inputs[k]));
   if (n.op == OpId::ForLoop) operands[0] = {{}, i64};
   auto out = std::make_shared<ControlBodies>();
-  for (const auto& body : n.bodies) {
+  std::vector<std::shared_ptr<const Body>> bodies = n.bodies;
+  if (n.op == OpId::WhileLoop)  // (bodies[2]: the body and the condition as one step)
+    if (auto step = while_step_body(*n.bodies[0], *n.bodies[1], operands, n.outputs.size()))
+      bodies.push_back(std::move(step));
+  for (const auto& body : bodies) {
     Program bp = extract_program(body->graph, body->results);
     bp.num_returned = body->results.size();
     std::vector<std::pair<int32_t, Shape>> shapes;
