@@ -53,8 +53,8 @@ class LanguageModel:
             raise _value_error("this checkpoint has no tokenizer.json: pass token ids")
         return self.tokenizer.encode(text)
 
-    def generate(self, prompt, max_new_tokens=128, *, greedy=None, temperature=1.0, top_k=0,
-                 top_p=1.0, repetition_penalty=1.0, seed=0, stop_tokens=None, stream=None):
+    def generate(self, prompt, max_new_tokens=128, *, greedy=None, temperature=None, top_k=None,
+                 top_p=None, repetition_penalty=1.0, seed=0, stop_tokens=None, stream=None):
         """Continues `prompt`: a str, a list of str, a list of token ids or a list of such lists.
         Returns the new text (str prompts) or the new token ids, one per prompt when given a
         list of prompts. Sampling is greedy unless temperature, top_k or top_p is set (or
@@ -66,7 +66,10 @@ class LanguageModel:
         text = bool(prompts) and isinstance(prompts[0], str)
         ids = [self.encode(p) if isinstance(p, str) else list(p) for p in prompts]
         if greedy is None:
-            greedy = temperature == 1.0 and top_k == 0 and top_p == 1.0
+            greedy = temperature is None and top_k is None and top_p is None
+        temperature = 1.0 if temperature is None else temperature
+        top_k = 0 if top_k is None else top_k
+        top_p = 1.0 if top_p is None else top_p
         streamer = None if stream is None else _Streamer(stream, len(ids), text and self.tokenizer)
         out = self.model.generate(ids, max_new_tokens=max_new_tokens, greedy=greedy,
                                   temperature=temperature, top_k=top_k, top_p=top_p,

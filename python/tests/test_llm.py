@@ -70,6 +70,9 @@ def test_seeded_sampling_is_reproducible_and_stops_on_request():
     a = lm.generate([5, 6, 7], **kw)
     assert a == lm.generate([5, 6, 7], **kw)
     assert a != lm.generate([5, 6, 7], **dict(kw, seed=12))
+    # temperature 1.0 given is sampling too, not greedy
+    t1 = dict(max_new_tokens=20, temperature=1.0, stop_tokens=[-1])
+    assert lm.generate([5, 6, 7], seed=1, **t1) != lm.generate([5, 6, 7], seed=2, **t1)
     got = []
     lm.generate([5, 6, 7], max_new_tokens=20, stream=lambda s, t: got.append(t) or len(got) < 3)
     assert len(got) == 3

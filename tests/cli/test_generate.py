@@ -51,6 +51,12 @@ def test_text_prompt_and_sampling_with_a_seed():
     assert a.returncode == 0, a.stderr
     assert a.stdout.split("\n")[0] == b.stdout.split("\n")[0]
     assert "prefill:" in a.stdout.strip().split("\n")[-1]
+    # --temperature 1 samples (it is not the greedy default): seeds give different ids
+    ids = [os.path.join(DATA, "llama"), "--prompt-ids", "5,6,7", "--max-tokens", "20",
+           "--ignore-eos", "--temperature", "1"]
+    one, two = kiln(*ids, "--seed", "1"), kiln(*ids, "--seed", "2")
+    assert one.returncode == 0 and two.returncode == 0
+    assert one.stdout.split("\n")[0] != two.stdout.split("\n")[0]
 
 
 def test_bad_invocations_fail_with_one_line(tmp_path):

@@ -24,6 +24,7 @@ struct GenerateOptions {
   bool greedy = false, ignore_eos = false;
   double temperature = 1.0, top_p = 1.0, repetition_penalty = 1.0;
   int64_t top_k = 0;
+  bool sampling = false;  // --temperature, --top-k or --top-p given
   uint64_t seed = 0;
   std::string device, dtype;
   int64_t max_length = 0;
@@ -95,7 +96,7 @@ void generate(const GenerateOptions& o) {
   llm::GenerateOptions go;
   go.max_new_tokens = o.max_tokens;
   if (o.ignore_eos) go.stop_tokens = {-1};
-  go.sampling.greedy = o.greedy || (o.temperature == 1.0 && o.top_k == 0 && o.top_p == 1.0);
+  go.sampling.greedy = !o.sampling;
   go.sampling.temperature = o.temperature;
   go.sampling.top_k = o.top_k;
   go.sampling.top_p = o.top_p;
@@ -161,6 +162,7 @@ void add_generate_command(CLI::App& app) {
   cmd->callback([cmd, o] {
     if (o->prompt.empty() && o->prompt_ids.empty() && cmd->count("--prompt") == 0)
       throw CLI::RequiredError("--prompt or --prompt-ids");
+    o->sampling = cmd->count("--temperature") + cmd->count("--top-k") + cmd->count("--top-p") > 0;
     generate(*o);
   });
 }
