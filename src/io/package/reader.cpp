@@ -377,7 +377,9 @@ void Reader::read_bodies(const fb::Manifest& m) {
         Node n = read_node(f, body->graph, i, where, true);
         if (n.op == OpId::Variable) bad(where, at(&f), "a body holds no variables");
         if (n.op == OpId::Constant) {
-          const TensorInfo& t = n.outputs.at(0);
+          if (n.outputs.size() != 1)
+            bad(where, at(&f), "a constant with {} outputs (it has one)", n.outputs.size());
+          const TensorInfo& t = n.outputs[0];
           if (const std::string why = check_shape(t); !why.empty()) bad(where, at(&f), "{}", why);
           const uint64_t want = static_cast<uint64_t>(numel(t.shape)) * size_of(t.dtype);
           const uint64_t got = f.value() ? f.value()->size() : 0;
