@@ -9,6 +9,7 @@
 
 #include "kiln/llm.h"
 #include "kiln/safetensors.h"
+#include "support/data.h"
 #include "support/reference.h"
 
 namespace kiln {
@@ -16,7 +17,7 @@ namespace {
 using namespace kiln::test;
 namespace fs = std::filesystem;
 
-const std::string kData = std::string(KILN_TEST_DATA_DIR) + "/llm/";
+const std::string kData = test_data_dir(KILN_TEST_DATA_DIR) + "/llm/";
 
 std::vector<int64_t> ints(const Array& a) { return a.astype(i64).to_vector<int64_t>(); }
 

@@ -10,6 +10,7 @@
 
 #include "kiln/error.h"
 #include "kiln/tokenizer.h"
+#include "support/data.h"
 
 namespace {
 
@@ -17,7 +18,7 @@ using kiln::llm::Tokenizer;
 using nlohmann::json;
 
 std::string data_path(const std::string& name) {
-  return std::string(KILN_TEST_DATA_DIR) + "/llm/" + name;
+  return kiln::test::test_data_dir(KILN_TEST_DATA_DIR) + "/llm/" + name;
 }
 
 std::string read(const std::string& path) {

@@ -8,6 +8,7 @@
 #include "kiln/kiln.h"
 #include "kiln/ops/core.h"
 #include "ops/philox.h"
+#include "support/data.h"
 #include "support/reference.h"
 
 namespace kiln {
@@ -104,7 +105,8 @@ int64_t parse_num(const std::string& s) {
 // Files are <op>_<seed0>_<seed1>_<dims>.npy, 'm' for a minus sign.
 std::vector<Golden> goldens(const std::string& op) {
   std::vector<Golden> out;
-  const std::filesystem::path dir = std::filesystem::path(KILN_TEST_DATA_DIR) / "random";
+  const std::filesystem::path dir =
+      std::filesystem::path(kiln::test::test_data_dir(KILN_TEST_DATA_DIR)) / "random";
   for (auto& e : std::filesystem::directory_iterator(dir)) {
     std::string name = e.path().stem().string();
     if (name.rfind(op + "_", 0) != 0) continue;
