@@ -5,6 +5,8 @@
 // query rows and 64 keys per tile in register tiles).
 #include <fmt/format.h>
 
+#include <random>
+
 #include "backend_ops/harness.h"
 
 namespace kiln::harness {
@@ -14,7 +16,7 @@ struct AttentionCase {
   Shape batch;
   int64_t lq, lk, e, ev;
   bool causal;
-  int mask;  // 0 none, 1 bool keep, 2 additive
+  int mask;  // 0 none, 1 bool keep, 2 additive, 3 bool keep of the first 2/5 of the keys
   Shape mask_shape;
 };
 
@@ -22,22 +24,29 @@ const AttentionCase kAttention[] = {
     {{2, 3}, 17, 33, 16, 16, false, 0, {}},
     {{1}, 8, 32, 32, 32, false, 0, {}},
     {{2}, 9, 31, 64, 64, true, 0, {}},
-    {{2}, 33, 7, 20, 12, true, 0, {}},          // Lq > Lk
+    {{2}, 33, 7, 20, 12, true, 0, {}},  // Lq > Lk
     {{2, 2}, 40, 65, 24, 40, false, 1, {40, 65}},
     {{2, 2}, 13, 70, 8, 8, true, 2, {2, 1, 13, 70}},
     {{3}, 5, 129, 128, 128, false, 2, {129}},
-    {{1}, 3, 40, 257, 300, false, 0, {}},       // head dims past one launch's slice
-    {{2}, 11, 45, 16, 96, true, 0, {}},         // 65-128 output dims: four lane chunks
+    {{1}, 3, 40, 257, 300, false, 0, {}},  // head dims past one launch's slice
+    {{2}, 11, 45, 16, 96, true, 0, {}},    // 65-128 output dims: four lane chunks
     {{}, 1, 1, 1, 1, false, 0, {}},
-    {{2}, 6, 0, 4, 4, false, 0, {}},            // no keys: zeros
+    {{2}, 6, 0, 4, 4, false, 0, {}},  // no keys: zeros
     // head dims 32/64/128 take the tensor-core kernel (16-bit) or the register-tile one (f32):
     // 64 query rows, 64 keys per tile
     {{2, 3}, 130, 190, 64, 64, true, 1, {130, 190}},
     {{2}, 64, 64, 128, 128, false, 0, {}},
     {{3}, 65, 127, 32, 32, false, 2, {3, 1, 127}},
-    {{1, 2}, 200, 150, 64, 64, true, 0, {}},       // Lq > Lk, causal
+    {{1, 2}, 200, 150, 64, 64, true, 0, {}},               // Lq > Lk, causal
     {{4, 2}, 128, 128, 64, 64, false, 2, {4, 1, 1, 128}},  // a BERT-style padding mask
     {{2, 2}, 70, 20, 32, 32, false, 1, {2, 1, 70, 1}},     // whole rows hidden: zeros
+    // few query rows over many keys (a decode step over its cache): split over the keys on
+    // tensor cores; mask 3 keeps only the first 2/5 of the keys (the splits past them skipped)
+    {{1, 4}, 8, 1000, 64, 64, false, 3, {1, 1, 8, 1000}},
+    {{2, 2}, 4, 700, 128, 128, false, 1, {2, 1, 4, 700}},
+    {{3}, 16, 600, 32, 32, false, 0, {}},
+    {{1}, 70, 900, 64, 64, true, 2, {70, 900}},  // two row blocks, causal
+    {{2}, 2, 513, 128, 128, false, 3, {2, 1, 513}},
 };
 constexpr int kNumAttention = static_cast<int>(std::size(kAttention));
 
@@ -48,6 +57,14 @@ Shape with(Shape b, std::initializer_list<int64_t> tail) {
 
 std::optional<Tensor> mask_of(Case& c, const AttentionCase& k, DType t) {
   if (k.mask == 1) return c.rand(k.mask_shape, DType::boolean);
+  if (k.mask == 3)
+    return c.input(k.mask_shape, DType::boolean, [](const Shape& s) {
+      std::bernoulli_distribution keep(0.8);
+      std::vector<double> m(static_cast<size_t>(numel(s)));
+      for (size_t e = 0; e < m.size(); ++e)
+        m[e] = static_cast<int64_t>(e) % s.back() < s.back() * 2 / 5 && keep(test::rng());
+      return from_f64(m, s, DType::boolean);
+    });
   if (k.mask == 2) return c.rand(k.mask_shape, t, -2, 2);
   return std::nullopt;
 }
@@ -57,6 +74,7 @@ std::string note_of(const AttentionCase& k) {
                      k.ev, k.causal ? " causal" : "",
                      k.mask == 0   ? ""
                      : k.mask == 1 ? " bool mask " + to_string(k.mask_shape)
+                     : k.mask == 3 ? " bool mask over the first keys " + to_string(k.mask_shape)
                                    : " additive mask " + to_string(k.mask_shape));
 }
 

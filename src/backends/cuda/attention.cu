@@ -181,29 +181,58 @@ __device__ __forceinline__ float masked_log2(const Args<T>& a, int64_t moff, int
   return v;
 }
 
+// A split of the keys over several blocks (flash decoding), for attentions of few query rows over
+// many keys (a decode step over its cache): block x of `splits` takes keys [x·chunk, (x+1)·chunk)
+// and writes its rows' unnormalized output (f32), running max (log2 units) and sum at
+// ((b·splits + x)·lq + i); combine_kernel merges the splits.
+struct Split {
+  float *o, *m, *l;
+  int64_t chunk;  // keys per split, a multiple of kTcKeys
+  int splits;
+};
+
 // Flash attention on tensor cores (mma.sync m16n8k16): a block of 4 warps owns 64 query rows of
 // one batch entry, each warp 16 of them, and streams over tiles of 64 keys and values, staged
 // with asynchronous copies one tile ahead. The scores, probabilities and output accumulator stay
-// in registers: S's accumulator fragments, rounded to T, are P's A fragments for O += P V.
-template <typename T, int D>
-__global__ void __launch_bounds__(kTcWarps * 32)
-    forward_tc_kernel(Args<T> a, T* out, int64_t row_blocks) {
+// in registers: S's accumulator fragments, rounded to T, are P's A fragments for O += P V. With
+// kSplit the block takes one split of the keys.
+template <typename T, int D, bool kSplit> __global__ void __launch_bounds__(kTcWarps * 32)
+    forward_tc_kernel(Args<T> a, T* out, int64_t row_blocks, Split sp) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using L = TcLayout<D>;
   constexpr int kLd = L::ld, kN = kTcKeys / 8, kDn = D / 8, kDk = D / 16;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   T* qs = reinterpret_cast<T*>(smem_raw + L::q);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
-  const int64_t b = blockIdx.x / row_blocks, i0 = (blockIdx.x % row_blocks) * kTcRows;
+  const int64_t blk = kSplit ? blockIdx.x / sp.splits : blockIdx.x;
+  const int split = kSplit ? static_cast<int>(blockIdx.x % sp.splits) : 0;
+  const int64_t b = blk / row_blocks, i0 = (blk % row_blocks) * kTcRows;
   const int64_t moff = (a.bmask || a.amask) ? a.ml.batch_offset(b) : 0;
-  const int64_t kend = a.causal ? min(a.lk, i0 + kTcRows) : a.lk;
-  const int tiles = static_cast<int>((kend + kTcKeys - 1) / kTcKeys);
+  int64_t k0 = 0, kend = a.causal ? min(a.lk, i0 + kTcRows) : a.lk;
+  if constexpr (kSplit) {
+    k0 = split * sp.chunk;
+    kend = min(kend, k0 + sp.chunk);
+  }
+  int tiles = kend > k0 ? static_cast<int>((kend - k0 + kTcKeys - 1) / kTcKeys) : 0;
+  if constexpr (kSplit) {
+    // a keep-mask that hides every key of the split from every row (the cache columns past a
+    // sequence's length): nothing to read
+    if (tiles > 0 && a.bmask) {
+      const int64_t n = kend - k0, rows = min(int64_t{kTcRows}, a.lq - i0);
+      bool any = false;
+      for (int64_t t = threadIdx.x; t < rows * n && !any; t += blockDim.x) {
+        const int64_t i = i0 + t / n, j = k0 + t % n;
+        any = (!a.causal || j <= i) && a.bmask[moff + i * a.ml.sq + j * a.ml.sk];
+      }
+      if (!__syncthreads_or(any)) tiles = 0;
+    }
+  }
   auto ks = [&](int st) { return reinterpret_cast<T*>(smem_raw + L::k + st * L::stage); };
   auto vs = [&](int st) { return reinterpret_cast<T*>(smem_raw + L::v + st * L::stage); };
   stage_rows<T, D>(qs, a.q, b, a.lq, i0, kTcRows);
   if (tiles > 0) {
-    stage_rows<T, D>(ks(0), a.k, b, a.lk, 0, kTcKeys);
-    stage_rows<T, D>(vs(0), a.v, b, a.lk, 0, kTcKeys);
+    stage_rows<T, D>(ks(0), a.k, b, a.lk, k0, kTcKeys);
+    stage_rows<T, D>(vs(0), a.v, b, a.lk, k0, kTcKeys);
   }
   cp_async_commit();
   const float kLog2e = 1.4426950408889634f;
@@ -217,8 +246,8 @@ __global__ void __launch_bounds__(kTcWarps * 32)
   for (int j = 0; j < tiles; ++j) {
     const int st = j & 1;
     if (j + 1 < tiles) {
-      stage_rows<T, D>(ks(st ^ 1), a.k, b, a.lk, (j + 1) * int64_t{kTcKeys}, kTcKeys);
-      stage_rows<T, D>(vs(st ^ 1), a.v, b, a.lk, (j + 1) * int64_t{kTcKeys}, kTcKeys);
+      stage_rows<T, D>(ks(st ^ 1), a.k, b, a.lk, k0 + (j + 1) * int64_t{kTcKeys}, kTcKeys);
+      stage_rows<T, D>(vs(st ^ 1), a.v, b, a.lk, k0 + (j + 1) * int64_t{kTcKeys}, kTcKeys);
     }
     cp_async_commit();
     cp_async_wait<1>();
@@ -245,7 +274,7 @@ __global__ void __launch_bounds__(kTcWarps * 32)
       }
     }
     // scale, masks, online softmax (each row's values lie in the 4 lanes of a quad)
-    const int64_t j0 = j * int64_t{kTcKeys};
+    const int64_t j0 = k0 + j * int64_t{kTcKeys};
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int64_t i = row[h];
@@ -308,6 +337,15 @@ __global__ void __launch_bounds__(kTcWarps * 32)
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
     const int64_t i = row[h];
     if (i >= a.lq) continue;
+    if constexpr (kSplit) {
+      const int64_t r = (b * sp.splits + split) * a.lq + i;
+      if (t4 == 0) sp.m[r] = m[h], sp.l[r] = sum;
+      float* po = sp.o + r * D + 2 * t4;
+#pragma unroll
+      for (int n = 0; n < kDn; ++n)
+        *reinterpret_cast<float2*>(po + n * 8) = make_float2(o[n][2 * h], o[n][2 * h + 1]);
+      continue;
+    }
     const float inv = sum > 0.f ? 1.f / sum : 0.f;
     T* dst = out + (b * a.lq + i) * D + 2 * t4;
 #pragma unroll
@@ -316,6 +354,47 @@ __global__ void __launch_bounds__(kTcWarps * 32)
           pack2<T>(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);
   }
 #endif
+}
+
+// Merges the splits of forward_tc_kernel<T, D, true>: a warp per query row, D / 32 dims per lane.
+// A row that saw no key in any split is zeros, as without the split.
+template <typename T, int D>
+__global__ void combine_kernel(Split sp, T* out, int64_t rows, int64_t lq) {
+  const int64_t r = blockIdx.x * int64_t{kTcWarps} + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (r >= rows) return;
+  const int64_t b = r / lq, i = r % lq;
+  auto at = [&](int x) { return (b * sp.splits + x) * lq + i; };
+  float mx = -INFINITY;
+  for (int x = 0; x < sp.splits; ++x) mx = fmaxf(mx, sp.m[at(x)]);
+  float acc[D / 32] = {}, sum = 0.f;
+  if (mx != -INFINITY) {
+    for (int x = 0; x < sp.splits; ++x) {
+      const float w = exp2f(sp.m[at(x)] - mx);  // 0 for a split that saw no key
+      if (w == 0.f) continue;
+      sum += w * sp.l[at(x)];
+      const float* po = sp.o + at(x) * D;
+#pragma unroll
+      for (int c = 0; c < D / 32; ++c) acc[c] += w * po[c * 32 + lane];
+    }
+  }
+  const float inv = sum > 0.f ? 1.f / sum : 0.f;
+#pragma unroll
+  for (int c = 0; c < D / 32; ++c) out[r * D + c * 32 + lane] = from_acc<T>(acc[c] * inv);
+}
+
+// The split over keys for `blocks` blocks of query rows over lk keys: none (splits 0) unless the
+// blocks leave most of the GPU idle and the keys are many; then about two blocks per SM, of at
+// least two key tiles each.
+Split split_of(int64_t blocks, int64_t lk, int sms) {
+  Split sp{};
+  if (blocks >= sms || lk < 4 * kTcKeys) return sp;
+  const int64_t want = (2 * sms + blocks - 1) / blocks;
+  const int64_t per = (lk + want - 1) / want;
+  sp.chunk = std::max<int64_t>(2 * kTcKeys, (per + kTcKeys - 1) / kTcKeys * kTcKeys);
+  const int64_t n = (lk + sp.chunk - 1) / sp.chunk;
+  sp.splits = n >= 2 ? static_cast<int>(n) : 0;
+  return sp;
 }
 
 inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -510,15 +589,33 @@ template <typename T> void forward(KernelContext& ctx) {
   if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bf16_t>) {
     if (tensor_core_forward(a)) {
       const int64_t blocks = (a.lq + kTcRows - 1) / kTcRows;
-      auto launch = [&](auto kernel, size_t smem) {
+      Split sp = split_of(a.batch * blocks, a.lk, split_sms(ctx));
+      if (sp.splits > 0) {
+        const size_t parts = static_cast<size_t>(a.batch * sp.splits * a.lq);
+        sp.o = static_cast<float*>(ctx.scratch(parts * a.e * sizeof(float)));
+        sp.m = static_cast<float*>(ctx.scratch(parts * sizeof(float)));
+        sp.l = static_cast<float*>(ctx.scratch(parts * sizeof(float)));
+      }
+      auto launch = [&](auto kernel, auto combine, size_t smem) {
         allow_smem(kernel, smem);
-        kernel<<<static_cast<unsigned>(a.batch * blocks), kTcWarps * 32, smem, stream_of(ctx)>>>(
-            a, out, blocks);
+        const unsigned grid = static_cast<unsigned>(a.batch * blocks * std::max(sp.splits, 1));
+        kernel<<<grid, kTcWarps * 32, smem, stream_of(ctx)>>>(a, out, blocks, sp);
+        check_launch(ctx.op_name());
+        if (sp.splits == 0) return;
+        const int64_t rows = a.batch * a.lq;
+        combine<<<static_cast<unsigned>((rows + kTcWarps - 1) / kTcWarps), kTcWarps * 32, 0,
+                  stream_of(ctx)>>>(sp, out, rows, a.lq);
         check_launch(ctx.op_name());
       };
-      if (a.e == 32) launch(forward_tc_kernel<T, 32>, TcLayout<32>::bytes);
-      else if (a.e == 64) launch(forward_tc_kernel<T, 64>, TcLayout<64>::bytes);
-      else launch(forward_tc_kernel<T, 128>, TcLayout<128>::bytes);
+      auto run = [&](auto d) {
+        constexpr int kD = decltype(d)::value;
+        if (sp.splits > 0)
+          launch(forward_tc_kernel<T, kD, true>, combine_kernel<T, kD>, TcLayout<kD>::bytes);
+        else launch(forward_tc_kernel<T, kD, false>, combine_kernel<T, kD>, TcLayout<kD>::bytes);
+      };
+      if (a.e == 32) run(std::integral_constant<int, 32>{});
+      else if (a.e == 64) run(std::integral_constant<int, 64>{});
+      else run(std::integral_constant<int, 128>{});
       return;
     }
   }
