@@ -143,6 +143,35 @@ Program decode(const Attrs& attrs, const std::vector<DType>& input_dtypes) {
   return p;
 }
 
+Decoded Decoded::decode(OpId, const Attrs& attrs) {
+  const std::vector<int64_t>& code = attrs.ints("code");
+  const std::vector<double>& params = attrs.floats("params");
+  const size_t n = code.size() / 5;
+  if (code.empty() || code.size() % 5 != 0 || n > kMaxInstrs || params.size() != 2 * n)
+    fail<ValueError>(
+        "[fused_elementwise] code and params must hold 5 ints and 2 floats per instruction for "
+        "1 to {} instructions, got {} ints and {} floats",
+        kMaxInstrs, code.size(), params.size());
+  Decoded d;
+  for (size_t k = 0; k < n; ++k) {
+    const int64_t* c = &code[5 * k];
+    if (c[0] <= 0 || c[0] >= kOpIdLimit || arity(static_cast<OpId>(c[0])) == 0)
+      bad(k, fmt::format("op id {} is not a fusable elementwise op", c[0]));
+    if (c[1] < 0 || c[1] >= kNumDTypes) bad(k, fmt::format("dtype {} is out of range", c[1]));
+    Instr in;
+    in.op = static_cast<OpId>(c[0]);
+    in.dtype = static_cast<DType>(c[1]);
+    in.a = static_cast<int32_t>(c[2]);
+    in.b = static_cast<int32_t>(c[3]);
+    in.c = static_cast<int32_t>(c[4]);
+    in.p0 = params[2 * k];
+    in.p1 = params[2 * k + 1];
+    d.attrs.push_back(op_attrs(in));
+    d.instrs.push_back(in);
+  }
+  return d;
+}
+
 std::vector<DType> value_dtypes(const Program& p, const std::vector<DType>& input_dtypes) {
   std::vector<DType> t = input_dtypes;
   for (const Instr& in : p.instrs) t.push_back(in.dtype);
@@ -185,7 +214,11 @@ std::vector<TensorInfo> infer_fused(const InferContext& ctx) {
 
 // Built after autodiff (by a compile pass), so it needs no gradient rule.
 void register_fused_elementwise_ops() {
-  define_op(OpId::FusedElementwise).set_infer(infer_fused).not_differentiable().variadic(1, 32);
+  define_op(OpId::FusedElementwise)
+      .set_infer(infer_fused)
+      .not_differentiable()
+      .variadic(1, 32)
+      .params<fused::Decoded>();
 }
 
 }  // namespace kiln

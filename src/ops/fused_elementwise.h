@@ -19,6 +19,7 @@
 
 #include "core/graph_impl.h"
 #include "core/op_id.h"
+#include "core/op_params.h"
 #include "kiln/attrs.h"
 #include "kiln/dtype.h"
 #include "kiln/kernel.h"
@@ -55,6 +56,15 @@ Attrs encode(const Program& p);
 /// Decodes and validates a program against its input dtypes; throws ValueError naming the
 /// instruction on a malformed one.
 Program decode(const Attrs& attrs, const std::vector<DType>& input_dtypes);
+/// A node's program as its kernels read it, decoded once per executable (the op's params): the
+/// instructions and each one's op attributes. Only the encoding is checked here (sizes, op ids,
+/// dtypes); the operands and dtypes were checked against the node's inputs by inference (graph
+/// build, package load), which the runtime's kernels rely on.
+struct Decoded : OpParams {
+  std::vector<Instr> instrs;
+  std::vector<Attrs> attrs;
+  static Decoded decode(OpId op, const Attrs& a);
+};
 /// The dtype of every value (inputs, then instruction results).
 std::vector<DType> value_dtypes(const Program& p, const std::vector<DType>& input_dtypes);
 /// Stable text of a program and its input dtypes ("%2 = add.f32(%0, %1); ..."), a cache key.

@@ -1,7 +1,7 @@
 // CPU kernels of the unary elementwise ops that are more than their record's kernel: gelu (two
-// forms), clip (integer bounds) and tanh, with the f32 activations run through the C library's
-// vector functions where it has them (the same expressions as src/ops/elementwise_math.h, the
-// function within a few ulp of the scalar one).
+// forms), clip (integer bounds), tanh, exp, sigmoid and silu, with the f32 activations run through
+// the C library's vector functions where it has them (the same expressions as
+// src/ops/elementwise_math.h, the function within a few ulp of the scalar one).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -43,6 +43,10 @@ FloatX4 vector_erfcf() {
 }
 FloatX4 vector_tanhf() {
   static const FloatX4 f = libmvec_function<FloatX4>("_ZGVbN4v_tanhf");
+  return f;
+}
+FloatX4 vector_expf() {
+  static const FloatX4 f = libmvec_function<FloatX4>("_ZGVbN4v_expf");
   return f;
 }
 
@@ -95,6 +99,20 @@ void gelu_tanh(const float* in, float* out, int64_t n, FloatX16 tanh16) {
 void tanh(const float* in, float* out, int64_t n, FloatX16 tanh16) {
   map_by16(in, out, n, tanh16);
 }
+void exp(const float* in, float* out, int64_t n, FloatX16 exp16) { map_by16(in, out, n, exp16); }
+// 1 / (1 + exp(-x)) and x / (1 + exp(-x))
+void sigmoid(const float* in, float* out, int64_t n, FloatX16 exp16) {
+  const __m512 one = _mm512_set1_ps(1.f), zero = _mm512_setzero_ps();
+  map_by16(in, out, n, [&](__m512 x) {
+    return _mm512_div_ps(one, _mm512_add_ps(one, exp16(_mm512_sub_ps(zero, x))));
+  });
+}
+void silu(const float* in, float* out, int64_t n, FloatX16 exp16) {
+  const __m512 one = _mm512_set1_ps(1.f), zero = _mm512_setzero_ps();
+  map_by16(in, out, n, [&](__m512 x) {
+    return _mm512_div_ps(x, _mm512_add_ps(one, exp16(_mm512_sub_ps(zero, x))));
+  });
+}
 }  // namespace wide
 #pragma GCC pop_options
 // The AVX-512 variant of a libmvec function where the kernels may use AVX-512; null otherwise.
@@ -107,6 +125,10 @@ wide::FloatX16 wide_erfcf() {
 }
 wide::FloatX16 wide_tanhf() {
   static const wide::FloatX16 f = wide_function("_ZGVeN16v_tanhf");
+  return f;
+}
+wide::FloatX16 wide_expf() {
+  static const wide::FloatX16 f = wide_function("_ZGVeN16v_expf");
   return f;
 }
 // Runs map(in + b, out + b, e - b, f) over chunks in parallel.
@@ -158,9 +180,34 @@ bool tanh_f32_vector(const KernelContext& ctx, const float* in, float* out, int6
   map_f32_by4(ctx, in, out, n, tanh4);
   return true;
 }
+bool exp_f32_vector(const KernelContext& ctx, const float* in, float* out, int64_t n) {
+#ifdef KILN_VECTOR_MATH_512
+  if (const auto f = wide_expf()) return by16(ctx, in, out, n, wide::exp, f), true;
+#endif
+  const FloatX4 exp4 = vector_expf();
+  if (!exp4) return false;
+  map_f32_by4(ctx, in, out, n, exp4);
+  return true;
+}
+// sigmoid (silu false) or silu: 1 / (1 + exp(-x)), x / (1 + exp(-x))
+template <bool kSilu>
+bool sigmoid_f32_vector(const KernelContext& ctx, const float* in, float* out, int64_t n) {
+#ifdef KILN_VECTOR_MATH_512
+  if (const auto f = wide_expf())
+    return by16(ctx, in, out, n, kSilu ? wide::silu : wide::sigmoid, f), true;
+#endif
+  const FloatX4 exp4 = vector_expf();
+  if (!exp4) return false;
+  const __m128 one = _mm_set1_ps(1.f), zero = _mm_setzero_ps();
+  map_f32_by4(ctx, in, out, n, [&](__m128 x) {
+    return _mm_div_ps(kSilu ? x : one, _mm_add_ps(one, exp4(_mm_sub_ps(zero, x))));
+  });
+  return true;
+}
 #else
 constexpr F32Map gelu_f32_vector = nullptr, gelu_tanh_f32_vector = nullptr,
-                 tanh_f32_vector = nullptr;
+                 tanh_f32_vector = nullptr, exp_f32_vector = nullptr;
+template <bool> constexpr F32Map sigmoid_f32_vector = nullptr;
 #endif
 // Runs one of the above on an f32 op (false: not f32, or no vector function).
 bool f32_vector(KernelContext& ctx, F32Map f) {
@@ -184,6 +231,18 @@ void tanh(KernelContext& ctx) {
   if (f32_vector(ctx, tanh_f32_vector)) return;
   float_op<math::Tanh>(ctx);
 }
+void exp(KernelContext& ctx) {
+  if (f32_vector(ctx, exp_f32_vector)) return;
+  float_op<math::Exp>(ctx);
+}
+void sigmoid(KernelContext& ctx) {
+  if (f32_vector(ctx, sigmoid_f32_vector<false>)) return;
+  float_op<math::Sigmoid>(ctx);
+}
+void silu(KernelContext& ctx) {
+  if (f32_vector(ctx, sigmoid_f32_vector<true>)) return;
+  float_op<math::Silu>(ctx);
+}
 void gelu(KernelContext& ctx) {
   if (params_of<GeluParams>(ctx).tanh) {
     if (f32_vector(ctx, gelu_tanh_f32_vector)) return;
@@ -198,6 +257,9 @@ void gelu(KernelContext& ctx) {
 void register_elementwise_unary_kernels() {
   constexpr DTypeSet kF{f32, f64};
   register_kernel(OpId::Tanh, Backend::cpu, {tanh, kF});  // the record's kernel, vectorized
+  register_kernel(OpId::Exp, Backend::cpu, {exp, kF});
+  register_kernel(OpId::Sigmoid, Backend::cpu, {sigmoid, kF});
+  register_kernel(OpId::Silu, Backend::cpu, {silu, kF});
   register_kernel(OpId::Gelu, Backend::cpu, {gelu, kF});
   register_kernel(OpId::Clip, Backend::cpu, {clip, kNumericTypes});
 }

@@ -5,11 +5,13 @@
 // every instruction, as the unfused kernels round their outputs.
 #include "ops/fused_elementwise.h"
 
+#include <algorithm>
 #include <cstring>
-#include <memory>
+#include <vector>
 
 #include "backends/cpu/cpu_common.h"
 #include "backends/cpu/kernels.h"
+#include "core/op_params.h"
 
 namespace kiln::cpu {
 
@@ -28,7 +30,8 @@ void round_half(float* v, DType t, int64_t n) {
 }
 
 // Copies elements [s, s + len) of `in` broadcast to `out` (strides from broadcast_strides) into
-// `dst`, element by element.
+// `dst`, a run of the last dim at a time (a copy where the input is contiguous there, a fill
+// where it broadcasts).
 template <typename E>
 void gather(const E* src, const Shape& out, const std::vector<int64_t>& strides, int64_t s,
             int64_t len, E* dst) {
@@ -40,9 +43,19 @@ void gather(const E* src, const Shape& out, const std::vector<int64_t>& strides,
     rem /= out[d];
     off += idx[d] * strides[d];
   }
-  for (int64_t j = 0; j < len; ++j) {
-    dst[j] = src[off];
-    for (int d = rank - 1; d >= 0; --d) {
+  const int64_t inner = out[rank - 1], st = strides[rank - 1];
+  for (int64_t j = 0; j < len;) {
+    const int64_t run = std::min(inner - idx[rank - 1], len - j);
+    if (st == 1) std::memcpy(dst + j, src + off, static_cast<size_t>(run) * sizeof(E));
+    else if (st == 0) std::fill_n(dst + j, run, src[off]);
+    else
+      for (int64_t r = 0; r < run; ++r) dst[j + r] = src[off + r * st];
+    j += run;
+    if (j == len) break;
+    // the last dim wraps; carry into the dims before it
+    off -= idx[rank - 1] * st;
+    idx[rank - 1] = 0;
+    for (int d = rank - 2; d >= 0; --d) {
       off += strides[d];
       if (++idx[d] < out[d]) break;
       off -= strides[d] * out[d];
@@ -70,24 +83,22 @@ void gather_bytes(const void* src, size_t esize, const Shape& out,
 
 void fused_elementwise(KernelContext& ctx) {
   const int n_in = ctx.num_inputs();
-  std::vector<DType> in_types;
-  for (int i = 0; i < n_in; ++i) in_types.push_back(ctx.in(i).dtype);
-  const fused::Program prog = fused::decode(ctx.attrs(), in_types);
-  const std::vector<DType> types = fused::value_dtypes(prog, in_types);
-  const int n_values = prog.num_values();
+  // the program as the node's params decoded it once (per call only where a context carries none)
+  fused::Decoded spare;
+  const fused::Decoded& prog = params_of<fused::Decoded>(ctx, spare);
+  std::vector<DType> types;
+  for (int i = 0; i < n_in; ++i) types.push_back(ctx.in(i).dtype);
+  for (const fused::Instr& in : prog.instrs) types.push_back(in.dtype);
+  const int n_values = static_cast<int>(types.size());
   const TensorView& o = ctx.out(0);
   const int64_t total = o.numel();
   if (total == 0) return;
 
-  struct Step {
-    const KernelEntry* kernel;
-    Attrs attrs;
-  };
-  std::vector<Step> steps;
+  std::vector<const KernelEntry*> kernels;
   for (const fused::Instr& in : prog.instrs) {
     const KernelEntry* k = find_kernel(in.op, Backend::cpu);
     if (!k) fail<UnsupportedError>("[fused_elementwise] no cpu kernel for {}", op_name(in.op));
-    steps.push_back({k, fused::op_attrs(in)});
+    kernels.push_back(k);
   }
   // inputs: dense of the output's numel (read in place when held in their own dtype), a single
   // value, or broadcast through strides
@@ -114,8 +125,11 @@ void fused_elementwise(KernelContext& ctx) {
       offset[v] = bytes;
       bytes += (kChunk * size_of(compute_type(types[v])) + 63) / 64 * 64;
     }
-    std::unique_ptr<char[]> buf(new char[bytes + 64]);
-    char* base = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(buf.get()) + 63) / 64 * 64);
+    // each thread's buffer is kept from call to call (a small node costs little more than its
+    // arithmetic)
+    thread_local std::vector<char> buf;
+    if (buf.size() < bytes + 64) buf.resize(bytes + 64);
+    char* base = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(buf.data()) + 63) / 64 * 64);
     std::vector<char*> ptr(n_values, nullptr);
     for (int v = 0; v < n_values; ++v)
       if (offset[v] != SIZE_MAX) ptr[v] = base + offset[v];
@@ -169,9 +183,9 @@ void fused_elementwise(KernelContext& ctx) {
           const int32_t u = in.operand(j);
           ins.push_back({ptr[u], Shape{len}, compute_type(types[u])});
         }
-        KernelContext kc(in.op, steps[k].attrs, std::move(ins),
+        KernelContext kc(in.op, prog.attrs[k], std::move(ins),
                          {{ptr[v], Shape{len}, compute_type(t)}}, nullptr);
-        steps[k].kernel->fn(kc);
+        kernels[k]->fn(kc);
         if (is_half(t) && v != last) round_half(res, t, len);
       }
       if (!out_direct)
