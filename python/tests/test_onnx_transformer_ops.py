@@ -1,5 +1,7 @@
-"""ONNX's transformer ops of opsets 23 and 24 (RMSNormalization, RotaryEmbedding, Attention,
-Swish) imported by kiln and run beside ONNX Runtime on fresh random data. The models are built
+"""ONNX's transformer ops of opsets 23 to 25 (RMSNormalization, RotaryEmbedding, Attention,
+Swish) imported by kiln and run beside ONNX Runtime on fresh random data, and Attention's
+features ONNX Runtime computes otherwise (the causal alignment) or not at all beside a float64
+reference of the operator's definition. The models are built
 with onnx.helper (the onnx package pinned for the conformance run predates these schemas, so
 they are not checked by it; ONNX Runtime validates them)."""
 import numpy as np
@@ -97,14 +99,114 @@ def test_swish(rng, alpha):
     check(helper.make_node("Swish", ["x"], ["y"], alpha=alpha), {"x": randn(rng, 3, 7)}, opset=24)
 
 
+def run_kiln(node, feeds, n_out, opset):
+    """One node imported and run by kiln alone (outputs as float64 arrays)."""
+    ins = [helper.make_tensor_value_info(k, TYPES[v.dtype.type], v.shape) for k, v in feeds.items()]
+    outs = [helper.make_tensor_value_info(f"y{i}", TensorProto.FLOAT, None) for i in range(n_out)]
+    names = [f"y{i}" if i < n_out else "" for i in range(4)]
+    node.output[:] = names[:max(n_out, 1)] if n_out < 4 else names
+    model = helper.make_model(helper.make_graph([node], "g", ins, outs),
+                              opset_imports=[helper.make_opsetid("", opset)])
+    exe = kiln.onnx.load_bytes(model.SerializeToString()).compile(device="cpu")
+    return [g.numpy().astype(np.float64) for g in exe.run(feeds)]
+
+
+def attention_reference(q, k, v, mask=None, nonpad=None, causal=False, softcap=0.0, mode=None,
+                        left=-1, right=-1):
+    """Attention of 4-D q (B, H, L, E) over k, v (B, H, S, E) as the ONNX operator defines it
+    (onnx/reference/ops/op_attention.py), in float64: the causal frontier and the window aligned
+    at nonpad - L per batch (0 without it), a mask shorter than the keys padded with -inf, rows
+    that see no key zeros. Returns Y and the qk_matmul_output of `mode`."""
+    q, k, v = (x.astype(np.float64) for x in (q, k, v))
+    B, _, L, E = q.shape
+    S = k.shape[2]
+    bias = np.zeros((B, 1, L, S))
+    if mask is not None:
+        m = np.where(mask, 0.0, -np.inf) if mask.dtype == np.bool_ else mask.astype(np.float64)
+        m = np.concatenate([m, np.full(m.shape[:-1] + (S - m.shape[-1],), -np.inf)], -1)
+        bias = bias + m
+    offset = (nonpad - L).reshape(-1, 1, 1, 1) if nonpad is not None else np.zeros((1, 1, 1, 1))
+    i = np.arange(L).reshape(1, 1, -1, 1) + offset
+    j = np.arange(S).reshape(1, 1, 1, -1)
+    keep = np.ones((B, 1, L, S), bool)
+    if causal:
+        keep &= j <= i
+    if left >= 0:
+        keep &= i - j <= left
+    if right >= 0:
+        keep &= j - i <= right
+    if nonpad is not None:
+        keep &= j < nonpad.reshape(-1, 1, 1, 1)
+    bias = np.where(keep, bias, -np.inf)
+    qk = q @ np.swapaxes(k, -1, -2) / np.sqrt(E)
+    if softcap:
+        qk = softcap * np.tanh(qk / softcap)
+    with_bias = qk + bias
+    hidden = np.isneginf(bias.max(-1, keepdims=True))
+    e = np.exp(with_bias - np.where(hidden, 0, with_bias.max(-1, keepdims=True)))
+    p = np.where(hidden, 0.0, e / np.where(hidden, 1, e.sum(-1, keepdims=True)))
+    out = {0: qk, 1: qk, 2: with_bias, 3: p}.get(mode)
+    return p @ v, out
+
+
+@pytest.mark.parametrize("lq,lk", [(3, 6), (6, 4)])
+def test_attention_causal_is_aligned_at_the_top_left(rng, lq, lk):
+    # without past keys, query i sees keys 0..i whatever L and S (ONNX Runtime differs here)
+    q, k, v = randn(rng, 2, 3, lq, 8), randn(rng, 2, 3, lk, 8), randn(rng, 2, 3, lk, 8)
+    got = run_kiln(helper.make_node("Attention", ["q", "k", "v"], [], is_causal=1),
+                   {"q": q, "k": k, "v": v}, 1, 23)[0]
+    np.testing.assert_allclose(got, attention_reference(q, k, v, causal=True)[0], rtol=1e-4,
+                               atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", [0, 1, 2, 3])
+def test_attention_softcap_and_qk_matmul_output(rng, mode):
+    q, k, v = randn(rng, 2, 2, 5, 8) * 3, randn(rng, 2, 2, 7, 8) * 3, randn(rng, 2, 2, 7, 8)
+    mask = rng.random((5, 7)) > 0.3
+    mask[1] = False  # a row that sees no key: zeros
+    node = helper.make_node("Attention", ["q", "k", "v", "m"], [], softcap=2.5,
+                            qk_matmul_output_mode=mode)
+    feeds = {"q": q, "k": k, "v": v, "m": mask}
+    y, _, _, qk = run_kiln(node, feeds, 4, 24)
+    want_y, want_qk = attention_reference(q, k, v, mask[None, None], softcap=2.5, mode=mode)
+    np.testing.assert_allclose(y, want_y, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(qk, want_qk, rtol=1e-4, atol=1e-5)
+    assert not np.isnan(y).any() and (y[:, :, 1] == 0).all()
+
+
+def test_attention_nonpad_kv_seqlen_and_windows(rng):
+    # a static cache of 9 columns, each batch row valid up to its own length, queries at its end
+    q, k, v = randn(rng, 3, 2, 2, 8), randn(rng, 3, 2, 9, 8), randn(rng, 3, 2, 9, 8)
+    nonpad = np.array([9, 5, 2], np.int64)
+    feeds = {"q": q, "k": k, "v": v, "n": nonpad}
+    node = helper.make_node("Attention", ["q", "k", "v", "", "", "", "n"], [], is_causal=1)
+    np.testing.assert_allclose(run_kiln(node, feeds, 1, 24)[0],
+                               attention_reference(q, k, v, nonpad=nonpad, causal=True)[0],
+                               rtol=1e-4, atol=1e-5)
+    node = helper.make_node("Attention", ["q", "k", "v", "", "", "", "n"], [], is_causal=1,
+                            left_window_size=2, right_window_size=0)
+    np.testing.assert_allclose(run_kiln(node, feeds, 1, 25)[0],
+                               attention_reference(q, k, v, nonpad=nonpad, causal=True, left=2,
+                                                   right=0)[0], rtol=1e-4, atol=1e-5)
+
+
+def test_attention_mask_of_fewer_keys(rng):
+    q, k, v = randn(rng, 1, 2, 4, 8), randn(rng, 1, 2, 6, 8), randn(rng, 1, 2, 6, 8)
+    m = randn(rng, 4, 4)  # the last two keys hidden
+    got = run_kiln(helper.make_node("Attention", ["q", "k", "v", "m"], []),
+                   {"q": q, "k": k, "v": v, "m": m}, 1, 23)[0]
+    np.testing.assert_allclose(got, attention_reference(q, k, v, m[None, None])[0], rtol=1e-4,
+                               atol=1e-5)
+
+
 def test_what_is_not_mapped_fails_naming_it(rng):
-    node = helper.make_node("Attention", ["q", "k", "v"], ["y"], softcap=30.0)
+    node = helper.make_node("Attention", ["q", "k", "v"], ["y"], softmax_precision=TensorProto.INT8)
     g = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT,
                                                                       [1, 2, 3, 4])
                                         for n in "qkv"],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 23)])
-    with pytest.raises(kiln.UnsupportedError, match="softcap"):
+    with pytest.raises(kiln.UnsupportedError, match="softmax_precision"):
         kiln.onnx.load_bytes(model.SerializeToString())
     # a schema that changed after opset 21 without a mapping of the change stays refused
     node = helper.make_node("DequantizeLinear", ["q", "s"], ["y"])

@@ -309,9 +309,13 @@ void Importer::add_node(const ::onnx::NodeProto& node) {
   NodeContext ctx(*this, node, version);
   std::vector<Tensor> outs;
   with_node_context(node, [&] { outs = entry->map(ctx); });
+  // (CastLike reads only the dtype of its second input)
   bool all_known = true;
-  for (const auto& in : node.input())
-    if (!in.empty() && !values_.at(in).data) all_known = false;
+  for (int i = 0; i < node.input_size(); ++i) {
+    const std::string& in = node.input(i);
+    const bool dtype_only = node.op_type() == "CastLike" && i == 1;
+    if (!in.empty() && !dtype_only && !values_.at(in).data) all_known = false;
+  }
   std::vector<std::string> produced;
   for (int i = 0; i < node.output_size(); ++i) {
     const std::string& name = node.output(i);

@@ -2,6 +2,7 @@
 // TensorScatter, mapped onto kiln's rms_norm, elementwise rotation, scaled_dot_product_attention
 // and a gather, following the operator definitions (onnx/defs/nn/defs.cc and the reference
 // implementation) and, where those leave room, ONNX Runtime.
+#include <cmath>
 #include <limits>
 
 #include "io/onnx/map_util.h"
@@ -83,21 +84,101 @@ Tensor heads_first(NodeContext& c, const Tensor& t, const char* attr) {
   return permute(reshape(t, {t.dim(0), t.dim(1), heads, -1}), {0, 2, 1, 3});
 }
 
-// Attention (opsets 23, 24): softmax(scale · Q Kᵀ + mask) V over Q (B, Hq, L, E) and
+// The additive bias of Attention as the ONNX reference builds it when the fused kernel cannot take
+// the node: the mask (bool: 0 or -inf; padded with -inf past its last column), the causal
+// triangle and the sliding window aligned at `offset` (past keys, or nonpad_kv_seqlen - L per
+// batch), and -inf past each batch row's nonpad_kv_seqlen. (L, S), or (B, 1, L, S) per batch.
+Tensor attention_bias(NodeContext& c, const Tensor& q, const Tensor& k, const Tensor& offset,
+                      bool per_batch, std::optional<Tensor> nonpad) {
+  const DType t = q.dtype();
+  const double inf = std::numeric_limits<double>::infinity();
+  const Tensor nq = slice(shape_of(q), {2}, {3}), nk = slice(shape_of(k), {2}, {3});
+  const Tensor zero = known_ints(c, {0}), one = known_ints(c, {1});
+  const Tensor qi = reshape(arange(zero, nq, one, i64), {-1, 1});                 // (L, 1)
+  const Tensor kj = reshape(arange(zero, nk, one, i64), {1, -1});                 // (1, S)
+  const Tensor pos = qi + (per_batch ? reshape(offset, {-1, 1, 1, 1}) : offset);  // query's place
+  const Tensor zeros = cast(qi, t) * 0.0 + cast(kj, t) * 0.0;                     // (L, S)
+  Tensor bias = zeros;
+  if (c.has_input(3)) {
+    Tensor m = c.input(3);
+    if (m.dtype() == boolean) m = where(m, scalar_of(zeros, 0), scalar_of(zeros, -inf));
+    const int64_t w = m.dim(m.rank() - 1), s = k.dim(2);
+    if (w >= 0 && s >= 0 && w < s) {  // a mask of fewer keys: the rest hidden
+      std::vector<int64_t> pads(2 * static_cast<size_t>(m.rank()), 0);
+      pads.back() = s - w;
+      m = pad(m, pads, PadKind::constant, -inf);
+    }
+    bias = bias + m;
+  }
+  auto hide = [&](const Tensor& keep) { bias = where(keep, bias, scalar_of(bias, -inf)); };
+  if (c.attr_int("is_causal", 0) != 0) hide(less_equal(kj, pos));
+  const int64_t left = c.attr_int("left_window_size", -1);
+  const int64_t right = c.attr_int("right_window_size", -1);
+  if (left >= 0) hide(less_equal(pos - kj, scalar_like(kj, static_cast<double>(left))));
+  if (right >= 0) hide(less_equal(kj - pos, scalar_like(kj, static_cast<double>(right))));
+  if (nonpad) hide(less(kj, reshape(*nonpad, {-1, 1, 1, 1})));
+  return bias;
+}
+
+// Attention written out as the reference computes it (opset 23-25 features the fused kernel lacks:
+// softcap, the qk_matmul_output output, nonpad_kv_seqlen, windows, a mask shorter than the keys,
+// softmax_precision): scores = scale · Q Kᵀ, softcapped, plus the bias; a softmax whose rows
+// that see no key are zeros; Y = P V. Q (B, Hq, L, E), K and V with their heads repeated.
+Outs attention_written_out(NodeContext& c, const Tensor& q, const Tensor& k, const Tensor& v,
+                           double scale, bool past) {
+  std::optional<Tensor> nonpad;
+  if (c.has_input(6)) {
+    if (past) c.fail("nonpad_kv_seqlen cannot come with past_key and past_value");
+    nonpad = c.input(6);
+  }
+  // the causal frontier and the window: past keys, or per batch nonpad_kv_seqlen - L, or none
+  const Tensor nq = slice(shape_of(q), {2}, {3});
+  const Tensor offset = past     ? slice(shape_of(c.input(4)), {2}, {3})
+                        : nonpad ? *nonpad - nq
+                                 : known_ints(c, {0});
+  const Tensor bias = attention_bias(c, q, k, offset, nonpad.has_value(), nonpad);
+  Tensor qk = matmul(q, permute(k, {0, 1, 3, 2})) * scale;
+  const double cap = c.attr_float("softcap", 0.0f);
+  if (cap != 0.0) qk = tanh(qk * (1.0 / cap)) * cap;
+  const Tensor with_bias = qk + bias;
+  const int64_t mode = c.attr_int("qk_matmul_output_mode", 0);
+  if (mode < 0 || mode > 3) c.fail(fmt::format("qk_matmul_output_mode {} (0 to 3)", mode));
+  DType precision = q.dtype();
+  if (c.has_attr("softmax_precision")) {
+    const auto code = static_cast<int32_t>(c.attr_int("softmax_precision", 1));
+    const auto t = from_onnx_dtype(code);
+    if (!t || !is_floating(*t))
+      c.unsupported(fmt::format("softmax_precision {}", onnx_dtype_name(code)));
+    precision = *t;
+  }
+  const Tensor p0 = softmax(cast(with_bias, precision), -1);
+  // rows whose bias hides every key: zeros (decided on the bias, not on the scores)
+  const Tensor hidden =
+      equal(max(bias, {-1}, true), scalar_of(bias, -std::numeric_limits<double>::infinity()));
+  const Tensor p = cast(where(hidden, scalar_of(p0, 0), p0), q.dtype());
+  Outs r{matmul(p, v), k, v};
+  if (c.has_output(3)) {
+    // as the reference: 0 the (softcapped) product, 1 softcapped, 2 with the bias, 3 probabilities
+    r.push_back(mode == 3 ? p : mode == 2 ? with_bias : qk);
+  }
+  return r;
+}
+
+// Attention (opsets 23 to 25): softmax(scale · Q Kᵀ + mask) V over Q (B, Hq, L, E) and
 // K, V (B, Hkv, past + S, E) (3-D inputs with q_num_heads / kv_num_heads), past keys and values
 // joined in front (present_key, present_value), key heads shared by Hq / Hkv query heads each,
-// is_causal aligned at the last key (query i of L sees keys up to past + S - L + i, as ONNX
-// Runtime does), a bool mask keeping keys or a float mask added.
+// is_causal as the ONNX reference aligns it (query i sees keys up to i + past: from the top left
+// without past keys, where ONNX Runtime aligns at the last key when L != S), a bool mask keeping
+// keys or a float mask added. Nodes the fused kernel cannot take are written out with kiln ops
+// (attention_written_out).
 Outs attention_op(NodeContext& c) {
   const bool q3 = c.input(0).rank() == 3;
   const Tensor q = heads_first(c, c.input(0), "q_num_heads");
   Tensor k = heads_first(c, c.input(1), "kv_num_heads");
   Tensor v = heads_first(c, c.input(2), "kv_num_heads");
-  if (c.attr_float("softcap", 0.0f) != 0.0f) c.unsupported("softcap");
-  if (c.has_output(3)) c.unsupported("the qk_matmul_output output");
-  if (c.has_input(6)) c.unsupported("nonpad_kv_seqlen");
   if (c.has_input(4) != c.has_input(5)) c.fail("past_key and past_value come together");
-  if (c.has_input(4)) {
+  const bool past = c.has_input(4);
+  if (past) {
     k = concat({c.input(4), k}, 2);
     v = concat({c.input(5), v}, 2);
   }
@@ -110,27 +191,43 @@ Outs attention_op(NodeContext& c) {
     return reshape(broadcast_to(expand_dims(t, {2}), {s[0], hkv, hq / hkv, s[2], s[3]}),
                    {s[0], hq, s[2], s[3]});
   };
+  auto heads_last = [&](const Tensor& y) {
+    return q3 ? reshape(permute(y, {0, 2, 1, 3}), {y.dim(0), y.dim(2), -1}) : y;
+  };
+  const std::optional<Tensor> mask =
+      c.has_input(3) ? std::optional<Tensor>(c.input(3)) : std::nullopt;
+  const bool short_mask = mask && mask->dim(mask->rank() - 1) != k.dim(2);
+  if (c.attr_float("softcap", 0.0f) != 0.0f || c.has_output(3) || c.has_input(6) ||
+      c.attr_int("left_window_size", -1) >= 0 || c.attr_int("right_window_size", -1) >= 0 ||
+      c.has_attr("softmax_precision") || short_mask) {
+    const double scale = c.has_attr("scale") ? c.attr_float("scale", 1.0f)
+                                             : 1.0 / std::sqrt(static_cast<double>(q.dim(3)));
+    Outs r = attention_written_out(c, q, repeated(k), repeated(v), scale, past);
+    r[0] = heads_last(r[0]);
+    r[1] = k;
+    r[2] = v;
+    return r;
+  }
   AttentionOptions o;
   if (c.has_attr("scale")) o.scale = c.attr_float("scale", 1.0f);
-  std::optional<Tensor> mask;
-  if (c.has_input(3)) mask = c.input(3);
+  std::optional<Tensor> m = mask;
   if (c.attr_int("is_causal", 0) != 0) {
-    const int64_t lq = q.dim(2), lk = k.dim(2);
-    if (lq >= 0 && lq == lk) {
-      o.causal = true;  // the kernel's own triangle
-    } else {            // keep[i, j] = j <= i + lk - lq, from the shapes of a run
+    if (!past) {
+      o.causal = true;  // the kernel's own triangle (j <= i)
+    } else {            // keep[i, j] = j <= i + past, from the shapes of a run
       const Tensor nq = slice(shape_of(q), {2}, {3}), nk = slice(shape_of(k), {2}, {3});
+      const Tensor np = slice(shape_of(c.input(4)), {2}, {3});
       const Tensor zero = known_ints(c, {0}), one = known_ints(c, {1});
       const Tensor qi = reshape(arange(zero, nq, one, i64), {-1, 1});
       const Tensor kj = reshape(arange(zero, nk, one, i64), {1, -1});
-      const Tensor keep = less_equal(kj, qi + (nk - nq));
-      if (!mask) mask = keep;
-      else if (mask->dtype() == boolean) mask = logical_and(*mask, keep);
-      else mask = where(keep, *mask, scalar_of(*mask, -std::numeric_limits<double>::infinity()));
+      const Tensor keep = less_equal(kj, qi + np);
+      if (!m) m = keep;
+      else if (m->dtype() == boolean) m = logical_and(*m, keep);
+      else m = where(keep, *m, scalar_of(*m, -std::numeric_limits<double>::infinity()));
     }
   }
-  const Tensor y = scaled_dot_product_attention(q, repeated(k), repeated(v), mask, o);
-  Outs r{q3 ? reshape(permute(y, {0, 2, 1, 3}), {y.dim(0), y.dim(2), -1}) : y};
+  const Tensor y = scaled_dot_product_attention(q, repeated(k), repeated(v), m, o);
+  Outs r{heads_last(y)};
   if (c.has_output(1)) r.push_back(k);
   if (c.has_output(2)) r.push_back(v);
   return r;
@@ -176,6 +273,7 @@ void add_transformer_ops(std::vector<OpEntry>& t) {
                         {"RotaryEmbedding", 23, rotary_op},
                         {"Attention", 23, attention_op},
                         {"Attention", 24, attention_op},
+                        {"Attention", 25, attention_op},
                         {"TensorScatter", 24, tensor_scatter_op},
                     });
 }
