@@ -34,10 +34,7 @@ Outs mod_op(NodeContext& c) {
   Tensor a = c.input(0), b = c.input(1);
   Tensor r = mod(a, b);
   const bool fmod = c.attr_int("fmod", 0) != 0;
-  if (!fmod) {
-    if (is_floating(r.dtype())) c.fail("fmod=0 needs integer inputs");
-    return {r};
-  }
+  if (!fmod) return {r};  // the remainder takes the divisor's sign (numpy's mod; floats too)
   // C fmod: the remainder takes the dividend's sign
   Tensor zero = scalar_of(r, 0);
   Tensor wrong = logical_and(not_equal(r, zero),

@@ -30,7 +30,8 @@ Outs rms_norm_op(NodeContext& c) {
 // The first `rd` features of each head of x (B, S, H, D) rotated by cos, sin (B, S, 1, rd / 2):
 // halves (x1, x2) -> (x1 cos - x2 sin, x1 sin + x2 cos), or with `interleaved` pairs (x[2i],
 // x[2i + 1]); the rest of each head passes through.
-Tensor rotate(const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t rd, bool interleaved) {
+Tensor rotate(NodeContext& c, const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t rd,
+              bool interleaved) {
   const int64_t D = x.dim(3), h = rd / 2;
   auto part = [&](int64_t from, int64_t to, int64_t step) {
     return slice(x, {0, 0, 0, from}, {kEnd, kEnd, kEnd, to}, {1, 1, 1, step});
@@ -38,7 +39,7 @@ Tensor rotate(const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t rd,
   const Tensor x1 = interleaved ? part(0, rd, 2) : part(0, h, 1);
   const Tensor x2 = interleaved ? part(1, rd, 2) : part(h, rd, 1);
   const Tensor re = x1 * cos - x2 * sin, im = x1 * sin + x2 * cos;
-  Tensor rotated = interleaved ? reshape(stack({re, im}, -1), {x.dim(0), -1, x.dim(2), rd})
+  Tensor rotated = interleaved ? reshape_to(stack({re, im}, -1), known_ints(c, {0, 0, 0, rd}), true)
                                : concat({re, im}, -1);
   return rd == D ? rotated : concat({rotated, part(rd, D, 1)}, -1);
 }
@@ -54,11 +55,16 @@ Outs rotary_op(NodeContext& c) {
   if (three_d) {
     const int64_t heads = c.attr_int("num_heads", 0);
     if (heads <= 0) c.fail("a 3-D input needs num_heads");
-    x = reshape(x, {x.dim(0), x.dim(1), heads, -1});  // (B, S, H, D)
+    const int64_t width = x.dim(2);
+    if (width >= 0 && width % heads != 0)
+      c.fail(fmt::format("{} features are not {} heads", width, heads));
+    x = reshape_to(x, known_ints(c, {0, 0, heads, width >= 0 ? width / heads : -1}),
+                   true);  // (B, S, H, D)
   } else {
     x = permute(x, {0, 2, 1, 3});
   }
   const int64_t D = x.dim(3);
+  if (D < 0) c.fail("heads of a size known only at run time");
   const int64_t rd =
       c.attr_int("rotary_embedding_dim", 0) > 0 ? c.attr_int("rotary_embedding_dim", 0) : D;
   if (rd > D || rd % 2 != 0)
@@ -71,8 +77,8 @@ Outs rotary_op(NodeContext& c) {
   }
   cos = expand_dims(slice(cos, {0, 0, 0}, {kEnd, kEnd, rd / 2}), {2});
   sin = expand_dims(slice(sin, {0, 0, 0}, {kEnd, kEnd, rd / 2}), {2});
-  const Tensor y = rotate(x, cos, sin, rd, interleaved);
-  return {three_d ? reshape(y, {y.dim(0), y.dim(1), -1}) : permute(y, {0, 2, 1, 3})};
+  const Tensor y = rotate(c, x, cos, sin, rd, interleaved);
+  return {three_d ? reshape_to(y, known_ints(c, {0, 0, -1}), true) : permute(y, {0, 2, 1, 3})};
 }
 
 // (B, S, heads·d) -> (B, heads, S, d); 4-D inputs as they are.
@@ -81,7 +87,7 @@ Tensor heads_first(NodeContext& c, const Tensor& t, const char* attr) {
   if (t.rank() != 3) c.fail(fmt::format("inputs of rank {} (3 or 4)", t.rank()));
   const int64_t heads = c.attr_int(attr, 0);
   if (heads <= 0) c.fail(fmt::format("3-D inputs need {}", attr));
-  return permute(reshape(t, {t.dim(0), t.dim(1), heads, -1}), {0, 2, 1, 3});
+  return permute(reshape_to(t, known_ints(c, {0, 0, heads, -1}), true), {0, 2, 1, 3});
 }
 
 // The additive bias of Attention as the ONNX reference builds it when the fused kernel cannot take
@@ -125,7 +131,7 @@ Tensor attention_bias(NodeContext& c, const Tensor& q, const Tensor& k, const Te
 // softmax_precision): scores = scale · Q Kᵀ, softcapped, plus the bias; a softmax whose rows
 // that see no key are zeros; Y = P V. Q (B, Hq, L, E), K and V with their heads repeated.
 Outs attention_written_out(NodeContext& c, const Tensor& q, const Tensor& k, const Tensor& v,
-                           double scale, bool past) {
+                           bool past) {
   std::optional<Tensor> nonpad;
   if (c.has_input(6)) {
     if (past) c.fail("nonpad_kv_seqlen cannot come with past_key and past_value");
@@ -137,7 +143,10 @@ Outs attention_written_out(NodeContext& c, const Tensor& q, const Tensor& k, con
                         : nonpad ? *nonpad - nq
                                  : known_ints(c, {0});
   const Tensor bias = attention_bias(c, q, k, offset, nonpad.has_value(), nonpad);
-  Tensor qk = matmul(q, permute(k, {0, 1, 3, 2})) * scale;
+  Tensor qk = matmul(q, permute(k, {0, 1, 3, 2}));
+  if (c.has_attr("scale")) qk = qk * c.attr_float("scale", 1.0f);
+  else if (q.dim(3) >= 0) qk = qk * (1.0 / std::sqrt(static_cast<double>(q.dim(3))));
+  else qk = qk * rsqrt(cast(slice(shape_of(q), {3}, {4}), qk.dtype()));  // E known at run time
   const double cap = c.attr_float("softcap", 0.0f);
   if (cap != 0.0) qk = tanh(qk * (1.0 / cap)) * cap;
   const Tensor with_bias = qk + bias;
@@ -187,12 +196,13 @@ Outs attention_op(NodeContext& c) {
     c.fail(fmt::format("{} query heads are not a multiple of {} key heads", hq, hkv));
   auto repeated = [&](const Tensor& t) {  // each key head for its hq / hkv query heads
     if (hq == hkv) return t;
-    const Shape s = t.shape();
-    return reshape(broadcast_to(expand_dims(t, {2}), {s[0], hkv, hq / hkv, s[2], s[3]}),
-                   {s[0], hq, s[2], s[3]});
+    const std::vector<Tensor> copies(static_cast<size_t>(hq / hkv), expand_dims(t, {2}));
+    const Tensor st = shape_of(t);  // (B, hq, S, D), whichever dims are known only at run time
+    return reshape_to(concat(copies, 2),
+                      concat({slice(st, {0}, {1}), known_ints(c, {hq}), slice(st, {2}, {4})}, 0));
   };
   auto heads_last = [&](const Tensor& y) {
-    return q3 ? reshape(permute(y, {0, 2, 1, 3}), {y.dim(0), y.dim(2), -1}) : y;
+    return q3 ? reshape_to(permute(y, {0, 2, 1, 3}), known_ints(c, {0, 0, -1}), true) : y;
   };
   const std::optional<Tensor> mask =
       c.has_input(3) ? std::optional<Tensor>(c.input(3)) : std::nullopt;
@@ -200,9 +210,7 @@ Outs attention_op(NodeContext& c) {
   if (c.attr_float("softcap", 0.0f) != 0.0f || c.has_output(3) || c.has_input(6) ||
       c.attr_int("left_window_size", -1) >= 0 || c.attr_int("right_window_size", -1) >= 0 ||
       c.has_attr("softmax_precision") || short_mask) {
-    const double scale = c.has_attr("scale") ? c.attr_float("scale", 1.0f)
-                                             : 1.0 / std::sqrt(static_cast<double>(q.dim(3)));
-    Outs r = attention_written_out(c, q, repeated(k), repeated(v), scale, past);
+    Outs r = attention_written_out(c, q, repeated(k), repeated(v), past);
     r[0] = heads_last(r[0]);
     r[1] = k;
     r[2] = v;
