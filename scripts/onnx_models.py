@@ -151,6 +151,55 @@ class StyleNet(nn.Module):
         return self.last(y)
 
 
+class TinyLlama(nn.Module):
+    """Two pre-norm decoder layers of a Llama-style model: RMSNorm, grouped-query causal attention
+    over rotated queries and keys (torch.onnx.ops.rotary_embedding), a SwiGLU MLP. Exported by
+    the dynamo exporter at opset 24 (OPSETS) it holds ONNX's RMSNormalization, RotaryEmbedding
+    and Attention."""
+
+    def __init__(self, vocab=300, dim=64, heads=8, kv_heads=2, layers=2, max_pos=64):
+        super().__init__()
+        self.heads, self.kv_heads, self.hd = heads, kv_heads, dim // heads
+        self.emb = nn.Embedding(vocab, dim)
+        self.layers = nn.ModuleList()
+        for _ in range(layers):
+            self.layers.append(nn.ModuleDict({
+                "n1": nn.RMSNorm(dim, eps=1e-5), "n2": nn.RMSNorm(dim, eps=1e-5),
+                "q": nn.Linear(dim, dim, bias=False),
+                "k": nn.Linear(dim, kv_heads * self.hd, bias=False),
+                "v": nn.Linear(dim, kv_heads * self.hd, bias=False),
+                "o": nn.Linear(dim, dim, bias=False),
+                "gate": nn.Linear(dim, 2 * dim, bias=False), "up": nn.Linear(dim, 2 * dim, bias=False),
+                "down": nn.Linear(2 * dim, dim, bias=False)}))
+        self.norm = nn.RMSNorm(dim, eps=1e-5)
+        self.head = nn.Linear(dim, vocab, bias=False)
+        inv = 1.0 / (10000 ** (torch.arange(0, self.hd, 2).float() / self.hd))
+        ang = torch.arange(max_pos).float()[:, None] * inv[None]
+        self.register_buffer("cos", ang.cos())
+        self.register_buffer("sin", ang.sin())
+
+    def forward(self, ids):
+        B, T = ids.shape
+        pos = torch.arange(T).unsqueeze(0).expand(B, T)
+        x = self.emb(ids)
+        for L in self.layers:
+            h = L["n1"](x)
+            q = L["q"](h).view(B, T, self.heads, self.hd).transpose(1, 2)
+            k = L["k"](h).view(B, T, self.kv_heads, self.hd).transpose(1, 2)
+            v = L["v"](h).view(B, T, self.kv_heads, self.hd).transpose(1, 2)
+            q = torch.onnx.ops.rotary_embedding(q, self.cos, self.sin, pos)
+            k = torch.onnx.ops.rotary_embedding(k, self.cos, self.sin, pos)
+            y = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+            x = x + L["o"](y.transpose(1, 2).reshape(B, T, -1))
+            h = L["n2"](x)
+            x = x + L["down"](nn.functional.silu(L["gate"](h)) * L["up"](h))
+        return self.head(self.norm(x))
+
+
+def tiny_llama():
+    return TinyLlama(), (torch.randint(0, 300, (2, 11)),), ["ids"]
+
+
 def tagger(cell):
     return Tagger(cell), (torch.randint(0, 500, (2, 12)),), ["ids"]
 
@@ -170,7 +219,12 @@ MODELS = {
     "lstm_tagger": lambda: tagger("LSTM"),
     "gru_tagger": lambda: tagger("GRU"),
     "style_transfer": style,
+    "tiny_llama": tiny_llama,
 }
+# the opset a model's dynamo export asks for (default: the exporter's own), and the models only the
+# dynamo exporter takes
+OPSETS = {"tiny_llama": 24}
+DYNAMO_ONLY = {"tiny_llama"}
 
 
 # the dims each model's inputs take at any size, by input name (--dynamic)
@@ -181,18 +235,20 @@ DYNAMIC_DIMS = {
     "squeezenet1_1": {"image": IMAGE}, "shufflenet_v2_x0_5": {"image": IMAGE},
     "bert_tiny": {"input_ids": TOKENS, "attention_mask": TOKENS}, "gpt2_tiny": {"input_ids": TOKENS},
     "vit_tiny": {"pixel_values": {0: "batch"}}, "lstm_tagger": {"ids": TOKENS},
-    "gru_tagger": {"ids": TOKENS}, "style_transfer": {"image": IMAGE},
+    "gru_tagger": {"ids": TOKENS}, "style_transfer": {"image": IMAGE}, "tiny_llama": {"ids": TOKENS},
 }
 
 
 # ---- export and references ----
 
-def export(model, args, names, path, dynamo, dynamic_axes=None):
+def export(model, args, names, path, dynamo, dynamic_axes=None, opset=None):
     model.eval()
     kw = dict(input_names=names, do_constant_folding=True)
     if dynamic_axes:
         kw["dynamic_axes"] = dynamic_axes
     if dynamo:
+        if opset:
+            kw["opset_version"] = opset
         torch.onnx.export(model, args, path, dynamo=True, external_data=False, **kw)
     else:
         torch.onnx.export(model, args, path, dynamo=False, opset_version=17, **kw)
@@ -226,7 +282,7 @@ def main():
     for name, make in MODELS.items():
         if not re.search(args.only, name):
             continue
-        for exporter in ("torchscript", "dynamo"):
+        for exporter in ("dynamo",) if name in DYNAMO_ONLY else ("torchscript", "dynamo"):
             key = f"{name}_{exporter}" + ("_dynamic" if args.dynamic else "")
             case = os.path.join(args.out, key)
             os.makedirs(case, exist_ok=True)
@@ -236,7 +292,7 @@ def main():
                 model, inputs, names = make()
                 with torch.no_grad():
                     export(model, inputs, names, path, exporter == "dynamo",
-                           DYNAMIC_DIMS[name] if args.dynamic else None)
+                           DYNAMIC_DIMS[name] if args.dynamic else None, OPSETS.get(name))
                 m = onnx.load(path)
                 if not args.dynamic:
                     write_case(path, inputs, names)

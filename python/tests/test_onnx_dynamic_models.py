@@ -16,7 +16,7 @@ MODELS = sorted(d for d in os.listdir(DATA) if os.path.isfile(os.path.join(DATA,
 # (2, 16), (2, 12) and (2 or 1, 64, 64): every shape here is another
 TOKEN_SHAPES = [(1, 5), (3, 20), (2, 9)]
 IMAGE_SHAPES = [(1, 48, 48), (3, 80, 64), (2, 32, 96)]
-VOCAB = {"bert": 1000, "gpt2": 1000, "tagger": 500}
+VOCAB = {"bert": 1000, "gpt2": 1000, "tagger": 500, "llama": 300}
 
 
 def feeds_for(name, sess, shape, rng):

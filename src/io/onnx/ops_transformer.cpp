@@ -41,7 +41,8 @@ Tensor rotate(NodeContext& c, const Tensor& x, const Tensor& cos, const Tensor& 
   const Tensor re = x1 * cos - x2 * sin, im = x1 * sin + x2 * cos;
   Tensor rotated = interleaved ? reshape_to(stack({re, im}, -1), known_ints(c, {0, 0, 0, rd}), true)
                                : concat({re, im}, -1);
-  return rd == D ? rotated : concat({rotated, part(rd, D, 1)}, -1);
+  if (D < 0 && c.attr_int("rotary_embedding_dim", 0) <= 0) return rotated;  // the whole head
+  return rd == D ? rotated : concat({rotated, part(rd, kEnd, 1)}, -1);
 }
 
 // RotaryEmbedding: X (B, H, S, D), or (B, S, H·D) with num_heads; cos_cache and sin_cache
@@ -63,11 +64,13 @@ Outs rotary_op(NodeContext& c) {
   } else {
     x = permute(x, {0, 2, 1, 3});
   }
+  // the rotated features: rotary_embedding_dim, else the whole head (whose size the caches give
+  // where the head's is known only at run time)
   const int64_t D = x.dim(3);
-  if (D < 0) c.fail("heads of a size known only at run time");
-  const int64_t rd =
-      c.attr_int("rotary_embedding_dim", 0) > 0 ? c.attr_int("rotary_embedding_dim", 0) : D;
-  if (rd > D || rd % 2 != 0)
+  const int64_t rd = c.attr_int("rotary_embedding_dim", 0) > 0
+                         ? c.attr_int("rotary_embedding_dim", 0)
+                         : (D >= 0 ? D : 2 * cos_cache.dim(cos_cache.rank() - 1));
+  if (rd <= 0 || (D >= 0 && rd > D) || rd % 2 != 0)
     c.fail(fmt::format("rotary_embedding_dim {} for heads of {} features", rd, D));
   Tensor cos = cos_cache, sin = sin_cache;
   if (c.has_input(3)) {
@@ -195,11 +198,12 @@ Outs attention_op(NodeContext& c) {
   if (hq % hkv != 0)
     c.fail(fmt::format("{} query heads are not a multiple of {} key heads", hq, hkv));
   auto repeated = [&](const Tensor& t) {  // each key head for its hq / hkv query heads
-    if (hq == hkv) return t;
-    const std::vector<Tensor> copies(static_cast<size_t>(hq / hkv), expand_dims(t, {2}));
-    const Tensor st = shape_of(t);  // (B, hq, S, D), whichever dims are known only at run time
-    return reshape_to(concat(copies, 2),
-                      concat({slice(st, {0}, {1}), known_ints(c, {hq}), slice(st, {2}, {4})}, 0));
+    if (hq >= 0 && hq == hkv) return t;
+    // (B, hkv, S, D) -> (B, hkv, hq / hkv, S, D) -> (B, hq, S, D), from the shapes of a run
+    const Tensor st = shape_of(t), nq = slice(shape_of(q), {1}, {2}), nkv = slice(st, {1}, {2});
+    const Tensor grouped = concat({slice(st, {0}, {2}), nq / nkv, slice(st, {2}, {4})}, 0);
+    return reshape_to(expand(expand_dims(t, {2}), grouped),
+                      concat({slice(st, {0}, {1}), nq, slice(st, {2}, {4})}, 0));
   };
   auto heads_last = [&](const Tensor& y) {
     return q3 ? reshape_to(permute(y, {0, 2, 1, 3}), known_ints(c, {0, 0, -1}), true) : y;
