@@ -145,6 +145,15 @@ Outs prelu_op(NodeContext& c) {
 }
 Outs hardswish_op(NodeContext& c) { return {hardswish(c.input(0))}; }
 // Swish (opset 24): x · sigmoid(alpha · x); alpha 1 is silu.
+// SwiGLU (opset 28): Swish_alpha(A) · B = A · sigmoid(alpha · A) · B, A and B of one shape.
+Outs swiglu_op(NodeContext& c) {
+  const Tensor a = c.input(0), b = c.input(1);
+  if (a.shape() != b.shape())
+    c.fail(fmt::format("A {} and B {} differ in shape", str(a.shape()), str(b.shape())));
+  const double alpha = c.attr_float("alpha", 1.0f);
+  return {(alpha == 1.0 ? silu(a) : a * sigmoid(a * alpha)) * b};
+}
+
 Outs swish_op(NodeContext& c) {
   const Tensor x = c.input(0);
   const double alpha = c.attr_float("alpha", 1.0f);
@@ -230,6 +239,7 @@ void add_elementwise_ops(std::vector<OpEntry>& t) {
                         {"HardSigmoid", 6, hard_sigmoid_op},
                         {"HardSwish", 14, hardswish_op},
                         {"Swish", 24, swish_op},
+                        {"SwiGLU", 28, swiglu_op},
                         {"ThresholdedRelu", 10, thresholded_relu},
                         {"Softplus", 1, softplus_op},
                         {"Softsign", 1, softsign},

@@ -343,21 +343,23 @@ Outs qlinear_conv(NodeContext& c) {
 
 void add_quant_ops(std::vector<OpEntry>& t) {
   t.insert(t.end(), {
-      {"QuantizeLinear", 10, quantize_linear},
-      {"QuantizeLinear", 13, quantize_linear},
-      {"QuantizeLinear", 19, quantize_linear},
-      {"QuantizeLinear", 21, quantize_linear},
-      {"DequantizeLinear", 10, dequantize_linear},
-      {"DequantizeLinear", 13, dequantize_linear},
-      {"DequantizeLinear", 19, dequantize_linear},
-      {"DequantizeLinear", 21, dequantize_linear},
-      {"DynamicQuantizeLinear", 11, dynamic_quantize_linear},
-      {"MatMulInteger", 10, matmul_integer},
-      {"ConvInteger", 10, conv_integer},
-      {"QLinearMatMul", 10, qlinear_matmul},
-      {"QLinearMatMul", 21, qlinear_matmul},
-      {"QLinearConv", 10, qlinear_conv},
-  });
+                        {"QuantizeLinear", 10, quantize_linear},
+                        {"QuantizeLinear", 13, quantize_linear},
+                        {"QuantizeLinear", 19, quantize_linear},
+                        {"QuantizeLinear", 21, quantize_linear},
+                        {"QuantizeLinear", 23, quantize_linear},
+                        {"DequantizeLinear", 10, dequantize_linear},
+                        {"DequantizeLinear", 13, dequantize_linear},
+                        {"DequantizeLinear", 19, dequantize_linear},
+                        {"DequantizeLinear", 21, dequantize_linear},
+                        {"DequantizeLinear", 23, dequantize_linear},
+                        {"DynamicQuantizeLinear", 11, dynamic_quantize_linear},
+                        {"MatMulInteger", 10, matmul_integer},
+                        {"ConvInteger", 10, conv_integer},
+                        {"QLinearMatMul", 10, qlinear_matmul},
+                        {"QLinearMatMul", 21, qlinear_matmul},
+                        {"QLinearConv", 10, qlinear_conv},
+                    });
 }
 
 }  // namespace kiln::onnx::detail

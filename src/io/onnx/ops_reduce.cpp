@@ -113,6 +113,17 @@ Outs arg_reduce(NodeContext& c) {
   return {Max ? argmax(x, axis, keep) : argmin(x, axis, keep)};
 }
 
+// LpNormalization: x / ||x||_p along axis (p 1 or 2), 0 where the norm is 0 (as the reference).
+Outs lp_normalization_op(NodeContext& c) {
+  const Tensor x = c.input(0);
+  const int64_t p = c.attr_int("p", 2);
+  if (p != 1 && p != 2) c.fail(fmt::format("p = {} (1 or 2)", p));
+  const int64_t axis = axis_of(c, c.attr_int("axis", -1), x.rank());
+  const Tensor norm = p == 1 ? sum(abs(x), {axis}, true) : sqrt(sum(x * x, {axis}, true));
+  const Tensor zero = scalar_of(x, 0);
+  return {where(equal(norm, zero), zero, x / norm)};
+}
+
 Outs cumsum_op(NodeContext& c) {
   Tensor x = c.input(0);
   const auto axis = c.ints(1);
@@ -125,20 +136,21 @@ Outs cumsum_op(NodeContext& c) {
 
 void add_reduce_ops(std::vector<OpEntry>& t) {
   t.insert(t.end(), {
-      {"ReduceSum", 1, reduce<Red::sum, 13>},
-      {"ReduceMean", 1, reduce<Red::mean, 18>},
-      {"ReduceMax", 1, reduce<Red::max, 18>},
-      {"ReduceMin", 1, reduce<Red::min, 18>},
-      {"ReduceProd", 1, reduce<Red::prod, 18>},
-      {"ReduceL1", 1, reduce<Red::l1, 18>},
-      {"ReduceL2", 1, reduce<Red::l2, 18>},
-      {"ReduceLogSum", 1, reduce<Red::log_sum, 18>},
-      {"ReduceLogSumExp", 1, reduce<Red::log_sum_exp, 18>},
-      {"ReduceSumSquare", 1, reduce<Red::sum_square, 18>},
-      {"ArgMax", 1, arg_reduce<true>},
-      {"ArgMin", 1, arg_reduce<false>},
-      {"CumSum", 11, cumsum_op},
-  });
+                        {"ReduceSum", 1, reduce<Red::sum, 13>},
+                        {"ReduceMean", 1, reduce<Red::mean, 18>},
+                        {"ReduceMax", 1, reduce<Red::max, 18>},
+                        {"ReduceMin", 1, reduce<Red::min, 18>},
+                        {"ReduceProd", 1, reduce<Red::prod, 18>},
+                        {"ReduceL1", 1, reduce<Red::l1, 18>},
+                        {"ReduceL2", 1, reduce<Red::l2, 18>},
+                        {"ReduceLogSum", 1, reduce<Red::log_sum, 18>},
+                        {"ReduceLogSumExp", 1, reduce<Red::log_sum_exp, 18>},
+                        {"ReduceSumSquare", 1, reduce<Red::sum_square, 18>},
+                        {"ArgMax", 1, arg_reduce<true>},
+                        {"ArgMin", 1, arg_reduce<false>},
+                        {"LpNormalization", 1, lp_normalization_op},
+                        {"CumSum", 11, cumsum_op},
+                    });
 }
 
 }  // namespace kiln::onnx::detail

@@ -298,8 +298,12 @@ Outs constant_of_shape(NodeContext& c) {
   return {full(c.graph(), c.ints(0), x, v.dtype())};
 }
 
+// (opset 27 adds stash_type, the precision of start + i · delta for 16-bit floats: kiln computes
+// it in f32, stash_type 1, the default)
 Outs range_op(NodeContext& c) {
   const DType t = c.input(0).dtype();
+  if (c.attr_int("stash_type", 1) != 1 && (t == f16 || t == bf16))
+    c.unsupported("stash_type other than 1 (float32)");
   if ((run_time_shape(c, 0) || run_time_shape(c, 1) || run_time_shape(c, 2)) && from_shapes(c, 0) &&
       from_shapes(c, 1) && from_shapes(c, 2))
     return {arange(c.input(0), c.input(1), c.input(2), t)};
@@ -394,8 +398,12 @@ Outs depth_to_space_op(NodeContext& c) {
                          {mode == "CRD" ? SpaceDepthMode::crd : SpaceDepthMode::dcr, false})};
 }
 
+// (opset 28 adds mode; before it the layout is DCR's)
 Outs space_to_depth_op(NodeContext& c) {
-  return {space_to_depth(c.input(0), c.required_int("blocksize"))};
+  const std::string mode = c.attr_string("mode", "DCR");
+  if (mode != "DCR" && mode != "CRD") c.fail(fmt::format("unknown mode '{}'", mode));
+  return {space_to_depth(c.input(0), c.required_int("blocksize"),
+                         {mode == "CRD" ? SpaceDepthMode::crd : SpaceDepthMode::dcr, false})};
 }
 
 // The first value of a known optional input, or `fallback` when the input is absent.
@@ -467,36 +475,38 @@ Outs nonzero_op(NodeContext& c) {
 
 void add_tensor_ops(std::vector<OpEntry>& t) {
   t.insert(t.end(), {
-      {"Constant", 1, constant_op},
-      {"Shape", 1, shape_op},
-      {"Size", 1, size_op},
-      {"Reshape", 1, reshape_op},
-      {"Flatten", 1, flatten_op},
-      {"Transpose", 1, transpose_op},
-      {"Squeeze", 1, squeeze_op},
-      {"Unsqueeze", 1, unsqueeze_op},
-      {"Concat", 4, concat_op},
-      {"Split", 2, split_op},
-      {"Slice", 1, slice_op},
-      {"Gather", 1, gather_op},
-      {"GatherElements", 11, gather_elements_op},
-      {"ScatterElements", 11, scatter_elements_op},
-      {"Scatter", 9, scatter_elements_op},
-      {"Expand", 8, expand_op},
-      {"Tile", 6, tile_op},
-      {"Pad", 2, pad_op},
-      {"ConstantOfShape", 9, constant_of_shape},
-      {"Range", 11, range_op},
-      {"OneHot", 9, one_hot_op},
-      {"TopK", 1, topk_op},
-      {"EyeLike", 9, eye_like},
-      {"Trilu", 14, trilu_op},
-      {"DepthToSpace", 1, depth_to_space_op},
-      {"SpaceToDepth", 1, space_to_depth_op},
-      {"NonMaxSuppression", 10, non_max_suppression_op},
-      {"Compress", 9, compress_op},
-      {"NonZero", 9, nonzero_op},
-  });
+                        {"Constant", 1, constant_op},
+                        {"Shape", 1, shape_op},
+                        {"Size", 1, size_op},
+                        {"Reshape", 1, reshape_op},
+                        {"Flatten", 1, flatten_op},
+                        {"Transpose", 1, transpose_op},
+                        {"Squeeze", 1, squeeze_op},
+                        {"Unsqueeze", 1, unsqueeze_op},
+                        {"Concat", 4, concat_op},
+                        {"Split", 2, split_op},
+                        {"Slice", 1, slice_op},
+                        {"Gather", 1, gather_op},
+                        {"GatherElements", 11, gather_elements_op},
+                        {"ScatterElements", 11, scatter_elements_op},
+                        {"Scatter", 9, scatter_elements_op},
+                        {"Expand", 8, expand_op},
+                        {"Tile", 6, tile_op},
+                        {"Pad", 2, pad_op},
+                        {"ConstantOfShape", 9, constant_of_shape},
+                        {"Range", 11, range_op},
+                        {"Range", 27, range_op},
+                        {"OneHot", 9, one_hot_op},
+                        {"TopK", 1, topk_op},
+                        {"EyeLike", 9, eye_like},
+                        {"Trilu", 14, trilu_op},
+                        {"DepthToSpace", 1, depth_to_space_op},
+                        {"SpaceToDepth", 1, space_to_depth_op},
+                        {"SpaceToDepth", 28, space_to_depth_op},
+                        {"NonMaxSuppression", 10, non_max_suppression_op},
+                        {"Compress", 9, compress_op},
+                        {"NonZero", 9, nonzero_op},
+                    });
 }
 
 }  // namespace kiln::onnx::detail
