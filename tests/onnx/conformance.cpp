@@ -387,8 +387,7 @@ CaseResult classify_and_run(const fs::path& dir, bool fork_cases) {
           isolated([&] { return run_case(dir, input_names, sets, true); }, fork_cases);
       res.frozen = true;
       ok = ok2;
-      if (ok2)
-        msg = "";
+      if (ok2) msg = "as given: " + msg;  // (a pass's reason: why it needed its inputs frozen)
       else if (msg2 != msg)
         msg = msg2 + " (with parameter inputs frozen; as given: " + msg + ")";
     }
