@@ -239,7 +239,8 @@ Outs max_pool_op(NodeContext& c) {
 
 // Sums of every pooling window, and how many positions each averages over, from one strided
 // slice per kernel offset: for what kiln's pooling kernels do not take (dilated average pooling).
-// Windows of ceil_mode that run past the padded input see zeros there, counted as padding.
+// Windows of ceil_mode that run past the padded input see zeros there, never counted (as the
+// reference and PyTorch count: the input, and with count_pad its pads).
 std::pair<Tensor, Tensor> window_sums(NodeContext& c, const Tensor& x, const PoolOptions& o,
                                       bool count_pad) {
   const Shape s = static_spatial(c, x);
@@ -262,9 +263,10 @@ std::pair<Tensor, Tensor> window_sums(NodeContext& c, const Tensor& x, const Poo
   Shape ms(s.size(), 1);
   std::vector<int64_t> mpads(2 * s.size(), 0);
   for (size_t i = 0; i < nd; ++i) {
-    ms[2 + i] = count_pad ? s[2 + i] + pads[2 * (2 + i)] + pads[2 * (2 + i) + 1] : s[2 + i];
+    const int64_t extra = pads[2 * (2 + i) + 1] - o.padding[i + nd];
+    ms[2 + i] = count_pad ? s[2 + i] + o.padding[i] + o.padding[i + nd] : s[2 + i];
     mpads[2 * (2 + i)] = count_pad ? 0 : o.padding[i];
-    mpads[2 * (2 + i) + 1] = count_pad ? 0 : pads[2 * (2 + i) + 1];
+    mpads[2 * (2 + i) + 1] = count_pad ? extra : pads[2 * (2 + i) + 1];
   }
   Tensor mask = pad(full(c.graph(), ms, 1.0, x.dtype()), mpads);
   Tensor sum, count;
