@@ -1,5 +1,7 @@
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <random>
 
 #include "support/reference.h"
 
@@ -82,6 +84,49 @@ TEST(ShapeTest, Broadcast) {
   EXPECT_EQ(to_string({2, -1}), "(2, ?)");
   EXPECT_EQ(normalize_axis(-1, 3), 2);
   EXPECT_EQ(normalize_axis(3, 3), -1);
+}
+
+// convert() between f16 and f32 takes the CPU's conversion instructions where it has them: every
+// f16 bit pattern, and f32 values of every kind (random bits, values at the rounding boundaries,
+// subnormal halves, overflow, infinities, NaNs), must give float16_t's bits exactly, at every
+// alignment and length (groups of eight and the rest).
+TEST(DTypeTest, ArrayConversionsOfHalvesMatchTheScalarOnes) {
+  std::vector<uint16_t> halves(65536);
+  for (uint32_t b = 0; b < 65536; ++b) halves[b] = static_cast<uint16_t>(b);
+  std::vector<float> widened(halves.size());
+  convert(halves.data(), f16, widened.data(), f32, static_cast<int64_t>(halves.size()));
+  for (uint32_t b = 0; b < 65536; ++b) {
+    float16_t h;
+    h.bits = static_cast<uint16_t>(b);
+    const float want = static_cast<float>(h);
+    uint32_t got_bits, want_bits;
+    std::memcpy(&got_bits, &widened[b], 4);
+    std::memcpy(&want_bits, &want, 4);
+    ASSERT_EQ(got_bits, want_bits) << "f16 bits " << b;
+  }
+  std::mt19937 rng(12345);
+  std::vector<float> values;
+  for (int i = 0; i < 200000; ++i) {
+    uint32_t u = rng();
+    if (i % 4 == 1) u = (u & 0x83ffffffu) | 0x38000000u;  // near the half's range
+    if (i % 4 == 2) u = (u & 0x8000e000u) | ((rng() % 40 + 100) << 23) | 0x1000u;  // ties
+    float f;
+    std::memcpy(&f, &u, 4);
+    values.push_back(f);
+  }
+  for (float f : {0.0f, -0.0f, 65504.0f, 65519.99f, 65520.0f, 5.96e-8f, 2.98e-8f, 2.99e-8f, 6.1e-5f,
+                  std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                  std::nanf(""), -std::nanf("")})
+    values.push_back(f);
+  for (size_t off : {size_t{0}, size_t{1}, size_t{5}}) {
+    const int64_t n = static_cast<int64_t>(values.size() - off);
+    std::vector<uint16_t> narrowed(static_cast<size_t>(n));
+    convert(values.data() + off, f32, narrowed.data(), f16, n);
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(narrowed[static_cast<size_t>(i)],
+                float16_t(values[off + static_cast<size_t>(i)]).bits)
+          << "f32 " << values[off + static_cast<size_t>(i)];
+  }
 }
 
 }  // namespace
