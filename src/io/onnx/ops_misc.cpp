@@ -325,6 +325,17 @@ Outs grid_sample_op(NodeContext& c) {
   return {grid_sample(c.input(0), c.input(1), o)};
 }
 
+// Optionals of tensors (opsets 15, 18): kiln has no optional values, so an optional that holds a
+// tensor is that tensor and an absent input is an optional without one. OptionalHasElement says
+// which (a bool scalar known while importing); OptionalGetElement of a tensor is the tensor.
+Outs optional_has_element(NodeContext& c) {
+  return {known(c, Array::from_vector<int64_t>({c.has_input(0) ? 1 : 0}, {}).astype(boolean))};
+}
+Outs optional_get_element(NodeContext& c) {
+  if (!c.has_input(0)) c.fail("an optional without a value has no element to get");
+  return {c.input(0)};
+}
+
 }  // namespace
 
 void add_misc_ops(std::vector<OpEntry>& t) {
@@ -339,6 +350,10 @@ void add_misc_ops(std::vector<OpEntry>& t) {
                         {"Resize", 10, resize_op},
                         {"Upsample", 7, resize_op},
                         {"GridSample", 16, grid_sample_op},
+                        {"OptionalHasElement", 15, optional_has_element},
+                        {"OptionalHasElement", 18, optional_has_element},
+                        {"OptionalGetElement", 15, optional_get_element},
+                        {"OptionalGetElement", 18, optional_get_element},
                     });
 }
 
