@@ -208,13 +208,13 @@ def test_what_is_not_mapped_fails_naming_it(rng):
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 23)])
     with pytest.raises(kiln.UnsupportedError, match="softmax_precision"):
         kiln.onnx.load_bytes(model.SerializeToString())
-    # a schema that changed after opset 21 without a mapping of the change stays refused
-    node = helper.make_node("DequantizeLinear", ["q", "s"], ["y"])
-    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("q", TensorProto.INT8, [2]),
-                                        helper.make_tensor_value_info("s", TensorProto.FLOAT, [])],
+    # an op of a newer opset that kiln does not map is refused, named
+    node = helper.make_node("CumProd", ["q", "s"], ["y"])
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("q", TensorProto.FLOAT, [2]),
+                                        helper.make_tensor_value_info("s", TensorProto.INT64, [])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
-    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 23)])
-    with pytest.raises(kiln.UnsupportedError, match="DequantizeLinear"):
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 26)])
+    with pytest.raises(kiln.UnsupportedError, match="CumProd"):
         kiln.onnx.load_bytes(model.SerializeToString())
 
 
@@ -248,3 +248,27 @@ def test_tensor_scatter(rng, mode, axis):
     check(node, {"p": past, "u": update, "w": w}, opset=24)
     node = helper.make_node("TensorScatter", ["p", "u"], ["y"], axis=axis, mode=mode)
     check(node, {"p": past, "u": update}, opset=24)
+
+
+@pytest.mark.parametrize("n,length", [(6, None), (6, 11), (5, 8), (9, 16)])
+def test_dft_inverse_of_a_onesided_spectrum_is_numpys_irfft(rng, n, length):
+    # DFT with inverse=1 and onesided=1 (opset 20): n bins of a real signal's spectrum -> the
+    # signal, of dft_length points (2 (n - 1) by default), against numpy
+    x = randn(rng, 2, n, 3, 2)
+    ins = ["x", "len" if length else "", "axis"]
+    feeds = {"x": x, "axis": np.array(1, np.int64)}
+    if length:
+        feeds["len"] = np.array(length, np.int64)
+    node = helper.make_node("DFT", ins, [], onesided=1, inverse=1)
+    vi = [helper.make_tensor_value_info(k, TYPES[v.dtype.type], v.shape) for k, v in feeds.items()]
+    node.output[:] = ["y"]
+    model = helper.make_model(
+        helper.make_graph([node], "g", vi, [helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                                                          None)]),
+        opset_imports=[helper.make_opsetid("", 20)])
+    frozen = {k: v for k, v in feeds.items() if k != "x"}
+    exe = kiln.onnx.load_bytes(model.SerializeToString(), input_values=frozen).compile(device="cpu")
+    got = exe.run({"x": x})[0].numpy()
+    spectrum = x[..., 0].astype(np.float64) + 1j * x[..., 1]
+    want = np.fft.irfft(spectrum, n=length, axis=1)[..., None]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

@@ -38,13 +38,14 @@ Outs window_op(NodeContext& c) {
 }
 
 // The DFT of x along `axis` (x's last dim holds 1 (real) or 2 (real, imag) values), `length`
-// points, onesided or not, forward or inverse.
+// points, onesided or not, forward or inverse. The inverse of a onesided spectrum (numpy's irfft)
+// takes its length / 2 + 1 bins, the rest being their conjugates, and gives a real signal
+// (..., length, 1).
 Tensor dft(NodeContext& c, Tensor x, int64_t axis, int64_t length, bool onesided, bool inverse) {
   const int r = x.rank();
   const int64_t parts = x.dim(-1);
   if (parts != 1 && parts != 2) c.fail("the last dim must be 1 (real) or 2 (complex)");
   if (axis < 0 || axis >= r - 1) c.fail(fmt::format("axis {} is out of range", axis));
-  if (inverse && onesided) c.unsupported("inverse with onesided");
   // move the signal axis next to the complex dim
   std::vector<int64_t> perm;
   for (int i = 0; i < r - 1; ++i)
@@ -56,11 +57,12 @@ Tensor dft(NodeContext& c, Tensor x, int64_t axis, int64_t length, bool onesided
   if (n < 0) c.unsupported("needs the signal length while importing");
   if (length <= 0 || length > (int64_t{1} << 14))
     c.unsupported(fmt::format("dft_length {} (kiln's DFT is a matmul: 1 to 16384 points)", length));
-  auto fit = [&](Tensor v) {  // v (..., n) -> (..., length): truncate or zero-pad
-    if (length < n) return slice(v, {0}, {length}, {}, {v.rank() - 1});
-    if (length > n) {
+  const int64_t bins = inverse && onesided ? length / 2 + 1 : length;  // the input's
+  auto fit = [&](Tensor v) {  // v (..., n) -> (..., bins): truncate or zero-pad
+    if (bins < n) return slice(v, {0}, {bins}, {}, {v.rank() - 1});
+    if (bins > n) {
       std::vector<int64_t> pads(2 * v.rank(), 0);
-      pads.back() = length - n;
+      pads.back() = bins - n;
       return pad(v, pads);
     }
     return v;
@@ -70,6 +72,25 @@ Tensor dft(NodeContext& c, Tensor x, int64_t axis, int64_t length, bool onesided
   if (parts == 2) im = fit(squeeze(slice(xt, {1}, {2}, {}, {r - 1}), {r - 1}));
   const int64_t k = onesided ? length / 2 + 1 : length;
   const DType t = is_floating(x.dtype()) ? x.dtype() : f32;
+  std::vector<int64_t> inv(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) inv[perm[i]] = static_cast<int64_t>(i);
+  if (inverse && onesided) {
+    // y[t] = (1/length) sum_j w_j (Re X_j cos(2 pi j t / length) - Im X_j sin(...)), w_j = 2 for
+    // the bins whose conjugates stand for the missing ones, 1 for 0 and (even lengths) length / 2
+    Array cw = Array::zeros({k, length}, f64), sw = Array::zeros({k, length}, f64);
+    for (int64_t j = 0; j < k; ++j) {
+      const double w = (j == 0 || 2 * j == length ? 1.0 : 2.0) / static_cast<double>(length);
+      for (int64_t i = 0; i < length; ++i) {
+        const double a = 2 * std::numbers::pi * static_cast<double>((i * j) % length) /
+                         static_cast<double>(length);
+        cw.data<double>()[j * length + i] = w * std::cos(a);
+        sw.data<double>()[j * length + i] = w * std::sin(a);
+      }
+    }
+    Tensor y = matmul(cast(re, t), known(c, cw.astype(t)));
+    if (im) y = sub(y, matmul(cast(*im, t), known(c, sw.astype(t))));
+    return transpose(expand_dims(y, {y.rank()}), inv);  // (..., length, 1) in the moved order
+  }
   Array cm = Array::zeros({length, k}, f64), sm = Array::zeros({length, k}, f64);
   for (int64_t i = 0; i < length; ++i)
     for (int64_t j = 0; j < k; ++j) {
@@ -102,8 +123,6 @@ Tensor dft(NodeContext& c, Tensor x, int64_t axis, int64_t length, bool onesided
     out_im = div(out_im, scalar_of(out_im, static_cast<double>(length)));
   }
   Tensor y = stack({out_re, out_im}, -1);  // (..., k, 2) in the moved order
-  std::vector<int64_t> inv(perm.size());
-  for (size_t i = 0; i < perm.size(); ++i) inv[perm[i]] = static_cast<int64_t>(i);
   return transpose(y, inv);
 }
 
@@ -113,7 +132,10 @@ Outs dft_op(NodeContext& c) {
   if (axis < 0) axis += x.rank();
   const bool onesided = c.attr_int("onesided", 0) != 0, inverse = c.attr_int("inverse", 0) != 0;
   const int64_t n = axis >= 0 && axis < x.rank() ? x.dim(static_cast<int>(axis)) : -1;
-  const int64_t length = c.has_input(1) ? known_scalar(c, 1) : n;
+  // (an inverse of a onesided spectrum of n bins defaults to 2 (n - 1) points, as numpy's irfft)
+  const int64_t length = c.has_input(1)                 ? known_scalar(c, 1)
+                         : inverse && onesided && n > 0 ? 2 * (n - 1)
+                                                        : n;
   Tensor y = dft(c, x, axis, length, onesided, inverse);
   return {y.dtype() == x.dtype() ? y : cast(y, x.dtype())};
 }
