@@ -29,6 +29,8 @@ EXPECTED = {
     "test_resize_downsample_sizes_nearest_not_smaller": "keep_aspect_ratio_policy, as above",
     "test_resize_upsample_sizes_nearest_not_larger": "keep_aspect_ratio_policy, as above",
     "test_squeeze": "the dim made dynamic is the one Squeeze removes",
+    "test_quantizelinear_blocked_symmetric":
+        "its scale shares the data's leading dim and is made dynamic with it, the zero point not",
     "test_resize_upsample_sizes_nearest_not_smaller": "keep_aspect_ratio_policy, as above",
     "test_tensorscatter": "TensorScatter's batch and sequence axes must be known while importing",
     "test_tensorscatter_3d": "as above",
@@ -171,6 +173,6 @@ def test_node_tests_run_with_a_dynamic_leading_dim(node_dir):
     assert not unexpected, f"cases that run as given but not with a dynamic dim: {unexpected}"
     gone = [k for k in EXPECTED if k not in problems]
     assert not gone, f"expected failures that now pass (drop them from EXPECTED): {gone}"
-    # (onnx 1.23.2: 1065 of 1095 cases with float data inputs run dynamic; 975 of them doubled too)
+    # (onnx 1.23.2: 1083 of 1114 cases with float data inputs run dynamic; 987 of them doubled too)
     print(f"{len(results) - len(problems)} of {len(results)} cases run dynamic; {doubled} doubled too")
     assert len(results) - len(problems) >= 1000 and doubled >= 900, (len(results), doubled)
