@@ -1,7 +1,8 @@
 """ONNX's transformer ops of opsets 23 to 25 (RMSNormalization, RotaryEmbedding, Attention,
 Swish) imported by kiln and run beside ONNX Runtime on fresh random data, and Attention's
 features ONNX Runtime computes otherwise (the causal alignment) or not at all beside a float64
-reference of the operator's definition. The models are built
+reference of the operator's definition; and the other mappings the newest node tests brought
+(DFT's inverse of a onesided spectrum, Col2Im) against numpy. The models are built
 with onnx.helper (the onnx package pinned for the conformance run predates these schemas, so
 they are not checked by it; ONNX Runtime validates them)."""
 import numpy as np
@@ -272,3 +273,44 @@ def test_dft_inverse_of_a_onesided_spectrum_is_numpys_irfft(rng, n, length):
     spectrum = x[..., 0].astype(np.float64) + 1j * x[..., 1]
     want = np.fft.irfft(spectrum, n=length, axis=1)[..., None]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def col2im_reference(x, image, block, dil, pads, stride):
+    """numpy: the L blocks of x (N, C·kh·kw, L) summed into a padded (N, C, H, W) image, cropped."""
+    n, ck, _ = x.shape
+    k = int(np.prod(block))
+    grid = [(image[d] + pads[d] + pads[d + 2] - dil[d] * (block[d] - 1) - 1) // stride[d] + 1
+            for d in range(2)]
+    out = np.zeros((n, ck // k, image[0] + pads[0] + pads[2], image[1] + pads[1] + pads[3]))
+    for ch in range(ck // k):
+        for i in range(block[0]):
+            for j in range(block[1]):
+                for bh in range(grid[0]):
+                    for bw in range(grid[1]):
+                        out[:, ch, bh * stride[0] + i * dil[0], bw * stride[1] + j * dil[1]] += \
+                            x[:, ch * k + i * block[1] + j, bh * grid[1] + bw]
+    return out[:, :, pads[0]:pads[0] + image[0], pads[1]:pads[1] + image[1]]
+
+
+@pytest.mark.parametrize("image,block,dil,pads,stride", [
+    ([5, 5], [2, 2], [1, 1], [0, 0, 0, 0], [1, 1]),
+    ([7, 6], [3, 2], [2, 1], [1, 0, 2, 1], [2, 1]),
+    ([8, 9], [2, 3], [1, 2], [1, 1, 1, 1], [3, 2]),
+])
+def test_col2im_against_numpy(rng, image, block, dil, pads, stride):
+    grid = [(image[d] + pads[d] + pads[d + 2] - dil[d] * (block[d] - 1) - 1) // stride[d] + 1
+            for d in range(2)]
+    x = randn(rng, 2, 3 * block[0] * block[1], grid[0] * grid[1])
+    node = helper.make_node("Col2Im", ["x", "image", "block"], ["y"], dilations=dil, pads=pads,
+                            strides=stride)
+    inits = [helper.make_tensor("image", TensorProto.INT64, [2], image),
+             helper.make_tensor("block", TensorProto.INT64, [2], block)]
+    model = helper.make_model(
+        helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                      x.shape)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          initializer=inits),
+        opset_imports=[helper.make_opsetid("", 18)])
+    got = kiln.onnx.load_bytes(model.SerializeToString()).compile(device="cpu").run({"x": x})[0]
+    np.testing.assert_allclose(got.numpy(), col2im_reference(x, image, block, dil, pads, stride),
+                               rtol=1e-5, atol=1e-5)

@@ -491,32 +491,89 @@ Outs dropout_op(NodeContext& c) {
   return r;
 }
 
+// Col2Im (opset 18): input (N, C·∏block, L) holds L blocks; they are summed into an image
+// (N, C, image_shape...) at their places. That is a transposed convolution, grouped by channel,
+// whose weights are one-hot: block element k of channel c lands at its kernel offset.
+Outs col2im_op(NodeContext& c) {
+  const Tensor x = c.input(0);
+  const std::vector<int64_t> image = c.ints(1), block = c.ints(2);
+  const size_t nd = block.size();
+  if (nd < 1 || nd > 3 || image.size() != nd)
+    c.unsupported(fmt::format("{} spatial dims (1 to 3, image_shape and block_shape alike)", nd));
+  auto per_dim = [&](const char* name, int64_t fallback, size_t n) {
+    std::vector<int64_t> v = c.attr_ints(name);
+    if (v.empty()) v.assign(n, fallback);
+    if (v.size() != n) c.fail(fmt::format("{} has {} values, {} expected", name, v.size(), n));
+    return v;
+  };
+  const std::vector<int64_t> dil = per_dim("dilations", 1, nd), stride = per_dim("strides", 1, nd);
+  const std::vector<int64_t> pads = per_dim("pads", 0, 2 * nd);
+  int64_t k = 1;
+  for (int64_t b : block) k *= b;
+  if (x.rank() != 3 || x.dim(1) < 0 || k <= 0 || x.dim(1) % k != 0)
+    c.fail(fmt::format("input {} is not (N, C x {}, L)", str(x.shape()), k));
+  const int64_t channels = x.dim(1) / k;
+  std::vector<int64_t> blocks, out_pad;
+  int64_t l = 1;
+  for (size_t d = 0; d < nd; ++d) {
+    const int64_t span = dil[d] * (block[d] - 1) + 1;
+    const int64_t n = (image[d] + pads[d] + pads[d + nd] - span) / stride[d] + 1;
+    if (n <= 0)
+      c.fail(fmt::format("block_shape {} does not fit image_shape {}", block[d], image[d]));
+    blocks.push_back(n);
+    l *= n;
+    // what a transposed convolution gives short of the image (its stride's remainder)
+    out_pad.push_back(image[d] - ((n - 1) * stride[d] - pads[d] - pads[d + nd] + span));
+  }
+  if (x.dim(2) >= 0 && x.dim(2) != l)
+    c.fail(fmt::format("input has {} blocks; image_shape and block_shape give {}", x.dim(2), l));
+  Shape ws{channels * k, 1};
+  ws.insert(ws.end(), block.begin(), block.end());
+  Array w = Array::zeros(ws, f64);
+  for (int64_t ch = 0; ch < channels; ++ch)
+    for (int64_t e = 0; e < k; ++e)  // block element e at its own offset: one-hot over the block
+      w.data<double>()[(ch * k + e) * k + e] = 1.0;
+  Shape xs{x.dim(0), x.dim(1)};
+  xs.insert(xs.end(), blocks.begin(), blocks.end());
+  ConvTransposeOptions o;
+  o.stride = stride;
+  o.dilation = dil;
+  o.padding = pads;
+  o.output_padding = out_pad;
+  o.groups = channels;
+  const Tensor xi = reshape(x, xs), wt = known(c, w.astype(x.dtype()));
+  if (nd == 1) return {conv_transpose1d(xi, wt, std::nullopt, o)};
+  if (nd == 2) return {conv_transpose2d(xi, wt, std::nullopt, o)};
+  return {conv_transpose3d(xi, wt, std::nullopt, o)};
+}
+
 }  // namespace
 
 void add_nn_ops(std::vector<OpEntry>& t) {
   t.insert(t.end(), {
-      {"MatMul", 1, matmul_op},
-      {"Gemm", 7, gemm_op},
-      {"Conv", 1, conv_op},
-      {"ConvTranspose", 1, conv_transpose_op},
-      {"MaxPool", 8, max_pool_op},
-      {"AveragePool", 7, avg_pool_op},
-      {"LpPool", 11, lp_pool_op},
-      {"GlobalAveragePool", 1, global_avg_pool_op},
-      {"GlobalMaxPool", 1, global_max_pool_op},
-      {"BatchNormalization", 7, batch_norm_op},
-      {"InstanceNormalization", 6, instance_norm_op},
-      {"LayerNormalization", 17, layer_norm_op},
-      {"GroupNormalization", 18, group_norm_op},
-      {"Softmax", 1, softmax_family<0>},
-      {"LogSoftmax", 1, softmax_family<1>},
-      {"Hardmax", 1, softmax_family<2>},
-      {"LRN", 1, lrn_op},
-      {"MeanVarianceNormalization", 9, mvn_op},
-      {"NegativeLogLikelihoodLoss", 12, nll_op},
-      {"SoftmaxCrossEntropyLoss", 12, softmax_ce_op},
-      {"Dropout", 7, dropout_op},
-  });
+                        {"MatMul", 1, matmul_op},
+                        {"Gemm", 7, gemm_op},
+                        {"Conv", 1, conv_op},
+                        {"ConvTranspose", 1, conv_transpose_op},
+                        {"Col2Im", 18, col2im_op},
+                        {"MaxPool", 8, max_pool_op},
+                        {"AveragePool", 7, avg_pool_op},
+                        {"LpPool", 11, lp_pool_op},
+                        {"GlobalAveragePool", 1, global_avg_pool_op},
+                        {"GlobalMaxPool", 1, global_max_pool_op},
+                        {"BatchNormalization", 7, batch_norm_op},
+                        {"InstanceNormalization", 6, instance_norm_op},
+                        {"LayerNormalization", 17, layer_norm_op},
+                        {"GroupNormalization", 18, group_norm_op},
+                        {"Softmax", 1, softmax_family<0>},
+                        {"LogSoftmax", 1, softmax_family<1>},
+                        {"Hardmax", 1, softmax_family<2>},
+                        {"LRN", 1, lrn_op},
+                        {"MeanVarianceNormalization", 9, mvn_op},
+                        {"NegativeLogLikelihoodLoss", 12, nll_op},
+                        {"SoftmaxCrossEntropyLoss", 12, softmax_ce_op},
+                        {"Dropout", 7, dropout_op},
+                    });
 }
 
 }  // namespace kiln::onnx::detail
