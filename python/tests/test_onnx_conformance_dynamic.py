@@ -32,6 +32,7 @@ EXPECTED = {
     "test_quantizelinear_blocked_symmetric":
         "its scale shares the data's leading dim and is made dynamic with it, the zero point not",
     "test_resize_upsample_sizes_nearest_not_smaller": "keep_aspect_ratio_policy, as above",
+    "test_cumprod_2d_axis_0": "CumProd along the dynamic dim: its doubling steps need the length",
     "test_tensorscatter": "TensorScatter's batch and sequence axes must be known while importing",
     "test_tensorscatter_3d": "as above",
     "test_tensorscatter_circular": "as above",
@@ -173,6 +174,6 @@ def test_node_tests_run_with_a_dynamic_leading_dim(node_dir):
     assert not unexpected, f"cases that run as given but not with a dynamic dim: {unexpected}"
     gone = [k for k in EXPECTED if k not in problems]
     assert not gone, f"expected failures that now pass (drop them from EXPECTED): {gone}"
-    # (onnx 1.23.2: 1083 of 1114 cases with float data inputs run dynamic; 987 of them doubled too)
+    # (onnx 1.23.2: 1090 of 1122 cases with float data inputs run dynamic; 994 of them doubled too)
     print(f"{len(results) - len(problems)} of {len(results)} cases run dynamic; {doubled} doubled too")
     assert len(results) - len(problems) >= 1000 and doubled >= 900, (len(results), doubled)

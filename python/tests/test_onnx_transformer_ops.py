@@ -2,7 +2,7 @@
 Swish) imported by kiln and run beside ONNX Runtime on fresh random data, and Attention's
 features ONNX Runtime computes otherwise (the causal alignment) or not at all beside a float64
 reference of the operator's definition; and the other mappings the newest node tests brought
-(DFT's inverse of a onesided spectrum, Col2Im) against numpy. The models are built
+(DFT's inverse of a onesided spectrum, Col2Im, CumProd) against numpy. The models are built
 with onnx.helper (the onnx package pinned for the conformance run predates these schemas, so
 they are not checked by it; ONNX Runtime validates them)."""
 import numpy as np
@@ -210,12 +210,11 @@ def test_what_is_not_mapped_fails_naming_it(rng):
     with pytest.raises(kiln.UnsupportedError, match="softmax_precision"):
         kiln.onnx.load_bytes(model.SerializeToString())
     # an op of a newer opset that kiln does not map is refused, named
-    node = helper.make_node("CumProd", ["q", "s"], ["y"])
-    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("q", TensorProto.FLOAT, [2]),
-                                        helper.make_tensor_value_info("s", TensorProto.INT64, [])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    node = helper.make_node("BitCast", ["q"], ["y"], to=TensorProto.INT32)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("q", TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info("y", TensorProto.INT32, None)])
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 26)])
-    with pytest.raises(kiln.UnsupportedError, match="CumProd"):
+    with pytest.raises(kiln.UnsupportedError, match="BitCast"):
         kiln.onnx.load_bytes(model.SerializeToString())
 
 
@@ -314,3 +313,25 @@ def test_col2im_against_numpy(rng, image, block, dil, pads, stride):
     got = kiln.onnx.load_bytes(model.SerializeToString()).compile(device="cpu").run({"x": x})[0]
     np.testing.assert_allclose(got.numpy(), col2im_reference(x, image, block, dil, pads, stride),
                                rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("axis,exclusive,reverse", [(1, 0, 0), (0, 1, 0), (2, 0, 1), (-1, 1, 1)])
+@pytest.mark.parametrize("dtype", [np.float32, np.int64])
+def test_cumprod_against_numpy(rng, axis, exclusive, reverse, dtype):
+    x = (rng.uniform(0.5, 1.5, (3, 7, 5)) if dtype == np.float32
+         else rng.integers(-3, 4, (3, 7, 5))).astype(dtype)
+    node = helper.make_node("CumProd", ["x", "axis"], ["y"], exclusive=exclusive, reverse=reverse)
+    model = helper.make_model(
+        helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TYPES[dtype], x.shape)],
+                          [helper.make_tensor_value_info("y", TYPES[dtype], None)],
+                          initializer=[helper.make_tensor("axis", TensorProto.INT64, [], [axis])]),
+        opset_imports=[helper.make_opsetid("", 26)])
+    got = kiln.onnx.load_bytes(model.SerializeToString()).compile(device="cpu").run({"x": x})[0]
+    v = np.flip(x, axis) if reverse else x
+    want = np.cumprod(v.astype(np.float64), axis=axis)
+    if exclusive:
+        want = np.concatenate([np.ones_like(np.take(want, [0], axis=axis)),
+                               np.delete(want, -1, axis=axis)], axis=axis)
+    if reverse:
+        want = np.flip(want, axis)
+    np.testing.assert_allclose(got.numpy().astype(np.float64), want, rtol=1e-5)

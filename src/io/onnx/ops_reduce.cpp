@@ -132,6 +132,30 @@ Outs cumsum_op(NodeContext& c) {
                  c.attr_int("reverse", 0) != 0)};
 }
 
+// CumProd (opset 26): products along axis by doubling (y_i *= y_{i - s} for s = 1, 2, 4, ...: a
+// log2(n) chain of elementwise products over shifted copies, ones shifted in), exclusive (one
+// place later, 1 first) and reverse (from the end) as CumSum's. The axis' length must be known.
+Outs cumprod_op(NodeContext& c) {
+  Tensor x = c.input(0);
+  const auto axes = c.ints(1);
+  if (axes.size() != 1) c.fail("axis must hold one value");
+  const int64_t axis = axis_of(c, axes[0], x.rank()), n = x.dim(static_cast<int>(axis));
+  if (n < 0) c.unsupported("an axis whose length is known only at run time");
+  const bool reverse = c.attr_int("reverse", 0) != 0;
+  if (reverse) x = flip(x, {axis});
+  // x shifted by s places along the axis, ones in front (s < n)
+  auto shifted = [&](const Tensor& v, int64_t s) {
+    std::vector<int64_t> pads(2 * static_cast<size_t>(v.rank()), 0);
+    pads[2 * axis] = s;
+    return slice(pad(v, pads, PadKind::constant, 1.0), {0}, {n}, {}, {axis});
+  };
+  Tensor y = x;
+  for (int64_t s = 1; s < n; s *= 2) y = y * shifted(y, s);
+  if (c.attr_int("exclusive", 0) != 0 && n > 0) y = shifted(y, 1);
+  if (reverse) y = flip(y, {axis});
+  return {y};
+}
+
 }  // namespace
 
 void add_reduce_ops(std::vector<OpEntry>& t) {
@@ -150,6 +174,7 @@ void add_reduce_ops(std::vector<OpEntry>& t) {
                         {"ArgMin", 1, arg_reduce<false>},
                         {"LpNormalization", 1, lp_normalization_op},
                         {"CumSum", 11, cumsum_op},
+                        {"CumProd", 26, cumprod_op},
                     });
 }
 
