@@ -45,7 +45,8 @@ const AttentionCase kAttention[] = {
     {{1, 4}, 8, 1000, 64, 64, false, 3, {1, 1, 8, 1000}},
     {{2, 2}, 4, 700, 128, 128, false, 1, {2, 1, 4, 700}},
     {{3}, 16, 600, 32, 32, false, 0, {}},
-    {{1}, 70, 900, 64, 64, true, 2, {70, 900}},  // two row blocks, causal
+    {{1}, 70, 600, 64, 64, false, 0, {}},  // two row blocks
+    {{1}, 70, 300, 64, 64, true, 0, {}},   // causal: the later splits see no key
     {{2}, 2, 513, 128, 128, false, 3, {2, 1, 513}},
 };
 constexpr int kNumAttention = static_cast<int>(std::size(kAttention));
