@@ -96,10 +96,8 @@ void gelu_tanh(const float* in, float* out, int64_t n, FloatX16 tanh16) {
     return _mm512_mul_ps(_mm512_mul_ps(half, x), _mm512_add_ps(one, t));
   });
 }
-void tanh(const float* in, float* out, int64_t n, FloatX16 tanh16) {
-  map_by16(in, out, n, tanh16);
-}
-void exp(const float* in, float* out, int64_t n, FloatX16 exp16) { map_by16(in, out, n, exp16); }
+// out = f(in): the library function itself (tanh, exp)
+void apply(const float* in, float* out, int64_t n, FloatX16 f) { map_by16(in, out, n, f); }
 // 1 / (1 + exp(-x)) and x / (1 + exp(-x))
 void sigmoid(const float* in, float* out, int64_t n, FloatX16 exp16) {
   const __m512 one = _mm512_set1_ps(1.f), zero = _mm512_setzero_ps();
@@ -171,23 +169,33 @@ bool gelu_tanh_f32_vector(const KernelContext& ctx, const float* in, float* out,
       });
   return true;
 }
-bool tanh_f32_vector(const KernelContext& ctx, const float* in, float* out, int64_t n) {
+// out = f(in) through the library's sixteen-wide variant of f (from `wide16`, where the kernels
+// may use AVX-512) or its four-wide one (`narrow4`); false where it has neither.
 #ifdef KILN_VECTOR_MATH_512
-  if (const auto f = wide_tanhf()) return by16(ctx, in, out, n, wide::tanh, f), true;
+using Wide16 = wide::FloatX16 (*)();
+#else
+using Wide16 = void*;
 #endif
-  const FloatX4 tanh4 = vector_tanhf();
-  if (!tanh4) return false;
-  map_f32_by4(ctx, in, out, n, tanh4);
+bool library_f32_vector(const KernelContext& ctx, const float* in, float* out, int64_t n,
+                        [[maybe_unused]] Wide16 wide16, FloatX4 (*narrow4)()) {
+#ifdef KILN_VECTOR_MATH_512
+  if (const auto f = wide16()) return by16(ctx, in, out, n, wide::apply, f), true;
+#endif
+  const FloatX4 f4 = narrow4();
+  if (!f4) return false;
+  map_f32_by4(ctx, in, out, n, f4);
   return true;
 }
-bool exp_f32_vector(const KernelContext& ctx, const float* in, float* out, int64_t n) {
 #ifdef KILN_VECTOR_MATH_512
-  if (const auto f = wide_expf()) return by16(ctx, in, out, n, wide::exp, f), true;
+constexpr Wide16 kWideTanh = wide_tanhf, kWideExp = wide_expf;
+#else
+constexpr Wide16 kWideTanh = nullptr, kWideExp = nullptr;
 #endif
-  const FloatX4 exp4 = vector_expf();
-  if (!exp4) return false;
-  map_f32_by4(ctx, in, out, n, exp4);
-  return true;
+bool tanh_f32_vector(const KernelContext& ctx, const float* in, float* out, int64_t n) {
+  return library_f32_vector(ctx, in, out, n, kWideTanh, vector_tanhf);
+}
+bool exp_f32_vector(const KernelContext& ctx, const float* in, float* out, int64_t n) {
+  return library_f32_vector(ctx, in, out, n, kWideExp, vector_expf);
 }
 // sigmoid (silu false) or silu: 1 / (1 + exp(-x)), x / (1 + exp(-x))
 template <bool kSilu>
