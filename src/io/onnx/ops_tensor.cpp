@@ -377,12 +377,23 @@ Outs eye_like(NodeContext& c) {
   return {known(c, a.astype(t))};
 }
 
+// Trilu: x where j - i >= k (upper) or <= k (lower), zeros elsewhere; the mask a constant when
+// k and the last two dims are known while importing, else computed at run time from them.
 Outs trilu_op(NodeContext& c) {
   Tensor x = c.input(0);
-  const Shape s = static_shape(c, x, "Trilu");
-  if (s.size() < 2) c.fail("the input needs rank >= 2");
-  const int64_t k = c.has_input(1) ? c.ints(1).at(0) : 0;
+  if (x.rank() < 2) c.fail("the input needs rank >= 2");
   const bool upper = c.attr_int("upper", 1) != 0;
+  if ((c.has_input(1) && !c.constant(1)) || x.dim(-1) < 0 || x.dim(-2) < 0) {
+    const Tensor s = shape_of(x), zero = known_ints(c, {0}), one = known_ints(c, {1});
+    const int64_t r = x.rank();
+    const Tensor i = reshape(arange(zero, slice(s, {r - 2}, {r - 1}), one, i64), {-1, 1});
+    const Tensor j = reshape(arange(zero, slice(s, {r - 1}, {r}), one, i64), {1, -1});
+    const Tensor k = c.has_input(1) ? reshape(cast(c.input(1), i64), Shape{}) : zero;
+    const Tensor keep = upper ? greater_equal(j - i, k) : less_equal(j - i, k);
+    return {where(keep, x, scalar_of(x, 0))};
+  }
+  const Shape s = x.shape();
+  const int64_t k = c.has_input(1) ? c.ints(1).at(0) : 0;
   const int64_t rows = s[s.size() - 2], cols = s[s.size() - 1];
   Array mask = Array::zeros({rows, cols}, boolean);
   auto* m = static_cast<uint8_t*>(mask.data());
