@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Writes the fuzz seed corpus: a few tiny valid ONNX models (elementwise, matmul + bias, conv,
-a shape subgraph feeding Reshape, dim_params, an If) and truncated and bit-flipped variants of
+a shape subgraph feeding Reshape, dim_params, an If, opset 24's Attention, RotaryEmbedding and
+RMSNormalization, Col2Im, CumProd, Trilu) and truncated and bit-flipped variants of
 each. Deterministic (fixed seed). The corpus also keeps found_*.onnx: inputs of 30-minute runs
 that reached code the seeds do not (fuzz_onnx_import -merge=1; RNN, Trilu, Hardmax, Slice, Xor,
 Selu, Mean and others), kept as they are. Usage: make_corpus.py OUT_DIR"""
@@ -13,10 +14,10 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 
-def model(nodes, inputs, outputs, inits=(), opset=17):
+def model(nodes, inputs, outputs, inits=(), opset=17, ir=8):
     g = helper.make_graph(nodes, "seed", inputs, outputs, list(inits))
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], producer_name="kiln-fuzz")
-    m.ir_version = 8
+    m.ir_version = ir
     return m
 
 
@@ -49,6 +50,31 @@ def seeds():
     yield "softmax_cast", model([helper.make_node("Softmax", ["X"], ["S"], axis=-1),
                                  helper.make_node("Cast", ["S"], ["Y"], to=TensorProto.FLOAT16)],
                                 [vi("X", [2, 5])], [vi("Y", [2, 5], TensorProto.FLOAT16)])
+    # the newest opsets' transformer ops: RMSNormalization, RotaryEmbedding, and Attention over
+    # past keys, causal, softcapped, with its qk_matmul_output (the written-out path)
+    cos = numpy_helper.from_array(rng.standard_normal((8, 2)).astype(np.float32), "cos")
+    sin = numpy_helper.from_array(rng.standard_normal((8, 2)).astype(np.float32), "sin")
+    scale = numpy_helper.from_array(np.ones(16, np.float32), "g")
+    yield "attention24", model(
+        [helper.make_node("RMSNormalization", ["X", "g"], ["N"]),
+         helper.make_node("RotaryEmbedding", ["N", "cos", "sin", "P"], ["R"], num_heads=4),
+         helper.make_node("Attention", ["R", "R", "N", "", "PK", "PV"], ["Y", "K", "V", "QK"],
+                          q_num_heads=4, kv_num_heads=4, is_causal=1, softcap=5.0,
+                          qk_matmul_output_mode=3)],
+        [vi("X", [1, 3, 16]), vi("P", [1, 3], TensorProto.INT64), vi("PK", [1, 4, 2, 4]),
+         vi("PV", [1, 4, 2, 4])],
+        [vi("Y", [1, 3, 16]), vi("K", [1, 4, 5, 4]), vi("V", [1, 4, 5, 4]),
+         vi("QK", [1, 4, 3, 5])], [cos, sin, scale],
+        opset=24, ir=10)
+    # Col2Im, CumProd and Trilu with a run-time k (mappings of the newest node tests)
+    dims = [numpy_helper.from_array(np.array(v, np.int64), n)
+            for n, v in (("image", [4, 4]), ("block", [2, 2]), ("axis", 1))]
+    yield "col2im_cumprod_trilu", model(
+        [helper.make_node("Col2Im", ["X", "image", "block"], ["I"]),
+         helper.make_node("CumProd", ["I", "axis"], ["C"], exclusive=1),
+         helper.make_node("Trilu", ["C", "k"], ["Y"], upper=0)],
+        [vi("X", [1, 8, 9]), vi("k", [], TensorProto.INT64)], [vi("Y", [1, 2, 4, 4])], dims,
+        opset=26, ir=10)
 
 
 def main():
