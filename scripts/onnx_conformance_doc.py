@@ -9,6 +9,7 @@ op types kiln does not map yet. Deterministic: the same JSON gives the same file
 import argparse
 import collections
 import json
+import re
 
 
 def pct(a, b):
@@ -98,6 +99,20 @@ def main():
             lines.append(f"| `{name}` | {reason.replace('|', '/')} |")
     else:
         lines.append("None.")
+
+    # what the frozen passes needed while importing (the as-given error of each), by the node's op
+    # and input: the dynamic-shapes work's list
+    frozen = collections.Counter()
+    for c in cases:
+        if c["status"] == "pass" and c.get("frozen_inputs"):
+            m = re.search(r"node '[^']*' \((\w+)\): input (\d+)", c.get("reason", ""))
+            frozen[f"{m.group(1)} input {m.group(2)}" if m else "other"] += 1
+    lines += ["", "## What the frozen passes need", "",
+              "The node whose input had to be known while importing, in the cases that pass only with",
+              "their parameter-like inputs frozen (a value-dependent shape, or an attribute-like input",
+              "given at run time).", ""]
+    lines.append(", ".join(f"{k} ({n})" for k, n in sorted(frozen.items(), key=lambda kv: (-kv[1], kv[0])))
+                 or "None.")
 
     missing = collections.Counter()
     for c in cases:
