@@ -78,13 +78,12 @@ Attrs encode(const Program& p) {
   return a;
 }
 
-Program decode(const Attrs& attrs, const std::vector<DType>& input_dtypes) {
+namespace {
+// The instructions the attributes encode, with the checks that need no input dtypes: the sizes of
+// code and params, each op a fusable elementwise op, each dtype one of kiln's.
+std::vector<Instr> parse(const Attrs& attrs) {
   const std::vector<int64_t>& code = attrs.ints("code");
   const std::vector<double>& params = attrs.floats("params");
-  Program p;
-  p.num_inputs = static_cast<int>(input_dtypes.size());
-  if (p.num_inputs < 1 || p.num_inputs > kMaxInputs)
-    fail<ValueError>("[fused_elementwise] takes 1 to {} inputs, got {}", kMaxInputs, p.num_inputs);
   if (code.empty() || code.size() % 5 != 0 || code.size() / 5 > kMaxInstrs)
     fail<ValueError>(
         "[fused_elementwise] code must hold 5 ints per instruction for 1 to {} "
@@ -94,21 +93,41 @@ Program decode(const Attrs& attrs, const std::vector<DType>& input_dtypes) {
   if (params.size() != 2 * n)
     fail<ValueError>("[fused_elementwise] params must hold 2 floats per instruction ({}), got {}",
                      2 * n, params.size());
-  std::vector<DType> types = input_dtypes;
+  std::vector<Instr> instrs;
   for (size_t k = 0; k < n; ++k) {
     const int64_t* c = &code[5 * k];
-    Instr in;
     if (c[0] <= 0 || c[0] >= kOpIdLimit) bad(k, fmt::format("op id {} is out of range", c[0]));
+    Instr in;
     in.op = static_cast<OpId>(c[0]);
-    const int ar = arity(in.op);
-    if (std::strcmp(op_name(in.op), "unknown_op") == 0 || ar == 0)
+    if (std::strcmp(op_name(in.op), "unknown_op") == 0 || arity(in.op) == 0)
       bad(k, fmt::format("op id {} ({}) is not a fusable elementwise op", c[0], op_name(in.op)));
     if (c[1] < 0 || c[1] >= kNumDTypes) bad(k, fmt::format("dtype {} is out of range", c[1]));
     in.dtype = static_cast<DType>(c[1]);
+    in.a = static_cast<int32_t>(c[2]);
+    in.b = static_cast<int32_t>(c[3]);
+    in.c = static_cast<int32_t>(c[4]);
+    in.p0 = params[2 * k];
+    in.p1 = params[2 * k + 1];
+    instrs.push_back(in);
+  }
+  return instrs;
+}
+}  // namespace
+
+Program decode(const Attrs& attrs, const std::vector<DType>& input_dtypes) {
+  Program p;
+  p.num_inputs = static_cast<int>(input_dtypes.size());
+  if (p.num_inputs < 1 || p.num_inputs > kMaxInputs)
+    fail<ValueError>("[fused_elementwise] takes 1 to {} inputs, got {}", kMaxInputs, p.num_inputs);
+  p.instrs = parse(attrs);
+  std::vector<DType> types = input_dtypes;
+  for (size_t k = 0; k < p.instrs.size(); ++k) {
+    const Instr& in = p.instrs[k];
+    const int ar = arity(in.op);
     const int64_t defined = p.num_inputs + static_cast<int64_t>(k);
     std::vector<TensorInfo> operands;
     for (int j = 0; j < 3; ++j) {
-      const int64_t v = c[2 + j];
+      const int64_t v = in.operand(j);
       if (j < ar) {
         if (v < 0 || v >= defined)
           bad(k, fmt::format("{} operand {} reads value %{}, not defined before it (%0..%{})",
@@ -119,11 +138,6 @@ Program decode(const Attrs& attrs, const std::vector<DType>& input_dtypes) {
             fmt::format("{} takes {} operands, but operand {} is %{}", op_name(in.op), ar, j, v));
       }
     }
-    in.a = static_cast<int32_t>(c[2]);
-    in.b = static_cast<int32_t>(c[3]);
-    in.c = static_cast<int32_t>(c[4]);
-    in.p0 = params[2 * k];
-    in.p1 = params[2 * k + 1];
     if ((in.op == OpId::Gelu || in.op == OpId::BitShift) && in.p0 != 0 && in.p0 != 1)
       bad(k, fmt::format("{} takes a flag of 0 or 1, got {}", op_name(in.op), in.p0));
     // each instruction must pass its op's own inference, giving the recorded dtype
@@ -138,37 +152,14 @@ Program decode(const Attrs& attrs, const std::vector<DType>& input_dtypes) {
       bad(k, fmt::format("{} gives {}, but the program records {}", op_name(in.op),
                          out.empty() ? "nothing" : name(out[0].dtype), name(in.dtype)));
     types.push_back(in.dtype);
-    p.instrs.push_back(in);
   }
   return p;
 }
 
 Decoded Decoded::decode(OpId, const Attrs& attrs) {
-  const std::vector<int64_t>& code = attrs.ints("code");
-  const std::vector<double>& params = attrs.floats("params");
-  const size_t n = code.size() / 5;
-  if (code.empty() || code.size() % 5 != 0 || n > kMaxInstrs || params.size() != 2 * n)
-    fail<ValueError>(
-        "[fused_elementwise] code and params must hold 5 ints and 2 floats per instruction for "
-        "1 to {} instructions, got {} ints and {} floats",
-        kMaxInstrs, code.size(), params.size());
   Decoded d;
-  for (size_t k = 0; k < n; ++k) {
-    const int64_t* c = &code[5 * k];
-    if (c[0] <= 0 || c[0] >= kOpIdLimit || arity(static_cast<OpId>(c[0])) == 0)
-      bad(k, fmt::format("op id {} is not a fusable elementwise op", c[0]));
-    if (c[1] < 0 || c[1] >= kNumDTypes) bad(k, fmt::format("dtype {} is out of range", c[1]));
-    Instr in;
-    in.op = static_cast<OpId>(c[0]);
-    in.dtype = static_cast<DType>(c[1]);
-    in.a = static_cast<int32_t>(c[2]);
-    in.b = static_cast<int32_t>(c[3]);
-    in.c = static_cast<int32_t>(c[4]);
-    in.p0 = params[2 * k];
-    in.p1 = params[2 * k + 1];
-    d.attrs.push_back(op_attrs(in));
-    d.instrs.push_back(in);
-  }
+  d.instrs = parse(attrs);
+  for (const Instr& in : d.instrs) d.attrs.push_back(op_attrs(in));
   return d;
 }
 

@@ -40,6 +40,12 @@ inline Tensor known_ints(NodeContext& c, const std::vector<int64_t>& v) {
   return known(c, Array::from_vector(v, {static_cast<int64_t>(v.size())}));
 }
 
+/// 0, 1, ..., n - 1 (i64) for a one-value i64 tensor n (a dim sliced from shape_of): positions
+/// along a dim whose size may be known only at run time.
+inline Tensor positions(NodeContext& c, const Tensor& n) {
+  return arange(known_ints(c, {0}), n, known_ints(c, {1}), i64);
+}
+
 /// The `reduction` attribute of ScatterElements and ScatterND.
 inline ScatterReduction reduction_of(NodeContext& c) {
   const std::string r = c.attr_string("reduction", "none");

@@ -145,20 +145,19 @@ Outs prelu_op(NodeContext& c) {
 }
 Outs hardswish_op(NodeContext& c) { return {hardswish(c.input(0))}; }
 // Swish (opset 24): x · sigmoid(alpha · x); alpha 1 is silu.
+Tensor swish(const Tensor& x, double alpha) {
+  return alpha == 1.0 ? silu(x) : x * sigmoid(x * alpha);
+}
+
 // SwiGLU (opset 28): Swish_alpha(A) · B = A · sigmoid(alpha · A) · B, A and B of one shape.
 Outs swiglu_op(NodeContext& c) {
   const Tensor a = c.input(0), b = c.input(1);
   if (a.shape() != b.shape())
     c.fail(fmt::format("A {} and B {} differ in shape", str(a.shape()), str(b.shape())));
-  const double alpha = c.attr_float("alpha", 1.0f);
-  return {(alpha == 1.0 ? silu(a) : a * sigmoid(a * alpha)) * b};
+  return {swish(a, c.attr_float("alpha", 1.0f)) * b};
 }
 
-Outs swish_op(NodeContext& c) {
-  const Tensor x = c.input(0);
-  const double alpha = c.attr_float("alpha", 1.0f);
-  return {alpha == 1.0 ? silu(x) : x * sigmoid(x * alpha)};
-}
+Outs swish_op(NodeContext& c) { return {swish(c.input(0), c.attr_float("alpha", 1.0f))}; }
 
 Outs isinf_op(NodeContext& c) {
   Tensor x = c.input(0);

@@ -384,11 +384,11 @@ Outs trilu_op(NodeContext& c) {
   if (x.rank() < 2) c.fail("the input needs rank >= 2");
   const bool upper = c.attr_int("upper", 1) != 0;
   if ((c.has_input(1) && !c.constant(1)) || x.dim(-1) < 0 || x.dim(-2) < 0) {
-    const Tensor s = shape_of(x), zero = known_ints(c, {0}), one = known_ints(c, {1});
+    const Tensor s = shape_of(x);
     const int64_t r = x.rank();
-    const Tensor i = reshape(arange(zero, slice(s, {r - 2}, {r - 1}), one, i64), {-1, 1});
-    const Tensor j = reshape(arange(zero, slice(s, {r - 1}, {r}), one, i64), {1, -1});
-    const Tensor k = c.has_input(1) ? reshape(cast(c.input(1), i64), Shape{}) : zero;
+    const Tensor i = reshape(positions(c, slice(s, {r - 2}, {r - 1})), {-1, 1});
+    const Tensor j = reshape(positions(c, slice(s, {r - 1}, {r})), {1, -1});
+    const Tensor k = c.has_input(1) ? reshape(cast(c.input(1), i64), Shape{}) : known_ints(c, {0});
     const Tensor keep = upper ? greater_equal(j - i, k) : less_equal(j - i, k);
     return {where(keep, x, scalar_of(x, 0))};
   }

@@ -102,11 +102,10 @@ Tensor attention_bias(NodeContext& c, const Tensor& q, const Tensor& k, const Te
   const DType t = q.dtype();
   const double inf = std::numeric_limits<double>::infinity();
   const Tensor nq = slice(shape_of(q), {2}, {3}), nk = slice(shape_of(k), {2}, {3});
-  const Tensor zero = known_ints(c, {0}), one = known_ints(c, {1});
-  const Tensor qi = reshape(arange(zero, nq, one, i64), {-1, 1});                 // (L, 1)
-  const Tensor kj = reshape(arange(zero, nk, one, i64), {1, -1});                 // (1, S)
+  const Tensor qi = reshape(positions(c, nq), {-1, 1});                           // (L, 1)
+  const Tensor kj = reshape(positions(c, nk), {1, -1});                           // (1, S)
   const Tensor pos = qi + (per_batch ? reshape(offset, {-1, 1, 1, 1}) : offset);  // query's place
-  const Tensor zeros = cast(qi, t) * 0.0 + cast(kj, t) * 0.0;                     // (L, S)
+  const Tensor zeros = full(concat({nq, nk}, 0), 0.0, t);                         // (L, S)
   Tensor bias = zeros;
   if (c.has_input(3)) {
     Tensor m = c.input(3);
@@ -227,12 +226,9 @@ Outs attention_op(NodeContext& c) {
     if (!past) {
       o.causal = true;  // the kernel's own triangle (j <= i)
     } else {            // keep[i, j] = j <= i + past, from the shapes of a run
-      const Tensor nq = slice(shape_of(q), {2}, {3}), nk = slice(shape_of(k), {2}, {3});
-      const Tensor np = slice(shape_of(c.input(4)), {2}, {3});
-      const Tensor zero = known_ints(c, {0}), one = known_ints(c, {1});
-      const Tensor qi = reshape(arange(zero, nq, one, i64), {-1, 1});
-      const Tensor kj = reshape(arange(zero, nk, one, i64), {1, -1});
-      const Tensor keep = less_equal(kj, qi + np);
+      const Tensor qi = reshape(positions(c, slice(shape_of(q), {2}, {3})), {-1, 1});
+      const Tensor kj = reshape(positions(c, slice(shape_of(k), {2}, {3})), {1, -1});
+      const Tensor keep = less_equal(kj, qi + slice(shape_of(c.input(4)), {2}, {3}));
       if (!m) m = keep;
       else if (m->dtype() == boolean) m = logical_and(*m, keep);
       else m = where(keep, *m, scalar_of(*m, -std::numeric_limits<double>::infinity()));
