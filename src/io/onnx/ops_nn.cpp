@@ -508,10 +508,26 @@ Outs col2im_op(NodeContext& c) {
   };
   const std::vector<int64_t> dil = per_dim("dilations", 1, nd), stride = per_dim("strides", 1, nd);
   const std::vector<int64_t> pads = per_dim("pads", 0, 2 * nd);
+  constexpr int64_t kMax = int64_t{1} << 31;  // (every value checked before any arithmetic)
+  auto in_range = [&](const std::vector<int64_t>& v, const char* name, int64_t lo) {
+    for (int64_t e : v)
+      if (e < lo || e >= kMax) c.fail(fmt::format("{} {} is out of range", name, e));
+  };
+  in_range(image, "image_shape", 1);
+  in_range(block, "block_shape", 1);
+  in_range(dil, "dilation", 1);
+  in_range(stride, "stride", 1);
+  in_range(pads, "pad", 0);
+  if (x.rank() != 3 || x.dim(1) < 0)
+    c.fail(fmt::format("input {} is not (N, C x prod(block_shape), L)", str(x.shape())));
   int64_t k = 1;
-  for (int64_t b : block) k *= b;
-  if (x.rank() != 3 || x.dim(1) < 0 || k <= 0 || x.dim(1) % k != 0)
-    c.fail(fmt::format("input {} is not (N, C x {}, L)", str(x.shape()), k));
+  for (int64_t b : block)
+    if ((k *= b) > x.dim(1)) break;
+  if (k > x.dim(1) || x.dim(1) % k != 0)
+    c.fail(fmt::format("input {} is not (N, C x prod(block_shape), L)", str(x.shape())));
+  if (x.dim(1) * k > (int64_t{1} << 26))
+    c.unsupported(fmt::format("blocks of {} elements over {} channels (its one-hot weights)", k,
+                              x.dim(1) / k));
   const int64_t channels = x.dim(1) / k;
   std::vector<int64_t> blocks, out_pad;
   int64_t l = 1;
@@ -521,7 +537,7 @@ Outs col2im_op(NodeContext& c) {
     if (n <= 0)
       c.fail(fmt::format("block_shape {} does not fit image_shape {}", block[d], image[d]));
     blocks.push_back(n);
-    l *= n;
+    if ((l *= n) > kMax) c.fail(fmt::format("{} blocks or more", kMax));
     // what a transposed convolution gives short of the image (its stride's remainder)
     out_pad.push_back(image[d] - ((n - 1) * stride[d] - pads[d] - pads[d + nd] + span));
   }
