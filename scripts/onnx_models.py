@@ -12,6 +12,10 @@ runs every case it finds there.
 
     python3 scripts/onnx_models.py OUT [--only REGEX] [--max-mb 5]
 
+--full exports full-size models instead (ResNet-50 and MobileNetV3-Large at 224x224, BERT-base and
+GPT-2 small on 128 tokens; batch 1, one exporter each), which bench/cpu/onnx_models.py
+measures beside the small ones; they are too large for the repository.
+
 --dynamic exports the same models with their batch (and sequence, and image height and width,
 where the architecture takes any) as dim_params instead, to OUT/<model>_<exporter>_dynamic/
 model.onnx without reference data: python/tests/test_onnx_dynamic_models.py runs them at several
@@ -221,6 +225,34 @@ MODELS = {
     "style_transfer": style,
     "tiny_llama": tiny_llama,
 }
+
+def full_cnn(name):
+    import torchvision.models as tv
+    m = {"resnet50": tv.resnet50, "mobilenet_v3_large": tv.mobilenet_v3_large}[name]()
+    return m, (torch.randn(1, 3, 224, 224),), ["image"]
+
+
+def full_bert():
+    from transformers import BertConfig, BertModel
+    m = BertModel(BertConfig())
+    names = ["input_ids", "attention_mask"]
+    return Hidden(m, names), (torch.randint(0, 30522, (1, 128)),
+                              torch.ones(1, 128, dtype=torch.int64)), names
+
+
+def full_gpt2():
+    from transformers import GPT2Config, GPT2Model
+    m = GPT2Model(GPT2Config(use_cache=False))
+    return Hidden(m, ["input_ids"]), (torch.randint(0, 50257, (1, 128)),), ["input_ids"]
+
+
+FULL_MODELS = {
+    "resnet50": lambda: full_cnn("resnet50"),
+    "mobilenet_v3_large": lambda: full_cnn("mobilenet_v3_large"),
+    "bert_base": full_bert,
+    "gpt2_small": full_gpt2,
+}
+
 # the opset a model's dynamo export asks for (default: the exporter's own), and the models only the
 # dynamo exporter takes
 OPSETS = {"tiny_llama": 24}
@@ -276,13 +308,19 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--only", default=".*")
     ap.add_argument("--dynamic", action="store_true", help="dim_params instead of fixed shapes")
+    ap.add_argument("--full", action="store_true", help="the full-size benchmark models")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     report = {}
-    for name, make in MODELS.items():
+    for name, make in (FULL_MODELS if args.full else MODELS).items():
         if not re.search(args.only, name):
             continue
-        for exporter in ("dynamo",) if name in DYNAMO_ONLY else ("torchscript", "dynamo"):
+        exporters = ("torchscript", "dynamo")
+        if name in DYNAMO_ONLY:
+            exporters = ("dynamo",)
+        elif args.full:  # (GPT-2's attention mask needs aten::diff, which only dynamo exports)
+            exporters = ("dynamo",) if name == "gpt2_small" else ("torchscript",)
+        for exporter in exporters:
             key = f"{name}_{exporter}" + ("_dynamic" if args.dynamic else "")
             case = os.path.join(args.out, key)
             os.makedirs(case, exist_ok=True)
@@ -291,8 +329,9 @@ def main():
                 torch.manual_seed(0)
                 model, inputs, names = make()
                 with torch.no_grad():
-                    export(model, inputs, names, path, exporter == "dynamo",
-                           DYNAMIC_DIMS[name] if args.dynamic else None, OPSETS.get(name))
+                    dims = DYNAMIC_DIMS.get(name) if args.dynamic else None
+                    export(model, inputs, names, path, exporter == "dynamo", dims,
+                           OPSETS.get(name))
                 m = onnx.load(path)
                 if not args.dynamic:
                     write_case(path, inputs, names)

@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
-"""Real exported models on the CPU: kiln against ONNX Runtime on the same ONNX files, with the same
-number of threads, in one process. Each model is a directory with model.onnx and
+"""Real exported models on the CPU: kiln against ONNX Runtime and OpenVINO on the same ONNX files,
+with the same number of threads, in one process. Each model is a directory with model.onnx and
 test_data_set_0/input_*.pb (the layout of tests/data/onnx_models and of scripts/onnx_models.py's
-output, which makes larger models). Per model: the median time of a run after warm-up runs,
-kiln's and ONNX Runtime's (in alternating blocks of runs), their ratio, and the largest difference of their outputs; then the
-geometric mean of the ratios.
+output, which makes larger models). Per model: the median time of a run after warm-up runs of
+each runtime (in alternating blocks of runs), kiln's ratio to each peer, the largest difference of
+kiln's outputs from ONNX Runtime's, and the time to get a runnable model (kiln: import and
+compile; ONNX Runtime: session creation; OpenVINO: read and compile); then the geometric means
+of the ratios. OpenVINO is optional (`pip install openvino`); without it its columns are empty.
 
-    bench/cpu/onnx_models.py [DIR] [--threads 2] [--reps 100] [--only REGEX]
+    bench/cpu/onnx_models.py [DIR ...] [--threads 2] [--reps 100] [--only REGEX]
         [--python-path build/python]
 
-DIR defaults to tests/data/onnx_models.
+DIR (one or more) defaults to tests/data/onnx_models.
 """
 import argparse
 import glob
@@ -40,10 +42,35 @@ def median_ms(fns, reps, block=20):
     return [float(np.median(x)) * 1e3 for x in t]
 
 
+def geomean(xs):
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
+def openvino_runner(case, threads):
+    """(run(feeds) -> outputs, seconds to read and compile), or None without OpenVINO."""
+    try:
+        import openvino as ov
+    except ImportError:
+        return None
+    t0 = time.perf_counter()
+    core = ov.Core()
+    model = core.read_model(case)
+    compiled = core.compile_model(model, "CPU", {"INFERENCE_NUM_THREADS": threads,
+                                                 "INFERENCE_PRECISION_HINT": "f32"})
+    request = compiled.create_infer_request()
+    seconds = time.perf_counter() - t0
+
+    def run(feeds):
+        request.infer(feeds)
+        return [request.get_output_tensor(i).data for i in range(len(compiled.outputs))]
+
+    return run, seconds
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("dir", nargs="?", default=os.path.join(HERE, "..", "..", "tests", "data",
-                                                           "onnx_models"))
+    ap.add_argument("dirs", nargs="*",
+                    default=[os.path.join(HERE, "..", "..", "tests", "data", "onnx_models")])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=100)
     ap.add_argument("--only", default=".*")
@@ -58,12 +85,19 @@ def main():
 
     import kiln
 
-    print(f"kiln {kiln.__version__}, onnxruntime {ort.__version__}, {a.threads} threads, "
-          f"{os.cpu_count()} CPUs")
-    print(f"| model | kiln ms | ONNX Runtime ms | kiln / ORT | max abs diff |")
-    print("|---|---|---|---|---|")
-    ratios = []
-    for case in sorted(glob.glob(os.path.join(a.dir, "*", "model.onnx"))):
+    try:
+        import openvino
+        ov_version = openvino.__version__.split("-")[0]
+    except ImportError:
+        ov_version = "absent"
+    print(f"kiln {kiln.__version__}, onnxruntime {ort.__version__}, openvino {ov_version}, "
+          f"{a.threads} threads, {os.cpu_count()} CPUs")
+    print("| model | kiln ms | ORT ms | OpenVINO ms | kiln / ORT | kiln / OpenVINO | kiln / best "
+          "| kiln compile s | ORT session s | OpenVINO compile s | max abs diff |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    r_ort, r_ov, r_best = [], [], []
+    cases = sorted(c for d in a.dirs for c in glob.glob(os.path.join(d, "*", "model.onnx")))
+    for case in cases:
         d = os.path.dirname(case)
         name = os.path.basename(d)
         if not re.search(a.only, name):
@@ -75,27 +109,54 @@ def main():
         so = ort.SessionOptions()
         so.intra_op_num_threads = a.threads
         so.inter_op_num_threads = 1
+        t0 = time.perf_counter()
         sess = ort.InferenceSession(case, so, providers=["CPUExecutionProvider"])
+        ort_s = time.perf_counter() - t0
         feeds = {}
         for f, i in zip(files, sess.get_inputs()):
             t = onnx.TensorProto()
             t.ParseFromString(open(f, "rb").read())
             feeds[i.name] = numpy_helper.to_array(t)
         try:
+            t0 = time.perf_counter()
             exe = kiln.onnx.load(case).compile(device="cpu")
+            kiln_s = time.perf_counter() - t0
         except kiln.Error as e:
-            print(f"| {name} | failed: {str(e).splitlines()[0][:80]} | | | |")
+            print(f"| {name} | failed: {str(e).splitlines()[0][:80]} | | | | | | | | | |")
             continue
         got = [o.numpy() for o in exe.run(feeds)]
         want = sess.run(None, feeds)
         diff = max(float(np.abs(g.astype(np.float64) - w.astype(np.float64)).max())
                    for g, w in zip(got, want))
-        k, o = median_ms([lambda: exe.run(feeds), lambda: sess.run(None, feeds)], a.reps)
-        ratios.append(k / o)
-        print(f"| {name} | {k:.3f} | {o:.3f} | {k / o:.2f}x | {diff:.1e} |", flush=True)
-    if ratios:
-        g = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
-        print(f"geometric mean of kiln / ONNX Runtime over {len(ratios)} models: {g:.2f}x")
+        fns = [lambda: exe.run(feeds), lambda: sess.run(None, feeds)]
+        ov = None
+        try:
+            ov = openvino_runner(case, a.threads)
+        except Exception as e:  # a model OpenVINO cannot read: its columns say so
+            print(f"# {name}: OpenVINO failed: {str(e).splitlines()[0][:100]}")
+        if ov:
+            fns.append(lambda: ov[0](feeds))
+        times = median_ms(fns, a.reps)
+        k, o = times[0], times[1]
+        v = times[2] if ov else None
+        best = min(o, v) if v else o
+        r_ort.append(k / o)
+        r_best.append(k / best)
+        if v:
+            r_ov.append(k / v)
+        vs = f"{v:.3f}" if v else "-"
+        rv = f"{k / v:.2f}x" if v else "-"
+        cv = f"{ov[1]:.2f}" if ov else "-"
+        print(f"| {name} | {k:.3f} | {o:.3f} | {vs} | {k / o:.2f}x | {rv} | {k / best:.2f}x "
+              f"| {kiln_s:.2f} | {ort_s:.2f} | {cv} | {diff:.1e} |", flush=True)
+    if r_ort:
+        print(f"geometric mean of kiln / ONNX Runtime over {len(r_ort)} models: "
+              f"{geomean(r_ort):.2f}x")
+    if r_ov:
+        print(f"geometric mean of kiln / OpenVINO over {len(r_ov)} models: {geomean(r_ov):.2f}x")
+    if r_best:
+        print(f"geometric mean of kiln / the faster peer over {len(r_best)} models: "
+              f"{geomean(r_best):.2f}x")
 
 
 if __name__ == "__main__":

@@ -114,7 +114,9 @@ struct CompileOptions {
   /// and outputs out of its output buffers). Runs with CPU fallbacks, collectives,
   /// KILN_VALIDATE or KILN_STEP_TIMES are never recorded; KILN_CAPTURE=0 turns it off.
   bool capture = true;
-  /// With optimize: chains of elementwise ops run as one generated kernel (KILN_FUSION=0 disables).
+  /// With optimize: chains of elementwise ops run as one generated kernel, and on the CPU a
+  /// convolution's residual add and relu run in its oneDNN primitive (KILN_FUSION=0 disables
+  /// both).
   bool fuse_elementwise = true;
   /// With optimize: dequantize -> matmul/linear (+bias +residual +relu) -> quantize runs as one
   /// int8 quantized_matmul (docs/quantization.md).

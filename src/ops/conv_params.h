@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <vector>
 
 #include "core/errors.h"
@@ -24,6 +26,19 @@ struct ConvParams : OpParams {
   bool has_residual = false, relu = false;
   /// TF32 math may run it (the tf32 pass, CompileOptions::allow_tf32).
   bool tf32 = false;
+  /// The weight (input 1) is a constant of the executable (CPU: prepare_cpu_convs), which the
+  /// kernel may lay out for its primitive once and keep in `state`.
+  bool const_weight = false;
+
+  /// What a kernel keeps with its node between runs (the CPU's constant weights in oneDNN's
+  /// layout, for the weight buffer `key`), made and read under `mu`. Shared by copies of the
+  /// node's params; it lives as long as they do (the executable).
+  struct State {
+    std::mutex mu;
+    const void* key = nullptr;
+    std::shared_ptr<const void> value;
+  };
+  std::shared_ptr<State> state = std::make_shared<State>();
 
   int nd() const { return static_cast<int>(stride.size()); }
 
@@ -39,6 +54,7 @@ struct ConvParams : OpParams {
     p.has_residual = a.b("has_residual", false);
     p.relu = a.b("relu", false);
     p.tf32 = a.b("tf32", false);
+    p.const_weight = a.b("const_weight", false);
     const size_t nd = p.stride.size();
     if (p.dilation.size() != nd || p.pads.size() != 2 * nd ||
         (!p.output_padding.empty() && p.output_padding.size() != nd) || p.groups < 1)

@@ -1,7 +1,8 @@
 // Pooling over 1-3 spatial dims of an (N, C, spatial...) input; the kernel size sets how many.
 //   max_pool: kernel, stride, pads (2*nd: begins then ends), dilation (ints), ceil_mode (bool).
 //             Two outputs: the maxima and their i64 flat indices within each (n, c) plane.
-//             no_indices (bool, internal: fuse_quant sets it where nothing reads the indices).
+//             no_indices (bool, internal: fuse_quant, and on the CPU drop_unread_pool_indices,
+//             set it where nothing reads the indices).
 //   avg_pool: kernel, stride, pads, ceil_mode, count_include_pad (bool)
 //   adaptive_avg_pool: output_size (ints)
 // max_pool and adaptive_avg_pool over 2 spatial dims may carry channels_last (bool, internal: the

@@ -28,7 +28,7 @@
 
 #include "core/op_registry.h"
 #include "ops/fused_elementwise.h"
-#include "passes/program.h"
+#include "passes/conv_epilogue.h"
 
 namespace kiln {
 
@@ -100,13 +100,7 @@ class Rewriter {
  private:
   using Slot = std::vector<std::optional<ValueRef>>;
 
-  // What a conv's epilogue absorbs: conv -> add(., residual) -> relu, either or both.
-  struct Epilogue {
-    int32_t last = -1;              // the last absorbed node (-1: nothing to fuse)
-    std::vector<int32_t> absorbed;  // the absorbed nodes, last one included
-    std::optional<ValueRef> residual;
-    bool relu = false;
-  };
+  using Epilogue = ConvEpilogue;
 
   // The single reader of node id's output 0, or -1 (none, several, or an output of the program).
   int32_t sole_reader(int32_t id) const {
@@ -116,27 +110,8 @@ class Rewriter {
 
   // (`taken`: nodes another conv's epilogue absorbed already, such as the add of two convs)
   Epilogue epilogue_of(int32_t conv, const std::vector<char>& taken) const {
-    Epilogue e;
-    const auto& nodes = p_.graph.nodes;
-    const TensorInfo& out = nodes[conv].outputs[0];
-    int32_t cur = conv;
-    if (int32_t r = sole_reader(cur); r >= 0 && nodes[r].op == OpId::Add && !taken[r]) {
-      const Node& add = nodes[r];
-      const ValueRef other = add.inputs[0].node == cur ? add.inputs[1] : add.inputs[0];
-      if (other.node != cur && info(other).shape == out.shape && info(other).dtype == out.dtype &&
-          add.outputs[0].shape == out.shape) {
-        e.residual = other;
-        e.absorbed.push_back(r);
-        cur = r;
-      }
-    }
-    if (int32_t r = sole_reader(cur); r >= 0 && nodes[r].op == OpId::Relu && !taken[r]) {
-      e.relu = true;
-      e.absorbed.push_back(r);
-      cur = r;
-    }
-    if (!e.absorbed.empty()) e.last = e.absorbed.back();
-    return e;
+    return conv_epilogue(
+        p_, conv, [this](int32_t id) { return sole_reader(id); }, taken);
   }
 
   bool wants_nhwc(const Node& n) const {

@@ -107,6 +107,15 @@ Program channels_last(const Program& p, Backend target);
 /// Whether channels_last changes anything in `p` (a program without convolutions: no).
 bool channels_last_applies(const Program& p, Backend target);
 
+/// CPU, f32 plain-layout convolutions: with `fuse_epilogues`, conv -> add(., residual) -> relu
+/// (either or both, each value read only by the next) becomes one fused_conv node, whose oneDNN
+/// primitive applies them as post-ops; and convs whose weight is a constant get const_weight
+/// (src/passes/cpu_convs.cpp).
+Program prepare_cpu_convs(const Program& p, bool fuse_epilogues);
+/// Sets no_indices on max_pool nodes whose indices (output 1) nothing reads, so that kernels
+/// leave them unwritten (src/passes/cpu_convs.cpp).
+Program drop_unread_pool_indices(const Program& p);
+
 /// Runs every all_reduce start as early and every collective wait as late as dependencies
 /// allow, so communication overlaps computation.
 Program schedule_collectives(const Program& p);

@@ -207,7 +207,15 @@ std::shared_ptr<detail::ExecutableImpl> compile_optimized(
   if (any_node(OpId::AllReduce)) run_pass(p, "schedule_collectives", schedule_collectives);
   if (any_node(OpId::Assign) || any_node(OpId::AssignSlice))
     run_pass(p, "order_assignments", order_assignments);
-  if (o.optimize && o.fuse_elementwise && env::fusion_enabled())
+  // (before fuse_elementwise, which would take a conv's add and relu into a chain of their own)
+  const bool fuse = o.optimize && o.fuse_elementwise && env::fusion_enabled();
+  const bool cpu = backend_for(device) == Backend::cpu;
+  if (o.optimize && cpu && any_node(OpId::Conv))
+    run_pass(p, "prepare_cpu_convs",
+             [fuse](const Program& q) { return prepare_cpu_convs(q, fuse); });
+  if (o.optimize && cpu && any_node(OpId::MaxPool))
+    run_pass(p, "drop_unread_pool_indices", drop_unread_pool_indices);
+  if (fuse)
     run_pass(p, "fuse_elementwise",
              [&device](const Program& q) { return fuse_elementwise(q, backend_for(device)); });
   {

@@ -221,7 +221,9 @@ TEST(Package, ConvWithAFusedEpilogueFromOlderFilesReadsAsFusedConv) {
     } else {
       y = detail::make_node1(OpId::FusedConv, {x, w, b, r}, a);
     }
-    const Executable exe = g.compile(Device::cpu(), {}, {y, ref});
+    // (fusion off: the reference's conv, add and relu stay apart, the hand-made fused_conv alone)
+    const Executable exe =
+        g.compile(Device::cpu(), {}, {y, ref}, CompileOptions{.fuse_elementwise = false});
     Bytes bytes = saved_bytes(exe, "older_conv");
     // the file as an older writer wrote it: the node's op is conv
     auto* nodes = manifest(bytes)->mutable_nodes();

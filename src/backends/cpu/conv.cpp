@@ -169,12 +169,31 @@ dnnl::memory::desc user_weights_md(const ConvGeom& g, const du::Dims& kernel, dn
   return du::strided_md(dims, strides, t);
 }
 
-// (t: the data's and weights' type, f32 or bf16; bias_t the bias's)
+// Whether the conv applies fused_conv's epilogue (a residual added, relu) itself: as post-ops of
+// its oneDNN primitive. (A plain conv run for a fused_conv, as conv_channels_last does, does not.)
+bool with_epilogue(const KernelContext& ctx, const ConvGeom& g) {
+  return ctx.op() == OpId::FusedConv && (g.a->has_residual || g.a->relu);
+}
+
+// kiln's attributes (user scratchpad) with the epilogue's post-ops: the residual through a sum
+// (the destination starts as the residual), then relu.
+dnnl::primitive_attr conv_attr(bool residual, bool relu) {
+  dnnl::primitive_attr r;
+  r.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  dnnl::post_ops ops;
+  if (residual) ops.append_sum(1.f);
+  if (relu) ops.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+  r.set_post_ops(ops);
+  return r;
+}
+
+// (t: the data's and weights' type, f32 or bf16; bias_t the bias's; residual, relu: the epilogue)
 du::CachedPrimitive make_conv_primitive(const ConvGeom& g, const du::Dims& src,
                                         const du::Dims& kernel, const du::Dims& dst,
                                         const du::Dims& stride, const du::Dims& dil,
-                                        const du::Dims& pad_l, const du::Dims& pad_r,
-                                        bool has_bias, dnnl_dt t, dnnl_dt bias_t) {
+                                        const du::Dims& pad_l, const du::Dims& pad_r, bool has_bias,
+                                        dnnl_dt t, dnnl_dt bias_t, bool residual, bool relu) {
+  const dnnl::primitive_attr attr = conv_attr(residual, relu);
   const auto wei = user_weights_md(g, kernel, t);
   const auto bias = has_bias ? du::plain_md({g.O}, bias_t) : dnnl::memory::desc();
   auto any = [&](const du::Dims& d) {
@@ -187,7 +206,7 @@ du::CachedPrimitive make_conv_primitive(const ConvGeom& g, const du::Dims& src,
     dnnl::deconvolution_forward::desc d(dnnl::prop_kind::forward_inference,
                                         dnnl::algorithm::deconvolution_direct, src_any, wei_any,
                                         bias, dst_any, stride, dil, pad_l, pad_r);
-    dnnl::deconvolution_forward::primitive_desc pd(d, du::attr(), du::engine());
+    dnnl::deconvolution_forward::primitive_desc pd(d, attr, du::engine());
     prim = dnnl::deconvolution_forward(pd);
     src_md = pd.src_desc(), wei_md = pd.weights_desc(), dst_md = pd.dst_desc();
     scratch_md = pd.scratchpad_desc();
@@ -195,7 +214,7 @@ du::CachedPrimitive make_conv_primitive(const ConvGeom& g, const du::Dims& src,
     dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference,
                                       dnnl::algorithm::convolution_direct, src_any, wei_any, bias,
                                       dst_any, stride, dil, pad_l, pad_r);
-    dnnl::convolution_forward::primitive_desc pd(d, du::attr(), du::engine());
+    dnnl::convolution_forward::primitive_desc pd(d, attr, du::engine());
     prim = dnnl::convolution_forward(pd);
     src_md = pd.src_desc(), wei_md = pd.weights_desc(), dst_md = pd.dst_desc();
     scratch_md = pd.scratchpad_desc();
@@ -205,7 +224,7 @@ du::CachedPrimitive make_conv_primitive(const ConvGeom& g, const du::Dims& src,
                          du::make_arg(DNNL_ARG_WEIGHTS, wei, wei_md)},
                         scratch_md};
   if (has_bias) c.args.push_back(du::make_arg(DNNL_ARG_BIAS, bias, bias));
-  c.args.push_back(du::make_arg(DNNL_ARG_DST, du::plain_md(dst, t), dst_md, true));
+  c.args.push_back(du::make_arg(DNNL_ARG_DST, du::plain_md(dst, t), dst_md, true, residual));
   return c;
 }
 
@@ -216,6 +235,12 @@ du::Dims dnnl_dilation(const std::vector<int64_t>& dilation) {
   return r;
 }
 
+// A constant weight in the layout its primitive chose (ConvParams::state).
+struct PackedWeights {
+  dnnl::memory::desc layout;
+  std::shared_ptr<void> data;
+};
+
 void conv_dnnl(KernelContext& ctx, const ConvGeom& g) {
   const TensorView &x = ctx.in(0), &w = ctx.in(1), &y = ctx.out(0);
   const int nd = g.nd;
@@ -225,20 +250,45 @@ void conv_dnnl(KernelContext& ctx, const ConvGeom& g) {
   const du::Dims dil = dnnl_dilation(g.a->dilation);
   const du::Dims pad_l(p.begin(), p.begin() + nd), pad_r(p.begin() + nd, p.end());
   const bool has_bias = g.a->has_bias;
+  const bool epilogue = with_epilogue(ctx, g);
+  const bool residual = epilogue && g.a->has_residual, relu = epilogue && g.a->relu;
 
   const DType bias_t = has_bias ? ctx.in(2).dtype : DType::f32;
-  du::Dims key{static_cast<int64_t>(ctx.op()), nd, g.G, has_bias, static_cast<int64_t>(x.dtype),
-               static_cast<int64_t>(bias_t)};
+  du::Dims key{static_cast<int64_t>(g.transpose ? OpId::ConvTranspose : OpId::Conv),
+               nd,
+               g.G,
+               has_bias,
+               static_cast<int64_t>(x.dtype),
+               static_cast<int64_t>(bias_t),
+               residual,
+               relu};
   for (const Shape* s : {&x.shape, &w.shape, &y.shape}) key.insert(key.end(), s->begin(), s->end());
   for (const du::Dims* v : {&stride, &dil, &p}) key.insert(key.end(), v->begin(), v->end());
   auto prim = du::cached(ctx.op_name(), key, [&] {
     return make_conv_primitive(g, x.shape, kernel, y.shape, stride, dil, pad_l, pad_r, has_bias,
-                               data_type(x.dtype), data_type(bias_t));
+                               data_type(x.dtype), data_type(bias_t), residual, relu);
   });
   std::vector<void*> buffers{x.data, w.data};
+  // constant weights are laid out for the primitive once, on the first run (kept with the node)
+  std::shared_ptr<const PackedWeights> packed;
+  const du::Arg& wa = prim->args[1];
+  if (g.a->const_weight && wa.reorder) {
+    ConvParams::State& st = *g.a->state;
+    std::lock_guard<std::mutex> lock(st.mu);
+    auto held = std::static_pointer_cast<const PackedWeights>(st.value);
+    if (st.key != w.data || !held || held->layout != wa.chosen) {
+      held = std::make_shared<const PackedWeights>(
+          PackedWeights{wa.chosen, du::reordered(ctx.op_name(), wa, w.data)});
+      st.value = held;
+      st.key = w.data;
+    }
+    packed = held;
+    buffers[1] = packed->data.get();
+  }
   if (has_bias) buffers.push_back(ctx.in(2).data);
   buffers.push_back(y.data);
-  du::execute(ctx.op_name(), *prim, buffers);
+  du::execute(ctx.op_name(), *prim, buffers, residual ? ctx.in(ctx.num_inputs() - 1).data : nullptr,
+              packed ? 1 : -1);
 }
 
 // oneDNN has no output_padding: it reads it from the output size, which works while it is
@@ -312,11 +362,14 @@ void residual_relu(KernelContext& ctx, const ConvParams& a) {
   });
 }
 
-// fused_conv: the conv of its layout (conv reads x, w and the bias; the residual input is last),
-// then the epilogue. (f32 and f64: bf16 and f16 come as f32 copies, rounded once at the end.)
+// fused_conv: the conv of its layout (conv reads x, w and the bias; the residual input is last)
+// with the epilogue as post-ops of its oneDNN primitive, or the loops' conv then the epilogue.
+// (f32 and f64: bf16 and f16 come as f32 copies, rounded once at the end.)
 void fused_conv(KernelContext& ctx) {
   ConvParams spare;
   const ConvParams& a = params_of(ctx, spare);
+  const ConvGeom g = geometry(ctx, a);
+  if (dnnl_handles(ctx, g)) return conv_dnnl(ctx, g);
   convolve(ctx);
   residual_relu(ctx, a);
 }

@@ -52,10 +52,12 @@ char* thread_scratch(size_t bytes) {
 
 size_t round_up(size_t n) { return (n + 63) / 64 * 64; }
 
-void run(const CachedPrimitive& p, const std::vector<void*>& buffers) {
+void run(const CachedPrimitive& p, const std::vector<void*>& buffers, const void* dst_init,
+         int chosen_arg) {
   size_t scratch_bytes = 0;
-  for (const Arg& a : p.args)
-    if (a.reorder) scratch_bytes += round_up(a.chosen.get_size());
+  for (size_t i = 0; i < p.args.size(); ++i)
+    if (p.args[i].reorder && static_cast<int>(i) != chosen_arg)
+      scratch_bytes += round_up(p.args[i].chosen.get_size());
   const size_t pad_bytes = round_up(p.scratchpad.get_size());
   scratch_bytes += pad_bytes;
   char* scratch = scratch_bytes ? thread_scratch(scratch_bytes) : nullptr;
@@ -69,13 +71,23 @@ void run(const CachedPrimitive& p, const std::vector<void*>& buffers) {
   }
   for (size_t i = 0; i < p.args.size(); ++i) {
     const Arg& a = p.args[i];
+    if (static_cast<int>(i) == chosen_arg) {
+      args.emplace(a.id, dnnl::memory(a.chosen, engine(), buffers[i]));
+      continue;
+    }
     dnnl::memory user(a.user, engine(), buffers[i]);
+    const bool init = a.output && dst_init;
     if (!a.reorder) {
+      if (init && dst_init != buffers[i]) std::memcpy(buffers[i], dst_init, a.user.get_size());
       args.emplace(a.id, user);
       continue;
     }
     dnnl::memory inner(a.chosen, engine(), scratch);
     scratch += round_up(a.chosen.get_size());
+    if (init) {
+      dnnl::memory start(a.user, engine(), const_cast<void*>(dst_init));
+      a.reorder_in->execute(s, start, inner);
+    }
     if (a.output)
       outputs.emplace_back(&a, user);
     else
@@ -144,13 +156,15 @@ dnnl::memory::desc any_md(const Dims& dims) {
   return dnnl::memory::desc(dims, dt::f32, dnnl::memory::format_tag::any);
 }
 
-Arg make_arg(int id, const dnnl::memory::desc& user, const dnnl::memory::desc& chosen,
-             bool output) {
-  Arg a{id, user, chosen, output, std::nullopt};
+Arg make_arg(int id, const dnnl::memory::desc& user, const dnnl::memory::desc& chosen, bool output,
+             bool accumulates) {
+  Arg a{id, user, chosen, output, std::nullopt, std::nullopt};
   if (user == chosen) return a;
-  const auto& from = output ? chosen : user;
-  const auto& to = output ? user : chosen;
-  a.reorder = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), from, engine(), to));
+  auto reorder = [](const dnnl::memory::desc& from, const dnnl::memory::desc& to) {
+    return dnnl::reorder(dnnl::reorder::primitive_desc(engine(), from, engine(), to));
+  };
+  a.reorder = output ? reorder(chosen, user) : reorder(user, chosen);
+  if (output && accumulates) a.reorder_in = reorder(user, chosen);
   return a;
 }
 
@@ -174,9 +188,26 @@ std::shared_ptr<const CachedPrimitive> cached(const char* op, const Dims& key,
   return c.map.emplace(key, std::move(p)).first->second;
 }
 
-void execute(const char* op, const CachedPrimitive& p, const std::vector<void*>& buffers) {
+std::shared_ptr<void> reordered(const char* op, const Arg& a, const void* data) {
+  const size_t bytes = round_up(std::max<size_t>(a.chosen.get_size(), 1));
+  std::shared_ptr<void> out(std::aligned_alloc(64, bytes), &std::free);
+  if (!out) throw std::bad_alloc();
   try {
-    run(p, buffers);
+    dnnl::stream s(engine());
+    dnnl::memory from(a.user, engine(), const_cast<void*>(data)), to(a.chosen, engine(), out.get());
+    dnnl::reorder(dnnl::reorder::primitive_desc(engine(), a.user, engine(), a.chosen))
+        .execute(s, from, to);
+    s.wait();
+  } catch (const dnnl::error& e) {
+    fail<UnsupportedError>("[{}] oneDNN failed: {}", op, e.what());
+  }
+  return out;
+}
+
+void execute(const char* op, const CachedPrimitive& p, const std::vector<void*>& buffers,
+             const void* dst_init, int chosen_arg) {
+  try {
+    run(p, buffers, dst_init, chosen_arg);
   } catch (const dnnl::error& e) {
     fail<UnsupportedError>("[{}] oneDNN failed: {}", op, e.what());
   }

@@ -31,15 +31,17 @@ bool native_bf16_matmul();
 dnnl::memory::desc any_md(const Dims& dims);
 
 /// One argument of a cached primitive: the layout of kiln's buffer and the one the primitive
-/// wants; when they differ, `reorder` converts between them around each execution.
+/// wants; when they differ, `reorder` converts between them around each execution (and, for an
+/// output that starts from a value, a sum post-op's destination, `reorder_in` converts that value
+/// in first).
 struct Arg {
   int id = 0;  // DNNL_ARG_*
   dnnl::memory::desc user, chosen;
   bool output = false;
-  std::optional<dnnl::reorder> reorder;
+  std::optional<dnnl::reorder> reorder, reorder_in;
 };
 Arg make_arg(int id, const dnnl::memory::desc& user, const dnnl::memory::desc& chosen,
-             bool output = false);
+             bool output = false, bool accumulates = false);
 
 struct CachedPrimitive {
   dnnl::primitive prim;
@@ -59,7 +61,15 @@ std::shared_ptr<const CachedPrimitive> cached(const char* op, const Dims& key,
                                               const std::function<CachedPrimitive()>& make);
 
 /// Runs `p` on kiln's buffers, given in the order of p.args, reordering where layouts differ.
+/// With `dst_init`, the output (made with `accumulates`) starts as a copy of that buffer (in the
+/// output's layout; it may be the output itself), which a sum post-op adds to.
 /// oneDNN errors become UnsupportedError naming `op`.
-void execute(const char* op, const CachedPrimitive& p, const std::vector<void*>& buffers);
+/// `chosen_arg`: the index of an argument whose buffer is already in the primitive's layout
+/// (from reordered()).
+void execute(const char* op, const CachedPrimitive& p, const std::vector<void*>& buffers,
+             const void* dst_init = nullptr, int chosen_arg = -1);
+/// `data` (in a's user layout) converted to the layout a's primitive wants, in new memory: for an
+/// input that stays the same over calls (constant weights), converted once.
+std::shared_ptr<void> reordered(const char* op, const Arg& a, const void* data);
 
 }  // namespace kiln::cpu::dnnl_util

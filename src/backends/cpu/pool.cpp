@@ -118,7 +118,7 @@ template <typename T> struct MaxPoolRow {
           }
         }
     y[ow] = best;
-    arg[ow] = where;
+    if (arg) arg[ow] = where;
   }
   // Offsets of the window taps of output 0 in (kd, kh, kw) order; output ow adds ow * stride.
   void list_taps(std::vector<int64_t>& taps) const {
@@ -135,7 +135,7 @@ template <typename T> struct MaxPoolRow {
     for (size_t k = 1; k < taps.size(); ++k)
       if (takes_max(x[taps[k] + at], x[taps[best] + at])) best = k;
     y[ow] = x[taps[best] + at];
-    arg[ow] = taps[best] + at;
+    if (arg) arg[ow] = taps[best] + at;
   }
 };
 
@@ -178,10 +178,28 @@ int64_t max_pool_simd(const MaxPoolRow<float>& r, const std::vector<int64_t>& ta
   return ow;
 }
 
-template <typename T> void max_pool_typed(KernelContext& ctx, const PoolGeom& g) {
+// Interior f32 outputs [lo, hi) of a row without indices: the first tap's values, then each
+// other tap's taken where larger (or NaN), tap by tap along the row, so that the loop over
+// outputs vectorizes (S: the W stride, written out for 1 and 2; 0 for any other, `s`).
+template <int S> void max_pool_values(const float* x, float* y, const std::vector<int64_t>& taps,
+                                      int64_t lo, int64_t hi, int64_t s) {
+  const int64_t st = S ? S : s;
+  const float* x0 = x + taps[0];
+  for (int64_t ow = lo; ow < hi; ++ow) y[ow] = x0[ow * st];
+  for (size_t k = 1; k < taps.size(); ++k) {
+    const float* xk = x + taps[k];
+    for (int64_t ow = lo; ow < hi; ++ow) {
+      const float v = xk[ow * st], b = y[ow];
+      y[ow] = v > b || v != v ? v : b;
+    }
+  }
+}
+
+// (no_indices: nothing reads output 1, which is then left unwritten)
+template <typename T> void max_pool_typed(KernelContext& ctx, const PoolGeom& g, bool no_indices) {
   const T* x = ctx.in(0).ptr<T>();
   T* y = ctx.out(0).ptr<T>();
-  int64_t* arg = ctx.out(1).ptr<int64_t>();
+  int64_t* arg = no_indices ? nullptr : ctx.out(1).ptr<int64_t>();
   const int64_t ow_count = g.out[2];
   // outputs whose W window is inside the input: ow*s - pad >= 0 and its last tap < in
   const int64_t last = g.in[2] - 1 - (g.k[2] - 1) * g.dil[2] + g.pad[2];
@@ -196,7 +214,7 @@ template <typename T> void max_pool_typed(KernelContext& ctx, const PoolGeom& g)
       const MaxPoolRow<T> r{g,
                             x + rw.plane * g.in_plane(),
                             y + out_row,
-                            arg + out_row,
+                            arg ? arg + out_row : nullptr,
                             valid_taps(id0, g.k[0], g.dil[0], g.in[0]),
                             valid_taps(ih0, g.k[1], g.dil[1], g.in[1]),
                             id0,
@@ -205,7 +223,17 @@ template <typename T> void max_pool_typed(KernelContext& ctx, const PoolGeom& g)
       for (int64_t ow = 0; ow < (taps.empty() ? ow_count : lo); ++ow) r.border(ow);
       if (taps.empty()) continue;
       int64_t ow = lo;
-      if constexpr (std::is_same_v<T, float>) ow = max_pool_simd(r, taps, lo, hi);
+      if constexpr (std::is_same_v<T, float>) {
+        if (!arg) {
+          const int64_t s = g.s[2];
+          if (s == 1) max_pool_values<1>(r.x, r.y, taps, lo, hi, s);
+          else if (s == 2) max_pool_values<2>(r.x, r.y, taps, lo, hi, s);
+          else max_pool_values<0>(r.x, r.y, taps, lo, hi, s);
+          ow = hi;
+        } else {
+          ow = max_pool_simd(r, taps, lo, hi);
+        }
+      }
       for (; ow < hi; ++ow) r.interior(ow, taps);
       for (ow = hi; ow < ow_count; ++ow) r.border(ow);
     }
@@ -214,10 +242,11 @@ template <typename T> void max_pool_typed(KernelContext& ctx, const PoolGeom& g)
 
 void max_pool(KernelContext& ctx) {
   PoolParams spare;
-  const PoolGeom g = pool_geom(params_of(ctx, spare), ctx.in(0).shape, ctx.out(0).shape);
+  const PoolParams& p = params_of(ctx, spare);
+  const PoolGeom g = pool_geom(p, ctx.in(0).shape, ctx.out(0).shape);
   dispatch(ctx.in(0).dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
-    if constexpr (!std::is_same_v<T, bool>) max_pool_typed<T>(ctx, g);
+    if constexpr (!std::is_same_v<T, bool>) max_pool_typed<T>(ctx, g, p.no_indices);
   });
 }
 void max_pool_channels_last(KernelContext& ctx) { run_via_nchw(ctx, max_pool); }

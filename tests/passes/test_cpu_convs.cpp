@@ -1,0 +1,173 @@
+// The CPU's convolution preparation (prepare_cpu_convs): conv -> add(residual) -> relu fused into
+// one fused_conv whose oneDNN primitive applies them as post-ops, constant weights laid out once,
+// and max_pool without indices where nothing reads them (drop_unread_pool_indices). Each result is
+// checked against the same graph in f64 without optimization (kiln's loops, not oneDNN).
+#include <fmt/format.h>
+
+#include <thread>
+
+#include "support/reference.h"
+
+namespace kiln {
+namespace {
+using namespace kiln::test;
+
+std::vector<std::string> ops_of(const Executable& exe) {
+  std::vector<std::string> ops;
+  for (const auto& s : exe.placement()) ops.push_back(s.op);
+  return ops;
+}
+int count(const std::vector<std::string>& ops, const std::string& op) {
+  return static_cast<int>(std::count(ops.begin(), ops.end(), op));
+}
+
+struct Block {
+  Tensor x, r, out, conv_out;
+};
+
+// relu?(conv(x, w, b?) (+ r)), with the weight a constant (or a variable), in dtype t
+Block build(Graph& g, DType t, const Array& w, const Array& b, bool bias, bool residual, bool relu_,
+            bool weight_variable, int groups) {
+  Block m;
+  m.x = g.placeholder({2, 8, 11, 9}, t, "x");
+  const Tensor wt = weight_variable ? g.variable(w.astype(t), "w") : g.constant(w.astype(t), "w");
+  std::optional<Tensor> bt;
+  if (bias) bt = g.constant(b.astype(t), "b");
+  ConvOptions o;
+  o.padding = {1, 1};
+  o.groups = groups;
+  m.conv_out = conv2d(m.x, wt, bt, o);
+  Tensor y = m.conv_out;
+  if (residual) {
+    m.r = g.placeholder({2, 12, 11, 9}, t, "r");
+    y = y + m.r;
+  }
+  m.out = relu_ ? relu(y) : y;
+  return m;
+}
+
+TEST(CpuConvs, EpilogueFusesAndMatchesTheF64Loops) {
+  for (int groups : {1, 4})
+    for (int mask = 0; mask < 6; ++mask) {  // (an epilogue: a residual, a relu or both)
+      const bool bias = mask & 1, residual = mask / 2 != 1, relu_ = mask / 2 != 0;
+      SCOPED_TRACE(
+          fmt::format("groups {} bias {} residual {} relu {}", groups, bias, residual, relu_));
+      const Array w = random_array({12, 8 / groups, 3, 3}, f64), b = random_array({12}, f64);
+      const Array xv = random_array({2, 8, 11, 9}, f64), rv = random_array({2, 12, 11, 9}, f64);
+      Graph g32, g64;
+      const Block m = build(g32, f32, w, b, bias, residual, relu_, false, groups);
+      const Block ref = build(g64, f64, w, b, bias, residual, relu_, false, groups);
+      auto exe = g32.compile(Device::cpu(), {}, {m.out});
+      const auto ops = ops_of(exe);
+      EXPECT_EQ(count(ops, "fused_conv"), 1) << exe.dump();
+      EXPECT_EQ(count(ops, "relu") + count(ops, "add") + count(ops, "fused_elementwise"), 0)
+          << exe.dump();
+      Feeds f32_feeds{{m.x, xv.astype(f32)}}, f64_feeds{{ref.x, xv}};
+      if (residual) {
+        f32_feeds.emplace_back(m.r, rv.astype(f32));
+        f64_feeds.emplace_back(ref.r, rv);
+      }
+      auto plain = g64.compile(Device::cpu(), {}, {ref.out}, CompileOptions{.optimize = false});
+      const Array want = plain.run(f64_feeds)[0];
+      // 72 products of O(1) values in f32; twice, the second from the weights laid out once
+      for (int run = 0; run < 2; ++run)
+        expect_close(exe.run(f32_feeds)[0], want.shape(), to_f64(want), 1e-5, 1e-5);
+    }
+}
+
+TEST(CpuConvs, NothingFusesWhereAnotherReaderSeesTheConv) {
+  const Array w = random_array({12, 8, 3, 3}, f64), b = random_array({12}, f64);
+  Graph g;
+  const Block m = build(g, f32, w, b, true, false, true, false, 1);
+  auto exe = g.compile(Device::cpu(), {}, {m.out, m.conv_out});
+  const auto ops = ops_of(exe);
+  EXPECT_EQ(count(ops, "fused_conv"), 0) << exe.dump();
+  EXPECT_EQ(count(ops, "conv"), 1) << exe.dump();
+  const Array xv = random_array({2, 8, 11, 9}, f32);
+  const auto got = exe.run({{m.x, xv}});
+  auto plain = g.compile(Device::cpu(), {}, {m.out, m.conv_out}, CompileOptions{.optimize = false});
+  const auto want = plain.run({{m.x, xv}});
+  for (int i = 0; i < 2; ++i) expect_close(got[i], want[i].shape(), to_f64(want[i]), 1e-5, 1e-5);
+}
+
+TEST(CpuConvs, FusionOffKeepsTheSteps) {
+  const Array w = random_array({12, 8, 3, 3}, f64), b = random_array({12}, f64);
+  Graph g;
+  const Block m = build(g, f32, w, b, true, true, true, false, 1);
+  auto exe = g.compile(Device::cpu(), {}, {m.out}, CompileOptions{.fuse_elementwise = false});
+  EXPECT_EQ(count(ops_of(exe), "fused_conv"), 0) << exe.dump();
+  EXPECT_EQ(count(ops_of(exe), "conv"), 1) << exe.dump();
+}
+
+// A weight that is a variable is read at every run: a new value shows at once (nothing laid out
+// once from the old one).
+TEST(CpuConvs, VariableWeightsAreReadEveryRun) {
+  const Array w = random_array({12, 8, 3, 3}, f64), w2 = random_array({12, 8, 3, 3}, f64);
+  const Array b = random_array({12}, f64), xv = random_array({2, 8, 11, 9}, f64);
+  Graph g;
+  const Block m = build(g, f32, w, b, true, false, true, true, 1);
+  auto exe = g.compile(Device::cpu(), {}, {m.out});
+  exe.run({{m.x, xv.astype(f32)}});
+  exe.write_variable("w", w2.astype(f32));
+  Graph g64;
+  const Block ref = build(g64, f64, w2, b, true, false, true, false, 1);
+  auto plain = g64.compile(Device::cpu(), {}, {ref.out}, CompileOptions{.optimize = false});
+  const Array want = plain.run({{ref.x, xv}})[0];
+  expect_close(exe.run({{m.x, xv.astype(f32)}})[0], want.shape(), to_f64(want), 1e-5, 1e-5);
+}
+
+// Runs of one executable from several threads share the weights laid out once.
+TEST(CpuConvs, ConcurrentRunsShareTheLaidOutWeights) {
+  const Array w = random_array({12, 8, 3, 3}, f64), b = random_array({12}, f64);
+  Graph g, g64;
+  const Block m = build(g, f32, w, b, true, false, true, false, 1);
+  const Block ref = build(g64, f64, w, b, true, false, true, false, 1);
+  auto exe = g.compile(Device::cpu(), {}, {m.out});
+  auto plain = g64.compile(Device::cpu(), {}, {ref.out}, CompileOptions{.optimize = false});
+  std::vector<Array> xs, wants, gots(4);
+  for (int i = 0; i < 4; ++i) {
+    xs.push_back(random_array({2, 8, 11, 9}, f64));
+    wants.push_back(plain.run({{ref.x, xs.back()}})[0]);
+  }
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i)
+    threads.emplace_back([&, i] { gots[i] = exe.run({{m.x, xs[i].astype(f32)}})[0]; });
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < 4; ++i) expect_close(gots[i], wants[i].shape(), to_f64(wants[i]), 1e-5, 1e-5);
+}
+
+// max_pool whose indices nothing reads leaves them unwritten; its maxima are those of the f64
+// loops, NaN (which wins) and -inf included, for strides 1, 2 and 3 and padded borders.
+TEST(CpuConvs, MaxPoolWithoutIndicesMatches) {
+  for (int stride : {1, 2, 3}) {
+    SCOPED_TRACE(fmt::format("stride {}", stride));
+    Array xv = random_array({2, 3, 13, 17}, f32);
+    auto* p = static_cast<float*>(xv.data());
+    p[5] = std::nanf("");
+    p[40] = -std::numeric_limits<float>::infinity();
+    p[41] = -std::numeric_limits<float>::infinity();
+    PoolOptions o;
+    o.kernel = {3, 3};
+    o.stride = {stride, stride};
+    o.padding = {1, 1};
+    Graph g, g64;
+    const Tensor x = g.placeholder({2, 3, 13, 17}, f32, "x");
+    const Tensor x64 = g64.placeholder({2, 3, 13, 17}, f64, "x");
+    auto exe = g.compile(Device::cpu(), {}, {max_pool(x, o)});
+    auto plain =
+        g64.compile(Device::cpu(), {}, {max_pool(x64, o)}, CompileOptions{.optimize = false});
+    const Array want = plain.run({{x64, xv.astype(f64)}})[0];
+    expect_close(exe.run({{x, xv}})[0], want.shape(), to_f64(want), 0, 0);
+    // with the indices read, both outputs as before
+    Graph gi;
+    const Tensor xi = gi.placeholder({2, 3, 13, 17}, f32, "x");
+    const auto [values, indices] = max_pool_with_indices(xi, o);
+    auto both = gi.compile(Device::cpu(), {}, {values, indices});
+    const auto got = both.run({{xi, xv}});
+    expect_close(got[0], want.shape(), to_f64(want), 0, 0);
+    EXPECT_EQ(got[1].shape(), want.shape());
+  }
+}
+
+}  // namespace
+}  // namespace kiln
