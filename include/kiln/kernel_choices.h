@@ -9,9 +9,9 @@ namespace kiln {
 /// or loaded in the process. A package keeps what channels_last did to its program; the other
 /// choices of a loaded executable are the defaults and the environment's.
 struct KernelChoices {
-  /// The channels_last pass: int8 convolutions, and CUDA's f16/bf16 (and TF32) inference
-  /// convolutions, run on NHWC data with their weights permuted once at compile time.
-  /// KILN_CHANNELS_LAST=0 turns it off.
+  /// The channels_last pass: int8 convolutions, CUDA's f16/bf16 (and TF32) inference
+  /// convolutions and the CPU's f32 inference convolutions run on NHWC data with their weights
+  /// permuted once at compile time. KILN_CHANNELS_LAST=0 turns it off.
   bool channels_last = true;
   /// CUDA f16/bf16 NHWC convolutions time cuDNN's graph-API plans against its legacy algorithm on
   /// a problem's first run and keep the fastest; off, the legacy algorithm only.

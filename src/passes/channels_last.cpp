@@ -10,17 +10,21 @@
 //     out (O, kh, kw, C/G) and is transposed back where an NCHW reader, the optimizer, meets it);
 //   - in a CUDA program with such convolutions, also every 4-D batch_norm_train and
 //     batch_norm_train_grad and 2-D max_pool_grad and adaptive_avg_pool_grad (the training ops
-//     between them, which CUDA runs on NHWC data).
+//     between them, which CUDA runs on NHWC data);
+//   - on the CPU, 2-D f32 convs (inference): oneDNN's brgemm kernels read and write NHWC, and
+//     NCHW data would be reordered in and out around each conv; sums, means, maxima and minima
+//     of NHWC values reduce them on NHWC (their axes moved).
 // Each such node gets the attribute channels_last and the values between them stay NHWC: an op
-// that does not care about layout (elementwise with same-shape or 0-d operands, per-tensor
-// quantize and dequantize) runs on NHWC where a reader wants its output so, and where that moves
-// fewer bytes through transposes; on CUDA, 2-D max pooling and adaptive average pooling of an
-// NHWC value run on NHWC too (channels_last). A transpose is inserted only where an NCHW reader
-// (or an output of the program) meets an NHWC value, or the other way round, once per value; it
-// is a reshape when only dims of size 1 move. On CUDA, an int8 conv whose x is the per-tensor
-// quantize of a float image (at most 4 channels) read by it alone takes the image itself
-// (quantize_x: no quantized copy and no transpose). A CUDA conv read only by the add of a residual
-// and/or a relu becomes one fused_conv with them as its epilogue.
+// that does not care about layout (elementwise with same-shape or 0-d operands, on the CPU also
+// 4-D operands that broadcast; per-tensor quantize and dequantize) runs on NHWC where a reader
+// wants its output so, and where that moves fewer bytes through transposes; 2-D max pooling and
+// adaptive average pooling of an NHWC value run on NHWC too (channels_last; on the CPU float
+// data only). A transpose is inserted only where an NCHW reader (or an output of the program)
+// meets an NHWC value, or the other way round, once per value; it is a reshape when only dims of
+// size 1 move. On CUDA, an int8 conv whose x is the per-tensor quantize of a float image (at most
+// 4 channels) read by it alone takes the image itself (quantize_x: no quantized copy and no
+// transpose). A float conv read only by the add of a residual and/or a relu becomes one
+// fused_conv with them as its epilogue.
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -71,7 +75,7 @@ class Rewriter {
         continue;
       }
       if (wants_nhwc(n)) {
-        // a CUDA conv's add of a residual and relu run in its epilogue (fused_conv): emitted at
+        // a float conv's add of a residual and relu run in its epilogue (fused_conv): emitted at
         // the last of them, when the residual exists
         if (n.op == OpId::Conv) {
           const Epilogue e = epilogue_of(id, absorbed);
@@ -87,6 +91,8 @@ class Rewriter {
         keep_nhwc(id);
       } else if (pools_nhwc(n) && slot(nhwc_, n.inputs[0])) {
         convert(id, {});  // a pool between NHWC values: no transposes around it
+      } else if (auto axes = nhwc_axes(n)) {
+        reduce_nhwc(id, *axes);
       } else {
         copy(id);
       }
@@ -133,7 +139,13 @@ class Rewriter {
   static bool wants_nhwc(const Node& n, bool cuda, bool tf32, const detail::GraphImpl& g) {
     if (layout_of(n.op, n.attrs) != Layout::plain) return false;
     if (n.op == OpId::QuantizedConv) return true;
-    if (!cuda || n.outputs.size() != 1 || n.inputs.size() < 2) return false;
+    if (n.outputs.size() != 1 || n.inputs.size() < 2) return false;
+    // the CPU: 2-D f32 convolutions of programs without weight gradients (`tf32`: their gradient
+    // convolutions stay NCHW), which oneDNN runs on NHWC (its brgemm kernels' layout: NCHW data
+    // would be reordered in and out around each one)
+    if (!cuda)
+      return tf32 && n.op == OpId::Conv && n.outputs[0].dtype == f32 &&
+             g.info(n.inputs[0]).shape.size() == 4 && g.info(n.inputs[1]).shape.size() == 4;
     if (n.op != OpId::Conv && n.op != OpId::ConvTranspose && n.op != OpId::ConvGradWeight)
       return false;
     const DType t = n.outputs[0].dtype;
@@ -169,8 +181,9 @@ class Rewriter {
  private:
   const TensorInfo& info(ValueRef v) const { return p_.graph.info(v); }
 
-  // Elementwise nodes whose inputs are 0-d or have the output's shape, and per-tensor
-  // quantize / dequantize: they compute the same on any layout.
+  // Elementwise nodes whose inputs are 0-d or have the output's shape (on the CPU also 4-D
+  // inputs that broadcast, as a squeeze-and-excitation scale (N, C, 1, 1): permuted alike, they
+  // broadcast alike), and per-tensor quantize / dequantize: they compute the same on any layout.
   bool agnostic(const Node& n) const {
     if (n.outputs.size() != 1 || n.outputs[0].shape.size() != 4) return false;
     const Shape& out = n.outputs[0].shape;
@@ -179,8 +192,10 @@ class Rewriter {
              info(n.inputs[1]).shape.empty() && info(n.inputs[2]).shape.empty();
     if (fused::arity(n.op) == 0 || n.inputs.size() != static_cast<size_t>(fused::arity(n.op)))
       return false;
-    for (auto v : n.inputs)
-      if (!(info(v).shape == out || info(v).shape.empty())) return false;
+    for (auto v : n.inputs) {
+      const Shape& in = info(v).shape;
+      if (!(in == out || in.empty() || (!cuda_ && in.size() == 4))) return false;
+    }
     return true;
   }
 
@@ -215,13 +230,54 @@ class Rewriter {
   // 2-D max and adaptive average pooling (also of int8 data: dequantize_adaptive_avg_pool), which
   // CUDA runs on NHWC data (max_pool's indices stay in-plane); the pass gives them channels_last
   // where their input is NHWC already.
+  // (The CPU's float max and adaptive average pooling too: its NHWC kernels read channels
+  // contiguously.)
   bool pools_nhwc(const Node& n) const {
-    if (!cuda_ || layout_of(n.op, n.attrs) != Layout::plain || n.inputs.empty()) return false;
+    if (layout_of(n.op, n.attrs) != Layout::plain || n.inputs.empty()) return false;
+    if (!cuda_ &&
+        (n.op == OpId::DequantizeAdaptiveAvgPool || !is_floating(info(n.inputs[0]).dtype)))
+      return false;
     if (n.op != OpId::MaxPool && n.op != OpId::AdaptiveAvgPool &&
         n.op != OpId::DequantizeAdaptiveAvgPool)
       return false;
     const char* size = n.op == OpId::MaxPool ? "kernel" : "output_size";
     return info(n.inputs[0]).shape.size() == 4 && n.attrs.ints(size).size() == 2;
+  }
+
+  // The CPU: a sum, mean, max or min of a value that exists as NHWC reduces it there, over the
+  // same dims (a squeeze-and-excitation block's mean over H and W: no transpose of the whole
+  // value). Its axes on NHWC, where the result is the same (keepdims: an NHWC result; otherwise
+  // the kept dims must come in the same order on both layouts), else nothing.
+  std::optional<std::vector<int64_t>> nhwc_axes(const Node& n) const {
+    if (cuda_ ||
+        (n.op != OpId::Sum && n.op != OpId::Mean && n.op != OpId::Max && n.op != OpId::Min) ||
+        n.inputs.size() != 1 || info(n.inputs[0]).shape.size() != 4 || !slot(nhwc_, n.inputs[0]))
+      return {};
+    constexpr int64_t kAt[4] = {0, 3, 1, 2};  // NCHW dim -> its place in NHWC
+    std::vector<int64_t> axes;
+    bool reduced[4] = {};
+    for (int64_t a : n.attrs.ints("axes")) {
+      if (a < -4 || a > 3) return {};
+      reduced[a < 0 ? a + 4 : a] = true;
+    }
+    for (int d = 0; d < 4; ++d)
+      if (reduced[d]) axes.push_back(kAt[d]);
+    std::sort(axes.begin(), axes.end());
+    if (!n.attrs.b("keepdims")) {
+      int64_t last = -1;
+      for (int d = 0; d < 4; ++d) {
+        if (reduced[d]) continue;
+        if (kAt[d] < last) return {};
+        last = kAt[d];
+      }
+    }
+    return axes;
+  }
+  void reduce_nhwc(int32_t id, const std::vector<int64_t>& axes) {
+    const Node& n = p_.graph.nodes[id];
+    Attrs a = n.attrs;
+    a.set("axes", axes);
+    add_like(id, {as_nhwc(n.inputs[0])}, std::move(a), nhwc_);
   }
 
   // Whether a pool's outputs are (N, 1, 1, C) (global pooling), which reach NCHW readers through
@@ -428,6 +484,7 @@ class Rewriter {
 
   const Program& p_;
   const bool cuda_;  // the target has NHWC float convolutions, pooling and training kernels
+                     // (else the CPU: NHWC f32 inference convolutions and float pooling)
   const bool tf32_;  // f32 convolutions with attr tf32 may go NHWC (tf32_nhwc)
   Program out_;
   // per source value: its NCHW (as in the source) and NHWC versions in the new program

@@ -44,9 +44,14 @@ ConvEpilogue conv_epilogue(const Program& p, int32_t conv,
 }
 
 namespace {
-// The convolutions this pass changes: f32 in plain layout (oneDNN's).
+// The convolutions whose epilogue this pass fuses: f32 in plain layout (the channels_last pass
+// fused those of NHWC ones).
 bool cpu_conv(const Node& n) {
   return n.op == OpId::Conv && n.outputs[0].dtype == f32 && !n.attrs.b("channels_last", false);
+}
+// The f32 convolutions (of either layout, fused or not) whose weight oneDNN may lay out once.
+bool packable(const Node& n) {
+  return (n.op == OpId::Conv || n.op == OpId::FusedConv) && n.outputs[0].dtype == f32;
 }
 }  // namespace
 
@@ -66,9 +71,8 @@ Program prepare_cpu_convs(const Program& p, bool fuse_epilogues) {
   std::vector<ConvEpilogue> epilogue(nodes.size());
   bool any = false;
   for (size_t i = 0; i < nodes.size(); ++i) {
-    if (!cpu_conv(nodes[i])) continue;
-    any = true;
-    if (!fuse_epilogues) continue;
+    any = any || packable(nodes[i]);
+    if (!cpu_conv(nodes[i]) || !fuse_epilogues) continue;
     ConvEpilogue e = conv_epilogue(p, static_cast<int32_t>(i), sole_reader, taken);
     if (e.last < 0) continue;
     for (int32_t a : e.absorbed) taken[a] = 1;
@@ -86,7 +90,7 @@ Program prepare_cpu_convs(const Program& p, bool fuse_epilogues) {
     if (epilogue[i].last >= 0 || (taken[i] && fused_at[i] < 0)) continue;  // emitted at its end
     if (fused_at[i] < 0) {
       const int32_t c = b.copy(id);
-      if (cpu_conv(nodes[i])) mark(b.graph().nodes[c].attrs, nodes[i]);
+      if (packable(nodes[i])) mark(b.graph().nodes[c].attrs, nodes[i]);
       continue;
     }
     // the conv, at its last absorbed node: every input (the residual too) exists here

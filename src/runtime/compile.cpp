@@ -210,7 +210,7 @@ std::shared_ptr<detail::ExecutableImpl> compile_optimized(
   // (before fuse_elementwise, which would take a conv's add and relu into a chain of their own)
   const bool fuse = o.optimize && o.fuse_elementwise && env::fusion_enabled();
   const bool cpu = backend_for(device) == Backend::cpu;
-  if (o.optimize && cpu && any_node(OpId::Conv))
+  if (o.optimize && cpu && (any_node(OpId::Conv) || any_node(OpId::FusedConv)))
     run_pass(p, "prepare_cpu_convs",
              [fuse](const Program& q) { return prepare_cpu_convs(q, fuse); });
   if (o.optimize && cpu && any_node(OpId::MaxPool))

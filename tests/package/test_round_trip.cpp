@@ -176,7 +176,10 @@ TEST(Package, ChannelsLastNodesLoadWithTheirLayoutsKernels) {
   pa.set("channels_last", true);
   const Tensor y = detail::make_node(OpId::MaxPool, {h}, pa)[0];
   ASSERT_EQ(y.shape(), (Shape{2, 3, 3, 8}));
-  auto exe = g.compile(Device::cpu(), {}, {transpose(y, {0, 3, 1, 2}), ref});
+  // (the channels_last pass off: the reference stays NCHW, the hand-made nodes alone NHWC)
+  CompileOptions o;
+  o.kernels.channels_last = false;
+  auto exe = g.compile(Device::cpu(), {}, {transpose(y, {0, 3, 1, 2}), ref}, o);
   const Executable loaded = round_trip(
       exe, {{"x", random_array({2, 6, 7, 4}, f32)}, {"residual", random_array({2, 6, 7, 8}, f32)}},
       "channels_last");
@@ -221,9 +224,12 @@ TEST(Package, ConvWithAFusedEpilogueFromOlderFilesReadsAsFusedConv) {
     } else {
       y = detail::make_node1(OpId::FusedConv, {x, w, b, r}, a);
     }
-    // (fusion off: the reference's conv, add and relu stay apart, the hand-made fused_conv alone)
-    const Executable exe =
-        g.compile(Device::cpu(), {}, {y, ref}, CompileOptions{.fuse_elementwise = false});
+    // (fusion and the channels_last pass off: the reference's conv, add and relu stay apart, the
+    // hand-made fused_conv alone)
+    CompileOptions o;
+    o.fuse_elementwise = false;
+    o.kernels.channels_last = false;
+    const Executable exe = g.compile(Device::cpu(), {}, {y, ref}, o);
     Bytes bytes = saved_bytes(exe, "older_conv");
     // the file as an older writer wrote it: the node's op is conv
     auto* nodes = manifest(bytes)->mutable_nodes();

@@ -46,57 +46,106 @@ Block build(Graph& g, DType t, const Array& w, const Array& b, bool bias, bool r
   return m;
 }
 
+// NHWC (the channels_last pass, which fuses the epilogue itself) or NCHW (prepare_cpu_convs)
+CompileOptions layout(bool nhwc) {
+  CompileOptions o;
+  o.kernels.channels_last = nhwc;
+  return o;
+}
+
 TEST(CpuConvs, EpilogueFusesAndMatchesTheF64Loops) {
-  for (int groups : {1, 4})
-    for (int mask = 0; mask < 6; ++mask) {  // (an epilogue: a residual, a relu or both)
-      const bool bias = mask & 1, residual = mask / 2 != 1, relu_ = mask / 2 != 0;
-      SCOPED_TRACE(
-          fmt::format("groups {} bias {} residual {} relu {}", groups, bias, residual, relu_));
-      const Array w = random_array({12, 8 / groups, 3, 3}, f64), b = random_array({12}, f64);
-      const Array xv = random_array({2, 8, 11, 9}, f64), rv = random_array({2, 12, 11, 9}, f64);
-      Graph g32, g64;
-      const Block m = build(g32, f32, w, b, bias, residual, relu_, false, groups);
-      const Block ref = build(g64, f64, w, b, bias, residual, relu_, false, groups);
-      auto exe = g32.compile(Device::cpu(), {}, {m.out});
-      const auto ops = ops_of(exe);
-      EXPECT_EQ(count(ops, "fused_conv"), 1) << exe.dump();
-      EXPECT_EQ(count(ops, "relu") + count(ops, "add") + count(ops, "fused_elementwise"), 0)
-          << exe.dump();
-      Feeds f32_feeds{{m.x, xv.astype(f32)}}, f64_feeds{{ref.x, xv}};
-      if (residual) {
-        f32_feeds.emplace_back(m.r, rv.astype(f32));
-        f64_feeds.emplace_back(ref.r, rv);
+  for (bool nhwc : {false, true})
+    for (int groups : {1, 4})
+      for (int mask = 0; mask < 6; ++mask) {  // (an epilogue: a residual, a relu or both)
+        const bool bias = mask & 1, residual = mask / 2 != 1, relu_ = mask / 2 != 0;
+        SCOPED_TRACE(fmt::format("nhwc {} groups {} bias {} residual {} relu {}", nhwc, groups,
+                                 bias, residual, relu_));
+        const Array w = random_array({12, 8 / groups, 3, 3}, f64), b = random_array({12}, f64);
+        const Array xv = random_array({2, 8, 11, 9}, f64), rv = random_array({2, 12, 11, 9}, f64);
+        Graph g32, g64;
+        const Block m = build(g32, f32, w, b, bias, residual, relu_, false, groups);
+        const Block ref = build(g64, f64, w, b, bias, residual, relu_, false, groups);
+        auto exe = g32.compile(Device::cpu(), {}, {m.out}, layout(nhwc));
+        const auto ops = ops_of(exe);
+        EXPECT_EQ(count(ops, "fused_conv"), 1) << exe.dump();
+        EXPECT_EQ(count(ops, "transpose") > 0, nhwc) << exe.dump();
+        EXPECT_EQ(count(ops, "relu") + count(ops, "add") + count(ops, "fused_elementwise"), 0)
+            << exe.dump();
+        Feeds f32_feeds{{m.x, xv.astype(f32)}}, f64_feeds{{ref.x, xv}};
+        if (residual) {
+          f32_feeds.emplace_back(m.r, rv.astype(f32));
+          f64_feeds.emplace_back(ref.r, rv);
+        }
+        auto plain = g64.compile(Device::cpu(), {}, {ref.out}, CompileOptions{.optimize = false});
+        const Array want = plain.run(f64_feeds)[0];
+        // 72 products of O(1) values in f32; twice, the second from the weights laid out once
+        for (int run = 0; run < 2; ++run)
+          expect_close(exe.run(f32_feeds)[0], want.shape(), to_f64(want), 1e-5, 1e-5);
       }
-      auto plain = g64.compile(Device::cpu(), {}, {ref.out}, CompileOptions{.optimize = false});
-      const Array want = plain.run(f64_feeds)[0];
-      // 72 products of O(1) values in f32; twice, the second from the weights laid out once
-      for (int run = 0; run < 2; ++run)
-        expect_close(exe.run(f32_feeds)[0], want.shape(), to_f64(want), 1e-5, 1e-5);
-    }
 }
 
 TEST(CpuConvs, NothingFusesWhereAnotherReaderSeesTheConv) {
-  const Array w = random_array({12, 8, 3, 3}, f64), b = random_array({12}, f64);
-  Graph g;
-  const Block m = build(g, f32, w, b, true, false, true, false, 1);
-  auto exe = g.compile(Device::cpu(), {}, {m.out, m.conv_out});
-  const auto ops = ops_of(exe);
-  EXPECT_EQ(count(ops, "fused_conv"), 0) << exe.dump();
-  EXPECT_EQ(count(ops, "conv"), 1) << exe.dump();
-  const Array xv = random_array({2, 8, 11, 9}, f32);
-  const auto got = exe.run({{m.x, xv}});
-  auto plain = g.compile(Device::cpu(), {}, {m.out, m.conv_out}, CompileOptions{.optimize = false});
-  const auto want = plain.run({{m.x, xv}});
-  for (int i = 0; i < 2; ++i) expect_close(got[i], want[i].shape(), to_f64(want[i]), 1e-5, 1e-5);
+  for (bool nhwc : {false, true}) {
+    SCOPED_TRACE(nhwc ? "nhwc" : "nchw");
+    const Array w = random_array({12, 8, 3, 3}, f64), b = random_array({12}, f64);
+    Graph g;
+    const Block m = build(g, f32, w, b, true, false, true, false, 1);
+    auto exe = g.compile(Device::cpu(), {}, {m.out, m.conv_out}, layout(nhwc));
+    const auto ops = ops_of(exe);
+    EXPECT_EQ(count(ops, "fused_conv"), 0) << exe.dump();
+    EXPECT_EQ(count(ops, "conv"), 1) << exe.dump();
+    const Array xv = random_array({2, 8, 11, 9}, f32);
+    const auto got = exe.run({{m.x, xv}});
+    auto plain =
+        g.compile(Device::cpu(), {}, {m.out, m.conv_out}, CompileOptions{.optimize = false});
+    const auto want = plain.run({{m.x, xv}});
+    for (int i = 0; i < 2; ++i) expect_close(got[i], want[i].shape(), to_f64(want[i]), 1e-5, 1e-5);
+  }
 }
 
+// (the channels_last pass fuses its convs' epilogues whatever fuse_elementwise says, as on CUDA)
 TEST(CpuConvs, FusionOffKeepsTheSteps) {
   const Array w = random_array({12, 8, 3, 3}, f64), b = random_array({12}, f64);
   Graph g;
   const Block m = build(g, f32, w, b, true, true, true, false, 1);
-  auto exe = g.compile(Device::cpu(), {}, {m.out}, CompileOptions{.fuse_elementwise = false});
+  CompileOptions o = layout(false);
+  o.fuse_elementwise = false;
+  auto exe = g.compile(Device::cpu(), {}, {m.out}, o);
   EXPECT_EQ(count(ops_of(exe), "fused_conv"), 0) << exe.dump();
   EXPECT_EQ(count(ops_of(exe), "conv"), 1) << exe.dump();
+}
+
+// A small CNN on NHWC (conv, max_pool, conv with a residual, broadcast scale, adaptive average
+// pools): one transpose in, one out, and the f64 loops' results on NCHW.
+TEST(CpuConvs, NhwcChainsMatchTheF64Loops) {
+  auto net = [](Graph& g, DType t, const std::vector<Array>& ws) {
+    const Tensor x = g.placeholder({2, 3, 20, 18}, t, "x");
+    ConvOptions same;
+    same.padding = {1, 1};
+    PoolOptions pool;
+    pool.kernel = {3, 3};
+    pool.stride = {2, 2};
+    pool.padding = {1, 1};
+    Tensor y = relu(conv2d(x, g.constant(ws[0].astype(t)), g.constant(ws[1].astype(t)), same));
+    y = max_pool(y, pool);
+    Tensor z = relu(conv2d(y, g.constant(ws[2].astype(t)), std::nullopt, same) + y);
+    z = z * sigmoid(adaptive_avg_pool(z, {1, 1}));  // a squeeze-and-excitation scale
+    return std::pair{x, adaptive_avg_pool(z, {3, 2})};
+  };
+  const std::vector<Array> ws{random_array({8, 3, 3, 3}, f64), random_array({8}, f64),
+                              random_array({8, 8, 3, 3}, f64, -0.3, 0.3)};
+  Graph g, g64;
+  const auto [x, y] = net(g, f32, ws);
+  const auto [x64, y64] = net(g64, f64, ws);
+  auto exe = g.compile(Device::cpu(), {}, {y});
+  const auto ops = ops_of(exe);
+  EXPECT_EQ(count(ops, "transpose"), 2) << exe.dump();
+  EXPECT_EQ(count(ops, "fused_conv"), 2) << exe.dump();
+  EXPECT_EQ(count(ops, "max_pool") + count(ops, "adaptive_avg_pool"), 3) << exe.dump();
+  auto plain = g64.compile(Device::cpu(), {}, {y64}, CompileOptions{.optimize = false});
+  const Array xv = random_array({2, 3, 20, 18}, f64);
+  const Array want = plain.run({{x64, xv}})[0];
+  expect_close(exe.run({{x, xv.astype(f32)}})[0], want.shape(), to_f64(want), 1e-5, 1e-5);
 }
 
 // A weight that is a variable is read at every run: a new value shows at once (nothing laid out

@@ -33,6 +33,13 @@ BnModel build(Graph& g, DType t, bool conv_bias, bool affine, bool stats_as_vari
   return m;
 }
 
+// Steps other than the transposes around the CPU's NHWC convolutions.
+int steps_but_transposes(const Executable& exe) {
+  int steps = 0;
+  for (const auto& s : exe.placement()) steps += s.op != "transpose";
+  return steps;
+}
+
 TEST(FoldBatchNorm, FoldsIntoTheConvAndKeepsResults) {
   for (DType t : {f32, f64})
     for (int mask = 0; mask < 4; ++mask) {
@@ -42,8 +49,8 @@ TEST(FoldBatchNorm, FoldsIntoTheConvAndKeepsResults) {
       Array xv = random_array({2, 3, 9, 9}, t);
       auto folded = g.compile(Device::cpu(), {}, {m.out});
       auto plain = g.compile(Device::cpu(), {}, {m.out}, CompileOptions{.optimize = false});
-      // conv, relu (f32: one fused_conv, the relu a post-op of its oneDNN primitive)
-      EXPECT_EQ(folded.num_steps(), t == f32 ? 1u : 2u) << folded.dump();
+      // conv, relu (f32: one fused_conv on NHWC, the relu a post-op of its oneDNN primitive)
+      EXPECT_EQ(steps_but_transposes(folded), t == f32 ? 1 : 2) << folded.dump();
       EXPECT_EQ(plain.num_steps(), 3u);
       const Array want = plain.run({{m.x, xv}})[0];
       expect_close(folded.run({{m.x, xv}})[0], want.shape(), to_f64(want), tolerance(t) * 10,
@@ -75,7 +82,7 @@ TEST(FoldBatchNorm, LeavesSharedConvsAndVariablesAlone) {
     Graph g;
     const BnModel m = build(g, f32, true, true, false);
     auto exe = g.compile(Device::cpu(), {}, {m.out, m.conv_out});
-    EXPECT_EQ(exe.num_steps(), 3u) << exe.dump();
+    EXPECT_EQ(steps_but_transposes(exe), 3) << exe.dump();
     Array xv = random_array({2, 3, 9, 9}, f32);
     auto plain =
         g.compile(Device::cpu(), {}, {m.out, m.conv_out}, CompileOptions{.optimize = false});
@@ -86,7 +93,7 @@ TEST(FoldBatchNorm, LeavesSharedConvsAndVariablesAlone) {
     // statistics in a variable can change between runs: not folded
     Graph g;
     const BnModel m = build(g, f32, false, true, true);
-    EXPECT_EQ(g.compile(Device::cpu(), {}, {m.out}).num_steps(), 3u);
+    EXPECT_EQ(steps_but_transposes(g.compile(Device::cpu(), {}, {m.out})), 3);
   }
 }
 

@@ -30,6 +30,9 @@ struct ConvGeom {
   int64_t out_size() const { return out[0] * out[1] * out[2]; }
   /// The node's attributes (geometry in kiln's order, bias).
   const ConvParams* a = nullptr;
+  /// Layout channels_last: x and y are (N, H, W, C), w (O, kh, kw, C/G) (conv only); the sizes
+  /// above are the logical NCHW ones.
+  bool nhwc = false;
 };
 
 using dnnl_dt = dnnl::memory::data_type;
@@ -149,24 +152,32 @@ void conv_transpose_loops(KernelContext& ctx, const ConvGeom& g) {
 }
 
 // oneDNN's weights: (O, I, k...) or (G, O/G, I/G, k...), with strides matching kiln's buffer:
-// (O, C/G, k...) for conv and (C, O/G, k...) for conv_transpose.
+// (O, C/G, k...) for conv, (C, O/G, k...) for conv_transpose, (O, k..., C/G) for an NHWC conv.
 dnnl::memory::desc user_weights_md(const ConvGeom& g, const du::Dims& kernel, dnnl_dt t) {
   const int64_t K = g.k_size(), Cg = g.C / g.G, Og = g.O / g.G;
+  const int64_t tap = g.nhwc ? Cg : 1;  // between kernel taps
   du::Dims dims, strides;
   if (g.G > 1) {
     dims = {g.G, Og, Cg};
-    strides = {Og * Cg * K, g.transpose ? K : Cg * K, g.transpose ? Og * K : K};
+    strides = {Og * Cg * K, g.transpose ? K : Cg * K, g.nhwc ? 1 : (g.transpose ? Og * K : K)};
   } else {
     dims = {g.O, g.C};
-    strides = {g.transpose ? K : g.C * K, g.transpose ? g.O * K : K};
+    strides = {g.transpose ? K : g.C * K, g.nhwc ? 1 : (g.transpose ? g.O * K : K)};
   }
   int64_t inner = K;
   for (int64_t e : kernel) {
     inner /= std::max<int64_t>(e, 1);
     dims.push_back(e);
-    strides.push_back(inner);
+    strides.push_back(inner * tap);
   }
   return du::strided_md(dims, strides, t);
+}
+
+// kiln's buffer of an activation of logical NCHW `dims`: row-major, or NHWC.
+dnnl::memory::desc data_md(const du::Dims& dims, dnnl_dt t, bool nhwc) {
+  if (!nhwc) return du::plain_md(dims, t);
+  const int64_t c = dims[1], h = dims[2], w = dims[3];
+  return du::strided_md(dims, {h * w * c, 1, w * c, c}, t);
 }
 
 // Whether the conv applies fused_conv's epilogue (a residual added, relu) itself: as post-ops of
@@ -220,11 +231,11 @@ du::CachedPrimitive make_conv_primitive(const ConvGeom& g, const du::Dims& src,
     scratch_md = pd.scratchpad_desc();
   }
   du::CachedPrimitive c{prim,
-                        {du::make_arg(DNNL_ARG_SRC, du::plain_md(src, t), src_md),
+                        {du::make_arg(DNNL_ARG_SRC, data_md(src, t, g.nhwc), src_md),
                          du::make_arg(DNNL_ARG_WEIGHTS, wei, wei_md)},
                         scratch_md};
   if (has_bias) c.args.push_back(du::make_arg(DNNL_ARG_BIAS, bias, bias));
-  c.args.push_back(du::make_arg(DNNL_ARG_DST, du::plain_md(dst, t), dst_md, true, residual));
+  c.args.push_back(du::make_arg(DNNL_ARG_DST, data_md(dst, t, g.nhwc), dst_md, true, residual));
   return c;
 }
 
@@ -245,7 +256,10 @@ void conv_dnnl(KernelContext& ctx, const ConvGeom& g) {
   const TensorView &x = ctx.in(0), &w = ctx.in(1), &y = ctx.out(0);
   const int nd = g.nd;
   const auto& p = g.a->pads;
-  const du::Dims kernel(w.shape.begin() + 2, w.shape.end());
+  // logical NCHW shapes (an NHWC node's buffers are described by data_md and user_weights_md)
+  const Shape xs = g.nhwc ? nchw_of(x.shape) : x.shape, ys = g.nhwc ? nchw_of(y.shape) : y.shape;
+  const Shape ws = g.nhwc ? nchw_of(w.shape) : w.shape;
+  const du::Dims kernel(ws.begin() + 2, ws.end());
   const du::Dims& stride = g.a->stride;
   const du::Dims dil = dnnl_dilation(g.a->dilation);
   const du::Dims pad_l(p.begin(), p.begin() + nd), pad_r(p.begin() + nd, p.end());
@@ -261,11 +275,12 @@ void conv_dnnl(KernelContext& ctx, const ConvGeom& g) {
                static_cast<int64_t>(x.dtype),
                static_cast<int64_t>(bias_t),
                residual,
-               relu};
-  for (const Shape* s : {&x.shape, &w.shape, &y.shape}) key.insert(key.end(), s->begin(), s->end());
+               relu,
+               g.nhwc};
+  for (const Shape* s : {&xs, &ws, &ys}) key.insert(key.end(), s->begin(), s->end());
   for (const du::Dims* v : {&stride, &dil, &p}) key.insert(key.end(), v->begin(), v->end());
   auto prim = du::cached(ctx.op_name(), key, [&] {
-    return make_conv_primitive(g, x.shape, kernel, y.shape, stride, dil, pad_l, pad_r, has_bias,
+    return make_conv_primitive(g, xs, kernel, ys, stride, dil, pad_l, pad_r, has_bias,
                                data_type(x.dtype), data_type(bias_t), residual, relu);
   });
   std::vector<void*> buffers{x.data, w.data};
@@ -319,13 +334,23 @@ void convolve(KernelContext& ctx) {
   });
 }
 
+// The geometry of a conv in layout channels_last, from its NHWC buffers.
+ConvGeom nhwc_geometry(const KernelContext& ctx, const ConvParams& a) {
+  ConvGeom g = geometry_of(ctx, a, nchw_of(ctx.in(0).shape), nchw_of(ctx.in(1).shape),
+                           nchw_of(ctx.out(0).shape));
+  g.nhwc = true;
+  return g;
+}
+
 // conv in layout channels_last (x (N, H, W, C), w (O, kh, kw, C/G)), which the channels_last pass
-// gives GPU convolutions: a package made for a GPU runs here through NCHW copies (bf16 through
-// f32 copies too: KernelEntry::half_via_f32). Its output only: fused_conv adds its epilogue.
+// gives the CPU's f32 convolutions (oneDNN reads and writes NHWC as it is) and GPU convolutions
+// (a package made for a GPU runs here; f64 through NCHW copies, bf16 through f32 copies:
+// KernelEntry::half_via_f32). Through the copies, its output only: fused_conv adds its epilogue.
 void conv_channels_last(KernelContext& ctx) {
   const TensorView &x = ctx.in(0), &w = ctx.in(1), &y = ctx.out(0);
   ConvParams spare;
   const ConvParams& a = params_of(ctx, spare);
+  if (const ConvGeom g = nhwc_geometry(ctx, a); dnnl_handles(ctx, g)) return conv_dnnl(ctx, g);
   dispatch_float(x.dtype, ctx.op_name(), [&](auto v) {
     using T = decltype(v);
     auto scratch = [&](const Shape& s) {
@@ -376,6 +401,7 @@ void fused_conv(KernelContext& ctx) {
 void fused_conv_channels_last(KernelContext& ctx) {
   ConvParams spare;
   const ConvParams& a = params_of(ctx, spare);
+  if (const ConvGeom g = nhwc_geometry(ctx, a); dnnl_handles(ctx, g)) return conv_dnnl(ctx, g);
   conv_channels_last(ctx);
   residual_relu(ctx, a);
 }

@@ -8,6 +8,7 @@ void register_elementwise_kernels();
 void register_linalg_kernels();
 void register_conv_kernels();
 void register_pool_kernels();
+void register_pool_nhwc_kernels();
 void register_reduce_kernels();
 void register_norm_kernels();
 void register_transform_kernels();

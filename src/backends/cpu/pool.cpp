@@ -249,7 +249,6 @@ void max_pool(KernelContext& ctx) {
     if constexpr (!std::is_same_v<T, bool>) max_pool_typed<T>(ctx, g, p.no_indices);
   });
 }
-void max_pool_channels_last(KernelContext& ctx) { run_via_nchw(ctx, max_pool); }
 
 // ---- average pooling ----
 
@@ -332,7 +331,6 @@ void adaptive_avg_pool(KernelContext& ctx) {
   dispatch_float(ctx.in(0).dtype, ctx.op_name(),
                  [&](auto t) { adaptive_avg_pool_typed<decltype(t)>(ctx); });
 }
-void adaptive_avg_pool_channels_last(KernelContext& ctx) { run_via_nchw(ctx, adaptive_avg_pool); }
 
 // ---- gradients ----
 
@@ -444,11 +442,8 @@ void register_pool_kernels() {
   register_kernel(OpId::MaxPoolGrad, Backend::cpu, {max_pool_grad, kFloatTypes});
   register_kernel(OpId::AvgPoolGrad, Backend::cpu, {avg_pool_grad, kFloatTypes});
   register_kernel(OpId::AdaptiveAvgPoolGrad, Backend::cpu, {adaptive_avg_pool_grad, kFloatTypes});
-  // channels_last nodes (which the channels_last pass gives GPU programs) through NCHW copies
-  register_kernel(OpId::MaxPool, Backend::cpu, Layout::channels_last,
-                  {max_pool_channels_last, kNumericTypes});
-  register_kernel(OpId::AdaptiveAvgPool, Backend::cpu, Layout::channels_last,
-                  {adaptive_avg_pool_channels_last, kFloatTypes});
+  // channels_last nodes (which the channels_last pass gives GPU training programs) through NCHW
+  // copies (max_pool and adaptive_avg_pool: pool_nhwc.cpp)
   register_kernel(OpId::MaxPoolGrad, Backend::cpu, Layout::channels_last,
                   {max_pool_grad_channels_last, kFloatTypes});
   register_kernel(OpId::AdaptiveAvgPoolGrad, Backend::cpu, Layout::channels_last,

@@ -8,6 +8,7 @@ void register_kernels() {
   register_linalg_kernels();
   register_conv_kernels();
   register_pool_kernels();
+  register_pool_nhwc_kernels();
   register_reduce_kernels();
   register_norm_kernels();
   register_transform_kernels();

@@ -1,0 +1,147 @@
+// CPU kernels of 2-D max pooling and adaptive average pooling in layout channels_last: x (N, H, W,
+// C), y (N, OH, OW, C), which the channels_last pass gives pools between the CPU's NHWC
+// convolutions. Each output position takes its window's taps in the order the NCHW kernels do
+// (row by row), a whole row of C contiguous channels at a time, so the loops over channels
+// vectorize; the results are those of the NCHW kernels bit for bit (max_pool's indices are the
+// same in-plane positions, ih * W + iw).
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+#include "backends/cpu/cpu_common.h"
+#include "backends/cpu/kernels.h"
+#include "ops/pool_params.h"
+
+namespace kiln::cpu {
+
+namespace {
+
+// The taps [lo, hi) of a window of k taps (step dil) starting at `start` that fall in [0, size).
+std::pair<int64_t, int64_t> taps_inside(int64_t start, int64_t k, int64_t dil, int64_t size) {
+  const int64_t lo = start < 0 ? (-start + dil - 1) / dil : 0;
+  const int64_t hi = start >= size ? 0 : std::min(k, (size - start + dil - 1) / dil);
+  return {lo, std::max(lo, hi)};
+}
+
+struct Nhwc {
+  int64_t n, h, w, c, oh, ow;
+  explicit Nhwc(const KernelContext& ctx)
+      : n(ctx.in(0).shape[0]),
+        h(ctx.in(0).shape[1]),
+        w(ctx.in(0).shape[2]),
+        c(ctx.in(0).shape[3]),
+        oh(ctx.out(0).shape[1]),
+        ow(ctx.out(0).shape[2]) {}
+  // output rows (n, oh) per task: about 32K elements of work
+  int64_t grain(int64_t taps) const {
+    return std::max<int64_t>(1, 32768 / std::max<int64_t>(1, ow * c * taps));
+  }
+};
+
+// The first maximum wins; NaN wins (as the NCHW kernels' takes_max). (no_indices: idx is null)
+template <typename T> void max_pool_nhwc_typed(KernelContext& ctx, const PoolParams& p) {
+  const Nhwc s(ctx);
+  const T* x = ctx.in(0).ptr<T>();
+  T* y = ctx.out(0).ptr<T>();
+  int64_t* idx = p.no_indices ? nullptr : ctx.out(1).ptr<int64_t>();
+  const int64_t kh = p.kernel[0], kw = p.kernel[1];
+  ctx.parallel_for(s.n * s.oh, s.grain(kh * kw), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t n = r / s.oh, oh = r % s.oh;
+      const int64_t h0 = oh * p.stride[0] - p.pads[0];
+      const auto [ah, bh] = taps_inside(h0, kh, p.dilation[0], s.h);
+      for (int64_t ow = 0; ow < s.ow; ++ow) {
+        const int64_t w0 = ow * p.stride[1] - p.pads[1];
+        const auto [aw, bw] = taps_inside(w0, kw, p.dilation[1], s.w);
+        T* yo = y + (r * s.ow + ow) * s.c;
+        int64_t* io = idx ? idx + (r * s.ow + ow) * s.c : nullptr;
+        bool first = true;
+        for (int64_t i = ah; i < bh; ++i)
+          for (int64_t j = aw; j < bw; ++j) {
+            const int64_t ih = h0 + i * p.dilation[0], iw = w0 + j * p.dilation[1];
+            const int64_t at = ih * s.w + iw;
+            const T* xv = x + ((n * s.h + ih) * s.w + iw) * s.c;
+            if (first) {
+              std::copy(xv, xv + s.c, yo);
+              if (io) std::fill(io, io + s.c, at);
+              first = false;
+              continue;
+            }
+            if (io) {
+              for (int64_t c = 0; c < s.c; ++c) {
+                const T v = xv[c], b = yo[c];
+                const bool take = v > b || v != v;
+                yo[c] = take ? v : b;
+                io[c] = take ? at : io[c];
+              }
+            } else {
+              for (int64_t c = 0; c < s.c; ++c) {
+                const T v = xv[c], b = yo[c];
+                yo[c] = v > b || v != v ? v : b;
+              }
+            }
+          }
+        if (first) {  // a window of padding only
+          std::fill(yo, yo + s.c, std::numeric_limits<T>::lowest());
+          if (io) std::fill(io, io + s.c, -1);
+        }
+      }
+    }
+  });
+}
+
+void max_pool_nhwc(KernelContext& ctx) {
+  PoolParams spare;
+  const PoolParams& p = params_of(ctx, spare);
+  dispatch(ctx.in(0).dtype, ctx.op_name(), [&](auto t) {
+    using T = decltype(t);
+    if constexpr (!std::is_same_v<T, bool>) max_pool_nhwc_typed<T>(ctx, p);
+  });
+}
+
+// Output o of `out` covers inputs [floor(o*in/out), ceil((o+1)*in/out)); sums in double, row by
+// row, as the NCHW kernel.
+template <typename T> void adaptive_avg_pool_nhwc_typed(KernelContext& ctx) {
+  const Nhwc s(ctx);
+  const T* x = ctx.in(0).ptr<T>();
+  T* y = ctx.out(0).ptr<T>();
+  auto window = [](int64_t o, int64_t in, int64_t out) {
+    return std::pair<int64_t, int64_t>{o * in / out, ((o + 1) * in + out - 1) / out};
+  };
+  const int64_t taps = ((s.h + s.oh - 1) / s.oh) * ((s.w + s.ow - 1) / s.ow);
+  ctx.parallel_for(s.n * s.oh, s.grain(taps), [&](int64_t r0, int64_t r1) {
+    std::vector<double> sum(static_cast<size_t>(s.c));
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t n = r / s.oh, oh = r % s.oh;
+      const auto [h0, h1] = window(oh, s.h, s.oh);
+      for (int64_t ow = 0; ow < s.ow; ++ow) {
+        const auto [w0, w1] = window(ow, s.w, s.ow);
+        std::fill(sum.begin(), sum.end(), 0.0);
+        for (int64_t ih = h0; ih < h1; ++ih)
+          for (int64_t iw = w0; iw < w1; ++iw) {
+            const T* xv = x + ((n * s.h + ih) * s.w + iw) * s.c;
+            for (int64_t c = 0; c < s.c; ++c) sum[c] += xv[c];
+          }
+        const double count = static_cast<double>((h1 - h0) * (w1 - w0));
+        T* yo = y + (r * s.ow + ow) * s.c;
+        for (int64_t c = 0; c < s.c; ++c) yo[c] = static_cast<T>(sum[c] / count);
+      }
+    }
+  });
+}
+
+void adaptive_avg_pool_nhwc(KernelContext& ctx) {
+  dispatch_float(ctx.in(0).dtype, ctx.op_name(),
+                 [&](auto t) { adaptive_avg_pool_nhwc_typed<decltype(t)>(ctx); });
+}
+
+}  // namespace
+
+void register_pool_nhwc_kernels() {
+  register_kernel(OpId::MaxPool, Backend::cpu, Layout::channels_last,
+                  {max_pool_nhwc, kNumericTypes});
+  register_kernel(OpId::AdaptiveAvgPool, Backend::cpu, Layout::channels_last,
+                  {adaptive_avg_pool_nhwc, kFloatTypes});
+}
+
+}  // namespace kiln::cpu
