@@ -3,7 +3,8 @@
 //   conv: stride (nd), pads (2*nd, begins then ends), dilation (nd), groups, has_bias.
 //         Inputs x (N, C, spatial...), w (O, C/groups, kernel...)[, bias (O)]. Attr
 //         channels_last (2-D only, set by the channels_last pass for GPU f16/bf16/TF32 convs):
-//         x (N, H, W, C), w (O, kh, kw, C/groups), output (N, OH, OW, O).
+//         x (N, H, W, C), w (O, kh, kw, C/groups), output (N, OH, OW, O); with attr nchw_x
+//         (the CPU's f32 conv of an image, at most 4 channels) x stays (N, C, H, W).
 //   fused_conv (internal: the channels_last pass fuses a ResNet block's epilogue into its conv):
 //         conv's attributes and inputs, then, with has_residual, a residual of the output's shape
 //         and dtype added to the output, then relu with attr relu. In layout channels_last the
@@ -506,10 +507,11 @@ Grads vjp_conv_grad_weight(const VjpContext& c) {
 }
 
 // The NHWC inputs of a channels_last node: x (and dy), a residual; a weight is (O, kh, kw, C/G).
+// (nchw_x: the CPU's conv of an NCHW image, x stays NCHW)
 bool nhwc_x_and_residual(const Attrs& a, int k, int n) {
-  return k == 0 || (a.b("has_residual", false) && k == n - 1);
+  return (k == 0 && !a.b("nchw_x", false)) || (a.b("has_residual", false) && k == n - 1);
 }
-bool nhwc_x(const Attrs&, int k, int) { return k == 0; }
+bool nhwc_x(const Attrs& a, int k, int) { return k == 0 && !a.b("nchw_x", false); }
 bool nhwc_x_and_dy(const Attrs&, int k, int) { return k <= 1; }
 
 // A stored node's geometry: one value per spatial dim, within bounds.

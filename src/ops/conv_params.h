@@ -29,6 +29,8 @@ struct ConvParams : OpParams {
   /// The weight (input 1) is a constant of the executable (CPU: prepare_cpu_convs), which the
   /// kernel may lay out for its primitive once and keep in `state`.
   bool const_weight = false;
+  /// Layout channels_last with x NCHW (the CPU's conv of an image: nchw_x).
+  bool nchw_x = false;
 
   /// What a kernel keeps with its node between runs (the CPU's constant weights in oneDNN's
   /// layout, for the weight buffer `key`), made and read under `mu`. Shared by copies of the
@@ -55,6 +57,7 @@ struct ConvParams : OpParams {
     p.relu = a.b("relu", false);
     p.tf32 = a.b("tf32", false);
     p.const_weight = a.b("const_weight", false);
+    p.nchw_x = a.b("nchw_x", false);
     const size_t nd = p.stride.size();
     if (p.dilation.size() != nd || p.pads.size() != 2 * nd ||
         (!p.output_padding.empty() && p.output_padding.size() != nd) || p.groups < 1)

@@ -12,8 +12,9 @@
 //     batch_norm_train_grad and 2-D max_pool_grad and adaptive_avg_pool_grad (the training ops
 //     between them, which CUDA runs on NHWC data);
 //   - on the CPU, 2-D f32 convs (inference): oneDNN's brgemm kernels read and write NHWC, and
-//     NCHW data would be reordered in and out around each conv; sums, means, maxima and minima
-//     of NHWC values reduce them on NHWC (their axes moved).
+//     NCHW data would be reordered in and out around each conv (one whose input is an NCHW image
+//     of at most 4 channels reads it as it is: nchw_x); sums, means, maxima and minima of NHWC
+//     values reduce them on NHWC (their axes moved).
 // Each such node gets the attribute channels_last and the values between them stay NHWC: an op
 // that does not care about layout (elementwise with same-shape or 0-d operands, on the CPU also
 // 4-D operands that broadcast; per-tensor quantize and dequantize) runs on NHWC where a reader
@@ -422,9 +423,14 @@ class Rewriter {
                       info(n.inputs[3]).dtype == i8 &&
                       p_.graph.nodes[n.inputs[3].node].op == OpId::Constant;
     const std::optional<ValueRef> image = quantized_image(id);
+    // the CPU: an f32 conv of an image (at most 4 channels) that exists as NCHW only (a graph
+    // input) reads it so (nchw_x): oneDNN lays out the few channels faster than a transpose
+    const bool nchw_x = !cuda_ && n.op == OpId::Conv && !slot(nhwc_, n.inputs[0]) &&
+                        info(n.inputs[0]).shape[1] <= 4;
     for (size_t k = 0; k < n.inputs.size(); ++k) {
       if (k == 0 && image)
         in.push_back(as_nchw(*image));
+      else if (k == 0 && nchw_x) in.push_back(as_nchw(n.inputs[0]));
       else if (khwc_weight(n, k) || (ohwi && k == 3))
         in.push_back(weights_khwc(n.inputs[k]));
       else
@@ -435,6 +441,7 @@ class Rewriter {
     if (n.op == OpId::QuantizedConv && zero_constant(n.inputs[5])) a.set("zero_w_zp", true);
     if (ohwi) a.set("weights_ohwi", true);
     if (image) a.set("quantize_x", true);
+    if (nchw_x) a.set("nchw_x", true);
     std::optional<OpId> fused;
     if (e.last >= 0) {  // the conv with its epilogue: fused_conv
       fused = OpId::FusedConv;

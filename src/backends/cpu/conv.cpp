@@ -31,8 +31,8 @@ struct ConvGeom {
   /// The node's attributes (geometry in kiln's order, bias).
   const ConvParams* a = nullptr;
   /// Layout channels_last: x and y are (N, H, W, C), w (O, kh, kw, C/G) (conv only); the sizes
-  /// above are the logical NCHW ones.
-  bool nhwc = false;
+  /// above are the logical NCHW ones. nchw_x: x stays (N, C, H, W).
+  bool nhwc = false, nchw_x = false;
 };
 
 using dnnl_dt = dnnl::memory::data_type;
@@ -231,7 +231,7 @@ du::CachedPrimitive make_conv_primitive(const ConvGeom& g, const du::Dims& src,
     scratch_md = pd.scratchpad_desc();
   }
   du::CachedPrimitive c{prim,
-                        {du::make_arg(DNNL_ARG_SRC, data_md(src, t, g.nhwc), src_md),
+                        {du::make_arg(DNNL_ARG_SRC, data_md(src, t, g.nhwc && !g.nchw_x), src_md),
                          du::make_arg(DNNL_ARG_WEIGHTS, wei, wei_md)},
                         scratch_md};
   if (has_bias) c.args.push_back(du::make_arg(DNNL_ARG_BIAS, bias, bias));
@@ -257,7 +257,8 @@ void conv_dnnl(KernelContext& ctx, const ConvGeom& g) {
   const int nd = g.nd;
   const auto& p = g.a->pads;
   // logical NCHW shapes (an NHWC node's buffers are described by data_md and user_weights_md)
-  const Shape xs = g.nhwc ? nchw_of(x.shape) : x.shape, ys = g.nhwc ? nchw_of(y.shape) : y.shape;
+  const Shape xs = g.nhwc && !g.nchw_x ? nchw_of(x.shape) : x.shape;
+  const Shape ys = g.nhwc ? nchw_of(y.shape) : y.shape;
   const Shape ws = g.nhwc ? nchw_of(w.shape) : w.shape;
   const du::Dims kernel(ws.begin() + 2, ws.end());
   const du::Dims& stride = g.a->stride;
@@ -276,7 +277,8 @@ void conv_dnnl(KernelContext& ctx, const ConvGeom& g) {
                static_cast<int64_t>(bias_t),
                residual,
                relu,
-               g.nhwc};
+               g.nhwc,
+               g.nchw_x};
   for (const Shape* s : {&xs, &ws, &ys}) key.insert(key.end(), s->begin(), s->end());
   for (const du::Dims* v : {&stride, &dil, &p}) key.insert(key.end(), v->begin(), v->end());
   auto prim = du::cached(ctx.op_name(), key, [&] {
@@ -336,9 +338,11 @@ void convolve(KernelContext& ctx) {
 
 // The geometry of a conv in layout channels_last, from its NHWC buffers.
 ConvGeom nhwc_geometry(const KernelContext& ctx, const ConvParams& a) {
-  ConvGeom g = geometry_of(ctx, a, nchw_of(ctx.in(0).shape), nchw_of(ctx.in(1).shape),
+  const Shape& x = ctx.in(0).shape;
+  ConvGeom g = geometry_of(ctx, a, a.nchw_x ? x : nchw_of(x), nchw_of(ctx.in(1).shape),
                            nchw_of(ctx.out(0).shape));
   g.nhwc = true;
+  g.nchw_x = a.nchw_x;
   return g;
 }
 
@@ -356,8 +360,8 @@ void conv_channels_last(KernelContext& ctx) {
     auto scratch = [&](const Shape& s) {
       return TensorView{ctx.scratch(static_cast<size_t>(numel(s)) * sizeof(T)), s, x.dtype};
     };
-    std::vector<TensorView> in{scratch(nchw_of(x.shape)), scratch(nchw_of(w.shape))};
-    permute4<T>(ctx, x.ptr<T>(), x.shape, in[0].ptr<T>(), kNhwcToNchw);
+    std::vector<TensorView> in{a.nchw_x ? x : scratch(nchw_of(x.shape)), scratch(nchw_of(w.shape))};
+    if (!a.nchw_x) permute4<T>(ctx, x.ptr<T>(), x.shape, in[0].ptr<T>(), kNhwcToNchw);
     permute4<T>(ctx, w.ptr<T>(), w.shape, in[1].ptr<T>(), kNhwcToNchw);
     if (a.has_bias) in.push_back(ctx.in(2));
     const TensorView out = scratch(nchw_of(y.shape));

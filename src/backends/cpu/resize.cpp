@@ -32,15 +32,25 @@ void resize_nearest(KernelContext& ctx, const resize_math::Params& p,
     convert(&p.extrapolation, f64, &fill, x.dtype, 1);
     const U* src = x.ptr<U>();
     U* dst = out.ptr<U>();
-    ctx.parallel_for(out.numel(), 4096, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) {
-        int64_t rem = i, off = 0;
-        for (int d = r - 1; d >= 0 && off >= 0; --d) {
+    // row by row along the last dim: the other dims' offset once per row, then a table lookup
+    // per element
+    const int64_t width = out.shape[r - 1], rows = out.numel() / width;
+    const std::vector<int64_t>& last = at[r - 1];
+    ctx.parallel_for(rows, std::max<int64_t>(1, 4096 / width), [&](int64_t b, int64_t e) {
+      for (int64_t row = b; row < e; ++row) {
+        int64_t rem = row, off = 0;
+        for (int d = r - 2; d >= 0 && off >= 0; --d) {
           const int64_t o = at[d][rem % out.shape[d]];
           rem /= out.shape[d];
           off = o < 0 ? -1 : off + o;
         }
-        dst[i] = off < 0 ? fill : src[off];
+        U* y = dst + row * width;
+        if (off < 0) {
+          std::fill(y, y + width, fill);
+          continue;
+        }
+        const U* xr = src + off;
+        for (int64_t j = 0; j < width; ++j) y[j] = last[j] < 0 ? fill : xr[last[j]];
       }
     });
   });

@@ -142,7 +142,9 @@ StridedDims collapse_transpose(const Shape& in, const std::vector<int64_t>& perm
 }
 
 // Copies in tiles of the output's last dim and the input's contiguous dim `p`, so both the reads
-// and the writes of a tile stay within a few cache lines.
+// and the writes of a tile stay within a few cache lines. A tile holds about T * T elements: where
+// one of the two dims is short (an image's 3 channels to or from NHWC) it is long along the other,
+// and a short output dim is copied column by column (reads contiguous).
 template <typename U>
 void transpose_tiled(const KernelContext& ctx, const U* src, U* dst, const StridedDims& sd, int p) {
   constexpr int64_t T = 32;
@@ -152,7 +154,8 @@ void transpose_tiled(const KernelContext& ctx, const U* src, U* dst, const Strid
   for (int d = 0; d < q; ++d)
     if (d != p) outer.push_back(d);
   const int64_t np = sd.dims[p], nq = sd.dims[q];
-  const int64_t tp = (np + T - 1) / T, tq = (nq + T - 1) / T;
+  const int64_t TP = nq < T ? T * T / nq : T, TQ = np < T ? T * T / np : T;
+  const int64_t tp = (np + TP - 1) / TP, tq = (nq + TQ - 1) / TQ;
   const int64_t tasks = numel(sd.dims) / (np * nq) * tp * tq;
   const int64_t out_p = out_strides[p], in_q = sd.strides[q];
   ctx.parallel_for(tasks, 16, [&](int64_t t0, int64_t t1) {
@@ -164,8 +167,16 @@ void transpose_tiled(const KernelContext& ctx, const U* src, U* dst, const Strid
         in_base += i * sd.strides[*it];
         out_base += i * out_strides[*it];
       }
-      const int64_t p0 = (t % (tp * tq)) / tq * T, q0 = t % tq * T;
-      const int64_t p1 = std::min(p0 + T, np), q1 = std::min(q0 + T, nq);
+      const int64_t p0 = (t % (tp * tq)) / tq * TP, q0 = t % tq * TQ;
+      const int64_t p1 = std::min(p0 + TP, np), q1 = std::min(q0 + TQ, nq);
+      if (nq < 8) {
+        for (int64_t iq = q0; iq < q1; ++iq) {
+          U* o = dst + out_base + iq;
+          const U* s = src + in_base + iq * in_q;
+          for (int64_t ip = p0; ip < p1; ++ip) o[ip * out_p] = s[ip];
+        }
+        continue;
+      }
       for (int64_t ip = p0; ip < p1; ++ip) {
         U* o = dst + out_base + ip * out_p;
         const U* s = src + in_base + ip;

@@ -245,6 +245,12 @@ namespace {
 void conv(KernelContext& ctx) {
   ConvParams spare;
   const ConvParams& a = params_of(ctx, spare);
+  // (a package compiled for the CPU: its first conv may read an NCHW image into NHWC)
+  if (a.nchw_x)
+    fail<UnsupportedError>(
+        "[{}] reads an NCHW input into NHWC output (nchw_x, made for the CPU); CUDA has no such "
+        "kernel: compile the model for CUDA",
+        ctx.op_name());
   const TensorView &x = ctx.in(0), &w = ctx.in(1), &y = ctx.out(0);
   if (y.numel() == 0) return;
   const void* bias = bias_of(ctx, a);
