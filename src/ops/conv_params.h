@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "core/errors.h"
@@ -24,6 +25,11 @@ struct ConvParams : OpParams {
   bool has_bias = false;
   /// fused_conv's epilogue: a last input added to the output, then relu (false for the others).
   bool has_residual = false, relu = false;
+  /// fused_conv's other activations after the residual (the CPU's: prepare_cpu_convs and the
+  /// channels_last pass there): attr activation "clip" (between act_min and act_max),
+  /// "hardswish", "sigmoid" or "silu"; none where the attr is absent.
+  enum class Act { none, clip, hardswish, sigmoid, silu } act = Act::none;
+  double act_min = 0, act_max = 0;
   /// TF32 math may run it (the tf32 pass, CompileOptions::allow_tf32).
   bool tf32 = false;
   /// The weight (input 1) is a constant of the executable (CPU: prepare_cpu_convs), which the
@@ -55,6 +61,21 @@ struct ConvParams : OpParams {
     p.has_bias = a.b("has_bias", false);
     p.has_residual = a.b("has_residual", false);
     p.relu = a.b("relu", false);
+    if (a.has("activation")) {
+      const std::string& act = a.str("activation");
+      p.act = act == "clip"        ? Act::clip
+              : act == "hardswish" ? Act::hardswish
+              : act == "sigmoid"   ? Act::sigmoid
+              : act == "silu"      ? Act::silu
+                                   : Act::none;
+      if (p.act == Act::none || p.relu)
+        fail<ValueError>("[{}] activation {} is not clip, hardswish, sigmoid or silu{}",
+                         op_name(op), act, p.relu ? " (or comes with relu)" : "");
+      if (p.act == Act::clip) {
+        p.act_min = a.f("act_min");
+        p.act_max = a.f("act_max");
+      }
+    }
     p.tf32 = a.b("tf32", false);
     p.const_weight = a.b("const_weight", false);
     p.nchw_x = a.b("nchw_x", false);

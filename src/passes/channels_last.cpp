@@ -117,8 +117,9 @@ class Rewriter {
 
   // (`taken`: nodes another conv's epilogue absorbed already, such as the add of two convs)
   Epilogue epilogue_of(int32_t conv, const std::vector<char>& taken) const {
+    // (the CPU's post-ops take more activations than CUDA's relu epilogue)
     return conv_epilogue(
-        p_, conv, [this](int32_t id) { return sole_reader(id); }, taken);
+        p_, conv, [this](int32_t id) { return sole_reader(id); }, taken, !cuda_);
   }
 
   bool wants_nhwc(const Node& n) const {
@@ -445,8 +446,7 @@ class Rewriter {
     std::optional<OpId> fused;
     if (e.last >= 0) {  // the conv with its epilogue: fused_conv
       fused = OpId::FusedConv;
-      a.set("relu", e.relu);
-      a.set("has_residual", e.residual.has_value());
+      set_epilogue_attrs(p_, e, a);
       if (e.residual) in.push_back(as_nhwc(*e.residual));
     }
     add_like(id, std::move(in), std::move(a), nhwc_, fused);

@@ -1,8 +1,8 @@
 // Convolutions on the CPU:
-//   - conv -> add(., residual) -> relu (either or both, each value read only by the next) becomes
-//     one fused_conv node, whose oneDNN primitive adds the residual and applies the relu as
-//     post-ops while its output is still in cache: one kernel and no pass over the activations
-//     per absorbed node;
+//   - conv -> add(., residual) -> relu, clip, hardswish, sigmoid or silu (either or both, each
+//     value read only by the next) becomes one fused_conv node, whose oneDNN primitive adds the
+//     residual and applies the activation as post-ops while its output is still in cache: one
+//     kernel and no pass over the activations per absorbed node;
 //   - a conv whose weight is a constant gets const_weight: its kernel lays the weight out for
 //     oneDNN once instead of at every run.
 // Only f32 convolutions in plain layout change (the ones oneDNN runs; f64 and the loops' shapes
@@ -18,7 +18,7 @@ using detail::ValueRef;
 
 ConvEpilogue conv_epilogue(const Program& p, int32_t conv,
                            const std::function<int32_t(int32_t)>& sole_reader,
-                           const std::vector<char>& taken) {
+                           const std::vector<char>& taken, bool activations) {
   ConvEpilogue e;
   const auto& nodes = p.graph.nodes;
   const TensorInfo& out = nodes[conv].outputs[0];
@@ -34,13 +34,42 @@ ConvEpilogue conv_epilogue(const Program& p, int32_t conv,
       cur = r;
     }
   }
-  if (int32_t r = sole_reader(cur); r >= 0 && nodes[r].op == OpId::Relu && !taken[r]) {
-    e.relu = true;
-    e.absorbed.push_back(r);
-    cur = r;
+  if (int32_t r = sole_reader(cur); r >= 0 && !taken[r]) {
+    const OpId op = nodes[r].op;
+    if (op == OpId::Relu) {
+      e.relu = true;
+      e.absorbed.push_back(r);
+    } else if (activations && nodes[r].inputs.size() == 1 &&
+               (op == OpId::Clip || op == OpId::Hardswish || op == OpId::Sigmoid ||
+                op == OpId::Silu)) {
+      e.activation = r;
+      e.absorbed.push_back(r);
+    }
   }
   if (!e.absorbed.empty()) e.last = e.absorbed.back();
   return e;
+}
+
+void set_epilogue_attrs(const Program& p, const ConvEpilogue& e, Attrs& a) {
+  a.set("relu", e.relu);
+  a.set("has_residual", e.residual.has_value());
+  if (e.activation < 0) return;
+  const Node& act = p.graph.nodes[e.activation];
+  switch (act.op) {
+    case OpId::Clip:
+      a.set("activation", std::string("clip"));
+      a.set("act_min", act.attrs.f("min"));
+      a.set("act_max", act.attrs.f("max"));
+      break;
+    case OpId::Hardswish:
+      a.set("activation", std::string("hardswish"));
+      break;
+    case OpId::Sigmoid:
+      a.set("activation", std::string("sigmoid"));
+      break;
+    default:
+      a.set("activation", std::string("silu"));
+  }
 }
 
 namespace {
@@ -73,7 +102,7 @@ Program prepare_cpu_convs(const Program& p, bool fuse_epilogues) {
   for (size_t i = 0; i < nodes.size(); ++i) {
     any = any || packable(nodes[i]);
     if (!cpu_conv(nodes[i]) || !fuse_epilogues) continue;
-    ConvEpilogue e = conv_epilogue(p, static_cast<int32_t>(i), sole_reader, taken);
+    ConvEpilogue e = conv_epilogue(p, static_cast<int32_t>(i), sole_reader, taken, true);
     if (e.last < 0) continue;
     for (int32_t a : e.absorbed) taken[a] = 1;
     fused_at[e.last] = static_cast<int32_t>(i);
@@ -100,8 +129,7 @@ Program prepare_cpu_convs(const Program& p, bool fuse_epilogues) {
     for (auto v : conv.inputs) in.push_back(b.remap(v));
     if (e.residual) in.push_back(b.remap(*e.residual));
     Attrs a = conv.attrs;
-    a.set("relu", e.relu);
-    a.set("has_residual", e.residual.has_value());
+    set_epilogue_attrs(p, e, a);
     mark(a, conv);
     const int32_t f = b.graph().add(OpId::FusedConv, std::move(in), std::move(a), conv.name);
     b.graph().nodes[f].origin = nodes[i].origin;

@@ -4,7 +4,9 @@
 // checked against the same graph in f64 without optimization (kiln's loops, not oneDNN).
 #include <fmt/format.h>
 
+#include <functional>
 #include <thread>
+#include <tuple>
 
 #include "support/reference.h"
 
@@ -81,6 +83,46 @@ TEST(CpuConvs, EpilogueFusesAndMatchesTheF64Loops) {
         // 72 products of O(1) values in f32; twice, the second from the weights laid out once
         for (int run = 0; run < 2; ++run)
           expect_close(exe.run(f32_feeds)[0], want.shape(), to_f64(want), 1e-5, 1e-5);
+      }
+}
+
+// clip (relu6), hardswish, sigmoid and silu after a conv (and its residual) are oneDNN post-ops
+// too; the loops' f64 conv and the ops' own math are the reference.
+TEST(CpuConvs, ActivationEpiloguesMatchTheF64Loops) {
+  const std::vector<std::pair<std::string, std::function<Tensor(const Tensor&)>>> acts{
+      {"clip", [](const Tensor& t) { return clip(t, 0.0, 6.0); }},
+      {"hardswish", [](const Tensor& t) { return hardswish(t); }},
+      {"sigmoid", [](const Tensor& t) { return sigmoid(t); }},
+      {"silu", [](const Tensor& t) { return silu(t); }}};
+  for (bool nhwc : {false, true})
+    for (bool residual : {false, true})
+      for (const auto& [name, act] : acts) {
+        SCOPED_TRACE(fmt::format("nhwc {} residual {} {}", nhwc, residual, name));
+        const Array w = random_array({12, 8, 3, 3}, f64, -2, 2), b = random_array({12}, f64);
+        const Array xv = random_array({2, 8, 11, 9}, f64), rv = random_array({2, 12, 11, 9}, f64);
+        auto net = [&](Graph& g, DType t) {
+          const Tensor x = g.placeholder({2, 8, 11, 9}, t, "x");
+          const Tensor r = g.placeholder({2, 12, 11, 9}, t, "r");
+          Tensor y =
+              conv2d(x, g.constant(w.astype(t)), g.constant(b.astype(t)), {.padding = {1, 1}});
+          return std::tuple{x, r, act(residual ? y + r : y)};
+        };
+        Graph g, g64;
+        const auto [x, r, y] = net(g, f32);
+        const auto [x64, r64, y64] = net(g64, f64);
+        auto exe = g.compile(Device::cpu(), {}, {y}, layout(nhwc));
+        const auto ops = ops_of(exe);
+        EXPECT_EQ(count(ops, "fused_conv"), 1) << exe.dump();
+        EXPECT_EQ(count(ops, name) + count(ops, "add") + count(ops, "fused_elementwise"), 0)
+            << exe.dump();
+        auto plain = g64.compile(Device::cpu(), {}, {y64}, CompileOptions{.optimize = false});
+        Feeds f64_feeds{{x64, xv}}, f32_feeds{{x, xv.astype(f32)}};
+        if (residual) {
+          f64_feeds.emplace_back(r64, rv);
+          f32_feeds.emplace_back(r, rv.astype(f32));
+        }
+        const Array want = plain.run(f64_feeds)[0];
+        expect_close(exe.run(f32_feeds)[0], want.shape(), to_f64(want), 2e-5, 2e-5);
       }
 }
 

@@ -5,12 +5,14 @@
 // weight gradient) likewise: oneDNN's backward-weights primitive for f32, loops otherwise.
 #include <algorithm>
 #include <array>
+#include <cstring>
 
 #include "backends/cpu/cpu_common.h"
 #include "backends/cpu/dnnl_util.h"
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/layout.h"
 #include "ops/conv_params.h"
+#include "ops/elementwise_math.h"
 #include "runtime/thread_pool.h"
 
 namespace kiln::cpu {
@@ -183,17 +185,31 @@ dnnl::memory::desc data_md(const du::Dims& dims, dnnl_dt t, bool nhwc) {
 // Whether the conv applies fused_conv's epilogue (a residual added, relu) itself: as post-ops of
 // its oneDNN primitive. (A plain conv run for a fused_conv, as conv_channels_last does, does not.)
 bool with_epilogue(const KernelContext& ctx, const ConvGeom& g) {
-  return ctx.op() == OpId::FusedConv && (g.a->has_residual || g.a->relu);
+  return ctx.op() == OpId::FusedConv &&
+         (g.a->has_residual || g.a->relu || g.a->act != ConvParams::Act::none);
 }
 
+// The epilogue a primitive applies: the residual, then relu or another activation.
+struct Epilogue {
+  bool residual = false, relu = false;
+  ConvParams::Act act = ConvParams::Act::none;
+  float lo = 0, hi = 0;  // clip's bounds
+};
+
 // kiln's attributes (user scratchpad) with the epilogue's post-ops: the residual through a sum
-// (the destination starts as the residual), then relu.
-dnnl::primitive_attr conv_attr(bool residual, bool relu) {
+// (the destination starts as the residual), then the activation.
+dnnl::primitive_attr conv_attr(const Epilogue& e) {
   dnnl::primitive_attr r;
   r.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   dnnl::post_ops ops;
-  if (residual) ops.append_sum(1.f);
-  if (relu) ops.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+  if (e.residual) ops.append_sum(1.f);
+  using Act = ConvParams::Act;
+  using alg = dnnl::algorithm;
+  if (e.relu) ops.append_eltwise(1.f, alg::eltwise_relu, 0.f, 0.f);
+  if (e.act == Act::clip) ops.append_eltwise(1.f, alg::eltwise_clip, e.lo, e.hi);
+  if (e.act == Act::hardswish) ops.append_eltwise(1.f, alg::eltwise_hardswish, 0.f, 0.f);
+  if (e.act == Act::sigmoid) ops.append_eltwise(1.f, alg::eltwise_logistic, 0.f, 0.f);
+  if (e.act == Act::silu) ops.append_eltwise(1.f, alg::eltwise_swish, 1.f, 0.f);
   r.set_post_ops(ops);
   return r;
 }
@@ -203,8 +219,8 @@ du::CachedPrimitive make_conv_primitive(const ConvGeom& g, const du::Dims& src,
                                         const du::Dims& kernel, const du::Dims& dst,
                                         const du::Dims& stride, const du::Dims& dil,
                                         const du::Dims& pad_l, const du::Dims& pad_r, bool has_bias,
-                                        dnnl_dt t, dnnl_dt bias_t, bool residual, bool relu) {
-  const dnnl::primitive_attr attr = conv_attr(residual, relu);
+                                        dnnl_dt t, dnnl_dt bias_t, const Epilogue& epilogue) {
+  const dnnl::primitive_attr attr = conv_attr(epilogue);
   const auto wei = user_weights_md(g, kernel, t);
   const auto bias = has_bias ? du::plain_md({g.O}, bias_t) : dnnl::memory::desc();
   auto any = [&](const du::Dims& d) {
@@ -235,7 +251,8 @@ du::CachedPrimitive make_conv_primitive(const ConvGeom& g, const du::Dims& src,
                          du::make_arg(DNNL_ARG_WEIGHTS, wei, wei_md)},
                         scratch_md};
   if (has_bias) c.args.push_back(du::make_arg(DNNL_ARG_BIAS, bias, bias));
-  c.args.push_back(du::make_arg(DNNL_ARG_DST, data_md(dst, t, g.nhwc), dst_md, true, residual));
+  c.args.push_back(
+      du::make_arg(DNNL_ARG_DST, data_md(dst, t, g.nhwc), dst_md, true, epilogue.residual));
   return c;
 }
 
@@ -265,8 +282,13 @@ void conv_dnnl(KernelContext& ctx, const ConvGeom& g) {
   const du::Dims dil = dnnl_dilation(g.a->dilation);
   const du::Dims pad_l(p.begin(), p.begin() + nd), pad_r(p.begin() + nd, p.end());
   const bool has_bias = g.a->has_bias;
-  const bool epilogue = with_epilogue(ctx, g);
-  const bool residual = epilogue && g.a->has_residual, relu = epilogue && g.a->relu;
+  Epilogue e;
+  if (with_epilogue(ctx, g))
+    e = {g.a->has_residual, g.a->relu, g.a->act, static_cast<float>(g.a->act_min),
+         static_cast<float>(g.a->act_max)};
+  int64_t bounds = 0;  // (clip's two f32 bounds, bit for bit)
+  std::memcpy(&bounds, &e.lo, sizeof(float));
+  std::memcpy(reinterpret_cast<char*>(&bounds) + sizeof(float), &e.hi, sizeof(float));
 
   const DType bias_t = has_bias ? ctx.in(2).dtype : DType::f32;
   du::Dims key{static_cast<int64_t>(g.transpose ? OpId::ConvTranspose : OpId::Conv),
@@ -275,15 +297,17 @@ void conv_dnnl(KernelContext& ctx, const ConvGeom& g) {
                has_bias,
                static_cast<int64_t>(x.dtype),
                static_cast<int64_t>(bias_t),
-               residual,
-               relu,
+               e.residual,
+               e.relu,
+               static_cast<int64_t>(e.act),
+               bounds,
                g.nhwc,
                g.nchw_x};
   for (const Shape* s : {&xs, &ws, &ys}) key.insert(key.end(), s->begin(), s->end());
   for (const du::Dims* v : {&stride, &dil, &p}) key.insert(key.end(), v->begin(), v->end());
   auto prim = du::cached(ctx.op_name(), key, [&] {
     return make_conv_primitive(g, xs, kernel, ys, stride, dil, pad_l, pad_r, has_bias,
-                               data_type(x.dtype), data_type(bias_t), residual, relu);
+                               data_type(x.dtype), data_type(bias_t), e);
   });
   std::vector<void*> buffers{x.data, w.data};
   // constant weights are laid out for the primitive once, on the first run (kept with the node)
@@ -304,8 +328,8 @@ void conv_dnnl(KernelContext& ctx, const ConvGeom& g) {
   }
   if (has_bias) buffers.push_back(ctx.in(2).data);
   buffers.push_back(y.data);
-  du::execute(ctx.op_name(), *prim, buffers, residual ? ctx.in(ctx.num_inputs() - 1).data : nullptr,
-              packed ? 1 : -1);
+  du::execute(ctx.op_name(), *prim, buffers,
+              e.residual ? ctx.in(ctx.num_inputs() - 1).data : nullptr, packed ? 1 : -1);
 }
 
 // oneDNN has no output_padding: it reads it from the output size, which works while it is
@@ -373,19 +397,26 @@ void conv_channels_last(KernelContext& ctx) {
   });
 }
 
-// fused_conv's epilogue over its output, in place: + the residual (its last input), then relu.
+// fused_conv's epilogue over its output, in place: + the residual (its last input), then relu or
+// the other activation (the ops' own math).
 void residual_relu(KernelContext& ctx, const ConvParams& a) {
-  if (!a.has_residual && !a.relu) return;
+  using Act = ConvParams::Act;
+  if (!a.has_residual && !a.relu && a.act == Act::none) return;
   const TensorView& y = ctx.out(0);
   dispatch_float(y.dtype, ctx.op_name(), [&](auto v) {
     using T = decltype(v);
     T* Y = y.ptr<T>();
     const T* R = a.has_residual ? ctx.in(ctx.num_inputs() - 1).ptr<T>() : nullptr;
-    const bool relu = a.relu;
+    const math::Clip<T> clip{static_cast<T>(a.act_min), static_cast<T>(a.act_max)};
     ctx.parallel_for(y.numel(), 16384, [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i) {
         T r = R ? static_cast<T>(Y[i] + R[i]) : Y[i];
-        Y[i] = relu && r < T(0) ? T(0) : r;
+        if (a.relu) r = math::Relu<T>{}(r);
+        if (a.act == Act::clip) r = clip(r);
+        if (a.act == Act::hardswish) r = math::Hardswish<T>{}(r);
+        if (a.act == Act::sigmoid) r = math::Sigmoid<T>{}(r);
+        if (a.act == Act::silu) r = math::Silu<T>{}(r);
+        Y[i] = r;
       }
     });
   });

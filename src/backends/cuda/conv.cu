@@ -187,6 +187,14 @@ int64_t prod(const std::vector<int64_t>& v) {
 
 namespace conv_detail {
 
+void refuse_cpu_only(const KernelContext& ctx, const ConvParams& a) {
+  if (a.nchw_x || a.act != ConvParams::Act::none)
+    fail<UnsupportedError>(
+        "[{}] was made for the CPU ({}); CUDA has no such kernel: compile the model for CUDA",
+        ctx.op_name(),
+        a.nchw_x ? "an NCHW image read into NHWC: nchw_x" : "an activation other than relu");
+}
+
 const void* bias_of(const KernelContext& ctx, const ConvParams& a) {
   return a.has_bias ? ctx.in(2).data : nullptr;
 }
@@ -245,12 +253,6 @@ namespace {
 void conv(KernelContext& ctx) {
   ConvParams spare;
   const ConvParams& a = params_of(ctx, spare);
-  // (a package compiled for the CPU: its first conv may read an NCHW image into NHWC)
-  if (a.nchw_x)
-    fail<UnsupportedError>(
-        "[{}] reads an NCHW input into NHWC output (nchw_x, made for the CPU); CUDA has no such "
-        "kernel: compile the model for CUDA",
-        ctx.op_name());
   const TensorView &x = ctx.in(0), &w = ctx.in(1), &y = ctx.out(0);
   if (y.numel() == 0) return;
   const void* bias = bias_of(ctx, a);
@@ -273,6 +275,7 @@ void fused_conv(KernelContext& ctx) {
   conv(ctx);
   ConvParams spare;
   const ConvParams& a = params_of(ctx, spare);
+  refuse_cpu_only(ctx, a);
   const TensorView& y = ctx.out(0);
   if (y.numel() == 0) return;
   add_residual_relu(ctx, y, a.has_residual ? ctx.in(ctx.num_inputs() - 1).data : nullptr, a.relu);

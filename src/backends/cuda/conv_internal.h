@@ -125,6 +125,9 @@ void run_pass(KernelContext& ctx, Pass pass, const Problem& full, DType t, const
               const void* w, const void* y, void* out);
 
 // conv.cu
+/// Throws UnsupportedError for a conv node only the CPU runs (a package compiled for the CPU:
+/// nchw_x, or a fused_conv activation other than relu).
+void refuse_cpu_only(const KernelContext& ctx, const ConvParams& a);
 const void* bias_of(const KernelContext& ctx, const ConvParams& a);
 ConvCall conv_call(OpId op, const ConvParams& a, const Shape& in0, const Shape& in1,
                    const Shape& out0);

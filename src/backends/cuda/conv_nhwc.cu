@@ -265,6 +265,7 @@ void conv_nhwc(KernelContext& ctx) {
   auto nchw = [](const Shape& s) { return Shape{s[0], s[3], s[1], s[2]}; };
   ConvParams spare;
   const ConvParams& a = params_of(ctx, spare);
+  refuse_cpu_only(ctx, a);
   const ConvCall c = conv_call(OpId::Conv, a, nchw(x.shape), nchw(w.shape), nchw(y.shape));
   const void* bias = bias_of(ctx, a);
   if (!c.direct || x.numel() == 0 || w.numel() == 0 || y.numel() > UINT32_MAX)
