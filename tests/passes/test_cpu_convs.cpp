@@ -96,7 +96,10 @@ TEST(CpuConvs, ActivationEpiloguesMatchTheF64Loops) {
       {"silu", [](const Tensor& t) { return silu(t); }}};
   for (bool nhwc : {false, true})
     for (bool residual : {false, true})
-      for (const auto& [name, act] : acts) {
+      for (const auto& named : acts) {
+        // (not a structured binding: clang 14 cannot capture one in the lambda below)
+        const std::string& name = named.first;
+        const auto& act = named.second;
         SCOPED_TRACE(fmt::format("nhwc {} residual {} {}", nhwc, residual, name));
         const Array w = random_array({12, 8, 3, 3}, f64, -2, 2), b = random_array({12}, f64);
         const Array xv = random_array({2, 8, 11, 9}, f64), rv = random_array({2, 12, 11, 9}, f64);
