@@ -5,10 +5,12 @@
 //         channels_last (2-D only, set by the channels_last pass for GPU f16/bf16/TF32 convs):
 //         x (N, H, W, C), w (O, kh, kw, C/groups), output (N, OH, OW, O); with attr nchw_x
 //         (the CPU's f32 conv of an image, at most 4 channels) x stays (N, C, H, W).
-//   fused_conv (internal: the channels_last pass fuses a ResNet block's epilogue into its conv):
-//         conv's attributes and inputs, then, with has_residual, a residual of the output's shape
-//         and dtype added to the output, then relu with attr relu. In layout channels_last the
-//         residual is NHWC too. Passes build it after autodiff: it has no gradient rule.
+//   fused_conv (internal: the channels_last pass and the CPU's prepare_cpu_convs fuse a conv's
+//         epilogue into it): conv's attributes and inputs, then, with has_residual, a residual of
+//         the output's shape and dtype added to the output, then relu with attr relu, or (the
+//         CPU's) attr activation "clip" (act_min, act_max), "hardswish", "sigmoid" or "silu". In
+//         layout channels_last the residual is NHWC too. Passes build it after autodiff: it has
+//         no gradient rule.
 //   conv_transpose: the same plus output_padding (nd).
 //         Inputs x (N, C, spatial...), w (C, O/groups, kernel...)[, bias (O)].
 //   conv_grad_weight: conv's stride, pads, dilation, groups plus weight_shape; inputs x and the

@@ -129,6 +129,34 @@ TEST(CpuConvs, ActivationEpiloguesMatchTheF64Loops) {
       }
 }
 
+// A package keeps the CPU's epilogues (activation and its bounds, const_weight, nchw_x): loaded,
+// it runs the same fused nodes and gives the same bits.
+TEST(CpuConvs, PackagesKeepTheEpilogues) {
+  Graph g;
+  const Tensor x = g.placeholder({2, 3, 12, 10}, f32, "x");
+  const Tensor w1 = g.constant(random_array({8, 3, 3, 3}, f32)),
+               w2 = g.constant(random_array({8, 8, 1, 1}, f32));
+  Tensor y = clip(conv2d(x, w1, std::nullopt, {.padding = {1, 1}}), 0.0, 6.0);
+  y = hardswish(conv2d(y, w2) + y);
+  auto exe = g.compile(Device::cpu(), {}, {y});
+  EXPECT_EQ(count(ops_of(exe), "fused_conv"), 2) << exe.dump();
+  const std::string path = ::testing::TempDir() + "cpu_epilogues.kiln";
+  exe.save(path);
+  const Executable loaded = Executable::load(path, Device::cpu());
+  EXPECT_EQ(count(ops_of(loaded), "fused_conv"), 2) << loaded.dump();
+  const Array xv = random_array({2, 3, 12, 10}, f32);
+  const auto a = exe.run({{x, xv}})[0].to_vector<float>();
+  const auto b = loaded.run({{"x", xv}})[0].to_vector<float>();
+  EXPECT_EQ(a, b);
+  // on CUDA, which has no such kernels (an activation other than relu, nchw_x), a run fails loudly
+  if (cuda_device_count() > 0)
+    expect_error<UnsupportedError>(
+        [&] {
+          Executable::load(path, Device::cuda(0)).run({{"x", xv}});
+        },
+        {"made for the CPU"});
+}
+
 TEST(CpuConvs, NothingFusesWhereAnotherReaderSeesTheConv) {
   for (bool nhwc : {false, true}) {
     SCOPED_TRACE(nhwc ? "nhwc" : "nchw");
