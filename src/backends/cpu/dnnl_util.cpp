@@ -195,8 +195,7 @@ std::shared_ptr<void> reordered(const char* op, const Arg& a, const void* data) 
   try {
     dnnl::stream s(engine());
     dnnl::memory from(a.user, engine(), const_cast<void*>(data)), to(a.chosen, engine(), out.get());
-    dnnl::reorder(dnnl::reorder::primitive_desc(engine(), a.user, engine(), a.chosen))
-        .execute(s, from, to);
+    a.reorder->execute(s, from, to);  // (an input's: user to chosen)
     s.wait();
   } catch (const dnnl::error& e) {
     fail<UnsupportedError>("[{}] oneDNN failed: {}", op, e.what());

@@ -68,8 +68,9 @@ std::shared_ptr<const CachedPrimitive> cached(const char* op, const Dims& key,
 /// (from reordered()).
 void execute(const char* op, const CachedPrimitive& p, const std::vector<void*>& buffers,
              const void* dst_init = nullptr, int chosen_arg = -1);
-/// `data` (in a's user layout) converted to the layout a's primitive wants, in new memory: for an
-/// input that stays the same over calls (constant weights), converted once.
+/// `data` (in a's user layout) converted to the layout a's primitive wants, in new memory, by a's
+/// own reorder: for an input (with a reorder) that stays the same over calls (constant weights),
+/// converted once.
 std::shared_ptr<void> reordered(const char* op, const Arg& a, const void* data);
 
 }  // namespace kiln::cpu::dnnl_util
