@@ -67,13 +67,16 @@ struct KernelEnv {
 /// scatter_nd); error_info [1] is the dim the first component indexes, [2] the tuple length.
 /// sequence_length: a length (the rnn family's seq_lens) outside [0, error_info[2]].
 /// slice_start: assign_slice's start (the value) of a dim (the position) out of range.
+/// trip_count: a while_loop recorded on the device whose condition still held after its
+/// max_trip_count (the value) iterations.
 enum class ErrorKind : int64_t {
   index_on_axis = 0,
   label = 1,
   plane_index = 2,
   index_tuple = 3,
   sequence_length = 4,
-  slice_start = 5
+  slice_start = 5,
+  trip_count = 6
 };
 
 class KernelContext {

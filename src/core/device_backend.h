@@ -106,6 +106,53 @@ class DeviceBackend {
   virtual void launch_graph(int device, void* graph, void* stream) {}
   virtual void destroy_graph(int device, void* graph) {}
 
+  // Conditional nodes of recorded runs (CUDA graphs' IF and WHILE nodes): a control op recorded
+  // into a run branches and loops on the device, its bodies recorded into the node's body graphs.
+  // Every call below is made while `stream` records (begin_capture, or a body's stream).
+
+  /// Whether runs holding control ops can be recorded (conditional nodes exist).
+  virtual bool can_record_conditionals() { return false; }
+  /// A new condition of the graph `stream` is recording into, false at each launch until set.
+  virtual uint64_t create_condition(int device, void* stream) { return 0; }
+  /// How a condition is set by the work enqueued on the device (set_condition).
+  struct ConditionUpdate {
+    /// predicate: condition = *value (a bool) and, with `counter`, no more than max_trips
+    /// true evaluations after the first; count: condition = *counter < *value (a trip count of
+    /// integer type `count_type`).
+    enum Kind { predicate, count } kind = predicate;
+    const void* value = nullptr;
+    DType count_type = DType::i64;
+    /// The loop's device counter (may be null for a predicate): set to 0 when `first`, else
+    /// incremented before the condition is evaluated.
+    int64_t* counter = nullptr;
+    bool first = true;
+    /// A predicate that still holds after max_trips evaluations that followed the first ends the
+    /// loop and reports the count in `errors` (an error slot, KernelEnv::errors). -1: no limit.
+    int64_t max_trips = -1;
+    int64_t* errors = nullptr;
+  };
+  /// A device-to-device copy of set_condition.
+  struct DeviceCopy {
+    void* dst = nullptr;
+    const void* src = nullptr;
+    size_t bytes = 0;
+  };
+  /// Enqueues on `stream` the evaluation of condition `handle`, in one kernel with `copies` (a
+  /// loop's results into its carried values; none may write what the condition reads).
+  virtual void set_condition(int device, void* stream, uint64_t handle, const ConditionUpdate& u,
+                             const std::vector<DeviceCopy>& copies = {}) {}
+  /// Adds to the recording on `stream`, after the work recorded so far, a node that runs its
+  /// bodies while (`loop`) or if `handle` holds: one body for a loop, two for an if (the second
+  /// runs when it does not hold). Returns the bodies' graphs; the stream's next work follows
+  /// the node.
+  virtual std::vector<void*> add_conditional(int device, void* stream, uint64_t handle, bool loop,
+                                             int bodies) {
+    return {};
+  }
+  /// A stream recording into `body` (a graph add_conditional returned), and its end.
+  virtual void* begin_body(int device, void* body) { return nullptr; }
+  virtual void end_body(int device, void* stream) {}
+
   // Timing events (KILN_STEP_TIMES=device, the profiler): recorded on a stream without waiting;
   // the device time between two of them once both have completed.
   virtual void* create_timing_event(int device) { return nullptr; }

@@ -1,9 +1,15 @@
 // cond, while_loop and for_loop at run time. Each body is an executable of its own, compiled with
-// the outer executable for its device and options at the shapes of the node's inputs. The node's
-// kernel runs on the host: it reads the predicate (or the trip count), runs the body's
-// executable on the outer run's stream with the operands as feeds (no copy), and copies the last
-// results into the node's outputs. On a GPU that is one wait for the stream per body run (and per
-// predicate read): the loop is driven from the host.
+// the outer executable for its device and options at the shapes of the node's inputs.
+//
+// Run step by step, the node's kernel runs on the host: it reads the predicate (or the trip
+// count), runs the body's executable on the outer run's stream with the operands as feeds (no
+// copy), and copies the last results into the node's outputs. On a GPU that is one wait for the
+// stream per body run (and per predicate read): the loop is driven from the host.
+//
+// Recorded into a run (a CUDA graph, recording_in_progress), the node becomes a conditional node
+// and the loop stays on the device: the bodies' steps are recorded into the node's body graphs,
+// with buffers of the recording, and a one-thread kernel sets the condition from the predicate
+// (or the device counter against the trip count) before the node and at the end of each body.
 #include "runtime/control.h"
 
 #include <fmt/format.h>
@@ -95,8 +101,228 @@ std::vector<Array> inputs_of(const KernelContext& ctx, const Place& w, int from)
   return out;
 }
 
+// ---- Recorded as conditional nodes ----
+
+using Recording = ExecutableImpl::Recording;
+using Update = DeviceBackend::ConditionUpdate;
+
+size_t bytes_of(const TensorView& v) { return static_cast<size_t>(v.numel()) * size_of(v.dtype); }
+bool overlap(const TensorView& a, const TensorView& b) {
+  const char *p = static_cast<const char*>(a.data), *q = static_cast<const char*>(b.data);
+  return bytes_of(a) && bytes_of(b) && p < q + bytes_of(b) && q < p + bytes_of(a);
+}
+
+// A control op being recorded: its values in buffers of the recording, its bodies' steps
+// recorded on a given stream.
+struct Recorder {
+  Recording& rec;
+  const Place& w;
+
+  DeviceBackend& b() const { return *w.b; }
+  int dev() const { return w.device.index; }
+  TensorView buffer(const Shape& shape, DType t) {
+    rec.buffers.push_back(device_array(*w.b, w.device, shape, t, rec.stream));
+    return {rec.buffers.back().data(), shape, t};
+  }
+  std::vector<TensorView> body(const CompiledBody& c, const std::vector<TensorView>& operands,
+                               void* stream) {
+    std::vector<const void*> feeds(c.exe->program.graph.nodes.size(), nullptr);
+    for (size_t k = 0; k < c.feed_node.size(); ++k)
+      if (c.feed_node[k] >= 0) feeds[c.feed_node[k]] = operands[k].data;
+    return record_body(c.exe, rec, stream, feeds);
+  }
+  // from[k] into to[k] for every k, as if all were read before any is written: a source that
+  // some destination overlaps is first copied into a buffer on `stream` (a body that swaps two
+  // carried values returns each one's operand as the other's result). Returns the copies left
+  // to make.
+  std::vector<DeviceBackend::DeviceCopy> copies(const std::vector<TensorView>& from,
+                                                const std::vector<TensorView>& to, void* stream) {
+    std::vector<DeviceBackend::DeviceCopy> out;
+    for (size_t k = 0; k < from.size(); ++k) {
+      if (from[k].data == to[k].data || !bytes_of(to[k])) continue;
+      const void* src = from[k].data;
+      bool staged = false;
+      for (const TensorView& d : to) staged = staged || overlap(from[k], d);
+      if (staged) src = stage(from[k], stream).data;
+      out.push_back({to[k].data, src, bytes_of(to[k])});
+    }
+    return out;
+  }
+  // A copy of `v` in a buffer of the recording, made on `stream`.
+  TensorView stage(const TensorView& v, void* stream) {
+    const TensorView t = buffer(v.shape, v.dtype);
+    b().copy_async(dev(), t.data, false, v.data, false, bytes_of(v), stream);
+    return t;
+  }
+  void copy_all(const std::vector<TensorView>& from, const std::vector<TensorView>& to,
+                void* stream) {
+    for (const auto& c : copies(from, to, stream))
+      b().copy_async(dev(), c.dst, false, c.src, false, c.bytes, stream);
+  }
+  // The node's outputs as the loop's carried values, unless one shares bytes with an input (then
+  // buffers of the recording, copied out after the loop: `own`).
+  std::vector<TensorView> carried_state(const KernelContext& ctx, bool* own) {
+    *own = false;
+    for (int k = 0; k < ctx.num_outputs(); ++k)
+      for (int j = 0; j < ctx.num_inputs(); ++j) *own = *own || overlap(ctx.out(k), ctx.in(j));
+    std::vector<TensorView> state;
+    for (int k = 0; k < ctx.num_outputs(); ++k)
+      state.push_back(*own ? buffer(ctx.out(k).shape, ctx.out(k).dtype) : ctx.out(k));
+    return state;
+  }
+};
+
+// A stream recording into a conditional node's body, ended however the recording goes.
+class BodyStream {
+ public:
+  BodyStream(DeviceBackend& b, int dev, void* graph)
+      : b_(b), dev_(dev), stream_(b.begin_body(dev, graph)) {}
+  ~BodyStream() {
+    if (!stream_) return;
+    try {
+      b_.end_body(dev_, stream_);
+    } catch (...) {  // (the recording is failing already)
+    }
+  }
+  BodyStream(const BodyStream&) = delete;
+  BodyStream& operator=(const BodyStream&) = delete;
+  void* stream() const { return stream_; }
+  void end() {
+    void* s = stream_;
+    stream_ = nullptr;
+    b_.end_body(dev_, s);
+  }
+
+ private:
+  DeviceBackend& b_;
+  int dev_;
+  void* stream_;
+};
+
+std::vector<TensorView> inputs_from(const KernelContext& ctx, int from, int to) {
+  std::vector<TensorView> v;
+  for (int k = from; k < to; ++k) v.push_back(ctx.in(k));
+  return v;
+}
+
+// cond as an IF node with an else body; each branch ends by copying its results into the node's
+// outputs.
+void record_cond(KernelContext& ctx, Recorder& r) {
+  const auto& bodies = bodies_of(ctx).bodies;
+  const uint64_t h = r.b().create_condition(r.dev(), r.w.stream);
+  Update u;
+  u.value = ctx.in(0).data;
+  r.b().set_condition(r.dev(), r.w.stream, h, u);
+  const std::vector<void*> graphs = r.b().add_conditional(r.dev(), r.w.stream, h, false, 2);
+  const std::vector<TensorView> operands = inputs_from(ctx, 1, ctx.num_inputs());
+  std::vector<TensorView> outs;
+  for (int k = 0; k < ctx.num_outputs(); ++k) outs.push_back(ctx.out(k));
+  for (int branch = 0; branch < 2; ++branch) {
+    BodyStream s(r.b(), r.dev(), graphs[branch]);
+    r.copy_all(r.body(bodies[branch], operands, s.stream()), outs, s.stream());
+    s.end();
+  }
+}
+
+// while_loop as a WHILE node: the condition evaluated once before it, then the body (and the
+// condition on its results) per iteration, the results copied into the carried values.
+void record_while(KernelContext& ctx, Recorder& r) {
+  const auto& bodies = bodies_of(ctx).bodies;
+  const size_t carried = static_cast<size_t>(ctx.num_outputs());
+  bool own = false;
+  std::vector<TensorView> state = r.carried_state(ctx, &own);
+  r.copy_all(inputs_from(ctx, 0, static_cast<int>(carried)), state, r.w.stream);
+  std::vector<TensorView> operands = state;  // carried, then captured
+  for (const TensorView& v : inputs_from(ctx, static_cast<int>(carried), ctx.num_inputs()))
+    operands.push_back(v);
+  Update u;
+  u.value = r.body(bodies[0], operands, r.w.stream)[0].data;
+  u.counter = static_cast<int64_t*>(r.buffer({}, i64).data);
+  u.max_trips = ctx.attrs().i("max_trip_count", -1);
+  u.errors = ctx.error_slot();
+  if (ctx.error_info()) ctx.error_info()[0] = static_cast<int64_t>(ErrorKind::trip_count);
+  const uint64_t h = r.b().create_condition(r.dev(), r.w.stream);
+  r.b().set_condition(r.dev(), r.w.stream, h, u);
+  const std::vector<void*> graphs = r.b().add_conditional(r.dev(), r.w.stream, h, true, 1);
+  {
+    BodyStream s(r.b(), r.dev(), graphs[0]);
+    const bool one_run = bodies.size() == 3;  // the step: body and condition together
+    std::vector<TensorView> next = r.body(bodies[one_run ? 2 : 1], operands, s.stream());
+    TensorView pred;
+    if (one_run) {
+      pred = next.back();
+      next.pop_back();
+    }
+    // the results into the carried values, in the kernel that sets the condition
+    std::vector<DeviceBackend::DeviceCopy> copies = r.copies(next, state, s.stream());
+    if (!one_run) {  // the condition reads the new carried values: copies first
+      for (const auto& c : copies)
+        r.b().copy_async(r.dev(), c.dst, false, c.src, false, c.bytes, s.stream());
+      copies.clear();
+      pred = r.body(bodies[0], operands, s.stream())[0];
+    }
+    bool written = false;  // (the copies must not write what the condition reads)
+    for (const TensorView& v : state) written = written || overlap(pred, v);
+    if (written && !copies.empty()) pred = r.stage(pred, s.stream());
+    u.value = pred.data;
+    u.first = false;
+    r.b().set_condition(r.dev(), s.stream(), h, u, copies);
+    s.end();
+  }
+  if (own) {
+    std::vector<TensorView> outs;
+    for (size_t k = 0; k < carried; ++k) outs.push_back(ctx.out(static_cast<int>(k)));
+    r.copy_all(state, outs, r.w.stream);
+  }
+}
+
+// for_loop as a WHILE node over a device counter against the trip count.
+void record_for(KernelContext& ctx, Recorder& r) {
+  const auto& body = bodies_of(ctx).bodies[0];
+  const int carried = ctx.num_outputs();
+  bool own = false;
+  std::vector<TensorView> state = r.carried_state(ctx, &own);
+  r.copy_all(inputs_from(ctx, 1, 1 + carried), state, r.w.stream);
+  Update u;
+  u.kind = Update::count;
+  u.value = ctx.in(0).data;
+  u.count_type = ctx.in(0).dtype;
+  const TensorView counter = r.buffer({}, i64);
+  u.counter = static_cast<int64_t*>(counter.data);
+  std::vector<TensorView> operands{counter};  // the counter, carried, captured
+  for (const TensorView& v : state) operands.push_back(v);
+  for (const TensorView& v : inputs_from(ctx, 1 + carried, ctx.num_inputs())) operands.push_back(v);
+  const uint64_t h = r.b().create_condition(r.dev(), r.w.stream);
+  r.b().set_condition(r.dev(), r.w.stream, h, u);
+  const std::vector<void*> graphs = r.b().add_conditional(r.dev(), r.w.stream, h, true, 1);
+  {
+    BodyStream s(r.b(), r.dev(), graphs[0]);
+    const auto copies = r.copies(r.body(body, operands, s.stream()), state, s.stream());
+    u.first = false;
+    r.b().set_condition(r.dev(), s.stream(), h, u, copies);
+    s.end();
+  }
+  if (own) {
+    std::vector<TensorView> outs;
+    for (int k = 0; k < carried; ++k) outs.push_back(ctx.out(k));
+    r.copy_all(state, outs, r.w.stream);
+  }
+}
+
+// Records the node when a run is being recorded on a device: returns false when it should run.
+bool recorded(KernelContext& ctx, const Place& w, void (*record)(KernelContext&, Recorder&)) {
+  Recording* rec = w.b ? recording_in_progress() : nullptr;
+  if (!rec) return false;
+  Recorder r{*rec, w};
+  record(ctx, r);
+  return true;
+}
+
+// ---- Run from the host ----
+
 template <Backend B> void cond_kernel(KernelContext& ctx) {
   const Place w = place_of(ctx, B);
+  if (recorded(ctx, w, record_cond)) return;
   const auto& bodies = bodies_of(ctx).bodies;
   const bool taken = read_bool(wrap(ctx.in(0), w), w);
   // the branch taken, as a span of the profiler (its body's run nested in it)
@@ -107,6 +333,7 @@ template <Backend B> void cond_kernel(KernelContext& ctx) {
 
 template <Backend B> void while_loop_kernel(KernelContext& ctx) {
   const Place w = place_of(ctx, B);
+  if (recorded(ctx, w, record_while)) return;
   const auto& bodies = bodies_of(ctx).bodies;
   const int64_t max_trips = ctx.attrs().i("max_trip_count", -1);
   std::vector<Array> values = inputs_of(ctx, w, 0);  // carried, then captured
@@ -133,6 +360,7 @@ template <Backend B> void while_loop_kernel(KernelContext& ctx) {
 
 template <Backend B> void for_loop_kernel(KernelContext& ctx) {
   const Place w = place_of(ctx, B);
+  if (recorded(ctx, w, record_for)) return;
   const auto& body = bodies_of(ctx).bodies[0];
   std::vector<Array> values = inputs_of(ctx, w, 0);  // the counter, carried, captured
   const int64_t n = read_int(values[0], w);
@@ -186,6 +414,14 @@ std::shared_ptr<const OpParams> compile_bodies(const Program& p, const Node& n,
   return out;
 }
 
+std::string bodies_capture_blocker(const Node& n) {
+  if (!n.params) return "its bodies are not compiled";
+  for (const CompiledBody& body : params_as<ControlBodies>(*n.params).bodies)
+    if (std::string why = capture_blocker(*body.exe); !why.empty())
+      return fmt::format("a body: {}", why);
+  return {};
+}
+
 void register_control_dispatch(Backend backend) {
   const bool cpu = backend == Backend::cpu;
   auto entry = [](KernelFn fn) {
@@ -197,8 +433,10 @@ void register_control_dispatch(Backend backend) {
   };
   register_kernel(OpId::Cond, backend,
                   entry(cpu ? cond_kernel<Backend::cpu> : cond_kernel<Backend::cuda>));
-  register_kernel(OpId::WhileLoop, backend,
-                  entry(cpu ? while_loop_kernel<Backend::cpu> : while_loop_kernel<Backend::cuda>));
+  KernelEntry loop =
+      entry(cpu ? while_loop_kernel<Backend::cpu> : while_loop_kernel<Backend::cuda>);
+  loop.reports_errors = !cpu;  // max_trip_count, when recorded on the device
+  register_kernel(OpId::WhileLoop, backend, loop);
   register_kernel(OpId::ForLoop, backend,
                   entry(cpu ? for_loop_kernel<Backend::cpu> : for_loop_kernel<Backend::cuda>));
 }

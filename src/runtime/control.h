@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "core/op_params.h"
 #include "runtime/executable_impl.h"
@@ -13,6 +14,9 @@ namespace kiln::detail {
 /// of the node's inputs: the node's params, which its kernels read.
 std::shared_ptr<const OpParams> compile_bodies(const Program& p, const Node& n,
                                                const ExecutableImpl& impl);
+/// Why the bodies of control node `n` (compiled) cannot be recorded into a run as conditional
+/// nodes; empty when they can.
+std::string bodies_capture_blocker(const Node& n);
 /// Registers the kernels of cond, while_loop and for_loop on `backend` (called from the
 /// backends' registrations, src/backends/*/control.cpp).
 void register_control_dispatch(Backend backend);

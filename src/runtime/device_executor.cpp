@@ -78,12 +78,19 @@ void check_error_slots(const ExecutableImpl& x, const ExecutableImpl::DeviceSlot
                              n.attrs.str("variable", ""), x.program.graph.info(n.inputs[0]).shape,
                              x.program.graph.info(n.inputs[1]).shape, pos, value),
                          where);
+      case ErrorKind::trip_count:
+        fail<ValueError>("[{}] the condition still holds after max_trip_count = {} iterations {}",
+                         op_name(n.op), value, where);
       case ErrorKind::index_on_axis:
         break;
     }
     fail<ValueError>("[{}] index {} out of range for axis {} of size {} {}", op_name(n.op), value,
                      info[1], info[2], where);
   }
+}
+
+void check_body_error_slots(const ExecutableImpl::Recording& rec) {
+  for (const auto& [body, slot] : rec.body_errors) check_error_slots(*body, slot);
 }
 
 std::vector<Array> run_device(ExecutableImpl& x, const std::vector<const Array*>& feed_by_node,

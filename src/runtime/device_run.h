@@ -54,14 +54,19 @@ inline void set_error_slot(const detail::ExecutableImpl& x, detail::ExecutableIm
 void check_error_slots(const detail::ExecutableImpl& x,
                        const detail::ExecutableImpl::DeviceSlot& slot);
 
+/// The error slots of the control ops' bodies a replay of `rec` ran (copied to the host): throws
+/// like check_error_slots for the first that reported.
+void check_body_error_slots(const detail::ExecutableImpl::Recording& rec);
+
 /// The end of a run whose work is on the lease's stream: the error slots come back to the host,
-/// then (once the stream has passed the run) they are checked, the returned aliases filled
-/// (`alias` gives a placeholder's value) and the slot given back. Without `deferred` this waits
-/// for the stream and returns the outputs; with it, it returns nothing and leaves that to
-/// *deferred.
+/// then (once the stream has passed the run) they are checked (with those of the bodies of
+/// `replayed`, the recording the run replayed, when given), the returned aliases filled (`alias`
+/// gives a placeholder's value) and the slot given back. Without `deferred` this waits for the
+/// stream and returns the outputs; with it, it returns nothing and leaves that to *deferred.
 template <typename Alias>
 std::vector<Array> end_run(std::shared_ptr<SlotLease> lease, std::vector<Array> outputs,
-                           Alias alias, Finish* deferred) {
+                           Alias alias, Finish* deferred,
+                           const detail::ExecutableImpl::Recording* replayed = nullptr) {
   detail::ExecutableImpl& x = lease->x;
   auto& slot = lease->slot;
   DeviceBackend& b = *x.backend;
@@ -69,8 +74,10 @@ std::vector<Array> end_run(std::shared_ptr<SlotLease> lease, std::vector<Array> 
   const size_t error_bytes = 2 * sizeof(int64_t) * x.steps.size();
   if (x.reports_errors)
     b.copy_to_pinned_async(dev, slot.errors_host, slot.errors->data, error_bytes, lease->stream);
-  Finish finish = [lease, outputs = std::move(outputs), alias = std::move(alias)]() mutable {
+  Finish finish = [lease, outputs = std::move(outputs), alias = std::move(alias),
+                   replayed]() mutable {
     if (lease->x.reports_errors) check_error_slots(lease->x, lease->slot);
+    if (replayed) check_body_error_slots(*replayed);
     lease->ok = true;
     fill_aliases(lease->x, outputs, alias);
     return std::move(outputs);
@@ -94,5 +101,17 @@ bool recording_pays(const detail::ExecutableImpl& x, const std::vector<const Arr
 /// has run then.
 bool run_recorded(std::shared_ptr<SlotLease> lease, const std::vector<const Array*>& feed_by_node,
                   std::vector<Array>& result, Finish* deferred);
+
+/// While the calling thread records a run: the recording (control ops record their bodies into
+/// it as conditional nodes); nullptr otherwise.
+detail::ExecutableImpl::Recording* recording_in_progress();
+/// Records the steps of `body` (a control op's compiled body) on `stream`, a stream recording
+/// into `rec`'s graph or into one of its conditional nodes' bodies: placeholders read `feeds` (by
+/// program node id; device pointers that stay valid for as long as the recording), the body's
+/// arena and results get buffers of the recording, and its error slots join the recording's.
+/// Returns the views of the body's returned values.
+std::vector<TensorView> record_body(const std::shared_ptr<detail::ExecutableImpl>& body,
+                                    detail::ExecutableImpl::Recording& rec, void* stream,
+                                    const std::vector<const void*>& feeds);
 
 }  // namespace kiln

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <atomic>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -53,23 +54,7 @@ struct ExecutableImpl {
   // (stream, arena) pairs not in use by a run.
   DeviceBackend* backend = nullptr;
   std::vector<int32_t> variables;  // program node ids
-  // A run recorded on a slot's stream (CompileOptions::capture): the CUDA graph, the variable
-  // pointers it was recorded with, the input and output buffers it reads and writes, and the
-  // scratch blocks its kernels use (kept until the recording is dropped).
-  struct Recording {
-    DeviceBackend* backend = nullptr;
-    int device = 0;
-    void* graph = nullptr;
-    std::vector<void*> signature;
-    std::vector<Array> feeds;    // by program node id (placeholders)
-    std::vector<Array> outputs;  // by returned index
-    std::vector<std::pair<size_t, void*>> scratch;
-    std::vector<size_t> free_scratch;  // indices into scratch released while recording
-    Recording(DeviceBackend* b, int dev) : backend(b), device(dev) {}
-    Recording(const Recording&) = delete;
-    Recording& operator=(const Recording&) = delete;
-    ~Recording();
-  };
+  struct Recording;
   struct DeviceSlot {
     int64_t runs = 0;  // finished runs on this slot
     std::shared_ptr<Recording> recording;
@@ -80,6 +65,29 @@ struct ExecutableImpl {
     std::shared_ptr<Storage> errors;
     int64_t* errors_host = nullptr;
     std::vector<int64_t> error_info;
+  };
+  // A run recorded on a slot's stream (CompileOptions::capture): the CUDA graph, the variable
+  // pointers it was recorded with, the input and output buffers it reads and writes, and the
+  // scratch blocks its kernels use (kept until the recording is dropped). Control ops recorded as
+  // conditional nodes add their bodies' buffers (arenas, results, carried values, counters) and
+  // the error slots of bodies that report errors (checked after each replay).
+  struct Recording {
+    DeviceBackend* backend = nullptr;
+    int device = 0;
+    void* stream = nullptr;  // recorded on (the key of its scratch in the device's allocator)
+    void* graph = nullptr;
+    std::vector<void*> signature;
+    std::vector<Array> feeds;    // by program node id (placeholders)
+    std::vector<Array> outputs;  // by returned index
+    std::vector<std::pair<size_t, void*>> scratch;
+    std::vector<size_t> free_scratch;  // indices into scratch released while recording
+    std::vector<Array> buffers;
+    // (a deque: a body's slot stays in place while the bodies nested in it add theirs)
+    std::deque<std::pair<std::shared_ptr<const ExecutableImpl>, DeviceSlot>> body_errors;
+    Recording(DeviceBackend* b, int dev) : backend(b), device(dev) {}
+    Recording(const Recording&) = delete;
+    Recording& operator=(const Recording&) = delete;
+    ~Recording();
   };
   bool reports_errors = false;  // some step's kernel may report rejected inputs
   bool many_shapes = false;     // a dynamic executable's specialization (KernelEnv::many_shapes)

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/op_registry.h"
+#include "runtime/control.h"
 #include "runtime/device_run.h"
 #include "runtime/env.h"
 #include "runtime/log.h"
@@ -20,6 +21,8 @@ namespace detail {
 ExecutableImpl::Recording::~Recording() {
   if (graph) backend->destroy_graph(device, graph);
   for (auto& [bytes, p] : scratch) backend->release(device, p);
+  for (auto& body : body_errors)
+    if (body.second.errors_host) backend->release_mapped(body.second.errors_host);
 }
 }  // namespace detail
 
@@ -36,13 +39,20 @@ std::string capture_blocker(const ExecutableImpl& x) {
       return fmt::format("%{} {} falls back to the cpu", st.node, op_name(op));
     if (op == OpId::AllReduce || op == OpId::CollectiveWait)
       return fmt::format("%{} {} talks to other ranks", st.node, op_name(op));
-    if (!x.program.graph.nodes[st.node].bodies.empty())
+    const Node& n = x.program.graph.nodes[st.node];
+    if (n.bodies.empty()) continue;
+    if (!x.backend->can_record_conditionals())
       return fmt::format("%{} {} runs its bodies from the host", st.node, op_name(op));
+    if (std::string why = detail::bodies_capture_blocker(n); !why.empty())
+      return fmt::format("%{} {}: {}", st.node, op_name(op), why);
   }
   return {};
 }
 
 namespace {
+// The recording the calling thread is making (control ops record their bodies into it).
+thread_local ExecutableImpl::Recording* recording_now = nullptr;
+
 // Scratch memory of kernels while a run is recorded: blocks are reused only within the recording
 // (its kernels run in order on one stream) and kept for as long as it can be replayed. `user` is
 // the recording (KernelEnv::user).
@@ -60,7 +70,8 @@ void* recording_allocate(void* user, int device, size_t bytes, void* stream) {
     r.free_scratch.erase(r.free_scratch.begin() + static_cast<std::ptrdiff_t>(best));
     return p;
   }
-  void* p = r.backend->allocate(device, bytes, stream);
+  // (on the recorded stream: a body's kernels are recorded from a stream of their own)
+  void* p = r.backend->allocate(device, bytes, r.stream);
   r.scratch.emplace_back(bytes, p);
   return p;
 }
@@ -70,6 +81,12 @@ void recording_release(void* user, int, void* p) {
   for (size_t i = 0; i < r.scratch.size(); ++i)
     if (r.scratch[i].second == p) r.free_scratch.push_back(i);
 }
+
+struct RecordingScope {
+  ExecutableImpl::Recording* before = recording_now;
+  explicit RecordingScope(ExecutableImpl::Recording* r) { recording_now = r; }
+  ~RecordingScope() { recording_now = before; }
+};
 
 // Records every step of `x` on `stream` into a new recording with buffers of its own for
 // feeds and outputs. Returns nullptr, with the reason in `why`, when some call cannot be
@@ -82,6 +99,7 @@ std::shared_ptr<ExecutableImpl::Recording> record_run(ExecutableImpl& x,
   DeviceBackend& b = *x.backend;
   const int dev = x.device.index;
   auto rec = std::make_shared<ExecutableImpl::Recording>(&b, dev);
+  rec->stream = stream;
   rec->signature = std::move(signature);
   rec->feeds.resize(nodes.size());
   for (int32_t ph : x.placeholders)
@@ -104,6 +122,7 @@ std::shared_ptr<ExecutableImpl::Recording> record_run(ExecutableImpl& x,
   };
   b.begin_capture(dev, stream);
   try {
+    RecordingScope now(rec.get());
     run_steps(x, view, run, StepObservers{});
   } catch (const std::exception& e) {
     std::string ignored;
@@ -117,11 +136,57 @@ std::shared_ptr<ExecutableImpl::Recording> record_run(ExecutableImpl& x,
 }
 }  // namespace
 
+ExecutableImpl::Recording* recording_in_progress() { return recording_now; }
+
+std::vector<TensorView> record_body(const std::shared_ptr<ExecutableImpl>& body,
+                                    ExecutableImpl::Recording& rec, void* stream,
+                                    const std::vector<const void*>& feeds) {
+  ExecutableImpl& x = *body;
+  DeviceBackend& b = *x.backend;
+  const int dev = x.device.index;
+  auto make = [&](const Shape& s, DType t) {
+    rec.buffers.push_back(device_array(b, x.device, s, t, rec.stream));
+    return rec.buffers.back();
+  };
+  char* base = x.plan.arena_bytes
+                   ? static_cast<char*>(make({static_cast<int64_t>(x.plan.arena_bytes)}, u8).data())
+                   : nullptr;
+  const std::vector<Array> outputs = allocate_outputs(x, make);
+  ExecutableImpl::DeviceSlot slot;
+  if (x.reports_errors) {
+    const size_t words = 2 * x.steps.size();
+    slot.errors = make({static_cast<int64_t>(words)}, i64).storage();
+    slot.errors_host = static_cast<int64_t*>(b.allocate_mapped(words * sizeof(int64_t)));
+    slot.error_info.assign(3 * x.steps.size(), 0);
+  }
+  auto feed_data = [&](int32_t ph) { return feeds[ph]; };
+  auto view = [&](ValueRef v) { return value_view(x, v, feed_data, base, outputs); };
+  KernelEnv kenv = step_kernel_env(x, b, dev, stream);
+  kenv.allocate = recording_allocate;
+  kenv.release = recording_release;
+  kenv.user = &rec;
+  // (error_info is filled while encoding: the slot joins the recording before its steps)
+  if (x.reports_errors) rec.body_errors.emplace_back(body, std::move(slot));
+  ExecutableImpl::DeviceSlot& kept = x.reports_errors ? rec.body_errors.back().second : slot;
+  auto run = [&](size_t k, const Step& st, const Node& n, const std::vector<TensorView>& in,
+                 const std::vector<TensorView>& out) {
+    set_error_slot(x, kept, k, kenv);
+    run_device_kernel(*st.kernel, st.backend, n, in, out, x.pool, kenv);
+  };
+  run_steps(x, view, run, StepObservers{});
+  std::vector<TensorView> results;
+  for (size_t k = 0; k < x.program.num_returned; ++k) results.push_back(view(x.program.outputs[k]));
+  return results;
+}
+
 // A replay is worth its copies when device feeds copied into the recording's buffers and outputs
 // copied out (about 0.5 us per MiB on a GPU) cost less than the launches saved (about 2-4 us per
 // step). (A 2-step max-pool pass over 250 MB of feeds and outputs runs faster step by step.)
+// A control op pays always: a loop on the device saves a wait for the stream per iteration.
 bool recording_pays(const ExecutableImpl& x, const std::vector<const Array*>& feed_by_node) {
   constexpr size_t kBytesPerStep = size_t{4} << 20;
+  for (const Step& st : x.steps)
+    if (!x.program.graph.nodes[st.node].bodies.empty()) return true;
   size_t bytes = 0;
   for (int32_t ph : x.placeholders)
     if (feed_by_node[ph]->device().kind != Device::Kind::cpu) bytes += feed_by_node[ph]->nbytes();
@@ -165,7 +230,11 @@ bool run_recorded(std::shared_ptr<SlotLease> lease, const std::vector<const Arra
   }
   const size_t error_bytes = 2 * sizeof(int64_t) * x.steps.size();
   if (x.reports_errors) b.memset_async(dev, slot.errors->data, 0xff, error_bytes, stream);
+  for (auto& [body, s] : rec.body_errors)
+    b.memset_async(dev, s.errors->data, 0xff, s.errors->bytes, stream);
   b.launch_graph(dev, rec.graph, stream);
+  for (auto& [body, s] : rec.body_errors)
+    b.copy_to_pinned_async(dev, s.errors_host, s.errors->data, s.errors->bytes, stream);
   std::vector<Array> outputs(x.program.num_returned);
   for (size_t k = 0; k < x.program.num_returned; ++k) {
     ValueRef v = x.program.outputs[k];
@@ -179,8 +248,10 @@ bool run_recorded(std::shared_ptr<SlotLease> lease, const std::vector<const Arra
     b.copy_async(dev, outputs[k].data(), false, from->data(), false, from->nbytes(), stream);
   }
   ++x.replays;
-  result = end_run(std::move(lease), std::move(outputs),
-                   [feed_by_node](int32_t ph) { return *feed_by_node[ph]; }, deferred);
+  const ExecutableImpl::Recording* replayed = slot.recording.get();
+  result = end_run(
+      std::move(lease), std::move(outputs),
+      [feed_by_node](int32_t ph) { return *feed_by_node[ph]; }, deferred, replayed);
   return true;
 }
 

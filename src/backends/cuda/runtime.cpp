@@ -12,11 +12,12 @@
 #include <vector>
 
 #include "backends/cuda/allocator.h"
+#include "backends/cuda/control_nodes.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/fused_elementwise.h"
 #include "backends/cuda/tuning.h"
-#include "core/errors.h"
 #include "core/device_backend.h"
+#include "core/errors.h"
 #include "runtime/thread_pool.h"
 
 namespace kiln::cuda {
@@ -305,6 +306,29 @@ class CudaBackend final : public DeviceBackend {
   void destroy_graph(int device, void* graph) override {
     DeviceScope g(device);
     cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph));
+  }
+  bool can_record_conditionals() override { return true; }
+  uint64_t create_condition(int device, void* stream) override {
+    DeviceScope g(device);
+    return cuda::create_condition(static_cast<cudaStream_t>(stream));
+  }
+  void set_condition(int device, void* stream, uint64_t handle, const ConditionUpdate& u,
+                     const std::vector<DeviceCopy>& copies) override {
+    DeviceScope g(device);
+    cuda::set_condition(static_cast<cudaStream_t>(stream), handle, u, copies);
+  }
+  std::vector<void*> add_conditional(int device, void* stream, uint64_t handle, bool loop,
+                                     int bodies) override {
+    DeviceScope g(device);
+    return cuda::add_conditional(static_cast<cudaStream_t>(stream), handle, loop, bodies);
+  }
+  void* begin_body(int device, void* body) override {
+    DeviceScope g(device);
+    return cuda::begin_body(device, static_cast<cudaGraph_t>(body));
+  }
+  void end_body(int device, void* stream) override {
+    DeviceScope g(device);
+    cuda::end_body(device, static_cast<cudaStream_t>(stream));
   }
   void* create_timing_event(int device) override {
     DeviceScope g(device);
