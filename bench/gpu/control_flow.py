@@ -78,10 +78,11 @@ def main():
     for capture, how in ((True, "on the device"), (False, "host-driven")):
         if not dev.startswith("cuda") and capture:
             continue
-        ew = g.compile([xw], device=kdev, capture=capture)
+        opts = kiln.CompileOptions(capture=capture)
+        ew = g.compile([xw], device=kdev, options=opts)
         np.testing.assert_allclose(ew.run(feeds)[0].numpy(), want, rtol=1e-3, atol=1e-3)
         rows.append((f"kiln while_loop ({how})", best_us(lambda: ew.run(feeds), a.reps, n)))
-        ef = g2.compile([xf], device=kdev, capture=capture)
+        ef = g2.compile([xf], device=kdev, options=opts)
         np.testing.assert_allclose(ef.run(feeds2)[0].numpy(), want, rtol=1e-3, atol=1e-3)
         rows.append((f"kiln for_loop ({how})", best_us(lambda: ef.run(feeds2), a.reps, n)))
         if capture:

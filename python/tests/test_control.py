@@ -101,3 +101,33 @@ def test_gradients_through_cond_and_for_loop(rng):
     d = np.zeros_like(wv)
     d[2, 1] = eps
     assert abs((f(hv, wv + d) - f(hv, wv - d)) / (2 * eps) - gw[2, 1]) < 1e-6
+
+
+def test_loops_recorded_on_the_gpu(rng):
+    """On a GPU the loop is a conditional node of the run's CUDA graph from the second run on:
+    the same results as with capture off, and numpy's."""
+    if kiln.cuda_device_count() == 0:
+        pytest.skip("no CUDA device")
+    g = kiln.Graph()
+    x0 = g.placeholder([257], kiln.f32, "x0")
+    n = g.placeholder([], kiln.i64, "n")
+    i0 = g.placeholder([], kiln.i64, "i0")
+    _, x = kiln.while_loop([i0, x0], lambda i, x: i < n, lambda i, x: [i + 1, x * 0.9 + 0.5])
+    (y,) = kiln.for_loop(
+        n, [x], lambda i, y: kiln.cond(i < 2, [y], lambda a: [a * 2.0], lambda a: [a - 1.0])
+    )
+    recorded = g.compile([y], device="cuda:0")
+    stepwise = g.compile([y], device="cuda:0", options=kiln.CompileOptions(capture=False))
+    for trips in (3, 0, 5, 1):
+        xv = rng.standard_normal(257).astype(np.float32)
+        want = xv.astype(np.float64)
+        for _ in range(trips):
+            want = want * 0.9 + 0.5
+        for k in range(trips):
+            want = want * 2 if k < 2 else want - 1
+        feeds = {x0: xv, n: np.array(trips), i0: np.array(0)}
+        np.testing.assert_allclose(recorded.run(feeds)[0].numpy(), want, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(stepwise.run(feeds)[0].numpy(), want, rtol=1e-5, atol=1e-5)
+    assert recorded.capture_status == "recorded once, replayed from the second run"
+    assert recorded.replayed_runs >= 3
+    assert stepwise.replayed_runs == 0
