@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,17 @@ struct ImportOptions {
   /// Directory that external data files are read from; import(path) uses the model's directory.
   /// Empty: a model with external data is an IoError.
   std::string external_data_dir;
+};
+
+/// Raised by import when kiln needs, while importing, a value that comes from graph inputs not
+/// given in ImportOptions::input_values (a Reshape's shape, a Slice's starts, a Loop's trip count
+/// with scan outputs): `inputs` names those graph inputs. Session gives them from each run's
+/// feeds.
+class InputValuesNeeded : public UnsupportedError {
+ public:
+  InputValuesNeeded(const std::string& what, std::vector<std::string> names)
+      : UnsupportedError(what), inputs(std::move(names)) {}
+  std::vector<std::string> inputs;
 };
 
 /// A graph input or output of the imported model.
@@ -79,6 +91,49 @@ struct Model {
 Model import(const std::string& path, const ImportOptions& options = {});
 /// Imports a serialized ModelProto.
 Model import_bytes(const void* data, size_t size, const ImportOptions& options = {});
+
+struct SessionOptions {
+  /// Shapes, values and the external data directory, as for import (values given here hold for
+  /// every run; a shape given here fixes that input's dims).
+  ImportOptions import;
+  CompileOptions compile;
+  /// Imports kept, one per distinct set of run-time input values; the least recently used goes
+  /// first.
+  size_t max_imports = 8;
+};
+
+/// An ONNX model that runs any feeds the model allows, as ONNX Runtime's sessions do. Inputs whose
+/// values kiln needs while importing (shapes, axes, pads, repeats or trip counts that the model
+/// takes as graph inputs: InputValuesNeeded names them) are read from each run's feeds, and the
+/// model is imported and compiled once per distinct set of their values; a device feed of such an
+/// input is copied to the host to be read. The other inputs keep their dynamic dims. Safe to run
+/// from several threads.
+class Session {
+ public:
+  /// Reads the model file (errors as import's); external data comes from its directory unless
+  /// options.import names one.
+  explicit Session(const std::string& path, Device device = default_device(),
+                   SessionOptions options = {});
+  /// A session over a serialized ModelProto.
+  static Session from_bytes(const void* data, size_t size, Device device = default_device(),
+                            SessionOptions options = {});
+  /// Runs with feeds by input name (every input of the model); returns its outputs in order.
+  /// Throws ValueError for a missing or unknown feed.
+  std::vector<Array> run(const std::map<std::string, Array>& feeds) const;
+  /// The inputs whose run-time values select an import, in the order they were found.
+  std::vector<std::string> value_inputs() const;
+  /// Imports (each with its compile) made so far, and those kept.
+  int64_t imports() const;
+  size_t kept() const;
+  /// The model as the last import made it (inputs, outputs, op histogram); the first import is
+  /// made with the session, or at the first run when it needs input values (null until then).
+  std::shared_ptr<const Model> model() const;
+
+ private:
+  struct Impl;
+  explicit Session(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+  std::shared_ptr<Impl> impl_;
+};
 
 /// One line of kiln's ONNX op table: `op_type` from default-domain opset `since_version` on.
 struct OpSupport {

@@ -122,6 +122,42 @@ void bind_onnx(nb::module_& m) {
       },
       "Every (op type, since version) the importer maps.");
   o.def("is_supported", &onnx::is_supported, nb::arg("op_type"), nb::arg("opset"));
+  nb::class_<onnx::Session>(
+      o, "Session",
+      "An ONNX model that runs any feeds the model allows: inputs whose values kiln needs while "
+      "importing (shapes, axes, pads, repeats, trip counts taken as graph inputs) are read from "
+      "each run's feeds, and the model is imported and compiled once per distinct set of them.")
+      .def(
+          "__init__",
+          [](onnx::Session* s, const std::string& path, std::optional<Device> device,
+             const std::map<std::string, std::vector<int64_t>>& shapes, nb::handle values,
+             std::optional<CompileOptions> options, size_t max_imports) {
+            onnx::SessionOptions so;
+            so.import = import_options(shapes, values, -1, "");
+            so.compile = options.value_or(CompileOptions{});
+            so.max_imports = max_imports;
+            const Device d = device ? *device : default_device();
+            nb::gil_scoped_release release;
+            new (s) onnx::Session(path, d, so);
+          },
+          nb::arg("path"), nb::arg("device") = nb::none(),
+          nb::arg("input_shapes") = std::map<std::string, std::vector<int64_t>>{},
+          nb::arg("input_values") = nb::none(), nb::arg("options") = nb::none(),
+          nb::arg("max_imports") = 8)
+      .def(
+          "run",
+          [](const onnx::Session& s, nb::handle feeds) {
+            std::map<std::string, Array> by_name;
+            for (auto [k, v] : as_dict(feeds, "feeds"))
+              by_name.emplace(nb::cast<std::string>(k), to_array(v));
+            nb::gil_scoped_release release;
+            return s.run(by_name);
+          },
+          nb::arg("feeds"), "Runs with {input name: array}; returns the outputs in order.")
+      .def_prop_ro("value_inputs", &onnx::Session::value_inputs,
+                   "The inputs whose run-time values select an import.")
+      .def_prop_ro("imports", &onnx::Session::imports, "Imports (and compiles) made so far.")
+      .def_prop_ro("kept", &onnx::Session::kept, "Imports kept.");
 }
 
 }  // namespace kiln::py

@@ -56,6 +56,8 @@ void with_node_context(const ::onnx::NodeProto& n, F&& f) {
     throw ShapeError(context(e));
   } catch (const DTypeError& e) {
     throw DTypeError(context(e));
+  } catch (const InputValuesNeeded& e) {
+    throw InputValuesNeeded(context(e), e.inputs);
   } catch (const UnsupportedError& e) {
     throw UnsupportedError(context(e));
   } catch (const ValueError& e) {
@@ -295,6 +297,41 @@ std::vector<Tensor> Importer::inline_body(const ::onnx::GraphProto& g,
                       inputs.size());
   for (int k = 0; k < g.input_size(); ++k) values_[g.input(k).name()] = {inputs[k], std::nullopt};
   return inline_graph(g);
+}
+
+namespace {
+void index_producers(const ::onnx::GraphProto& g,
+                     std::map<std::string, const ::onnx::NodeProto*>& producer) {
+  for (const auto& n : g.node()) {
+    for (const auto& o : n.output())
+      if (!o.empty()) producer[o] = &n;
+    for (const auto& a : n.attribute()) {
+      if (a.has_g()) index_producers(a.g(), producer);
+      for (const auto& sub : a.graphs()) index_producers(sub, producer);
+    }
+  }
+}
+}  // namespace
+
+std::vector<std::string> Importer::graph_inputs_behind(const std::string& name) {
+  const auto& g = proto_.graph();
+  if (producer_.empty()) index_producers(g, producer_);
+  std::set<std::string> inits, seen{name}, found;
+  for (const auto& t : g.initializer()) inits.insert(t.name());
+  std::vector<std::string> todo{name};
+  while (!todo.empty()) {
+    const std::string v = todo.back();
+    todo.pop_back();
+    found.insert(v);
+    auto it = producer_.find(v);
+    if (it == producer_.end()) continue;
+    for (const auto& in : it->second->input())
+      if (!in.empty() && seen.insert(in).second) todo.push_back(in);
+  }
+  std::vector<std::string> out;
+  for (const auto& in : g.input())
+    if (found.count(in.name()) && !inits.count(in.name())) out.push_back(in.name());
+  return out;
 }
 
 void Importer::add_node(const ::onnx::NodeProto& node) {

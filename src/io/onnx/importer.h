@@ -43,6 +43,9 @@ class Importer {
   /// The same for a body whose graph inputs are `inputs` (a Loop body's iteration number,
   /// condition and carried values), bound by the subgraph's input names.
   std::vector<Tensor> inline_body(const ::onnx::GraphProto& g, const std::vector<Tensor>& inputs);
+  /// The main graph's inputs (not initializers) that value `name` is computed from, following
+  /// the nodes that produce it (those of bodies too), in model order.
+  std::vector<std::string> graph_inputs_behind(const std::string& name);
 
  private:
   void check_supported(const ::onnx::GraphProto& g);
@@ -57,6 +60,8 @@ class Importer {
   // data of the constants this import created, by (graph, node, output): a branch or loop body
   // builds its own graph, whose node ids repeat the outer graph's
   std::map<std::tuple<const void*, int32_t, int32_t>, Array> known_;
+  // the node producing each value name, over the main graph and every subgraph (made on first use)
+  std::map<std::string, const ::onnx::NodeProto*> producer_;
 };
 
 /// Converts a TensorProto to an Array; `external_dir` confines external data (empty: refused).

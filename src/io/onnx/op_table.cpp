@@ -127,10 +127,10 @@ std::vector<int64_t> NodeContext::ints(int i) const {
   const Array* a = constant(i);
   if (!a) {
     if (!has_input(i)) fail(fmt::format("input {} is missing", i));
-    unsupported(fmt::format("input {} ('{}') must be known while importing: make it a constant "
-                            "or shape arithmetic on static shapes, or give the graph input it "
-                            "comes from a value (ImportOptions::input_values)",
-                            i, node_.input(i)));
+    needs_values({i}, fmt::format("input {} ('{}') must be known while importing: make it a "
+                                  "constant or shape arithmetic on static shapes, or give the "
+                                  "graph input it comes from a value (ImportOptions::input_values)",
+                                  i, node_.input(i)));
   }
   if (is_floating(a->dtype()))
     fail(fmt::format("input {} ('{}') must hold integers, not {}", i, node_.input(i),
@@ -142,10 +142,10 @@ std::vector<double> NodeContext::doubles(int i) const {
   const Array* a = constant(i);
   if (!a) {
     if (!has_input(i)) fail(fmt::format("input {} is missing", i));
-    unsupported(fmt::format("input {} ('{}') must be known while importing: make it a constant, "
-                            "or give the graph input it comes from a value "
-                            "(ImportOptions::input_values)",
-                            i, node_.input(i)));
+    needs_values({i}, fmt::format("input {} ('{}') must be known while importing: make it a "
+                                  "constant, or give the graph input it comes from a value "
+                                  "(ImportOptions::input_values)",
+                                  i, node_.input(i)));
   }
   return a->astype(f64).to_vector<double>();
 }
@@ -204,6 +204,20 @@ void NodeContext::fail(const std::string& message) const {
 }
 void NodeContext::unsupported(const std::string& message) const {
   throw UnsupportedError(fmt::format("[onnx] {}: {}", where(), message));
+}
+void NodeContext::needs_values(const std::vector<int>& inputs, const std::string& message) const {
+  std::vector<std::string> names;
+  for (int i : inputs)
+    if (has_input(i))
+      for (const std::string& n : imp_.graph_inputs_behind(node_.input(i)))
+        if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
+  std::string from;
+  for (const std::string& n : names) from += (from.empty() ? "'" : ", '") + n + "'";
+  const std::string what =
+      fmt::format("[onnx] {}: {}{}", where(), message,
+                  from.empty() ? "" : " (it comes from graph input " + from + ")");
+  if (names.empty()) throw UnsupportedError(what);
+  throw InputValuesNeeded(what, std::move(names));
 }
 
 }  // namespace kiln::onnx::detail

@@ -71,6 +71,10 @@ class NodeContext {
   [[noreturn]] void fail(const std::string& message) const;
   /// Throws UnsupportedError "[onnx] node '...' (Op): message".
   [[noreturn]] void unsupported(const std::string& message) const;
+  /// Throws InputValuesNeeded (an UnsupportedError) for inputs `inputs` whose values are needed
+  /// while importing but only known at run time: "[onnx] node '...' (Op): message", naming the
+  /// graph inputs they come from (what onnx::Session reads from each run's feeds).
+  [[noreturn]] void needs_values(const std::vector<int>& inputs, const std::string& message) const;
 
   const ::onnx::NodeProto& proto() const { return node_; }
   Importer& importer() { return imp_; }

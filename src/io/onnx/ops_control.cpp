@@ -99,10 +99,13 @@ Outs loop_op(NodeContext& c) {
     const bool runs_m_times = c.has_input(0) && c.constant(0) &&
                               (!c.has_input(1) || (c.constant(1) && c.ints(1).at(0) != 0)) &&
                               condition_stays(body);
-    if (!runs_m_times)
-      c.unsupported(
-          "scan outputs need a trip count M known while importing and a condition "
-          "that stays true (kiln sizes outputs before a run)");
+    if (!runs_m_times) {
+      const std::string why =
+          "scan outputs need a trip count M known while importing and a condition that stays "
+          "true (kiln sizes outputs before a run)";
+      if (!condition_stays(body)) c.unsupported(why);
+      c.needs_values({0, 1}, why);
+    }
     const int64_t n = std::max<int64_t>(c.ints(0).at(0), 0);
     std::vector<TensorInfo> in;
     for (const Tensor& t : init) in.push_back({t.shape(), t.dtype()});

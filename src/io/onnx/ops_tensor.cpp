@@ -435,11 +435,12 @@ Outs non_max_suppression_op(NodeContext& c) {
   o.center_point_box = c.attr_int("center_point_box", 0) != 0;
   for (int i : {0, 1})
     if (!c.constant(i))
-      c.unsupported(fmt::format(
-          "input {} ('{}') must be known while importing: the number of selected boxes (the "
-          "output's shape) depends on the data; kiln::non_max_suppression gives a fixed-size "
-          "result and a count instead",
-          i, c.proto().input(i)));
+      c.needs_values(
+          {0, 1},
+          fmt::format("input {} ('{}') must be known while importing: the number of selected "
+                      "boxes (the output's shape) depends on the data; kiln::non_max_suppression "
+                      "gives a fixed-size result and a count instead",
+                      i, c.proto().input(i)));
   Graph g;
   auto [sel, count] =
       non_max_suppression(kiln::constant(g, *c.constant(0)), kiln::constant(g, *c.constant(1)),
