@@ -204,3 +204,9 @@ def test_value_fixes_an_input_needed_while_importing(tmp_path):
     assert_one_line_error(kiln("inspect", path, "--device", "cpu"), "S")
     r = kiln("inspect", path, "--value", f"S={tmp_path / 's.npy'}", "--device", "cpu")
     assert r.returncode == 0 and "(3, 4)" in r.stdout, r.stdout + r.stderr
+    # an --input array of an input the import needs is its value
+    np.save(tmp_path / "s2.npy", np.array([4, 3], np.int64))
+    r = kiln("run", path, "-i", f"X={tmp_path / 'x.npy'}", "-i", f"S={tmp_path / 's2.npy'}", "-o",
+             tmp_path / "given", "--device", "cpu")
+    assert r.returncode == 0, r.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "given" / "Y.npy"), x.reshape(4, 3))

@@ -311,21 +311,35 @@ PreparedModel import_and_compile(const std::string& path, const ModelArgs& a, De
                                  a.package.strict ? "--strict" : "--no-verify-weights", path));
   PreparedModel m;
   const auto t0 = std::chrono::steady_clock::now();
-  try {
-    m.onnx = import_model(path, a.shapes, a.values, a.default_dim);
-  } catch (const FormatError& e) {
-    const std::string msg = e.what();
-    if (msg.find("not an ONNX model") == std::string::npos) throw;
-    throw FormatError(fmt::format(
-        "[{}] '{}' is neither a kiln package (it does not start with \"KILNPKG\") nor an ONNX "
-        "model: {}",
-        cmd, path, msg));
+  // an --input array of an input whose value the import needs (a Reshape's shape taken as a
+  // graph input) is that value, as --value would give it
+  std::map<std::string, Array> values = a.values;
+  std::map<std::string, Shape> shapes = a.shapes;
+  for (;;) {
+    try {
+      for (const auto& [n, v] : values) shapes.erase(n);
+      m.onnx = import_model(path, shapes, values, a.default_dim);
+      break;
+    } catch (const onnx::InputValuesNeeded& e) {
+      bool added = false;
+      for (const std::string& n : e.inputs)
+        if (!values.count(n) && a.inputs.count(n)) added = values.emplace(n, a.inputs.at(n)).second;
+      if (!added) throw;
+    } catch (const FormatError& e) {
+      const std::string msg = e.what();
+      if (msg.find("not an ONNX model") == std::string::npos) throw;
+      throw FormatError(fmt::format(
+          "[{}] '{}' is neither a kiln package (it does not start with \"KILNPKG\") nor an ONNX "
+          "model: {}",
+          cmd, path, msg));
+    }
   }
   const onnx::Model& model = *m.onnx;
   std::vector<std::string> given;
-  for (const auto& [n, arr] : a.inputs) given.push_back(n);
+  for (const auto& [n, arr] : a.inputs)
+    if (!values.count(n)) given.push_back(n);
   check_input_names(model, given, "--input");
-  const std::map<std::string, Shape> concrete = concrete_shapes(model, a.shapes);
+  const std::map<std::string, Shape> concrete = concrete_shapes(model, shapes);
   m.exe = model.graph.compile(device, model.feed_shapes(concrete), model.output_tensors());
   m.prepare_ms = ms_since(t0);
   for (const auto& in : model.inputs) m.inputs.push_back({in.name, concrete.at(in.name), in.dtype});
