@@ -405,12 +405,14 @@ void register_norm_ops() {
       .inputs(3)
       .optional_inputs({"has_weight", "has_bias"})
       .params<NormParams>();
+  // (channels_last: x and y NHWC, on the CPU; the channels_last pass sets it between NHWC convs)
   define_op(OpId::InstanceNorm)
       .set_infer(infer_instance_norm)
       .inplace(0)
       .inputs(1)
       .optional_inputs({"has_weight", "has_bias"})
-      .params<NormParams>();
+      .params<NormParams>()
+      .channels_last([](const Attrs&, int k, int) { return k == 0; });
   define_op(OpId::GroupNorm)
       .set_infer(infer_group_norm)
       .inplace(0)

@@ -20,7 +20,8 @@
 // 4-D operands that broadcast; per-tensor quantize and dequantize) runs on NHWC where a reader
 // wants its output so, and where that moves fewer bytes through transposes; 2-D max pooling and
 // adaptive average pooling of an NHWC value run on NHWC too (channels_last; on the CPU float
-// data only). A transpose is inserted only where an NCHW reader (or an output of the program)
+// data only), and on the CPU so do 4-D instance norm and pads with known pads (permuted). A
+// transpose is inserted only where an NCHW reader (or an output of the program)
 // meets an NHWC value, or the other way round, once per value; it is a reshape when only dims of
 // size 1 move. On CUDA, an int8 conv whose x is the per-tensor quantize of a float image (at most
 // 4 channels) read by it alone takes the image itself (quantize_x: no quantized copy and no
@@ -88,10 +89,12 @@ class Rewriter {
           }
         }
         convert(id, {});
-      } else if (agnostic(n) && read_as_nhwc(id) && cheaper_as_nhwc(n)) {
+      } else if (agnostic(n) && (read_as_nhwc(id) || inputs_nhwc(n)) && cheaper_as_nhwc(n)) {
         keep_nhwc(id);
-      } else if (pools_nhwc(n) && slot(nhwc_, n.inputs[0])) {
-        convert(id, {});  // a pool between NHWC values: no transposes around it
+      } else if ((pools_nhwc(n) || norm_nhwc(n)) && slot(nhwc_, n.inputs[0])) {
+        convert(id, {});  // a pool or norm between NHWC values: no transposes around it
+      } else if (pad_nhwc(n) && slot(nhwc_, n.inputs[0])) {
+        pad_on_nhwc(id);
       } else if (auto axes = nhwc_axes(n)) {
         reduce_nhwc(id, *axes);
       } else {
@@ -246,6 +249,33 @@ class Rewriter {
     return info(n.inputs[0]).shape.size() == 4 && n.attrs.ints(size).size() == 2;
   }
 
+  // The CPU: 4-D float instance norm, which its NHWC kernel runs where its input is NHWC (a style
+  // transfer network's norm between convolutions).
+  bool norm_nhwc(const Node& n) const {
+    return !cuda_ && n.op == OpId::InstanceNorm && layout_of(n.op, n.attrs) == Layout::plain &&
+           info(n.inputs[0]).shape.size() == 4 && is_floating(info(n.inputs[0]).dtype);
+  }
+
+  // The CPU: a 4-D pad with its pads known (the pad before a convolution that a reflect-padded
+  // network writes out): on NHWC data with its pads permuted alike.
+  bool pad_nhwc(const Node& n) const {
+    return !cuda_ && n.op == OpId::Pad && n.inputs.size() == 1 &&
+           info(n.inputs[0]).shape.size() == 4 && n.attrs.has("pads") &&
+           n.attrs.ints("pads").size() == 8;
+  }
+  void pad_on_nhwc(int32_t id) {
+    const Node& n = p_.graph.nodes[id];
+    const std::vector<int64_t>& pads = n.attrs.ints("pads");  // (begin, end) per dim
+    std::vector<int64_t> permuted;
+    for (int64_t d : kToNhwc) {
+      permuted.push_back(pads[2 * d]);
+      permuted.push_back(pads[2 * d + 1]);
+    }
+    Attrs a = n.attrs;
+    a.set("pads", permuted);
+    add_like(id, {as_nhwc(n.inputs[0])}, std::move(a), nhwc_);
+  }
+
   // The CPU: a sum, mean, max or min of a value that exists as NHWC reduces it there, over the
   // same dims (a squeeze-and-excitation block's mean over H and W: no transpose of the whole
   // value). Its axes on NHWC, where the result is the same (keepdims: an NHWC result; otherwise
@@ -298,11 +328,36 @@ class Rewriter {
     for (auto [r, k] : readers_[id]) {
       const Node& n = p_.graph.nodes[r];
       if (wants_nhwc(n) && nhwc_input(n, k)) return (known = 1);
-      if (agnostic(n) && read_as_nhwc(r)) return (known = 1);
+      if (agnostic(n) && (read_as_nhwc(r) || others_nhwc(n, k))) return (known = 1);
       if (pools_nhwc(n) && k == 0 && (read_as_nhwc(r) || single_position(n)))
         return (known = 1);
+      if ((norm_nhwc(n) || pad_nhwc(n)) && k == 0 && read_as_nhwc(r)) return (known = 1);
     }
     return false;
+  }
+
+  // Whether n has 4-D inputs besides its input k and all of them exist as NHWC already (a
+  // residual add whose other operand is NHWC: with input k NHWC too, it runs on NHWC).
+  bool others_nhwc(const Node& n, size_t k) const {
+    int others = 0;
+    for (size_t j = 0; j < n.inputs.size(); ++j) {
+      if (j == k || info(n.inputs[j]).shape.size() != 4) continue;
+      if (!slot(nhwc_, n.inputs[j])) return false;
+      ++others;
+    }
+    return others > 0;
+  }
+
+  // Whether every 4-D input of n exists as NHWC: an elementwise node of several such inputs
+  // whose reader takes NCHW runs on NHWC, its output transposed once rather than each input.
+  bool inputs_nhwc(const Node& n) const {
+    int nhwc = 0;
+    for (auto v : n.inputs) {
+      if (info(v).shape.size() != 4) continue;
+      if (!slot(nhwc_, v)) return false;
+      ++nhwc;
+    }
+    return nhwc > 1;
   }
 
   // Running n on NHWC transposes its inputs (unless they are NHWC already), on NCHW its output:

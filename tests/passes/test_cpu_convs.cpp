@@ -86,6 +86,39 @@ TEST(CpuConvs, EpilogueFusesAndMatchesTheF64Loops) {
       }
 }
 
+// A style transfer network's residual block on the CPU: reflect pads, convolutions, instance
+// norms and relus all on NHWC (pads permuted, instance norm's NHWC kernel), one transpose at the
+// end; against the same graph in f64 through kiln's loops.
+TEST(CpuConvs, ReflectPadsAndInstanceNormsStayNhwc) {
+  const Array w1 = random_array({16, 3, 3, 3}, f64),
+              w2 = random_array({16, 16, 3, 3}, f64, -0.3, 0.3);
+  const Array s1 = random_array({16}, f64, 0.5, 1.5), b1 = random_array({16}, f64);
+  const Array s2 = random_array({16}, f64, 0.5, 1.5), b2 = random_array({16}, f64);
+  const std::vector<int64_t> reflect1{0, 0, 0, 0, 1, 1, 1, 1};
+  auto build_net = [&](Graph& g, DType t, Tensor* x) {
+    *x = g.placeholder({2, 3, 13, 10}, t, "x");
+    auto c = [&](const Array& a) { return g.constant(a.astype(t)); };
+    const Tensor h =
+        relu(instance_norm(conv2d(pad(*x, reflect1, PadKind::reflect), c(w1)), c(s1), c(b1), 1e-5));
+    const Tensor h2 =
+        instance_norm(conv2d(pad(h, reflect1, PadKind::reflect), c(w2)), c(s2), c(b2), 1e-5);
+    return relu(h2) + h;
+  };
+  Graph g32, g64;
+  Tensor x32, x64;
+  const Tensor out32 = build_net(g32, f32, &x32), out64 = build_net(g64, f64, &x64);
+  auto exe = g32.compile(Device::cpu(), {}, {out32}, layout(true));
+  const auto ops = ops_of(exe);
+  EXPECT_EQ(count(ops, "transpose"), 1) << exe.dump();
+  EXPECT_EQ(count(ops, "instance_norm"), 2) << exe.dump();
+  auto plain = g64.compile(Device::cpu(), {}, {out64}, CompileOptions{.optimize = false});
+  for (int run = 0; run < 2; ++run) {
+    const Array xv = random_array({2, 3, 13, 10}, f64);
+    const Array want = plain.run({{x64, xv}})[0];
+    expect_close(exe.run({{x32, xv.astype(f32)}})[0], want.shape(), to_f64(want), 1e-4, 1e-4);
+  }
+}
+
 // clip (relu6), hardswish, sigmoid and silu after a conv (and its residual) are oneDNN post-ops
 // too; the loops' f64 conv and the ops' own math are the reference.
 TEST(CpuConvs, ActivationEpiloguesMatchTheF64Loops) {

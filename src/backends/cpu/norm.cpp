@@ -172,6 +172,51 @@ void channel_group_norm(KernelContext& ctx, const NormParams& p, int64_t groups)
 void instance_norm(KernelContext& ctx) {
   channel_group_norm(ctx, params_of<NormParams>(ctx), ctx.in(0).shape[1]);
 }
+
+// Instance norm of NHWC data (the channels_last pass, between NHWC convolutions): per image, each
+// task takes a block of channels over every position, the statistics in double as row_stats
+// takes them (the mean, then the squared deviations from it), the loops running along the
+// block's contiguous channels.
+void instance_norm_nhwc(KernelContext& ctx) {
+  const TensorView &x = ctx.in(0), &y = ctx.out(0);
+  const NormParams p = params_of<NormParams>(ctx);
+  const int64_t n = x.shape[0], c = x.shape[3], spatial = x.shape[1] * x.shape[2];
+  constexpr int64_t kBlock = 64;
+  const int64_t blocks = (c + kBlock - 1) / kBlock;
+  const double eps = p.eps;
+  dispatch_float(x.dtype, ctx.op_name(), [&](auto t) {
+    using T = decltype(t);
+    const Affine<T> aff(ctx, p, 1);
+    const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, spatial * kBlock));
+    ctx.parallel_for(n * blocks, grain, [&](int64_t b, int64_t e) {
+      double sum[kBlock], scale[kBlock], shift[kBlock];
+      for (int64_t task = b; task < e; ++task) {
+        const int64_t img = task / blocks, c0 = (task % blocks) * kBlock;
+        const int64_t w = std::min(kBlock, c - c0);
+        const T* px = x.ptr<T>() + img * spatial * c + c0;
+        T* py = y.ptr<T>() + img * spatial * c + c0;
+        std::fill(sum, sum + w, 0.0);
+        for (int64_t s = 0; s < spatial; ++s)
+          for (int64_t k = 0; k < w; ++k) sum[k] += static_cast<double>(px[s * c + k]);
+        for (int64_t k = 0; k < w; ++k) shift[k] = sum[k] / static_cast<double>(spatial);
+        std::fill(sum, sum + w, 0.0);
+        for (int64_t s = 0; s < spatial; ++s)
+          for (int64_t k = 0; k < w; ++k) {
+            const double d = static_cast<double>(px[s * c + k]) - shift[k];
+            sum[k] += d * d;
+          }
+        for (int64_t k = 0; k < w; ++k) {
+          const double rstd = 1.0 / std::sqrt(sum[k] / static_cast<double>(spatial) + eps);
+          scale[k] = rstd * aff.weight(c0 + k);
+          shift[k] = aff.bias(c0 + k) - shift[k] * scale[k];
+        }
+        for (int64_t s = 0; s < spatial; ++s)
+          for (int64_t k = 0; k < w; ++k)
+            py[s * c + k] = static_cast<T>(px[s * c + k] * scale[k] + shift[k]);
+      }
+    });
+  });
+}
 void group_norm(KernelContext& ctx) {
   const NormParams p = params_of<NormParams>(ctx);
   channel_group_norm(ctx, p, p.groups);
@@ -331,6 +376,8 @@ void register_norm_kernels() {
   register_kernel(OpId::RmsNorm, Backend::cpu, {rms_norm, floats});
   register_kernel(OpId::BatchNorm, Backend::cpu, {batch_norm, floats});
   register_kernel(OpId::InstanceNorm, Backend::cpu, {instance_norm, floats});
+  register_kernel(OpId::InstanceNorm, Backend::cpu, Layout::channels_last,
+                  {instance_norm_nhwc, floats});
   register_kernel(OpId::GroupNorm, Backend::cpu, {group_norm, floats});
   register_kernel(OpId::Dropout, Backend::cpu, {dropout, floats});
   register_kernel(OpId::BatchNormTrain, Backend::cpu, {batch_norm_train, floats});
