@@ -11,7 +11,8 @@
 //   - in a CUDA program with such convolutions, also every 4-D batch_norm_train and
 //     batch_norm_train_grad and 2-D max_pool_grad and adaptive_avg_pool_grad (the training ops
 //     between them, which CUDA runs on NHWC data);
-//   - on the CPU, 2-D f32 convs (inference): oneDNN's brgemm kernels read and write NHWC, and
+//   - on the CPU, 2-D f32 convs and conv_transposes (inference): oneDNN's brgemm kernels read
+//     and write NHWC, and
 //     NCHW data would be reordered in and out around each conv (one whose input is an NCHW image
 //     of at most 4 channels reads it as it is: nchw_x); sums, means, maxima and minima of NHWC
 //     values reduce them on NHWC (their axes moved).
@@ -149,8 +150,9 @@ class Rewriter {
     // convolutions stay NCHW), which oneDNN runs on NHWC (its brgemm kernels' layout: NCHW data
     // would be reordered in and out around each one)
     if (!cuda)
-      return tf32 && n.op == OpId::Conv && n.outputs[0].dtype == f32 &&
-             g.info(n.inputs[0]).shape.size() == 4 && g.info(n.inputs[1]).shape.size() == 4;
+      return tf32 && (n.op == OpId::Conv || n.op == OpId::ConvTranspose) &&
+             n.outputs[0].dtype == f32 && g.info(n.inputs[0]).shape.size() == 4 &&
+             g.info(n.inputs[1]).shape.size() == 4;
     if (n.op != OpId::Conv && n.op != OpId::ConvTranspose && n.op != OpId::ConvGradWeight)
       return false;
     const DType t = n.outputs[0].dtype;

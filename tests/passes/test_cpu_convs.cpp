@@ -119,6 +119,39 @@ TEST(CpuConvs, ReflectPadsAndInstanceNormsStayNhwc) {
   }
 }
 
+// Transposed convolutions on NHWC (oneDNN's deconvolution over kiln's (C, kh, kw, O/G) weights),
+// with groups, strides, output padding and a bias, between NHWC convs; against f64 loops.
+TEST(CpuConvs, TransposedConvolutionsRunOnNhwc) {
+  for (int64_t groups : {1, 2})
+    for (int64_t stride : {1, 2}) {
+      SCOPED_TRACE(fmt::format("groups {} stride {}", groups, stride));
+      const Array w0 = random_array({8, 6, 3, 3}, f64, -0.3, 0.3);
+      const Array wt = random_array({8, 10 / groups, 3, 3}, f64, -0.3, 0.3);
+      const Array bt = random_array({10}, f64);
+      auto build_net = [&](Graph& g, DType t, Tensor* x) {
+        *x = g.placeholder({2, 6, 7, 9}, t, "x");
+        auto c = [&](const Array& a) { return g.constant(a.astype(t)); };
+        const Tensor h = relu(conv2d(*x, c(w0), std::nullopt, {.padding = {1, 1}}));
+        ConvTransposeOptions o;
+        o.stride = {stride, stride};
+        o.padding = {1, 1};
+        o.output_padding = {stride - 1, stride - 1};
+        o.groups = groups;
+        return relu(conv_transpose2d(h, c(wt), c(bt), o));
+      };
+      Graph g32, g64;
+      Tensor x32, x64;
+      const Tensor out32 = build_net(g32, f32, &x32), out64 = build_net(g64, f64, &x64);
+      auto exe = g32.compile(Device::cpu(), {}, {out32}, layout(true));
+      EXPECT_EQ(count(ops_of(exe), "transpose"), 2) << exe.dump();  // x in, the result out
+      auto plain = g64.compile(Device::cpu(), {}, {out64}, CompileOptions{.optimize = false});
+      const Array xv = random_array({2, 6, 7, 9}, f64);
+      const Array want = plain.run({{x64, xv}})[0];
+      for (int run = 0; run < 2; ++run)
+        expect_close(exe.run({{x32, xv.astype(f32)}})[0], want.shape(), to_f64(want), 1e-4, 1e-4);
+    }
+}
+
 // clip (relu6), hardswish, sigmoid and silu after a conv (and its residual) are oneDNN post-ops
 // too; the loops' f64 conv and the ops' own math are the reference.
 TEST(CpuConvs, ActivationEpiloguesMatchTheF64Loops) {

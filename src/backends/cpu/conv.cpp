@@ -154,17 +154,23 @@ void conv_transpose_loops(KernelContext& ctx, const ConvGeom& g) {
 }
 
 // oneDNN's weights: (O, I, k...) or (G, O/G, I/G, k...), with strides matching kiln's buffer:
-// (O, C/G, k...) for conv, (C, O/G, k...) for conv_transpose, (O, k..., C/G) for an NHWC conv.
+// (O, C/G, k...) for conv, (C, O/G, k...) for conv_transpose, (O, k..., C/G) for an NHWC conv,
+// (C, k..., O/G) for an NHWC conv_transpose.
 dnnl::memory::desc user_weights_md(const ConvGeom& g, const du::Dims& kernel, dnnl_dt t) {
   const int64_t K = g.k_size(), Cg = g.C / g.G, Og = g.O / g.G;
-  const int64_t tap = g.nhwc ? Cg : 1;  // between kernel taps
+  const bool nhwc_t = g.nhwc && g.transpose;
+  const int64_t tap = g.nhwc ? (g.transpose ? Og : Cg) : 1;  // between kernel taps
   du::Dims dims, strides;
   if (g.G > 1) {
     dims = {g.G, Og, Cg};
-    strides = {Og * Cg * K, g.transpose ? K : Cg * K, g.nhwc ? 1 : (g.transpose ? Og * K : K)};
+    strides = nhwc_t ? du::Dims{Cg * K * Og, 1, K * Og}
+                     : du::Dims{Og * Cg * K, g.transpose ? K : Cg * K,
+                                g.nhwc ? 1 : (g.transpose ? Og * K : K)};
   } else {
     dims = {g.O, g.C};
-    strides = {g.transpose ? K : g.C * K, g.nhwc ? 1 : (g.transpose ? g.O * K : K)};
+    strides = nhwc_t
+                  ? du::Dims{1, K * g.O}
+                  : du::Dims{g.transpose ? K : g.C * K, g.nhwc ? 1 : (g.transpose ? g.O * K : K)};
   }
   int64_t inner = K;
   for (int64_t e : kernel) {
@@ -441,9 +447,15 @@ void fused_conv_channels_last(KernelContext& ctx) {
   residual_relu(ctx, a);
 }
 
-// conv_transpose and conv_grad_weight in layout channels_last, which the channels_last pass
-// gives CUDA training programs, run here through NCHW copies.
-void conv_transpose_channels_last(KernelContext& ctx) { run_via_nchw(ctx, convolve); }
+// conv_transpose in layout channels_last (x (N, H, W, C), w (C, kh, kw, O/G)): the CPU's f32
+// inference deconvolutions, which oneDNN reads and writes as NHWC; others (from GPU training
+// programs) through NCHW copies. conv_grad_weight in layout channels_last through NCHW copies.
+void conv_transpose_channels_last(KernelContext& ctx) {
+  ConvParams spare;
+  const ConvParams& a = params_of(ctx, spare);
+  if (const ConvGeom g = nhwc_geometry(ctx, a); dnnl_handles(ctx, g)) return conv_dnnl(ctx, g);
+  run_via_nchw(ctx, convolve);
+}
 
 // ---- ConvGradWeight: inputs x (conv input) and dy (conv output gradient), output dw ----
 
