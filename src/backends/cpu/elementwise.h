@@ -55,6 +55,10 @@ template <template <class> class Op, typename... P> void float_op(KernelContext&
   });
 }
 
+/// out = sigmoid(in) or tanh(in) over f32 data through the C library's vector functions (as the
+/// ops' kernels run them; in parallel over chunks of 16,384); false where it has none.
+bool sigmoid_f32_vectorized(const KernelContext& ctx, const float* in, float* out, int64_t n);
+bool tanh_f32_vectorized(const KernelContext& ctx, const float* in, float* out, int64_t n);
 /// Registers the unary math and activation kernels (elementwise_unary.cpp).
 void register_elementwise_unary_kernels();
 

@@ -281,6 +281,15 @@ void pow(KernelContext& ctx) {
 }
 }  // namespace
 
+bool sigmoid_f32_vectorized(const KernelContext& ctx, const float* in, float* out, int64_t n) {
+  constexpr F32Map f = sigmoid_f32_vector<false>;
+  return f && f(ctx, in, out, n);
+}
+bool tanh_f32_vectorized(const KernelContext& ctx, const float* in, float* out, int64_t n) {
+  constexpr F32Map f = tanh_f32_vector;
+  return f && f(ctx, in, out, n);
+}
+
 void register_elementwise_unary_kernels() {
   constexpr DTypeSet kF{f32, f64};
   register_kernel(OpId::Tanh, Backend::cpu, {tanh, kF});  // the record's kernel, vectorized

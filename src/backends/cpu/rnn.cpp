@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_common.h"
+#include "backends/cpu/elementwise.h"
 #include "backends/cpu/kernels.h"
 #include "ops/rnn_params.h"
 #include "ops/rnn_util.h"
@@ -19,6 +20,49 @@ namespace kiln::cpu {
 namespace {
 namespace rm = rnn_math;
 
+// C = alpha * A · Bᵀ + beta * C for small f32 products (a step's recurrent product: a few rows
+// of A against the gates' rows of B): each dot product in 16 lanes of partial sums on this
+// thread; compiled for the baseline and (GCC, x86-64) for AVX-512, picked by cpu_isa (not
+// target_clones: see attention.cpp).
+inline __attribute__((always_inline)) void small_gemm_nt_body(int64_t M, int64_t N, int64_t K,
+                                                              float alpha, const float* A,
+                                                              int64_t lda, const float* B,
+                                                              int64_t ldb, float beta, float* C,
+                                                              int64_t ldc) {
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      const float *a = A + m * lda, *b = B + n * ldb;
+      float lanes[16] = {};
+      int64_t k = 0;
+      for (; k + 16 <= K; k += 16)
+        for (int l = 0; l < 16; ++l) lanes[l] += a[k + l] * b[k + l];
+      float dot = 0;
+      for (float v : lanes) dot += v;
+      for (; k < K; ++k) dot += a[k] * b[k];
+      float* c = C + m * ldc + n;
+      *c = alpha * dot + (beta == 0.f ? 0.f : beta * *c);
+    }
+}
+#define KILN_SMALL_GEMM_ARGS                                                                 \
+  int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda, const float *B, \
+      int64_t ldb, float beta, float *C, int64_t ldc
+void small_gemm_nt_baseline(KILN_SMALL_GEMM_ARGS) {
+  small_gemm_nt_body(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target("avx512f"))) void small_gemm_nt_avx512(KILN_SMALL_GEMM_ARGS) {
+  small_gemm_nt_body(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+#endif
+void small_gemm_nt(KILN_SMALL_GEMM_ARGS) {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+  if (cpu_isa() == CpuIsa::avx512)
+    return small_gemm_nt_avx512(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+#endif
+  small_gemm_nt_baseline(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+#undef KILN_SMALL_GEMM_ARGS
+
 // C (M x N, row-major, leading dim ldc) = alpha * op(A) · op(B) + beta * C, with op(A) M x K
 // and op(B) K x N; ta/tb: the row-major buffer holds the transpose.
 template <typename T>
@@ -26,6 +70,11 @@ void gemm(const KernelContext& ctx, bool ta, bool tb, int64_t M, int64_t N, int6
           const T* A, int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
   if (M <= 0 || N <= 0) return;
   if constexpr (std::is_same_v<T, float>) {
+    // a small step's recurrent product (a few rows times the gates): rows of A against rows of
+    // B on this thread, 16 lanes of partial sums, instead of a library call that costs more than
+    // its arithmetic
+    if (!ta && tb && K > 0 && M * N * K <= (int64_t{1} << 17))
+      return small_gemm_nt(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     if (K > 0) {
       const dnnl_status_t st =
           dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
@@ -128,6 +177,39 @@ Layer<T> read_layer(const KernelContext& ctx, const RnnParams& a, int cell, bool
 
 // ---- forward
 
+// One row of an f32 LSTM step with the default activations (sigmoid, tanh, tanh; gates in ONNX's
+// order i, o, f, c): pre-activations g + q, the gates through the vector sigmoid and tanh, the new
+// cell and state; the reserve row (training) gets the pre-activations and the new cell, `kept`
+// (its last H) the new state. False where the library has no vector functions (nothing written).
+template <typename T> bool lstm_row_vectorized(const KernelContext& ctx, const T* g, const T* q,
+                                               int64_t H, T* cs, T* hs, T* y, T* kept, T* rr,
+                                               std::vector<T>& gates) {
+  if constexpr (!std::is_same_v<T, float>) {
+    return false;
+  } else {
+    gates.resize(static_cast<size_t>(10 * H));
+    float *u = gates.data(), *a = u + 4 * H, *cnew = a + 4 * H, *tc = cnew + H;
+    for (int64_t j = 0; j < 4 * H; ++j) u[j] = g[j] + q[j];
+    if (!sigmoid_f32_vectorized(ctx, u, a, 3 * H) ||
+        !tanh_f32_vectorized(ctx, u + 3 * H, a + 3 * H, H))
+      return false;
+    for (int64_t j = 0; j < H; ++j) cnew[j] = a[2 * H + j] * cs[j] + a[j] * a[3 * H + j];
+    if (!tanh_f32_vectorized(ctx, cnew, tc, H)) return false;
+    for (int64_t j = 0; j < H; ++j) {
+      const float hn = a[H + j] * tc[j];
+      cs[j] = cnew[j];
+      hs[j] = hn;
+      y[j] = hn;
+    }
+    if (rr) {
+      std::copy(u, u + 4 * H, rr);
+      std::copy(cnew, cnew + H, rr + 4 * H);
+      std::copy(hs, hs + H, kept);
+    }
+    return true;
+  }
+}
+
 template <typename T> void forward(KernelContext& ctx, int cell) {
   RnnParams spare;
   const RnnParams& prm = params_of(ctx, spare);
@@ -165,6 +247,11 @@ template <typename T> void forward(KernelContext& ctx, int cell) {
       std::fill(c.begin(), c.end(), T(0));
     const rm::ActParams &fa = l.act(d, 0), &ga = l.act(d, cell == 2 ? 0 : 1),
                         &ha = l.act(d, cell == 0 ? 2 : 0);
+    // an f32 LSTM with the default activations, no clip and no peepholes: its gate math in
+    // vector loops (the library's vector sigmoid and tanh) instead of one element at a time
+    [[maybe_unused]] const bool vector_lstm =
+        std::is_same_v<T, float> && cell == 0 && !P && !l.input_forget && l.clip <= T(0) &&
+        fa.kind == rm::sigmoid && ga.kind == rm::tanh_ && ha.kind == rm::tanh_;
     for (int64_t s = 0; s < T_; ++s) {
       // recurrent part: GRU without linear_before_reset takes z and r first, h after r
       const int64_t g_now = cell == 1 && !l.lbr ? 2 * H : GH;
@@ -188,7 +275,9 @@ template <typename T> void forward(KernelContext& ctx, int cell) {
           for (int64_t b_ = 0; b_ < B; ++b_)
             for (int64_t j = 0; j < H; ++j) hr[b_ * GH + 2 * H + j] += Rb[2 * H + j];
       }
-      ctx.parallel_for(B, 1, [&](int64_t b0, int64_t b1) {
+      // (rows in parallel only where a row's gate math outweighs waking the pool)
+      ctx.parallel_for(B, std::max<int64_t>(1, 16384 / GH), [&](int64_t b0, int64_t b1) {
+        std::vector<T> gates;  // the vectorized LSTM's pre-activations and activations
         for (int64_t b_ = b0; b_ < b1; ++b_) {
           if (s >= l.lens[b_]) continue;
           const int64_t t = l.time(d, s, b_);
@@ -197,6 +286,10 @@ template <typename T> void forward(KernelContext& ctx, int cell) {
           T* hs = h.data() + b_ * H;
           T* cs = c.data() + b_ * H;
           T* rr = res ? l.reserve_row(res, t, d, b_) : nullptr;
+          if (vector_lstm &&
+              lstm_row_vectorized(ctx, g, q, H, cs, hs, y + (l.row(t, b_) * D + d) * H,
+                                  rr ? rr + l.S - H : nullptr, rr, gates))
+            continue;
           for (int64_t j = 0; j < H; ++j) {
             T hnew;
             if (cell == 0) {
@@ -287,6 +380,11 @@ template <typename T> void backward(KernelContext& ctx) {
     T* dP = dp ? dp + d * 3 * H : nullptr;
     const rm::ActParams &fa = l.act(d, 0), &ga = l.act(d, cell == 2 ? 0 : 1),
                         &ha = l.act(d, cell == 0 ? 2 : 0);
+    // an f32 LSTM with the default activations, no clip and no peepholes: its gate math in
+    // vector loops (the library's vector sigmoid and tanh) instead of one element at a time
+    [[maybe_unused]] const bool vector_lstm =
+        std::is_same_v<T, float> && cell == 0 && !P && !l.input_forget && l.clip <= T(0) &&
+        fa.kind == rm::sigmoid && ga.kind == rm::tanh_ && ha.kind == rm::tanh_;
     std::fill(dg.begin(), dg.end(), T(0));
     std::copy(dhn + d * B * H, dhn + (d + 1) * B * H, dh.begin());
     if (dcn)
@@ -315,7 +413,8 @@ template <typename T> void backward(KernelContext& ctx) {
       std::fill(dgr.begin(), dgr.end(), T(0));
       // phase 1: everything up to the recurrent GEMM (GRU without linear_before_reset stops at
       // the h gate, whose r needs (duh · Rh) first)
-      ctx.parallel_for(B, 1, [&](int64_t b0, int64_t b1) {
+      // (rows in parallel only where a row's gate math outweighs waking the pool)
+      ctx.parallel_for(B, std::max<int64_t>(1, 16384 / GH), [&](int64_t b0, int64_t b1) {
         for (int64_t b_ = b0; b_ < b1; ++b_) {
           if (s >= l.lens[b_]) continue;
           const int64_t t = l.time(d, s, b_);
