@@ -281,14 +281,17 @@ void pow(KernelContext& ctx) {
 }
 }  // namespace
 
+#ifdef KILN_VECTOR_MATH
 bool sigmoid_f32_vectorized(const KernelContext& ctx, const float* in, float* out, int64_t n) {
-  constexpr F32Map f = sigmoid_f32_vector<false>;
-  return f && f(ctx, in, out, n);
+  return sigmoid_f32_vector<false>(ctx, in, out, n);
 }
 bool tanh_f32_vectorized(const KernelContext& ctx, const float* in, float* out, int64_t n) {
-  constexpr F32Map f = tanh_f32_vector;
-  return f && f(ctx, in, out, n);
+  return tanh_f32_vector(ctx, in, out, n);
 }
+#else
+bool sigmoid_f32_vectorized(const KernelContext&, const float*, float*, int64_t) { return false; }
+bool tanh_f32_vectorized(const KernelContext&, const float*, float*, int64_t) { return false; }
+#endif
 
 void register_elementwise_unary_kernels() {
   constexpr DTypeSet kF{f32, f64};

@@ -20,46 +20,45 @@ namespace kiln::cpu {
 namespace {
 namespace rm = rnn_math;
 
-// C = alpha * A · Bᵀ + beta * C for small f32 products (a step's recurrent product: a few rows
-// of A against the gates' rows of B): each dot product in 16 lanes of partial sums on this
-// thread; compiled for the baseline and (GCC, x86-64) for AVX-512, picked by cpu_isa (not
-// target_clones: see attention.cpp).
-inline __attribute__((always_inline)) void small_gemm_nt_body(int64_t M, int64_t N, int64_t K,
+// Products up to this many multiply-adds run on the calling thread (small_gemm_nn).
+constexpr int64_t kSmallProduct = int64_t{1} << 17;
+
+// C = alpha * A · B + beta * C for small f32 products (a step's recurrent product: a few rows of
+// states against the recurrent weights, transposed once per layer so that a row of C is a sum of
+// contiguous rows of B): on this thread, the inner loop along C's row; compiled for the baseline
+// and (GCC, x86-64) for AVX-512, picked by cpu_isa (not target_clones: see attention.cpp).
+inline __attribute__((always_inline)) void small_gemm_nn_body(int64_t M, int64_t N, int64_t K,
                                                               float alpha, const float* A,
                                                               int64_t lda, const float* B,
                                                               int64_t ldb, float beta, float* C,
                                                               int64_t ldc) {
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t n = 0; n < N; ++n) {
-      const float *a = A + m * lda, *b = B + n * ldb;
-      float lanes[16] = {};
-      int64_t k = 0;
-      for (; k + 16 <= K; k += 16)
-        for (int l = 0; l < 16; ++l) lanes[l] += a[k + l] * b[k + l];
-      float dot = 0;
-      for (float v : lanes) dot += v;
-      for (; k < K; ++k) dot += a[k] * b[k];
-      float* c = C + m * ldc + n;
-      *c = alpha * dot + (beta == 0.f ? 0.f : beta * *c);
+  for (int64_t m = 0; m < M; ++m) {
+    float* c = C + m * ldc;
+    for (int64_t n = 0; n < N; ++n) c[n] = beta == 0.f ? 0.f : beta * c[n];
+    for (int64_t k = 0; k < K; ++k) {
+      const float a = alpha * A[m * lda + k];
+      const float* b = B + k * ldb;
+      for (int64_t n = 0; n < N; ++n) c[n] += a * b[n];
     }
+  }
 }
 #define KILN_SMALL_GEMM_ARGS                                                                 \
   int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda, const float *B, \
       int64_t ldb, float beta, float *C, int64_t ldc
-void small_gemm_nt_baseline(KILN_SMALL_GEMM_ARGS) {
-  small_gemm_nt_body(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+void small_gemm_nn_baseline(KILN_SMALL_GEMM_ARGS) {
+  small_gemm_nn_body(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target("avx512f"))) void small_gemm_nt_avx512(KILN_SMALL_GEMM_ARGS) {
-  small_gemm_nt_body(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+__attribute__((target("avx512f"))) void small_gemm_nn_avx512(KILN_SMALL_GEMM_ARGS) {
+  small_gemm_nn_body(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 #endif
-void small_gemm_nt(KILN_SMALL_GEMM_ARGS) {
+void small_gemm_nn(KILN_SMALL_GEMM_ARGS) {
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
   if (cpu_isa() == CpuIsa::avx512)
-    return small_gemm_nt_avx512(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return small_gemm_nn_avx512(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 #endif
-  small_gemm_nt_baseline(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  small_gemm_nn_baseline(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 #undef KILN_SMALL_GEMM_ARGS
 
@@ -73,8 +72,8 @@ void gemm(const KernelContext& ctx, bool ta, bool tb, int64_t M, int64_t N, int6
     // a small step's recurrent product (a few rows times the gates): rows of A against rows of
     // B on this thread, 16 lanes of partial sums, instead of a library call that costs more than
     // its arithmetic
-    if (!ta && tb && K > 0 && M * N * K <= (int64_t{1} << 17))
-      return small_gemm_nt(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (!ta && !tb && K > 0 && M * N * K <= kSmallProduct)
+      return small_gemm_nn(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     if (K > 0) {
       const dnnl_status_t st =
           dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
@@ -210,6 +209,34 @@ template <typename T> bool lstm_row_vectorized(const KernelContext& ctx, const T
   }
 }
 
+// One row of an f32 GRU step with linear_before_reset and the default activations (sigmoid,
+// tanh; gates in ONNX's order z, r, h): as lstm_row_vectorized.
+template <typename T> bool gru_row_vectorized(const KernelContext& ctx, const T* g, const T* q,
+                                              int64_t H, T* hs, T* y, T* kept, T* rr,
+                                              std::vector<T>& gates) {
+  if constexpr (!std::is_same_v<T, float>) {
+    return false;
+  } else {
+    gates.resize(static_cast<size_t>(6 * H));
+    float *u = gates.data(), *a = u + 3 * H;
+    for (int64_t j = 0; j < 2 * H; ++j) u[j] = g[j] + q[j];
+    if (!sigmoid_f32_vectorized(ctx, u, a, 2 * H)) return false;
+    for (int64_t j = 0; j < H; ++j) u[2 * H + j] = g[2 * H + j] + a[H + j] * q[2 * H + j];
+    if (!tanh_f32_vectorized(ctx, u + 2 * H, a + 2 * H, H)) return false;
+    if (rr) {
+      std::copy(u, u + 3 * H, rr);
+      std::copy(q + 2 * H, q + 3 * H, rr + 3 * H);
+    }
+    for (int64_t j = 0; j < H; ++j) {
+      const float z = a[j], hn = (1.f - z) * a[2 * H + j] + z * hs[j];
+      hs[j] = hn;
+      y[j] = hn;
+    }
+    if (rr) std::copy(hs, hs + H, kept);
+    return true;
+  }
+}
+
 template <typename T> void forward(KernelContext& ctx, int cell) {
   RnnParams spare;
   const RnnParams& prm = params_of(ctx, spare);
@@ -233,9 +260,22 @@ template <typename T> void forward(KernelContext& ctx, int cell) {
 
   std::vector<T> h(static_cast<size_t>(B * H)), c(static_cast<size_t>(B * H)),
       hr(static_cast<size_t>(B * GH)), rh(static_cast<size_t>(B * H));
+  // f32 steps whose recurrent product is small run it as A · B over R transposed (H, GH), made
+  // once per direction (small_gemm_nn)
+  const bool small = std::is_same_v<T, float> && B * GH * H <= kSmallProduct;
+  std::vector<T> rt(small ? static_cast<size_t>(H * GH) : 0);
   for (int64_t d = 0; d < D; ++d) {
     const T* R = l.r + d * GH * H;
     const T* Rb = l.b ? l.b + d * 2 * GH + GH : nullptr;
+    if (small)
+      for (int64_t j = 0; j < GH; ++j)
+        for (int64_t k = 0; k < H; ++k) rt[k * GH + j] = R[j * H + k];
+    // hr[:, col:col + n] = h' · R[col:col + n]ᵀ (h' = h, or r ⊙ h for GRU's h gate)
+    auto recurrent = [&](const T* hp, int64_t col, int64_t n, T* out) {
+      if (small)
+        gemm<T>(ctx, false, false, B, n, H, T(1), hp, H, rt.data() + col, GH, T(0), out, GH);
+      else gemm<T>(ctx, false, true, B, n, H, T(1), hp, H, R + col * H, H, T(0), out, GH);
+    };
     const T* P = l.p ? l.p + d * 3 * H : nullptr;
     if (l.h0)
       std::copy(l.h0 + d * B * H, l.h0 + (d + 1) * B * H, h.begin());
@@ -252,10 +292,13 @@ template <typename T> void forward(KernelContext& ctx, int cell) {
     [[maybe_unused]] const bool vector_lstm =
         std::is_same_v<T, float> && cell == 0 && !P && !l.input_forget && l.clip <= T(0) &&
         fa.kind == rm::sigmoid && ga.kind == rm::tanh_ && ha.kind == rm::tanh_;
+    [[maybe_unused]] const bool vector_gru = std::is_same_v<T, float> && cell == 1 && l.lbr &&
+                                             l.clip <= T(0) && fa.kind == rm::sigmoid &&
+                                             ga.kind == rm::tanh_;
     for (int64_t s = 0; s < T_; ++s) {
       // recurrent part: GRU without linear_before_reset takes z and r first, h after r
       const int64_t g_now = cell == 1 && !l.lbr ? 2 * H : GH;
-      gemm<T>(ctx, false, true, B, g_now, H, T(1), h.data(), H, R, H, T(0), hr.data(), GH);
+      recurrent(h.data(), 0, g_now, hr.data());
       if (Rb)
         for (int64_t b_ = 0; b_ < B; ++b_)
           for (int64_t j = 0; j < g_now; ++j) hr[b_ * GH + j] += Rb[j];
@@ -269,14 +312,14 @@ template <typename T> void forward(KernelContext& ctx, int cell) {
             rh[b_ * H + j] = rm::activate(fa, rm::clip_gate(ur, l.clip)) * h[b_ * H + j];
           }
         }
-        gemm<T>(ctx, false, true, B, H, H, T(1), rh.data(), H, R + 2 * H * H, H, T(0),
-                hr.data() + 2 * H, GH);
+        recurrent(rh.data(), 2 * H, H, hr.data() + 2 * H);
         if (Rb)
           for (int64_t b_ = 0; b_ < B; ++b_)
             for (int64_t j = 0; j < H; ++j) hr[b_ * GH + 2 * H + j] += Rb[2 * H + j];
       }
-      // (rows in parallel only where a row's gate math outweighs waking the pool)
-      ctx.parallel_for(B, std::max<int64_t>(1, 16384 / GH), [&](int64_t b0, int64_t b1) {
+      // (rows in parallel: vectorized, only where a row's gate math outweighs waking the pool)
+      const int64_t grain = vector_lstm || vector_gru ? std::max<int64_t>(1, 16384 / GH) : 1;
+      ctx.parallel_for(B, grain, [&](int64_t b0, int64_t b1) {
         std::vector<T> gates;  // the vectorized LSTM's pre-activations and activations
         for (int64_t b_ = b0; b_ < b1; ++b_) {
           if (s >= l.lens[b_]) continue;
@@ -289,6 +332,9 @@ template <typename T> void forward(KernelContext& ctx, int cell) {
           if (vector_lstm &&
               lstm_row_vectorized(ctx, g, q, H, cs, hs, y + (l.row(t, b_) * D + d) * H,
                                   rr ? rr + l.S - H : nullptr, rr, gates))
+            continue;
+          if (vector_gru && gru_row_vectorized(ctx, g, q, H, hs, y + (l.row(t, b_) * D + d) * H,
+                                               rr ? rr + l.S - H : nullptr, rr, gates))
             continue;
           for (int64_t j = 0; j < H; ++j) {
             T hnew;
@@ -382,9 +428,6 @@ template <typename T> void backward(KernelContext& ctx) {
                         &ha = l.act(d, cell == 0 ? 2 : 0);
     // an f32 LSTM with the default activations, no clip and no peepholes: its gate math in
     // vector loops (the library's vector sigmoid and tanh) instead of one element at a time
-    [[maybe_unused]] const bool vector_lstm =
-        std::is_same_v<T, float> && cell == 0 && !P && !l.input_forget && l.clip <= T(0) &&
-        fa.kind == rm::sigmoid && ga.kind == rm::tanh_ && ha.kind == rm::tanh_;
     std::fill(dg.begin(), dg.end(), T(0));
     std::copy(dhn + d * B * H, dhn + (d + 1) * B * H, dh.begin());
     if (dcn)
@@ -413,8 +456,7 @@ template <typename T> void backward(KernelContext& ctx) {
       std::fill(dgr.begin(), dgr.end(), T(0));
       // phase 1: everything up to the recurrent GEMM (GRU without linear_before_reset stops at
       // the h gate, whose r needs (duh · Rh) first)
-      // (rows in parallel only where a row's gate math outweighs waking the pool)
-      ctx.parallel_for(B, std::max<int64_t>(1, 16384 / GH), [&](int64_t b0, int64_t b1) {
+      ctx.parallel_for(B, 1, [&](int64_t b0, int64_t b1) {
         for (int64_t b_ = b0; b_ < b1; ++b_) {
           if (s >= l.lens[b_]) continue;
           const int64_t t = l.time(d, s, b_);
