@@ -8,18 +8,12 @@
 #include <vector>
 
 #include "kiln/kiln.h"
-#include "runtime/env.h"
+#include "support/gpu.h"
 #include "support/reference.h"
 
 namespace kiln {
 namespace {
 using namespace kiln::test;
-
-// (KILN_VALIDATE, KILN_STEP_TIMES and KILN_CAPTURE=0 turn recording off for the process)
-#define REQUIRE_GPU()                                                                 \
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";                     \
-  if (env::validate_on_cpu() || env::step_times() || env::capture() == 0) \
-  GTEST_SKIP() << "runs are not recorded in this environment"
 
 const Device kGpu = Device::cuda(0);
 
@@ -54,7 +48,7 @@ struct Model {
 };
 
 TEST(CudaCapture, ReplaysMatchTheCpuForFreshFeedsEveryRun) {
-  REQUIRE_GPU();
+  REQUIRE_RECORDED_RUNS();
   Model m;
   auto gpu = m.g.compile(kGpu, {}, {m.out, m.conv}, capture(true));
   auto cpu = m.g.compile(Device::cpu(), {}, {m.out, m.conv});
@@ -80,7 +74,7 @@ TEST(CudaCapture, ReplaysMatchTheCpuForFreshFeedsEveryRun) {
 
 // Outputs of a replay belong to the caller: the next replay does not write over them.
 TEST(CudaCapture, OutputsOfEarlierRunsStayIntact) {
-  REQUIRE_GPU();
+  REQUIRE_RECORDED_RUNS();
   Model m;
   auto gpu = m.g.compile(kGpu, {}, {m.out}, capture(true));
   std::vector<Array> kept, want;
@@ -94,7 +88,7 @@ TEST(CudaCapture, OutputsOfEarlierRunsStayIntact) {
 }
 
 TEST(CudaCapture, OffGivesTheSameBits) {
-  REQUIRE_GPU();
+  REQUIRE_RECORDED_RUNS();
   Model m;
   auto on = m.g.compile(kGpu, {}, {m.out, m.conv}, capture(true));
   auto off = m.g.compile(kGpu, {}, {m.out, m.conv}, capture(false));
@@ -114,7 +108,7 @@ TEST(CudaCapture, OffGivesTheSameBits) {
 // A training step: variables updated in place by a replayed graph follow the same trajectory as
 // without recording; a variable written by the host in between moves, and the run records again.
 TEST(CudaCapture, TrainingStepsAndHostWritesOfVariables) {
-  REQUIRE_GPU();
+  REQUIRE_RECORDED_RUNS();
   const Array w0 = random_array({20, 16}, f32, -0.3, 0.3), v0 = random_array({16, 4}, f32, -0.3, 0.3);
   struct Net {
     Graph g;
@@ -155,7 +149,7 @@ TEST(CudaCapture, TrainingStepsAndHostWritesOfVariables) {
 
 // Kernels that report bad inputs (an index out of range) still report them when replayed.
 TEST(CudaCapture, ReplayedRunsReportBadIndices) {
-  REQUIRE_GPU();
+  REQUIRE_RECORDED_RUNS();
   Graph g;
   auto x = g.placeholder({10, 6}, f32, "x");
   auto i = g.placeholder({5}, i64, "i");
@@ -183,7 +177,7 @@ TEST(CudaCapture, ReplayedRunsReportBadIndices) {
 
 // Returned values that are feeds or constants, and a value returned twice.
 TEST(CudaCapture, FeedsAndConstantsReturnedAsOutputs) {
-  REQUIRE_GPU();
+  REQUIRE_RECORDED_RUNS();
   Graph g;
   auto x = g.placeholder({7}, f32, "x");
   const Array cv = random_array({7}, f32);
@@ -206,7 +200,7 @@ TEST(CudaCapture, FeedsAndConstantsReturnedAsOutputs) {
 // Runs whose device feeds and outputs are large for their few steps are launched step by step:
 // copying them in and out of a recording would cost more than the launches it saves.
 TEST(CudaCapture, FewStepsOverLargeTensorsAreNotReplayed) {
-  REQUIRE_GPU();
+  REQUIRE_RECORDED_RUNS();
   Graph g;
   auto x = g.placeholder({1 << 22}, f32, "x");  // 16 MiB
   auto y = x * 2.0;

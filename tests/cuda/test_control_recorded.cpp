@@ -8,17 +8,12 @@
 
 #include "kiln/kiln.h"
 #include "kiln/ops/control.h"
-#include "runtime/env.h"
+#include "support/gpu.h"
 #include "support/reference.h"
 
 namespace kiln {
 namespace {
 using namespace kiln::test;
-
-#define REQUIRE_GPU()                                                     \
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";         \
-  if (env::validate_on_cpu() || env::step_times() || env::capture() == 0) \
-  GTEST_SKIP() << "runs are not recorded in this environment"
 
 const Device kGpu = Device::cuda(0);
 
@@ -33,7 +28,7 @@ void expect_recorded(const Executable& exe, int64_t at_least) {
 // x = x * a + c while i < n (the condition on the device), for several n, every run replayed
 // after the first.
 TEST(CudaControlGraph, WhileLoopRunsOnTheDevice) {
-  REQUIRE_GPU();
+  REQUIRE_RECORDED_RUNS();
   Graph g;
   auto n = g.placeholder({}, i64, "n");
   auto x0 = g.placeholder({300}, f32, "x0");
@@ -64,7 +59,7 @@ TEST(CudaControlGraph, WhileLoopRunsOnTheDevice) {
 // A condition that is a carried value itself, and a body that swaps two carried values (each
 // result is the other's operand): the copies at an iteration's end read before they write.
 TEST(CudaControlGraph, CarriedConditionAndSwappedValues) {
-  REQUIRE_GPU();
+  REQUIRE_RECORDED_RUNS();
   Graph g;
   auto a0 = g.placeholder({5, 7}, f32, "a0");
   auto b0 = g.placeholder({5, 7}, f32, "b0");
@@ -101,7 +96,7 @@ TEST(CudaControlGraph, CarriedConditionAndSwappedValues) {
 // the outer counter, reading a value captured from the outermost graph) and a cond on the
 // counter's parity; the outer trip count is an i32 feed.
 TEST(CudaControlGraph, NestedLoopsAndBranches) {
-  REQUIRE_GPU();
+  REQUIRE_RECORDED_RUNS();
   Graph g;
   auto w = g.placeholder({3, 4}, f32, "w");
   auto acc0 = g.placeholder({3, 4}, f32, "acc0");
@@ -134,7 +129,7 @@ TEST(CudaControlGraph, NestedLoopsAndBranches) {
 // A recurrence with a library product in the body (cuBLASLt, its workspace planned with the
 // recording) and a cond whose branches read different captured values.
 TEST(CudaControlGraph, ProductsInBodiesAndBranches) {
-  REQUIRE_GPU();
+  REQUIRE_RECORDED_RUNS();
   constexpr int64_t B = 4, H = 32, T = 9;
   Graph g;
   auto n = g.placeholder({}, i64, "n");
@@ -156,17 +151,7 @@ TEST(CudaControlGraph, ProductsInBodiesAndBranches) {
     Array hv = random_array({B, H}, f32), wv = random_array({H, H}, f32, -0.3, 0.3),
           xv = random_array({T, B, H}, f32), bv = random_array({H}, f32);
     const auto wd = to_f64(wv), xd = to_f64(xv), bd = to_f64(bv);
-    std::vector<double> hd = to_f64(hv);
-    for (int64_t t = 0; t < steps; ++t) {
-      std::vector<double> next(B * H);
-      for (int64_t b = 0; b < B; ++b)
-        for (int64_t j = 0; j < H; ++j) {
-          double s = xd[(t * B + b) * H + j];
-          for (int64_t k = 0; k < H; ++k) s += hd[b * H + k] * wd[k * H + j];
-          next[b * H + j] = std::tanh(s);
-        }
-      hd = next;
-    }
+    const std::vector<double> hd = tanh_recurrence(to_f64(hv), wd, xd, B, H, steps);
     std::vector<double> want(B * H);
     for (int64_t b = 0; b < B; ++b)
       for (int64_t j = 0; j < H; ++j) {
@@ -190,7 +175,7 @@ TEST(CudaControlGraph, ProductsInBodiesAndBranches) {
 // Errors found on the device inside a recorded loop fail the run like the host-driven loop's,
 // and the executable runs on afterwards.
 TEST(CudaControlGraph, ErrorsInsideRecordedLoops) {
-  REQUIRE_GPU();
+  REQUIRE_RECORDED_RUNS();
   Graph g;
   auto i0 = g.placeholder({}, i64, "i0");
   auto out = while_loop(

@@ -244,17 +244,7 @@ TEST(ForLoop, RecurrenceMatchesAHostLoop) {
         xv = random_array({T, B, H}, f32);
   const auto w = to_f64(wv), x = to_f64(xv);
   for (int64_t steps : {int64_t{T}, int64_t{3}, int64_t{0}, int64_t{-2}}) {
-    std::vector<double> h = to_f64(hv);
-    for (int64_t t = 0; t < steps; ++t) {
-      std::vector<double> next(B * H);
-      for (int64_t b = 0; b < B; ++b)
-        for (int64_t j = 0; j < H; ++j) {
-          double s = x[(t * B + b) * H + j];
-          for (int64_t k = 0; k < H; ++k) s += h[b * H + k] * w[k * H + j];
-          next[b * H + j] = std::tanh(s);
-        }
-      h = next;
-    }
+    const std::vector<double> h = tanh_recurrence(to_f64(hv), w, x, B, H, steps);
     Array got = exe.run({{n, scalar_i64(steps)}, {h0, hv}, {W, wv}, {xs, xv}})[0];
     expect_close(got.to(Device::cpu()), {B, H}, h, 1e-5, 1e-5);
   }

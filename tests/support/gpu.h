@@ -6,10 +6,17 @@
 #include "core/op_id.h"
 #include "kiln/device.h"
 #include "kiln/kernel.h"
+#include "runtime/env.h"
 
 /// Skips the test when no CUDA device is visible (kiln built without CUDA, or no GPU).
 #define REQUIRE_GPU() \
   if (::kiln::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device"
+/// The same, and when the environment turns recorded runs off for the process (KILN_VALIDATE,
+/// KILN_STEP_TIMES, KILN_CAPTURE=0).
+#define REQUIRE_RECORDED_RUNS()                                                                   \
+  REQUIRE_GPU();                                                                                  \
+  if (::kiln::env::validate_on_cpu() || ::kiln::env::step_times() || ::kiln::env::capture() == 0) \
+  GTEST_SKIP() << "runs are not recorded in this environment"
 
 namespace kiln::test {
 

@@ -61,6 +61,22 @@ Array random_ints(const Shape& shape, int64_t lo, int64_t hi, DType dtype) {
   return random_array(shape, dtype, static_cast<double>(lo), static_cast<double>(hi));
 }
 
+std::vector<double> tanh_recurrence(std::vector<double> h, const std::vector<double>& w,
+                                    const std::vector<double>& xs, int64_t B, int64_t H,
+                                    int64_t steps) {
+  for (int64_t t = 0; t < steps; ++t) {
+    std::vector<double> next(static_cast<size_t>(B * H));
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t j = 0; j < H; ++j) {
+        double s = xs[(t * B + b) * H + j];
+        for (int64_t k = 0; k < H; ++k) s += h[b * H + k] * w[k * H + j];
+        next[b * H + j] = std::tanh(s);
+      }
+    h = std::move(next);
+  }
+  return h;
+}
+
 std::vector<double> to_f64(const Array& a) { return a.to_vector<double>(); }
 
 void expect_close(const Array& actual, const Shape& shape, const std::vector<double>& expected,

@@ -27,6 +27,11 @@ Array random_ints(const Shape& shape, int64_t lo, int64_t hi, DType dtype = i64)
 
 /// All elements as double.
 std::vector<double> to_f64(const Array& a);
+/// h = tanh(h · w + xs[t]) for t < steps in float64 (an RNN written as a loop): h (B, H), w (H, H),
+/// xs (T, B, H), row-major.
+std::vector<double> tanh_recurrence(std::vector<double> h, const std::vector<double>& w,
+                                    const std::vector<double>& xs, int64_t B, int64_t H,
+                                    int64_t steps);
 
 /// Expects |actual - expected| <= atol + rtol*|expected| elementwise (NaNs must match NaNs)
 /// and the given shape.
