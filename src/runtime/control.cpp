@@ -160,15 +160,20 @@ struct Recorder {
       b().copy_async(dev(), c.dst, false, c.src, false, c.bytes, stream);
   }
   // The node's outputs as the loop's carried values, unless one shares bytes with an input (then
-  // buffers of the recording, copied out after the loop: `own`).
-  std::vector<TensorView> carried_state(const KernelContext& ctx, bool* own) {
-    *own = false;
+  // buffers of the recording, copied out after the loop by carried_out).
+  std::vector<TensorView> carried_state(const KernelContext& ctx) {
+    bool own = false;
     for (int k = 0; k < ctx.num_outputs(); ++k)
-      for (int j = 0; j < ctx.num_inputs(); ++j) *own = *own || overlap(ctx.out(k), ctx.in(j));
+      for (int j = 0; j < ctx.num_inputs(); ++j) own = own || overlap(ctx.out(k), ctx.in(j));
     std::vector<TensorView> state;
     for (int k = 0; k < ctx.num_outputs(); ++k)
-      state.push_back(*own ? buffer(ctx.out(k).shape, ctx.out(k).dtype) : ctx.out(k));
+      state.push_back(own ? buffer(ctx.out(k).shape, ctx.out(k).dtype) : ctx.out(k));
     return state;
+  }
+  void carried_out(const KernelContext& ctx, const std::vector<TensorView>& state) {
+    std::vector<TensorView> outs;
+    for (int k = 0; k < ctx.num_outputs(); ++k) outs.push_back(ctx.out(k));
+    copy_all(state, outs, w.stream);  // (nothing where the state is the outputs)
   }
 };
 
@@ -229,8 +234,7 @@ void record_cond(KernelContext& ctx, Recorder& r) {
 void record_while(KernelContext& ctx, Recorder& r) {
   const auto& bodies = bodies_of(ctx).bodies;
   const size_t carried = static_cast<size_t>(ctx.num_outputs());
-  bool own = false;
-  std::vector<TensorView> state = r.carried_state(ctx, &own);
+  std::vector<TensorView> state = r.carried_state(ctx);
   r.copy_all(inputs_from(ctx, 0, static_cast<int>(carried)), state, r.w.stream);
   std::vector<TensorView> operands = state;  // carried, then captured
   for (const TensorView& v : inputs_from(ctx, static_cast<int>(carried), ctx.num_inputs()))
@@ -269,19 +273,14 @@ void record_while(KernelContext& ctx, Recorder& r) {
     r.b().set_condition(r.dev(), s.stream(), h, u, copies);
     s.end();
   }
-  if (own) {
-    std::vector<TensorView> outs;
-    for (size_t k = 0; k < carried; ++k) outs.push_back(ctx.out(static_cast<int>(k)));
-    r.copy_all(state, outs, r.w.stream);
-  }
+  r.carried_out(ctx, state);
 }
 
 // for_loop as a WHILE node over a device counter against the trip count.
 void record_for(KernelContext& ctx, Recorder& r) {
   const auto& body = bodies_of(ctx).bodies[0];
   const int carried = ctx.num_outputs();
-  bool own = false;
-  std::vector<TensorView> state = r.carried_state(ctx, &own);
+  std::vector<TensorView> state = r.carried_state(ctx);
   r.copy_all(inputs_from(ctx, 1, 1 + carried), state, r.w.stream);
   Update u;
   u.kind = Update::count;
@@ -302,11 +301,7 @@ void record_for(KernelContext& ctx, Recorder& r) {
     r.b().set_condition(r.dev(), s.stream(), h, u, copies);
     s.end();
   }
-  if (own) {
-    std::vector<TensorView> outs;
-    for (int k = 0; k < carried; ++k) outs.push_back(ctx.out(k));
-    r.copy_all(state, outs, r.w.stream);
-  }
+  r.carried_out(ctx, state);
 }
 
 // Records the node when a run is being recorded on a device: returns false when it should run.

@@ -69,9 +69,8 @@ void gemm(const KernelContext& ctx, bool ta, bool tb, int64_t M, int64_t N, int6
           const T* A, int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
   if (M <= 0 || N <= 0) return;
   if constexpr (std::is_same_v<T, float>) {
-    // a small step's recurrent product (a few rows times the gates): rows of A against rows of
-    // B on this thread, 16 lanes of partial sums, instead of a library call that costs more than
-    // its arithmetic
+    // a small step's recurrent product (a few rows times the gates) on this thread, instead of
+    // a library call that costs more than its arithmetic
     if (!ta && !tb && K > 0 && M * N * K <= kSmallProduct)
       return small_gemm_nn(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     if (K > 0) {
@@ -182,12 +181,11 @@ Layer<T> read_layer(const KernelContext& ctx, const RnnParams& a, int cell, bool
 // (its last H) the new state. False where the library has no vector functions (nothing written).
 template <typename T> bool lstm_row_vectorized(const KernelContext& ctx, const T* g, const T* q,
                                                int64_t H, T* cs, T* hs, T* y, T* kept, T* rr,
-                                               std::vector<T>& gates) {
+                                               T* gates) {
   if constexpr (!std::is_same_v<T, float>) {
     return false;
   } else {
-    gates.resize(static_cast<size_t>(10 * H));
-    float *u = gates.data(), *a = u + 4 * H, *cnew = a + 4 * H, *tc = cnew + H;
+    float *u = gates, *a = u + 4 * H, *cnew = a + 4 * H, *tc = cnew + H;
     for (int64_t j = 0; j < 4 * H; ++j) u[j] = g[j] + q[j];
     if (!sigmoid_f32_vectorized(ctx, u, a, 3 * H) ||
         !tanh_f32_vectorized(ctx, u + 3 * H, a + 3 * H, H))
@@ -212,13 +210,11 @@ template <typename T> bool lstm_row_vectorized(const KernelContext& ctx, const T
 // One row of an f32 GRU step with linear_before_reset and the default activations (sigmoid,
 // tanh; gates in ONNX's order z, r, h): as lstm_row_vectorized.
 template <typename T> bool gru_row_vectorized(const KernelContext& ctx, const T* g, const T* q,
-                                              int64_t H, T* hs, T* y, T* kept, T* rr,
-                                              std::vector<T>& gates) {
+                                              int64_t H, T* hs, T* y, T* kept, T* rr, T* gates) {
   if constexpr (!std::is_same_v<T, float>) {
     return false;
   } else {
-    gates.resize(static_cast<size_t>(6 * H));
-    float *u = gates.data(), *a = u + 3 * H;
+    float *u = gates, *a = u + 3 * H;
     for (int64_t j = 0; j < 2 * H; ++j) u[j] = g[j] + q[j];
     if (!sigmoid_f32_vectorized(ctx, u, a, 2 * H)) return false;
     for (int64_t j = 0; j < H; ++j) u[2 * H + j] = g[2 * H + j] + a[H + j] * q[2 * H + j];
@@ -264,6 +260,8 @@ template <typename T> void forward(KernelContext& ctx, int cell) {
   // once per direction (small_gemm_nn)
   const bool small = std::is_same_v<T, float> && B * GH * H <= kSmallProduct;
   std::vector<T> rt(small ? static_cast<size_t>(H * GH) : 0);
+  // the vectorized gates' pre-activations and activations, 10 H per row (made once per call)
+  std::vector<T> gates(std::is_same_v<T, float> && cell < 2 ? static_cast<size_t>(B * 10 * H) : 0);
   for (int64_t d = 0; d < D; ++d) {
     const T* R = l.r + d * GH * H;
     const T* Rb = l.b ? l.b + d * 2 * GH + GH : nullptr;
@@ -320,7 +318,6 @@ template <typename T> void forward(KernelContext& ctx, int cell) {
       // (rows in parallel: vectorized, only where a row's gate math outweighs waking the pool)
       const int64_t grain = vector_lstm || vector_gru ? std::max<int64_t>(1, 16384 / GH) : 1;
       ctx.parallel_for(B, grain, [&](int64_t b0, int64_t b1) {
-        std::vector<T> gates;  // the vectorized LSTM's pre-activations and activations
         for (int64_t b_ = b0; b_ < b1; ++b_) {
           if (s >= l.lens[b_]) continue;
           const int64_t t = l.time(d, s, b_);
@@ -331,10 +328,11 @@ template <typename T> void forward(KernelContext& ctx, int cell) {
           T* rr = res ? l.reserve_row(res, t, d, b_) : nullptr;
           if (vector_lstm &&
               lstm_row_vectorized(ctx, g, q, H, cs, hs, y + (l.row(t, b_) * D + d) * H,
-                                  rr ? rr + l.S - H : nullptr, rr, gates))
+                                  rr ? rr + l.S - H : nullptr, rr, gates.data() + b_ * 10 * H))
             continue;
-          if (vector_gru && gru_row_vectorized(ctx, g, q, H, hs, y + (l.row(t, b_) * D + d) * H,
-                                               rr ? rr + l.S - H : nullptr, rr, gates))
+          if (vector_gru &&
+              gru_row_vectorized(ctx, g, q, H, hs, y + (l.row(t, b_) * D + d) * H,
+                                 rr ? rr + l.S - H : nullptr, rr, gates.data() + b_ * 10 * H))
             continue;
           for (int64_t j = 0; j < H; ++j) {
             T hnew;
