@@ -83,6 +83,19 @@ TEST(Matmul, MatchesReferenceF32F64) {
   }
 }
 
+// f32 products under the CPU's small-product bound run on the calling thread in blocks of 4
+// rows by 64, 16 and fewer columns (src/backends/cpu/small_gemm.cpp): every row remainder and
+// column tail, one B for every batch and B batched, next to products just over the bound.
+TEST(Matmul, SmallProductsEveryBlockAndTail) {
+  for (int64_t M : {1, 2, 3, 4, 5, 7, 22})
+    for (int64_t N : {1, 15, 16, 17, 64, 80, 129, 300})
+      for (int64_t K : {1, 7, 64}) check_matmul({{M, K}, {K, N}}, f32, 1e-4, 1e-5);
+  check_matmul({{2, 11, 64}, {64, 300}}, f32, 1e-4, 1e-5);          // batches as rows
+  check_matmul({{2, 3, 11, 16}, {2, 3, 16, 11}}, f32, 1e-4, 1e-5);  // attention's products
+  check_matmul({{3, 1, 5, 16}, {1, 2, 16, 20}}, f32, 1e-4, 1e-5);   // both broadcast
+  check_matmul({{64, 64}, {64, 65}}, f32, 1e-4, 1e-5);              // just over the bound
+}
+
 TEST(Matmul, IntegersAreExact) {
   for (const Pair& c : kShapes) {
     check_matmul(c, i32, 0, 0, -20, 20);

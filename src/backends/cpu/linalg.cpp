@@ -7,6 +7,7 @@
 #include "backends/cpu/cpu_common.h"
 #include "backends/cpu/dnnl_util.h"
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/small_gemm.h"
 #include "backends/geometry.h"
 #include "ops/linalg_params.h"
 
@@ -107,9 +108,30 @@ void matmul_dnnl(KernelContext& ctx, const MatmulDims& d) {
   du::execute(ctx.op_name(), *p, {ctx.in(0).data, ctx.in(1).data, ctx.out(0).data});
 }
 
+// f32 products with fewer multiply-adds than kSmallGemm in all, batch by batch on this thread.
+bool matmul_small(KernelContext& ctx, const MatmulDims& d) {
+  const int64_t batches = numel(d.batch);
+  if (d.K <= 0 || batches * d.M * d.N * d.K > kSmallGemm) return false;
+  const float* A = ctx.in(0).ptr<float>();
+  const float* B = ctx.in(1).ptr<float>();
+  float* C = ctx.out(0).ptr<float>();
+  if (numel(d.batch_b) == 1 && d.batch_a == d.batch) {  // one matrix B: the batches as rows
+    small_gemm_nn(batches * d.M, d.N, d.K, 1.f, A, d.K, B, d.N, 0.f, C, d.N);
+    return true;
+  }
+  const bool plain = d.batch_a == d.batch && d.batch_b == d.batch;
+  const auto a_off = plain ? std::vector<int64_t>{} : batch_offsets(d.batch_a, d.batch);
+  const auto b_off = plain ? std::vector<int64_t>{} : batch_offsets(d.batch_b, d.batch);
+  for (int64_t bi = 0; bi < batches; ++bi)
+    small_gemm_nn(d.M, d.N, d.K, 1.f, A + (plain ? bi : a_off[bi]) * d.M * d.K, d.K,
+                  B + (plain ? bi : b_off[bi]) * d.K * d.N, d.N, 0.f, C + bi * d.M * d.N, d.N);
+  return true;
+}
+
 void matmul(KernelContext& ctx) {
   const MatmulDims d = matmul_dims(ctx.in(0), ctx.in(1), ctx.out(0));
   const DType t = ctx.in(0).dtype;
+  if (t == f32 && matmul_small(ctx, d)) return;
   const bool dnnl_fits = d.K > 0 && static_cast<int>(d.batch.size()) + 2 <= kMaxDnnlRank;
   if ((t == f32 || (t == bf16 && native_bf16())) && dnnl_fits) return matmul_dnnl(ctx, d);
   if (t == bf16) return via_f32_copies(ctx, matmul);

@@ -12,6 +12,7 @@
 #include "backends/cpu/cpu_common.h"
 #include "backends/cpu/elementwise.h"
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/small_gemm.h"
 #include "ops/rnn_params.h"
 #include "ops/rnn_util.h"
 
@@ -19,48 +20,6 @@ namespace kiln::cpu {
 
 namespace {
 namespace rm = rnn_math;
-
-// Products up to this many multiply-adds run on the calling thread (small_gemm_nn).
-constexpr int64_t kSmallProduct = int64_t{1} << 17;
-
-// C = alpha * A · B + beta * C for small f32 products (a step's recurrent product: a few rows of
-// states against the recurrent weights, transposed once per layer so that a row of C is a sum of
-// contiguous rows of B): on this thread, the inner loop along C's row; compiled for the baseline
-// and (GCC, x86-64) for AVX-512, picked by cpu_isa (not target_clones: see attention.cpp).
-inline __attribute__((always_inline)) void small_gemm_nn_body(int64_t M, int64_t N, int64_t K,
-                                                              float alpha, const float* A,
-                                                              int64_t lda, const float* B,
-                                                              int64_t ldb, float beta, float* C,
-                                                              int64_t ldc) {
-  for (int64_t m = 0; m < M; ++m) {
-    float* c = C + m * ldc;
-    for (int64_t n = 0; n < N; ++n) c[n] = beta == 0.f ? 0.f : beta * c[n];
-    for (int64_t k = 0; k < K; ++k) {
-      const float a = alpha * A[m * lda + k];
-      const float* b = B + k * ldb;
-      for (int64_t n = 0; n < N; ++n) c[n] += a * b[n];
-    }
-  }
-}
-#define KILN_SMALL_GEMM_ARGS                                                                 \
-  int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda, const float *B, \
-      int64_t ldb, float beta, float *C, int64_t ldc
-void small_gemm_nn_baseline(KILN_SMALL_GEMM_ARGS) {
-  small_gemm_nn_body(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-}
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target("avx512f"))) void small_gemm_nn_avx512(KILN_SMALL_GEMM_ARGS) {
-  small_gemm_nn_body(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-}
-#endif
-void small_gemm_nn(KILN_SMALL_GEMM_ARGS) {
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-  if (cpu_isa() == CpuIsa::avx512)
-    return small_gemm_nn_avx512(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-#endif
-  small_gemm_nn_baseline(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-}
-#undef KILN_SMALL_GEMM_ARGS
 
 // C (M x N, row-major, leading dim ldc) = alpha * op(A) · op(B) + beta * C, with op(A) M x K
 // and op(B) K x N; ta/tb: the row-major buffer holds the transpose.
@@ -71,7 +30,7 @@ void gemm(const KernelContext& ctx, bool ta, bool tb, int64_t M, int64_t N, int6
   if constexpr (std::is_same_v<T, float>) {
     // a small step's recurrent product (a few rows times the gates) on this thread, instead of
     // a library call that costs more than its arithmetic
-    if (!ta && !tb && K > 0 && M * N * K <= kSmallProduct)
+    if (!ta && !tb && K > 0 && M * N * K <= kSmallGemm)
       return small_gemm_nn(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     if (K > 0) {
       const dnnl_status_t st =
@@ -258,7 +217,7 @@ template <typename T> void forward(KernelContext& ctx, int cell) {
       hr(static_cast<size_t>(B * GH)), rh(static_cast<size_t>(B * H));
   // f32 steps whose recurrent product is small run it as A · B over R transposed (H, GH), made
   // once per direction (small_gemm_nn)
-  const bool small = std::is_same_v<T, float> && B * GH * H <= kSmallProduct;
+  const bool small = std::is_same_v<T, float> && B * GH * H <= kSmallGemm;
   std::vector<T> rt(small ? static_cast<size_t>(H * GH) : 0);
   // the vectorized gates' pre-activations and activations, 10 H per row (made once per call)
   std::vector<T> gates(std::is_same_v<T, float> && cell < 2 ? static_cast<size_t>(B * 10 * H) : 0);
