@@ -164,27 +164,26 @@ template <typename T> struct Problem {
     return s;
   }
   int64_t mask_offset(int64_t b) const { return (bmask || amask) ? ml.batch_offset(b) : 0; }
-  /// Keys [j0, j0 + n) of batch b (n <= kKeyBlock) transposed into kt: e rows of kKeyBlock.
+  /// Keys [j0, j0 + n) of batch b (n <= kKeyBlock) transposed into kt: e rows of kKeyBlock,
+  /// zeros after the last key up to a whole number of kLanes (dots reads whole lanes).
   void transpose_keys(int64_t b, int64_t j0, int64_t n, T* kt) const {
     for (int64_t j = 0; j < n; ++j) {
       const T* kj = k + (b * lk + j0 + j) * e;
       for (int64_t d = 0; d < e; ++d) kt[d * kKeyBlock + j] = kj[d];
     }
+    const int64_t padded = (n + kLanes - 1) / kLanes * kLanes;
+    for (int64_t d = 0; d < e; ++d)
+      std::fill(kt + d * kKeyBlock + n, kt + d * kKeyBlock + padded, T(0));
   }
   /// The dot products of queries [i, i + g) (g is kRows or 1) with keys [j0, j0 + n) into rows of
   /// s kKeyBlock apart, from kt (transpose_keys of the block at j0): each sums over d in the order
-  /// of score's, kLanes keys side by side in registers (and kRows queries, when g is kRows).
+  /// of score's, kLanes keys side by side in registers (and kRows queries, when g is kRows). The
+  /// last lanes run whole over kt's zero padding: s past n holds zeros that nothing reads.
   void dots(int64_t b, int64_t i, int64_t g, int64_t n, const T* kt, T* __restrict s) const {
     const T* qi = q + (b * lq + i) * e;
-    const int64_t nl = n / kLanes * kLanes;
+    const int64_t nl = (n + kLanes - 1) / kLanes * kLanes;
     if (g == kRows) score_all_tile(qi, kt, e, nl, s);
     else score_all_lanes(qi, kt, e, nl, s);
-    for (int64_t r = 0; r < g; ++r)
-      for (int64_t j = nl; j < n; ++j) {
-        T sum = 0;
-        for (int64_t d = 0; d < e; ++d) sum += qi[r * e + d] * kt[d * kKeyBlock + j];
-        s[r * kKeyBlock + j] = sum;
-      }
   }
   /// Query i's dot products with keys [j0, j0 + n) in s made score(b, i, j, moff) for keys before
   /// j1 (its visible end within the block) and -inf from there on.
@@ -231,12 +230,17 @@ template <typename T> struct Problem {
     const int64_t evl = ev / kLanes * kLanes;
     if (g == kRows) weigh_all_tile(vb, keys, pr, nk, alpha, ev, evl, a);
     else weigh_all_lanes(vb, keys, pr, nk, alpha, ev, evl, a);
-    for (int64_t r = 0; r < g; ++r)
-      for (int64_t d = evl; d < ev; ++d) {
-        T sum = a[r * ev + d] * alpha[r];
-        for (int64_t t = 0; t < nk; ++t) sum += pr[r * kKeyBlock + keys[t]] * vb[keys[t] * ev + d];
-        a[r * ev + d] = sum;
+    // the elements after the last whole lane group (all of them where ev < kLanes): key by key,
+    // along each value's contiguous elements
+    for (int64_t r = 0; r < g; ++r) {
+      T* __restrict ar = a + r * ev;
+      for (int64_t d = evl; d < ev; ++d) ar[d] *= alpha[r];
+      for (int64_t t = 0; t < nk; ++t) {
+        const T wt = pr[r * kKeyBlock + keys[t]];
+        const T* __restrict vt = vb + keys[t] * ev;
+        for (int64_t d = evl; d < ev; ++d) ar[d] += wt * vt[d];
       }
+    }
   }
 };
 

@@ -27,7 +27,8 @@ Outs rms_norm_op(NodeContext& c) {
   return {mul(wide ? cast(normalized, x.dtype()) : normalized, scale)};
 }
 
-// The first `rd` features of each head of x (B, S, H, D) rotated by cos, sin (B, S, 1, rd / 2):
+// The first `rd` features of each head of x (B, S, H, D) rotated by cos, sin (B, S, 1, rd / 2),
+// or of x (B, H, S, D) by cos, sin (B, 1, S, rd / 2):
 // halves (x1, x2) -> (x1 cos - x2 sin, x1 sin + x2 cos), or with `interleaved` pairs (x[2i],
 // x[2i + 1]); the rest of each head passes through.
 Tensor rotate(NodeContext& c, const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t rd,
@@ -61,8 +62,6 @@ Outs rotary_op(NodeContext& c) {
       c.fail(fmt::format("{} features are not {} heads", width, heads));
     x = reshape_to(x, known_ints(c, {0, 0, heads, width >= 0 ? width / heads : -1}),
                    true);  // (B, S, H, D)
-  } else {
-    x = permute(x, {0, 2, 1, 3});
   }
   // the rotated features: rotary_embedding_dim, else the whole head (whose size the caches give
   // where the head's is known only at run time)
@@ -78,10 +77,12 @@ Outs rotary_op(NodeContext& c) {
     cos = embedding(cos, ids);
     sin = embedding(sin, ids);
   }
-  cos = expand_dims(slice(cos, {0, 0, 0}, {kEnd, kEnd, rd / 2}), {2});
-  sin = expand_dims(slice(sin, {0, 0, 0}, {kEnd, kEnd, rd / 2}), {2});
+  // (B, S, 1, rd / 2) against (B, S, H, D); (B, 1, S, rd / 2) against (B, H, S, D)
+  const int heads_axis = three_d ? 2 : 1;
+  cos = expand_dims(slice(cos, {0, 0, 0}, {kEnd, kEnd, rd / 2}), {heads_axis});
+  sin = expand_dims(slice(sin, {0, 0, 0}, {kEnd, kEnd, rd / 2}), {heads_axis});
   const Tensor y = rotate(c, x, cos, sin, rd, interleaved);
-  return {three_d ? reshape_to(y, known_ints(c, {0, 0, -1}), true) : permute(y, {0, 2, 1, 3})};
+  return {three_d ? reshape_to(y, known_ints(c, {0, 0, -1}), true) : y};
 }
 
 // (B, S, heads·d) -> (B, heads, S, d); 4-D inputs as they are.
