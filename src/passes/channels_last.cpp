@@ -56,7 +56,8 @@ class Rewriter {
         nhwc_(p.graph.nodes.size()),
         readers_(p.graph.nodes.size()),
         is_output_(p.graph.nodes.size(), 0),
-        read_as_nhwc_(p.graph.nodes.size(), -1) {
+        read_as_nhwc_(p.graph.nodes.size(), -1),
+        shuffled_(p.graph.nodes.size(), 0) {
     for (auto v : p.outputs) is_output_[v.node] = 1;
     for (size_t i = 0; i < p.graph.nodes.size(); ++i) {
       const Node& n = p.graph.nodes[i];
@@ -73,6 +74,7 @@ class Rewriter {
       const auto id = static_cast<int32_t>(i);
       const Node& n = nodes[i];
       if (absorbed[i] && fused_at[i] < 0) continue;  // inside an epilogue, emitted at its end
+      if (shuffled_[i]) continue;                    // a channel shuffle's, emitted whole
       if (fused_at[i] >= 0) {
         convert(fused_at[i], epilogues_[fused_at[i]]);
         continue;
@@ -98,6 +100,10 @@ class Rewriter {
         pad_on_nhwc(id);
       } else if (auto axes = nhwc_axes(n)) {
         reduce_nhwc(id, *axes);
+      } else if (channels_nhwc(n)) {
+        channels_on_nhwc(id);
+      } else if (auto end = channel_shuffle(id)) {
+        shuffle_on_nhwc(id, *end);
       } else {
         copy(id);
       }
@@ -312,6 +318,64 @@ class Rewriter {
     Attrs a = n.attrs;
     a.set("axes", axes);
     add_like(id, {as_nhwc(n.inputs[0])}, std::move(a), nhwc_);
+  }
+
+  // The CPU: a concat along the channels of 4-D values that all exist as NHWC, or a split along
+  // the channels of one: on NHWC along its last dim (ShuffleNet's two branches, joined and parted
+  // again in every block, with no transposes between their convolutions).
+  bool channels_nhwc(const Node& n) const {
+    if (cuda_ || (n.op != OpId::Concat && n.op != OpId::Split) || n.attrs.i("axis") != 1)
+      return false;
+    for (auto v : n.inputs)
+      if (info(v).shape.size() != 4 || !slot(nhwc_, v)) return false;
+    return true;
+  }
+  void channels_on_nhwc(int32_t id) {
+    const Node& n = p_.graph.nodes[id];
+    std::vector<ValueRef> inputs;
+    for (auto v : n.inputs) inputs.push_back(as_nhwc(v));
+    Attrs a = n.attrs;
+    a.set("axis", int64_t{3});
+    add_like(id, std::move(inputs), std::move(a), nhwc_);
+  }
+
+  // The CPU: a channel shuffle of a value that exists as NHWC, reshape (N, C, H, W) -> (N, g,
+  // C / g, H, W), transpose (0, 2, 1, 3, 4), reshape back to (N, C, H, W), each read only by the
+  // next: the last reshape's node when node `id` starts one. On NHWC it is (N, H, W, g, C / g)
+  // transposed to (N, H, W, C / g, g): no transposes of the whole value around it.
+  std::optional<int32_t> channel_shuffle(int32_t id) const {
+    const Node& r1 = p_.graph.nodes[id];
+    if (cuda_ || r1.op != OpId::Reshape || r1.inputs.size() != 1 || !slot(nhwc_, r1.inputs[0]))
+      return {};
+    const Shape& x = info(r1.inputs[0]).shape;
+    const Shape& g = r1.outputs[0].shape;
+    if (x.size() != 4 || !is_static(x) || g.size() != 5 || g[0] != x[0] || g[1] * g[2] != x[1] ||
+        g[3] != x[2] || g[4] != x[3])
+      return {};
+    const int32_t t = sole_reader(id);
+    if (t < 0 || p_.graph.nodes[t].op != OpId::Transpose ||
+        p_.graph.nodes[t].attrs.ints("perm") != std::vector<int64_t>{0, 2, 1, 3, 4})
+      return {};
+    const int32_t r2 = sole_reader(t);
+    if (r2 < 0 || p_.graph.nodes[r2].op != OpId::Reshape || p_.graph.nodes[r2].inputs.size() != 1 ||
+        p_.graph.nodes[r2].outputs[0].shape != x)
+      return {};
+    return r2;
+  }
+  void shuffle_on_nhwc(int32_t id, int32_t end) {
+    const Shape& x = info(p_.graph.nodes[id].inputs[0]).shape;
+    const int64_t groups = p_.graph.nodes[id].outputs[0].shape[1];
+    Attrs a;
+    a.set("shape", Shape{x[0], x[2], x[3], groups, x[1] / groups});
+    ValueRef v{out_.graph.add(OpId::Reshape, {as_nhwc(p_.graph.nodes[id].inputs[0])}, a), 0};
+    Attrs t;
+    t.set("perm", std::vector<int64_t>{0, 1, 2, 4, 3});
+    v = {out_.graph.add(OpId::Transpose, {v}, t), 0};
+    Attrs b;
+    b.set("shape", Shape{x[0], x[2], x[3], x[1]});
+    slot(nhwc_, {end, 0}) = ValueRef{out_.graph.add(OpId::Reshape, {v}, b), 0};
+    shuffled_[p_.graph.nodes[end].inputs[0].node] = 1;
+    shuffled_[end] = 1;
   }
 
   // Whether a pool's outputs are (N, 1, 1, C) (global pooling), which reach NCHW readers through
@@ -557,6 +621,7 @@ class Rewriter {
   std::vector<char> is_output_;                                    // node's value is returned
   std::map<int32_t, Epilogue> epilogues_;                          // by conv
   mutable std::vector<int8_t> read_as_nhwc_;                       // -1: not yet known
+  std::vector<char> shuffled_;  // inside a channel shuffle emitted at its first reshape
 };
 
 }  // namespace

@@ -119,6 +119,51 @@ TEST(CpuConvs, ReflectPadsAndInstanceNormsStayNhwc) {
   }
 }
 
+// ShuffleNet's blocks: two branches joined along the channels, shuffled (reshape, transpose,
+// reshape) and parted again stay on NHWC, each shuffle one transpose of the last dims; a shuffle
+// whose middle value another node reads too runs on NCHW. Against f64 loops.
+TEST(CpuConvs, ChannelShufflesStayNhwc) {
+  const Array w1 = random_array({8, 8, 1, 1}, f64), w2 = random_array({8, 8, 3, 3}, f64, -0.3, 0.3),
+              w3 = random_array({8, 8, 1, 1}, f64), w4 = random_array({8, 16, 1, 1}, f64);
+  auto shuffle = [](const Tensor& v, Tensor* middle = nullptr) {
+    const Shape s = v.shape();
+    const Tensor t = permute(reshape(v, {s[0], 2, s[1] / 2, s[2], s[3]}), {0, 2, 1, 3, 4});
+    if (middle) *middle = t;
+    return reshape(t, s);
+  };
+  for (bool shared_middle : {false, true}) {
+    SCOPED_TRACE(shared_middle ? "a shuffle's middle read twice" : "every shuffle whole");
+    auto build_net = [&](Graph& g, DType t, Tensor* x, std::vector<Tensor>* outs) {
+      *x = g.placeholder({2, 8, 7, 5}, t, "x");
+      auto c = [&](const Array& a) { return g.constant(a.astype(t)); };
+      ConvOptions pad1;
+      pad1.padding = {1, 1};
+      const Tensor a = relu(conv2d(*x, c(w1))), b = conv2d(*x, c(w2), std::nullopt, pad1);
+      Tensor middle;
+      const Tensor s1 = shuffle(concat({a, b}, 1), shared_middle ? &middle : nullptr);
+      const std::vector<Tensor> halves = split(s1, 2, 1);
+      const Tensor s2 = shuffle(concat({halves[0], relu(conv2d(halves[1], c(w3)))}, 1));
+      outs->push_back(conv2d(s2, c(w4)));
+      if (shared_middle) outs->push_back(middle * 2.0);
+    };
+    Graph g32, g64;
+    Tensor x32, x64;
+    std::vector<Tensor> out32, out64;
+    build_net(g32, f32, &x32, &out32);
+    build_net(g64, f64, &x64, &out64);
+    auto exe = g32.compile(Device::cpu(), {}, out32, layout(true));
+    if (!shared_middle) EXPECT_LE(count(ops_of(exe), "transpose"), 4) << exe.dump();
+    auto plain = g64.compile(Device::cpu(), {}, out64, CompileOptions{.optimize = false});
+    for (int run = 0; run < 2; ++run) {
+      const Array xv = random_array({2, 8, 7, 5}, f64);
+      const auto want = plain.run({{x64, xv}});
+      const auto got = exe.run({{x32, xv.astype(f32)}});
+      for (size_t k = 0; k < want.size(); ++k)
+        expect_close(got[k], want[k].shape(), to_f64(want[k]), 1e-4, 1e-4);
+    }
+  }
+}
+
 // Transposed convolutions on NHWC (oneDNN's deconvolution over kiln's (C, kh, kw, O/G) weights),
 // with groups, strides, output padding and a bias, between NHWC convs; against f64 loops.
 TEST(CpuConvs, TransposedConvolutionsRunOnNhwc) {

@@ -158,7 +158,9 @@ void transpose_tiled(const KernelContext& ctx, const U* src, U* dst, const Strid
   const int64_t tp = (np + TP - 1) / TP, tq = (nq + TQ - 1) / TQ;
   const int64_t tasks = numel(sd.dims) / (np * nq) * tp * tq;
   const int64_t out_p = out_strides[p], in_q = sd.strides[q];
-  ctx.parallel_for(tasks, 16, [&](int64_t t0, int64_t t1) {
+  // (parts of at least 16K elements: a thread's start costs more than copying fewer)
+  const int64_t per_task = std::min(TP, np) * std::min(TQ, nq);
+  ctx.parallel_for(tasks, std::max<int64_t>(16, 16384 / per_task), [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       int64_t rem = t / (tp * tq), in_base = 0, out_base = 0;
       for (auto it = outer.rbegin(); it != outer.rend(); ++it) {
