@@ -1,6 +1,6 @@
 // CPU kernels of the unary elementwise ops that are more than their record's kernel: gelu (two
-// forms), clip (integer bounds), tanh, exp, sigmoid and silu, with the f32 activations run through
-// the C library's vector functions where it has them (the same expressions as
+// forms), clip (integer bounds), tanh, exp, erf, sigmoid and silu, with the f32 activations run
+// through the C library's vector functions where it has them (the same expressions as
 // src/ops/elementwise_math.h, the function within a few ulp of the scalar one).
 #include <algorithm>
 #include <cmath>
@@ -39,6 +39,10 @@ template <typename F> F libmvec_function(const char* symbol) {
 }
 FloatX4 vector_erfcf() {
   static const FloatX4 f = libmvec_function<FloatX4>("_ZGVbN4v_erfcf");
+  return f;
+}
+FloatX4 vector_erff() {
+  static const FloatX4 f = libmvec_function<FloatX4>("_ZGVbN4v_erff");
   return f;
 }
 FloatX4 vector_tanhf() {
@@ -121,6 +125,10 @@ wide::FloatX16 wide_erfcf() {
   static const wide::FloatX16 f = wide_function("_ZGVeN16v_erfcf");
   return f;
 }
+wide::FloatX16 wide_erff() {
+  static const wide::FloatX16 f = wide_function("_ZGVeN16v_erff");
+  return f;
+}
 wide::FloatX16 wide_tanhf() {
   static const wide::FloatX16 f = wide_function("_ZGVeN16v_tanhf");
   return f;
@@ -187,10 +195,14 @@ bool library_f32_vector(const KernelContext& ctx, const float* in, float* out, i
   return true;
 }
 #ifdef KILN_VECTOR_MATH_512
-constexpr Wide16 kWideTanh = wide_tanhf, kWideExp = wide_expf;
+constexpr Wide16 kWideTanh = wide_tanhf, kWideExp = wide_expf, kWideErf = wide_erff;
 #else
-constexpr Wide16 kWideTanh = nullptr, kWideExp = nullptr;
+constexpr Wide16 kWideTanh = nullptr, kWideExp = nullptr, kWideErf = nullptr;
 #endif
+// (GELU written out, x / 2 · (1 + erf(x / √2)), as exporters of BERT and ViT leave it)
+bool erf_f32_vector(const KernelContext& ctx, const float* in, float* out, int64_t n) {
+  return library_f32_vector(ctx, in, out, n, kWideErf, vector_erff);
+}
 bool tanh_f32_vector(const KernelContext& ctx, const float* in, float* out, int64_t n) {
   return library_f32_vector(ctx, in, out, n, kWideTanh, vector_tanhf);
 }
@@ -214,7 +226,7 @@ bool sigmoid_f32_vector(const KernelContext& ctx, const float* in, float* out, i
 }
 #else
 constexpr F32Map gelu_f32_vector = nullptr, gelu_tanh_f32_vector = nullptr,
-                 tanh_f32_vector = nullptr, exp_f32_vector = nullptr;
+                 tanh_f32_vector = nullptr, exp_f32_vector = nullptr, erf_f32_vector = nullptr;
 template <bool> constexpr F32Map sigmoid_f32_vector = nullptr;
 #endif
 // Runs one of the above on an f32 op (false: not f32, or no vector function).
@@ -238,6 +250,10 @@ void clip(KernelContext& ctx) {
 void tanh(KernelContext& ctx) {
   if (f32_vector(ctx, tanh_f32_vector)) return;
   float_op<math::Tanh>(ctx);
+}
+void erf(KernelContext& ctx) {
+  if (f32_vector(ctx, erf_f32_vector)) return;
+  float_op<math::Erf>(ctx);
 }
 void exp(KernelContext& ctx) {
   if (f32_vector(ctx, exp_f32_vector)) return;
@@ -297,6 +313,7 @@ void register_elementwise_unary_kernels() {
   constexpr DTypeSet kF{f32, f64};
   register_kernel(OpId::Tanh, Backend::cpu, {tanh, kF});  // the record's kernel, vectorized
   register_kernel(OpId::Exp, Backend::cpu, {exp, kF});
+  register_kernel(OpId::Erf, Backend::cpu, {erf, kF});
   register_kernel(OpId::Sigmoid, Backend::cpu, {sigmoid, kF});
   register_kernel(OpId::Silu, Backend::cpu, {silu, kF});
   register_kernel(OpId::Gelu, Backend::cpu, {gelu, kF});
