@@ -113,8 +113,15 @@ void fused_elementwise(KernelContext& ctx) {
   const int last = n_values - 1;
   const bool out_direct = !is_half(o.dtype);
 
-  const int64_t chunks = (total + kChunk - 1) / kChunk;
-  ctx.parallel_for(chunks, std::max<int64_t>(1, 16384 / kChunk), [&](int64_t c0, int64_t c1) {
+  // chunks of kChunk elements, smaller (down to 4096) where that gives every thread one: a
+  // program of several instructions over 4096 elements costs more than a thread's start
+  constexpr int64_t kMinChunk = 4096;
+  const int64_t per_thread = (total + ctx.threads() - 1) / std::max(1, ctx.threads());
+  const int64_t chunk = total < 2 * kMinChunk
+                            ? kChunk
+                            : std::clamp<int64_t>((per_thread + 63) / 64 * 64, kMinChunk, kChunk);
+  const int64_t chunks = (total + chunk - 1) / chunk;
+  ctx.parallel_for(chunks, 1, [&](int64_t c0, int64_t c1) {
     // one buffer per value that is not read or written in place
     std::vector<size_t> offset(n_values, SIZE_MAX);
     size_t bytes = 0;
@@ -135,7 +142,7 @@ void fused_elementwise(KernelContext& ctx) {
       if (offset[v] != SIZE_MAX) ptr[v] = base + offset[v];
     // single values are filled once, as far as a chunk reaches, in doubling copies (one
     // memcpy per element cost a small kernel most of its time)
-    const int64_t reach = std::min(kChunk, total);
+    const int64_t reach = std::min(chunk, total);
     for (int i = 0; i < n_in; ++i)
       if (kind[i] == Kind::scalar) {
         const size_t es = size_of(compute_type(types[i]));
@@ -145,7 +152,7 @@ void fused_elementwise(KernelContext& ctx) {
       }
     std::vector<char> raw;
     for (int64_t c = c0; c < c1; ++c) {
-      const int64_t s = c * kChunk, len = std::min(kChunk, total - s);
+      const int64_t s = c * chunk, len = std::min(chunk, total - s);
       for (int i = 0; i < n_in; ++i) {
         const TensorView& in = ctx.in(i);
         const size_t es = size_of(in.dtype);
