@@ -213,15 +213,16 @@ template <typename T> void forward(KernelContext& ctx, int cell) {
       for (int64_t d = 0; d < D; ++d)
         for (int64_t j = 0; j < GH; ++j) xw[(i * D + d) * GH + j] += l.b[d * 2 * GH + j];
 
-  std::vector<T> h(static_cast<size_t>(B * H)), c(static_cast<size_t>(B * H)),
-      hr(static_cast<size_t>(B * GH)), rh(static_cast<size_t>(B * H));
   // f32 steps whose recurrent product is small run it as A · B over R transposed (H, GH), made
   // once per direction (small_gemm_nn)
   const bool small = std::is_same_v<T, float> && B * GH * H <= kSmallGemm;
-  std::vector<T> rt(small ? static_cast<size_t>(H * GH) : 0);
-  // the vectorized gates' pre-activations and activations, 10 H per row (made once per call)
-  std::vector<T> gates(std::is_same_v<T, float> && cell < 2 ? static_cast<size_t>(B * 10 * H) : 0);
-  for (int64_t d = 0; d < D; ++d) {
+  auto direction = [&](int64_t d) {
+    std::vector<T> h(static_cast<size_t>(B * H)), c(static_cast<size_t>(B * H)),
+        hr(static_cast<size_t>(B * GH)), rh(static_cast<size_t>(B * H));
+    std::vector<T> rt(small ? static_cast<size_t>(H * GH) : 0);
+    // the vectorized gates' pre-activations and activations, 10 H per row
+    std::vector<T> gates(std::is_same_v<T, float> && cell < 2 ? static_cast<size_t>(B * 10 * H)
+                                                              : 0);
     const T* R = l.r + d * GH * H;
     const T* Rb = l.b ? l.b + d * 2 * GH + GH : nullptr;
     if (small)
@@ -342,7 +343,12 @@ template <typename T> void forward(KernelContext& ctx, int cell) {
     }
     std::copy(h.begin(), h.end(), hn + d * B * H);
     if (cn) std::copy(c.begin(), c.end(), cn + d * B * H);
-  }
+  };
+  // small steps: the two directions of a bidirectional layer side by side, one thread each (a
+  // step's rows are too few to share); larger ones in turn, each step's work shared
+  ctx.parallel_for(D, small ? 1 : D, [&](int64_t d0, int64_t d1) {
+    for (int64_t d = d0; d < d1; ++d) direction(d);
+  });
 }
 
 // ---- backward
