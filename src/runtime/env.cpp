@@ -61,6 +61,8 @@ bool gemm_borrow() { return !is(Var::KILN_GEMM_BORROW, "0"); }
 
 bool deterministic() { return is(Var::KILN_DETERMINISTIC, "1"); }
 
+bool conditional_nodes() { return !is(Var::KILN_CONDITIONAL_NODES, "0"); }
+
 int capture() {
   if (!get(Var::KILN_CAPTURE)) return -1;
   return is(Var::KILN_CAPTURE, "0") ? 0 : 1;

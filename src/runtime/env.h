@@ -31,6 +31,8 @@ bool step_times();
 bool step_times_device();
 /// KILN_CAPTURE: 0 or 1, or -1 when unset (read at every compile).
 int capture();
+/// False when KILN_CONDITIONAL_NODES=0 (read at every compile).
+bool conditional_nodes();
 /// False when KILN_FUSION=0 (read once).
 bool fusion_enabled();
 /// True when KILN_CUDNN_RUNTIME_FUSION=1 (read when a convolution problem is first seen).

@@ -43,6 +43,8 @@ std::string capture_blocker(const ExecutableImpl& x) {
     if (n.bodies.empty()) continue;
     if (!x.backend->can_record_conditionals())
       return fmt::format("%{} {} runs its bodies from the host", st.node, op_name(op));
+    if (!env::conditional_nodes())
+      return fmt::format("%{} {}: KILN_CONDITIONAL_NODES=0", st.node, op_name(op));
     if (std::string why = detail::bodies_capture_blocker(n); !why.empty())
       return fmt::format("%{} {}: {}", st.node, op_name(op), why);
   }

@@ -8,6 +8,7 @@
 
 #include "kiln/kiln.h"
 #include "kiln/ops/control.h"
+#include "support/executable_env.h"
 #include "support/gpu.h"
 #include "support/reference.h"
 
@@ -28,7 +29,7 @@ void expect_recorded(const Executable& exe, int64_t at_least) {
 // x = x * a + c while i < n (the condition on the device), for several n, every run replayed
 // after the first.
 TEST(CudaControlGraph, WhileLoopRunsOnTheDevice) {
-  REQUIRE_RECORDED_RUNS();
+  REQUIRE_CONDITIONAL_NODES();
   Graph g;
   auto n = g.placeholder({}, i64, "n");
   auto x0 = g.placeholder({300}, f32, "x0");
@@ -56,10 +57,35 @@ TEST(CudaControlGraph, WhileLoopRunsOnTheDevice) {
   expect_recorded(exe, runs - 1);
 }
 
+// KILN_CONDITIONAL_NODES=0: the same loop is not recorded (its status says why) and runs from the
+// host, with the same results.
+TEST(CudaControlGraph, ConditionalNodesOffRunFromTheHost) {
+  REQUIRE_RECORDED_RUNS();
+  const ScopedEnv off("KILN_CONDITIONAL_NODES", "0");
+  Graph g;
+  auto n = g.placeholder({}, i64, "n");
+  auto x0 = g.placeholder({64}, f32, "x0");
+  auto out = for_loop(n, {x0}, [&](const std::vector<Tensor>& v) {
+    return std::vector<Tensor>{v[1] * 0.5 + 1.0};  // (v[0]: the counter)
+  });
+  auto exe = g.compile(kGpu, {}, out);
+  for (int64_t trips : {int64_t{3}, int64_t{0}, int64_t{6}}) {
+    Array xv = random_array({64}, f32);
+    std::vector<double> x = to_f64(xv);
+    for (int64_t t = 0; t < trips; ++t)
+      for (double& e : x) e = e * 0.5 + 1.0;
+    auto r = exe.run({{n, Array::scalar(trips)}, {x0, xv}});
+    expect_close(r[0].to(Device::cpu()), {64}, x, 1e-5, 1e-5);
+  }
+  EXPECT_EQ(exe.replayed_runs(), 0);
+  EXPECT_NE(exe.capture_status().find("KILN_CONDITIONAL_NODES=0"), std::string::npos)
+      << exe.capture_status();
+}
+
 // A condition that is a carried value itself, and a body that swaps two carried values (each
 // result is the other's operand): the copies at an iteration's end read before they write.
 TEST(CudaControlGraph, CarriedConditionAndSwappedValues) {
-  REQUIRE_RECORDED_RUNS();
+  REQUIRE_CONDITIONAL_NODES();
   Graph g;
   auto a0 = g.placeholder({5, 7}, f32, "a0");
   auto b0 = g.placeholder({5, 7}, f32, "b0");
@@ -96,7 +122,7 @@ TEST(CudaControlGraph, CarriedConditionAndSwappedValues) {
 // the outer counter, reading a value captured from the outermost graph) and a cond on the
 // counter's parity; the outer trip count is an i32 feed.
 TEST(CudaControlGraph, NestedLoopsAndBranches) {
-  REQUIRE_RECORDED_RUNS();
+  REQUIRE_CONDITIONAL_NODES();
   Graph g;
   auto w = g.placeholder({3, 4}, f32, "w");
   auto acc0 = g.placeholder({3, 4}, f32, "acc0");
@@ -129,7 +155,7 @@ TEST(CudaControlGraph, NestedLoopsAndBranches) {
 // A recurrence with a library product in the body (cuBLASLt, its workspace planned with the
 // recording) and a cond whose branches read different captured values.
 TEST(CudaControlGraph, ProductsInBodiesAndBranches) {
-  REQUIRE_RECORDED_RUNS();
+  REQUIRE_CONDITIONAL_NODES();
   constexpr int64_t B = 4, H = 32, T = 9;
   Graph g;
   auto n = g.placeholder({}, i64, "n");
@@ -175,7 +201,7 @@ TEST(CudaControlGraph, ProductsInBodiesAndBranches) {
 // Errors found on the device inside a recorded loop fail the run like the host-driven loop's,
 // and the executable runs on afterwards.
 TEST(CudaControlGraph, ErrorsInsideRecordedLoops) {
-  REQUIRE_RECORDED_RUNS();
+  REQUIRE_CONDITIONAL_NODES();
   Graph g;
   auto i0 = g.placeholder({}, i64, "i0");
   auto out = while_loop(

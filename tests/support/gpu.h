@@ -17,6 +17,11 @@
   REQUIRE_GPU();                                                                                  \
   if (::kiln::env::validate_on_cpu() || ::kiln::env::step_times() || ::kiln::env::capture() == 0) \
   GTEST_SKIP() << "runs are not recorded in this environment"
+/// The same, and when KILN_CONDITIONAL_NODES=0 (control ops then run from the host).
+#define REQUIRE_CONDITIONAL_NODES()      \
+  REQUIRE_RECORDED_RUNS();               \
+  if (!::kiln::env::conditional_nodes()) \
+  GTEST_SKIP() << "KILN_CONDITIONAL_NODES=0: control ops run from the host"
 
 namespace kiln::test {
 
