@@ -1,5 +1,5 @@
 // Common-subexpression elimination: pure nodes with the same op, inputs and attributes merge.
-// Small constants merge by value.
+// Small constants merge by value. Also broadcasts that do not change their input's shape go.
 #include <cstring>
 #include <unordered_map>
 
@@ -68,6 +68,33 @@ Program eliminate_common_subexpressions(const Program& p) {
     } else {
       b.copy(static_cast<int32_t>(i));
     }
+  }
+  return b.finish();
+}
+
+namespace {
+bool identity_broadcast(const Program& p, const Node& n) {
+  if (n.op != OpId::BroadcastTo || n.inputs.empty()) return false;
+  const TensorInfo& in = p.graph.info(n.inputs[0]);
+  return in.dtype == n.outputs[0].dtype && is_static(in.shape) && in.shape == n.outputs[0].shape;
+}
+}  // namespace
+
+bool has_identity_broadcasts(const Program& p) {
+  for (const Node& n : p.graph.nodes)
+    if (identity_broadcast(p, n)) return true;
+  return false;
+}
+
+Program drop_identity_broadcasts(const Program& p) {
+  ProgramBuilder b(p);
+  std::vector<char> output(p.graph.nodes.size(), 0);
+  for (auto v : p.outputs) output[v.node] = 1;
+  for (size_t i = 0; i < p.graph.nodes.size(); ++i) {
+    const Node& n = p.graph.nodes[i];
+    if (identity_broadcast(p, n) && !output[i])
+      b.map(static_cast<int32_t>(i), {b.remap(n.inputs[0])});
+    else b.copy(static_cast<int32_t>(i));
   }
   return b.finish();
 }

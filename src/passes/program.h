@@ -65,6 +65,11 @@ void verify_program(const Program& p, const std::string& after_pass);
 Program fold_constants(const Program& p, const NodeEvaluator& eval);
 Program eliminate_common_subexpressions(const Program& p);
 Program eliminate_dead_code(const Program& p);
+/// Whether p has a broadcast_to whose input has its output's static shape (broadcasts a builder
+/// added before the shapes were known: attention's operands of an ONNX import with dim_params).
+bool has_identity_broadcasts(const Program& p);
+/// The program without them: their readers read the input (a copy less each).
+Program drop_identity_broadcasts(const Program& p);
 /// Folds inference batch norms whose parameters are constants into the convolution before them
 /// (when nothing else reads the convolution's output).
 Program fold_batch_norms(const Program& p);

@@ -204,6 +204,8 @@ std::shared_ptr<detail::ExecutableImpl> compile_optimized(
       if (n.op == op) return true;
     return false;
   };
+  if (o.optimize && has_identity_broadcasts(p))
+    run_pass(p, "drop_identity_broadcasts", drop_identity_broadcasts);
   if (any_node(OpId::AllReduce)) run_pass(p, "schedule_collectives", schedule_collectives);
   if (any_node(OpId::Assign) || any_node(OpId::AssignSlice))
     run_pass(p, "order_assignments", order_assignments);
