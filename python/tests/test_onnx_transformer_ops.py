@@ -1,5 +1,5 @@
-"""ONNX's transformer ops of opsets 23 to 25 (RMSNormalization, RotaryEmbedding, Attention,
-Swish) imported by kiln and run beside ONNX Runtime on fresh random data, and Attention's
+"""ONNX's transformer ops of opsets 23 to 27 (RMSNormalization, RotaryEmbedding, Attention,
+Swish, CausalConvWithState) imported by kiln and run beside ONNX Runtime on fresh random data, and Attention's
 features ONNX Runtime computes otherwise (the causal alignment) or not at all beside a float64
 reference of the operator's definition; and the other mappings the newest node tests brought
 (DFT's inverse of a onesided spectrum, Col2Im, CumProd) against numpy. The models are built
@@ -335,3 +335,55 @@ def test_cumprod_against_numpy(rng, axis, exclusive, reverse, dtype):
     if reverse:
         want = np.flip(want, axis)
     np.testing.assert_allclose(got.numpy().astype(np.float64), want, rtol=1e-5)
+
+
+def causal_conv_reference(x, w, b, past, activation):
+    """CausalConvWithState's definition in numpy (float64): the causal depthwise conv1d over the
+    past state and the input, SiLU where asked, the last k - 1 positions as the new state."""
+    batch, c, length = x.shape
+    k = w.shape[2]
+    pad = past if past is not None else np.zeros((batch, c, k - 1))
+    padded = np.concatenate([pad, x], axis=2).astype(np.float64)
+    y = np.zeros((batch, c, length))
+    for t in range(length):
+        y[:, :, t] = (padded[:, :, t:t + k] * w[:, 0, :].astype(np.float64)).sum(-1)
+    if b is not None:
+        y += b[None, :, None]
+    if activation in ("silu", "swish"):
+        y = y / (1 + np.exp(-y))
+    return y, padded[:, :, padded.shape[2] - (k - 1):]
+
+
+@pytest.mark.parametrize("k, activation, bias, past", [
+    (4, "none", False, False), (4, "silu", True, True), (3, "swish", False, True),
+    (1, "silu", True, False)])
+def test_causal_conv_with_state_against_numpy(rng, k, activation, bias, past):
+    """CausalConvWithState (opset 27) with a symbolic batch and length, at two shapes, against its
+    definition in numpy (ONNX Runtime 1.32 has no kernel for it; onnx.reference's schema lookups
+    crash in a process that has loaded kiln): output and present_state."""
+    c = 6
+    names = ["x", "w", "b" if bias else "", "p" if past else ""]
+    ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", c, "L"]),
+           helper.make_tensor_value_info("w", TensorProto.FLOAT, [c, 1, k])]
+    if bias:
+        ins.append(helper.make_tensor_value_info("b", TensorProto.FLOAT, [c]))
+    if past:
+        ins.append(helper.make_tensor_value_info("p", TensorProto.FLOAT, ["B", c, k - 1]))
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y", "state")]
+    node = helper.make_node("CausalConvWithState", names, ["y", "state"], activation=activation)
+    model = helper.make_model(helper.make_graph([node], "g", ins, outs),
+                              opset_imports=[helper.make_opsetid("", 27)])
+    model.ir_version = 10
+    exe = kiln.onnx.load_bytes(model.SerializeToString()).compile(device="cpu")
+    for batch, length in ((2, 9), (3, 2)):
+        feeds = {"x": randn(rng, batch, c, length), "w": randn(rng, c, 1, k)}
+        if bias:
+            feeds["b"] = randn(rng, c)
+        if past:
+            feeds["p"] = randn(rng, batch, c, k - 1)
+        want = causal_conv_reference(feeds["x"], feeds["w"], feeds.get("b"), feeds.get("p"),
+                                     activation)
+        got = exe.run(feeds)
+        for g, w in zip(got, want):
+            assert g.shape == w.shape
+            np.testing.assert_allclose(g.numpy(), w, rtol=1e-5, atol=1e-5)

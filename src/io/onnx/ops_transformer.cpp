@@ -1,12 +1,14 @@
-// ONNX's transformer ops of opsets 23 and 24: RMSNormalization, RotaryEmbedding, Attention and
-// TensorScatter, mapped onto kiln's rms_norm, elementwise rotation, scaled_dot_product_attention
-// and a gather, following the operator definitions (onnx/defs/nn/defs.cc and the reference
-// implementation) and, where those leave room, ONNX Runtime.
+// ONNX's transformer ops of opsets 23 to 27: RMSNormalization, RotaryEmbedding, Attention,
+// TensorScatter and CausalConvWithState, mapped onto kiln's rms_norm, elementwise rotation,
+// scaled_dot_product_attention, a gather and a depthwise conv1d, following the operator definitions
+// (onnx/defs/nn/defs.cc and the reference implementation) and, where those leave room, ONNX
+// Runtime.
 #include <cmath>
 #include <limits>
 
 #include "io/onnx/map_util.h"
 #include "kiln/ops/attention.h"
+#include "kiln/ops/nn.h"
 #include "kiln/ops/rearrange.h"
 
 namespace kiln::onnx::detail {
@@ -274,6 +276,47 @@ Outs tensor_scatter_op(NodeContext& c) {
   return {where(inside, taken, past)};
 }
 
+// CausalConvWithState (opset 27): a causal depthwise conv1d of input (B, C, L) by weight (C, 1,
+// k) (+ bias (C)) over the input with the past state (B, C, k - 1) in front (zeros without one),
+// then SiLU where activation is "silu" or "swish"; present_state is the last k - 1 positions of
+// that padded input (empty for k = 1). As the reference, the activation of f16/bf16 runs in f32.
+Outs causal_conv_with_state_op(NodeContext& c) {
+  const Tensor x = c.input(0), w = c.input(1);
+  const std::string act = c.attr_string("activation", "none");
+  if (act != "none" && act != "silu" && act != "swish")
+    c.fail(fmt::format("activation '{}' (none, silu or swish)", act));
+  if (x.rank() != 3 || w.rank() != 3)
+    c.fail(fmt::format("input of rank {} and weight of rank {} (3 and 3)", x.rank(), w.rank()));
+  const int64_t k = w.dim(2), channels = w.dim(0);
+  if (k < 1 || channels < 1)
+    c.unsupported("a weight whose channels or width are known only at run time");
+  if (w.dim(1) != 1 || (x.dim(1) >= 0 && x.dim(1) != channels))
+    c.fail(fmt::format("weight {} for {} input channels (depthwise: (C, 1, k))", str(w.shape()),
+                       x.dim(1)));
+  Tensor past;
+  if (c.has_input(3)) {
+    past = c.input(3);
+    if (past.rank() != 3 || (past.dim(2) >= 0 && past.dim(2) != k - 1))
+      c.fail(fmt::format("past_state {} for a kernel of width {} (B, C, {})", str(past.shape()), k,
+                         k - 1));
+  } else {  // zeros (B, C, k - 1), from the shapes of a run
+    past = full(concat({slice(shape_of(x), {0}, {2}), known_ints(c, {k - 1})}, 0), 0.0, x.dtype());
+  }
+  const Tensor padded = concat({past, x}, 2);
+  ConvOptions o;
+  o.groups = channels;
+  const std::optional<Tensor> bias =
+      c.has_input(2) ? std::optional<Tensor>(c.input(2)) : std::nullopt;
+  Tensor y = conv1d(padded, w, bias, o);
+  if (act != "none") {
+    const bool half = y.dtype() == f16 || y.dtype() == bf16;
+    y = half ? cast(silu(cast(y, f32)), y.dtype()) : silu(y);
+  }
+  // the last k - 1 positions (none for k = 1: a start past the end)
+  const Tensor present = slice(padded, {0, 0, k == 1 ? kEnd : -(k - 1)}, {kEnd, kEnd, kEnd});
+  return {y, present};
+}
+
 }  // namespace
 
 void add_transformer_ops(std::vector<OpEntry>& t) {
@@ -284,6 +327,7 @@ void add_transformer_ops(std::vector<OpEntry>& t) {
                         {"Attention", 24, attention_op},
                         {"Attention", 25, attention_op},
                         {"TensorScatter", 24, tensor_scatter_op},
+                        {"CausalConvWithState", 27, causal_conv_with_state_op},
                     });
 }
 
