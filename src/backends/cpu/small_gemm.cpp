@@ -5,6 +5,7 @@
 #include "backends/cpu/small_gemm.h"
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "backends/cpu/cpu_common.h"
@@ -13,7 +14,8 @@ namespace kiln::cpu {
 
 namespace {
 
-// 16 floats: one AVX-512 register (four SSE registers in the baseline build)
+// 16 floats: one AVX-512 register (four SSE registers in the baseline build), moved by memcpy
+// (no aliasing question; compiled to unaligned vector loads and stores)
 typedef float Vec __attribute__((vector_size(64), aligned(4)));
 
 // C's rows [0, R) by columns [0, 16·V) from A's R rows and B's columns, in R·V vectors.
@@ -25,7 +27,7 @@ inline __attribute__((always_inline)) void block(int64_t K, float alpha, const f
   for (int64_t k = 0; k < K; ++k) {
     const float* b = B + k * ldb;
     Vec bv[V];
-    for (int v = 0; v < V; ++v) bv[v] = *reinterpret_cast<const Vec*>(b + 16 * v);
+    for (int v = 0; v < V; ++v) std::memcpy(&bv[v], b + 16 * v, sizeof(Vec));
     for (int r = 0; r < R; ++r) {
       const Vec a = Vec{} + A[r * lda + k];
       for (int v = 0; v < V; ++v) acc[r][v] += a * bv[v];
@@ -33,8 +35,10 @@ inline __attribute__((always_inline)) void block(int64_t K, float alpha, const f
   }
   for (int r = 0; r < R; ++r)
     for (int v = 0; v < V; ++v) {
-      Vec& c = *reinterpret_cast<Vec*>(C + r * ldc + 16 * v);
+      Vec c;
+      std::memcpy(&c, C + r * ldc + 16 * v, sizeof(Vec));
       c = beta == 0.f ? acc[r][v] * alpha : acc[r][v] * alpha + c * beta;
+      std::memcpy(C + r * ldc + 16 * v, &c, sizeof(Vec));
     }
 }
 
