@@ -11,17 +11,10 @@
 The native module (kiln._kiln) holds the bindings; this package re-exports them. See
 docs/python.md.
 """
-import os as _os
-import sys as _sys
-
-# kiln's symbols go to the process's global scope, where the custom-op libraries that
-# load_op_library opens look for them (they link no kiln of their own)
-_flags = _sys.getdlopenflags()
-_sys.setdlopenflags(_flags | _os.RTLD_GLOBAL)
-try:
-    from . import _kiln
-finally:
-    _sys.setdlopenflags(_flags)
+# (the native module is loaded without RTLD_GLOBAL: the protobuf and ONNX libraries it links
+# stay out of the onnx package's way; load_op_library puts kiln's own symbols in the global scope
+# when a custom-op library needs them)
+from . import _kiln  # noqa: F401
 from ._kiln import *  # noqa: F401,F403
 from ._kiln import (  # noqa: F401  (names the star import leaves out)
     __version__,

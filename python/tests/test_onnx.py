@@ -296,3 +296,31 @@ def test_dim_params_stay_dynamic(rng, tmp_path):
     assert exe.shape_cache()["misses"] == 2 and exe.shape_cache()["hits"] == 1
     with pytest.raises(kiln.ShapeError, match=r"input 'scale' dim 0 is 'N' = 2 \(from 'image'\)"):
         exe.run({"image": np.zeros((2, 3, 8, 8), np.float32), "scale": np.zeros((3, 1), np.float32)})
+
+
+def test_the_onnx_package_works_beside_kiln_imported_first():
+    """kiln links its own protobuf and ONNX libraries; imported first, they must not take the
+    place of the onnx package's (its checker and reference evaluator crashed when they did). In
+    a fresh process, so that a crash fails this test alone."""
+    import subprocess
+    import sys
+
+    code = """
+import numpy as np
+import kiln
+import onnx
+from onnx import TensorProto, helper
+from onnx.reference import ReferenceEvaluator
+m = helper.make_model(helper.make_graph(
+    [helper.make_node("Relu", ["x"], ["y"])], "g",
+    [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+    [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])]))
+onnx.checker.check_model(m, full_check=True)
+x = np.array([-1.0, 0.5, 2.0], np.float32)
+want = ReferenceEvaluator(m).run(None, {"x": x})[0]
+got = kiln.onnx.load_bytes(m.SerializeToString()).compile(device="cpu").run({"x": x})[0].numpy()
+assert np.array_equal(want, got), (want, got)
+print("ok")
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), (r.returncode, r.stderr[-2000:])

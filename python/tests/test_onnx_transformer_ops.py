@@ -359,8 +359,7 @@ def causal_conv_reference(x, w, b, past, activation):
     (1, "silu", True, False)])
 def test_causal_conv_with_state_against_numpy(rng, k, activation, bias, past):
     """CausalConvWithState (opset 27) with a symbolic batch and length, at two shapes, against its
-    definition in numpy (ONNX Runtime 1.32 has no kernel for it; onnx.reference's schema lookups
-    crash in a process that has loaded kiln): output and present_state."""
+    definition in numpy (ONNX Runtime 1.32 has no kernel for it): output and present_state."""
     c = 6
     names = ["x", "w", "b" if bias else "", "p" if past else ""]
     ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", c, "L"]),

@@ -215,12 +215,24 @@ class CollectingRegistrar final : public OpLibraryRegistrar {
   std::string library_;
 };
 
+// The object holding kiln's code (libkiln, or the Python module kiln is linked into) put in the
+// process's global scope, where an op library's references to kiln resolve (it links no kiln of
+// its own). The Python module is loaded without RTLD_GLOBAL, so that the protobuf and ONNX
+// libraries it links do not take the place of the onnx package's own copies in other modules;
+// it goes global only when an op library needs it.
+void make_kiln_global() {
+  Dl_info info{};
+  if (!dladdr(reinterpret_cast<void*>(&load_op_library), &info) || !info.dli_fname) return;
+  if (void* self = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_GLOBAL)) dlclose(self);
+}
+
 }  // namespace
 
 void load_op_library(const std::string& path) {
   static std::mutex mu;
   static std::set<void*> loaded;
   std::lock_guard lock(mu);
+  make_kiln_global();
   // RTLD_GLOBAL: a library may use ops of libraries loaded before it
   void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
   if (!h) {

@@ -1,8 +1,8 @@
 // CPU kernels of the linalg family: f32, and bf16 where oneDNN runs it natively (AVX-512 BF16:
 // bf16 operands, f32 accumulation, bf16 result), through oneDNN matmul (primitives cached per
 // shape), except f32 matmuls of fewer than kSmallGemm multiply-adds, on the calling thread
-// (small_gemm.h); bf16 elsewhere through f32 copies, other dtypes and degenerate shapes (K = 0) through
-// plain loops. (f16 reaches them as f32: the registry converts it.)
+// (small_gemm.h); bf16 elsewhere through f32 copies, other dtypes and degenerate shapes (K = 0)
+// through plain loops. (f16 reaches them as f32: the registry converts it.)
 #include <algorithm>
 
 #include "backends/cpu/cpu_common.h"
