@@ -386,3 +386,85 @@ def test_causal_conv_with_state_against_numpy(rng, k, activation, bias, past):
         for g, w in zip(got, want):
             assert g.shape == w.shape
             np.testing.assert_allclose(g.numpy(), w, rtol=1e-5, atol=1e-5)
+
+
+def linear_attention_reference(q, k, v, past, decay, beta, hq, hkv, rule, scale):
+    """LinearAttention's definition token by token in float64 (state (B, H_kv, d_k, d_v))."""
+    b, t, _ = q.shape
+    dk, dv, g = q.shape[2] // hq, v.shape[2] // hkv, hq // hkv
+    q4 = q.reshape(b, t, hq, dk).astype(np.float64)
+    k4 = k.reshape(b, t, hkv, dk).astype(np.float64)
+    v4 = v.reshape(b, t, hkv, dv).astype(np.float64)
+    s = past.astype(np.float64) if past is not None else np.zeros((b, hkv, dk, dv))
+    out = np.zeros((b, t, hq, dv))
+    for i in range(t):
+        if rule in ("gated", "gated_delta"):
+            d = decay[:, i].reshape(b, hkv, -1).astype(np.float64)
+            s = s * np.exp(d)[..., None]
+        vt = v4[:, i]
+        if rule in ("delta", "gated_delta"):
+            bt = beta[:, i].reshape(b, -1, 1).astype(np.float64)
+            vt = bt * (vt - np.einsum("bhdm,bhd->bhm", s, k4[:, i]))
+        s = s + k4[:, i][..., :, None] * vt[..., None, :]
+        out[:, i] = scale * np.einsum("bhd,bhdm->bhm", q4[:, i], np.repeat(s, g, axis=1))
+    return out.reshape(b, t, hq * dv), s
+
+
+@pytest.mark.parametrize("rule, hq, hkv, decay_per_head, past", [
+    ("linear", 4, 4, False, False), ("gated", 4, 2, True, True), ("delta", 2, 2, False, True),
+    ("gated_delta", 6, 2, False, False), ("gated_delta", 4, 1, True, True)])
+def test_linear_attention_against_numpy(rng, rule, hq, hkv, decay_per_head, past):
+    """LinearAttention (opset 27) with a symbolic batch, at two batch sizes, against its
+    definition in float64 (ONNX Runtime 1.32 has no kernel for it): output and present_state."""
+    t, dk, dv = 5, 4, 3
+    gating, delta = rule in ("gated", "gated_delta"), rule in ("delta", "gated_delta")
+    f = TensorProto.FLOAT
+    ins = [helper.make_tensor_value_info("q", f, ["B", t, hq * dk]),
+           helper.make_tensor_value_info("k", f, ["B", t, hkv * dk]),
+           helper.make_tensor_value_info("v", f, ["B", t, hkv * dv])]
+    names = ["q", "k", "v", "p" if past else "", "g" if gating else "", "beta" if delta else ""]
+    if past:
+        ins.append(helper.make_tensor_value_info("p", f, ["B", hkv, dk, dv]))
+    if gating:
+        ins.append(helper.make_tensor_value_info("g", f, ["B", t, hkv if decay_per_head else hkv * dk]))
+    if delta:
+        ins.append(helper.make_tensor_value_info("beta", f, ["B", t, hkv]))
+    while names and not names[-1]:
+        names.pop()
+    node = helper.make_node("LinearAttention", names, ["y", "state"], q_num_heads=hq,
+                            kv_num_heads=hkv, update_rule=rule)
+    outs = [helper.make_tensor_value_info(n, f, None) for n in ("y", "state")]
+    model = helper.make_model(helper.make_graph([node], "g", ins, outs),
+                              opset_imports=[helper.make_opsetid("", 27)])
+    model.ir_version = 10
+    exe = kiln.onnx.load_bytes(model.SerializeToString()).compile(device="cpu")
+    for batch in (2, 3):
+        feeds = {"q": randn(rng, batch, t, hq * dk), "k": randn(rng, batch, t, hkv * dk) * 0.5,
+                 "v": randn(rng, batch, t, hkv * dv)}
+        if past:
+            feeds["p"] = randn(rng, batch, hkv, dk, dv)
+        if gating:
+            feeds["g"] = -np.abs(randn(rng, batch, t, hkv if decay_per_head else hkv * dk))
+        if delta:
+            feeds["beta"] = rng.uniform(0, 1, (batch, t, hkv)).astype(np.float32)
+        want = linear_attention_reference(feeds["q"], feeds["k"], feeds["v"], feeds.get("p"),
+                                          feeds.get("g"), feeds.get("beta"), hq, hkv, rule,
+                                          1 / np.sqrt(dk))
+        got = exe.run(feeds)
+        for g, w in zip(got, want):
+            assert g.shape == w.shape
+            np.testing.assert_allclose(g.numpy(), w, rtol=1e-4, atol=1e-4)
+
+
+def test_linear_attention_of_a_run_time_length_is_refused_by_name():
+    f = TensorProto.FLOAT
+    ins = [helper.make_tensor_value_info(n, f, ["B", "T", 8]) for n in ("q", "k", "v")]
+    node = helper.make_node("LinearAttention", ["q", "k", "v"], ["y"], q_num_heads=2,
+                            kv_num_heads=2, update_rule="linear")
+    model = helper.make_model(helper.make_graph(
+        [node], "g", ins, [helper.make_tensor_value_info("y", f, None)]),
+        opset_imports=[helper.make_opsetid("", 27)])
+    model.ir_version = 10
+    with pytest.raises(kiln.Error) as e:
+        kiln.onnx.load_bytes(model.SerializeToString()).compile(device="cpu")
+    assert "LinearAttention" in str(e.value) and "sequence length" in str(e.value)

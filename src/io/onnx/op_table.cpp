@@ -42,6 +42,7 @@ const std::vector<OpEntry>& op_table() {
     add_random_ops(t);
     add_control_ops(t);
     add_transformer_ops(t);
+    add_linear_attention_ops(t);
     std::sort(t.begin(), t.end(), [](const OpEntry& a, const OpEntry& b) {
       const int c = std::string_view(a.op_type).compare(b.op_type);
       return c != 0 ? c < 0 : a.since_version < b.since_version;

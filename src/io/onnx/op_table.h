@@ -108,6 +108,7 @@ void add_rnn_ops(std::vector<OpEntry>& table);
 void add_random_ops(std::vector<OpEntry>& table);
 void add_control_ops(std::vector<OpEntry>& table);
 void add_transformer_ops(std::vector<OpEntry>& table);
+void add_linear_attention_ops(std::vector<OpEntry>& table);
 
 /// The whole table, sorted by (op_type, since_version).
 const std::vector<OpEntry>& op_table();
