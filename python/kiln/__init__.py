@@ -35,6 +35,7 @@ import importlib as _importlib  # noqa: E402
 llm = _importlib.import_module(".llm", __name__)
 onnx = _importlib.import_module(".onnx", __name__)
 from . import optim  # noqa: E402
+from . import extensions  # noqa: E402
 
 f32 = DType.f32  # noqa: F405
 f16 = DType.f16  # noqa: F405

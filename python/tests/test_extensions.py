@@ -99,3 +99,79 @@ def test_custom_ops_from_a_loaded_library_run_and_differentiate(rng):
     with pytest.raises(kiln.Error) as e:
         kiln.custom_op("test.softshrink", [x], {"no_such_attr": 1})
     assert "no_such_attr" in str(e.value)
+
+
+SOFTSHRINK_SOURCE = r"""
+// pyext.softshrink(x; lambda): built by kiln.extensions.load in a test
+#include "kiln/custom_op.h"
+#include "kiln/kiln.h"
+
+namespace {
+void cpu(kiln::KernelContext& ctx, kiln::Stream&) {
+  const float* x = ctx.in(0).ptr<float>();
+  float* y = ctx.out(0).ptr<float>();
+  const float l = static_cast<float>(ctx.attrs().f("lambda"));
+  for (int64_t i = 0; i < ctx.in(0).numel(); ++i)
+    y[i] = x[i] > l ? x[i] - l : x[i] < -l ? x[i] + l : 0.f;
+}
+}  // namespace
+
+KILN_OP_LIBRARY(r) {
+  kiln::CustomOpDef d;
+  d.name = "pyext.softshrink@TAG@";
+  d.inputs = {{"x", {kiln::f32}}};
+  d.outputs = {{"y", kiln::f32, 0}};
+  d.attrs = {{"lambda", 0.5}};
+  r.register_op(d);
+  r.register_kernel("pyext.softshrink@TAG@", kiln::Backend::cpu, cpu);
+}
+"""
+
+
+def _cxx_or_skip():
+    import shutil
+
+    if shutil.which("c++") is None:
+        pytest.skip("no C++ compiler")
+
+
+def test_extensions_build_load_run_and_cache(rng, tmp_path):
+    """kiln.extensions.load compiles an op library from a C++ source, loads it, and the op runs
+    against numpy; the same sources again come from the cache; other sources build anew."""
+    import os
+
+    _cxx_or_skip()
+    tag = os.urandom(4).hex()  # an op name of its own: op names are process-wide
+    src = tmp_path / "softshrink.cpp"
+    src.write_text(SOFTSHRINK_SOURCE.replace("@TAG@", tag))
+    build = tmp_path / "build"
+    lib = kiln.extensions.load("pyext_softshrink", [str(src)], build_directory=build)
+    assert os.path.isfile(lib) and f"pyext.softshrink{tag}" in kiln.custom_op_names()
+    mtime = os.path.getmtime(lib)
+    assert kiln.extensions.load("pyext_softshrink", [src], build_directory=build) == lib
+    assert os.path.getmtime(lib) == mtime  # not rebuilt
+    g = kiln.Graph()
+    x = g.placeholder([5, 9], kiln.f32, "x")
+    (y,) = kiln.custom_op(f"pyext.softshrink{tag}", [x], {"lambda": 0.3})
+    xv = rng.standard_normal((5, 9)).astype(np.float32)
+    got = g.compile([y], device="cpu").run({x: xv})[0].numpy()
+    x64 = xv.astype(np.float64)
+    want = np.where(x64 > 0.3, x64 - 0.3, np.where(x64 < -0.3, x64 + 0.3, 0.0))
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+    src.write_text(SOFTSHRINK_SOURCE.replace("@TAG@", tag + "b"))
+    assert kiln.extensions.load("pyext_softshrink", [src], build_directory=build) != lib
+
+
+def test_extensions_report_compiler_errors_and_bad_arguments(tmp_path):
+    _cxx_or_skip()
+    bad = tmp_path / "bad.cpp"
+    bad.write_text("#include \"kiln/custom_op.h\"\nthis is not C++;\n")
+    with pytest.raises(kiln.extensions.BuildError) as e:
+        kiln.extensions.load("pyext_bad", [bad], build_directory=tmp_path / "build")
+    assert "building 'pyext_bad' failed" in str(e.value) and "bad.cpp" in str(e.value)
+    assert isinstance(e.value, kiln.Error)
+    assert not list((tmp_path / "build").glob("*.so"))  # nothing half-built left
+    with pytest.raises(FileNotFoundError):
+        kiln.extensions.load("pyext_missing", [tmp_path / "nope.cpp"], build_directory=tmp_path)
+    with pytest.raises(ValueError):
+        kiln.extensions.load("bad name!", [bad], build_directory=tmp_path)
