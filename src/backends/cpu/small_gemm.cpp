@@ -63,7 +63,10 @@ inline __attribute__((always_inline)) void body(int64_t M, int64_t N, int64_t K,
                                                 const float* A, int64_t lda, const float* B,
                                                 int64_t ldb, float beta, float* C, int64_t ldc) {
   const int64_t n0 = N / 16 * 16;
-  std::vector<float> panel(n0 < N ? static_cast<size_t>(K * 16) : 0);
+  // (one buffer a thread, kept from call to call: an RNN calls this every step)
+  thread_local std::vector<float> panel;
+  if (n0 < N && panel.size() < static_cast<size_t>(K * 16))
+    panel.resize(static_cast<size_t>(K * 16));
   for (int64_t k = 0; k < K && n0 < N; ++k)
     std::copy(B + k * ldb + n0, B + k * ldb + N, panel.data() + k * 16);
   const float* p = panel.data();
