@@ -79,6 +79,9 @@ enum class ErrorKind : int64_t {
   trip_count = 6
 };
 
+/// The runtime's: lends a context the step's views and takes them back (no copies per kernel).
+struct KernelContextViews;
+
 class KernelContext {
  public:
   KernelContext(OpId op, const Attrs& attrs, std::vector<TensorView> inputs,
@@ -142,6 +145,7 @@ class KernelContext {
   const OpParams* params() const { return params_; }
 
  private:
+  friend struct KernelContextViews;
   OpId op_;
   const Attrs& attrs_;
   std::vector<TensorView> inputs_;

@@ -27,15 +27,15 @@ std::vector<Array> run_cpu(ExecutableImpl& x, const std::vector<const Array*>& f
   char* base = arena.arena ? static_cast<char*>(arena.arena->data) : nullptr;
 
   auto feed_data = [&](int32_t ph) { return feed_by_node[ph]->data(); };
-  auto view = [&](ValueRef v) { return value_view(x, v, feed_data, base, outputs); };
-  auto run = [&](size_t, const Step& st, const Node& n, const std::vector<TensorView>& in,
-                 const std::vector<TensorView>& out) { run_kernel(*st.kernel, n, in, out, x.pool); };
+  auto data = [&](ValueRef v) { return value_data(x, v, feed_data, base, outputs); };
+  auto run = [&](size_t, const Step& st, const Node& n, std::vector<TensorView>& in,
+                 std::vector<TensorView>& out) { run_kernel(*st.kernel, n, in, out, x.pool); };
   // none in a normal run: one test per step
   StepObservers observers;
   const auto prof = prof::RunProfile::begin(x.device, nullptr, nullptr);  // null: profiler off
   if (prof) observers.push_back(profile_steps(*prof, false));
   if (env::step_times()) observers.push_back(time_steps_on_host(x, nullptr, nullptr));
-  run_steps(x, view, run, observers);
+  run_steps(x, data, run, observers);
   if (prof) prof->finish();
 
   // outputs that are feeds, constants or repeated targets

@@ -166,10 +166,10 @@ std::vector<Array> run_device(ExecutableImpl& x, const std::vector<const Array*>
 
   std::vector<Array> outputs = allocate_outputs(x, device_array);
   auto feed_data = [&](int32_t ph) { return feeds[ph].data(); };
-  auto view = [&](ValueRef v) { return value_view(x, v, feed_data, base, outputs); };
+  auto data = [&](ValueRef v) { return value_data(x, v, feed_data, base, outputs); };
   KernelEnv kenv = step_kernel_env(x, b, dev, stream);
-  auto run = [&](size_t k, const Step& st, const Node& n, const std::vector<TensorView>& in,
-                 const std::vector<TensorView>& out) {
+  auto run = [&](size_t k, const Step& st, const Node& n, std::vector<TensorView>& in,
+                 std::vector<TensorView>& out) {
     set_error_slot(x, slot, k, kenv);
     if (st.backend == Backend::cpu)
       run_on_host(*st.kernel, n, in, out, b, dev, stream, x.pool, nullptr, prof.get());
@@ -183,7 +183,7 @@ std::vector<Array> run_device(ExecutableImpl& x, const std::vector<const Array*>
   if (prof) observers.push_back(profile_steps(*prof, true));
   if (validate) observers.push_back(validate_on_cpu(x, b, stream));
   if (timed) observers.push_back(time_steps_on_host(x, &b, stream));
-  run_steps(x, view, run, observers);
+  run_steps(x, data, run, observers);
   if (prof) prof->encoded();
   auto result = end_run(std::move(lease), std::move(outputs),
                         [feeds = std::move(feeds)](int32_t ph) { return feeds[ph]; }, deferred);

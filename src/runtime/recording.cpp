@@ -111,21 +111,21 @@ std::shared_ptr<ExecutableImpl::Recording> record_run(ExecutableImpl& x,
       x, [&](const Shape& s, DType t) { return device_array(b, x.device, s, t, stream); });
   char* base = slot.arena ? static_cast<char*>(slot.arena->data) : nullptr;
   auto feed_data = [&](int32_t ph) { return rec->feeds[ph].data(); };
-  auto view = [&](ValueRef v) { return value_view(x, v, feed_data, base, rec->outputs); };
+  auto data = [&](ValueRef v) { return value_data(x, v, feed_data, base, rec->outputs); };
   KernelEnv kenv = step_kernel_env(x, b, dev, stream);
   kenv.allocate = recording_allocate;
   kenv.release = recording_release;
   kenv.user = rec.get();
   // every step is a device step (capture_blocker); no observer watches a recording
-  auto run = [&](size_t k, const Step& st, const Node& n, const std::vector<TensorView>& in,
-                 const std::vector<TensorView>& out) {
+  auto run = [&](size_t k, const Step& st, const Node& n, std::vector<TensorView>& in,
+                 std::vector<TensorView>& out) {
     set_error_slot(x, slot, k, kenv);
     run_device_kernel(*st.kernel, st.backend, n, in, out, x.pool, kenv);
   };
   b.begin_capture(dev, stream);
   try {
     RecordingScope now(rec.get());
-    run_steps(x, view, run, StepObservers{});
+    run_steps(x, data, run, StepObservers{});
   } catch (const std::exception& e) {
     std::string ignored;
     if (void* g = b.end_capture(dev, stream, &ignored)) b.destroy_graph(dev, g);
@@ -162,7 +162,7 @@ std::vector<TensorView> record_body(const std::shared_ptr<ExecutableImpl>& body,
     slot.error_info.assign(3 * x.steps.size(), 0);
   }
   auto feed_data = [&](int32_t ph) { return feeds[ph]; };
-  auto view = [&](ValueRef v) { return value_view(x, v, feed_data, base, outputs); };
+  auto data = [&](ValueRef v) { return value_data(x, v, feed_data, base, outputs); };
   KernelEnv kenv = step_kernel_env(x, b, dev, stream);
   kenv.allocate = recording_allocate;
   kenv.release = recording_release;
@@ -170,14 +170,15 @@ std::vector<TensorView> record_body(const std::shared_ptr<ExecutableImpl>& body,
   // (error_info is filled while encoding: the slot joins the recording before its steps)
   if (x.reports_errors) rec.body_errors.emplace_back(body, std::move(slot));
   ExecutableImpl::DeviceSlot& kept = x.reports_errors ? rec.body_errors.back().second : slot;
-  auto run = [&](size_t k, const Step& st, const Node& n, const std::vector<TensorView>& in,
-                 const std::vector<TensorView>& out) {
+  auto run = [&](size_t k, const Step& st, const Node& n, std::vector<TensorView>& in,
+                 std::vector<TensorView>& out) {
     set_error_slot(x, kept, k, kenv);
     run_device_kernel(*st.kernel, st.backend, n, in, out, x.pool, kenv);
   };
-  run_steps(x, view, run, StepObservers{});
+  run_steps(x, data, run, StepObservers{});
   std::vector<TensorView> results;
-  for (size_t k = 0; k < x.program.num_returned; ++k) results.push_back(view(x.program.outputs[k]));
+  for (size_t k = 0; k < x.program.num_returned; ++k)
+    results.push_back(value_view(x, x.program.outputs[k], feed_data, base, outputs));
   return results;
 }
 

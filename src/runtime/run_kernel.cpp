@@ -11,6 +11,25 @@ namespace kiln {
 
 using detail::Node;
 
+// A kernel context holding a step's views, moved in and given back when it ends (a context
+// takes its views by value: copies would allocate every view's shape for every kernel).
+struct KernelContextViews {
+  KernelContext ctx;
+  std::vector<TensorView>& in;
+  std::vector<TensorView>& out;
+  KernelContextViews(const KernelEntry&, const Node& node, std::vector<TensorView>& in,
+                     std::vector<TensorView>& out, ThreadPool* pool, const KernelEnv* env)
+      : ctx(node.op, node.attrs, std::move(in), std::move(out), pool, env, node.params.get()),
+        in(in),
+        out(out) {}
+  ~KernelContextViews() {
+    in = std::move(ctx.inputs_);
+    out = std::move(ctx.outputs_);
+  }
+  KernelContextViews(const KernelContextViews&) = delete;
+  KernelContextViews& operator=(const KernelContextViews&) = delete;
+};
+
 DType kernel_dtype(const KernelEntry& entry, const Node& node, const std::vector<TensorInfo>& in) {
   if (entry.dtype_input >= 0 && entry.dtype_input < static_cast<int>(in.size()))
     return in[entry.dtype_input].dtype;
@@ -75,12 +94,12 @@ void run_device_kernel_via_f32(const KernelEntry& entry, Backend backend, const 
 }
 }  // namespace
 
-void run_kernel(const KernelEntry& entry, const Node& node, const std::vector<TensorView>& in,
-                const std::vector<TensorView>& out, ThreadPool* pool) {
+void run_kernel(const KernelEntry& entry, const Node& node, std::vector<TensorView>& in,
+                std::vector<TensorView>& out, ThreadPool* pool) {
   if (all_empty(out)) return;
   if (!runs_via_f32(entry, node, in)) {
-    KernelContext ctx(node.op, node.attrs, in, out, pool, nullptr, node.params.get());
-    entry.fn(ctx);
+    KernelContextViews lent(entry, node, in, out, pool, nullptr);
+    entry.fn(lent.ctx);
     return;
   }
   // f16/bf16 through f32; the conversions are split over the pool like any kernel
@@ -111,12 +130,12 @@ void run_kernel(const KernelEntry& entry, const Node& node, const std::vector<Te
 }
 
 void run_device_kernel(const KernelEntry& entry, Backend backend, const Node& node,
-                       const std::vector<TensorView>& in, const std::vector<TensorView>& out,
-                       ThreadPool* pool, const KernelEnv& env) {
+                       std::vector<TensorView>& in, std::vector<TensorView>& out, ThreadPool* pool,
+                       const KernelEnv& env) {
   if (all_empty(out)) return;
   if (!runs_via_f32(entry, node, in)) {
-    KernelContext ctx(node.op, node.attrs, in, out, pool, &env, node.params.get());
-    entry.fn(ctx);
+    KernelContextViews lent(entry, node, in, out, pool, &env);
+    entry.fn(lent.ctx);
     return;
   }
   run_device_kernel_via_f32(entry, backend, node, in, out, pool, env);

@@ -17,15 +17,16 @@ class RunProfile;
 }
 
 /// Runs the host kernel `entry` for `node` on the given views, converting f16/bf16 through f32
-/// when the kernel asks for it. Used by runs and by constant folding.
-void run_kernel(const KernelEntry& entry, const detail::Node& node,
-                const std::vector<TensorView>& in, const std::vector<TensorView>& out,
-                ThreadPool* pool);
+/// when the kernel asks for it. Used by runs and by constant folding. The views are lent to the
+/// kernel's context and come back unchanged.
+void run_kernel(const KernelEntry& entry, const detail::Node& node, std::vector<TensorView>& in,
+                std::vector<TensorView>& out, ThreadPool* pool);
 /// Enqueues the device kernel `entry` (of kernel table `backend`) for `node` on env's stream;
-/// f16/bf16 go through f32 with that table's cast kernel, in scratch memory of `env`.
+/// f16/bf16 go through f32 with that table's cast kernel, in scratch memory of `env`. The views
+/// are lent as run_kernel's.
 void run_device_kernel(const KernelEntry& entry, Backend backend, const detail::Node& node,
-                       const std::vector<TensorView>& in, const std::vector<TensorView>& out,
-                       ThreadPool* pool, const KernelEnv& env);
+                       std::vector<TensorView>& in, std::vector<TensorView>& out, ThreadPool* pool,
+                       const KernelEnv& env);
 /// Runs the CPU kernel `k` inside a device run: inputs are copied to the host (waiting for
 /// `stream`), outputs back to the device, or left on the host in `host_outputs` when given.
 /// `prof` (may be null) times the copies.

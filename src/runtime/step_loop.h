@@ -35,40 +35,56 @@ class StepObserver {
 /// Called in order before a step, in reverse order after it.
 using StepObservers = std::vector<std::unique_ptr<StepObserver>>;
 
-/// The view of value `v` of `x`: feeds from `feed_data(placeholder)`, intermediates in `arena`,
+/// Where value `v` of `x` lives: feeds at `feed_data(placeholder)`, intermediates in `arena`,
 /// returned values in `outputs`.
-template <typename FeedData>
-TensorView value_view(const detail::ExecutableImpl& x, detail::ValueRef v, FeedData&& feed_data,
-                      char* arena, const std::vector<Array>& outputs) {
+template <typename FeedData> void* value_data(const detail::ExecutableImpl& x, detail::ValueRef v,
+                                              FeedData&& feed_data, char* arena,
+                                              const std::vector<Array>& outputs) {
   using Where = ValueSlot::Where;
   const ValueSlot& s = x.plan.slots[v.node][v.index];
-  const TensorInfo& t = x.program.graph.nodes[v.node].outputs[v.index];
-  void* p = nullptr;
   switch (s.where) {
-    case Where::feed: p = const_cast<void*>(feed_data(s.index)); break;
-    case Where::constant: p = const_cast<void*>(x.program.graph.nodes[s.index].value.data()); break;
-    case Where::arena: p = arena + s.offset; break;
-    case Where::output: p = const_cast<void*>(outputs[s.index].data()); break;
-    case Where::none: KILN_ASSERT(false);
+    case Where::feed:
+      return const_cast<void*>(feed_data(s.index));
+    case Where::constant:
+      return const_cast<void*>(x.program.graph.nodes[s.index].value.data());
+    case Where::arena:
+      return arena + s.offset;
+    case Where::output:
+      return const_cast<void*>(outputs[s.index].data());
+    case Where::none:
+      break;
   }
-  return {p, t.shape, t.dtype};
+  KILN_ASSERT(false);
+  return nullptr;
+}
+/// The view of value `v` (value_data and the value's shape and dtype).
+template <typename FeedData> TensorView value_view(const detail::ExecutableImpl& x,
+                                                   detail::ValueRef v, FeedData&& feed_data,
+                                                   char* arena, const std::vector<Array>& outputs) {
+  const TensorInfo& t = x.program.graph.nodes[v.node].outputs[v.index];
+  return {value_data(x, v, feed_data, arena, outputs), t.shape, t.dtype};
 }
 
-/// Runs every step of `x` in order: `run(k, step, node, in, out)` with the views `view(ValueRef)`
-/// gives, between the observers' hooks.
-template <typename View, typename Run>
-void run_steps(const detail::ExecutableImpl& x, View&& view, Run&& run,
-               const StepObservers& observers) {
+/// Runs every step of `x` in order: `run(k, step, node, in, out)` on the views of the values at
+/// `data(ValueRef)` (lent: `run` gives them back unchanged), between the observers' hooks.
+template <typename Data, typename Run> void run_steps(const detail::ExecutableImpl& x, Data&& data,
+                                                      Run&& run, const StepObservers& observers) {
   const auto& nodes = x.program.graph.nodes;
+  // (views filled in place: a step reuses the vectors and shapes of the step before)
   std::vector<TensorView> in, out;
+  auto fill = [&](TensorView& dst, detail::ValueRef v) {
+    const TensorInfo& t = nodes[v.node].outputs[v.index];
+    dst.data = data(v);
+    dst.shape.assign(t.shape.begin(), t.shape.end());
+    dst.dtype = t.dtype;
+  };
   for (size_t k = 0; k < x.steps.size(); ++k) {
     const Step& st = x.steps[k];
     const detail::Node& n = nodes[st.node];
-    in.clear();
-    out.clear();
-    for (auto v : n.inputs) in.push_back(view(v));
-    for (size_t o = 0; o < n.outputs.size(); ++o)
-      out.push_back(view({st.node, static_cast<int32_t>(o)}));
+    in.resize(n.inputs.size());
+    out.resize(n.outputs.size());
+    for (size_t i = 0; i < n.inputs.size(); ++i) fill(in[i], n.inputs[i]);
+    for (size_t o = 0; o < n.outputs.size(); ++o) fill(out[o], {st.node, static_cast<int32_t>(o)});
     if (observers.empty()) {
       run(k, st, n, in, out);
       continue;
