@@ -14,13 +14,15 @@ counter) on one GPU, per iteration, in one process:
 
 The body moves 2 KiB: its own time on the device is a kernel launch, so every figure is the cost
 of driving the loop. On a GPU kiln records the loop into its run's CUDA graph as a conditional
-node (the condition set on the device each iteration) and replays it from the second run; with
+node (the condition set on the device each iteration; several loop steps per launch of its body
+by default, one with KILN_LOOP_UNROLL=1) and replays it from the second run; with
 capture off it drives the loop from the host (one wait for the stream per body run and per
 condition read). The goal for a condition on the device is <= 2 us an iteration.
 
     control_flow.py [--iters 1000] [--reps 5] [--device cuda]
 """
 import argparse
+import os
 import time
 
 import numpy as np
@@ -73,11 +75,16 @@ def main():
     n2 = g2.placeholder([], kiln.i64, "n")
     (xf,) = kiln.for_loop(n2, [x2], lambda i, x: x * 0.999 + 0.001)
     feeds2 = {x2: kiln.Array(x0).to(kdev), n2: kiln.Array(np.array(n, np.int64)).to(kdev)}
-    # recorded (on a GPU: one CUDA graph whose conditional node loops on the device), then driven
-    # from the host (capture off: one wait per body run and per condition read)
-    for capture, how in ((True, "on the device"), (False, "host-driven")):
+    # recorded (on a GPU: one CUDA graph whose conditional node loops on the device; by default
+    # several loop steps per launch of the node's body, KILN_LOOP_UNROLL=1 one), then driven from
+    # the host (capture off: one wait per body run and per condition read)
+    for capture, unroll, how in ((True, "", "on the device"),
+                                 (True, "1", "on the device, one step per launch"),
+                                 (False, "", "host-driven")):
         if not dev.startswith("cuda") and capture:
             continue
+        # (read by the library when a run is recorded: its first run)
+        os.environ["KILN_LOOP_UNROLL"] = unroll
         opts = kiln.CompileOptions(capture=capture)
         ew = g.compile([xw], device=kdev, options=opts)
         np.testing.assert_allclose(ew.run(feeds)[0].numpy(), want, rtol=1e-3, atol=1e-3)
@@ -87,6 +94,7 @@ def main():
         rows.append((f"kiln for_loop ({how})", best_us(lambda: ef.run(feeds2), a.reps, n)))
         if capture:
             print(f"kiln while_loop: {ew.capture_status}, {ew.replayed_runs} runs replayed")
+    os.environ.pop("KILN_LOOP_UNROLL", None)
 
     # PyTorch eager
     tx = torch.tensor(x0, device=dev)

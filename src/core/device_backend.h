@@ -130,12 +130,26 @@ class DeviceBackend {
     /// loop and reports the count in `errors` (an error slot, KernelEnv::errors). -1: no limit.
     int64_t max_trips = -1;
     int64_t* errors = nullptr;
+    /// A body that runs several steps (kMaxLoopSteps at most). count: the steps of one body run
+    /// (`block`; condition = *counter + block <= *value), what each evaluation after the first
+    /// adds to the counter (`advance`; 0 resumes the count of an earlier loop), and buffers set
+    /// to *counter + 1, *counter + 2, ... (the loop index of each later step of the next run).
+    int64_t block = 1;
+    int64_t advance = 1;
+    std::vector<int64_t*> index;
+    /// predicate: the predicates of one body run's steps in order (`value` unused). The steps up
+    /// to the first false one count (the counter grows by that many, max_trips applies to each),
+    /// copies take the sources of that step, and the condition holds when all are true.
+    std::vector<const bool*> steps;
   };
-  /// A device-to-device copy of set_condition.
+  static constexpr int kMaxLoopSteps = 8;
+  /// A device-to-device copy of set_condition: from `src`, or with ConditionUpdate::steps from
+  /// by_step[s] where s is the last step that counts.
   struct DeviceCopy {
     void* dst = nullptr;
     const void* src = nullptr;
     size_t bytes = 0;
+    std::vector<const void*> by_step;
   };
   /// Enqueues on `stream` the evaluation of condition `handle`, in one kernel with `copies` (a
   /// loop's results into its carried values; none may write what the condition reads).

@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -22,6 +23,7 @@
 #include "core/op_registry.h"
 #include "ops/control_ops.h"
 #include "runtime/device_run.h"
+#include "runtime/env.h"
 #include "runtime/executor.h"
 #include "runtime/profiler.h"
 
@@ -204,6 +206,39 @@ class BodyStream {
   void* stream_;
 };
 
+// How many loop steps one launch of a conditional node's body runs (docs/control-flow.md). A
+// body's steps recorded one after another save the node's relaunch of its body (about 3.5 us on
+// an H100, the time of three or four small kernels) on all but one of them. Small bodies only:
+// up to 8 steps for a body of up to 4 kernels, 4 for up to 16, one otherwise (KILN_LOOP_UNROLL
+// sets the most); each step has buffers of its own, at most 64 MiB over all the steps. The
+// steps of a while_loop's last launch that follow its end still run (their results are not
+// taken), so `speculative` bodies must be free of effects: pure ops, no kernel that reports
+// errors (an index out of range past the end), no custom ops, no nested loops.
+int steps_per_launch(const CompiledBody& c, bool speculative) {
+  const ExecutableImpl& x = *c.exe;
+  int most = env::loop_unroll();
+  if (most <= 0) most = x.steps.size() <= 4 ? 8 : x.steps.size() <= 16 ? 4 : 1;
+  most = std::clamp(most, 1, DeviceBackend::kMaxLoopSteps);
+  const auto& nodes = x.program.graph.nodes;
+  for (const Step& st : x.steps) {
+    const Node& n = nodes[st.node];
+    if (!n.bodies.empty()) return 1;
+    const bool effects = !op_def(n.op).pure || st.kernel->reports_errors || n.op == OpId::Custom ||
+                         st.backend == Backend::cpu;
+    if (speculative && effects) return 1;
+  }
+  if (speculative && x.reports_errors) return 1;
+  size_t bytes = x.plan.arena_bytes;
+  for (size_t k = 0; k < x.program.num_returned; ++k) {
+    const ValueRef v = x.program.outputs[k];
+    const TensorInfo& t = nodes[v.node].outputs[v.index];
+    bytes += static_cast<size_t>(numel(t.shape)) * size_of(t.dtype);
+  }
+  constexpr size_t kMaxBytes = size_t{64} << 20;
+  while (most > 1 && bytes * static_cast<size_t>(most) > kMaxBytes) --most;
+  return most;
+}
+
 std::vector<TensorView> inputs_from(const KernelContext& ctx, int from, int to) {
   std::vector<TensorView> v;
   for (int k = from; k < to; ++k) v.push_back(ctx.in(k));
@@ -229,6 +264,49 @@ void record_cond(KernelContext& ctx, Recorder& r) {
   }
 }
 
+// `steps` steps of a while_loop (its step body: results, then the condition on them) recorded
+// one after another in one body run, each on the previous one's results; the condition's kernel
+// finds the first false predicate, copies the results of that step (all of them true: the last)
+// into the carried values, and holds while all were true.
+void record_while_steps(Recorder& r, const CompiledBody& step, std::vector<TensorView> operands,
+                        const std::vector<TensorView>& state, int steps, Update u, uint64_t h,
+                        void* stream) {
+  const size_t carried = state.size();
+  std::vector<std::vector<TensorView>> results;
+  std::vector<TensorView> preds;
+  for (int j = 0; j < steps; ++j) {
+    std::vector<TensorView> next = r.body(step, operands, stream);
+    preds.push_back(next.back());
+    next.pop_back();
+    std::copy(next.begin(), next.end(), operands.begin());
+    results.push_back(std::move(next));
+  }
+  // what the copies write is read first: a predicate or result that is a carried value (a body
+  // that passes one on or swaps two) is staged, unless it is the copy's own destination
+  auto written = [&](const TensorView& v) {
+    return std::any_of(state.begin(), state.end(),
+                       [&](const TensorView& d) { return overlap(v, d); });
+  };
+  u.steps.clear();
+  for (TensorView p : preds) {
+    if (written(p)) p = r.stage(p, stream);
+    u.steps.push_back(static_cast<const bool*>(p.data));
+  }
+  std::vector<DeviceBackend::DeviceCopy> copies;
+  for (size_t k = 0; k < carried; ++k) {
+    if (!bytes_of(state[k])) continue;
+    DeviceBackend::DeviceCopy c{state[k].data, nullptr, bytes_of(state[k]), {}};
+    for (const auto& next : results) {
+      TensorView v = next[k];
+      if (v.data != state[k].data && written(v)) v = r.stage(v, stream);
+      c.by_step.push_back(v.data);
+    }
+    copies.push_back(std::move(c));
+  }
+  u.first = false;
+  r.b().set_condition(r.dev(), stream, h, u, copies);
+}
+
 // while_loop as a WHILE node: the condition evaluated once before it, then the body (and the
 // condition on its results) per iteration, the results copied into the carried values.
 void record_while(KernelContext& ctx, Recorder& r) {
@@ -248,9 +326,13 @@ void record_while(KernelContext& ctx, Recorder& r) {
   const uint64_t h = r.b().create_condition(r.dev(), r.w.stream);
   r.b().set_condition(r.dev(), r.w.stream, h, u);
   const std::vector<void*> graphs = r.b().add_conditional(r.dev(), r.w.stream, h, true, 1);
-  {
+  const bool one_run = bodies.size() == 3;  // the step: body and condition together
+  if (const int steps = one_run ? steps_per_launch(bodies[2], true) : 1; steps > 1) {
     BodyStream s(r.b(), r.dev(), graphs[0]);
-    const bool one_run = bodies.size() == 3;  // the step: body and condition together
+    record_while_steps(r, bodies[2], operands, state, steps, u, h, s.stream());
+    s.end();
+  } else {
+    BodyStream s(r.b(), r.dev(), graphs[0]);
     std::vector<TensorView> next = r.body(bodies[one_run ? 2 : 1], operands, s.stream());
     TensorView pred;
     if (one_run) {
@@ -276,7 +358,35 @@ void record_while(KernelContext& ctx, Recorder& r) {
   r.carried_out(ctx, state);
 }
 
-// for_loop as a WHILE node over a device counter against the trip count.
+// A for_loop's body run of `steps` steps as a WHILE node (after the work recorded so far on the
+// outer stream): step j reads loop index counter + j (the counter itself, then index[j - 1]), and
+// the results of the last step go into the carried values with the condition's update.
+void record_for_steps(Recorder& r, const CompiledBody& body, std::vector<TensorView> operands,
+                      const std::vector<TensorView>& state, int steps, Update u,
+                      const std::vector<TensorView>& index) {
+  const uint64_t h = r.b().create_condition(r.dev(), r.w.stream);
+  u.block = steps;
+  u.index.clear();
+  for (int j = 1; j < steps; ++j) u.index.push_back(static_cast<int64_t*>(index[j - 1].data));
+  r.b().set_condition(r.dev(), r.w.stream, h, u);
+  const std::vector<void*> graphs = r.b().add_conditional(r.dev(), r.w.stream, h, true, 1);
+  BodyStream s(r.b(), r.dev(), graphs[0]);
+  const TensorView counter = operands[0];
+  std::vector<TensorView> next;
+  for (int j = 0; j < steps; ++j) {
+    operands[0] = j ? index[j - 1] : counter;
+    next = r.body(body, operands, s.stream());
+    std::copy(next.begin(), next.end(), operands.begin() + 1);
+  }
+  const auto copies = r.copies(next, state, s.stream());
+  u.first = false;
+  u.advance = steps;
+  r.b().set_condition(r.dev(), s.stream(), h, u, copies);
+  s.end();
+}
+
+// for_loop as WHILE nodes over a device counter against the trip count: body runs of several
+// steps while a whole run fits in the count, then one step a run for the rest.
 void record_for(KernelContext& ctx, Recorder& r) {
   const auto& body = bodies_of(ctx).bodies[0];
   const int carried = ctx.num_outputs();
@@ -291,15 +401,14 @@ void record_for(KernelContext& ctx, Recorder& r) {
   std::vector<TensorView> operands{counter};  // the counter, carried, captured
   for (const TensorView& v : state) operands.push_back(v);
   for (const TensorView& v : inputs_from(ctx, 1 + carried, ctx.num_inputs())) operands.push_back(v);
-  const uint64_t h = r.b().create_condition(r.dev(), r.w.stream);
-  r.b().set_condition(r.dev(), r.w.stream, h, u);
-  const std::vector<void*> graphs = r.b().add_conditional(r.dev(), r.w.stream, h, true, 1);
-  {
-    BodyStream s(r.b(), r.dev(), graphs[0]);
-    const auto copies = r.copies(r.body(body, operands, s.stream()), state, s.stream());
+  const int steps = steps_per_launch(body, false);
+  std::vector<TensorView> index;
+  for (int j = 1; j < steps; ++j) index.push_back(r.buffer({}, i64));
+  record_for_steps(r, body, operands, state, steps, u, index);
+  if (steps > 1) {  // the rest, from where the counter stopped
     u.first = false;
-    r.b().set_condition(r.dev(), s.stream(), h, u, copies);
-    s.end();
+    u.advance = 0;
+    record_for_steps(r, body, operands, state, 1, u, {});
   }
   r.carried_out(ctx, state);
 }

@@ -63,6 +63,11 @@ bool deterministic() { return is(Var::KILN_DETERMINISTIC, "1"); }
 
 bool conditional_nodes() { return !is(Var::KILN_CONDITIONAL_NODES, "0"); }
 
+int loop_unroll() {
+  const char* v = get(Var::KILN_LOOP_UNROLL);
+  return v ? std::atoi(v) : 0;
+}
+
 int capture() {
   if (!get(Var::KILN_CAPTURE)) return -1;
   return is(Var::KILN_CAPTURE, "0") ? 0 : 1;

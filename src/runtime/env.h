@@ -33,6 +33,8 @@ bool step_times_device();
 int capture();
 /// False when KILN_CONDITIONAL_NODES=0 (read at every compile).
 bool conditional_nodes();
+/// KILN_LOOP_UNROLL: the most steps a recorded loop runs per body launch (0: unset).
+int loop_unroll();
 /// False when KILN_FUSION=0 (read once).
 bool fusion_enabled();
 /// True when KILN_CUDNN_RUNTIME_FUSION=1 (read when a convolution problem is first seen).

@@ -2,7 +2,9 @@
 // device): from the second run on, a GPU executable holding them replays one graph. Results
 // against loops written in float64 on the host, on fresh feeds every run; nesting, carried
 // values that swap, conditions that are carried values, trip counts of other integer types,
-// max_trip_count and index errors inside bodies. Skipped without a GPU.
+// several loop steps per launch of a node's body, max_trip_count and index errors inside bodies.
+// Skipped without a GPU.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -194,6 +196,106 @@ TEST(CudaControlGraph, ProductsInBodiesAndBranches) {
                          {bias, bv}})[0];
     // (TF32 may round the products)
     expect_close(got.to(Device::cpu()), {B, H}, want, 5e-3, 5e-3);
+  }
+  expect_recorded(exe, 3);
+}
+
+// A for_loop whose body reads its loop index, recorded as launches of several steps each
+// (KILN_LOOP_UNROLL: the default 8, and 3) plus single steps for the rest of the trip count: trip
+// counts below, at and across whole launches, every run replayed after the first.
+TEST(CudaControlGraph, ForLoopStepsPerLaunch) {
+  REQUIRE_CONDITIONAL_NODES();
+  for (const char* unroll : {"", "3"}) {
+    const ScopedEnv steps("KILN_LOOP_UNROLL", unroll);
+    Graph g;
+    auto n = g.placeholder({}, i64, "n");
+    auto x0 = g.placeholder({40}, f32, "x0");
+    auto table = g.placeholder({32, 40}, f32, "table");
+    auto out = for_loop(n, {x0}, [&](const std::vector<Tensor>& v) {
+      auto row = reshape(gather(table, v[0], 0), {40});
+      return std::vector<Tensor>{v[1] * 0.5 + row + cast(v[0], f32)};
+    });
+    auto exe = g.compile(kGpu, {}, out);
+    int runs = 0;
+    for (int64_t trips : {int64_t{9}, int64_t{0}, int64_t{1}, int64_t{8}, int64_t{3}, int64_t{17},
+                          int64_t{32}, int64_t{7}}) {
+      Array xv = random_array({40}, f32), tv = random_array({32, 40}, f32);
+      std::vector<double> x = to_f64(xv);
+      const std::vector<double> t = to_f64(tv);
+      for (int64_t i = 0; i < trips; ++i)
+        for (size_t k = 0; k < x.size(); ++k)
+          x[k] = x[k] * 0.5 + t[static_cast<size_t>(i) * 40 + k] + static_cast<double>(i);
+      auto r = exe.run({{n, Array::scalar(trips)}, {x0, xv}, {table, tv}});
+      expect_close(r[0].to(Device::cpu()), {40}, x, 1e-5, 1e-5);
+      ++runs;
+    }
+    expect_recorded(exe, runs - 1);
+  }
+}
+
+// A while_loop recorded as launches of several steps: the loop ends at every position inside a
+// launch (the steps after its end run, their results are not taken), and max_trip_count holds
+// exactly (10 iterations pass, an 11th fails) across a launch's steps.
+TEST(CudaControlGraph, WhileLoopEndsInsideALaunch) {
+  REQUIRE_CONDITIONAL_NODES();
+  for (const char* unroll : {"", "3"}) {
+    const ScopedEnv steps("KILN_LOOP_UNROLL", unroll);
+    Graph g;
+    auto n = g.placeholder({}, i64, "n");
+    auto x0 = g.placeholder({33}, f32, "x0");
+    auto c = g.placeholder({33}, f32, "c");
+    auto i0 = g.placeholder({}, i64, "i0");
+    auto out = while_loop(
+        {i0, x0}, [&](const std::vector<Tensor>& v) { return std::vector<Tensor>{less(v[0], n)}; },
+        [&](const std::vector<Tensor>& v) {
+          return std::vector<Tensor>{v[0] + int64_t{1}, v[1] * 0.9 + c};
+        },
+        {.max_trip_count = 10});
+    auto exe = g.compile(kGpu, {}, out);
+    for (int64_t trips = 0; trips <= 12; ++trips) {
+      Array xv = random_array({33}, f32), cv = random_array({33}, f32);
+      std::vector<double> x = to_f64(xv);
+      const std::vector<double> cs = to_f64(cv);
+      const Feeds feeds{
+          {n, Array::scalar(trips)}, {x0, xv}, {c, cv}, {i0, Array::scalar(int64_t{0})}};
+      if (trips > 10) {
+        expect_error<ValueError>([&] { exe.run(feeds); }, {"[while_loop]", "max_trip_count = 10"});
+        continue;
+      }
+      for (int64_t t = 0; t < trips; ++t)
+        for (size_t k = 0; k < x.size(); ++k) x[k] = x[k] * 0.9 + cs[k];
+      auto r = exe.run(feeds);
+      expect_equal(r[0].to(Device::cpu()), {}, {static_cast<double>(trips)});
+      expect_close(r[1].to(Device::cpu()), {33}, x, 1e-5, 1e-5);
+    }
+    expect_recorded(exe, 8);
+  }
+}
+
+// A while_loop whose step reads a table at its counter: a step past the loop's end would read
+// out of range, so such a body runs one step per launch (steps past the end would report an
+// error the loop never makes).
+TEST(CudaControlGraph, BodiesThatCheckIndicesRunOneStepALaunch) {
+  REQUIRE_CONDITIONAL_NODES();
+  Graph g;
+  auto table = g.placeholder({4, 6}, f32, "table");
+  auto i0 = g.placeholder({}, i64, "i0");
+  auto acc0 = g.placeholder({6}, f32, "acc0");
+  auto out = while_loop(
+      {i0, acc0}, [](const std::vector<Tensor>& v) { return std::vector<Tensor>{lt(v[0], 4)}; },
+      [&](const std::vector<Tensor>& v) {
+        return std::vector<Tensor>{v[0] + int64_t{1}, v[1] + reshape(gather(table, v[0], 0), {6})};
+      });
+  auto exe = g.compile(kGpu, {}, out);
+  for (int64_t start : {int64_t{0}, int64_t{2}, int64_t{4}, int64_t{1}}) {
+    Array tv = random_array({4, 6}, f32), av = random_array({6}, f32);
+    std::vector<double> acc = to_f64(av);
+    const std::vector<double> t = to_f64(tv);
+    for (int64_t i = start; i < 4; ++i)
+      for (size_t k = 0; k < acc.size(); ++k) acc[k] += t[static_cast<size_t>(i) * 6 + k];
+    auto r = exe.run({{table, tv}, {i0, Array::scalar(start)}, {acc0, av}});
+    expect_equal(r[0].to(Device::cpu()), {}, {static_cast<double>(std::max<int64_t>(start, 4))});
+    expect_close(r[1].to(Device::cpu()), {6}, acc, 1e-5, 1e-5);
   }
   expect_recorded(exe, 3);
 }

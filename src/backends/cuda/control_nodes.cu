@@ -34,6 +34,8 @@ CaptureState capture_state(cudaStream_t stream) {
   return c;
 }
 
+constexpr int kMaxSteps = DeviceBackend::kMaxLoopSteps;
+
 // The condition's arguments (see DeviceBackend::ConditionUpdate).
 struct Condition {
   cudaGraphConditionalHandle handle;
@@ -44,22 +46,42 @@ struct Condition {
   bool first;
   int64_t max_trips;
   int64_t* errors;
+  int64_t block;
+  int64_t advance;
+  int64_t* index[kMaxSteps];
+  int num_index;
+  const bool* steps[kMaxSteps];
+  int num_steps;
 };
 
-// Copies made with the condition: up to kMaxCopies a launch.
+// Copies made with the condition: up to kMaxCopies a launch, each from one source per step.
 constexpr int kMaxCopies = 8;
 struct Copies {
   char* dst[kMaxCopies];
-  const char* src[kMaxCopies];
+  const char* src[kMaxCopies][kMaxSteps];
   size_t bytes[kMaxCopies];
   int n;
 };
 
+// How many of a body run's steps count (ConditionUpdate::steps): those up to the first false
+// predicate; all of them when every one holds (then *all).
+__device__ int steps_taken(const Condition& c, bool* all) {
+  int t = 0;
+  while (t < c.num_steps && *c.steps[t]) ++t;
+  *all = t == c.num_steps;
+  return t;
+}
+
 __device__ void evaluate(const Condition& c) {
+  bool all = true;
+  const int held = c.num_steps ? steps_taken(c, &all) : 0;  // leading true predicates
   int64_t trips = 0;
   if (c.counter) {
-    trips = c.first ? 0 : *c.counter + 1;
+    if (c.first) trips = 0;
+    else if (c.num_steps) trips = *c.counter + (all ? held : held + 1);
+    else trips = *c.counter + c.advance;
     *c.counter = trips;
+    for (int k = 0; k < c.num_index; ++k) *c.index[k] = trips + k + 1;
   }
   bool go;
   if (c.count) {
@@ -81,10 +103,13 @@ __device__ void evaluate(const Condition& c) {
         n = *static_cast<const int64_t*>(c.value);
         break;
     }
-    go = trips < n;
+    go = trips + c.block <= n;
   } else {
-    go = *static_cast<const bool*>(c.value);
-    if (go && c.counter && c.max_trips >= 0 && trips >= c.max_trips) {
+    go = c.num_steps ? all : *static_cast<const bool*>(c.value);
+    // the trips when the last true predicate was evaluated
+    const bool held_once = c.num_steps ? held > 0 : go;
+    const int64_t at = c.num_steps && !all ? trips - 1 : trips;
+    if (held_once && c.counter && c.max_trips >= 0 && at >= c.max_trips) {
       go = false;
       if (c.errors) {  // position 0, the value max_trips (the error slot's packing)
         c.errors[0] = c.max_trips < 0x80000000ll ? c.max_trips : 0x80000000ll;
@@ -102,9 +127,16 @@ __global__ void set_condition_kernel(Condition c, Copies copies, bool set) {
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   const size_t tid = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (set && tid == 0) evaluate(c);
+  // the step whose results the copies take: the last that counts
+  int step = 0;
+  if (c.num_steps) {
+    bool all = true;
+    step = steps_taken(c, &all);
+    if (all) step = c.num_steps - 1;
+  }
   for (int k = 0; k < copies.n; ++k) {
     char* dst = copies.dst[k];
-    const char* src = copies.src[k];
+    const char* src = copies.src[k][step];
     const size_t bytes = copies.bytes[k];
     size_t done = 0;
     if (((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & 15) == 0) {
@@ -140,8 +172,18 @@ void set_condition(cudaStream_t stream, uint64_t handle, const DeviceBackend::Co
   using U = DeviceBackend::ConditionUpdate;
   if (u.kind == U::count && !is_integer(u.count_type))
     fail<DTypeError>("[cuda] a trip count must be an integer, got {}", name(u.count_type));
-  const Condition c{handle,  u.kind == U::count, u.value, u.count_type, u.counter,
-                    u.first, u.max_trips,        u.errors};
+  if (u.index.size() > static_cast<size_t>(kMaxSteps) ||
+      u.steps.size() > static_cast<size_t>(kMaxSteps))
+    fail<ValueError>("[cuda] a loop body of more than {} steps", kMaxSteps);
+  Condition c{handle,      u.kind == U::count,
+              u.value,     u.count_type,
+              u.counter,   u.first,
+              u.max_trips, u.errors,
+              u.block,     u.advance,
+              {},          0,
+              {},          0};
+  for (int64_t* p : u.index) c.index[c.num_index++] = p;
+  for (const bool* p : u.steps) c.steps[c.num_steps++] = p;
   // copies in launches of kMaxCopies; the condition with the last
   size_t k = 0;
   do {
@@ -149,8 +191,14 @@ void set_condition(cudaStream_t stream, uint64_t handle, const DeviceBackend::Co
     size_t largest = 0;
     for (; k < copies.size() && batch.n < kMaxCopies; ++k) {
       if (!copies[k].bytes) continue;
+      const auto& by_step = copies[k].by_step;
+      if (!by_step.empty() && by_step.size() != u.steps.size())
+        fail<ValueError>("[cuda] a copy has {} sources for {} steps", by_step.size(),
+                         u.steps.size());
       batch.dst[batch.n] = static_cast<char*>(copies[k].dst);
-      batch.src[batch.n] = static_cast<const char*>(copies[k].src);
+      for (int j = 0; j < kMaxSteps; ++j)
+        batch.src[batch.n][j] = static_cast<const char*>(
+            by_step.empty() ? copies[k].src : by_step[std::min<size_t>(j, by_step.size() - 1)]);
       batch.bytes[batch.n++] = copies[k].bytes;
       largest = std::max(largest, copies[k].bytes);
     }
