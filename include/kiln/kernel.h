@@ -145,7 +145,7 @@ class KernelContext {
   const OpParams* params() const { return params_; }
 
  private:
-  friend struct KernelContextViews;
+  friend struct KernelContextViews;  // (src/runtime/kernel_views.h)
   OpId op_;
   const Attrs& attrs_;
   std::vector<TensorView> inputs_;

@@ -5,30 +5,12 @@
 #include "core/device_backend.h"
 #include "core/errors.h"
 #include "core/op_registry.h"
+#include "runtime/kernel_views.h"
 #include "runtime/profiler_run.h"
 
 namespace kiln {
 
 using detail::Node;
-
-// A kernel context holding a step's views, moved in and given back when it ends (a context
-// takes its views by value: copies would allocate every view's shape for every kernel).
-struct KernelContextViews {
-  KernelContext ctx;
-  std::vector<TensorView>& in;
-  std::vector<TensorView>& out;
-  KernelContextViews(const KernelEntry&, const Node& node, std::vector<TensorView>& in,
-                     std::vector<TensorView>& out, ThreadPool* pool, const KernelEnv* env)
-      : ctx(node.op, node.attrs, std::move(in), std::move(out), pool, env, node.params.get()),
-        in(in),
-        out(out) {}
-  ~KernelContextViews() {
-    in = std::move(ctx.inputs_);
-    out = std::move(ctx.outputs_);
-  }
-  KernelContextViews(const KernelContextViews&) = delete;
-  KernelContextViews& operator=(const KernelContextViews&) = delete;
-};
 
 DType kernel_dtype(const KernelEntry& entry, const Node& node, const std::vector<TensorInfo>& in) {
   if (entry.dtype_input >= 0 && entry.dtype_input < static_cast<int>(in.size()))
@@ -98,7 +80,7 @@ void run_kernel(const KernelEntry& entry, const Node& node, std::vector<TensorVi
                 std::vector<TensorView>& out, ThreadPool* pool) {
   if (all_empty(out)) return;
   if (!runs_via_f32(entry, node, in)) {
-    KernelContextViews lent(entry, node, in, out, pool, nullptr);
+    KernelContextViews lent(node.op, node.attrs, in, out, pool, nullptr, node.params.get());
     entry.fn(lent.ctx);
     return;
   }
@@ -134,7 +116,7 @@ void run_device_kernel(const KernelEntry& entry, Backend backend, const Node& no
                        const KernelEnv& env) {
   if (all_empty(out)) return;
   if (!runs_via_f32(entry, node, in)) {
-    KernelContextViews lent(entry, node, in, out, pool, &env);
+    KernelContextViews lent(node.op, node.attrs, in, out, pool, &env, node.params.get());
     entry.fn(lent.ctx);
     return;
   }

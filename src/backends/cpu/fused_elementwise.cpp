@@ -12,6 +12,7 @@
 #include "backends/cpu/cpu_common.h"
 #include "backends/cpu/kernels.h"
 #include "core/op_params.h"
+#include "runtime/kernel_views.h"
 
 namespace kiln::cpu {
 
@@ -151,6 +152,7 @@ void fused_elementwise(KernelContext& ctx) {
           std::memcpy(ptr[i] + have * es, ptr[i], std::min(have, reach - have) * es);
       }
     std::vector<char> raw;
+    std::vector<TensorView> ins, outs(1);  // (lent to each instruction's kernel)
     for (int64_t c = c0; c < c1; ++c) {
       const int64_t s = c * chunk, len = std::min(chunk, total - s);
       for (int i = 0; i < n_in; ++i) {
@@ -185,14 +187,16 @@ void fused_elementwise(KernelContext& ctx) {
           convert(tmp, t, res, f32, len);
           continue;
         }
-        std::vector<TensorView> ins;
-        for (int j = 0; j < fused::arity(in.op); ++j) {
-          const int32_t u = in.operand(j);
-          ins.push_back({ptr[u], Shape{len}, compute_type(types[u])});
-        }
-        KernelContext kc(in.op, prog.attrs[k], std::move(ins),
-                         {{ptr[v], Shape{len}, compute_type(t)}}, nullptr);
-        kernels[k]->fn(kc);
+        auto set = [&](TensorView& view, int32_t u) {
+          view.data = ptr[u];
+          view.shape.assign(1, len);
+          view.dtype = compute_type(types[u]);
+        };
+        ins.resize(fused::arity(in.op));
+        for (size_t j = 0; j < ins.size(); ++j) set(ins[j], in.operand(static_cast<int>(j)));
+        set(outs[0], v);
+        KernelContextViews lent(in.op, prog.attrs[k], ins, outs, nullptr, nullptr, nullptr);
+        kernels[k]->fn(lent.ctx);
         if (is_half(t) && v != last) round_half(res, t, len);
       }
       if (!out_direct)
