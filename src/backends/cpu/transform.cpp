@@ -202,7 +202,34 @@ void transpose(KernelContext& ctx) {
     });
     return;
   }
-  // the output's last dim is contiguous in the input: whole rows copy
+  // the output's last dim is contiguous in the input: whole rows copy, the collapsed outer dims
+  // walked as an odometer (no division per row, no maps to build)
+  constexpr int kMaxWalk = 16;
+  if (rank <= kMaxWalk) {
+    const size_t es = size_of(in.dtype);
+    const int64_t inner = rank ? sd.dims.back() : 1, rows = inner ? out.numel() / inner : 0;
+    const char* src = static_cast<const char*>(in.data);
+    char* dst = static_cast<char*>(out.data);
+    ctx.parallel_for(rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, inner)),
+                     [&](int64_t r0, int64_t r1) {
+                       int64_t idx[kMaxWalk] = {}, off = 0, rem = r0;
+                       for (int d = rank - 2; d >= 0; --d) {
+                         idx[d] = rem % sd.dims[d];
+                         rem /= sd.dims[d];
+                         off += idx[d] * sd.strides[d];
+                       }
+                       for (int64_t r = r0; r < r1; ++r) {
+                         std::memcpy(dst + r * inner * es, src + off * es, inner * es);
+                         for (int d = rank - 2; d >= 0; --d) {
+                           off += sd.strides[d];
+                           if (++idx[d] < sd.dims[d]) break;
+                           off -= sd.dims[d] * sd.strides[d];
+                           idx[d] = 0;
+                         }
+                       }
+                     });
+    return;
+  }
   const auto in_strides = contiguous_strides(in.shape);
   Maps maps(out.shape.size());
   for (size_t d = 0; d < maps.size(); ++d)
