@@ -264,9 +264,10 @@ if in_part 2; then
     SAN_ENV=KILN_HARNESS_DTYPES=f32,bf16,i32,i8,u8 SHARDS=2 sanitize synccheck-backend-ops synccheck \
       "$B/tests/kiln_backend_ops" "${SAN[@]}"
     # (memcheck without conditional nodes, KILN_CONDITIONAL_NODES=0: under CUDA 13.0's memcheck
-    # the first replay of a graph with a conditional node fails with an illegal address while
-    # memcheck reports no access of any kernel; control ops then run from the host here, and
-    # their recorded form is checked by part 1, racecheck and synccheck)
+    # the first replay of kiln's recorded control ops fails with an illegal address while
+    # memcheck reports no access of any kernel, though standalone conditional nodes replay clean
+    # (docs/design/control-flow.md); control ops then run from the host here, and their recorded
+    # form is checked by part 1, racecheck and synccheck)
     SAN_ENV=KILN_CONDITIONAL_NODES=0 sanitize memcheck-backend-ops memcheck \
       "$B/tests/kiln_backend_ops" "${SAN[@]}"
     SHARDS=2 sanitize memcheck-backend-ops-rnn memcheck "$B/tests/kiln_backend_ops" --gtest_filter="$RNN_CASES"
