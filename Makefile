@@ -10,7 +10,7 @@ CMAKE_FLAGS ?=
 JOBS        ?= $(shell nproc)
 export CCACHE_BASEDIR := $(CURDIR)
 
-.PHONY: all setup configure build data demo test test-release san-configure test-asan test-tsan test-gpu gpu-bundle check bench docs format clean fuzz
+.PHONY: all setup configure build data demo test test-release san-configure test-asan test-tsan test-gpu gpu-bundle wheel check bench docs format clean fuzz
 
 all: build
 
@@ -48,7 +48,8 @@ test-release: build data
 	  .venv/bin/python -m pip install -q --no-build-isolation --no-deps --disable-pip-version-check \
 	    -C cmake.define.KILN_CUDA=$$(sed -n 's/^KILN_CUDA:BOOL=//p' $(BUILD)/CMakeCache.txt) . && \
 	  KILN_TEST_INSTALLED=1 KILN_BUILD_DIR=$(abspath $(BUILD)) \
-	  .venv/bin/python -m pytest -q -p no:cacheprovider python/tests; fi
+	  .venv/bin/python -m pytest -q -p no:cacheprovider python/tests && \
+	  KILN_CUDA=$$(sed -n 's/^KILN_CUDA:BOOL=//p' $(BUILD)/CMakeCache.txt) scripts/check_wheel.sh; fi
 
 # The sanitizer build: clang-14 at -O1 with ASan+UBSan, the library instrumented for libFuzzer's
 # coverage too (fuzzer-no-link: the tests run the callbacks' no-op defaults), so that the ASan
@@ -107,6 +108,10 @@ fuzz: san-configure
 
 # The GPU machine cannot build: `make gpu-bundle` builds the CUDA suites here (the toolkit is
 # enough) into build-gpu/bundle.tar.xz; copy the checkout with it and run `make test-gpu` there.
+# The Python package as a manylinux wheel in dist/ (scripts/wheel.sh: PYTHON, KILN_CUDA)
+wheel: setup
+	@scripts/wheel.sh
+
 gpu-bundle: setup
 	@scripts/gpu-bundle.sh build-gpu
 
