@@ -188,6 +188,40 @@ void transpose_tiled(const KernelContext& ctx, const U* src, U* dst, const Strid
   });
 }
 
+// out[i_0, ..., i_k] = in[base + i_0 * strides[0] + ... + i_k * strides[k]] over `dims` (out's
+// shape, or its dims collapsed) where the last dim is contiguous in the input (stride 1, or size
+// 1): rows copied whole while an odometer walks the outer dims (no maps built, no division per
+// row). False, with nothing done, where it does not apply.
+bool copy_rows(const KernelContext& ctx, const TensorView& in, const TensorView& out,
+               const Shape& dims, const std::vector<int64_t>& strides, int64_t base) {
+  constexpr int kMaxWalk = 16;
+  const int rank = static_cast<int>(dims.size());
+  if (rank > kMaxWalk || (rank && dims.back() != 1 && strides.back() != 1)) return false;
+  const size_t es = size_of(in.dtype);
+  const int64_t inner = rank ? dims.back() : 1, rows = inner ? out.numel() / inner : 0;
+  const char* src = static_cast<const char*>(in.data);
+  char* dst = static_cast<char*>(out.data);
+  ctx.parallel_for(rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, inner)),
+                   [&](int64_t r0, int64_t r1) {
+                     int64_t idx[kMaxWalk] = {}, off = base, rem = r0;
+                     for (int d = rank - 2; d >= 0; --d) {
+                       idx[d] = rem % dims[d];
+                       rem /= dims[d];
+                       off += idx[d] * strides[d];
+                     }
+                     for (int64_t r = r0; r < r1; ++r) {
+                       std::memcpy(dst + r * inner * es, src + off * es, inner * es);
+                       for (int d = rank - 2; d >= 0; --d) {
+                         off += strides[d];
+                         if (++idx[d] < dims[d]) break;
+                         off -= dims[d] * strides[d];
+                         idx[d] = 0;
+                       }
+                     }
+                   });
+  return true;
+}
+
 void transpose(KernelContext& ctx) {
   const TensorView &in = ctx.in(0), &out = ctx.out(0);
   TransposeParams spare;
@@ -202,34 +236,8 @@ void transpose(KernelContext& ctx) {
     });
     return;
   }
-  // the output's last dim is contiguous in the input: whole rows copy, the collapsed outer dims
-  // walked as an odometer (no division per row, no maps to build)
-  constexpr int kMaxWalk = 16;
-  if (rank <= kMaxWalk) {
-    const size_t es = size_of(in.dtype);
-    const int64_t inner = rank ? sd.dims.back() : 1, rows = inner ? out.numel() / inner : 0;
-    const char* src = static_cast<const char*>(in.data);
-    char* dst = static_cast<char*>(out.data);
-    ctx.parallel_for(rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, inner)),
-                     [&](int64_t r0, int64_t r1) {
-                       int64_t idx[kMaxWalk] = {}, off = 0, rem = r0;
-                       for (int d = rank - 2; d >= 0; --d) {
-                         idx[d] = rem % sd.dims[d];
-                         rem /= sd.dims[d];
-                         off += idx[d] * sd.strides[d];
-                       }
-                       for (int64_t r = r0; r < r1; ++r) {
-                         std::memcpy(dst + r * inner * es, src + off * es, inner * es);
-                         for (int d = rank - 2; d >= 0; --d) {
-                           off += sd.strides[d];
-                           if (++idx[d] < sd.dims[d]) break;
-                           off -= sd.dims[d] * sd.strides[d];
-                           idx[d] = 0;
-                         }
-                       }
-                     });
-    return;
-  }
+  // the output's last dim is contiguous in the input: whole rows copy
+  if (copy_rows(ctx, in, out, sd.dims, sd.strides, 0)) return;
   const auto in_strides = contiguous_strides(in.shape);
   Maps maps(out.shape.size());
   for (size_t d = 0; d < maps.size(); ++d)
@@ -247,6 +255,16 @@ void slice(KernelContext& ctx) {
   std::vector<int64_t> first;
   for (size_t d = 0; d < in.shape.size(); ++d)
     first.push_back(transform::slice_dim(in.shape[d], starts[d], stops[d], steps[d]).start);
+  {  // rows of the last dim at step 1 copy whole
+    const auto in_strides = contiguous_strides(in.shape);
+    std::vector<int64_t> strides(in.shape.size());
+    int64_t base = 0;
+    for (size_t d = 0; d < in.shape.size(); ++d) {
+      strides[d] = in_strides[d] * steps[d];
+      base += first[d] * in_strides[d];
+    }
+    if (copy_rows(ctx, in, out, out.shape, strides, base)) return;
+  }
   remap(ctx, in, out, make_maps(in.shape, out.shape, [&](size_t d, int64_t i) {
           return first[d] + i * steps[d];
         }));
@@ -284,6 +302,12 @@ void broadcast_to(KernelContext& ctx) {
   const TensorView &in = ctx.in(0), &out = ctx.out(0);
   const size_t lead = out.shape.size() - in.shape.size();
   const auto strides = contiguous_strides(in.shape);
+  {  // rows of a last dim that is not broadcast copy whole
+    std::vector<int64_t> walk(out.shape.size(), 0);
+    for (size_t d = lead; d < out.shape.size(); ++d)
+      if (in.shape[d - lead] != 1) walk[d] = strides[d - lead];
+    if (copy_rows(ctx, in, out, out.shape, walk, 0)) return;
+  }
   Maps maps(out.shape.size());
   for (size_t d = 0; d < maps.size(); ++d) {
     const bool same = d >= lead && in.shape[d - lead] != 1;
