@@ -210,24 +210,23 @@ class BodyStream {
 // body's steps recorded one after another save the node's relaunch of its body (about 3.5 us on
 // an H100, the time of three or four small kernels) on all but one of them. Small bodies only:
 // up to 8 steps for a body of up to 4 kernels, 4 for up to 16, one otherwise (KILN_LOOP_UNROLL
-// sets the most); each step has buffers of its own, at most 64 MiB over all the steps. The
+// sets the most); each step has buffers of its own, at most 64 MiB over one launch's steps. The
 // steps of a while_loop's last launch that follow its end still run (their results are not
 // taken), so `speculative` bodies must be free of effects: pure ops, no kernel that reports
-// errors (an index out of range past the end), no custom ops, no nested loops.
+// errors (an index out of range past the end), no custom ops, no nested loops. (A recorded body
+// has no step on the CPU: capture_blocker.)
 int steps_per_launch(const CompiledBody& c, bool speculative) {
   const ExecutableImpl& x = *c.exe;
   int most = env::loop_unroll();
   if (most <= 0) most = x.steps.size() <= 4 ? 8 : x.steps.size() <= 16 ? 4 : 1;
   most = std::clamp(most, 1, DeviceBackend::kMaxLoopSteps);
   const auto& nodes = x.program.graph.nodes;
+  if (speculative && x.reports_errors) return 1;
   for (const Step& st : x.steps) {
     const Node& n = nodes[st.node];
     if (!n.bodies.empty()) return 1;
-    const bool effects = !op_def(n.op).pure || st.kernel->reports_errors || n.op == OpId::Custom ||
-                         st.backend == Backend::cpu;
-    if (speculative && effects) return 1;
+    if (speculative && (!op_def(n.op).pure || n.op == OpId::Custom)) return 1;
   }
-  if (speculative && x.reports_errors) return 1;
   size_t bytes = x.plan.arena_bytes;
   for (size_t k = 0; k < x.program.num_returned; ++k) {
     const ValueRef v = x.program.outputs[k];
