@@ -85,8 +85,12 @@ void start_async(const std::shared_ptr<AsyncRun>& job, Queue::Impl& q) {
     q.after_device([job, finish = std::move(finish), outputs = std::move(outputs)]() mutable {
       try {
         if (finish) outputs = finish();
+        // the run's slot goes back before anyone hears of its end: a caller that submits again
+        // as soon as the future is ready reuses it instead of finding every slot still taken
+        finish = nullptr;
         job->check_waits();
       } catch (...) {
+        finish = nullptr;
         job->fail_with(std::current_exception());
         return;
       }
