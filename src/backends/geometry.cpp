@@ -6,19 +6,22 @@ namespace kiln {
 
 MatmulDims matmul_dims(const TensorView& a, const TensorView& b, const TensorView& out) {
   MatmulDims d;
+  matmul_dims(a, b, out, d);
+  return d;
+}
+
+void matmul_dims(const TensorView& a, const TensorView& b, const TensorView& out, MatmulDims& d) {
   d.K = a.shape.back();
   d.M = a.rank() >= 2 ? a.shape[a.rank() - 2] : 1;
   d.N = b.rank() >= 2 ? b.shape.back() : 1;
   const int rank = out.rank() - (a.rank() >= 2) - (b.rank() >= 2);
   d.batch.assign(out.shape.begin(), out.shape.begin() + rank);
-  auto pad = [rank](const Shape& s) {
-    Shape p(s.begin(), s.end() - std::min<int>(2, static_cast<int>(s.size())));
+  auto pad = [rank](const Shape& s, Shape& p) {  // (assign and insert reuse p's memory)
+    p.assign(s.begin(), s.end() - std::min<int>(2, static_cast<int>(s.size())));
     p.insert(p.begin(), rank - p.size(), 1);
-    return p;
   };
-  d.batch_a = pad(a.shape);
-  d.batch_b = pad(b.shape);
-  return d;
+  pad(a.shape, d.batch_a);
+  pad(b.shape, d.batch_b);
 }
 
 ReducePlan plan_reduce(const Shape& shape, const std::vector<int64_t>& axes) {

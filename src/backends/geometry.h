@@ -16,6 +16,8 @@ struct MatmulDims {
   int64_t M = 1, K = 1, N = 1;
 };
 MatmulDims matmul_dims(const TensorView& a, const TensorView& b, const TensorView& out);
+/// The same into `d`, whose vectors' memory is reused.
+void matmul_dims(const TensorView& a, const TensorView& b, const TensorView& out, MatmulDims& d);
 
 // A reduction of a dense tensor over `axes`, with adjacent dims of one kind (kept or reduced)
 // merged and size-1 dims dropped.

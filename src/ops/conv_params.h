@@ -46,12 +46,14 @@ struct ConvParams : OpParams {
     const void* key = nullptr;
     std::shared_ptr<const void> value;
   };
-  std::shared_ptr<State> state = std::make_shared<State>();
+  /// (made by decode: a spare struct a kernel declares for params_of costs no allocation)
+  std::shared_ptr<State> state;
 
   int nd() const { return static_cast<int>(stride.size()); }
 
   static ConvParams decode(OpId op, const Attrs& a) {
     ConvParams p;
+    p.state = std::make_shared<State>();
     p.stride = a.ints("stride");
     p.dilation = a.ints("dilation");
     p.pads = a.ints("pads");

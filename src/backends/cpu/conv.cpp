@@ -41,8 +41,9 @@ using dnnl_dt = dnnl::memory::data_type;
 using du::data_type;
 
 // x: the conv's input, w: its weight, y: its output (for conv_transpose, the transposed one's).
-ConvGeom geometry_of(const KernelContext& ctx, const ConvParams& a, const Shape& x, const Shape& w,
-                     const Shape& y) {
+// (S: a Shape, or the std::array of nchw4: no allocation)
+template <class S> ConvGeom geometry_of(const KernelContext& ctx, const ConvParams& a, const S& x,
+                                        const S& w, const S& y) {
   ConvGeom g;
   g.a = &a;
   g.transpose = ctx.op() == OpId::ConvTranspose;
@@ -275,18 +276,20 @@ struct PackedWeights {
   std::shared_ptr<void> data;
 };
 
+// `s` in logical NCHW order (from NHWC where `nhwc`), appended to `to`.
+void append_nchw(du::Dims& to, const Shape& s, bool nhwc) {
+  if (!nhwc) {
+    to.insert(to.end(), s.begin(), s.end());
+    return;
+  }
+  for (int d : kNhwcToNchw) to.push_back(s[static_cast<size_t>(d)]);
+}
+
 void conv_dnnl(KernelContext& ctx, const ConvGeom& g) {
   const TensorView &x = ctx.in(0), &w = ctx.in(1), &y = ctx.out(0);
   const int nd = g.nd;
   const auto& p = g.a->pads;
-  // logical NCHW shapes (an NHWC node's buffers are described by data_md and user_weights_md)
-  const Shape xs = g.nhwc && !g.nchw_x ? nchw_of(x.shape) : x.shape;
-  const Shape ys = g.nhwc ? nchw_of(y.shape) : y.shape;
-  const Shape ws = g.nhwc ? nchw_of(w.shape) : w.shape;
-  const du::Dims kernel(ws.begin() + 2, ws.end());
   const du::Dims& stride = g.a->stride;
-  const du::Dims dil = dnnl_dilation(g.a->dilation);
-  const du::Dims pad_l(p.begin(), p.begin() + nd), pad_r(p.begin() + nd, p.end());
   const bool has_bias = g.a->has_bias;
   Epilogue e;
   if (with_epilogue(ctx, g))
@@ -297,23 +300,36 @@ void conv_dnnl(KernelContext& ctx, const ConvGeom& g) {
   std::memcpy(reinterpret_cast<char*>(&bounds) + sizeof(float), &e.hi, sizeof(float));
 
   const DType bias_t = has_bias ? ctx.in(2).dtype : DType::f32;
-  du::Dims key{static_cast<int64_t>(g.transpose ? OpId::ConvTranspose : OpId::Conv),
-               nd,
-               g.G,
-               has_bias,
-               static_cast<int64_t>(x.dtype),
-               static_cast<int64_t>(bias_t),
-               e.residual,
-               e.relu,
-               static_cast<int64_t>(e.act),
-               bounds,
-               g.nhwc,
-               g.nchw_x};
-  for (const Shape* s : {&xs, &ws, &ys}) key.insert(key.end(), s->begin(), s->end());
-  for (const du::Dims* v : {&stride, &dil, &p}) key.insert(key.end(), v->begin(), v->end());
+  // (the key in memory of this thread's, kept from call to call: no allocation per call; the
+  // shapes logical NCHW, an NHWC node's buffers described by data_md and user_weights_md)
+  thread_local du::Dims key;
+  key = {static_cast<int64_t>(g.transpose ? OpId::ConvTranspose : OpId::Conv),
+         nd,
+         g.G,
+         has_bias,
+         static_cast<int64_t>(x.dtype),
+         static_cast<int64_t>(bias_t),
+         e.residual,
+         e.relu,
+         static_cast<int64_t>(e.act),
+         bounds,
+         g.nhwc,
+         g.nchw_x};
+  append_nchw(key, x.shape, g.nhwc && !g.nchw_x);
+  append_nchw(key, w.shape, g.nhwc);
+  append_nchw(key, y.shape, g.nhwc);
+  key.insert(key.end(), stride.begin(), stride.end());
+  for (int64_t d : g.a->dilation) key.push_back(d);
+  key.insert(key.end(), p.begin(), p.end());
   auto prim = du::cached(ctx.op_name(), key, [&] {
-    return make_conv_primitive(g, xs, kernel, ys, stride, dil, pad_l, pad_r, has_bias,
-                               data_type(x.dtype), data_type(bias_t), e);
+    du::Dims xs, ws, ys;
+    append_nchw(xs, x.shape, g.nhwc && !g.nchw_x);
+    append_nchw(ws, w.shape, g.nhwc);
+    append_nchw(ys, y.shape, g.nhwc);
+    const du::Dims kernel(ws.begin() + 2, ws.end());
+    const du::Dims pad_l(p.begin(), p.begin() + nd), pad_r(p.begin() + nd, p.end());
+    return make_conv_primitive(g, xs, kernel, ys, stride, dnnl_dilation(g.a->dilation), pad_l,
+                               pad_r, has_bias, data_type(x.dtype), data_type(bias_t), e);
   });
   std::vector<void*> buffers{x.data, w.data};
   // constant weights are laid out for the primitive once, on the first run (kept with the node)
@@ -369,8 +385,8 @@ void convolve(KernelContext& ctx) {
 // The geometry of a conv in layout channels_last, from its NHWC buffers.
 ConvGeom nhwc_geometry(const KernelContext& ctx, const ConvParams& a) {
   const Shape& x = ctx.in(0).shape;
-  ConvGeom g = geometry_of(ctx, a, a.nchw_x ? x : nchw_of(x), nchw_of(ctx.in(1).shape),
-                           nchw_of(ctx.out(0).shape));
+  ConvGeom g = geometry_of(ctx, a, a.nchw_x ? nchw4(x, false) : nchw4(x, true),
+                           nchw4(ctx.in(1).shape, true), nchw4(ctx.out(0).shape, true));
   g.nhwc = true;
   g.nchw_x = a.nchw_x;
   return g;

@@ -52,6 +52,53 @@ char* thread_scratch(size_t bytes) {
 
 size_t round_up(size_t n) { return (n + 63) / 64 * 64; }
 
+// One call's memory objects: per argument, kiln's buffer in its own layout (user) and, where
+// the primitive wants another, the primitive's copy (inner: in scratch, or the caller's buffer
+// already in that layout) and an output's starting value (start); and the primitive's arguments
+// for the C API (which, unlike the C++ one, builds no list per call).
+struct Binding {
+  std::vector<dnnl::memory> user, inner, start;
+  dnnl::memory pad;
+  std::vector<dnnl_exec_arg_t> exec;
+};
+
+void check(dnnl_status_t status, const char* what) { dnnl::error::wrap_c_api(status, what); }
+
+void run_reorder(const dnnl::reorder& r, const dnnl::stream& s, const dnnl::memory& from,
+                 const dnnl::memory& to) {
+  const dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, from.get()}, {DNNL_ARG_TO, to.get()}};
+  check(dnnl_primitive_execute(r.get(), s.get(), 2, args), "could not execute a reorder");
+}
+
+std::unique_ptr<Binding> make_binding(const CachedPrimitive& p) {
+  auto b = std::make_unique<Binding>();
+  const size_t n = p.args.size();
+  b->user.resize(n);
+  b->inner.resize(n);
+  b->start.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const Arg& a = p.args[i];
+    b->user[i] = dnnl::memory(a.user, engine(), DNNL_MEMORY_NONE);
+    if (a.reorder) b->inner[i] = dnnl::memory(a.chosen, engine(), DNNL_MEMORY_NONE);
+    if (a.reorder_in) b->start[i] = dnnl::memory(a.user, engine(), DNNL_MEMORY_NONE);
+    b->exec.push_back({a.id, (a.reorder ? b->inner[i] : b->user[i]).get()});
+  }
+  if (p.scratchpad.get_size()) {
+    b->pad = dnnl::memory(p.scratchpad, engine(), DNNL_MEMORY_NONE);
+    b->exec.push_back({DNNL_ARG_SCRATCHPAD, b->pad.get()});
+  }
+  return b;
+}
+}  // namespace
+
+struct Bindings {
+  std::mutex mu;
+  std::vector<std::unique_ptr<Binding>> idle;
+};
+
+std::shared_ptr<Bindings> new_bindings() { return std::make_shared<Bindings>(); }
+
+namespace {
 void run(const CachedPrimitive& p, const std::vector<void*>& buffers, const void* dst_init,
          int chosen_arg) {
   size_t scratch_bytes = 0;
@@ -62,41 +109,51 @@ void run(const CachedPrimitive& p, const std::vector<void*>& buffers, const void
   scratch_bytes += pad_bytes;
   char* scratch = scratch_bytes ? thread_scratch(scratch_bytes) : nullptr;
 
-  dnnl::stream s(engine());
-  std::unordered_map<int, dnnl::memory> args;
-  std::vector<std::pair<const Arg*, dnnl::memory>> outputs;
+  std::unique_ptr<Binding> b;
+  {
+    std::lock_guard<std::mutex> l(p.bindings->mu);
+    if (!p.bindings->idle.empty()) {
+      b = std::move(p.bindings->idle.back());
+      p.bindings->idle.pop_back();
+    }
+  }
+  if (!b) b = make_binding(p);
+  thread_local const dnnl::stream s(engine());
   if (pad_bytes) {
-    args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(p.scratchpad, engine(), scratch));
+    b->pad.set_data_handle(scratch);
     scratch += pad_bytes;
   }
   for (size_t i = 0; i < p.args.size(); ++i) {
     const Arg& a = p.args[i];
-    if (static_cast<int>(i) == chosen_arg) {
-      args.emplace(a.id, dnnl::memory(a.chosen, engine(), buffers[i]));
+    if (static_cast<int>(i) == chosen_arg && a.reorder) {
+      b->inner[i].set_data_handle(buffers[i]);
       continue;
     }
-    dnnl::memory user(a.user, engine(), buffers[i]);
+    const dnnl::memory& user = b->user[i];
+    user.set_data_handle(buffers[i]);
     const bool init = a.output && dst_init;
     if (!a.reorder) {
       if (init && dst_init != buffers[i]) std::memcpy(buffers[i], dst_init, a.user.get_size());
-      args.emplace(a.id, user);
       continue;
     }
-    dnnl::memory inner(a.chosen, engine(), scratch);
+    const dnnl::memory& inner = b->inner[i];
+    inner.set_data_handle(scratch);
     scratch += round_up(a.chosen.get_size());
     if (init) {
-      dnnl::memory start(a.user, engine(), const_cast<void*>(dst_init));
-      a.reorder_in->execute(s, start, inner);
+      b->start[i].set_data_handle(const_cast<void*>(dst_init));
+      run_reorder(*a.reorder_in, s, b->start[i], inner);
     }
-    if (a.output)
-      outputs.emplace_back(&a, user);
-    else
-      a.reorder->execute(s, user, inner);
-    args.emplace(a.id, inner);
+    if (!a.output) run_reorder(*a.reorder, s, user, inner);
   }
-  p.prim.execute(s, args);
-  for (auto& [a, user] : outputs) a->reorder->execute(s, args.at(a->id), user);
-  s.wait();
+  check(dnnl_primitive_execute(p.prim.get(), s.get(), static_cast<int>(b->exec.size()),
+                               b->exec.data()),
+        "could not execute a primitive");
+  for (size_t i = 0; i < p.args.size(); ++i)
+    if (p.args[i].output && p.args[i].reorder)
+      run_reorder(*p.args[i].reorder, s, b->inner[i], b->user[i]);
+  check(dnnl_stream_wait(s.get()), "could not wait for a stream");
+  std::lock_guard<std::mutex> l(p.bindings->mu);
+  p.bindings->idle.push_back(std::move(b));
 }
 }  // namespace
 

@@ -43,12 +43,20 @@ struct Arg {
 Arg make_arg(int id, const dnnl::memory::desc& user, const dnnl::memory::desc& chosen,
              bool output = false, bool accumulates = false);
 
+/// The oneDNN memory objects of a call, kept for the next (dnnl_util.cpp).
+struct Bindings;
+std::shared_ptr<Bindings> new_bindings();
+
 struct CachedPrimitive {
   dnnl::primitive prim;
   std::vector<Arg> args;
   /// The primitive's scratchpad, given per call from per-thread memory so that several threads
   /// can run one primitive at once (the library-managed scratchpad is shared).
   dnnl::memory::desc scratchpad;
+  /// Memory objects of earlier calls, each taken by one call at a time and pointed at that
+  /// call's buffers: a call creates none (a small op's run cost more in allocations than in
+  /// arithmetic).
+  std::shared_ptr<Bindings> bindings = new_bindings();
 };
 
 /// Attributes every kiln primitive is made with (user-managed scratchpad).

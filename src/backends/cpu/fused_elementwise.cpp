@@ -37,7 +37,9 @@ template <typename E>
 void gather(const E* src, const Shape& out, const std::vector<int64_t>& strides, int64_t s,
             int64_t len, E* dst) {
   const int rank = static_cast<int>(out.size());
-  std::vector<int64_t> idx(rank, 0);
+  thread_local std::vector<int64_t> index;  // (no allocation per call)
+  index.assign(rank, 0);
+  int64_t* idx = index.data();
   int64_t off = 0, rem = s;
   for (int d = rank - 1; d >= 0; --d) {
     idx[d] = rem % out[d];
@@ -82,12 +84,32 @@ void gather_bytes(const void* src, size_t esize, const Shape& out,
   }
 }
 
+enum class Kind { dense, scalar, bcast };
+// What a call lists, per input and per value, and each chunk's buffers and views: kept per thread.
+struct Scratch {
+  std::vector<DType> types;
+  std::vector<const KernelEntry*> kernels;
+  std::vector<Kind> kind;
+  std::vector<std::vector<int64_t>> strides;
+};
+struct Chunks {
+  std::vector<size_t> offset;
+  std::vector<char*> ptr;
+  std::vector<char> raw;
+  std::vector<TensorView> ins, outs;
+};
+
 void fused_elementwise(KernelContext& ctx) {
   const int n_in = ctx.num_inputs();
   // the program as the node's params decoded it once (per call only where a context carries none)
   fused::Decoded spare;
   const fused::Decoded& prog = params_of<fused::Decoded>(ctx, spare);
-  std::vector<DType> types;
+  // (the per-call lists live in this thread's memory, kept from call to call: a small node's run
+  // costs little more than its arithmetic; the workers read them through these references)
+  thread_local Scratch mine;
+  Scratch& sc = mine;
+  std::vector<DType>& types = sc.types;
+  types.clear();
   for (int i = 0; i < n_in; ++i) types.push_back(ctx.in(i).dtype);
   for (const fused::Instr& in : prog.instrs) types.push_back(in.dtype);
   const int n_values = static_cast<int>(types.size());
@@ -95,7 +117,8 @@ void fused_elementwise(KernelContext& ctx) {
   const int64_t total = o.numel();
   if (total == 0) return;
 
-  std::vector<const KernelEntry*> kernels;
+  std::vector<const KernelEntry*>& kernels = sc.kernels;
+  kernels.clear();
   for (const fused::Instr& in : prog.instrs) {
     const KernelEntry* k = find_kernel(in.op, Backend::cpu);
     if (!k) fail<UnsupportedError>("[fused_elementwise] no cpu kernel for {}", op_name(in.op));
@@ -103,9 +126,10 @@ void fused_elementwise(KernelContext& ctx) {
   }
   // inputs: dense of the output's numel (read in place when held in their own dtype), a single
   // value, or broadcast through strides
-  enum class Kind { dense, scalar, bcast };
-  std::vector<Kind> kind(n_in);
-  std::vector<std::vector<int64_t>> strides(n_in);
+  std::vector<Kind>& kind = sc.kind;
+  std::vector<std::vector<int64_t>>& strides = sc.strides;
+  kind.assign(n_in, Kind::dense);
+  if (strides.size() < static_cast<size_t>(n_in)) strides.resize(n_in);
   for (int i = 0; i < n_in; ++i) {
     const int64_t m = ctx.in(i).numel();
     kind[i] = m == total ? Kind::dense : m == 1 ? Kind::scalar : Kind::bcast;
@@ -123,8 +147,10 @@ void fused_elementwise(KernelContext& ctx) {
                             : std::clamp<int64_t>((per_thread + 63) / 64 * 64, kMinChunk, kChunk);
   const int64_t chunks = (total + chunk - 1) / chunk;
   ctx.parallel_for(chunks, 1, [&](int64_t c0, int64_t c1) {
-    // one buffer per value that is not read or written in place
-    std::vector<size_t> offset(n_values, SIZE_MAX);
+    // one buffer per value that is not read or written in place (this thread's lists)
+    thread_local Chunks lists;
+    std::vector<size_t>& offset = lists.offset;
+    offset.assign(n_values, SIZE_MAX);
     size_t bytes = 0;
     for (int v = 0; v < n_values; ++v) {
       const bool in_place =
@@ -138,7 +164,8 @@ void fused_elementwise(KernelContext& ctx) {
     thread_local std::vector<char> buf;
     if (buf.size() < bytes + 64) buf.resize(bytes + 64);
     char* base = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(buf.data()) + 63) / 64 * 64);
-    std::vector<char*> ptr(n_values, nullptr);
+    std::vector<char*>& ptr = lists.ptr;
+    ptr.assign(n_values, nullptr);
     for (int v = 0; v < n_values; ++v)
       if (offset[v] != SIZE_MAX) ptr[v] = base + offset[v];
     // single values are filled once, as far as a chunk reaches, in doubling copies (one
@@ -151,8 +178,9 @@ void fused_elementwise(KernelContext& ctx) {
         for (int64_t have = 1; have < reach; have *= 2)
           std::memcpy(ptr[i] + have * es, ptr[i], std::min(have, reach - have) * es);
       }
-    std::vector<char> raw;
-    std::vector<TensorView> ins, outs(1);  // (lent to each instruction's kernel)
+    std::vector<char>& raw = lists.raw;
+    std::vector<TensorView>&ins = lists.ins, &outs = lists.outs;  // (lent to each instruction)
+    outs.resize(1);
     for (int64_t c = c0; c < c1; ++c) {
       const int64_t s = c * chunk, len = std::min(chunk, total - s);
       for (int i = 0; i < n_in; ++i) {

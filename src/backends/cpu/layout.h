@@ -29,6 +29,11 @@ void permute4(const KernelContext& ctx, const T* src, const Shape& s, T* dst,
 /// (N, H, W, C) as (N, C, H, W), and back.
 inline Shape nchw_of(const Shape& s) { return {s[0], s[3], s[1], s[2]}; }
 inline Shape nhwc_of(const Shape& s) { return {s[0], s[2], s[3], s[1]}; }
+/// A 4-D shape as it is, or (nhwc) nchw_of's, without allocating.
+inline std::array<int64_t, 4> nchw4(const Shape& s, bool nhwc) {
+  return nhwc ? std::array<int64_t, 4>{s[0], s[3], s[1], s[2]}
+              : std::array<int64_t, 4>{s[0], s[1], s[2], s[3]};
+}
 inline constexpr std::array<int, 4> kNhwcToNchw{0, 3, 1, 2}, kNchwToNhwc{0, 2, 3, 1};
 
 /// Runs `kernel` for a channels_last node whose 4-D inputs and outputs are NHWC (a conv weight

@@ -90,13 +90,20 @@ void matmul_dnnl(KernelContext& ctx, const MatmulDims& d) {
     s.push_back(y);
     return s;
   };
-  const Shape src = with(d.batch_a, d.M, d.K), wei = with(d.batch_b, d.K, d.N),
-              dst = with(d.batch, d.M, d.N);
   const DType t = ctx.in(0).dtype;
-  du::Dims key{static_cast<int64_t>(ctx.op()), static_cast<int64_t>(t),
-               static_cast<int64_t>(src.size())};
-  for (const Shape* s : {&src, &wei, &dst}) key.insert(key.end(), s->begin(), s->end());
+  // (this thread's key, its memory kept from call to call: no allocation per call)
+  thread_local du::Dims key;
+  key = {static_cast<int64_t>(ctx.op()), static_cast<int64_t>(t),
+         static_cast<int64_t>(d.batch.size()) + 2};
+  key.insert(key.end(), d.batch_a.begin(), d.batch_a.end());
+  key.insert(key.end(), {d.M, d.K});
+  key.insert(key.end(), d.batch_b.begin(), d.batch_b.end());
+  key.insert(key.end(), {d.K, d.N});
+  key.insert(key.end(), d.batch.begin(), d.batch.end());
+  key.insert(key.end(), {d.M, d.N});
   auto p = du::cached(ctx.op_name(), key, [&] {
+    const Shape src = with(d.batch_a, d.M, d.K), wei = with(d.batch_b, d.K, d.N),
+                dst = with(d.batch, d.M, d.N);
     auto s = du::plain_md(src, data_type(t)), w = du::plain_md(wei, data_type(t)),
          o = du::plain_md(dst, data_type(t));
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(s, w, o), du::attr(), du::engine());
@@ -130,7 +137,10 @@ bool matmul_small(KernelContext& ctx, const MatmulDims& d) {
 }
 
 void matmul(KernelContext& ctx) {
-  const MatmulDims d = matmul_dims(ctx.in(0), ctx.in(1), ctx.out(0));
+  // (this thread's, its memory reused: no allocation per call; workers read it by reference)
+  thread_local MatmulDims mine;
+  MatmulDims& d = mine;
+  matmul_dims(ctx.in(0), ctx.in(1), ctx.out(0), d);
   const DType t = ctx.in(0).dtype;
   if (t == f32 && matmul_small(ctx, d)) return;
   const bool dnnl_fits = d.K > 0 && static_cast<int>(d.batch.size()) + 2 <= kMaxDnnlRank;
@@ -163,8 +173,9 @@ void linear_loops(KernelContext& ctx, int64_t M, int64_t K, int64_t N) {
 void linear_dnnl(KernelContext& ctx, const void* x, const void* w, const void* bias, void* y,
                  int64_t M, int64_t K, int64_t N, DType t, DType bias_t) {
   const bool has_bias = bias != nullptr;
-  const du::Dims key{static_cast<int64_t>(ctx.op()), M, K, N, has_bias, static_cast<int64_t>(t),
-                     static_cast<int64_t>(bias_t)};
+  thread_local du::Dims key;  // (no allocation per call)
+  key = {static_cast<int64_t>(ctx.op()), M, K, N, has_bias, static_cast<int64_t>(t),
+         static_cast<int64_t>(bias_t)};
   auto p = du::cached(ctx.op_name(), key, [&] {
     const dnnl_dt dt = data_type(t);
     auto s = du::plain_md({M, K}, dt), wm = du::strided_md({K, N}, {1, K}, dt),

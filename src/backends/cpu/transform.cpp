@@ -124,11 +124,14 @@ struct StridedDims {
   Shape dims;
   std::vector<int64_t> strides;
 };
-StridedDims collapse_transpose(const Shape& in, const std::vector<int64_t>& perm) {
-  const auto in_strides = contiguous_strides(in);
-  StridedDims r;
+// (into r, whose memory is reused: a thread's transposes allocate nothing once warm)
+void collapse_transpose(const Shape& in, const std::vector<int64_t>& perm, StridedDims& r) {
+  r.dims.clear();
+  r.strides.clear();
   for (int64_t p : perm) {
-    const int64_t n = in[p], s = in_strides[p];
+    int64_t s = 1;  // p's contiguous stride in the input
+    for (size_t d = static_cast<size_t>(p) + 1; d < in.size(); ++d) s *= in[d];
+    const int64_t n = in[p];
     if (n == 1) continue;
     if (!r.dims.empty() && r.strides.back() == s * n) {
       r.dims.back() *= n;
@@ -138,7 +141,6 @@ StridedDims collapse_transpose(const Shape& in, const std::vector<int64_t>& perm
       r.strides.push_back(s);
     }
   }
-  return r;
 }
 
 // Copies in tiles of the output's last dim and the input's contiguous dim `p`, so both the reads
@@ -226,7 +228,9 @@ void transpose(KernelContext& ctx) {
   const TensorView &in = ctx.in(0), &out = ctx.out(0);
   TransposeParams spare;
   const std::vector<int64_t>& perm = params_of(ctx, spare).perm;
-  const StridedDims sd = collapse_transpose(in.shape, perm);
+  thread_local StridedDims mine;
+  StridedDims& sd = mine;  // (read by the workers through this reference)
+  collapse_transpose(in.shape, perm, sd);
   const int rank = static_cast<int>(sd.dims.size());
   const auto p = std::find(sd.strides.begin(), sd.strides.end(), 1) - sd.strides.begin();
   if (rank >= 2 && p < rank - 1) {
