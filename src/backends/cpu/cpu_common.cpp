@@ -27,36 +27,49 @@ std::vector<int64_t> broadcast_strides(const Shape& in, const Shape& out) {
 }
 
 template <int N>
-BroadcastPlan<N> plan_broadcast(const Shape& out, const std::array<const Shape*, N>& ins) {
-  std::array<std::vector<int64_t>, N> st;
-  for (int k = 0; k < N; ++k) st[k] = broadcast_strides(*ins[k], out);
-  BroadcastPlan<N> p;
+void plan_broadcast(const Shape& out, const std::array<const Shape*, N>& ins, BroadcastPlan<N>& p) {
+  // each input's stride per output dim (0 where it broadcasts), in this thread's memory
+  thread_local std::vector<int64_t> strides;
+  const size_t R = out.size();
+  strides.assign(N * R, 0);
+  for (int k = 0; k < N; ++k) {
+    const Shape& in = *ins[k];
+    int64_t step = 1;
+    for (size_t i = in.size(); i-- > 0;) {
+      strides[k * R + (R - in.size()) + i] = in[i] == 1 ? 0 : step;
+      step *= in[i];
+    }
+  }
+  auto st = [&](int k, size_t d) { return strides[k * R + d]; };
+  p.shape.clear();
+  for (int k = 0; k < N; ++k) p.strides[k].clear();
   // drop size-1 dims, then merge dim d into d+1 when every input is contiguous across them
-  for (size_t d = 0; d < out.size(); ++d) {
+  for (size_t d = 0; d < R; ++d) {
     if (out[d] == 1) continue;
     if (!p.shape.empty()) {
       bool merge = true;
-      for (int k = 0; k < N && merge; ++k)
-        merge = p.strides[k].back() == st[k][d] * out[d];
+      for (int k = 0; k < N && merge; ++k) merge = p.strides[k].back() == st(k, d) * out[d];
       if (merge) {
         p.shape.back() *= out[d];
-        for (int k = 0; k < N; ++k) p.strides[k].back() = st[k][d];
+        for (int k = 0; k < N; ++k) p.strides[k].back() = st(k, d);
         continue;
       }
     }
     p.shape.push_back(out[d]);
-    for (int k = 0; k < N; ++k) p.strides[k].push_back(st[k][d]);
+    for (int k = 0; k < N; ++k) p.strides[k].push_back(st(k, d));
   }
   if (p.shape.empty()) {
     p.shape.push_back(1);
     for (int k = 0; k < N; ++k) p.strides[k].push_back(0);
   }
-  return p;
 }
 
-template BroadcastPlan<1> plan_broadcast<1>(const Shape&, const std::array<const Shape*, 1>&);
-template BroadcastPlan<2> plan_broadcast<2>(const Shape&, const std::array<const Shape*, 2>&);
-template BroadcastPlan<3> plan_broadcast<3>(const Shape&, const std::array<const Shape*, 3>&);
+template void plan_broadcast<1>(const Shape&, const std::array<const Shape*, 1>&,
+                                BroadcastPlan<1>&);
+template void plan_broadcast<2>(const Shape&, const std::array<const Shape*, 2>&,
+                                BroadcastPlan<2>&);
+template void plan_broadcast<3>(const Shape&, const std::array<const Shape*, 3>&,
+                                BroadcastPlan<3>&);
 
 CpuIsa cpu_isa() {
   static const CpuIsa isa = [] {

@@ -105,8 +105,9 @@ template <int N> struct BroadcastPlan {
   Shape shape;                                   // collapsed output shape (at least 1 dim)
   std::array<std::vector<int64_t>, N> strides;  // per input
 };
+/// (into `p`, whose vectors' memory is reused)
 template <int N>
-BroadcastPlan<N> plan_broadcast(const Shape& out, const std::array<const Shape*, N>& ins);
+void plan_broadcast(const Shape& out, const std::array<const Shape*, N>& ins, BroadcastPlan<N>& p);
 
 /// Runs f(out_index, in_offsets) for every output element in parallel, where in_offsets are the
 /// element offsets of each input. The innermost loop is tight for contiguous inputs.
@@ -115,7 +116,10 @@ void for_each_broadcast(const KernelContext& ctx, const Shape& out,
                         const std::array<const Shape*, N>& ins, F&& f) {
   const int64_t total = numel(out);
   if (total <= 0) return;
-  BroadcastPlan<N> p = plan_broadcast<N>(out, ins);
+  // (this thread's plan, its memory kept from call to call; workers read it by reference)
+  thread_local BroadcastPlan<N> mine;
+  BroadcastPlan<N>& p = mine;
+  plan_broadcast<N>(out, ins, p);
   const int rank = static_cast<int>(p.shape.size());
   const int64_t inner = p.shape[rank - 1];
   const int64_t rows = total / inner;
@@ -123,7 +127,6 @@ void for_each_broadcast(const KernelContext& ctx, const Shape& out,
   for (int k = 0; k < N; ++k) inner_stride[k] = p.strides[k][rank - 1];
   const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(inner, 1));
   ctx.parallel_for(rows, grain, [&](int64_t r0, int64_t r1) {
-    std::vector<int64_t> idx(rank, 0);
     for (int64_t r = r0; r < r1; ++r) {
       std::array<int64_t, N> off{};
       int64_t rem = r;
