@@ -26,15 +26,19 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def median_ms(fns, reps, block=20):
+def median_ms(fns, reps, block=20, warm=10):
     """Median ms of each of fns over `reps` runs, taken in blocks of `block` runs of one fn at a
     time, the fns alternating block by block: the machine's slower or faster stretches fall on all
-    alike, and one runtime's threads, still spinning after its block, delay only the first run of
-    the next (which is left out)."""
+    alike. Each block starts with `warm` runs left out: a runtime's threads keep spinning for a
+    while after its last run, and where the process has no more cores than threads they take the
+    next runtime's cores for many runs, not one (with one run left out, kiln read 0.122 ms a run
+    of ViT tiny beside the others and 0.086 alone; ONNX Runtime 0.103 ms of tiny Llama, 0.082
+    with ten)."""
     t = [[] for _ in fns]
     for _ in range(max(1, reps // block)):
         for i, f in enumerate(fns):
-            f()
+            for _ in range(warm):
+                f()
             for _ in range(block):
                 t0 = time.perf_counter()
                 f()
