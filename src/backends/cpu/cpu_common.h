@@ -171,7 +171,23 @@ void unary_map(const KernelContext& ctx, const TI* in, TO* out, int64_t n, F&& f
   });
 }
 
-/// Binary op with broadcasting; a fast path when both inputs have the output's shape.
+/// Where `in` broadcast to `out` is one row repeated (its dims, leading 1s dropped, are out's last
+/// dims, and out has more elements): that row's length; 0 otherwise.
+inline int64_t repeated_row(const Shape& in, const Shape& out) {
+  size_t lead = 0;
+  while (lead < in.size() && in[lead] == 1) ++lead;
+  const size_t k = in.size() - lead;
+  if (k == 0 || k > out.size()) return 0;
+  int64_t row = 1;
+  for (size_t i = 0; i < k; ++i) {
+    if (in[lead + i] != out[out.size() - k + i]) return 0;
+    row *= in[lead + i];
+  }
+  return row < numel(out) ? row : 0;
+}
+
+/// Binary op with broadcasting; fast paths when both inputs have the output's shape, when one is
+/// a single value, and when one is a row repeated along the output's leading dims.
 template <typename TA, typename TB, typename TO, typename F>
 void binary_map(const KernelContext& ctx, const TensorView& a, const TensorView& b,
                 const TensorView& o, F&& f) {
@@ -202,6 +218,33 @@ void binary_map(const KernelContext& ctx, const TensorView& a, const TensorView&
       if constexpr (std::is_same_v<TB, TO>)
         if (out == pb) return elementwise_loop(s, e, [&](int64_t i) { po[i] = f(av, po[i]); });
       elementwise_loop(s, e, [&](int64_t i) { po[i] = f(av, pb[i]); });
+    });
+  } else if (const int64_t row = repeated_row(b.shape, o.shape); a.shape == o.shape && row > 1) {
+    // b a row repeated along o's leading dims (a bias): row by row, each a vector loop
+    ctx.parallel_for(n / row, std::max<int64_t>(1, 16384 / row), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const TA* ar = pa + r * row;
+        TO* orow = po + r * row;
+        if constexpr (std::is_same_v<TA, TO>)
+          if (out == pa) {
+            elementwise_loop(0, row, [&](int64_t i) { orow[i] = f(orow[i], pb[i]); });
+            continue;
+          }
+        elementwise_loop(0, row, [&](int64_t i) { orow[i] = f(ar[i], pb[i]); });
+      }
+    });
+  } else if (const int64_t row = repeated_row(a.shape, o.shape); b.shape == o.shape && row > 1) {
+    ctx.parallel_for(n / row, std::max<int64_t>(1, 16384 / row), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const TB* br = pb + r * row;
+        TO* orow = po + r * row;
+        if constexpr (std::is_same_v<TB, TO>)
+          if (out == pb) {
+            elementwise_loop(0, row, [&](int64_t i) { orow[i] = f(pa[i], orow[i]); });
+            continue;
+          }
+        elementwise_loop(0, row, [&](int64_t i) { orow[i] = f(pa[i], br[i]); });
+      }
     });
   } else {
     for_each_broadcast<2>(ctx, o.shape, {&a.shape, &b.shape},
