@@ -186,6 +186,26 @@ inline int64_t repeated_row(const Shape& in, const Shape& out) {
   return row < numel(out) ? row : 0;
 }
 
+/// po[i] = g(full[i], rw[i % row]) over n elements, row by row, each a vector loop (in place,
+/// where po is full, reads go through po: see unary_map).
+template <typename TF, typename TR, typename TO, typename G>
+void rows_map(const KernelContext& ctx, const TF* full, const TR* rw, TO* po, int64_t n,
+              int64_t row, G&& g) {
+  const bool in_place = static_cast<const void*>(full) == static_cast<const void*>(po);
+  ctx.parallel_for(n / row, std::max<int64_t>(1, 16384 / row), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      TO* orow = po + r * row;
+      if constexpr (std::is_same_v<TF, TO>)
+        if (in_place) {
+          elementwise_loop(0, row, [&](int64_t i) { orow[i] = g(orow[i], rw[i]); });
+          continue;
+        }
+      const TF* frow = full + r * row;
+      elementwise_loop(0, row, [&](int64_t i) { orow[i] = g(frow[i], rw[i]); });
+    }
+  });
+}
+
 /// Binary op with broadcasting; fast paths when both inputs have the output's shape, when one is
 /// a single value, and when one is a row repeated along the output's leading dims.
 template <typename TA, typename TB, typename TO, typename F>
@@ -220,32 +240,9 @@ void binary_map(const KernelContext& ctx, const TensorView& a, const TensorView&
       elementwise_loop(s, e, [&](int64_t i) { po[i] = f(av, pb[i]); });
     });
   } else if (const int64_t row = repeated_row(b.shape, o.shape); a.shape == o.shape && row > 1) {
-    // b a row repeated along o's leading dims (a bias): row by row, each a vector loop
-    ctx.parallel_for(n / row, std::max<int64_t>(1, 16384 / row), [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        const TA* ar = pa + r * row;
-        TO* orow = po + r * row;
-        if constexpr (std::is_same_v<TA, TO>)
-          if (out == pa) {
-            elementwise_loop(0, row, [&](int64_t i) { orow[i] = f(orow[i], pb[i]); });
-            continue;
-          }
-        elementwise_loop(0, row, [&](int64_t i) { orow[i] = f(ar[i], pb[i]); });
-      }
-    });
+    rows_map(ctx, pa, pb, po, n, row, [&](TA x, TB r) { return f(x, r); });
   } else if (const int64_t row = repeated_row(a.shape, o.shape); b.shape == o.shape && row > 1) {
-    ctx.parallel_for(n / row, std::max<int64_t>(1, 16384 / row), [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        const TB* br = pb + r * row;
-        TO* orow = po + r * row;
-        if constexpr (std::is_same_v<TB, TO>)
-          if (out == pb) {
-            elementwise_loop(0, row, [&](int64_t i) { orow[i] = f(pa[i], orow[i]); });
-            continue;
-          }
-        elementwise_loop(0, row, [&](int64_t i) { orow[i] = f(pa[i], br[i]); });
-      }
-    });
+    rows_map(ctx, pb, pa, po, n, row, [&](TB x, TA r) { return f(r, x); });
   } else {
     for_each_broadcast<2>(ctx, o.shape, {&a.shape, &b.shape},
                           [&](int64_t i, const std::array<int64_t, 2>& off) {
