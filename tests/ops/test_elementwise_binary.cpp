@@ -176,6 +176,33 @@ TEST(Pow, Floats) {
   expect_values(pow, f64, {-2, -2, 0, 4, -1}, {3, 2, 0, 0.5, 0.5}, {-8, 4, 1, 2, kNaN});
 }
 
+// Exponents of 2 and 3 run as products on the CPU where every exponent is that one value (a
+// single value, an array of it, or a constant inside a fused program); an array with one other
+// exponent takes pow element by element. Each against float64 pow of the same f32 inputs.
+TEST(Pow, SquaresAndCubesAsProducts) {
+  const Shape s{3, 700};
+  const Array xv = random_array(s, f32, -3, 3);
+  const std::vector<double> x = to_f64(xv);
+  std::vector<float> mixed(static_cast<size_t>(numel(s)), 2.f);
+  mixed[1234] = 5.f;
+  Graph g;
+  const Tensor xt = g.placeholder(s, f32, "x");
+  const std::vector<Tensor> outs{
+      pow(xt, g.constant(Array::scalar(2.f))),
+      pow(xt, g.constant(Array::from_vector(std::vector<float>(mixed.size(), 3.f), s))),
+      pow(xt, g.constant(Array::from_vector(mixed, s))),
+      pow(xt, g.constant(Array::scalar(3.f))) * 0.5f + xt};  // (a fused program)
+  const auto got = g.compile(Device::cpu(), {}, outs).run({{xt, xv}});
+  std::vector<std::vector<double>> want(4, std::vector<double>(x.size()));
+  for (size_t i = 0; i < x.size(); ++i) {
+    want[0][i] = x[i] * x[i];
+    want[1][i] = std::pow(x[i], 3.0);
+    want[2][i] = std::pow(x[i], static_cast<double>(mixed[i]));
+    want[3][i] = static_cast<double>(static_cast<float>(std::pow(x[i], 3.0)) * 0.5f) + x[i];
+  }
+  for (size_t k = 0; k < 4; ++k) expect_close(got[k], s, want[k], 1e-6, 1e-6);
+}
+
 TEST(Pow, Integers) {
   check_binary(pow, [](double a, double b) { return std::pow(a, b); }, i64, {0, 7, false}, 0, 0);
   expect_values(pow, i32, {-3, -3, 0, 5, 2}, {3, 0, 0, 1, 10}, {-27, 1, 1, 5, 1024});

@@ -286,9 +286,29 @@ template <class T> struct PowSmall {
     return math::Pow<T>{}(a, b);
   }
 };
+// Where every exponent is 2 or 3 (one value, or an array of one value: a fused program's
+// constant arrives filled to the chunk's length) and the base has the output's shape: the
+// products in a loop without a branch per element, which vectorizes.
+template <class T> bool pow_by_products(const KernelContext& ctx) {
+  const TensorView &a = ctx.in(0), &b = ctx.in(1), &o = ctx.out(0);
+  const int64_t nb = b.numel();
+  if (a.shape != o.shape || nb == 0 || (nb != 1 && b.shape != o.shape)) return false;
+  const T* pb = b.ptr<T>();
+  const T e = pb[0];
+  if (e != T(2) && e != T(3)) return false;
+  int64_t others = 0;  // (a count, not an early exit: the scan vectorizes)
+  for (int64_t i = 1; i < nb; ++i) others += pb[i] != e;
+  if (others) return false;
+  if (e == T(2)) unary_map(ctx, a.ptr<T>(), o.ptr<T>(), o.numel(), [](T x) { return x * x; });
+  else unary_map(ctx, a.ptr<T>(), o.ptr<T>(), o.numel(), [](T x) { return x * x * x; });
+  return true;
+}
+
 void pow(KernelContext& ctx) {
   dispatch(ctx.in(0).dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
+    if constexpr (std::is_floating_point_v<T>)
+      if (pow_by_products<T>(ctx)) return;
     if constexpr (std::is_floating_point_v<T>)
       binary_map<T, T, T>(ctx, ctx.in(0), ctx.in(1), ctx.out(0), PowSmall<T>{});
     else if constexpr (!std::is_same_v<T, bool>)
