@@ -67,18 +67,19 @@ template <typename T> void max_pool_nhwc_typed(KernelContext& ctx, const PoolPar
               first = false;
               continue;
             }
+            // (blocks of constant length with ivdep: elementwise_loop, so that they vectorize)
             if (io) {
-              for (int64_t c = 0; c < s.c; ++c) {
+              elementwise_loop(0, s.c, [&](int64_t c) {
                 const T v = xv[c], b = yo[c];
                 const bool take = v > b || v != v;
                 yo[c] = take ? v : b;
                 io[c] = take ? at : io[c];
-              }
+              });
             } else {
-              for (int64_t c = 0; c < s.c; ++c) {
+              elementwise_loop(0, s.c, [&](int64_t c) {
                 const T v = xv[c], b = yo[c];
                 yo[c] = v > b || v != v ? v : b;
-              }
+              });
             }
           }
         if (first) {  // a window of padding only
