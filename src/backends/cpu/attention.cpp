@@ -256,22 +256,16 @@ template <typename T> void forward(KernelContext& ctx) {
   const int64_t kblocks = (p.lk + kKeyBlock - 1) / kKeyBlock, kt_size = p.e * kKeyBlock;
   T* kts = static_cast<T*>(ctx.scratch(
       static_cast<size_t>(std::max<int64_t>(1, p.batch * kblocks * kt_size)) * sizeof(T)));
-  auto transpose_batch_keys = [&](int64_t b) {
-    for (int64_t w = b * kblocks; w < (b + 1) * kblocks; ++w) {
+  auto transpose_blocks = [&](int64_t w0, int64_t w1) {  // key blocks w (batch w / kblocks)
+    for (int64_t w = w0; w < w1; ++w) {
       const int64_t j0 = (w % kblocks) * kKeyBlock;
-      p.transpose_keys(b, j0, std::min(p.lk, j0 + kKeyBlock) - j0, kts + w * kt_size);
+      p.transpose_keys(w / kblocks, j0, std::min(p.lk, j0 + kKeyBlock) - j0, kts + w * kt_size);
     }
   };
   // one query block a batch (short sequences): each task transposes its own batch's keys, in the
   // same parallel region (a second fork and join cost a small head more than its arithmetic)
   const bool own_keys = qblocks == 1;
-  if (!own_keys)
-    ctx.parallel_for(p.batch * kblocks, 1, [&](int64_t w0, int64_t w1) {
-      for (int64_t w = w0; w < w1; ++w) {
-        const int64_t j0 = (w % kblocks) * kKeyBlock;
-        p.transpose_keys(w / kblocks, j0, std::min(p.lk, j0 + kKeyBlock) - j0, kts + w * kt_size);
-      }
-    });
+  if (!own_keys) ctx.parallel_for(p.batch * kblocks, 1, transpose_blocks);
   ctx.parallel_for(p.batch * qblocks, 1, [&](int64_t w0, int64_t w1) {
     // (each thread's, kept from call to call)
     thread_local std::vector<T> acc, s;
@@ -280,7 +274,7 @@ template <typename T> void forward(KernelContext& ctx) {
     T m[kQueryBlock], l[kQueryBlock];
     for (int64_t w = w0; w < w1; ++w) {
       const int64_t b = w / qblocks, i0 = (w % qblocks) * qb;
-      if (own_keys) transpose_batch_keys(b);
+      if (own_keys) transpose_blocks(b * kblocks, (b + 1) * kblocks);
       const int64_t i1 = std::min(p.lq, i0 + qb), moff = p.mask_offset(b);
       std::fill(acc.begin(), acc.end(), T(0));
       std::fill(m, m + kQueryBlock, -std::numeric_limits<T>::infinity());

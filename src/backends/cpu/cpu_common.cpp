@@ -19,28 +19,28 @@ AxisSplit split_at(const Shape& s, int64_t axis) {
 }
 
 std::vector<int64_t> broadcast_strides(const Shape& in, const Shape& out) {
-  std::vector<int64_t> s(out.size(), 0);
-  const auto cs = contiguous_strides(in);
-  const size_t off = out.size() - in.size();
-  for (size_t i = 0; i < in.size(); ++i) s[off + i] = in[i] == 1 ? 0 : cs[i];
+  std::vector<int64_t> s;
+  broadcast_strides(in, out, s);
   return s;
+}
+
+void broadcast_strides(const Shape& in, const Shape& out, std::vector<int64_t>& s) {
+  s.assign(out.size(), 0);
+  const size_t off = out.size() - in.size();
+  int64_t step = 1;  // in's contiguous stride at i
+  for (size_t i = in.size(); i-- > 0;) {
+    s[off + i] = in[i] == 1 ? 0 : step;
+    step *= std::max<int64_t>(in[i], 1);  // (as contiguous_strides)
+  }
 }
 
 template <int N>
 void plan_broadcast(const Shape& out, const std::array<const Shape*, N>& ins, BroadcastPlan<N>& p) {
   // each input's stride per output dim (0 where it broadcasts), in this thread's memory
-  thread_local std::vector<int64_t> strides;
+  thread_local std::array<std::vector<int64_t>, N> strides;
   const size_t R = out.size();
-  strides.assign(N * R, 0);
-  for (int k = 0; k < N; ++k) {
-    const Shape& in = *ins[k];
-    int64_t step = 1;
-    for (size_t i = in.size(); i-- > 0;) {
-      strides[k * R + (R - in.size()) + i] = in[i] == 1 ? 0 : step;
-      step *= in[i];
-    }
-  }
-  auto st = [&](int k, size_t d) { return strides[k * R + d]; };
+  for (int k = 0; k < N; ++k) broadcast_strides(*ins[k], out, strides[k]);
+  auto st = [&](int k, size_t d) { return strides[k][d]; };
   p.shape.clear();
   for (int k = 0; k < N; ++k) p.strides[k].clear();
   // drop size-1 dims, then merge dim d into d+1 when every input is contiguous across them

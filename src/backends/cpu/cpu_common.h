@@ -99,6 +99,8 @@ AxisSplit split_at(const Shape& s, int64_t axis);
 
 /// Strides (in elements) of `in` broadcast to `out`: 0 along broadcast dims.
 std::vector<int64_t> broadcast_strides(const Shape& in, const Shape& out);
+/// The same into `s`, whose memory is reused.
+void broadcast_strides(const Shape& in, const Shape& out, std::vector<int64_t>& s);
 
 /// Output shape and per-input strides with mergeable dims collapsed, for fast N-ary loops.
 template <int N> struct BroadcastPlan {

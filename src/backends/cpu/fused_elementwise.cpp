@@ -133,7 +133,7 @@ void fused_elementwise(KernelContext& ctx) {
   for (int i = 0; i < n_in; ++i) {
     const int64_t m = ctx.in(i).numel();
     kind[i] = m == total ? Kind::dense : m == 1 ? Kind::scalar : Kind::bcast;
-    if (kind[i] == Kind::bcast) strides[i] = broadcast_strides(ctx.in(i).shape, o.shape);
+    if (kind[i] == Kind::bcast) broadcast_strides(ctx.in(i).shape, o.shape, strides[i]);
   }
   const int last = n_values - 1;
   const bool out_direct = !is_half(o.dtype);
