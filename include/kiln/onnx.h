@@ -29,6 +29,11 @@ struct ImportOptions {
   /// Values of graph inputs that kiln needs while importing (axes, shapes, pads or repeats that
   /// a model takes as inputs): they become constants and are no longer inputs of the Model.
   std::map<std::string, Array> input_values;
+  /// Element shapes of sequence-typed graph inputs by name, one shape per element (their
+  /// number is the sequence's length). kiln holds a sequence while importing as the list of its
+  /// elements: each element becomes an input named "name[k]" (-1 dims stay dynamic). A sequence
+  /// input not given here raises InputValuesNeeded naming it (Session gives it from the feeds).
+  std::map<std::string, std::vector<Shape>> sequence_inputs;
   /// Value given to every dim_param that input_shapes does not fix; -1 keeps it dynamic.
   int64_t default_dim = -1;
   /// Directory that external data files are read from; import(path) uses the model's directory.
@@ -56,6 +61,18 @@ struct ValueInfo {
   Shape shape;
   /// The model's symbolic names per dim ("" where the dim is fixed or unnamed).
   std::vector<std::string> dim_params;
+  /// For an element of a sequence-typed graph input or output ("name[k]"): the sequence's name.
+  std::string sequence;
+};
+
+/// A graph output as the model declares it: a tensor (outputs[first]) or a sequence of tensors
+/// (outputs[first] .. outputs[first + count - 1], named "name[0]" ...; an empty one has none).
+struct GraphOutput {
+  std::string name;
+  bool sequence = false;
+  DType dtype = f32;
+  size_t first = 0;
+  size_t count = 1;
 };
 
 struct Model {
@@ -65,7 +82,10 @@ struct Model {
   std::vector<ValueInfo> inputs;
   /// Names of the inputs whose values ImportOptions::input_values fixed.
   std::vector<std::string> fixed_inputs;
+  /// Output tensors in model order, a sequence output's elements in its place.
   std::vector<ValueInfo> outputs;
+  /// The graph's outputs as declared (tensors and sequences), in model order.
+  std::vector<GraphOutput> graph_outputs;
   int64_t ir_version = 0;
   /// Default-domain opset.
   int64_t opset = 0;
@@ -102,6 +122,16 @@ struct SessionOptions {
   size_t max_imports = 8;
 };
 
+/// A graph input or output value of a Session: a tensor, or the elements of a sequence (ONNX's
+/// sequence type).
+struct Value {
+  Array tensor;
+  std::vector<Array> sequence;
+  bool is_sequence = false;
+  static Value of(Array a) { return {std::move(a), {}, false}; }
+  static Value of_sequence(std::vector<Array> items) { return {{}, std::move(items), true}; }
+};
+
 /// An ONNX model that runs any feeds the model allows, as ONNX Runtime's sessions do. Inputs whose
 /// values kiln needs while importing (shapes, axes, pads, repeats or trip counts that the model
 /// takes as graph inputs: InputValuesNeeded names them) are read from each run's feeds, and the
@@ -118,8 +148,13 @@ class Session {
   static Session from_bytes(const void* data, size_t size, Device device = default_device(),
                             SessionOptions options = {});
   /// Runs with feeds by input name (every input of the model); returns its outputs in order.
-  /// Throws ValueError for a missing or unknown feed.
+  /// Throws ValueError for a missing or unknown feed, and for a model with sequence inputs or
+  /// outputs (run_values runs those).
   std::vector<Array> run(const std::map<std::string, Array>& feeds) const;
+  /// Runs with feeds that may be sequences; returns the graph's outputs as declared (a sequence
+  /// output as its elements). A sequence input's length and element shapes select an import, as
+  /// the values of value_inputs do.
+  std::vector<Value> run_values(const std::map<std::string, Value>& feeds) const;
   /// The inputs whose run-time values select an import, in the order they were found.
   std::vector<std::string> value_inputs() const;
   /// Imports (each with its compile) made so far, and those kept.

@@ -20,6 +20,22 @@ onnx::ImportOptions import_options(const std::map<std::string, std::vector<int64
   return o;
 }
 
+// A feed: a list or tuple of arrays (numpy, kiln or anything with __array__, or none) is a
+// sequence, anything else an array.
+onnx::Value sequence_or_array(nb::handle v) {
+  if (nb::isinstance<nb::list>(v) || nb::isinstance<nb::tuple>(v)) {
+    bool arrays = true;
+    for (nb::handle item : v)
+      arrays = arrays && (nb::isinstance<Array>(item) || nb::hasattr(item, "__array__"));
+    if (arrays) {
+      std::vector<Array> items;
+      for (nb::handle item : v) items.push_back(to_array(item));
+      return onnx::Value::of_sequence(std::move(items));
+    }
+  }
+  return onnx::Value::of(to_array(v));
+}
+
 nb::list value_infos(nb::handle self, const std::vector<onnx::ValueInfo>& vs) {
   nb::list l;
   for (const auto& v : vs) {
@@ -41,6 +57,8 @@ void bind_onnx(nb::module_& m) {
       .def_ro("dtype", &onnx::ValueInfo::dtype)
       .def_ro("shape", &onnx::ValueInfo::shape)
       .def_ro("dim_params", &onnx::ValueInfo::dim_params)
+      .def_ro("sequence", &onnx::ValueInfo::sequence,
+              "For an element of a sequence input or output ('name[k]'): the sequence's name.")
       .def("__repr__", [](const onnx::ValueInfo& v) {
         return "ValueInfo('" + v.name + "', " + to_string(v.shape) + ", " + name(v.dtype) + ")";
       });
@@ -147,13 +165,29 @@ void bind_onnx(nb::module_& m) {
       .def(
           "run",
           [](const onnx::Session& s, nb::handle feeds) {
-            std::map<std::string, Array> by_name;
+            std::map<std::string, onnx::Value> by_name;
             for (auto [k, v] : as_dict(feeds, "feeds"))
-              by_name.emplace(nb::cast<std::string>(k), to_array(v));
-            nb::gil_scoped_release release;
-            return s.run(by_name);
+              by_name.emplace(nb::cast<std::string>(k), sequence_or_array(v));
+            std::vector<onnx::Value> out;
+            {
+              nb::gil_scoped_release release;
+              out = s.run_values(by_name);
+            }
+            nb::list l;
+            for (auto& v : out) {
+              if (!v.is_sequence) {
+                l.append(nb::cast(std::move(v.tensor)));
+                continue;
+              }
+              nb::list items;
+              for (auto& a : v.sequence) items.append(nb::cast(std::move(a)));
+              l.append(items);
+            }
+            return l;
           },
-          nb::arg("feeds"), "Runs with {input name: array}; returns the outputs in order.")
+          nb::arg("feeds"),
+          "Runs with {input name: array, or a list of arrays for a sequence input}; returns the "
+          "outputs in order (a list of arrays for a sequence output).")
       .def_prop_ro("value_inputs", &onnx::Session::value_inputs,
                    "The inputs whose run-time values select an import.")
       .def_prop_ro("imports", &onnx::Session::imports, "Imports (and compiles) made so far.")

@@ -112,7 +112,8 @@ def dynamic_case(case, ds):
     init = {i.name for i in m.graph.initializer}
     ins = [i for i in m.graph.input if i.name not in init]
     files = glob.glob(os.path.join(ds, "input_*.pb"))
-    if len(files) != len(ins) or not all(i.type.HasField("tensor_type") for i in ins):
+    if len(files) != len(ins) or not all(i.type.HasField("tensor_type")
+                                         for i in list(ins) + list(m.graph.output)):
         return None
     try:
         vals = dict(zip([i.name for i in ins], tensors(files)))

@@ -9,6 +9,7 @@
 // so a crash or a hang fails that case only. The run fails when a case fails that the
 // expectations file does not list, or a listed case passes (the list only shrinks).
 #include <fmt/format.h>
+#include <onnx/onnx-data_pb.h>
 #include <onnx/onnx_pb.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -174,8 +175,9 @@ std::vector<fs::path> numbered(const fs::path& dir, const std::string& prefix) {
   return files;
 }
 
+using kiln::onnx::Value;
 struct DataSet {
-  std::vector<Array> inputs, outputs;
+  std::vector<Value> inputs, outputs;
 };
 
 onnx::TensorProto read_proto(const fs::path& path) {
@@ -186,6 +188,23 @@ onnx::TensorProto read_proto(const fs::path& path) {
   return t;
 }
 
+// A value file: a TensorProto, or a SequenceProto of tensors where the model declares a sequence.
+Value read_value(const fs::path& path, bool sequence) {
+  if (!sequence) return Value::of(to_array(read_proto(path)));
+  onnx::SequenceProto q;
+  std::ifstream f(path, std::ios::binary);
+  if (!f || !q.ParseFromIstream(&f))
+    throw Skip{"dtype", "not a SequenceProto: " + path.filename().string()};
+  if (q.elem_type() != onnx::SequenceProto::TENSOR && q.tensor_values_size() > 0)
+    throw Skip{"dtype", "a sequence of non-tensors: " + path.filename().string()};
+  std::vector<Array> items;
+  for (const auto& t : q.tensor_values()) items.push_back(to_array(t));
+  return Value::of_sequence(std::move(items));
+}
+
+// A value that holds a parameter (parameter_like, below): a tensor only.
+bool is_tensor(const Value& v) { return !v.is_sequence; }
+
 // Inputs that hold parameters rather than data: integers, bools and single values. A case that
 // fails as given runs again with these as ImportOptions::input_values (the backend tests feed
 // axes, shapes, pads, scales and depths as inputs; kiln needs them while importing), and with
@@ -195,6 +214,23 @@ bool parameter_like(const Array& a) {
 }
 
 // Compares one output; "" when it matches.
+std::string compare(const Array& got, const Array& want, const std::string& name);
+std::string compare(const Value& got, const Value& want, const std::string& name) {
+  if (got.is_sequence != want.is_sequence)
+    return fmt::format("output '{}': a {} vs an expected {}", name,
+                       got.is_sequence ? "sequence" : "tensor",
+                       want.is_sequence ? "sequence" : "tensor");
+  if (!want.is_sequence) return compare(got.tensor, want.tensor, name);
+  if (got.sequence.size() != want.sequence.size())
+    return fmt::format("output '{}': {} elements vs {} expected", name, got.sequence.size(),
+                       want.sequence.size());
+  for (size_t k = 0; k < want.sequence.size(); ++k) {
+    std::string r = compare(got.sequence[k], want.sequence[k], fmt::format("{}[{}]", name, k));
+    if (!r.empty()) return r;
+  }
+  return "";
+}
+
 std::string compare(const Array& got, const Array& want, const std::string& name) {
   if (got.shape() != want.shape())
     return fmt::format("output '{}': shape {} vs expected {}", name, kiln::to_string(got.shape()),
@@ -242,18 +278,19 @@ std::string run_session(const fs::path& dir, const std::vector<std::string>& inp
                         const std::vector<DataSet>& sets) {
   for (const DataSet& ds : sets) {
     kiln::onnx::SessionOptions options;
-    std::map<std::string, Array> feeds;
+    std::map<std::string, Value> feeds;
     for (size_t i = 0; i < ds.inputs.size() && i < input_names.size(); ++i) {
-      options.import.input_shapes[input_names[i]] = ds.inputs[i].shape();
+      if (!ds.inputs[i].is_sequence)
+        options.import.input_shapes[input_names[i]] = ds.inputs[i].tensor.shape();
       feeds[input_names[i]] = ds.inputs[i];
     }
     const kiln::onnx::Session session((dir / "model.onnx").string(), g_device, options);
-    const std::vector<Array> out = session.run(feeds);
+    const std::vector<Value> out = session.run_values(feeds);
     if (out.size() != ds.outputs.size())
       return fmt::format("{} outputs vs {} expected", out.size(), ds.outputs.size());
     const auto model = session.model();
     for (size_t i = 0; i < out.size(); ++i) {
-      std::string r = compare(out[i], ds.outputs[i], model->outputs[i].name);
+      std::string r = compare(out[i], ds.outputs[i], model->graph_outputs[i].name);
       if (!r.empty()) return r;
     }
   }
@@ -266,18 +303,20 @@ std::string run_case(const fs::path& dir, const std::vector<std::string>& input_
   for (const DataSet& ds : sets) {
     // frozen: parameter-like inputs, then every input an import error names as needed
     std::set<std::string> frozen;
+    for (const Value& v : ds.inputs)
+      if (!is_tensor(v)) return "(a sequence input: no frozen run)";
     for (size_t i = 0; freeze && i < ds.inputs.size() && i < input_names.size(); ++i)
-      if (parameter_like(ds.inputs[i])) frozen.insert(input_names[i]);
+      if (parameter_like(ds.inputs[i].tensor)) frozen.insert(input_names[i]);
     for (int attempt = 0;; ++attempt) {
       kiln::onnx::ImportOptions options;
       std::map<std::string, Array> feeds;
       for (size_t i = 0; i < ds.inputs.size() && i < input_names.size(); ++i) {
         if (frozen.count(input_names[i])) {
-          options.input_values[input_names[i]] = ds.inputs[i];
+          options.input_values[input_names[i]] = ds.inputs[i].tensor;
           continue;
         }
-        options.input_shapes[input_names[i]] = ds.inputs[i].shape();
-        feeds[input_names[i]] = ds.inputs[i];
+        options.input_shapes[input_names[i]] = ds.inputs[i].tensor.shape();
+        feeds[input_names[i]] = ds.inputs[i].tensor;
       }
       std::optional<kiln::onnx::Model> model;
       try {
@@ -302,7 +341,8 @@ std::string run_case(const fs::path& dir, const std::vector<std::string>& input_
       if (out.size() != ds.outputs.size())
         return fmt::format("{} outputs vs {} expected", out.size(), ds.outputs.size());
       for (size_t i = 0; i < out.size(); ++i) {
-        std::string r = compare(out[i], ds.outputs[i], model->outputs[i].name);
+        if (ds.outputs[i].is_sequence) return "(a sequence output: no frozen run)";
+        std::string r = compare(out[i], ds.outputs[i].tensor, model->outputs[i].name);
         if (!r.empty()) return r;
       }
       break;
@@ -380,16 +420,22 @@ CaseResult classify_and_run(const fs::path& dir, bool fork_cases) {
     std::set<std::string> initializers;
     for (const auto& t : model.graph().initializer()) initializers.insert(t.name());
     std::vector<std::string> input_names;
+    std::vector<bool> input_sequences, output_sequences;
+    // a tensor or a sequence of tensors of a type kiln has; true for a sequence
     auto check_type = [](const onnx::ValueInfoProto& v) {
-      if (!v.type().has_tensor_type()) throw Skip{"dtype", "non-tensor value '" + v.name() + "'"};
-      kiln_dtype(v.type().tensor_type().elem_type());
+      const onnx::TypeProto* t = &v.type();
+      const bool sequence = t->has_sequence_type();
+      if (sequence) t = &t->sequence_type().elem_type();
+      if (!t->has_tensor_type()) throw Skip{"dtype", "non-tensor value '" + v.name() + "'"};
+      kiln_dtype(t->tensor_type().elem_type());
+      return sequence;
     };
     for (const auto& v : model.graph().input()) {
       if (initializers.count(v.name())) continue;
-      check_type(v);
+      input_sequences.push_back(check_type(v));
       input_names.push_back(v.name());
     }
-    for (const auto& v : model.graph().output()) check_type(v);
+    for (const auto& v : model.graph().output()) output_sequences.push_back(check_type(v));
 
     std::vector<fs::path> set_dirs;
     for (const auto& e : fs::directory_iterator(dir))
@@ -399,14 +445,23 @@ CaseResult classify_and_run(const fs::path& dir, bool fork_cases) {
     std::vector<DataSet> sets;
     for (const auto& sd : set_dirs) {
       DataSet ds;
-      for (const auto& p : numbered(sd, "input")) ds.inputs.push_back(to_array(read_proto(p)));
-      for (const auto& p : numbered(sd, "output")) ds.outputs.push_back(to_array(read_proto(p)));
+      auto read_all = [&](const char* prefix, const std::vector<bool>& sequences) {
+        std::vector<Value> values;
+        for (const auto& p : numbered(sd, prefix)) {
+          const size_t i = values.size();
+          values.push_back(read_value(p, i < sequences.size() && sequences[i]));
+        }
+        return values;
+      };
+      ds.inputs = read_all("input", input_sequences);
+      ds.outputs = read_all("output", output_sequences);
       sets.push_back(std::move(ds));
     }
     auto [ok, msg] = isolated([&] { return run_case(dir, input_names, sets, false); }, fork_cases);
     bool has_frozen = msg.find("must be known while importing") != std::string::npos;
     for (const auto& ds : sets)
-      for (const auto& a : ds.inputs) has_frozen = has_frozen || parameter_like(a);
+      for (const auto& v : ds.inputs)
+        has_frozen = has_frozen || (is_tensor(v) && parameter_like(v.tensor));
     if (!ok && has_frozen) {  // again with parameter-like (and needed) inputs as constants
       auto [ok2, msg2] =
           isolated([&] { return run_case(dir, input_names, sets, true); }, fork_cases);

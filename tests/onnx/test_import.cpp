@@ -285,4 +285,64 @@ TEST(OnnxImport, GraphsOutOfOrderAndBrokenReferences) {
   EXPECT_THROW(cycle.import(), kiln::FormatError);
 }
 
+// Sequences: a sequence input's elements become inputs "xs[k]" (ImportOptions::sequence_inputs),
+// a sequence output's elements outputs "name[k]" (Model::graph_outputs groups them); Session runs
+// them with run_values and refuses them in run.
+TEST(OnnxImport, SequenceInputsAndOutputs) {
+  ModelBuilder b(17);
+  auto* xs = b.g->add_input();
+  xs->set_name("xs");
+  xs->mutable_type()
+      ->mutable_sequence_type()
+      ->mutable_elem_type()
+      ->mutable_tensor_type()
+      ->set_elem_type(::onnx::TensorProto::FLOAT);
+  b.input("t", ::onnx::TensorProto::FLOAT, {2});
+  b.node("SequenceInsert", {"xs", "t"}, {"ys"});
+  b.node("ConcatFromSequence", {"ys"}, {"cat"});
+  ModelBuilder::attr_int(b.g->mutable_node(1), "axis", 0);
+  b.output("ys");
+  b.output("cat");
+  try {
+    b.import();
+    FAIL() << "imported";
+  } catch (const kiln::onnx::InputValuesNeeded& e) {
+    EXPECT_EQ(e.inputs, std::vector<std::string>{"xs"});
+  }
+  auto model = b.import({.sequence_inputs = {{"xs", {{3}, {1}}}}});
+  ASSERT_EQ(model.inputs.size(), 3u);
+  EXPECT_EQ(model.inputs[0].name, "xs[0]");
+  EXPECT_EQ(model.inputs[1].sequence, "xs");
+  ASSERT_EQ(model.graph_outputs.size(), 2u);
+  EXPECT_TRUE(model.graph_outputs[0].sequence);
+  EXPECT_EQ(model.graph_outputs[0].count, 3u);
+  EXPECT_EQ(model.graph_outputs[1].first, 3u);
+  std::mt19937 rng(std::random_device{}());
+  const auto a = random_vector(3, rng), c = random_vector(1, rng), t = random_vector(2, rng);
+  const std::vector<Array> out = run_cpu(model, {{"xs[0]", Array::from_vector(a, {3})},
+                                                 {"xs[1]", Array::from_vector(c, {1})},
+                                                 {"t", Array::from_vector(t, {2})}});
+  ASSERT_EQ(out.size(), 4u);
+  EXPECT_EQ(out[2].to_vector<float>(), t);
+  EXPECT_EQ(out[3].to_vector<float>(), (std::vector<float>{a[0], a[1], a[2], c[0], t[0], t[1]}));
+
+  const std::string bytes = b.m.SerializeAsString();
+  const auto session = kiln::onnx::Session::from_bytes(bytes.data(), bytes.size());
+  using kiln::onnx::Value;
+  const std::vector<Value> got =
+      session.run_values({{"xs", Value::of_sequence({Array::from_vector(c, {1})})},
+                          {"t", Value::of(Array::from_vector(t, {2}))}});
+  ASSERT_EQ(got.size(), 2u);
+  ASSERT_TRUE(got[0].is_sequence);
+  ASSERT_EQ(got[0].sequence.size(), 2u);
+  EXPECT_EQ(got[0].sequence[0].to_vector<float>(), c);
+  EXPECT_EQ(got[1].tensor.to_vector<float>(), (std::vector<float>{c[0], t[0], t[1]}));
+  try {
+    session.run({{"xs[0]", Array::from_vector(c, {1})}, {"t", Array::from_vector(t, {2})}});
+    FAIL() << "ran";
+  } catch (const kiln::ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("run_values"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace

@@ -126,6 +126,11 @@ const Value* Importer::find(const std::string& name) const {
   return it == values_.end() ? nullptr : &it->second;
 }
 
+Value Importer::value_of(const Tensor& t) const {
+  auto it = known_.find({t.graph_impl(), t.node_id(), t.output_index()});
+  return {t, it == known_.end() ? std::nullopt : std::optional<Array>(it->second), std::nullopt};
+}
+
 Tensor Importer::constant(const Array& value) {
   Tensor t = model_.graph.constant(value);
   known_[{t.graph_impl(), t.node_id(), t.output_index()}] = value;
@@ -179,11 +184,14 @@ void Importer::check_supported(const ::onnx::GraphProto& g) {
       dtypes.push_back(fmt::format("{} ({})", what, onnx_dtype_name(t)));
   };
   for (const auto& in : g.input()) {
-    if (!in.type().has_tensor_type()) {
-      dtypes.push_back(fmt::format("input '{}' (not a tensor)", in.name()));
+    const ::onnx::TypeProto* t = &in.type();
+    if (t->has_sequence_type()) t = &t->sequence_type().elem_type();
+    if (!t->has_tensor_type()) {
+      dtypes.push_back(
+          fmt::format("input '{}' (not a tensor or a sequence of tensors)", in.name()));
       continue;
     }
-    check_dtype(in.type().tensor_type().elem_type(), fmt::format("input '{}'", in.name()));
+    check_dtype(t->tensor_type().elem_type(), fmt::format("input '{}'", in.name()));
   }
   for (const auto& t : g.initializer()) check_dtype(t.data_type(), fmt::format("initializer '{}'", t.name()));
   if (missing.empty() && dtypes.empty()) return;
@@ -210,6 +218,11 @@ void Importer::add_inputs(const ::onnx::GraphProto& g) {
   std::set<std::string> given;
   for (const auto& in : g.input()) {
     if (values_.count(in.name())) continue;  // an initializer listed as an input
+    if (in.type().has_sequence_type()) {
+      add_sequence_input(in);
+      given.insert(in.name());
+      continue;
+    }
     const auto& tt = in.type().tensor_type();
     if (auto it = options_.input_values.find(in.name()); it != options_.input_values.end()) {
       Array a = it->second.to(Device::cpu());
@@ -270,9 +283,50 @@ void Importer::add_inputs(const ::onnx::GraphProto& g) {
   for (const auto& [name, value] : options_.input_values)
     if (!given.count(name))
       fail<ValueError>("[onnx] the model has no input '{}' (a value was given for it)", name);
+  for (const auto& [name, shapes] : options_.sequence_inputs)
+    if (!given.count(name) || !values_.at(name).sequence)
+      fail<ValueError>(
+          "[onnx] the model has no sequence input '{}' (element shapes were given "
+          "for it)",
+          name);
 }
 
-std::vector<Tensor> Importer::inline_graph(const ::onnx::GraphProto& g) {
+void Importer::add_sequence_input(const ::onnx::ValueInfoProto& in) {
+  auto it = options_.sequence_inputs.find(in.name());
+  if (it == options_.sequence_inputs.end())
+    throw InputValuesNeeded(
+        fmt::format("[onnx] input '{}' is a sequence: kiln needs its length and element shapes "
+                    "while importing (ImportOptions::sequence_inputs)",
+                    in.name()),
+        {in.name()});
+  const auto& tt = in.type().sequence_type().elem_type().tensor_type();
+  Sequence seq;
+  seq.dtype = *from_onnx_dtype(tt.elem_type());
+  for (size_t k = 0; k < it->second.size(); ++k) {
+    ValueInfo info;
+    info.name = fmt::format("{}[{}]", in.name(), k);
+    info.dtype = seq.dtype;
+    info.shape = it->second[k];
+    info.sequence = in.name();
+    if (tt.has_shape() && tt.shape().dim_size() != static_cast<int>(info.shape.size()))
+      fail<ShapeError>(
+          "[onnx] sequence input '{}' holds tensors of rank {}; element {} has shape {}", in.name(),
+          tt.shape().dim_size(), k, str(info.shape));
+    info.dim_params.assign(info.shape.size(), "");
+    check_elements(info.shape, fmt::format("input '{}'", info.name));
+    info.tensor = model_.graph.placeholder(info.shape, info.dtype, info.name);
+    seq.items.push_back(info.tensor);
+    model_.inputs.push_back(std::move(info));
+  }
+  values_[in.name()] = {Tensor{}, std::nullopt, std::move(seq)};
+}
+
+std::vector<Value> Importer::inline_values(const ::onnx::GraphProto& g,
+                                           const std::vector<Value>& inputs) {
+  if (g.input_size() != static_cast<int>(inputs.size()))
+    fail<FormatError>("[onnx] the body '{}' declares {} inputs, not {}", g.name(), g.input_size(),
+                      inputs.size());
+  for (int k = 0; k < g.input_size(); ++k) values_[g.input(k).name()] = inputs[k];
   for (const auto& init : g.initializer()) {
     Array a = tensor(init);
     values_[init.name()] = {constant(a), a};
@@ -280,23 +334,56 @@ std::vector<Tensor> Importer::inline_graph(const ::onnx::GraphProto& g) {
   std::set<std::string> known;
   for (const auto& [name, v] : values_) known.insert(name);
   for (int i : topological_order(g, known)) add_node(g.node(i));
-  std::vector<Tensor> outs;
+  std::vector<Value> outs;
   for (const auto& o : g.output()) {
     const Value* v = find(o.name());
-    if (!v || !v->tensor.valid())
+    if (!v || (!v->tensor.valid() && !v->sequence))
       fail<FormatError>("[onnx] subgraph output '{}' is not produced", o.name());
-    outs.push_back(v->tensor);
+    outs.push_back(*v);
   }
   return outs;
 }
 
+std::vector<Tensor> Importer::inline_graph(const ::onnx::GraphProto& g) {
+  return inline_body(g, {});
+}
+
 std::vector<Tensor> Importer::inline_body(const ::onnx::GraphProto& g,
                                           const std::vector<Tensor>& inputs) {
-  if (g.input_size() != static_cast<int>(inputs.size()))
-    fail<FormatError>("[onnx] the body '{}' declares {} inputs, not {}", g.name(), g.input_size(),
-                      inputs.size());
-  for (int k = 0; k < g.input_size(); ++k) values_[g.input(k).name()] = {inputs[k], std::nullopt};
-  return inline_graph(g);
+  std::vector<Value> in;
+  for (const Tensor& t : inputs) in.push_back({t, std::nullopt, std::nullopt});
+  std::vector<Tensor> outs;
+  int k = 0;
+  for (const Value& v : inline_values(g, in)) {
+    if (v.sequence)
+      fail<UnsupportedError>(
+          "[onnx] subgraph output '{}' is a sequence, which kiln holds only while importing: "
+          "here it would cross a loop or branch run on the device",
+          g.output(k).name());
+    outs.push_back(v.tensor);
+    ++k;
+  }
+  return outs;
+}
+
+bool Importer::reads_outer_sequence(const ::onnx::GraphProto& g) const {
+  std::set<std::string> local;
+  for (const auto& in : g.input()) local.insert(in.name());
+  for (const auto& n : g.node())
+    for (const auto& o : n.output()) local.insert(o);
+  for (const auto& n : g.node()) {
+    for (const auto& in : n.input())
+      if (!in.empty() && !local.count(in)) {
+        const Value* v = find(in);
+        if (v && v->sequence) return true;
+      }
+    for (const auto& a : n.attribute()) {
+      if (a.has_g() && reads_outer_sequence(a.g())) return true;
+      for (const auto& sub : a.graphs())
+        if (reads_outer_sequence(sub)) return true;
+    }
+  }
+  return false;
 }
 
 namespace {
@@ -339,7 +426,7 @@ void Importer::add_node(const ::onnx::NodeProto& node) {
   const OpEntry* entry = find_entry(node.op_type(), model_.opset, &version);
   KILN_ASSERT(entry);
   for (const auto& in : node.input())
-    if (!in.empty() && !values_.at(in).tensor.valid())
+    if (!in.empty() && !values_.at(in).tensor.valid() && !values_.at(in).sequence)
       fail<UnsupportedError>("[onnx] node '{}' ({}) reads '{}', an output kiln's mapping of its "
                              "producer does not compute",
                              node_label(node), node.op_type(), in);
@@ -358,7 +445,10 @@ void Importer::add_node(const ::onnx::NodeProto& node) {
     const std::string& name = node.output(i);
     if (name.empty()) continue;
     Value v;
-    if (i < static_cast<int>(outs.size()) && outs[i].valid()) {
+    if (auto it = pending_.find(name); it != pending_.end()) {
+      v.sequence = std::move(it->second);
+      pending_.erase(it);
+    } else if (i < static_cast<int>(outs.size()) && outs[i].valid()) {
       check_elements(outs[i].shape(), fmt::format("node '{}' ({}) output '{}'", node_label(node),
                                                   node.op_type(), name));
       v.tensor = outs[i];
@@ -430,6 +520,10 @@ Model Importer::run() {
   for (const auto& out : g.output()) {
     const Value* v = find(out.name());
     if (!v) fail<FormatError>("[onnx] graph output '{}' is not produced by any node", out.name());
+    if (v->sequence) {
+      add_sequence_output(out.name(), *v->sequence);
+      continue;
+    }
     if (!v->tensor.valid())
       fail<UnsupportedError>("[onnx] graph output '{}' is an output kiln's mapping does not compute",
                              out.name());
@@ -444,9 +538,24 @@ Model Importer::run() {
     }
     info.dtype = info.tensor.dtype();
     info.shape = info.tensor.shape();
+    model_.graph_outputs.push_back({info.name, false, info.dtype, model_.outputs.size(), 1});
     model_.outputs.push_back(std::move(info));
   }
   return std::move(model_);
+}
+
+void Importer::add_sequence_output(const std::string& name, const Sequence& seq) {
+  model_.graph_outputs.push_back({name, true, seq.dtype, model_.outputs.size(), seq.items.size()});
+  for (size_t k = 0; k < seq.items.size(); ++k) {
+    ValueInfo info;
+    info.name = fmt::format("{}[{}]", name, k);
+    info.tensor = seq.items[k];
+    info.dtype = info.tensor.dtype();
+    info.shape = info.tensor.shape();
+    info.dim_params.assign(info.shape.size(), "");
+    info.sequence = name;
+    model_.outputs.push_back(std::move(info));
+  }
 }
 
 }  // namespace detail

@@ -43,6 +43,7 @@ const std::vector<OpEntry>& op_table() {
     add_control_ops(t);
     add_transformer_ops(t);
     add_linear_attention_ops(t);
+    add_sequence_ops(t);
     std::sort(t.begin(), t.end(), [](const OpEntry& a, const OpEntry& b) {
       const int c = std::string_view(a.op_type).compare(b.op_type);
       return c != 0 ? c < 0 : a.since_version < b.since_version;
@@ -115,7 +116,35 @@ Tensor NodeContext::input(int i) const {
   if (!has_input(i)) fail(fmt::format("input {} is missing", i));
   const Value* v = imp_.find(node_.input(i));
   KILN_ASSERT(v);
+  if (v->sequence)
+    fail(fmt::format("input {} ('{}') is a sequence; a tensor is needed", i, node_.input(i)));
   return v->tensor;
+}
+
+Value NodeContext::value(int i) const {
+  if (!has_input(i)) fail(fmt::format("input {} is missing", i));
+  const Value* v = imp_.find(node_.input(i));
+  KILN_ASSERT(v);
+  return *v;
+}
+
+bool NodeContext::is_sequence(int i) const {
+  if (!has_input(i)) return false;
+  const Value* v = imp_.find(node_.input(i));
+  return v && v->sequence;
+}
+
+const Sequence& NodeContext::sequence(int i) const {
+  if (!has_input(i)) fail(fmt::format("input {} is missing", i));
+  const Value* v = imp_.find(node_.input(i));
+  KILN_ASSERT(v);
+  if (!v->sequence)
+    fail(fmt::format("input {} ('{}') is a tensor; a sequence is needed", i, node_.input(i)));
+  return *v->sequence;
+}
+
+void NodeContext::set_sequence(int i, Sequence s) {
+  if (has_output(i)) imp_.set_sequence(node_.output(i), std::move(s));
 }
 
 const Array* NodeContext::constant(int i) const {

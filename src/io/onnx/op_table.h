@@ -21,6 +21,8 @@ class GraphProto;
 namespace kiln::onnx::detail {
 
 class Importer;
+struct Sequence;
+struct Value;
 
 /// What a mapping function sees of one node: its inputs as kiln tensors (and their values when
 /// known while importing), its attributes, and the graph to add ops to.
@@ -47,6 +49,14 @@ class NodeContext {
   std::vector<int64_t> ints(int i) const;
   /// A known input as doubles (any numeric dtype).
   std::vector<double> doubles(int i) const;
+  /// Input i as the importer holds it: a tensor with its data where known, or a sequence.
+  Value value(int i) const;
+  /// Input i is a sequence (ONNX sequence type; src/io/onnx/ops_sequence.cpp).
+  bool is_sequence(int i) const;
+  /// Input i as a sequence; throws ValueError naming the node when it is missing or a tensor.
+  const Sequence& sequence(int i) const;
+  /// Makes output i a sequence (the mapping returns an invalid Tensor in its place).
+  void set_sequence(int i, Sequence s);
   /// Declared outputs, counting empty names.
   int num_outputs() const;
   bool has_output(int i) const;
@@ -109,6 +119,7 @@ void add_random_ops(std::vector<OpEntry>& table);
 void add_control_ops(std::vector<OpEntry>& table);
 void add_transformer_ops(std::vector<OpEntry>& table);
 void add_linear_attention_ops(std::vector<OpEntry>& table);
+void add_sequence_ops(std::vector<OpEntry>& table);
 
 /// The whole table, sorted by (op_type, since_version).
 const std::vector<OpEntry>& op_table();

@@ -1,8 +1,8 @@
 // ONNX control flow onto kiln's control ops (src/ops/control.cpp): If as cond (or, with a
 // condition known while importing, the taken branch in place), Loop as a while_loop carrying the
-// iteration number and the condition, Scan (from opset 9: Scan-8's batch axis and sequence_lens
-// are not mapped) as a for_loop over the scanned
-// axis. A subgraph reads the values of the graphs around it by name; kiln captures them.
+// iteration number and the condition (unrolled while importing where it carries sequences), Scan
+// (from opset 9: Scan-8's batch axis and sequence_lens are not mapped) as a for_loop over the
+// scanned axis. A subgraph reads the values of the graphs around it by name; kiln captures them.
 // Scan outputs (Loop's and Scan's per-iteration values) are stacked into buffers carried through
 // the loop, so their length must be known while importing: Scan's scanned dim, Loop's M with a
 // condition that stays true.
@@ -18,11 +18,32 @@ namespace kiln::onnx::detail {
 
 namespace {
 
+// The node's outputs from values that may be sequences (set on the node as such).
+Outs outputs_of(NodeContext& c, const std::vector<Value>& values) {
+  Outs out;
+  for (size_t j = 0; j < values.size(); ++j) {
+    if (values[j].sequence) c.set_sequence(static_cast<int>(j), *values[j].sequence);
+    out.push_back(values[j].sequence ? Tensor{} : values[j].tensor);
+  }
+  return out;
+}
+
+bool gives_sequence(const ::onnx::GraphProto& g) {
+  for (const auto& o : g.output())
+    if (o.type().has_sequence_type()) return true;
+  return false;
+}
+
 Outs if_op(NodeContext& c) {
   if (c.constant(0)) {
     const bool taken = c.ints(0).at(0) != 0;
-    return c.importer().inline_graph(c.attr_graph(taken ? "then_branch" : "else_branch"));
+    return outputs_of(
+        c, c.importer().inline_values(c.attr_graph(taken ? "then_branch" : "else_branch"), {}));
   }
+  if (gives_sequence(c.attr_graph("then_branch")) || gives_sequence(c.attr_graph("else_branch")))
+    c.needs_values({0},
+                   "an If whose branches give sequences needs its condition known while "
+                   "importing (kiln holds sequences only then)");
   auto branch = [&c](const char* name) {
     return [&c, name](const std::vector<Tensor>&) {
       return c.importer().inline_graph(c.attr_graph(name));
@@ -80,6 +101,57 @@ bool condition_stays(const ::onnx::GraphProto& body) {
   return false;
 }
 
+// A Loop that carries sequences, or whose body reads one from around it, unrolled while
+// importing (kiln holds sequences only then): M and the condition after every iteration must be
+// known then; each iteration's body is mapped with its iteration number and condition as
+// constants. Scan outputs are the iterations' values stacked.
+Outs unrolled_loop(NodeContext& c, const ::onnx::GraphProto& body, int carried, int scans) {
+  constexpr int64_t kMaxIterations = 4096;
+  const int64_t m = c.has_input(0) ? c.ints(0).at(0) : -1;
+  bool go = !c.has_input(1) || c.ints(1).at(0) != 0;
+  std::vector<Value> state;
+  for (int k = 0; k < carried; ++k) state.push_back(c.value(2 + k));
+  std::vector<std::vector<Tensor>> rows(static_cast<size_t>(scans));
+  for (int64_t i = 0; go && (m < 0 || i < m); ++i) {
+    if (i == kMaxIterations || !c.importer().count_unrolled())
+      c.unsupported(
+          fmt::format("a Loop carrying sequences is unrolled while importing, up to {} "
+                      "iterations (and 65,536 bodies in a model)",
+                      kMaxIterations));
+    std::vector<Value> in{c.importer().value_of(known(c, Array::scalar(i))),
+                          c.importer().value_of(known(c, Array::scalar(go)))};
+    in.insert(in.end(), state.begin(), state.end());
+    const std::vector<Value> out = c.importer().inline_values(body, in);
+    if (out[0].sequence || !out[0].data)
+      c.unsupported(
+          "a Loop carrying sequences is unrolled while importing; the condition its "
+          "body gives must be known then");
+    go = out[0].data->astype(boolean).to_vector<int64_t>().at(0) != 0;
+    for (int k = 0; k < carried; ++k) {
+      Value v = out[1 + k];
+      if (!v.sequence && !state[k].sequence && v.tensor.dtype() != state[k].tensor.dtype())
+        v = {cast(v.tensor, state[k].tensor.dtype()), std::nullopt, std::nullopt};
+      if (v.sequence.has_value() != state[k].sequence.has_value())
+        c.fail(fmt::format("the body gives a {} for carried value {}, a {}",
+                           v.sequence ? "sequence" : "tensor", k,
+                           state[k].sequence ? "sequence" : "tensor"));
+      state[k] = std::move(v);
+    }
+    for (int k = 0; k < scans; ++k) {
+      const Value& v = out[1 + carried + k];
+      if (v.sequence) c.unsupported("a scan output that is a sequence");
+      rows[k].push_back(v.tensor);
+    }
+  }
+  Outs outs = outputs_of(c, state);
+  for (int k = 0; k < scans; ++k) {
+    if (rows[k].empty())
+      c.unsupported("the scan outputs of an unrolled Loop that runs no iteration");
+    outs.push_back(stack(rows[k], 0));
+  }
+  return outs;
+}
+
 // Loop(M, cond, v...): while (i < M && cond) { cond, v..., scans... = body(i, cond, v...); ++i },
 // as a while_loop carrying (i, cond, v..., scan buffers...).
 Outs loop_op(NodeContext& c) {
@@ -90,6 +162,9 @@ Outs loop_op(NodeContext& c) {
   if (scans < 0 || body.input_size() != 2 + carried)
     c.fail(fmt::format("the body has {} inputs and {} outputs for {} carried values",
                        body.input_size(), body.output_size(), carried));
+  bool sequences = c.importer().reads_outer_sequence(body);
+  for (int k = 0; k < carried; ++k) sequences = sequences || c.is_sequence(2 + k);
+  if (sequences) return unrolled_loop(c, body, carried, scans);
   Graph& g = c.graph();
   Tensor go = c.has_input(1) ? c.input(1) : g.constant(Array::scalar(true));
   if (go.dtype() != boolean) go = cast(go, boolean);

@@ -61,7 +61,13 @@ Outs mean_op(NodeContext& c) {
   return {div(r, scalar_of(r, c.num_inputs()))};
 }
 
-Outs identity(NodeContext& c) { return {c.input(0)}; }
+Outs identity(NodeContext& c) {
+  if (c.is_sequence(0)) {  // (a sequence passes on as it is)
+    c.set_sequence(0, c.sequence(0));
+    return {};
+  }
+  return {c.input(0)};
+}
 
 Outs cast_op(NodeContext& c) {
   const int64_t to = c.required_int("to");

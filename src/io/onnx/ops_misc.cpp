@@ -327,12 +327,17 @@ Outs grid_sample_op(NodeContext& c) {
 
 // Optionals of tensors (opsets 15, 18): kiln has no optional values, so an optional that holds a
 // tensor is that tensor and an absent input is an optional without one. OptionalHasElement says
-// which (a bool scalar known while importing); OptionalGetElement of a tensor is the tensor.
+// which (a bool scalar known while importing); OptionalGetElement of a tensor is the tensor, of a
+// sequence the sequence.
 Outs optional_has_element(NodeContext& c) {
   return {known(c, Array::from_vector<int64_t>({c.has_input(0) ? 1 : 0}, {}).astype(boolean))};
 }
 Outs optional_get_element(NodeContext& c) {
   if (!c.has_input(0)) c.fail("an optional without a value has no element to get");
+  if (c.is_sequence(0)) {
+    c.set_sequence(0, c.sequence(0));
+    return {};
+  }
   return {c.input(0)};
 }
 

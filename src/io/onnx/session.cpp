@@ -1,5 +1,6 @@
 // onnx::Session: a model imported and compiled once per distinct set of the run-time values its
-// import needs (InputValuesNeeded), kept least recently used first.
+// import needs (InputValuesNeeded: values of inputs, lengths and element shapes of sequence
+// inputs), kept least recently used first.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -16,6 +17,9 @@
 namespace kiln::onnx {
 
 namespace {
+using Shapes = std::map<std::string, std::vector<Shape>>;
+using Sequences = std::map<std::string, std::vector<Array>>;
+
 // An import for one set of values, and its executable.
 struct Entry {
   std::string key;
@@ -34,10 +38,19 @@ struct Session::Impl {
   std::shared_ptr<const Model> last;
   int64_t imports = 0;
 
-  // The values of the value inputs in `feeds`, as a key: dtype, shape and bytes of each.
-  std::string key_of(const std::map<std::string, Array>& host) const {
+  std::pair<std::shared_ptr<const Model>, std::shared_ptr<Executable>> select(
+      const std::map<std::string, Array>& feeds, const Sequences& sequences);
+
+  // The values of the value inputs in `feeds`, as a key: dtype, shape and bytes of each, and the
+  // element shapes of the sequences.
+  std::string key_of(const std::map<std::string, Array>& host, const Shapes& sequences) const {
     std::string key;
     for (const std::string& name : value_inputs) {
+      if (auto it = sequences.find(name); it != sequences.end()) {
+        key += fmt::format("{}|sequence|{}|", name, it->second.size());
+        for (const Shape& s : it->second) key += str(s) + "|";
+        continue;
+      }
       const Array& a = host.at(name);
       key += fmt::format("{}|{}|{}|", name, kiln::name(a.dtype()), str(a.shape()));
       key.append(static_cast<const char*>(a.data()), a.nbytes());
@@ -45,14 +58,17 @@ struct Session::Impl {
     return key;
   }
 
-  // Imports and compiles with `values` given; on InputValuesNeeded adds the inputs it names to
-  // value_inputs and returns null (the caller reads their values and comes back).
-  std::shared_ptr<Entry> make(const std::map<std::string, Array>& values, const std::string& key) {
+  // Imports and compiles with `values` and sequence shapes given; on InputValuesNeeded adds the
+  // inputs it names to value_inputs and returns null (the caller reads their values and comes
+  // back).
+  std::shared_ptr<Entry> make(const std::map<std::string, Array>& values, const Shapes& sequences,
+                              const std::string& key) {
     ImportOptions o = options.import;
     for (const auto& [name, a] : values) {
       o.input_values[name] = a;
       o.input_shapes.erase(name);
     }
+    for (const auto& [name, shapes] : sequences) o.sequence_inputs[name] = shapes;
     auto model = std::make_shared<Model>();
     try {
       *model = import_bytes(bytes.data(), bytes.size(), o);
@@ -91,7 +107,7 @@ Session::Session(const std::string& path, Device device, SessionOptions options)
   impl->options = std::move(options);
   *this = Session(std::move(impl));
   std::lock_guard<std::mutex> l(impl_->mu);
-  if (auto e = impl_->make({}, impl_->key_of({}))) {
+  if (auto e = impl_->make({}, {}, impl_->key_of({}, {}))) {
     impl_->last = e->model;
     impl_->entries.push_front(std::move(*e));
   }
@@ -104,49 +120,91 @@ Session Session::from_bytes(const void* data, size_t size, Device device, Sessio
   impl->options = std::move(options);
   Session s(std::move(impl));
   std::lock_guard<std::mutex> l(s.impl_->mu);
-  if (auto e = s.impl_->make({}, s.impl_->key_of({}))) {
+  if (auto e = s.impl_->make({}, {}, s.impl_->key_of({}, {}))) {
     s.impl_->last = e->model;
     s.impl_->entries.push_front(std::move(*e));
   }
   return s;
 }
 
-std::vector<Array> Session::run(const std::map<std::string, Array>& feeds) const {
-  Impl& m = *impl_;
-  std::shared_ptr<const Model> model;
-  std::shared_ptr<Executable> exe;
-  {
-    std::lock_guard<std::mutex> l(m.mu);
-    // (each import that needs more values names them; a model has finitely many inputs)
-    for (;;) {
-      std::map<std::string, Array> values;
-      for (const std::string& name : m.value_inputs) {
-        auto it = feeds.find(name);
-        if (it == feeds.end())
-          fail<ValueError>(
-              "[onnx] input '{}' has no feed (kiln reads its value to import the "
-              "model)",
-              name);
-        values[name] = it->second.to(Device::cpu());
+// The import and executable for these feeds (made when new).
+std::pair<std::shared_ptr<const Model>, std::shared_ptr<Executable>> Session::Impl::select(
+    const std::map<std::string, Array>& feeds, const Sequences& sequences) {
+  std::lock_guard<std::mutex> l(mu);
+  // (each import that needs more values names them; a model has finitely many inputs)
+  for (;;) {
+    std::map<std::string, Array> values;
+    Shapes shapes;
+    for (const std::string& name : value_inputs) {
+      if (auto it = sequences.find(name); it != sequences.end()) {
+        for (const Array& a : it->second) shapes[name].push_back(a.shape());
+        shapes[name];  // (an empty sequence too)
+        continue;
       }
-      const std::string key = m.key_of(values);
-      auto it = std::find_if(m.entries.begin(), m.entries.end(),
-                             [&](const Entry& e) { return e.key == key; });
-      if (it != m.entries.end()) {
-        m.entries.splice(m.entries.begin(), m.entries, it);
-      } else {
-        std::shared_ptr<Entry> e = m.make(values, key);
-        if (!e) continue;
-        m.entries.push_front(std::move(*e));
-        while (m.entries.size() > std::max<size_t>(m.options.max_imports, 1)) m.entries.pop_back();
-      }
-      model = m.entries.front().model;
-      exe = m.entries.front().exe;
-      m.last = model;
-      break;
+      auto it = feeds.find(name);
+      if (it == feeds.end())
+        fail<ValueError>(
+            "[onnx] input '{}' has no feed (kiln reads its value to import the "
+            "model; a sequence input is fed through Session::run_values)",
+            name);
+      values[name] = it->second.to(Device::cpu());
     }
+    const std::string key = key_of(values, shapes);
+    auto it =
+        std::find_if(entries.begin(), entries.end(), [&](const Entry& e) { return e.key == key; });
+    if (it != entries.end()) {
+      entries.splice(entries.begin(), entries, it);
+    } else {
+      std::shared_ptr<Entry> e = make(values, shapes, key);
+      if (!e) continue;
+      entries.push_front(std::move(*e));
+      while (entries.size() > std::max<size_t>(options.max_imports, 1)) entries.pop_back();
+    }
+    last = entries.front().model;
+    return {entries.front().model, entries.front().exe};
   }
+}
+
+std::vector<Array> Session::run(const std::map<std::string, Array>& feeds) const {
+  auto [model, exe] = impl_->select(feeds, {});
+  for (const GraphOutput& o : model->graph_outputs)
+    if (o.sequence)
+      fail<ValueError>("[onnx] output '{}' is a sequence: Session::run_values runs this model",
+                       o.name);
   return exe->run(model->feeds(feeds));
+}
+
+std::vector<Value> Session::run_values(const std::map<std::string, Value>& feeds) const {
+  std::map<std::string, Array> tensors;
+  Sequences sequences;
+  for (const auto& [name, v] : feeds) {
+    if (!v.is_sequence) {
+      tensors[name] = v.tensor;
+      continue;
+    }
+    sequences[name] = v.sequence;
+    for (size_t k = 0; k < v.sequence.size(); ++k)
+      tensors[fmt::format("{}[{}]", name, k)] = v.sequence[k];
+  }
+  auto [model, exe] = impl_->select(tensors, sequences);
+  for (const auto& [name, items] : sequences) {
+    const bool known = std::any_of(model->inputs.begin(), model->inputs.end(),
+                                   [&](const ValueInfo& in) { return in.sequence == name; });
+    if (!known && !items.empty())
+      fail<ValueError>("[onnx] input '{}' is fed a sequence; the model's input is a tensor", name);
+  }
+  std::vector<Array> flat = exe->run(model->feeds(tensors));
+  std::vector<Value> out;
+  for (const GraphOutput& o : model->graph_outputs) {
+    if (!o.sequence) {
+      out.push_back(Value::of(std::move(flat[o.first])));
+      continue;
+    }
+    std::vector<Array> items;
+    for (size_t k = 0; k < o.count; ++k) items.push_back(std::move(flat[o.first + k]));
+    out.push_back(Value::of_sequence(std::move(items)));
+  }
+  return out;
 }
 
 std::vector<std::string> Session::value_inputs() const {
