@@ -217,10 +217,13 @@ TEST(CudaRuntime, TrainingMatchesTheCpuTrajectory) {
   for (size_t i = 0; i < cpu.size(); ++i)
     EXPECT_NEAR(gpu[i], cpu[i], 1e-3 * (1 + std::abs(cpu[i]))) << "step " << i;
   EXPECT_LT(gpu.back(), 0.6 * gpu.front());  // it learns
-  // variables come back to the host on request and match the CPU's
+  // variables come back to the host on request and match the CPU's: within 1e-3 relative, and
+  // within lr / 10 absolute (Adam moves a weight whose gradient is near zero by about lr times
+  // the gradient's sign, so f32 rounding that differs between the devices moves such weights
+  // apart by fractions of lr: 2e-4 after 40 steps was seen on an H100)
   Array a = gc.read_variable(wc), b = gg.read_variable(wg);
   EXPECT_EQ(b.device(), Device::cpu());
-  expect_close(b, a.shape(), to_f64(a), 1e-3);
+  expect_close(b, a.shape(), to_f64(a), 1e-3, 1e-3);
   // a checkpoint of GPU-trained variables round-trips, and a CPU executable of the same graph
   // runs after the GPU one
   const std::string path = ::testing::TempDir() + "cuda_runtime.ckpt";

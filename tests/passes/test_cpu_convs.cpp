@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <functional>
+#include <random>
 #include <thread>
 #include <tuple>
 
@@ -400,6 +401,60 @@ TEST(CpuConvs, MaxPoolWithoutIndicesMatches) {
     const auto got = both.run({{xi, xv}});
     expect_close(got[0], want.shape(), to_f64(want), 0, 0);
     EXPECT_EQ(got[1].shape(), want.shape());
+  }
+}
+
+// NHWC max pools between convolutions, their indices unread, with channel counts that are
+// multiples of 16 (AVX-512's register path, where the CPU has it) and not: the maxima of the f64
+// loops bit for bit (integer data: the convs are exact), NaN (which wins) and -inf added after the
+// conv included, for strides, dilations, ceil mode and padded borders.
+TEST(CpuConvs, NhwcMaxPoolsMatchTheF64Loops) {
+  std::vector<std::pair<int64_t, PoolOptions>> cases;
+  for (int64_t c : {16, 48, 20}) {
+    cases.push_back({c, {{3, 3}, {2, 2}, {1, 1}}});
+    cases.push_back({c, {{2, 2}, {1, 1}, {}, {2, 2}}});
+    cases.push_back(
+        {c, {.kernel = {3, 2}, .stride = {3, 1}, .padding = {1, 1}, .ceil_mode = true}});
+  }
+  std::mt19937 rng(static_cast<uint32_t>(seed()));
+  auto integers = [&](const Shape& shape, int lo, int hi) {
+    std::uniform_int_distribution<int> d(lo, hi);
+    std::vector<double> v(static_cast<size_t>(numel(shape)));
+    for (double& e : v) e = d(rng);
+    return Array::from_vector(v, shape);
+  };
+  for (const auto& [channels, pool] : cases) {
+    SCOPED_TRACE(fmt::format("{} channels, kernel {}", channels, to_string(pool.kernel)));
+    const Array w = integers({channels, 8, 3, 3}, -3, 3), xv = integers({2, 8, 11, 13}, -8, 8);
+    Array marks = Array::zeros({1, channels, 11, 13}, f64);
+    auto* m = static_cast<double*>(marks.data());
+    for (int k = 0; k < 6; ++k) {
+      m[rng() % marks.numel()] = std::nan("");
+      m[rng() % marks.numel()] = -std::numeric_limits<double>::infinity();
+    }
+    auto net = [&](Graph& g, DType t) {
+      const Tensor x = g.placeholder({2, 8, 11, 13}, t, "x");
+      ConvOptions same;
+      same.padding = {1, 1};
+      const Tensor y =
+          conv2d(x, g.constant(w.astype(t)), std::nullopt, same) + g.constant(marks.astype(t));
+      return std::pair{x, max_pool(y, pool)};
+    };
+    Graph g, g64;
+    const auto [x, p] = net(g, f32);
+    const auto [x64, p64] = net(g64, f64);
+    // a conv after the pool keeps it NHWC; the pooled values are read too
+    const Tensor w2 = g.constant(integers({4, channels, 1, 1}, -2, 2).astype(f32));
+    auto exe = g.compile(Device::cpu(), {}, {conv2d(p, w2), p});
+    const std::string dump = exe.dump();  // (the pool's output is NHWC: channels last)
+    const size_t at = dump.find("max_pool(");
+    ASSERT_NE(at, std::string::npos) << dump;
+    EXPECT_NE(dump.substr(at, dump.find('\n', at) - at).find(fmt::format(", {}) @", channels)),
+              std::string::npos)
+        << dump;
+    auto plain = g64.compile(Device::cpu(), {}, {p64}, CompileOptions{.optimize = false});
+    const Array want = plain.run({{x64, xv}})[0];
+    expect_close(exe.run({{x, xv.astype(f32)}})[1], want.shape(), to_f64(want), 0, 0);
   }
 }
 

@@ -38,6 +38,51 @@ struct Nhwc {
   }
 };
 
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define KILN_POOL_AVX512 1
+#include <immintrin.h>
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+// f32 max pooling without indices where C is a multiple of 16, on AVX-512: each block of 16
+// channels of a window in one register across its taps (the generic loop below goes through y at
+// every tap). Taps in the same order and the same rule (the first maximum wins; NaN wins), so the
+// same results bit for bit.
+void max_pool_nhwc_f32x16(const Nhwc& s, const PoolParams& p, const float* x, float* y, int64_t r0,
+                          int64_t r1) {
+  const int64_t kh = p.kernel[0], kw = p.kernel[1];
+  const int64_t row = p.dilation[0] * s.w * s.c, col = p.dilation[1] * s.c;
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t n = r / s.oh, oh = r % s.oh;
+    const int64_t h0 = oh * p.stride[0] - p.pads[0];
+    const auto [ah, bh] = taps_inside(h0, kh, p.dilation[0], s.h);
+    for (int64_t ow = 0; ow < s.ow; ++ow) {
+      const int64_t w0 = ow * p.stride[1] - p.pads[1];
+      const auto [aw, bw] = taps_inside(w0, kw, p.dilation[1], s.w);
+      float* yo = y + (r * s.ow + ow) * s.c;
+      if (ah == bh || aw == bw) {  // a window of padding only
+        std::fill(yo, yo + s.c, std::numeric_limits<float>::lowest());
+        continue;
+      }
+      // (tap (0, 0) may lie in the padding: offsets from it, only taps inside read)
+      const int64_t at = ((n * s.h + h0) * s.w + w0) * s.c;
+      for (int64_t c0 = 0; c0 < s.c; c0 += 16) {
+        const float* xc = x + c0;
+        __m512 acc = _mm512_loadu_ps(xc + (at + ah * row + aw * col));
+        for (int64_t i = ah; i < bh; ++i)
+          for (int64_t j = i == ah ? aw + 1 : aw; j < bw; ++j) {
+            const __m512 v = _mm512_loadu_ps(xc + (at + i * row + j * col));
+            const __mmask16 take =
+                _mm512_cmp_ps_mask(v, acc, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+            acc = _mm512_mask_blend_ps(take, acc, v);
+          }
+        _mm512_storeu_ps(yo + c0, acc);
+      }
+    }
+  }
+}
+#pragma GCC pop_options
+#endif
+
 // The first maximum wins; NaN wins (as the NCHW kernels' takes_max). (no_indices: idx is null)
 template <typename T> void max_pool_nhwc_typed(KernelContext& ctx, const PoolParams& p) {
   const Nhwc s(ctx);
@@ -45,6 +90,14 @@ template <typename T> void max_pool_nhwc_typed(KernelContext& ctx, const PoolPar
   T* y = ctx.out(0).ptr<T>();
   int64_t* idx = p.no_indices ? nullptr : ctx.out(1).ptr<int64_t>();
   const int64_t kh = p.kernel[0], kw = p.kernel[1];
+#ifdef KILN_POOL_AVX512
+  if constexpr (std::is_same_v<T, float>)
+    if (!idx && s.c % 16 == 0 && cpu_isa() == CpuIsa::avx512) {
+      ctx.parallel_for(s.n * s.oh, s.grain(kh * kw),
+                       [&](int64_t r0, int64_t r1) { max_pool_nhwc_f32x16(s, p, x, y, r0, r1); });
+      return;
+    }
+#endif
   ctx.parallel_for(s.n * s.oh, s.grain(kh * kw), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t n = r / s.oh, oh = r % s.oh;
