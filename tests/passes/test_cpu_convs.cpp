@@ -423,7 +423,9 @@ TEST(CpuConvs, NhwcMaxPoolsMatchTheF64Loops) {
     for (double& e : v) e = d(rng);
     return Array::from_vector(v, shape);
   };
-  for (const auto& [channels, pool] : cases) {
+  for (const auto& one : cases) {
+    const int64_t channels = one.first;
+    const PoolOptions& pool = one.second;  // (captured below: not a structured binding)
     SCOPED_TRACE(fmt::format("{} channels, kernel {}", channels, to_string(pool.kernel)));
     const Array w = integers({channels, 8, 3, 3}, -3, 3), xv = integers({2, 8, 11, 13}, -8, 8);
     Array marks = Array::zeros({1, channels, 11, 13}, f64);

@@ -187,10 +187,11 @@ std::vector<Value> Session::run_values(const std::map<std::string, Value>& feeds
       tensors[fmt::format("{}[{}]", name, k)] = v.sequence[k];
   }
   auto [model, exe] = impl_->select(tensors, sequences);
-  for (const auto& [name, items] : sequences) {
+  for (const auto& fed : sequences) {
+    const std::string& name = fed.first;  // (a structured binding cannot be captured in C++20)
     const bool known = std::any_of(model->inputs.begin(), model->inputs.end(),
                                    [&](const ValueInfo& in) { return in.sequence == name; });
-    if (!known && !items.empty())
+    if (!known && !fed.second.empty())
       fail<ValueError>("[onnx] input '{}' is fed a sequence; the model's input is a tensor", name);
   }
   std::vector<Array> flat = exe->run(model->feeds(tensors));
