@@ -78,6 +78,23 @@ Attrs encode(const Program& p) {
   return a;
 }
 
+Attrs encode_group(const std::vector<Part>& parts) {
+  Program all;
+  std::vector<int64_t> sizes, inputs;
+  for (const Part& part : parts) {
+    sizes.insert(sizes.end(), {static_cast<int64_t>(part.inputs.size()),
+                               static_cast<int64_t>(part.program.instrs.size())});
+    inputs.insert(inputs.end(), part.inputs.begin(), part.inputs.end());
+    all.instrs.insert(all.instrs.end(), part.program.instrs.begin(), part.program.instrs.end());
+  }
+  Attrs a = encode(all);
+  a.set("parts", sizes);
+  a.set("part_inputs", inputs);
+  return a;
+}
+
+bool is_group(const Attrs& attrs) { return attrs.has("parts"); }
+
 namespace {
 // The instructions the attributes encode, with the checks that need no input dtypes: the sizes of
 // code and params, each op a fusable elementwise op, each dtype one of kiln's.
@@ -114,12 +131,91 @@ std::vector<Instr> parse(const Attrs& attrs) {
 }
 }  // namespace
 
+namespace {
+// The parts' instruction ranges and inputs a group's attributes give (checked against the
+// instruction count and the node's input count); one part over all inputs where it is no group.
+std::vector<Decoded::Range> ranges(const Attrs& attrs, size_t num_instrs, size_t num_inputs) {
+  if (!is_group(attrs)) return {{0, num_instrs, {}}};
+  const std::vector<int64_t>& sizes = attrs.ints("parts");
+  const std::vector<int64_t>& inputs =
+      attrs.has("part_inputs") ? attrs.ints("part_inputs") : std::vector<int64_t>{};
+  if (sizes.empty() || sizes.size() % 2 || sizes.size() / 2 > static_cast<size_t>(kMaxParts))
+    fail<ValueError>(
+        "[fused_elementwise] parts must hold 2 ints per part for 1 to {} parts, got {}", kMaxParts,
+        sizes.size());
+  std::vector<Decoded::Range> out;
+  size_t instr = 0, in = 0;
+  for (size_t k = 0; k < sizes.size() / 2; ++k) {
+    const int64_t n_in = sizes[2 * k], n_instr = sizes[2 * k + 1];
+    if (n_in < 1 || n_in > kMaxInputs || n_instr < 1 ||
+        n_instr > static_cast<int64_t>(num_instrs - instr) ||
+        n_in > static_cast<int64_t>(inputs.size() - in))
+      fail<ValueError>(
+          "[fused_elementwise] part {} takes {} inputs and {} instructions, beyond "
+          "what the node holds",
+          k, n_in, n_instr);
+    Decoded::Range r{instr, static_cast<size_t>(n_instr), {}};
+    for (int64_t j = 0; j < n_in; ++j) {
+      const int64_t i = inputs[in + j];
+      if (i < 0 || i >= static_cast<int64_t>(num_inputs))
+        fail<ValueError>("[fused_elementwise] part {} reads input {} of {}", k, i, num_inputs);
+      r.inputs.push_back(static_cast<int32_t>(i));
+    }
+    instr += n_instr;
+    in += n_in;
+    out.push_back(std::move(r));
+  }
+  if (instr != num_instrs || in != inputs.size())
+    fail<ValueError>(
+        "[fused_elementwise] the parts hold {} instructions and {} inputs of the "
+        "{} and {} encoded",
+        instr, in, num_instrs, inputs.size());
+  return out;
+}
+
+// Checks one program's instructions against its input dtypes.
+void check_program(const Program& p, const std::vector<DType>& input_dtypes);
+}  // namespace
+
+std::vector<Part> decode_parts(const Attrs& attrs, const std::vector<DType>& input_dtypes) {
+  if (input_dtypes.empty() || input_dtypes.size() > static_cast<size_t>(kMaxInputs))
+    fail<ValueError>("[fused_elementwise] takes 1 to {} inputs, got {}", kMaxInputs,
+                     input_dtypes.size());
+  const std::vector<Instr> instrs = parse(attrs);
+  std::vector<Part> parts;
+  for (const Decoded::Range& r : ranges(attrs, instrs.size(), input_dtypes.size())) {
+    Part part;
+    std::vector<DType> types;
+    if (r.inputs.empty()) {
+      types = input_dtypes;
+      for (size_t i = 0; i < input_dtypes.size(); ++i)
+        part.inputs.push_back(static_cast<int32_t>(i));
+    } else {
+      part.inputs = r.inputs;
+      for (int32_t i : r.inputs) types.push_back(input_dtypes[i]);
+    }
+    part.program.num_inputs = static_cast<int>(types.size());
+    part.program.instrs.assign(instrs.begin() + static_cast<std::ptrdiff_t>(r.first),
+                               instrs.begin() + static_cast<std::ptrdiff_t>(r.first + r.count));
+    try {
+      check_program(part.program, types);
+    } catch (const ValueError& e) {
+      if (!is_group(attrs)) throw;
+      fail<ValueError>("[fused_elementwise] part {}: {}", parts.size(), e.what());
+    }
+    parts.push_back(std::move(part));
+  }
+  return parts;
+}
+
 Program decode(const Attrs& attrs, const std::vector<DType>& input_dtypes) {
-  Program p;
-  p.num_inputs = static_cast<int>(input_dtypes.size());
-  if (p.num_inputs < 1 || p.num_inputs > kMaxInputs)
-    fail<ValueError>("[fused_elementwise] takes 1 to {} inputs, got {}", kMaxInputs, p.num_inputs);
-  p.instrs = parse(attrs);
+  if (is_group(attrs))
+    fail<ValueError>("[fused_elementwise] a group of parts is no single program");
+  return decode_parts(attrs, input_dtypes).at(0).program;
+}
+
+namespace {
+void check_program(const Program& p, const std::vector<DType>& input_dtypes) {
   std::vector<DType> types = input_dtypes;
   for (size_t k = 0; k < p.instrs.size(); ++k) {
     const Instr& in = p.instrs[k];
@@ -153,13 +249,15 @@ Program decode(const Attrs& attrs, const std::vector<DType>& input_dtypes) {
                          out.empty() ? "nothing" : name(out[0].dtype), name(in.dtype)));
     types.push_back(in.dtype);
   }
-  return p;
 }
+}  // namespace
 
 Decoded Decoded::decode(OpId, const Attrs& attrs) {
   Decoded d;
   d.instrs = parse(attrs);
   for (const Instr& in : d.instrs) d.attrs.push_back(op_attrs(in));
+  // (the input count is checked by inference; any count will do here)
+  d.parts = ranges(attrs, d.instrs.size(), kMaxInputs);
   return d;
 }
 
@@ -198,8 +296,19 @@ namespace {
 std::vector<TensorInfo> infer_fused(const InferContext& ctx) {
   std::vector<DType> types;
   for (const auto& t : ctx.inputs) types.push_back(t.dtype);
-  const fused::Program p = fused::decode(ctx.attrs, types);
-  return {{ops::broadcast_infer(ctx), p.instrs.back().dtype}};
+  if (!fused::is_group(ctx.attrs)) {
+    const fused::Program p = fused::decode(ctx.attrs, types);
+    return {{ops::broadcast_infer(ctx), p.instrs.back().dtype}};
+  }
+  // a group: each part's output of its own inputs' broadcast shape
+  std::vector<TensorInfo> out;
+  for (const fused::Part& part : fused::decode_parts(ctx.attrs, types)) {
+    std::vector<TensorInfo> ins;
+    for (int32_t i : part.inputs) ins.push_back(ctx.inputs[i]);
+    const InferContext sub{ctx.op, ctx.attrs, ins};
+    out.push_back({ops::broadcast_infer(sub), part.program.instrs.back().dtype});
+  }
+  return out;
 }
 }  // namespace
 

@@ -12,6 +12,15 @@
 // are computed in f32 and rounded after each instruction, as the unfused kernels do), so a fused
 // node gives the results of the ops it replaced. Inference checks each instruction with its op's
 // own inference; a malformed program is a ValueError naming the instruction.
+//
+// A group (the attribute `parts` present) is several programs in one node, run as one kernel
+// launch, each giving one output from some of the node's inputs: fuse_elementwise makes groups of
+// small values (launches, not bytes, bound them), where each part's inputs are of its output's
+// shape or single values. Attributes:
+//   parts        ints, 2 per part: [its number of inputs, its number of instructions]
+//   part_inputs  ints: each part's inputs as indices of the node's inputs, part after part
+//   code/params  every part's instructions, part after part, each numbered as its own program
+// Output k is part k's last value, of the broadcast shape of part k's inputs.
 #pragma once
 
 #include <string>
@@ -42,6 +51,13 @@ struct Program {
 
 inline constexpr int kMaxInputs = 32;
 inline constexpr int kMaxInstrs = 256;
+inline constexpr int kMaxParts = 16;
+
+/// One program of a group: its inputs as indices of the node's inputs.
+struct Part {
+  std::vector<int32_t> inputs;
+  Program program;
+};
 
 /// Number of operands the op takes inside a program (1 to 3), or 0 when it cannot be fused.
 int arity(OpId op);
@@ -53,16 +69,30 @@ Attrs op_attrs(const Instr& in);
 
 /// The node attributes of a program.
 Attrs encode(const Program& p);
+/// The node attributes of a group of parts.
+Attrs encode_group(const std::vector<Part>& parts);
+/// Whether the attributes are a group's.
+bool is_group(const Attrs& attrs);
 /// Decodes and validates a program against its input dtypes; throws ValueError naming the
-/// instruction on a malformed one.
+/// instruction on a malformed one (a group: ValueError).
 Program decode(const Attrs& attrs, const std::vector<DType>& input_dtypes);
+/// Decodes and validates the parts of a node's program: a group's, or the one program over all
+/// inputs. Throws ValueError naming the part and the instruction on a malformed one.
+std::vector<Part> decode_parts(const Attrs& attrs, const std::vector<DType>& input_dtypes);
 /// A node's program as its kernels read it, decoded once per executable (the op's params): the
 /// instructions and each one's op attributes. Only the encoding is checked here (sizes, op ids,
 /// dtypes); the operands and dtypes were checked against the node's inputs by inference (graph
 /// build, package load), which the runtime's kernels rely on.
 struct Decoded : OpParams {
-  std::vector<Instr> instrs;
+  std::vector<Instr> instrs;  // (a group's: every part's, part after part)
   std::vector<Attrs> attrs;
+  /// Each part's instructions [first, first + count) and inputs (one part over all inputs where
+  /// the node is no group; its inputs then empty: all of them, in order).
+  struct Range {
+    size_t first = 0, count = 0;
+    std::vector<int32_t> inputs;
+  };
+  std::vector<Range> parts;
   static Decoded decode(OpId op, const Attrs& a);
 };
 /// The dtype of every value (inputs, then instruction results).

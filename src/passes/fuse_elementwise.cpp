@@ -2,11 +2,15 @@
 // values no node outside the group reads and no output names, become one fused_elementwise node
 // (program format: src/ops/fused_elementwise.h). Inputs that broadcast to the shape stay inputs.
 #include <algorithm>
+#include <functional>
 #include <map>
+#include <optional>
+#include <set>
 
 #include "core/op_registry.h"
 #include "ops/fused_elementwise.h"
 #include "passes/program.h"
+#include "runtime/env.h"
 #include "runtime/executable_impl.h"
 #include "runtime/run_kernel.h"
 
@@ -56,6 +60,228 @@ bool build_program(const Program& p, Group& g) {
 }
 }  // namespace
 
+namespace {
+// Whether node i is an elementwise op a fused node can run on `target` (an op the target has no
+// kernel for stays a node of its own: placement falls back for it).
+bool fusable_node(const Program& p, int32_t i, Backend target) {
+  const Node& nd = p.graph.nodes[i];
+  const KernelEntry* fused_kernel = find_kernel(OpId::FusedElementwise, target);
+  fused::Instr tmp;
+  if (fused::arity(nd.op) == 0 || nd.outputs.size() != 1 ||
+      nd.inputs.size() != static_cast<size_t>(fused::arity(nd.op)) ||
+      !fused::pack_params(nd.op, nd.attrs, tmp) || !fused_kernel)
+    return false;
+  const KernelEntry* k = find_kernel(nd.op, target);
+  std::vector<TensorInfo> in;
+  for (ValueRef v : nd.inputs) in.push_back(p.graph.info(v));
+  return k && k->handles(kernel_dtype(*k, nd, in)) && fused_kernel->handles(nd.outputs[0].dtype);
+}
+
+// Phase 2 (group_small): below this many elements a kernel's time is its launch, not its bytes.
+constexpr int64_t kSmall = 16384;
+
+// An operand while a group's program is put together: a value from outside the group, or the
+// result of an instruction of the program.
+struct Ref {
+  ValueRef outside{-1, 0};
+  int32_t instr = -1;
+};
+struct Op {
+  fused::Instr in;
+  Ref operand[3];
+};
+// A member's value as a program over values from outside the group: the members it reads are
+// computed again inside it (small values: cheaper than a launch).
+struct Expanded {
+  std::vector<ValueRef> inputs;
+  fused::Program program;
+};
+
+// The instructions of node `i` (an elementwise op, or a fused node's program) appended to `ops`,
+// its operands resolved by `operand`; the index of its result. False where a node's program does
+// not decode (it cannot be a member).
+template <typename F>
+int32_t append_node(const Program& p, int32_t i, std::vector<Op>& ops, F&& operand) {
+  const Node& n = p.graph.nodes[i];
+  if (n.op != OpId::FusedElementwise) {
+    Op op;
+    op.in.op = n.op;
+    op.in.dtype = n.outputs[0].dtype;
+    fused::pack_params(n.op, n.attrs, op.in);
+    for (size_t j = 0; j < n.inputs.size(); ++j) op.operand[j] = operand(n.inputs[j]);
+    ops.push_back(op);
+    return static_cast<int32_t>(ops.size()) - 1;
+  }
+  std::vector<DType> types;
+  for (ValueRef v : n.inputs) types.push_back(p.graph.info(v).dtype);
+  const fused::Program prog = fused::decode(n.attrs, types);
+  std::vector<Ref> inputs;  // (resolving them may append the members they come from)
+  for (ValueRef v : n.inputs) inputs.push_back(operand(v));
+  const auto base = static_cast<int32_t>(ops.size());
+  for (const fused::Instr& in : prog.instrs) {
+    Op op;
+    op.in = in;
+    for (int j = 0; j < fused::arity(in.op); ++j) {
+      const int32_t v = in.operand(j);
+      op.operand[j] = v < prog.num_inputs ? inputs[v] : Ref{{-1, 0}, base + v - prog.num_inputs};
+    }
+    ops.push_back(op);
+  }
+  return static_cast<int32_t>(ops.size()) - 1;
+}
+
+// The program of `ops` up to `last` (its inputs numbered first, in first-use order).
+Expanded finish(const std::vector<Op>& ops) {
+  Expanded e;
+  auto input = [&](ValueRef v) {
+    auto it = std::find(e.inputs.begin(), e.inputs.end(), v);
+    if (it != e.inputs.end()) return static_cast<int32_t>(it - e.inputs.begin());
+    e.inputs.push_back(v);
+    return static_cast<int32_t>(e.inputs.size()) - 1;
+  };
+  for (const Op& op : ops)
+    for (int j = 0; j < fused::arity(op.in.op); ++j)
+      if (op.operand[j].instr < 0) input(op.operand[j].outside);
+  e.program.num_inputs = static_cast<int>(e.inputs.size());
+  for (const Op& op : ops) {
+    fused::Instr in = op.in;
+    int32_t* slots[3] = {&in.a, &in.b, &in.c};
+    for (int j = 0; j < 3; ++j)
+      *slots[j] = j >= fused::arity(in.op)   ? -1
+                  : op.operand[j].instr >= 0 ? e.program.num_inputs + op.operand[j].instr
+                                             : input(op.operand[j].outside);
+    e.program.instrs.push_back(in);
+  }
+  return e;
+}
+
+// Groups of small elementwise nodes (every value at most kSmall elements, every input of a
+// node's own size or a single value) as one fused_elementwise node of several parts (one kernel
+// launch): nodes independent of each other, and chains whose values are also read elsewhere (a
+// member read by another is computed again inside it). Nodes in topological order join the open
+// group until a node outside it reads one of its values; the group takes the place of its last
+// member, so every reader of its outputs comes after it and every input before.
+Program group_small(const Program& p, const std::vector<char>& late,
+                    const std::function<bool(int32_t)>& fusable) {
+  const auto& nodes = p.graph.nodes;
+  const auto n = static_cast<int32_t>(nodes.size());
+  // a variable's next value stays a node of its own: memory planning writes it where the variable
+  // lives (updates_in_place), which a node of several outputs does not
+  std::vector<char> assigned(n, 0);
+  for (const Node& nd : nodes)
+    if (op_def(nd.op).writes_variable)
+      for (ValueRef v : nd.inputs) assigned[v.node] = 1;
+  auto small = [&](int32_t i) {
+    const Node& nd = nodes[i];
+    if (nd.outputs.size() != 1 || !is_static(nd.outputs[0].shape) || assigned[i]) return false;
+    if (nd.op == OpId::FusedElementwise ? fused::is_group(nd.attrs) : !fusable(i)) return false;
+    const int64_t size = numel(nd.outputs[0].shape);
+    if (size < 1 || size > kSmall) return false;
+    for (ValueRef v : nd.inputs) {
+      const Shape& s = p.graph.info(v).shape;
+      if (!is_static(s) || (numel(s) != size && numel(s) != 1)) return false;
+    }
+    return true;
+  };
+  std::vector<char> escapes(n, 0);
+  for (ValueRef v : p.outputs) escapes[v.node] = 1;
+  std::vector<int32_t> group_of(n, -1);
+  std::vector<std::vector<int32_t>> groups;
+  std::vector<std::vector<Expanded>> parts;        // per group: one per member read after it
+  std::vector<std::vector<int32_t>> part_members;  // the member each part gives
+  std::vector<int32_t> open;                       // members of the open group
+  std::map<int32_t, Expanded> expanded;            // theirs
+  auto in_open = [&](int32_t q) { return std::find(open.begin(), open.end(), q) != open.end(); };
+  auto close = [&](int32_t reader) {
+    // the members read outside (by `reader` or later nodes, or as outputs) become its parts
+    (void)reader;
+    if (open.size() >= 2) {
+      std::vector<char> read(open.size(), 0);
+      for (int32_t r = open.back() + 1; r < n; ++r)
+        if (!in_open(r))
+          for (ValueRef v : nodes[r].inputs)
+            for (size_t m = 0; m < open.size(); ++m) read[m] |= v.node == open[m];
+      std::vector<Expanded> ps;
+      std::vector<int32_t> pm;
+      std::set<ValueRef> inputs;
+      for (size_t m = 0; m < open.size(); ++m)
+        if (read[m] || escapes[open[m]]) {
+          ps.push_back(expanded.at(open[m]));
+          pm.push_back(open[m]);
+          inputs.insert(ps.back().inputs.begin(), ps.back().inputs.end());
+        }
+      if (!ps.empty() && ps.size() <= static_cast<size_t>(fused::kMaxParts) &&
+          inputs.size() <= static_cast<size_t>(fused::kMaxInputs)) {
+        for (int32_t m : open) group_of[m] = static_cast<int32_t>(groups.size());
+        groups.push_back(open);
+        parts.push_back(std::move(ps));
+        part_members.push_back(std::move(pm));
+      }
+    }
+    open.clear();
+    expanded.clear();
+  };
+  for (int32_t i = 0; i < n; ++i) {
+    bool reads_open = false;
+    for (ValueRef v : nodes[i].inputs) reads_open = reads_open || in_open(v.node);
+    const bool fits = small(i) && (open.empty() || late[i] == late[open.front()]);
+    std::optional<Expanded> e;
+    if (fits) {
+      std::vector<Op> ops;
+      std::map<int32_t, int32_t> done;  // member -> its result in ops
+      std::function<Ref(ValueRef)> operand = [&](ValueRef v) -> Ref {
+        if (!in_open(v.node)) return Ref{v, -1};
+        auto it = done.find(v.node);
+        if (it == done.end()) it = done.emplace(v.node, append_node(p, v.node, ops, operand)).first;
+        return Ref{{-1, 0}, it->second};
+      };
+      append_node(p, i, ops, operand);
+      if (ops.size() <= static_cast<size_t>(fused::kMaxInstrs)) e = finish(ops);
+      if (e && e->inputs.size() > static_cast<size_t>(fused::kMaxInputs)) e.reset();
+    }
+    if (!e) {
+      if (reads_open) close(i);
+      continue;
+    }
+    open.push_back(i);
+    expanded.emplace(i, std::move(*e));
+  }
+  close(n);
+  if (groups.empty()) return p;
+
+  ProgramBuilder b(p);
+  for (int32_t i = 0; i < n; ++i) {
+    if (group_of[i] < 0) {
+      b.copy(i);
+      continue;
+    }
+    const auto gi = static_cast<size_t>(group_of[i]);
+    if (groups[gi].back() != i) continue;  // the group takes its last member's place
+    std::vector<ValueRef> ins;
+    std::vector<fused::Part> fparts;
+    for (const Expanded& e : parts[gi]) {
+      fused::Part part;
+      part.program = e.program;
+      for (ValueRef v : e.inputs) {
+        const ValueRef to = b.remap(v);
+        auto it = std::find(ins.begin(), ins.end(), to);
+        if (it == ins.end()) it = ins.insert(ins.end(), to);
+        part.inputs.push_back(static_cast<int32_t>(it - ins.begin()));
+      }
+      fparts.push_back(std::move(part));
+    }
+    // (one part: a plain program over the group's inputs, in its order)
+    const Attrs attrs =
+        fparts.size() == 1 ? fused::encode(fparts[0].program) : fused::encode_group(fparts);
+    const int32_t f = b.graph().add(OpId::FusedElementwise, std::move(ins), attrs, nodes[i].name);
+    b.graph().nodes[f].origin = nodes[i].origin;
+    for (size_t k = 0; k < part_members[gi].size(); ++k)
+      b.map(part_members[gi][k], {{f, static_cast<int32_t>(k)}});
+  }
+  return b.finish();
+}
+}  // namespace
+
 Program fuse_elementwise(const Program& p, Backend target) {
   const auto& nodes = p.graph.nodes;
   const size_t n = nodes.size();
@@ -72,23 +298,21 @@ Program fuse_elementwise(const Program& p, Backend target) {
     }
   }
   for (ValueRef v : p.outputs) escapes[v.node] = 1;
-  // an op the target has no kernel for stays a node of its own (placement falls back for it)
-  const KernelEntry* fused_kernel = find_kernel(OpId::FusedElementwise, target);
-  auto fusable = [&](int32_t i) {
-    const Node& nd = nodes[i];
-    fused::Instr tmp;
-    if (fused::arity(nd.op) == 0 || nd.outputs.size() != 1 ||
-        nd.inputs.size() != static_cast<size_t>(fused::arity(nd.op)) ||
-        !fused::pack_params(nd.op, nd.attrs, tmp) || !fused_kernel)
-      return false;
-    const KernelEntry* k = find_kernel(nd.op, target);
-    std::vector<TensorInfo> in;
-    for (ValueRef v : nd.inputs) in.push_back(p.graph.info(v));
-    return k && k->handles(kernel_dtype(*k, nd, in)) && fused_kernel->handles(nd.outputs[0].dtype);
-  };
+  auto fusable = [&](int32_t i) { return fusable_node(p, i, target); };
+  auto fusable_in = [&](const Program& q, int32_t i) { return fusable_node(q, i, target); };
 
   std::vector<int32_t> group_of(n, -1);
   std::vector<Group> groups;
+  // (then groups of small values: group_small, on the program this phase gives)
+  auto then_small = [&](const Program& q) {
+    if (!env::fuse_groups()) return q;
+    std::vector<char> late_q(q.graph.nodes.size(), 0);
+    for (size_t i = 0; i < q.graph.nodes.size(); ++i) {
+      late_q[i] = op_def(q.graph.nodes[i].op).writes_variable;
+      for (ValueRef v : q.graph.nodes[i].inputs) late_q[i] = late_q[i] || late_q[v.node];
+    }
+    return group_small(q, late_q, [&](int32_t i) { return fusable_in(q, i); });
+  };
   for (int32_t r = static_cast<int32_t>(n) - 1; r >= 0; --r) {
     if (group_of[r] >= 0 || !fusable(r)) continue;
     const Shape& shape = nodes[r].outputs[0].shape;
@@ -120,7 +344,7 @@ Program fuse_elementwise(const Program& p, Backend target) {
     for (int32_t m : members) group_of[m] = static_cast<int32_t>(groups.size());
     groups.push_back(std::move(g));
   }
-  if (groups.empty()) return p;
+  if (groups.empty()) return then_small(p);
 
   ProgramBuilder b(p);
   for (size_t i = 0; i < n; ++i) {
@@ -138,7 +362,7 @@ Program fuse_elementwise(const Program& p, Backend target) {
     b.graph().nodes[f].origin = nodes[i].origin;
     b.map(id, {{f, 0}});
   }
-  return b.finish();
+  return then_small(b.finish());
 }
 
 }  // namespace kiln

@@ -58,6 +58,7 @@ bool fusion_enabled() {
 bool cudnn_runtime_fusion() { return is(Var::KILN_CUDNN_RUNTIME_FUSION, "1"); }
 
 bool gemm_borrow() { return !is(Var::KILN_GEMM_BORROW, "0"); }
+bool fuse_groups() { return !is(Var::KILN_FUSE_GROUPS, "0"); }
 
 bool deterministic() { return is(Var::KILN_DETERMINISTIC, "1"); }
 

@@ -37,6 +37,8 @@ bool conditional_nodes();
 int loop_unroll();
 /// False when KILN_FUSION=0 (read once).
 bool fusion_enabled();
+/// False when KILN_FUSE_GROUPS=0 (read at every compile).
+bool fuse_groups();
 /// True when KILN_CUDNN_RUNTIME_FUSION=1 (read when a convolution problem is first seen).
 bool cudnn_runtime_fusion();
 /// False when KILN_GEMM_BORROW=0 (read when an executable of many shapes plans a new cuBLASLt

@@ -233,9 +233,10 @@ TEST(CudaControlGraph, ForLoopStepsPerLaunch) {
   }
 }
 
-// A while_loop recorded as launches of several steps: the loop ends at every position inside a
-// launch (the steps after its end run, their results are not taken), and max_trip_count holds
-// exactly (10 iterations pass, an 11th fails) across a launch's steps.
+// A while_loop recorded as launches of several steps (8 by default, and 3): the loop ends at every
+// position inside a launch and in the next ones (the steps after its end run, their results are
+// not taken), and max_trip_count holds exactly (18 iterations pass, a 19th fails) across a
+// launch's steps.
 TEST(CudaControlGraph, WhileLoopEndsInsideALaunch) {
   REQUIRE_CONDITIONAL_NODES();
   for (const char* unroll : {"", "3"}) {
@@ -250,16 +251,16 @@ TEST(CudaControlGraph, WhileLoopEndsInsideALaunch) {
         [&](const std::vector<Tensor>& v) {
           return std::vector<Tensor>{v[0] + int64_t{1}, v[1] * 0.9 + c};
         },
-        {.max_trip_count = 10});
+        {.max_trip_count = 18});
     auto exe = g.compile(kGpu, {}, out);
-    for (int64_t trips = 0; trips <= 12; ++trips) {
+    for (int64_t trips = 0; trips <= 20; ++trips) {
       Array xv = random_array({33}, f32), cv = random_array({33}, f32);
       std::vector<double> x = to_f64(xv);
       const std::vector<double> cs = to_f64(cv);
       const Feeds feeds{
           {n, Array::scalar(trips)}, {x0, xv}, {c, cv}, {i0, Array::scalar(int64_t{0})}};
-      if (trips > 10) {
-        expect_error<ValueError>([&] { exe.run(feeds); }, {"[while_loop]", "max_trip_count = 10"});
+      if (trips > 18) {
+        expect_error<ValueError>([&] { exe.run(feeds); }, {"[while_loop]", "max_trip_count = 18"});
         continue;
       }
       for (int64_t t = 0; t < trips; ++t)

@@ -61,8 +61,8 @@ TEST(FuseElementwise, ChainBecomesOneNode) {
 }
 
 TEST(FuseElementwise, EscapingIntermediatesStayOutside) {
-  Graph g;
-  auto x = g.placeholder({50, 40}, f32, "x");
+  Graph g;  // (values above the size of small groups: FuseGroups)
+  auto x = g.placeholder({200, 100}, f32, "x");
   auto a = x + 1.0;       // read by the sum below and returned: stays a node
   auto b = exp(a) * 3.0;  // exp and mul fuse
   auto c = sum(a);        // a reduction is no elementwise op
@@ -70,13 +70,14 @@ TEST(FuseElementwise, EscapingIntermediatesStayOutside) {
   EXPECT_EQ(fused_nodes(fused), 1) << fused.dump();
   EXPECT_EQ(count(fused.dump(), "= add("), 1) << fused.dump();
   auto plain = g.compile(Device::cpu(), {}, {b, a, c}, kUnfused);
-  const Feeds f{{x, random_array({50, 40}, f32)}};
+  const Feeds f{{x, random_array({200, 100}, f32)}};
   const auto got = fused.run(f), want = plain.run(f);
   for (size_t i = 0; i < got.size(); ++i) expect_same(got[i], want[i]);
 
-  // an intermediate read twice inside the group is fine; one read outside stops it
+  // an intermediate read twice inside the group is fine; one read outside stops it (values above
+  // the size of small groups, which compute such an intermediate again: SmallValuesRunAsOneNode)
   Graph h;
-  auto u = h.placeholder({64}, f32, "u");
+  auto u = h.placeholder({64, 512}, f32, "u");
   auto v = u * u;
   auto w = sqrt(v + v);
   auto exe = h.compile(Device::cpu(), {}, {w}, kFused);

@@ -62,7 +62,9 @@ TEST(HoistCasts, AutocastRoundTripVanishes) {
   auto h = matmul(a, w1);                                   // 2 x 8 x 12
   auto t = reshape(transpose(h, {0, 2, 1}), {24, 8});       // 24 x 8
   auto out = matmul(t, w2);                                 // 24 x 5
-  const CompileOptions with{.autocast = bf16};
+  // (elementwise fusion off: small casts independent of each other would share one node)
+  CompileOptions with{.autocast = bf16};
+  with.fuse_elementwise = false;
   Executable opt = g.compile(Device::cpu(), {}, {out}, with);
   Executable plain = g.compile(Device::cpu(), {}, {out}, {.optimize = false, .autocast = bf16});
   // a, w1 and w2 to bf16, and the result back to f32: nothing between the products
@@ -100,7 +102,10 @@ TEST(HoistCasts, ChainWithAnotherReaderStays) {
   auto t = transpose(x * 3.0, {1, 0});
   auto lo = cast(t, bf16);
   auto also = t + 1.0;
-  Executable opt = g.compile(Device::cpu(), {}, {lo, also});
+  // (elementwise fusion off: the cast and the add, small and independent, would share one node)
+  CompileOptions no_fusion;
+  no_fusion.fuse_elementwise = false;
+  Executable opt = g.compile(Device::cpu(), {}, {lo, also}, no_fusion);
   EXPECT_EQ(casts(opt), 1) << opt.dump();
   Executable plain = g.compile(Device::cpu(), {}, {lo, also}, kAsWritten);
   const Array xa = random_array({6, 7}, f32);

@@ -99,29 +99,29 @@ struct Chunks {
   std::vector<TensorView> ins, outs;
 };
 
-void fused_elementwise(KernelContext& ctx) {
-  const int n_in = ctx.num_inputs();
-  // the program as the node's params decoded it once (per call only where a context carries none)
-  fused::Decoded spare;
-  const fused::Decoded& prog = params_of<fused::Decoded>(ctx, spare);
+// One program (`count` instructions and their op attributes) over the views `inputs` into `o`.
+void run_program(KernelContext& ctx, const fused::Instr* instrs, const Attrs* attrs, size_t count,
+                 const std::vector<const TensorView*>& inputs, const TensorView& o) {
+  const int n_in = static_cast<int>(inputs.size());
+  auto input = [&](int i) -> const TensorView& { return *inputs[i]; };
   // (the per-call lists live in this thread's memory, kept from call to call: a small node's run
   // costs little more than its arithmetic; the workers read them through these references)
   thread_local Scratch mine;
   Scratch& sc = mine;
   std::vector<DType>& types = sc.types;
   types.clear();
-  for (int i = 0; i < n_in; ++i) types.push_back(ctx.in(i).dtype);
-  for (const fused::Instr& in : prog.instrs) types.push_back(in.dtype);
+  for (int i = 0; i < n_in; ++i) types.push_back(input(i).dtype);
+  for (size_t k = 0; k < count; ++k) types.push_back(instrs[k].dtype);
   const int n_values = static_cast<int>(types.size());
-  const TensorView& o = ctx.out(0);
   const int64_t total = o.numel();
   if (total == 0) return;
 
   std::vector<const KernelEntry*>& kernels = sc.kernels;
   kernels.clear();
-  for (const fused::Instr& in : prog.instrs) {
-    const KernelEntry* k = find_kernel(in.op, Backend::cpu);
-    if (!k) fail<UnsupportedError>("[fused_elementwise] no cpu kernel for {}", op_name(in.op));
+  for (size_t j = 0; j < count; ++j) {
+    const KernelEntry* k = find_kernel(instrs[j].op, Backend::cpu);
+    if (!k)
+      fail<UnsupportedError>("[fused_elementwise] no cpu kernel for {}", op_name(instrs[j].op));
     kernels.push_back(k);
   }
   // inputs: dense of the output's numel (read in place when held in their own dtype), a single
@@ -131,9 +131,9 @@ void fused_elementwise(KernelContext& ctx) {
   kind.assign(n_in, Kind::dense);
   if (strides.size() < static_cast<size_t>(n_in)) strides.resize(n_in);
   for (int i = 0; i < n_in; ++i) {
-    const int64_t m = ctx.in(i).numel();
+    const int64_t m = input(i).numel();
     kind[i] = m == total ? Kind::dense : m == 1 ? Kind::scalar : Kind::bcast;
-    if (kind[i] == Kind::bcast) broadcast_strides(ctx.in(i).shape, o.shape, strides[i]);
+    if (kind[i] == Kind::bcast) broadcast_strides(input(i).shape, o.shape, strides[i]);
   }
   const int last = n_values - 1;
   const bool out_direct = !is_half(o.dtype);
@@ -174,7 +174,7 @@ void fused_elementwise(KernelContext& ctx) {
     for (int i = 0; i < n_in; ++i)
       if (kind[i] == Kind::scalar) {
         const size_t es = size_of(compute_type(types[i]));
-        convert(ctx.in(i).data, types[i], ptr[i], compute_type(types[i]), 1);
+        convert(input(i).data, types[i], ptr[i], compute_type(types[i]), 1);
         for (int64_t have = 1; have < reach; have *= 2)
           std::memcpy(ptr[i] + have * es, ptr[i], std::min(have, reach - have) * es);
       }
@@ -184,7 +184,7 @@ void fused_elementwise(KernelContext& ctx) {
     for (int64_t c = c0; c < c1; ++c) {
       const int64_t s = c * chunk, len = std::min(chunk, total - s);
       for (int i = 0; i < n_in; ++i) {
-        const TensorView& in = ctx.in(i);
+        const TensorView& in = input(i);
         const size_t es = size_of(in.dtype);
         const char* src = static_cast<const char*>(in.data);
         if (kind[i] == Kind::dense) {
@@ -203,8 +203,8 @@ void fused_elementwise(KernelContext& ctx) {
         }
       }
       if (out_direct) ptr[last] = static_cast<char*>(o.data) + s * size_of(o.dtype);
-      for (size_t k = 0; k < prog.instrs.size(); ++k) {
-        const fused::Instr& in = prog.instrs[k];
+      for (size_t k = 0; k < count; ++k) {
+        const fused::Instr& in = instrs[k];
         const int v = n_in + static_cast<int>(k);
         const DType t = types[v];
         float* res = reinterpret_cast<float*>(ptr[v]);
@@ -223,7 +223,7 @@ void fused_elementwise(KernelContext& ctx) {
         ins.resize(fused::arity(in.op));
         for (size_t j = 0; j < ins.size(); ++j) set(ins[j], in.operand(static_cast<int>(j)));
         set(outs[0], v);
-        KernelContextViews lent(in.op, prog.attrs[k], ins, outs, nullptr, nullptr, nullptr);
+        KernelContextViews lent(in.op, attrs[k], ins, outs, nullptr, nullptr, nullptr);
         kernels[k]->fn(lent.ctx);
         if (is_half(t) && v != last) round_half(res, t, len);
       }
@@ -231,6 +231,24 @@ void fused_elementwise(KernelContext& ctx) {
         convert(ptr[last], f32, static_cast<char*>(o.data) + s * size_of(o.dtype), o.dtype, len);
     }
   });
+}
+
+// The node's program, or a group's parts one after another (each its own output).
+void fused_elementwise(KernelContext& ctx) {
+  // the program as the node's params decoded it once (per call only where a context carries none)
+  fused::Decoded spare;
+  const fused::Decoded& prog = params_of<fused::Decoded>(ctx, spare);
+  thread_local std::vector<const TensorView*> inputs;
+  for (size_t k = 0; k < prog.parts.size(); ++k) {
+    const fused::Decoded::Range& r = prog.parts[k];
+    inputs.clear();
+    if (r.inputs.empty())
+      for (int i = 0; i < ctx.num_inputs(); ++i) inputs.push_back(&ctx.in(i));
+    else
+      for (int32_t i : r.inputs) inputs.push_back(&ctx.in(i));
+    run_program(ctx, &prog.instrs[r.first], &prog.attrs[r.first], r.count, inputs,
+                ctx.out(static_cast<int>(k)));
+  }
 }
 }  // namespace
 

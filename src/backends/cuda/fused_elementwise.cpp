@@ -1,7 +1,8 @@
 // CUDA kernel of fused_elementwise: generates CUDA C++ for the program (src/ops/
-// fused_elementwise.h), compiles it with NVRTC to a cubin for the device's architecture, loads it
-// with the driver API and launches it on the step's stream. Kernels are cached in memory by
-// (context, xxh3 of source and architecture), each compiled once. The generated source calls the
+// fused_elementwise.h; a group's parts in one kernel), compiles it with NVRTC to a cubin for the
+// device's architecture, loads it with the driver API and launches it on the step's stream
+// (nvrtc_cache.h: kernels cached by context and xxh3 of source and architecture, each compiled
+// once). The generated source calls the
 // functors of src/ops/elementwise_math.h, embedded as text, which the unfused kernels run too
 // (f16/bf16 computed in f32 and rounded after every instruction), so a fused node gives what the
 // unfused kernels give.
@@ -9,11 +10,8 @@
 
 #include <cuda.h>
 #include <cuda_runtime.h>
-#include <nvrtc.h>
-#include <xxhash.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -21,10 +19,10 @@
 #include <memory>
 #include <mutex>
 #include <set>
-#include <type_traits>
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/nvrtc_cache.h"
 #include "core/errors.h"
 #include "ops/elementwise_math.h"
 #include "ops/elementwise_records.h"
@@ -283,187 +281,63 @@ std::string generate(const fused::Program& p, const std::vector<DType>& types, D
   return s;
 }
 
-// Driver API entry points through the runtime (cudaGetDriverEntryPointByVersion), so libkiln does
-// not link libcuda, which machines without a GPU driver lack.
-struct Driver {
-  CUresult (*get_error_string)(CUresult, const char**) = nullptr;
-  CUresult (*stream_get_ctx)(CUstream, CUcontext*) = nullptr;
-  CUresult (*ctx_get_current)(CUcontext*) = nullptr;
-  CUresult (*ctx_push_current)(CUcontext) = nullptr;
-  CUresult (*ctx_pop_current)(CUcontext*) = nullptr;
-  CUresult (*module_load_data)(CUmodule*, const void*) = nullptr;
-  CUresult (*module_unload)(CUmodule) = nullptr;
-  CUresult (*module_get_function)(CUfunction*, CUmodule, const char*) = nullptr;
-  CUresult (*launch_kernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                            unsigned, CUstream, void**, void**) = nullptr;
+// A group's kernel parameters (fused::is_group): its parts' outputs one after another, part k's
+// elements ending at end[k] of the concatenation.
+struct GroupParams {
+  const void* in[fused::kMaxInputs];
+  void* out[fused::kMaxParts];
+  long long end[fused::kMaxParts];
 };
-const Driver& driver() {
-  static const Driver d = [] {
-    Driver r;
-    auto get = [](const char* sym, auto& fn) {
-      void* p = nullptr;
-      cudaDriverEntryPointQueryResult q{};
-      const cudaError_t e = cudaGetDriverEntryPointByVersion(sym, &p, 12000, cudaEnableDefault, &q);
-      if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || !p)
-        fail<DeviceError>("[fused_elementwise] the CUDA driver has no entry point {} ({})", sym,
-                          e != cudaSuccess ? cudaGetErrorString(e) : "symbol not found");
-      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(p);
-    };
-    get("cuGetErrorString", r.get_error_string);
-    get("cuStreamGetCtx", r.stream_get_ctx);
-    get("cuCtxGetCurrent", r.ctx_get_current);
-    get("cuCtxPushCurrent", r.ctx_push_current);
-    get("cuCtxPopCurrent", r.ctx_pop_current);
-    get("cuModuleLoadData", r.module_load_data);
-    get("cuModuleUnload", r.module_unload);
-    get("cuModuleGetFunction", r.module_get_function);
-    get("cuLaunchKernel", r.launch_kernel);
-    return r;
-  }();
-  return d;
-}
 
-[[noreturn]] void driver_fail(CUresult r, const char* expr) {
-  const char* msg = nullptr;
-  driver().get_error_string(r, &msg);
-  fail<DeviceError>("[fused_elementwise] {} failed: {}", expr,
-                    msg ? msg : "unknown CUDA driver error");
-}
-#define KILN_CU_CHECK(expr)                                     \
-  do {                                                          \
-    const CUresult kiln_cu_ = (expr);                           \
-    if (kiln_cu_ != CUDA_SUCCESS) driver_fail(kiln_cu_, #expr); \
-  } while (0)
-
-[[noreturn]] void nvrtc_fail(nvrtcResult r, const char* expr, const std::string& log = {}) {
-  fail<DeviceError>("[fused_elementwise] {} failed: {}{}{}", expr, nvrtcGetErrorString(r),
-                    log.empty() ? "" : "; compiler log:\n", log);
-}
-#define KILN_NVRTC_CHECK(expr)                                  \
-  do {                                                          \
-    const nvrtcResult kiln_nv_ = (expr);                        \
-    if (kiln_nv_ != NVRTC_SUCCESS) nvrtc_fail(kiln_nv_, #expr); \
-  } while (0)
-
-// Source -> cubin for sm_<arch>.
-std::vector<char> compile_cubin(const std::string& src, int arch) {
-  nvrtcProgram prog;
-  KILN_NVRTC_CHECK(nvrtcCreateProgram(&prog, src.c_str(), "kiln_fused.cu", 0, nullptr, nullptr));
-  std::unique_ptr<nvrtcProgram, void (*)(nvrtcProgram*)> guard(
-      &prog, [](nvrtcProgram* p) { nvrtcDestroyProgram(p); });
-  const std::string arch_opt = fmt::format("--gpu-architecture=sm_{}", arch);
-  const char* opts[] = {arch_opt.c_str(), "--std=c++17"};
-  const nvrtcResult r = nvrtcCompileProgram(prog, 2, opts);
-  if (r != NVRTC_SUCCESS) {
-    size_t n = 0;
-    std::string log;
-    if (nvrtcGetProgramLogSize(prog, &n) == NVRTC_SUCCESS && n > 1) {
-      log.resize(n);
-      if (nvrtcGetProgramLog(prog, log.data()) != NVRTC_SUCCESS) log.clear();
-      while (!log.empty() && (log.back() == '\0' || log.back() == '\n')) log.pop_back();
+// A group's kernel: thread t of a grid-stride loop takes element t of the concatenation of the
+// parts' outputs, so every part runs in the one launch. Each part reads its inputs as its
+// output's elements (`dense`) or as one value (the fuse_elementwise pass groups no other).
+std::string generate_group(const std::vector<fused::Part>& parts,
+                           const std::vector<DType>& in_types,
+                           const std::vector<std::vector<Kind>>& kinds) {
+  std::string s = kPrelude;
+  s += kElementwiseMathText;
+  s += fmt::format(
+      "struct GroupParams {{ const void* in[{}]; void* out[{}]; long long end[{}]; }};\n",
+      fused::kMaxInputs, fused::kMaxParts, fused::kMaxParts);
+  for (size_t k = 0; k < parts.size(); ++k) {
+    const fused::Part& part = parts[k];
+    std::vector<DType> types;
+    for (int32_t i : part.inputs) types.push_back(in_types[i]);
+    types = fused::value_dtypes(part.program, types);
+    const DType out = part.program.instrs.back().dtype;
+    s += fmt::format("__device__ inline {} elem{}(const GroupParams& p, long long i) {{\n",
+                     ctype(out), k);
+    for (size_t q = 0; q < part.inputs.size(); ++q) {
+      const std::string e = fmt::format("((const {}*)p.in[{}])[{}]", stype(types[q]),
+                                        part.inputs[q], kinds[k][q] == Kind::dense ? "i" : "0");
+      s += fmt::format("  const {} v{} = {};\n", ctype(types[q]), q, load(types[q], e));
     }
-    nvrtc_fail(r, "nvrtcCompileProgram", log);
-  }
-  size_t size = 0;
-  KILN_NVRTC_CHECK(nvrtcGetCUBINSize(prog, &size));
-  std::vector<char> cubin(size);
-  KILN_NVRTC_CHECK(nvrtcGetCUBIN(prog, cubin.data()));
-  return cubin;
-}
-
-// Compiled kernels by (context, hash of source and architecture); each compiles once.
-struct Entry {
-  std::mutex mu;
-  CUmodule module = nullptr;
-  CUfunction fn = nullptr;
-};
-std::mutex& cache_mu() {
-  static std::mutex m;
-  return m;
-}
-std::map<std::pair<CUcontext, uint64_t>, std::shared_ptr<Entry>>& cache() {
-  // modules live until the process ends (contexts outlive executables)
-  static auto* c = new std::map<std::pair<CUcontext, uint64_t>, std::shared_ptr<Entry>>();
-  return *c;
-}
-
-// Binaries by key (XXH3-64 of the source and architecture): compiled here or imported from a
-// package; a context without the module loads it from here instead of compiling.
-std::map<uint64_t, std::shared_ptr<const std::vector<char>>>& binaries() {
-  static auto* b = new std::map<uint64_t, std::shared_ptr<const std::vector<char>>>();
-  return *b;
-}
-std::atomic<int64_t> compiled{0};
-
-uint64_t kernel_key(const std::string& src, int arch) {
-  const std::string keyed = src + "\n// sm_" + std::to_string(arch);
-  return XXH3_64bits(keyed.data(), keyed.size());
-}
-
-// The binary of `src` for sm_<arch>: imported, compiled before, or compiled now.
-std::shared_ptr<const std::vector<char>> binary_for(const std::string& src, int arch,
-                                                    uint64_t key) {
-  {
-    std::lock_guard<std::mutex> l(cache_mu());
-    if (auto it = binaries().find(key); it != binaries().end()) return it->second;
-  }
-  auto bin = std::make_shared<const std::vector<char>>(compile_cubin(src, arch));
-  ++compiled;
-  std::lock_guard<std::mutex> l(cache_mu());
-  return binaries().emplace(key, bin).first->second;  // the first one stored wins
-}
-
-int device_arch(int device) {
-  int major = 0, minor = 0;
-  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  return major * 10 + minor;
-}
-
-CUfunction get_kernel(const std::string& src, int device, CUstream stream) {
-  CUcontext cu_ctx = nullptr;
-  if (stream)
-    KILN_CU_CHECK(driver().stream_get_ctx(stream, &cu_ctx));
-  else
-    KILN_CU_CHECK(driver().ctx_get_current(&cu_ctx));
-  if (!cu_ctx) fail<DeviceError>("[fused_elementwise] no CUDA context on device {}", device);
-  const int arch = device_arch(device);
-  const uint64_t h = kernel_key(src, arch);
-  std::shared_ptr<Entry> e;
-  {
-    std::lock_guard<std::mutex> l(cache_mu());
-    auto& slot = cache()[{cu_ctx, h}];
-    if (!slot) slot = std::make_shared<Entry>();
-    e = slot;
-  }
-  std::lock_guard<std::mutex> l(e->mu);
-  if (e->fn) return e->fn;
-  auto load = [&](const std::vector<char>& cubin, CUmodule* mod, CUfunction* fn) {
-    KILN_CU_CHECK(driver().ctx_push_current(cu_ctx));
-    CUresult r = driver().module_load_data(mod, cubin.data());
-    if (r == CUDA_SUCCESS) r = driver().module_get_function(fn, *mod, "kiln_fused");
-    CUcontext popped;
-    driver().ctx_pop_current(&popped);
-    if (r != CUDA_SUCCESS && *mod) driver().module_unload(*mod), *mod = nullptr;
-    return r;
-  };
-  CUmodule mod = nullptr;
-  CUfunction fn = nullptr;
-  CUresult r = load(*binary_for(src, arch, h), &mod, &fn);
-  if (r != CUDA_SUCCESS) {
-    // an imported binary the driver rejects: compile the source afresh
-    auto fresh = std::make_shared<const std::vector<char>>(compile_cubin(src, arch));
-    ++compiled;
-    {
-      std::lock_guard<std::mutex> g(cache_mu());
-      binaries()[h] = fresh;
+    for (size_t j = 0; j < part.program.instrs.size(); ++j) {
+      const fused::Instr& in = part.program.instrs[j];
+      std::string e = expr(in, types);
+      e = in.dtype == f16    ? "rh(" + e + ")"
+          : in.dtype == bf16 ? "rb(" + e + ")"
+                             : fmt::format("({})({})", ctype(in.dtype), e);
+      s += fmt::format("  const {} v{} = {};\n", ctype(in.dtype), part.program.num_inputs + j, e);
     }
-    r = load(*fresh, &mod, &fn);
-    if (r != CUDA_SUCCESS) driver_fail(r, "cuModuleLoadData / cuModuleGetFunction");
+    s += fmt::format("  return v{};\n}}\n", part.program.num_values() - 1);
   }
-  e->module = mod;
-  e->fn = fn;
-  return fn;
+  s += "extern \"C\" __global__ void kiln_fused(GroupParams p) {\n"
+       "  const long long step = (long long)blockDim.x * gridDim.x;\n"
+       "  const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n";
+  s += fmt::format("  for (long long g = t; g < p.end[{}]; g += step) {{\n", parts.size() - 1);
+  for (size_t k = 0; k < parts.size(); ++k) {
+    const DType out = parts[k].program.instrs.back().dtype;
+    const std::string store = out == f16 ? "f2h" : out == bf16 ? "f2b" : "";
+    s += fmt::format("    {}if (g < p.end[{}]) {{\n", k ? "else " : "", k);
+    s += k ? fmt::format("      const long long i = g - p.end[{}];\n", k - 1)
+           : "      const long long i = g;\n";
+    s += fmt::format("      (({}*)p.out[{}])[i] = {}(elem{}(p, i));\n    }}\n", stype(out), k,
+                     store, k);
+  }
+  s += "  }\n}\n";
+  return s;
 }
 
 // Output dims and per-input strides with size-1 dims dropped and mergeable dims merged.
@@ -554,9 +428,7 @@ const Plan& cached_plan(const Attrs& attrs, const std::vector<TensorInfo>& ins,
 
 // Whether the binary of `pl` for the device is at hand (compiled before, or imported).
 bool compiled_for(const Plan& pl, int device) {
-  const uint64_t h = kernel_key(pl.source, device_arch(device));
-  std::lock_guard<std::mutex> l(cache_mu());
-  return binaries().count(h) > 0;
+  return nvrtc::has_binary(nvrtc::kernel_key(pl.source, nvrtc::device_arch(device)));
 }
 
 // The plan of a node of an executable of many shapes (KernelEnv::many_shapes). An input that is
@@ -591,13 +463,79 @@ const Plan& plan_of_many(const Attrs& attrs, const std::vector<TensorInfo>& ins,
   return own;
 }
 
+// A group's source at these input shapes (each part's output: its inputs' broadcast shape),
+// cached by the exact bytes of what it depends on.
+const std::string& group_source(const Attrs& attrs, const std::vector<TensorInfo>& ins) {
+  std::string key;
+  for (const char* k : {"code", "parts", "part_inputs"}) {
+    const auto& v = attrs.ints(k);
+    key.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int64_t));
+    key += '|';
+  }
+  const auto& params = attrs.floats("params");
+  key.append(reinterpret_cast<const char*>(params.data()), params.size() * sizeof(double));
+  std::vector<DType> in_types;
+  for (const TensorInfo& t : ins) in_types.push_back(t.dtype);
+  const std::vector<fused::Part> parts = fused::decode_parts(attrs, in_types);
+  std::vector<std::vector<Kind>> kinds;
+  for (const fused::Part& part : parts) {
+    int64_t n = 1;
+    for (int32_t i : part.inputs) n = std::max(n, numel(ins[i].shape));
+    kinds.emplace_back();
+    for (int32_t i : part.inputs) {
+      const int64_t m = numel(ins[i].shape);
+      if (m != n && m != 1)
+        fail<UnsupportedError>(
+            "[fused_elementwise] a group's part reads an input of {} elements "
+            "for an output of {} (only its own size or one value)",
+            m, n);
+      kinds.back().push_back(m == n ? Kind::dense : Kind::scalar);
+      key += static_cast<char>(ins[i].dtype);
+      key += m == n ? 'd' : 's';
+    }
+  }
+  static std::mutex mu;
+  static auto* sources = new std::map<std::string, std::string>();
+  std::lock_guard<std::mutex> l(mu);
+  auto& slot = (*sources)[key];
+  if (slot.empty()) slot = generate_group(parts, in_types, kinds);
+  return slot;
+}
+
 const Plan& plan_for_node(const Attrs& attrs, const std::vector<TensorInfo>& ins,
                           const TensorInfo& out, int device, bool many_shapes) {
   return many_shapes ? plan_of_many(attrs, ins, out, device)
                      : cached_plan(attrs, ins, out, kinds_of(ins, out));
 }
 
+// The source of a node's kernel at these shapes (a group's, or a program's).
+std::string source_for_node(const Attrs& attrs, const std::vector<TensorInfo>& ins,
+                            const TensorInfo& out, int device, bool many_shapes) {
+  if (fused::is_group(attrs)) return group_source(attrs, ins);
+  return plan_for_node(attrs, ins, out, device, many_shapes).source;
+}
+
+void run_group(KernelContext& ctx) {
+  std::vector<TensorInfo> ins;
+  for (int i = 0; i < ctx.num_inputs(); ++i) ins.push_back({ctx.in(i).shape, ctx.in(i).dtype});
+  auto stream = static_cast<CUstream>(ctx.stream());
+  CUfunction fn = nvrtc::get_kernel(group_source(ctx.attrs(), ins), ctx.device(), stream);
+  GroupParams p{};
+  for (int i = 0; i < ctx.num_inputs(); ++i) p.in[i] = ctx.in(i).data;
+  long long total = 0;
+  for (int k = 0; k < ctx.num_outputs(); ++k) {
+    p.out[k] = ctx.out(k).data;
+    total += ctx.out(k).numel();
+    p.end[k] = total;
+  }
+  if (total == 0) return;
+  const int64_t blocks = std::min<int64_t>((total + kBlock - 1) / kBlock, 65535 * 8);
+  void* args[] = {&p};
+  nvrtc::launch(fn, blocks, kBlock, stream, args);
+}
+
 void fused_elementwise(KernelContext& ctx) {
+  if (fused::is_group(ctx.attrs())) return run_group(ctx);
   const TensorView& o = ctx.out(0);
   const int64_t n = o.numel();
   if (n == 0) return;
@@ -606,7 +544,7 @@ void fused_elementwise(KernelContext& ctx) {
   const Plan& pl =
       plan_for_node(ctx.attrs(), ins, {o.shape, o.dtype}, ctx.device(), ctx.many_shapes());
   auto stream = static_cast<CUstream>(ctx.stream());
-  CUfunction fn = get_kernel(pl.source, ctx.device(), stream);
+  CUfunction fn = nvrtc::get_kernel(pl.source, ctx.device(), stream);
   Params p{};
   std::vector<const Shape*> shapes;
   for (int i = 0; i < ctx.num_inputs(); ++i) {
@@ -630,21 +568,20 @@ void fused_elementwise(KernelContext& ctx) {
   const int64_t blocks =
       std::min<int64_t>(std::max<int64_t>((items + kBlock - 1) / kBlock, 1), 65535 * 8);
   void* args[] = {&p};
-  KILN_CU_CHECK(driver().launch_kernel(fn, static_cast<unsigned>(blocks), 1, 1, kBlock, 1, 1, 0,
-                                       stream, args, nullptr));
+  nvrtc::launch(fn, blocks, kBlock, stream, args);
 }
 }  // namespace
 
 namespace {
 void prepare_fused_elementwise(const Attrs& attrs, const std::vector<TensorInfo>& ins,
                                const TensorInfo& out, int device, bool many_shapes) {
-  if (numel(out.shape) == 0) return;
+  if (!fused::is_group(attrs) && numel(out.shape) == 0) return;
   int previous = 0;
   KILN_CUDA_CHECK(cudaGetDevice(&previous));
   KILN_CUDA_CHECK(cudaSetDevice(device));
   try {
     KILN_CUDA_CHECK(cudaFree(nullptr));  // makes the device's primary context current
-    get_kernel(plan_for_node(attrs, ins, out, device, many_shapes).source, device, nullptr);
+    nvrtc::get_kernel(source_for_node(attrs, ins, out, device, many_shapes), device, nullptr);
   } catch (...) {
     cudaSetDevice(previous);
     throw;
@@ -655,53 +592,40 @@ void prepare_fused_elementwise(const Attrs& attrs, const std::vector<TensorInfo>
 
 std::string fused_elementwise_source(const Attrs& attrs, const std::vector<TensorInfo>& inputs,
                                      const TensorInfo& output) {
+  if (fused::is_group(attrs)) return group_source(attrs, inputs);
   return plan(attrs, inputs, output, kinds_of(inputs, output)).source;
 }
 std::vector<char> fused_elementwise_cubin(const std::string& source, int arch) {
-  return compile_cubin(source, arch);
+  return nvrtc::compile_cubin(source, arch);
 }
 
 std::vector<KernelBinary> export_fused_kernels(int device, const std::vector<KernelCall>& calls) {
-  const int arch = device_arch(device);
+  const int arch = nvrtc::device_arch(device);
   std::vector<KernelBinary> out;
   std::set<uint64_t> seen;
   for (const KernelCall& c : calls) {
-    if (c.op != OpId::FusedElementwise || c.outputs.empty() || numel(c.outputs[0].shape) == 0)
+    if (c.op != OpId::FusedElementwise || c.outputs.empty() ||
+        (!fused::is_group(*c.attrs) && numel(c.outputs[0].shape) == 0))
       continue;
-    const std::string src =
-        plan(*c.attrs, c.inputs, c.outputs[0], kinds_of(c.inputs, c.outputs[0])).source;
-    const uint64_t key = kernel_key(src, arch);
+    const std::string src = fused_elementwise_source(*c.attrs, c.inputs, c.outputs[0]);
+    const uint64_t key = nvrtc::kernel_key(src, arch);
     if (!seen.insert(key).second) continue;
-    out.push_back({"sm_" + std::to_string(arch), key, *binary_for(src, arch, key)});
+    out.push_back({"sm_" + std::to_string(arch), key, *nvrtc::binary_for(src, arch, key)});
   }
   return out;
 }
 
 size_t import_fused_kernels(int device, const std::vector<KernelBinary>& bins) {
-  const std::string arch = "sm_" + std::to_string(device_arch(device));
+  const std::string arch = "sm_" + std::to_string(nvrtc::device_arch(device));
   size_t taken = 0;
-  std::lock_guard<std::mutex> l(cache_mu());
-  for (const KernelBinary& b : bins) {
-    if (b.arch != arch || b.bytes.empty()) continue;
-    taken += binaries().emplace(b.key, std::make_shared<const std::vector<char>>(b.bytes)).second;
-  }
+  for (const KernelBinary& b : bins)
+    if (b.arch == arch && !b.bytes.empty()) taken += nvrtc::add_binary(b.key, b.bytes);
   return taken;
 }
 
-void forget_fused_kernels() {
-  std::lock_guard<std::mutex> l(cache_mu());
-  for (auto& [k, e] : cache()) {
-    if (!e->module) continue;
-    if (driver().ctx_push_current(k.first) != CUDA_SUCCESS) continue;
-    driver().module_unload(e->module);
-    CUcontext popped;
-    driver().ctx_pop_current(&popped);
-  }
-  cache().clear();
-  binaries().clear();
-}
+void forget_fused_kernels() { nvrtc::forget(); }
 
-int64_t fused_kernels_compiled() { return compiled.load(); }
+int64_t fused_kernels_compiled() { return nvrtc::compiled(); }
 
 void register_fused_elementwise_kernels() {
   register_kernel(OpId::FusedElementwise, Backend::cuda, {fused_elementwise, kAllTypes, -1, false});
