@@ -10,6 +10,7 @@
 #include "kiln/kiln.h"
 #include "ops/fused_elementwise.h"
 #include "support/gpu.h"
+#include "support/random_graphs.h"
 #include "support/reference.h"
 
 namespace kiln {
@@ -81,10 +82,9 @@ TEST(CudaFusedGroups, LoopStepIsOneLaunch) {
   }
 }
 
-// Random graphs of small values of several dtypes (elementwise ops among them, and reductions
-// that end groups): the CUDA executable's outputs equal the CPU's (floats within a few units in
-// the last place: a product and a sum may contract into one FMA on the GPU; integers from 1 to 3,
-// so that the products stay in range).
+// Random graphs of small values of several dtypes (support/random_graphs.h: elementwise ops among
+// them, and reductions that end groups): the CUDA executable's outputs equal the CPU's (floats
+// within a few units in the last place: a product and a sum may contract into one FMA on the GPU).
 TEST(CudaFusedGroups, RandomGraphsMatchTheCpu) {
   REQUIRE_GPU();
   std::mt19937 rng(static_cast<uint32_t>(seed()));
@@ -94,55 +94,11 @@ TEST(CudaFusedGroups, RandomGraphsMatchTheCpu) {
     const DType t = std::vector<DType>{f32, f16, bf16, f64, i32}[trial % 5];
     SCOPED_TRACE(fmt::format("trial {} {} (seed {})", trial, name(t), seed()));
     Graph g;
-    std::vector<Tensor> values;
-    Feeds feeds;
-    for (size_t k = 0; k < shapes.size(); ++k) {
-      const Tensor p = g.placeholder(shapes[k], t, fmt::format("p{}", k));
-      values.push_back(p);
-      feeds.push_back({p, is_floating(t) ? random_array(shapes[k], t, -2, 2)
-                                         : random_nonzero(shapes[k], t, 1, 3)});
-    }
-    auto pick = [&]() { return values[rng() % values.size()]; };
-    auto partner = [&](const Tensor& x) {
-      for (int tries = 0; tries < 20; ++tries) {
-        const Tensor y = pick();
-        if (x.shape() == y.shape() || numel(y.shape()) == 1 || numel(x.shape()) == 1) return y;
-      }
-      return x;
-    };
-    const int ops = 6 + static_cast<int>(rng() % 12);
-    for (int k = 0; k < ops; ++k) {
-      const Tensor x = pick();
-      switch (rng() % 6) {
-        case 0:
-          values.push_back(abs(x) - partner(x));
-          break;
-        case 1:
-          values.push_back(x + partner(x));
-          break;
-        case 2:
-          values.push_back(maximum(x, partner(x)));
-          break;
-        case 3: {
-          const Tensor y = partner(x);
-          values.push_back(where(less(x, y), x, y));
-          break;
-        }
-        case 4:
-          values.push_back(sum(x));
-          break;
-        default:
-          values.push_back(x * partner(x));
-          break;
-      }
-    }
-    std::vector<Tensor> outs;
-    for (size_t k = shapes.size(); k < values.size(); ++k)
-      if (rng() % 3 == 0 || k + 1 == values.size()) outs.push_back(values[k]);
-    auto gpu = g.compile(kGpu, {}, outs, {.strict_placement = true});
-    auto cpu = g.compile(Device::cpu(), {}, outs);
+    const RandomGraph r = random_small_graph(g, rng, t, shapes, false);
+    auto gpu = g.compile(kGpu, {}, r.outputs, {.strict_placement = true});
+    auto cpu = g.compile(Device::cpu(), {}, r.outputs);
     grouped += count(gpu.dump(), "fused_elementwise(") > 0;
-    const auto got = gpu.run(feeds), want = cpu.run(feeds);
+    const auto got = gpu.run(r.feeds), want = cpu.run(r.feeds);
     ASSERT_EQ(got.size(), want.size());
     const double tol = t == f16 ? 4e-3 : t == bf16 ? 3e-2 : t == f32 ? 1e-5 : 1e-12;
     for (size_t k = 0; k < got.size(); ++k) {

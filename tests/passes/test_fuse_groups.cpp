@@ -10,6 +10,7 @@
 
 #include "core/graph_impl.h"
 #include "ops/fused_elementwise.h"
+#include "support/random_graphs.h"
 #include "support/reference.h"
 
 namespace kiln {
@@ -105,9 +106,9 @@ TEST(FuseGroups, ReadersOutsideEndTheGroup) {
   EXPECT_LT(fused.num_steps(), plain.num_steps()) << fused.dump();
 }
 
-// Random graphs: values of a few small shapes and one large, elementwise ops between them (same
-// shapes, single values, rows that broadcast), reductions and products among them, random
-// outputs. Every output of the fused executable equals the unfused one's bit for bit.
+// Random graphs (support/random_graphs.h: values of a few small shapes and one large,
+// elementwise ops between them, reductions, casts and products among them, random outputs). Every
+// output of the fused executable equals the unfused one's bit for bit.
 TEST(FuseGroups, RandomGraphsMatchTheUnfusedGraph) {
   std::mt19937 rng(static_cast<uint32_t>(seed()));
   const std::vector<Shape> shapes{{}, {1}, {7}, {3, 7}, {130, 150}};
@@ -115,65 +116,11 @@ TEST(FuseGroups, RandomGraphsMatchTheUnfusedGraph) {
   for (int trial = 0; trial < 60; ++trial) {
     SCOPED_TRACE(fmt::format("trial {} (seed {})", trial, seed()));
     Graph g;
-    std::vector<Tensor> values;
-    Feeds feeds;
-    for (size_t k = 0; k < shapes.size(); ++k) {
-      const Tensor p = g.placeholder(shapes[k], f32, fmt::format("p{}", k));
-      values.push_back(p);
-      feeds.push_back({p, random_array(shapes[k], f32, -2, 2)});
-    }
-    auto pick = [&]() { return values[rng() % values.size()]; };
-    // a partner of x that broadcasts with it (its own shape, a single value, or its row)
-    auto partner = [&](const Tensor& x) {
-      for (int tries = 0; tries < 20; ++tries) {
-        const Tensor y = pick();
-        const int64_t nx = numel(x.shape()), ny = numel(y.shape());
-        if (x.shape() == y.shape() || ny == 1 || nx == 1 ||
-            (x.shape() == Shape{3, 7} && y.shape() == Shape{7}))
-          return y;
-      }
-      return x;
-    };
-    const int ops = 6 + static_cast<int>(rng() % 14);
-    for (int k = 0; k < ops; ++k) {
-      const Tensor x = pick();
-      switch (rng() % 9) {
-        case 0:
-          values.push_back(exp(x * 0.25));
-          break;
-        case 1:
-          values.push_back(tanh(x));
-          break;
-        case 2:
-          values.push_back(abs(x) - 0.5);
-          break;
-        case 3:
-          values.push_back(x + partner(x));
-          break;
-        case 4:
-          values.push_back(x * partner(x));
-          break;
-        case 5:
-          values.push_back(maximum(x, partner(x)));
-          break;
-        case 6:
-          values.push_back(where(less(x, partner(x)), x, -x));
-          break;
-        case 7:
-          values.push_back(sum(x) * 0.1);
-          break;
-        default:
-          if (x.shape() == Shape{3, 7}) values.push_back(matmul(transpose(x), x) * 0.1);
-          else values.push_back(cast(cast(x * 3.0, i32), f32));
-      }
-    }
-    std::vector<Tensor> outs;
-    for (size_t k = shapes.size(); k < values.size(); ++k)
-      if (rng() % 3 == 0 || k + 1 == values.size()) outs.push_back(values[k]);
-    auto fused = g.compile(Device::cpu(), {}, outs);
-    auto plain = g.compile(Device::cpu(), {}, outs, kUnfused);
+    const RandomGraph r = random_small_graph(g, rng, f32, shapes, true);
+    auto fused = g.compile(Device::cpu(), {}, r.outputs);
+    auto plain = g.compile(Device::cpu(), {}, r.outputs, kUnfused);
     grouped += count(fused.dump(), "fused_elementwise(") > 0;
-    const auto got = fused.run(feeds), want = plain.run(feeds);
+    const auto got = fused.run(r.feeds), want = plain.run(r.feeds);
     ASSERT_EQ(got.size(), want.size());
     for (size_t k = 0; k < got.size(); ++k)
       expect_same(got[k], want[k], fmt::format("output {}\n{}", k, fused.dump()));

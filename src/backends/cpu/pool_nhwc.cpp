@@ -38,6 +38,26 @@ struct Nhwc {
   }
 };
 
+// One output position's window: its image n, its place in the output (flat, in positions), its
+// first tap (h0, w0; may lie in the padding) and the taps inside the image, [ah, bh) x [aw, bw).
+struct Window {
+  int64_t n, at, h0, w0, ah, bh, aw, bw;
+};
+// f(window) for the output positions of output rows (n, oh) [r0, r1).
+template <typename F>
+void for_windows(const Nhwc& s, const PoolParams& p, int64_t r0, int64_t r1, F&& f) {
+  const int64_t kh = p.kernel[0], kw = p.kernel[1];
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t h0 = (r % s.oh) * p.stride[0] - p.pads[0];
+    const auto [ah, bh] = taps_inside(h0, kh, p.dilation[0], s.h);
+    for (int64_t ow = 0; ow < s.ow; ++ow) {
+      const int64_t w0 = ow * p.stride[1] - p.pads[1];
+      const auto [aw, bw] = taps_inside(w0, kw, p.dilation[1], s.w);
+      f(Window{r / s.oh, r * s.ow + ow, h0, w0, ah, bh, aw, bw});
+    }
+  }
+}
+
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define KILN_POOL_AVX512 1
 #include <immintrin.h>
@@ -49,36 +69,28 @@ struct Nhwc {
 // same results bit for bit.
 void max_pool_nhwc_f32x16(const Nhwc& s, const PoolParams& p, const float* x, float* y, int64_t r0,
                           int64_t r1) {
-  const int64_t kh = p.kernel[0], kw = p.kernel[1];
   const int64_t row = p.dilation[0] * s.w * s.c, col = p.dilation[1] * s.c;
-  for (int64_t r = r0; r < r1; ++r) {
-    const int64_t n = r / s.oh, oh = r % s.oh;
-    const int64_t h0 = oh * p.stride[0] - p.pads[0];
-    const auto [ah, bh] = taps_inside(h0, kh, p.dilation[0], s.h);
-    for (int64_t ow = 0; ow < s.ow; ++ow) {
-      const int64_t w0 = ow * p.stride[1] - p.pads[1];
-      const auto [aw, bw] = taps_inside(w0, kw, p.dilation[1], s.w);
-      float* yo = y + (r * s.ow + ow) * s.c;
-      if (ah == bh || aw == bw) {  // a window of padding only
-        std::fill(yo, yo + s.c, std::numeric_limits<float>::lowest());
-        continue;
-      }
-      // (tap (0, 0) may lie in the padding: offsets from it, only taps inside read)
-      const int64_t at = ((n * s.h + h0) * s.w + w0) * s.c;
-      for (int64_t c0 = 0; c0 < s.c; c0 += 16) {
-        const float* xc = x + c0;
-        __m512 acc = _mm512_loadu_ps(xc + (at + ah * row + aw * col));
-        for (int64_t i = ah; i < bh; ++i)
-          for (int64_t j = i == ah ? aw + 1 : aw; j < bw; ++j) {
-            const __m512 v = _mm512_loadu_ps(xc + (at + i * row + j * col));
-            const __mmask16 take =
-                _mm512_cmp_ps_mask(v, acc, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-            acc = _mm512_mask_blend_ps(take, acc, v);
-          }
-        _mm512_storeu_ps(yo + c0, acc);
-      }
+  for_windows(s, p, r0, r1, [&](const Window& w) {
+    float* yo = y + w.at * s.c;
+    if (w.ah == w.bh || w.aw == w.bw) {  // a window of padding only
+      std::fill(yo, yo + s.c, std::numeric_limits<float>::lowest());
+      return;
     }
-  }
+    // (tap (0, 0) may lie in the padding: offsets from it, only taps inside read)
+    const int64_t at = ((w.n * s.h + w.h0) * s.w + w.w0) * s.c;
+    for (int64_t c0 = 0; c0 < s.c; c0 += 16) {
+      const float* xc = x + c0;
+      __m512 acc = _mm512_loadu_ps(xc + (at + w.ah * row + w.aw * col));
+      for (int64_t i = w.ah; i < w.bh; ++i)
+        for (int64_t j = i == w.ah ? w.aw + 1 : w.aw; j < w.bw; ++j) {
+          const __m512 v = _mm512_loadu_ps(xc + (at + i * row + j * col));
+          const __mmask16 take =
+              _mm512_cmp_ps_mask(v, acc, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+          acc = _mm512_mask_blend_ps(take, acc, v);
+        }
+      _mm512_storeu_ps(yo + c0, acc);
+    }
+  });
 }
 #pragma GCC pop_options
 #endif
@@ -99,48 +111,41 @@ template <typename T> void max_pool_nhwc_typed(KernelContext& ctx, const PoolPar
     }
 #endif
   ctx.parallel_for(s.n * s.oh, s.grain(kh * kw), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t n = r / s.oh, oh = r % s.oh;
-      const int64_t h0 = oh * p.stride[0] - p.pads[0];
-      const auto [ah, bh] = taps_inside(h0, kh, p.dilation[0], s.h);
-      for (int64_t ow = 0; ow < s.ow; ++ow) {
-        const int64_t w0 = ow * p.stride[1] - p.pads[1];
-        const auto [aw, bw] = taps_inside(w0, kw, p.dilation[1], s.w);
-        T* yo = y + (r * s.ow + ow) * s.c;
-        int64_t* io = idx ? idx + (r * s.ow + ow) * s.c : nullptr;
-        bool first = true;
-        for (int64_t i = ah; i < bh; ++i)
-          for (int64_t j = aw; j < bw; ++j) {
-            const int64_t ih = h0 + i * p.dilation[0], iw = w0 + j * p.dilation[1];
-            const int64_t at = ih * s.w + iw;
-            const T* xv = x + ((n * s.h + ih) * s.w + iw) * s.c;
-            if (first) {
-              std::copy(xv, xv + s.c, yo);
-              if (io) std::fill(io, io + s.c, at);
-              first = false;
-              continue;
-            }
-            // (blocks of constant length with ivdep: elementwise_loop, so that they vectorize)
-            if (io) {
-              elementwise_loop(0, s.c, [&](int64_t c) {
-                const T v = xv[c], b = yo[c];
-                const bool take = v > b || v != v;
-                yo[c] = take ? v : b;
-                io[c] = take ? at : io[c];
-              });
-            } else {
-              elementwise_loop(0, s.c, [&](int64_t c) {
-                const T v = xv[c], b = yo[c];
-                yo[c] = v > b || v != v ? v : b;
-              });
-            }
+    for_windows(s, p, r0, r1, [&](const Window& w) {
+      T* yo = y + w.at * s.c;
+      int64_t* io = idx ? idx + w.at * s.c : nullptr;
+      bool first = true;
+      for (int64_t i = w.ah; i < w.bh; ++i)
+        for (int64_t j = w.aw; j < w.bw; ++j) {
+          const int64_t ih = w.h0 + i * p.dilation[0], iw = w.w0 + j * p.dilation[1];
+          const int64_t at = ih * s.w + iw;
+          const T* xv = x + ((w.n * s.h + ih) * s.w + iw) * s.c;
+          if (first) {
+            std::copy(xv, xv + s.c, yo);
+            if (io) std::fill(io, io + s.c, at);
+            first = false;
+            continue;
           }
-        if (first) {  // a window of padding only
-          std::fill(yo, yo + s.c, std::numeric_limits<T>::lowest());
-          if (io) std::fill(io, io + s.c, -1);
+          // (blocks of constant length with ivdep: elementwise_loop, so that they vectorize)
+          if (io) {
+            elementwise_loop(0, s.c, [&](int64_t c) {
+              const T v = xv[c], b = yo[c];
+              const bool take = v > b || v != v;
+              yo[c] = take ? v : b;
+              io[c] = take ? at : io[c];
+            });
+          } else {
+            elementwise_loop(0, s.c, [&](int64_t c) {
+              const T v = xv[c], b = yo[c];
+              yo[c] = v > b || v != v ? v : b;
+            });
+          }
         }
+      if (first) {  // a window of padding only
+        std::fill(yo, yo + s.c, std::numeric_limits<T>::lowest());
+        if (io) std::fill(io, io + s.c, -1);
       }
-    }
+    });
   });
 }
 
