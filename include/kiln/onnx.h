@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,9 @@ struct ImportOptions {
   /// elements: each element becomes an input named "name[k]" (-1 dims stay dynamic). A sequence
   /// input not given here raises InputValuesNeeded naming it (Session gives it from the feeds).
   std::map<std::string, std::vector<Shape>> sequence_inputs;
+  /// Optional-typed graph inputs given without a value (an empty optional). Any other optional
+  /// input holds its element: a tensor input of that name, or a sequence input as above.
+  std::set<std::string> absent_inputs;
   /// Value given to every dim_param that input_shapes does not fix; -1 keeps it dynamic.
   int64_t default_dim = -1;
   /// Directory that external data files are read from; import(path) uses the model's directory.
@@ -70,6 +74,8 @@ struct ValueInfo {
 struct GraphOutput {
   std::string name;
   bool sequence = false;
+  /// An optional-typed output without a value (count 0).
+  bool absent = false;
   DType dtype = f32;
   size_t first = 0;
   size_t count = 1;
@@ -122,14 +128,16 @@ struct SessionOptions {
   size_t max_imports = 8;
 };
 
-/// A graph input or output value of a Session: a tensor, or the elements of a sequence (ONNX's
-/// sequence type).
+/// A graph input or output value of a Session: a tensor, the elements of a sequence (ONNX's
+/// sequence type), or none (an optional-typed value without one).
 struct Value {
   Array tensor;
   std::vector<Array> sequence;
   bool is_sequence = false;
-  static Value of(Array a) { return {std::move(a), {}, false}; }
-  static Value of_sequence(std::vector<Array> items) { return {{}, std::move(items), true}; }
+  bool is_none = false;
+  static Value of(Array a) { return {std::move(a), {}, false, false}; }
+  static Value of_sequence(std::vector<Array> items) { return {{}, std::move(items), true, false}; }
+  static Value none() { return {{}, {}, false, true}; }
 };
 
 /// An ONNX model that runs any feeds the model allows, as ONNX Runtime's sessions do. Inputs whose
@@ -151,9 +159,10 @@ class Session {
   /// Throws ValueError for a missing or unknown feed, and for a model with sequence inputs or
   /// outputs (run_values runs those).
   std::vector<Array> run(const std::map<std::string, Array>& feeds) const;
-  /// Runs with feeds that may be sequences; returns the graph's outputs as declared (a sequence
-  /// output as its elements). A sequence input's length and element shapes select an import, as
-  /// the values of value_inputs do.
+  /// Runs with feeds that may be sequences or none (an optional input without a value); returns
+  /// the graph's outputs as declared (a sequence output as its elements, an optional one without
+  /// a value as none). A sequence input's length and element shapes, and which optional inputs
+  /// are none, select an import, as the values of value_inputs do.
   std::vector<Value> run_values(const std::map<std::string, Value>& feeds) const;
   /// The inputs whose run-time values select an import, in the order they were found.
   std::vector<std::string> value_inputs() const;

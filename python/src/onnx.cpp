@@ -20,9 +20,10 @@ onnx::ImportOptions import_options(const std::map<std::string, std::vector<int64
   return o;
 }
 
-// A feed: a list or tuple of arrays (numpy, kiln or anything with __array__, or none) is a
-// sequence, anything else an array.
+// A feed: None is an optional input without a value, a list or tuple of arrays (numpy, kiln or
+// anything with __array__, or none) a sequence, anything else an array.
 onnx::Value sequence_or_array(nb::handle v) {
+  if (v.is_none()) return onnx::Value::none();
   if (nb::isinstance<nb::list>(v) || nb::isinstance<nb::tuple>(v)) {
     bool arrays = true;
     for (nb::handle item : v)
@@ -175,6 +176,10 @@ void bind_onnx(nb::module_& m) {
             }
             nb::list l;
             for (auto& v : out) {
+              if (v.is_none) {
+                l.append(nb::none());
+                continue;
+              }
               if (!v.is_sequence) {
                 l.append(nb::cast(std::move(v.tensor)));
                 continue;
@@ -186,8 +191,9 @@ void bind_onnx(nb::module_& m) {
             return l;
           },
           nb::arg("feeds"),
-          "Runs with {input name: array, or a list of arrays for a sequence input}; returns the "
-          "outputs in order (a list of arrays for a sequence output).")
+          "Runs with {input name: array, a list of arrays for a sequence input, or None for an "
+          "optional input without a value}; returns the outputs in order (a list of arrays for a "
+          "sequence output, None for an optional output without a value).")
       .def_prop_ro("value_inputs", &onnx::Session::value_inputs,
                    "The inputs whose run-time values select an import.")
       .def_prop_ro("imports", &onnx::Session::imports, "Imports (and compiles) made so far.")

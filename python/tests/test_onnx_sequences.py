@@ -1,7 +1,7 @@
 """ONNX sequences (SequenceConstruct, SequenceInsert, SequenceErase, SequenceAt, SequenceLength,
 SplitToSequence, ConcatFromSequence, SequenceMap; sequences carried by Loop and given by If;
 sequence-typed graph inputs and outputs) run through kiln.onnx.Session beside ONNX Runtime on
-fresh random data. kiln holds a sequence while importing as the list of its elements, so a
+fresh random data, and optional-typed inputs and outputs against numpy. kiln holds a sequence while importing as the list of its elements, so a
 sequence input's length and shapes, and the positions and trip counts around sequences, select
 an import (src/io/onnx/ops_sequence.cpp)."""
 import numpy as np
@@ -202,3 +202,32 @@ def test_sequence_errors_name_the_node_and_the_value(rng, tmp_path):
     assert got[0].numpy() == 4
     with pytest.raises(kiln.UnsupportedError, match=r"input 'xs' is a sequence"):
         kiln.onnx.load(str(path))
+
+
+def test_optional_inputs_with_and_without_a_value(rng, tmp_path):
+    """An optional input fed a value or None (numpy expectations): OptionalHasElement says which,
+    an If on it picks a branch, and an optional output passes the value on, or None."""
+    opt = helper.make_tensor_type_proto(F, [3])
+    opt_info = helper.make_value_info("x", helper.make_optional_type_proto(opt))
+    out_info = helper.make_value_info("y", helper.make_optional_type_proto(opt))
+    then = helper.make_graph([helper.make_node("OptionalGetElement", ["x"], ["got"]),
+                              helper.make_node("Mul", ["got", "two"], ["t_out"])],
+                             "then", [], [tensor_info("t_out", F, [3])])
+    other = helper.make_graph([helper.make_node("Identity", ["zeros"], ["e_out"])],
+                              "else", [], [tensor_info("e_out", F, [3])])
+    nodes = [helper.make_node("OptionalHasElement", ["x"], ["has"]),
+             helper.make_node("If", ["has"], ["z"], then_branch=then, else_branch=other),
+             helper.make_node("Identity", ["x"], ["y"])]
+    inits = [helper.make_tensor("two", F, [], [2.0]), helper.make_tensor("zeros", F, [3], [0] * 3)]
+    model = model_of(nodes, [opt_info], [tensor_info("has", TensorProto.BOOL, []),
+                                         tensor_info("z", F, [3]), out_info], inits, opset=18)
+    path = tmp_path / "opt.onnx"
+    path.write_bytes(model.SerializeToString())
+    ks = kiln.onnx.Session(str(path), device="cpu")
+    x = rng.standard_normal(3).astype(np.float32)
+    has, z, y = ks.run({"x": x})
+    assert bool(has.numpy()) and np.array_equal(z.numpy(), x * 2) and np.array_equal(y.numpy(), x)
+    has, z, y = ks.run({"x": None})
+    assert not bool(has.numpy()) and np.array_equal(z.numpy(), np.zeros(3, np.float32))
+    assert y is None
+    assert ks.imports == 2

@@ -188,22 +188,39 @@ onnx::TensorProto read_proto(const fs::path& path) {
   return t;
 }
 
-// A value file: a TensorProto, or a SequenceProto of tensors where the model declares a sequence.
-Value read_value(const fs::path& path, bool sequence) {
-  if (!sequence) return Value::of(to_array(read_proto(path)));
-  onnx::SequenceProto q;
-  std::ifstream f(path, std::ios::binary);
-  if (!f || !q.ParseFromIstream(&f))
-    throw Skip{"dtype", "not a SequenceProto: " + path.filename().string()};
+// How the model declares a value: a tensor, a sequence of tensors, or an optional of either.
+enum class Kind { tensor, sequence, optional };
+
+Value sequence_value(const onnx::SequenceProto& q, const std::string& file) {
   if (q.elem_type() != onnx::SequenceProto::TENSOR && q.tensor_values_size() > 0)
-    throw Skip{"dtype", "a sequence of non-tensors: " + path.filename().string()};
+    throw Skip{"dtype", "a sequence of non-tensors: " + file};
   std::vector<Array> items;
   for (const auto& t : q.tensor_values()) items.push_back(to_array(t));
   return Value::of_sequence(std::move(items));
 }
 
+// A value file: a TensorProto, a SequenceProto of tensors, or an OptionalProto of either (one
+// without a value is none).
+Value read_value(const fs::path& path, Kind kind) {
+  if (kind == Kind::tensor) return Value::of(to_array(read_proto(path)));
+  std::ifstream f(path, std::ios::binary);
+  const std::string file = path.filename().string();
+  if (kind == Kind::sequence) {
+    onnx::SequenceProto q;
+    if (!f || !q.ParseFromIstream(&f)) throw Skip{"dtype", "not a SequenceProto: " + file};
+    return sequence_value(q, file);
+  }
+  onnx::OptionalProto o;
+  if (!f || !o.ParseFromIstream(&f)) throw Skip{"dtype", "not an OptionalProto: " + file};
+  if (o.has_tensor_value()) return Value::of(to_array(o.tensor_value()));
+  if (o.has_sequence_value()) return sequence_value(o.sequence_value(), file);
+  if (o.has_sparse_tensor_value() || o.has_map_value() || o.has_optional_value())
+    throw Skip{"dtype", "an optional of what kiln lacks: " + file};
+  return Value::none();
+}
+
 // A value that holds a parameter (parameter_like, below): a tensor only.
-bool is_tensor(const Value& v) { return !v.is_sequence; }
+bool is_tensor(const Value& v) { return !v.is_sequence && !v.is_none; }
 
 // Inputs that hold parameters rather than data: integers, bools and single values. A case that
 // fails as given runs again with these as ImportOptions::input_values (the backend tests feed
@@ -216,6 +233,11 @@ bool parameter_like(const Array& a) {
 // Compares one output; "" when it matches.
 std::string compare(const Array& got, const Array& want, const std::string& name);
 std::string compare(const Value& got, const Value& want, const std::string& name) {
+  if (got.is_none || want.is_none)
+    return got.is_none == want.is_none
+               ? ""
+               : fmt::format("output '{}': {} vs {} expected", name,
+                             got.is_none ? "none" : "a value", want.is_none ? "none" : "a value");
   if (got.is_sequence != want.is_sequence)
     return fmt::format("output '{}': a {} vs an expected {}", name,
                        got.is_sequence ? "sequence" : "tensor",
@@ -280,7 +302,7 @@ std::string run_session(const fs::path& dir, const std::vector<std::string>& inp
     kiln::onnx::SessionOptions options;
     std::map<std::string, Value> feeds;
     for (size_t i = 0; i < ds.inputs.size() && i < input_names.size(); ++i) {
-      if (!ds.inputs[i].is_sequence)
+      if (!ds.inputs[i].is_sequence && !ds.inputs[i].is_none)
         options.import.input_shapes[input_names[i]] = ds.inputs[i].tensor.shape();
       feeds[input_names[i]] = ds.inputs[i];
     }
@@ -341,7 +363,7 @@ std::string run_case(const fs::path& dir, const std::vector<std::string>& input_
       if (out.size() != ds.outputs.size())
         return fmt::format("{} outputs vs {} expected", out.size(), ds.outputs.size());
       for (size_t i = 0; i < out.size(); ++i) {
-        if (ds.outputs[i].is_sequence) return "(a sequence output: no frozen run)";
+        if (!is_tensor(ds.outputs[i])) return "(a sequence or optional output: no frozen run)";
         std::string r = compare(out[i], ds.outputs[i].tensor, model->outputs[i].name);
         if (!r.empty()) return r;
       }
@@ -420,22 +442,24 @@ CaseResult classify_and_run(const fs::path& dir, bool fork_cases) {
     std::set<std::string> initializers;
     for (const auto& t : model.graph().initializer()) initializers.insert(t.name());
     std::vector<std::string> input_names;
-    std::vector<bool> input_sequences, output_sequences;
-    // a tensor or a sequence of tensors of a type kiln has; true for a sequence
+    std::vector<Kind> input_kinds, output_kinds;
+    // a tensor, a sequence of tensors or an optional of those, of a type kiln has
     auto check_type = [](const onnx::ValueInfoProto& v) {
       const onnx::TypeProto* t = &v.type();
+      const bool optional = t->has_optional_type();
+      if (optional) t = &t->optional_type().elem_type();
       const bool sequence = t->has_sequence_type();
       if (sequence) t = &t->sequence_type().elem_type();
       if (!t->has_tensor_type()) throw Skip{"dtype", "non-tensor value '" + v.name() + "'"};
       kiln_dtype(t->tensor_type().elem_type());
-      return sequence;
+      return optional ? Kind::optional : sequence ? Kind::sequence : Kind::tensor;
     };
     for (const auto& v : model.graph().input()) {
       if (initializers.count(v.name())) continue;
-      input_sequences.push_back(check_type(v));
+      input_kinds.push_back(check_type(v));
       input_names.push_back(v.name());
     }
-    for (const auto& v : model.graph().output()) output_sequences.push_back(check_type(v));
+    for (const auto& v : model.graph().output()) output_kinds.push_back(check_type(v));
 
     std::vector<fs::path> set_dirs;
     for (const auto& e : fs::directory_iterator(dir))
@@ -445,16 +469,16 @@ CaseResult classify_and_run(const fs::path& dir, bool fork_cases) {
     std::vector<DataSet> sets;
     for (const auto& sd : set_dirs) {
       DataSet ds;
-      auto read_all = [&](const char* prefix, const std::vector<bool>& sequences) {
+      auto read_all = [&](const char* prefix, const std::vector<Kind>& kinds) {
         std::vector<Value> values;
         for (const auto& p : numbered(sd, prefix)) {
           const size_t i = values.size();
-          values.push_back(read_value(p, i < sequences.size() && sequences[i]));
+          values.push_back(read_value(p, i < kinds.size() ? kinds[i] : Kind::tensor));
         }
         return values;
       };
-      ds.inputs = read_all("input", input_sequences);
-      ds.outputs = read_all("output", output_sequences);
+      ds.inputs = read_all("input", input_kinds);
+      ds.outputs = read_all("output", output_kinds);
       sets.push_back(std::move(ds));
     }
     auto [ok, msg] = isolated([&] { return run_case(dir, input_names, sets, false); }, fork_cases);

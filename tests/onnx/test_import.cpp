@@ -345,4 +345,23 @@ TEST(OnnxImport, SequenceInputsAndOutputs) {
   }
 }
 
+// Optional inputs: one given as absent (ImportOptions::absent_inputs) makes OptionalHasElement
+// false while importing; a name that is no optional input is a ValueError.
+TEST(OnnxImport, AbsentOptionalInputs) {
+  ModelBuilder b(18);
+  auto* x = b.g->add_input();
+  x->set_name("x");
+  auto* t = x->mutable_type()->mutable_optional_type()->mutable_elem_type()->mutable_tensor_type();
+  t->set_elem_type(::onnx::TensorProto::FLOAT);
+  t->mutable_shape()->add_dim()->set_dim_value(2);
+  b.node("OptionalHasElement", {"x"}, {"has"});
+  b.output("has");
+  const Array yes = run_cpu(b.import(), {{"x", Array::zeros({2}, kiln::f32)}})[0];
+  EXPECT_EQ(yes.to_vector<int64_t>(), std::vector<int64_t>{1});
+  const auto model = b.import({.absent_inputs = {"x"}});
+  EXPECT_TRUE(model.inputs.empty());
+  EXPECT_EQ(run_cpu(model, {})[0].to_vector<int64_t>(), std::vector<int64_t>{0});
+  EXPECT_THROW(b.import({.absent_inputs = {"nope"}}), kiln::ValueError);
+}
+
 }  // namespace

@@ -185,10 +185,11 @@ void Importer::check_supported(const ::onnx::GraphProto& g) {
   };
   for (const auto& in : g.input()) {
     const ::onnx::TypeProto* t = &in.type();
+    if (t->has_optional_type()) t = &t->optional_type().elem_type();
     if (t->has_sequence_type()) t = &t->sequence_type().elem_type();
     if (!t->has_tensor_type()) {
-      dtypes.push_back(
-          fmt::format("input '{}' (not a tensor or a sequence of tensors)", in.name()));
+      dtypes.push_back(fmt::format(
+          "input '{}' (not a tensor, a sequence of tensors or an optional of those)", in.name()));
       continue;
     }
     check_dtype(t->tensor_type().elem_type(), fmt::format("input '{}'", in.name()));
@@ -218,12 +219,21 @@ void Importer::add_inputs(const ::onnx::GraphProto& g) {
   std::set<std::string> given;
   for (const auto& in : g.input()) {
     if (values_.count(in.name())) continue;  // an initializer listed as an input
-    if (in.type().has_sequence_type()) {
-      add_sequence_input(in);
+    const ::onnx::TypeProto* type = &in.type();
+    if (type->has_optional_type()) {  // an optional: absent, or its element as an input
+      if (options_.absent_inputs.count(in.name())) {
+        values_[in.name()] = {Tensor{}, std::nullopt, std::nullopt, true};
+        given.insert(in.name());
+        continue;
+      }
+      type = &type->optional_type().elem_type();
+    }
+    if (type->has_sequence_type()) {
+      add_sequence_input(in, *type);
       given.insert(in.name());
       continue;
     }
-    const auto& tt = in.type().tensor_type();
+    const auto& tt = type->tensor_type();
     if (auto it = options_.input_values.find(in.name()); it != options_.input_values.end()) {
       Array a = it->second.to(Device::cpu());
       const DType want = *from_onnx_dtype(tt.elem_type());
@@ -289,9 +299,13 @@ void Importer::add_inputs(const ::onnx::GraphProto& g) {
           "[onnx] the model has no sequence input '{}' (element shapes were given "
           "for it)",
           name);
+  for (const std::string& name : options_.absent_inputs)
+    if (!given.count(name) || !values_.at(name).absent)
+      fail<ValueError>("[onnx] the model has no optional input '{}' (it was given as absent)",
+                       name);
 }
 
-void Importer::add_sequence_input(const ::onnx::ValueInfoProto& in) {
+void Importer::add_sequence_input(const ::onnx::ValueInfoProto& in, const ::onnx::TypeProto& type) {
   auto it = options_.sequence_inputs.find(in.name());
   if (it == options_.sequence_inputs.end())
     throw InputValuesNeeded(
@@ -299,7 +313,7 @@ void Importer::add_sequence_input(const ::onnx::ValueInfoProto& in) {
                     "while importing (ImportOptions::sequence_inputs)",
                     in.name()),
         {in.name()});
-  const auto& tt = in.type().sequence_type().elem_type().tensor_type();
+  const auto& tt = type.sequence_type().elem_type().tensor_type();
   Sequence seq;
   seq.dtype = *from_onnx_dtype(tt.elem_type());
   for (size_t k = 0; k < it->second.size(); ++k) {
@@ -337,7 +351,7 @@ std::vector<Value> Importer::inline_values(const ::onnx::GraphProto& g,
   std::vector<Value> outs;
   for (const auto& o : g.output()) {
     const Value* v = find(o.name());
-    if (!v || (!v->tensor.valid() && !v->sequence))
+    if (!v || !v->defined())
       fail<FormatError>("[onnx] subgraph output '{}' is not produced", o.name());
     outs.push_back(*v);
   }
@@ -355,11 +369,11 @@ std::vector<Tensor> Importer::inline_body(const ::onnx::GraphProto& g,
   std::vector<Tensor> outs;
   int k = 0;
   for (const Value& v : inline_values(g, in)) {
-    if (v.sequence)
+    if (v.sequence || v.absent)
       fail<UnsupportedError>(
-          "[onnx] subgraph output '{}' is a sequence, which kiln holds only while importing: "
-          "here it would cross a loop or branch run on the device",
-          g.output(k).name());
+          "[onnx] subgraph output '{}' is {}, which kiln holds only while importing: here it "
+          "would cross a loop or branch run on the device",
+          g.output(k).name(), v.sequence ? "a sequence" : "an optional without a value");
     outs.push_back(v.tensor);
     ++k;
   }
@@ -426,7 +440,7 @@ void Importer::add_node(const ::onnx::NodeProto& node) {
   const OpEntry* entry = find_entry(node.op_type(), model_.opset, &version);
   KILN_ASSERT(entry);
   for (const auto& in : node.input())
-    if (!in.empty() && !values_.at(in).tensor.valid() && !values_.at(in).sequence)
+    if (!in.empty() && !values_.at(in).defined())
       fail<UnsupportedError>("[onnx] node '{}' ({}) reads '{}', an output kiln's mapping of its "
                              "producer does not compute",
                              node_label(node), node.op_type(), in);
@@ -448,6 +462,8 @@ void Importer::add_node(const ::onnx::NodeProto& node) {
     if (auto it = pending_.find(name); it != pending_.end()) {
       v.sequence = std::move(it->second);
       pending_.erase(it);
+    } else if (absent_.erase(name)) {
+      v.absent = true;
     } else if (i < static_cast<int>(outs.size()) && outs[i].valid()) {
       check_elements(outs[i].shape(), fmt::format("node '{}' ({}) output '{}'", node_label(node),
                                                   node.op_type(), name));
@@ -524,28 +540,35 @@ Model Importer::run() {
       add_sequence_output(out.name(), *v->sequence);
       continue;
     }
+    if (v->absent) {
+      model_.graph_outputs.push_back({out.name(), false, true, f32, model_.outputs.size(), 0});
+      continue;
+    }
     if (!v->tensor.valid())
       fail<UnsupportedError>("[onnx] graph output '{}' is an output kiln's mapping does not compute",
                              out.name());
     ValueInfo info;
     info.name = out.name();
     info.tensor = v->tensor;
-    if (out.type().has_tensor_type()) {
-      const auto dt = from_onnx_dtype(out.type().tensor_type().elem_type());
+    const ::onnx::TypeProto& type =
+        out.type().has_optional_type() ? out.type().optional_type().elem_type() : out.type();
+    if (type.has_tensor_type()) {
+      const auto dt = from_onnx_dtype(type.tensor_type().elem_type());
       if (dt && *dt != info.tensor.dtype()) info.tensor = cast(info.tensor, *dt);
-      for (const auto& d : out.type().tensor_type().shape().dim())
+      for (const auto& d : type.tensor_type().shape().dim())
         info.dim_params.push_back(d.has_dim_param() ? d.dim_param() : "");
     }
     info.dtype = info.tensor.dtype();
     info.shape = info.tensor.shape();
-    model_.graph_outputs.push_back({info.name, false, info.dtype, model_.outputs.size(), 1});
+    model_.graph_outputs.push_back({info.name, false, false, info.dtype, model_.outputs.size(), 1});
     model_.outputs.push_back(std::move(info));
   }
   return std::move(model_);
 }
 
 void Importer::add_sequence_output(const std::string& name, const Sequence& seq) {
-  model_.graph_outputs.push_back({name, true, seq.dtype, model_.outputs.size(), seq.items.size()});
+  model_.graph_outputs.push_back(
+      {name, true, false, seq.dtype, model_.outputs.size(), seq.items.size()});
   for (size_t k = 0; k < seq.items.size(); ++k) {
     ValueInfo info;
     info.name = fmt::format("{}[{}]", name, k);

@@ -5,6 +5,7 @@
 
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -18,6 +19,7 @@ class TensorProto;
 class GraphProto;
 class NodeProto;
 class ValueInfoProto;
+class TypeProto;
 }  // namespace onnx
 
 namespace kiln::onnx::detail {
@@ -30,11 +32,14 @@ struct Sequence {
   std::vector<Tensor> items;
 };
 
-/// A value: a tensor (with its data when known while importing) or a sequence.
+/// A value: a tensor (with its data when known while importing), a sequence, or an optional
+/// without a value (`absent`).
 struct Value {
   Tensor tensor;
   std::optional<Array> data;
   std::optional<Sequence> sequence;
+  bool absent = false;
+  bool defined() const { return tensor.valid() || sequence || absent; }
 };
 
 class Importer {
@@ -65,6 +70,8 @@ class Importer {
   bool count_unrolled() { return ++unrolled_ <= (int64_t{1} << 16); }
   /// Records a sequence as a node's output `name` (set by the sequence ops' mappings).
   void set_sequence(const std::string& name, Sequence s) { pending_[name] = std::move(s); }
+  /// Records a node's output `name` as an optional without a value.
+  void set_absent(const std::string& name) { absent_.insert(name); }
   /// The main graph's inputs (not initializers) that value `name` is computed from, following
   /// the nodes that produce it (those of bodies too), in model order.
   std::vector<std::string> graph_inputs_behind(const std::string& name);
@@ -72,7 +79,7 @@ class Importer {
  private:
   void check_supported(const ::onnx::GraphProto& g);
   void add_inputs(const ::onnx::GraphProto& g);
-  void add_sequence_input(const ::onnx::ValueInfoProto& in);
+  void add_sequence_input(const ::onnx::ValueInfoProto& in, const ::onnx::TypeProto& type);
   void add_sequence_output(const std::string& name, const Sequence& seq);
   void add_node(const ::onnx::NodeProto& node);
   void fold(const std::vector<std::string>& names);
@@ -88,6 +95,7 @@ class Importer {
   std::map<std::string, const ::onnx::NodeProto*> producer_;
   // sequences the node being mapped gives, by output name
   std::map<std::string, Sequence> pending_;
+  std::set<std::string> absent_;  // (outputs of the node being mapped)
   int64_t unrolled_ = 0;
 };
 

@@ -118,7 +118,20 @@ Tensor NodeContext::input(int i) const {
   KILN_ASSERT(v);
   if (v->sequence)
     fail(fmt::format("input {} ('{}') is a sequence; a tensor is needed", i, node_.input(i)));
+  if (v->absent)
+    fail(fmt::format("input {} ('{}') is an optional without a value; a tensor is needed", i,
+                     node_.input(i)));
   return v->tensor;
+}
+
+bool NodeContext::is_absent(int i) const {
+  if (!has_input(i)) return false;
+  const Value* v = imp_.find(node_.input(i));
+  return v && v->absent;
+}
+
+void NodeContext::set_absent(int i) {
+  if (has_output(i)) imp_.set_absent(node_.output(i));
 }
 
 Value NodeContext::value(int i) const {

@@ -51,6 +51,10 @@ class NodeContext {
   std::vector<double> doubles(int i) const;
   /// Input i as the importer holds it: a tensor with its data where known, or a sequence.
   Value value(int i) const;
+  /// Input i is an optional without a value (an absent optional graph input, Optional()).
+  bool is_absent(int i) const;
+  /// Makes output i an optional without a value.
+  void set_absent(int i);
   /// Input i is a sequence (ONNX sequence type; src/io/onnx/ops_sequence.cpp).
   bool is_sequence(int i) const;
   /// Input i as a sequence; throws ValueError naming the node when it is missing or a tensor.

@@ -23,14 +23,15 @@ Outs outputs_of(NodeContext& c, const std::vector<Value>& values) {
   Outs out;
   for (size_t j = 0; j < values.size(); ++j) {
     if (values[j].sequence) c.set_sequence(static_cast<int>(j), *values[j].sequence);
-    out.push_back(values[j].sequence ? Tensor{} : values[j].tensor);
+    if (values[j].absent) c.set_absent(static_cast<int>(j));
+    out.push_back(values[j].tensor);  // (invalid for a sequence or an absent value)
   }
   return out;
 }
 
 bool gives_sequence(const ::onnx::GraphProto& g) {
   for (const auto& o : g.output())
-    if (o.type().has_sequence_type()) return true;
+    if (o.type().has_sequence_type() || o.type().has_optional_type()) return true;
   return false;
 }
 
@@ -42,8 +43,8 @@ Outs if_op(NodeContext& c) {
   }
   if (gives_sequence(c.attr_graph("then_branch")) || gives_sequence(c.attr_graph("else_branch")))
     c.needs_values({0},
-                   "an If whose branches give sequences needs its condition known while "
-                   "importing (kiln holds sequences only then)");
+                   "an If whose branches give sequences or optionals needs its condition "
+                   "known while importing (kiln holds those only then)");
   auto branch = [&c](const char* name) {
     return [&c, name](const std::vector<Tensor>&) {
       return c.importer().inline_graph(c.attr_graph(name));
@@ -101,10 +102,10 @@ bool condition_stays(const ::onnx::GraphProto& body) {
   return false;
 }
 
-// A Loop that carries sequences, or whose body reads one from around it, unrolled while
-// importing (kiln holds sequences only then): M and the condition after every iteration must be
-// known then; each iteration's body is mapped with its iteration number and condition as
-// constants. Scan outputs are the iterations' values stacked.
+// A Loop that carries sequences or optionals, or whose body reads a sequence from around it,
+// unrolled while importing (kiln holds those only then): M and the condition after every
+// iteration must be known then; each iteration's body is mapped with its iteration number and
+// condition as constants. Scan outputs are the iterations' values stacked.
 Outs unrolled_loop(NodeContext& c, const ::onnx::GraphProto& body, int carried, int scans) {
   constexpr int64_t kMaxIterations = 4096;
   const int64_t m = c.has_input(0) ? c.ints(0).at(0) : -1;
@@ -129,9 +130,11 @@ Outs unrolled_loop(NodeContext& c, const ::onnx::GraphProto& body, int carried, 
     go = out[0].data->astype(boolean).to_vector<int64_t>().at(0) != 0;
     for (int k = 0; k < carried; ++k) {
       Value v = out[1 + k];
-      if (!v.sequence && !state[k].sequence && v.tensor.dtype() != state[k].tensor.dtype())
+      if (v.tensor.valid() && state[k].tensor.valid() &&
+          v.tensor.dtype() != state[k].tensor.dtype())
         v = {cast(v.tensor, state[k].tensor.dtype()), std::nullopt, std::nullopt};
-      if (v.sequence.has_value() != state[k].sequence.has_value())
+      // (an optional carried value may go from absent to a value)
+      if (!v.absent && !state[k].absent && v.sequence.has_value() != state[k].sequence.has_value())
         c.fail(fmt::format("the body gives a {} for carried value {}, a {}",
                            v.sequence ? "sequence" : "tensor", k,
                            state[k].sequence ? "sequence" : "tensor"));
@@ -163,7 +166,8 @@ Outs loop_op(NodeContext& c) {
     c.fail(fmt::format("the body has {} inputs and {} outputs for {} carried values",
                        body.input_size(), body.output_size(), carried));
   bool sequences = c.importer().reads_outer_sequence(body);
-  for (int k = 0; k < carried; ++k) sequences = sequences || c.is_sequence(2 + k);
+  for (int k = 0; k < carried; ++k)
+    sequences = sequences || c.is_sequence(2 + k) || c.is_absent(2 + k);
   if (sequences) return unrolled_loop(c, body, carried, scans);
   Graph& g = c.graph();
   Tensor go = c.has_input(1) ? c.input(1) : g.constant(Array::scalar(true));

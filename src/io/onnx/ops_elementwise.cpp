@@ -62,8 +62,12 @@ Outs mean_op(NodeContext& c) {
 }
 
 Outs identity(NodeContext& c) {
-  if (c.is_sequence(0)) {  // (a sequence passes on as it is)
+  if (c.is_sequence(0)) {  // (a sequence passes on as it is, and an optional without a value)
     c.set_sequence(0, c.sequence(0));
+    return {};
+  }
+  if (c.is_absent(0)) {
+    c.set_absent(0);
     return {};
   }
   return {c.input(0)};

@@ -325,20 +325,29 @@ Outs grid_sample_op(NodeContext& c) {
   return {grid_sample(c.input(0), c.input(1), o)};
 }
 
-// Optionals of tensors (opsets 15, 18): kiln has no optional values, so an optional that holds a
-// tensor is that tensor and an absent input is an optional without one. OptionalHasElement says
-// which (a bool scalar known while importing); OptionalGetElement of a tensor is the tensor, of a
-// sequence the sequence.
+// Optionals (opsets 15, 18): an optional that holds a tensor or a sequence is that value, one
+// without (an absent graph input, Optional() of a type, an omitted input) is an absent value.
+// OptionalHasElement says which (a bool scalar known while importing); OptionalGetElement of a
+// value is the value.
 Outs optional_has_element(NodeContext& c) {
-  return {known(c, Array::from_vector<int64_t>({c.has_input(0) ? 1 : 0}, {}).astype(boolean))};
+  const bool has = c.has_input(0) && !c.is_absent(0);
+  return {known(c, Array::from_vector<int64_t>({has ? 1 : 0}, {}).astype(boolean))};
 }
 Outs optional_get_element(NodeContext& c) {
-  if (!c.has_input(0)) c.fail("an optional without a value has no element to get");
+  if (!c.has_input(0) || c.is_absent(0))
+    c.fail("an optional without a value has no element to get");
   if (c.is_sequence(0)) {
     c.set_sequence(0, c.sequence(0));
     return {};
   }
   return {c.input(0)};
+}
+Outs optional_op(NodeContext& c) {
+  if (!c.has_input(0)) {
+    c.set_absent(0);
+    return {};
+  }
+  return optional_get_element(c);
 }
 
 }  // namespace
@@ -359,6 +368,7 @@ void add_misc_ops(std::vector<OpEntry>& t) {
                         {"OptionalHasElement", 18, optional_has_element},
                         {"OptionalGetElement", 15, optional_get_element},
                         {"OptionalGetElement", 18, optional_get_element},
+                        {"Optional", 15, optional_op},
                     });
 }
 

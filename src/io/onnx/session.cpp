@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <list>
 #include <mutex>
+#include <set>
 
 #include "core/errors.h"
 #include "io/file.h"
@@ -39,7 +40,8 @@ struct Session::Impl {
   int64_t imports = 0;
 
   std::pair<std::shared_ptr<const Model>, std::shared_ptr<Executable>> select(
-      const std::map<std::string, Array>& feeds, const Sequences& sequences);
+      const std::map<std::string, Array>& feeds, const Sequences& sequences,
+      const std::set<std::string>& absent);
 
   // The values of the value inputs in `feeds`, as a key: dtype, shape and bytes of each, and the
   // element shapes of the sequences.
@@ -62,8 +64,9 @@ struct Session::Impl {
   // inputs it names to value_inputs and returns null (the caller reads their values and comes
   // back).
   std::shared_ptr<Entry> make(const std::map<std::string, Array>& values, const Shapes& sequences,
-                              const std::string& key) {
+                              const std::set<std::string>& absent, const std::string& key) {
     ImportOptions o = options.import;
+    o.absent_inputs.insert(absent.begin(), absent.end());
     for (const auto& [name, a] : values) {
       o.input_values[name] = a;
       o.input_shapes.erase(name);
@@ -107,7 +110,7 @@ Session::Session(const std::string& path, Device device, SessionOptions options)
   impl->options = std::move(options);
   *this = Session(std::move(impl));
   std::lock_guard<std::mutex> l(impl_->mu);
-  if (auto e = impl_->make({}, {}, impl_->key_of({}, {}))) {
+  if (auto e = impl_->make({}, {}, {}, impl_->key_of({}, {}))) {
     impl_->last = e->model;
     impl_->entries.push_front(std::move(*e));
   }
@@ -120,7 +123,7 @@ Session Session::from_bytes(const void* data, size_t size, Device device, Sessio
   impl->options = std::move(options);
   Session s(std::move(impl));
   std::lock_guard<std::mutex> l(s.impl_->mu);
-  if (auto e = s.impl_->make({}, {}, s.impl_->key_of({}, {}))) {
+  if (auto e = s.impl_->make({}, {}, {}, s.impl_->key_of({}, {}))) {
     s.impl_->last = e->model;
     s.impl_->entries.push_front(std::move(*e));
   }
@@ -129,7 +132,8 @@ Session Session::from_bytes(const void* data, size_t size, Device device, Sessio
 
 // The import and executable for these feeds (made when new).
 std::pair<std::shared_ptr<const Model>, std::shared_ptr<Executable>> Session::Impl::select(
-    const std::map<std::string, Array>& feeds, const Sequences& sequences) {
+    const std::map<std::string, Array>& feeds, const Sequences& sequences,
+    const std::set<std::string>& absent) {
   std::lock_guard<std::mutex> l(mu);
   // (each import that needs more values names them; a model has finitely many inputs)
   for (;;) {
@@ -149,13 +153,14 @@ std::pair<std::shared_ptr<const Model>, std::shared_ptr<Executable>> Session::Im
             name);
       values[name] = it->second.to(Device::cpu());
     }
-    const std::string key = key_of(values, shapes);
+    std::string key = key_of(values, shapes);
+    for (const std::string& name : absent) key += name + "|none|";
     auto it =
         std::find_if(entries.begin(), entries.end(), [&](const Entry& e) { return e.key == key; });
     if (it != entries.end()) {
       entries.splice(entries.begin(), entries, it);
     } else {
-      std::shared_ptr<Entry> e = make(values, shapes, key);
+      std::shared_ptr<Entry> e = make(values, shapes, absent, key);
       if (!e) continue;
       entries.push_front(std::move(*e));
       while (entries.size() > std::max<size_t>(options.max_imports, 1)) entries.pop_back();
@@ -166,18 +171,23 @@ std::pair<std::shared_ptr<const Model>, std::shared_ptr<Executable>> Session::Im
 }
 
 std::vector<Array> Session::run(const std::map<std::string, Array>& feeds) const {
-  auto [model, exe] = impl_->select(feeds, {});
+  auto [model, exe] = impl_->select(feeds, {}, {});
   for (const GraphOutput& o : model->graph_outputs)
-    if (o.sequence)
-      fail<ValueError>("[onnx] output '{}' is a sequence: Session::run_values runs this model",
-                       o.name);
+    if (o.sequence || o.absent)
+      fail<ValueError>("[onnx] output '{}' is {}: Session::run_values runs this model", o.name,
+                       o.sequence ? "a sequence" : "an optional without a value");
   return exe->run(model->feeds(feeds));
 }
 
 std::vector<Value> Session::run_values(const std::map<std::string, Value>& feeds) const {
   std::map<std::string, Array> tensors;
   Sequences sequences;
+  std::set<std::string> absent;
   for (const auto& [name, v] : feeds) {
+    if (v.is_none) {
+      absent.insert(name);
+      continue;
+    }
     if (!v.is_sequence) {
       tensors[name] = v.tensor;
       continue;
@@ -186,7 +196,7 @@ std::vector<Value> Session::run_values(const std::map<std::string, Value>& feeds
     for (size_t k = 0; k < v.sequence.size(); ++k)
       tensors[fmt::format("{}[{}]", name, k)] = v.sequence[k];
   }
-  auto [model, exe] = impl_->select(tensors, sequences);
+  auto [model, exe] = impl_->select(tensors, sequences, absent);
   for (const auto& fed : sequences) {
     const std::string& name = fed.first;  // (a structured binding cannot be captured in C++20)
     const bool known = std::any_of(model->inputs.begin(), model->inputs.end(),
@@ -197,6 +207,10 @@ std::vector<Value> Session::run_values(const std::map<std::string, Value>& feeds
   std::vector<Array> flat = exe->run(model->feeds(tensors));
   std::vector<Value> out;
   for (const GraphOutput& o : model->graph_outputs) {
+    if (o.absent) {
+      out.push_back(Value::none());
+      continue;
+    }
     if (!o.sequence) {
       out.push_back(Value::of(std::move(flat[o.first])));
       continue;
