@@ -231,3 +231,33 @@ def test_optional_inputs_with_and_without_a_value(rng, tmp_path):
     assert not bool(has.numpy()) and np.array_equal(z.numpy(), np.zeros(3, np.float32))
     assert y is None
     assert ks.imports == 2
+
+
+def test_loop_slicing_at_its_iteration_number_unrolls(rng, tmp_path):
+    """A Loop whose body slices a tensor at its iteration number (bounds known only per
+    iteration) is unrolled while importing, its trip count read from the feeds: beside ONNX
+    Runtime at two trip counts, one import each."""
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Add", ["i", "one"], ["end"]),
+         helper.make_node("Unsqueeze", ["i", "zero"], ["start1"]),
+         helper.make_node("Unsqueeze", ["end", "zero"], ["end1"]),
+         helper.make_node("Slice", ["table", "start1", "end1"], ["row"]),
+         helper.make_node("Add", ["acc_in", "row"], ["acc_out"]),
+         helper.make_node("Identity", ["acc_out"], ["scan"])],
+        "body", [tensor_info("i", I64, []), tensor_info("cond_in", TensorProto.BOOL, []),
+                 tensor_info("acc_in", F, [1, 4])],
+        [tensor_info("cond_out", TensorProto.BOOL, []), tensor_info("acc_out", F, [1, 4]),
+         tensor_info("scan", F, [1, 4])],
+        [i64("one", 1, scalar=True), i64("zero", 0)])
+    nodes = [helper.make_node("Loop", ["M", "", "acc0"], ["acc", "scans"], body=body)]
+    model = model_of(nodes, [tensor_info("M", I64, []), tensor_info("table", F, [9, 4]),
+                             tensor_info("acc0", F, [1, 4])],
+                     [tensor_info("acc", F, [1, 4]), tensor_info("scans")], opset=13)
+
+    def feed(m):
+        return {"M": np.array(m, np.int64), "table": rng.standard_normal((9, 4)).astype(np.float32),
+                "acc0": rng.standard_normal((1, 4)).astype(np.float32)}
+
+    ks = run_both(tmp_path, model, [feed(3), feed(7), feed(3)])
+    assert ks.value_inputs == ["M"] and ks.imports == 2

@@ -155,6 +155,8 @@ Outs unrolled_loop(NodeContext& c, const ::onnx::GraphProto& body, int carried, 
   return outs;
 }
 
+Outs as_while_loop(NodeContext& c, const ::onnx::GraphProto& body, int carried, int scans);
+
 // Loop(M, cond, v...): while (i < M && cond) { cond, v..., scans... = body(i, cond, v...); ++i },
 // as a while_loop carrying (i, cond, v..., scan buffers...).
 Outs loop_op(NodeContext& c) {
@@ -169,6 +171,29 @@ Outs loop_op(NodeContext& c) {
   for (int k = 0; k < carried; ++k)
     sequences = sequences || c.is_sequence(2 + k) || c.is_absent(2 + k);
   if (sequences) return unrolled_loop(c, body, carried, scans);
+  // a body that needs, while importing, a value that comes from its iteration number (a slice at
+  // the iteration: test_loop11) is unrolled instead, each iteration's number a constant (where M
+  // and the condition are known; else the first error stands)
+  try {
+    return as_while_loop(c, body, carried, scans);
+  } catch (const InputValuesNeeded&) {
+    throw;  // (values of graph inputs: a session reads them and imports again)
+  } catch (const UnsupportedError& e) {
+    if (!c.has_input(0) ||
+        std::string(e.what()).find("must be known while importing") == std::string::npos)
+      throw;
+    try {
+      return unrolled_loop(c, body, carried, scans);
+    } catch (const InputValuesNeeded&) {
+      throw;
+    } catch (const Error&) {
+      throw e;
+    }
+  }
+}
+
+// The Loop as a while_loop carrying (i, cond, v..., scan buffers...).
+Outs as_while_loop(NodeContext& c, const ::onnx::GraphProto& body, int carried, int scans) {
   Graph& g = c.graph();
   Tensor go = c.has_input(1) ? c.input(1) : g.constant(Array::scalar(true));
   if (go.dtype() != boolean) go = cast(go, boolean);
