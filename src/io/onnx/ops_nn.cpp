@@ -212,12 +212,19 @@ Outs max_pool_op(NodeContext& c) {
     if (o.ceil_mode) c.unsupported("ceil_mode with pads larger than half the kernel");
     return {max_pool(pad_explicitly(x, o, -INFINITY), o)};
   }
-  if (c.attr_int("storage_order", 0) != 0) c.unsupported("storage_order=1 (column-major indices)");
+  const bool column_major = c.attr_int("storage_order", 0) != 0;
   if (!c.has_output(1)) return {max_pool(x, o)};
   auto [y, idx] = max_pool_with_indices(x, o);
+  const Shape s = static_spatial(c, x);
+  // storage_order = 1: a 2-D plane's position counted column by column, w * H + h, from kiln's
+  // row-major h * W + w (one spatial dim: the same; three are not mapped)
+  if (column_major && s.size() == 5) c.unsupported("storage_order=1 over three spatial dims");
+  if (column_major && s.size() == 4) {
+    const Tensor w = scalar_of(idx, static_cast<double>(s[3]));
+    idx = add(mul(mod(idx, w), scalar_of(idx, static_cast<double>(s[2]))), div(idx, w));
+  }
   // kiln's indices count within each (n, c) plane; ONNX's over the whole tensor: plane
   // (n * C + c) added, with N and C from x's shape when they are known only when run
-  const Shape s = static_spatial(c, x);
   int64_t plane = 1;
   for (size_t i = 2; i < s.size(); ++i) plane *= s[i];
   if (s[0] >= 0 && s[1] >= 0) {
