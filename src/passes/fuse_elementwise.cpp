@@ -192,32 +192,46 @@ Program group_small(const Program& p, const std::vector<char>& late,
   std::vector<int32_t> open;                       // members of the open group
   std::map<int32_t, Expanded> expanded;            // theirs
   auto in_open = [&](int32_t q) { return std::find(open.begin(), open.end(), q) != open.end(); };
-  auto close = [&](int32_t reader) {
-    // the members read outside (by `reader` or later nodes, or as outputs) become its parts
-    (void)reader;
-    if (open.size() >= 2) {
-      std::vector<char> read(open.size(), 0);
-      for (int32_t r = open.back() + 1; r < n; ++r)
-        if (!in_open(r))
-          for (ValueRef v : nodes[r].inputs)
-            for (size_t m = 0; m < open.size(); ++m) read[m] |= v.node == open[m];
-      std::vector<Expanded> ps;
-      std::vector<int32_t> pm;
-      std::set<ValueRef> inputs;
-      for (size_t m = 0; m < open.size(); ++m)
-        if (read[m] || escapes[open[m]]) {
-          ps.push_back(expanded.at(open[m]));
-          pm.push_back(open[m]);
-          inputs.insert(ps.back().inputs.begin(), ps.back().inputs.end());
-        }
-      if (!ps.empty() && ps.size() <= static_cast<size_t>(fused::kMaxParts) &&
-          inputs.size() <= static_cast<size_t>(fused::kMaxInputs)) {
-        for (int32_t m : open) group_of[m] = static_cast<int32_t>(groups.size());
-        groups.push_back(open);
+  // each node's readers (nodes reading any of its outputs)
+  std::vector<std::vector<int32_t>> readers(n);
+  for (int32_t r = 0; r < n; ++r)
+    for (ValueRef v : nodes[r].inputs) readers[v.node].push_back(r);
+  // the open group ends: its members read outside it (or outputs) become parts, in chunks of
+  // members taken in order that keep within a node's parts and inputs (each chunk takes the
+  // place of its last member: a later chunk computes what it reads of an earlier one again)
+  auto close = [&]() {
+    std::vector<int32_t> chunk, pm;
+    std::vector<Expanded> ps;
+    std::set<ValueRef> inputs;
+    auto emit = [&]() {
+      if (chunk.size() >= 2 && !ps.empty()) {
+        for (int32_t m : chunk) group_of[m] = static_cast<int32_t>(groups.size());
+        groups.push_back(chunk);
         parts.push_back(std::move(ps));
         part_members.push_back(std::move(pm));
       }
+      chunk.clear();
+      ps.clear();
+      pm.clear();
+      inputs.clear();
+    };
+    for (int32_t m : open) {
+      bool read = escapes[m];
+      for (int32_t r : readers[m]) read = read || !in_open(r);
+      if (read) {
+        const Expanded& e = expanded.at(m);
+        std::set<ValueRef> more = inputs;
+        more.insert(e.inputs.begin(), e.inputs.end());
+        if (ps.size() + 1 > static_cast<size_t>(fused::kMaxParts) ||
+            more.size() > static_cast<size_t>(fused::kMaxInputs))
+          emit();
+        inputs.insert(e.inputs.begin(), e.inputs.end());
+        ps.push_back(e);
+        pm.push_back(m);
+      }
+      chunk.push_back(m);
     }
+    emit();
     open.clear();
     expanded.clear();
   };
@@ -240,13 +254,13 @@ Program group_small(const Program& p, const std::vector<char>& late,
       if (e && e->inputs.size() > static_cast<size_t>(fused::kMaxInputs)) e.reset();
     }
     if (!e) {
-      if (reads_open) close(i);
+      if (reads_open) close();
       continue;
     }
     open.push_back(i);
     expanded.emplace(i, std::move(*e));
   }
-  close(n);
+  close();
   if (groups.empty()) return p;
 
   ProgramBuilder b(p);

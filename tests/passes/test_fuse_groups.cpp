@@ -106,6 +106,23 @@ TEST(FuseGroups, ReadersOutsideEndTheGroup) {
   EXPECT_LT(fused.num_steps(), plain.num_steps()) << fused.dump();
 }
 
+// Many small values: more than one node's parts and inputs, so the group is cut into several
+// nodes in order, each within the limits.
+TEST(FuseGroups, ManyValuesMakeSeveralNodes) {
+  Graph g;
+  const Tensor x = g.placeholder({8}, f32, "x");
+  std::vector<Tensor> outs;
+  for (int k = 0; k < 40; ++k) outs.push_back(x * (0.5 + k) + static_cast<double>(k));
+  auto fused = g.compile(Device::cpu(), {}, outs);
+  auto plain = g.compile(Device::cpu(), {}, outs, kUnfused);
+  const int nodes = count(fused.dump(), "fused_elementwise(");
+  EXPECT_GE(nodes, 3) << fused.dump();  // (40 parts, at most 16 a node)
+  EXPECT_LE(nodes, 10) << fused.dump();
+  const Feeds f{{x, random_array({8}, f32)}};
+  const auto got = fused.run(f), want = plain.run(f);
+  for (size_t k = 0; k < got.size(); ++k) expect_same(got[k], want[k], fmt::format("output {}", k));
+}
+
 // Random graphs (support/random_graphs.h: values of a few small shapes and one large,
 // elementwise ops between them, reductions, casts and products among them, random outputs), in
 // f32, f16, bf16, f64 and i32. Every output of the fused executable equals the unfused one's bit
