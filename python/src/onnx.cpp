@@ -7,10 +7,19 @@ namespace kiln::py {
 
 namespace {
 
+using SequenceShapes = std::map<std::string, std::vector<std::vector<int64_t>>>;
+
 onnx::ImportOptions import_options(const std::map<std::string, std::vector<int64_t>>& shapes,
                                    nb::handle values, int64_t default_dim,
-                                   const std::string& external_data_dir) {
+                                   const std::string& external_data_dir,
+                                   const SequenceShapes& sequences = {},
+                                   const std::vector<std::string>& absent = {}) {
   onnx::ImportOptions o;
+  for (const auto& [k, v] : sequences) {
+    auto& elements = o.sequence_inputs[k];  // (an empty sequence too)
+    for (const auto& shape : v) elements.push_back(shape);
+  }
+  o.absent_inputs.insert(absent.begin(), absent.end());
   for (const auto& [k, v] : shapes) o.input_shapes[k] = v;
   if (!values.is_none())
     for (auto [k, v] : as_dict(values, "input_values"))
@@ -63,6 +72,15 @@ void bind_onnx(nb::module_& m) {
       .def("__repr__", [](const onnx::ValueInfo& v) {
         return "ValueInfo('" + v.name + "', " + to_string(v.shape) + ", " + name(v.dtype) + ")";
       });
+  nb::class_<onnx::GraphOutput>(
+      o, "GraphOutput",
+      "A graph output as the model declares it: a tensor (outputs[first]), "
+      "a sequence (outputs[first:first + count]) or, absent, none.")
+      .def_ro("name", &onnx::GraphOutput::name)
+      .def_ro("sequence", &onnx::GraphOutput::sequence)
+      .def_ro("absent", &onnx::GraphOutput::absent)
+      .def_ro("first", &onnx::GraphOutput::first)
+      .def_ro("count", &onnx::GraphOutput::count);
   nb::class_<onnx::Model>(o, "Model",
                           "An imported model: a kiln Graph with named inputs and outputs.")
       .def_prop_ro(
@@ -75,6 +93,8 @@ void bind_onnx(nb::module_& m) {
           "outputs",
           [](nb::handle self) { return value_infos(self, nb::cast<onnx::Model&>(self).outputs); })
       .def_ro("fixed_inputs", &onnx::Model::fixed_inputs)
+      .def_ro("graph_outputs", &onnx::Model::graph_outputs,
+              "The graph's outputs as declared (tensors, sequences, absent optionals).")
       .def_ro("ir_version", &onnx::Model::ir_version)
       .def_ro("opset", &onnx::Model::opset)
       .def_ro("producer", &onnx::Model::producer)
@@ -112,26 +132,33 @@ void bind_onnx(nb::module_& m) {
   o.def(
       "load",
       [](const std::string& path, const std::map<std::string, std::vector<int64_t>>& shapes,
-         nb::handle values, int64_t default_dim, const std::string& external_data_dir) {
-        auto opts = import_options(shapes, values, default_dim, external_data_dir);
+         nb::handle values, int64_t default_dim, const std::string& external_data_dir,
+         const SequenceShapes& sequences, const std::vector<std::string>& absent) {
+        auto opts =
+            import_options(shapes, values, default_dim, external_data_dir, sequences, absent);
         nb::gil_scoped_release release;
         return onnx::import(path, opts);
       },
       nb::arg("path"), nb::arg("input_shapes") = std::map<std::string, std::vector<int64_t>>{},
       nb::arg("input_values") = nb::none(), nb::arg("default_dim") = -1,
-      nb::arg("external_data_dir") = "",
+      nb::arg("external_data_dir") = "", nb::arg("sequence_inputs") = SequenceShapes{},
+      nb::arg("absent_inputs") = std::vector<std::string>{},
       "Imports an ONNX model file (kiln::onnx::import). Raises UnsupportedError listing every "
-      "unsupported op.");
+      "unsupported op. sequence_inputs: {name: [element shape, ...]} for sequence inputs (each "
+      "element an input 'name[k]'); absent_inputs: optional inputs without a value.");
   o.def(
       "load_bytes",
       [](nb::bytes data, const std::map<std::string, std::vector<int64_t>>& shapes,
-         nb::handle values, int64_t default_dim) {
-        auto opts = import_options(shapes, values, default_dim, "");
+         nb::handle values, int64_t default_dim, const SequenceShapes& sequences,
+         const std::vector<std::string>& absent) {
+        auto opts = import_options(shapes, values, default_dim, "", sequences, absent);
         return onnx::import_bytes(data.c_str(), data.size(), opts);
       },
       nb::arg("data"), nb::arg("input_shapes") = std::map<std::string, std::vector<int64_t>>{},
       nb::arg("input_values") = nb::none(), nb::arg("default_dim") = -1,
-      "Imports a serialized ModelProto.");
+      nb::arg("sequence_inputs") = SequenceShapes{},
+      nb::arg("absent_inputs") = std::vector<std::string>{},
+      "Imports a serialized ModelProto (arguments as load's).");
   o.def(
       "supported_ops",
       []() {

@@ -261,3 +261,30 @@ def test_loop_slicing_at_its_iteration_number_unrolls(rng, tmp_path):
 
     ks = run_both(tmp_path, model, [feed(3), feed(7), feed(3)])
     assert ks.value_inputs == ["M"] and ks.imports == 2
+
+
+def test_load_takes_sequence_shapes_and_absent_inputs(rng):
+    """kiln.onnx.load_bytes with sequence_inputs (each element an input 'xs[k]') and
+    absent_inputs; Model.graph_outputs groups a sequence output's elements."""
+    nodes = [helper.make_node("SequenceInsert", ["xs", "t"], ["ys"]),
+             helper.make_node("OptionalHasElement", ["o"], ["has"])]
+    opt = helper.make_value_info("o", helper.make_optional_type_proto(
+        helper.make_tensor_type_proto(F, [2])))
+    model = model_of(nodes, [seq_info("xs"), tensor_info("t", F, [3]), opt],
+                     [seq_info("ys"), tensor_info("has", TensorProto.BOOL, [])], opset=18)
+    data = model.SerializeToString()
+    with pytest.raises(kiln.UnsupportedError, match=r"input 'xs' is a sequence"):
+        kiln.onnx.load_bytes(data)
+    m = kiln.onnx.load_bytes(data, sequence_inputs={"xs": [[3], [3]]}, absent_inputs=["o"])
+    assert [i.name for i in m.inputs] == ["xs[0]", "xs[1]", "t"]
+    assert [i.sequence for i in m.inputs] == ["xs", "xs", ""]
+    ys, has = m.graph_outputs
+    assert ys.sequence and (ys.first, ys.count) == (0, 3) and not has.sequence
+    exe = m.compile(device="cpu")
+    a, b, t = (rng.standard_normal(3).astype(np.float32) for _ in range(3))
+    out = exe.run({"xs[0]": a, "xs[1]": b, "t": t})
+    for got, want in zip(out[:3], [a, b, t]):
+        np.testing.assert_array_equal(got.numpy(), want)
+    assert not bool(out[3].numpy())
+    with pytest.raises(kiln.ValueError, match=r"no optional input 'nope'"):
+        kiln.onnx.load_bytes(data, sequence_inputs={"xs": []}, absent_inputs=["nope"])
