@@ -279,7 +279,9 @@ def test_load_takes_sequence_shapes_and_absent_inputs(rng):
     assert [i.name for i in m.inputs] == ["xs[0]", "xs[1]", "t"]
     assert [i.sequence for i in m.inputs] == ["xs", "xs", ""]
     ys, has = m.graph_outputs
+    assert isinstance(ys, kiln.onnx.GraphOutput)
     assert ys.sequence and (ys.first, ys.count) == (0, 3) and not has.sequence
+    assert not ys.absent and not has.absent and has.name == "has"
     exe = m.compile(device="cpu")
     a, b, t = (rng.standard_normal(3).astype(np.float32) for _ in range(3))
     out = exe.run({"xs[0]": a, "xs[1]": b, "t": t})
