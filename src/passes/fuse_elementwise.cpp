@@ -77,6 +77,18 @@ bool fusable_node(const Program& p, int32_t i, Backend target) {
   return k && k->handles(kernel_dtype(*k, nd, in)) && fused_kernel->handles(nd.outputs[0].dtype);
 }
 
+// Nodes that depend on an assign ("late": order_assignments runs them last). A group never mixes
+// late and early nodes, so no read of a variable moves past its assign.
+std::vector<char> late_nodes(const Program& p) {
+  const auto& nodes = p.graph.nodes;
+  std::vector<char> late(nodes.size(), 0);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    late[i] = op_def(nodes[i].op).writes_variable;
+    for (ValueRef v : nodes[i].inputs) late[i] = late[i] || late[v.node];
+  }
+  return late;
+}
+
 // Phase 2 (group_small): below this many elements a kernel's time is its launch, not its bytes.
 constexpr int64_t kSmall = 16384;
 
@@ -161,9 +173,10 @@ Expanded finish(const std::vector<Op>& ops) {
 // member read by another is computed again inside it). Nodes in topological order join the open
 // group until a node outside it reads one of its values; the group takes the place of its last
 // member, so every reader of its outputs comes after it and every input before.
-Program group_small(const Program& p, const std::vector<char>& late,
-                    const std::function<bool(int32_t)>& fusable) {
+Program group_small(const Program& p, Backend target) {
   const auto& nodes = p.graph.nodes;
+  const std::vector<char> late = late_nodes(p);
+  auto fusable = [&](int32_t i) { return fusable_node(p, i, target); };
   const auto n = static_cast<int32_t>(nodes.size());
   // a variable's next value stays a node of its own: memory planning writes it where the variable
   // lives (updates_in_place), which a node of several outputs does not
@@ -300,32 +313,20 @@ Program fuse_elementwise(const Program& p, Backend target) {
   const auto& nodes = p.graph.nodes;
   const size_t n = nodes.size();
   // reads of each node's output 0 (fusable nodes have one output), outputs counting as reads
-  // from outside; "late" nodes depend on an assign (order_assignments runs them last), and a
-  // group never mixes late and early nodes, so no read of a variable moves past its assign
+  // from outside; late nodes (late_nodes) stay apart from early ones
   std::vector<int> reads(n, 0);
-  std::vector<char> escapes(n, 0), late(n, 0);
-  for (size_t i = 0; i < n; ++i) {
-    late[i] = op_def(nodes[i].op).writes_variable;
-    for (ValueRef v : nodes[i].inputs) {
-      ++reads[v.node];
-      late[i] = late[i] || late[v.node];
-    }
-  }
+  std::vector<char> escapes(n, 0);
+  const std::vector<char> late = late_nodes(p);
+  for (size_t i = 0; i < n; ++i)
+    for (ValueRef v : nodes[i].inputs) ++reads[v.node];
   for (ValueRef v : p.outputs) escapes[v.node] = 1;
   auto fusable = [&](int32_t i) { return fusable_node(p, i, target); };
-  auto fusable_in = [&](const Program& q, int32_t i) { return fusable_node(q, i, target); };
 
   std::vector<int32_t> group_of(n, -1);
   std::vector<Group> groups;
   // (then groups of small values: group_small, on the program this phase gives)
   auto then_small = [&](const Program& q) {
-    if (!env::fuse_groups()) return q;
-    std::vector<char> late_q(q.graph.nodes.size(), 0);
-    for (size_t i = 0; i < q.graph.nodes.size(); ++i) {
-      late_q[i] = op_def(q.graph.nodes[i].op).writes_variable;
-      for (ValueRef v : q.graph.nodes[i].inputs) late_q[i] = late_q[i] || late_q[v.node];
-    }
-    return group_small(q, late_q, [&](int32_t i) { return fusable_in(q, i); });
+    return env::fuse_groups() ? group_small(q, target) : q;
   };
   for (int32_t r = static_cast<int32_t>(n) - 1; r >= 0; --r) {
     if (group_of[r] >= 0 || !fusable(r)) continue;

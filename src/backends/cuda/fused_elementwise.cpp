@@ -463,10 +463,14 @@ const Plan& plan_of_many(const Attrs& attrs, const std::vector<TensorInfo>& ins,
   return own;
 }
 
-// A group's source at these input shapes (each part's output: its inputs' broadcast shape),
-// cached by the exact bytes of what it depends on.
-const std::string& group_source(const Attrs& attrs, const std::vector<TensorInfo>& ins) {
-  std::string key;
+// A group's source for inputs of these dtypes and element counts (in(i): {dtype, numel}),
+// cached by the exact bytes of what it depends on: the program's attributes, each input's dtype
+// and whether it is one value (read as such) or of its part's size. Only a key not seen before
+// decodes the program, so a run costs a key built in this thread's reused string and a lookup.
+template <typename In>
+const std::string& group_source(const Attrs& attrs, int num_inputs, In&& in) {
+  thread_local std::string key;
+  key.clear();
   for (const char* k : {"code", "parts", "part_inputs"}) {
     const auto& v = attrs.ints(k);
     key.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int64_t));
@@ -474,32 +478,39 @@ const std::string& group_source(const Attrs& attrs, const std::vector<TensorInfo
   }
   const auto& params = attrs.floats("params");
   key.append(reinterpret_cast<const char*>(params.data()), params.size() * sizeof(double));
+  for (int i = 0; i < num_inputs; ++i) {
+    const auto [dtype, count] = in(i);
+    key += static_cast<char>(dtype);
+    key += count == 1 ? 's' : 'd';
+  }
+  static std::mutex mu;
+  static auto* sources = new std::map<std::string, std::string>();
+  std::lock_guard<std::mutex> l(mu);
+  if (auto it = sources->find(key); it != sources->end()) return it->second;
   std::vector<DType> in_types;
-  for (const TensorInfo& t : ins) in_types.push_back(t.dtype);
+  for (int i = 0; i < num_inputs; ++i) in_types.push_back(in(i).first);
   const std::vector<fused::Part> parts = fused::decode_parts(attrs, in_types);
   std::vector<std::vector<Kind>> kinds;
   for (const fused::Part& part : parts) {
     int64_t n = 1;
-    for (int32_t i : part.inputs) n = std::max(n, numel(ins[i].shape));
+    for (int32_t i : part.inputs) n = std::max(n, in(i).second);
     kinds.emplace_back();
     for (int32_t i : part.inputs) {
-      const int64_t m = numel(ins[i].shape);
+      const int64_t m = in(i).second;
       if (m != n && m != 1)
         fail<UnsupportedError>(
             "[fused_elementwise] a group's part reads an input of {} elements "
             "for an output of {} (only its own size or one value)",
             m, n);
-      kinds.back().push_back(m == n ? Kind::dense : Kind::scalar);
-      key += static_cast<char>(ins[i].dtype);
-      key += m == n ? 'd' : 's';
+      kinds.back().push_back(m == 1 ? Kind::scalar : Kind::dense);
     }
   }
-  static std::mutex mu;
-  static auto* sources = new std::map<std::string, std::string>();
-  std::lock_guard<std::mutex> l(mu);
-  auto& slot = (*sources)[key];
-  if (slot.empty()) slot = generate_group(parts, in_types, kinds);
-  return slot;
+  return sources->emplace(key, generate_group(parts, in_types, kinds)).first->second;
+}
+const std::string& group_source(const Attrs& attrs, const std::vector<TensorInfo>& ins) {
+  return group_source(attrs, static_cast<int>(ins.size()), [&](int i) {
+    return std::pair<DType, int64_t>{ins[i].dtype, numel(ins[i].shape)};
+  });
 }
 
 const Plan& plan_for_node(const Attrs& attrs, const std::vector<TensorInfo>& ins,
@@ -516,10 +527,11 @@ std::string source_for_node(const Attrs& attrs, const std::vector<TensorInfo>& i
 }
 
 void run_group(KernelContext& ctx) {
-  std::vector<TensorInfo> ins;
-  for (int i = 0; i < ctx.num_inputs(); ++i) ins.push_back({ctx.in(i).shape, ctx.in(i).dtype});
   auto stream = static_cast<CUstream>(ctx.stream());
-  CUfunction fn = nvrtc::get_kernel(group_source(ctx.attrs(), ins), ctx.device(), stream);
+  const std::string& src = group_source(ctx.attrs(), ctx.num_inputs(), [&](int i) {
+    return std::pair<DType, int64_t>{ctx.in(i).dtype, ctx.in(i).numel()};
+  });
+  CUfunction fn = nvrtc::get_kernel(src, ctx.device(), stream);
   GroupParams p{};
   for (int i = 0; i < ctx.num_inputs(); ++i) p.in[i] = ctx.in(i).data;
   long long total = 0;

@@ -29,7 +29,7 @@ Outs outputs_of(NodeContext& c, const std::vector<Value>& values) {
   return out;
 }
 
-bool gives_sequence(const ::onnx::GraphProto& g) {
+bool gives_sequence_or_optional(const ::onnx::GraphProto& g) {
   for (const auto& o : g.output())
     if (o.type().has_sequence_type() || o.type().has_optional_type()) return true;
   return false;
@@ -41,7 +41,8 @@ Outs if_op(NodeContext& c) {
     return outputs_of(
         c, c.importer().inline_values(c.attr_graph(taken ? "then_branch" : "else_branch"), {}));
   }
-  if (gives_sequence(c.attr_graph("then_branch")) || gives_sequence(c.attr_graph("else_branch")))
+  if (gives_sequence_or_optional(c.attr_graph("then_branch")) ||
+      gives_sequence_or_optional(c.attr_graph("else_branch")))
     c.needs_values({0},
                    "an If whose branches give sequences or optionals needs its condition "
                    "known while importing (kiln holds those only then)");
