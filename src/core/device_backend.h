@@ -142,7 +142,7 @@ class DeviceBackend {
     /// copies take the sources of that step, and the condition holds when all are true.
     std::vector<const bool*> steps;
   };
-  static constexpr int kMaxLoopSteps = 8;
+  static constexpr int kMaxLoopSteps = 16;
   /// A device-to-device copy of set_condition: from `src`, or with ConditionUpdate::steps from
   /// by_step[s] where s is the last step that counts.
   struct DeviceCopy {

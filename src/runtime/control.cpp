@@ -209,17 +209,18 @@ class BodyStream {
 // How many loop steps one launch of a conditional node's body runs (docs/control-flow.md). A
 // body's steps recorded one after another save the node's relaunch of its body (about 3.5 us on
 // an H100, the time of three or four small kernels) on all but one of them. Small bodies only:
-// up to 8 steps for a body of up to 4 kernels, 4 for up to 16, one otherwise (KILN_LOOP_UNROLL
-// sets the most; 16 steps for a one-kernel step measured the same as 8 on an H100: its kernel,
-// not the relaunch, bounds it); each step has buffers of its own, at most 64 MiB over one launch's
-// steps. The steps of a while_loop's last launch that follow its end still run (their results are
-// not taken), so `speculative` bodies must be free of effects: pure ops, no kernel that reports
-// errors (an index out of range past the end), no custom ops, no nested loops. (A recorded body
-// has no step on the CPU: capture_blocker.)
+// up to 16 steps for a body of up to 2 kernels, 8 for up to 4, 4 for up to 16, one otherwise
+// (KILN_LOOP_UNROLL sets the most; a WHILE node over 8 one-kernel steps measured 1.46 us a step
+// on an H100, over 16 1.21, over 32 1.10); each step has buffers of its own, at most 64 MiB over
+// one launch's steps. The steps of a while_loop's last launch that follow its end still run (their
+// results are not taken), so `speculative` bodies must be free of effects: pure ops, no kernel that
+// reports errors (an index out of range past the end), no custom ops, no nested loops. (A recorded
+// body has no step on the CPU: capture_blocker.)
 int steps_per_launch(const CompiledBody& c, bool speculative) {
   const ExecutableImpl& x = *c.exe;
   int most = env::loop_unroll();
-  if (most <= 0) most = x.steps.size() <= 4 ? 8 : x.steps.size() <= 16 ? 4 : 1;
+  if (most <= 0)
+    most = x.steps.size() <= 2 ? 16 : x.steps.size() <= 4 ? 8 : x.steps.size() <= 16 ? 4 : 1;
   most = std::clamp(most, 1, DeviceBackend::kMaxLoopSteps);
   const auto& nodes = x.program.graph.nodes;
   if (speculative && x.reports_errors) return 1;

@@ -201,11 +201,12 @@ TEST(CudaControlGraph, ProductsInBodiesAndBranches) {
 }
 
 // A for_loop whose body reads its loop index, recorded as launches of several steps each
-// (KILN_LOOP_UNROLL: the default 8, and 3) plus single steps for the rest of the trip count: trip
-// counts below, at and across whole launches, every run replayed after the first.
+// (KILN_LOOP_UNROLL: the default, set by the body's kernels, then 8 and 3) plus single steps for
+// the rest of the trip count: trip counts below, at and across whole launches, every run replayed
+// after the first.
 TEST(CudaControlGraph, ForLoopStepsPerLaunch) {
   REQUIRE_CONDITIONAL_NODES();
-  for (const char* unroll : {"", "3"}) {
+  for (const char* unroll : {"", "8", "3"}) {
     const ScopedEnv steps("KILN_LOOP_UNROLL", unroll);
     Graph g;
     auto n = g.placeholder({}, i64, "n");
@@ -233,13 +234,14 @@ TEST(CudaControlGraph, ForLoopStepsPerLaunch) {
   }
 }
 
-// A while_loop recorded as launches of several steps (8 by default, and 3): the loop ends at every
+// A while_loop recorded as launches of several steps (16 by default, then 8 and 3): the loop ends
+// at every
 // position inside a launch and in the next ones (the steps after its end run, their results are
 // not taken), and max_trip_count holds exactly (18 iterations pass, a 19th fails) across a
 // launch's steps.
 TEST(CudaControlGraph, WhileLoopEndsInsideALaunch) {
   REQUIRE_CONDITIONAL_NODES();
-  for (const char* unroll : {"", "3"}) {
+  for (const char* unroll : {"", "8", "3"}) {
     const ScopedEnv steps("KILN_LOOP_UNROLL", unroll);
     Graph g;
     auto n = g.placeholder({}, i64, "n");
