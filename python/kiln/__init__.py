@@ -30,10 +30,11 @@ from ._kiln import (  # noqa: F401  (names the star import leaves out)
 )
 import importlib as _importlib  # noqa: E402
 
-# the star import bound kiln.llm and kiln.onnx to the native submodules: load the Python modules
-# that wrap them (an import of the files, not a lookup of the attribute)
+# the star import bound kiln.llm, kiln.onnx and kiln.coreml to the native submodules: load the
+# Python modules that wrap them (an import of the files, not a lookup of the attribute)
 llm = _importlib.import_module(".llm", __name__)
 onnx = _importlib.import_module(".onnx", __name__)
+coreml = _importlib.import_module(".coreml", __name__)
 from . import optim  # noqa: E402
 from . import extensions  # noqa: E402
 

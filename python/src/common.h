@@ -79,6 +79,7 @@ void bind_control(nb::module_& m);
 void bind_runtime(nb::module_& m);
 void bind_train(nb::module_& m);
 void bind_onnx(nb::module_& m);
+void bind_coreml(nb::module_& m);
 void bind_extensions(nb::module_& m);
 void bind_llm(nb::module_& m);
 void bind_safetensors(nb::module_& m);

@@ -62,6 +62,7 @@ NB_MODULE(_kiln, m) {
   kiln::py::bind_runtime(m);
   kiln::py::bind_train(m);
   kiln::py::bind_onnx(m);
+  kiln::py::bind_coreml(m);
   kiln::py::bind_extensions(m);
   kiln::py::bind_llm(m);
   kiln::py::bind_safetensors(m);

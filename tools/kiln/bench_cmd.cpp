@@ -73,8 +73,7 @@ void bench_model(const BenchOptions& o) {
   if (const PackageInfo* p = model.exe.package_info())
     fmt::print("{}: {:.3f} ms (kiln package compiled for {}{})\n", model.prepare_what(),
                model.prepare_ms, p->compiled_for, p->replanned ? ", placed and planned again" : "");
-  else
-    fmt::print("{}: {:.3f} ms\n", model.prepare_what(), model.prepare_ms);
+  else fmt::print("{}: {:.3f} ms\n", model.prepare_what(), model.prepare_ms);
   fmt::print("latency ms: p50 {:.3f}  p90 {:.3f}  p99 {:.3f}  mean {:.3f}  min {:.3f}\n",
              percentile(ms, 0.5), percentile(ms, 0.9), percentile(ms, 0.99), mean, ms.front());
   const double runs = static_cast<double>(o.iterations) / total_s;
@@ -86,8 +85,11 @@ void bench_model(const BenchOptions& o) {
 void add_bench_command(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
   auto* cmd = app.add_subcommand(
-      "bench", "Measure an ONNX model's or a kiln package's latency and throughput");
-  cmd->add_option("model", o->model, "ONNX model (.onnx) or kiln package (.kiln)")->required();
+      "bench", "Measure an ONNX or Core ML model's or a kiln package's latency and throughput");
+  cmd->add_option(
+         "model", o->model,
+         "ONNX model (.onnx), Core ML model (.mlpackage, .mlmodel) or kiln package (.kiln)")
+      ->required();
   cmd->add_option("--iterations,-n", o->iterations, "Timed runs")->capture_default_str();
   cmd->add_option("--warmup,-w", o->warmup, "Untimed runs first")->capture_default_str();
   cmd->add_option("--input,-i", o->inputs,

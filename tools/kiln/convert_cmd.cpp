@@ -1,5 +1,5 @@
-// `kiln convert`: imports an ONNX model, validates it by compiling it for the CPU, and with -o
-// writes the compiled executable as a kiln package (Executable::save). Dims that no --shape
+// `kiln convert`: imports an ONNX or Core ML model, validates it by compiling it for the CPU, and
+// with -o writes the compiled executable as a kiln package (Executable::save). Dims that no --shape
 // fixes stay dynamic in the package.
 #include <fmt/format.h>
 
@@ -20,9 +20,10 @@ struct ConvertOptions {
 
 void convert_model(const ConvertOptions& o) {
   if (is_package(o.model, "convert"))
-    throw ValueError(fmt::format("[convert] '{}' is already a kiln package: convert takes an ONNX "
-                                 "model (run, inspect and bench take the package itself)",
-                                 o.model));
+    throw ValueError(
+        fmt::format("[convert] '{}' is already a kiln package: convert takes an ONNX "
+                    "or Core ML model (run, inspect and bench take the package itself)",
+                    o.model));
   const std::map<std::string, Shape> shapes = parse_shapes(o.shapes);
   const auto values = load_inputs(o.values, "--value");
   // dim_params stay dynamic where the importer can keep them so, else they are 1
@@ -59,8 +60,8 @@ void convert_model(const ConvertOptions& o) {
 
 void add_convert_command(CLI::App& app) {
   auto o = std::make_shared<ConvertOptions>();
-  auto* cmd =
-      app.add_subcommand("convert", "Import an ONNX model, validate it, and write a kiln package");
+  auto* cmd = app.add_subcommand(
+      "convert", "Import an ONNX or Core ML model, validate it, and write a kiln package");
   cmd->add_option("model", o->model, "ONNX model file")->required();
   cmd->add_option("-o,--output", o->output, "Package (.kiln) to write, compiled for the CPU");
   cmd->add_option("--shape", o->shapes,

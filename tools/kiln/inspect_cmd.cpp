@@ -33,7 +33,7 @@ Json inspect_json(const std::string& path, const PreparedModel& model) {
   j["path"] = path;
   Json inputs = Json::array(), outputs = Json::array();
   if (const onnx::Model* m = model.onnx ? &*model.onnx : nullptr) {
-    j["format"] = "onnx";
+    j["format"] = is_coreml(path) ? "coreml" : "onnx";
     j["opset"] = m->opset;
     j["ir_version"] = m->ir_version;
     j["producer"] = m->producer;
@@ -103,10 +103,8 @@ void inspect_model(const InspectOptions& o) {
     fmt::print("{}\n", j.dump(2));
     return;
   }
-  if (model.onnx)
-    print_model_summary(*model.onnx);
-  else
-    print_package_summary(model.exe);
+  if (model.onnx) print_model_summary(*model.onnx);
+  else print_package_summary(model.exe);
   print_placement(model.exe);
   fmt::print("intermediate memory: {:.2f} MiB\n",
              static_cast<double>(model.exe.peak_intermediate_bytes()) / (1024.0 * 1024.0));
@@ -118,8 +116,12 @@ void add_inspect_command(CLI::App& app) {
   auto o = std::make_shared<InspectOptions>();
   auto* cmd = app.add_subcommand(
       "inspect",
-      "Show an ONNX model's or a kiln package's inputs, outputs, ops, metadata and placement");
-  cmd->add_option("model", o->model, "ONNX model (.onnx) or kiln package (.kiln)")->required();
+      "Show an ONNX or Core ML model's or a kiln package's inputs, outputs, ops, metadata and "
+      "placement");
+  cmd->add_option(
+         "model", o->model,
+         "ONNX model (.onnx), Core ML model (.mlpackage, .mlmodel) or kiln package (.kiln)")
+      ->required();
   cmd->add_option("--shape", o->shapes,
                   "NAME=1,3,224,224: shape of an input (dim_params default to 1). ONNX only: a "
                   "package's shapes are fixed");

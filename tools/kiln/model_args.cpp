@@ -90,8 +90,50 @@ void check_input_names(const onnx::Model& model, const std::vector<std::string>&
   check_input_names(inputs, names, option);
 }
 
+namespace {
+// A Core ML model as the commands take an imported model (inputs, outputs, op histogram); its
+// kind and opset go in `producer`.
+onnx::Model from_coreml(coreml::Model&& m) {
+  onnx::Model r;
+  r.graph = std::move(m.graph);
+  auto infos = [](const std::vector<coreml::ValueInfo>& vs) {
+    std::vector<onnx::ValueInfo> out;
+    for (const auto& v : vs) {
+      onnx::ValueInfo o;
+      o.name = v.name;
+      o.tensor = v.tensor;
+      o.dtype = v.dtype;
+      o.shape = v.shape;
+      o.dim_params.assign(v.shape.size(), "");
+      out.push_back(std::move(o));
+    }
+    return out;
+  };
+  r.inputs = infos(m.inputs);
+  r.outputs = infos(m.outputs);
+  for (size_t k = 0; k < r.outputs.size(); ++k)
+    r.graph_outputs.push_back({r.outputs[k].name, false, false, r.outputs[k].dtype, k, 1});
+  r.producer = fmt::format("Core ML {} (specification {}{}{})", m.kind, m.spec_version,
+                           m.opset.empty() ? "" : ", opset ", m.opset);
+  r.parameter_count = m.parameter_count;
+  r.parameter_bytes = m.parameter_bytes;
+  r.op_histogram = std::move(m.op_histogram);
+  return r;
+}
+}  // namespace
+
 onnx::Model import_model(const std::string& path, const std::map<std::string, Shape>& shapes,
                          const std::map<std::string, Array>& values, int64_t default_dim) {
+  if (is_coreml(path)) {
+    if (!values.empty())
+      throw ValueError(
+          fmt::format("--value '{}': a Core ML model takes no input values while "
+                      "importing (that is for ONNX models)",
+                      values.begin()->first));
+    coreml::ImportOptions options;
+    options.input_shapes = shapes;
+    return from_coreml(coreml::import(path, options));
+  }
   onnx::ImportOptions options;
   options.input_shapes = shapes;
   options.input_values = values;
@@ -126,10 +168,8 @@ std::string describe_shape(const Shape& shape, const std::vector<std::string>& d
   for (size_t i = 0; i < shape.size(); ++i) {
     if (i) r += ", ";
     const std::string dim = shape[i] < 0 ? "?" : std::to_string(shape[i]);
-    if (i < dim_params.size() && !dim_params[i].empty())
-      r += dim_params[i] + "=" + dim;
-    else
-      r += dim;
+    if (i < dim_params.size() && !dim_params[i].empty()) r += dim_params[i] + "=" + dim;
+    else r += dim;
   }
   return r + ")";
 }
@@ -164,8 +204,17 @@ Device pick_device(const std::string& device) {
   return device.empty() ? default_device() : Device::parse(device);
 }
 
+bool is_coreml(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const std::string ext = fs::path(path).extension().string();
+  if (ext == ".mlpackage" || ext == ".mlmodel") return true;
+  return fs::is_directory(path, ec) && fs::exists(fs::path(path) / "Manifest.json", ec);
+}
+
 bool is_package(const std::string& path, const std::string& command) {
   std::error_code ec;
+  if (is_coreml(path)) return false;
   if (std::filesystem::is_directory(path, ec))
     throw IoError(fmt::format("[{}] '{}' is a directory, not a model file", command, path));
   std::ifstream f(path, std::ios::binary);
@@ -307,7 +356,7 @@ PreparedModel load_package(const std::string& path, const ModelArgs& a, Device d
 PreparedModel import_and_compile(const std::string& path, const ModelArgs& a, Device device) {
   const std::string& cmd = a.command;
   if (a.package.strict || a.package.no_verify_weights)
-    throw ValueError(fmt::format("[{}] {} is for kiln packages, and '{}' is an ONNX model", cmd,
+    throw ValueError(fmt::format("[{}] {} is for kiln packages, and '{}' is an imported model", cmd,
                                  a.package.strict ? "--strict" : "--no-verify-weights", path));
   PreparedModel m;
   const auto t0 = std::chrono::steady_clock::now();
@@ -393,8 +442,11 @@ void print_inputs(const PreparedModel& model, const std::map<std::string, Array>
 }
 
 void print_model_summary(const onnx::Model& model) {
-  fmt::print("opset {}, ir_version {}, producer {}\n", model.opset, model.ir_version,
-             model.producer.empty() ? "(none)" : model.producer);
+  if (model.opset == 0 && model.ir_version == 0)  // (a Core ML model: from_coreml)
+    fmt::print("{}\n", model.producer);
+  else
+    fmt::print("opset {}, ir_version {}, producer {}\n", model.opset, model.ir_version,
+               model.producer.empty() ? "(none)" : model.producer);
   fmt::print("inputs:\n");
   for (const auto& in : model.inputs)
     fmt::print("  {:<24} {:<5} {}\n", in.name, name(in.dtype),
@@ -458,10 +510,8 @@ void print_package_summary(const Executable& exe) {
     variables.emplace_back(v, exe.read_variable(v));
     variable_bytes += variables.back().second.nbytes();
   }
-  if (variables.empty())
-    fmt::print("variables: none\n");
-  else
-    fmt::print("variables: {} ({})\n", variables.size(), bytes_str(variable_bytes));
+  if (variables.empty()) fmt::print("variables: none\n");
+  else fmt::print("variables: {} ({})\n", variables.size(), bytes_str(variable_bytes));
   for (const auto& [v, value] : variables)
     fmt::print("  {:<24} {:<5} {}\n", v, name(value.dtype()), to_string(value.shape()));
   std::map<std::string, std::map<std::string, int>> per_op;  // op -> backend -> kernels
@@ -501,12 +551,30 @@ void print_placement(const Executable& exe) {
 }
 
 std::string file_hash(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
   uint64_t h = 1469598103934665603ull;
-  char buf[1 << 16];
-  while (f.read(buf, sizeof buf) || f.gcount() > 0)
-    for (std::streamsize i = 0; i < f.gcount(); ++i)
-      h = (h ^ static_cast<unsigned char>(buf[i])) * 1099511628211ull;
+  auto add = [&h](const char* p, size_t n) {
+    for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<unsigned char>(p[i])) * 1099511628211ull;
+  };
+  auto add_file = [&](const std::string& file) {
+    std::ifstream f(file, std::ios::binary);
+    char buf[1 << 16];
+    while (f.read(buf, sizeof buf) || f.gcount() > 0) add(buf, static_cast<size_t>(f.gcount()));
+  };
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) {
+    add_file(path);
+  } else {  // a package directory (.mlpackage): its files' names and bytes in name order
+    std::vector<fs::path> files;
+    for (const auto& e : fs::recursive_directory_iterator(path, ec))
+      if (e.is_regular_file()) files.push_back(e.path());
+    std::sort(files.begin(), files.end());
+    for (const auto& f : files) {
+      const std::string rel = fs::relative(f, path).generic_string();
+      add(rel.data(), rel.size() + 1);
+      add_file(f.string());
+    }
+  }
   return fmt::format("fnv1a64:{:016x}", h);
 }
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/coreml.h"
 #include "kiln/executable.h"
 #include "kiln/onnx.h"
 
@@ -27,9 +28,9 @@ std::map<std::string, Shape> parse_shapes(const std::vector<std::string>& args);
 std::map<std::string, Array> load_inputs(const std::vector<std::string>& args,
                                          const std::string& option = "--input");
 
-/// Imports `path` with input shapes fixed by `shapes` and input values by `values` (--value:
-/// axes or shapes a model takes as inputs); dim_params nothing fixes get `default_dim` (-1 keeps
-/// them dynamic). Throws ValueError for a name the model lacks.
+/// Imports `path` (ONNX, or Core ML: is_coreml) with input shapes fixed by `shapes` and input
+/// values by `values` (--value: axes or shapes an ONNX model takes as inputs); dim_params nothing
+/// fixes get `default_dim` (-1 keeps them dynamic). Throws ValueError for a name the model lacks.
 onnx::Model import_model(const std::string& path, const std::map<std::string, Shape>& shapes,
                          const std::map<std::string, Array>& values, int64_t default_dim);
 /// The --value option's help.
@@ -59,6 +60,9 @@ Array random_array(const Shape& shape, DType dtype, std::mt19937_64& rng);
 /// Device from --device ("" -> kiln::default_device()).
 Device pick_device(const std::string& device);
 
+/// True when `path` is a Core ML model: an `.mlpackage` directory (or any directory holding a
+/// Manifest.json) or an `.mlmodel` file.
+bool is_coreml(const std::string& path);
 /// True when `path` is a kiln package: it starts with the package magic ("KILNPKG\0", or at least
 /// its first 4 bytes when the file is shorter), or its name ends in ".kiln" (the package reader
 /// then says what is wrong). Anything else is read as ONNX. Throws IoError naming the file when it

@@ -90,9 +90,12 @@ void add_profile_command(CLI::App& app) {
   auto o = std::make_shared<ProfileOptions>();
   auto* cmd = app.add_subcommand(
       "profile",
-      "Profile an ONNX model or a kiln package: op times, copies, CPU fallbacks, "
+      "Profile an ONNX or Core ML model or a kiln package: op times, copies, CPU fallbacks, "
       "GPU idle gaps; Chrome trace and HTML report");
-  cmd->add_option("model", o->model, "ONNX model (.onnx) or kiln package (.kiln)")->required();
+  cmd->add_option(
+         "model", o->model,
+         "ONNX model (.onnx), Core ML model (.mlpackage, .mlmodel) or kiln package (.kiln)")
+      ->required();
   cmd->add_option("--trace", o->trace,
                   "Write the Chrome trace-event JSON here (Perfetto, chrome://tracing)");
   cmd->add_option("--html", o->html, "Write the self-contained HTML timeline here (.html)");

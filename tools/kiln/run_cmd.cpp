@@ -64,9 +64,13 @@ void run_model(const RunOptions& o) {
 
 void add_run_command(CLI::App& app) {
   auto o = std::make_shared<RunOptions>();
-  auto* cmd = app.add_subcommand(
-      "run", "Run an ONNX model or a kiln package on .npy inputs and write its outputs as .npy");
-  cmd->add_option("model", o->model, "ONNX model (.onnx) or kiln package (.kiln)")->required();
+  auto* cmd = app.add_subcommand("run",
+                                 "Run an ONNX or Core ML model or a kiln package on .npy inputs "
+                                 "and write its outputs as .npy");
+  cmd->add_option(
+         "model", o->model,
+         "ONNX model (.onnx), Core ML model (.mlpackage, .mlmodel) or kiln package (.kiln)")
+      ->required();
   cmd->add_option("--input,-i", o->inputs,
                   "NAME=FILE.npy: an input's value (its shape fixes an ONNX model's dim_params); "
                   "inputs not given are random");

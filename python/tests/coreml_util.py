@@ -1,0 +1,50 @@
+"""Core ML test models: MIL programs built with coremltools' builder, saved as .mlpackage
+(coremltools writes packages on Linux; it cannot run them here), imported and run by kiln.
+
+The programs keep the ops as written (no coremltools graph passes), so each test reaches the op
+it names; references come from numpy in the tests."""
+import warnings
+
+import numpy as np
+
+import kiln
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    import coremltools as ct  # noqa: E402
+    from coremltools.converters.mil import Builder as mb  # noqa: E402,F401
+
+IOS15, IOS16, IOS17, IOS18 = ct.target.iOS15, ct.target.iOS16, ct.target.iOS17, ct.target.iOS18
+
+
+def save(prog, path, target=IOS16, fp16=False, passes=False):
+    """Converts a MIL program (@mb.program) to an ML Program package at `path` and returns it.
+    passes: run coremltools' default graph passes (constant folding, fusions), as a real
+    conversion does; off by default so the program's ops stay as written."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        kw = {}
+        if not passes:
+            kw["pass_pipeline"] = ct.PassPipeline.EMPTY
+        m = ct.convert(prog, convert_to="mlprogram", minimum_deployment_target=target,
+                       compute_precision=ct.precision.FLOAT16 if fp16 else ct.precision.FLOAT32,
+                       **kw)
+    m.save(str(path))
+    return str(path)
+
+
+def run(path, feeds, device="cpu", **load_args):
+    """Imports the package with kiln and runs it once: the outputs as numpy arrays, in order."""
+    m = kiln.coreml.load(str(path), **load_args)
+    exe = m.compile(device=device)
+    return [o.numpy() for o in exe.run(feeds)]
+
+
+def program(*specs, target=IOS16):
+    """@mb.program with input specs given as (shape, dtype) pairs (numpy dtypes)."""
+    types = {np.float32: ct.converters.mil.mil.types.fp32,
+             np.float16: ct.converters.mil.mil.types.fp16,
+             np.int32: ct.converters.mil.mil.types.int32,
+             np.bool_: ct.converters.mil.mil.types.bool}
+    input_specs = [mb.TensorSpec(shape=s, dtype=types[np.dtype(d).type]) for s, d in specs]
+    return mb.program(input_specs=input_specs, opset_version=target)
