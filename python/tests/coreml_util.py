@@ -17,13 +17,31 @@ with warnings.catch_warnings():
 IOS15, IOS16, IOS17, IOS18 = ct.target.iOS15, ct.target.iOS16, ct.target.iOS17, ct.target.iOS18
 
 
+def _flexible_inputs(prog):
+    """TensorTypes for a program whose inputs have symbolic dims: each such dim 1 to 64 (without
+    them coremltools declares 1 to 2, which kiln then holds the feeds to)."""
+    from coremltools.converters.mil.mil import types
+    from coremltools.converters.mil.mil.types.symbolic import is_symbolic
+
+    inputs = prog.functions["main"].inputs
+    if not any(is_symbolic(d) for v in inputs.values() for d in v.shape):
+        return None
+    return [ct.TensorType(name=n, dtype=types.nptype_from_builtin(v.dtype),
+                          shape=tuple(ct.RangeDim(1, 64) if is_symbolic(d) else d
+                                      for d in v.shape))
+            for n, v in inputs.items()]
+
+
 def save(prog, path, target=IOS16, fp16=False, passes=False):
     """Converts a MIL program (@mb.program) to an ML Program package at `path` and returns it.
     passes: run coremltools' default graph passes (constant folding, fusions), as a real
-    conversion does; off by default so the program's ops stay as written."""
+    conversion does; off by default so the program's ops stay as written. Symbolic input dims
+    are declared as 1 to 64."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         kw = {}
+        if (inputs := _flexible_inputs(prog)) is not None:
+            kw["inputs"] = inputs
         if not passes:
             kw["pass_pipeline"] = ct.PassPipeline.EMPTY
         m = ct.convert(prog, convert_to="mlprogram", minimum_deployment_target=target,

@@ -6,6 +6,7 @@ files, weight files outside the package)."""
 import json
 import math
 import shutil
+import warnings
 
 import numpy as np
 import pytest
@@ -432,7 +433,7 @@ def test_flexible_dims_stay_dynamic(rng, tmp_path):
     def prog(x):
         return mb.reduce_sum(x=mb.mul(x=x, y=x), axes=[1], keep_dims=False)
 
-    path = save(prog, tmp_path / "m.mlpackage")
+    path = save(prog, tmp_path / "m.mlpackage")  # (the symbol declared as 1 to 64)
     m = kiln.coreml.load(path)
     assert m.inputs[0].shape == [-1, 3]
     exe = m.compile(device="cpu")
@@ -465,3 +466,30 @@ def test_multifunction_models_pick_a_function(rng, tmp_path):
     assert m.function == "double"
     np.testing.assert_allclose(run(path, {"x": x})[0], 2 * x)
     np.testing.assert_allclose(run(path, {"x": x}, function="negate")[0], -x)
+
+
+def test_flexible_dim_ranges_bound_the_feeds(rng, tmp_path):
+    from coremltools.converters.mil.mil import get_new_symbol
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(get_new_symbol(), 3))], opset_version=IOS16)
+    def prog(x):
+        return mb.mul(x=x, y=3.0)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mm = ct.convert(prog, convert_to="mlprogram", minimum_deployment_target=IOS16,
+                        inputs=[ct.TensorType(name="x", shape=(ct.RangeDim(2, 6), 3))],
+                        pass_pipeline=ct.PassPipeline.EMPTY)
+    path = str(tmp_path / "m.mlpackage")
+    mm.save(path)
+    m = kiln.coreml.load(path)
+    assert m.inputs[0].shape == [-1, 3]
+    exe = m.compile(device="cpu")
+    for n in (2, 6):
+        x = rng.standard_normal((n, 3)).astype(F32)
+        np.testing.assert_allclose(exe.run({"x": x})[0].numpy(), 3 * x, rtol=1e-6)
+    for n in (1, 7):  # outside the model's range [2, 6]
+        with pytest.raises(kiln.ShapeError, match="must be in"):
+            exe.run({"x": rng.standard_normal((n, 3)).astype(F32)})
+    with pytest.raises(kiln.ShapeError, match="ranges"):
+        kiln.coreml.load(path, input_shapes={"x": [8, 3]})

@@ -352,6 +352,29 @@ const spec::FeatureDescription* described(
   return nullptr;
 }
 
+// The sizes a flexible dim of an input may take, from the model description: its shape range, or
+// the smallest and largest of its enumerated shapes (a superset of the set). Dims without either
+// are absent.
+std::map<size_t, std::pair<int64_t, int64_t>> dim_ranges(const spec::FeatureDescription* d) {
+  std::map<size_t, std::pair<int64_t, int64_t>> r;
+  if (!d || !d->type().has_multiarraytype()) return r;
+  const auto& a = d->type().multiarraytype();
+  if (a.has_shaperange()) {
+    for (int k = 0; k < a.shaperange().sizeranges_size(); ++k) {
+      const auto& range = a.shaperange().sizeranges(k);
+      r[static_cast<size_t>(k)] = {static_cast<int64_t>(range.lowerbound()), range.upperbound()};
+    }
+  } else if (a.has_enumeratedshapes()) {
+    for (const auto& shape : a.enumeratedshapes().shapes())
+      for (int k = 0; k < shape.shape_size(); ++k) {
+        const int64_t v = shape.shape(k);
+        auto [it, fresh] = r.try_emplace(static_cast<size_t>(k), v, v);
+        if (!fresh) it->second = {std::min(it->second.first, v), std::max(it->second.second, v)};
+      }
+  }
+  return r;
+}
+
 void import_program(const spec::Model& s, const ImportOptions& options, Weights& weights,
                     Model& m) {
   const mil::Program& p = s.mlprogram();
@@ -382,21 +405,34 @@ void import_program(const spec::Model& s, const ImportOptions& options, Weights&
     info.name = in.name();
     info.dtype = dtype_of(in.type().tensortype().datatype(), where);
     info.shape = shape_of(in.type().tensortype(), where);
+    const spec::FeatureDescription* d = described(s.description().input(), in.name());
+    const auto ranges = dim_ranges(d);
+    auto in_range = [&](size_t k, int64_t v) {
+      auto it = ranges.find(k);
+      return it == ranges.end() ||
+             (v >= it->second.first && (it->second.second < 0 || v <= it->second.second));
+    };
     if (auto fixed = options.input_shapes.find(in.name()); fixed != options.input_shapes.end()) {
       const Shape& want = fixed->second;
       bool fits = want.size() == info.shape.size();
       for (size_t k = 0; fits && k < want.size(); ++k)
-        fits = want[k] >= 0 && (info.shape[k] < 0 || info.shape[k] == want[k]);
+        fits =
+            want[k] >= 0 && (info.shape[k] < 0 || info.shape[k] == want[k]) && in_range(k, want[k]);
       if (!fits)
-        fail<ShapeError>("[coreml] {} has shape {}; ImportOptions gives {}", where, str(info.shape),
+        fail<ShapeError>("[coreml] {} has shape {}{}; ImportOptions gives {}", where,
+                         str(info.shape), ranges.empty() ? "" : " (within the model's ranges)",
                          str(want));
       info.shape = want;
     }
-    if (const auto* d = described(s.description().input(), in.name())) {
+    if (d) {
       info.description = d->shortdescription();
       if (d->type().has_imagetype()) info.image = color_space(d->type().imagetype());
     }
-    info.tensor = m.graph.placeholder(info.shape, info.dtype, in.name());
+    std::vector<DimSpec> specs;
+    for (const auto& [k, range] : ranges)
+      if (k < info.shape.size() && info.shape[k] < 0)
+        specs.push_back({static_cast<int>(k), "", range.first, range.second});
+    info.tensor = m.graph.placeholder(info.shape, info.dtype, in.name(), specs);
     imp.values[in.name()] = Value{info.tensor, std::nullopt, std::nullopt};
     m.inputs.push_back(std::move(info));
   }
