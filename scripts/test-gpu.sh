@@ -149,7 +149,7 @@ if in_part 1; then
     DEADLINE= step python-torch env PYTHONPATH="$B/python" KILN_BUILD_DIR=/none python3 -m pytest -q -rs \
       -p no:cacheprovider python/tests/test_torch.py python/tests/test_torch_dynamic.py \
       python/tests/test_array.py python/tests/test_control.py \
-      python/tests/test_runtime.py python/tests/test_llm.py
+      python/tests/test_runtime.py python/tests/test_llm.py python/tests/test_coreml_models.py
   fi
   # then the harness, the longest step over all, in shards side by side (its GPU work is small: the CPU
   # side bounds it)

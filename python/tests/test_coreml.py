@@ -493,3 +493,31 @@ def test_flexible_dim_ranges_bound_the_feeds(rng, tmp_path):
             exe.run({"x": rng.standard_normal((n, 3)).astype(F32)})
     with pytest.raises(kiln.ShapeError, match="ranges"):
         kiln.coreml.load(path, input_shapes={"x": [8, 3]})
+
+
+@pytest.mark.parametrize("layout", ["RGB", "BGR", "G"])
+def test_image_inputs_scale_and_bias(rng, tmp_path, layout):
+    c = 1 if layout == "G" else 3
+
+    @program(((1, c, 4, 5), F32))
+    def prog(x):
+        return mb.reduce_mean(x=x, axes=[2, 3], keep_dims=False)
+
+    bias = [-0.5, -0.25, 0.125][:c] if c == 3 else -0.5
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mm = ct.convert(prog, convert_to="mlprogram", minimum_deployment_target=IOS16,
+                        compute_precision=ct.precision.FLOAT32,
+                        inputs=[ct.ImageType(name="x", shape=(1, c, 4, 5), scale=1 / 255.0,
+                                             bias=bias,
+                                             color_layout=getattr(ct.colorlayout, {
+                                                 "G": "GRAYSCALE"}.get(layout, layout)))])
+    path = str(tmp_path / "m.mlpackage")
+    mm.save(path)
+    m = kiln.coreml.load(path)
+    assert m.inputs[0].image == {"G": "GRAYSCALE"}.get(layout, layout)
+    assert m.inputs[0].shape == [1, c, 4, 5] and m.inputs[0].dtype == kiln.f32
+    x = rng.integers(0, 256, (1, c, 4, 5)).astype(F32)  # pixel values, in the model's order
+    (got,) = run(path, {"x": x})
+    want = x.astype(np.float64).mean(axis=(2, 3)) / 255 + np.array(bias, ndmin=1)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
