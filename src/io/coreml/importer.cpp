@@ -8,6 +8,7 @@
 
 #include "io/coreml/mil.h"
 #include "io/file.h"
+#include "io/model_feeds.h"
 #include "kiln/coreml.h"
 #include "kiln/ops/core.h"
 #include "kiln/ops/elementwise.h"
@@ -555,36 +556,11 @@ std::vector<Tensor> Model::output_tensors() const {
 }
 
 Feeds Model::feeds(const std::map<std::string, Array>& by_name) const {
-  Feeds r;
-  for (const auto& [name, a] : by_name) {
-    const ValueInfo* info = nullptr;
-    for (const auto& in : inputs)
-      if (in.name == name) info = &in;
-    if (!info) fail<ValueError>("[coreml] the model has no input '{}'", name);
-    if (a.dtype() != info->dtype)
-      fail<DTypeError>("[coreml] input '{}' takes {}, got {}", name, kiln::name(info->dtype),
-                       kiln::name(a.dtype()));
-    bool fits = a.rank() == static_cast<int>(info->shape.size());
-    for (int i = 0; fits && i < a.rank(); ++i)
-      fits = info->shape[i] < 0 || info->shape[i] == a.shape()[i];
-    if (!fits)
-      fail<ShapeError>("[coreml] input '{}' takes shape {}, got {}", name, str(info->shape),
-                       str(a.shape()));
-    r.push_back({info->tensor, a});
-  }
-  for (const auto& in : inputs)
-    if (!by_name.count(in.name)) fail<ValueError>("[coreml] input '{}' is missing", in.name);
-  return r;
+  return io::feeds_by_name(inputs, by_name, "[coreml]", [](const std::string&) { return false; });
 }
 
 FeedShapes Model::feed_shapes(const std::map<std::string, Shape>& by_name) const {
-  FeedShapes r;
-  for (const auto& in : inputs) {
-    Shape s = in.shape;
-    if (auto it = by_name.find(in.name); it != by_name.end()) s = it->second;
-    r.push_back({in.tensor, s});
-  }
-  return r;
+  return io::shapes_by_name(inputs, by_name);
 }
 
 }  // namespace kiln::coreml

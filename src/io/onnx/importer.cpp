@@ -13,6 +13,7 @@
 
 #include "core/errors.h"
 #include "io/file.h"
+#include "io/model_feeds.h"
 #include "io/onnx/op_table.h"
 #include "kiln/executable.h"
 #include "kiln/ops/elementwise.h"
@@ -633,37 +634,13 @@ std::vector<Tensor> Model::output_tensors() const {
 }
 
 Feeds Model::feeds(const std::map<std::string, Array>& by_name) const {
-  Feeds r;
-  for (const auto& [name, a] : by_name) {
-    if (std::find(fixed_inputs.begin(), fixed_inputs.end(), name) != fixed_inputs.end()) continue;
-    const ValueInfo* info = nullptr;
-    for (const auto& in : inputs)
-      if (in.name == name) info = &in;
-    if (!info) fail<ValueError>("[onnx] the model has no input '{}'", name);
-    if (a.dtype() != info->dtype)
-      fail<DTypeError>("[onnx] input '{}' takes {}, got {}", name, kiln::name(info->dtype),
-                       kiln::name(a.dtype()));
-    bool fits = a.rank() == static_cast<int>(info->shape.size());
-    for (int i = 0; fits && i < a.rank(); ++i)
-      fits = info->shape[i] < 0 || info->shape[i] == a.shape()[i];
-    if (!fits)
-      fail<ShapeError>("[onnx] input '{}' takes shape {}, got {}", name, str(info->shape),
-                       str(a.shape()));
-    r.push_back({info->tensor, a});
-  }
-  for (const auto& in : inputs)
-    if (!by_name.count(in.name)) fail<ValueError>("[onnx] input '{}' is missing", in.name);
-  return r;
+  return io::feeds_by_name(inputs, by_name, "[onnx]", [this](const std::string& n) {
+    return std::find(fixed_inputs.begin(), fixed_inputs.end(), n) != fixed_inputs.end();
+  });
 }
 
 FeedShapes Model::feed_shapes(const std::map<std::string, Shape>& by_name) const {
-  FeedShapes r;
-  for (const auto& in : inputs) {
-    Shape s = in.shape;
-    if (auto it = by_name.find(in.name); it != by_name.end()) s = it->second;
-    r.push_back({in.tensor, s});
-  }
-  return r;
+  return io::shapes_by_name(inputs, by_name);
 }
 
 }  // namespace kiln::onnx
