@@ -437,10 +437,12 @@ void import_program(const spec::Model& s, const ImportOptions& options, Weights&
     imp.values[in.name()] = Value{info.tensor, std::nullopt, std::nullopt};
     m.inputs.push_back(std::move(info));
   }
-  for (const auto& [name, shape] : options.input_shapes)
+  for (const auto& given : options.input_shapes) {
+    const std::string& name = given.first;  // (a lambda cannot capture a structured binding)
     if (std::none_of(m.inputs.begin(), m.inputs.end(),
                      [&](const ValueInfo& v) { return v.name == name; }))
       fail<ValueError>("[coreml] ImportOptions gives a shape for '{}', which is no input", name);
+  }
 
   import_block(imp, b->second, m);
   for (const std::string& out : b->second.outputs()) {
