@@ -7,6 +7,7 @@
 #include <set>
 
 #include "io/coreml/mil.h"
+#include "io/coreml/neural_network.h"
 #include "io/file.h"
 #include "io/model_feeds.h"
 #include "kiln/coreml.h"
@@ -245,6 +246,28 @@ void OpContext::set_known(int k, const Array& a) {
 
 namespace detail {
 
+void report_unsupported(const std::string& what,
+                        const std::map<std::string, std::vector<std::string>>& where) {
+  std::string msg = "[coreml] unsupported " + what + ":";
+  for (const auto& [type, names] : where) {
+    msg += fmt::format(" {} (", type);
+    for (size_t k = 0; k < names.size(); ++k) msg += (k ? ", " : "") + names[k];
+    msg += ");";
+  }
+  msg.pop_back();
+  fail<UnsupportedError>("{}", msg);
+}
+
+void check_shape_names(const std::map<std::string, Shape>& shapes,
+                       const std::vector<ValueInfo>& inputs) {
+  for (const auto& given : shapes) {
+    const std::string& name = given.first;  // (a lambda cannot capture a structured binding)
+    if (std::none_of(inputs.begin(), inputs.end(),
+                     [&](const ValueInfo& v) { return v.name == name; }))
+      fail<ValueError>("[coreml] ImportOptions gives a shape for '{}', which is no input", name);
+  }
+}
+
 const OpTable& op_table() {
   static const OpTable t = [] {
     OpTable r;
@@ -319,16 +342,7 @@ void import_block(Importer& imp, const mil::Block& block, Model& m) {
     for (const auto& o : op.outputs())
       if (!imp.values.count(o.name())) c.fail("gave no value for output '{}'", o.name());
   }
-  if (!bad.where.empty()) {
-    std::string msg = "[coreml] unsupported ops:";
-    for (const auto& [type, outs] : bad.where) {
-      msg += fmt::format(" {} (", type);
-      for (size_t k = 0; k < outs.size(); ++k) msg += (k ? ", " : "") + outs[k];
-      msg += ");";
-    }
-    msg.pop_back();
-    fail<UnsupportedError>("{}", msg);
-  }
+  if (!bad.where.empty()) report_unsupported("ops", bad.where);
 }
 
 std::string color_space(const spec::ImageFeatureType& t) {
@@ -437,12 +451,7 @@ void import_program(const spec::Model& s, const ImportOptions& options, Weights&
     imp.values[in.name()] = Value{info.tensor, std::nullopt, std::nullopt};
     m.inputs.push_back(std::move(info));
   }
-  for (const auto& given : options.input_shapes) {
-    const std::string& name = given.first;  // (a lambda cannot capture a structured binding)
-    if (std::none_of(m.inputs.begin(), m.inputs.end(),
-                     [&](const ValueInfo& v) { return v.name == name; }))
-      fail<ValueError>("[coreml] ImportOptions gives a shape for '{}', which is no input", name);
-  }
+  check_shape_names(options.input_shapes, m.inputs);
 
   import_block(imp, b->second, m);
   for (const std::string& out : b->second.outputs()) {
@@ -473,9 +482,8 @@ Model import_spec(const spec::Model& s, const ImportOptions& options) {
     case spec::Model::kNeuralNetwork:
     case spec::Model::kNeuralNetworkClassifier:
     case spec::Model::kNeuralNetworkRegressor:
-      fail<UnsupportedError>(
-          "[coreml] NeuralNetwork models (the older .mlmodel format) are not mapped yet; convert "
-          "the model to an ML Program (coremltools.convert(..., convert_to=\"mlprogram\"))");
+      import_neural_network(s, options, m);
+      break;
     case spec::Model::TYPE_NOT_SET:
       fail<FormatError>("[coreml] the model has no type");
     default:

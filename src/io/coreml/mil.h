@@ -15,6 +15,7 @@
 #include "Model.pb.h"
 #include "core/errors.h"
 #include "kiln/array.h"
+#include "kiln/coreml.h"
 #include "kiln/graph.h"
 
 namespace kiln::coreml::detail {
@@ -117,6 +118,14 @@ void add_nn_ops(OpTable& t);
 void add_tensor_ops(OpTable& t);
 void add_constexpr_ops(OpTable& t);
 const OpTable& op_table();
+
+/// Fails with one UnsupportedError: "[coreml] unsupported <what>: type (names...); ..." for every
+/// unmapped op or layer type with the first values or layers it names.
+[[noreturn]] void report_unsupported(const std::string& what,
+                                     const std::map<std::string, std::vector<std::string>>& where);
+/// Checks that every ImportOptions::input_shapes entry names one of `inputs`.
+void check_shape_names(const std::map<std::string, Shape>& shapes,
+                       const std::vector<ValueInfo>& inputs);
 
 /// A warning on kiln's log (KILN_LOG=warn; runtime/log.h, whose namespace the op headers'
 /// `log` would clash with here).
