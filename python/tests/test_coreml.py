@@ -521,3 +521,27 @@ def test_image_inputs_scale_and_bias(rng, tmp_path, layout):
     (got,) = run(path, {"x": x})
     want = x.astype(np.float64).mean(axis=(2, 3)) / 255 + np.array(bias, ndmin=1)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_logical_identity_softplus_parametric_and_constexpr_cast(rng, tmp_path):
+    alpha = rng.uniform(0.5, 2, 3).astype(F32)
+    beta = rng.uniform(0.5, 2, 3).astype(F32)
+    w16 = rng.standard_normal((4, 5)).astype(np.float16)
+
+    @program(((2, 3, 4, 5), F32))
+    def prog(x):
+        pos, big = mb.greater(x=x, y=0.0), mb.greater(x=x, y=0.5)
+        w = mb.constexpr_cast(source_val=w16, output_dtype="fp32")
+        return (mb.cast(x=mb.logical_or(x=pos, y=big), dtype="int32"),
+                mb.cast(x=mb.logical_xor(x=pos, y=big), dtype="int32"), mb.identity(x=x),
+                mb.softplus_parametric(x=x, alpha=alpha, beta=beta), mb.mul(x=x, y=w))
+
+    x = rng.standard_normal((2, 3, 4, 5)).astype(F32)
+    got = run(save(prog, tmp_path / "m.mlpackage"), {"x": x})
+    xd = x.astype(np.float64)
+    a, b = alpha.reshape(1, 3, 1, 1), beta.reshape(1, 3, 1, 1)
+    np.testing.assert_array_equal(got[0], ((x > 0) | (x > 0.5)).astype(np.int32))
+    np.testing.assert_array_equal(got[1], ((x > 0) ^ (x > 0.5)).astype(np.int32))
+    np.testing.assert_array_equal(got[2], x)
+    np.testing.assert_allclose(got[3], a * np.log1p(np.exp(b * xd)), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got[4], xd * w16.astype(np.float64), rtol=1e-6)
