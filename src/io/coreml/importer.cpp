@@ -275,6 +275,8 @@ const OpTable& op_table() {
     add_elementwise_ops(r);
     add_nn_ops(r);
     add_tensor_ops(r);
+    add_rnn_ops(r);
+    add_control_ops(r);
     return r;
   }();
   return t;

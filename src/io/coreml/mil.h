@@ -117,6 +117,8 @@ void add_elementwise_ops(OpTable& t);
 void add_nn_ops(OpTable& t);
 void add_tensor_ops(OpTable& t);
 void add_constexpr_ops(OpTable& t);
+void add_rnn_ops(OpTable& t);
+void add_control_ops(OpTable& t);
 const OpTable& op_table();
 
 /// Fails with one UnsupportedError: "[coreml] unsupported <what>: type (names...); ..." for every
