@@ -66,6 +66,17 @@ inline std::vector<Tensor> as_tensors(nb::handle seq, const char* what) {
 }
 /// A Python list of tensors, each keeping `patient` (their graph, or an input tensor) alive.
 nb::list tensor_list(const std::vector<Tensor>& ts, nb::handle patient);
+/// An imported model's inputs or outputs (onnx::ValueInfo, coreml::ValueInfo) as a list whose
+/// items keep the model `self` alive (their tensors point into its graph).
+template <typename Info> nb::list value_infos(nb::handle self, const std::vector<Info>& vs) {
+  nb::list l;
+  for (const auto& v : vs) {
+    nb::object o = nb::cast(v);
+    nb::setattr(o, "_keep", self);
+    l.append(o);
+  }
+  return l;
+}
 nb::object tensor_object(const Tensor& t, nb::handle patient);
 /// The docstring of the op function `name` (its declaration's comment in include/kiln/ops, from
 /// op_docs.inc, which scripts/op_docs.py writes); "" for a name the table lacks.

@@ -18,16 +18,6 @@ coreml::ImportOptions import_options(const Shapes& shapes, const std::string& fu
   return o;
 }
 
-nb::list value_infos(nb::handle self, const std::vector<coreml::ValueInfo>& vs) {
-  nb::list l;
-  for (const auto& v : vs) {
-    nb::object o = nb::cast(v);
-    nb::setattr(o, "_keep", self);
-    l.append(o);
-  }
-  return l;
-}
-
 }  // namespace
 
 void bind_coreml(nb::module_& m) {

@@ -46,16 +46,6 @@ onnx::Value sequence_or_array(nb::handle v) {
   return onnx::Value::of(to_array(v));
 }
 
-nb::list value_infos(nb::handle self, const std::vector<onnx::ValueInfo>& vs) {
-  nb::list l;
-  for (const auto& v : vs) {
-    nb::object o = nb::cast(v);
-    nb::setattr(o, "_keep", self);
-    l.append(o);
-  }
-  return l;
-}
-
 }  // namespace
 
 void bind_onnx(nb::module_& m) {
