@@ -23,10 +23,11 @@ namespace detail {
 
 class Importer {
  public:
-  Importer(Graph& g, Weights& w) : g(g), weights(w) {}
+  Importer(Graph& g, Weights& w, Model& m) : g(g), weights(w), model(m) {}
 
   Graph& g;
   Weights& weights;
+  Model& model;  // (its op histogram and parameter counts)
   std::map<std::string, Value> values;
   // outputs of ops that could not be mapped (their readers are skipped, not reported again)
   std::set<std::string> missing;
@@ -68,6 +69,40 @@ class Importer {
     immediates.push_back(std::move(out));
     return *immediates.back();
   }
+
+  /// Maps a block's operations in order (the function's block, or a nested one: see
+  /// OpContext::block); fails with one UnsupportedError for every unmapped op type.
+  void import_block(const mil::Block& block);
+};
+
+/// The names a nested block defines (its inputs and its operations' outputs) while it maps: on
+/// leaving, each gets back the value it had around the block, or is forgotten. (A while_loop's
+/// condition and body declare the same inputs; names made in a body are the body graph's.)
+class BlockScope {
+ public:
+  BlockScope(Importer& imp, const mil::Block& block) : imp_(imp) {
+    for (const auto& in : block.inputs()) define(in.name());
+    for (const auto& op : block.operations())
+      for (const auto& o : op.outputs()) define(o.name());
+  }
+  ~BlockScope() {
+    for (auto& [name, before] : saved_) {
+      if (before) imp_.values[name] = std::move(*before);
+      else imp_.values.erase(name);
+      imp_.missing.erase(name);
+    }
+  }
+  BlockScope(const BlockScope&) = delete;
+  BlockScope& operator=(const BlockScope&) = delete;
+
+ private:
+  void define(const std::string& name) {
+    if (saved_.count(name)) return;
+    auto it = imp_.values.find(name);
+    saved_[name] = it == imp_.values.end() ? std::nullopt : std::optional<Value>(it->second);
+  }
+  Importer& imp_;
+  std::map<std::string, std::optional<Value>> saved_;
 };
 
 }  // namespace detail
@@ -242,6 +277,51 @@ void OpContext::set_known(int k, const Array& a) {
   imp_.values[op_.outputs(k).name()] = Value{std::nullopt, a, std::nullopt};
 }
 
+const mil::Block& OpContext::nested(int k) const {
+  if (k < 0 || k >= op_.blocks_size())
+    fail("has {} nested blocks, not {}", op_.blocks_size(), k + 1);
+  return op_.blocks(k);
+}
+
+std::vector<Tensor> OpContext::block(int k, const std::vector<Tensor>& inputs) {
+  const mil::Block& b = nested(k);
+  if (b.inputs_size() != static_cast<int>(inputs.size()))
+    fail("nested block {} declares {} inputs, not {}", k, b.inputs_size(), inputs.size());
+  BlockScope scope(imp_, b);
+  for (int j = 0; j < b.inputs_size(); ++j)
+    imp_.values[b.inputs(j).name()] = Value{inputs[j], std::nullopt, std::nullopt};
+  imp_.import_block(b);
+  std::vector<Tensor> outs;
+  for (const std::string& name : b.outputs())
+    outs.push_back(imp_.tensor_of(imp_.value(name), name));
+  return outs;
+}
+
+void OpContext::inline_block(int k) {
+  const mil::Block& b = nested(k);
+  if (b.inputs_size() != 0)
+    fail("nested block {} declares {} inputs, not none", k, b.inputs_size());
+  if (b.outputs_size() != op_.outputs_size())
+    fail("nested block {} gives {} values for {} outputs", k, b.outputs_size(), op_.outputs_size());
+  std::vector<Value> outs;
+  {
+    BlockScope scope(imp_, b);
+    imp_.import_block(b);
+    for (const std::string& name : b.outputs()) outs.push_back(imp_.value(name));
+  }
+  for (int j = 0; j < op_.outputs_size(); ++j) {
+    const auto& type = op_.outputs(j).type();
+    if (outs[j].tensor) {
+      set(j, *outs[j].tensor);
+    } else if (outs[j].known && type.has_tensortype() &&
+               type.tensortype().datatype() != mil::STRING) {
+      set_known(j, outs[j].known->astype(out_dtype(j)));
+    } else {
+      imp_.values[op_.outputs(j).name()] = outs[j];
+    }
+  }
+}
+
 // ---- the op table ----
 
 namespace detail {
@@ -295,57 +375,87 @@ Value const_value(Importer& imp, const mil::Operation& op) {
   return imp.immediate(it->second, where);
 }
 
-struct Unsupported {
-  std::map<std::string, std::vector<std::string>> where;  // op type -> first outputs
-};
+// The op types of `op`'s nested blocks, at any depth, that the table does not map, each with its
+// first outputs; whether there are any.
+bool unmapped_nested(const mil::Operation& op, const OpTable& table,
+                     std::map<std::string, std::vector<std::string>>& where) {
+  bool any = false;
+  for (const mil::Block& b : op.blocks())
+    for (const mil::Operation& inner : b.operations()) {
+      if (inner.type() != "const" && !table.count(inner.type())) {
+        auto& w = where[inner.type()];
+        if (w.size() < 3) w.push_back(inner.outputs_size() ? inner.outputs(0).name() : "?");
+        any = true;
+      }
+      any = unmapped_nested(inner, table, where) || any;
+    }
+  return any;
+}
 
-void import_block(Importer& imp, const mil::Block& block, Model& m) {
+// Whether `op` reads, itself or in its nested blocks, a value that could not be mapped.
+bool reads_missing(const Importer& imp, const mil::Operation& op) {
+  for (const auto& [param, arg] : op.inputs())
+    for (const auto& b : arg.arguments())
+      if (!b.has_value() && imp.missing.count(b.name())) return true;
+  for (const mil::Block& b : op.blocks()) {
+    for (const std::string& name : b.outputs())
+      if (imp.missing.count(name)) return true;
+    for (const mil::Operation& inner : b.operations())
+      if (reads_missing(imp, inner)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+void detail::Importer::import_block(const mil::Block& block) {
   const OpTable& table = op_table();
-  Unsupported bad;
+  Model& m = model;
+  std::map<std::string, std::vector<std::string>> bad;  // op type -> first outputs
   for (const mil::Operation& op : block.operations()) {
     ++m.op_histogram[op.type()];
     if (op.type() == "const") {
       if (op.outputs_size() != 1)
         fail<FormatError>("[coreml] a const op with {} outputs", op.outputs_size());
-      Value v = const_value(imp, op);
+      Value v = const_value(*this, op);
       if (v.known) {
         m.parameter_count += v.known->numel();
         m.parameter_bytes += static_cast<int64_t>(v.known->nbytes());
       }
-      imp.values[op.outputs(0).name()] = std::move(v);
+      values[op.outputs(0).name()] = std::move(v);
       continue;
     }
-    // an op reading the result of one that could not be mapped is skipped
-    bool skip = false;
-    for (const auto& [param, arg] : op.inputs())
-      for (const auto& b : arg.arguments())
-        skip = skip || (!b.has_value() && imp.missing.count(b.name()));
+    // an op reading the result of one that could not be mapped is skipped, and so is a control
+    // op whose blocks hold unmapped ops (those are reported)
+    const bool skip = reads_missing(*this, op);
     auto it = table.find(op.type());
-    if (skip || it == table.end()) {
-      if (!skip) {
-        auto& w = bad.where[op.type()];
+    if (skip || it == table.end() || (!op.blocks().empty() && unmapped_nested(op, table, bad))) {
+      if (!skip && it == table.end()) {
+        auto& w = bad[op.type()];
         if (w.size() < 3) w.push_back(op.outputs_size() ? op.outputs(0).name() : "?");
       }
-      for (const auto& o : op.outputs()) imp.missing.insert(o.name());
+      for (const auto& o : op.outputs()) missing.insert(o.name());
       continue;
     }
-    if (!op.blocks().empty())
-      fail<UnsupportedError>("[coreml] op '{}' has nested blocks (control flow is not mapped)",
-                             op.type());
-    OpContext c(imp, op);
+    // (a control op's mapping maps its blocks' ops while it runs: their immediate values go
+    // after its own, which stay)
+    const size_t mark = immediates.size();
+    OpContext c(*this, op);
     it->second(c);
-    imp.immediates.clear();
+    immediates.resize(mark);
     if (op.type().rfind("constexpr_", 0) == 0)
       for (const auto& o : op.outputs())
-        if (const Value& v = imp.values[o.name()]; v.known) {
+        if (const Value& v = values[o.name()]; v.known) {
           m.parameter_count += v.known->numel();
           m.parameter_bytes += static_cast<int64_t>(v.known->nbytes());
         }
     for (const auto& o : op.outputs())
-      if (!imp.values.count(o.name())) c.fail("gave no value for output '{}'", o.name());
+      if (!values.count(o.name())) c.fail("gave no value for output '{}'", o.name());
   }
-  if (!bad.where.empty()) report_unsupported("ops", bad.where);
+  if (!bad.empty()) report_unsupported("ops", bad);
 }
+
+namespace {
 
 std::string color_space(const spec::ImageFeatureType& t) {
   switch (t.colorspace()) {
@@ -413,7 +523,7 @@ void import_program(const spec::Model& s, const ImportOptions& options, Weights&
   m.function = fn;
   m.opset = f.opset();
 
-  Importer imp(m.graph, weights);
+  Importer imp(m.graph, weights, m);
   for (const mil::NamedValueType& in : f.inputs()) {
     const std::string where = fmt::format("input '{}'", in.name());
     if (!in.type().has_tensortype())
@@ -455,7 +565,7 @@ void import_program(const spec::Model& s, const ImportOptions& options, Weights&
   }
   check_shape_names(options.input_shapes, m.inputs);
 
-  import_block(imp, b->second, m);
+  imp.import_block(b->second);
   for (const std::string& out : b->second.outputs()) {
     ValueInfo info;
     info.name = out;

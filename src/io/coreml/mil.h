@@ -95,6 +95,18 @@ class OpContext {
   /// Output k as a value known now (a constexpr op's expanded weight).
   void set_known(int k, const Array& a);
 
+  /// The op's nested blocks (cond's true_fn and false_fn, while_loop's condition and body).
+  int num_blocks() const { return op_.blocks_size(); }
+  const mil::Block& nested(int k) const;
+  /// Maps nested block k onto the graph being built (inside a control op's BodyFn: the body's
+  /// graph) with its inputs bound, in order, to `inputs`; the values of the blocks around it are
+  /// read by name (kiln captures them). Returns the block's outputs. The names the block
+  /// defines are forgotten afterwards.
+  std::vector<Tensor> block(int k, const std::vector<Tensor>& inputs);
+  /// Maps nested block k, which takes no inputs, in place and makes its outputs the op's (values
+  /// known while importing stay known): a cond whose predicate is known then.
+  void inline_block(int k);
+
   /// "op 'type' (output 'name')", for messages.
   std::string where() const;
   template <typename... A> [[noreturn]] void fail(fmt::format_string<A...> f, A&&... args) const {
