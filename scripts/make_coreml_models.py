@@ -10,6 +10,10 @@ python/tests/test_coreml_models.py reads the committed files without either.
   encoder         a pre-norm transformer encoder layer (attention over 4 heads, layer norms,
                   a GELU feed-forward, residuals) over (2, 10, 32): f32
   encoder_fp16    the same converted to compute in fp16 (the reference: PyTorch in f32)
+  gpt_block       a GPT-style decoder block over token ids (embeddings, causal attention over 4
+                  heads, a tanh-GELU feed-forward, the vocabulary head): iOS16 (attention
+                  written out) and gpt_block_ios18 (MIL's scaled_dot_product_attention)
+  tagger          embeddings, a bidirectional LSTM, a GRU and a log-softmax head
   cnn_palettized  the convnet without batch norms, each weight set to 16 evenly spaced levels
                   and palettized to 4 bits by coremltools (uniform tables: the reference is
                   PyTorch with the same weights)
@@ -78,6 +82,46 @@ class Encoder(nn.Module):
         return x + self.ff2(torch.nn.functional.gelu(self.ff1(self.ln2(x))))
 
 
+class GptBlock(nn.Module):
+    """A GPT-style decoder block over token ids (2, 12): embeddings and learned positions, causal
+    scaled-dot-product attention over 4 heads, a tanh-GELU feed-forward, the vocabulary head."""
+
+    def __init__(self, vocab=50, d=32, heads=4):
+        super().__init__()
+        self.heads, self.d = heads, d
+        self.emb, self.pos = nn.Embedding(vocab, d), nn.Parameter(torch.randn(12, d))
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.out = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.ff1, self.ff2, self.head = nn.Linear(d, 4 * d), nn.Linear(4 * d, d), nn.Linear(d, vocab)
+
+    def forward(self, ids):
+        b, t = 2, 12  # (traced at this shape)
+        x = self.emb(ids) + self.pos
+        q, k, v = self.qkv(self.ln1(x)).split(self.d, -1)
+        q, k, v = (z.view(b, t, self.heads, self.d // self.heads).transpose(1, 2)
+                   for z in (q, k, v))
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.out(y.transpose(1, 2).reshape(b, t, self.d))
+        x = x + self.ff2(torch.nn.functional.gelu(self.ff1(self.ln2(x)), approximate="tanh"))
+        return self.head(x)
+
+
+class Tagger(nn.Module):
+    """A sequence tagger: embeddings, a bidirectional LSTM, a GRU and a log-softmax head."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(100, 16)
+        self.lstm = nn.LSTM(16, 24, batch_first=True, bidirectional=True)
+        self.gru = nn.GRU(48, 16, batch_first=True)
+        self.out = nn.Linear(16, 5)
+
+    def forward(self, ids):
+        y, _ = self.lstm(self.emb(ids))
+        y, _ = self.gru(y)
+        return torch.log_softmax(self.out(y), -1)
+
+
 def randomize_norms(model, g):
     for m in model.modules():
         if isinstance(m, nn.BatchNorm2d):
@@ -87,11 +131,12 @@ def randomize_norms(model, g):
             m.bias.data.copy_(torch.randn(m.num_features, generator=g) * 0.1)
 
 
-def convert(module, example, name, precision=ct.precision.FLOAT32):
+def convert(module, example, name, precision=ct.precision.FLOAT32, target=ct.target.iOS16):
     traced = torch.jit.trace(module, example, check_trace=False)
-    return ct.convert(traced, inputs=[ct.TensorType(name=name, shape=example.shape)],
+    dtype = np.int32 if not example.is_floating_point() else np.float32
+    return ct.convert(traced, inputs=[ct.TensorType(name=name, shape=example.shape, dtype=dtype)],
                       convert_to="mlprogram", compute_precision=precision,
-                      minimum_deployment_target=ct.target.iOS16)
+                      minimum_deployment_target=target)
 
 
 def save(out, stem, mlmodel, inputs, outputs):
@@ -150,6 +195,22 @@ def main():
     save(out, "encoder", convert(enc, s, "tokens"), {"tokens": s.numpy()}, [want])
     save(out, "encoder_fp16", convert(enc, s, "tokens", ct.precision.FLOAT16),
          {"tokens": s.numpy()}, [want])
+
+    # token-id models: the GPT block converted for iOS16 (attention written out) and iOS18 (its
+    # scaled_dot_product_attention op), the tagger (MIL lstm and gru from the PyTorch frontend)
+    gpt = GptBlock().eval()
+    ids = torch.randint(0, 50, (2, 12), generator=g)
+    with torch.no_grad():
+        want = gpt(ids).numpy()
+    feeds = {"ids": ids.numpy().astype(np.int32)}
+    save(out, "gpt_block", convert(gpt, ids, "ids"), feeds, [want])
+    save(out, "gpt_block_ios18", convert(gpt, ids, "ids", target=ct.target.iOS18), feeds, [want])
+    tagger = Tagger().eval()
+    ids = torch.randint(0, 100, (2, 7), generator=g)
+    with torch.no_grad():
+        want = tagger(ids).numpy()
+    save(out, "tagger", convert(tagger, ids, "ids"), {"ids": ids.numpy().astype(np.int32)},
+         [want])
 
 
 if __name__ == "__main__":

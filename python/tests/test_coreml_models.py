@@ -16,7 +16,8 @@ DEVICES = ["cpu"] + (["cuda"] if cuda_available() else [])
 # (model, rtol, atol): f32 models within a few units of float rounding over their sums; the fp16
 # model computes in fp16 against PyTorch's f32 (10 bits of mantissa over a layer)
 MODELS = [("cnn", 1e-4, 1e-5), ("cnn_palettized", 1e-4, 1e-5), ("encoder", 1e-4, 1e-4),
-          ("encoder_fp16", 2e-2, 2e-2)]
+          ("encoder_fp16", 2e-2, 2e-2), ("gpt_block", 1e-4, 1e-4),
+          ("gpt_block_ios18", 1e-4, 1e-4), ("tagger", 1e-4, 1e-5)]
 
 
 @pytest.mark.parametrize("device", DEVICES)
