@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Writes the Core ML fuzz seed corpus (fuzz_coreml_import): small ML Programs made with
 coremltools' MIL builder (elementwise ops over weights in the weight file, linear, conv and
-pooling, reshapes and gathers, an fp16 program, palettized and quantized weights), each as one
-input (a 4-byte little-endian length, the specification's bytes, the weight file's bytes), and
-truncated and bit-flipped variants of each. Deterministic (fixed seed) up to coremltools'
+pooling, reshapes and gathers, an fp16 program, palettized and quantized weights, a while_loop
+and a cond) and NeuralNetwork models made with its NeuralNetworkBuilder (a convnet with image
+preprocessing, ND layers), each as one input (a 4-byte little-endian length, the
+specification's bytes, the weight file's bytes), and truncated and bit-flipped variants of each. Deterministic (fixed seed) up to coremltools'
 output. Usage: make_coreml_corpus.py OUT_DIR"""
 import os
 import random
@@ -49,7 +50,19 @@ def programs(rng):
     def half(x):
         return mb.tanh(x=mb.mul(x=x, y=w[:3].astype(np.float16)))
 
+    @mb.program(input_specs=[mb.TensorSpec(shape=(3,)), mb.TensorSpec(shape=(1,))],
+                opset_version=ct.target.iOS16)
+    def control(x, n):
+        i0 = mb.const(val=np.array([0.0], np.float32))
+        _, y = mb.while_loop(_cond=lambda i, v: mb.less(x=i, y=n),
+                             _body=lambda i, v: (mb.add(x=i, y=1.0), mb.mul(x=v, y=0.5)),
+                             loop_vars=(i0, x))
+        p = mb.greater(x=mb.reduce_sum(x=y, axes=[0]), y=0.0)
+        return mb.cond(pred=p, _true_fn=lambda: mb.relu(x=y), _false_fn=lambda: mb.neg(x=y)
+                       if hasattr(mb, "neg") else mb.mul(x=y, y=-1.0))
+
     yield "dense", dense, None
+    yield "control", control, None
     yield "conv", conv, None
     yield "shapes", shapes, None
     yield "half", half, None
@@ -57,6 +70,34 @@ def programs(rng):
         global_config=cto.OpPalettizerConfig(mode="kmeans", nbits=4, weight_threshold=10))
     yield "quantized", dense, cto.OptimizationConfig(
         global_config=cto.OpLinearQuantizerConfig(mode="linear_symmetric", weight_threshold=10))
+
+
+def neural_networks(rng):
+    """NeuralNetwork specifications: a convnet over an image input with scale and bias, and a
+    network of ND layers."""
+    from coremltools.models import datatypes
+    from coremltools.models.neural_network import NeuralNetworkBuilder
+
+    b = NeuralNetworkBuilder([("image", datatypes.Array(3, 8, 8))], [("y", None)])
+    b.add_convolution("conv", 3, 4, 3, 3, 1, 1, "same", 1,
+                      rng.standard_normal((3, 3, 3, 4)).astype(np.float32),
+                      np.zeros(4, np.float32), True, input_name="image", output_name="c")
+    b.add_activation("relu", "RELU", "c", "r")
+    b.add_pooling("pool", 2, 2, 2, 2, "MAX", "VALID", "r", "p")
+    b.add_flatten("flat", 0, "p", "f")
+    b.add_inner_product("ip", rng.standard_normal((5, 64)).astype(np.float32), None, 64, 5,
+                        False, "f", "y")
+    b.set_pre_processing_parameters(image_input_names=["image"], image_scale=1 / 255.0,
+                                    red_bias=-0.5, green_bias=-0.5, blue_bias=-0.5)
+    yield "nn_conv", b.spec
+    b = NeuralNetworkBuilder([("x", datatypes.Array(2, 6))], [("y", None)],
+                             disable_rank5_shape_mapping=True)
+    b.add_load_constant_nd("w", "w", rng.standard_normal((6, 4)).astype(np.float32), (6, 4))
+    b.add_batched_mat_mul("mm", ["x", "w"], "m")
+    b.add_softmax_nd("sm", "m", "s", axis=-1)
+    b.add_reduce_sum("sum", "s", "t", axes=[1], keepdims=True)
+    b.add_add_broadcastable("add", ["s", "t"], "y")
+    yield "nn_nd", b.spec
 
 
 def seed_bytes(prog, config, tmp):
@@ -84,9 +125,14 @@ def main():
     os.makedirs(out, exist_ok=True)
     rng = np.random.default_rng(0)
     rand = random.Random(0)
+    seeds = []
     for name, prog, config in programs(rng):
         with tempfile.TemporaryDirectory() as tmp:
-            b = seed_bytes(prog, config, tmp)
+            seeds.append((name, seed_bytes(prog, config, tmp)))
+    for name, spec in neural_networks(rng):
+        data = spec.SerializeToString()
+        seeds.append((name, struct.pack("<I", len(data)) + data))
+    for name, b in seeds:
         variants = {"": b, "_cut": b[:len(b) * 2 // 3], "_cut_weights": b[:len(b) - 40]}
         flipped = bytearray(b)
         for _ in range(8):
