@@ -92,7 +92,8 @@ class GptBlock(nn.Module):
         self.emb, self.pos = nn.Embedding(vocab, d), nn.Parameter(torch.randn(12, d))
         self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
         self.qkv, self.out = nn.Linear(d, 3 * d), nn.Linear(d, d)
-        self.ff1, self.ff2, self.head = nn.Linear(d, 4 * d), nn.Linear(4 * d, d), nn.Linear(d, vocab)
+        self.ff1, self.ff2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+        self.head = nn.Linear(d, vocab)
 
     def forward(self, ids):
         b, t = 2, 12  # (traced at this shape)

@@ -66,3 +66,17 @@ def program(*specs, target=IOS16):
              np.bool_: ct.converters.mil.mil.types.bool}
     input_specs = [mb.TensorSpec(shape=s, dtype=types[np.dtype(d).type]) for s, d in specs]
     return mb.program(input_specs=input_specs, opset_version=target)
+
+
+def check(tmp_path, prog, feeds, want, target=IOS16, rtol=1e-4, atol=1e-5):
+    """Saves `prog`, runs it with kiln on `feeds` and compares its outputs with `want`."""
+    got = run(save(prog, tmp_path / "m.mlpackage", target=target), feeds)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape
+        np.testing.assert_allclose(g.astype(np.float64), w, rtol=rtol, atol=atol)
+
+
+def randn(rng, *shape, dtype=np.float32, scale=1.0):
+    """Normal random values of `shape` times `scale`, as `dtype`."""
+    return (scale * rng.standard_normal(shape)).astype(dtype)

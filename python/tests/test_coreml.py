@@ -333,8 +333,8 @@ def test_model_inputs_outputs_and_metadata(rng, tmp_path):
     mm.save(path)
     m = kiln.coreml.load(path)
     assert m.kind == "mlProgram" and m.function == "main" and m.opset.startswith("CoreML")
-    assert [(i.name, i.shape, i.dtype) for i in m.inputs] == [("a", [2, 3], kiln.f32),
-                                                               ("b", [3], kiln.f32)]
+    want_inputs = [("a", [2, 3], kiln.f32), ("b", [3], kiln.f32)]
+    assert [(i.name, i.shape, i.dtype) for i in m.inputs] == want_inputs
     assert [o.name for o in m.outputs] == ["total", "positive"]
     assert m.metadata["author"] == "kiln tests" and m.metadata["origin"] == "builder"
     assert m.op_histogram == {"add": 1, "relu": 1} and "ValueInfo('a'" in repr(m.inputs[0])
@@ -418,7 +418,8 @@ def test_docs_list_every_supported_op():
     import pathlib
 
     root = pathlib.Path(__file__).resolve().parents[2]
-    spec = importlib.util.spec_from_file_location("coreml_docs", root / "scripts" / "coreml_docs.py")
+    script = root / "scripts" / "coreml_docs.py"
+    spec = importlib.util.spec_from_file_location("coreml_docs", script)
     docs = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(docs)
     text = (root / "docs" / "coreml.md").read_text()

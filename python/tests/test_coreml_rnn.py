@@ -12,21 +12,8 @@ import numpy as np
 import pytest
 
 import kiln
-from coreml_util import IOS15, IOS16, IOS17, IOS18, mb, program, run, save
+from coreml_util import IOS15, IOS16, IOS17, IOS18, check, mb, program, randn, run, save
 from coremltools.converters.mil.mil import get_new_symbol
-
-
-def check(tmp_path, prog, feeds, want, target=IOS16, rtol=1e-4, atol=1e-5):
-    """Saves `prog`, runs it with kiln on `feeds` and compares its outputs with `want`."""
-    got = run(save(prog, tmp_path / "m.mlpackage", target=target), feeds)
-    assert len(got) == len(want)
-    for g, w in zip(got, want):
-        assert g.shape == w.shape
-        np.testing.assert_allclose(g.astype(np.float64), w, rtol=rtol, atol=atol)
-
-
-def randn(rng, *shape, dtype=np.float32, scale=1.0):
-    return (scale * rng.standard_normal(shape)).astype(dtype)
 
 
 def act(name, v):

@@ -4,8 +4,8 @@ coremltools' MIL builder (elementwise ops over weights in the weight file, linea
 pooling, reshapes and gathers, an fp16 program, palettized and quantized weights, a while_loop
 and a cond) and NeuralNetwork models made with its NeuralNetworkBuilder (a convnet with image
 preprocessing, ND layers), each as one input (a 4-byte little-endian length, the
-specification's bytes, the weight file's bytes), and truncated and bit-flipped variants of each. Deterministic (fixed seed) up to coremltools'
-output. Usage: make_coreml_corpus.py OUT_DIR"""
+specification's bytes, the weight file's bytes), and truncated and bit-flipped variants of each.
+Deterministic (fixed seed) up to coremltools' output. Usage: make_coreml_corpus.py OUT_DIR"""
 import os
 import random
 import struct
