@@ -158,6 +158,11 @@ Array from_bytes(const uint8_t* p, size_t bytes, mil::DataType t, const Shape& s
     }
     return Array::from_vector(v, shape).astype(dt);
   }
+  if (dt == boolean) {  // any nonzero byte is true (a bool holds only 0 or 1)
+    std::vector<uint8_t> b(p, p + n);
+    for (uint8_t& v : b) v = v != 0;
+    return Array::from_data(b.data(), shape, boolean);
+  }
   return Array::from_data(p, shape, dt);
 }
 
