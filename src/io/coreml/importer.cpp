@@ -338,6 +338,21 @@ void report_unsupported(const std::string& what,
   fail<UnsupportedError>("{}", msg);
 }
 
+std::string color_space(const spec::ImageFeatureType& t) {
+  // (an invalid color space reads as RGB, Core ML's default)
+  switch (t.colorspace()) {
+    case spec::ImageFeatureType_ColorSpace_GRAYSCALE:
+    case spec::ImageFeatureType_ColorSpace_GRAYSCALE_FLOAT16:
+      return "GRAYSCALE";
+    case spec::ImageFeatureType_ColorSpace_RGB:
+      return "RGB";
+    case spec::ImageFeatureType_ColorSpace_BGR:
+      return "BGR";
+    default:
+      return "RGB";
+  }
+}
+
 void check_shape_names(const std::map<std::string, Shape>& shapes,
                        const std::vector<ValueInfo>& inputs) {
   for (const auto& given : shapes) {
@@ -456,20 +471,6 @@ void detail::Importer::import_block(const mil::Block& block) {
 }
 
 namespace {
-
-std::string color_space(const spec::ImageFeatureType& t) {
-  switch (t.colorspace()) {
-    case spec::ImageFeatureType_ColorSpace_GRAYSCALE:
-    case spec::ImageFeatureType_ColorSpace_GRAYSCALE_FLOAT16:
-      return "GRAYSCALE";
-    case spec::ImageFeatureType_ColorSpace_RGB:
-      return "RGB";
-    case spec::ImageFeatureType_ColorSpace_BGR:
-      return "BGR";
-    default:
-      return "RGB";
-  }
-}
 
 const spec::FeatureDescription* described(
     const ::google::protobuf::RepeatedPtrField<spec::FeatureDescription>& list,

@@ -14,6 +14,7 @@
 #include "MIL.pb.h"
 #include "Model.pb.h"
 #include "core/errors.h"
+#include "io/file.h"
 #include "kiln/array.h"
 #include "kiln/coreml.h"
 #include "kiln/graph.h"
@@ -30,19 +31,21 @@ struct Value {
   std::optional<std::string> text;
 };
 
-/// The package's weight files (`@model_path/weights/weight.bin`), read once each.
+/// The package's weight files (`@model_path/weights/weight.bin`), each opened once and read blob
+/// by blob (a file of several GiB is never held whole beside the arrays made from it).
 class Weights {
  public:
-  explicit Weights(std::string dir) : dir_(std::move(dir)) {}
+  explicit Weights(std::string dir);
+  ~Weights();
   /// The blob at `offset` of `file` (its metadata's offset) as an array of `dtype` and `shape`
   /// (MIL's storage type: sub-byte and unsigned types are widened, see blob_dtype). Throws
   /// IoError or FormatError naming the file and offset.
   Array read(const std::string& file, uint64_t offset, mil::DataType dtype, const Shape& shape);
 
  private:
-  const std::vector<char>& bytes(const std::string& file);
+  const io::RegularFile& open(const std::string& file);
   std::string dir_;
-  std::map<std::string, std::vector<char>> files_;
+  std::map<std::string, std::unique_ptr<io::RegularFile>> files_;
 };
 
 /// kiln's dtype for a MIL tensor type (sub-byte and unsigned integer types become u8 or the next
@@ -140,6 +143,9 @@ const OpTable& op_table();
 /// Checks that every ImportOptions::input_shapes entry names one of `inputs`.
 void check_shape_names(const std::map<std::string, Shape>& shapes,
                        const std::vector<ValueInfo>& inputs);
+
+/// "RGB", "BGR" or "GRAYSCALE": an image input's channel order (ValueInfo::image).
+std::string color_space(const ::CoreML::Specification::ImageFeatureType& t);
 
 /// A warning on kiln's log (KILN_LOG=warn; runtime/log.h, whose namespace the op headers'
 /// `log` would clash with here).

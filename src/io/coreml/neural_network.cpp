@@ -598,18 +598,6 @@ Tensor preprocess(Graph& g, const Network& net, const std::string& input, const 
   return x;
 }
 
-std::string color_space(const spec::ImageFeatureType& t) {
-  switch (t.colorspace()) {
-    case spec::ImageFeatureType_ColorSpace_GRAYSCALE:
-    case spec::ImageFeatureType_ColorSpace_GRAYSCALE_FLOAT16:
-      return "GRAYSCALE";
-    case spec::ImageFeatureType_ColorSpace_BGR:
-      return "BGR";
-    default:
-      return "RGB";
-  }
-}
-
 void add_inputs(const spec::Model& s, const Network& net, const ImportOptions& options, Model& m,
                 std::map<std::string, Tensor>& blobs) {
   int images = 0;

@@ -255,8 +255,11 @@ mil::DataType blob_type(uint32_t code) {
 }
 }  // namespace
 
-const std::vector<char>& Weights::bytes(const std::string& file) {
-  if (auto it = files_.find(file); it != files_.end()) return it->second;
+Weights::Weights(std::string dir) : dir_(std::move(dir)) {}
+Weights::~Weights() = default;
+
+const io::RegularFile& Weights::open(const std::string& file) {
+  if (auto it = files_.find(file); it != files_.end()) return *it->second;
   constexpr const char* kPrefix = "@model_path/";
   std::string rel = file;
   if (rel.rfind(kPrefix, 0) == 0) rel = rel.substr(std::strlen(kPrefix));
@@ -266,34 +269,33 @@ const std::vector<char>& Weights::bytes(const std::string& file) {
   if (dir_.empty())
     fail<IoError>("[coreml] the model reads weight file '{}', and no weights directory was given",
                   file);
-  const std::string path = dir_ + "/" + rel;
-  io::RegularFile f(path, "[coreml]", "weight file '" + file + "'");
-  std::vector<char> data(f.size());
-  if (f.read_at(data.data(), data.size(), 0) != data.size())
-    fail<IoError>("[coreml] short read of weight file '{}'", file);
-  return files_.emplace(file, std::move(data)).first->second;
+  auto f =
+      std::make_unique<io::RegularFile>(dir_ + "/" + rel, "[coreml]", "weight file '" + file + "'");
+  return *files_.emplace(file, std::move(f)).first->second;
 }
 
 Array Weights::read(const std::string& file, uint64_t offset, mil::DataType dtype,
                     const Shape& shape) {
-  const std::vector<char>& b = bytes(file);
+  const io::RegularFile& f = open(file);
+  const uint64_t size = f.size();
   const std::string where = fmt::format("weight file '{}' at offset {}", file, offset);
   BlobMetadata m{};
-  if (offset > b.size() || b.size() - offset < sizeof m)
-    fail<FormatError>("[coreml] {}: past the end of the file ({} bytes)", where, b.size());
-  std::memcpy(&m, b.data() + offset, sizeof m);
+  if (offset > size || size - offset < sizeof m)
+    fail<FormatError>("[coreml] {}: past the end of the file ({} bytes)", where, size);
+  if (f.read_at(&m, sizeof m, offset) != sizeof m)
+    fail<IoError>("[coreml] {}: short read of the blob's record", where);
   if (m.sentinel != kSentinel)
     fail<FormatError>("[coreml] {}: no blob starts there (sentinel {:#x})", where, m.sentinel);
-  const mil::DataType stored = blob_type(m.dtype);
-  const bool same = stored == dtype || (dtype == mil::UINT8 && stored == mil::UINT8);
-  if (!same)
+  if (blob_type(m.dtype) != dtype)
     fail<FormatError>("[coreml] {}: the blob holds storage type {}, the program reads {}", where,
                       m.dtype, mil::DataType_Name(dtype));
-  if (m.offset > b.size() || b.size() - m.offset < m.size)
+  if (m.offset > size || size - m.offset < m.size)
     fail<FormatError>("[coreml] {}: its {} bytes at {} pass the end of the file", where, m.size,
                       m.offset);
-  return from_bytes(reinterpret_cast<const uint8_t*>(b.data() + m.offset), m.size, dtype, shape,
-                    where);
+  std::vector<uint8_t> data(static_cast<size_t>(m.size));
+  if (f.read_at(data.data(), data.size(), m.offset) != data.size())
+    fail<IoError>("[coreml] {}: short read of the blob's {} bytes", where, m.size);
+  return from_bytes(data.data(), data.size(), dtype, shape, where);
 }
 
 void warn(const std::string& message) { log::warn("{}", message); }
