@@ -61,8 +61,10 @@ TEST(PostTraining, CnnAgreesWithFloatForEachMethod) {
 #ifdef NDEBUG
   constexpr int64_t kBatch = 64, kTestBatches = 4, kCalibBatches = 4;
   constexpr double kMinAgreement = 0.99;
-#else  // the sanitizer builds run the int8 loops far slower: 48 images, two may differ
-  constexpr int64_t kBatch = 48, kTestBatches = 1, kCalibBatches = 1;
+#else  // the sanitizer builds run the int8 loops far slower: 48 test images, two may differ;
+  // calibration runs the float model, so it keeps its 4 batches (ranges drawn from one batch of
+  // 16 images clip too often to hold the bound)
+  constexpr int64_t kBatch = 48, kTestBatches = 1, kCalibBatches = 4;
   constexpr double kMinAgreement = 0.95;
 #endif
   SmallCnn m;
