@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "backends/cpu/cpu_common.h"
@@ -59,21 +60,22 @@ constexpr int kTileGroups = 4;  // four queries by 64 floats: 16 of its 32 regis
 
 // The f32 lane helpers of one instruction set.
 struct F32Lanes {
-  void (*score_lanes)(const float*, const float*, int64_t, int64_t, float*);
+  void (*score_lanes)(const float*, const float*, int64_t, int64_t, float, float*);
   void (*weigh_lanes)(const float*, const int64_t*, const float*, int64_t, const float*, int64_t,
                       int64_t, float*);
-  void (*score_tile)(const float*, const float*, int64_t, int64_t, float*);
+  void (*score_tile)(const float*, const float*, int64_t, int64_t, float, float*);
   void (*weigh_tile)(const float*, const int64_t*, const float*, int64_t, const float*, int64_t,
                      int64_t, float*);
   float (*dot)(const float*, const float*, int64_t);
   float (*max)(const float*, int64_t, float);
   float (*exp_sum)(float*, int64_t, float);
+  int64_t (*live_keys)(const float*, int64_t, int64_t, int64_t*);
 };
-#define KILN_F32_LANES(ns)                                                                     \
-  F32Lanes {                                                                                   \
-    &ns::score_lanes<float>, &ns::weigh_lanes<float>, &ns::score_tile<float>,                  \
-        &ns::weigh_tile<float>, &ns::dot_lanes<float>, &ns::max_lanes<float>,                  \
-        &ns::exp_sum_lanes<float>                                                              \
+#define KILN_F32_LANES(ns)                                                    \
+  F32Lanes {                                                                  \
+    &ns::score_lanes<float>, &ns::weigh_lanes<float>, &ns::score_tile<float>, \
+        &ns::weigh_tile<float>, &ns::dot_lanes<float>, &ns::max_lanes<float>, \
+        &ns::exp_sum_lanes<float>, &ns::live_keys<float>                      \
   }
 const F32Lanes& f32_lanes() {
   static const F32Lanes best = [] {
@@ -100,19 +102,24 @@ template <typename T> T exp_sum(T* s, int64_t n, T mx) {
   if constexpr (std::is_same_v<T, float>) return f32_lanes().exp_sum(s, n, mx);
   else return baseline::exp_sum_lanes(s, n, mx);
 }
-template <typename T> void score_all_lanes(const T* qi, const T* kt, int64_t e, int64_t n,
-                                           T* s) {
-  if constexpr (std::is_same_v<T, float>) f32_lanes().score_lanes(qi, kt, e, n, s);
-  else baseline::score_lanes(qi, kt, e, n, s);
+template <typename T>
+void score_all_lanes(const T* qi, const T* kt, int64_t e, int64_t n, T scale, T* s) {
+  if constexpr (std::is_same_v<T, float>) f32_lanes().score_lanes(qi, kt, e, n, scale, s);
+  else baseline::score_lanes(qi, kt, e, n, scale, s);
 }
 template <typename T> void weigh_all_lanes(const T* v, const int64_t* keys, const T* w, int64_t n,
                                            const T* alpha, int64_t ev, int64_t evl, T* a) {
   if constexpr (std::is_same_v<T, float>) f32_lanes().weigh_lanes(v, keys, w, n, alpha, ev, evl, a);
   else baseline::weigh_lanes(v, keys, w, n, alpha, ev, evl, a);
 }
-template <typename T> void score_all_tile(const T* q, const T* kt, int64_t e, int64_t n, T* s) {
-  if constexpr (std::is_same_v<T, float>) f32_lanes().score_tile(q, kt, e, n, s);
-  else baseline::score_tile(q, kt, e, n, s);
+template <typename T>
+void score_all_tile(const T* q, const T* kt, int64_t e, int64_t n, T scale, T* s) {
+  if constexpr (std::is_same_v<T, float>) f32_lanes().score_tile(q, kt, e, n, scale, s);
+  else baseline::score_tile(q, kt, e, n, scale, s);
+}
+template <typename T> int64_t live(const T* w, int64_t g, int64_t n, int64_t* keys) {
+  if constexpr (std::is_same_v<T, float>) return f32_lanes().live_keys(w, g, n, keys);
+  else return baseline::live_keys(w, g, n, keys);
 }
 template <typename T> void weigh_all_tile(const T* v, const int64_t* keys, const T* w, int64_t n,
                                           const T* alpha, int64_t ev, int64_t evl, T* a) {
@@ -175,35 +182,29 @@ template <typename T> struct Problem {
     for (int64_t d = 0; d < e; ++d)
       std::fill(kt + d * kKeyBlock + n, kt + d * kKeyBlock + padded, T(0));
   }
-  /// The dot products of queries [i, i + g) (g is kRows or 1) with keys [j0, j0 + n) into rows of
-  /// s kKeyBlock apart, from kt (transpose_keys of the block at j0): each sums over d in the order
-  /// of score's, kLanes keys side by side in registers (and kRows queries, when g is kRows). The
-  /// last lanes run whole over kt's zero padding: s past n holds zeros that nothing reads.
+  /// The scaled dot products (scale · (q_i · k_j)) of queries [i, i + g) (g is kRows or 1) with
+  /// keys [j0, j0 + n) into rows of s kKeyBlock apart, from kt (transpose_keys of the block at
+  /// j0): each sums over d in the order of score's, kLanes keys side by side in registers (and
+  /// kRows queries, when g is kRows). The last lanes run whole over kt's zero padding: s past n
+  /// holds zeros that nothing reads.
   void dots(int64_t b, int64_t i, int64_t g, int64_t n, const T* kt, T* __restrict s) const {
     const T* qi = q + (b * lq + i) * e;
     const int64_t nl = (n + kLanes - 1) / kLanes * kLanes;
-    if (g == kRows) score_all_tile(qi, kt, e, nl, s);
-    else score_all_lanes(qi, kt, e, nl, s);
+    if (g == kRows) score_all_tile(qi, kt, e, nl, scale, s);
+    else score_all_lanes(qi, kt, e, nl, scale, s);
   }
-  /// Query i's dot products with keys [j0, j0 + n) in s made score(b, i, j, moff) for keys before
-  /// j1 (its visible end within the block) and -inf from there on.
+  /// Query i's scaled dot products with keys [j0, j0 + n) in s made score(b, i, j, moff) for keys
+  /// before j1 (its visible end within the block) and -inf from there on.
   void finish_scores(int64_t i, int64_t j0, int64_t j1, int64_t n, int64_t moff,
                      T* __restrict s) const {
     constexpr T kNegInf = -std::numeric_limits<T>::infinity();
     const int64_t nv = std::max<int64_t>(0, j1 - j0);
     std::fill(s + nv, s + n, kNegInf);
-    if (!bmask && !amask) {
-      for (int64_t j = 0; j < nv; ++j) s[j] *= scale;
-      return;
-    }
+    if (!bmask && !amask) return;
     for (int64_t j = 0; j < nv; ++j) {
       const int64_t mo = moff + i * ml.sq + (j0 + j) * ml.sk;
-      if (bmask && !bmask[mo]) {
-        s[j] = kNegInf;
-        continue;
-      }
-      s[j] *= scale;
-      if (amask) s[j] += amask[mo];
+      if (bmask && !bmask[mo]) s[j] = kNegInf;
+      else if (amask) s[j] += amask[mo];
     }
   }
   /// a_r = alpha[r] a_r + sum over keys [j0, j0 + n) of pr[r kKeyBlock + j - j0] v_j for the g
@@ -213,19 +214,9 @@ template <typename T> struct Problem {
   void weigh_values(int64_t b, int64_t j0, int64_t n, int64_t g, const T* pr, const T* alpha,
                     T* a) const {
     // the keys that count, first (no branch in the loops that vectorize): a weight counts unless
-    // it is +-0 (its bits but the sign all clear), NaN included
+    // it is +-0, NaN included
     int64_t keys[kKeyBlock];
-    int64_t nk = 0;
-    for (int64_t j = 0; j < n; ++j) {
-      uint64_t bits = 0;
-      for (int64_t r = 0; r < g; ++r) {
-        uint64_t x = 0;
-        std::memcpy(&x, pr + r * kKeyBlock + j, sizeof(T));
-        bits |= x << (65 - 8 * sizeof(T));  // (the sign bit shifted out)
-      }
-      keys[nk] = j;
-      nk += bits != 0;
-    }
+    const int64_t nk = live(pr, g, n, keys);
     const T* vb = v + (b * lk + j0) * ev;
     const int64_t evl = ev / kLanes * kLanes;
     if (g == kRows) weigh_all_tile(vb, keys, pr, nk, alpha, ev, evl, a);
