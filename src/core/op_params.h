@@ -5,6 +5,8 @@
 // program (compile and package load: Node::params); kernels read params_of<P>(ctx).
 #pragma once
 
+#include <memory>
+#include <mutex>
 #include <typeinfo>
 
 #include "kiln/error.h"
@@ -14,6 +16,16 @@ namespace kiln {
 
 struct OpParams {
   virtual ~OpParams() = default;
+};
+
+/// What a kernel keeps with its node between runs (the CPU's constant weights in oneDNN's layout,
+/// made from the weight buffer `key`), made and read under `mu`. A params struct holds it by
+/// shared_ptr, made by its decode: copies of the node's params share it, and it lives as long as
+/// they do (the executable).
+struct KernelState {
+  std::mutex mu;
+  const void* key = nullptr;
+  std::shared_ptr<const void> value;
 };
 
 /// The node's params as P (the struct its op declares, or a base of it). A kernel that reads

@@ -38,22 +38,15 @@ struct ConvParams : OpParams {
   /// Layout channels_last with x NCHW (the CPU's conv of an image: nchw_x).
   bool nchw_x = false;
 
-  /// What a kernel keeps with its node between runs (the CPU's constant weights in oneDNN's
-  /// layout, for the weight buffer `key`), made and read under `mu`. Shared by copies of the
-  /// node's params; it lives as long as they do (the executable).
-  struct State {
-    std::mutex mu;
-    const void* key = nullptr;
-    std::shared_ptr<const void> value;
-  };
-  /// (made by decode: a spare struct a kernel declares for params_of costs no allocation)
-  std::shared_ptr<State> state;
+  /// The packed constant weight (made by decode: a spare struct a kernel declares for params_of
+  /// costs no allocation).
+  std::shared_ptr<KernelState> state;
 
   int nd() const { return static_cast<int>(stride.size()); }
 
   static ConvParams decode(OpId op, const Attrs& a) {
     ConvParams p;
-    p.state = std::make_shared<State>();
+    p.state = std::make_shared<KernelState>();
     p.stride = a.ints("stride");
     p.dilation = a.ints("dilation");
     p.pads = a.ints("pads");

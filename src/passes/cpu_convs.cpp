@@ -157,4 +157,26 @@ Program drop_unread_pool_indices(const Program& p) {
   return q;
 }
 
+namespace {
+// f32 and bf16 products (the ones oneDNN runs) whose weight is a constant matrix.
+bool const_weight_product(const Program& p, const Node& n) {
+  if (n.op != OpId::Matmul && n.op != OpId::Linear) return false;
+  if (n.outputs[0].dtype != f32 && n.outputs[0].dtype != bf16) return false;
+  const ValueRef w = n.inputs[1];
+  return p.graph.nodes[w.node].op == OpId::Constant && p.graph.info(w).shape.size() == 2 &&
+         !n.attrs.b("const_weight", false);
+}
+}  // namespace
+
+Program mark_cpu_const_weights(const Program& p) {
+  const auto& nodes = p.graph.nodes;
+  bool any = false;
+  for (const Node& n : nodes) any = any || const_weight_product(p, n);
+  if (!any) return p;
+  Program q = p;
+  for (size_t i = 0; i < nodes.size(); ++i)
+    if (const_weight_product(p, nodes[i])) q.graph.nodes[i].attrs.set("const_weight", true);
+  return q;
+}
+
 }  // namespace kiln

@@ -120,6 +120,10 @@ Program prepare_cpu_convs(const Program& p, bool fuse_epilogues);
 /// Sets no_indices on max_pool nodes whose indices (output 1) nothing reads, so that kernels
 /// leave them unwritten (src/passes/cpu_convs.cpp).
 Program drop_unread_pool_indices(const Program& p);
+/// CPU: matmul and linear nodes (f32, bf16) whose weight (input 1) is a constant matrix get
+/// const_weight: their kernel lays the weight out for oneDNN's primitive once (a blocked layout
+/// its kernels read faster than the plain one) instead of reading it plain at every run.
+Program mark_cpu_const_weights(const Program& p);
 
 /// Runs every all_reduce start as early and every collective wait as late as dependencies
 /// allow, so communication overlaps computation.

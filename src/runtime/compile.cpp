@@ -217,6 +217,8 @@ std::shared_ptr<detail::ExecutableImpl> compile_optimized(
              [fuse](const Program& q) { return prepare_cpu_convs(q, fuse); });
   if (o.optimize && cpu && any_node(OpId::MaxPool))
     run_pass(p, "drop_unread_pool_indices", drop_unread_pool_indices);
+  if (o.optimize && cpu && (any_node(OpId::Matmul) || any_node(OpId::Linear)))
+    run_pass(p, "mark_cpu_const_weights", mark_cpu_const_weights);
   if (fuse)
     run_pass(p, "fuse_elementwise",
              [&device](const Program& q) { return fuse_elementwise(q, backend_for(device)); });

@@ -270,12 +270,6 @@ du::Dims dnnl_dilation(const std::vector<int64_t>& dilation) {
   return r;
 }
 
-// A constant weight in the layout its primitive chose (ConvParams::state).
-struct PackedWeights {
-  dnnl::memory::desc layout;
-  std::shared_ptr<void> data;
-};
-
 // `s` in logical NCHW order (from NHWC where `nhwc`), appended to `to`.
 void append_nchw(du::Dims& to, const Shape& s, bool nhwc) {
   if (!nhwc) {
@@ -333,20 +327,11 @@ void conv_dnnl(KernelContext& ctx, const ConvGeom& g) {
   });
   std::vector<void*> buffers{x.data, w.data};
   // constant weights are laid out for the primitive once, on the first run (kept with the node)
-  std::shared_ptr<const PackedWeights> packed;
+  std::shared_ptr<const void> packed;
   const du::Arg& wa = prim->args[1];
   if (g.a->const_weight && wa.reorder) {
-    ConvParams::State& st = *g.a->state;
-    std::lock_guard<std::mutex> lock(st.mu);
-    auto held = std::static_pointer_cast<const PackedWeights>(st.value);
-    if (st.key != w.data || !held || held->layout != wa.chosen) {
-      held = std::make_shared<const PackedWeights>(
-          PackedWeights{wa.chosen, du::reordered(ctx.op_name(), wa, w.data)});
-      st.value = held;
-      st.key = w.data;
-    }
-    packed = held;
-    buffers[1] = packed->data.get();
+    packed = du::packed_weight(ctx.op_name(), wa, w.data, *g.a->state);
+    buffers[1] = const_cast<void*>(packed.get());
   }
   if (has_bias) buffers.push_back(ctx.in(2).data);
   buffers.push_back(y.data);

@@ -260,6 +260,26 @@ std::shared_ptr<void> reordered(const char* op, const Arg& a, const void* data) 
   return out;
 }
 
+namespace {
+// A constant weight in the layout its primitive chose (KernelState::value).
+struct PackedWeight {
+  dnnl::memory::desc layout;
+  std::shared_ptr<void> data;
+};
+}  // namespace
+
+std::shared_ptr<const void> packed_weight(const char* op, const Arg& a, const void* data,
+                                          KernelState& state) {
+  std::lock_guard<std::mutex> lock(state.mu);
+  auto held = std::static_pointer_cast<const PackedWeight>(state.value);
+  if (state.key != data || !held || held->layout != a.chosen) {
+    held = std::make_shared<const PackedWeight>(PackedWeight{a.chosen, reordered(op, a, data)});
+    state.value = held;
+    state.key = data;
+  }
+  return {held, held->data.get()};
+}
+
 void execute(const char* op, const CachedPrimitive& p, const std::vector<void*>& buffers,
              const void* dst_init, int chosen_arg) {
   try {

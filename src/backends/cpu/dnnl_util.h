@@ -8,6 +8,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/op_params.h"
 #include "kiln/dtype.h"
 
 namespace kiln::cpu::dnnl_util {
@@ -80,5 +81,11 @@ void execute(const char* op, const CachedPrimitive& p, const std::vector<void*>&
 /// own reorder: for an input (with a reorder) that stays the same over calls (constant weights),
 /// converted once.
 std::shared_ptr<void> reordered(const char* op, const Arg& a, const void* data);
+
+/// A constant weight at `data` (argument `a` of its primitive, which reorders it) in the layout
+/// the primitive chose: converted on first use and kept in `state` with its node, converted again
+/// where the buffer or the chosen layout changes. The result holds the memory for the call.
+std::shared_ptr<const void> packed_weight(const char* op, const Arg& a, const void* data,
+                                          KernelState& state);
 
 }  // namespace kiln::cpu::dnnl_util

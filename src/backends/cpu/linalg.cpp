@@ -84,6 +84,33 @@ void matmul_loops(KernelContext& ctx, const MatmulDims& d) {
 using dnnl_dt = dnnl::memory::data_type;
 using du::data_type;
 
+// The weight's memory descriptor: `user` (kiln's layout), or any layout the primitive likes where
+// the weight is a constant that packed_weight lays out once.
+dnnl::memory::desc weight_md(const dnnl::memory::desc& user, bool packed) {
+  return packed ? dnnl::memory::desc(user.dims(), user.data_type(), dnnl::memory::format_tag::any)
+                : user;
+}
+
+// Runs a primitive of matmul_dnnl or linear_dnnl: a packed constant weight (argument 1) in the
+// layout the primitive chose.
+void run_linalg(KernelContext& ctx, const du::CachedPrimitive& p, std::vector<void*>& buffers,
+                bool packed) {
+  std::shared_ptr<const void> w;
+  if (packed && p.args[1].reorder) {
+    w = du::packed_weight(ctx.op_name(), p.args[1], buffers[1],
+                          *params_of<LinalgParams>(ctx).state);
+    buffers[1] = const_cast<void*>(w.get());
+  }
+  du::execute(ctx.op_name(), p, buffers, nullptr, w ? 1 : -1);
+}
+
+// Whether the node's weight (input 1) is a constant matrix whose layout the primitive may choose.
+bool packs_weight(const KernelContext& ctx) {
+  if ((ctx.op() != OpId::Matmul && ctx.op() != OpId::Linear) || !ctx.params()) return false;
+  const auto& p = params_as<LinalgParams>(*ctx.params());
+  return p.const_weight && p.state && ctx.in(1).rank() == 2;
+}
+
 void matmul_dnnl(KernelContext& ctx, const MatmulDims& d) {
   auto with = [](Shape s, int64_t x, int64_t y) {
     s.push_back(x);
@@ -91,10 +118,11 @@ void matmul_dnnl(KernelContext& ctx, const MatmulDims& d) {
     return s;
   };
   const DType t = ctx.in(0).dtype;
+  const bool packed = packs_weight(ctx);
   // (this thread's key, its memory kept from call to call: no allocation per call)
   thread_local du::Dims key;
   key = {static_cast<int64_t>(ctx.op()), static_cast<int64_t>(t),
-         static_cast<int64_t>(d.batch.size()) + 2};
+         static_cast<int64_t>(d.batch.size()) + 2, packed};
   key.insert(key.end(), d.batch_a.begin(), d.batch_a.end());
   key.insert(key.end(), {d.M, d.K});
   key.insert(key.end(), d.batch_b.begin(), d.batch_b.end());
@@ -106,14 +134,16 @@ void matmul_dnnl(KernelContext& ctx, const MatmulDims& d) {
                 dst = with(d.batch, d.M, d.N);
     auto s = du::plain_md(src, data_type(t)), w = du::plain_md(wei, data_type(t)),
          o = du::plain_md(dst, data_type(t));
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(s, w, o), du::attr(), du::engine());
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(s, weight_md(w, packed), o), du::attr(),
+                                    du::engine());
     return du::CachedPrimitive{
         dnnl::matmul(pd),
-        {du::make_arg(DNNL_ARG_SRC, s, s), du::make_arg(DNNL_ARG_WEIGHTS, w, w),
+        {du::make_arg(DNNL_ARG_SRC, s, s), du::make_arg(DNNL_ARG_WEIGHTS, w, pd.weights_desc()),
          du::make_arg(DNNL_ARG_DST, o, o, true)},
         pd.scratchpad_desc()};
   });
-  du::execute(ctx.op_name(), *p, {ctx.in(0).data, ctx.in(1).data, ctx.out(0).data});
+  std::vector<void*> buffers{ctx.in(0).data, ctx.in(1).data, ctx.out(0).data};
+  run_linalg(ctx, *p, buffers, packed);
 }
 
 // f32 products with fewer multiply-adds than kSmallGemm in all, batch by batch on this thread.
@@ -143,6 +173,14 @@ void matmul(KernelContext& ctx) {
   matmul_dims(ctx.in(0), ctx.in(1), ctx.out(0), d);
   const DType t = ctx.in(0).dtype;
   if (t == f32 && matmul_small(ctx, d)) return;
+  // one matrix B for every batch of A: A's batches are rows of one product (one 2-D GEMM, whose
+  // kernels, and packed weights, oneDNN runs faster than a batched one's)
+  if (!d.batch.empty() && numel(d.batch_b) == 1 && d.batch_a == d.batch) {
+    d.M *= numel(d.batch);
+    d.batch.clear();
+    d.batch_a.clear();
+    d.batch_b.clear();
+  }
   const bool dnnl_fits = d.K > 0 && static_cast<int>(d.batch.size()) + 2 <= kMaxDnnlRank;
   if ((t == f32 || (t == bf16 && native_bf16())) && dnnl_fits) return matmul_dnnl(ctx, d);
   if (t == bf16) return via_f32_copies(ctx, matmul);
@@ -173,18 +211,23 @@ void linear_loops(KernelContext& ctx, int64_t M, int64_t K, int64_t N) {
 void linear_dnnl(KernelContext& ctx, const void* x, const void* w, const void* bias, void* y,
                  int64_t M, int64_t K, int64_t N, DType t, DType bias_t) {
   const bool has_bias = bias != nullptr;
+  // (the weight is the node's own input 1 where x is its input 0: not for the callers that
+  // hand in other buffers)
+  const bool packed = w == ctx.in(1).data && packs_weight(ctx);
   thread_local du::Dims key;  // (no allocation per call)
-  key = {static_cast<int64_t>(ctx.op()), M, K, N, has_bias, static_cast<int64_t>(t),
-         static_cast<int64_t>(bias_t)};
+  key = {static_cast<int64_t>(ctx.op()), M,     K, N, has_bias, static_cast<int64_t>(t),
+         static_cast<int64_t>(bias_t),   packed};
   auto p = du::cached(ctx.op_name(), key, [&] {
     const dnnl_dt dt = data_type(t);
     auto s = du::plain_md({M, K}, dt), wm = du::strided_md({K, N}, {1, K}, dt),
          o = du::plain_md({M, N}, dt);
     auto b = has_bias ? du::plain_md({1, N}, data_type(bias_t)) : dnnl::memory::desc();
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(s, wm, b, o), du::attr(), du::engine());
-    du::CachedPrimitive c{dnnl::matmul(pd),
-                          {du::make_arg(DNNL_ARG_SRC, s, s), du::make_arg(DNNL_ARG_WEIGHTS, wm, wm)},
-                          pd.scratchpad_desc()};
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(s, weight_md(wm, packed), b, o), du::attr(),
+                                    du::engine());
+    du::CachedPrimitive c{
+        dnnl::matmul(pd),
+        {du::make_arg(DNNL_ARG_SRC, s, s), du::make_arg(DNNL_ARG_WEIGHTS, wm, pd.weights_desc())},
+        pd.scratchpad_desc()};
     if (has_bias) c.args.push_back(du::make_arg(DNNL_ARG_BIAS, b, b));
     c.args.push_back(du::make_arg(DNNL_ARG_DST, o, o, true));
     return c;
@@ -192,7 +235,7 @@ void linear_dnnl(KernelContext& ctx, const void* x, const void* w, const void* b
   std::vector<void*> buffers{const_cast<void*>(x), const_cast<void*>(w)};
   if (has_bias) buffers.push_back(const_cast<void*>(bias));
   buffers.push_back(y);
-  du::execute(ctx.op_name(), *p, buffers);
+  run_linalg(ctx, *p, buffers, packed);
 }
 
 }  // namespace
