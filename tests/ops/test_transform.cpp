@@ -374,14 +374,19 @@ std::vector<int64_t> pad_positions(int64_t n, int64_t b, int64_t e, PadKind kind
 TEST(Pad, AllModesWithCropping) {
   std::uniform_int_distribution<int64_t> pd(-2, 3);
   for (PadKind kind : {PadKind::constant, PadKind::reflect, PadKind::edge}) {
-    for (int trial = 0; trial < 12; ++trial) {
-      const Shape in = trial % 2 ? Shape{4, 5} : Shape{2, 4, 1, 3};
+    for (int trial = 0; trial < 15; ++trial) {
+      // (the last two: channels last, unpadded, as a conv's NHWC input is padded: whole runs of
+      // rows copied at once, over planes split between threads in the larger one)
+      const Shape in = trial >= 13 ? (trial == 13 ? Shape{2, 9, 7, 16} : Shape{1, 70, 66, 32})
+                       : trial % 2 ? Shape{4, 5}
+                                   : Shape{2, 4, 1, 3};
       std::vector<int64_t> pads;
       for (int64_t n : in)
         for (int k = 0; k < 2; ++k) {
           const int64_t p = kind == PadKind::reflect ? std::min(pd(rng()), n - 1) : pd(rng());
           pads.push_back(std::max(p, -(n / 2)));  // crop at most the whole dim
         }
+      if (trial >= 13) pads[pads.size() - 1] = pads[pads.size() - 2] = 0;
       const DType t = kMoveTypes[trial % 9];
       Array x;
       Array y = run1(

@@ -16,7 +16,10 @@ constexpr int64_t kFill = std::numeric_limits<int64_t>::min();
 char* bytes(const TensorView& v) { return static_cast<char*>(v.data); }
 
 // out[i_0, ..., i_k] = in[maps[0][i_0] + ... + maps[k][i_k]], where maps[d] holds input element
-// offsets along output dim d, or kFill for an element that takes `fill`.
+// offsets along output dim d, or kFill for an element that takes `fill`. Rows of the last dim
+// whose elements follow each other in the input are copied whole, and consecutive rows whose
+// sources follow each other (the middle of a pad along dim k-1, a slice's rows) as one run; the
+// dims before k-1 are decoded once per plane of rows, not per row.
 template <typename U>
 void remap_typed(const KernelContext& ctx, const U* src, U* dst, const Shape& shape,
                  const Maps& maps, U fill) {
@@ -26,26 +29,44 @@ void remap_typed(const KernelContext& ctx, const U* src, U* dst, const Shape& sh
     return;
   }
   const int64_t inner = shape[rank - 1], rows = numel(shape) / inner;
+  if (rows == 0 || inner == 0) return;
   const auto& last = maps[rank - 1];
   bool contiguous = last[0] != kFill;
   for (int64_t j = 1; contiguous && j < inner; ++j) contiguous = last[j] == last[0] + j;
+  // rows of a plane (dim k-1; one row a plane for rank 1) and their input offsets
+  const int64_t per_plane = rank >= 2 ? shape[rank - 2] : 1;
+  static const std::vector<int64_t> kNoRowMap{0};
+  const std::vector<int64_t>& row_map = rank >= 2 ? maps[rank - 2] : kNoRowMap;
   ctx.parallel_for(rows, std::max<int64_t>(1, 16384 / inner), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      int64_t base = 0, rem = r;
-      bool filled = false;
-      for (int d = rank - 2; d >= 0; --d) {
-        const int64_t o = maps[d][rem % shape[d]];
-        rem /= shape[d];
-        filled = filled || o == kFill;
-        base += o == kFill ? 0 : o;
+    int64_t plane = -1, plane_base = 0;
+    bool plane_filled = false;
+    for (int64_t r = r0; r < r1;) {
+      if (const int64_t p = r / per_plane; p != plane) {
+        plane = p;
+        plane_base = 0;
+        plane_filled = false;
+        int64_t rem = p;
+        for (int d = rank - 3; d >= 0; --d) {
+          const int64_t o = maps[d][rem % shape[d]];
+          rem /= shape[d];
+          plane_filled = plane_filled || o == kFill;
+          plane_base += o == kFill ? 0 : o;
+        }
       }
+      const int64_t j = r % per_plane, o = row_map[j];
       U* row = dst + r * inner;
-      if (filled) {
+      if (plane_filled || o == kFill) {
         std::fill(row, row + inner, fill);
+        ++r;
       } else if (contiguous) {
-        std::memcpy(row, src + base + last[0], inner * sizeof(U));
+        int64_t run = 1;  // the next rows of the plane whose sources follow this one's
+        while (r + run < r1 && j + run < per_plane && row_map[j + run] == o + run * inner) ++run;
+        std::memcpy(row, src + plane_base + o + last[0], run * inner * sizeof(U));
+        r += run;
       } else {
-        for (int64_t j = 0; j < inner; ++j) row[j] = last[j] == kFill ? fill : src[base + last[j]];
+        const U* in = src + plane_base + o;
+        for (int64_t k = 0; k < inner; ++k) row[k] = last[k] == kFill ? fill : in[last[k]];
+        ++r;
       }
     }
   });
