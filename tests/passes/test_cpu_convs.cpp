@@ -120,6 +120,30 @@ TEST(CpuConvs, ReflectPadsAndInstanceNormsStayNhwc) {
   }
 }
 
+// An NHWC instance norm over more channels than one block (80: 64 and 16) and more positions
+// than one chunk (33 x 29, four chunks, the last partial), on values far from zero (the two-pass
+// statistics keep the variance of x + 50), against the f64 loops.
+TEST(CpuConvs, NhwcInstanceNormOverBlocksAndChunks) {
+  const Array w = random_array({80, 8, 3, 3}, f64, -0.3, 0.3),
+              s = random_array({80}, f64, 0.5, 1.5), b = random_array({80}, f64),
+              w2 = random_array({8, 80, 3, 3}, f64, -0.1, 0.1);
+  auto build_net = [&](Graph& g, DType t, Tensor* x) {
+    *x = g.placeholder({2, 8, 35, 31}, t, "x");
+    auto c = [&](const Array& a) { return g.constant(a.astype(t)); };
+    const Tensor h = conv2d(*x, c(w)) + 50.0;
+    return relu(conv2d(instance_norm(h, c(s), c(b), 1e-5), c(w2)));
+  };
+  Graph g32, g64;
+  Tensor x32, x64;
+  const Tensor out32 = build_net(g32, f32, &x32), out64 = build_net(g64, f64, &x64);
+  auto exe = g32.compile(Device::cpu(), {}, {out32}, layout(true));
+  EXPECT_EQ(count(ops_of(exe), "instance_norm"), 1) << exe.dump();
+  auto plain = g64.compile(Device::cpu(), {}, {out64}, CompileOptions{.optimize = false});
+  const Array xv = random_array({2, 8, 35, 31}, f64);
+  const Array want = plain.run({{x64, xv}})[0];
+  expect_close(exe.run({{x32, xv.astype(f32)}})[0], want.shape(), to_f64(want), 1e-4, 1e-4);
+}
+
 // ShuffleNet's blocks: two branches joined along the channels, shuffled (reshape, transpose,
 // reshape) and parted again stay on NHWC, each shuffle one transpose of the last dims; a shuffle
 // whose middle value another node reads too runs on NCHW. Against f64 loops.

@@ -173,46 +173,87 @@ void instance_norm(KernelContext& ctx) {
   channel_group_norm(ctx, params_of<NormParams>(ctx), ctx.in(0).shape[1]);
 }
 
-// Instance norm of NHWC data (the channels_last pass, between NHWC convolutions): per image, each
-// task takes a block of channels over every position, the statistics in double as row_stats
-// takes them (the mean, then the squared deviations from it), the loops running along the
-// block's contiguous channels.
+// Instance norm of NHWC data (the channels_last pass, between NHWC convolutions), in parallel
+// over images, blocks of channels and chunks of positions: the statistics in double as row_stats
+// takes them (the mean, then the squared deviations from it), each chunk's partial sums added in
+// chunk order (chunks of a fixed size: the same bits for any thread count), the loops running
+// along a block's contiguous channels.
 void instance_norm_nhwc(KernelContext& ctx) {
   const TensorView &x = ctx.in(0), &y = ctx.out(0);
   const NormParams p = params_of<NormParams>(ctx);
   const int64_t n = x.shape[0], c = x.shape[3], spatial = x.shape[1] * x.shape[2];
-  constexpr int64_t kBlock = 64;
-  const int64_t blocks = (c + kBlock - 1) / kBlock;
+  if (x.numel() == 0) return;
+  constexpr int64_t kBlock = 64, kChunk = 256;
+  const int64_t blocks = (c + kBlock - 1) / kBlock, chunks = (spatial + kChunk - 1) / kChunk;
+  const int64_t tasks = n * blocks * chunks;
+  // each task's partial sums (kBlock a task), then per image and channel: the mean, then the
+  // scale and shift
+  double* part = static_cast<double*>(
+      ctx.scratch(static_cast<size_t>(tasks * kBlock + 2 * n * c) * sizeof(double)));
+  double* mean = part + tasks * kBlock;
+  double* scale = mean;  // (the mean is read last where the shift is made)
+  double* shift = mean + n * c;
   const double eps = p.eps;
   dispatch_float(x.dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
     const Affine<T> aff(ctx, p, 1);
-    const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, spatial * kBlock));
-    ctx.parallel_for(n * blocks, grain, [&](int64_t b, int64_t e) {
-      double sum[kBlock], scale[kBlock], shift[kBlock];
-      for (int64_t task = b; task < e; ++task) {
-        const int64_t img = task / blocks, c0 = (task % blocks) * kBlock;
-        const int64_t w = std::min(kBlock, c - c0);
-        const T* px = x.ptr<T>() + img * spatial * c + c0;
-        T* py = y.ptr<T>() + img * spatial * c + c0;
-        std::fill(sum, sum + w, 0.0);
-        for (int64_t s = 0; s < spatial; ++s)
-          for (int64_t k = 0; k < w; ++k) sum[k] += static_cast<double>(px[s * c + k]);
-        for (int64_t k = 0; k < w; ++k) shift[k] = sum[k] / static_cast<double>(spatial);
-        std::fill(sum, sum + w, 0.0);
-        for (int64_t s = 0; s < spatial; ++s)
-          for (int64_t k = 0; k < w; ++k) {
-            const double d = static_cast<double>(px[s * c + k]) - shift[k];
-            sum[k] += d * d;
-          }
-        for (int64_t k = 0; k < w; ++k) {
-          const double rstd = 1.0 / std::sqrt(sum[k] / static_cast<double>(spatial) + eps);
-          scale[k] = rstd * aff.weight(c0 + k);
-          shift[k] = aff.bias(c0 + k) - shift[k] * scale[k];
+    // task -> image, first channel, block width and its positions [s0, s1)
+    auto geometry = [&](int64_t task, int64_t& img, int64_t& c0, int64_t& w, int64_t& s0,
+                        int64_t& s1) {
+      img = task / (blocks * chunks);
+      c0 = (task / chunks % blocks) * kBlock;
+      w = std::min(kBlock, c - c0);
+      s0 = (task % chunks) * kChunk;
+      s1 = std::min(spatial, s0 + kChunk);
+    };
+    // part[task] = the sums over the task's positions of x (squares = false) or of (x - mean)²
+    auto partial_sums = [&](bool squares) {
+      ctx.parallel_for(tasks, 1, [&](int64_t b, int64_t e) {
+        for (int64_t task = b; task < e; ++task) {
+          int64_t img, c0, w, s0, s1;
+          geometry(task, img, c0, w, s0, s1);
+          const T* px = x.ptr<T>() + img * spatial * c + c0;
+          const double* m = mean + img * c + c0;
+          double sum[kBlock] = {};
+          for (int64_t s = s0; s < s1; ++s)
+            for (int64_t k = 0; k < w; ++k) {
+              const double v = static_cast<double>(px[s * c + k]);
+              sum[k] += squares ? (v - m[k]) * (v - m[k]) : v;
+            }
+          std::copy(sum, sum + w, part + task * kBlock);
         }
-        for (int64_t s = 0; s < spatial; ++s)
-          for (int64_t k = 0; k < w; ++k)
-            py[s * c + k] = static_cast<T>(px[s * c + k] * scale[k] + shift[k]);
+      });
+    };
+    // total[img c + ch] = the chunks' partial sums of each channel, in chunk order
+    auto add_chunks = [&](double* total) {
+      for (int64_t img = 0; img < n; ++img)
+        for (int64_t ch = 0; ch < c; ++ch) {
+          const int64_t first = (img * blocks + ch / kBlock) * chunks;
+          double sum = 0;
+          for (int64_t k = 0; k < chunks; ++k) sum += part[(first + k) * kBlock + ch % kBlock];
+          total[img * c + ch] = sum;
+        }
+    };
+    partial_sums(false);
+    add_chunks(mean);
+    for (int64_t i = 0; i < n * c; ++i) mean[i] /= static_cast<double>(spatial);
+    partial_sums(true);
+    add_chunks(shift);  // (the squared deviations, for now)
+    for (int64_t i = 0; i < n * c; ++i) {
+      const int64_t ch = i % c;
+      const double rstd = 1.0 / std::sqrt(shift[i] / static_cast<double>(spatial) + eps);
+      const double mu = mean[i];
+      scale[i] = rstd * aff.weight(ch);
+      shift[i] = aff.bias(ch) - mu * scale[i];
+    }
+    const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, c));
+    ctx.parallel_for(n * spatial, grain, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        const double* sc = scale + (r / spatial) * c;
+        const double* sh = shift + (r / spatial) * c;
+        const T* px = x.ptr<T>() + r * c;
+        T* py = y.ptr<T>() + r * c;
+        for (int64_t k = 0; k < c; ++k) py[k] = static_cast<T>(px[k] * sc[k] + sh[k]);
       }
     });
   });
