@@ -164,11 +164,40 @@ Array array_from_dlpack(nb::handle tensor) {
   return from_dlpack(nb::cast<nb::ndarray<nb::ro>>(tensor));
 }
 
+namespace {
+// A C-contiguous, aligned numpy array in native byte order of a kiln dtype, shared (no copy; its
+// Storage keeps the array alive); nullopt for any other, which to_array converts.
+std::optional<Array> shared_numpy(nb::handle value) {
+  nb::ndarray<nb::ro> t;  // (numpy's are on the CPU)
+  if (!nb::try_cast(value, t) || t.device_type() != nb::device::cpu::value) return std::nullopt;
+  const nb::dlpack::dtype d = t.dtype();
+  using nb::dlpack::dtype_code;
+  const auto code = static_cast<dtype_code>(d.code);
+  const bool known =
+      d.lanes == 1 &&
+      ((code == dtype_code::Float && (d.bits == 16 || d.bits == 32 || d.bits == 64)) ||
+       ((code == dtype_code::Int) &&
+        (d.bits == 8 || d.bits == 16 || d.bits == 32 || d.bits == 64)) ||
+       (code == dtype_code::UInt && d.bits == 8) || (code == dtype_code::Bool && d.bits == 8));
+  if (!known || reinterpret_cast<uintptr_t>(t.data()) % (d.bits / 8) != 0) return std::nullopt;
+  int64_t expect = 1;  // C-contiguous (size-1 dims may carry any stride)
+  for (int i = static_cast<int>(t.ndim()) - 1; i >= 0; --i) {
+    const auto n = static_cast<int64_t>(t.shape(i));
+    if (n != 1 && t.stride(i) != expect) return std::nullopt;
+    expect *= n;
+  }
+  return from_dlpack(t);
+}
+}  // namespace
+
 Array to_feed(nb::handle value) {
   if (nb::isinstance<Array>(value)) return nb::cast<Array>(value);
-  nb::object ndarray = numpy().attr("ndarray");
-  if (nb::hasattr(value, "__dlpack__") && !PyObject_IsInstance(value.ptr(), ndarray.ptr()))
-    return array_from_dlpack(value);
+  static nb::object* ndarray = new nb::object(numpy().attr("ndarray"));  // (never released)
+  if (PyObject_IsInstance(value.ptr(), ndarray->ptr())) {
+    if (std::optional<Array> a = shared_numpy(value)) return *a;
+    return to_array(value);
+  }
+  if (nb::hasattr(value, "__dlpack__")) return array_from_dlpack(value);
   return to_array(value);
 }
 

@@ -60,6 +60,22 @@ struct ByName {
   bool named = false;
   Feeds feeds;
   std::map<std::string, Array> by_name;
+
+  std::vector<Array> run(const Executable& e) const {
+    std::vector<Array> out = named ? e.run(by_name) : e.run(feeds);
+    // a returned feed is a copy: feeds share the caller's memory (numpy arrays, DLPack tensors),
+    // which an output must not
+    auto shares = [&](const Array& a) {
+      for (const auto& [k, f] : feeds)
+        if (f.storage() == a.storage()) return true;
+      for (const auto& [k, f] : by_name)
+        if (f.storage() == a.storage()) return true;
+      return false;
+    };
+    for (Array& a : out)
+      if (a.valid() && a.storage() && shares(a)) a = a.copy();
+    return out;
+  }
 };
 
 ByName feeds_of(nb::handle d) {
@@ -202,17 +218,19 @@ void bind_runtime(nb::module_& m) {
           [](const Executable& e, nb::handle feeds) {
             ByName f = feeds_of(feeds);
             nb::gil_scoped_release release;
-            return f.named ? e.run(f.by_name) : e.run(f.feeds);
+            return f.run(e);
           },
           nb::arg("feeds") = nb::none(),
           "Runs with placeholder values ({Tensor or name: array}); returns the targets as "
-          "kiln.Arrays. numpy values are copied, DLPack tensors (PyTorch, JAX, CuPy) shared.")
+          "kiln.Arrays. C-contiguous numpy arrays and DLPack tensors (PyTorch, JAX, CuPy) are "
+          "read where they are (other numpy values are converted first); a returned feed is a "
+          "copy.")
       .def(
           "__call__",
           [](const Executable& e, nb::handle feeds) {
             ByName f = feeds_of(feeds);
             nb::gil_scoped_release release;
-            return f.named ? e.run(f.by_name) : e.run(f.feeds);
+            return f.run(e);
           },
           nb::arg("feeds") = nb::none())
       .def(
