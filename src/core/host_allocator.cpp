@@ -1,7 +1,5 @@
 #include "core/host_allocator.h"
 
-#include <sys/mman.h>
-
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -46,9 +44,12 @@ void* allocate(size_t bytes) {
       return p;
     }
   }
+  // (aligned to 2 MiB, so that where transparent huge pages are always on, the kernel may back
+  // the block with them; not asked for with MADV_HUGEPAGE: under the usual defrag setting,
+  // "madvise", a fault in such a block waits for the kernel to compact memory, and a first run
+  // that touched 200 MB took 0.4 s instead of 0.07 s, while warm runs gained nothing measurable)
   void* p = std::aligned_alloc(n >= kLargeBlock ? kHugePage : 64, n);
   if (!p) fail<OutOfMemory>("[host] allocation of {} bytes failed", bytes);
-  if (n >= kLargeBlock) madvise(p, n, MADV_HUGEPAGE);
   return p;
 }
 
