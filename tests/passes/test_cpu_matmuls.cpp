@@ -42,6 +42,16 @@ Products build(Graph& g, DType t, const Shape& x_shape, const Array& w1, const A
 
 const Shape kWeights1{48, 40}, kWeights2{48, 72};
 
+// The products' weights and bias, fresh random values in f64.
+struct Weights {
+  Array w1 = random_array(kWeights1, f64), b1 = random_array({48}, f64),
+        w2 = random_array(kWeights2, f64);
+};
+
+Products build(Graph& g, DType t, const Shape& x_shape, const Weights& w, bool variables) {
+  return build(g, t, x_shape, w.w1, w.b1, w.w2, variables);
+}
+
 Array reference(const Shape& x_shape, const Array& x, const Array& w1, const Array& b1,
                 const Array& w2) {
   Graph g;
@@ -81,11 +91,9 @@ TEST(CpuMatmuls, ConstantWeightsArePackedAndMatchTheF64Loops) {
 // bf16 (oneDNN's native bf16 products, f32 sums): the packed weights give what the same graph
 // gives unoptimized (plain weights), within a bf16 rounding of each result.
 TEST(CpuMatmuls, Bf16ConstantWeightsMatchPlainOnes) {
-  const Array w1 = random_array(kWeights1, f64), b1 = random_array({48}, f64),
-              w2 = random_array(kWeights2, f64);
   const Shape shape{3, 70, 40};
   Graph g;
-  const Products m = build(g, bf16, shape, w1, b1, w2, false);
+  const Products m = build(g, bf16, shape, Weights{}, false);
   auto exe = g.compile(Device::cpu(), {}, {m.y});
   EXPECT_EQ(marked(exe), 2) << exe.dump();
   auto plain = g.compile(Device::cpu(), {}, {m.y}, CompileOptions{.optimize = false});
@@ -114,11 +122,10 @@ TEST(CpuMatmuls, VariableWeightsAreReadEveryRun) {
 // A package keeps const_weight; loaded, it gives the same bits. Runs from several threads share
 // the weights laid out once.
 TEST(CpuMatmuls, PackagesAndConcurrentRuns) {
-  const Array w1 = random_array(kWeights1, f64), b1 = random_array({48}, f64),
-              w2 = random_array(kWeights2, f64);
+  const Weights w;
   const Shape shape{2, 150, 40};
   Graph g;
-  const Products m = build(g, f32, shape, w1, b1, w2, false);
+  const Products m = build(g, f32, shape, w, false);
   auto exe = g.compile(Device::cpu(), {}, {m.y});
   const std::string path = ::testing::TempDir() + "cpu_matmuls.kiln";
   exe.save(path);
@@ -127,7 +134,7 @@ TEST(CpuMatmuls, PackagesAndConcurrentRuns) {
   std::vector<Array> xs, wants, gots(4), loaded_gots(4);
   for (int i = 0; i < 4; ++i) {
     xs.push_back(random_array(shape, f64));
-    wants.push_back(reference(shape, xs.back(), w1, b1, w2));
+    wants.push_back(reference(shape, xs.back(), w.w1, w.b1, w.w2));
   }
   std::vector<std::thread> threads;
   for (int i = 0; i < 4; ++i)
