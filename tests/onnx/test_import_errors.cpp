@@ -153,6 +153,56 @@ TEST(OnnxImportErrors, TruncatedBytes) {
   EXPECT_THROW(kiln::onnx::import_bytes(bytes.data(), bytes.size() / 2), kiln::FormatError);
 }
 
+// A file is parsed a chunk at a time: every prefix of a model file imports or throws
+// IoError/FormatError (naming the file), and a model larger than one chunk (1 MiB; here 3 MiB of
+// weights) imports from its file as from its bytes.
+TEST(OnnxImportErrors, TruncatedFilesAndModelsOfSeveralChunks) {
+  TempDir dir;
+  const std::string bytes = add_model(kW).SerializeAsString();
+  const fs::path p = dir.path() / "prefix.onnx";
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    write_file(p, bytes.substr(0, n));
+    try {
+      kiln::onnx::import(p.string());
+    } catch (const kiln::Error& e) {
+      EXPECT_TRUE(is_io_or_format(e)) << "prefix " << n << ": " << e.what();
+      EXPECT_NE(std::string(e.what()).find("prefix.onnx"), std::string::npos) << e.what();
+    }
+  }
+  write_file(p, bytes.substr(0, bytes.size() / 2));
+  EXPECT_THROW(kiln::onnx::import(p.string()), kiln::FormatError);
+  write_file(p, bytes + std::string(7, '\xff'));  // trailing bytes that do not parse
+  EXPECT_THROW(kiln::onnx::import(p.string()), kiln::FormatError);
+
+  std::mt19937 rng(std::random_device{}());
+  std::uniform_real_distribution<float> d(-2.0f, 2.0f);
+  std::vector<float> big(3 << 18);  // 3 MiB
+  for (float& v : big) v = d(rng);
+  onnx::ModelProto m = add_model(kW);
+  for (auto* v : {m.mutable_graph()->mutable_input(0), m.mutable_graph()->mutable_output(0)})
+    v->mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(1)->set_dim_value(
+        static_cast<int64_t>(big.size() / 2));
+  auto* init = m.mutable_graph()->mutable_initializer(0);
+  init->set_dims(1, static_cast<int64_t>(big.size() / 2));
+  init->set_raw_data(float_bytes(big));
+  const std::string large = m.SerializeAsString();
+  write_file(p, large);
+  const kiln::onnx::Model from_file = kiln::onnx::import(p.string());
+  const kiln::onnx::Model from_bytes = kiln::onnx::import_bytes(large.data(), large.size());
+  EXPECT_EQ(from_file.parameter_count, static_cast<int64_t>(big.size()));
+  std::vector<float> x(big.size());
+  for (float& v : x) v = d(rng);
+  const kiln::Array xa = kiln::Array::from_vector(x, {2, static_cast<int64_t>(big.size() / 2)});
+  auto run = [&](const kiln::onnx::Model& model) {
+    kiln::Executable exe =
+        model.graph.compile(kiln::Device::cpu(), model.feed_shapes(), model.output_tensors());
+    return exe.run(model.feeds({{"X", xa}}))[0].to_vector<float>();
+  };
+  const std::vector<float> y = run(from_file);
+  EXPECT_EQ(y, run(from_bytes));
+  for (size_t i = 0; i < y.size(); i += 4099) EXPECT_EQ(y[i], x[i] + big[i]) << i;
+}
+
 TEST(OnnxImportErrors, RandomBytes) {
   const uint32_t seed = std::random_device{}();
   std::mt19937 rng(seed);

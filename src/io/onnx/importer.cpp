@@ -3,9 +3,11 @@
 #include "io/onnx/importer.h"
 
 #include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <onnx/onnx_pb.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <climits>
 #include <filesystem>
 #include <memory>
@@ -586,42 +588,73 @@ void Importer::add_sequence_output(const std::string& name, const Sequence& seq)
 
 namespace {
 
-Model import_proto(const void* data, size_t size, const ImportOptions& options) {
-  if (size > static_cast<size_t>(INT_MAX))
-    fail<UnsupportedError>("[onnx] the model is {} bytes; protobuf reads at most 2 GiB (keep "
-                           "large weights in external data)",
-                           size);
-  ::onnx::ModelProto model;
-  google::protobuf::io::CodedInputStream in(static_cast<const uint8_t*>(data),
-                                            static_cast<int>(size));
-  in.SetRecursionLimit(64);
-  if (!model.ParseFromCodedStream(&in) || !in.ConsumedEntireMessage())
-    fail<FormatError>("[onnx] not an ONNX model: the protobuf does not parse ({} bytes)", size);
+Model import_parsed(::onnx::ModelProto& model, const ImportOptions& options) {
   detail::Importer imp(model, options);
   return imp.run();
 }
 
+void check_size(uint64_t size) {
+  if (size > static_cast<uint64_t>(INT_MAX))
+    fail<UnsupportedError>("[onnx] the model is {} bytes; protobuf reads at most 2 GiB (keep "
+                           "large weights in external data)",
+                           size);
+}
+
+// Parses a model from `in` (the whole of a `size`-byte input).
+::onnx::ModelProto parse(google::protobuf::io::CodedInputStream& in, uint64_t size) {
+  ::onnx::ModelProto model;
+  in.SetRecursionLimit(64);
+  if (!model.ParseFromCodedStream(&in) || !in.ConsumedEntireMessage())
+    fail<FormatError>("[onnx] not an ONNX model: the protobuf does not parse ({} bytes)", size);
+  return model;
+}
+
+// A regular file read in order with pread, a chunk at a time, for protobuf's parser: a 475 MB
+// model is parsed without a buffer of its size (whose page faults and copy cost a quarter of its
+// import). A file that changes size while it is read gives a short read, and the parse fails.
+class FileChunks : public google::protobuf::io::CopyingInputStream {
+ public:
+  explicit FileChunks(const io::RegularFile& f) : f_(f) {}
+  int Read(void* buffer, int size) override {
+    const size_t n = f_.read_at(buffer, static_cast<size_t>(size), offset_);
+    offset_ += n;
+    if (n == 0 && errno != 0) return -1;
+    return static_cast<int>(n);
+  }
+
+ private:
+  const io::RegularFile& f_;
+  uint64_t offset_ = 0;
+};
+
 }  // namespace
 
 Model import_bytes(const void* data, size_t size, const ImportOptions& options) {
-  return import_proto(data, size, options);
+  check_size(size);
+  google::protobuf::io::CodedInputStream in(static_cast<const uint8_t*>(data),
+                                            static_cast<int>(size));
+  ::onnx::ModelProto model = parse(in, size);
+  return import_parsed(model, options);
 }
 
 Model import(const std::string& path, const ImportOptions& options) {
-  // a regular file only (a directory, a FIFO or a device such as /dev/zero would never end), read
-  // whole into one buffer of its size: a stream's growing buffer and its copy had cost a 475 MB
-  // model two more copies of its weights and their page faults
+  // a regular file only (a directory, a FIFO or a device such as /dev/zero would never end)
   const io::RegularFile f(path, "[onnx]", "'" + path + "'");
-  const auto size = static_cast<size_t>(f.size());
-  const std::unique_ptr<uint8_t[]> bytes(new uint8_t[std::max<size_t>(size, 1)]);
-  if (f.read_at(bytes.get(), size, 0) != size) fail<IoError>("[onnx] cannot read '{}'", path);
+  check_size(f.size());
   ImportOptions opts = options;
   if (opts.external_data_dir.empty()) {
     const auto dir = std::filesystem::path(path).parent_path();
     opts.external_data_dir = dir.empty() ? "." : dir.string();
   }
   try {
-    return import_proto(bytes.get(), size, opts);
+    FileChunks chunks(f);
+    google::protobuf::io::CopyingInputStreamAdaptor stream(&chunks, 1 << 20);
+    google::protobuf::io::CodedInputStream in(&stream);
+    ::onnx::ModelProto model = parse(in, f.size());
+    if (static_cast<uint64_t>(in.CurrentPosition()) != f.size())
+      fail<FormatError>("[onnx] not an ONNX model: the protobuf does not parse ({} bytes)",
+                        f.size());
+    return import_parsed(model, opts);
   } catch (const FormatError& e) {
     throw FormatError(fmt::format("{} (file '{}')", e.what(), path));
   }
