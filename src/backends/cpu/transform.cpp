@@ -28,8 +28,10 @@ void remap_typed(const KernelContext& ctx, const U* src, U* dst, const Shape& sh
     dst[0] = src[0];
     return;
   }
-  const int64_t inner = shape[rank - 1], rows = numel(shape) / inner;
-  if (rows == 0 || inner == 0) return;
+  const int64_t inner = shape[rank - 1];
+  if (inner == 0) return;
+  const int64_t rows = numel(shape) / inner;
+  if (rows == 0) return;
   const auto& last = maps[rank - 1];
   bool contiguous = last[0] != kFill;
   for (int64_t j = 1; contiguous && j < inner; ++j) contiguous = last[j] == last[0] + j;
