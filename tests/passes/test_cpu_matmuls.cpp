@@ -6,6 +6,7 @@
 // which are read at every run.
 #include <thread>
 
+#include "backends/cpu/dnnl_util.h"
 #include "runtime/executable_impl.h"
 #include "support/reference.h"
 
@@ -77,15 +78,18 @@ TEST(CpuMatmuls, ConstantWeightsArePackedAndMatchTheF64Loops) {
       expect_close(exe.run({{m.x, xv.astype(f32)}})[0], want.shape(), to_f64(want), 1e-5, 1e-5);
     }
   }
-  // one executable over row counts that change from call to call
+  // one executable over row counts that change from call to call: its specializations (one a
+  // shape) share one laid-out copy of each weight
   Graph g;
   const Products m = build(g, f32, {-1, 40}, w1, b1, w2, false);
   auto exe = g.compile(Device::cpu(), {}, {m.y});
-  for (int64_t rows : {300, 17, 1000, 300}) {
+  const size_t laid_out = cpu::dnnl_util::weights_laid_out();
+  for (int64_t rows : {300, 17, 1000, 400, 300}) {
     const Array xv = random_array({rows, 40}, f64);
     const Array want = reference({rows, 40}, xv, w1, b1, w2);
     expect_close(exe.run({{m.x, xv.astype(f32)}})[0], want.shape(), to_f64(want), 1e-5, 1e-5);
   }
+  EXPECT_EQ(cpu::dnnl_util::weights_laid_out() - laid_out, 2u);
 }
 
 // bf16 (oneDNN's native bf16 products, f32 sums): the packed weights give what the same graph

@@ -1,6 +1,7 @@
 #include "backends/cpu/dnnl_util.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -263,22 +264,68 @@ std::shared_ptr<void> reordered(const char* op, const Arg& a, const void* data) 
 namespace {
 // A constant weight in the layout its primitive chose (KernelState::value).
 struct PackedWeight {
-  dnnl::memory::desc layout;
+  dnnl::memory::desc user, layout;  // the weight's own layout and the one it was laid out in
   std::shared_ptr<void> data;
 };
+
+// The weights laid out so far, by the address of the weight they came from, while some node
+// holds them: the specializations of a dynamic executable (each with its own nodes, one per
+// shape) share one laid-out copy of each constant instead of making one per shape. An entry
+// counts only while a node keeps it alive, and a node lives as long as the constant it reads, so
+// a live entry's address is that constant's.
+class SharedWeights {
+ public:
+  std::shared_ptr<const PackedWeight> find(const void* data, const Arg& a) {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = by_data_.find(data);
+    if (it == by_data_.end()) return nullptr;
+    for (const auto& w : it->second)
+      if (auto p = w.lock(); p && p->user == a.user && p->layout == a.chosen) return p;
+    return nullptr;
+  }
+  void add(const void* data, const std::shared_ptr<const PackedWeight>& p) {
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto it = by_data_.begin(); it != by_data_.end();) {  // (entries no node holds)
+      auto& v = it->second;
+      v.erase(std::remove_if(v.begin(), v.end(), [](const auto& w) { return w.expired(); }),
+              v.end());
+      it = v.empty() ? by_data_.erase(it) : std::next(it);
+    }
+    by_data_[data].push_back(p);
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<const void*, std::vector<std::weak_ptr<const PackedWeight>>> by_data_;
+};
+
+std::atomic<size_t> laid_out{0};
+
+SharedWeights& shared_weights() {
+  static auto* s = new SharedWeights;  // (never destroyed: kernels may run while the process exits)
+  return *s;
+}
 }  // namespace
 
 std::shared_ptr<const void> packed_weight(const char* op, const Arg& a, const void* data,
                                           KernelState& state) {
   std::lock_guard<std::mutex> lock(state.mu);
   auto held = std::static_pointer_cast<const PackedWeight>(state.value);
-  if (state.key != data || !held || held->layout != a.chosen) {
-    held = std::make_shared<const PackedWeight>(PackedWeight{a.chosen, reordered(op, a, data)});
+  if (state.key != data || !held || held->user != a.user || held->layout != a.chosen) {
+    held = shared_weights().find(data, a);
+    if (!held) {
+      held = std::make_shared<const PackedWeight>(
+          PackedWeight{a.user, a.chosen, reordered(op, a, data)});
+      shared_weights().add(data, held);
+      laid_out.fetch_add(1, std::memory_order_relaxed);
+    }
     state.value = held;
     state.key = data;
   }
   return {held, held->data.get()};
 }
+
+size_t weights_laid_out() { return laid_out.load(std::memory_order_relaxed); }
 
 void execute(const char* op, const CachedPrimitive& p, const std::vector<void*>& buffers,
              const void* dst_init, int chosen_arg) {

@@ -84,8 +84,13 @@ std::shared_ptr<void> reordered(const char* op, const Arg& a, const void* data);
 
 /// A constant weight at `data` (argument `a` of its primitive, which reorders it) in the layout
 /// the primitive chose: converted on first use and kept in `state` with its node, converted again
-/// where the buffer or the chosen layout changes. The result holds the memory for the call.
+/// where the buffer or the chosen layout changes; nodes of other executables that read the same
+/// live weight in the same layout (the specializations of a dynamic executable) share the copy.
+/// The result holds the memory for the call.
 std::shared_ptr<const void> packed_weight(const char* op, const Arg& a, const void* data,
                                           KernelState& state);
+/// How many times packed_weight has laid a weight out in this process (tests: the
+/// specializations of a dynamic executable share one copy of each weight).
+size_t weights_laid_out();
 
 }  // namespace kiln::cpu::dnnl_util
