@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "backends/cpu/cpu_common.h"
 #include "backends/cpu/kernels.h"
@@ -80,7 +81,9 @@ struct RowStats {
 // eight partial sums side by side (one chain of dependent additions per row was the layer norm's
 // whole cost), added up at the end. RMS norm uses mean 0 and the mean square in place of the
 // variance.
-template <typename T> RowStats row_stats(const T* x, int64_t n, double eps, bool rms) {
+template <typename T>
+inline __attribute__((always_inline)) RowStats row_stats(const T* x, int64_t n, double eps,
+                                                         bool rms) {
   constexpr int64_t kP = 8;
   const int64_t nb = n / kP * kP;
   auto sum_of = [&](auto&& term) {
@@ -125,21 +128,66 @@ void for_rows(const KernelContext& ctx, int64_t rows, int64_t row_len, F&& body)
   });
 }
 
+// Rows [r0, r1) of a layer (or RMS) norm over rows of n elements, the weight and bias (either
+// may be null) per position; one loop for each combination, so that each vectorizes.
+template <typename T>
+inline __attribute__((always_inline)) void norm_rows(const T* x, T* y, int64_t r0, int64_t r1,
+                                                     int64_t n, double eps, bool rms, const T* w,
+                                                     const T* b) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const T* px = x + r * n;
+    T* py = y + r * n;
+    const RowStats st = row_stats(px, n, eps, rms);
+    const double mean = st.mean, rstd = st.rstd;
+    auto norm = [&](int64_t i) { return (static_cast<double>(px[i]) - mean) * rstd; };
+    if (w && b)
+      for (int64_t i = 0; i < n; ++i)
+        py[i] = static_cast<T>(norm(i) * static_cast<double>(w[i]) + static_cast<double>(b[i]));
+    else if (w)
+      for (int64_t i = 0; i < n; ++i) py[i] = static_cast<T>(norm(i) * static_cast<double>(w[i]));
+    else if (b)
+      for (int64_t i = 0; i < n; ++i) py[i] = static_cast<T>(norm(i) + static_cast<double>(b[i]));
+    else
+      for (int64_t i = 0; i < n; ++i) py[i] = static_cast<T>(norm(i));
+  }
+}
+
+// f32 rows compiled for the baseline and (GCC, x86-64) for AVX-512, picked by cpu_isa (not
+// target_clones: see attention.cpp); the double sums run eight to a vector there.
+#define KILN_NORM_ROWS_ARGS                                                          \
+  const float *x, float *y, int64_t r0, int64_t r1, int64_t n, double eps, bool rms, \
+      const float *w, const float *b
+void norm_rows_baseline(KILN_NORM_ROWS_ARGS) { norm_rows(x, y, r0, r1, n, eps, rms, w, b); }
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target("avx512f,avx512dq,avx512bw,avx512vl"))) void norm_rows_avx512(
+    KILN_NORM_ROWS_ARGS) {
+  norm_rows(x, y, r0, r1, n, eps, rms, w, b);
+}
+#endif
+#undef KILN_NORM_ROWS_ARGS
+
 // Layer and RMS norm: rows are the trailing dims from begin_axis; weight/bias per position.
 void layer_norm_impl(KernelContext& ctx, bool rms) {
   const TensorView &x = ctx.in(0), &y = ctx.out(0);
   const NormParams p = params_of<NormParams>(ctx);
   const int64_t n = numel(Shape(x.shape.begin() + p.begin_axis, x.shape.end()));
   const double eps = p.eps;
+  const int64_t rows = x.numel() / std::max<int64_t>(n, 1);
+  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, n));
   dispatch_float(x.dtype, ctx.op_name(), [&](auto t) {
     using T = decltype(t);
     const Affine<T> aff(ctx, p, 1);
-    for_rows(ctx, x.numel() / n, n, [&](int64_t r) {
-      const T* px = x.ptr<T>() + r * n;
-      T* py = y.ptr<T>() + r * n;
-      const RowStats st = row_stats(px, n, eps, rms);
-      for (int64_t i = 0; i < n; ++i)
-        py[i] = static_cast<T>((px[i] - st.mean) * st.rstd * aff.weight(i) + aff.bias(i));
+    const T* px = x.ptr<T>();
+    T* py = y.ptr<T>();
+    ctx.parallel_for(rows, grain, [&](int64_t r0, int64_t r1) {
+      if constexpr (std::is_same_v<T, float>) {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+        if (cpu_isa() == CpuIsa::avx512)
+          return norm_rows_avx512(px, py, r0, r1, n, eps, rms, aff.w, aff.b);
+#endif
+        return norm_rows_baseline(px, py, r0, r1, n, eps, rms, aff.w, aff.b);
+      }
+      norm_rows(px, py, r0, r1, n, eps, rms, aff.w, aff.b);
     });
   });
 }
