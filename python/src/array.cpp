@@ -41,7 +41,8 @@ nb::dlpack::dtype dl_dtype(DType t) {
   return {static_cast<uint8_t>(code), static_cast<uint8_t>(size_of(t) * 8), 1};
 }
 
-DType from_dl_dtype(nb::dlpack::dtype d) {
+// The kiln dtype of a DLPack dtype; nullopt where kiln has none.
+std::optional<DType> kiln_dtype(nb::dlpack::dtype d) {
   using nb::dlpack::dtype_code;
   const auto code = static_cast<dtype_code>(d.code);
   if (d.lanes == 1) {
@@ -56,9 +57,25 @@ DType from_dl_dtype(nb::dlpack::dtype d) {
     if (code == dtype_code::UInt && d.bits == 8) return u8;
     if (code == dtype_code::Bool && d.bits == 8) return boolean;
   }
+  return std::nullopt;
+}
+
+DType from_dl_dtype(nb::dlpack::dtype d) {
+  if (const std::optional<DType> t = kiln_dtype(d)) return *t;
   throw DTypeError("[from_dlpack] DLPack dtype (code " + std::to_string(d.code) + ", " +
                    std::to_string(d.bits) + " bits, " + std::to_string(d.lanes) +
                    " lanes) has no kiln dtype");
+}
+
+// Whether a DLPack tensor is C-contiguous (size-1 dims may carry any stride).
+bool c_contiguous(const nb::ndarray<nb::ro>& t) {
+  int64_t expect = 1;
+  for (int i = static_cast<int>(t.ndim()) - 1; i >= 0; --i) {
+    const auto n = static_cast<int64_t>(t.shape(i));
+    if (n != 1 && t.stride(i) != expect) return false;
+    expect *= n;
+  }
+  return true;
 }
 
 // The DLPack view of an array's memory, owned by a copy of the Array handle.
@@ -78,14 +95,9 @@ Array from_dlpack(nb::ndarray<nb::ro> t) {
   Shape shape(t.ndim());
   for (size_t i = 0; i < t.ndim(); ++i) shape[i] = static_cast<int64_t>(t.shape(i));
   const DType dtype = from_dl_dtype(t.dtype());
-  // C-contiguous (size-1 dims may carry any stride)
-  int64_t expect = 1;
-  for (int i = static_cast<int>(t.ndim()) - 1; i >= 0; --i) {
-    if (shape[i] != 1 && t.stride(i) != expect)
-      throw ValueError("[from_dlpack] the tensor of shape " + to_string(shape) +
-                       " is not C-contiguous; make it contiguous first (a copy)");
-    expect *= shape[i];
-  }
+  if (!c_contiguous(t))
+    throw ValueError("[from_dlpack] the tensor of shape " + to_string(shape) +
+                     " is not C-contiguous; make it contiguous first (a copy)");
   Device device;
   if (t.device_type() == nb::device::cpu::value) {
     device = Device::cpu();
@@ -170,22 +182,9 @@ namespace {
 std::optional<Array> shared_numpy(nb::handle value) {
   nb::ndarray<nb::ro> t;  // (numpy's are on the CPU)
   if (!nb::try_cast(value, t) || t.device_type() != nb::device::cpu::value) return std::nullopt;
-  const nb::dlpack::dtype d = t.dtype();
-  using nb::dlpack::dtype_code;
-  const auto code = static_cast<dtype_code>(d.code);
-  const bool known =
-      d.lanes == 1 &&
-      ((code == dtype_code::Float && (d.bits == 16 || d.bits == 32 || d.bits == 64)) ||
-       ((code == dtype_code::Int) &&
-        (d.bits == 8 || d.bits == 16 || d.bits == 32 || d.bits == 64)) ||
-       (code == dtype_code::UInt && d.bits == 8) || (code == dtype_code::Bool && d.bits == 8));
-  if (!known || reinterpret_cast<uintptr_t>(t.data()) % (d.bits / 8) != 0) return std::nullopt;
-  int64_t expect = 1;  // C-contiguous (size-1 dims may carry any stride)
-  for (int i = static_cast<int>(t.ndim()) - 1; i >= 0; --i) {
-    const auto n = static_cast<int64_t>(t.shape(i));
-    if (n != 1 && t.stride(i) != expect) return std::nullopt;
-    expect *= n;
-  }
+  const std::optional<DType> dtype = kiln_dtype(t.dtype());
+  if (!dtype || reinterpret_cast<uintptr_t>(t.data()) % size_of(*dtype) != 0 || !c_contiguous(t))
+    return std::nullopt;
   return from_dlpack(t);
 }
 }  // namespace

@@ -161,19 +161,21 @@ inline __attribute__((always_inline)) void elementwise_blocks(int64_t b, int64_t
   for (; i < e; ++i) body(i);
 }
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define KILN_ELEMENTWISE_AVX512 1
+/// Functions compiled for AVX-512 besides the baseline, called where cpu_isa() is avx512 (GCC on
+/// x86-64; not target_clones: see attention.cpp). The always_inline code they call is compiled
+/// for AVX-512 with them.
+#define KILN_AVX512_TARGET __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl")))
 /// The same loop compiled for AVX-512 (16 floats a vector, where the baseline's SSE2 has 4): the
 /// body, compiled for the baseline, is inlined here and vectorized again.
 template <typename B>
-__attribute__((target("avx512f,avx512dq,avx512bw,avx512vl"))) void elementwise_loop_avx512(
-    int64_t b, int64_t e, B& body) {
+KILN_AVX512_TARGET void elementwise_loop_avx512(int64_t b, int64_t e, B& body) {
   elementwise_blocks(b, e, body);
 }
 #endif
 /// (Every range of every elementwise loop takes the same instruction set, whatever its length:
 /// a fused kernel's chunks give the bits of the unfused op's whole range.)
 template <typename B> inline void elementwise_loop(int64_t b, int64_t e, B&& body) {
-#ifdef KILN_ELEMENTWISE_AVX512
+#ifdef KILN_AVX512_TARGET
   if (cpu_isa() == CpuIsa::avx512) return elementwise_loop_avx512(b, e, body);
 #endif
   elementwise_blocks(b, e, body);

@@ -152,15 +152,14 @@ inline __attribute__((always_inline)) void norm_rows(const T* x, T* y, int64_t r
   }
 }
 
-// f32 rows compiled for the baseline and (GCC, x86-64) for AVX-512, picked by cpu_isa (not
-// target_clones: see attention.cpp); the double sums run eight to a vector there.
+// f32 rows compiled for the baseline and for AVX-512 (KILN_AVX512_TARGET), picked by cpu_isa;
+// the double sums run eight to a vector there.
 #define KILN_NORM_ROWS_ARGS                                                          \
   const float *x, float *y, int64_t r0, int64_t r1, int64_t n, double eps, bool rms, \
       const float *w, const float *b
 void norm_rows_baseline(KILN_NORM_ROWS_ARGS) { norm_rows(x, y, r0, r1, n, eps, rms, w, b); }
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target("avx512f,avx512dq,avx512bw,avx512vl"))) void norm_rows_avx512(
-    KILN_NORM_ROWS_ARGS) {
+#ifdef KILN_AVX512_TARGET
+KILN_AVX512_TARGET void norm_rows_avx512(KILN_NORM_ROWS_ARGS) {
   norm_rows(x, y, r0, r1, n, eps, rms, w, b);
 }
 #endif
@@ -181,7 +180,7 @@ void layer_norm_impl(KernelContext& ctx, bool rms) {
     T* py = y.ptr<T>();
     ctx.parallel_for(rows, grain, [&](int64_t r0, int64_t r1) {
       if constexpr (std::is_same_v<T, float>) {
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#ifdef KILN_AVX512_TARGET
         if (cpu_isa() == CpuIsa::avx512)
           return norm_rows_avx512(px, py, r0, r1, n, eps, rms, aff.w, aff.b);
 #endif
