@@ -1,7 +1,9 @@
 // libFuzzer target: arbitrary bytes through Executable::load_bytes, and a package that loads run
-// once on zero inputs when its values are small. Any kiln::Error is a fine answer; a crash, a
-// sanitizer report or any other exception is a bug. Seeds: tests/fuzz/package_corpus (written by
-// kiln_package_tests --gtest_also_run_disabled_tests --gtest_filter=PackageCorpus.*).
+// once on zero inputs when its values are small and it has no control op (a loop's trip count is
+// data, and a mutated one runs for as long as it says; a cond's body may hold a loop; unit tests
+// run them). Any kiln::Error is a fine answer; a crash, a sanitizer report or any other exception
+// is a bug. Seeds: tests/fuzz/package_corpus (written by kiln_package_tests
+// --gtest_also_run_disabled_tests --gtest_filter=PackageCorpus.*).
 //
 // Mutated bytes rarely keep a 64-bit checksum valid, so half the inputs (odd last byte) get their
 // header and manifest checksums recomputed and load without weight checksums: those reach the
@@ -18,6 +20,12 @@
 
 namespace {
 constexpr size_t kMaxRunBytes = size_t{1} << 20;  // run only packages this small: fuzz the loader
+
+bool has_control(const kiln::Executable& exe) {
+  for (const auto& step : exe.placement())
+    if (step.op == "cond" || step.op == "for_loop" || step.op == "while_loop") return true;
+  return false;
+}
 
 bool small(const std::vector<kiln::Executable::IoInfo>& values, size_t& total) {
   for (const auto& v : values) {
@@ -59,7 +67,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     kiln::Executable exe =
         kiln::Executable::load_bytes(bytes.data(), bytes.size(), kiln::Device::cpu(), options);
     size_t total = exe.peak_intermediate_bytes();
-    if (total > kMaxRunBytes || !small(exe.inputs(), total) || !small(exe.outputs(), total))
+    if (total > kMaxRunBytes || !small(exe.inputs(), total) || !small(exe.outputs(), total) ||
+        has_control(exe))
       return 0;
     std::map<std::string, kiln::Array> feeds;
     for (const auto& in : exe.inputs()) feeds[in.name] = kiln::Array::zeros(in.shape, in.dtype);
