@@ -2,6 +2,11 @@
 // node (numpy semantics), so kernels read broadcast batches in place instead of copying them.
 //   matmul: no attrs. Inputs a (..., M, K) or (K), b (..., K, N) or (K).
 //   linear: has_bias. Inputs x (..., K), w (N, K)[, bias (N)]; out (..., N).
+//   fused_matmul (internal: the CPU's fuse_cpu_matmul_epilogues makes it): transpose_b,
+//     epilogue (MatmulStep values), const_weight. Inputs x (..., K), b (K, N) (transpose_b:
+//     (N, K)), then one operand per add or mul step, each of the output's shape or a row of it
+//     (every dim 1 but the last, N or 1); out (..., N) = the epilogue's steps, in order, over
+//     x · b: y + operand, y · operand, or an activation of y.
 #include <numeric>
 
 #include "kiln/autodiff.h"
@@ -75,6 +80,54 @@ std::vector<TensorInfo> infer_linear(const InferContext& ctx) {
   return {{out, ctx.inputs[0].dtype}};
 }
 
+int fused_matmul_operands(const Attrs& a) {
+  int n = 0;
+  for (int64_t s : a.ints("epilogue"))
+    n += is_matmul_step(s) && takes_operand(static_cast<MatmulStep>(s));
+  return n;
+}
+
+std::vector<TensorInfo> infer_fused_matmul(const InferContext& ctx) {
+  require_same_dtypes(ctx);
+  const Shape& x = ctx.inputs[0].shape;
+  const Shape& b = ctx.inputs[1].shape;
+  const bool t = ctx.attrs.b("transpose_b", false);
+  require_rank(ctx, 0, 1, 64);
+  if (b.size() != 2 || dims_differ(x.back(), b[t ? 1 : 0]))
+    fail<ShapeError>(
+        "[fused_matmul] input with shape {} and {} matrix with shape {} do not multiply", str(x),
+        t ? "(N, K)" : "(K, N)", str(b));
+  const auto& steps = ctx.attrs.ints("epilogue");
+  if (steps.empty() || steps.size() > static_cast<size_t>(kMaxMatmulSteps))
+    fail<ValueError>("[fused_matmul] epilogue of {} steps (1 to {})", steps.size(),
+                     kMaxMatmulSteps);
+  for (int64_t s : steps)
+    if (!is_matmul_step(s)) fail<ValueError>("[fused_matmul] unknown epilogue step {}", s);
+  Shape out(x.begin(), x.end() - 1);
+  out.push_back(b[t ? 0 : 1]);
+  for (size_t i = 2; i < ctx.inputs.size(); ++i) {
+    const Shape& o = ctx.inputs[i].shape;
+    bool row = o.size() <= out.size() &&
+               (o.empty() || o.back() == 1 || !dims_differ(o.back(), out.back()));
+    for (size_t d = 0; d + 1 < o.size(); ++d) row = row && o[d] == 1;
+    if (!row && !shapes_match(o, out))
+      fail<ShapeError>(
+          "[fused_matmul] operand {} with shape {} is neither the output's shape {} nor a row of "
+          "it",
+          i, str(o), str(out));
+  }
+  return {{out, ctx.inputs[0].dtype}};
+}
+
+std::string check_stored_fused_matmul(const InferContext& c) {
+  const auto& steps = c.attrs.ints("epilogue");
+  if (steps.empty() || steps.size() > static_cast<size_t>(kMaxMatmulSteps))
+    return "an epilogue of no steps or too many";
+  for (int64_t s : steps)
+    if (!is_matmul_step(s)) return "an unknown epilogue step";
+  return "";
+}
+
 // ---- gradient rules ----
 using Grads = std::vector<std::optional<Tensor>>;
 
@@ -132,6 +185,13 @@ void register_linalg_ops() {
       .optional_inputs({"has_bias"})
       .on_tensor_cores()
       .low_precision()
+      .params<LinalgParams>();
+  define_op(OpId::FusedMatmul)
+      .set_infer(infer_fused_matmul)
+      .not_differentiable()
+      .inputs(2)
+      .more_inputs(fused_matmul_operands)
+      .check_stored(check_stored_fused_matmul)
       .params<LinalgParams>();
 }
 

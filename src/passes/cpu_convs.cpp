@@ -160,7 +160,7 @@ Program drop_unread_pool_indices(const Program& p) {
 namespace {
 // f32 and bf16 products (the ones oneDNN runs) whose weight is a constant matrix.
 bool const_weight_product(const Program& p, const Node& n) {
-  if (n.op != OpId::Matmul && n.op != OpId::Linear) return false;
+  if (n.op != OpId::Matmul && n.op != OpId::Linear && n.op != OpId::FusedMatmul) return false;
   if (n.outputs[0].dtype != f32 && n.outputs[0].dtype != bf16) return false;
   const ValueRef w = n.inputs[1];
   return p.graph.nodes[w.node].op == OpId::Constant && p.graph.info(w).shape.size() == 2 &&

@@ -98,6 +98,11 @@ Program order_assignments(const Program& p);
 /// nodes whose op has a kernel on `target` for their dtype join a group.
 Program fuse_elementwise(const Program& p, Backend target);
 
+/// GELU written out (x · 0.5 · (1 + erf(x / √2)), and the tanh form with x + 0.044715 x³), as
+/// exporters write it, becomes one gelu node; the chain's values must have no other reader
+/// (src/passes/gelu.cpp).
+Program recognize_gelu(const Program& p);
+
 /// Replaces quantize(relu?(dequantize(a) @ dequantize(w) (+ bias) (+ residual))) by one
 /// quantized_matmul node (matmul or linear), and the same around a 2-D conv by one
 /// quantized_conv node (per-tensor a and output, per-tensor or per-output-channel w), when the
@@ -120,7 +125,13 @@ Program prepare_cpu_convs(const Program& p, bool fuse_epilogues);
 /// Sets no_indices on max_pool nodes whose indices (output 1) nothing reads, so that kernels
 /// leave them unwritten (src/passes/cpu_convs.cpp).
 Program drop_unread_pool_indices(const Program& p);
-/// CPU: matmul and linear nodes (f32, bf16) whose weight (input 1) is a constant matrix get
+/// CPU, f32: a matmul whose B is a matrix, or a linear, and the chain after it (add or mul with
+/// an operand of the product's shape or a row of it; relu, gelu, sigmoid, silu, tanh; each value
+/// read only by the next) become one fused_matmul node, whose oneDNN primitive applies the chain
+/// as post-ops (src/passes/cpu_matmuls.cpp).
+Program fuse_cpu_matmul_epilogues(const Program& p);
+/// CPU: matmul, linear and fused_matmul nodes (f32, bf16) whose weight (input 1) is a constant
+/// matrix get
 /// const_weight: their kernel lays the weight out for oneDNN's primitive once (a blocked layout
 /// its kernels read faster than the plain one) instead of reading it plain at every run.
 Program mark_cpu_const_weights(const Program& p);

@@ -166,6 +166,7 @@ void optimize_for_any_shape(Program& p, const CompileOptions& o, const NodeEvalu
       run_pass(p, "constant_folding", [&](const Program& q) { return fold_constants(q, fold); });
       run_pass(p, "fold_batch_norms", fold_batch_norms);
       run_pass(p, "fuse_attention", fuse_attention);  // (so that the attention runs low too)
+      run_pass(p, "recognize_gelu", recognize_gelu);
     }
     run_pass(p, "autocast", [low](const Program& q) { return autocast(q, *low); });
   }
@@ -173,6 +174,7 @@ void optimize_for_any_shape(Program& p, const CompileOptions& o, const NodeEvalu
     run_pass(p, "constant_folding", [&](const Program& q) { return fold_constants(q, fold); });
     run_pass(p, "fold_batch_norms", fold_batch_norms);
     run_pass(p, "fuse_attention", fuse_attention);
+    run_pass(p, "recognize_gelu", recognize_gelu);
     run_pass(p, "hoist_casts", hoist_casts);
     run_pass(p, "cse", eliminate_common_subexpressions);
     run_pass(p, "dce", eliminate_dead_code);
@@ -217,7 +219,10 @@ std::shared_ptr<detail::ExecutableImpl> compile_optimized(
              [fuse](const Program& q) { return prepare_cpu_convs(q, fuse); });
   if (o.optimize && cpu && any_node(OpId::MaxPool))
     run_pass(p, "drop_unread_pool_indices", drop_unread_pool_indices);
-  if (o.optimize && cpu && (any_node(OpId::Matmul) || any_node(OpId::Linear)))
+  const bool products = any_node(OpId::Matmul) || any_node(OpId::Linear);
+  // (before fuse_elementwise, which would take a product's bias add and activation)
+  if (fuse && cpu && products) run_pass(p, "fuse_cpu_matmul_epilogues", fuse_cpu_matmul_epilogues);
+  if (o.optimize && cpu && (products || any_node(OpId::FusedMatmul)))
     run_pass(p, "mark_cpu_const_weights", mark_cpu_const_weights);
   if (fuse)
     run_pass(p, "fuse_elementwise",

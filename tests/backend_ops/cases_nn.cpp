@@ -67,6 +67,36 @@ const bool kLinear = register_cases(
        return true;
      }});
 
+// fused_matmul (which the CPU's fuse_cpu_matmul_epilogues builds; CPU only: kCpuOnly): x times
+// (K, N) or, transposed, (N, K), then its epilogue (add a row, add the output's shape, activations)
+const bool kFusedMatmul = register_cases(
+    {OpId::FusedMatmul, 4, [](Case& c, DType t, int i) {
+       struct S {
+         Shape x;
+         int64_t n;
+         bool transpose_b;
+         std::vector<int64_t> steps;  // MatmulStep values
+       };
+       const S s[] = {{{8, 31}, 17, false, {1, 4}},            // bias, gelu
+                      {{2, 3, 130}, 65, true, {1, 1, 3}},      // bias, residual, relu
+                      {{40, 96}, 72, false, {2, 7, 5}},        // gate, silu, gelu tanh
+                      {{2, 100, 256}, 40, false, {1, 6, 8}}};  // bias, sigmoid, tanh
+       const S& k = s[i];
+       Shape out = k.x;
+       out.back() = k.n;
+       std::vector<Tensor> in{
+           operand(c, k.x, t),
+           operand(c, k.transpose_b ? Shape{k.n, k.x.back()} : Shape{k.x.back(), k.n}, t)};
+       for (int64_t st : k.steps)
+         if (st == 1 || st == 2) in.push_back(operand(c, in.size() == 2 ? Shape{k.n} : out, t));
+       Attrs a{{"transpose_b", k.transpose_b}};
+       a.set("epilogue", k.steps);
+       c.outs = {detail::make_node1(OpId::FusedMatmul, in, a)};
+       c.tol_scale = 2;
+       c.note(fmt::format("x {} n {} steps {}", to_string(k.x), k.n, fmt::join(k.steps, ",")));
+       return true;
+     }});
+
 // ---- convolutions ----
 
 struct ConvCase {

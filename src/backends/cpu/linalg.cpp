@@ -11,6 +11,7 @@
 #include "backends/cpu/small_gemm.h"
 #include "backends/geometry.h"
 #include "ops/linalg_params.h"
+#include "runtime/kernel_views.h"
 
 namespace kiln::cpu {
 
@@ -106,7 +107,9 @@ void run_linalg(KernelContext& ctx, const du::CachedPrimitive& p, std::vector<vo
 
 // Whether the node's weight (input 1) is a constant matrix whose layout the primitive may choose.
 bool packs_weight(const KernelContext& ctx) {
-  if ((ctx.op() != OpId::Matmul && ctx.op() != OpId::Linear) || !ctx.params()) return false;
+  if ((ctx.op() != OpId::Matmul && ctx.op() != OpId::Linear && ctx.op() != OpId::FusedMatmul) ||
+      !ctx.params())
+    return false;
   const auto& p = params_as<LinalgParams>(*ctx.params());
   return p.const_weight && p.state && ctx.in(1).rank() == 2;
 }
@@ -261,12 +264,192 @@ void linear(KernelContext& ctx) {
     if constexpr (!std::is_same_v<T, bool>) linear_loops<T>(ctx, rows, K, N);
   });
 }
+// ---- fused_matmul: y = the epilogue's steps over x · b, as post-ops of oneDNN's primitive (the
+// product's tiles get them while still in registers and cache), or, for f32 products of fewer than
+// kSmallGemm multiply-adds with b (K, N), small_gemm's product and the steps in a loop after it.
+
+// An operand's oneDNN dims as a row of (M, N) or the whole of it.
+du::Dims operand_dims(const TensorView& o, int64_t M, int64_t N) {
+  if (o.numel() == M * N && o.rank() > 0 && o.shape.back() == N && (o.rank() > 1 || M == 1))
+    return {M, N};
+  return {1, o.rank() > 0 && o.shape.back() == N ? N : 1};
+}
+
+// The steps from `first` on as oneDNN post-ops (operands' dims from operand `k` on).
+dnnl::post_ops epilogue_post_ops(const std::vector<MatmulStep>& steps, size_t first,
+                                 const std::vector<du::Dims>& operands, size_t k, dnnl_dt t) {
+  using alg = dnnl::algorithm;
+  dnnl::post_ops ops;
+  for (size_t i = first; i < steps.size(); ++i) switch (steps[i]) {
+      case MatmulStep::add:
+      case MatmulStep::mul:
+        ops.append_binary(steps[i] == MatmulStep::add ? alg::binary_add : alg::binary_mul,
+                          du::plain_md(operands[k++], t));
+        break;
+      case MatmulStep::relu:
+        ops.append_eltwise(1.f, alg::eltwise_relu, 0.f, 0.f);
+        break;
+      case MatmulStep::gelu:
+        ops.append_eltwise(1.f, alg::eltwise_gelu_erf, 0.f, 0.f);
+        break;
+      case MatmulStep::gelu_tanh:
+        ops.append_eltwise(1.f, alg::eltwise_gelu_tanh, 0.f, 0.f);
+        break;
+      case MatmulStep::sigmoid:
+        ops.append_eltwise(1.f, alg::eltwise_logistic, 0.f, 0.f);
+        break;
+      case MatmulStep::silu:
+        ops.append_eltwise(1.f, alg::eltwise_swish, 1.f, 0.f);
+        break;
+      case MatmulStep::tanh:
+        ops.append_eltwise(1.f, alg::eltwise_tanh, 0.f, 0.f);
+        break;
+    }
+  return ops;
+}
+
+// With `post_ops`, the steps run as the primitive's post-ops, a first step that adds a row of N
+// as its bias (cheaper than a binary post-op); without, the primitive computes the product alone.
+void fused_matmul_dnnl(KernelContext& ctx, const LinalgParams& lp, int64_t M, int64_t K, int64_t N,
+                       bool post_ops) {
+  const DType t = ctx.in(0).dtype;
+  const bool packed = lp.const_weight && lp.state;
+  const int operands = ctx.num_inputs() - 2;
+  thread_local std::vector<du::Dims> dims;  // (no allocation per call)
+  dims.resize(static_cast<size_t>(operands));
+  thread_local du::Dims key;
+  key = {static_cast<int64_t>(OpId::FusedMatmul),
+         static_cast<int64_t>(t),
+         M,
+         K,
+         N,
+         lp.transpose_b,
+         packed,
+         post_ops};
+  if (post_ops) {
+    for (MatmulStep s : lp.epilogue) key.push_back(static_cast<int64_t>(s));
+    for (int i = 0; i < operands; ++i) {
+      dims[i] = operand_dims(ctx.in(2 + i), M, N);
+      key.insert(key.end(), dims[i].begin(), dims[i].end());
+    }
+  }
+  const bool bias = post_ops && lp.epilogue[0] == MatmulStep::add && dims[0] == du::Dims{1, N};
+  const size_t steps = post_ops ? lp.epilogue.size() : 0;
+  auto p = du::cached(ctx.op_name(), key, [&] {
+    const dnnl_dt dt = data_type(t);
+    auto s = du::plain_md({M, K}, dt), o = du::plain_md({M, N}, dt);
+    auto w = lp.transpose_b ? du::strided_md({K, N}, {1, K}, dt) : du::plain_md({K, N}, dt);
+    const auto b = bias ? du::plain_md({1, N}, dt) : dnnl::memory::desc();
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    if (post_ops) attr.set_post_ops(epilogue_post_ops(lp.epilogue, bias, dims, bias, dt));
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(s, weight_md(w, packed), b, o), attr,
+                                    du::engine());
+    du::CachedPrimitive c{
+        dnnl::matmul(pd),
+        {du::make_arg(DNNL_ARG_SRC, s, s), du::make_arg(DNNL_ARG_WEIGHTS, w, pd.weights_desc())},
+        pd.scratchpad_desc()};
+    if (bias) c.args.push_back(du::make_arg(DNNL_ARG_BIAS, b, b));
+    size_t k = bias;
+    for (size_t i = bias; i < steps; ++i)
+      if (takes_operand(lp.epilogue[i])) {
+        const auto md = du::plain_md(dims[k++], dt);
+        const int post_op = static_cast<int>(i - bias);
+        c.args.push_back(
+            du::make_arg(DNNL_ARG_ATTR_MULTIPLE_POST_OP(post_op) | DNNL_ARG_SRC_1, md, md));
+      }
+    c.args.push_back(du::make_arg(DNNL_ARG_DST, o, o, true));
+    return c;
+  });
+  std::vector<void*> buffers{ctx.in(0).data, ctx.in(1).data};
+  if (post_ops)
+    for (int i = 0; i < operands; ++i) buffers.push_back(ctx.in(2 + i).data);
+  buffers.push_back(ctx.out(0).data);
+  run_linalg(ctx, *p, buffers, packed);
+}
+
+// An activation step's op and attributes.
+std::pair<OpId, const Attrs*> activation_op(MatmulStep s) {
+  static const Attrs none, erf{{"approximate", std::string("none")}},
+      tanh{{"approximate", std::string("tanh")}};
+  switch (s) {
+    case MatmulStep::relu:
+      return {OpId::Relu, &none};
+    case MatmulStep::gelu:
+      return {OpId::Gelu, &erf};
+    case MatmulStep::gelu_tanh:
+      return {OpId::Gelu, &tanh};
+    case MatmulStep::sigmoid:
+      return {OpId::Sigmoid, &none};
+    case MatmulStep::silu:
+      return {OpId::Silu, &none};
+    default:
+      return {OpId::Tanh, &none};
+  }
+}
+
+// The steps over y (M, N) in place on this thread: adds and multiplies row by row, activations
+// through their ops' own CPU kernels (the vectorized functions), over the whole output.
+void apply_epilogue(KernelContext& ctx, const LinalgParams& lp, float* y, int64_t M, int64_t N) {
+  int k = 2;
+  for (MatmulStep s : lp.epilogue) {
+    if (!takes_operand(s)) {
+      const auto [op, attrs] = activation_op(s);
+      const KernelEntry* kernel = find_kernel(op, Backend::cpu);
+      std::vector<TensorView> in{{y, {M * N}, f32}}, out{{y, {M * N}, f32}};
+      KernelContextViews lent(op, *attrs, in, out, nullptr, nullptr, nullptr);
+      kernel->fn(lent.ctx);
+      continue;
+    }
+    const TensorView& o = ctx.in(k++);
+    const float* od = o.ptr<float>();
+    const bool full = operand_dims(o, M, N)[0] == M && M > 1;
+    const bool add = s == MatmulStep::add;
+    for (int64_t m = 0; m < M; ++m) {
+      float* __restrict r = y + m * N;
+      if (o.numel() == 1) {  // (a one-element row)
+        const float v = od[0];
+        if (add)
+          for (int64_t n = 0; n < N; ++n) r[n] += v;
+        else
+          for (int64_t n = 0; n < N; ++n) r[n] *= v;
+        continue;
+      }
+      const float* __restrict on = od + (full ? m * N : 0);
+      if (add)
+        for (int64_t n = 0; n < N; ++n) r[n] += on[n];
+      else
+        for (int64_t n = 0; n < N; ++n) r[n] *= on[n];
+    }
+  }
+}
+
+// Products of up to this many multiply-adds apply their epilogue after the product, on this
+// thread: oneDNN's post-ops cost more than that on products this small.
+constexpr int64_t kEpilogueAfter = int64_t{1} << 22;
+
+void fused_matmul(KernelContext& ctx) {
+  const LinalgParams& lp = params_of<LinalgParams>(ctx);
+  const TensorView &x = ctx.in(0), &b = ctx.in(1);
+  const int64_t K = x.shape.back(), N = b.shape[lp.transpose_b ? 0 : 1];
+  const int64_t M = ctx.out(0).numel() / std::max<int64_t>(N, 1);
+  if (ctx.out(0).numel() == 0) return;
+  const int64_t macs = M * N * K;
+  if (K > 0 && macs > kEpilogueAfter) return fused_matmul_dnnl(ctx, lp, M, K, N, true);
+  float* Y = ctx.out(0).ptr<float>();
+  if (K > 0 && (macs > kSmallGemm || lp.transpose_b)) fused_matmul_dnnl(ctx, lp, M, K, N, false);
+  else if (K > 0) small_gemm_nn(M, N, K, 1.f, x.ptr<float>(), K, b.ptr<float>(), N, 0.f, Y, N);
+  else std::fill(Y, Y + M * N, 0.f);
+  apply_epilogue(ctx, lp, Y, M, N);
+}
+
 }  // namespace
 
 void register_linalg_kernels() {
   // (bf16 reaches them as it is: native_bf16, or their own f32 copies)
   register_kernel(OpId::Matmul, Backend::cpu, {matmul, kNumericTypes, 0, true, false, {bf16}});
   register_kernel(OpId::Linear, Backend::cpu, {linear, kNumericTypes, 0, true, false, {bf16}});
+  register_kernel(OpId::FusedMatmul, Backend::cpu, {fused_matmul, DTypeSet{f32}});
 }
 
 }  // namespace kiln::cpu
