@@ -86,11 +86,7 @@ bool packable(const Node& n) {
 
 Program prepare_cpu_convs(const Program& p, bool fuse_epilogues) {
   const auto& nodes = p.graph.nodes;
-  std::vector<int32_t> reader(nodes.size(), -1);  // the one reader of output 0; -2: several
-  for (size_t i = 0; i < nodes.size(); ++i)
-    for (auto v : nodes[i].inputs)
-      reader[v.node] = reader[v.node] == -1 ? static_cast<int32_t>(i) : -2;
-  for (auto v : p.outputs) reader[v.node] = -2;
+  const std::vector<int32_t> reader = sole_readers(p);
   auto sole_reader = [&](int32_t id) {
     // (a node with several outputs: a reader of another output is not an epilogue)
     return nodes[id].outputs.size() == 1 && reader[id] >= 0 ? reader[id] : -1;

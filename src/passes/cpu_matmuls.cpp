@@ -69,11 +69,7 @@ std::optional<MatmulStep> activation_step(const Node& n) {
 
 Program fuse_cpu_matmul_epilogues(const Program& p) {
   const auto& nodes = p.graph.nodes;
-  std::vector<int32_t> reader(nodes.size(), -1);  // the one reader of output 0; -2: several
-  for (size_t i = 0; i < nodes.size(); ++i)
-    for (auto v : nodes[i].inputs)
-      reader[v.node] = reader[v.node] == -1 ? static_cast<int32_t>(i) : -2;
-  for (auto v : p.outputs) reader[v.node] = -2;
+  const std::vector<int32_t> reader = sole_readers(p);
   auto sole_reader = [&](int32_t id) {
     return nodes[id].outputs.size() == 1 && reader[id] >= 0 ? reader[id] : -1;
   };

@@ -88,15 +88,7 @@ class Matcher {
   const TensorInfo& info(ValueRef v) const { return p_.graph.info(v); }
   bool single(ValueRef v) const { return v.index == 0 && reads_[v.node] == 1; }
 
-  // A 0-d or one-element float constant's value.
-  bool scalar_constant(ValueRef v, double& c) const {
-    const Node& n = nodes_[v.node];
-    if (n.op != OpId::Constant || !n.value.valid() || n.value.numel() != 1 ||
-        !is_floating(n.value.dtype()))
-      return false;
-    c = n.value.astype(f64).to_vector<double>()[0];
-    return std::isfinite(c);
-  }
+  bool scalar_constant(ValueRef v, double& c) const { return kiln::scalar_constant(p_, v, c); }
 
   // v without its multiplications and divisions by scalar constants (folded into `scale`);
   // `only_single`: each peeled node must have no other reader (it goes away).

@@ -6,6 +6,7 @@
 // associate its factors (x, 0.5 and the 1 + erf or 1 + tanh term) in any order, and constants
 // stand on either side. Every intermediate value must have no other reader, and every constant
 // must be a one-element float within 1e-6 (relative) of its value.
+#include <algorithm>
 #include <cmath>
 
 #include "core/graph_impl.h"
@@ -25,7 +26,8 @@ struct Found {
 
 class GeluMatcher {
  public:
-  explicit GeluMatcher(const Program& p) : p_(p), nodes_(p.graph.nodes), reads_(nodes_.size(), 0) {
+  explicit GeluMatcher(const Program& p)
+      : p_(p), nodes_(p.graph.nodes), reads_(nodes_.size(), 0), readers_(sole_readers(p)) {
     for (const Node& n : nodes_)
       for (ValueRef v : n.inputs) ++reads_[v.node];
     for (ValueRef v : p.outputs) reads_[v.node] += 2;  // a returned value is never "single"
@@ -77,25 +79,9 @@ class GeluMatcher {
   static bool near(double a, double b) { return std::abs(a - b) <= 1e-6 * std::abs(b); }
 
   // The one node that reads node id's output 0 (-1: none or several).
-  int32_t reader(int32_t id) const {
-    if (!single({id, 0})) return -1;
-    if (readers_.empty()) {
-      readers_.assign(nodes_.size(), -1);
-      for (size_t i = 0; i < nodes_.size(); ++i)
-        for (ValueRef v : nodes_[i].inputs) readers_[v.node] = static_cast<int32_t>(i);
-    }
-    return readers_[id];
-  }
+  int32_t reader(int32_t id) const { return single({id, 0}) ? std::max(readers_[id], -1) : -1; }
 
-  // A one-element float constant's value.
-  bool scalar_constant(ValueRef v, double& c) const {
-    const Node& n = nodes_[v.node];
-    if (n.op != OpId::Constant || !n.value.valid() || n.value.numel() != 1 ||
-        !is_floating(n.value.dtype()))
-      return false;
-    c = n.value.astype(f64).to_vector<double>()[0];
-    return std::isfinite(c);
-  }
+  bool scalar_constant(ValueRef v, double& c) const { return kiln::scalar_constant(p_, v, c); }
 
   // Whether binary node n's operand other than `v` is a scalar constant near `c`.
   bool other_is(const Node& n, ValueRef v, double c) const {
@@ -181,7 +167,7 @@ class GeluMatcher {
   const Program& p_;
   const std::vector<Node>& nodes_;
   std::vector<int> reads_;
-  mutable std::vector<int32_t> readers_;
+  std::vector<int32_t> readers_;
 };
 
 }  // namespace

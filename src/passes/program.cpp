@@ -1,5 +1,7 @@
 #include "passes/program.h"
 
+#include <cmath>
+
 #include "core/element_limit.h"
 #include "core/errors.h"
 #include "core/op_registry.h"
@@ -27,6 +29,25 @@ Program ProgramBuilder::finish() {
   for (auto v : src_.outputs) out_.outputs.push_back(remap(v));
   out_.num_returned = src_.num_returned;
   return std::move(out_);
+}
+
+std::vector<int32_t> sole_readers(const Program& p) {
+  const auto& nodes = p.graph.nodes;
+  std::vector<int32_t> reader(nodes.size(), -1);
+  for (size_t i = 0; i < nodes.size(); ++i)
+    for (auto v : nodes[i].inputs)
+      reader[v.node] = reader[v.node] == -1 ? static_cast<int32_t>(i) : -2;
+  for (auto v : p.outputs) reader[v.node] = -2;
+  return reader;
+}
+
+bool scalar_constant(const Program& p, ValueRef v, double& c) {
+  const detail::Node& n = p.graph.nodes[v.node];
+  if (n.op != OpId::Constant || !n.value.valid() || n.value.numel() != 1 ||
+      !is_floating(n.value.dtype()))
+    return false;
+  c = n.value.astype(f64).to_vector<double>()[0];
+  return std::isfinite(c);
 }
 
 Program extract_program(const detail::GraphImpl& g, const std::vector<ValueRef>& targets) {

@@ -21,6 +21,12 @@ struct Program {
 
 /// Copies the nodes of `g` that `targets` need, in order; each copy records its origin.
 Program extract_program(const detail::GraphImpl& g, const std::vector<detail::ValueRef>& targets);
+
+/// For each node, the one node that reads it (-1: none; -2: several, or a program output is one
+/// of its values): what a fusing pass may absorb.
+std::vector<int32_t> sole_readers(const Program& p);
+/// Whether v is a one-element float constant with a finite value, written to `c`.
+bool scalar_constant(const Program& p, detail::ValueRef v, double& c);
 /// Evaluates one node on concrete inputs (constant folding runs kernels through this).
 using NodeEvaluator =
     std::function<std::vector<Array>(const detail::Node&, const std::vector<Array>&)>;
