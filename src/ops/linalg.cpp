@@ -81,6 +81,7 @@ std::vector<TensorInfo> infer_linear(const InferContext& ctx) {
 }
 
 int fused_matmul_operands(const Attrs& a) {
+  if (!a.has("epilogue")) return 0;  // (inference names the missing attribute)
   int n = 0;
   for (int64_t s : a.ints("epilogue"))
     n += is_matmul_step(s) && takes_operand(static_cast<MatmulStep>(s));

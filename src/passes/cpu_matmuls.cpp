@@ -5,11 +5,13 @@
 //   - relu, gelu (either form), sigmoid, silu or tanh.
 // Its kernel applies the steps as post-ops of oneDNN's primitive while the product's tiles are
 // still in registers and cache: one kernel and no pass over the output per step. A linear's bias
-// becomes the first step. Reshapes that keep the last dim may stand between the steps (a 2-D
-// product reshaped back to the batch's dims, as dynamo writes Gemm): the fused node then reads x
-// reshaped to the last one's leading dims. At most kMaxMatmulSteps steps; a product with nothing
-// to absorb stays as it is.
+// becomes the first step. A value an assign writes into a variable is not taken in (its
+// elementwise node writes it into the variable's own storage). Reshapes that keep the last dim may
+// stand between the steps (a 2-D product reshaped back to the batch's dims, as dynamo writes Gemm):
+// the fused node then reads x reshaped to the last one's leading dims. At most kMaxMatmulSteps
+// steps; a product with nothing to absorb stays as it is.
 #include "core/graph_impl.h"
+#include "core/op_registry.h"
 #include "ops/linalg_params.h"
 #include "passes/program.h"
 
@@ -70,6 +72,12 @@ std::optional<MatmulStep> activation_step(const Node& n) {
 Program fuse_cpu_matmul_epilogues(const Program& p) {
   const auto& nodes = p.graph.nodes;
   const std::vector<int32_t> reader = sole_readers(p);
+  // values an assign writes into a variable: the elementwise node that makes one writes it where
+  // the variable lives (memory planning), which a product's epilogue would not
+  std::vector<char> assigned(nodes.size(), 0);
+  for (const Node& n : nodes)
+    if (op_def(n.op).writes_variable)
+      for (size_t k = 1; k < n.inputs.size(); ++k) assigned[n.inputs[k].node] = 1;
   auto sole_reader = [&](int32_t id) {
     return nodes[id].outputs.size() == 1 && reader[id] >= 0 ? reader[id] : -1;
   };
@@ -90,7 +98,7 @@ Program fuse_cpu_matmul_epilogues(const Program& p) {
     for (int32_t cur = static_cast<int32_t>(i);
          e.steps.size() < static_cast<size_t>(kMaxMatmulSteps);) {
       const int32_t r = sole_reader(cur);
-      if (r < 0 || taken[r]) break;
+      if (r < 0 || taken[r] || assigned[r]) break;
       const Node& s = nodes[r];
       const Shape& so = s.outputs[0].shape;
       if (s.op == OpId::Reshape && s.inputs.size() == 1 && !so.empty() &&

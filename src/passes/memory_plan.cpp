@@ -210,12 +210,22 @@ MemoryPlan plan_memory(const Program& p, const MemoryPlanOptions& opts) {
       for (size_t i = 0; i < nodes.size(); ++i) {
         const Node& n = nodes[i];
         int k = op_def(n.op).inplace_input;
+        const bool residual =
+            opts.residual_in_place && n.op == OpId::FusedConv && n.attrs.b("has_residual", false);
+        if (residual) k = static_cast<int>(n.inputs.size()) - 1;
         if (k < 0 || k >= static_cast<int>(n.inputs.size()) || n.outputs.empty()) continue;
         ValueSlot& out = plan.slots[i][0];
         const ValueSlot& in = plan.slots[n.inputs[k].node][n.inputs[k].index];
         if (out.where != Where::arena || in.where != Where::arena) continue;
         int gi = root(in.storage), go = root(out.storage);
         if (gi == go || groups[gi].last_use != static_cast<int>(i)) continue;
+        // (a convolution must not write over what it reads: the residual is no other input)
+        bool shared = false;
+        for (int j = 0; residual && j < k; ++j) {
+          const ValueSlot& o = plan.slots[n.inputs[j].node][n.inputs[j].index];
+          shared = shared || (o.where == Where::arena && root(o.storage) == gi);
+        }
+        if (shared) continue;
         if (groups[gi].bytes != groups[go].bytes) continue;
         // the input must not be read by a later input slot of another group sharing this step
         redirect[go] = gi;

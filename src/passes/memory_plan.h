@@ -27,6 +27,10 @@ struct MemoryPlan {
 struct MemoryPlanOptions {
   bool reuse = true;     // off: every value gets its own buffer
   bool in_place = true;  // ops with OpDef::inplace_input may write over a dying input
+  /// (with in_place) The CPU's: a fused_conv's output takes its residual's buffer where the
+  /// residual dies there and is none of its other inputs (the residual is the sum post-op's
+  /// starting value: no copy into the output first). The CPU's kernels add it in place.
+  bool residual_in_place = false;
 };
 
 MemoryPlan plan_memory(const Program& p, const MemoryPlanOptions& opts);

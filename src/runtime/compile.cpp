@@ -238,7 +238,7 @@ std::shared_ptr<detail::ExecutableImpl> compile_optimized(
   }
   {
     prof::HostScope phase(SpanKind::compile, "plan_memory");
-    impl->plan = plan_memory(p, {o.plan_memory, o.in_place});
+    impl->plan = plan_memory(p, {o.plan_memory, o.in_place, cpu});
   }
   impl->backend = backend;
   {

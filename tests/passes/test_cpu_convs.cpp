@@ -9,6 +9,8 @@
 #include <thread>
 #include <tuple>
 
+#include "core/graph_impl.h"
+#include "runtime/executable_impl.h"
 #include "support/reference.h"
 
 namespace kiln {
@@ -267,6 +269,57 @@ TEST(CpuConvs, ActivationEpiloguesMatchTheF64Loops) {
 
 // A package keeps the CPU's epilogues (activation and its bounds, const_weight, nchw_x): loaded,
 // it runs the same fused nodes and gives the same bits.
+// The CPU's plan gives a fused_conv's output its residual's buffer where the residual dies there
+// (no copy into the output first), never where the residual is also what the conv reads; both
+// layouts, and f64's loops (a hand-made node: their conv would write over the residual first).
+TEST(CpuConvs, ResidualsAreAddedInPlace) {
+  const Array wa = random_array({8, 8, 3, 3}, f64), wb = random_array({8, 8, 3, 3}, f64),
+              wc = random_array({8, 8, 1, 1}, f64), xv = random_array({2, 8, 7, 6}, f64);
+  ConvOptions o;
+  o.padding = {1, 1};
+  // relu(conv_b(relu(conv_a(x))) + conv_c(x)): the residual dies at conv_b's fused node;
+  // relu(conv_b(h) + h): the residual is the conv's own input
+  for (bool own_input : {false, true})
+    for (DType t : {f32, f64})
+      for (bool nhwc : {false, true}) {
+        SCOPED_TRACE(fmt::format("{} {} {}", own_input ? "own input" : "another conv", name(t),
+                                 nhwc ? "NHWC" : "NCHW"));
+        auto build_block = [&](Graph& g, DType dt, bool hand_made) {
+          const Tensor x = g.placeholder({2, 8, 7, 6}, dt, "x");
+          const Tensor h = relu(conv2d(x, g.constant(wa.astype(dt)), std::nullopt, o));
+          const Tensor r = own_input ? h : conv2d(x, g.constant(wc.astype(dt)), std::nullopt, {});
+          const Tensor wbt = g.constant(wb.astype(dt));
+          // (then doubled: the block's output is no returned value, which has its own buffer)
+          if (!hand_made) return relu(conv2d(h, wbt, std::nullopt, o) + r) * 2.0;
+          Attrs a = conv2d(h, wbt, std::nullopt, o).graph_impl()->nodes.back().attrs;
+          a.set("has_residual", true);
+          a.set("relu", true);
+          return detail::make_node1(OpId::FusedConv, {h, wbt, r}, a) * 2.0;
+        };
+        Graph g;
+        const Tensor y = build_block(g, t, t == f64);
+        auto exe = g.compile(Device::cpu(), {}, {y}, layout(nhwc));
+        const auto& nodes = exe.impl().program.graph.nodes;
+        int fused = 0, aliased = 0;
+        for (size_t i = 0; i < nodes.size(); ++i) {
+          if (nodes[i].op != OpId::FusedConv || !nodes[i].attrs.b("has_residual", false)) continue;
+          ++fused;
+          const auto& out = exe.impl().plan.slots[i][0];
+          const auto res = nodes[i].inputs.back();
+          const auto& in = exe.impl().plan.slots[res.node][res.index];
+          aliased += in.where == out.where && in.offset == out.offset &&
+                     out.where == ValueSlot::Where::arena;
+        }
+        EXPECT_EQ(fused, 1) << exe.dump();
+        EXPECT_EQ(aliased, own_input ? 0 : 1) << exe.dump();
+        Graph r;
+        const Tensor ry = build_block(r, f64, false);
+        auto plain = r.compile(Device::cpu(), {}, {ry}, CompileOptions{.optimize = false});
+        const Array want = plain.run({{"x", xv}})[0];
+        expect_close(exe.run({{"x", xv.astype(t)}})[0], want.shape(), to_f64(want), 1e-5, 1e-5);
+      }
+}
+
 TEST(CpuConvs, PackagesKeepTheEpilogues) {
   Graph g;
   const Tensor x = g.placeholder({2, 3, 12, 10}, f32, "x");

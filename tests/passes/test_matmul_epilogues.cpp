@@ -180,7 +180,9 @@ TEST(MatmulEpilogues, ChainsFuseAndMatchTheF64Graph) {
         EXPECT_TRUE(n.attrs.b("const_weight", false));
       }
     EXPECT_EQ(count(r.exe, OpId::Add) + count(r.exe, OpId::FusedElementwise), 0) << r.exe.dump();
-    expect_close(r.got, r.want.shape(), to_f64(r.want), 1e-4, 1e-5);
+    // (f32 sums of up to 256 products of magnitude 1, a gate multiplying two of them: absolute
+    // errors up to about 1e-4)
+    expect_close(r.got, r.want.shape(), to_f64(r.want), 1e-4, 1e-3);
   }
 }
 

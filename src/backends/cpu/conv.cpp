@@ -429,23 +429,41 @@ void residual_relu(KernelContext& ctx, const ConvParams& a) {
   });
 }
 
+// The conv, then the epilogue over its output. The CPU's memory plan may give the output the
+// residual's buffer (MemoryPlanOptions::residual_in_place): the conv would write over the residual
+// before the epilogue reads it, so it reads a copy then.
+void conv_then_epilogue(KernelContext& ctx, const ConvParams& a, KernelFn conv) {
+  const TensorView& r = ctx.in(ctx.num_inputs() - 1);
+  if (!a.has_residual || r.data != ctx.out(0).data) {
+    conv(ctx);
+    return residual_relu(ctx, a);
+  }
+  std::vector<TensorView> in;
+  for (int i = 0; i < ctx.num_inputs(); ++i) in.push_back(ctx.in(i));
+  const size_t bytes = static_cast<size_t>(r.numel()) * size_of(r.dtype);
+  in.back().data = ctx.scratch(bytes);
+  std::memcpy(in.back().data, r.data, bytes);
+  KernelContext copy(ctx, ctx.attrs(), std::move(in));
+  conv(copy);
+  residual_relu(copy, a);
+}
+
 // fused_conv: the conv of its layout (conv reads x, w and the bias; the residual input is last)
-// with the epilogue as post-ops of its oneDNN primitive, or the loops' conv then the epilogue.
+// with the epilogue as post-ops of its oneDNN primitive (the residual may be the output's own
+// buffer: the sum post-op's starting value), or the loops' conv then the epilogue.
 // (f32 and f64: bf16 and f16 come as f32 copies, rounded once at the end.)
 void fused_conv(KernelContext& ctx) {
   ConvParams spare;
   const ConvParams& a = params_of(ctx, spare);
   const ConvGeom g = geometry(ctx, a);
   if (dnnl_handles(ctx, g)) return conv_dnnl(ctx, g);
-  convolve(ctx);
-  residual_relu(ctx, a);
+  conv_then_epilogue(ctx, a, convolve);
 }
 void fused_conv_channels_last(KernelContext& ctx) {
   ConvParams spare;
   const ConvParams& a = params_of(ctx, spare);
   if (const ConvGeom g = nhwc_geometry(ctx, a); dnnl_handles(ctx, g)) return conv_dnnl(ctx, g);
-  conv_channels_last(ctx);
-  residual_relu(ctx, a);
+  conv_then_epilogue(ctx, a, conv_channels_last);
 }
 
 // conv_transpose in layout channels_last (x (N, H, W, C), w (C, kh, kw, O/G)): the CPU's f32

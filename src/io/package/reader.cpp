@@ -740,7 +740,7 @@ std::shared_ptr<detail::ExecutableImpl> Reader::read() {
   } else {
     log::warn("{}", msg);
     place(p, device_, o.strict_placement, *impl);
-    impl->plan = plan_memory(p, {o.plan_memory, o.in_place});
+    impl->plan = plan_memory(p, {o.plan_memory, o.in_place, backend_for(device_) == Backend::cpu});
     info.replanned = true;
   }
   read_tuning(m, *impl);
