@@ -48,6 +48,8 @@ void check(const Case& c) {
   for (const Shape& s : c.operands) ov.push_back(random_array(s, f64, -2, 2));
   // float64 loops
   const auto X = to_f64(xv), B = to_f64(bv);
+  std::vector<std::vector<double>> O;
+  for (const Array& a : ov) O.push_back(to_f64(a));
   std::vector<double> want(static_cast<size_t>(rows * N), 0.0);
   for (int64_t m = 0; m < rows; ++m)
     for (int64_t j = 0; j < N; ++j) {
@@ -60,7 +62,7 @@ void check(const Case& c) {
           acc = activation(s, acc);
           continue;
         }
-        const auto v = to_f64(ov[o]);
+        const std::vector<double>& v = O[o];
         const int64_t at = numel(ov[o].shape()) == 1   ? 0
                            : numel(ov[o].shape()) == N ? j
                                                        : m * N + j;
@@ -112,6 +114,14 @@ TEST(FusedMatmul, EachKernelPathMatchesF64Loops) {
       check({x, 96, t, {S::add, S::gelu, S::mul, S::add, S::sigmoid}, {{96}, {1, 96}, full}});
       check({x, 96, t, {S::mul, S::silu}, {full}});
     }
+}
+
+// Few sums over many rows: outputs large enough that the steps after the product run in parallel
+// over blocks of rows (oneDNN's product, and small_gemm's).
+TEST(FusedMatmul, LargeOutputsOfSmallProductsMatchF64Loops) {
+  check({{2, 2048, 8}, 64, false, {S::add, S::gelu, S::mul, S::silu}, {{64}, {2, 2048, 64}}});
+  check({{4096, 2}, 16, false, {S::mul, S::gelu_tanh, S::add}, {{1}, {16}}});
+  check({{3000, 8}, 40, true, {S::sigmoid, S::mul}, {{3000, 40}}});
 }
 
 // No products to sum (K = 0): the steps over zeros.

@@ -388,44 +388,54 @@ std::pair<OpId, const Attrs*> activation_op(MatmulStep s) {
   }
 }
 
-// The steps over y (M, N) in place on this thread: adds and multiplies row by row, activations
-// through their ops' own CPU kernels (the vectorized functions), over the whole output.
+// The steps over y (M, N) in place, in parallel over blocks of rows (of 16384 elements or more;
+// one block where the output is smaller), every step over a block before the next block: adds and
+// multiplies row by row, activations through their ops' own kernels (the vectorized functions,
+// each element by itself: any split gives the same bits).
 void apply_epilogue(KernelContext& ctx, const LinalgParams& lp, float* y, int64_t M, int64_t N) {
-  int k = 2;
-  for (MatmulStep s : lp.epilogue) {
-    if (!takes_operand(s)) {
-      const auto [op, attrs] = activation_op(s);
-      const KernelEntry* kernel = find_kernel(op, Backend::cpu);
-      std::vector<TensorView> in{{y, {M * N}, f32}}, out{{y, {M * N}, f32}};
-      KernelContextViews lent(op, *attrs, in, out, nullptr, nullptr, nullptr);
-      kernel->fn(lent.ctx);
-      continue;
-    }
-    const TensorView& o = ctx.in(k++);
-    const float* od = o.ptr<float>();
-    const bool full = operand_dims(o, M, N)[0] == M && M > 1;
-    const bool add = s == MatmulStep::add;
-    for (int64_t m = 0; m < M; ++m) {
-      float* __restrict r = y + m * N;
-      if (o.numel() == 1) {  // (a one-element row)
-        const float v = od[0];
-        if (add)
-          for (int64_t n = 0; n < N; ++n) r[n] += v;
-        else
-          for (int64_t n = 0; n < N; ++n) r[n] *= v;
+  const KernelEntry* kernels[kMaxMatmulSteps] = {};
+  for (size_t i = 0; i < lp.epilogue.size(); ++i)
+    if (!takes_operand(lp.epilogue[i]))
+      kernels[i] = find_kernel(activation_op(lp.epilogue[i]).first, Backend::cpu);
+  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(N, 1));
+  ctx.parallel_for(M, grain, [&](int64_t m0, int64_t m1) {
+    int k = 2;
+    for (size_t i = 0; i < lp.epilogue.size(); ++i) {
+      const MatmulStep s = lp.epilogue[i];
+      if (!takes_operand(s)) {
+        float* rows = y + m0 * N;
+        std::vector<TensorView> in{{rows, {(m1 - m0) * N}, f32}}, out{{rows, {(m1 - m0) * N}, f32}};
+        KernelContextViews lent(activation_op(s).first, *activation_op(s).second, in, out, nullptr,
+                                nullptr, nullptr);
+        kernels[i]->fn(lent.ctx);
         continue;
       }
-      const float* __restrict on = od + (full ? m * N : 0);
-      if (add)
-        for (int64_t n = 0; n < N; ++n) r[n] += on[n];
-      else
-        for (int64_t n = 0; n < N; ++n) r[n] *= on[n];
+      const TensorView& o = ctx.in(k++);
+      const float* od = o.ptr<float>();
+      const bool full = operand_dims(o, M, N)[0] == M && M > 1;
+      const bool add = s == MatmulStep::add;
+      for (int64_t m = m0; m < m1; ++m) {
+        float* __restrict r = y + m * N;
+        if (o.numel() == 1) {  // (a one-element row)
+          const float v = od[0];
+          if (add)
+            for (int64_t n = 0; n < N; ++n) r[n] += v;
+          else
+            for (int64_t n = 0; n < N; ++n) r[n] *= v;
+          continue;
+        }
+        const float* __restrict on = od + (full ? m * N : 0);
+        if (add)
+          for (int64_t n = 0; n < N; ++n) r[n] += on[n];
+        else
+          for (int64_t n = 0; n < N; ++n) r[n] *= on[n];
+      }
     }
-  }
+  });
 }
 
-// Products of up to this many multiply-adds apply their epilogue after the product, on this
-// thread: oneDNN's post-ops cost more than that on products this small.
+// Products of up to this many multiply-adds apply their epilogue after the product
+// (apply_epilogue): oneDNN's post-ops cost more than that on products this small.
 constexpr int64_t kEpilogueAfter = int64_t{1} << 22;
 
 void fused_matmul(KernelContext& ctx) {
