@@ -268,11 +268,14 @@ void linear(KernelContext& ctx) {
 // product's tiles get them while still in registers and cache), or, for f32 products of fewer than
 // kSmallGemm multiply-adds with b (K, N), small_gemm's product and the steps in a loop after it.
 
-// An operand's oneDNN dims as a row of (M, N) or the whole of it.
-du::Dims operand_dims(const TensorView& o, int64_t M, int64_t N) {
-  if (o.numel() == M * N && o.rank() > 0 && o.shape.back() == N && (o.rank() > 1 || M == 1))
-    return {M, N};
-  return {1, o.rank() > 0 && o.shape.back() == N ? N : 1};
+// Whether an operand is the whole (M, N) output (else a row of it: N values or one).
+bool whole_output(const TensorView& o, int64_t M, int64_t N) {
+  return o.numel() == M * N && o.rank() > 0 && o.shape.back() == N && (o.rank() > 1 || M == 1);
+}
+// An operand's oneDNN dims, (M, N), (1, N) or (1, 1), into `d` (its memory reused).
+void operand_dims(const TensorView& o, int64_t M, int64_t N, du::Dims& d) {
+  const bool row_of_n = o.rank() > 0 && o.shape.back() == N;
+  d.assign({whole_output(o, M, N) ? M : 1, row_of_n ? N : 1});
 }
 
 // The steps from `first` on as oneDNN post-ops (operands' dims from operand `k` on).
@@ -329,11 +332,12 @@ void fused_matmul_dnnl(KernelContext& ctx, const LinalgParams& lp, int64_t M, in
   if (post_ops) {
     for (MatmulStep s : lp.epilogue) key.push_back(static_cast<int64_t>(s));
     for (int i = 0; i < operands; ++i) {
-      dims[i] = operand_dims(ctx.in(2 + i), M, N);
+      operand_dims(ctx.in(2 + i), M, N, dims[i]);
       key.insert(key.end(), dims[i].begin(), dims[i].end());
     }
   }
-  const bool bias = post_ops && lp.epilogue[0] == MatmulStep::add && dims[0] == du::Dims{1, N};
+  const bool bias =
+      post_ops && lp.epilogue[0] == MatmulStep::add && dims[0][0] == 1 && dims[0][1] == N;
   const size_t steps = post_ops ? lp.epilogue.size() : 0;
   auto p = du::cached(ctx.op_name(), key, [&] {
     const dnnl_dt dt = data_type(t);
@@ -403,8 +407,14 @@ void apply_epilogue(KernelContext& ctx, const LinalgParams& lp, float* y, int64_
     for (size_t i = 0; i < lp.epilogue.size(); ++i) {
       const MatmulStep s = lp.epilogue[i];
       if (!takes_operand(s)) {
-        float* rows = y + m0 * N;
-        std::vector<TensorView> in{{rows, {(m1 - m0) * N}, f32}}, out{{rows, {(m1 - m0) * N}, f32}};
+        // (this thread's views, lent to the kernel: no allocation per call)
+        thread_local std::vector<TensorView> in(1), out(1);
+        in.resize(1), out.resize(1);
+        for (auto* v : {&in, &out}) {
+          (*v)[0].data = y + m0 * N;
+          (*v)[0].shape.assign(1, (m1 - m0) * N);
+          (*v)[0].dtype = f32;
+        }
         KernelContextViews lent(activation_op(s).first, *activation_op(s).second, in, out, nullptr,
                                 nullptr, nullptr);
         kernels[i]->fn(lent.ctx);
@@ -412,7 +422,7 @@ void apply_epilogue(KernelContext& ctx, const LinalgParams& lp, float* y, int64_
       }
       const TensorView& o = ctx.in(k++);
       const float* od = o.ptr<float>();
-      const bool full = operand_dims(o, M, N)[0] == M && M > 1;
+      const bool full = whole_output(o, M, N) && M > 1;
       const bool add = s == MatmulStep::add;
       for (int64_t m = m0; m < m1; ++m) {
         float* __restrict r = y + m * N;
