@@ -26,7 +26,8 @@ struct Compared {
   Array got, want;
 };
 
-Compared compare(const Build& f, const Shape& shape, const CompileOptions& o, double lo = 6) {
+Compared compare(const Build& f, const Shape& shape, const CompileOptions& o, double lo = 6,
+                 const Device& device = Device::cpu()) {
   Graph g;
   const Tensor x = g.placeholder(shape, f32, "x");
   const Tensor y = f(g, x, f32);
@@ -34,7 +35,7 @@ Compared compare(const Build& f, const Shape& shape, const CompileOptions& o, do
   const Tensor rx = r.placeholder(shape, f64, "x");
   const Tensor ry = f(r, rx, f64);
   const Array xv = random_array(shape, f64, -lo, lo);
-  Compared c{g.compile(Device::cpu(), {}, {y}, o), {}, {}};
+  Compared c{g.compile(device, {}, {y}, o), {}, {}};
   c.got = c.exe.run({{x, xv.astype(f32)}})[0];
   auto plain = r.compile(Device::cpu(), {}, {ry}, CompileOptions{.optimize = false});
   c.want = plain.run({{rx, xv}})[0];
@@ -70,21 +71,25 @@ TEST(RecognizeGelu, EachWrittenFormBecomesOneGelu) {
                {"0.5·(x·(1+erf(x/√2)))", gelu_erf_half_first, false},
                {"tanh form, pow(x, 3)", gelu_tanh_pow, true},
                {"tanh form, x·x·x", gelu_tanh_products, true}};
-  for (const auto& form : forms) {
-    SCOPED_TRACE(form.name);
-    const Compared c = compare(form.f, {6, 37}, kUnfused);
-    EXPECT_EQ(count(c.exe, OpId::Gelu), 1) << c.exe.dump();
-    EXPECT_EQ(count(c.exe, OpId::Erf) + count(c.exe, OpId::Tanh) + count(c.exe, OpId::Mul) +
-                  count(c.exe, OpId::Add) + count(c.exe, OpId::Pow),
-              0)
-        << c.exe.dump();
-    const detail::Node* gelu = nullptr;
-    for (const auto& n : c.exe.impl().program.graph.nodes)
-      if (n.op == OpId::Gelu) gelu = &n;
-    ASSERT_NE(gelu, nullptr);
-    EXPECT_EQ(gelu->attrs.str("approximate"), form.tanh ? "tanh" : "none");
-    expect_close(c.got, c.want.shape(), to_f64(c.want), 1e-5, 1e-6);
-  }
+  // on CUDA too, where one is present: the pass runs for every backend
+  std::vector<Device> devices{Device::cpu()};
+  if (cuda_device_count() > 0) devices.push_back(Device::cuda(0));
+  for (const Device& device : devices)
+    for (const auto& form : forms) {
+      SCOPED_TRACE(std::string(form.name) + " on " + device.str());
+      const Compared c = compare(form.f, {6, 37}, kUnfused, 6, device);
+      EXPECT_EQ(count(c.exe, OpId::Gelu), 1) << c.exe.dump();
+      EXPECT_EQ(count(c.exe, OpId::Erf) + count(c.exe, OpId::Tanh) + count(c.exe, OpId::Mul) +
+                    count(c.exe, OpId::Add) + count(c.exe, OpId::Pow),
+                0)
+          << c.exe.dump();
+      const detail::Node* gelu = nullptr;
+      for (const auto& n : c.exe.impl().program.graph.nodes)
+        if (n.op == OpId::Gelu) gelu = &n;
+      ASSERT_NE(gelu, nullptr);
+      EXPECT_EQ(gelu->attrs.str("approximate"), form.tanh ? "tanh" : "none");
+      expect_close(c.got, c.want.shape(), to_f64(c.want), 1e-5, 1e-6);
+    }
 }
 
 // A chain whose value another node reads, or a constant that is not GELU's, stays as written.
@@ -233,6 +238,14 @@ TEST(MatmulEpilogues, PackagesKeepTheFusedNode) {
   const Array xv = random_array({2, 100, 256}, f32);
   const Array a = exe.run({{"x", xv}})[0], b = loaded.run({{"x", xv}})[0];
   expect_equal(b, a.shape(), to_f64(a));
+  // loaded on a GPU, which has no kernel for the node, it runs as a CPU fallback with the same
+  // results
+  if (cuda_device_count() > 0) {
+    const Executable on_gpu = Executable::load(path, Device::cuda(0));
+    EXPECT_EQ(count(on_gpu, OpId::FusedMatmul), 1) << on_gpu.dump();
+    EXPECT_NE(on_gpu.dump().find("cpu fallback"), std::string::npos) << on_gpu.dump();
+    expect_close(on_gpu.run({{"x", xv}})[0], a.shape(), to_f64(a), 1e-6, 1e-7);
+  }
 }
 
 // A hand-made node with an unknown step or an operand of another shape fails, naming it.
