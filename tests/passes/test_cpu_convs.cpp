@@ -411,6 +411,50 @@ TEST(CpuConvs, NhwcChainsMatchTheF64Loops) {
   expect_close(exe.run({{x, xv.astype(f32)}})[0], want.shape(), to_f64(want), 1e-5, 1e-5);
 }
 
+// A network's first convolution reads the NCHW image and writes NHWC: at 8 and 16 output
+// channels oneDNN's direct kernel writes NHWC itself (one channel block), at other widths the
+// image is copied to NHWC first. Each width, kernel, stride and activation against the f64 loops,
+// with a max_pool after it as in a stem.
+TEST(CpuConvs, FirstConvolutionsOfEachWidthMatchTheF64Loops) {
+  enum class Act { relu, hardswish, clip };
+  const struct {
+    int64_t o, k, stride, batch;
+    Act act;
+  } cases[] = {{16, 7, 2, 2, Act::relu}, {16, 3, 2, 1, Act::hardswish}, {8, 3, 1, 3, Act::relu},
+               {8, 5, 2, 1, Act::clip},  {24, 3, 2, 2, Act::relu},      {32, 7, 2, 1, Act::relu}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(fmt::format("O {} k {} stride {} batch {} act {}", c.o, c.k, c.stride, c.batch,
+                             static_cast<int>(c.act)));
+    const Array w = random_array({c.o, 3, c.k, c.k}, f64), b = random_array({c.o}, f64);
+    auto net = [&](Graph& g, DType t) {
+      const Tensor x = g.placeholder({c.batch, 3, 23, 18}, t, "x");
+      ConvOptions o;
+      o.padding = {c.k / 2, c.k / 2};
+      o.stride = {c.stride, c.stride};
+      Tensor y = conv2d(x, g.constant(w.astype(t)), g.constant(b.astype(t)), o);
+      if (c.act == Act::relu) y = relu(y);
+      if (c.act == Act::hardswish) y = hardswish(y);
+      if (c.act == Act::clip) y = clip(y, 0.0, 6.0);
+      PoolOptions pool;
+      pool.kernel = {3, 3};
+      pool.stride = {2, 2};
+      pool.padding = {1, 1};
+      return std::pair{x, max_pool(y, pool)};
+    };
+    Graph g, g64;
+    const auto [x, y] = net(g, f32);
+    const auto [x64, y64] = net(g64, f64);
+    auto exe = g.compile(Device::cpu(), {}, {y});
+    EXPECT_EQ(count(ops_of(exe), "fused_conv"), 1) << exe.dump();
+    auto plain = g64.compile(Device::cpu(), {}, {y64}, CompileOptions{.optimize = false});
+    for (int run = 0; run < 2; ++run) {
+      const Array xv = random_array({c.batch, 3, 23, 18}, f64);
+      const Array want = plain.run({{x64, xv}})[0];
+      expect_close(exe.run({{x, xv.astype(f32)}})[0], want.shape(), to_f64(want), 1e-5, 1e-5);
+    }
+  }
+}
+
 // A weight that is a variable is read at every run: a new value shows at once (nothing laid out
 // once from the old one).
 TEST(CpuConvs, VariableWeightsAreReadEveryRun) {
