@@ -5,6 +5,8 @@
 // program (compile and package load: Node::params); kernels read params_of<P>(ctx).
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <typeinfo>
@@ -14,10 +16,6 @@
 
 namespace kiln {
 
-struct OpParams {
-  virtual ~OpParams() = default;
-};
-
 /// What a kernel keeps with its node between runs (the CPU's constant weights in oneDNN's layout,
 /// made from the weight buffer `key`), made and read under `mu`. A params struct holds it by
 /// shared_ptr, made by its decode: copies of the node's params share it, and it lives as long as
@@ -26,6 +24,22 @@ struct KernelState {
   std::mutex mu;
   const void* key = nullptr;
   std::shared_ptr<const void> value;
+  /// What packages store of `value` (docs/package-format.md, LAID OUT): the key of its layout
+  /// (0: nothing to store), its bytes and their size.
+  uint64_t layout = 0;
+  const void* bytes = nullptr;
+  size_t size = 0;
+  /// Laid-out bytes a package held for the node (its reader puts them here): taken instead of
+  /// laying the weight out again where the kernel asks for the same layout key and size.
+  uint64_t stored_layout = 0;
+  std::shared_ptr<const void> stored;
+  size_t stored_size = 0;
+};
+
+struct OpParams {
+  virtual ~OpParams() = default;
+  /// The state its kernels keep with the node (the CPU's laid-out constant weight), if any.
+  virtual KernelState* kernel_state() const { return nullptr; }
 };
 
 /// The node's params as P (the struct its op declares, or a base of it). A kernel that reads

@@ -41,6 +41,7 @@ struct ConvParams : OpParams {
   /// The packed constant weight (made by decode: a spare struct a kernel declares for params_of
   /// costs no allocation).
   std::shared_ptr<KernelState> state;
+  KernelState* kernel_state() const override { return state.get(); }
 
   int nd() const { return static_cast<int>(stride.size()); }
 

@@ -41,6 +41,7 @@ struct LinalgParams : OpParams {
   bool const_weight = false;
   /// The packed constant weight (made by decode).
   std::shared_ptr<KernelState> state;
+  KernelState* kernel_state() const override { return state.get(); }
 
   static LinalgParams decode(OpId op, const Attrs& a) {
     LinalgParams p;

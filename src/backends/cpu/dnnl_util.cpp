@@ -1,5 +1,7 @@
 #include "backends/cpu/dnnl_util.h"
 
+#include <xxhash.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -313,7 +315,16 @@ std::shared_ptr<const void> packed_weight(const char* op, const Arg& a, const vo
   auto held = std::static_pointer_cast<const PackedWeight>(state.value);
   if (state.key != data || !held || held->user != a.user || held->layout != a.chosen) {
     held = shared_weights().find(data, a);
-    if (!held) {
+    const uint64_t key = layout_key(a);
+    const size_t size = a.chosen.get_size();
+    if (!held && state.stored && state.stored_layout == key && state.stored_size == size) {
+      // a package's copy, laid out by this library on this instruction set (its reader checked
+      // both): its bytes stay where the file was read
+      held = std::make_shared<const PackedWeight>(
+          PackedWeight{a.user, a.chosen,
+                       std::shared_ptr<void>(state.stored, const_cast<void*>(state.stored.get()))});
+      shared_weights().add(data, held);
+    } else if (!held) {
       held = std::make_shared<const PackedWeight>(
           PackedWeight{a.user, a.chosen, reordered(op, a, data)});
       shared_weights().add(data, held);
@@ -321,8 +332,77 @@ std::shared_ptr<const void> packed_weight(const char* op, const Arg& a, const vo
     }
     state.value = held;
     state.key = data;
+    state.layout = key;
+    state.bytes = held->data.get();
+    state.size = size;
   }
   return {held, held->data.get()};
+}
+
+uint64_t layout_key(const Arg& a) {
+  std::vector<int64_t> v;
+  for (const dnnl::memory::desc* md : {&a.user, &a.chosen}) {
+    const dnnl_memory_desc_t& d = md->data;
+    const int nd = std::clamp(d.ndims, 0, DNNL_MAX_NDIMS);
+    v.push_back(nd);
+    v.push_back(d.data_type);
+    v.push_back(d.format_kind);
+    v.push_back(d.offset0);
+    for (int i = 0; i < nd; ++i)
+      v.insert(v.end(), {d.dims[i], d.padded_dims[i], d.padded_offsets[i]});
+    if (d.format_kind == dnnl_blocked) {
+      const dnnl_blocking_desc_t& b = d.format_desc.blocking;
+      v.insert(v.end(), b.strides, b.strides + nd);
+      const int nb = std::clamp(b.inner_nblks, 0, DNNL_MAX_NDIMS);
+      v.push_back(nb);
+      v.insert(v.end(), b.inner_blks, b.inner_blks + nb);
+      v.insert(v.end(), b.inner_idxs, b.inner_idxs + nb);
+    }
+    uint32_t scale = 0;
+    std::memcpy(&scale, &d.extra.scale_adjust, sizeof scale);
+    v.insert(v.end(), {static_cast<int64_t>(d.extra.flags), d.extra.compensation_mask, scale,
+                       d.extra.asymm_compensation_mask});
+  }
+  const uint64_t h = XXH3_64bits(v.data(), v.size() * sizeof(int64_t));
+  return h == 0 ? 1 : h;
+}
+
+const std::string& layout_identity() {
+  static const std::string id = [] {
+    const dnnl_version_t* ver = dnnl_version();
+    std::string isa;
+    switch (dnnl::get_effective_cpu_isa()) {
+      case dnnl::cpu_isa::sse41:
+        isa = "sse41";
+        break;
+      case dnnl::cpu_isa::avx:
+        isa = "avx";
+        break;
+      case dnnl::cpu_isa::avx2:
+        isa = "avx2";
+        break;
+      case dnnl::cpu_isa::avx2_vnni:
+        isa = "avx2_vnni";
+        break;
+      case dnnl::cpu_isa::avx512_core:
+        isa = "avx512_core";
+        break;
+      case dnnl::cpu_isa::avx512_core_vnni:
+        isa = "avx512_core_vnni";
+        break;
+      case dnnl::cpu_isa::avx512_core_bf16:
+        isa = "avx512_core_bf16";
+        break;
+      case dnnl::cpu_isa::avx512_core_amx:
+        isa = "avx512_core_amx";
+        break;
+      default:
+        isa = "isa " + std::to_string(static_cast<int>(dnnl::get_effective_cpu_isa()));
+    }
+    return "onednn " + std::to_string(ver->major) + "." + std::to_string(ver->minor) + "." +
+           std::to_string(ver->patch) + " " + isa;
+  }();
+  return id;
 }
 
 size_t weights_laid_out() { return laid_out.load(std::memory_order_relaxed); }

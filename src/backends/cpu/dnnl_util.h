@@ -6,6 +6,7 @@
 #include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "core/op_params.h"
@@ -89,6 +90,13 @@ std::shared_ptr<void> reordered(const char* op, const Arg& a, const void* data);
 /// The result holds the memory for the call.
 std::shared_ptr<const void> packed_weight(const char* op, const Arg& a, const void* data,
                                           KernelState& state);
+/// The key of the layout packed_weight lays `a`'s weight out in (its user and chosen
+/// descriptions: dims, blocking, padding, extra data), never 0: packages store laid-out weights
+/// under it, and a stored one is taken only where the primitive asks for the same key.
+uint64_t layout_key(const Arg& a);
+/// What laid-out weights hold for (packages use them only where this is equal): oneDNN's version
+/// and the instruction set it runs on, e.g. "onednn 2.6.3 avx512_core_bf16".
+const std::string& layout_identity();
 /// How many times packed_weight has laid a weight out in this process (tests: the
 /// specializations of a dynamic executable share one copy of each weight).
 size_t weights_laid_out();

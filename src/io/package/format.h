@@ -1,17 +1,19 @@
 // kiln packages (.kiln): a compiled Executable, saved so that loading skips compilation.
 //
-// FORMAT, version 5. Every integer is little endian.
+// FORMAT, version 6. Every integer is little endian.
 //
 //   offset 0     header, 64 bytes
 //   offset 64    data sections, each at an offset that is a multiple of 64
 //   ...          tuning sections (GPU packages), at a multiple of 64
 //   ...          kernel sections (GPU packages with generated kernels), at a multiple of 64
+//   ...          laid-out weight sections (CPU packages whose runs laid weights out), at a
+//                multiple of 64
 //   ...          the manifest (FlatBuffers, schema src/io/package/manifest.fbs), at a multiple of 8
 //   file_size    end of file
 //
 // Header:
 //   0   u8[8]  magic "KILNPKG\0"
-//   8   u32    format_version       the version that wrote the file (5)
+//   8   u32    format_version       the version that wrote the file (6)
 //   12  u32    min_reader_version   the oldest reader version that can read it (1; 2 for
 //                                    dynamic packages; 3 with control-flow bodies)
 //   16  u64    file_size            bytes of the whole file
@@ -48,6 +50,10 @@
 //                 (fused_elementwise on CUDA): backend, architecture ("sm_90"), key (XXH3-64 of
 //                 the generated source and architecture), and the offset, size (1 byte to 64 MiB)
 //                 and XXH3-64 of the binary's section
+//   laid_out      (version 6) the constant weights the CPU's kernels laid out for their
+//                 library's primitives: the node, the identity they hold for (library version
+//                 and instruction set, "onednn 2.6.3 avx512_core_bf16"), the layout's key, and
+//                 the offset, size and XXH3-64 of the section
 //
 // DYNAMIC (version 4). A dynamic executable (placeholder dims left -1; docs/dynamic-shapes.md)
 // is saved as its program before any pass, with metadata.dynamic true and its cache bounds
@@ -83,6 +89,16 @@
 // skipped (the step compiles its source), and a binary the driver rejects is compiled afresh.
 // Saving compiles the kernels of steps that never ran.
 //
+// LAID OUT. A laid-out weight section holds a constant weight (of a conv, fused_conv, matmul,
+// linear or fused_matmul node run by the CPU) in the blocked layout its oneDNN primitive chose,
+// as the node's kernel converted it on its first run. A CPU reader of the same identity gives it
+// to the node: its first run takes these bytes, where it finds the primitive asking for a layout
+// of the same key and size, instead of converting the weight again (a view of the bytes read from
+// the file, as constants are). Another identity: the section is not used (a message with
+// KILN_LOG=info), and the first run converts the weight as a compiled executable does. Other
+// devices only check the section. Saving converts nothing: it stores the weights the runs before
+// it laid out (none when the executable never ran).
+//
 // READING a file that may come from anyone. The reader
 //   1. checks the magic, then min_reader_version against its own version (kReaderVersion),
 //      then header_xxh3, the reserved bytes, file_size against the real size, and that the
@@ -92,7 +108,9 @@
 //      its size equal to the bytes of its node's dtype and shape; and its XXH3 unless
 //      LoadOptions::verify_weights is false; every tuning section likewise, always with its
 //      XXH3, and parses its blob with every count bounded by the bytes there are; every kernel
-//      section likewise, always with its XXH3 (the driver gets only checked bytes);
+//      section likewise, always with its XXH3 (the driver gets only checked bytes); every
+//      laid-out weight section likewise, always with its XXH3, at most one per node, each of a
+//      node whose op lays out a weight;
 //   4. checks the program before anything uses it: known op ids and dtypes, shapes with
 //      non-negative dims and sizes that fit in 64 bits, the number of inputs each op takes, every
 //      input naming an output of an earlier node, every output dtype and shape equal to what the
@@ -134,7 +152,8 @@
 // version 3 the kernel sections (older readers skip them; their steps compile their source); the
 // files have min_reader_version 1. Version 4 added dynamic packages, which older readers cannot
 // run: those have min_reader_version 2, static ones still 1. Version 5 added bodies: files with
-// any have min_reader_version 3. A node of an op that a reader does
+// any have min_reader_version 3. Version 6 added laid-out weights (older readers skip them; the
+// first run lays the weights out). A node of an op that a reader does
 // not know fails there ("unknown op id"); a reader reads the older forms of today's ops (a conv
 // with a fused relu or residual, fused_conv since) as those ops.
 #pragma once
@@ -149,7 +168,7 @@
 namespace kiln::package {
 
 inline constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'P', 'K', 'G', '\0'};
-inline constexpr uint32_t kFormatVersion = 5;
+inline constexpr uint32_t kFormatVersion = 6;
 inline constexpr uint32_t kReaderVersion = 3;  // the newest min_reader_version this reader reads
 inline constexpr int kMaxBodyDepth = 16;
 inline constexpr size_t kMaxBodyConstantBytes = size_t{1} << 20;

@@ -11,6 +11,7 @@
 #include <limits>
 #include <numeric>
 
+#include "backends/cpu/dnnl_util.h"
 #include "core/device_backend.h"
 #include "core/errors.h"
 #include "core/op_registry.h"
@@ -193,6 +194,9 @@ class Reader {
   // Checks the kernel binaries; on a device of their backend, offers them to it, so that its
   // generated kernels are loaded instead of compiled.
   void read_kernels(const fb::Manifest& m, detail::ExecutableImpl& impl);
+  // Checks the laid-out weights; on the CPU, where they were laid out by the same library on the
+  // same instruction set, gives each to its node's kernel state (after attach_program).
+  void read_laid_out(const fb::Manifest& m, detail::ExecutableImpl& impl);
   // On a GPU, copies the constants to it (attach_program then finds them there).
   void upload_constants(Program& p);
   // A dynamic package (metadata.dynamic): dims of -1 are allowed outside constants and variables.
@@ -643,6 +647,40 @@ void Reader::read_kernels(const fb::Manifest& m, detail::ExecutableImpl& impl) {
   if (!offered.empty()) impl.backend->import_kernels(device_.index, offered);
 }
 
+void Reader::read_laid_out(const fb::Manifest& m, detail::ExecutableImpl& impl) {
+  const auto& nodes = impl.program.graph.nodes;
+  std::vector<char> seen(nodes.size(), 0);
+  const std::string& here = cpu::dnnl_util::layout_identity();
+  std::string other;  // the identity of weights not used here, if any
+  for (uint32_t i = 0; m.laid_out() && i < m.laid_out()->size(); ++i) {
+    const fb::LaidOut& w = *m.laid_out()->Get(i);
+    const std::string where = fmt::format("laid-out weight {}", i);
+    if (w.node() < 0 || static_cast<size_t>(w.node()) >= nodes.size())
+      bad(where, at(&w), "node {} is not a node of the program's {}", w.node(), nodes.size());
+    const Node& n = nodes[w.node()];
+    KernelState* state = n.params ? n.params->kernel_state() : nullptr;
+    if (!state)
+      bad(where, at(&w), "node %{} ({} '{}') lays out no weight", w.node(), op_name(n.op), n.name);
+    if (seen[w.node()]++) bad(where, at(&w), "a second laid-out weight of node %{}", w.node());
+    const uint8_t* data =
+        checked_section(where, w.offset(), w.size(), w.xxh3(), 1, b_.size, "laid-out weight");
+    const std::string id = w.identity() ? w.identity()->str() : std::string();
+    if (device_.kind != Device::Kind::cpu || id != here) {  // checked, not used
+      if (device_.kind == Device::Kind::cpu) other = id;
+      continue;
+    }
+    std::lock_guard<std::mutex> lock(state->mu);
+    state->stored = std::shared_ptr<const void>(b_.owner, data);
+    state->stored_layout = w.layout();
+    state->stored_size = w.size();
+  }
+  if (!other.empty())
+    log::info(
+        "[package] {}: laid-out weights for '{}', not this CPU's '{}': the first run lays "
+        "them out again",
+        b_.what, other, here);
+}
+
 void Reader::upload_constants(Program& p) {
   if (device_.kind == Device::Kind::cpu) return;
   // One batch: the backend stages the mapped file through pinned buffers from several threads,
@@ -665,8 +703,9 @@ std::shared_ptr<detail::ExecutableImpl> Reader::read_dynamic(const fb::Manifest&
                                                              PackageInfo info) {
   const auto& meta = *m.metadata();
   if (m.slots()->size() != 0 || m.steps()->size() != 0 || (m.tuning() && m.tuning()->size()) ||
-      (m.kernels() && m.kernels()->size()))
-    bad("manifest", at(m.slots()), "a dynamic package holds no plan, steps, tuning or kernels");
+      (m.kernels() && m.kernels()->size()) || (m.laid_out() && m.laid_out()->size()))
+    bad("manifest", at(m.slots()),
+        "a dynamic package holds no plan, steps, tuning, kernels or laid-out weights");
   for (size_t i = 0; i < p.graph.nodes.size(); ++i)
     if (p.graph.nodes[i].op == OpId::Placeholder)
       if (const std::string why = check_dim_specs(p.graph.nodes[i]); !why.empty())
@@ -748,6 +787,7 @@ std::shared_ptr<detail::ExecutableImpl> Reader::read() {
   impl->package = std::move(info);
   upload_constants(p);
   attach_program(*impl, std::move(p));
+  read_laid_out(m, *impl);
   return impl;
 }
 }  // namespace

@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 
+#include "backends/cpu/dnnl_util.h"
 #include "core/device_backend.h"
 #include "core/errors.h"
 #include "core/op_registry.h"
@@ -148,6 +149,26 @@ void write(const detail::ExecutableImpl& x, const std::string& path,
       kernels.push_back({std::move(k), off});
     }
   }
+  // the constant weights the CPU's kernels laid out in the runs so far (none laid out here)
+  struct LaidOutData {
+    int32_t node = -1;
+    uint64_t layout = 0, offset = 0;
+    const void* bytes = nullptr;
+    size_t size = 0;
+    std::shared_ptr<const void> keep;  // the bytes while they are written
+  };
+  std::vector<LaidOutData> laid_out;
+  if (!dynamic)
+    for (const Step& st : x.steps) {
+      if (st.backend != Backend::cpu || !nodes[st.node].params) continue;
+      KernelState* ks = nodes[st.node].params->kernel_state();
+      if (!ks) continue;
+      std::lock_guard<std::mutex> lock(ks->mu);
+      if (ks->layout == 0 || !ks->bytes || ks->size == 0) continue;
+      const uint64_t off = (end + kSectionAlign - 1) / kSectionAlign * kSectionAlign;
+      end = off + ks->size;
+      laid_out.push_back({st.node, ks->layout, off, ks->bytes, ks->size, ks->value});
+    }
   const uint64_t manifest_offset = (end + kManifestAlign - 1) / kManifestAlign * kManifestAlign;
 
   flatbuffers::FlatBufferBuilder b(1 << 16);
@@ -226,12 +247,16 @@ void write(const detail::ExecutableImpl& x, const std::string& path,
                                           k.bin.arch.c_str(), k.bin.key, k.offset,
                                           k.bin.bytes.size(),
                                           xxh3(k.bin.bytes.data(), k.bin.bytes.size())));
-    auto root = fb::CreateManifest(b, m, b.CreateVector(fn), b.CreateVectorOfStructs(outputs),
-                                   static_cast<uint32_t>(x.program.num_returned), fnames,
-                                   b.CreateVector(sl), x.plan.arena_bytes, x.plan.num_buffers,
-                                   b.CreateVector(st), b.CreateVector(x.placeholders),
-                                   b.CreateVector(x.variables), b.CreateVectorOfStructs(sections),
-                                   b.CreateVector(tu), b.CreateVector(ke), b.CreateVector(fbodies));
+    std::vector<flatbuffers::Offset<fb::LaidOut>> lo;
+    for (const LaidOutData& w : laid_out)
+      lo.push_back(fb::CreateLaidOutDirect(b, w.node, cpu::dnnl_util::layout_identity().c_str(),
+                                           w.layout, w.offset, w.size, xxh3(w.bytes, w.size)));
+    auto root = fb::CreateManifest(
+        b, m, b.CreateVector(fn), b.CreateVectorOfStructs(outputs),
+        static_cast<uint32_t>(x.program.num_returned), fnames, b.CreateVector(sl),
+        x.plan.arena_bytes, x.plan.num_buffers, b.CreateVector(st), b.CreateVector(x.placeholders),
+        b.CreateVector(x.variables), b.CreateVectorOfStructs(sections), b.CreateVector(tu),
+        b.CreateVector(ke), b.CreateVector(fbodies), b.CreateVector(lo));
     fb::FinishManifestBuffer(b, root);
   }
   const uint8_t* mbytes = b.GetBufferPointer();
@@ -262,6 +287,7 @@ void write(const detail::ExecutableImpl& x, const std::string& path,
     for (auto& d : data) write_at(d.offset, d.host.data(), d.host.nbytes());
     if (tuning) write_at(tuning->offset, tuning->blob.data(), tuning->blob.size());
     for (const KernelData& k : kernels) write_at(k.offset, k.bin.bytes.data(), k.bin.bytes.size());
+    for (const LaidOutData& w : laid_out) write_at(w.offset, w.bytes, w.size);
     write_at(manifest_offset, mbytes, msize);
     f.close();
     if (!f) {
