@@ -51,6 +51,11 @@ struct PackageInfo {
   bool replanned = false;  // placed and planned again for another kind of device
   /// Bytes of the file, of its data sections (with their alignment) and of its manifest.
   uint64_t file_bytes = 0, data_bytes = 0, manifest_bytes = 0;
+  /// The CPU's laid-out weights the file holds (docs/package-format.md, LAID OUT), how many this
+  /// load takes instead of converting them on its first run (on a CPU of the identity they were
+  /// laid out for), and that identity (e.g. "onednn 2.6.3 avx512_core_bf16"; empty without any).
+  size_t laid_out_weights = 0, laid_out_taken = 0;
+  std::string laid_out_for;
 };
 
 /// Whether the first `size` bytes of a file (8 suffice) are a kiln package's magic, or at least 4

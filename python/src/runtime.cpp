@@ -208,7 +208,13 @@ void bind_runtime(nb::module_& m) {
       .def_ro("source_hash", &PackageInfo::source_hash)
       .def_ro("compiled_for", &PackageInfo::compiled_for)
       .def_ro("format_version", &PackageInfo::format_version)
-      .def_ro("replanned", &PackageInfo::replanned);
+      .def_ro("replanned", &PackageInfo::replanned)
+      .def_ro("laid_out_weights", &PackageInfo::laid_out_weights,
+              "The CPU's laid-out weights the file holds")
+      .def_ro("laid_out_taken", &PackageInfo::laid_out_taken,
+              "How many of them this load takes instead of laying them out on its first run")
+      .def_ro("laid_out_for", &PackageInfo::laid_out_for,
+              "The library and instruction set they were laid out for");
 
   nb::class_<Executable>(m, "Executable",
                          "A compiled, shape-specialized plan for one device (Graph.compile, "

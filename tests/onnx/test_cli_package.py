@@ -305,3 +305,44 @@ def test_convert_refuses_a_package(mlp, tmp_path):
     assert_clean_error(kiln("convert", pkg, "-o", tmp_path / "again.kiln"), "already a kiln package",
                        pkg.name)
     assert not (tmp_path / "again.kiln").exists()
+
+
+def test_convert_warm_up_stores_laid_out_weights(tmp_path):
+    """--warm-up runs the package once before writing it: the CPU's laid-out conv weight is stored,
+    a load on this CPU takes it, and the outputs stay those of the package without it (and ONNX
+    Runtime's)."""
+    w = RNG.standard_normal((16, 8, 3, 3)).astype(np.float32)
+    b = RNG.standard_normal(16).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["X", "W", "B"], ["C"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["C"], ["Y"])]
+    g = helper.make_graph(nodes, "conv", [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["n", 8, 12, 12])],
+                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["n", 16, 12, 12])],
+                          [numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "B")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, str(tmp_path / "conv.onnx"))
+    x = RNG.standard_normal((2, 8, 12, 12)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    plain = convert(tmp_path / "conv.onnx", tmp_path / "plain.kiln", "X=2,8,12,12")
+    r = kiln("convert", tmp_path / "conv.onnx", "-o", tmp_path / "warm.kiln", "--shape", "X=2,8,12,12", "--warm-up",
+             "--input", f"X={tmp_path / 'x.npy'}")
+    assert r.returncode == 0 and "warm-up: one run" in r.stdout, r.stdout + r.stderr
+    infos = {}
+    for name in ["plain", "warm"]:
+        r = kiln("inspect", tmp_path / f"{name}.kiln", "--json", "--device", "cpu")
+        assert r.returncode == 0, r.stderr
+        infos[name] = json.loads(r.stdout)["laid_out_weights"]
+    assert infos["plain"]["count"] == 0 and infos["plain"]["for"] == "", infos
+    assert infos["warm"]["count"] == 1 and infos["warm"]["taken"] == 1 and "onednn" in infos["warm"]["for"], infos
+    r = kiln("inspect", tmp_path / "warm.kiln", "--device", "cpu")
+    assert "laid-out weights: 1 for onednn" in r.stdout and "taken by this load" in r.stdout, r.stdout
+    outs = {n: run_outputs(tmp_path / f"{n}.kiln", tmp_path / f"out_{n}", "-i", f"X={tmp_path / 'x.npy'}")[0]
+            for n in ["plain", "warm"]}
+    assert_bit_identical(outs["plain"], outs["warm"])
+    np.testing.assert_allclose(outs["warm"]["Y.npy"], onnxruntime_outputs(tmp_path / "conv.onnx", {"X": x})["Y"],
+                               rtol=1e-4, atol=1e-5)
+    # an --input that names no input fails cleanly; a dynamic package skips the run
+    assert_clean_error(kiln("convert", tmp_path / "conv.onnx", "-o", tmp_path / "bad.kiln", "--shape",
+                            "X=2,8,12,12", "--warm-up", "--input", f"Q={tmp_path / 'x.npy'}"), "Q", "--input")
+    r = kiln("convert", tmp_path / "conv.onnx", "-o", tmp_path / "dyn.kiln", "--warm-up")
+    assert r.returncode == 0 and "warm-up: skipped" in r.stdout, r.stdout + r.stderr

@@ -55,6 +55,10 @@ TEST(LaidOutWeights, RunsBeforeSavingAreStoredAndTakenBitForBit) {
   const Executable loaded = Executable::load_bytes(b.data(), b.size(), Device::cpu());
   const Array got = loaded.run({{"x", xv}})[0];
   EXPECT_EQ(du::weights_laid_out(), before) << "a stored weight was converted again";
+  const PackageInfo& info = *loaded.package_info();
+  EXPECT_EQ(info.laid_out_weights, 3u);
+  EXPECT_EQ(info.laid_out_taken, 3u);
+  EXPECT_EQ(info.laid_out_for, du::layout_identity());
   expect_equal(got, want.shape(), to_f64(want));
   // saved again, the loaded executable stores the same bytes
   Bytes again = saved_bytes(loaded, "laid_out_again");
@@ -70,6 +74,9 @@ TEST(LaidOutWeights, AnExecutableThatNeverRanStoresNone) {
   Net n;
   Bytes b = saved_bytes(n.exe, "laid_out_none");
   EXPECT_EQ(laid_out_entries(b), 0u);
+  EXPECT_EQ(
+      Executable::load_bytes(b.data(), b.size(), Device::cpu()).package_info()->laid_out_weights,
+      0u);
   const size_t before = du::weights_laid_out();
   const Array xv = random_array({4, 16, 16, 16}, f32);
   const Executable loaded = Executable::load_bytes(b.data(), b.size(), Device::cpu());
@@ -103,6 +110,9 @@ TEST(LaidOutWeights, OtherIdentitiesAndLayoutsAreConvertedAgain) {
     const Array got = loaded.run({{"x", xv}})[0];
     EXPECT_EQ(du::weights_laid_out(), before + 1);
     expect_equal(got, want.shape(), to_f64(want));
+    EXPECT_EQ(loaded.package_info()->laid_out_weights, 3u);
+    // (a key the primitive does not ask for is taken by the load, and left by the run)
+    EXPECT_EQ(loaded.package_info()->laid_out_taken, edit == 0 ? 2u : 3u);
   }
 }
 

@@ -58,6 +58,8 @@ Json inspect_json(const std::string& path, const PreparedModel& model) {
     j["source_hash"] = p.source_hash;
     j["compiled_for"] = p.compiled_for;
     j["replanned"] = p.replanned;
+    j["laid_out_weights"] = {
+        {"count", p.laid_out_weights}, {"taken", p.laid_out_taken}, {"for", p.laid_out_for}};
     for (const auto& in : model.inputs) inputs.push_back(io_json(in.name, in.dtype, in.shape));
     for (const auto& out : model.outputs)
       outputs.push_back(io_json(out.name, out.dtype, out.shape));

@@ -488,6 +488,11 @@ void print_package_summary(const Executable& exe) {
                exe.device().str());
   else
     fmt::print("compiled for {}, loaded for {} as compiled\n", p->compiled_for, exe.device().str());
+  if (p->laid_out_weights > 0)
+    fmt::print("laid-out weights: {} for {}, {}\n", p->laid_out_weights, p->laid_out_for,
+               p->laid_out_taken == p->laid_out_weights
+                   ? "taken by this load"
+                   : "not this load's (its first run lays the weights out)");
   fmt::print("inputs:\n");
   for (const auto& in : exe.inputs()) {
     std::string ranges;

@@ -665,10 +665,13 @@ void Reader::read_laid_out(const fb::Manifest& m, detail::ExecutableImpl& impl) 
     const uint8_t* data =
         checked_section(where, w.offset(), w.size(), w.xxh3(), 1, b_.size, "laid-out weight");
     const std::string id = w.identity() ? w.identity()->str() : std::string();
+    ++impl.package->laid_out_weights;
+    impl.package->laid_out_for = id;
     if (device_.kind != Device::Kind::cpu || id != here) {  // checked, not used
       if (device_.kind == Device::Kind::cpu) other = id;
       continue;
     }
+    ++impl.package->laid_out_taken;
     std::lock_guard<std::mutex> lock(state->mu);
     state->stored = std::shared_ptr<const void>(b_.owner, data);
     state->stored_layout = w.layout();
