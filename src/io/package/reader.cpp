@@ -651,7 +651,7 @@ void Reader::read_laid_out(const fb::Manifest& m, detail::ExecutableImpl& impl) 
   const auto& nodes = impl.program.graph.nodes;
   std::vector<char> seen(nodes.size(), 0);
   const std::string& here = cpu::dnnl_util::layout_identity();
-  std::string other;  // the identity of weights not used here, if any
+  PackageInfo& info = *impl.package;
   for (uint32_t i = 0; m.laid_out() && i < m.laid_out()->size(); ++i) {
     const fb::LaidOut& w = *m.laid_out()->Get(i);
     const std::string where = fmt::format("laid-out weight {}", i);
@@ -664,24 +664,20 @@ void Reader::read_laid_out(const fb::Manifest& m, detail::ExecutableImpl& impl) 
     if (seen[w.node()]++) bad(where, at(&w), "a second laid-out weight of node %{}", w.node());
     const uint8_t* data =
         checked_section(where, w.offset(), w.size(), w.xxh3(), 1, b_.size, "laid-out weight");
-    const std::string id = w.identity() ? w.identity()->str() : std::string();
-    ++impl.package->laid_out_weights;
-    impl.package->laid_out_for = id;
-    if (device_.kind != Device::Kind::cpu || id != here) {  // checked, not used
-      if (device_.kind == Device::Kind::cpu) other = id;
-      continue;
-    }
-    ++impl.package->laid_out_taken;
+    info.laid_out_for = w.identity() ? w.identity()->str() : std::string();
+    ++info.laid_out_weights;
+    if (device_.kind != Device::Kind::cpu || info.laid_out_for != here) continue;  // checked only
+    ++info.laid_out_taken;
     std::lock_guard<std::mutex> lock(state->mu);
     state->stored = std::shared_ptr<const void>(b_.owner, data);
     state->stored_layout = w.layout();
     state->stored_size = w.size();
   }
-  if (!other.empty())
+  if (device_.kind == Device::Kind::cpu && info.laid_out_taken < info.laid_out_weights)
     log::info(
         "[package] {}: laid-out weights for '{}', not this CPU's '{}': the first run lays "
         "them out again",
-        b_.what, other, here);
+        b_.what, info.laid_out_for, here);
 }
 
 void Reader::upload_constants(Program& p) {
