@@ -183,8 +183,9 @@ TEST(DynamicPackage, TheReaderChecksItsDims) {
   auto x = g.placeholder({2, 3}, f32, "x");
   const Bytes fixed = saved_bytes(g.compile(default_device(), {}, {relu(x)}), "fixed");
   EXPECT_EQ(get<uint32_t>(fixed, package::header::min_reader_version), 1u);
-  expect_rejected(fixed, [](fb::Manifest& fm) { fm.mutable_metadata()->mutate_dynamic(true); },
-                  {"[package]", "a dynamic package holds no plan, steps, tuning or kernels"});
+  expect_rejected(
+      fixed, [](fb::Manifest& fm) { fm.mutable_metadata()->mutate_dynamic(true); },
+      {"[package]", "a dynamic package holds no plan, steps, tuning, kernels or laid-out weights"});
   // and -1 dims are refused in static packages
   expect_rejected(fixed,
                   [](fb::Manifest& fm) {
