@@ -29,6 +29,11 @@ struct PackageOptions {
   std::string source_hash;
   /// Names of the returned values, in order (empty: the names they have now).
   std::vector<std::string> output_names;
+  /// Also store the constant weights the CPU's kernels laid out for oneDNN in the runs so far
+  /// (docs/package-format.md, LAID OUT): a load on a CPU of the same oneDNN and instruction set
+  /// then skips converting them on its first run (ResNet-50's first run 59 -> 30 ms), at the
+  /// price of a file about twice as large, which takes about twice as long to load.
+  bool laid_out_weights = false;
 };
 
 struct LoadOptions {

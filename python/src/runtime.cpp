@@ -296,14 +296,18 @@ void bind_runtime(nb::module_& m) {
       .def(
           "save",
           [](const Executable& e, const std::string& path, const std::string& producer,
-             const std::string& source_hash, const std::vector<std::string>& output_names) {
-            PackageOptions o{producer, source_hash, output_names};
+             const std::string& source_hash, const std::vector<std::string>& output_names,
+             bool laid_out_weights) {
+            PackageOptions o{producer, source_hash, output_names, laid_out_weights};
             nb::gil_scoped_release release;
             e.save(path, o);
           },
           nb::arg("path"), nb::arg("producer") = "kiln python", nb::arg("source_hash") = "",
-          nb::arg("output_names") = std::vector<std::string>{},
-          "Writes the executable as a .kiln package (program, plan, constants, variables).")
+          nb::arg("output_names") = std::vector<std::string>{}, nb::arg("laid_out_weights") = false,
+          "Writes the executable as a .kiln package (program, plan, constants, variables); with "
+          "laid_out_weights, also the weights the CPU laid out in the runs so far (a first run "
+          "after loading on the same CPU then skips converting them; the file grows by their "
+          "size).")
       .def_static(
           "load",
           [](const std::string& path, std::optional<Device> device, bool verify_weights,

@@ -108,18 +108,19 @@ def test_packages_store_the_cpus_laid_out_weights(rng, tmp_path):
     xv = rng.standard_normal((64, 512)).astype(np.float32)
     want = exe.run({x: xv})[0].numpy()
     path = str(tmp_path / "laid_out.kiln")
-    exe.save(path)
+    exe.save(path, laid_out_weights=True)
     info = kiln.Executable.load(path, "cpu").package_info
     assert info.laid_out_weights == 1 and info.laid_out_taken == 1 and info.laid_out_for.startswith("onednn "), (
         info.laid_out_weights, info.laid_out_taken, info.laid_out_for)
     np.testing.assert_array_equal(kiln.Executable.load(path, "cpu").run({"x": xv})[0].numpy(), want)
     np.testing.assert_allclose(want, np.maximum(xv.astype(np.float64) @ wv.T.astype(np.float64), 0), rtol=1e-4,
                                atol=1e-5)
-    # never run before saving: nothing laid out to store
-    path2 = str(tmp_path / "plain.kiln")
-    g.compile([y], device="cpu").save(path2)
-    plain = kiln.Executable.load(path2, "cpu").package_info
-    assert plain.laid_out_weights == 0 and plain.laid_out_taken == 0 and plain.laid_out_for == ""
+    # by default, or never run before saving: none stored
+    for i, e in enumerate([exe, g.compile([y], device="cpu")]):
+        path2 = str(tmp_path / f"plain{i}.kiln")
+        e.save(path2, laid_out_weights=i == 1)
+        plain = kiln.Executable.load(path2, "cpu").package_info
+        assert plain.laid_out_weights == 0 and plain.laid_out_taken == 0 and plain.laid_out_for == ""
 
 
 def test_run_async_queues_events_and_futures(rng):

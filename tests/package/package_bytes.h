@@ -48,10 +48,11 @@ inline void fix_checksums(Bytes& b) {
 }
 
 /// The bytes of `exe` saved to a temporary file named after `name`.
-inline Bytes saved_bytes(const Executable& exe, const std::string& name) {
+inline Bytes saved_bytes(const Executable& exe, const std::string& name,
+                         const PackageOptions& options = {}) {
   const std::string path =
       testing::TempDir() + "kiln_pkg_" + name + "_" + std::to_string(::getpid()) + ".kiln";
-  exe.save(path);
+  exe.save(path, options);
   std::ifstream in(path, std::ios::binary);
   Bytes r{std::istreambuf_iterator<char>(in), {}};
   std::filesystem::remove(path);

@@ -1,7 +1,8 @@
 // Laid-out weights in packages (format.h, LAID OUT): the constant weights a CPU executable's runs
-// converted to oneDNN's layouts are saved with it, and a CPU of the same identity takes them on
-// its first run instead of converting again, with the same results bit for bit; another identity
-// or layout converts afresh; damaged sections fail naming the section.
+// converted to oneDNN's layouts are saved with it where PackageOptions::laid_out_weights asks, and
+// a CPU of the same identity takes them on its first run instead of converting again, with the same
+// results bit for bit; another identity or layout converts afresh; damaged sections fail naming the
+// section.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -35,6 +36,8 @@ struct Net {
   }
 };
 
+const PackageOptions kStore{.laid_out_weights = true};
+
 size_t laid_out_entries(Bytes& b) {
   const auto* l = manifest(b)->laid_out();
   return l ? l->size() : 0;
@@ -44,7 +47,7 @@ TEST(LaidOutWeights, RunsBeforeSavingAreStoredAndTakenBitForBit) {
   Net n;
   const Array xv = random_array({4, 16, 16, 16}, f32);
   const Array want = n.exe.run({{n.x, xv}})[0];
-  Bytes b = saved_bytes(n.exe, "laid_out");
+  Bytes b = saved_bytes(n.exe, "laid_out", kStore);
   ASSERT_EQ(laid_out_entries(b), 3u);
   for (const auto* w : *manifest(b)->laid_out()) {
     EXPECT_EQ(w->identity()->str(), du::layout_identity());
@@ -61,7 +64,7 @@ TEST(LaidOutWeights, RunsBeforeSavingAreStoredAndTakenBitForBit) {
   EXPECT_EQ(info.laid_out_for, du::layout_identity());
   expect_equal(got, want.shape(), to_f64(want));
   // saved again, the loaded executable stores the same bytes
-  Bytes again = saved_bytes(loaded, "laid_out_again");
+  Bytes again = saved_bytes(loaded, "laid_out_again", kStore);
   ASSERT_EQ(laid_out_entries(again), 3u);
   for (uint32_t i = 0; i < 3; ++i) {
     const auto *a = manifest(b)->laid_out()->Get(i), *c = manifest(again)->laid_out()->Get(i);
@@ -70,10 +73,17 @@ TEST(LaidOutWeights, RunsBeforeSavingAreStoredAndTakenBitForBit) {
   }
 }
 
+// Without PackageOptions::laid_out_weights, or before any run, a package stores none.
 TEST(LaidOutWeights, AnExecutableThatNeverRanStoresNone) {
   Net n;
-  Bytes b = saved_bytes(n.exe, "laid_out_none");
+  Bytes b = saved_bytes(n.exe, "laid_out_none", kStore);
   EXPECT_EQ(laid_out_entries(b), 0u);
+  {
+    Net ran;
+    ran.exe.run({{ran.x, random_array({4, 16, 16, 16}, f32)}});
+    Bytes by_default = saved_bytes(ran.exe, "laid_out_default");
+    EXPECT_EQ(laid_out_entries(by_default), 0u);
+  }
   EXPECT_EQ(
       Executable::load_bytes(b.data(), b.size(), Device::cpu()).package_info()->laid_out_weights,
       0u);
@@ -92,7 +102,7 @@ TEST(LaidOutWeights, OtherIdentitiesAndLayoutsAreConvertedAgain) {
   Net n;
   const Array xv = random_array({4, 16, 16, 16}, f32);
   const Array want = n.exe.run({{n.x, xv}})[0];
-  const Bytes saved = saved_bytes(n.exe, "laid_out_other");
+  const Bytes saved = saved_bytes(n.exe, "laid_out_other", kStore);
   for (int edit = 0; edit < 2; ++edit) {
     SCOPED_TRACE(edit == 0 ? "identity" : "layout key");
     Bytes b = saved;
@@ -129,7 +139,7 @@ void expect_format_error(const Bytes& b, const std::vector<std::string>& parts) 
 TEST(LaidOutWeights, DamagedSectionsFailNamingThem) {
   Net n;
   n.exe.run({{n.x, random_array({4, 16, 16, 16}, f32)}});
-  const Bytes saved = saved_bytes(n.exe, "laid_out_bad");
+  const Bytes saved = saved_bytes(n.exe, "laid_out_bad", kStore);
   const auto* first = manifest(const_cast<Bytes&>(saved))->laid_out()->Get(1);
   const uint64_t off = first->offset(), size = first->size();
   const int32_t node = first->node();

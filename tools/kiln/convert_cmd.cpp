@@ -81,6 +81,7 @@ void convert_model(const ConvertOptions& o) {
   PackageOptions po;
   po.producer = "kiln convert";
   po.source_hash = file_hash(o.model);
+  po.laid_out_weights = o.warm_up;
   for (const auto& out : model.outputs) po.output_names.push_back(out.name);
   exe.save(o.output, po);
   fmt::print("wrote {}\n", o.output);

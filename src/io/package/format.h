@@ -96,8 +96,10 @@
 // of the same key and size, instead of converting the weight again (a view of the bytes read from
 // the file, as constants are). Another identity: the section is not used (a message with
 // KILN_LOG=info), and the first run converts the weight as a compiled executable does. Other
-// devices only check the section. Saving converts nothing: it stores the weights the runs before
-// it laid out (none when the executable never ran).
+// devices only check the section. Only a save with PackageOptions::laid_out_weights writes them
+// (kiln convert --warm-up): it converts nothing itself but stores the weights the runs before it
+// laid out (none when the executable never ran). They halve a first run (ResNet-50 on two Zen 5
+// threads: 59 -> 30 ms) and double the file, whose load takes about as long as they save.
 //
 // READING a file that may come from anyone. The reader
 //   1. checks the magic, then min_reader_version against its own version (kReaderVersion),

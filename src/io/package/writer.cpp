@@ -158,7 +158,7 @@ void write(const detail::ExecutableImpl& x, const std::string& path,
     std::shared_ptr<const void> keep;  // the bytes while they are written
   };
   std::vector<LaidOutData> laid_out;
-  if (!dynamic)
+  if (!dynamic && options.laid_out_weights)
     for (const Step& st : x.steps) {
       if (st.backend != Backend::cpu || !nodes[st.node].params) continue;
       KernelState* ks = nodes[st.node].params->kernel_state();
