@@ -370,35 +370,20 @@ uint64_t layout_key(const Arg& a) {
 const std::string& layout_identity() {
   static const std::string id = [] {
     const dnnl_version_t* ver = dnnl_version();
-    std::string isa;
-    switch (dnnl::get_effective_cpu_isa()) {
-      case dnnl::cpu_isa::sse41:
-        isa = "sse41";
-        break;
-      case dnnl::cpu_isa::avx:
-        isa = "avx";
-        break;
-      case dnnl::cpu_isa::avx2:
-        isa = "avx2";
-        break;
-      case dnnl::cpu_isa::avx2_vnni:
-        isa = "avx2_vnni";
-        break;
-      case dnnl::cpu_isa::avx512_core:
-        isa = "avx512_core";
-        break;
-      case dnnl::cpu_isa::avx512_core_vnni:
-        isa = "avx512_core_vnni";
-        break;
-      case dnnl::cpu_isa::avx512_core_bf16:
-        isa = "avx512_core_bf16";
-        break;
-      case dnnl::cpu_isa::avx512_core_amx:
-        isa = "avx512_core_amx";
-        break;
-      default:
-        isa = "isa " + std::to_string(static_cast<int>(dnnl::get_effective_cpu_isa()));
-    }
+    using isa_t = dnnl::cpu_isa;
+    static const std::pair<isa_t, const char*> names[] = {
+        {isa_t::sse41, "sse41"},
+        {isa_t::avx, "avx"},
+        {isa_t::avx2, "avx2"},
+        {isa_t::avx2_vnni, "avx2_vnni"},
+        {isa_t::avx512_core, "avx512_core"},
+        {isa_t::avx512_core_vnni, "avx512_core_vnni"},
+        {isa_t::avx512_core_bf16, "avx512_core_bf16"},
+        {isa_t::avx512_core_amx, "avx512_core_amx"}};
+    const isa_t here = dnnl::get_effective_cpu_isa();
+    std::string isa = "isa " + std::to_string(static_cast<int>(here));
+    for (const auto& [value, name] : names)
+      if (value == here) isa = name;
     return "onednn " + std::to_string(ver->major) + "." + std::to_string(ver->minor) + "." +
            std::to_string(ver->patch) + " " + isa;
   }();
