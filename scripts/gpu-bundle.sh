@@ -45,6 +45,8 @@ rm "$stage/rodata.bin" "$stage/kernels.txt"
 strip "$stage"/kiln* "$stage"/tests/* "$stage"/bench/* "$stage/lib/libkiln.so" 2>/dev/null || true
 [ -d "$stage/oplibs" ] && find "$stage/oplibs" -type f -exec strip {} + 2>/dev/null || true
 cp -r "$BUILD/data" "$stage/data"
+# ONNX's node tests (written when the build was configured), for their run on CUDA
+[ -d "$BUILD/tests/onnx_node_tests/node" ] && cp -r "$BUILD/tests/onnx_node_tests" "$stage/onnx_node_tests"
 # shared libraries from Debian that the GPU machine lacks (CUDA's own come from its Python env)
 ldd "$stage/kiln" "$stage"/tests/* | awk '/=> \// {print $3}' | sort -u |
   grep -E 'libdnnl|libfmt|libgomp|libOpenCL|libbenchmark|libgtest|libgmock|libonnx|libprotobuf' | grep -v "$BUILD" |

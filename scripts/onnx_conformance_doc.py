@@ -16,10 +16,37 @@ def pct(a, b):
     return f"{100.0 * a / b:.1f}%" if b else "-"
 
 
+def cuda_section(path, device, cpu_cases):
+    """The CUDA run's counts and the cases whose result differs from the CPU's."""
+    with open(path) as f:
+        data = json.load(f)
+    s = data["summary"]
+    cpu = {c["name"]: c for c in cpu_cases}
+    lines = ["", "## On CUDA", "",
+             f"The same cases compiled for CUDA (`--device cuda`, a step of `make test-gpu`) on {device},",
+             "at the suite's tolerances except where `tests/onnx/tolerances_cuda.txt` says otherwise (with",
+             "its reasons):",
+             f"pass {s['pass']}, fail {s['fail']} (expected {s['fail_expected']}, unexpected "
+             f"{s['fail_unexpected']}), skip {s['skip']}.", "",
+             "Cases whose result differs from the CPU's:", ""]
+    differ = [c for c in data["cases"] if c["name"] in cpu and
+              (c["status"], c["reason"]) != (cpu[c["name"]]["status"], cpu[c["name"]]["reason"])]
+    if differ:
+        lines += ["| case | CPU | CUDA |", "|---|---|---|"]
+        for c in sorted(differ, key=lambda c: c["name"]):
+            lines.append(f"| `{c['name']}` | {cpu[c['name']]['status']} | {c['status']}"
+                         f"{': ' + c['reason'].replace('|', '/') if c['reason'] else ''} |")
+    else:
+        lines.append("None.")
+    return lines
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("json", help="kiln_onnx_conformance --json output")
     ap.add_argument("out", nargs="?", default="docs/conformance.md")
+    ap.add_argument("--cuda-json", help="the same run with --device cuda: adds a section on CUDA")
+    ap.add_argument("--cuda-device", default="a GPU", help="the GPU the CUDA run ran on, in words")
     ap.add_argument("--onnx-version", help="onnx release of the test data (default: the installed onnx)")
     args = ap.parse_args()
     with open(args.json) as f:
@@ -118,6 +145,9 @@ def main():
               "given at run time).", ""]
     lines.append(", ".join(f"{k} ({n})" for k, n in sorted(frozen.items(), key=lambda kv: (-kv[1], kv[0])))
                  or "None.")
+
+    if args.cuda_json:
+        lines += cuda_section(args.cuda_json, args.cuda_device, cases)
 
     missing = collections.Counter()
     for c in cases:

@@ -4,7 +4,7 @@
 #
 #   1. functional: the C++ suites with KILN_DEVICE=cuda, the CUDA runtime tests (also under
 #      KILN_VALIDATE=cpu), the cross-backend harness (also with recorded runs off and with
-#      elementwise fusion off), ONNX models on CUDA, the Python bridge, the demo on CUDA and on the
+#      elementwise fusion off), ONNX models and ONNX's node tests on CUDA, the Python bridge, the demo on CUDA and on the
 #      CPU, data-parallel training; determinism across processes; and first, alone on the GPU, the
 #      load tests (device memory filled until it runs out, 10,000 asynchronous runs). The kernel
 #      launches of these steps are counted (tests/gpu_tools/kernel_counter.cpp) and every kernel
@@ -190,6 +190,16 @@ if in_part 1; then
     counted onnx-models-cuda "${ONNX[@]}" -v
     counted onnx-models-cuda-nofusion env KILN_FUSION=0 "${ONNX[@]}"
     counted onnx-models-cuda-nocapture env KILN_CAPTURE=0 "${ONNX[@]}"
+    # ONNX's node tests on CUDA: each worker runs its share of the cases in one process (a
+    # context per case would take minutes)
+    NODE="$B/onnx_node_tests/node"
+    if [ -d "$NODE" ]; then
+      step onnx-node-tests-cuda "$B/tests/kiln_onnx_conformance" --data "$NODE" --device cuda \
+        --expected tests/onnx/expected_failures.txt --tolerances tests/onnx/tolerances_cuda.txt \
+        --jobs 8 --no-fork --json "$LOGS/onnx-node-tests-cuda.json"
+    else
+      step onnx-node-tests-cuda sh -c "echo 'the bundle has no ONNX node tests ($NODE)'; exit 1"
+    fi
     [ -n "${MODELS_DIR:-}" ] && step onnx-more-models-cuda "$B/tests/kiln_onnx_conformance" \
       --data "$MODELS_DIR" --rtol 1e-4 --atol 1e-5 --device cuda -v
   fi

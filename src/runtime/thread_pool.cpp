@@ -22,6 +22,14 @@ ThreadPool& ThreadPool::global() {
   return pool;
 }
 
+ThreadPool::Bound::Bound(const ThreadPool& pool) : before_(omp_get_max_threads()) {
+  if (pool.size() != before_) omp_set_num_threads(pool.size());
+}
+
+ThreadPool::Bound::~Bound() {
+  if (omp_get_max_threads() != before_) omp_set_num_threads(before_);
+}
+
 void ThreadPool::parallel_for(int64_t n, int64_t grain,
                               const std::function<void(int64_t, int64_t)>& body) {
   if (n <= 0) return;

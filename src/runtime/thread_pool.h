@@ -21,6 +21,22 @@ class ThreadPool {
   /// The process-wide pool.
   static ThreadPool& global();
 
+  /// While alive, OpenMP's thread count on the calling thread is the pool's: oneDNN's primitives
+  /// take their threads from there (and lay out their work by it when made), so an executable
+  /// compiled for N threads runs its convolutions and products on N, not on every core. The
+  /// count is per calling thread, so runs on other threads are unaffected; the caller's count
+  /// is restored at the end.
+  class Bound {
+   public:
+    explicit Bound(const ThreadPool& pool);
+    ~Bound();
+    Bound(const Bound&) = delete;
+    Bound& operator=(const Bound&) = delete;
+
+   private:
+    int before_;
+  };
+
  private:
   int threads_;
 };

@@ -1,6 +1,8 @@
 // Custom ops registered from the program itself (no library): purity (CSE merges pure nodes,
 // never impure ones), the Stream a CPU kernel gets, and errors. Part of kiln_op_tests, whose
 // coverage test wants the suites Custom and CustomImpure.
+#include <omp.h>
+
 #include <atomic>
 #include <set>
 #include <thread>
@@ -101,6 +103,55 @@ TEST(CustomImpure, NodesNeverMerge) {
   EXPECT_EQ(custom_op1("inproc.plus_impure", {x}).op_name(), "custom_impure");
   const auto names = custom_op_names();
   EXPECT_TRUE(std::set<std::string>(names.begin(), names.end()).count("inproc.plus_impure"));
+}
+
+// The OpenMP thread count a kernel sees is its executable's: oneDNN's primitives take their
+// threads from it. Each calling thread keeps its own count, and gets it back after the run.
+thread_local int t_seen_threads = 0;
+
+void record_threads(KernelContext& c, Stream&) {
+  t_seen_threads = omp_get_max_threads();
+  std::copy_n(c.in(0).ptr<float>(), c.in(0).numel(), c.out(0).ptr<float>());
+}
+
+int threads_seen_by_a_run(int threads) {
+  if (!is_custom_op_registered("inproc.threads")) {
+    CustomOpDef d;
+    d.name = "inproc.threads";
+    d.inputs = {{"x"}};
+    d.outputs = {{"y"}};
+    d.pure = false;
+    register_custom_op(d);
+    register_custom_kernel("inproc.threads", Backend::cpu, record_threads);
+  }
+  Graph g;
+  Tensor x = g.placeholder({8}, f32, "x");
+  CompileOptions opts;
+  opts.num_threads = threads;
+  auto exe = g.compile(Device::cpu(), {}, {custom_op1("inproc.threads", {x})}, opts);
+  const Array xa = test::random_array({8}, f32);
+  t_seen_threads = 0;
+  const Array y = exe.run({{x, xa}})[0];
+  test::expect_close(y, {8}, test::to_f64(xa), 0, 0);
+  return t_seen_threads;
+}
+
+TEST(Custom, KernelsSeeTheirExecutablesThreadCount) {
+  const int before = omp_get_max_threads();
+  for (int threads : {1, 3, 7}) {
+    EXPECT_EQ(threads_seen_by_a_run(threads), threads);
+    EXPECT_EQ(omp_get_max_threads(), before);
+  }
+  // two threads at once, each with its own count on every run
+  auto runs = [](int threads, int& wrong) {
+    for (int i = 0; i < 20; ++i) wrong += threads_seen_by_a_run(threads) != threads;
+  };
+  int wrong_a = 0, wrong_b = 0;
+  std::thread a(runs, 2, std::ref(wrong_a)), b(runs, 5, std::ref(wrong_b));
+  a.join();
+  b.join();
+  EXPECT_EQ(wrong_a, 0);
+  EXPECT_EQ(wrong_b, 0);
 }
 
 }  // namespace

@@ -6,7 +6,8 @@
 //
 // Each case passes, fails (with a one-line reason) or is skipped (an op type kiln does not map,
 // a non-default domain, opset < 7, or an element type kiln lacks). Cases run in a forked child,
-// so a crash or a hang fails that case only. The run fails when a case fails that the
+// so a crash or a hang fails that case only; `--jobs N` runs them in N worker processes side by
+// side (each forks its cases in turn). The run fails when a case fails that the
 // expectations file does not list, or a listed case passes (the list only shrinks).
 #include <fmt/format.h>
 #include <onnx/onnx-data_pb.h>
@@ -18,6 +19,7 @@
 #include <algorithm>
 #include <cmath>
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -39,6 +41,13 @@ namespace {
 // the suite's tolerances unless --rtol/--atol say otherwise (the model tests use 1e-4)
 double kRtol = 1e-3;
 double kAtol = 1e-7;
+// per case, from --tolerances (`case  atol=A rtol=R  # reason`): the tolerances the running case
+// is compared at
+struct Tolerance {
+  double rtol, atol;
+};
+std::map<std::string, Tolerance> g_overrides;
+Tolerance g_tol{kRtol, kAtol};
 kiln::Device g_device = kiln::Device::cpu();
 constexpr unsigned kCaseSeconds = 120;
 
@@ -53,6 +62,30 @@ struct CaseResult {
   // ran again with its parameter-like inputs (integer, bool, one value) frozen into initializers
   bool frozen = false;
 };
+
+nlohmann::ordered_json to_json(const CaseResult& r) {
+  return {{"name", r.name},
+          {"status", r.status},
+          {"category", r.category},
+          {"reason", r.reason},
+          {"opset", r.opset},
+          {"frozen_inputs", r.frozen},
+          {"op_types", std::vector<std::string>(r.op_types.begin(), r.op_types.end())},
+          {"expected_failure", r.expected_failure}};
+}
+
+CaseResult from_json(const nlohmann::json& j) {
+  CaseResult r;
+  r.name = j.at("name");
+  r.status = j.at("status");
+  r.category = j.at("category");
+  r.reason = j.at("reason");
+  r.opset = j.at("opset");
+  r.frozen = j.at("frozen_inputs");
+  for (const auto& op : j.at("op_types")) r.op_types.insert(op.get<std::string>());
+  r.expected_failure = j.at("expected_failure");
+  return r;
+}
 
 // A skip or a failure found before running, as an exception.
 struct Skip {
@@ -282,7 +315,7 @@ std::string compare(const Array& got, const Array& want, const std::string& name
     if (std::isnan(w[i]) && std::isnan(g[i])) continue;
     if (g[i] == w[i]) continue;  // infinities
     const double err = std::abs(g[i] - w[i]);
-    if (!(err <= kAtol + std::max(kRtol * std::abs(w[i]), two_ulps(w[i])))) {
+    if (!(err <= g_tol.atol + std::max(g_tol.rtol * std::abs(w[i]), two_ulps(w[i])))) {
       if (bad++ == 0) first = i;
       worst = std::isnan(err) ? err : std::max(worst, err);
     }
@@ -421,6 +454,8 @@ std::pair<bool, std::string> isolated(const std::function<std::string()>& fn, bo
 CaseResult classify_and_run(const fs::path& dir, bool fork_cases) {
   CaseResult res;
   res.name = dir.filename().string();
+  const auto over = g_overrides.find(res.name);
+  g_tol = over != g_overrides.end() ? over->second : Tolerance{kRtol, kAtol};
   try {
     onnx::ModelProto model;
     {
@@ -514,6 +549,88 @@ CaseResult classify_and_run(const fs::path& dir, bool fork_cases) {
 }
 
 // `case_name  # reason` per line; blank lines and comment lines are ignored.
+// Runs the cases in `jobs` worker processes, case k in worker k % jobs, each writing its results
+// as JSON lines into a file of its own; returns them in the cases' order. The workers are forked
+// before this process has made any thread or device context, so each starts clean (a CUDA
+// context cannot cross a fork).
+std::vector<CaseResult> run_in_workers(const std::vector<fs::path>& dirs, int jobs,
+                                       bool fork_cases) {
+  const fs::path tmp = fs::temp_directory_path() / fmt::format("kiln_conformance_{}", getpid());
+  fs::create_directories(tmp);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::vector<pid_t> workers;
+  for (int w = 0; w < jobs; ++w) {
+    const pid_t pid = fork();
+    if (pid < 0) throw std::runtime_error("fork failed");
+    if (pid == 0) {
+      std::ofstream out(tmp / fmt::format("{}.jsonl", w));
+      for (size_t k = static_cast<size_t>(w); k < dirs.size(); k += static_cast<size_t>(jobs))
+        out << to_json(classify_and_run(dirs[k], fork_cases)).dump() << "\n" << std::flush;
+      _exit(out ? 0 : 1);
+    }
+    workers.push_back(pid);
+  }
+  bool all_ok = true;
+  for (pid_t pid : workers) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    all_ok = all_ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  }
+  std::map<std::string, CaseResult> by_name;
+  for (int w = 0; w < jobs; ++w) {
+    std::ifstream in(tmp / fmt::format("{}.jsonl", w));
+    for (std::string line; std::getline(in, line);) {
+      CaseResult r = from_json(nlohmann::json::parse(line));
+      by_name.emplace(r.name, std::move(r));
+    }
+  }
+  fs::remove_all(tmp);
+  std::vector<CaseResult> results;
+  for (const auto& d : dirs) {
+    auto it = by_name.find(d.filename().string());
+    if (it != by_name.end()) {
+      results.push_back(std::move(it->second));
+      continue;
+    }
+    CaseResult lost;  // its worker died before writing it
+    lost.name = d.filename().string();
+    lost.status = "fail";
+    lost.category = "crash";
+    lost.reason = "crash: the worker running this case exited without its result";
+    results.push_back(std::move(lost));
+  }
+  if (!all_ok) fmt::print(stderr, "warning: a worker process did not exit cleanly\n");
+  return results;
+}
+
+// `case  atol=A rtol=R  # reason` lines (either tolerance may be left out: the default's)
+std::map<std::string, Tolerance> read_tolerances(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw std::runtime_error("cannot read tolerances file " + path);
+  std::map<std::string, Tolerance> out;
+  std::string line;
+  for (int number = 1; std::getline(f, line); ++number) {
+    line = line.substr(0, line.find('#'));
+    std::istringstream words(line);
+    std::string name, word;
+    if (!(words >> name)) continue;
+    Tolerance t{kRtol, kAtol};
+    while (words >> word) {
+      const auto eq = word.find('=');
+      const std::string key = word.substr(0, eq);
+      double* slot = key == "atol" ? &t.atol : key == "rtol" ? &t.rtol : nullptr;
+      char* end = nullptr;
+      if (slot && eq != std::string::npos) *slot = std::strtod(word.c_str() + eq + 1, &end);
+      if (!slot || !end || *end != '\0' || end == word.c_str() + eq + 1)
+        throw std::runtime_error(
+            fmt::format("{}:{}: '{}' is not atol=NUMBER or rtol=NUMBER", path, number, word));
+    }
+    out[name] = t;
+  }
+  return out;
+}
+
 std::set<std::string> read_expected(const std::string& path) {
   std::set<std::string> names;
   std::ifstream f(path);
@@ -532,8 +649,9 @@ std::set<std::string> read_expected(const std::string& path) {
 
 int main(int argc, char** argv) {
   CLI::App app{"Runs ONNX's backend node tests through kiln's importer on the CPU"};
-  std::string data, expected_path, filter, json_path, write_expected;
+  std::string data, expected_path, filter, json_path, write_expected, tolerances_path;
   bool no_fork = false, verbose = false;
+  int jobs = 1;
   app.add_option("--data", data, "onnx/backend/test/data/node directory")->required();
   app.add_option("--expected", expected_path, "Expected failures (`case  # reason` lines)");
   app.add_option("--filter", filter, "Only cases whose name matches this regex (search)");
@@ -543,8 +661,12 @@ int main(int argc, char** argv) {
   std::string device = "cpu";
   app.add_option("--rtol", kRtol, "Relative tolerance (default: the suite's 1e-3)");
   app.add_option("--atol", kAtol, "Absolute tolerance (default: the suite's 1e-7)");
+  app.add_option("--tolerances", tolerances_path,
+                 "Per-case tolerances (`case  atol=A rtol=R  # reason` lines)");
   app.add_option("--device", device, "Device to compile for: cpu, cuda or cuda:N");
   app.add_flag("--no-fork", no_fork, "Run cases in this process (for debuggers)");
+  app.add_option("-j,--jobs", jobs, "Worker processes running cases side by side (default 1)")
+      ->check(CLI::Range(1, 256));
   app.add_flag("-v,--verbose", verbose, "Print every case");
   CLI11_PARSE(app, argc, argv);
   try {
@@ -563,16 +685,24 @@ int main(int argc, char** argv) {
         dirs.push_back(e.path());
     std::sort(dirs.begin(), dirs.end());
     if (dirs.empty()) throw std::runtime_error("no test cases under " + data);
+    if (!tolerances_path.empty()) g_overrides = read_tolerances(tolerances_path);
     const std::set<std::string> expected =
         expected_path.empty() ? std::set<std::string>{} : read_expected(expected_path);
 
-    std::vector<CaseResult> results;
-    for (const auto& d : dirs) {
-      CaseResult r = classify_and_run(d, !no_fork);
+    auto report = [&](CaseResult& r) {
       r.expected_failure = expected.count(r.name) > 0;
       if (verbose || (r.status == "fail" && !r.expected_failure))
         fmt::print("{:<60} {}{}\n", r.name, r.status, r.reason.empty() ? "" : ": " + r.reason);
-      results.push_back(std::move(r));
+    };
+    std::vector<CaseResult> results;
+    if (jobs > 1) {
+      results = run_in_workers(dirs, jobs, !no_fork);
+      for (auto& r : results) report(r);
+    } else {
+      for (const auto& d : dirs) {
+        results.push_back(classify_and_run(d, !no_fork));
+        report(results.back());
+      }
     }
 
     std::map<std::string, int> count, skips;
@@ -631,16 +761,7 @@ int main(int argc, char** argv) {
                       {"cases_all_ops_supported", all_supported},
                       {"pass_all_ops_supported", pass_supported}};
       nlohmann::ordered_json cases = nlohmann::ordered_json::array();
-      for (const auto& r : results)
-        cases.push_back(
-            {{"name", r.name},
-             {"status", r.status},
-             {"category", r.category},
-             {"reason", r.reason},
-             {"opset", r.opset},
-             {"frozen_inputs", r.frozen},
-             {"op_types", std::vector<std::string>(r.op_types.begin(), r.op_types.end())},
-             {"expected_failure", r.expected_failure}});
+      for (const auto& r : results) cases.push_back(to_json(r));
       j["cases"] = cases;
       std::ofstream(json_path) << j.dump(1) << "\n";
     }
