@@ -70,7 +70,7 @@ template <typename FeedData> TensorView value_view(const detail::ExecutableImpl&
 template <typename Data, typename Run> void run_steps(const detail::ExecutableImpl& x, Data&& data,
                                                       Run&& run, const StepObservers& observers) {
   const auto& nodes = x.program.graph.nodes;
-  const ThreadPool::Bound threads(*x.pool);
+  const ThreadPool::Bound threads(x.own_pool.get());  // (CompileOptions::num_threads)
   // (views filled in place: a step reuses the vectors and shapes of the step before)
   std::vector<TensorView> in, out;
   auto fill = [&](TensorView& dst, detail::ValueRef v) {

@@ -22,8 +22,8 @@ ThreadPool& ThreadPool::global() {
   return pool;
 }
 
-ThreadPool::Bound::Bound(const ThreadPool& pool) : before_(omp_get_max_threads()) {
-  if (pool.size() != before_) omp_set_num_threads(pool.size());
+ThreadPool::Bound::Bound(const ThreadPool* pool) : before_(omp_get_max_threads()) {
+  if (pool && pool->size() != before_) omp_set_num_threads(pool->size());
 }
 
 ThreadPool::Bound::~Bound() {

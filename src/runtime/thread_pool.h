@@ -21,14 +21,16 @@ class ThreadPool {
   /// The process-wide pool.
   static ThreadPool& global();
 
-  /// While alive, OpenMP's thread count on the calling thread is the pool's: oneDNN's primitives
-  /// take their threads from there (and lay out their work by it when made), so an executable
-  /// compiled for N threads runs its convolutions and products on N, not on every core. The
-  /// count is per calling thread, so runs on other threads are unaffected; the caller's count
-  /// is restored at the end.
+  /// While alive, OpenMP's thread count on the calling thread is the pool's (none: unchanged):
+  /// oneDNN's primitives take their threads from there (and lay out their work by it when made),
+  /// so an executable compiled for N threads runs its convolutions and products on N, not on
+  /// every core. The count is per calling thread, so runs on other threads are unaffected; the
+  /// caller's count is restored at the end. Only executables compiled with a thread count do
+  /// this: under the process pool (KILN_THREADS) oneDNN keeps OpenMP's own count, so that a
+  /// KILN_THREADS of any size gives the same bits (oneDNN's reductions split by its threads).
   class Bound {
    public:
-    explicit Bound(const ThreadPool& pool);
+    explicit Bound(const ThreadPool* pool);
     ~Bound();
     Bound(const Bound&) = delete;
     Bound& operator=(const Bound&) = delete;
