@@ -4,6 +4,7 @@ fresh random data. Covers convolution and deconvolution, pooling, the activation
 embedding, the normalizations, padding, upsampling, the elementwise, reshaping and reduction
 layers, the ND layers of exact-rank models, image inputs with their preprocessing, classifiers,
 fp16 and quantized weights, and the error that lists unmapped layers."""
+import math
 import warnings
 
 import numpy as np
@@ -740,7 +741,7 @@ ND_UNARY = {
     "cos": np.cos, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan,
     "sinh": np.sinh, "cosh": np.cosh, "tanh": np.tanh, "asinh": np.arcsinh,
     "acosh": lambda v: np.arccosh(np.abs(v) + 1), "atanh": np.arctanh, "exp2": np.exp2,
-    "copy": lambda v: v,
+    "erf": np.vectorize(math.erf), "copy": lambda v: v,
 }
 
 
@@ -768,7 +769,8 @@ def test_nd_broadcast_max_min_pow(rng, tmp_path, name):
     close(got, f(a.astype(np.float64), c))
 
 
-@pytest.mark.parametrize("name", ["max", "min", "prod", "l1", "l2", "sumsquare", "logsumexp"])
+@pytest.mark.parametrize("name", ["max", "min", "prod", "l1", "l2", "sumsquare", "logsum",
+                                  "logsumexp"])
 def test_nd_reductions(rng, tmp_path, name):
     x = (rng.uniform(0.5, 1.5, (2, 3, 4))).astype(F32)
     b = builder([("x", (2, 3, 4))], exact=True)
@@ -779,5 +781,36 @@ def test_nd_reductions(rng, tmp_path, name):
             "l1": lambda: np.abs(v).sum(1, keepdims=True),
             "l2": lambda: np.sqrt((v * v).sum(1, keepdims=True)),
             "sumsquare": lambda: (v * v).sum(1, keepdims=True),
+            "logsum": lambda: np.log(v.sum(1, keepdims=True)),
             "logsumexp": lambda: np.log(np.exp(v).sum(1, keepdims=True))}[name]()
     close(run1(b, tmp_path, x), want)
+
+
+def test_reduce_log_sum_axes_and_all(rng, tmp_path):
+    x = rng.uniform(0.2, 2.0, (3, 4, 5)).astype(F32)
+    b = builder([("x", (3, 4, 5))], [("ax", None), ("all", None)], exact=True)
+    b.add_reduce_logsum("ax", "x", "ax", axes=[0, -1], keepdims=False)
+    b.add_reduce_logsum("all", "x", "all", keepdims=True, reduce_all=True)
+    m, (ax, whole) = run(b, tmp_path, {"x": x})
+    assert m.op_histogram == {"reduceLogSum": 2}
+    assert ax.shape == (4,) and whole.shape == (1, 1, 1)
+    v = x.astype(np.float64)
+    close(ax, np.log(v.sum((0, 2))))
+    close(whole, np.log(v.sum(keepdims=True)))
+
+
+def test_rank_preserving_reshape(rng, tmp_path):
+    x = rand(rng, 2, 3, 4)
+    b = builder([("x", (2, 3, 4))], [("a", None), ("b", None)], exact=True)
+    # 0 keeps the input's dim, -1 is inferred
+    b.add_rank_preserving_reshape("a", "x", "a", output_shape=(0, -1, 2))
+    b.add_rank_preserving_reshape("b", "x", "b", output_shape=(4, 0, -1))
+    m, (a, c) = run(b, tmp_path, {"x": x})
+    assert m.op_histogram == {"rankPreservingReshape": 2}
+    close(a, x.reshape(2, 6, 2))
+    close(c, x.reshape(4, 3, 2))
+    # a target of another rank fails naming the layer
+    b = builder([("x", (2, 3, 4))], exact=True)
+    b.add_rank_preserving_reshape("bad", "x", "y", output_shape=(6, 4))
+    with pytest.raises(kiln.ValueError, match="layer 'bad' \\(rankPreservingReshape\\)"):
+        run(b, tmp_path, {"x": x})

@@ -5,14 +5,16 @@ l2 and local response normalization, the upsample, resize and resample ops, and 
 scaled_dot_product_attention. Each test builds a one-op program on fresh random data, runs it
 with kiln on the CPU and compares with a float64 numpy reference written here from the op's
 definition in coremltools (fp32 to rtol 1e-4, fp16 to 1e-2, int32 exactly); parameter values
-kiln does not take must fail on import with a ValueError naming the parameter."""
+kiln does not take must fail on import with a ValueError naming the parameter. A conv also runs
+on an input of enumerated shapes, whose sizes bound the feeds."""
 import math
+import warnings
 
 import numpy as np
 import pytest
 
 import kiln
-from coreml_util import IOS15, IOS16, IOS17, IOS18, check, mb, program, randn, run, save
+from coreml_util import IOS15, IOS16, IOS17, IOS18, check, ct, mb, program, randn, run, save
 from coremltools.converters.mil.mil import get_new_symbol
 
 
@@ -276,6 +278,49 @@ def test_conv_fp16_weight_fp32_input(tmp_path, rng):
     x = randn(rng, 2, 4, 9)
     want = conv_ref(x, w, b, (1,), [(0, 0)], (1,), 1)
     check(tmp_path, prog, {"x": x}, [want], target=IOS17, rtol=1e-3, atol=1e-3)
+
+
+def test_conv_enumerated_input_shapes(tmp_path, rng):
+    # an input of enumerated shapes: kiln holds each flexible dim to the smallest and largest of
+    # its enumerated sizes (docs/coreml.md), so a size between them runs too
+    w, b = randn(rng, 5, 3, 3, 3), randn(rng, 5)
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(1, 3, get_new_symbol(), get_new_symbol()))],
+                opset_version=IOS16)
+    def prog(x):
+        return mb.conv(x=x, weight=w, bias=b, strides=[1, 2], pad_type="same")
+
+    sizes = [(8, 8), (16, 12), (32, 32)]
+    shapes = ct.EnumeratedShapes(shapes=[(1, 3) + s for s in sizes], default=(1, 3, 8, 8))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mm = ct.convert(prog, convert_to="mlprogram", minimum_deployment_target=IOS16,
+                        inputs=[ct.TensorType(name="x", shape=shapes)],
+                        pass_pipeline=ct.PassPipeline.EMPTY)
+    path = str(tmp_path / "m.mlpackage")
+    mm.save(path)
+    assert len(mm.get_spec().description.input[0].type.multiArrayType.enumeratedShapes.shapes) == 3
+    m = kiln.coreml.load(path)
+    assert list(m.inputs[0].shape) == [1, 3, -1, -1]
+    exe = m.compile(device="cpu")
+
+    def want(x):
+        pads = pads_of("same", None, x.shape[2:], (3, 3), (1, 2), (1, 1))
+        return conv_ref(x, w, b, (1, 2), pads, (1, 1), 1)
+
+    for hw in [sizes[0], sizes[1], (10, 20)]:  # two enumerated sizes, one within their range
+        x = randn(rng, 1, 3, *hw)
+        np.testing.assert_allclose(exe.run({"x": x})[0].numpy(), want(x), rtol=1e-4, atol=1e-5)
+    for hw, bad in [((4, 8), r"dim 2 must be in \[8, 32\] but the feed has 4"),
+                    ((8, 40), r"dim 3 must be in \[8, 32\] but the feed has 40")]:
+        with pytest.raises(kiln.ShapeError, match=r"input 'x' " + bad):
+            exe.run({"x": randn(rng, 1, 3, *hw)})
+    # input_shapes fixes the dims to one size in the range; one outside fails on import
+    x = randn(rng, 1, 3, 16, 12)
+    (got,) = run(path, {"x": x}, input_shapes={"x": [1, 3, 16, 12]})
+    np.testing.assert_allclose(got, want(x), rtol=1e-4, atol=1e-5)
+    with pytest.raises(kiln.ShapeError, match="input 'x'.*ranges"):
+        kiln.coreml.load(path, input_shapes={"x": [1, 3, 64, 12]})
 
 
 CONV_TRANSPOSE_CASES = [
