@@ -31,8 +31,9 @@ demo: build data
 	$(BUILD)/kiln demo --data $(BUILD)/data --checkpoint $(BUILD)/demo.ckpt --trace $(BUILD)/demo-trace.json
 
 # Everything: the release build's tests (C++ and Python), the C++ suite under ASan+UBSan, the
-# queue and event tests under ThreadSanitizer, and a minute each of fuzzing the ONNX importer,
-# the package loader and the .npy reader.
+# queue and event tests under ThreadSanitizer, and a minute each (FUZZ_SECONDS) of fuzzing the
+# ONNX importer, the package loader, the .npy reader, the safetensors reader, the tokenizer.json
+# reader and the Core ML importer (`make fuzz`).
 test: test-release test-asan test-tsan fuzz
 
 test-release: build data

@@ -83,5 +83,8 @@ Model import_bytes(const void* data, size_t size, const ImportOptions& options =
 bool available();
 /// Every MIL op type the importer maps, sorted.
 std::vector<std::string> supported_ops();
+/// Every NeuralNetwork layer type the importer maps, named as the specification names its field
+/// ("convolution", "innerProduct"), sorted.
+std::vector<std::string> supported_layers();
 
 }  // namespace kiln::coreml

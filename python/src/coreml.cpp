@@ -95,6 +95,8 @@ void bind_coreml(nb::module_& m) {
       "Imports a serialized Core ML Model message (an .mlmodel file's bytes); weight files are "
       "read from weights_dir.");
   c.def("supported_ops", &coreml::supported_ops, "Every MIL op type the importer maps.");
+  c.def("supported_layers", &coreml::supported_layers,
+        "Every NeuralNetwork layer type the importer maps ('convolution', 'innerProduct', ...).");
   c.def("available", &coreml::available,
         "Whether this build imports Core ML models (built with KILN_COREML).");
 }

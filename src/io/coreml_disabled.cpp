@@ -17,6 +17,7 @@ Model import(const std::string&, const ImportOptions&) { unavailable(); }
 Model import_bytes(const void*, size_t, const ImportOptions&) { unavailable(); }
 bool available() { return false; }
 std::vector<std::string> supported_ops() { return {}; }
+std::vector<std::string> supported_layers() { return {}; }
 std::vector<Tensor> Model::output_tensors() const { unavailable(); }
 Feeds Model::feeds(const std::map<std::string, Array>&) const { unavailable(); }
 FeedShapes Model::feed_shapes(const std::map<std::string, Shape>&) const { unavailable(); }

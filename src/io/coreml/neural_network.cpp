@@ -743,3 +743,15 @@ void import_neural_network(const spec::Model& s, const ImportOptions& options, M
 }
 
 }  // namespace kiln::coreml::detail
+
+namespace kiln::coreml {
+
+std::vector<std::string> supported_layers() {
+  std::vector<std::string> r;
+  for (const auto& [type, mapper] : detail::layer_table())
+    r.push_back(detail::nn::layer_type_name(type));
+  std::sort(r.begin(), r.end());
+  return r;
+}
+
+}  // namespace kiln::coreml
