@@ -271,6 +271,28 @@ def test_palettized_weights_are_the_table_entries(rng, tmp_path):
     np.testing.assert_allclose(wq, w[:, :3], atol=np.abs(w).max() / 4)
 
 
+@pytest.mark.parametrize("qtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("per_row", [True, False])
+def test_affine_dequantized_weights(rng, tmp_path, qtype, per_row):
+    # iOS16's constexpr_affine_dequantize: w = (q - zero_point) * scale, per row (axis 0) or one
+    # zero point and scale for the whole weight
+    lo, hi = (0, 256) if qtype == np.uint8 else (-128, 128)
+    q = rng.integers(lo, hi, (8, 6)).astype(qtype)
+    zp = rng.integers(lo, hi, (8,) if per_row else ()).astype(qtype)
+    scale = rng.uniform(0.01, 0.1, (8,) if per_row else ()).astype(F32)
+
+    @program(((2, 6), F32))
+    def prog(x):
+        w = mb.constexpr_affine_dequantize(quantized_data=q, zero_point=zp, scale=scale, axis=0)
+        return mb.matmul(x=x, y=w, transpose_y=True)
+
+    x = rng.standard_normal((2, 6)).astype(F32)
+    col = (lambda a: a[:, None]) if per_row else (lambda a: a)
+    w = (q.astype(np.float64) - col(zp.astype(np.float64))) * col(scale.astype(np.float64))
+    (got,) = run(save(prog, tmp_path / "m.mlpackage"), {"x": x})
+    np.testing.assert_allclose(got, x.astype(np.float64) @ w.T, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("target", [IOS16, IOS18])
 def test_sparse_weights(rng, tmp_path, target):
     w = rng.standard_normal((8, 6)).astype(F32)

@@ -17,9 +17,9 @@ directly or through a helper of its module), and it covers the ops it builds:
   (add_elementwise by its mode).
 - An op the test makes only indirectly (coremltools' quantization utilities write
   constexpr_affine_dequantize) counts when the test asserts it in the model's `op_histogram`.
-- INDIRECT lists the few ops whose only test checks outputs otherwise (plain asserts of an error
-  bound), with the test and the reason; the entry must name a test that reads the op from
-  `op_histogram`, so it cannot outlive the test.
+- INDIRECT lists the ops whose only test checks outputs otherwise (plain asserts of an error
+  bound), with the test and the reason (none now); an entry must name a test that reads the op
+  from `op_histogram`, so it cannot outlive the test.
 A `getattr` whose name cannot be resolved this way fails here too, naming its line."""
 import ast
 import functools
@@ -38,12 +38,7 @@ COMPARE = {"check", "close", "assert_allclose", "assert_array_equal", "assert_ar
 ELEMENTWISE = {"ADD": "add", "MULTIPLY": "multiply", "AVE": "average", "MAX": "max", "MIN": "min",
                "CONCAT": "concat", "SEQUENCE_CONCAT": "concat", "DOT": "dot", "COS": "dot"}
 # op type -> (module, test, why it counts though it calls none of COMPARE)
-INDIRECT = {
-    "constexpr_affine_dequantize": (
-        "test_coreml.py", "test_quantized_weights_expand_as_coremltools_defines",
-        "coremltools' linear_quantize_weights writes it; the outputs are checked against numpy "
-        "within the quantization's error bound"),
-}
+INDIRECT = {}
 
 
 class Unresolved(Exception):
