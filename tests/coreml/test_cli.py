@@ -163,6 +163,12 @@ def test_neural_network_run_inspect_convert(network, tmp_path):
     assert r.returncode == 0, r.stderr
     np.testing.assert_array_equal(np.load(tmp_path / "pkg" / "y.npy"), got)
 
+    # a feed of another dtype: one line, in the Core ML importer's words
+    np.save(tmp_path / "x32.npy", x.astype(np.float32))
+    r = kiln("run", path, "-i", f"x={tmp_path / 'x32.npy'}", "--device", "cpu")
+    assert r.returncode != 0, r.stdout
+    assert r.stderr.strip() == "error: [coreml] input 'x' takes f64, got f32", r.stderr
+
 
 def test_errors_are_one_line(scaled, tmp_path):
     path, _, _ = scaled

@@ -368,6 +368,7 @@ PreparedModel import_and_compile(const std::string& path, const ModelArgs& a, De
     try {
       for (const auto& [n, v] : values) shapes.erase(n);
       m.onnx = import_model(path, shapes, values, a.default_dim);
+      m.coreml = is_coreml(path);
       break;
     } catch (const onnx::InputValuesNeeded& e) {
       bool added = false;
@@ -404,13 +405,31 @@ PreparedModel prepare_model(const std::string& path, const ModelArgs& args, Devi
                                         : import_and_compile(path, args, device);
 }
 
+namespace {
+// An imported model's feeds, checked by its importer's rules (and named in its messages: a Core
+// ML model's errors say [coreml])
+Feeds feeds_of(const PreparedModel& m, const std::map<std::string, Array>& by_name) {
+  if (!m.coreml) return m.onnx->feeds(by_name);
+  coreml::Model inputs;
+  for (const auto& in : m.onnx->inputs) {
+    coreml::ValueInfo v;
+    v.name = in.name;
+    v.tensor = in.tensor;
+    v.dtype = in.dtype;
+    v.shape = in.shape;
+    inputs.inputs.push_back(std::move(v));
+  }
+  return inputs.feeds(by_name);
+}
+}  // namespace
+
 std::vector<Array> PreparedModel::run(const std::map<std::string, Array>& by_name) const {
-  return onnx ? exe.run(onnx->feeds(by_name)) : exe.run(by_name);
+  return onnx ? exe.run(feeds_of(*this, by_name)) : exe.run(by_name);
 }
 
 std::function<std::vector<Array>()> PreparedModel::bind(
     const std::map<std::string, Array>& by_name) const {
-  if (onnx) return [this, feeds = onnx->feeds(by_name)] { return exe.run(feeds); };
+  if (onnx) return [this, feeds = feeds_of(*this, by_name)] { return exe.run(feeds); };
   return [this, by_name] { return exe.run(by_name); };
 }
 

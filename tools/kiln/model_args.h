@@ -91,7 +91,8 @@ struct PreparedModel {
   Executable exe;
   /// Inputs and outputs with the shapes it was compiled for, in model order.
   std::vector<Executable::IoInfo> inputs, outputs;
-  std::optional<onnx::Model> onnx;  // set for an ONNX model
+  std::optional<onnx::Model> onnx;  // set for an ONNX model (and a Core ML one, converted)
+  bool coreml = false;              // onnx holds a Core ML model
   double prepare_ms = 0;            // import + compile, or load
 
   bool is_package() const { return !onnx; }
