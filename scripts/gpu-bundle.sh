@@ -33,6 +33,22 @@ if [ -d "$BUILD/python/kiln" ]; then
   cp -r "$BUILD/python" "$stage/python"
   [ -n "${BUNDLE_PYTHON:-}" ] && scripts/python-module.sh "$BUNDLE_PYTHON" "$BUILD" "$stage/python"
   strip "$stage"/python/kiln/_kiln*.so 2>/dev/null || true
+  # the Core ML op tests, which need coremltools (absent there), run here on the CPU and record
+  # each model, its feeds and kiln's outputs (python/tests/coreml_util.py) for their replay on
+  # CUDA (test_coreml_replay.py; about 400 cases, 1.5 MB of files)
+  coreml_tests=()
+  for t in python/tests/test_coreml*.py; do
+    [[ $t == */test_coreml_replay.py || $t == */test_coreml_models.py ]] || coreml_tests+=("$t")
+  done
+  if ! KILN_COREML_RECORD="$stage/coreml_cases" PYTHONPATH="$BUILD/python" \
+      KILN_BUILD_DIR="$BUILD" .venv/bin/python -m pytest -q -p no:cacheprovider "${coreml_tests[@]}" \
+      > "$BUILD/coreml-record.log" 2>&1; then
+    tail -n 30 "$BUILD/coreml-record.log"
+    echo "gpu-bundle.sh: recording the Core ML op tests failed (log: $BUILD/coreml-record.log)" >&2
+    exit 1
+  fi
+  echo "Core ML cases: $(ls "$stage/coreml_cases" | wc -l)," \
+    "$(find "$stage/coreml_cases" -type f -printf '%s\n' | awk '{s += $1} END {printf "%.1f MB", s / 1e6}')"
 fi
 # every kernel compiled into libkiln, by the names the CUDA runtime registers them under (the
 # mangled names among its read-only strings), with the launch counter, for the GPU suite's

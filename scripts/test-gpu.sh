@@ -4,11 +4,13 @@
 #
 #   1. functional: the C++ suites with KILN_DEVICE=cuda, the CUDA runtime tests (also under
 #      KILN_VALIDATE=cpu), the cross-backend harness (also with recorded runs off and with
-#      elementwise fusion off), ONNX models and ONNX's node tests on CUDA, the Python bridge, the demo on CUDA and on the
-#      CPU, data-parallel training; determinism across processes; and first, alone on the GPU, the
-#      load tests (device memory filled until it runs out, 10,000 asynchronous runs). The kernel
-#      launches of these steps are counted (tests/gpu_tools/kernel_counter.cpp) and every kernel
-#      variant compiled into libkiln must have been launched (scripts/kernel_coverage.py).
+#      elementwise fusion off), ONNX models and ONNX's node tests on CUDA, the Python bridge, the
+#      Core ML op tests replayed on CUDA (the cases gpu-bundle.sh recorded on the CPU), the demo
+#      on CUDA and on the CPU, data-parallel training; determinism across processes; and first,
+#      alone on the GPU, the load tests (device memory filled until it runs out, 10,000
+#      asynchronous runs). The kernel launches of these steps are counted
+#      (tests/gpu_tools/kernel_counter.cpp) and every kernel variant compiled into libkiln must
+#      have been launched (scripts/kernel_coverage.py).
 #   2. compute-sanitizer: memcheck over the whole harness, the CUDA suites and the custom-op
 #      examples (control ops driven from the host: KILN_CONDITIONAL_NODES=0); racecheck and synccheck over the harness (every kernel family, those with shared
 #      memory or warp-level primitives among them); initcheck over the allocator and the
@@ -140,16 +142,29 @@ if in_part 1; then
   # (only with a module for this machine's Python: gpu-bundle.sh builds one with BUNDLE_PYTHON)
   ext=$(python3 -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))' 2>/dev/null)
   if [ -d "$B/python/kiln" ] && ! ls "$B/python/kiln/_kiln$ext" >/dev/null 2>&1; then
-    if [[ python-torch =~ ${STEPS:-.} ]]; then
-      echo python-torch >> "$ORDER"
+    for name in python-torch coreml-replay-cuda; do
+      [[ $name =~ ${STEPS:-.} ]] || continue
+      echo "$name" >> "$ORDER"
       printf 'skipped\t0\t%s\n' "no _kiln$ext in the bundle (BUNDLE_PYTHON=python3.X for scripts/gpu-bundle.sh)" \
-        > "$LOGS/python-torch.result"
-    fi
+        > "$LOGS/$name.result"
+    done
   elif [ -d "$B/python/kiln" ]; then
     DEADLINE= step python-torch env PYTHONPATH="$B/python" KILN_BUILD_DIR=/none python3 -m pytest -q -rs \
       -p no:cacheprovider python/tests/test_torch.py python/tests/test_torch_dynamic.py \
       python/tests/test_array.py python/tests/test_control.py \
       python/tests/test_runtime.py python/tests/test_llm.py python/tests/test_coreml_models.py
+    # the Core ML op tests (python/tests/test_coreml*.py) need coremltools, which this machine
+    # lacks: gpu-bundle.sh ran them on the CPU and recorded each model, its feeds and kiln's
+    # outputs (python/tests/coreml_util.py, KILN_COREML_RECORD) into the bundle's coreml_cases;
+    # here they run on CUDA against those outputs (test_coreml_replay.py)
+    if [ -d "$B/coreml_cases" ]; then
+      step coreml-replay-cuda env PYTHONPATH="$B/python" KILN_BUILD_DIR=/none \
+        KILN_COREML_CASES="$B/coreml_cases" KILN_COREML_REPLAY_DEVICE=cuda python3 -m pytest -q -rs \
+        -p no:cacheprovider python/tests/test_coreml_replay.py
+    else
+      step coreml-replay-cuda sh -c "echo 'the bundle has no Core ML cases ($B/coreml_cases):
+        scripts/gpu-bundle.sh records them when it bundles the Python module'; exit 1"
+    fi
   fi
   # then the harness, the longest step over all, in shards side by side (its GPU work is small: the CPU
   # side bounds it)
