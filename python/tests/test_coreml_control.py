@@ -5,6 +5,10 @@ zero, one and several iterations, from one compiled executable), branches and bo
 values of the blocks around them, several outputs and loop variables, a cond inside a loop body
 and a loop inside a branch, a predicate known while importing, and the forms kiln does not map
 (a loop variable changing shape, an unmapped op inside a body)."""
+import itertools
+import os
+
+import coreml_util
 import numpy as np
 import pytest
 from coreml_util import mb, program, save
@@ -17,14 +21,26 @@ I32 = np.int32
 DEVICES = ["cpu"] + (["cuda"] if kiln.cuda_device_count() > 0 else [])
 
 
+_origin = {}  # id of a CPU executable -> (model, package path, executable), for recording
+_saved = itertools.count()  # (each program its own package: a recorded one is never overwritten)
+
+
 def compiled(prog, tmp_path, device):
     """The program saved, imported and compiled: (model, executable)."""
-    m = kiln.coreml.load(save(prog, tmp_path / "m.mlpackage"))
-    return m, m.compile(device=device)
+    path = save(prog, tmp_path / f"m{next(_saved)}.mlpackage")
+    m = kiln.coreml.load(path)
+    exe = m.compile(device=device)
+    if device == "cpu" and os.environ.get("KILN_COREML_RECORD"):
+        _origin[id(exe)] = (m, str(path), exe)
+    return m, exe
 
 
 def outputs(exe, feeds):
-    return [o.numpy() for o in exe.run(feeds)]
+    outs = [o.numpy() for o in exe.run(feeds)]
+    if id(exe) in _origin and _origin[id(exe)][2] is exe:  # a case for the replay on CUDA
+        m, path, _ = _origin[id(exe)]
+        coreml_util.record(os.environ["KILN_COREML_RECORD"], m, path, feeds, outs, {}, None)
+    return outs
 
 
 @pytest.mark.parametrize("device", DEVICES)

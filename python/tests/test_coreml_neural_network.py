@@ -5,8 +5,10 @@ embedding, the normalizations, padding, upsampling, the elementwise, reshaping a
 layers, the ND layers of exact-rank models, image inputs with their preprocessing, classifiers,
 fp16 and quantized weights, and the error that lists unmapped layers."""
 import math
+import os
 import warnings
 
+import coreml_util
 import numpy as np
 import pytest
 
@@ -45,7 +47,10 @@ def run(b, tmp_path, feeds, **load_args):
     # the builder declares multiArray inputs DOUBLE (the layers compute in f32); images are f32
     images = {i.name for i in m.inputs if i.image}
     feeds = {k: np.asarray(v, F32 if k in images else np.float64) for k, v in feeds.items()}
-    return m, [o.numpy() for o in exe.run(feeds)]
+    outs = [o.numpy() for o in exe.run(feeds)]
+    if os.environ.get("KILN_COREML_RECORD"):  # a case for the replay on CUDA (coreml_util)
+        coreml_util.record(os.environ["KILN_COREML_RECORD"], m, path, feeds, outs, load_args, None)
+    return m, outs
 
 
 def run1(b, tmp_path, x):
