@@ -79,6 +79,7 @@ void bind_ops(nb::module_& m) {
         op_doc("clip"));
   m.def("where", &kiln::where, nb::arg("cond"), nb::arg("x"), nb::arg("y"), ka, op_doc("where"));
   m.def("cast", &kiln::cast, nb::arg("x"), nb::arg("dtype"), ka, op_doc("cast"));
+  m.def("bitcast", &kiln::bitcast, nb::arg("x"), nb::arg("dtype"), ka, op_doc("bitcast"));
 
   // reductions
   KILN_REDUCE(sum);

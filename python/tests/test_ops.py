@@ -67,6 +67,8 @@ def test_logical_bitwise_and_selection(rng):
                                   np.where(x > 0, x, y))
     np.testing.assert_array_equal(run(lambda p: kiln.cast(p, kiln.i32), x * 10),
                                   (x * 10).astype(np.int32))
+    # the same bytes as another dtype, as numpy's view
+    np.testing.assert_array_equal(run(lambda p: kiln.bitcast(p, kiln.i64), x), x.view(np.int64))
     np.testing.assert_array_equal(run(lambda p: kiln.clip(p, -0.5, 0.5), x), np.clip(x, -0.5, 0.5))
     np.testing.assert_array_equal(run(lambda p, m: kiln.masked_fill(p, m, 7.0), x, x > 0),
                                   np.where(x > 0, 7.0, x))

@@ -4,13 +4,14 @@
 //   leaky_relu: alpha   elu: alpha   gelu: approximate ("none" | "tanh")
 //   softplus: beta (> 0), threshold   softshrink/hardshrink: lambda (>= 0)
 //   hardsigmoid: alpha, beta   clip: min, max (min <= max)   cast: dtype
-//   bit_shift: left (bool; false shifts right)
+//   bit_shift: left (bool; false shifts right)   bitcast: dtype (of the input's element size)
 // Integer semantics: div is floor division and x / 0 = 0; mod takes the divisor's sign and
 // x mod 0 = 0; pow to a negative exponent truncates (1 and -1 keep their value, others give 0);
 // overflow wraps. Bitwise ops take integers of one dtype (no promotion); shifts by amounts outside
 // [0, bits) give 0, or -1 for a right shift of a negative value (numpy).
 // Gradients: maximum/minimum split ties evenly; pow passes none to the exponent where the base is
-// <= 0; sign, floor, ceil and round give zeros; bool-valued and bitwise ops are not differentiable.
+// <= 0; sign, floor, ceil and round give zeros; bool-valued and bitwise ops and bitcast are not
+// differentiable.
 #include "kiln/ops/elementwise.h"
 
 #include <cmath>
@@ -86,6 +87,16 @@ std::vector<TensorInfo> infer_classify(const InferContext& ctx) {
 }
 std::vector<TensorInfo> infer_cast(const InferContext& ctx) {
   return {{ctx.inputs[0].shape, ctx.attrs.dtype("dtype")}};
+}
+// The same bytes read as another dtype: its elements must be as wide as the input's.
+std::vector<TensorInfo> infer_bitcast(const InferContext& ctx) {
+  const DType from = ctx.inputs[0].dtype, to = ctx.attrs.dtype("dtype");
+  if (size_of(from) != size_of(to))
+    fail<DTypeError>(
+        "[bitcast] cannot reinterpret {} ({} bytes an element) as {} ({} bytes an element): the "
+        "element sizes must match (input shape {})",
+        name(from), size_of(from), name(to), size_of(to), str(ctx.inputs[0].shape));
+  return {{ctx.inputs[0].shape, to}};
 }
 
 // Attribute checks name the op, the attribute and the input shape.
@@ -399,6 +410,8 @@ void register_elementwise_ops() {
   define_op(OpId::Clip).set_infer(infer_clip).inplace(0).inputs(1).params<math::ClipParams>();
   define_op(OpId::Where).set_infer(infer_where).inputs(3);
   define_op(OpId::Cast).set_infer(infer_cast).inputs(1);
+  // the output is a view of the input's bytes (no copy where the memory planner allows)
+  define_op(OpId::Bitcast).set_infer(infer_bitcast).alias().inputs(1);
 
   define_op(OpId::Add).grad(vjp_add);
   define_op(OpId::Sub).grad(vjp_sub);
@@ -453,6 +466,8 @@ void register_elementwise_ops() {
                   OpId::LogicalNot, OpId::IsNan, OpId::IsInf, OpId::BitwiseAnd, OpId::BitwiseOr,
                   OpId::BitwiseXor, OpId::BitwiseNot, OpId::BitShift})
     define_op(op).not_differentiable();
+  // the bits of one dtype read as another: no derivative relates the two
+  define_op(OpId::Bitcast).not_differentiable();
 }
 
 // The builders of the records without attributes; binary ops promote their inputs' dtypes,
@@ -499,6 +514,9 @@ Tensor where(const Tensor& cond, const Tensor& x, const Tensor& y) {
 }
 Tensor cast(const Tensor& x, DType dtype) {
   return make_node1(OpId::Cast, {x}, {{"dtype", dtype}});
+}
+Tensor bitcast(const Tensor& x, DType dtype) {
+  return make_node1(OpId::Bitcast, {x}, {{"dtype", dtype}});
 }
 Tensor bit_shift(const Tensor& x, const Tensor& y, bool left) {
   return make_node1(OpId::BitShift, {x, y}, {{"left", left}});

@@ -28,7 +28,8 @@ ParamKeys param_keys(OpId op) {
 }  // namespace
 
 int arity(OpId op) {
-  if (std::strcmp(op_family(op), "elementwise") != 0) return 0;
+  // bitcast reinterprets bytes, which no functor of a fused kernel does
+  if (std::strcmp(op_family(op), "elementwise") != 0 || op == OpId::Bitcast) return 0;
   if (const math::Record* r = math::record(op)) return r->arity;
   if (op == OpId::Where) return 3;
   return op == OpId::BitShift ? 2 : 1;  // cast, clip, gelu: 1

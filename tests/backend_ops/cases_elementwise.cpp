@@ -1,6 +1,7 @@
 // Cases of the core and elementwise ops.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -407,6 +408,34 @@ const bool kCast = register_cases(
                                  : c.ints(shape, 0, 100, t, l);
        c.outs = {cast(x, to)};
        c.grad = is_floating(to);
+       c.note(fmt::format("to {} {}{}", name(to), to_string(shape), l == kT ? " transposed" : ""));
+       return true;
+     }});
+
+// bitcast to every harness dtype of the input's element size, over shapes with a scalar, an empty
+// and a transposed input. To a float or bool, the input's bits are those of random values of the
+// target dtype (finite floats, bytes of 0 and 1), so both backends' outputs compare as values;
+// to an integer, the input is random values of its own dtype.
+const bool kBitcast = register_cases(
+    {OpId::Bitcast, 5 * static_cast<int>(std::size(kHarnessTypes)), [](Case& c, DType t, int i) {
+       const int n = static_cast<int>(std::size(kHarnessTypes));
+       const DType to = kHarnessTypes[i % n];
+       if (size_of(to) != size_of(t)) return false;
+       const Shape shapes[] = {{257}, {33, 65}, {}, {0, 3}, {64, 130}};
+       const Shape& shape = shapes[i / n];
+       const Layout l = i / n == 1 ? kT : kDense;
+       const Gen bits = [t, to](const Shape& s) {
+         const DType src = is_floating(to) || to == boolean ? to : t;
+         // integers over their whole range (i64: 53 bits, as doubles carry them)
+         const int bits = std::min<int>(8 * static_cast<int>(size_of(src)) - 1, 52);
+         const double half = src == boolean ? 0.5 : std::ldexp(1.0, bits);
+         const double lo = src == u8 || src == boolean ? 0 : -half, hi = src == u8 ? 255 : half - 1;
+         Array v = is_floating(src) ? test::random_array(s, src, -4, 4)
+                                    : test::random_array(s, src, lo, hi);
+         return Array::from_data(v.data(), s, t);
+       };
+       c.outs = {bitcast(c.input(shape, t, bits, l), to)};
+       c.grad = false;
        c.note(fmt::format("to {} {}{}", name(to), to_string(shape), l == kT ? " transposed" : ""));
        return true;
      }});

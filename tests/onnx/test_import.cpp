@@ -4,6 +4,7 @@
 #include <onnx/onnx_pb.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "kiln/error.h"
@@ -210,6 +211,46 @@ TEST(OnnxImport, OpsetRange) {
   EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{-1.f, 4.f}));
   EXPECT_TRUE(kiln::onnx::is_supported("Conv", 21));
   EXPECT_FALSE(kiln::onnx::is_supported("Conv", 6 - 6));
+}
+
+// BitCast (opset 26): the same bits as another type of that width; other widths and types kiln
+// lacks fail, naming them
+TEST(OnnxImport, BitCastKeepsTheBits) {
+  auto model_to = [](int32_t from, int32_t to) {
+    ModelBuilder b(26);
+    b.input("x", from, {2, 3});
+    ModelBuilder::attr_int(b.node("BitCast", {"x"}, {"y"}, "the_bitcast"), "to", to);
+    b.output("y");
+    return b;
+  };
+  std::mt19937 rng(3);
+  const auto x = random_vector(6, rng);
+  auto model = model_to(::onnx::TensorProto::FLOAT, ::onnx::TensorProto::INT32).import();
+  const auto y = run_cpu(model, {{"x", Array::from_vector(x, {2, 3})}})[0];
+  ASSERT_EQ(y.dtype(), kiln::i32);
+  ASSERT_EQ(y.shape(), (kiln::Shape{2, 3}));
+  const auto bits = y.to_vector<int32_t>();
+  for (size_t k = 0; k < x.size(); ++k) {
+    int32_t want = 0;
+    std::memcpy(&want, &x[k], sizeof want);
+    EXPECT_EQ(bits[k], want) << k;
+  }
+  try {
+    model_to(::onnx::TensorProto::FLOAT, ::onnx::TensorProto::INT64).import();
+    FAIL() << "imported";
+  } catch (const kiln::DTypeError& e) {
+    const std::string m = e.what();
+    for (const char* part : {"the_bitcast", "[bitcast]", "f32", "i64"})
+      EXPECT_NE(m.find(part), std::string::npos) << part << " not in: " << m;
+  }
+  try {
+    model_to(::onnx::TensorProto::INT16, ::onnx::TensorProto::UINT16).import();
+    FAIL() << "imported";
+  } catch (const kiln::UnsupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find("UINT16"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(kiln::onnx::is_supported("BitCast", 26));
+  EXPECT_FALSE(kiln::onnx::is_supported("BitCast", 25));
 }
 
 TEST(OnnxImport, InputValuesFixInputsNeededWhileImporting) {

@@ -1,5 +1,8 @@
-// where, isnan, isinf, and cast edge cases.
+// where, isnan, isinf, cast edge cases, and bitcast against std::memcpy.
+#include <fmt/format.h>
+
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "support/reference.h"
@@ -102,6 +105,90 @@ TEST(Cast, HalfRoundTripAndEmpty) {
   expect_equal(eval1(g, cast(cast(x, f32), f16), {{x, v}}), {5}, to_f64(v));
   auto e = g.placeholder({0}, i32, "e");
   expect_equal(eval1(g, cast(e, f64), {{e, Array::empty({0}, i32)}}), {0}, {});
+}
+
+constexpr DType kAllDTypes[] = {f32, f64, f16, bf16, i8, u8, i16, i32, i64, boolean};
+
+// Fresh random values of t: floats, integers over a wide range, bools.
+Array random_of(const Shape& s, DType t) {
+  if (is_floating(t)) return random_array(s, t, -1e3, 1e3);
+  if (t == u8) return random_array(s, t, 0, 255);
+  if (t == boolean) return random_array(s, t);
+  return random_array(s, t, t == i8 ? -128 : -30000, t == i8 ? 127 : 30000);
+}
+
+// Every pair of dtypes of one element size: the output's bytes are the input's (std::memcpy),
+// compared bitwise, so bit patterns that read as NaN in the target compare too.
+TEST(Bitcast, EverySameSizePairMatchesMemcpy) {
+  int pairs = 0;
+  for (DType from : kAllDTypes)
+    for (DType to : kAllDTypes) {
+      if (size_of(from) != size_of(to)) continue;
+      ++pairs;
+      for (const Shape& s : {Shape{}, Shape{0, 3}, Shape{7}, Shape{5, 33}, Shape{2, 3, 17}}) {
+        SCOPED_TRACE(fmt::format("{} -> {} {}", name(from), name(to), to_string(s)));
+        if (to == boolean && from != boolean) continue;  // (bytes of 0 and 1 below)
+        Graph g;
+        auto x = g.placeholder(s, from, "x");
+        Array v = random_of(s, from);
+        auto y = bitcast(x, to);
+        EXPECT_EQ(y.dtype(), to);
+        EXPECT_EQ(y.shape(), s);
+        Array want = Array::empty(s, to);
+        if (v.nbytes() > 0) std::memcpy(want.data(), v.data(), v.nbytes());
+        Array got = eval1(g, y, {{x, v}});
+        ASSERT_EQ(got.dtype(), to);
+        ASSERT_EQ(got.shape(), s);
+        ASSERT_EQ(got.nbytes(), want.nbytes());
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), want.nbytes()), 0);
+      }
+    }
+  EXPECT_EQ(pairs, 4 + 4 + 9 + 9);  // f32 i32; f64 i64; f16 bf16 i16; i8 u8 bool
+}
+
+// Bytes of 0 and 1 from i8 and u8 read as bool; a computed input (the output a view of an
+// intermediate) and a round trip back to the input.
+TEST(Bitcast, ToBoolAndThroughComputedValues) {
+  for (DType t : {i8, u8}) {
+    Graph g;
+    auto x = g.placeholder({4, 9}, t, "x");
+    Array v = random_ints({4, 9}, 0, 1, t);
+    expect_equal(eval1(g, bitcast(x, boolean), {{x, v}}), {4, 9}, to_f64(v));
+  }
+  Graph g;
+  auto x = g.placeholder({6, 5}, f32, "x");
+  Array v = random_array({6, 5}, f32, -8, 8);
+  auto bits = bitcast(x * 2.0, i32);  // an intermediate's bytes
+  auto back = bitcast(bitcast(bits, f32), i32) + bitcast(x, i32) * 0;
+  std::vector<Array> out = eval(g, {bitcast(back, f32), bitcast(bitcast(x, i32), f32)}, {{x, v}});
+  std::vector<double> twice;
+  for (double e : to_f64(v)) twice.push_back(2 * e);
+  expect_equal(out[0], {6, 5}, twice);
+  expect_equal(out[1], {6, 5}, to_f64(v));
+}
+
+TEST(Bitcast, KeepsDynamicDims) {
+  Graph g;
+  auto x = g.placeholder({-1, 3}, f64, "x");
+  auto y = bitcast(x, i64);
+  EXPECT_EQ(y.shape(), (Shape{-1, 3}));
+  EXPECT_EQ(y.dtype(), i64);
+}
+
+TEST(Bitcast, RejectsOtherElementSizes) {
+  int bad = 0;
+  for (DType from : kAllDTypes)
+    for (DType to : kAllDTypes) {
+      if (size_of(from) == size_of(to)) continue;
+      ++bad;
+      Graph g;
+      auto x = g.placeholder({2, 3}, from, "x");
+      expect_error<DTypeError>(
+          [&] { bitcast(x, to); },
+          {"[bitcast]", name(from), name(to), fmt::format("{} bytes", size_of(from)),
+           fmt::format("{} bytes", size_of(to)), "(2, 3)"});
+    }
+  EXPECT_EQ(bad, 100 - 26);
 }
 
 }  // namespace

@@ -146,6 +146,11 @@ Tensor where(const Tensor& cond, const Tensor& x, const Tensor& y);
 /// x converted to `dtype`. Float to integer truncates toward zero and saturates at the integer's
 /// limits; NaN gives 0.
 Tensor cast(const Tensor& x, DType dtype);
+/// x's bytes read as `dtype`, of the same element size (4: f32 i32; 8: f64 i64; 2: f16 bf16 i16;
+/// 1: i8 u8 bool), bits kept exactly (ONNX BitCast, numpy view); same shape. DTypeError when the
+/// sizes differ. A bool result holds the bytes as they are (a byte other than 0 or 1 too).
+/// Not differentiable.
+Tensor bitcast(const Tensor& x, DType dtype);
 /// True where x is NaN (bool result); always false for integers.
 Tensor isnan(const Tensor& x);
 /// True where x is +inf or -inf (bool result); always false for integers.

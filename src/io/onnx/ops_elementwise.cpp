@@ -81,6 +81,16 @@ Outs cast_op(NodeContext& c) {
   return {cast(c.input(0), *t)};
 }
 
+// BitCast (opset 26): the same bits as another type of the same width (bitcast checks widths)
+Outs bitcast_op(NodeContext& c) {
+  const int32_t to = static_cast<int32_t>(c.required_int("to"));
+  const auto t = from_onnx_dtype(to);
+  if (!t)
+    c.unsupported(
+        fmt::format("bit casting to {} (kiln has no such element type)", onnx_dtype_name(to)));
+  return {bitcast(c.input(0), *t)};
+}
+
 Outs cast_like(NodeContext& c) { return {cast(c.input(0), c.input(1).dtype())}; }
 
 Outs clip_op(NodeContext& c) {
@@ -240,6 +250,7 @@ void add_elementwise_ops(std::vector<OpEntry>& t) {
                         // does not hold: the same mapping
                         {"Cast", 24, cast_op},
                         {"CastLike", 24, cast_like},
+                        {"BitCast", 26, bitcast_op},
                         {"Clip", 6, clip_op},
                         {"LeakyRelu", 6, leaky_relu_op},
                         {"Elu", 6, elu_op},
