@@ -1,11 +1,10 @@
 // CPU kernels of the elementwise family: one kernel template for every record of op_list.inc
-// (its math is src/ops/elementwise_math.h), and the ops that are not records: where, cast, bitcast
-// and bit_shift here, gelu, clip and the vectorized f32 activations in elementwise_unary.cpp.
+// (its math is src/ops/elementwise_math.h), and the ops that are not records: where, cast and
+// bit_shift here, gelu, clip and the vectorized f32 activations in elementwise_unary.cpp.
 #include "backends/cpu/elementwise.h"
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 
 #include "backends/cpu/kernels.h"
 #include "ops/elementwise_params.h"
@@ -81,18 +80,6 @@ void cast(KernelContext& ctx) {
   });
 }
 
-// The same bytes under another dtype (inference checked the element sizes); usually a view, as
-// the memory planner makes the output of an aliasing op, so nothing to copy.
-void bitcast(KernelContext& ctx) {
-  const TensorView &i = ctx.in(0), &o = ctx.out(0);
-  const int64_t w = size_of(i.dtype);
-  if (i.data == o.data) return;
-  ctx.parallel_for(i.numel(), 65536, [&](int64_t b, int64_t e) {
-    std::memcpy(static_cast<char*>(o.data) + b * w, static_cast<const char*>(i.data) + b * w,
-                static_cast<size_t>((e - b) * w));
-  });
-}
-
 // The shift direction is an attribute, so bit_shift is not a record: one of two functors.
 void bit_shift(KernelContext& ctx) {
   if (params_of<BitShiftParams>(ctx).left) integer_op<math::ShiftLeft>(ctx);
@@ -117,7 +104,6 @@ void register_elementwise_kernels() {
 #undef KILN_EW
   register_kernel(OpId::Where, Backend::cpu, {where, kAllTypes, 1, false});
   register_kernel(OpId::Cast, Backend::cpu, {cast, kAllTypes, 0, false});
-  register_kernel(OpId::Bitcast, Backend::cpu, {bitcast, kAllTypes, 0, false});
   register_kernel(OpId::BitShift, Backend::cpu, {bit_shift, kIntTypes});
   register_elementwise_unary_kernels();
 }

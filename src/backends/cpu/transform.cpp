@@ -359,6 +359,8 @@ void register_transform_kernels() {
     register_kernel(op, Backend::cpu, {fn, kAllTypes, 0, /*half_via_f32=*/false});
   };
   reg(OpId::Reshape, reshape);
+  // (bitcast: the same bytes under another dtype of the same size, a view or reshape's byte copy)
+  reg(OpId::Bitcast, reshape);
   reg(OpId::Transpose, transpose);
   reg(OpId::Split, split);
   reg(OpId::Concat, concat);

@@ -1,7 +1,7 @@
 // CUDA kernels of the elementwise family over the launchers of elementwise.cuh: one kernel
 // template for every record of op_list.inc, whose math is src/ops/elementwise_math.h (the CPU
-// and fused kernels run the same functors), and where, cast, bitcast, clip, gelu and bit_shift.
-// f16/bf16 compute in f32, as the CPU kernels do.
+// and fused kernels run the same functors), and where, cast, clip, gelu and bit_shift. f16/bf16
+// compute in f32, as the CPU kernels do.
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -159,15 +159,6 @@ void cast(KernelContext& ctx) {
   });
 }
 
-// The same bytes under another dtype (inference checked the element sizes); usually a view, as
-// the memory planner makes the output of an aliasing op, so nothing to copy.
-void bitcast(KernelContext& ctx) {
-  const TensorView &i = ctx.in(0), &o = ctx.out(0);
-  const size_t bytes = static_cast<size_t>(i.numel()) * size_of(i.dtype);
-  if (bytes == 0 || i.data == o.data) return;
-  KILN_CUDA_CHECK(cudaMemcpyAsync(o.data, i.data, bytes, cudaMemcpyDeviceToDevice, stream_of(ctx)));
-}
-
 void clip(KernelContext& ctx) {
   const math::ClipParams bounds = params_of<math::ClipParams>(ctx);
   const double lo = bounds.lo, hi = bounds.hi;
@@ -212,7 +203,6 @@ void register_elementwise_kernels() {
   };
   reg(OpId::Where, where, kAllTypes, 1);
   reg(OpId::Cast, cast, kAllTypes);
-  reg(OpId::Bitcast, bitcast, kAllTypes);
   reg(OpId::Clip, clip, kNumericTypes);
   reg(OpId::Gelu, gelu, kFloatTypes);
   reg(OpId::BitShift, bit_shift, kIntTypes);

@@ -546,6 +546,8 @@ void register_transform_kernels() {
     register_kernel(op, Backend::cuda, {fn, types, dtype_input, /*half_via_f32=*/false});
   };
   reg(OpId::Reshape, reshape);
+  // (bitcast: the same bytes under another dtype of the same size, a view or reshape's byte copy)
+  reg(OpId::Bitcast, reshape);
   reg(OpId::Transpose, transpose);
   reg(OpId::Split, split);
   reg(OpId::Concat, concat);
