@@ -1,7 +1,7 @@
 // CPU core benchmark: kiln against its peers on the same shapes, in one process.
 //   matmul and conv2d: kiln vs oneDNN called directly (same primitives a careful user would make)
 //   attention:         kiln's fused kernel vs oneDNN's batched matmul, softmax and matmul (the
-//                      scores formed in memory)
+//                      scores formed in memory), f32 and bf16
 //   elementwise add:   kiln vs memcpy bandwidth
 // Prints one line per figure with the ratio; median of repeated runs.
 #include <fmt/format.h>
@@ -130,45 +130,64 @@ void bench_conv(int64_t n, int64_t c, int64_t h, int64_t o, int64_t kh, int reps
 }
 
 // softmax(q kᵀ / sqrt(e)) v over (batch, heads): kiln's scaled_dot_product_attention against the
-// unfused composition a careful oneDNN user would write (both batched, f32).
-void bench_attention(int64_t batch, int64_t heads, int64_t len, int64_t e, int reps) {
+// unfused composition a careful oneDNN user would write (both batched). f32, or bf16 operands
+// (oneDNN: bf16 products into f32 scores, the softmax in f32, the weights rounded to bf16 for the
+// second product) beside kiln's own f32 kernel on the same data.
+void bench_attention(int64_t batch, int64_t heads, int64_t len, int64_t e, int reps,
+                     kiln::DType t = kiln::f32) {
   using namespace dnnl;
   const kiln::Shape shape{batch, heads, len, e};
   kiln::Array q = random(shape), k = random(shape), v = random(shape);
-  kiln::Graph g;
-  auto tq = g.placeholder(shape, kiln::f32, "q");
-  auto tk = g.placeholder(shape, kiln::f32, "k");
-  auto tv = g.placeholder(shape, kiln::f32, "v");
-  auto exe = g.compile(kiln::Device::cpu(), {}, {kiln::scaled_dot_product_attention(tq, tk, tv)});
-  const double kiln_ms = median_ms([&] { exe.run({{tq, q}, {tk, k}, {tv, v}}); }, reps);
+  const auto kiln_run = [&](kiln::DType dt) {
+    kiln::Graph g;
+    auto tq = g.placeholder(shape, dt, "q");
+    auto tk = g.placeholder(shape, dt, "k");
+    auto tv = g.placeholder(shape, dt, "v");
+    auto exe = g.compile(kiln::Device::cpu(), {}, {kiln::scaled_dot_product_attention(tq, tk, tv)});
+    kiln::Array a = q.astype(dt), b = k.astype(dt), c = v.astype(dt);
+    return median_ms([&] { exe.run({{tq, a}, {tk, b}, {tv, c}}); }, reps);
+  };
+  const double kiln_ms = kiln_run(t);
+  const bool bf = t == kiln::bf16;
 
   const int64_t bh = batch * heads;
   engine eng(engine::kind::cpu, 0);
   stream s(eng);
   using dt = memory::data_type;
   using tag = memory::format_tag;
-  const memory::desc qd({bh, len, e}, dt::f32, tag::abc), kt({bh, e, len}, dt::f32, tag::acb),
-      sd({bh, len, len}, dt::f32, tag::abc), vd({bh, len, e}, dt::f32, tag::abc);
+  const dt in = bf ? dt::bf16 : dt::f32;
+  const memory::desc qd({bh, len, e}, in, tag::abc), kt({bh, e, len}, in, tag::acb),
+      sd({bh, len, len}, dt::f32, tag::abc), wd({bh, len, len}, in, tag::abc),
+      vd({bh, len, e}, in, tag::abc), od({bh, len, e}, in, tag::abc);
   primitive_attr scaled;
   scaled.set_output_scales(0, {1.0f / std::sqrt(static_cast<float>(e))});
   matmul scores(matmul::primitive_desc(matmul::desc(qd, kt, sd), scaled, eng));
   softmax_forward softmax(softmax_forward::primitive_desc(
       softmax_forward::desc(prop_kind::forward_inference, sd, 2), eng));
-  matmul weigh(matmul::primitive_desc(matmul::desc(sd, vd, qd), eng));
+  reorder round(reorder::primitive_desc(eng, sd, eng, wd));
+  matmul weigh(matmul::primitive_desc(matmul::desc(wd, vd, od), eng));
   kiln::Array sc = kiln::Array::empty({bh, len, len}, kiln::f32);
-  kiln::Array out = kiln::Array::empty(shape, kiln::f32);
-  memory qm(qd, eng, q.data()), km(kt, eng, k.data()), vm(vd, eng, v.data()),
-      sm(sd, eng, sc.data()), om(qd, eng, out.data());
+  kiln::Array w = kiln::Array::empty({bh, len, len}, t);
+  kiln::Array out = kiln::Array::empty(shape, t);
+  kiln::Array qt = q.astype(t), kt_ = k.astype(t), vt = v.astype(t);
+  memory qm(qd, eng, qt.data()), km(kt, eng, kt_.data()), vm(vd, eng, vt.data()),
+      sm(sd, eng, sc.data()), wm(wd, eng, bf ? w.data() : sc.data()), om(od, eng, out.data());
   const double dnnl_ms = median_ms(
       [&] {
         scores.execute(s, {{DNNL_ARG_SRC, qm}, {DNNL_ARG_WEIGHTS, km}, {DNNL_ARG_DST, sm}});
         softmax.execute(s, {{DNNL_ARG_SRC, sm}, {DNNL_ARG_DST, sm}});
-        weigh.execute(s, {{DNNL_ARG_SRC, sm}, {DNNL_ARG_WEIGHTS, vm}, {DNNL_ARG_DST, om}});
+        if (bf) round.execute(s, sm, wm);
+        weigh.execute(s, {{DNNL_ARG_SRC, wm}, {DNNL_ARG_WEIGHTS, vm}, {DNNL_ARG_DST, om}});
         s.wait();
       },
       reps);
-  report(fmt::format("attention {}x{} heads, {}x{}, e {} f32", batch, heads, len, len, e).c_str(),
-         kiln_ms, "oneDNN mm+sm+mm", dnnl_ms, 4.0 * bh * len * len * e, "GFLOP/s");
+  const double flops = 4.0 * bh * len * len * e;
+  const std::string what = fmt::format("attention {}x{} heads, {}x{}, e {} {}", batch, heads, len,
+                                       len, e, kiln::name(t));
+  report(what.c_str(), kiln_ms, "oneDNN mm+sm+mm", dnnl_ms, flops, "GFLOP/s");
+  if (bf)
+    report((what + " / kiln f32").c_str(), kiln_ms, "kiln f32", kiln_run(kiln::f32), flops,
+           "GFLOP/s");
 }
 
 void bench_add(int64_t count, int reps) {
@@ -212,6 +231,9 @@ int main(int argc, char** argv) {
   bench_conv(8, 64, 56, 64, 3, reps);
   bench_conv(1, 3, 224, 32, 3, reps);
   bench_attention(8, 12, 128, 64, reps);  // BERT-base at batch 8, sequence 128
+  // bf16 (oneDNN's native bf16 products where the CPU has them): short and long sequences
+  for (int64_t len : {128, 256, 512, 1024})
+    bench_attention(len >= 512 ? 1 : 8, 12, len, 64, reps, kiln::bf16);
   bench_add(int64_t{16} << 20, reps);
   return 0;
 }

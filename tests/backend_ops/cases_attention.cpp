@@ -106,11 +106,20 @@ const bool kSdpaGrad = register_cases(
        const std::optional<Tensor> m = mask_of(c, k, t);
        AttentionOptions o;
        o.causal = k.causal;
-       Tensor out = scaled_dot_product_attention(q, kk, v, m, o);
        if (mask_grad) {
          // the mask's gradient node, as the gradient rule builds it
+         Tensor out = scaled_dot_product_attention(q, kk, v, m, o);
          c.outs = {gradients(out, {*m}, dout)[0]};
        } else {
+         // For 16-bit dtypes the forward's output is computed in f64 and rounded once, so that
+         // both backends feed the gradient the same `out`: dK amplifies a difference between
+         // two forwards' roundings, which the forward's own cases check, not this op's.
+         const bool wide = t == f16 || t == bf16;
+         const auto f64_of = [&](const Tensor& x) { return wide ? cast(x, f64) : x; };
+         std::optional<Tensor> m64 = m;
+         if (m && m->dtype() != DType::boolean) m64 = f64_of(*m);
+         Tensor out = scaled_dot_product_attention(f64_of(q), f64_of(kk), f64_of(v), m64, o);
+         if (wide) out = cast(out, t);
          c.outs = scaled_dot_product_attention_grad(dout, q, kk, v, out, m, o);
        }
        c.grad = false;

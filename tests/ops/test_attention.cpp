@@ -2,6 +2,7 @@
 // explicitly (q kᵀ, softmax, · v), on fresh random data.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 
 #include "support/gradcheck.h"
@@ -101,7 +102,10 @@ AttentionOptions options(const Config& c) {
   return o;
 }
 
-void check_forward(const Config& c, DType t, double tol) {
+// Runs `c`'s forward in dtype t on fresh data and hands its output, the f64 reference of the same
+// (rounded) inputs and v to `check`.
+void run_forward(const Config& c, DType t,
+                 const std::function<void(const Array&, const Ref&, const Array&)>& check) {
   SCOPED_TRACE(::testing::Message() << name(t) << " batch " << to_string(c.batch) << " lq "
                                     << c.lq << " lk " << c.lk << " e " << c.e << " ev " << c.ev
                                     << " causal " << c.causal << " mask "
@@ -123,7 +127,14 @@ void check_forward(const Config& c, DType t, double tol) {
   }
   const Ref r = ref_attention(c, q, k, v, m ? &*m : nullptr);
   const Array y = eval1(g, scaled_dot_product_attention(pq, pk, pv, pm, options(c)), feeds);
-  expect_close(y, with(c.batch, {c.lq, c.ev}), r.out, tol, tol);
+  ASSERT_EQ(y.shape(), with(c.batch, {c.lq, c.ev}));
+  check(y, r, v);
+}
+
+void check_forward(const Config& c, DType t, double tol) {
+  run_forward(c, t, [&](const Array& y, const Ref& r, const Array&) {
+    expect_close(y, with(c.batch, {c.lq, c.ev}), r.out, tol, tol);
+  });
 }
 
 const std::vector<Config> kConfigs = {
@@ -170,6 +181,35 @@ TEST(ScaledDotProductAttention, HalfTypesComputeInF32) {
     check_forward(c, f16, 4e-3);
     check_forward(c, bf16, 3e-2);
   }
+}
+
+// bf16 on a CPU with native bf16 products runs through oneDNN's products in tiles of at most
+// 2^22 scores: several heads a tile (the last tile partial), and one head's queries over two
+// tiles. Its weights are rounded to bf16 for the second product (as flash attention does on GPUs),
+// so each output is within half a bf16 unit (2^-8 relative at worst) of the f64 result of the
+// bf16 inputs, plus half a unit of each weight times |v| over the row: 2^-8 (|out| + sum p |v|),
+// and f32's error. (On f32 copies, CPUs without native bf16, the second part is f32's.)
+TEST(ScaledDotProductAttention, Bf16WithinItsRoundings) {
+  std::vector<Config> configs = kConfigs;
+  configs.push_back({{11}, 700, 650, 8, 8, false, MaskKind::additive, {11, 1, 650}});
+  configs.push_back({{1}, 2100, 2050, 8, 4, true});
+  configs.push_back({{2, 3}, 200, 300, 64, 64, true, MaskKind::keep, {200, 300}});
+  for (const Config& c : configs)
+    run_forward(c, bf16, [&](const Array& y, const Ref& r, const Array& v) {
+      const std::vector<double> vv = to_f64(v);
+      std::vector<double> magnitude(r.out.size());
+      const int64_t rows = static_cast<int64_t>(r.out.size()) / std::max<int64_t>(1, c.ev);
+      for (int64_t row = 0; row < rows; ++row) {
+        const int64_t b = row / c.lq;
+        for (int64_t d = 0; d < c.ev; ++d) {
+          double m = std::abs(r.out[row * c.ev + d]);
+          for (int64_t j = 0; j < c.lk; ++j)
+            m += r.p[row * c.lk + j] * std::abs(vv[(b * c.lk + j) * c.ev + d]);
+          magnitude[row * c.ev + d] = m;
+        }
+      }
+      expect_close_to_magnitude(y.astype(f32), r.out, magnitude, 0x1p-8, 2e-5);
+    });
 }
 
 TEST(ScaledDotProductAttention, FullyMaskedRowsGiveZeros) {

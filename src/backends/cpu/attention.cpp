@@ -2,8 +2,10 @@
 // once into blocks of kKeyBlock; blocks of queries run in parallel on the pool, each streaming
 // over the key blocks with an online (max-subtracted) softmax, so no (Lq, Lk) matrix is formed;
 // scores and weighted value sums run across keys (or value elements) in vector lanes, four queries
-// at a time in registers (attention_lanes.inc, compiled per instruction set). f16/bf16 run as f32
-// (half_via_f32). A query that sees no key gets zeros and passes no gradient.
+// at a time in registers (attention_lanes.inc, compiled per instruction set). f16 runs as f32
+// (half_via_f32); bf16 natively through oneDNN's bf16 products where the CPU has them
+// (attention_bf16.cpp), else on f32 copies. A query that sees no key gets zeros and passes no
+// gradient.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -11,6 +13,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backends/cpu/attention_cpu.h"
 #include "backends/cpu/cpu_common.h"
 #include "backends/cpu/kernels.h"
 #include "ops/attention_params.h"
@@ -307,8 +310,14 @@ template <typename T> void forward(KernelContext& ctx) {
   });
 }
 
-void scaled_dot_product_attention(KernelContext& ctx) {
+void scaled_dot_product_attention_f(KernelContext& ctx) {
   dispatch_float(ctx.in(0).dtype, ctx.op_name(), [&](auto t) { forward<decltype(t)>(ctx); });
+}
+
+// bf16: natively through oneDNN's bf16 products where the CPU has them, else on f32 copies
+void scaled_dot_product_attention(KernelContext& ctx) {
+  if (ctx.in(0).dtype != DType::bf16) return scaled_dot_product_attention_f(ctx);
+  if (!attention_bf16(ctx)) via_f32_copies(ctx, scaled_dot_product_attention_f);
 }
 
 // Gradient. Pass 1 (queries in parallel): the row's log-sum-exp (+inf when no key is visible,
@@ -387,10 +396,13 @@ void scaled_dot_product_attention_grad(KernelContext& ctx) {
 
 }  // namespace
 
+float attention_max(const float* s, int64_t n, float init) { return f32_lanes().max(s, n, init); }
+float attention_exp_sum(float* s, int64_t n, float mx) { return f32_lanes().exp_sum(s, n, mx); }
+
 void register_attention_kernels() {
   const DTypeSet floats{f32, f64, f16, bf16};
   register_kernel(OpId::ScaledDotProductAttention, Backend::cpu,
-                  {scaled_dot_product_attention, floats});
+                  {scaled_dot_product_attention, floats, 0, true, false, {bf16}});
   register_kernel(OpId::ScaledDotProductAttentionGrad, Backend::cpu,
                   {scaled_dot_product_attention_grad, floats, 1});
 }
