@@ -86,47 +86,68 @@ TEST(ShapeTest, Broadcast) {
   EXPECT_EQ(normalize_axis(3, 3), -1);
 }
 
-// convert() between f16 and f32 takes the CPU's conversion instructions where it has them: every
-// f16 bit pattern, and f32 values of every kind (random bits, values at the rounding boundaries,
-// subnormal halves, overflow, infinities, NaNs), must give float16_t's bits exactly, at every
-// alignment and length (groups of eight and the rest).
-TEST(DTypeTest, ArrayConversionsOfHalvesMatchTheScalarOnes) {
-  std::vector<uint16_t> halves(65536);
-  for (uint32_t b = 0; b < 65536; ++b) halves[b] = static_cast<uint16_t>(b);
-  std::vector<float> widened(halves.size());
-  convert(halves.data(), f16, widened.data(), f32, static_cast<int64_t>(halves.size()));
-  for (uint32_t b = 0; b < 65536; ++b) {
-    float16_t h;
-    h.bits = static_cast<uint16_t>(b);
-    const float want = static_cast<float>(h);
-    uint32_t got_bits, want_bits;
-    std::memcpy(&got_bits, &widened[b], 4);
-    std::memcpy(&want_bits, &want, 4);
-    ASSERT_EQ(got_bits, want_bits) << "f16 bits " << b;
-  }
+// f32 values of every kind for the conversion tests: random bits, values near the half types'
+// ranges, ties of f16 and of bf16 rounding, subnormals, overflow, infinities and NaNs (quiet and
+// signaling, both signs).
+std::vector<float> conversion_values() {
   std::mt19937 rng(12345);
   std::vector<float> values;
   for (int i = 0; i < 200000; ++i) {
     uint32_t u = rng();
     if (i % 4 == 1) u = (u & 0x83ffffffu) | 0x38000000u;  // near the half's range
-    if (i % 4 == 2) u = (u & 0x8000e000u) | ((rng() % 40 + 100) << 23) | 0x1000u;  // ties
+    if (i % 4 == 2) u = (u & 0x8000e000u) | ((rng() % 40 + 100) << 23) | 0x1000u;  // f16 ties
+    if (i % 8 == 3) u = (u & 0xffff0000u) | 0x8000u;                               // bf16 ties
+    if (i % 8 == 7) u &= 0x807fffffu;                                              // f32 subnormals
     float f;
     std::memcpy(&f, &u, 4);
     values.push_back(f);
   }
-  for (float f : {0.0f, -0.0f, 65504.0f, 65519.99f, 65520.0f, 5.96e-8f, 2.98e-8f, 2.99e-8f, 6.1e-5f,
-                  std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-                  std::nanf(""), -std::nanf("")})
+  for (float f :
+       {0.0f, -0.0f, 65504.0f, 65519.99f, 65520.0f, 5.96e-8f, 2.98e-8f, 2.99e-8f, 6.1e-5f,
+        std::numeric_limits<float>::max(), -std::numeric_limits<float>::max(),
+        std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::infinity(),
+        -std::numeric_limits<float>::infinity(), std::nanf(""), -std::nanf(""),
+        std::numeric_limits<float>::signaling_NaN(), -std::numeric_limits<float>::signaling_NaN()})
     values.push_back(f);
-  for (size_t off : {size_t{0}, size_t{1}, size_t{5}}) {
+  return values;
+}
+
+// convert() between a half type H (f16, bf16) and f32 takes the CPU's vector instructions where
+// it has them (F16C for f16, AVX-512 for bf16): every H bit pattern widened, and f32 values of
+// every kind narrowed, must give H's scalar conversion's bits exactly, at every alignment and
+// length (whole vectors and the rest).
+template <typename H> void expect_conversions_match_scalar(DType h) {
+  SCOPED_TRACE(name(h));
+  std::vector<uint16_t> halves(65536);
+  for (uint32_t b = 0; b < 65536; ++b) halves[b] = static_cast<uint16_t>(b);
+  std::vector<float> widened(halves.size());
+  convert(halves.data(), h, widened.data(), f32, static_cast<int64_t>(halves.size()));
+  for (uint32_t b = 0; b < 65536; ++b) {
+    H x;
+    x.bits = static_cast<uint16_t>(b);
+    const float want = static_cast<float>(x);
+    uint32_t got_bits, want_bits;
+    std::memcpy(&got_bits, &widened[b], 4);
+    std::memcpy(&want_bits, &want, 4);
+    ASSERT_EQ(got_bits, want_bits) << "bits " << b;
+  }
+  const std::vector<float> values = conversion_values();
+  for (size_t off : {size_t{0}, size_t{1}, size_t{5}, size_t{15}}) {
     const int64_t n = static_cast<int64_t>(values.size() - off);
     std::vector<uint16_t> narrowed(static_cast<size_t>(n));
-    convert(values.data() + off, f32, narrowed.data(), f16, n);
-    for (int64_t i = 0; i < n; ++i)
-      ASSERT_EQ(narrowed[static_cast<size_t>(i)],
-                float16_t(values[off + static_cast<size_t>(i)]).bits)
-          << "f32 " << values[off + static_cast<size_t>(i)];
+    convert(values.data() + off, f32, narrowed.data(), h, n);
+    for (int64_t i = 0; i < n; ++i) {
+      const float f = values[off + static_cast<size_t>(i)];
+      uint32_t u;
+      std::memcpy(&u, &f, 4);
+      ASSERT_EQ(narrowed[static_cast<size_t>(i)], H(f).bits) << "f32 " << f << " bits " << u;
+    }
   }
+}
+
+TEST(DTypeTest, ArrayConversionsOfHalvesMatchTheScalarOnes) {
+  expect_conversions_match_scalar<float16_t>(f16);
+  expect_conversions_match_scalar<bfloat16_t>(bf16);
 }
 
 }  // namespace
