@@ -41,6 +41,17 @@ def cuda_section(path, device, cpu_cases):
     return lines
 
 
+def expected_reasons(path):
+    """case name -> the reason written beside it in the expected-failures file."""
+    why = {}
+    with open(path) as f:
+        for line in f:
+            name, _, reason = line.partition("#")
+            if name.strip():
+                why[name.strip()] = reason.strip()
+    return why
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("json", help="kiln_onnx_conformance --json output")
@@ -48,6 +59,8 @@ def main():
     ap.add_argument("--cuda-json", help="the same run with --device cuda: adds a section on CUDA")
     ap.add_argument("--cuda-device", default="a GPU", help="the GPU the CUDA run ran on, in words")
     ap.add_argument("--onnx-version", help="onnx release of the test data (default: the installed onnx)")
+    ap.add_argument("--expected", default="tests/onnx/expected_failures.txt",
+                    help="the expected failures with their reasons (`case  # reason` lines)")
     args = ap.parse_args()
     with open(args.json) as f:
         data = json.load(f)
@@ -123,12 +136,15 @@ def main():
                      f"{c['pass'] + c['pass_frozen']} | {c['pass_frozen']} | {c['fail']} | {c['skip_op']} | "
                      f"{c['skip_dtype']} | {other} |")
 
+    why = expected_reasons(args.expected)
     fails = sorted((c["name"], c["reason"]) for c in cases if c["status"] == "fail")
-    lines += ["", "## Failing cases", ""]
+    lines += ["", "## Failing cases", "",
+              f"Each failure is expected (`{args.expected}`, with why) or fails `make test`.", ""]
     if fails:
-        lines += ["| case | reason |", "|---|---|"]
+        lines += ["| case | result | why it is expected |", "|---|---|---|"]
         for name, reason in fails:
-            lines.append(f"| `{name}` | {reason.replace('|', '/')} |")
+            lines.append(f"| `{name}` | {reason.replace('|', '/')} | "
+                         f"{why.get(name, 'not expected').replace('|', '/')} |")
     else:
         lines.append("None.")
 

@@ -32,6 +32,11 @@ inline int64_t axis_of(NodeContext& c, int64_t axis, int rank) {
 /// computes it when a run's shapes are known (src/io/onnx/ops_tensor.cpp).
 bool from_shapes(NodeContext& c, int i);
 
+/// Dropout's mask in training mode (ops_random.cpp): `keep` in (0, 1] of `shape`'s elements hold
+/// 1 / keep and the rest 0 (in `dtype`), drawn from kiln's Philox generator seeded by the node's
+/// int `seed` attribute, else by its first output's name.
+Tensor training_dropout_mask(NodeContext& c, const Shape& shape, double keep, DType dtype);
+
 /// A known value as a kiln constant remembered by the importer.
 inline Tensor known(NodeContext& c, const Array& a) { return c.importer().constant(a); }
 

@@ -485,16 +485,29 @@ Outs softmax_ce_op(NodeContext& c) {
   return {nll_loss(c, logp, c.input(1), 2), logp};
 }
 
+// Dropout: the identity (and an all-true mask), or in training mode (opset 12's third input)
+// with a ratio above 0, x times a mask drawn from kiln's Philox generator (scaled by
+// 1 / (1 - ratio): inverted dropout), the mask output true where an element was kept. The draws
+// differ from other runtimes' generators.
 Outs dropout_op(NodeContext& c) {
   Tensor x = c.input(0);
   bool training = false;
   if (c.version() >= 12 && c.has_input(2)) training = c.ints(2).at(0) != 0;
-  if (training) {
-    const double ratio = c.has_input(1) ? c.doubles(1).at(0) : 0.5;
-    if (ratio != 0) c.unsupported("training_mode=1 (random masks)");
+  const double ratio = training ? (c.has_input(1) ? c.doubles(1).at(0) : 0.5) : 0;
+  if (!(ratio >= 0 && ratio <= 1)) c.fail(fmt::format("ratio {} is outside [0, 1]", ratio));
+  if (ratio == 0) {
+    Outs r{x};
+    if (c.has_output(1)) r.push_back(ones_shaped_like(c, x, boolean));
+    return r;
   }
-  Outs r{x};
-  if (c.has_output(1)) r.push_back(ones_shaped_like(c, x, boolean));
+  if (!is_floating(x.dtype())) c.fail("training mode needs a float input");
+  const Shape shape = x.shape();
+  for (int64_t d : shape)
+    if (d < 0) c.unsupported("training mode needs the input's static shape while importing");
+  const Tensor m = ratio == 1 ? full(c.graph(), shape, 0.0, x.dtype())
+                              : training_dropout_mask(c, shape, 1 - ratio, x.dtype());
+  Outs r{mul(x, m)};
+  if (c.has_output(1)) r.push_back(not_equal(m, scalar_of(m, 0)));
   return r;
 }
 

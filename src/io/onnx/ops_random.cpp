@@ -1,4 +1,5 @@
-// ONNX random ops: RandomUniform, RandomNormal, their *Like forms and Bernoulli, on kiln's
+// ONNX random ops: RandomUniform, RandomNormal, their *Like forms, Bernoulli and Dropout's
+// training-mode mask (ops_nn.cpp), on kiln's
 // Philox ops (include/kiln/ops/random.h). The float `seed` attribute's bits seed the state; a node
 // without one is seeded from its first output's name, so each node draws its own numbers and
 // every import of a model draws the same ones. The values differ from other runtimes' generators.
@@ -13,9 +14,13 @@ namespace kiln::onnx::detail {
 
 namespace {
 
-Tensor state_for(NodeContext& c) {
+// (Dropout's seed attribute is an int, the random ops' a float)
+Tensor state_for(NodeContext& c, bool int_seed = false) {
   uint64_t s0 = 0, s1 = 1;
-  if (c.has_attr("seed")) {
+  if (c.has_attr("seed") && int_seed) {
+    s0 = static_cast<uint64_t>(c.attr_int("seed", 0));
+    s1 = 3;
+  } else if (c.has_attr("seed")) {
     const float f = c.attr_float("seed", 0);
     uint32_t bits;
     std::memcpy(&bits, &f, sizeof bits);
@@ -70,6 +75,10 @@ Outs bernoulli_op(NodeContext& c) {
 }
 
 }  // namespace
+
+Tensor training_dropout_mask(NodeContext& c, const Shape& shape, double keep, DType dtype) {
+  return random_dropout_mask(state_for(c, true), shape, keep, dtype).values;
+}
 
 void add_random_ops(std::vector<OpEntry>& t) {
   t.insert(t.end(), {
