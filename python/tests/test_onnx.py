@@ -298,6 +298,41 @@ def test_dim_params_stay_dynamic(rng, tmp_path):
         exe.run({"image": np.zeros((2, 3, 8, 8), np.float32), "scale": np.zeros((3, 1), np.float32)})
 
 
+@pytest.mark.parametrize("k", [1, 64, 256, 257, 700])
+def test_matmul_integer_is_exact(rng, k):
+    """MatMulInteger against numpy's int64 product: uint8 A with a zero point per tensor or per
+    row, int8 or uint8 B with one per tensor or per column, K across the 256-element chunks kiln
+    sums in f32 (extreme operands, every element 255 or -128 away from its zero point, included)."""
+    for b_type, a_zp_rows, b_zp_cols in [(np.int8, False, False), (np.uint8, True, True),
+                                        (np.int8, True, False)]:
+        m, n = 5, 3
+        a = rng.integers(0, 256, (2, m, k)).astype(np.uint8)
+        info = np.iinfo(b_type)
+        b = rng.integers(info.min, int(info.max) + 1, (k, n)).astype(b_type)
+        a[0, 0] = 255
+        b[:, 0] = info.min
+        a_zp = (rng.integers(0, 256, (m,)) if a_zp_rows else np.array(0)).astype(np.uint8)
+        b_zp = (rng.integers(info.min, int(info.max) + 1, (n,)) if b_zp_cols
+                else np.array(info.max if b_type == np.int8 else 0)).astype(b_type)
+        if not b_zp_cols:
+            b_zp = b_zp.reshape(())
+        ta = TensorProto.UINT8
+        tb = TensorProto.INT8 if b_type == np.int8 else TensorProto.UINT8
+        graph = helper.make_graph(
+            [helper.make_node("MatMulInteger", ["a", "b", "a_zp", "b_zp"], ["y"])], "mmi",
+            [helper.make_tensor_value_info("a", ta, [2, m, k])],
+            [helper.make_tensor_value_info("y", TensorProto.INT32, [2, m, n])],
+            [numpy_helper.from_array(b, "b"), numpy_helper.from_array(a_zp, "a_zp"),
+             numpy_helper.from_array(b_zp, "b_zp")])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+        got = kiln.onnx.load_bytes(model.SerializeToString()).compile(device="cpu").run(
+            {"a": a})[0].numpy()
+        a_zp_b = a_zp.astype(np.int64).reshape((m, 1) if a_zp_rows else ())
+        want = (a.astype(np.int64) - a_zp_b) @ (b.astype(np.int64) - b_zp.astype(np.int64))
+        assert got.dtype == np.int32
+        np.testing.assert_array_equal(got, want)
+
+
 def test_the_onnx_package_works_beside_kiln_imported_first():
     """kiln links its own protobuf and ONNX libraries; imported first, they must not take the
     place of the onnx package's (its checker and reference evaluator crashed when they did). In
