@@ -123,6 +123,53 @@ __attribute__((target("avx512f"))) int64_t f32_to_bf16(const float* in, uint16_t
   }
   return i;
 }
+
+// f32 <-> i32/i8/u8 sixteen values at a time (AVX-512F), the same values as from_double's: to an
+// integer, truncation toward zero, saturation at the type's bounds and 0 for NaN; from one, the
+// nearest f32 (exact for i8 and u8, nearest-even for i32 as the double's rounding gives).
+// Returns how many values it converted.
+__attribute__((target("avx512f"))) int64_t f32_to_int(const float* in, void* out, DType dt,
+                                                      int64_t n) {
+  const __m512 lo = _mm512_set1_ps(dt == DType::u8 ? 0.f : dt == DType::i8 ? -128.f : 0.f);
+  const __m512 hi = _mm512_set1_ps(dt == DType::u8 ? 255.f : 127.f);
+  const __m512 two31 = _mm512_set1_ps(2147483648.f);
+  const __m512i int_max = _mm512_set1_epi32(std::numeric_limits<int32_t>::max());
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 x = _mm512_loadu_ps(in + i);
+    const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+    if (dt == DType::i32) {
+      // (out-of-range and NaN lanes truncate to INT_MIN: the top ones saturate, NaNs give 0)
+      __m512i r = _mm512_maskz_cvttps_epi32(kAll, x);
+      r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(x, two31, _CMP_GE_OQ), int_max);
+      r = _mm512_maskz_mov_epi32(static_cast<__mmask16>(~nan), r);
+      _mm512_storeu_si512(static_cast<int32_t*>(out) + i, r);
+    } else {
+      const __m512 c = _mm512_maskz_min_ps(kAll, _mm512_maskz_max_ps(kAll, x, lo), hi);
+      const __m512i r = _mm512_maskz_cvttps_epi32(static_cast<__mmask16>(~nan), c);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(static_cast<char*>(out) + i),
+                       _mm512_maskz_cvtepi32_epi8(kAll, r));
+    }
+  }
+  return i;
+}
+__attribute__((target("avx512f"))) int64_t int_to_f32(const void* in, DType st, float* out,
+                                                      int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512i w;
+    if (st == DType::i32) {
+      w = _mm512_loadu_si512(static_cast<const int32_t*>(in) + i);
+    } else {
+      const __m128i b =
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const char*>(in) + i));
+      w = st == DType::u8 ? _mm512_maskz_cvtepu8_epi32(kAll, b)
+                          : _mm512_maskz_cvtepi8_epi32(kAll, b);
+    }
+    _mm512_storeu_ps(out + i, _mm512_maskz_cvtepi32_ps(kAll, w));
+  }
+  return i;
+}
 #endif
 
 template <typename F> void visit(DType t, F&& f) {
@@ -161,6 +208,18 @@ void convert(const void* src, DType st, void* dst, DType dt, int64_t n) {
     const int64_t done =
         f16_f32 ? (st == DType::f16 ? f16_to_f32(in16, out32, n) : f32_to_f16(in32, out16, n))
                 : (st == DType::bf16 ? bf16_to_f32(in16, out32, n) : f32_to_bf16(in32, out16, n));
+    if (done == n) return;
+    src = static_cast<const char*>(src) + done * static_cast<int64_t>(size_of(st));
+    dst = static_cast<char*>(dst) + done * static_cast<int64_t>(size_of(dt));
+    n -= done;
+  }
+  const auto small_int = [](DType t) {
+    return t == DType::i32 || t == DType::i8 || t == DType::u8;
+  };
+  if (has_avx512f() &&
+      ((st == DType::f32 && small_int(dt)) || (small_int(st) && dt == DType::f32))) {
+    const int64_t done = st == DType::f32 ? f32_to_int(static_cast<const float*>(src), dst, dt, n)
+                                          : int_to_f32(src, st, static_cast<float*>(dst), n);
     if (done == n) return;
     src = static_cast<const char*>(src) + done * static_cast<int64_t>(size_of(st));
     dst = static_cast<char*>(dst) + done * static_cast<int64_t>(size_of(dt));

@@ -150,5 +150,49 @@ TEST(DTypeTest, ArrayConversionsOfHalvesMatchTheScalarOnes) {
   expect_conversions_match_scalar<bfloat16_t>(bf16);
 }
 
+// convert() between f32 and i32, i8, u8 takes AVX-512 where the CPU has it: the results must be
+// the rule's (to an integer: truncation toward zero, saturation, NaN 0; to f32: the nearest
+// value) for f32 values of every kind and every integer kind at the edges, at every alignment.
+template <typename I> void expect_int_conversions_follow_the_rule(DType it) {
+  SCOPED_TRACE(name(it));
+  std::vector<float> values = conversion_values();
+  for (float f : {0.5f, -0.5f, 0.999f, -0.999f, 127.5f, 128.f, -128.5f, -129.f, 255.5f, 256.f,
+                  2147483520.f, 2147483648.f, -2147483648.f, -2147483904.f, 1e10f, -1e10f})
+    values.push_back(f);
+  std::mt19937 rng(7);
+  for (int i = 0; i < 1000; ++i)
+    values.push_back(std::uniform_real_distribution<float>(-300, 300)(rng));
+  constexpr double lo = std::numeric_limits<I>::min(), hi = std::numeric_limits<I>::max();
+  for (size_t off : {size_t{0}, size_t{3}, size_t{15}}) {
+    const int64_t n = static_cast<int64_t>(values.size() - off);
+    std::vector<I> ints(static_cast<size_t>(n));
+    convert(values.data() + off, f32, ints.data(), it, n);
+    for (int64_t i = 0; i < n; ++i) {
+      const double v = values[off + static_cast<size_t>(i)];
+      const I want = !(v == v) ? I(0) : v <= lo ? I(lo) : v >= hi ? I(hi) : static_cast<I>(v);
+      ASSERT_EQ(ints[static_cast<size_t>(i)], want) << "f32 " << v;
+    }
+  }
+  std::vector<I> ints;
+  for (int i = 0; i < 100000; ++i) ints.push_back(static_cast<I>(rng()));
+  for (I v : {std::numeric_limits<I>::min(), std::numeric_limits<I>::max(), I(0), I(-1), I(1)})
+    ints.push_back(v);
+  for (size_t off : {size_t{0}, size_t{5}}) {
+    const int64_t n = static_cast<int64_t>(ints.size() - off);
+    std::vector<float> floats(static_cast<size_t>(n));
+    convert(ints.data() + off, it, floats.data(), f32, n);
+    for (int64_t i = 0; i < n; ++i) {
+      const I v = ints[off + static_cast<size_t>(i)];
+      ASSERT_EQ(floats[static_cast<size_t>(i)], static_cast<float>(static_cast<double>(v))) << +v;
+    }
+  }
+}
+
+TEST(DTypeTest, ArrayConversionsBetweenF32AndIntegersFollowTheRule) {
+  expect_int_conversions_follow_the_rule<int32_t>(i32);
+  expect_int_conversions_follow_the_rule<int8_t>(i8);
+  expect_int_conversions_follow_the_rule<uint8_t>(u8);
+}
+
 }  // namespace
 }  // namespace kiln
