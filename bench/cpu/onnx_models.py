@@ -9,9 +9,12 @@ compile; ONNX Runtime: session creation; OpenVINO: read and compile); then the g
 of the ratios. OpenVINO is optional (`pip install openvino`); without it its columns are empty.
 
     bench/cpu/onnx_models.py [DIR ...] [--threads 2] [--reps 100] [--only REGEX]
-        [--python-path build/python]
+        [--python-path build/python] [--int8]
 
-DIR (one or more) defaults to tests/data/onnx_models.
+DIR (one or more) defaults to tests/data/onnx_models. --int8 runs, instead of the models, their
+copies quantized by ONNX Runtime's quantize_dynamic (int8 weights, DynamicQuantizeLinear and
+MatMulInteger around each product; what users of ORT's quantization run), named NAME_int8, for
+the models that have MatMul nodes.
 """
 import argparse
 import glob
@@ -71,6 +74,35 @@ def openvino_runner(case, threads):
     return run, seconds
 
 
+def int8_copies(cases, only):
+    """ONNX Runtime's quantize_dynamic of each case with MatMul nodes, in a temporary directory
+    beside its test data: the paths of the copies' model.onnx."""
+    import shutil
+    import tempfile
+
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    root = tempfile.mkdtemp(prefix="kiln_int8_")
+    out = []
+    for case in cases:
+        name = os.path.basename(os.path.dirname(case))
+        if not re.search(only, name + "_int8"):
+            continue
+        graph = onnx.load(case, load_external_data=False).graph
+        if not any(n.op_type == "MatMul" for n in graph.node):
+            continue
+        d = os.path.join(root, name + "_int8")
+        shutil.copytree(os.path.join(os.path.dirname(case), "test_data_set_0"),
+                        os.path.join(d, "test_data_set_0"))
+        # (products only: ORT's quantizer turns the dynamo exporter's Attention into a QAttention
+        # that ORT itself rejects)
+        quantize_dynamic(case, os.path.join(d, "model.onnx"), weight_type=QuantType.QInt8,
+                         op_types_to_quantize=["MatMul", "Gemm"])
+        out.append(os.path.join(d, "model.onnx"))
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("dirs", nargs="*",
@@ -79,6 +111,8 @@ def main():
     ap.add_argument("--reps", type=int, default=100)
     ap.add_argument("--only", default=".*")
     ap.add_argument("--python-path", default=None)
+    ap.add_argument("--int8", action="store_true",
+                    help="the models' ONNX Runtime quantize_dynamic copies (those with MatMul)")
     a = ap.parse_args()
     os.environ["KILN_THREADS"] = str(a.threads)
     if a.python_path:
@@ -101,6 +135,8 @@ def main():
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     r_ort, r_ov, r_best = [], [], []
     cases = sorted(c for d in a.dirs for c in glob.glob(os.path.join(d, "*", "model.onnx")))
+    if a.int8:
+        cases = int8_copies(cases, a.only)
     for case in cases:
         d = os.path.dirname(case)
         name = os.path.basename(d)
