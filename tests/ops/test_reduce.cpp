@@ -237,6 +237,31 @@ TEST(Max, NanPropagatesAndBoolWorks) {
   expect_equal(eval_reduce(Builder(max), b, {1}), {4}, ref_reduce(b, {1}, ref_max));
 }
 
+// f32 max and min over runs long enough for the CPU's vector path (AVX-512: four registers of
+// sixteen, then sixteen at a time, then one), whole and per row, with NaNs at the start, in the
+// middle and in the tail of some rows and infinities in others: the loop's values.
+TEST(Max, LongRunsMatchTheLoopWithNansAndInfinities) {
+  for (int64_t n : {63, 64, 65, 80, 127, 1000, 4103}) {
+    SCOPED_TRACE(n);
+    Array v = random_array({5, n}, f32, -100, 100);
+    float* p = v.data<float>();
+    p[1 * n + 0] = NAN;
+    p[2 * n + n / 2] = NAN;
+    p[3 * n + n - 1] = NAN;
+    p[4 * n + 3] = std::numeric_limits<float>::infinity();
+    p[4 * n + n - 2] = -std::numeric_limits<float>::infinity();
+    expect_close(eval_reduce(Builder(max), v, {1}), {5}, ref_reduce(v, {1}, ref_max), 0, 0);
+    expect_close(eval_reduce(Builder(min), v, {1}), {5}, ref_reduce(v, {1}, ref_min), 0, 0);
+    // the whole array's extremes, without NaN and with one
+    Array clean = random_array({3, n}, f32, -100, 100);
+    clean.data<float>()[n + 7] = 1e30f;
+    clean.data<float>()[2 * n + n - 1] = -1e30f;
+    expect_close(eval_reduce(Builder(max), clean, {}), {}, ref_reduce(clean, {}, ref_max), 0, 0);
+    expect_close(eval_reduce(Builder(min), clean, {}), {}, ref_reduce(clean, {}, ref_min), 0, 0);
+    expect_close(eval_reduce(Builder(max), v, {}), {}, {NAN}, 0, 0);
+  }
+}
+
 TEST(Max, EmptyReductionIsValueError) {
   Graph g;
   auto x = g.placeholder({0, 3}, f32, "x");

@@ -11,6 +11,10 @@
 #include "backends/geometry.h"
 #include "ops/reduce_params.h"
 
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#include <immintrin.h>
+#endif
+
 namespace kiln::cpu {
 
 namespace {
@@ -74,6 +78,46 @@ ReduceTasks cut_tasks(const ReducePlan& p) {
 // ---- the reduction driver ----
 
 // Adds reduced elements [r0, r1) of the row starting at x into acc[0..width) (lanes j of x).
+// max and min's rule: x replaces the running value where it is larger (smaller) or NaN, so a NaN
+// anywhere gives NaN.
+template <bool kMax, typename T> bool takes(T x, T a) {
+  const bool take = kMax ? x > a : x < a;
+  if constexpr (std::is_floating_point_v<T>) return take || std::isnan(x);
+  return take;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define KILN_REDUCE_AVX512 1
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+// The largest (kMax) or smallest of a and s[0, n) on AVX-512, sixteen lanes in each of four
+// registers by the same rule, the lanes merged in order (a full max over 4,096 f32 took 4.8 µs a
+// run through the scalar loop, a sum 2.0). Which NaN, and which zero of a tie of -0 and +0, may
+// differ from the scalar loop's; the values are equal.
+template <bool kMax> inline __m512 extreme_step(__m512 r, __m512 v) {
+  const __mmask16 beats =
+      kMax ? _mm512_cmp_ps_mask(v, r, _CMP_GT_OQ) : _mm512_cmp_ps_mask(v, r, _CMP_LT_OQ);
+  return _mm512_mask_blend_ps(beats | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), r, v);
+}
+template <bool kMax> float extreme_f32x16(const float* s, int64_t n, float a) {
+  __m512 acc[4];
+  for (__m512& r : acc) r = _mm512_set1_ps(a);
+  int64_t k = 0;
+  for (; k + 64 <= n; k += 64)
+    for (int u = 0; u < 4; ++u)
+      acc[u] = extreme_step<kMax>(acc[u], _mm512_loadu_ps(s + k + 16 * u));
+  for (; k + 16 <= n; k += 16) acc[0] = extreme_step<kMax>(acc[0], _mm512_loadu_ps(s + k));
+  alignas(64) float lanes[64];
+  for (int u = 0; u < 4; ++u) _mm512_store_ps(lanes + 16 * u, acc[u]);
+  for (float l : lanes)
+    if (takes<kMax>(l, a)) a = l;
+  for (; k < n; ++k)
+    if (takes<kMax>(s[k], a)) a = s[k];
+  return a;
+}
+#pragma GCC pop_options
+#endif
+
 template <typename T, typename Op>
 void reduce_range(const ReducePlan& p, const Op& op, const T* x, int64_t r0, int64_t r1,
                   typename Op::Acc* acc, int64_t width) {
@@ -85,6 +129,13 @@ void reduce_range(const ReducePlan& p, const Op& op, const T* x, int64_t r0, int
         for (int64_t j = 0; j < width; ++j) op.add(acc[j], s[j]);
       return;
     }
+#ifdef KILN_REDUCE_AVX512
+    if constexpr (std::is_same_v<T, float> && requires { Op::kIsMax; })
+      if (len >= 64 && cpu_isa() == CpuIsa::avx512) {
+        acc[0] = extreme_f32x16<Op::kIsMax>(s, len, acc[0]);
+        return;
+      }
+#endif
     // eight independent accumulators hide the latency of the add chain
     Acc part[8];
     std::fill(part, part + 8, op.init());
@@ -171,17 +222,14 @@ template <typename T> struct NormL2Op : SumOp<T> {
 // Max (kMax) or min; NaN wins, as in numpy and PyTorch.
 template <typename T, bool kMax> struct ExtremeOp {
   using Acc = T;
+  static constexpr bool kIsMax = kMax;
   Acc init() const {
     if constexpr (std::is_floating_point_v<T>)
       return kMax ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::infinity();
     else
       return kMax ? std::numeric_limits<T>::lowest() : std::numeric_limits<T>::max();
   }
-  void add(Acc& a, T x) const {
-    bool take = kMax ? x > a : x < a;
-    if constexpr (std::is_floating_point_v<T>) take = take || std::isnan(x);
-    a = take ? x : a;
-  }
+  void add(Acc& a, T x) const { a = takes<kMax>(x, a) ? x : a; }
   void merge(Acc& a, Acc b) const { add(a, b); }
   T finish(Acc a, int64_t) const { return a; }
 };
