@@ -41,6 +41,23 @@ def cuda_section(path, device, cpu_cases):
     return lines
 
 
+def kept_cuda_section(path):
+    """The "On CUDA" section of an earlier docs/conformance.md, as it was (a CPU-only refresh keeps
+    the last CUDA run's section, which names its commit), or nothing."""
+    try:
+        with open(path) as f:
+            old = f.read().split("\n")
+    except OSError:
+        return []
+    if "## On CUDA" not in old:
+        return []
+    start = old.index("## On CUDA")
+    end = next((i for i in range(start + 1, len(old)) if old[i].startswith("## ")), len(old))
+    while end > start and not old[end - 1].strip():
+        end -= 1
+    return [""] + old[start:end]
+
+
 def expected_reasons(path):
     """case name -> the reason written beside it in the expected-failures file."""
     why = {}
@@ -164,6 +181,8 @@ def main():
 
     if args.cuda_json:
         lines += cuda_section(args.cuda_json, args.cuda_device, cases)
+    else:
+        lines += kept_cuda_section(args.out)
 
     missing = collections.Counter()
     for c in cases:
