@@ -303,8 +303,8 @@ def test_matmul_integer_is_exact(rng, k):
     """MatMulInteger against numpy's int64 product: uint8 A with a zero point per tensor or per
     row, int8 or uint8 B with one per tensor or per column, K across the 256-element chunks kiln
     sums in f32 (extreme operands, every element 255 or -128 away from its zero point, included)."""
-    for b_type, a_zp_rows, b_zp_cols in [(np.int8, False, False), (np.uint8, True, True),
-                                        (np.int8, True, False)]:
+    cases = [(np.int8, False, False), (np.uint8, True, True), (np.int8, True, False)]
+    for b_type, a_zp_rows, b_zp_cols in cases:
         m, n = 5, 3
         a = rng.integers(0, 256, (2, m, k)).astype(np.uint8)
         info = np.iinfo(b_type)
@@ -316,11 +316,9 @@ def test_matmul_integer_is_exact(rng, k):
                 else np.array(info.max if b_type == np.int8 else 0)).astype(b_type)
         if not b_zp_cols:
             b_zp = b_zp.reshape(())
-        ta = TensorProto.UINT8
-        tb = TensorProto.INT8 if b_type == np.int8 else TensorProto.UINT8
         graph = helper.make_graph(
             [helper.make_node("MatMulInteger", ["a", "b", "a_zp", "b_zp"], ["y"])], "mmi",
-            [helper.make_tensor_value_info("a", ta, [2, m, k])],
+            [helper.make_tensor_value_info("a", TensorProto.UINT8, [2, m, k])],
             [helper.make_tensor_value_info("y", TensorProto.INT32, [2, m, n])],
             [numpy_helper.from_array(b, "b"), numpy_helper.from_array(a_zp, "a_zp"),
              numpy_helper.from_array(b_zp, "b_zp")])
@@ -331,6 +329,33 @@ def test_matmul_integer_is_exact(rng, k):
         want = (a.astype(np.int64) - a_zp_b) @ (b.astype(np.int64) - b_zp.astype(np.int64))
         assert got.dtype == np.int32
         np.testing.assert_array_equal(got, want)
+
+
+def test_dynamic_quantize_linear_matches_the_reference(rng):
+    """DynamicQuantizeLinear (y, scale, zero point) against onnx's reference evaluator on fresh
+    data of several ranges (all positive, all negative, mixed, one value), with values placed on
+    rounding ties of the computed scale."""
+    from onnx.reference import ReferenceEvaluator
+
+    graph = helper.make_graph(
+        [helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "zp"])], "dql",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [7, 149])],
+        [helper.make_tensor_value_info("y", TensorProto.UINT8, [7, 149]),
+         helper.make_tensor_value_info("s", TensorProto.FLOAT, []),
+         helper.make_tensor_value_info("zp", TensorProto.UINT8, [])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    exe = kiln.onnx.load_bytes(model.SerializeToString()).compile(device="cpu")
+    ref = ReferenceEvaluator(model)
+    for lo, hi in [(0.5, 3.0), (-4.0, -0.25), (-2.0, 5.0), (1.5, 1.5)]:
+        x = rng.uniform(lo, hi, (7, 149)).astype(np.float32)
+        x[0, 0], x[0, 1] = hi, lo  # the range exactly [min(lo, 0), max(hi, 0)]
+        scale = (np.float32(max(hi, 0)) - np.float32(min(lo, 0))) / np.float32(255)
+        # values halfway between two steps of that scale (rounding ties, or next to them)
+        x[0, 2:22] = (np.arange(20, dtype=np.float32) + np.float32(0.5)) * scale
+        got = [o.numpy() for o in exe.run({"x": x})]
+        want = ref.run(None, {"x": x})
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)
 
 
 def test_the_onnx_package_works_beside_kiln_imported_first():

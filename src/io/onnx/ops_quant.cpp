@@ -161,9 +161,9 @@ Outs dynamic_quantize_linear(NodeContext& c) {
   Tensor mx = maximum(max(x), zero), mn = minimum(min(x), zero);
   Tensor range = where(equal(mx, mn), scalar_of(x, 1), sub(mx, mn));
   Tensor scale = div(range, scalar_of(x, 255));
-  Tensor zp = round(clip(sub(zero, div(mn, scale)), 0, 255));
-  Tensor y = clip(add(round(div(x, scale)), zp), 0, 255);
-  return {cast(y, u8), scale, cast(zp, u8)};
+  Tensor zp = cast(round(clip(sub(zero, div(mn, scale)), 0, 255)), u8);
+  // saturate(round_half_even(x / scale) + zp): kiln's quantize, one vectorized pass
+  return {quantize(x, scale, zp), scale, zp};
 }
 
 // A scale or zero point for an operand of rank `rank`: a scalar or one value applies to the whole
