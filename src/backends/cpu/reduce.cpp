@@ -77,7 +77,6 @@ ReduceTasks cut_tasks(const ReducePlan& p) {
 
 // ---- the reduction driver ----
 
-// Adds reduced elements [r0, r1) of the row starting at x into acc[0..width) (lanes j of x).
 // max and min's rule: x replaces the running value where it is larger (smaller) or NaN, so a NaN
 // anywhere gives NaN.
 template <bool kMax, typename T> bool takes(T x, T a) {
@@ -118,6 +117,7 @@ template <bool kMax> float extreme_f32x16(const float* s, int64_t n, float a) {
 #pragma GCC pop_options
 #endif
 
+// Adds reduced elements [r0, r1) of the row starting at x into acc[0..width) (lanes j of x).
 template <typename T, typename Op>
 void reduce_range(const ReducePlan& p, const Op& op, const T* x, int64_t r0, int64_t r1,
                   typename Op::Acc* acc, int64_t width) {

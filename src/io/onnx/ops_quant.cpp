@@ -8,8 +8,8 @@
 // Integer results follow ONNX's reference exactly: integer products accumulate in f32 chunks
 // short enough to hold every sum exactly (MatMulInteger) or in f64 (conv, exact for these sizes),
 // requantization scales multiply in f64 and round half to even before saturating to the output
-// type's range. QLinearConv over 2 spatial dims becomes one
-// quantized_conv node that computes the same; ConvInteger (i32 out) keeps the composition.
+// type's range. QLinearConv over 2 spatial dims becomes one quantized_conv node that computes the
+// same; ConvInteger (i32 out) keeps the composition.
 #include <algorithm>
 #include <cmath>
 

@@ -1,8 +1,8 @@
 // ONNX random ops: RandomUniform, RandomNormal, their *Like forms, Bernoulli and Dropout's
-// training-mode mask (ops_nn.cpp), on kiln's
-// Philox ops (include/kiln/ops/random.h). The float `seed` attribute's bits seed the state; a node
-// without one is seeded from its first output's name, so each node draws its own numbers and
-// every import of a model draws the same ones. The values differ from other runtimes' generators.
+// training-mode mask (ops_nn.cpp), on kiln's Philox ops (include/kiln/ops/random.h). The float
+// `seed` attribute's bits seed the state (Dropout's int seed its value); a node without one is
+// seeded from its first output's name, so each node draws its own numbers and every import of a
+// model draws the same ones. The values differ from other runtimes' generators.
 #include <onnx/onnx_pb.h>
 
 #include <cstring>
