@@ -91,7 +91,9 @@ class Array {
   DType dtype_ = DType::f32;
 };
 
-/// Converts `n` elements between dtypes on the host (float via double, ints saturate-free C casts).
-void convert(const void* src, DType st, void* dst, DType dt, int64_t n);
+/// Converts `n` elements between dtypes on the host (float via double, ints saturate-free C casts;
+/// to an 8-bit float: rounded to nearest even from f32, values beyond its largest finite one giving
+/// that one where `saturate`, else infinity or NaN as its format has them: kiln/float8.h).
+void convert(const void* src, DType st, void* dst, DType dt, int64_t n, bool saturate = true);
 
 }  // namespace kiln

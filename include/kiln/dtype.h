@@ -7,7 +7,25 @@
 
 namespace kiln {
 
-enum class DType : uint8_t { f32, f16, bf16, f64, i8, u8, i16, i32, i64, boolean };
+/// (The 8-bit floats are storage types: cast, bitcast and the ops that only move elements take
+/// them; arithmetic runs after a cast to a wider float. Their names follow the OCP FP8 and ONNX
+/// formats: e4m3fn and e5m2, and the fnuz variants with one NaN and no -0; kiln/float8.h.)
+enum class DType : uint8_t {
+  f32,
+  f16,
+  bf16,
+  f64,
+  i8,
+  u8,
+  i16,
+  i32,
+  i64,
+  boolean,
+  f8e4m3fn,
+  f8e4m3fnuz,
+  f8e5m2,
+  f8e5m2fnuz
+};
 
 inline constexpr DType f32 = DType::f32;
 inline constexpr DType f16 = DType::f16;
@@ -19,7 +37,11 @@ inline constexpr DType i16 = DType::i16;
 inline constexpr DType i32 = DType::i32;
 inline constexpr DType i64 = DType::i64;
 inline constexpr DType boolean = DType::boolean;
-inline constexpr int kNumDTypes = 10;
+inline constexpr DType f8e4m3fn = DType::f8e4m3fn;
+inline constexpr DType f8e4m3fnuz = DType::f8e4m3fnuz;
+inline constexpr DType f8e5m2 = DType::f8e5m2;
+inline constexpr DType f8e5m2fnuz = DType::f8e5m2fnuz;
+inline constexpr int kNumDTypes = 14;
 
 /// Bytes per element.
 size_t size_of(DType t);
@@ -27,12 +49,13 @@ size_t size_of(DType t);
 const char* name(DType t);
 /// Parses a short name; throws DTypeError on an unknown one.
 DType parse_dtype(const std::string& s);
-bool is_floating(DType t);  // f16 bf16 f32 f64
+bool is_floating(DType t);  // f16 bf16 f32 f64 (the 8-bit floats are not: is_float8)
+bool is_float8(DType t);    // f8e4m3fn f8e4m3fnuz f8e5m2 f8e5m2fnuz
 bool is_integer(DType t);   // i8 u8 i16 i32 i64 (not bool)
 bool is_signed(DType t);
 /// Result type of a binary op on a and b: bool < integers < floats; among floats the wider wins
-/// (f16 with bf16 gives f32); an unsigned and a signed integer give the next signed type that
-/// holds both.
+/// (f16 with bf16 gives f32, an 8-bit float with any other float f32 or f64); an unsigned and a
+/// signed integer give the next signed type that holds both.
 DType promote(DType a, DType b);
 
 /// A set of dtypes as a bit mask, for kernel tables.
@@ -55,6 +78,7 @@ inline constexpr DTypeSet kIntTypes{i8, u8, i16, i32, i64};
 inline constexpr DTypeSet kSignedTypes{f32, f64, f16, bf16, i8, i16, i32, i64};
 inline constexpr DTypeSet kNumericTypes = kFloatTypes | kIntTypes;
 inline constexpr DTypeSet kAllTypes = kNumericTypes | DTypeSet{boolean};
+inline constexpr DTypeSet kFloat8Types{f8e4m3fn, f8e4m3fnuz, f8e5m2, f8e5m2fnuz};
 
 /// IEEE half precision storage type; arithmetic goes through float.
 struct float16_t {

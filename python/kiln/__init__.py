@@ -49,6 +49,11 @@ i32 = DType.i32  # noqa: F405
 i64 = DType.i64  # noqa: F405
 bool_ = DType.bool  # noqa: F405
 boolean = bool_
+# the 8-bit floats (storage types: cast them to compute; numpy sees ml_dtypes' types)
+f8e4m3fn = DType.f8e4m3fn  # noqa: F405
+f8e4m3fnuz = DType.f8e4m3fnuz  # noqa: F405
+f8e5m2 = DType.f8e5m2  # noqa: F405
+f8e5m2fnuz = DType.f8e5m2fnuz  # noqa: F405
 
 cpu = Device.cpu()  # noqa: F405
 

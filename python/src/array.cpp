@@ -13,9 +13,24 @@ struct NumpyName {
   const char* numpy;
   DType dtype;
 };
-constexpr NumpyName kNumpyNames[] = {
-    {"float32", f32}, {"float16", f16}, {"bfloat16", bf16}, {"float64", f64}, {"int8", i8},
-    {"uint8", u8},    {"int16", i16},   {"int32", i32},     {"int64", i64},   {"bool", boolean}};
+constexpr NumpyName kNumpyNames[] = {{"float32", f32},
+                                     {"float16", f16},
+                                     {"bfloat16", bf16},
+                                     {"float64", f64},
+                                     {"int8", i8},
+                                     {"uint8", u8},
+                                     {"int16", i16},
+                                     {"int32", i32},
+                                     {"int64", i64},
+                                     {"bool", boolean},
+                                     // (ml_dtypes' names, as bfloat16's)
+                                     {"float8_e4m3fn", f8e4m3fn},
+                                     {"float8_e4m3fnuz", f8e4m3fnuz},
+                                     {"float8_e5m2", f8e5m2},
+                                     {"float8_e5m2fnuz", f8e5m2fnuz}};
+
+// Whether numpy's dtype for `t` comes from ml_dtypes (numpy has no such type).
+bool from_ml_dtypes(DType t) { return t == bf16 || is_float8(t); }
 
 nb::object numpy() { return nb::module_::import_("numpy"); }
 
@@ -80,6 +95,9 @@ bool c_contiguous(const nb::ndarray<nb::ro>& t) {
 
 // The DLPack view of an array's memory, owned by a copy of the Array handle.
 nb::ndarray<nb::array_api> dl_view(const Array& a) {
+  if (is_float8(a.dtype()))
+    throw DTypeError(std::string("[to_dlpack] kiln's DLPack exchange has no code for ") +
+                     name(a.dtype()) + "; bitcast to u8 first, or use numpy()");
   auto* keep = new Array(a);
   nb::capsule owner(keep, [](void* p) noexcept { delete static_cast<Array*>(p); });
   std::vector<size_t> shape(a.shape().begin(), a.shape().end());
@@ -132,9 +150,12 @@ DType dtype_from_numpy(nb::handle np_dtype) {
 }
 
 nb::object numpy_dtype(DType t) {
-  if (t == bf16) return nb::module_::import_("ml_dtypes").attr("bfloat16");
-  for (const auto& n : kNumpyNames)
-    if (n.dtype == t) return numpy().attr("dtype")(n.numpy);
+  for (const auto& n : kNumpyNames) {
+    if (n.dtype != t) continue;
+    if (from_ml_dtypes(t))
+      return numpy().attr("dtype")(nb::module_::import_("ml_dtypes").attr(n.numpy));
+    return numpy().attr("dtype")(n.numpy);
+  }
   KILN_ASSERT(false);
   return {};
 }
@@ -164,11 +185,15 @@ nb::object to_numpy(const Array& a) {
   auto* keep = new Array(h);
   nb::capsule owner(keep, [](void* p) noexcept { delete static_cast<Array*>(p); });
   std::vector<size_t> shape(h.shape().begin(), h.shape().end());
-  // numpy has no bf16: the bits go out as uint16 and are viewed as ml_dtypes.bfloat16
-  nb::dlpack::dtype dt = h.dtype() == bf16 ? nb::dtype<uint16_t>() : dl_dtype(h.dtype());
+  // numpy has no bf16 or 8-bit floats: the bits go out as uint16 or uint8 and are viewed as
+  // ml_dtypes' type
+  const bool ml = from_ml_dtypes(h.dtype());
+  nb::dlpack::dtype dt = h.dtype() == bf16 ? nb::dtype<uint16_t>()
+                         : ml              ? nb::dtype<uint8_t>()
+                                           : dl_dtype(h.dtype());
   nb::ndarray<nb::numpy> nd(keep->data(), shape.size(), shape.data(), owner, nullptr, dt);
   nb::object out = nb::cast(nd);
-  if (h.dtype() == bf16) out = out.attr("view")(numpy_dtype(bf16));
+  if (ml) out = out.attr("view")(numpy_dtype(h.dtype()));
   return out;
 }
 
@@ -232,13 +257,20 @@ void bind_array(nb::module_& m) {
       .value("i32", i32)
       .value("i64", i64)
       .value("bool", boolean)
+      .value("f8e4m3fn", f8e4m3fn)
+      .value("f8e4m3fnuz", f8e4m3fnuz)
+      .value("f8e5m2", f8e5m2)
+      .value("f8e5m2fnuz", f8e5m2fnuz)
       .def_prop_ro(
           "itemsize", [](DType t) { return size_of(t); }, "Bytes per element.")
       .def_prop_ro("is_floating", [](DType t) { return is_floating(t); })
       .def_prop_ro("is_integer", [](DType t) { return is_integer(t); })
       .def_prop_ro(
+          "is_float8", [](DType t) { return is_float8(t); },
+          "An 8-bit float (a storage type: cast it to compute).")
+      .def_prop_ro(
           "numpy", [](DType t) { return numpy_dtype(t); },
-          "The numpy dtype (ml_dtypes.bfloat16 for bf16).");
+          "The numpy dtype (ml_dtypes' for bf16 and the 8-bit floats).");
   m.def(
       "dtype",
       [](nb::handle d) -> DType {

@@ -78,7 +78,8 @@ void bind_ops(nb::module_& m) {
   m.def("clip", &kiln::clip, nb::arg("x"), nb::arg("lo") = -INFINITY, nb::arg("hi") = INFINITY, ka,
         op_doc("clip"));
   m.def("where", &kiln::where, nb::arg("cond"), nb::arg("x"), nb::arg("y"), ka, op_doc("where"));
-  m.def("cast", &kiln::cast, nb::arg("x"), nb::arg("dtype"), ka, op_doc("cast"));
+  m.def("cast", nb::overload_cast<const Tensor&, DType, bool>(&kiln::cast), nb::arg("x"),
+        nb::arg("dtype"), nb::arg("saturate") = true, ka, op_doc("cast"));
   m.def("bitcast", &kiln::bitcast, nb::arg("x"), nb::arg("dtype"), ka, op_doc("bitcast"));
 
   // reductions

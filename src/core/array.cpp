@@ -1,5 +1,6 @@
 #include "kiln/array.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -10,10 +11,11 @@
 #define KILN_F16C 1
 #endif
 
+#include "core/device_backend.h"
 #include "core/element_limit.h"
 #include "core/errors.h"
 #include "core/host_allocator.h"
-#include "core/device_backend.h"
+#include "kiln/float8.h"
 
 namespace kiln {
 
@@ -184,14 +186,58 @@ template <typename F> void visit(DType t, F&& f) {
     case DType::i32: return f(int32_t{});
     case DType::i64: return f(int64_t{});
     case DType::boolean: return f(bool{});
+    default:
+      KILN_ASSERT(false);  // (the 8-bit floats go through convert_float8)
   }
 }
 }  // namespace
 
-void convert(const void* src, DType st, void* dst, DType dt, int64_t n) {
+namespace {
+// Conversions from or to an 8-bit float, through f32 in blocks (f64 rounds to one directly: f32
+// first could round twice).
+void convert_float8(const void* src, DType st, void* dst, DType dt, int64_t n, bool saturate) {
+  constexpr int64_t kBlock = 256;
+  float buf[kBlock];
+  const auto* in = static_cast<const char*>(src);
+  auto* out = static_cast<char*>(dst);
+  const size_t ss = size_of(st), ds = size_of(dt);
+  if (st == DType::f64 && is_float8(dt)) {  // (rounded once, from double)
+    const f8::Format f = f8::format(dt);
+    const auto* x = static_cast<const double*>(src);
+    auto* codes = static_cast<uint8_t*>(dst);
+    for (int64_t i = 0; i < n; ++i) codes[i] = f8::encode(x[i], f, saturate);
+    return;
+  }
+  for (int64_t b = 0; b < n; b += kBlock) {
+    const int64_t k = std::min(kBlock, n - b);
+    const char* from = in + b * static_cast<int64_t>(ss);
+    char* to = out + b * static_cast<int64_t>(ds);
+    if (is_float8(st)) {
+      const f8::Format f = f8::format(st);
+      const auto* codes = reinterpret_cast<const uint8_t*>(from);
+      for (int64_t i = 0; i < k; ++i) buf[i] = f8::decode(codes[i], f);
+    } else {
+      convert(from, st, buf, DType::f32, k);
+    }
+    if (is_float8(dt)) {
+      const f8::Format f = f8::format(dt);
+      auto* codes = reinterpret_cast<uint8_t*>(to);
+      for (int64_t i = 0; i < k; ++i) codes[i] = f8::encode(buf[i], f, saturate);
+    } else {
+      convert(buf, DType::f32, to, dt, k);
+    }
+  }
+}
+}  // namespace
+
+void convert(const void* src, DType st, void* dst, DType dt, int64_t n, bool saturate) {
   if (n <= 0) return;  // empty views may carry null pointers
   if (st == dt) {
     std::memcpy(dst, src, static_cast<size_t>(n) * size_of(st));
+    return;
+  }
+  if (is_float8(st) || is_float8(dt)) {
+    convert_float8(src, st, dst, dt, n, saturate);
     return;
   }
 #ifdef KILN_F16C

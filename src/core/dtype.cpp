@@ -12,6 +12,11 @@ size_t size_of(DType t) {
     case DType::f16: case DType::bf16: case DType::i16: return 2;
     case DType::f64: case DType::i64: return 8;
     case DType::i8: case DType::u8: case DType::boolean: return 1;
+    case DType::f8e4m3fn:
+    case DType::f8e4m3fnuz:
+    case DType::f8e5m2:
+    case DType::f8e5m2fnuz:
+      return 1;
   }
   KILN_ASSERT(false);
 }
@@ -28,6 +33,14 @@ const char* name(DType t) {
     case DType::i32: return "i32";
     case DType::i64: return "i64";
     case DType::boolean: return "bool";
+    case DType::f8e4m3fn:
+      return "f8e4m3fn";
+    case DType::f8e4m3fnuz:
+      return "f8e4m3fnuz";
+    case DType::f8e5m2:
+      return "f8e5m2";
+    case DType::f8e5m2fnuz:
+      return "f8e5m2fnuz";
   }
   KILN_ASSERT(false);
 }
@@ -35,22 +48,33 @@ const char* name(DType t) {
 DType parse_dtype(const std::string& s) {
   for (int i = 0; i < kNumDTypes; ++i)
     if (s == name(static_cast<DType>(i))) return static_cast<DType>(i);
-  fail<DTypeError>("[dtype] unknown dtype '{}' (expected f32 f16 bf16 f64 i8 u8 i16 i32 i64 bool)",
-                   s);
+  fail<DTypeError>(
+      "[dtype] unknown dtype '{}' (expected f32 f16 bf16 f64 i8 u8 i16 i32 i64 bool "
+      "f8e4m3fn f8e4m3fnuz f8e5m2 f8e5m2fnuz)",
+      s);
 }
 
 bool is_floating(DType t) {
   return t == DType::f32 || t == DType::f16 || t == DType::bf16 || t == DType::f64;
 }
+bool is_float8(DType t) {
+  return t == DType::f8e4m3fn || t == DType::f8e4m3fnuz || t == DType::f8e5m2 ||
+         t == DType::f8e5m2fnuz;
+}
 bool is_integer(DType t) {
   return t == DType::i8 || t == DType::u8 || t == DType::i16 || t == DType::i32 || t == DType::i64;
 }
-bool is_signed(DType t) { return is_floating(t) || (is_integer(t) && t != DType::u8); }
+bool is_signed(DType t) {
+  return is_floating(t) || is_float8(t) || (is_integer(t) && t != DType::u8);
+}
 
 DType promote(DType a, DType b) {
   if (a == b) return a;
   if (a == DType::boolean) return b;
   if (b == DType::boolean) return a;
+  if (is_float8(a) || is_float8(b)) {  // (two different 8-bit floats, or one with another type)
+    return a == DType::f64 || b == DType::f64 ? DType::f64 : DType::f32;
+  }
   const bool fa = is_floating(a), fb = is_floating(b);
   if (fa && fb) {
     if (a == DType::f64 || b == DType::f64) return DType::f64;

@@ -61,9 +61,10 @@ template <typename F> void dispatch_all(DType t, F&& f) {
     case DType::i16: f(int16_t{}); return;
     case DType::i32: f(int32_t{}); return;
     case DType::i64: f(int64_t{}); return;
-    case DType::boolean: break;
+    default:
+      break;
   }
-  fail<DTypeError>("[dist] bool tensors cannot be reduced");
+  fail<DTypeError>("[dist] {} tensors cannot be reduced", name(t));
 }
 }  // namespace
 

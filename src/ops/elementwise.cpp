@@ -409,7 +409,7 @@ void register_elementwise_ops() {
   define_op(OpId::Hardsigmoid).set_infer(infer_hardsigmoid);
   define_op(OpId::Clip).set_infer(infer_clip).inplace(0).inputs(1).params<math::ClipParams>();
   define_op(OpId::Where).set_infer(infer_where).inputs(3);
-  define_op(OpId::Cast).set_infer(infer_cast).inputs(1);
+  define_op(OpId::Cast).set_infer(infer_cast).inputs(1).params<CastParams>();
   // the output is a view of the input's bytes (no copy where the memory planner allows)
   define_op(OpId::Bitcast).set_infer(infer_bitcast).alias().inputs(1);
 
@@ -514,6 +514,10 @@ Tensor where(const Tensor& cond, const Tensor& x, const Tensor& y) {
 }
 Tensor cast(const Tensor& x, DType dtype) {
   return make_node1(OpId::Cast, {x}, {{"dtype", dtype}});
+}
+Tensor cast(const Tensor& x, DType dtype, bool saturate) {
+  if (saturate) return cast(x, dtype);  // (the default: no attribute, as before)
+  return make_node1(OpId::Cast, {x}, {{"dtype", dtype}, {"saturate", false}});
 }
 Tensor bitcast(const Tensor& x, DType dtype) {
   return make_node1(OpId::Bitcast, {x}, {{"dtype", dtype}});

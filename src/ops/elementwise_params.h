@@ -20,6 +20,18 @@ struct GeluParams : OpParams {
   }
 };
 
+/// cast: whether values beyond an 8-bit float target's largest finite one become that one
+/// (`saturate`, the default) or infinity / NaN; other targets ignore it.
+struct CastParams : OpParams {
+  bool saturate = true;
+
+  static CastParams decode(OpId, const Attrs& a) {
+    CastParams p;
+    p.saturate = a.b("saturate", true);
+    return p;
+  }
+};
+
 /// bit_shift: shift left, else right.
 struct BitShiftParams : OpParams {
   bool left = false;

@@ -290,12 +290,9 @@ std::string compare(const Array& want, const Array& got, double tol) {
   int64_t bad = 0, first = -1;
   for (size_t i = 0; i < e.size(); ++i) {
     bool ok;
-    if (exact)
-      ok = e[i] == a[i];
-    else if (std::isnan(e[i]))
+    if (std::isnan(e[i]))  // (the 8-bit floats compare exactly, NaNs too)
       ok = std::isnan(a[i]);
-    else if (std::isinf(e[i]))
-      ok = a[i] == e[i];
+    else if (exact || std::isinf(e[i])) ok = a[i] == e[i];
     else
       ok = std::fabs(a[i] - e[i]) <= tol * (std::fabs(e[i]) + mean_abs);
     if (!ok && bad++ == 0) first = static_cast<int64_t>(i);

@@ -146,10 +146,10 @@ TEST(Safetensors, RefusesHostileHeaders) {
   expect_error<UnsupportedError>(
       [&] {
         const auto u =
-            with_json(R"({"q":{"dtype":"F8_E4M3","shape":[4],"data_offsets":[0,4]}})", 4);
+            with_json(R"({"q":{"dtype":"F8_E8M0","shape":[4],"data_offsets":[0,4]}})", 4);
         File::from_bytes(u.data(), u.size(), "x.safetensors");
       },
-      {"[safetensors] x.safetensors", "tensor 'q' has dtype F8_E4M3"});
+      {"[safetensors] x.safetensors", "tensor 'q' has dtype F8_E8M0"});
   // a bool that is neither 0 nor 1, found when read
   const auto bad_bool = with_json(R"({"m":{"dtype":"BOOL","shape":[3],"data_offsets":[0,3]}})", 3);
   std::vector<uint8_t> bb = bad_bool;

@@ -144,12 +144,16 @@ Tensor logical_not(const Tensor& x);
 /// cond ? x : y, broadcasting all three; cond is bool, x and y are promoted.
 Tensor where(const Tensor& cond, const Tensor& x, const Tensor& y);
 /// x converted to `dtype`. Float to integer truncates toward zero and saturates at the integer's
-/// limits; NaN gives 0.
+/// limits; NaN gives 0. To and from the 8-bit floats (f8e4m3fn f8e4m3fnuz f8e5m2 f8e5m2fnuz):
+/// through f32, rounded to nearest even; beyond the target's largest finite value (448, 240,
+/// 57344, 57344), infinities included, the result is that value with x's sign, unless
+/// `saturate` is false: then infinity for f8e5m2 and NaN for the others, as ONNX's Cast.
 Tensor cast(const Tensor& x, DType dtype);
+Tensor cast(const Tensor& x, DType dtype, bool saturate);
 /// x's bytes read as `dtype`, of the same element size (4: f32 i32; 8: f64 i64; 2: f16 bf16 i16;
-/// 1: i8 u8 bool), bits kept exactly (ONNX BitCast, numpy view); same shape. DTypeError when the
-/// sizes differ. A bool result holds the bytes as they are (a byte other than 0 or 1 too).
-/// Not differentiable.
+/// 1: i8 u8 bool and the 8-bit floats), bits kept exactly (ONNX BitCast, numpy view); same shape.
+/// DTypeError when the sizes differ. A bool result holds the bytes as they are (a byte other than 0
+/// or 1 too). Not differentiable.
 Tensor bitcast(const Tensor& x, DType dtype);
 /// True where x is NaN (bool result); always false for integers.
 Tensor isnan(const Tensor& x);

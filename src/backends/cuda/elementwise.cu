@@ -9,6 +9,7 @@
 #include "backends/cuda/cuda_common.cuh"
 #include "backends/cuda/elementwise.cuh"
 #include "backends/cuda/kernels.h"
+#include "kiln/float8.h"
 #include "ops/elementwise_math.h"
 #include "ops/elementwise_params.h"
 #include "ops/elementwise_records.h"
@@ -139,6 +140,46 @@ template <typename S, typename D> struct CastF {
   __device__ D operator()(S v) const { return ew::convert_value<S, D>(v); }
 };
 
+// To and from the 8-bit floats, through f32 (kiln/float8.h), as the CPU's convert.
+template <typename S> struct EncodeF8 {
+  f8::Format to;
+  bool saturate;
+  __device__ uint8_t operator()(S v) const {
+    if constexpr (std::is_same_v<S, double>) return f8::encode(v, to, saturate);  // (rounded once)
+    else return f8::encode(ew::convert_value<S, float>(v), to, saturate);
+  }
+};
+template <typename D> struct DecodeF8 {
+  f8::Format from;
+  __device__ D operator()(uint8_t b) const {
+    return ew::convert_value<float, D>(f8::decode(b, from));
+  }
+};
+struct RecodeF8 {
+  f8::Format from, to;
+  bool saturate;
+  __device__ uint8_t operator()(uint8_t b) const {
+    return f8::encode(f8::decode(b, from), to, saturate);
+  }
+};
+
+void cast_float8(const TensorView& i, const TensorView& o, bool saturate, cudaStream_t s) {
+  if (is_float8(i.dtype) && is_float8(o.dtype)) {
+    ew::launch_unary<uint8_t, uint8_t>(
+        i, o, RecodeF8{f8::format(i.dtype), f8::format(o.dtype), saturate}, s, "cast");
+  } else if (is_float8(o.dtype)) {
+    dispatch(i.dtype, "cast", [&](auto st) {
+      using S = decltype(st);
+      ew::launch_unary<S, uint8_t>(i, o, EncodeF8<S>{f8::format(o.dtype), saturate}, s, "cast");
+    });
+  } else {
+    dispatch(o.dtype, "cast", [&](auto dt) {
+      using D = decltype(dt);
+      ew::launch_unary<uint8_t, D>(i, o, DecodeF8<D>{f8::format(i.dtype)}, s, "cast");
+    });
+  }
+}
+
 void cast(KernelContext& ctx) {
   const TensorView &i = ctx.in(0), &o = ctx.out(0);
   const int64_t n = i.numel();
@@ -148,6 +189,10 @@ void cast(KernelContext& ctx) {
     if (i.data != o.data)
       KILN_CUDA_CHECK(cudaMemcpyAsync(o.data, i.data, static_cast<size_t>(n) * size_of(i.dtype),
                                       cudaMemcpyDeviceToDevice, s));
+    return;
+  }
+  if (is_float8(i.dtype) || is_float8(o.dtype)) {
+    cast_float8(i, o, params_of<CastParams>(ctx).saturate, s);
     return;
   }
   dispatch(i.dtype, "cast", [&](auto st) {
@@ -202,7 +247,7 @@ void register_elementwise_kernels() {
     register_kernel(op, Backend::cuda, {fn, types, dtype_input, false});
   };
   reg(OpId::Where, where, kAllTypes, 1);
-  reg(OpId::Cast, cast, kAllTypes);
+  reg(OpId::Cast, cast, kAllTypes | kFloat8Types);
   reg(OpId::Clip, clip, kNumericTypes);
   reg(OpId::Gelu, gelu, kFloatTypes);
   reg(OpId::BitShift, bit_shift, kIntTypes);

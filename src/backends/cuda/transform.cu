@@ -542,7 +542,9 @@ void pad(KernelContext& ctx) {
 }  // namespace
 
 void register_transform_kernels() {
-  auto reg = [](OpId op, KernelFn fn, DTypeSet types = kAllTypes, int dtype_input = 0) {
+  // (they move bytes, so the 8-bit floats too)
+  auto reg = [](OpId op, KernelFn fn, DTypeSet types = kAllTypes | kFloat8Types,
+                int dtype_input = 0) {
     register_kernel(op, Backend::cuda, {fn, types, dtype_input, /*half_via_f32=*/false});
   };
   reg(OpId::Reshape, reshape);

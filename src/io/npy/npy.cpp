@@ -27,6 +27,15 @@ const char* descr_of(DType t) {
     case DType::i64: return "<i8";
     case DType::boolean: return "|b1";
     case DType::bf16: return "<V2";  // numpy has no bf16; ml_dtypes names it "bfloat16"
+    // nor the 8-bit floats: ml_dtypes' names, which np.dtype knows once ml_dtypes is imported
+    case DType::f8e4m3fn:
+      return "float8_e4m3fn";
+    case DType::f8e4m3fnuz:
+      return "float8_e4m3fnuz";
+    case DType::f8e5m2:
+      return "float8_e5m2";
+    case DType::f8e5m2fnuz:
+      return "float8_e5m2fnuz";
   }
   return "";
 }
@@ -44,6 +53,8 @@ DType dtype_of_descr(const std::string& d, const std::string& path) {
   if (t == "i8") return i64;
   if (t == "b1") return boolean;
   if (t == "V2" || d == "bfloat16") return bf16;
+  for (DType f : {f8e4m3fn, f8e4m3fnuz, f8e5m2, f8e5m2fnuz})
+    if (d == descr_of(f)) return f;
   fail<FormatError>("[npy] {}: unsupported dtype descr '{}' (big-endian or exotic types)", path, d);
 }
 

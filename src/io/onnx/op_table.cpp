@@ -84,17 +84,26 @@ std::optional<DType> from_onnx_dtype(int32_t t) {
     case ::onnx::TensorProto::FLOAT16: return f16;
     case ::onnx::TensorProto::DOUBLE: return f64;
     case ::onnx::TensorProto::BFLOAT16: return bf16;
+    case kOnnxFloat8E4M3FN:
+      return f8e4m3fn;
+    case kOnnxFloat8E4M3FNUZ:
+      return f8e4m3fnuz;
+    case kOnnxFloat8E5M2:
+      return f8e5m2;
+    case kOnnxFloat8E5M2FNUZ:
+      return f8e5m2fnuz;
     default: return std::nullopt;
   }
 }
 
 const char* onnx_dtype_name(int32_t t) {
-  static const char* names[] = {"UNDEFINED", "FLOAT",        "UINT8",          "INT8",
-                                "UINT16",    "INT16",        "INT32",          "INT64",
-                                "STRING",    "BOOL",         "FLOAT16",        "DOUBLE",
-                                "UINT32",    "UINT64",       "COMPLEX64",      "COMPLEX128",
-                                "BFLOAT16",  "FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2",
-                                "FLOAT8E5M2FNUZ", "UINT4",   "INT4",           "FLOAT4E2M1"};
+  static const char* names[] = {
+      "UNDEFINED",      "FLOAT",    "UINT8",        "INT8",           "UINT16",
+      "INT16",          "INT32",    "INT64",        "STRING",         "BOOL",
+      "FLOAT16",        "DOUBLE",   "UINT32",       "UINT64",         "COMPLEX64",
+      "COMPLEX128",     "BFLOAT16", "FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2",
+      "FLOAT8E5M2FNUZ", "UINT4",    "INT4",         "FLOAT4E2M1",     "FLOAT8E8M0",
+      "UINT2",          "INT2"};
   if (t >= 0 && t < static_cast<int32_t>(std::size(names))) return names[t];
   return "an unknown type";
 }

@@ -132,6 +132,10 @@ const std::vector<int>& schema_versions(const std::string& op_type);
 /// The entry that maps `op_type` at `opset`, or null; `schema_version` receives the version.
 const OpEntry* find_entry(const std::string& op_type, int64_t opset, int* schema_version);
 
+/// ONNX's data type numbers for the types newer than the onnx headers kiln builds with.
+inline constexpr int32_t kOnnxFloat8E4M3FN = 17, kOnnxFloat8E4M3FNUZ = 18, kOnnxFloat8E5M2 = 19,
+                         kOnnxFloat8E5M2FNUZ = 20;
+
 /// ONNX TensorProto data type -> kiln dtype; nullopt for types kiln lacks.
 std::optional<DType> from_onnx_dtype(int32_t onnx_type);
 /// Name of an ONNX data type ("FLOAT", "UINT32", ...).

@@ -67,6 +67,26 @@ QuantizeOptions quant_options(NodeContext& c, const Tensor& scale, int64_t axis,
   return {scale.rank() == 0 ? 0 : axis_of(c, axis, rank), block};
 }
 
+// An 8-bit float's zero point (input 2), where given, must be 0 (ONNX's QuantizeLinear and
+// DequantizeLinear); one known at import is checked.
+void check_float8_zero_point(NodeContext& c, const char* what) {
+  if (!c.has_input(2) || !c.constant(2)) return;
+  for (double v : c.doubles(2))
+    if (v != 0) c.fail(fmt::format("{} must be 0 for an 8-bit float type, got {}", what, v));
+}
+
+// QuantizeLinear to an 8-bit float: x / y_scale rounded to it (saturating unless the node's
+// `saturate` is 0), in x's and the scale's promoted float type as the reference divides.
+Tensor quantize_float8(NodeContext& c, const Tensor& x, const Tensor& scale, int64_t axis,
+                       int64_t block, DType out) {
+  check_float8_zero_point(c, "y_zero_point");
+  if (block > 0) c.unsupported("blocked quantization to 8-bit floats (block_size > 0)");
+  Tensor q = div(x, per_axis(c, scale, x.rank(), axis, "y_scale"));
+  if (c.has_attr("precision") && c.attr_int("precision", 0) != 0)
+    c.unsupported("precision with an 8-bit float output");
+  return cast(q, out, c.attr_int("saturate", 1) != 0);
+}
+
 Outs quantize_linear(NodeContext& c) {
   Tensor x = c.input(0), scale = c.input(1);
   const int64_t block = c.version() >= 21 ? c.attr_int("block_size", 0) : 0;
@@ -84,6 +104,7 @@ Outs quantize_linear(NodeContext& c) {
     if (!t) c.unsupported(fmt::format("output_dtype {}", onnx_dtype_name(od)));
     out = *t;
   }
+  if (is_float8(out)) return {quantize_float8(c, x, scale, axis, block, out)};
   if (out != u8 && out != i8 && out != i16)
     c.unsupported(fmt::format("quantizing to {}", name(out)));
   const bool precision = c.has_attr("precision") && c.attr_int("precision", 0) != 0;
@@ -114,8 +135,8 @@ Outs dequantize_linear(NodeContext& c) {
   Tensor x = c.input(0), scale = c.input(1);
   const int64_t block = c.version() >= 21 ? c.attr_int("block_size", 0) : 0;
   const int64_t axis = c.version() >= 13 ? c.attr_int("axis", 1) : 1;
-  if (!is_integer(x.dtype()))
-    c.fail(fmt::format("x must be an integer tensor, got {}", name(x.dtype())));
+  if (!is_integer(x.dtype()) && !is_float8(x.dtype()))
+    c.fail(fmt::format("x must be an integer or 8-bit float tensor, got {}", name(x.dtype())));
   DType out = scale.dtype();
   if (c.has_attr("output_dtype") && c.attr_int("output_dtype", 0) != 0) {
     const int32_t od = static_cast<int32_t>(c.attr_int("output_dtype", 0));
@@ -124,6 +145,12 @@ Outs dequantize_linear(NodeContext& c) {
     out = *t;
   }
   const DType qt = x.dtype();
+  if (is_float8(qt)) {  // x as f32 times the scale (a zero point must be 0)
+    check_float8_zero_point(c, "x_zero_point");
+    if (block > 0) c.unsupported("blocked dequantization of 8-bit floats (block_size > 0)");
+    const Tensor y = mul(cast(x, f32), per_axis(c, scale, x.rank(), axis, "x_scale"));
+    return {y.dtype() == out ? y : cast(y, out)};
+  }
   if ((qt == i8 || qt == u8 || qt == i16 || (qt == i32 && (scale.dtype() == f32 || scale.dtype() == f64))) &&
       is_floating(scale.dtype())) {
     const Tensor s = param_of(c, scale, block, "x_scale");

@@ -155,8 +155,15 @@ Array read_tensor(const ::onnx::TensorProto& t, const std::string& external_dir)
       case DType::i32: copy_field<int32_t, int32_t>(t.int32_data(), n, out, t); break;
       case DType::i16: copy_field<int32_t, int16_t>(t.int32_data(), n, out, t); break;
       case DType::i8: copy_field<int32_t, int8_t>(t.int32_data(), n, out, t); break;
+      // (the 8-bit floats travel as their codes)
       case DType::u8:
-      case DType::boolean: copy_field<int32_t, uint8_t>(t.int32_data(), n, out, t); break;
+      case DType::boolean:
+      case DType::f8e4m3fn:
+      case DType::f8e4m3fnuz:
+      case DType::f8e5m2:
+      case DType::f8e5m2fnuz:
+        copy_field<int32_t, uint8_t>(t.int32_data(), n, out, t);
+        break;
       // f16 and bf16 travel as their bit patterns in int32_data
       case DType::f16:
       case DType::bf16: copy_field<int32_t, uint16_t>(t.int32_data(), n, out, t); break;

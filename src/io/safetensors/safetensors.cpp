@@ -24,9 +24,21 @@ static_assert(std::endian::native == std::endian::little, "safetensors is little
 
 // The kiln dtype of a safetensors dtype name; false for a name kiln has no dtype for.
 bool dtype_of(const std::string& s, DType& t) {
-  static const std::pair<const char*, DType> kTable[] = {
-      {"F64", f64}, {"F32", f32}, {"F16", f16}, {"BF16", bf16}, {"I64", i64},
-      {"I32", i32}, {"I16", i16}, {"I8", i8},   {"U8", u8},     {"BOOL", boolean}};
+  static const std::pair<const char*, DType> kTable[] = {{"F64", f64},
+                                                         {"F32", f32},
+                                                         {"F16", f16},
+                                                         {"BF16", bf16},
+                                                         {"I64", i64},
+                                                         {"I32", i32},
+                                                         {"I16", i16},
+                                                         {"I8", i8},
+                                                         {"U8", u8},
+                                                         {"BOOL", boolean},
+                                                         // (F8_E4M3 is PyTorch's float8_e4m3fn)
+                                                         {"F8_E4M3", f8e4m3fn},
+                                                         {"F8_E5M2", f8e5m2},
+                                                         {"F8_E4M3FNUZ", f8e4m3fnuz},
+                                                         {"F8_E5M2FNUZ", f8e5m2fnuz}};
   for (const auto& [name, dt] : kTable)
     if (s == name) {
       t = dt;
@@ -36,9 +48,8 @@ bool dtype_of(const std::string& s, DType& t) {
 }
 // Names the format defines that kiln cannot hold (an UnsupportedError rather than a FormatError).
 bool known_elsewhere(const std::string& s) {
-  static const char* kOthers[] = {"U16",     "U32",     "U64",         "F8_E4M3",
-                                  "F8_E5M2", "F8_E8M0", "F4",          "F6_E2M3",
-                                  "F6_E3M2", "C64",     "F8_E4M3FNUZ", "F8_E5M2FNUZ"};
+  static const char* kOthers[] = {"U16", "U32",     "U64",     "F8_E8M0",
+                                  "F4",  "F6_E2M3", "F6_E3M2", "C64"};
   return std::find_if(std::begin(kOthers), std::end(kOthers),
                       [&](const char* o) { return s == o; }) != std::end(kOthers);
 }
