@@ -81,7 +81,19 @@ template <class A> KILN_MATH_FN A mul_rn(A a, A b) { return a * b; }
 
 /// -x with two's complement wrap-around (no UB on the minimum value).
 template <class T> KILN_MATH_FN T wrap_neg(T x) {
-  return static_cast<T>(WideU<T>(0) - static_cast<WideU<T>>(x));
+  T r = static_cast<T>(WideU<T>(0) - static_cast<WideU<T>>(x));
+#ifdef __CUDA_ARCH__
+  // ptxas (CUDA 13.0, sm_90) folds a negated operand into a three-way integer min or max
+  // (VIMNMX3, 32-bit and 16x2) and drops the negation: min(min(-x, x), y) became min(x, x, y), in
+  // nvcc's and NVRTC's code alike. An opaque register copy keeps the negation an instruction of
+  // its own (abs too, which negates through here).
+  if constexpr (sizeof(T) <= 4) {
+    int w = r;
+    asm volatile("" : "+r"(w));
+    r = static_cast<T>(w);
+  }
+#endif
+  return r;
 }
 template <class T> KILN_MATH_FN T floor_div(T a, T b) {
   if (b == 0) return 0;

@@ -82,6 +82,35 @@ TEST(CudaFusedGroups, LoopStepIsOneLaunch) {
   }
 }
 
+// Negated integers feeding chained minima and maxima, which ptxas for sm_90 folds into one
+// three-way instruction (and once dropped the negation: min(min(-x, x), x + c) came out as
+// min(x, x, x + c), wrong wherever x > 0); small values (groups) and a large one (a program), for
+// each integer width that has the instruction.
+TEST(CudaFusedGroups, NegationsInChainedMinimaAndMaxima) {
+  REQUIRE_GPU();
+  for (DType t : {i32, i16, i8, i64}) {
+    SCOPED_TRACE(name(t));
+    Graph g;
+    const Tensor x = g.placeholder({3, 7}, t, "x"), c = g.placeholder({}, t, "c");
+    const Tensor big = g.placeholder({33, 65}, t, "big");
+    const std::vector<Tensor> outs{minimum(minimum(-x, x), x + c), maximum(maximum(-x, c), x),
+                                   minimum(abs(x), c) - x, minimum(minimum(-big, big), big + c),
+                                   maximum(maximum(-big, c), big)};
+    auto gpu = g.compile(kGpu, {}, outs, {.strict_placement = true});
+    auto cpu = g.compile(Device::cpu(), {}, outs);
+    for (int64_t cv : {-2, 0, 3}) {
+      const Feeds f{{x, random_array({3, 7}, t, -9, 9)},
+                    {c, Array::scalar(cv).astype(t)},
+                    {big, random_array({33, 65}, t, -9, 9)}};
+      const auto got = gpu.run(f), want = cpu.run(f);
+      for (size_t k = 0; k < outs.size(); ++k) {
+        SCOPED_TRACE(fmt::format("output {}, c = {}", k, cv));
+        expect_equal(got[k].to(Device::cpu()), want[k].shape(), to_f64(want[k]));
+      }
+    }
+  }
+}
+
 // Random graphs of small values of several dtypes (support/random_graphs.h: elementwise ops among
 // them, and reductions that end groups): the CUDA executable's outputs equal the CPU's (floats
 // within a few units in the last place: a product and a sum may contract into one FMA on the GPU).
