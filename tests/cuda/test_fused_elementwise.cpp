@@ -190,7 +190,10 @@ TEST(CudaFusedElementwiseCodegen, EveryOpCompiles) {
       p.instrs.push_back(in);
       ++count;
     }
-    for (int d = 0; d < kNumDTypes; ++d) p.instrs.push_back({OpId::Cast, static_cast<DType>(d), 0});
+    // (to every dtype a fused program holds: the 8-bit floats never fuse)
+    for (int d = 0; d < kNumDTypes; ++d)
+      if (!is_float8(static_cast<DType>(d)))
+        p.instrs.push_back({OpId::Cast, static_cast<DType>(d), 0});
     // the last value combines two others, so the output depends on the chain
     p.instrs.push_back({OpId::Cast, t, 3 + count - 1});
     EXPECT_GT(count, 3);

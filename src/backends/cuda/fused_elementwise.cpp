@@ -102,6 +102,8 @@ const char* ctype(DType t) {
       return "long long";
     case boolean:
       return "bool";
+    default:  // (the 8-bit floats never fuse: fusable_node)
+      break;
   }
   return "float";
 }
