@@ -407,43 +407,47 @@ double float8_tie(DType t, double x) {
   return std::isfinite(b) ? (a + b) / 2 : x;
 }
 
-// To and from each 8-bit float (every harness dtype on either side, saturating or not), over
-// values past the 8-bit float's range, at its rounding ties, NaN and infinities (for the float
-// sources): both backends must give the same codes.
+// To and from each 8-bit float (every harness dtype on either side), six cases each: to it,
+// saturating or not, over 257 and 64 x 130 elements (past the count where CUDA's kernels load
+// vectors), of values past its range, at its rounding ties, NaN and infinities (for the float
+// sources); from it, over the same two shapes, of random codes (all of them, NaNs and
+// infinities too). Both backends must give the same codes and values.
+constexpr int kFloat8Cases = 6;
+constexpr int kNumFloat8Cases = kFloat8Cases * static_cast<int>(std::size(kFloat8Kinds));
 bool cast_float8_case(Case& c, DType t, int i) {
-  const DType f8 = kFloat8Kinds[static_cast<size_t>(i) / 4];
-  const bool to_f8 = i % 2 == 0, saturate = (i / 2) % 2 == 0;
-  // (64 x 130: past the element count where CUDA's kernels load vectors)
-  const Shape shape = (i / 2) % 2 == 0 ? Shape{257} : Shape{64, 130};
-  if (!to_f8 && !saturate) return false;  // (saturate applies to 8-bit targets)
+  const DType f8 = kFloat8Kinds[static_cast<size_t>(i / kFloat8Cases)];
+  const int sub = i % kFloat8Cases;
+  const bool to_f8 = sub < 4, saturate = sub < 2;
+  const Shape shape = sub % 2 == 0 ? Shape{257} : Shape{64, 130};
   const Gen values = [t, to_f8, f8](const Shape& s) {
-    const DType src = to_f8 ? t : f8;
-    if (src == boolean) return test::random_array(s, boolean, 0, 1);
-    const double top = to_f8 ? 2 * f8::format(f8).max : f8::format(f8).max;
-    const bool real = is_floating(src) || is_float8(src);
-    // integers over their range up to ±top
-    const double hi = src == u8 ? 255 : src == i8 ? 127 : src == i16 ? 32767 : top;
-    const double lo = src == u8 ? 0 : real ? -top : -std::min(hi + 1, top);
-    std::vector<double> d = test::to_f64(test::random_array(s, real ? f64 : src, lo, hi));
-    if (is_floating(src) || is_float8(src)) {
-      // ties between neighbouring codes, and NaN and infinities
+    if (!to_f8) {
+      const Array codes = test::random_array(s, u8, 0, 255);
+      return Array::from_data(codes.data(), s, f8);
+    }
+    if (t == boolean) return test::random_array(s, boolean, 0, 1);
+    const double top = 2 * f8::format(f8).max;
+    const bool real = is_floating(t);
+    // integers over their range, up to ±top
+    const double hi = t == u8 ? 255 : t == i8 ? 127 : t == i16 ? 32767 : top;
+    const double lo = t == u8 ? 0 : real ? -top : -std::min(hi + 1, top);
+    std::vector<double> d = test::to_f64(test::random_array(s, real ? f64 : t, lo, hi));
+    if (real) {  // ties between neighbouring codes, and NaN and infinities
       for (size_t k = 0; k + 1 < d.size(); k += 7) d[k] = float8_tie(f8, d[k]);
       if (d.size() > 5) d[1] = NAN, d[3] = INFINITY, d[5] = -INFINITY;
     }
-    Array f = Array::from_data(d.data(), s, f64);
-    return f.astype(src);
+    return Array::from_data(d.data(), s, f64).astype(t);
   };
   Tensor x = c.input(shape, to_f8 ? t : f8, values, kDense);
   c.outs = {to_f8 ? cast(x, f8, saturate) : cast(x, t)};
   c.grad = false;
   c.note(fmt::format("{} {} {}{}", to_f8 ? "to" : "from", name(f8), to_string(shape),
-                     saturate ? "" : " not saturating"));
+                     to_f8 && !saturate ? " not saturating" : ""));
   return true;
 }
 
 // to every other harness dtype over three shapes, then cast_float8_case's
 const bool kCast = register_cases(
-    {OpId::Cast, 3 * static_cast<int>(std::size(kHarnessTypes)) + 4 * 4,
+    {OpId::Cast, 3 * static_cast<int>(std::size(kHarnessTypes)) + kNumFloat8Cases,
      [](Case& c, DType t, int i) {
        const int n = static_cast<int>(std::size(kHarnessTypes));
        if (i >= 3 * n) return cast_float8_case(c, t, i - 3 * n);
