@@ -53,9 +53,20 @@ Tensor_ tensor_of(const std::string& name, const std::string& dtype, const Array
 }
 
 TEST(Safetensors, ReadsEveryDtypeAndTheMetadata) {
-  const std::pair<const char*, DType> kinds[] = {{"F64", f64},   {"F32", f32}, {"F16", f16},
-                                                 {"BF16", bf16}, {"I64", i64}, {"I32", i32},
-                                                 {"I16", i16},   {"I8", i8},   {"U8", u8}};
+  const std::pair<const char*, DType> kinds[] = {{"F64", f64},
+                                                 {"F32", f32},
+                                                 {"F16", f16},
+                                                 {"BF16", bf16},
+                                                 {"I64", i64},
+                                                 {"I32", i32},
+                                                 {"I16", i16},
+                                                 {"I8", i8},
+                                                 {"U8", u8},
+                                                 // (F8_E4M3 is PyTorch's float8_e4m3fn)
+                                                 {"F8_E4M3", f8e4m3fn},
+                                                 {"F8_E5M2", f8e5m2},
+                                                 {"F8_E4M3FNUZ", f8e4m3fnuz},
+                                                 {"F8_E5M2FNUZ", f8e5m2fnuz}};
   std::vector<Tensor_> ts;
   std::vector<Array> want;
   for (const auto& [name, dt] : kinds) {

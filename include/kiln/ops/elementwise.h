@@ -144,8 +144,8 @@ Tensor logical_not(const Tensor& x);
 /// cond ? x : y, broadcasting all three; cond is bool, x and y are promoted.
 Tensor where(const Tensor& cond, const Tensor& x, const Tensor& y);
 /// x converted to `dtype`. Float to integer truncates toward zero and saturates at the integer's
-/// limits; NaN gives 0. To and from the 8-bit floats (f8e4m3fn f8e4m3fnuz f8e5m2 f8e5m2fnuz):
-/// through f32, rounded to nearest even; beyond the target's largest finite value (448, 240,
+/// limits; NaN gives 0. To the 8-bit floats (f8e4m3fn f8e4m3fnuz f8e5m2 f8e5m2fnuz): rounded to
+/// nearest even, once from x's own precision; beyond the target's largest finite value (448, 240,
 /// 57344, 57344), infinities included, the result is that value with x's sign, unless
 /// `saturate` is false: then infinity for f8e5m2 and NaN for the others, as ONNX's Cast.
 Tensor cast(const Tensor& x, DType dtype);

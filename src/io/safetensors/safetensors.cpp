@@ -24,6 +24,7 @@ static_assert(std::endian::native == std::endian::little, "safetensors is little
 
 // The kiln dtype of a safetensors dtype name; false for a name kiln has no dtype for.
 bool dtype_of(const std::string& s, DType& t) {
+  // (F8_E4M3 is PyTorch's float8_e4m3fn)
   static const std::pair<const char*, DType> kTable[] = {{"F64", f64},
                                                          {"F32", f32},
                                                          {"F16", f16},
@@ -34,7 +35,6 @@ bool dtype_of(const std::string& s, DType& t) {
                                                          {"I8", i8},
                                                          {"U8", u8},
                                                          {"BOOL", boolean},
-                                                         // (F8_E4M3 is PyTorch's float8_e4m3fn)
                                                          {"F8_E4M3", f8e4m3fn},
                                                          {"F8_E5M2", f8e5m2},
                                                          {"F8_E4M3FNUZ", f8e4m3fnuz},
