@@ -92,9 +92,8 @@ class Array {
 };
 
 /// Converts `n` elements between dtypes on the host (float via double, ints saturate-free C casts;
-/// to an 8-bit float: rounded to nearest even (once, from the source's own precision), values
-/// beyond its largest finite one giving that one where `saturate`, else infinity or NaN as its
-/// format has them: kiln/float8.h).
+/// to an 8-bit float: rounded to nearest even once, from the source's precision; past its largest
+/// finite value, that value where `saturate`, else infinity or NaN as its format has: float8.h).
 void convert(const void* src, DType st, void* dst, DType dt, int64_t n, bool saturate = true);
 
 }  // namespace kiln
