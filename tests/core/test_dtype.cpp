@@ -49,10 +49,16 @@ TEST(DTypeTest, HalfConversionRoundsToNearestEven) {
     if (i % 2) f *= 1e-4f;
     float16_t h(f);
     const double got = static_cast<float>(h);
-    // neighbours of the result must not be closer
+    // neighbours of the result must not be closer (a zero's are the smallest subnormals: the
+    // draw can be exactly 0, and stepping the bits of +0 down would give a NaN)
     float16_t up = h, dn = h;
-    up.bits++;
-    dn.bits--;
+    if ((h.bits & 0x7fffu) == 0) {
+      up.bits = 0x0001;
+      dn.bits = 0x8001;
+    } else {
+      up.bits++;
+      dn.bits--;
+    }
     const double e = std::fabs(got - f);
     if (std::isinf(got)) {
       EXPECT_GE(std::fabs(f), 65504.0 + 16.0);
