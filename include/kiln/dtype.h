@@ -24,7 +24,10 @@ enum class DType : uint8_t {
   f8e4m3fn,
   f8e4m3fnuz,
   f8e5m2,
-  f8e5m2fnuz
+  f8e5m2fnuz,
+  u16,
+  u32,
+  u64
 };
 
 inline constexpr DType f32 = DType::f32;
@@ -41,7 +44,10 @@ inline constexpr DType f8e4m3fn = DType::f8e4m3fn;
 inline constexpr DType f8e4m3fnuz = DType::f8e4m3fnuz;
 inline constexpr DType f8e5m2 = DType::f8e5m2;
 inline constexpr DType f8e5m2fnuz = DType::f8e5m2fnuz;
-inline constexpr int kNumDTypes = 14;
+inline constexpr DType u16 = DType::u16;
+inline constexpr DType u32 = DType::u32;
+inline constexpr DType u64 = DType::u64;
+inline constexpr int kNumDTypes = 17;
 
 /// Bytes per element.
 size_t size_of(DType t);
@@ -51,11 +57,12 @@ const char* name(DType t);
 DType parse_dtype(const std::string& s);
 bool is_floating(DType t);  // f16 bf16 f32 f64 (the 8-bit floats are not: is_float8)
 bool is_float8(DType t);    // f8e4m3fn f8e4m3fnuz f8e5m2 f8e5m2fnuz
-bool is_integer(DType t);   // i8 u8 i16 i32 i64 (not bool)
+bool is_integer(DType t);   // i8 u8 i16 u16 i32 u32 i64 u64 (not bool)
 bool is_signed(DType t);
 /// Result type of a binary op on a and b: bool < integers < floats; among floats the wider wins
 /// (f16 with bf16 gives f32, an 8-bit float with any other float f32 or f64); an unsigned and a
-/// signed integer give the next signed type that holds both.
+/// signed integer give the signed type when it is wider, else the next signed type that holds both
+/// (u64 with a signed integer gives f64, as in numpy: no integer type holds both).
 DType promote(DType a, DType b);
 
 /// A set of dtypes as a bit mask, for kernel tables.
@@ -74,7 +81,7 @@ struct DTypeSet {
   constexpr bool empty() const { return bits == 0; }
 };
 inline constexpr DTypeSet kFloatTypes{f32, f64, f16, bf16};
-inline constexpr DTypeSet kIntTypes{i8, u8, i16, i32, i64};
+inline constexpr DTypeSet kIntTypes{i8, u8, i16, u16, i32, u32, i64, u64};
 inline constexpr DTypeSet kSignedTypes{f32, f64, f16, bf16, i8, i16, i32, i64};
 inline constexpr DTypeSet kNumericTypes = kFloatTypes | kIntTypes;
 inline constexpr DTypeSet kAllTypes = kNumericTypes | DTypeSet{boolean};
@@ -121,6 +128,9 @@ template <> struct dtype_traits<DType::i16> { using type = int16_t; };
 template <> struct dtype_traits<DType::i32> { using type = int32_t; };
 template <> struct dtype_traits<DType::i64> { using type = int64_t; };
 template <> struct dtype_traits<DType::boolean> { using type = bool; };
+template <> struct dtype_traits<DType::u16> { using type = uint16_t; };
+template <> struct dtype_traits<DType::u32> { using type = uint32_t; };
+template <> struct dtype_traits<DType::u64> { using type = uint64_t; };
 
 template <typename T> constexpr DType dtype_of();
 template <> constexpr DType dtype_of<float>() { return f32; }
@@ -133,5 +143,8 @@ template <> constexpr DType dtype_of<int16_t>() { return i16; }
 template <> constexpr DType dtype_of<int32_t>() { return i32; }
 template <> constexpr DType dtype_of<int64_t>() { return i64; }
 template <> constexpr DType dtype_of<bool>() { return boolean; }
+template <> constexpr DType dtype_of<uint16_t>() { return u16; }
+template <> constexpr DType dtype_of<uint32_t>() { return u32; }
+template <> constexpr DType dtype_of<uint64_t>() { return u64; }
 
 }  // namespace kiln

@@ -47,6 +47,9 @@ u8 = DType.u8  # noqa: F405
 i16 = DType.i16  # noqa: F405
 i32 = DType.i32  # noqa: F405
 i64 = DType.i64  # noqa: F405
+u16 = DType.u16  # noqa: F405
+u32 = DType.u32  # noqa: F405
+u64 = DType.u64  # noqa: F405
 bool_ = DType.bool  # noqa: F405
 boolean = bool_
 # the 8-bit floats (storage types: cast them to compute; numpy sees ml_dtypes' types)

@@ -22,6 +22,9 @@ constexpr NumpyName kNumpyNames[] = {{"float32", f32},
                                      {"int16", i16},
                                      {"int32", i32},
                                      {"int64", i64},
+                                     {"uint16", u16},
+                                     {"uint32", u32},
+                                     {"uint64", u64},
                                      {"bool", boolean},
                                      // (ml_dtypes' names, as bfloat16's)
                                      {"float8_e4m3fn", f8e4m3fn},
@@ -46,6 +49,9 @@ nb::dlpack::dtype dl_dtype(DType t) {
       case bf16:
         return dtype_code::Bfloat;
       case u8:
+      case u16:
+      case u32:
+      case u64:
         return dtype_code::UInt;
       case boolean:
         return dtype_code::Bool;
@@ -70,6 +76,9 @@ std::optional<DType> kiln_dtype(nb::dlpack::dtype d) {
     if (code == dtype_code::Int && d.bits == 32) return i32;
     if (code == dtype_code::Int && d.bits == 64) return i64;
     if (code == dtype_code::UInt && d.bits == 8) return u8;
+    if (code == dtype_code::UInt && d.bits == 16) return u16;
+    if (code == dtype_code::UInt && d.bits == 32) return u32;
+    if (code == dtype_code::UInt && d.bits == 64) return u64;
     if (code == dtype_code::Bool && d.bits == 8) return boolean;
   }
   return std::nullopt;
@@ -261,6 +270,9 @@ void bind_array(nb::module_& m) {
       .value("f8e4m3fnuz", f8e4m3fnuz)
       .value("f8e5m2", f8e5m2)
       .value("f8e5m2fnuz", f8e5m2fnuz)
+      .value("u16", u16)
+      .value("u32", u32)
+      .value("u64", u64)
       .def_prop_ro(
           "itemsize", [](DType t) { return size_of(t); }, "Bytes per element.")
       .def_prop_ro("is_floating", [](DType t) { return is_floating(t); })

@@ -17,7 +17,7 @@
 
 namespace kiln::quant_math {
 
-/// The range of an integer type Q as doubles (i8, u8, i16).
+/// The range of an integer type Q as doubles (i8, u8, i16, u16, i32).
 template <typename Q>
 struct Range;
 template <>
@@ -32,8 +32,8 @@ template <>
 struct Range<int16_t> {
   static constexpr double lo = -32768, hi = 32767;
 };
-template <>
-struct Range<int32_t> {
+template <> struct Range<uint16_t> { static constexpr double lo = 0, hi = 65535; };
+template <> struct Range<int32_t> {
   static constexpr double lo = -2147483648.0, hi = 2147483647.0;
 };
 

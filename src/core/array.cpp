@@ -15,6 +15,7 @@
 #include "core/element_limit.h"
 #include "core/errors.h"
 #include "core/host_allocator.h"
+#include "core/int_cast.h"
 #include "kiln/float8.h"
 
 namespace kiln {
@@ -186,6 +187,12 @@ template <typename F> void visit(DType t, F&& f) {
     case DType::i32: return f(int32_t{});
     case DType::i64: return f(int64_t{});
     case DType::boolean: return f(bool{});
+    case DType::u16:
+      return f(uint16_t{});
+    case DType::u32:
+      return f(uint32_t{});
+    case DType::u64:
+      return f(uint64_t{});
     default:
       KILN_ASSERT(false);  // (the 8-bit floats go through convert_float8)
   }
@@ -280,8 +287,12 @@ void convert(const void* src, DType st, void* dst, DType dt, int64_t n, bool sat
       D* out = static_cast<D*>(dst);
       constexpr bool half_s = std::is_same_v<S, float16_t> || std::is_same_v<S, bfloat16_t>;
       constexpr bool half_d = std::is_same_v<D, float16_t> || std::is_same_v<D, bfloat16_t>;
+      constexpr bool ints = std::is_integral_v<S> && std::is_integral_v<D> &&
+                            !std::is_same_v<S, bool> && !std::is_same_v<D, bool>;
       if constexpr (std::is_same_v<S, int64_t> && std::is_same_v<D, int32_t>) {
         for (int64_t i = 0; i < n; ++i) out[i] = static_cast<D>(in[i]);
+      } else if constexpr (ints) {
+        for (int64_t i = 0; i < n; ++i) out[i] = saturate_int<D>(in[i]);
       } else if constexpr (half_s && std::is_same_v<D, float>) {
         for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(in[i]);  // the autocast path
       } else if constexpr (std::is_same_v<S, float> && half_d) {
@@ -406,6 +417,9 @@ template std::vector<uint8_t> Array::to_vector<uint8_t>() const;
 template std::vector<int16_t> Array::to_vector<int16_t>() const;
 template std::vector<int32_t> Array::to_vector<int32_t>() const;
 template std::vector<int64_t> Array::to_vector<int64_t>() const;
+template std::vector<uint16_t> Array::to_vector<uint16_t>() const;
+template std::vector<uint32_t> Array::to_vector<uint32_t>() const;
+template std::vector<uint64_t> Array::to_vector<uint64_t>() const;
 
 Array Array::astype(DType t) const {
   if (device().kind != Device::Kind::cpu) return to(Device::cpu()).astype(t).to(device());

@@ -8,9 +8,19 @@ namespace kiln {
 
 size_t size_of(DType t) {
   switch (t) {
-    case DType::f32: case DType::i32: return 4;
-    case DType::f16: case DType::bf16: case DType::i16: return 2;
-    case DType::f64: case DType::i64: return 8;
+    case DType::f32:
+    case DType::i32:
+    case DType::u32:
+      return 4;
+    case DType::f16:
+    case DType::bf16:
+    case DType::i16:
+    case DType::u16:
+      return 2;
+    case DType::f64:
+    case DType::i64:
+    case DType::u64:
+      return 8;
     case DType::i8: case DType::u8: case DType::boolean: return 1;
     case DType::f8e4m3fn:
     case DType::f8e4m3fnuz:
@@ -41,6 +51,12 @@ const char* name(DType t) {
       return "f8e5m2";
     case DType::f8e5m2fnuz:
       return "f8e5m2fnuz";
+    case DType::u16:
+      return "u16";
+    case DType::u32:
+      return "u32";
+    case DType::u64:
+      return "u64";
   }
   KILN_ASSERT(false);
 }
@@ -49,8 +65,8 @@ DType parse_dtype(const std::string& s) {
   for (int i = 0; i < kNumDTypes; ++i)
     if (s == name(static_cast<DType>(i))) return static_cast<DType>(i);
   fail<DTypeError>(
-      "[dtype] unknown dtype '{}' (expected f32 f16 bf16 f64 i8 u8 i16 i32 i64 bool "
-      "f8e4m3fn f8e4m3fnuz f8e5m2 f8e5m2fnuz)",
+      "[dtype] unknown dtype '{}' (expected f32 f16 bf16 f64 i8 u8 i16 u16 i32 u32 i64 u64 "
+      "bool f8e4m3fn f8e4m3fnuz f8e5m2 f8e5m2fnuz)",
       s);
 }
 
@@ -61,11 +77,10 @@ bool is_float8(DType t) {
   return t == DType::f8e4m3fn || t == DType::f8e4m3fnuz || t == DType::f8e5m2 ||
          t == DType::f8e5m2fnuz;
 }
-bool is_integer(DType t) {
-  return t == DType::i8 || t == DType::u8 || t == DType::i16 || t == DType::i32 || t == DType::i64;
-}
+bool is_integer(DType t) { return kIntTypes.has(t); }
 bool is_signed(DType t) {
-  return is_floating(t) || is_float8(t) || (is_integer(t) && t != DType::u8);
+  return is_floating(t) || is_float8(t) || t == DType::i8 || t == DType::i16 || t == DType::i32 ||
+         t == DType::i64;
 }
 
 DType promote(DType a, DType b) {
@@ -83,12 +98,20 @@ DType promote(DType a, DType b) {
   if (fa) return a;
   if (fb) return b;
   // both integers
-  auto bits = [](DType t) { return static_cast<int>(size_of(t)) * 8; };
-  if (a == DType::u8 || b == DType::u8) {
-    DType other = a == DType::u8 ? b : a;
-    return bits(other) > 8 ? other : DType::i16;
+  const bool sa = is_signed(a), sb = is_signed(b);
+  if (sa == sb) return size_of(a) >= size_of(b) ? a : b;
+  const DType s = sa ? a : b, u = sa ? b : a;
+  if (size_of(s) > size_of(u)) return s;
+  switch (u) {  // the next signed type, twice the unsigned one's width
+    case DType::u8:
+      return DType::i16;
+    case DType::u16:
+      return DType::i32;
+    case DType::u32:
+      return DType::i64;
+    default:
+      return DType::f64;  // (u64: no integer type holds both)
   }
-  return bits(a) >= bits(b) ? a : b;
 }
 
 float16_t::float16_t(float f) {

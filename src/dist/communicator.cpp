@@ -40,7 +40,11 @@ void reduce_typed(Reduction op, const std::vector<const void*>& srcs, void* dst,
       const A v = at(r, i);
       switch (op) {
         case Reduction::sum: case Reduction::mean: acc = static_cast<A>(acc + v); break;
-        case Reduction::prod: acc = static_cast<A>(acc * v); break;
+        case Reduction::prod:  // (integers wrap: their product in 64-bit unsigned arithmetic)
+          if constexpr (std::is_integral_v<A>)
+            acc = static_cast<A>(static_cast<uint64_t>(acc) * static_cast<uint64_t>(v));
+          else acc = static_cast<A>(acc * v);
+          break;
         case Reduction::min: acc = v < acc ? v : acc; break;
         case Reduction::max: acc = v > acc ? v : acc; break;
       }
@@ -61,6 +65,15 @@ template <typename F> void dispatch_all(DType t, F&& f) {
     case DType::i16: f(int16_t{}); return;
     case DType::i32: f(int32_t{}); return;
     case DType::i64: f(int64_t{}); return;
+    case DType::u16:
+      f(uint16_t{});
+      return;
+    case DType::u32:
+      f(uint32_t{});
+      return;
+    case DType::u64:
+      f(uint64_t{});
+      return;
     default:
       break;
   }

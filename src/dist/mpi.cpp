@@ -39,6 +39,12 @@ MPI_Datatype mpi_type(DType t) {
     case DType::i16: return MPI_INT16_T;
     case DType::i32: return MPI_INT32_T;
     case DType::i64: return MPI_INT64_T;
+    case DType::u16:
+      return MPI_UINT16_T;
+    case DType::u32:
+      return MPI_UINT32_T;
+    case DType::u64:
+      return MPI_UINT64_T;
     default: return MPI_DATATYPE_NULL;  // f16, bf16, bool: moved as bytes or through f32
   }
 }

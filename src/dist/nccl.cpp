@@ -50,7 +50,14 @@ bool nccl_type(DType t, ncclDataType_t& out) {
     case DType::u8: out = ncclUint8; return true;
     case DType::i32: out = ncclInt32; return true;
     case DType::i64: out = ncclInt64; return true;
-    default: return false;  // i16, bool: only moved as bytes
+    case DType::u32:
+      out = ncclUint32;
+      return true;
+    case DType::u64:
+      out = ncclUint64;
+      return true;
+    default:
+      return false;  // i16, u16, bool: only moved as bytes
   }
 }
 

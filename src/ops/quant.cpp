@@ -1,8 +1,8 @@
 // quantize, dequantize, fake_quantize (family quant; include/kiln/ops/quant.h). Inputs
 // (x, scale, zero_point) with zero_point always present (builders make zeros for symmetric
 // quantization) and of scale's shape. Attrs: axis (resolved, >= 0), block_size (>= 0).
-//   quantize:      x float -> zero_point's dtype (i8, u8, i16); no gradient (integer output).
-//   dequantize:    q (i8, u8, i16, i32) -> scale's dtype; gradient for scale only.
+//   quantize:      x float -> zero_point's dtype (i8, u8, i16, u16); no gradient (integer output).
+//   dequantize:    q (i8, u8, i16, u16, i32) -> scale's dtype; gradient for scale only.
 //   fake_quantize: x float -> x's dtype; straight-through gradient masked to the range.
 // quantized_matmul: inputs a, a_scale, a_zp, w, w_scale, w_zp, y_scale, y_zp[, bias][, residual];
 //   attrs transpose_w, relu, has_bias, has_residual, gelu ("erf" or "tanh": gelu after the
@@ -43,7 +43,7 @@ namespace kiln {
 using namespace ops;
 
 namespace {
-constexpr DTypeSet kQuantTypes{i8, u8, i16};
+constexpr DTypeSet kQuantTypes{i8, u8, i16, u16};
 
 // A tensor of scale's shape filled with v, of dtype t.
 Tensor full_like_scale(const Tensor& scale, double v, DType t) {
@@ -87,14 +87,14 @@ void check_params(const InferContext& ctx) {
 
 std::vector<TensorInfo> infer_quantize(const InferContext& ctx) {
   require_dtype(ctx, 0, kFloatTypes, "a float type");
-  require_dtype(ctx, 2, kQuantTypes, "i8, u8 or i16 (the zero point sets the output type)");
+  require_dtype(ctx, 2, kQuantTypes, "i8, u8, i16 or u16 (the zero point sets the output type)");
   check_params(ctx);
   const DType out = ctx.op == OpId::FakeQuantize ? ctx.inputs[0].dtype : ctx.inputs[2].dtype;
   return {{ctx.inputs[0].shape, out}};
 }
 
 std::vector<TensorInfo> infer_dequantize(const InferContext& ctx) {
-  require_dtype(ctx, 0, DTypeSet{i8, u8, i16, i32}, "i8, u8, i16 or i32");
+  require_dtype(ctx, 0, kQuantTypes | DTypeSet{i32}, "i8, u8, i16, u16 or i32");
   if (ctx.inputs[2].dtype != ctx.inputs[0].dtype)
     fail<DTypeError>("[dequantize] zero_point has dtype {} but q has dtype {}",
                      name(ctx.inputs[2].dtype), name(ctx.inputs[0].dtype));

@@ -118,6 +118,15 @@ std::vector<TensorInfo> infer_random(const InferContext& ctx) {
         case i32:
           tmin = INT32_MIN, tmax = INT32_MAX;
           break;
+        case u16:
+          tmin = 0, tmax = UINT16_MAX;
+          break;
+        case u32:
+          tmin = 0, tmax = UINT32_MAX;
+          break;
+        case u64:  // (low and high are i64 attributes: draws stay below 2^63)
+          tmin = 0, tmax = INT64_MAX;
+          break;
         default:
           tmin = INT64_MIN, tmax = INT64_MAX;
           break;

@@ -33,7 +33,7 @@ const bool kArange = register_cases(
        const R r[] = {
            {0, 257, 1, false}, {-3, 29, 0.25, true}, {5, -60, -3, false}, {10, 10, 1, false}};
        if (r[i].float_only && !is_floating(t)) return false;
-       if (t == u8 && r[i].stop < 0) return false;
+       if (!is_signed(t) && r[i].stop < 0) return false;
        if ((t == i8) && r[i].stop > 127) return false;
        c.outs = {arange(c.g, r[i].start, r[i].stop, r[i].step, t)};
        c.note(fmt::format("arange({}, {}, {})", r[i].start, r[i].stop, r[i].step));
@@ -118,14 +118,14 @@ Gen default_gen(DType t, bool) {
   return uniform(t, static_cast<double>(lo), static_cast<double>(hi));
 }
 Gen nonzero_gen(DType t) {
-  if (t == u8) return uniform(t, 1, 9);
+  if (!is_signed(t)) return uniform(t, 1, 9);
   return [t](const Shape& s) { return test::random_nonzero(s, t, is_floating(t) ? 0.25 : 1, 9); };
 }
 Gen div_gen(DType t, bool second) { return second ? nonzero_gen(t) : default_gen(t, false); }
 Gen pow_gen(DType t, bool second) {
   if (is_floating(t)) return second ? uniform(t, -2, 2) : uniform(t, 0.5, 2);
-  if (second) return uniform(t, t == u8 ? 0 : -2, 3);
-  return uniform(t, t == u8 ? 0 : -3, 3);
+  if (second) return uniform(t, is_signed(t) ? -2 : 0, 3);
+  return uniform(t, is_signed(t) ? -3 : 0, 3);
 }
 // Divisors +-0.5, 1, 2 and dividends k + f away from multiples of them.
 Gen mod_gen(DType t, bool second) {
@@ -143,28 +143,22 @@ Gen mod_gen(DType t, bool second) {
 Gen compare_gen(DType t, bool) {
   if (t == boolean) return uniform(t, 0, 1);
   return [t](const Shape& s) {
-    return test::random_ints(s, t == u8 ? 0 : -3, t == u8 ? 5 : 3, f64).astype(t);
+    return test::random_ints(s, is_signed(t) ? -3 : 0, is_signed(t) ? 3 : 5, f64).astype(t);
   };
 }
 
-// Integers over the dtype's range (i64: +-2^53, exact in the doubles the generator draws).
+// Integers over the dtype's range (64-bit: up to 2^53 in magnitude, exact in the doubles the
+// generator draws).
 Gen bits_gen(DType t, bool) {
-  const double lo = t == i8    ? -128
-                    : t == u8  ? 0
-                    : t == i16 ? -32768
-                    : t == i32 ? -2147483648.0
-                               : -9007199254740992.0;
-  const double hi = t == i8    ? 127
-                    : t == u8  ? 255
-                    : t == i16 ? 32767
-                    : t == i32 ? 2147483647.0
-                               : 9007199254740992.0;
+  const int bits = std::min(8 * static_cast<int>(size_of(t)), 54);
+  const double lo = is_signed(t) ? -std::ldexp(1.0, bits - 1) : 0;
+  const double hi = is_signed(t) ? std::ldexp(1.0, bits - 1) - 1 : std::ldexp(1.0, bits) - 1;
   return uniform(t, lo, hi);
 }
 // Shift amounts in [-2, bits + 2] (negative ones only for signed dtypes): in and out of range.
 Gen shift_gen(DType t, bool second) {
   if (!second) return bits_gen(t, false);
-  return uniform(t, t == u8 ? 0 : -2, static_cast<double>(size_of(t) * 8 + 2));
+  return uniform(t, is_signed(t) ? -2 : 0, static_cast<double>(size_of(t) * 8 + 2));
 }
 
 bool binary_case(Case& c, DType t, int i, BinaryFn f, GenFor gen) {
@@ -412,11 +406,26 @@ double float8_tie(DType t, double x) {
 // vectors), of values past its range, at its rounding ties, NaN and infinities (for the float
 // sources); from it, over the same two shapes, of random codes (all of them, NaNs and
 // infinities too). Both backends must give the same codes and values.
-constexpr int kFloat8Cases = 6;
+constexpr int kFloat8Cases = 8;
 constexpr int kNumFloat8Cases = kFloat8Cases * static_cast<int>(std::size(kFloat8Kinds));
 bool cast_float8_case(Case& c, DType t, int i) {
-  const DType f8 = kFloat8Kinds[static_cast<size_t>(i / kFloat8Cases)];
+  const size_t kind = static_cast<size_t>(i / kFloat8Cases);
+  const DType f8 = kFloat8Kinds[kind];
   const int sub = i % kFloat8Cases;
+  if (sub >= 6) {  // every code to the next format, saturating (257) or not (64 x 130), once
+    if (t != f32) return false;
+    const DType to = kFloat8Kinds[(kind + 1) % std::size(kFloat8Kinds)];
+    const Shape shape = sub == 6 ? Shape{257} : Shape{64, 130};
+    const Gen codes = [f8](const Shape& s) {
+      const Array b = test::random_array(s, u8, 0, 255);
+      return Array::from_data(b.data(), s, f8);
+    };
+    c.outs = {cast(c.input(shape, f8, codes, kDense), to, sub == 6)};
+    c.grad = false;
+    c.note(fmt::format("{} to {} {}{}", name(f8), name(to), to_string(shape),
+                       sub == 6 ? "" : " not saturating"));
+    return true;
+  }
   const bool to_f8 = sub < 4, saturate = sub < 2;
   const Shape shape = sub % 2 == 0 ? Shape{257} : Shape{64, 130};
   const Gen values = [t, to_f8, f8](const Shape& s) {
@@ -428,8 +437,10 @@ bool cast_float8_case(Case& c, DType t, int i) {
     const double top = 2 * f8::format(f8).max;
     const bool real = is_floating(t);
     // integers over their range, up to ±top
-    const double hi = t == u8 ? 255 : t == i8 ? 127 : t == i16 ? 32767 : top;
-    const double lo = t == u8 ? 0 : real ? -top : -std::min(hi + 1, top);
+    const double hi =
+        real ? top
+             : std::min(std::ldexp(1.0, 8 * static_cast<int>(size_of(t)) - is_signed(t)) - 1, top);
+    const double lo = !is_signed(t) ? 0 : real ? -top : -std::min(hi + 1, top);
     std::vector<double> d = test::to_f64(test::random_array(s, real ? f64 : t, lo, hi));
     if (real) {  // ties between neighbouring codes, and NaN and infinities
       for (size_t k = 0; k + 1 < d.size(); k += 7) d[k] = float8_tie(f8, d[k]);
@@ -483,7 +494,8 @@ const bool kBitcast = register_cases(
          // integers over their whole range (i64: 53 bits, as doubles carry them)
          const int bits = std::min<int>(8 * static_cast<int>(size_of(src)) - 1, 52);
          const double half = src == boolean ? 0.5 : std::ldexp(1.0, bits);
-         const double lo = src == u8 || src == boolean ? 0 : -half, hi = src == u8 ? 255 : half - 1;
+         const bool sign = is_signed(src) && src != boolean;
+         const double lo = sign ? -half : 0, hi = sign || src == boolean ? half - 1 : 2 * half - 1;
          Array v = is_floating(src) ? test::random_array(s, src, -4, 4)
                                     : test::random_array(s, src, lo, hi);
          return Array::from_data(v.data(), s, t);

@@ -22,9 +22,10 @@ const bool kFused = register_cases(
                      {OpId::LogicalAnd, boolean, 3, 4}};
        } else if (!is_floating(t)) {
          // maximum(a * b + a, b) - abs(a) (small values: no overflow)
-         ins = {c.ints(big, -9, 9, t == u8 ? i64 : t), c.ints(small, -9, 9, t == u8 ? i64 : t)};
-         if (t == u8) {
-           ins = {c.ints(big, 0, 9, u8), c.ints(small, 0, 9, u8)};
+         ins = {c.ints(big, -9, 9, is_signed(t) ? t : i64),
+                c.ints(small, -9, 9, is_signed(t) ? t : i64)};
+         if (!is_signed(t)) {
+           ins = {c.ints(big, 0, 9, t), c.ints(small, 0, 9, t)};
            p.instrs = {{OpId::Mul, t, 0, 1},
                        {OpId::Add, t, 2, 0},
                        {OpId::Maximum, t, 3, 1},

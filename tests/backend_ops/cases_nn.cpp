@@ -13,7 +13,7 @@ constexpr Layout kDense = Layout::dense, kT = Layout::transposed;
 // Small integers keep integer products exact and far from overflow in wide types.
 Tensor operand(Case& c, const Shape& s, DType t, Layout l = kDense) {
   if (is_floating(t)) return c.rand(s, t, -1, 1, l);
-  return c.rand(s, t, t == u8 ? 0 : -3, 3, l);
+  return c.rand(s, t, is_signed(t) ? -3 : 0, 3, l);
 }
 
 // ---- linalg ----

@@ -49,7 +49,7 @@ bool draw(Case& c, DType t, int i, OpId op) {
       break;
     default:
       if (!is_integer(t)) return false;
-      r = random_integer(s, shape, t == u8 ? 3 : -50, 100, t);
+      r = random_integer(s, shape, is_signed(t) ? -50 : 3, 100, t);
       break;
   }
   c.outs = {r.values, r.state};
@@ -70,7 +70,7 @@ const bool kState =
                     {i32}});
 
 const std::vector<DType> kFloats = {f32, f16, bf16, f64};
-const std::vector<DType> kInts = {i32, i64, i16, i8, u8};
+const std::vector<DType> kInts = {i32, i64, i16, i8, u8, u16, u32, u64};
 
 #define KILN_RANDOM_CASES(Op, types) \
   const bool k##Op = register_cases( \
@@ -78,8 +78,8 @@ const std::vector<DType> kInts = {i32, i64, i16, i8, u8};
 KILN_RANDOM_CASES(RandomUniform, kFloats)
 KILN_RANDOM_CASES(RandomNormal, kFloats)
 KILN_RANDOM_CASES(RandomTruncatedNormal, kFloats)
-KILN_RANDOM_CASES(RandomBernoulli,
-                  (std::vector<DType>{f32, f16, bf16, f64, i32, i64, i16, i8, u8, boolean}))
+KILN_RANDOM_CASES(RandomBernoulli, (std::vector<DType>{f32, f16, bf16, f64, i32, i64, i16, i8, u8,
+                                                       u16, u32, u64, boolean}))
 KILN_RANDOM_CASES(RandomDropoutMask, (std::vector<DType>{f32, f16, bf16, f64, boolean}))
 KILN_RANDOM_CASES(RandomInteger, kInts)
 #undef KILN_RANDOM_CASES

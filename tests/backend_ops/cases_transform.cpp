@@ -430,12 +430,15 @@ const bool kHamming = register_cases(
          Shape a, b;
        };
        const S s[] = {{{31, 4}, {31, 4}}, {{5, 1, 8}, {7, 8}}, {{129, 2}, {2}}, {{0, 3}, {3}}};
-       const double lo = t == u8   ? 0
-                         : t == i8 ? -128
-                                   : -1e9,
-                    hi = t == u8   ? 255
-                         : t == i8 ? 127
-                                   : 1e9;
+       const double lo = !is_signed(t) ? 0
+                         : t == i8     ? -128
+                         : t == i16    ? -32768
+                                       : -1e9,
+                    hi = t == u8    ? 255
+                         : t == i8  ? 127
+                         : t == u16 ? 65535
+                         : t == i16 ? 32767
+                                    : 1e9;
        if (i >= 4) {  // narrow and f64 results; rows of 1 to 16 bytes, read in units of their size
          const DType result = std::array{i8, u8, i16, f64}[i - 4];
          const int64_t esize = static_cast<int64_t>(size_of(t));

@@ -86,8 +86,8 @@ void expect_listed_failures(const std::function<std::string(const OpCases&, DTyp
 // ---- data ----
 
 void int_range(DType t, int64_t& lo, int64_t& hi) {
-  lo = t == u8 ? 0 : -20;
-  hi = t == u8 ? 40 : 20;
+  lo = is_signed(t) ? -20 : 0;
+  hi = is_signed(t) ? 20 : 40;
   if (t == boolean) lo = 0, hi = 1;
 }
 
@@ -166,7 +166,7 @@ Tensor Case::rand(const Shape& shape, DType t, double lo, double hi, Layout layo
 }
 
 Tensor Case::nonzero(const Shape& shape, DType t, double min_abs, double max_abs, Layout layout) {
-  if (t == u8)
+  if (!is_signed(t))
     return input(shape, t, uniform(t, std::max(1.0, min_abs), std::max(2.0, max_abs)), layout);
   return input(
       shape, t, [=](const Shape& s) { return test::random_nonzero(s, t, min_abs, max_abs); },

@@ -90,7 +90,8 @@ struct OpCases {
 };
 
 /// The dtypes the harness tries.
-inline constexpr DType kHarnessTypes[] = {f32, f16, bf16, f64, i32, i64, i16, i8, u8, boolean};
+inline constexpr DType kHarnessTypes[] = {f32, f16, bf16, f64, i32, i64,    i16,
+                                          i8,  u8,  u16,  u32, u64, boolean};
 
 /// Adds the cases of an op (one registration per op). Returns true, for static registration.
 bool register_cases(OpCases cases);

@@ -1,7 +1,9 @@
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <vector>
 
 #include "support/reference.h"
 
@@ -27,6 +29,18 @@ TEST(DTypeTest, Promotion) {
   EXPECT_EQ(promote(u8, i8), i16);
   EXPECT_EQ(promote(u8, i32), i32);
   EXPECT_EQ(promote(i16, i64), i64);
+  // integers of one signedness: the wider; mixed: the signed one when wider, else the signed type
+  // of twice the unsigned one's width (numpy's table; u64 with a signed type is f64 there too)
+  EXPECT_EQ(promote(u16, u8), u16);
+  EXPECT_EQ(promote(u32, u64), u64);
+  EXPECT_EQ(promote(u16, i8), i32);
+  EXPECT_EQ(promote(u16, i32), i32);
+  EXPECT_EQ(promote(u32, i16), i64);
+  EXPECT_EQ(promote(u32, i64), i64);
+  EXPECT_EQ(promote(u64, i8), f64);
+  EXPECT_EQ(promote(u64, i64), f64);
+  EXPECT_EQ(promote(u64, f32), f32);
+  EXPECT_EQ(promote(boolean, u32), u32);
   for (int a = 0; a < kNumDTypes; ++a)
     for (int b = 0; b < kNumDTypes; ++b)
       EXPECT_EQ(promote(static_cast<DType>(a), static_cast<DType>(b)),
@@ -198,6 +212,91 @@ TEST(DTypeTest, ArrayConversionsBetweenF32AndIntegersFollowTheRule) {
   expect_int_conversions_follow_the_rule<int32_t>(i32);
   expect_int_conversions_follow_the_rule<int8_t>(i8);
   expect_int_conversions_follow_the_rule<uint8_t>(u8);
+}
+
+// Integer to integer: the value where the target holds it, else the nearer end of its range
+// (i64 -> i32 wraps, as it always has), checked in 128-bit arithmetic on values near every
+// type's ends and at random over 64 bits.
+template <typename T> __int128 as128(const void* p, int64_t i) {
+  return static_cast<__int128>(static_cast<const T*>(p)[i]);
+}
+__int128 value_at(DType t, const void* p, int64_t i) {
+  switch (t) {
+    case i8:
+      return as128<int8_t>(p, i);
+    case u8:
+      return as128<uint8_t>(p, i);
+    case i16:
+      return as128<int16_t>(p, i);
+    case u16:
+      return as128<uint16_t>(p, i);
+    case i32:
+      return as128<int32_t>(p, i);
+    case u32:
+      return as128<uint32_t>(p, i);
+    case i64:
+      return as128<int64_t>(p, i);
+    default:
+      return as128<uint64_t>(p, i);
+  }
+}
+void range_of(DType t, __int128& lo, __int128& hi) {
+  const int bits = 8 * static_cast<int>(size_of(t));
+  const __int128 one = 1;
+  lo = is_signed(t) ? -(one << (bits - 1)) : 0;
+  hi = is_signed(t) ? (one << (bits - 1)) - 1 : (one << bits) - 1;
+}
+
+TEST(DTypeTest, ArrayConversionsBetweenIntegersSaturate) {
+  const DType ints[] = {i8, u8, i16, u16, i32, u32, i64, u64};
+  std::uniform_int_distribution<uint64_t> bits64;
+  std::uniform_int_distribution<int> near(-300, 300);
+  for (DType st : ints) {
+    __int128 lo, hi;
+    range_of(st, lo, hi);
+    // (values near both ends and 0, and random bit patterns, written as st's values)
+    std::vector<__int128> src128;
+    for (int k = 0; k < 3000; ++k) {
+      __int128 v;
+      switch (k % 4) {
+        case 0:
+          v = lo + (near(rng()) + 300);
+          break;
+        case 1:
+          v = hi - (near(rng()) + 300);
+          break;
+        case 2:
+          v = near(rng());
+          break;
+        default:
+          v = static_cast<__int128>(bits64(rng())) % (hi - lo + 1) + lo;
+      }
+      src128.push_back(std::min(std::max(v, lo), hi));
+    }
+    const int64_t n = static_cast<int64_t>(src128.size());
+    Array src = Array::empty({n}, st);
+    for (int64_t i = 0; i < n; ++i) {
+      const uint64_t b =
+          static_cast<uint64_t>(src128[static_cast<size_t>(i)]);  // (two's complement)
+      std::memcpy(static_cast<char*>(src.data()) + i * static_cast<int64_t>(size_of(st)), &b,
+                  size_of(st));
+    }
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_TRUE(value_at(st, src.data(), i) == src128[static_cast<size_t>(i)]);
+    for (DType dt : ints) {
+      const Array out = src.astype(dt);
+      __int128 dlo, dhi;
+      range_of(dt, dlo, dhi);
+      for (int64_t i = 0; i < n; ++i) {
+        const __int128 v = src128[static_cast<size_t>(i)];
+        __int128 want = std::min(std::max(v, dlo), dhi);
+        if (st == i64 && dt == i32) want = static_cast<int32_t>(static_cast<uint32_t>(v));
+        ASSERT_TRUE(value_at(dt, out.data(), i) == want)
+            << name(st) << " -> " << name(dt) << " of " << static_cast<long double>(v) << ": got "
+            << static_cast<long double>(value_at(dt, out.data(), i));
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -75,6 +75,19 @@ def seeds():
          helper.make_node("Trilu", ["C", "k"], ["Y"], upper=0)],
         [vi("X", [1, 8, 9]), vi("k", [], TensorProto.INT64)], [vi("Y", [1, 2, 4, 4])], dims,
         opset=26, ir=10)
+    # the unsigned and 8-bit float element types: typed-field initializers (uint64_data, a uint16
+    # zero point in int32_data), casts, and QuantizeLinear to uint16
+    inits = [helper.make_tensor("U", TensorProto.UINT64, [3], [1, 2**63, 2**64 - 1]),
+             helper.make_tensor("Z", TensorProto.UINT16, [], [7]),
+             helper.make_tensor("S", TensorProto.FLOAT, [], [0.5])]
+    yield "unsigned_float8", model(
+        [helper.make_node("Cast", ["X"], ["C"], to=TensorProto.UINT64),
+         helper.make_node("Add", ["C", "U"], ["Y"]),
+         helper.make_node("QuantizeLinear", ["F", "S", "Z"], ["Q"]),
+         helper.make_node("Cast", ["F"], ["E"], to=TensorProto.FLOAT8E4M3FN, saturate=0)],
+        [vi("X", [3], TensorProto.UINT32), vi("F", [3])],
+        [vi("Y", [3], TensorProto.UINT64), vi("Q", [3], TensorProto.UINT16),
+         vi("E", [3], TensorProto.FLOAT8E4M3FN)], inits, opset=21, ir=10)
 
 
 def main():

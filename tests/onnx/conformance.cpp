@@ -135,6 +135,12 @@ DType kiln_dtype(int32_t t) {
       return kiln::i32;
     case TP::INT64:
       return kiln::i64;
+    case TP::UINT16:
+      return kiln::u16;
+    case TP::UINT32:
+      return kiln::u32;
+    case TP::UINT64:
+      return kiln::u64;
     case TP::BOOL:
       return kiln::boolean;
     // (the float8 types by number: the onnx headers kiln builds with predate them)
@@ -190,6 +196,13 @@ Array to_array(const onnx::TensorProto& t) {
       check(t.int64_data_size());
       std::memcpy(a.data(), t.int64_data().data(), bytes);
       break;
+    case TP::UINT32:
+    case TP::UINT64: {  // values in uint64_data
+      check(t.uint64_data_size());
+      std::vector<uint64_t> v(t.uint64_data().begin(), t.uint64_data().end());
+      kiln::convert(v.data(), kiln::u64, a.data(), dt, n);
+      break;
+    }
     case TP::FLOAT16:
     case TP::BFLOAT16: {  // 16-bit patterns in int32_data
       check(t.int32_data_size());
@@ -208,7 +221,7 @@ Array to_array(const onnx::TensorProto& t) {
         p[i] = static_cast<uint8_t>(t.int32_data(static_cast<int>(i)));
       break;
     }
-    default: {  // INT32, INT16, INT8, UINT8, BOOL: values in int32_data
+    default: {  // INT32, INT16, UINT16, INT8, UINT8, BOOL: values in int32_data
       check(t.int32_data_size());
       std::vector<int64_t> v(t.int32_data().begin(), t.int32_data().end());
       kiln::convert(v.data(), kiln::i64, a.data(), dt, n);
@@ -312,13 +325,16 @@ std::string compare(const Array& got, const Array& want, const std::string& name
   if (got.dtype() != want.dtype())
     return fmt::format("output '{}': dtype {} vs expected {}", name, kiln::name(got.dtype()),
                        kiln::name(want.dtype()));
-  if (!kiln::is_floating(want.dtype()) && !kiln::is_float8(want.dtype())) {
-    const auto g = got.to_vector<int64_t>(), w = want.to_vector<int64_t>();
+  auto exact = [&](auto type) -> std::string {  // integers and bools, as values of `type`
+    using T = decltype(type);
+    const auto g = got.to_vector<T>(), w = want.to_vector<T>();
     for (size_t i = 0; i < w.size(); ++i)
       if (g[i] != w[i])
         return fmt::format("output '{}'[{}]: {} vs expected {}", name, i, g[i], w[i]);
     return "";
-  }
+  };
+  if (want.dtype() == kiln::u64) return exact(uint64_t{});
+  if (!kiln::is_floating(want.dtype()) && !kiln::is_float8(want.dtype())) return exact(int64_t{});
   const auto g = got.to_vector<double>(), w = want.to_vector<double>();
   // 16-bit floats: two units in the last place of the type at least (the reference computes in
   // the type too, rounding each step, where kiln's kernels accumulate in f32)

@@ -405,4 +405,48 @@ TEST(OnnxImport, AbsentOptionalInputs) {
   EXPECT_THROW(b.import({.absent_inputs = {"nope"}}), kiln::ValueError);
 }
 
+// Unsigned initializers from their typed fields (UINT64 and UINT32 in uint64_data, UINT16 in
+// int32_data) and unsigned arithmetic after a cast, against 64-bit unsigned arithmetic, with
+// values past 2^63; a field that holds another count of values is a FormatError.
+TEST(OnnxImport, UnsignedInitializersAndArithmetic) {
+  std::mt19937_64 rng(std::random_device{}());
+  std::vector<uint64_t> u = {1, uint64_t{1} << 63, ~uint64_t{0}, rng(), rng()};
+  std::vector<uint32_t> x = {0, 7, 0xffffffffu, static_cast<uint32_t>(rng()),
+                             static_cast<uint32_t>(rng())};
+  const std::vector<uint16_t> h = {3, 65535, 0, 1, static_cast<uint16_t>(rng())};
+  auto build = [&](int u_values) {
+    ModelBuilder b(17);
+    b.input("x", ::onnx::TensorProto::UINT32, {5});
+    b.input("y", ::onnx::TensorProto::UINT16, {5});
+    auto* ut = b.g->add_initializer();
+    ut->set_name("u");
+    ut->set_data_type(::onnx::TensorProto::UINT64);
+    ut->add_dims(5);
+    for (int i = 0; i < u_values; ++i) ut->add_uint64_data(u[static_cast<size_t>(i)]);
+    auto* ht = b.g->add_initializer();
+    ht->set_name("h");
+    ht->set_data_type(::onnx::TensorProto::UINT16);
+    ht->add_dims(5);
+    for (uint16_t v : h) ht->add_int32_data(v);
+    ModelBuilder::attr_int(b.node("Cast", {"x"}, {"c"}), "to", ::onnx::TensorProto::UINT64);
+    b.node("Mul", {"c", "u"}, {"p"});
+    b.node("Add", {"y", "h"}, {"s"});
+    b.output("p");
+    b.output("s");
+    return b;
+  };
+  const std::vector<uint16_t> y = {1, 1, 65535, 9, 10};
+  const auto got = run_cpu(build(5).import(),
+                           {{"x", Array::from_vector(x, {5})}, {"y", Array::from_vector(y, {5})}});
+  ASSERT_EQ(got[0].dtype(), kiln::u64);
+  ASSERT_EQ(got[1].dtype(), kiln::u16);
+  const auto p = got[0].to_vector<uint64_t>();
+  const auto s = got[1].to_vector<uint16_t>();
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(p[i], uint64_t{x[i]} * u[i]) << i;  // (wrapping mod 2^64)
+    EXPECT_EQ(s[i], static_cast<uint16_t>(y[i] + h[i])) << i;
+  }
+  EXPECT_THROW(build(4).import(), kiln::FormatError);
+}
+
 }  // namespace

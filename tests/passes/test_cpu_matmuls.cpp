@@ -79,17 +79,23 @@ TEST(CpuMatmuls, ConstantWeightsArePackedAndMatchTheF64Loops) {
     }
   }
   // one executable over row counts that change from call to call: its specializations (one a
-  // shape) share one laid-out copy of each weight
+  // shape) share one laid-out copy of each weight, made by the first run (at most one a weight:
+  // where oneDNN's primitive takes a weight as it is, as its AVX2 kernels can, none is made)
   Graph g;
   const Products m = build(g, f32, {-1, 40}, w1, b1, w2, false);
   auto exe = g.compile(Device::cpu(), {}, {m.y});
   const size_t laid_out = cpu::dnnl_util::weights_laid_out();
+  size_t first = 0;
+  bool ran = false;
   for (int64_t rows : {300, 17, 1000, 400, 300}) {
     const Array xv = random_array({rows, 40}, f64);
     const Array want = reference({rows, 40}, xv, w1, b1, w2);
     expect_close(exe.run({{m.x, xv.astype(f32)}})[0], want.shape(), to_f64(want), 1e-5, 1e-5);
+    if (!ran) first = cpu::dnnl_util::weights_laid_out() - laid_out;
+    ran = true;
   }
-  EXPECT_EQ(cpu::dnnl_util::weights_laid_out() - laid_out, 2u);
+  EXPECT_LE(first, 2u);
+  EXPECT_EQ(cpu::dnnl_util::weights_laid_out() - laid_out, first);
 }
 
 // bf16 (oneDNN's native bf16 products, f32 sums): the packed weights give what the same graph

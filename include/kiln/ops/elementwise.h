@@ -150,17 +150,17 @@ Tensor where(const Tensor& cond, const Tensor& x, const Tensor& y);
 /// `saturate` is false: then infinity for f8e5m2 and NaN for the others, as ONNX's Cast.
 Tensor cast(const Tensor& x, DType dtype);
 Tensor cast(const Tensor& x, DType dtype, bool saturate);
-/// x's bytes read as `dtype`, of the same element size (4: f32 i32; 8: f64 i64; 2: f16 bf16 i16;
-/// 1: i8 u8 bool and the 8-bit floats), bits kept exactly (ONNX BitCast, numpy view); same shape.
-/// DTypeError when the sizes differ. A bool result holds the bytes as they are (a byte other than 0
-/// or 1 too). Not differentiable.
+/// x's bytes read as `dtype`, of the same element size (4: f32 i32 u32; 8: f64 i64 u64; 2: f16 bf16
+/// i16 u16; 1: i8 u8 bool, the 8-bit floats), bits kept exactly (ONNX BitCast, numpy view); same
+/// shape. DTypeError when the sizes differ. A bool result holds the bytes as they are (a byte other
+/// than 0 or 1 too). Not differentiable.
 Tensor bitcast(const Tensor& x, DType dtype);
 /// True where x is NaN (bool result); always false for integers.
 Tensor isnan(const Tensor& x);
 /// True where x is +inf or -inf (bool result); always false for integers.
 Tensor isinf(const Tensor& x);
 
-// Bitwise ops on integer tensors (i8 u8 i16 i32 i64) of the same dtype (DTypeError otherwise; no
+// Bitwise ops on integer tensors (i8 u8 i16 u16 i32 u32 i64 u64) of one dtype (DTypeError else; no
 // promotion), broadcasting as numpy.
 /// a & b on integer tensors of one dtype (DTypeError otherwise; no promotion).
 Tensor bitwise_and(const Tensor& a, const Tensor& b);

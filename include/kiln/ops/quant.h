@@ -26,15 +26,15 @@ struct QuantizeOptions {
   int64_t block_size = 0;
 };
 
-/// saturate(round_half_even(x / scale) + zero_point) in zero_point's dtype (i8, u8 or i16).
+/// saturate(round_half_even(x / scale) + zero_point) in zero_point's dtype (i8, u8, i16, u16).
 /// x is a float tensor; scale is cast to x's dtype.
 Tensor quantize(const Tensor& x, const Tensor& scale, const Tensor& zero_point,
                 const QuantizeOptions& options = {});
-/// Symmetric: zero point 0, result of `dtype` (i8, u8 or i16).
+/// Symmetric: zero point 0, result of `dtype` (i8, u8, i16 or u16).
 Tensor quantize(const Tensor& x, const Tensor& scale, DType dtype = DType::i8,
                 const QuantizeOptions& options = {});
 
-/// (q - zero_point) * scale in scale's float dtype; q is i8, u8, i16 or i32 and zero_point has
+/// (q - zero_point) * scale in scale's float dtype; q is i8, u8, i16, u16 or i32 and zero_point has
 /// q's dtype. Differentiable in scale.
 Tensor dequantize(const Tensor& q, const Tensor& scale, const Tensor& zero_point,
                   const QuantizeOptions& options = {});

@@ -18,6 +18,15 @@ template <typename F> void dispatch_int(DType t, const char* op, F&& f) {
     case DType::i16: f(int16_t{}); return;
     case DType::i32: f(int32_t{}); return;
     case DType::i64: f(int64_t{}); return;
+    case DType::u16:
+      f(uint16_t{});
+      return;
+    case DType::u32:
+      f(uint32_t{});
+      return;
+    case DType::u64:
+      f(uint64_t{});
+      return;
     default: fail<UnsupportedError>("[{}] expected an integer dtype, got {}", op, name(t));
   }
 }

@@ -99,6 +99,17 @@ __device__ void evaluate(const Condition& c) {
       case DType::i32:
         n = *static_cast<const int32_t*>(c.value);
         break;
+      case DType::u16:
+        n = *static_cast<const uint16_t*>(c.value);
+        break;
+      case DType::u32:
+        n = *static_cast<const uint32_t*>(c.value);
+        break;
+      case DType::u64: {  // (a count past INT64_MAX runs as long as INT64_MAX would)
+        const uint64_t u = *static_cast<const uint64_t*>(c.value);
+        n = u > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(u);
+        break;
+      }
       default:
         n = *static_cast<const int64_t*>(c.value);
         break;

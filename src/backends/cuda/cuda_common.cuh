@@ -37,6 +37,15 @@ template <typename F> void dispatch(DType t, const char* op, F&& f) {
     case DType::i32: f(int32_t{}); return;
     case DType::i64: f(int64_t{}); return;
     case DType::boolean: f(bool{}); return;
+    case DType::u16:
+      f(uint16_t{});
+      return;
+    case DType::u32:
+      f(uint32_t{});
+      return;
+    case DType::u64:
+      f(uint64_t{});
+      return;
     default:
       break;  // (the 8-bit floats: cast's own kernels, cast_float8)
   }

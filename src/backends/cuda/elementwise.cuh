@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "backends/cuda/cuda_common.cuh"
+#include "core/int_cast.h"
 
 namespace kiln::cuda::ew {
 
@@ -40,7 +41,10 @@ template <typename D> __device__ inline D from_double(double v) {
 }
 /// One element of convert(S -> D), S != D.
 template <typename S, typename D> __device__ inline D convert_value(S v) {
+  constexpr bool ints = std::is_integral_v<S> && std::is_integral_v<D> &&
+                        !std::is_same_v<S, bool> && !std::is_same_v<D, bool>;
   if constexpr (std::is_same_v<S, int64_t> && std::is_same_v<D, int32_t>) return static_cast<int32_t>(v);
+  else if constexpr (ints) return saturate_int<D>(v);
   else if constexpr (kHalf<S> && std::is_same_v<D, float>) return to_acc(v);
   else if constexpr (std::is_same_v<S, float> && kHalf<D>) return from_acc<D>(v);
   else return from_double<D>(to_double(v));

@@ -53,11 +53,12 @@ struct Params {
 const char* kPrelude = R"(
 typedef long long i64; typedef unsigned long long u64;
 template <class T> struct Lim;
-template <> struct Lim<signed char> { static constexpr double lo = -128, hi = 127; };
-template <> struct Lim<unsigned char> { static constexpr double lo = 0, hi = 255; };
-template <> struct Lim<short> { static constexpr double lo = -32768, hi = 32767; };
-template <> struct Lim<int> { static constexpr double lo = -2147483648.0, hi = 2147483647.0; };
-template <> struct Lim<i64> { static constexpr double lo = -9223372036854775808.0, hi = 9223372036854775807.0; };
+#define KILN_LIM(T, L, H) template <> struct Lim<T> { static constexpr double lo = (double)(L), hi = (double)(H); static constexpr T bot = L, top = H; };
+KILN_LIM(signed char, -128, 127) KILN_LIM(unsigned char, 0, 255) KILN_LIM(short, -32768, 32767)
+KILN_LIM(unsigned short, 0, 65535) KILN_LIM(int, -2147483647 - 1, 2147483647)
+KILN_LIM(unsigned int, 0, 4294967295u) KILN_LIM(i64, -9223372036854775807LL - 1, 9223372036854775807LL)
+KILN_LIM(u64, 0, 18446744073709551615ULL)
+#undef KILN_LIM
 __device__ inline float h2f(unsigned short h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
 __device__ inline unsigned short f2h(float f) { unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
 __device__ inline float b2f(unsigned short b) { return __uint_as_float(((unsigned)b) << 16); }
@@ -74,9 +75,17 @@ __device__ inline float rh(float f) { return h2f(f2h(f)); }
 __device__ inline float rb(float f) { return b2f(f2b(f)); }
 template <class D> __device__ inline D sat(double v) {
   if (!(v == v)) return D(0);
-  if (v <= Lim<D>::lo) return (D)Lim<D>::lo;
-  if (v >= Lim<D>::hi) return D(Lim<D>::hi == 9223372036854775807.0 ? 9223372036854775807LL : (i64)Lim<D>::hi);
+  if (v <= Lim<D>::lo) return Lim<D>::bot;
+  if (v >= Lim<D>::hi) return Lim<D>::top;
   return (D)v;
+}
+// integer to integer (core/int_cast.h's saturate_int): exact within D's range, else its nearer end
+template <class D, class S> __device__ inline D isat(S v) {
+  if ((S)-1 < (S)0 && v < (S)0) {
+    if ((D)-1 > (D)0) return D(0);
+    return (i64)v < (i64)Lim<D>::bot ? Lim<D>::bot : (D)v;
+  }
+  return (u64)v > (u64)Lim<D>::top ? Lim<D>::top : (D)v;
 }
 )";
 
@@ -100,6 +109,12 @@ const char* ctype(DType t) {
       return "int";
     case i64:
       return "long long";
+    case u16:
+      return "unsigned short";
+    case u32:
+      return "unsigned int";
+    case u64:
+      return "unsigned long long";
     case boolean:
       return "bool";
     default:  // (the 8-bit floats never fuse: fusable_node)
@@ -127,6 +142,13 @@ std::string clip_bound(DType t, double v, bool upper) {
     case i16: return integer(math::clip_bound<int16_t>(v, upper));
     case i32: return integer(math::clip_bound<int32_t>(v, upper));
     case i64: return integer(math::clip_bound<int64_t>(v, upper));
+    // (an unsigned bound past INT64_MAX wraps to a negative literal and back in the cast)
+    case u16:
+      return integer(math::clip_bound<uint16_t>(v, upper));
+    case u32:
+      return integer(math::clip_bound<uint32_t>(v, upper));
+    case u64:
+      return integer(static_cast<int64_t>(math::clip_bound<uint64_t>(v, upper)));
     default: return lit(v, ctype(t));
   }
 }
@@ -165,11 +187,13 @@ std::string expr(const fused::Instr& in, const std::vector<DType>& types) {
       return functor("Clip", clip_bound(types[in.a], in.p0, false) + ", " +
                                  clip_bound(types[in.a], in.p1, true));
     case OpId::Cast: {
-      // as ew::convert_value: i64 -> i32 wraps; to half through float; to bool != 0; to other
-      // integers saturating from double; floats through double
+      // as ew::convert_value: i64 -> i32 wraps; to half through float; to bool != 0; between
+      // other integers saturating (exactly); to an integer from a float saturating from double;
+      // floats through double
       const DType s = types[in.a], d = in.dtype;
       if (s == d || (is_half(s) && d == f32)) return v(0);
       if (s == i64 && d == i32) return "(int)" + v(0);
+      if (is_integer(s) && is_integer(d)) return fmt::format("isat<{}>({})", ctype(d), v(0));
       if (d == boolean) return fmt::format("((double){} != 0)", v(0));
       if (is_half(d)) return fmt::format("(float)(double){}", v(0));
       if (d == f32 || d == f64) return fmt::format("({})(double){}", ctype(d), v(0));

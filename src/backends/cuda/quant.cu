@@ -165,6 +165,9 @@ void dispatch_quant(DType t, const char* op, F&& f) {
     case DType::i16:
       f(int16_t{});
       return;
+    case DType::u16:
+      f(uint16_t{});
+      return;
     case DType::i32:
       f(int32_t{});
       return;

@@ -221,6 +221,15 @@ void hamming_distance(KernelContext& ctx) {
       case DType::i64:
         run(int64_t{});
         break;
+      case DType::u16:
+        run(uint16_t{});
+        break;
+      case DType::u32:
+        run(uint32_t{});
+        break;
+      case DType::u64:
+        run(uint64_t{});
+        break;
       case DType::f32:
         run(float{});
         break;
@@ -256,6 +265,15 @@ const int64_t* indices_as_i64(KernelContext& ctx, const TensorView& idx) {
       break;
     case DType::i32:
       run(int32_t{});
+      break;
+    case DType::u16:
+      run(uint16_t{});
+      break;
+    case DType::u32:
+      run(uint32_t{});
+      break;
+    case DType::u64:  // (past INT64_MAX, an index out of range)
+      run(uint64_t{});
       break;
     default:
       fail<UnsupportedError>("[{}] indices must have an integer dtype, got {}", ctx.op_name(),

@@ -25,6 +25,12 @@ const char* descr_of(DType t) {
     case DType::i16: return "<i2";
     case DType::i32: return "<i4";
     case DType::i64: return "<i8";
+    case DType::u16:
+      return "<u2";
+    case DType::u32:
+      return "<u4";
+    case DType::u64:
+      return "<u8";
     case DType::boolean: return "|b1";
     case DType::bf16: return "<V2";  // numpy has no bf16; ml_dtypes names it "bfloat16"
     // nor the 8-bit floats: ml_dtypes' names, which np.dtype knows once ml_dtypes is imported
@@ -51,6 +57,9 @@ DType dtype_of_descr(const std::string& d, const std::string& path) {
   if (t == "i2") return i16;
   if (t == "i4") return i32;
   if (t == "i8") return i64;
+  if (t == "u2") return u16;
+  if (t == "u4") return u32;
+  if (t == "u8") return u64;
   if (t == "b1") return boolean;
   if (t == "V2" || d == "bfloat16") return bf16;
   for (DType f : {f8e4m3fn, f8e4m3fnuz, f8e5m2, f8e5m2fnuz})

@@ -78,6 +78,12 @@ std::optional<DType> from_onnx_dtype(int32_t t) {
     case ::onnx::TensorProto::UINT8: return u8;
     case ::onnx::TensorProto::INT8: return i8;
     case ::onnx::TensorProto::INT16: return i16;
+    case ::onnx::TensorProto::UINT16:
+      return u16;
+    case ::onnx::TensorProto::UINT32:
+      return u32;
+    case ::onnx::TensorProto::UINT64:
+      return u64;
     case ::onnx::TensorProto::INT32: return i32;
     case ::onnx::TensorProto::INT64: return i64;
     case ::onnx::TensorProto::BOOL: return boolean;

@@ -25,6 +25,8 @@ std::pair<double, double> int_range(NodeContext& c, DType t) {
     case DType::u8: return {0, 255};
     case DType::i8: return {-128, 127};
     case DType::i16: return {-32768, 32767};
+    case DType::u16:
+      return {0, 65535};
     case DType::i32: return {-2147483648.0, 2147483647.0};
     default: c.unsupported(fmt::format("quantized type {}", name(t)));
   }
@@ -105,7 +107,7 @@ Outs quantize_linear(NodeContext& c) {
     out = *t;
   }
   if (is_float8(out)) return {quantize_float8(c, x, scale, axis, block, out)};
-  if (out != u8 && out != i8 && out != i16)
+  if (out != u8 && out != i8 && out != i16 && out != u16)
     c.unsupported(fmt::format("quantizing to {}", name(out)));
   const bool precision = c.has_attr("precision") && c.attr_int("precision", 0) != 0;
   if ((x.dtype() == f32 || x.dtype() == f64) && scale.dtype() == x.dtype() && !precision) {
@@ -151,7 +153,8 @@ Outs dequantize_linear(NodeContext& c) {
     const Tensor y = mul(cast(x, f32), per_axis(c, scale, x.rank(), axis, "x_scale"));
     return {y.dtype() == out ? y : cast(y, out)};
   }
-  if ((qt == i8 || qt == u8 || qt == i16 || (qt == i32 && (scale.dtype() == f32 || scale.dtype() == f64))) &&
+  if ((qt == i8 || qt == u8 || qt == i16 || qt == u16 ||
+       (qt == i32 && (scale.dtype() == f32 || scale.dtype() == f64))) &&
       is_floating(scale.dtype())) {
     const Tensor s = param_of(c, scale, block, "x_scale");
     const QuantizeOptions o = quant_options(c, s, axis, block, x.rank());

@@ -32,6 +32,9 @@ double lowest(DType t) {
     case DType::i32: return -2147483648.0;
     case DType::i64: return -9223372036854775808.0;
     case DType::u8:
+    case DType::u16:
+    case DType::u32:
+    case DType::u64:
     case DType::boolean: return 0;
     default: return -INFINITY;
   }
@@ -45,6 +48,12 @@ double highest(DType t) {
     case DType::i32: return 2147483647.0;
     case DType::i64: return 9223372036854774784.0;
     case DType::u8: return 255;
+    case DType::u16:
+      return 65535;
+    case DType::u32:
+      return 4294967295.0;
+    case DType::u64:
+      return 18446744073709549568.0;  // (the largest double below 2^64)
     case DType::boolean: return 1;
     default: return INFINITY;
   }

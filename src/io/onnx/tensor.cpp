@@ -116,6 +116,10 @@ void check_count(const ::onnx::TensorProto& t, DType dtype, int64_t n) {
     case DType::f32: have = t.float_data_size(); break;
     case DType::f64: have = t.double_data_size(); break;
     case DType::i64: have = t.int64_data_size(); break;
+    case DType::u32:
+    case DType::u64:
+      have = t.uint64_data_size();
+      break;
     default: have = t.int32_data_size(); break;
   }
   if (have != n)
@@ -155,6 +159,15 @@ Array read_tensor(const ::onnx::TensorProto& t, const std::string& external_dir)
       case DType::i32: copy_field<int32_t, int32_t>(t.int32_data(), n, out, t); break;
       case DType::i16: copy_field<int32_t, int16_t>(t.int32_data(), n, out, t); break;
       case DType::i8: copy_field<int32_t, int8_t>(t.int32_data(), n, out, t); break;
+      case DType::u16:
+        copy_field<int32_t, uint16_t>(t.int32_data(), n, out, t);
+        break;
+      case DType::u32:
+        copy_field<uint64_t, uint32_t>(t.uint64_data(), n, out, t);
+        break;
+      case DType::u64:
+        copy_field<uint64_t, uint64_t>(t.uint64_data(), n, out, t);
+        break;
       // (the 8-bit floats travel as their codes)
       case DType::u8:
       case DType::boolean:
