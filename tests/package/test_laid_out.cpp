@@ -17,7 +17,8 @@ namespace du = kiln::cpu::dnnl_util;
 
 // A conv (a fused_conv with its relu, on NHWC) and two products large enough for oneDNN's
 // primitives (a linear and a matmul with a GELU after it: a fused_matmul), every weight a
-// constant: three laid-out weights.
+// constant: three laid-out weights where the primitives ask for layouts of their own (AVX-512's
+// do; an AVX2 primitive may take a weight as it is, and that weight is not laid out).
 struct Net {
   Graph g;
   Tensor x, y;
@@ -38,6 +39,17 @@ struct Net {
 
 const PackageOptions kStore{.laid_out_weights = true};
 
+// The first run of n on xv (its result in *y): how many weights it laid out, 1 to 3.
+size_t first_run(Net& n, const Array& xv, Array* y = nullptr) {
+  const size_t before = du::weights_laid_out();
+  const Array out = n.exe.run({{n.x, xv}})[0];
+  if (y) *y = out;
+  const size_t k = du::weights_laid_out() - before;
+  EXPECT_GE(k, 1u);
+  EXPECT_LE(k, 3u);
+  return k;
+}
+
 size_t laid_out_entries(Bytes& b) {
   const auto* l = manifest(b)->laid_out();
   return l ? l->size() : 0;
@@ -46,9 +58,10 @@ size_t laid_out_entries(Bytes& b) {
 TEST(LaidOutWeights, RunsBeforeSavingAreStoredAndTakenBitForBit) {
   Net n;
   const Array xv = random_array({4, 16, 16, 16}, f32);
-  const Array want = n.exe.run({{n.x, xv}})[0];
+  Array want;
+  const size_t k = first_run(n, xv, &want);
   Bytes b = saved_bytes(n.exe, "laid_out", kStore);
-  ASSERT_EQ(laid_out_entries(b), 3u);
+  ASSERT_EQ(laid_out_entries(b), k);
   for (const auto* w : *manifest(b)->laid_out()) {
     EXPECT_EQ(w->identity()->str(), du::layout_identity());
     EXPECT_NE(w->layout(), 0u);
@@ -59,14 +72,14 @@ TEST(LaidOutWeights, RunsBeforeSavingAreStoredAndTakenBitForBit) {
   const Array got = loaded.run({{"x", xv}})[0];
   EXPECT_EQ(du::weights_laid_out(), before) << "a stored weight was converted again";
   const PackageInfo& info = *loaded.package_info();
-  EXPECT_EQ(info.laid_out_weights, 3u);
-  EXPECT_EQ(info.laid_out_taken, 3u);
+  EXPECT_EQ(info.laid_out_weights, k);
+  EXPECT_EQ(info.laid_out_taken, k);
   EXPECT_EQ(info.laid_out_for, du::layout_identity());
   expect_equal(got, want.shape(), to_f64(want));
   // saved again, the loaded executable stores the same bytes
   Bytes again = saved_bytes(loaded, "laid_out_again", kStore);
-  ASSERT_EQ(laid_out_entries(again), 3u);
-  for (uint32_t i = 0; i < 3; ++i) {
+  ASSERT_EQ(laid_out_entries(again), k);
+  for (uint32_t i = 0; i < k; ++i) {
     const auto *a = manifest(b)->laid_out()->Get(i), *c = manifest(again)->laid_out()->Get(i);
     EXPECT_EQ(a->layout(), c->layout());
     EXPECT_EQ(a->xxh3(), c->xxh3());
@@ -78,9 +91,10 @@ TEST(LaidOutWeights, AnExecutableThatNeverRanStoresNone) {
   Net n;
   Bytes b = saved_bytes(n.exe, "laid_out_none", kStore);
   EXPECT_EQ(laid_out_entries(b), 0u);
+  size_t k = 0;
   {
     Net ran;
-    ran.exe.run({{ran.x, random_array({4, 16, 16, 16}, f32)}});
+    k = first_run(ran, random_array({4, 16, 16, 16}, f32));
     Bytes by_default = saved_bytes(ran.exe, "laid_out_default");
     EXPECT_EQ(laid_out_entries(by_default), 0u);
   }
@@ -91,7 +105,7 @@ TEST(LaidOutWeights, AnExecutableThatNeverRanStoresNone) {
   const Array xv = random_array({4, 16, 16, 16}, f32);
   const Executable loaded = Executable::load_bytes(b.data(), b.size(), Device::cpu());
   const Array got = loaded.run({{"x", xv}})[0];
-  EXPECT_EQ(du::weights_laid_out(), before + 3);
+  EXPECT_EQ(du::weights_laid_out(), before + k);
   const Array want = n.exe.run({{n.x, xv}})[0];
   expect_equal(got, want.shape(), to_f64(want));
 }
@@ -101,7 +115,8 @@ TEST(LaidOutWeights, AnExecutableThatNeverRanStoresNone) {
 TEST(LaidOutWeights, OtherIdentitiesAndLayoutsAreConvertedAgain) {
   Net n;
   const Array xv = random_array({4, 16, 16, 16}, f32);
-  const Array want = n.exe.run({{n.x, xv}})[0];
+  Array want;
+  const size_t k = first_run(n, xv, &want);
   const Bytes saved = saved_bytes(n.exe, "laid_out_other", kStore);
   for (int edit = 0; edit < 2; ++edit) {
     SCOPED_TRACE(edit == 0 ? "identity" : "layout key");
@@ -120,9 +135,9 @@ TEST(LaidOutWeights, OtherIdentitiesAndLayoutsAreConvertedAgain) {
     const Array got = loaded.run({{"x", xv}})[0];
     EXPECT_EQ(du::weights_laid_out(), before + 1);
     expect_equal(got, want.shape(), to_f64(want));
-    EXPECT_EQ(loaded.package_info()->laid_out_weights, 3u);
+    EXPECT_EQ(loaded.package_info()->laid_out_weights, k);
     // (a key the primitive does not ask for is taken by the load, and left by the run)
-    EXPECT_EQ(loaded.package_info()->laid_out_taken, edit == 0 ? 2u : 3u);
+    EXPECT_EQ(loaded.package_info()->laid_out_taken, edit == 0 ? k - 1 : k);
   }
 }
 
