@@ -1,5 +1,5 @@
 // Cases of quantize, dequantize and fake_quantize: per tensor, per channel and per group (a
-// last block shorter than the others), i8 / u8 / i16 data with zero points, x spread so that
+// last block shorter than the others), i8 / u8 / i16 / u16 data with zero points, x spread so that
 // some values saturate. Both backends compute x / scale in f32 (f64 for f64) and round half to
 // even, so integer outputs must agree exactly. quantized_matmul: exact integer products and the
 // same double epilogue on both backends, so its outputs agree exactly too; quantized_conv alike.
@@ -23,6 +23,7 @@ const QuantCase kCases[] = {
     {{4099}, 0, 0, true, i8},
     {{3, 5, 7}, 1, 0, false, u8},
     {{6, 10}, 1, 4, false, i16},
+    {{5, 9}, 0, 2, false, u16},
 };
 
 Shape scale_shape(const QuantCase& k) {
@@ -36,13 +37,15 @@ Shape scale_shape(const QuantCase& k) {
 bool build(Case& c, DType t, int i, OpId op) {
   const QuantCase& k = kCases[i];
   const Shape ss = scale_shape(k);
-  const int64_t zlo = k.q == u8 ? 100 : -20, zhi = k.q == u8 ? 150 : 20;
-  const double span = k.q == i16 ? 400 : 6;
+  const int64_t zlo = k.q == u8 ? 100 : k.q == u16 ? 30000 : -20;
+  const int64_t zhi = k.q == u8 ? 150 : k.q == u16 ? 35000 : 20;
+  const double span = k.q == i16 || k.q == u16 ? 400 : 6;
   const QuantizeOptions o{k.axis, k.block};
   const Tensor zp = c.ints(ss, zlo, zhi, k.q);
   const Tensor s = c.rand(ss, t, 0.01, 0.05);
   if (op == OpId::Dequantize) {
-    c.outs = {dequantize(c.ints(k.x, k.q == u8 ? 0 : -100, 100, k.q), s, zp, o)};
+    const int64_t lo = k.q == u8 ? 0 : k.q == u16 ? 29000 : -100, hi = k.q == u16 ? 36000 : 100;
+    c.outs = {dequantize(c.ints(k.x, lo, hi, k.q), s, zp, o)};
   } else {
     const Tensor x = c.rand(k.x, t, -span, span);
     c.outs = {op == OpId::Quantize ? quantize(x, s, zp, o) : fake_quantize(x, s, zp, o)};
@@ -55,9 +58,10 @@ bool build(Case& c, DType t, int i, OpId op) {
 
 const std::vector<DType> kFloats = {f32, f16, bf16, f64};
 
-#define KILN_QUANT_CASES(Op)         \
-  const bool k##Op = register_cases( \
-      {OpId::Op, 3, [](Case& c, DType t, int i) { return build(c, t, i, OpId::Op); }, kFloats});
+#define KILN_QUANT_CASES(Op)                                         \
+  const bool k##Op =                                                 \
+      register_cases({OpId::Op, static_cast<int>(std::size(kCases)), \
+                      [](Case& c, DType t, int i) { return build(c, t, i, OpId::Op); }, kFloats});
 KILN_QUANT_CASES(Quantize)
 KILN_QUANT_CASES(Dequantize)
 KILN_QUANT_CASES(FakeQuantize)
