@@ -136,7 +136,8 @@ std::vector<TensorInfo> infer_random(const InferContext& ctx) {
       // high is exclusive: high - 1 must fit; 32-bit draws need a range below 2^32
       if (low < tmin || high - 1 > tmax)
         fail<ValueError>("[{}] [{}, {}) does not fit dtype {}", ctx.name(), low, high, name(t));
-      if (t != i64 && static_cast<uint64_t>(high) - static_cast<uint64_t>(low) > 0xffffffffull)
+      if (t != i64 && t != u64 &&
+          static_cast<uint64_t>(high) - static_cast<uint64_t>(low) > 0xffffffffull)
         fail<ValueError>("[{}] range [{}, {}) is too wide for dtype {}", ctx.name(), low, high,
                          name(t));
       break;

@@ -28,10 +28,10 @@ inline philox::Dist dist_of(OpId op) {
   }
 }
 
-/// Whether a group holds 2 outputs (f64 values, i64 integers) rather than 4.
+/// Whether a group holds 2 outputs (f64 values, 64-bit integers) rather than 4.
 inline bool is_wide(philox::Dist d, DType t) {
   if (t == f64) return true;
-  return t == i64 && d == philox::Dist::integer;
+  return (t == i64 || t == u64) && d == philox::Dist::integer;
 }
 
 /// The counter and key held in state words s[0..5].

@@ -313,7 +313,7 @@ const bool kFlip =
 // ---- indexing ----
 
 const bool kGather =
-    register_cases({OpId::Gather, 6, [](Case& c, DType t, int i) {
+    register_cases({OpId::Gather, 9, [](Case& c, DType t, int i) {
                       struct S {
                         Shape x, idx;
                         int64_t axis;
@@ -322,13 +322,17 @@ const bool kGather =
                       const S s[] = {{{257, 3}, {31}, 0, kDense}, {{4, 129}, {5, 2}, 1, kDense},
                                      {{33, 17}, {128}, -1, kT},   {{3, 5, 7}, {2, 3}, 1, kS},
                                      {{10, 4}, {0}, 0, kDense},   {{6, 3}, {}, 0, kDense}};
-                      const int64_t n =
-                          s[i].x[s[i].axis < 0 ? s[i].axis + s[i].x.size() : s[i].axis];
+                      // cases 6 to 8: the first three with u16, u32 and u64 indices (f32 data)
+                      const bool wide = i >= 6;
+                      if (wide && t != f32) return false;
+                      const S& k = s[wide ? i - 6 : i];
+                      const int64_t n = k.x[k.axis < 0 ? k.axis + k.x.size() : k.axis];
                       // negative indices count from the end
-                      Tensor idx = c.ints(s[i].idx, -n, n - 1, i % 2 ? i32 : i64);
-                      c.outs = {gather(c.rand(s[i].x, t, s[i].l), idx, s[i].axis)};
-                      c.note(fmt::format("x {}{} indices {} axis {}", to_string(s[i].x),
-                                         layout_name(s[i].l), to_string(s[i].idx), s[i].axis));
+                      const DType it = wide ? std::array{u16, u32, u64}[i - 6] : i % 2 ? i32 : i64;
+                      Tensor idx = c.ints(k.idx, wide ? 0 : -n, n - 1, it);
+                      c.outs = {gather(c.rand(k.x, t, k.l), idx, k.axis)};
+                      c.note(fmt::format("x {}{} indices {} {} axis {}", to_string(k.x),
+                                         layout_name(k.l), to_string(k.idx), name(it), k.axis));
                       return true;
                     }});
 
@@ -425,7 +429,7 @@ const bool kCoordinate =
                     }});
 
 const bool kHamming = register_cases(
-    {OpId::HammingDistance, 8, [](Case& c, DType t, int i) {
+    {OpId::HammingDistance, 11, [](Case& c, DType t, int i) {
        struct S {
          Shape a, b;
        };
@@ -440,7 +444,7 @@ const bool kHamming = register_cases(
                          : t == i16 ? 32767
                                     : 1e9;
        if (i >= 4) {  // narrow and f64 results; rows of 1 to 16 bytes, read in units of their size
-         const DType result = std::array{i8, u8, i16, f64}[i - 4];
+         const DType result = std::array{i8, u8, i16, f64, u16, u32, u64}[i - 4];
          const int64_t esize = static_cast<int64_t>(size_of(t));
          for (int64_t bytes = esize; bytes <= 16; bytes *= 2)
            c.outs.push_back(hamming_distance(c.rand({3, bytes / esize}, t, lo, hi),

@@ -32,7 +32,7 @@ TEST(Constant, HoldsData) {
 }
 
 TEST(Full, FillsEveryDtype) {
-  for (DType t : {f32, f64, f16, bf16, i8, u8, i16, i32, i64, boolean}) {
+  for (DType t : {f32, f64, f16, bf16, i8, u8, i16, u16, i32, u32, i64, u64, boolean}) {
     Graph g;
     const double v = t == boolean ? 1 : 3;
     expect_equal(eval1(g, full(g, {2, 0, 3}, v, t)), {2, 0, 3}, {});

@@ -54,7 +54,7 @@ double reduce_ref(Reduction op, const std::vector<double>& v, bool integer) {
 TEST(AllReduce, MatchesFloat64ReferenceForEveryReductionAndDtype) {
   constexpr int kRanks = 3;
   const Shape shape{5, 7};
-  for (DType t : {f32, f64, f16, bf16, i8, u8, i16, i32, i64})
+  for (DType t : {f32, f64, f16, bf16, i8, u8, i16, u16, i32, u32, i64, u64})
     for (Reduction op : {Reduction::sum, Reduction::mean, Reduction::min, Reduction::max,
                          Reduction::prod}) {
       SCOPED_TRACE(std::string(name(t)) + " " + dist::reduction_name(op));

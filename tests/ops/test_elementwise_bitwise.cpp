@@ -20,7 +20,7 @@ const std::vector<BroadcastCase> kCases = {
     {{}, {}, {}},                {{0, 3}, {3}, {0, 3}},    {{7, 1, 5}, {1, 6, 1}, {7, 6, 5}},
     {{40000}, {40000}, {40000}}};
 
-constexpr DType kIntDtypes[] = {i8, u8, i16, i32, i64};
+constexpr DType kIntDtypes[] = {i8, u8, i16, u16, i32, u32, i64, u64};
 
 // Uniform random bit patterns of T.
 template <typename T> Array random_bits(const Shape& s) {
@@ -109,6 +109,9 @@ void check_all(const BinaryOp& op, MakeRef make_ref, bool shift_amounts = false)
       KILN_CASE(i16, int16_t)
       KILN_CASE(i32, int32_t)
       KILN_CASE(i64, int64_t)
+      KILN_CASE(u16, uint16_t)
+      KILN_CASE(u32, uint32_t)
+      KILN_CASE(u64, uint64_t)
 #undef KILN_CASE
       default: FAIL() << "not an integer dtype";
     }
@@ -168,8 +171,9 @@ TEST(BitwiseXor, MatchesReference) {
 }
 
 TEST(BitwiseNot, MatchesReference) {
-  // ~x = -x - 1 in two's complement; 255 - x for u8
+  // ~x = -x - 1 in two's complement; 2^bits - 1 - x for the unsigned types (u64 below)
   for (DType t : kIntDtypes) {
+    if (t == u64) continue;
     for (Shape s : {Shape{3, 67}, Shape{}, Shape{0, 2}, Shape{40000}}) {
       SCOPED_TRACE(std::string(name(t)) + " " + to_string(s));
       Graph g;
@@ -177,19 +181,26 @@ TEST(BitwiseNot, MatchesReference) {
       int64_t lo = -1000, hi = 1000;
       if (t == i8) lo = -128, hi = 127;
       if (t == u8) lo = 0, hi = 255;
+      if (!is_signed(t)) lo = 0;
       Array v = random_ints(s, lo, hi, t);
+      const double top = std::ldexp(1.0, 8 * static_cast<int>(size_of(t))) - 1;
       std::vector<double> ref;
-      for (double e : to_f64(v)) ref.push_back(t == u8 ? 255 - e : -e - 1);
+      for (double e : to_f64(v)) ref.push_back(is_signed(t) ? -e - 1 : top - e);
       expect_equal(eval1(g, bitwise_not(x), {{x, v}}), s, ref);
     }
   }
-  // the whole range of i64 (doubles would round): ~x == -x - 1 == x ^ all ones
+  // the whole range of i64 and u64 (doubles would round): ~x == -x - 1 == x ^ all ones
   Graph g;
   auto x = g.placeholder({100}, i64, "x");
   Array v = random_bits<int64_t>({100});
   const auto got = eval1(g, bitwise_not(x), {{x, v}}).to_vector<int64_t>();
   const auto in = v.to_vector<int64_t>();
   for (size_t i = 0; i < in.size(); ++i) EXPECT_EQ(got[i], static_cast<int64_t>(~uint64_t(in[i])));
+  auto xu = g.placeholder({100}, u64, "xu");
+  Array vu = random_bits<uint64_t>({100});
+  const auto gotu = eval1(g, bitwise_not(xu), {{xu, vu}}).to_vector<uint64_t>();
+  const auto inu = vu.to_vector<uint64_t>();
+  for (size_t i = 0; i < inu.size(); ++i) EXPECT_EQ(gotu[i], ~inu[i]);
   expect_error<DTypeError>([&] { bitwise_not(g.placeholder({2, 2}, f64, "f")); },
                            {"[bitwise_not]", "f64", "integer"});
   expect_error<DTypeError>([&] { bitwise_not(g.placeholder({2}, boolean, "t")); },

@@ -114,7 +114,10 @@ std::vector<double> ref_avg_pool(const Array& x, const PoolOptions& o) {
 // Distinct values in random order, so that every window has one maximum.
 Array distinct_array(const Shape& shape, DType t) {
   std::vector<double> v(static_cast<size_t>(numel(shape)));
-  std::iota(v.begin(), v.end(), -static_cast<double>(v.size() / 2));
+  // (from 0 for the unsigned types, 0 to 255 then repeating for u8)
+  std::iota(v.begin(), v.end(), is_signed(t) ? -static_cast<double>(v.size() / 2) : 0.0);
+  if (t == u8)
+    for (double& e : v) e = std::fmod(e, 256.0);
   std::shuffle(v.begin(), v.end(), rng());
   if (is_floating(t))
     for (double& e : v) e = e / static_cast<double>(v.size()) + 1e-3 * (e > 0);
@@ -191,7 +194,7 @@ TEST(MaxPool, ChannelsLastMatchesReference) {
   cases.push_back({{2, 16, 9, 10}, {{3, 3}, {2, 2}, {1, 1}}});
   cases.push_back({{1, 32, 5, 6}, {{2, 2}, {1, 1}, {}, {2, 1}}});
   for (const Case& c : cases)
-    for (DType t : {f32, bf16, f16, u8, i8}) {
+    for (DType t : {f32, bf16, f16, u8, i8, u16, u32, u64}) {
       SCOPED_TRACE(describe(c) + " " + name(t));
       Graph g;
       auto x = g.placeholder(c.x, t, "x");

@@ -434,6 +434,26 @@ TEST(RandomInteger, RangeAndTensorFlowRule) {
     const uint64_t bits = blk.w[2 * (i % 2)] | (uint64_t{blk.w[2 * (i % 2) + 1]} << 32);
     EXPECT_EQ(p[i], static_cast<int64_t>(static_cast<uint64_t>(lo) + bits % (uint64_t{1} << 63)));
   }
+  // u64 alike; u16 and u32 one word per value
+  for (DType t : {u64, u32, u16}) {
+    SCOPED_TRACE(name(t));
+    Graph g3;
+    Tensor s3 = random_philox_state_from(g3, 7, 0, 99);
+    const int64_t top = t == u16 ? 60000 : t == u32 ? 4000000000 : int64_t{1} << 62;
+    const auto u = run_cpu(g3, {random_integer(s3, {9}, 3, top, t).values}, 1).astype(u64);
+    const uint64_t* q = u.data<uint64_t>();
+    const int per = t == u64 ? 2 : 4;
+    for (int i = 0; i < 9; ++i) {
+      const Block blk =
+          philox::philox4x32_10(Block{{static_cast<uint32_t>(7 + i / per), 0, 0, 0}}, Key{{99, 0}});
+      const int k = i % per;
+      const uint64_t range = static_cast<uint64_t>(top - 3);
+      const uint64_t want =
+          per == 2 ? 3 + (blk.w[2 * k] | (uint64_t{blk.w[2 * k + 1]} << 32)) % range
+                   : uint64_t{static_cast<uint32_t>(3 + blk.w[k] % static_cast<uint32_t>(range))};
+      EXPECT_EQ(q[i], want) << i;
+    }
+  }
 }
 
 TEST(RandomUniform, OtherFloatTypes) {
