@@ -137,7 +137,7 @@ def main():
         "",
         "Skip reasons: *op* an op type kiln does not map at the case's opset, *domain* a node outside the",
         "default domain, *opset* a default-domain opset below 7, *dtype* an element type or value kind",
-        "kiln lacks (strings, float8e8m0, 4- and 2-bit types, complex).",
+        "kiln lacks (strings, complex).",
         "",
         "## Per op type",
         "",

@@ -8,6 +8,7 @@
 #include "kiln/device.h"
 #include "kiln/dtype.h"
 #include "kiln/error.h"
+#include "kiln/narrow.h"
 #include "kiln/shape.h"
 
 namespace kiln {
@@ -91,9 +92,11 @@ class Array {
   DType dtype_ = DType::f32;
 };
 
-/// Converts `n` elements between dtypes on the host (float via double, ints saturate-free C casts;
-/// to an 8-bit float: rounded to nearest even once, from the source's precision; past its largest
-/// finite value, that value where `saturate`, else infinity or NaN as its format has: float8.h).
-void convert(const void* src, DType st, void* dst, DType dt, int64_t n, bool saturate = true);
+/// Converts `n` elements between dtypes on the host, as cast does (kiln/ops/elementwise.h): float
+/// to integer truncates and saturates, integers saturate; to a narrow type (kiln/narrow.h) rounded
+/// once from the source's precision (f64) or from f32, with saturation where `saturate` and
+/// f8e8m0fnu's rounding `round`.
+void convert(const void* src, DType st, void* dst, DType dt, int64_t n, bool saturate = true,
+             narrow::Round round = narrow::Round::up);
 
 }  // namespace kiln

@@ -7,9 +7,12 @@
 
 namespace kiln {
 
-/// (The 8-bit floats are storage types: cast, bitcast and the ops that only move elements take
-/// them; arithmetic runs after a cast to a wider float. Their names follow the OCP FP8 and ONNX
-/// formats: e4m3fn and e5m2, and the fnuz variants with one NaN and no -0; kiln/float8.h.)
+/// (The narrow types are storage types: the 8-bit floats, f8e8m0fnu (a power of two, the OCP MX
+/// formats' scale), f4e2m1fn and the 4- and 2-bit integers i4 u4 i2 u2. Cast, bitcast, the ops that
+/// only move elements and (de)quantization take them; arithmetic runs after a cast to a wider
+/// type. Their names follow the OCP formats and ml_dtypes: e4m3fn and e5m2, the fnuz variants with
+/// one NaN and no -0 (kiln/float8.h). Each takes one byte an element, its code in the byte's low
+/// bits (ml_dtypes' layout; ONNX tensors pack the 4- and 2-bit ones; kiln/narrow.h).)
 enum class DType : uint8_t {
   f32,
   f16,
@@ -27,7 +30,13 @@ enum class DType : uint8_t {
   f8e5m2fnuz,
   u16,
   u32,
-  u64
+  u64,
+  f8e8m0fnu,
+  f4e2m1fn,
+  i4,
+  u4,
+  i2,
+  u2
 };
 
 inline constexpr DType f32 = DType::f32;
@@ -47,7 +56,13 @@ inline constexpr DType f8e5m2fnuz = DType::f8e5m2fnuz;
 inline constexpr DType u16 = DType::u16;
 inline constexpr DType u32 = DType::u32;
 inline constexpr DType u64 = DType::u64;
-inline constexpr int kNumDTypes = 17;
+inline constexpr DType f8e8m0fnu = DType::f8e8m0fnu;
+inline constexpr DType f4e2m1fn = DType::f4e2m1fn;
+inline constexpr DType i4 = DType::i4;
+inline constexpr DType u4 = DType::u4;
+inline constexpr DType i2 = DType::i2;
+inline constexpr DType u2 = DType::u2;
+inline constexpr int kNumDTypes = 23;
 
 /// Bytes per element.
 size_t size_of(DType t);
@@ -57,10 +72,13 @@ const char* name(DType t);
 DType parse_dtype(const std::string& s);
 bool is_floating(DType t);  // f16 bf16 f32 f64 (the 8-bit floats are not: is_float8)
 bool is_float8(DType t);    // f8e4m3fn f8e4m3fnuz f8e5m2 f8e5m2fnuz
-bool is_integer(DType t);   // i8 u8 i16 u16 i32 u32 i64 u64 (not bool)
+/// The storage types cast converts through kiln/narrow.h: the 8-bit floats, f8e8m0fnu, f4e2m1fn,
+/// i4 u4 i2 u2 (one byte an element each; is_integer and is_floating are false for all of them).
+bool is_narrow(DType t);
+bool is_integer(DType t);  // i8 u8 i16 u16 i32 u32 i64 u64 (not bool)
 bool is_signed(DType t);
 /// Result type of a binary op on a and b: bool < integers < floats; among floats the wider wins
-/// (f16 with bf16 gives f32, an 8-bit float with any other float f32 or f64); an unsigned and a
+/// (f16 with bf16 gives f32, a narrow type with any other type f32 or f64); an unsigned and a
 /// signed integer give the signed type when it is wider, else the next signed type that holds both
 /// (u64 with a signed integer gives f64, as in numpy: no integer type holds both).
 DType promote(DType a, DType b);
@@ -86,6 +104,8 @@ inline constexpr DTypeSet kSignedTypes{f32, f64, f16, bf16, i8, i16, i32, i64};
 inline constexpr DTypeSet kNumericTypes = kFloatTypes | kIntTypes;
 inline constexpr DTypeSet kAllTypes = kNumericTypes | DTypeSet{boolean};
 inline constexpr DTypeSet kFloat8Types{f8e4m3fn, f8e4m3fnuz, f8e5m2, f8e5m2fnuz};
+inline constexpr DTypeSet kNarrowTypes =
+    kFloat8Types | DTypeSet{f8e8m0fnu, f4e2m1fn, i4, u4, i2, u2};
 
 /// IEEE half precision storage type; arithmetic goes through float.
 struct float16_t {

@@ -179,14 +179,16 @@ class Session {
   std::shared_ptr<Impl> impl_;
 };
 
-/// One line of kiln's ONNX op table: `op_type` from default-domain opset `since_version` on.
+/// One line of kiln's ONNX op table: `op_type` from default-domain opset `since_version` on (an op
+/// of another domain is named after it, "ai.onnx.ml.Binarizer", with that domain's opset).
 struct OpSupport {
   std::string op_type;
   int since_version = 0;
 };
 /// Every (op type, since version) the importer maps.
 std::vector<OpSupport> supported_ops();
-/// True when the importer maps `op_type` at default-domain opset `opset`.
+/// True when the importer maps `op_type` at default-domain opset `opset` (or, for "domain.OpType",
+/// at that domain's opset `opset`).
 bool is_supported(const std::string& op_type, int64_t opset);
 
 }  // namespace kiln::onnx

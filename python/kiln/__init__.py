@@ -57,6 +57,13 @@ f8e4m3fn = DType.f8e4m3fn  # noqa: F405
 f8e4m3fnuz = DType.f8e4m3fnuz  # noqa: F405
 f8e5m2 = DType.f8e5m2  # noqa: F405
 f8e5m2fnuz = DType.f8e5m2fnuz  # noqa: F405
+# the other narrow storage types, one element a byte as ml_dtypes holds them
+f8e8m0fnu = DType.f8e8m0fnu  # noqa: F405
+f4e2m1fn = DType.f4e2m1fn  # noqa: F405
+i4 = DType.i4  # noqa: F405
+u4 = DType.u4  # noqa: F405
+i2 = DType.i2  # noqa: F405
+u2 = DType.u2  # noqa: F405
 
 cpu = Device.cpu()  # noqa: F405
 

@@ -30,10 +30,16 @@ constexpr NumpyName kNumpyNames[] = {{"float32", f32},
                                      {"float8_e4m3fn", f8e4m3fn},
                                      {"float8_e4m3fnuz", f8e4m3fnuz},
                                      {"float8_e5m2", f8e5m2},
-                                     {"float8_e5m2fnuz", f8e5m2fnuz}};
+                                     {"float8_e5m2fnuz", f8e5m2fnuz},
+                                     {"float8_e8m0fnu", f8e8m0fnu},
+                                     {"float4_e2m1fn", f4e2m1fn},
+                                     {"int4", i4},
+                                     {"uint4", u4},
+                                     {"int2", i2},
+                                     {"uint2", u2}};
 
 // Whether numpy's dtype for `t` comes from ml_dtypes (numpy has no such type).
-bool from_ml_dtypes(DType t) { return t == bf16 || is_float8(t); }
+bool from_ml_dtypes(DType t) { return t == bf16 || is_narrow(t); }
 
 nb::object numpy() { return nb::module_::import_("numpy"); }
 
@@ -104,7 +110,7 @@ bool c_contiguous(const nb::ndarray<nb::ro>& t) {
 
 // The DLPack view of an array's memory, owned by a copy of the Array handle.
 nb::ndarray<nb::array_api> dl_view(const Array& a) {
-  if (is_float8(a.dtype()))
+  if (is_narrow(a.dtype()))
     throw DTypeError(std::string("[to_dlpack] kiln's DLPack exchange has no code for ") +
                      name(a.dtype()) + "; bitcast to u8 first, or use numpy()");
   auto* keep = new Array(a);
@@ -273,6 +279,12 @@ void bind_array(nb::module_& m) {
       .value("u16", u16)
       .value("u32", u32)
       .value("u64", u64)
+      .value("f8e8m0fnu", f8e8m0fnu)
+      .value("f4e2m1fn", f4e2m1fn)
+      .value("i4", i4)
+      .value("u4", u4)
+      .value("i2", i2)
+      .value("u2", u2)
       .def_prop_ro(
           "itemsize", [](DType t) { return size_of(t); }, "Bytes per element.")
       .def_prop_ro("is_floating", [](DType t) { return is_floating(t); })
@@ -281,8 +293,12 @@ void bind_array(nb::module_& m) {
           "is_float8", [](DType t) { return is_float8(t); },
           "An 8-bit float (a storage type: cast it to compute).")
       .def_prop_ro(
+          "is_narrow", [](DType t) { return is_narrow(t); },
+          "A narrow storage type (the 8-bit floats, f8e8m0fnu, f4e2m1fn, i4 u4 i2 u2: one byte "
+          "an element; cast it to compute).")
+      .def_prop_ro(
           "numpy", [](DType t) { return numpy_dtype(t); },
-          "The numpy dtype (ml_dtypes' for bf16 and the 8-bit floats).");
+          "The numpy dtype (ml_dtypes' for bf16 and the narrow types).");
   m.def(
       "dtype",
       [](nb::handle d) -> DType {

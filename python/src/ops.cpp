@@ -78,8 +78,19 @@ void bind_ops(nb::module_& m) {
   m.def("clip", &kiln::clip, nb::arg("x"), nb::arg("lo") = -INFINITY, nb::arg("hi") = INFINITY, ka,
         op_doc("clip"));
   m.def("where", &kiln::where, nb::arg("cond"), nb::arg("x"), nb::arg("y"), ka, op_doc("where"));
-  m.def("cast", nb::overload_cast<const Tensor&, DType, bool>(&kiln::cast), nb::arg("x"),
-        nb::arg("dtype"), nb::arg("saturate") = true, ka, op_doc("cast"));
+  m.def(
+      "cast",
+      [](const Tensor& x, DType dtype, bool saturate, const std::string& round) {
+        narrow::Rules r{saturate, narrow::Round::up};
+        if (round == "down") r.round = narrow::Round::down;
+        else if (round == "nearest") r.round = narrow::Round::nearest;
+        else if (round != "up")
+          throw ValueError("[cast] round must be \"up\", \"down\" or \"nearest\", got \"" + round +
+                           "\"");
+        return kiln::cast(x, dtype, r);
+      },
+      nb::arg("x"), nb::arg("dtype"), nb::arg("saturate") = true, nb::arg("round") = "up", ka,
+      op_doc("cast"));
   m.def("bitcast", &kiln::bitcast, nb::arg("x"), nb::arg("dtype"), ka, op_doc("bitcast"));
 
   // reductions

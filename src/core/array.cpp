@@ -16,7 +16,7 @@
 #include "core/errors.h"
 #include "core/host_allocator.h"
 #include "core/int_cast.h"
-#include "kiln/float8.h"
+#include "kiln/narrow.h"
 
 namespace kiln {
 
@@ -194,42 +194,43 @@ template <typename F> void visit(DType t, F&& f) {
     case DType::u64:
       return f(uint64_t{});
     default:
-      KILN_ASSERT(false);  // (the 8-bit floats go through convert_float8)
+      KILN_ASSERT(false);  // (the narrow types go through convert_narrow)
   }
 }
 }  // namespace
 
 namespace {
-// Conversions from or to an 8-bit float, through f32 in blocks (f64 rounds to one directly: f32
-// first could round twice).
-void convert_float8(const void* src, DType st, void* dst, DType dt, int64_t n, bool saturate) {
+// Conversions from or to a narrow type (kiln/narrow.h), through f32 in blocks (f64 rounds to one
+// directly: f32 first could round twice).
+void convert_narrow(const void* src, DType st, void* dst, DType dt, int64_t n,
+                    const narrow::Rules& rules) {
   constexpr int64_t kBlock = 256;
   float buf[kBlock];
   const auto* in = static_cast<const char*>(src);
   auto* out = static_cast<char*>(dst);
   const size_t ss = size_of(st), ds = size_of(dt);
-  if (st == DType::f64 && is_float8(dt)) {  // (rounded once, from double)
-    const f8::Format f = f8::format(dt);
+  if (st == DType::f64 && is_narrow(dt)) {  // (rounded once, from double)
+    const narrow::Codec c = narrow::codec(dt);
     const auto* x = static_cast<const double*>(src);
     auto* codes = static_cast<uint8_t*>(dst);
-    for (int64_t i = 0; i < n; ++i) codes[i] = f8::encode(x[i], f, saturate);
+    for (int64_t i = 0; i < n; ++i) codes[i] = narrow::encode(x[i], c, rules);
     return;
   }
   for (int64_t b = 0; b < n; b += kBlock) {
     const int64_t k = std::min(kBlock, n - b);
     const char* from = in + b * static_cast<int64_t>(ss);
     char* to = out + b * static_cast<int64_t>(ds);
-    if (is_float8(st)) {
-      const f8::Format f = f8::format(st);
+    if (is_narrow(st)) {
+      const narrow::Codec c = narrow::codec(st);
       const auto* codes = reinterpret_cast<const uint8_t*>(from);
-      for (int64_t i = 0; i < k; ++i) buf[i] = f8::decode(codes[i], f);
+      for (int64_t i = 0; i < k; ++i) buf[i] = narrow::decode(codes[i], c);
     } else {
       convert(from, st, buf, DType::f32, k);
     }
-    if (is_float8(dt)) {
-      const f8::Format f = f8::format(dt);
+    if (is_narrow(dt)) {
+      const narrow::Codec c = narrow::codec(dt);
       auto* codes = reinterpret_cast<uint8_t*>(to);
-      for (int64_t i = 0; i < k; ++i) codes[i] = f8::encode(buf[i], f, saturate);
+      for (int64_t i = 0; i < k; ++i) codes[i] = narrow::encode(buf[i], c, rules);
     } else {
       convert(buf, DType::f32, to, dt, k);
     }
@@ -237,14 +238,15 @@ void convert_float8(const void* src, DType st, void* dst, DType dt, int64_t n, b
 }
 }  // namespace
 
-void convert(const void* src, DType st, void* dst, DType dt, int64_t n, bool saturate) {
+void convert(const void* src, DType st, void* dst, DType dt, int64_t n, bool saturate,
+             narrow::Round round) {
   if (n <= 0) return;  // empty views may carry null pointers
   if (st == dt) {
     std::memcpy(dst, src, static_cast<size_t>(n) * size_of(st));
     return;
   }
-  if (is_float8(st) || is_float8(dt)) {
-    convert_float8(src, st, dst, dt, n, saturate);
+  if (is_narrow(st) || is_narrow(dt)) {
+    convert_narrow(src, st, dst, dt, n, {saturate, round});
     return;
   }
 #ifdef KILN_F16C

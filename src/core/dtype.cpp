@@ -26,6 +26,12 @@ size_t size_of(DType t) {
     case DType::f8e4m3fnuz:
     case DType::f8e5m2:
     case DType::f8e5m2fnuz:
+    case DType::f8e8m0fnu:
+    case DType::f4e2m1fn:
+    case DType::i4:
+    case DType::u4:
+    case DType::i2:
+    case DType::u2:
       return 1;
   }
   KILN_ASSERT(false);
@@ -57,6 +63,18 @@ const char* name(DType t) {
       return "u32";
     case DType::u64:
       return "u64";
+    case DType::f8e8m0fnu:
+      return "f8e8m0fnu";
+    case DType::f4e2m1fn:
+      return "f4e2m1fn";
+    case DType::i4:
+      return "i4";
+    case DType::u4:
+      return "u4";
+    case DType::i2:
+      return "i2";
+    case DType::u2:
+      return "u2";
   }
   KILN_ASSERT(false);
 }
@@ -66,7 +84,7 @@ DType parse_dtype(const std::string& s) {
     if (s == name(static_cast<DType>(i))) return static_cast<DType>(i);
   fail<DTypeError>(
       "[dtype] unknown dtype '{}' (expected f32 f16 bf16 f64 i8 u8 i16 u16 i32 u32 i64 u64 "
-      "bool f8e4m3fn f8e4m3fnuz f8e5m2 f8e5m2fnuz)",
+      "bool f8e4m3fn f8e4m3fnuz f8e5m2 f8e5m2fnuz f8e8m0fnu f4e2m1fn i4 u4 i2 u2)",
       s);
 }
 
@@ -77,17 +95,18 @@ bool is_float8(DType t) {
   return t == DType::f8e4m3fn || t == DType::f8e4m3fnuz || t == DType::f8e5m2 ||
          t == DType::f8e5m2fnuz;
 }
+bool is_narrow(DType t) { return kNarrowTypes.has(t); }
 bool is_integer(DType t) { return kIntTypes.has(t); }
 bool is_signed(DType t) {
   return is_floating(t) || is_float8(t) || t == DType::i8 || t == DType::i16 || t == DType::i32 ||
-         t == DType::i64;
+         t == DType::i64 || t == DType::f4e2m1fn || t == DType::i4 || t == DType::i2;
 }
 
 DType promote(DType a, DType b) {
   if (a == b) return a;
   if (a == DType::boolean) return b;
   if (b == DType::boolean) return a;
-  if (is_float8(a) || is_float8(b)) {  // (two different 8-bit floats, or one with another type)
+  if (is_narrow(a) || is_narrow(b)) {  // (two different narrow types, or one with another type)
     return a == DType::f64 || b == DType::f64 ? DType::f64 : DType::f32;
   }
   const bool fa = is_floating(a), fb = is_floating(b);

@@ -86,6 +86,9 @@ std::vector<TensorInfo> infer_classify(const InferContext& ctx) {
   return {{ctx.inputs[0].shape, boolean}};
 }
 std::vector<TensorInfo> infer_cast(const InferContext& ctx) {
+  const std::string round = ctx.attrs.str("round", "up");
+  if (round != "up" && round != "down" && round != "nearest")
+    fail<ValueError>("[cast] round must be \"up\", \"down\" or \"nearest\", got \"{}\"", round);
   return {{ctx.inputs[0].shape, ctx.attrs.dtype("dtype")}};
 }
 // The same bytes read as another dtype: its elements must be as wide as the input's.
@@ -516,8 +519,14 @@ Tensor cast(const Tensor& x, DType dtype) {
   return make_node1(OpId::Cast, {x}, {{"dtype", dtype}});
 }
 Tensor cast(const Tensor& x, DType dtype, bool saturate) {
-  if (saturate) return cast(x, dtype);  // (the default: no attribute, as before)
-  return make_node1(OpId::Cast, {x}, {{"dtype", dtype}, {"saturate", false}});
+  return cast(x, dtype, narrow::Rules{saturate, narrow::Round::up});
+}
+Tensor cast(const Tensor& x, DType dtype, const narrow::Rules& rules) {
+  Attrs a{{"dtype", dtype}};  // (the defaults take no attribute, as before)
+  if (!rules.saturate) a.set("saturate", false);
+  if (rules.round != narrow::Round::up)
+    a.set("round", std::string(rules.round == narrow::Round::down ? "down" : "nearest"));
+  return make_node1(OpId::Cast, {x}, a);
 }
 Tensor bitcast(const Tensor& x, DType dtype) {
   return make_node1(OpId::Bitcast, {x}, {{"dtype", dtype}});

@@ -6,6 +6,7 @@
 
 #include "core/op_id.h"
 #include "core/op_params.h"
+#include "kiln/narrow.h"
 
 namespace kiln {
 
@@ -20,14 +21,19 @@ struct GeluParams : OpParams {
   }
 };
 
-/// cast: whether values beyond an 8-bit float target's largest finite one become that one
-/// (`saturate`, the default) or infinity / NaN; other targets ignore it.
+/// cast: to a narrow target (kiln/narrow.h), whether values beyond its largest finite one become
+/// that one (`saturate`, the default) or infinity / NaN, and how f8e8m0fnu rounds (`round`: "up",
+/// the default, "down" or "nearest"); other targets ignore both.
 struct CastParams : OpParams {
-  bool saturate = true;
+  narrow::Rules rules;
 
   static CastParams decode(OpId, const Attrs& a) {
     CastParams p;
-    p.saturate = a.b("saturate", true);
+    p.rules.saturate = a.b("saturate", true);
+    const std::string r = a.str("round", "up");
+    p.rules.round = r == "down"      ? narrow::Round::down
+                    : r == "nearest" ? narrow::Round::nearest
+                                     : narrow::Round::up;
     return p;
   }
 };

@@ -75,7 +75,7 @@ bool fusable_node(const Program& p, int32_t i, Backend target) {
   std::vector<TensorInfo> in;
   for (ValueRef v : nd.inputs) in.push_back(p.graph.info(v));
   for (const TensorInfo& t : in)
-    if (is_float8(t.dtype)) return false;  // (an 8-bit float's casts run their own kernel)
+    if (is_narrow(t.dtype)) return false;  // (a narrow type's casts run their own kernel)
   return k && k->handles(kernel_dtype(*k, nd, in)) && fused_kernel->handles(nd.outputs[0].dtype);
 }
 

@@ -6,7 +6,7 @@
 #include <limits>
 
 #include "backend_ops/harness.h"
-#include "kiln/float8.h"
+#include "kiln/narrow.h"
 
 namespace kiln::harness {
 namespace {
@@ -389,52 +389,77 @@ const bool kWhere = register_cases({OpId::Where, 6, [](Case& c, DType t, int i) 
                                       return true;
                                     }});
 
-constexpr DType kFloat8Kinds[] = {f8e4m3fn, f8e4m3fnuz, f8e5m2, f8e5m2fnuz};
+constexpr DType kNarrowKinds[] = {f8e4m3fn, f8e4m3fnuz, f8e5m2, f8e5m2fnuz, f8e8m0fnu,
+                                  f4e2m1fn, i4,         u4,     i2,         u2};
 
-// The midpoint between x's code and the next one away from zero (a rounding tie); x itself
-// where that one is not finite.
-double float8_tie(DType t, double x) {
-  const f8::Format f = f8::format(t);
-  const uint8_t code = f8::encode(static_cast<float>(x), f, true);
-  if ((code & 0x7f) == 0x7f) return x;
-  const double a = f8::decode(code, f), b = f8::decode(static_cast<uint8_t>(code + 1), f);
+// The largest magnitude worth drawing for a narrow type (e8m0's range is f32's: its rounding is
+// what matters, so a moderate one).
+double narrow_top(DType t) {
+  switch (t) {
+    case DType::f8e8m0fnu:
+      return 1048576;
+    case DType::f4e2m1fn:
+      return 6;
+    case DType::i4:
+      return 8;
+    case DType::u4:
+      return 15;
+    case DType::i2:
+      return 2;
+    case DType::u2:
+      return 3;
+    default:
+      return f8::format(t).max;
+  }
+}
+
+// A rounding tie near x: the midpoint between x's code and the next one away from zero (for the
+// integers, x's integer plus one half); x itself where that one is not finite.
+double narrow_tie(DType t, double x) {
+  const narrow::Codec c = narrow::codec(t);
+  if (c.kind == narrow::Codec::integer) return std::floor(x) + 0.5;
+  const uint8_t code = narrow::encode(static_cast<float>(x), c);
+  const int mag = c.kind == narrow::Codec::e8m0 ? 0xff : c.kind == narrow::Codec::e2m1 ? 7 : 0x7f;
+  if ((code & mag) == mag) return x;
+  const double a = narrow::decode(code, c), b = narrow::decode(static_cast<uint8_t>(code + 1), c);
   return std::isfinite(b) ? (a + b) / 2 : x;
 }
 
-// To and from each 8-bit float (every harness dtype on either side), six cases each: to it,
-// saturating or not, over 257 and 64 x 130 elements (past the count where CUDA's kernels load
-// vectors), of values past its range, at its rounding ties, NaN and infinities (for the float
-// sources); from it, over the same two shapes, of random codes (all of them, NaNs and
-// infinities too). Both backends must give the same codes and values.
-constexpr int kFloat8Cases = 8;
-constexpr int kNumFloat8Cases = kFloat8Cases * static_cast<int>(std::size(kFloat8Kinds));
-bool cast_float8_case(Case& c, DType t, int i) {
-  const size_t kind = static_cast<size_t>(i / kFloat8Cases);
-  const DType f8 = kFloat8Kinds[kind];
-  const int sub = i % kFloat8Cases;
-  if (sub >= 6) {  // every code to the next format, saturating (257) or not (64 x 130), once
+// To and from each narrow type (every harness dtype on either side), six cases each: to it,
+// saturating or not (f8e8m0fnu rounding up, to nearest or down in turn), over 257 and 64 x 130
+// elements (past the count where CUDA's kernels load vectors), of values past its range, at its
+// rounding ties, NaN and infinities (for the float sources); from it, over the same two shapes, of
+// random bytes (every code, NaNs and infinities too, and bits above a 4- or 2-bit code); then
+// every byte to the next narrow type. Both backends must give the same codes and values.
+constexpr int kNarrowCases = 8;
+constexpr int kNumNarrowCases = kNarrowCases * static_cast<int>(std::size(kNarrowKinds));
+bool cast_narrow_case(Case& c, DType t, int i) {
+  const size_t kind = static_cast<size_t>(i / kNarrowCases);
+  const DType nt = kNarrowKinds[kind];
+  const int sub = i % kNarrowCases;
+  const Gen bytes = [nt](const Shape& s) {
+    const Array b = test::random_array(s, u8, 0, 255);
+    return Array::from_data(b.data(), s, nt);
+  };
+  if (sub >= 6) {  // every code to the next type, saturating (257) or not (64 x 130), once
     if (t != f32) return false;
-    const DType to = kFloat8Kinds[(kind + 1) % std::size(kFloat8Kinds)];
+    const DType to = kNarrowKinds[(kind + 1) % std::size(kNarrowKinds)];
     const Shape shape = sub == 6 ? Shape{257} : Shape{64, 130};
-    const Gen codes = [f8](const Shape& s) {
-      const Array b = test::random_array(s, u8, 0, 255);
-      return Array::from_data(b.data(), s, f8);
-    };
-    c.outs = {cast(c.input(shape, f8, codes, kDense), to, sub == 6)};
+    c.outs = {cast(c.input(shape, nt, bytes, kDense), to, sub == 6)};
     c.grad = false;
-    c.note(fmt::format("{} to {} {}{}", name(f8), name(to), to_string(shape),
+    c.note(fmt::format("{} to {} {}{}", name(nt), name(to), to_string(shape),
                        sub == 6 ? "" : " not saturating"));
     return true;
   }
-  const bool to_f8 = sub < 4, saturate = sub < 2;
+  const bool to_narrow = sub < 4, saturate = sub < 2;
+  const narrow::Round round = nt != f8e8m0fnu ? narrow::Round::up
+                              : sub % 3 == 0  ? narrow::Round::up
+                              : sub % 3 == 1  ? narrow::Round::nearest
+                                              : narrow::Round::down;
   const Shape shape = sub % 2 == 0 ? Shape{257} : Shape{64, 130};
-  const Gen values = [t, to_f8, f8](const Shape& s) {
-    if (!to_f8) {
-      const Array codes = test::random_array(s, u8, 0, 255);
-      return Array::from_data(codes.data(), s, f8);
-    }
+  const Gen values = [t, nt](const Shape& s) {
     if (t == boolean) return test::random_array(s, boolean, 0, 1);
-    const double top = 2 * f8::format(f8).max;
+    const double top = 2 * narrow_top(nt);
     const bool real = is_floating(t);
     // integers over their range, up to ±top
     const double hi =
@@ -443,25 +468,28 @@ bool cast_float8_case(Case& c, DType t, int i) {
     const double lo = !is_signed(t) ? 0 : real ? -top : -std::min(hi + 1, top);
     std::vector<double> d = test::to_f64(test::random_array(s, real ? f64 : t, lo, hi));
     if (real) {  // ties between neighbouring codes, and NaN and infinities
-      for (size_t k = 0; k + 1 < d.size(); k += 7) d[k] = float8_tie(f8, d[k]);
+      for (size_t k = 0; k + 1 < d.size(); k += 7) d[k] = narrow_tie(nt, d[k]);
       if (d.size() > 5) d[1] = NAN, d[3] = INFINITY, d[5] = -INFINITY;
     }
     return Array::from_data(d.data(), s, f64).astype(t);
   };
-  Tensor x = c.input(shape, to_f8 ? t : f8, values, kDense);
-  c.outs = {to_f8 ? cast(x, f8, saturate) : cast(x, t)};
+  Tensor x = c.input(shape, to_narrow ? t : nt, to_narrow ? values : bytes, kDense);
+  c.outs = {to_narrow ? cast(x, nt, narrow::Rules{saturate, round}) : cast(x, t)};
   c.grad = false;
-  c.note(fmt::format("{} {} {}{}", to_f8 ? "to" : "from", name(f8), to_string(shape),
-                     to_f8 && !saturate ? " not saturating" : ""));
+  c.note(fmt::format("{} {} {}{}{}", to_narrow ? "to" : "from", name(nt), to_string(shape),
+                     to_narrow && !saturate ? " not saturating" : "",
+                     round == narrow::Round::nearest ? " to nearest"
+                     : round == narrow::Round::down  ? " down"
+                                                     : ""));
   return true;
 }
 
-// to every other harness dtype over three shapes, then cast_float8_case's
+// to every other harness dtype over three shapes, then cast_narrow_case's
 const bool kCast = register_cases(
-    {OpId::Cast, 3 * static_cast<int>(std::size(kHarnessTypes)) + kNumFloat8Cases,
+    {OpId::Cast, 3 * static_cast<int>(std::size(kHarnessTypes)) + kNumNarrowCases,
      [](Case& c, DType t, int i) {
        const int n = static_cast<int>(std::size(kHarnessTypes));
-       if (i >= 3 * n) return cast_float8_case(c, t, i - 3 * n);
+       if (i >= 3 * n) return cast_narrow_case(c, t, i - 3 * n);
        const DType to = kHarnessTypes[i % n];
        if (to == t) return false;  // no node
        // (64 x 130: past the element count where CUDA's kernels load vectors)

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes the fuzz seed corpus: a few tiny valid ONNX models (elementwise, matmul + bias, conv,
 a shape subgraph feeding Reshape, dim_params, an If, opset 24's Attention, RotaryEmbedding and
-RMSNormalization, Col2Im, CumProd, Trilu) and truncated and bit-flipped variants of
+RMSNormalization, Col2Im, CumProd, Trilu, the unsigned, float8, packed 4- and 2-bit and float8e8m0
+types) and truncated and bit-flipped variants of
 each. Deterministic (fixed seed). The corpus also keeps found_*.onnx: inputs of 30-minute runs
 that reached code the seeds do not (fuzz_onnx_import -merge=1; RNN, Trilu, Hardmax, Slice, Xor,
 Selu, Mean and others), kept as they are. Usage: make_corpus.py OUT_DIR"""
@@ -88,6 +89,24 @@ def seeds():
         [vi("X", [3], TensorProto.UINT32), vi("F", [3])],
         [vi("Y", [3], TensorProto.UINT64), vi("Q", [3], TensorProto.UINT16),
          vi("E", [3], TensorProto.FLOAT8E4M3FN)], inits, opset=21, ir=10)
+    # the packed 4- and 2-bit types and float8e8m0: an int4 initializer of an odd count in
+    # int32_data, a uint2 one in raw_data, QuantizeLinear to int4 per axis and back, and casts to
+    # float4e2m1 and (rounding to nearest) float8e8m0
+    packed = [helper.make_tensor("W", TensorProto.INT4, [5], [-8, 7, 0, 3, -1]),
+              helper.make_tensor("U2", TensorProto.UINT2, [3], np.array([0, 3, 1], np.uint8),
+                                 raw=True),
+              helper.make_tensor("Z4", TensorProto.INT4, [3], [1, 0, -2]),
+              helper.make_tensor("S3", TensorProto.FLOAT, [3], [0.5, 1.0, 2.0])]
+    yield "packed_narrow", model(
+        [helper.make_node("Cast", ["W"], ["WF"], to=TensorProto.FLOAT),
+         helper.make_node("QuantizeLinear", ["X", "S3", "Z4"], ["Q"], axis=0),
+         helper.make_node("DequantizeLinear", ["Q", "S3", "Z4"], ["D"], axis=0),
+         helper.make_node("Cast", ["U2"], ["UF"], to=TensorProto.FLOAT),
+         helper.make_node("Cast", ["X"], ["F4"], to=TensorProto.FLOAT4E2M1),
+         helper.make_node("Cast", ["X"], ["E8"], to=TensorProto.FLOAT8E8M0, round_mode="nearest")],
+        [vi("X", [3, 2])],
+        [vi("WF", [5]), vi("D", [3, 2]), vi("UF", [3]), vi("F4", [3, 2], TensorProto.FLOAT4E2M1),
+         vi("E8", [3, 2], TensorProto.FLOAT8E8M0)], packed, opset=25, ir=12)
 
 
 def main():

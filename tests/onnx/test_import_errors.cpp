@@ -127,6 +127,43 @@ TEST(OnnxImportErrors, ValidModelImportsAndRuns) {
   for (size_t i = 0; i < 6; ++i) EXPECT_NEAR(y[i], double(x[i]) + double(kW[i]), 1e-6) << i;
 }
 
+// An op of another domain maps only at an opset of that domain the model imports; the error
+// names the domain and what the model imports of it.
+TEST(OnnxImportErrors, OtherDomainOpsNeedTheirDomainsOpset) {
+  for (int64_t version : {int64_t{0}, int64_t{1}, int64_t{3}}) {
+    onnx::ModelProto m = add_model(kW);
+    auto* node = m.mutable_graph()->mutable_node(0);
+    node->set_op_type("Binarizer");
+    node->set_domain("ai.onnx.ml");
+    node->clear_input();
+    node->add_input("X");
+    if (version) {
+      auto* ml = m.add_opset_import();
+      ml->set_domain("ai.onnx.ml");
+      ml->set_version(version);
+    }
+    const std::string bytes = m.SerializeAsString();
+    if (version == 0) {
+      try {
+        kiln::onnx::import_bytes(bytes.data(), bytes.size());
+        ADD_FAILURE() << "imported without the ai.onnx.ml opset";
+      } catch (const kiln::UnsupportedError& e) {
+        EXPECT_NE(std::string(e.what()).find("domain ai.onnx.ml, which the model does not import"),
+                  std::string::npos)
+            << e.what();
+      }
+      continue;
+    }
+    kiln::onnx::Model model = kiln::onnx::import_bytes(bytes.data(), bytes.size());
+    kiln::Executable exe =
+        model.graph.compile(kiln::Device::cpu(), model.feed_shapes(), model.output_tensors());
+    const std::vector<float> x = {0.5f, 1.5f, -2.f, 0.f, 3.f, 0.25f};
+    const auto y = exe.run(model.feeds({{"X", kiln::Array::from_vector(x, {2, 3})}}))[0];
+    // (Binarizer's threshold defaults to 0: 1 where x > 0)
+    EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{1, 1, 0, 0, 1, 1}));
+  }
+}
+
 TEST(OnnxImportErrors, MissingFileIsIoError) {
   TempDir dir;
   EXPECT_THROW(kiln::onnx::import((dir.path() / "nothing.onnx").string()), kiln::IoError);

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "kiln/graph.h"
+#include "kiln/narrow.h"
 
 namespace kiln {
 
@@ -144,14 +145,19 @@ Tensor logical_not(const Tensor& x);
 /// cond ? x : y, broadcasting all three; cond is bool, x and y are promoted.
 Tensor where(const Tensor& cond, const Tensor& x, const Tensor& y);
 /// x converted to `dtype`. Float to integer truncates toward zero and saturates at the integer's
-/// limits; NaN gives 0. To the 8-bit floats (f8e4m3fn f8e4m3fnuz f8e5m2 f8e5m2fnuz): rounded to
-/// nearest even, once from x's own precision; beyond the target's largest finite value (448, 240,
-/// 57344, 57344), infinities included, the result is that value with x's sign, unless
-/// `saturate` is false: then infinity for f8e5m2 and NaN for the others, as ONNX's Cast.
+/// limits; NaN gives 0. Integer to integer saturates. To the 8-bit floats (f8e4m3fn f8e4m3fnuz
+/// f8e5m2 f8e5m2fnuz): rounded to nearest even, once from x's own precision; beyond the target's
+/// largest finite value (448, 240, 57344, 57344), infinities included, the result is that value
+/// with x's sign, unless `saturate` is false: then infinity for f8e5m2 and NaN for the others, as
+/// ONNX's Cast. To f8e8m0fnu: a power of two, x's exponent rounded by `rules.round` (up by
+/// default), past 2^127 that or NaN as `saturate` says. To f4e2m1fn: nearest even, saturating at
+/// 6 (NaN gives 6). To i4 u4 i2 u2: rounded to nearest even and saturated (NaN gives 0).
+/// The narrow types' rules in full: kiln/narrow.h.
 Tensor cast(const Tensor& x, DType dtype);
 Tensor cast(const Tensor& x, DType dtype, bool saturate);
+Tensor cast(const Tensor& x, DType dtype, const narrow::Rules& rules);
 /// x's bytes read as `dtype`, of the same element size (4: f32 i32 u32; 8: f64 i64 u64; 2: f16 bf16
-/// i16 u16; 1: i8 u8 bool, the 8-bit floats), bits kept exactly (ONNX BitCast, numpy view); same
+/// i16 u16; 1: i8 u8 bool, the narrow types), bits kept exactly (ONNX BitCast, numpy view); same
 /// shape. DTypeError when the sizes differ. A bool result holds the bytes as they are (a byte other
 /// than 0 or 1 too). Not differentiable.
 Tensor bitcast(const Tensor& x, DType dtype);

@@ -74,10 +74,11 @@ void where(KernelContext& ctx) {
 
 void cast(KernelContext& ctx) {
   const TensorView &i = ctx.in(0), &o = ctx.out(0);
-  const bool saturate = params_of<CastParams>(ctx).saturate;
+  const narrow::Rules rules = params_of<CastParams>(ctx).rules;
   ctx.parallel_for(i.numel(), 65536, [&](int64_t b, int64_t e) {
     convert(static_cast<char*>(i.data) + b * size_of(i.dtype), i.dtype,
-            static_cast<char*>(o.data) + b * size_of(o.dtype), o.dtype, e - b, saturate);
+            static_cast<char*>(o.data) + b * size_of(o.dtype), o.dtype, e - b, rules.saturate,
+            rules.round);
   });
 }
 
@@ -104,7 +105,7 @@ void register_elementwise_kernels() {
 #undef KILN_OP
 #undef KILN_EW
   register_kernel(OpId::Where, Backend::cpu, {where, kAllTypes, 1, false});
-  register_kernel(OpId::Cast, Backend::cpu, {cast, kAllTypes | kFloat8Types, 0, false});
+  register_kernel(OpId::Cast, Backend::cpu, {cast, kAllTypes | kNarrowTypes, 0, false});
   register_kernel(OpId::BitShift, Backend::cpu, {bit_shift, kIntTypes});
   register_elementwise_unary_kernels();
 }

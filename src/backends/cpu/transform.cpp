@@ -355,9 +355,9 @@ void flip(KernelContext& ctx) {
 }  // namespace
 
 void register_transform_kernels() {
-  // (they move bytes, so the 8-bit floats too)
+  // (they move bytes, so the narrow types too)
   auto reg = [](OpId op, KernelFn fn) {
-    register_kernel(op, Backend::cpu, {fn, kAllTypes | kFloat8Types, 0, /*half_via_f32=*/false});
+    register_kernel(op, Backend::cpu, {fn, kAllTypes | kNarrowTypes, 0, /*half_via_f32=*/false});
   };
   reg(OpId::Reshape, reshape);
   // (bitcast: the same bytes under another dtype of the same size, a view or reshape's byte copy)

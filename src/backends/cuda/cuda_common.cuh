@@ -47,7 +47,7 @@ template <typename F> void dispatch(DType t, const char* op, F&& f) {
       f(uint64_t{});
       return;
     default:
-      break;  // (the 8-bit floats: cast's own kernels, cast_float8)
+      break;  // (the narrow types: cast's own kernels, cast_narrow)
   }
   fail<UnsupportedError>("[{}] cuda kernel got dtype {}", op, name(t));
 }

@@ -9,7 +9,7 @@
 #include "backends/cuda/cuda_common.cuh"
 #include "backends/cuda/elementwise.cuh"
 #include "backends/cuda/kernels.h"
-#include "kiln/float8.h"
+#include "kiln/narrow.h"
 #include "ops/elementwise_math.h"
 #include "ops/elementwise_params.h"
 #include "ops/elementwise_records.h"
@@ -140,42 +140,43 @@ template <typename S, typename D> struct CastF {
   __device__ D operator()(S v) const { return ew::convert_value<S, D>(v); }
 };
 
-// To and from the 8-bit floats, through f32 (kiln/float8.h), as the CPU's convert.
-template <typename S> struct EncodeF8 {
-  f8::Format to;
-  bool saturate;
+// To and from the narrow types, through f32 (kiln/narrow.h), as the CPU's convert.
+template <typename S> struct EncodeNarrow {
+  narrow::Codec to;
+  narrow::Rules rules;
   __device__ uint8_t operator()(S v) const {
-    if constexpr (std::is_same_v<S, double>) return f8::encode(v, to, saturate);  // (rounded once)
-    else return f8::encode(ew::convert_value<S, float>(v), to, saturate);
+    if constexpr (std::is_same_v<S, double>) return narrow::encode(v, to, rules);  // (rounded once)
+    else return narrow::encode(ew::convert_value<S, float>(v), to, rules);
   }
 };
-template <typename D> struct DecodeF8 {
-  f8::Format from;
+template <typename D> struct DecodeNarrow {
+  narrow::Codec from;
   __device__ D operator()(uint8_t b) const {
-    return ew::convert_value<float, D>(f8::decode(b, from));
+    return ew::convert_value<float, D>(narrow::decode(b, from));
   }
 };
-struct RecodeF8 {
-  f8::Format from, to;
-  bool saturate;
+struct RecodeNarrow {
+  narrow::Codec from, to;
+  narrow::Rules rules;
   __device__ uint8_t operator()(uint8_t b) const {
-    return f8::encode(f8::decode(b, from), to, saturate);
+    return narrow::encode(narrow::decode(b, from), to, rules);
   }
 };
 
-void cast_float8(const TensorView& i, const TensorView& o, bool saturate, cudaStream_t s) {
-  if (is_float8(i.dtype) && is_float8(o.dtype)) {
+void cast_narrow(const TensorView& i, const TensorView& o, const narrow::Rules& rules,
+                 cudaStream_t s) {
+  if (is_narrow(i.dtype) && is_narrow(o.dtype)) {
     ew::launch_unary<uint8_t, uint8_t>(
-        i, o, RecodeF8{f8::format(i.dtype), f8::format(o.dtype), saturate}, s, "cast");
-  } else if (is_float8(o.dtype)) {
+        i, o, RecodeNarrow{narrow::codec(i.dtype), narrow::codec(o.dtype), rules}, s, "cast");
+  } else if (is_narrow(o.dtype)) {
     dispatch(i.dtype, "cast", [&](auto st) {
       using S = decltype(st);
-      ew::launch_unary<S, uint8_t>(i, o, EncodeF8<S>{f8::format(o.dtype), saturate}, s, "cast");
+      ew::launch_unary<S, uint8_t>(i, o, EncodeNarrow<S>{narrow::codec(o.dtype), rules}, s, "cast");
     });
   } else {
     dispatch(o.dtype, "cast", [&](auto dt) {
       using D = decltype(dt);
-      ew::launch_unary<uint8_t, D>(i, o, DecodeF8<D>{f8::format(i.dtype)}, s, "cast");
+      ew::launch_unary<uint8_t, D>(i, o, DecodeNarrow<D>{narrow::codec(i.dtype)}, s, "cast");
     });
   }
 }
@@ -191,8 +192,8 @@ void cast(KernelContext& ctx) {
                                       cudaMemcpyDeviceToDevice, s));
     return;
   }
-  if (is_float8(i.dtype) || is_float8(o.dtype)) {
-    cast_float8(i, o, params_of<CastParams>(ctx).saturate, s);
+  if (is_narrow(i.dtype) || is_narrow(o.dtype)) {
+    cast_narrow(i, o, params_of<CastParams>(ctx).rules, s);
     return;
   }
   dispatch(i.dtype, "cast", [&](auto st) {
@@ -247,7 +248,7 @@ void register_elementwise_kernels() {
     register_kernel(op, Backend::cuda, {fn, types, dtype_input, false});
   };
   reg(OpId::Where, where, kAllTypes, 1);
-  reg(OpId::Cast, cast, kAllTypes | kFloat8Types);
+  reg(OpId::Cast, cast, kAllTypes | kNarrowTypes);
   reg(OpId::Clip, clip, kNumericTypes);
   reg(OpId::Gelu, gelu, kFloatTypes);
   reg(OpId::BitShift, bit_shift, kIntTypes);

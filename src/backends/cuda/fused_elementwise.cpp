@@ -117,7 +117,7 @@ const char* ctype(DType t) {
       return "unsigned long long";
     case boolean:
       return "bool";
-    default:  // (the 8-bit floats never fuse: fusable_node)
+    default:  // (the narrow types never fuse: fusable_node)
       break;
   }
   return "float";

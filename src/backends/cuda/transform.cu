@@ -542,8 +542,8 @@ void pad(KernelContext& ctx) {
 }  // namespace
 
 void register_transform_kernels() {
-  // (they move bytes, so the 8-bit floats too)
-  auto reg = [](OpId op, KernelFn fn, DTypeSet types = kAllTypes | kFloat8Types,
+  // (they move bytes, so the narrow types too)
+  auto reg = [](OpId op, KernelFn fn, DTypeSet types = kAllTypes | kNarrowTypes,
                 int dtype_input = 0) {
     register_kernel(op, Backend::cuda, {fn, types, dtype_input, /*half_via_f32=*/false});
   };

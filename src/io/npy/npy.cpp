@@ -33,7 +33,7 @@ const char* descr_of(DType t) {
       return "<u8";
     case DType::boolean: return "|b1";
     case DType::bf16: return "<V2";  // numpy has no bf16; ml_dtypes names it "bfloat16"
-    // nor the 8-bit floats: ml_dtypes' names, which np.dtype knows once ml_dtypes is imported
+    // nor the narrow types: ml_dtypes' names, which np.dtype knows once ml_dtypes is imported
     case DType::f8e4m3fn:
       return "float8_e4m3fn";
     case DType::f8e4m3fnuz:
@@ -42,6 +42,19 @@ const char* descr_of(DType t) {
       return "float8_e5m2";
     case DType::f8e5m2fnuz:
       return "float8_e5m2fnuz";
+    // (the other narrow types: one element a byte, as ml_dtypes holds them)
+    case DType::f8e8m0fnu:
+      return "float8_e8m0fnu";
+    case DType::f4e2m1fn:
+      return "float4_e2m1fn";
+    case DType::i4:
+      return "int4";
+    case DType::u4:
+      return "uint4";
+    case DType::i2:
+      return "int2";
+    case DType::u2:
+      return "uint2";
   }
   return "";
 }
@@ -62,8 +75,9 @@ DType dtype_of_descr(const std::string& d, const std::string& path) {
   if (t == "u8") return u64;
   if (t == "b1") return boolean;
   if (t == "V2" || d == "bfloat16") return bf16;
-  for (DType f : {f8e4m3fn, f8e4m3fnuz, f8e5m2, f8e5m2fnuz})
-    if (d == descr_of(f)) return f;
+  for (int i = 0; i < kNumDTypes; ++i)  // (the narrow types by ml_dtypes' names)
+    if (is_narrow(static_cast<DType>(i)) && d == descr_of(static_cast<DType>(i)))
+      return static_cast<DType>(i);
   fail<FormatError>("[npy] {}: unsupported dtype descr '{}' (big-endian or exotic types)", path, d);
 }
 

@@ -140,6 +140,13 @@ Tensor Importer::constant(const Array& value) {
   return t;
 }
 
+int64_t Importer::opset_of(const ::onnx::NodeProto& node) const {
+  if (default_domain(node.domain())) return model_.opset;
+  for (const auto& o : proto_.opset_import())
+    if (o.domain() == node.domain()) return o.version();
+  return 0;
+}
+
 Array Importer::tensor(const ::onnx::TensorProto& t) const {
   return read_tensor(t, options_.external_data_dir);
 }
@@ -147,8 +154,6 @@ Array Importer::tensor(const ::onnx::TensorProto& t) const {
 void Importer::check_supported(const ::onnx::GraphProto& g) {
   // op type -> (opset, node names); everything kiln lacks is reported at once
   std::map<std::string, std::pair<std::string, std::vector<std::string>>> missing;
-  std::map<std::string, int64_t> opsets;
-  for (const auto& o : proto_.opset_import()) opsets[o.domain() == "ai.onnx" ? "" : o.domain()] = o.version();
   std::vector<const ::onnx::NodeProto*> nodes;
   std::vector<const ::onnx::GraphProto*> graphs{&g};
   while (!graphs.empty()) {  // the graph and every subgraph (If branches, Loop bodies)
@@ -166,16 +171,17 @@ void Importer::check_supported(const ::onnx::GraphProto& g) {
     const auto& node = *np;
     ++model_.op_histogram[default_domain(node.domain()) ? node.op_type()
                                                          : node.domain() + "." + node.op_type()];
-    std::string key, why;
+    std::string key = op_key(node), why;
+    if (find_entry(key, opset_of(node), nullptr)) continue;
     if (!default_domain(node.domain())) {
-      key = node.domain() + "." + node.op_type();
-      why = fmt::format("domain {}", node.domain());
-    } else if (!find_entry(node.op_type(), model_.opset, nullptr)) {
-      key = node.op_type();
-      why = schema_versions(node.op_type()).empty() ? std::string("not an ONNX op")
-                                                     : fmt::format("opset {}", model_.opset);
+      why = opset_of(node)
+                ? fmt::format("domain {} opset {}", node.domain(), opset_of(node))
+                : fmt::format("domain {}, which the model does not import", node.domain());
+    } else if (model_.opset == 0) {
+      why = "the model imports no default-domain opset";
     } else {
-      continue;
+      why = schema_versions(node.op_type()).empty() ? std::string("not an ONNX op")
+                                                    : fmt::format("opset {}", model_.opset);
     }
     auto& m = missing[key];
     m.first = why;
@@ -440,7 +446,7 @@ std::vector<std::string> Importer::graph_inputs_behind(const std::string& name) 
 
 void Importer::add_node(const ::onnx::NodeProto& node) {
   int version = 0;
-  const OpEntry* entry = find_entry(node.op_type(), model_.opset, &version);
+  const OpEntry* entry = find_entry(op_key(node), opset_of(node), &version);
   KILN_ASSERT(entry);
   for (const auto& in : node.input())
     if (!in.empty() && !values_.at(in).defined())
@@ -525,9 +531,9 @@ Model Importer::run() {
   model_.opset = -1;
   for (const auto& o : proto_.opset_import())
     if (default_domain(o.domain())) model_.opset = o.version();
-  if (model_.opset < 0)
-    fail<UnsupportedError>("[onnx] the model imports no default-domain opset");
-  if (model_.opset < 7)
+  if (model_.opset < 0)  // (a model of other domains' ops alone may import none)
+    model_.opset = 0;
+  else if (model_.opset < 7)
     fail<UnsupportedError>("[onnx] the model's opset {} is older than kiln supports (7 to 21)",
                            model_.opset);
   const auto& g = proto_.graph();

@@ -55,6 +55,8 @@ class Importer {
   Tensor constant(const Array& value);
   /// Reads a TensorProto (external data from the options' directory) into a host Array.
   Array tensor(const ::onnx::TensorProto& t) const;
+  /// The opset the model imports for the node's domain (0 when it imports none).
+  int64_t opset_of(const ::onnx::NodeProto& node) const;
   /// Maps a subgraph's nodes into this graph (names from enclosing scopes resolve); returns its
   /// outputs (a sequence output is a ValueError naming it: see inline_values).
   std::vector<Tensor> inline_graph(const ::onnx::GraphProto& g);

@@ -44,6 +44,8 @@ const std::vector<OpEntry>& op_table() {
     add_transformer_ops(t);
     add_linear_attention_ops(t);
     add_sequence_ops(t);
+    add_training_ops(t);
+    add_ml_ops(t);
     std::sort(t.begin(), t.end(), [](const OpEntry& a, const OpEntry& b) {
       const int c = std::string_view(a.op_type).compare(b.op_type);
       return c != 0 ? c < 0 : a.since_version < b.since_version;
@@ -59,8 +61,17 @@ const std::vector<int>& schema_versions(const std::string& op_type) {
   return it == schema_table().end() ? none : it->second;
 }
 
+std::string op_key(const ::onnx::NodeProto& node) {
+  const std::string& d = node.domain();
+  return d.empty() || d == "ai.onnx" ? node.op_type() : d + "." + node.op_type();
+}
+
 const OpEntry* find_entry(const std::string& op_type, int64_t opset, int* schema_version) {
   int version = 0;
+  if (op_type.find('.') != std::string::npos) {  // another domain's op: its entries' versions
+    for (const OpEntry& e : op_table())
+      if (op_type == e.op_type && e.since_version <= opset) version = e.since_version;
+  }
   for (int v : schema_versions(op_type))
     if (v <= opset) version = v;
   if (schema_version) *schema_version = version;
@@ -98,6 +109,18 @@ std::optional<DType> from_onnx_dtype(int32_t t) {
       return f8e5m2;
     case kOnnxFloat8E5M2FNUZ:
       return f8e5m2fnuz;
+    case kOnnxUint4:
+      return u4;
+    case kOnnxInt4:
+      return i4;
+    case kOnnxFloat4E2M1:
+      return f4e2m1fn;
+    case kOnnxFloat8E8M0:
+      return f8e8m0fnu;
+    case kOnnxUint2:
+      return u2;
+    case kOnnxInt2:
+      return i2;
     default: return std::nullopt;
   }
 }

@@ -1,4 +1,5 @@
-// The ONNX op table: one entry per (op_type, since_version) mapping an ONNX node onto kiln ops.
+// The ONNX op table: one entry per (op_type, since_version) mapping an ONNX node onto kiln ops
+// (ops of other domains named after their domain: "ai.onnx.ml.Binarizer").
 // An entry applies from its since_version up to the next entry of the same op type; a node is
 // mapped by the newest entry whose since_version is <= the schema version of the node's op at
 // the model's opset (schema_versions.inc).
@@ -124,21 +125,37 @@ void add_control_ops(std::vector<OpEntry>& table);
 void add_transformer_ops(std::vector<OpEntry>& table);
 void add_linear_attention_ops(std::vector<OpEntry>& table);
 void add_sequence_ops(std::vector<OpEntry>& table);
+void add_training_ops(std::vector<OpEntry>& table);  // ai.onnx.preview.training
+void add_ml_ops(std::vector<OpEntry>& table);        // ai.onnx.ml
+
+/// A node's key in the table: its op type, after its domain and a dot outside the default domain
+/// ("ai.onnx.preview.training.Adam"; such an entry's since_version is its domain's opset).
+std::string op_key(const ::onnx::NodeProto& node);
 
 /// The whole table, sorted by (op_type, since_version).
 const std::vector<OpEntry>& op_table();
 /// Schema since_versions of a default-domain op (ascending), empty when ONNX has no such op.
 const std::vector<int>& schema_versions(const std::string& op_type);
-/// The entry that maps `op_type` at `opset`, or null; `schema_version` receives the version.
+/// The entry that maps `op_type` (an op_key) at `opset` (its domain's), or null; `schema_version`
+/// receives the version.
 const OpEntry* find_entry(const std::string& op_type, int64_t opset, int* schema_version);
 
 /// ONNX's data type numbers for the types newer than the onnx headers kiln builds with.
 inline constexpr int32_t kOnnxFloat8E4M3FN = 17, kOnnxFloat8E4M3FNUZ = 18, kOnnxFloat8E5M2 = 19,
-                         kOnnxFloat8E5M2FNUZ = 20;
+                         kOnnxFloat8E5M2FNUZ = 20, kOnnxUint4 = 21, kOnnxInt4 = 22,
+                         kOnnxFloat4E2M1 = 23, kOnnxFloat8E8M0 = 24, kOnnxUint2 = 25,
+                         kOnnxInt2 = 26;
 
 /// ONNX TensorProto data type -> kiln dtype; nullopt for types kiln lacks.
 std::optional<DType> from_onnx_dtype(int32_t onnx_type);
 /// Name of an ONNX data type ("FLOAT", "UINT32", ...).
 const char* onnx_dtype_name(int32_t onnx_type);
+/// An element's width in an ONNX tensor: 4 for i4 u4 f4e2m1fn, 2 for i2 u2 (packed), else 8 a
+/// byte of kiln's.
+inline int onnx_bits(DType t) {
+  if (t == DType::i4 || t == DType::u4 || t == DType::f4e2m1fn) return 4;
+  if (t == DType::i2 || t == DType::u2) return 2;
+  return 8 * static_cast<int>(size_of(t));
+}
 
 }  // namespace kiln::onnx::detail

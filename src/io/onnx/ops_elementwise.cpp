@@ -1,4 +1,5 @@
 // ONNX elementwise ops: arithmetic, comparisons, logic, activations, casts.
+#include <algorithm>
 #include <cmath>
 
 #include "io/onnx/map_util.h"
@@ -73,13 +74,24 @@ Outs identity(NodeContext& c) {
   return {c.input(0)};
 }
 
+// saturate (opset 19: 8-bit float targets) and round_mode (opset 24: float8e8m0 targets)
+narrow::Rules cast_rules(NodeContext& c) {
+  narrow::Rules r;
+  r.saturate = c.attr_int("saturate", 1) != 0;
+  const std::string mode = c.attr_string("round_mode", "up");
+  if (mode == "down") r.round = narrow::Round::down;
+  else if (mode == "nearest") r.round = narrow::Round::nearest;
+  else if (mode != "up")
+    c.fail(fmt::format("round_mode must be \"up\", \"down\" or \"nearest\", got \"{}\"", mode));
+  return r;
+}
+
 Outs cast_op(NodeContext& c) {
   const int64_t to = c.required_int("to");
   const auto t = from_onnx_dtype(static_cast<int32_t>(to));
   if (!t) c.unsupported(fmt::format("casting to {} (kiln has no such element type)",
                                     onnx_dtype_name(static_cast<int32_t>(to))));
-  // (saturate, opset 19: for 8-bit float targets only)
-  return {cast(c.input(0), *t, c.attr_int("saturate", 1) != 0)};
+  return {cast(c.input(0), *t, cast_rules(c))};
 }
 
 // BitCast (opset 26): the same bits as another type of the same width (bitcast checks widths)
@@ -89,12 +101,16 @@ Outs bitcast_op(NodeContext& c) {
   if (!t)
     c.unsupported(
         fmt::format("bit casting to {} (kiln has no such element type)", onnx_dtype_name(to)));
-  return {bitcast(c.input(0), *t)};
+  // (ONNX packs the 4- and 2-bit types: a bit cast keeps their widths, where kiln's one byte an
+  // element would let i4 become i8)
+  const Tensor x = c.input(0);
+  if (onnx_bits(x.dtype()) != onnx_bits(*t) && std::min(onnx_bits(x.dtype()), onnx_bits(*t)) < 8)
+    c.fail(fmt::format("cannot bit cast {} ({} bits) to {} ({} bits)", name(x.dtype()),
+                       onnx_bits(x.dtype()), name(*t), onnx_bits(*t)));
+  return {bitcast(x, *t)};
 }
 
-Outs cast_like(NodeContext& c) {
-  return {cast(c.input(0), c.input(1).dtype(), c.attr_int("saturate", 1) != 0)};
-}
+Outs cast_like(NodeContext& c) { return {cast(c.input(0), c.input(1).dtype(), cast_rules(c))}; }
 
 Outs clip_op(NodeContext& c) {
   Tensor x = c.input(0);
@@ -249,8 +265,7 @@ void add_elementwise_ops(std::vector<OpEntry>& t) {
                         {"Identity", 1, identity},
                         {"Cast", 6, cast_op},
                         {"CastLike", 15, cast_like},
-                        // opset 24 adds round_mode, which applies to float8e8m0 targets only
-                        // (a type kiln does not hold): the same mapping
+                        // opset 24 adds round_mode, for float8e8m0 targets: the same mapping
                         {"Cast", 24, cast_op},
                         {"CastLike", 24, cast_like},
                         {"BitCast", 26, bitcast_op},

@@ -28,9 +28,23 @@ std::pair<double, double> int_range(NodeContext& c, DType t) {
     case DType::u16:
       return {0, 65535};
     case DType::i32: return {-2147483648.0, 2147483647.0};
+    case DType::i4:
+      return {-8, 7};
+    case DType::u4:
+      return {0, 15};
+    case DType::i2:
+      return {-2, 1};
+    case DType::u2:
+      return {0, 3};
     default: c.unsupported(fmt::format("quantized type {}", name(t)));
   }
 }
+
+// The 4- and 2-bit integers quantize and dequantize as the 8-bit one of their signedness, then
+// cast (which saturates); f4e2m1fn as the 8-bit floats do.
+bool sub_byte_int(DType t) { return t == i4 || t == u4 || t == i2 || t == u2; }
+DType byte_type_of(DType t) { return t == i4 || t == i2 ? i8 : u8; }
+bool float_codes(DType t) { return is_float8(t) || t == f4e2m1fn; }
 
 // A scale or zero point shaped to broadcast against a rank-`rank` tensor: a scalar (or one
 // value) per tensor, a 1-D tensor along `axis`.
@@ -69,23 +83,26 @@ QuantizeOptions quant_options(NodeContext& c, const Tensor& scale, int64_t axis,
   return {scale.rank() == 0 ? 0 : axis_of(c, axis, rank), block};
 }
 
-// An 8-bit float's zero point (input 2), where given, must be 0 (ONNX's QuantizeLinear and
+// A float type's zero point (input 2), where given, must be 0 (ONNX's QuantizeLinear and
 // DequantizeLinear); one known at import is checked.
-void check_float8_zero_point(NodeContext& c, const char* what) {
+void check_zero_point_is_zero(NodeContext& c, const char* what) {
   if (!c.has_input(2) || !c.constant(2)) return;
   for (double v : c.doubles(2))
-    if (v != 0) c.fail(fmt::format("{} must be 0 for an 8-bit float type, got {}", what, v));
+    if (v != 0)
+      c.fail(fmt::format("{} must be 0 for a float type ({}), got {}", what,
+                         name(c.input(2).dtype()), v));
 }
 
-// QuantizeLinear to an 8-bit float: x / y_scale rounded to it (saturating unless the node's
-// `saturate` is 0), in x's and the scale's promoted float type as the reference divides.
-Tensor quantize_float8(NodeContext& c, const Tensor& x, const Tensor& scale, int64_t axis,
-                       int64_t block, DType out) {
-  check_float8_zero_point(c, "y_zero_point");
-  if (block > 0) c.unsupported("blocked quantization to 8-bit floats (block_size > 0)");
+// QuantizeLinear to an 8-bit float or f4e2m1fn: x / y_scale rounded to it (saturating unless the
+// node's `saturate` is 0), in x's and the scale's promoted float type as the reference divides.
+Tensor quantize_float(NodeContext& c, const Tensor& x, const Tensor& scale, int64_t axis,
+                      int64_t block, DType out) {
+  check_zero_point_is_zero(c, "y_zero_point");
+  if (block > 0)
+    c.unsupported(fmt::format("blocked quantization to {} (block_size > 0)", name(out)));
   Tensor q = div(x, per_axis(c, scale, x.rank(), axis, "y_scale"));
   if (c.has_attr("precision") && c.attr_int("precision", 0) != 0)
-    c.unsupported("precision with an 8-bit float output");
+    c.unsupported(fmt::format("precision with a {} output", name(out)));
   return cast(q, out, c.attr_int("saturate", 1) != 0);
 }
 
@@ -106,15 +123,23 @@ Outs quantize_linear(NodeContext& c) {
     if (!t) c.unsupported(fmt::format("output_dtype {}", onnx_dtype_name(od)));
     out = *t;
   }
-  if (is_float8(out)) return {quantize_float8(c, x, scale, axis, block, out)};
-  if (out != u8 && out != i8 && out != i16 && out != u16)
+  if (float_codes(out)) return {quantize_float(c, x, scale, axis, block, out)};
+  const DType narrow_out = out;
+  if (sub_byte_int(out)) {
+    out = byte_type_of(out);
+    if (zp) zp = cast(*zp, out);
+  } else if (out != u8 && out != i8 && out != i16 && out != u16) {
     c.unsupported(fmt::format("quantizing to {}", name(out)));
+  }
+  const auto narrowed = [&](const Tensor& q) {
+    return q.dtype() == narrow_out ? q : cast(q, narrow_out);
+  };
   const bool precision = c.has_attr("precision") && c.attr_int("precision", 0) != 0;
   if ((x.dtype() == f32 || x.dtype() == f64) && scale.dtype() == x.dtype() && !precision) {
     const Tensor s = param_of(c, scale, block, "y_scale");
     const QuantizeOptions o = quant_options(c, s, axis, block, x.rank());
-    if (!c.has_input(2)) return {quantize(x, s, out, o)};
-    return {quantize(x, s, param_of(c, c.input(2), block, "y_zero_point"), o)};
+    if (!zp) return {narrowed(quantize(x, s, out, o))};
+    return {narrowed(quantize(x, s, param_of(c, *zp, block, "y_zero_point"), o))};
   }
   if (block > 0) c.unsupported("blocked quantization (block_size > 0) of this x and scale type");
   scale = per_axis(c, scale, x.rank(), axis, "y_scale");
@@ -130,15 +155,26 @@ Outs quantize_linear(NodeContext& c) {
     x = cast(x, f64);
     scale = cast(scale, f64);
   }
-  return {requantize(c, div(x, scale), zp, out)};
+  return {requantize(c, div(x, scale), zp, narrow_out)};
 }
 
 Outs dequantize_linear(NodeContext& c) {
   Tensor x = c.input(0), scale = c.input(1);
   const int64_t block = c.version() >= 21 ? c.attr_int("block_size", 0) : 0;
   const int64_t axis = c.version() >= 13 ? c.attr_int("axis", 1) : 1;
-  if (!is_integer(x.dtype()) && !is_float8(x.dtype()))
-    c.fail(fmt::format("x must be an integer or 8-bit float tensor, got {}", name(x.dtype())));
+  if (!is_integer(x.dtype()) && !is_narrow(x.dtype()))
+    c.fail(
+        fmt::format("x must be an integer, 8-bit or 4-bit float tensor, got {}", name(x.dtype())));
+  std::optional<Tensor> zp;
+  if (c.has_input(2)) {
+    zp = c.input(2);
+    if (zp->dtype() != x.dtype())
+      c.fail(fmt::format("x_zero_point is {}, x is {}", name(zp->dtype()), name(x.dtype())));
+  }
+  if (sub_byte_int(x.dtype())) {  // (exactly: every value fits the byte type)
+    x = cast(x, byte_type_of(x.dtype()));
+    if (zp) zp = cast(*zp, x.dtype());
+  }
   DType out = scale.dtype();
   if (c.has_attr("output_dtype") && c.attr_int("output_dtype", 0) != 0) {
     const int32_t od = static_cast<int32_t>(c.attr_int("output_dtype", 0));
@@ -147,9 +183,10 @@ Outs dequantize_linear(NodeContext& c) {
     out = *t;
   }
   const DType qt = x.dtype();
-  if (is_float8(qt)) {  // x as f32 times the scale (a zero point must be 0)
-    check_float8_zero_point(c, "x_zero_point");
-    if (block > 0) c.unsupported("blocked dequantization of 8-bit floats (block_size > 0)");
+  if (float_codes(qt)) {  // x as f32 times the scale (a zero point must be 0)
+    check_zero_point_is_zero(c, "x_zero_point");
+    if (block > 0)
+      c.unsupported(fmt::format("blocked dequantization of {} (block_size > 0)", name(qt)));
     const Tensor y = mul(cast(x, f32), per_axis(c, scale, x.rank(), axis, "x_scale"));
     return {y.dtype() == out ? y : cast(y, out)};
   }
@@ -159,11 +196,8 @@ Outs dequantize_linear(NodeContext& c) {
     const Tensor s = param_of(c, scale, block, "x_scale");
     const QuantizeOptions o = quant_options(c, s, axis, block, x.rank());
     Tensor y;
-    if (c.has_input(2)) {
-      const Tensor zp = param_of(c, c.input(2), block, "x_zero_point");
-      if (zp.dtype() != qt)
-        c.fail(fmt::format("x_zero_point is {}, x is {}", name(zp.dtype()), name(qt)));
-      y = dequantize(x, s, zp, o);
+    if (zp) {
+      y = dequantize(x, s, param_of(c, *zp, block, "x_zero_point"), o);
     } else {
       y = dequantize(x, s, o);
     }
@@ -173,12 +207,10 @@ Outs dequantize_linear(NodeContext& c) {
   scale = per_axis(c, scale, x.rank(), axis, "x_scale");
   // (x as f32 - zero point) * scale, as the reference computes it (f64 for i32 zero points)
   Tensor d = cast(x, f32);
-  if (c.has_input(2)) {
-    Tensor zp = per_axis(c, c.input(2), x.rank(), axis, "x_zero_point");
-    if (zp.dtype() != x.dtype())
-      c.fail(fmt::format("x_zero_point is {}, x is {}", name(zp.dtype()), name(x.dtype())));
-    if (zp.dtype() == i32 || zp.dtype() == i64) d = cast(d, f64);
-    d = sub(d, cast(zp, d.dtype()));
+  if (zp) {
+    const Tensor z = per_axis(c, *zp, x.rank(), axis, "x_zero_point");
+    if (z.dtype() == i32 || z.dtype() == i64) d = cast(d, f64);
+    d = sub(d, cast(z, d.dtype()));
   }
   Tensor y = mul(d, scale);
   return {y.dtype() == out ? y : cast(y, out)};

@@ -127,6 +127,44 @@ void check_count(const ::onnx::TensorProto& t, DType dtype, int64_t n) {
                       n);
 }
 
+// ONNX packs the 4- and 2-bit types, the first element in a byte's low bits (raw_data, external
+// data, and int32_data with one packed byte a value); kiln holds one a byte.
+size_t packed_bytes(int64_t n, int bits) { return static_cast<size_t>((n * bits + 7) / 8); }
+
+// Reads a packed tensor's bytes from raw_data, external data or int32_data, and unpacks them.
+Array read_packed(const ::onnx::TensorProto& t, const std::string& external_dir, const Shape& shape,
+                  DType dtype, int64_t n, int bits) {
+  const size_t bytes = packed_bytes(n, bits);
+  std::string data;
+  if (t.data_location() == ::onnx::TensorProto::EXTERNAL) {
+    data = read_external(t, external_dir, bytes);
+  } else if (t.has_raw_data()) {
+    if (t.raw_data().size() != bytes)
+      fail<FormatError>(
+          "[onnx] tensor '{}' has {} bytes of raw data, its shape {} of {} packed "
+          "{} to a byte needs {}",
+          tensor_name(t), t.raw_data().size(), str(shape), name(dtype), 8 / bits, bytes);
+    data = t.raw_data();
+  } else {
+    if (static_cast<size_t>(t.int32_data_size()) != bytes)
+      fail<FormatError>(
+          "[onnx] tensor '{}' has {} values in int32_data, its shape {} of {} "
+          "packed {} to a byte needs {}",
+          tensor_name(t), t.int32_data_size(), str(shape), name(dtype), 8 / bits, bytes);
+    data.resize(bytes);
+    for (size_t i = 0; i < bytes; ++i)
+      data[i] = static_cast<char>(t.int32_data(static_cast<int>(i)) & 0xff);
+  }
+  Array a = Array::empty(shape, dtype);
+  auto* out = static_cast<uint8_t*>(a.data());
+  const int per_byte = 8 / bits, mask = (1 << bits) - 1;
+  for (int64_t i = 0; i < n; ++i) {
+    const auto byte = static_cast<uint8_t>(data[static_cast<size_t>(i / per_byte)]);
+    out[i] = static_cast<uint8_t>((byte >> (i % per_byte * bits)) & mask);
+  }
+  return a;
+}
+
 }  // namespace
 
 Array read_tensor(const ::onnx::TensorProto& t, const std::string& external_dir) {
@@ -136,6 +174,8 @@ Array read_tensor(const ::onnx::TensorProto& t, const std::string& external_dir)
                            tensor_name(t), onnx_dtype_name(t.data_type()));
   Shape shape;
   const int64_t n = checked_numel(t, shape);
+  if (const int bits = onnx_bits(*dtype); bits < 8)
+    return read_packed(t, external_dir, shape, *dtype, n, bits);
   const size_t bytes = static_cast<size_t>(n) * size_of(*dtype);
   // the data is checked against the shape before anything is allocated
   if (t.data_location() == ::onnx::TensorProto::EXTERNAL) {
@@ -168,18 +208,11 @@ Array read_tensor(const ::onnx::TensorProto& t, const std::string& external_dir)
       case DType::u64:
         copy_field<uint64_t, uint64_t>(t.uint64_data(), n, out, t);
         break;
-      // (the 8-bit floats travel as their codes)
-      case DType::u8:
-      case DType::boolean:
-      case DType::f8e4m3fn:
-      case DType::f8e4m3fnuz:
-      case DType::f8e5m2:
-      case DType::f8e5m2fnuz:
-        copy_field<int32_t, uint8_t>(t.int32_data(), n, out, t);
-        break;
       // f16 and bf16 travel as their bit patterns in int32_data
       case DType::f16:
       case DType::bf16: copy_field<int32_t, uint16_t>(t.int32_data(), n, out, t); break;
+      default:  // u8, bool and the 8-bit floats (their codes) in int32_data
+        copy_field<int32_t, uint8_t>(t.int32_data(), n, out, t);
     }
   }
   if (*dtype == DType::boolean) {  // any nonzero byte is true

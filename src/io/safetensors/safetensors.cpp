@@ -41,7 +41,8 @@ bool dtype_of(const std::string& s, DType& t) {
                                                          {"F8_E4M3", f8e4m3fn},
                                                          {"F8_E5M2", f8e5m2},
                                                          {"F8_E4M3FNUZ", f8e4m3fnuz},
-                                                         {"F8_E5M2FNUZ", f8e5m2fnuz}};
+                                                         {"F8_E5M2FNUZ", f8e5m2fnuz},
+                                                         {"F8_E8M0", f8e8m0fnu}};
   for (const auto& [name, dt] : kTable)
     if (s == name) {
       t = dt;
@@ -51,8 +52,8 @@ bool dtype_of(const std::string& s, DType& t) {
 }
 // Names the format defines that kiln cannot hold (an UnsupportedError rather than a FormatError).
 bool known_elsewhere(const std::string& s) {
-  static const char* kOthers[] = {"U16", "U32",     "U64",     "F8_E8M0",
-                                  "F4",  "F6_E2M3", "F6_E3M2", "C64"};
+  // (F4 packs two values a byte, where kiln's f4e2m1fn holds one)
+  static const char* kOthers[] = {"F4", "F6_E2M3", "F6_E3M2", "C64"};
   return std::find_if(std::begin(kOthers), std::end(kOthers),
                       [&](const char* o) { return s == o; }) != std::end(kOthers);
 }
