@@ -190,9 +190,9 @@ TEST(CudaFusedElementwiseCodegen, EveryOpCompiles) {
       p.instrs.push_back(in);
       ++count;
     }
-    // (to every dtype a fused program holds: the 8-bit floats never fuse)
+    // (to every dtype a fused program holds: the narrow types never fuse)
     for (int d = 0; d < kNumDTypes; ++d)
-      if (!is_float8(static_cast<DType>(d)))
+      if (!is_narrow(static_cast<DType>(d)))
         p.instrs.push_back({OpId::Cast, static_cast<DType>(d), 0});
     // the last value combines two others, so the output depends on the chain
     p.instrs.push_back({OpId::Cast, t, 3 + count - 1});
