@@ -2,11 +2,14 @@
 // ops_quant.cpp): initializers packed in raw_data and in int32_data, odd counts included, read
 // one element a byte; a wrong byte count refused; Cast's round_mode; QuantizeLinear and
 // DequantizeLinear to and from int4/uint2 against a float64 reference (round half to even, zero
-// point, saturation); BitCast between widths refused.
+// point, saturation); BitCast between widths refused. And ai.onnx.ml's TreeEnsemble against a
+// recursive walk of its trees.
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <random>
 #include <string>
@@ -230,6 +233,136 @@ TEST(OnnxImportNarrow, BitCastKeepsPackedWidths) {
   Model::attr_int(ok.node("Cast", {"u"}, "y"), "to", TP::INT32);
   ok.output("y");
   EXPECT_EQ(ok.run()[0].to_vector<int32_t>(), (std::vector<int32_t>{1, 9, 15}));
+}
+
+}  // namespace
+
+namespace {
+
+// TreeEnsemble (ai.onnx.ml 5) against a recursive walk written here: two trees over three
+// features with each comparison mode, a NaN-tracking node, and every aggregate function, with
+// and without the logistic post-transform, on random samples holding NaNs.
+TEST(OnnxImportMl, TreeEnsembleMatchesARecursiveWalk) {
+  // tree 0: nodes 0..2; tree 1: nodes 3..4. (mode, feature, split, true id, true leaf, false id,
+  // false leaf)
+  struct N {
+    int mode, feature;
+    double split;
+    int t, tl, f, fl;
+  };
+  const std::vector<N> nodes = {{0, 0, 0.5, 1, 0, 2, 0},
+                                {3, 1, -0.25, 0, 1, 1, 1},
+                                {4, 2, 1.0, 2, 1, 3, 1},
+                                {5, 2, 2.0, 4, 0, 4, 1},
+                                {2, 0, -1.0, 5, 1, 6, 1}};
+  const std::vector<int64_t> targets = {0, 1, 1, 0, 0, 1, 2};
+  const std::vector<double> weights = {1.5, -2.0, 0.25, 4.0, -0.5, 3.0, 7.0};
+  const std::vector<int64_t> roots = {0, 3}, tracks = {0, 1, 0, 0, 0};
+  auto walk = [&](const float* x, int64_t root) {
+    int64_t i = root;
+    for (;;) {
+      const N& n = nodes[static_cast<size_t>(i)];
+      const double v = x[n.feature];
+      bool go = false;
+      switch (n.mode) {
+        case 0:
+          go = v <= n.split;
+          break;
+        case 2:
+          go = v >= n.split;
+          break;
+        case 3:
+          go = v > n.split;
+          break;
+        case 4:
+          go = v == n.split;
+          break;
+        case 5:
+          go = v != n.split;
+          break;
+      }
+      if (std::isnan(v) && tracks[static_cast<size_t>(i)]) go = true;
+      const int next = go ? n.t : n.f;
+      if (go ? n.tl : n.fl) return next;
+      i = next;
+    }
+  };
+  std::mt19937 rng(std::random_device{}());
+  std::uniform_int_distribution<int> pick(0, 5);
+  const float values[] = {0.5f, -0.25f, 1.0f, 2.0f, -1.0f, NAN};
+  const int64_t rows = 40;
+  std::vector<float> x(static_cast<size_t>(rows * 3));
+  for (float& v : x) v = values[pick(rng)] + (pick(rng) == 0 ? 0.1f : 0.f);
+  for (int aggregate = 0; aggregate < 4; ++aggregate) {
+    for (int post : {0, 2}) {
+      SCOPED_TRACE(::testing::Message() << "aggregate " << aggregate << " post " << post);
+      Model m(21);
+      auto* ml = m.m.add_opset_import();
+      ml->set_domain("ai.onnx.ml");
+      ml->set_version(5);
+      m.input("x", TP::FLOAT, {rows, 3});
+      auto* n = m.node("TreeEnsemble", {"x"}, "y");
+      n->set_domain("ai.onnx.ml");
+      auto ints = [&](const char* name, std::vector<int64_t> v) {
+        auto* a = n->add_attribute();
+        a->set_name(name);
+        a->set_type(::onnx::AttributeProto::INTS);
+        for (int64_t e : v) a->add_ints(e);
+      };
+      auto doubles = [&](const char* name, const std::vector<double>& v, int type) {
+        auto* a = n->add_attribute();
+        a->set_name(name);
+        a->set_type(::onnx::AttributeProto::TENSOR);
+        auto* t = a->mutable_t();
+        t->set_data_type(type);
+        t->add_dims(static_cast<int64_t>(v.size()));
+        for (double e : v) {
+          if (type == TP::DOUBLE) t->add_double_data(e);
+          else t->add_int32_data(static_cast<int32_t>(e));
+        }
+      };
+      std::vector<int64_t> feat, tid, tl, fid, fl;
+      std::vector<double> split, mode;
+      for (const N& e : nodes) {
+        feat.push_back(e.feature), tid.push_back(e.t), tl.push_back(e.tl);
+        fid.push_back(e.f), fl.push_back(e.fl), split.push_back(e.split), mode.push_back(e.mode);
+      }
+      ints("nodes_featureids", feat);
+      ints("nodes_truenodeids", tid);
+      ints("nodes_trueleafs", tl);
+      ints("nodes_falsenodeids", fid);
+      ints("nodes_falseleafs", fl);
+      ints("nodes_missing_value_tracks_true", tracks);
+      ints("leaf_targetids", targets);
+      ints("tree_roots", roots);
+      doubles("nodes_splits", split, TP::DOUBLE);
+      doubles("nodes_modes", mode, TP::UINT8);
+      doubles("leaf_weights", weights, TP::DOUBLE);
+      Model::attr_int(n, "n_targets", 3);
+      Model::attr_int(n, "aggregate_function", aggregate);
+      Model::attr_int(n, "post_transform", post);
+      m.output("y");
+      const auto y = m.run({{"x", Array::from_vector(x, {rows, 3})}})[0].to_vector<double>();
+      for (int64_t r = 0; r < rows; ++r) {
+        std::vector<double> acc(3, aggregate == 2   ? std::numeric_limits<float>::max()
+                                   : aggregate == 3 ? std::numeric_limits<float>::lowest()
+                                                    : 0.0);
+        for (int64_t root : roots) {
+          const int leaf = walk(&x[static_cast<size_t>(r * 3)], root);
+          const auto t = static_cast<size_t>(targets[static_cast<size_t>(leaf)]);
+          const double w = weights[static_cast<size_t>(leaf)];
+          acc[t] = aggregate == 2   ? std::min(acc[t], w)
+                   : aggregate == 3 ? std::max(acc[t], w)
+                                    : acc[t] + (aggregate == 0 ? w / 2 : w);
+        }
+        for (size_t t = 0; t < 3; ++t) {
+          const double want = post == 2 ? 1 / (1 + std::exp(-acc[t])) : acc[t];
+          EXPECT_NEAR(y[static_cast<size_t>(r * 3) + t], want, 1e-5 * std::max(1.0, std::abs(want)))
+              << "row " << r << " target " << t;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace
