@@ -92,22 +92,43 @@ Outs tree_ensemble(NodeContext& c) {
       if (k++ >= m.size()) c.fail("membership_values holds fewer sets than there are MEMBER nodes");
     }
   }
-  // the deepest walk from any root (a cycle is an error)
+  // the deepest walk from any root: each node's height once (nodes may share children), by an
+  // explicit stack; a node met again while open closes a cycle, an error
+  std::vector<int64_t> height(n, 0);
+  std::vector<char> state(n, 0);  // 0 new, 1 open, 2 done
+  auto height_of = [&](int64_t root) {
+    std::vector<int64_t> stack{root};
+    while (!stack.empty()) {
+      const auto u = static_cast<size_t>(stack.back());
+      if (state[u] == 2) {
+        stack.pop_back();
+        continue;
+      }
+      state[u] = 1;
+      bool ready = true;
+      for (const auto& [id, leaf] :
+           {std::pair{true_ids[u], true_leaf[u]}, std::pair{false_ids[u], false_leaf[u]}}) {
+        if (leaf) continue;
+        const auto v = static_cast<size_t>(id);
+        if (state[v] == 1) c.fail("the nodes form a cycle");
+        if (state[v] == 0) stack.push_back(id), ready = false;
+      }
+      if (!ready) continue;
+      int64_t h = 1;
+      if (!true_leaf[u]) h = std::max(h, 1 + height[static_cast<size_t>(true_ids[u])]);
+      if (!false_leaf[u]) h = std::max(h, 1 + height[static_cast<size_t>(false_ids[u])]);
+      height[u] = h;
+      state[u] = 2;
+      stack.pop_back();
+    }
+    return height[static_cast<size_t>(root)];
+  };
   int64_t depth = 0;
-  std::vector<std::pair<int64_t, int64_t>> todo;
   for (int64_t r : roots) {
     check(r, false, "tree_roots");
     const auto u = static_cast<size_t>(r);
-    if (!(true_leaf[u] && false_leaf[u] && true_ids[u] == false_ids[u])) todo.push_back({r, 1});
-  }
-  while (!todo.empty()) {
-    const auto [i, d] = todo.back();
-    todo.pop_back();
-    if (d > static_cast<int64_t>(n)) c.fail("the nodes form a cycle");
-    depth = std::max(depth, d);
-    const auto u = static_cast<size_t>(i);
-    if (!true_leaf[u]) todo.push_back({true_ids[u], d + 1});
-    if (!false_leaf[u]) todo.push_back({false_ids[u], d + 1});
+    if (!(true_leaf[u] && false_leaf[u] && true_ids[u] == false_ids[u]))
+      depth = std::max(depth, height_of(r));
   }
   const DType dt = x.dtype();
   auto consts = [&](const std::vector<double>& v, DType t) {
