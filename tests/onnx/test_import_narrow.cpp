@@ -366,3 +366,67 @@ TEST(OnnxImportMl, TreeEnsembleMatchesARecursiveWalk) {
 }
 
 }  // namespace
+
+namespace {
+
+// TreeEnsemble's structure is checked while importing: a cycle, a child past the leaves, a target
+// past n_targets are errors naming the node.
+TEST(OnnxImportMl, TreeEnsembleRefusesBadTrees) {
+  struct Bad {
+    std::vector<int64_t> true_ids, false_ids, targets;
+    const char* message;
+  };
+  const Bad cases[] = {{{1, 0}, {0, 1}, {0, 0}, "cycle"},
+                       {{1, 5}, {0, 1}, {0, 0}, "not a leaf index"},
+                       {{0, 0}, {1, 1}, {0, 9}, "past n_targets"}};
+  for (const Bad& b : cases) {
+    SCOPED_TRACE(b.message);
+    Model m(21);
+    auto* ml = m.m.add_opset_import();
+    ml->set_domain("ai.onnx.ml");
+    ml->set_version(5);
+    m.input("x", TP::FLOAT, {2, 1});
+    auto* n = m.node("TreeEnsemble", {"x"}, "y");
+    n->set_domain("ai.onnx.ml");
+    auto ints = [&](const char* name, const std::vector<int64_t>& v) {
+      auto* a = n->add_attribute();
+      a->set_name(name);
+      a->set_type(::onnx::AttributeProto::INTS);
+      for (int64_t e : v) a->add_ints(e);
+    };
+    auto tensor = [&](const char* name, int type, int count) {
+      auto* a = n->add_attribute();
+      a->set_name(name);
+      a->set_type(::onnx::AttributeProto::TENSOR);
+      a->mutable_t()->set_data_type(type);
+      a->mutable_t()->add_dims(count);
+      for (int i = 0; i < count; ++i) {
+        if (type == TP::DOUBLE) a->mutable_t()->add_double_data(0.5);
+        else a->mutable_t()->add_int32_data(0);
+      }
+    };
+    // node 0 -> node 1 (true) or leaf; node 1 -> leaves, unless the case says otherwise
+    ints("nodes_featureids", {0, 0});
+    ints("nodes_truenodeids", b.true_ids);
+    ints("nodes_trueleafs", {0, std::string(b.message) == "cycle" ? 0 : 1});
+    ints("nodes_falsenodeids", b.false_ids);
+    ints("nodes_falseleafs", {1, 1});
+    ints("leaf_targetids", b.targets);
+    ints("tree_roots", {0});
+    tensor("nodes_splits", TP::DOUBLE, 2);
+    tensor("nodes_modes", TP::UINT8, 2);
+    tensor("leaf_weights", TP::DOUBLE, 2);
+    Model::attr_int(n, "n_targets", 1);
+    m.output("y");
+    try {
+      m.run({{"x", Array::from_vector(std::vector<float>{0, 1}, {2, 1})}});
+      ADD_FAILURE() << "imported";
+    } catch (const kiln::Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(b.message), std::string::npos) << what;
+      EXPECT_NE(what.find("TreeEnsemble"), std::string::npos) << what;
+    }
+  }
+}
+
+}  // namespace
