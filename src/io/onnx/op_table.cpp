@@ -44,6 +44,7 @@ const std::vector<OpEntry>& op_table() {
     add_transformer_ops(t);
     add_linear_attention_ops(t);
     add_sequence_ops(t);
+    add_unique_ops(t);
     add_training_ops(t);
     add_ml_ops(t);
     std::sort(t.begin(), t.end(), [](const OpEntry& a, const OpEntry& b) {

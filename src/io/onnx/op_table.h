@@ -125,6 +125,7 @@ void add_control_ops(std::vector<OpEntry>& table);
 void add_transformer_ops(std::vector<OpEntry>& table);
 void add_linear_attention_ops(std::vector<OpEntry>& table);
 void add_sequence_ops(std::vector<OpEntry>& table);
+void add_unique_ops(std::vector<OpEntry>& table);
 void add_training_ops(std::vector<OpEntry>& table);  // ai.onnx.preview.training
 void add_ml_ops(std::vector<OpEntry>& table);        // ai.onnx.ml
 
