@@ -140,7 +140,6 @@ Outs tree_ensemble(NodeContext& c) {
   const Tensor s = reshape(consts(splits, dt), {1, static_cast<int64_t>(n)});
   const Tensor cmp[6] = {less_equal(f, s), less(f, s),  greater_equal(f, s),
                          greater(f, s),    equal(f, s), not_equal(f, s)};
-  std::vector<double> mode_of(n);
   Tensor cond;
   for (int m = 0; m < 7; ++m) {
     std::vector<double> is(n, 0);
