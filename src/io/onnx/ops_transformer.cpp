@@ -1,8 +1,11 @@
 // ONNX's transformer ops of opsets 23 to 27: RMSNormalization, RotaryEmbedding, Attention,
-// TensorScatter and CausalConvWithState, mapped onto kiln's rms_norm, elementwise rotation,
-// scaled_dot_product_attention, a gather and a depthwise conv1d, following the operator definitions
+// TensorScatter and CausalConvWithState, and ai.onnx.preview's FlexAttention, mapped onto kiln's
+// rms_norm, elementwise rotation, scaled_dot_product_attention (or the written-out computation),
+// a gather and a depthwise conv1d, following the operator definitions
 // (onnx/defs/nn/defs.cc and the reference implementation) and, where those leave room, ONNX
 // Runtime.
+#include <onnx/onnx_pb.h>
+
 #include <cmath>
 #include <limits>
 
@@ -94,6 +97,17 @@ Tensor heads_first(NodeContext& c, const Tensor& t, const char* attr) {
   const int64_t heads = c.attr_int(attr, 0);
   if (heads <= 0) c.fail(fmt::format("3-D inputs need {}", attr));
   return permute(reshape_to(t, known_ints(c, {0, 0, heads, -1}), true), {0, 2, 1, 3});
+}
+
+// K or V (B, Hkv, S, D) with each head repeated for the Hq / Hkv query heads of q (B, Hq, L, E)
+// that share it: (B, Hkv, S, D) -> (B, Hkv, Hq / Hkv, S, D) -> (B, Hq, S, D), from the shapes of
+// a run. As it is where Hq = Hkv.
+Tensor shared_heads(const Tensor& q, const Tensor& t) {
+  if (q.dim(1) >= 0 && q.dim(1) == t.dim(1)) return t;
+  const Tensor st = shape_of(t), nq = slice(shape_of(q), {1}, {2}), nkv = slice(st, {1}, {2});
+  const Tensor grouped = concat({slice(st, {0}, {2}), nq / nkv, slice(st, {2}, {4})}, 0);
+  return reshape_to(expand(expand_dims(t, {2}), grouped),
+                    concat({slice(st, {0}, {1}), nq, slice(st, {2}, {4})}, 0));
 }
 
 // The additive bias of Attention as the ONNX reference builds it when the fused kernel cannot take
@@ -199,14 +213,7 @@ Outs attention_op(NodeContext& c) {
   const int64_t hq = q.dim(1), hkv = k.dim(1);
   if (hq % hkv != 0)
     c.fail(fmt::format("{} query heads are not a multiple of {} key heads", hq, hkv));
-  auto repeated = [&](const Tensor& t) {  // each key head for its hq / hkv query heads
-    if (hq >= 0 && hq == hkv) return t;
-    // (B, hkv, S, D) -> (B, hkv, hq / hkv, S, D) -> (B, hq, S, D), from the shapes of a run
-    const Tensor st = shape_of(t), nq = slice(shape_of(q), {1}, {2}), nkv = slice(st, {1}, {2});
-    const Tensor grouped = concat({slice(st, {0}, {2}), nq / nkv, slice(st, {2}, {4})}, 0);
-    return reshape_to(expand(expand_dims(t, {2}), grouped),
-                      concat({slice(st, {0}, {1}), nq, slice(st, {2}, {4})}, 0));
-  };
+  auto repeated = [&](const Tensor& t) { return shared_heads(q, t); };
   auto heads_last = [&](const Tensor& y) {
     return q3 ? reshape_to(permute(y, {0, 2, 1, 3}), known_ints(c, {0, 0, -1}), true) : y;
   };
@@ -317,6 +324,65 @@ Outs causal_conv_with_state_op(NodeContext& c) {
   return {y, present};
 }
 
+// A FlexAttention modifier (score_mod, prob_mod): its subgraph over the (B, Hq, L, S) tensor x,
+// which must give one tensor of x's shape and type.
+Tensor modified(NodeContext& c, const char* attr, const Tensor& x) {
+  const ::onnx::GraphProto& g = c.attr_graph(attr);
+  if (g.input_size() != 1 || g.output_size() != 1)
+    c.fail(fmt::format("{} has {} inputs and {} outputs (1 and 1)", attr, g.input_size(),
+                       g.output_size()));
+  const std::vector<Tensor> out = c.importer().inline_body(g, {x});
+  const Tensor& y = out.at(0);
+  if (y.dtype() != x.dtype() || y.rank() != 4)
+    c.fail(fmt::format("{} gives {} {} for {} {} (the same shape and type)", attr, name(y.dtype()),
+                       str(y.shape()), name(x.dtype()), str(x.shape())));
+  return y;
+}
+
+// FlexAttention (ai.onnx.preview 1): Y = prob_mod(softmax(score_mod(scale · Q Kᵀ))) V over Q
+// (B, Hq, L, E) and K, V (B, Hkv, S, E | Ev), each key head shared by Hq / Hkv query heads. As the
+// reference: Q and K each scaled by sqrt(scale) in their type, the scores then cast to
+// softmax_precision (f32 for f16/bf16/f32 inputs, f64 for f64), where the modifiers, the softmax
+// and P V run, and Y cast back. Without modifiers, at the inputs' own precision or f32 for
+// f16/bf16, it is kiln's fused attention (whose softmax runs in f32).
+Outs flex_attention_op(NodeContext& c) {
+  const Tensor q = c.input(0), k = c.input(1), v = c.input(2);
+  if (q.rank() != 4 || k.rank() != 4 || v.rank() != 4)
+    c.fail(fmt::format("Q, K and V of ranks {}, {} and {} (4 each)", q.rank(), k.rank(), v.rank()));
+  const int64_t hq = q.dim(1), hkv = k.dim(1);
+  if (hq >= 0 && hkv > 0 && hq % hkv != 0)
+    c.fail(fmt::format("{} query heads are not a multiple of {} key heads", hq, hkv));
+  if (hkv >= 0 && v.dim(1) >= 0 && hkv != v.dim(1))
+    c.fail(fmt::format("K has {} heads and V {}", hkv, v.dim(1)));
+  const DType t = q.dtype();
+  DType precision = t == f64 ? f64 : f32;
+  if (c.has_attr("softmax_precision")) {
+    const auto code = static_cast<int32_t>(c.attr_int("softmax_precision", 1));
+    const auto p = from_onnx_dtype(code);
+    if (!p || !is_floating(*p))
+      c.unsupported(fmt::format("softmax_precision {}", onnx_dtype_name(code)));
+    precision = *p;
+  }
+  const bool score_mod = c.has_attr("score_mod"), prob_mod = c.has_attr("prob_mod");
+  const int64_t E = q.dim(3);
+  if (!c.has_attr("scale") && E < 0)
+    c.unsupported("a head size known only at run time without the scale attribute");
+  const double scale =
+      c.has_attr("scale") ? c.attr_float("scale", 1.0f) : 1.0 / std::sqrt(static_cast<double>(E));
+  const Tensor kr = shared_heads(q, k), vr = shared_heads(q, v);
+  if (!score_mod && !prob_mod && t != f64 && precision == f32) {
+    AttentionOptions o;
+    o.scale = scale;
+    return {scaled_dot_product_attention(q, kr, vr, std::nullopt, o)};
+  }
+  const double root = std::sqrt(static_cast<float>(scale));
+  Tensor scores = cast(matmul(q * root, permute(kr * root, {0, 1, 3, 2})), precision);
+  if (score_mod) scores = modified(c, "score_mod", scores);
+  Tensor p = softmax(scores, -1);
+  if (prob_mod) p = modified(c, "prob_mod", p);
+  return {cast(matmul(p, cast(vr, precision)), v.dtype())};
+}
+
 }  // namespace
 
 void add_transformer_ops(std::vector<OpEntry>& t) {
@@ -328,6 +394,7 @@ void add_transformer_ops(std::vector<OpEntry>& t) {
                         {"Attention", 25, attention_op},
                         {"TensorScatter", 24, tensor_scatter_op},
                         {"CausalConvWithState", 27, causal_conv_with_state_op},
+                        {"ai.onnx.preview.FlexAttention", 1, flex_attention_op},
                     });
 }
 

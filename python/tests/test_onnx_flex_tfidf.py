@@ -1,0 +1,198 @@
+"""ONNX's FlexAttention (ai.onnx.preview 1) and TfIdfVectorizer (opset 9) imported by kiln and run
+on fresh random data beside independent references, on the CPU and on CUDA: FlexAttention against
+a float64 numpy computation of the operator's definition (with score_mod and prob_mod subgraphs,
+grouped heads, half precision) and ONNX's reference evaluator; TfIdfVectorizer against ONNX Runtime
+in its three modes (and ONNX's reference evaluator in TF mode, as it indexes the weights by output
+coordinate where the operator's definition and ONNX Runtime take them per pool n-gram), with skips,
+several n-gram lengths, 1-D and 2-D int32/int64 inputs."""
+import numpy as np
+import pytest
+
+import kiln
+from conftest import cuda_available
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper  # noqa: E402
+from onnx.reference import ReferenceEvaluator  # noqa: E402
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not cuda_available(), reason="no CUDA device"))]
+TYPES = {np.float32: TensorProto.FLOAT, np.float16: TensorProto.FLOAT16,
+         np.float64: TensorProto.DOUBLE, np.int32: TensorProto.INT32, np.int64: TensorProto.INT64}
+
+
+def model_of(node, feeds, out_type, opsets):
+    ins = [helper.make_tensor_value_info(k, TYPES[v.dtype.type], v.shape) for k, v in feeds.items()]
+    out = helper.make_tensor_value_info("y", out_type, None)
+    node.output[:] = ["y"]
+    model = helper.make_model(helper.make_graph([node], "g", ins, [out]),
+                              opset_imports=[helper.make_opsetid(d, v) for d, v in opsets])
+    model.ir_version = 10
+    return model
+
+
+def run_kiln(model, feeds, device):
+    exe = kiln.onnx.load_bytes(model.SerializeToString()).compile(device=device)
+    (got,) = exe.run(feeds)
+    return got.numpy()
+
+
+# FlexAttention ------------------------------------------------------------------------------
+
+def mod_graph(name, body):
+    """A one-input, one-output modifier subgraph (B, H, L, S) float -> same."""
+    x = helper.make_tensor_value_info("s", TensorProto.FLOAT, None)
+    y = helper.make_tensor_value_info("t", TensorProto.FLOAT, None)
+    return helper.make_graph(body, name, [x], [y])
+
+
+def soft_cap_graph(cap):
+    c = helper.make_tensor("cap", TensorProto.FLOAT, [], [cap])
+    return mod_graph("score_mod", [
+        helper.make_node("Constant", [], ["c"], value=c),
+        helper.make_node("Div", ["s", "c"], ["d"]),
+        helper.make_node("Tanh", ["d"], ["h"]),
+        helper.make_node("Mul", ["h", "c"], ["t"])])
+
+
+def square_graph():
+    return mod_graph("prob_mod", [helper.make_node("Mul", ["s", "s"], ["t"])])
+
+
+def flex_reference(q, k, v, scale, cap, square):
+    """The operator's definition in float64: scores = scale q kᵀ (key heads shared by Hq / Hkv
+    query heads), cap·tanh(scores / cap), softmax over keys, squared probabilities, p v."""
+    q, k, v = (a.astype(np.float64) for a in (q, k, v))
+    group = q.shape[1] // k.shape[1]
+    k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
+    s = scale * q @ np.swapaxes(k, -1, -2)
+    if cap:
+        s = cap * np.tanh(s / cap)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    if square:
+        p = p * p
+    return p @ v
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
+@pytest.mark.parametrize("heads", [(4, 4), (4, 2)])
+@pytest.mark.parametrize("mods", ["none", "score", "both"])
+def test_flex_attention(rng, device, dtype, heads, mods):
+    hq, hkv = heads
+    feeds = {"q": rng.standard_normal((2, hq, 5, 8)).astype(dtype),
+             "k": rng.standard_normal((2, hkv, 7, 8)).astype(dtype),
+             "v": rng.standard_normal((2, hkv, 7, 6)).astype(dtype)}
+    attrs = {}
+    cap = 2.5 if mods != "none" else 0
+    if mods != "none":
+        attrs["score_mod"] = soft_cap_graph(cap)
+    if mods == "both":
+        attrs["prob_mod"] = square_graph()
+    scale = 0.3 if dtype != np.float16 else None
+    if scale is not None:
+        attrs["scale"] = scale
+    if dtype == np.float64 and mods != "none":  # modifiers of f64 scores are f64 graphs
+        pytest.skip("the modifier graphs here are float32")
+    node = helper.make_node("FlexAttention", ["q", "k", "v"], ["y"], domain="ai.onnx.preview",
+                            **attrs)
+    model = model_of(node, feeds, TYPES[dtype], [("", 23), ("ai.onnx.preview", 1)])
+    got = run_kiln(model, feeds, device).astype(np.float64)
+    want = flex_reference(feeds["q"], feeds["k"], feeds["v"], scale or 8 ** -0.5, cap,
+                          mods == "both")
+    tol = 2e-3 if dtype == np.float16 else 1e-5
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    ref = ReferenceEvaluator(model).run(None, feeds)[0].astype(np.float64)
+    np.testing.assert_allclose(got, ref, rtol=tol, atol=tol)
+
+
+def test_flex_attention_errors():
+    feeds = {"q": np.zeros((1, 3, 2, 4), np.float32), "k": np.zeros((1, 2, 2, 4), np.float32),
+             "v": np.zeros((1, 2, 2, 4), np.float32)}
+    node = helper.make_node("FlexAttention", ["q", "k", "v"], ["y"], domain="ai.onnx.preview")
+    model = model_of(node, feeds, TensorProto.FLOAT, [("", 23), ("ai.onnx.preview", 1)])
+    with pytest.raises(kiln.Error, match="3 query heads are not a multiple of 2 key heads"):
+        kiln.onnx.load_bytes(model.SerializeToString())
+    feeds["k"] = feeds["v"] = np.zeros((1, 3, 2, 4), np.float32)
+    two_out = helper.make_graph([helper.make_node("Identity", ["s"], ["t"]),
+                                 helper.make_node("Identity", ["s"], ["u"])], "m",
+                                [helper.make_tensor_value_info("s", TensorProto.FLOAT, None)],
+                                [helper.make_tensor_value_info("t", TensorProto.FLOAT, None),
+                                 helper.make_tensor_value_info("u", TensorProto.FLOAT, None)])
+    node = helper.make_node("FlexAttention", ["q", "k", "v"], ["y"], domain="ai.onnx.preview",
+                            score_mod=two_out)
+    model = model_of(node, feeds, TensorProto.FLOAT, [("", 23), ("ai.onnx.preview", 1)])
+    with pytest.raises(kiln.Error, match="score_mod has 1 inputs and 2 outputs"):
+        kiln.onnx.load_bytes(model.SerializeToString())
+
+
+# TfIdfVectorizer ------------------------------------------------------------------------------
+
+def random_pool(rng, vocab, lengths, per_length, shared):
+    """A pool of distinct n-grams of each length (ngram_counts: each length's first index), and
+    output coordinates, two of which coincide where `shared`."""
+    pool, starts, total = [], [], 0
+    for n in range(1, max(lengths) + 1):
+        starts.append(len(pool))
+        if n not in lengths:
+            continue
+        grams = {tuple(int(t) for t in rng.integers(0, vocab, n))
+                 for _ in range(per_length * 4)}
+        for g in sorted(grams, key=lambda _: rng.random())[:per_length]:
+            pool += g
+            total += 1
+    coords = rng.permutation(total + 2)[:total]
+    if shared:
+        coords[-1] = coords[0]  # two n-grams counted at one coordinate
+    return pool, starts, [int(c) for c in coords]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("mode", ["TF", "IDF", "TFIDF"])
+@pytest.mark.parametrize("lengths, skips", [((1,), 0), ((2,), 3), ((1, 2, 3), 2), ((2, 3), 0)])
+@pytest.mark.parametrize("shape, dtype", [((3, 17), np.int64), ((23,), np.int32)])
+def test_tfidf_vectorizer(rng, device, mode, lengths, skips, shape, dtype):
+    vocab = 5  # few tokens, so that n-grams occur
+    # (ONNX Runtime keeps one of the n-grams that share a coordinate in IDF mode; kiln adds them)
+    pool, starts, coords = random_pool(rng, vocab, set(lengths), 6, shared=mode != "IDF")
+    attrs = dict(mode=mode, min_gram_length=min(lengths), max_gram_length=max(lengths),
+                 max_skip_count=skips, ngram_counts=starts, ngram_indexes=coords,
+                 pool_int64s=[int(p) for p in pool])
+    if mode != "TF":
+        attrs["weights"] = list(rng.uniform(0.5, 2.0, len(coords)).astype(float))
+    feeds = {"x": rng.integers(0, vocab, shape).astype(dtype)}
+    model = model_of(helper.make_node("TfIdfVectorizer", ["x"], ["y"], **attrs), feeds,
+                     TensorProto.FLOAT, [("", 9)])
+    got = run_kiln(model, feeds, device)
+    if mode == "TF":
+        want = ReferenceEvaluator(model).run(None, feeds)[0]
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=0)
+    ort = pytest.importorskip("onnxruntime")
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = sess.run(None, feeds)[0]
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=0)
+
+
+def test_tfidf_vectorizer_errors():
+    feeds = {"x": np.zeros((2, 3), np.int64)}
+    node = helper.make_node("TfIdfVectorizer", ["x"], ["y"], mode="BM25", min_gram_length=1,
+                            max_gram_length=1, max_skip_count=0, ngram_counts=[0],
+                            ngram_indexes=[0], pool_int64s=[1])
+    with pytest.raises(kiln.Error, match="mode 'BM25'"):
+        kiln.onnx.load_bytes(model_of(node, feeds, TensorProto.FLOAT, [("", 9)])
+                             .SerializeToString())
+    node = helper.make_node("TfIdfVectorizer", ["x"], ["y"], mode="TF", min_gram_length=1,
+                            max_gram_length=1, max_skip_count=0, ngram_counts=[0],
+                            ngram_indexes=[0], pool_strings=["a"])
+    with pytest.raises(kiln.Error, match="pool_strings"):
+        kiln.onnx.load_bytes(model_of(node, feeds, TensorProto.FLOAT, [("", 9)])
+                             .SerializeToString())
+    node = helper.make_node("TfIdfVectorizer", ["x"], ["y"], mode="TF", min_gram_length=2,
+                            max_gram_length=2, max_skip_count=0, ngram_counts=[0, 0],
+                            ngram_indexes=[0, 1], pool_int64s=[1, 2, 1, 2])
+    with pytest.raises(kiln.Error, match=r"the pool holds the 2-gram \[1, 2\] twice"):
+        kiln.onnx.load_bytes(model_of(node, feeds, TensorProto.FLOAT, [("", 9)])
+                             .SerializeToString())
