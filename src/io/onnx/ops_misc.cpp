@@ -1,4 +1,4 @@
-// ONNX ops lowered onto several kiln ops (Einsum, CenterCropPad, MaxUnpool, ReverseSequence,
+// ONNX ops lowered onto several kiln ops (Einsum, Det, CenterCropPad, MaxUnpool, ReverseSequence,
 // AffineGrid), and the indexing, resizing and sampling ops.
 #include <onnx/onnx_pb.h>
 
@@ -19,6 +19,52 @@ Outs einsum_op(NodeContext& c) {
   std::vector<Tensor> operands;
   for (int i = 0; i < c.num_inputs(); ++i) operands.push_back(c.input(i));
   return {einsum(c.attr_string("equation", ""), operands)};
+}
+
+// ---- Det: LU with partial pivoting, written out one column a step ----
+
+// Det (opset 11): the determinant of each matrix of X (..., n, n), n known while importing, by
+// Gaussian elimination with partial pivoting written out with kiln ops (n steps of a row swap
+// gathered, and the rows below the pivot reduced), so that it runs on every backend: the product
+// of the pivots, negated for each swap. A column without a nonzero pivot leaves a zero on the
+// diagonal: det 0, as LAPACK gives. f16/bf16 run in f32.
+Outs det_op(NodeContext& c) {
+  const Tensor x = c.input(0);
+  if (!is_floating(x.dtype()))
+    c.fail(fmt::format("X must be a float tensor, got {}", name(x.dtype())));
+  const int r = x.rank();
+  if (r < 2) c.fail(fmt::format("X of rank {} (at least 2: (..., n, n))", r));
+  const int64_t n = x.dim(r - 1);
+  if (n < 0 || x.dim(r - 2) < 0) c.unsupported("a matrix size known only at run time");
+  if (x.dim(r - 2) != n) c.fail(fmt::format("X {} is not square", str(x.shape())));
+  const DType t = x.dtype() == f16 || x.dtype() == bf16 ? f32 : x.dtype();
+  Tensor a = cast(x, t);
+  const Tensor batch = slice(shape_of(x), {0}, {r - 2});
+  if (n == 0) return {cast(full(batch, 1.0, t), x.dtype())};
+  const Tensor rows = reshape(arange(c.graph(), 0, static_cast<double>(n), 1, i64), {n, 1});
+  const Tensor cols = reshape(rows, {1, n});
+  const Tensor zero = scalar_of(a, 0);
+  Tensor sign = full(concat({batch, known_ints(c, {1, 1})}, 0), 1.0, t);  // (..., 1, 1)
+  for (int64_t k = 0; k < n; ++k) {
+    const Tensor kk = scalar_of(rows, static_cast<double>(k));
+    // the pivot: the largest |a[i, k]| of rows i >= k; rows k and p swapped
+    const Tensor col = slice(a, {0, k}, {n, k + 1}, {}, {r - 2, r - 1});  // (..., n, 1)
+    const Tensor candidates = where(greater_equal(rows, kk), abs(col), scalar_of(col, -1));
+    const Tensor p = argmax(candidates, r - 2, true);  // (..., 1, 1)
+    const Tensor order = where(equal(rows, kk), p, where(equal(rows, p), kk, rows));
+    a = gather_elements(a, expand(order, shape_of(a)), r - 2);
+    sign = where(equal(p, kk), sign, neg(sign));
+    // rows below k minus their multiple of row k
+    const Tensor pivot = slice(a, {k, k}, {k + 1, k + 1}, {}, {r - 2, r - 1});  // (..., 1, 1)
+    const Tensor below = slice(a, {0, k}, {n, k + 1}, {}, {r - 2, r - 1});
+    const Tensor reduce = logical_and(greater(rows, kk), not_equal(pivot, zero));
+    const Tensor factor = where(reduce, below / pivot, zero);  // (..., n, 1)
+    const Tensor row_k = slice(a, {k}, {k + 1}, {}, {r - 2});  // (..., 1, n)
+    a = where(greater(rows, kk), a - factor * row_k, a);
+  }
+  const Tensor diagonal = sum(where(equal(rows, cols), a, zero), {r - 1});  // (..., n)
+  const Tensor det = prod(diagonal, {r - 2}) * reshape_to(sign, batch);
+  return {cast(det, x.dtype())};
 }
 
 // ---- the rest ----
@@ -355,6 +401,7 @@ Outs optional_op(NodeContext& c) {
 void add_misc_ops(std::vector<OpEntry>& t) {
   t.insert(t.end(), {
                         {"Einsum", 12, einsum_op},
+                        {"Det", 11, det_op},
                         {"CenterCropPad", 18, center_crop_pad},
                         {"MaxUnpool", 9, max_unpool},
                         {"ReverseSequence", 10, reverse_sequence},

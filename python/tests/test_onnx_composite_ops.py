@@ -1,5 +1,7 @@
-"""ONNX's FlexAttention (ai.onnx.preview 1) and TfIdfVectorizer (opset 9) imported by kiln and run
-on fresh random data beside independent references, on the CPU and on CUDA: FlexAttention against
+"""ONNX ops that kiln writes out with several of its ops, FlexAttention (ai.onnx.preview 1),
+TfIdfVectorizer (opset 9) and Det (opset 11), imported by kiln and run on fresh random data beside
+independent references, on the CPU and on CUDA: Det against numpy's float64 determinant (singular
+matrices, zero pivots, batches, half precision); FlexAttention against
 a float64 numpy computation of the operator's definition (with score_mod and prob_mod subgraphs,
 grouped heads, half precision) and ONNX's reference evaluator; TfIdfVectorizer against ONNX Runtime
 in its three modes (and ONNX's reference evaluator in TF mode, as it indexes the weights by output
@@ -196,3 +198,37 @@ def test_tfidf_vectorizer_errors():
     with pytest.raises(kiln.Error, match=r"the pool holds the 2-gram \[1, 2\] twice"):
         kiln.onnx.load_bytes(model_of(node, feeds, TensorProto.FLOAT, [("", 9)])
                              .SerializeToString())
+
+
+# Det ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+@pytest.mark.parametrize("shape", [(1, 1), (2, 2), (3, 3), (2, 5, 5), (2, 3, 8, 8), (0, 4, 4),
+                                   (0, 0)])
+def test_det(rng, device, dtype, shape):
+    x = rng.standard_normal(shape)
+    if x.ndim == 3 and shape[0] > 0:
+        x[0, :, 2] = 2 * x[0, :, 1]  # singular
+        x[1, 0, 0] = 0  # a zero where elimination without pivoting would divide
+    if dtype == np.float16:
+        x = np.round(x * 4) / 4  # values f16 holds exactly
+    x = x.astype(dtype)
+    feeds = {"x": x}
+    model = model_of(helper.make_node("Det", ["x"], ["y"]), feeds, TYPES[dtype], [("", 11)])
+    got = run_kiln(model, feeds, device).astype(np.float64)
+    want = np.linalg.det(x.astype(np.float64))
+    assert got.shape == want.shape
+    n = shape[-1]
+    # the elimination's rounding: a few ulps of the type per step, relative to the products of
+    # the rows' norms (Hadamard's bound on |det|)
+    eps = {np.float32: 1e-6, np.float64: 1e-15, np.float16: 1e-6}[dtype]  # f16 runs in f32
+    bound = np.prod(np.linalg.norm(x.astype(np.float64), axis=-1), axis=-1) if n else 1
+    np.testing.assert_array_less(np.abs(got - want), 8 * n * eps * bound + 1e-300)
+
+
+def test_det_errors():
+    feeds = {"x": np.zeros((2, 3), np.float32)}
+    model = model_of(helper.make_node("Det", ["x"], ["y"]), feeds, TensorProto.FLOAT, [("", 11)])
+    with pytest.raises(kiln.Error, match="is not square"):
+        kiln.onnx.load_bytes(model.SerializeToString())
