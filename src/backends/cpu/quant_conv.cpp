@@ -123,13 +123,17 @@ int32_t w_zero(const KernelContext& ctx, int64_t o) {
   return ctx.in(5).numel() == 1 ? int32_t{zw[0]} : int32_t{zw[o]};
 }
 
-// Direct loops: one (n, o) plane per task, (x - zx)(w - zw) as int16 pairs summed in i32.
+// Direct loops, exact on every CPU (the path where oneDNN's int8 convolutions are not exact):
+// per task (n, group, output row), the row's windows gathered once as int16 x - zx (0 where a
+// window passes the border: padding holds zx), then each output channel's int16 w - zw dotted
+// with each window, summed in i32 (|(x - zx)(w - zw)| <= 255², so pairs of products fit), which
+// the compiler vectorizes (vpmaddwd on x86).
 template <typename A, typename W, typename Y>
 void conv_loops(KernelContext& ctx, const Geom& g, const Epilogue<Y>& fin) {
   const A* X = ctx.in(0).ptr<A>();
   const W* Wt = ctx.in(3).ptr<W>();
   const int32_t zx = *ctx.in(2).ptr<A>();
-  const int64_t win = g.window(), cg = g.cg(), og = g.og();
+  const int64_t win = g.window(), cg = g.cg(), og = g.og(), groups = g.G;
   std::vector<int16_t> wd(static_cast<size_t>(g.O * win));
   for (int64_t o = 0; o < g.O; ++o) {
     const int32_t z = w_zero<W>(ctx, o);
@@ -140,34 +144,37 @@ void conv_loops(KernelContext& ctx, const Geom& g, const Epilogue<Y>& fin) {
       wd[o * win + i] = static_cast<int16_t>(int32_t{Wt[o * win + at]} - z);
     }
   }
-  const int64_t plane = g.OH * g.OW;
   const int64_t xh = g.x_at(0, 0, 1, 0), xw = g.x_at(0, 0, 0, 1);  // x's strides along h and w
-  ctx.parallel_for(g.N * g.O, std::max<int64_t>(1, 4096 / std::max<int64_t>(plane * win, 1)),
-                   [&](int64_t t0, int64_t t1) {
-                     for (int64_t t = t0; t < t1; ++t) {
-                       const int64_t n = t / g.O, o = t % g.O, c0 = (o / og) * cg;
-                       const int16_t* w = wd.data() + o * win;
-                       for (int64_t oh = 0; oh < g.OH; ++oh)
-                         for (int64_t ow = 0; ow < g.OW; ++ow) {
-                           int32_t acc = 0;
-                           for (int64_t c = 0; c < cg; ++c) {
-                             const A* x = X + g.x_at(n, c0 + c, 0, 0);
-                             const int16_t* wc = w + c * g.KH * g.KW;
-                             for (int64_t kh = 0; kh < g.KH; ++kh) {
-                               const int64_t ih = oh * g.sh - g.pt + kh * g.dh;
-                               if (ih < 0 || ih >= g.H) continue;
-                               for (int64_t kw = 0; kw < g.KW; ++kw) {
-                                 const int64_t iw = ow * g.sw - g.pl + kw * g.dw;
-                                 if (iw < 0 || iw >= g.W) continue;
-                                 acc += (int32_t{x[ih * xh + iw * xw]} - zx) *
-                                        int32_t{wc[kh * g.KW + kw]};
-                               }
-                             }
-                           }
-                           fin(g.y_at(n, o, oh, ow), o, acc);
-                         }
-                     }
-                   });
+  const int64_t row_work = std::max<int64_t>(g.OW * win * og, 1);
+  ctx.parallel_for(
+      g.N * groups * g.OH, std::max<int64_t>(1, 65536 / row_work), [&](int64_t t0, int64_t t1) {
+        std::vector<int16_t> cols(static_cast<size_t>(g.OW * win));
+        for (int64_t t = t0; t < t1; ++t) {
+          const int64_t oh = t % g.OH, grp = (t / g.OH) % groups, n = t / (g.OH * groups);
+          for (int64_t ow = 0; ow < g.OW; ++ow)
+            for (int64_t c = 0; c < cg; ++c) {
+              const A* x = X + g.x_at(n, grp * cg + c, 0, 0);
+              for (int64_t kh = 0; kh < g.KH; ++kh) {
+                const int64_t ih = oh * g.sh - g.pt + kh * g.dh;
+                int16_t* dst = cols.data() + ow * win + (c * g.KH + kh) * g.KW;
+                for (int64_t kw = 0; kw < g.KW; ++kw) {
+                  const int64_t iw = ow * g.sw - g.pl + kw * g.dw;
+                  const bool inside = ih >= 0 && ih < g.H && iw >= 0 && iw < g.W;
+                  dst[kw] = inside ? static_cast<int16_t>(int32_t{x[ih * xh + iw * xw]} - zx) : 0;
+                }
+              }
+            }
+          for (int64_t o = grp * og; o < (grp + 1) * og; ++o) {
+            const int16_t* w = wd.data() + o * win;
+            for (int64_t ow = 0; ow < g.OW; ++ow) {
+              const int16_t* col = cols.data() + ow * win;
+              int32_t acc = 0;
+              for (int64_t i = 0; i < win; ++i) acc += int32_t{col[i]} * int32_t{w[i]};
+              fin(g.y_at(n, o, oh, ow), o, acc);
+            }
+          }
+        }
+      });
 }
 
 // raw (N, OH, OW, O) = sum x w (no zero points) through oneDNN on src (N, hin, win, C), both
