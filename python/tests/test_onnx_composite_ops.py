@@ -1,12 +1,17 @@
 """ONNX ops that kiln writes out with several of its ops, FlexAttention (ai.onnx.preview 1),
-TfIdfVectorizer (opset 9) and Det (opset 11), imported by kiln and run on fresh random data beside
-independent references, on the CPU and on CUDA: Det against numpy's float64 determinant (singular
-matrices, zero pivots, batches, half precision); FlexAttention against
-a float64 numpy computation of the operator's definition (with score_mod and prob_mod subgraphs,
-grouped heads, half precision) and ONNX's reference evaluator; TfIdfVectorizer against ONNX Runtime
-in its three modes (and ONNX's reference evaluator in TF mode, as it indexes the weights by output
-coordinate where the operator's definition and ONNX Runtime take them per pool n-gram), with skips,
-several n-gram lengths, 1-D and 2-D int32/int64 inputs."""
+TfIdfVectorizer (opset 9), Det (opset 11), DeformConv (opset 19) and RoiAlign (opsets 10 and 16),
+imported by kiln and run on fresh random data beside independent references, on the CPU and on
+CUDA: RoiAlign against ONNX's reference evaluator and ONNX Runtime (both modes, both coordinate
+transformations and opset 10's, fixed and adaptive sampling, rois past the image, an empty roi);
+DeformConv against a float64 numpy computation of its definition (multilinear samples with zeros
+outside, 1-D and 2-D, groups, offset groups, strides, dilations, pads, masks, bias) and ONNX's
+reference evaluator; Det against numpy's float64 determinant (singular matrices, zero pivots,
+batches, half precision); FlexAttention against a float64 numpy computation of the operator's
+definition (with score_mod and prob_mod subgraphs, grouped heads, half precision) and ONNX's
+reference evaluator; TfIdfVectorizer against ONNX Runtime in its three modes (and ONNX's reference
+evaluator in TF mode, as it indexes the weights by output coordinate where the operator's
+definition and ONNX Runtime take them per pool n-gram), with skips, several n-gram lengths, 1-D
+and 2-D int32/int64 inputs."""
 import numpy as np
 import pytest
 
@@ -232,3 +237,171 @@ def test_det_errors():
     model = model_of(helper.make_node("Det", ["x"], ["y"]), feeds, TensorProto.FLOAT, [("", 11)])
     with pytest.raises(kiln.Error, match="is not square"):
         kiln.onnx.load_bytes(model.SerializeToString())
+
+
+# DeformConv -----------------------------------------------------------------------------------
+
+def sample(img, p):
+    """img (I...) at the real position p, multilinear over the 2^s surrounding points, each
+    outside the image counted as 0."""
+    lo = np.floor(p).astype(np.int64)
+    total = 0.0
+    for corner in np.ndindex(*([2] * len(p))):
+        at = lo + np.array(corner)
+        weight = np.prod([1 - abs(p[d] - at[d]) for d in range(len(p))])
+        if all(0 <= at[d] < img.shape[d] for d in range(len(p))):
+            total += weight * img[tuple(at)]
+    return total
+
+
+def deform_conv_reference(x, w, offset, b, mask, group, og, strides, dil, pads):
+    x, w, offset = (a.astype(np.float64) for a in (x, w, offset))
+    n, C = x.shape[:2]
+    O, cg = w.shape[:2]
+    K, out = w.shape[2:], offset.shape[2:]
+    s, taps = len(K), int(np.prod(K))
+    off = offset.reshape(n, og, taps, s, *out)
+    m = np.ones((n, og, taps, *out)) if mask is None else mask.reshape(n, og, taps, *out)
+    y = np.zeros((n, O, *out))
+    for bi in range(n):
+        for o in range(O):
+            g = o // (O // group)
+            for ci in range(cg):
+                c = g * cg + ci
+                go = c // (C // og)
+                for t, k in enumerate(np.ndindex(*K)):
+                    for q in np.ndindex(*out):
+                        p = np.array([-pads[d] + strides[d] * q[d] + dil[d] * k[d] +
+                                      off[(bi, go, t, d) + q] for d in range(s)])
+                        y[(bi, o) + q] += w[(o, ci) + k] * m[(bi, go, t) + q] * sample(x[bi, c], p)
+    if b is not None:
+        y += b.reshape((1, -1) + (1,) * s)
+    return y
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", [
+    dict(x=(2, 4, 6, 5), k=(3, 3), group=1, og=1, strides=(1, 1), dil=(1, 1), pads=(1, 1, 1, 1),
+         mask=True, bias=True),
+    dict(x=(1, 4, 7, 6), k=(2, 3), group=2, og=2, strides=(2, 1), dil=(1, 2), pads=(0, 1, 1, 0),
+         mask=False, bias=False),
+    dict(x=(2, 6, 5, 5), k=(1, 2), group=1, og=3, strides=(1, 2), dil=(2, 1), pads=(0, 0, 0, 0),
+         mask=True, bias=False),
+    dict(x=(2, 2, 9), k=(3,), group=2, og=1, strides=(2,), dil=(1,), pads=(1, 2), mask=True,
+         bias=True),
+])
+def test_deform_conv(rng, device, case):
+    x = rng.standard_normal(case["x"]).astype(np.float32)
+    C, size = case["x"][1], case["x"][2:]
+    K, s = case["k"], len(case["k"])
+    outs = 2 * case["group"]
+    w = rng.standard_normal((outs, C // case["group"], *K)).astype(np.float32)
+    out = [(size[d] + case["pads"][d] + case["pads"][d + s] - ((K[d] - 1) * case["dil"][d] + 1))
+           // case["strides"][d] + 1 for d in range(s)]
+    taps = int(np.prod(K))
+    n = case["x"][0]
+    # offsets up to 3 pixels: taps land between pixels and past the border
+    feeds = {"x": x, "w": w,
+             "offset": rng.uniform(-3, 3, (n, case["og"] * taps * s, *out)).astype(np.float32)}
+    inputs = ["x", "w", "offset"]
+    b = rng.standard_normal(outs).astype(np.float32) if case["bias"] else None
+    mask = rng.uniform(0, 1, (n, case["og"] * taps, *out)).astype(np.float32) \
+        if case["mask"] else None
+    inputs += ["b" if b is not None else ""]
+    if b is not None:
+        feeds["b"] = b
+    if mask is not None:
+        inputs.append("mask")
+        feeds["mask"] = mask
+    while inputs[-1] == "":
+        inputs.pop()
+    node = helper.make_node("DeformConv", inputs, ["y"], group=case["group"],
+                            offset_group=case["og"], strides=case["strides"],
+                            dilations=case["dil"], pads=case["pads"], kernel_shape=K)
+    model = model_of(node, feeds, TensorProto.FLOAT, [("", 19)])
+    got = run_kiln(model, feeds, device).astype(np.float64)
+    want = deform_conv_reference(x, w, feeds["offset"], b, mask, case["group"], case["og"],
+                                 case["strides"], case["dil"], case["pads"])
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    if s == 2:  # (ONNX's reference evaluator takes 2-D DeformConv only)
+        ref = ReferenceEvaluator(model).run(None, feeds)[0].astype(np.float64)
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_deform_conv_errors():
+    feeds = {"x": np.zeros((1, 2, 5, 5), np.float32), "w": np.zeros((2, 2, 3, 3), np.float32),
+             "offset": np.zeros((1, 18, 4, 4), np.float32)}
+    node = helper.make_node("DeformConv", ["x", "w", "offset"], ["y"])
+    with pytest.raises(kiln.Error, match="offset's spatial dim 0 is 4"):
+        kiln.onnx.load_bytes(model_of(node, feeds, TensorProto.FLOAT, [("", 19)])
+                             .SerializeToString())
+    feeds["offset"] = np.zeros((1, 17, 3, 3), np.float32)
+    with pytest.raises(kiln.Error, match="offset has 17 channels"):
+        kiln.onnx.load_bytes(model_of(node, feeds, TensorProto.FLOAT, [("", 19)])
+                             .SerializeToString())
+
+
+# RoiAlign -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("mode", ["avg", "max"])
+@pytest.mark.parametrize("opset, transform", [(16, "half_pixel"), (16, "output_half_pixel"),
+                                              (10, None)])
+@pytest.mark.parametrize("ratio", [2, 0])
+def test_roi_align(rng, device, mode, opset, transform, ratio):
+    x = rng.standard_normal((2, 3, 9, 11)).astype(np.float32)
+    n_rois = 6
+    corner = rng.uniform(-3, 10, (n_rois, 2))
+    size = rng.uniform(0.2, 9, (n_rois, 2))
+    rois = np.concatenate([corner, corner + size], 1).astype(np.float32)
+    rois[0] = [4, 4, 4, 4]  # an empty roi
+    batch = rng.integers(0, 2, n_rois).astype(np.int64)
+    attrs = dict(mode=mode, output_height=3, output_width=4, sampling_ratio=ratio,
+                 spatial_scale=0.8)
+    if transform:
+        attrs["coordinate_transformation_mode"] = transform
+    node = helper.make_node("RoiAlign", ["x", "rois", "b"], ["y"], **attrs)
+    ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape),
+           helper.make_tensor_value_info("b", TensorProto.INT64, batch.shape)]
+    inits = []
+    feeds = {"x": x, "b": batch}
+    if ratio == 0:  # adaptive grids need the rois while importing: an initializer
+        inits.append(onnx.numpy_helper.from_array(rois, "rois"))
+    else:
+        ins.append(helper.make_tensor_value_info("rois", TensorProto.FLOAT, rois.shape))
+        feeds["rois"] = rois
+    model = helper.make_model(
+        helper.make_graph([node], "g", ins, [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, None)], initializer=inits),
+        opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    got = run_kiln(model, feeds, device)
+    assert got.shape == (n_rois, 3, 3, 4)
+    if opset >= 16:  # (the reference evaluator takes opset 16's half_pixel default for opset 10)
+        want = ReferenceEvaluator(model).run(None, feeds)[0]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    if mode == "avg" or opset < 16:
+        ort = pytest.importorskip("onnxruntime")
+        sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        np.testing.assert_allclose(got, sess.run(None, feeds)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_roi_align_adaptive_takes_the_rois_from_the_feeds(rng, tmp_path):
+    """With sampling_ratio 0 and the rois a graph input, importing alone names them; a Session
+    imports for each distinct rois value and matches the reference."""
+    x = rng.standard_normal((1, 2, 6, 6)).astype(np.float32)
+    b = np.zeros(2, np.int64)
+    node = helper.make_node("RoiAlign", ["x", "rois", "b"], ["y"], sampling_ratio=0,
+                            output_height=2, output_width=2)
+    model = model_of(node, {"x": x, "rois": np.zeros((2, 4), np.float32), "b": b},
+                     TensorProto.FLOAT, [("", 16)])
+    with pytest.raises(kiln.Error, match="needs the rois while importing"):
+        kiln.onnx.load_bytes(model.SerializeToString())
+    path = str(tmp_path / "roi_align.onnx")
+    onnx.save(model, path)
+    s = kiln.onnx.Session(path, device="cpu")
+    for rois in ([[0, 0, 5, 5], [1, 2, 3, 5.5]], [[0.5, 0, 2, 1], [0, 0, 6, 6]]):
+        feeds = {"x": x, "rois": np.array(rois, np.float32), "b": b}
+        (got,) = s.run(feeds)
+        want = ReferenceEvaluator(model).run(None, feeds)[0]
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-5)

@@ -2,7 +2,8 @@
 """Writes the fuzz seed corpus: a few tiny valid ONNX models (elementwise, matmul + bias, conv,
 a shape subgraph feeding Reshape, dim_params, an If, opset 24's Attention, RotaryEmbedding and
 RMSNormalization, Col2Im, CumProd, Trilu, the unsigned, float8, packed 4- and 2-bit and float8e8m0
-types) and truncated and bit-flipped variants of
+types, ai.onnx.preview's FlexAttention with score_mod and prob_mod subgraphs, and the ops kiln
+writes out: Det, TfIdfVectorizer, DeformConv, RoiAlign) and truncated and bit-flipped variants of
 each. Deterministic (fixed seed). The corpus also keeps found_*.onnx: inputs of 30-minute runs
 that reached code the seeds do not (fuzz_onnx_import -merge=1; RNN, Trilu, Hardmax, Slice, Xor,
 Selu, Mean and others), kept as they are. Usage: make_corpus.py OUT_DIR"""
@@ -15,9 +16,10 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 
-def model(nodes, inputs, outputs, inits=(), opset=17, ir=8):
+def model(nodes, inputs, outputs, inits=(), opset=17, ir=8, domains=()):
     g = helper.make_graph(nodes, "seed", inputs, outputs, list(inits))
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], producer_name="kiln-fuzz")
+    opsets = [helper.make_opsetid("", opset)] + [helper.make_opsetid(d, v) for d, v in domains]
+    m = helper.make_model(g, opset_imports=opsets, producer_name="kiln-fuzz")
     m.ir_version = ir
     return m
 
@@ -107,6 +109,36 @@ def seeds():
         [vi("X", [3, 2])],
         [vi("WF", [5]), vi("D", [3, 2]), vi("UF", [3]), vi("F4", [3, 2], TensorProto.FLOAT4E2M1),
          vi("E8", [3, 2], TensorProto.FLOAT8E8M0)], packed, opset=25, ir=12)
+
+    # FlexAttention's modifier subgraphs (a soft cap, then squared probabilities)
+    cap = helper.make_tensor("cap", TensorProto.FLOAT, [], [2.0])
+    score_mod = helper.make_graph(
+        [helper.make_node("Constant", [], ["c"], value=cap), helper.make_node("Div", ["s", "c"], ["d"]),
+         helper.make_node("Tanh", ["d"], ["h"]), helper.make_node("Mul", ["h", "c"], ["t"])],
+        "score_mod", [vi("s", None)], [vi("t", None)])
+    prob_mod = helper.make_graph([helper.make_node("Mul", ["s", "s"], ["t"])], "prob_mod",
+                                 [vi("s", None)], [vi("t", None)])
+    yield "flex_attention", model(
+        [helper.make_node("FlexAttention", ["Q", "K", "V"], ["Y"], domain="ai.onnx.preview",
+                          score_mod=score_mod, prob_mod=prob_mod, scale=0.5)],
+        [vi("Q", [1, 4, 3, 8]), vi("K", [1, 2, 5, 8]), vi("V", [1, 2, 5, 6])], [vi("Y", [1, 4, 3, 6])],
+        opset=23, ir=10, domains=[("ai.onnx.preview", 1)])
+    # the ops kiln writes out with several of its own
+    rois = numpy_helper.from_array(np.array([[0, 0, 3, 3], [1, 0.5, 2.5, 4]], np.float32), "R")
+    dk = numpy_helper.from_array(rng.standard_normal((2, 2, 2, 2)).astype(np.float32), "DK")
+    yield "written_out", model(
+        [helper.make_node("Det", ["M"], ["D"]),
+         helper.make_node("TfIdfVectorizer", ["T"], ["F"], mode="TFIDF", min_gram_length=1,
+                          max_gram_length=2, max_skip_count=1, ngram_counts=[0, 2],
+                          ngram_indexes=[0, 1, 2], pool_int64s=[1, 2, 1, 2],
+                          weights=[0.5, 1.0, 2.0]),
+         helper.make_node("DeformConv", ["X", "DK", "O"], ["C"], kernel_shape=[2, 2]),
+         helper.make_node("RoiAlign", ["X", "R", "B"], ["A"], sampling_ratio=0, output_height=2,
+                          output_width=2, mode="max")],
+        [vi("M", [2, 3, 3]), vi("T", [2, 5], TensorProto.INT64), vi("X", [1, 2, 4, 4]),
+         vi("O", [1, 8, 3, 3]), vi("B", [2], TensorProto.INT64)],
+        [vi("D", [2]), vi("F", [2, 3]), vi("C", [1, 2, 3, 3]), vi("A", [2, 2, 2, 2])],
+        [rois, dk], opset=22, ir=10)
 
 
 def main():

@@ -190,6 +190,16 @@ template <typename B> inline void elementwise_loop(int64_t b, int64_t e, B&& bod
   elementwise_blocks(b, e, body);
 }
 
+/// The element types whose elementwise maps get every fast path (in place, one value or one row
+/// broadcast, the AVX-512 copy): f32, f64, i32, i64 and bool. The others (8- and 16-bit integers,
+/// u32, u64), rarely computed in bulk, run one vector loop over same-shaped data and the general
+/// broadcast loop otherwise, which keeps the many kernels instantiated for them (every record of
+/// op_list.inc for every type) small and quick to compile. Integer results do not depend on the
+/// path, so only speed differs.
+template <typename T> constexpr bool kHotElementType =
+    std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, int32_t> ||
+    std::is_same_v<T, int64_t> || std::is_same_v<T, bool>;
+
 /// Elementwise map out[i] = f(in[i]) over contiguous data, in parallel. (In place, the loop reads
 /// through the output's pointer: GCC's -O3 vectorizes the whole loop behind a check that the
 /// buffers do not overlap, and runs it scalar, a compare and branch per element, when they are
@@ -197,9 +207,14 @@ template <typename B> inline void elementwise_loop(int64_t b, int64_t e, B&& bod
 template <typename TI, typename TO, typename F>
 void unary_map(const KernelContext& ctx, const TI* in, TO* out, int64_t n, F&& f) {
   ctx.parallel_for(n, 16384, [&](int64_t b, int64_t e) {
-    if constexpr (std::is_same_v<TI, TO>)
-      if (in == out) return elementwise_loop(b, e, [&](int64_t i) { out[i] = f(out[i]); });
-    elementwise_loop(b, e, [&](int64_t i) { out[i] = f(in[i]); });
+    if constexpr (!kHotElementType<TI> || !kHotElementType<TO>) {
+      auto body = [&](int64_t i) { out[i] = f(in[i]); };
+      elementwise_blocks(b, e, body);
+    } else {
+      if constexpr (std::is_same_v<TI, TO>)
+        if (in == out) return elementwise_loop(b, e, [&](int64_t i) { out[i] = f(out[i]); });
+      elementwise_loop(b, e, [&](int64_t i) { out[i] = f(in[i]); });
+    }
   });
 }
 
@@ -238,8 +253,9 @@ void rows_map(const KernelContext& ctx, const TF* full, const TR* rw, TO* po, in
   });
 }
 
-/// Binary op with broadcasting; fast paths when both inputs have the output's shape, when one is
-/// a single value, and when one is a row repeated along the output's leading dims.
+/// Binary op with broadcasting; for kHotElementType types, fast paths when both inputs have the
+/// output's shape, when one is a single value, and when one is a row repeated along the output's
+/// leading dims.
 template <typename TA, typename TB, typename TO, typename F>
 void binary_map(const KernelContext& ctx, const TensorView& a, const TensorView& b,
                 const TensorView& o, F&& f) {
@@ -249,6 +265,19 @@ void binary_map(const KernelContext& ctx, const TensorView& a, const TensorView&
   const int64_t n = o.numel();
   // (in place, reads go through po: see unary_map)
   const void* out = po;
+  if constexpr (!kHotElementType<TA> || !kHotElementType<TB> || !kHotElementType<TO>) {
+    if (a.shape == o.shape && b.shape == o.shape) {
+      ctx.parallel_for(n, 16384, [&](int64_t s, int64_t e) {
+        auto body = [&](int64_t i) { po[i] = f(pa[i], pb[i]); };
+        elementwise_blocks(s, e, body);
+      });
+    } else {
+      for_each_broadcast<2>(
+          ctx, o.shape, {&a.shape, &b.shape},
+          [&](int64_t i, const std::array<int64_t, 2>& off) { po[i] = f(pa[off[0]], pb[off[1]]); });
+    }
+    return;
+  }
   if (a.shape == o.shape && b.shape == o.shape) {
     ctx.parallel_for(n, 16384, [&](int64_t s, int64_t e) {
       if constexpr (std::is_same_v<TA, TO>)

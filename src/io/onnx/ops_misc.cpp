@@ -1,10 +1,12 @@
-// ONNX ops lowered onto several kiln ops (Einsum, Det, CenterCropPad, MaxUnpool, ReverseSequence,
-// AffineGrid), and the indexing, resizing and sampling ops.
+// ONNX ops lowered onto several kiln ops (Einsum, Det, DeformConv, RoiAlign, CenterCropPad,
+// MaxUnpool, ReverseSequence, AffineGrid), and the indexing, resizing and sampling ops.
 #include <onnx/onnx_pb.h>
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
+#include <optional>
 
 #include "io/onnx/map_util.h"
 #include "kiln/ops/linalg.h"
@@ -34,9 +36,11 @@ Outs det_op(NodeContext& c) {
     c.fail(fmt::format("X must be a float tensor, got {}", name(x.dtype())));
   const int r = x.rank();
   if (r < 2) c.fail(fmt::format("X of rank {} (at least 2: (..., n, n))", r));
-  const int64_t n = x.dim(r - 1);
-  if (n < 0 || x.dim(r - 2) < 0) c.unsupported("a matrix size known only at run time");
-  if (x.dim(r - 2) != n) c.fail(fmt::format("X {} is not square", str(x.shape())));
+  // (one of the two dims known is enough: the other must equal it when run)
+  const int64_t n = x.dim(r - 1) >= 0 ? x.dim(r - 1) : x.dim(r - 2);
+  if (n < 0) c.unsupported("a matrix size known only at run time");
+  if (x.dim(r - 2) >= 0 && x.dim(r - 1) >= 0 && x.dim(r - 2) != n)
+    c.fail(fmt::format("X {} is not square", str(x.shape())));
   const DType t = x.dtype() == f16 || x.dtype() == bf16 ? f32 : x.dtype();
   Tensor a = cast(x, t);
   const Tensor batch = slice(shape_of(x), {0}, {r - 2});
@@ -65,6 +69,275 @@ Outs det_op(NodeContext& c) {
   const Tensor diagonal = sum(where(equal(rows, cols), a, zero), {r - 1});  // (..., n)
   const Tensor det = prod(diagonal, {r - 2}) * reshape_to(sign, batch);
   return {cast(det, x.dtype())};
+}
+
+// ---- DeformConv: bilinear samples at the offset positions, then a product with the weights ----
+
+// DeformConv (opset 19): a convolution of X (N, C, I...) by W (O, C / group, K...) whose taps read
+// X at their positions plus the offsets (N, offset_group · prod(K) · s, O...) (a (d1, ..., ds)
+// pair per tap), bilinearly interpolated with zeros outside, times the mask (N, offset_group ·
+// prod(K), O...) where given, plus B. Written out with kiln ops so that it runs on every backend:
+// per offset group one grid_sample of every tap (the taps stacked along the first output dim),
+// then a batched product with the weights. X's spatial dims and the output's must be known
+// while importing; f16/bf16 run in f32.
+Outs deform_conv_op(NodeContext& c) {
+  const Tensor x0 = c.input(0), w0 = c.input(1), offset = c.input(2);
+  const int r = x0.rank(), s = r - 2;
+  if (r < 3 || r > 5) c.fail(fmt::format("X of rank {} (3 to 5: 1 to 3 spatial dims)", r));
+  if (w0.rank() != r || offset.rank() != r)
+    c.fail(fmt::format("X, W and offset of ranks {}, {} and {} (all {})", r, w0.rank(),
+                       offset.rank(), r));
+  const int64_t C = x0.dim(1), O = w0.dim(0);
+  const int64_t group = c.attr_int("group", 1), og = c.attr_int("offset_group", 1);
+  if (C < 0 || O < 0) c.unsupported("channels known only at run time");
+  if (group < 1 || og < 1 || C % group != 0 || O % group != 0 || C % og != 0 ||
+      w0.dim(1) != C / group)
+    c.fail(fmt::format("X {} and W {} with group {} and offset_group {}", str(x0.shape()),
+                       str(w0.shape()), group, og));
+  const auto sd = static_cast<size_t>(s);
+  std::vector<int64_t> K(sd), I(sd), out(sd);
+  const std::vector<int64_t> ks = c.attr_ints("kernel_shape");
+  const std::vector<int64_t> strides = c.attr_ints("strides", std::vector<int64_t>(sd, 1));
+  const std::vector<int64_t> dil = c.attr_ints("dilations", std::vector<int64_t>(sd, 1));
+  const std::vector<int64_t> pads = c.attr_ints("pads", std::vector<int64_t>(2 * sd, 0));
+  if (strides.size() != sd || dil.size() != sd || pads.size() != 2 * sd ||
+      (!ks.empty() && ks.size() != sd))
+    c.fail("strides, dilations, pads or kernel_shape do not match X's spatial dims");
+  int64_t taps = 1, positions = 1;
+  for (size_t d = 0; d < sd; ++d) {
+    K[d] = w0.dim(static_cast<int>(d) + 2), I[d] = x0.dim(static_cast<int>(d) + 2);
+    out[d] = offset.dim(static_cast<int>(d) + 2);
+    if (K[d] < 1 || I[d] < 0 || out[d] < 0)
+      c.unsupported("spatial dims of X, W or offset known only at run time");
+    if (!ks.empty() && ks[d] != K[d]) c.fail(fmt::format("kernel_shape {} for W {}", ks[d], K[d]));
+    const int64_t span = (K[d] - 1) * dil[d] + 1;
+    if (strides[d] < 1 || dil[d] < 1 ||
+        out[d] != (I[d] + pads[d] + pads[d + sd] - span) / strides[d] + 1)
+      c.fail(fmt::format("offset's spatial dim {} is {}, where X {} with W {} gives {}", d, out[d],
+                         str(x0.shape()), str(w0.shape()),
+                         (I[d] + pads[d] + pads[d + sd] - span) / strides[d] + 1));
+    taps *= K[d], positions *= out[d];
+  }
+  if (offset.dim(1) != og * taps * s)
+    c.fail(fmt::format("offset has {} channels, not offset_group · taps · {} = {}", offset.dim(1),
+                       s, og * taps * s));
+  const DType t = x0.dtype() == f16 || x0.dtype() == bf16 ? f32 : x0.dtype();
+  const Tensor x = cast(x0, t), w = cast(w0, t);
+  // each tap's position before its offset: -pad + stride · o + dilation · k, as (taps, s, out...)
+  Shape base_shape{taps, s};
+  base_shape.insert(base_shape.end(), out.begin(), out.end());
+  std::vector<double> base(static_cast<size_t>(taps * s * positions));
+  std::vector<double> scale(sd), shift(sd);  // p -> grid_sample's normalized coordinate
+  for (size_t d = 0; d < sd; ++d)
+    scale[d] = 2.0 / static_cast<double>(I[d]), shift[d] = 1.0 / static_cast<double>(I[d]) - 1;
+  for (int64_t k = 0; k < taps; ++k)
+    for (int64_t q = 0; q < positions; ++q) {
+      int64_t kr = k, qr = q;
+      for (size_t d = sd; d-- > 0;) {
+        const int64_t kd = kr % K[d], od = qr % out[d];
+        kr /= K[d], qr /= out[d];
+        base[static_cast<size_t>((k * s + static_cast<int64_t>(d)) * positions + q)] =
+            static_cast<double>(-pads[d] + strides[d] * od + dil[d] * kd);
+      }
+    }
+  Shape per_dim(static_cast<size_t>(4 + s), 1);  // broadcast over (N, og, taps, s, out...)
+  per_dim[3] = s;
+  const Tensor positions_of = known(c, Array::from_vector(base, base_shape).astype(t));
+  const Tensor norm_scale = known(c, Array::from_vector(scale, per_dim).astype(t));
+  const Tensor norm_shift = known(c, Array::from_vector(shift, per_dim).astype(t));
+  // (reshapes keep the batch dim: a 0 takes it)
+  auto batched = [&](const Tensor& v, std::vector<int64_t> dims) {
+    dims.insert(dims.begin(), 0);
+    return reshape_to(v, known_ints(c, dims), true);
+  };
+  auto with_out = [&](std::vector<int64_t> dims) {
+    dims.insert(dims.end(), out.begin(), out.end());
+    return dims;
+  };
+  // offsets (N, og, taps, s, out...) -> normalized positions
+  Tensor grid_all = batched(cast(offset, t), with_out({og, taps, s}));
+  grid_all = (grid_all + positions_of) * norm_scale + norm_shift;
+  std::optional<Tensor> mask;
+  if (c.has_input(4)) mask = batched(cast(c.input(4), t), with_out({og, taps}));
+  // (s last, innermost dim first, taps stacked along the first output dim)
+  std::vector<int64_t> to_last{0, 1};
+  for (int d = 0; d < s; ++d) to_last.push_back(3 + d);
+  to_last.push_back(2);
+  std::vector<int64_t> stacked{taps * out[0]};
+  stacked.insert(stacked.end(), out.begin() + 1, out.end());
+  stacked.push_back(s);
+  std::vector<Tensor> cols;
+  const int64_t cog = C / og;
+  for (int64_t g = 0; g < og; ++g) {
+    const Tensor q = batched(slice(grid_all, {g}, {g + 1}, {}, {1}), with_out({taps, s}));
+    const Tensor grid = batched(flip(permute(q, to_last), {r}), stacked);
+    GridSampleOptions o;  // bilinear, zeros outside, pixel centres at (2p + 1) / I - 1
+    const Tensor xs = slice(x, {g * cog}, {(g + 1) * cog}, {}, {1});
+    Tensor sampled = batched(grid_sample(xs, grid, o), with_out({cog, taps}));  // (N, cog, ...)
+    if (mask) sampled = sampled * slice(*mask, {g}, {g + 1}, {}, {1});
+    cols.push_back(sampled);
+  }
+  // (N, C, taps, out...) -> (N, group, C / group · taps, positions) times W (group, O / group, ...)
+  const Tensor col =
+      batched(og == 1 ? cols[0] : concat(cols, 1), {group, C / group * taps, positions});
+  const Tensor wg = reshape(w, {group, O / group, C / group * taps});
+  Tensor y = batched(matmul(wg, col), with_out({O}));
+  if (c.has_input(3)) {
+    Shape b_shape(static_cast<size_t>(r), 1);
+    b_shape[1] = O;
+    y = y + reshape(cast(c.input(3), t), b_shape);
+  }
+  return {cast(y, x0.dtype())};
+}
+
+// ---- RoiAlign: four gathered neighbours per sample, weighted, then averaged or maxed ----
+
+// Sampling offsets within a bin of each roi, as fractions of the bin: (iy + 0.5) / grid for the
+// grid's samples, and whether each of the widest grid's places holds a sample. One row for all
+// rois (a fixed sampling_ratio) or one a roi (adaptive: ceil(roi extent / bins) samples, from the
+// rois known while importing).
+struct SampleGrid {
+  std::vector<float> frac;
+  std::vector<uint8_t> used;
+  std::vector<float> count;  // the grid's size, at least 1 (only the first axis's fills it)
+  int64_t rows = 1, width = 1;
+};
+SampleGrid sample_grid(const std::vector<int64_t>& per_row) {
+  SampleGrid g;
+  g.rows = static_cast<int64_t>(per_row.size());
+  g.width = std::max<int64_t>(1, *std::max_element(per_row.begin(), per_row.end()));
+  for (int64_t n : per_row)
+    for (int64_t i = 0; i < g.width; ++i) {
+      g.frac.push_back(i < n ? (static_cast<float>(i) + 0.5f) / static_cast<float>(n) : 0.0f);
+      g.used.push_back(i < n ? 1 : 0);
+    }
+  return g;
+}
+
+// RoiAlign (opsets 10, 16): for each roi (x1, y1, x2, y2) · spatial_scale (less 0.5 with
+// half_pixel) of image batch_indices[r], output_height × output_width bins, each the average (or
+// the largest weighted neighbour, as ONNX's reference and ONNX Runtime take max) of a grid of
+// bilinear samples, as the reference computes them: samples past a pixel outside the image give
+// 0, the others are clamped into it. Written out with kiln ops (one gather of the four
+// neighbours of every sample from X channels-last), so it runs on every backend. With
+// sampling_ratio 0 each roi's grid depends on its extent, so the rois must be known while
+// importing.
+Outs roi_align_op(NodeContext& c) {
+  const Tensor x0 = c.input(0), rois0 = c.input(1), batch_idx = c.input(2);
+  if (x0.rank() != 4) c.fail(fmt::format("X of rank {} (4: N, C, H, W)", x0.rank()));
+  if (rois0.rank() != 2 || (rois0.dim(1) >= 0 && rois0.dim(1) != 4))
+    c.fail(fmt::format("rois {} (num_rois, 4)", str(rois0.shape())));
+  if (batch_idx.rank() != 1 || !is_integer(batch_idx.dtype()))
+    c.fail("batch_indices must be 1-D integers");
+  const int64_t H = x0.dim(2), W = x0.dim(3), C = x0.dim(1);
+  if (H < 0 || W < 0 || C < 0) c.unsupported("X's channels or size known only at run time");
+  const std::string mode = c.attr_string("mode", "avg");
+  if (mode != "avg" && mode != "max") c.fail(fmt::format("mode '{}' (avg or max)", mode));
+  const bool half =
+      c.attr_string("coordinate_transformation_mode",
+                    c.version() >= 16 ? "half_pixel" : "output_half_pixel") == "half_pixel";
+  const int64_t oh = c.attr_int("output_height", 1), ow = c.attr_int("output_width", 1);
+  const int64_t ratio = c.attr_int("sampling_ratio", 0);
+  const double scale = c.attr_float("spatial_scale", 1.0f);
+  if (oh < 1 || ow < 1 || ratio < 0)
+    c.fail(fmt::format("output_height {}, output_width {}, sampling_ratio {}", oh, ow, ratio));
+  const DType t = x0.dtype() == f64 ? f64 : f32;
+  const double off = half ? 0.5 : 0.0;
+  // each roi's corner and extent, (R, 1)
+  const Tensor rois = cast(rois0, t);
+  auto coord = [&](int64_t i) { return slice(rois, {i}, {i + 1}, {}, {1}) * scale - off; };
+  const Tensor x1 = coord(0), y1 = coord(1);
+  Tensor rw = coord(2) - x1, rh = coord(3) - y1;
+  if (!half) rw = maximum(rw, scalar_of(rw, 1)), rh = maximum(rh, scalar_of(rh, 1));
+  // the sample grids: fixed, or per roi from the rois' values
+  SampleGrid gy, gx;
+  if (ratio > 0) {
+    gy = sample_grid({ratio}), gx = gy;
+  } else {
+    if (!c.constant(1))
+      c.needs_values({1},
+                     "RoiAlign with sampling_ratio 0 sizes each roi's sample grid by its "
+                     "extent, so kiln needs the rois while importing");
+    const Array r = c.constant(1)->astype(f64);
+    const double* v = r.data<double>();
+    std::vector<int64_t> ny, nx;
+    for (int64_t i = 0; i < r.shape()[0]; ++i) {
+      double h = (v[i * 4 + 3] - v[i * 4 + 1]) * scale, w = (v[i * 4 + 2] - v[i * 4]) * scale;
+      if (!half) h = std::max(h, 1.0), w = std::max(w, 1.0);
+      ny.push_back(static_cast<int64_t>(std::ceil(h / static_cast<double>(oh))));
+      nx.push_back(static_cast<int64_t>(std::ceil(w / static_cast<double>(ow))));
+    }
+    gy = sample_grid(ny), gx = sample_grid(nx);
+  }
+  // sample positions: y (R, oh, gh, 1, 1), x (R, 1, 1, ow, gw)
+  auto positions = [&](const Tensor& start, const Tensor& extent, int64_t bins, const SampleGrid& g,
+                       bool rows) {
+    const Shape one = rows ? Shape{g.rows, 1, g.width, 1, 1} : Shape{g.rows, 1, 1, 1, g.width};
+    const Shape bin = rows ? Shape{1, bins, 1, 1, 1} : Shape{1, 1, 1, bins, 1};
+    std::vector<float> b(static_cast<size_t>(bins));
+    std::iota(b.begin(), b.end(), 0.0f);
+    const Tensor size = reshape(extent, {-1, 1, 1, 1, 1}) * (1.0 / static_cast<double>(bins));
+    const Tensor frac = known(c, Array::from_vector(g.frac, one).astype(t));
+    const Tensor p = reshape(start, {-1, 1, 1, 1, 1}) +
+                     known(c, Array::from_vector(b, bin).astype(t)) * size + frac * size;
+    return p;
+  };
+  const Tensor ys = positions(y1, rh, oh, gy, true), xs = positions(x1, rw, ow, gx, false);
+  Tensor used = cast(known(c, Array::from_vector(gy.used, {gy.rows, 1, gy.width, 1, 1})), boolean);
+  used = logical_and(
+      used, cast(known(c, Array::from_vector(gx.used, {gx.rows, 1, 1, 1, gx.width})), boolean));
+  // the reference's neighbours and weights along one axis
+  struct Axis {
+    Tensor inside, low, high, l, h;
+  };
+  auto axis = [&](const Tensor& p, int64_t n) {
+    const Tensor top = scalar_of(p, static_cast<double>(n - 1));
+    const Tensor inside = logical_and(greater_equal(p, scalar_of(p, -1.0)),
+                                      less_equal(p, scalar_of(p, static_cast<double>(n))));
+    const Tensor q = maximum(p, scalar_of(p, 0.0));
+    const Tensor lowf = floor(q), edge = greater_equal(lowf, top);
+    const Tensor low = where(edge, top, lowf);
+    const Tensor high = where(edge, top, low + 1.0);
+    const Tensor l = where(edge, scalar_of(q, 0.0), q - low);
+    return Axis{inside, cast(low, i64), cast(high, i64), l, 1.0 - l};
+  };
+  const Axis ay = axis(ys, H), ax = axis(xs, W);
+  const Tensor keep = logical_and(logical_and(ay.inside, ax.inside), used);  // (R, oh, gh, ow, gw)
+  // X channels-last, one row a pixel: (N·H·W, C); the roi's image offset b·H·W
+  const Tensor pixels = reshape_to(permute(cast(x0, t), {0, 2, 3, 1}), known_ints(c, {-1, C}));
+  const Tensor base = reshape(cast(batch_idx, i64), {-1, 1, 1, 1, 1}) * (H * W);
+  const Tensor zero = scalar_of(ay.l, 0.0);
+  std::optional<Tensor> avg, mx;
+  for (int k = 0; k < 4; ++k) {
+    const Tensor& yi = k < 2 ? ay.low : ay.high;
+    const Tensor& xi = k % 2 == 0 ? ax.low : ax.high;
+    const Tensor wk = where(keep, (k < 2 ? ay.h : ay.l) * (k % 2 == 0 ? ax.h : ax.l), zero);
+    const Tensor v = gather(pixels, base + yi * W + xi, 0) * expand_dims(wk, {5});  // (..., C)
+    if (mode == "avg") avg = avg ? *avg + v : v;
+    else mx = mx ? maximum(*mx, v) : v;
+  }
+  Tensor y;  // (R, oh, ow, C)
+  if (mode == "avg") {
+    std::vector<float> counts;
+    for (int64_t i = 0; i < std::max(gy.rows, gx.rows); ++i) {
+      const auto n = [](const SampleGrid& g, int64_t r) {
+        int64_t k = 0;
+        for (int64_t j = 0; j < g.width; ++j)
+          k += g.used[static_cast<size_t>((g.rows == 1 ? 0 : r) * g.width + j)];
+        return k;
+      };
+      counts.push_back(static_cast<float>(std::max<int64_t>(1, n(gy, i) * n(gx, i))));
+    }
+    const Tensor count = known(
+        c, Array::from_vector(counts, {static_cast<int64_t>(counts.size()), 1, 1, 1}).astype(t));
+    y = sum(*avg, {2, 4}) / count;
+  } else {
+    // samples that are not in a roi's grid never win; a roi without samples gives 0
+    const Tensor lowest = scalar_of(*mx, -std::numeric_limits<double>::infinity());
+    const Tensor m = max(where(expand_dims(used, {5}), *mx, lowest), {2, 4});
+    y = where(equal(m, lowest), scalar_of(m, 0.0), m);
+  }
+  return {cast(permute(y, {0, 3, 1, 2}), x0.dtype())};
 }
 
 // ---- the rest ----
@@ -402,6 +675,8 @@ void add_misc_ops(std::vector<OpEntry>& t) {
   t.insert(t.end(), {
                         {"Einsum", 12, einsum_op},
                         {"Det", 11, det_op},
+                        {"DeformConv", 19, deform_conv_op},
+                        {"RoiAlign", 10, roi_align_op},
                         {"CenterCropPad", 18, center_crop_pad},
                         {"MaxUnpool", 9, max_unpool},
                         {"ReverseSequence", 10, reverse_sequence},
