@@ -79,7 +79,8 @@ test-tsan: setup
 	  $(TSAN_BUILD)/tests/kiln_core_tests --gtest_filter='Devices/Async.*:Event.*:QueueTest.*'
 
 # libFuzzer over the ONNX importer, the package loader, the .npy reader, the safetensors reader,
-# the tokenizer.json reader and the Core ML importer (the sanitizer build), FUZZ_SECONDS each, from
+# the tokenizer.json reader and the Core ML importer (the sanitizer build), FUZZ_SECONDS each,
+# JOBS at a time (scripts/fuzz.sh; each fuzzer's output in $(SAN_BUILD)/fuzz-logs), from
 # the seeds in tests/fuzz/corpus, tests/fuzz/package_corpus, tests/fuzz/npy_corpus,
 # tests/fuzz/safetensors_corpus, tests/fuzz/tokenizer_corpus and tests/fuzz/coreml_corpus; new
 # inputs go to $(SAN_BUILD)/corpus (package_corpus, npy_corpus, safetensors_corpus,
@@ -88,27 +89,7 @@ test-tsan: setup
 fuzz: san-configure
 	@cmake --build $(SAN_BUILD) -j $(JOBS) --target fuzz_onnx_import fuzz_package_load fuzz_npy_read \
 	  fuzz_safetensors_read fuzz_tokenizer fuzz_coreml_import
-	@mkdir -p $(SAN_BUILD)/corpus $(SAN_BUILD)/package_corpus $(SAN_BUILD)/npy_corpus \
-	  $(SAN_BUILD)/safetensors_corpus $(SAN_BUILD)/tokenizer_corpus $(SAN_BUILD)/coreml_corpus
-	UBSAN_OPTIONS=print_stacktrace=1 $(SAN_BUILD)/tests/fuzz/fuzz_onnx_import -max_total_time=$(FUZZ_SECONDS) \
-	  -max_len=65536 -rss_limit_mb=4096 -artifact_prefix=$(SAN_BUILD)/ $(SAN_BUILD)/corpus tests/fuzz/corpus
-	UBSAN_OPTIONS=print_stacktrace=1 $(SAN_BUILD)/tests/fuzz/fuzz_package_load -max_total_time=$(FUZZ_SECONDS) \
-	  -max_len=65536 -rss_limit_mb=4096 -artifact_prefix=$(SAN_BUILD)/package- \
-	  $(SAN_BUILD)/package_corpus tests/fuzz/package_corpus
-	UBSAN_OPTIONS=print_stacktrace=1 $(SAN_BUILD)/tests/fuzz/fuzz_npy_read -max_total_time=$(FUZZ_SECONDS) \
-	  -max_len=65536 -rss_limit_mb=4096 -artifact_prefix=$(SAN_BUILD)/npy- \
-	  $(SAN_BUILD)/npy_corpus tests/fuzz/npy_corpus
-	UBSAN_OPTIONS=print_stacktrace=1 $(SAN_BUILD)/tests/fuzz/fuzz_safetensors_read \
-	  -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -rss_limit_mb=4096 \
-	  -artifact_prefix=$(SAN_BUILD)/safetensors- $(SAN_BUILD)/safetensors_corpus \
-	  tests/fuzz/safetensors_corpus
-	UBSAN_OPTIONS=print_stacktrace=1 $(SAN_BUILD)/tests/fuzz/fuzz_tokenizer \
-	  -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -rss_limit_mb=4096 \
-	  -artifact_prefix=$(SAN_BUILD)/tokenizer- $(SAN_BUILD)/tokenizer_corpus \
-	  tests/fuzz/tokenizer_corpus
-	UBSAN_OPTIONS=print_stacktrace=1 $(SAN_BUILD)/tests/fuzz/fuzz_coreml_import \
-	  -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -rss_limit_mb=4096 \
-	  -artifact_prefix=$(SAN_BUILD)/coreml- $(SAN_BUILD)/coreml_corpus tests/fuzz/coreml_corpus
+	@scripts/fuzz.sh $(SAN_BUILD) $(FUZZ_SECONDS) $(JOBS)
 
 # The GPU machine cannot build: `make gpu-bundle` builds the CUDA suites here (the toolkit is
 # enough) into build-gpu/bundle.tar.xz; copy the checkout with it and run `make test-gpu` there.
