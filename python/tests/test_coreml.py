@@ -266,9 +266,13 @@ def test_palettized_weights_are_the_table_entries(rng, tmp_path):
     # kiln's expanded weight: recover it from the product with the identity
     (got,) = run(tmp_path / "p.mlpackage", {"x": np.eye(3, 16, dtype=F32)})
     wq = got.T[:, :3]
-    # every weight is one of at most 16 values, each close to the weights it stands for
-    assert len(np.unique(got)) <= 16
-    np.testing.assert_allclose(wq, w[:, :3], atol=np.abs(w).max() / 4)
+    # every weight is one of at most 16 values (the table), and k-means gives each weight the
+    # table's nearest entry (a weight far from the rest may still be far from its entry: no
+    # fixed bound holds for every draw)
+    table = np.unique(got)
+    assert len(table) <= 16
+    nearest = np.abs(w[:, :3, None] - table[None, None, :]).min(axis=2)
+    assert np.all(np.abs(wq - w[:, :3]) <= nearest + 1e-3 * np.abs(w).max())
 
 
 @pytest.mark.parametrize("qtype", [np.uint8, np.int8])

@@ -531,11 +531,9 @@ Model Importer::run() {
   model_.opset = -1;
   for (const auto& o : proto_.opset_import())
     if (default_domain(o.domain())) model_.opset = o.version();
-  if (model_.opset < 0)  // (a model of other domains' ops alone may import none)
-    model_.opset = 0;
-  else if (model_.opset < 7)
-    fail<UnsupportedError>("[onnx] the model's opset {} is older than kiln supports (7 to 21)",
-                           model_.opset);
+  // (a model of other domains' ops alone may import none; an opset older than 7 imports where
+  // kiln maps its ops' schemas of then: the op table says which, and the rest are reported)
+  if (model_.opset < 0) model_.opset = 0;
   const auto& g = proto_.graph();
   check_supported(g);
   add_inputs(g);
