@@ -99,6 +99,16 @@ Tensor heads_first(NodeContext& c, const Tensor& t, const char* attr) {
   return permute(reshape_to(t, known_ints(c, {0, 0, heads, -1}), true), {0, 2, 1, 3});
 }
 
+// The node's softmax_precision attribute as a float dtype, `otherwise` without it.
+DType softmax_precision(NodeContext& c, DType otherwise) {
+  if (!c.has_attr("softmax_precision")) return otherwise;
+  const auto code = static_cast<int32_t>(c.attr_int("softmax_precision", 1));
+  const auto t = from_onnx_dtype(code);
+  if (!t || !is_floating(*t))
+    c.unsupported(fmt::format("softmax_precision {}", onnx_dtype_name(code)));
+  return *t;
+}
+
 // K or V (B, Hkv, S, D) with each head repeated for the Hq / Hkv query heads of q (B, Hq, L, E)
 // that share it: (B, Hkv, S, D) -> (B, Hkv, Hq / Hkv, S, D) -> (B, Hq, S, D), from the shapes of
 // a run. As it is where Hq = Hkv.
@@ -171,14 +181,7 @@ Outs attention_written_out(NodeContext& c, const Tensor& q, const Tensor& k, con
   const Tensor with_bias = qk + bias;
   const int64_t mode = c.attr_int("qk_matmul_output_mode", 0);
   if (mode < 0 || mode > 3) c.fail(fmt::format("qk_matmul_output_mode {} (0 to 3)", mode));
-  DType precision = q.dtype();
-  if (c.has_attr("softmax_precision")) {
-    const auto code = static_cast<int32_t>(c.attr_int("softmax_precision", 1));
-    const auto t = from_onnx_dtype(code);
-    if (!t || !is_floating(*t))
-      c.unsupported(fmt::format("softmax_precision {}", onnx_dtype_name(code)));
-    precision = *t;
-  }
+  const DType precision = softmax_precision(c, q.dtype());
   const Tensor p0 = softmax(cast(with_bias, precision), -1);
   // rows whose bias hides every key: zeros (decided on the bias, not on the scores)
   const Tensor hidden =
@@ -355,14 +358,7 @@ Outs flex_attention_op(NodeContext& c) {
   if (hkv >= 0 && v.dim(1) >= 0 && hkv != v.dim(1))
     c.fail(fmt::format("K has {} heads and V {}", hkv, v.dim(1)));
   const DType t = q.dtype();
-  DType precision = t == f64 ? f64 : f32;
-  if (c.has_attr("softmax_precision")) {
-    const auto code = static_cast<int32_t>(c.attr_int("softmax_precision", 1));
-    const auto p = from_onnx_dtype(code);
-    if (!p || !is_floating(*p))
-      c.unsupported(fmt::format("softmax_precision {}", onnx_dtype_name(code)));
-    precision = *p;
-  }
+  const DType precision = softmax_precision(c, t == f64 ? f64 : f32);
   const bool score_mod = c.has_attr("score_mod"), prob_mod = c.has_attr("prob_mod");
   const int64_t E = q.dim(3);
   if (!c.has_attr("scale") && E < 0)
