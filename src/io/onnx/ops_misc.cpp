@@ -264,8 +264,15 @@ Outs roi_align_op(NodeContext& c) {
     for (int64_t i = 0; i < r.shape()[0]; ++i) {
       double h = (v[i * 4 + 3] - v[i * 4 + 1]) * scale, w = (v[i * 4 + 2] - v[i * 4]) * scale;
       if (!half) h = std::max(h, 1.0), w = std::max(w, 1.0);
-      ny.push_back(static_cast<int64_t>(std::ceil(h / static_cast<double>(oh))));
-      nx.push_back(static_cast<int64_t>(std::ceil(w / static_cast<double>(ow))));
+      const double sy = std::ceil(h / static_cast<double>(oh));
+      const double sx = std::ceil(w / static_cast<double>(ow));
+      if (!std::isfinite(sy) || !std::isfinite(sx))
+        c.fail(fmt::format("roi {} holds a value that is not finite", i));
+      if (sy > 4096 || sx > 4096)
+        c.fail(fmt::format("roi {} asks for {} x {} samples a bin (at most 4096 each way)", i, sy,
+                           sx));
+      ny.push_back(static_cast<int64_t>(std::max(0.0, sy)));
+      nx.push_back(static_cast<int64_t>(std::max(0.0, sx)));
     }
     gy = sample_grid(ny), gx = sample_grid(nx);
   }
