@@ -1,9 +1,11 @@
 // Common-subexpression elimination: pure nodes with the same op, inputs and attributes merge.
 // Small constants merge by value. Also broadcasts that do not change their input's shape go.
+#include <algorithm>
 #include <cstring>
 #include <unordered_map>
 
 #include "core/op_registry.h"
+#include "core/sym_dim.h"
 #include "passes/program.h"
 
 namespace kiln {
@@ -76,7 +78,10 @@ namespace {
 bool identity_broadcast(const Program& p, const Node& n) {
   if (n.op != OpId::BroadcastTo || n.inputs.empty()) return false;
   const TensorInfo& in = p.graph.info(n.inputs[0]);
-  return in.dtype == n.outputs[0].dtype && is_static(in.shape) && in.shape == n.outputs[0].shape;
+  // (a symbolic dim names one expression: equal codes are equal sizes in every run)
+  const bool known = std::all_of(in.shape.begin(), in.shape.end(),
+                                 [](int64_t d) { return sym::is_size(d) || sym::is_symbolic(d); });
+  return in.dtype == n.outputs[0].dtype && known && in.shape == n.outputs[0].shape;
 }
 }  // namespace
 

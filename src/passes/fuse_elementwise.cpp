@@ -311,7 +311,9 @@ Program group_small(const Program& p, Backend target) {
 }
 }  // namespace
 
-Program fuse_elementwise(const Program& p, Backend target) {
+Program fuse_elementwise(const Program& p, Backend target, FusePhases phases) {
+  const bool small = phases != FusePhases::chains && env::fuse_groups();
+  if (phases == FusePhases::small_groups) return small ? group_small(p, target) : p;
   const auto& nodes = p.graph.nodes;
   const size_t n = nodes.size();
   // reads of each node's output 0 (fusable nodes have one output), outputs counting as reads
@@ -327,9 +329,7 @@ Program fuse_elementwise(const Program& p, Backend target) {
   std::vector<int32_t> group_of(n, -1);
   std::vector<Group> groups;
   // (then groups of small values: group_small, on the program this phase gives)
-  auto then_small = [&](const Program& q) {
-    return env::fuse_groups() ? group_small(q, target) : q;
-  };
+  auto then_small = [&](const Program& q) { return small ? group_small(q, target) : q; };
   for (int32_t r = static_cast<int32_t>(n) - 1; r >= 0; --r) {
     if (group_of[r] >= 0 || !fusable(r)) continue;
     const Shape& shape = nodes[r].outputs[0].shape;

@@ -71,8 +71,9 @@ void verify_program(const Program& p, const std::string& after_pass);
 Program fold_constants(const Program& p, const NodeEvaluator& eval);
 Program eliminate_common_subexpressions(const Program& p);
 Program eliminate_dead_code(const Program& p);
-/// Whether p has a broadcast_to whose input has its output's static shape (broadcasts a builder
-/// added before the shapes were known: attention's operands of an ONNX import with dim_params).
+/// Whether p has a broadcast_to whose input has its output's shape, each dim a size or the same
+/// symbolic dim (broadcasts a builder added before the shapes were known: attention's operands of
+/// an ONNX import with dim_params).
 bool has_identity_broadcasts(const Program& p);
 /// The program without them: their readers read the input (a copy less each).
 Program drop_identity_broadcasts(const Program& p);
@@ -99,10 +100,15 @@ Program allow_tf32(const Program& p);
 /// variable in a run sees the value it had when the run started.
 Program order_assignments(const Program& p);
 
+/// Which phases of fuse_elementwise run: both; only the chains of one shape (decisions that
+/// hold for any sizes of a symbolic program's dims); or only the groups of small values (on a
+/// program whose chains are fused: a dynamic executable's specialization).
+enum class FusePhases { all, chains, small_groups };
 /// Replaces connected groups of two or more elementwise nodes of one output shape, whose
 /// intermediate values are read only inside the group, by one fused_elementwise node each. Only
-/// nodes whose op has a kernel on `target` for their dtype join a group.
-Program fuse_elementwise(const Program& p, Backend target);
+/// nodes whose op has a kernel on `target` for their dtype join a group. Then (with
+/// KILN_FUSE_GROUPS on) independent small values are grouped into one launch.
+Program fuse_elementwise(const Program& p, Backend target, FusePhases phases = FusePhases::all);
 
 /// GELU written out (x · 0.5 · (1 + erf(x / √2)), and the tanh form with x + 0.044715 x³), as
 /// exporters write it, becomes one gelu node; the chain's values must have no other reader

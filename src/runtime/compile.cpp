@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <atomic>
 #include <functional>
-#include <set>
 #include <string>
+#include <unordered_map>
 
 #include "core/device_backend.h"
 #include "core/errors.h"
@@ -127,18 +127,32 @@ namespace {
 void compile_generated_kernels(const Program& p, const detail::ExecutableImpl& impl,
                                Device device) {
   std::vector<std::pair<fused::PrepareFn, const Node*>> kernels, alike;
-  std::set<std::string> kinds;
+  // a node's kind: its attributes and its inputs' shapes and dtypes (by hash, then compared)
+  std::unordered_multimap<size_t, const Node*> kinds;
+  auto same_kind = [&p](const Node& a, const Node& b) {
+    if (a.inputs.size() != b.inputs.size() || !(a.attrs == b.attrs)) return false;
+    for (size_t k = 0; k < a.inputs.size(); ++k) {
+      const TensorInfo &x = p.graph.info(a.inputs[k]), &y = p.graph.info(b.inputs[k]);
+      if (x.shape != y.shape || x.dtype != y.dtype) return false;
+    }
+    return true;
+  };
   for (const Step& st : impl.steps) {
     const Node& n = p.graph.nodes[st.node];
     if (n.op != OpId::FusedElementwise) continue;
     const fused::PrepareFn prep = fused::prepare(st.backend);
     if (!prep) continue;
-    std::string kind = n.attrs.to_string();
+    size_t h = n.attrs.hash();
     for (auto v : n.inputs) {
       const TensorInfo& t = p.graph.info(v);
-      kind += fmt::format("|{}:{}", str(t.shape), name(t.dtype));
+      for (int64_t d : t.shape) h = h * 1000003u ^ static_cast<size_t>(d);
+      h = h * 1000003u ^ static_cast<size_t>(t.dtype);
     }
-    (kinds.insert(kind).second ? kernels : alike).emplace_back(prep, &n);
+    const auto [first, last] = kinds.equal_range(h);
+    const bool seen =
+        std::any_of(first, last, [&](const auto& e) { return same_kind(*e.second, n); });
+    if (!seen) kinds.emplace(h, &n);
+    (seen ? alike : kernels).emplace_back(prep, &n);
   }
   kernels.insert(kernels.end(), alike.begin(), alike.end());
   std::atomic<size_t> next{0};
@@ -182,9 +196,37 @@ void optimize_for_any_shape(Program& p, const CompileOptions& o, const NodeEvalu
   if (o.allow_tf32) run_pass(p, "allow_tf32", allow_tf32);
 }
 
+namespace {
+bool any_node(const Program& p, std::initializer_list<OpId> ops) {
+  for (const Node& n : p.graph.nodes)
+    if (std::find(ops.begin(), ops.end(), n.op) != ops.end()) return true;
+  return false;
+}
+bool fuses(const CompileOptions& o) {
+  return o.optimize && o.fuse_elementwise && env::fusion_enabled();
+}
+}  // namespace
+
+bool fuse_for_any_shape(Program& p, const CompileOptions& o, Device device) {
+  const Backend target = backend_for(device);
+  // the passes that must see the program before fusion: channels_last (its choice depends on
+  // the sizes), order_assignments, schedule_collectives, and on the CPU the convolutions' and
+  // products' epilogues
+  if (!fuses(o) ||
+      any_node(p,
+               {OpId::Assign, OpId::AssignSlice, OpId::AllReduce, OpId::Conv, OpId::ConvTranspose,
+                OpId::ConvGradWeight, OpId::QuantizedConv, OpId::FusedConv}) ||
+      (target == Backend::cpu && any_node(p, {OpId::Matmul, OpId::Linear, OpId::FusedMatmul})))
+    return false;
+  if (has_identity_broadcasts(p)) run_pass(p, "drop_identity_broadcasts", drop_identity_broadcasts);
+  run_pass(p, "fuse_elementwise_chains",
+           [target](const Program& q) { return fuse_elementwise(q, target, FusePhases::chains); });
+  return true;
+}
+
 std::shared_ptr<detail::ExecutableImpl> compile_optimized(
     Program p, Device device, const CompileOptions& o,
-    const std::function<void(Program&)>& before_attach, bool many_shapes) {
+    const std::function<void(Program&)>& before_attach, bool many_shapes, bool chains_fused) {
   DeviceBackend* backend = backend_of(device);  // throws when the device is not there
   auto impl = std::make_shared<detail::ExecutableImpl>();
   impl->device = device;
@@ -201,32 +243,31 @@ std::shared_ptr<detail::ExecutableImpl> compile_optimized(
     // a package keeps both
     run_pass(p, "dce", eliminate_dead_code);
   }
-  auto any_node = [&p](OpId op) {
-    for (const Node& n : p.graph.nodes)
-      if (n.op == op) return true;
-    return false;
-  };
+  auto any = [&p](OpId op) { return any_node(p, {op}); };
   if (o.optimize && has_identity_broadcasts(p))
     run_pass(p, "drop_identity_broadcasts", drop_identity_broadcasts);
-  if (any_node(OpId::AllReduce)) run_pass(p, "schedule_collectives", schedule_collectives);
-  if (any_node(OpId::Assign) || any_node(OpId::AssignSlice))
+  if (any(OpId::AllReduce)) run_pass(p, "schedule_collectives", schedule_collectives);
+  if (any(OpId::Assign) || any(OpId::AssignSlice))
     run_pass(p, "order_assignments", order_assignments);
   // (before fuse_elementwise, which would take a conv's add and relu into a chain of their own)
-  const bool fuse = o.optimize && o.fuse_elementwise && env::fusion_enabled();
+  const bool fuse = fuses(o);
   const bool cpu = backend_for(device) == Backend::cpu;
-  if (o.optimize && cpu && (any_node(OpId::Conv) || any_node(OpId::FusedConv)))
+  if (o.optimize && cpu && (any(OpId::Conv) || any(OpId::FusedConv)))
     run_pass(p, "prepare_cpu_convs",
              [fuse](const Program& q) { return prepare_cpu_convs(q, fuse); });
-  if (o.optimize && cpu && any_node(OpId::MaxPool))
+  if (o.optimize && cpu && any(OpId::MaxPool))
     run_pass(p, "drop_unread_pool_indices", drop_unread_pool_indices);
-  const bool products = any_node(OpId::Matmul) || any_node(OpId::Linear);
+  const bool products = any(OpId::Matmul) || any(OpId::Linear);
   // (before fuse_elementwise, which would take a product's bias add and activation)
   if (fuse && cpu && products) run_pass(p, "fuse_cpu_matmul_epilogues", fuse_cpu_matmul_epilogues);
-  if (o.optimize && cpu && (products || any_node(OpId::FusedMatmul)))
+  if (o.optimize && cpu && (products || any(OpId::FusedMatmul)))
     run_pass(p, "mark_cpu_const_weights", mark_cpu_const_weights);
   if (fuse)
-    run_pass(p, "fuse_elementwise",
-             [&device](const Program& q) { return fuse_elementwise(q, backend_for(device)); });
+    run_pass(p, chains_fused ? "group_small_values" : "fuse_elementwise",
+             [&device, chains_fused](const Program& q) {
+               return fuse_elementwise(q, backend_for(device),
+                                       chains_fused ? FusePhases::small_groups : FusePhases::all);
+             });
   {
     prof::HostScope phase(SpanKind::compile, "placement");
     place(p, device, o.strict_placement, *impl);

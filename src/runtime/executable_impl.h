@@ -120,12 +120,20 @@ void attach_program(detail::ExecutableImpl& impl, Program p);
 /// (folding, batch norms, attention, autocast, casts, CSE, DCE, TF32): run once on a symbolic
 /// program for all its shapes.
 void optimize_for_any_shape(Program& p, const CompileOptions& options, const NodeEvaluator& fold);
+/// For a symbolic program that optimize_for_any_shape has seen and that will run on `device`:
+/// identity broadcasts dropped and elementwise chains fused (FusePhases::chains), once for all its
+/// shapes, where no pass of the per-shape pipeline must see the program first: no convolution
+/// (channels_last decides per size), assignment or collective, and on the CPU no product (their
+/// epilogues). Returns whether it fused: each specialization then groups only its small values.
+bool fuse_for_any_shape(Program& p, const CompileOptions& options, Device device);
 /// The rest of the pipeline on a static program that optimize_for_any_shape has seen: layouts,
 /// fusion, placement, generated kernels, the memory plan, attaching (`before_attach` as below).
-/// `many_shapes`: the executable is a dynamic executable's specialization (KernelEnv::many_shapes).
+/// `many_shapes`: the executable is a dynamic executable's specialization (KernelEnv::many_shapes);
+/// `chains_fused`: fuse_for_any_shape fused its symbolic program.
 std::shared_ptr<detail::ExecutableImpl> compile_optimized(
     Program p, Device device, const CompileOptions& options,
-    const std::function<void(Program&)>& before_attach, bool many_shapes = false);
+    const std::function<void(Program&)>& before_attach, bool many_shapes = false,
+    bool chains_fused = false);
 /// Runs the compile pipeline on an extracted program whose placeholder shapes `shapes` (by node
 /// origin) make static: specialization, the passes, placement, generated kernels, the memory plan.
 /// `options` has its environment overrides applied. `before_attach` (may be empty) sees the

@@ -274,7 +274,7 @@ std::shared_ptr<ExecutableImpl> ShapeCache::compile(const ExecutableImpl& front,
         q = instantiate(*template_, template_inputs_, shapes, &folder);
       }
       impl = compile_optimized(std::move(q), front.device, front.options, share,
-                               /*many_shapes=*/true);
+                               /*many_shapes=*/true, template_fused_);
       ++symbolic_misses_;
     } catch (const Error&) {
       impl = nullptr;  // (the passes run again for these shapes, and report what is wrong)
@@ -323,6 +323,11 @@ void ShapeCache::build_template(const ExecutableImpl& front,
   } catch (const Error& e) {
     not_symbolic_ = e.what();  // (each shape runs the passes, which report what is wrong for it)
     return;
+  }
+  try {
+    template_fused_ = fuse_for_any_shape(p, front.options, front.device);
+  } catch (const Error&) {
+    template_fused_ = false;  // (each shape fuses its chains, and reports what is wrong)
   }
   not_symbolic_ = first_unknown_dim(p);
   if (!not_symbolic_.empty()) return;

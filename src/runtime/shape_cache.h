@@ -125,6 +125,7 @@ class ShapeCache {
   std::shared_ptr<const Program> template_;
   std::vector<std::pair<int32_t, Shape>> template_inputs_;  // (symbolic_inputs)
   std::string not_symbolic_;                                // why there is no template_
+  bool template_fused_ = false;                             // (fuse_for_any_shape)
   int64_t symbolic_misses_ = 0;
   std::shared_ptr<ArenaPool> arenas_;  // the CPU specializations' arenas
   size_t max_count_ = 0, max_bytes_ = 0;

@@ -183,5 +183,39 @@ TEST(ManyShapesKernels, BatchOfOneTakesTheKernelOfALargerBatch) {
   EXPECT_NE(exe.dump().find("fused_elementwise"), std::string::npos) << exe.dump();
 }
 
+// Chains are fused once, on the symbolic program (fuse_for_any_shape), beside products: a new
+// shape's first call runs no chain fusion, and its results are the CPU's.
+TEST(ManyShapesKernels, ChainsFusedOnceServeEveryShape) {
+  REQUIRE_GPU();
+  Graph g;
+  auto x = g.placeholder({-1, -1, 32}, f32, "x");
+  auto z = g.placeholder({-1, 32}, f32, "z");
+  const Array w = random_array({32, 32}, f32);
+  const Tensor h = linear(x, g.constant(w, "w"));
+  const Tensor y = tanh(expand(h, shape_of(x)) * 2.0 + 1.0) * reshape_to(z, shape_of(x));
+  Executable exe = g.compile(Device::cuda(0), {}, {y});
+  Executable cpu = g.compile(Device::cpu(), {}, {y});
+  bool first = true;
+  for (auto [b, s] : {std::pair<int64_t, int64_t>{2, 3}, {1, 7}, {4, 1}, {3, 50}}) {
+    SCOPED_TRACE(fmt::format("({}, {})", b, s));
+    const Array xv = random_array({b, s, 32}, f32), zv = random_array({b * s, 32}, f32);
+    ProfileScope ps;
+    const Array got =
+        exe.run({{x, xv.to(Device::cuda(0))}, {z, zv.to(Device::cuda(0))}})[0].to(Device::cpu());
+    const Profile prof = ps.stop();
+    int once = 0, per_shape = 0;
+    for (const ProfileSpan& sp : prof.spans) {
+      once += sp.kind == SpanKind::compile && sp.name == "fuse_elementwise_chains";
+      per_shape += sp.kind == SpanKind::compile && sp.name == "fuse_elementwise";
+    }
+    EXPECT_EQ(once, first ? 1 : 0);  // (the first call builds the symbolic program)
+    EXPECT_EQ(per_shape, 0) << "a specialization fused chains again";
+    first = false;
+    const Array want = cpu.run({{x, xv}, {z, zv}})[0];
+    expect_close(got, want.shape(), to_f64(want), 1e-5, 1e-5);
+  }
+  EXPECT_NE(exe.dump().find("fused_elementwise"), std::string::npos) << exe.dump();
+}
+
 }  // namespace
 }  // namespace kiln

@@ -316,7 +316,10 @@ TEST(CpuConvs, ResidualsAreAddedInPlace) {
         const Tensor ry = build_block(r, f64, false);
         auto plain = r.compile(Device::cpu(), {}, {ry}, CompileOptions{.optimize = false});
         const Array want = plain.run({{"x", xv}})[0];
-        expect_close(exe.run({{"x", xv.astype(t)}})[0], want.shape(), to_f64(want), 1e-5, 1e-5);
+        // (f32: two stacked convolutions of 72 terms each, whose sums cancel: 1e-5 failed in
+        // about one seed of 100, 1.6e-5 off a value of 0.28)
+        const double tol = t == f32 ? 2e-4 : 1e-9;
+        expect_close(exe.run({{"x", xv.astype(t)}})[0], want.shape(), to_f64(want), tol, tol);
       }
 }
 

@@ -4,13 +4,16 @@
 // types use a tiled kernel that wraps like the CPU loops. Row-major C = A·B is computed as the
 // column-major product Cᵀ = Bᵀ·Aᵀ, so no copies are made.
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <climits>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <tuple>
 #include <vector>
 
@@ -116,25 +119,35 @@ void make_layout(Layout& l, cudaDataType_t t, int64_t rows, int64_t cols, int64_
   }
 }
 
-std::shared_ptr<const GemmPlan> build_plan(const GemmKey& k) {
-  auto plan = std::make_shared<GemmPlan>();
+// The layouts of k's operands (into plan) and the descriptor a query for k takes; the heuristic
+// needs a bias pointer, aligned as a real one is (a misaligned one makes it refuse f64 with
+// INVALID_VALUE), which is never read.
+void describe(const GemmKey& k, GemmPlan& plan, MatmulDesc& desc) {
   const cudaDataType_t t = cuda_type(k.dtype);
-  make_layout(plan->a, t, k.trans_a ? k.k : k.m, k.trans_a ? k.m : k.k, k.lda, k.batch, k.stride_a);
-  make_layout(plan->b, t, k.k, k.n, k.ldb, k.batch, k.stride_b);
-  make_layout(plan->d, t, k.m, k.n, k.ldd, k.batch, k.stride_d);
-  MatmulDesc desc;
-  // the heuristic needs a bias pointer, aligned as a real one is (a misaligned one makes it
-  // refuse f64 with INVALID_VALUE); it is never read
+  make_layout(plan.a, t, k.trans_a ? k.k : k.m, k.trans_a ? k.m : k.k, k.lda, k.batch, k.stride_a);
+  make_layout(plan.b, t, k.k, k.n, k.ldb, k.batch, k.stride_b);
+  make_layout(plan.d, t, k.m, k.n, k.ldd, k.batch, k.stride_d);
   alignas(256) static const char kBiasStandIn[256] = {};
   make_desc(desc, k, k.bias ? kBiasStandIn : nullptr);
-  Preference pref;
+}
+
+// The preference of a heuristic query for k: the workspace bound, the operands' alignments, and
+// split-K partial sums in f32 for f16/bf16 (no reduction in, or in place of, the half output).
+void prefer(const GemmKey& k, Preference& pref) {
   lt::make_preference(pref, kMaxWorkspace, k.align_a, k.align_b, k.align_d);
   if (k.dtype == DType::f16 || k.dtype == DType::bf16) {
-    // split-K partial sums stay in f32: no reduction in (or in place of) the half output
     const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
     KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
         pref.h, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof(schemes)));
   }
+}
+
+std::shared_ptr<const GemmPlan> build_plan(const GemmKey& k) {
+  auto plan = std::make_shared<GemmPlan>();
+  MatmulDesc desc;
+  describe(k, *plan, desc);
+  Preference pref;
+  prefer(k, pref);
   prof::HostScope span(SpanKind::compile, "cuBLASLt heuristic");
   plan->found = lt::first_algo(cublaslt_handle(k.device), desc, plan->a, plan->b, plan->d, pref,
                                kMaxWorkspace, plan->algo, plan->workspace);
@@ -217,19 +230,88 @@ std::shared_ptr<const GemmPlan> launched_neighbour(const GemmKey& b) {
   return best;
 }
 
+// Kernels the process has launched (their modules loaded), by what selects a kernel: the
+// product's types, transposes and epilogue, and the algorithm's configuration.
+struct KernelId {
+  DType dtype = f32;
+  bool tf32 = false, trans_a = false, bias = false;
+  std::array<uint64_t, 8> algo{};
+  KernelId(const GemmKey& k, const cublasLtMatmulAlgo_t& a)
+      : dtype(k.dtype), tf32(k.tf32), trans_a(k.trans_a), bias(k.bias) {
+    static_assert(sizeof(a.data) == sizeof(algo));
+    std::memcpy(algo.data(), a.data, sizeof(algo));
+  }
+  auto tie() const { return std::tie(dtype, tf32, trans_a, bias, algo); }
+  bool operator<(const KernelId& o) const { return tie() < o.tie(); }
+};
+struct LoadedKernels {
+  std::mutex mu;
+  std::set<KernelId> ids;
+};
+LoadedKernels& loaded_kernels() {
+  static LoadedKernels* l = new LoadedKernels;  // (never destroyed, as bucket_plans)
+  return *l;
+}
+// Records plan's kernel as launched; whether it had not been.
+bool mark_loaded(const GemmKey& k, const GemmPlan& plan) {
+  LoadedKernels& l = loaded_kernels();
+  std::lock_guard<std::mutex> g(l.mu);
+  return l.ids.insert(KernelId(k, plan.algo)).second;
+}
+
+// The plan of bucket b when no neighbouring bucket has run: of cuBLASLt's first kPreferLoaded
+// heuristic choices, the first whose kernel the process has launched (a first launch of a kernel
+// costs up to about 5 ms, a product of these sizes microseconds), else the first; registered as
+// the bucket's plan.
+constexpr int kPreferLoaded = 8;
+std::shared_ptr<const GemmPlan> bucket_plan_preferring_loaded(const GemmKey& b) {
+  auto plan = std::make_shared<GemmPlan>();
+  MatmulDesc desc;
+  describe(b, *plan, desc);
+  Preference pref;
+  prefer(b, pref);
+  cublasLtMatmulHeuristicResult_t results[kPreferLoaded] = {};
+  int count = 0;
+  {
+    prof::HostScope span(SpanKind::compile, "cuBLASLt heuristic");
+    const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(
+        cublaslt_handle(b.device), desc.h, plan->a.h, plan->b.h, plan->d.h, plan->d.h, pref.h,
+        kPreferLoaded, results, &count);
+    if (s != CUBLAS_STATUS_SUCCESS && s != CUBLAS_STATUS_NOT_SUPPORTED)
+      throw_cublas_error(s, "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__);
+  }
+  const cublasLtMatmulHeuristicResult_t* chosen = nullptr;
+  {
+    LoadedKernels& l = loaded_kernels();
+    std::lock_guard<std::mutex> g(l.mu);
+    for (int i = 0; i < count; ++i) {
+      const auto& r = results[i];
+      if (r.state != CUBLAS_STATUS_SUCCESS || r.workspaceSize > kMaxWorkspace) continue;
+      if (!chosen) chosen = &r;  // (the heuristic's first usable choice)
+      if (l.ids.count(KernelId(b, r.algo))) {
+        chosen = &r;
+        break;
+      }
+    }
+  }
+  if (chosen) {
+    plan->algo = chosen->algo;
+    plan->workspace = chosen->workspaceSize;
+    plan->found = true;
+  }
+  std::shared_ptr<const GemmPlan> shared = plan;
+  BucketPlans& bp = bucket_plans();
+  std::lock_guard<std::mutex> g(bp.mu);
+  return bp.by_family[family_of(b)].emplace(b.n, shared).first->second;
+}
+
 // source's algorithm for `key` when cuBLASLt confirms that it runs key within the workspace
 // bound; else null. (Plans of plan_for live as long as the process: `source` may point at one.)
 std::shared_ptr<const GemmPlan> checked_plan(const GemmKey& key, const GemmPlan& source) {
   const cublasLtMatmulAlgo_t& algo = source.algo;
   auto plan = std::make_shared<GemmPlan>();
-  const cudaDataType_t t = cuda_type(key.dtype);
-  make_layout(plan->a, t, key.trans_a ? key.k : key.m, key.trans_a ? key.m : key.k, key.lda,
-              key.batch, key.stride_a);
-  make_layout(plan->b, t, key.k, key.n, key.ldb, key.batch, key.stride_b);
-  make_layout(plan->d, t, key.m, key.n, key.ldd, key.batch, key.stride_d);
   MatmulDesc desc;
-  alignas(256) static const char kBiasStandIn[256] = {};  // (as in build_plan)
-  make_desc(desc, key, key.bias ? kBiasStandIn : nullptr);
+  describe(key, *plan, desc);
   cublasLtMatmulHeuristicResult_t r{};
   prof::HostScope span(SpanKind::compile, "cuBLASLt check");
   const cublasStatus_t s = cublasLtMatmulAlgoCheck(cublaslt_handle(key.device), desc.h, plan->a.h,
@@ -249,7 +331,8 @@ std::shared_ptr<const GemmPlan> checked_plan(const GemmKey& key, const GemmPlan&
 // else `k`'s own. A heuristic query costs about a millisecond on the H200; a check, microseconds;
 // the first launch of a kernel the process has not run, up to about 5 ms (its module loads). So
 // a bucket not planned yet first borrows the algorithm of a launched neighbouring bucket (within
-// a factor of two of its columns; KILN_GEMM_BORROW=0 turns this off) and keeps it.
+// a factor of two of its columns), and without one takes a heuristic choice whose kernel has run
+// (bucket_plan_preferring_loaded); KILN_GEMM_BORROW=0 turns both off.
 std::shared_ptr<const GemmPlan> plan_near(const GemmKey& k) {
   if (k.m <= 0 || k.n <= 0 || k.k <= 0) return plan_for(k);
   const GemmKey b = bucketed(k);
@@ -262,9 +345,11 @@ std::shared_ptr<const GemmPlan> plan_near(const GemmKey& k) {
       const auto f = bp.by_family.find(family_of(b));
       if (f != bp.by_family.end() && f->second.count(b.n)) near = f->second.at(b.n);
     }
-    if (!near && env::gemm_borrow())
+    if (!near && env::gemm_borrow()) {
       if (const auto borrowed = launched_neighbour(b))
         if (auto plan = checked_plan(key, *borrowed)) return plan;
+      near = bucket_plan_preferring_loaded(b);
+    }
     if (!near) near = bucket_plan(b);
     if (!near->found) return plan_for(key);
     if (auto plan = checked_plan(key, *near)) return plan;
@@ -301,7 +386,11 @@ bool try_gemm(KernelContext& ctx, GemmKey key, const GemmArgs& g) {
   std::optional<prof::HostScope> first;
   const bool new_plan = !plan->launched.exchange(true, std::memory_order_relaxed);
   if (new_plan && plan->source) plan->source->launched.store(true, std::memory_order_relaxed);
-  if (new_plan && prof::on()) first.emplace(SpanKind::compile, "cuBLASLt first launch");
+  // (a kernel's first launch in the process loads it: up to about 5 ms)
+  const bool new_kernel = new_plan && mark_loaded(key, *plan);
+  if (new_plan && prof::on())
+    first.emplace(SpanKind::compile,
+                  new_kernel ? "cuBLASLt first launch of a kernel" : "cuBLASLt first launch");
   KILN_CUBLAS_CHECK(cublasLtMatmul(
       cublaslt_handle(ctx.device()), desc.h, f64 ? static_cast<const void*>(&one_d) : &one, g.a,
       plan->a.h, g.b, plan->b.h, f64 ? static_cast<const void*>(&zero_d) : &zero, g.d, plan->d.h,
