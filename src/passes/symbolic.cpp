@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <map>
 #include <optional>
+#include <unordered_map>
 
 #include "core/dim_specs.h"
 #include "core/errors.h"
@@ -323,7 +324,14 @@ Program instantiate(const Program& symbolic, const std::vector<std::pair<int32_t
     auto it = sizes.find(name);
     return it == sizes.end() ? kDynamic : it->second;
   };
-  auto concrete = [&](int64_t d) { return d >= 0 ? d : sym::evaluate(d, value); };
+  // (each expression evaluated once: many nodes share the same few)
+  std::unordered_map<int64_t, int64_t> values;
+  auto concrete = [&](int64_t d) {
+    if (d >= 0) return d;
+    const auto [it, fresh] = values.try_emplace(d, 0);
+    if (fresh) it->second = sym::evaluate(d, value);
+    return it->second;
+  };
   Program p = symbolic;
   for (Node& n : p.graph.nodes) {
     if (n.op == OpId::Placeholder) continue;
