@@ -108,3 +108,48 @@ def test_scan_over_an_axis(rng, tmp_path, reverse):
     got, want = both(m, feeds, tmp_path)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+def scan8_model(batch, steps, lens=None):
+    """Scan-8: states (batch, 2), scan inputs (batch, steps, 2) twice (the second reversed); the
+    body adds both steps into the state and emits tanh of it and the product of the steps."""
+    body = helper.make_graph([helper.make_node("Add", ["s_in", "a"], ["t"]),
+                              helper.make_node("Add", ["t", "b"], ["s_out"]),
+                              helper.make_node("Tanh", ["s_out"], ["y"]),
+                              helper.make_node("Mul", ["a", "b"], ["p"])], "body",
+                             [helper.make_tensor_value_info("s_in", F, [2]),
+                              helper.make_tensor_value_info("a", F, [2]),
+                              helper.make_tensor_value_info("b", F, [2])],
+                             [helper.make_tensor_value_info("s_out", F, [2]),
+                              helper.make_tensor_value_info("y", F, [2]),
+                              helper.make_tensor_value_info("p", F, [2])])
+    node = helper.make_node("Scan", ["lens" if lens is not None else "", "s0", "xa", "xb"],
+                            ["s", "ys", "ps"], body=body, num_scan_inputs=2, directions=[0, 1])
+    inits = [numpy_helper.from_array(np.array(lens, np.int64), "lens")] if lens is not None else []
+    return model_of([node],
+                    [helper.make_tensor_value_info("s0", F, [batch, 2]),
+                     helper.make_tensor_value_info("xa", F, [batch, steps, 2]),
+                     helper.make_tensor_value_info("xb", F, [batch, steps, 2])],
+                    [helper.make_tensor_value_info("s", F, [batch, 2]),
+                     helper.make_tensor_value_info("ys", F, [batch, steps, 2]),
+                     helper.make_tensor_value_info("ps", F, [batch, steps, 2])], inits, opset=8)
+
+
+@pytest.mark.parametrize("batch,lens", [(1, None), (3, None), (2, [5, 5])])
+def test_scan8_scans_each_batch_element(rng, tmp_path, batch, lens):
+    m = scan8_model(batch, 5, lens)
+    feeds = {"s0": rng.standard_normal((batch, 2)).astype(np.float32),
+             "xa": rng.standard_normal((batch, 5, 2)).astype(np.float32),
+             "xb": rng.standard_normal((batch, 5, 2)).astype(np.float32)}
+    got, want = both(m, feeds, tmp_path)
+    assert [g.shape for g in got] == [(batch, 2), (batch, 5, 2), (batch, 5, 2)]
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_scan8_refuses_sequences_shorter_than_their_steps(tmp_path):
+    path = str(tmp_path / "m.onnx")
+    onnx.save(scan8_model(2, 5, [5, 3]), path)
+    with pytest.raises(kiln.UnsupportedError,
+                       match="sequence_lens holds 3 for sequences of 5 steps"):
+        kiln.onnx.load(path)

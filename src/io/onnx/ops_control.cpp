@@ -1,11 +1,10 @@
 // ONNX control flow onto kiln's control ops (src/ops/control.cpp): If as cond (or, with a
 // condition known while importing, the taken branch in place), Loop as a while_loop carrying the
 // iteration number and the condition (unrolled while importing where it carries sequences), Scan
-// (from opset 9: Scan-8's batch axis and sequence_lens are not mapped) as a for_loop over the
-// scanned axis. A subgraph reads the values of the graphs around it by name; kiln captures them.
-// Scan outputs (Loop's and Scan's per-iteration values) are stacked into buffers carried through
-// the loop, so their length must be known while importing: Scan's scanned dim, Loop's M with a
-// condition that stays true.
+// as a for_loop over the scanned axis (Scan-8: one per element of its batch). A subgraph reads the
+// values of the graphs around it by name; kiln captures them. Scan outputs (Loop's and Scan's
+// per-iteration values) are stacked into buffers carried through the loop, so their length must be
+// known while importing: Scan's scanned dim, Loop's M with a condition that stays true.
 #include <onnx/onnx_pb.h>
 
 #include <optional>
@@ -242,58 +241,41 @@ Outs as_while_loop(NodeContext& c, const ::onnx::GraphProto& body, int carried, 
 
 // Scan (opset 9+): for i < T, states..., outs... = body(states..., x_j[i along axis_j]...), each
 // scan input read forwards or backwards, each scan output stacked along its axis.
-Outs scan_op(NodeContext& c) {
-  const ::onnx::GraphProto& body = c.attr_graph("body");
-  const int64_t num_scan = c.required_int("num_scan_inputs");
-  const int states = c.num_inputs() - static_cast<int>(num_scan);
-  if (num_scan < 1 || states < 0)
-    c.fail(fmt::format("num_scan_inputs {} does not fit {} inputs", num_scan, c.num_inputs()));
+// Scan's axes and directions, one of each per scan input and per scan output.
+struct ScanAxes {
+  std::vector<int64_t> in_axes, in_dirs, out_axes, out_dirs;
+};
+
+// The scan of `body` over `xs` from the initial `states`: the final states, then the scan outputs.
+Outs run_scan(NodeContext& c, const ::onnx::GraphProto& body, std::vector<Tensor> init,
+              const std::vector<Tensor>& xs, ScanAxes a) {
+  const int states = static_cast<int>(init.size());
+  const auto num_scan = static_cast<int>(xs.size());
   const int scans = body.output_size() - states;
-  if (scans < 0 || body.input_size() != c.num_inputs())
-    c.fail(fmt::format("the body has {} inputs and {} outputs for {} states and {} scan inputs",
-                       body.input_size(), body.output_size(), states, num_scan));
-  auto per_input = [&](const char* name, int64_t count) {
-    std::vector<int64_t> v = c.attr_ints(name);
-    if (v.empty()) v.assign(static_cast<size_t>(count), 0);
-    if (static_cast<int64_t>(v.size()) != count)
-      c.fail(fmt::format("{} has {} values for {}", name, v.size(), count));
-    return v;
-  };
-  std::vector<int64_t> in_axes = per_input("scan_input_axes", num_scan),
-                       in_dirs = per_input("scan_input_directions", num_scan),
-                       out_axes = per_input("scan_output_axes", scans),
-                       out_dirs = per_input("scan_output_directions", scans);
-  std::vector<Tensor> xs;
   int64_t steps = -1;
   bool known = true;
   for (int j = 0; j < num_scan; ++j) {
-    Tensor x = c.input(states + j);
-    in_axes[j] = axis_of(c, in_axes[j], x.rank());
-    const int64_t len = x.dim(static_cast<int>(in_axes[j]));
+    a.in_axes[j] = axis_of(c, a.in_axes[j], xs[j].rank());
+    const int64_t len = xs[j].dim(static_cast<int>(a.in_axes[j]));
     known = known && len >= 0;
     if (len >= 0 && steps >= 0 && len != steps)
       c.fail(fmt::format("scan inputs of {} and {} steps", steps, len));
     if (len >= 0) steps = len;
-    xs.push_back(x);
   }
   // the trip count: known while importing, or the first scan input's scanned dim, from shapes
   std::optional<Tensor> length;
   if (!known) {
     steps = -1;
-    length = slice(shape_of(xs[0]), {in_axes[0]}, {in_axes[0] + 1});
+    length = slice(shape_of(xs[0]), {a.in_axes[0]}, {a.in_axes[0] + 1});
   }
   const Tensor count =
       known ? known_ints(c, {steps}) : *length;  // 1-d; reshaped to the loop's 0-d count below
   // a body over (states..., one step of each scan input)
   std::vector<TensorInfo> in;
-  std::vector<Tensor> init;
-  for (int k = 0; k < states; ++k) {
-    init.push_back(c.input(k));
-    in.push_back({init.back().shape(), init.back().dtype()});
-  }
+  for (const Tensor& s : init) in.push_back({s.shape(), s.dtype()});
   for (int j = 0; j < num_scan; ++j) {
     Shape s = xs[j].shape();
-    s.erase(s.begin() + in_axes[j]);
+    s.erase(s.begin() + a.in_axes[j]);
     in.push_back({s, xs[j].dtype()});
   }
   const std::vector<TensorInfo> out_infos = body_output_infos(c, body, in);
@@ -307,18 +289,18 @@ Outs scan_op(NodeContext& c) {
   std::vector<Tensor> out = for_loop(trips, init, [&](const std::vector<Tensor>& v) {
     std::vector<Tensor> args(v.begin() + 1, v.begin() + 1 + states);
     for (int j = 0; j < num_scan; ++j)
-      args.push_back(gather(xs[j], step_index(v[0], in_dirs[j]), in_axes[j]));
+      args.push_back(gather(xs[j], step_index(v[0], a.in_dirs[j]), a.in_axes[j]));
     const std::vector<Tensor> o = c.importer().inline_body(body, args);
     std::vector<Tensor> next;
     for (int k = 0; k < states; ++k)
       next.push_back(o[k].dtype() == v[1 + k].dtype() ? o[k] : cast(o[k], v[1 + k].dtype()));
     for (int k = 0; k < scans; ++k)
-      next.push_back(write_row(v[1 + states + k], step_index(v[0], out_dirs[k]), o[states + k]));
+      next.push_back(write_row(v[1 + states + k], step_index(v[0], a.out_dirs[k]), o[states + k]));
     return next;
   });
   for (int k = 0; k < scans; ++k) {
     Tensor& y = out[states + k];
-    const int64_t axis = axis_of(c, out_axes[k], y.rank());
+    const int64_t axis = axis_of(c, a.out_axes[k], y.rank());
     if (axis == 0) continue;
     std::vector<int64_t> perm;
     for (int64_t d = 1; d < y.rank(); ++d) perm.push_back(d);
@@ -328,12 +310,95 @@ Outs scan_op(NodeContext& c) {
   return out;
 }
 
+// The body's counts checked against the node's: `first` inputs before the states.
+int scan_outputs(NodeContext& c, const ::onnx::GraphProto& body, int first, int64_t num_scan) {
+  const int states = c.num_inputs() - first - static_cast<int>(num_scan);
+  if (num_scan < 1 || states < 0)
+    c.fail(fmt::format("num_scan_inputs {} does not fit {} inputs", num_scan, c.num_inputs()));
+  const int scans = body.output_size() - states;
+  if (scans < 0 || body.input_size() != c.num_inputs() - first)
+    c.fail(fmt::format("the body has {} inputs and {} outputs for {} states and {} scan inputs",
+                       body.input_size(), body.output_size(), states, num_scan));
+  return scans;
+}
+
+// One value per input or output of the attribute `name` (all 0 when it is not given).
+std::vector<int64_t> per_value(NodeContext& c, const char* name, int64_t count) {
+  std::vector<int64_t> v = c.attr_ints(name);
+  if (v.empty()) v.assign(static_cast<size_t>(count), 0);
+  if (static_cast<int64_t>(v.size()) != count)
+    c.fail(fmt::format("{} has {} values for {}", name, v.size(), count));
+  return v;
+}
+
+Outs scan_op(NodeContext& c) {
+  const ::onnx::GraphProto& body = c.attr_graph("body");
+  const int64_t num_scan = c.required_int("num_scan_inputs");
+  const int scans = scan_outputs(c, body, 0, num_scan);
+  const int states = c.num_inputs() - static_cast<int>(num_scan);
+  std::vector<Tensor> init, xs;
+  for (int k = 0; k < states; ++k) init.push_back(c.input(k));
+  for (int j = 0; j < num_scan; ++j) xs.push_back(c.input(states + j));
+  return run_scan(
+      c, body, init, xs,
+      {per_value(c, "scan_input_axes", num_scan), per_value(c, "scan_input_directions", num_scan),
+       per_value(c, "scan_output_axes", scans), per_value(c, "scan_output_directions", scans)});
+}
+
+// Scan-8: every state and scan input has a batch dim first (the scanned dim second), and the
+// body sees one batch element. Each element of the batch (known while importing) is scanned on
+// its own and the results stacked. sequence_lens may only give every element the whole length.
+Outs scan8_op(NodeContext& c) {
+  const ::onnx::GraphProto& body = c.attr_graph("body");
+  const int64_t num_scan = c.required_int("num_scan_inputs");
+  const int scans = scan_outputs(c, body, 1, num_scan);
+  const int states = c.num_inputs() - 1 - static_cast<int>(num_scan);
+  int64_t batch = -1;
+  for (int i = 1; i < c.num_inputs(); ++i) {
+    const Tensor x = c.input(i);
+    if (x.rank() < (i > states ? 2 : 1))
+      c.fail(fmt::format("input {} of rank {} has no batch dim{}", i, x.rank(),
+                         i > states ? " and scanned dim" : ""));
+    if (x.dim(0) < 0)
+      c.unsupported(
+          "the batch dim must be known while importing (each element is scanned on its own)");
+    if (batch >= 0 && x.dim(0) != batch)
+      c.fail(fmt::format("inputs with batch dims {} and {}", batch, x.dim(0)));
+    batch = x.dim(0);
+  }
+  if (batch == 0) c.fail("a batch of 0 elements");
+  if (c.has_input(0)) {
+    const int64_t steps = c.input(1 + states).dim(1);
+    for (int64_t len : c.ints(0))
+      if (len != steps)
+        c.unsupported(
+            fmt::format("sequence_lens holds {} for sequences of {} steps: only whole-length "
+                        "sequences are supported",
+                        len, steps));
+  }
+  const ScanAxes a{std::vector<int64_t>(num_scan, 0), per_value(c, "directions", num_scan),
+                   std::vector<int64_t>(scans, 0), std::vector<int64_t>(scans, 0)};
+  std::vector<std::vector<Tensor>> per_element(static_cast<size_t>(states + scans));
+  for (int64_t b = 0; b < batch; ++b) {
+    auto element = [&](int i) { return squeeze(slice(c.input(i), {b}, {b + 1}, {}, {0}), {0}); };
+    std::vector<Tensor> init, xs;
+    for (int k = 0; k < states; ++k) init.push_back(element(1 + k));
+    for (int j = 0; j < num_scan; ++j) xs.push_back(element(1 + states + j));
+    const Outs o = run_scan(c, body, init, xs, a);
+    for (size_t k = 0; k < o.size(); ++k) per_element[k].push_back(o[k]);
+  }
+  Outs out;
+  for (auto& values : per_element) out.push_back(stack(values, 0));
+  return out;
+}
+
 }  // namespace
 
 void add_control_ops(std::vector<OpEntry>& t) {
   t.insert(t.end(), {
                         {"If", 1, if_op},
                         {"Loop", 1, loop_op},
+                        {"Scan", 8, scan8_op},
                         {"Scan", 9, scan_op},
                     });
 }
