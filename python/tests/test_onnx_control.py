@@ -153,3 +153,17 @@ def test_scan8_refuses_sequences_shorter_than_their_steps(tmp_path):
     with pytest.raises(kiln.UnsupportedError,
                        match="sequence_lens holds 3 for sequences of 5 steps"):
         kiln.onnx.load(path)
+
+
+def test_scan8_with_a_dynamic_batch_and_steps(rng, tmp_path):
+    path = str(tmp_path / "m.onnx")
+    onnx.save(scan8_model("N", "T"), path)
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    exe = kiln.onnx.load(path).compile(device=kiln.default_device())
+    for batch, steps in ((1, 4), (3, 6), (2, 1)):
+        feeds = {"s0": rng.standard_normal((batch, 2)).astype(np.float32),
+                 "xa": rng.standard_normal((batch, steps, 2)).astype(np.float32),
+                 "xb": rng.standard_normal((batch, steps, 2)).astype(np.float32)}
+        got, want = [a.numpy() for a in exe.run(feeds)], sess.run(None, feeds)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)

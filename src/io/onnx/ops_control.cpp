@@ -1,8 +1,8 @@
 // ONNX control flow onto kiln's control ops (src/ops/control.cpp): If as cond (or, with a
 // condition known while importing, the taken branch in place), Loop as a while_loop carrying the
 // iteration number and the condition (unrolled while importing where it carries sequences), Scan
-// as a for_loop over the scanned axis (Scan-8: one per element of its batch). A subgraph reads the
-// values of the graphs around it by name; kiln captures them. Scan outputs (Loop's and Scan's
+// as a for_loop over the scanned axis (Scan-8: inside a for_loop over its batch). A subgraph reads
+// the values of the graphs around it by name; kiln captures them. Scan outputs (Loop's and Scan's
 // per-iteration values) are stacked into buffers carried through the loop, so their length must be
 // known while importing: Scan's scanned dim, Loop's M with a condition that stays true.
 #include <onnx/onnx_pb.h>
@@ -83,10 +83,9 @@ Tensor scan_buffer(NodeContext& c, int64_t n, const TensorInfo& row,
   return zeros(c.graph(), s, row.dtype);
 }
 Tensor write_row(const Tensor& buffer, const Tensor& row_index, Tensor value) {
-  Shape s = buffer.shape();
-  s[0] = 1;
   if (value.dtype() != buffer.dtype()) value = cast(value, buffer.dtype());
-  return scatter_nd(buffer, reshape(row_index, {1, 1}), reshape(value, s));
+  // (the value has the row's shape; a buffer sized from shapes has no known dims to reshape to)
+  return scatter_nd(buffer, reshape(row_index, {1, 1}), expand_dims(value, {0}));
 }
 
 // Whether a Loop body hands its condition on unchanged (its output 0 is input 1, or an Identity
@@ -346,8 +345,9 @@ Outs scan_op(NodeContext& c) {
 }
 
 // Scan-8: every state and scan input has a batch dim first (the scanned dim second), and the
-// body sees one batch element. Each element of the batch (known while importing) is scanned on
-// its own and the results stacked. sequence_lens may only give every element the whole length.
+// body sees one batch element. A for_loop over the batch scans each element with its own inner
+// for_loop and writes its results into rows of the outputs. sequence_lens may only give every
+// element the whole length.
 Outs scan8_op(NodeContext& c) {
   const ::onnx::GraphProto& body = c.attr_graph("body");
   const int64_t num_scan = c.required_int("num_scan_inputs");
@@ -359,37 +359,86 @@ Outs scan8_op(NodeContext& c) {
     if (x.rank() < (i > states ? 2 : 1))
       c.fail(fmt::format("input {} of rank {} has no batch dim{}", i, x.rank(),
                          i > states ? " and scanned dim" : ""));
-    if (x.dim(0) < 0)
-      c.unsupported(
-          "the batch dim must be known while importing (each element is scanned on its own)");
-    if (batch >= 0 && x.dim(0) != batch)
+    if (batch >= 0 && x.dim(0) >= 0 && x.dim(0) != batch)
       c.fail(fmt::format("inputs with batch dims {} and {}", batch, x.dim(0)));
-    batch = x.dim(0);
+    if (x.dim(0) >= 0) batch = x.dim(0);
   }
-  if (batch == 0) c.fail("a batch of 0 elements");
+  const Tensor first = c.input(1 + states);  // (the first scan input: batch and steps)
   if (c.has_input(0)) {
-    const int64_t steps = c.input(1 + states).dim(1);
+    const int64_t steps = first.dim(1);
     for (int64_t len : c.ints(0))
       if (len != steps)
         c.unsupported(
-            fmt::format("sequence_lens holds {} for sequences of {} steps: only whole-length "
-                        "sequences are supported",
+            fmt::format("sequence_lens holds {} for sequences of {} steps: only "
+                        "whole-length sequences are supported",
                         len, steps));
   }
-  const ScanAxes a{std::vector<int64_t>(num_scan, 0), per_value(c, "directions", num_scan),
-                   std::vector<int64_t>(scans, 0), std::vector<int64_t>(scans, 0)};
-  std::vector<std::vector<Tensor>> per_element(static_cast<size_t>(states + scans));
-  for (int64_t b = 0; b < batch; ++b) {
-    auto element = [&](int i) { return squeeze(slice(c.input(i), {b}, {b + 1}, {}, {0}), {0}); };
-    std::vector<Tensor> init, xs;
-    for (int k = 0; k < states; ++k) init.push_back(element(1 + k));
-    for (int j = 0; j < num_scan; ++j) xs.push_back(element(1 + states + j));
-    const Outs o = run_scan(c, body, init, xs, a);
-    for (size_t k = 0; k < o.size(); ++k) per_element[k].push_back(o[k]);
+  // a dim of the first scan input, 1-d: known while importing or from its shape
+  auto dim_of = [&](int d) {
+    return first.dim(d) >= 0 ? known_ints(c, {first.dim(d)})
+                             : slice(shape_of(first), {int64_t{d}}, {int64_t{d} + 1});
+  };
+  // the outputs: the states' rows overwritten, the scan outputs (batch, steps, row...) of zeros
+  std::vector<TensorInfo> step_in;
+  std::vector<Tensor> init;
+  for (int k = 0; k < states; ++k) {
+    const Tensor s = c.input(1 + k);
+    init.push_back(s);
+    const Shape shape = s.shape();
+    step_in.push_back({Shape(shape.begin() + 1, shape.end()), s.dtype()});
   }
-  Outs out;
-  for (auto& values : per_element) out.push_back(stack(values, 0));
-  return out;
+  for (int j = 0; j < num_scan; ++j) {
+    const Tensor x = c.input(1 + states + j);
+    const Shape shape = x.shape();
+    step_in.push_back({Shape(shape.begin() + 2, shape.end()), x.dtype()});
+  }
+  const std::vector<TensorInfo> out_infos = body_output_infos(c, body, step_in);
+  for (int k = 0; k < scans; ++k) {
+    const TensorInfo& row = out_infos[states + k];
+    for (int64_t d : row.shape)
+      if (d < 0)
+        c.unsupported(fmt::format(
+            "a scan output of shape {} (its dims must be known while importing)", str(row.shape)));
+    Shape s{batch, first.dim(1)};
+    s.insert(s.end(), row.shape.begin(), row.shape.end());
+    init.push_back(is_static(s) ? zeros(c.graph(), s, row.dtype)
+                                : full(concat({dim_of(0), dim_of(1), known_ints(c, row.shape)}, 0),
+                                       0.0, row.dtype));
+  }
+  const std::vector<int64_t> dirs = per_value(c, "directions", num_scan);
+  const Tensor steps = reshape(dim_of(1), {});
+  // rows: the outer loop over the batch; for each, the inner loop over the steps writes each
+  // step's outputs at [b, t] and carries the element's states, written into row b at its end
+  return for_loop(reshape(dim_of(0), {}), init, [&](const std::vector<Tensor>& v) {
+    const Tensor& b = v[0];
+    std::vector<Tensor> inner;
+    for (int k = 0; k < states; ++k) inner.push_back(gather(v[1 + k], b, 0));
+    for (int k = 0; k < scans; ++k) inner.push_back(v[1 + states + k]);
+    std::vector<Tensor> xs;
+    for (int j = 0; j < num_scan; ++j) xs.push_back(gather(c.input(1 + states + j), b, 0));
+    const std::vector<Tensor> done = for_loop(steps, inner, [&](const std::vector<Tensor>& u) {
+      const Tensor& t = u[0];
+      std::vector<Tensor> args(u.begin() + 1, u.begin() + 1 + states);
+      for (int j = 0; j < num_scan; ++j)
+        args.push_back(gather(xs[j], dirs[j] ? (steps - 1.0) - t : t, 0));
+      const std::vector<Tensor> o = c.importer().inline_body(body, args);
+      std::vector<Tensor> next;
+      for (int k = 0; k < states; ++k)
+        next.push_back(o[k].dtype() == u[1 + k].dtype() ? o[k] : cast(o[k], u[1 + k].dtype()));
+      const Tensor at = reshape(stack({b, t}, 0), {1, 2});
+      for (int k = 0; k < scans; ++k) {
+        const Tensor& buf = u[1 + states + k];
+        const Tensor& y = o[states + k];
+        next.push_back(scatter_nd(
+            buf, at, expand_dims(y.dtype() == buf.dtype() ? y : cast(y, buf.dtype()), {0})));
+      }
+      return next;
+    });
+    std::vector<Tensor> next;
+    for (int k = 0; k < states; ++k) next.push_back(write_row(v[1 + k], b, done[k]));
+    for (int k = 0; k < scans; ++k) next.push_back(done[states + k]);
+    return next;
+  });
 }
 
 }  // namespace
