@@ -3,7 +3,8 @@
 a shape subgraph feeding Reshape, dim_params, an If, opset 24's Attention, RotaryEmbedding and
 RMSNormalization, Col2Im, CumProd, Trilu, the unsigned, float8, packed 4- and 2-bit and float8e8m0
 types, ai.onnx.preview's FlexAttention with score_mod and prob_mod subgraphs, and the ops kiln
-writes out: Det, TfIdfVectorizer, DeformConv, RoiAlign) and truncated and bit-flipped variants of
+writes out: Det, TfIdfVectorizer, DeformConv, RoiAlign; Scan-8's loops over a dynamic batch and
+steps) and truncated and bit-flipped variants of
 each. Deterministic (fixed seed). The corpus also keeps found_*.onnx: inputs of 30-minute runs
 that reached code the seeds do not (fuzz_onnx_import -merge=1; RNN, Trilu, Hardmax, Slice, Xor,
 Selu, Mean and others), kept as they are. Usage: make_corpus.py OUT_DIR"""
@@ -139,6 +140,17 @@ def seeds():
          vi("O", [1, 8, 3, 3]), vi("B", [2], TensorProto.INT64)],
         [vi("D", [2]), vi("F", [2, 3]), vi("C", [1, 2, 3, 3]), vi("A", [2, 2, 2, 2])],
         [rois, dk], opset=22, ir=10)
+    # Scan-8 (a batch dim first; batch and steps dim_params): a loop over the batch around a
+    # loop over the steps, one scan input read in reverse
+    body = helper.make_graph([helper.make_node("Add", ["s", "a"], ["t"]),
+                              helper.make_node("Mul", ["t", "b"], ["s2"]),
+                              helper.make_node("Tanh", ["s2"], ["y"])], "body",
+                             [vi("s", [2]), vi("a", [2]), vi("b", [2])], [vi("s2", [2]), vi("y", [2])])
+    yield "scan8", model(
+        [helper.make_node("Scan", ["", "S0", "XA", "XB"], ["S", "YS"], body=body,
+                          num_scan_inputs=2, directions=[0, 1])],
+        [vi("S0", ["N", 2]), vi("XA", ["N", "T", 2]), vi("XB", ["N", "T", 2])],
+        [vi("S", ["N", 2]), vi("YS", ["N", "T", 2])], opset=8, ir=3)
 
 
 def main():
