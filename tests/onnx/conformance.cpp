@@ -212,11 +212,15 @@ Array to_array(const onnx::TensorProto& t) {
     return a;
   }
   const size_t bytes = a.nbytes();
+  // (an empty tensor's repeated field has no storage: memcpy must not see its null pointer)
+  auto copy = [&](const void* from) {
+    if (bytes) std::memcpy(a.data(), from, bytes);
+  };
   if (t.has_raw_data()) {
     if (t.raw_data().size() != bytes)
       throw std::runtime_error(fmt::format("tensor '{}': raw_data holds {} bytes, shape needs {}",
                                            t.name(), t.raw_data().size(), bytes));
-    std::memcpy(a.data(), t.raw_data().data(), bytes);
+    copy(t.raw_data().data());
     return a;
   }
   auto check = [&](int64_t have) {
@@ -228,15 +232,15 @@ Array to_array(const onnx::TensorProto& t) {
   switch (t.data_type()) {
     case TP::FLOAT:
       check(t.float_data_size());
-      std::memcpy(a.data(), t.float_data().data(), bytes);
+      copy(t.float_data().data());
       break;
     case TP::DOUBLE:
       check(t.double_data_size());
-      std::memcpy(a.data(), t.double_data().data(), bytes);
+      copy(t.double_data().data());
       break;
     case TP::INT64:
       check(t.int64_data_size());
-      std::memcpy(a.data(), t.int64_data().data(), bytes);
+      copy(t.int64_data().data());
       break;
     case TP::UINT32:
     case TP::UINT64: {  // values in uint64_data
