@@ -47,6 +47,9 @@ struct Options {
   std::string onnx_dir;  // models bench/gpu/run.py exports (bert_base.onnx)
   std::string profile;   // directory: after timing, 3 runs under the profiler (summary, trace)
   std::string current;   // the workload being timed (names the trace)
+  // bert_base_dynamic_sweep: shapes (batch, seq) whose first calls are profiled right after the
+  // sweep, before the timed new shapes
+  std::vector<std::pair<int64_t, int64_t>> new_shapes;
 };
 
 double ms_since(Clock::time_point t0) {
@@ -467,6 +470,21 @@ void bert_dynamic_sweep(const Options& o, const std::string& name) {
     seen.insert({b, l});
     return std::pair<int64_t, int64_t>{b, l};
   };
+  auto profile_first_call = [&](int64_t b, int64_t l) {
+    const Feeds f = m.feeds(inputs_of(b, l));
+    ProfileScope ps;
+    const auto t1 = Clock::now();
+    exe.run(f);
+    const double ms = ms_since(t1);
+    const Profile p = ps.stop();
+    print_spans(p, fmt::format("a new shape ({}, {})", b, l), ms);
+    if (!o.profile.empty()) {
+      std::filesystem::create_directories(o.profile);
+      p.save(fmt::format("{}/{}_first_{}x{}.json", o.profile, name, b, l));
+    }
+  };
+  for (auto [b, l] : o.new_shapes)
+    if (seen.insert({b, l}).second) profile_first_call(b, l);
   double over_max = 0, over_sum = 0;
   int overs = 0;
   for (auto [b, l] : {unseen(3, 77), unseen(24, 400), unseen(13, 211), unseen(1, 500),
@@ -484,14 +502,8 @@ void bert_dynamic_sweep(const Options& o, const std::string& name) {
         first, w.median_ms, first - w.median_ms);
   }
   // (small token counts first: their product sizes are the sweep's rarest)
-  for (auto [b, l] : {unseen(1, 120), unseen(2, 40), unseen(5, 123), unseen(30, 333)}) {
-    const Feeds f = m.feeds(inputs_of(b, l));
-    ProfileScope ps;
-    const auto t1 = Clock::now();
-    exe.run(f);
-    const double ms = ms_since(t1);
-    print_spans(ps.stop(), fmt::format("a new shape ({}, {})", b, l), ms);
-  }
+  for (auto [b, l] : {unseen(1, 120), unseen(2, 40), unseen(5, 123), unseen(30, 333)})
+    profile_first_call(b, l);
   fmt::print("#   first call of a new shape over a warm call: mean {:.2f} ms\n",
              over_sum / std::max(overs, 1));
   fmt::print("#   first call of a new shape over a warm call: at most {:.2f} ms (goal 5 ms)\n",
@@ -635,11 +647,14 @@ void usage() {
   fmt::print(
       "kiln_bench_gpu [--device cuda:0|cpu] [--reps N] [--warmup N] [--max-seconds S]\n"
       "               [--only NAME[,NAME...]] [--list] [--onnx-dir DIR] [--profile DIR]\n"
+      "               [--new-shapes BxL[,BxL...]]\n"
       "Times kiln workloads on a device. --only takes names or name prefixes (e.g. "
       "resnet50_infer).\n"
       "Prints '# ...' lines for people and 'kiln <name> <ms>' (or 'kiln <name> error <text>').\n"
       "--profile DIR: after timing, profiles 3 runs of each workload: the summary as '#' lines,\n"
-      "the Chrome trace in DIR/<name>.json.\n");
+      "the Chrome trace in DIR/<name>.json.\n"
+      "--new-shapes BxL,...: bert_base_dynamic_sweep profiles the first calls of these (batch,\n"
+      "seq) shapes right after its sweep (their traces in the --profile DIR when given).\n");
 }
 }  // namespace
 
@@ -666,8 +681,14 @@ int main(int argc, char** argv) {
         o.onnx_dir = value();
       else if (a == "--profile")
         o.profile = value();
-      else if (a == "--list")
-        list = true;
+      else if (a == "--new-shapes") {
+        std::stringstream ss(value());
+        for (std::string s; std::getline(ss, s, ',');) {
+          const auto x = s.find('x');
+          if (x == std::string::npos) throw ValueError("[bench] --new-shapes takes BxL, not " + s);
+          o.new_shapes.emplace_back(std::stoll(s.substr(0, x)), std::stoll(s.substr(x + 1)));
+        }
+      } else if (a == "--list") list = true;
       else if (a == "--only") {
         std::stringstream ss(value());
         for (std::string s; std::getline(ss, s, ',');)

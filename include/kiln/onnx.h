@@ -48,12 +48,25 @@ struct ImportOptions {
 /// Raised by import when kiln needs, while importing, a value that comes from graph inputs not
 /// given in ImportOptions::input_values (a Reshape's shape, a Slice's starts, a Loop's trip count
 /// with scan outputs): `inputs` names those graph inputs. Session gives them from each run's
-/// feeds.
+/// feeds. A node whose outputs' sizes depend on its inputs' values (NonZero, Unique, Compress,
+/// NonMaxSuppression, RoiAlign's adaptive grids) also names itself (`node`: its first output) and
+/// the inputs it reads (`values`), which may be computed by other nodes: Session then splits the
+/// model there and runs that node on the host between the parts (docs/onnx.md).
 class InputValuesNeeded : public UnsupportedError {
  public:
-  InputValuesNeeded(const std::string& what, std::vector<std::string> names)
-      : UnsupportedError(what), inputs(std::move(names)) {}
+  InputValuesNeeded(const std::string& what, std::vector<std::string> names, std::string node = {},
+                    std::vector<std::string> values = {}, std::vector<Shape> output_dims = {})
+      : UnsupportedError(what),
+        inputs(std::move(names)),
+        node(std::move(node)),
+        values(std::move(values)),
+        output_dims(std::move(output_dims)) {}
   std::vector<std::string> inputs;
+  std::string node;
+  std::vector<std::string> values;
+  /// The node's output shapes as far as they do not depend on the data (-1 for a dim that may),
+  /// by output; empty where not known.
+  std::vector<Shape> output_dims;
 };
 
 /// A graph input or output of the imported model.
@@ -126,6 +139,12 @@ struct SessionOptions {
   /// Imports kept, one per distinct set of run-time input values; the least recently used goes
   /// first.
   size_t max_imports = 8;
+  /// A node whose outputs' sizes depend on values computed at run time (NonZero, Unique,
+  /// Compress, NonMaxSuppression, RoiAlign with adaptive grids) splits the model: the nodes
+  /// before it run as one part, the node on the host, the rest as a second part compiled once
+  /// for every size (docs/onnx.md). false: the model is imported again for each run's values of
+  /// the graph inputs behind such a node.
+  bool split_at_data_dependent_nodes = true;
 };
 
 /// A graph input or output value of a Session: a tensor, the elements of a sequence (ONNX's
@@ -171,7 +190,15 @@ class Session {
   size_t kept() const;
   /// The model as the last import made it (inputs, outputs, op histogram); the first import is
   /// made with the session, or at the first run when it needs input values (null until then).
+  /// For a model split at a data-dependent node, the import of its first part (null when the
+  /// node reads only graph inputs).
   std::shared_ptr<const Model> model() const;
+  /// The graph's output names, in order (those of the last import, or of the model file for a
+  /// model run in parts).
+  std::vector<std::string> output_names() const;
+  /// Whether the model runs in parts (split at a data-dependent node; then imports() and
+  /// kept() count the parts' imports, the node's included: one per run's values).
+  bool split() const;
 
  private:
   struct Impl;

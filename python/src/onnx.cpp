@@ -162,16 +162,18 @@ void bind_onnx(nb::module_& m) {
       o, "Session",
       "An ONNX model that runs any feeds the model allows: inputs whose values kiln needs while "
       "importing (shapes, axes, pads, repeats, trip counts taken as graph inputs) are read from "
-      "each run's feeds, and the model is imported and compiled once per distinct set of them.")
+      "each run's feeds, and the model is imported and compiled once per distinct set of them. "
+      "A node whose outputs' sizes depend on run-time values splits the model there.")
       .def(
           "__init__",
           [](onnx::Session* s, const std::string& path, std::optional<Device> device,
              const std::map<std::string, std::vector<int64_t>>& shapes, nb::handle values,
-             std::optional<CompileOptions> options, size_t max_imports) {
+             std::optional<CompileOptions> options, size_t max_imports, bool split) {
             onnx::SessionOptions so;
             so.import = import_options(shapes, values, -1, "");
             so.compile = options.value_or(CompileOptions{});
             so.max_imports = max_imports;
+            so.split_at_data_dependent_nodes = split;
             const Device d = device ? *device : default_device();
             nb::gil_scoped_release release;
             new (s) onnx::Session(path, d, so);
@@ -179,7 +181,7 @@ void bind_onnx(nb::module_& m) {
           nb::arg("path"), nb::arg("device") = nb::none(),
           nb::arg("input_shapes") = std::map<std::string, std::vector<int64_t>>{},
           nb::arg("input_values") = nb::none(), nb::arg("options") = nb::none(),
-          nb::arg("max_imports") = 8)
+          nb::arg("max_imports") = 8, nb::arg("split_at_data_dependent_nodes") = true)
       .def(
           "run",
           [](const onnx::Session& s, nb::handle feeds) {
@@ -214,7 +216,12 @@ void bind_onnx(nb::module_& m) {
       .def_prop_ro("value_inputs", &onnx::Session::value_inputs,
                    "The inputs whose run-time values select an import.")
       .def_prop_ro("imports", &onnx::Session::imports, "Imports (and compiles) made so far.")
-      .def_prop_ro("kept", &onnx::Session::kept, "Imports kept.");
+      .def_prop_ro("kept", &onnx::Session::kept, "Imports kept.")
+      .def_prop_ro("output_names", &onnx::Session::output_names, "The graph's output names.")
+      .def_prop_ro("split", &onnx::Session::split,
+                   "Whether the model runs in parts: split at a node whose outputs' sizes depend "
+                   "on run-time values (NonZero, Unique, Compress, NonMaxSuppression), which runs "
+                   "on the host between them.");
 }
 
 }  // namespace kiln::py

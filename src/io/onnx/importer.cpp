@@ -60,7 +60,7 @@ void with_node_context(const ::onnx::NodeProto& n, F&& f) {
   } catch (const DTypeError& e) {
     throw DTypeError(context(e));
   } catch (const InputValuesNeeded& e) {
-    throw InputValuesNeeded(context(e), e.inputs);
+    throw InputValuesNeeded(context(e), e.inputs, e.node, e.values, e.output_dims);
   } catch (const UnsupportedError& e) {
     throw UnsupportedError(context(e));
   } catch (const ValueError& e) {

@@ -28,6 +28,16 @@ inline int64_t axis_of(NodeContext& c, int64_t axis, int rank) {
   return a;
 }
 
+/// `shape` with every dim that is not a size made -1 and dim `axis` (negative from the end)
+/// made -1: an output's dims as far as they do not depend on the data (NodeContext::needs_data).
+inline Shape data_dim(Shape shape, int64_t axis) {
+  const auto rank = static_cast<int64_t>(shape.size());
+  for (int64_t& d : shape) d = d < 0 ? -1 : d;
+  if (axis < 0) axis += rank;
+  if (axis >= 0 && axis < rank) shape[static_cast<size_t>(axis)] = -1;
+  return shape;
+}
+
 /// Input i is computed from shapes alone (shape_of, constants and ops on them): the runtime
 /// computes it when a run's shapes are known (src/io/onnx/ops_tensor.cpp).
 bool from_shapes(NodeContext& c, int i);

@@ -289,6 +289,14 @@ void NodeContext::unsupported(const std::string& message) const {
   throw UnsupportedError(fmt::format("[onnx] {}: {}", where(), message));
 }
 void NodeContext::needs_values(const std::vector<int>& inputs, const std::string& message) const {
+  needs(inputs, message, false);
+}
+void NodeContext::needs_data(const std::vector<int>& inputs, const std::string& message,
+                             std::vector<Shape> output_dims) const {
+  needs(inputs, message, true, std::move(output_dims));
+}
+void NodeContext::needs(const std::vector<int>& inputs, const std::string& message, bool data,
+                        std::vector<Shape> output_dims) const {
   std::vector<std::string> names;
   for (int i : inputs)
     if (has_input(i))
@@ -299,8 +307,13 @@ void NodeContext::needs_values(const std::vector<int>& inputs, const std::string
   const std::string what =
       fmt::format("[onnx] {}: {}{}", where(), message,
                   from.empty() ? "" : " (it comes from graph input " + from + ")");
-  if (names.empty()) throw UnsupportedError(what);
-  throw InputValuesNeeded(what, std::move(names));
+  std::vector<std::string> values;
+  if (data)
+    for (int i : inputs)
+      if (has_input(i) && !constant(i)) values.push_back(node_.input(i));
+  if (values.empty() && names.empty()) throw UnsupportedError(what);
+  throw InputValuesNeeded(what, std::move(names), data ? node_.output(0) : std::string(),
+                          std::move(values), std::move(output_dims));
 }
 
 }  // namespace kiln::onnx::detail

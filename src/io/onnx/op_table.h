@@ -90,12 +90,20 @@ class NodeContext {
   /// while importing but only known at run time: "[onnx] node '...' (Op): message", naming the
   /// graph inputs they come from (what onnx::Session reads from each run's feeds).
   [[noreturn]] void needs_values(const std::vector<int>& inputs, const std::string& message) const;
+  /// As needs_values, for a node whose outputs' sizes depend on the values of `inputs` (which
+  /// other nodes may compute): the error also names the node and those inputs, so that
+  /// onnx::Session can run the node on the host between two parts of the model; `output_dims`:
+  /// the outputs' shapes with -1 for each dim that depends on the data (or on unknown sizes).
+  [[noreturn]] void needs_data(const std::vector<int>& inputs, const std::string& message,
+                               std::vector<Shape> output_dims = {}) const;
 
   const ::onnx::NodeProto& proto() const { return node_; }
   Importer& importer() { return imp_; }
 
  private:
   const ::onnx::AttributeProto* attr(const std::string& name) const;
+  [[noreturn]] void needs(const std::vector<int>& inputs, const std::string& message, bool data,
+                          std::vector<Shape> output_dims = {}) const;
   Importer& imp_;
   const ::onnx::NodeProto& node_;
   int version_;

@@ -255,9 +255,9 @@ Outs roi_align_op(NodeContext& c) {
     gy = sample_grid({ratio}), gx = gy;
   } else {
     if (!c.constant(1))
-      c.needs_values({1},
-                     "RoiAlign with sampling_ratio 0 sizes each roi's sample grid by its "
-                     "extent, so kiln needs the rois while importing");
+      c.needs_data({1},
+                   "RoiAlign with sampling_ratio 0 sizes each roi's sample grid by its "
+                   "extent, so kiln needs the rois while importing");
     const Array r = c.constant(1)->astype(f64);
     const double* v = r.data<double>();
     std::vector<int64_t> ny, nx;

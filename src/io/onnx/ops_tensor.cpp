@@ -435,12 +435,13 @@ Outs non_max_suppression_op(NodeContext& c) {
   o.center_point_box = c.attr_int("center_point_box", 0) != 0;
   for (int i : {0, 1})
     if (!c.constant(i))
-      c.needs_values(
+      c.needs_data(
           {0, 1},
           fmt::format("input {} ('{}') must be known while importing: the number of selected "
-                      "boxes (the output's shape) depends on the data; kiln::non_max_suppression "
-                      "gives a fixed-size result and a count instead",
-                      i, c.proto().input(i)));
+                      "boxes (the output's shape) depends on the data (kiln::non_max_suppression "
+                      "gives a fixed-size result and a count instead)",
+                      i, c.proto().input(i)),
+          {{-1, 3}});
   Graph g;
   auto [sel, count] =
       non_max_suppression(kiln::constant(g, *c.constant(0)), kiln::constant(g, *c.constant(1)),
@@ -456,6 +457,12 @@ Outs non_max_suppression_op(NodeContext& c) {
 }
 
 Outs compress_op(NodeContext& c) {
+  if (!c.constant(1))
+    c.needs_data(
+        {1},
+        "input 1 (the condition) must be known while importing: the output's size is "
+        "its count of trues",
+        {c.has_attr("axis") ? data_dim(c.input(0).shape(), c.attr_int("axis", 0)) : Shape{-1}});
   const auto cond = c.ints(1);
   Tensor x = c.input(0);
   std::vector<int64_t> idx;
@@ -468,7 +475,11 @@ Outs compress_op(NodeContext& c) {
 
 Outs nonzero_op(NodeContext& c) {
   const Array* a = c.constant(0);
-  if (!a) c.unsupported("the number of nonzeros is known only at run time (output shape)");
+  if (!a)
+    c.needs_data({0},
+                 "input 0 must be known while importing: the output's size is its number of "
+                 "nonzeros",
+                 {{c.input(0).rank(), -1}});
   const Shape s = a->shape();
   const auto v = a->astype(f64).to_vector<double>();
   std::vector<int64_t> hits;

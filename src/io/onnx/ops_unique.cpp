@@ -1,7 +1,7 @@
 // ONNX Unique (opset 11): the distinct elements of X (or its distinct slices along `axis`), their
 // first indices, each element's (or slice's) index among them, and their counts. Its outputs'
-// sizes depend on X's values, so X must be known while importing: onnx::Session imports the
-// model again for each run's X (InputValuesNeeded), as for NonZero's.
+// sizes depend on X's values, so X must be known while importing: onnx::Session runs the node on
+// the host between two parts of the model (InputValuesNeeded naming the node), as NonZero.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -14,10 +14,23 @@ namespace {
 
 Outs unique_op(NodeContext& c) {
   const Array* a = c.constant(0);
-  if (!a)
-    c.needs_values({0},
-                   "input 0 must be known while importing: Unique's output sizes depend on "
-                   "its values");
+  if (!a) {
+    const Shape x = c.input(0).shape();
+    const bool by_axis = c.has_attr("axis");
+    const Shape y = by_axis ? data_dim(x, c.attr_int("axis", 0)) : Shape{-1};
+    int64_t inverse = -1;
+    if (by_axis && !x.empty()) {
+      int64_t ax = c.attr_int("axis", 0);
+      if (ax < 0) ax += static_cast<int64_t>(x.size());
+      if (ax >= 0 && ax < static_cast<int64_t>(x.size())) inverse = x[static_cast<size_t>(ax)];
+    } else if (!by_axis && is_static(x)) {
+      inverse = numel(x);
+    }
+    c.needs_data({0},
+                 "input 0 must be known while importing: Unique's output sizes depend on its "
+                 "values",
+                 {y, {-1}, {std::max<int64_t>(inverse, -1)}, {-1}});
+  }
   Tensor x = c.input(0);
   const bool sorted = c.attr_int("sorted", 1) != 0;
   const bool has_axis = c.has_attr("axis");

@@ -12,6 +12,7 @@
 
 #include "core/errors.h"
 #include "io/file.h"
+#include "io/onnx/session_split.h"
 #include "kiln/executable.h"
 #include "kiln/onnx.h"
 
@@ -38,6 +39,12 @@ struct Session::Impl {
   std::list<Entry> entries;               // most recently used first
   std::shared_ptr<const Model> last;
   int64_t imports = 0;
+  // set when an import meets a data-dependent node: the model runs in parts from then on
+  std::shared_ptr<detail::SplitModel> split;
+  bool splits() {
+    std::lock_guard<std::mutex> l(mu);
+    return split != nullptr;
+  }
 
   std::pair<std::shared_ptr<const Model>, std::shared_ptr<Executable>> select(
       const std::map<std::string, Array>& feeds, const Sequences& sequences,
@@ -76,6 +83,9 @@ struct Session::Impl {
     try {
       *model = import_bytes(bytes.data(), bytes.size(), o);
     } catch (const InputValuesNeeded& e) {
+      if (!e.node.empty() && options.split_at_data_dependent_nodes)
+        if ((split = detail::split_model(bytes, e.node, e.output_dims, device, options)))
+          return nullptr;
       bool added = false;
       for (const std::string& n : e.inputs)
         if (std::find(value_inputs.begin(), value_inputs.end(), n) == value_inputs.end()) {
@@ -135,6 +145,7 @@ std::pair<std::shared_ptr<const Model>, std::shared_ptr<Executable>> Session::Im
     const std::map<std::string, Array>& feeds, const Sequences& sequences,
     const std::set<std::string>& absent) {
   std::lock_guard<std::mutex> l(mu);
+  if (split) return {nullptr, nullptr};
   // (each import that needs more values names them; a model has finitely many inputs)
   for (;;) {
     std::map<std::string, Array> values;
@@ -161,6 +172,7 @@ std::pair<std::shared_ptr<const Model>, std::shared_ptr<Executable>> Session::Im
       entries.splice(entries.begin(), entries, it);
     } else {
       std::shared_ptr<Entry> e = make(values, shapes, absent, key);
+      if (split) return {nullptr, nullptr};
       if (!e) continue;
       entries.push_front(std::move(*e));
       while (entries.size() > std::max<size_t>(options.max_imports, 1)) entries.pop_back();
@@ -170,8 +182,27 @@ std::pair<std::shared_ptr<const Model>, std::shared_ptr<Executable>> Session::Im
   }
 }
 
+namespace {
+std::vector<Array> tensors_of(std::vector<Value> values, const std::vector<std::string>& names) {
+  std::vector<Array> r;
+  for (size_t k = 0; k < values.size(); ++k) {
+    if (values[k].is_sequence || values[k].is_none)
+      fail<ValueError>("[onnx] output '{}' is {}: Session::run_values runs this model", names[k],
+                       values[k].is_sequence ? "a sequence" : "an optional without a value");
+    r.push_back(std::move(values[k].tensor));
+  }
+  return r;
+}
+}  // namespace
+
 std::vector<Array> Session::run(const std::map<std::string, Array>& feeds) const {
   auto [model, exe] = impl_->select(feeds, {}, {});
+  if (!exe) {  // (split at a data-dependent node)
+    std::map<std::string, Value> values;
+    for (const auto& [name, a] : feeds) values.emplace(name, Value::of(a));
+    return tensors_of(detail::run_split(*impl_->split, values),
+                      detail::split_output_names(*impl_->split));
+  }
   for (const GraphOutput& o : model->graph_outputs)
     if (o.sequence || o.absent)
       fail<ValueError>("[onnx] output '{}' is {}: Session::run_values runs this model", o.name,
@@ -180,6 +211,7 @@ std::vector<Array> Session::run(const std::map<std::string, Array>& feeds) const
 }
 
 std::vector<Value> Session::run_values(const std::map<std::string, Value>& feeds) const {
+  if (impl_->splits()) return detail::run_split(*impl_->split, feeds);
   std::map<std::string, Array> tensors;
   Sequences sequences;
   std::set<std::string> absent;
@@ -197,6 +229,7 @@ std::vector<Value> Session::run_values(const std::map<std::string, Value>& feeds
       tensors[fmt::format("{}[{}]", name, k)] = v.sequence[k];
   }
   auto [model, exe] = impl_->select(tensors, sequences, absent);
+  if (!exe) return detail::run_split(*impl_->split, feeds);
   for (const auto& fed : sequences) {
     const std::string& name = fed.first;  // (a structured binding cannot be captured in C++20)
     const bool known = std::any_of(model->inputs.begin(), model->inputs.end(),
@@ -224,19 +257,34 @@ std::vector<Value> Session::run_values(const std::map<std::string, Value>& feeds
 
 std::vector<std::string> Session::value_inputs() const {
   std::lock_guard<std::mutex> l(impl_->mu);
+  if (impl_->split) return detail::split_value_inputs(*impl_->split);
   return impl_->value_inputs;
 }
 int64_t Session::imports() const {
   std::lock_guard<std::mutex> l(impl_->mu);
-  return impl_->imports;
+  return impl_->imports + (impl_->split ? detail::split_imports(*impl_->split) : 0);
 }
 size_t Session::kept() const {
   std::lock_guard<std::mutex> l(impl_->mu);
+  if (impl_->split) return detail::split_kept(*impl_->split);
   return impl_->entries.size();
 }
 std::shared_ptr<const Model> Session::model() const {
   std::lock_guard<std::mutex> l(impl_->mu);
+  if (impl_->split) return detail::split_first_model(*impl_->split);
   return impl_->last;
+}
+std::vector<std::string> Session::output_names() const {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  if (impl_->split) return detail::split_output_names(*impl_->split);
+  std::vector<std::string> r;
+  if (impl_->last)
+    for (const GraphOutput& o : impl_->last->graph_outputs) r.push_back(o.name);
+  return r;
+}
+bool Session::split() const {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  return impl_->split != nullptr;
 }
 
 }  // namespace kiln::onnx
