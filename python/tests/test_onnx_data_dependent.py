@@ -175,3 +175,39 @@ def test_a_data_dependent_node_in_a_loop_body_is_imported_per_value(rng, tmp_pat
         x = np.where(rng.random(5) < 0.5, 0, 1).astype(np.float32)
         same(s, peer, {"x": x, "c": np.array(True)})
     assert not s.split
+
+
+@pytest.mark.parametrize("device", devices())
+def test_two_data_dependent_nodes_split_twice(rng, tmp_path, device):
+    # Compress(x, x > 0) feeds Unique(Round(c)): the part after the first split splits again;
+    # an output of the first part ("m") and a graph input passed through ("x") are outputs too
+    path, peer = save(
+        tmp_path,
+        [helper.make_node("Greater", ["x", "zero"], ["m"]),
+         helper.make_node("Compress", ["x", "m"], ["c"], axis=0),
+         helper.make_node("Round", ["c"], ["r"]),
+         helper.make_node("Unique", ["r"], ["u", "first", "inverse", "counts"], sorted=1),
+         helper.make_node("ReduceSum", ["counts"], ["total"], keepdims=0),
+         helper.make_node("Identity", ["x"], ["x_out"])],
+        [helper.make_tensor_value_info("x", F, ["n"])],
+        [helper.make_tensor_value_info("u", F, None),
+         helper.make_tensor_value_info("total", I64, None),
+         helper.make_tensor_value_info("m", TensorProto.BOOL, None),
+         helper.make_tensor_value_info("x_out", F, None)],
+        [helper.make_tensor("zero", F, [], [0.0])])
+    s = kiln.onnx.Session(path, device=device)
+    for n in (10, 4, 17):
+        same(s, peer, {"x": (rng.standard_normal(n) * 3).astype(np.float32)})
+    assert s.split
+
+
+def test_a_missing_feed_is_named(rng, tmp_path):
+    path, _ = save(
+        tmp_path,
+        [helper.make_node("Greater", ["x", "y"], ["m"]),
+         helper.make_node("NonZero", ["m"], ["nz"])],
+        [helper.make_tensor_value_info("x", F, [4]), helper.make_tensor_value_info("y", F, [4])],
+        [helper.make_tensor_value_info("nz", I64, None)])
+    s = kiln.onnx.Session(path, device="cpu")
+    with pytest.raises(ValueError, match="'y'"):
+        s.run({"x": np.ones(4, np.float32)})
