@@ -154,7 +154,7 @@ if in_part 1; then
       python/tests/test_array.py python/tests/test_control.py \
       python/tests/test_runtime.py python/tests/test_llm.py python/tests/test_coreml_models.py \
       python/tests/test_float8.py python/tests/test_unsigned.py \
-      python/tests/test_onnx_data_dependent.py
+      python/tests/test_onnx_data_dependent.py python/tests/test_onnx_strings.py
     # the Core ML op tests (python/tests/test_coreml*.py) need coremltools, which this machine
     # lacks: gpu-bundle.sh ran them on the CPU and recorded each model, its feeds and kiln's
     # outputs (python/tests/coreml_util.py, KILN_COREML_RECORD) into the bundle's coreml_cases;

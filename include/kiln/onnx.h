@@ -154,9 +154,22 @@ struct Value {
   std::vector<Array> sequence;
   bool is_sequence = false;
   bool is_none = false;
+  /// A string tensor (ONNX's STRING type, which kiln's arrays lack): its elements in row-major
+  /// order, UTF-8, and its shape. A session runs the nodes that read or make strings on the host
+  /// (docs/onnx.md).
+  bool is_string = false;
+  std::vector<std::string> strings;
+  Shape string_shape;
   static Value of(Array a) { return {std::move(a), {}, false, false}; }
   static Value of_sequence(std::vector<Array> items) { return {{}, std::move(items), true, false}; }
   static Value none() { return {{}, {}, false, true}; }
+  static Value of_strings(std::vector<std::string> items, Shape shape) {
+    Value v;
+    v.is_string = true;
+    v.strings = std::move(items);
+    v.string_shape = std::move(shape);
+    return v;
+  }
 };
 
 /// An ONNX model that runs any feeds the model allows, as ONNX Runtime's sessions do. Inputs whose

@@ -31,8 +31,40 @@ onnx::ImportOptions import_options(const std::map<std::string, std::vector<int64
 
 // A feed: None is an optional input without a value, a list or tuple of arrays (numpy, kiln or
 // anything with __array__, or none) a sequence, anything else an array.
+// A numpy array of strings (str, bytes or objects holding them) as a string Value; none for
+// any other value.
+std::optional<onnx::Value> strings_of(nb::handle v) {
+  if (!nb::hasattr(v, "dtype") || !nb::hasattr(v, "shape")) return std::nullopt;
+  const std::string kind = nb::cast<std::string>(v.attr("dtype").attr("kind"));
+  if (kind != "U" && kind != "S" && kind != "O") return std::nullopt;
+  Shape shape;
+  for (nb::handle d : v.attr("shape")) shape.push_back(nb::cast<int64_t>(d));
+  std::vector<std::string> items;
+  for (nb::handle item : v.attr("reshape")(-1).attr("tolist")()) {
+    if (nb::isinstance<nb::bytes>(item)) {
+      items.push_back(nb::cast<std::string>(item.attr("decode")("utf-8")));
+    } else if (nb::isinstance<nb::str>(item)) {
+      items.push_back(nb::cast<std::string>(item));
+    } else {
+      throw nb::type_error("an object array fed to a session must hold str or bytes");
+    }
+  }
+  return onnx::Value::of_strings(std::move(items), std::move(shape));
+}
+
+// A string Value as a numpy array of Python str (dtype object, as ONNX Runtime gives them).
+nb::object numpy_strings(const onnx::Value& v) {
+  nb::list items;
+  for (const std::string& s : v.strings) items.append(nb::str(s.data(), s.size()));
+  nb::list shape;
+  for (int64_t d : v.string_shape) shape.append(d);
+  nb::module_ np = nb::module_::import_("numpy");
+  return np.attr("array")(items, nb::arg("dtype") = "object").attr("reshape")(nb::tuple(shape));
+}
+
 onnx::Value sequence_or_array(nb::handle v) {
   if (v.is_none()) return onnx::Value::none();
+  if (auto s = strings_of(v)) return std::move(*s);
   if (nb::isinstance<nb::list>(v) || nb::isinstance<nb::tuple>(v)) {
     bool arrays = true;
     for (nb::handle item : v)
@@ -197,6 +229,10 @@ void bind_onnx(nb::module_& m) {
             for (auto& v : out) {
               if (v.is_none) {
                 l.append(nb::none());
+                continue;
+              }
+              if (v.is_string) {
+                l.append(numpy_strings(v));
                 continue;
               }
               if (!v.is_sequence) {

@@ -314,7 +314,13 @@ Value sequence_value(const onnx::SequenceProto& q, const std::string& file) {
 // A value file: a TensorProto, a SequenceProto of tensors, or an OptionalProto of either (one
 // without a value is none).
 Value read_value(const fs::path& path, Kind kind) {
-  if (kind == Kind::tensor) return Value::of(to_array(read_proto(path)));
+  if (kind == Kind::tensor) {
+    const onnx::TensorProto t = read_proto(path);
+    if (t.data_type() == onnx::TensorProto::STRING)  // (a session reads strings on the host)
+      return Value::of_strings({t.string_data().begin(), t.string_data().end()},
+                               kiln::Shape(t.dims().begin(), t.dims().end()));
+    return Value::of(to_array(t));
+  }
   std::ifstream f(path, std::ios::binary);
   const std::string file = path.filename().string();
   if (kind == Kind::sequence) {
@@ -332,7 +338,7 @@ Value read_value(const fs::path& path, Kind kind) {
 }
 
 // A value that holds a parameter (parameter_like, below): a tensor only.
-bool is_tensor(const Value& v) { return !v.is_sequence && !v.is_none; }
+bool is_tensor(const Value& v) { return !v.is_sequence && !v.is_none && !v.is_string; }
 
 // Inputs that hold parameters rather than data: integers, bools and single values. A case that
 // fails as given runs again with these as ImportOptions::input_values (the backend tests feed
@@ -345,6 +351,20 @@ bool parameter_like(const Array& a) {
 // Compares one output; "" when it matches.
 std::string compare(const Array& got, const Array& want, const std::string& name);
 std::string compare(const Value& got, const Value& want, const std::string& name) {
+  if (got.is_string || want.is_string) {
+    if (got.is_string != want.is_string)
+      return fmt::format("output '{}': {} vs {} expected", name,
+                         got.is_string ? "strings" : "not strings",
+                         want.is_string ? "strings" : "not strings");
+    if (got.string_shape != want.string_shape)
+      return fmt::format("output '{}': shape {} vs expected {}", name,
+                         kiln::to_string(got.string_shape), kiln::to_string(want.string_shape));
+    for (size_t i = 0; i < want.strings.size(); ++i)
+      if (got.strings[i] != want.strings[i])
+        return fmt::format("output '{}'[{}]: '{}' vs expected '{}'", name, i, got.strings[i],
+                           want.strings[i]);
+    return "";
+  }
   if (got.is_none || want.is_none)
     return got.is_none == want.is_none
                ? ""
@@ -420,7 +440,7 @@ std::string run_session(const fs::path& dir, const std::vector<std::string>& inp
     kiln::onnx::SessionOptions options;
     std::map<std::string, Value> feeds;
     for (size_t i = 0; i < ds.inputs.size() && i < input_names.size(); ++i) {
-      if (!ds.inputs[i].is_sequence && !ds.inputs[i].is_none)
+      if (is_tensor(ds.inputs[i]))
         options.import.input_shapes[input_names[i]] = ds.inputs[i].tensor.shape();
       feeds[input_names[i]] = ds.inputs[i];
     }
@@ -577,7 +597,9 @@ CaseResult classify_and_run(const fs::path& dir, bool fork_cases) {
       const bool sequence = t->has_sequence_type();
       if (sequence) t = &t->sequence_type().elem_type();
       if (!t->has_tensor_type()) throw Skip{"dtype", "non-tensor value '" + v.name() + "'"};
-      kiln_dtype(t->tensor_type().elem_type());
+      // (strings: a tensor of them, which a session reads and makes on the host)
+      if (optional || sequence || t->tensor_type().elem_type() != onnx::TensorProto::STRING)
+        kiln_dtype(t->tensor_type().elem_type());
       return optional ? Kind::optional : sequence ? Kind::sequence : Kind::tensor;
     };
     for (const auto& v : model.graph().input()) {

@@ -17,6 +17,7 @@
 #include "io/file.h"
 #include "io/model_feeds.h"
 #include "io/onnx/op_table.h"
+#include "io/onnx/strings.h"
 #include "kiln/executable.h"
 #include "kiln/ops/elementwise.h"
 
@@ -535,6 +536,13 @@ Model Importer::run() {
   // kiln maps its ops' schemas of then: the op table says which, and the rest are reported)
   if (model_.opset < 0) model_.opset = 0;
   const auto& g = proto_.graph();
+  // strings, which kiln's arrays do not hold, are read and made on the host by onnx::Session
+  if (const std::string node = first_string_node(proto_); !node.empty())
+    throw InputValuesNeeded(
+        fmt::format("[onnx] node '{}' reads or makes strings, which kiln's arrays do not hold: "
+                    "onnx::Session runs such nodes on the host",
+                    node),
+        {}, node);
   check_supported(g);
   add_inputs(g);
   std::set<std::string> known;

@@ -48,6 +48,7 @@ const std::vector<OpEntry>& op_table() {
     add_training_ops(t);
     add_ml_ops(t);
     add_text_ops(t);
+    add_string_ops(t);
     std::sort(t.begin(), t.end(), [](const OpEntry& a, const OpEntry& b) {
       const int c = std::string_view(a.op_type).compare(b.op_type);
       return c != 0 ? c < 0 : a.since_version < b.since_version;

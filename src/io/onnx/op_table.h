@@ -137,6 +137,7 @@ void add_unique_ops(std::vector<OpEntry>& table);
 void add_training_ops(std::vector<OpEntry>& table);  // ai.onnx.preview.training
 void add_ml_ops(std::vector<OpEntry>& table);        // ai.onnx.ml
 void add_text_ops(std::vector<OpEntry>& table);      // TfIdfVectorizer
+void add_string_ops(std::vector<OpEntry>& table);    // strings.cpp: run on the host by Session
 
 /// A node's key in the table: its op type, after its domain and a dot outside the default domain
 /// ("ai.onnx.preview.training.Adam"; such an entry's since_version is its domain's opset).

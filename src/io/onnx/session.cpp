@@ -186,9 +186,11 @@ namespace {
 std::vector<Array> tensors_of(std::vector<Value> values, const std::vector<std::string>& names) {
   std::vector<Array> r;
   for (size_t k = 0; k < values.size(); ++k) {
-    if (values[k].is_sequence || values[k].is_none)
+    if (values[k].is_sequence || values[k].is_none || values[k].is_string)
       fail<ValueError>("[onnx] output '{}' is {}: Session::run_values runs this model", names[k],
-                       values[k].is_sequence ? "a sequence" : "an optional without a value");
+                       values[k].is_sequence ? "a sequence"
+                       : values[k].is_string ? "strings"
+                                             : "an optional without a value");
     r.push_back(std::move(values[k].tensor));
   }
   return r;

@@ -19,7 +19,9 @@
 #include <set>
 
 #include "core/errors.h"
+#include "io/onnx/importer.h"
 #include "io/onnx/op_table.h"
+#include "io/onnx/strings.h"
 
 namespace kiln::onnx::detail {
 
@@ -105,6 +107,7 @@ class SplitModel {
   std::vector<std::string> a_inputs, a_outputs;
   std::vector<std::string> outputs;        // the graph's, in order
   std::map<std::string, Shape> node_dims;  // the node's outputs' dims known without the data
+  bool strings = false;  // the node reads or makes strings: run_string_node runs it
 
   mutable std::mutex mu;  // (builds the node's and B's sessions at the first run)
   std::shared_ptr<Session> n;
@@ -156,6 +159,11 @@ class SplitModel {
   // gives it (a value A makes), or with its shape (`exact`).
   ::onnx::ValueInfoProto crossing(const std::string& name, const kiln::onnx::Value& v,
                                   bool exact) const {
+    if (v.is_string) {  // (read on the host by B's first node: B splits there again)
+      ::onnx::ValueInfoProto d = declare(name, i64, Shape(v.string_shape.size(), -1), {});
+      d.mutable_type()->mutable_tensor_type()->set_elem_type(::onnx::TensorProto::STRING);
+      return d;
+    }
     if (v.is_sequence || v.is_none)
       fail<UnsupportedError>(
           "[onnx] value '{}' is {}: a model split at a data-dependent node passes only tensors "
@@ -279,6 +287,7 @@ std::shared_ptr<SplitModel> split_model(const std::vector<uint8_t>& bytes, const
   if (m->node < 0) return nullptr;  // (in a subgraph)
   m->device = device;
   m->options = options;
+  m->strings = first_string_node(m->proto) == node;
   const auto& made_by_node = g.node(m->node).output();
   for (int k = 0; k < made_by_node.size() && k < static_cast<int>(output_dims.size()); ++k)
     m->node_dims[made_by_node[k]] = output_dims[static_cast<size_t>(k)];
@@ -331,6 +340,52 @@ std::shared_ptr<SplitModel> split_model(const std::vector<uint8_t>& bytes, const
   return m;
 }
 
+namespace {
+// The node, on the host: its inputs are read there (a device value is copied).
+void run_node_part(SplitModel& m, const ::onnx::NodeProto& nd, Session& node,
+                   std::map<std::string, kiln::onnx::Value>& vals) {
+  std::map<std::string, Array> host;
+  for (const std::string& name : m.n_inputs) {
+    auto it = vals.find(name);
+    if (it == vals.end()) fail<ValueError>("[onnx] input '{}' has no feed", name);
+    if (it->second.is_sequence || it->second.is_none || it->second.is_string)
+      fail<UnsupportedError>("[onnx] value '{}' of a data-dependent node is not a tensor", name);
+    host[name] = it->second.tensor.to(Device::cpu());
+  }
+  const std::vector<Array> made = node.run(host);
+  size_t k = 0;
+  for (const auto& o : nd.output())
+    if (!o.empty()) vals[o] = kiln::onnx::Value::of(made.at(k++));
+}
+
+// A node of strings, run by run_string_node; its initializers read from the model.
+void run_string_part(SplitModel& m, const ::onnx::NodeProto& nd,
+                     std::map<std::string, kiln::onnx::Value>& vals) {
+  std::vector<kiln::onnx::Value> in;
+  for (const auto& name : nd.input()) {
+    if (name.empty()) {
+      in.push_back(kiln::onnx::Value::none());
+      continue;
+    }
+    if (auto it = vals.find(name); it != vals.end()) {
+      in.push_back(it->second);
+      continue;
+    }
+    const ::onnx::TensorProto* init = nullptr;
+    for (const auto& t : m.proto.graph().initializer())
+      if (t.name() == name) init = &t;
+    if (!init) fail<ValueError>("[onnx] input '{}' has no feed", name);
+    in.push_back(
+        init->data_type() == ::onnx::TensorProto::STRING
+            ? strings_of(*init)
+            : kiln::onnx::Value::of(read_tensor(*init, m.options.import.external_data_dir)));
+  }
+  std::vector<kiln::onnx::Value> out = run_string_node(nd, in);
+  for (int k = 0; k < nd.output_size() && k < static_cast<int>(out.size()); ++k)
+    if (!nd.output(k).empty()) vals[nd.output(k)] = std::move(out[static_cast<size_t>(k)]);
+}
+}  // namespace
+
 std::vector<kiln::onnx::Value> run_split(SplitModel& m,
                                          const std::map<std::string, kiln::onnx::Value>& feeds) {
   std::map<std::string, kiln::onnx::Value> vals = feeds;
@@ -342,25 +397,17 @@ std::vector<kiln::onnx::Value> run_split(SplitModel& m,
     for (size_t k = 0; k < out.size(); ++k) vals[m.a_outputs[k]] = std::move(out[k]);
   }
   std::shared_ptr<Session> b, node;
-  {
-    std::lock_guard<std::mutex> l(m.mu);
-    if (!m.n) m.make_node(vals);
-    node = m.n;
-  }
-  // the node, on the host: its inputs are read there (a device value is copied)
-  std::map<std::string, Array> host;
-  for (const std::string& name : m.n_inputs) {
-    auto it = vals.find(name);
-    if (it == vals.end()) fail<ValueError>("[onnx] input '{}' has no feed", name);
-    if (it->second.is_sequence || it->second.is_none)
-      fail<UnsupportedError>("[onnx] value '{}' of a data-dependent node is not a tensor", name);
-    host[name] = it->second.tensor.to(Device::cpu());
-  }
-  const std::vector<Array> made = node->run(host);
   const auto& nd = m.proto.graph().node(m.node);
-  size_t k = 0;
-  for (const auto& o : nd.output())
-    if (!o.empty()) vals[o] = kiln::onnx::Value::of(made.at(k++));
+  if (m.strings) {
+    run_string_part(m, nd, vals);
+  } else {
+    {
+      std::lock_guard<std::mutex> l(m.mu);
+      if (!m.n) m.make_node(vals);
+      node = m.n;
+    }
+    run_node_part(m, nd, *node, vals);
+  }
   {
     std::lock_guard<std::mutex> l(m.mu);
     if (m.b_outputs.empty() && !m.b_none) m.plan_b(vals);
@@ -372,7 +419,7 @@ std::vector<kiln::onnx::Value> run_split(SplitModel& m,
       auto it = vals.find(name);
       if (it == vals.end()) continue;  // (a missing feed: B's session names it)
       kiln::onnx::Value v = it->second;
-      if (!v.is_sequence && !v.is_none && v.tensor.device() != m.device)
+      if (!v.is_sequence && !v.is_none && !v.is_string && v.tensor.device() != m.device)
         v.tensor = v.tensor.to(m.device);
       in.emplace(name, std::move(v));
     }
@@ -384,7 +431,7 @@ std::vector<kiln::onnx::Value> run_split(SplitModel& m,
     auto it = vals.find(o);
     if (it == vals.end()) fail<FormatError>("[onnx] graph output '{}' is not produced", o);
     kiln::onnx::Value v = it->second;
-    if (!v.is_sequence && !v.is_none && v.tensor.device() != m.device)
+    if (!v.is_sequence && !v.is_none && !v.is_string && v.tensor.device() != m.device)
       v.tensor = v.tensor.to(m.device);
     result.push_back(std::move(v));
   }
