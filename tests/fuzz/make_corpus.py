@@ -4,7 +4,8 @@ a shape subgraph feeding Reshape, dim_params, an If, opset 24's Attention, Rotar
 RMSNormalization, Col2Im, CumProd, Trilu, the unsigned, float8, packed 4- and 2-bit and float8e8m0
 types, ai.onnx.preview's FlexAttention with score_mod and prob_mod subgraphs, and the ops kiln
 writes out: Det, TfIdfVectorizer, DeformConv, RoiAlign; Scan-8's loops over a dynamic batch and
-steps) and truncated and bit-flipped variants of
+steps; NonZero of computed values and string ops, which a session splits the model at) and
+truncated and bit-flipped variants of
 each. Deterministic (fixed seed). The corpus also keeps found_*.onnx: inputs of 30-minute runs
 that reached code the seeds do not (fuzz_onnx_import -merge=1; RNN, Trilu, Hardmax, Slice, Xor,
 Selu, Mean and others), kept as they are. Usage: make_corpus.py OUT_DIR"""
@@ -151,6 +152,26 @@ def seeds():
                           num_scan_inputs=2, directions=[0, 1])],
         [vi("S0", ["N", 2]), vi("XA", ["N", "T", 2]), vi("XB", ["N", "T", 2])],
         [vi("S", ["N", 2]), vi("YS", ["N", "T", 2])], opset=8, ir=3)
+    # a node sized by computed data (NonZero of x > 0) between two parts, as a session splits it
+    yield "nonzero_split", model(
+        [helper.make_node("Greater", ["X", "Z"], ["M"]), helper.make_node("NonZero", ["M"], ["N"]),
+         helper.make_node("Transpose", ["N"], ["T"]), helper.make_node("GatherND", ["X", "T"], ["Y"])],
+        [vi("X", ["n", 3])], [vi("Y", ["k"]), vi("N", [2, "k"], TensorProto.INT64)],
+        [numpy_helper.from_array(np.array(0, np.float32), "Z")], opset=17)
+    # strings, which a session runs on the host: split, match, encode, concatenate, compare
+    S = TensorProto.STRING
+    yield "strings", model(
+        [helper.make_node("StringSplit", ["L"], ["P", "C"], delimiter=" "),
+         helper.make_node("RegexFullMatch", ["P"], ["R"], pattern=r"[a-z]+\.com"),
+         helper.make_node("LabelEncoder", ["C"], ["E"], domain="ai.onnx.ml", keys_int64s=[1, 2],
+                          values_strings=["one", "two"], default_string="many"),
+         helper.make_node("StringConcat", ["E", "E"], ["EE"]),
+         helper.make_node("StringNormalizer", ["EE"], ["U"], case_change_action="UPPER",
+                          stopwords=["ONEONE"]),
+         helper.make_node("Equal", ["U", "W"], ["Q"])],
+        [vi("L", ["n"], S)],
+        [vi("R", ["n", "w"], TensorProto.BOOL), vi("U", ["u"], S), vi("Q", ["u"], TensorProto.BOOL)],
+        [helper.make_tensor("W", S, [], [b"TWOTWO"])], opset=20, ir=9, domains=[("ai.onnx.ml", 3)])
 
 
 def main():

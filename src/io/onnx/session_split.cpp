@@ -440,33 +440,39 @@ std::vector<kiln::onnx::Value> run_split(SplitModel& m,
 
 const std::vector<std::string>& split_output_names(const SplitModel& m) { return m.outputs; }
 
+namespace {
+// Calls f on each part's session made so far (under m.mu).
+template <typename F> void each_part(const SplitModel& m, F&& f) {
+  if (m.a) f(*m.a);
+  if (m.n) f(*m.n);
+  if (m.b_dynamic) f(*m.b_dynamic);
+  for (const auto& [key, s] : m.b_by_shape) f(*s);
+}
+}  // namespace
+
 int64_t split_imports(const SplitModel& m) {
   std::lock_guard<std::mutex> l(m.mu);
-  int64_t n = m.a ? m.a->imports() : 0;
-  if (m.n) n += m.n->imports();
-  if (m.b_dynamic) n += m.b_dynamic->imports();
-  for (const auto& [key, s] : m.b_by_shape) n += s->imports();
-  return n + m.b_imports_dropped;
+  int64_t n = m.b_imports_dropped;
+  each_part(m, [&](const Session& s) { n += s.imports(); });
+  return n;
 }
 
 size_t split_kept(const SplitModel& m) {
   std::lock_guard<std::mutex> l(m.mu);
-  size_t n = m.a ? m.a->kept() : 0;
-  if (m.n) n += m.n->kept();
-  if (m.b_dynamic) n += m.b_dynamic->kept();
-  for (const auto& [key, s] : m.b_by_shape) n += s->kept();
+  size_t n = 0;
+  each_part(m, [&](const Session& s) { n += s.kept(); });
   return n;
 }
 
 std::vector<std::string> split_value_inputs(const SplitModel& m) {
   std::lock_guard<std::mutex> l(m.mu);
   std::vector<std::string> r;
-  auto add = [&](const Session& s) {
+  // (the model's inputs among the parts' value inputs; the node's session reads all of its own)
+  each_part(m, [&](const Session& s) {
+    if (&s == m.n.get()) return;
     for (const std::string& n : s.value_inputs())
-      if (std::find(r.begin(), r.end(), n) == r.end()) r.push_back(n);
-  };
-  if (m.a) add(*m.a);
-  if (m.b_dynamic) add(*m.b_dynamic);
+      if (m.graph_input(n) && std::find(r.begin(), r.end(), n) == r.end()) r.push_back(n);
+  });
   return r;
 }
 
