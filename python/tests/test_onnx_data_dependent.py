@@ -141,6 +141,33 @@ def test_non_max_suppression_of_computed_boxes_and_scores(rng, tmp_path, device)
     assert s.split
 
 
+@pytest.mark.parametrize("device", devices())
+def test_roi_align_of_computed_rois_feeds_a_convolution(rng, tmp_path, device):
+    # rois made from the image's features (adaptive grids: each sized by its roi), then a conv
+    # over the pooled features, whose channels the part after the split must know
+    path, peer = save(
+        tmp_path,
+        [helper.make_node("Relu", ["x"], ["feat"]),
+         helper.make_node("Abs", ["r"], ["rois"]),
+         helper.make_node("RoiAlign", ["feat", "rois", "idx"], ["pooled"], output_height=3,
+                          output_width=3, sampling_ratio=0, spatial_scale=0.5),
+         helper.make_node("Conv", ["pooled", "w"], ["y"], kernel_shape=[3, 3])],
+        [helper.make_tensor_value_info("x", F, [1, 4, "h", "w_"]),
+         helper.make_tensor_value_info("r", F, ["k", 4]),
+         helper.make_tensor_value_info("idx", I64, ["k"])],
+        [helper.make_tensor_value_info("y", F, None)],
+        [helper.make_tensor("w", F, [2, 4, 3, 3],
+                            rng.standard_normal(72).astype(np.float32).tolist())])
+    s = kiln.onnx.Session(path, device=device)
+    for k, h, w in ((3, 10, 12), (5, 10, 12), (2, 14, 9)):
+        corners = rng.random((k, 2)) * 6
+        r = np.concatenate([corners, corners + 2 + rng.random((k, 2)) * 8], axis=1)
+        feeds = {"x": rng.standard_normal((1, 4, h, w)).astype(np.float32),
+                 "r": r.astype(np.float32), "idx": np.zeros(k, np.int64)}
+        same(s, peer, feeds, rtol=1e-4, atol=1e-5)
+    assert s.split
+
+
 def test_split_off_imports_the_whole_model_per_value(rng, tmp_path):
     path, peer = save(
         tmp_path,

@@ -230,6 +230,14 @@ Outs roi_align_op(NodeContext& c) {
   if (batch_idx.rank() != 1 || !is_integer(batch_idx.dtype()))
     c.fail("batch_indices must be 1-D integers");
   const int64_t H = x0.dim(2), W = x0.dim(3), C = x0.dim(1);
+  // adaptive grids (sampling_ratio 0) over rois computed at run time: a session runs the node on
+  // the host, where X's dims are known too
+  if (c.attr_int("sampling_ratio", 0) == 0 && !c.constant(1))
+    c.needs_data({1},
+                 "RoiAlign with sampling_ratio 0 sizes each roi's sample grid by its extent, so "
+                 "kiln needs the rois while importing",
+                 {{std::max<int64_t>(rois0.dim(0), -1), std::max<int64_t>(C, -1),
+                   c.attr_int("output_height", 1), c.attr_int("output_width", 1)}});
   if (H < 0 || W < 0 || C < 0) c.unsupported("X's channels or size known only at run time");
   const std::string mode = c.attr_string("mode", "avg");
   if (mode != "avg" && mode != "max") c.fail(fmt::format("mode '{}' (avg or max)", mode));
@@ -254,10 +262,6 @@ Outs roi_align_op(NodeContext& c) {
   if (ratio > 0) {
     gy = sample_grid({ratio}), gx = gy;
   } else {
-    if (!c.constant(1))
-      c.needs_data({1},
-                   "RoiAlign with sampling_ratio 0 sizes each roi's sample grid by its "
-                   "extent, so kiln needs the rois while importing");
     const Array r = c.constant(1)->astype(f64);
     const double* v = r.data<double>();
     std::vector<int64_t> ny, nx;

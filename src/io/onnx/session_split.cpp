@@ -110,7 +110,9 @@ class SplitModel {
   bool strings = false;  // the node reads or makes strings: run_string_node runs it
 
   mutable std::mutex mu;  // (builds the node's and B's sessions at the first run)
-  std::shared_ptr<Session> n;
+  // the node's one-node models by the shapes of their inputs, most recent first
+  std::list<std::pair<std::string, std::shared_ptr<Session>>> n_by_shape;
+  int64_t n_imports_dropped = 0;
   std::vector<std::string> n_inputs;  // the node's inputs that are graph inputs of its model
   bool b_none = false;                // every output comes from A, the node or the feeds
   std::vector<std::string> b_inputs, b_outputs;
@@ -185,27 +187,45 @@ class SplitModel {
     return declare(name, v.tensor.dtype(), dims, params);
   }
 
-  // The node's model, from the first run's values (its inputs are dynamic: its session imports
-  // it for each run's values).
-  void make_node(const std::map<std::string, kiln::onnx::Value>& vals) {
+  // The node's one-node model for inputs of these shapes (each input fixed to its shape: an op
+  // such as RoiAlign needs X's dims while importing), whose session imports it for each run's
+  // values of the inputs it needs (its outputs are constants of that import).
+  std::shared_ptr<Session> node_for(const std::map<std::string, kiln::onnx::Value>& vals) {
     const auto& nd = proto.graph().node(node);
-    std::vector<::onnx::ValueInfoProto> ins;
     std::set<std::string> input_names;
-    for (const auto& in : nd.input()) {
-      if (in.empty() || initializer(in) || input_names.count(in)) continue;
-      input_names.insert(in);
-      n_inputs.push_back(in);
-      if (const auto* gi = graph_input(in)) ins.push_back(*gi);
-      else ins.push_back(crossing(in, vals.at(in), false));
+    if (n_inputs.empty())
+      for (const auto& in : nd.input())
+        if (!in.empty() && !initializer(in) && input_names.insert(in).second)
+          n_inputs.push_back(in);
+    input_names.insert(n_inputs.begin(), n_inputs.end());
+    std::string key;
+    std::vector<::onnx::ValueInfoProto> ins;
+    for (const std::string& in : n_inputs) {
+      auto it = vals.find(in);
+      if (it == vals.end()) fail<ValueError>("[onnx] input '{}' has no feed", in);
+      ins.push_back(crossing(in, it->second, true));
+      key += in + str(it->second.tensor.shape()) + "|";
+    }
+    auto it = std::find_if(n_by_shape.begin(), n_by_shape.end(),
+                           [&](const auto& e) { return e.first == key; });
+    if (it != n_by_shape.end()) {
+      n_by_shape.splice(n_by_shape.begin(), n_by_shape, it);
+      return n_by_shape.front().second;
     }
     std::vector<std::string> outs;
     for (const auto& o : nd.output())
       if (!o.empty()) outs.push_back(o);
     const std::string bytes = part({node}, ins, outs);
     SessionOptions o = options_for(options, input_names);
-    o.split_at_data_dependent_nodes = false;  // (imported per value: its outputs are constants)
-    n = std::make_shared<Session>(
-        Session::from_bytes(bytes.data(), bytes.size(), Device::cpu(), std::move(o)));
+    o.import.input_shapes.clear();
+    o.split_at_data_dependent_nodes = false;  // (imported per value)
+    n_by_shape.emplace_front(key, std::make_shared<Session>(Session::from_bytes(
+                                      bytes.data(), bytes.size(), Device::cpu(), std::move(o))));
+    while (n_by_shape.size() > std::max<size_t>(options.max_imports, 1)) {
+      n_imports_dropped += n_by_shape.back().second->imports();
+      n_by_shape.pop_back();
+    }
+    return n_by_shape.front().second;
   }
 
   // B's inputs and outputs; b_none when there is nothing left to run.
@@ -403,8 +423,7 @@ std::vector<kiln::onnx::Value> run_split(SplitModel& m,
   } else {
     {
       std::lock_guard<std::mutex> l(m.mu);
-      if (!m.n) m.make_node(vals);
-      node = m.n;
+      node = m.node_for(vals);
     }
     run_node_part(m, nd, *node, vals);
   }
@@ -444,7 +463,7 @@ namespace {
 // Calls f on each part's session made so far (under m.mu).
 template <typename F> void each_part(const SplitModel& m, F&& f) {
   if (m.a) f(*m.a);
-  if (m.n) f(*m.n);
+  for (const auto& [key, s] : m.n_by_shape) f(*s);
   if (m.b_dynamic) f(*m.b_dynamic);
   for (const auto& [key, s] : m.b_by_shape) f(*s);
 }
@@ -452,7 +471,7 @@ template <typename F> void each_part(const SplitModel& m, F&& f) {
 
 int64_t split_imports(const SplitModel& m) {
   std::lock_guard<std::mutex> l(m.mu);
-  int64_t n = m.b_imports_dropped;
+  int64_t n = m.b_imports_dropped + m.n_imports_dropped;
   each_part(m, [&](const Session& s) { n += s.imports(); });
   return n;
 }
@@ -469,7 +488,8 @@ std::vector<std::string> split_value_inputs(const SplitModel& m) {
   std::vector<std::string> r;
   // (the model's inputs among the parts' value inputs; the node's session reads all of its own)
   each_part(m, [&](const Session& s) {
-    if (&s == m.n.get()) return;
+    for (const auto& [key, node] : m.n_by_shape)
+      if (&s == node.get()) return;
     for (const std::string& n : s.value_inputs())
       if (m.graph_input(n) && std::find(r.begin(), r.end(), n) == r.end()) r.push_back(n);
   });
