@@ -65,7 +65,7 @@ cp -r "$BUILD/data" "$stage/data"
 [ -d "$BUILD/tests/onnx_node_tests/node" ] && cp -r "$BUILD/tests/onnx_node_tests" "$stage/onnx_node_tests"
 # shared libraries from Debian that the GPU machine lacks (CUDA's own come from its Python env)
 ldd "$stage/kiln" "$stage"/tests/* | awk '/=> \// {print $3}' | sort -u |
-  grep -E 'libdnnl|libfmt|libgomp|libOpenCL|libbenchmark|libgtest|libgmock|libonnx|libprotobuf' | grep -v "$BUILD" |
+  grep -E 'libdnnl|libfmt|libgomp|libOpenCL|libbenchmark|libgtest|libgmock|libonnx|libprotobuf|libre2' | grep -v "$BUILD" |
   xargs -r -I{} cp -L {} "$stage/lib/"
 # NVRTC (fused elementwise kernels) and its builtins, which it opens at run time: only with
 # BUNDLE_NVRTC=1 (130 MB; scripts/gpu-env.sh finds the GPU machine's own in its Python env)

@@ -8,7 +8,7 @@ PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config
   libdnnl-dev ocl-icd-opencl-dev libfmt-dev nlohmann-json3-dev libcli11-dev
   libonnx-dev libprotobuf-dev protobuf-compiler
-  libflatbuffers-dev flatbuffers-compiler libxxhash-dev
+  libflatbuffers-dev flatbuffers-compiler libxxhash-dev libre2-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang-14 libclang-rt-14-dev clang-format-14
   libopenmpi-dev openmpi-bin

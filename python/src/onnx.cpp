@@ -39,12 +39,20 @@ std::optional<onnx::Value> strings_of(nb::handle v) {
   if (kind != "U" && kind != "S" && kind != "O") return std::nullopt;
   Shape shape;
   for (nb::handle d : v.attr("shape")) shape.push_back(nb::cast<int64_t>(d));
-  std::vector<std::string> items;
-  for (nb::handle item : v.attr("reshape")(-1).attr("tolist")()) {
-    if (nb::isinstance<nb::bytes>(item)) {
-      items.push_back(nb::cast<std::string>(item.attr("decode")("utf-8")));
-    } else if (nb::isinstance<nb::str>(item)) {
-      items.push_back(nb::cast<std::string>(item));
+  const nb::object flat = v.attr("reshape")(-1).attr("tolist")();
+  const Py_ssize_t n = PyList_GET_SIZE(flat.ptr());
+  std::vector<std::string> items(static_cast<size_t>(n));
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* item = PyList_GET_ITEM(flat.ptr(), i);  // (borrowed)
+    Py_ssize_t size = 0;
+    if (PyUnicode_Check(item)) {
+      const char* utf8 = PyUnicode_AsUTF8AndSize(item, &size);
+      if (!utf8) throw nb::python_error();
+      items[static_cast<size_t>(i)].assign(utf8, static_cast<size_t>(size));
+    } else if (PyBytes_Check(item)) {
+      char* bytes = nullptr;
+      if (PyBytes_AsStringAndSize(item, &bytes, &size) != 0) throw nb::python_error();
+      items[static_cast<size_t>(i)].assign(bytes, static_cast<size_t>(size));
     } else {
       throw nb::type_error("an object array fed to a session must hold str or bytes");
     }
@@ -54,12 +62,20 @@ std::optional<onnx::Value> strings_of(nb::handle v) {
 
 // A string Value as a numpy array of Python str (dtype object, as ONNX Runtime gives them).
 nb::object numpy_strings(const onnx::Value& v) {
-  nb::list items;
-  for (const std::string& s : v.strings) items.append(nb::str(s.data(), s.size()));
+  nb::module_ np = nb::module_::import_("numpy");
+  nb::object out =
+      np.attr("empty")(static_cast<int64_t>(v.strings.size()), nb::arg("dtype") = "object");
+  nb::list items = nb::steal<nb::list>(PyList_New(static_cast<Py_ssize_t>(v.strings.size())));
+  for (size_t i = 0; i < v.strings.size(); ++i) {
+    PyObject* s = PyUnicode_DecodeUTF8(v.strings[i].data(),
+                                       static_cast<Py_ssize_t>(v.strings[i].size()), "replace");
+    if (!s) throw nb::python_error();
+    PyList_SET_ITEM(items.ptr(), static_cast<Py_ssize_t>(i), s);  // (steals s)
+  }
+  out[nb::slice(nb::none(), nb::none(), nb::none())] = items;
   nb::list shape;
   for (int64_t d : v.string_shape) shape.append(d);
-  nb::module_ np = nb::module_::import_("numpy");
-  return np.attr("array")(items, nb::arg("dtype") = "object").attr("reshape")(nb::tuple(shape));
+  return out.attr("reshape")(nb::tuple(shape));
 }
 
 onnx::Value sequence_or_array(nb::handle v) {

@@ -381,24 +381,27 @@ void run_node_part(SplitModel& m, const ::onnx::NodeProto& nd, Session& node,
 // A node of strings, run by run_string_node; its initializers read from the model.
 void run_string_part(SplitModel& m, const ::onnx::NodeProto& nd,
                      std::map<std::string, kiln::onnx::Value>& vals) {
-  std::vector<kiln::onnx::Value> in;
+  std::vector<kiln::onnx::Value> inits;  // (those the node reads; reserved: pointers stay put)
+  inits.reserve(static_cast<size_t>(nd.input_size()));
+  std::vector<const kiln::onnx::Value*> in;
   for (const auto& name : nd.input()) {
     if (name.empty()) {
-      in.push_back(kiln::onnx::Value::none());
+      in.push_back(nullptr);
       continue;
     }
     if (auto it = vals.find(name); it != vals.end()) {
-      in.push_back(it->second);
+      in.push_back(&it->second);
       continue;
     }
     const ::onnx::TensorProto* init = nullptr;
     for (const auto& t : m.proto.graph().initializer())
       if (t.name() == name) init = &t;
     if (!init) fail<ValueError>("[onnx] input '{}' has no feed", name);
-    in.push_back(
+    inits.push_back(
         init->data_type() == ::onnx::TensorProto::STRING
             ? strings_of(*init)
             : kiln::onnx::Value::of(read_tensor(*init, m.options.import.external_data_dir)));
+    in.push_back(&inits.back());
   }
   std::vector<kiln::onnx::Value> out = run_string_node(nd, in);
   for (int k = 0; k < nd.output_size() && k < static_cast<int>(out.size()); ++k)
@@ -446,10 +449,14 @@ std::vector<kiln::onnx::Value> run_split(SplitModel& m,
     for (size_t j = 0; j < out.size(); ++j) vals[m.b_outputs[j]] = std::move(out[j]);
   }
   std::vector<kiln::onnx::Value> result;
-  for (const std::string& o : m.outputs) {
+  for (size_t k = 0; k < m.outputs.size(); ++k) {
+    const std::string& o = m.outputs[k];
     auto it = vals.find(o);
     if (it == vals.end()) fail<FormatError>("[onnx] graph output '{}' is not produced", o);
-    kiln::onnx::Value v = it->second;
+    // (moved out where no later output is the same value)
+    const bool again = std::find(m.outputs.begin() + static_cast<std::ptrdiff_t>(k) + 1,
+                                 m.outputs.end(), o) != m.outputs.end();
+    kiln::onnx::Value v = again ? it->second : std::move(it->second);
     if (!v.is_sequence && !v.is_none && !v.is_string && v.tensor.device() != m.device)
       v.tensor = v.tensor.to(m.device);
     result.push_back(std::move(v));

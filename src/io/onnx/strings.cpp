@@ -1,15 +1,14 @@
 // String values of ONNX models on the host (strings.h): which nodes handle strings, and an
 // interpreter of those nodes with ONNX's semantics (the operators' definitions; Python's
-// str.split for StringSplit, as ONNX's reference; ECMAScript regular expressions for RE2's
-// common syntax in RegexFullMatch).
+// str.split for StringSplit, as ONNX's reference; RE2, whose syntax RegexFullMatch specifies).
 #include "io/onnx/strings.h"
 
 #include <fmt/format.h>
+#include <re2/re2.h>
 
 #include <algorithm>
 #include <cctype>
 #include <map>
-#include <regex>
 #include <set>
 
 #include "core/errors.h"
@@ -22,6 +21,19 @@ namespace {
 
 using SValue = kiln::onnx::Value;
 constexpr int32_t kString = ::onnx::TensorProto::STRING;
+
+// A node's inputs, by pointer (string values are not copied); a missing one is an error.
+struct In {
+  const ::onnx::NodeProto& n;
+  const std::vector<const SValue*>& v;
+  const SValue& at(size_t i) const {
+    if (i >= v.size() || !v[i] || v[i]->is_none)
+      fail<ValueError>("[onnx] node '{}' ({}): input {} is missing",
+                       n.output_size() ? n.output(0) : n.name(), n.op_type(), i);
+    return *v[i];
+  }
+  const SValue& operator[](size_t i) const { return at(i); }
+};
 
 bool string_type(const ::onnx::TypeProto& type) {
   const ::onnx::TypeProto* t = &type;
@@ -146,7 +158,7 @@ std::vector<std::string> py_split(const std::string& s, const std::string& sep, 
   return r;
 }
 
-std::vector<SValue> string_split(const ::onnx::NodeProto& n, const std::vector<SValue>& in) {
+std::vector<SValue> string_split(const ::onnx::NodeProto& n, const In& in) {
   const auto& x = strings_in(n, in.at(0), 0);
   const auto* d = attr(n, "delimiter");
   const auto* m = attr(n, "maxsplit");
@@ -171,7 +183,7 @@ std::vector<SValue> string_split(const ::onnx::NodeProto& n, const std::vector<S
           SValue::of(Array::from_vector(z, in[0].string_shape))};
 }
 
-std::vector<SValue> string_concat(const ::onnx::NodeProto& n, const std::vector<SValue>& in) {
+std::vector<SValue> string_concat(const ::onnx::NodeProto& n, const In& in) {
   const auto& a = strings_in(n, in.at(0), 0);
   const auto& b = strings_in(n, in.at(1), 1);
   const Shape out = broadcast(n, in[0].string_shape, in[1].string_shape);
@@ -181,7 +193,7 @@ std::vector<SValue> string_concat(const ::onnx::NodeProto& n, const std::vector<
   return {SValue::of_strings(std::move(r), out)};
 }
 
-std::vector<SValue> equal_strings(const ::onnx::NodeProto& n, const std::vector<SValue>& in) {
+std::vector<SValue> equal_strings(const ::onnx::NodeProto& n, const In& in) {
   const auto& a = strings_in(n, in.at(0), 0);
   const auto& b = strings_in(n, in.at(1), 1);
   const Shape out = broadcast(n, in[0].string_shape, in[1].string_shape);
@@ -191,19 +203,18 @@ std::vector<SValue> equal_strings(const ::onnx::NodeProto& n, const std::vector<
   return {SValue::of(Array::from_vector(r, out).astype(boolean))};
 }
 
-std::vector<SValue> regex_full_match(const ::onnx::NodeProto& n, const std::vector<SValue>& in) {
+std::vector<SValue> regex_full_match(const ::onnx::NodeProto& n, const In& in) {
   const auto& x = strings_in(n, in.at(0), 0);
   const auto* p = attr(n, "pattern");
   if (!p) refuse(n, "the pattern attribute is missing");
-  std::regex re;
-  try {
-    re = std::regex(p->s(), std::regex::ECMAScript);
-  } catch (const std::regex_error& e) {
-    refuse(n, fmt::format("pattern '{}' is not a regular expression kiln reads: {}", p->s(),
-                          e.what()));
-  }
+  RE2::Options o;
+  o.set_log_errors(false);
+  const RE2 re(p->s(), o);
+  if (!re.ok())
+    fail<ValueError>("[onnx] node '{}' (RegexFullMatch): pattern '{}' is not RE2 syntax: {}",
+                     n.output_size() ? n.output(0) : n.name(), p->s(), re.error());
   std::vector<uint8_t> r;
-  for (const std::string& s : x) r.push_back(std::regex_match(s, re));
+  for (const std::string& s : x) r.push_back(RE2::FullMatch(s, re));
   return {SValue::of(Array::from_vector(r, in[0].string_shape).astype(boolean))};
 }
 
@@ -215,7 +226,7 @@ std::string change_case(std::string s, const std::string& action) {
   return s;
 }
 
-std::vector<SValue> string_normalizer(const ::onnx::NodeProto& n, const std::vector<SValue>& in) {
+std::vector<SValue> string_normalizer(const ::onnx::NodeProto& n, const In& in) {
   const auto& x = strings_in(n, in.at(0), 0);
   const Shape& shape = in[0].string_shape;
   if (!(shape.size() == 1 || (shape.size() == 2 && shape[0] == 1)))
@@ -315,7 +326,7 @@ Table table_of(const ::onnx::NodeProto& n) {
   return t;
 }
 
-std::vector<SValue> label_encoder(const ::onnx::NodeProto& n, const std::vector<SValue>& in) {
+std::vector<SValue> label_encoder(const ::onnx::NodeProto& n, const In& in) {
   const Table t = table_of(n);
   const SValue& x = in.at(0);
   std::vector<size_t> hit;  // index into the values, or SIZE_MAX for the default
@@ -411,7 +422,9 @@ std::string first_string_node(const ::onnx::ModelProto& model) {
   return "";
 }
 
-std::vector<SValue> run_string_node(const ::onnx::NodeProto& n, const std::vector<SValue>& in) {
+std::vector<SValue> run_string_node(const ::onnx::NodeProto& n,
+                                    const std::vector<const SValue*>& inputs) {
+  const In in{n, inputs};
   const std::string& op = n.op_type();
   if (ml_label_encoder(n)) return label_encoder(n, in);
   if (op == "StringSplit") return string_split(n, in);

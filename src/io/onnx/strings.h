@@ -17,10 +17,10 @@ namespace kiln::onnx::detail {
 /// first, that reads or makes strings or is one of the string ops above; "" when none.
 std::string first_string_node(const ::onnx::ModelProto& model);
 
-/// Runs such a node on the host: `inputs` by the node's inputs (an empty name's a none Value);
-/// tensors are read on the host. `external_dir`: where initializers' external data lives.
+/// Runs such a node on the host: `inputs` by the node's inputs (null for an empty name); tensors
+/// are read on the host.
 std::vector<kiln::onnx::Value> run_string_node(const ::onnx::NodeProto& node,
-                                               const std::vector<kiln::onnx::Value>& inputs);
+                                               const std::vector<const kiln::onnx::Value*>& inputs);
 
 /// A TensorProto of strings as a Value.
 kiln::onnx::Value strings_of(const ::onnx::TensorProto& t);
