@@ -94,6 +94,27 @@ SessionOptions options_for(const SessionOptions& o, const std::set<std::string>&
   return p;
 }
 
+// Sessions by a key of shapes, least recently used going first; `dropped` counts the imports of
+// those that went.
+struct SessionsByShape {
+  std::list<std::pair<std::string, std::shared_ptr<Session>>> list;  // most recent first
+  int64_t dropped = 0;
+  std::shared_ptr<Session> find(const std::string& key) {
+    auto it = std::find_if(list.begin(), list.end(), [&](const auto& e) { return e.first == key; });
+    if (it == list.end()) return nullptr;
+    list.splice(list.begin(), list, it);
+    return list.front().second;
+  }
+  std::shared_ptr<Session> add(const std::string& key, Session s, size_t keep) {
+    list.emplace_front(key, std::make_shared<Session>(std::move(s)));
+    while (list.size() > std::max<size_t>(keep, 1)) {
+      dropped += list.back().second->imports();
+      list.pop_back();
+    }
+    return list.front().second;
+  }
+};
+
 }  // namespace
 
 class SplitModel {
@@ -110,16 +131,13 @@ class SplitModel {
   bool strings = false;  // the node reads or makes strings: run_string_node runs it
 
   mutable std::mutex mu;  // (builds the node's and B's sessions at the first run)
-  // the node's one-node models by the shapes of their inputs, most recent first
-  std::list<std::pair<std::string, std::shared_ptr<Session>>> n_by_shape;
-  int64_t n_imports_dropped = 0;
+  SessionsByShape n_by_shape;         // the node's one-node models by the shapes of their inputs
   std::vector<std::string> n_inputs;  // the node's inputs that are graph inputs of its model
   bool b_none = false;                // every output comes from A, the node or the feeds
   std::vector<std::string> b_inputs, b_outputs;
   std::shared_ptr<Session> b_dynamic;
   bool b_per_shape = false;
-  std::list<std::pair<std::string, std::shared_ptr<Session>>> b_by_shape;  // most recent first
-  int64_t b_imports_dropped = 0;
+  SessionsByShape b_by_shape;
 
   // A model of `nodes` of the graph with these inputs (declared) and outputs (names), and the
   // initializers the nodes read.
@@ -206,12 +224,7 @@ class SplitModel {
       ins.push_back(crossing(in, it->second, true));
       key += in + str(it->second.tensor.shape()) + "|";
     }
-    auto it = std::find_if(n_by_shape.begin(), n_by_shape.end(),
-                           [&](const auto& e) { return e.first == key; });
-    if (it != n_by_shape.end()) {
-      n_by_shape.splice(n_by_shape.begin(), n_by_shape, it);
-      return n_by_shape.front().second;
-    }
+    if (auto s = n_by_shape.find(key)) return s;
     std::vector<std::string> outs;
     for (const auto& o : nd.output())
       if (!o.empty()) outs.push_back(o);
@@ -219,13 +232,9 @@ class SplitModel {
     SessionOptions o = options_for(options, input_names);
     o.import.input_shapes.clear();
     o.split_at_data_dependent_nodes = false;  // (imported per value)
-    n_by_shape.emplace_front(key, std::make_shared<Session>(Session::from_bytes(
-                                      bytes.data(), bytes.size(), Device::cpu(), std::move(o))));
-    while (n_by_shape.size() > std::max<size_t>(options.max_imports, 1)) {
-      n_imports_dropped += n_by_shape.back().second->imports();
-      n_by_shape.pop_back();
-    }
-    return n_by_shape.front().second;
+    return n_by_shape.add(
+        key, Session::from_bytes(bytes.data(), bytes.size(), Device::cpu(), std::move(o)),
+        options.max_imports);
   }
 
   // B's inputs and outputs; b_none when there is nothing left to run.
@@ -277,21 +286,11 @@ class SplitModel {
     for (const std::string& in : b_inputs)
       if (auto it = vals.find(in); it != vals.end() && !graph_input(in))
         key += in + str(it->second.tensor.shape()) + "|";
-    auto it = std::find_if(b_by_shape.begin(), b_by_shape.end(),
-                           [&](const auto& e) { return e.first == key; });
-    if (it != b_by_shape.end()) {
-      b_by_shape.splice(b_by_shape.begin(), b_by_shape, it);
-      return b_by_shape.front().second;
-    }
+    if (auto s = b_by_shape.find(key)) return s;
     const std::string bytes = b_bytes(vals, true);
-    b_by_shape.emplace_front(
-        key, std::make_shared<Session>(Session::from_bytes(bytes.data(), bytes.size(), device,
-                                                           options_for(options, names))));
-    while (b_by_shape.size() > std::max<size_t>(options.max_imports, 1)) {
-      b_imports_dropped += b_by_shape.back().second->imports();
-      b_by_shape.pop_back();
-    }
-    return b_by_shape.front().second;
+    return b_by_shape.add(
+        key, Session::from_bytes(bytes.data(), bytes.size(), device, options_for(options, names)),
+        options.max_imports);
   }
 };
 
@@ -470,15 +469,15 @@ namespace {
 // Calls f on each part's session made so far (under m.mu).
 template <typename F> void each_part(const SplitModel& m, F&& f) {
   if (m.a) f(*m.a);
-  for (const auto& [key, s] : m.n_by_shape) f(*s);
+  for (const auto& [key, s] : m.n_by_shape.list) f(*s);
   if (m.b_dynamic) f(*m.b_dynamic);
-  for (const auto& [key, s] : m.b_by_shape) f(*s);
+  for (const auto& [key, s] : m.b_by_shape.list) f(*s);
 }
 }  // namespace
 
 int64_t split_imports(const SplitModel& m) {
   std::lock_guard<std::mutex> l(m.mu);
-  int64_t n = m.b_imports_dropped + m.n_imports_dropped;
+  int64_t n = m.b_by_shape.dropped + m.n_by_shape.dropped;
   each_part(m, [&](const Session& s) { n += s.imports(); });
   return n;
 }
@@ -495,7 +494,7 @@ std::vector<std::string> split_value_inputs(const SplitModel& m) {
   std::vector<std::string> r;
   // (the model's inputs among the parts' value inputs; the node's session reads all of its own)
   each_part(m, [&](const Session& s) {
-    for (const auto& [key, node] : m.n_by_shape)
+    for (const auto& [key, node] : m.n_by_shape.list)
       if (&s == node.get()) return;
     for (const std::string& n : s.value_inputs())
       if (m.graph_input(n) && std::find(r.begin(), r.end(), n) == r.end()) r.push_back(n);
