@@ -130,7 +130,7 @@ class SplitModel {
   std::map<std::string, Shape> node_dims;  // the node's outputs' dims known without the data
   bool strings = false;  // the node reads or makes strings: run_string_node runs it
 
-  mutable std::mutex mu;  // (builds the node's and B's sessions at the first run)
+  mutable std::mutex mu;              // (builds the node's and B's sessions at the first run)
   SessionsByShape n_by_shape;         // the node's one-node models by the shapes of their inputs
   std::vector<std::string> n_inputs;  // the node's inputs that are graph inputs of its model
   bool b_none = false;                // every output comes from A, the node or the feeds
