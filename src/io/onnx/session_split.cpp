@@ -439,7 +439,9 @@ std::vector<kiln::onnx::Value> run_split(SplitModel& m,
     for (const std::string& name : m.b_inputs) {
       auto it = vals.find(name);
       if (it == vals.end()) continue;  // (a missing feed: B's session names it)
-      kiln::onnx::Value v = it->second;
+      // (moved where no graph output reads it: a string value is not copied)
+      const bool output = std::count(m.outputs.begin(), m.outputs.end(), name) > 0;
+      kiln::onnx::Value v = output ? it->second : std::move(it->second);
       if (!v.is_sequence && !v.is_none && !v.is_string && v.tensor.device() != m.device)
         v.tensor = v.tensor.to(m.device);
       in.emplace(name, std::move(v));
